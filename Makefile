@@ -1,0 +1,78 @@
+# Strata build. `make` builds ./strata; `make test` installs test deps,
+# builds and runs every test; `make run` sets up and runs the default model.
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -pthread -Isrc -MMD -MP
+LDLIBS  += -lm -lpcre2-8 -pthread
+PYTHON  ?= python3
+
+# Files named *_avx2.c / *_avx512.c hold SIMD kernels compiled for that
+# level only; base/cpu.c picks among them at run time.
+AVX2_FLAGS   = -mavx2 -mfma -mf16c
+AVX512_FLAGS = $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
+
+SRC      := $(filter-out src/main.c,$(shell find src -name '*.c' | sort))
+OBJ      := $(SRC:%.c=build/%.o)
+TEST_SRC := $(shell find tests -maxdepth 1 -name '*.c' | sort)
+TEST_OBJ := $(TEST_SRC:%.c=build/%.o)
+
+MODEL_DIR  = models
+MODEL      = $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
+
+.PHONY: all test unit-test run model deps test-deps testdata clean bench oracle-refs tok-refs
+
+all: strata
+
+strata: build/src/main.o $(OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+build/strata-tests: $(TEST_OBJ) $(OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+build/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AVX2_FLAGS) -c -o $@ $<
+
+build/%_avx512.o: %_avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AVX512_FLAGS) -c -o $@ $<
+
+build/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+# System and Python packages, installed by the project itself.
+deps:
+	@scripts/install-deps.sh
+
+test-deps: deps
+	@scripts/install-deps.sh --test
+
+model: $(MODEL)
+
+$(MODEL):
+	@scripts/fetch-model.sh $(MODEL_DIR)
+
+# Generated fixtures (tiny models, reference vectors from the gguf package).
+testdata: test-deps
+	@$(PYTHON) tools/gen_testdata.py tests/data/gen
+
+unit-test: build/strata-tests strata
+	TEST_DATA_DIR=tests/data/gen STRATA_MODEL=$(abspath $(MODEL)) build/strata-tests
+
+test: test-deps
+	@$(MAKE) --no-print-directory strata build/strata-tests
+	@$(MAKE) --no-print-directory model testdata
+	@$(MAKE) --no-print-directory unit-test
+
+run: deps
+	@$(MAKE) --no-print-directory strata model
+	./strata run -m $(MODEL) --chat -p "$${PROMPT:-Write a haiku about caching.}" -n 128
+
+bench: strata model
+	$(PYTHON) bench/bench_vs_llamacpp.py --model $(MODEL)
+
+clean:
+	rm -rf build strata
+
+-include $(OBJ:.o=.d) $(TEST_OBJ:.o=.d) build/src/main.d

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what Strata needs on a fresh Debian machine: the C toolchain and
+# libraries for the build, and (with --test) the Python packages the tests
+# use. Safe to run again: it only installs what is missing.
+set -euo pipefail
+
+SYSTEM_PKGS=(build-essential libpcre2-dev python3 python3-pip unzip)
+PY_TEST_PKGS=(numpy gguf)
+
+missing=()
+for p in "${SYSTEM_PKGS[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ "${1:-}" = "--test" ]; then
+  PY=${PYTHON:-python3}
+  need=()
+  for p in "${PY_TEST_PKGS[@]}"; do
+    $PY -c "import $p" >/dev/null 2>&1 || need+=("$p")
+  done
+  if [ ${#need[@]} -gt 0 ]; then
+    echo "install-deps: pip installing ${need[*]}"
+    $PY -m pip install -q "${need[@]}" 2>&1 | grep -v "Running pip as the 'root' user" || true
+  fi
+fi

@@ -1,0 +1,29 @@
+/* attn.h - causal attention of one query head over paged F16 keys/values.
+ *
+ * Keys and values of positions [0, n_kv) live in blocks of block_tokens
+ * rows; k_blocks[i] / v_blocks[i] point at this head's first row in block
+ * i, rows are `stride` halves apart. The result depends only on q and the
+ * stored rows, never on the batch: positions are visited in order and
+ * every reduction has a fixed order (batch invariance, DESIGN.md). */
+#ifndef STRATA_ATTN_H
+#define STRATA_ATTN_H
+
+#include <stdint.h>
+
+typedef struct attn_args {
+    const float *q;
+    const uint16_t *const *k_blocks;
+    const uint16_t *const *v_blocks;
+    int block_tokens, stride, head_dim, n_kv;
+    float scale;
+    float *scores; /* scratch, n_kv floats */
+    float *out;    /* head_dim floats */
+} attn_args;
+
+void attn_head(const attn_args *a);
+
+/* Per-level implementations (attn.c dispatches). */
+void attn_head_scalar(const attn_args *a);
+void attn_head_avx2(const attn_args *a);
+
+#endif

@@ -1,0 +1,58 @@
+/* quant.h - GGML tensor formats: block layouts, dequantization, the
+ * activation formats and the dot/gemm kernels matmul uses.
+ *
+ * Weights stay in their file format. Activations are converted per row to
+ * the weight type's act_type (Q8_0, Q8_1, Q8_K or F32) once per matmul.
+ *
+ * Batch invariance contract (DESIGN.md, principle 2): quant_gemm computes
+ * every y[t][r] with the same sequence of floating-point operations no
+ * matter n_tok, which row t is inside a tile, or the [r0, r1) split. A
+ * token's logits never depend on what else is in the batch.
+ * Does not: threads (model/ splits rows over the pool). */
+#ifndef STRATA_QUANT_H
+#define STRATA_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ggml type ids as stored in GGUF. */
+typedef enum {
+    QT_F32 = 0, QT_F16 = 1, QT_Q4_0 = 2, QT_Q4_1 = 3, QT_Q5_0 = 6, QT_Q5_1 = 7,
+    QT_Q8_0 = 8, QT_Q8_1 = 9, QT_Q2_K = 10, QT_Q3_K = 11, QT_Q4_K = 12,
+    QT_Q5_K = 13, QT_Q6_K = 14, QT_Q8_K = 15, QT_BF16 = 30, QT_COUNT = 40
+} qtype;
+
+typedef struct quant_traits {
+    const char *name; /* "Q4_1" */
+    int blck;         /* elements per block */
+    size_t bytes;     /* bytes per block */
+    qtype act_type;   /* activation format the weight's dot kernel takes */
+    int is_weight;    /* usable as a weight type (has dequant + dot) */
+} quant_traits;
+
+/* Traits of a ggml type id, or NULL if Strata does not know it. */
+const quant_traits *quant_get(uint32_t type);
+const char *quant_name(uint32_t type); /* "type 17" style for unknown */
+/* Bytes of a row of n elements (n must be a multiple of blck). */
+size_t quant_row_bytes(qtype t, int64_t n);
+
+/* Reference dequantization of n elements (n multiple of blck). */
+void quant_dequant_row(qtype t, const void *src, float *dst, int64_t n);
+/* Convert an activation row to act (Q8_0, Q8_1, Q8_K or F32). */
+void quant_act_row(qtype act, const float *x, void *dst, int64_t n);
+/* Bytes of one converted activation row of n elements in format act. The
+ * activation layouts are Strata's own (not ggml's), so size xq buffers with
+ * this, NOT quant_row_bytes: Q8_0/Q8_1 40 B per 32, Q8_K 292 B per 256,
+ * F32 4 B per element. Always a multiple of 4; rows must start 4-aligned. */
+size_t quant_act_row_bytes(qtype act, int64_t n);
+/* Bytes of the activation row weight type wt's kernel takes for k inputs. */
+size_t quant_act_bytes_for(qtype wt, int64_t k);
+
+/* y[t * ldy + r] = dot(weight row r, activation row t) for r in [r0, r1)
+ * and t in [0, n_tok). w: row-major weights, w_row_bytes apart, k elements
+ * per row. xq: activation rows in act_type, xq_row_bytes apart. */
+void quant_gemm(qtype wt, const void *w, size_t w_row_bytes, int64_t k,
+                const void *xq, size_t xq_row_bytes, int n_tok,
+                float *y, int64_t ldy, int r0, int r1);
+
+#endif

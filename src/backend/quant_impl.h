@@ -1,0 +1,114 @@
+/* quant_impl.h - internals shared by the quant kernels of every SIMD level
+ * (quant.c, quant_scalar.c, quant_avx2.c, quant_avx512.c) and the tests.
+ *
+ * Holds the weight block layouts (facts of the GGUF format), the in-memory
+ * layout of Strata's activation formats (ours, never on disk), and the
+ * per-level kernel tables. Not part of the public API: model/ codes against
+ * quant.h only. */
+#ifndef STRATA_QUANT_IMPL_H
+#define STRATA_QUANT_IMPL_H
+
+#include "backend/quant.h"
+
+#include <stdint.h>
+
+#define QK 32   /* elements per block of the legacy formats */
+#define QK_K 256 /* elements per super-block of the K-quants */
+
+/* Weight block layouts (little-endian, packed, no padding):
+ *   Q4_0 18 B: f16 d, u8 qs[16]          x = d * (q - 8)
+ *   Q4_1 20 B: f16 d, f16 m, u8 qs[16]   x = d * q + m
+ *   Q5_0 22 B: f16 d, u32 qh, u8 qs[16]  x = d * (q - 16)
+ *   Q5_1 24 B: f16 d, f16 m, u32 qh, u8 qs[16]  x = d * q + m
+ *   Q8_0 34 B: f16 d, i8 qs[32]          x = d * q
+ * Nibbles: element j < 16 is the low nibble of qs[j], element j + 16 the
+ * high nibble; the fifth bit of element j is bit j of qh.
+ *   Q4_K 144 B: f16 d, f16 dmin, u8 scales[12], u8 qs[128]
+ *   Q5_K 176 B: f16 d, f16 dmin, u8 scales[12], u8 qh[32], u8 qs[128]
+ *   Q6_K 210 B: u8 ql[128], u8 qh[64], i8 scales[16], f16 d
+ * Q4_K/Q5_K: eight sub-blocks of 32 with 6-bit scale sc and min m (packed
+ * in scales[12], see quant_kscale); x = d*sc*q - dmin*m. Sub-block 2i is
+ * the low nibbles of qs[32i..32i+31], sub-block 2i+1 their high nibbles;
+ * Q5_K's fifth bit of element l of sub-block j is bit j of qh[l].
+ * Q6_K: element h*128 + s*64 + j (h, s in {0,1}, j < 64) has low bits
+ * nibble s of ql[h*64 + j] and high bits (qh[h*32 + j%32] >> 2*(2s + j/32))
+ * & 3; x = d * scales[e/16] * (q - 32). */
+#define QB_Q4_0 18
+#define QB_Q4_1 20
+#define QB_Q5_0 22
+#define QB_Q5_1 24
+#define QB_Q8_0 34
+#define QB_Q4_K 144
+#define QB_Q5_K 176
+#define QB_Q6_K 210
+
+/* Activation formats (Strata's own layout, struct-of-arrays per row so a
+ * SIMD load takes several blocks' quants at once):
+ *   Q8_0 and Q8_1 row of n elements, nb = n / 32 blocks:
+ *       float d[nb]; float s[nb]; int8_t qs[n];
+ *     x ~= d * q with q in [-127, 127]; s = d * sum(q) of the block (used
+ *     by the weight formats with a minimum, Q4_1 and Q5_1).
+ *   Q8_K row, nb = n / 256:
+ *       float d[nb]; int16_t bsums[16 * nb]; int8_t qs[n];
+ *     bsums[16b + g] = sum of q over elements 16g..16g+15 of block b.
+ *   F32 row: float x[n].
+ * Rows must start 4-byte aligned; quant_act_row_bytes gives their size. */
+static inline const float *qa8_d(const void *row) { return (const float *)row; }
+static inline const float *qa8_s(const void *row, int64_t nb) {
+    return (const float *)row + nb;
+}
+static inline const int8_t *qa8_qs(const void *row, int64_t nb) {
+    return (const int8_t *)row + 8 * nb;
+}
+static inline const float *qak_d(const void *row) { return (const float *)row; }
+static inline const int16_t *qak_bsums(const void *row, int64_t nb) {
+    return (const int16_t *)((const float *)row + nb);
+}
+static inline const int8_t *qak_qs(const void *row, int64_t nb) {
+    return (const int8_t *)row + 36 * nb;
+}
+
+/* Unpack the 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K
+ * super-block from its 12 packed bytes. */
+static inline void quant_kscale(const uint8_t *s, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+static inline uint16_t quant_rd16(const uint8_t *p) {
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline uint32_t quant_rd32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+           ((uint32_t)p[3] << 24);
+}
+
+/* Kernel levels. A process uses one (cpu_get() decides); the tests call
+ * each level directly through quant_gemm_level. */
+enum { QUANT_SCALAR = 0, QUANT_AVX2 = 1, QUANT_AVX512 = 2, QUANT_LEVELS = 3 };
+
+typedef void (*quant_gemm_fn)(const void *w, size_t w_row_bytes, int64_t k,
+                              const void *xq, size_t xq_row_bytes, int n_tok,
+                              float *y, int64_t ldy, int r0, int r1);
+
+/* Kernel of weight type t at one level, or NULL when that level has none
+ * (quant_gemm then falls back to the next lower level). */
+quant_gemm_fn quant_scalar_kernel(qtype t);
+quant_gemm_fn quant_avx2_kernel(qtype t);
+quant_gemm_fn quant_avx512_kernel(qtype t);
+
+/* Highest level this CPU (after STRATA_CPU masking) runs. */
+int quant_level(void);
+/* The kernel quant_gemm would use for t at `level` (with fallback). */
+quant_gemm_fn quant_kernel_at(int level, qtype t);
+/* quant_gemm forced to one level; level must be <= quant_level(). */
+void quant_gemm_level(int level, qtype wt, const void *w, size_t w_row_bytes,
+                      int64_t k, const void *xq, size_t xq_row_bytes,
+                      int n_tok, float *y, int64_t ldy, int r0, int r1);
+
+#endif

@@ -1,0 +1,200 @@
+/* quant_scalar.c - portable reference gemm kernels for every weight type.
+ *
+ * One dot product per (row, token) pair, computed by the same function for
+ * every pair, so batch invariance holds by construction. Integer parts are
+ * exact; float work per block is `acc += (dw * dx) * isum` in block order.
+ * These are the slow fallback and the yardstick the SIMD levels are tested
+ * against; they make no attempt at speed. Does not: SIMD, threads. */
+#include "backend/quant_impl.h"
+
+#include "base/fp16.h"
+
+typedef float (*dot_fn)(const uint8_t *w, const void *x, int64_t k);
+
+static float h2f(const uint8_t *p) { return fp16_to_f32(quant_rd16(p)); }
+
+/* Quant values of one legacy block (Q4_0..Q5_1) with the offset applied
+ * for the symmetric formats (has_min == 0). */
+static void legacy_q(const uint8_t *qs, uint32_t qh, int off, int *q) {
+    for (int j = 0; j < 16; j++) {
+        q[j] = ((qs[j] & 15) | (((qh >> j) & 1) << 4)) - off;
+        q[j + 16] = ((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - off;
+    }
+}
+
+/* Shared by Q4_0, Q4_1, Q5_0, Q5_1: header layout from has_min/has_qh. */
+static float dot_legacy(const uint8_t *w, const void *x, int64_t k,
+                        int bytes, int has_min, int has_qh) {
+    int64_t nb = k / QK;
+    const float *xd = qa8_d(x), *xs = qa8_s(x, nb);
+    const int8_t *xq = qa8_qs(x, nb);
+    int off = has_min ? 0 : (has_qh ? 16 : 8);
+    float acc = 0, accm = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = w + b * bytes, *p = blk + (has_min ? 4 : 2);
+        uint32_t qh = has_qh ? quant_rd32(p) : 0;
+        int q[QK], isum = 0;
+        legacy_q(p + (has_qh ? 4 : 0), qh, off, q);
+        for (int j = 0; j < QK; j++) isum += q[j] * xq[b * QK + j];
+        acc += (h2f(blk) * xd[b]) * (float)isum;
+        if (has_min) accm += h2f(blk + 2) * xs[b];
+    }
+    return acc + accm;
+}
+
+static float dot_q4_0(const uint8_t *w, const void *x, int64_t k) {
+    return dot_legacy(w, x, k, QB_Q4_0, 0, 0);
+}
+static float dot_q4_1(const uint8_t *w, const void *x, int64_t k) {
+    return dot_legacy(w, x, k, QB_Q4_1, 1, 0);
+}
+static float dot_q5_0(const uint8_t *w, const void *x, int64_t k) {
+    return dot_legacy(w, x, k, QB_Q5_0, 0, 1);
+}
+static float dot_q5_1(const uint8_t *w, const void *x, int64_t k) {
+    return dot_legacy(w, x, k, QB_Q5_1, 1, 1);
+}
+
+static float dot_q8_0(const uint8_t *w, const void *x, int64_t k) {
+    int64_t nb = k / QK;
+    const float *xd = qa8_d(x);
+    const int8_t *xq = qa8_qs(x, nb);
+    float acc = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = w + b * QB_Q8_0;
+        int isum = 0;
+        for (int j = 0; j < QK; j++) isum += (int8_t)blk[2 + j] * xq[b * QK + j];
+        acc += (h2f(blk) * xd[b]) * (float)isum;
+    }
+    return acc;
+}
+
+/* Q4_K and Q5_K: scales apply in integers; only two float terms per
+ * super-block (d * sum and dmin * min-sum). */
+static float dot_q45k(const uint8_t *w, const void *x, int64_t k, int five) {
+    int64_t nb = k / QK_K;
+    const float *xd = qak_d(x);
+    const int16_t *bs = qak_bsums(x, nb);
+    const int8_t *xq = qak_qs(x, nb);
+    float acc = 0, accm = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = w + b * (five ? QB_Q5_K : QB_Q4_K);
+        const uint8_t *qh = blk + 16, *qs = blk + (five ? 48 : 16);
+        const int8_t *xb = xq + b * QK_K;
+        int isum = 0, msum = 0;
+        for (int j = 0; j < 8; j++) {
+            int sc, m, s = 0;
+            quant_kscale(blk + 4, j, &sc, &m);
+            for (int l = 0; l < 32; l++) {
+                int v = (j & 1) ? qs[32 * (j / 2) + l] >> 4 : qs[32 * (j / 2) + l] & 15;
+                if (five) v |= ((qh[l] >> j) & 1) << 4;
+                s += v * xb[32 * j + l];
+            }
+            isum += sc * s;
+            msum += m * (bs[16 * b + 2 * j] + bs[16 * b + 2 * j + 1]);
+        }
+        acc += (h2f(blk) * xd[b]) * (float)isum;
+        accm += (h2f(blk + 2) * xd[b]) * (float)msum;
+    }
+    return acc - accm;
+}
+
+static float dot_q4_k(const uint8_t *w, const void *x, int64_t k) {
+    return dot_q45k(w, x, k, 0);
+}
+static float dot_q5_k(const uint8_t *w, const void *x, int64_t k) {
+    return dot_q45k(w, x, k, 1);
+}
+
+static float dot_q6_k(const uint8_t *w, const void *x, int64_t k) {
+    int64_t nb = k / QK_K;
+    const float *xd = qak_d(x);
+    const int8_t *xq = qak_qs(x, nb);
+    float acc = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = w + b * QB_Q6_K, *ql = blk, *qh = blk + 128;
+        const int8_t *sc = (const int8_t *)(blk + 192), *xb = xq + b * QK_K;
+        int isum = 0;
+        for (int g = 0; g < 16; g++) {
+            int s = 0;
+            for (int i = 0; i < 16; i++) {
+                int e = 16 * g + i, h = e / 128, hs = (e / 64) & 1, j = e % 64;
+                int lo = (ql[h * 64 + j] >> (4 * hs)) & 15;
+                int hi = (qh[h * 32 + j % 32] >> (2 * (2 * hs + j / 32))) & 3;
+                s += ((lo | (hi << 4)) - 32) * xb[e];
+            }
+            isum += sc[g] * s;
+        }
+        acc += (fp16_to_f32(quant_rd16(blk + 208)) * xd[b]) * (float)isum;
+    }
+    return acc;
+}
+
+/* Float formats: eight running sums, reduced pairwise at the end, so long
+ * rows do not lose precision in one accumulator. */
+static float dot_float(const uint8_t *w, const float *x, int64_t k, qtype t) {
+    float acc[8] = {0};
+    for (int64_t i = 0; i < k; i++) {
+        float v = t == QT_F32   ? ((const float *)(const void *)w)[i]
+                  : t == QT_F16 ? fp16_to_f32(quant_rd16(w + 2 * i))
+                                : bf16_to_f32(quant_rd16(w + 2 * i));
+        acc[i & 7] += v * x[i];
+    }
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
+           ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+static float dot_f32(const uint8_t *w, const void *x, int64_t k) {
+    return dot_float(w, x, k, QT_F32);
+}
+static float dot_f16(const uint8_t *w, const void *x, int64_t k) {
+    return dot_float(w, x, k, QT_F16);
+}
+static float dot_bf16(const uint8_t *w, const void *x, int64_t k) {
+    return dot_float(w, x, k, QT_BF16);
+}
+
+static void gemm_pairs(dot_fn dot, const void *w, size_t wrb, int64_t k,
+                       const void *xq, size_t xrb, int n_tok, float *y,
+                       int64_t ldy, int r0, int r1) {
+    for (int t = 0; t < n_tok; t++) {
+        const void *x = (const uint8_t *)xq + (size_t)t * xrb;
+        for (int r = r0; r < r1; r++)
+            y[t * ldy + r] = dot((const uint8_t *)w + (size_t)r * wrb, x, k);
+    }
+}
+
+#define SCALAR_GEMM(name)                                                     \
+    static void gemm_##name(const void *w, size_t wrb, int64_t k,             \
+                            const void *xq, size_t xrb, int n_tok, float *y,  \
+                            int64_t ldy, int r0, int r1) {                    \
+        gemm_pairs(dot_##name, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);    \
+    }
+SCALAR_GEMM(q4_0)
+SCALAR_GEMM(q4_1)
+SCALAR_GEMM(q5_0)
+SCALAR_GEMM(q5_1)
+SCALAR_GEMM(q8_0)
+SCALAR_GEMM(q4_k)
+SCALAR_GEMM(q5_k)
+SCALAR_GEMM(q6_k)
+SCALAR_GEMM(f32)
+SCALAR_GEMM(f16)
+SCALAR_GEMM(bf16)
+
+quant_gemm_fn quant_scalar_kernel(qtype t) {
+    switch (t) {
+    case QT_Q4_0: return gemm_q4_0;
+    case QT_Q4_1: return gemm_q4_1;
+    case QT_Q5_0: return gemm_q5_0;
+    case QT_Q5_1: return gemm_q5_1;
+    case QT_Q8_0: return gemm_q8_0;
+    case QT_Q4_K: return gemm_q4_k;
+    case QT_Q5_K: return gemm_q5_k;
+    case QT_Q6_K: return gemm_q6_k;
+    case QT_F32: return gemm_f32;
+    case QT_F16: return gemm_f16;
+    case QT_BF16: return gemm_bf16;
+    default: return NULL;
+    }
+}

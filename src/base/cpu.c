@@ -1,0 +1,43 @@
+/* cpu.c - runtime CPU feature detection with an environment override. */
+#include "base/cpu.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static cpu_features detect(void) {
+    cpu_features f = {0};
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    f.avx2 = __builtin_cpu_supports("avx2");
+    f.fma = __builtin_cpu_supports("fma");
+    f.f16c = f.avx2; /* every AVX2 CPU we target has F16C */
+    f.avx512f = __builtin_cpu_supports("avx512f");
+    f.avx512bw = __builtin_cpu_supports("avx512bw");
+    f.avx512vl = __builtin_cpu_supports("avx512vl");
+    f.avx512vnni = __builtin_cpu_supports("avx512vnni");
+#endif
+    const char *force = getenv("STRATA_CPU");
+    if (force && strcmp(force, "avx2") == 0) {
+        f.avx512f = f.avx512bw = f.avx512vl = f.avx512vnni = 0;
+    } else if (force && strcmp(force, "scalar") == 0) {
+        memset(&f, 0, sizeof f);
+    }
+    return f;
+}
+
+const cpu_features *cpu_get(void) {
+    static cpu_features feats;
+    static int done;
+    if (!done) { /* benign race: every thread computes the same value */
+        feats = detect();
+        done = 1;
+    }
+    return &feats;
+}
+
+const char *cpu_level_name(void) {
+    const cpu_features *f = cpu_get();
+    if (f->avx512f && f->avx512bw && f->avx512vl) return "avx512";
+    if (f->avx2 && f->fma) return "avx2";
+    return "scalar";
+}

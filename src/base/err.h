@@ -1,0 +1,31 @@
+/* err.h - error codes and the error record every fallible call fills.
+ *
+ * Functions return 0 on success or a negative STRATA_E* code, and write a
+ * one-line reason into the caller's strata_err: what failed, on which
+ * object, why. Only main() turns an error into an exit status. */
+#ifndef STRATA_ERR_H
+#define STRATA_ERR_H
+
+enum {
+    STRATA_OK = 0,
+    STRATA_EINVAL = -1,      /* bad argument or request */
+    STRATA_EIO = -2,         /* read/write/open failed */
+    STRATA_ENOMEM = -3,      /* allocation refused (only where recoverable) */
+    STRATA_EFORMAT = -4,     /* malformed file or data */
+    STRATA_EUNSUPPORTED = -5,/* valid but not implemented (type, arch) */
+    STRATA_ERANGE = -6,      /* value out of range (context full, ...) */
+};
+
+typedef struct strata_err {
+    int code;
+    char msg[512];
+} strata_err;
+
+/* Fill err (if not NULL) with code and a printf-style reason; returns code. */
+int strata_errf(strata_err *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Short name of a code, e.g. "EFORMAT". */
+const char *strata_strerror(int code);
+
+#endif

@@ -1,0 +1,25 @@
+/* pool.h - persistent CPU thread pool for data-parallel kernels.
+ *
+ * pool_run(p, fn, ctx) calls fn(ctx, i, n) on every thread i of n (the
+ * caller is thread 0) and returns when all are done. Workers spin briefly
+ * between jobs (a forward pass issues hundreds of small jobs per token),
+ * then sleep on a condition variable when idle.
+ * Does not: queue work or run jobs concurrently; one job at a time. */
+#ifndef STRATA_POOL_H
+#define STRATA_POOL_H
+
+typedef void (*pool_fn)(void *ctx, int ith, int nth);
+typedef struct pool pool;
+
+pool *pool_new(int n_threads); /* n_threads <= 0: one per online core */
+void pool_free(pool *p);       /* NULL is fine */
+int pool_size(const pool *p);
+void pool_run(pool *p, pool_fn fn, void *ctx);
+
+/* Even split of [0, n) for thread ith of nth. */
+static inline void pool_range(long n, int ith, int nth, long *lo, long *hi) {
+    *lo = n * ith / nth;
+    *hi = n * (ith + 1) / nth;
+}
+
+#endif

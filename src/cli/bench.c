@@ -1,0 +1,133 @@
+/* bench.c - `strata bench`: prompt processing (pp) and generation (tg)
+ * speed, like llama-bench. pp: a fresh sequence prefilled with p tokens;
+ * tg: n single-token decode steps after that prompt. One warm-up run, then
+ * r measured runs; prints mean +- sd tok/s (or one JSON object). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/clock.h"
+#include "base/cpu.h"
+#include "base/mem.h"
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "model/engine.h"
+
+typedef struct bench_opts {
+    const char *model;
+    int n_prompt, n_gen, threads, reps, json, help;
+} bench_opts;
+
+typedef struct stat {
+    double mean, sd;
+} stat;
+
+static stat summarize(const double *v, int n) {
+    stat s = {0, 0};
+    for (int i = 0; i < n; i++) s.mean += v[i];
+    s.mean /= n;
+    for (int i = 0; i < n; i++) s.sd += (v[i] - s.mean) * (v[i] - s.mean);
+    s.sd = n > 1 ? sqrt(s.sd / (n - 1)) : 0;
+    return s;
+}
+
+/* One run: returns pp and tg tok/s through pp_out / tg_out. */
+static int bench_once(engine *e, const bench_opts *o, const int32_t *toks, float *logits,
+                      double *pp_out, double *tg_out, strata_err *err) {
+    kv_seq s;
+    kv_seq_init(&s);
+    double t0 = clock_ms();
+    int rc = o->n_prompt ? fwd_prefill(e->fwd, &s, toks, o->n_prompt, logits, err) : 0;
+    double t1 = clock_ms();
+    for (int i = 0; i < o->n_gen && !rc; i++) {
+        kv_seq *sp = &s;
+        int32_t pos = s.n_pos, tok = toks[(o->n_prompt + i) % (o->n_prompt + o->n_gen)];
+        fwd_batch b = {.n = 1, .tokens = &tok, .seqs = &sp, .pos = &pos};
+        rc = fwd_run(e->fwd, &b, logits, err);
+    }
+    double t2 = clock_ms();
+    kv_seq_release(&e->kv, &s);
+    *pp_out = o->n_prompt ? o->n_prompt * 1e3 / (t1 - t0) : 0;
+    *tg_out = o->n_gen ? o->n_gen * 1e3 / (t2 - t1) : 0;
+    return rc;
+}
+
+static void report(const bench_opts *o, const engine *e, stat pp, stat tg) {
+    if (o->json) {
+        printf("{\"model\":\"%s\",\"threads\":%d,\"cpu\":\"%s\","
+               "\"pp\":{\"n\":%d,\"mean\":%.3f,\"sd\":%.3f},"
+               "\"tg\":{\"n\":%d,\"mean\":%.3f,\"sd\":%.3f},\"reps\":%d}\n",
+               o->model, pool_size(e->threads), cpu_level_name(), o->n_prompt, pp.mean, pp.sd,
+               o->n_gen, tg.mean, tg.sd, o->reps);
+        return;
+    }
+    printf("model: %s (%s, %.1f MiB), threads: %d, kernels: %s\n", o->model, e->m->hp.arch_name,
+           model_weight_bytes(e->m) / 1048576.0, pool_size(e->threads), cpu_level_name());
+    printf("| test   |            t/s |\n|--------|----------------|\n");
+    if (o->n_prompt) printf("| pp%-4d | %8.2f ± %5.2f |\n", o->n_prompt, pp.mean, pp.sd);
+    if (o->n_gen) printf("| tg%-4d | %8.2f ± %5.2f |\n", o->n_gen, tg.mean, tg.sd);
+}
+
+static int bench_main(const bench_opts *o, strata_err *err) {
+    engine_params ep = {.model_path = o->model, .n_threads = o->threads,
+                        .n_ctx = o->n_prompt + o->n_gen + 64,
+                        .max_batch = o->n_prompt > 0 && o->n_prompt < 512 ? o->n_prompt : 512};
+    engine *e;
+    int rc = engine_open(&e, &ep, err);
+    if (rc) return rc;
+    int total = o->n_prompt + o->n_gen;
+    int32_t *toks = xmalloc((size_t)(total ? total : 1) * sizeof(int32_t));
+    uint32_t x = 12345;
+    for (int i = 0; i < total; i++) {
+        x = x * 1664525u + 1013904223u;
+        toks[i] = (int32_t)((x >> 8) % (uint32_t)e->m->hp.n_vocab);
+    }
+    float *logits = xmalloc((size_t)e->m->hp.n_vocab * sizeof(float));
+    double *pp = xcalloc((size_t)o->reps, sizeof(double)), *tg = xcalloc((size_t)o->reps, sizeof(double));
+    double dpp, dtg;
+    rc = bench_once(e, o, toks, logits, &dpp, &dtg, err); /* warm-up */
+    for (int r = 0; r < o->reps && !rc; r++) rc = bench_once(e, o, toks, logits, &pp[r], &tg[r], err);
+    if (!rc) report(o, e, summarize(pp, o->reps), summarize(tg, o->reps));
+    free(pp);
+    free(tg);
+    free(logits);
+    free(toks);
+    engine_close(e);
+    return rc;
+}
+
+int cli_bench(int argc, char **argv) {
+    bench_opts o = {.n_prompt = 512, .n_gen = 128, .reps = 5};
+    const arg_spec specs[] = {
+        {"--model", "-m", ARG_STR, &o.model, 0, -1, "GGUF model file (required)"},
+        {"--n-prompt", "-p", ARG_INT, &o.n_prompt, 0, 1 << 20, "prompt tokens (512)"},
+        {"--n-gen", "-n", ARG_INT, &o.n_gen, 0, 1 << 20, "generated tokens (128)"},
+        {"--threads", "-t", ARG_INT, &o.threads, 1, 1024, "threads (one per core)"},
+        {"--reps", "-r", ARG_INT, &o.reps, 1, 1000, "measured repetitions (5)"},
+        {"--json", NULL, ARG_FLAG, &o.json, 0, -1, "print one JSON object"},
+        {"--help", "-h", ARG_FLAG, &o.help, 0, -1, "this help"},
+    };
+    int n_specs = (int)(sizeof specs / sizeof specs[0]);
+    strata_err err = {0};
+    if (args_parse(specs, n_specs, argc, argv, 2, NULL, &err)) {
+        fprintf(stderr, "strata bench: %s\n", err.msg);
+        return 2;
+    }
+    if (o.help) {
+        args_usage("bench", "-m MODEL [options]", specs, n_specs);
+        return 0;
+    }
+    if (!o.model) {
+        fprintf(stderr, "strata bench: -m MODEL is required\n");
+        return 2;
+    }
+    if (o.n_prompt + o.n_gen == 0) {
+        fprintf(stderr, "strata bench: nothing to measure (-p 0 -n 0)\n");
+        return 2;
+    }
+    if (bench_main(&o, &err)) {
+        fprintf(stderr, "strata bench: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,10 @@
+/* cli.h - subcommand entry points, dispatched from main.c. Each returns
+ * the process exit status and prints its own one-line error. */
+#ifndef STRATA_CLI_H
+#define STRATA_CLI_H
+
+int cli_run(int argc, char **argv);
+int cli_bench(int argc, char **argv);
+int cli_model(int argc, char **argv);
+
+#endif

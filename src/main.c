@@ -1,0 +1,28 @@
+/* main.c - the strata binary: dispatches subcommands. The only place that
+ * turns errors into exit statuses. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static void usage(void) {
+    printf("usage: strata <command> [options]\n\n"
+           "commands:\n"
+           "  run     generate text from a prompt (strata run -m MODEL -p TEXT [--chat])\n"
+           "  bench   prompt and generation speed (strata bench -m MODEL [-p 512] [-n 128])\n"
+           "  model   inspect a GGUF file (strata model info FILE)\n\n"
+           "'strata <command> --help' lists a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage();
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "run") == 0) return cli_run(argc, argv);
+    if (strcmp(cmd, "bench") == 0) return cli_bench(argc, argv);
+    if (strcmp(cmd, "model") == 0) return cli_model(argc, argv);
+    fprintf(stderr, "strata: unknown command '%s' (try 'strata --help')\n", cmd);
+    return 2;
+}

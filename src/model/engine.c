@@ -1,0 +1,39 @@
+/* engine.c - creating and tearing down an engine (see engine.h). */
+#include "model/engine.h"
+
+#include <stdlib.h>
+
+#include "base/mem.h"
+
+int engine_open(engine **out, const engine_params *p, strata_err *err) {
+    *out = NULL;
+    engine *e = xcalloc(1, sizeof *e);
+    int rc = model_load(&e->m, p->model_path, err);
+    if (rc) {
+        free(e);
+        return rc;
+    }
+    const model_hparams *hp = &e->m->hp;
+    int B = p->block_tokens > 0 ? p->block_tokens : 64;
+    e->n_ctx = p->n_ctx > 0 ? p->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    e->max_batch = p->max_batch > 0 ? p->max_batch : 512;
+    int n_blocks = (e->n_ctx + B - 1) / B + 1; /* +1: copy-on-write headroom */
+    rc = kv_pool_init(&e->kv, hp->n_layer, hp->n_head_kv * hp->head_dim, B, n_blocks, err);
+    if (rc) {
+        engine_close(e);
+        return rc;
+    }
+    e->threads = pool_new(p->n_threads);
+    e->fwd = fwd_new(e->m, &e->kv, e->threads, e->max_batch);
+    *out = e;
+    return 0;
+}
+
+void engine_close(engine *e) {
+    if (!e) return;
+    fwd_free(e->fwd);
+    pool_free(e->threads);
+    if (e->kv.mem) kv_pool_destroy(&e->kv);
+    model_free(e->m);
+    free(e);
+}

@@ -1,0 +1,31 @@
+/* engine.h - a model ready to compute: weights, thread pool, paged KV
+ * memory and the forward context, created and destroyed together.
+ * The CLI and (later) the server's scheduler own one each. */
+#ifndef STRATA_ENGINE_H
+#define STRATA_ENGINE_H
+
+#include "base/pool.h"
+#include "model/forward.h"
+#include "model/kv.h"
+#include "model/model.h"
+
+typedef struct engine_params {
+    const char *model_path;
+    int n_threads;    /* <= 0: one per core */
+    int n_ctx;        /* tokens of KV memory in total; <= 0: min(train ctx, 4096) */
+    int block_tokens; /* KV block size; <= 0: 64 */
+    int max_batch;    /* tokens per forward call; <= 0: 512 */
+} engine_params;
+
+typedef struct engine {
+    model *m;
+    pool *threads;
+    kv_pool kv;
+    fwd_ctx *fwd;
+    int n_ctx, max_batch;
+} engine;
+
+int engine_open(engine **out, const engine_params *p, strata_err *err);
+void engine_close(engine *e); /* NULL is fine */
+
+#endif

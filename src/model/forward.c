@@ -1,0 +1,470 @@
+/* forward.c - llama-family forward pass (llama, qwen2, qwen3).
+ *
+ * Per layer, for a batch of n tokens:
+ *   norm -> Q,K,V matmuls (+bias, +QK-norm) -> RoPE -> store K,V as F16 in
+ *   the sequences' blocks -> attention per (token, head) -> output matmul
+ *   -> residual -> norm -> gate/up matmuls -> SwiGLU -> down -> residual.
+ * Every step computes each token's row with the same operations whatever
+ * the batch holds; threads split weight rows or (token, head) pairs, never
+ * a reduction. */
+#include "model/forward.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/attn.h"
+#include "base/fp16.h"
+#include "base/mem.h"
+
+#define MM_MAX 3     /* matmuls sharing one input (Q, K, V) */
+#define ROW_ALIGN 16 /* thread row splits keep kernel tiles whole */
+
+struct fwd_ctx {
+    const model *m;
+    kv_pool *kv;
+    pool *threads;
+    int max_batch;
+    float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp;
+    uint8_t *xq[MM_MAX];
+    size_t xq_cap;
+    float *rope_inv_freq; /* rope_dim / 2 */
+    float *scores;        /* n_threads x scores_cap */
+    int scores_cap;
+    const uint16_t **kb, **vb; /* n_threads x block table scratch */
+    int blocks_cap;
+};
+
+/* ---- row-parallel helpers ---------------------------------------------- */
+
+typedef void (*row_fn)(fwd_ctx *c, void *arg, int t);
+
+typedef struct {
+    fwd_ctx *c;
+    row_fn fn;
+    void *arg;
+    int n;
+} rows_job;
+
+static void rows_worker(void *p, int ith, int nth) {
+    rows_job *j = p;
+    long lo, hi;
+    pool_range(j->n, ith, nth, &lo, &hi);
+    for (long t = lo; t < hi; t++) j->fn(j->c, j->arg, (int)t);
+}
+
+/* fn(c, arg, t) for t in [0, n), spread over the pool when worth it. */
+static void for_rows(fwd_ctx *c, int n, row_fn fn, void *arg) {
+    if (n < 2 || pool_size(c->threads) == 1) {
+        for (int t = 0; t < n; t++) fn(c, arg, t);
+        return;
+    }
+    rows_job j = {c, fn, arg, n};
+    pool_run(c->threads, rows_worker, &j);
+}
+
+/* ---- matmul ------------------------------------------------------------- */
+
+typedef struct {
+    const model_tensor *w[MM_MAX];
+    float *y[MM_MAX];
+    const uint8_t *xq[MM_MAX];
+    size_t xq_bytes[MM_MAX];
+    int n_w, n;
+} mm_job;
+
+static void mm_worker(void *p, int ith, int nth) {
+    mm_job *j = p;
+    for (int i = 0; i < j->n_w; i++) {
+        const model_tensor *w = j->w[i];
+        long blocks = (w->rows + ROW_ALIGN - 1) / ROW_ALIGN, lo, hi;
+        pool_range(blocks, ith, nth, &lo, &hi);
+        int r0 = (int)(lo * ROW_ALIGN), r1 = (int)(hi * ROW_ALIGN);
+        if (r1 > w->rows) r1 = (int)w->rows;
+        if (r0 >= r1) continue;
+        quant_gemm(w->type, w->data, w->row_bytes, w->cols, j->xq[i], j->xq_bytes[i], j->n, j->y[i],
+                   w->rows, r0, r1);
+    }
+}
+
+typedef struct {
+    const float *x;
+    int64_t k;
+    qtype act;
+    uint8_t *dst;
+    size_t bytes;
+} act_job;
+
+static void act_row(fwd_ctx *c, void *arg, int t) {
+    act_job *a = arg;
+    quant_act_row(a->act, a->x + (size_t)t * a->k, a->dst + (size_t)t * a->bytes, a->k);
+}
+
+static void ensure_xq(fwd_ctx *c, size_t bytes) {
+    if (bytes <= c->xq_cap) return;
+    for (int i = 0; i < MM_MAX; i++) {
+        free(c->xq[i]);
+        c->xq[i] = xaligned(bytes);
+    }
+    c->xq_cap = bytes;
+}
+
+/* y_i[t][:] = W_i x[t] for up to MM_MAX weights sharing the input rows x.
+ * Activations are converted once per distinct activation format. */
+static void matmul_group(fwd_ctx *c, const float *x, int n, const model_tensor **w, float **y,
+                         int n_w) {
+    mm_job j = {.n_w = n_w, .n = n};
+    qtype done[MM_MAX];
+    int n_done = 0;
+    for (int i = 0; i < n_w; i++) {
+        qtype act = quant_get(w[i]->type)->act_type;
+        size_t bytes = quant_act_row_bytes(act, w[i]->cols);
+        int slot = 0;
+        while (slot < n_done && done[slot] != act) slot++;
+        if (slot == n_done) {
+            ensure_xq(c, bytes * (size_t)n);
+            act_job a = {x, w[i]->cols, act, c->xq[slot], bytes};
+            for_rows(c, n, act_row, &a);
+            done[n_done++] = act;
+        }
+        j.w[i] = w[i];
+        j.y[i] = y[i];
+        j.xq[i] = c->xq[slot];
+        j.xq_bytes[i] = bytes;
+    }
+    pool_run(c->threads, mm_worker, &j);
+}
+
+static void matmul(fwd_ctx *c, const float *x, int n, const model_tensor *w, float *y) {
+    matmul_group(c, x, n, &w, &y, 1);
+}
+
+/* ---- elementwise steps ---------------------------------------------------- */
+
+static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    float ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
+}
+
+typedef struct {
+    const float *in;
+    float *out;
+    const float *w;
+} norm_arg;
+
+static void norm_row(fwd_ctx *c, void *arg, int t) {
+    norm_arg *a = arg;
+    int e = c->m->hp.n_embd;
+    rmsnorm(a->out + (size_t)t * e, a->in + (size_t)t * e, a->w, e, c->m->hp.rms_eps);
+}
+
+static void norm_rows(fwd_ctx *c, const float *in, float *out, const model_tensor *w, int n) {
+    norm_arg a = {in, out, w->data};
+    for_rows(c, n, norm_row, &a);
+}
+
+/* YaRN ramp between the corrected dimensions (published YaRN formula). */
+static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
+    return n_dims * logf((float)n_ctx_orig / (n_rot * 2.0f * (float)M_PI)) / (2.0f * logf(base));
+}
+
+static void rope_angles(const fwd_ctx *c, int pos, int i, float *cos_t, float *sin_t) {
+    const model_hparams *hp = &c->m->hp;
+    double theta = (double)pos * c->rope_inv_freq[i];
+    double mscale = 1.0;
+    if (hp->rope_scale == ROPE_SCALE_LINEAR) {
+        theta /= hp->rope_factor;
+    } else if (hp->rope_scale == ROPE_SCALE_YARN) {
+        float lo = floorf(yarn_corr_dim(hp->rope_dim, hp->rope_orig_ctx, hp->yarn_beta_fast, hp->rope_base));
+        float hi = ceilf(yarn_corr_dim(hp->rope_dim, hp->rope_orig_ctx, hp->yarn_beta_slow, hp->rope_base));
+        if (lo < 0) lo = 0;
+        if (hi > hp->rope_dim - 1) hi = (float)hp->rope_dim - 1;
+        float y = ((float)i - lo) / fmaxf(0.001f, hi - lo);
+        double ramp = 1.0 - fmin(1.0, fmax(0.0, y));
+        double interp = theta / hp->rope_factor;
+        theta = interp * (1 - ramp) + theta * ramp;
+        mscale = hp->yarn_attn_factor * (1.0 + 0.1 * log(hp->rope_factor));
+    }
+    *cos_t = (float)(cos(theta) * mscale);
+    *sin_t = (float)(sin(theta) * mscale);
+}
+
+static void rope_head(const fwd_ctx *c, float *h, int pos) {
+    const model_hparams *hp = &c->m->hp;
+    int half = hp->rope_dim / 2;
+    for (int i = 0; i < half; i++) {
+        float ct, st;
+        rope_angles(c, pos, i, &ct, &st);
+        int a = hp->rope_neox ? i : 2 * i, b = hp->rope_neox ? i + half : 2 * i + 1;
+        float x0 = h[a], x1 = h[b];
+        h[a] = x0 * ct - x1 * st;
+        h[b] = x0 * st + x1 * ct;
+    }
+}
+
+typedef struct {
+    const fwd_batch *b;
+    const model_layer *L;
+    int layer;
+} layer_arg;
+
+static void add_bias(float *y, const model_tensor *bias, int n) {
+    if (!bias->data) return;
+    const float *bv = bias->data;
+    for (int i = 0; i < n; i++) y[i] += bv[i];
+}
+
+static void head_norms(const fwd_ctx *c, const model_tensor *w, float *x, int n_heads) {
+    if (!w->data) return;
+    int d = c->m->hp.head_dim;
+    for (int h = 0; h < n_heads; h++) rmsnorm(x + (size_t)h * d, x + (size_t)h * d, w->data, d, c->m->hp.rms_eps);
+}
+
+/* Bias, QK-norm and RoPE on token t's Q and K; then K,V go to the cache. */
+static void qkv_finish_row(fwd_ctx *c, void *arg, int t) {
+    layer_arg *a = arg;
+    const model_hparams *hp = &c->m->hp;
+    int nq = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
+    float *q = c->q + (size_t)t * nq, *k = c->k + (size_t)t * kvd, *v = c->v + (size_t)t * kvd;
+    add_bias(q, &a->L->bq, nq);
+    add_bias(k, &a->L->bk, kvd);
+    add_bias(v, &a->L->bv, kvd);
+    head_norms(c, &a->L->q_norm, q, hp->n_head);
+    head_norms(c, &a->L->k_norm, k, hp->n_head_kv);
+    int pos = a->b->pos[t];
+    for (int h = 0; h < hp->n_head; h++) rope_head(c, q + (size_t)h * hp->head_dim, pos);
+    for (int h = 0; h < hp->n_head_kv; h++) rope_head(c, k + (size_t)h * hp->head_dim, pos);
+    const kv_seq *s = a->b->seqs[t];
+    int B = c->kv->block_tokens, blk = s->blocks[pos / B];
+    uint16_t *kd = kv_rows(c->kv, blk, a->layer, 0) + (size_t)(pos % B) * kvd;
+    uint16_t *vd = kv_rows(c->kv, blk, a->layer, 1) + (size_t)(pos % B) * kvd;
+    for (int i = 0; i < kvd; i++) {
+        kd[i] = f32_to_fp16(k[i]);
+        vd[i] = f32_to_fp16(v[i]);
+    }
+}
+
+/* One (token, head) pair: attention over the token's own sequence. */
+static void attend(fwd_ctx *c, const layer_arg *a, int t, int h, int ith) {
+    const model_hparams *hp = &c->m->hp;
+    int d = hp->head_dim, kvd = hp->n_head_kv * d, g = h / (hp->n_head / hp->n_head_kv);
+    const kv_seq *s = a->b->seqs[t];
+    int n_kv = a->b->pos[t] + 1, B = c->kv->block_tokens, nb = (n_kv + B - 1) / B;
+    const uint16_t **kb = c->kb + (size_t)ith * c->blocks_cap, **vb = c->vb + (size_t)ith * c->blocks_cap;
+    for (int i = 0; i < nb; i++) {
+        kb[i] = kv_rows(c->kv, s->blocks[i], a->layer, 0) + (size_t)g * d;
+        vb[i] = kv_rows(c->kv, s->blocks[i], a->layer, 1) + (size_t)g * d;
+    }
+    attn_args args = {
+        .q = c->q + (size_t)t * hp->n_head * d + (size_t)h * d,
+        .k_blocks = kb, .v_blocks = vb, .block_tokens = B, .stride = kvd, .head_dim = d,
+        .n_kv = n_kv, .scale = 1.0f / sqrtf((float)d),
+        .scores = c->scores + (size_t)ith * c->scores_cap,
+        .out = c->att + (size_t)t * hp->n_head * d + (size_t)h * d,
+    };
+    attn_head(&args);
+}
+
+typedef struct {
+    fwd_ctx *c;
+    const layer_arg *a;
+} attn_job;
+
+static void attn_worker(void *p, int ith, int nth) {
+    attn_job *j = p;
+    int heads = j->c->m->hp.n_head;
+    long lo, hi;
+    pool_range((long)j->a->b->n * heads, ith, nth, &lo, &hi);
+    for (long i = lo; i < hi; i++) attend(j->c, j->a, (int)(i / heads), (int)(i % heads), ith);
+}
+
+static void swiglu_row(fwd_ctx *c, void *arg, int t) {
+    int f = c->m->hp.n_ff;
+    float *g = c->gate + (size_t)t * f, *u = c->up + (size_t)t * f;
+    for (int i = 0; i < f; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static void add_rows(float *x, const float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+static void layer_forward(fwd_ctx *c, const fwd_batch *b, int il) {
+    const model_hparams *hp = &c->m->hp;
+    const model_layer *L = &c->m->layers[il];
+    int n = b->n, e = hp->n_embd;
+    layer_arg a = {b, L, il};
+
+    norm_rows(c, c->x, c->xn, &L->attn_norm, n);
+    const model_tensor *qkv[3] = {&L->wq, &L->wk, &L->wv};
+    float *qkv_out[3] = {c->q, c->k, c->v};
+    matmul_group(c, c->xn, n, qkv, qkv_out, 3);
+    for_rows(c, n, qkv_finish_row, &a);
+    attn_job aj = {c, &a};
+    pool_run(c->threads, attn_worker, &aj);
+    matmul(c, c->att, n, &L->wo, c->tmp);
+    add_rows(c->x, c->tmp, (size_t)n * e);
+
+    norm_rows(c, c->x, c->xn, &L->ffn_norm, n);
+    const model_tensor *gu[2] = {&L->w_gate, &L->w_up};
+    float *gu_out[2] = {c->gate, c->up};
+    matmul_group(c, c->xn, n, gu, gu_out, 2);
+    for_rows(c, n, swiglu_row, NULL);
+    matmul(c, c->gate, n, &L->w_down, c->tmp);
+    add_rows(c->x, c->tmp, (size_t)n * e);
+}
+
+/* ---- batch set-up --------------------------------------------------------- */
+
+static void embed_row(fwd_ctx *c, void *arg, int t) {
+    const fwd_batch *b = arg;
+    const model_tensor *emb = &c->m->tok_embd;
+    const uint8_t *row = (const uint8_t *)emb->data + (size_t)b->tokens[t] * emb->row_bytes;
+    quant_dequant_row(emb->type, row, c->x + (size_t)t * c->m->hp.n_embd, emb->cols);
+}
+
+static void ensure_scratch(fwd_ctx *c, int max_kv) {
+    int nth = pool_size(c->threads), B = c->kv->block_tokens;
+    if (max_kv > c->scores_cap) {
+        free(c->scores);
+        c->scores_cap = max_kv + 256;
+        c->scores = xmalloc((size_t)nth * c->scores_cap * sizeof(float));
+    }
+    int nb = (max_kv + B - 1) / B;
+    if (nb > c->blocks_cap) {
+        free(c->kb);
+        free(c->vb);
+        c->blocks_cap = nb + 16;
+        c->kb = xmalloc((size_t)nth * c->blocks_cap * sizeof(*c->kb));
+        c->vb = xmalloc((size_t)nth * c->blocks_cap * sizeof(*c->vb));
+    }
+}
+
+/* Token t continues its sequence from an earlier token of the batch. */
+static int follows(const fwd_batch *b, int t) {
+    for (int u = t - 1; u >= 0; u--)
+        if (b->seqs[u] == b->seqs[t]) return b->pos[u] == b->pos[t] - 1;
+    return 0;
+}
+
+static int check_batch(fwd_ctx *c, const fwd_batch *b, strata_err *err) {
+    if (b->n <= 0 || b->n > c->max_batch)
+        return strata_errf(err, STRATA_EINVAL, "batch of %d tokens (max %d)", b->n, c->max_batch);
+    for (int t = 0; t < b->n; t++) {
+        if (b->tokens[t] < 0 || b->tokens[t] >= c->m->hp.n_vocab)
+            return strata_errf(err, STRATA_EINVAL, "token id %d out of range (vocab %d)",
+                               b->tokens[t], c->m->hp.n_vocab);
+        if (b->pos[t] < 0 || (b->pos[t] > b->seqs[t]->n_pos && !follows(b, t)))
+            return strata_errf(err, STRATA_EINVAL, "position %d leaves a gap (sequence has %d)",
+                               b->pos[t], b->seqs[t]->n_pos);
+    }
+    return 0;
+}
+
+/* Reserves blocks for every sequence up to its last position in the batch,
+ * then marks the positions filled (their K/V is written this call). */
+static int reserve_seqs(fwd_ctx *c, const fwd_batch *b, int *max_kv, strata_err *err) {
+    *max_kv = 0;
+    for (int t = 0; t < b->n; t++) {
+        kv_seq *s = b->seqs[t];
+        int end = b->pos[t] + 1;
+        if (end > *max_kv) *max_kv = end;
+        if (b->pos[t] < s->n_pos) kv_seq_truncate(c->kv, s, b->pos[t]);
+        int rc = kv_seq_reserve(c->kv, s, end, err);
+        if (rc) return rc;
+        if (end > s->n_pos) s->n_pos = end;
+    }
+    return 0;
+}
+
+static void output_logits(fwd_ctx *c, const fwd_batch *b, float *logits) {
+    int e = c->m->hp.n_embd, n_out = 0;
+    for (int t = 0; t < b->n; t++) {
+        int want = b->want ? b->want[t] : t == b->n - 1;
+        if (!want) continue;
+        memmove(c->tmp + (size_t)n_out * e, c->x + (size_t)t * e, (size_t)e * sizeof(float));
+        n_out++;
+    }
+    if (n_out == 0) return;
+    norm_rows(c, c->tmp, c->xn, &c->m->output_norm, n_out);
+    matmul(c, c->xn, n_out, &c->m->output, logits);
+}
+
+int fwd_run(fwd_ctx *c, const fwd_batch *b, float *logits, strata_err *err) {
+    int max_kv, rc = check_batch(c, b, err);
+    if (rc) return rc;
+    if ((rc = reserve_seqs(c, b, &max_kv, err))) return rc;
+    ensure_scratch(c, max_kv);
+    for_rows(c, b->n, embed_row, (void *)b);
+    for (int il = 0; il < c->m->hp.n_layer; il++) layer_forward(c, b, il);
+    output_logits(c, b, logits);
+    return 0;
+}
+
+int fwd_prefill(fwd_ctx *c, kv_seq *s, const int32_t *tokens, int n, float *logits,
+                strata_err *err) {
+    int32_t *pos = xmalloc((size_t)c->max_batch * sizeof(int32_t));
+    kv_seq **seqs = xmalloc((size_t)c->max_batch * sizeof(kv_seq *));
+    int rc = 0;
+    for (int done = 0; done < n && !rc; ) {
+        int chunk = n - done < c->max_batch ? n - done : c->max_batch;
+        for (int i = 0; i < chunk; i++) {
+            pos[i] = s->n_pos + i;
+            seqs[i] = s;
+        }
+        fwd_batch b = {.n = chunk, .tokens = tokens + done, .seqs = seqs, .pos = pos};
+        rc = fwd_run(c, &b, logits, err);
+        done += chunk;
+    }
+    free(pos);
+    free(seqs);
+    return rc;
+}
+
+/* ---- life cycle --------------------------------------------------------- */
+
+static void init_rope(fwd_ctx *c) {
+    const model_hparams *hp = &c->m->hp;
+    int half = hp->rope_dim / 2;
+    c->rope_inv_freq = xmalloc((size_t)half * sizeof(float));
+    const float *ff = c->m->rope_freqs.data;
+    for (int i = 0; i < half; i++) {
+        double f = pow((double)hp->rope_base, -2.0 * i / hp->rope_dim);
+        c->rope_inv_freq[i] = (float)(ff ? f / ff[i] : f);
+    }
+}
+
+fwd_ctx *fwd_new(const model *m, kv_pool *kv, pool *threads, int max_batch) {
+    const model_hparams *hp = &m->hp;
+    fwd_ctx *c = xcalloc(1, sizeof *c);
+    c->m = m;
+    c->kv = kv;
+    c->threads = threads;
+    c->max_batch = max_batch;
+    size_t n = (size_t)max_batch, nq = (size_t)hp->n_head * hp->head_dim;
+    size_t kvd = (size_t)hp->n_head_kv * hp->head_dim, e = hp->n_embd, f = hp->n_ff;
+    size_t wide = e > nq ? e : nq;
+    c->x = xaligned(n * e * sizeof(float));
+    c->xn = xaligned(n * wide * sizeof(float));
+    c->q = xaligned(n * nq * sizeof(float));
+    c->k = xaligned(n * kvd * sizeof(float));
+    c->v = xaligned(n * kvd * sizeof(float));
+    c->att = xaligned(n * nq * sizeof(float));
+    c->gate = xaligned(n * f * sizeof(float));
+    c->up = xaligned(n * f * sizeof(float));
+    c->tmp = xaligned(n * wide * sizeof(float));
+    init_rope(c);
+    return c;
+}
+
+void fwd_free(fwd_ctx *c) {
+    if (!c) return;
+    float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->gate, c->up, c->tmp,
+                     c->rope_inv_freq, c->scores};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    for (int i = 0; i < MM_MAX; i++) free(c->xq[i]);
+    free(c->kb);
+    free(c->vb);
+    free(c);
+}

@@ -1,0 +1,44 @@
+/* forward.h - the transformer forward pass over paged KV.
+ *
+ * One call processes a batch of tokens that may belong to several
+ * sequences, at any positions (a prefill chunk, decode steps, or both
+ * mixed). Each token's K/V is written into its sequence's blocks, then it
+ * attends to positions [0, pos] of its own sequence. Every per-token value
+ * is computed independently of the rest of the batch, so logits are
+ * bit-identical however a prompt is chunked (batch invariance).
+ * Does not: sample, tokenize, or decide what is cached. */
+#ifndef STRATA_FORWARD_H
+#define STRATA_FORWARD_H
+
+#include <stdint.h>
+
+#include "base/err.h"
+#include "base/pool.h"
+#include "model/kv.h"
+#include "model/model.h"
+
+typedef struct fwd_ctx fwd_ctx;
+
+typedef struct fwd_batch {
+    int n;
+    const int32_t *tokens;
+    kv_seq *const *seqs;  /* per token: the sequence it extends */
+    const int32_t *pos;   /* per token: its position (== seq->n_pos for the first) */
+    const int8_t *want;   /* per token: 1 to return its logits (NULL: last only) */
+} fwd_batch;
+
+/* max_batch: most tokens per call (larger batches are split by callers). */
+fwd_ctx *fwd_new(const model *m, kv_pool *kv, pool *threads, int max_batch);
+void fwd_free(fwd_ctx *c);
+
+/* Runs the batch. Logits of the wanted rows, in batch order, go to logits
+ * (n_wanted x n_vocab floats). Sequences grow to cover their positions;
+ * a position must be at most the sequence's current length (no gaps). */
+int fwd_run(fwd_ctx *c, const fwd_batch *b, float *logits, strata_err *err);
+
+/* Convenience: feed n tokens of one sequence in chunks of max_batch,
+ * returning the last token's logits (n_vocab floats). */
+int fwd_prefill(fwd_ctx *c, kv_seq *s, const int32_t *tokens, int n, float *logits,
+                strata_err *err);
+
+#endif

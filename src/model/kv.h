@@ -1,0 +1,59 @@
+/* kv.h - paged KV memory: fixed-size token blocks shared by sequences.
+ *
+ * A block holds B consecutive positions of one sequence for every layer:
+ *   block b: [layer][K|V][B][kv_dim] as IEEE half floats,
+ * contiguous, so a block can later be hashed, copied to RAM or written to
+ * disk as one object (DESIGN.md, "Blocks and hashes"). Blocks are
+ * refcounted: several sequences may share a prefix's blocks; writing into
+ * a shared block first copies it (copy on write).
+ * A sequence is a block table plus a length; truncating it to any position
+ * is free (the cache branches there).
+ * Does not: hash, index or evict blocks (that is cache/). */
+#ifndef STRATA_KV_H
+#define STRATA_KV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+
+typedef struct kv_pool {
+    int block_tokens; /* B */
+    int n_layer, kv_dim;
+    int n_blocks;
+    size_t block_bytes;
+    uint16_t *mem;   /* n_blocks * block_bytes */
+    int *refcount;   /* per block */
+    int *free_list;  /* stack of free block ids */
+    int n_free;
+} kv_pool;
+
+typedef struct kv_seq {
+    int n_pos;      /* positions filled */
+    int n_alloc;    /* capacity of blocks[] */
+    int n_blocks;   /* blocks in the table */
+    int *blocks;
+} kv_seq;
+
+int kv_pool_init(kv_pool *p, int n_layer, int kv_dim, int block_tokens, int n_blocks,
+                 strata_err *err);
+void kv_pool_destroy(kv_pool *p);
+
+/* K or V rows [B][kv_dim] of one layer in one block. */
+static inline uint16_t *kv_rows(const kv_pool *p, int block, int layer, int is_v) {
+    size_t per_half = (size_t)p->block_tokens * p->kv_dim;
+    return p->mem + (size_t)block * (p->block_bytes / 2) + ((size_t)layer * 2 + is_v) * per_half;
+}
+
+void kv_seq_init(kv_seq *s);
+/* Drops the sequence's references to its blocks. */
+void kv_seq_release(kv_pool *p, kv_seq *s);
+/* Makes positions [0, n_pos_new) writable: allocates blocks and copies any
+ * shared block that will be written. STRATA_ERANGE when the pool is full. */
+int kv_seq_reserve(kv_pool *p, kv_seq *s, int n_pos_new, strata_err *err);
+/* Forgets positions >= n (n <= n_pos); frees now-unused whole blocks. */
+void kv_seq_truncate(kv_pool *p, kv_seq *s, int n);
+/* New sequence sharing the first n positions of src (refcounts bumped). */
+void kv_seq_fork(kv_pool *p, const kv_seq *src, int n, kv_seq *dst);
+
+#endif

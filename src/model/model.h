@@ -1,0 +1,66 @@
+/* model.h - a loaded model: hyperparameters and weight views.
+ *
+ * model_load reads the architecture's hyperparameters from GGUF metadata
+ * and binds every tensor it needs, checking names, shapes and types, so
+ * the forward pass never meets a surprise. Weights stay in the read-only
+ * map owned by the model. Supported: llama (Llama 2/3, SmolLM2, TinyLlama,
+ * Mistral), qwen2 (QKV bias), qwen3 (QK-norm).
+ * Does not: run anything (forward.c) or tokenize (text/). */
+#ifndef STRATA_MODEL_H
+#define STRATA_MODEL_H
+
+#include <stdint.h>
+
+#include "backend/quant.h"
+#include "base/err.h"
+#include "model/gguf.h"
+
+typedef enum { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3 } model_arch;
+
+typedef enum { ROPE_SCALE_NONE, ROPE_SCALE_LINEAR, ROPE_SCALE_YARN } rope_scaling;
+
+typedef struct model_hparams {
+    model_arch arch;
+    char arch_name[32];
+    int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab, n_ctx_train;
+    float rms_eps;
+    float rope_base;
+    int rope_dim;  /* rotated dimensions per head (<= head_dim) */
+    int rope_neox; /* 1: rotate (i, i+d/2) pairs; 0: adjacent pairs */
+    rope_scaling rope_scale;
+    float rope_factor;     /* linear/yarn factor (1 = none) */
+    int rope_orig_ctx;     /* yarn: original context length */
+    float yarn_beta_fast, yarn_beta_slow, yarn_attn_factor;
+} model_hparams;
+
+/* A weight matrix [rows][cols] (cols = ne[0]) or vector (rows = 1). */
+typedef struct model_tensor {
+    const void *data; /* NULL when the optional tensor is absent */
+    qtype type;
+    int64_t cols, rows;
+    size_t row_bytes;
+} model_tensor;
+
+typedef struct model_layer {
+    model_tensor attn_norm, wq, wk, wv, wo;
+    model_tensor bq, bk, bv;         /* qwen2 */
+    model_tensor q_norm, k_norm;     /* qwen3 */
+    model_tensor ffn_norm, w_gate, w_up, w_down;
+} model_layer;
+
+typedef struct model {
+    gguf_file *gguf;
+    model_hparams hp;
+    model_tensor tok_embd, output_norm, output; /* output = tok_embd if tied */
+    model_tensor rope_freqs;                    /* llama3 per-dim divisors, optional */
+    model_layer *layers;
+    int tied_output;
+} model;
+
+int model_load(model **out, const char *path, strata_err *err);
+void model_free(model *m); /* NULL is fine */
+
+/* Number of weight bytes (for info and benchmarks). */
+size_t model_weight_bytes(const model *m);
+
+#endif

@@ -1,0 +1,63 @@
+/* sample.h - choosing the next token from a row of logits.
+ *
+ * A sampler holds the sampling parameters, its own PRNG and the history
+ * of accepted tokens (for the repetition penalties). The steps run in a
+ * fixed order, as in llama.cpp's default chain:
+ *
+ *   penalties -> top_k -> top_p -> min_p -> temperature -> draw
+ *
+ * top_p and min_p look at the probabilities before temperature, so the
+ * temperature only reshapes the surviving tokens. temperature <= 0 is
+ * greedy: penalties, then the argmax (ties go to the lowest id).
+ *
+ * Reproducible: the same params (seed included), the same accepted tokens
+ * and the same logits give the same token on every machine; the PRNG is
+ * xoshiro256** seeded by splitmix64, never rand().
+ * Cost: O(n_vocab) per call plus O(n_vocab log k) for top_k; top_p without
+ * top_k grows a partial selection only until it holds the nucleus.
+ * Does not: compute logits, know about the tokenizer or stop strings. */
+#ifndef STRATA_SAMPLE_H
+#define STRATA_SAMPLE_H
+
+#include <stdint.h>
+
+typedef struct sample_params {
+    float temperature;       /* <= 0: greedy */
+    int top_k;               /* <= 0 or >= n_vocab: off */
+    float top_p;             /* >= 1: off */
+    float min_p;             /* <= 0: off; keep p >= min_p * p_max */
+    float repeat_penalty;    /* 1: off; CTRL-style divide/multiply */
+    float presence_penalty;  /* 0: off; subtracted once per seen token */
+    float frequency_penalty; /* 0: off; subtracted once per occurrence */
+    int penalty_last_n;      /* window of accepted tokens; 0 off, -1 all */
+    uint64_t seed;
+} sample_params;
+
+typedef struct sampler sampler;
+
+/* Neutral defaults: temperature 1, no truncation, no penalties, window 64,
+ * seed 0. Callers overwrite what the request sets. */
+sample_params sample_params_default(void);
+
+sampler *sample_new(const sample_params *p);
+void sample_free(sampler *s); /* NULL is fine */
+
+/* Record a token (prompt or generated) for the penalty window. */
+void sample_accept(sampler *s, int32_t token);
+/* Forget the history; the PRNG stream continues. */
+void sample_reset(sampler *s);
+
+/* The next token id for logits[0..n_vocab). logits is not modified. */
+int32_t sample_next(sampler *s, const float *logits, int n_vocab);
+
+/* The n most likely tokens under log-softmax(logits), most likely first
+ * (ties: lower id first). Writes ids[] and logprobs[]; returns how many
+ * (min(n, n_vocab)). Temperature and penalties are not applied: these are
+ * the model's own log-probabilities, as the OpenAI API reports them. */
+int sample_top_logprobs(const float *logits, int n_vocab, int n, int32_t *ids,
+                        float *logprobs);
+
+/* log-softmax(logits)[id]. */
+float sample_logprob(const float *logits, int n_vocab, int32_t id);
+
+#endif

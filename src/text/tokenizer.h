@@ -1,0 +1,46 @@
+/* tokenizer.h - text <-> token ids, from the vocabulary in a GGUF file.
+ *
+ * Kinds: byte-level BPE ("gpt2" in tokenizer.ggml.model) with the
+ * pre-tokenizer named by tokenizer.ggml.pre (smollm, llama-bpe, qwen2,
+ * gpt2 default, ...), and SentencePiece-style ("llama": scores, byte
+ * fallback). Output ids equal llama.cpp's for the same vocabulary.
+ * Special/control tokens are matched in the input only when the caller
+ * passes parse_special; otherwise their text is ordinary text.
+ * Does not: add BOS/EOS (callers ask tok_add_bos) or render chat. */
+#ifndef STRATA_TOKENIZER_H
+#define STRATA_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "model/gguf.h"
+
+typedef struct tokenizer tokenizer;
+
+typedef enum { TOK_BPE = 1, TOK_SPM = 2 } tok_kind;
+
+int tok_load(tokenizer **out, const gguf_file *f, strata_err *err);
+void tok_free(tokenizer *t); /* NULL is fine */
+
+/* Encode len bytes of text. *ids is malloc'd (caller frees), *n its count. */
+int tok_encode(const tokenizer *t, const char *text, size_t len, int parse_special,
+               int32_t **ids, size_t *n, strata_err *err);
+
+/* Bytes of one token as output text (byte-level mapping undone, SPM's
+ * U+2581 turned into a space, <0xAB> byte tokens into the byte). Writes at
+ * most cap bytes; returns the full length (may exceed cap), or -1 for an
+ * out-of-range id. Control tokens give their text only if show_special. */
+int tok_piece(const tokenizer *t, int32_t id, int show_special, char *buf, size_t cap);
+
+tok_kind tok_get_kind(const tokenizer *t);
+int32_t tok_n_vocab(const tokenizer *t);
+int32_t tok_bos(const tokenizer *t);  /* -1 if none */
+int32_t tok_eos(const tokenizer *t);  /* -1 if none */
+int tok_add_bos(const tokenizer *t);  /* the vocabulary asks for BOS */
+/* End of generation: eos, eot, <|im_end|>, <|eot_id|>, <|endoftext|>, ... */
+int tok_is_eog(const tokenizer *t, int32_t id);
+/* Id of the token whose text is exactly s, or -1. */
+int32_t tok_find(const tokenizer *t, const char *s);
+
+#endif

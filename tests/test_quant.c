@@ -1,0 +1,396 @@
+/* test_quant.c - tensor formats and matmul kernels (src/backend/quant*).
+ *
+ * Checks, for every weight type:
+ *  - dequantization bit-exact with the gguf Python package (fixtures from
+ *    tools/testdata_quant.py);
+ *  - quant_gemm against a double-precision reference within a worst-case
+ *    error bound (derived at gemm_tolerance);
+ *  - batch invariance: a row's bits do not depend on n_tok, the token's
+ *    place in the batch, or the [r0, r1) split, at every SIMD level;
+ *  - each SIMD level against the scalar kernels;
+ * and the fp16/bf16 helpers of base/fp16.h against numpy. */
+#include "test.h"
+
+#include "backend/quant_impl.h"
+#include "base/fp16.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+static const qtype WEIGHT_TYPES[] = {QT_Q4_1, QT_Q8_0, QT_Q4_K, QT_Q6_K,
+                                     QT_Q5_K, QT_Q4_0, QT_Q5_0, QT_Q5_1,
+                                     QT_F16,  QT_BF16, QT_F32};
+#define N_WEIGHT_TYPES (int)(sizeof WEIGHT_TYPES / sizeof WEIGHT_TYPES[0])
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static uint64_t rng_next(uint64_t *s) { /* xorshift64* */
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 0x2545F4914F6CDD1DULL;
+}
+
+static float rng_unit(uint64_t *s) { /* uniform in [0, 1) */
+    return (float)(rng_next(s) >> 40) / (float)(1 << 24);
+}
+
+static float rng_normal(uint64_t *s) { /* Irwin-Hall: close enough */
+    float a = 0;
+    for (int i = 0; i < 12; i++) a += rng_unit(s);
+    return a - 6.0f;
+}
+
+static void *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *buf = malloc((size_t)n);
+    if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    *len = (size_t)n;
+    return buf;
+}
+
+static void put16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+/* Offsets of the f16 scale fields of one block, -1 terminated. */
+static const int *scale_fields(qtype t) {
+    static const int d0[] = {0, -1}, dm[] = {0, 2, -1}, q6[] = {208, -1},
+                     none[] = {-1};
+    switch (t) {
+    case QT_Q4_0: case QT_Q5_0: case QT_Q8_0: return d0;
+    case QT_Q4_1: case QT_Q5_1: case QT_Q4_K: case QT_Q5_K: return dm;
+    case QT_Q6_K: return q6;
+    default: return none;
+    }
+}
+
+/* Random weight rows: random quant bits, scales of realistic size (the
+ * float formats get N(0, 0.1) values). */
+static uint8_t *random_weights(qtype t, int rows, int64_t k, uint64_t *s) {
+    const quant_traits *tr = quant_get(t);
+    size_t rb = quant_row_bytes(t, k), n = rb * (size_t)rows;
+    uint8_t *w = malloc(n);
+    for (size_t i = 0; i < n; i++) w[i] = (uint8_t)rng_next(s);
+    if (tr->blck == 1) {
+        for (size_t i = 0; i < (size_t)rows * (size_t)k; i++) {
+            float v = 0.1f * rng_normal(s);
+            if (t == QT_F32) memcpy(w + 4 * i, &v, 4);
+            else put16(w + 2 * i, t == QT_F16 ? f32_to_fp16(v) : f32_to_bf16(v));
+        }
+        return w;
+    }
+    for (size_t b = 0; b < n / tr->bytes; b++)
+        for (const int *f = scale_fields(t); *f >= 0; f++) {
+            float v = (0.002f + 0.01f * rng_unit(s)) * (rng_unit(s) < 0.5f ? -1 : 1);
+            put16(w + b * tr->bytes + *f, f32_to_fp16(v));
+        }
+    return w;
+}
+
+static float *random_acts(int n, int64_t k, uint64_t *s) {
+    float *x = malloc(sizeof(float) * (size_t)n * (size_t)k);
+    for (int64_t i = 0; i < n * k; i++) x[i] = rng_normal(s);
+    for (int t = 0; t < n; t++) x[t * k + (t * 7) % k] = 9.0f; /* an outlier */
+    return x;
+}
+
+/* Activation rows converted to the weight type's act format. */
+static uint8_t *convert_acts(qtype wt, const float *x, int n, int64_t k,
+                             size_t *xrb) {
+    qtype act = quant_get(wt)->act_type;
+    *xrb = quant_act_row_bytes(act, k);
+    uint8_t *xq = malloc(*xrb * (size_t)n);
+    for (int t = 0; t < n; t++) quant_act_row(act, x + t * k, xq + t * *xrb, k);
+    return xq;
+}
+
+/* ---- dequantization vs the gguf package ------------------------------- */
+
+static void check_dequant(qtype t) {
+    size_t len = 0;
+    char rel[64];
+    snprintf(rel, sizeof rel, "quant/%s.bin", quant_name(t));
+    uint8_t *buf = read_file(test_data(rel), &len);
+    CHECK_MSG(buf != NULL, "fixture %s missing (run tools/gen_testdata.py)", rel);
+    if (!buf) return;
+    uint32_t hdr[3];
+    memcpy(hdr, buf + 4, sizeof hdr);
+    CHECK(memcmp(buf, "SQDQ", 4) == 0);
+    CHECK_EQ_INT(hdr[0], t);
+    CHECK_EQ_INT(hdr[2], quant_row_bytes(t, hdr[1]));
+    CHECK_EQ_INT(len, 16 + hdr[2] + 4 * (size_t)hdr[1]);
+    float *got = malloc(4 * (size_t)hdr[1]);
+    quant_dequant_row(t, buf + 16, got, hdr[1]);
+    const uint8_t *ref = buf + 16 + hdr[2];
+    int bad = 0;
+    for (uint32_t i = 0; i < hdr[1]; i++) {
+        if (memcmp(got + i, ref + 4 * i, 4) == 0) continue;
+        if (bad++ < 5) {
+            float r;
+            memcpy(&r, ref + 4 * i, 4);
+            test_fail(__FILE__, __LINE__, "%s elem %u: got %a want %a",
+                      quant_name(t), i, got[i], r);
+        }
+    }
+    CHECK_EQ_INT(bad, 0);
+    free(got);
+    free(buf);
+}
+
+TEST(quant_dequant_q4_0) { check_dequant(QT_Q4_0); }
+TEST(quant_dequant_q4_1) { check_dequant(QT_Q4_1); }
+TEST(quant_dequant_q5_0) { check_dequant(QT_Q5_0); }
+TEST(quant_dequant_q5_1) { check_dequant(QT_Q5_1); }
+TEST(quant_dequant_q8_0) { check_dequant(QT_Q8_0); }
+TEST(quant_dequant_q4_k) { check_dequant(QT_Q4_K); }
+TEST(quant_dequant_q5_k) { check_dequant(QT_Q5_K); }
+TEST(quant_dequant_q6_k) { check_dequant(QT_Q6_K); }
+TEST(quant_dequant_f16) { check_dequant(QT_F16); }
+TEST(quant_dequant_bf16) { check_dequant(QT_BF16); }
+TEST(quant_dequant_f32) { check_dequant(QT_F32); }
+
+/* ---- fp16 helpers vs numpy --------------------------------------------- */
+
+TEST(quant_fp16_numpy) {
+    size_t len = 0;
+    uint8_t *buf = read_file(test_data("quant/fp16.bin"), &len);
+    CHECK_MSG(buf != NULL, "fixture quant/fp16.bin missing");
+    if (!buf) return;
+    uint32_t nh, m;
+    memcpy(&nh, buf + 4, 4);
+    memcpy(&m, buf + 8, 4);
+    CHECK_EQ_INT(nh, 65536);
+    CHECK_EQ_INT(len, 12 + 4 * (size_t)nh + 6 * (size_t)m);
+    const uint8_t *h2f = buf + 12, *fb = h2f + 4 * nh, *f2h = fb + 4 * m;
+    int bad = 0;
+    for (uint32_t h = 0; h < nh; h++) {
+        float f = fp16_to_f32((uint16_t)h);
+        if (memcmp(&f, h2f + 4 * h, 4) != 0 && bad++ < 5)
+            test_fail(__FILE__, __LINE__, "half %04x -> %a", h, f);
+    }
+    for (uint32_t i = 0; i < m; i++) {
+        float f;
+        uint16_t want, got;
+        memcpy(&f, fb + 4 * i, 4);
+        memcpy(&want, f2h + 2 * i, 2);
+        got = f32_to_fp16(f);
+        if (got != want && bad++ < 10)
+            test_fail(__FILE__, __LINE__, "float %a -> %04x, numpy %04x", f, got, want);
+    }
+    CHECK_EQ_INT(bad, 0);
+    free(buf);
+}
+
+TEST(quant_bf16_round) {
+    /* Round to nearest even on the dropped 16 bits; NaN stays NaN. */
+    uint32_t cases[][2] = {{0x3f808000, 0x3f80}, {0x3f818000, 0x3f82},
+                           {0x3f808001, 0x3f81}, {0x7f7fffff, 0x7f80},
+                           {0x7f800001, 0x7fc0}, {0x80000000, 0x8000}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        float f;
+        memcpy(&f, &cases[i][0], 4);
+        CHECK_EQ_INT(f32_to_bf16(f), cases[i][1]);
+    }
+}
+
+/* ---- traits --------------------------------------------------------------- */
+
+TEST(quant_type_traits) {
+    CHECK_STR(quant_name(QT_Q4_1), "Q4_1");
+    CHECK_STR(quant_name(17), "type 17");
+    CHECK(quant_get(QT_Q2_K) && !quant_get(QT_Q2_K)->is_weight);
+    CHECK(quant_get(99) == NULL);
+    CHECK_EQ_INT(quant_row_bytes(QT_Q4_1, 576), 18 * 20);
+    CHECK_EQ_INT(quant_row_bytes(QT_Q6_K, 512), 2 * 210);
+    CHECK_EQ_INT(quant_row_bytes(QT_BF16, 10), 20);
+    CHECK_EQ_INT(quant_act_bytes_for(QT_Q4_1, 576), 18 * 40);
+    CHECK_EQ_INT(quant_act_bytes_for(QT_Q4_K, 512), 2 * 292);
+    CHECK_EQ_INT(quant_act_bytes_for(QT_F16, 64), 256);
+    for (int i = 0; i < N_WEIGHT_TYPES; i++) {
+        const quant_traits *tr = quant_get(WEIGHT_TYPES[i]);
+        CHECK(tr && tr->is_weight);
+        for (int l = 0; l < QUANT_LEVELS; l++)
+            CHECK(quant_kernel_at(l, WEIGHT_TYPES[i]) != NULL);
+    }
+}
+
+TEST(quant_act_roundtrip) {
+    /* Every converted activation is within half a quant step of the input. */
+    uint64_t s = 7;
+    float *x = random_acts(1, 512, &s);
+    uint8_t q8[40 * 16], qk[292 * 2];
+    quant_act_row(QT_Q8_1, x, q8, 512);
+    quant_act_row(QT_Q8_K, x, qk, 512);
+    for (int i = 0; i < 512; i++) {
+        float d8 = qa8_d(q8)[i / 32], dk = qak_d(qk)[i / 256];
+        CHECK(fabsf(d8 * qa8_qs(q8, 16)[i] - x[i]) <= 0.5001f * d8);
+        CHECK(fabsf(dk * qak_qs(qk, 2)[i] - x[i]) <= 0.5001f * dk);
+    }
+    for (int g = 0; g < 32; g++) {
+        int sum = 0;
+        for (int j = 0; j < 16; j++) sum += qak_qs(qk, 2)[16 * g + j];
+        CHECK_EQ_INT(qak_bsums(qk, 2)[g], sum);
+    }
+    free(x);
+}
+
+/* ---- gemm vs double reference ---------------------------------------------
+ * Tolerance: with activation block scale dx, every converted activation is
+ * within dx/2 of the true one (round to nearest; checked above), so the
+ * activation error contributes at most sum_i |w_i| * dx_i / 2. Weights are
+ * used exactly (integer quants, float scales). The float work adds at most
+ * ~(blocks + 16) roundings of relative size 2^-24 on sums bounded by
+ * sum_i |w_i x_i| (plus the dx/2 slack); 1e-5 of that covers k <= 4096. */
+static double gemm_tolerance(qtype wt, const float *w, const float *x, int64_t k) {
+    const quant_traits *tr = quant_get(wt);
+    int blk = tr->act_type == QT_Q8_K ? QK_K : QK;
+    double bound = 0, mag = 0;
+    for (int64_t b = 0; b < k; b += blk) {
+        double amax = 0, wsum = 0;
+        for (int j = 0; j < blk; j++) {
+            amax = fmax(amax, fabs(x[b + j]));
+            wsum += fabs(w[b + j]);
+            mag += fabs((double)w[b + j] * x[b + j]);
+        }
+        if (tr->act_type != QT_F32) bound += wsum * amax / 127.0 * 0.5;
+    }
+    return bound * 1.001 + 1e-5 * (mag + bound) + 1e-30;
+}
+
+static void check_gemm_accuracy(qtype wt, int64_t k) {
+    enum { ROWS = 9, NT = 5 };
+    uint64_t s = 1234 + wt;
+    uint8_t *w = random_weights(wt, ROWS, k, &s);
+    float *x = random_acts(NT, k, &s), *wf = malloc(4 * (size_t)k), y[NT * ROWS];
+    size_t xrb, wrb = quant_row_bytes(wt, k);
+    uint8_t *xq = convert_acts(wt, x, NT, k, &xrb);
+    for (int l = 0; l <= quant_level(); l++) {
+        quant_gemm_level(l, wt, w, wrb, k, xq, xrb, NT, y, ROWS, 0, ROWS);
+        for (int r = 0; r < ROWS; r++) {
+            quant_dequant_row(wt, w + r * wrb, wf, k);
+            for (int t = 0; t < NT; t++) {
+                double ref = 0;
+                for (int64_t i = 0; i < k; i++) ref += (double)wf[i] * x[t * k + i];
+                double tol = gemm_tolerance(wt, wf, x + t * k, k);
+                CHECK_MSG(fabs(y[t * ROWS + r] - ref) <= tol,
+                          "%s level %d k %lld r %d t %d: %.9g vs %.9g (tol %g)",
+                          quant_name(wt), l, (long long)k, r, t,
+                          y[t * ROWS + r], ref, tol);
+            }
+        }
+    }
+    free(w);
+    free(x);
+    free(wf);
+    free(xq);
+}
+
+TEST(quant_gemm_accuracy) {
+    for (int i = 0; i < N_WEIGHT_TYPES; i++) {
+        qtype t = WEIGHT_TYPES[i];
+        check_gemm_accuracy(t, 512);
+        check_gemm_accuracy(t, 1024);
+        if (quant_get(t)->blck == QK) check_gemm_accuracy(t, 576 + 32);
+    }
+}
+
+/* ---- batch invariance ----------------------------------------------------- */
+
+/* Rows of one gemm call over tokens [t0, t0 + n) and rows [r0, r1), into a
+ * full-size output at the same places. */
+static void gemm_window(int level, qtype wt, const uint8_t *w, int64_t k,
+                        const uint8_t *xq, size_t xrb, int t0, int n,
+                        float *y, int rows, int r0, int r1) {
+    quant_gemm_level(level, wt, w, quant_row_bytes(wt, k), k, xq + t0 * xrb,
+                     xrb, n, y + t0 * rows, rows, r0, r1);
+}
+
+static void check_invariance(int level, qtype wt, int64_t k) {
+    enum { ROWS = 37, NT = 13 };
+    static const int sizes[] = {1, 3, 4, 5, 8, 13};
+    static const int splits[][4] = {{0, 37, 37, 37}, {0, 1, 1, 37},
+                                    {0, 5, 5, 37}, {0, 18, 18, 37},
+                                    {0, 33, 33, 37}, {0, 36, 36, 37}};
+    uint64_t s = 99 + wt;
+    uint8_t *w = random_weights(wt, ROWS, k, &s);
+    float *x = random_acts(NT, k, &s), full[NT * ROWS], part[NT * ROWS];
+    size_t xrb;
+    uint8_t *xq = convert_acts(wt, x, NT, k, &xrb);
+    gemm_window(level, wt, w, k, xq, xrb, 0, NT, full, ROWS, 0, ROWS);
+    int bad = 0;
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (int t0 = 0; t0 + sizes[si] <= NT; t0++)
+            for (size_t sp = 0; sp < sizeof splits / sizeof splits[0]; sp++) {
+                const int *p = splits[sp];
+                memset(part, 0xff, sizeof part);
+                gemm_window(level, wt, w, k, xq, xrb, t0, sizes[si], part, ROWS, p[0], p[1]);
+                gemm_window(level, wt, w, k, xq, xrb, t0, sizes[si], part, ROWS, p[2], p[3]);
+                for (int t = t0; t < t0 + sizes[si]; t++)
+                    if (memcmp(full + t * ROWS, part + t * ROWS, 4 * ROWS) != 0 && bad++ < 3)
+                        test_fail(__FILE__, __LINE__,
+                                  "%s level %d: token %d differs with n_tok %d at %d, split %d",
+                                  quant_name(wt), level, t, sizes[si], t0, p[1]);
+            }
+    CHECK_EQ_INT(bad, 0);
+    free(w);
+    free(x);
+    free(xq);
+}
+
+TEST(quant_gemm_batch_invariance) {
+    for (int l = 0; l <= quant_level(); l++)
+        for (int i = 0; i < N_WEIGHT_TYPES; i++) {
+            qtype t = WEIGHT_TYPES[i];
+            check_invariance(l, t, 512);
+            if (quant_get(t)->blck < QK_K) check_invariance(l, t, 576 + 32);
+        }
+}
+
+/* ---- SIMD levels vs scalar ------------------------------------------------
+ * Both levels compute the same exact integer dot products per block; they
+ * differ only in the order of the float accumulation, so the difference is
+ * bounded by a few roundings of the total magnitude sum |w_i x_i|. */
+static void check_level(int level, qtype wt, int64_t k) {
+    enum { ROWS = 21, NT = 7 };
+    uint64_t s = 4242 + wt;
+    uint8_t *w = random_weights(wt, ROWS, k, &s);
+    float *x = random_acts(NT, k, &s), *wf = malloc(4 * (size_t)k);
+    float ys[NT * ROWS], yl[NT * ROWS];
+    size_t xrb, wrb = quant_row_bytes(wt, k);
+    uint8_t *xq = convert_acts(wt, x, NT, k, &xrb);
+    quant_gemm_level(QUANT_SCALAR, wt, w, wrb, k, xq, xrb, NT, ys, ROWS, 0, ROWS);
+    quant_gemm_level(level, wt, w, wrb, k, xq, xrb, NT, yl, ROWS, 0, ROWS);
+    for (int r = 0; r < ROWS; r++) {
+        quant_dequant_row(wt, w + r * wrb, wf, k);
+        for (int t = 0; t < NT; t++) {
+            double mag = 0;
+            for (int64_t i = 0; i < k; i++) mag += fabs((double)wf[i] * x[t * k + i]);
+            CHECK_MSG(fabs(ys[t * ROWS + r] - yl[t * ROWS + r]) <= 1e-5 * mag + 1e-30,
+                      "%s level %d r %d t %d: %.9g vs scalar %.9g", quant_name(wt),
+                      level, r, t, yl[t * ROWS + r], ys[t * ROWS + r]);
+        }
+    }
+    free(w);
+    free(x);
+    free(wf);
+    free(xq);
+}
+
+TEST(quant_gemm_levels_vs_scalar) {
+    for (int l = QUANT_SCALAR + 1; l <= quant_level(); l++)
+        for (int i = 0; i < N_WEIGHT_TYPES; i++) {
+            check_level(l, WEIGHT_TYPES[i], 1024);
+            if (quant_get(WEIGHT_TYPES[i])->blck == QK)
+                check_level(l, WEIGHT_TYPES[i], 576 + 32);
+        }
+}

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Float64 reference forward pass for llama/qwen2/qwen3 GGUF models.
+
+Independent of Strata's C code and of llama.cpp: weights are dequantized
+with the `gguf` package and every step runs in numpy float64, so the only
+differences to Strata are its activation quantization and F16 KV storage.
+Used to check the engine on tiny synthetic models (no llama.cpp needed).
+
+    ref_forward.py MODEL.gguf TOKEN [TOKEN ...]   -> prints last-row logits
+"""
+import sys
+
+import numpy as np
+from gguf import GGUFReader
+from gguf.quants import dequantize
+
+
+class RefModel:
+    def __init__(self, path):
+        r = GGUFReader(path)
+        self.meta = {k: f.contents() for k, f in r.fields.items() if not k.startswith("tokenizer.ggml.")}
+        self.arch = self.meta["general.architecture"]
+        self.t = {}
+        for t in r.tensors:
+            w = dequantize(t.data, t.tensor_type).astype(np.float64)
+            shape = [int(x) for x in t.shape][::-1]
+            self.t[t.name] = w.reshape(shape)
+        a = self.arch
+        g = lambda k, d=None: self.meta.get(f"{a}.{k}", d)
+        self.n_layer = g("block_count")
+        self.n_embd = g("embedding_length")
+        self.n_head = g("attention.head_count")
+        self.n_head_kv = g("attention.head_count_kv", self.n_head)
+        self.head_dim = g("attention.key_length", self.n_embd // self.n_head)
+        self.eps = g("attention.layer_norm_rms_epsilon", 1e-6)
+        self.base = g("rope.freq_base", 10000.0)
+        self.rope_dim = g("rope.dimension_count", self.head_dim)
+        self.neox = a in ("qwen2", "qwen3")
+
+    def norm(self, x, w):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + self.eps) * w
+
+    def rope(self, x, pos):
+        # x: [n_tok, n_heads, head_dim]
+        half = self.rope_dim // 2
+        inv = self.base ** (-2.0 * np.arange(half) / self.rope_dim)
+        ang = np.asarray(pos)[:, None] * inv[None, :]
+        c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+        x = x.copy()
+        if self.neox:
+            a, b = x[..., :half].copy(), x[..., half:2 * half].copy()
+            x[..., :half], x[..., half:2 * half] = a * c - b * s, a * s + b * c
+        else:
+            a, b = x[..., 0:2 * half:2].copy(), x[..., 1:2 * half:2].copy()
+            x[..., 0:2 * half:2], x[..., 1:2 * half:2] = a * c - b * s, a * s + b * c
+        return x
+
+    def forward(self, tokens):
+        T, t = self.t, len(tokens)
+        x = T["token_embd.weight"][tokens]
+        pos = np.arange(t)
+        hd, nh, nkv = self.head_dim, self.n_head, self.n_head_kv
+        mask = np.triu(np.full((t, t), -np.inf), 1)
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            h = self.norm(x, T[p + "attn_norm.weight"])
+            q, k, v = (h @ T[p + n + ".weight"].T for n in ("attn_q", "attn_k", "attn_v"))
+            for n, m in (("attn_q", "q"), ("attn_k", "k"), ("attn_v", "v")):
+                if p + n + ".bias" in T:
+                    bias = T[p + n + ".bias"]
+                    if m == "q": q = q + bias
+                    elif m == "k": k = k + bias
+                    else: v = v + bias
+            q, k, v = q.reshape(t, nh, hd), k.reshape(t, nkv, hd), v.reshape(t, nkv, hd)
+            if p + "attn_q_norm.weight" in T:
+                q = self.norm(q, T[p + "attn_q_norm.weight"])
+                k = self.norm(k, T[p + "attn_k_norm.weight"])
+            q, k = self.rope(q, pos), self.rope(k, pos)
+            rep = nh // nkv
+            k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+            att = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(hd) + mask
+            att = np.exp(att - att.max(-1, keepdims=True))
+            att /= att.sum(-1, keepdims=True)
+            o = np.einsum("hqk,khd->qhd", att, v).reshape(t, nh * hd)
+            x = x + o @ T[p + "attn_output.weight"].T
+            h = self.norm(x, T[p + "ffn_norm.weight"])
+            g = h @ T[p + "ffn_gate.weight"].T
+            u = h @ T[p + "ffn_up.weight"].T
+            x = x + (g / (1 + np.exp(-g)) * u) @ T[p + "ffn_down.weight"].T
+        x = self.norm(x, T["output_norm.weight"])
+        out = T.get("output.weight", T["token_embd.weight"])
+        return x @ out.T
+
+
+def main():
+    m = RefModel(sys.argv[1])
+    logits = m.forward([int(a) for a in sys.argv[2:]])
+    sys.stdout.buffer.write(logits[-1].astype(np.float32).tobytes())
+
+
+if __name__ == "__main__":
+    main()
