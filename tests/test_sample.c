@@ -54,10 +54,13 @@ TEST(sample_greedy_argmax) {
     l[4] = 3.6f;
     CHECK_EQ_INT(sample_next(s, l, 6), 4);
     sample_free(s);
-    p.temperature = -1.0f;
-    s = sample_new(&p);
-    CHECK_EQ_INT(sample_next(s, l, 6), 4);
-    sample_free(s);
+    const float temps[3] = {-1.0f, 1e-30f, NAN}; /* all greedy */
+    for (int i = 0; i < 3; i++) {
+        p.temperature = temps[i];
+        s = sample_new(&p);
+        CHECK_EQ_INT(sample_next(s, l, 6), 4);
+        sample_free(s);
+    }
     sample_free(NULL);
 }
 

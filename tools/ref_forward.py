@@ -36,6 +36,10 @@ class RefModel:
         self.base = g("rope.freq_base", 10000.0)
         self.rope_dim = g("rope.dimension_count", self.head_dim)
         self.neox = a in ("qwen2", "qwen3")
+        scaling = g("rope.scaling.type", "none")
+        if scaling not in ("none", "linear"):
+            raise SystemExit(f"ref_forward: rope scaling {scaling} not implemented")
+        self.pos_scale = 1.0 / g("rope.scaling.factor", 1.0) if scaling == "linear" else 1.0
 
     def norm(self, x, w):
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + self.eps) * w
@@ -44,7 +48,7 @@ class RefModel:
         # x: [n_tok, n_heads, head_dim]
         half = self.rope_dim // 2
         inv = self.base ** (-2.0 * np.arange(half) / self.rope_dim)
-        ang = np.asarray(pos)[:, None] * inv[None, :]
+        ang = (np.asarray(pos) * self.pos_scale)[:, None] * inv[None, :]
         c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
         x = x.copy()
         if self.neox:

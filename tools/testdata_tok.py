@@ -8,9 +8,13 @@ generate(outdir) writes
                                  a few thousand scored pieces;
   outdir/tok/spm_noprefix.gguf   the same with add_space_prefix = false;
   outdir/tok/llama_bpe.gguf      the real SmolLM2 vocabulary relabelled with
-  outdir/tok/qwen2.gguf          tokenizer.ggml.pre = "llama-bpe" / "qwen2"
-                                 (only when the real model exists at
-                                 $STRATA_MODEL; their tests are real_ tests).
+  outdir/tok/qwen2.gguf          tokenizer.ggml.pre = "llama-bpe", "qwen2",
+  outdir/tok/default.gguf        "default" and "gpt-2"
+  outdir/tok/gpt2.gguf           (only when the real model exists at
+                                 $STRATA_MODEL or models/; their tests are
+                                 real_ tests);
+  outdir/tok/bad_*.gguf          malformed vocabularies (listed in BAD.txt)
+                                 that tok_load must reject with an error.
 
 Everything is deterministic (fixed seed, fixed word lists). The reference
 token ids for these files come from llama.cpp and are committed under
@@ -178,8 +182,51 @@ def write_relabelled(src, path, pre):
     _write(path, fill)
 
 
+def write_bad(d):
+    """Malformed vocabularies: each must give an error from tok_load."""
+    toks, scores, types = spm_vocab()
+
+    def base(w, model="llama", tokens=True):
+        _llama_hparams(w, len(toks))
+        w.add_tokenizer_model(model)
+        if tokens:
+            w.add_token_list(toks)
+
+    cases = {
+        "no_model": lambda w: (_llama_hparams(w, 3), w.add_token_list(["a", "b", "c"])),
+        "no_tokens": lambda w: base(w, tokens=False),
+        "unknown_model": lambda w: base(w, model="wordpiece-x"),
+        "tokens_not_strings": lambda w: (base(w, tokens=False),
+                                         w.add_array("tokenizer.ggml.tokens", [1, 2, 3])),
+        "short_scores": lambda w: (base(w), w.add_token_scores(scores[:10])),
+        "types_wrong_kind": lambda w: (base(w), w.add_array("tokenizer.ggml.token_type",
+                                                            [float(x) for x in types])),
+        "duplicate_token": lambda w: (base(w, tokens=False),
+                                      w.add_token_list(["a", "b", "a"])),
+        "bpe_no_merges": lambda w: (base(w, model="gpt2"), w.add_tokenizer_pre("smollm")),
+        "bpe_unknown_pre": lambda w: (base(w, model="gpt2"), w.add_tokenizer_pre("no-such-pre"),
+                                      w.add_token_merges(["a b"])),
+        "empty_vocab": lambda w: (base(w, tokens=False), w.add_token_list([])),
+        "bos_wrong_type": lambda w: (base(w), w.add_string("tokenizer.ggml.bos_token_id", "1")),
+    }
+    with open(os.path.join(d, "BAD.txt"), "w") as f:
+        for name, fill in sorted(cases.items()):
+            _write(os.path.join(d, "bad_%s.gguf" % name), fill)
+            f.write("bad_%s.gguf\n" % name)
+
+
+def default_model():
+    """$STRATA_MODEL, else the Makefile's default download location."""
+    model = os.environ.get("STRATA_MODEL", "")
+    if not model:
+        model = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models",
+                             "SmolLM2-135M-Instruct.Q4_1.gguf")
+    return model if os.path.exists(model) else None
+
+
 # name -> (file, pre-tokenizer) of the fixtures derived from the real model
-RELABELS = {"llama_bpe": ("llama_bpe.gguf", "llama-bpe"), "qwen2": ("qwen2.gguf", "qwen2")}
+RELABELS = {"llama_bpe": ("llama_bpe.gguf", "llama-bpe"), "qwen2": ("qwen2.gguf", "qwen2"),
+            "default": ("default.gguf", "default"), "gpt2": ("gpt2.gguf", "gpt-2")}
 
 
 def generate(outdir):
@@ -187,8 +234,9 @@ def generate(outdir):
     os.makedirs(d, exist_ok=True)
     write_spm(os.path.join(d, "spm.gguf"))
     write_spm(os.path.join(d, "spm_noprefix.gguf"), add_space_prefix=False)
-    model = os.environ.get("STRATA_MODEL", "")
-    if model and os.path.exists(model):
+    write_bad(d)
+    model = default_model()
+    if model:
         for fname, pre in RELABELS.values():
             write_relabelled(model, os.path.join(d, fname), pre)
 

@@ -153,6 +153,18 @@ def gen_random_utf8(rng):
     return "".join(rand_codepoint(rng) for _ in range(rng.randint(1, 40)))
 
 
+def gen_uniform(rng):
+    """Code points drawn from all of Unicode (most unassigned), between
+    letters, digits and spaces, so category differences show up."""
+    out = []
+    for _ in range(rng.randint(1, 25)):
+        c = rng.randint(0, 0x10FFFF)
+        out.append(chr(c) if not 0xD800 <= c < 0xE000 else " ")
+        if rng.random() < 0.4:
+            out.append(rng.choice([" ", "  ", "\n", "a", "Z", "1", "'s", " \t", "é", "!", "'"]))
+    return "".join(out)
+
+
 def gen_repeat(rng):
     unit = rng.choice(["a", "ab", " ", "=", "-", "\n", "aa ", "ha", "0", "😀", "é", "\t", ".", "*"])
     return unit * rng.randint(1, 80)
@@ -183,7 +195,19 @@ FIXED = ["", " ", "  ", "\n", "\t", "a", "'", "'s", "  a", " \n ", "\r\n\r\n", "
          "Hello world", " Hello world", "Hello  world", "hello\n\nworld", "   leading",
          "trailing   ", "\u00a0\u00a0x", "x\u3000y", "a\x85b", "a\u2028b", "\x00", "\x00\x01\x02",
          "\ufffd", "\U0010FFFD", "\U000E0001", "\u180e", "a\u180eb", "ℌ𝔢𝔩𝔩𝔬", "x" * 300,
-         " " * 100 + "end", "\n" * 40, "<|im_start|>system\nYou are a bot<|im_end|>\n"]
+         " " * 100 + "end", "\n" * 40, "<|im_start|>system\nYou are a bot<|im_end|>\n",
+         # letters, digits and punctuation new in Unicode 15.0/15.1
+         "ab\U00031350cd \U0002EBF0\U0002EBF1 x\U0001E4D0y 1\U00011F52 2 \U00011F50\U00011F51",
+         "'\U00031350 '\U0001E030 \U0001123Fq",
+         "\U00031350's \U0001E4D0'll \U00011F50'd \U0002EBF0!'t", "\U00011B00\U00011B01! ?\U00011F43", "\u1e9e'S \u212a"]
+
+
+# Invalid UTF-8 (llama.cpp turns each bad byte into U+FFFD; SPM keeps the
+# bytes). Surrogates and code points past U+10FFFF are left out: there we
+# knowingly differ (see src/text/tok_pretok.c).
+BAD_UTF8 = [b"\x80", b"a\xffb", b"\xc3", b"\xc3(", b"\xe2\x82", b"\xe2\x82 x", b"\xf0\x9f\x98",
+            b"\xc0\x80", b"\xc1\x81z", b"\xe0\x80\xaf", b"\xfe\xfe\xff", b"ok \xbf\xbf ok",
+            b"\xf8\x88\x80\x80\x80", b"<|im_end|>\x80<|im_start|>", b"caf\xe9 na\xefve"]
 
 
 def make_cases(seed, n, specials):
@@ -191,10 +215,10 @@ def make_cases(seed, n, specials):
     gen_special = make_special_gen(specials)
     gens = [(gen_prose, 10), (gen_contractions, 6), (gen_numbers, 8), (gen_whitespace, 12),
             (gen_code, 10), (gen_unicode, 10), (gen_random_utf8, 14), (gen_repeat, 4),
-            (gen_special, 16), (gen_mixed, 10)]
+            (gen_special, 16), (gen_mixed, 10), (gen_uniform, 6)]
     total = sum(w for _, w in gens)
     cases = []
-    for s in FIXED + specials:
+    for s in FIXED + specials + BAD_UTF8:
         cases += [(s, 0), (s, 1)]
     while len(cases) < n:
         r = rng.uniform(0, total)
@@ -222,7 +246,7 @@ def write_refs(name, gguf_path, cases, note):
                 % (llama_cpp.__version__, note))
         f.write("# format: <parse_special> <input hex or -> <ids>; written by tools/tok_refs.py\n")
         for s, special in cases:
-            b = s.encode("utf-8")
+            b = s if isinstance(s, bytes) else s.encode("utf-8")
             ids = m.tokenize(b, add_bos=False, special=bool(special))
             f.write("%d %s %s\n" % (special, b.hex() or "-", " ".join(map(str, ids))))
     print("%s: %d cases -> %s (%d bytes)" % (name, len(cases), path, os.path.getsize(path)))
@@ -238,12 +262,13 @@ def main():
         d = os.path.join(tmp, "tok")
         write_refs("smollm2", model, make_cases(1, 2400, SPECIAL_BPE), "SmolLM2-135M (pre smollm)")
         for i, (name, (fname, pre)) in enumerate(sorted(testdata_tok.RELABELS.items())):
-            write_refs(name, os.path.join(d, fname), make_cases(10 + i, 800, SPECIAL_BPE),
+            n = 700 if name in ("llama_bpe", "qwen2") else 300
+            write_refs(name, os.path.join(d, fname), make_cases(10 + i, n, SPECIAL_BPE),
                        "SmolLM2 vocabulary relabelled pre=" + pre)
-        write_refs("spm", os.path.join(d, "spm.gguf"), make_cases(20, 1200, SPECIAL_SPM),
+        write_refs("spm", os.path.join(d, "spm.gguf"), make_cases(20, 1100, SPECIAL_SPM),
                    "synthetic SPM vocabulary (tools/testdata_tok.py)")
         write_refs("spm_noprefix", os.path.join(d, "spm_noprefix.gguf"),
-                   make_cases(21, 400, SPECIAL_SPM), "synthetic SPM vocabulary, add_space_prefix=false")
+                   make_cases(21, 300, SPECIAL_SPM), "synthetic SPM vocabulary, add_space_prefix=false")
 
 
 if __name__ == "__main__":

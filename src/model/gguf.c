@@ -156,9 +156,12 @@ static int parse_kv(cursor *c, gguf_kv *kv, uint64_t index) {
 }
 
 static int parse_tensor_info(cursor *c, gguf_tensor *t, uint64_t index) {
-    char field[64];
+    char field[80];
     snprintf(field, sizeof field, "tensor info #%llu", (unsigned long long)index);
-    if (read_str(c, &t->name, field) || read_u32(c, &t->n_dims, field)) return STRATA_EFORMAT;
+    if (read_str(c, &t->name, field)) return STRATA_EFORMAT;
+    snprintf(field, sizeof field, "tensor info of '%.*s'", (int)(t->name.len < 40 ? t->name.len : 40),
+             t->name.ptr);
+    if (read_u32(c, &t->n_dims, field)) return STRATA_EFORMAT;
     if (t->n_dims == 0 || t->n_dims > GGUF_MAX_DIMS)
         return strata_errf(c->err, STRATA_EFORMAT, "%s: tensor '%.*s': n_dims %u out of range 1..%d",
                            c->path, (int)t->name.len, t->name.ptr, t->n_dims, GGUF_MAX_DIMS);
@@ -226,14 +229,14 @@ static int parse_header(gguf_file *f, cursor *c) {
     if (f->version != 2 && f->version != 3)
         return strata_errf(c->err, STRATA_EUNSUPPORTED,
                            "%s: unsupported GGUF version %u (supported: 2, 3)", c->path, f->version);
-    if (read_u64(c, &f->n_tensors, "tensor count") || read_u64(c, &f->n_kv, "metadata count"))
+    if (read_u64(c, &f->n_tensors, "header n_tensors") || read_u64(c, &f->n_kv, "header n_kv"))
         return STRATA_EFORMAT;
     /* Each entry takes at least 8 bytes: bound counts by the file size. */
     if (f->n_tensors > c->size / 8)
-        return strata_errf(c->err, STRATA_EFORMAT, "%s: tensor count %llu exceeds file size",
+        return strata_errf(c->err, STRATA_EFORMAT, "%s: n_tensors (tensor count) %llu exceeds file size",
                            c->path, (unsigned long long)f->n_tensors);
     if (f->n_kv > c->size / 8)
-        return strata_errf(c->err, STRATA_EFORMAT, "%s: metadata count %llu exceeds file size",
+        return strata_errf(c->err, STRATA_EFORMAT, "%s: n_kv (metadata count) %llu exceeds file size",
                            c->path, (unsigned long long)f->n_kv);
     return 0;
 }

@@ -336,7 +336,9 @@ int32_t sample_next(sampler *s, const float *logits, int n_vocab) {
     if (n_vocab <= 0) return -1;
     reserve_vocab(s, n_vocab);
     const float *w = apply_penalties(s, logits, n_vocab);
-    if (s->p.temperature <= 0.0f) return argmax(w, n_vocab);
+    /* Below 1e-6 the softmax is the argmax anyway, and 1/T would overflow;
+     * the best token survives every truncation, so this is exact. */
+    if (!(s->p.temperature > 1e-6f)) return argmax(w, n_vocab);
     int n = truncate_set(s, w, n_vocab);
     if (n == 0) return argmax(w, n_vocab);
     if (s->p.min_p > 0.0f) n = cut_min_p(s->cands, n, s->p.min_p);

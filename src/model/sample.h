@@ -7,8 +7,9 @@
  *   penalties -> top_k -> top_p -> min_p -> temperature -> draw
  *
  * top_p and min_p look at the probabilities before temperature, so the
- * temperature only reshapes the surviving tokens. temperature <= 0 is
- * greedy: penalties, then the argmax (ties go to the lowest id).
+ * temperature only reshapes the surviving tokens. temperature <= 0 (in
+ * fact below 1e-6) is greedy: penalties, then the argmax (ties go to the
+ * lowest id).
  *
  * Reproducible: the same params (seed included), the same accepted tokens
  * and the same logits give the same token on every machine; the PRNG is

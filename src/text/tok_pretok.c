@@ -1,0 +1,282 @@
+/* tok_pretok.c - BPE pre-tokenization: split text into words by the regex
+ * set that tokenizer.ggml.pre names, using PCRE2 (UTF + UCP, JIT).
+ *
+ * The sets are the ones llama.cpp applies for each name: every regex of a
+ * set splits each piece left by the previous one, and the text between two
+ * matches becomes a piece of its own. To give llama.cpp's output exactly,
+ * three things differ from the regexes as written in tokenizer.json:
+ *   - \s is spelled out as llama.cpp's whitespace set (Unicode White_Space),
+ *     which is not PCRE2's (PCRE2 adds U+180E);
+ *   - \p{L}, \p{N}, \p{P} carry the code points Unicode 15.0/15.1 added,
+ *     which llama.cpp's tables (15.1) know and PCRE2 10.42 (14.0) does not;
+ *   - the GPT-2 pattern gets llama.cpp's trailing \s+ fallback (a lone
+ *     whitespace before a non-space is one piece, as a gap would be anyway).
+ * A PCRE2 built on Unicode 16 or later would call letters what llama.cpp's
+ * 15.1 tables call unassigned; only those code points could then differ.
+ *
+ * Does not: byte-encode or merge (tok_bpe.c). */
+#include <stdlib.h>
+#include <string.h>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "base/mem.h"
+#include "text/tok_internal.h"
+
+/* Class bodies (no brackets) so they can be combined inside [...]. */
+#define WS "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}" \
+           "\\x{202F}\\x{205F}\\x{3000}"
+#define LX "\\p{L}\\x{1123F}-\\x{11240}\\x{11F02}\\x{11F04}-\\x{11F10}\\x{11F12}-\\x{11F33}" \
+           "\\x{1342F}\\x{13441}-\\x{13446}\\x{1B132}\\x{1B155}\\x{1DF25}-\\x{1DF2A}"        \
+           "\\x{1E030}-\\x{1E06D}\\x{1E4D0}-\\x{1E4EB}\\x{2B739}\\x{2EBF0}-\\x{2EE5D}"       \
+           "\\x{31350}-\\x{323AF}"
+#define NX "\\p{N}\\x{11F50}-\\x{11F59}\\x{1D2C0}-\\x{1D2D3}\\x{1E4F0}-\\x{1E4F9}"
+#define PX "\\p{P}\\x{11B00}-\\x{11B09}\\x{11F43}-\\x{11F4F}"
+
+/* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S) */
+static const char RE_GPT2[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?[" LX "]+| ?[" NX "]+| ?[^" WS LX NX "]+"
+    "|[" WS "]+(?![^" WS "])|[" WS "]+";
+
+/* (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+ *  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+   (qwen2: \p{N}) */
+#define RE_LLAMA3_LIKE(DIGITS)                                                      \
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"                     \
+    "|[^\\r\\n" LX NX "]?[" LX "]+|[" NX "]" DIGITS "| ?[^" WS LX NX "]+[\\r\\n]*" \
+    "|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+"
+
+static const char RE_LLAMA3[] = RE_LLAMA3_LIKE("{1,3}");
+static const char RE_QWEN2[] = RE_LLAMA3_LIKE("");
+static const char RE_ONE_DIGIT[] = "[" NX "]";
+static const char RE_DEFAULT_PUNCT[] = "[" PX "\\$\\+<=>\\^~\\|]+";
+static const char RE_DIGITS[] = "[" NX "]+";
+static const char RE_THREE[] = "[0-9][0-9][0-9]";
+
+#define MAX_RE 4
+
+typedef struct family {
+    const char *name;
+    const char *re[MAX_RE];
+} family;
+
+static const family F_DEFAULT = {"default", {RE_DEFAULT_PUNCT, RE_GPT2, RE_DIGITS, RE_THREE}};
+static const family F_GPT2 = {"gpt2", {RE_GPT2}};
+static const family F_SMOLLM = {"smollm", {RE_ONE_DIGIT, RE_GPT2}};
+static const family F_LLAMA3 = {"llama3", {RE_LLAMA3}};
+static const family F_QWEN2 = {"qwen2", {RE_QWEN2}};
+
+/* tokenizer.ggml.pre names -> family, as llama.cpp maps them. "gpt2" is
+ * not a llama.cpp name (it says "gpt-2"); we accept it as the same. */
+static const struct {
+    const char *name;
+    const family *fam;
+    int ignore_merges;
+} NAMES[] = {
+    {"", &F_DEFAULT, 0},           {"default", &F_DEFAULT, 0},
+    {"llama3", &F_LLAMA3, 1},      {"llama-v3", &F_LLAMA3, 1},     {"llama-bpe", &F_LLAMA3, 1},
+    {"falcon3", &F_LLAMA3, 1},     {"falcon-h1", &F_LLAMA3, 1},    {"pixtral", &F_LLAMA3, 1},
+    {"midm-2.0", &F_LLAMA3, 1},    {"lfm2", &F_LLAMA3, 1},         {"jina-v5-nano", &F_LLAMA3, 1},
+    {"dbrx", &F_LLAMA3, 0},        {"smaug-bpe", &F_LLAMA3, 0},
+    {"qwen2", &F_QWEN2, 0},        {"deepseek-r1-qwen", &F_QWEN2, 0}, {"kormo", &F_QWEN2, 0},
+    {"f2llmv2", &F_QWEN2, 0},      {"megrez", &F_QWEN2, 0},        {"stablelm2", &F_QWEN2, 0},
+    {"hunyuan", &F_QWEN2, 0},      {"solar-open", &F_QWEN2, 0},
+    {"smollm", &F_SMOLLM, 0},      {"starcoder", &F_SMOLLM, 0},    {"refact", &F_SMOLLM, 0},
+    {"command-r", &F_SMOLLM, 0},   {"codeshell", &F_SMOLLM, 0},    {"exaone", &F_SMOLLM, 0},
+    {"minerva-7b", &F_SMOLLM, 0},  {"mellum2", &F_SMOLLM, 0},
+    {"gpt2", &F_GPT2, 0},          {"gpt-2", &F_GPT2, 0},          {"phi-2", &F_GPT2, 0},
+    {"mpt", &F_GPT2, 0},           {"olmo", &F_GPT2, 0},           {"jais", &F_GPT2, 0},
+    {"trillion", &F_GPT2, 0},      {"granite-docling", &F_GPT2, 0}, {"exaone4", &F_GPT2, 0},
+    {"jina-es", &F_GPT2, 0},       {"jina-de", &F_GPT2, 0},        {"gigachat", &F_GPT2, 0},
+    {"jina-v2-es", &F_GPT2, 0},    {"jina-v2-de", &F_GPT2, 0},     {"a.x-4.0", &F_GPT2, 0},
+    {"mellum", &F_GPT2, 0},        {"modern-bert", &F_GPT2, 0},    {"jina-v1-en", &F_GPT2, 0},
+    {"jina-v2-code", &F_GPT2, 0},  {"roberta-bpe", &F_GPT2, 0},
+};
+
+struct tok_pretok {
+    const family *fam;
+    pcre2_code *code[MAX_RE];
+    int n;
+};
+
+void pretok_free(tok_pretok *p) {
+    if (!p) return;
+    for (int i = 0; i < p->n; i++) pcre2_code_free(p->code[i]);
+    free(p);
+}
+
+void pretok_match_data_free(void *md) {
+    if (md) pcre2_match_data_free(md);
+}
+
+static int compile_one(tok_pretok *p, const char *re, strata_err *err) {
+    int ec;
+    PCRE2_SIZE eo;
+    pcre2_code *c = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+                                  &ec, &eo, NULL);
+    if (!c) {
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(ec, msg, sizeof msg);
+        return strata_errf(err, STRATA_EINVAL, "pre-tokenizer %s: regex error at %zu: %s",
+                           p->fam->name, (size_t)eo, (const char *)msg);
+    }
+    pcre2_jit_compile(c, PCRE2_JIT_COMPLETE); /* optional: falls back to the interpreter */
+    p->code[p->n++] = c;
+    return 0;
+}
+
+int pretok_new(tok_pretok **out, const char *name, int *ignore_merges, strata_err *err) {
+    *out = NULL;
+    const family *fam = NULL;
+    for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++)
+        if (strcmp(NAMES[i].name, name) == 0) {
+            fam = NAMES[i].fam;
+            *ignore_merges = NAMES[i].ignore_merges;
+        }
+    if (!fam)
+        return strata_errf(err, STRATA_EUNSUPPORTED,
+                           "tokenizer.ggml.pre '%s': unknown pre-tokenizer; not loaded", name);
+    tok_pretok *p = xcalloc(1, sizeof *p);
+    p->fam = fam;
+    for (int i = 0; i < MAX_RE && fam->re[i]; i++) {
+        int rc = compile_one(p, fam->re[i], err);
+        if (rc) {
+            pretok_free(p);
+            return rc;
+        }
+    }
+    *out = p;
+    return 0;
+}
+
+static void span_push(uint32_t **v, size_t *n, size_t *cap, size_t off, size_t len) {
+    if (*n + 2 > *cap) {
+        *cap = *cap ? *cap * 2 : 256;
+        *v = xrealloc(*v, *cap * sizeof **v);
+    }
+    (*v)[(*n)++] = (uint32_t)off;
+    (*v)[(*n)++] = (uint32_t)len;
+}
+
+/* One regex over every current span: matches and the gaps between them
+ * become the new spans (into s->spans2, then swapped). */
+static int split_by(pcre2_code *code, tok_scratch *s, const char *text, strata_err *err) {
+    pcre2_match_data *md = s->match_data;
+    size_t n2 = 0;
+    for (size_t k = 0; k < s->n_spans; k += 2) {
+        size_t o = s->spans[k], l = s->spans[k + 1], prev = 0, pos = 0;
+        while (pos < l) {
+            int rc = pcre2_match(code, (PCRE2_SPTR)(text + o), l, pos, PCRE2_NO_UTF_CHECK, md,
+                                 NULL);
+            if (rc == PCRE2_ERROR_NOMATCH) break;
+            if (rc < 0)
+                return strata_errf(err, STRATA_EINVAL, "pre-tokenizer: regex match failed (%d)",
+                                   rc);
+            PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+            if (ov[0] > prev) span_push(&s->spans2, &n2, &s->cap_spans2, o + prev, ov[0] - prev);
+            if (ov[1] > ov[0]) span_push(&s->spans2, &n2, &s->cap_spans2, o + ov[0], ov[1] - ov[0]);
+            prev = ov[1];
+            pos = ov[1] > ov[0] ? ov[1] : ov[1] + 1; /* no pattern here matches empty */
+            while (pos < l && ((unsigned char)text[o + pos] & 0xC0) == 0x80) pos++;
+        }
+        if (prev < l) span_push(&s->spans2, &n2, &s->cap_spans2, o + prev, l - prev);
+    }
+    uint32_t *t = s->spans;
+    size_t tc = s->cap_spans;
+    s->spans = s->spans2;
+    s->cap_spans = s->cap_spans2;
+    s->spans2 = t;
+    s->cap_spans2 = tc;
+    s->n_spans = n2;
+    return 0;
+}
+
+int pretok_split(const tok_pretok *p, tok_scratch *s, const char *text, size_t len,
+                 strata_err *err) {
+    if (!s->match_data) s->match_data = pcre2_match_data_create(4, NULL);
+    s->n_spans = 0;
+    if (len == 0) return 0;
+    span_push(&s->spans, &s->n_spans, &s->cap_spans, 0, len);
+    for (int i = 0; i < p->n; i++) {
+        int rc = split_by(p->code[i], s, text, err);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* ---- UTF-8 cleaning --------------------------------------------------------- */
+
+/* Length of the strictly valid sequence at p (RFC 3629), 0 if invalid. */
+static size_t valid_seq(const unsigned char *p, size_t n) {
+    unsigned char b = p[0];
+    if (b < 0x80) return 1;
+    size_t k = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC2 ? 2 : 0;
+    if (k == 0 || b > 0xF4 || k > n) return 0;
+    for (size_t i = 1; i < k; i++)
+        if ((p[i] & 0xC0) != 0x80) return 0;
+    if (b == 0xE0 && p[1] < 0xA0) return 0; /* overlong */
+    if (b == 0xED && p[1] >= 0xA0) return 0; /* surrogate */
+    if (b == 0xF0 && p[1] < 0x90) return 0; /* overlong */
+    if (b == 0xF4 && p[1] >= 0x90) return 0; /* > U+10FFFF */
+    return k;
+}
+
+/* llama.cpp's lenient decoder: the lead byte gives the length, only the
+ * continuation bytes' top bits are checked; otherwise one byte -> U+FFFD. */
+uint32_t utf8_decode_lenient(const char *s, size_t n, size_t *used) {
+    const unsigned char *p = (const unsigned char *)s;
+    unsigned char b = p[0];
+    *used = 1;
+    if (b < 0x80) return b;
+    size_t k = !(b & 0x40) ? 0 : !(b & 0x20) ? 2 : !(b & 0x10) ? 3 : !(b & 0x08) ? 4 : 0;
+    if (k == 0 || k > n) return 0xFFFD;
+    for (size_t i = 1; i < k; i++)
+        if ((p[i] & 0xC0) != 0x80) return 0xFFFD;
+    uint32_t c = b & (0x7F >> k);
+    for (size_t i = 1; i < k; i++) c = (c << 6) | (p[i] & 0x3F);
+    *used = k;
+    return c;
+}
+
+size_t utf8_put(char *o, uint32_t c) {
+    if (c < 0x80) { o[0] = (char)c; return 1; }
+    if (c < 0x800) { o[0] = (char)(0xC0 | c >> 6); o[1] = (char)(0x80 | (c & 63)); return 2; }
+    if (c < 0x10000) {
+        o[0] = (char)(0xE0 | c >> 12);
+        o[1] = (char)(0x80 | ((c >> 6) & 63));
+        o[2] = (char)(0x80 | (c & 63));
+        return 3;
+    }
+    o[0] = (char)(0xF0 | c >> 18);
+    o[1] = (char)(0x80 | ((c >> 12) & 63));
+    o[2] = (char)(0x80 | ((c >> 6) & 63));
+    o[3] = (char)(0x80 | (c & 63));
+    return 4;
+}
+
+char *utf8_clean(const char *text, size_t len, size_t *out_len) {
+    const unsigned char *p = (const unsigned char *)text;
+    size_t i = 0;
+    while (i < len) {
+        size_t k = valid_seq(p + i, len - i);
+        if (!k) break;
+        i += k;
+    }
+    if (i == len) return NULL;
+    /* Re-encode what llama.cpp decodes: overlong forms become the proper
+     * encoding as there; surrogates and values past U+10FFFF, which
+     * llama.cpp keeps or rejects, become U+FFFD here (PCRE2 needs valid
+     * UTF-8). Every other invalid byte is one U+FFFD, as there. */
+    char *o = xmalloc(len * 3 + 4);
+    memcpy(o, text, i);
+    size_t n = i;
+    while (i < len) {
+        size_t used;
+        uint32_t c = utf8_decode_lenient(text + i, len - i, &used);
+        if ((c >= 0xD800 && c < 0xE000) || c > 0x10FFFF) c = 0xFFFD;
+        n += utf8_put(o + n, c);
+        i += used;
+    }
+    *out_len = n;
+    return o;
+}

@@ -1,0 +1,220 @@
+/* test_forward.c - the forward pass: agreement with a float64 reference,
+ * and batch invariance (bit-identical logits whatever the chunking, decode
+ * or company in the batch), on synthetic models of every architecture and
+ * weight type, and on the real default model. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/mem.h"
+#include "model/engine.h"
+#include "test.h"
+
+static const char *SYNTH[] = {"llama-f32", "llama-f16", "llama-bf16", "llama-q8_0",
+                              "llama-q4_0", "llama-q4_1", "llama-q4_k", "llama-q5_k",
+                              "llama-q6_k", "qwen2-q5_0", "qwen3-q5_1"};
+#define N_SYNTH (int)(sizeof SYNTH / sizeof SYNTH[0])
+
+typedef struct ref_logits {
+    int n_tok, n_vocab;
+    int32_t *tokens;
+    float *logits; /* [n_tok][n_vocab] */
+} ref_logits;
+
+static int read_ref(const char *path, ref_logits *r) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    uint32_t hdr[2];
+    int ok = fread(hdr, 4, 2, f) == 2;
+    if (ok) {
+        r->n_tok = (int)hdr[0];
+        r->n_vocab = (int)hdr[1];
+        r->tokens = xmalloc((size_t)r->n_tok * 4);
+        r->logits = xmalloc((size_t)r->n_tok * r->n_vocab * 4);
+        ok = fread(r->tokens, 4, (size_t)r->n_tok, f) == (size_t)r->n_tok &&
+             fread(r->logits, 4, (size_t)r->n_tok * r->n_vocab, f) == (size_t)r->n_tok * r->n_vocab;
+    }
+    fclose(f);
+    return ok ? 0 : -1;
+}
+
+static engine *open_engine(const char *path, int max_batch, int threads) {
+    strata_err err = {0};
+    engine_params p = {.model_path = path, .n_threads = threads, .n_ctx = 4096, .block_tokens = 16,
+                       .max_batch = max_batch};
+    engine *e = NULL;
+    if (engine_open(&e, &p, &err)) test_fail(__FILE__, __LINE__, "engine_open: %s", err.msg);
+    return e;
+}
+
+/* Logits of every position of tokens[0..n), fed in chunks whose sizes
+ * cycle through `chunks` (0-terminated). */
+static float *all_logits(engine *e, const int32_t *tokens, int n, const int *chunks) {
+    int V = e->m->hp.n_vocab;
+    float *out = xmalloc((size_t)n * V * sizeof(float));
+    kv_seq s;
+    kv_seq_init(&s);
+    kv_seq *seqs[4096];
+    int32_t pos[4096];
+    int8_t want[4096];
+    strata_err err = {0};
+    for (int done = 0, ci = 0; done < n; ci++) {
+        if (!chunks[ci]) ci = 0;
+        int c = chunks[ci] < n - done ? chunks[ci] : n - done;
+        for (int i = 0; i < c; i++) {
+            seqs[i] = &s;
+            pos[i] = done + i;
+            want[i] = 1;
+        }
+        fwd_batch b = {.n = c, .tokens = tokens + done, .seqs = seqs, .pos = pos, .want = want};
+        if (fwd_run(e->fwd, &b, out + (size_t)done * V, &err))
+            test_fail(__FILE__, __LINE__, "fwd_run: %s", err.msg);
+        done += c;
+    }
+    kv_seq_release(&e->kv, &s);
+    return out;
+}
+
+/* Two sequences interleaved token by token in one batch. Returns the
+ * logits of sequence A (tokens a) in position order. */
+static float *interleaved_logits(engine *e, const int32_t *a, const int32_t *bt, int n) {
+    int V = e->m->hp.n_vocab;
+    float *out = xmalloc((size_t)n * V * sizeof(float)), *both = xmalloc((size_t)2 * n * V * 4);
+    kv_seq sa, sb;
+    kv_seq_init(&sa);
+    kv_seq_init(&sb);
+    int32_t toks[8192], pos[8192];
+    kv_seq *seqs[8192];
+    for (int i = 0; i < n; i++) {
+        toks[2 * i] = bt[i], toks[2 * i + 1] = a[i];
+        pos[2 * i] = pos[2 * i + 1] = i;
+        seqs[2 * i] = &sb, seqs[2 * i + 1] = &sa;
+    }
+    int8_t want[8192];
+    memset(want, 1, sizeof want);
+    strata_err err = {0};
+    fwd_batch b = {.n = 2 * n, .tokens = toks, .seqs = seqs, .pos = pos, .want = want};
+    if (fwd_run(e->fwd, &b, both, &err)) test_fail(__FILE__, __LINE__, "fwd_run: %s", err.msg);
+    for (int i = 0; i < n; i++)
+        memcpy(out + (size_t)i * V, both + (size_t)(2 * i + 1) * V, (size_t)V * 4);
+    kv_seq_release(&e->kv, &sa);
+    kv_seq_release(&e->kv, &sb);
+    free(both);
+    return out;
+}
+
+static void check_same(const float *x, const float *y, int n, int V, const char *what) {
+    for (int t = 0; t < n; t++)
+        if (memcmp(x + (size_t)t * V, y + (size_t)t * V, (size_t)V * 4) != 0) {
+            test_fail(__FILE__, __LINE__, "%s: logits at position %d differ", what, t);
+            return;
+        }
+}
+
+static void check_invariance(const char *path, const int32_t *toks, int n, int threads) {
+    static const int one_chunk[] = {4096, 0}, uneven[] = {1, 7, 3, 13, 2, 0}, decode[] = {1, 0};
+    engine *e = open_engine(path, 1024, threads);
+    if (!e) return;
+    int V = e->m->hp.n_vocab;
+    float *ref = all_logits(e, toks, n, one_chunk);
+    float *u = all_logits(e, toks, n, uneven), *d = all_logits(e, toks, n, decode);
+    check_same(ref, u, n, V, "chunks 1,7,3,13,2");
+    check_same(ref, d, n, V, "token by token");
+    int32_t other[512];
+    for (int i = 0; i < n; i++) other[i] = (toks[i] * 7 + 3) % V;
+    float *mix = interleaved_logits(e, toks, other, n);
+    check_same(ref, mix, n, V, "interleaved with another sequence");
+    free(ref), free(u), free(d), free(mix);
+    engine_close(e);
+}
+
+/* Largest |ours - ref| over all positions, relative to the largest |ref|. */
+static double rel_error(const float *ours, const float *ref, size_t n) {
+    double maxdiff = 0, maxref = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)ours[i] - ref[i]);
+        if (d > maxdiff) maxdiff = d;
+        if (fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
+    }
+    return maxdiff / (maxref > 0 ? maxref : 1);
+}
+
+TEST(fwd_synthetic_matches_reference) {
+    static const int one_chunk[] = {4096, 0};
+    for (int i = 0; i < N_SYNTH; i++) {
+        char gg[256], rf[256];
+        snprintf(gg, sizeof gg, "%s", test_data("models/"));
+        snprintf(gg + strlen(gg), sizeof gg - strlen(gg), "%s.gguf", SYNTH[i]);
+        snprintf(rf, sizeof rf, "%.*s.ref", (int)(strlen(gg) - 5), gg);
+        ref_logits r;
+        if (read_ref(rf, &r)) {
+            test_fail(__FILE__, __LINE__, "%s: missing reference (make testdata)", rf);
+            continue;
+        }
+        engine *e = open_engine(gg, 512, 2);
+        if (!e) continue;
+        CHECK_EQ_INT(e->m->hp.n_vocab, r.n_vocab);
+        float *ours = all_logits(e, r.tokens, r.n_tok, one_chunk);
+        double rel = rel_error(ours, r.logits, (size_t)r.n_tok * r.n_vocab);
+        /* 8-bit activations bound the error to a few percent of the range;
+         * a wrong rope, mask or layout gives errors of order 1. */
+        CHECK_MSG(rel < 0.05, "%s: max error %.4f of the logit range vs float64 reference",
+                  SYNTH[i], rel);
+        free(ours), free(r.tokens), free(r.logits);
+        engine_close(e);
+    }
+}
+
+TEST(fwd_synthetic_batch_invariance) {
+    for (int i = 0; i < N_SYNTH; i++) {
+        char gg[256];
+        snprintf(gg, sizeof gg, "%s", test_data("models/"));
+        snprintf(gg + strlen(gg), sizeof gg - strlen(gg), "%s.gguf", SYNTH[i]);
+        int32_t toks[40];
+        for (int t = 0; t < 40; t++) toks[t] = (t * 37 + 11) % 200;
+        check_invariance(gg, toks, 40, 2);
+    }
+}
+
+TEST(fwd_invariance_across_thread_counts) {
+    static const int one_chunk[] = {4096, 0};
+    char gg[256];
+    snprintf(gg, sizeof gg, "%s", test_data("models/llama-q4_1.gguf"));
+    int32_t toks[33];
+    for (int t = 0; t < 33; t++) toks[t] = (t * 13 + 5) % 200;
+    engine *e1 = open_engine(gg, 512, 1), *e3 = open_engine(gg, 512, 3);
+    if (!e1 || !e3) return;
+    float *a = all_logits(e1, toks, 33, one_chunk), *b = all_logits(e3, toks, 33, one_chunk);
+    check_same(a, b, 33, e1->m->hp.n_vocab, "1 thread vs 3 threads");
+    free(a), free(b);
+    engine_close(e1);
+    engine_close(e3);
+}
+
+TEST(fwd_rejects_bad_batches) {
+    engine *e = open_engine(test_data("models/llama-q4_1.gguf"), 8, 1);
+    if (!e) return;
+    kv_seq s;
+    kv_seq_init(&s);
+    kv_seq *sp[9] = {&s, &s, &s, &s, &s, &s, &s, &s, &s};
+    int32_t toks[9] = {0}, pos[9] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+    float *logits = xmalloc((size_t)e->m->hp.n_vocab * 9 * 4);
+    strata_err err = {0};
+    fwd_batch big = {.n = 9, .tokens = toks, .seqs = sp, .pos = pos};
+    CHECK(fwd_run(e->fwd, &big, logits, &err) == STRATA_EINVAL);
+    int32_t gap = 5, bad_tok = 1 << 30, zero = 0;
+    fwd_batch b1 = {.n = 1, .tokens = toks, .seqs = sp, .pos = &gap};
+    CHECK(fwd_run(e->fwd, &b1, logits, &err) == STRATA_EINVAL);
+    fwd_batch b2 = {.n = 1, .tokens = &bad_tok, .seqs = sp, .pos = &zero};
+    CHECK(fwd_run(e->fwd, &b2, logits, &err) == STRATA_EINVAL);
+    CHECK_EQ_INT(s.n_pos, 0);
+    kv_seq_release(&e->kv, &s);
+    free(logits);
+    engine_close(e);
+}
+
+TEST(real_fwd_batch_invariance) {
+    int32_t toks[96];
+    for (int t = 0; t < 96; t++) toks[t] = (t * 7919 + 17) % 49152;
+    check_invariance(test_real_model(), toks, 96, 2);
+}

@@ -1,0 +1,34 @@
+"""Reference logits for the synthetic models (tools/testdata_models.py).
+
+For each outdir/models/NAME.gguf writes NAME.ref: a float64 numpy forward
+pass (tools/ref_forward.py) over a fixed token sequence. Layout, little-
+endian: u32 n_tokens, u32 n_vocab, i32 tokens[n_tokens],
+f32 logits[n_tokens][n_vocab] (every position). Runs after
+testdata_models (modules run in name order).
+"""
+import glob
+import os
+import struct
+
+import numpy as np
+
+from ref_forward import RefModel
+
+N_TOKENS = 24
+
+
+def reference_tokens(n_vocab, n=N_TOKENS, seed=7):
+    rng = np.random.default_rng(seed)
+    return [int(t) for t in rng.integers(0, n_vocab, size=n)]
+
+
+def generate(outdir):
+    for path in sorted(glob.glob(os.path.join(outdir, "models", "*.gguf"))):
+        m = RefModel(path)
+        n_vocab = m.t["token_embd.weight"].shape[0]
+        toks = reference_tokens(n_vocab)
+        logits = m.forward(toks).astype(np.float32)
+        with open(path[:-5] + ".ref", "wb") as f:
+            f.write(struct.pack("<II", len(toks), n_vocab))
+            f.write(np.asarray(toks, dtype="<i4").tobytes())
+            f.write(logits.astype("<f4").tobytes())
