@@ -39,11 +39,19 @@ const quant_traits *quant_get(uint32_t type) {
     return &TRAITS[type];
 }
 
+/* Names of ggml types Strata cannot load, for clear error messages. */
+static const char *const OTHER_NAMES[QT_COUNT] = {
+    [16] = "IQ2_XXS", [17] = "IQ2_XS", [18] = "IQ3_XXS", [19] = "IQ1_S", [20] = "IQ4_NL",
+    [21] = "IQ3_S", [22] = "IQ2_S", [23] = "IQ4_XS", [24] = "I8", [25] = "I16", [26] = "I32",
+    [27] = "I64", [28] = "F64", [29] = "IQ1_M", [34] = "TQ1_0", [35] = "TQ2_0", [39] = "MXFP4",
+};
+
 const char *quant_name(uint32_t type) {
     static _Thread_local char buf[24];
     const quant_traits *tr = quant_get(type);
     if (tr) return tr->name;
-    snprintf(buf, sizeof buf, "type %u", type);
+    if (type < QT_COUNT && OTHER_NAMES[type]) return OTHER_NAMES[type];
+    snprintf(buf, sizeof buf, "unknown type id %u", type);
     return buf;
 }
 

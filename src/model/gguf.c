@@ -181,7 +181,7 @@ static int parse_tensor_info(cursor *c, gguf_tensor *t, uint64_t index) {
 static int tensor_size(const gguf_file *f, gguf_tensor *t, strata_err *err) {
     const quant_traits *q = quant_get(t->type);
     if (!q)
-        return strata_errf(err, STRATA_EUNSUPPORTED, "%s: tensor '%.*s': unknown tensor type %s",
+        return strata_errf(err, STRATA_EUNSUPPORTED, "%s: tensor '%.*s': unsupported tensor type %s",
                            f->path, (int)t->name.len, t->name.ptr, quant_name(t->type));
     if (t->ne[0] % q->blck)
         return strata_errf(err, STRATA_EFORMAT,
