@@ -207,7 +207,8 @@ TEST(quant_bf16_round) {
 
 TEST(quant_type_traits) {
     CHECK_STR(quant_name(QT_Q4_1), "Q4_1");
-    CHECK_STR(quant_name(17), "type 17");
+    CHECK_STR(quant_name(17), "IQ2_XS");
+    CHECK_STR(quant_name(33), "unknown type id 33");
     CHECK(quant_get(QT_Q2_K) && !quant_get(QT_Q2_K)->is_weight);
     CHECK(quant_get(99) == NULL);
     CHECK_EQ_INT(quant_row_bytes(QT_Q4_1, 576), 18 * 20);

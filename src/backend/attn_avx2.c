@@ -1,56 +1,117 @@
-/* attn_avx2.c - attention with AVX2/FMA/F16C (head_dim a multiple of 8;
- * other sizes fall back to the scalar path). */
+/* attn_avx2.c - attention with AVX2/FMA/F16C.
+ *
+ * Scores are computed eight keys at a time: one accumulator per key, then
+ * a transpose-and-add tree gives the eight dot products in one register,
+ * so no key pays a full horizontal sum. Key j always sits in lane j % 8 of
+ * the group starting at j - j % 8, and each lane's additions happen in the
+ * same tree order, so a score depends only on q and its key row. exp runs
+ * vectorised with a fixed polynomial. head_dim must be a multiple of 8 (at
+ * most 256); other shapes use the scalar path. */
 #include <immintrin.h>
 #include <math.h>
 
 #include "backend/attn.h"
 
-static float hsum8(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
+#define MAX_DIM 256
+
+static inline const uint16_t *row_at(const uint16_t *const *blocks, int B, int stride, int j) {
+    return blocks[j / B] + (size_t)(j % B) * stride;
 }
 
-static float dot_q_k(const float *q, const uint16_t *k, int d) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int i = 0; i < d; i += 8) {
-        __m256 kv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i)));
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), kv, acc);
+/* Lane u of the result = sum of the 8 lanes of acc[u]. */
+static inline __m256 sum8x8(const __m256 acc[8]) {
+    __m256 a = _mm256_hadd_ps(acc[0], acc[1]), b = _mm256_hadd_ps(acc[2], acc[3]);
+    __m256 c = _mm256_hadd_ps(acc[4], acc[5]), d = _mm256_hadd_ps(acc[6], acc[7]);
+    __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
+    /* ab = [k0 k1 k2 k3 | k0' k1' k2' k3'] (low and high halves of keys 0-3) */
+    __m256 lo = _mm256_permute2f128_ps(ab, cd, 0x20), hi = _mm256_permute2f128_ps(ab, cd, 0x31);
+    return _mm256_add_ps(lo, hi);
+}
+
+/* e^x for x <= 0 (scores minus their max); exact 0 below -87. */
+static inline __m256 exp256(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.0f);
+    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lo);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+/* scores[j] = scale * q.k_j for j < n_kv (the last group may write past
+ * n_kv up to the next multiple of 8; the caller's buffer allows it). */
+static float scores_and_max(const attn_args *a) {
+    int B = a->block_tokens, nv = a->head_dim / 8;
+    __m256 q[MAX_DIM / 8], mx = _mm256_set1_ps(-INFINITY), scale = _mm256_set1_ps(a->scale);
+    for (int i = 0; i < nv; i++) q[i] = _mm256_loadu_ps(a->q + 8 * i);
+    for (int j0 = 0; j0 < a->n_kv; j0 += 8) {
+        __m256 acc[8];
+        for (int u = 0; u < 8; u++) {
+            int j = j0 + u < a->n_kv ? j0 + u : a->n_kv - 1;
+            const uint16_t *k = row_at(a->k_blocks, B, a->stride, j);
+            acc[u] = _mm256_setzero_ps();
+            for (int i = 0; i < nv; i++)
+                acc[u] = _mm256_fmadd_ps(q[i], _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + 8 * i))), acc[u]);
+        }
+        __m256 s = _mm256_mul_ps(sum8x8(acc), scale);
+        _mm256_storeu_ps(a->scores + j0, s);
+        mx = _mm256_max_ps(mx, s); /* tail lanes repeat key n_kv - 1: harmless */
     }
-    return hsum8(acc);
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    return _mm_cvtss_f32(m4);
+}
+
+/* scores[j] = exp(scores[j] - mx); returns their sum (fixed lane order). */
+static float exp_and_sum(const attn_args *a, float mx) {
+    __m256 m = _mm256_set1_ps(mx), sum = _mm256_setzero_ps();
+    int full = a->n_kv & ~7;
+    for (int j = 0; j < full; j += 8) {
+        __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(a->scores + j), m));
+        _mm256_storeu_ps(a->scores + j, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    if (full < a->n_kv) {
+        float tail[8] = {0};
+        for (int j = full; j < a->n_kv; j++) tail[j - full] = a->scores[j] - mx;
+        for (int j = a->n_kv - full; j < 8; j++) tail[j] = -INFINITY;
+        __m256 e = exp256(_mm256_loadu_ps(tail));
+        _mm256_storeu_ps(tail, e);
+        for (int j = full; j < a->n_kv; j++) a->scores[j] = tail[j - full];
+        sum = _mm256_add_ps(sum, e);
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, sum);
+    return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
 }
 
 void attn_head_avx2(const attn_args *a) {
-    int B = a->block_tokens, d = a->head_dim;
-    if (d % 8 || d > 512) {
+    int B = a->block_tokens, nv = a->head_dim / 8;
+    if (a->head_dim % 8 || a->head_dim > MAX_DIM) {
         attn_head_scalar(a);
         return;
     }
-    float mx = -INFINITY;
-    for (int j = 0; j < a->n_kv; j++) {
-        const uint16_t *k = a->k_blocks[j / B] + (size_t)(j % B) * a->stride;
-        float s = dot_q_k(a->q, k, d) * a->scale;
-        a->scores[j] = s;
-        if (s > mx) mx = s;
-    }
-    float sum = 0;
-    for (int j = 0; j < a->n_kv; j++) {
-        a->scores[j] = expf(a->scores[j] - mx);
-        sum += a->scores[j];
-    }
-    float inv = 1.0f / sum;
-    __m256 acc[64];
-    int nv = d / 8;
+    float mx = scores_and_max(a);
+    float inv = 1.0f / exp_and_sum(a, mx);
+    __m256 acc[MAX_DIM / 8];
     for (int i = 0; i < nv; i++) acc[i] = _mm256_setzero_ps();
     for (int j = 0; j < a->n_kv; j++) {
-        const uint16_t *v = a->v_blocks[j / B] + (size_t)(j % B) * a->stride;
-        __m256 p = _mm256_set1_ps(a->scores[j] * inv);
-        for (int i = 0; i < nv; i++) {
-            __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + 8 * i)));
-            acc[i] = _mm256_fmadd_ps(p, vv, acc[i]);
-        }
+        const uint16_t *v = row_at(a->v_blocks, B, a->stride, j);
+        __m256 p = _mm256_set1_ps(a->scores[j]);
+        for (int i = 0; i < nv; i++)
+            acc[i] = _mm256_fmadd_ps(p, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + 8 * i))), acc[i]);
     }
-    for (int i = 0; i < nv; i++) _mm256_storeu_ps(a->out + 8 * i, acc[i]);
+    __m256 s = _mm256_set1_ps(inv);
+    for (int i = 0; i < nv; i++) _mm256_storeu_ps(a->out + 8 * i, _mm256_mul_ps(acc[i], s));
 }

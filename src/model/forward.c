@@ -275,9 +275,10 @@ typedef struct {
 static void attn_worker(void *p, int ith, int nth) {
     attn_job *j = p;
     int heads = j->c->m->hp.n_head;
-    long lo, hi;
-    pool_range((long)j->a->b->n * heads, ith, nth, &lo, &hi);
-    for (long i = lo; i < hi; i++) attend(j->c, j->a, (int)(i / heads), (int)(i % heads), ith);
+    /* Causal work grows with the position: deal (token, head) pairs out
+     * round-robin so every thread gets early and late tokens alike. */
+    for (long i = ith; i < (long)j->a->b->n * heads; i += nth)
+        attend(j->c, j->a, (int)(i / heads), (int)(i % heads), ith);
 }
 
 static void swiglu_row(fwd_ctx *c, void *arg, int t) {
@@ -328,7 +329,7 @@ static void ensure_scratch(fwd_ctx *c, int max_kv) {
     int nth = pool_size(c->threads), B = c->kv->block_tokens;
     if (max_kv > c->scores_cap) {
         free(c->scores);
-        c->scores_cap = max_kv + 256;
+        c->scores_cap = max_kv + 256; /* kernels may write up to 8 past n_kv */
         c->scores = xmalloc((size_t)nth * c->scores_cap * sizeof(float));
     }
     int nb = (max_kv + B - 1) / B;

@@ -205,6 +205,9 @@ static size_t byte_encode(const tokenizer *t, tok_scratch *s, const char *w, siz
     return n;
 }
 
+/* Merge until no adjacent pair has a rank. The left symbol absorbs the
+ * right one, so a queued pair is stale exactly when a side is empty or
+ * its sizes changed; text comparison (llama.cpp) is not needed. */
 static void merge_all(const tokenizer *t, tok_scratch *s, size_t n_syms) {
     s->n_heap = 0;
     for (size_t i = 1; i < n_syms; i++) try_pair(t, s, (int32_t)i - 1, (int32_t)i);

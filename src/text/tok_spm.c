@@ -31,6 +31,8 @@ static int spm_better(const tok_pair *a, const tok_pair *b) {
     return a->score > b->score || (a->score == b->score && a->left < b->left);
 }
 
+/* Queue (l, r) if their concatenation is any token (control and byte
+ * tokens included, as in llama.cpp), scored by that token. */
 static void try_pair(const tokenizer *t, tok_scratch *s, int32_t l, int32_t r) {
     if (l < 0 || r < 0) return;
     uint32_t size = s->syms[l].len + s->syms[r].len;
@@ -97,6 +99,8 @@ static void emit(const tokenizer *t, tok_scratch *s, tok_ids *out) {
     }
 }
 
+/* A pair is stale when either side was merged away or grew since it was
+ * queued: the byte sizes no longer add up to the queued size. */
 void spm_encode(const tokenizer *t, tok_scratch *s, const char *text, size_t len,
                 int space_prefix, tok_ids *out) {
     escape(s, text, len, space_prefix);

@@ -30,6 +30,7 @@ static uint64_t hash_bytes(const char *p, size_t n) {
     return h;
 }
 
+/* Slots are kept at most half full, so probe runs stay short. */
 void strtab_init(tok_strtab *s, int32_t expect) {
     memset(s, 0, sizeof *s);
     uint32_t cap = 64;
@@ -73,6 +74,8 @@ static void grow_slots(tok_strtab *s) {
     }
 }
 
+/* Strings are stored by offset, not pointer: the pool may move when it
+ * grows, and ids stay valid. */
 static int32_t append(tok_strtab *s, const char *p, size_t n) {
     if (s->n == s->cap) {
         s->cap *= 2;
@@ -135,6 +138,10 @@ tok_sym *scratch_syms(tok_scratch *s, size_t n) {
     return s->syms;
 }
 
+/* The merge queues delete lazily: a pair made stale by an earlier merge
+ * stays in the heap and is skipped when popped, which is cheaper than
+ * finding and removing it (and is what llama.cpp does, so ties resolve
+ * the same way). */
 void heap_push(tok_scratch *s, const tok_pair *p, pair_better better) {
     if (s->n_heap == s->cap_heap) {
         s->cap_heap = s->cap_heap ? s->cap_heap * 2 : 128;

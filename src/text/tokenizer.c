@@ -162,6 +162,8 @@ static char *make_piece(const tokenizer *t, int32_t i, size_t *len) {
     return NULL;
 }
 
+/* All pieces are computed once at load (about 0.5 MB for 50k tokens) so
+ * that tok_piece, called once per generated token, is a memcpy. */
 static void build_pieces(tokenizer *t) {
     size_t cap = 1 << 16, used = 0;
     t->pieces = xmalloc(cap);
@@ -235,6 +237,8 @@ int tok_load(tokenizer **out, const gguf_file *f, strata_err *err) {
 
 /* ---- encoding ------------------------------------------------------------------- */
 
+/* Fragments between special tokens are encoded one by one, and never
+ * merged across a special: BPE and SPM both restart after one. */
 int tok_encode(const tokenizer *t, const char *text, size_t len, int parse_special,
                int32_t **ids, size_t *n, strata_err *err) {
     *ids = NULL;
