@@ -55,7 +55,7 @@ $(MODEL):
 
 # Generated fixtures (tiny models, reference vectors from the gguf package).
 testdata: test-deps
-	@$(PYTHON) tools/gen_testdata.py tests/data/gen
+	@STRATA_MODEL=$(abspath $(MODEL)) $(PYTHON) tools/gen_testdata.py tests/data/gen
 
 unit-test: build/strata-tests strata
 	TEST_DATA_DIR=tests/data/gen STRATA_MODEL=$(abspath $(MODEL)) build/strata-tests
@@ -71,6 +71,13 @@ run: deps
 
 bench: strata model
 	$(PYTHON) bench/bench_vs_llamacpp.py --model $(MODEL)
+
+# Reference vectors from llama.cpp (committed; need llama-cpp-python).
+oracle-refs: model
+	$(PYTHON) tools/oracle_refs.py --model $(MODEL) --out tests/data/oracle
+
+tok-refs: model testdata
+	$(PYTHON) tools/tok_refs.py
 
 clean:
 	rm -rf build strata

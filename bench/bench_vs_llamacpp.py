@@ -74,7 +74,9 @@ def load_note():
 
 
 def mean_sd(xs):
-    return {"mean": statistics.fmean(xs), "sd": statistics.stdev(xs) if len(xs) > 1 else 0.0}
+    """Summary of per-rep tok/s; max is the least disturbed rep."""
+    return {"mean": statistics.fmean(xs), "sd": statistics.stdev(xs) if len(xs) > 1 else 0.0,
+            "max": max(xs), "runs": [round(x, 3) for x in xs]}
 
 
 # ---------------------------------------------------------------------------

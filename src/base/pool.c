@@ -9,7 +9,8 @@
 
 #include "base/mem.h"
 
-#define SPIN_ITERS 200000 /* ~ tens of microseconds before sleeping */
+#define SPIN_ITERS 50000 /* polls before sleeping on the condition variable */
+#define YIELD_AFTER 2000 /* pause-polls (~ a few microseconds) before yielding */
 
 struct pool {
     int n;
@@ -35,11 +36,18 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+/* Pause briefly, then give the core away: on a loaded machine a waiter
+ * that keeps spinning steals the time the thread it waits for needs. */
+static inline void backoff(int i) {
+    if (i < YIELD_AFTER) cpu_relax();
+    else sched_yield();
+}
+
 static unsigned wait_for_job(pool *p, unsigned seen) {
     for (int i = 0; i < SPIN_ITERS; i++) {
         unsigned g = atomic_load_explicit(&p->gen, memory_order_acquire);
         if (g != seen) return g;
-        cpu_relax();
+        backoff(i);
     }
     pthread_mutex_lock(&p->mu);
     p->sleepers++;
@@ -95,7 +103,7 @@ void pool_run(pool *p, pool_fn fn, void *ctx) {
     atomic_store(&p->pending, p->n - 1);
     publish(p);
     fn(ctx, 0, p->n);
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) cpu_relax();
+    for (int i = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; i++) backoff(i);
 }
 
 int pool_size(const pool *p) { return p->n; }
