@@ -76,8 +76,8 @@ bench: strata model
 oracle-refs: model
 	$(PYTHON) tools/oracle_refs.py --model $(MODEL) --out tests/data/oracle
 
-tok-refs: model testdata
-	$(PYTHON) tools/tok_refs.py
+tok-refs: model
+	STRATA_MODEL=$(abspath $(MODEL)) $(PYTHON) tools/tok_refs.py
 
 clean:
 	rm -rf build strata
