@@ -14,8 +14,30 @@
 
 #define MAX_DIM 256
 
-static inline const uint16_t *row_at(const uint16_t *const *blocks, int B, int stride, int j) {
-    return blocks[j / B] + (size_t)(j % B) * stride;
+/* Walks key/value rows in position order without a division per row. */
+typedef struct row_cursor {
+    const uint16_t *const *blocks;
+    const uint16_t *row;
+    int B, stride, off, block, left; /* left: rows after the current one */
+} row_cursor;
+
+static inline void cursor_init(row_cursor *c, const uint16_t *const *blocks, int B, int stride, int n) {
+    *c = (row_cursor){blocks, blocks[0], B, stride, 0, 0, n - 1};
+}
+
+/* Current row; then advance unless it was the last (which then repeats). */
+static inline const uint16_t *cursor_next(row_cursor *c) {
+    const uint16_t *r = c->row;
+    if (c->left > 0) {
+        c->left--;
+        if (++c->off == c->B) {
+            c->off = 0;
+            c->row = c->blocks[++c->block];
+        } else {
+            c->row += c->stride;
+        }
+    }
+    return r;
 }
 
 /* Lane u of the result = sum of the 8 lanes of acc[u]. */
@@ -54,11 +76,12 @@ static float scores_and_max(const attn_args *a) {
     int B = a->block_tokens, nv = a->head_dim / 8;
     __m256 q[MAX_DIM / 8], mx = _mm256_set1_ps(-INFINITY), scale = _mm256_set1_ps(a->scale);
     for (int i = 0; i < nv; i++) q[i] = _mm256_loadu_ps(a->q + 8 * i);
+    row_cursor cur;
+    cursor_init(&cur, a->k_blocks, B, a->stride, a->n_kv);
     for (int j0 = 0; j0 < a->n_kv; j0 += 8) {
         __m256 acc[8];
         for (int u = 0; u < 8; u++) {
-            int j = j0 + u < a->n_kv ? j0 + u : a->n_kv - 1;
-            const uint16_t *k = row_at(a->k_blocks, B, a->stride, j);
+            const uint16_t *k = cursor_next(&cur); /* past n_kv: the last row again */
             acc[u] = _mm256_setzero_ps();
             for (int i = 0; i < nv; i++)
                 acc[u] = _mm256_fmadd_ps(q[i], _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + 8 * i))), acc[u]);
@@ -106,8 +129,10 @@ void attn_head_avx2(const attn_args *a) {
     float inv = 1.0f / exp_and_sum(a, mx);
     __m256 acc[MAX_DIM / 8];
     for (int i = 0; i < nv; i++) acc[i] = _mm256_setzero_ps();
+    row_cursor cur;
+    cursor_init(&cur, a->v_blocks, B, a->stride, a->n_kv);
     for (int j = 0; j < a->n_kv; j++) {
-        const uint16_t *v = row_at(a->v_blocks, B, a->stride, j);
+        const uint16_t *v = cursor_next(&cur);
         __m256 p = _mm256_set1_ps(a->scores[j]);
         for (int i = 0; i < nv; i++)
             acc[i] = _mm256_fmadd_ps(p, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + 8 * i))), acc[i]);
