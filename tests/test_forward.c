@@ -218,3 +218,41 @@ TEST(real_fwd_batch_invariance) {
     for (int t = 0; t < 96; t++) toks[t] = (t * 7919 + 17) % 49152;
     check_invariance(test_real_model(), toks, 96, 2);
 }
+
+/* Rewinding a sequence and taking another branch, or forking a shared
+ * prefix, gives exactly the logits of a cold run of the same tokens. */
+TEST(fwd_truncate_and_fork_equal_cold_runs) {
+    static const int one_chunk[] = {4096, 0}, fives[] = {5, 0};
+    engine *e = open_engine(test_data("models/llama-q4_k.gguf"), 512, 2);
+    if (!e) return;
+    int V = e->m->hp.n_vocab;
+    int32_t a[40], b[40];
+    for (int t = 0; t < 40; t++) a[t] = b[t] = (t * 31 + 7) % 300;
+    for (int t = 17; t < 40; t++) b[t] = (t * 11 + 1) % 300; /* branch at 17 */
+    float *cold_b = all_logits(e, b, 40, one_chunk);
+    float *got = xmalloc((size_t)40 * V * 4);
+    strata_err err = {0};
+    kv_seq s, f;
+    kv_seq_init(&s);
+    float *tmp = all_logits(e, a, 40, fives); /* warm the pool with other data */
+    free(tmp);
+    CHECK(fwd_prefill(e->fwd, &s, a, 40, got, &err) == 0);
+    kv_seq_fork(&e->kv, &s, 17, &f);            /* f shares a's first 17 positions */
+    kv_seq_truncate(&e->kv, &s, 17);             /* and s rewinds to the same point */
+    for (int t = 17; t < 40; t++) {
+        kv_seq *sp = &s, *fp = &f;
+        int32_t pos = t;
+        fwd_batch bs = {.n = 1, .tokens = &b[t], .seqs = &sp, .pos = &pos};
+        fwd_batch bf = {.n = 1, .tokens = &b[t], .seqs = &fp, .pos = &pos};
+        float *row = got + (size_t)t * V;
+        CHECK(fwd_run(e->fwd, &bs, row, &err) == 0);
+        CHECK_MSG(memcmp(row, cold_b + (size_t)t * V, (size_t)V * 4) == 0, "truncated: position %d differs", t);
+        CHECK(fwd_run(e->fwd, &bf, row, &err) == 0);
+        CHECK_MSG(memcmp(row, cold_b + (size_t)t * V, (size_t)V * 4) == 0, "forked: position %d differs", t);
+    }
+    kv_seq_release(&e->kv, &s);
+    kv_seq_release(&e->kv, &f);
+    CHECK_EQ_INT(e->kv.n_free, e->kv.n_blocks);
+    free(cold_b), free(got);
+    engine_close(e);
+}
