@@ -23,6 +23,7 @@ const char *strata_strerror(int code) {
     case STRATA_EFORMAT: return "EFORMAT";
     case STRATA_EUNSUPPORTED: return "EUNSUPPORTED";
     case STRATA_ERANGE: return "ERANGE";
+    case STRATA_EBUSY: return "EBUSY";
     default: return "EUNKNOWN";
     }
 }

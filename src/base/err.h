@@ -14,6 +14,7 @@ enum {
     STRATA_EFORMAT = -4,     /* malformed file or data */
     STRATA_EUNSUPPORTED = -5,/* valid but not implemented (type, arch) */
     STRATA_ERANGE = -6,      /* value out of range (context full, ...) */
+    STRATA_EBUSY = -7,       /* no capacity now; retry later */
 };
 
 typedef struct strata_err {

@@ -28,19 +28,17 @@ typedef struct run_state {
 
 static int prompt_tokens(const run_opts *o, run_state *st, int32_t **ids, size_t *n,
                          strata_err *err) {
-    char *text = o->chat ? chat_render(chat_detect(st->e->m->gguf, st->tok), o->system, o->prompt)
-                         : xstrdup(o->prompt);
-    int32_t *raw;
-    size_t n_raw;
-    int rc = tok_encode(st->tok, text, strlen(text), o->chat, &raw, &n_raw, err);
-    free(text);
+    chat_prompt p = {0};
+    if (o->chat) {
+        chat_msg msgs[2] = {{"system", o->system}, {"user", o->prompt}};
+        int first = o->system ? 0 : 1;
+        chat_render_builtin(chat_detect(st->e->m->gguf, st->tok), msgs + first, 2 - first, 1, &p);
+    } else {
+        chat_prompt_add(&p, o->prompt, strlen(o->prompt), 0);
+    }
+    int rc = chat_tokenize(st->tok, &p, tok_add_bos(st->tok), ids, n, err);
+    chat_prompt_free(&p);
     if (rc) return rc;
-    int bos = tok_add_bos(st->tok) && tok_bos(st->tok) >= 0 && !(n_raw && raw[0] == tok_bos(st->tok));
-    *n = n_raw + (size_t)bos;
-    *ids = xmalloc((*n ? *n : 1) * sizeof(int32_t));
-    if (bos) (*ids)[0] = tok_bos(st->tok);
-    memcpy(*ids + bos, raw, n_raw * sizeof(int32_t));
-    free(raw);
     if (*n == 0) return strata_errf(err, STRATA_EINVAL, "prompt is empty");
     if ((int)*n + o->n_predict > st->e->n_ctx)
         return strata_errf(err, STRATA_ERANGE,

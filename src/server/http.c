@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "base/mem.h"
@@ -196,9 +197,9 @@ int http_start(http_server **out, const http_opts *o, http_handler h, void *app,
     s->daemon = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
             MHD_USE_ITC,
-        (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &addr,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)o->timeout_s, MHD_OPTION_EXTERNAL_LOGGER, log_mhd, s, MHD_OPTION_END);
+        (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, log_mhd, s,
+        MHD_OPTION_SOCK_ADDR, &addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->timeout_s, MHD_OPTION_END);
     if (!s->daemon) {
         free(s);
         return strata_errf(err, STRATA_EIO, "cannot listen on %s:%d (port in use or not permitted)",
@@ -211,6 +212,12 @@ int http_start(http_server **out, const http_opts *o, http_handler h, void *app,
 }
 
 int http_port(const http_server *s) { return s->port; }
+
+void http_quiesce(http_server *s) {
+    if (!s) return;
+    MHD_socket fd = MHD_quiesce_daemon(s->daemon);
+    if (fd != MHD_INVALID_SOCKET) close(fd);
+}
 
 void http_stop(http_server *s) {
     if (!s) return;

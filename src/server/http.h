@@ -51,6 +51,8 @@ typedef struct http_opts {
 } http_opts;
 
 int http_start(http_server **out, const http_opts *o, http_handler h, void *app, strata_err *err);
+/* Stops accepting new connections; open ones go on. NULL is fine. */
+void http_quiesce(http_server *s);
 /* Stops accepting, waits for connection threads to finish; NULL is fine. */
 void http_stop(http_server *s);
 /* The port actually bound (useful with port 0). */

@@ -1,4 +1,4 @@
-/* chat.c - ChatML and Llama 3 single-turn rendering (see chat.h). */
+/* chat.c - segmented prompts and the ChatML / Llama 3 formats (chat.h). */
 #include "text/chat.h"
 
 #include <stdio.h>
@@ -6,6 +6,61 @@
 #include <string.h>
 
 #include "base/mem.h"
+
+void chat_prompt_add(chat_prompt *p, const char *text, size_t len, int special) {
+    if (len == 0) return;
+    chat_seg *last = p->n ? &p->segs[p->n - 1] : NULL;
+    if (last && last->special == special && special) { /* merge adjacent template text */
+        last->text = xrealloc(last->text, last->len + len + 1);
+        memcpy(last->text + last->len, text, len);
+        last->len += len;
+        last->text[last->len] = 0;
+        return;
+    }
+    if (p->n == p->cap) {
+        p->cap = p->cap ? p->cap * 2 : 16;
+        p->segs = xrealloc(p->segs, (size_t)p->cap * sizeof(chat_seg));
+    }
+    chat_seg *s = &p->segs[p->n++];
+    s->text = xmalloc(len + 1);
+    memcpy(s->text, text, len);
+    s->text[len] = 0;
+    s->len = len;
+    s->special = special;
+}
+
+void chat_prompt_free(chat_prompt *p) {
+    for (int i = 0; i < p->n; i++) free(p->segs[i].text);
+    free(p->segs);
+    memset(p, 0, sizeof *p);
+}
+
+int chat_tokenize(const tokenizer *t, const chat_prompt *p, int add_bos, int32_t **ids,
+                  size_t *n, strata_err *err) {
+    size_t cap = 256, len = 0;
+    int32_t *out = xmalloc(cap * sizeof(int32_t));
+    if (add_bos && tok_bos(t) >= 0) out[len++] = tok_bos(t);
+    for (int i = 0; i < p->n; i++) {
+        int32_t *seg;
+        size_t ns;
+        int rc = tok_encode(t, p->segs[i].text, p->segs[i].len, p->segs[i].special, &seg, &ns, err);
+        if (rc) {
+            free(out);
+            return rc;
+        }
+        size_t skip = (len == 1 && add_bos && ns && seg[0] == out[0]) ? 1 : 0; /* template wrote BOS */
+        if (len + ns > cap) {
+            cap = (len + ns) * 2;
+            out = xrealloc(out, cap * sizeof(int32_t));
+        }
+        memcpy(out + len, seg + skip, (ns - skip) * sizeof(int32_t));
+        len += ns - skip;
+        free(seg);
+    }
+    *ids = out;
+    *n = len;
+    return 0;
+}
 
 static int template_mentions(const gguf_file *f, const char *needle) {
     gguf_str tpl;
@@ -24,22 +79,29 @@ chat_format chat_detect(const gguf_file *f, const tokenizer *t) {
 
 const char *chat_format_name(chat_format c) { return c == CHAT_LLAMA3 ? "llama3" : "chatml"; }
 
-char *chat_render(chat_format c, const char *system, const char *user) {
-    size_t n = strlen(user) + (system ? strlen(system) : 0) + 256;
-    char *out = xmalloc(n);
+static void add_str(chat_prompt *p, const char *s, int special) { chat_prompt_add(p, s, strlen(s), special); }
+
+static void render_msg(chat_format c, const chat_msg *m, chat_prompt *out) {
     if (c == CHAT_LLAMA3) {
-        int off = snprintf(out, n, "<|begin_of_text|>");
-        if (system)
-            off += snprintf(out + off, n - (size_t)off,
-                            "<|start_header_id|>system<|end_header_id|>\n\n%s<|eot_id|>", system);
-        snprintf(out + off, n - (size_t)off,
-                 "<|start_header_id|>user<|end_header_id|>\n\n%s<|eot_id|>"
-                 "<|start_header_id|>assistant<|end_header_id|>\n\n", user);
+        add_str(out, "<|start_header_id|>", 1);
+        add_str(out, m->role, 0);
+        add_str(out, "<|end_header_id|>\n\n", 1);
+        add_str(out, m->content, 0);
+        add_str(out, "<|eot_id|>", 1);
     } else {
-        int off = 0;
-        if (system) off = snprintf(out, n, "<|im_start|>system\n%s<|im_end|>\n", system);
-        snprintf(out + off, n - (size_t)off, "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n",
-                 user);
+        add_str(out, "<|im_start|>", 1);
+        add_str(out, m->role, 0);
+        add_str(out, "\n", 1);
+        add_str(out, m->content, 0);
+        add_str(out, "<|im_end|>\n", 1);
     }
-    return out;
+}
+
+void chat_render_builtin(chat_format c, const chat_msg *msgs, int n, int add_generation,
+                         chat_prompt *out) {
+    if (c == CHAT_LLAMA3) add_str(out, "<|begin_of_text|>", 1);
+    for (int i = 0; i < n; i++) render_msg(c, &msgs[i], out);
+    if (!add_generation) return;
+    add_str(out, c == CHAT_LLAMA3 ? "<|start_header_id|>assistant<|end_header_id|>\n\n"
+                                  : "<|im_start|>assistant\n", 1);
 }

@@ -1,21 +1,51 @@
-/* chat.h - built-in chat prompt formats for `strata run --chat`.
+/* chat.h - chat prompts as segments, and the built-in chat formats.
  *
- * Picks ChatML (<|im_start|>role ... <|im_end|>) or the Llama 3 header
- * format from the model's template text or its special tokens, and
- * renders a single user turn with the assistant prompt opened. The full
- * Jinja template engine is the server's (it runs the model's own template).
- * Does not: tokenize (the caller encodes with parse_special). */
+ * A prompt is a list of segments: template text (special tokens in it are
+ * recognised) and content (user, tool or assistant text: never parsed for
+ * special tokens). Segments are tokenized one by one, so the tokens of a
+ * message never depend on what follows it.
+ * The built-in formats (ChatML, Llama 3) serve `strata run --chat` and
+ * models whose own template cannot be used; the server runs the model's
+ * template through text/tmpl when it can.
+ * Does not: parse requests or run Jinja. */
 #ifndef STRATA_CHAT_H
 #define STRATA_CHAT_H
 
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
 #include "model/gguf.h"
 #include "text/tokenizer.h"
 
 typedef enum { CHAT_CHATML, CHAT_LLAMA3 } chat_format;
 
+typedef struct chat_msg {
+    const char *role, *content;
+} chat_msg;
+
+typedef struct chat_seg {
+    char *text;
+    size_t len;
+    int special; /* 1: template text, special tokens recognised */
+} chat_seg;
+
+typedef struct chat_prompt {
+    chat_seg *segs;
+    int n, cap;
+} chat_prompt;
+
+void chat_prompt_add(chat_prompt *p, const char *text, size_t len, int special);
+void chat_prompt_free(chat_prompt *p);
+/* Tokens of every segment in order, BOS first if add_bos (and the prompt
+ * does not already start with it). *ids is malloc'd. */
+int chat_tokenize(const tokenizer *t, const chat_prompt *p, int add_bos, int32_t **ids,
+                  size_t *n, strata_err *err);
+
 chat_format chat_detect(const gguf_file *f, const tokenizer *t);
 const char *chat_format_name(chat_format c);
-/* malloc'd prompt text: optional system message, user message, open turn. */
-char *chat_render(chat_format c, const char *system, const char *user);
+/* Appends the messages in format c, then the open assistant turn if asked. */
+void chat_render_builtin(chat_format c, const chat_msg *msgs, int n, int add_generation,
+                         chat_prompt *out);
 
 #endif

@@ -1,0 +1,61 @@
+/* serve.c - `strata serve`: the HTTP server until SIGINT/SIGTERM. */
+#include <signal.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "server/server.h"
+
+static volatile sig_atomic_t g_stop; /* set by the signal handler only */
+
+static void on_signal(int sig) { g_stop = sig; }
+
+int cli_serve(int argc, char **argv) {
+    server_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 4, .ctx = 4096,
+                     .queue_max = 64, .max_body = 8 << 20};
+    int help = 0, max_body_mb = 8;
+    const arg_spec specs[] = {
+        {"--model", "-m", ARG_STR, &o.model_path, 0, -1, "GGUF model file (required)"},
+        {"--host", NULL, ARG_STR, &o.host, 0, -1, "address to listen on (127.0.0.1)"},
+        {"--port", NULL, ARG_INT, &o.port, 0, 65535, "port (8080; 0 = any free port)"},
+        {"--parallel", "-np", ARG_INT, &o.parallel, 1, 256, "sequences generated at once (4)"},
+        {"--ctx", "-c", ARG_INT, &o.ctx, 64, 1 << 22, "context tokens per sequence (4096)"},
+        {"--threads", "-t", ARG_INT, &o.threads, 1, 1024, "threads (one per core)"},
+        {"--queue", NULL, ARG_INT, &o.queue_max, 0, 1 << 20, "requests waiting for a slot before 503 (64)"},
+        {"--max-body-mb", NULL, ARG_INT, &max_body_mb, 1, 4096, "request body limit in MiB (8)"},
+        {"--api-key", NULL, ARG_STR, &o.api_key, 0, -1, "require this key (Bearer or x-api-key)"},
+        {"--alias", NULL, ARG_STR, &o.alias, 0, -1, "model id reported to clients (file name)"},
+        {"--cors", NULL, ARG_FLAG, &o.cors, 0, -1, "allow cross-origin requests"},
+        {"--help", "-h", ARG_FLAG, &help, 0, -1, "this help"},
+    };
+    int n_specs = (int)(sizeof specs / sizeof specs[0]);
+    strata_err err = {0};
+    if (args_parse(specs, n_specs, argc, argv, 2, NULL, &err)) {
+        fprintf(stderr, "strata serve: %s\n", err.msg);
+        return 2;
+    }
+    if (help) {
+        args_usage("serve", "-m MODEL [options]", specs, n_specs);
+        return 0;
+    }
+    if (!o.model_path) {
+        fprintf(stderr, "strata serve: -m MODEL is required\n");
+        return 2;
+    }
+    o.max_body = (long)max_body_mb << 20;
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    server *s;
+    if (server_start(&s, &o, &err)) {
+        fprintf(stderr, "strata serve: %s\n", err.msg);
+        return 1;
+    }
+    while (!g_stop) pause();
+    log_info("signal %d: shutting down (cancelling running requests)", (int)g_stop);
+    server_stop(s);
+    log_info("stopped");
+    return 0;
+}

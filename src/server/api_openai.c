@@ -1,0 +1,406 @@
+/* api_openai.c - OpenAI Chat Completions, Completions and Models.
+ *
+ * A call is parsed and validated into a prompt (token ids) and generation
+ * parameters, submitted to the scheduler, then answered whole or streamed
+ * as server-sent events: a role chunk, content deltas, a final chunk with
+ * finish_reason, an optional usage chunk, and "data: [DONE]". While a long
+ * prompt is prefilled the stream carries ": prefill N/M" comments, which
+ * also reveal a client that went away (the write fails, we cancel). */
+#include "server/api_openai.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/mem.h"
+#include "server/api_params.h"
+#include "server/gen.h"
+
+#define POLL_MS 1000 /* stream keep-alive period while nothing is generated */
+
+typedef struct oai_call {
+    server *srv;
+    json_t *req;
+    gen g;
+    gen_params gp;
+    int chat, stream, include_usage, logprobs;
+    char id[64];
+    long created;
+    int n_prompt, n_logprob_done;
+    char *pend; /* stream bytes not yet written */
+    size_t pend_len, pend_off;
+    int phase;  /* 0 role chunk next, 1 generating, 2 finished */
+} oai_call;
+
+/* ---- prompt building ---------------------------------------------------- */
+
+/* Message content: a string, or an array of {"type":"text","text":...}. */
+static char *content_text(const json_t *content, char *why, size_t cap) {
+    if (!content || json_is_null(content)) return xstrdup("");
+    if (json_is_string(content)) return xstrdup(json_string_value(content));
+    if (!json_is_array(content)) {
+        snprintf(why, cap, "message content must be a string or an array of content parts");
+        return NULL;
+    }
+    size_t len = 0, i;
+    char *out = xstrdup("");
+    const json_t *part;
+    json_array_foreach(content, i, part) {
+        const char *type = json_string_value(json_object_get(part, "type"));
+        const char *text = json_string_value(json_object_get(part, "text"));
+        if (!type || strcmp(type, "text") != 0 || !text) {
+            snprintf(why, cap, "content part %zu: only {\"type\":\"text\",\"text\":...} parts are supported", i);
+            free(out);
+            return NULL;
+        }
+        size_t n = strlen(text);
+        out = xrealloc(out, len + n + 1);
+        memcpy(out + len, text, n + 1);
+        len += n;
+    }
+    return out;
+}
+
+static const char *normal_role(const char *role) {
+    if (!role) return NULL;
+    if (strcmp(role, "developer") == 0) return "system";
+    if (!strcmp(role, "system") || !strcmp(role, "user") || !strcmp(role, "assistant") || !strcmp(role, "tool"))
+        return role;
+    return NULL;
+}
+
+/* Renders messages with the built-in format and tokenizes them. */
+static int chat_prompt_ids(oai_call *c, int32_t **ids, size_t *n, char *why, size_t cap) {
+    const json_t *msgs = json_object_get(c->req, "messages");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
+        snprintf(why, cap, "'messages' must be a non-empty array");
+        return -1;
+    }
+    size_t nm = json_array_size(msgs), i;
+    chat_msg *cm = xcalloc(nm, sizeof *cm);
+    char **texts = xcalloc(nm, sizeof *texts);
+    int rc = 0;
+    const json_t *m;
+    json_array_foreach(msgs, i, m) {
+        cm[i].role = normal_role(json_string_value(json_object_get(m, "role")));
+        if (!json_is_object(m) || !cm[i].role) {
+            snprintf(why, cap, "messages[%zu].role must be one of system, developer, user, assistant, tool", i);
+            rc = -1;
+            break;
+        }
+        if (!(texts[i] = content_text(json_object_get(m, "content"), why, cap))) {
+            rc = -1;
+            break;
+        }
+        cm[i].content = texts[i];
+    }
+    if (!rc) {
+        chat_prompt p = {0};
+        const server *s = c->srv;
+        chat_render_builtin(s->fmt, cm, (int)nm, 1, &p);
+        strata_err err = {0};
+        if (chat_tokenize(s->tok, &p, tok_add_bos(s->tok), ids, n, &err)) {
+            snprintf(why, cap, "%s", err.msg);
+            rc = -1;
+        }
+        chat_prompt_free(&p);
+    }
+    for (i = 0; i < nm; i++) free(texts[i]);
+    free(texts);
+    free(cm);
+    return rc;
+}
+
+/* Completions: "prompt" is a string or an array of token ids. */
+static int completion_prompt_ids(oai_call *c, int32_t **ids, size_t *n, char *why, size_t cap) {
+    const json_t *p = json_object_get(c->req, "prompt");
+    const server *s = c->srv;
+    if (json_is_string(p)) {
+        chat_prompt cp = {0};
+        chat_prompt_add(&cp, json_string_value(p), strlen(json_string_value(p)), 0);
+        strata_err err = {0};
+        int rc = chat_tokenize(s->tok, &cp, tok_add_bos(s->tok), ids, n, &err);
+        chat_prompt_free(&cp);
+        if (rc) snprintf(why, cap, "%s", err.msg);
+        return rc ? -1 : 0;
+    }
+    if (!json_is_array(p) || json_array_size(p) == 0) {
+        snprintf(why, cap, "'prompt' must be a string or a non-empty array of token ids");
+        return -1;
+    }
+    *n = json_array_size(p);
+    *ids = xmalloc(*n * sizeof(int32_t));
+    for (size_t i = 0; i < *n; i++) {
+        const json_t *t = json_array_get(p, i);
+        long long v = json_is_integer(t) ? json_integer_value(t) : -1;
+        if (v < 0 || v >= tok_n_vocab(s->tok)) {
+            snprintf(why, cap, "prompt[%zu] is not a token id in [0, %d)", i, tok_n_vocab(s->tok));
+            free(*ids);
+            return -1;
+        }
+        (*ids)[i] = (int32_t)v;
+    }
+    return 0;
+}
+
+/* ---- parameters ------------------------------------------------------------ */
+
+static int parse_options(oai_call *c, char *why, size_t cap) {
+    long n = 1, max_tokens = 0, top_logprobs = 0;
+    int r;
+    if (param_int(c->req, "n", 1, 1, &n, why, cap) < 0) {
+        snprintf(why, cap, "'n' must be 1 (one choice per request)");
+        return -1;
+    }
+    if ((r = param_int(c->req, "max_completion_tokens", 1, 1L << 30, &max_tokens, why, cap)) < 0) return -1;
+    if (!r && param_int(c->req, "max_tokens", 1, 1L << 30, &max_tokens, why, cap) < 0) return -1;
+    c->gp.max_tokens = max_tokens > 0 ? (int)max_tokens : 1 << 30;
+    if (param_bool(c->req, "stream", &c->stream, why, cap) < 0) return -1;
+    if (param_bool(c->req, "logprobs", &c->logprobs, why, cap) < 0) return -1;
+    if (param_int(c->req, "top_logprobs", 0, 20, &top_logprobs, why, cap) < 0) return -1;
+    c->gp.n_logprobs = c->logprobs ? (int)top_logprobs : 0;
+    const json_t *so = json_object_get(c->req, "stream_options");
+    if (so && json_is_object(so) && param_bool(so, "include_usage", &c->include_usage, why, cap) < 0) return -1;
+    const json_t *tools = json_object_get(c->req, "tools");
+    if (tools && json_is_array(tools) && json_array_size(tools) > 0) {
+        snprintf(why, cap, "'tools' are not supported by this server build yet");
+        return -1;
+    }
+    return params_sampling(c->req, "stop", &c->gp, why, cap);
+}
+
+/* ---- responses ------------------------------------------------------------ */
+
+static json_t *usage_json(const oai_call *c) {
+    int done = c->g.n_tokens;
+    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", c->n_prompt, "completion_tokens", done,
+                     "total_tokens", c->n_prompt + done, "prompt_tokens_details", "cached_tokens", 0);
+}
+
+static json_t *token_json(const server *s, int32_t id, float logprob) {
+    char piece[256];
+    int len = tok_piece(s->tok, id, 0, piece, sizeof piece);
+    if (len < 0) len = 0;
+    if (len > (int)sizeof piece) len = (int)sizeof piece;
+    json_t *bytes = json_array();
+    for (int i = 0; i < len; i++) json_array_append_new(bytes, json_integer((unsigned char)piece[i]));
+    return json_pack("{s:o,s:f,s:o}", "token", json_text(piece, (size_t)len), "logprob", (double)logprob,
+                     "bytes", bytes);
+}
+
+/* Logprobs of tokens [from, to) in the chat format ("content": [...]). */
+static json_t *logprobs_json(const oai_call *c, int from, int to) {
+    json_t *arr = json_array();
+    for (int i = from; i < to; i++) {
+        const sched_token *t = &c->g.tokens[i];
+        json_t *tj = token_json(c->srv, t->id, t->logprob), *top = json_array();
+        for (int k = 0; k < t->n_top; k++)
+            json_array_append_new(top, token_json(c->srv, t->top_ids[k], t->top_logprobs[k]));
+        json_object_set_new(tj, "top_logprobs", top);
+        json_array_append_new(arr, tj);
+    }
+    return json_pack("{s:o}", "content", arr);
+}
+
+static json_t *choice_json(oai_call *c, const char *text, size_t len, const char *finish, int delta) {
+    json_t *ch = json_pack("{s:i}", "index", 0);
+    if (c->chat && delta && finish && !len) {
+        json_object_set_new(ch, "delta", json_object()); /* the final chunk carries no text */
+    } else if (c->chat) {
+        json_t *msg = json_pack("{s:o}", "content", json_text(text, len));
+        if (!delta || c->phase == 0) json_object_set_new(msg, "role", json_string("assistant"));
+        json_object_set_new(ch, delta ? "delta" : "message", msg);
+    } else {
+        json_object_set_new(ch, "text", json_text(text, len));
+    }
+    int to = c->g.n_tokens;
+    json_object_set_new(ch, "logprobs", c->logprobs && c->chat ? logprobs_json(c, c->n_logprob_done, to) : json_null());
+    c->n_logprob_done = to;
+    json_object_set_new(ch, "finish_reason", finish ? json_string(finish) : json_null());
+    return ch;
+}
+
+static json_t *envelope(const oai_call *c, int chunk) {
+    const char *obj = c->chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+    return json_pack("{s:s,s:s,s:I,s:s,s:[]}", "id", c->id, "object", obj, "created", (json_int_t)c->created,
+                     "model", c->srv->model_id, "choices");
+}
+
+/* ---- whole replies ---------------------------------------------------------- */
+
+static void answer_whole(oai_call *c, const http_req *req, http_reply *rep) {
+    char *text = NULL;
+    size_t len = 0;
+    while (!c->g.done) {
+        const char *piece;
+        size_t n = gen_pull(&c->g, 200, &piece);
+        text = xrealloc(text, len + n + 1);
+        memcpy(text + len, piece, n);
+        len += n;
+        text[len] = 0;
+        if (http_client_gone(req)) {
+            gen_cancel(&c->g);
+            free(text);
+            reply_openai_error(rep, 499, "client_closed", NULL, "client closed the connection");
+            return;
+        }
+    }
+    if (c->g.st.finish == FINISH_ERROR) {
+        free(text);
+        reply_openai_error(rep, 500, "server_error", NULL, "generation failed: %s", c->g.st.error);
+        return;
+    }
+    json_t *body = envelope(c, 0);
+    json_array_append_new(json_object_get(body, "choices"), choice_json(c, text ? text : "", len, gen_finish_word(&c->g), 0));
+    json_object_set_new(body, "usage", usage_json(c));
+    free(text);
+    reply_json(rep, 200, body);
+}
+
+/* ---- streamed replies ------------------------------------------------------- */
+
+static void pend_add(oai_call *c, const char *s, size_t n) {
+    c->pend = xrealloc(c->pend, c->pend_len + n + 1);
+    memcpy(c->pend + c->pend_len, s, n);
+    c->pend_len += n;
+}
+
+static void pend_event(oai_call *c, json_t *obj) {
+    char *s = json_dumps(obj, JSON_COMPACT);
+    json_decref(obj);
+    pend_add(c, "data: ", 6);
+    pend_add(c, s, strlen(s));
+    pend_add(c, "\n\n", 2);
+    free(s);
+}
+
+static void pend_chunk(oai_call *c, const char *text, size_t len, const char *finish) {
+    json_t *ev = envelope(c, 1);
+    json_array_append_new(json_object_get(ev, "choices"), choice_json(c, text, len, finish, 1));
+    pend_event(c, ev);
+}
+
+static void pend_finish(oai_call *c) {
+    pend_chunk(c, "", 0, gen_finish_word(&c->g));
+    if (c->include_usage) {
+        json_t *ev = envelope(c, 1);
+        json_object_set_new(ev, "usage", usage_json(c));
+        pend_event(c, ev);
+    }
+    pend_add(c, "data: [DONE]\n\n", 14);
+    c->phase = 2;
+}
+
+/* Generates the next stream bytes, waiting up to POLL_MS. */
+static void stream_produce(oai_call *c) {
+    if (c->phase == 0 && c->chat) {
+        pend_chunk(c, "", 0, NULL);
+        c->phase = 1;
+        return;
+    }
+    c->phase = 1;
+    const char *text;
+    size_t n = gen_pull(&c->g, POLL_MS, &text);
+    if (n) pend_chunk(c, text, n, NULL);
+    if (c->g.done) {
+        pend_finish(c);
+    } else if (!n && c->g.st.n_prompt_done < c->g.st.n_prompt) {
+        char line[96];
+        int k = snprintf(line, sizeof line, ": prefill %d/%d\n\n", c->g.st.n_prompt_done, c->g.st.n_prompt);
+        pend_add(c, line, (size_t)k);
+    }
+}
+
+static void call_free(oai_call *c) {
+    gen_end(&c->g);
+    json_decref(c->req);
+    free(c->pend);
+    free(c);
+}
+
+static ssize_t stream_read(void *ctx, char *buf, size_t max) {
+    oai_call *c = ctx;
+    while (c->pend_off == c->pend_len) {
+        c->pend_off = c->pend_len = 0;
+        if (c->phase == 2) return -1;
+        stream_produce(c);
+    }
+    size_t n = c->pend_len - c->pend_off;
+    if (n > max) n = max;
+    memcpy(buf, c->pend + c->pend_off, n);
+    c->pend_off += n;
+    return (ssize_t)n;
+}
+
+static void stream_end(void *ctx, int client_gone) {
+    oai_call *c = ctx;
+    if (client_gone) gen_cancel(&c->g);
+    call_free(c);
+}
+
+/* ---- entry points ------------------------------------------------------------ */
+
+static void handle(server *s, const http_req *req, http_reply *rep, int chat) {
+    oai_call *c = xcalloc(1, sizeof *c);
+    c->srv = s;
+    c->chat = chat;
+    c->created = (long)time(NULL);
+    make_id(c->id, sizeof c->id, chat ? "chatcmpl-" : "cmpl-");
+    if (!(c->req = parse_body_openai(req, rep))) {
+        free(c);
+        return;
+    }
+    const char *model = json_string_value(json_object_get(c->req, "model"));
+    if (model && *model && strcmp(model, s->model_id) != 0) {
+        reply_openai_error(rep, 404, "invalid_request_error", "model_not_found",
+                           "model '%s' does not exist; this server serves '%s'", model, s->model_id);
+        json_decref(c->req);
+        free(c);
+        return;
+    }
+    char why[512] = "";
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int bad = parse_options(c, why, sizeof why) ||
+              (chat ? chat_prompt_ids(c, &ids, &n, why, sizeof why) : completion_prompt_ids(c, &ids, &n, why, sizeof why));
+    if (bad) {
+        reply_openai_error(rep, 400, "invalid_request_error", NULL, "%s", why);
+        json_decref(c->req);
+        free(c);
+        return;
+    }
+    c->n_prompt = (int)n;
+    strata_err err = {0};
+    int rc = gen_start(&c->g, s->sch, s->tok, ids, (int)n, &c->gp, &err);
+    free(ids);
+    if (rc) {
+        const char *type;
+        int status = status_for(rc, &type);
+        reply_openai_error(rep, status, type, rc == STRATA_ERANGE ? "context_length_exceeded" : NULL, "%s", err.msg);
+        if (status == 503) rep->retry_after = 1;
+        json_decref(c->req);
+        free(c);
+        return;
+    }
+    if (!c->stream) {
+        answer_whole(c, req, rep);
+        call_free(c);
+        return;
+    }
+    rep->status = 200;
+    rep->content_type = "text/event-stream";
+    rep->stream = stream_read;
+    rep->stream_end = stream_end;
+    rep->stream_ctx = c;
+}
+
+void api_openai_chat(server *s, const http_req *req, http_reply *rep) { handle(s, req, rep, 1); }
+
+void api_openai_completions(server *s, const http_req *req, http_reply *rep) { handle(s, req, rep, 0); }
+
+void api_openai_models(server *s, const http_req *req, http_reply *rep) {
+    json_t *m = json_pack("{s:s,s:s,s:I,s:s}", "id", s->model_id, "object", "model", "created",
+                          (json_int_t)s->started_at, "owned_by", "strata");
+    reply_json(rep, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
+}

@@ -1,0 +1,11 @@
+/* api_openai.h - OpenAI-compatible endpoints. */
+#ifndef STRATA_API_OPENAI_H
+#define STRATA_API_OPENAI_H
+
+#include "server/server.h"
+
+void api_openai_chat(server *s, const http_req *req, http_reply *rep);        /* POST /v1/chat/completions */
+void api_openai_completions(server *s, const http_req *req, http_reply *rep); /* POST /v1/completions */
+void api_openai_models(server *s, const http_req *req, http_reply *rep);      /* GET /v1/models */
+
+#endif

@@ -1,0 +1,103 @@
+/* api_params.c - request fields shared by the APIs: typed lookups with
+ * errors that name the field, and sampling parameters. */
+#include "server/api_params.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+int param_number(const json_t *obj, const char *key, double lo, double hi, double *out,
+                 char *why, size_t why_cap) {
+    const json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v)) {
+        snprintf(why, why_cap, "'%s' must be a number", key);
+        return -1;
+    }
+    double d = json_number_value(v);
+    if (!(d >= lo && d <= hi)) {
+        snprintf(why, why_cap, "'%s' must be between %g and %g (got %g)", key, lo, hi, d);
+        return -1;
+    }
+    *out = d;
+    return 1;
+}
+
+int param_int(const json_t *obj, const char *key, long lo, long hi, long *out, char *why,
+              size_t why_cap) {
+    const json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v)) {
+        snprintf(why, why_cap, "'%s' must be an integer", key);
+        return -1;
+    }
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi) {
+        snprintf(why, why_cap, "'%s' must be between %ld and %ld (got %lld)", key, lo, hi, x);
+        return -1;
+    }
+    *out = (long)x;
+    return 1;
+}
+
+int param_bool(const json_t *obj, const char *key, int *out, char *why, size_t why_cap) {
+    const json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) {
+        snprintf(why, why_cap, "'%s' must be a boolean", key);
+        return -1;
+    }
+    *out = json_is_true(v);
+    return 1;
+}
+
+/* "stop": a string or an array of strings. */
+static int parse_stops(const json_t *obj, const char *key, gen_params *p, char *why, size_t cap) {
+    const json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) return 0;
+    if (json_is_string(v)) {
+        p->stops[p->n_stops++] = json_string_value(v);
+        return 0;
+    }
+    if (!json_is_array(v) || json_array_size(v) > TEXTOUT_MAX_STOPS) {
+        snprintf(why, cap, "'%s' must be a string or an array of at most %d strings", key, TEXTOUT_MAX_STOPS);
+        return -1;
+    }
+    size_t i;
+    const json_t *s;
+    json_array_foreach(v, i, s) {
+        if (!json_is_string(s)) {
+            snprintf(why, cap, "'%s[%zu]' must be a string", key, i);
+            return -1;
+        }
+        if (*json_string_value(s)) p->stops[p->n_stops++] = json_string_value(s);
+    }
+    return 0;
+}
+
+int params_sampling(const json_t *req, const char *stop_key, gen_params *p, char *why,
+                    size_t cap) {
+    sample_params *sp = &p->sampling;
+    *sp = sample_params_default();
+    sp->penalty_last_n = 64;
+    double d;
+    long l;
+    int r;
+    if ((r = param_number(req, "temperature", 0, 2, &d, why, cap)) < 0) return -1;
+    if (r) sp->temperature = (float)d;
+    if ((r = param_number(req, "top_p", 0, 1, &d, why, cap)) < 0) return -1;
+    if (r) sp->top_p = (float)d;
+    if ((r = param_int(req, "top_k", 0, 1L << 30, &l, why, cap)) < 0) return -1;
+    if (r) sp->top_k = (int)l;
+    if ((r = param_number(req, "min_p", 0, 1, &d, why, cap)) < 0) return -1;
+    if (r) sp->min_p = (float)d;
+    if ((r = param_number(req, "presence_penalty", -2, 2, &d, why, cap)) < 0) return -1;
+    if (r) sp->presence_penalty = (float)d;
+    if ((r = param_number(req, "frequency_penalty", -2, 2, &d, why, cap)) < 0) return -1;
+    if (r) sp->frequency_penalty = (float)d;
+    if ((r = param_number(req, "repetition_penalty", 0.01, 10, &d, why, cap)) < 0) return -1;
+    if (r) sp->repeat_penalty = (float)d;
+    if ((r = param_int(req, "seed", -(1L << 62), 1L << 62, &l, why, cap)) < 0) return -1;
+    sp->seed = r ? (uint64_t)l : 0x5eed;
+    return parse_stops(req, stop_key, p, why, cap);
+}

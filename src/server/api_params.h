@@ -1,0 +1,23 @@
+/* api_params.h - typed request fields with errors naming the field.
+ * Each returns 1 (present, stored), 0 (absent or null), or -1 (bad; why
+ * holds the message for a 400). */
+#ifndef STRATA_API_PARAMS_H
+#define STRATA_API_PARAMS_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "server/gen.h"
+
+int param_number(const json_t *obj, const char *key, double lo, double hi, double *out,
+                 char *why, size_t why_cap);
+int param_int(const json_t *obj, const char *key, long lo, long hi, long *out, char *why,
+              size_t why_cap);
+int param_bool(const json_t *obj, const char *key, int *out, char *why, size_t why_cap);
+
+/* Sampling fields shared by the APIs (temperature, top_p, top_k, min_p,
+ * penalties, seed) and the stop strings under stop_key. Stop strings point
+ * into req: keep req alive while p is used. Returns 0 or -1. */
+int params_sampling(const json_t *req, const char *stop_key, gen_params *p, char *why, size_t cap);
+
+#endif

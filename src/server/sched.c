@@ -1,0 +1,386 @@
+/* sched.c - continuous batching over the engine (see sched.h).
+ *
+ * One mutex guards the queue, the slots' request pointers and every
+ * request's output; the forward pass itself runs unlocked, on state only
+ * the scheduler thread touches (sequences, samplers). */
+#include "server/sched.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "base/mem.h"
+
+struct sched_req {
+    sched *owner;
+    int32_t *prompt;
+    int n_prompt;
+    sample_params sampling;
+    int max_tokens, n_logprobs;
+    /* output, guarded by owner->mu */
+    sched_token *out;
+    int n_out, cap_out;
+    int n_prompt_done;
+    sched_finish finish;
+    char error[256];
+    pthread_cond_t changed;
+    int refs;
+    atomic_int cancel;
+    sched_req *next; /* queue link */
+};
+
+typedef struct slot {
+    sched_req *req; /* NULL: free */
+    kv_seq seq;
+    sampler *smp;
+    int n_fed;      /* prompt tokens already in the batch */
+    int32_t last;   /* last sampled token, fed at the next step */
+} slot;
+
+struct sched {
+    engine *e;
+    const tokenizer *tok;
+    sched_opts o;
+    slot *slots;
+    sched_req *q_head, *q_tail;
+    int n_queued;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    pthread_t thread;
+    int running;
+    sched_stats stats;
+    /* batch scratch, scheduler thread only */
+    int32_t *b_tok, *b_pos;
+    kv_seq **b_seq;
+    int8_t *b_want;
+    int *b_slot;
+    float *logits;
+};
+
+/* ---- requests ------------------------------------------------------------ */
+
+static void req_unref_locked(sched_req *r) {
+    if (--r->refs > 0) return;
+    pthread_cond_destroy(&r->changed);
+    free(r->prompt);
+    free(r->out);
+    free(r);
+}
+
+static void finish_locked(sched_req *r, sched_finish f, const char *why) {
+    if (r->finish != FINISH_NONE) return;
+    r->finish = f;
+    if (why) snprintf(r->error, sizeof r->error, "%s", why);
+    pthread_cond_broadcast(&r->changed);
+}
+
+static void push_token_locked(sched_req *r, const sched_token *t) {
+    if (r->n_out == r->cap_out) {
+        r->cap_out = r->cap_out ? r->cap_out * 2 : 64;
+        r->out = xrealloc(r->out, (size_t)r->cap_out * sizeof(sched_token));
+    }
+    r->out[r->n_out++] = *t;
+    pthread_cond_broadcast(&r->changed);
+}
+
+int sched_submit(sched *s, const sched_job *job, sched_req **out, strata_err *err) {
+    *out = NULL;
+    if (job->n_prompt <= 0) return strata_errf(err, STRATA_EINVAL, "the prompt is empty");
+    if (job->n_prompt >= s->o.ctx_per_slot)
+        return strata_errf(err, STRATA_ERANGE,
+                           "the prompt is %d tokens; the context of a sequence is %d tokens",
+                           job->n_prompt, s->o.ctx_per_slot);
+    sched_req *r = xcalloc(1, sizeof *r);
+    r->owner = s;
+    r->prompt = xmalloc((size_t)job->n_prompt * sizeof(int32_t));
+    memcpy(r->prompt, job->prompt, (size_t)job->n_prompt * sizeof(int32_t));
+    r->n_prompt = job->n_prompt;
+    r->sampling = job->sampling;
+    r->max_tokens = job->max_tokens;
+    r->n_logprobs = job->n_logprobs > 20 ? 20 : job->n_logprobs;
+    pthread_cond_init(&r->changed, NULL);
+    r->refs = 2; /* caller + scheduler */
+    pthread_mutex_lock(&s->mu);
+    if (s->n_queued >= s->o.queue_max) {
+        pthread_mutex_unlock(&s->mu);
+        r->refs = 1;
+        req_unref_locked(r);
+        return strata_errf(err, STRATA_EBUSY, "server busy: %d requests already waiting", s->o.queue_max);
+    }
+    if (s->q_tail) s->q_tail->next = r;
+    else s->q_head = r;
+    s->q_tail = r;
+    s->n_queued++;
+    s->stats.requests++;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->mu);
+    *out = r;
+    return 0;
+}
+
+static void deadline_after(struct timespec *ts, int ms) {
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+int sched_wait(sched_req *r, int from, sched_token *out, int cap, int timeout_ms, sched_status *st) {
+    sched *s = r->owner;
+    struct timespec dl;
+    deadline_after(&dl, timeout_ms);
+    pthread_mutex_lock(&s->mu);
+    while (r->n_out <= from && r->finish == FINISH_NONE)
+        if (pthread_cond_timedwait(&r->changed, &s->mu, &dl) == ETIMEDOUT) break;
+    int n = r->n_out - from;
+    if (n < 0) n = 0;
+    if (n > cap) n = cap;
+    memcpy(out, r->out + from, (size_t)n * sizeof(sched_token));
+    st->n_prompt = r->n_prompt;
+    st->n_prompt_done = r->n_prompt_done;
+    st->n_generated = r->n_out;
+    /* The finish shows only once every token has been handed out. */
+    st->finish = from + n >= r->n_out ? r->finish : FINISH_NONE;
+    snprintf(st->error, sizeof st->error, "%s", r->error);
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+void sched_cancel(sched_req *r) { atomic_store(&r->cancel, 1); }
+
+void sched_cancel_all(sched *s) {
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->o.n_slots; i++)
+        if (s->slots[i].req) atomic_store(&s->slots[i].req->cancel, 1);
+    for (sched_req *r = s->q_head; r; r = r->next) atomic_store(&r->cancel, 1);
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void sched_release(sched_req *r) {
+    if (!r) return;
+    sched *s = r->owner;
+    atomic_store(&r->cancel, 1);
+    pthread_mutex_lock(&s->mu);
+    req_unref_locked(r);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- slots --------------------------------------------------------------- */
+
+static void slot_free(sched *s, slot *sl, sched_finish f, const char *why) {
+    kv_seq_release(&s->e->kv, &sl->seq);
+    sample_free(sl->smp);
+    sl->smp = NULL;
+    pthread_mutex_lock(&s->mu);
+    finish_locked(sl->req, f, why);
+    req_unref_locked(sl->req);
+    s->stats.active--;
+    pthread_mutex_unlock(&s->mu);
+    sl->req = NULL;
+}
+
+/* Moves queued requests into free slots; called with mu held. */
+static void admit_locked(sched *s) {
+    for (int i = 0; i < s->o.n_slots && s->q_head; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->req) continue;
+        sched_req *r = s->q_head;
+        s->q_head = r->next;
+        if (!s->q_head) s->q_tail = NULL;
+        s->n_queued--;
+        sl->req = r;
+        kv_seq_init(&sl->seq);
+        sl->smp = sample_new(&r->sampling);
+        for (int k = 0; k < r->n_prompt; k++) sample_accept(sl->smp, r->prompt[k]);
+        sl->n_fed = 0;
+        s->stats.active++;
+    }
+}
+
+static int any_active(const sched *s) {
+    for (int i = 0; i < s->o.n_slots; i++)
+        if (s->slots[i].req) return 1;
+    return 0;
+}
+
+/* ---- one step ------------------------------------------------------------ */
+
+static void batch_add(sched *s, int *n, int si, int32_t tok, int pos, int want) {
+    s->b_tok[*n] = tok;
+    s->b_pos[*n] = pos;
+    s->b_seq[*n] = &s->slots[si].seq;
+    s->b_want[*n] = (int8_t)want;
+    s->b_slot[*n] = si;
+    (*n)++;
+}
+
+/* Decode tokens first (cheap, latency-bound), then prompt chunks. */
+static int build_batch(sched *s) {
+    int n = 0, max = s->e->max_batch;
+    for (int i = 0; i < s->o.n_slots; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->req) continue;
+        if (atomic_load(&sl->req->cancel)) {
+            slot_free(s, sl, FINISH_CANCELLED, "cancelled");
+            continue;
+        }
+        if (sl->n_fed == sl->req->n_prompt) batch_add(s, &n, i, sl->last, sl->seq.n_pos, 1);
+    }
+    for (int i = 0; i < s->o.n_slots && n < max; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->req || sl->n_fed == sl->req->n_prompt) continue;
+        int take = sl->req->n_prompt - sl->n_fed;
+        if (take > s->o.chunk) take = s->o.chunk;
+        if (take > max - n) take = max - n;
+        for (int k = 0; k < take; k++) {
+            int idx = sl->n_fed + k;
+            batch_add(s, &n, i, sl->req->prompt[idx], idx, idx == sl->req->n_prompt - 1);
+        }
+        sl->n_fed += take;
+    }
+    return n;
+}
+
+static void fill_logprobs(const sched_req *r, const float *logits, int n_vocab, sched_token *t) {
+    t->logprob = sample_logprob(logits, n_vocab, t->id);
+    t->n_top = r->n_logprobs > 0 ? sample_top_logprobs(logits, n_vocab, r->n_logprobs, t->top_ids, t->top_logprobs) : 0;
+}
+
+/* Samples the next token of slot si from its logits row and records it. */
+static void after_logits(sched *s, int si, const float *logits) {
+    slot *sl = &s->slots[si];
+    sched_req *r = sl->req;
+    int n_vocab = s->e->m->hp.n_vocab;
+    sched_token t = {.id = sample_next(sl->smp, logits, n_vocab)};
+    fill_logprobs(r, logits, n_vocab, &t);
+    int eog = tok_is_eog(s->tok, t.id);
+    pthread_mutex_lock(&s->mu);
+    r->n_prompt_done = r->n_prompt;
+    if (!eog) push_token_locked(r, &t);
+    s->stats.tokens_generated += !eog;
+    int n_out = r->n_out;
+    pthread_mutex_unlock(&s->mu);
+    sample_accept(sl->smp, t.id);
+    sl->last = t.id;
+    if (eog) slot_free(s, sl, FINISH_STOP, NULL);
+    else if (n_out >= r->max_tokens || sl->seq.n_pos + 1 >= s->o.ctx_per_slot)
+        slot_free(s, sl, FINISH_LENGTH, NULL);
+}
+
+static void note_progress(sched *s, int n) {
+    pthread_mutex_lock(&s->mu);
+    s->stats.steps++;
+    for (int k = 0; k < n; k++) {
+        slot *sl = &s->slots[s->b_slot[k]];
+        if (!sl->req) continue;
+        if (s->b_pos[k] < sl->req->n_prompt) {
+            s->stats.tokens_prompt++;
+            if (s->b_pos[k] + 1 > sl->req->n_prompt_done) sl->req->n_prompt_done = s->b_pos[k] + 1;
+            pthread_cond_broadcast(&sl->req->changed);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void step(sched *s) {
+    int n = build_batch(s);
+    if (n == 0) return;
+    fwd_batch b = {.n = n, .tokens = s->b_tok, .seqs = s->b_seq, .pos = s->b_pos, .want = s->b_want};
+    strata_err err = {0};
+    if (fwd_run(s->e->fwd, &b, s->logits, &err)) {
+        log_error("scheduler: forward pass failed: %s", err.msg);
+        for (int k = 0; k < n; k++)
+            if (s->slots[s->b_slot[k]].req) slot_free(s, &s->slots[s->b_slot[k]], FINISH_ERROR, err.msg);
+        return;
+    }
+    note_progress(s, n);
+    int row = 0, V = s->e->m->hp.n_vocab;
+    for (int k = 0; k < n; k++) {
+        if (!s->b_want[k]) continue;
+        if (s->slots[s->b_slot[k]].req) after_logits(s, s->b_slot[k], s->logits + (size_t)row * V);
+        row++;
+    }
+}
+
+static void *sched_main(void *arg) {
+    sched *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        admit_locked(s);
+        while (s->running && !any_active(s) && !s->q_head) pthread_cond_wait(&s->wake, &s->mu);
+        admit_locked(s);
+        int running = s->running;
+        pthread_mutex_unlock(&s->mu);
+        if (!running) break;
+        step(s);
+    }
+    for (int i = 0; i < s->o.n_slots; i++)
+        if (s->slots[i].req) slot_free(s, &s->slots[i], FINISH_CANCELLED, "server shutting down");
+    return NULL;
+}
+
+/* ---- life cycle ------------------------------------------------------------ */
+
+int sched_new(sched **out, engine *e, const tokenizer *tok, const sched_opts *o, strata_err *err) {
+    *out = NULL;
+    if (o->n_slots <= 0 || o->ctx_per_slot <= 1 || o->chunk <= 0)
+        return strata_errf(err, STRATA_EINVAL, "scheduler: %d slots of %d tokens", o->n_slots, o->ctx_per_slot);
+    sched *s = xcalloc(1, sizeof *s);
+    s->e = e;
+    s->tok = tok;
+    s->o = *o;
+    s->slots = xcalloc((size_t)o->n_slots, sizeof(slot));
+    int mb = e->max_batch;
+    s->b_tok = xmalloc((size_t)mb * sizeof(int32_t));
+    s->b_pos = xmalloc((size_t)mb * sizeof(int32_t));
+    s->b_seq = xmalloc((size_t)mb * sizeof(kv_seq *));
+    s->b_want = xmalloc((size_t)mb);
+    s->b_slot = xmalloc((size_t)mb * sizeof(int));
+    /* At most one wanted row per slot per step. */
+    s->logits = xmalloc((size_t)o->n_slots * e->m->hp.n_vocab * sizeof(float));
+    s->stats.n_slots = o->n_slots;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->wake, NULL);
+    s->running = 1;
+    pthread_create(&s->thread, NULL, sched_main, s);
+    *out = s;
+    return 0;
+}
+
+void sched_free(sched *s) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->running = 0;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    pthread_mutex_lock(&s->mu);
+    while (s->q_head) {
+        sched_req *r = s->q_head;
+        s->q_head = r->next;
+        finish_locked(r, FINISH_CANCELLED, "server shutting down");
+        req_unref_locked(r);
+    }
+    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->wake);
+    free(s->slots), free(s->b_tok), free(s->b_pos), free(s->b_seq), free(s->b_want), free(s->b_slot);
+    free(s->logits);
+    free(s);
+}
+
+void sched_get_stats(sched *s, sched_stats *out) {
+    pthread_mutex_lock(&s->mu);
+    *out = s->stats;
+    out->queued = s->n_queued;
+    pthread_mutex_unlock(&s->mu);
+}

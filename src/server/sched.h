@@ -1,0 +1,89 @@
+/* sched.h - the scheduler: one thread that owns the engine and runs every
+ * admitted request's sequence in shared batches.
+ *
+ * Each step batches one decode token of every generating sequence with
+ * prompt chunks of sequences still prefilling (continuous batching), so a
+ * long prefill never stalls other streams for more than a chunk. Requests
+ * wait in a bounded queue for a free slot (--parallel). Consumers (HTTP
+ * threads) read generated tokens as they come, and may cancel; a cancelled
+ * request leaves the batch at the next step and frees its slot.
+ * Does not: tokenize, render, or format replies (server/api_*.c). */
+#ifndef STRATA_SCHED_H
+#define STRATA_SCHED_H
+
+#include <stdint.h>
+
+#include "base/err.h"
+#include "model/engine.h"
+#include "model/sample.h"
+#include "text/tokenizer.h"
+
+typedef enum {
+    FINISH_NONE = 0, /* still running */
+    FINISH_STOP,     /* end-of-generation token */
+    FINISH_LENGTH,   /* max_tokens or the context reached */
+    FINISH_CANCELLED,
+    FINISH_ERROR,
+} sched_finish;
+
+typedef struct sched sched;
+typedef struct sched_req sched_req;
+
+typedef struct sched_opts {
+    int n_slots;     /* sequences generating at once */
+    int ctx_per_slot;/* most tokens (prompt + generated) per sequence */
+    int queue_max;   /* requests waiting for a slot before 503 */
+    int chunk;       /* most prompt tokens per sequence per step */
+} sched_opts;
+
+typedef struct sched_job {
+    const int32_t *prompt;
+    int n_prompt;
+    sample_params sampling;
+    int max_tokens;
+    int n_logprobs; /* > 0: keep that many top logprobs per generated token */
+} sched_job;
+
+/* What a consumer sees of its request. */
+typedef struct sched_status {
+    int n_prompt, n_prompt_done;
+    int n_generated;
+    sched_finish finish;
+    char error[256];
+} sched_status;
+
+/* A generated token and, if asked, its logprob and the top alternatives. */
+typedef struct sched_token {
+    int32_t id;
+    float logprob;
+    int n_top;
+    int32_t top_ids[20];
+    float top_logprobs[20];
+} sched_token;
+
+int sched_new(sched **out, engine *e, const tokenizer *tok, const sched_opts *o, strata_err *err);
+/* Stops the thread; running requests finish as cancelled. NULL is fine. */
+void sched_free(sched *s);
+
+/* Queues a job. STRATA_ERANGE: prompt too long for a slot's context;
+ * STRATA_EBUSY: the queue is full. The caller owns one reference. */
+int sched_submit(sched *s, const sched_job *job, sched_req **out, strata_err *err);
+
+/* Waits up to timeout_ms for tokens past index `from` (or the end), copies
+ * at most cap of them to out and returns how many; fills st. */
+int sched_wait(sched_req *r, int from, sched_token *out, int cap, int timeout_ms, sched_status *st);
+/* Asks the scheduler to stop the request soon (within one step). */
+void sched_cancel(sched_req *r);
+/* Cancels every running and queued request (shutdown). */
+void sched_cancel_all(sched *s);
+/* Drops the caller's reference (cancelling it if still running). */
+void sched_release(sched_req *r);
+
+/* Counters for /metrics and /health. */
+typedef struct sched_stats {
+    long requests, tokens_prompt, tokens_generated, steps;
+    int active, queued, n_slots;
+} sched_stats;
+void sched_get_stats(sched *s, sched_stats *out);
+
+#endif

@@ -1,0 +1,226 @@
+/* server.c - start-up, routing, and the small endpoints (health, metrics,
+ * props, tokenize, detokenize). The API dialects live in api_*.c. */
+#include "server/server.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "base/mem.h"
+#include "server/api_openai.h"
+
+/* ---- small endpoints ------------------------------------------------------- */
+
+static void get_health(server *s, const http_req *req, http_reply *rep) {
+    if (!atomic_load(&s->ready)) {
+        reply_json(rep, 503, json_pack("{s:s}", "status", "loading"));
+        return;
+    }
+    sched_stats st;
+    sched_get_stats(s->sch, &st);
+    reply_json(rep, 200, json_pack("{s:s,s:i,s:i,s:i}", "status", "ok", "slots", st.n_slots,
+                                   "active", st.active, "queued", st.queued));
+}
+
+static void get_metrics(server *s, const http_req *req, http_reply *rep) {
+    sched_stats st;
+    sched_get_stats(s->sch, &st);
+    char body[2048];
+    int n = snprintf(body, sizeof body,
+                     "# HELP strata_requests_total Generation requests accepted.\n"
+                     "# TYPE strata_requests_total counter\nstrata_requests_total %ld\n"
+                     "# HELP strata_prompt_tokens_total Prompt tokens prefilled.\n"
+                     "# TYPE strata_prompt_tokens_total counter\nstrata_prompt_tokens_total %ld\n"
+                     "# HELP strata_generated_tokens_total Tokens generated.\n"
+                     "# TYPE strata_generated_tokens_total counter\nstrata_generated_tokens_total %ld\n"
+                     "# HELP strata_batch_steps_total Forward passes run by the scheduler.\n"
+                     "# TYPE strata_batch_steps_total counter\nstrata_batch_steps_total %ld\n"
+                     "# HELP strata_requests_active Requests holding a slot.\n"
+                     "# TYPE strata_requests_active gauge\nstrata_requests_active %d\n"
+                     "# HELP strata_requests_queued Requests waiting for a slot.\n"
+                     "# TYPE strata_requests_queued gauge\nstrata_requests_queued %d\n",
+                     st.requests, st.tokens_prompt, st.tokens_generated, st.steps, st.active, st.queued);
+    http_reply_text(rep, 200, "text/plain; version=0.0.4", body, (size_t)n);
+}
+
+static void get_props(server *s, const http_req *req, http_reply *rep) {
+    const model_hparams *hp = &s->e->m->hp;
+    reply_json(rep, 200,
+               json_pack("{s:s,s:s,s:s,s:i,s:i,s:i,s:s}", "model", s->model_id, "model_path",
+                         s->o.model_path, "architecture", hp->arch_name, "n_ctx", s->o.ctx,
+                         "parallel", s->o.parallel, "n_vocab", hp->n_vocab, "chat_format",
+                         chat_format_name(s->fmt)));
+}
+
+static void post_tokenize(server *s, const http_req *req, http_reply *rep) {
+    json_t *body = parse_body_openai(req, rep);
+    if (!body) return;
+    const char *text = json_string_value(json_object_get(body, "content"));
+    if (!text) {
+        json_decref(body);
+        reply_openai_error(rep, 400, "invalid_request_error", NULL, "'content' must be a string");
+        return;
+    }
+    int special = json_is_true(json_object_get(body, "parse_special"));
+    int32_t *ids;
+    size_t n;
+    strata_err err = {0};
+    if (tok_encode(s->tok, text, strlen(text), special, &ids, &n, &err)) {
+        json_decref(body);
+        reply_openai_error(rep, 400, "invalid_request_error", NULL, "%s", err.msg);
+        return;
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
+    free(ids);
+    json_decref(body);
+    reply_json(rep, 200, json_pack("{s:o}", "tokens", arr));
+}
+
+static void post_detokenize(server *s, const http_req *req, http_reply *rep) {
+    json_t *body = parse_body_openai(req, rep);
+    if (!body) return;
+    const json_t *toks = json_object_get(body, "tokens");
+    if (!json_is_array(toks)) {
+        json_decref(body);
+        reply_openai_error(rep, 400, "invalid_request_error", NULL, "'tokens' must be an array of token ids");
+        return;
+    }
+    size_t len = 0, i;
+    char *out = xstrdup("");
+    const json_t *t;
+    json_array_foreach(toks, i, t) {
+        char piece[256];
+        int n = json_is_integer(t) ? tok_piece(s->tok, (int32_t)json_integer_value(t), 1, piece, sizeof piece) : -1;
+        if (n < 0) {
+            free(out);
+            json_decref(body);
+            reply_openai_error(rep, 400, "invalid_request_error", NULL, "tokens[%zu] is not a token id", i);
+            return;
+        }
+        if (n > (int)sizeof piece) n = (int)sizeof piece;
+        out = xrealloc(out, len + (size_t)n + 1);
+        memcpy(out + len, piece, (size_t)n);
+        len += (size_t)n;
+    }
+    json_decref(body);
+    reply_json(rep, 200, json_pack("{s:o}", "content", json_text(out, len)));
+    free(out);
+}
+
+/* ---- routing ------------------------------------------------------------------- */
+
+typedef void (*route_fn)(server *s, const http_req *req, http_reply *rep);
+
+typedef struct route {
+    const char *method, *path;
+    route_fn fn;
+    int needs_model; /* answers 503 until the model is loaded */
+} route;
+
+static const route ROUTES[] = {
+    {"GET", "/health", get_health, 0},
+    {"GET", "/metrics", get_metrics, 1},
+    {"GET", "/props", get_props, 1},
+    {"GET", "/v1/models", api_openai_models, 1},
+    {"POST", "/v1/chat/completions", api_openai_chat, 1},
+    {"POST", "/v1/completions", api_openai_completions, 1},
+    {"POST", "/tokenize", post_tokenize, 1},
+    {"POST", "/detokenize", post_detokenize, 1},
+};
+
+static int authorized(const server *s, const http_req *req) {
+    if (!s->o.api_key) return 1;
+    const char *auth = http_header(req, "Authorization"), *xkey = http_header(req, "x-api-key");
+    if (auth && strncmp(auth, "Bearer ", 7) == 0 && strcmp(auth + 7, s->o.api_key) == 0) return 1;
+    return xkey && strcmp(xkey, s->o.api_key) == 0;
+}
+
+static void handle(void *app, const http_req *req, http_reply *rep) {
+    server *s = app;
+    int path_known = 0;
+    for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++) {
+        const route *r = &ROUTES[i];
+        if (strcmp(req->path, r->path) != 0) continue;
+        path_known = 1;
+        if (strcmp(req->method, r->method) != 0) continue;
+        if (r->fn != get_health && !authorized(s, req)) {
+            reply_openai_error(rep, 401, "authentication_error", "invalid_api_key", "missing or invalid API key");
+            return;
+        }
+        if (r->needs_model && !atomic_load(&s->ready)) {
+            reply_openai_error(rep, 503, "server_busy", NULL, "the model is still loading");
+            rep->retry_after = 2;
+            return;
+        }
+        r->fn(s, req, rep);
+        return;
+    }
+    if (path_known)
+        reply_openai_error(rep, 405, "invalid_request_error", NULL, "method %s not allowed on %s", req->method, req->path);
+    else
+        reply_openai_error(rep, 404, "invalid_request_error", NULL, "no endpoint %s %s", req->method, req->path);
+}
+
+/* ---- start and stop ---------------------------------------------------------------- */
+
+static void set_model_id(server *s) {
+    if (s->o.alias) {
+        snprintf(s->model_id, sizeof s->model_id, "%s", s->o.alias);
+        return;
+    }
+    const char *base = strrchr(s->o.model_path, '/');
+    snprintf(s->model_id, sizeof s->model_id, "%s", base ? base + 1 : s->o.model_path);
+    char *dot = strstr(s->model_id, ".gguf");
+    if (dot) *dot = 0;
+}
+
+static int load_model(server *s, strata_err *err) {
+    engine_params ep = {.model_path = s->o.model_path, .n_threads = s->o.threads,
+                        .n_ctx = s->o.ctx * s->o.parallel, .max_batch = 512};
+    int rc = engine_open(&s->e, &ep, err);
+    if (!rc) rc = tok_load(&s->tok, s->e->m->gguf, err);
+    if (rc) return rc;
+    s->fmt = chat_detect(s->e->m->gguf, s->tok);
+    sched_opts so = {.n_slots = s->o.parallel, .ctx_per_slot = s->o.ctx, .queue_max = s->o.queue_max,
+                     .chunk = 256};
+    return sched_new(&s->sch, s->e, s->tok, &so, err);
+}
+
+int server_start(server **out, const server_opts *o, strata_err *err) {
+    *out = NULL;
+    server *s = xcalloc(1, sizeof *s);
+    s->o = *o;
+    s->started_at = (long)time(NULL);
+    set_model_id(s);
+    http_opts ho = {.host = o->host, .port = o->port, .max_body = (size_t)o->max_body, .timeout_s = 600,
+                    .cors = o->cors};
+    int rc = http_start(&s->http, &ho, handle, s, err); /* /health answers 503 while loading */
+    if (!rc) {
+        log_info("listening on http://%s:%d, loading %s", o->host, http_port(s->http), o->model_path);
+        rc = load_model(s, err);
+    }
+    if (rc) {
+        server_stop(s);
+        return rc;
+    }
+    atomic_store(&s->ready, 1);
+    log_info("ready: model=%s arch=%s ctx=%d parallel=%d chat_format=%s", s->model_id,
+             s->e->m->hp.arch_name, o->ctx, o->parallel, chat_format_name(s->fmt));
+    *out = s;
+    return 0;
+}
+
+void server_stop(server *s) {
+    if (!s) return;
+    atomic_store(&s->ready, 0);
+    http_quiesce(s->http);     /* no new connections */
+    if (s->sch) sched_cancel_all(s->sch); /* running requests end as cancelled */
+    http_stop(s->http);        /* waits for connection threads, which see the ends */
+    sched_free(s->sch);
+    tok_free(s->tok);
+    engine_close(s->e);
+    free(s);
+}

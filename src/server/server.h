@@ -1,0 +1,54 @@
+/* server.h - the running server: engine, tokenizer, scheduler, HTTP, and
+ * the shared helpers the API handlers use (JSON replies, errors, ids).
+ * server.c routes requests; api_openai.c and api_anthropic.c speak the
+ * two wire formats; gen.c pulls generated text from the scheduler. */
+#ifndef STRATA_SERVER_H
+#define STRATA_SERVER_H
+
+#include <jansson.h>
+#include <stdatomic.h>
+
+#include "model/engine.h"
+#include "server/http.h"
+#include "server/sched.h"
+#include "text/chat.h"
+#include "text/tokenizer.h"
+
+typedef struct server_opts {
+    const char *model_path, *host, *api_key, *alias;
+    int port, parallel, ctx, threads, cors, queue_max;
+    long max_body;
+} server_opts;
+
+typedef struct server {
+    server_opts o;
+    engine *e;
+    tokenizer *tok;
+    sched *sch;
+    http_server *http;
+    chat_format fmt;
+    char model_id[128];
+    atomic_int ready;
+    long started_at;
+} server;
+
+int server_start(server **out, const server_opts *o, strata_err *err);
+void server_stop(server *s); /* NULL is fine */
+
+/* ---- helpers for API handlers (server_util.c) ---- */
+
+/* Replies with the JSON value (takes ownership of it). */
+void reply_json(http_reply *rep, int status, json_t *body);
+/* OpenAI-style error: {"error":{"message","type","code","param"}}. */
+void reply_openai_error(http_reply *rep, int status, const char *type, const char *code,
+                        const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Parses the body as a JSON object, or replies 400 and returns NULL. */
+json_t *parse_body_openai(const http_req *req, http_reply *rep);
+/* "prefix-" + 32 hex chars from the system's random source (128 bits). */
+void make_id(char *out, size_t cap, const char *prefix);
+/* A JSON string of n bytes of model output; invalid UTF-8 becomes U+FFFD. */
+json_t *json_text(const char *s, size_t n);
+/* Status code and OpenAI error type for a STRATA_E* from submitting work. */
+int status_for(int code, const char **type);
+
+#endif

@@ -1,0 +1,99 @@
+/* server_util.c - JSON replies, errors and ids for the API handlers. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "base/mem.h"
+#include "server/server.h"
+
+void reply_json(http_reply *rep, int status, json_t *body) {
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    rep->status = status;
+    rep->content_type = "application/json";
+    rep->body = text ? text : xstrdup("{}");
+    rep->body_len = strlen(rep->body);
+}
+
+void reply_openai_error(http_reply *rep, int status, const char *type, const char *code,
+                        const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_t *e = json_pack("{s:{s:s,s:s,s:o,s:n}}", "error", "message", msg, "type", type, "code",
+                          code ? json_string(code) : json_null(), "param");
+    reply_json(rep, status, e);
+}
+
+json_t *parse_body_openai(const http_req *req, http_reply *rep) {
+    json_error_t je;
+    json_t *root = json_loadb(req->body, req->body_len, 0, &je);
+    if (!root) {
+        reply_openai_error(rep, 400, "invalid_request_error", "invalid_json",
+                           "request body is not valid JSON: %s (line %d, column %d)", je.text,
+                           je.line, je.column);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        reply_openai_error(rep, 400, "invalid_request_error", "invalid_json",
+                           "request body must be a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
+void make_id(char *out, size_t cap, const char *prefix) {
+    unsigned char r[16];
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
+        fprintf(stderr, "strata: getrandom failed\n");
+        abort(); /* ids must be unguessable; never fall back to a weak source */
+    }
+    size_t off = (size_t)snprintf(out, cap, "%s", prefix);
+    for (int i = 0; i < 16 && off + 2 < cap; i++) off += (size_t)snprintf(out + off, cap - off, "%02x", r[i]);
+}
+
+int status_for(int code, const char **type) {
+    switch (code) {
+    case STRATA_EBUSY: *type = "server_busy"; return 503;
+    case STRATA_ERANGE: *type = "invalid_request_error"; return 400;
+    case STRATA_EINVAL: *type = "invalid_request_error"; return 400;
+    default: *type = "server_error"; return 500;
+    }
+}
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid. */
+static size_t utf8_seq(const unsigned char *s, size_t n) {
+    if (s[0] < 0x80) return 1;
+    size_t need = s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 && s[0] < 0xe0 ? 2 : 0;
+    if (!need || need > n) return 0;
+    for (size_t i = 1; i < need; i++)
+        if ((s[i] & 0xc0) != 0x80) return 0;
+    if (need == 3 && ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] >= 0xa0))) return 0;
+    if (need == 4 && ((s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] >= 0x90))) return 0;
+    return need;
+}
+
+json_t *json_text(const char *s, size_t n) {
+    char *out = xmalloc(n * 3 + 1);
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_seq((const unsigned char *)s + i, n - i);
+        if (k) {
+            memcpy(out + o, s + i, k);
+            o += k;
+            i += k;
+        } else {
+            memcpy(out + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+        }
+    }
+    json_t *j = json_stringn(out, o);
+    free(out);
+    return j;
+}
