@@ -19,7 +19,7 @@ TEST_OBJ := $(TEST_SRC:%.c=build/%.o)
 MODEL_DIR  = models
 MODEL      = $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: all test unit-test run model deps test-deps testdata clean bench oracle-refs tok-refs
+.PHONY: all test unit-test e2e-test run model deps test-deps testdata clean bench oracle-refs tok-refs
 
 all: strata
 
@@ -60,10 +60,15 @@ testdata: test-deps
 unit-test: build/strata-tests strata
 	TEST_DATA_DIR=tests/data/gen STRATA_MODEL=$(abspath $(MODEL)) build/strata-tests
 
+# End to end: real servers, official openai/anthropic SDKs.
+e2e-test: strata
+	TEST_DATA_DIR=$(abspath tests/data/gen) STRATA_MODEL=$(abspath $(MODEL)) $(PYTHON) -m pytest -q tests/e2e
+
 test: test-deps
 	@$(MAKE) --no-print-directory strata build/strata-tests
 	@$(MAKE) --no-print-directory model testdata
 	@$(MAKE) --no-print-directory unit-test
+	@$(MAKE) --no-print-directory e2e-test
 
 run: deps
 	@$(MAKE) --no-print-directory strata model

@@ -5,7 +5,7 @@
 set -euo pipefail
 
 SYSTEM_PKGS=(build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev python3 python3-pip unzip)
-PY_TEST_PKGS=(numpy gguf)
+PY_TEST_PKGS=(numpy gguf pytest httpx openai anthropic)
 
 missing=()
 for p in "${SYSTEM_PKGS[@]}"; do

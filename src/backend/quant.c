@@ -63,7 +63,7 @@ size_t quant_row_bytes(qtype t, int64_t n) {
 size_t quant_act_row_bytes(qtype act, int64_t n) {
     switch (act) {
     case QT_Q8_0:
-    case QT_Q8_1: return (size_t)(n / QK) * (8 + QK);
+    case QT_Q8_1: return (size_t)qa8_nbp(n / QK) * (8 + QK);
     case QT_Q8_K: return (size_t)(n / QK_K) * (4 + 32 + QK_K);
     case QT_F32: return (size_t)n * 4;
     default: return 0;
@@ -177,16 +177,21 @@ static float q8_block(const float *x, int8_t *q, int n) {
     return d;
 }
 
+/* Q8_0/Q8_1 in the grouped lane layout of quant_impl.h; the padding
+ * blocks of the last group are zero. */
 static void act_q8(const float *x, void *dst, int64_t n) {
-    int64_t nb = n / QK;
-    float *d = dst, *s = d + nb;
-    int8_t *qs = (int8_t *)dst + 8 * nb;
+    int64_t nb = n / QK, nbp = qa8_nbp(nb);
+    float *d = dst, *s = d + nbp;
+    int8_t *qs = (int8_t *)dst + 8 * nbp;
+    memset(dst, 0, (size_t)nbp * (8 + QK));
     for (int64_t b = 0; b < nb; b++) {
-        int8_t *q = qs + b * QK;
-        d[b] = q8_block(x + b * QK, q, QK);
+        int8_t q[QK];
+        int64_t slot = qa8_slot(b);
+        d[slot] = q8_block(x + b * QK, q, QK);
         int sum = 0;
         for (int j = 0; j < QK; j++) sum += q[j];
-        s[b] = d[b] * (float)sum;
+        s[slot] = d[slot] * (float)sum;
+        for (int e = 0; e < QK; e += 4) memcpy(qs + qa8_qoff(b, e), q + e, 4);
     }
 }
 

@@ -42,23 +42,41 @@
 #define QB_Q5_K 176
 #define QB_Q6_K 210
 
-/* Activation formats (Strata's own layout, struct-of-arrays per row so a
- * SIMD load takes several blocks' quants at once):
- *   Q8_0 and Q8_1 row of n elements, nb = n / 32 blocks:
- *       float d[nb]; float s[nb]; int8_t qs[n];
+/* Activation formats (Strata's own layout, never on disk):
+ *   Q8_0 and Q8_1 row of n elements, nb = n / 32 blocks, padded to
+ *   nbp = qa8_nbp(nb) (a multiple of 16; padding blocks are all zero):
+ *       float d[nbp]; float s[nbp]; int8_t qs[32 * nbp];
  *     x ~= d * q with q in [-127, 127]; s = d * sum(q) of the block (used
- *     by the weight formats with a minimum, Q4_1 and Q5_1).
+ *     by the weight formats with a minimum, Q4_1 and Q5_1, and by the
+ *     unsigned-weight trick of the AVX-512 Q8_0 kernel).
+ *     Blocks come in groups of 16, one block per 32-bit SIMD lane p: lane p
+ *     of group G holds block 16G + qa8_lane(p). d and s are in lane order;
+ *     qs of group G is 8 chunks of 64 bytes, chunk v holding elements
+ *     4v..4v+3 of the block of lane p at bytes 4p..4p+3. So one VPDPBUSD
+ *     per chunk accumulates 16 blocks' dot products in 16 lanes and the
+ *     float scaling is one convert + FMA per 16 blocks.
+ *     qa8_lane(p) = 4 (p % 4) + p / 4 (self-inverse) is what a 4x4 dword
+ *     transpose of four 4-block weight loads produces (quant_avx512.c).
  *   Q8_K row, nb = n / 256:
  *       float d[nb]; int16_t bsums[16 * nb]; int8_t qs[n];
  *     bsums[16b + g] = sum of q over elements 16g..16g+15 of block b.
  *   F32 row: float x[n].
  * Rows must start 4-byte aligned; quant_act_row_bytes gives their size. */
+#define QA8_GROUP 16 /* blocks per activation group */
+static inline int64_t qa8_nbp(int64_t nb) { return (nb + QA8_GROUP - 1) & ~(int64_t)(QA8_GROUP - 1); }
+static inline int qa8_lane(int j) { return 4 * (j & 3) + (j >> 2); }
+/* Index of block b's d and s in a Q8_0/Q8_1 row (lane order in groups). */
+static inline int64_t qa8_slot(int64_t b) { return (b & ~(int64_t)15) + qa8_lane((int)(b & 15)); }
+/* Byte offset of element e (0..31) of block b within qs. */
+static inline int64_t qa8_qoff(int64_t b, int e) {
+    return (b >> 4) * 512 + (e >> 2) * 64 + 4 * qa8_lane((int)(b & 15)) + (e & 3);
+}
 static inline const float *qa8_d(const void *row) { return (const float *)row; }
 static inline const float *qa8_s(const void *row, int64_t nb) {
-    return (const float *)row + nb;
+    return (const float *)row + qa8_nbp(nb);
 }
 static inline const int8_t *qa8_qs(const void *row, int64_t nb) {
-    return (const int8_t *)row + 8 * nb;
+    return (const int8_t *)row + 8 * qa8_nbp(nb);
 }
 static inline const float *qak_d(const void *row) { return (const float *)row; }
 static inline const int16_t *qak_bsums(const void *row, int64_t nb) {

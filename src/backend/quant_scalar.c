@@ -22,22 +22,30 @@ static void legacy_q(const uint8_t *qs, uint32_t qh, int off, int *q) {
     }
 }
 
+/* The 32 activation quants of block b in element order (the row keeps
+ * them in the grouped lane layout of quant_impl.h). */
+static void act_block(const void *x, int64_t nb, int64_t b, int8_t *q) {
+    const int8_t *qs = qa8_qs(x, nb);
+    for (int e = 0; e < QK; e++) q[e] = qs[qa8_qoff(b, e)];
+}
+
 /* Shared by Q4_0, Q4_1, Q5_0, Q5_1: header layout from has_min/has_qh. */
 static float dot_legacy(const uint8_t *w, const void *x, int64_t k,
                         int bytes, int has_min, int has_qh) {
     int64_t nb = k / QK;
     const float *xd = qa8_d(x), *xs = qa8_s(x, nb);
-    const int8_t *xq = qa8_qs(x, nb);
     int off = has_min ? 0 : (has_qh ? 16 : 8);
     float acc = 0, accm = 0;
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = w + b * bytes, *p = blk + (has_min ? 4 : 2);
         uint32_t qh = has_qh ? quant_rd32(p) : 0;
         int q[QK], isum = 0;
+        int8_t xb[QK];
+        act_block(x, nb, b, xb);
         legacy_q(p + (has_qh ? 4 : 0), qh, off, q);
-        for (int j = 0; j < QK; j++) isum += q[j] * xq[b * QK + j];
-        acc += (h2f(blk) * xd[b]) * (float)isum;
-        if (has_min) accm += h2f(blk + 2) * xs[b];
+        for (int j = 0; j < QK; j++) isum += q[j] * xb[j];
+        acc += (h2f(blk) * xd[qa8_slot(b)]) * (float)isum;
+        if (has_min) accm += h2f(blk + 2) * xs[qa8_slot(b)];
     }
     return acc + accm;
 }
@@ -58,13 +66,14 @@ static float dot_q5_1(const uint8_t *w, const void *x, int64_t k) {
 static float dot_q8_0(const uint8_t *w, const void *x, int64_t k) {
     int64_t nb = k / QK;
     const float *xd = qa8_d(x);
-    const int8_t *xq = qa8_qs(x, nb);
     float acc = 0;
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = w + b * QB_Q8_0;
         int isum = 0;
-        for (int j = 0; j < QK; j++) isum += (int8_t)blk[2 + j] * xq[b * QK + j];
-        acc += (h2f(blk) * xd[b]) * (float)isum;
+        int8_t xb[QK];
+        act_block(x, nb, b, xb);
+        for (int j = 0; j < QK; j++) isum += (int8_t)blk[2 + j] * xb[j];
+        acc += (h2f(blk) * xd[qa8_slot(b)]) * (float)isum;
     }
     return acc;
 }

@@ -184,12 +184,12 @@ enum {
     /* expressions */
     E_CONST, E_NAME, E_ATTR, E_ITEM, E_SLICE, E_CALL, E_FILTER, E_TEST,
     E_BIN, E_NEG, E_POS, E_NOT, E_AND, E_OR, E_COND, E_LIST, E_TUPLE,
-    E_DICT, E_CONCAT, E_CMP, E_IN, E_NOTIN,
+    E_DICT, E_CONCAT, E_CMP,
 };
 
 /* Binary and comparison operators (tnode.op). */
 enum { OP_ADD = 1, OP_SUB, OP_MUL, OP_DIV, OP_FDIV, OP_MOD, OP_POW,
-       OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE };
+       OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE, OP_IN, OP_NOTIN };
 
 struct tnode {
     int kind, op;

@@ -1,0 +1,136 @@
+/* quant_tile.h - the level-independent half of the SIMD gemm kernels: the
+ * tile driver, the tile-set and gemm wrappers and the per-type kernel
+ * table. Included by quant_avx2.c and quant_avx512.c only, so it is
+ * compiled once per level with that file's -m flags (everything here is
+ * static). Does not: any arithmetic; the tiles are the including file's.
+ *
+ * A tile computes R weight rows x T tokens: out[r * T + t] for weight rows
+ * w[0..R) and activation rows x[0..T). A tile set lists tile shapes,
+ * widest T first, the last with T == 1; shapes may differ in R. Batch
+ * invariance is the tiles' job (each (row, token) pair sees the same float
+ * operations in every shape); the driver only promises that row tails
+ * rerun a full tile with the last row repeated (results dropped). */
+#ifndef STRATA_QUANT_TILE_H
+#define STRATA_QUANT_TILE_H
+
+#include "backend/quant_impl.h"
+
+#define AI static inline __attribute__((always_inline))
+/* Tile loops must unroll fully so the accumulators live in registers. */
+#define UNROLL _Pragma("GCC unroll 16")
+
+#define TILE_ROWS 32 /* rows per chunk: its weights stay in cache for all tokens */
+#define TILE_MAX_OUT 32 /* R * T of the largest tile */
+
+typedef void (*tile_fn)(const uint8_t *const *w, const uint8_t *const *x,
+                        int64_t k, float *out);
+typedef struct {
+    int rows, toks; /* R, T; TILE_ROWS is a multiple of every R */
+    tile_fn fn;
+} tile_shape;
+typedef struct {
+    tile_shape s[4]; /* widest first; ends with toks == 1 */
+} tile_set;
+
+/* One token tile [t0, t0 + T) over the rows [rc, rce) of a chunk. */
+static void tile_rows(const tile_shape *sh, const void *w, size_t wrb, int64_t k,
+                      const uint8_t *const *xp, int t0, float *y, int64_t ldy,
+                      int rc, int rce, int r1) {
+    const int R = sh->rows, T = sh->toks;
+    for (int r = rc; r < rce; r += R) {
+        const uint8_t *wp[TILE_MAX_OUT];
+        float out[TILE_MAX_OUT];
+        for (int i = 0; i < R; i++)
+            wp[i] = (const uint8_t *)w + (size_t)(r + i < r1 ? r + i : r1 - 1) * wrb;
+        sh->fn(wp, xp, k, out);
+        for (int i = 0; i < R && r + i < rce; i++)
+            for (int j = 0; j < T; j++) y[(t0 + j) * ldy + r + i] = out[i * T + j];
+    }
+}
+
+/* Walks [r0, r1) x [0, n_tok) in tiles, rows in chunks of TILE_ROWS. */
+static void tile_drive(const tile_set *ts, const void *w, size_t wrb, int64_t k,
+                       const void *xq, size_t xrb, int n_tok, float *y,
+                       int64_t ldy, int r0, int r1) {
+    for (int rc = r0; rc < r1; rc += TILE_ROWS) {
+        int rce = rc + TILE_ROWS < r1 ? rc + TILE_ROWS : r1;
+        for (int t0 = 0; t0 < n_tok;) {
+            const tile_shape *sh = ts->s;
+            while (sh->toks > n_tok - t0) sh++;
+            const uint8_t *xp[TILE_MAX_OUT];
+            for (int j = 0; j < sh->toks; j++)
+                xp[j] = (const uint8_t *)xq + (size_t)(t0 + j) * xrb;
+            tile_rows(sh, w, wrb, k, xp, t0, y, ldy, rc, rce, r1);
+            t0 += sh->toks;
+        }
+    }
+}
+
+/* name_T: tile function `name(w, x, k, out, T)` fixed at T tokens. */
+#define TILE_T(name, T)                                                       \
+    static void name##_##T(const uint8_t *const *w, const uint8_t *const *x,  \
+                           int64_t k, float *o) { name(w, x, k, o, T); }
+
+/* Tile sets of the usual shapes: R rows x {4, 2, 1} or {2, 1} tokens. */
+#define TILESET_421(name, R)                                                  \
+    TILE_T(name, 1) TILE_T(name, 2) TILE_T(name, 4)                           \
+    static const tile_set name##_set = {                                      \
+        {{R, 4, name##_4}, {R, 2, name##_2}, {R, 1, name##_1}}};
+#define TILESET_21(name, R)                                                   \
+    TILE_T(name, 1) TILE_T(name, 2)                                           \
+    static const tile_set name##_set = {{{R, 2, name##_2}, {R, 1, name##_1}}};
+
+#define TILE_GEMM(name)                                                       \
+    static void gemm_##name(const void *w, size_t wrb, int64_t k,             \
+                            const void *xq, size_t xrb, int n_tok, float *y,  \
+                            int64_t ldy, int r0, int r1) {                    \
+        tile_drive(&name##_set, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);   \
+    }
+
+/* gemm_<name> for every weight type, and the type -> kernel table
+ * `fn_name`; both levels name their tiles the same way. */
+#define TILE_KERNELS(fn_name)                                                 \
+    TILE_GEMM(lg_q4_0) TILE_GEMM(lg_q4_1) TILE_GEMM(lg_q5_0)                  \
+    TILE_GEMM(lg_q5_1) TILE_GEMM(lg_q8_0) TILE_GEMM(kq_q4_k)                  \
+    TILE_GEMM(kq_q5_k) TILE_GEMM(kq_q6_k) TILE_GEMM(fl_f32)                   \
+    TILE_GEMM(fl_f16) TILE_GEMM(fl_bf16)                                      \
+    quant_gemm_fn fn_name(qtype t) {                                          \
+        switch (t) {                                                          \
+        case QT_Q4_0: return gemm_lg_q4_0;                                    \
+        case QT_Q4_1: return gemm_lg_q4_1;                                    \
+        case QT_Q5_0: return gemm_lg_q5_0;                                    \
+        case QT_Q5_1: return gemm_lg_q5_1;                                    \
+        case QT_Q8_0: return gemm_lg_q8_0;                                    \
+        case QT_Q4_K: return gemm_kq_q4_k;                                    \
+        case QT_Q5_K: return gemm_kq_q5_k;                                    \
+        case QT_Q6_K: return gemm_kq_q6_k;                                    \
+        case QT_F32: return gemm_fl_f32;                                      \
+        case QT_F16: return gemm_fl_f16;                                      \
+        case QT_BF16: return gemm_fl_bf16;                                    \
+        default: return NULL;                                                 \
+        }                                                                     \
+    }
+
+/* Per-type tile wrappers `prefix_q4_0(w, x, k, o, T)` over a tile function
+ * `tile(type, w, x, k, o, T)`, for the five legacy formats. */
+#define TILE_WRAP(prefix, tile, ty)                                           \
+    AI void prefix(const uint8_t *const *w, const uint8_t *const *x,          \
+                   int64_t k, float *o, int T) { tile(ty, w, x, k, o, T); }
+
+/* The three weight families' type tags, the same at every level. */
+enum { L40, L41, L50, L51, L80 };
+enum { K4, K5, K6 };
+enum { FF32, FF16, FBF16 };
+
+/* Legacy block sizes and where the quants start. */
+AI int lg_bytes(int ty) {
+    return ty == L40 ? QB_Q4_0 : ty == L41 ? QB_Q4_1 : ty == L50 ? QB_Q5_0
+         : ty == L51 ? QB_Q5_1 : QB_Q8_0;
+}
+AI int lg_qs_off(int ty) {
+    return ty == L40 ? 2 : ty == L41 ? 4 : ty == L50 ? 6 : ty == L51 ? 8 : 2;
+}
+/* Offset of the 32 high bits of Q5_0/Q5_1. */
+AI int lg_qh_off(int ty) { return ty == L50 ? 2 : 4; }
+
+#endif

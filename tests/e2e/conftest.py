@@ -1,0 +1,72 @@
+"""Fixtures for end-to-end tests: a real `strata serve` process per model.
+
+Each server listens on a free loopback port; tests talk to it with the
+official `openai` / `anthropic` SDKs or raw HTTP. Servers are stopped with
+SIGTERM at the end of the session and must exit cleanly.
+"""
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import httpx
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+STRATA = os.environ.get("STRATA_BIN", os.path.join(ROOT, "strata"))
+GEN = os.environ.get("TEST_DATA_DIR", os.path.join(ROOT, "tests", "data", "gen"))
+REAL_MODEL = os.environ.get("STRATA_MODEL", os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+TINY_MODEL = os.path.join(GEN, "models", "llama-q4_1.gguf")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, model, *extra):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(os.path.join(GEN, f"serve-{self.port}.log"), "w")
+        self.proc = subprocess.Popen([STRATA, "serve", "-m", model, "--port", str(self.port), *extra],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"strata serve exited with {self.proc.returncode}; see {self.log.name}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("strata serve did not become healthy in 60 s")
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.log.close()
+        return rc
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    s = Server(TINY_MODEL, "--parallel", "4", "--ctx", "512", "--max-body-mb", "1")
+    yield s
+    assert s.stop() == 0, "server did not shut down cleanly on SIGTERM"
+
+
+@pytest.fixture(scope="session")
+def real():
+    if not os.path.exists(REAL_MODEL):
+        pytest.skip("default model not downloaded (make model)")
+    s = Server(REAL_MODEL, "--parallel", "4", "--ctx", "2048")
+    yield s
+    assert s.stop() == 0, "server did not shut down cleanly on SIGTERM"

@@ -1,0 +1,169 @@
+"""OpenAI API end to end, with the official `openai` SDK."""
+import concurrent.futures as cf
+import json
+import time
+
+import httpx
+import openai
+import pytest
+
+
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
+
+
+def chat(server, content, **kw):
+    kw.setdefault("temperature", 0)
+    kw.setdefault("max_tokens", 12)
+    return client(server).chat.completions.create(
+        model="", messages=[{"role": "user", "content": content}], **kw)
+
+
+def test_chat_plain(tiny):
+    r = chat(tiny, "hello there")
+    choice = r.choices[0]
+    assert choice.message.role == "assistant"
+    assert isinstance(choice.message.content, str) and choice.message.content
+    assert choice.finish_reason in ("stop", "length")
+    assert r.usage.prompt_tokens > 5
+    assert r.usage.completion_tokens >= 1
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    assert r.id.startswith("chatcmpl-") and len(r.id) == len("chatcmpl-") + 32
+
+
+def test_stream_equals_whole_reply(tiny):
+    whole = chat(tiny, "tell me a story", max_tokens=20)
+    stream = client(tiny).chat.completions.create(
+        model="", messages=[{"role": "user", "content": "tell me a story"}], temperature=0,
+        max_tokens=20, stream=True, stream_options={"include_usage": True})
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    finals = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finals == [whole.choices[0].finish_reason]
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    assert chunks[0].choices[0].delta.role == "assistant"
+
+
+def test_seeded_sampling_is_reproducible(tiny):
+    a = chat(tiny, "pick words", temperature=1.0, seed=123, max_tokens=16)
+    b = chat(tiny, "pick words", temperature=1.0, seed=123, max_tokens=16)
+    assert a.choices[0].message.content == b.choices[0].message.content
+
+
+def test_stop_string_cuts_output(tiny):
+    full = chat(tiny, "count", max_tokens=24).choices[0].message.content
+    if len(full) < 6:
+        pytest.skip("reply too short to cut")
+    stop = full[3:5]
+    r = chat(tiny, "count", max_tokens=24, stop=[stop])
+    assert r.choices[0].message.content == full[:full.index(stop)]
+    assert r.choices[0].finish_reason == "stop"
+
+
+def test_logprobs(tiny):
+    r = chat(tiny, "hello", max_tokens=4, logprobs=True, top_logprobs=3)
+    lp = r.choices[0].logprobs.content
+    assert len(lp) == r.usage.completion_tokens
+    for t in lp:
+        assert t.logprob <= 0
+        assert len(t.top_logprobs) == 3
+        assert t.top_logprobs[0].logprob >= t.logprob - 1e-5  # greedy picks the best
+
+
+def test_completions_string_and_tokens(tiny):
+    c = client(tiny)
+    a = c.completions.create(model="", prompt="once upon a time", max_tokens=8, temperature=0)
+    toks = httpx.post(tiny.url + "/tokenize", json={"content": "once upon a time"}).json()["tokens"]
+    b = c.completions.create(model="", prompt=toks, max_tokens=8, temperature=0)
+    assert a.choices[0].text == b.choices[0].text
+    assert a.usage.prompt_tokens == len(toks)
+
+
+def test_models(tiny):
+    models = client(tiny).models.list()
+    assert [m.id for m in models.data] == ["llama-q4_1"]
+
+
+def test_malformed_json(tiny):
+    r = httpx.post(tiny.url + "/v1/chat/completions", content=b"{not json")
+    assert r.status_code == 400
+    assert r.json()["error"]["type"] == "invalid_request_error"
+    assert "not valid JSON" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("body,field", [
+    ({"messages": "hi"}, "messages"),
+    ({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}, "temperature"),
+    ({"messages": [{"role": "user", "content": "x"}], "max_tokens": -3}, "max_tokens"),
+    ({"messages": [{"role": "wizard", "content": "x"}]}, "role"),
+    ({"messages": [{"role": "user", "content": 5}]}, "content"),
+    ({"messages": [{"role": "user", "content": "x"}], "stop": [1, 2]}, "stop"),
+])
+def test_wrong_field_types(tiny, body, field):
+    with pytest.raises(openai.BadRequestError) as e:
+        client(tiny).chat.completions.create(model="", **body)
+    assert field in e.value.body["message"]
+
+
+def test_oversized_body(tiny):
+    big = "x" * (2 << 20)  # the fixture server allows 1 MiB
+    r = httpx.post(tiny.url + "/v1/chat/completions",
+                   json={"messages": [{"role": "user", "content": big}]})
+    assert r.status_code == 413
+    assert "exceeds the limit" in r.json()["error"]["message"]
+
+
+def test_context_overflow(tiny):
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(tiny, "word " * 2000)
+    assert e.value.code == "context_length_exceeded"
+
+
+def test_unknown_model(tiny):
+    with pytest.raises(openai.NotFoundError) as e:
+        client(tiny).chat.completions.create(model="gpt-17", messages=[{"role": "user", "content": "x"}])
+    assert e.value.code == "model_not_found"
+
+
+def test_unknown_endpoint_and_method(tiny):
+    assert httpx.get(tiny.url + "/v1/nothing").status_code == 404
+    assert httpx.get(tiny.url + "/v1/chat/completions").status_code == 405
+
+
+def test_16_concurrent_clients_match_solo_answers(tiny):
+    prompts = [f"question number {i} about {w}" for i, w in enumerate(["cats", "dogs", "ships", "code"] * 4)]
+    solo = {p: chat(tiny, p, max_tokens=10).choices[0].message.content for p in prompts[:4]}
+    with cf.ThreadPoolExecutor(16) as pool:
+        got = list(pool.map(lambda p: chat(tiny, p, max_tokens=10).choices[0].message.content, prompts))
+    assert len(got) == 16 and all(isinstance(g, str) for g in got)
+    for p, g in zip(prompts[:4], got[:4]):
+        assert g == solo[p], "batched answer differs from the answer computed alone"
+
+
+def metrics(server):
+    text = httpx.get(server.url + "/metrics").text
+    return {l.split()[0]: float(l.split()[1]) for l in text.splitlines() if l and not l.startswith("#")}
+
+
+def test_disconnect_cancels_generation(tiny):
+    with httpx.Client(timeout=30) as h:
+        with h.stream("POST", tiny.url + "/v1/chat/completions",
+                      json={"messages": [{"role": "user", "content": "go on forever"}],
+                            "max_tokens": 100000, "stream": True, "temperature": 1.0}) as r:
+            lines = r.iter_lines()
+            got = [next(lines) for _ in range(6)]
+            assert any(l.startswith("data: ") for l in got)
+    deadline = time.time() + 10
+    while time.time() < deadline and metrics(tiny)["strata_requests_active"] > 0:
+        time.sleep(0.05)
+    assert metrics(tiny)["strata_requests_active"] == 0
+    before = metrics(tiny)["strata_generated_tokens_total"]
+    time.sleep(0.5)
+    assert metrics(tiny)["strata_generated_tokens_total"] == before
+
+
+def test_real_model_answers(real):
+    r = chat(real, "What is the capital of France?", max_tokens=20)
+    assert "Paris" in r.choices[0].message.content
+    assert r.choices[0].finish_reason == "stop"
