@@ -16,6 +16,8 @@
 #include "base/mem.h"
 #include "server/api_params.h"
 #include "server/gen.h"
+#include "server/prompt.h"
+#include "server/sse.h"
 
 #define POLL_MS 1000 /* stream keep-alive period while nothing is generated */
 
@@ -28,39 +30,11 @@ typedef struct oai_call {
     char id[64];
     long created;
     int n_prompt, n_logprob_done;
-    char *pend; /* stream bytes not yet written */
-    size_t pend_len, pend_off;
+    sse_buf out; /* stream bytes not yet written */
     int phase;  /* 0 role chunk next, 1 generating, 2 finished */
 } oai_call;
 
 /* ---- prompt building ---------------------------------------------------- */
-
-/* Message content: a string, or an array of {"type":"text","text":...}. */
-static char *content_text(const json_t *content, char *why, size_t cap) {
-    if (!content || json_is_null(content)) return xstrdup("");
-    if (json_is_string(content)) return xstrdup(json_string_value(content));
-    if (!json_is_array(content)) {
-        snprintf(why, cap, "message content must be a string or an array of content parts");
-        return NULL;
-    }
-    size_t len = 0, i;
-    char *out = xstrdup("");
-    const json_t *part;
-    json_array_foreach(content, i, part) {
-        const char *type = json_string_value(json_object_get(part, "type"));
-        const char *text = json_string_value(json_object_get(part, "text"));
-        if (!type || strcmp(type, "text") != 0 || !text) {
-            snprintf(why, cap, "content part %zu: only {\"type\":\"text\",\"text\":...} parts are supported", i);
-            free(out);
-            return NULL;
-        }
-        size_t n = strlen(text);
-        out = xrealloc(out, len + n + 1);
-        memcpy(out + len, text, n + 1);
-        len += n;
-    }
-    return out;
-}
 
 static const char *normal_role(const char *role) {
     if (!role) return NULL;
@@ -70,45 +44,77 @@ static const char *normal_role(const char *role) {
     return NULL;
 }
 
-/* Renders messages with the built-in format and tokenizes them. */
+/* OpenAI tool_calls with "arguments" as a JSON string -> arguments as an
+ * object (what chat templates expect); unparsable strings stay strings. */
+static json_t *normal_tool_calls(const json_t *calls, size_t mi, char *why, size_t cap) {
+    if (!json_is_array(calls)) {
+        snprintf(why, cap, "messages[%zu].tool_calls must be an array", mi);
+        return NULL;
+    }
+    json_t *out = json_array();
+    size_t i;
+    const json_t *c;
+    json_array_foreach(calls, i, c) {
+        const json_t *fn = json_object_get(c, "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        const json_t *args = json_object_get(fn, "arguments");
+        if (!name) {
+            snprintf(why, cap, "messages[%zu].tool_calls[%zu].function.name must be a string", mi, i);
+            json_decref(out);
+            return NULL;
+        }
+        json_t *parsed = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL) : NULL;
+        json_t *a = parsed ? parsed : args ? json_incref((json_t *)args) : json_object();
+        json_array_append_new(out, json_pack("{s:O*,s:s,s:{s:s,s:o}}", "id", json_object_get(c, "id"),
+                                             "type", "function", "function", "name", name, "arguments", a));
+    }
+    return out;
+}
+
+/* One OpenAI message in the normalised shape (see server/prompt.h). */
+static json_t *normal_message(const json_t *m, size_t i, char *why, size_t cap) {
+    const char *role = json_is_object(m) ? normal_role(json_string_value(json_object_get(m, "role"))) : NULL;
+    if (!role) {
+        snprintf(why, cap, "messages[%zu].role must be one of system, developer, user, assistant, tool", i);
+        return NULL;
+    }
+    char *text = prompt_content_text(json_object_get(m, "content"), why, cap);
+    if (!text) return NULL;
+    json_t *out = json_pack("{s:s,s:s}", "role", role, "content", text);
+    free(text);
+    const json_t *calls = json_object_get(m, "tool_calls");
+    if (calls && !json_is_null(calls) && strcmp(role, "assistant") == 0) {
+        json_t *tc = normal_tool_calls(calls, i, why, cap);
+        if (!tc) {
+            json_decref(out);
+            return NULL;
+        }
+        json_object_set_new(out, "tool_calls", tc);
+    }
+    const json_t *id = json_object_get(m, "tool_call_id");
+    if (json_is_string(id)) json_object_set(out, "tool_call_id", (json_t *)id);
+    return out;
+}
+
 static int chat_prompt_ids(oai_call *c, int32_t **ids, size_t *n, char *why, size_t cap) {
     const json_t *msgs = json_object_get(c->req, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
         snprintf(why, cap, "'messages' must be a non-empty array");
         return -1;
     }
-    size_t nm = json_array_size(msgs), i;
-    chat_msg *cm = xcalloc(nm, sizeof *cm);
-    char **texts = xcalloc(nm, sizeof *texts);
-    int rc = 0;
+    json_t *norm = json_array();
+    size_t i;
     const json_t *m;
     json_array_foreach(msgs, i, m) {
-        cm[i].role = normal_role(json_string_value(json_object_get(m, "role")));
-        if (!json_is_object(m) || !cm[i].role) {
-            snprintf(why, cap, "messages[%zu].role must be one of system, developer, user, assistant, tool", i);
-            rc = -1;
-            break;
+        json_t *nm = normal_message(m, i, why, cap);
+        if (!nm) {
+            json_decref(norm);
+            return -1;
         }
-        if (!(texts[i] = content_text(json_object_get(m, "content"), why, cap))) {
-            rc = -1;
-            break;
-        }
-        cm[i].content = texts[i];
+        json_array_append_new(norm, nm);
     }
-    if (!rc) {
-        chat_prompt p = {0};
-        const server *s = c->srv;
-        chat_render_builtin(s->fmt, cm, (int)nm, 1, &p);
-        strata_err err = {0};
-        if (chat_tokenize(s->tok, &p, tok_add_bos(s->tok), ids, n, &err)) {
-            snprintf(why, cap, "%s", err.msg);
-            rc = -1;
-        }
-        chat_prompt_free(&p);
-    }
-    for (i = 0; i < nm; i++) free(texts[i]);
-    free(texts);
-    free(cm);
+    int rc = prompt_tokens(c->srv, norm, json_object_get(c->req, "tools"), ids, n, why, cap);
+    json_decref(norm);
     return rc;
 }
 
@@ -260,25 +266,10 @@ static void answer_whole(oai_call *c, const http_req *req, http_reply *rep) {
 
 /* ---- streamed replies ------------------------------------------------------- */
 
-static void pend_add(oai_call *c, const char *s, size_t n) {
-    c->pend = xrealloc(c->pend, c->pend_len + n + 1);
-    memcpy(c->pend + c->pend_len, s, n);
-    c->pend_len += n;
-}
-
-static void pend_event(oai_call *c, json_t *obj) {
-    char *s = json_dumps(obj, JSON_COMPACT);
-    json_decref(obj);
-    pend_add(c, "data: ", 6);
-    pend_add(c, s, strlen(s));
-    pend_add(c, "\n\n", 2);
-    free(s);
-}
-
 static void pend_chunk(oai_call *c, const char *text, size_t len, const char *finish) {
     json_t *ev = envelope(c, 1);
     json_array_append_new(json_object_get(ev, "choices"), choice_json(c, text, len, finish, 1));
-    pend_event(c, ev);
+    sse_event(&c->out, NULL, ev);
 }
 
 static void pend_finish(oai_call *c) {
@@ -286,9 +277,9 @@ static void pend_finish(oai_call *c) {
     if (c->include_usage) {
         json_t *ev = envelope(c, 1);
         json_object_set_new(ev, "usage", usage_json(c));
-        pend_event(c, ev);
+        sse_event(&c->out, NULL, ev);
     }
-    pend_add(c, "data: [DONE]\n\n", 14);
+    sse_raw(&c->out, "data: [DONE]\n\n", 14);
     c->phase = 2;
 }
 
@@ -307,30 +298,25 @@ static void stream_produce(oai_call *c) {
         pend_finish(c);
     } else if (!n && c->g.st.n_prompt_done < c->g.st.n_prompt) {
         char line[96];
-        int k = snprintf(line, sizeof line, ": prefill %d/%d\n\n", c->g.st.n_prompt_done, c->g.st.n_prompt);
-        pend_add(c, line, (size_t)k);
+        snprintf(line, sizeof line, "prefill %d/%d", c->g.st.n_prompt_done, c->g.st.n_prompt);
+        sse_comment(&c->out, line);
     }
 }
 
 static void call_free(oai_call *c) {
     gen_end(&c->g);
     json_decref(c->req);
-    free(c->pend);
+    sse_free(&c->out);
     free(c);
 }
 
 static ssize_t stream_read(void *ctx, char *buf, size_t max) {
     oai_call *c = ctx;
-    while (c->pend_off == c->pend_len) {
-        c->pend_off = c->pend_len = 0;
+    while (sse_empty(&c->out)) {
         if (c->phase == 2) return -1;
         stream_produce(c);
     }
-    size_t n = c->pend_len - c->pend_off;
-    if (n > max) n = max;
-    memcpy(buf, c->pend + c->pend_off, n);
-    c->pend_off += n;
-    return (ssize_t)n;
+    return (ssize_t)sse_take(&c->out, buf, max);
 }
 
 static void stream_end(void *ctx, int client_gone) {

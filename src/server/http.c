@@ -155,10 +155,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (st->too_large) {
-        char msg[160];
+        char msg[200]; /* readable by both OpenAI and Anthropic clients */
         snprintf(msg, sizeof msg,
-                 "{\"error\":{\"message\":\"request body exceeds the limit of %zu bytes\","
-                 "\"type\":\"invalid_request_error\",\"code\":\"body_too_large\"}}", s->opts.max_body);
+                 "{\"type\":\"error\",\"error\":{\"message\":\"request body exceeds the limit of %zu bytes\","
+                 "\"type\":\"request_too_large\",\"code\":\"body_too_large\"}}", s->opts.max_body);
         return send_simple(s, c, 413, msg);
     }
     if (s->opts.cors && strcmp(method, "OPTIONS") == 0) return send_simple(s, c, 204, "");

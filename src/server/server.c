@@ -9,6 +9,7 @@
 
 #include "base/log.h"
 #include "base/mem.h"
+#include "server/api_anthropic.h"
 #include "server/api_openai.h"
 
 /* ---- small endpoints ------------------------------------------------------- */
@@ -127,6 +128,8 @@ static const route ROUTES[] = {
     {"GET", "/v1/models", api_openai_models, 1},
     {"POST", "/v1/chat/completions", api_openai_chat, 1},
     {"POST", "/v1/completions", api_openai_completions, 1},
+    {"POST", "/v1/messages", api_anthropic_messages, 1},
+    {"POST", "/v1/messages/count_tokens", api_anthropic_count_tokens, 1},
     {"POST", "/tokenize", post_tokenize, 1},
     {"POST", "/detokenize", post_detokenize, 1},
 };
@@ -138,6 +141,16 @@ static int authorized(const server *s, const http_req *req) {
     return xkey && strcmp(xkey, s->o.api_key) == 0;
 }
 
+/* Route-level errors in the schema of the API the path belongs to. */
+static void route_error(const http_req *req, http_reply *rep, int status, const char *oai_type,
+                        const char *ant_type, const char *msg) {
+    if (strncmp(req->path, "/v1/messages", 12) == 0)
+        reply_json(rep, status, json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", ant_type,
+                                          "message", msg));
+    else
+        reply_openai_error(rep, status, oai_type, NULL, "%s", msg);
+}
+
 static void handle(void *app, const http_req *req, http_reply *rep) {
     server *s = app;
     int path_known = 0;
@@ -147,21 +160,22 @@ static void handle(void *app, const http_req *req, http_reply *rep) {
         path_known = 1;
         if (strcmp(req->method, r->method) != 0) continue;
         if (r->fn != get_health && !authorized(s, req)) {
-            reply_openai_error(rep, 401, "authentication_error", "invalid_api_key", "missing or invalid API key");
+            route_error(req, rep, 401, "authentication_error", "authentication_error", "missing or invalid API key");
             return;
         }
         if (r->needs_model && !atomic_load(&s->ready)) {
-            reply_openai_error(rep, 503, "server_busy", NULL, "the model is still loading");
+            route_error(req, rep, 503, "server_busy", "overloaded_error", "the model is still loading");
             rep->retry_after = 2;
             return;
         }
         r->fn(s, req, rep);
         return;
     }
-    if (path_known)
-        reply_openai_error(rep, 405, "invalid_request_error", NULL, "method %s not allowed on %s", req->method, req->path);
-    else
-        reply_openai_error(rep, 404, "invalid_request_error", NULL, "no endpoint %s %s", req->method, req->path);
+    char msg[256];
+    snprintf(msg, sizeof msg, path_known ? "method %s not allowed on %s" : "no endpoint %s %s", req->method,
+             req->path);
+    route_error(req, rep, path_known ? 405 : 404, "invalid_request_error",
+                path_known ? "invalid_request_error" : "not_found_error", msg);
 }
 
 /* ---- start and stop ---------------------------------------------------------------- */

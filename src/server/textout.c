@@ -31,6 +31,7 @@ static int find_stop(textout *t, size_t old_len) {
         if (hit) {
             t->len = (size_t)(hit - t->buf);
             t->stopped = 1;
+            t->hit = i;
             return 1;
         }
     }

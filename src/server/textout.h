@@ -18,6 +18,7 @@ typedef struct textout {
     char *stops[TEXTOUT_MAX_STOPS];
     int n_stops;
     int stopped;     /* a stop string was found; buf ends before it */
+    int hit;         /* index of that stop string */
 } textout;
 
 void textout_init(textout *t);

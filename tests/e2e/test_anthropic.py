@@ -1,0 +1,89 @@
+"""Anthropic Messages API end to end, with the official `anthropic` SDK."""
+import anthropic
+import httpx
+import pytest
+
+
+def client(server):
+    return anthropic.Anthropic(base_url=server.url, api_key="none", max_retries=0)
+
+
+# This SDK version has no `temperature` argument; sampling fields go in the body.
+GREEDY = {"extra_body": {"temperature": 0}}
+
+
+def ask(server, content, **kw):
+    kw.setdefault("max_tokens", 12)
+    return client(server).messages.create(model="", messages=[{"role": "user", "content": content}],
+                                          **GREEDY, **kw)
+
+
+def test_message_plain(tiny):
+    m = ask(tiny, "hello")
+    assert m.type == "message" and m.role == "assistant"
+    assert m.id.startswith("msg_") and len(m.id) == 4 + 32
+    assert m.content and m.content[0].type == "text" and m.content[0].text
+    assert m.stop_reason in ("end_turn", "max_tokens")
+    assert m.usage.input_tokens > 3 and m.usage.output_tokens >= 1
+    assert m.usage.cache_read_input_tokens == 0
+
+
+def test_system_as_string_and_blocks_render_the_same(tiny):
+    c = client(tiny)
+    a = c.messages.count_tokens(model="", system="be brief", messages=[{"role": "user", "content": "hi"}])
+    b = c.messages.count_tokens(model="", system=[{"type": "text", "text": "be brief",
+                                                   "cache_control": {"type": "ephemeral"}}],
+                                messages=[{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
+    assert a.input_tokens == b.input_tokens > 5
+
+
+def test_stream_event_sequence_and_text(tiny):
+    whole = ask(tiny, "tell me more", max_tokens=16)
+    events = list(client(tiny).messages.create(model="", messages=[{"role": "user", "content": "tell me more"}],
+                                                max_tokens=16, stream=True, **GREEDY))
+    kinds = [e.type for e in events]
+    assert kinds[0] == "message_start" and kinds[1] == "content_block_start"
+    assert kinds[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    text = "".join(e.delta.text for e in events if e.type == "content_block_delta")
+    assert text == whole.content[0].text
+    delta = [e for e in events if e.type == "message_delta"][0]
+    assert delta.delta.stop_reason == whole.stop_reason
+    assert delta.usage.output_tokens == whole.usage.output_tokens
+
+
+def test_stop_sequences(tiny):
+    full = ask(tiny, "count", max_tokens=24).content[0].text
+    if len(full) < 6:
+        pytest.skip("reply too short to cut")
+    stop = full[3:5]
+    m = ask(tiny, "count", max_tokens=24, stop_sequences=[stop])
+    assert m.stop_reason == "stop_sequence" and m.stop_sequence == stop
+    assert m.content[0].text == full[:full.index(stop)]
+
+
+def test_tool_result_history_is_accepted(tiny):
+    msgs = [{"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+                                               "input": {"city": "Paris"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]}]
+    m = client(tiny).messages.create(model="", messages=msgs, max_tokens=8, **GREEDY)
+    assert m.content[0].type == "text"
+
+
+def test_errors_use_anthropic_schema(tiny):
+    r = httpx.post(tiny.url + "/v1/messages", content=b"{oops")
+    assert r.status_code == 400 and r.json()["type"] == "error"
+    assert r.json()["error"]["type"] == "invalid_request_error"
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client(tiny).messages.create(model="", messages=[{"role": "user", "content": "x"}], max_tokens=0)
+    assert "max_tokens" in str(e.value)
+    with pytest.raises(anthropic.NotFoundError):
+        client(tiny).messages.create(model="claude-9", messages=[{"role": "user", "content": "x"}], max_tokens=4)
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client(tiny).messages.create(model="", messages=[{"role": "user", "content": "w " * 3000}], max_tokens=4)
+    assert "context" in str(e.value)
+
+
+def test_real_model_anthropic(real):
+    m = ask(real, "What is the capital of France? Answer in one word.", max_tokens=10)
+    assert "Paris" in m.content[0].text
