@@ -72,7 +72,7 @@ test: test-deps
 
 run: deps
 	@$(MAKE) --no-print-directory strata model
-	./strata run -m $(MODEL) --chat -p "$${PROMPT:-Write a haiku about caching.}" -n 128
+	./strata serve -m $(MODEL) --host $${HOST:-127.0.0.1} --port $${PORT:-8080}
 
 bench: strata model
 	$(PYTHON) bench/bench_vs_llamacpp.py --model $(MODEL)
