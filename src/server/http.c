@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,8 @@ struct http_server {
     http_handler handler;
     void *app;
     int port;
+    atomic_int in_flight; /* requests begun and not yet completely answered */
+    int quiesced;
 };
 
 typedef struct conn_state {
@@ -147,6 +150,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     conn_state *st = *con_cls;
     if (!st) {
         *con_cls = xcalloc(1, sizeof(conn_state));
+        atomic_fetch_add(&s->in_flight, 1);
         return MHD_YES;
     }
     if (*upload_size) {
@@ -171,8 +175,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
+    http_server *s = cls;
     conn_state *st = *con_cls;
     if (!st) return;
+    atomic_fetch_sub(&s->in_flight, 1);
     free(st->body);
     free(st);
     *con_cls = NULL;
@@ -214,13 +220,18 @@ int http_start(http_server **out, const http_opts *o, http_handler h, void *app,
 int http_port(const http_server *s) { return s->port; }
 
 void http_quiesce(http_server *s) {
-    if (!s) return;
+    if (!s || s->quiesced) return;
+    s->quiesced = 1;
     MHD_socket fd = MHD_quiesce_daemon(s->daemon);
     if (fd != MHD_INVALID_SOCKET) close(fd);
 }
 
 void http_stop(http_server *s) {
     if (!s) return;
+    /* Let replies under way finish (their generations were cancelled, so
+     * they end quickly) before the daemon closes every socket. */
+    http_quiesce(s);
+    for (int i = 0; i < 3000 && atomic_load(&s->in_flight) > 0; i++) usleep(10000);
     MHD_stop_daemon(s->daemon);
     free(s);
 }

@@ -53,7 +53,8 @@ typedef struct http_opts {
 int http_start(http_server **out, const http_opts *o, http_handler h, void *app, strata_err *err);
 /* Stops accepting new connections; open ones go on. NULL is fine. */
 void http_quiesce(http_server *s);
-/* Stops accepting, waits for connection threads to finish; NULL is fine. */
+/* Stops accepting, lets replies under way finish (up to 30 s), then
+ * closes everything; NULL is fine. */
 void http_stop(http_server *s);
 /* The port actually bound (useful with port 0). */
 int http_port(const http_server *s);

@@ -167,3 +167,33 @@ def test_real_model_answers(real):
     r = chat(real, "What is the capital of France?", max_tokens=20)
     assert "Paris" in r.choices[0].message.content
     assert r.choices[0].finish_reason == "stop"
+
+
+def test_sigterm_finishes_streams_and_exits(tmp_path):
+    from conftest import Server, TINY_MODEL
+    import threading
+    s = Server(TINY_MODEL, "--ctx", "4096")
+    lines, errors = [], []
+
+    def consume():
+        try:
+            with httpx.stream("POST", s.url + "/v1/chat/completions", timeout=30,
+                              json={"messages": [{"role": "user", "content": "go"}], "max_tokens": 3000,
+                                    "stream": True, "temperature": 1.0}) as r:
+                for line in r.iter_lines():
+                    if line:
+                        lines.append(line)
+        except httpx.HTTPError as e:
+            errors.append(e)
+
+    t = threading.Thread(target=consume)
+    t.start()
+    deadline = time.time() + 10
+    while len(lines) < 4 and time.time() < deadline:
+        time.sleep(0.02)
+    assert s.stop() == 0
+    t.join(10)
+    assert not errors, errors
+    assert lines[-1] == "data: [DONE]", "the stream was cut instead of finished"
+    final = [json.loads(l[6:]) for l in lines if l.startswith("data: {")][-1]
+    assert final["choices"][0]["finish_reason"] == "stop"
