@@ -3,7 +3,7 @@
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -pthread -Isrc -MMD -MP
-LDLIBS  += -lm -lpcre2-8 -ljansson -lmicrohttpd -pthread
+LDLIBS  += -lm -lpcre2-8 -ljansson -lmicrohttpd -lcrypto -pthread
 PYTHON  ?= python3
 
 # Files named *_avx2.c / *_avx512.c hold SIMD kernels compiled for that

@@ -4,7 +4,7 @@
 # use. Safe to run again: it only installs what is missing.
 set -euo pipefail
 
-SYSTEM_PKGS=(build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev python3 python3-pip unzip)
+SYSTEM_PKGS=(build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libssl-dev python3 python3-pip unzip)
 PY_TEST_PKGS=(numpy gguf pytest httpx openai anthropic)
 
 missing=()

@@ -14,7 +14,7 @@ static void on_signal(int sig) { g_stop = sig; }
 
 int cli_serve(int argc, char **argv) {
     server_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 4, .ctx = 4096,
-                     .queue_max = 64, .max_body = 8 << 20};
+                     .queue_max = 64, .max_body = 8 << 20, .cache_mem_mb = 1024};
     int help = 0, max_body_mb = 8;
     const arg_spec specs[] = {
         {"--model", "-m", ARG_STR, &o.model_path, 0, -1, "GGUF model file (required)"},
@@ -28,6 +28,8 @@ int cli_serve(int argc, char **argv) {
         {"--api-key", NULL, ARG_STR, &o.api_key, 0, -1, "require this key (Bearer or x-api-key)"},
         {"--alias", NULL, ARG_STR, &o.alias, 0, -1, "model id reported to clients (file name)"},
         {"--cors", NULL, ARG_FLAG, &o.cors, 0, -1, "allow cross-origin requests"},
+        {"--cache-mem-mb", NULL, ARG_INT, &o.cache_mem_mb, 0, 1 << 20, "KV memory kept for cached prefixes (1024)"},
+        {"--no-prefix-cache", NULL, ARG_FLAG, &o.no_cache, 0, -1, "recompute every prompt from scratch"},
         {"--help", "-h", ARG_FLAG, &help, 0, -1, "this help"},
     };
     int n_specs = (int)(sizeof specs / sizeof specs[0]);

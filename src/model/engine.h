@@ -15,6 +15,7 @@ typedef struct engine_params {
     int n_ctx;        /* tokens of KV memory in total; <= 0: min(train ctx, 4096) */
     int block_tokens; /* KV block size; <= 0: 64 */
     int max_batch;    /* tokens per forward call; <= 0: 512 */
+    int extra_kv_mb;  /* KV memory beyond n_ctx (kept for cached prefixes) */
 } engine_params;
 
 typedef struct engine {

@@ -32,16 +32,30 @@ void kv_pool_destroy(kv_pool *p) {
     memset(p, 0, sizeof *p);
 }
 
+static void table_grow(kv_seq *s, int need);
+
 static int block_alloc(kv_pool *p) {
-    if (p->n_free == 0) return -1;
-    int b = p->free_list[--p->n_free];
-    p->refcount[b] = 1;
+    int b = -1;
+    if (p->n_free > 0) b = p->free_list[--p->n_free];
+    else if (p->keeper.reclaim) b = p->keeper.reclaim(p->keeper.ctx);
+    if (b >= 0) p->refcount[b] = 1;
     return b;
 }
 
 static void block_unref(kv_pool *p, int b) {
-    if (--p->refcount[b] == 0) p->free_list[p->n_free++] = b;
+    if (--p->refcount[b] > 0) return;
+    if (p->keeper.keep && p->keeper.keep(p->keeper.ctx, b)) return;
+    p->free_list[p->n_free++] = b;
 }
+
+void kv_seq_attach(kv_pool *p, kv_seq *s, int block) {
+    table_grow(s, s->n_blocks + 1);
+    s->blocks[s->n_blocks++] = block;
+    p->refcount[block]++;
+    s->n_pos = s->n_blocks * p->block_tokens;
+}
+
+int kv_available(const kv_pool *p, int reclaimable) { return p->n_free + reclaimable; }
 
 void kv_seq_init(kv_seq *s) { memset(s, 0, sizeof *s); }
 
@@ -65,7 +79,8 @@ static int unshare_tail(kv_pool *p, kv_seq *s, strata_err *err) {
     int bi = s->n_pos / p->block_tokens;
     if (s->n_pos % p->block_tokens == 0 || bi >= s->n_blocks) return 0;
     int old = s->blocks[bi];
-    if (p->refcount[old] == 1) return 0;
+    int frozen = p->keeper.frozen && p->keeper.frozen(p->keeper.ctx, old);
+    if (p->refcount[old] == 1 && !frozen) return 0;
     int nb = block_alloc(p);
     if (nb < 0) return strata_errf(err, STRATA_ERANGE, "kv pool full (%d blocks)", p->n_blocks);
     memcpy(p->mem + (size_t)nb * (p->block_bytes / 2), p->mem + (size_t)old * (p->block_bytes / 2),
@@ -77,14 +92,19 @@ static int unshare_tail(kv_pool *p, kv_seq *s, strata_err *err) {
 
 int kv_seq_reserve(kv_pool *p, kv_seq *s, int n_pos_new, strata_err *err) {
     int need = (n_pos_new + p->block_tokens - 1) / p->block_tokens;
-    if (need - s->n_blocks > p->n_free)
-        return strata_errf(err, STRATA_ERANGE,
-                           "kv pool full: need %d more blocks, %d free of %d",
-                           need - s->n_blocks, p->n_free, p->n_blocks);
     int rc = unshare_tail(p, s, err);
     if (rc) return rc;
     table_grow(s, need);
-    while (s->n_blocks < need) s->blocks[s->n_blocks++] = block_alloc(p);
+    int had = s->n_blocks;
+    while (s->n_blocks < need) {
+        int b = block_alloc(p);
+        if (b < 0) { /* undo: the sequence is as it was */
+            while (s->n_blocks > had) block_unref(p, s->blocks[--s->n_blocks]);
+            return strata_errf(err, STRATA_ERANGE, "kv pool full: need %d more blocks, all %d in use",
+                               need - had, p->n_blocks);
+        }
+        s->blocks[s->n_blocks++] = b;
+    }
     return 0;
 }
 

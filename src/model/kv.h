@@ -17,6 +17,18 @@
 
 #include "base/err.h"
 
+/* Optional owner of blocks nobody references any more (the prefix cache):
+ * keep(ctx, b) returns 1 to hold block b instead of freeing it; reclaim(ctx)
+ * gives back one held block (its choice) when the free list is empty, or
+ * -1; frozen(ctx, b) says b is published, so writing into it copies it
+ * first. Mechanism here, policy there. */
+typedef struct kv_keeper {
+    void *ctx;
+    int (*keep)(void *ctx, int block);
+    int (*reclaim)(void *ctx);
+    int (*frozen)(void *ctx, int block); /* 1: published, never written in place */
+} kv_keeper;
+
 typedef struct kv_pool {
     int block_tokens; /* B */
     int n_layer, kv_dim;
@@ -26,6 +38,7 @@ typedef struct kv_pool {
     int *refcount;   /* per block */
     int *free_list;  /* stack of free block ids */
     int n_free;
+    kv_keeper keeper; /* zeroed: unreferenced blocks are freed */
 } kv_pool;
 
 typedef struct kv_seq {
@@ -55,5 +68,10 @@ int kv_seq_reserve(kv_pool *p, kv_seq *s, int n_pos_new, strata_err *err);
 void kv_seq_truncate(kv_pool *p, kv_seq *s, int n);
 /* New sequence sharing the first n positions of src (refcounts bumped). */
 void kv_seq_fork(kv_pool *p, const kv_seq *src, int n, kv_seq *dst);
+/* Appends an existing full block (refcount bumped) to an empty-tailed
+ * sequence: how a cached prefix is attached. */
+void kv_seq_attach(kv_pool *p, kv_seq *s, int block);
+/* Blocks that can be had now: free plus reclaimable. */
+int kv_available(const kv_pool *p, int reclaimable);
 
 #endif

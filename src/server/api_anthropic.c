@@ -224,9 +224,12 @@ static json_t *stop_sequence(const ant_call *c) {
     return c->g.stopped_by_string ? json_string(c->gp.stops[c->g.text.hit]) : json_null();
 }
 
+/* Anthropic counts input as uncached + cache reads (+ cache writes, which
+ * the live tier does not bill separately: 0). */
 static json_t *usage(const ant_call *c, int output_tokens) {
-    return json_pack("{s:i,s:i,s:i,s:i}", "input_tokens", c->n_prompt, "output_tokens", output_tokens,
-                     "cache_creation_input_tokens", 0, "cache_read_input_tokens", 0);
+    int cached = c->g.st.n_cached;
+    return json_pack("{s:i,s:i,s:i,s:i}", "input_tokens", c->n_prompt - cached, "output_tokens", output_tokens,
+                     "cache_creation_input_tokens", 0, "cache_read_input_tokens", cached);
 }
 
 static json_t *message(const ant_call *c, json_t *content, json_t *reason, json_t *seq, int out_tokens) {
@@ -276,9 +279,8 @@ static void stream_start(ant_call *c) {
 static void stream_finish(ant_call *c) {
     sse_event(&c->out, "content_block_stop", json_pack("{s:s,s:i}", "type", "content_block_stop", "index", 0));
     sse_event(&c->out, "message_delta",
-              json_pack("{s:s,s:{s:s,s:o},s:{s:i}}", "type", "message_delta", "delta", "stop_reason",
-                        stop_reason(c), "stop_sequence", stop_sequence(c), "usage", "output_tokens",
-                        c->g.n_tokens));
+              json_pack("{s:s,s:{s:s,s:o},s:o}", "type", "message_delta", "delta", "stop_reason",
+                        stop_reason(c), "stop_sequence", stop_sequence(c), "usage", usage(c, c->g.n_tokens)));
     sse_event(&c->out, "message_stop", json_pack("{s:s}", "type", "message_stop"));
     c->phase = 2;
 }

@@ -15,6 +15,7 @@
 
 #include "base/log.h"
 #include "base/mem.h"
+#include "cache/live.h"
 
 struct sched_req {
     sched *owner;
@@ -25,7 +26,7 @@ struct sched_req {
     /* output, guarded by owner->mu */
     sched_token *out;
     int n_out, cap_out;
-    int n_prompt_done;
+    int n_prompt_done, n_cached;
     sched_finish finish;
     char error[256];
     pthread_cond_t changed;
@@ -40,6 +41,9 @@ typedef struct slot {
     sampler *smp;
     int n_fed;      /* prompt tokens already in the batch */
     int32_t last;   /* last sampled token, fed at the next step */
+    int32_t *toks;  /* prompt then generated tokens: what the blocks hold */
+    int n_toks, cap_toks;
+    live_cursor cur;
 } slot;
 
 struct sched {
@@ -53,6 +57,7 @@ struct sched {
     pthread_cond_t wake;
     pthread_t thread;
     int running;
+    live_cache *live; /* NULL when the prefix cache is off */
     sched_stats stats;
     /* batch scratch, scheduler thread only */
     int32_t *b_tok, *b_pos;
@@ -146,6 +151,7 @@ int sched_wait(sched_req *r, int from, sched_token *out, int cap, int timeout_ms
     memcpy(out, r->out + from, (size_t)n * sizeof(sched_token));
     st->n_prompt = r->n_prompt;
     st->n_prompt_done = r->n_prompt_done;
+    st->n_cached = r->n_cached;
     st->n_generated = r->n_out;
     /* The finish shows only once every token has been handed out. */
     st->finish = from + n >= r->n_out ? r->finish : FINISH_NONE;
@@ -177,7 +183,9 @@ void sched_release(sched_req *r) {
 /* ---- slots --------------------------------------------------------------- */
 
 static void slot_free(sched *s, slot *sl, sched_finish f, const char *why) {
-    kv_seq_release(&s->e->kv, &sl->seq);
+    kv_seq_release(&s->e->kv, &sl->seq); /* published blocks stay cached */
+    free(sl->toks);
+    sl->toks = NULL;
     sample_free(sl->smp);
     sl->smp = NULL;
     pthread_mutex_lock(&s->mu);
@@ -186,6 +194,22 @@ static void slot_free(sched *s, slot *sl, sched_finish f, const char *why) {
     s->stats.active--;
     pthread_mutex_unlock(&s->mu);
     sl->req = NULL;
+}
+
+/* Attaches the longest cached prefix of the prompt; the last prompt token
+ * is always computed (its logits start the generation). */
+static int attach_cached(sched *s, slot *sl) {
+    live_cursor_init(&sl->cur, &s->o.cache_root);
+    if (!s->live) return 0;
+    return live_attach(s->live, &sl->cur, sl->toks, sl->req->n_prompt - 1, &sl->seq);
+}
+
+static void push_slot_token(slot *sl, int32_t t) {
+    if (sl->n_toks == sl->cap_toks) {
+        sl->cap_toks *= 2;
+        sl->toks = xrealloc(sl->toks, (size_t)sl->cap_toks * sizeof(int32_t));
+    }
+    sl->toks[sl->n_toks++] = t;
 }
 
 /* Moves queued requests into free slots; called with mu held. */
@@ -201,7 +225,12 @@ static void admit_locked(sched *s) {
         kv_seq_init(&sl->seq);
         sl->smp = sample_new(&r->sampling);
         for (int k = 0; k < r->n_prompt; k++) sample_accept(sl->smp, r->prompt[k]);
-        sl->n_fed = 0;
+        sl->cap_toks = r->n_prompt + 64;
+        sl->toks = xmalloc((size_t)sl->cap_toks * sizeof(int32_t));
+        memcpy(sl->toks, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
+        sl->n_toks = r->n_prompt;
+        sl->n_fed = attach_cached(s, sl);
+        r->n_cached = r->n_prompt_done = sl->n_fed;
         s->stats.active++;
     }
 }
@@ -271,6 +300,7 @@ static void after_logits(sched *s, int si, const float *logits) {
     pthread_mutex_unlock(&s->mu);
     sample_accept(sl->smp, t.id);
     sl->last = t.id;
+    push_slot_token(sl, t.id);
     if (eog) slot_free(s, sl, FINISH_STOP, NULL);
     else if (n_out >= r->max_tokens || sl->seq.n_pos + 1 >= s->o.ctx_per_slot)
         slot_free(s, sl, FINISH_LENGTH, NULL);
@@ -291,6 +321,24 @@ static void note_progress(sched *s, int n) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Full blocks of every sequence become findable by later prompts; the
+ * cache counters are copied for readers under the lock. */
+static void publish_blocks(sched *s) {
+    if (!s->live) return;
+    for (int i = 0; i < s->o.n_slots; i++)
+        if (s->slots[i].req) live_publish(s->live, &s->slots[i].cur, s->slots[i].toks, &s->slots[i].seq);
+    live_stats ls;
+    live_get_stats(s->live, &ls);
+    pthread_mutex_lock(&s->mu);
+    s->stats.cache_lookups = ls.lookups;
+    s->stats.cache_hit_tokens = ls.hit_tokens;
+    s->stats.cache_published_blocks = ls.published_blocks;
+    s->stats.cache_evicted_blocks = ls.evicted_blocks;
+    s->stats.cache_blocks = ls.cached_blocks;
+    s->stats.cache_idle_blocks = ls.idle_blocks;
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void step(sched *s) {
     int n = build_batch(s);
     if (n == 0) return;
@@ -303,6 +351,7 @@ static void step(sched *s) {
         return;
     }
     note_progress(s, n);
+    publish_blocks(s);
     int row = 0, V = s->e->m->hp.n_vocab;
     for (int k = 0; k < n; k++) {
         if (!s->b_want[k]) continue;
@@ -348,6 +397,7 @@ int sched_new(sched **out, engine *e, const tokenizer *tok, const sched_opts *o,
     /* At most one wanted row per slot per step. */
     s->logits = xmalloc((size_t)o->n_slots * e->m->hp.n_vocab * sizeof(float));
     s->stats.n_slots = o->n_slots;
+    if (o->prefix_cache) s->live = live_new(&e->kv);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     s->running = 1;
@@ -375,6 +425,7 @@ void sched_free(sched *s) {
     pthread_cond_destroy(&s->wake);
     free(s->slots), free(s->b_tok), free(s->b_pos), free(s->b_seq), free(s->b_want), free(s->b_slot);
     free(s->logits);
+    live_free(s->live);
     free(s);
 }
 

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "cache/hash.h"
 #include "model/engine.h"
 #include "model/sample.h"
 #include "text/tokenizer.h"
@@ -34,6 +35,8 @@ typedef struct sched_opts {
     int ctx_per_slot;/* most tokens (prompt + generated) per sequence */
     int queue_max;   /* requests waiting for a slot before 503 */
     int chunk;       /* most prompt tokens per sequence per step */
+    int prefix_cache;      /* reuse KV blocks of earlier prompts (live tier) */
+    cache_hash cache_root; /* root of block hashes: format, model, salt */
 } sched_opts;
 
 typedef struct sched_job {
@@ -47,6 +50,7 @@ typedef struct sched_job {
 /* What a consumer sees of its request. */
 typedef struct sched_status {
     int n_prompt, n_prompt_done;
+    int n_cached; /* prompt tokens whose KV came from the cache */
     int n_generated;
     sched_finish finish;
     char error[256];
@@ -82,6 +86,8 @@ void sched_release(sched_req *r);
 /* Counters for /metrics and /health. */
 typedef struct sched_stats {
     long requests, tokens_prompt, tokens_generated, steps;
+    long cache_lookups, cache_hit_tokens, cache_published_blocks, cache_evicted_blocks;
+    int cache_blocks, cache_idle_blocks;
     int active, queued, n_slots;
 } sched_stats;
 void sched_get_stats(sched *s, sched_stats *out);

@@ -11,6 +11,7 @@
 #include "base/mem.h"
 #include "server/api_anthropic.h"
 #include "server/api_openai.h"
+#include "cache/hash.h"
 
 /* ---- small endpoints ------------------------------------------------------- */
 
@@ -28,7 +29,7 @@ static void get_health(server *s, const http_req *req, http_reply *rep) {
 static void get_metrics(server *s, const http_req *req, http_reply *rep) {
     sched_stats st;
     sched_get_stats(s->sch, &st);
-    char body[2048];
+    char body[4096];
     int n = snprintf(body, sizeof body,
                      "# HELP strata_requests_total Generation requests accepted.\n"
                      "# TYPE strata_requests_total counter\nstrata_requests_total %ld\n"
@@ -41,8 +42,20 @@ static void get_metrics(server *s, const http_req *req, http_reply *rep) {
                      "# HELP strata_requests_active Requests holding a slot.\n"
                      "# TYPE strata_requests_active gauge\nstrata_requests_active %d\n"
                      "# HELP strata_requests_queued Requests waiting for a slot.\n"
-                     "# TYPE strata_requests_queued gauge\nstrata_requests_queued %d\n",
-                     st.requests, st.tokens_prompt, st.tokens_generated, st.steps, st.active, st.queued);
+                     "# TYPE strata_requests_queued gauge\nstrata_requests_queued %d\n"
+                     "# HELP strata_cache_lookups_total Prefix cache lookups (live tier).\n"
+                     "# TYPE strata_cache_lookups_total counter\nstrata_cache_lookups_total %ld\n"
+                     "# HELP strata_cache_hit_tokens_total Prompt tokens served from the cache.\n"
+                     "# TYPE strata_cache_hit_tokens_total counter\nstrata_cache_hit_tokens_total %ld\n"
+                     "# HELP strata_cache_published_blocks_total KV blocks added to the cache.\n"
+                     "# TYPE strata_cache_published_blocks_total counter\nstrata_cache_published_blocks_total %ld\n"
+                     "# HELP strata_cache_evicted_blocks_total Cached blocks dropped for space.\n"
+                     "# TYPE strata_cache_evicted_blocks_total counter\nstrata_cache_evicted_blocks_total %ld\n"
+                     "# HELP strata_cache_blocks Blocks in the cache (in use or idle).\n"
+                     "# TYPE strata_cache_blocks gauge\nstrata_cache_blocks %d\n",
+                     st.requests, st.tokens_prompt, st.tokens_generated, st.steps, st.active, st.queued,
+                     st.cache_lookups, st.cache_hit_tokens, st.cache_published_blocks, st.cache_evicted_blocks,
+                     st.cache_blocks);
     http_reply_text(rep, 200, "text/plain; version=0.0.4", body, (size_t)n);
 }
 
@@ -192,14 +205,22 @@ static void set_model_id(server *s) {
 }
 
 static int load_model(server *s, strata_err *err) {
-    engine_params ep = {.model_path = s->o.model_path, .n_threads = s->o.threads,
-                        .n_ctx = s->o.ctx * s->o.parallel, .max_batch = 512};
-    int rc = engine_open(&s->e, &ep, err);
+    uint8_t fp[32];
+    int rc = cache_model_fingerprint(s->o.model_path, fp, err);
+    if (rc) return rc;
+    engine_params ep = {.model_path = s->o.model_path, .n_threads = s->o.threads, .max_batch = 512,
+                        .n_ctx = s->o.ctx * s->o.parallel,
+                        .extra_kv_mb = s->o.no_cache ? 0 : s->o.cache_mem_mb};
+    rc = engine_open(&s->e, &ep, err);
     if (!rc) rc = tok_load(&s->tok, s->e->m->gguf, err);
     if (rc) return rc;
     s->fmt = chat_detect(s->e->m->gguf, s->tok);
     sched_opts so = {.n_slots = s->o.parallel, .ctx_per_slot = s->o.ctx, .queue_max = s->o.queue_max,
-                     .chunk = 256};
+                     .chunk = 256, .prefix_cache = !s->o.no_cache};
+    cache_hash_root(&so.cache_root, fp, "", 0);
+    log_info("prefix cache: %s; KV pool %d blocks of %d tokens (%d MiB beyond the slots for cached prefixes)",
+             s->o.no_cache ? "off" : "live tier", s->e->kv.n_blocks, s->e->kv.block_tokens,
+             s->o.no_cache ? 0 : s->o.cache_mem_mb);
     return sched_new(&s->sch, s->e, s->tok, &so, err);
 }
 

@@ -17,6 +17,8 @@
 typedef struct server_opts {
     const char *model_path, *host, *api_key, *alias;
     int port, parallel, ctx, threads, cors, queue_max;
+    int no_cache;      /* --no-prefix-cache */
+    int cache_mem_mb;  /* KV memory kept for cached prefixes beyond the slots */
     long max_body;
 } server_opts;
 

@@ -1,0 +1,29 @@
+/* hash.h - block identity: chained SHA-256 over token ids.
+ *
+ *   root  = H("strata-kv" | format version | model fingerprint | salt)
+ *   h[i]  = H(h[i-1] | token ids of block i as little-endian int32)
+ * so a block's name covers every token before it, the model and the
+ * tenant. SHA-256 because blocks are shared: a collision would serve one
+ * prefix's KV to another. (DESIGN.md, "Blocks and hashes".) */
+#ifndef STRATA_CACHE_HASH_H
+#define STRATA_CACHE_HASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+
+#define CACHE_FORMAT_VERSION 1
+
+typedef struct cache_hash {
+    uint8_t b[32];
+} cache_hash;
+
+void cache_hash_root(cache_hash *out, const uint8_t model_fp[32], const char *salt, size_t salt_len);
+void cache_hash_block(cache_hash *out, const cache_hash *parent, const int32_t *tokens, int n);
+/* SHA-256 of the whole model file: its identity (layout and weights). */
+int cache_model_fingerprint(const char *path, uint8_t out[32], strata_err *err);
+/* 64 hex characters and a NUL. */
+void cache_hash_hex(const cache_hash *h, char out[65]);
+
+#endif

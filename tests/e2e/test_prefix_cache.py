@@ -1,0 +1,80 @@
+"""Prefix cache (live tier): hits are reported truthfully and change
+nothing the model says — every reply and logprob equals a cold server's."""
+import json
+
+import httpx
+import pytest
+
+from conftest import Server, TINY_MODEL
+
+SYSTEM = " ".join(f"rule {i}: answer briefly and cite source {i * 7}." for i in range(40))
+
+
+def chat(server, messages, **kw):
+    body = {"messages": messages, "temperature": 0, "max_tokens": 8, "logprobs": True, "top_logprobs": 2}
+    body.update(kw)
+    r = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def turn(server, user):
+    return chat(server, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}])
+
+
+@pytest.fixture(scope="module")
+def cold():
+    s = Server(TINY_MODEL, "--ctx", "2048", "--no-prefix-cache")
+    yield s
+    assert s.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def warm():
+    s = Server(TINY_MODEL, "--ctx", "2048")
+    yield s
+    assert s.stop() == 0
+
+
+def strip(r):
+    """What the model said: text, finish reason and every logprob (exact floats)."""
+    c = r["choices"][0]
+    return c["message"]["content"], c["finish_reason"], json.dumps(c["logprobs"])
+
+
+def test_second_request_hits_and_matches_cold(warm, cold):
+    first = turn(warm, "what is rule 3?")
+    assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    second = turn(warm, "what is rule 9?")
+    cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached >= 64 and cached % 64 == 0, cached
+    assert cached < second["usage"]["prompt_tokens"]
+    assert strip(second) == strip(turn(cold, "what is rule 9?"))
+
+
+def test_identical_request_is_bit_identical(warm, cold):
+    a, b = turn(warm, "repeat me"), turn(warm, "repeat me")
+    assert b["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+    assert strip(a) == strip(b) == strip(turn(cold, "repeat me"))
+
+
+def test_multi_turn_extends_previous_prompt(warm, cold):
+    msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "start"}]
+    for i in range(3):
+        r = chat(warm, msgs)
+        prompt = r["usage"]["prompt_tokens"]
+        if i:
+            # everything up to the last full block of the previous prompt is reused
+            assert r["usage"]["prompt_tokens_details"]["cached_tokens"] >= (prev // 64) * 64 - 64
+        assert strip(r) == strip(chat(cold, msgs))
+        prev = prompt
+        msgs += [{"role": "assistant", "content": r["choices"][0]["message"]["content"]},
+                 {"role": "user", "content": f"and then {i}?"}]
+
+
+def test_metrics_count_hits(warm):
+    turn(warm, "metrics please")
+    text = httpx.get(warm.url + "/metrics").text
+    values = {l.split()[0]: float(l.split()[1]) for l in text.splitlines() if l and not l.startswith("#")}
+    assert values["strata_cache_hit_tokens_total"] > 0
+    assert values["strata_cache_blocks"] > 0
