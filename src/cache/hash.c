@@ -13,7 +13,7 @@
 #include "base/mem.h"
 
 void cache_hash_root(cache_hash *out, const uint8_t model_fp[32], const char *salt, size_t salt_len) {
-    uint8_t buf[9 + 4 + 32 + 256];
+    uint8_t buf[9 + 4 + 32 + 32];
     size_t n = 0;
     memcpy(buf, "strata-kv", 9);
     n = 9;
@@ -22,9 +22,10 @@ void cache_hash_root(cache_hash *out, const uint8_t model_fp[32], const char *sa
     n += 4;
     memcpy(buf + n, model_fp, 32);
     n += 32;
-    if (salt_len > 256) salt_len = 256; /* longer salts are hashed first by callers */
-    memcpy(buf + n, salt, salt_len);
-    n += salt_len;
+    uint8_t salt_hash[32]; /* salts of any length enter as their own hash */
+    SHA256((const uint8_t *)salt, salt_len, salt_hash);
+    memcpy(buf + n, salt_hash, 32);
+    n += 32;
     SHA256(buf, n, out->b);
 }
 

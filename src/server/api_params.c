@@ -99,5 +99,11 @@ int params_sampling(const json_t *req, const char *stop_key, gen_params *p, char
     if (r) sp->repeat_penalty = (float)d;
     if ((r = param_int(req, "seed", -(1L << 62), 1L << 62, &l, why, cap)) < 0) return -1;
     sp->seed = r ? (uint64_t)l : 0x5eed;
+    const json_t *salt = json_object_get(req, "cache_salt");
+    if (salt && !json_is_null(salt) && !json_is_string(salt)) {
+        snprintf(why, cap, "'cache_salt' must be a string");
+        return -1;
+    }
+    p->cache_salt = json_string_value(salt);
     return parse_stops(req, stop_key, p, why, cap);
 }

@@ -13,7 +13,8 @@ int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
     textout_init(&g->text);
     for (int i = 0; i < p->n_stops; i++) textout_add_stop(&g->text, p->stops[i]);
     sched_job job = {.prompt = ids, .n_prompt = n, .sampling = p->sampling,
-                     .max_tokens = p->max_tokens, .n_logprobs = p->n_logprobs};
+                     .max_tokens = p->max_tokens, .n_logprobs = p->n_logprobs,
+                     .cache_salt = p->cache_salt};
     int rc = sched_submit(s, &job, &g->req, err);
     if (rc) textout_free(&g->text);
     return rc;

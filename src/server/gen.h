@@ -14,6 +14,7 @@ typedef struct gen_params {
     int n_logprobs;
     const char *stops[TEXTOUT_MAX_STOPS];
     int n_stops;
+    const char *cache_salt;
 } gen_params;
 
 typedef struct gen {

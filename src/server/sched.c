@@ -23,6 +23,7 @@ struct sched_req {
     int n_prompt;
     sample_params sampling;
     int max_tokens, n_logprobs;
+    cache_hash root; /* of this request's block hashes (model + salt) */
     /* output, guarded by owner->mu */
     sched_token *out;
     int n_out, cap_out;
@@ -108,6 +109,8 @@ int sched_submit(sched *s, const sched_job *job, sched_req **out, strata_err *er
     r->sampling = job->sampling;
     r->max_tokens = job->max_tokens;
     r->n_logprobs = job->n_logprobs > 20 ? 20 : job->n_logprobs;
+    const char *salt = job->cache_salt ? job->cache_salt : "";
+    cache_hash_root(&r->root, s->o.model_fp, salt, strlen(salt));
     pthread_cond_init(&r->changed, NULL);
     r->refs = 2; /* caller + scheduler */
     pthread_mutex_lock(&s->mu);
@@ -199,7 +202,7 @@ static void slot_free(sched *s, slot *sl, sched_finish f, const char *why) {
 /* Attaches the longest cached prefix of the prompt; the last prompt token
  * is always computed (its logits start the generation). */
 static int attach_cached(sched *s, slot *sl) {
-    live_cursor_init(&sl->cur, &s->o.cache_root);
+    live_cursor_init(&sl->cur, &sl->req->root);
     if (!s->live) return 0;
     return live_attach(s->live, &sl->cur, sl->toks, sl->req->n_prompt - 1, &sl->seq);
 }

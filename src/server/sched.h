@@ -36,7 +36,7 @@ typedef struct sched_opts {
     int queue_max;   /* requests waiting for a slot before 503 */
     int chunk;       /* most prompt tokens per sequence per step */
     int prefix_cache;      /* reuse KV blocks of earlier prompts (live tier) */
-    cache_hash cache_root; /* root of block hashes: format, model, salt */
+    uint8_t model_fp[32];  /* model fingerprint, in every block hash */
 } sched_opts;
 
 typedef struct sched_job {
@@ -45,6 +45,7 @@ typedef struct sched_job {
     sample_params sampling;
     int max_tokens;
     int n_logprobs; /* > 0: keep that many top logprobs per generated token */
+    const char *cache_salt; /* tenant isolation: different salts share no block */
 } sched_job;
 
 /* What a consumer sees of its request. */

@@ -217,7 +217,7 @@ static int load_model(server *s, strata_err *err) {
     s->fmt = chat_detect(s->e->m->gguf, s->tok);
     sched_opts so = {.n_slots = s->o.parallel, .ctx_per_slot = s->o.ctx, .queue_max = s->o.queue_max,
                      .chunk = 256, .prefix_cache = !s->o.no_cache};
-    cache_hash_root(&so.cache_root, fp, "", 0);
+    memcpy(so.model_fp, fp, sizeof fp);
     log_info("prefix cache: %s; KV pool %d blocks of %d tokens (%d MiB beyond the slots for cached prefixes)",
              s->o.no_cache ? "off" : "live tier", s->e->kv.n_blocks, s->e->kv.block_tokens,
              s->o.no_cache ? 0 : s->o.cache_mem_mb);

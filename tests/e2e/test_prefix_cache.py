@@ -78,3 +78,13 @@ def test_metrics_count_hits(warm):
     values = {l.split()[0]: float(l.split()[1]) for l in text.splitlines() if l and not l.startswith("#")}
     assert values["strata_cache_hit_tokens_total"] > 0
     assert values["strata_cache_blocks"] > 0
+
+
+def test_cache_salt_isolates_tenants(warm):
+    msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "salted"}]
+    a = chat(warm, msgs, cache_salt="tenant-a")
+    b = chat(warm, msgs, cache_salt="tenant-b")
+    a2 = chat(warm, msgs, cache_salt="tenant-a")
+    assert b["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert a2["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+    assert strip(a) == strip(b) == strip(a2)
