@@ -214,7 +214,8 @@ TEST(quant_type_traits) {
     CHECK_EQ_INT(quant_row_bytes(QT_Q4_1, 576), 18 * 20);
     CHECK_EQ_INT(quant_row_bytes(QT_Q6_K, 512), 2 * 210);
     CHECK_EQ_INT(quant_row_bytes(QT_BF16, 10), 20);
-    CHECK_EQ_INT(quant_act_bytes_for(QT_Q4_1, 576), 18 * 40);
+    CHECK_EQ_INT(quant_act_bytes_for(QT_Q4_1, 576), 32 * 40); /* groups of 16 blocks */
+    CHECK_EQ_INT(quant_act_bytes_for(QT_Q8_0, 1024), 32 * 40);
     CHECK_EQ_INT(quant_act_bytes_for(QT_Q4_K, 512), 2 * 292);
     CHECK_EQ_INT(quant_act_bytes_for(QT_F16, 64), 256);
     for (int i = 0; i < N_WEIGHT_TYPES; i++) {
@@ -233,10 +234,22 @@ TEST(quant_act_roundtrip) {
     quant_act_row(QT_Q8_1, x, q8, 512);
     quant_act_row(QT_Q8_K, x, qk, 512);
     for (int i = 0; i < 512; i++) {
-        float d8 = qa8_d(q8)[i / 32], dk = qak_d(qk)[i / 256];
-        CHECK(fabsf(d8 * qa8_qs(q8, 16)[i] - x[i]) <= 0.5001f * d8);
+        float d8 = qa8_d(q8)[qa8_slot(i / 32)], dk = qak_d(qk)[i / 256];
+        CHECK(fabsf(d8 * qa8_qs(q8, 16)[qa8_qoff(i / 32, i % 32)] - x[i]) <= 0.5001f * d8);
         CHECK(fabsf(dk * qak_qs(qk, 2)[i] - x[i]) <= 0.5001f * dk);
     }
+    /* Q8_0/Q8_1 rows pad to groups of 16 blocks with zero blocks. */
+    uint8_t q8p[40 * 32];
+    float *xp = random_acts(1, 576, &s);
+    quant_act_row(QT_Q8_1, xp, q8p, 576);
+    for (int b = 0; b < 32; b++) {
+        float d = qa8_d(q8p)[qa8_slot(b)];
+        int sum = 0;
+        for (int e = 0; e < 32; e++) sum += qa8_qs(q8p, 18)[qa8_qoff(b, e)];
+        CHECK(b < 18 ? d > 0 : d == 0 && sum == 0);
+        CHECK(qa8_s(q8p, 18)[qa8_slot(b)] == d * (float)sum);
+    }
+    free(xp);
     for (int g = 0; g < 32; g++) {
         int sum = 0;
         for (int j = 0; j < 16; j++) sum += qak_qs(qk, 2)[16 * g + j];
@@ -353,7 +366,11 @@ TEST(quant_gemm_batch_invariance) {
         for (int i = 0; i < N_WEIGHT_TYPES; i++) {
             qtype t = WEIGHT_TYPES[i];
             check_invariance(l, t, 512);
-            if (quant_get(t)->blck < QK_K) check_invariance(l, t, 576 + 32);
+            if (quant_get(t)->blck < QK_K) {
+                check_invariance(l, t, 576 + 32); /* a group + 3 blocks */
+                check_invariance(l, t, 32);       /* one block */
+                check_invariance(l, t, 1056);     /* two groups + 1 block */
+            }
         }
 }
 

@@ -13,51 +13,11 @@
  * (-8d, -16d) times the activation block sum, as Q4_1/Q5_1 do with m.
  * K-quants: scales applied in integers (VPMADDWD with the scale pattern),
  * one FMA per 256 elements. Does not: threads. */
-#include "backend/quant_impl.h"
-
 #include <immintrin.h>
 
-#define AI static inline __attribute__((always_inline))
-#define R 4
-#define UNROLL _Pragma("GCC unroll 16")
+#include "backend/quant_tile.h"
 
-typedef void (*tile_fn)(const uint8_t *const *w, const uint8_t *const *x,
-                        int64_t k, float *out);
-typedef struct {
-    tile_fn t1, t2;
-} tile_set;
-
-/* Walks [r0, r1) x [0, n_tok) in tiles, rows in chunks of 32. */
-static void drive(const tile_set *ts, const void *w, size_t wrb, int64_t k,
-                  const void *xq, size_t xrb, int n_tok, float *y,
-                  int64_t ldy, int r0, int r1) {
-    for (int rc = r0; rc < r1; rc += 32) {
-        int rce = rc + 32 < r1 ? rc + 32 : r1;
-        for (int t0 = 0; t0 < n_tok;) {
-            int T = n_tok - t0 >= 2 ? 2 : 1;
-            tile_fn fn = T == 2 ? ts->t2 : ts->t1;
-            const uint8_t *xp[2];
-            for (int j = 0; j < T; j++) xp[j] = (const uint8_t *)xq + (size_t)(t0 + j) * xrb;
-            for (int r = rc; r < rce; r += R) {
-                const uint8_t *wp[R];
-                float out[R * 2];
-                for (int i = 0; i < R; i++)
-                    wp[i] = (const uint8_t *)w + (size_t)(r + i < r1 ? r + i : r1 - 1) * wrb;
-                fn(wp, xp, k, out);
-                for (int i = 0; i < R && r + i < rce; i++)
-                    for (int j = 0; j < T; j++) y[(t0 + j) * ldy + r + i] = out[i * T + j];
-            }
-            t0 += T;
-        }
-    }
-}
-
-#define TILESET(name)                                                         \
-    static void name##_1(const uint8_t *const *w, const uint8_t *const *x,    \
-                         int64_t k, float *o) { name(w, x, k, o, 1); }         \
-    static void name##_2(const uint8_t *const *w, const uint8_t *const *x,    \
-                         int64_t k, float *o) { name(w, x, k, o, 2); }         \
-    static const tile_set name##_set = {name##_1, name##_2};
+#define R 4 /* weight rows per tile of the K-quant and float kernels */
 
 AI float hsum8(__m256 a) { /* fixed order: halves, then pairs, then lanes */
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
@@ -75,131 +35,164 @@ AI __m256 load_part(const float *p, int n) {
 
 /* ---- legacy 32-element blocks ------------------------------------------- */
 
-enum { L40, L41, L50, L51, L80 };
+/* Half h of a 16-block activation group (quant_impl.h): lanes p = 8h + i,
+ * i < 8, block qa8_lane(p). Nibble formats keep 4 packed vectors (dword c
+ * of each block: low nibbles chunk c, high nibbles chunk c + 4); Q8_0 its
+ * 8 chunks as signed bytes (the sign trick keeps VPMADDUBSW unsaturated). */
+typedef struct {
+    __m256i q[8], qh; /* qh: Q5_0/Q5_1 fifth bits, one dword per lane */
+    __m256 d, m;      /* scale and minimum (Q4_0: -8d, Q5_0: -16d) */
+} lg_half;
 
-AI int lg_bytes(int ty) {
-    static const int b[] = {QB_Q4_0, QB_Q4_1, QB_Q5_0, QB_Q5_1, QB_Q8_0};
-    return b[ty];
+/* 4x4 dword transpose inside each 128-bit lane (see quant_avx512.c). */
+AI void lg_transpose4(const __m256i *in, __m256i *out) {
+    __m256i t0 = _mm256_unpacklo_epi32(in[0], in[1]), t1 = _mm256_unpackhi_epi32(in[0], in[1]);
+    __m256i t2 = _mm256_unpacklo_epi32(in[2], in[3]), t3 = _mm256_unpackhi_epi32(in[2], in[3]);
+    out[0] = _mm256_unpacklo_epi64(t0, t2);
+    out[1] = _mm256_unpackhi_epi64(t0, t2);
+    out[2] = _mm256_unpacklo_epi64(t1, t3);
+    out[3] = _mm256_unpackhi_epi64(t1, t3);
 }
 
-/* One block as 32 bytes in element order: unsigned quants, or for Q8_0 the
- * signed quants (the caller applies the sign trick). */
-AI __m256i lg_decode(int ty, const uint8_t *b) {
-    if (ty == L80) return _mm256_loadu_si256((const void *)(b + 2));
-    int off = ty == L40 ? 2 : ty == L41 ? 4 : ty == L50 ? 6 : 8;
-    __m128i q = _mm_loadu_si128((const void *)(b + off));
-    __m256i z = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(15));
-    if (ty == L50 || ty == L51) { /* bit j of qh -> 0x10 in byte j */
-        uint32_t qh = quant_rd32(b + (ty == L50 ? 2 : 4));
-        __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh),
-                                        _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
-                                                          0x0101010101010101LL, 0));
-        __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-        v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
-        z = _mm256_or_si256(z, _mm256_and_si256(v, _mm256_set1_epi8(16)));
-    }
-    return z;
-}
+/* Block of lane i of half h, and whether it is one of the n real ones. */
+AI int lg_blk(int h, int i) { return qa8_lane(8 * h + i); }
 
-/* Scales and minimums of blocks b0..b0+n-1 (n <= 8, rest 0) as floats. */
-AI void lg_head(int ty, const uint8_t *row, int64_t b0, int n, __m256 *d, __m256 *m) {
+AI void lg_load_head(int ty, const uint8_t *g, int h, int n, lg_half *o) {
     const int by = lg_bytes(ty);
-    /* Built in registers: eight 2-byte stores then a 16-byte load would
-     * stall on store forwarding. */
-    __m128i dh = _mm_setzero_si128(), mh = _mm_setzero_si128();
-#define LANE(i)                                                              \
-    if (i < n) {                                                             \
-        dh = _mm_insert_epi16(dh, quant_rd16(row + (b0 + i) * by), i);       \
-        mh = _mm_insert_epi16(mh, quant_rd16(row + (b0 + i) * by + 2), i);   \
+    /* Built in registers: 2-byte stores then a 16-byte load would stall on
+     * store forwarding. */
+    __m128i dh = _mm_setzero_si128(), mh = _mm_setzero_si128(), qh = _mm_setzero_si128();
+    __m128i qh2 = _mm_setzero_si128();
+#define LANE(i)                                                               \
+    if (lg_blk(h, i) < n) {                                                   \
+        const uint8_t *b = g + lg_blk(h, i) * by;                             \
+        dh = _mm_insert_epi16(dh, quant_rd16(b), i);                          \
+        mh = _mm_insert_epi16(mh, quant_rd16(b + 2), i);                      \
+        if (ty == L50 || ty == L51) {                                         \
+            if ((i) < 4) qh = _mm_insert_epi32(qh, (int)quant_rd32(b + lg_qh_off(ty)), (i) & 3); \
+            else qh2 = _mm_insert_epi32(qh2, (int)quant_rd32(b + lg_qh_off(ty)), (i) & 3); \
+        }                                                                     \
     }
     LANE(0) LANE(1) LANE(2) LANE(3) LANE(4) LANE(5) LANE(6) LANE(7)
 #undef LANE
-    *d = _mm256_cvtph_ps(dh);
+    o->qh = _mm256_set_m128i(qh2, qh);
+    o->d = _mm256_cvtph_ps(dh);
     if (ty == L41 || ty == L51)
-        *m = _mm256_cvtph_ps(mh);
+        o->m = _mm256_cvtph_ps(mh);
     else
-        *m = _mm256_mul_ps(*d, _mm256_set1_ps(ty == L40 ? -8.0f : ty == L50 ? -16.0f : 0.0f));
+        o->m = _mm256_mul_ps(o->d, _mm256_set1_ps(ty == L40 ? -8.0f : ty == L50 ? -16.0f : 0.0f));
 }
 
+AI void lg_load(int ty, const uint8_t *g, int h, int n, lg_half *o) {
+    const int by = lg_bytes(ty), qo = lg_qs_off(ty);
+    if (ty == L80) { /* 8x8 dword transpose of one block per ymm */
+        __m256i y[8], u[4], u2[4];
+        UNROLL
+        for (int i = 0; i < 8; i++)
+            y[i] = lg_blk(h, i) < n ? _mm256_loadu_si256((const void *)(g + lg_blk(h, i) * by + qo))
+                                    : _mm256_setzero_si256();
+        lg_transpose4(y, u);
+        lg_transpose4(y + 4, u2);
+        UNROLL
+        for (int v = 0; v < 8; v++)
+            o->q[v] = _mm256_permute2x128_si256(u[v % 4], u2[v % 4], v < 4 ? 0x20 : 0x31);
+    } else { /* lanes 4L + i of block 4i + 2h + L: two 16-byte loads each */
+        __m256i z[4];
+        UNROLL
+        for (int i = 0; i < 4; i++) {
+            int j = 4 * i + 2 * h;
+            __m128i a = j < n ? _mm_loadu_si128((const void *)(g + j * by + qo)) : _mm_setzero_si128();
+            __m128i b = j + 1 < n ? _mm_loadu_si128((const void *)(g + (j + 1) * by + qo)) : _mm_setzero_si128();
+            z[i] = _mm256_set_m128i(b, a);
+        }
+        lg_transpose4(z, o->q);
+    }
+    lg_load_head(ty, g, h, n, o);
+}
+
+/* Chunk v (elements 4v..4v+3 of each lane's block). */
+AI __m256i lg_chunk(int ty, const lg_half *g, int v) {
+    if (ty == L80) return g->q[v];
+    const __m256i m4 = _mm256_set1_epi8(15);
+    __m256i c = v < 4 ? _mm256_and_si256(g->q[v], m4)
+                      : _mm256_and_si256(_mm256_srli_epi16(g->q[v - 4], 4), m4);
+    if (ty == L50 || ty == L51) { /* bit 4v + i of qh -> 16 in byte i */
+        const __m256i base = _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c,
+                                               0, 0x04040404, 0x08080808, 0x0c0c0c0c);
+        __m256i b = _mm256_shuffle_epi8(g->qh, _mm256_add_epi8(base, _mm256_set1_epi8((char)(v / 2))));
+        __m256i bit = _mm256_set1_epi32(v & 1 ? (int)0x80402010 : 0x08040201);
+        b = _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit);
+        c = _mm256_or_si256(c, _mm256_and_si256(b, _mm256_set1_epi8(16)));
+    }
+    return c;
+}
+
+/* Exact integer block sums of one half against token row x. Nibble
+ * products sum 4 at a time in int16 (4 * 2 * 31 * 127 < 2^15). */
+AI __m256i lg_dot(int ty, const lg_half *g, const int8_t *xq) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i sum = _mm256_setzero_si256();
+    if (ty == L80) {
+        UNROLL
+        for (int v = 0; v < 8; v++) {
+            __m256i w = g->q[v], x = _mm256_loadu_si256((const void *)(xq + 64 * v));
+            __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, ones));
+        }
+        return sum;
+    }
+    UNROLL
+    for (int v0 = 0; v0 < 8; v0 += 4) {
+        __m256i p = _mm256_setzero_si256();
+        UNROLL
+        for (int v = v0; v < v0 + 4; v++)
+            p = _mm256_add_epi16(p, _mm256_maddubs_epi16(lg_chunk(ty, g, v),
+                                                         _mm256_loadu_si256((const void *)(xq + 64 * v))));
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, ones));
+    }
+    return sum;
+}
+
+/* One weight row x T tokens; per (row, token) pair and half group, whatever
+ * T: acc = fma(cvt(sum), d*dx, acc), then acc = fma(m, s, acc). */
 AI void lg_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
                 int64_t k, float *out, const int T) {
     const int64_t nb = k / QK;
     const int by = lg_bytes(ty);
-    __m256 acc[R][2], accm[R][2];
+    __m256 acc[4];
     UNROLL
-    for (int r = 0; r < R; r++)
-        UNROLL
-        for (int t = 0; t < T; t++) acc[r][t] = accm[r][t] = _mm256_setzero_ps();
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-        int n = nb - b0 < 8 ? (int)(nb - b0) : 8;
-        __m256 d[R], m[R];
-        float dw[R][8];
-        UNROLL
-        for (int r = 0; r < R; r++) {
-            lg_head(ty, w[r], b0, n, &d[r], &m[r]);
-            _mm256_storeu_ps(dw[r], d[r]);
-        }
-        if (ty != L80) {
+    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t b0 = 0; b0 < nb; b0 += QA8_GROUP) {
+        int n = nb - b0 < QA8_GROUP ? (int)(nb - b0) : QA8_GROUP;
+        for (int h = 0; h < 2; h++) {
+            lg_half g;
+            lg_load(ty, w[0] + b0 * by, h, n, &g);
             UNROLL
             for (int t = 0; t < T; t++) {
-                const float *sp = qa8_s(x[t], nb) + b0;
-                __m256 s = n == 8 ? _mm256_loadu_ps(sp) : load_part(sp, n);
-                UNROLL
-                for (int r = 0; r < R; r++) accm[r][t] = _mm256_fmadd_ps(m[r], s, accm[r][t]);
-            }
-        }
-        for (int j = 0; j < n; j++) {
-            __m256i wv[R];
-            UNROLL
-            for (int r = 0; r < R; r++) wv[r] = lg_decode(ty, w[r] + (b0 + j) * by);
-            UNROLL
-            for (int t = 0; t < T; t++) {
-                __m256i xv = _mm256_loadu_si256((const void *)(qa8_qs(x[t], nb) + (b0 + j) * QK));
-                __m256 dx = _mm256_broadcast_ss(qa8_d(x[t]) + b0 + j);
-                UNROLL
-                for (int r = 0; r < R; r++) {
-                    __m256i p = ty == L80
-                        ? _mm256_maddubs_epi16(_mm256_sign_epi8(wv[r], wv[r]),
-                                               _mm256_sign_epi8(xv, wv[r]))
-                        : _mm256_maddubs_epi16(wv[r], xv);
-                    p = _mm256_madd_epi16(p, ones);
-                    __m256 sc = _mm256_mul_ps(_mm256_broadcast_ss(&dw[r][j]), dx);
-                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc[r][t]);
-                }
+                __m256i sum = lg_dot(ty, &g, qa8_qs(x[t], nb) + b0 * QK + 32 * h);
+                __m256 dx = _mm256_loadu_ps(qa8_d(x[t]) + b0 + 8 * h);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(g.d, dx), acc[t]);
+                if (ty != L80)
+                    acc[t] = _mm256_fmadd_ps(g.m, _mm256_loadu_ps(qa8_s(x[t], nb) + b0 + 8 * h), acc[t]);
             }
         }
     }
     UNROLL
-    for (int r = 0; r < R; r++)
-        UNROLL
-        for (int t = 0; t < T; t++) out[r * T + t] = hsum8(acc[r][t]) + hsum8(accm[r][t]);
+    for (int t = 0; t < T; t++) out[t] = hsum8(acc[t]);
 }
 
-AI void lg_q4_0(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *o, int T) {
-    lg_tile(L40, w, x, k, o, T);
-}
-AI void lg_q4_1(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *o, int T) {
-    lg_tile(L41, w, x, k, o, T);
-}
-AI void lg_q5_0(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *o, int T) {
-    lg_tile(L50, w, x, k, o, T);
-}
-AI void lg_q5_1(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *o, int T) {
-    lg_tile(L51, w, x, k, o, T);
-}
-AI void lg_q8_0(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *o, int T) {
-    lg_tile(L80, w, x, k, o, T);
-}
-TILESET(lg_q4_0)
-TILESET(lg_q4_1)
-TILESET(lg_q5_0)
-TILESET(lg_q5_1)
-TILESET(lg_q8_0)
+TILE_WRAP(lg_q4_0, lg_tile, L40)
+TILE_WRAP(lg_q4_1, lg_tile, L41)
+TILE_WRAP(lg_q5_0, lg_tile, L50)
+TILE_WRAP(lg_q5_1, lg_tile, L51)
+TILE_WRAP(lg_q8_0, lg_tile, L80)
+TILESET_421(lg_q4_0, 1)
+TILESET_421(lg_q4_1, 1)
+TILESET_421(lg_q5_0, 1)
+TILESET_421(lg_q5_1, 1)
+TILESET_421(lg_q8_0, 1)
 
 /* ---- K-quants (Q8_K activations) --------------------------------------- */
-
-enum { K4, K5, K6 };
 
 /* int16 scales of the 8 sub-blocks (Q4_K/Q5_K, then the 8 mins) or of the
  * 16 groups (Q6_K), as stored per super-block. */
@@ -312,22 +305,14 @@ AI void kq_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
         for (int t = 0; t < T; t++) out[r * T + t] = hsum8(acc[r][t]) - hsum8(accm[r][t]);
 }
 
-AI void kq_q4_k(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *o, int T) {
-    kq_tile(K4, w, x, k, o, T);
-}
-AI void kq_q5_k(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *o, int T) {
-    kq_tile(K5, w, x, k, o, T);
-}
-AI void kq_q6_k(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *o, int T) {
-    kq_tile(K6, w, x, k, o, T);
-}
-TILESET(kq_q4_k)
-TILESET(kq_q5_k)
-TILESET(kq_q6_k)
+TILE_WRAP(kq_q4_k, kq_tile, K4)
+TILE_WRAP(kq_q5_k, kq_tile, K5)
+TILE_WRAP(kq_q6_k, kq_tile, K6)
+TILESET_21(kq_q4_k, R)
+TILESET_21(kq_q5_k, R)
+TILESET_21(kq_q6_k, R)
 
 /* ---- float formats (F32 activations) ----------------------------------- */
-
-enum { FF32, FF16, FBF16 };
 
 /* 8 weights from element i; n < 8 valid ones are zero-filled. */
 AI __m256 fl_load(int ty, const uint8_t *row, int64_t i, int n) {
@@ -373,52 +358,13 @@ AI void fl_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
         for (int t = 0; t < T; t++) out[r * T + t] = hsum8(acc[r][t]);
 }
 
-AI void fl_f32(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *o, int T) {
-    fl_tile(FF32, w, x, k, o, T);
-}
-AI void fl_f16(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *o, int T) {
-    fl_tile(FF16, w, x, k, o, T);
-}
-AI void fl_bf16(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *o, int T) {
-    fl_tile(FBF16, w, x, k, o, T);
-}
-TILESET(fl_f32)
-TILESET(fl_f16)
-TILESET(fl_bf16)
+TILE_WRAP(fl_f32, fl_tile, FF32)
+TILE_WRAP(fl_f16, fl_tile, FF16)
+TILE_WRAP(fl_bf16, fl_tile, FBF16)
+TILESET_21(fl_f32, R)
+TILESET_21(fl_f16, R)
+TILESET_21(fl_bf16, R)
 
 /* ---- dispatch ------------------------------------------------------------ */
 
-#define GEMM(name)                                                            \
-    static void gemm_##name(const void *w, size_t wrb, int64_t k,             \
-                            const void *xq, size_t xrb, int n_tok, float *y,  \
-                            int64_t ldy, int r0, int r1) {                    \
-        drive(&name##_set, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);        \
-    }
-GEMM(lg_q4_0)
-GEMM(lg_q4_1)
-GEMM(lg_q5_0)
-GEMM(lg_q5_1)
-GEMM(lg_q8_0)
-GEMM(kq_q4_k)
-GEMM(kq_q5_k)
-GEMM(kq_q6_k)
-GEMM(fl_f32)
-GEMM(fl_f16)
-GEMM(fl_bf16)
-
-quant_gemm_fn quant_avx2_kernel(qtype t) {
-    switch (t) {
-    case QT_Q4_0: return gemm_lg_q4_0;
-    case QT_Q4_1: return gemm_lg_q4_1;
-    case QT_Q5_0: return gemm_lg_q5_0;
-    case QT_Q5_1: return gemm_lg_q5_1;
-    case QT_Q8_0: return gemm_lg_q8_0;
-    case QT_Q4_K: return gemm_kq_q4_k;
-    case QT_Q5_K: return gemm_kq_q5_k;
-    case QT_Q6_K: return gemm_kq_q6_k;
-    case QT_F32: return gemm_fl_f32;
-    case QT_F16: return gemm_fl_f16;
-    case QT_BF16: return gemm_fl_bf16;
-    default: return NULL;
-    }
-}
+TILE_KERNELS(quant_avx2_kernel)

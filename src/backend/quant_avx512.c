@@ -18,193 +18,205 @@
  * K-quants: sub-block scales are applied in integers (VPMADDUBSW then
  * VPDPWSSD), so the float work is one FMA per 256 elements.
  * Does not: threads; F16/BF16 use plain float FMAs. */
-#include "backend/quant_impl.h"
-
 #include <immintrin.h>
 
-#define AI static inline __attribute__((always_inline))
-#define R 4 /* weight rows per tile */
-/* Tile loops must unroll fully so the accumulators live in registers. */
-#define UNROLL _Pragma("GCC unroll 16")
+#include "backend/quant_tile.h"
 
-typedef void (*tile_fn)(const uint8_t *const *w, const uint8_t *const *x,
-                        int64_t k, float *out);
-typedef struct {
-    tile_fn t1, t2, t4;
-} tile_set;
-
-/* Walks [r0, r1) x [0, n_tok) in tiles; rows in chunks of 32 so a chunk's
- * weights stay in cache while every token passes over them. */
-static void drive(const tile_set *ts, const void *w, size_t wrb, int64_t k,
-                  const void *xq, size_t xrb, int n_tok, float *y,
-                  int64_t ldy, int r0, int r1) {
-    for (int rc = r0; rc < r1; rc += 32) {
-        int rce = rc + 32 < r1 ? rc + 32 : r1;
-        for (int t0 = 0; t0 < n_tok;) {
-            int left = n_tok - t0, T = left >= 4 ? 4 : left >= 2 ? 2 : 1;
-            tile_fn fn = T == 4 ? ts->t4 : T == 2 ? ts->t2 : ts->t1;
-            const uint8_t *xp[4];
-            for (int j = 0; j < T; j++) xp[j] = (const uint8_t *)xq + (size_t)(t0 + j) * xrb;
-            for (int r = rc; r < rce; r += R) {
-                const uint8_t *wp[R];
-                float out[R * 4];
-                for (int i = 0; i < R; i++)
-                    wp[i] = (const uint8_t *)w + (size_t)(r + i < r1 ? r + i : r1 - 1) * wrb;
-                fn(wp, xp, k, out);
-                for (int i = 0; i < R && r + i < rce; i++)
-                    for (int j = 0; j < T; j++) y[(t0 + j) * ldy + r + i] = out[i * T + j];
-            }
-            t0 += T;
-        }
-    }
-}
-
-#define TILESET(name)                                                         \
-    static void name##_1(const uint8_t *const *w, const uint8_t *const *x,    \
-                         int64_t k, float *o) { name(w, x, k, o, 1); }         \
-    static void name##_2(const uint8_t *const *w, const uint8_t *const *x,    \
-                         int64_t k, float *o) { name(w, x, k, o, 2); }         \
-    static void name##_4(const uint8_t *const *w, const uint8_t *const *x,    \
-                         int64_t k, float *o) { name(w, x, k, o, 4); }         \
-    static const tile_set name##_set = {name##_1, name##_2, name##_4};
+#define R 4 /* weight rows per tile of the K-quant and float kernels */
 
 /* ---- legacy 32-element blocks ------------------------------------------- */
 
-enum { L40, L41, L50, L51, L80 };
+/* A group of 16 weight blocks in the activation layout (quant_impl.h):
+ * lane p is block qa8_lane(p). Nibble formats keep 4 packed vectors (dword
+ * c of each block: low nibbles are chunk c, high nibbles chunk c + 4);
+ * Q8_0 keeps its 8 chunks as unsigned bytes (w + 128). */
+typedef struct {
+    __m512i q[8], qh; /* qh: Q5_0/Q5_1 fifth bits, one dword per lane */
+    __m512 d, m;      /* scale and minimum (Q4_0: -8d, Q5_0: -16d, Q8_0: -128d) */
+} lg_group;
 
-AI int lg_bytes(int ty) {
-    static const int b[] = {QB_Q4_0, QB_Q4_1, QB_Q5_0, QB_Q5_1, QB_Q8_0};
-    return b[ty];
+/* 4x4 dword transpose inside each 128-bit lane: out[c] dword 4L + i is
+ * in[i] dword 4L + c. With in[i] holding blocks 4i..4i+3 in its 128-bit
+ * lanes this puts block qa8_lane(p) in lane p. */
+AI void lg_transpose4(const __m512i *in, __m512i *out) {
+    __m512i t0 = _mm512_unpacklo_epi32(in[0], in[1]), t1 = _mm512_unpackhi_epi32(in[0], in[1]);
+    __m512i t2 = _mm512_unpacklo_epi32(in[2], in[3]), t3 = _mm512_unpackhi_epi32(in[2], in[3]);
+    out[0] = _mm512_unpacklo_epi64(t0, t2);
+    out[1] = _mm512_unpackhi_epi64(t0, t2);
+    out[2] = _mm512_unpacklo_epi64(t1, t3);
+    out[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
-/* Two blocks (a, then a + bytes) as 64 unsigned bytes in element order.
- * With has_b == 0 only block a exists: the upper half is zeroed. */
-AI __m512i lg_decode(int ty, const uint8_t *a, int has_b) {
-    const uint8_t *b = has_b ? a + lg_bytes(ty) : a;
-    __m512i z;
-    if (ty == L80) {
-        z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const void *)(a + 2))),
-                               _mm256_loadu_si256((const void *)(b + 2)), 1);
-        z = _mm512_xor_si512(z, _mm512_set1_epi8((char)0x80));
-    } else {
-        int off = ty == L40 ? 2 : ty == L41 ? 4 : ty == L50 ? 6 : 8;
-        __m256i t = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128((const void *)(a + off))),
-            _mm_loadu_si128((const void *)(b + off)), 1);
-        z = _mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1);
-        /* 128-bit lanes [a.lo, b.lo, a.hi, b.hi] -> [a.lo, a.hi, b.lo, b.hi] */
-        z = _mm512_and_si512(_mm512_shuffle_i64x2(z, z, 0xD8), _mm512_set1_epi8(15));
-        if (ty == L50 || ty == L51) {
-            int qo = ty == L50 ? 2 : 4;
-            uint64_t bits = quant_rd32(a + qo) | (uint64_t)quant_rd32(b + qo) << 32;
-            z = _mm512_or_si512(z, _mm512_maskz_mov_epi8(_cvtu64_mask64(bits),
-                                                         _mm512_set1_epi8(16)));
-        }
-    }
-    return has_b ? z : _mm512_maskz_mov_epi8(0xffffffffULL, z);
-}
-
-/* Scales d and minimums m of blocks b0..b0+n-1 (n <= 16; others 0). The
- * dword at each block start holds d (and m for Q4_1/Q5_1). Inserted lane
- * by lane: VPGATHERDD is slow on CPUs with the gather-data-sampling fix. */
-AI void lg_head(int ty, const uint8_t *row, int64_t b0, int n, __m512 *d, __m512 *m) {
-    const int by = lg_bytes(ty);
-    const uint8_t *p = row + b0 * by;
+/* The dword at offset off of each lane's block (0 past the n real blocks),
+ * inserted lane by lane: VPGATHERDD is slow with the GDS mitigation. */
+AI __m512i lg_lanes32(const uint8_t *g, int by, int off, int n) {
     __m128i q[4];
     for (int i = 0; i < 4; i++) q[i] = _mm_setzero_si128();
-#define LANE(i)                                                               \
-    if (i < n) q[i / 4] = _mm_insert_epi32(q[i / 4], (int)quant_rd32(p + (i) * by), (i) % 4);
+#define LANE(p)                                                               \
+    if (qa8_lane(p) < n)                                                      \
+        q[(p) / 4] = _mm_insert_epi32(q[(p) / 4], (int)quant_rd32(g + qa8_lane(p) * by + off), (p) % 4);
     LANE(0) LANE(1) LANE(2) LANE(3) LANE(4) LANE(5) LANE(6) LANE(7)
     LANE(8) LANE(9) LANE(10) LANE(11) LANE(12) LANE(13) LANE(14) LANE(15)
 #undef LANE
-    __m512i g = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_set_m128i(q[1], q[0])), _mm256_set_m128i(q[3], q[2]), 1);
-    *d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
-    if (ty == L41 || ty == L51)
-        *m = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16)));
-    else
-        *m = _mm512_mul_ps(*d, _mm512_set1_ps(ty == L40 ? -8.0f : ty == L50 ? -16.0f : -128.0f));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(q[1], q[0])),
+                              _mm256_set_m128i(q[3], q[2]), 1);
 }
 
+/* d (low half) and m (high half) of each lane's header dword as floats. */
+AI void lg_scales(int ty, __m512i h, lg_group *o) {
+    const __m512i idx = _mm512_set_epi16(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1,
+                                         30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    __m512i p = _mm512_permutexvar_epi16(idx, h);
+    o->d = _mm512_cvtph_ps(_mm512_castsi512_si256(p));
+    if (ty == L41 || ty == L51)
+        o->m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(p, 1));
+    else
+        o->m = _mm512_mul_ps(o->d, _mm512_set1_ps(ty == L40 ? -8.0f : ty == L50 ? -16.0f : -128.0f));
+}
+
+/* Q4_1 (20-byte blocks, every field dword aligned): blocks 4i..4i+3 are
+ * dwords 20i..20i+19 of the group, so one two-source dword permute makes
+ * each packed vector and one masked permute drops the four headers into
+ * lanes 4L + i. Loads are masked at the n real blocks. */
+AI void lg_load_q4_1(const uint8_t *g, int n, lg_group *o) {
+    const __m512i iq = _mm512_set_epi32(19, 18, 17, 16, 14, 13, 12, 11, 9, 8, 7, 6, 4, 3, 2, 1);
+    const __m512i ih = _mm512_set_epi32(15, 15, 15, 15, 10, 10, 10, 10, 5, 5, 5, 5, 0, 0, 0, 0);
+    __m512i z[4], h = _mm512_setzero_si512();
+    UNROLL
+    for (int i = 0; i < 4; i++) {
+        int lo = 5 * n - 20 * i, hi = lo - 16;
+        __mmask16 kw = (__mmask16)(lo >= 16 ? 0xffff : lo <= 0 ? 0 : (1u << lo) - 1);
+        __mmask16 kx = (__mmask16)(hi >= 4 ? 0xf : hi <= 0 ? 0 : (1u << hi) - 1);
+        __m512i a = _mm512_maskz_loadu_epi32(kw, g + 80 * i);
+        __m512i b = _mm512_maskz_loadu_epi32(kx, g + 80 * i + 64);
+        z[i] = _mm512_permutex2var_epi32(a, iq, b);
+        h = _mm512_mask_permutexvar_epi32(h, (__mmask16)(0x1111 << i), ih, a);
+    }
+    lg_transpose4(z, o->q);
+    lg_scales(L41, h, o);
+}
+
+/* Q4_0, Q5_0, Q5_1: 16-byte quant loads into 128-bit lanes. */
+AI void lg_load_nibbles(int ty, const uint8_t *g, int n, lg_group *o) {
+    const int by = lg_bytes(ty), qo = lg_qs_off(ty);
+    __m512i z[4];
+    UNROLL
+    for (int i = 0; i < 4; i++) {
+        __m128i v[4];
+        UNROLL
+        for (int l = 0; l < 4; l++)
+            v[l] = 4 * i + l < n ? _mm_loadu_si128((const void *)(g + (4 * i + l) * by + qo))
+                                 : _mm_setzero_si128();
+        z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(v[1], v[0])),
+                                  _mm256_set_m128i(v[3], v[2]), 1);
+    }
+    lg_transpose4(z, o->q);
+    if (ty == L50 || ty == L51) o->qh = lg_lanes32(g, by, lg_qh_off(ty), n);
+    lg_scales(ty, lg_lanes32(g, by, 0, n), o);
+}
+
+/* Q8_0: y[i] holds the blocks of lanes i and 8 + i (32 bytes each); an 8x8
+ * dword transpose inside each 256-bit half gives chunk v in q[v]. */
+AI void lg_load_q8_0(const uint8_t *g, int n, lg_group *o) {
+    __m512i y[8], u[4], u2[4];
+    UNROLL
+    for (int i = 0; i < 8; i++) {
+        int ja = qa8_lane(i), jb = qa8_lane(8 + i);
+        __m256i a = ja < n ? _mm256_loadu_si256((const void *)(g + ja * QB_Q8_0 + 2)) : _mm256_setzero_si256();
+        __m256i b = jb < n ? _mm256_loadu_si256((const void *)(g + jb * QB_Q8_0 + 2)) : _mm256_setzero_si256();
+        y[i] = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+    }
+    lg_transpose4(y, u);
+    lg_transpose4(y + 4, u2);
+    const __m512i lo = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0);
+    const __m512i hi = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
+    UNROLL
+    for (int v = 0; v < 8; v++)
+        o->q[v] = _mm512_xor_si512(_mm512_permutex2var_epi64(u[v % 4], v < 4 ? lo : hi, u2[v % 4]),
+                                   _mm512_set1_epi8((char)0x80));
+    lg_scales(L80, lg_lanes32(g, QB_Q8_0, 0, n), o);
+}
+
+AI void lg_load(int ty, const uint8_t *g, int n, lg_group *o) {
+    if (ty == L41) lg_load_q4_1(g, n, o);
+    else if (ty == L80) lg_load_q8_0(g, n, o);
+    else lg_load_nibbles(ty, g, n, o);
+}
+
+/* Chunk v (elements 4v..4v+3 of each lane's block) as unsigned bytes. */
+AI __m512i lg_chunk(int ty, const lg_group *g, int v) {
+    if (ty == L80) return g->q[v];
+    const __m512i m4 = _mm512_set1_epi8(15);
+    __m512i c = v < 4 ? _mm512_and_si512(g->q[v], m4)
+                      : _mm512_and_si512(_mm512_srli_epi16(g->q[v - 4], 4), m4);
+    if (ty == L50 || ty == L51) { /* bit 4v + i of qh -> 16 in byte i */
+        const __m512i base = _mm512_broadcast_i32x4(
+            _mm_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c));
+        __m512i b = _mm512_shuffle_epi8(g->qh, _mm512_add_epi8(base, _mm512_set1_epi8((char)(v / 2))));
+        __mmask64 on = _mm512_test_epi8_mask(b, _mm512_set1_epi32(v & 1 ? (int)0x80402010 : 0x08040201));
+        c = _mm512_mask_add_epi8(c, on, c, _mm512_set1_epi8(16));
+    }
+    return c;
+}
+
+/* One weight row x T tokens (R = 1: the group decode is the row's cost,
+ * shared by T tokens). Per (row, token) pair and group, whatever T: the
+ * exact integer block sums in lanes, then acc = fma(cvt(sum), d*dx, acc)
+ * and accm = fma(m, s, accm); out = reduce(acc) + reduce(accm). T <= 2 splits the sums
+ * into two chains (exact integers, so the bits do not change). */
 AI void lg_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
                 int64_t k, float *out, const int T) {
     const int64_t nb = k / QK;
-    const int by = lg_bytes(ty);
-    __m512 acc[R][4], accm[R][4];
+    const int by = lg_bytes(ty), NS = T <= 2 ? 2 : 1;
+    __m512 acc[8], accm[8];
     UNROLL
-    for (int r = 0; r < R; r++)
+    for (int t = 0; t < T; t++) acc[t] = accm[t] = _mm512_setzero_ps();
+    for (int64_t b0 = 0; b0 < nb; b0 += QA8_GROUP) {
+        int n = nb - b0 < QA8_GROUP ? (int)(nb - b0) : QA8_GROUP;
+        lg_group g;
+        lg_load(ty, w[0] + b0 * by, n, &g);
+        __m512i is[8][2];
         UNROLL
-        for (int t = 0; t < T; t++) acc[r][t] = accm[r][t] = _mm512_setzero_ps();
-    const __m512i half = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    for (int64_t b0 = 0; b0 < nb; b0 += 16) {
-        int n = nb - b0 < 16 ? (int)(nb - b0) : 16;
-        __mmask16 km = (__mmask16)(n >= 16 ? 0xffff : (1u << n) - 1);
-        __m512 d[R], m[R], dx[4];
+        for (int t = 0; t < T; t++) is[t][0] = is[t][1] = _mm512_setzero_si512();
         UNROLL
-        for (int r = 0; r < R; r++) lg_head(ty, w[r], b0, n, &d[r], &m[r]);
-        UNROLL
-        for (int t = 0; t < T; t++) {
-            dx[t] = _mm512_maskz_loadu_ps(km, qa8_d(x[t]) + b0);
-            __m512 s = _mm512_maskz_loadu_ps(km, qa8_s(x[t], nb) + b0);
-            UNROLL
-            for (int r = 0; r < R; r++) accm[r][t] = _mm512_fmadd_ps(m[r], s, accm[r][t]);
-        }
-        for (int st = 0; 2 * st < n; st++) {
-            int has_b = 2 * st + 1 < n;
-            __m512i pidx = _mm512_add_epi32(half, _mm512_set1_epi32(2 * st));
-            __m512i wv[R];
-            __m512 dw[R];
-            UNROLL
-            for (int r = 0; r < R; r++) {
-                wv[r] = lg_decode(ty, w[r] + (b0 + 2 * st) * by, has_b);
-                dw[r] = _mm512_permutexvar_ps(pidx, d[r]);
-            }
+        for (int v = 0; v < 8; v++) {
+            __m512i wv = lg_chunk(ty, &g, v);
             UNROLL
             for (int t = 0; t < T; t++) {
-                const int8_t *xp = qa8_qs(x[t], nb) + (b0 + 2 * st) * QK;
-                __m512i xv = has_b ? _mm512_loadu_si512((const void *)xp)
-                                   : _mm512_maskz_loadu_epi8(0xffffffffULL, xp);
-                __m512 dxp = _mm512_permutexvar_ps(pidx, dx[t]);
-                UNROLL
-                for (int r = 0; r < R; r++) {
-                    __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r], xv);
-                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
-                                                _mm512_mul_ps(dw[r], dxp), acc[r][t]);
-                }
+                const int8_t *xp = qa8_qs(x[t], nb) + b0 * QK + 64 * v;
+                is[t][v % NS] = _mm512_dpbusd_epi32(is[t][v % NS], wv, _mm512_loadu_si512((const void *)xp));
             }
+        }
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            __m512i sum = NS == 2 ? _mm512_add_epi32(is[t][0], is[t][1]) : is[t][0];
+            __m512 dx = _mm512_loadu_ps(qa8_d(x[t]) + b0), s = _mm512_loadu_ps(qa8_s(x[t], nb) + b0);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(g.d, dx), acc[t]);
+            accm[t] = _mm512_fmadd_ps(g.m, s, accm[t]);
         }
     }
     UNROLL
-    for (int r = 0; r < R; r++)
-        UNROLL
-        for (int t = 0; t < T; t++)
-            out[r * T + t] = _mm512_reduce_add_ps(acc[r][t]) + _mm512_reduce_add_ps(accm[r][t]);
+    for (int t = 0; t < T; t++) out[t] = _mm512_reduce_add_ps(acc[t]) + _mm512_reduce_add_ps(accm[t]);
 }
 
-AI void lg_q4_0(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *o, int T) {
-    lg_tile(L40, w, x, k, o, T);
-}
-AI void lg_q4_1(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *o, int T) {
-    lg_tile(L41, w, x, k, o, T);
-}
-AI void lg_q5_0(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *o, int T) {
-    lg_tile(L50, w, x, k, o, T);
-}
-AI void lg_q5_1(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *o, int T) {
-    lg_tile(L51, w, x, k, o, T);
-}
-AI void lg_q8_0(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *o, int T) {
-    lg_tile(L80, w, x, k, o, T);
-}
-TILESET(lg_q4_0)
-TILESET(lg_q4_1)
-TILESET(lg_q5_0)
-TILESET(lg_q5_1)
-TILESET(lg_q8_0)
+TILE_WRAP(lg_q4_0, lg_tile, L40)
+TILE_WRAP(lg_q4_1, lg_tile, L41)
+TILE_WRAP(lg_q5_0, lg_tile, L50)
+TILE_WRAP(lg_q5_1, lg_tile, L51)
+TILE_WRAP(lg_q8_0, lg_tile, L80)
+
+/* 1 row x {8, 4, 2, 1} tokens. */
+#define TILESET_LG(name)                                                      \
+    TILE_T(name, 1) TILE_T(name, 2) TILE_T(name, 4) TILE_T(name, 8)           \
+    static const tile_set name##_set = {                                      \
+        {{1, 8, name##_8}, {1, 4, name##_4}, {1, 2, name##_2}, {1, 1, name##_1}}};
+TILESET_LG(lg_q4_0)
+TILESET_LG(lg_q4_1)
+TILESET_LG(lg_q5_0)
+TILESET_LG(lg_q5_1)
+TILESET_LG(lg_q8_0)
 
 /* ---- K-quants (Q8_K activations) --------------------------------------- */
-
-enum { K4, K5, K6 };
 
 /* Per super-block weight data a tile row needs: the 4 decoded 64-element
  * chunks' scale patterns come from `sc` (int16 lanes), the minimum
@@ -367,22 +379,14 @@ AI void kq_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
         }
 }
 
-AI void kq_q4_k(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *o, int T) {
-    kq_tile(K4, w, x, k, o, T);
-}
-AI void kq_q5_k(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *o, int T) {
-    kq_tile(K5, w, x, k, o, T);
-}
-AI void kq_q6_k(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *o, int T) {
-    kq_tile(K6, w, x, k, o, T);
-}
-TILESET(kq_q4_k)
-TILESET(kq_q5_k)
-TILESET(kq_q6_k)
+TILE_WRAP(kq_q4_k, kq_tile, K4)
+TILE_WRAP(kq_q5_k, kq_tile, K5)
+TILE_WRAP(kq_q6_k, kq_tile, K6)
+TILESET_421(kq_q4_k, R)
+TILESET_421(kq_q5_k, R)
+TILESET_421(kq_q6_k, R)
 
 /* ---- float formats (F32 activations) ----------------------------------- */
-
-enum { FF32, FF16, FBF16 };
 
 /* 16 weights from element i on (n valid, rest 0). */
 AI __m512 fl_load(int ty, const uint8_t *row, int64_t i, __mmask16 km) {
@@ -417,52 +421,13 @@ AI void fl_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
         for (int t = 0; t < T; t++) out[r * T + t] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-AI void fl_f32(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *o, int T) {
-    fl_tile(FF32, w, x, k, o, T);
-}
-AI void fl_f16(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *o, int T) {
-    fl_tile(FF16, w, x, k, o, T);
-}
-AI void fl_bf16(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *o, int T) {
-    fl_tile(FBF16, w, x, k, o, T);
-}
-TILESET(fl_f32)
-TILESET(fl_f16)
-TILESET(fl_bf16)
+TILE_WRAP(fl_f32, fl_tile, FF32)
+TILE_WRAP(fl_f16, fl_tile, FF16)
+TILE_WRAP(fl_bf16, fl_tile, FBF16)
+TILESET_421(fl_f32, R)
+TILESET_421(fl_f16, R)
+TILESET_421(fl_bf16, R)
 
 /* ---- dispatch ------------------------------------------------------------ */
 
-#define GEMM(name)                                                            \
-    static void gemm_##name(const void *w, size_t wrb, int64_t k,             \
-                            const void *xq, size_t xrb, int n_tok, float *y,  \
-                            int64_t ldy, int r0, int r1) {                    \
-        drive(&name##_set, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);        \
-    }
-GEMM(lg_q4_0)
-GEMM(lg_q4_1)
-GEMM(lg_q5_0)
-GEMM(lg_q5_1)
-GEMM(lg_q8_0)
-GEMM(kq_q4_k)
-GEMM(kq_q5_k)
-GEMM(kq_q6_k)
-GEMM(fl_f32)
-GEMM(fl_f16)
-GEMM(fl_bf16)
-
-quant_gemm_fn quant_avx512_kernel(qtype t) {
-    switch (t) {
-    case QT_Q4_0: return gemm_lg_q4_0;
-    case QT_Q4_1: return gemm_lg_q4_1;
-    case QT_Q5_0: return gemm_lg_q5_0;
-    case QT_Q5_1: return gemm_lg_q5_1;
-    case QT_Q8_0: return gemm_lg_q8_0;
-    case QT_Q4_K: return gemm_kq_q4_k;
-    case QT_Q5_K: return gemm_kq_q5_k;
-    case QT_Q6_K: return gemm_kq_q6_k;
-    case QT_F32: return gemm_fl_f32;
-    case QT_F16: return gemm_fl_f16;
-    case QT_BF16: return gemm_fl_bf16;
-    default: return NULL;
-    }
-}
+TILE_KERNELS(quant_avx512_kernel)
