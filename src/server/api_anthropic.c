@@ -21,13 +21,21 @@
 
 #define POLL_MS 1000
 
+#define MAX_CALLS 64
+
 typedef struct ant_call {
     server *srv;
     json_t *req;
+    json_t *tools; /* normalised (function shape) */
+    prompt_tools pt;
+    char *prefix; /* forced start of the reply (tool_choice) */
     gen g;
     gen_params gp;
-    int stream, n_prompt, phase; /* phase: 0 start events next, 1 text, 2 done */
+    int stream, n_prompt, phase; /* phase: 0 start events next, 1 generating, 2 done */
+    int block, block_open;       /* stream: index of the current content block */
+    int block_is_text;
     char id[64];
+    char call_ids[MAX_CALLS][40];
     sse_buf out;
 } ant_call;
 
@@ -187,14 +195,48 @@ static json_t *normal_tools(const json_t *tools) {
 static int build_prompt(ant_call *c, int32_t **ids, size_t *n, char *why, size_t cap) {
     json_t *msgs = normal_messages(c->req, why, cap);
     if (!msgs) return -1;
-    json_t *tools = normal_tools(json_object_get(c->req, "tools"));
-    int rc = prompt_tokens(c->srv, msgs, tools, ids, n, why, cap);
+    int rc = prompt_tokens(c->srv, msgs, &c->pt, ids, n, why, cap);
     json_decref(msgs);
-    json_decref(tools);
     return rc;
 }
 
 /* ---- parameters -------------------------------------------------------------------- */
+
+/* tools: [{name, description, input_schema}]; tool_choice: {type: auto |
+ * any | tool (with name) | none}. */
+static int parse_tools(ant_call *c, char *why, size_t cap) {
+    const json_t *tools = json_object_get(c->req, "tools"), *t;
+    if (!tools || json_is_null(tools)) return 0;
+    size_t i;
+    if (!json_is_array(tools)) {
+        snprintf(why, cap, "tools: must be an array");
+        return -1;
+    }
+    json_array_foreach(tools, i, t) if (!json_is_string(json_object_get(t, "name"))) {
+        snprintf(why, cap, "tools.%zu.name: field required", i);
+        return -1;
+    }
+    c->tools = normal_tools(tools);
+    c->pt.tools = c->tools;
+    const json_t *choice = json_object_get(c->req, "tool_choice");
+    const char *type = json_string_value(json_object_get(choice, "type"));
+    if (type && !strcmp(type, "none")) c->pt.tools = NULL;
+    else if (type && !strcmp(type, "any")) c->pt.required = 1;
+    else if (type && !strcmp(type, "tool")) {
+        c->pt.forced = json_string_value(json_object_get(choice, "name"));
+        c->pt.required = 1;
+        if (!c->pt.forced) {
+            snprintf(why, cap, "tool_choice.name: field required for type 'tool'");
+            return -1;
+        }
+    } else if (choice && !json_is_null(choice) && !(type && !strcmp(type, "auto"))) {
+        snprintf(why, cap, "tool_choice.type: must be auto, any, tool or none");
+        return -1;
+    }
+    c->gp.tools = prompt_tool_format(c->srv, &c->pt);
+    c->gp.json_mode = c->gp.tools == TC_GENERIC;
+    return 0;
+}
 
 static int parse_options(ant_call *c, char *why, size_t cap) {
     long max_tokens = 0;
@@ -205,17 +247,14 @@ static int parse_options(ant_call *c, char *why, size_t cap) {
     }
     c->gp.max_tokens = (int)max_tokens;
     if (param_bool(c->req, "stream", &c->stream, why, cap) < 0) return -1;
-    const json_t *tools = json_object_get(c->req, "tools");
-    if (json_is_array(tools) && json_array_size(tools) > 0) {
-        snprintf(why, cap, "tools: not supported by this server build yet");
-        return -1;
-    }
+    if (parse_tools(c, why, cap)) return -1;
     return params_sampling(c->req, "stop_sequences", &c->gp, why, cap);
 }
 
 /* ---- replies ------------------------------------------------------------------------- */
 
 static const char *stop_reason(const ant_call *c) {
+    if (c->g.n_calls_done && !c->g.tool_error && (c->g.st.finish != FINISH_LENGTH || c->g.one_call)) return "tool_use";
     if (c->g.stopped_by_string) return "stop_sequence";
     return c->g.st.finish == FINISH_LENGTH ? "max_tokens" : "end_turn";
 }
@@ -238,15 +277,38 @@ static json_t *message(const ant_call *c, json_t *content, json_t *reason, json_
                      "usage", usage(c, out_tokens));
 }
 
+static const char *call_id(ant_call *c, int index) {
+    if (index < 0 || index >= MAX_CALLS) return "toolu_overflow";
+    if (!c->call_ids[index][0]) make_id(c->call_ids[index], sizeof c->call_ids[index], "toolu_");
+    return c->call_ids[index];
+}
+
+static json_t *whole_content(ant_call *c, const char *text, size_t len) {
+    json_t *content = json_array();
+    if (len) json_array_append_new(content, json_pack("{s:s,s:o}", "type", "text", "text", json_text(text, len)));
+    if (!c->g.n_calls_done || c->g.tool_error) return content;
+    const char **names, **args;
+    int n = tc_calls(c->g.tc, &names, &args);
+    for (int i = 0; i < n; i++) {
+        json_t *input = json_loads(args[i], 0, NULL);
+        json_array_append_new(content, json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id", call_id(c, i),
+                                                 "name", names[i], "input", input ? input : json_object()));
+    }
+    return content;
+}
+
 static void answer_whole(ant_call *c, const http_req *req, http_reply *rep) {
     char *text = xstrdup("");
     size_t len = 0;
     while (!c->g.done) {
-        const char *piece;
-        size_t n = gen_pull(&c->g, 200, &piece);
-        text = xrealloc(text, len + n + 1);
-        memcpy(text + len, piece, n);
-        len += n;
+        const tc_event *ev;
+        int n = gen_pull(&c->g, 200, &ev);
+        for (int i = 0; i < n; i++) {
+            if (ev[i].kind != TC_EV_TEXT) continue;
+            text = xrealloc(text, len + ev[i].len + 1);
+            memcpy(text + len, ev[i].text, ev[i].len);
+            len += ev[i].len;
+        }
         if (http_client_gone(req)) {
             gen_cancel(&c->g);
             free(text);
@@ -254,30 +316,72 @@ static void answer_whole(ant_call *c, const http_req *req, http_reply *rep) {
             return;
         }
     }
-    if (c->g.st.finish == FINISH_ERROR) {
+    if (c->g.st.finish == FINISH_ERROR || c->g.tool_error) {
         free(text);
-        reply_error(rep, 500, "api_error", "generation failed: %s", c->g.st.error);
+        reply_error(rep, 500, "api_error", "generation failed: %s",
+                    c->g.tool_error ? c->g.error : c->g.st.error);
         return;
     }
-    json_t *content = json_array();
-    if (len) json_array_append_new(content, json_pack("{s:s,s:o}", "type", "text", "text", json_text(text, len)));
+    json_t *content = whole_content(c, text, len);
     free(text);
     reply_json(rep, 200, message(c, content, json_string(stop_reason(c)), stop_sequence(c), c->g.n_tokens));
+}
+
+/* ---- streams: one content block open at a time ------------------------------ */
+
+static void close_block(ant_call *c) {
+    if (!c->block_open) return;
+    sse_event(&c->out, "content_block_stop", json_pack("{s:s,s:i}", "type", "content_block_stop", "index", c->block));
+    c->block_open = 0;
+    c->block++;
+}
+
+static void open_block(ant_call *c, json_t *block, int is_text) {
+    close_block(c);
+    sse_event(&c->out, "content_block_start",
+              json_pack("{s:s,s:i,s:o}", "type", "content_block_start", "index", c->block, "content_block", block));
+    c->block_open = 1;
+    c->block_is_text = is_text;
+}
+
+static void block_delta(ant_call *c, json_t *delta) {
+    sse_event(&c->out, "content_block_delta",
+              json_pack("{s:s,s:i,s:o}", "type", "content_block_delta", "index", c->block, "delta", delta));
+}
+
+static void emit_event(ant_call *c, const tc_event *e) {
+    switch (e->kind) {
+    case TC_EV_TEXT:
+        if (!c->block_open || !c->block_is_text) open_block(c, json_pack("{s:s,s:s}", "type", "text", "text", ""), 1);
+        block_delta(c, json_pack("{s:s,s:o}", "type", "text_delta", "text", json_text(e->text, e->len)));
+        break;
+    case TC_EV_CALL_BEGIN:
+        open_block(c, json_pack("{s:s,s:s,s:o,s:{}}", "type", "tool_use", "id", call_id(c, e->index), "name",
+                                json_text(e->text, e->len), "input"), 0);
+        break;
+    case TC_EV_CALL_ARGS:
+        block_delta(c, json_pack("{s:s,s:o}", "type", "input_json_delta", "partial_json", json_text(e->text, e->len)));
+        break;
+    case TC_EV_CALL_END:
+        close_block(c);
+        break;
+    }
 }
 
 static void stream_start(ant_call *c) {
     sse_event(&c->out, "message_start",
               json_pack("{s:s,s:o}", "type", "message_start", "message",
                         message(c, json_array(), json_null(), json_null(), 0)));
-    sse_event(&c->out, "content_block_start",
-              json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_start", "index", 0, "content_block",
-                        "type", "text", "text", ""));
     sse_event(&c->out, "ping", json_pack("{s:s}", "type", "ping"));
     c->phase = 1;
 }
 
 static void stream_finish(ant_call *c) {
-    sse_event(&c->out, "content_block_stop", json_pack("{s:s,s:i}", "type", "content_block_stop", "index", 0));
+    if (!c->block) open_block(c, json_pack("{s:s,s:s}", "type", "text", "text", ""), 1); /* never zero blocks */
+    close_block(c);
+    if (c->g.tool_error)
+        sse_event(&c->out, "error", json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", "api_error",
+                                              "message", c->g.error));
     sse_event(&c->out, "message_delta",
               json_pack("{s:s,s:{s:s,s:o},s:o}", "type", "message_delta", "delta", "stop_reason",
                         stop_reason(c), "stop_sequence", stop_sequence(c), "usage", usage(c, c->g.n_tokens)));
@@ -290,18 +394,25 @@ static void stream_produce(ant_call *c) {
         stream_start(c);
         return;
     }
-    const char *text;
-    size_t n = gen_pull(&c->g, POLL_MS, &text);
-    if (n)
-        sse_event(&c->out, "content_block_delta",
-                  json_pack("{s:s,s:i,s:{s:s,s:o}}", "type", "content_block_delta", "index", 0, "delta", "type",
-                            "text_delta", "text", json_text(text, n)));
+    const tc_event *ev;
+    int n = gen_pull(&c->g, POLL_MS, &ev);
+    for (int i = 0; i < n; i++) emit_event(c, &ev[i]);
     if (c->g.done) stream_finish(c);
     else if (!n) sse_event(&c->out, "ping", json_pack("{s:s}", "type", "ping")); /* keep-alive */
 }
 
+/* Frees a call that never started generating. */
+static void call_drop(ant_call *c) {
+    free(c->prefix);
+    json_decref(c->tools);
+    json_decref(c->req);
+    free(c);
+}
+
 static void call_free(ant_call *c) {
     gen_end(&c->g);
+    free(c->prefix);
+    json_decref(c->tools);
     json_decref(c->req);
     sse_free(&c->out);
     free(c);
@@ -355,8 +466,7 @@ void api_anthropic_messages(server *s, const http_req *req, http_reply *rep) {
     c->srv = s;
     make_id(c->id, sizeof c->id, "msg_");
     if (!(c->req = parse_body(req, rep)) || check_model(s, c->req, rep)) {
-        json_decref(c->req);
-        free(c);
+        call_drop(c);
         return;
     }
     char why[512] = "";
@@ -364,9 +474,14 @@ void api_anthropic_messages(server *s, const http_req *req, http_reply *rep) {
     size_t n = 0;
     if (parse_options(c, why, sizeof why) || build_prompt(c, &ids, &n, why, sizeof why)) {
         reply_error(rep, 400, "invalid_request_error", "%s", why);
-        json_decref(c->req);
-        free(c);
+        call_drop(c);
         return;
+    }
+    if ((c->prefix = prompt_tool_prefix(s, &c->pt))) {
+        prompt_append_text(s, c->prefix, &ids, &n);
+        c->gp.prefix = c->prefix;
+        c->gp.one_call = 1;
+        c->gp.args_open = c->pt.forced != NULL;
     }
     c->n_prompt = (int)n;
     strata_err err = {0};
@@ -378,8 +493,7 @@ void api_anthropic_messages(server *s, const http_req *req, http_reply *rep) {
         reply_error(rep, status == 503 ? 529 : status, status == 503 ? "overloaded_error" : status == 400 ? "invalid_request_error" : "api_error",
                     "%s", err.msg);
         if (status == 503) rep->retry_after = 1;
-        json_decref(c->req);
-        free(c);
+        call_drop(c);
         return;
     }
     if (!c->stream) {
@@ -403,8 +517,11 @@ void api_anthropic_count_tokens(server *s, const http_req *req, http_reply *rep)
     char why[512] = "";
     int32_t *ids = NULL;
     size_t n = 0;
-    if (build_prompt(&c, &ids, &n, why, sizeof why)) reply_error(rep, 400, "invalid_request_error", "%s", why);
-    else reply_json(rep, 200, json_pack("{s:i}", "input_tokens", (int)n));
+    if (parse_tools(&c, why, sizeof why) || build_prompt(&c, &ids, &n, why, sizeof why))
+        reply_error(rep, 400, "invalid_request_error", "%s", why);
+    else
+        reply_json(rep, 200, json_pack("{s:i}", "input_tokens", (int)n));
     free(ids);
+    json_decref(c.tools);
     json_decref(c.req);
 }

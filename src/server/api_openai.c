@@ -20,6 +20,7 @@
 #include "server/sse.h"
 
 #define POLL_MS 1000 /* stream keep-alive period while nothing is generated */
+#define MAX_CALLS 64 /* tool calls per reply */
 
 typedef struct oai_call {
     server *srv;
@@ -30,6 +31,9 @@ typedef struct oai_call {
     char id[64];
     long created;
     int n_prompt, n_logprob_done;
+    prompt_tools pt;
+    char *prefix; /* forced start of the reply (tool_choice) */
+    char call_ids[MAX_CALLS][40]; /* "call_" + 128 random bits, per call index */
     sse_buf out; /* stream bytes not yet written */
     int phase;  /* 0 role chunk next, 1 generating, 2 finished */
 } oai_call;
@@ -113,7 +117,7 @@ static int chat_prompt_ids(oai_call *c, int32_t **ids, size_t *n, char *why, siz
         }
         json_array_append_new(norm, nm);
     }
-    int rc = prompt_tokens(c->srv, norm, json_object_get(c->req, "tools"), ids, n, why, cap);
+    int rc = prompt_tokens(c->srv, norm, &c->pt, ids, n, why, cap);
     json_decref(norm);
     return rc;
 }
@@ -152,6 +156,77 @@ static int completion_prompt_ids(oai_call *c, int32_t **ids, size_t *n, char *wh
 
 /* ---- parameters ------------------------------------------------------------ */
 
+static int tool_known(const json_t *tools, const char *name) {
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tools, i, t)
+        if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")), name)) return 1;
+    return 0;
+}
+
+/* tool_choice: "none" | "auto" | "required" | {"type":"function","function":{"name"}}. */
+static int parse_tool_choice(oai_call *c, const json_t *tools, char *why, size_t cap) {
+    const json_t *tc = json_object_get(c->req, "tool_choice");
+    const char *word = json_string_value(tc);
+    if (!tc || json_is_null(tc) || (word && !strcmp(word, "auto"))) return 0;
+    if (word && !strcmp(word, "none")) {
+        c->pt.tools = NULL;
+        return 0;
+    }
+    if (word && !strcmp(word, "required")) {
+        c->pt.required = 1;
+        return 0;
+    }
+    const char *name = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
+    if (!name || !tool_known(tools, name)) {
+        snprintf(why, cap, "'tool_choice' must be none, auto, required or a function named in 'tools'");
+        return -1;
+    }
+    c->pt.forced = name;
+    c->pt.required = 1;
+    return 0;
+}
+
+static int parse_tools(oai_call *c, char *why, size_t cap) {
+    const json_t *tools = json_object_get(c->req, "tools"), *t;
+    if (!tools || json_is_null(tools)) return 0;
+    if (!json_is_array(tools)) {
+        snprintf(why, cap, "'tools' must be an array");
+        return -1;
+    }
+    size_t i;
+    json_array_foreach(tools, i, t) {
+        const char *type = json_string_value(json_object_get(t, "type"));
+        if (!type || strcmp(type, "function") || !json_is_string(json_object_get(json_object_get(t, "function"), "name"))) {
+            snprintf(why, cap, "'tools[%zu]' must be {\"type\": \"function\", \"function\": {\"name\": ...}}", i);
+            return -1;
+        }
+    }
+    c->pt.tools = json_array_size(tools) ? tools : NULL;
+    if (parse_tool_choice(c, tools, why, cap)) return -1;
+    c->gp.tools = prompt_tool_format(c->srv, &c->pt);
+    c->gp.json_mode |= c->gp.tools == TC_GENERIC; /* the generic reply is one JSON object */
+    return 0;
+}
+
+/* response_format: {"type": "text"} or {"type": "json_object"}. */
+static int parse_response_format(oai_call *c, char *why, size_t cap) {
+    const json_t *rf = json_object_get(c->req, "response_format");
+    if (!rf || json_is_null(rf)) return 0;
+    const char *type = json_string_value(json_object_get(rf, "type"));
+    if (type && !strcmp(type, "json_object")) {
+        if (c->gp.tools != TC_NONE) {
+            snprintf(why, cap, "'response_format' json_object cannot be combined with 'tools'");
+            return -1;
+        }
+        c->gp.json_mode = 1;
+        return 0;
+    }
+    if (type && !strcmp(type, "text")) return 0;
+    snprintf(why, cap, "'response_format.type' must be 'text' or 'json_object'");
+    return -1;
+}
+
 static int parse_options(oai_call *c, char *why, size_t cap) {
     long n = 1, max_tokens = 0, top_logprobs = 0;
     int r;
@@ -168,11 +243,7 @@ static int parse_options(oai_call *c, char *why, size_t cap) {
     c->gp.n_logprobs = c->logprobs ? (int)top_logprobs : 0;
     const json_t *so = json_object_get(c->req, "stream_options");
     if (so && json_is_object(so) && param_bool(so, "include_usage", &c->include_usage, why, cap) < 0) return -1;
-    const json_t *tools = json_object_get(c->req, "tools");
-    if (tools && json_is_array(tools) && json_array_size(tools) > 0) {
-        snprintf(why, cap, "'tools' are not supported by this server build yet");
-        return -1;
-    }
+    if (parse_tools(c, why, cap) || parse_response_format(c, why, cap)) return -1;
     return params_sampling(c->req, "stop", &c->gp, why, cap);
 }
 
@@ -210,17 +281,15 @@ static json_t *logprobs_json(const oai_call *c, int from, int to) {
     return json_pack("{s:o}", "content", arr);
 }
 
-static json_t *choice_json(oai_call *c, const char *text, size_t len, const char *finish, int delta) {
+/* The call id of tool call `index`, made on first use. */
+static const char *call_id(oai_call *c, int index) {
+    if (index < 0 || index >= MAX_CALLS) return "call_overflow";
+    if (!c->call_ids[index][0]) make_id(c->call_ids[index], sizeof c->call_ids[index], "call_");
+    return c->call_ids[index];
+}
+
+static json_t *choice(oai_call *c, const char *finish) {
     json_t *ch = json_pack("{s:i}", "index", 0);
-    if (c->chat && delta && finish && !len) {
-        json_object_set_new(ch, "delta", json_object()); /* the final chunk carries no text */
-    } else if (c->chat) {
-        json_t *msg = json_pack("{s:o}", "content", json_text(text, len));
-        if (!delta || c->phase == 0) json_object_set_new(msg, "role", json_string("assistant"));
-        json_object_set_new(ch, delta ? "delta" : "message", msg);
-    } else {
-        json_object_set_new(ch, "text", json_text(text, len));
-    }
     int to = c->g.n_tokens;
     json_object_set_new(ch, "logprobs", c->logprobs && c->chat ? logprobs_json(c, c->n_logprob_done, to) : json_null());
     c->n_logprob_done = to;
@@ -236,16 +305,47 @@ static json_t *envelope(const oai_call *c, int chunk) {
 
 /* ---- whole replies ---------------------------------------------------------- */
 
+static json_t *whole_tool_calls(oai_call *c) {
+    const char **names, **args;
+    int n = tc_calls(c->g.tc, &names, &args);
+    json_t *arr = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(arr, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", call_id(c, i), "type", "function",
+                                             "function", "name", names[i], "arguments", args[i]));
+    return arr;
+}
+
+static json_t *whole_choice(oai_call *c, const char *text, size_t len) {
+    json_t *ch = choice(c, gen_finish_word(&c->g));
+    if (!c->chat) {
+        json_object_set_new(ch, "text", json_text(text, len));
+        return ch;
+    }
+    json_t *msg = json_pack("{s:s}", "role", "assistant");
+    if (c->g.tool_error) { /* show what the model wrote, and why it was refused */
+        text = c->g.text.buf ? c->g.text.buf : "";
+        len = c->g.text.len;
+        json_object_set_new(msg, "refusal", json_string(c->g.error));
+    }
+    int calls = c->g.n_calls_done && !c->g.tool_error;
+    json_object_set_new(msg, "content", len || !calls ? json_text(text, len) : json_null());
+    if (calls) json_object_set_new(msg, "tool_calls", whole_tool_calls(c));
+    json_object_set_new(ch, "message", msg);
+    return ch;
+}
+
 static void answer_whole(oai_call *c, const http_req *req, http_reply *rep) {
-    char *text = NULL;
+    char *text = xstrdup("");
     size_t len = 0;
     while (!c->g.done) {
-        const char *piece;
-        size_t n = gen_pull(&c->g, 200, &piece);
-        text = xrealloc(text, len + n + 1);
-        memcpy(text + len, piece, n);
-        len += n;
-        text[len] = 0;
+        const tc_event *ev;
+        int n = gen_pull(&c->g, 200, &ev);
+        for (int i = 0; i < n; i++) {
+            if (ev[i].kind != TC_EV_TEXT) continue;
+            text = xrealloc(text, len + ev[i].len + 1);
+            memcpy(text + len, ev[i].text, ev[i].len);
+            len += ev[i].len;
+        }
         if (http_client_gone(req)) {
             gen_cancel(&c->g);
             free(text);
@@ -259,7 +359,7 @@ static void answer_whole(oai_call *c, const http_req *req, http_reply *rep) {
         return;
     }
     json_t *body = envelope(c, 0);
-    json_array_append_new(json_object_get(body, "choices"), choice_json(c, text ? text : "", len, gen_finish_word(&c->g), 0));
+    json_array_append_new(json_object_get(body, "choices"), whole_choice(c, text, len));
     json_object_set_new(body, "usage", usage_json(c));
     free(text);
     reply_json(rep, 200, body);
@@ -267,14 +367,36 @@ static void answer_whole(oai_call *c, const http_req *req, http_reply *rep) {
 
 /* ---- streamed replies ------------------------------------------------------- */
 
-static void pend_chunk(oai_call *c, const char *text, size_t len, const char *finish) {
-    json_t *ev = envelope(c, 1);
-    json_array_append_new(json_object_get(ev, "choices"), choice_json(c, text, len, finish, 1));
+static void emit_chunk(oai_call *c, json_t *delta, const char *finish) {
+    json_t *ev = envelope(c, 1), *ch = choice(c, finish);
+    json_object_set_new(ch, c->chat ? "delta" : "text",
+                        c->chat ? delta : json_incref(json_object_get(delta, "content")));
+    if (!c->chat) json_decref(delta);
+    json_array_append_new(json_object_get(ev, "choices"), ch);
     sse_event(&c->out, NULL, ev);
 }
 
-static void pend_finish(oai_call *c) {
-    pend_chunk(c, "", 0, gen_finish_word(&c->g));
+/* One parser event as a chunk: content, or a tool-call delta (the first
+ * carries id and name, later ones argument fragments). */
+static void emit_event(oai_call *c, const tc_event *e) {
+    if (e->kind == TC_EV_TEXT) {
+        emit_chunk(c, json_pack("{s:o}", "content", json_text(e->text, e->len)), NULL);
+        return;
+    }
+    if (e->kind == TC_EV_CALL_END || !c->chat) return;
+    json_t *call = json_pack("{s:i}", "index", e->index);
+    if (e->kind == TC_EV_CALL_BEGIN) {
+        json_object_set_new(call, "id", json_string(call_id(c, e->index)));
+        json_object_set_new(call, "type", json_string("function"));
+        json_object_set_new(call, "function", json_pack("{s:o,s:s}", "name", json_text(e->text, e->len), "arguments", ""));
+    } else {
+        json_object_set_new(call, "function", json_pack("{s:o}", "arguments", json_text(e->text, e->len)));
+    }
+    emit_chunk(c, json_pack("{s:[o]}", "tool_calls", call), NULL);
+}
+
+static void emit_finish(oai_call *c) {
+    emit_chunk(c, c->chat ? json_object() : json_pack("{s:s}", "content", ""), gen_finish_word(&c->g));
     if (c->include_usage) {
         json_t *ev = envelope(c, 1);
         json_object_set_new(ev, "usage", usage_json(c));
@@ -287,16 +409,16 @@ static void pend_finish(oai_call *c) {
 /* Generates the next stream bytes, waiting up to POLL_MS. */
 static void stream_produce(oai_call *c) {
     if (c->phase == 0 && c->chat) {
-        pend_chunk(c, "", 0, NULL);
+        emit_chunk(c, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL);
         c->phase = 1;
         return;
     }
     c->phase = 1;
-    const char *text;
-    size_t n = gen_pull(&c->g, POLL_MS, &text);
-    if (n) pend_chunk(c, text, n, NULL);
+    const tc_event *ev;
+    int n = gen_pull(&c->g, POLL_MS, &ev);
+    for (int i = 0; i < n; i++) emit_event(c, &ev[i]);
     if (c->g.done) {
-        pend_finish(c);
+        emit_finish(c);
     } else if (!n && c->g.st.n_prompt_done < c->g.st.n_prompt) {
         char line[96];
         snprintf(line, sizeof line, "prefill %d/%d", c->g.st.n_prompt_done, c->g.st.n_prompt);
@@ -306,6 +428,7 @@ static void stream_produce(oai_call *c) {
 
 static void call_free(oai_call *c) {
     gen_end(&c->g);
+    free(c->prefix);
     json_decref(c->req);
     sse_free(&c->out);
     free(c);
@@ -357,6 +480,12 @@ static void handle(server *s, const http_req *req, http_reply *rep, int chat) {
         free(c);
         return;
     }
+    if (chat && (c->prefix = prompt_tool_prefix(s, &c->pt))) {
+        prompt_append_text(s, c->prefix, &ids, &n);
+        c->gp.prefix = c->prefix;
+        c->gp.one_call = 1;
+        c->gp.args_open = c->pt.forced != NULL;
+    }
     c->n_prompt = (int)n;
     strata_err err = {0};
     int rc = gen_start(&c->g, s->sch, s->tok, ids, (int)n, &c->gp, &err);
@@ -366,6 +495,7 @@ static void handle(server *s, const http_req *req, http_reply *rep, int chat) {
         int status = status_for(rc, &type);
         reply_openai_error(rep, status, type, rc == STRATA_ERANGE ? "context_length_exceeded" : NULL, "%s", err.msg);
         if (status == 503) rep->retry_after = 1;
+        free(c->prefix);
         json_decref(c->req);
         free(c);
         return;

@@ -1,6 +1,7 @@
 /* gen.c - pulling a request's output from the scheduler (see gen.h). */
 #include "server/gen.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,11 +13,21 @@ int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
     g->tok = tok;
     textout_init(&g->text);
     for (int i = 0; i < p->n_stops; i++) textout_add_stop(&g->text, p->stops[i]);
+    if (p->tools != TC_NONE) g->tc = tc_new(p->tools);
+    g->one_call = p->one_call;
+    g->args_depth = p->args_open ? 1 : 0;
+    if (p->prefix) textout_append(&g->text, p->prefix, strlen(p->prefix)); /* parsed as if generated */
+    g->prefix_len = p->prefix ? strlen(p->prefix) : 0;
     sched_job job = {.prompt = ids, .n_prompt = n, .sampling = p->sampling,
                      .max_tokens = p->max_tokens, .n_logprobs = p->n_logprobs,
-                     .cache_salt = p->cache_salt};
+                     .cache_salt = p->cache_salt, .json_mode = p->json_mode,
+                     .json_prefix = p->prefix};
     int rc = sched_submit(s, &job, &g->req, err);
-    if (rc) textout_free(&g->text);
+    if (rc) {
+        textout_free(&g->text);
+        tc_free(g->tc);
+        g->tc = NULL;
+    }
     return rc;
 }
 
@@ -28,9 +39,10 @@ static void keep_token(gen *g, const sched_token *t) {
     g->tokens[g->n_tokens++] = *t;
 }
 
-size_t gen_pull(gen *g, int timeout_ms, const char **text) {
+/* New tokens -> text, applying stop strings; returns 1 when finished. */
+static int take_tokens(gen *g, int timeout_ms) {
     sched_token toks[64];
-    int n = g->done ? 0 : sched_wait(g->req, g->n_seen, toks, 64, timeout_ms, &g->st);
+    int n = sched_wait(g->req, g->n_seen, toks, 64, timeout_ms, &g->st);
     g->n_seen += n;
     for (int i = 0; i < n && !g->text.stopped; i++) {
         char piece[256];
@@ -42,13 +54,84 @@ size_t gen_pull(gen *g, int timeout_ms, const char **text) {
             sched_cancel(g->req);
         }
     }
-    int final = g->st.finish != FINISH_NONE || g->stopped_by_string;
-    size_t len = textout_release(&g->text, final, text);
+    return g->st.finish != FINISH_NONE || g->stopped_by_string;
+}
+
+/* Length of text up to and including the brace that closes the arguments
+ * object, or 0 if it stays open (string and escape aware). The prefix's
+ * own bytes are skipped by starting after it. */
+static size_t args_close_at(gen *g, const char *text, size_t len, size_t skip) {
+    for (size_t i = skip; i < len; i++) {
+        char ch = text[i];
+        if (g->args_in_str) {
+            if (g->args_esc) g->args_esc = 0;
+            else if (ch == '\\') g->args_esc = 1;
+            else if (ch == '"') g->args_in_str = 0;
+        } else if (ch == '"') {
+            g->args_in_str = 1;
+        } else if (ch == '{' || ch == '[') {
+            g->args_depth++;
+        } else if ((ch == '}' || ch == ']') && --g->args_depth == 0) {
+            return i + 1;
+        }
+    }
+    return 0;
+}
+
+int gen_pull(gen *g, int timeout_ms, const tc_event **evs) {
+    *evs = NULL;
+    if (g->done) return 0;
+    int final = take_tokens(g, timeout_ms);
+    const char *text;
+    size_t skip = g->text.released == 0 ? g->prefix_len : 0;
+    size_t len = textout_release(&g->text, final, &text);
+    char closed[4096];
+    if (g->args_depth > 0) {
+        size_t end = args_close_at(g, text, len, skip);
+        if (end && end + 4 <= sizeof closed) {
+            /* The arguments are complete: finish the call's JSON ourselves. */
+            memcpy(closed, text, end);
+            memcpy(closed + end, "}]}", 3);
+            text = closed;
+            len = end + 3;
+            final = 1;
+            sched_cancel(g->req);
+        }
+    }
     if (final) g->done = 1;
-    return len;
+    if (!g->tc) {
+        if (!len) return 0;
+        g->one = (tc_event){TC_EV_TEXT, -1, (char *)text, len};
+        *evs = &g->one;
+        return 1;
+    }
+    int n = 0;
+    strata_err err = {0};
+    /* A reply cut by max_tokens inside a call is "length", not malformed. */
+    int cut = final && g->st.finish == FINISH_LENGTH;
+    if (tc_feed(g->tc, text, len, final && !cut, evs, &n, &err) && !g->tool_error) {
+        g->tool_error = 1;
+        snprintf(g->error, sizeof g->error, "%s", err.msg);
+        g->done = 1;
+        sched_cancel(g->req);
+    }
+    for (int i = 0; i < n; i++) {
+        g->n_calls += (*evs)[i].kind == TC_EV_CALL_BEGIN;
+        g->n_calls_done += (*evs)[i].kind == TC_EV_CALL_END;
+        if ((*evs)[i].kind == TC_EV_CALL_END && g->one_call && !g->done) {
+            /* The required call is complete: whatever the model adds after
+             * it is not asked for (and may not even parse). */
+            g->done = 1;
+            sched_cancel(g->req);
+            return i + 1;
+        }
+    }
+    return n;
 }
 
 const char *gen_finish_word(const gen *g) {
+    if (g->tool_error) return "tool_call_error";
+    if (g->n_calls_done && (g->st.finish != FINISH_LENGTH || g->one_call)) return "tool_calls";
     if (g->stopped_by_string) return "stop";
     return g->st.finish == FINISH_LENGTH ? "length" : "stop";
 }
@@ -60,6 +143,7 @@ void gen_cancel(gen *g) {
 void gen_end(gen *g) {
     sched_release(g->req);
     textout_free(&g->text);
+    tc_free(g->tc);
     free(g->tokens);
     memset(g, 0, sizeof *g);
 }

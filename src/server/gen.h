@@ -1,12 +1,15 @@
 /* gen.h - one generation as an API handler sees it: submit tokens, then
- * pull released text (stop strings applied, UTF-8 whole) until finished.
- * Shared by the OpenAI and Anthropic handlers, streamed or not. */
+ * pull events until finished: content text (stop strings applied, UTF-8
+ * whole) and, when the request has tools, tool calls parsed out of the
+ * output (name first, then argument fragments). Shared by the OpenAI and
+ * Anthropic handlers, streamed or not. */
 #ifndef STRATA_GEN_H
 #define STRATA_GEN_H
 
 #include "server/sched.h"
 #include "server/textout.h"
 #include "text/tokenizer.h"
+#include "text/toolcall.h"
 
 typedef struct gen_params {
     sample_params sampling;
@@ -15,25 +18,42 @@ typedef struct gen_params {
     const char *stops[TEXTOUT_MAX_STOPS];
     int n_stops;
     const char *cache_salt;
+    tc_format tools; /* TC_NONE: no tool parsing */
+    int json_mode;   /* constrained to one JSON object */
+    const char *prefix; /* reply text already in the prompt (forced tool call) */
+    int one_call;       /* end the generation when the first tool call is complete */
+    int args_open;      /* prefix ends inside the call's arguments object: close
+                           the call as soon as that object closes */
 } gen_params;
 
 typedef struct gen {
     sched_req *req;
     const tokenizer *tok;
     textout text;
+    tc_parser *tc;
     int n_seen;            /* tokens pulled from the scheduler */
     sched_status st;
-    int done;              /* finished and all text released */
+    int done;              /* finished and every event handed out */
     int stopped_by_string; /* a stop string ended it (we cancelled the rest) */
+    int n_calls;           /* tool calls begun */
+    int n_calls_done;      /* tool calls complete */
+    int tool_error;        /* the output was not a well-formed tool call */
+    int one_call;
+    int args_depth;        /* args_open: nesting inside the arguments (0: closed) */
+    int args_in_str, args_esc;
+    size_t prefix_len;
+    char error[512];
     sched_token *tokens;   /* every generated token (for logprobs and replay) */
     int n_tokens, cap_tokens;
+    tc_event one;          /* the single event when there is no parser */
 } gen;
 
 int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
               const gen_params *p, strata_err *err);
-/* Waits up to timeout_ms; returns newly released text (may be empty). */
-size_t gen_pull(gen *g, int timeout_ms, const char **text);
-/* "stop" or "length" (OpenAI words; cancelled/error map to "stop"). */
+/* Waits up to timeout_ms; sets *evs to the new events (valid until the
+ * next call) and returns how many. */
+int gen_pull(gen *g, int timeout_ms, const tc_event **evs);
+/* OpenAI words: "stop", "length", "tool_calls", "tool_call_error". */
 const char *gen_finish_word(const gen *g);
 void gen_cancel(gen *g);
 void gen_end(gen *g);

@@ -15,13 +15,33 @@
 #include <jansson.h>
 
 #include "server/server.h"
+#include "text/toolcall.h"
 
-/* Renders the conversation (messages, tools may be NULL) with the open
- * assistant turn. Returns 0, or -1 with why set (a 400 for the client). */
-int prompt_render(const server *s, const json_t *messages, const json_t *tools, chat_prompt *out,
+/* Tools offered to the model, and how it must use them. */
+typedef struct prompt_tools {
+    const json_t *tools; /* normalised; NULL or empty: none */
+    const char *forced;  /* a tool the model must call, or NULL */
+    int required;        /* it must call some tool */
+} prompt_tools;
+
+/* How the model's output will carry tool calls for this conversation. */
+tc_format prompt_tool_format(const server *s, const prompt_tools *t);
+
+/* For a required or forced call in the generic format, the start of the
+ * reply the model is made to continue (its JSON up to the tool name or the
+ * arguments), so the call happens even if the model would not choose it.
+ * NULL when nothing is forced. Caller frees. */
+char *prompt_tool_prefix(const server *s, const prompt_tools *t);
+
+/* Appends the tokens of plain text (no special tokens) to *ids. */
+void prompt_append_text(const server *s, const char *text, int32_t **ids, size_t *n);
+
+/* Renders the conversation (t may be NULL) with the open assistant turn.
+ * Returns 0, or -1 with why set (a 400 for the client). */
+int prompt_render(const server *s, const json_t *messages, const prompt_tools *t, chat_prompt *out,
                   char *why, size_t cap);
 /* prompt_render + tokenization. *ids is malloc'd. */
-int prompt_tokens(const server *s, const json_t *messages, const json_t *tools, int32_t **ids,
+int prompt_tokens(const server *s, const json_t *messages, const prompt_tools *t, int32_t **ids,
                   size_t *n, char *why, size_t cap);
 
 /* Text of OpenAI-style content: a string, or text parts joined. NULL and

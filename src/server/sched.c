@@ -16,6 +16,7 @@
 #include "base/log.h"
 #include "base/mem.h"
 #include "cache/live.h"
+#include "text/jsonguard.h"
 
 struct sched_req {
     sched *owner;
@@ -24,6 +25,8 @@ struct sched_req {
     sample_params sampling;
     int max_tokens, n_logprobs;
     cache_hash root; /* of this request's block hashes (model + salt) */
+    int json_mode;
+    char *json_prefix;
     /* output, guarded by owner->mu */
     sched_token *out;
     int n_out, cap_out;
@@ -45,6 +48,7 @@ typedef struct slot {
     int32_t *toks;  /* prompt then generated tokens: what the blocks hold */
     int n_toks, cap_toks;
     live_cursor cur;
+    json_guard *guard; /* json_mode: only tokens that keep the output valid JSON */
 } slot;
 
 struct sched {
@@ -59,6 +63,7 @@ struct sched {
     pthread_t thread;
     int running;
     live_cache *live; /* NULL when the prefix cache is off */
+    json_vocab *jvocab; /* built on first JSON-mode request */
     sched_stats stats;
     /* batch scratch, scheduler thread only */
     int32_t *b_tok, *b_pos;
@@ -73,6 +78,7 @@ struct sched {
 static void req_unref_locked(sched_req *r) {
     if (--r->refs > 0) return;
     pthread_cond_destroy(&r->changed);
+    free(r->json_prefix);
     free(r->prompt);
     free(r->out);
     free(r);
@@ -109,6 +115,8 @@ int sched_submit(sched *s, const sched_job *job, sched_req **out, strata_err *er
     r->sampling = job->sampling;
     r->max_tokens = job->max_tokens;
     r->n_logprobs = job->n_logprobs > 20 ? 20 : job->n_logprobs;
+    r->json_mode = job->json_mode;
+    r->json_prefix = job->json_prefix ? xstrdup(job->json_prefix) : NULL;
     const char *salt = job->cache_salt ? job->cache_salt : "";
     cache_hash_root(&r->root, s->o.model_fp, salt, strlen(salt));
     pthread_cond_init(&r->changed, NULL);
@@ -189,6 +197,8 @@ static void slot_free(sched *s, slot *sl, sched_finish f, const char *why) {
     kv_seq_release(&s->e->kv, &sl->seq); /* published blocks stay cached */
     free(sl->toks);
     sl->toks = NULL;
+    json_guard_free(sl->guard);
+    sl->guard = NULL;
     sample_free(sl->smp);
     sl->smp = NULL;
     pthread_mutex_lock(&s->mu);
@@ -233,6 +243,11 @@ static void admit_locked(sched *s) {
         memcpy(sl->toks, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
         sl->n_toks = r->n_prompt;
         sl->n_fed = attach_cached(s, sl);
+        if (r->json_mode) {
+            if (!s->jvocab) s->jvocab = json_vocab_new(s->tok);
+            sl->guard = json_guard_new(s->jvocab);
+            if (r->json_prefix) json_guard_feed(sl->guard, r->json_prefix, strlen(r->json_prefix));
+        }
         r->n_cached = r->n_prompt_done = sl->n_fed;
         s->stats.active++;
     }
@@ -288,11 +303,16 @@ static void fill_logprobs(const sched_req *r, const float *logits, int n_vocab, 
 }
 
 /* Samples the next token of slot si from its logits row and records it. */
-static void after_logits(sched *s, int si, const float *logits) {
+static void after_logits(sched *s, int si, float *logits) {
     slot *sl = &s->slots[si];
     sched_req *r = sl->req;
     int n_vocab = s->e->m->hp.n_vocab;
+    if (sl->guard && json_guard_mask(sl->guard, logits) == 0) {
+        slot_free(s, sl, FINISH_ERROR, "no token continues the JSON output");
+        return;
+    }
     sched_token t = {.id = sample_next(sl->smp, logits, n_vocab)};
+    if (sl->guard) json_guard_accept(sl->guard, t.id);
     fill_logprobs(r, logits, n_vocab, &t);
     int eog = tok_is_eog(s->tok, t.id);
     pthread_mutex_lock(&s->mu);
@@ -429,6 +449,7 @@ void sched_free(sched *s) {
     free(s->slots), free(s->b_tok), free(s->b_pos), free(s->b_seq), free(s->b_want), free(s->b_slot);
     free(s->logits);
     live_free(s->live);
+    json_vocab_free(s->jvocab);
     free(s);
 }
 

@@ -46,6 +46,8 @@ typedef struct sched_job {
     int max_tokens;
     int n_logprobs; /* > 0: keep that many top logprobs per generated token */
     const char *cache_salt; /* tenant isolation: different salts share no block */
+    int json_mode;          /* constrain sampling to one valid JSON object */
+    const char *json_prefix;/* JSON already written (in the prompt) before generation */
 } sched_job;
 
 /* What a consumer sees of its request. */

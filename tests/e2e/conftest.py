@@ -58,7 +58,7 @@ class Server:
 
 @pytest.fixture(scope="session")
 def tiny():
-    s = Server(TINY_MODEL, "--parallel", "4", "--ctx", "512", "--max-body-mb", "1")
+    s = Server(TINY_MODEL, "--parallel", "4", "--ctx", "2048", "--max-body-mb", "1")
     yield s
     assert s.stop() == 0, "server did not shut down cleanly on SIGTERM"
 
