@@ -28,6 +28,7 @@ int cli_serve(int argc, char **argv) {
         {"--api-key", NULL, ARG_STR, &o.api_key, 0, -1, "require this key (Bearer or x-api-key)"},
         {"--alias", NULL, ARG_STR, &o.alias, 0, -1, "model id reported to clients (file name)"},
         {"--cors", NULL, ARG_FLAG, &o.cors, 0, -1, "allow cross-origin requests"},
+        {"--chat-template-file", NULL, ARG_STR, &o.template_file, 0, -1, "Jinja chat template overriding the model's"},
         {"--cache-mem-mb", NULL, ARG_INT, &o.cache_mem_mb, 0, 1 << 20, "KV memory kept for cached prefixes (1024)"},
         {"--no-prefix-cache", NULL, ARG_FLAG, &o.no_cache, 0, -1, "recompute every prompt from scratch"},
         {"--help", "-h", ARG_FLAG, &help, 0, -1, "this help"},

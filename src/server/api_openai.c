@@ -100,11 +100,12 @@ static json_t *normal_message(const json_t *m, size_t i, char *why, size_t cap) 
     return out;
 }
 
-static int chat_prompt_ids(oai_call *c, int32_t **ids, size_t *n, char *why, size_t cap) {
+/* The request's messages in the normalised shape, or NULL with why set. */
+static json_t *normal_messages(oai_call *c, char *why, size_t cap) {
     const json_t *msgs = json_object_get(c->req, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
         snprintf(why, cap, "'messages' must be a non-empty array");
-        return -1;
+        return NULL;
     }
     json_t *norm = json_array();
     size_t i;
@@ -113,10 +114,16 @@ static int chat_prompt_ids(oai_call *c, int32_t **ids, size_t *n, char *why, siz
         json_t *nm = normal_message(m, i, why, cap);
         if (!nm) {
             json_decref(norm);
-            return -1;
+            return NULL;
         }
         json_array_append_new(norm, nm);
     }
+    return norm;
+}
+
+static int chat_prompt_ids(oai_call *c, int32_t **ids, size_t *n, char *why, size_t cap) {
+    json_t *norm = normal_messages(c, why, cap);
+    if (!norm) return -1;
     int rc = prompt_tokens(c->srv, norm, &c->pt, ids, n, why, cap);
     json_decref(norm);
     return rc;
@@ -520,4 +527,31 @@ void api_openai_models(server *s, const http_req *req, http_reply *rep) {
     json_t *m = json_pack("{s:s,s:s,s:I,s:s}", "id", s->model_id, "object", "model", "created",
                           (json_int_t)s->started_at, "owned_by", "strata");
     reply_json(rep, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
+}
+
+/* POST /apply-template: the prompt text a chat request would be given. */
+void api_openai_apply_template(server *s, const http_req *req, http_reply *rep) {
+    oai_call c = {.srv = s, .chat = 1};
+    if (!(c.req = parse_body_openai(req, rep))) return;
+    char why[512] = "";
+    json_t *norm = NULL;
+    if (!parse_tools(&c, why, sizeof why)) norm = normal_messages(&c, why, sizeof why);
+    chat_prompt p = {0};
+    if (!norm || prompt_render(s, norm, &c.pt, &p, why, sizeof why)) {
+        reply_openai_error(rep, 400, "invalid_request_error", NULL, "%s", why);
+    } else {
+        size_t len = 0;
+        for (int i = 0; i < p.n; i++) len += p.segs[i].len;
+        char *text = xmalloc(len + 1);
+        len = 0;
+        for (int i = 0; i < p.n; i++) {
+            memcpy(text + len, p.segs[i].text, p.segs[i].len);
+            len += p.segs[i].len;
+        }
+        reply_json(rep, 200, json_pack("{s:o}", "prompt", json_text(text, len)));
+        free(text);
+    }
+    chat_prompt_free(&p);
+    json_decref(norm);
+    json_decref(c.req);
 }

@@ -1,9 +1,9 @@
 /* prompt.c - rendering normalised conversations (see prompt.h).
  *
- * Uses the built-in chat format of the model (ChatML or Llama 3). Tool
- * calls in history are written as the JSON the model would have produced,
- * and tool results as "tool" turns, so a conversation with tools still
- * renders when the model's own template is not available. */
+ * Runs the model's own chat template (text/tmpl) when it has one Strata
+ * can run, else the built-in format (ChatML or Llama 3). Models whose
+ * template has no tool syntax get the generic tool format: instructions
+ * in the system message, calls written as JSON. */
 #include "server/prompt.h"
 
 #include <stdio.h>
@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/mem.h"
+#include "text/tmpl.h"
 
 char *prompt_content_text(const json_t *content, char *why, size_t cap) {
     if (!content || json_is_null(content)) return xstrdup("");
@@ -60,7 +61,8 @@ static char *assistant_text(const json_t *m) {
 
 tc_format prompt_tool_format(const server *s, const prompt_tools *t) {
     if (!t || !t->tools || !json_array_size(t->tools)) return TC_NONE;
-    return TC_GENERIC; /* the built-in formats have no tool syntax of their own */
+    if (s->tpl && s->tpl_tools) return tc_detect(s->tpl_src); /* the template renders tools itself */
+    return TC_GENERIC;
 }
 
 char *prompt_tool_prefix(const server *s, const prompt_tools *t) {
@@ -75,49 +77,93 @@ char *prompt_tool_prefix(const server *s, const prompt_tools *t) {
     return out;
 }
 
-/* The generic tool instructions join the first system message (or become
- * one), so the model reads them before the conversation. */
-static char *system_with_tools(const json_t *messages, const prompt_tools *t, int *merged) {
+/* For the generic tool format: the instructions join the first system
+ * message (or become one), and assistant tool calls become the JSON the
+ * model wrote, since the chat format has no syntax for them. */
+static json_t *generic_messages(const json_t *messages, const prompt_tools *t) {
+    json_t *out = json_array();
     char *tools = tc_generic_system_prompt(t->tools, t->forced, t->required);
-    const json_t *first = json_array_get(messages, 0);
-    const char *role = json_string_value(json_object_get(first, "role"));
-    *merged = role && !strcmp(role, "system");
-    if (!*merged) return tools;
-    const char *sys = json_string_value(json_object_get(first, "content"));
-    char *out = xmalloc(strlen(sys) + strlen(tools) + 3);
-    sprintf(out, "%s\n\n%s", sys, tools);
+    const json_t *m;
+    size_t i;
+    int merged = 0;
+    json_array_foreach(messages, i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        json_t *copy = json_deep_copy(m);
+        if (i == 0 && !strcmp(role, "system")) {
+            const char *sys = json_string_value(json_object_get(m, "content"));
+            char *joined = xmalloc(strlen(sys) + strlen(tools) + 3);
+            sprintf(joined, "%s\n\n%s", sys, tools);
+            json_object_set_new(copy, "content", json_string(joined));
+            free(joined);
+            merged = 1;
+        } else if (!strcmp(role, "assistant") && json_array_size(json_object_get(m, "tool_calls"))) {
+            char *text = assistant_text(m);
+            json_object_set_new(copy, "content", json_string(text));
+            json_object_del(copy, "tool_calls");
+            free(text);
+        }
+        json_array_append_new(out, copy);
+    }
+    if (!merged) json_array_insert_new(out, 0, json_pack("{s:s,s:s}", "role", "system", "content", tools));
     free(tools);
     return out;
 }
 
-int prompt_render(const server *s, const json_t *messages, const prompt_tools *t, chat_prompt *out,
-                  char *why, size_t cap) {
+/* The model's own template: text from its literals may hold special
+ * tokens, text from the conversation may not. */
+static int render_template(const server *s, const json_t *messages, const json_t *tools, chat_prompt *out,
+                           char *why, size_t cap) {
+    char bos[128] = "", eos[128] = "";
+    int32_t b = tok_bos(s->tok), e = tok_eos(s->tok);
+    if (b >= 0) bos[tok_piece(s->tok, b, 1, bos, sizeof bos - 1) & 127] = 0;
+    if (e >= 0) eos[tok_piece(s->tok, e, 1, eos, sizeof eos - 1) & 127] = 0;
+    json_t *ctx = json_pack("{s:O,s:b,s:s,s:s}", "messages", messages, "add_generation_prompt", 1,
+                            "bos_token", bos, "eos_token", eos);
+    if (tools) json_object_set(ctx, "tools", (json_t *)tools);
+    char *text;
+    size_t len, n_spans;
+    tmpl_span *spans;
+    strata_err err = {0};
+    int rc = tmpl_render(s->tpl, ctx, &text, &len, &spans, &n_spans, &err);
+    json_decref(ctx);
+    if (rc) {
+        snprintf(why, cap, "chat template: %s", err.msg);
+        return -1;
+    }
+    for (size_t i = 0; i < n_spans; i++)
+        chat_prompt_add(out, text + spans[i].off, spans[i].len, spans[i].literal);
+    free(text);
+    free(spans);
+    return 0;
+}
+
+static void render_builtin(const server *s, const json_t *messages, chat_prompt *out) {
     size_t n = json_array_size(messages), i;
     chat_msg *cm = xcalloc(n + 1, sizeof *cm);
     char **texts = xcalloc(n + 1, sizeof *texts);
-    int k = 0, merged = 0;
-    if (prompt_tool_format(s, t) == TC_GENERIC) {
-        texts[k] = system_with_tools(messages, t, &merged);
-        cm[k].role = "system";
-        cm[k].content = texts[k];
-        k++;
-    }
     const json_t *m;
     json_array_foreach(messages, i, m) {
-        if (i == 0 && merged) continue;
         const char *role = json_string_value(json_object_get(m, "role"));
-        texts[k] = strcmp(role, "assistant") == 0 ? assistant_text(m)
+        texts[i] = !strcmp(role, "assistant") ? assistant_text(m)
                    : xstrdup(json_string_value(json_object_get(m, "content")) ?: "");
-        cm[k].role = role;
-        cm[k].content = texts[k];
-        k++;
+        cm[i].role = role;
+        cm[i].content = texts[i];
     }
-    chat_render_builtin(s->fmt, cm, k, 1, out);
-    for (i = 0; i < (size_t)k; i++) free(texts[i]);
+    chat_render_builtin(s->fmt, cm, (int)n, 1, out);
+    for (i = 0; i < n; i++) free(texts[i]);
     free(texts);
     free(cm);
-    (void)why, (void)cap;
-    return 0;
+}
+
+int prompt_render(const server *s, const json_t *messages, const prompt_tools *t, chat_prompt *out,
+                  char *why, size_t cap) {
+    tc_format f = prompt_tool_format(s, t);
+    json_t *msgs = f == TC_GENERIC ? generic_messages(messages, t) : json_incref((json_t *)messages);
+    int rc = 0;
+    if (s->tpl) rc = render_template(s, msgs, f != TC_NONE && f != TC_GENERIC ? t->tools : NULL, out, why, cap);
+    else render_builtin(s, msgs, out);
+    json_decref(msgs);
+    return rc;
 }
 
 int prompt_tokens(const server *s, const json_t *messages, const prompt_tools *t, int32_t **ids,

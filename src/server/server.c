@@ -12,6 +12,7 @@
 #include "server/api_anthropic.h"
 #include "server/api_openai.h"
 #include "cache/hash.h"
+#include "text/tmpl.h"
 
 /* ---- small endpoints ------------------------------------------------------- */
 
@@ -145,6 +146,7 @@ static const route ROUTES[] = {
     {"POST", "/v1/messages/count_tokens", api_anthropic_count_tokens, 1},
     {"POST", "/tokenize", post_tokenize, 1},
     {"POST", "/detokenize", post_detokenize, 1},
+    {"POST", "/apply-template", api_openai_apply_template, 1},
 };
 
 static int authorized(const server *s, const http_req *req) {
@@ -204,6 +206,38 @@ static void set_model_id(server *s) {
     if (dot) *dot = 0;
 }
 
+/* --chat-template-file must parse (a clear start-up error otherwise); the
+ * model's own template falls back to the built-in format with a warning. */
+static int load_template(server *s, strata_err *err) {
+    if (s->o.template_file) {
+        FILE *f = fopen(s->o.template_file, "rb");
+        if (!f) return strata_errf(err, STRATA_EIO, "--chat-template-file %s: cannot open", s->o.template_file);
+        fseek(f, 0, SEEK_END);
+        long n = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        s->tpl_src = xmalloc((size_t)n + 1);
+        size_t got = fread(s->tpl_src, 1, (size_t)n, f);
+        s->tpl_src[got] = 0;
+        fclose(f);
+    } else {
+        gguf_str t;
+        if (!gguf_find(s->e->m->gguf, "tokenizer.chat_template") ||
+            gguf_get_str(s->e->m->gguf, "tokenizer.chat_template", &t, NULL))
+            return 0;
+        s->tpl_src = gguf_str_dup(t);
+    }
+    strata_err terr = {0};
+    if (tmpl_parse(&s->tpl, s->tpl_src, strlen(s->tpl_src), &terr)) {
+        if (s->o.template_file)
+            return strata_errf(err, STRATA_EUNSUPPORTED, "--chat-template-file %s: %s", s->o.template_file, terr.msg);
+        log_warn("chat template: cannot run the model's template (%s); using the built-in %s format", terr.msg,
+                 chat_format_name(s->fmt));
+        return 0;
+    }
+    s->tpl_tools = strstr(s->tpl_src, "tools") != NULL;
+    return 0;
+}
+
 static int load_model(server *s, strata_err *err) {
     uint8_t fp[32];
     int rc = cache_model_fingerprint(s->o.model_path, fp, err);
@@ -215,6 +249,7 @@ static int load_model(server *s, strata_err *err) {
     if (!rc) rc = tok_load(&s->tok, s->e->m->gguf, err);
     if (rc) return rc;
     s->fmt = chat_detect(s->e->m->gguf, s->tok);
+    if ((rc = load_template(s, err))) return rc;
     sched_opts so = {.n_slots = s->o.parallel, .ctx_per_slot = s->o.ctx, .queue_max = s->o.queue_max,
                      .chunk = 256, .prefix_cache = !s->o.no_cache};
     memcpy(so.model_fp, fp, sizeof fp);
@@ -242,8 +277,8 @@ int server_start(server **out, const server_opts *o, strata_err *err) {
         return rc;
     }
     atomic_store(&s->ready, 1);
-    log_info("ready: model=%s arch=%s ctx=%d parallel=%d chat_format=%s", s->model_id,
-             s->e->m->hp.arch_name, o->ctx, o->parallel, chat_format_name(s->fmt));
+    log_info("ready: model=%s arch=%s ctx=%d parallel=%d chat_template=%s", s->model_id,
+             s->e->m->hp.arch_name, o->ctx, o->parallel, s->tpl ? "model's own" : chat_format_name(s->fmt));
     *out = s;
     return 0;
 }
@@ -255,6 +290,8 @@ void server_stop(server *s) {
     if (s->sch) sched_cancel_all(s->sch); /* running requests end as cancelled */
     http_stop(s->http);        /* waits for connection threads, which see the ends */
     sched_free(s->sch);
+    tmpl_free(s->tpl);
+    free(s->tpl_src);
     tok_free(s->tok);
     engine_close(s->e);
     free(s);

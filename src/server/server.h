@@ -15,7 +15,7 @@
 #include "text/tokenizer.h"
 
 typedef struct server_opts {
-    const char *model_path, *host, *api_key, *alias;
+    const char *model_path, *host, *api_key, *alias, *template_file;
     int port, parallel, ctx, threads, cors, queue_max;
     int no_cache;      /* --no-prefix-cache */
     int cache_mem_mb;  /* KV memory kept for cached prefixes beyond the slots */
@@ -28,7 +28,10 @@ typedef struct server {
     tokenizer *tok;
     sched *sch;
     http_server *http;
-    chat_format fmt;
+    chat_format fmt;      /* built-in fallback format */
+    struct tmpl *tpl;     /* the chat template, or NULL: use fmt */
+    char *tpl_src;
+    int tpl_tools;        /* the template renders tools itself */
     char model_id[128];
     atomic_int ready;
     long started_at;
