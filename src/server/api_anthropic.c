@@ -9,6 +9,7 @@
 #include "server/api_anthropic.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +18,7 @@
 #include "server/api_params.h"
 #include "server/gen.h"
 #include "server/prompt.h"
-#include "server/sse.h"
+#include "server/api_stream.h"
 
 #define POLL_MS 1000
 
@@ -31,12 +32,12 @@ typedef struct ant_call {
     char *prefix; /* forced start of the reply (tool_choice) */
     gen g;
     gen_params gp;
-    int stream, n_prompt, phase; /* phase: 0 start events next, 1 generating, 2 done */
+    int stream, n_prompt, phase; /* phase: 0 start events next, 1 generating */
     int block, block_open;       /* stream: index of the current content block */
     int block_is_text;
     char id[64];
     char call_ids[MAX_CALLS][40];
-    sse_buf out;
+    api_stream st;
 } ant_call;
 
 static void reply_error(http_reply *rep, int status, const char *type, const char *fmt, ...)
@@ -52,32 +53,6 @@ static void reply_error(http_reply *rep, int status, const char *type, const cha
 }
 
 /* ---- normalising messages -------------------------------------------------- */
-
-/* Text of a string or an array of text blocks (cache_control ignored). */
-static char *blocks_text(const json_t *content, const char *where, char *why, size_t cap) {
-    if (json_is_string(content)) return xstrdup(json_string_value(content));
-    if (!json_is_array(content)) {
-        snprintf(why, cap, "%s must be a string or an array of content blocks", where);
-        return NULL;
-    }
-    char *out = xstrdup("");
-    size_t len = 0, i;
-    const json_t *b;
-    json_array_foreach(content, i, b) {
-        const char *type = json_string_value(json_object_get(b, "type"));
-        const char *text = json_string_value(json_object_get(b, "text"));
-        if (!type || strcmp(type, "text") || !text) {
-            snprintf(why, cap, "%s[%zu]: expected a text block", where, i);
-            free(out);
-            return NULL;
-        }
-        size_t n = strlen(text);
-        out = xrealloc(out, len + n + 1);
-        memcpy(out + len, text, n + 1);
-        len += n;
-    }
-    return out;
-}
 
 static void append_text(char **acc, const char *text) {
     size_t a = *acc ? strlen(*acc) : 0, n = strlen(text);
@@ -104,7 +79,7 @@ static int take_block(const json_t *b, size_t mi, size_t bi, int assistant, char
                                                "function", "function", "name", name, "arguments", input));
     } else if (type && !strcmp(type, "tool_result") && !assistant) {
         const json_t *c = json_object_get(b, "content");
-        char *t = c ? blocks_text(c, where, why, cap) : xstrdup("");
+        char *t = c ? prompt_content_text(c, where, why, cap) : xstrdup("");
         if (!t) return -1;
         json_array_append_new(results, json_pack("{s:s,s:s,s:O*}", "role", "tool", "content", t, "tool_call_id",
                                                  json_object_get(b, "tool_use_id")));
@@ -161,7 +136,7 @@ static json_t *normal_messages(const json_t *req, char *why, size_t cap) {
     }
     json_t *out = json_array();
     if (sys && !json_is_null(sys)) {
-        char *t = blocks_text(sys, "system", why, cap);
+        char *t = prompt_content_text(sys, "system", why, cap);
         if (!t) {
             json_decref(out);
             return NULL;
@@ -298,23 +273,11 @@ static json_t *whole_content(ant_call *c, const char *text, size_t len) {
 }
 
 static void answer_whole(ant_call *c, const http_req *req, http_reply *rep) {
-    char *text = xstrdup("");
-    size_t len = 0;
-    while (!c->g.done) {
-        const tc_event *ev;
-        int n = gen_pull(&c->g, 200, &ev);
-        for (int i = 0; i < n; i++) {
-            if (ev[i].kind != TC_EV_TEXT) continue;
-            text = xrealloc(text, len + ev[i].len + 1);
-            memcpy(text + len, ev[i].text, ev[i].len);
-            len += ev[i].len;
-        }
-        if (http_client_gone(req)) {
-            gen_cancel(&c->g);
-            free(text);
-            reply_error(rep, 499, "api_error", "client closed the connection");
-            return;
-        }
+    size_t len;
+    char *text = api_collect_text(&c->g, req, &len);
+    if (!text) {
+        reply_error(rep, 499, "api_error", "client closed the connection");
+        return;
     }
     if (c->g.st.finish == FINISH_ERROR || c->g.tool_error) {
         free(text);
@@ -331,21 +294,21 @@ static void answer_whole(ant_call *c, const http_req *req, http_reply *rep) {
 
 static void close_block(ant_call *c) {
     if (!c->block_open) return;
-    sse_event(&c->out, "content_block_stop", json_pack("{s:s,s:i}", "type", "content_block_stop", "index", c->block));
+    sse_event(&c->st.out, "content_block_stop", json_pack("{s:s,s:i}", "type", "content_block_stop", "index", c->block));
     c->block_open = 0;
     c->block++;
 }
 
 static void open_block(ant_call *c, json_t *block, int is_text) {
     close_block(c);
-    sse_event(&c->out, "content_block_start",
+    sse_event(&c->st.out, "content_block_start",
               json_pack("{s:s,s:i,s:o}", "type", "content_block_start", "index", c->block, "content_block", block));
     c->block_open = 1;
     c->block_is_text = is_text;
 }
 
 static void block_delta(ant_call *c, json_t *delta) {
-    sse_event(&c->out, "content_block_delta",
+    sse_event(&c->st.out, "content_block_delta",
               json_pack("{s:s,s:i,s:o}", "type", "content_block_delta", "index", c->block, "delta", delta));
 }
 
@@ -369,10 +332,10 @@ static void emit_event(ant_call *c, const tc_event *e) {
 }
 
 static void stream_start(ant_call *c) {
-    sse_event(&c->out, "message_start",
+    sse_event(&c->st.out, "message_start",
               json_pack("{s:s,s:o}", "type", "message_start", "message",
                         message(c, json_array(), json_null(), json_null(), 0)));
-    sse_event(&c->out, "ping", json_pack("{s:s}", "type", "ping"));
+    sse_event(&c->st.out, "ping", json_pack("{s:s}", "type", "ping"));
     c->phase = 1;
 }
 
@@ -380,16 +343,17 @@ static void stream_finish(ant_call *c) {
     if (!c->block) open_block(c, json_pack("{s:s,s:s}", "type", "text", "text", ""), 1); /* never zero blocks */
     close_block(c);
     if (c->g.tool_error)
-        sse_event(&c->out, "error", json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", "api_error",
+        sse_event(&c->st.out, "error", json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", "api_error",
                                               "message", c->g.error));
-    sse_event(&c->out, "message_delta",
+    sse_event(&c->st.out, "message_delta",
               json_pack("{s:s,s:{s:s,s:o},s:o}", "type", "message_delta", "delta", "stop_reason",
                         stop_reason(c), "stop_sequence", stop_sequence(c), "usage", usage(c, c->g.n_tokens)));
-    sse_event(&c->out, "message_stop", json_pack("{s:s}", "type", "message_stop"));
-    c->phase = 2;
+    sse_event(&c->st.out, "message_stop", json_pack("{s:s}", "type", "message_stop"));
+    c->st.finished = 1;
 }
 
-static void stream_produce(ant_call *c) {
+static void stream_produce(api_stream *st) {
+    ant_call *c = (ant_call *)((char *)st - offsetof(ant_call, st));
     if (c->phase == 0) {
         stream_start(c);
         return;
@@ -398,7 +362,7 @@ static void stream_produce(ant_call *c) {
     int n = gen_pull(&c->g, POLL_MS, &ev);
     for (int i = 0; i < n; i++) emit_event(c, &ev[i]);
     if (c->g.done) stream_finish(c);
-    else if (!n) sse_event(&c->out, "ping", json_pack("{s:s}", "type", "ping")); /* keep-alive */
+    else if (!n) sse_event(&c->st.out, "ping", json_pack("{s:s}", "type", "ping")); /* keep-alive */
 }
 
 /* Frees a call that never started generating. */
@@ -414,24 +378,11 @@ static void call_free(ant_call *c) {
     free(c->prefix);
     json_decref(c->tools);
     json_decref(c->req);
-    sse_free(&c->out);
+    sse_free(&c->st.out);
     free(c);
 }
 
-static ssize_t stream_read(void *ctx, char *buf, size_t max) {
-    ant_call *c = ctx;
-    while (sse_empty(&c->out)) {
-        if (c->phase == 2) return -1;
-        stream_produce(c);
-    }
-    return (ssize_t)sse_take(&c->out, buf, max);
-}
-
-static void stream_end(void *ctx, int client_gone) {
-    ant_call *c = ctx;
-    if (client_gone) gen_cancel(&c->g);
-    call_free(c);
-}
+static void stream_release(api_stream *st) { call_free((ant_call *)((char *)st - offsetof(ant_call, st))); }
 
 /* ---- entry points -------------------------------------------------------------------- */
 
@@ -501,11 +452,8 @@ void api_anthropic_messages(server *s, const http_req *req, http_reply *rep) {
         call_free(c);
         return;
     }
-    rep->status = 200;
-    rep->content_type = "text/event-stream";
-    rep->stream = stream_read;
-    rep->stream_end = stream_end;
-    rep->stream_ctx = c;
+    c->st = (api_stream){.g = &c->g, .produce = stream_produce, .release = stream_release};
+    api_stream_reply(rep, &c->st);
 }
 
 void api_anthropic_count_tokens(server *s, const http_req *req, http_reply *rep) {

@@ -8,6 +8,7 @@
  * also reveal a client that went away (the write fails, we cancel). */
 #include "server/api_openai.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +18,7 @@
 #include "server/api_params.h"
 #include "server/gen.h"
 #include "server/prompt.h"
-#include "server/sse.h"
+#include "server/api_stream.h"
 
 #define POLL_MS 1000 /* stream keep-alive period while nothing is generated */
 #define MAX_CALLS 64 /* tool calls per reply */
@@ -34,8 +35,8 @@ typedef struct oai_call {
     prompt_tools pt;
     char *prefix; /* forced start of the reply (tool_choice) */
     char call_ids[MAX_CALLS][40]; /* "call_" + 128 random bits, per call index */
-    sse_buf out; /* stream bytes not yet written */
-    int phase;  /* 0 role chunk next, 1 generating, 2 finished */
+    api_stream st; /* streamed replies */
+    int phase;     /* 0 role chunk next, 1 generating */
 } oai_call;
 
 /* ---- prompt building ---------------------------------------------------- */
@@ -82,7 +83,9 @@ static json_t *normal_message(const json_t *m, size_t i, char *why, size_t cap) 
         snprintf(why, cap, "messages[%zu].role must be one of system, developer, user, assistant, tool", i);
         return NULL;
     }
-    char *text = prompt_content_text(json_object_get(m, "content"), why, cap);
+    char where[48];
+    snprintf(where, sizeof where, "messages[%zu].content", i);
+    char *text = prompt_content_text(json_object_get(m, "content"), where, why, cap);
     if (!text) return NULL;
     json_t *out = json_pack("{s:s,s:s}", "role", role, "content", text);
     free(text);
@@ -342,23 +345,11 @@ static json_t *whole_choice(oai_call *c, const char *text, size_t len) {
 }
 
 static void answer_whole(oai_call *c, const http_req *req, http_reply *rep) {
-    char *text = xstrdup("");
-    size_t len = 0;
-    while (!c->g.done) {
-        const tc_event *ev;
-        int n = gen_pull(&c->g, 200, &ev);
-        for (int i = 0; i < n; i++) {
-            if (ev[i].kind != TC_EV_TEXT) continue;
-            text = xrealloc(text, len + ev[i].len + 1);
-            memcpy(text + len, ev[i].text, ev[i].len);
-            len += ev[i].len;
-        }
-        if (http_client_gone(req)) {
-            gen_cancel(&c->g);
-            free(text);
-            reply_openai_error(rep, 499, "client_closed", NULL, "client closed the connection");
-            return;
-        }
+    size_t len;
+    char *text = api_collect_text(&c->g, req, &len);
+    if (!text) {
+        reply_openai_error(rep, 499, "client_closed", NULL, "client closed the connection");
+        return;
     }
     if (c->g.st.finish == FINISH_ERROR) {
         free(text);
@@ -380,7 +371,7 @@ static void emit_chunk(oai_call *c, json_t *delta, const char *finish) {
                         c->chat ? delta : json_incref(json_object_get(delta, "content")));
     if (!c->chat) json_decref(delta);
     json_array_append_new(json_object_get(ev, "choices"), ch);
-    sse_event(&c->out, NULL, ev);
+    sse_event(&c->st.out, NULL, ev);
 }
 
 /* One parser event as a chunk: content, or a tool-call delta (the first
@@ -407,14 +398,15 @@ static void emit_finish(oai_call *c) {
     if (c->include_usage) {
         json_t *ev = envelope(c, 1);
         json_object_set_new(ev, "usage", usage_json(c));
-        sse_event(&c->out, NULL, ev);
+        sse_event(&c->st.out, NULL, ev);
     }
-    sse_raw(&c->out, "data: [DONE]\n\n", 14);
-    c->phase = 2;
+    sse_raw(&c->st.out, "data: [DONE]\n\n", 14);
+    c->st.finished = 1;
 }
 
 /* Generates the next stream bytes, waiting up to POLL_MS. */
-static void stream_produce(oai_call *c) {
+static void stream_produce(api_stream *st) {
+    oai_call *c = (oai_call *)((char *)st - offsetof(oai_call, st));
     if (c->phase == 0 && c->chat) {
         emit_chunk(c, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL);
         c->phase = 1;
@@ -429,7 +421,7 @@ static void stream_produce(oai_call *c) {
     } else if (!n && c->g.st.n_prompt_done < c->g.st.n_prompt) {
         char line[96];
         snprintf(line, sizeof line, "prefill %d/%d", c->g.st.n_prompt_done, c->g.st.n_prompt);
-        sse_comment(&c->out, line);
+        sse_comment(&c->st.out, line);
     }
 }
 
@@ -437,24 +429,11 @@ static void call_free(oai_call *c) {
     gen_end(&c->g);
     free(c->prefix);
     json_decref(c->req);
-    sse_free(&c->out);
+    sse_free(&c->st.out);
     free(c);
 }
 
-static ssize_t stream_read(void *ctx, char *buf, size_t max) {
-    oai_call *c = ctx;
-    while (sse_empty(&c->out)) {
-        if (c->phase == 2) return -1;
-        stream_produce(c);
-    }
-    return (ssize_t)sse_take(&c->out, buf, max);
-}
-
-static void stream_end(void *ctx, int client_gone) {
-    oai_call *c = ctx;
-    if (client_gone) gen_cancel(&c->g);
-    call_free(c);
-}
+static void stream_release(api_stream *st) { call_free((oai_call *)((char *)st - offsetof(oai_call, st))); }
 
 /* ---- entry points ------------------------------------------------------------ */
 
@@ -512,11 +491,8 @@ static void handle(server *s, const http_req *req, http_reply *rep, int chat) {
         call_free(c);
         return;
     }
-    rep->status = 200;
-    rep->content_type = "text/event-stream";
-    rep->stream = stream_read;
-    rep->stream_end = stream_end;
-    rep->stream_ctx = c;
+    c->st = (api_stream){.g = &c->g, .produce = stream_produce, .release = stream_release};
+    api_stream_reply(rep, &c->st);
 }
 
 void api_openai_chat(server *s, const http_req *req, http_reply *rep) { handle(s, req, rep, 1); }

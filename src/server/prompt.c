@@ -13,11 +13,11 @@
 #include "base/mem.h"
 #include "text/tmpl.h"
 
-char *prompt_content_text(const json_t *content, char *why, size_t cap) {
+char *prompt_content_text(const json_t *content, const char *where, char *why, size_t cap) {
     if (!content || json_is_null(content)) return xstrdup("");
     if (json_is_string(content)) return xstrdup(json_string_value(content));
     if (!json_is_array(content)) {
-        snprintf(why, cap, "message content must be a string or an array of content parts");
+        snprintf(why, cap, "%s must be a string or an array of text parts", where);
         return NULL;
     }
     size_t len = 0, i;
@@ -27,7 +27,7 @@ char *prompt_content_text(const json_t *content, char *why, size_t cap) {
         const char *type = json_string_value(json_object_get(part, "type"));
         const char *text = json_string_value(json_object_get(part, "text"));
         if (!type || strcmp(type, "text") != 0 || !text) {
-            snprintf(why, cap, "content part %zu: only text parts are supported", i);
+            snprintf(why, cap, "%s[%zu]: only {\"type\": \"text\", \"text\": ...} parts are supported", where, i);
             free(out);
             return NULL;
         }

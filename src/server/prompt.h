@@ -44,8 +44,9 @@ int prompt_render(const server *s, const json_t *messages, const prompt_tools *t
 int prompt_tokens(const server *s, const json_t *messages, const prompt_tools *t, int32_t **ids,
                   size_t *n, char *why, size_t cap);
 
-/* Text of OpenAI-style content: a string, or text parts joined. NULL and
- * why set for other part types. Returns a new string. */
-char *prompt_content_text(const json_t *content, char *why, size_t cap);
+/* Text of message content: a string, or text parts/blocks joined (both
+ * APIs use {"type": "text", "text": ...}; cache_control is ignored). NULL
+ * and why set (naming `where`) for anything else. Returns a new string. */
+char *prompt_content_text(const json_t *content, const char *where, char *why, size_t cap);
 
 #endif

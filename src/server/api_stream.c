@@ -1,0 +1,52 @@
+/* api_stream.c - SSE streaming and whole-reply collection (api_stream.h). */
+#include "server/api_stream.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/mem.h"
+
+static ssize_t stream_read(void *ctx, char *buf, size_t max) {
+    api_stream *st = ctx;
+    while (sse_empty(&st->out)) {
+        if (st->finished) return -1;
+        st->produce(st);
+    }
+    return (ssize_t)sse_take(&st->out, buf, max);
+}
+
+static void stream_end(void *ctx, int client_gone) {
+    api_stream *st = ctx;
+    if (client_gone) gen_cancel(st->g); /* the scheduler frees the slot at its next step */
+    st->release(st);
+}
+
+void api_stream_reply(http_reply *rep, api_stream *st) {
+    rep->status = 200;
+    rep->content_type = "text/event-stream";
+    rep->stream = stream_read;
+    rep->stream_end = stream_end;
+    rep->stream_ctx = st;
+}
+
+char *api_collect_text(gen *g, const http_req *req, size_t *len) {
+    char *text = xstrdup("");
+    *len = 0;
+    while (!g->done) {
+        const tc_event *ev;
+        int n = gen_pull(g, 200, &ev);
+        for (int i = 0; i < n; i++) {
+            if (ev[i].kind != TC_EV_TEXT) continue;
+            text = xrealloc(text, *len + ev[i].len + 1);
+            memcpy(text + *len, ev[i].text, ev[i].len);
+            *len += ev[i].len;
+            text[*len] = 0;
+        }
+        if (http_client_gone(req)) {
+            gen_cancel(g);
+            free(text);
+            return NULL;
+        }
+    }
+    return text;
+}

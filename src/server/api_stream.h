@@ -1,0 +1,26 @@
+/* api_stream.h - what both APIs do the same way with a generation: stream
+ * its events as SSE through a per-API produce step, or collect the whole
+ * reply's text, cancelling when the client goes away. */
+#ifndef STRATA_API_STREAM_H
+#define STRATA_API_STREAM_H
+
+#include "server/gen.h"
+#include "server/http.h"
+#include "server/sse.h"
+
+typedef struct api_stream {
+    sse_buf out;
+    int finished; /* the last event is buffered */
+    gen *g;
+    void (*produce)(struct api_stream *st); /* buffers the next events; may wait */
+    void (*release)(struct api_stream *st); /* frees the call embedding st */
+} api_stream;
+
+/* Makes the reply a stream driven by st (status 200, text/event-stream). */
+void api_stream_reply(http_reply *rep, api_stream *st);
+
+/* Pulls g until done, joining its content text (*len bytes, malloc'd).
+ * NULL if the client closed the connection (the generation is cancelled). */
+char *api_collect_text(gen *g, const http_req *req, size_t *len);
+
+#endif
