@@ -428,12 +428,7 @@ void api_anthropic_messages(server *s, const http_req *req, http_reply *rep) {
         call_drop(c);
         return;
     }
-    if ((c->prefix = prompt_tool_prefix(s, &c->pt))) {
-        prompt_append_text(s, c->prefix, &ids, &n);
-        c->gp.prefix = c->prefix;
-        c->gp.one_call = 1;
-        c->gp.args_open = c->pt.forced != NULL;
-    }
+    c->prefix = prompt_force_tool(s, &c->pt, &c->gp, &ids, &n);
     c->n_prompt = (int)n;
     strata_err err = {0};
     int rc = gen_start(&c->g, s->sch, s->tok, ids, (int)n, &c->gp, &err);

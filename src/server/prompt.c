@@ -190,3 +190,13 @@ void prompt_append_text(const server *s, const char *text, int32_t **ids, size_t
     *n += k;
     free(more);
 }
+
+char *prompt_force_tool(const server *s, const prompt_tools *t, gen_params *gp, int32_t **ids, size_t *n) {
+    char *prefix = prompt_tool_prefix(s, t);
+    if (!prefix) return NULL;
+    prompt_append_text(s, prefix, ids, n);
+    gp->prefix = prefix;
+    gp->one_call = 1;
+    gp->args_open = t->forced != NULL;
+    return prefix;
+}

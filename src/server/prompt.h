@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 
+#include "server/gen.h"
 #include "server/server.h"
 #include "text/toolcall.h"
 
@@ -32,6 +33,12 @@ tc_format prompt_tool_format(const server *s, const prompt_tools *t);
  * arguments), so the call happens even if the model would not choose it.
  * NULL when nothing is forced. Caller frees. */
 char *prompt_tool_prefix(const server *s, const prompt_tools *t);
+
+/* Applies prompt_tool_prefix: appends the forced start of the reply to the
+ * prompt tokens and tells the generation about it (gp points into the
+ * returned string, which the caller frees after the generation). NULL
+ * when nothing is forced. */
+char *prompt_force_tool(const server *s, const prompt_tools *t, gen_params *gp, int32_t **ids, size_t *n);
 
 /* Appends the tokens of plain text (no special tokens) to *ids. */
 void prompt_append_text(const server *s, const char *text, int32_t **ids, size_t *n);
