@@ -62,11 +62,15 @@ static void get_metrics(server *s, const http_req *req, http_reply *rep) {
 
 static void get_props(server *s, const http_req *req, http_reply *rep) {
     const model_hparams *hp = &s->e->m->hp;
+    json_t *cache = json_pack("{s:b,s:i,s:i,s:i}", "prefix_cache", !s->o.no_cache, "block_tokens",
+                              s->e->kv.block_tokens, "kv_blocks", s->e->kv.n_blocks, "cache_mem_mb",
+                              s->o.no_cache ? 0 : s->o.cache_mem_mb);
     reply_json(rep, 200,
-               json_pack("{s:s,s:s,s:s,s:i,s:i,s:i,s:s}", "model", s->model_id, "model_path",
+               json_pack("{s:s,s:s,s:s,s:i,s:i,s:i,s:s,s:s?,s:o}", "model", s->model_id, "model_path",
                          s->o.model_path, "architecture", hp->arch_name, "n_ctx", s->o.ctx,
-                         "parallel", s->o.parallel, "n_vocab", hp->n_vocab, "chat_format",
-                         chat_format_name(s->fmt)));
+                         "parallel", s->o.parallel, "n_vocab", hp->n_vocab, "chat_template_source",
+                         s->tpl ? (s->o.template_file ? "file" : "model") : "built-in", "chat_template",
+                         s->tpl ? s->tpl_src : NULL, "cache", cache));
 }
 
 static void post_tokenize(server *s, const http_req *req, http_reply *rep) {

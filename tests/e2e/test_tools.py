@@ -136,3 +136,31 @@ def test_malformed_tool_output_ends_turn_clearly(tiny):
         assert ch.finish_reason in ("tool_calls", "tool_call_error", "length")
         if ch.finish_reason == "tool_call_error":
             assert ch.message.content and ch.message.refusal
+
+
+def test_native_tool_template_renders_tools(tmp_path):
+    # A model whose template has tool syntax (Qwen2.5 here, via the
+    # override flag) gets the tools rendered by its own template.
+    import httpx
+    from conftest import ROOT, Server, TINY_MODEL
+    s = Server(TINY_MODEL, "--chat-template-file", f"{ROOT}/tests/data/tmpl/qwen2.5.jinja")
+    try:
+        props = httpx.get(s.url + "/props").json()
+        assert props["chat_template_source"] == "file"
+        r = httpx.post(s.url + "/apply-template", json={
+            "messages": [{"role": "user", "content": "weather?"}], "tools": [WEATHER]}).json()
+        assert "<tools>" in r["prompt"] and '"get_weather"' in r["prompt"]
+        assert r["prompt"].endswith("<|im_start|>assistant\n")
+    finally:
+        assert s.stop() == 0
+
+
+def test_bad_template_file_is_a_startup_error(tmp_path):
+    import subprocess
+    from conftest import STRATA, TINY_MODEL
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("{% for m in messages %}{{ m.content }")
+    r = subprocess.run([STRATA, "serve", "-m", TINY_MODEL, "--port", "0", "--chat-template-file", str(bad)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert "--chat-template-file" in r.stderr and "bad.jinja" in r.stderr
