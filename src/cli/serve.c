@@ -31,6 +31,7 @@ int cli_serve(int argc, char **argv) {
         {"--chat-template-file", NULL, ARG_STR, &o.template_file, 0, -1, "Jinja chat template overriding the model's"},
         {"--cache-mem-mb", NULL, ARG_INT, &o.cache_mem_mb, 0, 1 << 20, "KV memory kept for cached prefixes (1024)"},
         {"--no-prefix-cache", NULL, ARG_FLAG, &o.no_cache, 0, -1, "recompute every prompt from scratch"},
+        {"--trace", NULL, ARG_STR, &o.trace_path, 0, -1, "append one JSONL line per request to FILE"},
         {"--help", "-h", ARG_FLAG, &help, 0, -1, "this help"},
     };
     int n_specs = (int)(sizeof specs / sizeof specs[0]);

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/mem.h"
 #include "cache/live.h"
@@ -49,6 +50,8 @@ typedef struct slot {
     int n_toks, cap_toks;
     live_cursor cur;
     json_guard *guard; /* json_mode: only tokens that keep the output valid JSON */
+    double t_admit, t_first; /* ms: admitted, first token sampled */
+    int n_attached_blocks;   /* came from the cache */
 } slot;
 
 struct sched {
@@ -193,7 +196,30 @@ void sched_release(sched_req *r) {
 
 /* ---- slots --------------------------------------------------------------- */
 
+static const char *finish_name(sched_finish f) {
+    static const char *names[] = {"running", "stop", "length", "cancelled", "error"};
+    return names[f];
+}
+
+/* The --trace line: what the cache decided for this request and what it
+ * cost. Tokens around the first miss show why a prefix stopped matching. */
+static void trace_request(sched *s, const slot *sl, sched_finish f) {
+    const sched_req *r = sl->req;
+    int B = s->e->kv.block_tokens, miss = sl->n_attached_blocks * B;
+    double now = clock_ms(), first = sl->t_first > 0 ? sl->t_first : now;
+    fprintf(s->o.trace,
+            "{\"ts\":%.3f,\"prompt_tokens\":%d,\"cached_tokens\":{\"live\":%d},\"prefilled_tokens\":%d,"
+            "\"generated_tokens\":%d,\"blocks\":{\"attached\":%d,\"published\":%d},"
+            "\"prefill_ms\":%.1f,\"decode_ms\":%.1f,\"finish\":\"%s\",\"first_miss\":{\"pos\":%d,\"tokens\":[",
+            now / 1000.0, r->n_prompt, r->n_cached, r->n_prompt - r->n_cached, r->n_out, sl->n_attached_blocks,
+            sl->cur.n_blocks - sl->n_attached_blocks, first - sl->t_admit, now - first, finish_name(f), miss);
+    for (int k = miss; k < r->n_prompt && k < miss + 8; k++) fprintf(s->o.trace, "%s%d", k > miss ? "," : "", r->prompt[k]);
+    fprintf(s->o.trace, "]}}\n");
+    fflush(s->o.trace);
+}
+
 static void slot_free(sched *s, slot *sl, sched_finish f, const char *why) {
+    if (s->o.trace) trace_request(s, sl, f);
     kv_seq_release(&s->e->kv, &sl->seq); /* published blocks stay cached */
     free(sl->toks);
     sl->toks = NULL;
@@ -242,7 +268,10 @@ static void admit_locked(sched *s) {
         sl->toks = xmalloc((size_t)sl->cap_toks * sizeof(int32_t));
         memcpy(sl->toks, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
         sl->n_toks = r->n_prompt;
+        sl->t_admit = clock_ms();
+        sl->t_first = 0;
         sl->n_fed = attach_cached(s, sl);
+        sl->n_attached_blocks = sl->cur.n_blocks;
         if (r->json_mode) {
             if (!s->jvocab) s->jvocab = json_vocab_new(s->tok);
             sl->guard = json_guard_new(s->jvocab);
@@ -311,6 +340,7 @@ static void after_logits(sched *s, int si, float *logits) {
         slot_free(s, sl, FINISH_ERROR, "no token continues the JSON output");
         return;
     }
+    if (sl->t_first == 0) sl->t_first = clock_ms();
     sched_token t = {.id = sample_next(sl->smp, logits, n_vocab)};
     if (sl->guard) json_guard_accept(sl->guard, t.id);
     fill_logprobs(r, logits, n_vocab, &t);

@@ -12,6 +12,7 @@
 #define STRATA_SCHED_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "base/err.h"
 #include "cache/hash.h"
@@ -37,6 +38,7 @@ typedef struct sched_opts {
     int chunk;       /* most prompt tokens per sequence per step */
     int prefix_cache;      /* reuse KV blocks of earlier prompts (live tier) */
     uint8_t model_fp[32];  /* model fingerprint, in every block hash */
+    FILE *trace;           /* one JSONL line per finished request, or NULL */
 } sched_opts;
 
 typedef struct sched_job {

@@ -254,8 +254,10 @@ static int load_model(server *s, strata_err *err) {
     if (rc) return rc;
     s->fmt = chat_detect(s->e->m->gguf, s->tok);
     if ((rc = load_template(s, err))) return rc;
+    if (s->o.trace_path && !(s->trace = fopen(s->o.trace_path, "a")))
+        return strata_errf(err, STRATA_EIO, "--trace %s: cannot open for appending", s->o.trace_path);
     sched_opts so = {.n_slots = s->o.parallel, .ctx_per_slot = s->o.ctx, .queue_max = s->o.queue_max,
-                     .chunk = 256, .prefix_cache = !s->o.no_cache};
+                     .chunk = 256, .prefix_cache = !s->o.no_cache, .trace = s->trace};
     memcpy(so.model_fp, fp, sizeof fp);
     log_info("prefix cache: %s; KV pool %d blocks of %d tokens (%d MiB beyond the slots for cached prefixes)",
              s->o.no_cache ? "off" : "live tier", s->e->kv.n_blocks, s->e->kv.block_tokens,
@@ -294,6 +296,7 @@ void server_stop(server *s) {
     if (s->sch) sched_cancel_all(s->sch); /* running requests end as cancelled */
     http_stop(s->http);        /* waits for connection threads, which see the ends */
     sched_free(s->sch);
+    if (s->trace) fclose(s->trace);
     tmpl_free(s->tpl);
     free(s->tpl_src);
     tok_free(s->tok);

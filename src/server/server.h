@@ -15,7 +15,7 @@
 #include "text/tokenizer.h"
 
 typedef struct server_opts {
-    const char *model_path, *host, *api_key, *alias, *template_file;
+    const char *model_path, *host, *api_key, *alias, *template_file, *trace_path;
     int port, parallel, ctx, threads, cors, queue_max;
     int no_cache;      /* --no-prefix-cache */
     int cache_mem_mb;  /* KV memory kept for cached prefixes beyond the slots */
@@ -34,6 +34,7 @@ typedef struct server {
     int tpl_tools;        /* the template renders tools itself */
     char model_id[128];
     atomic_int ready;
+    FILE *trace;
     long started_at;
 } server;
 

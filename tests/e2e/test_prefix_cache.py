@@ -88,3 +88,21 @@ def test_cache_salt_isolates_tenants(warm):
     assert b["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     assert a2["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
     assert strip(a) == strip(b) == strip(a2)
+
+
+def test_trace_lines_record_cache_decisions(tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    s = Server(TINY_MODEL, "--ctx", "2048", "--trace", str(trace))
+    try:
+        turn(s, "first")
+        second = turn(s, "second")
+    finally:
+        assert s.stop() == 0
+    lines = [json.loads(l) for l in trace.read_text().splitlines()]
+    assert len(lines) == 2
+    assert lines[0]["cached_tokens"]["live"] == 0 and lines[0]["blocks"]["published"] > 0
+    cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert lines[1]["cached_tokens"]["live"] == cached > 0
+    assert lines[1]["prefilled_tokens"] == lines[1]["prompt_tokens"] - cached
+    assert lines[1]["first_miss"]["pos"] == cached and lines[1]["first_miss"]["tokens"]
+    assert lines[1]["finish"] in ("stop", "length")
