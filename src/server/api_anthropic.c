@@ -431,6 +431,7 @@ void api_anthropic_messages(server *s, const http_req *req, http_reply *rep) {
     c->prefix = prompt_force_tool(s, &c->pt, &c->gp, &ids, &n);
     c->n_prompt = (int)n;
     strata_err err = {0};
+    c->gp.replay = s->replay;
     int rc = gen_start(&c->g, s->sch, s->tok, ids, (int)n, &c->gp, &err);
     free(ids);
     if (rc) {

@@ -469,6 +469,7 @@ static void handle(server *s, const http_req *req, http_reply *rep, int chat) {
     if (chat) c->prefix = prompt_force_tool(s, &c->pt, &c->gp, &ids, &n);
     c->n_prompt = (int)n;
     strata_err err = {0};
+    c->gp.replay = s->replay;
     int rc = gen_start(&c->g, s->sch, s->tok, ids, (int)n, &c->gp, &err);
     free(ids);
     if (rc) {

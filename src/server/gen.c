@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/mem.h"
+#include "server/server.h"
 
 int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
               const gen_params *p, strata_err *err) {
@@ -15,6 +16,7 @@ int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
     for (int i = 0; i < p->n_stops; i++) textout_add_stop(&g->text, p->stops[i]);
     if (p->tools != TC_NONE) g->tc = tc_new(p->tools);
     g->one_call = p->one_call;
+    g->replay = p->tools == TC_NONE && !p->prefix ? p->replay : NULL;
     g->args_depth = p->args_open ? 1 : 0;
     if (p->prefix) textout_append(&g->text, p->prefix, strlen(p->prefix)); /* parsed as if generated */
     g->prefix_len = p->prefix ? strlen(p->prefix) : 0;
@@ -78,6 +80,20 @@ static size_t args_close_at(gen *g, const char *text, size_t len, size_t skip) {
     return 0;
 }
 
+/* A plain reply that ended by itself or at the limit is remembered with
+ * its exact tokens, for when the client sends it back (exact replay). */
+static void remember(gen *g) {
+    if (!g->replay || g->stopped_by_string || g->st.finish == FINISH_ERROR || g->st.finish == FINISH_CANCELLED)
+        return;
+    int32_t *ids = xmalloc((size_t)(g->n_tokens ? g->n_tokens : 1) * sizeof(int32_t));
+    for (int i = 0; i < g->n_tokens; i++) ids[i] = g->tokens[i].id;
+    size_t len; /* keyed by what the client received (and will send back) */
+    char *seen = utf8_sanitize(g->text.buf ? g->text.buf : "", g->text.len, &len);
+    replay_put(g->replay, seen, len, ids, (size_t)g->n_tokens);
+    free(seen);
+    free(ids);
+}
+
 int gen_pull(gen *g, int timeout_ms, const tc_event **evs) {
     *evs = NULL;
     if (g->done) return 0;
@@ -98,7 +114,10 @@ int gen_pull(gen *g, int timeout_ms, const tc_event **evs) {
             sched_cancel(g->req);
         }
     }
-    if (final) g->done = 1;
+    if (final) {
+        g->done = 1;
+        remember(g);
+    }
     if (!g->tc) {
         if (!len) return 0;
         g->one = (tc_event){TC_EV_TEXT, -1, (char *)text, len};

@@ -6,6 +6,7 @@
 #ifndef STRATA_GEN_H
 #define STRATA_GEN_H
 
+#include "server/replay.h"
 #include "server/sched.h"
 #include "server/textout.h"
 #include "text/tokenizer.h"
@@ -24,6 +25,7 @@ typedef struct gen_params {
     int one_call;       /* end the generation when the first tool call is complete */
     int args_open;      /* prefix ends inside the call's arguments object: close
                            the call as soon as that object closes */
+    replay_store *replay; /* remembers the reply's exact tokens, or NULL */
 } gen_params;
 
 typedef struct gen {
@@ -42,6 +44,7 @@ typedef struct gen {
     int args_depth;        /* args_open: nesting inside the arguments (0: closed) */
     int args_in_str, args_esc;
     size_t prefix_len;
+    replay_store *replay;
     char error[512];
     sched_token *tokens;   /* every generated token (for logprobs and replay) */
     int n_tokens, cap_tokens;

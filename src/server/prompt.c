@@ -155,6 +155,15 @@ static void render_builtin(const server *s, const json_t *messages, chat_prompt 
     free(cm);
 }
 
+/* Content the model generated earlier gets its exact tokens back. */
+static void apply_replay(const server *s, chat_prompt *p) {
+    for (int i = 0; i < p->n; i++) {
+        chat_seg *g = &p->segs[i];
+        if (g->special || g->ids) continue;
+        g->ids = replay_get(s->replay, g->text, g->len, &g->n_ids);
+    }
+}
+
 int prompt_render(const server *s, const json_t *messages, const prompt_tools *t, chat_prompt *out,
                   char *why, size_t cap) {
     tc_format f = prompt_tool_format(s, t);
@@ -163,6 +172,7 @@ int prompt_render(const server *s, const json_t *messages, const prompt_tools *t
     if (s->tpl) rc = render_template(s, msgs, f != TC_NONE && f != TC_GENERIC ? t->tools : NULL, out, why, cap);
     else render_builtin(s, msgs, out);
     json_decref(msgs);
+    if (!rc) apply_replay(s, out);
     return rc;
 }
 

@@ -270,6 +270,7 @@ int server_start(server **out, const server_opts *o, strata_err *err) {
     server *s = xcalloc(1, sizeof *s);
     s->o = *o;
     s->started_at = (long)time(NULL);
+    s->replay = replay_new(4096);
     set_model_id(s);
     http_opts ho = {.host = o->host, .port = o->port, .max_body = (size_t)o->max_body, .timeout_s = 600,
                     .cors = o->cors};
@@ -297,6 +298,7 @@ void server_stop(server *s) {
     http_stop(s->http);        /* waits for connection threads, which see the ends */
     sched_free(s->sch);
     if (s->trace) fclose(s->trace);
+    replay_free(s->replay);
     tmpl_free(s->tpl);
     free(s->tpl_src);
     tok_free(s->tok);

@@ -10,6 +10,7 @@
 
 #include "model/engine.h"
 #include "server/http.h"
+#include "server/replay.h"
 #include "server/sched.h"
 #include "text/chat.h"
 #include "text/tokenizer.h"
@@ -35,6 +36,7 @@ typedef struct server {
     char model_id[128];
     atomic_int ready;
     FILE *trace;
+    replay_store *replay; /* exact tokens of recent replies */
     long started_at;
 } server;
 
@@ -52,6 +54,9 @@ void reply_openai_error(http_reply *rep, int status, const char *type, const cha
 json_t *parse_body_openai(const http_req *req, http_reply *rep);
 /* "prefix-" + 32 hex chars from the system's random source (128 bits). */
 void make_id(char *out, size_t cap, const char *prefix);
+/* n bytes with each invalid UTF-8 sequence replaced by U+FFFD: the text a
+ * client sees of model output. malloc'd, NUL-terminated. */
+char *utf8_sanitize(const char *s, size_t n, size_t *out_len);
 /* A JSON string of n bytes of model output; invalid UTF-8 becomes U+FFFD. */
 json_t *json_text(const char *s, size_t n);
 /* Status code and OpenAI error type for a STRATA_E* from submitting work. */

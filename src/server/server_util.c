@@ -78,7 +78,7 @@ static size_t utf8_seq(const unsigned char *s, size_t n) {
     return need;
 }
 
-json_t *json_text(const char *s, size_t n) {
+char *utf8_sanitize(const char *s, size_t n, size_t *out_len) {
     char *out = xmalloc(n * 3 + 1);
     size_t o = 0;
     for (size_t i = 0; i < n;) {
@@ -93,7 +93,15 @@ json_t *json_text(const char *s, size_t n) {
             i++;
         }
     }
-    json_t *j = json_stringn(out, o);
-    free(out);
+    out[o] = 0;
+    *out_len = o;
+    return out;
+}
+
+json_t *json_text(const char *s, size_t n) {
+    size_t len;
+    char *clean = utf8_sanitize(s, n, &len);
+    json_t *j = json_stringn(clean, len);
+    free(clean);
     return j;
 }

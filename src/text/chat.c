@@ -10,7 +10,7 @@
 void chat_prompt_add(chat_prompt *p, const char *text, size_t len, int special) {
     if (len == 0) return;
     chat_seg *last = p->n ? &p->segs[p->n - 1] : NULL;
-    if (last && last->special == special && special) { /* merge adjacent template text */
+    if (last && last->special == special && special && !last->ids) { /* merge adjacent template text */
         last->text = xrealloc(last->text, last->len + len + 1);
         memcpy(last->text + last->len, text, len);
         last->len += len;
@@ -27,10 +27,22 @@ void chat_prompt_add(chat_prompt *p, const char *text, size_t len, int special) 
     s->text[len] = 0;
     s->len = len;
     s->special = special;
+    s->ids = NULL;
+    s->n_ids = 0;
+}
+
+void chat_prompt_add_tokens(chat_prompt *p, const char *text, size_t len, int32_t *ids, size_t n) {
+    chat_prompt_add(p, text, len ? len : 0, 0);
+    if (len == 0) { /* nothing was added: keep ownership rules simple */
+        free(ids);
+        return;
+    }
+    p->segs[p->n - 1].ids = ids;
+    p->segs[p->n - 1].n_ids = n;
 }
 
 void chat_prompt_free(chat_prompt *p) {
-    for (int i = 0; i < p->n; i++) free(p->segs[i].text);
+    for (int i = 0; i < p->n; i++) free(p->segs[i].text), free(p->segs[i].ids);
     free(p->segs);
     memset(p, 0, sizeof *p);
 }
@@ -43,10 +55,16 @@ int chat_tokenize(const tokenizer *t, const chat_prompt *p, int add_bos, int32_t
     for (int i = 0; i < p->n; i++) {
         int32_t *seg;
         size_t ns;
-        int rc = tok_encode(t, p->segs[i].text, p->segs[i].len, p->segs[i].special, &seg, &ns, err);
-        if (rc) {
-            free(out);
-            return rc;
+        if (p->segs[i].ids) { /* replayed: the model's own tokens */
+            ns = p->segs[i].n_ids;
+            seg = xmalloc((ns ? ns : 1) * sizeof(int32_t));
+            memcpy(seg, p->segs[i].ids, ns * sizeof(int32_t));
+        } else {
+            int rc = tok_encode(t, p->segs[i].text, p->segs[i].len, p->segs[i].special, &seg, &ns, err);
+            if (rc) {
+                free(out);
+                return rc;
+            }
         }
         size_t skip = (len == 1 && add_bos && ns && seg[0] == out[0]) ? 1 : 0; /* template wrote BOS */
         if (len + ns > cap) {

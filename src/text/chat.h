@@ -27,7 +27,9 @@ typedef struct chat_msg {
 typedef struct chat_seg {
     char *text;
     size_t len;
-    int special; /* 1: template text, special tokens recognised */
+    int special;  /* 1: template text, special tokens recognised */
+    int32_t *ids; /* when set: the exact tokens of text (replayed output) */
+    size_t n_ids;
 } chat_seg;
 
 typedef struct chat_prompt {
@@ -36,6 +38,8 @@ typedef struct chat_prompt {
 } chat_prompt;
 
 void chat_prompt_add(chat_prompt *p, const char *text, size_t len, int special);
+/* Content whose exact tokens are known (takes ownership of ids). */
+void chat_prompt_add_tokens(chat_prompt *p, const char *text, size_t len, int32_t *ids, size_t n);
 void chat_prompt_free(chat_prompt *p);
 /* Tokens of every segment in order, BOS first if add_bos (and the prompt
  * does not already start with it). *ids is malloc'd. */

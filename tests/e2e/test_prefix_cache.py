@@ -106,3 +106,15 @@ def test_trace_lines_record_cache_decisions(tmp_path):
     assert lines[1]["prefilled_tokens"] == lines[1]["prompt_tokens"] - cached
     assert lines[1]["first_miss"]["pos"] == cached and lines[1]["first_miss"]["tokens"]
     assert lines[1]["finish"] in ("stop", "length")
+
+
+def test_exact_replay_extends_cache_through_the_reply(warm):
+    msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "write a long reply"}]
+    r1 = chat(warm, msgs, max_tokens=100, temperature=1.0, seed=11)
+    p1, g1 = r1["usage"]["prompt_tokens"], r1["usage"]["completion_tokens"]
+    msgs += [{"role": "assistant", "content": r1["choices"][0]["message"]["content"]},
+             {"role": "user", "content": "and?"}]
+    r2 = chat(warm, msgs)
+    # Every block of turn 1's prompt and generated tokens (the last sampled
+    # one is never fed) is reused: the reply came back as its exact tokens.
+    assert r2["usage"]["prompt_tokens_details"]["cached_tokens"] >= (p1 + g1 - 1) // 64 * 64
