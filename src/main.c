@@ -11,7 +11,8 @@ static void usage(void) {
            "  serve   OpenAI-compatible HTTP server (strata serve -m MODEL [--port 8080])\n"
            "  run     generate text from a prompt (strata run -m MODEL -p TEXT [--chat])\n"
            "  bench   prompt and generation speed (strata bench -m MODEL [-p 512] [-n 128])\n"
-           "  model   inspect a GGUF file (strata model info FILE)\n\n"
+           "  model   inspect a GGUF file (strata model info FILE)\n"
+           "  cache   inspect the disk KV cache (strata cache ls|stat|verify|gc|purge --cache-dir DIR)\n\n"
            "'strata <command> --help' lists a command's options.\n");
 }
 
@@ -25,6 +26,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "bench") == 0) return cli_bench(argc, argv);
     if (strcmp(cmd, "model") == 0) return cli_model(argc, argv);
     if (strcmp(cmd, "serve") == 0) return cli_serve(argc, argv);
+    if (strcmp(cmd, "cache") == 0) return cli_cache(argc, argv);
     fprintf(stderr, "strata: unknown command '%s' (try 'strata --help')\n", cmd);
     return 2;
 }

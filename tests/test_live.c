@@ -36,7 +36,7 @@ TEST(live_publish_then_attach_longest_prefix) {
     CHECK_EQ_INT(c1.n_blocks, 2); /* positions 0..7 are two full blocks */
     kv_seq_init(&s2);
     live_cursor_init(&c2, &root);
-    CHECK_EQ_INT(live_attach(c, &c2, b, 9, &s2), 4); /* block 1 differs at token 6 */
+    CHECK_EQ_INT(live_attach(c, &c2, b, 9, &s2, NULL), 4); /* block 1 differs at token 6 */
     CHECK_EQ_INT(s2.blocks[0], s1.blocks[0]);
     CHECK_EQ_INT(p.refcount[s1.blocks[0]], 2);
     kv_seq_release(&p, &s1);
@@ -71,11 +71,11 @@ TEST(live_idle_blocks_are_reclaimed_oldest_first) {
     kv_seq t;
     kv_seq_init(&t);
     live_cursor_init(&cur, &root);
-    CHECK_EQ_INT(live_attach(c, &cur, x, 4, &t), 0); /* x was evicted */
+    CHECK_EQ_INT(live_attach(c, &cur, x, 4, &t, NULL), 0); /* x was evicted */
     kv_seq_release(&p, &t);
     kv_seq_init(&t);
     live_cursor_init(&cur, &root);
-    CHECK_EQ_INT(live_attach(c, &cur, y, 4, &t), 4); /* y, newer, survived */
+    CHECK_EQ_INT(live_attach(c, &cur, y, 4, &t, NULL), 4); /* y, newer, survived */
     kv_seq_release(&p, &t);
     live_free(c);
     kv_pool_destroy(&p);
@@ -118,7 +118,7 @@ TEST(live_different_roots_never_share) {
     live_publish(c, &cur, a, &s);
     kv_seq_init(&t);
     live_cursor_init(&cur, &other);
-    CHECK_EQ_INT(live_attach(c, &cur, a, 4, &t), 0);
+    CHECK_EQ_INT(live_attach(c, &cur, a, 4, &t, NULL), 0);
     kv_seq_release(&p, &s);
     kv_seq_release(&p, &t);
     live_free(c);

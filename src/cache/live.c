@@ -27,6 +27,7 @@ struct live_cache {
     int *prev, *next;    /* LRU links per block; -1 ends */
     char *idle;          /* block is in the LRU list */
     int lru_head, lru_tail;
+    disk_store *disk; /* NULL: no disk tier */
     live_stats st;
 };
 
@@ -128,27 +129,60 @@ void live_free(live_cache *c) {
     free(c);
 }
 
+void live_set_disk(live_cache *c, disk_store *d) { c->disk = d; }
+
 void live_cursor_init(live_cursor *cur, const cache_hash *root) {
     cur->n_blocks = 0;
     cur->last = *root;
 }
 
-int live_attach(live_cache *c, live_cursor *cur, const int32_t *tokens, int n_max, kv_seq *s) {
-    int B = c->kv->block_tokens, got = 0;
+/* Loads block h from disk into a new block at the end of s and indexes it.
+ * The tokens in the file must equal ours (a check on top of the hash). */
+static int load_from_disk(live_cache *c, const cache_hash *h, const int32_t *tokens, kv_seq *s) {
+    int B = c->kv->block_tokens;
+    int32_t got[4096];
+    if (B > 4096 || kv_seq_reserve(c->kv, s, s->n_pos + B, NULL)) return -1;
+    int b = s->blocks[s->n_blocks - 1];
+    strata_err err = {0};
+    if (disk_get(c->disk, h, kv_rows(c->kv, b, 0, 0), got, &err) ||
+        memcmp(got, tokens, (size_t)B * sizeof(int32_t)) != 0) {
+        c->st.disk_errors++;
+        kv_seq_truncate(c->kv, s, s->n_pos); /* gives the reserved block back */
+        return -1;
+    }
+    s->n_pos += B;
+    if (map_find(c, h) < 0) {
+        c->entry_of[b] = map_insert(c, h, b);
+        c->st.cached_blocks++;
+    }
+    return 0;
+}
+
+int live_attach(live_cache *c, live_cursor *cur, const int32_t *tokens, int n_max, kv_seq *s, int *from_disk) {
+    int B = c->kv->block_tokens, got = 0, disk = 0;
     c->st.lookups++;
     while ((cur->n_blocks + 1) * B <= n_max) {
+        const int32_t *bt = tokens + (size_t)cur->n_blocks * B;
         cache_hash h;
-        cache_hash_block(&h, &cur->last, tokens + (size_t)cur->n_blocks * B, B);
+        cache_hash_block(&h, &cur->last, bt, B);
         int e = map_find(c, &h);
-        if (e < 0) break;
-        int b = c->map[e].block;
-        lru_remove(c, b);
-        kv_seq_attach(c->kv, s, b);
+        if (e >= 0) {
+            int b = c->map[e].block;
+            lru_remove(c, b);
+            kv_seq_attach(c->kv, s, b);
+            if (c->disk) disk_touch(c->disk, &h);
+        } else if (!c->disk || !disk_has(c->disk, &h) || load_from_disk(c, &h, bt, s)) {
+            break;
+        } else {
+            disk += B;
+        }
         cur->last = h;
         cur->n_blocks++;
         got += B;
     }
-    c->st.hit_tokens += got;
+    c->st.hit_tokens += got - disk;
+    c->st.disk_hit_tokens += disk;
+    if (from_disk) *from_disk = disk;
     return got;
 }
 
@@ -163,6 +197,8 @@ void live_publish(live_cache *c, live_cursor *cur, const int32_t *tokens, const 
             c->st.cached_blocks++;
             c->st.published_blocks++;
         }
+        /* A copy goes to the writer thread (a no-op if already stored). */
+        if (c->disk) disk_put(c->disk, &h, &cur->last, tokens + (size_t)cur->n_blocks * B, kv_rows(c->kv, b, 0, 0));
         cur->last = h;
         cur->n_blocks++;
     }

@@ -7,5 +7,6 @@ int cli_run(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_model(int argc, char **argv);
 int cli_serve(int argc, char **argv);
+int cli_cache(int argc, char **argv);
 
 #endif

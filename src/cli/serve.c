@@ -14,7 +14,7 @@ static void on_signal(int sig) { g_stop = sig; }
 
 int cli_serve(int argc, char **argv) {
     server_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 4, .ctx = 4096,
-                     .queue_max = 64, .max_body = 8 << 20, .cache_mem_mb = 1024};
+                     .queue_max = 64, .max_body = 8 << 20, .cache_mem_mb = 1024, .cache_disk_mb = 8192};
     int help = 0, max_body_mb = 8;
     const arg_spec specs[] = {
         {"--model", "-m", ARG_STR, &o.model_path, 0, -1, "GGUF model file (required)"},
@@ -31,6 +31,9 @@ int cli_serve(int argc, char **argv) {
         {"--chat-template-file", NULL, ARG_STR, &o.template_file, 0, -1, "Jinja chat template overriding the model's"},
         {"--cache-mem-mb", NULL, ARG_INT, &o.cache_mem_mb, 0, 1 << 20, "KV memory kept for cached prefixes (1024)"},
         {"--no-prefix-cache", NULL, ARG_FLAG, &o.no_cache, 0, -1, "recompute every prompt from scratch"},
+        {"--cache-dir", NULL, ARG_STR, &o.cache_dir, 0, -1, "disk tier folder (~/.cache/strata/kv)"},
+        {"--cache-disk-mb", NULL, ARG_INT, &o.cache_disk_mb, 1, 1 << 30, "disk tier budget in MiB (8192)"},
+        {"--no-cache-disk", NULL, ARG_FLAG, &o.no_cache_disk, 0, -1, "keep the cache in memory only"},
         {"--trace", NULL, ARG_STR, &o.trace_path, 0, -1, "append one JSONL line per request to FILE"},
         {"--help", "-h", ARG_FLAG, &help, 0, -1, "this help"},
     };

@@ -241,9 +241,10 @@ static json_t *stop_sequence(const ant_call *c) {
 /* Anthropic counts input as uncached + cache reads (+ cache writes, which
  * the live tier does not bill separately: 0). */
 static json_t *usage(const ant_call *c, int output_tokens) {
-    int cached = c->g.st.n_cached;
-    return json_pack("{s:i,s:i,s:i,s:i}", "input_tokens", c->n_prompt - cached, "output_tokens", output_tokens,
-                     "cache_creation_input_tokens", 0, "cache_read_input_tokens", cached);
+    int cached = c->g.st.n_cached, disk = c->g.st.n_cached_disk;
+    return json_pack("{s:i,s:i,s:i,s:i,s:{s:i,s:i}}", "input_tokens", c->n_prompt - cached, "output_tokens",
+                     output_tokens, "cache_creation_input_tokens", 0, "cache_read_input_tokens", cached,
+                     "strata_cache", "live_tokens", cached - disk, "disk_tokens", disk);
 }
 
 static json_t *message(const ant_call *c, json_t *content, json_t *reason, json_t *seq, int out_tokens) {

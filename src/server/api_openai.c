@@ -261,9 +261,11 @@ static int parse_options(oai_call *c, char *why, size_t cap) {
 
 static json_t *usage_json(const oai_call *c) {
     int done = c->g.n_tokens;
-    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", c->n_prompt, "completion_tokens", done,
-                     "total_tokens", c->n_prompt + done, "prompt_tokens_details", "cached_tokens",
-                     c->g.st.n_cached);
+    const sched_status *st = &c->g.st; /* strata_cache: the per-tier split (an extension) */
+    return json_pack("{s:i,s:i,s:i,s:{s:i},s:{s:i,s:i}}", "prompt_tokens", c->n_prompt, "completion_tokens", done,
+                     "total_tokens", c->n_prompt + done, "prompt_tokens_details", "cached_tokens", st->n_cached,
+                     "strata_cache", "live_tokens", st->n_cached - st->n_cached_disk, "disk_tokens",
+                     st->n_cached_disk);
 }
 
 static json_t *token_json(const server *s, int32_t id, float logprob) {

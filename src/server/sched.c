@@ -31,7 +31,7 @@ struct sched_req {
     /* output, guarded by owner->mu */
     sched_token *out;
     int n_out, cap_out;
-    int n_prompt_done, n_cached;
+    int n_prompt_done, n_cached, n_cached_disk;
     sched_finish finish;
     char error[256];
     pthread_cond_t changed;
@@ -166,6 +166,7 @@ int sched_wait(sched_req *r, int from, sched_token *out, int cap, int timeout_ms
     st->n_prompt = r->n_prompt;
     st->n_prompt_done = r->n_prompt_done;
     st->n_cached = r->n_cached;
+    st->n_cached_disk = r->n_cached_disk;
     st->n_generated = r->n_out;
     /* The finish shows only once every token has been handed out. */
     st->finish = from + n >= r->n_out ? r->finish : FINISH_NONE;
@@ -208,10 +209,10 @@ static void trace_request(sched *s, const slot *sl, sched_finish f) {
     int B = s->e->kv.block_tokens, miss = sl->n_attached_blocks * B;
     double now = clock_ms(), first = sl->t_first > 0 ? sl->t_first : now;
     fprintf(s->o.trace,
-            "{\"ts\":%.3f,\"prompt_tokens\":%d,\"cached_tokens\":{\"live\":%d},\"prefilled_tokens\":%d,"
+            "{\"ts\":%.3f,\"prompt_tokens\":%d,\"cached_tokens\":{\"live\":%d,\"disk\":%d},\"prefilled_tokens\":%d,"
             "\"generated_tokens\":%d,\"blocks\":{\"attached\":%d,\"published\":%d},"
             "\"prefill_ms\":%.1f,\"decode_ms\":%.1f,\"finish\":\"%s\",\"first_miss\":{\"pos\":%d,\"tokens\":[",
-            now / 1000.0, r->n_prompt, r->n_cached, r->n_prompt - r->n_cached, r->n_out, sl->n_attached_blocks,
+            now / 1000.0, r->n_prompt, r->n_cached - r->n_cached_disk, r->n_cached_disk, r->n_prompt - r->n_cached, r->n_out, sl->n_attached_blocks,
             sl->cur.n_blocks - sl->n_attached_blocks, first - sl->t_admit, now - first, finish_name(f), miss);
     for (int k = miss; k < r->n_prompt && k < miss + 8; k++) fprintf(s->o.trace, "%s%d", k > miss ? "," : "", r->prompt[k]);
     fprintf(s->o.trace, "]}}\n");
@@ -240,7 +241,7 @@ static void slot_free(sched *s, slot *sl, sched_finish f, const char *why) {
 static int attach_cached(sched *s, slot *sl) {
     live_cursor_init(&sl->cur, &sl->req->root);
     if (!s->live) return 0;
-    return live_attach(s->live, &sl->cur, sl->toks, sl->req->n_prompt - 1, &sl->seq);
+    return live_attach(s->live, &sl->cur, sl->toks, sl->req->n_prompt - 1, &sl->seq, &sl->req->n_cached_disk);
 }
 
 static void push_slot_token(slot *sl, int32_t t) {
@@ -385,6 +386,7 @@ static void publish_blocks(sched *s) {
     pthread_mutex_lock(&s->mu);
     s->stats.cache_lookups = ls.lookups;
     s->stats.cache_hit_tokens = ls.hit_tokens;
+    s->stats.cache_disk_hit_tokens = ls.disk_hit_tokens;
     s->stats.cache_published_blocks = ls.published_blocks;
     s->stats.cache_evicted_blocks = ls.evicted_blocks;
     s->stats.cache_blocks = ls.cached_blocks;
@@ -450,7 +452,10 @@ int sched_new(sched **out, engine *e, const tokenizer *tok, const sched_opts *o,
     /* At most one wanted row per slot per step. */
     s->logits = xmalloc((size_t)o->n_slots * e->m->hp.n_vocab * sizeof(float));
     s->stats.n_slots = o->n_slots;
-    if (o->prefix_cache) s->live = live_new(&e->kv);
+    if (o->prefix_cache) {
+        s->live = live_new(&e->kv);
+        live_set_disk(s->live, o->disk);
+    }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     s->running = 1;

@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "base/err.h"
+#include "cache/disk.h"
 #include "cache/hash.h"
 #include "model/engine.h"
 #include "model/sample.h"
@@ -39,6 +40,7 @@ typedef struct sched_opts {
     int prefix_cache;      /* reuse KV blocks of earlier prompts (live tier) */
     uint8_t model_fp[32];  /* model fingerprint, in every block hash */
     FILE *trace;           /* one JSONL line per finished request, or NULL */
+    disk_store *disk;      /* disk tier below the live one, or NULL */
 } sched_opts;
 
 typedef struct sched_job {
@@ -55,7 +57,8 @@ typedef struct sched_job {
 /* What a consumer sees of its request. */
 typedef struct sched_status {
     int n_prompt, n_prompt_done;
-    int n_cached; /* prompt tokens whose KV came from the cache */
+    int n_cached;      /* prompt tokens whose KV came from the cache */
+    int n_cached_disk; /* of which loaded from the disk tier */
     int n_generated;
     sched_finish finish;
     char error[256];
@@ -91,7 +94,7 @@ void sched_release(sched_req *r);
 /* Counters for /metrics and /health. */
 typedef struct sched_stats {
     long requests, tokens_prompt, tokens_generated, steps;
-    long cache_lookups, cache_hit_tokens, cache_published_blocks, cache_evicted_blocks;
+    long cache_lookups, cache_hit_tokens, cache_disk_hit_tokens, cache_published_blocks, cache_evicted_blocks;
     int cache_blocks, cache_idle_blocks;
     int active, queued, n_slots;
 } sched_stats;

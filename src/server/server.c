@@ -30,7 +30,7 @@ static void get_health(server *s, const http_req *req, http_reply *rep) {
 static void get_metrics(server *s, const http_req *req, http_reply *rep) {
     sched_stats st;
     sched_get_stats(s->sch, &st);
-    char body[4096];
+    char body[8192];
     int n = snprintf(body, sizeof body,
                      "# HELP strata_requests_total Generation requests accepted.\n"
                      "# TYPE strata_requests_total counter\nstrata_requests_total %ld\n"
@@ -53,18 +53,37 @@ static void get_metrics(server *s, const http_req *req, http_reply *rep) {
                      "# HELP strata_cache_evicted_blocks_total Cached blocks dropped for space.\n"
                      "# TYPE strata_cache_evicted_blocks_total counter\nstrata_cache_evicted_blocks_total %ld\n"
                      "# HELP strata_cache_blocks Blocks in the cache (in use or idle).\n"
-                     "# TYPE strata_cache_blocks gauge\nstrata_cache_blocks %d\n",
+                     "# TYPE strata_cache_blocks gauge\nstrata_cache_blocks %d\n"
+                     "# HELP strata_cache_disk_hit_tokens_total Prompt tokens loaded from the disk tier.\n"
+                     "# TYPE strata_cache_disk_hit_tokens_total counter\nstrata_cache_disk_hit_tokens_total %ld\n",
                      st.requests, st.tokens_prompt, st.tokens_generated, st.steps, st.active, st.queued,
                      st.cache_lookups, st.cache_hit_tokens, st.cache_published_blocks, st.cache_evicted_blocks,
-                     st.cache_blocks);
+                     st.cache_blocks, st.cache_disk_hit_tokens);
+    if (s->disk && n < (int)sizeof body) {
+        disk_stats d;
+        disk_get_stats(s->disk, &d);
+        n += snprintf(body + n, sizeof body - (size_t)n,
+                      "# TYPE strata_disk_blocks gauge\nstrata_disk_blocks %llu\n"
+                      "# TYPE strata_disk_bytes gauge\nstrata_disk_bytes %llu\n"
+                      "# TYPE strata_disk_written_bytes_total counter\nstrata_disk_written_bytes_total %llu\n"
+                      "# TYPE strata_disk_read_bytes_total counter\nstrata_disk_read_bytes_total %llu\n"
+                      "# TYPE strata_disk_evicted_total counter\nstrata_disk_evicted_total %llu\n"
+                      "# TYPE strata_disk_quarantined_total counter\nstrata_disk_quarantined_total %llu\n"
+                      "# TYPE strata_disk_write_errors_total counter\nstrata_disk_write_errors_total %llu\n",
+                      (unsigned long long)d.files, (unsigned long long)d.bytes, (unsigned long long)d.write_bytes,
+                      (unsigned long long)d.read_bytes, (unsigned long long)d.evicted,
+                      (unsigned long long)d.quarantined, (unsigned long long)d.write_errors);
+    }
+    if (n > (int)sizeof body - 1) n = (int)sizeof body - 1;
     http_reply_text(rep, 200, "text/plain; version=0.0.4", body, (size_t)n);
 }
 
 static void get_props(server *s, const http_req *req, http_reply *rep) {
     const model_hparams *hp = &s->e->m->hp;
-    json_t *cache = json_pack("{s:b,s:i,s:i,s:i}", "prefix_cache", !s->o.no_cache, "block_tokens",
+    json_t *cache = json_pack("{s:b,s:i,s:i,s:i,s:s?,s:i}", "prefix_cache", !s->o.no_cache, "block_tokens",
                               s->e->kv.block_tokens, "kv_blocks", s->e->kv.n_blocks, "cache_mem_mb",
-                              s->o.no_cache ? 0 : s->o.cache_mem_mb);
+                              s->o.no_cache ? 0 : s->o.cache_mem_mb, "cache_dir", s->disk ? s->cache_dir : NULL,
+                              "cache_disk_mb", s->disk ? s->o.cache_disk_mb : 0);
     reply_json(rep, 200,
                json_pack("{s:s,s:s,s:s,s:i,s:i,s:i,s:s,s:s?,s:o}", "model", s->model_id, "model_path",
                          s->o.model_path, "architecture", hp->arch_name, "n_ctx", s->o.ctx,
@@ -242,6 +261,33 @@ static int load_template(server *s, strata_err *err) {
     return 0;
 }
 
+/* The disk tier under --cache-dir (default $XDG_CACHE_HOME/strata/kv or
+ * ~/.cache/strata/kv). Any failure leaves the server memory-only, with a
+ * warning: a cache is never a reason not to serve. */
+static void open_disk(server *s, const uint8_t fp[32]) {
+    if (s->o.no_cache || s->o.no_cache_disk) return;
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (s->o.cache_dir) snprintf(s->cache_dir, sizeof s->cache_dir, "%s", s->o.cache_dir);
+    else if (xdg && *xdg) snprintf(s->cache_dir, sizeof s->cache_dir, "%s/strata/kv", xdg);
+    else if (home && *home) snprintf(s->cache_dir, sizeof s->cache_dir, "%s/.cache/strata/kv", home);
+    else return;
+    disk_opts d = {.dir = s->cache_dir, .budget_bytes = (uint64_t)s->o.cache_disk_mb << 20,
+                   .block_tokens = (uint32_t)s->e->kv.block_tokens, .block_bytes = s->e->kv.block_bytes,
+                   .kv_dtype = 1};
+    memcpy(d.model_fp, fp, 32);
+    strata_err err = {0};
+    if (disk_open(&s->disk, &d, &err)) {
+        log_warn("cache: disk tier off, serving from memory only: %s", err.msg);
+        s->disk = NULL;
+        return;
+    }
+    disk_stats st;
+    disk_get_stats(s->disk, &st);
+    log_info("cache: disk tier %s: %llu blocks (%.1f MiB) of this model, budget %d MiB, %llu quarantined",
+             s->cache_dir, (unsigned long long)st.files, st.bytes / 1048576.0, s->o.cache_disk_mb,
+             (unsigned long long)st.quarantined);
+}
+
 static int load_model(server *s, strata_err *err) {
     uint8_t fp[32];
     int rc = cache_model_fingerprint(s->o.model_path, fp, err);
@@ -256,8 +302,9 @@ static int load_model(server *s, strata_err *err) {
     if ((rc = load_template(s, err))) return rc;
     if (s->o.trace_path && !(s->trace = fopen(s->o.trace_path, "a")))
         return strata_errf(err, STRATA_EIO, "--trace %s: cannot open for appending", s->o.trace_path);
+    open_disk(s, fp);
     sched_opts so = {.n_slots = s->o.parallel, .ctx_per_slot = s->o.ctx, .queue_max = s->o.queue_max,
-                     .chunk = 256, .prefix_cache = !s->o.no_cache, .trace = s->trace};
+                     .chunk = 256, .prefix_cache = !s->o.no_cache, .trace = s->trace, .disk = s->disk};
     memcpy(so.model_fp, fp, sizeof fp);
     log_info("prefix cache: %s; KV pool %d blocks of %d tokens (%d MiB beyond the slots for cached prefixes)",
              s->o.no_cache ? "off" : "live tier", s->e->kv.n_blocks, s->e->kv.block_tokens,
@@ -297,6 +344,7 @@ void server_stop(server *s) {
     if (s->sch) sched_cancel_all(s->sch); /* running requests end as cancelled */
     http_stop(s->http);        /* waits for connection threads, which see the ends */
     sched_free(s->sch);
+    disk_close(s->disk);       /* drains queued block writes */
     if (s->trace) fclose(s->trace);
     replay_free(s->replay);
     tmpl_free(s->tpl);

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 
 #include "model/engine.h"
+#include "cache/disk.h"
 #include "server/http.h"
 #include "server/replay.h"
 #include "server/sched.h"
@@ -19,6 +20,9 @@ typedef struct server_opts {
     const char *model_path, *host, *api_key, *alias, *template_file, *trace_path;
     int port, parallel, ctx, threads, cors, queue_max;
     int no_cache;      /* --no-prefix-cache */
+    int no_cache_disk; /* --no-cache-disk */
+    int cache_disk_mb; /* disk tier budget */
+    const char *cache_dir; /* NULL: under the user's cache directory */
     int cache_mem_mb;  /* KV memory kept for cached prefixes beyond the slots */
     long max_body;
 } server_opts;
@@ -37,6 +41,8 @@ typedef struct server {
     atomic_int ready;
     FILE *trace;
     replay_store *replay; /* exact tokens of recent replies */
+    disk_store *disk;     /* KV disk tier, or NULL (memory only) */
+    char cache_dir[1024];
     long started_at;
 } server;
 

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 
 import httpx
@@ -28,6 +29,8 @@ def free_port():
 
 class Server:
     def __init__(self, model, *extra):
+        if "--cache-dir" not in extra:  # never touch the user's own cache
+            extra = (*extra, "--cache-dir", tempfile.mkdtemp(prefix="strata-kv-"))
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(os.path.join(GEN, f"serve-{self.port}.log"), "w")

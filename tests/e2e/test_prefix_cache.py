@@ -118,3 +118,52 @@ def test_exact_replay_extends_cache_through_the_reply(warm):
     # Every block of turn 1's prompt and generated tokens (the last sampled
     # one is never fed) is reused: the reply came back as its exact tokens.
     assert r2["usage"]["prompt_tokens_details"]["cached_tokens"] >= (p1 + g1 - 1) // 64 * 64
+
+
+def test_cache_survives_restart_bit_identical(tmp_path, cold):
+    cache = str(tmp_path / "kv")
+    s = Server(TINY_MODEL, "--ctx", "2048", "--cache-dir", cache)
+    try:
+        first = turn(s, "before the restart")
+    finally:
+        assert s.stop() == 0  # drains the disk writes
+    s = Server(TINY_MODEL, "--ctx", "2048", "--cache-dir", cache)
+    try:
+        again = turn(s, "after the restart")
+        tiers = again["usage"]["strata_cache"]
+        assert tiers["disk_tokens"] >= 64 and tiers["live_tokens"] == 0
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == tiers["disk_tokens"]
+        assert strip(again) == strip(turn(cold, "after the restart"))
+        m = httpx.get(s.url + "/metrics").text
+        assert "strata_disk_blocks" in m
+    finally:
+        assert s.stop() == 0
+
+
+def test_corrupt_cache_file_is_skipped_not_fatal(tmp_path, cold):
+    import glob
+    import os
+    cache = str(tmp_path / "kv")
+    s = Server(TINY_MODEL, "--ctx", "2048", "--cache-dir", cache)
+    try:
+        turn(s, "corrupt me")
+    finally:
+        assert s.stop() == 0
+    files = sorted(glob.glob(os.path.join(cache, "**", "*.kv"), recursive=True))
+    assert files
+    for f in files:  # flip one payload byte in every block file
+        with open(f, "r+b") as fh:
+            fh.seek(os.path.getsize(f) // 2)
+            b = fh.read(1)
+            fh.seek(-1, 1)
+            fh.write(bytes([b[0] ^ 0xFF]))
+    s = Server(TINY_MODEL, "--ctx", "2048", "--cache-dir", cache)
+    try:
+        r = turn(s, "corrupt me")
+        assert r["usage"]["strata_cache"]["disk_tokens"] == 0  # nothing corrupt was loaded
+        assert strip(r) == strip(turn(cold, "corrupt me"))
+        m = {l.split()[0]: float(l.split()[1]) for l in httpx.get(s.url + "/metrics").text.splitlines()
+             if l and not l.startswith("#")}
+        assert m["strata_disk_quarantined_total"] >= 1
+    finally:
+        assert s.stop() == 0

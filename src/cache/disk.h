@@ -1,0 +1,124 @@
+/* disk.h - the disk tier: every published KV block as one content-addressed
+ * file, so the cache survives a restart (DESIGN.md, "Tiers").
+ *
+ * A block is named by its chained SHA-256 hash (hash.h) and stored as
+ * DIR/ab/<hex>.kv (format in disk_file.h). Opening rebuilds an in-memory
+ * index from file headers only. Writes are queued and done by one
+ * background thread (temp file, fsync, rename, fsync dir), never on the
+ * request's critical path; a block is never stored twice. When the files
+ * pass the budget, blocks go leaf first (a block whose children are all
+ * gone before its parents), lowest score first (recency plus a decayed hit
+ * count), and never one written or loaded in the last protect_ms.
+ * Loading verifies everything; a damaged file is moved to DIR/quarantine/,
+ * reported and never loaded. A full or read-only disk drops writes (counted,
+ * warned once) and the server keeps serving.
+ *
+ * Thread safety: every call may come from any thread.
+ * Does not: decide which blocks are worth keeping longer (policy layer),
+ * know about the live pool or RAM tier (the scheduler copies blocks). */
+#ifndef STRATA_CACHE_DISK_H
+#define STRATA_CACHE_DISK_H
+
+#include <stdint.h>
+
+#include "base/err.h"
+#include "cache/hash.h"
+
+typedef struct disk_store disk_store;
+
+typedef struct disk_opts {
+    const char *dir;          /* created if missing (mkdir -p) */
+    uint64_t budget_bytes;    /* evict down to this after writes; 0 = no limit */
+    uint8_t model_fp[32];     /* files of other models are left alone, not indexed */
+    uint32_t block_tokens;    /* B */
+    uint64_t block_bytes;     /* KV payload bytes per block */
+    uint32_t kv_dtype;        /* 1 = f16 */
+    uint32_t protect_ms;      /* never evict a block written/loaded this recently; 0 = 10000 */
+    uint64_t max_pending_bytes; /* queued write copies; more are dropped; 0 = 256 MiB */
+    /* For `strata cache`: index every model's files, geometry per file;
+     * disk_put and disk_get are refused (use disk_verify). */
+    int all_models;
+    int read_only;            /* no writer thread, no cleanup, no quarantine moves */
+} disk_opts;
+
+enum { DISK_F16 = 1 };
+
+/* Opens (or creates) the store and rebuilds its index from headers. A
+ * directory that cannot be created or written returns STRATA_EIO with the
+ * reason; the caller then runs memory-only with a warning. */
+int disk_open(disk_store **out, const disk_opts *o, strata_err *err);
+/* Drains queued writes, stops the writer, frees everything; NULL is fine. */
+void disk_close(disk_store *d);
+
+/* 1 when the block is stored or queued for writing. */
+int disk_has(disk_store *d, const cache_hash *h);
+
+/* Queues a copy of one block (tokens: its B token ids; parent: the previous
+ * block's hash, the root for block 0; kv: block_bytes) and returns at once.
+ * A hash already stored or queued is a no-op returning 0. STRATA_EBUSY when
+ * the queue is full (the write is dropped and counted). */
+int disk_put(disk_store *d, const cache_hash *h, const cache_hash *parent, const int32_t *tokens,
+             const void *kv);
+
+/* Reads a block into dst (block_bytes) and its token ids into tokens_out
+ * (B of them; may be NULL). Checks magic, version, model fingerprint,
+ * hash, token count, dtype, size and checksum; a mismatch quarantines the
+ * file and returns STRATA_EFORMAT with the reason. STRATA_EIO when it is
+ * not stored (or vanished). A queued block is served from its copy.
+ * On failure dst is zeroed (never partly loaded data).
+ * Either way a failure is a miss for the caller, never fatal. */
+int disk_get(disk_store *d, const cache_hash *h, void *dst, int32_t *tokens_out, strata_err *err);
+
+/* A hit served by an upper tier (live pool, RAM): feeds recency and the
+ * hit count used by eviction, and protects the block for protect_ms.
+ * disk_get already counts as a hit; do not touch for the same use. */
+void disk_touch(disk_store *d, const cache_hash *h);
+
+/* Waits until every queued write is done (tests, tools, shutdown). */
+void disk_flush(disk_store *d);
+
+typedef struct disk_stats {
+    uint64_t files, bytes;            /* stored now (this model) */
+    uint64_t writes, write_bytes;     /* files written since open */
+    uint64_t reads, read_bytes;       /* blocks served by disk_get (reads: also from the queue;
+                                         read_bytes: payload read from files) */
+    uint64_t evicted, quarantined;
+    uint64_t write_errors;            /* failed writes (ENOSPC, EROFS, ...): dropped */
+    uint64_t dropped;                 /* puts refused because the queue was full */
+    uint64_t pending, pending_bytes;  /* queued now */
+    uint64_t foreign;                 /* files left alone at open: other model, version, geometry */
+    uint64_t temp_removed;            /* leftover temp files of dead writers, removed at open */
+} disk_stats;
+void disk_get_stats(disk_store *d, disk_stats *out);
+
+/* ---- for `strata cache` (tools; also usable by the server) ---- */
+
+/* Evicts down to budget_bytes now (0: everything that may go; same order
+ * and protection as after a write) and keeps it as the budget (where 0
+ * means no limit again). Returns the number of files evicted. */
+uint64_t disk_evict_to(disk_store *d, uint64_t budget_bytes);
+
+typedef struct disk_block_info {
+    cache_hash hash, parent;
+    uint8_t model_fp[32];
+    uint32_t n_tokens;
+    uint32_t n_children;      /* stored or queued blocks whose parent this is */
+    uint64_t bytes;           /* file size */
+    double last_use;          /* unix seconds (file mtime at open, then hits) */
+    double hits;              /* decayed hit count since open */
+    int parent_stored;        /* the parent is in the index */
+    int pending;              /* queued, not on disk yet */
+} disk_block_info;
+/* Calls fn for every stored or queued block, under the store's lock: fn
+ * must not call back into the store. */
+void disk_foreach(disk_store *d, void (*fn)(void *ctx, const disk_block_info *b), void *ctx);
+
+/* Reads one stored block of any model in full and checks everything;
+ * quarantines it on failure (unless read_only). 0 or STRATA_EFORMAT/EIO. */
+int disk_verify(disk_store *d, const cache_hash *h, strata_err *err);
+
+/* Deletes every block file, temp file and quarantined file under dir (all
+ * models). *n_files gets the count. */
+int disk_purge(const char *dir, uint64_t *n_files, strata_err *err);
+
+#endif
