@@ -11,8 +11,9 @@ void attn_head_scalar(const attn_args *a) {
     float mx = -INFINITY;
     for (int j = 0; j < a->n_kv; j++) {
         const uint16_t *k = a->k_blocks[j / B] + (size_t)(j % B) * a->stride;
+        const float *kf = a->kf ? a->kf + (size_t)j * d : NULL;
         float s = 0;
-        for (int i = 0; i < d; i++) s += a->q[i] * fp16_to_f32(k[i]);
+        for (int i = 0; i < d; i++) s += a->q[i] * (kf ? kf[i] : fp16_to_f32(k[i]));
         s *= a->scale;
         a->scores[j] = s;
         if (s > mx) mx = s;
@@ -26,8 +27,9 @@ void attn_head_scalar(const attn_args *a) {
     for (int i = 0; i < d; i++) a->out[i] = 0;
     for (int j = 0; j < a->n_kv; j++) {
         const uint16_t *v = a->v_blocks[j / B] + (size_t)(j % B) * a->stride;
+        const float *vf = a->vf ? a->vf + (size_t)j * d : NULL;
         float p = a->scores[j] * inv;
-        for (int i = 0; i < d; i++) a->out[i] += p * fp16_to_f32(v[i]);
+        for (int i = 0; i < d; i++) a->out[i] += p * (vf ? vf[i] : fp16_to_f32(v[i]));
     }
 }
 

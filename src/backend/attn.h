@@ -15,6 +15,11 @@ typedef struct attn_args {
     const uint16_t *const *k_blocks;
     const uint16_t *const *v_blocks;
     int block_tokens, stride, head_dim, n_kv;
+    /* Optional: the same rows already widened to float, contiguous
+     * (row j at kf + j * head_dim). Widening F16 is exact, so both sources
+     * give bit-identical results; prefill uses these to convert each row
+     * once instead of once per query. */
+    const float *kf, *vf;
     float scale;
     float *scores; /* scratch, n_kv floats */
     float *out;    /* head_dim floats */

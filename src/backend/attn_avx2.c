@@ -70,9 +70,24 @@ static inline __m256 exp256(__m256 x) {
     return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
+/* Eight floats of row data: widened from F16, or read as float. The two
+ * are the same values, so the arithmetic that follows is the same. */
+static inline __attribute__((always_inline)) __m256 row8(const void *row, int i, int f32) {
+    if (f32) return _mm256_loadu_ps((const float *)row + 8 * i);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + 8 * i)));
+}
+
+/* Row j of the float copy, or the next F16 row of the cursor; past n_kv
+ * both give the last row again. */
+static inline __attribute__((always_inline)) const void *next_row(row_cursor *cur, const float *base, int d,
+                                                                  int j, int n_kv, int f32) {
+    if (f32) return base + (size_t)(j < n_kv ? j : n_kv - 1) * d;
+    return cursor_next(cur);
+}
+
 /* scores[j] = scale * q.k_j for j < n_kv (the last group may write past
  * n_kv up to the next multiple of 8; the caller's buffer allows it). */
-static float scores_and_max(const attn_args *a) {
+static inline __attribute__((always_inline)) float scores_and_max_src(const attn_args *a, int f32) {
     int B = a->block_tokens, nv = a->head_dim / 8;
     __m256 q[MAX_DIM / 8], mx = _mm256_set1_ps(-INFINITY), scale = _mm256_set1_ps(a->scale);
     for (int i = 0; i < nv; i++) q[i] = _mm256_loadu_ps(a->q + 8 * i);
@@ -81,10 +96,9 @@ static float scores_and_max(const attn_args *a) {
     for (int j0 = 0; j0 < a->n_kv; j0 += 8) {
         __m256 acc[8];
         for (int u = 0; u < 8; u++) {
-            const uint16_t *k = cursor_next(&cur); /* past n_kv: the last row again */
+            const void *k = next_row(&cur, a->kf, a->head_dim, j0 + u, a->n_kv, f32);
             acc[u] = _mm256_setzero_ps();
-            for (int i = 0; i < nv; i++)
-                acc[u] = _mm256_fmadd_ps(q[i], _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + 8 * i))), acc[u]);
+            for (int i = 0; i < nv; i++) acc[u] = _mm256_fmadd_ps(q[i], row8(k, i, f32), acc[u]);
         }
         __m256 s = _mm256_mul_ps(sum8x8(acc), scale);
         _mm256_storeu_ps(a->scores + j0, s);
@@ -119,24 +133,28 @@ static float exp_and_sum(const attn_args *a, float mx) {
     return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
 }
 
-void attn_head_avx2(const attn_args *a) {
+static inline __attribute__((always_inline)) void attn_src(const attn_args *a, int f32) {
     int B = a->block_tokens, nv = a->head_dim / 8;
-    if (a->head_dim % 8 || a->head_dim > MAX_DIM) {
-        attn_head_scalar(a);
-        return;
-    }
-    float mx = scores_and_max(a);
+    float mx = scores_and_max_src(a, f32);
     float inv = 1.0f / exp_and_sum(a, mx);
     __m256 acc[MAX_DIM / 8];
     for (int i = 0; i < nv; i++) acc[i] = _mm256_setzero_ps();
     row_cursor cur;
     cursor_init(&cur, a->v_blocks, B, a->stride, a->n_kv);
     for (int j = 0; j < a->n_kv; j++) {
-        const uint16_t *v = cursor_next(&cur);
+        const void *v = next_row(&cur, a->vf, a->head_dim, j, a->n_kv, f32);
         __m256 p = _mm256_set1_ps(a->scores[j]);
-        for (int i = 0; i < nv; i++)
-            acc[i] = _mm256_fmadd_ps(p, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + 8 * i))), acc[i]);
+        for (int i = 0; i < nv; i++) acc[i] = _mm256_fmadd_ps(p, row8(v, i, f32), acc[i]);
     }
     __m256 s = _mm256_set1_ps(inv);
     for (int i = 0; i < nv; i++) _mm256_storeu_ps(a->out + 8 * i, _mm256_mul_ps(acc[i], s));
+}
+
+static void attn_f16(const attn_args *a) { attn_src(a, 0); }
+static void attn_f32(const attn_args *a) { attn_src(a, 1); }
+
+void attn_head_avx2(const attn_args *a) {
+    if (a->head_dim % 8 || a->head_dim > MAX_DIM) attn_head_scalar(a);
+    else if (a->kf && a->vf) attn_f32(a);
+    else attn_f16(a);
 }

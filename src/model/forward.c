@@ -33,6 +33,10 @@ struct fwd_ctx {
     int scores_cap;
     const uint16_t **kb, **vb; /* n_threads x block table scratch */
     int blocks_cap;
+    float *kf, *vf;  /* prefill: K/V of the batch's sequence widened to float, [kv head][pos][d] */
+    size_t kvf_cap;  /* floats in each */
+    int kvf_stride;  /* positions per kv head in kf/vf */
+    const kv_seq *kvf_seq; /* the sequence they hold this layer, or NULL */
 };
 
 /* ---- row-parallel helpers ---------------------------------------------- */
@@ -257,10 +261,13 @@ static void attend(fwd_ctx *c, const layer_arg *a, int t, int h, int ith) {
         kb[i] = kv_rows(c->kv, s->blocks[i], a->layer, 0) + (size_t)g * d;
         vb[i] = kv_rows(c->kv, s->blocks[i], a->layer, 1) + (size_t)g * d;
     }
+    size_t head_off = (size_t)g * c->kvf_stride * d;
     attn_args args = {
         .q = c->q + (size_t)t * hp->n_head * d + (size_t)h * d,
         .k_blocks = kb, .v_blocks = vb, .block_tokens = B, .stride = kvd, .head_dim = d,
         .n_kv = n_kv, .scale = 1.0f / sqrtf((float)d),
+        .kf = c->kvf_seq == s ? c->kf + head_off : NULL,
+        .vf = c->kvf_seq == s ? c->vf + head_off : NULL,
         .scores = c->scores + (size_t)ith * c->scores_cap,
         .out = c->att + (size_t)t * hp->n_head * d + (size_t)h * d,
     };
@@ -279,6 +286,59 @@ static void attn_worker(void *p, int ith, int nth) {
      * round-robin so every thread gets early and late tokens alike. */
     for (long i = ith; i < (long)j->a->b->n * heads; i += nth)
         attend(j->c, j->a, (int)(i / heads), (int)(i % heads), ith);
+}
+
+/* ---- prefill: K/V widened once per layer ----------------------------------- */
+
+typedef struct {
+    fwd_ctx *c;
+    const kv_seq *s;
+    int layer, n_pos;
+} widen_job;
+
+static void widen_worker(void *p, int ith, int nth) {
+    widen_job *j = p;
+    fwd_ctx *c = j->c;
+    const model_hparams *hp = &c->m->hp;
+    int d = hp->head_dim, kvd = hp->n_head_kv * d, B = c->kv->block_tokens;
+    long lo, hi;
+    pool_range(j->n_pos, ith, nth, &lo, &hi);
+    for (long pos = lo; pos < hi; pos++) {
+        const uint16_t *k = kv_rows(c->kv, j->s->blocks[pos / B], j->layer, 0) + (size_t)(pos % B) * kvd;
+        const uint16_t *v = kv_rows(c->kv, j->s->blocks[pos / B], j->layer, 1) + (size_t)(pos % B) * kvd;
+        for (int g = 0; g < hp->n_head_kv; g++) {
+            float *kd = c->kf + ((size_t)g * c->kvf_stride + pos) * d, *vd = c->vf + ((size_t)g * c->kvf_stride + pos) * d;
+            for (int i = 0; i < d; i++) {
+                kd[i] = fp16_to_f32(k[g * d + i]);
+                vd[i] = fp16_to_f32(v[g * d + i]);
+            }
+        }
+    }
+}
+
+/* A prefill chunk (many tokens, one sequence) reads every K/V row once per
+ * query; widening them to float first saves the conversion each time.
+ * Decode steps and mixed batches read F16 directly: same values, same
+ * arithmetic, same bits. */
+static void widen_kv(fwd_ctx *c, const fwd_batch *b, int layer) {
+    c->kvf_seq = NULL;
+    if (b->n < 16) return;
+    for (int t = 1; t < b->n; t++)
+        if (b->seqs[t] != b->seqs[0]) return;
+    const model_hparams *hp = &c->m->hp;
+    int n_pos = b->seqs[0]->n_pos;
+    size_t need = (size_t)hp->n_head_kv * n_pos * hp->head_dim;
+    if (need > c->kvf_cap) {
+        free(c->kf);
+        free(c->vf);
+        c->kvf_cap = need + need / 2;
+        c->kf = xaligned(c->kvf_cap * sizeof(float));
+        c->vf = xaligned(c->kvf_cap * sizeof(float));
+    }
+    c->kvf_stride = n_pos;
+    widen_job j = {c, b->seqs[0], layer, n_pos};
+    pool_run(c->threads, widen_worker, &j);
+    c->kvf_seq = b->seqs[0];
 }
 
 static void swiglu_row(fwd_ctx *c, void *arg, int t) {
@@ -302,6 +362,7 @@ static void layer_forward(fwd_ctx *c, const fwd_batch *b, int il) {
     float *qkv_out[3] = {c->q, c->k, c->v};
     matmul_group(c, c->xn, n, qkv, qkv_out, 3);
     for_rows(c, n, qkv_finish_row, &a);
+    widen_kv(c, b, il);
     attn_job aj = {c, &a};
     pool_run(c->threads, attn_worker, &aj);
     matmul(c, c->att, n, &L->wo, c->tmp);
@@ -465,6 +526,8 @@ void fwd_free(fwd_ctx *c) {
                      c->rope_inv_freq, c->scores};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     for (int i = 0; i < MM_MAX; i++) free(c->xq[i]);
+    free(c->kf);
+    free(c->vf);
     free(c->kb);
     free(c->vb);
     free(c);
