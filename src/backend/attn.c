@@ -38,3 +38,11 @@ void attn_head(const attn_args *a) {
     if (!impl) impl = (cpu_get()->avx2 && cpu_get()->fma) ? attn_head_avx2 : attn_head_scalar;
     impl(a);
 }
+
+void attn_tile(const attn_args *a, int nq) {
+    if (cpu_get()->avx2 && cpu_get()->fma) {
+        attn_tile_avx2(a, nq);
+        return;
+    }
+    for (int t = 0; t < nq; t++) attn_head_scalar(&a[t]);
+}

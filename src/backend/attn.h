@@ -27,8 +27,15 @@ typedef struct attn_args {
 
 void attn_head(const attn_args *a);
 
+/* Up to ATTN_TILE queries of one head over one sequence (each a[t] as for
+ * attn_head, with kf/vf set): results bit-identical to attn_head on each,
+ * computed with one pass over the keys for the whole tile. */
+#define ATTN_TILE 8
+void attn_tile(const attn_args *a, int nq);
+
 /* Per-level implementations (attn.c dispatches). */
 void attn_head_scalar(const attn_args *a);
 void attn_head_avx2(const attn_args *a);
+void attn_tile_avx2(const attn_args *a, int nq);
 
 #endif

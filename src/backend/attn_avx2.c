@@ -9,6 +9,7 @@
  * most 256); other shapes use the scalar path. */
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #include "backend/attn.h"
 
@@ -157,4 +158,81 @@ void attn_head_avx2(const attn_args *a) {
     if (a->head_dim % 8 || a->head_dim > MAX_DIM) attn_head_scalar(a);
     else if (a->kf && a->vf) attn_f32(a);
     else attn_f16(a);
+}
+
+/* ---- query tiles (prefill, float rows) ------------------------------------
+ * Queries of one head over one sequence's keys, each computed with exactly
+ * the per-query operations of attn_head_avx2's float path, but key chunks
+ * are visited once for the whole tile, so each chunk is read from L1 by
+ * every query instead of from far memory by each one. Only the loop order
+ * across queries changes; no query's arithmetic does. */
+
+#define CHUNK 64 /* keys per pass, a multiple of the 8-key groups */
+
+static inline __m256 group_scores_f32(const __m256 *q, int nv, const float *kf, int d, int j0, int n_kv,
+                                      __m256 scale) {
+    __m256 acc[8];
+    for (int u = 0; u < 8; u++) {
+        const float *k = kf + (size_t)(j0 + u < n_kv ? j0 + u : n_kv - 1) * d;
+        acc[u] = _mm256_setzero_ps();
+        for (int i = 0; i < nv; i++) acc[u] = _mm256_fmadd_ps(q[i], _mm256_loadu_ps(k + 8 * i), acc[u]);
+    }
+    return _mm256_mul_ps(sum8x8(acc), scale);
+}
+
+static float hmax8(__m256 mx) {
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    return _mm_cvtss_f32(m4);
+}
+
+static void tile_scores(const attn_args *a, int nq, int c0, __m256 *mx) {
+    int d = a[0].head_dim, nv = d / 8;
+    for (int t = 0; t < nq; t++) {
+        __m256 q[MAX_DIM / 8], scale = _mm256_set1_ps(a[t].scale);
+        for (int i = 0; i < nv; i++) q[i] = _mm256_loadu_ps(a[t].q + 8 * i);
+        for (int j0 = c0; j0 < c0 + CHUNK && j0 < a[t].n_kv; j0 += 8) {
+            __m256 s = group_scores_f32(q, nv, a[t].kf, d, j0, a[t].n_kv, scale);
+            _mm256_storeu_ps(a[t].scores + j0, s);
+            mx[t] = _mm256_max_ps(mx[t], s);
+        }
+    }
+}
+
+static void tile_values(const attn_args *a, int nq, int c0, float (*accbuf)[MAX_DIM]) {
+    int d = a[0].head_dim, nv = d / 8;
+    for (int t = 0; t < nq; t++) {
+        __m256 acc[MAX_DIM / 8];
+        for (int i = 0; i < nv; i++) acc[i] = _mm256_loadu_ps(accbuf[t] + 8 * i);
+        int end = c0 + CHUNK < a[t].n_kv ? c0 + CHUNK : a[t].n_kv;
+        for (int j = c0; j < end; j++) {
+            const float *v = a[t].vf + (size_t)j * d;
+            __m256 p = _mm256_set1_ps(a[t].scores[j]);
+            for (int i = 0; i < nv; i++) acc[i] = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 8 * i), acc[i]);
+        }
+        for (int i = 0; i < nv; i++) _mm256_storeu_ps(accbuf[t] + 8 * i, acc[i]);
+    }
+}
+
+void attn_tile_avx2(const attn_args *a, int nq) {
+    int d = a[0].head_dim, nv = d / 8, max_kv = 0;
+    if (d % 8 || d > MAX_DIM || nq > ATTN_TILE || !a[0].kf) {
+        for (int t = 0; t < nq; t++) attn_head_avx2(&a[t]);
+        return;
+    }
+    __m256 mx[ATTN_TILE];
+    float inv[ATTN_TILE], accbuf[ATTN_TILE][MAX_DIM];
+    for (int t = 0; t < nq; t++) {
+        mx[t] = _mm256_set1_ps(-INFINITY);
+        memset(accbuf[t], 0, sizeof accbuf[t]);
+        if (a[t].n_kv > max_kv) max_kv = a[t].n_kv;
+    }
+    for (int c0 = 0; c0 < max_kv; c0 += CHUNK) tile_scores(a, nq, c0, mx);
+    for (int t = 0; t < nq; t++) inv[t] = 1.0f / exp_and_sum(&a[t], hmax8(mx[t]));
+    for (int c0 = 0; c0 < max_kv; c0 += CHUNK) tile_values(a, nq, c0, accbuf);
+    for (int t = 0; t < nq; t++) {
+        __m256 s = _mm256_set1_ps(inv[t]);
+        for (int i = 0; i < nv; i++) _mm256_storeu_ps(a[t].out + 8 * i, _mm256_mul_ps(_mm256_loadu_ps(accbuf[t] + 8 * i), s));
+    }
 }

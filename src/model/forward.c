@@ -250,8 +250,9 @@ static void qkv_finish_row(fwd_ctx *c, void *arg, int t) {
     }
 }
 
-/* One (token, head) pair: attention over the token's own sequence. */
-static void attend(fwd_ctx *c, const layer_arg *a, int t, int h, int ith) {
+/* Arguments for query (token t, head h) on thread ith: the block table of
+ * the token's sequence, and its float K/V copy when the batch made one. */
+static void attn_setup(fwd_ctx *c, const layer_arg *a, int t, int h, int ith, float *scores, attn_args *out) {
     const model_hparams *hp = &c->m->hp;
     int d = hp->head_dim, kvd = hp->n_head_kv * d, g = h / (hp->n_head / hp->n_head_kv);
     const kv_seq *s = a->b->seqs[t];
@@ -262,16 +263,15 @@ static void attend(fwd_ctx *c, const layer_arg *a, int t, int h, int ith) {
         vb[i] = kv_rows(c->kv, s->blocks[i], a->layer, 1) + (size_t)g * d;
     }
     size_t head_off = (size_t)g * c->kvf_stride * d;
-    attn_args args = {
+    *out = (attn_args){
         .q = c->q + (size_t)t * hp->n_head * d + (size_t)h * d,
         .k_blocks = kb, .v_blocks = vb, .block_tokens = B, .stride = kvd, .head_dim = d,
         .n_kv = n_kv, .scale = 1.0f / sqrtf((float)d),
         .kf = c->kvf_seq == s ? c->kf + head_off : NULL,
         .vf = c->kvf_seq == s ? c->vf + head_off : NULL,
-        .scores = c->scores + (size_t)ith * c->scores_cap,
+        .scores = scores,
         .out = c->att + (size_t)t * hp->n_head * d + (size_t)h * d,
     };
-    attn_head(&args);
 }
 
 typedef struct {
@@ -279,13 +279,33 @@ typedef struct {
     const layer_arg *a;
 } attn_job;
 
+static float *thread_scores(fwd_ctx *c, int ith, int slot) {
+    return c->scores + ((size_t)ith * ATTN_TILE + slot) * c->scores_cap;
+}
+
 static void attn_worker(void *p, int ith, int nth) {
     attn_job *j = p;
     int heads = j->c->m->hp.n_head;
     /* Causal work grows with the position: deal (token, head) pairs out
      * round-robin so every thread gets early and late tokens alike. */
-    for (long i = ith; i < (long)j->a->b->n * heads; i += nth)
-        attend(j->c, j->a, (int)(i / heads), (int)(i % heads), ith);
+    for (long i = ith; i < (long)j->a->b->n * heads; i += nth) {
+        attn_args args;
+        attn_setup(j->c, j->a, (int)(i / heads), (int)(i % heads), ith, thread_scores(j->c, ith, 0), &args);
+        attn_head(&args);
+    }
+}
+
+/* Prefill of one sequence: tiles of consecutive tokens per head, so the
+ * keys are read once per tile (same results as one query at a time). */
+static void attn_tile_worker(void *p, int ith, int nth) {
+    attn_job *j = p;
+    int heads = j->c->m->hp.n_head, n = j->a->b->n, tiles = (n + ATTN_TILE - 1) / ATTN_TILE;
+    for (long i = ith; i < (long)tiles * heads; i += nth) {
+        int t0 = (int)(i / heads) * ATTN_TILE, h = (int)(i % heads), nq = n - t0 < ATTN_TILE ? n - t0 : ATTN_TILE;
+        attn_args args[ATTN_TILE];
+        for (int k = 0; k < nq; k++) attn_setup(j->c, j->a, t0 + k, h, ith, thread_scores(j->c, ith, k), &args[k]);
+        attn_tile(args, nq);
+    }
 }
 
 /* ---- prefill: K/V widened once per layer ----------------------------------- */
@@ -364,7 +384,7 @@ static void layer_forward(fwd_ctx *c, const fwd_batch *b, int il) {
     for_rows(c, n, qkv_finish_row, &a);
     widen_kv(c, b, il);
     attn_job aj = {c, &a};
-    pool_run(c->threads, attn_worker, &aj);
+    pool_run(c->threads, c->kvf_seq ? attn_tile_worker : attn_worker, &aj);
     matmul(c, c->att, n, &L->wo, c->tmp);
     add_rows(c->x, c->tmp, (size_t)n * e);
 
@@ -391,7 +411,7 @@ static void ensure_scratch(fwd_ctx *c, int max_kv) {
     if (max_kv > c->scores_cap) {
         free(c->scores);
         c->scores_cap = max_kv + 256; /* kernels may write up to 8 past n_kv */
-        c->scores = xmalloc((size_t)nth * c->scores_cap * sizeof(float));
+        c->scores = xmalloc((size_t)nth * ATTN_TILE * c->scores_cap * sizeof(float));
     }
     int nb = (max_kv + B - 1) / B;
     if (nb > c->blocks_cap) {
