@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/mem.h"
@@ -41,7 +42,65 @@ void cache_hash_block(cache_hash *out, const cache_hash *parent, const int32_t *
     if (buf != stack) free(buf);
 }
 
-int cache_model_fingerprint(const char *path, uint8_t out[32], strata_err *err) {
+static int hash_file(const char *path, uint8_t out[32], strata_err *err);
+
+/* memo file: one line "size mtime_ns hex" under memo_dir, named by the
+ * SHA-256 of the model's absolute path. */
+static void memo_path(const char *memo_dir, const char *model, char *out, size_t cap) {
+    char abs[4096];
+    if (!realpath(model, abs)) snprintf(abs, sizeof abs, "%s", model);
+    cache_hash h;
+    SHA256((const uint8_t *)abs, strlen(abs), h.b);
+    char hex[65];
+    cache_hash_hex(&h, hex);
+    snprintf(out, cap, "%s/fingerprint-%.16s.txt", memo_dir, hex);
+}
+
+static int memo_read(const char *file, const struct stat *st, uint8_t out[32]) {
+    FILE *f = fopen(file, "r");
+    if (!f) return -1;
+    unsigned long long size = 0, mtime = 0;
+    char hex[65] = "";
+    int ok = fscanf(f, "%llu %llu %64s", &size, &mtime, hex) == 3 && strlen(hex) == 64 &&
+             size == (unsigned long long)st->st_size &&
+             mtime == (unsigned long long)st->st_mtim.tv_sec * 1000000000ull + (unsigned long long)st->st_mtim.tv_nsec;
+    fclose(f);
+    for (int i = 0; ok && i < 32; i++) {
+        unsigned v;
+        ok = sscanf(hex + 2 * i, "%2x", &v) == 1;
+        out[i] = (uint8_t)v;
+    }
+    return ok ? 0 : -1;
+}
+
+static void memo_write(const char *file, const struct stat *st, const uint8_t fp[32]) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp%d", file, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) return; /* a memo is an optimisation: no directory, no memo */
+    cache_hash h;
+    memcpy(h.b, fp, 32);
+    char hex[65];
+    cache_hash_hex(&h, hex);
+    fprintf(f, "%llu %llu %s\n", (unsigned long long)st->st_size,
+            (unsigned long long)st->st_mtim.tv_sec * 1000000000ull + (unsigned long long)st->st_mtim.tv_nsec, hex);
+    if (fclose(f) == 0) rename(tmp, file);
+    else unlink(tmp);
+}
+
+int cache_model_fingerprint(const char *path, const char *memo_dir, uint8_t out[32], strata_err *err) {
+    struct stat st;
+    char memo[4200] = "";
+    if (memo_dir && stat(path, &st) == 0) {
+        memo_path(memo_dir, path, memo, sizeof memo);
+        if (memo_read(memo, &st, out) == 0) return 0;
+    }
+    int rc = hash_file(path, out, err);
+    if (!rc && memo[0]) memo_write(memo, &st, out);
+    return rc;
+}
+
+static int hash_file(const char *path, uint8_t out[32], strata_err *err) {
     int fd = open(path, O_RDONLY);
     if (fd < 0) return strata_errf(err, STRATA_EIO, "%s: cannot open for fingerprint: %s", path, strerror(errno));
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "base/log.h"
@@ -264,13 +265,33 @@ static int load_template(server *s, strata_err *err) {
 /* The disk tier under --cache-dir (default $XDG_CACHE_HOME/strata/kv or
  * ~/.cache/strata/kv). Any failure leaves the server memory-only, with a
  * warning: a cache is never a reason not to serve. */
+/* The disk tier's folder: --cache-dir, else under the user's cache
+ * directory; -1 when there is none. */
+static int cache_dir_path(const server *s, char *out, size_t cap) {
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (s->o.cache_dir) snprintf(out, cap, "%s", s->o.cache_dir);
+    else if (xdg && *xdg) snprintf(out, cap, "%s/strata/kv", xdg);
+    else if (home && *home) snprintf(out, cap, "%s/.cache/strata/kv", home);
+    else return -1;
+    return 0;
+}
+
+/* mkdir -p; failures are left to the disk tier to report. */
+static void mkdir_p(const char *dir) {
+    char buf[1100];
+    snprintf(buf, sizeof buf, "%s", dir);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(buf, 0755);
+            *p = '/';
+        }
+    mkdir(buf, 0755);
+}
+
 static void open_disk(server *s, const uint8_t fp[32]) {
     if (s->o.no_cache || s->o.no_cache_disk) return;
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (s->o.cache_dir) snprintf(s->cache_dir, sizeof s->cache_dir, "%s", s->o.cache_dir);
-    else if (xdg && *xdg) snprintf(s->cache_dir, sizeof s->cache_dir, "%s/strata/kv", xdg);
-    else if (home && *home) snprintf(s->cache_dir, sizeof s->cache_dir, "%s/.cache/strata/kv", home);
-    else return;
+    if (cache_dir_path(s, s->cache_dir, sizeof s->cache_dir)) return;
     disk_opts d = {.dir = s->cache_dir, .budget_bytes = (uint64_t)s->o.cache_disk_mb << 20,
                    .block_tokens = (uint32_t)s->e->kv.block_tokens, .block_bytes = s->e->kv.block_bytes,
                    .kv_dtype = 1};
@@ -290,7 +311,10 @@ static void open_disk(server *s, const uint8_t fp[32]) {
 
 static int load_model(server *s, strata_err *err) {
     uint8_t fp[32];
-    int rc = cache_model_fingerprint(s->o.model_path, fp, err);
+    char memo_dir[1100] = "";
+    if (!s->o.no_cache && !s->o.no_cache_disk && cache_dir_path(s, memo_dir, sizeof memo_dir) == 0)
+        mkdir_p(memo_dir);
+    int rc = cache_model_fingerprint(s->o.model_path, memo_dir[0] ? memo_dir : NULL, fp, err);
     if (rc) return rc;
     engine_params ep = {.model_path = s->o.model_path, .n_threads = s->o.threads, .max_batch = 512,
                         .n_ctx = s->o.ctx * s->o.parallel,

@@ -5,6 +5,7 @@ official `openai` / `anthropic` SDKs or raw HTTP. Servers are stopped with
 SIGTERM at the end of the session and must exit cleanly.
 """
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,8 +30,10 @@ def free_port():
 
 class Server:
     def __init__(self, model, *extra):
+        self.tmp_cache = None
         if "--cache-dir" not in extra:  # never touch the user's own cache
-            extra = (*extra, "--cache-dir", tempfile.mkdtemp(prefix="strata-kv-"))
+            self.tmp_cache = tempfile.mkdtemp(prefix="strata-kv-")
+            extra = (*extra, "--cache-dir", self.tmp_cache)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(os.path.join(GEN, f"serve-{self.port}.log"), "w")
@@ -56,6 +59,8 @@ class Server:
             if self.proc.poll() is None:
                 self.proc.kill()
             self.log.close()
+            if self.tmp_cache:
+                shutil.rmtree(self.tmp_cache, ignore_errors=True)
         return rc
 
 
