@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/mem.h"
+#include "server/prompt.h"
 #include "server/server.h"
 
 int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
@@ -16,7 +17,8 @@ int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
     for (int i = 0; i < p->n_stops; i++) textout_add_stop(&g->text, p->stops[i]);
     if (p->tools != TC_NONE) g->tc = tc_new(p->tools);
     g->one_call = p->one_call;
-    g->replay = p->tools == TC_NONE && !p->prefix ? p->replay : NULL;
+    g->replay = p->tools == TC_NONE || p->tools == TC_GENERIC ? p->replay : NULL;
+    g->tools = p->tools;
     g->args_depth = p->args_open ? 1 : 0;
     if (p->prefix) textout_append(&g->text, p->prefix, strlen(p->prefix)); /* parsed as if generated */
     g->prefix_len = p->prefix ? strlen(p->prefix) : 0;
@@ -80,11 +82,55 @@ static size_t args_close_at(gen *g, const char *text, size_t len, size_t skip) {
     return 0;
 }
 
-/* A plain reply that ended by itself or at the limit is remembered with
- * its exact tokens, for when the client sends it back (exact replay). */
+/* Tokens of text (no special tokens) appended to ids[*n]. */
+static int32_t *append_text_tokens(const gen *g, const char *text, int32_t *ids, size_t *n) {
+    int32_t *t;
+    size_t k;
+    if (!*text || tok_encode(g->tok, text, strlen(text), 0, &t, &k, NULL)) return ids;
+    ids = xrealloc(ids, (*n + k) * sizeof(int32_t));
+    memcpy(ids + *n, t, k * sizeof(int32_t));
+    *n += k;
+    free(t);
+    return ids;
+}
+
+/* A generic-format tool-call turn comes back re-rendered as compact JSON;
+ * it replays as what the model saw and wrote: the forced prefix, its own
+ * tokens up to the end of the arguments, and the JSON we closed it with. */
+static void remember_calls(gen *g) {
+    const char **names, **args;
+    int n = tc_calls(g->tc, &names, &args);
+    if (n <= 0) return;
+    size_t n_ids = 0, off = g->prefix_len;
+    char *prefix = xmalloc(g->prefix_len + 1); /* text.buf starts with it */
+    memcpy(prefix, g->text.buf ? g->text.buf : "", g->prefix_len);
+    prefix[g->prefix_len] = 0;
+    int32_t *ids = append_text_tokens(g, prefix, NULL, &n_ids);
+    free(prefix);
+    for (int i = 0; i < g->n_tokens && (!g->close_at || off < g->close_at); i++) {
+        char piece[256];
+        int len = tok_piece(g->tok, g->tokens[i].id, 0, piece, sizeof piece);
+        off += len > 0 ? (size_t)len : 0;
+        ids = xrealloc(ids, (n_ids + 1) * sizeof(int32_t));
+        ids[n_ids++] = g->tokens[i].id;
+    }
+    if (g->close_at) ids = append_text_tokens(g, "}]}", ids, &n_ids);
+    char *key = prompt_generic_calls_text(names, args, n);
+    replay_put(g->replay, key, strlen(key), ids, n_ids);
+    free(key);
+    free(ids);
+}
+
+/* A reply that ended by itself or at the limit is remembered with its
+ * exact tokens, for when the client sends it back (exact replay). */
 static void remember(gen *g) {
-    if (!g->replay || g->stopped_by_string || g->st.finish == FINISH_ERROR || g->st.finish == FINISH_CANCELLED)
+    if (!g->replay || g->stopped_by_string || g->st.finish == FINISH_ERROR || g->tool_error)
         return;
+    if (g->tools == TC_GENERIC) {
+        if (g->n_calls_done) remember_calls(g);
+        return;
+    }
+    if (g->st.finish == FINISH_CANCELLED) return;
     int32_t *ids = xmalloc((size_t)(g->n_tokens ? g->n_tokens : 1) * sizeof(int32_t));
     for (int i = 0; i < g->n_tokens; i++) ids[i] = g->tokens[i].id;
     size_t len; /* keyed by what the client received (and will send back) */
@@ -105,6 +151,7 @@ int gen_pull(gen *g, int timeout_ms, const tc_event **evs) {
     if (g->args_depth > 0) {
         size_t end = args_close_at(g, text, len, skip);
         if (end && end + 4 <= sizeof closed) {
+            g->close_at = (size_t)(text - g->text.buf) + end;
             /* The arguments are complete: finish the call's JSON ourselves. */
             memcpy(closed, text, end);
             memcpy(closed + end, "}]}", 3);
@@ -114,11 +161,9 @@ int gen_pull(gen *g, int timeout_ms, const tc_event **evs) {
             sched_cancel(g->req);
         }
     }
-    if (final) {
-        g->done = 1;
-        remember(g);
-    }
+    if (final) g->done = 1;
     if (!g->tc) {
+        if (g->done) remember(g);
         if (!len) return 0;
         g->one = (tc_event){TC_EV_TEXT, -1, (char *)text, len};
         *evs = &g->one;
@@ -142,9 +187,11 @@ int gen_pull(gen *g, int timeout_ms, const tc_event **evs) {
              * it is not asked for (and may not even parse). */
             g->done = 1;
             sched_cancel(g->req);
+            remember(g);
             return i + 1;
         }
     }
+    if (g->done) remember(g);
     return n;
 }
 

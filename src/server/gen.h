@@ -44,6 +44,8 @@ typedef struct gen {
     int args_depth;        /* args_open: nesting inside the arguments (0: closed) */
     int args_in_str, args_esc;
     size_t prefix_len;
+    size_t close_at;       /* args_open: offset in text.buf just past the arguments, or 0 */
+    tc_format tools;
     replay_store *replay;
     char error[512];
     sched_token *tokens;   /* every generated token (for logprobs and replay) */

@@ -42,6 +42,13 @@ char *prompt_content_text(const json_t *content, const char *where, char *why, s
 /* An assistant turn as the generic tool format has the model write it:
  * {"tool_calls": [{"name", "arguments"}]} when it called tools, else its
  * text. */
+static char *calls_json_text(json_t *list) {
+    json_t *obj = json_pack("{s:o}", "tool_calls", list);
+    char *js = json_dumps(obj, JSON_COMPACT);
+    json_decref(obj);
+    return js ? js : xstrdup("");
+}
+
 static char *assistant_text(const json_t *m) {
     const char *content = json_string_value(json_object_get(m, "content"));
     const json_t *calls = json_object_get(m, "tool_calls"), *call;
@@ -53,10 +60,16 @@ static char *assistant_text(const json_t *m) {
         json_array_append_new(list, json_pack("{s:O,s:O}", "name", json_object_get(fn, "name"), "arguments",
                                               json_object_get(fn, "arguments")));
     }
-    json_t *obj = json_pack("{s:o}", "tool_calls", list);
-    char *js = json_dumps(obj, JSON_COMPACT);
-    json_decref(obj);
-    return js ? js : xstrdup("");
+    return calls_json_text(list);
+}
+
+char *prompt_generic_calls_text(const char *const *names, const char *const *args, int n) {
+    json_t *list = json_array();
+    for (int i = 0; i < n; i++) { /* arguments as the client will send them back: parsed, then dumped */
+        json_t *a = json_loads(args[i], 0, NULL);
+        json_array_append_new(list, json_pack("{s:s,s:o}", "name", names[i], "arguments", a ? a : json_string(args[i])));
+    }
+    return calls_json_text(list);
 }
 
 tc_format prompt_tool_format(const server *s, const prompt_tools *t) {

@@ -40,6 +40,10 @@ char *prompt_tool_prefix(const server *s, const prompt_tools *t);
  * when nothing is forced. */
 char *prompt_force_tool(const server *s, const prompt_tools *t, gen_params *gp, int32_t **ids, size_t *n);
 
+/* The text an assistant turn with these calls renders to in the generic
+ * tool format (what exact replay keys tool-call turns by). Caller frees. */
+char *prompt_generic_calls_text(const char *const *names, const char *const *args, int n);
+
 /* Appends the tokens of plain text (no special tokens) to *ids. */
 void prompt_append_text(const server *s, const char *text, int32_t **ids, size_t *n);
 

@@ -317,6 +317,7 @@ static int load_model(server *s, strata_err *err) {
     int rc = cache_model_fingerprint(s->o.model_path, memo_dir[0] ? memo_dir : NULL, fp, err);
     if (rc) return rc;
     engine_params ep = {.model_path = s->o.model_path, .n_threads = s->o.threads, .max_batch = 512,
+                        .block_tokens = s->o.block_tokens,
                         .n_ctx = s->o.ctx * s->o.parallel,
                         .extra_kv_mb = s->o.no_cache ? 0 : s->o.cache_mem_mb};
     rc = engine_open(&s->e, &ep, err);

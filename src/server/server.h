@@ -22,6 +22,7 @@ typedef struct server_opts {
     int no_cache;      /* --no-prefix-cache */
     int no_cache_disk; /* --no-cache-disk */
     int cache_disk_mb; /* disk tier budget */
+    int block_tokens;  /* KV block size (--cache-block-tokens) */
     const char *cache_dir; /* NULL: under the user's cache directory */
     int cache_mem_mb;  /* KV memory kept for cached prefixes beyond the slots */
     long max_body;

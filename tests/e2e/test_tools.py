@@ -164,3 +164,33 @@ def test_bad_template_file_is_a_startup_error(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1
     assert "--chat-template-file" in r.stderr and "bad.jinja" in r.stderr
+
+
+def test_d_agent_loop_hits_everything_before_the_new_message(tmp_path):
+    # Each turn the client sends back the tool call it received (arguments
+    # as a JSON string) and a tool result; the prompt up to that new
+    # message must come from the cache, the call itself included (exact
+    # replay of the tokens the model wrote). Small blocks make "the call
+    # included" visible: without replay the match stops where it starts.
+    from conftest import REAL_MODEL, Server
+    s = Server(REAL_MODEL, "--ctx", "2048", "--cache-block-tokens", "8")
+    try:
+        c = oai(s)
+        msgs = [{"role": "system", "content": "You are an agent. " * 40},
+                {"role": "user", "content": "Check the weather in three cities."}]
+        prev = None
+        for turn, city in enumerate(["Paris", "Oslo", "Rome"]):
+            r = c.chat.completions.create(model="", messages=msgs, tools=[WEATHER], temperature=0, max_tokens=80,
+                                          tool_choice={"type": "function", "function": {"name": "get_weather"}})
+            assert r.choices[0].finish_reason == "tool_calls"
+            u = r.usage
+            if prev:
+                # every full block of the previous prompt and of the call the
+                # model wrote (bar its last token and the closing we added)
+                assert u.prompt_tokens_details.cached_tokens >= (prev.prompt_tokens + prev.completion_tokens - 8) // 8 * 8
+            prev = u
+            call = r.choices[0].message.tool_calls[0]
+            msgs += [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                     {"role": "tool", "tool_call_id": call.id, "content": f'{{"city": "{city}", "sky": "clear"}}'}]
+    finally:
+        assert s.stop() == 0
