@@ -1,5 +1,6 @@
 /* test_live.c - the live prefix tier: publish, attach, idle LRU, eviction
  * under pressure, and published blocks never written in place. */
+#include <limits.h>
 #include <string.h>
 
 #include "cache/live.h"
@@ -32,7 +33,7 @@ TEST(live_publish_then_attach_longest_prefix) {
     live_cursor c1, c2;
     live_cursor_init(&c1, &root);
     compute(&p, &s1, a, 10);
-    live_publish(c, &c1, a, &s1);
+    live_publish(c, &c1, a, &s1, INT_MAX);
     CHECK_EQ_INT(c1.n_blocks, 2); /* positions 0..7 are two full blocks */
     kv_seq_init(&s2);
     live_cursor_init(&c2, &root);
@@ -61,7 +62,7 @@ TEST(live_idle_blocks_are_reclaimed_oldest_first) {
         kv_seq_init(&s);
         live_cursor_init(&cur, &root);
         compute(&p, &s, k ? y : x, 4);
-        live_publish(c, &cur, k ? y : x, &s);
+        live_publish(c, &cur, k ? y : x, &s, INT_MAX);
         kv_seq_release(&p, &s);
     }
     kv_seq_init(&s); /* needs 3 of 4 blocks: 2 free + the oldest idle one */
@@ -92,7 +93,7 @@ TEST(live_published_block_is_copied_before_rewrite) {
     live_cursor cur;
     live_cursor_init(&cur, &root);
     compute(&p, &s, a, 4);
-    live_publish(c, &cur, a, &s);
+    live_publish(c, &cur, a, &s, INT_MAX);
     int published = s.blocks[0];
     kv_seq_truncate(&p, &s, 2); /* rewind into the published block... */
     kv_seq_reserve(&p, &s, 3, NULL); /* ...and write position 2 */
@@ -115,7 +116,7 @@ TEST(live_different_roots_never_share) {
     live_cursor cur;
     live_cursor_init(&cur, &root);
     compute(&p, &s, a, 4);
-    live_publish(c, &cur, a, &s);
+    live_publish(c, &cur, a, &s, INT_MAX);
     kv_seq_init(&t);
     live_cursor_init(&cur, &other);
     CHECK_EQ_INT(live_attach(c, &cur, a, 4, &t, NULL), 0);

@@ -186,9 +186,9 @@ int live_attach(live_cache *c, live_cursor *cur, const int32_t *tokens, int n_ma
     return got;
 }
 
-void live_publish(live_cache *c, live_cursor *cur, const int32_t *tokens, const kv_seq *s) {
-    int B = c->kv->block_tokens;
-    while ((cur->n_blocks + 1) * B <= s->n_pos) {
+void live_publish(live_cache *c, live_cursor *cur, const int32_t *tokens, const kv_seq *s, int n_limit) {
+    int B = c->kv->block_tokens, end = s->n_pos < n_limit ? s->n_pos : n_limit;
+    while ((cur->n_blocks + 1) * B <= end) {
         cache_hash h;
         cache_hash_block(&h, &cur->last, tokens + (size_t)cur->n_blocks * B, B);
         int b = s->blocks[cur->n_blocks];

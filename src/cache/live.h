@@ -45,9 +45,11 @@ void live_cursor_init(live_cursor *cur, const cache_hash *root);
  * blocks loaded from disk into fresh pool blocks. Advances the cursor.
  * Returns the tokens attached; *from_disk (if not NULL) those loaded. */
 int live_attach(live_cache *c, live_cursor *cur, const int32_t *tokens, int n_max, kv_seq *s, int *from_disk);
-/* Publishes every block of s that is full (positions < s->n_pos) and not
- * yet published; tokens are the sequence's tokens so far. */
-void live_publish(live_cache *c, live_cursor *cur, const int32_t *tokens, const kv_seq *s);
+/* Publishes every block of s that is full (positions < s->n_pos), lies
+ * within the first n_limit positions (the request's cache scope; use
+ * INT_MAX for all) and is not yet published; tokens are the sequence's
+ * tokens so far. */
+void live_publish(live_cache *c, live_cursor *cur, const int32_t *tokens, const kv_seq *s, int n_limit);
 
 void live_get_stats(const live_cache *c, live_stats *out);
 

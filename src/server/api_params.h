@@ -15,6 +15,10 @@ int param_int(const json_t *obj, const char *key, long lo, long hi, long *out, c
               size_t why_cap);
 int param_bool(const json_t *obj, const char *key, int *out, char *why, size_t why_cap);
 
+/* A cache scope: "off", "full", "auto" (last 8 prompts), "auto:N" (N in
+ * 1..16) or a token count (string or number). 0, or -1 with why set. */
+int param_scope_value(const json_t *v, int *out, char *why, size_t cap);
+
 /* Sampling fields shared by the APIs (temperature, top_p, top_k, min_p,
  * penalties, seed) and the stop strings under stop_key. Stop strings point
  * into req: keep req alive while p is used. Returns 0 or -1. */

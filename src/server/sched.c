@@ -6,6 +6,7 @@
 #include "server/sched.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -19,6 +20,8 @@
 #include "cache/live.h"
 #include "text/jsonguard.h"
 
+#define RECENT_MAX 16 /* prompts remembered for the auto scope */
+
 struct sched_req {
     sched *owner;
     int32_t *prompt;
@@ -28,6 +31,7 @@ struct sched_req {
     cache_hash root; /* of this request's block hashes (model + salt) */
     int json_mode;
     char *json_prefix;
+    int scope;
     /* output, guarded by owner->mu */
     sched_token *out;
     int n_out, cap_out;
@@ -50,6 +54,7 @@ typedef struct slot {
     int n_toks, cap_toks;
     live_cursor cur;
     json_guard *guard; /* json_mode: only tokens that keep the output valid JSON */
+    int publish_limit; /* positions this request may publish (its cache scope) */
     double t_admit, t_first; /* ms: admitted, first token sampled */
     int n_attached_blocks;   /* came from the cache */
 } slot;
@@ -67,6 +72,8 @@ struct sched {
     int running;
     live_cache *live; /* NULL when the prefix cache is off */
     json_vocab *jvocab; /* built on first JSON-mode request */
+    int32_t *recent[RECENT_MAX]; /* prompts of the last requests, for auto scope */
+    int n_recent_tok[RECENT_MAX], recent_next;
     sched_stats stats;
     /* batch scratch, scheduler thread only */
     int32_t *b_tok, *b_pos;
@@ -119,6 +126,7 @@ int sched_submit(sched *s, const sched_job *job, sched_req **out, strata_err *er
     r->max_tokens = job->max_tokens;
     r->n_logprobs = job->n_logprobs > 20 ? 20 : job->n_logprobs;
     r->json_mode = job->json_mode;
+    r->scope = job->scope;
     r->json_prefix = job->json_prefix ? xstrdup(job->json_prefix) : NULL;
     const char *salt = job->cache_salt ? job->cache_salt : "";
     cache_hash_root(&r->root, s->o.model_fp, salt, strlen(salt));
@@ -244,6 +252,33 @@ static int attach_cached(sched *s, slot *sl) {
     return live_attach(s->live, &sl->cur, sl->toks, sl->req->n_prompt - 1, &sl->seq, &sl->req->n_cached_disk);
 }
 
+/* The learned boundary: the longest prefix this prompt shares with one of
+ * the last n prompts (then remembered itself). */
+static int auto_boundary(sched *s, const sched_req *r, int n) {
+    int best = 0;
+    if (n > RECENT_MAX) n = RECENT_MAX;
+    for (int k = 1; k <= n; k++) {
+        int i = (s->recent_next - k + RECENT_MAX) % RECENT_MAX, len = 0;
+        if (!s->recent[i]) continue;
+        while (len < s->n_recent_tok[i] && len < r->n_prompt && s->recent[i][len] == r->prompt[len]) len++;
+        if (len > best) best = len;
+    }
+    free(s->recent[s->recent_next]);
+    s->recent[s->recent_next] = xmalloc((size_t)r->n_prompt * sizeof(int32_t));
+    memcpy(s->recent[s->recent_next], r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
+    s->n_recent_tok[s->recent_next] = r->n_prompt;
+    s->recent_next = (s->recent_next + 1) % RECENT_MAX;
+    return best;
+}
+
+static int publish_limit(sched *s, const sched_req *r) {
+    int scope = r->scope ? r->scope : s->o.default_scope;
+    if (scope == SCOPE_FULL || scope == 0) return INT_MAX;
+    if (scope == SCOPE_OFF) return 0;
+    if (SCOPE_IS_AUTO(scope)) return auto_boundary(s, r, SCOPE_AUTO_N(scope));
+    return scope;
+}
+
 static void push_slot_token(slot *sl, int32_t t) {
     if (sl->n_toks == sl->cap_toks) {
         sl->cap_toks *= 2;
@@ -273,6 +308,7 @@ static void admit_locked(sched *s) {
         sl->t_first = 0;
         sl->n_fed = attach_cached(s, sl);
         sl->n_attached_blocks = sl->cur.n_blocks;
+        sl->publish_limit = publish_limit(s, r);
         if (r->json_mode) {
             if (!s->jvocab) s->jvocab = json_vocab_new(s->tok);
             sl->guard = json_guard_new(s->jvocab);
@@ -380,7 +416,8 @@ static void note_progress(sched *s, int n) {
 static void publish_blocks(sched *s) {
     if (!s->live) return;
     for (int i = 0; i < s->o.n_slots; i++)
-        if (s->slots[i].req) live_publish(s->live, &s->slots[i].cur, s->slots[i].toks, &s->slots[i].seq);
+        if (s->slots[i].req)
+            live_publish(s->live, &s->slots[i].cur, s->slots[i].toks, &s->slots[i].seq, s->slots[i].publish_limit);
     live_stats ls;
     live_get_stats(s->live, &ls);
     pthread_mutex_lock(&s->mu);
@@ -483,6 +520,7 @@ void sched_free(sched *s) {
     pthread_cond_destroy(&s->wake);
     free(s->slots), free(s->b_tok), free(s->b_pos), free(s->b_seq), free(s->b_want), free(s->b_slot);
     free(s->logits);
+    for (int i = 0; i < RECENT_MAX; i++) free(s->recent[i]);
     live_free(s->live);
     json_vocab_free(s->jvocab);
     free(s);

@@ -41,6 +41,7 @@ typedef struct sched_opts {
     uint8_t model_fp[32];  /* model fingerprint, in every block hash */
     FILE *trace;           /* one JSONL line per finished request, or NULL */
     disk_store *disk;      /* disk tier below the live one, or NULL */
+    int default_scope;     /* for jobs that leave scope at 0 (see SCOPE_*) */
 } sched_opts;
 
 typedef struct sched_job {
@@ -52,7 +53,18 @@ typedef struct sched_job {
     const char *cache_salt; /* tenant isolation: different salts share no block */
     int json_mode;          /* constrain sampling to one valid JSON object */
     const char *json_prefix;/* JSON already written (in the prompt) before generation */
+    int scope;              /* cache scope: SCOPE_FULL, SCOPE_OFF, SCOPE_AUTO(n) or a token count >= 0 */
 } sched_job;
+
+/* Cache scope of a request (what of its prompt is published for reuse):
+ * a token count >= 0 publishes that prefix; these publish all, nothing,
+ * or the longest prefix it shares with one of the last n prompts (the
+ * learned stable boundary). */
+#define SCOPE_FULL (-1)
+#define SCOPE_OFF (-2)
+#define SCOPE_AUTO(n) (-1000 - (n))
+#define SCOPE_IS_AUTO(s) ((s) <= -1000)
+#define SCOPE_AUTO_N(s) (-1000 - (s))
 
 /* What a consumer sees of its request. */
 typedef struct sched_status {

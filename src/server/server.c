@@ -12,6 +12,7 @@
 #include "base/mem.h"
 #include "server/api_anthropic.h"
 #include "server/api_openai.h"
+#include "server/api_params.h"
 #include "cache/hash.h"
 #include "text/tmpl.h"
 
@@ -329,7 +330,15 @@ static int load_model(server *s, strata_err *err) {
         return strata_errf(err, STRATA_EIO, "--trace %s: cannot open for appending", s->o.trace_path);
     open_disk(s, fp);
     sched_opts so = {.n_slots = s->o.parallel, .ctx_per_slot = s->o.ctx, .queue_max = s->o.queue_max,
-                     .chunk = 256, .prefix_cache = !s->o.no_cache, .trace = s->trace, .disk = s->disk};
+                     .chunk = 256, .prefix_cache = !s->o.no_cache, .trace = s->trace, .disk = s->disk,
+                     .default_scope = SCOPE_FULL};
+    if (s->o.scope) {
+        json_t *v = json_string(s->o.scope);
+        char why[160];
+        rc = param_scope_value(v, &so.default_scope, why, sizeof why);
+        json_decref(v);
+        if (rc) return strata_errf(err, STRATA_EINVAL, "--prefix-cache-scope %s: %s", s->o.scope, why);
+    }
     memcpy(so.model_fp, fp, sizeof fp);
     log_info("prefix cache: %s; KV pool %d blocks of %d tokens (%d MiB beyond the slots for cached prefixes)",
              s->o.no_cache ? "off" : "live tier", s->e->kv.n_blocks, s->e->kv.block_tokens,

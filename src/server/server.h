@@ -23,6 +23,7 @@ typedef struct server_opts {
     int no_cache_disk; /* --no-cache-disk */
     int cache_disk_mb; /* disk tier budget */
     int block_tokens;  /* KV block size (--cache-block-tokens) */
+    const char *scope; /* --prefix-cache-scope */
     const char *cache_dir; /* NULL: under the user's cache directory */
     int cache_mem_mb;  /* KV memory kept for cached prefixes beyond the slots */
     long max_body;

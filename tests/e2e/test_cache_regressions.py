@@ -81,3 +81,30 @@ def test_b_one_request_never_stores_a_prefix_twice(big):
 def metrics(server):
     text = httpx.get(server.url + "/metrics").text
     return {l.split()[0]: float(l.split()[1]) for l in text.splitlines() if l and not l.startswith("#")}
+
+
+def test_scope_off_tokens_and_auto(big):
+    rng = random.Random(7)
+    base = [rng.randrange(3, 500) for _ in range(8 * B)]
+    # off: nothing of this prompt is published, so a repeat cannot hit
+    complete(big, base, prefix_cache={"scope": "off"})
+    assert cached(complete(big, base + [1], prefix_cache={"scope": "off"})) == 0
+    # a token count: only that prefix is published
+    other = [rng.randrange(3, 500) for _ in range(8 * B)]
+    complete(big, other, prefix_cache={"scope": 2 * B})
+    assert cached(complete(big, other + [2], prefix_cache={"scope": "off"})) == 2 * B
+    # auto:N: the prefix shared with one of the last N prompts (the stable
+    # part of agent prompts) is published, the varying tail is not
+    stable = [rng.randrange(3, 500) for _ in range(4 * B)]
+    a = stable + [rng.randrange(3, 500) for _ in range(3 * B)]
+    b = stable + [rng.randrange(3, 500) for _ in range(3 * B)]
+    complete(big, a, prefix_cache={"scope": "auto:4"})
+    complete(big, b, prefix_cache={"scope": "auto:4"})  # learns the 4-block boundary
+    c = stable + [rng.randrange(3, 500) for _ in range(3 * B)]
+    assert cached(complete(big, c, prefix_cache={"scope": "off"})) == 4 * B
+    assert cached(complete(big, b + [3], prefix_cache={"scope": "off"})) == 4 * B  # b's tail was not kept
+
+
+def test_scope_rejects_nonsense(big):
+    r = httpx.post(big.url + "/v1/completions", json={"prompt": [5, 6], "prefix_cache": {"scope": "sometimes"}})
+    assert r.status_code == 400 and "cache scope" in r.json()["error"]["message"]
