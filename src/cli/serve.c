@@ -25,7 +25,7 @@ int cli_serve(int argc, char **argv) {
         {"--threads", "-t", ARG_INT, &o.threads, 1, 1024, "threads (one per core)"},
         {"--queue", NULL, ARG_INT, &o.queue_max, 0, 1 << 20, "requests waiting for a slot before 503 (64)"},
         {"--max-body-mb", NULL, ARG_INT, &max_body_mb, 1, 4096, "request body limit in MiB (8)"},
-        {"--api-key", NULL, ARG_STR, &o.api_key, 0, -1, "require this key (Bearer or x-api-key)"},
+        {"--api-key", NULL, ARG_STR, &o.api_key, 0, -1, "require one of these comma-separated keys (each a cache tenant)"},
         {"--alias", NULL, ARG_STR, &o.alias, 0, -1, "model id reported to clients (file name)"},
         {"--cors", NULL, ARG_FLAG, &o.cors, 0, -1, "allow cross-origin requests"},
         {"--chat-template-file", NULL, ARG_STR, &o.template_file, 0, -1, "Jinja chat template overriding the model's"},

@@ -472,6 +472,7 @@ static void handle(server *s, const http_req *req, http_reply *rep, int chat) {
     c->n_prompt = (int)n;
     strata_err err = {0};
     c->gp.replay = s->replay;
+    c->gp.tenant = server_tenant(s, req);
     int rc = gen_start(&c->g, s->sch, s->tok, ids, (int)n, &c->gp, &err);
     free(ids);
     if (rc) {

@@ -24,7 +24,7 @@ int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
     g->prefix_len = p->prefix ? strlen(p->prefix) : 0;
     sched_job job = {.prompt = ids, .n_prompt = n, .sampling = p->sampling,
                      .max_tokens = p->max_tokens, .n_logprobs = p->n_logprobs,
-                     .cache_salt = p->cache_salt, .json_mode = p->json_mode,
+                     .cache_salt = p->cache_salt, .tenant = p->tenant, .json_mode = p->json_mode,
                      .json_prefix = p->prefix, .scope = p->scope};
     int rc = sched_submit(s, &job, &g->req, err);
     if (rc) {

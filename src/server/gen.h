@@ -19,6 +19,7 @@ typedef struct gen_params {
     const char *stops[TEXTOUT_MAX_STOPS];
     int n_stops;
     const char *cache_salt;
+    const char *tenant; /* the request's API key, or NULL */
     int scope;       /* cache scope (sched.h SCOPE_*), 0: the server's default */
     tc_format tools; /* TC_NONE: no tool parsing */
     int json_mode;   /* constrained to one JSON object */

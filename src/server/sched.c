@@ -6,6 +6,7 @@
 #include "server/sched.h"
 
 #include <errno.h>
+#include <openssl/sha.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -128,8 +129,13 @@ int sched_submit(sched *s, const sched_job *job, sched_req **out, strata_err *er
     r->json_mode = job->json_mode;
     r->scope = job->scope;
     r->json_prefix = job->json_prefix ? xstrdup(job->json_prefix) : NULL;
-    const char *salt = job->cache_salt ? job->cache_salt : "";
-    cache_hash_root(&r->root, s->o.model_fp, salt, strlen(salt));
+    /* tenant and salt, each hashed, so no pair of strings can alias another */
+    const char *salt = job->cache_salt ? job->cache_salt : "", *tenant = job->tenant ? job->tenant : "";
+    uint8_t both[64];
+    SHA256((const uint8_t *)tenant, strlen(tenant), both);
+    SHA256((const uint8_t *)salt, strlen(salt), both + 32);
+    if (*tenant) cache_hash_root(&r->root, s->o.model_fp, (const char *)both, 64);
+    else cache_hash_root(&r->root, s->o.model_fp, salt, strlen(salt));
     pthread_cond_init(&r->changed, NULL);
     r->refs = 2; /* caller + scheduler */
     pthread_mutex_lock(&s->mu);

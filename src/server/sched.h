@@ -51,6 +51,7 @@ typedef struct sched_job {
     int max_tokens;
     int n_logprobs; /* > 0: keep that many top logprobs per generated token */
     const char *cache_salt; /* tenant isolation: different salts share no block */
+    const char *tenant;     /* the API key's tenant, salted in as well (NULL: none) */
     int json_mode;          /* constrain sampling to one valid JSON object */
     const char *json_prefix;/* JSON already written (in the prompt) before generation */
     int scope;              /* cache scope: SCOPE_FULL, SCOPE_OFF, SCOPE_AUTO(n) or a token count >= 0 */

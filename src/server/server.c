@@ -174,11 +174,27 @@ static const route ROUTES[] = {
     {"POST", "/apply-template", api_openai_apply_template, 1},
 };
 
-static int authorized(const server *s, const http_req *req) {
-    if (!s->o.api_key) return 1;
+const char *server_tenant(const server *s, const http_req *req) {
     const char *auth = http_header(req, "Authorization"), *xkey = http_header(req, "x-api-key");
-    if (auth && strncmp(auth, "Bearer ", 7) == 0 && strcmp(auth + 7, s->o.api_key) == 0) return 1;
-    return xkey && strcmp(xkey, s->o.api_key) == 0;
+    const char *given = auth && !strncmp(auth, "Bearer ", 7) ? auth + 7 : xkey;
+    for (int i = 0; given && i < s->n_keys; i++)
+        if (!strcmp(given, s->keys[i])) return s->keys[i];
+    return NULL;
+}
+
+static int authorized(const server *s, const http_req *req) {
+    return s->n_keys == 0 || server_tenant(s, req) != NULL;
+}
+
+static void parse_keys(server *s) {
+    if (!s->o.api_key) return;
+    char *list = xstrdup(s->o.api_key), *save = NULL;
+    for (char *k = strtok_r(list, ",", &save); k; k = strtok_r(NULL, ",", &save)) {
+        if (!*k) continue;
+        s->keys = xrealloc(s->keys, (size_t)(s->n_keys + 1) * sizeof(char *));
+        s->keys[s->n_keys++] = xstrdup(k);
+    }
+    free(list);
 }
 
 /* Route-level errors in the schema of the API the path belongs to. */
@@ -352,6 +368,7 @@ int server_start(server **out, const server_opts *o, strata_err *err) {
     s->o = *o;
     s->started_at = (long)time(NULL);
     s->replay = replay_new(4096);
+    parse_keys(s);
     set_model_id(s);
     http_opts ho = {.host = o->host, .port = o->port, .max_body = (size_t)o->max_body, .timeout_s = 600,
                     .cors = o->cors};
@@ -381,6 +398,8 @@ void server_stop(server *s) {
     disk_close(s->disk);       /* drains queued block writes */
     if (s->trace) fclose(s->trace);
     replay_free(s->replay);
+    for (int i = 0; i < s->n_keys; i++) free(s->keys[i]);
+    free(s->keys);
     tmpl_free(s->tpl);
     free(s->tpl_src);
     tok_free(s->tok);

@@ -43,6 +43,8 @@ typedef struct server {
     atomic_int ready;
     FILE *trace;
     replay_store *replay; /* exact tokens of recent replies */
+    char **keys;          /* --api-key, comma-separated: each key is a tenant */
+    int n_keys;
     disk_store *disk;     /* KV disk tier, or NULL (memory only) */
     char cache_dir[1024];
     long started_at;
@@ -50,6 +52,10 @@ typedef struct server {
 
 int server_start(server **out, const server_opts *o, strata_err *err);
 void server_stop(server *s); /* NULL is fine */
+
+/* The API key the request authenticated with (its tenant: requests of
+ * different keys never share cached blocks), or NULL without keys. */
+const char *server_tenant(const server *s, const http_req *req);
 
 /* ---- helpers for API handlers (server_util.c) ---- */
 

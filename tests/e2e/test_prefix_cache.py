@@ -167,3 +167,26 @@ def test_corrupt_cache_file_is_skipped_not_fatal(tmp_path, cold):
         assert m["strata_disk_quarantined_total"] >= 1
     finally:
         assert s.stop() == 0
+
+
+def test_api_keys_are_tenants(tmp_path):
+    s = Server(TINY_MODEL, "--ctx", "2048", "--api-key", "key-a,key-b")
+    try:
+        msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "tenants"}]
+
+        def as_key(key):
+            r = httpx.post(s.url + "/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
+                           json={"messages": msgs, "temperature": 0, "max_tokens": 4}, timeout=60)
+            assert r.status_code == 200, r.text
+            return r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+        assert httpx.post(s.url + "/v1/chat/completions", json={"messages": msgs}).status_code == 401
+        assert as_key("key-a") == 0
+        assert as_key("key-b") == 0  # same prompt, other tenant: no shared blocks
+        assert as_key("key-a") > 0
+        x = httpx.post(s.url + "/v1/messages", headers={"x-api-key": "key-b"},
+                       json={"model": "", "max_tokens": 4, "system": SYSTEM,
+                             "messages": [{"role": "user", "content": "tenants"}]})
+        assert x.status_code == 200 and x.json()["usage"]["cache_read_input_tokens"] >= 0
+    finally:
+        assert s.stop() == 0
