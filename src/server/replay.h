@@ -7,7 +7,8 @@
  * text, so turn N+1's prompt extends turn N's tokens exactly and the
  * prefix cache matches through the reply. Bounded (least recently used
  * out); thread-safe.
- * Does not: persist across restarts yet. */
+ * Persisted beside the disk tier's blocks (replay_save at shutdown,
+ * replay_load at start), tied to the model fingerprint. */
 #ifndef STRATA_REPLAY_H
 #define STRATA_REPLAY_H
 
@@ -21,5 +22,12 @@ void replay_free(replay_store *r); /* NULL is fine */
 void replay_put(replay_store *r, const char *text, size_t len, const int32_t *ids, size_t n);
 /* A malloc'd copy of the ids remembered for text, or NULL. */
 int32_t *replay_get(replay_store *r, const char *text, size_t len, size_t *n);
+
+/* File: "STRRPLY1" | model fp[32] | u64 count | count x {key[32] | u64 n |
+ * i32 ids[n]} | SHA-256 of everything before it. Written to a temp file
+ * and renamed. Loading checks magic, model and checksum: a file that
+ * fails any check is ignored (-1), never half-loaded. */
+int replay_save(replay_store *r, const char *path, const uint8_t model_fp[32]);
+int replay_load(replay_store *r, const char *path, const uint8_t model_fp[32]);
 
 #endif

@@ -306,7 +306,18 @@ static void mkdir_p(const char *dir) {
     mkdir(buf, 0755);
 }
 
+/* The exact-replay map lives beside the blocks, one file per model. */
+static void replay_path(const server *s, char *out, size_t cap) {
+    char hex[65];
+    cache_hash h;
+    memcpy(h.b, s->model_fp, 32);
+    cache_hash_hex(&h, hex);
+    snprintf(out, cap, "%s/replay-%.16s.bin", s->cache_dir, hex);
+}
+
 static void open_disk(server *s, const uint8_t fp[32]) {
+    char path[1200];
+    memcpy(s->model_fp, fp, 32);
     if (s->o.no_cache || s->o.no_cache_disk) return;
     if (cache_dir_path(s, s->cache_dir, sizeof s->cache_dir)) return;
     disk_opts d = {.dir = s->cache_dir, .budget_bytes = (uint64_t)s->o.cache_disk_mb << 20,
@@ -319,6 +330,8 @@ static void open_disk(server *s, const uint8_t fp[32]) {
         s->disk = NULL;
         return;
     }
+    replay_path(s, path, sizeof path);
+    if (replay_load(s->replay, path, fp) == 0) log_info("cache: exact-replay map loaded from %s", path);
     disk_stats st;
     disk_get_stats(s->disk, &st);
     log_info("cache: disk tier %s: %llu blocks (%.1f MiB) of this model, budget %d MiB, %llu quarantined",
@@ -395,6 +408,11 @@ void server_stop(server *s) {
     if (s->sch) sched_cancel_all(s->sch); /* running requests end as cancelled */
     http_stop(s->http);        /* waits for connection threads, which see the ends */
     sched_free(s->sch);
+    if (s->disk) { /* the replay map must match the blocks it points into */
+        char path[1200];
+        replay_path(s, path, sizeof path);
+        if (replay_save(s->replay, path, s->model_fp)) log_warn("cache: could not save %s", path);
+    }
     disk_close(s->disk);       /* drains queued block writes */
     if (s->trace) fclose(s->trace);
     replay_free(s->replay);

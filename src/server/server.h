@@ -47,6 +47,7 @@ typedef struct server {
     int n_keys;
     disk_store *disk;     /* KV disk tier, or NULL (memory only) */
     char cache_dir[1024];
+    uint8_t model_fp[32];
     long started_at;
 } server;
 

@@ -190,3 +190,33 @@ def test_api_keys_are_tenants(tmp_path):
         assert x.status_code == 200 and x.json()["usage"]["cache_read_input_tokens"] >= 0
     finally:
         assert s.stop() == 0
+
+
+def test_exact_replay_survives_restart_and_a_corrupt_map_is_ignored(tmp_path):
+    import glob
+    cache = str(tmp_path / "kv")
+    msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "a long story please"}]
+    s = Server(TINY_MODEL, "--ctx", "2048", "--cache-dir", cache)
+    try:
+        r1 = chat(s, msgs, max_tokens=100, temperature=1.0, seed=5)
+    finally:
+        assert s.stop() == 0
+    p1, g1 = r1["usage"]["prompt_tokens"], r1["usage"]["completion_tokens"]
+    msgs += [{"role": "assistant", "content": r1["choices"][0]["message"]["content"]},
+             {"role": "user", "content": "more"}]
+    s = Server(TINY_MODEL, "--ctx", "2048", "--cache-dir", cache)
+    try:
+        r2 = chat(s, msgs)
+        assert r2["usage"]["prompt_tokens_details"]["cached_tokens"] >= (p1 + g1 - 1) // 64 * 64
+    finally:
+        assert s.stop() == 0
+    for f in glob.glob(cache + "/replay-*.bin"):
+        with open(f, "r+b") as fh:
+            fh.seek(60)
+            fh.write(b"\x00garbage\x00")
+    s = Server(TINY_MODEL, "--ctx", "2048", "--cache-dir", cache)
+    try:
+        r3 = chat(s, msgs)  # starts and answers; the map was ignored, not half-loaded
+        assert r3["usage"]["prompt_tokens"] > 0
+    finally:
+        assert s.stop() == 0
