@@ -19,7 +19,7 @@ TEST_OBJ := $(TEST_SRC:%.c=build/%.o)
 MODEL_DIR  = models
 MODEL      = $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: all test unit-test e2e-test run model deps test-deps testdata clean bench oracle-refs tok-refs
+.PHONY: all test unit-test e2e-test bench-replay run model deps test-deps testdata clean bench oracle-refs tok-refs
 
 all: strata
 
@@ -76,6 +76,10 @@ run: deps
 
 bench: strata model
 	$(PYTHON) bench/bench_vs_llamacpp.py --model $(MODEL)
+
+# Agentic replay, Strata with and without its cache (short default run).
+bench-replay: strata model
+	MODEL=$(MODEL) bench/run-replay.sh
 
 # Reference vectors from llama.cpp (committed; need llama-cpp-python).
 oracle-refs: model
