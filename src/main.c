@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/quant.h"
 #include "cli/cli.h"
 
 static void usage(void) {
@@ -11,6 +12,7 @@ static void usage(void) {
            "  serve   OpenAI-compatible HTTP server (strata serve -m MODEL [--port 8080])\n"
            "  run     generate text from a prompt (strata run -m MODEL -p TEXT [--chat])\n"
            "  bench   prompt and generation speed (strata bench -m MODEL [-p 512] [-n 128])\n"
+           "  bench-kernels  single-thread gemm GFLOP/s (strata bench-kernels [TYPE ROWS K N_TOK...])\n"
            "  model   inspect a GGUF file (strata model info FILE)\n"
            "  cache   inspect the disk KV cache (strata cache ls|stat|verify|gc|purge --cache-dir DIR)\n\n"
            "'strata <command> --help' lists a command's options.\n");
@@ -26,6 +28,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "bench") == 0) return cli_bench(argc, argv);
     if (strcmp(cmd, "model") == 0) return cli_model(argc, argv);
     if (strcmp(cmd, "serve") == 0) return cli_serve(argc, argv);
+    if (strcmp(cmd, "bench-kernels") == 0) return quant_bench_main(argc - 1, argv + 1);
     if (strcmp(cmd, "cache") == 0) return cli_cache(argc, argv);
     fprintf(stderr, "strata: unknown command '%s' (try 'strata --help')\n", cmd);
     return 2;

@@ -4,15 +4,8 @@
 #include <string.h>
 
 #include "test.h"
+#include "test_util.h"
 #include "text/chat.h"
-
-static tokenizer *load_tok(gguf_file **f) {
-    strata_err err = {0};
-    tokenizer *t = NULL;
-    if (gguf_open(f, test_data("models/llama-q4_1.gguf"), &err) || tok_load(&t, *f, &err))
-        test_fail(__FILE__, __LINE__, "%s", err.msg);
-    return t;
-}
 
 static int count_id(const int32_t *ids, size_t n, int32_t id) {
     int c = 0;
@@ -21,8 +14,7 @@ static int count_id(const int32_t *ids, size_t n, int32_t id) {
 }
 
 TEST(chat_special_tokens_only_from_template_text) {
-    gguf_file *f;
-    tokenizer *t = load_tok(&f);
+    tokenizer *t = test_load_tokenizer(test_data("models/llama-q4_1.gguf"));
     if (!t) return;
     int32_t im_start = tok_find(t, "<|im_start|>");
     CHECK(im_start >= 0);
@@ -38,12 +30,10 @@ TEST(chat_special_tokens_only_from_template_text) {
     free(ids);
     chat_prompt_free(&p);
     tok_free(t);
-    gguf_close(f);
 }
 
 TEST(chat_segments_tokenize_independently) {
-    gguf_file *f;
-    tokenizer *t = load_tok(&f);
+    tokenizer *t = test_load_tokenizer(test_data("models/llama-q4_1.gguf"));
     if (!t) return;
     chat_msg a[] = {{"user", "first question"}}, b[] = {{"user", "first question"}, {"assistant", "answer"}};
     chat_prompt pa = {0}, pb = {0};
@@ -59,7 +49,6 @@ TEST(chat_segments_tokenize_independently) {
     chat_prompt_free(&pa);
     chat_prompt_free(&pb);
     tok_free(t);
-    gguf_close(f);
 }
 
 TEST(chat_builtin_formats) {

@@ -16,6 +16,7 @@
 #include "base/clock.h"
 #include "model/gguf.h"
 #include "test.h"
+#include "test_util.h"
 #include "text/jsonguard.h"
 #include "text/tokenizer.h"
 
@@ -66,19 +67,6 @@ static int jansson_object(const char *text, size_t len) {
     return ok;
 }
 
-static tokenizer *load_tok(const char *path) {
-    gguf_file *f = NULL;
-    strata_err err = {0};
-    if (gguf_open(&f, path, &err)) {
-        test_fail(__FILE__, __LINE__, "gguf_open %s: %s", path, err.msg);
-        return NULL;
-    }
-    tokenizer *t = NULL;
-    int rc = tok_load(&t, f, &err);
-    gguf_close(f);
-    if (rc) test_fail(__FILE__, __LINE__, "tok_load %s: %s", path, err.msg);
-    return t;
-}
 
 /* ---- the validator -------------------------------------------------------- */
 
@@ -329,7 +317,7 @@ static const char *const PREFIXES[] = {
 };
 
 static void check_prefixes(const char *model) {
-    tokenizer *t = load_tok(model);
+    tokenizer *t = test_load_tokenizer(model);
     if (!t) return;
     json_vocab *v = json_vocab_new(t);
     for (size_t i = 0; i < sizeof PREFIXES / sizeof *PREFIXES; i++)
@@ -419,7 +407,7 @@ static void sample_run(const tokenizer *t, const json_vocab *v, uint64_t seed, i
 }
 
 static void check_sampling(const char *model, int seeds) {
-    tokenizer *t = load_tok(model);
+    tokenizer *t = test_load_tokenizer(model);
     if (!t) return;
     json_vocab *v = json_vocab_new(t);
     run_stats pushed = {0}, plain = {0};
@@ -444,7 +432,7 @@ TEST(real_jsonguard_sampling) { check_sampling(test_real_model(), 40); }
 /* Time per mask call after each prefix: a fresh guard per call (no cache
  * hit: the trie walk) and the same state again (a cache hit). */
 TEST(real_jsonguard_speed) {
-    tokenizer *t = load_tok(test_real_model());
+    tokenizer *t = test_load_tokenizer(test_real_model());
     if (!t) return;
     double t0 = clock_ms();
     json_vocab *v = json_vocab_new(t);

@@ -15,24 +15,10 @@
 
 #include "model/gguf.h"
 #include "test.h"
+#include "test_util.h"
 #include "text/tok_internal.h"
 #include "text/tokenizer.h"
 
-/* Load a tokenizer and close the file at once: the tokenizer must not
- * keep pointers into the map. NULL (and a failed check) on error. */
-static tokenizer *load_tok(const char *path) {
-    gguf_file *f = NULL;
-    strata_err err = {0};
-    if (gguf_open(&f, path, &err)) {
-        test_fail(__FILE__, __LINE__, "gguf_open %s: %s", path, err.msg);
-        return NULL;
-    }
-    tokenizer *t = NULL;
-    int rc = tok_load(&t, f, &err);
-    gguf_close(f);
-    if (rc) test_fail(__FILE__, __LINE__, "tok_load %s: %s", path, err.msg);
-    return t;
-}
 
 static int32_t *encode(const tokenizer *t, const char *s, size_t len, int special, size_t *n) {
     int32_t *ids = NULL;
@@ -190,14 +176,14 @@ static void check_refs(const tokenizer *t, const char *ref_path, int min_cases) 
 }
 
 static void check_fixture_refs(const char *fixture, const char *ref_path, int min_cases) {
-    tokenizer *t = load_tok(test_data(fixture));
+    tokenizer *t = test_load_tokenizer(test_data(fixture));
     if (!t) return;
     check_refs(t, ref_path, min_cases);
     tok_free(t);
 }
 
 TEST(real_tok_smollm2_refs) {
-    tokenizer *t = load_tok(test_real_model());
+    tokenizer *t = test_load_tokenizer(test_real_model());
     if (!t) return;
     CHECK_EQ_INT(tok_get_kind(t), TOK_BPE);
     check_refs(t, "tests/data/tok/smollm2.txt", 2000);
@@ -237,7 +223,7 @@ static int count_id(const int32_t *ids, size_t n, int32_t id) {
 }
 
 TEST(real_tok_special_chatml) {
-    tokenizer *t = load_tok(test_real_model());
+    tokenizer *t = test_load_tokenizer(test_real_model());
     if (!t) return;
     int32_t im_start = tok_find(t, "<|im_start|>"), im_end = tok_find(t, "<|im_end|>");
     CHECK(im_start >= 0 && im_end >= 0);
@@ -259,7 +245,7 @@ TEST(real_tok_special_chatml) {
 }
 
 TEST(tok_special_spm) {
-    tokenizer *t = load_tok(test_data("tok/spm.gguf"));
+    tokenizer *t = test_load_tokenizer(test_data("tok/spm.gguf"));
     if (!t) return;
     size_t n;
     int32_t *ids = encode(t, "<s>", 3, 0, &n);
@@ -287,7 +273,7 @@ TEST(tok_special_spm) {
 /* ---- EOG, pieces, lookups ----------------------------------------------------- */
 
 TEST(tok_eog_spm) {
-    tokenizer *t = load_tok(test_data("tok/spm.gguf"));
+    tokenizer *t = test_load_tokenizer(test_data("tok/spm.gguf"));
     if (!t) return;
     CHECK_EQ_INT(tok_bos(t), 1);
     CHECK_EQ_INT(tok_eos(t), 2);
@@ -304,7 +290,7 @@ TEST(tok_eog_spm) {
 }
 
 TEST(real_tok_eog_smollm2) {
-    tokenizer *t = load_tok(test_real_model());
+    tokenizer *t = test_load_tokenizer(test_real_model());
     if (!t) return;
     CHECK_EQ_INT(tok_eos(t), 2);
     CHECK(!tok_add_bos(t));
@@ -317,7 +303,7 @@ TEST(real_tok_eog_smollm2) {
 }
 
 TEST(tok_piece_spm) {
-    tokenizer *t = load_tok(test_data("tok/spm.gguf"));
+    tokenizer *t = test_load_tokenizer(test_data("tok/spm.gguf"));
     if (!t) return;
     char buf[64];
     int32_t a = tok_find(t, "<0x41>"), hello = tok_find(t, "\xE2\x96\x81hello");
@@ -339,7 +325,7 @@ TEST(tok_piece_spm) {
 }
 
 TEST(real_tok_piece_bpe) {
-    tokenizer *t = load_tok(test_real_model());
+    tokenizer *t = test_load_tokenizer(test_real_model());
     if (!t) return;
     char buf[64];
     int32_t nl = tok_find(t, "\xC4\x8A"); /* GPT-2 mapping of '\n' */
@@ -354,7 +340,7 @@ TEST(real_tok_piece_bpe) {
 }
 
 TEST(tok_empty_and_bytes) {
-    tokenizer *t = load_tok(test_data("tok/spm.gguf"));
+    tokenizer *t = test_load_tokenizer(test_data("tok/spm.gguf"));
     if (!t) return;
     size_t n = 99;
     int32_t *ids = encode(t, "", 0, 1, &n);
@@ -449,14 +435,14 @@ static void speed(const tokenizer *t, const char *what) {
 }
 
 TEST(real_tok_speed) {
-    tokenizer *t = load_tok(test_real_model());
+    tokenizer *t = test_load_tokenizer(test_real_model());
     if (!t) return;
     speed(t, "smollm2 (bpe)");
     tok_free(t);
 }
 
 TEST(tok_speed_spm) {
-    tokenizer *t = load_tok(test_data("tok/spm.gguf"));
+    tokenizer *t = test_load_tokenizer(test_data("tok/spm.gguf"));
     if (!t) return;
     speed(t, "spm fixture");
     tok_free(t);

@@ -55,4 +55,9 @@ void quant_gemm(qtype wt, const void *w, size_t w_row_bytes, int64_t k,
                 const void *xq, size_t xq_row_bytes, int n_tok,
                 float *y, int64_t ldy, int r0, int r1);
 
+/* `strata bench-kernels [TYPE [ROWS [K [N_TOK...]]]] [--level L]`:
+ * single-thread GFLOP/s of quant_gemm (quant_bench.c). argv[0] is the
+ * command name. Returns the exit status. */
+int quant_bench_main(int argc, char **argv);
+
 #endif

@@ -55,8 +55,6 @@ void kv_seq_attach(kv_pool *p, kv_seq *s, int block) {
     s->n_pos = s->n_blocks * p->block_tokens;
 }
 
-int kv_available(const kv_pool *p, int reclaimable) { return p->n_free + reclaimable; }
-
 void kv_seq_init(kv_seq *s) { memset(s, 0, sizeof *s); }
 
 void kv_seq_release(kv_pool *p, kv_seq *s) {

@@ -71,7 +71,6 @@ void kv_seq_fork(kv_pool *p, const kv_seq *src, int n, kv_seq *dst);
 /* Appends an existing full block (refcount bumped) to an empty-tailed
  * sequence: how a cached prefix is attached. */
 void kv_seq_attach(kv_pool *p, kv_seq *s, int block);
-/* Blocks that can be had now: free plus reclaimable. */
-int kv_available(const kv_pool *p, int reclaimable);
+
 
 #endif

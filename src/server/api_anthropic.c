@@ -383,6 +383,10 @@ static void call_free(ant_call *c) {
     free(c);
 }
 
+static void answer_whole_st(api_stream *st, const http_req *req, http_reply *rep) {
+    answer_whole((ant_call *)((char *)st - offsetof(ant_call, st)), req, rep);
+}
+
 static void stream_release(api_stream *st) { call_free((ant_call *)((char *)st - offsetof(ant_call, st))); }
 
 /* ---- entry points -------------------------------------------------------------------- */
@@ -445,13 +449,8 @@ void api_anthropic_messages(server *s, const http_req *req, http_reply *rep) {
         call_drop(c);
         return;
     }
-    if (!c->stream) {
-        answer_whole(c, req, rep);
-        call_free(c);
-        return;
-    }
     c->st = (api_stream){.g = &c->g, .produce = stream_produce, .release = stream_release};
-    api_stream_reply(rep, &c->st);
+    api_answer(&c->st, c->stream, req, rep, answer_whole_st);
 }
 
 void api_anthropic_count_tokens(server *s, const http_req *req, http_reply *rep) {

@@ -435,6 +435,10 @@ static void call_free(oai_call *c) {
     free(c);
 }
 
+static void answer_whole_st(api_stream *st, const http_req *req, http_reply *rep) {
+    answer_whole((oai_call *)((char *)st - offsetof(oai_call, st)), req, rep);
+}
+
 static void stream_release(api_stream *st) { call_free((oai_call *)((char *)st - offsetof(oai_call, st))); }
 
 /* ---- entry points ------------------------------------------------------------ */
@@ -485,13 +489,8 @@ static void handle(server *s, const http_req *req, http_reply *rep, int chat) {
         free(c);
         return;
     }
-    if (!c->stream) {
-        answer_whole(c, req, rep);
-        call_free(c);
-        return;
-    }
     c->st = (api_stream){.g = &c->g, .produce = stream_produce, .release = stream_release};
-    api_stream_reply(rep, &c->st);
+    api_answer(&c->st, c->stream, req, rep, answer_whole_st);
 }
 
 void api_openai_chat(server *s, const http_req *req, http_reply *rep) { handle(s, req, rep, 1); }

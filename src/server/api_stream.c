@@ -21,7 +21,13 @@ static void stream_end(void *ctx, int client_gone) {
     st->release(st);
 }
 
-void api_stream_reply(http_reply *rep, api_stream *st) {
+void api_answer(api_stream *st, int stream, const http_req *req, http_reply *rep,
+                void (*whole)(api_stream *st, const http_req *req, http_reply *rep)) {
+    if (!stream) {
+        whole(st, req, rep);
+        st->release(st);
+        return;
+    }
     rep->status = 200;
     rep->content_type = "text/event-stream";
     rep->stream = stream_read;

@@ -16,8 +16,10 @@ typedef struct api_stream {
     void (*release)(struct api_stream *st); /* frees the call embedding st */
 } api_stream;
 
-/* Makes the reply a stream driven by st (status 200, text/event-stream). */
-void api_stream_reply(http_reply *rep, api_stream *st);
+/* Answers a started generation: whole (whole() fills rep, then the call
+ * is released) or as a stream driven by st (released when it ends). */
+void api_answer(api_stream *st, int stream, const http_req *req, http_reply *rep,
+                void (*whole)(api_stream *st, const http_req *req, http_reply *rep));
 
 /* Pulls g until done, joining its content text (*len bytes, malloc'd).
  * NULL if the client closed the connection (the generation is cancelled). */
