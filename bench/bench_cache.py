@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
 """Prefix cache benchmark: time to first token for a prompt of L tokens
 computed cold, restored from the live tier (same server), and restored
-from the disk tier (after a restart), on the same model in one run; plus
-the disk's sequential read bandwidth measured in the same run.
+from the disk tier (after a restart, with the block files dropped from the
+page cache so they come from the device), on the same model in one run;
+plus the disk's sequential read bandwidth measured in the same run, the
+restore bandwidth (KV bytes loaded / load time, from the server's --trace
+line) and the lookup overhead on a miss (trace load_ms of the cold
+request, which hashes the prompt and probes both tiers, / its prefill_ms).
 
     bench/bench_cache.py --model models/SmolLM2-135M-Instruct.Q4_1.gguf [--lengths 1024,2048,4096,8000]
 
-Each prompt is a token array (no template), max_tokens 1, greedy; the
-prompt+1 token must fit the server's --ctx.
+Each prompt is a token array (no template), max_tokens 1, greedy; --ctx is
+set to fit the longest. After each restart one short unrelated request
+warms the process up, so start-up costs are not counted as restore time.
 """
 import argparse
+import json
 import os
 import random
 import shutil
@@ -30,10 +36,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start(model, cache_dir, ctx, extra=()):
+def start(model, cache_dir, ctx, trace, extra=()):
     port = free_port()
     p = subprocess.Popen([os.path.join(ROOT, "strata"), "serve", "-m", model, "--port", str(port), "--ctx", str(ctx),
-                          "--parallel", "1", "--cache-dir", cache_dir, *extra],
+                          "--parallel", "1", "--cache-dir", cache_dir, "--trace", trace, *extra],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
@@ -56,6 +62,23 @@ def ttft(url, tokens):
     r = httpx.post(url + "/v1/completions", json={"prompt": tokens, "max_tokens": 1, "temperature": 0}, timeout=3600)
     r.raise_for_status()
     return time.perf_counter() - t0, r.json()["usage"]
+
+
+def last_trace(path):
+    with open(path) as f:
+        return json.loads(f.read().splitlines()[-1])
+
+
+def drop_page_cache(folder):
+    """Asks the kernel to forget the cached pages of every block file."""
+    for dirpath, _, files in os.walk(folder):
+        for name in files:
+            try:
+                fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                os.close(fd)
+            except (AttributeError, OSError):
+                pass
 
 
 def disk_read_bandwidth(folder, mb=512):
@@ -88,23 +111,36 @@ def main():
     lengths = [int(x) for x in a.lengths.split(",")]
     ctx = max(lengths) + 64
     work = tempfile.mkdtemp(prefix="strata-bench-cache-")
+    trace = os.path.join(work, "trace.jsonl")
     rng = random.Random(1)
+    seq_mb_s = disk_read_bandwidth(work)
     print(f"model {a.model}; cache dir {work}; prompts are random token arrays; TTFT in seconds")
-    print(f"disk sequential read (page cache dropped for the file where allowed): {disk_read_bandwidth(work):.0f} MB/s")
-    print("| prompt tokens | cold s | live hit s | disk hit s | cold/live | cold/disk | disk tokens |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"disk sequential read (page cache dropped for the file where allowed): {seq_mb_s:.0f} MB/s")
+    print("| prompt tokens | cold s | live hit s | disk hit s | cold/live | cold/disk | restored MB | load ms "
+          "| restore MB/s | of seq read | miss lookup ms | of prefill |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for L in lengths:
         toks = [rng.randrange(100, 40000) for _ in range(L)]
         cache = os.path.join(work, f"kv{L}")
-        p, url = start(a.model, cache, ctx)
+        p, url = start(a.model, cache, ctx, trace)
         cold, _ = ttft(url, toks)
+        miss = last_trace(trace)
         live, u_live = ttft(url, toks)
         stop(p)
-        p, url = start(a.model, cache, ctx)
+        drop_page_cache(cache)
+        p, url = start(a.model, cache, ctx, trace)
+        ttft(url, [rng.randrange(100, 40000) for _ in range(8)])  # warm-up, unrelated
         disk, u_disk = ttft(url, toks)
+        hit = last_trace(trace)
         stop(p)
         d = u_disk.get("strata_cache", {}).get("disk_tokens", 0)
-        print(f"| {L} | {cold:.2f} | {live:.3f} | {disk:.3f} | {cold / live:.0f}x | {cold / disk:.0f}x | {d} |")
+        block_bytes = os.path.getsize(next(os.path.join(dp, f) for dp, _, fs in os.walk(cache) for f in fs
+                                           if f.endswith(".kv")))
+        mb = d / 64 * block_bytes / 1e6
+        bw = mb / (hit["load_ms"] / 1000) if hit["load_ms"] > 0 else float("nan")
+        print(f"| {L} | {cold:.2f} | {live:.3f} | {disk:.3f} | {cold / live:.0f}x | {cold / disk:.0f}x | {mb:.0f} "
+              f"| {hit['load_ms']:.0f} | {bw:.0f} | {bw / seq_mb_s:.0%} | {miss['load_ms']:.3f} "
+              f"| {miss['load_ms'] / miss['prefill_ms']:.4%} |")
     shutil.rmtree(work, ignore_errors=True)
 
 

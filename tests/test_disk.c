@@ -21,6 +21,7 @@
 #include "cache/disk.h"
 #include "cache/disk_file.h"
 #include "test.h"
+#include "test_util.h"
 
 #define TB 16          /* tokens per block */
 #define BYTES 4096     /* KV payload per block */
@@ -28,22 +29,11 @@
 /* ---- fixtures ---- */
 
 static char *tmpdir_new(void) {
-    static char path[64];
     g_log_level = LOG_WARN; /* one info line per open is noise here */
-    strcpy(path, "/tmp/strata-disk-XXXXXX");
-    CHECK(mkdtemp(path) != NULL);
-    return path;
+    return test_tmpdir_new();
 }
 
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
-    if (flag == FTW_D || flag == FTW_DP) chmod(p, 0755);
-    return remove(p);
-}
-
-static void tmpdir_free(const char *dir) {
-    chmod(dir, 0755);
-    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
+static void tmpdir_free(const char *dir) { test_tmpdir_free(dir); }
 
 static disk_opts opts_for(const char *dir, uint8_t fp_byte) {
     disk_opts o = {.dir = dir, .block_tokens = TB, .block_bytes = BYTES, .kv_dtype = DISK_F16};

@@ -1,10 +1,14 @@
-/* test_live.c - the live prefix tier: publish, attach, idle LRU, eviction
- * under pressure, and published blocks never written in place. */
+/* test_live.c - the live prefix tier: publish, attach, tails, eviction
+ * under pressure (leaf first, policy order, retention), and cached blocks
+ * never written in place. */
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "cache/disk_file.h"
 #include "cache/live.h"
 #include "test.h"
+#include "test_util.h"
 
 #define B 4
 
@@ -50,7 +54,7 @@ TEST(live_publish_then_attach_longest_prefix) {
     kv_pool_destroy(&p);
 }
 
-TEST(live_idle_blocks_are_reclaimed_oldest_first) {
+TEST(live_idle_blocks_are_reclaimed_least_recent_first) {
     kv_pool p;
     live_cache *c;
     cache_hash root;
@@ -124,4 +128,187 @@ TEST(live_different_roots_never_share) {
     kv_seq_release(&p, &t);
     live_free(c);
     kv_pool_destroy(&p);
+}
+
+/* One finished request: computes toks[0..n), publishes, keeps its tail,
+ * releases. */
+static void finish_request(kv_pool *p, live_cache *c, const cache_hash *root, const int32_t *toks, int n) {
+    kv_seq s;
+    kv_seq_init(&s);
+    live_cursor cur;
+    live_cursor_init(&cur, root);
+    int got = live_attach(c, &cur, toks, n, &s, NULL);
+    kv_seq_reserve(p, &s, n, NULL);
+    for (int i = got; i < n; i++) kv_rows(p, s.blocks[i / B], 0, 0)[(i % B) * 2] = (uint16_t)toks[i];
+    s.n_pos = n;
+    live_publish(c, &cur, toks, &s, INT_MAX);
+    live_keep_tail(c, &cur, toks, &s);
+    kv_seq_release(p, &s);
+}
+
+TEST(live_tail_is_attached_at_token_granularity_and_copied_on_write) {
+    kv_pool p;
+    live_cache *c;
+    cache_hash root;
+    setup(&p, &c, &root, 16);
+    int32_t turn1[7] = {1, 2, 3, 4, 5, 6, 7}, turn2[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    finish_request(&p, c, &root, turn1, 7); /* one full block + a tail of 3 */
+    live_stats st;
+    live_get_stats(c, &st);
+    CHECK_EQ_INT(st.tails, 1);
+    kv_seq s;
+    kv_seq_init(&s);
+    live_cursor cur;
+    live_cursor_init(&cur, &root);
+    CHECK_EQ_INT(live_attach(c, &cur, turn2, 9, &s, NULL), 7); /* 4 + the whole tail */
+    CHECK_EQ_INT(s.n_pos, 7);
+    CHECK_EQ_INT(cur.n_blocks, 1);
+    int tail_block = s.blocks[1];
+    CHECK_EQ_INT(kv_rows(&p, tail_block, 0, 0)[2 * 2], 7); /* position 6 holds token 7 */
+    kv_seq_reserve(&p, &s, 9, NULL); /* writing position 7 copies the shared tail */
+    CHECK(s.blocks[1] != tail_block);
+    CHECK_EQ_INT(kv_rows(&p, s.blocks[1], 0, 0)[2 * 2], 7);
+    kv_seq_release(&p, &s);
+    /* A prompt that leaves the tail after 2 of its 3 tokens takes those 2. */
+    int32_t other[8] = {1, 2, 3, 4, 5, 6, 0, 0};
+    kv_seq_init(&s);
+    live_cursor_init(&cur, &root);
+    CHECK_EQ_INT(live_attach(c, &cur, other, 8, &s, NULL), 6);
+    kv_seq_release(&p, &s);
+    live_get_stats(c, &st);
+    CHECK_EQ_INT(st.tail_hit_tokens, 5);
+    live_free(c);
+    CHECK_EQ_INT(p.n_free, 16);
+    kv_pool_destroy(&p);
+}
+
+TEST(live_longer_tail_replaces_its_prefix) {
+    kv_pool p;
+    live_cache *c;
+    cache_hash root;
+    setup(&p, &c, &root, 16);
+    int32_t a[6] = {1, 2, 3, 4, 5, 6}, b[7] = {1, 2, 3, 4, 5, 6, 7};
+    finish_request(&p, c, &root, a, 6);
+    finish_request(&p, c, &root, b, 7); /* attaches a's tail, then keeps a longer one */
+    finish_request(&p, c, &root, a, 6); /* a is a prefix of the kept tail: nothing new */
+    live_stats st;
+    live_get_stats(c, &st);
+    CHECK_EQ_INT(st.tails, 1);
+    CHECK_EQ_INT(st.cached_blocks, 1);
+    live_free(c);
+    CHECK_EQ_INT(p.n_free, 16);
+    kv_pool_destroy(&p);
+}
+
+TEST(live_evicts_leaves_before_their_parents) {
+    kv_pool p;
+    live_cache *c;
+    cache_hash root;
+    setup(&p, &c, &root, 4);
+    int32_t chain[12] = {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3}, z[4] = {9, 9, 9, 9};
+    finish_request(&p, c, &root, chain, 12); /* 3 blocks, released together */
+    kv_seq s;
+    kv_seq_init(&s);
+    compute(&p, &s, z, 8); /* needs 2: the free one and one idle */
+    kv_seq_release(&p, &s);
+    live_cursor cur;
+    live_cursor_init(&cur, &root);
+    kv_seq_init(&s);
+    CHECK_EQ_INT(live_attach(c, &cur, chain, 12, &s, NULL), 8); /* the leaf went, not the root */
+    kv_seq_release(&p, &s);
+    live_free(c);
+    kv_pool_destroy(&p);
+}
+
+TEST(live_retained_blocks_are_evicted_last) {
+    kv_pool p;
+    live_cache *c;
+    cache_hash root;
+    setup(&p, &c, &root, 3);
+    int32_t anchor[4] = {5, 5, 5, 5}, later[4] = {6, 6, 6, 6}, z[8] = {0};
+    kv_seq s;
+    live_cursor cur;
+    kv_seq_init(&s);
+    live_cursor_init(&cur, &root);
+    compute(&p, &s, anchor, 4);
+    live_publish(c, &cur, anchor, &s, INT_MAX);
+    live_retain(c, &s, 4, 60);
+    kv_seq_release(&p, &s);
+    finish_request(&p, c, &root, later, 4); /* newer, more valuable by recency */
+    kv_seq_init(&s);
+    compute(&p, &s, z, 8); /* the free block, then one idle: not the retained one */
+    kv_seq_release(&p, &s);
+    kv_seq_init(&s);
+    live_cursor_init(&cur, &root);
+    CHECK_EQ_INT(live_attach(c, &cur, anchor, 4, &s, NULL), 4);
+    kv_seq_release(&p, &s);
+    kv_seq_init(&s);
+    live_cursor_init(&cur, &root);
+    CHECK_EQ_INT(live_attach(c, &cur, later, 4, &s, NULL), 0);
+    kv_seq_release(&p, &s);
+    live_stats st;
+    live_get_stats(c, &st);
+    CHECK_EQ_INT(st.evicted_retained, 0);
+    live_free(c);
+    kv_pool_destroy(&p);
+}
+
+static disk_store *open_disk(const char *dir, const kv_pool *p) {
+    disk_opts o = {.dir = dir, .block_tokens = B, .block_bytes = p->block_bytes, .kv_dtype = DISK_F16};
+    memset(o.model_fp, 1, 32);
+    disk_store *d = NULL;
+    CHECK_EQ_INT(disk_open(&d, &o, NULL), 0);
+    return d;
+}
+
+/* Blocks published to disk come back, read in parallel, bit for bit, in a
+ * fresh pool; a damaged file in the middle ends the restored prefix there. */
+TEST(live_restores_runs_of_blocks_from_disk) {
+    char *dir = test_tmpdir_new();
+    enum { N = 12 };
+    int32_t toks[N * B + 1];
+    for (int i = 0; i <= N * B; i++) toks[i] = 100 + i;
+    kv_pool p;
+    live_cache *c;
+    cache_hash root;
+    setup(&p, &c, &root, 2 * N);
+    disk_store *d = open_disk(dir, &p);
+    live_set_disk(c, d);
+    finish_request(&p, c, &root, toks, N * B);
+    disk_flush(d);
+    live_free(c);
+    kv_pool_destroy(&p);
+    disk_close(d);
+
+    for (int damaged = 0; damaged < 2; damaged++) {
+        setup(&p, &c, &root, 2 * N);
+        d = open_disk(dir, &p);
+        live_set_disk(c, d);
+        kv_seq s;
+        kv_seq_init(&s);
+        live_cursor cur;
+        live_cursor_init(&cur, &root);
+        int from_disk = 0, want = damaged ? 7 * B : N * B;
+        CHECK_EQ_INT(live_attach(c, &cur, toks, N * B + 1, &s, &from_disk), want);
+        CHECK_EQ_INT(from_disk, want);
+        CHECK_EQ_INT(s.n_blocks, want / B); /* nothing reserved past the prefix */
+        for (int i = 0; i < want; i++) CHECK_EQ_INT(kv_rows(&p, s.blocks[i / B], 0, 0)[(i % B) * 2], toks[i]);
+        kv_seq_release(&p, &s);
+        live_free(c);
+        CHECK_EQ_INT(p.n_free, 2 * N);
+        kv_pool_destroy(&p);
+        if (!damaged) { /* flip a payload byte of block 7 for the second round */
+            cache_hash h = root;
+            for (int b = 0; b <= 7; b++) cache_hash_block(&h, &h, toks + b * B, B);
+            char path[4200];
+            disk_file_path(dir, &h, path, sizeof path, NULL, 0);
+            FILE *f = fopen(path, "r+b");
+            CHECK(f != NULL);
+            fseek(f, -8, SEEK_END);
+            fputc(0x5a ^ fgetc(f), f);
+            fclose(f);
+        }
+        disk_close(d);
+    }
+    test_tmpdir_free(dir);
 }

@@ -1,5 +1,11 @@
 /* test_util.c - helpers several test files share (test_util.h). */
+#define _XOPEN_SOURCE 700
 #include "test_util.h"
+
+#include <ftw.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include "model/gguf.h"
 #include "test.h"
@@ -16,4 +22,21 @@ tokenizer *test_load_tokenizer(const char *path) {
     gguf_close(f);
     if (rc) test_fail(__FILE__, __LINE__, "tok_load %s: %s", path, err.msg);
     return t;
+}
+
+char *test_tmpdir_new(void) {
+    static char path[64];
+    strcpy(path, "/tmp/strata-test-XXXXXX");
+    CHECK(mkdtemp(path) != NULL);
+    return path;
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
+    if (flag == FTW_D || flag == FTW_DP) chmod(p, 0755);
+    return remove(p);
+}
+
+void test_tmpdir_free(const char *dir) {
+    chmod(dir, 0755);
+    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }

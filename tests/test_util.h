@@ -9,4 +9,9 @@
  * on error. */
 tokenizer *test_load_tokenizer(const char *path);
 
+/* A fresh directory under /tmp (static buffer: one at a time), and its
+ * removal with everything in it, read-only parts included. */
+char *test_tmpdir_new(void);
+void test_tmpdir_free(const char *dir);
+
 #endif

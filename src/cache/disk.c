@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -34,6 +35,7 @@
  * halve every HIT_HALF_LIFE_S so old popularity fades. */
 #define HIT_WEIGHT_S 600.0
 #define HIT_HALF_LIFE_S 3600.0
+#define RETAINED_SCORE 1e12 /* above any unix time */
 #define STALE_TMP_S 3600 /* a temp file this old is dead whatever its pid says */
 
 enum { ST_GHOST, ST_PENDING, ST_PRESENT };
@@ -55,6 +57,7 @@ typedef struct dent {
     double last_use;       /* unix seconds */
     double hits;           /* decayed to last_use */
     double fresh_until;    /* monotonic seconds; not evicted before */
+    double keep_until;     /* unix seconds: retained (policy.h) until then */
     djob *job;             /* ST_PENDING: the queued copy */
 } dent;
 
@@ -205,7 +208,9 @@ static void note_use(disk_store *d, dent *e, int hit) {
     e->fresh_until = now_mono() + protect_s(d);
 }
 
+/* Retained blocks score after every other one, earliest end first. */
 static double evict_score(const dent *e, double now) {
+    if (e->keep_until > now) return RETAINED_SCORE + e->keep_until;
     return e->last_use + HIT_WEIGHT_S * decayed_hits(e, now);
 }
 
@@ -694,10 +699,50 @@ int disk_get(disk_store *d, const cache_hash *h, void *dst, int32_t *tokens_out,
     return 0;
 }
 
+typedef struct get_batch {
+    disk_store *d;
+    const cache_hash *h;
+    void *const *dst;
+    int32_t *const *tokens;
+    int *rc;
+    int n;
+    atomic_int next;
+} get_batch;
+
+static void *get_worker(void *arg) {
+    get_batch *g = arg;
+    for (int i; (i = atomic_fetch_add(&g->next, 1)) < g->n;) {
+        strata_err err = {0};
+        g->rc[i] = disk_get(g->d, &g->h[i], g->dst[i], g->tokens ? g->tokens[i] : NULL, &err);
+    }
+    return NULL;
+}
+
+int disk_get_many(disk_store *d, const cache_hash *h, void *const *dst, int32_t *const *tokens_out, int n, int *rc) {
+    get_batch g = {d, h, dst, tokens_out, rc, n, 0};
+    pthread_t th[DISK_READERS];
+    int n_th = 0;
+    /* This thread reads too; helpers only when there is more than a block. */
+    while (n_th < DISK_READERS - 1 && n_th + 1 < n && pthread_create(&th[n_th], NULL, get_worker, &g) == 0) n_th++;
+    get_worker(&g);
+    for (int i = 0; i < n_th; i++) pthread_join(th[i], NULL);
+    int ok = 0;
+    while (ok < n && rc[ok] == 0) ok++;
+    return ok;
+}
+
 void disk_touch(disk_store *d, const cache_hash *h) {
     pthread_mutex_lock(&d->mu);
     long i = ix_find(d, h);
     if (i >= 0 && d->slots[i].state != ST_GHOST) note_use(d, &d->slots[i], 1);
+    pthread_mutex_unlock(&d->mu);
+}
+
+void disk_retain(disk_store *d, const cache_hash *h, double ttl_s) {
+    double until = now_wall() + ttl_s;
+    pthread_mutex_lock(&d->mu);
+    long i = ix_find(d, h);
+    if (i >= 0 && d->slots[i].state != ST_GHOST && until > d->slots[i].keep_until) d->slots[i].keep_until = until;
     pthread_mutex_unlock(&d->mu);
 }
 

@@ -69,10 +69,21 @@ int disk_put(disk_store *d, const cache_hash *h, const cache_hash *parent, const
  * Either way a failure is a miss for the caller, never fatal. */
 int disk_get(disk_store *d, const cache_hash *h, void *dst, int32_t *tokens_out, strata_err *err);
 
+/* disk_get for n blocks at once, read by up to DISK_READERS threads so
+ * the device (or the page cache and the checksum) works in parallel; one
+ * result code per block in rc[]. Returns how many blocks from the first
+ * on all loaded (the usable prefix). */
+#define DISK_READERS 4
+int disk_get_many(disk_store *d, const cache_hash *h, void *const *dst, int32_t *const *tokens_out, int n, int *rc);
+
 /* A hit served by an upper tier (live pool, RAM): feeds recency and the
  * hit count used by eviction, and protects the block for protect_ms.
  * disk_get already counts as a hit; do not touch for the same use. */
 void disk_touch(disk_store *d, const cache_hash *h);
+
+/* Retention (policy.h): the block is evicted only after every unretained
+ * one until ttl_s from now (extends, never shortens). Not persisted. */
+void disk_retain(disk_store *d, const cache_hash *h, double ttl_s);
 
 /* Waits until every queued write is done (tests, tools, shutdown). */
 void disk_flush(disk_store *d);

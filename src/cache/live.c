@@ -1,14 +1,19 @@
-/* live.c - hash index and idle-block LRU over the KV pool (see live.h).
+/* live.c - hash index, tails and scored eviction over the KV pool (see
+ * live.h).
  *
  * The index is an open-addressing table from block hash to block id
  * (linear probing, tombstones on removal), sized at twice the pool so it
- * never fills. Blocks no sequence references but the index names sit in
- * a doubly linked LRU list; the pool reclaims from its head. */
+ * never fills. Each pool block has a record: its index entry or tail, its
+ * parent block (to evict leaves first), use and hits (policy_value) and a
+ * retention end. When the pool runs dry it asks reclaim_hook for one idle
+ * block, which scans the idle leaves: one scan per block of new KV, a few
+ * microseconds next to the 64 tokens of compute that need it. */
 #include "cache/live.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/mem.h"
 
 enum { SLOT_EMPTY = 0, SLOT_USED = 1, SLOT_TOMB = 2 };
@@ -19,14 +24,25 @@ typedef struct slot {
     int state;
 } slot;
 
+/* What the cache knows of one pool block. */
+typedef struct brec {
+    int entry;        /* index slot of a published block, or -1 */
+    int parent;       /* cached block this one continues, or -1 */
+    int n_children;   /* cached blocks and tails continuing this one */
+    int depth;        /* tokens before it */
+    char idle;        /* cached, no sequence uses it */
+    int tail_n;       /* > 0: a kept partial block of that many tokens */
+    cache_hash tail_parent; /* chain hash before the tail */
+    int32_t *tail_tokens;
+    double last_use, hits, keep_until; /* ms (clock_ms), decayed count, ms */
+} brec;
+
 struct live_cache {
     kv_pool *kv;
     slot *map;
     size_t cap; /* power of two */
-    int *entry_of;       /* block -> map index, or -1 */
-    int *prev, *next;    /* LRU links per block; -1 ends */
-    char *idle;          /* block is in the LRU list */
-    int lru_head, lru_tail;
+    brec *rec;  /* per pool block */
+    double attn_per_pos;
     disk_store *disk; /* NULL: no disk tier */
     live_stats st;
 };
@@ -54,50 +70,110 @@ static int map_insert(live_cache *c, const cache_hash *h, int block) {
     return (int)i;
 }
 
-/* ---- idle LRU ----------------------------------------------------------------- */
+/* ---- block records ------------------------------------------------------------ */
 
-static void lru_remove(live_cache *c, int b) {
-    if (!c->idle[b]) return;
-    if (c->prev[b] >= 0) c->next[c->prev[b]] = c->next[b];
-    else c->lru_head = c->next[b];
-    if (c->next[b] >= 0) c->prev[c->next[b]] = c->prev[b];
-    else c->lru_tail = c->prev[b];
-    c->idle[b] = 0;
-    c->st.idle_blocks--;
+static int is_cached(const live_cache *c, int b) { return c->rec[b].entry >= 0 || c->rec[b].tail_n > 0; }
+
+static void touch(live_cache *c, int b, int hit) {
+    brec *r = &c->rec[b];
+    double now = clock_ms();
+    r->hits = policy_decay(r->hits, (now - r->last_use) / 1000.0) + (hit ? 1.0 : 0.0);
+    r->last_use = now;
 }
 
-static void lru_push(live_cache *c, int b) {
-    c->prev[b] = c->lru_tail;
-    c->next[b] = -1;
-    if (c->lru_tail >= 0) c->next[c->lru_tail] = b;
-    else c->lru_head = b;
-    c->lru_tail = b;
-    c->idle[b] = 1;
-    c->st.idle_blocks++;
+static void set_idle(live_cache *c, int b, int idle) {
+    if (c->rec[b].idle == idle) return;
+    c->rec[b].idle = (char)idle;
+    c->st.idle_blocks += idle ? 1 : -1;
+}
+
+/* Starts caching block b (published or tail) below parent p (-1: none). */
+static void link_parent(live_cache *c, int b, int p, int depth) {
+    brec *r = &c->rec[b];
+    r->parent = p;
+    r->depth = depth;
+    if (p >= 0) c->rec[p].n_children++;
+    r->hits = 0;
+    r->keep_until = 0;
+    touch(c, b, 0);
+}
+
+static void index_block(live_cache *c, int b, const cache_hash *h, int p, int depth) {
+    c->rec[b].entry = map_insert(c, h, b);
+    link_parent(c, b, p, depth);
+    c->st.cached_blocks++;
+}
+
+static void drop_tail(live_cache *c, int b) {
+    brec *r = &c->rec[b];
+    free(r->tail_tokens);
+    r->tail_tokens = NULL;
+    r->tail_n = 0;
+    c->st.tails--;
+}
+
+/* Forgets everything cached about b (which no sequence uses). */
+static void uncache(live_cache *c, int b) {
+    brec *r = &c->rec[b];
+    if (r->entry >= 0) {
+        c->map[r->entry].state = SLOT_TOMB;
+        r->entry = -1;
+        c->st.cached_blocks--;
+    }
+    if (r->tail_n > 0) drop_tail(c, b);
+    if (r->parent >= 0) c->rec[r->parent].n_children--;
+    r->parent = -1;
+    set_idle(c, b, 0);
+    /* Only when no leaf was left: orphans keep their KV, not the link. */
+    if (r->n_children > 0)
+        for (int i = 0; i < c->kv->n_blocks; i++)
+            if (c->rec[i].parent == b) c->rec[i].parent = -1;
+    r->n_children = 0;
 }
 
 /* ---- pool hooks ------------------------------------------------------------------ */
 
 static int keep_hook(void *ctx, int b) {
     live_cache *c = ctx;
-    if (c->entry_of[b] < 0) return 0;
-    lru_push(c, b);
+    if (!is_cached(c, b)) return 0;
+    set_idle(c, b, 1);
     return 1;
 }
 
-static int reclaim_hook(void *ctx) {
-    live_cache *c = ctx;
-    int b = c->lru_head;
-    if (b < 0) return -1;
-    lru_remove(c, b);
-    c->map[c->entry_of[b]].state = SLOT_TOMB;
-    c->entry_of[b] = -1;
-    c->st.cached_blocks--;
-    c->st.evicted_blocks++;
-    return b;
+static double value_of(const live_cache *c, int b, double now) {
+    const brec *r = &c->rec[b];
+    int n = r->tail_n > 0 ? r->tail_n : c->kv->block_tokens;
+    return policy_value(r->depth, n, c->attn_per_pos, r->hits, (now - r->last_use) / 1000.0);
 }
 
-static int frozen_hook(void *ctx, int b) { return ((live_cache *)ctx)->entry_of[b] >= 0; }
+/* The idle block to give up: a leaf if there is one, lowest in the
+ * policy's order. */
+static int reclaim_hook(void *ctx) {
+    live_cache *c = ctx;
+    double now = clock_ms(), best_v = 0;
+    int best = -1, best_leaf = 0;
+    for (int b = 0; b < c->kv->n_blocks; b++) {
+        const brec *r = &c->rec[b];
+        if (!r->idle) continue;
+        int leaf = r->n_children == 0;
+        double v = value_of(c, b, now);
+        if (best >= 0) {
+            if (leaf != best_leaf) {
+                if (!leaf) continue;
+            } else if (policy_evict_before(v, r->keep_until, best_v, c->rec[best].keep_until, now) >= 0) {
+                continue;
+            }
+        }
+        best = b, best_v = v, best_leaf = leaf;
+    }
+    if (best < 0) return -1;
+    c->st.evicted_blocks++;
+    c->st.evicted_retained += c->rec[best].keep_until > now;
+    uncache(c, best);
+    return best;
+}
+
+static int frozen_hook(void *ctx, int b) { return is_cached((live_cache *)ctx, b); }
 
 /* ---- public ------------------------------------------------------------------------ */
 
@@ -107,12 +183,8 @@ live_cache *live_new(kv_pool *kv) {
     c->cap = 16;
     while (c->cap < (size_t)kv->n_blocks * 2) c->cap *= 2;
     c->map = xcalloc(c->cap, sizeof(slot));
-    c->entry_of = xmalloc((size_t)kv->n_blocks * sizeof(int));
-    c->prev = xmalloc((size_t)kv->n_blocks * sizeof(int));
-    c->next = xmalloc((size_t)kv->n_blocks * sizeof(int));
-    c->idle = xcalloc((size_t)kv->n_blocks, 1);
-    for (int i = 0; i < kv->n_blocks; i++) c->entry_of[i] = -1;
-    c->lru_head = c->lru_tail = -1;
+    c->rec = xcalloc((size_t)kv->n_blocks, sizeof(brec));
+    for (int i = 0; i < kv->n_blocks; i++) c->rec[i].entry = c->rec[i].parent = -1;
     kv->keeper = (kv_keeper){c, keep_hook, reclaim_hook, frozen_hook};
     return c;
 }
@@ -120,67 +192,126 @@ live_cache *live_new(kv_pool *kv) {
 void live_free(live_cache *c) {
     if (!c) return;
     /* Idle blocks go back to the pool's free list. */
-    while (c->lru_head >= 0) {
-        int b = reclaim_hook(c);
-        c->kv->free_list[c->kv->n_free++] = b;
+    for (int b = 0; b < c->kv->n_blocks; b++) {
+        int idle = c->rec[b].idle;
+        if (c->rec[b].tail_n > 0) drop_tail(c, b);
+        if (idle) c->kv->free_list[c->kv->n_free++] = b;
     }
     memset(&c->kv->keeper, 0, sizeof c->kv->keeper);
-    free(c->map), free(c->entry_of), free(c->prev), free(c->next), free(c->idle);
+    free(c->map), free(c->rec);
     free(c);
 }
 
 void live_set_disk(live_cache *c, disk_store *d) { c->disk = d; }
+
+void live_set_cost(live_cache *c, double attn_per_pos) { c->attn_per_pos = attn_per_pos; }
 
 void live_cursor_init(live_cursor *cur, const cache_hash *root) {
     cur->n_blocks = 0;
     cur->last = *root;
 }
 
-/* Loads block h from disk into a new block at the end of s and indexes it.
- * The tokens in the file must equal ours (a check on top of the hash). */
-static int load_from_disk(live_cache *c, const cache_hash *h, const int32_t *tokens, kv_seq *s) {
+/* The cached block before position pos of s (its parent), or -1. */
+static int parent_in(const live_cache *c, const kv_seq *s, int block_index) {
+    if (block_index == 0) return -1;
+    int p = s->blocks[block_index - 1];
+    return c->rec[p].entry >= 0 ? p : -1;
+}
+
+/* How many blocks from tokens on (at most max) the disk tier has and the
+ * live tier does not, chained from hash `last`; their hashes in hs. */
+static int disk_run(const live_cache *c, const cache_hash *last, const int32_t *tokens, int max, cache_hash *hs) {
+    int B = c->kv->block_tokens, n = 0;
+    for (const cache_hash *prev = last; n < max; prev = &hs[n++]) {
+        cache_hash_block(&hs[n], prev, tokens + (size_t)n * B, B);
+        if (map_find(c, &hs[n]) >= 0 || !disk_has(c->disk, &hs[n])) break;
+    }
+    return n;
+}
+
+/* Loads n blocks from disk into new blocks at the end of s, read in
+ * parallel, and indexes them. A block loads only if its file's tokens
+ * equal ours (a check on top of the hash); the first failure ends the
+ * run. Returns the blocks appended. */
+static int load_run(live_cache *c, const cache_hash *hs, const int32_t *tokens, int n, kv_seq *s) {
     int B = c->kv->block_tokens;
-    int32_t got[4096];
-    if (B > 4096 || kv_seq_reserve(c->kv, s, s->n_pos + B, NULL)) return -1;
-    int b = s->blocks[s->n_blocks - 1];
-    strata_err err = {0};
-    if (disk_get(c->disk, h, kv_rows(c->kv, b, 0, 0), got, &err) ||
-        memcmp(got, tokens, (size_t)B * sizeof(int32_t)) != 0) {
-        c->st.disk_errors++;
-        kv_seq_truncate(c->kv, s, s->n_pos); /* gives the reserved block back */
-        return -1;
+    while (n > 0 && kv_seq_reserve(c->kv, s, s->n_pos + n * B, NULL)) n /= 2; /* as much as the pool holds */
+    if (n == 0) return 0;
+    void **dst = xmalloc((size_t)n * sizeof *dst);
+    int32_t **tok = xmalloc((size_t)n * sizeof *tok), *got = xmalloc((size_t)n * B * sizeof(int32_t));
+    int *rc = xmalloc((size_t)n * sizeof(int)), first = s->n_pos / B;
+    for (int i = 0; i < n; i++) {
+        dst[i] = kv_rows(c->kv, s->blocks[first + i], 0, 0);
+        tok[i] = got + (size_t)i * B;
     }
-    s->n_pos += B;
-    if (map_find(c, h) < 0) {
-        c->entry_of[b] = map_insert(c, h, b);
-        c->st.cached_blocks++;
+    int ok = disk_get_many(c->disk, hs, dst, tok, n, rc);
+    for (int i = 0; i < ok; i++)
+        if (memcmp(tok[i], tokens + (size_t)i * B, (size_t)B * sizeof(int32_t)) != 0) ok = i;
+    c->st.disk_errors += ok < n;
+    for (int i = 0; i < ok; i++, s->n_pos += B)
+        if (map_find(c, &hs[i]) < 0) index_block(c, s->blocks[first + i], &hs[i], parent_in(c, s, first + i), s->n_pos);
+    kv_seq_truncate(c->kv, s, s->n_pos); /* gives unused reserved blocks back */
+    free(dst), free(tok), free(got), free(rc);
+    return ok;
+}
+
+/* The kept tail after chain hash `parent` that matches most of tokens
+ * (at most n); its match length in *len. */
+static int best_tail(const live_cache *c, const cache_hash *parent, const int32_t *tokens, int n, int *len) {
+    int best = -1;
+    *len = 0;
+    for (int b = 0; b < c->kv->n_blocks && c->st.tails > 0; b++) {
+        const brec *r = &c->rec[b];
+        if (r->tail_n == 0 || memcmp(r->tail_parent.b, parent->b, 32) != 0) continue;
+        int m = 0;
+        while (m < r->tail_n && m < n && r->tail_tokens[m] == tokens[m]) m++;
+        if (m > *len) best = b, *len = m;
     }
-    return 0;
+    return best;
+}
+
+/* Attaches the live block named h (index entry e) to s. */
+static void attach_live(live_cache *c, int e, kv_seq *s) {
+    int b = c->map[e].block;
+    set_idle(c, b, 0);
+    touch(c, b, 1);
+    kv_seq_attach(c->kv, s, b);
+    if (c->disk) disk_touch(c->disk, &c->map[e].h);
 }
 
 int live_attach(live_cache *c, live_cursor *cur, const int32_t *tokens, int n_max, kv_seq *s, int *from_disk) {
-    int B = c->kv->block_tokens, got = 0, disk = 0;
+    int B = c->kv->block_tokens, got = 0, disk = 0, tail = 0, max_blocks = n_max / B;
+    cache_hash *run = c->disk && max_blocks > 0 ? xmalloc((size_t)max_blocks * sizeof *run) : NULL;
     c->st.lookups++;
-    while ((cur->n_blocks + 1) * B <= n_max) {
+    while (cur->n_blocks < max_blocks) {
         const int32_t *bt = tokens + (size_t)cur->n_blocks * B;
         cache_hash h;
         cache_hash_block(&h, &cur->last, bt, B);
-        int e = map_find(c, &h);
+        int e = map_find(c, &h), n = 1;
         if (e >= 0) {
-            int b = c->map[e].block;
-            lru_remove(c, b);
-            kv_seq_attach(c->kv, s, b);
-            if (c->disk) disk_touch(c->disk, &h);
-        } else if (!c->disk || !disk_has(c->disk, &h) || load_from_disk(c, &h, bt, s)) {
-            break;
+            attach_live(c, e, s);
+            cur->last = h;
         } else {
-            disk += B;
+            n = run ? disk_run(c, &cur->last, bt, max_blocks - cur->n_blocks, run) : 0;
+            if (n > 0) n = load_run(c, run, bt, n, s);
+            if (n == 0) break;
+            cur->last = run[n - 1];
+            disk += n * B;
         }
-        cur->last = h;
-        cur->n_blocks++;
-        got += B;
+        cur->n_blocks += n;
+        got += n * B;
+    }
+    free(run);
+    int tb = got < n_max ? best_tail(c, &cur->last, tokens + got, n_max - got, &tail) : -1;
+    if (tb >= 0) { /* shared: the sequence's first write copies it */
+        set_idle(c, tb, 0);
+        touch(c, tb, 1);
+        kv_seq_attach(c->kv, s, tb);
+        s->n_pos = got + tail;
+        got += tail;
     }
     c->st.hit_tokens += got - disk;
+    c->st.tail_hit_tokens += tail;
     c->st.disk_hit_tokens += disk;
     if (from_disk) *from_disk = disk;
     return got;
@@ -192,15 +323,54 @@ void live_publish(live_cache *c, live_cursor *cur, const int32_t *tokens, const 
         cache_hash h;
         cache_hash_block(&h, &cur->last, tokens + (size_t)cur->n_blocks * B, B);
         int b = s->blocks[cur->n_blocks];
-        if (map_find(c, &h) < 0 && c->entry_of[b] < 0) { /* never store a block twice */
-            c->entry_of[b] = map_insert(c, &h, b);
-            c->st.cached_blocks++;
+        if (map_find(c, &h) < 0 && !is_cached(c, b)) { /* never store a block twice */
+            index_block(c, b, &h, parent_in(c, s, cur->n_blocks), cur->n_blocks * B);
             c->st.published_blocks++;
         }
         /* A copy goes to the writer thread (a no-op if already stored). */
         if (c->disk) disk_put(c->disk, &h, &cur->last, tokens + (size_t)cur->n_blocks * B, kv_rows(c->kv, b, 0, 0));
         cur->last = h;
         cur->n_blocks++;
+    }
+}
+
+/* Whether tail a's tokens start b's. */
+static int tail_prefix_of(const brec *a, const int32_t *b, int nb) {
+    return a->tail_n <= nb && memcmp(a->tail_tokens, b, (size_t)a->tail_n * sizeof(int32_t)) == 0;
+}
+
+void live_keep_tail(live_cache *c, const live_cursor *cur, const int32_t *tokens, const kv_seq *s) {
+    int B = c->kv->block_tokens, n = s->n_pos % B, bi = s->n_pos / B;
+    if (n == 0 || cur->n_blocks != bi || bi >= s->n_blocks) return;
+    int b = s->blocks[bi];
+    if (is_cached(c, b)) return; /* attached tail, never written */
+    const int32_t *t = tokens + (size_t)bi * B;
+    for (int o = 0; o < c->kv->n_blocks; o++) {
+        brec *r = &c->rec[o];
+        if (r->tail_n == 0 || memcmp(r->tail_parent.b, cur->last.b, 32) != 0) continue;
+        if (r->tail_n >= n && memcmp(r->tail_tokens, t, (size_t)n * sizeof(int32_t)) == 0) return;
+        if (r->idle && tail_prefix_of(r, t, n)) { /* the new tail says more */
+            uncache(c, o);
+            c->kv->free_list[c->kv->n_free++] = o;
+        }
+    }
+    brec *r = &c->rec[b];
+    r->tail_n = n;
+    r->tail_parent = cur->last;
+    r->tail_tokens = xmalloc((size_t)n * sizeof(int32_t));
+    memcpy(r->tail_tokens, t, (size_t)n * sizeof(int32_t));
+    link_parent(c, b, parent_in(c, s, bi), bi * B);
+    c->st.tails++;
+}
+
+void live_retain(live_cache *c, const kv_seq *s, int end, double ttl_s) {
+    int B = c->kv->block_tokens;
+    double until = clock_ms() + ttl_s * 1000.0;
+    for (int i = 0; i < s->n_blocks && i * B < end && i * B < s->n_pos; i++) {
+        brec *r = &c->rec[s->blocks[i]];
+        if (!is_cached(c, s->blocks[i])) continue;
+        if (until > r->keep_until) r->keep_until = until;
+        if (c->disk && r->entry >= 0) disk_retain(c->disk, &c->map[r->entry].h, ttl_s);
     }
 }
 

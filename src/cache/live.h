@@ -4,11 +4,15 @@
  *
  * A sequence's full blocks are published under their hash as they fill.
  * A new sequence attaches the longest chain of published blocks matching
- * its prompt and prefills only the rest. Blocks no sequence uses stay in
- * memory (least recently used first out) until the pool needs the space.
+ * its prompt, then as many tokens as match of a finished sequence's
+ * partial last block (its tail: token granularity), and prefills only the
+ * rest. Blocks no sequence uses stay in memory until the pool needs the
+ * space; then the pool takes a leaf (no cached block continues it), the
+ * one policy.h values least, retained blocks last. Attached blocks are
+ * shared and copied before any write.
  * Cached KV is bit-identical to recomputing it: the forward pass is batch
  * invariant, so where a block was computed does not matter.
- * Does not: write to RAM or disk tiers (later), decide retention policy. */
+ * Does not: decide what is worth keeping (policy.c). */
 #ifndef STRATA_CACHE_LIVE_H
 #define STRATA_CACHE_LIVE_H
 
@@ -16,13 +20,16 @@
 
 #include "cache/disk.h"
 #include "cache/hash.h"
+#include "cache/policy.h"
 #include "model/kv.h"
 
 typedef struct live_cache live_cache;
 
 typedef struct live_stats {
     long lookups, hit_tokens, disk_hit_tokens, published_blocks, evicted_blocks, disk_errors;
-    int cached_blocks, idle_blocks;
+    long tail_hit_tokens;     /* of hit_tokens, from partial tails */
+    long evicted_retained;    /* of evicted_blocks, still within a retention mark */
+    int cached_blocks, idle_blocks, tails;
 } live_stats;
 
 /* Takes over the pool's keeper hooks. */
@@ -31,6 +38,9 @@ void live_free(live_cache *c); /* NULL is fine; restores the hooks */
 /* Adds the disk tier below (NULL: none): published blocks are written to
  * it, and prefixes continue from it when the live tier runs out. */
 void live_set_disk(live_cache *c, disk_store *d);
+/* Attention's cost per earlier position relative to the weights' cost per
+ * token (policy_value); 0 by default. */
+void live_set_cost(live_cache *c, double attn_per_pos);
 
 /* A sequence's publishing cursor: blocks published so far and the hash of
  * the last one (root when none). */
@@ -41,15 +51,27 @@ typedef struct live_cursor {
 
 void live_cursor_init(live_cursor *cur, const cache_hash *root);
 /* Attaches to the empty sequence s the longest chain of cached blocks that
- * matches tokens[0..n_max) (whole blocks only): live blocks first, then
- * blocks loaded from disk into fresh pool blocks. Advances the cursor.
- * Returns the tokens attached; *from_disk (if not NULL) those loaded. */
+ * matches tokens[0..n_max): live blocks first, then blocks loaded from
+ * disk into fresh pool blocks, then the longest matching part of a kept
+ * tail. Advances the cursor over whole blocks. Returns the tokens
+ * attached; *from_disk (if not NULL) those loaded. */
 int live_attach(live_cache *c, live_cursor *cur, const int32_t *tokens, int n_max, kv_seq *s, int *from_disk);
 /* Publishes every block of s that is full (positions < s->n_pos), lies
  * within the first n_limit positions (the request's cache scope; use
  * INT_MAX for all) and is not yet published; tokens are the sequence's
  * tokens so far. */
 void live_publish(live_cache *c, live_cursor *cur, const int32_t *tokens, const kv_seq *s, int n_limit);
+
+/* At the end of a request: keeps s's partial last block (positions past
+ * its last full block) as a tail that a later prompt extending tokens can
+ * attach, if every full block before it was published (cur is at the
+ * end). A kept tail that is a prefix of this one is dropped. */
+void live_keep_tail(live_cache *c, const live_cursor *cur, const int32_t *tokens, const kv_seq *s);
+
+/* Retention: the cached blocks of s that start before position end are
+ * kept at least ttl_s after now (the disk tier is told too). Call when the
+ * request ends, before releasing s. */
+void live_retain(live_cache *c, const kv_seq *s, int end, double ttl_s);
 
 void live_get_stats(const live_cache *c, live_stats *out);
 

@@ -30,6 +30,8 @@ int cli_serve(int argc, char **argv) {
         {"--cors", NULL, ARG_FLAG, &o.cors, 0, -1, "allow cross-origin requests"},
         {"--chat-template-file", NULL, ARG_STR, &o.template_file, 0, -1, "Jinja chat template overriding the model's"},
         {"--cache-mem-mb", NULL, ARG_INT, &o.cache_mem_mb, 0, 1 << 20, "KV memory kept for cached prefixes (1024)"},
+        {"--cache-ram-mb", NULL, ARG_INT, &o.cache_ram_mb, 0, 1 << 20,
+         "RAM tier; on the CPU backend it is the same pool, added to --cache-mem-mb (0)"},
         {"--no-prefix-cache", NULL, ARG_FLAG, &o.no_cache, 0, -1, "recompute every prompt from scratch"},
         {"--cache-dir", NULL, ARG_STR, &o.cache_dir, 0, -1, "disk tier folder (~/.cache/strata/kv)"},
         {"--cache-block-tokens", NULL, ARG_INT, &o.block_tokens, 4, 4096, "tokens per KV block (64)"},

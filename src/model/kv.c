@@ -107,7 +107,7 @@ int kv_seq_reserve(kv_pool *p, kv_seq *s, int n_pos_new, strata_err *err) {
 }
 
 void kv_seq_truncate(kv_pool *p, kv_seq *s, int n) {
-    if (n >= s->n_pos) return;
+    if (n > s->n_pos) return;
     int keep = (n + p->block_tokens - 1) / p->block_tokens;
     while (s->n_blocks > keep) block_unref(p, s->blocks[--s->n_blocks]);
     s->n_pos = n;

@@ -64,7 +64,8 @@ void kv_seq_release(kv_pool *p, kv_seq *s);
 /* Makes positions [0, n_pos_new) writable: allocates blocks and copies any
  * shared block that will be written. STRATA_ERANGE when the pool is full. */
 int kv_seq_reserve(kv_pool *p, kv_seq *s, int n_pos_new, strata_err *err);
-/* Forgets positions >= n (n <= n_pos); frees now-unused whole blocks. */
+/* Forgets positions >= n (n <= n_pos); frees now-unused whole blocks,
+ * reserved ones past n_pos included. */
 void kv_seq_truncate(kv_pool *p, kv_seq *s, int n);
 /* New sequence sharing the first n positions of src (refcounts bumped). */
 void kv_seq_fork(kv_pool *p, const kv_seq *src, int n, kv_seq *dst);

@@ -128,7 +128,33 @@ static int add_message(json_t *out, const json_t *m, size_t mi, char *why, size_
     return rc;
 }
 
-static json_t *normal_messages(const json_t *req, char *why, size_t cap) {
+/* A cache_control on any block of `holder` (an array of blocks, or one
+ * block) is a breakpoint through the first n normalised messages, kept
+ * for its ttl ("5m" by default, "1h"; any N s/m/h is taken). A breakpoint
+ * inside a message counts from the message's end. */
+static int note_breaks(const json_t *holder, size_t n_messages, prompt_cache_info *ci, char *why, size_t cap) {
+    if (!ci) return 0;
+    size_t i;
+    const json_t *b;
+    for (i = 0; i < (json_is_array(holder) ? json_array_size(holder) : 1); i++) {
+        b = json_is_array(holder) ? json_array_get(holder, i) : holder;
+        const json_t *cc = json_object_get(b, "cache_control");
+        if (!json_is_object(cc)) continue;
+        const char *ttl = json_string_value(json_object_get(cc, "ttl"));
+        double v = 5, mult = 60;
+        char unit = 'm', extra;
+        if (ttl && (sscanf(ttl, "%lf%c%c", &v, &unit, &extra) != 2 || !(v > 0) || !strchr("smh", unit) || !unit)) {
+            snprintf(why, cap, "cache_control.ttl must be a duration such as '5m' or '1h', not '%s'", ttl);
+            return -1;
+        }
+        mult = unit == 'h' ? 3600 : unit == 'm' ? 60 : 1;
+        if (ci->n_breaks < (int)(sizeof ci->breaks / sizeof ci->breaks[0]))
+            ci->breaks[ci->n_breaks++].n_messages = n_messages, ci->breaks[ci->n_breaks - 1].ttl_s = v * mult;
+    }
+    return 0;
+}
+
+static json_t *normal_messages(const json_t *req, prompt_cache_info *ci, char *why, size_t cap) {
     const json_t *msgs = json_object_get(req, "messages"), *sys = json_object_get(req, "system");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
         snprintf(why, cap, "messages: must be a non-empty array");
@@ -146,7 +172,14 @@ static json_t *normal_messages(const json_t *req, char *why, size_t cap) {
     }
     size_t i;
     const json_t *m;
-    json_array_foreach(msgs, i, m) if (add_message(out, m, i, why, cap)) {
+    int rc = note_breaks(sys, 1, ci, why, cap) ||
+             note_breaks(json_object_get(req, "tools"), json_array_size(out), ci, why, cap);
+    json_array_foreach(msgs, i, m) {
+        if (rc) break;
+        rc = add_message(out, m, i, why, cap) ||
+             note_breaks(json_object_get(m, "content"), json_array_size(out), ci, why, cap);
+    }
+    if (rc) {
         json_decref(out);
         return NULL;
     }
@@ -167,10 +200,10 @@ static json_t *normal_tools(const json_t *tools) {
     return out;
 }
 
-static int build_prompt(ant_call *c, int32_t **ids, size_t *n, char *why, size_t cap) {
-    json_t *msgs = normal_messages(c->req, why, cap);
+static int build_prompt(ant_call *c, int32_t **ids, size_t *n, prompt_cache_info *ci, char *why, size_t cap) {
+    json_t *msgs = normal_messages(c->req, ci, why, cap);
     if (!msgs) return -1;
-    int rc = prompt_tokens(c->srv, msgs, &c->pt, ids, n, why, cap);
+    int rc = prompt_tokens(c->srv, msgs, &c->pt, ids, n, ci, why, cap);
     json_decref(msgs);
     return rc;
 }
@@ -428,8 +461,10 @@ void api_anthropic_messages(server *s, const http_req *req, http_reply *rep) {
     char why[512] = "";
     int32_t *ids = NULL;
     size_t n = 0;
-    if (parse_options(c, why, sizeof why) || build_prompt(c, &ids, &n, why, sizeof why)) {
+    prompt_cache_info ci = {0};
+    if (parse_options(c, why, sizeof why) || build_prompt(c, &ids, &n, &ci, why, sizeof why)) {
         reply_error(rep, 400, "invalid_request_error", "%s", why);
+        prompt_cache_info_free(&ci);
         call_drop(c);
         return;
     }
@@ -438,7 +473,9 @@ void api_anthropic_messages(server *s, const http_req *req, http_reply *rep) {
     strata_err err = {0};
     c->gp.replay = s->replay;
     c->gp.tenant = server_tenant(s, req);
+    prompt_cache_apply(&ci, &c->gp);
     int rc = gen_start(&c->g, s->sch, s->tok, ids, (int)n, &c->gp, &err);
+    prompt_cache_info_free(&ci);
     free(ids);
     if (rc) {
         const char *type;
@@ -462,7 +499,7 @@ void api_anthropic_count_tokens(server *s, const http_req *req, http_reply *rep)
     char why[512] = "";
     int32_t *ids = NULL;
     size_t n = 0;
-    if (parse_tools(&c, why, sizeof why) || build_prompt(&c, &ids, &n, why, sizeof why))
+    if (parse_tools(&c, why, sizeof why) || build_prompt(&c, &ids, &n, NULL, why, sizeof why))
         reply_error(rep, 400, "invalid_request_error", "%s", why);
     else
         reply_json(rep, 200, json_pack("{s:i}", "input_tokens", (int)n));

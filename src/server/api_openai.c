@@ -124,10 +124,10 @@ static json_t *normal_messages(oai_call *c, char *why, size_t cap) {
     return norm;
 }
 
-static int chat_prompt_ids(oai_call *c, int32_t **ids, size_t *n, char *why, size_t cap) {
+static int chat_prompt_ids(oai_call *c, int32_t **ids, size_t *n, prompt_cache_info *ci, char *why, size_t cap) {
     json_t *norm = normal_messages(c, why, cap);
     if (!norm) return -1;
-    int rc = prompt_tokens(c->srv, norm, &c->pt, ids, n, why, cap);
+    int rc = prompt_tokens(c->srv, norm, &c->pt, ids, n, ci, why, cap);
     json_decref(norm);
     return rc;
 }
@@ -464,9 +464,11 @@ static void handle(server *s, const http_req *req, http_reply *rep, int chat) {
     char why[512] = "";
     int32_t *ids = NULL;
     size_t n = 0;
+    prompt_cache_info ci = {0};
     int bad = parse_options(c, why, sizeof why) ||
-              (chat ? chat_prompt_ids(c, &ids, &n, why, sizeof why) : completion_prompt_ids(c, &ids, &n, why, sizeof why));
+              (chat ? chat_prompt_ids(c, &ids, &n, &ci, why, sizeof why) : completion_prompt_ids(c, &ids, &n, why, sizeof why));
     if (bad) {
+        prompt_cache_info_free(&ci);
         reply_openai_error(rep, 400, "invalid_request_error", NULL, "%s", why);
         json_decref(c->req);
         free(c);
@@ -477,7 +479,9 @@ static void handle(server *s, const http_req *req, http_reply *rep, int chat) {
     strata_err err = {0};
     c->gp.replay = s->replay;
     c->gp.tenant = server_tenant(s, req);
+    prompt_cache_apply(&ci, &c->gp);
     int rc = gen_start(&c->g, s->sch, s->tok, ids, (int)n, &c->gp, &err);
+    prompt_cache_info_free(&ci);
     free(ids);
     if (rc) {
         const char *type;

@@ -28,6 +28,10 @@ typedef struct gen_params {
     int args_open;      /* prefix ends inside the call's arguments object: close
                            the call as soon as that object closes */
     replay_store *replay; /* remembers the reply's exact tokens, or NULL */
+    const int *bounds;    /* message starts in the prompt (sched_job) */
+    int n_bounds;
+    const cache_mark *marks; /* retention marks (sched_job) */
+    int n_marks;
 } gen_params;
 
 typedef struct gen {

@@ -124,13 +124,13 @@ static json_t *generic_messages(const json_t *messages, const prompt_tools *t) {
 
 /* The model's own template: text from its literals may hold special
  * tokens, text from the conversation may not. */
-static int render_template(const server *s, const json_t *messages, const json_t *tools, chat_prompt *out,
-                           char *why, size_t cap) {
+static int render_template(const server *s, const json_t *messages, const json_t *tools, int add_gen,
+                           chat_prompt *out, char *why, size_t cap) {
     char bos[128] = "", eos[128] = "";
     int32_t b = tok_bos(s->tok), e = tok_eos(s->tok);
     if (b >= 0) bos[tok_piece(s->tok, b, 1, bos, sizeof bos - 1) & 127] = 0;
     if (e >= 0) eos[tok_piece(s->tok, e, 1, eos, sizeof eos - 1) & 127] = 0;
-    json_t *ctx = json_pack("{s:O,s:b,s:s,s:s}", "messages", messages, "add_generation_prompt", 1,
+    json_t *ctx = json_pack("{s:O,s:b,s:s,s:s}", "messages", messages, "add_generation_prompt", add_gen,
                             "bos_token", bos, "eos_token", eos);
     if (tools) json_object_set(ctx, "tools", (json_t *)tools);
     char *text;
@@ -150,7 +150,7 @@ static int render_template(const server *s, const json_t *messages, const json_t
     return 0;
 }
 
-static void render_builtin(const server *s, const json_t *messages, chat_prompt *out) {
+static void render_builtin(const server *s, const json_t *messages, int add_gen, chat_prompt *out) {
     size_t n = json_array_size(messages), i;
     chat_msg *cm = xcalloc(n + 1, sizeof *cm);
     char **texts = xcalloc(n + 1, sizeof *texts);
@@ -162,7 +162,7 @@ static void render_builtin(const server *s, const json_t *messages, chat_prompt 
         cm[i].role = role;
         cm[i].content = texts[i];
     }
-    chat_render_builtin(s->fmt, cm, (int)n, 1, out);
+    chat_render_builtin(s->fmt, cm, (int)n, add_gen, out);
     for (i = 0; i < n; i++) free(texts[i]);
     free(texts);
     free(cm);
@@ -177,31 +177,93 @@ static void apply_replay(const server *s, chat_prompt *p) {
     }
 }
 
-int prompt_render(const server *s, const json_t *messages, const prompt_tools *t, chat_prompt *out,
-                  char *why, size_t cap) {
+static int render_messages(const server *s, const json_t *messages, const prompt_tools *t, int add_gen,
+                           chat_prompt *out, char *why, size_t cap) {
     tc_format f = prompt_tool_format(s, t);
     json_t *msgs = f == TC_GENERIC ? generic_messages(messages, t) : json_incref((json_t *)messages);
     int rc = 0;
-    if (s->tpl) rc = render_template(s, msgs, f != TC_NONE && f != TC_GENERIC ? t->tools : NULL, out, why, cap);
-    else render_builtin(s, msgs, out);
+    if (s->tpl) rc = render_template(s, msgs, f != TC_NONE && f != TC_GENERIC ? t->tools : NULL, add_gen, out, why, cap);
+    else render_builtin(s, msgs, add_gen, out);
     json_decref(msgs);
     if (!rc) apply_replay(s, out);
     return rc;
 }
 
-int prompt_tokens(const server *s, const json_t *messages, const prompt_tools *t, int32_t **ids,
-                  size_t *n, char *why, size_t cap) {
+int prompt_render(const server *s, const json_t *messages, const prompt_tools *t, chat_prompt *out,
+                  char *why, size_t cap) {
+    return render_messages(s, messages, t, 1, out, why, cap);
+}
+
+/* How many of the prompt's tokens the first k messages alone render to
+ * (no open assistant turn): where a prefix of whole messages ends. The
+ * common prefix, not the length, in case a template renders a message
+ * differently when it is last; 0 when the part cannot be rendered. */
+static int message_prefix_tokens(const server *s, const json_t *messages, size_t k, const prompt_tools *t,
+                                 const int32_t *ids, size_t n) {
+    json_t *part = json_array();
+    for (size_t i = 0; i < k && i < json_array_size(messages); i++)
+        json_array_append(part, json_array_get(messages, i));
     chat_prompt p = {0};
-    int rc = prompt_render(s, messages, t, &p, why, cap);
+    char why[256];
+    int32_t *pids = NULL;
+    size_t pn = 0, len = 0;
+    strata_err err = {0};
+    if (!render_messages(s, part, t, 0, &p, why, sizeof why) && !chat_tokenize(s->tok, &p, tok_add_bos(s->tok), &pids, &pn, &err))
+        while (len < pn && len < n && pids[len] == ids[len]) len++;
+    free(pids);
+    chat_prompt_free(&p);
+    json_decref(part);
+    return (int)len;
+}
+
+static void add_mark(prompt_cache_info *ci, int end, double ttl_s) {
+    if (end > 0 && ci->n_marks < POLICY_MAX_MARKS) ci->marks[ci->n_marks++] = (cache_mark){end, ttl_s};
+}
+
+/* The anchor (leading system messages, with the tools) and the client's
+ * breakpoints, as prompt positions. */
+static void find_marks(const server *s, const json_t *messages, const prompt_tools *t, const int32_t *ids, size_t n,
+                       prompt_cache_info *ci) {
+    size_t k = 0;
+    while (k < json_array_size(messages)) {
+        const char *role = json_string_value(json_object_get(json_array_get(messages, k), "role"));
+        if (!role || strcmp(role, "system")) break;
+        k++;
+    }
+    if (k > 0 || (t && json_array_size(t->tools)))
+        add_mark(ci, message_prefix_tokens(s, messages, k, t, ids, n), POLICY_ANCHOR_TTL_S);
+    for (int i = 0; i < ci->n_breaks; i++)
+        add_mark(ci, message_prefix_tokens(s, messages, ci->breaks[i].n_messages, t, ids, n), ci->breaks[i].ttl_s);
+}
+
+int prompt_tokens(const server *s, const json_t *messages, const prompt_tools *t, int32_t **ids,
+                  size_t *n, prompt_cache_info *ci, char *why, size_t cap) {
+    chat_prompt p = {0};
+    int rc = render_messages(s, messages, t, 1, &p, why, cap);
     if (!rc) {
         strata_err err = {0};
-        if (chat_tokenize(s->tok, &p, tok_add_bos(s->tok), ids, n, &err)) {
+        if (chat_tokenize_bounds(s->tok, &p, tok_add_bos(s->tok), ids, n, ci ? &ci->bounds : NULL,
+                                 ci ? &ci->n_bounds : NULL, &err)) {
             snprintf(why, cap, "%s", err.msg);
             rc = -1;
         }
     }
     chat_prompt_free(&p);
+    if (!rc && ci) find_marks(s, messages, t, *ids, *n, ci);
     return rc;
+}
+
+void prompt_cache_apply(const prompt_cache_info *ci, gen_params *gp) {
+    gp->bounds = ci->bounds;
+    gp->n_bounds = ci->n_bounds;
+    gp->marks = ci->marks;
+    gp->n_marks = ci->n_marks;
+}
+
+void prompt_cache_info_free(prompt_cache_info *ci) {
+    free(ci->bounds);
+    ci->bounds = NULL;
+    ci->n_bounds = 0;
 }
 
 void prompt_append_text(const server *s, const char *text, int32_t **ids, size_t *n) {

@@ -51,9 +51,29 @@ void prompt_append_text(const server *s, const char *text, int32_t **ids, size_t
  * Returns 0, or -1 with why set (a 400 for the client). */
 int prompt_render(const server *s, const json_t *messages, const prompt_tools *t, chat_prompt *out,
                   char *why, size_t cap);
-/* prompt_render + tokenization. *ids is malloc'd. */
+/* What the prefix cache should know of a prompt (cache/policy.h). In:
+ * the client's breakpoints (Anthropic cache_control): keep the prefix
+ * through the first n_messages normalised messages ttl_s after use. Out:
+ * where messages start (the auto scope cuts there) and retention marks:
+ * the anchor (leading system messages and tools) and the breakpoints. */
+typedef struct prompt_cache_info {
+    struct {
+        size_t n_messages;
+        double ttl_s;
+    } breaks[POLICY_MAX_MARKS - 1];
+    int n_breaks;
+    int *bounds; /* malloc'd */
+    int n_bounds;
+    cache_mark marks[POLICY_MAX_MARKS];
+    int n_marks;
+} prompt_cache_info;
+void prompt_cache_info_free(prompt_cache_info *ci);
+/* Points the generation's cache fields at ci (which must outlive gen_start). */
+void prompt_cache_apply(const prompt_cache_info *ci, gen_params *gp);
+
+/* prompt_render + tokenization; fills ci (may be NULL). *ids is malloc'd. */
 int prompt_tokens(const server *s, const json_t *messages, const prompt_tools *t, int32_t **ids,
-                  size_t *n, char *why, size_t cap);
+                  size_t *n, prompt_cache_info *ci, char *why, size_t cap);
 
 /* Text of message content: a string, or text parts/blocks joined (both
  * APIs use {"type": "text", "text": ...}; cache_control is ignored). NULL

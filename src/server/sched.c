@@ -19,6 +19,7 @@
 #include "base/log.h"
 #include "base/mem.h"
 #include "cache/live.h"
+#include "cache/policy.h"
 #include "text/jsonguard.h"
 
 #define RECENT_MAX 16 /* prompts remembered for the auto scope */
@@ -33,6 +34,9 @@ struct sched_req {
     int json_mode;
     char *json_prefix;
     int scope;
+    int *bounds, n_bounds;  /* message starts (auto scope cuts there) */
+    cache_mark marks[POLICY_MAX_MARKS];
+    int n_marks;
     /* output, guarded by owner->mu */
     sched_token *out;
     int n_out, cap_out;
@@ -58,6 +62,8 @@ typedef struct slot {
     int publish_limit; /* positions this request may publish (its cache scope) */
     double t_admit, t_first; /* ms: admitted, first token sampled */
     int n_attached_blocks;   /* came from the cache */
+    int starting;            /* admitted, not set up yet (start_admitted) */
+    double load_ms;          /* finding and loading the cached prefix */
 } slot;
 
 struct sched {
@@ -73,8 +79,7 @@ struct sched {
     int running;
     live_cache *live; /* NULL when the prefix cache is off */
     json_vocab *jvocab; /* built on first JSON-mode request */
-    int32_t *recent[RECENT_MAX]; /* prompts of the last requests, for auto scope */
-    int n_recent_tok[RECENT_MAX], recent_next;
+    policy_recent *recent; /* prompts of the last requests, for auto scope */
     sched_stats stats;
     /* batch scratch, scheduler thread only */
     int32_t *b_tok, *b_pos;
@@ -90,6 +95,7 @@ static void req_unref_locked(sched_req *r) {
     if (--r->refs > 0) return;
     pthread_cond_destroy(&r->changed);
     free(r->json_prefix);
+    free(r->bounds);
     free(r->prompt);
     free(r->out);
     free(r);
@@ -129,6 +135,13 @@ int sched_submit(sched *s, const sched_job *job, sched_req **out, strata_err *er
     r->json_mode = job->json_mode;
     r->scope = job->scope;
     r->json_prefix = job->json_prefix ? xstrdup(job->json_prefix) : NULL;
+    if (job->n_bounds > 0) {
+        r->bounds = xmalloc((size_t)job->n_bounds * sizeof(int));
+        memcpy(r->bounds, job->bounds, (size_t)job->n_bounds * sizeof(int));
+        r->n_bounds = job->n_bounds;
+    }
+    r->n_marks = job->n_marks < POLICY_MAX_MARKS ? job->n_marks : POLICY_MAX_MARKS;
+    memcpy(r->marks, job->marks, (size_t)r->n_marks * sizeof(cache_mark));
     /* tenant and salt, each hashed, so no pair of strings can alias another */
     const char *salt = job->cache_salt ? job->cache_salt : "", *tenant = job->tenant ? job->tenant : "";
     uint8_t both[64];
@@ -220,21 +233,37 @@ static const char *finish_name(sched_finish f) {
  * cost. Tokens around the first miss show why a prefix stopped matching. */
 static void trace_request(sched *s, const slot *sl, sched_finish f) {
     const sched_req *r = sl->req;
-    int B = s->e->kv.block_tokens, miss = sl->n_attached_blocks * B;
+    int B = s->e->kv.block_tokens, miss = r->n_cached, tail = r->n_cached - sl->n_attached_blocks * B;
     double now = clock_ms(), first = sl->t_first > 0 ? sl->t_first : now;
-    fprintf(s->o.trace,
+    FILE *o = s->o.trace;
+    fprintf(o,
             "{\"ts\":%.3f,\"prompt_tokens\":%d,\"cached_tokens\":{\"live\":%d,\"disk\":%d},\"prefilled_tokens\":%d,"
-            "\"generated_tokens\":%d,\"blocks\":{\"attached\":%d,\"published\":%d},"
-            "\"prefill_ms\":%.1f,\"decode_ms\":%.1f,\"finish\":\"%s\",\"first_miss\":{\"pos\":%d,\"tokens\":[",
-            now / 1000.0, r->n_prompt, r->n_cached - r->n_cached_disk, r->n_cached_disk, r->n_prompt - r->n_cached, r->n_out, sl->n_attached_blocks,
-            sl->cur.n_blocks - sl->n_attached_blocks, first - sl->t_admit, now - first, finish_name(f), miss);
-    for (int k = miss; k < r->n_prompt && k < miss + 8; k++) fprintf(s->o.trace, "%s%d", k > miss ? "," : "", r->prompt[k]);
-    fprintf(s->o.trace, "]}}\n");
-    fflush(s->o.trace);
+            "\"generated_tokens\":%d,\"blocks\":{\"attached\":%d,\"tail_tokens\":%d,\"published\":%d},"
+            "\"load_ms\":%.1f,\"prefill_ms\":%.1f,\"decode_ms\":%.1f,\"finish\":\"%s\",\"retain\":[",
+            now / 1000.0, r->n_prompt, r->n_cached - r->n_cached_disk, r->n_cached_disk, r->n_prompt - r->n_cached, r->n_out,
+            sl->n_attached_blocks, tail, sl->cur.n_blocks - sl->n_attached_blocks, sl->load_ms,
+            first - sl->t_admit - sl->load_ms, now - first,
+            finish_name(f));
+    for (int i = 0; i < r->n_marks; i++)
+        fprintf(o, "%s{\"end\":%d,\"ttl_s\":%.0f}", i ? "," : "", r->marks[i].end, r->marks[i].ttl_s);
+    fprintf(o, "],\"first_miss\":{\"pos\":%d,\"tokens\":[", miss);
+    for (int k = miss; k < r->n_prompt && k < miss + 8; k++) fprintf(o, "%s%d", k > miss ? "," : "", r->prompt[k]);
+    fprintf(o, "]}}\n");
+    fflush(o);
+}
+
+/* What the finished request leaves cached: its partial last block as a
+ * tail (unless its KV may be incomplete or lies past the request's
+ * scope), and retention for the prefixes its marks name. */
+static void leave_cached(sched *s, slot *sl, sched_finish f) {
+    if (!s->live) return;
+    if (f != FINISH_ERROR && sl->seq.n_pos <= sl->publish_limit) live_keep_tail(s->live, &sl->cur, sl->toks, &sl->seq);
+    for (int i = 0; i < sl->req->n_marks; i++) live_retain(s->live, &sl->seq, sl->req->marks[i].end, sl->req->marks[i].ttl_s);
 }
 
 static void slot_free(sched *s, slot *sl, sched_finish f, const char *why) {
     if (s->o.trace) trace_request(s, sl, f);
+    leave_cached(s, sl, f);
     kv_seq_release(&s->e->kv, &sl->seq); /* published blocks stay cached */
     free(sl->toks);
     sl->toks = NULL;
@@ -248,40 +277,22 @@ static void slot_free(sched *s, slot *sl, sched_finish f, const char *why) {
     s->stats.active--;
     pthread_mutex_unlock(&s->mu);
     sl->req = NULL;
+    sl->starting = 0;
 }
 
 /* Attaches the longest cached prefix of the prompt; the last prompt token
  * is always computed (its logits start the generation). */
 static int attach_cached(sched *s, slot *sl) {
-    live_cursor_init(&sl->cur, &sl->req->root);
     if (!s->live) return 0;
     return live_attach(s->live, &sl->cur, sl->toks, sl->req->n_prompt - 1, &sl->seq, &sl->req->n_cached_disk);
-}
-
-/* The learned boundary: the longest prefix this prompt shares with one of
- * the last n prompts (then remembered itself). */
-static int auto_boundary(sched *s, const sched_req *r, int n) {
-    int best = 0;
-    if (n > RECENT_MAX) n = RECENT_MAX;
-    for (int k = 1; k <= n; k++) {
-        int i = (s->recent_next - k + RECENT_MAX) % RECENT_MAX, len = 0;
-        if (!s->recent[i]) continue;
-        while (len < s->n_recent_tok[i] && len < r->n_prompt && s->recent[i][len] == r->prompt[len]) len++;
-        if (len > best) best = len;
-    }
-    free(s->recent[s->recent_next]);
-    s->recent[s->recent_next] = xmalloc((size_t)r->n_prompt * sizeof(int32_t));
-    memcpy(s->recent[s->recent_next], r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
-    s->n_recent_tok[s->recent_next] = r->n_prompt;
-    s->recent_next = (s->recent_next + 1) % RECENT_MAX;
-    return best;
 }
 
 static int publish_limit(sched *s, const sched_req *r) {
     int scope = r->scope ? r->scope : s->o.default_scope;
     if (scope == SCOPE_FULL || scope == 0) return INT_MAX;
     if (scope == SCOPE_OFF) return 0;
-    if (SCOPE_IS_AUTO(scope)) return auto_boundary(s, r, SCOPE_AUTO_N(scope));
+    if (SCOPE_IS_AUTO(scope))
+        return policy_auto_boundary(s->recent, r->prompt, r->n_prompt, SCOPE_AUTO_N(scope), r->bounds, r->n_bounds);
     return scope;
 }
 
@@ -293,7 +304,8 @@ static void push_slot_token(slot *sl, int32_t t) {
     sl->toks[sl->n_toks++] = t;
 }
 
-/* Moves queued requests into free slots; called with mu held. */
+/* Moves queued requests into free slots; called with mu held. They are
+ * set up by start_admitted, outside the lock. */
 static void admit_locked(sched *s) {
     for (int i = 0; i < s->o.n_slots && s->q_head; i++) {
         slot *sl = &s->slots[i];
@@ -303,16 +315,35 @@ static void admit_locked(sched *s) {
         if (!s->q_head) s->q_tail = NULL;
         s->n_queued--;
         sl->req = r;
+        sl->starting = 1;
+        sl->load_ms = 0;
+        sl->n_attached_blocks = sl->publish_limit = 0;
         kv_seq_init(&sl->seq);
+        live_cursor_init(&sl->cur, &r->root);
+        sl->t_admit = clock_ms();
+        s->stats.active++;
+    }
+}
+
+/* Sets up newly admitted slots: sampler, the cached prefix (which may read
+ * the disk tier, so the lock is not held: only this thread touches slots),
+ * JSON guard. */
+static void start_admitted(sched *s) {
+    for (int i = 0; i < s->o.n_slots; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->req || !sl->starting) continue;
+        sched_req *r = sl->req;
+        sl->starting = 0;
         sl->smp = sample_new(&r->sampling);
         for (int k = 0; k < r->n_prompt; k++) sample_accept(sl->smp, r->prompt[k]);
         sl->cap_toks = r->n_prompt + 64;
         sl->toks = xmalloc((size_t)sl->cap_toks * sizeof(int32_t));
         memcpy(sl->toks, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
         sl->n_toks = r->n_prompt;
-        sl->t_admit = clock_ms();
         sl->t_first = 0;
+        double t0 = clock_ms();
         sl->n_fed = attach_cached(s, sl);
+        sl->load_ms = clock_ms() - t0;
         sl->n_attached_blocks = sl->cur.n_blocks;
         sl->publish_limit = publish_limit(s, r);
         if (r->json_mode) {
@@ -320,8 +351,9 @@ static void admit_locked(sched *s) {
             sl->guard = json_guard_new(s->jvocab);
             if (r->json_prefix) json_guard_feed(sl->guard, r->json_prefix, strlen(r->json_prefix));
         }
+        pthread_mutex_lock(&s->mu);
         r->n_cached = r->n_prompt_done = sl->n_fed;
-        s->stats.active++;
+        pthread_mutex_unlock(&s->mu);
     }
 }
 
@@ -434,6 +466,9 @@ static void publish_blocks(sched *s) {
     s->stats.cache_evicted_blocks = ls.evicted_blocks;
     s->stats.cache_blocks = ls.cached_blocks;
     s->stats.cache_idle_blocks = ls.idle_blocks;
+    s->stats.cache_tail_hit_tokens = ls.tail_hit_tokens;
+    s->stats.cache_evicted_retained = ls.evicted_retained;
+    s->stats.cache_tails = ls.tails;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -468,6 +503,7 @@ static void *sched_main(void *arg) {
         int running = s->running;
         pthread_mutex_unlock(&s->mu);
         if (!running) break;
+        start_admitted(s);
         step(s);
     }
     for (int i = 0; i < s->o.n_slots; i++)
@@ -476,6 +512,15 @@ static void *sched_main(void *arg) {
 }
 
 /* ---- life cycle ------------------------------------------------------------ */
+
+/* Attention's multiply-adds per earlier position (scores and values, every
+ * head and layer) over the weights' multiply-adds per token: how much more
+ * a deep block costs to recompute than a shallow one. */
+static double attn_cost_per_pos(const model_hparams *hp) {
+    double q = (double)hp->n_head * hp->head_dim, kv = (double)hp->n_head_kv * hp->head_dim;
+    double weights = hp->n_layer * ((double)hp->n_embd * (2 * q + 2 * kv) + 3.0 * hp->n_embd * hp->n_ff);
+    return weights > 0 ? hp->n_layer * 2.0 * q / weights : 0;
+}
 
 int sched_new(sched **out, engine *e, const tokenizer *tok, const sched_opts *o, strata_err *err) {
     *out = NULL;
@@ -495,9 +540,11 @@ int sched_new(sched **out, engine *e, const tokenizer *tok, const sched_opts *o,
     /* At most one wanted row per slot per step. */
     s->logits = xmalloc((size_t)o->n_slots * e->m->hp.n_vocab * sizeof(float));
     s->stats.n_slots = o->n_slots;
+    s->recent = policy_recent_new(RECENT_MAX);
     if (o->prefix_cache) {
         s->live = live_new(&e->kv);
         live_set_disk(s->live, o->disk);
+        live_set_cost(s->live, attn_cost_per_pos(&e->m->hp));
     }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
@@ -526,7 +573,7 @@ void sched_free(sched *s) {
     pthread_cond_destroy(&s->wake);
     free(s->slots), free(s->b_tok), free(s->b_pos), free(s->b_seq), free(s->b_want), free(s->b_slot);
     free(s->logits);
-    for (int i = 0; i < RECENT_MAX; i++) free(s->recent[i]);
+    policy_recent_free(s->recent);
     live_free(s->live);
     json_vocab_free(s->jvocab);
     free(s);

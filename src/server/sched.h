@@ -17,6 +17,7 @@
 #include "base/err.h"
 #include "cache/disk.h"
 #include "cache/hash.h"
+#include "cache/policy.h"
 #include "model/engine.h"
 #include "model/sample.h"
 #include "text/tokenizer.h"
@@ -55,6 +56,10 @@ typedef struct sched_job {
     int json_mode;          /* constrain sampling to one valid JSON object */
     const char *json_prefix;/* JSON already written (in the prompt) before generation */
     int scope;              /* cache scope: SCOPE_FULL, SCOPE_OFF, SCOPE_AUTO(n) or a token count >= 0 */
+    const int *bounds;      /* ascending positions where messages start (auto scope cuts there); may be NULL */
+    int n_bounds;
+    cache_mark marks[POLICY_MAX_MARKS]; /* retention: anchor, cache_control breakpoints */
+    int n_marks;
 } sched_job;
 
 /* Cache scope of a request (what of its prompt is published for reuse):
@@ -108,7 +113,8 @@ void sched_release(sched_req *r);
 typedef struct sched_stats {
     long requests, tokens_prompt, tokens_generated, steps;
     long cache_lookups, cache_hit_tokens, cache_disk_hit_tokens, cache_published_blocks, cache_evicted_blocks;
-    int cache_blocks, cache_idle_blocks;
+    long cache_tail_hit_tokens, cache_evicted_retained;
+    int cache_blocks, cache_idle_blocks, cache_tails;
     int active, queued, n_slots;
 } sched_stats;
 void sched_get_stats(sched *s, sched_stats *out);

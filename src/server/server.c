@@ -57,10 +57,18 @@ static void get_metrics(server *s, const http_req *req, http_reply *rep) {
                      "# HELP strata_cache_blocks Blocks in the cache (in use or idle).\n"
                      "# TYPE strata_cache_blocks gauge\nstrata_cache_blocks %d\n"
                      "# HELP strata_cache_disk_hit_tokens_total Prompt tokens loaded from the disk tier.\n"
-                     "# TYPE strata_cache_disk_hit_tokens_total counter\nstrata_cache_disk_hit_tokens_total %ld\n",
+                     "# TYPE strata_cache_disk_hit_tokens_total counter\nstrata_cache_disk_hit_tokens_total %ld\n"
+                     "# HELP strata_cache_tail_hit_tokens_total Of the hits, tokens from partial last blocks (tails).\n"
+                     "# TYPE strata_cache_tail_hit_tokens_total counter\nstrata_cache_tail_hit_tokens_total %ld\n"
+                     "# HELP strata_cache_tails Partial last blocks kept for reuse.\n"
+                     "# TYPE strata_cache_tails gauge\nstrata_cache_tails %d\n"
+                     "# HELP strata_cache_evicted_retained_total Of the evictions, blocks still under a retention mark "
+                     "(anchor, cache_control) taken because nothing else was left.\n"
+                     "# TYPE strata_cache_evicted_retained_total counter\nstrata_cache_evicted_retained_total %ld\n",
                      st.requests, st.tokens_prompt, st.tokens_generated, st.steps, st.active, st.queued,
                      st.cache_lookups, st.cache_hit_tokens, st.cache_published_blocks, st.cache_evicted_blocks,
-                     st.cache_blocks, st.cache_disk_hit_tokens);
+                     st.cache_blocks, st.cache_disk_hit_tokens, st.cache_tail_hit_tokens, st.cache_tails,
+                     st.cache_evicted_retained);
     if (s->disk && n < (int)sizeof body) {
         disk_stats d;
         disk_get_stats(s->disk, &d);
@@ -84,7 +92,7 @@ static void get_props(server *s, const http_req *req, http_reply *rep) {
     const model_hparams *hp = &s->e->m->hp;
     json_t *cache = json_pack("{s:b,s:i,s:i,s:i,s:s?,s:i}", "prefix_cache", !s->o.no_cache, "block_tokens",
                               s->e->kv.block_tokens, "kv_blocks", s->e->kv.n_blocks, "cache_mem_mb",
-                              s->o.no_cache ? 0 : s->o.cache_mem_mb, "cache_dir", s->disk ? s->cache_dir : NULL,
+                              s->o.no_cache ? 0 : s->o.cache_mem_mb + s->o.cache_ram_mb, "cache_dir", s->disk ? s->cache_dir : NULL,
                               "cache_disk_mb", s->disk ? s->o.cache_disk_mb : 0);
     reply_json(rep, 200,
                json_pack("{s:s,s:s,s:s,s:i,s:i,s:i,s:s,s:s?,s:o}", "model", s->model_id, "model_path",
@@ -349,7 +357,7 @@ static int load_model(server *s, strata_err *err) {
     engine_params ep = {.model_path = s->o.model_path, .n_threads = s->o.threads, .max_batch = 512,
                         .block_tokens = s->o.block_tokens,
                         .n_ctx = s->o.ctx * s->o.parallel,
-                        .extra_kv_mb = s->o.no_cache ? 0 : s->o.cache_mem_mb};
+                        .extra_kv_mb = s->o.no_cache ? 0 : s->o.cache_mem_mb + s->o.cache_ram_mb};
     rc = engine_open(&s->e, &ep, err);
     if (!rc) rc = tok_load(&s->tok, s->e->m->gguf, err);
     if (rc) return rc;
@@ -371,7 +379,7 @@ static int load_model(server *s, strata_err *err) {
     memcpy(so.model_fp, fp, sizeof fp);
     log_info("prefix cache: %s; KV pool %d blocks of %d tokens (%d MiB beyond the slots for cached prefixes)",
              s->o.no_cache ? "off" : "live tier", s->e->kv.n_blocks, s->e->kv.block_tokens,
-             s->o.no_cache ? 0 : s->o.cache_mem_mb);
+             s->o.no_cache ? 0 : s->o.cache_mem_mb + s->o.cache_ram_mb);
     return sched_new(&s->sch, s->e, s->tok, &so, err);
 }
 

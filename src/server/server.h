@@ -26,6 +26,7 @@ typedef struct server_opts {
     const char *scope; /* --prefix-cache-scope */
     const char *cache_dir; /* NULL: under the user's cache directory */
     int cache_mem_mb;  /* KV memory kept for cached prefixes beyond the slots */
+    int cache_ram_mb;  /* RAM tier: on the CPU backend, more of the same pool */
     long max_body;
 } server_opts;
 

@@ -47,12 +47,25 @@ void chat_prompt_free(chat_prompt *p) {
     memset(p, 0, sizeof *p);
 }
 
+static void push_bound(int **bounds, int *n_bounds, int pos) {
+    if (!bounds) return;
+    *bounds = xrealloc(*bounds, (size_t)(*n_bounds + 1) * sizeof(int));
+    (*bounds)[(*n_bounds)++] = pos;
+}
+
 int chat_tokenize(const tokenizer *t, const chat_prompt *p, int add_bos, int32_t **ids,
                   size_t *n, strata_err *err) {
+    return chat_tokenize_bounds(t, p, add_bos, ids, n, NULL, NULL, err);
+}
+
+int chat_tokenize_bounds(const tokenizer *t, const chat_prompt *p, int add_bos, int32_t **ids, size_t *n,
+                         int **bounds, int *n_bounds, strata_err *err) {
     size_t cap = 256, len = 0;
     int32_t *out = xmalloc(cap * sizeof(int32_t));
+    if (bounds) *bounds = NULL, *n_bounds = 0;
     if (add_bos && tok_bos(t) >= 0) out[len++] = tok_bos(t);
     for (int i = 0; i < p->n; i++) {
+        if (i > 0 && p->segs[i].special && !p->segs[i - 1].special) push_bound(bounds, n_bounds, (int)len);
         int32_t *seg;
         size_t ns;
         if (p->segs[i].ids) { /* replayed: the model's own tokens */
@@ -63,6 +76,7 @@ int chat_tokenize(const tokenizer *t, const chat_prompt *p, int add_bos, int32_t
             int rc = tok_encode(t, p->segs[i].text, p->segs[i].len, p->segs[i].special, &seg, &ns, err);
             if (rc) {
                 free(out);
+                if (bounds) free(*bounds), *bounds = NULL, *n_bounds = 0;
                 return rc;
             }
         }

@@ -46,6 +46,12 @@ void chat_prompt_free(chat_prompt *p);
 int chat_tokenize(const tokenizer *t, const chat_prompt *p, int add_bos, int32_t **ids,
                   size_t *n, strata_err *err);
 
+/* chat_tokenize, and where template text resumes after conversation
+ * text (ascending token positions, malloc'd; NULL when none): the ends of
+ * messages and role names, where a cache may cut a prompt. */
+int chat_tokenize_bounds(const tokenizer *t, const chat_prompt *p, int add_bos, int32_t **ids, size_t *n,
+                         int **bounds, int *n_bounds, strata_err *err);
+
 chat_format chat_detect(const gguf_file *f, const tokenizer *t);
 const char *chat_format_name(chat_format c);
 /* Appends the messages in format c, then the open assistant turn if asked. */

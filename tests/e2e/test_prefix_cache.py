@@ -47,7 +47,9 @@ def test_second_request_hits_and_matches_cold(warm, cold):
     assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     second = turn(warm, "what is rule 9?")
     cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
-    assert cached >= 64 and cached % 64 == 0, cached
+    # token granularity: the first prompt's partial last block is reused as
+    # far as the prompts agree, not just its full 64-token blocks
+    assert cached >= 64 and cached % 64 != 0, cached
     assert cached < second["usage"]["prompt_tokens"]
     assert strip(second) == strip(turn(cold, "what is rule 9?"))
 
@@ -64,8 +66,8 @@ def test_multi_turn_extends_previous_prompt(warm, cold):
         r = chat(warm, msgs)
         prompt = r["usage"]["prompt_tokens"]
         if i:
-            # everything up to the last full block of the previous prompt is reused
-            assert r["usage"]["prompt_tokens_details"]["cached_tokens"] >= (prev // 64) * 64 - 64
+            # the whole previous prompt is reused, its partial last block too
+            assert r["usage"]["prompt_tokens_details"]["cached_tokens"] >= prev
         assert strip(r) == strip(chat(cold, msgs))
         prev = prompt
         msgs += [{"role": "assistant", "content": r["choices"][0]["message"]["content"]},

@@ -1,0 +1,58 @@
+/* policy.h - what is worth keeping, apart from how blocks are kept
+ * (DESIGN.md, "Policy layer"). The tiers (live.c, disk.c) ask these
+ * functions; they never decide retention themselves.
+ *
+ * Three things get kept longer than plain recency would keep them:
+ *   - the learned stable boundary (auto:N): the prefix a prompt shares
+ *     with recent prompts, cut at a message boundary;
+ *   - the anchor of a conversation: its system prompt and tools, kept
+ *     POLICY_ANCHOR_TTL_S after its last use, so a new session of the
+ *     same agent finds it even after hours of other traffic; a changed
+ *     system prompt is a new anchor (blocks are named by tokens);
+ *   - client breakpoints (Anthropic cache_control, ttl 5m or 1h).
+ * Retained blocks are evicted only when nothing unretained is left, the
+ * one whose retention ends first going first.
+ * Does not: touch blocks, files or the pool. */
+#ifndef STRATA_CACHE_POLICY_H
+#define STRATA_CACHE_POLICY_H
+
+#include <stdint.h>
+
+#define POLICY_ANCHOR_TTL_S 3600.0
+#define POLICY_HIT_HALF_LIFE_S 600.0
+#define POLICY_MAX_MARKS 8
+
+/* Keep the blocks of the first `end` prompt positions at least ttl_s
+ * seconds after their last use. */
+typedef struct cache_mark {
+    int end;
+    double ttl_s;
+} cache_mark;
+
+/* A hit count that halves every POLICY_HIT_HALF_LIFE_S, seen age_s later. */
+double policy_decay(double hits, double age_s);
+
+/* The eviction value of an idle block (lower goes first): the compute a
+ * hit saves, per byte, times (1 + decayed hits), discounted by the time
+ * since its last use. Recomputing a block at depth d tokens costs its
+ * weights' work plus attention over d earlier positions, so deeper blocks
+ * are worth more per byte; attn_per_pos is attention's cost per earlier
+ * position relative to the weights' cost per token (model-dependent). */
+double policy_value(int depth_tokens, int n_tokens, double attn_per_pos, double hits, double age_s);
+
+/* Orders two idle blocks for eviction: < 0 when a should go before b.
+ * keep_until_* are retention ends on the same clock as now. */
+int policy_evict_before(double value_a, double keep_until_a, double value_b, double keep_until_b, double now);
+
+/* The learned stable boundary (scope auto:N): remembers recent prompts and
+ * answers the longest prefix a prompt shares with one of the last n of
+ * them, cut down to the last message boundary at or before it. */
+typedef struct policy_recent policy_recent;
+policy_recent *policy_recent_new(int cap);
+void policy_recent_free(policy_recent *r);
+/* bounds: ascending prompt positions where messages start (may be NULL:
+ * no cut). Then remembers the prompt itself. */
+int policy_auto_boundary(policy_recent *r, const int32_t *prompt, int n, int n_look, const int *bounds,
+                         int n_bounds);
+
+#endif
