@@ -51,6 +51,32 @@ TEST(chat_segments_tokenize_independently) {
     tok_free(t);
 }
 
+TEST(chat_bounds_mark_where_template_text_resumes) {
+    tokenizer *t = test_load_tokenizer(test_data("models/llama-q4_1.gguf"));
+    if (!t) return;
+    chat_prompt p = {0};
+    chat_prompt_add(&p, "<|im_start|>", 12, 1);
+    chat_prompt_add(&p, "user", 4, 0);
+    chat_prompt_add(&p, "\n", 1, 1);
+    chat_prompt_add(&p, "some words here", 15, 0);
+    chat_prompt_add(&p, "<|im_end|>\n", 11, 1);
+    int32_t *ids;
+    size_t n, n_head;
+    int *bounds, n_bounds;
+    CHECK(chat_tokenize_bounds(t, &p, 0, &ids, &n, &bounds, &n_bounds, NULL) == 0);
+    CHECK_EQ_INT(n_bounds, 2); /* after the role name, after the content */
+    int32_t *head;
+    chat_prompt q = {0};
+    for (int i = 0; i < 4; i++) chat_prompt_add(&q, p.segs[i].text, p.segs[i].len, p.segs[i].special);
+    CHECK(chat_tokenize(t, &q, 0, &head, &n_head, NULL) == 0);
+    CHECK_EQ_INT(bounds[1], (int)n_head); /* exactly where the closing template text starts */
+    CHECK(bounds[0] > 0 && bounds[0] < bounds[1] && bounds[1] < (int)n);
+    free(ids), free(head), free(bounds);
+    chat_prompt_free(&p);
+    chat_prompt_free(&q);
+    tok_free(t);
+}
+
 TEST(chat_builtin_formats) {
     chat_msg m[] = {{"system", "S"}, {"user", "U"}};
     chat_prompt p = {0};

@@ -1,0 +1,33 @@
+/* test_policy.c - the cache policy: eviction value and order, retention,
+ * and the learned boundary cut at message starts. */
+#include "cache/policy.h"
+#include "test.h"
+
+TEST(policy_value_prefers_deep_hit_recent_blocks) {
+    double base = policy_value(0, 64, 1e-3, 0, 0);
+    CHECK(policy_value(4096, 64, 1e-3, 0, 0) > base);    /* more attention to redo */
+    CHECK(policy_value(0, 64, 1e-3, 3, 0) > base);       /* hit before */
+    CHECK(policy_value(0, 64, 1e-3, 0, 600) < base);     /* not used for 10 min */
+    CHECK(policy_value(0, 16, 1e-3, 0, 0) < base);       /* a short tail saves less */
+    CHECK(policy_decay(8, POLICY_HIT_HALF_LIFE_S) > 3.99 && policy_decay(8, POLICY_HIT_HALF_LIFE_S) < 4.01);
+}
+
+TEST(policy_retained_blocks_go_last_earliest_expiry_first) {
+    double now = 1000;
+    CHECK(policy_evict_before(1e9, 0, 1, now + 5, now) < 0);        /* unretained first, whatever its value */
+    CHECK(policy_evict_before(5, now + 10, 1, now + 60, now) < 0);  /* both retained: earliest end first */
+    CHECK(policy_evict_before(1, now - 1, 2, 0, now) < 0);          /* an expired mark counts for nothing */
+    CHECK(policy_evict_before(2, 0, 1, 0, now) > 0);
+}
+
+TEST(policy_auto_boundary_is_cut_at_a_message_start) {
+    int32_t a[100], b[100];
+    for (int i = 0; i < 100; i++) a[i] = i, b[i] = i < 50 ? i : -i;
+    int bounds[] = {10, 30, 60};
+    policy_recent *r = policy_recent_new(4);
+    CHECK_EQ_INT(policy_auto_boundary(r, a, 100, 4, bounds, 3), 0);  /* nothing seen yet */
+    CHECK_EQ_INT(policy_auto_boundary(r, b, 100, 4, bounds, 3), 30); /* shares 50; last start <= 50 is 30 */
+    CHECK_EQ_INT(policy_auto_boundary(r, b, 100, 4, NULL, 0), 100);  /* the whole prompt again, no cut */
+    CHECK_EQ_INT(policy_auto_boundary(r, a, 100, 1, NULL, 0), 50);   /* only the last prompt (b) looked at */
+    policy_recent_free(r);
+}
