@@ -41,9 +41,16 @@ TEST(live_publish_then_attach_longest_prefix) {
     CHECK_EQ_INT(c1.n_blocks, 2); /* positions 0..7 are two full blocks */
     kv_seq_init(&s2);
     live_cursor_init(&c2, &root);
-    CHECK_EQ_INT(live_attach(c, &c2, b, 9, &s2, NULL), 4); /* block 1 differs at token 6 */
+    /* block 1 differs at token 6: block 0 whole, then 2 tokens of block 1 */
+    CHECK_EQ_INT(live_attach(c, &c2, b, 9, &s2, NULL), 6);
+    CHECK_EQ_INT(c2.n_blocks, 1);
+    CHECK_EQ_INT(s2.n_pos, 6);
     CHECK_EQ_INT(s2.blocks[0], s1.blocks[0]);
+    CHECK_EQ_INT(s2.blocks[1], s1.blocks[1]);
     CHECK_EQ_INT(p.refcount[s1.blocks[0]], 2);
+    kv_seq_reserve(&p, &s2, 7, NULL); /* writing position 6 copies the shared block */
+    CHECK(s2.blocks[1] != s1.blocks[1]);
+    CHECK_EQ_INT(kv_rows(&p, s1.blocks[1], 0, 0)[2 * 2], 7); /* the cached block is untouched */
     kv_seq_release(&p, &s1);
     kv_seq_release(&p, &s2);
     live_stats st;

@@ -1,13 +1,16 @@
-/* live.c - hash index, tails and scored eviction over the KV pool (see
- * live.h).
+/* live.c - hash index, partial matches and scored eviction over the KV
+ * pool (see live.h).
  *
  * The index is an open-addressing table from block hash to block id
  * (linear probing, tombstones on removal), sized at twice the pool so it
- * never fills. Each pool block has a record: its index entry or tail, its
- * parent block (to evict leaves first), use and hits (policy_value) and a
- * retention end. When the pool runs dry it asks reclaim_hook for one idle
- * block, which scans the idle leaves: one scan per block of new KV, a few
- * microseconds next to the 64 tokens of compute that need it. */
+ * never fills. Each cached pool block has a record: its index entry (full
+ * blocks) or none (tails), its tokens and the chain hash before it (for
+ * partial matches), its parent block (to evict leaves first), use and hits
+ * (policy_value) and a retention end. Where whole blocks stop matching,
+ * the blocks that continue the same chain are scanned for the longest
+ * token match; when the pool runs dry, reclaim_hook scans the idle leaves:
+ * one pass over the pool each, microseconds next to the compute they
+ * save. */
 #include "cache/live.h"
 
 #include <stdlib.h>
@@ -31,9 +34,8 @@ typedef struct brec {
     int n_children;   /* cached blocks and tails continuing this one */
     int depth;        /* tokens before it */
     char idle;        /* cached, no sequence uses it */
-    int tail_n;       /* > 0: a kept partial block of that many tokens */
-    cache_hash tail_parent; /* chain hash before the tail */
-    int32_t *tail_tokens;
+    int n_tok;        /* tokens held: B (published) or fewer (a tail); 0: not cached */
+    cache_hash prev;  /* chain hash before the block */
     double last_use, hits, keep_until; /* ms (clock_ms), decayed count, ms */
 } brec;
 
@@ -42,6 +44,7 @@ struct live_cache {
     slot *map;
     size_t cap; /* power of two */
     brec *rec;  /* per pool block */
+    int32_t *tok; /* per pool block: B token ids (rec.n_tok of them valid) */
     double attn_per_pos;
     disk_store *disk; /* NULL: no disk tier */
     live_stats st;
@@ -72,7 +75,9 @@ static int map_insert(live_cache *c, const cache_hash *h, int block) {
 
 /* ---- block records ------------------------------------------------------------ */
 
-static int is_cached(const live_cache *c, int b) { return c->rec[b].entry >= 0 || c->rec[b].tail_n > 0; }
+static int is_cached(const live_cache *c, int b) { return c->rec[b].n_tok > 0; }
+
+static int32_t *tokens_of(const live_cache *c, int b) { return c->tok + (size_t)b * c->kv->block_tokens; }
 
 static void touch(live_cache *c, int b, int hit) {
     brec *r = &c->rec[b];
@@ -87,29 +92,28 @@ static void set_idle(live_cache *c, int b, int idle) {
     c->st.idle_blocks += idle ? 1 : -1;
 }
 
-/* Starts caching block b (published or tail) below parent p (-1: none). */
-static void link_parent(live_cache *c, int b, int p, int depth) {
+/* Starts caching block b: n tokens after chain hash prev, continuing
+ * cached block p (-1: none), at depth tokens. */
+static void cache_block(live_cache *c, int b, const cache_hash *prev, const int32_t *tokens, int n, int p, int depth) {
     brec *r = &c->rec[b];
+    r->n_tok = n;
+    r->prev = *prev;
+    memcpy(tokens_of(c, b), tokens, (size_t)n * sizeof(int32_t));
     r->parent = p;
     r->depth = depth;
     if (p >= 0) c->rec[p].n_children++;
     r->hits = 0;
     r->keep_until = 0;
     touch(c, b, 0);
+    if (n < c->kv->block_tokens) c->st.tails++;
 }
 
-static void index_block(live_cache *c, int b, const cache_hash *h, int p, int depth) {
+/* A full block, findable by its hash h. */
+static void index_block(live_cache *c, int b, const cache_hash *h, const cache_hash *prev, const int32_t *tokens, int p,
+                        int depth) {
     c->rec[b].entry = map_insert(c, h, b);
-    link_parent(c, b, p, depth);
+    cache_block(c, b, prev, tokens, c->kv->block_tokens, p, depth);
     c->st.cached_blocks++;
-}
-
-static void drop_tail(live_cache *c, int b) {
-    brec *r = &c->rec[b];
-    free(r->tail_tokens);
-    r->tail_tokens = NULL;
-    r->tail_n = 0;
-    c->st.tails--;
 }
 
 /* Forgets everything cached about b (which no sequence uses). */
@@ -120,7 +124,8 @@ static void uncache(live_cache *c, int b) {
         r->entry = -1;
         c->st.cached_blocks--;
     }
-    if (r->tail_n > 0) drop_tail(c, b);
+    if (r->n_tok > 0 && r->n_tok < c->kv->block_tokens) c->st.tails--;
+    r->n_tok = 0;
     if (r->parent >= 0) c->rec[r->parent].n_children--;
     r->parent = -1;
     set_idle(c, b, 0);
@@ -142,8 +147,7 @@ static int keep_hook(void *ctx, int b) {
 
 static double value_of(const live_cache *c, int b, double now) {
     const brec *r = &c->rec[b];
-    int n = r->tail_n > 0 ? r->tail_n : c->kv->block_tokens;
-    return policy_value(r->depth, n, c->attn_per_pos, r->hits, (now - r->last_use) / 1000.0);
+    return policy_value(r->depth, r->n_tok, c->attn_per_pos, r->hits, (now - r->last_use) / 1000.0);
 }
 
 /* The idle block to give up: a leaf if there is one, lowest in the
@@ -184,6 +188,7 @@ live_cache *live_new(kv_pool *kv) {
     while (c->cap < (size_t)kv->n_blocks * 2) c->cap *= 2;
     c->map = xcalloc(c->cap, sizeof(slot));
     c->rec = xcalloc((size_t)kv->n_blocks, sizeof(brec));
+    c->tok = xmalloc((size_t)kv->n_blocks * kv->block_tokens * sizeof(int32_t));
     for (int i = 0; i < kv->n_blocks; i++) c->rec[i].entry = c->rec[i].parent = -1;
     kv->keeper = (kv_keeper){c, keep_hook, reclaim_hook, frozen_hook};
     return c;
@@ -192,13 +197,10 @@ live_cache *live_new(kv_pool *kv) {
 void live_free(live_cache *c) {
     if (!c) return;
     /* Idle blocks go back to the pool's free list. */
-    for (int b = 0; b < c->kv->n_blocks; b++) {
-        int idle = c->rec[b].idle;
-        if (c->rec[b].tail_n > 0) drop_tail(c, b);
-        if (idle) c->kv->free_list[c->kv->n_free++] = b;
-    }
+    for (int b = 0; b < c->kv->n_blocks; b++)
+        if (c->rec[b].idle) c->kv->free_list[c->kv->n_free++] = b;
     memset(&c->kv->keeper, 0, sizeof c->kv->keeper);
-    free(c->map), free(c->rec);
+    free(c->map), free(c->rec), free(c->tok);
     free(c);
 }
 
@@ -233,7 +235,8 @@ static int disk_run(const live_cache *c, const cache_hash *last, const int32_t *
  * parallel, and indexes them. A block loads only if its file's tokens
  * equal ours (a check on top of the hash); the first failure ends the
  * run. Returns the blocks appended. */
-static int load_run(live_cache *c, const cache_hash *hs, const int32_t *tokens, int n, kv_seq *s) {
+static int load_run(live_cache *c, const cache_hash *prev, const cache_hash *hs, const int32_t *tokens, int n,
+                    kv_seq *s) {
     int B = c->kv->block_tokens;
     while (n > 0 && kv_seq_reserve(c->kv, s, s->n_pos + n * B, NULL)) n /= 2; /* as much as the pool holds */
     if (n == 0) return 0;
@@ -249,22 +252,26 @@ static int load_run(live_cache *c, const cache_hash *hs, const int32_t *tokens, 
         if (memcmp(tok[i], tokens + (size_t)i * B, (size_t)B * sizeof(int32_t)) != 0) ok = i;
     c->st.disk_errors += ok < n;
     for (int i = 0; i < ok; i++, s->n_pos += B)
-        if (map_find(c, &hs[i]) < 0) index_block(c, s->blocks[first + i], &hs[i], parent_in(c, s, first + i), s->n_pos);
+        if (map_find(c, &hs[i]) < 0)
+            index_block(c, s->blocks[first + i], &hs[i], i ? &hs[i - 1] : prev, tokens + (size_t)i * B,
+                        parent_in(c, s, first + i), s->n_pos);
     kv_seq_truncate(c->kv, s, s->n_pos); /* gives unused reserved blocks back */
     free(dst), free(tok), free(got), free(rc);
     return ok;
 }
 
-/* The kept tail after chain hash `parent` that matches most of tokens
- * (at most n); its match length in *len. */
-static int best_tail(const live_cache *c, const cache_hash *parent, const int32_t *tokens, int n, int *len) {
+/* The cached block after chain hash prev (a tail, or a full block that
+ * matches only in part) whose tokens match most of tokens[0..n); its
+ * match length in *len. */
+static int best_partial(const live_cache *c, const cache_hash *prev, const int32_t *tokens, int n, int *len) {
     int best = -1;
     *len = 0;
-    for (int b = 0; b < c->kv->n_blocks && c->st.tails > 0; b++) {
+    for (int b = 0; b < c->kv->n_blocks; b++) {
         const brec *r = &c->rec[b];
-        if (r->tail_n == 0 || memcmp(r->tail_parent.b, parent->b, 32) != 0) continue;
+        if (r->n_tok == 0 || memcmp(r->prev.b, prev->b, 32) != 0) continue;
+        const int32_t *t = tokens_of(c, b);
         int m = 0;
-        while (m < r->tail_n && m < n && r->tail_tokens[m] == tokens[m]) m++;
+        while (m < r->n_tok && m < n && t[m] == tokens[m]) m++;
         if (m > *len) best = b, *len = m;
     }
     return best;
@@ -293,7 +300,7 @@ int live_attach(live_cache *c, live_cursor *cur, const int32_t *tokens, int n_ma
             cur->last = h;
         } else {
             n = run ? disk_run(c, &cur->last, bt, max_blocks - cur->n_blocks, run) : 0;
-            if (n > 0) n = load_run(c, run, bt, n, s);
+            if (n > 0) n = load_run(c, &cur->last, run, bt, n, s);
             if (n == 0) break;
             cur->last = run[n - 1];
             disk += n * B;
@@ -302,7 +309,7 @@ int live_attach(live_cache *c, live_cursor *cur, const int32_t *tokens, int n_ma
         got += n * B;
     }
     free(run);
-    int tb = got < n_max ? best_tail(c, &cur->last, tokens + got, n_max - got, &tail) : -1;
+    int tb = got < n_max ? best_partial(c, &cur->last, tokens + got, n_max - got, &tail) : -1;
     if (tb >= 0) { /* shared: the sequence's first write copies it */
         set_idle(c, tb, 0);
         touch(c, tb, 1);
@@ -324,7 +331,8 @@ void live_publish(live_cache *c, live_cursor *cur, const int32_t *tokens, const 
         cache_hash_block(&h, &cur->last, tokens + (size_t)cur->n_blocks * B, B);
         int b = s->blocks[cur->n_blocks];
         if (map_find(c, &h) < 0 && !is_cached(c, b)) { /* never store a block twice */
-            index_block(c, b, &h, parent_in(c, s, cur->n_blocks), cur->n_blocks * B);
+            index_block(c, b, &h, &cur->last, tokens + (size_t)cur->n_blocks * B, parent_in(c, s, cur->n_blocks),
+                        cur->n_blocks * B);
             c->st.published_blocks++;
         }
         /* A copy goes to the writer thread (a no-op if already stored). */
@@ -334,33 +342,23 @@ void live_publish(live_cache *c, live_cursor *cur, const int32_t *tokens, const 
     }
 }
 
-/* Whether tail a's tokens start b's. */
-static int tail_prefix_of(const brec *a, const int32_t *b, int nb) {
-    return a->tail_n <= nb && memcmp(a->tail_tokens, b, (size_t)a->tail_n * sizeof(int32_t)) == 0;
-}
-
 void live_keep_tail(live_cache *c, const live_cursor *cur, const int32_t *tokens, const kv_seq *s) {
     int B = c->kv->block_tokens, n = s->n_pos % B, bi = s->n_pos / B;
     if (n == 0 || cur->n_blocks != bi || bi >= s->n_blocks) return;
     int b = s->blocks[bi];
-    if (is_cached(c, b)) return; /* attached tail, never written */
+    if (is_cached(c, b)) return; /* attached, never written */
     const int32_t *t = tokens + (size_t)bi * B;
     for (int o = 0; o < c->kv->n_blocks; o++) {
         brec *r = &c->rec[o];
-        if (r->tail_n == 0 || memcmp(r->tail_parent.b, cur->last.b, 32) != 0) continue;
-        if (r->tail_n >= n && memcmp(r->tail_tokens, t, (size_t)n * sizeof(int32_t)) == 0) return;
-        if (r->idle && tail_prefix_of(r, t, n)) { /* the new tail says more */
-            uncache(c, o);
+        if (r->n_tok == 0 || memcmp(r->prev.b, cur->last.b, 32) != 0) continue;
+        const int32_t *ot = tokens_of(c, o);
+        if (r->n_tok >= n && memcmp(ot, t, (size_t)n * sizeof(int32_t)) == 0) return; /* says it already */
+        if (r->idle && r->n_tok < n && memcmp(ot, t, (size_t)r->n_tok * sizeof(int32_t)) == 0) {
+            uncache(c, o); /* a shorter tail this one extends */
             c->kv->free_list[c->kv->n_free++] = o;
         }
     }
-    brec *r = &c->rec[b];
-    r->tail_n = n;
-    r->tail_parent = cur->last;
-    r->tail_tokens = xmalloc((size_t)n * sizeof(int32_t));
-    memcpy(r->tail_tokens, t, (size_t)n * sizeof(int32_t));
-    link_parent(c, b, parent_in(c, s, bi), bi * B);
-    c->st.tails++;
+    cache_block(c, b, &cur->last, t, n, parent_in(c, s, bi), bi * B);
 }
 
 void live_retain(live_cache *c, const kv_seq *s, int end, double ttl_s) {

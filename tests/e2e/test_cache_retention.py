@@ -63,8 +63,10 @@ def test_cache_control_and_anchor_outlive_a_flood(small):
     # the marked message (all its full blocks) and the system prompt survived...
     assert again_marked["cache_read_input_tokens"] >= again_marked["input_tokens"] - 64 - 20, again_marked
     assert new_session["cache_read_input_tokens"] >= new_session["input_tokens"] - 64 - 10, new_session
-    # ...while the same amount of unmarked text was evicted by the flood
-    assert again_plain["cache_read_input_tokens"] < 64, (again_plain, capacity)
+    # ...while the same amount of unmarked text was evicted by the flood, but
+    # for its first block: every flood prompt reused that block's first
+    # tokens (the template's header), which kept it warm
+    assert again_plain["cache_read_input_tokens"] <= 64, (again_plain, capacity)
 
 
 def test_bad_cache_control_ttl_is_a_clear_400(small):
