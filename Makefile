@@ -77,9 +77,15 @@ run: deps
 bench: strata model
 	$(PYTHON) bench/bench_vs_llamacpp.py --model $(MODEL)
 
-# Agentic replay, Strata with and without its cache (short default run).
+# Agentic replay: Strata cache off / memory only / memory + disk, and llama.cpp's
+# llama-server (short default run; bench/README.md).
 bench-replay: strata model
 	MODEL=$(MODEL) bench/run-replay.sh
+
+# llama.cpp's llama-server, built from the llama-cpp-python sources (the replay's peer).
+.PHONY: llama-server
+llama-server:
+	@scripts/build-llama-server.sh
 
 # Reference vectors from llama.cpp (committed; need llama-cpp-python).
 oracle-refs: model

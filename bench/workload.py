@@ -10,6 +10,12 @@ A session is one JSON object per line:
 Sessions of one workload are drawn from `--agents` agent profiles (a system
 prompt and a tool set each), as many sessions of one agent share them.
 Token counts are approximate: tokens ~ words * 1.3.
+
+A session may instead carry its whole conversation ("messages" form, made by
+bench/import_chats.py from recorded OpenAI-format conversations):
+  {"id", "tools": [...], "messages": [OpenAI messages]}
+Then request k carries every message before the k-th assistant message, plus
+one last request with all messages when they do not end with an assistant one.
 """
 import argparse
 import json
@@ -167,9 +173,18 @@ def make_session(r, idx, agent, a):
             "drop_reasoning": a.drop_reasoning and r.random() < 0.5}
 
 
+def _assistant_positions(s):
+    return [i for i, m in enumerate(s["messages"]) if m.get("role") == "assistant"]
+
+
 def messages_upto(s, k):
     """Messages of request k (0-based): system, task, then k recorded turns.
-    In a drop_reasoning session only the latest assistant message keeps its text."""
+    In a drop_reasoning session only the latest assistant message keeps its text.
+    "messages" form: the messages before the k-th assistant message (all of them for the last
+    request of a conversation that does not end with an assistant message)."""
+    if "messages" in s:
+        pos = _assistant_positions(s)
+        return list(s["messages"][:pos[k]] if k < len(pos) else s["messages"])
     msgs = [{"role": "system", "content": s["system"]}, {"role": "user", "content": s["task"]}]
     for i, t in enumerate(s["turns"][:k]):
         text = t["reasoning"]
@@ -183,7 +198,11 @@ def messages_upto(s, k):
 
 
 def n_requests(s):
-    """Request k for k in 0..T: before any turn, then after each tool result."""
+    """Request k for k in 0..T: before any turn, then after each tool result.
+    "messages" form: one per assistant message, +1 if the messages do not end with one."""
+    if "messages" in s:
+        pos = _assistant_positions(s)
+        return len(pos) + (0 if pos and pos[-1] == len(s["messages"]) - 1 else 1)
     return len(s["turns"]) + 1
 
 
