@@ -10,6 +10,7 @@
  *  - each SIMD level against the scalar kernels;
  * and the fp16/bf16 helpers of base/fp16.h against numpy. */
 #include "test.h"
+#include "test_util.h"
 
 #include "backend/quant_impl.h"
 #include "base/fp16.h"
@@ -39,22 +40,6 @@ static float rng_normal(uint64_t *s) { /* Irwin-Hall: close enough */
     float a = 0;
     for (int i = 0; i < 12; i++) a += rng_unit(s);
     return a - 6.0f;
-}
-
-static void *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *buf = malloc((size_t)n);
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
 }
 
 static void put16(uint8_t *p, uint16_t v) {
@@ -120,7 +105,7 @@ static void check_dequant(qtype t) {
     size_t len = 0;
     char rel[64];
     snprintf(rel, sizeof rel, "quant/%s.bin", quant_name(t));
-    uint8_t *buf = read_file(test_data(rel), &len);
+    uint8_t *buf = (uint8_t *)test_read_file(test_data(rel), &len);
     CHECK_MSG(buf != NULL, "fixture %s missing (run tools/gen_testdata.py)", rel);
     if (!buf) return;
     uint32_t hdr[3];
@@ -163,7 +148,7 @@ TEST(quant_dequant_f32) { check_dequant(QT_F32); }
 
 TEST(quant_fp16_numpy) {
     size_t len = 0;
-    uint8_t *buf = read_file(test_data("quant/fp16.bin"), &len);
+    uint8_t *buf = (uint8_t *)test_read_file(test_data("quant/fp16.bin"), &len);
     CHECK_MSG(buf != NULL, "fixture quant/fp16.bin missing");
     if (!buf) return;
     uint32_t nh, m;

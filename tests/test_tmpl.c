@@ -12,30 +12,16 @@
 #include <string.h>
 
 #include "test.h"
+#include "test_util.h"
 #include "text/tmpl.h"
 
 #define TMPL_DIR "tests/data/tmpl/"
-
-static char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)sz + 1);
-    size_t got = fread(b, 1, (size_t)sz, f);
-    fclose(f);
-    b[got] = 0;
-    *n = got;
-    return b;
-}
 
 /* Lines of a JSON-lines file as JSON values (caller frees each + array). */
 static json_t **read_jsonl(const char *path, size_t *count)
 {
     size_t n;
-    char *buf = slurp(path, &n);
+    char *buf = test_read_file(path, &n);
     if (!buf) return NULL;
     size_t cap = 64, k = 0;
     json_t **out = malloc(cap * sizeof *out);
@@ -63,7 +49,7 @@ static json_t **read_jsonl(const char *path, size_t *count)
 static tmpl *parse_file(const char *path)
 {
     size_t n;
-    char *src = slurp(path, &n);
+    char *src = test_read_file(path, &n);
     CHECK_MSG(src != NULL, "cannot read %s", path);
     if (!src) return NULL;
     tmpl *t = NULL;

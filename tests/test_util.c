@@ -3,6 +3,7 @@
 #include "test_util.h"
 
 #include <ftw.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -39,4 +40,21 @@ static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
 void test_tmpdir_free(const char *dir) {
     chmod(dir, 0755);
     nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+char *test_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) buf[n] = 0;
+    if (len) *len = buf ? (size_t)n : 0;
+    return buf;
 }

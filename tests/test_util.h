@@ -9,6 +9,10 @@
  * on error. */
 tokenizer *test_load_tokenizer(const char *path);
 
+/* A whole file, NUL-terminated (*len without the NUL; len may be NULL),
+ * or NULL if it cannot be read. Caller frees. */
+char *test_read_file(const char *path, size_t *len);
+
 /* A fresh directory under /tmp (static buffer: one at a time), and its
  * removal with everything in it, read-only parts included. */
 char *test_tmpdir_new(void);

@@ -17,7 +17,7 @@ int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
     for (int i = 0; i < p->n_stops; i++) textout_add_stop(&g->text, p->stops[i]);
     if (p->tools != TC_NONE) g->tc = tc_new(p->tools);
     g->one_call = p->one_call;
-    g->replay = p->tools == TC_NONE || p->tools == TC_GENERIC ? p->replay : NULL;
+    g->replay = p->replay;
     g->tools = p->tools;
     g->args_depth = p->args_open ? 1 : 0;
     if (p->prefix) textout_append(&g->text, p->prefix, strlen(p->prefix)); /* parsed as if generated */
@@ -122,6 +122,24 @@ static void remember_calls(gen *g) {
     free(ids);
 }
 
+/* A native-format tool-call turn comes back as content and calls, which
+ * the template renders its own way; it replays as every token the model
+ * wrote (prompt.c puts them where the template renders the turn). */
+static void remember_native_calls(gen *g) {
+    const char **names, **args;
+    int n = tc_calls(g->tc, &names, &args);
+    if (n <= 0 || g->n_calls != g->n_calls_done || g->st.finish == FINISH_LENGTH) return;
+    size_t len;
+    char *content = utf8_sanitize(g->content ? g->content : "", g->content_len, &len);
+    char *key = prompt_native_turn_key(content, names, args, n);
+    int32_t *ids = xmalloc((size_t)g->n_tokens * sizeof(int32_t));
+    for (int i = 0; i < g->n_tokens; i++) ids[i] = g->tokens[i].id;
+    replay_put(g->replay, key, strlen(key), ids, (size_t)g->n_tokens);
+    free(ids);
+    free(key);
+    free(content);
+}
+
 /* A reply that ended by itself or at the limit is remembered with its
  * exact tokens, for when the client sends it back (exact replay). */
 static void remember(gen *g) {
@@ -132,6 +150,10 @@ static void remember(gen *g) {
         return;
     }
     if (g->st.finish == FINISH_CANCELLED) return;
+    if (g->n_calls) {
+        remember_native_calls(g);
+        return;
+    }
     int32_t *ids = xmalloc((size_t)(g->n_tokens ? g->n_tokens : 1) * sizeof(int32_t));
     for (int i = 0; i < g->n_tokens; i++) ids[i] = g->tokens[i].id;
     size_t len; /* keyed by what the client received (and will send back) */
@@ -139,6 +161,13 @@ static void remember(gen *g) {
     replay_put(g->replay, seen, len, ids, (size_t)g->n_tokens);
     free(seen);
     free(ids);
+}
+
+static void keep_content(gen *g, const char *text, size_t len) {
+    g->content = xrealloc(g->content, g->content_len + len + 1);
+    memcpy(g->content + g->content_len, text, len);
+    g->content_len += len;
+    g->content[g->content_len] = 0;
 }
 
 int gen_pull(gen *g, int timeout_ms, const tc_event **evs) {
@@ -181,6 +210,7 @@ int gen_pull(gen *g, int timeout_ms, const tc_event **evs) {
         sched_cancel(g->req);
     }
     for (int i = 0; i < n; i++) {
+        if ((*evs)[i].kind == TC_EV_TEXT && g->tools != TC_GENERIC) keep_content(g, (*evs)[i].text, (*evs)[i].len);
         g->n_calls += (*evs)[i].kind == TC_EV_CALL_BEGIN;
         g->n_calls_done += (*evs)[i].kind == TC_EV_CALL_END;
         if ((*evs)[i].kind == TC_EV_CALL_END && g->one_call && !g->done) {
@@ -212,5 +242,6 @@ void gen_end(gen *g) {
     textout_free(&g->text);
     tc_free(g->tc);
     free(g->tokens);
+    free(g->content);
     memset(g, 0, sizeof *g);
 }

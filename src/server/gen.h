@@ -54,6 +54,8 @@ typedef struct gen {
     tc_format tools;
     replay_store *replay;
     char error[512];
+    char *content;         /* native tool formats: the reply's text outside calls (replay key) */
+    size_t content_len;
     sched_token *tokens;   /* every generated token (for logprobs and replay) */
     int n_tokens, cap_tokens;
     tc_event one;          /* the single event when there is no parser */

@@ -168,6 +168,125 @@ static void render_builtin(const server *s, const json_t *messages, int add_gen,
     free(cm);
 }
 
+/* ---- exact replay of native tool-call turns ------------------------------------ */
+
+char *prompt_native_turn_key(const char *content, const char *const *names, const char *const *args, int n) {
+    char *calls = prompt_generic_calls_text(names, args, n);
+    size_t a = strlen(content), b = strlen(calls);
+    char *key = xmalloc(a + b + 10);
+    memcpy(key, "native\x01", 7);
+    memcpy(key + 7, content, a);
+    key[7 + a] = '\x01';
+    memcpy(key + 8 + a, calls, b + 1);
+    free(calls);
+    return key;
+}
+
+/* The key of a normalised assistant message with tool calls, or NULL. */
+static char *message_turn_key(const json_t *m) {
+    const json_t *calls = json_object_get(m, "tool_calls"), *call;
+    size_t n = json_array_size(calls), i;
+    if (!n) return NULL;
+    const char **names = xcalloc(n, sizeof *names);
+    char **args = xcalloc(n, sizeof *args);
+    json_array_foreach(calls, i, call) {
+        const json_t *fn = json_object_get(call, "function");
+        names[i] = json_string_value(json_object_get(fn, "name")) ?: "";
+        args[i] = json_dumps(json_object_get(fn, "arguments"), JSON_COMPACT | JSON_ENCODE_ANY) ?: xstrdup("{}");
+    }
+    const char *content = json_string_value(json_object_get(m, "content"));
+    char *key = prompt_native_turn_key(content ? content : "", names, (const char *const *)args, (int)n);
+    for (i = 0; i < n; i++) free(args[i]);
+    free(args);
+    free(names);
+    return key;
+}
+
+/* Assistant turns taken out of the conversation for their exact tokens:
+ * each is rendered as plain content "\x01<tag><k>\x01" (a sentinel no
+ * client can guess: the tag carries 128 random bits per request), whose
+ * segment is then replaced by the tokens the model generated, markup and
+ * all, which is what it saw when it wrote them. */
+#define MAX_SUBS 256
+typedef struct turn_subs {
+    char tag[64];
+    int n;
+    int32_t *ids[MAX_SUBS];
+    size_t n_ids[MAX_SUBS];
+} turn_subs;
+
+static void subs_free(turn_subs *ts) {
+    for (int i = 0; i < ts->n; i++) free(ts->ids[i]);
+    ts->n = 0;
+}
+
+static json_t *replace_replayed_turns(const server *s, const json_t *messages, turn_subs *ts) {
+    make_id(ts->tag, sizeof ts->tag - 1, "strata-replay-");
+    strcat(ts->tag, "-");
+    json_t *out = json_array();
+    size_t i;
+    const json_t *m;
+    json_array_foreach(messages, i, m) {
+        char *key = ts->n < MAX_SUBS ? message_turn_key(m) : NULL;
+        int32_t *ids = key ? replay_get(s->replay, key, strlen(key), &ts->n_ids[ts->n]) : NULL;
+        free(key);
+        if (!ids) {
+            json_array_append(out, (json_t *)m);
+            continue;
+        }
+        char sentinel[96];
+        snprintf(sentinel, sizeof sentinel, "\x01%s%d\x01", ts->tag, ts->n);
+        ts->ids[ts->n++] = ids;
+        json_array_append_new(out, json_pack("{s:s,s:s}", "role", "assistant", "content", sentinel));
+    }
+    return out;
+}
+
+/* Replaces each sentinel in p's content by its turn's tokens. -1 when a
+ * sentinel is missing or sits anywhere but in content (the template did
+ * something with the content we cannot undo): render plainly then. */
+static int splice_replayed(chat_prompt *p, const turn_subs *ts) {
+    chat_prompt q = {0};
+    int found = 0;
+    size_t tl = strlen(ts->tag);
+    for (int i = 0; i < p->n; i++) {
+        const chat_seg *g = &p->segs[i];
+        const char *at = g->text, *end = g->text + g->len, *hit;
+        while ((hit = memmem(at, (size_t)(end - at), ts->tag, tl))) {
+            char *stop;
+            long k = strtol(hit + tl, &stop, 10);
+            if (g->special || g->ids || hit == g->text || hit[-1] != '\x01' || stop >= end || *stop != '\x01' ||
+                k < 0 || k >= ts->n) {
+                chat_prompt_free(&q);
+                return -1;
+            }
+            if (hit - 1 > at) chat_prompt_add(&q, at, (size_t)(hit - 1 - at), 0);
+            int32_t *ids = xmalloc((ts->n_ids[k] ? ts->n_ids[k] : 1) * sizeof(int32_t));
+            memcpy(ids, ts->ids[k], ts->n_ids[k] * sizeof(int32_t));
+            chat_prompt_add_tokens(&q, hit - 1, (size_t)(stop + 1 - (hit - 1)), ids, ts->n_ids[k]);
+            found++;
+            at = stop + 1;
+        }
+        if (at == g->text) {
+            chat_prompt_add(&q, g->text, g->len, g->special);
+            if (g->ids) { /* keep known tokens */
+                q.segs[q.n - 1].ids = xmalloc((g->n_ids ? g->n_ids : 1) * sizeof(int32_t));
+                memcpy(q.segs[q.n - 1].ids, g->ids, g->n_ids * sizeof(int32_t));
+                q.segs[q.n - 1].n_ids = g->n_ids;
+            }
+        } else if (at < end) {
+            chat_prompt_add(&q, at, (size_t)(end - at), 0);
+        }
+    }
+    if (found != ts->n) {
+        chat_prompt_free(&q);
+        return -1;
+    }
+    chat_prompt_free(p);
+    *p = q;
+    return 0;
+}
+
 /* Content the model generated earlier gets its exact tokens back. */
 static void apply_replay(const server *s, chat_prompt *p) {
     for (int i = 0; i < p->n; i++) {
@@ -177,21 +296,39 @@ static void apply_replay(const server *s, chat_prompt *p) {
     }
 }
 
-static int render_messages(const server *s, const json_t *messages, const prompt_tools *t, int add_gen,
+static int render_plain(const server *s, const json_t *msgs, tc_format f, const prompt_tools *t, int add_gen,
+                        chat_prompt *out, char *why, size_t cap) {
+    if (!s->tpl) {
+        render_builtin(s, msgs, add_gen, out);
+        return 0;
+    }
+    return render_template(s, msgs, f != TC_NONE && f != TC_GENERIC ? t->tools : NULL, add_gen, out, why, cap);
+}
+
+/* Renders the conversation; with exact, earlier replies get the tokens the
+ * model generated (their text alone still renders as the template says,
+ * for /apply-template). */
+static int render_messages(const server *s, const json_t *messages, const prompt_tools *t, int add_gen, int exact,
                            chat_prompt *out, char *why, size_t cap) {
     tc_format f = prompt_tool_format(s, t);
-    json_t *msgs = f == TC_GENERIC ? generic_messages(messages, t) : json_incref((json_t *)messages);
-    int rc = 0;
-    if (s->tpl) rc = render_template(s, msgs, f != TC_NONE && f != TC_GENERIC ? t->tools : NULL, add_gen, out, why, cap);
-    else render_builtin(s, msgs, add_gen, out);
+    turn_subs ts = {0};
+    json_t *msgs = f == TC_GENERIC                       ? generic_messages(messages, t)
+                   : exact && s->replay && s->tpl_tools ? replace_replayed_turns(s, messages, &ts)
+                                                         : json_incref((json_t *)messages);
+    int rc = render_plain(s, msgs, f, t, add_gen, out, why, cap);
     json_decref(msgs);
-    if (!rc) apply_replay(s, out);
+    if (!rc && ts.n && splice_replayed(out, &ts)) { /* the template did not keep the turn whole */
+        chat_prompt_free(out);
+        rc = render_plain(s, messages, f, t, add_gen, out, why, cap);
+    }
+    subs_free(&ts);
+    if (!rc && exact) apply_replay(s, out);
     return rc;
 }
 
 int prompt_render(const server *s, const json_t *messages, const prompt_tools *t, chat_prompt *out,
                   char *why, size_t cap) {
-    return render_messages(s, messages, t, 1, out, why, cap);
+    return render_messages(s, messages, t, 1, 0, out, why, cap);
 }
 
 /* How many of the prompt's tokens the first k messages alone render to
@@ -208,7 +345,7 @@ static int message_prefix_tokens(const server *s, const json_t *messages, size_t
     int32_t *pids = NULL;
     size_t pn = 0, len = 0;
     strata_err err = {0};
-    if (!render_messages(s, part, t, 0, &p, why, sizeof why) && !chat_tokenize(s->tok, &p, tok_add_bos(s->tok), &pids, &pn, &err))
+    if (!render_messages(s, part, t, 0, 1, &p, why, sizeof why) && !chat_tokenize(s->tok, &p, tok_add_bos(s->tok), &pids, &pn, &err))
         while (len < pn && len < n && pids[len] == ids[len]) len++;
     free(pids);
     chat_prompt_free(&p);
@@ -239,7 +376,7 @@ static void find_marks(const server *s, const json_t *messages, const prompt_too
 int prompt_tokens(const server *s, const json_t *messages, const prompt_tools *t, int32_t **ids,
                   size_t *n, prompt_cache_info *ci, char *why, size_t cap) {
     chat_prompt p = {0};
-    int rc = render_messages(s, messages, t, 1, &p, why, cap);
+    int rc = render_messages(s, messages, t, 1, 1, &p, why, cap);
     if (!rc) {
         strata_err err = {0};
         if (chat_tokenize_bounds(s->tok, &p, tok_add_bos(s->tok), ids, n, ci ? &ci->bounds : NULL,

@@ -44,6 +44,10 @@ char *prompt_force_tool(const server *s, const prompt_tools *t, gen_params *gp, 
  * tool format (what exact replay keys tool-call turns by). Caller frees. */
 char *prompt_generic_calls_text(const char *const *names, const char *const *args, int n);
 
+/* What exact replay remembers a native-format tool-call turn by (its
+ * content and its calls, as the client sends them back). Caller frees. */
+char *prompt_native_turn_key(const char *content, const char *const *names, const char *const *args, int n);
+
 /* Appends the tokens of plain text (no special tokens) to *ids. */
 void prompt_append_text(const server *s, const char *text, int32_t **ids, size_t *n);
 

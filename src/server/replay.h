@@ -1,12 +1,13 @@
 /* replay.h - exact replay of generated assistant turns.
  *
  * For every assistant reply the server returns, it remembers the exact
- * token ids the model generated, keyed by a hash of the text it returned.
- * When a later request carries that text back (as an assistant message,
- * in either API), the prompt uses those ids instead of re-tokenizing the
- * text, so turn N+1's prompt extends turn N's tokens exactly and the
- * prefix cache matches through the reply. Bounded (least recently used
- * out); thread-safe.
+ * token ids the model generated, keyed by a hash of what it returned: the
+ * text, or for tool-call turns a canonical form of content and calls
+ * (prompt.h). When a later request carries that reply back (as an
+ * assistant message, in either API), the prompt uses those ids instead of
+ * re-rendering and re-tokenizing it, so turn N+1's prompt extends turn
+ * N's tokens exactly and the prefix cache matches through the reply.
+ * Bounded (least recently used out); thread-safe.
  * Persisted beside the disk tier's blocks (replay_save at shutdown,
  * replay_load at start), tied to the model fingerprint. */
 #ifndef STRATA_REPLAY_H

@@ -1,0 +1,82 @@
+/* test_prompt.c - prompts from normalised conversations: exact replay of
+ * native-format tool-call turns (the model's own tokens where the template
+ * renders the turn), so turn N+1's prompt extends turn N's exactly. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/mem.h"
+#include "server/prompt.h"
+#include "text/tmpl.h"
+#include "test.h"
+#include "test_util.h"
+
+/* A server with just what prompt.c uses: the tiny model's tokenizer, a
+ * real template with native tool syntax, and a replay store. */
+static int fake_server(server *s, const char *template_name) {
+    memset(s, 0, sizeof *s);
+    s->tok = test_load_tokenizer(test_data("models/llama-q4_1.gguf"));
+    char path[256];
+    snprintf(path, sizeof path, "tests/data/tmpl/%s.jinja", template_name);
+    s->tpl_src = test_read_file(path, NULL);
+    CHECK(s->tpl_src != NULL);
+    if (!s->tok || !s->tpl_src) return -1;
+    CHECK(tmpl_parse(&s->tpl, s->tpl_src, strlen(s->tpl_src), NULL) == 0);
+    s->tpl_tools = 1;
+    s->replay = replay_new(16);
+    return 0;
+}
+
+static void fake_server_free(server *s) {
+    tok_free(s->tok);
+    tmpl_free(s->tpl);
+    free(s->tpl_src);
+    replay_free(s->replay);
+}
+
+static const char *CONV_HEAD =
+    "[{\"role\":\"system\",\"content\":\"You are terse.\"},{\"role\":\"user\",\"content\":\"Weather in Paris?\"}]";
+static const char *CALL_TURN =
+    "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\","
+    "\"function\":{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}}]}";
+static const char *TOOLS =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"d\","
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}]";
+
+static int32_t *tokens_of(server *s, json_t *msgs, const prompt_tools *t, size_t *n) {
+    int32_t *ids = NULL;
+    char why[256] = "";
+    CHECK(prompt_tokens(s, msgs, t, &ids, n, NULL, why, sizeof why) == 0);
+    return ids;
+}
+
+static void check_turn_replays(const char *template_name) {
+    server s;
+    if (fake_server(&s, template_name)) return;
+    json_t *tools = json_loads(TOOLS, 0, NULL), *head = json_loads(CONV_HEAD, 0, NULL);
+    json_t *full = json_deep_copy(head);
+    json_array_append_new(full, json_loads(CALL_TURN, 0, NULL));
+    json_array_append_new(full, json_pack("{s:s,s:s,s:s}", "role", "tool", "tool_call_id", "call_1", "content", "sunny"));
+    prompt_tools t = {.tools = tools};
+    /* What the model wrote at turn N (any tokens: the point is they are its own). */
+    int32_t gen[5] = {300, 301, 302, 303, 304};
+    const char *names[] = {"get_weather"}, *args[] = {"{\"city\": \"Paris\"}"};
+    char *key = prompt_native_turn_key("", names, args, 1);
+    size_t n_head, n_plain, n_full;
+    int32_t *plain = tokens_of(&s, full, &t, &n_plain); /* nothing remembered yet */
+    replay_put(s.replay, key, strlen(key), gen, 5);
+    int32_t *ph = tokens_of(&s, head, &t, &n_head), *pf = tokens_of(&s, full, &t, &n_full);
+    /* turn N+1 = turn N's prompt, then exactly the generated tokens */
+    CHECK(n_full > n_head + 5);
+    CHECK(memcmp(pf, ph, n_head * sizeof(int32_t)) == 0);
+    CHECK(memcmp(pf + n_head, gen, sizeof gen) == 0);
+    /* without the memory it renders the template's own way */
+    CHECK(n_plain < n_head + 5 || memcmp(plain + n_head, gen, sizeof gen) != 0);
+    free(key), free(plain), free(ph), free(pf);
+    json_decref(tools), json_decref(head), json_decref(full);
+    fake_server_free(&s);
+}
+
+TEST(prompt_native_tool_turn_replays_exact_tokens_qwen) { check_turn_replays("qwen2.5"); }
+
+TEST(prompt_native_tool_turn_replays_exact_tokens_llama3) { check_turn_replays("llama3.1"); }
