@@ -13,6 +13,8 @@
  * save. */
 #include "cache/live.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -231,32 +233,80 @@ static int disk_run(const live_cache *c, const cache_hash *last, const int32_t *
     return n;
 }
 
-/* Loads n blocks from disk into new blocks at the end of s, read in
- * parallel, and indexes them. A block loads only if its file's tokens
- * equal ours (a check on top of the hash); the first failure ends the
- * run. Returns the blocks appended. */
-static int load_run(live_cache *c, const cache_hash *prev, const cache_hash *hs, const int32_t *tokens, int n,
-                    kv_seq *s) {
+/* A run of blocks being read from disk into blocks reserved at the end of
+ * a sequence, on a thread of its own; only live_load_end touches the
+ * cache and the pool again. */
+struct live_load {
+    pthread_t th;
+    int threaded;
+    atomic_int done;
+    disk_store *d;
+    cache_hash prev, *hs; /* chain hash before the run; the run's hashes */
+    int n, first, ok;     /* blocks; index of the first in the sequence; loaded prefix */
+    void **dst;
+    int32_t **tok, *got, *want; /* read and expected token ids */
+    int *rc;
+};
+
+static void *load_main(void *arg) {
+    live_load *l = arg;
+    l->ok = disk_get_many(l->d, l->hs, l->dst, l->tok, l->n, l->rc);
+    atomic_store(&l->done, 1);
+    return NULL;
+}
+
+static void load_free(live_load *l) {
+    free(l->hs), free(l->dst), free(l->tok), free(l->got), free(l->want), free(l->rc);
+    free(l);
+}
+
+/* Reserves n blocks at the end of s (fewer if the pool is short) and
+ * starts reading the run hs into them. NULL when not one block fits. */
+static live_load *load_start(live_cache *c, const cache_hash *prev, const cache_hash *hs, const int32_t *tokens, int n,
+                             kv_seq *s) {
     int B = c->kv->block_tokens;
     while (n > 0 && kv_seq_reserve(c->kv, s, s->n_pos + n * B, NULL)) n /= 2; /* as much as the pool holds */
-    if (n == 0) return 0;
-    void **dst = xmalloc((size_t)n * sizeof *dst);
-    int32_t **tok = xmalloc((size_t)n * sizeof *tok), *got = xmalloc((size_t)n * B * sizeof(int32_t));
-    int *rc = xmalloc((size_t)n * sizeof(int)), first = s->n_pos / B;
+    if (n == 0) return NULL;
+    live_load *l = xcalloc(1, sizeof *l);
+    l->d = c->disk;
+    l->prev = *prev;
+    l->n = n;
+    l->first = s->n_pos / B;
+    l->hs = xmalloc((size_t)n * sizeof *l->hs);
+    memcpy(l->hs, hs, (size_t)n * sizeof *l->hs);
+    l->want = xmalloc((size_t)n * B * sizeof(int32_t));
+    memcpy(l->want, tokens, (size_t)n * B * sizeof(int32_t));
+    l->dst = xmalloc((size_t)n * sizeof *l->dst);
+    l->tok = xmalloc((size_t)n * sizeof *l->tok);
+    l->got = xmalloc((size_t)n * B * sizeof(int32_t));
+    l->rc = xmalloc((size_t)n * sizeof(int));
     for (int i = 0; i < n; i++) {
-        dst[i] = kv_rows(c->kv, s->blocks[first + i], 0, 0);
-        tok[i] = got + (size_t)i * B;
+        l->dst[i] = kv_rows(c->kv, s->blocks[l->first + i], 0, 0);
+        l->tok[i] = l->got + (size_t)i * B;
     }
-    int ok = disk_get_many(c->disk, hs, dst, tok, n, rc);
+    l->threaded = pthread_create(&l->th, NULL, load_main, l) == 0;
+    if (!l->threaded) load_main(l);
+    return l;
+}
+
+/* Waits for the read; keeps the loaded prefix whose tokens match ours (a
+ * check on top of the hash), indexes it, gives the other reserved blocks
+ * back. Returns the blocks appended to s, and the hash of the last in
+ * *last; frees l. */
+static int load_finish(live_cache *c, live_load *l, kv_seq *s, cache_hash *last) {
+    int B = c->kv->block_tokens, ok;
+    if (l->threaded) pthread_join(l->th, NULL);
+    ok = l->ok;
     for (int i = 0; i < ok; i++)
-        if (memcmp(tok[i], tokens + (size_t)i * B, (size_t)B * sizeof(int32_t)) != 0) ok = i;
-    c->st.disk_errors += ok < n;
+        if (memcmp(l->tok[i], l->want + (size_t)i * B, (size_t)B * sizeof(int32_t)) != 0) ok = i;
+    c->st.disk_errors += ok < l->n;
     for (int i = 0; i < ok; i++, s->n_pos += B)
-        if (map_find(c, &hs[i]) < 0)
-            index_block(c, s->blocks[first + i], &hs[i], i ? &hs[i - 1] : prev, tokens + (size_t)i * B,
-                        parent_in(c, s, first + i), s->n_pos);
+        if (map_find(c, &l->hs[i]) < 0)
+            index_block(c, s->blocks[l->first + i], &l->hs[i], i ? &l->hs[i - 1] : &l->prev, l->want + (size_t)i * B,
+                        parent_in(c, s, l->first + i), s->n_pos);
     kv_seq_truncate(c->kv, s, s->n_pos); /* gives unused reserved blocks back */
-    free(dst), free(tok), free(got), free(rc);
+    if (ok > 0) *last = l->hs[ok - 1];
+    load_free(l);
     return ok;
 }
 
@@ -286,10 +336,13 @@ static void attach_live(live_cache *c, int e, kv_seq *s) {
     if (c->disk) disk_touch(c->disk, &c->map[e].h);
 }
 
-int live_attach(live_cache *c, live_cursor *cur, const int32_t *tokens, int n_max, kv_seq *s, int *from_disk) {
-    int B = c->kv->block_tokens, got = 0, disk = 0, tail = 0, max_blocks = n_max / B;
-    cache_hash *run = c->disk && max_blocks > 0 ? xmalloc((size_t)max_blocks * sizeof *run) : NULL;
-    c->st.lookups++;
+/* Attaches whole blocks from where cur stands: live ones, and runs read
+ * from disk (waited for, or with pending set, started and left running:
+ * then it stops there). Adds to *disk the tokens loaded. */
+static int attach_blocks(live_cache *c, live_cursor *cur, const int32_t *tokens, int n_max, kv_seq *s, int *disk,
+                         live_load **pending) {
+    int B = c->kv->block_tokens, got = 0, max_blocks = n_max / B;
+    cache_hash *run = c->disk && cur->n_blocks < max_blocks ? xmalloc((size_t)max_blocks * sizeof *run) : NULL;
     while (cur->n_blocks < max_blocks) {
         const int32_t *bt = tokens + (size_t)cur->n_blocks * B;
         cache_hash h;
@@ -300,28 +353,72 @@ int live_attach(live_cache *c, live_cursor *cur, const int32_t *tokens, int n_ma
             cur->last = h;
         } else {
             n = run ? disk_run(c, &cur->last, bt, max_blocks - cur->n_blocks, run) : 0;
-            if (n > 0) n = load_run(c, &cur->last, run, bt, n, s);
+            live_load *l = n > 0 ? load_start(c, &cur->last, run, bt, n, s) : NULL;
+            if (l && pending) {
+                *pending = l;
+                break;
+            }
+            n = l ? load_finish(c, l, s, &cur->last) : 0;
             if (n == 0) break;
-            cur->last = run[n - 1];
-            disk += n * B;
+            *disk += n * B;
         }
         cur->n_blocks += n;
         got += n * B;
     }
     free(run);
+    return got;
+}
+
+/* After the whole blocks: the longest partial match, shared (the
+ * sequence's first write copies it). Counts the lookup's hits. */
+static int attach_partial(live_cache *c, const live_cursor *cur, const int32_t *tokens, int n_max, kv_seq *s, int disk) {
+    int got = s->n_pos, tail = 0;
     int tb = got < n_max ? best_partial(c, &cur->last, tokens + got, n_max - got, &tail) : -1;
-    if (tb >= 0) { /* shared: the sequence's first write copies it */
+    if (tb >= 0) {
         set_idle(c, tb, 0);
         touch(c, tb, 1);
         kv_seq_attach(c->kv, s, tb);
         s->n_pos = got + tail;
-        got += tail;
     }
-    c->st.hit_tokens += got - disk;
+    c->st.hit_tokens += s->n_pos - disk;
     c->st.tail_hit_tokens += tail;
     c->st.disk_hit_tokens += disk;
+    return s->n_pos;
+}
+
+int live_attach(live_cache *c, live_cursor *cur, const int32_t *tokens, int n_max, kv_seq *s, int *from_disk) {
+    int disk = 0;
+    c->st.lookups++;
+    attach_blocks(c, cur, tokens, n_max, s, &disk, NULL);
     if (from_disk) *from_disk = disk;
-    return got;
+    return attach_partial(c, cur, tokens, n_max, s, disk);
+}
+
+int live_attach_begin(live_cache *c, live_cursor *cur, const int32_t *tokens, int n_max, kv_seq *s, live_load **pending) {
+    int disk = 0;
+    *pending = NULL;
+    c->st.lookups++;
+    attach_blocks(c, cur, tokens, n_max, s, &disk, pending);
+    return *pending ? s->n_pos : attach_partial(c, cur, tokens, n_max, s, disk);
+}
+
+int live_load_ready(live_load *l) { return atomic_load(&l->done); }
+
+int live_attach_end(live_cache *c, live_cursor *cur, const int32_t *tokens, int n_max, kv_seq *s, live_load *l,
+                    int *from_disk) {
+    int want = l->n, disk = 0;
+    int n = load_finish(c, l, s, &cur->last);
+    cur->n_blocks += n;
+    disk = n * c->kv->block_tokens;
+    if (n > 0 && n == want) attach_blocks(c, cur, tokens, n_max, s, &disk, NULL); /* what follows the run */
+    if (from_disk) *from_disk = disk;
+    return attach_partial(c, cur, tokens, n_max, s, disk);
+}
+
+void live_load_cancel(live_load *l) {
+    if (!l) return;
+    if (l->threaded) pthread_join(l->th, NULL);
+    load_free(l);
 }
 
 void live_publish(live_cache *c, live_cursor *cur, const int32_t *tokens, const kv_seq *s, int n_limit) {

@@ -56,6 +56,20 @@ void live_cursor_init(live_cursor *cur, const cache_hash *root);
  * tail. Advances the cursor over whole blocks. Returns the tokens
  * attached; *from_disk (if not NULL) those loaded. */
 int live_attach(live_cache *c, live_cursor *cur, const int32_t *tokens, int n_max, kv_seq *s, int *from_disk);
+/* live_attach in two steps, so a disk read overlaps other sequences'
+ * compute: begin attaches what memory holds and, where the prefix goes on
+ * on disk, reserves blocks in s and starts reading them on a thread of
+ * its own (*pending set; s must not be used until end). end (when
+ * live_load_ready says so, or it waits) takes the blocks in and attaches
+ * the rest as live_attach does. Both return the tokens attached so far.
+ * A request dropped meanwhile calls live_load_cancel, then releases s. */
+typedef struct live_load live_load;
+int live_attach_begin(live_cache *c, live_cursor *cur, const int32_t *tokens, int n_max, kv_seq *s, live_load **pending);
+int live_load_ready(live_load *l);
+int live_attach_end(live_cache *c, live_cursor *cur, const int32_t *tokens, int n_max, kv_seq *s, live_load *l,
+                    int *from_disk);
+void live_load_cancel(live_load *l); /* NULL is fine */
+
 /* Publishes every block of s that is full (positions < s->n_pos), lies
  * within the first n_limit positions (the request's cache scope; use
  * INT_MAX for all) and is not yet published; tokens are the sequence's

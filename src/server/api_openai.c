@@ -32,6 +32,7 @@ typedef struct oai_call {
     char id[64];
     long created;
     int n_prompt, n_logprob_done;
+    long text_offset; /* completions logprobs: bytes of text so far */
     prompt_tools pt;
     char *prefix; /* forced start of the reply (tool_choice) */
     char call_ids[MAX_CALLS][40]; /* "call_" + 128 random bits, per call index */
@@ -248,8 +249,13 @@ static int parse_options(oai_call *c, char *why, size_t cap) {
     if (!r && param_int(c->req, "max_tokens", 1, 1L << 30, &max_tokens, why, cap) < 0) return -1;
     c->gp.max_tokens = max_tokens > 0 ? (int)max_tokens : 1 << 30;
     if (param_bool(c->req, "stream", &c->stream, why, cap) < 0) return -1;
-    if (param_bool(c->req, "logprobs", &c->logprobs, why, cap) < 0) return -1;
-    if (param_int(c->req, "top_logprobs", 0, 20, &top_logprobs, why, cap) < 0) return -1;
+    if (c->chat) {
+        if (param_bool(c->req, "logprobs", &c->logprobs, why, cap) < 0) return -1;
+        if (param_int(c->req, "top_logprobs", 0, 20, &top_logprobs, why, cap) < 0) return -1;
+    } else { /* completions: "logprobs": N asks for the top N as well */
+        if ((r = param_int(c->req, "logprobs", 0, 20, &top_logprobs, why, cap)) < 0) return -1;
+        c->logprobs = r > 0;
+    }
     c->gp.n_logprobs = c->logprobs ? (int)top_logprobs : 0;
     const json_t *so = json_object_get(c->req, "stream_options");
     if (so && json_is_object(so) && param_bool(so, "include_usage", &c->include_usage, why, cap) < 0) return -1;
@@ -293,6 +299,33 @@ static json_t *logprobs_json(const oai_call *c, int from, int to) {
     return json_pack("{s:o}", "content", arr);
 }
 
+/* The same in the completions format: tokens, token_logprobs,
+ * top_logprobs (piece -> logprob) and text_offset (bytes into the text). */
+static json_t *completion_logprobs_json(oai_call *c, int from, int to) {
+    json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    for (int i = from; i < to; i++) {
+        const sched_token *t = &c->g.tokens[i];
+        char piece[256];
+        int len = tok_piece(c->srv->tok, t->id, 0, piece, sizeof piece);
+        len = len < 0 ? 0 : len > (int)sizeof piece ? (int)sizeof piece : len;
+        json_array_append_new(toks, json_text(piece, (size_t)len));
+        json_array_append_new(lps, json_real(t->logprob));
+        json_t *top = json_object();
+        for (int k = 0; k < t->n_top; k++) {
+            char tp[256];
+            int tl = tok_piece(c->srv->tok, t->top_ids[k], 0, tp, sizeof tp - 1);
+            tl = tl < 0 ? 0 : tl > (int)sizeof tp - 1 ? (int)sizeof tp - 1 : tl;
+            json_t *key = json_text(tp, (size_t)tl);
+            json_object_set_new(top, json_string_value(key), json_real(t->top_logprobs[k]));
+            json_decref(key);
+        }
+        json_array_append_new(tops, top);
+        json_array_append_new(offs, json_integer(c->text_offset));
+        c->text_offset += len;
+    }
+    return json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops, "text_offset", offs);
+}
+
 /* The call id of tool call `index`, made on first use. */
 static const char *call_id(oai_call *c, int index) {
     if (index < 0 || index >= MAX_CALLS) return "call_overflow";
@@ -303,7 +336,9 @@ static const char *call_id(oai_call *c, int index) {
 static json_t *choice(oai_call *c, const char *finish) {
     json_t *ch = json_pack("{s:i}", "index", 0);
     int to = c->g.n_tokens;
-    json_object_set_new(ch, "logprobs", c->logprobs && c->chat ? logprobs_json(c, c->n_logprob_done, to) : json_null());
+    json_object_set_new(ch, "logprobs", !c->logprobs ? json_null()
+                                        : c->chat  ? logprobs_json(c, c->n_logprob_done, to)
+                                                   : completion_logprobs_json(c, c->n_logprob_done, to));
     c->n_logprob_done = to;
     json_object_set_new(ch, "finish_reason", finish ? json_string(finish) : json_null());
     return ch;

@@ -63,6 +63,7 @@ typedef struct slot {
     double t_admit, t_first; /* ms: admitted, first token sampled */
     int n_attached_blocks;   /* came from the cache */
     int starting;            /* admitted, not set up yet (start_admitted) */
+    live_load *loading;      /* the cached prefix still being read from disk */
     double load_ms;          /* finding and loading the cached prefix */
 } slot;
 
@@ -262,6 +263,11 @@ static void leave_cached(sched *s, slot *sl, sched_finish f) {
 }
 
 static void slot_free(sched *s, slot *sl, sched_finish f, const char *why) {
+    if (sl->loading) { /* dropped while its prefix was read: wait before releasing the blocks */
+        live_load_cancel(sl->loading);
+        sl->loading = NULL;
+        sl->load_ms = clock_ms() - sl->load_ms;
+    }
     if (s->o.trace) trace_request(s, sl, f);
     leave_cached(s, sl, f);
     kv_seq_release(&s->e->kv, &sl->seq); /* published blocks stay cached */
@@ -280,11 +286,57 @@ static void slot_free(sched *s, slot *sl, sched_finish f, const char *why) {
     sl->starting = 0;
 }
 
-/* Attaches the longest cached prefix of the prompt; the last prompt token
- * is always computed (its logits start the generation). */
-static int attach_cached(sched *s, slot *sl) {
-    if (!s->live) return 0;
-    return live_attach(s->live, &sl->cur, sl->toks, sl->req->n_prompt - 1, &sl->seq, &sl->req->n_cached_disk);
+
+/* ---- the cached prefix ----------------------------------------------------- */
+
+static int publish_limit(sched *s, const sched_req *r);
+
+/* Once the prefix is attached: what came from the cache, and the scope. */
+static void prefix_attached(sched *s, slot *sl, int from_disk) {
+    sched_req *r = sl->req;
+    sl->load_ms = clock_ms() - sl->load_ms;
+    sl->n_attached_blocks = sl->cur.n_blocks;
+    sl->publish_limit = publish_limit(s, r);
+    pthread_mutex_lock(&s->mu);
+    r->n_cached = r->n_prompt_done = sl->n_fed;
+    r->n_cached_disk = from_disk;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Attaches the longest cached prefix of the prompt (the last prompt token
+ * is always computed: its logits start the generation). A part that must
+ * come from disk is read in the background (sl->loading) while the other
+ * slots compute; the slot joins the batches once it is in. */
+static void attach_begin(sched *s, slot *sl) {
+    sl->load_ms = clock_ms(); /* the start, until prefix_attached */
+    if (!s->live) {
+        sl->n_fed = 0;
+        prefix_attached(s, sl, 0);
+        return;
+    }
+    sl->n_fed = live_attach_begin(s->live, &sl->cur, sl->toks, sl->req->n_prompt - 1, &sl->seq, &sl->loading);
+    if (!sl->loading) prefix_attached(s, sl, 0);
+}
+
+/* Takes in finished background loads; with wait, the first one even if
+ * it is still reading (nothing else can run). */
+static void attach_end(sched *s, int wait) {
+    for (int i = 0; i < s->o.n_slots; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->req || !sl->loading || (!wait && !live_load_ready(sl->loading))) continue;
+        int from_disk = 0;
+        sl->n_fed = live_attach_end(s->live, &sl->cur, sl->toks, sl->req->n_prompt - 1, &sl->seq, sl->loading, &from_disk);
+        sl->loading = NULL;
+        prefix_attached(s, sl, from_disk);
+        if (wait) return;
+    }
+}
+
+/* Whether some slot can join the next batch (not waiting for its load). */
+static int any_runnable(const sched *s) {
+    for (int i = 0; i < s->o.n_slots; i++)
+        if (s->slots[i].req && !s->slots[i].loading) return 1;
+    return 0;
 }
 
 static int publish_limit(sched *s, const sched_req *r) {
@@ -341,19 +393,12 @@ static void start_admitted(sched *s) {
         memcpy(sl->toks, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
         sl->n_toks = r->n_prompt;
         sl->t_first = 0;
-        double t0 = clock_ms();
-        sl->n_fed = attach_cached(s, sl);
-        sl->load_ms = clock_ms() - t0;
-        sl->n_attached_blocks = sl->cur.n_blocks;
-        sl->publish_limit = publish_limit(s, r);
         if (r->json_mode) {
             if (!s->jvocab) s->jvocab = json_vocab_new(s->tok);
             sl->guard = json_guard_new(s->jvocab);
             if (r->json_prefix) json_guard_feed(sl->guard, r->json_prefix, strlen(r->json_prefix));
         }
-        pthread_mutex_lock(&s->mu);
-        r->n_cached = r->n_prompt_done = sl->n_fed;
-        pthread_mutex_unlock(&s->mu);
+        attach_begin(s, sl);
     }
 }
 
@@ -384,11 +429,11 @@ static int build_batch(sched *s) {
             slot_free(s, sl, FINISH_CANCELLED, "cancelled");
             continue;
         }
-        if (sl->n_fed == sl->req->n_prompt) batch_add(s, &n, i, sl->last, sl->seq.n_pos, 1);
+        if (!sl->loading && sl->n_fed == sl->req->n_prompt) batch_add(s, &n, i, sl->last, sl->seq.n_pos, 1);
     }
     for (int i = 0; i < s->o.n_slots && n < max; i++) {
         slot *sl = &s->slots[i];
-        if (!sl->req || sl->n_fed == sl->req->n_prompt) continue;
+        if (!sl->req || sl->loading || sl->n_fed == sl->req->n_prompt) continue;
         int take = sl->req->n_prompt - sl->n_fed;
         if (take > s->o.chunk) take = s->o.chunk;
         if (take > max - n) take = max - n;
@@ -504,6 +549,7 @@ static void *sched_main(void *arg) {
         pthread_mutex_unlock(&s->mu);
         if (!running) break;
         start_admitted(s);
+        attach_end(s, !any_runnable(s));
         step(s);
     }
     for (int i = 0; i < s->o.n_slots; i++)
