@@ -22,6 +22,7 @@
 #include "cache/disk_file.h"
 #include "test.h"
 #include "test_util.h"
+#include "text/tokenizer.h"
 
 #define TB 16          /* tokens per block */
 #define BYTES 4096     /* KV payload per block */
@@ -656,5 +657,35 @@ TEST(disk_cli_ls_stat_verify_gc_purge) {
     CHECK_MSG(strstr(out, "no such directory") != NULL, "output: %s", out);
     chain_free(a, 4);
     chain_free(b, 3);
+    tmpdir_free(dir);
+}
+
+/* ls -m MODEL previews each chain's last block as text, through the
+ * model's tokenizer. */
+TEST(disk_cli_ls_previews_text) {
+    char *dir = tmpdir_new();
+    disk_opts o = opts_for(dir, 7);
+    disk_store *d;
+    blk a[2];
+    chain_make(a, 2, 0, BYTES, o.model_fp); /* token ids 0..31: in any vocabulary */
+    CHECK_EQ_INT(disk_open(&d, &o, NULL), 0);
+    put_all(d, a, 2);
+    disk_close(d);
+    tokenizer *t = test_load_tokenizer(test_data("models/llama-q4_1.gguf"));
+    if (!t) return;
+    char want[64] = "", piece[64];
+    size_t len = 0;
+    for (int j = 0; j < TB && len < 40; j++) { /* the leaf's text, control bytes as spaces */
+        int n = tok_piece(t, a[1].tok[j], 1, piece, sizeof piece);
+        for (int k = 0; k < n && len < 40; k++) want[len++] = (unsigned char)piece[k] < 0x20 ? ' ' : piece[k];
+    }
+    want[len] = 0;
+    tok_free(t);
+    char args[512];
+    snprintf(args, sizeof args, "ls -m %s", test_data("models/llama-q4_1.gguf"));
+    CHECK_CLI(args, 0, "leaf text");
+    CHECK_CLI(args, 0, want);
+    CHECK_CLI("ls -m /nonexistent.gguf", 0, "no text preview");
+    chain_free(a, 2);
     tmpdir_free(dir);
 }

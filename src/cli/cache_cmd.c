@@ -1,15 +1,18 @@
 /* cache_cmd.c - `strata cache ls|stat|verify|gc|purge --cache-dir DIR`:
  * look into and maintain a disk-tier directory without loading a model.
  * Every model's blocks are shown and counted (the tool store indexes all
- * fingerprints); token ids are shown raw since no tokenizer is loaded.
+ * fingerprints); with -m MODEL, ls also previews the text of each chain's
+ * last block (where chains differ) through that model's tokenizer.
  * Does not: coordinate with a server running on the same directory (gc
  * and purge under a live server only turn its cached blocks into misses). */
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "base/mem.h"
@@ -17,6 +20,8 @@
 #include "cache/disk_file.h"
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "model/gguf.h"
+#include "text/tokenizer.h"
 
 #define MIB (1024.0 * 1024.0)
 
@@ -96,17 +101,55 @@ static int by_last_use_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-static void print_chain(const chain *c) {
-    char first[65], leaf[65], when[32];
+/* The first PREVIEW characters of a block's text (read from its header),
+ * on one line; "" when it cannot be read. */
+#define PREVIEW 40
+static void block_preview(const char *dir, const tokenizer *tok, const cache_hash *h, char out[PREVIEW + 1]) {
+    char path[4200];
+    out[0] = 0;
+    disk_file_path(dir, h, path, sizeof path, NULL, 0);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    int32_t *ids = xmalloc(DISK_MAX_TOKENS * sizeof(int32_t));
+    disk_hdr hdr;
+    if (fd >= 0 && !fstat(fd, &st) && !disk_file_read_header(fd, (uint64_t)st.st_size, &hdr, ids, NULL)) {
+        size_t len = 0;
+        for (uint32_t i = 0; i < hdr.n_tokens && len < PREVIEW; i++) {
+            char piece[64];
+            int n = tok_piece(tok, ids[i], 1, piece, sizeof piece);
+            for (int k = 0; k < n && k < (int)sizeof piece && len < PREVIEW; k++)
+                out[len++] = (unsigned char)piece[k] < 0x20 ? ' ' : piece[k];
+        }
+        out[len] = 0;
+    }
+    if (fd >= 0) close(fd);
+    free(ids);
+}
+
+static void print_chain(const chain *c, const char *dir, const tokenizer *tok) {
+    char first[65], leaf[65], when[32], text[PREVIEW + 1] = "";
     cache_hash_hex(&c->first->hash, first);
     cache_hash_hex(&c->leaf->hash, leaf);
     fmt_time(c->last_use, when, sizeof when);
+    if (tok) block_preview(dir, tok, &c->leaf->hash, text); /* where chains differ */
     const uint8_t *fp = c->leaf->model_fp;
-    printf("%02x%02x%02x%02x  %.12s  %.12s  %6d  %8llu  %9.1f  %6.1f  %s\n", fp[0], fp[1], fp[2], fp[3],
-           first, leaf, c->blocks, (unsigned long long)c->tokens, c->bytes / MIB, c->leaf->hits, when);
+    printf("%02x%02x%02x%02x  %.12s  %.12s  %6d  %8llu  %9.1f  %6.1f  %-19s  %s\n", fp[0], fp[1], fp[2], fp[3],
+           first, leaf, c->blocks, (unsigned long long)c->tokens, c->bytes / MIB, c->leaf->hits, when, text);
 }
 
-static int cmd_ls(const char *dir) {
+/* The tokenizer of MODEL for previews, or NULL (with a warning). */
+static tokenizer *preview_tokenizer(const char *model) {
+    gguf_file *f = NULL;
+    tokenizer *t = NULL;
+    strata_err err = {0};
+    if (!model) return NULL;
+    if (gguf_open(&f, model, &err) || tok_load(&t, f, &err))
+        fprintf(stderr, "strata cache: no text preview: %s\n", err.msg);
+    gguf_close(f);
+    return t;
+}
+
+static int cmd_ls(const char *dir, const char *model) {
     disk_store *d;
     if (open_tool(&d, dir, 1)) return 1;
     blist l = {0};
@@ -118,9 +161,11 @@ static int cmd_ls(const char *dir) {
     for (size_t i = 0; i < l.n; i++)
         if (l.b[i].n_children == 0) cs[n++] = walk_up(&l, &l.b[i]);
     qsort(cs, n, sizeof *cs, by_last_use_desc);
-    printf("%-8s  %-12s  %-12s  %6s  %8s  %9s  %6s  %s\n", "model", "first", "leaf", "blocks", "tokens",
-           "MiB", "hits", "last use");
-    for (size_t i = 0; i < n; i++) print_chain(&cs[i]);
+    tokenizer *tok = preview_tokenizer(model);
+    printf("%-8s  %-12s  %-12s  %6s  %8s  %9s  %6s  %-19s  %s\n", "model", "first", "leaf", "blocks", "tokens",
+           "MiB", "hits", "last use", tok ? "leaf text" : "");
+    for (size_t i = 0; i < n; i++) print_chain(&cs[i], dir, tok);
+    tok_free(tok);
     printf("%zu chains, %zu blocks (shared prefixes are listed in each chain, stored once)\n", n, l.n);
     free(cs);
     free(l.b);
@@ -236,11 +281,12 @@ static int cmd_purge(const char *dir) {
 }
 
 int cli_cache(int argc, char **argv) {
-    const char *sub = NULL, *dir = NULL;
+    const char *sub = NULL, *dir = NULL, *model = NULL;
     int budget_mb = -1, help = 0;
     arg_spec specs[] = {
         {"--cache-dir", NULL, ARG_STR, &dir, 0, -1, "the disk cache directory (required)"},
         {"--budget-mb", NULL, ARG_INT, &budget_mb, 0, 1 << 30, "gc: evict down to N MiB (leaf first, least used first)"},
+        {"--model", "-m", ARG_STR, &model, 0, -1, "ls: preview each chain's last block as text with this model's tokenizer"},
         {"--help", "-h", ARG_FLAG, &help, 0, -1, "show this help"},
     };
     int n_specs = (int)(sizeof specs / sizeof specs[0]);
@@ -250,7 +296,7 @@ int cli_cache(int argc, char **argv) {
         return 2;
     }
     if (help || !sub) {
-        args_usage("cache", "ls|stat|verify|gc|purge --cache-dir DIR [--budget-mb N]", specs, n_specs);
+        args_usage("cache", "ls|stat|verify|gc|purge --cache-dir DIR [--budget-mb N] [-m MODEL]", specs, n_specs);
         printf("\n  ls      chains of blocks (first block to leaf), newest first\n"
                "  stat    totals per model\n"
                "  verify  read every block in full; damaged ones go to DIR/quarantine (exit 1)\n"
@@ -263,7 +309,7 @@ int cli_cache(int argc, char **argv) {
         return 2;
     }
     g_log_level = LOG_WARN; /* damaged files are named as they are found */
-    if (strcmp(sub, "ls") == 0) return cmd_ls(dir);
+    if (strcmp(sub, "ls") == 0) return cmd_ls(dir, model);
     if (strcmp(sub, "stat") == 0) return cmd_stat(dir);
     if (strcmp(sub, "verify") == 0) return cmd_verify(dir);
     if (strcmp(sub, "gc") == 0) return cmd_gc(dir, budget_mb);
