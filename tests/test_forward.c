@@ -221,6 +221,23 @@ TEST(real_fwd_batch_invariance) {
 
 /* Rewinding a sequence and taking another branch, or forking a shared
  * prefix, gives exactly the logits of a cold run of the same tokens. */
+/* A chunk whose keys end exactly at the score buffer's size (grown for an
+ * earlier, shorter chunk) must not write past it: the kernels store
+ * scores 8 at a time. Both engines are fresh, so only the chunking differs. */
+TEST(fwd_score_scratch_never_overflows) {
+    static const int grow_then_fill[] = {100, 256, 0}, whole[] = {356, 0};
+    engine *a = open_engine(test_data("models/llama-q4_1.gguf"), 512, 2);
+    engine *b = open_engine(test_data("models/llama-q4_1.gguf"), 512, 2);
+    if (!a || !b) return;
+    int32_t toks[356];
+    for (int t = 0; t < 356; t++) toks[t] = (t * 37 + 11) % 300;
+    float *x = all_logits(a, toks, 356, grow_then_fill), *y = all_logits(b, toks, 356, whole);
+    check_same(x, y, 356, a->m->hp.n_vocab, "100+256 chunks vs one 356 chunk");
+    free(x), free(y);
+    engine_close(a);
+    engine_close(b);
+}
+
 TEST(fwd_truncate_and_fork_equal_cold_runs) {
     static const int one_chunk[] = {4096, 0}, fives[] = {5, 0};
     engine *e = open_engine(test_data("models/llama-q4_k.gguf"), 512, 2);

@@ -408,9 +408,11 @@ static void embed_row(fwd_ctx *c, void *arg, int t) {
 
 static void ensure_scratch(fwd_ctx *c, int max_kv) {
     int nth = pool_size(c->threads), B = c->kv->block_tokens;
-    if (max_kv > c->scores_cap) {
+    /* Kernels write scores in groups of 8, so up to 7 past n_kv: the slack
+     * must be there on every call, not only when the buffer grows. */
+    if (max_kv + 8 > c->scores_cap) {
         free(c->scores);
-        c->scores_cap = max_kv + 256; /* kernels may write up to 8 past n_kv */
+        c->scores_cap = max_kv + 256;
         c->scores = xmalloc((size_t)nth * ATTN_TILE * c->scores_cap * sizeof(float));
     }
     int nb = (max_kv + B - 1) / B;
