@@ -256,6 +256,12 @@ class Server:
         t_stop = self.stop()
         return t_stop, self.start()
 
+    def exited(self):
+        """The exit status if the server died on its own, else None."""
+        if self.proc is not None and self.proc.poll() is not None:
+            return self.proc.returncode
+        return None
+
 
 # ----------------------------------------------------------------------------- one request
 
@@ -328,7 +334,32 @@ class Runner:
         self.max_tokens, self.server, self.log = max_tokens, server, log
         self.restart_points = sorted(set(restart_points))
         self.restarts = []  # {"after_request", "stop_s", "start_s"}
+        self.crashes = []   # {"after_request", "status", "log_tail"}
         self.t0 = None
+
+    def _check_alive(self, n_sent, had_error=False):
+        """A --serve target that died by itself is recorded and started again (same command), so the
+        rest of the run goes on; requests sent to it in the meantime carry their errors."""
+        if not self.server:
+            return
+        rc = self.server.exited()
+        t0 = time.perf_counter()
+        while rc is None and had_error and time.perf_counter() - t0 < 3:  # it may still be dying
+            time.sleep(0.1)
+            rc = self.server.exited()
+        if rc is None:
+            return
+        tail = ""
+        try:
+            with open(self.server.log_path, errors="replace") as f:
+                tail = " | ".join(ln.strip() for ln in f.read().splitlines()[-3:])
+        except OSError:
+            pass
+        print(f"[{self.name}] SERVER DIED (status {rc}) by request {n_sent}; log: {tail}; starting it again",
+              file=sys.stderr)
+        self.crashes.append({"after_request": n_sent, "status": rc, "log_tail": tail[-300:]})
+        self.server.stop()
+        self.server.start()
 
     def _restart(self, n_sent):
         if not self.server:
@@ -350,7 +381,9 @@ class Runner:
         """One request at a time in `order`; restart after the requests named by restart_points."""
         self.t0 = time.perf_counter()
         for i, (si, k) in enumerate(order):
-            emit(self._do(i, si, k))
+            row = self._do(i, si, k)
+            emit(row)
+            self._check_alive(i + 1, "error" in row)
             if i + 1 in self.restart_points and i + 1 < len(order):
                 self._restart(i + 1)
 
@@ -364,10 +397,11 @@ class Runner:
         busy = {}  # future -> lane
         sent = 0
         pending_restarts = [p for p in self.restart_points if p < total]
+        drain = False  # after an error: send nothing until all in flight are done, then check the server
         with cf.ThreadPoolExecutor(max_workers=conc) as ex:
             while True:
                 barrier = bool(pending_restarts) and sent >= pending_restarts[0]
-                if not barrier:
+                if not barrier and not drain:
                     for li in range(conc):
                         if li in busy.values():
                             continue
@@ -382,6 +416,10 @@ class Runner:
                         if pending_restarts and sent >= pending_restarts[0]:
                             break
                 if not busy:
+                    self._check_alive(sent, drain)
+                    if drain:
+                        drain = False
+                        continue
                     if barrier:
                         self._restart(sent)
                         pending_restarts.pop(0)
@@ -390,7 +428,10 @@ class Runner:
                 done, _ = cf.wait(list(busy), return_when=cf.FIRST_COMPLETED)
                 for f in done:
                     busy.pop(f)
-                    emit(f.result())
+                    row = f.result()
+                    emit(row)
+                    if "error" in row:
+                        drain = True
 
 
 # ----------------------------------------------------------------------------- report
@@ -765,15 +806,23 @@ def main():
                 runner = Runner(name, client, model, sessions, a.max_tokens, server,
                                 a.restart_after if server else [], emit, render)
                 t0 = time.perf_counter()
-                if conc > 1:
-                    runner.run_concurrent(conc, emit)
-                else:
-                    runner.run_round_robin(order, emit)
+                try:
+                    if conc > 1:
+                        runner.run_concurrent(conc, emit)
+                    else:
+                        runner.run_round_robin(order, emit)
+                except RuntimeError as e:  # a (re)start that failed: keep what was measured
+                    print(f"[{name}] stopped: {e}", file=sys.stderr)
+                    notes.append(f"{name}: replay stopped after {len(rows)} of {n_req} requests: {e}")
                 wall = time.perf_counter() - t0
                 all_rows[name] = rows
                 summ[name] = summarize(rows)
                 summ[name]["wall_s"] = wall
                 summ[name]["restarts"] = runner.restarts
+                summ[name]["crashes"] = runner.crashes
+                for c in runner.crashes:
+                    notes.append(f"{name}: the server DIED by itself (exit status {c['status']}) by request "
+                                 f"{c['after_request']} and was started again; its log ended: {c['log_tail']}")
                 summ[name]["model_sent"] = model
             finally:
                 if server:
