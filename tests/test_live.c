@@ -213,7 +213,7 @@ TEST(live_evicts_leaves_before_their_parents) {
     live_cache *c;
     cache_hash root;
     setup(&p, &c, &root, 4);
-    int32_t chain[12] = {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3}, z[4] = {9, 9, 9, 9};
+    int32_t chain[12] = {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3}, z[8] = {9, 9, 9, 9, 9, 9, 9, 9};
     finish_request(&p, c, &root, chain, 12); /* 3 blocks, released together */
     kv_seq s;
     kv_seq_init(&s);

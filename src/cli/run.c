@@ -39,12 +39,15 @@ static int prompt_tokens(const run_opts *o, run_state *st, int32_t **ids, size_t
     int rc = chat_tokenize(st->tok, &p, tok_add_bos(st->tok), ids, n, err);
     chat_prompt_free(&p);
     if (rc) return rc;
-    if (*n == 0) return strata_errf(err, STRATA_EINVAL, "prompt is empty");
-    if ((int)*n + o->n_predict > st->e->n_ctx)
-        return strata_errf(err, STRATA_ERANGE,
-                           "prompt is %zu tokens + %d to generate, context is %d (raise -c)", *n,
-                           o->n_predict, st->e->n_ctx);
-    return 0;
+    if (*n == 0) rc = strata_errf(err, STRATA_EINVAL, "prompt is empty");
+    else if ((int)*n + o->n_predict > st->e->n_ctx)
+        rc = strata_errf(err, STRATA_ERANGE, "prompt is %zu tokens + %d to generate, context is %d (raise -c)", *n,
+                         o->n_predict, st->e->n_ctx);
+    if (rc) {
+        free(*ids);
+        *ids = NULL;
+    }
+    return rc;
 }
 
 static void emit(const run_state *st, int32_t id) {
