@@ -40,7 +40,11 @@ else
     peer=(--serve "llama-server=$LLAMA_SERVER -m $MODEL --host 127.0.0.1 --port 8614 -t $THREADS \
 --kv-unified-per-slot 8192 --cache-ram 1024 --no-webui" --tools-as-text llama-server)
   else
-    why="scripts/build-llama-server.sh did not produce $LLAMA_SERVER (see build/llama-server/*.log)"
+    if [ "$LLAMA_SERVER" = build/llama-server/llama-server ]; then
+      why="scripts/build-llama-server.sh did not produce $LLAMA_SERVER (see its output above and build/llama-server/*.log)"
+    else
+      why="LLAMA_SERVER=$LLAMA_SERVER is not an executable"
+    fi
     echo "bench-replay: llama-server SKIPPED: $why" >&2
     peer=(--note "llama-server skipped: $why")
   fi
