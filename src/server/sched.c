@@ -280,12 +280,12 @@ static void slot_free(sched *s, slot *sl, sched_finish f, const char *why) {
     pthread_mutex_lock(&s->mu);
     finish_locked(sl->req, f, why);
     req_unref_locked(sl->req);
+    sl->req = NULL; /* under the lock: sched_cancel_all reads it there, and the
+                       request may be freed by its reader the moment we unlock */
     s->stats.active--;
     pthread_mutex_unlock(&s->mu);
-    sl->req = NULL;
     sl->starting = 0;
 }
-
 
 /* ---- the cached prefix ----------------------------------------------------- */
 
