@@ -240,7 +240,7 @@ static void trace_request(sched *s, const slot *sl, sched_finish f) {
     fprintf(o,
             "{\"ts\":%.3f,\"prompt_tokens\":%d,\"cached_tokens\":{\"live\":%d,\"disk\":%d},\"prefilled_tokens\":%d,"
             "\"generated_tokens\":%d,\"blocks\":{\"attached\":%d,\"tail_tokens\":%d,\"published\":%d},"
-            "\"load_ms\":%.1f,\"prefill_ms\":%.1f,\"decode_ms\":%.1f,\"finish\":\"%s\",\"retain\":[",
+            "\"load_ms\":%.3f,\"prefill_ms\":%.1f,\"decode_ms\":%.1f,\"finish\":\"%s\",\"retain\":[",
             now / 1000.0, r->n_prompt, r->n_cached - r->n_cached_disk, r->n_cached_disk, r->n_prompt - r->n_cached, r->n_out,
             sl->n_attached_blocks, tail, sl->cur.n_blocks - sl->n_attached_blocks, sl->load_ms,
             first - sl->t_admit - sl->load_ms, now - first,
