@@ -28,17 +28,7 @@ fi
 mkdir -p "$DIR"
 
 # Tools: cmake, a C/C++ compiler, git (only for the build's version string).
-missing=()
-command -v cmake >/dev/null 2>&1 || missing+=(cmake)
-command -v g++ >/dev/null 2>&1 || missing+=(g++)
-command -v git >/dev/null 2>&1 || missing+=(git)
-if [ ${#missing[@]} -gt 0 ]; then
-  say "installing ${missing[*]} (apt-get)"
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+scripts/apt-install.sh cmake g++ git
 
 # 1. The source distribution.
 sdist=${LLAMA_SDIST:-$DIR/llama_cpp_python-$VER.tar.gz}

@@ -7,17 +7,7 @@ set -euo pipefail
 SYSTEM_PKGS=(build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libssl-dev python3 python3-pip unzip)
 PY_TEST_PKGS=(numpy gguf pytest httpx openai anthropic)
 
-missing=()
-for p in "${SYSTEM_PKGS[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "install-deps: installing ${missing[*]}"
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+"$(dirname "$0")/apt-install.sh" "${SYSTEM_PKGS[@]}"
 
 if [ "${1:-}" = "--test" ]; then
   PY=${PYTHON:-python3}

@@ -20,6 +20,13 @@ static void setup(kv_pool *p, live_cache **c, cache_hash *root, int n_blocks) {
     cache_hash_root(root, fp, "", 0);
 }
 
+/* Frees the cache and checks every block went back to the pool. */
+static void teardown(kv_pool *p, live_cache *c) {
+    live_free(c);
+    CHECK_EQ_INT(p->n_free, p->n_blocks);
+    kv_pool_destroy(p);
+}
+
 /* A sequence "computed" for tokens: blocks reserved, positions filled. */
 static void compute(kv_pool *p, kv_seq *s, const int32_t *toks, int n) {
     kv_seq_reserve(p, s, n, NULL);
@@ -57,9 +64,7 @@ TEST(live_publish_then_attach_longest_prefix) {
     live_stats st;
     live_get_stats(c, &st);
     CHECK_EQ_INT(st.idle_blocks, 2); /* both published blocks stay cached */
-    live_free(c);
-    CHECK_EQ_INT(p.n_free, 16);
-    kv_pool_destroy(&p);
+    teardown(&p, c);
 }
 
 TEST(live_idle_blocks_are_reclaimed_least_recent_first) {
@@ -185,9 +190,7 @@ TEST(live_tail_is_attached_at_token_granularity_and_copied_on_write) {
     kv_seq_release(&p, &s);
     live_get_stats(c, &st);
     CHECK_EQ_INT(st.tail_hit_tokens, 5);
-    live_free(c);
-    CHECK_EQ_INT(p.n_free, 16);
-    kv_pool_destroy(&p);
+    teardown(&p, c);
 }
 
 TEST(live_longer_tail_replaces_its_prefix) {
@@ -203,9 +206,7 @@ TEST(live_longer_tail_replaces_its_prefix) {
     live_get_stats(c, &st);
     CHECK_EQ_INT(st.tails, 1);
     CHECK_EQ_INT(st.cached_blocks, 1);
-    live_free(c);
-    CHECK_EQ_INT(p.n_free, 16);
-    kv_pool_destroy(&p);
+    teardown(&p, c);
 }
 
 TEST(live_evicts_leaves_before_their_parents) {
