@@ -274,11 +274,15 @@ static json_t *usage_json(const oai_call *c) {
                      st->n_cached_disk);
 }
 
+/* A token's text into piece (256 bytes); its length, clamped to the buffer. */
+static int token_piece(const server *s, int32_t id, char piece[256]) {
+    int len = tok_piece(s->tok, id, 0, piece, 256);
+    return len < 0 ? 0 : len > 256 ? 256 : len;
+}
+
 static json_t *token_json(const server *s, int32_t id, float logprob) {
     char piece[256];
-    int len = tok_piece(s->tok, id, 0, piece, sizeof piece);
-    if (len < 0) len = 0;
-    if (len > (int)sizeof piece) len = (int)sizeof piece;
+    int len = token_piece(s, id, piece);
     json_t *bytes = json_array();
     for (int i = 0; i < len; i++) json_array_append_new(bytes, json_integer((unsigned char)piece[i]));
     return json_pack("{s:o,s:f,s:o}", "token", json_text(piece, (size_t)len), "logprob", (double)logprob,
@@ -306,16 +310,13 @@ static json_t *completion_logprobs_json(oai_call *c, int from, int to) {
     for (int i = from; i < to; i++) {
         const sched_token *t = &c->g.tokens[i];
         char piece[256];
-        int len = tok_piece(c->srv->tok, t->id, 0, piece, sizeof piece);
-        len = len < 0 ? 0 : len > (int)sizeof piece ? (int)sizeof piece : len;
+        int len = token_piece(c->srv, t->id, piece);
         json_array_append_new(toks, json_text(piece, (size_t)len));
         json_array_append_new(lps, json_real(t->logprob));
         json_t *top = json_object();
         for (int k = 0; k < t->n_top; k++) {
             char tp[256];
-            int tl = tok_piece(c->srv->tok, t->top_ids[k], 0, tp, sizeof tp - 1);
-            tl = tl < 0 ? 0 : tl > (int)sizeof tp - 1 ? (int)sizeof tp - 1 : tl;
-            json_t *key = json_text(tp, (size_t)tl);
+            json_t *key = json_text(tp, (size_t)token_piece(c->srv, t->top_ids[k], tp));
             json_object_set_new(top, json_string_value(key), json_real(t->top_logprobs[k]));
             json_decref(key);
         }

@@ -267,13 +267,8 @@ static int splice_replayed(chat_prompt *p, const turn_subs *ts) {
             found++;
             at = stop + 1;
         }
-        if (at == g->text) {
+        if (at == g->text) { /* fresh from the template: no segment has ids yet */
             chat_prompt_add(&q, g->text, g->len, g->special);
-            if (g->ids) { /* keep known tokens */
-                q.segs[q.n - 1].ids = xmalloc((g->n_ids ? g->n_ids : 1) * sizeof(int32_t));
-                memcpy(q.segs[q.n - 1].ids, g->ids, g->n_ids * sizeof(int32_t));
-                q.segs[q.n - 1].n_ids = g->n_ids;
-            }
         } else if (at < end) {
             chat_prompt_add(&q, at, (size_t)(end - at), 0);
         }

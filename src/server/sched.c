@@ -64,7 +64,7 @@ typedef struct slot {
     int n_attached_blocks;   /* came from the cache */
     int starting;            /* admitted, not set up yet (start_admitted) */
     live_load *loading;      /* the cached prefix still being read from disk */
-    double load_ms;          /* finding and loading the cached prefix */
+    double t_load, load_ms;  /* when finding the cached prefix began; how long it took */
 } slot;
 
 struct sched {
@@ -266,7 +266,7 @@ static void slot_free(sched *s, slot *sl, sched_finish f, const char *why) {
     if (sl->loading) { /* dropped while its prefix was read: wait before releasing the blocks */
         live_load_cancel(sl->loading);
         sl->loading = NULL;
-        sl->load_ms = clock_ms() - sl->load_ms;
+        sl->load_ms = clock_ms() - sl->t_load;
     }
     if (s->o.trace) trace_request(s, sl, f);
     leave_cached(s, sl, f);
@@ -294,7 +294,7 @@ static int publish_limit(sched *s, const sched_req *r);
 /* Once the prefix is attached: what came from the cache, and the scope. */
 static void prefix_attached(sched *s, slot *sl, int from_disk) {
     sched_req *r = sl->req;
-    sl->load_ms = clock_ms() - sl->load_ms;
+    sl->load_ms = clock_ms() - sl->t_load;
     sl->n_attached_blocks = sl->cur.n_blocks;
     sl->publish_limit = publish_limit(s, r);
     pthread_mutex_lock(&s->mu);
@@ -308,7 +308,7 @@ static void prefix_attached(sched *s, slot *sl, int from_disk) {
  * come from disk is read in the background (sl->loading) while the other
  * slots compute; the slot joins the batches once it is in. */
 static void attach_begin(sched *s, slot *sl) {
-    sl->load_ms = clock_ms(); /* the start, until prefix_attached */
+    sl->t_load = clock_ms();
     if (!s->live) {
         sl->n_fed = 0;
         prefix_attached(s, sl, 0);
