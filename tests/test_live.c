@@ -329,3 +329,100 @@ TEST(live_restores_runs_of_blocks_from_disk) {
     }
     test_tmpdir_free(dir);
 }
+
+/* Attaches toks[0..n_max) from disk in a fresh pool (the two-step form when
+ * async) and checks what came back, bit for bit. */
+static void restore_and_check(const char *dir, const int32_t *toks, int n_max, int async, int want) {
+    kv_pool p;
+    live_cache *c;
+    cache_hash root;
+    setup(&p, &c, &root, 16);
+    disk_store *d = open_disk(dir, &p);
+    live_set_disk(c, d);
+    kv_seq s;
+    kv_seq_init(&s);
+    live_cursor cur;
+    live_cursor_init(&cur, &root);
+    int from_disk = -1, got;
+    if (!async) {
+        got = live_attach(c, &cur, toks, n_max, &s, &from_disk);
+    } else {
+        live_load *pending = NULL;
+        got = live_attach_begin(c, &cur, toks, n_max, &s, &pending);
+        CHECK(pending != NULL);
+        if (pending) got = live_attach_end(c, &cur, toks, n_max, &s, pending, &from_disk);
+    }
+    CHECK_EQ_INT(got, want);
+    CHECK_EQ_INT(from_disk, want);
+    CHECK_EQ_INT(s.n_blocks, (want + B - 1) / B);
+    for (int i = 0; i < got; i++) CHECK_EQ_INT(kv_rows(&p, s.blocks[i / B], 0, 0)[(i % B) * 2], toks[i]);
+    kv_seq_release(&p, &s);
+    disk_close(d);
+    teardown(&p, c);
+}
+
+/* After a restart a prompt resumes at token granularity from disk too: a
+ * finished request's tail (its partial last block) is stored, and a
+ * stored full block serves the part of it a prompt matches. */
+TEST(live_restores_tails_and_partial_blocks_from_disk) {
+    char *dir = test_tmpdir_new();
+    int32_t toks[4 * B];
+    for (int i = 0; i < 4 * B; i++) toks[i] = 100 + i;
+    kv_pool p;
+    live_cache *c;
+    cache_hash root;
+    setup(&p, &c, &root, 16);
+    disk_store *d = open_disk(dir, &p);
+    live_set_disk(c, d);
+    finish_request(&p, c, &root, toks, 3 * B + 2); /* 3 blocks and a tail of 2 */
+    disk_close(d);
+    teardown(&p, c);
+
+    restore_and_check(dir, toks, 3 * B + 2, 0, 3 * B + 2); /* the next turn: all of it */
+    restore_and_check(dir, toks, 3 * B + 1, 1, 3 * B + 1); /* a re-sent prompt, read in the background */
+    restore_and_check(dir, toks, 3 * B - 1, 0, 3 * B - 1); /* block 2 in part: one token left to compute */
+    int32_t other[3 * B + 2];
+    memcpy(other, toks, sizeof other);
+    other[3 * B + 1] = 7; /* leaves the tail after its first token */
+    restore_and_check(dir, other, 3 * B + 2, 0, 3 * B + 1);
+    test_tmpdir_free(dir);
+}
+
+static int count_files(disk_store *d) {
+    disk_stats st;
+    disk_get_stats(d, &st);
+    return (int)(st.files + st.pending);
+}
+
+/* A stored tail goes when a longer tail or a full block holds it whole. */
+TEST(live_superseded_tails_leave_the_disk) {
+    char *dir = test_tmpdir_new();
+    int32_t toks[3 * B];
+    for (int i = 0; i < 3 * B; i++) toks[i] = 100 + i;
+    kv_pool p;
+    live_cache *c;
+    cache_hash root;
+    setup(&p, &c, &root, 16);
+    disk_store *d = open_disk(dir, &p);
+    live_set_disk(c, d);
+    finish_request(&p, c, &root, toks, B + 1);
+    disk_flush(d);
+    CHECK_EQ_INT(count_files(d), 2);
+    finish_request(&p, c, &root, toks, B + 3); /* the longer tail replaces it */
+    disk_flush(d);
+    CHECK_EQ_INT(count_files(d), 2);
+    finish_request(&p, c, &root, toks, 2 * B); /* a full block replaces that */
+    disk_flush(d);
+    CHECK_EQ_INT(count_files(d), 2);
+    cache_hash h1, best;
+    int n_tok = 0;
+    cache_hash_block(&h1, &root, toks, B);
+    CHECK_EQ_INT(disk_best_child(d, &h1, toks + B, B, &best, &n_tok), B);
+    CHECK_EQ_INT(n_tok, B);
+    disk_stats st;
+    disk_get_stats(d, &st);
+    CHECK_EQ_INT((int)st.superseded, 2);
+    disk_close(d);
+    teardown(&p, c);
+    test_tmpdir_free(dir);
+}

@@ -43,6 +43,7 @@ enum { ST_GHOST, ST_PENDING, ST_PRESENT };
 typedef struct djob {
     struct djob *next;
     cache_hash h, parent;
+    uint32_t n_tokens;
     int32_t *tokens;
     uint8_t *kv;
 } djob;
@@ -52,6 +53,7 @@ typedef struct dent {
     uint8_t used, state;
     uint16_t model;        /* index into models[] */
     uint32_t n_children;   /* stored or queued entries naming this as parent */
+    uint32_t n_tails;      /* of those, tails (fewer than B tokens) */
     uint32_t n_tokens;
     uint64_t bytes;        /* file size */
     double last_use;       /* unix seconds */
@@ -59,6 +61,7 @@ typedef struct dent {
     double fresh_until;    /* monotonic seconds; not evicted before */
     double keep_until;     /* unix seconds: retained (policy.h) until then */
     djob *job;             /* ST_PENDING: the queued copy */
+    int32_t *tok;          /* its n_tokens token ids, for partial matches; NULL for ghosts */
 } dent;
 
 struct disk_store {
@@ -74,6 +77,7 @@ struct disk_store {
     size_t cap, used;
     uint8_t (*models)[32]; /* distinct fingerprints (one unless all_models) */
     int n_models;
+    int32_t *scan_tok; /* header token ids while the index is rebuilt */
     disk_stats st;
 };
 
@@ -152,17 +156,25 @@ static void ix_remove(disk_store *d, size_t i) {
     }
 }
 
-/* Registers a stored or queued block: its parent (ghost if absent) gains a
- * child. Returns the block's slot (ghost entries keep their child count). */
-static long ix_add_block(disk_store *d, const cache_hash *h, const cache_hash *parent, int state) {
+static int is_tail(const disk_store *d, uint32_t n_tokens) { return n_tokens < d->o.block_tokens; }
+
+/* Registers a stored or queued block of n_tokens (its ids in tokens): its
+ * parent (ghost if absent) gains a child. Returns the block's slot (ghost
+ * entries keep their child count). */
+static long ix_add_block(disk_store *d, const cache_hash *h, const cache_hash *parent, int state, const int32_t *tokens,
+                         uint32_t n_tokens) {
     long p = ix_find(d, parent);
     if (p < 0) p = ix_insert(d, parent);
     d->slots[p].n_children++;
+    d->slots[p].n_tails += is_tail(d, n_tokens);
     long i = ix_find(d, h);
     if (i < 0) i = ix_insert(d, h);
     dent *e = &d->slots[i];
     e->parent = *parent;
     e->state = (uint8_t)state;
+    e->n_tokens = n_tokens;
+    e->tok = xmalloc(4ull * (n_tokens ? n_tokens : 1));
+    memcpy(e->tok, tokens, 4ull * n_tokens);
     return i;
 }
 
@@ -171,9 +183,12 @@ static long ix_add_block(disk_store *d, const cache_hash *h, const cache_hash *p
 static void ix_drop_block(disk_store *d, long i) {
     dent *e = &d->slots[i];
     cache_hash parent = e->parent;
+    int tail = is_tail(d, e->n_tokens);
     if (e->state == ST_PRESENT) d->st.files--, d->st.bytes -= e->bytes;
+    free(e->tok);
+    e->tok = NULL;
     if (e->n_children) {
-        dent keep = {.h = e->h, .used = 1, .state = ST_GHOST, .n_children = e->n_children};
+        dent keep = {.h = e->h, .used = 1, .state = ST_GHOST, .n_children = e->n_children, .n_tails = e->n_tails};
         *e = keep;
     } else {
         ix_remove(d, (size_t)i);
@@ -182,6 +197,7 @@ static void ix_drop_block(disk_store *d, long i) {
     if (p < 0) return;
     dent *pe = &d->slots[p];
     if (pe->n_children) pe->n_children--;
+    if (tail && pe->n_tails) pe->n_tails--;
     if (pe->state == ST_GHOST && pe->n_children == 0) ix_remove(d, (size_t)p);
 }
 
@@ -340,7 +356,7 @@ static void note_write_error(disk_store *d, int sys_errno, const strata_err *e) 
 /* Records the outcome of one write. Caller holds the lock. */
 static void finish_job(disk_store *d, djob *j, int rc, int sys_errno, const strata_err *e) {
     long i = ix_find(d, &j->h);
-    uint64_t fbytes = disk_file_bytes(d->o.block_tokens, d->o.block_bytes);
+    uint64_t fbytes = disk_file_bytes(j->n_tokens, d->o.block_bytes);
     if (i >= 0 && d->slots[i].state == ST_PENDING) {
         dent *en = &d->slots[i];
         en->job = NULL;
@@ -362,7 +378,7 @@ static void finish_job(disk_store *d, djob *j, int rc, int sys_errno, const stra
 
 static void write_job(disk_store *d, djob *j, unsigned seq) {
     disk_hdr h = {.version = DISK_FORMAT_VERSION, .kv_dtype = d->o.kv_dtype,
-                  .n_tokens = d->o.block_tokens, .payload_bytes = d->o.block_bytes,
+                  .n_tokens = j->n_tokens, .payload_bytes = d->o.block_bytes,
                   .hash = j->h, .parent = j->parent};
     memcpy(h.model_fp, d->o.model_fp, 32);
     strata_err e = {0};
@@ -409,18 +425,18 @@ static void clean_tmp(disk_store *d, const disk_dirent *e) {
     if (unlink(e->path) == 0) d->st.temp_removed++;
 }
 
-/* 1 when the header belongs to this store (model, geometry). */
+/* 1 when the header belongs to this store (model, geometry). A tail
+ * holds fewer than B tokens in a whole block's payload. */
 static int header_is_ours(const disk_store *d, const disk_hdr *h) {
     if (d->o.all_models) return 1;
-    return memcmp(h->model_fp, d->o.model_fp, 32) == 0 && h->n_tokens == d->o.block_tokens &&
+    return memcmp(h->model_fp, d->o.model_fp, 32) == 0 && h->n_tokens >= 1 && h->n_tokens <= d->o.block_tokens &&
            h->payload_bytes == d->o.block_bytes && h->kv_dtype == d->o.kv_dtype;
 }
 
-static void index_file(disk_store *d, const disk_dirent *e, const disk_hdr *h, const struct stat *st) {
-    long i = ix_add_block(d, &h->hash, &h->parent, ST_PRESENT);
+static void index_file(disk_store *d, const disk_hdr *h, const int32_t *tokens, const struct stat *st) {
+    long i = ix_add_block(d, &h->hash, &h->parent, ST_PRESENT, tokens, h->n_tokens);
     dent *en = &d->slots[i];
     en->bytes = (uint64_t)st->st_size;
-    en->n_tokens = h->n_tokens;
     en->model = model_index(d, h->model_fp);
     en->last_use = (double)st->st_mtim.tv_sec + st->st_mtim.tv_nsec / 1e9;
     d->st.files++, d->st.bytes += en->bytes;
@@ -438,13 +454,13 @@ static int scan_one(void *ctx, const disk_dirent *e) {
     int fd = open(e->path, O_RDONLY | O_CLOEXEC);
     int rc = fd < 0 ? strata_errf(&err, STRATA_EIO, "cannot open: %s", strerror(errno))
              : fstat(fd, &st) ? strata_errf(&err, STRATA_EIO, "stat: %s", strerror(errno))
-                              : disk_file_read_header(fd, (uint64_t)st.st_size, &h, NULL, &err);
+                              : disk_file_read_header(fd, (uint64_t)st.st_size, &h, d->scan_tok, &err);
     if (fd >= 0) close(fd);
     if (!rc && memcmp(h.hash.b, e->hash.b, 32) != 0) rc = strata_errf(&err, STRATA_EFORMAT, "header names another block");
     if (rc == STRATA_EUNSUPPORTED || (!rc && !header_is_ours(d, &h))) d->st.foreign++;
     else if (rc == STRATA_EFORMAT) quarantine(d, e->path, e->name, err.msg);
     else if (rc) log_warn("disk cache: %s: %s; skipped", e->path, err.msg);
-    else index_file(d, e, &h, &st);
+    else index_file(d, &h, d->scan_tok, &st);
     return 0;
 }
 
@@ -537,7 +553,10 @@ int disk_open(disk_store **out, const disk_opts *o, strata_err *err) {
     if (rc) return rc;
     disk_store *d = store_new(o);
     if (!rc) rc = prepare_dir(d, err);
+    d->scan_tok = xmalloc(4ull * DISK_MAX_TOKENS);
     if (!rc) rc = disk_file_scan(d->dir, scan_one, d, err);
+    free(d->scan_tok);
+    d->scan_tok = NULL;
     if (!rc) disk_usage_read(d->dir, o->all_models ? NULL : o->model_fp, load_usage_one, d);
     if (!rc && o->budget_bytes && !o->read_only) evict_locked(d, o->budget_bytes); /* it may have shrunk */
     if (!rc && !o->read_only && !o->all_models) {
@@ -567,6 +586,7 @@ void disk_close(disk_store *d) {
     }
     save_usage(d);
     for (djob *j = d->head, *n; j; j = n) n = j->next, free(j); /* none after a drain */
+    for (size_t i = 0; i < d->cap; i++) free(d->slots[i].tok);
     pthread_cond_destroy(&d->cv_idle);
     pthread_cond_destroy(&d->cv_work);
     pthread_mutex_destroy(&d->mu);
@@ -587,13 +607,14 @@ int disk_has(disk_store *d, const cache_hash *h) {
 }
 
 static djob *job_new(const disk_store *d, const cache_hash *h, const cache_hash *parent,
-                     const int32_t *tokens, const void *kv) {
-    size_t tb = 4ull * d->o.block_tokens;
+                     const int32_t *tokens, uint32_t n_tokens, const void *kv) {
+    size_t tb = 4ull * n_tokens;
     djob *j = malloc(sizeof *j + tb + d->o.block_bytes);
     if (!j) return NULL;
     j->next = NULL;
     j->h = *h;
     j->parent = *parent;
+    j->n_tokens = n_tokens;
     j->tokens = (int32_t *)(j + 1);
     j->kv = (uint8_t *)j->tokens + tb;
     memcpy(j->tokens, tokens, tb);
@@ -616,13 +637,19 @@ static int put_refused(disk_store *d, const cache_hash *h, int *rc) {
 
 int disk_put(disk_store *d, const cache_hash *h, const cache_hash *parent, const int32_t *tokens,
              const void *kv) {
+    return disk_put_n(d, h, parent, tokens, d->o.block_tokens, kv);
+}
+
+int disk_put_n(disk_store *d, const cache_hash *h, const cache_hash *parent, const int32_t *tokens, int n_tokens,
+               const void *kv) {
     if (!d->has_thread) return STRATA_EINVAL; /* read-only or tool store */
+    if (n_tokens < 1 || (uint32_t)n_tokens > d->o.block_tokens) return STRATA_EINVAL;
     int rc;
     pthread_mutex_lock(&d->mu);
     int refused = put_refused(d, h, &rc);
     pthread_mutex_unlock(&d->mu);
     if (refused) return rc;
-    djob *j = job_new(d, h, parent, tokens, kv); /* the copy, outside the lock */
+    djob *j = job_new(d, h, parent, tokens, (uint32_t)n_tokens, kv); /* the copy, outside the lock */
     if (!j) return STRATA_ENOMEM;
     pthread_mutex_lock(&d->mu);
     if (put_refused(d, h, &rc)) { /* another thread queued it meanwhile */
@@ -630,9 +657,8 @@ int disk_put(disk_store *d, const cache_hash *h, const cache_hash *parent, const
         free(j);
         return rc;
     }
-    long i = ix_add_block(d, h, parent, ST_PENDING);
+    long i = ix_add_block(d, h, parent, ST_PENDING, tokens, (uint32_t)n_tokens);
     d->slots[i].job = j;
-    d->slots[i].n_tokens = d->o.block_tokens;
     d->slots[i].model = 0;
     d->slots[i].last_use = now_wall();
     if (d->tail) d->tail->next = j;
@@ -648,7 +674,7 @@ int disk_put(disk_store *d, const cache_hash *h, const cache_hash *parent, const
 /* A queued block is served from its copy. Locked. */
 static void get_pending(disk_store *d, dent *e, void *dst, int32_t *tokens_out) {
     memcpy(dst, e->job->kv, d->o.block_bytes);
-    if (tokens_out) memcpy(tokens_out, e->job->tokens, 4ull * d->o.block_tokens);
+    if (tokens_out) memcpy(tokens_out, e->job->tokens, 4ull * e->n_tokens);
     note_use(d, e, 1);
     d->st.reads++;
 }
@@ -678,13 +704,14 @@ int disk_get(disk_store *d, const cache_hash *h, void *dst, int32_t *tokens_out,
     pthread_mutex_lock(&d->mu);
     long i = ix_find(d, h);
     int state = i >= 0 ? d->slots[i].state : ST_GHOST;
+    uint32_t n_tokens = i >= 0 ? d->slots[i].n_tokens : 0;
     if (state == ST_PENDING) get_pending(d, &d->slots[i], dst, tokens_out);
     if (state == ST_PRESENT) note_use(d, &d->slots[i], 1); /* protected while we read */
     pthread_mutex_unlock(&d->mu);
     if (state == ST_PENDING) return 0;
     if (state == ST_GHOST) return strata_errf(err, STRATA_EIO, "disk block %.12s: not stored", hex);
     disk_file_path(d->dir, h, path, sizeof path, NULL, 0);
-    disk_expect ex = {.hash = h, .model_fp = d->o.model_fp, .n_tokens = d->o.block_tokens,
+    disk_expect ex = {.hash = h, .model_fp = d->o.model_fp, .n_tokens = n_tokens,
                       .kv_dtype = d->o.kv_dtype, .payload_bytes = d->o.block_bytes};
     disk_hdr hdr;
     strata_err e = {0};
@@ -744,6 +771,61 @@ void disk_retain(disk_store *d, const cache_hash *h, double ttl_s) {
     long i = ix_find(d, h);
     if (i >= 0 && d->slots[i].state != ST_GHOST && until > d->slots[i].keep_until) d->slots[i].keep_until = until;
     pthread_mutex_unlock(&d->mu);
+}
+
+/* Token ids of e shared with tokens[0..n). */
+static int common_prefix(const dent *e, const int32_t *tokens, int n) {
+    int m = 0;
+    while (m < (int)e->n_tokens && m < n && e->tok[m] == tokens[m]) m++;
+    return m;
+}
+
+/* 1 when e is a stored or queued block continuing parent. */
+static int child_of(const dent *e, const cache_hash *parent) {
+    return e->used && e->state != ST_GHOST && e->tok && memcmp(e->parent.b, parent->b, 32) == 0;
+}
+
+int disk_best_child(disk_store *d, const cache_hash *parent, const int32_t *tokens, int n, cache_hash *h,
+                    int *n_tokens) {
+    int best = 0;
+    pthread_mutex_lock(&d->mu);
+    long p = ix_find(d, parent);
+    /* A full scan, but only where something continues parent. */
+    for (size_t i = 0; p >= 0 && d->slots[p].n_children && i < d->cap; i++) {
+        const dent *e = &d->slots[i];
+        if (!child_of(e, parent)) continue;
+        int m = common_prefix(e, tokens, n);
+        if (m > best) best = m, *h = e->h, *n_tokens = (int)e->n_tokens;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return best;
+}
+
+int disk_drop_tails(disk_store *d, const cache_hash *parent, const int32_t *tokens, int n) {
+    char path[4200];
+    cache_hash *gone = NULL;
+    size_t n_gone = 0;
+    pthread_mutex_lock(&d->mu);
+    long p = ix_find(d, parent);
+    for (size_t i = 0; p >= 0 && d->slots[p].n_tails && i < d->cap; i++) {
+        const dent *e = &d->slots[i];
+        if (!child_of(e, parent) || e->state != ST_PRESENT || e->n_children || (int)e->n_tokens >= n ||
+            common_prefix(e, tokens, n) < (int)e->n_tokens)
+            continue;
+        gone = xrealloc(gone, (n_gone + 1) * sizeof *gone);
+        gone[n_gone++] = e->h;
+    }
+    /* Dropped after the scan: a deletion moves other entries. */
+    for (size_t k = 0; k < n_gone; k++) {
+        long i = ix_find(d, &gone[k]);
+        disk_file_path(d->dir, &gone[k], path, sizeof path, NULL, 0);
+        if (unlink(path) && errno != ENOENT) log_warn("disk cache: drop %s: %s", path, strerror(errno));
+        ix_drop_block(d, i);
+        d->st.superseded++;
+    }
+    pthread_mutex_unlock(&d->mu);
+    free(gone);
+    return (int)n_gone;
 }
 
 void disk_flush(disk_store *d) {

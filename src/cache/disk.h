@@ -2,7 +2,8 @@
  * file, so the cache survives a restart (DESIGN.md, "Tiers").
  *
  * A block is named by its chained SHA-256 hash (hash.h) and stored as
- * DIR/ab/<hex>.kv (format in disk_file.h). Opening rebuilds an in-memory
+ * DIR/ab/<hex>.kv (format in disk_file.h); so is a sequence's partial
+ * last block (a tail, disk_put_n). Opening rebuilds an in-memory
  * index from file headers only. Writes are queued and done by one
  * background thread (temp file, fsync, rename, fsync dir), never on the
  * request's critical path; a block is never stored twice. When the files
@@ -60,8 +61,27 @@ int disk_has(disk_store *d, const cache_hash *h);
 int disk_put(disk_store *d, const cache_hash *h, const cache_hash *parent, const int32_t *tokens,
              const void *kv);
 
+/* disk_put for a block holding n_tokens (1..B) token ids: a sequence's
+ * partial last block (a *tail*), stored with a whole block's payload of
+ * which only the first n_tokens positions count. Name it by the chain
+ * hash of its tokens (cache_hash_block over n_tokens). */
+int disk_put_n(disk_store *d, const cache_hash *h, const cache_hash *parent, const int32_t *tokens, int n_tokens,
+               const void *kv);
+
+/* Partial matches: the stored or queued block continuing parent (a tail,
+ * or a full block matching in part) that shares the longest prefix with
+ * tokens[0..n). Returns that length (0: none) and the block's hash and
+ * token count in *h and *n_tokens. */
+int disk_best_child(disk_store *d, const cache_hash *parent, const int32_t *tokens, int n, cache_hash *h,
+                    int *n_tokens);
+/* Deletes the stored tails continuing parent that a block or tail of
+ * tokens[0..n) now holds whole (their tokens are a proper prefix of it):
+ * a conversation's tail of turn N once turn N+1 is stored. Returns how
+ * many went. */
+int disk_drop_tails(disk_store *d, const cache_hash *parent, const int32_t *tokens, int n);
+
 /* Reads a block into dst (block_bytes) and its token ids into tokens_out
- * (B of them; may be NULL). Checks magic, version, model fingerprint,
+ * (its n_tokens, at most B; may be NULL). Checks magic, version, model fingerprint,
  * hash, token count, dtype, size and checksum; a mismatch quarantines the
  * file and returns STRATA_EFORMAT with the reason. STRATA_EIO when it is
  * not stored (or vanished). A queued block is served from its copy.
@@ -94,6 +114,7 @@ typedef struct disk_stats {
     uint64_t reads, read_bytes;       /* blocks served by disk_get (reads: also from the queue;
                                          read_bytes: payload read from files) */
     uint64_t evicted, quarantined;
+    uint64_t superseded;              /* tails deleted because a longer block holds them */
     uint64_t write_errors;            /* failed writes (ENOSPC, EROFS, ...): dropped */
     uint64_t dropped;                 /* puts refused because the queue was full */
     uint64_t pending, pending_bytes;  /* queued now */

@@ -233,24 +233,34 @@ static int disk_run(const live_cache *c, const cache_hash *last, const int32_t *
     return n;
 }
 
+/* A partial match on disk, where the chain ends: len tokens of the
+ * block h (n_tok tokens: a tail, or a full block matching in part). */
+typedef struct disk_part {
+    cache_hash h;
+    int n_tok, len;
+} disk_part;
+
 /* A run of blocks being read from disk into blocks reserved at the end of
- * a sequence, on a thread of its own; only live_load_end touches the
- * cache and the pool again. */
+ * a sequence, on a thread of its own, perhaps followed by one partial
+ * match; only load_finish touches the cache and the pool again. */
 struct live_load {
     pthread_t th;
     int threaded;
     atomic_int done;
     disk_store *d;
-    cache_hash prev, *hs; /* chain hash before the run; the run's hashes */
-    int n, first, ok;     /* blocks; index of the first in the sequence; loaded prefix */
+    cache_hash prev, *hs; /* chain hash before the run; the run's hashes (then the part's) */
+    int n, first, ok;     /* full blocks; index of the first in the sequence; loaded prefix */
+    disk_part part;       /* len 0: none */
     void **dst;
     int32_t **tok, *got, *want; /* read and expected token ids */
     int *rc;
 };
 
+static int load_items(const live_load *l) { return l->n + (l->part.len > 0); }
+
 static void *load_main(void *arg) {
     live_load *l = arg;
-    l->ok = disk_get_many(l->d, l->hs, l->dst, l->tok, l->n, l->rc);
+    l->ok = disk_get_many(l->d, l->hs, l->dst, l->tok, load_items(l), l->rc);
     atomic_store(&l->done, 1);
     return NULL;
 }
@@ -260,27 +270,33 @@ static void load_free(live_load *l) {
     free(l);
 }
 
-/* Reserves n blocks at the end of s (fewer if the pool is short) and
- * starts reading the run hs into them. NULL when not one block fits. */
+/* Reserves n blocks (and one for part, if any) at the end of s, fewer if
+ * the pool is short, and starts reading the run hs (and the part) into
+ * them. NULL when not one block fits. */
 static live_load *load_start(live_cache *c, const cache_hash *prev, const cache_hash *hs, const int32_t *tokens, int n,
-                             kv_seq *s) {
-    int B = c->kv->block_tokens;
-    while (n > 0 && kv_seq_reserve(c->kv, s, s->n_pos + n * B, NULL)) n /= 2; /* as much as the pool holds */
-    if (n == 0) return NULL;
+                             const disk_part *part, kv_seq *s) {
+    int B = c->kv->block_tokens, extra = part->len > 0;
+    while (n + extra > 0 && kv_seq_reserve(c->kv, s, s->n_pos + (n + extra) * B, NULL)) /* as much as the pool holds */
+        if (extra) extra = 0;
+        else n /= 2;
+    if (n + extra == 0) return NULL;
+    int items = n + extra;
     live_load *l = xcalloc(1, sizeof *l);
     l->d = c->disk;
     l->prev = *prev;
     l->n = n;
+    if (extra) l->part = *part;
     l->first = s->n_pos / B;
-    l->hs = xmalloc((size_t)n * sizeof *l->hs);
+    l->hs = xmalloc((size_t)items * sizeof *l->hs);
     memcpy(l->hs, hs, (size_t)n * sizeof *l->hs);
-    l->want = xmalloc((size_t)n * B * sizeof(int32_t));
-    memcpy(l->want, tokens, (size_t)n * B * sizeof(int32_t));
-    l->dst = xmalloc((size_t)n * sizeof *l->dst);
-    l->tok = xmalloc((size_t)n * sizeof *l->tok);
-    l->got = xmalloc((size_t)n * B * sizeof(int32_t));
-    l->rc = xmalloc((size_t)n * sizeof(int));
-    for (int i = 0; i < n; i++) {
+    if (extra) l->hs[n] = part->h;
+    l->want = xmalloc(((size_t)n * B + (size_t)l->part.len) * sizeof(int32_t) + 1);
+    memcpy(l->want, tokens, ((size_t)n * B + (size_t)l->part.len) * sizeof(int32_t));
+    l->dst = xmalloc((size_t)items * sizeof *l->dst);
+    l->tok = xmalloc((size_t)items * sizeof *l->tok);
+    l->got = xmalloc((size_t)items * B * sizeof(int32_t));
+    l->rc = xmalloc((size_t)items * sizeof(int));
+    for (int i = 0; i < items; i++) {
         l->dst[i] = kv_rows(c->kv, s->blocks[l->first + i], 0, 0);
         l->tok[i] = l->got + (size_t)i * B;
     }
@@ -289,23 +305,47 @@ static live_load *load_start(live_cache *c, const cache_hash *prev, const cache_
     return l;
 }
 
+/* The loaded partial block, at the end of s's full blocks, joins the
+ * cache (indexed if full, a tail if not) when its tokens are the ones
+ * asked for and hash to its name; the caller's truncation then leaves it
+ * idle for attach_partial to find. Returns the block, or -1. */
+static int promote_part(live_cache *c, live_load *l, kv_seq *s, const cache_hash *prev) {
+    int B = c->kv->block_tokens, bi = l->first + l->n, b = s->blocks[bi];
+    const int32_t *got = l->tok[l->n];
+    cache_hash h;
+    cache_hash_block(&h, prev, got, l->part.n_tok);
+    if (memcmp(h.b, l->part.h.b, 32) != 0 || memcmp(got, l->want + (size_t)l->n * B, (size_t)l->part.len * 4) != 0) {
+        c->st.disk_errors++;
+        return -1;
+    }
+    if (l->part.n_tok < B) {
+        cache_block(c, b, prev, got, l->part.n_tok, parent_in(c, s, bi), s->n_pos);
+        return b;
+    }
+    if (map_find(c, &h) >= 0) return -1; /* published meanwhile: that one serves */
+    index_block(c, b, &h, prev, got, parent_in(c, s, bi), s->n_pos);
+    return b;
+}
+
 /* Waits for the read; keeps the loaded prefix whose tokens match ours (a
- * check on top of the hash), indexes it, gives the other reserved blocks
- * back. Returns the blocks appended to s, and the hash of the last in
- * *last; frees l. */
-static int load_finish(live_cache *c, live_load *l, kv_seq *s, cache_hash *last) {
+ * check on top of the hash), indexes it, promotes the partial block if
+ * the whole run came in, gives the other reserved blocks back. Returns
+ * the blocks appended to s, the hash of the last in *last, the promoted
+ * block (or -1) in *part_block; frees l. */
+static int load_finish(live_cache *c, live_load *l, kv_seq *s, cache_hash *last, int *part_block) {
     int B = c->kv->block_tokens, ok;
     if (l->threaded) pthread_join(l->th, NULL);
-    ok = l->ok;
+    ok = l->ok < l->n ? l->ok : l->n;
     for (int i = 0; i < ok; i++)
         if (memcmp(l->tok[i], l->want + (size_t)i * B, (size_t)B * sizeof(int32_t)) != 0) ok = i;
-    c->st.disk_errors += ok < l->n;
+    c->st.disk_errors += l->ok < load_items(l) || ok < l->n;
     for (int i = 0; i < ok; i++, s->n_pos += B)
         if (map_find(c, &l->hs[i]) < 0)
             index_block(c, s->blocks[l->first + i], &l->hs[i], i ? &l->hs[i - 1] : &l->prev, l->want + (size_t)i * B,
                         parent_in(c, s, l->first + i), s->n_pos);
-    kv_seq_truncate(c->kv, s, s->n_pos); /* gives unused reserved blocks back */
     if (ok > 0) *last = l->hs[ok - 1];
+    *part_block = ok == l->n && l->ok > l->n ? promote_part(c, l, s, ok ? &l->hs[ok - 1] : &l->prev) : -1;
+    kv_seq_truncate(c->kv, s, s->n_pos); /* gives unused reserved blocks back; a promoted one stays cached */
     load_free(l);
     return ok;
 }
@@ -336,42 +376,70 @@ static void attach_live(live_cache *c, int e, kv_seq *s) {
     if (c->disk) disk_touch(c->disk, &c->map[e].h);
 }
 
+/* Where the chain of whole blocks ends at block index at (chain hash
+ * last), the partial match on disk if it beats every one in memory;
+ * part->len 0 when there is none or the chain goes on in memory. */
+static void find_disk_part(const live_cache *c, const cache_hash *last, const int32_t *tokens, int at, int n_max,
+                           disk_part *part) {
+    int B = c->kv->block_tokens, off = at * B, live_len;
+    part->len = 0;
+    if (!c->disk || off >= n_max) return;
+    if (off + B <= n_max) {
+        cache_hash next;
+        cache_hash_block(&next, last, tokens + off, B);
+        if (map_find(c, &next) >= 0) return;
+    }
+    int len = disk_best_child(c->disk, last, tokens + off, n_max - off, &part->h, &part->n_tok);
+    best_partial(c, last, tokens + off, n_max - off, &live_len);
+    if (len > live_len) part->len = len;
+}
+
 /* Attaches whole blocks from where cur stands: live ones, and runs read
  * from disk (waited for, or with pending set, started and left running:
- * then it stops there). Adds to *disk the tokens loaded. */
-static int attach_blocks(live_cache *c, live_cursor *cur, const int32_t *tokens, int n_max, kv_seq *s, int *disk,
-                         live_load **pending) {
-    int B = c->kv->block_tokens, got = 0, max_blocks = n_max / B;
-    cache_hash *run = c->disk && cur->n_blocks < max_blocks ? xmalloc((size_t)max_blocks * sizeof *run) : NULL;
-    while (cur->n_blocks < max_blocks) {
+ * then it stops there), the last run followed by the partial match on
+ * disk when that is the best one (then promoted into the pool for
+ * attach_partial: *part_block). Adds to *disk the tokens loaded. */
+static void attach_blocks(live_cache *c, live_cursor *cur, const int32_t *tokens, int n_max, kv_seq *s, int *disk,
+                          int *part_block, live_load **pending) {
+    int B = c->kv->block_tokens, max_blocks = n_max / B;
+    cache_hash *run = c->disk ? xmalloc(((size_t)max_blocks + 1) * sizeof *run) : NULL;
+    *part_block = -1;
+    while (cur->n_blocks <= max_blocks) {
         const int32_t *bt = tokens + (size_t)cur->n_blocks * B;
         cache_hash h;
-        cache_hash_block(&h, &cur->last, bt, B);
-        int e = map_find(c, &h), n = 1;
+        int e = -1;
+        if (cur->n_blocks < max_blocks) {
+            cache_hash_block(&h, &cur->last, bt, B);
+            e = map_find(c, &h);
+        }
         if (e >= 0) {
             attach_live(c, e, s);
             cur->last = h;
-        } else {
-            n = run ? disk_run(c, &cur->last, bt, max_blocks - cur->n_blocks, run) : 0;
-            live_load *l = n > 0 ? load_start(c, &cur->last, run, bt, n, s) : NULL;
-            if (l && pending) {
-                *pending = l;
-                break;
-            }
-            n = l ? load_finish(c, l, s, &cur->last) : 0;
-            if (n == 0) break;
-            *disk += n * B;
+            cur->n_blocks++;
+            continue;
         }
-        cur->n_blocks += n;
-        got += n * B;
+        disk_part part = {0};
+        int n = run ? disk_run(c, &cur->last, bt, max_blocks - cur->n_blocks, run) : 0;
+        find_disk_part(c, n ? &run[n - 1] : &cur->last, tokens, cur->n_blocks + n, n_max, &part);
+        live_load *l = n > 0 || part.len > 0 ? load_start(c, &cur->last, run, bt, n, &part, s) : NULL;
+        if (!l) break;
+        if (pending) {
+            *pending = l;
+            break;
+        }
+        int want = l->n, had_part = l->part.len > 0, got = load_finish(c, l, s, &cur->last, part_block);
+        cur->n_blocks += got;
+        *disk += got * B;
+        if (got < want || had_part || got == 0) break;
     }
     free(run);
-    return got;
 }
 
 /* After the whole blocks: the longest partial match, shared (the
- * sequence's first write copies it). Counts the lookup's hits. */
-static int attach_partial(live_cache *c, const live_cursor *cur, const int32_t *tokens, int n_max, kv_seq *s, int disk) {
+ * sequence's first write copies it). part_block: a block just loaded from
+ * disk (its tokens count as disk hits). Counts the lookup's hits. */
+static int attach_partial(live_cache *c, const live_cursor *cur, const int32_t *tokens, int n_max, kv_seq *s, int *disk,
+                          int part_block) {
     int got = s->n_pos, tail = 0;
     int tb = got < n_max ? best_partial(c, &cur->last, tokens + got, n_max - got, &tail) : -1;
     if (tb >= 0) {
@@ -379,40 +447,43 @@ static int attach_partial(live_cache *c, const live_cursor *cur, const int32_t *
         touch(c, tb, 1);
         kv_seq_attach(c->kv, s, tb);
         s->n_pos = got + tail;
+        if (tb == part_block) *disk += tail;
+        else c->st.tail_hit_tokens += tail;
     }
-    c->st.hit_tokens += s->n_pos - disk;
-    c->st.tail_hit_tokens += tail;
-    c->st.disk_hit_tokens += disk;
+    c->st.hit_tokens += s->n_pos - *disk;
+    c->st.disk_hit_tokens += *disk;
     return s->n_pos;
 }
 
 int live_attach(live_cache *c, live_cursor *cur, const int32_t *tokens, int n_max, kv_seq *s, int *from_disk) {
-    int disk = 0;
+    int disk = 0, part_block;
     c->st.lookups++;
-    attach_blocks(c, cur, tokens, n_max, s, &disk, NULL);
+    attach_blocks(c, cur, tokens, n_max, s, &disk, &part_block, NULL);
+    int n = attach_partial(c, cur, tokens, n_max, s, &disk, part_block);
     if (from_disk) *from_disk = disk;
-    return attach_partial(c, cur, tokens, n_max, s, disk);
+    return n;
 }
 
 int live_attach_begin(live_cache *c, live_cursor *cur, const int32_t *tokens, int n_max, kv_seq *s, live_load **pending) {
-    int disk = 0;
+    int disk = 0, part_block;
     *pending = NULL;
     c->st.lookups++;
-    attach_blocks(c, cur, tokens, n_max, s, &disk, pending);
-    return *pending ? s->n_pos : attach_partial(c, cur, tokens, n_max, s, disk);
+    attach_blocks(c, cur, tokens, n_max, s, &disk, &part_block, pending);
+    return *pending ? s->n_pos : attach_partial(c, cur, tokens, n_max, s, &disk, part_block);
 }
 
 int live_load_ready(live_load *l) { return atomic_load(&l->done); }
 
 int live_attach_end(live_cache *c, live_cursor *cur, const int32_t *tokens, int n_max, kv_seq *s, live_load *l,
                     int *from_disk) {
-    int want = l->n, disk = 0;
-    int n = load_finish(c, l, s, &cur->last);
+    int want = l->n, had_part = l->part.len > 0, part_block;
+    int n = load_finish(c, l, s, &cur->last, &part_block);
+    int disk = n * c->kv->block_tokens;
     cur->n_blocks += n;
-    disk = n * c->kv->block_tokens;
-    if (n > 0 && n == want) attach_blocks(c, cur, tokens, n_max, s, &disk, NULL); /* what follows the run */
+    if (n == want && !had_part) attach_blocks(c, cur, tokens, n_max, s, &disk, &part_block, NULL); /* what follows */
+    int got = attach_partial(c, cur, tokens, n_max, s, &disk, part_block);
     if (from_disk) *from_disk = disk;
-    return attach_partial(c, cur, tokens, n_max, s, disk);
+    return got;
 }
 
 void live_load_cancel(live_load *l) {
@@ -420,7 +491,6 @@ void live_load_cancel(live_load *l) {
     if (l->threaded) pthread_join(l->th, NULL);
     load_free(l);
 }
-
 void live_publish(live_cache *c, live_cursor *cur, const int32_t *tokens, const kv_seq *s, int n_limit) {
     int B = c->kv->block_tokens, end = s->n_pos < n_limit ? s->n_pos : n_limit;
     while ((cur->n_blocks + 1) * B <= end) {
@@ -432,11 +502,22 @@ void live_publish(live_cache *c, live_cursor *cur, const int32_t *tokens, const 
                         cur->n_blocks * B);
             c->st.published_blocks++;
         }
-        /* A copy goes to the writer thread (a no-op if already stored). */
-        if (c->disk) disk_put(c->disk, &h, &cur->last, tokens + (size_t)cur->n_blocks * B, kv_rows(c->kv, b, 0, 0));
+        /* A copy goes to the writer thread (a no-op if already stored);
+         * the tails on disk this block holds whole go. */
+        if (c->disk && disk_put(c->disk, &h, &cur->last, tokens + (size_t)cur->n_blocks * B, kv_rows(c->kv, b, 0, 0)) == 0)
+            disk_drop_tails(c->disk, &cur->last, tokens + (size_t)cur->n_blocks * B, B);
         cur->last = h;
         cur->n_blocks++;
     }
+}
+
+/* A kept tail goes to disk too, so a restart finds it; the shorter tails
+ * it extends go. */
+static void put_tail(live_cache *c, const cache_hash *prev, const int32_t *t, int n, int b) {
+    cache_hash h;
+    if (!c->disk) return;
+    cache_hash_block(&h, prev, t, n);
+    if (disk_put_n(c->disk, &h, prev, t, n, kv_rows(c->kv, b, 0, 0)) == 0) disk_drop_tails(c->disk, prev, t, n);
 }
 
 void live_keep_tail(live_cache *c, const live_cursor *cur, const int32_t *tokens, const kv_seq *s) {
@@ -456,6 +537,7 @@ void live_keep_tail(live_cache *c, const live_cursor *cur, const int32_t *tokens
         }
     }
     cache_block(c, b, &cur->last, t, n, parent_in(c, s, bi), bi * B);
+    put_tail(c, &cur->last, t, n, b);
 }
 
 void live_retain(live_cache *c, const kv_seq *s, int end, double ttl_s) {

@@ -53,7 +53,8 @@ void live_cursor_init(live_cursor *cur, const cache_hash *root);
 /* Attaches to the empty sequence s the longest chain of cached blocks that
  * matches tokens[0..n_max): live blocks first, then blocks loaded from
  * disk into fresh pool blocks, then the longest matching part of a kept
- * tail. Advances the cursor over whole blocks. Returns the tokens
+ * tail or of a block that matches only in part (in memory or, read with
+ * the run, on disk). Advances the cursor over whole blocks. Returns the tokens
  * attached; *from_disk (if not NULL) those loaded. */
 int live_attach(live_cache *c, live_cursor *cur, const int32_t *tokens, int n_max, kv_seq *s, int *from_disk);
 /* live_attach in two steps, so a disk read overlaps other sequences'
@@ -79,7 +80,8 @@ void live_publish(live_cache *c, live_cursor *cur, const int32_t *tokens, const 
 /* At the end of a request: keeps s's partial last block (positions past
  * its last full block) as a tail that a later prompt extending tokens can
  * attach, if every full block before it was published (cur is at the
- * end). A kept tail that is a prefix of this one is dropped. */
+ * end). A kept tail that is a prefix of this one is dropped. The tail
+ * goes to the disk tier too (and replaces the shorter ones there). */
 void live_keep_tail(live_cache *c, const live_cursor *cur, const int32_t *tokens, const kv_seq *s);
 
 /* Retention: the cached blocks of s that start before position end are
