@@ -134,9 +134,11 @@ def main():
         hit = last_trace(trace)
         stop(p)
         d = u_disk.get("strata_cache", {}).get("disk_tokens", 0)
-        block_bytes = os.path.getsize(next(os.path.join(dp, f) for dp, _, fs in os.walk(cache) for f in fs
-                                           if f.endswith(".kv")))
-        mb = d / 64 * block_bytes / 1e6
+        # Files read: every block touched, a partly used last one whole
+        # (tails are a bit smaller: fewer token ids in the header).
+        block_bytes = max(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(cache) for f in fs
+                          if f.endswith(".kv"))
+        mb = -(-d // 64) * block_bytes / 1e6
         bw = mb / (hit["load_ms"] / 1000) if hit["load_ms"] > 0 else float("nan")
         print(f"| {L} | {cold:.2f} | {live:.3f} | {disk:.3f} | {cold / live:.0f}x | {cold / disk:.0f}x | {mb:.0f} "
               f"| {hit['load_ms']:.0f} | {bw:.0f} | {bw / seq_mb_s:.0%} | {miss['load_ms']:.3f} "
