@@ -426,3 +426,47 @@ TEST(live_superseded_tails_leave_the_disk) {
     teardown(&p, c);
     test_tmpdir_free(dir);
 }
+
+/* A retention mark the disk remembers comes back with the blocks: after a
+ * restart, restored anchor blocks outlast newer unmarked ones in the pool. */
+TEST(live_restored_blocks_keep_their_retention) {
+    char *dir = test_tmpdir_new();
+    int32_t anchor[2 * B], x[2 * B], y[2 * B];
+    for (int i = 0; i < 2 * B; i++) anchor[i] = 10 + i, x[i] = 50 + i, y[i] = 90 + i;
+    kv_pool p;
+    live_cache *c;
+    cache_hash root;
+    setup(&p, &c, &root, 8);
+    disk_store *d = open_disk(dir, &p);
+    live_set_disk(c, d);
+    kv_seq s;
+    kv_seq_init(&s);
+    live_cursor cur;
+    live_cursor_init(&cur, &root);
+    compute(&p, &s, anchor, 2 * B);
+    live_publish(c, &cur, anchor, &s, INT_MAX);
+    live_retain(c, &s, 2 * B, 3600);
+    kv_seq_release(&p, &s);
+    disk_close(d);
+    teardown(&p, c);
+
+    setup(&p, &c, &root, 4);
+    d = open_disk(dir, &p);
+    live_set_disk(c, d);
+    int from_disk = 0;
+    kv_seq_init(&s);
+    live_cursor_init(&cur, &root);
+    CHECK_EQ_INT(live_attach(c, &cur, anchor, 2 * B, &s, &from_disk), 2 * B);
+    CHECK_EQ_INT(from_disk, 2 * B);
+    kv_seq_release(&p, &s);
+    finish_request(&p, c, &root, x, 2 * B); /* fills the pool */
+    finish_request(&p, c, &root, y, 2 * B); /* x goes, not the anchor */
+    kv_seq_init(&s);
+    live_cursor_init(&cur, &root);
+    CHECK_EQ_INT(live_attach(c, &cur, anchor, 2 * B, &s, &from_disk), 2 * B);
+    CHECK_EQ_INT(from_disk, 0);
+    kv_seq_release(&p, &s);
+    disk_close(d);
+    teardown(&p, c);
+    test_tmpdir_free(dir);
+}

@@ -472,7 +472,7 @@ static void save_usage(disk_store *d) {
     size_t n = 0;
     for (size_t i = 0; i < d->cap && n <= d->st.files; i++) {
         const dent *e = &d->slots[i];
-        if (e->used && e->state == ST_PRESENT) r[n++] = (disk_usage_rec){e->h, e->hits, e->last_use};
+        if (e->used && e->state == ST_PRESENT) r[n++] = (disk_usage_rec){e->h, e->hits, e->last_use, e->keep_until};
     }
     strata_err err = {0};
     if (disk_usage_write(d->dir, d->o.model_fp, r, n, &err)) log_warn("disk cache: %s; hit counts not kept", err.msg);
@@ -486,6 +486,7 @@ static void load_usage_one(void *ctx, const disk_usage_rec *r) {
     dent *e = &d->slots[i];
     if (r->last_use > e->last_use) e->last_use = r->last_use;
     e->hits = r->hits * exp2(-(e->last_use - r->last_use) / HIT_HALF_LIFE_S);
+    if (r->keep_until > e->keep_until) e->keep_until = r->keep_until;
 }
 
 static int mkdir_p(const char *path) {
@@ -771,6 +772,15 @@ void disk_retain(disk_store *d, const cache_hash *h, double ttl_s) {
     long i = ix_find(d, h);
     if (i >= 0 && d->slots[i].state != ST_GHOST && until > d->slots[i].keep_until) d->slots[i].keep_until = until;
     pthread_mutex_unlock(&d->mu);
+}
+
+double disk_retained_s(disk_store *d, const cache_hash *h) {
+    double now = now_wall(), left = 0;
+    pthread_mutex_lock(&d->mu);
+    long i = ix_find(d, h);
+    if (i >= 0 && d->slots[i].state != ST_GHOST && d->slots[i].keep_until > now) left = d->slots[i].keep_until - now;
+    pthread_mutex_unlock(&d->mu);
+    return left;
 }
 
 /* Token ids of e shared with tokens[0..n). */

@@ -102,8 +102,12 @@ int disk_get_many(disk_store *d, const cache_hash *h, void *const *dst, int32_t 
 void disk_touch(disk_store *d, const cache_hash *h);
 
 /* Retention (policy.h): the block is evicted only after every unretained
- * one until ttl_s from now (extends, never shortens). Not persisted. */
+ * one until ttl_s from now (extends, never shortens). Kept across a
+ * restart in the usage file. */
 void disk_retain(disk_store *d, const cache_hash *h, double ttl_s);
+/* Seconds the block stays retained from now (0: not retained, or not
+ * stored), so a tier above can carry the mark on. */
+double disk_retained_s(disk_store *d, const cache_hash *h);
 
 /* Waits until every queued write is done (tests, tools, shutdown). */
 void disk_flush(disk_store *d);

@@ -386,8 +386,10 @@ int disk_file_scan(const char *dir, int (*cb)(void *ctx, const disk_dirent *e), 
 
 /* ---- usage file (layout in disk_file.h) ---- */
 
-#define USAGE_MAGIC "STRKU\0\0\1"
-#define USAGE_REC 48
+#define USAGE_MAGIC "STRKU\0\0\2"
+#define USAGE_MAGIC_V1 "STRKU\0\0\1"
+#define USAGE_REC 56
+#define USAGE_REC_V1 48
 
 static void usage_path(const char *dir, const uint8_t fp[32], char *out, size_t cap) {
     snprintf(out, cap, "%s/usage-%02x%02x%02x%02x%02x%02x%02x%02x.bin", dir, fp[0], fp[1], fp[2],
@@ -419,6 +421,7 @@ int disk_usage_write(const char *dir, const uint8_t model_fp[32], const disk_usa
         memcpy(p, r[i].hash.b, 32);
         put_f64(p + 32, r[i].hits);
         put_f64(p + 40, r[i].last_use);
+        put_f64(p + 48, r[i].keep_until);
     }
     put32(b + len - 4, disk_crc32c(0, b, len - 4));
     char path[4200], tmp[4300];
@@ -442,15 +445,17 @@ static void usage_read_file(const char *path, void (*fn)(void *, const disk_usag
     struct stat st;
     if (fd < 0) return;
     uint8_t *b = NULL;
-    size_t len = fstat(fd, &st) == 0 ? (size_t)st.st_size : 0;
-    if (len >= 20 && (b = malloc(len)) && pread_all(fd, b, len, 0) == 0 && memcmp(b, USAGE_MAGIC, 8) == 0 &&
-        len == 16 + (size_t)USAGE_REC * get32(b + 8) + 4 && disk_crc32c(0, b, len - 4) == get32(b + len - 4)) {
+    size_t len = fstat(fd, &st) == 0 ? (size_t)st.st_size : 0, rec = 0;
+    if (len >= 20 && (b = malloc(len)) && pread_all(fd, b, len, 0) == 0)
+        rec = memcmp(b, USAGE_MAGIC, 8) == 0 ? USAGE_REC : memcmp(b, USAGE_MAGIC_V1, 8) == 0 ? USAGE_REC_V1 : 0;
+    if (rec && len == 16 + rec * get32(b + 8) + 4 && disk_crc32c(0, b, len - 4) == get32(b + len - 4)) {
         for (uint32_t i = 0; i < get32(b + 8); i++) {
-            const uint8_t *p = b + 16 + USAGE_REC * i;
+            const uint8_t *p = b + 16 + rec * i;
             disk_usage_rec r;
             memcpy(r.hash.b, p, 32);
             r.hits = get_f64(p + 32);
             r.last_use = get_f64(p + 40);
+            r.keep_until = rec == USAGE_REC ? get_f64(p + 48) : 0;
             fn(ctx, &r);
         }
     }

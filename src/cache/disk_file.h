@@ -109,16 +109,17 @@ int disk_file_scan(const char *dir, int (*cb)(void *ctx, const disk_dirent *e), 
  *
  * DIR/usage-<first 8 bytes of the model fingerprint, hex>.bin, rewritten
  * atomically when a store closes:
- *   0  8  magic "STRKU\0\0\1"
+ *   0  8  magic "STRKU\0\0\2" (version 1, still read: no retention field)
  *   8  4  record count
  *  12  4  reserved, 0
- *  16 48n records: block hash (32), hits (f64), last use (f64, unix s)
+ *  16 56n records: block hash (32), hits (f64), last use (f64, unix s),
+ *         retained until (f64, unix s; 0: not retained)
  *  end 4  CRC-32C over everything before it
- * Advisory only: a missing or damaged usage file means zero hits and file
- * mtimes for recency, never an error. */
+ * Advisory only: a missing or damaged usage file means zero hits, file
+ * mtimes for recency and no retention, never an error. */
 typedef struct disk_usage_rec {
     cache_hash hash;
-    double hits, last_use;
+    double hits, last_use, keep_until;
 } disk_usage_rec;
 
 int disk_usage_write(const char *dir, const uint8_t model_fp[32], const disk_usage_rec *r, size_t n,

@@ -305,6 +305,13 @@ static live_load *load_start(live_cache *c, const cache_hash *prev, const cache_
     return l;
 }
 
+/* A block read from disk keeps the retention the disk remembers for it
+ * (anchors and cache_control marks outlive a restart). */
+static void carry_retention(live_cache *c, int b, const cache_hash *h) {
+    double left = disk_retained_s(c->disk, h);
+    if (left > 0) c->rec[b].keep_until = clock_ms() + left * 1000.0;
+}
+
 /* The loaded partial block, at the end of s's full blocks, joins the
  * cache (indexed if full, a tail if not) when its tokens are the ones
  * asked for and hash to its name; the caller's truncation then leaves it
@@ -320,10 +327,11 @@ static int promote_part(live_cache *c, live_load *l, kv_seq *s, const cache_hash
     }
     if (l->part.n_tok < B) {
         cache_block(c, b, prev, got, l->part.n_tok, parent_in(c, s, bi), s->n_pos);
-        return b;
+    } else {
+        if (map_find(c, &h) >= 0) return -1; /* published meanwhile: that one serves */
+        index_block(c, b, &h, prev, got, parent_in(c, s, bi), s->n_pos);
     }
-    if (map_find(c, &h) >= 0) return -1; /* published meanwhile: that one serves */
-    index_block(c, b, &h, prev, got, parent_in(c, s, bi), s->n_pos);
+    carry_retention(c, b, &h);
     return b;
 }
 
@@ -339,10 +347,13 @@ static int load_finish(live_cache *c, live_load *l, kv_seq *s, cache_hash *last,
     for (int i = 0; i < ok; i++)
         if (memcmp(l->tok[i], l->want + (size_t)i * B, (size_t)B * sizeof(int32_t)) != 0) ok = i;
     c->st.disk_errors += l->ok < load_items(l) || ok < l->n;
-    for (int i = 0; i < ok; i++, s->n_pos += B)
-        if (map_find(c, &l->hs[i]) < 0)
-            index_block(c, s->blocks[l->first + i], &l->hs[i], i ? &l->hs[i - 1] : &l->prev, l->want + (size_t)i * B,
-                        parent_in(c, s, l->first + i), s->n_pos);
+    for (int i = 0; i < ok; i++, s->n_pos += B) {
+        int b = s->blocks[l->first + i];
+        if (map_find(c, &l->hs[i]) >= 0) continue;
+        index_block(c, b, &l->hs[i], i ? &l->hs[i - 1] : &l->prev, l->want + (size_t)i * B, parent_in(c, s, l->first + i),
+                    s->n_pos);
+        carry_retention(c, b, &l->hs[i]);
+    }
     if (ok > 0) *last = l->hs[ok - 1];
     *part_block = ok == l->n && l->ok > l->n ? promote_part(c, l, s, ok ? &l->hs[ok - 1] : &l->prev) : -1;
     kv_seq_truncate(c->kv, s, s->n_pos); /* gives unused reserved blocks back; a promoted one stays cached */
