@@ -270,6 +270,14 @@ static disk_store *open_disk(const char *dir, const kv_pool *p) {
     return d;
 }
 
+/* setup, with a disk tier in dir. */
+static disk_store *setup_with_disk(kv_pool *p, live_cache **c, cache_hash *root, int n_blocks, const char *dir) {
+    setup(p, c, root, n_blocks);
+    disk_store *d = open_disk(dir, p);
+    live_set_disk(*c, d);
+    return d;
+}
+
 /* Blocks published to disk come back, read in parallel, bit for bit, in a
  * fresh pool; a damaged file in the middle ends the restored prefix there. */
 TEST(live_restores_runs_of_blocks_from_disk) {
@@ -280,9 +288,7 @@ TEST(live_restores_runs_of_blocks_from_disk) {
     kv_pool p;
     live_cache *c;
     cache_hash root;
-    setup(&p, &c, &root, 2 * N);
-    disk_store *d = open_disk(dir, &p);
-    live_set_disk(c, d);
+    disk_store *d = setup_with_disk(&p, &c, &root, 2 * N, dir);
     finish_request(&p, c, &root, toks, N * B);
     disk_flush(d);
     live_free(c);
@@ -290,9 +296,7 @@ TEST(live_restores_runs_of_blocks_from_disk) {
     disk_close(d);
 
     for (int damaged = 0; damaged < 2; damaged++) {
-        setup(&p, &c, &root, 2 * N);
-        d = open_disk(dir, &p);
-        live_set_disk(c, d);
+        d = setup_with_disk(&p, &c, &root, 2 * N, dir);
         kv_seq s;
         kv_seq_init(&s);
         live_cursor cur;
@@ -336,9 +340,7 @@ static void restore_and_check(const char *dir, const int32_t *toks, int n_max, i
     kv_pool p;
     live_cache *c;
     cache_hash root;
-    setup(&p, &c, &root, 16);
-    disk_store *d = open_disk(dir, &p);
-    live_set_disk(c, d);
+    disk_store *d = setup_with_disk(&p, &c, &root, 16, dir);
     kv_seq s;
     kv_seq_init(&s);
     live_cursor cur;
@@ -371,9 +373,7 @@ TEST(live_restores_tails_and_partial_blocks_from_disk) {
     kv_pool p;
     live_cache *c;
     cache_hash root;
-    setup(&p, &c, &root, 16);
-    disk_store *d = open_disk(dir, &p);
-    live_set_disk(c, d);
+    disk_store *d = setup_with_disk(&p, &c, &root, 16, dir);
     finish_request(&p, c, &root, toks, 3 * B + 2); /* 3 blocks and a tail of 2 */
     disk_close(d);
     teardown(&p, c);
@@ -402,9 +402,7 @@ TEST(live_superseded_tails_leave_the_disk) {
     kv_pool p;
     live_cache *c;
     cache_hash root;
-    setup(&p, &c, &root, 16);
-    disk_store *d = open_disk(dir, &p);
-    live_set_disk(c, d);
+    disk_store *d = setup_with_disk(&p, &c, &root, 16, dir);
     finish_request(&p, c, &root, toks, B + 1);
     disk_flush(d);
     CHECK_EQ_INT(count_files(d), 2);
@@ -436,9 +434,7 @@ TEST(live_restored_blocks_keep_their_retention) {
     kv_pool p;
     live_cache *c;
     cache_hash root;
-    setup(&p, &c, &root, 8);
-    disk_store *d = open_disk(dir, &p);
-    live_set_disk(c, d);
+    disk_store *d = setup_with_disk(&p, &c, &root, 8, dir);
     kv_seq s;
     kv_seq_init(&s);
     live_cursor cur;
@@ -450,9 +446,7 @@ TEST(live_restored_blocks_keep_their_retention) {
     disk_close(d);
     teardown(&p, c);
 
-    setup(&p, &c, &root, 4);
-    d = open_disk(dir, &p);
-    live_set_disk(c, d);
+    d = setup_with_disk(&p, &c, &root, 4, dir);
     int from_disk = 0;
     kv_seq_init(&s);
     live_cursor_init(&cur, &root);
