@@ -249,6 +249,9 @@ int disk_file_load(const char *path, const disk_expect *ex, disk_hdr *h, int32_t
     if (!rc) rc = check_expect(h, ex, cap, err);
     if (!rc) rc = load_payload(fd, b, tok_le, h, payload, err);
     if (!rc && tokens) tokens_from_le(tokens, tok_le, h->n_tokens);
+    /* The pool holds the block now: its cached pages would only take
+     * fresh memory from the next reads (slow to fault in a VM). */
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     free(tok_le);
     close(fd);
     return rc;
