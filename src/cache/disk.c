@@ -139,9 +139,12 @@ static long ix_insert(disk_store *d, const cache_hash *h) {
     return ix_find(d, h);
 }
 
+/* Empties slot i (its tokens already freed or moved) and shifts the
+ * entries after it back; a vacated slot is zeroed whole, so no stale copy
+ * of a moved entry's token pointer is left to free twice. */
 static void ix_remove(disk_store *d, size_t i) {
     size_t mask = d->cap - 1, j = i;
-    d->slots[i].used = 0;
+    d->slots[i] = (dent){0};
     d->used--;
     for (;;) {
         j = (j + 1) & mask;
@@ -151,7 +154,7 @@ static void ix_remove(disk_store *d, size_t i) {
         int stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
         if (stays) continue;
         d->slots[i] = d->slots[j];
-        d->slots[j].used = 0;
+        d->slots[j] = (dent){0};
         i = j;
     }
 }
@@ -587,7 +590,8 @@ void disk_close(disk_store *d) {
     }
     save_usage(d);
     for (djob *j = d->head, *n; j; j = n) n = j->next, free(j); /* none after a drain */
-    for (size_t i = 0; i < d->cap; i++) free(d->slots[i].tok);
+    for (size_t i = 0; i < d->cap; i++)
+        if (d->slots[i].used) free(d->slots[i].tok);
     pthread_cond_destroy(&d->cv_idle);
     pthread_cond_destroy(&d->cv_work);
     pthread_mutex_destroy(&d->mu);

@@ -190,7 +190,7 @@ int sched_wait(sched_req *r, int from, sched_token *out, int cap, int timeout_ms
     int n = r->n_out - from;
     if (n < 0) n = 0;
     if (n > cap) n = cap;
-    memcpy(out, r->out + from, (size_t)n * sizeof(sched_token));
+    if (n > 0) memcpy(out, r->out + from, (size_t)n * sizeof(sched_token)); /* r->out is NULL before the first token */
     st->n_prompt = r->n_prompt;
     st->n_prompt_done = r->n_prompt_done;
     st->n_cached = r->n_cached;
