@@ -1,30 +1,63 @@
-/* test_live.c - the live prefix tier: publish, attach, tails, eviction
- * under pressure (leaf first, policy order, retention), and cached blocks
- * never written in place. */
-#include <limits.h>
+/* test_live.c - the live prefix tier through the block store: publish,
+ * attach, tails, eviction under pressure (leaf first, policy order,
+ * retention), cached blocks never written in place, and restores from the
+ * disk tier below. */
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cache/disk_file.h"
-#include "cache/live.h"
+#include "cache/disk_tier.h"
+#include "cache/store.h"
 #include "test.h"
 #include "test_util.h"
 
 #define B 4
 
-static void setup(kv_pool *p, live_cache **c, cache_hash *root, int n_blocks) {
+static void setup(kv_pool *p, cache_store **c, cache_hash *root, int n_blocks) {
     kv_pool_init(p, 1, 2, B, n_blocks, NULL);
-    *c = live_new(p);
+    store_opts o = {.default_scope = {SCOPE_FULL, 0}};
+    *c = store_new(p, &o);
     uint8_t fp[32] = {1};
     cache_hash_root(root, fp, "", 0);
 }
 
 /* Frees the cache and checks every block went back to the pool. */
-static void teardown(kv_pool *p, live_cache *c) {
-    live_free(c);
+static void teardown(kv_pool *p, cache_store *c) {
+    store_free(c);
     CHECK_EQ_INT(p->n_free, p->n_blocks);
     kv_pool_destroy(p);
+}
+
+/* A request's walk over the store (its request and its cursor). */
+typedef struct cursor {
+    store_request rq;
+    store_seq q;
+} cursor;
+
+static void cursor_init(cache_store *c, cursor *cur, const cache_hash *root) {
+    cur->rq = (store_request){.root = *root, .scope = {SCOPE_FULL, 0}};
+    store_seq_init(c, &cur->q, &cur->rq);
+}
+
+/* Attaches toks[0..n_max) to s; the tokens from the disk in *from_disk. */
+static int attach(cache_store *c, cursor *cur, const int32_t *toks, int n_max, kv_seq *s, int *from_disk) {
+    int got = store_attach(c, &cur->q, toks, n_max, n_max, s);
+    if (from_disk) *from_disk = cur->q.n_cached_lower;
+    return got;
+}
+
+/* Ends the walk without keeping a tail (frees its key chain). */
+static void done(cache_store *c, cursor *cur, const int32_t *toks, const kv_seq *s) {
+    store_finish(c, &cur->q, toks, s, 0);
+}
+
+/* Retention for the first end positions of s, as a request's mark. */
+static void retain(cache_store *c, cursor *cur, const int32_t *toks, const kv_seq *s, int end, double ttl_s) {
+    cache_mark m = {end, ttl_s};
+    cur->rq.marks = &m;
+    cur->rq.n_marks = 1;
+    store_finish(c, &cur->q, toks, s, 0);
 }
 
 /* A sequence "computed" for tokens: blocks reserved, positions filled. */
@@ -36,22 +69,22 @@ static void compute(kv_pool *p, kv_seq *s, const int32_t *toks, int n) {
 
 TEST(live_publish_then_attach_longest_prefix) {
     kv_pool p;
-    live_cache *c;
+    cache_store *c;
     cache_hash root;
     setup(&p, &c, &root, 16);
     int32_t a[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, b[10] = {1, 2, 3, 4, 5, 6, 0, 0, 0, 0};
     kv_seq s1, s2;
     kv_seq_init(&s1);
-    live_cursor c1, c2;
-    live_cursor_init(&c1, &root);
+    cursor c1, c2;
+    cursor_init(c, &c1, &root);
     compute(&p, &s1, a, 10);
-    live_publish(c, &c1, a, &s1, INT_MAX);
-    CHECK_EQ_INT(c1.n_blocks, 2); /* positions 0..7 are two full blocks */
+    store_publish(c, &c1.q, a, &s1);
+    CHECK_EQ_INT(c1.q.n_blocks, 2); /* positions 0..7 are two full blocks */
     kv_seq_init(&s2);
-    live_cursor_init(&c2, &root);
+    cursor_init(c, &c2, &root);
     /* block 1 differs at token 6: block 0 whole, then 2 tokens of block 1 */
-    CHECK_EQ_INT(live_attach(c, &c2, b, 9, &s2, NULL), 6);
-    CHECK_EQ_INT(c2.n_blocks, 1);
+    CHECK_EQ_INT(attach(c, &c2, b, 9, &s2, NULL), 6);
+    CHECK_EQ_INT(c2.q.n_blocks, 1);
     CHECK_EQ_INT(s2.n_pos, 6);
     CHECK_EQ_INT(s2.blocks[0], s1.blocks[0]);
     CHECK_EQ_INT(s2.blocks[1], s1.blocks[1]);
@@ -61,25 +94,26 @@ TEST(live_publish_then_attach_longest_prefix) {
     CHECK_EQ_INT(kv_rows(&p, s1.blocks[1], 0, 0)[2 * 2], 7); /* the cached block is untouched */
     kv_seq_release(&p, &s1);
     kv_seq_release(&p, &s2);
-    live_stats st;
-    live_get_stats(c, &st);
-    CHECK_EQ_INT(st.idle_blocks, 2); /* both published blocks stay cached */
+    store_stats st;
+    store_get_stats(c, &st);
+    CHECK_EQ_INT(st.live.idle_blocks, 2); /* both published blocks stay cached */
     teardown(&p, c);
 }
 
 TEST(live_idle_blocks_are_reclaimed_least_recent_first) {
     kv_pool p;
-    live_cache *c;
+    cache_store *c;
     cache_hash root;
     setup(&p, &c, &root, 4);
     int32_t x[4] = {1, 1, 1, 1}, y[4] = {2, 2, 2, 2}, z[12] = {0};
     kv_seq s;
-    live_cursor cur;
+    cursor cur;
     for (int k = 0; k < 2; k++) {
         kv_seq_init(&s);
-        live_cursor_init(&cur, &root);
+        cursor_init(c, &cur, &root);
         compute(&p, &s, k ? y : x, 4);
-        live_publish(c, &cur, k ? y : x, &s, INT_MAX);
+        store_publish(c, &cur.q, k ? y : x, &s);
+        done(c, &cur, k ? y : x, &s);
         kv_seq_release(&p, &s);
     }
     kv_seq_init(&s); /* needs 3 of 4 blocks: 2 free + the oldest idle one */
@@ -88,41 +122,41 @@ TEST(live_idle_blocks_are_reclaimed_least_recent_first) {
     kv_seq_release(&p, &s);
     kv_seq t;
     kv_seq_init(&t);
-    live_cursor_init(&cur, &root);
-    CHECK_EQ_INT(live_attach(c, &cur, x, 4, &t, NULL), 0); /* x was evicted */
+    cursor_init(c, &cur, &root);
+    CHECK_EQ_INT(attach(c, &cur, x, 4, &t, NULL), 0); /* x was evicted */
     kv_seq_release(&p, &t);
     kv_seq_init(&t);
-    live_cursor_init(&cur, &root);
-    CHECK_EQ_INT(live_attach(c, &cur, y, 4, &t, NULL), 4); /* y, newer, survived */
+    cursor_init(c, &cur, &root);
+    CHECK_EQ_INT(attach(c, &cur, y, 4, &t, NULL), 4); /* y, newer, survived */
     kv_seq_release(&p, &t);
-    live_free(c);
+    store_free(c);
     kv_pool_destroy(&p);
 }
 
 TEST(live_published_block_is_copied_before_rewrite) {
     kv_pool p;
-    live_cache *c;
+    cache_store *c;
     cache_hash root;
     setup(&p, &c, &root, 8);
     int32_t a[4] = {7, 7, 7, 7};
     kv_seq s;
     kv_seq_init(&s);
-    live_cursor cur;
-    live_cursor_init(&cur, &root);
+    cursor cur;
+    cursor_init(c, &cur, &root);
     compute(&p, &s, a, 4);
-    live_publish(c, &cur, a, &s, INT_MAX);
+    store_publish(c, &cur.q, a, &s);
     int published = s.blocks[0];
     kv_seq_truncate(&p, &s, 2); /* rewind into the published block... */
     kv_seq_reserve(&p, &s, 3, NULL); /* ...and write position 2 */
     CHECK(s.blocks[0] != published);
     kv_seq_release(&p, &s);
-    live_free(c);
+    store_free(c);
     kv_pool_destroy(&p);
 }
 
 TEST(live_different_roots_never_share) {
     kv_pool p;
-    live_cache *c;
+    cache_store *c;
     cache_hash root, other;
     setup(&p, &c, &root, 8);
     uint8_t fp[32] = {1};
@@ -130,52 +164,52 @@ TEST(live_different_roots_never_share) {
     int32_t a[4] = {3, 3, 3, 3};
     kv_seq s, t;
     kv_seq_init(&s);
-    live_cursor cur;
-    live_cursor_init(&cur, &root);
+    cursor cur;
+    cursor_init(c, &cur, &root);
     compute(&p, &s, a, 4);
-    live_publish(c, &cur, a, &s, INT_MAX);
+    store_publish(c, &cur.q, a, &s);
     kv_seq_init(&t);
-    live_cursor_init(&cur, &other);
-    CHECK_EQ_INT(live_attach(c, &cur, a, 4, &t, NULL), 0);
+    cursor_init(c, &cur, &other);
+    CHECK_EQ_INT(attach(c, &cur, a, 4, &t, NULL), 0);
     kv_seq_release(&p, &s);
     kv_seq_release(&p, &t);
-    live_free(c);
+    store_free(c);
     kv_pool_destroy(&p);
 }
 
 /* One finished request: computes toks[0..n), publishes, keeps its tail,
  * releases. */
-static void finish_request(kv_pool *p, live_cache *c, const cache_hash *root, const int32_t *toks, int n) {
+static void finish_request(kv_pool *p, cache_store *c, const cache_hash *root, const int32_t *toks, int n) {
     kv_seq s;
     kv_seq_init(&s);
-    live_cursor cur;
-    live_cursor_init(&cur, root);
-    int got = live_attach(c, &cur, toks, n, &s, NULL);
+    cursor cur;
+    cursor_init(c, &cur, root);
+    int got = attach(c, &cur, toks, n, &s, NULL);
     kv_seq_reserve(p, &s, n, NULL);
     for (int i = got; i < n; i++) kv_rows(p, s.blocks[i / B], 0, 0)[(i % B) * 2] = (uint16_t)toks[i];
     s.n_pos = n;
-    live_publish(c, &cur, toks, &s, INT_MAX);
-    live_keep_tail(c, &cur, toks, &s);
+    store_publish(c, &cur.q, toks, &s);
+    store_finish(c, &cur.q, toks, &s, 1);
     kv_seq_release(p, &s);
 }
 
 TEST(live_tail_is_attached_at_token_granularity_and_copied_on_write) {
     kv_pool p;
-    live_cache *c;
+    cache_store *c;
     cache_hash root;
     setup(&p, &c, &root, 16);
     int32_t turn1[7] = {1, 2, 3, 4, 5, 6, 7}, turn2[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
     finish_request(&p, c, &root, turn1, 7); /* one full block + a tail of 3 */
-    live_stats st;
-    live_get_stats(c, &st);
-    CHECK_EQ_INT(st.tails, 1);
+    store_stats st;
+    store_get_stats(c, &st);
+    CHECK_EQ_INT(st.live.tails, 1);
     kv_seq s;
     kv_seq_init(&s);
-    live_cursor cur;
-    live_cursor_init(&cur, &root);
-    CHECK_EQ_INT(live_attach(c, &cur, turn2, 9, &s, NULL), 7); /* 4 + the whole tail */
+    cursor cur;
+    cursor_init(c, &cur, &root);
+    CHECK_EQ_INT(attach(c, &cur, turn2, 9, &s, NULL), 7); /* 4 + the whole tail */
     CHECK_EQ_INT(s.n_pos, 7);
-    CHECK_EQ_INT(cur.n_blocks, 1);
+    CHECK_EQ_INT(cur.q.n_blocks, 1);
     int tail_block = s.blocks[1];
     CHECK_EQ_INT(kv_rows(&p, tail_block, 0, 0)[2 * 2], 7); /* position 6 holds token 7 */
     kv_seq_reserve(&p, &s, 9, NULL); /* writing position 7 copies the shared tail */
@@ -185,33 +219,33 @@ TEST(live_tail_is_attached_at_token_granularity_and_copied_on_write) {
     /* A prompt that leaves the tail after 2 of its 3 tokens takes those 2. */
     int32_t other[8] = {1, 2, 3, 4, 5, 6, 0, 0};
     kv_seq_init(&s);
-    live_cursor_init(&cur, &root);
-    CHECK_EQ_INT(live_attach(c, &cur, other, 8, &s, NULL), 6);
+    cursor_init(c, &cur, &root);
+    CHECK_EQ_INT(attach(c, &cur, other, 8, &s, NULL), 6);
     kv_seq_release(&p, &s);
-    live_get_stats(c, &st);
+    store_get_stats(c, &st);
     CHECK_EQ_INT(st.tail_hit_tokens, 5);
     teardown(&p, c);
 }
 
 TEST(live_longer_tail_replaces_its_prefix) {
     kv_pool p;
-    live_cache *c;
+    cache_store *c;
     cache_hash root;
     setup(&p, &c, &root, 16);
     int32_t a[6] = {1, 2, 3, 4, 5, 6}, b[7] = {1, 2, 3, 4, 5, 6, 7};
     finish_request(&p, c, &root, a, 6);
     finish_request(&p, c, &root, b, 7); /* attaches a's tail, then keeps a longer one */
     finish_request(&p, c, &root, a, 6); /* a is a prefix of the kept tail: nothing new */
-    live_stats st;
-    live_get_stats(c, &st);
-    CHECK_EQ_INT(st.tails, 1);
-    CHECK_EQ_INT(st.cached_blocks, 1);
+    store_stats st;
+    store_get_stats(c, &st);
+    CHECK_EQ_INT(st.live.tails, 1);
+    CHECK_EQ_INT(st.live.cached_blocks, 1);
     teardown(&p, c);
 }
 
 TEST(live_evicts_leaves_before_their_parents) {
     kv_pool p;
-    live_cache *c;
+    cache_store *c;
     cache_hash root;
     setup(&p, &c, &root, 4);
     int32_t chain[12] = {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3}, z[8] = {9, 9, 9, 9, 9, 9, 9, 9};
@@ -220,45 +254,45 @@ TEST(live_evicts_leaves_before_their_parents) {
     kv_seq_init(&s);
     compute(&p, &s, z, 8); /* needs 2: the free one and one idle */
     kv_seq_release(&p, &s);
-    live_cursor cur;
-    live_cursor_init(&cur, &root);
+    cursor cur;
+    cursor_init(c, &cur, &root);
     kv_seq_init(&s);
-    CHECK_EQ_INT(live_attach(c, &cur, chain, 12, &s, NULL), 8); /* the leaf went, not the root */
+    CHECK_EQ_INT(attach(c, &cur, chain, 12, &s, NULL), 8); /* the leaf went, not the root */
     kv_seq_release(&p, &s);
-    live_free(c);
+    store_free(c);
     kv_pool_destroy(&p);
 }
 
 TEST(live_retained_blocks_are_evicted_last) {
     kv_pool p;
-    live_cache *c;
+    cache_store *c;
     cache_hash root;
     setup(&p, &c, &root, 3);
     int32_t anchor[4] = {5, 5, 5, 5}, later[4] = {6, 6, 6, 6}, z[8] = {0};
     kv_seq s;
-    live_cursor cur;
+    cursor cur;
     kv_seq_init(&s);
-    live_cursor_init(&cur, &root);
+    cursor_init(c, &cur, &root);
     compute(&p, &s, anchor, 4);
-    live_publish(c, &cur, anchor, &s, INT_MAX);
-    live_retain(c, &s, 4, 60);
+    store_publish(c, &cur.q, anchor, &s);
+    retain(c, &cur, anchor, &s, 4, 60);
     kv_seq_release(&p, &s);
     finish_request(&p, c, &root, later, 4); /* newer, more valuable by recency */
     kv_seq_init(&s);
     compute(&p, &s, z, 8); /* the free block, then one idle: not the retained one */
     kv_seq_release(&p, &s);
     kv_seq_init(&s);
-    live_cursor_init(&cur, &root);
-    CHECK_EQ_INT(live_attach(c, &cur, anchor, 4, &s, NULL), 4);
+    cursor_init(c, &cur, &root);
+    CHECK_EQ_INT(attach(c, &cur, anchor, 4, &s, NULL), 4);
     kv_seq_release(&p, &s);
     kv_seq_init(&s);
-    live_cursor_init(&cur, &root);
-    CHECK_EQ_INT(live_attach(c, &cur, later, 4, &s, NULL), 0);
+    cursor_init(c, &cur, &root);
+    CHECK_EQ_INT(attach(c, &cur, later, 4, &s, NULL), 0);
     kv_seq_release(&p, &s);
-    live_stats st;
-    live_get_stats(c, &st);
-    CHECK_EQ_INT(st.evicted_retained, 0);
-    live_free(c);
+    store_stats st;
+    store_get_stats(c, &st);
+    CHECK_EQ_INT(st.live.evicted_retained, 0);
+    store_free(c);
     kv_pool_destroy(&p);
 }
 
@@ -271,10 +305,11 @@ static disk_store *open_disk(const char *dir, const kv_pool *p) {
 }
 
 /* setup, with a disk tier in dir. */
-static disk_store *setup_with_disk(kv_pool *p, live_cache **c, cache_hash *root, int n_blocks, const char *dir) {
+static disk_store *setup_with_disk(kv_pool *p, cache_store **c, cache_hash *root, int n_blocks, const char *dir) {
     setup(p, c, root, n_blocks);
     disk_store *d = open_disk(dir, p);
-    live_set_disk(*c, d);
+    cache_tier t = disk_tier(d);
+    store_add_tier(*c, &t);
     return d;
 }
 
@@ -286,12 +321,12 @@ TEST(live_restores_runs_of_blocks_from_disk) {
     int32_t toks[N * B + 1];
     for (int i = 0; i <= N * B; i++) toks[i] = 100 + i;
     kv_pool p;
-    live_cache *c;
+    cache_store *c;
     cache_hash root;
     disk_store *d = setup_with_disk(&p, &c, &root, 2 * N, dir);
     finish_request(&p, c, &root, toks, N * B);
     disk_flush(d);
-    live_free(c);
+    store_free(c);
     kv_pool_destroy(&p);
     disk_close(d);
 
@@ -299,23 +334,23 @@ TEST(live_restores_runs_of_blocks_from_disk) {
         d = setup_with_disk(&p, &c, &root, 2 * N, dir);
         kv_seq s;
         kv_seq_init(&s);
-        live_cursor cur;
-        live_cursor_init(&cur, &root);
+        cursor cur;
+        cursor_init(c, &cur, &root);
         int from_disk = 0, want = damaged ? 7 * B : N * B;
         if (!damaged) {
-            CHECK_EQ_INT(live_attach(c, &cur, toks, N * B + 1, &s, &from_disk), want);
+            CHECK_EQ_INT(attach(c, &cur, toks, N * B + 1, &s, &from_disk), want);
         } else { /* the two-step form: the read runs on its own thread */
-            live_load *pending = NULL;
-            CHECK_EQ_INT(live_attach_begin(c, &cur, toks, N * B + 1, &s, &pending), 0);
-            CHECK(pending != NULL);
-            while (pending && !live_load_ready(pending)) sched_yield();
-            CHECK_EQ_INT(live_attach_end(c, &cur, toks, N * B + 1, &s, pending, &from_disk), want);
+            CHECK_EQ_INT(store_attach_begin(c, &cur.q, toks, N * B + 1, N * B + 1, &s), 0);
+            CHECK(store_loading(&cur.q));
+            while (store_loading(&cur.q) && !store_load_ready(&cur.q)) sched_yield();
+            CHECK_EQ_INT(store_attach_end(c, &cur.q, toks, N * B + 1, N * B + 1, &s), want);
+            from_disk = cur.q.n_cached_lower;
         }
         CHECK_EQ_INT(from_disk, want);
         CHECK_EQ_INT(s.n_blocks, want / B); /* nothing reserved past the prefix */
         for (int i = 0; i < want; i++) CHECK_EQ_INT(kv_rows(&p, s.blocks[i / B], 0, 0)[(i % B) * 2], toks[i]);
         kv_seq_release(&p, &s);
-        live_free(c);
+        store_free(c);
         CHECK_EQ_INT(p.n_free, 2 * N);
         kv_pool_destroy(&p);
         if (!damaged) { /* flip a payload byte of block 7 for the second round */
@@ -338,21 +373,21 @@ TEST(live_restores_runs_of_blocks_from_disk) {
  * async) and checks what came back, bit for bit. */
 static void restore_and_check(const char *dir, const int32_t *toks, int n_max, int async, int want) {
     kv_pool p;
-    live_cache *c;
+    cache_store *c;
     cache_hash root;
     disk_store *d = setup_with_disk(&p, &c, &root, 16, dir);
     kv_seq s;
     kv_seq_init(&s);
-    live_cursor cur;
-    live_cursor_init(&cur, &root);
+    cursor cur;
+    cursor_init(c, &cur, &root);
     int from_disk = -1, got;
     if (!async) {
-        got = live_attach(c, &cur, toks, n_max, &s, &from_disk);
+        got = attach(c, &cur, toks, n_max, &s, &from_disk);
     } else {
-        live_load *pending = NULL;
-        got = live_attach_begin(c, &cur, toks, n_max, &s, &pending);
-        CHECK(pending != NULL);
-        if (pending) got = live_attach_end(c, &cur, toks, n_max, &s, pending, &from_disk);
+        got = store_attach_begin(c, &cur.q, toks, n_max, n_max, &s);
+        CHECK(store_loading(&cur.q));
+        if (store_loading(&cur.q)) got = store_attach_end(c, &cur.q, toks, n_max, n_max, &s);
+        from_disk = cur.q.n_cached_lower;
     }
     CHECK_EQ_INT(got, want);
     CHECK_EQ_INT(from_disk, want);
@@ -371,7 +406,7 @@ TEST(live_restores_tails_and_partial_blocks_from_disk) {
     int32_t toks[4 * B];
     for (int i = 0; i < 4 * B; i++) toks[i] = 100 + i;
     kv_pool p;
-    live_cache *c;
+    cache_store *c;
     cache_hash root;
     disk_store *d = setup_with_disk(&p, &c, &root, 16, dir);
     finish_request(&p, c, &root, toks, 3 * B + 2); /* 3 blocks and a tail of 2 */
@@ -400,7 +435,7 @@ TEST(live_superseded_tails_leave_the_disk) {
     int32_t toks[3 * B];
     for (int i = 0; i < 3 * B; i++) toks[i] = 100 + i;
     kv_pool p;
-    live_cache *c;
+    cache_store *c;
     cache_hash root;
     disk_store *d = setup_with_disk(&p, &c, &root, 16, dir);
     finish_request(&p, c, &root, toks, B + 1);
@@ -432,16 +467,16 @@ TEST(live_restored_blocks_keep_their_retention) {
     int32_t anchor[2 * B], x[2 * B], y[2 * B];
     for (int i = 0; i < 2 * B; i++) anchor[i] = 10 + i, x[i] = 50 + i, y[i] = 90 + i;
     kv_pool p;
-    live_cache *c;
+    cache_store *c;
     cache_hash root;
     disk_store *d = setup_with_disk(&p, &c, &root, 8, dir);
     kv_seq s;
     kv_seq_init(&s);
-    live_cursor cur;
-    live_cursor_init(&cur, &root);
+    cursor cur;
+    cursor_init(c, &cur, &root);
     compute(&p, &s, anchor, 2 * B);
-    live_publish(c, &cur, anchor, &s, INT_MAX);
-    live_retain(c, &s, 2 * B, 3600);
+    store_publish(c, &cur.q, anchor, &s);
+    retain(c, &cur, anchor, &s, 2 * B, 3600);
     kv_seq_release(&p, &s);
     disk_close(d);
     teardown(&p, c);
@@ -449,15 +484,15 @@ TEST(live_restored_blocks_keep_their_retention) {
     d = setup_with_disk(&p, &c, &root, 4, dir);
     int from_disk = 0;
     kv_seq_init(&s);
-    live_cursor_init(&cur, &root);
-    CHECK_EQ_INT(live_attach(c, &cur, anchor, 2 * B, &s, &from_disk), 2 * B);
+    cursor_init(c, &cur, &root);
+    CHECK_EQ_INT(attach(c, &cur, anchor, 2 * B, &s, &from_disk), 2 * B);
     CHECK_EQ_INT(from_disk, 2 * B);
     kv_seq_release(&p, &s);
     finish_request(&p, c, &root, x, 2 * B); /* fills the pool */
     finish_request(&p, c, &root, y, 2 * B); /* x goes, not the anchor */
     kv_seq_init(&s);
-    live_cursor_init(&cur, &root);
-    CHECK_EQ_INT(live_attach(c, &cur, anchor, 2 * B, &s, &from_disk), 2 * B);
+    cursor_init(c, &cur, &root);
+    CHECK_EQ_INT(attach(c, &cur, anchor, 2 * B, &s, &from_disk), 2 * B);
     CHECK_EQ_INT(from_disk, 0);
     kv_seq_release(&p, &s);
     disk_close(d);

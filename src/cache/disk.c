@@ -7,6 +7,7 @@
  * block lost to quarantine). Each entry counts its children, so "is a
  * leaf" is one lookup and a parent joins the eviction candidates the
  * moment its last child goes, whatever order files were found in.
+ * Eviction follows the policy's one order (policy_evict_key).
  * Does not: decide retention policy, touch the live pool. */
 #include "cache/disk.h"
 
@@ -27,15 +28,11 @@
 #include "base/log.h"
 #include "base/mem.h"
 #include "cache/disk_file.h"
+#include "cache/policy.h"
 
 #define PROTECT_MS_DEFAULT 10000
 #define PENDING_DEFAULT (256ull << 20)
-/* Eviction score = last use (unix seconds) + HIT_WEIGHT_S per decayed hit:
- * a block hit often recently outlives one touched once a bit later. Hits
- * halve every HIT_HALF_LIFE_S so old popularity fades. */
-#define HIT_WEIGHT_S 600.0
-#define HIT_HALF_LIFE_S 3600.0
-#define RETAINED_SCORE 1e12 /* above any unix time */
+
 #define STALE_TMP_S 3600 /* a temp file this old is dead whatever its pid says */
 
 enum { ST_GHOST, ST_PENDING, ST_PRESENT };
@@ -215,10 +212,7 @@ static uint16_t model_index(disk_store *d, const uint8_t fp[32]) {
 
 /* ---- recency and hits ---- */
 
-static double decayed_hits(const dent *e, double now) {
-    double age = now - e->last_use;
-    return age > 0 ? e->hits * exp2(-age / HIT_HALF_LIFE_S) : e->hits;
-}
+static double decayed_hits(const dent *e, double now) { return policy_decay(e->hits, now - e->last_use); }
 
 static void note_use(disk_store *d, dent *e, int hit) {
     double now = now_wall();
@@ -227,10 +221,12 @@ static void note_use(disk_store *d, dent *e, int hit) {
     e->fresh_until = now_mono() + protect_s(d);
 }
 
-/* Retained blocks score after every other one, earliest end first. */
+/* The policy's order (policy_evict_key; lower goes first). The index
+ * does not know a block's depth, so its value counts tokens, hits and
+ * recency, not attention's share. */
 static double evict_score(const dent *e, double now) {
-    if (e->keep_until > now) return RETAINED_SCORE + e->keep_until;
-    return e->last_use + HIT_WEIGHT_S * decayed_hits(e, now);
+    double value = policy_value(0, (int)e->n_tokens, 0, e->hits, now - e->last_use);
+    return policy_evict_key(value, e->keep_until, now);
 }
 
 /* ---- quarantine ---- */
@@ -488,7 +484,7 @@ static void load_usage_one(void *ctx, const disk_usage_rec *r) {
     if (i < 0 || d->slots[i].state != ST_PRESENT || !(r->hits >= 0) || !(r->last_use >= 0)) return;
     dent *e = &d->slots[i];
     if (r->last_use > e->last_use) e->last_use = r->last_use;
-    e->hits = r->hits * exp2(-(e->last_use - r->last_use) / HIT_HALF_LIFE_S);
+    e->hits = policy_decay(r->hits, e->last_use - r->last_use);
     if (r->keep_until > e->keep_until) e->keep_until = r->keep_until;
 }
 

@@ -30,6 +30,18 @@ void cache_hash_root(cache_hash *out, const uint8_t model_fp[32], const char *sa
     SHA256(buf, n, out->b);
 }
 
+void cache_hash_root_for(cache_hash *out, const uint8_t model_fp[32], const char *tenant, const char *salt) {
+    if (!salt) salt = "";
+    if (!tenant || !*tenant) {
+        cache_hash_root(out, model_fp, salt, strlen(salt));
+        return;
+    }
+    uint8_t both[64];
+    SHA256((const uint8_t *)tenant, strlen(tenant), both);
+    SHA256((const uint8_t *)salt, strlen(salt), both + 32);
+    cache_hash_root(out, model_fp, (const char *)both, 64);
+}
+
 void cache_hash_block(cache_hash *out, const cache_hash *parent, const int32_t *tokens, int n) {
     uint8_t stack[32 + 4 * 256], *buf = (size_t)n <= 256 ? stack : xmalloc(32 + 4 * (size_t)n);
     memcpy(buf, parent->b, 32);

@@ -20,6 +20,10 @@ typedef struct cache_hash {
 } cache_hash;
 
 void cache_hash_root(cache_hash *out, const uint8_t model_fp[32], const char *salt, size_t salt_len);
+/* The root of a request's chain: tenant (the API key's, or NULL) and
+ * cache salt (NULL: none), each hashed on its own so no pair of strings
+ * can alias another; without a tenant it is cache_hash_root of the salt. */
+void cache_hash_root_for(cache_hash *out, const uint8_t model_fp[32], const char *tenant, const char *salt);
 void cache_hash_block(cache_hash *out, const cache_hash *parent, const int32_t *tokens, int n);
 /* SHA-256 of the whole model file: its identity (layout and weights).
  * With memo_dir (may be NULL), the result is remembered there keyed by the

@@ -2,6 +2,7 @@
  * (see policy.h). */
 #include "cache/policy.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,11 +22,59 @@ double policy_value(int depth_tokens, int n_tokens, double attn_per_pos, double 
     return cost * (1.0 + policy_decay(hits, age_s)) / (1.0 + age_s / RECENCY_HALF_S);
 }
 
+double policy_attn_cost_per_pos(int n_layer, int n_embd, int n_head, int n_head_kv, int head_dim, int n_ff) {
+    double q = (double)n_head * head_dim, kv = (double)n_head_kv * head_dim;
+    double weights = n_layer * ((double)n_embd * (2 * q + 2 * kv) + 3.0 * n_embd * n_ff);
+    return weights > 0 ? n_layer * 2.0 * q / weights : 0;
+}
+
+/* Above any value and any clock the tiers use (unix seconds included). */
+#define RETAINED_KEY 1e12
+
+double policy_evict_key(double value, double keep_until, double now) {
+    return keep_until > now ? RETAINED_KEY + keep_until : value;
+}
+
 int policy_evict_before(double value_a, double keep_until_a, double value_b, double keep_until_b, double now) {
-    int kept_a = keep_until_a > now, kept_b = keep_until_b > now;
-    if (kept_a != kept_b) return kept_a ? 1 : -1;
-    if (kept_a && keep_until_a != keep_until_b) return keep_until_a < keep_until_b ? -1 : 1;
-    return value_a < value_b ? -1 : value_a > value_b ? 1 : 0;
+    double a = policy_evict_key(value_a, keep_until_a, now), b = policy_evict_key(value_b, keep_until_b, now);
+    return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/* ---- scope ----------------------------------------------------------------- */
+
+int policy_scope_tokens(long long n, cache_scope *out) {
+    if (n < 0 || n >= POLICY_SCOPE_MAX_TOKENS) return -1;
+    *out = n ? (cache_scope){SCOPE_TOKENS, (int)n} : (cache_scope){SCOPE_OFF, 0};
+    return 0;
+}
+
+int policy_scope_parse(const char *t, cache_scope *out) {
+    char *end;
+    if (!t || !*t) return -1;
+    if (!strcmp(t, "off")) *out = (cache_scope){SCOPE_OFF, 0};
+    else if (!strcmp(t, "full")) *out = (cache_scope){SCOPE_FULL, 0};
+    else if (!strcmp(t, "auto")) *out = (cache_scope){SCOPE_AUTO, POLICY_AUTO_LOOK};
+    else if (!strncmp(t, "auto:", 5)) {
+        long n = strtol(t + 5, &end, 10);
+        if (end == t + 5 || *end || n < 1 || n > POLICY_RECENT_MAX) return -1;
+        *out = (cache_scope){SCOPE_AUTO, (int)n};
+    } else {
+        long long n = strtoll(t, &end, 10);
+        if (*end || *t == '-' || *t == '+') return -1;
+        return policy_scope_tokens(n, out);
+    }
+    return 0;
+}
+
+int policy_publish_limit(policy_recent *r, const cache_scope *sc, const cache_scope *dflt, const int32_t *prompt,
+                         int n, const int *bounds, int n_bounds) {
+    if (sc->kind == SCOPE_DEFAULT) sc = dflt;
+    switch (sc->kind) {
+    case SCOPE_OFF: return 0;
+    case SCOPE_TOKENS: return sc->n;
+    case SCOPE_AUTO: return policy_auto_boundary(r, prompt, n, sc->n, bounds, n_bounds);
+    default: return INT_MAX;
+    }
 }
 
 /* ---- learned boundary ---------------------------------------------------- */

@@ -11,7 +11,10 @@
  *     system prompt is a new anchor (blocks are named by tokens);
  *   - client breakpoints (Anthropic cache_control, ttl 5m or 1h).
  * Retained blocks are evicted only when nothing unretained is left, the
- * one whose retention ends first going first.
+ * one whose retention ends first going first. Every tier (live pool,
+ * disk) orders its idle blocks by the same value and key, with one hit
+ * half-life; the scope of a request (what it publishes) is decided here
+ * too.
  * Does not: touch blocks, files or the pool. */
 #ifndef STRATA_CACHE_POLICY_H
 #define STRATA_CACHE_POLICY_H
@@ -21,6 +24,29 @@
 #define POLICY_ANCHOR_TTL_S 3600.0
 #define POLICY_HIT_HALF_LIFE_S 600.0
 #define POLICY_MAX_MARKS 8
+#define POLICY_RECENT_MAX 16   /* prompts remembered for the auto scope */
+#define POLICY_AUTO_LOOK 8     /* "auto" looks at the last 8 of them */
+#define POLICY_SCOPE_MAX_TOKENS (1 << 30)
+
+/* What of a prompt a request publishes for reuse (its cache scope). */
+typedef enum cache_scope_kind {
+    SCOPE_DEFAULT = 0, /* the server's default scope */
+    SCOPE_FULL,        /* everything */
+    SCOPE_OFF,         /* nothing */
+    SCOPE_TOKENS,      /* the first n tokens */
+    SCOPE_AUTO,        /* the prefix shared with one of the last n prompts */
+} cache_scope_kind;
+
+typedef struct cache_scope {
+    cache_scope_kind kind;
+    int n;
+} cache_scope;
+
+/* Parses "off", "full", "auto" (last POLICY_AUTO_LOOK prompts), "auto:N"
+ * (N in 1..POLICY_RECENT_MAX) or a token count (0 is off). -1 if invalid. */
+int policy_scope_parse(const char *text, cache_scope *out);
+/* A token count as a scope (0 is off); -1 unless 0 <= n < POLICY_SCOPE_MAX_TOKENS. */
+int policy_scope_tokens(long long n, cache_scope *out);
 
 /* Keep the blocks of the first `end` prompt positions at least ttl_s
  * seconds after their last use. */
@@ -32,6 +58,12 @@ typedef struct cache_mark {
 /* A hit count that halves every POLICY_HIT_HALF_LIFE_S, seen age_s later. */
 double policy_decay(double hits, double age_s);
 
+/* The one recompute cost model: attention's multiply-adds per earlier
+ * position (scores and values, every head and layer) over the weights'
+ * multiply-adds per token, so a deep block is worth more than a shallow
+ * one of the same size (policy_value's attn_per_pos). */
+double policy_attn_cost_per_pos(int n_layer, int n_embd, int n_head, int n_head_kv, int head_dim, int n_ff);
+
 /* The eviction value of an idle block (lower goes first): the compute a
  * hit saves, per byte, times (1 + decayed hits), discounted by the time
  * since its last use. Recomputing a block at depth d tokens costs its
@@ -41,8 +73,12 @@ double policy_decay(double hits, double age_s);
 double policy_value(int depth_tokens, int n_tokens, double attn_per_pos, double hits, double age_s);
 
 /* Orders two idle blocks for eviction: < 0 when a should go before b.
- * keep_until_* are retention ends on the same clock as now. */
+ * keep_until_* are retention ends on the same clock as now (seconds). */
 int policy_evict_before(double value_a, double keep_until_a, double value_b, double keep_until_b, double now);
+/* The same order as one number (lower goes first), for a tier that keeps
+ * its candidates in a heap: a retained block ranks after every unretained
+ * one, earliest expiry first. Every tier orders its blocks by this. */
+double policy_evict_key(double value, double keep_until, double now);
 
 /* The learned stable boundary (scope auto:N): remembers recent prompts and
  * answers the longest prefix a prompt shares with one of the last n of
@@ -54,5 +90,10 @@ void policy_recent_free(policy_recent *r);
  * no cut). Then remembers the prompt itself. */
 int policy_auto_boundary(policy_recent *r, const int32_t *prompt, int n, int n_look, const int *bounds,
                          int n_bounds);
+/* Positions of a prompt that a request of scope sc may publish (INT_MAX:
+ * all); an auto scope asks policy_auto_boundary, and so remembers the
+ * prompt. dflt stands in for SCOPE_DEFAULT. */
+int policy_publish_limit(policy_recent *r, const cache_scope *sc, const cache_scope *dflt, const int32_t *prompt,
+                         int n, const int *bounds, int n_bounds);
 
 #endif

@@ -48,6 +48,8 @@ static void block_unref(kv_pool *p, int b) {
     p->free_list[p->n_free++] = b;
 }
 
+void kv_block_give_back(kv_pool *p, int b) { p->free_list[p->n_free++] = b; }
+
 void kv_seq_attach(kv_pool *p, kv_seq *s, int block) {
     table_grow(s, s->n_blocks + 1);
     s->blocks[s->n_blocks++] = block;

@@ -72,6 +72,8 @@ void kv_seq_fork(kv_pool *p, const kv_seq *src, int n, kv_seq *dst);
 /* Appends an existing full block (refcount bumped) to an empty-tailed
  * sequence: how a cached prefix is attached. */
 void kv_seq_attach(kv_pool *p, kv_seq *s, int block);
-
+/* Gives back a block the keeper holds (no sequence references it): it
+ * joins the free list. For the keeper, when it stops holding one. */
+void kv_block_give_back(kv_pool *p, int block);
 
 #endif

@@ -113,23 +113,10 @@ int params_sampling(const json_t *req, const char *stop_key, gen_params *p, char
     return parse_stops(req, stop_key, p, why, cap);
 }
 
-int param_scope_value(const json_t *v, int *out, char *why, size_t cap) {
-    const char *t = json_string_value(v);
-    char *end;
-    if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) < (1 << 30)) {
-        *out = json_integer_value(v) ? (int)json_integer_value(v) : SCOPE_OFF;
-        return 0;
-    }
-    if (t && !strcmp(t, "off")) *out = SCOPE_OFF;
-    else if (t && !strcmp(t, "full")) *out = SCOPE_FULL;
-    else if (t && !strcmp(t, "auto")) *out = SCOPE_AUTO(8);
-    else if (t && !strncmp(t, "auto:", 5) && strtol(t + 5, &end, 10) >= 1 && strtol(t + 5, NULL, 10) <= 16 && !*end)
-        *out = SCOPE_AUTO((int)strtol(t + 5, NULL, 10));
-    else if (t && *t && strtol(t, &end, 10) >= 0 && !*end)
-        *out = strtol(t, NULL, 10) ? (int)strtol(t, NULL, 10) : SCOPE_OFF;
-    else {
-        snprintf(why, cap, "cache scope must be off, full, auto, auto:N (1-16) or a token count");
-        return -1;
-    }
-    return 0;
+int param_scope_value(const json_t *v, cache_scope *out, char *why, size_t cap) {
+    int bad = json_is_integer(v) ? policy_scope_tokens(json_integer_value(v), out)
+              : json_is_string(v) ? policy_scope_parse(json_string_value(v), out)
+                                  : -1;
+    if (bad) snprintf(why, cap, "cache scope must be off, full, auto, auto:N (1-16) or a token count");
+    return bad;
 }

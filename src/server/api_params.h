@@ -15,9 +15,9 @@ int param_int(const json_t *obj, const char *key, long lo, long hi, long *out, c
               size_t why_cap);
 int param_bool(const json_t *obj, const char *key, int *out, char *why, size_t why_cap);
 
-/* A cache scope: "off", "full", "auto" (last 8 prompts), "auto:N" (N in
- * 1..16) or a token count (string or number). 0, or -1 with why set. */
-int param_scope_value(const json_t *v, int *out, char *why, size_t cap);
+/* A cache scope (policy_scope_parse), as a string or a token count.
+ * 0, or -1 with why set. */
+int param_scope_value(const json_t *v, cache_scope *out, char *why, size_t cap);
 
 /* Sampling fields shared by the APIs (temperature, top_p, top_k, min_p,
  * penalties, seed) and the stop strings under stop_key. Stop strings point

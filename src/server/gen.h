@@ -20,7 +20,7 @@ typedef struct gen_params {
     int n_stops;
     const char *cache_salt;
     const char *tenant; /* the request's API key, or NULL */
-    int scope;       /* cache scope (sched.h SCOPE_*), 0: the server's default */
+    cache_scope scope; /* what the cache keeps of the prompt (policy.h); SCOPE_DEFAULT: the server's */
     tc_format tools; /* TC_NONE: no tool parsing */
     int json_mode;   /* constrained to one JSON object */
     const char *prefix; /* reply text already in the prompt (forced tool call) */

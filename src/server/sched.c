@@ -6,8 +6,6 @@
 #include "server/sched.h"
 
 #include <errno.h>
-#include <openssl/sha.h>
-#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -18,11 +16,9 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/mem.h"
-#include "cache/live.h"
-#include "cache/policy.h"
+#include "cache/disk_tier.h"
+#include "cache/store.h"
 #include "text/jsonguard.h"
-
-#define RECENT_MAX 16 /* prompts remembered for the auto scope */
 
 struct sched_req {
     sched *owner;
@@ -30,13 +26,11 @@ struct sched_req {
     int n_prompt;
     sample_params sampling;
     int max_tokens, n_logprobs;
-    cache_hash root; /* of this request's block hashes (model + salt) */
     int json_mode;
     char *json_prefix;
-    int scope;
-    int *bounds, n_bounds;  /* message starts (auto scope cuts there) */
+    store_request cache; /* root, scope, message starts, retention marks */
+    int *bounds;         /* owned: cache.bounds */
     cache_mark marks[POLICY_MAX_MARKS];
-    int n_marks;
     /* output, guarded by owner->mu */
     sched_token *out;
     int n_out, cap_out;
@@ -57,14 +51,11 @@ typedef struct slot {
     int32_t last;   /* last sampled token, fed at the next step */
     int32_t *toks;  /* prompt then generated tokens: what the blocks hold */
     int n_toks, cap_toks;
-    live_cursor cur;
+    store_seq q;       /* the walk over the block store: cursor, hashes, load */
     json_guard *guard; /* json_mode: only tokens that keep the output valid JSON */
-    int publish_limit; /* positions this request may publish (its cache scope) */
     double t_admit, t_first; /* ms: admitted, first token sampled */
-    int n_attached_blocks;   /* came from the cache */
     int starting;            /* admitted, not set up yet (start_admitted) */
-    live_load *loading;      /* the cached prefix still being read from disk */
-    double t_load, load_ms;  /* when finding the cached prefix began; how long it took */
+    int attached;            /* the cached prefix is in (not still being read) */
 } slot;
 
 struct sched {
@@ -78,9 +69,9 @@ struct sched {
     pthread_cond_t wake;
     pthread_t thread;
     int running;
-    live_cache *live; /* NULL when the prefix cache is off */
+    cache_store *store; /* NULL when the prefix cache is off */
+    cache_tier disk;    /* the disk tier's interface, when there is one */
     json_vocab *jvocab; /* built on first JSON-mode request */
-    policy_recent *recent; /* prompts of the last requests, for auto scope */
     sched_stats stats;
     /* batch scratch, scheduler thread only */
     int32_t *b_tok, *b_pos;
@@ -118,6 +109,23 @@ static void push_token_locked(sched_req *r, const sched_token *t) {
     pthread_cond_broadcast(&r->changed);
 }
 
+/* What the request asks of the cache, copied: the store reads it until
+ * the request ends. */
+static void req_cache_setup(const sched *s, sched_req *r, const sched_job *job) {
+    store_request *c = &r->cache;
+    c->scope = job->scope;
+    if (job->n_bounds > 0) {
+        r->bounds = xmalloc((size_t)job->n_bounds * sizeof(int));
+        memcpy(r->bounds, job->bounds, (size_t)job->n_bounds * sizeof(int));
+        c->bounds = r->bounds;
+        c->n_bounds = job->n_bounds;
+    }
+    c->n_marks = job->n_marks < POLICY_MAX_MARKS ? job->n_marks : POLICY_MAX_MARKS;
+    memcpy(r->marks, job->marks, (size_t)c->n_marks * sizeof(cache_mark));
+    c->marks = r->marks;
+    cache_hash_root_for(&c->root, s->o.model_fp, job->tenant, job->cache_salt);
+}
+
 int sched_submit(sched *s, const sched_job *job, sched_req **out, strata_err *err) {
     *out = NULL;
     if (job->n_prompt <= 0) return strata_errf(err, STRATA_EINVAL, "the prompt is empty");
@@ -134,22 +142,8 @@ int sched_submit(sched *s, const sched_job *job, sched_req **out, strata_err *er
     r->max_tokens = job->max_tokens;
     r->n_logprobs = job->n_logprobs > 20 ? 20 : job->n_logprobs;
     r->json_mode = job->json_mode;
-    r->scope = job->scope;
     r->json_prefix = job->json_prefix ? xstrdup(job->json_prefix) : NULL;
-    if (job->n_bounds > 0) {
-        r->bounds = xmalloc((size_t)job->n_bounds * sizeof(int));
-        memcpy(r->bounds, job->bounds, (size_t)job->n_bounds * sizeof(int));
-        r->n_bounds = job->n_bounds;
-    }
-    r->n_marks = job->n_marks < POLICY_MAX_MARKS ? job->n_marks : POLICY_MAX_MARKS;
-    memcpy(r->marks, job->marks, (size_t)r->n_marks * sizeof(cache_mark));
-    /* tenant and salt, each hashed, so no pair of strings can alias another */
-    const char *salt = job->cache_salt ? job->cache_salt : "", *tenant = job->tenant ? job->tenant : "";
-    uint8_t both[64];
-    SHA256((const uint8_t *)tenant, strlen(tenant), both);
-    SHA256((const uint8_t *)salt, strlen(salt), both + 32);
-    if (*tenant) cache_hash_root(&r->root, s->o.model_fp, (const char *)both, 64);
-    else cache_hash_root(&r->root, s->o.model_fp, salt, strlen(salt));
+    req_cache_setup(s, r, job);
     pthread_cond_init(&r->changed, NULL);
     r->refs = 2; /* caller + scheduler */
     pthread_mutex_lock(&s->mu);
@@ -234,7 +228,8 @@ static const char *finish_name(sched_finish f) {
  * cost. Tokens around the first miss show why a prefix stopped matching. */
 static void trace_request(sched *s, const slot *sl, sched_finish f) {
     const sched_req *r = sl->req;
-    int B = s->e->kv.block_tokens, miss = r->n_cached, tail = r->n_cached - sl->n_attached_blocks * B;
+    const store_seq *q = &sl->q;
+    int B = s->e->kv.block_tokens, miss = r->n_cached, tail = r->n_cached - q->n_attached_blocks * B;
     double now = clock_ms(), first = sl->t_first > 0 ? sl->t_first : now;
     FILE *o = s->o.trace;
     fprintf(o,
@@ -242,10 +237,10 @@ static void trace_request(sched *s, const slot *sl, sched_finish f) {
             "\"generated_tokens\":%d,\"blocks\":{\"attached\":%d,\"tail_tokens\":%d,\"published\":%d},"
             "\"load_ms\":%.3f,\"prefill_ms\":%.1f,\"decode_ms\":%.1f,\"finish\":\"%s\",\"retain\":[",
             now / 1000.0, r->n_prompt, r->n_cached - r->n_cached_disk, r->n_cached_disk, r->n_prompt - r->n_cached, r->n_out,
-            sl->n_attached_blocks, tail, sl->cur.n_blocks - sl->n_attached_blocks, sl->load_ms,
-            first - sl->t_admit - sl->load_ms, now - first,
+            q->n_attached_blocks, tail, q->n_blocks - q->n_attached_blocks, q->load_ms,
+            first - sl->t_admit - q->load_ms, now - first,
             finish_name(f));
-    for (int i = 0; i < r->n_marks; i++)
+    for (int i = 0; i < r->cache.n_marks; i++)
         fprintf(o, "%s{\"end\":%d,\"ttl_s\":%.0f}", i ? "," : "", r->marks[i].end, r->marks[i].ttl_s);
     fprintf(o, "],\"first_miss\":{\"pos\":%d,\"tokens\":[", miss);
     for (int k = miss; k < r->n_prompt && k < miss + 8; k++) fprintf(o, "%s%d", k > miss ? "," : "", r->prompt[k]);
@@ -253,23 +248,11 @@ static void trace_request(sched *s, const slot *sl, sched_finish f) {
     fflush(o);
 }
 
-/* What the finished request leaves cached: its partial last block as a
- * tail (unless its KV may be incomplete or lies past the request's
- * scope), and retention for the prefixes its marks name. */
-static void leave_cached(sched *s, slot *sl, sched_finish f) {
-    if (!s->live) return;
-    if (f != FINISH_ERROR && sl->seq.n_pos <= sl->publish_limit) live_keep_tail(s->live, &sl->cur, sl->toks, &sl->seq);
-    for (int i = 0; i < sl->req->n_marks; i++) live_retain(s->live, &sl->seq, sl->req->marks[i].end, sl->req->marks[i].ttl_s);
-}
-
 static void slot_free(sched *s, slot *sl, sched_finish f, const char *why) {
-    if (sl->loading) { /* dropped while its prefix was read: wait before releasing the blocks */
-        live_load_cancel(sl->loading);
-        sl->loading = NULL;
-        sl->load_ms = clock_ms() - sl->t_load;
-    }
+    /* What the request leaves cached: its tail (unless its KV may be
+     * incomplete) and retention marks; a read in flight is dropped. */
+    if (s->store) store_finish(s->store, &sl->q, sl->toks, &sl->seq, f != FINISH_ERROR);
     if (s->o.trace) trace_request(s, sl, f);
-    leave_cached(s, sl, f);
     kv_seq_release(&s->e->kv, &sl->seq); /* published blocks stay cached */
     free(sl->toks);
     sl->toks = NULL;
@@ -289,33 +272,29 @@ static void slot_free(sched *s, slot *sl, sched_finish f, const char *why) {
 
 /* ---- the cached prefix ----------------------------------------------------- */
 
-static int publish_limit(sched *s, const sched_req *r);
-
-/* Once the prefix is attached: what came from the cache, and the scope. */
-static void prefix_attached(sched *s, slot *sl, int from_disk) {
+/* Once the prefix is attached: what came from the cache. */
+static void prefix_attached(sched *s, slot *sl, int n_attached) {
     sched_req *r = sl->req;
-    sl->load_ms = clock_ms() - sl->t_load;
-    sl->n_attached_blocks = sl->cur.n_blocks;
-    sl->publish_limit = publish_limit(s, r);
+    sl->n_fed = n_attached;
+    sl->attached = 1;
     pthread_mutex_lock(&s->mu);
-    r->n_cached = r->n_prompt_done = sl->n_fed;
-    r->n_cached_disk = from_disk;
+    r->n_cached = r->n_prompt_done = n_attached;
+    r->n_cached_disk = sl->q.n_cached_lower;
     pthread_mutex_unlock(&s->mu);
 }
 
 /* Attaches the longest cached prefix of the prompt (the last prompt token
  * is always computed: its logits start the generation). A part that must
- * come from disk is read in the background (sl->loading) while the other
- * slots compute; the slot joins the batches once it is in. */
+ * come from a lower tier is read in the background while the other slots
+ * compute; the slot joins the batches once it is in. */
 static void attach_begin(sched *s, slot *sl) {
-    sl->t_load = clock_ms();
-    if (!s->live) {
-        sl->n_fed = 0;
+    const sched_req *r = sl->req;
+    if (!s->store) {
         prefix_attached(s, sl, 0);
         return;
     }
-    sl->n_fed = live_attach_begin(s->live, &sl->cur, sl->toks, sl->req->n_prompt - 1, &sl->seq, &sl->loading);
-    if (!sl->loading) prefix_attached(s, sl, 0);
+    int n = store_attach_begin(s->store, &sl->q, sl->toks, r->n_prompt, r->n_prompt - 1, &sl->seq);
+    if (!store_loading(&sl->q)) prefix_attached(s, sl, n);
 }
 
 /* Takes in finished background loads; with wait, the first one even if
@@ -323,11 +302,8 @@ static void attach_begin(sched *s, slot *sl) {
 static void attach_end(sched *s, int wait) {
     for (int i = 0; i < s->o.n_slots; i++) {
         slot *sl = &s->slots[i];
-        if (!sl->req || !sl->loading || (!wait && !live_load_ready(sl->loading))) continue;
-        int from_disk = 0;
-        sl->n_fed = live_attach_end(s->live, &sl->cur, sl->toks, sl->req->n_prompt - 1, &sl->seq, sl->loading, &from_disk);
-        sl->loading = NULL;
-        prefix_attached(s, sl, from_disk);
+        if (!sl->req || sl->attached || (!wait && !store_load_ready(&sl->q))) continue;
+        prefix_attached(s, sl, store_attach_end(s->store, &sl->q, sl->toks, sl->req->n_prompt, sl->req->n_prompt - 1, &sl->seq));
         if (wait) return;
     }
 }
@@ -335,17 +311,8 @@ static void attach_end(sched *s, int wait) {
 /* Whether some slot can join the next batch (not waiting for its load). */
 static int any_runnable(const sched *s) {
     for (int i = 0; i < s->o.n_slots; i++)
-        if (s->slots[i].req && !s->slots[i].loading) return 1;
+        if (s->slots[i].req && s->slots[i].attached) return 1;
     return 0;
-}
-
-static int publish_limit(sched *s, const sched_req *r) {
-    int scope = r->scope ? r->scope : s->o.default_scope;
-    if (scope == SCOPE_FULL || scope == 0) return INT_MAX;
-    if (scope == SCOPE_OFF) return 0;
-    if (SCOPE_IS_AUTO(scope))
-        return policy_auto_boundary(s->recent, r->prompt, r->n_prompt, SCOPE_AUTO_N(scope), r->bounds, r->n_bounds);
-    return scope;
 }
 
 static void push_slot_token(slot *sl, int32_t t) {
@@ -368,10 +335,10 @@ static void admit_locked(sched *s) {
         s->n_queued--;
         sl->req = r;
         sl->starting = 1;
-        sl->load_ms = 0;
-        sl->n_attached_blocks = sl->publish_limit = 0;
+        sl->attached = 0;
         kv_seq_init(&sl->seq);
-        live_cursor_init(&sl->cur, &r->root);
+        if (s->store) store_seq_init(s->store, &sl->q, &r->cache);
+        else memset(&sl->q, 0, sizeof sl->q);
         sl->t_admit = clock_ms();
         s->stats.active++;
     }
@@ -429,11 +396,11 @@ static int build_batch(sched *s) {
             slot_free(s, sl, FINISH_CANCELLED, "cancelled");
             continue;
         }
-        if (!sl->loading && sl->n_fed == sl->req->n_prompt) batch_add(s, &n, i, sl->last, sl->seq.n_pos, 1);
+        if (sl->attached && sl->n_fed == sl->req->n_prompt) batch_add(s, &n, i, sl->last, sl->seq.n_pos, 1);
     }
     for (int i = 0; i < s->o.n_slots && n < max; i++) {
         slot *sl = &s->slots[i];
-        if (!sl->req || sl->loading || sl->n_fed == sl->req->n_prompt) continue;
+        if (!sl->req || !sl->attached || sl->n_fed == sl->req->n_prompt) continue;
         int take = sl->req->n_prompt - sl->n_fed;
         if (take > s->o.chunk) take = s->o.chunk;
         if (take > max - n) take = max - n;
@@ -497,23 +464,23 @@ static void note_progress(sched *s, int n) {
 /* Full blocks of every sequence become findable by later prompts; the
  * cache counters are copied for readers under the lock. */
 static void publish_blocks(sched *s) {
-    if (!s->live) return;
+    if (!s->store) return;
     for (int i = 0; i < s->o.n_slots; i++)
-        if (s->slots[i].req)
-            live_publish(s->live, &s->slots[i].cur, s->slots[i].toks, &s->slots[i].seq, s->slots[i].publish_limit);
-    live_stats ls;
-    live_get_stats(s->live, &ls);
+        if (s->slots[i].req && s->slots[i].attached)
+            store_publish(s->store, &s->slots[i].q, s->slots[i].toks, &s->slots[i].seq);
+    store_stats st;
+    store_get_stats(s->store, &st);
     pthread_mutex_lock(&s->mu);
-    s->stats.cache_lookups = ls.lookups;
-    s->stats.cache_hit_tokens = ls.hit_tokens;
-    s->stats.cache_disk_hit_tokens = ls.disk_hit_tokens;
-    s->stats.cache_published_blocks = ls.published_blocks;
-    s->stats.cache_evicted_blocks = ls.evicted_blocks;
-    s->stats.cache_blocks = ls.cached_blocks;
-    s->stats.cache_idle_blocks = ls.idle_blocks;
-    s->stats.cache_tail_hit_tokens = ls.tail_hit_tokens;
-    s->stats.cache_evicted_retained = ls.evicted_retained;
-    s->stats.cache_tails = ls.tails;
+    s->stats.cache_lookups = st.lookups;
+    s->stats.cache_hit_tokens = st.hit_tokens;
+    s->stats.cache_disk_hit_tokens = st.lower_hit_tokens;
+    s->stats.cache_published_blocks = st.published_blocks;
+    s->stats.cache_evicted_blocks = st.live.evicted_blocks;
+    s->stats.cache_blocks = st.live.cached_blocks;
+    s->stats.cache_idle_blocks = st.live.idle_blocks;
+    s->stats.cache_tail_hit_tokens = st.tail_hit_tokens;
+    s->stats.cache_evicted_retained = st.live.evicted_retained;
+    s->stats.cache_tails = st.live.tails;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -559,13 +526,17 @@ static void *sched_main(void *arg) {
 
 /* ---- life cycle ------------------------------------------------------------ */
 
-/* Attention's multiply-adds per earlier position (scores and values, every
- * head and layer) over the weights' multiply-adds per token: how much more
- * a deep block costs to recompute than a shallow one. */
-static double attn_cost_per_pos(const model_hparams *hp) {
-    double q = (double)hp->n_head * hp->head_dim, kv = (double)hp->n_head_kv * hp->head_dim;
-    double weights = hp->n_layer * ((double)hp->n_embd * (2 * q + 2 * kv) + 3.0 * hp->n_embd * hp->n_ff);
-    return weights > 0 ? hp->n_layer * 2.0 * q / weights : 0;
+/* The block store over the engine's KV pool, with the disk tier below. */
+static void store_setup(sched *s, const sched_opts *o) {
+    const model_hparams *hp = &s->e->m->hp;
+    store_opts so = {.default_scope = o->default_scope,
+                     .attn_per_pos = policy_attn_cost_per_pos(hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv,
+                                                              hp->head_dim, hp->n_ff)};
+    memcpy(so.model_fp, o->model_fp, sizeof so.model_fp);
+    s->store = store_new(&s->e->kv, &so);
+    if (!o->disk) return;
+    s->disk = disk_tier(o->disk);
+    store_add_tier(s->store, &s->disk);
 }
 
 int sched_new(sched **out, engine *e, const tokenizer *tok, const sched_opts *o, strata_err *err) {
@@ -586,12 +557,7 @@ int sched_new(sched **out, engine *e, const tokenizer *tok, const sched_opts *o,
     /* At most one wanted row per slot per step. */
     s->logits = xmalloc((size_t)o->n_slots * e->m->hp.n_vocab * sizeof(float));
     s->stats.n_slots = o->n_slots;
-    s->recent = policy_recent_new(RECENT_MAX);
-    if (o->prefix_cache) {
-        s->live = live_new(&e->kv);
-        live_set_disk(s->live, o->disk);
-        live_set_cost(s->live, attn_cost_per_pos(&e->m->hp));
-    }
+    if (o->prefix_cache) store_setup(s, o);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     s->running = 1;
@@ -619,8 +585,7 @@ void sched_free(sched *s) {
     pthread_cond_destroy(&s->wake);
     free(s->slots), free(s->b_tok), free(s->b_pos), free(s->b_seq), free(s->b_want), free(s->b_slot);
     free(s->logits);
-    policy_recent_free(s->recent);
-    live_free(s->live);
+    store_free(s->store);
     json_vocab_free(s->jvocab);
     free(s);
 }

@@ -16,7 +16,6 @@
 
 #include "base/err.h"
 #include "cache/disk.h"
-#include "cache/hash.h"
 #include "cache/policy.h"
 #include "model/engine.h"
 #include "model/sample.h"
@@ -42,7 +41,7 @@ typedef struct sched_opts {
     uint8_t model_fp[32];  /* model fingerprint, in every block hash */
     FILE *trace;           /* one JSONL line per finished request, or NULL */
     disk_store *disk;      /* disk tier below the live one, or NULL */
-    int default_scope;     /* for jobs that leave scope at 0 (see SCOPE_*) */
+    cache_scope default_scope; /* for jobs whose scope is SCOPE_DEFAULT */
 } sched_opts;
 
 typedef struct sched_job {
@@ -55,22 +54,12 @@ typedef struct sched_job {
     const char *tenant;     /* the API key's tenant, salted in as well (NULL: none) */
     int json_mode;          /* constrain sampling to one valid JSON object */
     const char *json_prefix;/* JSON already written (in the prompt) before generation */
-    int scope;              /* cache scope: SCOPE_FULL, SCOPE_OFF, SCOPE_AUTO(n) or a token count >= 0 */
+    cache_scope scope;      /* what of the prompt is published for reuse (policy.h) */
     const int *bounds;      /* ascending positions where messages start (auto scope cuts there); may be NULL */
     int n_bounds;
     cache_mark marks[POLICY_MAX_MARKS]; /* retention: anchor, cache_control breakpoints */
     int n_marks;
 } sched_job;
-
-/* Cache scope of a request (what of its prompt is published for reuse):
- * a token count >= 0 publishes that prefix; these publish all, nothing,
- * or the longest prefix it shares with one of the last n prompts (the
- * learned stable boundary). */
-#define SCOPE_FULL (-1)
-#define SCOPE_OFF (-2)
-#define SCOPE_AUTO(n) (-1000 - (n))
-#define SCOPE_IS_AUTO(s) ((s) <= -1000)
-#define SCOPE_AUTO_N(s) (-1000 - (s))
 
 /* What a consumer sees of its request. */
 typedef struct sched_status {

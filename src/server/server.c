@@ -368,14 +368,10 @@ static int load_model(server *s, strata_err *err) {
     open_disk(s, fp);
     sched_opts so = {.n_slots = s->o.parallel, .ctx_per_slot = s->o.ctx, .queue_max = s->o.queue_max,
                      .chunk = 256, .prefix_cache = !s->o.no_cache, .trace = s->trace, .disk = s->disk,
-                     .default_scope = SCOPE_FULL};
-    if (s->o.scope) {
-        json_t *v = json_string(s->o.scope);
-        char why[160];
-        rc = param_scope_value(v, &so.default_scope, why, sizeof why);
-        json_decref(v);
-        if (rc) return strata_errf(err, STRATA_EINVAL, "--prefix-cache-scope %s: %s", s->o.scope, why);
-    }
+                     .default_scope = {SCOPE_FULL, 0}};
+    if (s->o.scope && policy_scope_parse(s->o.scope, &so.default_scope))
+        return strata_errf(err, STRATA_EINVAL, "--prefix-cache-scope %s: must be off, full, auto, auto:N (1-16) or a token count",
+                           s->o.scope);
     memcpy(so.model_fp, fp, sizeof fp);
     log_info("prefix cache: %s; KV pool %d blocks of %d tokens (%d MiB beyond the slots for cached prefixes)",
              s->o.no_cache ? "off" : "live tier", s->e->kv.n_blocks, s->e->kv.block_tokens,

@@ -1,0 +1,33 @@
+/* disk_tier.c - the disk store behind the tier interface (tier.h). */
+#include "cache/disk_tier.h"
+
+static int has(void *d, const cache_hash *h) { return disk_has(d, h); }
+
+static int best_child(void *d, const cache_hash *parent, const int32_t *tokens, int n, cache_hash *h, int *n_tokens) {
+    return disk_best_child(d, parent, tokens, n, h, n_tokens);
+}
+
+static int read_many(void *d, const cache_hash *h, void *const *dst, int32_t *const *tokens_out, int n, int *rc) {
+    return disk_get_many(d, h, dst, tokens_out, n, rc);
+}
+
+static int write(void *d, const cache_hash *h, const cache_hash *parent, const int32_t *tokens, int n_tokens,
+                 const void *kv) {
+    return disk_put_n(d, h, parent, tokens, n_tokens, kv);
+}
+
+static int drop_superseded(void *d, const cache_hash *parent, const int32_t *tokens, int n) {
+    return disk_drop_tails(d, parent, tokens, n);
+}
+
+static void touch(void *d, const cache_hash *h) { disk_touch(d, h); }
+
+static void retain(void *d, const cache_hash *h, double ttl_s) { disk_retain(d, h, ttl_s); }
+
+static double retained_s(void *d, const cache_hash *h) { return disk_retained_s(d, h); }
+
+cache_tier disk_tier(disk_store *d) {
+    return (cache_tier){.name = "disk", .self = d, .has = has, .best_child = best_child, .read_many = read_many,
+                        .write = write, .drop_superseded = drop_superseded, .touch = touch, .retain = retain,
+                        .retained_s = retained_s};
+}

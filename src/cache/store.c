@@ -1,0 +1,435 @@
+/* store.c - the tier walk, background loads, publishing and the end of a
+ * request (see store.h).
+ *
+ * A lookup goes block by block: a block the live index has is attached;
+ * where it has none, the first lower tier holding that block gives a run
+ * (every following block it holds and memory does not), read into blocks
+ * reserved at the end of the sequence on a thread of its own. Where whole
+ * blocks stop matching, the best partial match (a tail, or a full block
+ * matching in part) of any tier is read with the run if it beats memory's.
+ * Only load_take touches the index and the pool again. */
+#include "cache/store.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/mem.h"
+
+struct cache_store {
+    kv_pool *kv;
+    live_cache *live;
+    store_opts o;
+    cache_tier tiers[STORE_MAX_TIERS];
+    int n_tiers;
+    policy_recent *recent; /* prompts of the last requests, for the auto scope */
+    store_stats st;
+};
+
+cache_store *store_new(kv_pool *kv, const store_opts *o) {
+    cache_store *st = xcalloc(1, sizeof *st);
+    st->kv = kv;
+    st->o = *o;
+    st->live = live_new(kv, o->attn_per_pos);
+    st->recent = policy_recent_new(POLICY_RECENT_MAX);
+    return st;
+}
+
+void store_free(cache_store *st) {
+    if (!st) return;
+    live_free(st->live);
+    policy_recent_free(st->recent);
+    free(st);
+}
+
+void store_add_tier(cache_store *st, const cache_tier *t) {
+    if (st->n_tiers < STORE_MAX_TIERS) st->tiers[st->n_tiers++] = *t;
+}
+
+void store_root(const cache_store *st, const char *tenant, const char *salt, cache_hash *root) {
+    cache_hash_root_for(root, st->o.model_fp, tenant, salt);
+}
+
+void store_get_stats(const cache_store *st, store_stats *out) {
+    *out = st->st;
+    live_get_stats(st->live, &out->live);
+}
+
+/* ---- the key chain ------------------------------------------------------------ */
+
+void store_seq_init(const cache_store *st, store_seq *q, const store_request *rq) {
+    memset(q, 0, sizeof *q);
+    q->rq = rq;
+    q->part_block = -1;
+    /* The auto scope needs the prompt: decided once attached (nothing is
+     * published before). */
+    const cache_scope *sc = rq->scope.kind == SCOPE_DEFAULT ? &st->o.default_scope : &rq->scope;
+    if (sc->kind != SCOPE_AUTO) q->publish_limit = policy_publish_limit(NULL, sc, sc, NULL, 0, NULL, 0);
+}
+
+/* The chain hash before block i. */
+static const cache_hash *chain_prev(const store_seq *q, int i) { return i ? &q->chain[i - 1] : &q->rq->root; }
+
+/* The hash of block i of tokens: computed once per request, blocks in order. */
+static const cache_hash *chain_at(cache_store *st, store_seq *q, const int32_t *tokens, int i) {
+    int B = st->kv->block_tokens;
+    while (q->n_chain <= i) {
+        if (q->n_chain == q->cap_chain) {
+            q->cap_chain = q->cap_chain ? q->cap_chain * 2 : 64;
+            q->chain = xrealloc(q->chain, (size_t)q->cap_chain * sizeof *q->chain);
+        }
+        cache_hash_block(&q->chain[q->n_chain], chain_prev(q, q->n_chain), tokens + (size_t)q->n_chain * B, B);
+        q->n_chain++;
+        q->n_hashes++;
+        st->st.hashes++;
+    }
+    return &q->chain[i];
+}
+
+/* ---- background loads ------------------------------------------------------------ */
+
+/* A partial match in a lower tier, where the chain of whole blocks ends:
+ * len tokens of block h (n_tok tokens: a tail, or a full block matching
+ * in part), held by tier `tier`. */
+typedef struct part_match {
+    cache_hash h;
+    int n_tok, len, tier;
+} part_match;
+
+/* A run of n blocks from tier `tier` (and perhaps one partial match)
+ * being read into blocks reserved at the end of a sequence. */
+struct store_load {
+    pthread_t th;
+    int threaded;
+    atomic_int done;
+    const cache_tier *tiers;
+    int n_tiers, tier;
+    cache_hash prev, *hs; /* chain hash before the run; the run's hashes (then the part's) */
+    int n, first, ok;     /* full blocks; index of the first in the sequence; loaded prefix */
+    part_match part;      /* len 0: none */
+    int *from;            /* tier each item was read from */
+    void **dst;
+    int32_t **tok, *got, *want; /* read and expected token ids */
+    int *rc;
+};
+
+static int load_items(const store_load *l) { return l->n + (l->part.len > 0); }
+
+/* Items whose read failed come from the next tier that holds them. */
+static void read_fallback(store_load *l, int i) {
+    for (int k = l->from[i] + 1; k < l->n_tiers && l->rc[i]; k++) {
+        const cache_tier *t = &l->tiers[k];
+        if (!t->has(t->self, &l->hs[i])) continue;
+        if (t->read_many(t->self, &l->hs[i], &l->dst[i], &l->tok[i], 1, &l->rc[i]) == 1) l->from[i] = k;
+    }
+}
+
+static void *load_main(void *arg) {
+    store_load *l = arg;
+    int items = load_items(l), together = l->part.len > 0 && l->part.tier == l->tier;
+    const cache_tier *t = &l->tiers[l->tier];
+    if (l->n + together > 0) t->read_many(t->self, l->hs, l->dst, l->tok, l->n + together, l->rc);
+    if (l->part.len > 0 && !together) {
+        const cache_tier *pt = &l->tiers[l->part.tier];
+        pt->read_many(pt->self, &l->hs[l->n], &l->dst[l->n], &l->tok[l->n], 1, &l->rc[l->n]);
+    }
+    for (int i = 0; i < l->n; i++) read_fallback(l, i);
+    for (l->ok = 0; l->ok < items && l->rc[l->ok] == 0; l->ok++) {}
+    atomic_store(&l->done, 1);
+    return NULL;
+}
+
+static void load_free(store_load *l) {
+    free(l->hs), free(l->from), free(l->dst), free(l->tok), free(l->got), free(l->want), free(l->rc);
+    free(l);
+}
+
+static void load_join(store_load *l) {
+    if (l->threaded) pthread_join(l->th, NULL);
+    l->threaded = 0;
+}
+
+/* Reserves n blocks (and one for the part, if any) at the end of s, fewer
+ * if the pool is short, and starts reading the run hs (and the part) into
+ * them. NULL when not one block fits. */
+static store_load *load_start(cache_store *st, int tier, const cache_hash *prev, const cache_hash *hs,
+                              const int32_t *tokens, int n, const part_match *part, kv_seq *s) {
+    int B = st->kv->block_tokens, extra = part->len > 0;
+    while (n + extra > 0 && kv_seq_reserve(st->kv, s, s->n_pos + (n + extra) * B, NULL)) /* as much as the pool holds */
+        if (extra) extra = 0;
+        else n /= 2;
+    if (n + extra == 0) return NULL;
+    int items = n + extra;
+    store_load *l = xcalloc(1, sizeof *l);
+    l->tiers = st->tiers;
+    l->n_tiers = st->n_tiers;
+    l->tier = n > 0 ? tier : part->tier;
+    l->prev = *prev;
+    l->n = n;
+    if (extra) l->part = *part;
+    l->first = s->n_pos / B;
+    l->hs = xmalloc((size_t)items * sizeof *l->hs);
+    memcpy(l->hs, hs, (size_t)n * sizeof *l->hs);
+    if (extra) l->hs[n] = part->h;
+    l->want = xmalloc(((size_t)n * B + (size_t)l->part.len) * sizeof(int32_t) + 1);
+    memcpy(l->want, tokens, ((size_t)n * B + (size_t)l->part.len) * sizeof(int32_t));
+    l->from = xmalloc((size_t)items * sizeof(int));
+    l->dst = xmalloc((size_t)items * sizeof *l->dst);
+    l->tok = xmalloc((size_t)items * sizeof *l->tok);
+    l->got = xmalloc((size_t)items * B * sizeof(int32_t));
+    l->rc = xmalloc((size_t)items * sizeof(int));
+    for (int i = 0; i < items; i++) {
+        l->from[i] = i < n ? l->tier : part->tier;
+        l->dst[i] = kv_rows(st->kv, s->blocks[l->first + i], 0, 0);
+        l->tok[i] = l->got + (size_t)i * B;
+    }
+    l->threaded = pthread_create(&l->th, NULL, load_main, l) == 0;
+    if (!l->threaded) load_main(l);
+    return l;
+}
+
+/* Seconds of retention the tier that served h remembers for it (anchors
+ * and cache_control marks outlive a restart). */
+static double carried_retention(const cache_tier *t, const cache_hash *h) { return t->retained_s(t->self, h); }
+
+/* The loaded partial block, at the end of s's full blocks, joins the
+ * cache (indexed if full, a tail if not) when its tokens are the ones
+ * asked for and hash to its name; the caller's truncation then leaves it
+ * idle for attach_partial to find. Returns the block, or -1. */
+static int promote_part(cache_store *st, store_load *l, kv_seq *s, const cache_hash *prev) {
+    int B = st->kv->block_tokens, bi = l->first + l->n;
+    const int32_t *got = l->tok[l->n];
+    cache_hash h; /* a check of what was read, not a key of the request */
+    cache_hash_block(&h, prev, got, l->part.n_tok);
+    if (memcmp(h.b, l->part.h.b, 32) != 0 || memcmp(got, l->want + (size_t)l->n * B, (size_t)l->part.len * 4) != 0) {
+        st->st.load_errors++;
+        return -1;
+    }
+    double keep = carried_retention(&st->tiers[l->from[l->n]], &h);
+    if (live_add(st->live, s, bi, l->part.n_tok < B ? NULL : &h, prev, got, l->part.n_tok, keep)) return -1;
+    return s->blocks[bi];
+}
+
+/* Waits for q's read; keeps the loaded prefix whose tokens match ours (a
+ * check on top of the hash), indexes it, promotes the partial block if
+ * the whole run came in, gives the other reserved blocks back. Returns
+ * the blocks appended to s. */
+static int load_take(cache_store *st, store_seq *q, kv_seq *s) {
+    store_load *l = q->load;
+    int B = st->kv->block_tokens, ok;
+    load_join(l);
+    ok = l->ok < l->n ? l->ok : l->n;
+    for (int i = 0; i < ok; i++)
+        if (memcmp(l->tok[i], l->want + (size_t)i * B, (size_t)B * sizeof(int32_t)) != 0) ok = i;
+    st->st.load_errors += l->ok < load_items(l) || ok < l->n;
+    for (int i = 0; i < ok; i++, s->n_pos += B) {
+        double keep = carried_retention(&st->tiers[l->from[i]], &l->hs[i]);
+        live_add(st->live, s, l->first + i, &l->hs[i], i ? &l->hs[i - 1] : &l->prev, l->want + (size_t)i * B, B, keep);
+    }
+    q->n_blocks += ok;
+    q->n_cached_lower += ok * B;
+    q->part_block = ok == l->n && l->ok > l->n ? promote_part(st, l, s, ok ? &l->hs[ok - 1] : &l->prev) : -1;
+    kv_seq_truncate(st->kv, s, s->n_pos); /* gives unused reserved blocks back; a promoted one stays cached */
+    load_free(l);
+    q->load = NULL;
+    return ok;
+}
+
+/* ---- the walk ---------------------------------------------------------------------- */
+
+/* The first lower tier holding h, or -1. */
+static int tier_with(const cache_store *st, const cache_hash *h) {
+    for (int k = 0; k < st->n_tiers; k++)
+        if (st->tiers[k].has(st->tiers[k].self, h)) return k;
+    return -1;
+}
+
+/* How many blocks from block `at` on (below max_blocks) tier k holds and
+ * the live index does not. */
+static int run_length(cache_store *st, store_seq *q, const int32_t *tokens, int k, int at, int max_blocks) {
+    const cache_tier *t = &st->tiers[k];
+    int n = 0;
+    while (at + n < max_blocks) {
+        const cache_hash *h = chain_at(st, q, tokens, at + n);
+        if (live_find(st->live, h) >= 0 || !t->has(t->self, h)) break;
+        n++;
+    }
+    return n;
+}
+
+/* Where the chain of whole blocks ends at block `at`, the best partial
+ * match of the lower tiers if it beats every one in memory; part->len 0
+ * when there is none or the chain goes on in memory. */
+static void find_part(cache_store *st, store_seq *q, const int32_t *tokens, int at, int n_max, part_match *part) {
+    int B = st->kv->block_tokens, off = at * B, live_len;
+    part->len = 0;
+    if (st->n_tiers == 0 || off >= n_max) return;
+    if (off + B <= n_max && live_find(st->live, chain_at(st, q, tokens, at)) >= 0) return;
+    const cache_hash *prev = chain_prev(q, at);
+    for (int k = 0; k < st->n_tiers; k++) {
+        part_match m = {.tier = k};
+        m.len = st->tiers[k].best_child(st->tiers[k].self, prev, tokens + off, n_max - off, &m.h, &m.n_tok);
+        if (m.len > part->len) *part = m;
+    }
+    live_best_partial(st->live, prev, tokens + off, n_max - off, &live_len);
+    if (part->len <= live_len) part->len = 0;
+}
+
+/* The read of what the lower tiers hold from block q->n_blocks on: a run
+ * from the first tier holding the next block, and the partial match
+ * after it. NULL when they hold nothing there (or the pool is full). */
+static store_load *plan_load(cache_store *st, store_seq *q, const int32_t *tokens, int n_max, kv_seq *s) {
+    int B = st->kv->block_tokens, at = q->n_blocks, max_blocks = n_max / B, n = 0, k = -1;
+    if (st->n_tiers == 0) return NULL;
+    if (at < max_blocks && (k = tier_with(st, chain_at(st, q, tokens, at))) >= 0)
+        n = run_length(st, q, tokens, k, at, max_blocks);
+    part_match part = {0};
+    /* A partial match only where no tier goes on with a whole block (else
+     * the next run takes it from there). */
+    if (at + n >= max_blocks || tier_with(st, chain_at(st, q, tokens, at + n)) < 0)
+        find_part(st, q, tokens, at + n, n_max, &part);
+    if (n == 0 && part.len == 0) return NULL;
+    const cache_hash *run = n ? &q->chain[at] : NULL;
+    return load_start(st, k, chain_prev(q, at), run, tokens + (size_t)at * B, n, &part, s);
+}
+
+/* A live block serves block q->n_blocks: attached, and the tiers below
+ * hear of the hit. */
+static void attach_live(cache_store *st, store_seq *q, int b, kv_seq *s) {
+    const cache_hash *h = &q->chain[q->n_blocks];
+    live_attach(st->live, b, s);
+    for (int k = 0; k < st->n_tiers; k++) st->tiers[k].touch(st->tiers[k].self, h);
+    q->n_blocks++;
+}
+
+/* Attaches whole blocks from the cursor on: live ones, and runs read from
+ * the lower tiers (waited for, or with async, started and left running:
+ * then it stops there). */
+static void attach_blocks(cache_store *st, store_seq *q, const int32_t *tokens, int n_max, kv_seq *s, int async) {
+    int B = st->kv->block_tokens, max_blocks = n_max / B;
+    while (q->n_blocks <= max_blocks) {
+        if (q->n_blocks < max_blocks) {
+            int b = live_find(st->live, chain_at(st, q, tokens, q->n_blocks));
+            if (b >= 0) {
+                attach_live(st, q, b, s);
+                continue;
+            }
+        }
+        if (!(q->load = plan_load(st, q, tokens, n_max, s)) || async) break;
+        int want = q->load->n, had_part = q->load->part.len > 0, got = load_take(st, q, s);
+        if (got < want || had_part || got == 0) break;
+    }
+}
+
+/* After the whole blocks: the longest partial match, shared (the
+ * sequence's first write copies it); then the lookup is done: counts,
+ * and the scope now that the prompt is known. */
+static int attach_partial(cache_store *st, store_seq *q, const int32_t *tokens, int n_tokens, int n_max, kv_seq *s) {
+    int got = s->n_pos, tail = 0;
+    const cache_hash *prev = chain_prev(q, q->n_blocks);
+    int tb = got < n_max ? live_best_partial(st->live, prev, tokens + got, n_max - got, &tail) : -1;
+    if (tb >= 0) {
+        live_attach_part(st->live, tb, s, tail);
+        if (tb == q->part_block) q->n_cached_lower += tail;
+        else st->st.tail_hit_tokens += tail;
+    }
+    q->n_cached = s->n_pos;
+    q->n_attached_blocks = q->n_blocks;
+    q->load_ms = clock_ms() - q->t_begin;
+    st->st.hit_tokens += q->n_cached - q->n_cached_lower;
+    st->st.lower_hit_tokens += q->n_cached_lower;
+    const store_request *rq = q->rq;
+    q->publish_limit =
+        policy_publish_limit(st->recent, &rq->scope, &st->o.default_scope, tokens, n_tokens, rq->bounds, rq->n_bounds);
+    return s->n_pos;
+}
+
+int store_attach_begin(cache_store *st, store_seq *q, const int32_t *tokens, int n_tokens, int n_max, kv_seq *s) {
+    q->t_begin = clock_ms();
+    st->st.lookups++;
+    attach_blocks(st, q, tokens, n_max, s, 1);
+    return q->load ? s->n_pos : attach_partial(st, q, tokens, n_tokens, n_max, s);
+}
+
+int store_loading(const store_seq *q) { return q->load != NULL; }
+
+int store_load_ready(const store_seq *q) { return q->load && atomic_load(&q->load->done); }
+
+int store_attach_end(cache_store *st, store_seq *q, const int32_t *tokens, int n_tokens, int n_max, kv_seq *s) {
+    int want = q->load->n, had_part = q->load->part.len > 0;
+    int n = load_take(st, q, s);
+    if (n == want && !had_part) attach_blocks(st, q, tokens, n_max, s, 0); /* what follows */
+    return attach_partial(st, q, tokens, n_tokens, n_max, s);
+}
+
+int store_attach(cache_store *st, store_seq *q, const int32_t *tokens, int n_tokens, int n_max, kv_seq *s) {
+    q->t_begin = clock_ms();
+    st->st.lookups++;
+    attach_blocks(st, q, tokens, n_max, s, 0);
+    return attach_partial(st, q, tokens, n_tokens, n_max, s);
+}
+
+/* ---- publishing and the end of a request ---------------------------------------------- */
+
+/* A copy of a block (or tail) to every lower tier; the tails there that
+ * it holds whole go. */
+static void write_through(cache_store *st, const cache_hash *h, const cache_hash *prev, const int32_t *t, int n,
+                          int b) {
+    for (int k = 0; k < st->n_tiers; k++) {
+        const cache_tier *tr = &st->tiers[k];
+        if (tr->write(tr->self, h, prev, t, n, kv_rows(st->kv, b, 0, 0)) == 0) tr->drop_superseded(tr->self, prev, t, n);
+    }
+}
+
+void store_publish(cache_store *st, store_seq *q, const int32_t *tokens, const kv_seq *s) {
+    int B = st->kv->block_tokens, end = s->n_pos < q->publish_limit ? s->n_pos : q->publish_limit;
+    while ((q->n_blocks + 1) * B <= end) {
+        int i = q->n_blocks, b = s->blocks[i];
+        const int32_t *bt = tokens + (size_t)i * B;
+        const cache_hash *h = chain_at(st, q, tokens, i), *prev = chain_prev(q, i);
+        if (live_add(st->live, s, i, h, prev, bt, B, 0) == 0) st->st.published_blocks++; /* never twice */
+        write_through(st, h, prev, bt, B, b);
+        q->n_blocks++;
+    }
+}
+
+/* The partial last block stays as a tail (in memory and below) if every
+ * full block before it was published. */
+static void keep_tail(cache_store *st, store_seq *q, const int32_t *tokens, const kv_seq *s) {
+    int B = st->kv->block_tokens, n = s->n_pos % B, bi = s->n_pos / B;
+    if (n == 0 || q->n_blocks != bi || bi >= s->n_blocks) return;
+    const cache_hash *prev = chain_prev(q, bi);
+    const int32_t *t = tokens + (size_t)bi * B;
+    if (!live_keep_tail(st->live, s, prev, t, n) || st->n_tiers == 0) return;
+    cache_hash h;
+    cache_hash_block(&h, prev, t, n);
+    q->n_hashes++;
+    st->st.hashes++;
+    write_through(st, &h, prev, t, n, s->blocks[bi]);
+}
+
+/* The cached blocks of s that start before position end are kept at
+ * least ttl_s from now, in every tier. */
+static void retain(cache_store *st, const kv_seq *s, int end, double ttl_s) {
+    int B = st->kv->block_tokens;
+    for (int i = 0; i < s->n_blocks && i * B < end && i * B < s->n_pos; i++) {
+        const cache_hash *h = live_retain(st->live, s->blocks[i], ttl_s);
+        for (int k = 0; h && k < st->n_tiers; k++) st->tiers[k].retain(st->tiers[k].self, h, ttl_s);
+    }
+}
+
+void store_finish(cache_store *st, store_seq *q, const int32_t *tokens, const kv_seq *s, int keep) {
+    if (q->load) { /* dropped while its prefix was read: wait before the blocks go */
+        load_join(q->load);
+        load_free(q->load);
+        q->load = NULL;
+        q->load_ms = clock_ms() - q->t_begin;
+    }
+    if (keep && s->n_pos <= q->publish_limit) keep_tail(st, q, tokens, s);
+    for (int i = 0; i < q->rq->n_marks; i++) retain(st, s, q->rq->marks[i].end, q->rq->marks[i].ttl_s);
+    free(q->chain);
+    q->chain = NULL;
+    q->n_chain = q->cap_chain = 0;
+}

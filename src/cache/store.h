@@ -1,0 +1,113 @@
+/* store.h - the block store: one orchestrator over the tiers (DESIGN.md,
+ * "Blocks and hashes", "Tiers").
+ *
+ * A request's prompt is cut into blocks of B tokens named by a chained
+ * hash (hash.h), each hashed once per request. The store walks the tiers
+ * in order: the live pool's index (live.h), then every tier added with
+ * store_add_tier (tier.h: disk today), attaches the longest cached prefix
+ * to the request's sequence (down to the token, through tails and partial
+ * blocks), reading runs of blocks from a lower tier in the background
+ * while the caller computes other sequences; a failed read falls back to
+ * the next tier that holds the block. As the sequence fills blocks it
+ * publishes them (live index, and a copy written through to every tier),
+ * within the request's scope; at the end it keeps the partial last block
+ * as a tail and applies the request's retention marks. It counts, per
+ * request and in total, what came from which tier.
+ * Cached KV is bit-identical to recomputing it: the forward pass is batch
+ * invariant, so where a block was computed does not matter.
+ *
+ * Thread safety: one thread (the scheduler) makes every call; a lower
+ * tier's read runs on a thread of the store's own.
+ * Does not: decide what is worth keeping (policy.c), know about HTTP,
+ * rendering or batching. */
+#ifndef STRATA_CACHE_STORE_H
+#define STRATA_CACHE_STORE_H
+
+#include <stdint.h>
+
+#include "cache/hash.h"
+#include "cache/live.h"
+#include "cache/policy.h"
+#include "cache/tier.h"
+#include "model/kv.h"
+
+#define STORE_MAX_TIERS 4
+
+typedef struct cache_store cache_store;
+typedef struct store_load store_load;
+
+typedef struct store_opts {
+    uint8_t model_fp[32];    /* in every root hash */
+    double attn_per_pos;     /* policy_attn_cost_per_pos of the model */
+    cache_scope default_scope; /* for requests whose scope is SCOPE_DEFAULT */
+} store_opts;
+
+/* Takes over the pool's keeper hooks (live.h). */
+cache_store *store_new(kv_pool *kv, const store_opts *o);
+void store_free(cache_store *st); /* NULL is fine */
+/* Adds a tier below the ones already there. The caller keeps what t
+ * points to alive until store_free. */
+void store_add_tier(cache_store *st, const cache_tier *t);
+
+/* What a request asks of the cache; the caller owns the arrays and keeps
+ * them until store_finish. */
+typedef struct store_request {
+    cache_hash root;         /* store_root: model, tenant, salt */
+    cache_scope scope;
+    const int *bounds;       /* ascending positions where messages start (auto scope cuts there) */
+    int n_bounds;
+    const cache_mark *marks; /* retention: anchor, cache_control breakpoints */
+    int n_marks;
+} store_request;
+
+void store_root(const cache_store *st, const char *tenant, const char *salt, cache_hash *root);
+
+/* One sequence's walk over the store. Fields are for reading. */
+typedef struct store_seq {
+    const store_request *rq;
+    cache_hash *chain;        /* hash of each whole block of the tokens, computed once */
+    int n_chain, cap_chain;
+    int n_blocks;             /* whole blocks attached or published so far (the cursor) */
+    int n_attached_blocks;    /* of which came from the cache */
+    int n_cached;             /* prompt tokens whose KV came from the cache */
+    int n_cached_lower;       /* of which read from a tier below the live pool */
+    int publish_limit;        /* positions it may publish (its scope); set when attached */
+    int n_hashes;             /* chain hashes computed: one per block */
+    double t_begin, load_ms;  /* when the lookup began (ms), how long attaching took */
+    store_load *load;         /* a lower tier's read in flight, or NULL */
+    int part_block;           /* private: a partial block just read from a lower tier */
+} store_seq;
+
+void store_seq_init(const cache_store *st, store_seq *q, const store_request *rq);
+
+/* Attaches to the empty sequence s the longest cached prefix of
+ * tokens[0..n_max) (n_tokens: the whole prompt, for the auto scope).
+ * Returns the tokens attached; when part must come from a lower tier, the
+ * read is started (store_loading) and store_attach_end takes it in. */
+int store_attach_begin(cache_store *st, store_seq *q, const int32_t *tokens, int n_tokens, int n_max, kv_seq *s);
+int store_loading(const store_seq *q);
+int store_load_ready(const store_seq *q); /* the read is done: end will not wait */
+/* Waits for the read if needed, takes it in and attaches what follows. */
+int store_attach_end(cache_store *st, store_seq *q, const int32_t *tokens, int n_tokens, int n_max, kv_seq *s);
+/* begin and end in one call (waits for every read). */
+int store_attach(cache_store *st, store_seq *q, const int32_t *tokens, int n_tokens, int n_max, kv_seq *s);
+
+/* Publishes every full block of s (positions < s->n_pos) within the
+ * publish limit not yet published; tokens: the sequence's tokens so far. */
+void store_publish(cache_store *st, store_seq *q, const int32_t *tokens, const kv_seq *s);
+
+/* Ends the walk: a read in flight is waited for and dropped; with
+ * keep_tail (its KV is complete) the partial last block stays as a tail
+ * if it lies within the scope; the request's retention marks apply.
+ * Call before releasing s. q's counts stay readable. */
+void store_finish(cache_store *st, store_seq *q, const int32_t *tokens, const kv_seq *s, int keep_tail);
+
+typedef struct store_stats {
+    long lookups, hit_tokens, lower_hit_tokens, tail_hit_tokens, published_blocks;
+    long load_errors;   /* reads that failed or did not match */
+    long hashes;        /* chain hashes computed */
+    live_stats live;
+} store_stats;
+void store_get_stats(const cache_store *st, store_stats *out);
+
+#endif

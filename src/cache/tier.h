@@ -1,0 +1,52 @@
+/* tier.h - a tier below the live pool, as the store (store.h) sees it.
+ *
+ * The disk tier today (disk_tier.c), a RAM tier or a tier shared between
+ * replicas tomorrow: each is a set of blocks named by their chain hash
+ * (hash.h) holding the same payload as a pool block, so moving a block
+ * between tiers is a copy. The store walks the tiers in the order they
+ * were added, reads runs of blocks from the first one that has them,
+ * falls back to the next when a read fails, and writes every published
+ * block through to all of them.
+ *
+ * Every call may come from any thread (reads run on the store's loader
+ * thread). A tier keeps its own budget and evicts on its own, ordering its
+ * blocks by the policy's one formula (policy_value, policy_evict_key);
+ * it never decides what is worth keeping longer: retain() tells it.
+ * Does not: know the live pool, requests or the scheduler. */
+#ifndef STRATA_CACHE_TIER_H
+#define STRATA_CACHE_TIER_H
+
+#include <stdint.h>
+
+#include "cache/hash.h"
+
+typedef struct cache_tier {
+    const char *name; /* for logs and the trace: "disk", ... */
+    void *self;
+    /* 1 when the block is held (or being written). */
+    int (*has)(void *self, const cache_hash *h);
+    /* The held block continuing parent (a tail, or a full block matching
+     * in part) that shares the longest prefix with tokens[0..n): returns
+     * that length (0: none), its hash and token count. */
+    int (*best_child)(void *self, const cache_hash *parent, const int32_t *tokens, int n, cache_hash *h,
+                      int *n_tokens);
+    /* Reads n blocks into dst[i] (a pool block's bytes) and their token ids
+     * into tokens_out[i]; rc[i] 0 or a negative STRATA_E* per block, and a
+     * failed block's dst zeroed. Returns how many from the first loaded. */
+    int (*read_many)(void *self, const cache_hash *h, void *const *dst, int32_t *const *tokens_out, int n, int *rc);
+    /* Stores a copy of a block of n_tokens (B, or fewer: a tail) and
+     * returns at once; 0 when stored or already held, < 0 when dropped. */
+    int (*write)(void *self, const cache_hash *h, const cache_hash *parent, const int32_t *tokens, int n_tokens,
+                 const void *kv);
+    /* After a write of tokens[0..n) under parent: drops the held tails
+     * that block now holds whole. */
+    int (*drop_superseded)(void *self, const cache_hash *parent, const int32_t *tokens, int n);
+    /* A hit served by a tier above: recency and hit count. */
+    void (*touch)(void *self, const cache_hash *h);
+    /* Retention mark: kept behind every unmarked block until ttl_s from now. */
+    void (*retain)(void *self, const cache_hash *h, double ttl_s);
+    /* Seconds the block's mark has left (0: none), carried up on a read. */
+    double (*retained_s)(void *self, const cache_hash *h);
+} cache_tier;
+
+#endif
