@@ -28,7 +28,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "bench") == 0) return cli_bench(argc, argv);
     if (strcmp(cmd, "model") == 0) return cli_model(argc, argv);
     if (strcmp(cmd, "serve") == 0) return cli_serve(argc, argv);
-    if (strcmp(cmd, "bench-kernels") == 0) return quant_bench_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "bench-kernels") == 0) return cli_bench_kernels(argc - 1, argv + 1);
     if (strcmp(cmd, "cache") == 0) return cli_cache(argc, argv);
     fprintf(stderr, "strata: unknown command '%s' (try 'strata --help')\n", cmd);
     return 2;

@@ -231,6 +231,11 @@ int quant_level(void) {
     return avx2 ? QUANT_AVX2 : QUANT_SCALAR;
 }
 
+const char *quant_level_name(int level) {
+    static const char *names[QUANT_LEVELS] = {"scalar", "avx2", "avx512"};
+    return level >= 0 && level < QUANT_LEVELS ? names[level] : "?";
+}
+
 quant_gemm_fn quant_kernel_at(int level, qtype t) {
     quant_gemm_fn fn = NULL;
     if (level >= QUANT_AVX512) fn = quant_avx512_kernel(t);

@@ -55,9 +55,16 @@ void quant_gemm(qtype wt, const void *w, size_t w_row_bytes, int64_t k,
                 const void *xq, size_t xq_row_bytes, int n_tok,
                 float *y, int64_t ldy, int r0, int r1);
 
-/* `strata bench-kernels [TYPE [ROWS [K [N_TOK...]]]] [--level L]`:
- * single-thread GFLOP/s of quant_gemm (quant_bench.c). argv[0] is the
- * command name. Returns the exit status. */
-int quant_bench_main(int argc, char **argv);
+/* Kernel levels. A process uses one (cpu_get() decides); tests and
+ * `strata bench-kernels` call each level directly. */
+enum { QUANT_SCALAR = 0, QUANT_AVX2 = 1, QUANT_AVX512 = 2, QUANT_LEVELS = 3 };
+
+/* Highest level this CPU (after STRATA_CPU masking) runs. */
+int quant_level(void);
+const char *quant_level_name(int level); /* "scalar", "avx2", "avx512" */
+/* quant_gemm forced to one level; level must be <= quant_level(). */
+void quant_gemm_level(int level, qtype wt, const void *w, size_t w_row_bytes,
+                      int64_t k, const void *xq, size_t xq_row_bytes,
+                      int n_tok, float *y, int64_t ldy, int r0, int r1);
 
 #endif

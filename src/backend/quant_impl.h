@@ -106,10 +106,6 @@ static inline uint32_t quant_rd32(const uint8_t *p) {
            ((uint32_t)p[3] << 24);
 }
 
-/* Kernel levels. A process uses one (cpu_get() decides); the tests call
- * each level directly through quant_gemm_level. */
-enum { QUANT_SCALAR = 0, QUANT_AVX2 = 1, QUANT_AVX512 = 2, QUANT_LEVELS = 3 };
-
 typedef void (*quant_gemm_fn)(const void *w, size_t w_row_bytes, int64_t k,
                               const void *xq, size_t xq_row_bytes, int n_tok,
                               float *y, int64_t ldy, int r0, int r1);
@@ -120,13 +116,7 @@ quant_gemm_fn quant_scalar_kernel(qtype t);
 quant_gemm_fn quant_avx2_kernel(qtype t);
 quant_gemm_fn quant_avx512_kernel(qtype t);
 
-/* Highest level this CPU (after STRATA_CPU masking) runs. */
-int quant_level(void);
 /* The kernel quant_gemm would use for t at `level` (with fallback). */
 quant_gemm_fn quant_kernel_at(int level, qtype t);
-/* quant_gemm forced to one level; level must be <= quant_level(). */
-void quant_gemm_level(int level, qtype wt, const void *w, size_t w_row_bytes,
-                      int64_t k, const void *xq, size_t xq_row_bytes,
-                      int n_tok, float *y, int64_t ldy, int r0, int r1);
 
 #endif

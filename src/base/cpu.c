@@ -1,6 +1,8 @@
 /* cpu.c - runtime CPU feature detection with an environment override. */
 #include "base/cpu.h"
 
+#include <pthread.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,14 +27,16 @@ static cpu_features detect(void) {
     return f;
 }
 
+static cpu_features g_feats;
+static pthread_once_t g_feats_once = PTHREAD_ONCE_INIT;
+
+static void detect_once(void) { g_feats = detect(); }
+
+/* Detected once, whichever thread asks first (pthread_once: no data race
+ * between kernel threads starting together). */
 const cpu_features *cpu_get(void) {
-    static cpu_features feats;
-    static int done;
-    if (!done) { /* benign race: every thread computes the same value */
-        feats = detect();
-        done = 1;
-    }
-    return &feats;
+    pthread_once(&g_feats_once, detect_once);
+    return &g_feats;
 }
 
 const char *cpu_level_name(void) {

@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/fs.h"
 #include "base/log.h"
 #include "base/mem.h"
 #include "cache/disk_file.h"
@@ -488,18 +489,6 @@ static void load_usage_one(void *ctx, const disk_usage_rec *r) {
     if (r->keep_until > e->keep_until) e->keep_until = r->keep_until;
 }
 
-static int mkdir_p(const char *path) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(buf, 0755) && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    return mkdir(buf, 0755) && errno != EEXIST ? -1 : 0;
-}
-
 /* Creates the directory tree and proves it is writable. */
 static int prepare_dir(disk_store *d, strata_err *err) {
     char q[4200];
@@ -509,7 +498,7 @@ static int prepare_dir(disk_store *d, strata_err *err) {
             return strata_errf(err, STRATA_EIO, "disk cache %s: no such directory", d->dir);
         return 0;
     }
-    if (mkdir_p(d->dir))
+    if (fs_mkdir_p(d->dir))
         return strata_errf(err, STRATA_EIO, "disk cache %s: cannot create: %s", d->dir, strerror(errno));
     snprintf(q, sizeof q, "%s/.probe-%ld", d->dir, (long)getpid());
     int fd = open(q, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -805,9 +794,7 @@ double disk_retained_s(disk_store *d, const cache_hash *h) {
 
 /* Token ids of e shared with tokens[0..n). */
 static int common_prefix(const dent *e, const int32_t *tokens, int n) {
-    int m = 0;
-    while (m < (int)e->n_tokens && m < n && e->tok[m] == tokens[m]) m++;
-    return m;
+    return mem_common_prefix_i32(e->tok, (int)e->n_tokens, tokens, n);
 }
 
 /* 1 when e is a stored or queued block continuing parent. */

@@ -243,9 +243,7 @@ int live_best_partial(const live_cache *c, const cache_hash *prev, const int32_t
     for (int b = 0; b < c->kv->n_blocks; b++) {
         const brec *r = &c->rec[b];
         if (r->n_tok == 0 || memcmp(r->prev.b, prev->b, 32) != 0) continue;
-        const int32_t *t = tokens_of(c, b);
-        int m = 0;
-        while (m < r->n_tok && m < n && t[m] == tokens[m]) m++;
+        int m = mem_common_prefix_i32(tokens_of(c, b), r->n_tok, tokens, n);
         if (m > *len) best = b, *len = m;
     }
     return best;

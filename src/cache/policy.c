@@ -99,12 +99,6 @@ void policy_recent_free(policy_recent *r) {
     free(r->prompt), free(r->n), free(r);
 }
 
-static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
-    int len = 0;
-    while (len < na && len < nb && a[len] == b[len]) len++;
-    return len;
-}
-
 int policy_auto_boundary(policy_recent *r, const int32_t *prompt, int n, int n_look, const int *bounds,
                          int n_bounds) {
     int best = 0;
@@ -112,7 +106,7 @@ int policy_auto_boundary(policy_recent *r, const int32_t *prompt, int n, int n_l
     for (int k = 1; k <= n_look; k++) {
         int i = (r->next - k + r->cap) % r->cap;
         if (!r->prompt[i]) continue;
-        int len = common_prefix(r->prompt[i], r->n[i], prompt, n);
+        int len = mem_common_prefix_i32(r->prompt[i], r->n[i], prompt, n);
         if (len > best) best = len;
     }
     /* A prefix shared only part way into a message (two tasks that start

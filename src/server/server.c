@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "base/fs.h"
 #include "base/log.h"
 #include "base/mem.h"
 #include "server/api_anthropic.h"
@@ -301,19 +302,6 @@ static int cache_dir_path(const server *s, char *out, size_t cap) {
     return 0;
 }
 
-/* mkdir -p; failures are left to the disk tier to report. */
-static void mkdir_p(const char *dir) {
-    char buf[1100];
-    snprintf(buf, sizeof buf, "%s", dir);
-    for (char *p = buf + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir(buf, 0755);
-            *p = '/';
-        }
-    mkdir(buf, 0755);
-}
-
 /* The exact-replay map lives beside the blocks, one file per model. */
 static void replay_path(const server *s, char *out, size_t cap) {
     char hex[65];
@@ -351,7 +339,7 @@ static int load_model(server *s, strata_err *err) {
     uint8_t fp[32];
     char memo_dir[1100] = "";
     if (!s->o.no_cache && !s->o.no_cache_disk && cache_dir_path(s, memo_dir, sizeof memo_dir) == 0)
-        mkdir_p(memo_dir);
+        fs_mkdir_p(memo_dir); /* a failure is the disk tier's to report */
     int rc = cache_model_fingerprint(s->o.model_path, memo_dir[0] ? memo_dir : NULL, fp, err);
     if (rc) return rc;
     engine_params ep = {.model_path = s->o.model_path, .n_threads = s->o.threads, .max_batch = 512,

@@ -1,15 +1,15 @@
-/* quant_bench.c - micro-benchmark of quant_gemm (`strata bench-kernels`).
+/* bench_kernels.c - micro-benchmark of quant_gemm (`strata bench-kernels`).
  *
- *   quant_bench_main(argc, argv): [TYPE [ROWS [K [N_TOK...]]]] [--level L]
+ *   cli_bench_kernels(argc, argv): [TYPE [ROWS [K [N_TOK...]]]] [--level L]
  *   defaults: Q4_1 1536 576 1 512; L = scalar|avx2|avx512|all (default all
  *   levels this CPU runs). Single thread; random weights with sane scales.
  * Weights are random bytes whose odd bytes are tamed so every f16 field is
  * a small normal number (no NaN, Inf or denormal slowdowns).
  * Prints one line per (level, n_tok): ms per call and GFLOP/s (2*rows*k*n
  * flops, activation conversion excluded). Does not: threads. */
-#include "backend/quant_impl.h"
-
+#include "backend/quant.h"
 #include "base/fp16.h"
+#include "cli/cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +31,6 @@ static int type_by_name(const char *s) {
     return -1;
 }
 
-static const char *LEVEL_NAMES[QUANT_LEVELS] = {"scalar", "avx2", "avx512"};
 
 static void *bench_weights(qtype t, int rows, int64_t k) {
     size_t n = quant_row_bytes(t, k) * (size_t)rows;
@@ -64,7 +63,7 @@ static void bench_one(int level, qtype t, int rows, int64_t k, int n_tok) {
     }
     double per = el / iters, flops = 2.0 * rows * (double)k * n_tok;
     printf("%-6s %-5s rows=%d k=%lld n_tok=%d: %9.3f ms  %7.1f GFLOP/s\n",
-           LEVEL_NAMES[level], tr->name, rows, (long long)k, n_tok, per * 1e3,
+           quant_level_name(level), tr->name, rows, (long long)k, n_tok, per * 1e3,
            flops / per * 1e-9);
     free(w);
     free(x);
@@ -72,7 +71,8 @@ static void bench_one(int level, qtype t, int rows, int64_t k, int n_tok) {
     free(xq);
 }
 
-int quant_bench_main(int argc, char **argv) {
+/* argv[0] is the command name. */
+int cli_bench_kernels(int argc, char **argv) {
     int type = QT_Q4_1, rows = 1536, lv = -1, ntoks[16], nn = 0, pos = 0;
     int64_t k = 576;
     for (int i = 1; i < argc; i++) {
@@ -80,7 +80,7 @@ int quant_bench_main(int argc, char **argv) {
             const char *l = argv[++i];
             lv = strcmp(l, "all") == 0 ? -1 : -2;
             for (int j = 0; j < QUANT_LEVELS; j++)
-                if (strcmp(l, LEVEL_NAMES[j]) == 0) lv = j;
+                if (strcmp(l, quant_level_name(j)) == 0) lv = j;
             if (lv == -2) return fprintf(stderr, "unknown level %s\n", l), 2;
         } else if (pos == 0) {
             type = type_by_name(argv[i]), pos++;
