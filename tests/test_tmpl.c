@@ -408,3 +408,106 @@ TEST(tmpl_limits)
     sprintf(deep + k, " }}");
     expect_error(deep, NULL, "nesting");
 }
+
+/* ---- hostile templates (issue 16): each is a clear error, never a crash,
+ * a hang or unbounded memory ---- */
+
+TEST(tmpl_int_overflow)
+{
+    /* INT64_MIN // -1 trapped (SIGFPE); -INT64_MIN was undefined */
+    expect_error("{{ (-9223372036854775807 - 1) // -1 }}", NULL, "integer overflow");
+    expect("{{ (-9223372036854775807 - 1) % -1 }}", NULL, "0");
+    expect_error("{{ -(-9223372036854775807 - 1) }}", NULL, "integer overflow");
+    expect_error("{{ (-9223372036854775807 - 1)|abs }}", NULL, "integer overflow");
+    expect_error("{{ 9223372036854775807 + 1 }}", NULL, "integer overflow");
+    expect_error("{{ [9223372036854775807, 1]|sum }}", NULL, "integer overflow");
+    expect_error("{{ 2 ** 63 }}", NULL, "integer overflow");
+    expect_error("{{ 1e300|int }}", NULL, "integer overflow");
+    /* the same results as Python where they fit */
+    expect("{{ (-9223372036854775807 - 1) % 3 }} {{ (-9223372036854775807 - 1) // 3 }} {{ 7 % -3 }} {{ -7 // 3 }}",
+           NULL, "1 -3074457345618258603 -2 -3");
+    expect("{{ 2 ** 62 }} {{ (-2) ** 63 }} {{ 1 ** 9223372036854775807 }} {{ 0 ** 0 }}", NULL,
+           "4611686018427387904 -9223372036854775808 1 1");
+    expect("{{ range(-9223372036854775807 - 1, 9223372036854775807, 9223372036854775807)|list }}", NULL,
+           "[-9223372036854775808, -1, 9223372036854775806]");
+}
+
+/* src with `{{ `, then `head`, then `link` n times, then ` }}` (malloc'd) */
+static char *chain(const char *open, const char *head, const char *link, int n, const char *close)
+{
+    size_t ll = strlen(link), len = strlen(open) + strlen(head) + ll * (size_t)n + strlen(close);
+    char *s = malloc(len + 1), *p = s;
+    p += sprintf(p, "%s%s", open, head);
+    for (int i = 0; i < n; i++, p += ll) memcpy(p, link, ll);
+    strcpy(p, close);
+    return s;
+}
+
+TEST(tmpl_eval_depth)
+{
+    /* chains are built by loops in the parser but evaluated by recursion:
+     * 20,000 links overflowed the C stack */
+    static const char *const links[][3] = {
+        {"{{ ", "x", "|lower"}, {"{{ ", "d", ".b"}, {"{{ ", "1", " + 1"},
+        {"{{ ", "'a'", " ~ 'a'"}, {"{% filter ", "lower", "|lower"},
+    };
+    for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
+        int block = links[i][0][1] == '%';
+        char *src = chain(links[i][0], links[i][1], links[i][2], 20000,
+                          block ? " %}x{% endfilter %}" : " }}");
+        expect_error(src, "{\"x\": \"A\", \"d\": {}}", "expression nested deeper than 1000");
+        free(src);
+    }
+    /* long but ordinary chains still render */
+    char *src = chain("{{ ", "x", "|lower", 500, " }}");
+    expect(src, "{\"x\": \"A\"}", "a");
+    free(src);
+}
+
+TEST(tmpl_repr_cycle)
+{
+    /* a namespace holding itself printed forever; Python prints {...} */
+    expect("{% set ns = namespace(a=1) %}{% set ns.b = ns %}{{ ns }}", NULL,
+           "<Namespace {'a': 1, 'b': <Namespace {...}>}>");
+    expect("{% set ns = namespace(a=1) %}{% set ns.t = (ns, 1) %}{{ ns.t }}|{{ ns }}", NULL,
+           "(<Namespace {'a': 1, 't': (...)}>, 1)|<Namespace {'a': 1, 't': (<Namespace {...}>, 1)}>");
+    /* deep but acyclic values stop at the limit, like Python's RecursionError */
+    expect_error("{% set ns = namespace(x=1) %}{% for i in range(5000) %}{% set ns.x = [ns.x] %}{% endfor %}"
+                 "{{ ns.x }}", NULL, "nested deeper than 1000");
+    /* comparing or hashing it recursed without bound (a stack overflow
+     * with a million levels) */
+    static const char *const uses[] = {"ns.x == [ns.x][0]", "ns.x < [ns.x]", "{ns.t: 1}"};
+    for (size_t i = 0; i < sizeof uses / sizeof uses[0]; i++) {
+        char src[256];
+        snprintf(src, sizeof src, "{%% set ns = namespace(x=1, t=1) %%}{%% for i in range(5000) %%}"
+                 "{%% set ns.x = [ns.x] %%}{%% set ns.t = (ns.t,) %%}{%% endfor %%}{{ %s }}", uses[i]);
+        expect_error(src, NULL, "nested deeper than 1000");
+    }
+    expect("{{ [[1, [2]]] == [[1, [2]]] }} {{ [[1], 2] < [[1], 3] }} {{ {((1, 2), 3): 'k'}[((1, 2), 3)] }}",
+           NULL, "True True k");
+}
+
+TEST(tmpl_format_limits)
+{
+    /* '%.1000000000f' took 19-59 s and 4.9 GB, and the output was cut */
+    expect_error("{{ '%.1000000000f'|format(1.0) }}", NULL, "precision over the limit (100)");
+    expect_error("{{ '%.101f' % 1.0 }}", NULL, "precision over the limit");
+    expect_error("{{ '%1000d'|format(1) }}", NULL, "precision over the limit");
+    expect_error("{{ '%99999999999999999999d'|format(1) }}", NULL, "over the limit");
+    /* within the limit: Python's output, flags repeated or not */
+    expect("{{ '%5.2f|%-4d|%+.3e|%--5d|%05d'|format(3.14159, 7, 12345.678, 3, -42) }}", NULL,
+           " 3.14|7   |+1.235e+04|3    |-0042");
+    expect("{{ '%.100f'|format(1e308)|length }}", NULL, "410");
+}
+
+TEST(tmpl_repeat_limits)
+{
+    /* 'a' * 10**9 looped 64M times (3 s) before failing; now at once */
+    expect_error("{{ 'a' * 1000000000 }}", NULL, "str repetition too large (1 * 1000000000; limit 64 MiB)");
+    expect_error("{{ 1000000000 * 'ab' }}", NULL, "repetition too large");
+    expect_error("{{ ([1, 2, 3] * 100000000)|length }}", NULL, "loop iterations");
+    /* empty sequences repeat to nothing without looping */
+    expect("{{ ([] * 1000000000000)|length }}{{ '' * 1000000000000 }}", NULL, "0");
+    expect("{{ 'ab' * 3 }} {{ [1, 2] * 2 }} {{ (1,) * 2 }} {{ 'x' * -1 }}|", NULL,
+           "ababab [1, 2, 1, 2] (1, 1) |");
+}

@@ -6,6 +6,9 @@
 #ifndef STRATA_ERR_H
 #define STRATA_ERR_H
 
+#include <stdarg.h>
+#include <stddef.h>
+
 enum {
     STRATA_OK = 0,
     STRATA_EINVAL = -1,      /* bad argument or request */
@@ -24,6 +27,24 @@ typedef struct strata_err {
 
 /* Fill err (if not NULL) with code and a printf-style reason; returns code. */
 int strata_errf(strata_err *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Messages quote user text (model names, block types, template text) and
+ * end up in JSON error bodies, which must be valid UTF-8: a message cut by
+ * a fixed buffer in the middle of a character would make the JSON build
+ * fail and the client get no error object. These cut at a character
+ * boundary instead. */
+
+/* Length of s[0, len) without a trailing incomplete UTF-8 sequence: the
+ * longest prefix that does not end inside a character. */
+size_t strata_utf8_cut(const char *s, size_t len);
+
+/* vsnprintf into buf[cap] (cap > 0) that never leaves a partial UTF-8
+ * character at the end, whether this call truncated or the last %s did.
+ * Returns the length written. */
+size_t strata_vfmt(char *buf, size_t cap, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+size_t strata_fmt(char *buf, size_t cap, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Short name of a code, e.g. "EFORMAT". */

@@ -47,7 +47,7 @@ static void reply_error(http_reply *rep, int status, const char *type, const cha
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    strata_vfmt(msg, sizeof msg, fmt, ap);
     va_end(ap);
     reply_json(rep, status, json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", type, "message", msg));
 }
@@ -85,7 +85,7 @@ static int take_block(const json_t *b, size_t mi, size_t bi, int assistant, char
                                                  json_object_get(b, "tool_use_id")));
         free(t);
     } else {
-        snprintf(why, cap, "%s: unsupported block type '%s' for a %s message", where, type ? type : "?",
+        strata_fmt(why, cap, "%s: unsupported block type '%s' for a %s message", where, type ? type : "?",
                  assistant ? "assistant" : "user");
         return -1;
     }
@@ -144,7 +144,7 @@ static int note_breaks(const json_t *holder, size_t n_messages, prompt_cache_inf
         double v = 5, mult = 60;
         char unit = 'm', extra;
         if (ttl && (sscanf(ttl, "%lf%c%c", &v, &unit, &extra) != 2 || !(v > 0) || !strchr("smh", unit) || !unit)) {
-            snprintf(why, cap, "cache_control.ttl must be a duration such as '5m' or '1h', not '%s'", ttl);
+            strata_fmt(why, cap, "cache_control.ttl must be a duration such as '5m' or '1h', not '%s'", ttl);
             return -1;
         }
         mult = unit == 'h' ? 3600 : unit == 'm' ? 60 : 1;

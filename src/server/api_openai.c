@@ -143,7 +143,7 @@ static int completion_prompt_ids(oai_call *c, int32_t **ids, size_t *n, char *wh
         strata_err err = {0};
         int rc = chat_tokenize(s->tok, &cp, tok_add_bos(s->tok), ids, n, &err);
         chat_prompt_free(&cp);
-        if (rc) snprintf(why, cap, "%s", err.msg);
+        if (rc) strata_fmt(why, cap, "%s", err.msg);
         return rc ? -1 : 0;
     }
     if (!json_is_array(p) || json_array_size(p) == 0) {

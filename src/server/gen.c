@@ -205,7 +205,7 @@ int gen_pull(gen *g, int timeout_ms, const tc_event **evs) {
     int cut = final && g->st.finish == FINISH_LENGTH;
     if (tc_feed(g->tc, text, len, final && !cut, evs, &n, &err) && !g->tool_error) {
         g->tool_error = 1;
-        snprintf(g->error, sizeof g->error, "%s", err.msg);
+        strata_fmt(g->error, sizeof g->error, "%s", err.msg);
         g->done = 1;
         sched_cancel(g->req);
     }

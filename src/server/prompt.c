@@ -140,7 +140,7 @@ static int render_template(const server *s, const json_t *messages, const json_t
     int rc = tmpl_render(s->tpl, ctx, &text, &len, &spans, &n_spans, &err);
     json_decref(ctx);
     if (rc) {
-        snprintf(why, cap, "chat template: %s", err.msg);
+        strata_fmt(why, cap, "chat template: %s", err.msg);
         return -1;
     }
     for (size_t i = 0; i < n_spans; i++)
@@ -376,7 +376,7 @@ int prompt_tokens(const server *s, const json_t *messages, const prompt_tools *t
         strata_err err = {0};
         if (chat_tokenize_bounds(s->tok, &p, tok_add_bos(s->tok), ids, n, ci ? &ci->bounds : NULL,
                                  ci ? &ci->n_bounds : NULL, &err)) {
-            snprintf(why, cap, "%s", err.msg);
+            strata_fmt(why, cap, "%s", err.msg);
             rc = -1;
         }
     }

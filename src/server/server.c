@@ -237,7 +237,7 @@ static void handle(void *app, const http_req *req, http_reply *rep) {
         return;
     }
     char msg[256];
-    snprintf(msg, sizeof msg, path_known ? "method %s not allowed on %s" : "no endpoint %s %s", req->method,
+    strata_fmt(msg, sizeof msg, path_known ? "method %s not allowed on %s" : "no endpoint %s %s", req->method,
              req->path);
     route_error(req, rep, path_known ? 405 : 404, "invalid_request_error",
                 path_known ? "invalid_request_error" : "not_found_error", msg);

@@ -22,7 +22,7 @@ void reply_openai_error(http_reply *rep, int status, const char *type, const cha
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    strata_vfmt(msg, sizeof msg, fmt, ap);
     va_end(ap);
     json_t *e = json_pack("{s:{s:s,s:s,s:o,s:n}}", "error", "message", msg, "type", type, "code",
                           code ? json_string(code) : json_null(), "param");

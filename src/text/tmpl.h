@@ -32,6 +32,17 @@
 #define TMPL_MAX_MEMORY   (512u << 20)  /* bytes of scratch for one render */
 #define TMPL_MAX_STEPS    5000000u      /* loop iterations, calls, filters */
 #define TMPL_MAX_DEPTH    200           /* nested macro calls / blocks */
+/* Nested expression evaluation, macro calls included. Chains such as
+ * `x|f|f|...`, `a.b.b...` or `1+1+...` are as deep as they are long and
+ * evaluating them recurses; this keeps the C stack bounded (~1 MB). */
+#define TMPL_MAX_EVAL_DEPTH 1000
+/* Nesting printed by str()/repr() (and tojson): deeper values fail, as
+ * Python's RecursionError does. A namespace that contains itself prints
+ * as `{...}`, as in Python. */
+#define TMPL_MAX_VALUE_DEPTH 1000
+/* Width and precision in `fmt % x` and `|format` ('%.1000000000f' would
+ * take seconds and gigabytes); real templates use '%02d' and the like. */
+#define TMPL_MAX_FORMAT_WIDTH 100
 
 typedef struct tmpl tmpl;
 

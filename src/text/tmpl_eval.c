@@ -44,7 +44,8 @@ struct trender {
     tsb root_out;
     tframe *ctx;         /* context variables (from the JSON) */
     size_t steps;
-    int depth;
+    int depth;           /* nested bodies and macro calls */
+    int edepth;          /* nested expression evaluation */
 };
 
 enum { SIG_NONE, SIG_BREAK, SIG_CONTINUE };
@@ -56,7 +57,7 @@ void tr_fail(trender *r, int code, const char *fmt, ...)
     char msg[480];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    strata_vfmt(msg, sizeof msg, fmt, ap);
     va_end(ap);
     strata_errf(r->err, code, "%s", msg);
     r->code = code;
@@ -78,12 +79,19 @@ void *tr_alloc(trender *r, size_t n)
     return p;
 }
 
-void tr_step(trender *r)
+void tr_steps(trender *r, uint64_t n)
 {
-    if (++r->steps > TMPL_MAX_STEPS)
+    if (n > TMPL_MAX_STEPS || (r->steps += n) > TMPL_MAX_STEPS)
         tr_fail(r, STRATA_ERANGE,
                 "template render exceeded %u loop iterations and calls (infinite loop?)",
                 TMPL_MAX_STEPS);
+}
+
+void tr_step(trender *r) { tr_steps(r, 1); }
+
+void tr_int_overflow(trender *r)
+{
+    tr_fail(r, STRATA_ERANGE, "integer overflow (result beyond 64 bits)");
 }
 
 static void enter(trender *r, const tnode *n)
@@ -99,12 +107,10 @@ static tval undef(trender *r, const char *fmt, ...)
     char buf[256];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    size_t n = strata_vfmt(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    if (n < 0) n = 0;
-    if ((size_t)n >= sizeof buf) n = sizeof buf - 1;
-    char *h = tr_alloc(r, (size_t)n + 1);
-    memcpy(h, buf, (size_t)n);
+    char *h = tr_alloc(r, n + 1);
+    memcpy(h, buf, n);
     return tv_undef(h);
 }
 
@@ -254,7 +260,7 @@ tval tr_getitem(trender *r, tval obj, tval key)
 {
     if (obj.kind == TV_UNDEF) fail_undef(r, obj);
     if (obj.kind == TV_DICT || obj.kind == TV_NS) {
-        tval *v = td_getv(obj.u.dict, key);
+        tval *v = td_getv(r, obj.u.dict, key);
         if (v) return *v;
     } else if ((obj.kind == TV_LIST || obj.kind == TV_STR) &&
                (key.kind == TV_INT || key.kind == TV_BOOL)) {
@@ -351,12 +357,12 @@ static int contains(trender *r, tval hay, tval needle)
         return memmem(hay.u.s.p, hay.u.s.len, needle.u.s.p, needle.u.s.len) != NULL;
     case TV_LIST:
         for (size_t i = 0; i < hay.u.list->n; i++)
-            if (tv_equal(hay.u.list->v[i], needle)) return 1;
+            if (tv_equal(r, hay.u.list->v[i], needle)) return 1;
         return 0;
     case TV_DICT: case TV_NS:
-        if (!tv_hashable(needle))
+        if (!tv_hashable(r, needle))
             tr_fail(r, STRATA_EINVAL, "unhashable type: '%s'", tv_type_name(needle));
-        return td_getv(hay.u.dict, needle) != NULL;
+        return td_getv(r, hay.u.dict, needle) != NULL;
     case TV_UNDEF: return 0;
     default:
         tr_fail(r, STRATA_EINVAL, "argument of type '%s' is not iterable", tv_type_name(hay));
@@ -366,8 +372,8 @@ static int contains(trender *r, tval hay, tval needle)
 static int compare_op(trender *r, int op, tval a, tval b)
 {
     switch (op) {
-    case OP_EQ: return tv_equal(a, b);
-    case OP_NE: return !tv_equal(a, b);
+    case OP_EQ: return tv_equal(r, a, b);
+    case OP_NE: return !tv_equal(r, a, b);
     case OP_IN: return contains(r, b, a);
     case OP_NOTIN: return !contains(r, b, a);
     default: break;
@@ -386,30 +392,60 @@ static tval concat_str(trender *r, tval a, tval b)
     return v;
 }
 
-static tval repeat(trender *r, tval seq, int64_t n)
+/* seq * n. The size is checked before any work: a string may not outgrow
+ * the output limit, and each copy of a list's items counts as that many
+ * steps, so `'a' * 10**9` fails at once instead of looping. */
+static tval repeat(trender *r, tval seq, int64_t n, const tnode *at)
 {
+    size_t unit = seq.kind == TV_STR ? seq.u.s.len : seq.u.list->n;
+    if (n < 0 || !unit) n = 0; /* '' * 10**18 is '' at once */
+    uint64_t total;
+    if (__builtin_mul_overflow((uint64_t)unit, (uint64_t)n, &total) ||
+        (seq.kind == TV_STR && total > TMPL_MAX_OUTPUT))
+        tr_fail(r, STRATA_ERANGE, "template line %d:%d: %s repetition too large (%zu * %lld; limit %u MiB)",
+                at->line, at->col, tv_type_name(seq), unit, (long long)n, TMPL_MAX_OUTPUT >> 20);
+    tr_steps(r, seq.kind == TV_STR ? (uint64_t)n : total);
     if (seq.kind == TV_STR) {
         tsb s = {0};
-        for (int64_t i = 0; i < n; i++) {
-            tsb_addv(r, &s, seq);
-            if (s.len > TMPL_MAX_OUTPUT) tr_fail(r, STRATA_ERANGE, "string repetition too large");
-        }
+        for (int64_t i = 0; i < n; i++) tsb_addv(r, &s, seq);
         return s.len ? tsb_val(&s) : tv_str("", 0, ts_all_lit(seq));
     }
-    tval l = tv_list(r, 0);
-    for (int64_t i = 0; i < n; i++) {
-        for (size_t k = 0; k < seq.u.list->n; k++) tl_push(r, l.u.list, seq.u.list->v[k]);
-        tr_step(r);
-    }
+    tval l = tv_list(r, (size_t)total);
+    l.tuple = seq.tuple;
+    for (int64_t i = 0; i < n; i++)
+        for (size_t k = 0; k < unit; k++) l.u.list->v[l.u.list->n++] = seq.u.list->v[k];
     return l;
 }
 
-/* Python floor division and modulo on ints. */
-static int64_t floordiv(int64_t a, int64_t b)
+/* Python floor division and modulo on ints (b != 0). b == -1 is taken
+ * apart because INT64_MIN / -1 traps (SIGFPE): the modulo is 0 and the
+ * quotient is -a, which overflows for INT64_MIN only. The modulo is
+ * computed directly: a - floordiv(a, b) * b could overflow. */
+static tval int_divmod(trender *r, int op, int64_t a, int64_t b)
 {
-    int64_t q = a / b;
-    if ((a % b != 0) && ((a < 0) != (b < 0))) q--;
-    return q;
+    int64_t q;
+    if (b == -1) {
+        if (op == OP_MOD) return tv_int(0);
+        if (__builtin_sub_overflow((int64_t)0, a, &q)) tr_int_overflow(r);
+        return tv_int(q);
+    }
+    int64_t m = a % b;
+    int adjust = m != 0 && (m < 0) != (b < 0);
+    if (op == OP_MOD) return tv_int(adjust ? m + b : m);
+    return tv_int(a / b - adjust);
+}
+
+/* Python int ** int (y >= 0) by squaring, so `1 ** 10**18` is quick. When
+ * |x| >= 2 and bits of y remain, x*x overflowing means the result does. */
+static tval int_pow(trender *r, int64_t x, int64_t y)
+{
+    int64_t res = 1;
+    while (y) {
+        if ((y & 1) && __builtin_mul_overflow(res, x, &res)) tr_int_overflow(r);
+        y >>= 1;
+        if (y && __builtin_mul_overflow(x, x, &x)) tr_int_overflow(r);
+    }
+    return tv_int(res);
 }
 
 static tval arith_num(trender *r, int op, tval a, tval b, const tnode *at)
@@ -419,7 +455,8 @@ static tval arith_num(trender *r, int op, tval a, tval b, const tnode *at)
     double fx = tv_num(a), fy = tv_num(b);
     switch (op) {
     /* Python ints never overflow; ours are 64-bit, so overflow is an
-     * error rather than a silently different number. */
+     * error (tr_int_overflow) rather than a silently different number or
+     * a float that prints differently from Python's big int. */
     case OP_ADD:
         if (!ints) return tv_float(fx + fy);
         if (__builtin_add_overflow(x, y, &z)) break;
@@ -438,7 +475,7 @@ static tval arith_num(trender *r, int op, tval a, tval b, const tnode *at)
     case OP_FDIV:
     case OP_MOD:
         if (fy == 0) fail_at(r, at, STRATA_EINVAL, "integer division or modulo by zero");
-        if (ints) return tv_int(op == OP_FDIV ? floordiv(x, y) : x - floordiv(x, y) * y);
+        if (ints) return int_divmod(r, op, x, y);
         if (op == OP_FDIV) return tv_float(floor(fx / fy));
         {
             double m = fmod(fx, fy);
@@ -447,16 +484,10 @@ static tval arith_num(trender *r, int op, tval a, tval b, const tnode *at)
             return tv_float(m);
         }
     case OP_POW:
-        if (ints && y >= 0) {
-            int64_t res = 1;
-            for (int64_t i = 0; i < y; i++)
-                if (__builtin_mul_overflow(res, x, &res))
-                    fail_at(r, at, STRATA_ERANGE, "integer overflow (beyond 64 bits)");
-            return tv_int(res);
-        }
+        if (ints && y >= 0) return int_pow(r, x, y);
         return tv_float(pow(fx, fy));
     }
-    fail_at(r, at, STRATA_ERANGE, "integer overflow (beyond 64 bits)");
+    tr_int_overflow(r);
 }
 
 static tval arith(trender *r, int op, tval a, tval b, const tnode *at)
@@ -475,10 +506,10 @@ static tval arith(trender *r, int op, tval a, tval b, const tnode *at)
     }
     if (op == OP_MUL && (a.kind == TV_INT || a.kind == TV_BOOL) &&
         (b.kind == TV_STR || b.kind == TV_LIST))
-        return repeat(r, b, a.u.i);
+        return repeat(r, b, a.u.i, at);
     if (op == OP_MUL && (b.kind == TV_INT || b.kind == TV_BOOL) &&
         (a.kind == TV_STR || a.kind == TV_LIST))
-        return repeat(r, a, b.u.i);
+        return repeat(r, a, b.u.i, at);
     static const char *const sym[] = {"", "+", "-", "*", "/", "//", "%", "**"};
     tr_fail(r, STRATA_EINVAL, "template line %d:%d: unsupported operand type(s) for %s: '%s' and '%s'",
             at->line, at->col, sym[op], tv_type_name(a), tv_type_name(b));
@@ -556,7 +587,7 @@ static tval eval_collection(trender *r, tframe *f, const tnode *n)
         tval d = tv_dict(r, n->nkids / 2);
         for (size_t i = 0; i + 1 < n->nkids; i += 2) {
             tval k = eval(r, f, n->kids[i]);
-            if (!tv_hashable(k)) fail_at(r, n->kids[i], STRATA_EINVAL, "unhashable dict key");
+            if (!tv_hashable(r, k)) fail_at(r, n->kids[i], STRATA_EINVAL, "unhashable dict key");
             td_set(r, d.u.dict, k, eval(r, f, n->kids[i + 1]));
         }
         return d;
@@ -568,7 +599,38 @@ static tval eval_collection(trender *r, tframe *f, const tnode *n)
     return l;
 }
 
+/* -a; -INT64_MIN does not fit. */
+static tval negate(trender *r, tval a)
+{
+    int64_t z;
+    if (a.kind == TV_FLOAT) return tv_float(-a.u.f);
+    if (__builtin_sub_overflow((int64_t)0, a.u.i, &z)) tr_int_overflow(r);
+    return tv_int(z);
+}
+
+/* The parser nests brackets at most 200 deep, but chains (`a.b.b...`,
+ * `x|f|f...`, `1+1+...`) are left-deep trees built by loops, as deep as
+ * the source is long; eval recursing through them is bounded here. */
+static void eval_enter(trender *r, const tnode *n)
+{
+    if (++r->edepth > TMPL_MAX_EVAL_DEPTH)
+        tr_fail(r, STRATA_ERANGE,
+                "template line %d:%d: expression nested deeper than %d (a chain of filters, "
+                "attributes or operators this long, or deep recursion)",
+                n->line, n->col, TMPL_MAX_EVAL_DEPTH);
+}
+
+static tval eval_node(trender *r, tframe *f, const tnode *n);
+
 static tval eval(trender *r, tframe *f, const tnode *n)
+{
+    eval_enter(r, n);
+    tval v = eval_node(r, f, n);
+    r->edepth--;
+    return v;
+}
+
+static tval eval_node(trender *r, tframe *f, const tnode *n)
 {
     tval a, b;
     switch (n->kind) {
@@ -611,7 +673,7 @@ static tval eval(trender *r, tframe *f, const tnode *n)
         if (a.kind == TV_UNDEF) fail_undef(r, a);
         if (!tv_is_num(a)) fail_at(r, n, STRATA_EINVAL, "bad operand type for unary -/+");
         if (n->kind == E_POS) return a.kind == TV_BOOL ? tv_int(a.u.i) : a;
-        return a.kind == TV_FLOAT ? tv_float(-a.u.f) : tv_int(-a.u.i);
+        return negate(r, a);
     case E_NOT: return tv_bool(!tv_truthy(eval(r, f, n->a)));
     case E_AND:
         a = eval(r, f, n->a);
@@ -752,10 +814,13 @@ static void exec_for(trender *r, tframe *f, const tnode *n)
 /* Applies a filter chain whose innermost target is `v`. */
 static tval apply_chain(trender *r, tframe *f, const tnode *fl, tval v)
 {
+    eval_enter(r, fl);
     tval in = fl->a ? apply_chain(r, f, fl->a, v) : v;
     targs args;
     eval_args(r, f, fl, &args);
-    return tf_filter(r, fl->fid, in, &args, fl);
+    tval out = tf_filter(r, fl->fid, in, &args, fl);
+    r->edepth--;
+    return out;
 }
 
 static void exec_callblock(trender *r, tframe *f, const tnode *n)

@@ -28,11 +28,19 @@ static int is_word_ascii(unsigned char c)
 
 static int arg_bool(tval *v, int def) { return v ? tv_truthy(*v) : def; }
 
+/* int(f) for a finite f: truncates; outside int64 (where a C cast is
+ * undefined) it is an overflow error, as Python's int would be a big int. */
+static int64_t float_to_int(trender *r, double f)
+{
+    if (!(f > -9223372036854775808.0 - 1024 && f < 9223372036854775808.0)) tr_int_overflow(r);
+    return (int64_t)f;
+}
+
 static int64_t arg_int(trender *r, tval *v, int64_t def)
 {
     if (!v || v->kind == TV_NONE) return def;
     if (v->kind == TV_INT || v->kind == TV_BOOL) return v->u.i;
-    if (v->kind == TV_FLOAT) return (int64_t)v->u.f;
+    if (v->kind == TV_FLOAT) return float_to_int(r, v->u.f);
     tr_fail(r, STRATA_EINVAL, "expected an integer argument, got %s", tv_type_name(*v));
 }
 
@@ -115,7 +123,10 @@ static tval f_abs(trender *r, tval v, targs *a)
 {
     (void)a;
     if (v.kind == TV_FLOAT) return tv_float(fabs(v.u.f));
-    if (v.kind == TV_INT || v.kind == TV_BOOL) return tv_int(v.u.i < 0 ? -v.u.i : v.u.i);
+    if (v.kind == TV_INT || v.kind == TV_BOOL) {
+        if (v.u.i == INT64_MIN) tr_int_overflow(r);
+        return tv_int(v.u.i < 0 ? -v.u.i : v.u.i);
+    }
     tr_fail(r, STRATA_EINVAL, "bad operand type for abs(): '%s'", tv_type_name(v));
 }
 
@@ -246,7 +257,7 @@ static tval f_int(trender *r, tval v, targs *a)
     int64_t base = arg_int(r, ta_arg(a, 1, "base"), 10);
     if (v.kind == TV_UNDEF) tr_fail(r, STRATA_EINVAL, "%s", v.u.undef ? v.u.undef : "undefined value");
     if (v.kind == TV_INT || v.kind == TV_BOOL) return tv_int(v.u.i);
-    if (v.kind == TV_FLOAT && isfinite(v.u.f)) return tv_int((int64_t)v.u.f);
+    if (v.kind == TV_FLOAT && isfinite(v.u.f)) return tv_int(float_to_int(r, v.u.f));
     if (v.kind == TV_STR) {
         char buf[128], *end;
         size_t n = v.u.s.len < sizeof buf - 1 ? v.u.s.len : sizeof buf - 1, o = 0;
@@ -257,7 +268,7 @@ static tval f_int(trender *r, tval v, targs *a)
         while (*end == ' ' || (*end >= 9 && *end <= 13)) end++;
         if (end != buf && !*end) return tv_int(x);
         double f;
-        if (parse_float(v, &f) && isfinite(f)) return tv_int((int64_t)f);
+        if (parse_float(v, &f) && isfinite(f)) return tv_int(float_to_int(r, f));
     }
     return d ? *d : tv_int(0);
 }
@@ -550,8 +561,10 @@ static tval f_sum(trender *r, tval v, targs *a)
     for (size_t i = 0; i < l->n; i++) {
         tval x = attr && attr->kind != TV_NONE ? get_path(r, l->v[i], *attr) : l->v[i];
         if (!tv_is_num(x) || !tv_is_num(acc)) tr_fail(r, STRATA_EINVAL, "sum needs numbers");
-        if (acc.kind != TV_FLOAT && x.kind != TV_FLOAT) acc = tv_int(acc.u.i + x.u.i);
-        else acc = tv_float(tv_num(acc) + tv_num(x));
+        int64_t z;
+        if (acc.kind == TV_FLOAT || x.kind == TV_FLOAT) acc = tv_float(tv_num(acc) + tv_num(x));
+        else if (__builtin_add_overflow(acc.u.i, x.u.i, &z)) tr_int_overflow(r);
+        else acc = tv_int(z);
     }
     return acc;
 }
@@ -626,9 +639,9 @@ static tval f_unique(trender *r, tval v, targs *a)
     tval out = list_of(r, 0), seen = list_of(r, 0);
     for (size_t i = 0; i < l->n; i++) {
         tval k = sort_key(r, l->v[i], attr, cs);
-        if (!tv_hashable(k)) tr_fail(r, STRATA_EINVAL, "unhashable type: '%s'", tv_type_name(k));
+        if (!tv_hashable(r, k)) tr_fail(r, STRATA_EINVAL, "unhashable type: '%s'", tv_type_name(k));
         int dup = 0;
-        for (size_t j = 0; j < seen.u.list->n && !dup; j++) dup = tv_equal(seen.u.list->v[j], k);
+        for (size_t j = 0; j < seen.u.list->n && !dup; j++) dup = tv_equal(r, seen.u.list->v[j], k);
         if (dup) continue;
         tl_push(r, seen.u.list, k);
         tl_push(r, out.u.list, l->v[i]);
@@ -659,8 +672,45 @@ static tval f_wordcount(trender *r, tval v, targs *a)
     return tv_int(n);
 }
 
+/* A number of a %-spec (width or precision) starting at *i. Capped, so
+ * '%.1000000000f' is an error, not seconds of work and a gigabyte. */
+static int spec_num(trender *r, const char *p, size_t n, size_t *i)
+{
+    int v = 0;
+    for (; *i < n && p[*i] >= '0' && p[*i] <= '9'; (*i)++) {
+        v = v * 10 + (p[*i] - '0');
+        if (v > TMPL_MAX_FORMAT_WIDTH)
+            tr_fail(r, STRATA_ERANGE, "format: width or precision over the limit (%d)",
+                    TMPL_MAX_FORMAT_WIDTH);
+    }
+    return v;
+}
+
+/* Parses the flags, width and precision after a '%' at s[i] into spec (a
+ * C printf spec without the conversion: each flag once, so it stays
+ * short). Returns the index of the conversion character. */
+static size_t parse_spec(trender *r, tval s, size_t i, char spec[32])
+{
+    const char *p = s.u.s.p;
+    size_t n = s.u.s.len, k = 0;
+    spec[k++] = '%';
+    for (i++; i < n && p[i] && strchr("-+ #0", p[i]); i++)
+        if (!memchr(spec, p[i], k)) spec[k++] = p[i];
+    int width = spec_num(r, p, n, &i), prec = -1;
+    if (i < n && p[i] == '.') {
+        i++;
+        prec = spec_num(r, p, n, &i);
+    }
+    if (i >= n) tr_fail(r, STRATA_EINVAL, "incomplete format");
+    if (width) k += (size_t)snprintf(spec + k, 24 - k, "%d", width);
+    if (prec >= 0) k += (size_t)snprintf(spec + k, 24 - k, ".%d", prec);
+    spec[k] = 0;
+    return i;
+}
+
 /* Python "fmt % args" for %s %d %i %r %f %x %e %g %% (with flags, width
- * and precision). Returns the formatted string; *used = args consumed. */
+ * and precision up to TMPL_MAX_FORMAT_WIDTH). Returns the formatted
+ * string; *used = args consumed. */
 static tval printf_py(trender *r, tval s, const tval *args, size_t nargs, size_t *used)
 {
     tsb b = {0};
@@ -670,16 +720,15 @@ static tval printf_py(trender *r, tval s, const tval *args, size_t nargs, size_t
             tsb_add(r, &b, s.u.s.p + i, 1, 0);
             continue;
         }
-        size_t st = i++;
-        while (i < s.u.s.len && strchr("-+ #0123456789.", s.u.s.p[i])) i++;
-        if (i >= s.u.s.len) tr_fail(r, STRATA_EINVAL, "incomplete format");
+        char spec[32];
+        i = parse_spec(r, s, i, spec);
         char conv = s.u.s.p[i];
         if (conv == '%') { tsb_add(r, &b, "%", 1, 0); continue; }
         if (ai >= nargs) tr_fail(r, STRATA_EINVAL, "not enough arguments for format string");
         tval x = args[ai++];
-        char spec[32], out[512];
-        size_t sl = i - st < 24 ? i - st : 24;
-        memcpy(spec, s.u.s.p + st, sl);
+        /* %f of 1e308 has 309 digits before the point */
+        char out[TMPL_MAX_FORMAT_WIDTH + 400];
+        size_t sl = strlen(spec);
         if (conv == 's' || conv == 'r') {
             tval t;
             if (conv == 'r') { tsb rb = {0}; tv_repr(r, &rb, x); t = tsb_val(&rb); }
@@ -691,7 +740,7 @@ static tval printf_py(trender *r, tval s, const tval *args, size_t nargs, size_t
                 memcpy(spec + sl, "ll", 2);
                 spec[sl + 2] = conv == 'i' ? 'd' : conv;
                 spec[sl + 3] = 0;
-                snprintf(out, sizeof out, spec, (long long)(x.kind == TV_FLOAT ? (int64_t)x.u.f : x.u.i));
+                snprintf(out, sizeof out, spec, (long long)(x.kind == TV_FLOAT ? float_to_int(r, x.u.f) : x.u.i));
             } else {
                 spec[sl] = conv;
                 spec[sl + 1] = 0;
@@ -810,8 +859,8 @@ static int t_callable(trender *r, tval v, targs *a)
 static int cmp_test(trender *r, tval v, targs *a, int op)
 {
     tval o = *need_arg(r, a, "comparison");
-    if (op == 0) return tv_equal(v, o);
-    if (op == 1) return !tv_equal(v, o);
+    if (op == 0) return tv_equal(r, v, o);
+    if (op == 1) return !tv_equal(r, v, o);
     int c = tv_compare(r, v, o);
     return op == 2 ? c < 0 : op == 3 ? c <= 0 : op == 4 ? c > 0 : c >= 0;
 }
@@ -831,9 +880,9 @@ static int t_in(trender *r, tval v, targs *a)
         return !v.u.s.len || memmem(seq.u.s.p, seq.u.s.len, v.u.s.p, v.u.s.len) != NULL;
     }
     tlist *l = tr_iter(r, seq);
-    if (seq.kind == TV_DICT) return td_getv(seq.u.dict, v) != NULL;
+    if (seq.kind == TV_DICT) return td_getv(r, seq.u.dict, v) != NULL;
     for (size_t i = 0; i < l->n; i++)
-        if (tv_equal(l->v[i], v)) return 1;
+        if (tv_equal(r, l->v[i], v)) return 1;
     return 0;
 }
 
@@ -863,8 +912,8 @@ static int t_sameas(trender *r, tval v, targs *a)
 {
     tval o = *need_arg(r, a, "sameas");
     if (v.kind != o.kind) return 0;
-    if (v.kind == TV_NONE || v.kind == TV_BOOL) return tv_equal(v, o);
-    return tv_equal(v, o) && (v.kind != TV_LIST || v.u.list == o.u.list) &&
+    if (v.kind == TV_NONE || v.kind == TV_BOOL) return tv_equal(r, v, o);
+    return tv_equal(r, v, o) && (v.kind != TV_LIST || v.u.list == o.u.list) &&
            (v.kind != TV_DICT || v.u.dict == o.u.dict);
 }
 

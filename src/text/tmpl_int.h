@@ -115,15 +115,18 @@ tval tv_dict(trender *r, size_t cap);
 
 void tl_push(trender *r, tlist *l, tval v);
 tval *td_get(const tdict *d, const char *key, size_t klen);
-tval *td_getv(const tdict *d, tval key);
+tval *td_getv(trender *r, const tdict *d, tval key);
 void td_set(trender *r, tdict *d, tval key, tval val);
 
 int tv_truthy(tval v);
 int tv_is_num(tval v);            /* int, float or bool */
-int tv_hashable(tval v);
-uint64_t tv_range_len(int64_t start, int64_t stop, int64_t step);          /* may be a dict key (not list/dict) */
+int tv_hashable(trender *r, tval v);          /* may be a dict key (not list/dict) */
+uint64_t tv_range_len(int64_t start, int64_t stop, int64_t step);
 double tv_num(tval v);
-int tv_equal(tval a, tval b);
+/* tv_hashable, tv_equal and tv_compare recurse into lists (and equality
+ * into dicts); values nested deeper than TMPL_MAX_VALUE_DEPTH (a loop can
+ * wrap a list a million times) fail instead of overflowing the stack. */
+int tv_equal(trender *r, tval a, tval b);
 /* <0, 0, >0; fails with a TypeError-like message on unorderable types. */
 int tv_compare(trender *r, tval a, tval b);
 const char *tv_type_name(tval v);
@@ -275,5 +278,9 @@ tval tr_getitem(trender *r, tval obj, tval key);
 /* Iterate v into a list (strings by code point, dicts by key). */
 tlist *tr_iter(trender *r, tval v);
 void tr_step(trender *r);   /* counts toward TMPL_MAX_STEPS */
+void tr_steps(trender *r, uint64_t n);  /* n steps at once (bulk work) */
+/* An int result beyond 64 bits: a render error (Python would give a big
+ * int; we neither wrap nor switch to float). Never returns. */
+void tr_int_overflow(trender *r) __attribute__((noreturn));
 
 #endif

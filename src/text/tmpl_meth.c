@@ -456,7 +456,7 @@ static tval dict_method(trender *r, tval d, const char *m, size_t ml, targs *a)
     if (STREQ(m, ml, "get")) {
         tval *k = ta_arg(a, 0, "key"), *def = ta_arg(a, 1, "default");
         if (!k) tr_fail(r, STRATA_EINVAL, "get expected at least 1 argument");
-        tval *v = td_getv(dd, *k);
+        tval *v = td_getv(r, dd, *k);
         return v ? *v : def ? *def : tv_none();
     }
     if (STREQ(m, ml, "copy")) {
@@ -474,7 +474,7 @@ static tval list_method(trender *r, tval l, const char *m, size_t ml, targs *a)
         if (!x) tr_fail(r, STRATA_EINVAL, "%.*s() takes an argument", (int)ml, m);
         int64_t c = 0;
         for (size_t i = 0; i < l.u.list->n; i++) {
-            if (!tv_equal(l.u.list->v[i], *x)) continue;
+            if (!tv_equal(r, l.u.list->v[i], *x)) continue;
             if (m[0] == 'i') return tv_int((int64_t)i);
             c++;
         }
@@ -502,7 +502,7 @@ static tval loop_method(trender *r, tval lv, const char *m, targs *a)
     for (size_t i = 0; i < a->npos; i++) cur.u.list->v[i] = a->pos[i];
     cur.u.list->n = a->npos;
     tloop *lp = lv.u.loop;
-    int changed = !lp->has_changed || !tv_equal(lp->changed_last, cur);
+    int changed = !lp->has_changed || !tv_equal(r, lp->changed_last, cur);
     lp->has_changed = 1;
     lp->changed_last = cur;
     return tv_bool(changed);
@@ -553,7 +553,10 @@ static tval g_range(trender *r, targs *a)
         tr_fail(r, STRATA_ERANGE, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (%d).",
                 MAX_RANGE);
     tval l = tv_list(r, (size_t)n);
-    for (uint64_t i = 0; i < n; i++) l.u.list->v[i] = tv_int(start + (int64_t)i * step);
+    /* start + i * step fits (it is before stop) but i * step alone may
+     * not: compute in uint64, where wrapping is defined. */
+    for (uint64_t i = 0; i < n; i++)
+        l.u.list->v[i] = tv_int((int64_t)((uint64_t)start + i * (uint64_t)step));
     l.u.list->n = (size_t)n;
     return l;
 }

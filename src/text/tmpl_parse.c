@@ -38,7 +38,7 @@ static void perr(parser *P, const ttok *at, int code, const char *fmt, ...)
     char msg[400];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    strata_vfmt(msg, sizeof msg, fmt, ap);
     va_end(ap);
     strata_errf(P->err, code, "template line %d:%d: %s", at->line, at->col, msg);
     P->code = code;

@@ -146,17 +146,13 @@ tval *td_get(const tdict *d, const char *key, size_t klen)
     return NULL;
 }
 
-tval *td_getv(const tdict *d, tval key)
-{
-    if (key.kind == TV_STR) return td_get(d, key.u.s.p, key.u.s.len);
-    for (size_t i = 0; i < d->n; i++)
-        if (tv_equal(d->k[i], key)) return &d->v[i];
-    return NULL;
-}
+static tval *dict_find(trender *r, const tdict *d, tval key, int depth);
+
+tval *td_getv(trender *r, const tdict *d, tval key) { return dict_find(r, d, key, 0); }
 
 void td_set(trender *r, tdict *d, tval key, tval val)
 {
-    tval *slot = td_getv(d, key);
+    tval *slot = td_getv(r, d, key);
     if (slot) {
         *slot = val;
         return;
@@ -202,14 +198,24 @@ int tv_truthy(tval v)
     }
 }
 
-int tv_hashable(tval v)
+static void value_depth(trender *r, int depth)
 {
+    if (depth > TMPL_MAX_VALUE_DEPTH)
+        tr_fail(r, STRATA_ERANGE, "comparing or hashing a value nested deeper than %d",
+                TMPL_MAX_VALUE_DEPTH);
+}
+
+static int hashable_at(trender *r, tval v, int depth)
+{
+    value_depth(r, depth);
     if (v.kind == TV_DICT || (v.kind == TV_LIST && !v.tuple)) return 0;
     if (v.kind == TV_LIST)
         for (size_t i = 0; i < v.u.list->n; i++)
-            if (!tv_hashable(v.u.list->v[i])) return 0;
+            if (!hashable_at(r, v.u.list->v[i], depth + 1)) return 0;
     return 1;
 }
+
+int tv_hashable(trender *r, tval v) { return hashable_at(r, v, 0); }
 
 int tv_is_num(tval v)
 {
@@ -227,8 +233,22 @@ static int num_equal(tval a, tval b)
     return tv_num(a) == tv_num(b);
 }
 
-int tv_equal(tval a, tval b)
+static int equal_at(trender *r, tval a, tval b, int depth);
+
+/* d[key] for any hashable key (strings go the fast way). */
+static tval *dict_find(trender *r, const tdict *d, tval key, int depth)
 {
+    if (key.kind == TV_STR) return td_get(d, key.u.s.p, key.u.s.len);
+    for (size_t i = 0; i < d->n; i++)
+        if (equal_at(r, d->k[i], key, depth)) return &d->v[i];
+    return NULL;
+}
+
+int tv_equal(trender *r, tval a, tval b) { return equal_at(r, a, b, 0); }
+
+static int equal_at(trender *r, tval a, tval b, int depth)
+{
+    value_depth(r, depth);
     if (tv_is_num(a) && tv_is_num(b)) return num_equal(a, b);
     if (a.kind != b.kind) return 0;
     switch (a.kind) {
@@ -238,13 +258,13 @@ int tv_equal(tval a, tval b)
     case TV_LIST:
         if (a.tuple != b.tuple || a.u.list->n != b.u.list->n) return 0;
         for (size_t i = 0; i < a.u.list->n; i++)
-            if (!tv_equal(a.u.list->v[i], b.u.list->v[i])) return 0;
+            if (!equal_at(r, a.u.list->v[i], b.u.list->v[i], depth + 1)) return 0;
         return 1;
     case TV_DICT:
         if (a.u.dict->n != b.u.dict->n) return 0;
         for (size_t i = 0; i < a.u.dict->n; i++) {
-            tval *o = td_getv(b.u.dict, a.u.dict->k[i]);
-            if (!o || !tv_equal(a.u.dict->v[i], *o)) return 0;
+            tval *o = dict_find(r, b.u.dict, a.u.dict->k[i], depth + 1);
+            if (!o || !equal_at(r, a.u.dict->v[i], *o, depth + 1)) return 0;
         }
         return 1;
     case TV_NS: return a.u.dict == b.u.dict;
@@ -264,8 +284,9 @@ const char *tv_type_name(tval v)
     return names[v.kind];
 }
 
-int tv_compare(trender *r, tval a, tval b)
+static int compare_at(trender *r, tval a, tval b, int depth)
 {
+    value_depth(r, depth);
     if (tv_is_num(a) && tv_is_num(b)) {
         if (a.kind != TV_FLOAT && b.kind != TV_FLOAT)
             return (a.u.i > b.u.i) - (a.u.i < b.u.i);
@@ -282,14 +303,16 @@ int tv_compare(trender *r, tval a, tval b)
     if (a.kind == TV_LIST && b.kind == TV_LIST && a.tuple == b.tuple) {
         size_t n = a.u.list->n < b.u.list->n ? a.u.list->n : b.u.list->n;
         for (size_t i = 0; i < n; i++) {
-            if (tv_equal(a.u.list->v[i], b.u.list->v[i])) continue;
-            return tv_compare(r, a.u.list->v[i], b.u.list->v[i]);
+            if (equal_at(r, a.u.list->v[i], b.u.list->v[i], depth + 1)) continue;
+            return compare_at(r, a.u.list->v[i], b.u.list->v[i], depth + 1);
         }
         return (a.u.list->n > b.u.list->n) - (a.u.list->n < b.u.list->n);
     }
     tr_fail(r, STRATA_EINVAL, "'<' not supported between instances of '%s' and '%s'",
             tv_type_name(a), tv_type_name(b));
 }
+
+int tv_compare(trender *r, tval a, tval b) { return compare_at(r, a, b, 0); }
 
 /* ---- UTF-8 ---- */
 
@@ -553,33 +576,76 @@ static void scalar_text(trender *r, tsb *b, tval v)
     }
 }
 
-void tv_repr(trender *r, tsb *b, tval v)
+/* The containers being printed, innermost first: `{% set ns.me = ns %}`
+ * makes a namespace that contains itself, and Python prints the inner
+ * occurrence as `{...}` (`[...]`, `(...)` for lists and tuples; the
+ * Py_ReprEnter guard) instead of recursing forever. */
+typedef struct repr_path {
+    const void *obj;
+    const struct repr_path *up;
+    int depth;
+} repr_path;
+
+static int repr_on_path(const repr_path *p, const void *obj)
 {
+    for (; p; p = p->up)
+        if (p->obj == obj) return 1;
+    return 0;
+}
+
+static void repr_at(trender *r, tsb *b, tval v, const repr_path *up);
+
+static void repr_list(trender *r, tsb *b, tval v, const repr_path *here)
+{
+    tsb_addc(r, b, v.tuple ? "(" : "[", 0);
+    if (repr_on_path(here->up, v.u.list)) {
+        tsb_addc(r, b, "...", 0);
+    } else {
+        for (size_t i = 0; i < v.u.list->n; i++) {
+            if (i) tsb_addc(r, b, ", ", 0);
+            repr_at(r, b, v.u.list->v[i], here);
+        }
+        if (v.tuple && v.u.list->n == 1) tsb_addc(r, b, ",", 0);
+    }
+    tsb_addc(r, b, v.tuple ? ")" : "]", 0);
+}
+
+static void repr_dict(trender *r, tsb *b, tval v, const repr_path *here)
+{
+    if (v.kind == TV_NS) tsb_addc(r, b, "<Namespace ", 0);
+    tsb_addc(r, b, "{", 0);
+    if (repr_on_path(here->up, v.u.dict)) {
+        tsb_addc(r, b, "...", 0);
+    } else {
+        for (size_t i = 0; i < v.u.dict->n; i++) {
+            if (i) tsb_addc(r, b, ", ", 0);
+            repr_at(r, b, v.u.dict->k[i], here);
+            tsb_addc(r, b, ": ", 0);
+            repr_at(r, b, v.u.dict->v[i], here);
+        }
+    }
+    tsb_addc(r, b, "}", 0);
+    if (v.kind == TV_NS) tsb_addc(r, b, ">", 0);
+}
+
+void tv_repr(trender *r, tsb *b, tval v) { repr_at(r, b, v, NULL); }
+
+static void repr_at(trender *r, tsb *b, tval v, const repr_path *up)
+{
+    repr_path here = {NULL, up, up ? up->depth + 1 : 1};
+    if (here.depth > TMPL_MAX_VALUE_DEPTH)
+        tr_fail(r, STRATA_ERANGE, "str()/repr(): value nested deeper than %d", TMPL_MAX_VALUE_DEPTH);
     switch (v.kind) {
     case TV_STR: repr_str(r, b, v.u.s.p, v.u.s.len); return;
     case TV_UNDEF: tsb_addc(r, b, "Undefined", 0); return;
-    case TV_LIST: {
-        tsb_addc(r, b, v.tuple ? "(" : "[", 0);
-        for (size_t i = 0; i < v.u.list->n; i++) {
-            if (i) tsb_addc(r, b, ", ", 0);
-            tv_repr(r, b, v.u.list->v[i]);
-        }
-        if (v.tuple && v.u.list->n == 1) tsb_addc(r, b, ",", 0);
-        tsb_addc(r, b, v.tuple ? ")" : "]", 0);
+    case TV_LIST:
+        here.obj = v.u.list;
+        repr_list(r, b, v, &here);
         return;
-    }
     case TV_NS:
     case TV_DICT:
-        if (v.kind == TV_NS) tsb_addc(r, b, "<Namespace ", 0);
-        tsb_addc(r, b, "{", 0);
-        for (size_t i = 0; i < v.u.dict->n; i++) {
-            if (i) tsb_addc(r, b, ", ", 0);
-            tv_repr(r, b, v.u.dict->k[i]);
-            tsb_addc(r, b, ": ", 0);
-            tv_repr(r, b, v.u.dict->v[i]);
-        }
-        tsb_addc(r, b, "}", 0);
-        if (v.kind == TV_NS) tsb_addc(r, b, ">", 0);
+        here.obj = v.u.dict;
+        repr_dict(r, b, v, &here);
         return;
     case TV_LOOP: tsb_addc(r, b, "<LoopContext>", 0); return;
     case TV_MACRO: tsb_addc(r, b, "<Macro>", 0); return;
@@ -736,7 +802,8 @@ static void json_val(trender *r, tsb *b, tval v, const jopts *o, int level)
 {
     char buf[32];
     /* Python's json.dumps stops near its recursion limit (1000). */
-    if (level > 1000) tr_fail(r, STRATA_ERANGE, "tojson: nesting deeper than 1000");
+    if (level > TMPL_MAX_VALUE_DEPTH)
+        tr_fail(r, STRATA_ERANGE, "tojson: nesting deeper than %d", TMPL_MAX_VALUE_DEPTH);
     switch (v.kind) {
     case TV_NONE: tsb_addc(r, b, "null", 0); return;
     case TV_BOOL: tsb_addc(r, b, v.u.i ? "true" : "false", 0); return;

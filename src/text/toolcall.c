@@ -113,7 +113,7 @@ static int bad(tc_parser *p, const char *fmt, ...) {
     char msg[400];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    strata_vfmt(msg, sizeof msg, fmt, ap);
     va_end(ap);
     return strata_errf(&p->err, STRATA_EFORMAT, "tool call (%s format): %s; turn ended",
                        tc_format_name(p->fmt), msg);
