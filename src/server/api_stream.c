@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/log.h"
 #include "base/mem.h"
 
 static ssize_t stream_read(void *ctx, char *buf, size_t max) {
@@ -34,6 +35,8 @@ int api_admit(gen *g, const http_req *req, int queue_timeout_s, strata_err *err)
         /* Past the deadline it leaves the queue, unless admitted meanwhile. */
         if (queue_timeout_s > 0 && clock_ms() >= deadline && sched_dequeue(g->req)) {
             gen_end(g);
+            log_warn("queue: request waited %d s without a free slot; answered busy (--queue-timeout)",
+                     queue_timeout_s);
             return strata_errf(err, STRATA_EBUSY, "server busy: waited %d s in the queue for a free slot",
                                queue_timeout_s);
         }

@@ -154,7 +154,10 @@ int sched_submit(sched *s, const sched_job *job, sched_req **out, strata_err *er
     pthread_cond_init(&r->changed, NULL);
     r->refs = 2; /* caller + scheduler */
     pthread_mutex_lock(&s->mu);
-    if (s->n_queued >= s->o.queue_max) {
+    /* Requests a free slot will take at the next step are not waiting:
+     * only those beyond the free slots count against --queue (so that
+     * --queue 0 means "no waiting", not "refuse everything"). */
+    if (s->n_queued - (s->o.n_slots - s->stats.active) >= s->o.queue_max) {
         pthread_mutex_unlock(&s->mu);
         r->refs = 1;
         req_unref_locked(r);

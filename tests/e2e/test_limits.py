@@ -66,18 +66,21 @@ def raw_post(server, path, obj):
                                f"Content-Length: {len(body)}\r\n\r\n", body)
 
 
-@pytest.fixture
-def one_slot():
-    s = Server(TINY_MODEL, *ONE_SLOT)
+def serving(*args):
+    """Fixture body: a tiny-model server with these flags, stopped cleanly after."""
+    s = Server(TINY_MODEL, *args)
     yield s
     assert s.stop() == 0
+
+
+@pytest.fixture
+def one_slot():
+    yield from serving(*ONE_SLOT)
 
 
 @pytest.fixture
 def one_slot_timeout():
-    s = Server(TINY_MODEL, *ONE_SLOT, "--queue-timeout", "1")
-    yield s
-    assert s.stop() == 0
+    yield from serving(*ONE_SLOT, "--queue-timeout", "1")
 
 
 # ---- the queue ---------------------------------------------------------------------------
@@ -98,6 +101,17 @@ def test_departed_queued_clients_free_their_places(one_slot):
         assert wait_until(lambda: got or health(s)["queued"] == 1)
     t.join(30)
     assert got[0].status_code == 200, got[0].text  # was 529 "overloaded" with nobody waiting
+
+
+def test_queue_zero_means_no_waiting_not_no_serving():
+    s = Server(TINY_MODEL, *ONE_SLOT, "--queue", "0")  # the later flag wins
+    try:
+        assert httpx.post(s.url + "/v1/chat/completions", json=short(), timeout=30).status_code == 200
+        with busy_slot(s):
+            r = httpx.post(s.url + "/v1/chat/completions", json=short(), timeout=30)
+            assert r.status_code == 503 and "already waiting" in r.json()["error"]["message"]
+    finally:
+        assert s.stop() == 0
 
 
 def test_queue_is_first_come_first_served(tmp_path):
@@ -152,9 +166,7 @@ def test_api_key_naming_no_key_refuses_to_start(key):
 
 @pytest.fixture(scope="module")
 def keyed():
-    s = Server(TINY_MODEL, "--api-key", "key-a,key-b")
-    yield s
-    assert s.stop() == 0
+    yield from serving("--api-key", "key-a,key-b")
 
 
 def test_key_is_checked_before_the_body_is_read(keyed):
