@@ -257,7 +257,7 @@ void sched_cancel_all(sched *s) {
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < s->o.n_slots; i++)
         if (s->slots[i].req) atomic_store(&s->slots[i].req->cancel, 1);
-    for (sched_req *r = s->q_head; r; r = r->next) atomic_store(&r->cancel, 1);
+    while (s->q_head) unqueue_locked(s, s->q_head); /* their readers see the end now */
     pthread_cond_signal(&s->wake);
     pthread_mutex_unlock(&s->mu);
 }
