@@ -14,7 +14,8 @@ static void on_signal(int sig) { g_stop = sig; }
 
 int cli_serve(int argc, char **argv) {
     server_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 4, .ctx = 4096,
-                     .queue_max = 64, .max_body = 8 << 20, .cache_mem_mb = 1024, .cache_disk_mb = 8192};
+                     .queue_max = 64, .queue_timeout = 60, .idle_timeout = 60, .max_conns = 256,
+                     .max_body = 8 << 20, .cache_mem_mb = 1024, .cache_disk_mb = 8192};
     int help = 0, max_body_mb = 8;
     const arg_spec specs[] = {
         {"--model", "-m", ARG_STR, &o.model_path, 0, -1, "GGUF model file (required)"},
@@ -24,6 +25,10 @@ int cli_serve(int argc, char **argv) {
         {"--ctx", "-c", ARG_INT, &o.ctx, 64, 1 << 22, "context tokens per sequence (4096)"},
         {"--threads", "-t", ARG_INT, &o.threads, 1, 1024, "threads (one per core)"},
         {"--queue", NULL, ARG_INT, &o.queue_max, 0, 1 << 20, "requests waiting for a slot before 503 (64)"},
+        {"--queue-timeout", NULL, ARG_INT, &o.queue_timeout, 0, 86400,
+         "seconds a request may wait in the queue before 503 (60; 0 = no limit)"},
+        {"--max-connections", NULL, ARG_INT, &o.max_conns, 1, 65536, "open connections at most, each a thread (256)"},
+        {"--idle-timeout", NULL, ARG_INT, &o.idle_timeout, 1, 86400, "seconds before an idle connection is closed (60)"},
         {"--max-body-mb", NULL, ARG_INT, &max_body_mb, 1, 4096, "request body limit in MiB (8)"},
         {"--api-key", NULL, ARG_STR, &o.api_key, 0, -1, "require one of these comma-separated keys (each a cache tenant)"},
         {"--alias", NULL, ARG_STR, &o.alias, 0, -1, "model id reported to clients (file name)"},

@@ -517,6 +517,7 @@ static void handle(server *s, const http_req *req, http_reply *rep, int chat) {
     c->gp.tenant = server_tenant(s, req);
     prompt_cache_apply(&ci, &c->gp);
     int rc = gen_start(&c->g, s->sch, s->tok, ids, (int)n, &c->gp, &err);
+    if (!rc) rc = api_admit(&c->g, req, s->o.queue_timeout, &err);
     prompt_cache_info_free(&ci);
     free(ids);
     if (rc) {

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
+#include "base/log.h"
 #include "base/mem.h"
 
 static ssize_t stream_read(void *ctx, char *buf, size_t max) {
@@ -19,6 +21,27 @@ static void stream_end(void *ctx, int client_gone) {
     api_stream *st = ctx;
     if (client_gone) gen_cancel(st->g); /* the scheduler frees the slot at its next step */
     st->release(st);
+}
+
+#define ADMIT_POLL_MS 200 /* how often a queued request checks for its client */
+
+int api_admit(gen *g, const http_req *req, int queue_timeout_s, strata_err *err) {
+    double deadline = clock_ms() + queue_timeout_s * 1000.0;
+    while (sched_wait_admitted(g->req, ADMIT_POLL_MS)) {
+        if (http_client_gone(req)) { /* its queue place goes to the next request now */
+            gen_end(g);
+            return strata_errf(err, STRATA_EIO, "the client went away while queued");
+        }
+        /* Past the deadline it leaves the queue, unless admitted meanwhile. */
+        if (queue_timeout_s > 0 && clock_ms() >= deadline && sched_dequeue(g->req)) {
+            gen_end(g);
+            log_warn("queue: request waited %d s without a free slot; answered busy (--queue-timeout)",
+                     queue_timeout_s);
+            return strata_errf(err, STRATA_EBUSY, "server busy: waited %d s in the queue for a free slot",
+                               queue_timeout_s);
+        }
+    }
+    return 0;
 }
 
 void api_answer(api_stream *st, int stream, const http_req *req, http_reply *rep,

@@ -16,6 +16,13 @@ typedef struct api_stream {
     void (*release)(struct api_stream *st); /* frees the call embedding st */
 } api_stream;
 
+/* Waits, after gen_start, until the generation leaves the scheduler's
+ * queue, so the reply's status is known before anything is sent: 0 once
+ * it holds a slot; STRATA_EBUSY after queue_timeout_s seconds still
+ * queued (0: no limit), STRATA_EIO if the client went away meanwhile.
+ * On an error the request has left the queue and g is ended (gen_end). */
+int api_admit(gen *g, const http_req *req, int queue_timeout_s, strata_err *err);
+
 /* Answers a started generation: whole (whole() fills rep, then the call
  * is released) or as a stream driven by st (released when it ends). */
 void api_answer(api_stream *st, int stream, const http_req *req, http_reply *rep,

@@ -18,6 +18,8 @@
 #include "base/log.h"
 #include "base/mem.h"
 
+#define HTTP_MAX_CONNS_DEFAULT 256 /* when opts.max_conns is 0 */
+
 struct http_server {
     struct MHD_Daemon *daemon;
     http_opts opts;
@@ -32,6 +34,7 @@ typedef struct conn_state {
     char *body;
     size_t len, cap;
     int too_large;
+    int answered; /* the gate replied from the headers; the body is ignored */
 } conn_state;
 
 void http_reply_text(http_reply *rep, int status, const char *content_type, const char *body,
@@ -143,14 +146,31 @@ static int append_body(const http_server *s, conn_state *st, const char *data, s
     return 0;
 }
 
+/* First call of a request (headers only): the gate may answer now. A
+ * reply queued before the body is read makes libmicrohttpd skip the body
+ * (no 100 Continue is sent) and close the connection after replying. */
+static enum MHD_Result on_headers(http_server *s, struct MHD_Connection *c, const char *url,
+                                  const char *method, conn_state *st) {
+    if (!s->opts.gate || (s->opts.cors && strcmp(method, "OPTIONS") == 0)) return MHD_YES;
+    http_req req = {.method = method, .path = url, .body = "", .conn = c};
+    http_reply rep = {0};
+    if (!s->opts.gate(s->app, &req, &rep)) return MHD_YES;
+    st->answered = 1;
+    return send_reply(s, c, &rep);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
     http_server *s = cls;
     conn_state *st = *con_cls;
     if (!st) {
-        *con_cls = xcalloc(1, sizeof(conn_state));
+        *con_cls = st = xcalloc(1, sizeof(conn_state));
         atomic_fetch_add(&s->in_flight, 1);
+        return on_headers(s, c, url, method, st);
+    }
+    if (st->answered) { /* in case the library still hands us body bytes */
+        *upload_size = 0;
         return MHD_YES;
     }
     if (*upload_size) {
@@ -205,7 +225,9 @@ int http_start(http_server **out, const http_opts *o, http_handler h, void *app,
             MHD_USE_ITC,
         (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, log_mhd, s,
         MHD_OPTION_SOCK_ADDR, &addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->timeout_s, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->timeout_s,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->max_conns > 0 ? o->max_conns : HTTP_MAX_CONNS_DEFAULT),
+        MHD_OPTION_END);
     if (!s->daemon) {
         free(s);
         return strata_errf(err, STRATA_EIO, "cannot listen on %s:%d (port in use or not permitted)",

@@ -1,8 +1,9 @@
 /* http.h - the HTTP layer: libmicrohttpd underneath, one handler above.
  *
  * Runs a thread per connection (handlers may block while a request is
- * generated), collects the request body up to a limit (413 past it), and
- * hands complete requests to one handler. A reply is either a whole body
+ * generated) up to a connection limit, lets a gate answer from the headers
+ * alone (authentication), collects the request body up to a limit (413
+ * past it), and hands complete requests to one handler. A reply is either a whole body
  * or a stream: a producer called from the connection's thread until it
  * says the stream ended (used for SSE).
  * Does not: parse JSON or know the APIs (server/api_*.c). */
@@ -41,13 +42,21 @@ typedef struct http_reply {
 } http_reply;
 
 typedef void (*http_handler)(void *app, const http_req *req, http_reply *reply);
+/* Called once per request as soon as its headers are in, before any of
+ * its body is read (req->body is empty): returns 1 with reply filled to
+ * answer at once, the body never read (e.g. 401 for a missing key, so an
+ * unauthenticated client cannot make us buffer megabytes), or 0 to go on.
+ * Not called for CORS preflights (OPTIONS), which carry no credentials. */
+typedef int (*http_gate)(void *app, const http_req *req, http_reply *reply);
 
 typedef struct http_opts {
     const char *host;
     int port;
     size_t max_body;   /* bytes; larger bodies get 413 */
     int timeout_s;     /* idle connection timeout */
+    int max_conns;     /* open connections (each a thread) at most; more wait or are refused */
     int cors;          /* add Access-Control-Allow-* headers, answer OPTIONS */
+    http_gate gate;    /* or NULL */
 } http_opts;
 
 int http_start(http_server **out, const http_opts *o, http_handler h, void *app, strata_err *err);

@@ -40,6 +40,7 @@ struct sched_req {
     pthread_cond_t changed;
     int refs;
     atomic_int cancel;
+    int queued;      /* still waiting in the queue (guarded by owner->mu) */
     sched_req *next; /* queue link */
 };
 
@@ -147,15 +148,19 @@ int sched_submit(sched *s, const sched_job *job, sched_req **out, strata_err *er
     pthread_cond_init(&r->changed, NULL);
     r->refs = 2; /* caller + scheduler */
     pthread_mutex_lock(&s->mu);
-    if (s->n_queued >= s->o.queue_max) {
+    /* Requests a free slot will take at the next step are not waiting:
+     * only those beyond the free slots count against --queue (so that
+     * --queue 0 means "no waiting", not "refuse everything"). */
+    if (s->n_queued - (s->o.n_slots - s->stats.active) >= s->o.queue_max) {
         pthread_mutex_unlock(&s->mu);
         r->refs = 1;
         req_unref_locked(r);
         return strata_errf(err, STRATA_EBUSY, "server busy: %d requests already waiting", s->o.queue_max);
     }
-    if (s->q_tail) s->q_tail->next = r;
+    if (s->q_tail) s->q_tail->next = r; /* FIFO: appended here, admitted from the head */
     else s->q_head = r;
     s->q_tail = r;
+    r->queued = 1;
     s->n_queued++;
     s->stats.requests++;
     pthread_cond_signal(&s->wake);
@@ -197,13 +202,56 @@ int sched_wait(sched_req *r, int from, sched_token *out, int cap, int timeout_ms
     return n;
 }
 
-void sched_cancel(sched_req *r) { atomic_store(&r->cancel, 1); }
+/* Takes r out of the queue, if it is still there, and finishes it as
+ * cancelled: a request nobody waits for must not hold a queue place until
+ * a slot would have admitted it. Returns 1 if it was queued. */
+static int unqueue_locked(sched *s, sched_req *r) {
+    if (!r->queued) return 0;
+    sched_req **link = &s->q_head, *prev = NULL;
+    while (*link != r) {
+        prev = *link;
+        link = &(*link)->next;
+    }
+    *link = r->next;
+    if (s->q_tail == r) s->q_tail = prev;
+    r->next = NULL;
+    r->queued = 0;
+    s->n_queued--;
+    finish_locked(r, FINISH_CANCELLED, "cancelled while queued");
+    req_unref_locked(r); /* the scheduler's reference */
+    return 1;
+}
+
+int sched_wait_admitted(sched_req *r, int timeout_ms) {
+    sched *s = r->owner;
+    struct timespec dl;
+    deadline_after(&dl, timeout_ms);
+    pthread_mutex_lock(&s->mu);
+    while (r->queued)
+        if (pthread_cond_timedwait(&r->changed, &s->mu, &dl) == ETIMEDOUT) break;
+    int queued = r->queued;
+    pthread_mutex_unlock(&s->mu);
+    return queued ? STRATA_EBUSY : 0;
+}
+
+int sched_dequeue(sched_req *r) {
+    sched *s = r->owner;
+    pthread_mutex_lock(&s->mu);
+    int was = unqueue_locked(s, r);
+    pthread_mutex_unlock(&s->mu);
+    return was;
+}
+
+void sched_cancel(sched_req *r) {
+    atomic_store(&r->cancel, 1); /* a running request leaves at the next step */
+    sched_dequeue(r);
+}
 
 void sched_cancel_all(sched *s) {
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < s->o.n_slots; i++)
         if (s->slots[i].req) atomic_store(&s->slots[i].req->cancel, 1);
-    for (sched_req *r = s->q_head; r; r = r->next) atomic_store(&r->cancel, 1);
+    while (s->q_head) unqueue_locked(s, s->q_head); /* their readers see the end now */
     pthread_cond_signal(&s->wake);
     pthread_mutex_unlock(&s->mu);
 }
@@ -213,6 +261,7 @@ void sched_release(sched_req *r) {
     sched *s = r->owner;
     atomic_store(&r->cancel, 1);
     pthread_mutex_lock(&s->mu);
+    unqueue_locked(s, r);
     req_unref_locked(r);
     pthread_mutex_unlock(&s->mu);
 }
@@ -333,6 +382,8 @@ static void admit_locked(sched *s) {
         s->q_head = r->next;
         if (!s->q_head) s->q_tail = NULL;
         s->n_queued--;
+        r->queued = 0;
+        pthread_cond_broadcast(&r->changed); /* sched_wait_admitted */
         sl->req = r;
         sl->starting = 1;
         sl->attached = 0;
@@ -577,6 +628,7 @@ void sched_free(sched *s) {
     while (s->q_head) {
         sched_req *r = s->q_head;
         s->q_head = r->next;
+        r->queued = 0;
         finish_locked(r, FINISH_CANCELLED, "server shutting down");
         req_unref_locked(r);
     }

@@ -4,7 +4,7 @@
  * Each step batches one decode token of every generating sequence with
  * prompt chunks of sequences still prefilling (continuous batching), so a
  * long prefill never stalls other streams for more than a chunk. Requests
- * wait in a bounded queue for a free slot (--parallel). Consumers (HTTP
+ * wait in a bounded FIFO queue for a free slot (--parallel). Consumers (HTTP
  * threads) read generated tokens as they come, and may cancel; a cancelled
  * request leaves the batch at the next step and frees its slot.
  * Does not: tokenize, render, or format replies (server/api_*.c). */
@@ -91,7 +91,14 @@ int sched_submit(sched *s, const sched_job *job, sched_req **out, strata_err *er
 /* Waits up to timeout_ms for tokens past index `from` (or the end), copies
  * at most cap of them to out and returns how many; fills st. */
 int sched_wait(sched_req *r, int from, sched_token *out, int cap, int timeout_ms, sched_status *st);
-/* Asks the scheduler to stop the request soon (within one step). */
+/* Waits up to timeout_ms for the request to leave the queue: 0 once it
+ * holds a slot or has finished, STRATA_EBUSY while it still waits. */
+int sched_wait_admitted(sched_req *r, int timeout_ms);
+/* Takes the request out of the queue if it is still there (it finishes as
+ * cancelled) and returns 1; 0 if it was admitted or had finished. */
+int sched_dequeue(sched_req *r);
+/* Asks the scheduler to stop the request soon (within one step); a
+ * request still queued leaves the queue at once, freeing its place. */
 void sched_cancel(sched_req *r);
 /* Cancels every running and queued request (shutdown). */
 void sched_cancel_all(sched *s);

@@ -195,15 +195,20 @@ static int authorized(const server *s, const http_req *req) {
     return s->n_keys == 0 || server_tenant(s, req) != NULL;
 }
 
-static void parse_keys(server *s) {
-    if (!s->o.api_key) return;
+/* --api-key given but naming no key (an unset shell variable expands to
+ * "" or ",") must not start a server with authentication silently off. */
+static int parse_keys(server *s, strata_err *err) {
+    if (!s->o.api_key) return 0;
     char *list = xstrdup(s->o.api_key), *save = NULL;
     for (char *k = strtok_r(list, ",", &save); k; k = strtok_r(NULL, ",", &save)) {
-        if (!*k) continue;
         s->keys = xrealloc(s->keys, (size_t)(s->n_keys + 1) * sizeof(char *));
         s->keys[s->n_keys++] = xstrdup(k);
     }
     free(list);
+    if (s->n_keys == 0)
+        return strata_errf(err, STRATA_EINVAL, "--api-key '%s' names no key; refusing to start without "
+                           "authentication (leave --api-key out to serve without keys)", s->o.api_key);
+    return 0;
 }
 
 /* Route-level errors in the schema of the API the path belongs to. */
@@ -216,6 +221,16 @@ static void route_error(const http_req *req, http_reply *rep, int status, const 
         reply_openai_error(rep, status, oai_type, NULL, "%s", msg);
 }
 
+/* The HTTP gate, on the headers before the body is read: with keys set,
+ * every path but /health (load balancers probe it without a key) needs
+ * one, known endpoint or not. */
+static int gate(void *app, const http_req *req, http_reply *rep) {
+    const server *s = app;
+    if (strcmp(req->path, "/health") == 0 || authorized(s, req)) return 0;
+    route_error(req, rep, 401, "authentication_error", "authentication_error", "missing or invalid API key");
+    return 1;
+}
+
 static void handle(void *app, const http_req *req, http_reply *rep) {
     server *s = app;
     int path_known = 0;
@@ -224,10 +239,6 @@ static void handle(void *app, const http_req *req, http_reply *rep) {
         if (strcmp(req->path, r->path) != 0) continue;
         path_known = 1;
         if (strcmp(req->method, r->method) != 0) continue;
-        if (r->fn != get_health && !authorized(s, req)) {
-            route_error(req, rep, 401, "authentication_error", "authentication_error", "missing or invalid API key");
-            return;
-        }
         if (r->needs_model && !atomic_load(&s->ready)) {
             route_error(req, rep, 503, "server_busy", "overloaded_error", "the model is still loading");
             rep->retry_after = 2;
@@ -373,11 +384,11 @@ int server_start(server **out, const server_opts *o, strata_err *err) {
     s->o = *o;
     s->started_at = (long)time(NULL);
     s->replay = replay_new(4096);
-    parse_keys(s);
     set_model_id(s);
-    http_opts ho = {.host = o->host, .port = o->port, .max_body = (size_t)o->max_body, .timeout_s = 600,
-                    .cors = o->cors};
-    int rc = http_start(&s->http, &ho, handle, s, err); /* /health answers 503 while loading */
+    http_opts ho = {.host = o->host, .port = o->port, .max_body = (size_t)o->max_body,
+                    .timeout_s = o->idle_timeout, .max_conns = o->max_conns, .cors = o->cors, .gate = gate};
+    int rc = parse_keys(s, err);
+    if (!rc) rc = http_start(&s->http, &ho, handle, s, err); /* /health answers 503 while loading */
     if (!rc) {
         log_info("listening on http://%s:%d, loading %s", o->host, http_port(s->http), o->model_path);
         rc = load_model(s, err);

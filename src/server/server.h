@@ -19,6 +19,9 @@
 typedef struct server_opts {
     const char *model_path, *host, *api_key, *alias, *template_file, *trace_path;
     int port, parallel, ctx, threads, cors, queue_max;
+    int queue_timeout; /* seconds a request may wait for a slot before 503 (0: no limit) */
+    int idle_timeout;  /* seconds an idle connection stays open */
+    int max_conns;     /* open connections at most (each holds a thread) */
     int no_cache;      /* --no-prefix-cache */
     int no_cache_disk; /* --no-cache-disk */
     int cache_disk_mb; /* disk tier budget */
