@@ -7,7 +7,9 @@
  * block lost to quarantine). Each entry counts its children, so "is a
  * leaf" is one lookup and a parent joins the eviction candidates the
  * moment its last child goes, whatever order files were found in.
- * Eviction follows the policy's one order (policy_evict_key).
+ * Eviction follows the policy's one order (policy_evict_key). The writer
+ * queue and the readers are in disk_io.c, `strata cache`'s maintenance in
+ * disk_tools.c.
  * Does not: decide retention policy, touch the live pool. */
 #include "cache/disk.h"
 
@@ -30,58 +32,11 @@
 #include "base/mem.h"
 #include "cache/disk_file.h"
 #include "cache/policy.h"
-
-#define PROTECT_MS_DEFAULT 10000
-#define PENDING_DEFAULT (256ull << 20)
-
-#define STALE_TMP_S 3600 /* a temp file this old is dead whatever its pid says */
-
-enum { ST_GHOST, ST_PENDING, ST_PRESENT };
-
-typedef struct djob {
-    struct djob *next;
-    cache_hash h, parent;
-    uint32_t n_tokens;
-    int32_t *tokens;
-    uint8_t *kv;
-} djob;
-
-typedef struct dent {
-    cache_hash h, parent;
-    uint8_t used, state;
-    uint16_t model;        /* index into models[] */
-    uint32_t n_children;   /* stored or queued entries naming this as parent */
-    uint32_t n_tails;      /* of those, tails (fewer than B tokens) */
-    uint32_t n_tokens;
-    uint64_t bytes;        /* file size */
-    double last_use;       /* unix seconds */
-    double hits;           /* decayed to last_use */
-    double fresh_until;    /* monotonic seconds; not evicted before */
-    double keep_until;     /* unix seconds: retained (policy.h) until then */
-    djob *job;             /* ST_PENDING: the queued copy */
-    int32_t *tok;          /* its n_tokens token ids, for partial matches; NULL for ghosts */
-} dent;
-
-struct disk_store {
-    disk_opts o;
-    char *dir;
-    pthread_mutex_t mu;
-    pthread_cond_t cv_work, cv_idle;
-    pthread_t thread;
-    int has_thread, stop, busy, warned;
-    unsigned seq;
-    djob *head, *tail;
-    dent *slots;
-    size_t cap, used;
-    uint8_t (*models)[32]; /* distinct fingerprints (one unless all_models) */
-    int n_models;
-    int32_t *scan_tok; /* header token ids while the index is rebuilt */
-    disk_stats st;
-};
+#include "cache/disk_int.h"
 
 /* ---- time ---- */
 
-static double now_wall(void) {
+double disk__now_wall(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
@@ -105,7 +60,7 @@ static size_t home_slot(const disk_store *d, const cache_hash *h) {
     return (size_t)k & (d->cap - 1);
 }
 
-static long ix_find(const disk_store *d, const cache_hash *h) {
+long disk__ix_find(const disk_store *d, const cache_hash *h) {
     for (size_t i = home_slot(d, h);; i = (i + 1) & (d->cap - 1)) {
         if (!d->slots[i].used) return -1;
         if (memcmp(d->slots[i].h.b, h->b, 32) == 0) return (long)i;
@@ -134,7 +89,7 @@ static long ix_insert(disk_store *d, const cache_hash *h) {
     dent e = {.h = *h, .used = 1, .state = ST_GHOST};
     ix_place(d, &e);
     d->used++;
-    return ix_find(d, h);
+    return disk__ix_find(d, h);
 }
 
 /* Empties slot i (its tokens already freed or moved) and shifts the
@@ -162,13 +117,13 @@ static int is_tail(const disk_store *d, uint32_t n_tokens) { return n_tokens < d
 /* Registers a stored or queued block of n_tokens (its ids in tokens): its
  * parent (ghost if absent) gains a child. Returns the block's slot (ghost
  * entries keep their child count). */
-static long ix_add_block(disk_store *d, const cache_hash *h, const cache_hash *parent, int state, const int32_t *tokens,
+long disk__ix_add_block(disk_store *d, const cache_hash *h, const cache_hash *parent, int state, const int32_t *tokens,
                          uint32_t n_tokens) {
-    long p = ix_find(d, parent);
+    long p = disk__ix_find(d, parent);
     if (p < 0) p = ix_insert(d, parent);
     d->slots[p].n_children++;
     d->slots[p].n_tails += is_tail(d, n_tokens);
-    long i = ix_find(d, h);
+    long i = disk__ix_find(d, h);
     if (i < 0) i = ix_insert(d, h);
     dent *e = &d->slots[i];
     e->parent = *parent;
@@ -181,7 +136,7 @@ static long ix_add_block(disk_store *d, const cache_hash *h, const cache_hash *p
 
 /* Forgets a block (the file is already gone or going): its parent loses
  * a child, and entries left with neither a file nor children vanish. */
-static void ix_drop_block(disk_store *d, long i) {
+void disk__ix_drop_block(disk_store *d, long i) {
     dent *e = &d->slots[i];
     cache_hash parent = e->parent;
     int tail = is_tail(d, e->n_tokens);
@@ -194,7 +149,7 @@ static void ix_drop_block(disk_store *d, long i) {
     } else {
         ix_remove(d, (size_t)i);
     }
-    long p = ix_find(d, &parent);
+    long p = disk__ix_find(d, &parent);
     if (p < 0) return;
     dent *pe = &d->slots[p];
     if (pe->n_children) pe->n_children--;
@@ -213,11 +168,11 @@ static uint16_t model_index(disk_store *d, const uint8_t fp[32]) {
 
 /* ---- recency and hits ---- */
 
-static double decayed_hits(const dent *e, double now) { return policy_decay(e->hits, now - e->last_use); }
+double disk__decayed_hits(const dent *e, double now) { return policy_decay(e->hits, now - e->last_use); }
 
-static void note_use(disk_store *d, dent *e, int hit) {
-    double now = now_wall();
-    e->hits = decayed_hits(e, now) + (hit ? 1.0 : 0.0);
+void disk__note_use(disk_store *d, dent *e, int hit) {
+    double now = disk__now_wall();
+    e->hits = disk__decayed_hits(e, now) + (hit ? 1.0 : 0.0);
     e->last_use = now;
     e->fresh_until = now_mono() + protect_s(d);
 }
@@ -230,12 +185,12 @@ static double evict_score(const dent *e, double now) {
     return policy_evict_key(value, e->keep_until, now);
 }
 
-/* ---- quarantine ---- */
+/* ---- disk__quarantine ---- */
 
-/* Moves a damaged file out of the way (DIR/quarantine/NAME.UNIXTIME) so it
+/* Moves a damaged file out of the way (DIR/disk__quarantine/NAME.UNIXTIME) so it
  * is never indexed again but can still be examined; deletes it when even
  * that fails. Caller holds the lock (or is alone, at open). */
-static void quarantine(disk_store *d, const char *path, const char *name, const char *why) {
+void disk__quarantine(disk_store *d, const char *path, const char *name, const char *why) {
     char dst[4400];
     d->st.quarantined++;
     if (d->o.read_only) {
@@ -247,7 +202,7 @@ static void quarantine(disk_store *d, const char *path, const char *name, const 
         log_warn("disk cache: %s: %s; skipped, moved to %s", path, why, dst);
     } else {
         unlink(path);
-        log_warn("disk cache: %s: %s; skipped and deleted (quarantine failed: %s)", path, why, strerror(errno));
+        log_warn("disk cache: %s: %s; skipped and deleted (disk__quarantine failed: %s)", path, why, strerror(errno));
     }
 }
 
@@ -302,27 +257,27 @@ static void evict_one(disk_store *d, long i) {
     char path[4200];
     disk_file_path(d->dir, &d->slots[i].h, path, sizeof path, NULL, 0);
     if (unlink(path) && errno != ENOENT) log_warn("disk cache: evict %s: %s", path, strerror(errno));
-    ix_drop_block(d, i);
+    disk__ix_drop_block(d, i);
     d->st.evicted++;
 }
 
 /* Leaf-first, lowest score first, never a protected block; a parent joins
  * the candidates once its last child is gone. Caller holds the lock. */
-static uint64_t evict_locked(disk_store *d, uint64_t budget) {
+uint64_t disk__evict_locked(disk_store *d, uint64_t budget) {
     if (d->st.bytes <= budget) return 0;
-    double wall = now_wall(), mono = now_mono();
+    double wall = disk__now_wall(), mono = now_mono();
     heap hp = {0};
     for (size_t i = 0; i < d->cap; i++)
         if (evictable(&d->slots[i], mono)) heap_push(&hp, evict_score(&d->slots[i], wall), &d->slots[i].h);
     uint64_t n = 0;
     while (d->st.bytes > budget && hp.n) {
         hitem it = heap_pop(&hp);
-        long i = ix_find(d, &it.h);
+        long i = disk__ix_find(d, &it.h);
         if (i < 0 || !evictable(&d->slots[i], mono)) continue;
         cache_hash parent = d->slots[i].parent;
         evict_one(d, i);
         n++;
-        long p = ix_find(d, &parent);
+        long p = disk__ix_find(d, &parent);
         if (p >= 0 && evictable(&d->slots[p], mono)) heap_push(&hp, evict_score(&d->slots[p], wall), &parent);
     }
     if (d->st.bytes > budget)
@@ -330,83 +285,6 @@ static uint64_t evict_locked(disk_store *d, uint64_t budget) {
                   (unsigned long long)(d->st.bytes - budget));
     free(hp.a);
     return n;
-}
-
-/* ---- writer thread ---- */
-
-/* After a write passes the budget, evict a little further (1/64 of the
- * budget, in whole blocks) so a store at its budget rescans its index
- * once per many writes, not on every one. Small budgets get no slack. */
-static uint64_t low_water(const disk_store *d) {
-    uint64_t fb = disk_file_bytes(d->o.block_tokens, d->o.block_bytes);
-    return d->o.budget_bytes - (d->o.budget_bytes / 64 / fb) * fb;
-}
-
-static void note_write_error(disk_store *d, int sys_errno, const strata_err *e) {
-    d->st.write_errors++;
-    if (d->warned) {
-        log_debug("disk cache: write dropped: %s", e->msg);
-        return;
-    }
-    d->warned = 1;
-    log_warn("disk cache: write failed (%s): %s; dropping disk writes that fail, serving from memory "
-             "(warned once)", strerror(sys_errno), e->msg);
-}
-
-/* Records the outcome of one write. Caller holds the lock. */
-static void finish_job(disk_store *d, djob *j, int rc, int sys_errno, const strata_err *e) {
-    long i = ix_find(d, &j->h);
-    uint64_t fbytes = disk_file_bytes(j->n_tokens, d->o.block_bytes);
-    if (i >= 0 && d->slots[i].state == ST_PENDING) {
-        dent *en = &d->slots[i];
-        en->job = NULL;
-        if (rc == 0) {
-            en->state = ST_PRESENT;
-            en->bytes = fbytes;
-            note_use(d, en, 0); /* just written: protected */
-            d->st.files++, d->st.bytes += fbytes;
-        } else {
-            ix_drop_block(d, i);
-        }
-    }
-    if (rc == 0) d->st.writes++, d->st.write_bytes += fbytes;
-    else note_write_error(d, sys_errno, e);
-    d->st.pending--;
-    d->st.pending_bytes -= d->o.block_bytes;
-    free(j);
-}
-
-static void write_job(disk_store *d, djob *j, unsigned seq) {
-    disk_hdr h = {.version = DISK_FORMAT_VERSION, .kv_dtype = d->o.kv_dtype,
-                  .n_tokens = j->n_tokens, .payload_bytes = d->o.block_bytes,
-                  .hash = j->h, .parent = j->parent};
-    memcpy(h.model_fp, d->o.model_fp, 32);
-    strata_err e = {0};
-    int sys_errno = 0;
-    int rc = disk_file_write(d->dir, &h, j->tokens, j->kv, seq, &sys_errno, &e);
-    pthread_mutex_lock(&d->mu);
-    finish_job(d, j, rc, sys_errno, &e);
-    if (d->o.budget_bytes && d->st.bytes > d->o.budget_bytes) evict_locked(d, low_water(d));
-    d->busy = 0;
-    if (!d->head) pthread_cond_broadcast(&d->cv_idle);
-}
-
-static void *writer_main(void *arg) {
-    disk_store *d = arg;
-    pthread_mutex_lock(&d->mu);
-    for (;;) {
-        while (!d->head && !d->stop) pthread_cond_wait(&d->cv_work, &d->mu);
-        if (!d->head) break; /* stopping and drained */
-        djob *j = d->head;
-        d->head = j->next;
-        if (!d->head) d->tail = NULL;
-        d->busy = 1;
-        unsigned seq = d->seq++;
-        pthread_mutex_unlock(&d->mu);
-        write_job(d, j, seq); /* returns with the lock held */
-    }
-    pthread_mutex_unlock(&d->mu);
-    return NULL;
 }
 
 /* ---- open: rebuild the index from headers ---- */
@@ -434,7 +312,7 @@ static int header_is_ours(const disk_store *d, const disk_hdr *h) {
 }
 
 static void index_file(disk_store *d, const disk_hdr *h, const int32_t *tokens, const struct stat *st) {
-    long i = ix_add_block(d, &h->hash, &h->parent, ST_PRESENT, tokens, h->n_tokens);
+    long i = disk__ix_add_block(d, &h->hash, &h->parent, ST_PRESENT, tokens, h->n_tokens);
     dent *en = &d->slots[i];
     en->bytes = (uint64_t)st->st_size;
     en->model = model_index(d, h->model_fp);
@@ -458,7 +336,7 @@ static int scan_one(void *ctx, const disk_dirent *e) {
     if (fd >= 0) close(fd);
     if (!rc && memcmp(h.hash.b, e->hash.b, 32) != 0) rc = strata_errf(&err, STRATA_EFORMAT, "header names another block");
     if (rc == STRATA_EUNSUPPORTED || (!rc && !header_is_ours(d, &h))) d->st.foreign++;
-    else if (rc == STRATA_EFORMAT) quarantine(d, e->path, e->name, err.msg);
+    else if (rc == STRATA_EFORMAT) disk__quarantine(d, e->path, e->name, err.msg);
     else if (rc) log_warn("disk cache: %s: %s; skipped", e->path, err.msg);
     else index_file(d, &h, d->scan_tok, &st);
     return 0;
@@ -481,7 +359,7 @@ static void save_usage(disk_store *d) {
 
 static void load_usage_one(void *ctx, const disk_usage_rec *r) {
     disk_store *d = ctx;
-    long i = ix_find(d, &r->hash);
+    long i = disk__ix_find(d, &r->hash);
     if (i < 0 || d->slots[i].state != ST_PRESENT || !(r->hits >= 0) || !(r->last_use >= 0)) return;
     dent *e = &d->slots[i];
     if (r->last_use > e->last_use) e->last_use = r->last_use;
@@ -547,9 +425,9 @@ int disk_open(disk_store **out, const disk_opts *o, strata_err *err) {
     free(d->scan_tok);
     d->scan_tok = NULL;
     if (!rc) disk_usage_read(d->dir, o->all_models ? NULL : o->model_fp, load_usage_one, d);
-    if (!rc && o->budget_bytes && !o->read_only) evict_locked(d, o->budget_bytes); /* it may have shrunk */
+    if (!rc && o->budget_bytes && !o->read_only) disk__evict_locked(d, o->budget_bytes); /* it may have shrunk */
     if (!rc && !o->read_only && !o->all_models) {
-        if (pthread_create(&d->thread, NULL, writer_main, d) == 0) d->has_thread = 1;
+        if (pthread_create(&d->thread, NULL, disk__writer_main, d) == 0) d->has_thread = 1;
         else rc = strata_errf(err, STRATA_EIO, "disk cache: cannot start the writer thread");
     }
     if (rc) {
@@ -590,203 +468,31 @@ void disk_close(disk_store *d) {
 
 int disk_has(disk_store *d, const cache_hash *h) {
     pthread_mutex_lock(&d->mu);
-    long i = ix_find(d, h);
+    long i = disk__ix_find(d, h);
     int has = i >= 0 && d->slots[i].state != ST_GHOST;
     pthread_mutex_unlock(&d->mu);
     return has;
 }
 
-static djob *job_new(const disk_store *d, const cache_hash *h, const cache_hash *parent,
-                     const int32_t *tokens, uint32_t n_tokens, const void *kv) {
-    size_t tb = 4ull * n_tokens;
-    djob *j = malloc(sizeof *j + tb + d->o.block_bytes);
-    if (!j) return NULL;
-    j->next = NULL;
-    j->h = *h;
-    j->parent = *parent;
-    j->n_tokens = n_tokens;
-    j->tokens = (int32_t *)(j + 1);
-    j->kv = (uint8_t *)j->tokens + tb;
-    memcpy(j->tokens, tokens, tb);
-    memcpy(j->kv, kv, d->o.block_bytes);
-    return j;
-}
-
-/* 1 when h need not be queued (stored, queued, or no room). Locked. */
-static int put_refused(disk_store *d, const cache_hash *h, int *rc) {
-    long i = ix_find(d, h);
-    *rc = 0;
-    if (i >= 0 && d->slots[i].state != ST_GHOST) return 1;
-    if (d->st.pending_bytes + d->o.block_bytes > d->o.max_pending_bytes) {
-        d->st.dropped++;
-        *rc = STRATA_EBUSY;
-        return 1;
-    }
-    return 0;
-}
-
-int disk_put(disk_store *d, const cache_hash *h, const cache_hash *parent, const int32_t *tokens,
-             const void *kv) {
-    return disk_put_n(d, h, parent, tokens, d->o.block_tokens, kv);
-}
-
-int disk_put_n(disk_store *d, const cache_hash *h, const cache_hash *parent, const int32_t *tokens, int n_tokens,
-               const void *kv) {
-    if (!d->has_thread) return STRATA_EINVAL; /* read-only or tool store */
-    if (n_tokens < 1 || (uint32_t)n_tokens > d->o.block_tokens) return STRATA_EINVAL;
-    int rc;
-    pthread_mutex_lock(&d->mu);
-    int refused = put_refused(d, h, &rc);
-    pthread_mutex_unlock(&d->mu);
-    if (refused) return rc;
-    djob *j = job_new(d, h, parent, tokens, (uint32_t)n_tokens, kv); /* the copy, outside the lock */
-    if (!j) return STRATA_ENOMEM;
-    pthread_mutex_lock(&d->mu);
-    if (put_refused(d, h, &rc)) { /* another thread queued it meanwhile */
-        pthread_mutex_unlock(&d->mu);
-        free(j);
-        return rc;
-    }
-    long i = ix_add_block(d, h, parent, ST_PENDING, tokens, (uint32_t)n_tokens);
-    d->slots[i].job = j;
-    d->slots[i].model = 0;
-    d->slots[i].last_use = now_wall();
-    if (d->tail) d->tail->next = j;
-    else d->head = j;
-    d->tail = j;
-    d->st.pending++;
-    d->st.pending_bytes += d->o.block_bytes;
-    pthread_cond_signal(&d->cv_work);
-    pthread_mutex_unlock(&d->mu);
-    return 0;
-}
-
-/* A queued block is served from its copy. Locked. */
-static void get_pending(disk_store *d, dent *e, void *dst, int32_t *tokens_out) {
-    memcpy(dst, e->job->kv, d->o.block_bytes);
-    if (tokens_out) memcpy(tokens_out, e->job->tokens, 4ull * e->n_tokens);
-    note_use(d, e, 1);
-    d->st.reads++;
-}
-
-/* After a file read: count it, or forget/quarantine what failed. Locked. */
-static void get_finish(disk_store *d, const cache_hash *h, int rc, const char *path, const strata_err *e) {
-    long i = ix_find(d, h);
-    if (rc == 0) {
-        d->st.reads++;
-        d->st.read_bytes += d->o.block_bytes;
-        return;
-    }
-    if (i < 0 || d->slots[i].state != ST_PRESENT) return; /* evicted meanwhile */
-    if (rc == STRATA_EFORMAT) {
-        char hex[65], name[80];
-        cache_hash_hex(h, hex);
-        snprintf(name, sizeof name, "%s.kv", hex);
-        quarantine(d, path, name, e->msg);
-    }
-    ix_drop_block(d, i); /* unreadable or gone: a miss from now on */
-}
-
-int disk_get(disk_store *d, const cache_hash *h, void *dst, int32_t *tokens_out, strata_err *err) {
-    char path[4200], hex[65];
-    cache_hash_hex(h, hex);
-    if (d->o.all_models) return strata_errf(err, STRATA_EINVAL, "disk cache: get on a tool store");
-    pthread_mutex_lock(&d->mu);
-    long i = ix_find(d, h);
-    int state = i >= 0 ? d->slots[i].state : ST_GHOST;
-    uint32_t n_tokens = i >= 0 ? d->slots[i].n_tokens : 0;
-    if (state == ST_PENDING) get_pending(d, &d->slots[i], dst, tokens_out);
-    if (state == ST_PRESENT) note_use(d, &d->slots[i], 1); /* protected while we read */
-    pthread_mutex_unlock(&d->mu);
-    if (state == ST_PENDING) return 0;
-    if (state == ST_GHOST) return strata_errf(err, STRATA_EIO, "disk block %.12s: not stored", hex);
-    disk_file_path(d->dir, h, path, sizeof path, NULL, 0);
-    disk_expect ex = {.hash = h, .model_fp = d->o.model_fp, .n_tokens = n_tokens,
-                      .kv_dtype = d->o.kv_dtype, .payload_bytes = d->o.block_bytes};
-    disk_hdr hdr;
-    strata_err e = {0};
-    int rc = disk_file_load(path, &ex, &hdr, tokens_out, dst, d->o.block_bytes, &e);
-    pthread_mutex_lock(&d->mu);
-    get_finish(d, h, rc, path, &e);
-    pthread_mutex_unlock(&d->mu);
-    if (rc) memset(dst, 0, d->o.block_bytes); /* a failed read leaves nothing usable behind */
-    if (rc == STRATA_EFORMAT)
-        return strata_errf(err, rc, "disk block %.12s: %s; quarantined, not loaded", hex, e.msg);
-    if (rc) return strata_errf(err, rc, "disk block %.12s: %s; skipped", hex, e.msg);
-    return 0;
-}
-
-typedef struct get_batch {
-    disk_store *d;
-    const cache_hash *h;
-    void *const *dst;
-    int32_t *const *tokens;
-    int *rc;
-    int n;
-    atomic_int next;
-} get_batch;
-
-static void *get_worker(void *arg) {
-    get_batch *g = arg;
-    for (int i; (i = atomic_fetch_add(&g->next, 1)) < g->n;) {
-        strata_err err = {0};
-        g->rc[i] = disk_get(g->d, &g->h[i], g->dst[i], g->tokens ? g->tokens[i] : NULL, &err);
-    }
-    return NULL;
-}
-
-/* Starts the device on every file of the run, in order, ahead of the
- * readers: each reader waits for its file (a small header read, then the
- * payload), then faults, copies and checksums it, so with only the
- * readers' own reads the device idles between files. WILLNEED blocks
- * when the device queue is full, so this runs at the device's pace. */
-static void *prefetch_main(void *arg) {
-    get_batch *g = arg;
-    char path[4200];
-    for (int i = 0; i < g->n; i++) {
-        if (i < atomic_load(&g->next)) continue; /* a reader is on it already */
-        disk_file_path(g->d->dir, &g->h[i], path, sizeof path, NULL, 0);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) continue; /* queued or gone: disk_get sorts it out */
-        posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
-        close(fd);
-    }
-    return NULL;
-}
-
-int disk_get_many(disk_store *d, const cache_hash *h, void *const *dst, int32_t *const *tokens_out, int n, int *rc) {
-    get_batch g = {d, h, dst, tokens_out, rc, n, 0};
-    pthread_t th[DISK_READERS], pf;
-    int n_th = 0, has_pf = n > 1 && pthread_create(&pf, NULL, prefetch_main, &g) == 0;
-    /* This thread reads too; helpers only when there is more than a block. */
-    while (n_th < DISK_READERS - 1 && n_th + 1 < n && pthread_create(&th[n_th], NULL, get_worker, &g) == 0) n_th++;
-    get_worker(&g);
-    for (int i = 0; i < n_th; i++) pthread_join(th[i], NULL);
-    if (has_pf) pthread_join(pf, NULL);
-    int ok = 0;
-    while (ok < n && rc[ok] == 0) ok++;
-    return ok;
-}
-
 void disk_touch(disk_store *d, const cache_hash *h) {
     pthread_mutex_lock(&d->mu);
-    long i = ix_find(d, h);
-    if (i >= 0 && d->slots[i].state != ST_GHOST) note_use(d, &d->slots[i], 1);
+    long i = disk__ix_find(d, h);
+    if (i >= 0 && d->slots[i].state != ST_GHOST) disk__note_use(d, &d->slots[i], 1);
     pthread_mutex_unlock(&d->mu);
 }
 
 void disk_retain(disk_store *d, const cache_hash *h, double ttl_s) {
-    double until = now_wall() + ttl_s;
+    double until = disk__now_wall() + ttl_s;
     pthread_mutex_lock(&d->mu);
-    long i = ix_find(d, h);
+    long i = disk__ix_find(d, h);
     if (i >= 0 && d->slots[i].state != ST_GHOST && until > d->slots[i].keep_until) d->slots[i].keep_until = until;
     pthread_mutex_unlock(&d->mu);
 }
 
 double disk_retained_s(disk_store *d, const cache_hash *h) {
-    double now = now_wall(), left = 0;
+    double now = disk__now_wall(), left = 0;
     pthread_mutex_lock(&d->mu);
-    long i = ix_find(d, h);
+    long i = disk__ix_find(d, h);
     if (i >= 0 && d->slots[i].state != ST_GHOST && d->slots[i].keep_until > now) left = d->slots[i].keep_until - now;
     pthread_mutex_unlock(&d->mu);
     return left;
@@ -806,7 +512,7 @@ int disk_best_child(disk_store *d, const cache_hash *parent, const int32_t *toke
                     int *n_tokens) {
     int best = 0;
     pthread_mutex_lock(&d->mu);
-    long p = ix_find(d, parent);
+    long p = disk__ix_find(d, parent);
     /* A full scan, but only where something continues parent. */
     for (size_t i = 0; p >= 0 && d->slots[p].n_children && i < d->cap; i++) {
         const dent *e = &d->slots[i];
@@ -823,7 +529,7 @@ int disk_drop_tails(disk_store *d, const cache_hash *parent, const int32_t *toke
     cache_hash *gone = NULL;
     size_t n_gone = 0;
     pthread_mutex_lock(&d->mu);
-    long p = ix_find(d, parent);
+    long p = disk__ix_find(d, parent);
     for (size_t i = 0; p >= 0 && d->slots[p].n_tails && i < d->cap; i++) {
         const dent *e = &d->slots[i];
         if (!child_of(e, parent) || e->state != ST_PRESENT || e->n_children || (int)e->n_tokens >= n ||
@@ -834,21 +540,15 @@ int disk_drop_tails(disk_store *d, const cache_hash *parent, const int32_t *toke
     }
     /* Dropped after the scan: a deletion moves other entries. */
     for (size_t k = 0; k < n_gone; k++) {
-        long i = ix_find(d, &gone[k]);
+        long i = disk__ix_find(d, &gone[k]);
         disk_file_path(d->dir, &gone[k], path, sizeof path, NULL, 0);
         if (unlink(path) && errno != ENOENT) log_warn("disk cache: drop %s: %s", path, strerror(errno));
-        ix_drop_block(d, i);
+        disk__ix_drop_block(d, i);
         d->st.superseded++;
     }
     pthread_mutex_unlock(&d->mu);
     free(gone);
     return (int)n_gone;
-}
-
-void disk_flush(disk_store *d) {
-    pthread_mutex_lock(&d->mu);
-    while (d->has_thread && (d->head || d->busy)) pthread_cond_wait(&d->cv_idle, &d->mu);
-    pthread_mutex_unlock(&d->mu);
 }
 
 void disk_get_stats(disk_store *d, disk_stats *out) {
@@ -857,86 +557,3 @@ void disk_get_stats(disk_store *d, disk_stats *out) {
     pthread_mutex_unlock(&d->mu);
 }
 
-/* ---- tools ---- */
-
-uint64_t disk_evict_to(disk_store *d, uint64_t budget_bytes) {
-    pthread_mutex_lock(&d->mu);
-    d->o.budget_bytes = budget_bytes;
-    uint64_t n = d->o.read_only ? 0 : evict_locked(d, budget_bytes);
-    pthread_mutex_unlock(&d->mu);
-    return n;
-}
-
-void disk_foreach(disk_store *d, void (*fn)(void *ctx, const disk_block_info *b), void *ctx) {
-    pthread_mutex_lock(&d->mu);
-    double now = now_wall();
-    for (size_t i = 0; i < d->cap; i++) {
-        const dent *e = &d->slots[i];
-        if (!e->used || e->state == ST_GHOST) continue;
-        long p = ix_find(d, &e->parent);
-        disk_block_info b = {.hash = e->h, .parent = e->parent, .n_tokens = e->n_tokens,
-                             .n_children = e->n_children, .bytes = e->bytes, .last_use = e->last_use,
-                             .hits = decayed_hits(e, now), .pending = e->state == ST_PENDING,
-                             .parent_stored = p >= 0 && d->slots[p].state != ST_GHOST};
-        memcpy(b.model_fp, d->models[e->model], 32);
-        fn(ctx, &b);
-    }
-    pthread_mutex_unlock(&d->mu);
-}
-
-int disk_verify(disk_store *d, const cache_hash *h, strata_err *err) {
-    char path[4200], hex[65];
-    cache_hash_hex(h, hex);
-    pthread_mutex_lock(&d->mu);
-    long i = ix_find(d, h);
-    dent e = i >= 0 ? d->slots[i] : (dent){0};
-    pthread_mutex_unlock(&d->mu);
-    if (e.state != ST_PRESENT) return strata_errf(err, STRATA_EIO, "disk block %.12s: not stored", hex);
-    uint64_t payload = e.bytes - disk_file_bytes(e.n_tokens, 0);
-    void *buf = xmalloc(payload ? payload : 1);
-    disk_file_path(d->dir, h, path, sizeof path, NULL, 0);
-    disk_expect ex = {.hash = h, .model_fp = d->models[e.model], .n_tokens = e.n_tokens, .payload_bytes = payload};
-    disk_hdr hdr;
-    strata_err fe = {0};
-    int rc = disk_file_load(path, &ex, &hdr, NULL, buf, payload, &fe);
-    free(buf);
-    pthread_mutex_lock(&d->mu);
-    get_finish(d, h, rc, path, &fe);
-    pthread_mutex_unlock(&d->mu);
-    if (rc) return strata_errf(err, rc, "%s: %s", path, fe.msg);
-    return 0;
-}
-
-typedef struct purge_ctx {
-    uint64_t n;
-} purge_ctx;
-
-static int purge_one(void *ctx, const disk_dirent *e) {
-    if (unlink(e->path) == 0) ((purge_ctx *)ctx)->n++;
-    return 0;
-}
-
-int disk_purge(const char *dir, uint64_t *n_files, strata_err *err) {
-    purge_ctx pc = {0};
-    *n_files = 0;
-    int rc = disk_file_scan(dir, purge_one, &pc, err);
-    if (rc) return rc;
-    char q[4200], f[4600];
-    snprintf(q, sizeof q, "%s/%s", dir, DISK_QUARANTINE);
-    DIR *dp = opendir(q);
-    for (struct dirent *de; dp && (de = readdir(dp));) {
-        if (de->d_name[0] == '.') continue;
-        snprintf(f, sizeof f, "%s/%s", q, de->d_name);
-        if (unlink(f) == 0) pc.n++;
-    }
-    if (dp) closedir(dp);
-    dp = opendir(dir); /* usage files describe blocks that are gone now */
-    for (struct dirent *de; dp && (de = readdir(dp));) {
-        if (strncmp(de->d_name, "usage-", 6) != 0) continue;
-        snprintf(f, sizeof f, "%s/%s", dir, de->d_name);
-        unlink(f);
-    }
-    if (dp) closedir(dp);
-    *n_files = pc.n;
-    return 0;
-}
