@@ -1,8 +1,8 @@
-/* sched.c - continuous batching over the engine (see sched.h).
- *
- * One mutex guards the queue, the slots' request pointers and every
- * request's output; the forward pass itself runs unlocked, on state only
- * the scheduler thread touches (sequences, samplers). */
+/* sched.c - continuous batching over the engine (see sched.h): the
+ * scheduler thread admits queued requests into slots, attaches their
+ * cached prefixes (cache/store.h), and runs one forward pass per step.
+ * The forward pass runs unlocked, on state only the scheduler thread
+ * touches (sequences, samplers); the consumer side is sched_req.c. */
 #include "server/sched.h"
 
 #include <errno.h>
@@ -17,254 +17,7 @@
 #include "base/log.h"
 #include "base/mem.h"
 #include "cache/disk_tier.h"
-#include "cache/store.h"
-#include "text/jsonguard.h"
-
-struct sched_req {
-    sched *owner;
-    int32_t *prompt;
-    int n_prompt;
-    sample_params sampling;
-    int max_tokens, n_logprobs;
-    int json_mode;
-    char *json_prefix;
-    store_request cache; /* root, scope, message starts, retention marks */
-    int *bounds;         /* owned: cache.bounds */
-    cache_mark marks[POLICY_MAX_MARKS];
-    /* output, guarded by owner->mu */
-    sched_token *out;
-    int n_out, cap_out;
-    int n_prompt_done, n_cached, n_cached_disk;
-    sched_finish finish;
-    char error[256];
-    pthread_cond_t changed;
-    int refs;
-    atomic_int cancel;
-    int queued;      /* still waiting in the queue (guarded by owner->mu) */
-    sched_req *next; /* queue link */
-};
-
-typedef struct slot {
-    sched_req *req; /* NULL: free */
-    kv_seq seq;
-    sampler *smp;
-    int n_fed;      /* prompt tokens already in the batch */
-    int32_t last;   /* last sampled token, fed at the next step */
-    int32_t *toks;  /* prompt then generated tokens: what the blocks hold */
-    int n_toks, cap_toks;
-    store_seq q;       /* the walk over the block store: cursor, hashes, load */
-    json_guard *guard; /* json_mode: only tokens that keep the output valid JSON */
-    double t_admit, t_first; /* ms: admitted, first token sampled */
-    int starting;            /* admitted, not set up yet (start_admitted) */
-    int attached;            /* the cached prefix is in (not still being read) */
-} slot;
-
-struct sched {
-    engine *e;
-    const tokenizer *tok;
-    sched_opts o;
-    slot *slots;
-    sched_req *q_head, *q_tail;
-    int n_queued;
-    pthread_mutex_t mu;
-    pthread_cond_t wake;
-    pthread_t thread;
-    int running;
-    cache_store *store; /* NULL when the prefix cache is off */
-    cache_tier disk;    /* the disk tier's interface, when there is one */
-    json_vocab *jvocab; /* built on first JSON-mode request */
-    sched_stats stats;
-    /* batch scratch, scheduler thread only */
-    int32_t *b_tok, *b_pos;
-    kv_seq **b_seq;
-    int8_t *b_want;
-    int *b_slot;
-    float *logits;
-};
-
-/* ---- requests ------------------------------------------------------------ */
-
-static void req_unref_locked(sched_req *r) {
-    if (--r->refs > 0) return;
-    pthread_cond_destroy(&r->changed);
-    free(r->json_prefix);
-    free(r->bounds);
-    free(r->prompt);
-    free(r->out);
-    free(r);
-}
-
-static void finish_locked(sched_req *r, sched_finish f, const char *why) {
-    if (r->finish != FINISH_NONE) return;
-    r->finish = f;
-    if (why) snprintf(r->error, sizeof r->error, "%s", why);
-    pthread_cond_broadcast(&r->changed);
-}
-
-static void push_token_locked(sched_req *r, const sched_token *t) {
-    if (r->n_out == r->cap_out) {
-        r->cap_out = r->cap_out ? r->cap_out * 2 : 64;
-        r->out = xrealloc(r->out, (size_t)r->cap_out * sizeof(sched_token));
-    }
-    r->out[r->n_out++] = *t;
-    pthread_cond_broadcast(&r->changed);
-}
-
-/* What the request asks of the cache, copied: the store reads it until
- * the request ends. */
-static void req_cache_setup(const sched *s, sched_req *r, const sched_job *job) {
-    store_request *c = &r->cache;
-    c->scope = job->scope;
-    if (job->n_bounds > 0) {
-        r->bounds = xmalloc((size_t)job->n_bounds * sizeof(int));
-        memcpy(r->bounds, job->bounds, (size_t)job->n_bounds * sizeof(int));
-        c->bounds = r->bounds;
-        c->n_bounds = job->n_bounds;
-    }
-    c->n_marks = job->n_marks < POLICY_MAX_MARKS ? job->n_marks : POLICY_MAX_MARKS;
-    memcpy(r->marks, job->marks, (size_t)c->n_marks * sizeof(cache_mark));
-    c->marks = r->marks;
-    cache_hash_root_for(&c->root, s->o.model_fp, job->tenant, job->cache_salt);
-}
-
-int sched_submit(sched *s, const sched_job *job, sched_req **out, strata_err *err) {
-    *out = NULL;
-    if (job->n_prompt <= 0) return strata_errf(err, STRATA_EINVAL, "the prompt is empty");
-    if (job->n_prompt >= s->o.ctx_per_slot)
-        return strata_errf(err, STRATA_ERANGE,
-                           "the prompt is %d tokens; the context of a sequence is %d tokens",
-                           job->n_prompt, s->o.ctx_per_slot);
-    sched_req *r = xcalloc(1, sizeof *r);
-    r->owner = s;
-    r->prompt = xmalloc((size_t)job->n_prompt * sizeof(int32_t));
-    memcpy(r->prompt, job->prompt, (size_t)job->n_prompt * sizeof(int32_t));
-    r->n_prompt = job->n_prompt;
-    r->sampling = job->sampling;
-    r->max_tokens = job->max_tokens;
-    r->n_logprobs = job->n_logprobs > 20 ? 20 : job->n_logprobs;
-    r->json_mode = job->json_mode;
-    r->json_prefix = job->json_prefix ? xstrdup(job->json_prefix) : NULL;
-    req_cache_setup(s, r, job);
-    pthread_cond_init(&r->changed, NULL);
-    r->refs = 2; /* caller + scheduler */
-    pthread_mutex_lock(&s->mu);
-    /* Requests a free slot will take at the next step are not waiting:
-     * only those beyond the free slots count against --queue (so that
-     * --queue 0 means "no waiting", not "refuse everything"). */
-    if (s->n_queued - (s->o.n_slots - s->stats.active) >= s->o.queue_max) {
-        pthread_mutex_unlock(&s->mu);
-        r->refs = 1;
-        req_unref_locked(r);
-        return strata_errf(err, STRATA_EBUSY, "server busy: %d requests already waiting", s->o.queue_max);
-    }
-    if (s->q_tail) s->q_tail->next = r; /* FIFO: appended here, admitted from the head */
-    else s->q_head = r;
-    s->q_tail = r;
-    r->queued = 1;
-    s->n_queued++;
-    s->stats.requests++;
-    pthread_cond_signal(&s->wake);
-    pthread_mutex_unlock(&s->mu);
-    *out = r;
-    return 0;
-}
-
-static void deadline_after(struct timespec *ts, int ms) {
-    clock_gettime(CLOCK_REALTIME, ts);
-    ts->tv_sec += ms / 1000;
-    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
-int sched_wait(sched_req *r, int from, sched_token *out, int cap, int timeout_ms, sched_status *st) {
-    sched *s = r->owner;
-    struct timespec dl;
-    deadline_after(&dl, timeout_ms);
-    pthread_mutex_lock(&s->mu);
-    while (r->n_out <= from && r->finish == FINISH_NONE)
-        if (pthread_cond_timedwait(&r->changed, &s->mu, &dl) == ETIMEDOUT) break;
-    int n = r->n_out - from;
-    if (n < 0) n = 0;
-    if (n > cap) n = cap;
-    if (n > 0) memcpy(out, r->out + from, (size_t)n * sizeof(sched_token)); /* r->out is NULL before the first token */
-    st->n_prompt = r->n_prompt;
-    st->n_prompt_done = r->n_prompt_done;
-    st->n_cached = r->n_cached;
-    st->n_cached_disk = r->n_cached_disk;
-    st->n_generated = r->n_out;
-    /* The finish shows only once every token has been handed out. */
-    st->finish = from + n >= r->n_out ? r->finish : FINISH_NONE;
-    snprintf(st->error, sizeof st->error, "%s", r->error);
-    pthread_mutex_unlock(&s->mu);
-    return n;
-}
-
-/* Takes r out of the queue, if it is still there, and finishes it as
- * cancelled: a request nobody waits for must not hold a queue place until
- * a slot would have admitted it. Returns 1 if it was queued. */
-static int unqueue_locked(sched *s, sched_req *r) {
-    if (!r->queued) return 0;
-    sched_req **link = &s->q_head, *prev = NULL;
-    while (*link != r) {
-        prev = *link;
-        link = &(*link)->next;
-    }
-    *link = r->next;
-    if (s->q_tail == r) s->q_tail = prev;
-    r->next = NULL;
-    r->queued = 0;
-    s->n_queued--;
-    finish_locked(r, FINISH_CANCELLED, "cancelled while queued");
-    req_unref_locked(r); /* the scheduler's reference */
-    return 1;
-}
-
-int sched_wait_admitted(sched_req *r, int timeout_ms) {
-    sched *s = r->owner;
-    struct timespec dl;
-    deadline_after(&dl, timeout_ms);
-    pthread_mutex_lock(&s->mu);
-    while (r->queued)
-        if (pthread_cond_timedwait(&r->changed, &s->mu, &dl) == ETIMEDOUT) break;
-    int queued = r->queued;
-    pthread_mutex_unlock(&s->mu);
-    return queued ? STRATA_EBUSY : 0;
-}
-
-int sched_dequeue(sched_req *r) {
-    sched *s = r->owner;
-    pthread_mutex_lock(&s->mu);
-    int was = unqueue_locked(s, r);
-    pthread_mutex_unlock(&s->mu);
-    return was;
-}
-
-void sched_cancel(sched_req *r) {
-    atomic_store(&r->cancel, 1); /* a running request leaves at the next step */
-    sched_dequeue(r);
-}
-
-void sched_cancel_all(sched *s) {
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->o.n_slots; i++)
-        if (s->slots[i].req) atomic_store(&s->slots[i].req->cancel, 1);
-    while (s->q_head) unqueue_locked(s, s->q_head); /* their readers see the end now */
-    pthread_cond_signal(&s->wake);
-    pthread_mutex_unlock(&s->mu);
-}
-
-void sched_release(sched_req *r) {
-    if (!r) return;
-    sched *s = r->owner;
-    atomic_store(&r->cancel, 1);
-    pthread_mutex_lock(&s->mu);
-    unqueue_locked(s, r);
-    req_unref_locked(r);
-    pthread_mutex_unlock(&s->mu);
-}
+#include "server/sched_int.h"
 
 /* ---- slots --------------------------------------------------------------- */
 
@@ -310,8 +63,8 @@ static void slot_free(sched *s, slot *sl, sched_finish f, const char *why) {
     sample_free(sl->smp);
     sl->smp = NULL;
     pthread_mutex_lock(&s->mu);
-    finish_locked(sl->req, f, why);
-    req_unref_locked(sl->req);
+    sched__finish_locked(sl->req, f, why);
+    sched__req_unref_locked(sl->req);
     sl->req = NULL; /* under the lock: sched_cancel_all reads it there, and the
                        request may be freed by its reader the moment we unlock */
     s->stats.active--;
@@ -485,7 +238,7 @@ static void after_logits(sched *s, int si, float *logits) {
     int eog = tok_is_eog(s->tok, t.id);
     pthread_mutex_lock(&s->mu);
     r->n_prompt_done = r->n_prompt;
-    if (!eog) push_token_locked(r, &t);
+    if (!eog) sched__push_token_locked(r, &t);
     s->stats.tokens_generated += !eog;
     int n_out = r->n_out;
     pthread_mutex_unlock(&s->mu);
@@ -629,8 +382,8 @@ void sched_free(sched *s) {
         sched_req *r = s->q_head;
         s->q_head = r->next;
         r->queued = 0;
-        finish_locked(r, FINISH_CANCELLED, "server shutting down");
-        req_unref_locked(r);
+        sched__finish_locked(r, FINISH_CANCELLED, "server shutting down");
+        sched__req_unref_locked(r);
     }
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_destroy(&s->mu);

@@ -1,0 +1,85 @@
+/* sched_int.h - what the scheduler's two files share (see sched.h): a
+ * request (its job, its output for the consumer), a slot, the scheduler.
+ * sched_req.c is the consumer side (submit, wait, cancel, release: HTTP
+ * threads), sched.c the scheduler thread (admission, batches, steps).
+ * One mutex (sched.mu) guards the queue, the slots' request pointers and
+ * every request's output. Not for use outside src/server/sched*.c. */
+#ifndef STRATA_SCHED_INT_H
+#define STRATA_SCHED_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "cache/store.h"
+#include "server/sched.h"
+#include "text/jsonguard.h"
+
+struct sched_req {
+    sched *owner;
+    int32_t *prompt;
+    int n_prompt;
+    sample_params sampling;
+    int max_tokens, n_logprobs;
+    int json_mode;
+    char *json_prefix;
+    store_request cache; /* root, scope, message starts, retention marks */
+    int *bounds;         /* owned: cache.bounds */
+    cache_mark marks[POLICY_MAX_MARKS];
+    /* output, guarded by owner->mu */
+    sched_token *out;
+    int n_out, cap_out;
+    int n_prompt_done, n_cached, n_cached_disk;
+    sched_finish finish;
+    char error[256];
+    pthread_cond_t changed;
+    int refs;
+    atomic_int cancel;
+    int queued;      /* still waiting in the queue (guarded by owner->mu) */
+    sched_req *next; /* queue link */
+};
+
+typedef struct slot {
+    sched_req *req; /* NULL: free */
+    kv_seq seq;
+    sampler *smp;
+    int n_fed;      /* prompt tokens already in the batch */
+    int32_t last;   /* last sampled token, fed at the next step */
+    int32_t *toks;  /* prompt then generated tokens: what the blocks hold */
+    int n_toks, cap_toks;
+    store_seq q;       /* the walk over the block store: cursor, hashes, load */
+    json_guard *guard; /* json_mode: only tokens that keep the output valid JSON */
+    double t_admit, t_first; /* ms: admitted, first token sampled */
+    int starting;            /* admitted, not set up yet (start_admitted) */
+    int attached;            /* the cached prefix is in (not still being read) */
+} slot;
+
+struct sched {
+    engine *e;
+    const tokenizer *tok;
+    sched_opts o;
+    slot *slots;
+    sched_req *q_head, *q_tail;
+    int n_queued;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    pthread_t thread;
+    int running;
+    cache_store *store; /* NULL when the prefix cache is off */
+    cache_tier disk;    /* the disk tier's interface, when there is one */
+    json_vocab *jvocab; /* built on first JSON-mode request */
+    sched_stats stats;
+    /* batch scratch, scheduler thread only */
+    int32_t *b_tok, *b_pos;
+    kv_seq **b_seq;
+    int8_t *b_want;
+    int *b_slot;
+    float *logits;
+};
+
+/* ---- calls between the two files (the caller holds s->mu) ---- */
+
+void sched__req_unref_locked(sched_req *r);
+void sched__finish_locked(sched_req *r, sched_finish f, const char *why);
+void sched__push_token_locked(sched_req *r, const sched_token *t);
+
+#endif
