@@ -2,8 +2,10 @@
 # builds and runs every test; `make run` sets up and runs the default model.
 CC      ?= cc
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -pthread -Isrc -MMD -MP
-LDLIBS  += -lm -lpcre2-8 -ljansson -lmicrohttpd -lcrypto -pthread
+# `override`: flags the build needs stay when CFLAGS is given on the command
+# line (make CFLAGS=-O1 ...), which would otherwise replace these too.
+override CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -pthread -Isrc -MMD -MP
+override LDLIBS += -lm -lpcre2-8 -ljansson -lmicrohttpd -lcrypto -pthread
 PYTHON  ?= python3
 
 # Files named *_avx2.c / *_avx512.c hold SIMD kernels compiled for that

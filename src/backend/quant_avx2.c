@@ -93,9 +93,12 @@ AI void lg_load(int ty, const uint8_t *g, int h, int n, lg_half *o) {
                                     : _mm256_setzero_si256();
         lg_transpose4(y, u);
         lg_transpose4(y + 4, u2);
+        /* Two loops, so the permute's selector is a literal at every
+         * optimisation level (unrolling alone makes it one only at -O2). */
         UNROLL
-        for (int v = 0; v < 8; v++)
-            o->q[v] = _mm256_permute2x128_si256(u[v % 4], u2[v % 4], v < 4 ? 0x20 : 0x31);
+        for (int v = 0; v < 4; v++) o->q[v] = _mm256_permute2x128_si256(u[v], u2[v], 0x20);
+        UNROLL
+        for (int v = 4; v < 8; v++) o->q[v] = _mm256_permute2x128_si256(u[v - 4], u2[v - 4], 0x31);
     } else { /* lanes 4L + i of block 4i + 2h + L: two 16-byte loads each */
         __m256i z[4];
         UNROLL

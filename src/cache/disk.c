@@ -329,10 +329,11 @@ static int scan_one(void *ctx, const disk_dirent *e) {
     strata_err err = {0};
     disk_hdr h;
     struct stat st;
-    int fd = open(e->path, O_RDONLY | O_CLOEXEC);
-    int rc = fd < 0 ? strata_errf(&err, STRATA_EIO, "cannot open: %s", strerror(errno))
+    uint64_t size = 0;
+    int fd = disk_file_open(e->path, &size, &err);
+    int rc = fd < 0 ? fd
              : fstat(fd, &st) ? strata_errf(&err, STRATA_EIO, "stat: %s", strerror(errno))
-                              : disk_file_read_header(fd, (uint64_t)st.st_size, &h, d->scan_tok, &err);
+                              : disk_file_read_header(fd, size, &h, d->scan_tok, &err);
     if (fd >= 0) close(fd);
     if (!rc && memcmp(h.hash.b, e->hash.b, 32) != 0) rc = strata_errf(&err, STRATA_EFORMAT, "header names another block");
     if (rc == STRATA_EUNSUPPORTED || (!rc && !header_is_ours(d, &h))) d->st.foreign++;

@@ -170,7 +170,8 @@ static int pread_all(int fd, void *buf, size_t n, uint64_t off) {
 }
 
 /* Reads the raw header (and token bytes into tok_le, which holds
- * DISK_MAX_TOKENS*4) and checks magic, version, size and header CRC. */
+ * DISK_MAX_TOKENS*4) and checks magic, token count, header CRC, version
+ * and size. */
 static int read_raw_header(int fd, uint64_t size, uint8_t *b, disk_hdr *h, uint8_t *tok_le,
                            strata_err *err) {
     if (size < DISK_HDR_BYTES + 4) return strata_errf(err, STRATA_EFORMAT, "truncated (%llu bytes)", (unsigned long long)size);
@@ -178,17 +179,19 @@ static int read_raw_header(int fd, uint64_t size, uint8_t *b, disk_hdr *h, uint8
     if (r) return strata_errf(err, r == -2 ? STRATA_EFORMAT : STRATA_EIO, "header unreadable: %s", r == -2 ? "short file" : strerror(errno));
     if (memcmp(b, DISK_MAGIC, 8) != 0) return strata_errf(err, STRATA_EFORMAT, "bad magic");
     hdr_decode(b, h);
-    if (h->version != DISK_FORMAT_VERSION)
-        return strata_errf(err, STRATA_EUNSUPPORTED, "format version %u (this build reads %u)", h->version, DISK_FORMAT_VERSION);
     if (h->n_tokens == 0 || h->n_tokens > DISK_MAX_TOKENS)
         return strata_errf(err, STRATA_EFORMAT, "bad token count %u", h->n_tokens);
+    r = pread_all(fd, tok_le, 4ull * h->n_tokens, DISK_HDR_BYTES);
+    if (r) return strata_errf(err, r == -2 ? STRATA_EFORMAT : STRATA_EIO, "token ids unreadable");
+    /* The CRC before the version: every version keeps it where it is, so a
+     * bit flip in the version field is damage, not another version's file. */
+    uint32_t crc = disk_crc32c(disk_crc32c(0, b, 128), tok_le, 4ull * h->n_tokens);
+    if (crc != get32(b + 128)) return strata_errf(err, STRATA_EFORMAT, "header checksum mismatch");
+    if (h->version != DISK_FORMAT_VERSION)
+        return strata_errf(err, STRATA_EUNSUPPORTED, "format version %u (this build reads %u)", h->version, DISK_FORMAT_VERSION);
     if (size != disk_file_bytes(h->n_tokens, h->payload_bytes))
         return strata_errf(err, STRATA_EFORMAT, "size %llu, header says %llu (truncated or damaged)",
                            (unsigned long long)size, (unsigned long long)disk_file_bytes(h->n_tokens, h->payload_bytes));
-    r = pread_all(fd, tok_le, 4ull * h->n_tokens, DISK_HDR_BYTES);
-    if (r) return strata_errf(err, r == -2 ? STRATA_EFORMAT : STRATA_EIO, "token ids unreadable");
-    uint32_t crc = disk_crc32c(disk_crc32c(0, b, 128), tok_le, 4ull * h->n_tokens);
-    if (crc != get32(b + 128)) return strata_errf(err, STRATA_EFORMAT, "header checksum mismatch");
     return 0;
 }
 
@@ -235,16 +238,28 @@ static int load_payload(int fd, const uint8_t *b, const uint8_t *tok_le, const d
     return 0;
 }
 
+int disk_file_open(const char *path, uint64_t *size, strata_err *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return strata_errf(err, STRATA_EIO, "%s", errno == ENOENT ? "missing" : strerror(errno));
+    struct stat st;
+    int rc = fstat(fd, &st) ? strata_errf(err, STRATA_EIO, "stat: %s", strerror(errno))
+             : !S_ISREG(st.st_mode) ? strata_errf(err, STRATA_EFORMAT, "not a regular file")
+                                    : 0;
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    *size = (uint64_t)st.st_size;
+    return fd;
+}
+
 int disk_file_load(const char *path, const disk_expect *ex, disk_hdr *h, int32_t *tokens,
                    void *payload, size_t cap, strata_err *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return strata_errf(err, STRATA_EIO, "%s", errno == ENOENT ? "missing" : strerror(errno));
-    struct stat st;
+    uint64_t size;
+    int fd = disk_file_open(path, &size, err);
+    if (fd < 0) return fd;
     uint8_t b[DISK_HDR_BYTES], *tok_le = malloc(4 * DISK_MAX_TOKENS);
-    int rc = !tok_le ? strata_errf(err, STRATA_ENOMEM, "out of memory")
-             : fstat(fd, &st) ? strata_errf(err, STRATA_EIO, "stat: %s", strerror(errno))
-                              : read_raw_header(fd, (uint64_t)st.st_size, b, h, tok_le, err);
+    int rc = !tok_le ? strata_errf(err, STRATA_ENOMEM, "out of memory") : read_raw_header(fd, size, b, h, tok_le, err);
     if (rc == STRATA_EUNSUPPORTED) rc = STRATA_EFORMAT; /* asked for by name: it is wrong */
     if (!rc) rc = check_expect(h, ex, cap, err);
     if (!rc) rc = load_payload(fd, b, tok_le, h, payload, err);

@@ -83,6 +83,11 @@ int disk_file_read_header(int fd, uint64_t file_size, disk_hdr *h, int32_t *toke
  * STRATA_EFORMAT (damaged or not what was expected), or STRATA_EIO (cannot
  * read; errno-style ENOENT is reported as STRATA_EIO with err->msg saying
  * "missing"). */
+/* Opens a block file for reading: never blocks on a FIFO or device named
+ * like a block (O_NONBLOCK, then a file-type check). Returns the fd and
+ * its size in *size, or STRATA_EIO ("missing", or why it could not open)
+ * or STRATA_EFORMAT ("not a regular file") with err filled. */
+int disk_file_open(const char *path, uint64_t *size, strata_err *err);
 int disk_file_load(const char *path, const disk_expect *ex, disk_hdr *h, int32_t *tokens,
                    void *payload, size_t cap, strata_err *err);
 

@@ -252,8 +252,9 @@ static void *prefetch_main(void *arg) {
     for (int i = 0; i < g->n; i++) {
         if (i < atomic_load(&g->next)) continue; /* a reader is on it already */
         disk_file_path(g->d->dir, &g->h[i], path, sizeof path, NULL, 0);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) continue; /* queued or gone: disk_get sorts it out */
+        uint64_t size;
+        int fd = disk_file_open(path, &size, NULL);
+        if (fd < 0) continue; /* queued, gone or no file: disk_get sorts it out */
         posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
         close(fd);
     }
