@@ -2,11 +2,71 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "cache/hash.h"
 #include "test.h"
+
+/* The memo file of model (the only file in memo_dir). */
+static void memo_file_of(const char *memo_dir, char *out, size_t cap) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ls %s/fingerprint-*.txt", memo_dir);
+    FILE *p = popen(cmd, "r");
+    CHECK(p && fgets(out, (int)cap, p));
+    out[strcspn(out, "\n")] = 0;
+    pclose(p);
+}
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A memo is trusted only for the very file it was made for, and only
+ * while intact: a file swapped in with the same size and mtime, or a memo
+ * line damaged or edited by hand, is hashed anew. */
+TEST(hash_fingerprint_memo_is_never_trusted_wrongly) {
+    char dir[] = "/tmp/strata-fp-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char model[256], other[256], memo_dir[256], memo[700];
+    snprintf(model, sizeof model, "%s/model.bin", dir);
+    snprintf(other, sizeof other, "%s/other.bin", dir);
+    snprintf(memo_dir, sizeof memo_dir, "%s/memo", dir);
+    mkdir(memo_dir, 0755);
+    write_file(model, "weights A");
+    uint8_t a[32], b[32], plain[32];
+    CHECK(cache_model_fingerprint(model, memo_dir, a, NULL) == 0);
+    memo_file_of(memo_dir, memo, sizeof memo);
+    /* Same size and mtime, other content, renamed over the model. */
+    struct stat st;
+    CHECK(stat(model, &st) == 0);
+    write_file(other, "weights B");
+    struct timespec times[2] = {st.st_atim, st.st_mtim};
+    CHECK(utimensat(AT_FDCWD, other, times, 0) == 0);
+    CHECK(rename(other, model) == 0);
+    CHECK(cache_model_fingerprint(model, memo_dir, b, NULL) == 0);
+    CHECK(cache_model_fingerprint(model, NULL, plain, NULL) == 0);
+    CHECK(memcmp(b, plain, 32) == 0);
+    CHECK(memcmp(a, b, 32) != 0);
+    /* A memo whose fingerprint was changed by hand. */
+    FILE *f = fopen(memo, "r+");
+    CHECK(f != NULL);
+    char line[512];
+    CHECK(fgets(line, sizeof line, f) != NULL);
+    char *hex = strrchr(line, ' ') - 64;
+    hex[0] = hex[0] == '0' ? '1' : '0';
+    rewind(f);
+    fputs(line, f);
+    fclose(f);
+    CHECK(cache_model_fingerprint(model, memo_dir, b, NULL) == 0);
+    CHECK(memcmp(b, plain, 32) == 0);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
 
 TEST(hash_chain_depends_on_every_earlier_token) {
     uint8_t fp[32] = {9};
@@ -46,6 +106,8 @@ TEST(hash_fingerprint_is_remembered_until_the_file_changes) {
     CHECK(cache_model_fingerprint(model, memo_dir, c, NULL) == 0);
     CHECK(memcmp(a, c, 32) != 0);
     char cmd[300];
+    CHECK(cache_model_fingerprint(model, NULL, plain, NULL) == 0);
+    CHECK(memcmp(c, plain, 32) == 0);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0);
 }

@@ -56,8 +56,12 @@ void cache_hash_block(cache_hash *out, const cache_hash *parent, const int32_t *
 
 static int hash_file(const char *path, uint8_t out[32], strata_err *err);
 
-/* memo file: one line "size mtime_ns hex" under memo_dir, named by the
- * SHA-256 of the model's absolute path. */
+/* memo file: one line "v2 FILE-ID HEX CHECK" under memo_dir, named by
+ * the SHA-256 of the model's absolute path. FILE-ID is size, mtime, ctime
+ * (set by the kernel on every write, rename or chmod: a file swapped in
+ * with the old size and mtime still differs), device and inode; CHECK is
+ * a SHA-256 prefix of what precedes it, so a damaged or hand-edited line
+ * is hashed anew, never trusted. */
 static void memo_path(const char *memo_dir, const char *model, char *out, size_t cap) {
     char abs[4096];
     if (!realpath(model, abs)) snprintf(abs, sizeof abs, "%s", model);
@@ -68,34 +72,61 @@ static void memo_path(const char *memo_dir, const char *model, char *out, size_t
     snprintf(out, cap, "%s/fingerprint-%.16s.txt", memo_dir, hex);
 }
 
+static unsigned long long ns_of(const struct timespec *t) {
+    return (unsigned long long)t->tv_sec * 1000000000ull + (unsigned long long)t->tv_nsec;
+}
+
+/* "v2 FILE-ID HEX" for the file st and fingerprint hex. */
+static void memo_body(const struct stat *st, const char *hex, char *out, size_t cap) {
+    snprintf(out, cap, "v2 %llu %llu %llu %llu %llu %s", (unsigned long long)st->st_size, ns_of(&st->st_mtim),
+             ns_of(&st->st_ctim), (unsigned long long)st->st_dev, (unsigned long long)st->st_ino, hex);
+}
+
+static void memo_check(const char *body, char out[17]) {
+    cache_hash h;
+    SHA256((const uint8_t *)body, strlen(body), h.b);
+    char hex[65];
+    cache_hash_hex(&h, hex);
+    snprintf(out, 17, "%.16s", hex);
+}
+
+static int hex_decode(const char *hex, uint8_t out[32]) {
+    for (int i = 0; i < 32; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1) return -1;
+        out[i] = (uint8_t)v;
+    }
+    return 0;
+}
+
 static int memo_read(const char *file, const struct stat *st, uint8_t out[32]) {
     FILE *f = fopen(file, "r");
     if (!f) return -1;
-    unsigned long long size = 0, mtime = 0;
-    char hex[65] = "";
-    int ok = fscanf(f, "%llu %llu %64s", &size, &mtime, hex) == 3 && strlen(hex) == 64 &&
-             size == (unsigned long long)st->st_size &&
-             mtime == (unsigned long long)st->st_mtim.tv_sec * 1000000000ull + (unsigned long long)st->st_mtim.tv_nsec;
+    char line[512] = "", body[400], want[17];
+    int got = fgets(line, sizeof line, f) != NULL;
     fclose(f);
-    for (int i = 0; ok && i < 32; i++) {
-        unsigned v;
-        ok = sscanf(hex + 2 * i, "%2x", &v) == 1;
-        out[i] = (uint8_t)v;
-    }
-    return ok ? 0 : -1;
+    line[strcspn(line, "\n")] = 0;
+    char *sp = got ? strrchr(line, ' ') : NULL;
+    if (!sp || sp - line < 64) return -1;
+    *sp = 0; /* line: the body; sp + 1: its check */
+    const char *hex = sp - 64;
+    memo_body(st, hex, body, sizeof body);
+    memo_check(body, want);
+    if (strcmp(line, body) != 0 || strcmp(sp + 1, want) != 0) return -1;
+    return hex_decode(hex, out);
 }
 
 static void memo_write(const char *file, const struct stat *st, const uint8_t fp[32]) {
-    char tmp[4200];
+    char tmp[4200], hex[65], body[400], check[17];
     snprintf(tmp, sizeof tmp, "%s.tmp%d", file, (int)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) return; /* a memo is an optimisation: no directory, no memo */
     cache_hash h;
     memcpy(h.b, fp, 32);
-    char hex[65];
     cache_hash_hex(&h, hex);
-    fprintf(f, "%llu %llu %s\n", (unsigned long long)st->st_size,
-            (unsigned long long)st->st_mtim.tv_sec * 1000000000ull + (unsigned long long)st->st_mtim.tv_nsec, hex);
+    memo_body(st, hex, body, sizeof body);
+    memo_check(body, check);
+    fprintf(f, "%s %s\n", body, check);
     if (fclose(f) == 0) rename(tmp, file);
     else unlink(tmp);
 }

@@ -27,8 +27,9 @@ void cache_hash_root_for(cache_hash *out, const uint8_t model_fp[32], const char
 void cache_hash_block(cache_hash *out, const cache_hash *parent, const int32_t *tokens, int n);
 /* SHA-256 of the whole model file: its identity (layout and weights).
  * With memo_dir (may be NULL), the result is remembered there keyed by the
- * file's path, size and mtime, so a restart does not read the weights
- * again; a changed file (size or mtime) is hashed anew. */
+ * file's path, size, mtime, ctime, device and inode, with a check of its
+ * own, so a restart does not read the weights again; a changed or swapped
+ * file, or a damaged memo, is hashed anew. */
 int cache_model_fingerprint(const char *path, const char *memo_dir, uint8_t out[32], strata_err *err);
 /* 64 hex characters and a NUL. */
 void cache_hash_hex(const cache_hash *h, char out[65]);
