@@ -31,3 +31,20 @@ TEST(policy_auto_boundary_is_cut_at_a_message_start) {
     CHECK_EQ_INT(policy_auto_boundary(r, a, 100, 1, NULL, 0), 50);   /* only the last prompt (b) looked at */
     policy_recent_free(r);
 }
+
+TEST(policy_prompt_marks_from_message_bounds) {
+    int bounds[] = {-1, 40, 90, 130, 200}; /* where the first k of 4 messages end */
+    unsigned char system[] = {1, 0, 0, 0};
+    policy_break br[] = {{3, 300.0}, {9, 3600.0}}; /* past the end: the whole conversation */
+    cache_mark m[POLICY_MAX_MARKS];
+    CHECK_EQ_INT(policy_prompt_marks(bounds, 4, system, 0, br, 2, m), 3);
+    CHECK(m[0].end == 40 && m[0].ttl_s == POLICY_ANCHOR_TTL_S); /* the anchor: the system message */
+    CHECK(m[1].end == 130 && m[1].ttl_s == 300.0);
+    CHECK(m[2].end == 200 && m[2].ttl_s == 3600.0);
+    system[0] = 0; /* no system message: an anchor only with tools, where the first message starts */
+    CHECK_EQ_INT(policy_prompt_marks(bounds, 4, system, 0, NULL, 0, m), 0);
+    CHECK_EQ_INT(policy_prompt_marks(bounds, 4, system, 1, NULL, 0, m), 0); /* unknown (-1): no mark */
+    bounds[0] = 25;
+    CHECK_EQ_INT(policy_prompt_marks(bounds, 4, system, 1, NULL, 0, m), 1);
+    CHECK_EQ_INT(m[0].end, 25);
+}

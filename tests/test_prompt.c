@@ -7,30 +7,30 @@
 
 #include "base/mem.h"
 #include "server/prompt.h"
-#include "text/tmpl.h"
 #include "test.h"
 #include "test_util.h"
 
 /* A server with just what prompt.c uses: the tiny model's tokenizer, a
- * real template with native tool syntax, and a replay store. */
+ * renderer of a real template with native tool syntax, and a replay store. */
 static int fake_server(server *s, const char *template_name) {
     memset(s, 0, sizeof *s);
     s->tok = test_load_tokenizer(test_data("models/llama-q4_1.gguf"));
     char path[256];
     snprintf(path, sizeof path, "tests/data/tmpl/%s.jinja", template_name);
-    s->tpl_src = test_read_file(path, NULL);
-    CHECK(s->tpl_src != NULL);
-    if (!s->tok || !s->tpl_src) return -1;
-    CHECK(tmpl_parse(&s->tpl, s->tpl_src, strlen(s->tpl_src), NULL) == 0);
-    s->tpl_tools = 1;
+    char *src = test_read_file(path, NULL);
+    CHECK(src != NULL);
+    if (!s->tok || !src) return free(src), -1;
+    render_opts ro = {.template_src = src};
+    CHECK(render_new(&s->render, NULL, s->tok, &ro, NULL) == 0);
+    free(src);
+    CHECK(render_native_tools(s->render));
     s->replay = replay_new(16);
     return 0;
 }
 
 static void fake_server_free(server *s) {
+    render_free(s->render);
     tok_free(s->tok);
-    tmpl_free(s->tpl);
-    free(s->tpl_src);
     replay_free(s->replay);
 }
 
@@ -43,7 +43,7 @@ static const char *TOOLS =
     "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"d\","
     "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}]";
 
-static int32_t *tokens_of(server *s, json_t *msgs, const prompt_tools *t, size_t *n) {
+static int32_t *tokens_of(server *s, json_t *msgs, const render_tools *t, size_t *n) {
     int32_t *ids = NULL;
     char why[256] = "";
     CHECK(prompt_tokens(s, msgs, t, &ids, n, NULL, why, sizeof why) == 0);
@@ -57,11 +57,11 @@ static void check_turn_replays(const char *template_name) {
     json_t *full = json_deep_copy(head);
     json_array_append_new(full, json_loads(CALL_TURN, 0, NULL));
     json_array_append_new(full, json_pack("{s:s,s:s,s:s}", "role", "tool", "tool_call_id", "call_1", "content", "sunny"));
-    prompt_tools t = {.tools = tools};
+    render_tools t = {.tools = tools};
     /* What the model wrote at turn N (any tokens: the point is they are its own). */
     int32_t gen[5] = {300, 301, 302, 303, 304};
     const char *names[] = {"get_weather"}, *args[] = {"{\"city\": \"Paris\"}"};
-    char *key = prompt_native_turn_key("", names, args, 1);
+    char *key = replay_native_turn_key("", names, args, 1);
     size_t n_head, n_plain, n_full;
     int32_t *plain = tokens_of(&s, full, &t, &n_plain); /* nothing remembered yet */
     replay_put(s.replay, key, strlen(key), gen, 5);

@@ -40,6 +40,25 @@ int policy_evict_before(double value_a, double keep_until_a, double value_b, dou
     return a < b ? -1 : a > b ? 1 : 0;
 }
 
+/* ---- retention marks ------------------------------------------------------- */
+
+static int add_mark(cache_mark *marks, int n, int end, double ttl_s) {
+    if (end > 0 && n < POLICY_MAX_MARKS) marks[n++] = (cache_mark){end, ttl_s};
+    return n;
+}
+
+int policy_prompt_marks(const int *msg_bounds, size_t n_msgs, const unsigned char *system, int has_tools,
+                        const policy_break *breaks, int n_breaks, cache_mark *marks) {
+    size_t k = 0;
+    int n = 0;
+    while (k < n_msgs && system[k]) k++;
+    if (k > 0 || has_tools) n = add_mark(marks, n, msg_bounds[k], POLICY_ANCHOR_TTL_S);
+    for (int i = 0; i < n_breaks; i++)
+        n = add_mark(marks, n, msg_bounds[breaks[i].n_messages < n_msgs ? breaks[i].n_messages : n_msgs],
+                     breaks[i].ttl_s);
+    return n;
+}
+
 /* ---- scope ----------------------------------------------------------------- */
 
 int policy_scope_tokens(long long n, cache_scope *out) {

@@ -19,6 +19,7 @@
 #ifndef STRATA_CACHE_POLICY_H
 #define STRATA_CACHE_POLICY_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define POLICY_ANCHOR_TTL_S 3600.0
@@ -54,6 +55,22 @@ typedef struct cache_mark {
     int end;
     double ttl_s;
 } cache_mark;
+
+/* A client breakpoint: keep the prefix through the first n_messages
+ * messages at least ttl_s after its use. */
+typedef struct policy_break {
+    size_t n_messages;
+    double ttl_s;
+} policy_break;
+
+/* The retention marks of one prompt, into marks (at most
+ * POLICY_MAX_MARKS; returns how many): the anchor (its leading system
+ * messages, with the tools, POLICY_ANCHOR_TTL_S) when it has either, then
+ * each breakpoint. msg_bounds[k], k = 0..n_msgs, is the prompt position
+ * where the first k messages end (-1: unknown, no mark); system[i] says
+ * message i is a system message. A mark never ends at position 0. */
+int policy_prompt_marks(const int *msg_bounds, size_t n_msgs, const unsigned char *system, int has_tools,
+                        const policy_break *breaks, int n_breaks, cache_mark *marks);
 
 /* A hit count that halves every POLICY_HIT_HALF_LIFE_S, seen age_s later. */
 double policy_decay(double hits, double age_s);

@@ -10,10 +10,11 @@
 #include "model/engine.h"
 #include "model/sample.h"
 #include "text/chat.h"
+#include "text/render.h"
 #include "text/tokenizer.h"
 
 typedef struct run_opts {
-    const char *model, *prompt, *system;
+    const char *model, *prompt, *system, *template_file;
     int n_predict, threads, ctx, chat, help, seed, top_k, quiet;
     float temp, top_p, min_p, repeat_penalty;
 } run_opts;
@@ -21,23 +22,44 @@ typedef struct run_opts {
 typedef struct run_state {
     engine *e;
     tokenizer *tok;
+    renderer *render; /* --chat: the same renderer `serve` uses */
     sampler *smp;
     kv_seq seq;
     float *logits;
 } run_state;
 
+/* --chat: the system message and the prompt as a conversation, rendered
+ * as `serve` renders it (the model's own template, or the built-in one). */
+static int chat_tokens(const run_opts *o, run_state *st, int32_t **ids, size_t *n, strata_err *err) {
+    render_opts ro = {.template_file = o->template_file};
+    int rc = render_new(&st->render, st->e->m->gguf, st->tok, &ro, err);
+    if (rc) return rc;
+    json_t *msgs = json_pack("[{s:s,s:s}]", "role", "user", "content", o->prompt);
+    if (o->system) json_array_insert_new(msgs, 0, json_pack("{s:s,s:s}", "role", "system", "content", o->system));
+    render_out out;
+    render_tokens rt;
+    char why[512];
+    if (render_messages(st->render, msgs, NULL, 1, &out, why, sizeof why)) rc = strata_errf(err, STRATA_EINVAL, "%s", why);
+    else rc = render_tokenize(st->render, &out, &rt, err);
+    render_out_free(&out);
+    json_decref(msgs);
+    if (rc) return rc;
+    *ids = rt.ids, *n = rt.n, rt.ids = NULL;
+    render_tokens_free(&rt);
+    return 0;
+}
+
 static int prompt_tokens(const run_opts *o, run_state *st, int32_t **ids, size_t *n,
                          strata_err *err) {
-    chat_prompt p = {0};
+    int rc;
     if (o->chat) {
-        chat_msg msgs[2] = {{"system", o->system}, {"user", o->prompt}};
-        int first = o->system ? 0 : 1;
-        chat_render_builtin(chat_detect(st->e->m->gguf, st->tok), msgs + first, 2 - first, 1, &p);
+        rc = chat_tokens(o, st, ids, n, err);
     } else {
+        chat_prompt p = {0};
         chat_prompt_add(&p, o->prompt, strlen(o->prompt), 0);
+        rc = chat_tokenize(st->tok, &p, tok_add_bos(st->tok), ids, n, err);
+        chat_prompt_free(&p);
     }
-    int rc = chat_tokenize(st->tok, &p, tok_add_bos(st->tok), ids, n, err);
-    chat_prompt_free(&p);
     if (rc) return rc;
     if (*n == 0) rc = strata_errf(err, STRATA_EINVAL, "prompt is empty");
     else if ((int)*n + o->n_predict > st->e->n_ctx)
@@ -125,8 +147,9 @@ int cli_run(int argc, char **argv) {
         {"--min-p", NULL, ARG_FLOAT, &o.min_p, 0, 1, "min-p (0.05)"},
         {"--repeat-penalty", NULL, ARG_FLOAT, &o.repeat_penalty, 0, 10, "repetition penalty (1.0)"},
         {"--seed", NULL, ARG_INT, &o.seed, 0, 2147483647, "sampling seed (42)"},
-        {"--chat", NULL, ARG_FLAG, &o.chat, 0, -1, "wrap the prompt in the model's chat format"},
+        {"--chat", NULL, ARG_FLAG, &o.chat, 0, -1, "wrap the prompt in the model's chat template"},
         {"--system", NULL, ARG_STR, &o.system, 0, -1, "system message for --chat"},
+        {"--chat-template-file", NULL, ARG_STR, &o.template_file, 0, -1, "Jinja chat template for --chat"},
         {"--threads", "-t", ARG_INT, &o.threads, 1, 1024, "threads (one per core)"},
         {"--ctx", "-c", ARG_INT, &o.ctx, 16, 1 << 22, "context tokens (min(train, 4096))"},
         {"--quiet", "-q", ARG_FLAG, &o.quiet, 0, -1, "no speed report"},
@@ -152,6 +175,7 @@ int cli_run(int argc, char **argv) {
     if (st.e) kv_seq_release(&st.e->kv, &st.seq);
     free(st.logits);
     sample_free(st.smp);
+    render_free(st.render);
     tok_free(st.tok);
     engine_close(st.e);
     return rc ? 1 : 0;

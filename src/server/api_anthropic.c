@@ -28,7 +28,7 @@ typedef struct ant_call {
     server *srv;
     json_t *req;
     json_t *tools; /* normalised (function shape) */
-    prompt_tools pt;
+    render_tools pt;
     char *prefix; /* forced start of the reply (tool_choice) */
     gen g;
     gen_params gp;
@@ -241,7 +241,7 @@ static int parse_tools(ant_call *c, char *why, size_t cap) {
         snprintf(why, cap, "tool_choice.type: must be auto, any, tool or none");
         return -1;
     }
-    c->gp.tools = prompt_tool_format(c->srv, &c->pt);
+    c->gp.tools = render_tool_format(c->srv->render, &c->pt);
     c->gp.json_mode = c->gp.tools == TC_GENERIC;
     return 0;
 }

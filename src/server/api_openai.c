@@ -33,7 +33,7 @@ typedef struct oai_call {
     long created;
     int n_prompt, n_logprob_done;
     long text_offset; /* completions logprobs: bytes of text so far */
-    prompt_tools pt;
+    render_tools pt;
     char *prefix; /* forced start of the reply (tool_choice) */
     char call_ids[MAX_CALLS][40]; /* "call_" + 128 random bits, per call index */
     api_stream st; /* streamed replies */
@@ -215,7 +215,7 @@ static int parse_tools(oai_call *c, char *why, size_t cap) {
     }
     c->pt.tools = json_array_size(tools) ? tools : NULL;
     if (parse_tool_choice(c, tools, why, cap)) return -1;
-    c->gp.tools = prompt_tool_format(c->srv, &c->pt);
+    c->gp.tools = render_tool_format(c->srv->render, &c->pt);
     c->gp.json_mode |= c->gp.tools == TC_GENERIC; /* the generic reply is one JSON object */
     return 0;
 }
@@ -551,22 +551,16 @@ void api_openai_apply_template(server *s, const http_req *req, http_reply *rep) 
     char why[512] = "";
     json_t *norm = NULL;
     if (!parse_tools(&c, why, sizeof why)) norm = normal_messages(&c, why, sizeof why);
-    chat_prompt p = {0};
+    render_out p = {0};
     if (!norm || prompt_render(s, norm, &c.pt, &p, why, sizeof why)) {
         reply_openai_error(rep, 400, "invalid_request_error", NULL, "%s", why);
     } else {
-        size_t len = 0;
-        for (int i = 0; i < p.n; i++) len += p.segs[i].len;
-        char *text = xmalloc(len + 1);
-        len = 0;
-        for (int i = 0; i < p.n; i++) {
-            memcpy(text + len, p.segs[i].text, p.segs[i].len);
-            len += p.segs[i].len;
-        }
+        size_t len;
+        char *text = render_out_text(&p, &len);
         reply_json(rep, 200, json_pack("{s:o}", "prompt", json_text(text, len)));
         free(text);
     }
-    chat_prompt_free(&p);
+    render_out_free(&p);
     json_decref(norm);
     json_decref(c.req);
 }

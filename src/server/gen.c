@@ -116,7 +116,7 @@ static void remember_calls(gen *g) {
         ids[n_ids++] = g->tokens[i].id;
     }
     if (g->close_at) ids = append_text_tokens(g, "}]}", ids, &n_ids);
-    char *key = prompt_generic_calls_text(names, args, n);
+    char *key = render_generic_calls_text(names, args, n);
     replay_put(g->replay, key, strlen(key), ids, n_ids);
     free(key);
     free(ids);
@@ -131,7 +131,7 @@ static void remember_native_calls(gen *g) {
     if (n <= 0 || g->n_calls != g->n_calls_done || g->st.finish == FINISH_LENGTH) return;
     size_t len;
     char *content = utf8_sanitize(g->content ? g->content : "", g->content_len, &len);
-    char *key = prompt_native_turn_key(content, names, args, n);
+    char *key = replay_native_turn_key(content, names, args, n);
     int32_t *ids = xmalloc((size_t)g->n_tokens * sizeof(int32_t));
     for (int i = 0; i < g->n_tokens; i++) ids[i] = g->tokens[i].id;
     replay_put(g->replay, key, strlen(key), ids, (size_t)g->n_tokens);

@@ -1,4 +1,6 @@
-/* replay.c - text hash -> generated token ids, bounded LRU (replay.h).
+/* replay.c - text hash -> generated token ids, bounded LRU (replay.h),
+ * the keys replies are remembered by, and rendering a conversation with
+ * remembered replies put back as their exact tokens.
  * A linear table is enough at the default size: lookups happen once per
  * assistant message per request, far from the per-token hot path. */
 #include "server/replay.h"
@@ -11,6 +13,7 @@
 #include <string.h>
 
 #include "base/mem.h"
+#include "server/server.h"
 
 typedef struct entry {
     uint8_t key[32];
@@ -186,5 +189,144 @@ int replay_load(replay_store *r, const char *path, const uint8_t model_fp[32]) {
     ok = ok && !memcmp(p, "STRRPLY1", 8) && !memcmp(p + 8, model_fp, 32) && !memcmp(sum, p + body, 32);
     int rc = ok ? load_entries(r, p, body) : -1;
     free(p);
+    return rc;
+}
+/* ---- replay keys and rendering ------------------------------------------------ */
+
+char *replay_native_turn_key(const char *content, const char *const *names, const char *const *args, int n) {
+    char *calls = render_generic_calls_text(names, args, n);
+    size_t a = strlen(content), b = strlen(calls);
+    char *key = xmalloc(a + b + 10);
+    memcpy(key, "native\x01", 7);
+    memcpy(key + 7, content, a);
+    key[7 + a] = '\x01';
+    memcpy(key + 8 + a, calls, b + 1);
+    free(calls);
+    return key;
+}
+
+/* The key of a normalised assistant message with tool calls, or NULL. */
+static char *message_turn_key(const json_t *m) {
+    const json_t *calls = json_object_get(m, "tool_calls"), *call;
+    size_t n = json_array_size(calls), i;
+    if (!n) return NULL;
+    const char **names = xcalloc(n, sizeof *names);
+    char **args = xcalloc(n, sizeof *args);
+    json_array_foreach(calls, i, call) {
+        const json_t *fn = json_object_get(call, "function");
+        names[i] = json_string_value(json_object_get(fn, "name")) ?: "";
+        args[i] = json_dumps(json_object_get(fn, "arguments"), JSON_COMPACT | JSON_ENCODE_ANY) ?: xstrdup("{}");
+    }
+    const char *content = json_string_value(json_object_get(m, "content"));
+    char *key = replay_native_turn_key(content ? content : "", names, (const char *const *)args, (int)n);
+    for (i = 0; i < n; i++) free(args[i]);
+    free(args);
+    free(names);
+    return key;
+}
+
+/* Assistant turns taken out of the conversation for their exact tokens:
+ * each is rendered as plain content "\x01<tag><k>\x01" (a sentinel no
+ * client can guess: the tag carries 128 random bits per request), whose
+ * segment is then replaced by the tokens the model generated, markup and
+ * all, which is what it saw when it wrote them. */
+#define MAX_SUBS 256
+typedef struct turn_subs {
+    char tag[64];
+    int n;
+    int32_t *ids[MAX_SUBS];
+    size_t n_ids[MAX_SUBS];
+} turn_subs;
+
+static void subs_free(turn_subs *ts) {
+    for (int i = 0; i < ts->n; i++) free(ts->ids[i]);
+    ts->n = 0;
+}
+
+static json_t *replace_replayed_turns(replay_store *rs, const json_t *messages, turn_subs *ts) {
+    make_id(ts->tag, sizeof ts->tag - 1, "strata-replay-");
+    strcat(ts->tag, "-");
+    json_t *out = json_array();
+    size_t i;
+    const json_t *m;
+    json_array_foreach(messages, i, m) {
+        char *key = ts->n < MAX_SUBS ? message_turn_key(m) : NULL;
+        int32_t *ids = key ? replay_get(rs, key, strlen(key), &ts->n_ids[ts->n]) : NULL;
+        free(key);
+        if (!ids) {
+            json_array_append(out, (json_t *)m);
+            continue;
+        }
+        char sentinel[96];
+        snprintf(sentinel, sizeof sentinel, "\x01%s%d\x01", ts->tag, ts->n);
+        ts->ids[ts->n++] = ids;
+        json_array_append_new(out, json_pack("{s:s,s:s}", "role", "assistant", "content", sentinel));
+    }
+    return out;
+}
+
+/* Replaces each sentinel in p's content by its turn's tokens. -1 when a
+ * sentinel is missing or sits anywhere but in content (the template did
+ * something with the content we cannot undo): render plainly then. */
+static int splice_replayed(chat_prompt *p, const turn_subs *ts) {
+    chat_prompt q = {0};
+    int found = 0;
+    size_t tl = strlen(ts->tag);
+    for (int i = 0; i < p->n; i++) {
+        const chat_seg *g = &p->segs[i];
+        const char *at = g->text, *end = g->text + g->len, *hit;
+        while ((hit = memmem(at, (size_t)(end - at), ts->tag, tl))) {
+            char *stop;
+            long k = strtol(hit + tl, &stop, 10);
+            if (g->special || g->ids || hit == g->text || hit[-1] != '\x01' || stop >= end || *stop != '\x01' ||
+                k < 0 || k >= ts->n) {
+                chat_prompt_free(&q);
+                return -1;
+            }
+            if (hit - 1 > at) chat_prompt_add(&q, at, (size_t)(hit - 1 - at), 0);
+            int32_t *ids = xmalloc((ts->n_ids[k] ? ts->n_ids[k] : 1) * sizeof(int32_t));
+            memcpy(ids, ts->ids[k], ts->n_ids[k] * sizeof(int32_t));
+            chat_prompt_add_tokens(&q, hit - 1, (size_t)(stop + 1 - (hit - 1)), ids, ts->n_ids[k]);
+            found++;
+            at = stop + 1;
+        }
+        if (at == g->text) { /* fresh from the template: no segment has ids yet */
+            chat_prompt_add(&q, g->text, g->len, g->special);
+        } else if (at < end) {
+            chat_prompt_add(&q, at, (size_t)(end - at), 0);
+        }
+    }
+    if (found != ts->n) {
+        chat_prompt_free(&q);
+        return -1;
+    }
+    chat_prompt_free(p);
+    *p = q;
+    return 0;
+}
+
+/* Content the model generated earlier gets its exact tokens back. */
+static void apply_replay(replay_store *rs, chat_prompt *p) {
+    for (int i = 0; i < p->n; i++) {
+        chat_seg *g = &p->segs[i];
+        if (g->special || g->ids) continue;
+        g->ids = replay_get(rs, g->text, g->len, &g->n_ids);
+    }
+}
+
+
+int replay_render(replay_store *rs, const renderer *r, const json_t *messages, const render_tools *t, int add_gen,
+                  render_out *out, char *why, size_t cap) {
+    turn_subs ts = {0};
+    int native = render_tool_format(r, t) != TC_GENERIC && rs && render_native_tools(r);
+    json_t *msgs = native ? replace_replayed_turns(rs, messages, &ts) : json_incref((json_t *)messages);
+    int rc = render_messages(r, msgs, t, add_gen, out, why, cap);
+    json_decref(msgs);
+    if (!rc && ts.n && splice_replayed(&out->p, &ts)) { /* the template did not keep the turn whole */
+        render_out_free(out);
+        rc = render_messages(r, messages, t, add_gen, out, why, cap);
+    }
+    subs_free(&ts);
+    if (!rc && rs) apply_replay(rs, &out->p);
     return rc;
 }

@@ -3,7 +3,8 @@
  * For every assistant reply the server returns, it remembers the exact
  * token ids the model generated, keyed by a hash of what it returned: the
  * text, or for tool-call turns a canonical form of content and calls
- * (prompt.h). When a later request carries that reply back (as an
+ * (replay_native_turn_key; generic-format calls by their JSON,
+ * render_generic_calls_text). When a later request carries that reply back (as an
  * assistant message, in either API), the prompt uses those ids instead of
  * re-rendering and re-tokenizing it, so turn N+1's prompt extends turn
  * N's tokens exactly and the prefix cache matches through the reply.
@@ -13,8 +14,11 @@
 #ifndef STRATA_REPLAY_H
 #define STRATA_REPLAY_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "text/render.h"
 
 typedef struct replay_store replay_store;
 
@@ -23,6 +27,20 @@ void replay_free(replay_store *r); /* NULL is fine */
 void replay_put(replay_store *r, const char *text, size_t len, const int32_t *ids, size_t n);
 /* A malloc'd copy of the ids remembered for text, or NULL. */
 int32_t *replay_get(replay_store *r, const char *text, size_t len, size_t *n);
+
+/* What exact replay remembers a native-format tool-call turn by (its
+ * content and its calls, as the client sends them back). Caller frees. */
+char *replay_native_turn_key(const char *content, const char *const *names, const char *const *args, int n);
+
+/* render_messages with remembered replies put back as the model's exact
+ * tokens (rs may be NULL: none): plain text by its segment, generic-format
+ * tool calls by their JSON, native-format tool-call turns (Hermes, Llama 3,
+ * Mistral) by rendering the turn as a one-off sentinel the template passes
+ * through as content, then splicing the model's tokens, markup and all, in
+ * its place. A template that does not keep the sentinel whole gets the
+ * turn rendered plainly. Message ends are those of the rendering. */
+int replay_render(replay_store *rs, const renderer *r, const json_t *messages, const render_tools *t, int add_gen,
+                  render_out *out, char *why, size_t cap);
 
 /* File: "STRRPLY1" | model fp[32] | u64 count | count x {key[32] | u64 n |
  * i32 ids[n]} | SHA-256 of everything before it. Written to a temp file

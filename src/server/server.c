@@ -15,7 +15,6 @@
 #include "server/api_openai.h"
 #include "server/api_params.h"
 #include "cache/hash.h"
-#include "text/tmpl.h"
 
 /* ---- small endpoints ------------------------------------------------------- */
 
@@ -99,8 +98,8 @@ static void get_props(server *s, const http_req *req, http_reply *rep) {
                json_pack("{s:s,s:s,s:s,s:i,s:i,s:i,s:s,s:s?,s:o}", "model", s->model_id, "model_path",
                          s->o.model_path, "architecture", hp->arch_name, "n_ctx", s->o.ctx,
                          "parallel", s->o.parallel, "n_vocab", hp->n_vocab, "chat_template_source",
-                         s->tpl ? (s->o.template_file ? "file" : "model") : "built-in", "chat_template",
-                         s->tpl ? s->tpl_src : NULL, "cache", cache));
+                         render_source_name(s->render), "chat_template", render_template_src(s->render), "cache",
+                         cache));
 }
 
 static void post_tokenize(server *s, const http_req *req, http_reply *rep) {
@@ -267,38 +266,6 @@ static void set_model_id(server *s) {
     if (dot) *dot = 0;
 }
 
-/* --chat-template-file must parse (a clear start-up error otherwise); the
- * model's own template falls back to the built-in format with a warning. */
-static int load_template(server *s, strata_err *err) {
-    if (s->o.template_file) {
-        FILE *f = fopen(s->o.template_file, "rb");
-        if (!f) return strata_errf(err, STRATA_EIO, "--chat-template-file %s: cannot open", s->o.template_file);
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        s->tpl_src = xmalloc((size_t)n + 1);
-        size_t got = fread(s->tpl_src, 1, (size_t)n, f);
-        s->tpl_src[got] = 0;
-        fclose(f);
-    } else {
-        gguf_str t;
-        if (!gguf_find(s->e->m->gguf, "tokenizer.chat_template") ||
-            gguf_get_str(s->e->m->gguf, "tokenizer.chat_template", &t, NULL))
-            return 0;
-        s->tpl_src = gguf_str_dup(t);
-    }
-    strata_err terr = {0};
-    if (tmpl_parse(&s->tpl, s->tpl_src, strlen(s->tpl_src), &terr)) {
-        if (s->o.template_file)
-            return strata_errf(err, STRATA_EUNSUPPORTED, "--chat-template-file %s: %s", s->o.template_file, terr.msg);
-        log_warn("chat template: cannot run the model's template (%s); using the built-in %s format", terr.msg,
-                 chat_format_name(s->fmt));
-        return 0;
-    }
-    s->tpl_tools = strstr(s->tpl_src, "tools") != NULL;
-    return 0;
-}
-
 /* The disk tier under --cache-dir (default $XDG_CACHE_HOME/strata/kv or
  * ~/.cache/strata/kv). Any failure leaves the server memory-only, with a
  * warning: a cache is never a reason not to serve. */
@@ -360,8 +327,8 @@ static int load_model(server *s, strata_err *err) {
     rc = engine_open(&s->e, &ep, err);
     if (!rc) rc = tok_load(&s->tok, s->e->m->gguf, err);
     if (rc) return rc;
-    s->fmt = chat_detect(s->e->m->gguf, s->tok);
-    if ((rc = load_template(s, err))) return rc;
+    render_opts ro = {.template_file = s->o.template_file};
+    if ((rc = render_new(&s->render, s->e->m->gguf, s->tok, &ro, err))) return rc;
     if (s->o.trace_path && !(s->trace = fopen(s->o.trace_path, "a")))
         return strata_errf(err, STRATA_EIO, "--trace %s: cannot open for appending", s->o.trace_path);
     open_disk(s, fp);
@@ -399,7 +366,7 @@ int server_start(server **out, const server_opts *o, strata_err *err) {
     }
     atomic_store(&s->ready, 1);
     log_info("ready: model=%s arch=%s ctx=%d parallel=%d chat_template=%s", s->model_id,
-             s->e->m->hp.arch_name, o->ctx, o->parallel, s->tpl ? "model's own" : chat_format_name(s->fmt));
+             s->e->m->hp.arch_name, o->ctx, o->parallel, render_format_name(s->render));
     *out = s;
     return 0;
 }
@@ -421,8 +388,7 @@ void server_stop(server *s) {
     replay_free(s->replay);
     for (int i = 0; i < s->n_keys; i++) free(s->keys[i]);
     free(s->keys);
-    tmpl_free(s->tpl);
-    free(s->tpl_src);
+    render_free(s->render);
     tok_free(s->tok);
     engine_close(s->e);
     free(s);

@@ -13,7 +13,7 @@
 #include "server/http.h"
 #include "server/replay.h"
 #include "server/sched.h"
-#include "text/chat.h"
+#include "text/render.h"
 #include "text/tokenizer.h"
 
 typedef struct server_opts {
@@ -39,10 +39,7 @@ typedef struct server {
     tokenizer *tok;
     sched *sch;
     http_server *http;
-    chat_format fmt;      /* built-in fallback format */
-    struct tmpl *tpl;     /* the chat template, or NULL: use fmt */
-    char *tpl_src;
-    int tpl_tools;        /* the template renders tools itself */
+    renderer *render;     /* the chat template or built-in format */
     char model_id[128];
     atomic_int ready;
     FILE *trace;

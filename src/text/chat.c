@@ -55,13 +55,68 @@ static void push_bound(int **bounds, int *n_bounds, int pos) {
 
 int chat_tokenize(const tokenizer *t, const chat_prompt *p, int add_bos, int32_t **ids,
                   size_t *n, strata_err *err) {
-    return chat_tokenize_bounds(t, p, add_bos, ids, n, NULL, NULL, err);
+    return chat_tokenize_at(t, p, add_bos, ids, n, NULL, NULL, NULL, NULL, 0, err);
 }
 
 int chat_tokenize_bounds(const tokenizer *t, const chat_prompt *p, int add_bos, int32_t **ids, size_t *n,
                          int **bounds, int *n_bounds, strata_err *err) {
+    return chat_tokenize_at(t, p, add_bos, ids, n, bounds, n_bounds, NULL, NULL, 0, err);
+}
+
+/* Text offsets in ascending order, as indices into offs (a walk over the
+ * segments then meets them in order). */
+typedef struct offset_walk {
+    const long *offs;
+    int *pos;
+    size_t *order, n, next;
+} offset_walk;
+
+static void walk_init(offset_walk *w, const long *offs, int *pos, size_t n) {
+    *w = (offset_walk){offs, pos, xcalloc(n ? n : 1, sizeof(size_t)), n, 0};
+    for (size_t i = 0; i < n; i++) { /* insertion sort: message ends come nearly sorted */
+        size_t j = i;
+        for (pos[i] = -1; j > 0 && offs[w->order[j - 1]] > offs[i]; j--) w->order[j] = w->order[j - 1];
+        w->order[j] = i;
+    }
+    while (w->next < n && offs[w->order[w->next]] < 0) w->next++; /* unknown stays -1 */
+}
+
+/* Token positions of the offsets in [off, off + seg->len): at the segment's
+ * start, where its tokens start; inside it, after the tokens its text up to
+ * there shares with the whole segment's (what tokenizing only that much of
+ * the prompt would have matched). base: the output length before the
+ * segment; skip: leading tokens of seg dropped (a repeated BOS). */
+static void walk_segment(offset_walk *w, const tokenizer *t, const chat_seg *seg, long off, const int32_t *toks,
+                         size_t ns, size_t skip, size_t base) {
+    while (w->next < w->n && w->offs[w->order[w->next]] < off + (long)seg->len) {
+        size_t k = w->order[w->next++];
+        long at = w->offs[k] - off;
+        int32_t *head = NULL;
+        size_t nh = 0, cp = 0;
+        if (at == 0) {
+            w->pos[k] = (int)base;
+            continue;
+        }
+        if (seg->ids || tok_encode(t, seg->text, (size_t)at, seg->special, &head, &nh, NULL)) continue;
+        while (cp < nh && cp < ns && head[cp] == toks[cp]) cp++;
+        w->pos[k] = (int)(base + (cp > skip ? cp - skip : 0));
+        free(head);
+    }
+}
+
+static void walk_end(offset_walk *w, long end, size_t n) {
+    for (; w->next < w->n; w->next++)
+        if (w->offs[w->order[w->next]] == end) w->pos[w->order[w->next]] = (int)n;
+    free(w->order);
+}
+
+int chat_tokenize_at(const tokenizer *t, const chat_prompt *p, int add_bos, int32_t **ids, size_t *n,
+                     int **bounds, int *n_bounds, const long *offs, int *pos, size_t n_offs, strata_err *err) {
     size_t cap = 256, len = 0;
+    long off = 0;
     int32_t *out = xmalloc(cap * sizeof(int32_t));
+    offset_walk w;
+    walk_init(&w, offs, pos, offs ? n_offs : 0);
     if (bounds) *bounds = NULL, *n_bounds = 0;
     if (add_bos && tok_bos(t) >= 0) out[len++] = tok_bos(t);
     for (int i = 0; i < p->n; i++) {
@@ -75,12 +130,14 @@ int chat_tokenize_bounds(const tokenizer *t, const chat_prompt *p, int add_bos, 
         } else {
             int rc = tok_encode(t, p->segs[i].text, p->segs[i].len, p->segs[i].special, &seg, &ns, err);
             if (rc) {
-                free(out);
+                free(out), free(w.order);
                 if (bounds) free(*bounds), *bounds = NULL, *n_bounds = 0;
                 return rc;
             }
         }
         size_t skip = (len == 1 && add_bos && ns && seg[0] == out[0]) ? 1 : 0; /* template wrote BOS */
+        walk_segment(&w, t, &p->segs[i], off, seg, ns, skip, len);
+        off += (long)p->segs[i].len;
         if (len + ns > cap) {
             cap = (len + ns) * 2;
             out = xrealloc(out, cap * sizeof(int32_t));
@@ -89,24 +146,10 @@ int chat_tokenize_bounds(const tokenizer *t, const chat_prompt *p, int add_bos, 
         len += ns - skip;
         free(seg);
     }
+    walk_end(&w, off, len);
     *ids = out;
     *n = len;
     return 0;
-}
-
-static int template_mentions(const gguf_file *f, const char *needle) {
-    gguf_str tpl;
-    if (!gguf_find(f, "tokenizer.chat_template") ||
-        gguf_get_str(f, "tokenizer.chat_template", &tpl, NULL))
-        return 0;
-    return memmem(tpl.ptr, (size_t)tpl.len, needle, strlen(needle)) != NULL;
-}
-
-chat_format chat_detect(const gguf_file *f, const tokenizer *t) {
-    if (template_mentions(f, "<|start_header_id|>")) return CHAT_LLAMA3;
-    if (template_mentions(f, "<|im_start|>")) return CHAT_CHATML;
-    if (tok_find(t, "<|start_header_id|>") >= 0) return CHAT_LLAMA3;
-    return CHAT_CHATML;
 }
 
 const char *chat_format_name(chat_format c) { return c == CHAT_LLAMA3 ? "llama3" : "chatml"; }

@@ -4,9 +4,8 @@
  * recognised) and content (user, tool or assistant text: never parsed for
  * special tokens). Segments are tokenized one by one, so the tokens of a
  * message never depend on what follows it.
- * The built-in formats (ChatML, Llama 3) serve `strata run --chat` and
- * models whose own template cannot be used; the server runs the model's
- * template through text/tmpl when it can.
+ * The built-in formats (ChatML, Llama 3) serve models whose own template
+ * cannot be used; text/render.h picks between them and the template.
  * Does not: parse requests or run Jinja. */
 #ifndef STRATA_CHAT_H
 #define STRATA_CHAT_H
@@ -15,7 +14,6 @@
 #include <stdint.h>
 
 #include "base/err.h"
-#include "model/gguf.h"
 #include "text/tokenizer.h"
 
 typedef enum { CHAT_CHATML, CHAT_LLAMA3 } chat_format;
@@ -52,7 +50,13 @@ int chat_tokenize(const tokenizer *t, const chat_prompt *p, int add_bos, int32_t
 int chat_tokenize_bounds(const tokenizer *t, const chat_prompt *p, int add_bos, int32_t **ids, size_t *n,
                          int **bounds, int *n_bounds, strata_err *err);
 
-chat_format chat_detect(const gguf_file *f, const tokenizer *t);
+/* chat_tokenize_bounds, and the token positions of n_offs text offsets
+ * (bytes into the concatenated segments; -1: none): where the prompt's
+ * tokens for its text up to there end (pos[i], -1 when not found). So a
+ * cut at a message end costs a few tokens' work, not a second prompt. */
+int chat_tokenize_at(const tokenizer *t, const chat_prompt *p, int add_bos, int32_t **ids, size_t *n,
+                     int **bounds, int *n_bounds, const long *offs, int *pos, size_t n_offs, strata_err *err);
+
 const char *chat_format_name(chat_format c);
 /* Appends the messages in format c, then the open assistant turn if asked. */
 void chat_render_builtin(chat_format c, const chat_msg *msgs, int n, int add_generation,

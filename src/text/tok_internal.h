@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/gguf.h"
 #include "text/tokenizer.h"
 
 /* Token attributes, a bit set derived from GGUF token types and names. */

@@ -20,8 +20,8 @@
 #include <stdint.h>
 
 #include "base/err.h"
-#include "model/gguf.h"
 
+typedef struct gguf_file gguf_file; /* model/gguf.h */
 typedef struct tokenizer tokenizer;
 
 typedef enum { TOK_BPE = 1, TOK_SPM = 2 } tok_kind;
