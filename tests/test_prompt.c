@@ -43,11 +43,18 @@ static const char *TOOLS =
     "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"d\","
     "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}]";
 
-static int32_t *tokens_of(server *s, json_t *msgs, const render_tools *t, size_t *n) {
+/* Two tenants' exact-replay namespaces. */
+static const cache_hash NS_A = {{1}}, NS_B = {{2}};
+
+static int32_t *tokens_in(server *s, const cache_hash *ns, json_t *msgs, const render_tools *t, size_t *n) {
     int32_t *ids = NULL;
     char why[256] = "";
-    CHECK(prompt_tokens(s, msgs, t, &ids, n, NULL, why, sizeof why) == 0);
+    CHECK(prompt_tokens(s, ns, msgs, t, &ids, n, NULL, why, sizeof why) == 0);
     return ids;
+}
+
+static int32_t *tokens_of(server *s, json_t *msgs, const render_tools *t, size_t *n) {
+    return tokens_in(s, &NS_A, msgs, t, n);
 }
 
 static void check_turn_replays(const char *template_name) {
@@ -64,8 +71,13 @@ static void check_turn_replays(const char *template_name) {
     char *key = replay_native_turn_key("", names, args, 1);
     size_t n_head, n_plain, n_full;
     int32_t *plain = tokens_of(&s, full, &t, &n_plain); /* nothing remembered yet */
-    replay_put(s.replay, key, strlen(key), gen, 5);
+    replay_put(s.replay, &NS_A, key, strlen(key), gen, 5);
     int32_t *ph = tokens_of(&s, head, &t, &n_head), *pf = tokens_of(&s, full, &t, &n_full);
+    /* another tenant's prompt never carries A's reply (issue 16.3) */
+    size_t n_other;
+    int32_t *other = tokens_in(&s, &NS_B, full, &t, &n_other);
+    CHECK(n_other == n_plain && memcmp(other, plain, n_plain * sizeof(int32_t)) == 0);
+    free(other);
     /* turn N+1 = turn N's prompt, then exactly the generated tokens */
     CHECK(n_full > n_head + 5);
     CHECK(memcmp(pf, ph, n_head * sizeof(int32_t)) == 0);

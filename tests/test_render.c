@@ -258,7 +258,8 @@ TEST(render_run_and_serve_tokens_agree) {
     size_t n_run = 0, n_serve = 0;
     int32_t *run = s.render ? tokens_of(s.render, msgs, NULL, 1, &n_run, NULL) : NULL, *serve = NULL;
     char why[256];
-    CHECK(run && prompt_tokens(&s, msgs, NULL, &serve, &n_serve, NULL, why, sizeof why) == 0);
+    cache_hash ns = {{0}};
+    CHECK(run && prompt_tokens(&s, &ns, msgs, NULL, &serve, &n_serve, NULL, why, sizeof why) == 0);
     CHECK(n_run > 0 && n_run == n_serve && serve && !memcmp(run, serve, n_run * sizeof(int32_t)));
     free(run), free(serve);
     json_decref(msgs);

@@ -18,26 +18,16 @@
 #include "server/api_params.h"
 #include "server/gen.h"
 #include "server/prompt.h"
+#include "server/api_call.h"
 #include "server/api_stream.h"
 
 #define POLL_MS 1000
 
-#define MAX_CALLS 64
-
 typedef struct ant_call {
-    server *srv;
-    json_t *req;
+    api_call a;    /* first: the lifecycle's part (api_call.h) */
     json_t *tools; /* normalised (function shape) */
-    render_tools pt;
-    char *prefix; /* forced start of the reply (tool_choice) */
-    gen g;
-    gen_params gp;
-    int stream, n_prompt, phase; /* phase: 0 start events next, 1 generating */
-    int block, block_open;       /* stream: index of the current content block */
+    int block, block_open; /* stream: index of the current content block */
     int block_is_text;
-    char id[64];
-    char call_ids[MAX_CALLS][40];
-    api_stream st;
 } ant_call;
 
 static void reply_error(http_reply *rep, int status, const char *type, const char *fmt, ...)
@@ -201,9 +191,9 @@ static json_t *normal_tools(const json_t *tools) {
 }
 
 static int build_prompt(ant_call *c, int32_t **ids, size_t *n, prompt_cache_info *ci, char *why, size_t cap) {
-    json_t *msgs = normal_messages(c->req, ci, why, cap);
+    json_t *msgs = normal_messages(c->a.req, ci, why, cap);
     if (!msgs) return -1;
-    int rc = prompt_tokens(c->srv, msgs, &c->pt, ids, n, ci, why, cap);
+    int rc = api_call_prompt(&c->a, msgs, ids, n, ci, why, cap);
     json_decref(msgs);
     return rc;
 }
@@ -213,7 +203,7 @@ static int build_prompt(ant_call *c, int32_t **ids, size_t *n, prompt_cache_info
 /* tools: [{name, description, input_schema}]; tool_choice: {type: auto |
  * any | tool (with name) | none}. */
 static int parse_tools(ant_call *c, char *why, size_t cap) {
-    const json_t *tools = json_object_get(c->req, "tools"), *t;
+    const json_t *tools = json_object_get(c->a.req, "tools"), *t;
     if (!tools || json_is_null(tools)) return 0;
     size_t i;
     if (!json_is_array(tools)) {
@@ -225,15 +215,15 @@ static int parse_tools(ant_call *c, char *why, size_t cap) {
         return -1;
     }
     c->tools = normal_tools(tools);
-    c->pt.tools = c->tools;
-    const json_t *choice = json_object_get(c->req, "tool_choice");
+    c->a.pt.tools = c->tools;
+    const json_t *choice = json_object_get(c->a.req, "tool_choice");
     const char *type = json_string_value(json_object_get(choice, "type"));
-    if (type && !strcmp(type, "none")) c->pt.tools = NULL;
-    else if (type && !strcmp(type, "any")) c->pt.required = 1;
+    if (type && !strcmp(type, "none")) c->a.pt.tools = NULL;
+    else if (type && !strcmp(type, "any")) c->a.pt.required = 1;
     else if (type && !strcmp(type, "tool")) {
-        c->pt.forced = json_string_value(json_object_get(choice, "name"));
-        c->pt.required = 1;
-        if (!c->pt.forced) {
+        c->a.pt.forced = json_string_value(json_object_get(choice, "name"));
+        c->a.pt.required = 1;
+        if (!c->a.pt.forced) {
             snprintf(why, cap, "tool_choice.name: field required for type 'tool'");
             return -1;
         }
@@ -241,63 +231,59 @@ static int parse_tools(ant_call *c, char *why, size_t cap) {
         snprintf(why, cap, "tool_choice.type: must be auto, any, tool or none");
         return -1;
     }
-    c->gp.tools = render_tool_format(c->srv->render, &c->pt);
-    c->gp.json_mode = c->gp.tools == TC_GENERIC;
+    c->a.gp.tools = render_tool_format(c->a.srv->render, &c->a.pt);
+    c->a.gp.json_mode = c->a.gp.tools == TC_GENERIC;
     return 0;
 }
 
 static int parse_options(ant_call *c, char *why, size_t cap) {
     long max_tokens = 0;
-    int r = param_int(c->req, "max_tokens", 1, 1L << 30, &max_tokens, why, cap);
+    int r = param_int(c->a.req, "max_tokens", 1, 1L << 30, &max_tokens, why, cap);
     if (r <= 0) {
         if (!r) snprintf(why, cap, "max_tokens: field required");
         return -1;
     }
-    c->gp.max_tokens = (int)max_tokens;
-    if (param_bool(c->req, "stream", &c->stream, why, cap) < 0) return -1;
+    c->a.gp.max_tokens = (int)max_tokens;
+    if (param_bool(c->a.req, "stream", &c->a.stream, why, cap) < 0) return -1;
     if (parse_tools(c, why, cap)) return -1;
-    return params_sampling(c->req, "stop_sequences", &c->gp, why, cap);
+    return params_sampling(c->a.req, "stop_sequences", &c->a.gp, why, cap);
 }
 
 /* ---- replies ------------------------------------------------------------------------- */
 
 static const char *stop_reason(const ant_call *c) {
-    if (c->g.n_calls_done && !c->g.tool_error && (c->g.st.finish != FINISH_LENGTH || c->g.one_call)) return "tool_use";
-    if (c->g.stopped_by_string) return "stop_sequence";
-    return c->g.st.finish == FINISH_LENGTH ? "max_tokens" : "end_turn";
+    if (c->a.g.n_calls_done && !c->a.g.tool_error && (c->a.g.st.finish != FINISH_LENGTH || c->a.g.one_call)) return "tool_use";
+    if (c->a.g.stopped_by_string) return "stop_sequence";
+    return c->a.g.st.finish == FINISH_LENGTH ? "max_tokens" : "end_turn";
 }
 
 static json_t *stop_sequence(const ant_call *c) {
-    return c->g.stopped_by_string ? json_string(c->gp.stops[c->g.text.hit]) : json_null();
+    return c->a.g.stopped_by_string ? json_string(c->a.gp.stops[c->a.g.text.hit]) : json_null();
 }
 
 /* Anthropic counts input as uncached + cache reads (+ cache writes, which
  * the live tier does not bill separately: 0). */
 static json_t *usage(const ant_call *c, int output_tokens) {
-    int cached = c->g.st.n_cached, disk = c->g.st.n_cached_disk;
-    return json_pack("{s:i,s:i,s:i,s:i,s:{s:i,s:i}}", "input_tokens", c->n_prompt - cached, "output_tokens",
+    int cached = c->a.g.st.n_cached, disk = c->a.g.st.n_cached_disk;
+    return json_pack("{s:i,s:i,s:i,s:i,s:{s:i,s:i}}", "input_tokens", c->a.n_prompt - cached, "output_tokens",
                      output_tokens, "cache_creation_input_tokens", 0, "cache_read_input_tokens", cached,
                      "strata_cache", "live_tokens", cached - disk, "disk_tokens", disk);
 }
 
 static json_t *message(const ant_call *c, json_t *content, json_t *reason, json_t *seq, int out_tokens) {
-    return json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:o,s:o}", "id", c->id, "type", "message", "role", "assistant",
-                     "model", c->srv->model_id, "content", content, "stop_reason", reason, "stop_sequence", seq,
+    return json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:o,s:o}", "id", c->a.id, "type", "message", "role", "assistant",
+                     "model", c->a.srv->model_id, "content", content, "stop_reason", reason, "stop_sequence", seq,
                      "usage", usage(c, out_tokens));
 }
 
-static const char *call_id(ant_call *c, int index) {
-    if (index < 0 || index >= MAX_CALLS) return "toolu_overflow";
-    if (!c->call_ids[index][0]) make_id(c->call_ids[index], sizeof c->call_ids[index], "toolu_");
-    return c->call_ids[index];
-}
+static const char *call_id(ant_call *c, int index) { return api_call_id(&c->a, index, "toolu_"); }
 
 static json_t *whole_content(ant_call *c, const char *text, size_t len) {
     json_t *content = json_array();
     if (len) json_array_append_new(content, json_pack("{s:s,s:o}", "type", "text", "text", json_text(text, len)));
-    if (!c->g.n_calls_done || c->g.tool_error) return content;
+    if (!c->a.g.n_calls_done || c->a.g.tool_error) return content;
     const char **names, **args;
-    int n = tc_calls(c->g.tc, &names, &args);
+    int n = tc_calls(c->a.g.tc, &names, &args);
     for (int i = 0; i < n; i++) {
         json_t *input = json_loads(args[i], 0, NULL);
         json_array_append_new(content, json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id", call_id(c, i),
@@ -308,41 +294,41 @@ static json_t *whole_content(ant_call *c, const char *text, size_t len) {
 
 static void answer_whole(ant_call *c, const http_req *req, http_reply *rep) {
     size_t len;
-    char *text = api_collect_text(&c->g, req, &len);
+    char *text = api_collect_text(&c->a.g, req, &len);
     if (!text) {
         reply_error(rep, 499, "api_error", "client closed the connection");
         return;
     }
-    if (c->g.st.finish == FINISH_ERROR || c->g.tool_error) {
+    if (c->a.g.st.finish == FINISH_ERROR || c->a.g.tool_error) {
         free(text);
         reply_error(rep, 500, "api_error", "generation failed: %s",
-                    c->g.tool_error ? c->g.error : c->g.st.error);
+                    c->a.g.tool_error ? c->a.g.error : c->a.g.st.error);
         return;
     }
     json_t *content = whole_content(c, text, len);
     free(text);
-    reply_json(rep, 200, message(c, content, json_string(stop_reason(c)), stop_sequence(c), c->g.n_tokens));
+    reply_json(rep, 200, message(c, content, json_string(stop_reason(c)), stop_sequence(c), c->a.g.n_tokens));
 }
 
 /* ---- streams: one content block open at a time ------------------------------ */
 
 static void close_block(ant_call *c) {
     if (!c->block_open) return;
-    sse_event(&c->st.out, "content_block_stop", json_pack("{s:s,s:i}", "type", "content_block_stop", "index", c->block));
+    sse_event(&c->a.st.out, "content_block_stop", json_pack("{s:s,s:i}", "type", "content_block_stop", "index", c->block));
     c->block_open = 0;
     c->block++;
 }
 
 static void open_block(ant_call *c, json_t *block, int is_text) {
     close_block(c);
-    sse_event(&c->st.out, "content_block_start",
+    sse_event(&c->a.st.out, "content_block_start",
               json_pack("{s:s,s:i,s:o}", "type", "content_block_start", "index", c->block, "content_block", block));
     c->block_open = 1;
     c->block_is_text = is_text;
 }
 
 static void block_delta(ant_call *c, json_t *delta) {
-    sse_event(&c->st.out, "content_block_delta",
+    sse_event(&c->a.st.out, "content_block_delta",
               json_pack("{s:s,s:i,s:o}", "type", "content_block_delta", "index", c->block, "delta", delta));
 }
 
@@ -366,61 +352,61 @@ static void emit_event(ant_call *c, const tc_event *e) {
 }
 
 static void stream_start(ant_call *c) {
-    sse_event(&c->st.out, "message_start",
+    sse_event(&c->a.st.out, "message_start",
               json_pack("{s:s,s:o}", "type", "message_start", "message",
                         message(c, json_array(), json_null(), json_null(), 0)));
-    sse_event(&c->st.out, "ping", json_pack("{s:s}", "type", "ping"));
-    c->phase = 1;
+    sse_event(&c->a.st.out, "ping", json_pack("{s:s}", "type", "ping"));
+    c->a.phase = 1;
 }
 
 static void stream_finish(ant_call *c) {
     if (!c->block) open_block(c, json_pack("{s:s,s:s}", "type", "text", "text", ""), 1); /* never zero blocks */
     close_block(c);
-    if (c->g.tool_error)
-        sse_event(&c->st.out, "error", json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", "api_error",
-                                              "message", c->g.error));
-    sse_event(&c->st.out, "message_delta",
+    if (c->a.g.tool_error)
+        sse_event(&c->a.st.out, "error", json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", "api_error",
+                                              "message", c->a.g.error));
+    sse_event(&c->a.st.out, "message_delta",
               json_pack("{s:s,s:{s:s,s:o},s:o}", "type", "message_delta", "delta", "stop_reason",
-                        stop_reason(c), "stop_sequence", stop_sequence(c), "usage", usage(c, c->g.n_tokens)));
-    sse_event(&c->st.out, "message_stop", json_pack("{s:s}", "type", "message_stop"));
-    c->st.finished = 1;
+                        stop_reason(c), "stop_sequence", stop_sequence(c), "usage", usage(c, c->a.g.n_tokens)));
+    sse_event(&c->a.st.out, "message_stop", json_pack("{s:s}", "type", "message_stop"));
+    c->a.st.finished = 1;
 }
 
 static void stream_produce(api_stream *st) {
-    ant_call *c = (ant_call *)((char *)st - offsetof(ant_call, st));
-    if (c->phase == 0) {
+    ant_call *c = (ant_call *)api_call_of(st);
+    if (c->a.phase == 0) {
         stream_start(c);
         return;
     }
     const tc_event *ev;
-    int n = gen_pull(&c->g, POLL_MS, &ev);
+    int n = gen_pull(&c->a.g, POLL_MS, &ev);
     for (int i = 0; i < n; i++) emit_event(c, &ev[i]);
-    if (c->g.done) stream_finish(c);
-    else if (!n) sse_event(&c->st.out, "ping", json_pack("{s:s}", "type", "ping")); /* keep-alive */
+    if (c->a.g.done) stream_finish(c);
+    else if (!n) sse_event(&c->a.st.out, "ping", json_pack("{s:s}", "type", "ping")); /* keep-alive */
 }
 
-/* Frees a call that never started generating. */
-static void call_drop(ant_call *c) {
-    free(c->prefix);
-    json_decref(c->tools);
-    json_decref(c->req);
-    free(c);
+/* ---- the dialect ----------------------------------------------------------------------- */
+
+static int build(api_call *a, int32_t **ids, size_t *n, prompt_cache_info *ci, char *why, size_t cap) {
+    ant_call *c = (ant_call *)a;
+    return parse_options(c, why, cap) || build_prompt(c, ids, n, ci, why, cap) ? -1 : 0;
 }
 
-static void call_free(ant_call *c) {
-    gen_end(&c->g);
-    free(c->prefix);
-    json_decref(c->tools);
-    json_decref(c->req);
-    sse_free(&c->st.out);
-    free(c);
+/* Busy is 529 overloaded_error in this API. */
+static void fail(http_reply *rep, int code, const char *msg) {
+    const char *type;
+    int status = status_for(code, &type);
+    reply_error(rep, status == 503 ? 529 : status,
+                status == 503 ? "overloaded_error" : status == 400 ? "invalid_request_error" : "api_error", "%s", msg);
+    if (status == 503) rep->retry_after = 1;
 }
 
-static void answer_whole_st(api_stream *st, const http_req *req, http_reply *rep) {
-    answer_whole((ant_call *)((char *)st - offsetof(ant_call, st)), req, rep);
-}
+static void whole(api_call *a, const http_req *req, http_reply *rep) { answer_whole((ant_call *)a, req, rep); }
 
-static void stream_release(api_stream *st) { call_free((ant_call *)((char *)st - offsetof(ant_call, st))); }
+static void free_own(api_call *a) { json_decref(((ant_call *)a)->tools); }
+
+static const api_dialect ANTHROPIC = {
+    .build = build, .fail = fail, .produce = stream_produce, .whole = whole, .free = free_own};
 
 /* ---- entry points -------------------------------------------------------------------- */
 
@@ -451,50 +437,22 @@ static int check_model(server *s, const json_t *req, http_reply *rep) {
 }
 
 void api_anthropic_messages(server *s, const http_req *req, http_reply *rep) {
+    json_t *body = parse_body(req, rep);
+    if (!body || check_model(s, body, rep)) {
+        json_decref(body);
+        return;
+    }
     ant_call *c = xcalloc(1, sizeof *c);
-    c->srv = s;
-    make_id(c->id, sizeof c->id, "msg_");
-    if (!(c->req = parse_body(req, rep)) || check_model(s, c->req, rep)) {
-        call_drop(c);
-        return;
-    }
-    char why[512] = "";
-    int32_t *ids = NULL;
-    size_t n = 0;
-    prompt_cache_info ci = {0};
-    if (parse_options(c, why, sizeof why) || build_prompt(c, &ids, &n, &ci, why, sizeof why)) {
-        reply_error(rep, 400, "invalid_request_error", "%s", why);
-        prompt_cache_info_free(&ci);
-        call_drop(c);
-        return;
-    }
-    c->prefix = prompt_force_tool(s, &c->pt, &c->gp, &ids, &n);
-    c->n_prompt = (int)n;
-    strata_err err = {0};
-    c->gp.replay = s->replay;
-    c->gp.tenant = server_tenant(s, req);
-    prompt_cache_apply(&ci, &c->gp);
-    int rc = gen_start(&c->g, s->sch, s->tok, ids, (int)n, &c->gp, &err);
-    if (!rc) rc = api_admit(&c->g, req, s->o.queue_timeout, &err);
-    prompt_cache_info_free(&ci);
-    free(ids);
-    if (rc) {
-        const char *type;
-        int status = status_for(rc, &type);
-        reply_error(rep, status == 503 ? 529 : status, status == 503 ? "overloaded_error" : status == 400 ? "invalid_request_error" : "api_error",
-                    "%s", err.msg);
-        if (status == 503) rep->retry_after = 1;
-        call_drop(c);
-        return;
-    }
-    c->st = (api_stream){.g = &c->g, .produce = stream_produce, .release = stream_release};
-    api_answer(&c->st, c->stream, req, rep, answer_whole_st);
+    c->a = (api_call){.srv = s, .d = &ANTHROPIC, .req = body};
+    make_id(c->a.id, sizeof c->a.id, "msg_");
+    api_call_run(&c->a, req, rep);
 }
 
 void api_anthropic_count_tokens(server *s, const http_req *req, http_reply *rep) {
-    ant_call c = {.srv = s};
-    if (!(c.req = parse_body(req, rep)) || check_model(s, c.req, rep)) {
-        json_decref(c.req);
+    ant_call c = {.a = {.srv = s}};
+    c.a.gp.tenant = server_tenant(s, req); /* its replay namespace: the count a request would get */
+    if (!(c.a.req = parse_body(req, rep)) || check_model(s, c.a.req, rep)) {
+        json_decref(c.a.req);
         return;
     }
     char why[512] = "";
@@ -506,5 +464,5 @@ void api_anthropic_count_tokens(server *s, const http_req *req, http_reply *rep)
         reply_json(rep, 200, json_pack("{s:i}", "input_tokens", (int)n));
     free(ids);
     json_decref(c.tools);
-    json_decref(c.req);
+    json_decref(c.a.req);
 }

@@ -18,26 +18,17 @@
 #include "server/api_params.h"
 #include "server/gen.h"
 #include "server/prompt.h"
+#include "server/api_call.h"
 #include "server/api_stream.h"
 
 #define POLL_MS 1000 /* stream keep-alive period while nothing is generated */
-#define MAX_CALLS 64 /* tool calls per reply */
 
 typedef struct oai_call {
-    server *srv;
-    json_t *req;
-    gen g;
-    gen_params gp;
-    int chat, stream, include_usage, logprobs;
-    char id[64];
+    api_call a; /* first: the lifecycle's part (api_call.h) */
+    int chat, include_usage, logprobs;
     long created;
-    int n_prompt, n_logprob_done;
+    int n_logprob_done;
     long text_offset; /* completions logprobs: bytes of text so far */
-    render_tools pt;
-    char *prefix; /* forced start of the reply (tool_choice) */
-    char call_ids[MAX_CALLS][40]; /* "call_" + 128 random bits, per call index */
-    api_stream st; /* streamed replies */
-    int phase;     /* 0 role chunk next, 1 generating */
 } oai_call;
 
 /* ---- prompt building ---------------------------------------------------- */
@@ -106,7 +97,7 @@ static json_t *normal_message(const json_t *m, size_t i, char *why, size_t cap) 
 
 /* The request's messages in the normalised shape, or NULL with why set. */
 static json_t *normal_messages(oai_call *c, char *why, size_t cap) {
-    const json_t *msgs = json_object_get(c->req, "messages");
+    const json_t *msgs = json_object_get(c->a.req, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
         snprintf(why, cap, "'messages' must be a non-empty array");
         return NULL;
@@ -128,15 +119,15 @@ static json_t *normal_messages(oai_call *c, char *why, size_t cap) {
 static int chat_prompt_ids(oai_call *c, int32_t **ids, size_t *n, prompt_cache_info *ci, char *why, size_t cap) {
     json_t *norm = normal_messages(c, why, cap);
     if (!norm) return -1;
-    int rc = prompt_tokens(c->srv, norm, &c->pt, ids, n, ci, why, cap);
+    int rc = api_call_prompt(&c->a, norm, ids, n, ci, why, cap);
     json_decref(norm);
     return rc;
 }
 
 /* Completions: "prompt" is a string or an array of token ids. */
 static int completion_prompt_ids(oai_call *c, int32_t **ids, size_t *n, char *why, size_t cap) {
-    const json_t *p = json_object_get(c->req, "prompt");
-    const server *s = c->srv;
+    const json_t *p = json_object_get(c->a.req, "prompt");
+    const server *s = c->a.srv;
     if (json_is_string(p)) {
         chat_prompt cp = {0};
         chat_prompt_add(&cp, json_string_value(p), strlen(json_string_value(p)), 0);
@@ -158,6 +149,7 @@ static int completion_prompt_ids(oai_call *c, int32_t **ids, size_t *n, char *wh
         if (v < 0 || v >= tok_n_vocab(s->tok)) {
             snprintf(why, cap, "prompt[%zu] is not a token id in [0, %d)", i, tok_n_vocab(s->tok));
             free(*ids);
+            *ids = NULL;
             return -1;
         }
         (*ids)[i] = (int32_t)v;
@@ -177,15 +169,15 @@ static int tool_known(const json_t *tools, const char *name) {
 
 /* tool_choice: "none" | "auto" | "required" | {"type":"function","function":{"name"}}. */
 static int parse_tool_choice(oai_call *c, const json_t *tools, char *why, size_t cap) {
-    const json_t *tc = json_object_get(c->req, "tool_choice");
+    const json_t *tc = json_object_get(c->a.req, "tool_choice");
     const char *word = json_string_value(tc);
     if (!tc || json_is_null(tc) || (word && !strcmp(word, "auto"))) return 0;
     if (word && !strcmp(word, "none")) {
-        c->pt.tools = NULL;
+        c->a.pt.tools = NULL;
         return 0;
     }
     if (word && !strcmp(word, "required")) {
-        c->pt.required = 1;
+        c->a.pt.required = 1;
         return 0;
     }
     const char *name = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
@@ -193,13 +185,13 @@ static int parse_tool_choice(oai_call *c, const json_t *tools, char *why, size_t
         snprintf(why, cap, "'tool_choice' must be none, auto, required or a function named in 'tools'");
         return -1;
     }
-    c->pt.forced = name;
-    c->pt.required = 1;
+    c->a.pt.forced = name;
+    c->a.pt.required = 1;
     return 0;
 }
 
 static int parse_tools(oai_call *c, char *why, size_t cap) {
-    const json_t *tools = json_object_get(c->req, "tools"), *t;
+    const json_t *tools = json_object_get(c->a.req, "tools"), *t;
     if (!tools || json_is_null(tools)) return 0;
     if (!json_is_array(tools)) {
         snprintf(why, cap, "'tools' must be an array");
@@ -213,24 +205,24 @@ static int parse_tools(oai_call *c, char *why, size_t cap) {
             return -1;
         }
     }
-    c->pt.tools = json_array_size(tools) ? tools : NULL;
+    c->a.pt.tools = json_array_size(tools) ? tools : NULL;
     if (parse_tool_choice(c, tools, why, cap)) return -1;
-    c->gp.tools = render_tool_format(c->srv->render, &c->pt);
-    c->gp.json_mode |= c->gp.tools == TC_GENERIC; /* the generic reply is one JSON object */
+    c->a.gp.tools = render_tool_format(c->a.srv->render, &c->a.pt);
+    c->a.gp.json_mode |= c->a.gp.tools == TC_GENERIC; /* the generic reply is one JSON object */
     return 0;
 }
 
 /* response_format: {"type": "text"} or {"type": "json_object"}. */
 static int parse_response_format(oai_call *c, char *why, size_t cap) {
-    const json_t *rf = json_object_get(c->req, "response_format");
+    const json_t *rf = json_object_get(c->a.req, "response_format");
     if (!rf || json_is_null(rf)) return 0;
     const char *type = json_string_value(json_object_get(rf, "type"));
     if (type && !strcmp(type, "json_object")) {
-        if (c->gp.tools != TC_NONE) {
+        if (c->a.gp.tools != TC_NONE) {
             snprintf(why, cap, "'response_format' json_object cannot be combined with 'tools'");
             return -1;
         }
-        c->gp.json_mode = 1;
+        c->a.gp.json_mode = 1;
         return 0;
     }
     if (type && !strcmp(type, "text")) return 0;
@@ -241,35 +233,35 @@ static int parse_response_format(oai_call *c, char *why, size_t cap) {
 static int parse_options(oai_call *c, char *why, size_t cap) {
     long n = 1, max_tokens = 0, top_logprobs = 0;
     int r;
-    if (param_int(c->req, "n", 1, 1, &n, why, cap) < 0) {
+    if (param_int(c->a.req, "n", 1, 1, &n, why, cap) < 0) {
         snprintf(why, cap, "'n' must be 1 (one choice per request)");
         return -1;
     }
-    if ((r = param_int(c->req, "max_completion_tokens", 1, 1L << 30, &max_tokens, why, cap)) < 0) return -1;
-    if (!r && param_int(c->req, "max_tokens", 1, 1L << 30, &max_tokens, why, cap) < 0) return -1;
-    c->gp.max_tokens = max_tokens > 0 ? (int)max_tokens : 1 << 30;
-    if (param_bool(c->req, "stream", &c->stream, why, cap) < 0) return -1;
+    if ((r = param_int(c->a.req, "max_completion_tokens", 1, 1L << 30, &max_tokens, why, cap)) < 0) return -1;
+    if (!r && param_int(c->a.req, "max_tokens", 1, 1L << 30, &max_tokens, why, cap) < 0) return -1;
+    c->a.gp.max_tokens = max_tokens > 0 ? (int)max_tokens : 1 << 30;
+    if (param_bool(c->a.req, "stream", &c->a.stream, why, cap) < 0) return -1;
     if (c->chat) {
-        if (param_bool(c->req, "logprobs", &c->logprobs, why, cap) < 0) return -1;
-        if (param_int(c->req, "top_logprobs", 0, 20, &top_logprobs, why, cap) < 0) return -1;
+        if (param_bool(c->a.req, "logprobs", &c->logprobs, why, cap) < 0) return -1;
+        if (param_int(c->a.req, "top_logprobs", 0, 20, &top_logprobs, why, cap) < 0) return -1;
     } else { /* completions: "logprobs": N asks for the top N as well */
-        if ((r = param_int(c->req, "logprobs", 0, 20, &top_logprobs, why, cap)) < 0) return -1;
+        if ((r = param_int(c->a.req, "logprobs", 0, 20, &top_logprobs, why, cap)) < 0) return -1;
         c->logprobs = r > 0;
     }
-    c->gp.n_logprobs = c->logprobs ? (int)top_logprobs : 0;
-    const json_t *so = json_object_get(c->req, "stream_options");
+    c->a.gp.n_logprobs = c->logprobs ? (int)top_logprobs : 0;
+    const json_t *so = json_object_get(c->a.req, "stream_options");
     if (so && json_is_object(so) && param_bool(so, "include_usage", &c->include_usage, why, cap) < 0) return -1;
     if (parse_tools(c, why, cap) || parse_response_format(c, why, cap)) return -1;
-    return params_sampling(c->req, "stop", &c->gp, why, cap);
+    return params_sampling(c->a.req, "stop", &c->a.gp, why, cap);
 }
 
 /* ---- responses ------------------------------------------------------------ */
 
 static json_t *usage_json(const oai_call *c) {
-    int done = c->g.n_tokens;
-    const sched_status *st = &c->g.st; /* strata_cache: the per-tier split (an extension) */
-    return json_pack("{s:i,s:i,s:i,s:{s:i},s:{s:i,s:i}}", "prompt_tokens", c->n_prompt, "completion_tokens", done,
-                     "total_tokens", c->n_prompt + done, "prompt_tokens_details", "cached_tokens", st->n_cached,
+    int done = c->a.g.n_tokens;
+    const sched_status *st = &c->a.g.st; /* strata_cache: the per-tier split (an extension) */
+    return json_pack("{s:i,s:i,s:i,s:{s:i},s:{s:i,s:i}}", "prompt_tokens", c->a.n_prompt, "completion_tokens", done,
+                     "total_tokens", c->a.n_prompt + done, "prompt_tokens_details", "cached_tokens", st->n_cached,
                      "strata_cache", "live_tokens", st->n_cached - st->n_cached_disk, "disk_tokens",
                      st->n_cached_disk);
 }
@@ -293,10 +285,10 @@ static json_t *token_json(const server *s, int32_t id, float logprob) {
 static json_t *logprobs_json(const oai_call *c, int from, int to) {
     json_t *arr = json_array();
     for (int i = from; i < to; i++) {
-        const sched_token *t = &c->g.tokens[i];
-        json_t *tj = token_json(c->srv, t->id, t->logprob), *top = json_array();
+        const sched_token *t = &c->a.g.tokens[i];
+        json_t *tj = token_json(c->a.srv, t->id, t->logprob), *top = json_array();
         for (int k = 0; k < t->n_top; k++)
-            json_array_append_new(top, token_json(c->srv, t->top_ids[k], t->top_logprobs[k]));
+            json_array_append_new(top, token_json(c->a.srv, t->top_ids[k], t->top_logprobs[k]));
         json_object_set_new(tj, "top_logprobs", top);
         json_array_append_new(arr, tj);
     }
@@ -308,15 +300,15 @@ static json_t *logprobs_json(const oai_call *c, int from, int to) {
 static json_t *completion_logprobs_json(oai_call *c, int from, int to) {
     json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
     for (int i = from; i < to; i++) {
-        const sched_token *t = &c->g.tokens[i];
+        const sched_token *t = &c->a.g.tokens[i];
         char piece[256];
-        int len = token_piece(c->srv, t->id, piece);
+        int len = token_piece(c->a.srv, t->id, piece);
         json_array_append_new(toks, json_text(piece, (size_t)len));
         json_array_append_new(lps, json_real(t->logprob));
         json_t *top = json_object();
         for (int k = 0; k < t->n_top; k++) {
             char tp[256];
-            json_t *key = json_text(tp, (size_t)token_piece(c->srv, t->top_ids[k], tp));
+            json_t *key = json_text(tp, (size_t)token_piece(c->a.srv, t->top_ids[k], tp));
             json_object_set_new(top, json_string_value(key), json_real(t->top_logprobs[k]));
             json_decref(key);
         }
@@ -327,16 +319,11 @@ static json_t *completion_logprobs_json(oai_call *c, int from, int to) {
     return json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops, "text_offset", offs);
 }
 
-/* The call id of tool call `index`, made on first use. */
-static const char *call_id(oai_call *c, int index) {
-    if (index < 0 || index >= MAX_CALLS) return "call_overflow";
-    if (!c->call_ids[index][0]) make_id(c->call_ids[index], sizeof c->call_ids[index], "call_");
-    return c->call_ids[index];
-}
+static const char *call_id(oai_call *c, int index) { return api_call_id(&c->a, index, "call_"); }
 
 static json_t *choice(oai_call *c, const char *finish) {
     json_t *ch = json_pack("{s:i}", "index", 0);
-    int to = c->g.n_tokens;
+    int to = c->a.g.n_tokens;
     json_object_set_new(ch, "logprobs", !c->logprobs ? json_null()
                                         : c->chat  ? logprobs_json(c, c->n_logprob_done, to)
                                                    : completion_logprobs_json(c, c->n_logprob_done, to));
@@ -347,15 +334,15 @@ static json_t *choice(oai_call *c, const char *finish) {
 
 static json_t *envelope(const oai_call *c, int chunk) {
     const char *obj = c->chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
-    return json_pack("{s:s,s:s,s:I,s:s,s:[]}", "id", c->id, "object", obj, "created", (json_int_t)c->created,
-                     "model", c->srv->model_id, "choices");
+    return json_pack("{s:s,s:s,s:I,s:s,s:[]}", "id", c->a.id, "object", obj, "created", (json_int_t)c->created,
+                     "model", c->a.srv->model_id, "choices");
 }
 
 /* ---- whole replies ---------------------------------------------------------- */
 
 static json_t *whole_tool_calls(oai_call *c) {
     const char **names, **args;
-    int n = tc_calls(c->g.tc, &names, &args);
+    int n = tc_calls(c->a.g.tc, &names, &args);
     json_t *arr = json_array();
     for (int i = 0; i < n; i++)
         json_array_append_new(arr, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", call_id(c, i), "type", "function",
@@ -364,18 +351,18 @@ static json_t *whole_tool_calls(oai_call *c) {
 }
 
 static json_t *whole_choice(oai_call *c, const char *text, size_t len) {
-    json_t *ch = choice(c, gen_finish_word(&c->g));
+    json_t *ch = choice(c, gen_finish_word(&c->a.g));
     if (!c->chat) {
         json_object_set_new(ch, "text", json_text(text, len));
         return ch;
     }
     json_t *msg = json_pack("{s:s}", "role", "assistant");
-    if (c->g.tool_error) { /* show what the model wrote, and why it was refused */
-        text = c->g.text.buf ? c->g.text.buf : "";
-        len = c->g.text.len;
-        json_object_set_new(msg, "refusal", json_string(c->g.error));
+    if (c->a.g.tool_error) { /* show what the model wrote, and why it was refused */
+        text = c->a.g.text.buf ? c->a.g.text.buf : "";
+        len = c->a.g.text.len;
+        json_object_set_new(msg, "refusal", json_string(c->a.g.error));
     }
-    int calls = c->g.n_calls_done && !c->g.tool_error;
+    int calls = c->a.g.n_calls_done && !c->a.g.tool_error;
     json_object_set_new(msg, "content", len || !calls ? json_text(text, len) : json_null());
     if (calls) json_object_set_new(msg, "tool_calls", whole_tool_calls(c));
     json_object_set_new(ch, "message", msg);
@@ -384,14 +371,14 @@ static json_t *whole_choice(oai_call *c, const char *text, size_t len) {
 
 static void answer_whole(oai_call *c, const http_req *req, http_reply *rep) {
     size_t len;
-    char *text = api_collect_text(&c->g, req, &len);
+    char *text = api_collect_text(&c->a.g, req, &len);
     if (!text) {
         reply_openai_error(rep, 499, "client_closed", NULL, "client closed the connection");
         return;
     }
-    if (c->g.st.finish == FINISH_ERROR) {
+    if (c->a.g.st.finish == FINISH_ERROR) {
         free(text);
-        reply_openai_error(rep, 500, "server_error", NULL, "generation failed: %s", c->g.st.error);
+        reply_openai_error(rep, 500, "server_error", NULL, "generation failed: %s", c->a.g.st.error);
         return;
     }
     json_t *body = envelope(c, 0);
@@ -409,7 +396,7 @@ static void emit_chunk(oai_call *c, json_t *delta, const char *finish) {
                         c->chat ? delta : json_incref(json_object_get(delta, "content")));
     if (!c->chat) json_decref(delta);
     json_array_append_new(json_object_get(ev, "choices"), ch);
-    sse_event(&c->st.out, NULL, ev);
+    sse_event(&c->a.st.out, NULL, ev);
 }
 
 /* One parser event as a chunk: content, or a tool-call delta (the first
@@ -432,106 +419,76 @@ static void emit_event(oai_call *c, const tc_event *e) {
 }
 
 static void emit_finish(oai_call *c) {
-    emit_chunk(c, c->chat ? json_object() : json_pack("{s:s}", "content", ""), gen_finish_word(&c->g));
+    emit_chunk(c, c->chat ? json_object() : json_pack("{s:s}", "content", ""), gen_finish_word(&c->a.g));
     if (c->include_usage) {
         json_t *ev = envelope(c, 1);
         json_object_set_new(ev, "usage", usage_json(c));
-        sse_event(&c->st.out, NULL, ev);
+        sse_event(&c->a.st.out, NULL, ev);
     }
-    sse_raw(&c->st.out, "data: [DONE]\n\n", 14);
-    c->st.finished = 1;
+    sse_raw(&c->a.st.out, "data: [DONE]\n\n", 14);
+    c->a.st.finished = 1;
 }
 
 /* Generates the next stream bytes, waiting up to POLL_MS. */
 static void stream_produce(api_stream *st) {
-    oai_call *c = (oai_call *)((char *)st - offsetof(oai_call, st));
-    if (c->phase == 0 && c->chat) {
+    oai_call *c = (oai_call *)api_call_of(st);
+    if (c->a.phase == 0 && c->chat) {
         emit_chunk(c, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL);
-        c->phase = 1;
+        c->a.phase = 1;
         return;
     }
-    c->phase = 1;
+    c->a.phase = 1;
     const tc_event *ev;
-    int n = gen_pull(&c->g, POLL_MS, &ev);
+    int n = gen_pull(&c->a.g, POLL_MS, &ev);
     for (int i = 0; i < n; i++) emit_event(c, &ev[i]);
-    if (c->g.done) {
+    if (c->a.g.done) {
         emit_finish(c);
-    } else if (!n && c->g.st.n_prompt_done < c->g.st.n_prompt) {
+    } else if (!n && c->a.g.st.n_prompt_done < c->a.g.st.n_prompt) {
         char line[96];
-        snprintf(line, sizeof line, "prefill %d/%d", c->g.st.n_prompt_done, c->g.st.n_prompt);
-        sse_comment(&c->st.out, line);
+        snprintf(line, sizeof line, "prefill %d/%d", c->a.g.st.n_prompt_done, c->a.g.st.n_prompt);
+        sse_comment(&c->a.st.out, line);
     }
 }
-
-static void call_free(oai_call *c) {
-    gen_end(&c->g);
-    free(c->prefix);
-    json_decref(c->req);
-    sse_free(&c->st.out);
-    free(c);
-}
-
-static void answer_whole_st(api_stream *st, const http_req *req, http_reply *rep) {
-    answer_whole((oai_call *)((char *)st - offsetof(oai_call, st)), req, rep);
-}
-
-static void stream_release(api_stream *st) { call_free((oai_call *)((char *)st - offsetof(oai_call, st))); }
 
 /* ---- entry points ------------------------------------------------------------ */
 
+/* api_dialect.build: options, then the prompt (chat: the conversation;
+ * completions: text or token ids). */
+static int build(api_call *a, int32_t **ids, size_t *n, prompt_cache_info *ci, char *why, size_t cap) {
+    oai_call *c = (oai_call *)a;
+    if (parse_options(c, why, cap)) return -1;
+    if (c->chat) return chat_prompt_ids(c, ids, n, ci, why, cap);
+    c->a.pt.required = 0, c->a.pt.forced = NULL; /* completions never force a tool call */
+    return completion_prompt_ids(c, ids, n, why, cap);
+}
+
+static void fail(http_reply *rep, int code, const char *msg) {
+    const char *type;
+    int status = status_for(code, &type);
+    reply_openai_error(rep, status, type, code == STRATA_ERANGE ? "context_length_exceeded" : NULL, "%s", msg);
+    if (status == 503) rep->retry_after = 1;
+}
+
+static void whole(api_call *a, const http_req *req, http_reply *rep) { answer_whole((oai_call *)a, req, rep); }
+
+static const api_dialect OPENAI = {.build = build, .fail = fail, .produce = stream_produce, .whole = whole};
+
 static void handle(server *s, const http_req *req, http_reply *rep, int chat) {
-    oai_call *c = xcalloc(1, sizeof *c);
-    c->srv = s;
-    c->chat = chat;
-    c->created = (long)time(NULL);
-    make_id(c->id, sizeof c->id, chat ? "chatcmpl-" : "cmpl-");
-    if (!(c->req = parse_body_openai(req, rep))) {
-        free(c);
-        return;
-    }
-    const char *model = json_string_value(json_object_get(c->req, "model"));
+    json_t *body = parse_body_openai(req, rep);
+    if (!body) return;
+    const char *model = json_string_value(json_object_get(body, "model"));
     if (model && *model && strcmp(model, s->model_id) != 0) {
         reply_openai_error(rep, 404, "invalid_request_error", "model_not_found",
                            "model '%s' does not exist; this server serves '%s'", model, s->model_id);
-        json_decref(c->req);
-        free(c);
+        json_decref(body);
         return;
     }
-    char why[512] = "";
-    int32_t *ids = NULL;
-    size_t n = 0;
-    prompt_cache_info ci = {0};
-    int bad = parse_options(c, why, sizeof why) ||
-              (chat ? chat_prompt_ids(c, &ids, &n, &ci, why, sizeof why) : completion_prompt_ids(c, &ids, &n, why, sizeof why));
-    if (bad) {
-        prompt_cache_info_free(&ci);
-        reply_openai_error(rep, 400, "invalid_request_error", NULL, "%s", why);
-        json_decref(c->req);
-        free(c);
-        return;
-    }
-    if (chat) c->prefix = prompt_force_tool(s, &c->pt, &c->gp, &ids, &n);
-    c->n_prompt = (int)n;
-    strata_err err = {0};
-    c->gp.replay = s->replay;
-    c->gp.tenant = server_tenant(s, req);
-    prompt_cache_apply(&ci, &c->gp);
-    int rc = gen_start(&c->g, s->sch, s->tok, ids, (int)n, &c->gp, &err);
-    if (!rc) rc = api_admit(&c->g, req, s->o.queue_timeout, &err);
-    prompt_cache_info_free(&ci);
-    free(ids);
-    if (rc) {
-        const char *type;
-        int status = status_for(rc, &type);
-        reply_openai_error(rep, status, type, rc == STRATA_ERANGE ? "context_length_exceeded" : NULL, "%s", err.msg);
-        if (status == 503) rep->retry_after = 1;
-        free(c->prefix);
-        json_decref(c->req);
-        free(c);
-        return;
-    }
-    c->st = (api_stream){.g = &c->g, .produce = stream_produce, .release = stream_release};
-    api_answer(&c->st, c->stream, req, rep, answer_whole_st);
+    oai_call *c = xcalloc(1, sizeof *c);
+    c->a = (api_call){.srv = s, .d = &OPENAI, .req = body};
+    c->chat = chat;
+    c->created = (long)time(NULL);
+    make_id(c->a.id, sizeof c->a.id, chat ? "chatcmpl-" : "cmpl-");
+    api_call_run(&c->a, req, rep);
 }
 
 void api_openai_chat(server *s, const http_req *req, http_reply *rep) { handle(s, req, rep, 1); }
@@ -546,13 +503,13 @@ void api_openai_models(server *s, const http_req *req, http_reply *rep) {
 
 /* POST /apply-template: the prompt text a chat request would be given. */
 void api_openai_apply_template(server *s, const http_req *req, http_reply *rep) {
-    oai_call c = {.srv = s, .chat = 1};
-    if (!(c.req = parse_body_openai(req, rep))) return;
+    oai_call c = {.a = {.srv = s}, .chat = 1};
+    if (!(c.a.req = parse_body_openai(req, rep))) return;
     char why[512] = "";
     json_t *norm = NULL;
     if (!parse_tools(&c, why, sizeof why)) norm = normal_messages(&c, why, sizeof why);
     render_out p = {0};
-    if (!norm || prompt_render(s, norm, &c.pt, &p, why, sizeof why)) {
+    if (!norm || prompt_render(s, norm, &c.a.pt, &p, why, sizeof why)) {
         reply_openai_error(rep, 400, "invalid_request_error", NULL, "%s", why);
     } else {
         size_t len;
@@ -562,5 +519,5 @@ void api_openai_apply_template(server *s, const http_req *req, http_reply *rep) 
     }
     render_out_free(&p);
     json_decref(norm);
-    json_decref(c.req);
+    json_decref(c.a.req);
 }

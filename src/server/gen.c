@@ -18,6 +18,7 @@ int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
     if (p->tools != TC_NONE) g->tc = tc_new(p->tools);
     g->one_call = p->one_call;
     g->replay = p->replay;
+    g->replay_ns = p->replay_ns;
     g->tools = p->tools;
     g->args_depth = p->args_open ? 1 : 0;
     if (p->prefix) textout_append(&g->text, p->prefix, strlen(p->prefix)); /* parsed as if generated */
@@ -117,7 +118,7 @@ static void remember_calls(gen *g) {
     }
     if (g->close_at) ids = append_text_tokens(g, "}]}", ids, &n_ids);
     char *key = render_generic_calls_text(names, args, n);
-    replay_put(g->replay, key, strlen(key), ids, n_ids);
+    replay_put(g->replay, &g->replay_ns, key, strlen(key), ids, n_ids);
     free(key);
     free(ids);
 }
@@ -134,7 +135,7 @@ static void remember_native_calls(gen *g) {
     char *key = replay_native_turn_key(content, names, args, n);
     int32_t *ids = xmalloc((size_t)g->n_tokens * sizeof(int32_t));
     for (int i = 0; i < g->n_tokens; i++) ids[i] = g->tokens[i].id;
-    replay_put(g->replay, key, strlen(key), ids, (size_t)g->n_tokens);
+    replay_put(g->replay, &g->replay_ns, key, strlen(key), ids, (size_t)g->n_tokens);
     free(ids);
     free(key);
     free(content);
@@ -158,7 +159,7 @@ static void remember(gen *g) {
     for (int i = 0; i < g->n_tokens; i++) ids[i] = g->tokens[i].id;
     size_t len; /* keyed by what the client received (and will send back) */
     char *seen = utf8_sanitize(g->text.buf ? g->text.buf : "", g->text.len, &len);
-    replay_put(g->replay, seen, len, ids, (size_t)g->n_tokens);
+    replay_put(g->replay, &g->replay_ns, seen, len, ids, (size_t)g->n_tokens);
     free(seen);
     free(ids);
 }

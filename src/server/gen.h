@@ -28,6 +28,7 @@ typedef struct gen_params {
     int args_open;      /* prefix ends inside the call's arguments object: close
                            the call as soon as that object closes */
     replay_store *replay; /* remembers the reply's exact tokens, or NULL */
+    cache_hash replay_ns; /* in the request's tenant's namespace (server_replay_ns) */
     const int *bounds;    /* message starts in the prompt (sched_job) */
     int n_bounds;
     const cache_mark *marks; /* retention marks (sched_job) */
@@ -53,6 +54,7 @@ typedef struct gen {
     size_t close_at;       /* args_open: offset in text.buf just past the arguments, or 0 */
     tc_format tools;
     replay_store *replay;
+    cache_hash replay_ns;
     char error[512];
     char *content;         /* native tool formats: the reply's text outside calls (replay key) */
     size_t content_len;

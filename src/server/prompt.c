@@ -54,12 +54,12 @@ static void find_marks(const json_t *messages, const render_tools *t, const rend
     free(system);
 }
 
-int prompt_tokens(const server *s, const json_t *messages, const render_tools *t, int32_t **ids, size_t *n,
-                  prompt_cache_info *ci, char *why, size_t cap) {
+int prompt_tokens(const server *s, const cache_hash *replay_ns, const json_t *messages, const render_tools *t,
+                  int32_t **ids, size_t *n, prompt_cache_info *ci, char *why, size_t cap) {
     render_out out;
     render_tokens rt;
     strata_err err = {0};
-    if (replay_render(s->replay, s->render, messages, t, 1, &out, why, cap)) return -1;
+    if (replay_render(s->replay, replay_ns, s->render, messages, t, 1, &out, why, cap)) return -1;
     int rc = render_tokenize(s->render, &out, &rt, &err);
     render_out_free(&out);
     if (rc) {

@@ -48,7 +48,7 @@ void prompt_cache_apply(const prompt_cache_info *ci, gen_params *gp);
 /* The prompt tokens, with exact replay (replay_render), tokenized once;
  * fills ci (may be NULL): bounds and marks come from that one
  * tokenization. *ids is malloc'd. */
-int prompt_tokens(const server *s, const json_t *messages, const render_tools *t, int32_t **ids,
+int prompt_tokens(const server *s, const cache_hash *replay_ns, const json_t *messages, const render_tools *t, int32_t **ids,
                   size_t *n, prompt_cache_info *ci, char *why, size_t cap);
 
 /* Text of message content: a string, or text parts/blocks joined (both

@@ -61,10 +61,19 @@ static entry *take_slot(replay_store *r) {
     return old;
 }
 
-void replay_put(replay_store *r, const char *text, size_t len, const int32_t *ids, size_t n) {
+/* An entry's key: its namespace and text, hashed together. */
+static void key_of(const cache_hash *ns, const char *text, size_t len, uint8_t key[32]) {
+    uint8_t *buf = xmalloc(32 + len);
+    memcpy(buf, ns->b, 32);
+    memcpy(buf + 32, text, len);
+    SHA256(buf, 32 + len, key);
+    free(buf);
+}
+
+void replay_put(replay_store *r, const cache_hash *ns, const char *text, size_t len, const int32_t *ids, size_t n) {
     if (!r || n == 0) return;
     uint8_t key[32];
-    SHA256((const uint8_t *)text, len, key);
+    key_of(ns, text, len, key);
     pthread_mutex_lock(&r->mu);
     entry *e = find(r, key);
     if (!e) {
@@ -80,10 +89,10 @@ void replay_put(replay_store *r, const char *text, size_t len, const int32_t *id
     pthread_mutex_unlock(&r->mu);
 }
 
-int32_t *replay_get(replay_store *r, const char *text, size_t len, size_t *n) {
+int32_t *replay_get(replay_store *r, const cache_hash *ns, const char *text, size_t len, size_t *n) {
     if (!r || len == 0) return NULL;
     uint8_t key[32];
-    SHA256((const uint8_t *)text, len, key);
+    key_of(ns, text, len, key);
     int32_t *out = NULL;
     pthread_mutex_lock(&r->mu);
     entry *e = find(r, key);
@@ -117,7 +126,7 @@ int replay_save(replay_store *r, const char *path, const uint8_t model_fp[32]) {
     wbuf b = {0};
     pthread_mutex_lock(&r->mu);
     uint64_t count = r->len;
-    put(&b, "STRRPLY1", 8);
+    put(&b, "STRRPLY2", 8);
     put(&b, model_fp, 32);
     put(&b, &count, 8);
     for (size_t i = 0; i < r->len; i++) {
@@ -186,7 +195,7 @@ int replay_load(replay_store *r, const char *path, const uint8_t model_fp[32]) {
     uint8_t sum[32];
     size_t body = (size_t)size - 32;
     if (ok) SHA256(p, body, sum);
-    ok = ok && !memcmp(p, "STRRPLY1", 8) && !memcmp(p + 8, model_fp, 32) && !memcmp(sum, p + body, 32);
+    ok = ok && !memcmp(p, "STRRPLY2", 8) && !memcmp(p + 8, model_fp, 32) && !memcmp(sum, p + body, 32);
     int rc = ok ? load_entries(r, p, body) : -1;
     free(p);
     return rc;
@@ -243,7 +252,7 @@ static void subs_free(turn_subs *ts) {
     ts->n = 0;
 }
 
-static json_t *replace_replayed_turns(replay_store *rs, const json_t *messages, turn_subs *ts) {
+static json_t *replace_replayed_turns(replay_store *rs, const cache_hash *ns, const json_t *messages, turn_subs *ts) {
     make_id(ts->tag, sizeof ts->tag - 1, "strata-replay-");
     strcat(ts->tag, "-");
     json_t *out = json_array();
@@ -251,7 +260,7 @@ static json_t *replace_replayed_turns(replay_store *rs, const json_t *messages, 
     const json_t *m;
     json_array_foreach(messages, i, m) {
         char *key = ts->n < MAX_SUBS ? message_turn_key(m) : NULL;
-        int32_t *ids = key ? replay_get(rs, key, strlen(key), &ts->n_ids[ts->n]) : NULL;
+        int32_t *ids = key ? replay_get(rs, ns, key, strlen(key), &ts->n_ids[ts->n]) : NULL;
         free(key);
         if (!ids) {
             json_array_append(out, (json_t *)m);
@@ -306,20 +315,20 @@ static int splice_replayed(chat_prompt *p, const turn_subs *ts) {
 }
 
 /* Content the model generated earlier gets its exact tokens back. */
-static void apply_replay(replay_store *rs, chat_prompt *p) {
+static void apply_replay(replay_store *rs, const cache_hash *ns, chat_prompt *p) {
     for (int i = 0; i < p->n; i++) {
         chat_seg *g = &p->segs[i];
         if (g->special || g->ids) continue;
-        g->ids = replay_get(rs, g->text, g->len, &g->n_ids);
+        g->ids = replay_get(rs, ns, g->text, g->len, &g->n_ids);
     }
 }
 
 
-int replay_render(replay_store *rs, const renderer *r, const json_t *messages, const render_tools *t, int add_gen,
-                  render_out *out, char *why, size_t cap) {
+int replay_render(replay_store *rs, const cache_hash *ns, const renderer *r, const json_t *messages,
+                  const render_tools *t, int add_gen, render_out *out, char *why, size_t cap) {
     turn_subs ts = {0};
     int native = render_tool_format(r, t) != TC_GENERIC && rs && render_native_tools(r);
-    json_t *msgs = native ? replace_replayed_turns(rs, messages, &ts) : json_incref((json_t *)messages);
+    json_t *msgs = native ? replace_replayed_turns(rs, ns, messages, &ts) : json_incref((json_t *)messages);
     int rc = render_messages(r, msgs, t, add_gen, out, why, cap);
     json_decref(msgs);
     if (!rc && ts.n && splice_replayed(&out->p, &ts)) { /* the template did not keep the turn whole */
@@ -327,6 +336,6 @@ int replay_render(replay_store *rs, const renderer *r, const json_t *messages, c
         rc = render_messages(r, messages, t, add_gen, out, why, cap);
     }
     subs_free(&ts);
-    if (!rc && rs) apply_replay(rs, &out->p);
+    if (!rc && rs) apply_replay(rs, ns, &out->p);
     return rc;
 }

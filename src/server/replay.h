@@ -18,15 +18,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cache/hash.h"
 #include "text/render.h"
 
 typedef struct replay_store replay_store;
 
 replay_store *replay_new(size_t max_entries);
 void replay_free(replay_store *r); /* NULL is fine */
-void replay_put(replay_store *r, const char *text, size_t len, const int32_t *ids, size_t n);
-/* A malloc'd copy of the ids remembered for text, or NULL. */
-int32_t *replay_get(replay_store *r, const char *text, size_t len, size_t *n);
+/* Entries live in a namespace (ns: the request's tenant and cache salt,
+ * server_replay_ns): a reply remembered for one tenant is never found by
+ * another, so the prompt tokens it would splice reveal nothing across
+ * tenants. */
+void replay_put(replay_store *r, const cache_hash *ns, const char *text, size_t len, const int32_t *ids, size_t n);
+/* A malloc'd copy of the ids remembered for text in ns, or NULL. */
+int32_t *replay_get(replay_store *r, const cache_hash *ns, const char *text, size_t len, size_t *n);
 
 /* What exact replay remembers a native-format tool-call turn by (its
  * content and its calls, as the client sends them back). Caller frees. */
@@ -39,11 +44,12 @@ char *replay_native_turn_key(const char *content, const char *const *names, cons
  * through as content, then splicing the model's tokens, markup and all, in
  * its place. A template that does not keep the sentinel whole gets the
  * turn rendered plainly. Message ends are those of the rendering. */
-int replay_render(replay_store *rs, const renderer *r, const json_t *messages, const render_tools *t, int add_gen,
-                  render_out *out, char *why, size_t cap);
+int replay_render(replay_store *rs, const cache_hash *ns, const renderer *r, const json_t *messages,
+                  const render_tools *t, int add_gen, render_out *out, char *why, size_t cap);
 
-/* File: "STRRPLY1" | model fp[32] | u64 count | count x {key[32] | u64 n |
- * i32 ids[n]} | SHA-256 of everything before it. Written to a temp file
+/* File: "STRRPLY2" | model fp[32] | u64 count | count x {key[32] | u64 n |
+ * i32 ids[n]} | SHA-256 of everything before it (version 2: keys cover
+ * the namespace; a version 1 file is ignored). Written to a temp file
  * and renamed. Loading checks magic, model and checksum: a file that
  * fails any check is ignored (-1), never half-loaded. */
 int replay_save(replay_store *r, const char *path, const uint8_t model_fp[32]);

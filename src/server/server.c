@@ -190,6 +190,10 @@ const char *server_tenant(const server *s, const http_req *req) {
     return NULL;
 }
 
+void server_replay_ns(const server *s, const char *tenant, const char *salt, cache_hash *ns) {
+    cache_hash_root_for(ns, s->model_fp, tenant, salt);
+}
+
 static int authorized(const server *s, const http_req *req) {
     return s->n_keys == 0 || server_tenant(s, req) != NULL;
 }

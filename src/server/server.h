@@ -58,6 +58,9 @@ void server_stop(server *s); /* NULL is fine */
 /* The API key the request authenticated with (its tenant: requests of
  * different keys never share cached blocks), or NULL without keys. */
 const char *server_tenant(const server *s, const http_req *req);
+/* The exact-replay namespace of a tenant (NULL: none) and cache salt (NULL:
+ * none): like the block hashes' root, so tenants share nothing. */
+void server_replay_ns(const server *s, const char *tenant, const char *salt, cache_hash *ns);
 
 /* ---- helpers for API handlers (server_util.c) ---- */
 

@@ -1,0 +1,77 @@
+/* api_call.c - the request lifecycle both APIs share (see api_call.h). */
+#include "server/api_call.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/mem.h"
+
+api_call *api_call_of(api_stream *st) { return (api_call *)((char *)st - offsetof(api_call, st)); }
+
+const char *api_call_id(api_call *c, int index, const char *prefix) {
+    if (index < 0 || index >= API_MAX_CALLS) {
+        snprintf(c->overflow_id, sizeof c->overflow_id, "%soverflow", prefix);
+        return c->overflow_id;
+    }
+    if (!c->call_ids[index][0]) make_id(c->call_ids[index], sizeof c->call_ids[index], prefix);
+    return c->call_ids[index];
+}
+
+static void call_free(api_call *c) {
+    gen_end(&c->g);
+    free(c->prefix);
+    if (c->d->free) c->d->free(c);
+    json_decref(c->req);
+    sse_free(&c->st.out);
+    free(c);
+}
+
+static void stream_release(api_stream *st) { call_free(api_call_of(st)); }
+
+static void answer_whole(api_stream *st, const http_req *req, http_reply *rep) {
+    api_call *c = api_call_of(st);
+    c->d->whole(c, req, rep);
+}
+
+int api_call_prompt(api_call *c, const json_t *messages, int32_t **ids, size_t *n, prompt_cache_info *ci, char *why,
+                    size_t cap) {
+    /* Replies are remembered per tenant and salt, like blocks: another
+     * tenant cannot tell from its prompt's tokens what was generated here. */
+    server_replay_ns(c->srv, c->gp.tenant, c->gp.cache_salt, &c->replay_ns);
+    return prompt_tokens(c->srv, &c->replay_ns, messages, &c->pt, ids, n, ci, why, cap);
+}
+
+/* Submits the prompt and waits for a slot: 0, or a STRATA_E* in err. */
+static int start(api_call *c, const http_req *req, int32_t **ids, size_t *n, const prompt_cache_info *ci,
+                 strata_err *err) {
+    server *s = c->srv;
+    c->prefix = prompt_force_tool(s, &c->pt, &c->gp, ids, n);
+    c->n_prompt = (int)*n;
+    c->gp.replay = s->replay;
+    c->gp.replay_ns = c->replay_ns;
+    prompt_cache_apply(ci, &c->gp);
+    int rc = gen_start(&c->g, s->sch, s->tok, *ids, (int)*n, &c->gp, err);
+    return rc ? rc : api_admit(&c->g, req, s->o.queue_timeout, err);
+}
+
+void api_call_run(api_call *c, const http_req *req, http_reply *rep) {
+    char why[512] = "";
+    int32_t *ids = NULL;
+    size_t n = 0;
+    prompt_cache_info ci = {0};
+    strata_err err = {0};
+    c->gp.tenant = server_tenant(c->srv, req);
+    server_replay_ns(c->srv, c->gp.tenant, NULL, &c->replay_ns); /* salted once the body is read */
+    int rc = c->d->build(c, &ids, &n, &ci, why, sizeof why) ? strata_errf(&err, STRATA_EINVAL, "%s", why)
+                                                          : start(c, req, &ids, &n, &ci, &err);
+    prompt_cache_info_free(&ci);
+    free(ids);
+    if (rc) {
+        c->d->fail(rep, rc, err.msg);
+        call_free(c);
+        return;
+    }
+    c->st = (api_stream){.g = &c->g, .produce = c->d->produce, .release = stream_release};
+    api_answer(&c->st, c->stream, req, rep, answer_whole);
+}

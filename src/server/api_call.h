@@ -1,0 +1,67 @@
+/* api_call.h - one API call's life, written once for both dialects.
+ *
+ * A dialect (api_openai.c, api_anthropic.c) parses its JSON into the
+ * neutral parts (generation parameters, tools, the prompt's token ids via
+ * api_call_prompt) and formats replies and stream events in its own
+ * schema. Everything else happens here, in one order, with one cleanup:
+ * the tenant and its exact-replay namespace, the forced tool prefix,
+ * submission, admission (queue wait, a client that leaves, the queue
+ * timeout), the answer whole or streamed, and freeing the call on every
+ * path. */
+#ifndef STRATA_API_CALL_H
+#define STRATA_API_CALL_H
+
+#include <jansson.h>
+
+#include "server/api_stream.h"
+#include "server/gen.h"
+#include "server/prompt.h"
+#include "server/server.h"
+
+#define API_MAX_CALLS 64 /* tool calls per reply */
+
+typedef struct api_call api_call;
+
+typedef struct api_dialect {
+    /* Reads c->req into c->gp, c->pt and c->stream and builds the prompt:
+     * token ids (malloc'd) and cache info. 0, or -1 with why set. */
+    int (*build)(api_call *c, int32_t **ids, size_t *n, prompt_cache_info *ci, char *why, size_t cap);
+    /* An error reply in the dialect's schema for a STRATA_E* code
+     * (STRATA_EINVAL: a bad request). */
+    void (*fail)(http_reply *rep, int code, const char *msg);
+    void (*produce)(api_stream *st);                                   /* the next stream events */
+    void (*whole)(api_call *c, const http_req *req, http_reply *rep); /* the whole reply */
+    void (*free)(api_call *c); /* the dialect's own parts; may be NULL */
+} api_dialect;
+
+/* The neutral part of a call; a dialect's call struct embeds it first. */
+struct api_call {
+    server *srv;
+    const api_dialect *d;
+    json_t *req;      /* the request body (owned) */
+    gen g;
+    gen_params gp;
+    render_tools pt;
+    char *prefix;     /* forced start of the reply (tool_choice) */
+    cache_hash replay_ns; /* the tenant's exact-replay namespace */
+    int stream, n_prompt;
+    int phase;        /* stream: 0 before the first events */
+    char id[64];
+    char call_ids[API_MAX_CALLS][40]; /* per tool call index, made on first use */
+    char overflow_id[40];             /* past API_MAX_CALLS */
+    api_stream st;    /* streamed replies */
+};
+
+/* Runs c (allocated by the dialect, c->srv, c->d and c->req set; owned
+ * from here on): build, submit, admit, answer, free. */
+void api_call_run(api_call *c, const http_req *req, http_reply *rep);
+/* For a dialect's build: the conversation (normalised messages) rendered
+ * and tokenized with the tenant's remembered replies (exact replay). */
+int api_call_prompt(api_call *c, const json_t *messages, int32_t **ids, size_t *n, prompt_cache_info *ci, char *why,
+                    size_t cap);
+/* The call whose stream st is. */
+api_call *api_call_of(api_stream *st);
+/* The id of tool call `index` ("call_..." / "toolu_..." by prefix). */
+const char *api_call_id(api_call *c, int index, const char *prefix);
+
+#endif
