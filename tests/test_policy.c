@@ -48,3 +48,32 @@ TEST(policy_prompt_marks_from_message_bounds) {
     CHECK_EQ_INT(policy_prompt_marks(bounds, 4, system, 1, NULL, 0, m), 1);
     CHECK_EQ_INT(m[0].end, 25);
 }
+
+/* Client ttls are finite and bounded (issue 16.9: "infh" and "1e308h"
+ * were retained forever, wrote "inf" to the usage file and broke the
+ * trace's JSON). */
+TEST(policy_ttl_parse_accepts_durations_and_refuses_the_unbounded) {
+    double t;
+    CHECK(policy_ttl_parse(NULL, &t) == 0 && t == 300);
+    CHECK(policy_ttl_parse("5m", &t) == 0 && t == 300);
+    CHECK(policy_ttl_parse("1h", &t) == 0 && t == 3600);
+    CHECK(policy_ttl_parse("90s", &t) == 0 && t == 90);
+    CHECK(policy_ttl_parse("24h", &t) == 0 && t == POLICY_MAX_TTL_S);
+    const char *bad[] = {"infh", "1e308h", "nanm", "25h", "0m", "-5m", "5", "5d", "5mm", "", "h"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) CHECK(policy_ttl_parse(bad[i], &t) == -1);
+}
+
+/* Scopes parse to a kind and a bound; values past the int range are
+ * refused, never wrapped (issue 16.9). */
+TEST(policy_scope_parse_kinds_and_bounds) {
+    cache_scope sc;
+    CHECK(policy_scope_parse("off", &sc) == 0 && sc.kind == SCOPE_OFF);
+    CHECK(policy_scope_parse("full", &sc) == 0 && sc.kind == SCOPE_FULL);
+    CHECK(policy_scope_parse("auto", &sc) == 0 && sc.kind == SCOPE_AUTO && sc.n == POLICY_AUTO_LOOK);
+    CHECK(policy_scope_parse("auto:3", &sc) == 0 && sc.kind == SCOPE_AUTO && sc.n == 3);
+    CHECK(policy_scope_parse("1000", &sc) == 0 && sc.kind == SCOPE_TOKENS && sc.n == 1000);
+    CHECK(policy_scope_parse("0", &sc) == 0 && sc.kind == SCOPE_OFF);
+    const char *bad[] = {"auto:0", "auto:17", "auto:", "2147483648", "9999999999999999999999", "-1", "1x", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) CHECK(policy_scope_parse(bad[i], &sc) == -1);
+    CHECK(policy_scope_tokens(1LL << 31, &sc) == -1);
+}

@@ -4,6 +4,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,7 +60,18 @@ int policy_prompt_marks(const int *msg_bounds, size_t n_msgs, const unsigned cha
     return n;
 }
 
-/* ---- scope ----------------------------------------------------------------- */
+/* ---- client marks and scope ---------------------------------------------------- */
+
+int policy_ttl_parse(const char *text, double *ttl_s) {
+    double v;
+    char unit = 0, extra;
+    *ttl_s = POLICY_BREAK_TTL_S;
+    if (!text) return 0;
+    if (sscanf(text, "%lf%c%c", &v, &unit, &extra) != 2 || !unit || !strchr("smh", unit) || !isfinite(v) || !(v > 0))
+        return -1;
+    *ttl_s = v * (unit == 'h' ? 3600 : unit == 'm' ? 60 : 1);
+    return *ttl_s <= POLICY_MAX_TTL_S ? 0 : -1;
+}
 
 int policy_scope_tokens(long long n, cache_scope *out) {
     if (n < 0 || n >= POLICY_SCOPE_MAX_TOKENS) return -1;

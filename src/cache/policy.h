@@ -28,6 +28,8 @@
 #define POLICY_RECENT_MAX 16   /* prompts remembered for the auto scope */
 #define POLICY_AUTO_LOOK 8     /* "auto" looks at the last 8 of them */
 #define POLICY_SCOPE_MAX_TOKENS (1 << 30)
+#define POLICY_BREAK_TTL_S 300.0       /* a cache_control breakpoint without ttl: 5 min */
+#define POLICY_MAX_TTL_S (24 * 3600.0) /* the longest retention a client may ask for */
 
 /* What of a prompt a request publishes for reuse (its cache scope). */
 typedef enum cache_scope_kind {
@@ -46,6 +48,10 @@ typedef struct cache_scope {
 /* Parses "off", "full", "auto" (last POLICY_AUTO_LOOK prompts), "auto:N"
  * (N in 1..POLICY_RECENT_MAX) or a token count (0 is off). -1 if invalid. */
 int policy_scope_parse(const char *text, cache_scope *out);
+/* A client's retention ttl ("5m", "1h", any N s/m/h; NULL: the default)
+ * in seconds: finite, > 0 and at most POLICY_MAX_TTL_S. -1 if not. */
+int policy_ttl_parse(const char *text, double *ttl_s);
+
 /* A token count as a scope (0 is off); -1 unless 0 <= n < POLICY_SCOPE_MAX_TOKENS. */
 int policy_scope_tokens(long long n, cache_scope *out);
 

@@ -120,7 +120,8 @@ static int add_message(json_t *out, const json_t *m, size_t mi, char *why, size_
 
 /* A cache_control on any block of `holder` (an array of blocks, or one
  * block) is a breakpoint through the first n normalised messages, kept
- * for its ttl ("5m" by default, "1h"; any N s/m/h is taken). A breakpoint
+ * for its ttl (policy_ttl_parse: "5m" by default, "1h", any N s/m/h up to
+ * a day). A breakpoint
  * inside a message counts from the message's end. */
 static int note_breaks(const json_t *holder, size_t n_messages, prompt_cache_info *ci, char *why, size_t cap) {
     if (!ci) return 0;
@@ -131,15 +132,14 @@ static int note_breaks(const json_t *holder, size_t n_messages, prompt_cache_inf
         const json_t *cc = json_object_get(b, "cache_control");
         if (!json_is_object(cc)) continue;
         const char *ttl = json_string_value(json_object_get(cc, "ttl"));
-        double v = 5, mult = 60;
-        char unit = 'm', extra;
-        if (ttl && (sscanf(ttl, "%lf%c%c", &v, &unit, &extra) != 2 || !(v > 0) || !strchr("smh", unit) || !unit)) {
-            strata_fmt(why, cap, "cache_control.ttl must be a duration such as '5m' or '1h', not '%s'", ttl);
+        double ttl_s;
+        if (policy_ttl_parse(ttl, &ttl_s)) {
+            strata_fmt(why, cap, "cache_control.ttl must be a duration such as '5m' or '1h' (at most 24h), not '%s'",
+                       ttl);
             return -1;
         }
-        mult = unit == 'h' ? 3600 : unit == 'm' ? 60 : 1;
         if (ci->n_breaks < (int)(sizeof ci->breaks / sizeof ci->breaks[0]))
-            ci->breaks[ci->n_breaks++].n_messages = n_messages, ci->breaks[ci->n_breaks - 1].ttl_s = v * mult;
+            ci->breaks[ci->n_breaks++].n_messages = n_messages, ci->breaks[ci->n_breaks - 1].ttl_s = ttl_s;
     }
     return 0;
 }

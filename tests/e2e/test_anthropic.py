@@ -107,6 +107,15 @@ def test_error_quoting_long_cjk_text_keeps_the_error_object(tiny, where, pad):
     assert ("block type '" if where == "block_type" else "ttl must be") in msg
     assert "中" * 100 in msg and len(msg.encode()) <= 512
 
+@pytest.mark.parametrize("ttl", ["infh", "1e308h", "nanm", "25h"])
+def test_unbounded_cache_ttl_is_refused(tiny, ttl):
+    # infh and 1e308h were kept forever (inf in the usage file, invalid JSON in the trace).
+    block = {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral", "ttl": ttl}}
+    r = httpx.post(tiny.url + "/v1/messages", json={
+        "model": "", "max_tokens": 4, "messages": [{"role": "user", "content": [block]}]})
+    assert r.status_code == 400 and "at most 24h" in r.json()["error"]["message"]
+
+
 def test_real_model_anthropic(real):
     m = ask(real, "What is the capital of France?", max_tokens=20, system="You are a helpful assistant.")
     assert "Paris" in m.content[0].text
