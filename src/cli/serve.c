@@ -1,16 +1,11 @@
 /* serve.c - `strata serve`: the HTTP server until SIGINT/SIGTERM. */
-#include <signal.h>
 #include <stdio.h>
-#include <unistd.h>
 
 #include "base/log.h"
+#include "base/stop.h"
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "server/server.h"
-
-static volatile sig_atomic_t g_stop; /* set by the signal handler only */
-
-static void on_signal(int sig) { g_stop = sig; }
 
 int cli_serve(int argc, char **argv) {
     server_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 4, .ctx = 4096,
@@ -61,16 +56,14 @@ int cli_serve(int argc, char **argv) {
         return 2;
     }
     o.max_body = (long)max_body_mb << 20;
-    signal(SIGPIPE, SIG_IGN);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
+    stop_on_signals();
     server *s;
     if (server_start(&s, &o, &err)) {
         fprintf(stderr, "strata serve: %s\n", err.msg);
         return 1;
     }
-    while (!g_stop) pause();
-    log_info("signal %d: shutting down (cancelling running requests)", (int)g_stop);
+    int sig = stop_wait();
+    log_info("signal %d: shutting down (cancelling running requests)", sig);
     server_stop(s);
     log_info("stopped");
     return 0;

@@ -20,7 +20,12 @@ int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
     g->replay = p->replay;
     g->replay_ns = p->replay_ns;
     g->tools = p->tools;
-    g->args_depth = p->args_open ? 1 : 0;
+    if (p->args_open) { /* the prefix opened the arguments: the scanner's root */
+        static const tc_jscan_cb none = {0};
+        tc_jscan_reset(&g->args, &none);
+        tc_jscan_byte(&g->args, '{');
+        g->args_watch = 1;
+    }
     if (p->prefix) textout_append(&g->text, p->prefix, strlen(p->prefix)); /* parsed as if generated */
     g->prefix_len = p->prefix ? strlen(p->prefix) : 0;
     sched_job job = {.prompt = ids, .n_prompt = n, .sampling = p->sampling,
@@ -64,22 +69,16 @@ static int take_tokens(gen *g, int timeout_ms) {
 }
 
 /* Length of text up to and including the brace that closes the arguments
- * object, or 0 if it stays open (string and escape aware). The prefix's
- * own bytes are skipped by starting after it. */
+ * object, or 0 if it stays open (the JSON scanner follows strings and
+ * escapes; output that is not JSON is no longer watched: the tool-call
+ * parser reports it). The prefix's own bytes are skipped by starting
+ * after it. */
 static size_t args_close_at(gen *g, const char *text, size_t len, size_t skip) {
     for (size_t i = skip; i < len; i++) {
-        char ch = text[i];
-        if (g->args_in_str) {
-            if (g->args_esc) g->args_esc = 0;
-            else if (ch == '\\') g->args_esc = 1;
-            else if (ch == '"') g->args_in_str = 0;
-        } else if (ch == '"') {
-            g->args_in_str = 1;
-        } else if (ch == '{' || ch == '[') {
-            g->args_depth++;
-        } else if ((ch == '}' || ch == ']') && --g->args_depth == 0) {
-            return i + 1;
-        }
+        int r = tc_jscan_byte(&g->args, (unsigned char)text[i]);
+        if (r == TC_JSCAN_DONE || r == TC_JSCAN_ERR) g->args_watch = 0;
+        if (r == TC_JSCAN_DONE) return i + 1;
+        if (r == TC_JSCAN_ERR) return 0;
     }
     return 0;
 }
@@ -179,7 +178,7 @@ int gen_pull(gen *g, int timeout_ms, const tc_event **evs) {
     size_t skip = g->text.released == 0 ? g->prefix_len : 0;
     size_t len = textout_release(&g->text, final, &text);
     char closed[4096];
-    if (g->args_depth > 0) {
+    if (g->args_watch) {
         size_t end = args_close_at(g, text, len, skip);
         if (end && end + 4 <= sizeof closed) {
             g->close_at = (size_t)(text - g->text.buf) + end;
@@ -244,5 +243,6 @@ void gen_end(gen *g) {
     tc_free(g->tc);
     free(g->tokens);
     free(g->content);
+    tc_jscan_free(&g->args);
     memset(g, 0, sizeof *g);
 }

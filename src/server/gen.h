@@ -10,6 +10,7 @@
 #include "server/sched.h"
 #include "server/textout.h"
 #include "text/tokenizer.h"
+#include "text/jsonscan.h"
 #include "text/toolcall.h"
 
 typedef struct gen_params {
@@ -48,8 +49,8 @@ typedef struct gen {
     int n_calls_done;      /* tool calls complete */
     int tool_error;        /* the output was not a well-formed tool call */
     int one_call;
-    int args_depth;        /* args_open: nesting inside the arguments (0: closed) */
-    int args_in_str, args_esc;
+    int args_watch;        /* args_open: the arguments object is still open */
+    tc_jscan args;         /* ...followed by the JSON scanner (its root) */
     size_t prefix_len;
     size_t close_at;       /* args_open: offset in text.buf just past the arguments, or 0 */
     tc_format tools;

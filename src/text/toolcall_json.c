@@ -104,7 +104,7 @@ static int literal_ok(const char *s, size_t n) {
 /* A value (of any kind) ended at `end`: report it and move on. */
 static int value_end(tc_jscan *js, size_t end) {
     int d = js->depth;
-    int rc = js->cb.end(js->cb.ctx, d, js->vstart[d], end);
+    int rc = js->cb.end ? js->cb.end(js->cb.ctx, d, js->vstart[d], end) : 0;
     if (rc) return rc;
     js->st = d == 0 ? JS_DONE : JS_AFTER;
     return d == 0 ? TC_JSCAN_DONE : 0;
@@ -114,7 +114,7 @@ static int value_begin(tc_jscan *js, unsigned char c, size_t at) {
     int d = js->depth;
     if (d == 0 && c != '{' && c != '[') return fail(js, "expected an object or an array");
     js->vstart[d] = at;
-    int rc = js->cb.begin(js->cb.ctx, d, (char)c, at);
+    int rc = js->cb.begin ? js->cb.begin(js->cb.ctx, d, (char)c, at) : 0;
     if (rc) return rc;
     js->tok = at;
     if (c == '{' || c == '[') {
@@ -147,7 +147,7 @@ static int string_end(tc_jscan *js, size_t at) {
     js->key_s[d] = js->tok;
     js->key_e[d] = at + 1;
     js->st = JS_COLON;
-    return js->cb.key(js->cb.ctx, d, js->tok, at + 1);
+    return js->cb.key ? js->cb.key(js->cb.ctx, d, js->tok, at + 1) : 0;
 }
 
 /* States between tokens: whitespace is skipped, punctuation moves on. */
