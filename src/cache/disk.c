@@ -49,7 +49,7 @@ static double now_mono(void) {
 }
 
 static double protect_s(const disk_store *d) {
-    return (d->o.protect_ms ? d->o.protect_ms : PROTECT_MS_DEFAULT) / 1000.0;
+    return (d->o.protect_ms ? d->o.protect_ms : POLICY_PROTECT_MS) / 1000.0;
 }
 
 /* ---- index: linear probing, backward-shift deletion ---- */

@@ -34,7 +34,7 @@ typedef struct disk_opts {
     uint32_t block_tokens;    /* B */
     uint64_t block_bytes;     /* KV payload bytes per block */
     uint32_t kv_dtype;        /* 1 = f16 */
-    uint32_t protect_ms;      /* never evict a block written/loaded this recently; 0 = 10000 */
+    uint32_t protect_ms;      /* never evict a block written/loaded this recently; 0 = POLICY_PROTECT_MS */
     uint64_t max_pending_bytes; /* queued write copies; more are dropped; 0 = 256 MiB */
     /* For `strata cache`: index every model's files, geometry per file;
      * disk_put and disk_get are refused (use disk_verify). */

@@ -13,7 +13,6 @@
 #include "cache/disk.h"
 #include "cache/disk_file.h"
 
-#define PROTECT_MS_DEFAULT 10000
 #define PENDING_DEFAULT (256ull << 20)
 
 #define STALE_TMP_S 3600 /* a temp file this old is dead whatever its pid says */
