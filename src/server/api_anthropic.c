@@ -428,7 +428,7 @@ static int check_model(server *s, const json_t *req, http_reply *rep) {
         reply_error(rep, 400, "invalid_request_error", "model: field required");
         return -1;
     }
-    if (*model && strcmp(model, s->model_id) != 0) {
+    if (!server_knows_model(s, model)) {
         reply_error(rep, 404, "not_found_error", "model: '%s' does not exist; this server serves '%s'", model,
                     s->model_id);
         return -1;

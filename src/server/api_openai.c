@@ -477,7 +477,7 @@ static void handle(server *s, const http_req *req, http_reply *rep, int chat) {
     json_t *body = parse_body_openai(req, rep);
     if (!body) return;
     const char *model = json_string_value(json_object_get(body, "model"));
-    if (model && *model && strcmp(model, s->model_id) != 0) {
+    if (!server_knows_model(s, model)) {
         reply_openai_error(rep, 404, "invalid_request_error", "model_not_found",
                            "model '%s' does not exist; this server serves '%s'", model, s->model_id);
         json_decref(body);
@@ -495,10 +495,30 @@ void api_openai_chat(server *s, const http_req *req, http_reply *rep) { handle(s
 
 void api_openai_completions(server *s, const http_req *req, http_reply *rep) { handle(s, req, rep, 0); }
 
+static json_t *model_json(const server *s, const char *id) {
+    return json_pack("{s:s,s:s,s:I,s:s}", "id", id, "object", "model", "created", (json_int_t)s->started_at,
+                     "owned_by", "strata");
+}
+
+/* The served model under its id and each alias. */
 void api_openai_models(server *s, const http_req *req, http_reply *rep) {
-    json_t *m = json_pack("{s:s,s:s,s:I,s:s}", "id", s->model_id, "object", "model", "created",
-                          (json_int_t)s->started_at, "owned_by", "strata");
-    reply_json(rep, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
+    json_t *data = json_array();
+    json_array_append_new(data, model_json(s, s->model_id));
+    for (int i = 0; i < s->n_aliases; i++)
+        if (strcmp(s->aliases[i], s->model_id)) json_array_append_new(data, model_json(s, s->aliases[i]));
+    reply_json(rep, 200, json_pack("{s:s,s:o}", "object", "list", "data", data));
+}
+
+/* GET /v1/models/{id}: a name the server answers to (server_knows_model)
+ * is the served model; with --strict-model others are 404. */
+void api_openai_model(server *s, const http_req *req, http_reply *rep) {
+    const char *id = req->path + strlen("/v1/models/");
+    if (!server_knows_model(s, id)) {
+        reply_openai_error(rep, 404, "invalid_request_error", "model_not_found",
+                           "model '%s' does not exist; this server serves '%s'", id, s->model_id);
+        return;
+    }
+    reply_json(rep, 200, model_json(s, s->model_id));
 }
 
 /* POST /apply-template: the prompt text a chat request would be given. */

@@ -6,7 +6,8 @@
 
 void api_openai_chat(server *s, const http_req *req, http_reply *rep);        /* POST /v1/chat/completions */
 void api_openai_completions(server *s, const http_req *req, http_reply *rep); /* POST /v1/completions */
-void api_openai_models(server *s, const http_req *req, http_reply *rep);      /* GET /v1/models */
+void api_openai_models(server *s, const http_req *req, http_reply *rep);
+void api_openai_model(server *s, const http_req *req, http_reply *rep);      /* GET /v1/models */
 void api_openai_apply_template(server *s, const http_req *req, http_reply *rep); /* POST /apply-template */
 
 #endif

@@ -163,7 +163,7 @@ static void post_detokenize(server *s, const http_req *req, http_reply *rep) {
 typedef void (*route_fn)(server *s, const http_req *req, http_reply *rep);
 
 typedef struct route {
-    const char *method, *path;
+    const char *method, *path; /* a path ending in '/' matches every path under it */
     route_fn fn;
     int needs_model; /* answers 503 until the model is loaded */
 } route;
@@ -173,6 +173,7 @@ static const route ROUTES[] = {
     {"GET", "/metrics", get_metrics, 1},
     {"GET", "/props", get_props, 1},
     {"GET", "/v1/models", api_openai_models, 1},
+    {"GET", "/v1/models/", api_openai_model, 1}, /* /v1/models/{id}: the path is a prefix */
     {"POST", "/v1/chat/completions", api_openai_chat, 1},
     {"POST", "/v1/completions", api_openai_completions, 1},
     {"POST", "/v1/messages", api_anthropic_messages, 1},
@@ -239,7 +240,10 @@ static void handle(void *app, const http_req *req, http_reply *rep) {
     int path_known = 0;
     for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++) {
         const route *r = &ROUTES[i];
-        if (strcmp(req->path, r->path) != 0) continue;
+        size_t len = strlen(r->path);
+        if (r->path[len - 1] == '/' ? strncmp(req->path, r->path, len) != 0 || !req->path[len]
+                                    : strcmp(req->path, r->path) != 0)
+            continue;
         path_known = 1;
         if (strcmp(req->method, r->method) != 0) continue;
         if (r->needs_model && !atomic_load(&s->ready)) {
@@ -259,15 +263,30 @@ static void handle(void *app, const http_req *req, http_reply *rep) {
 
 /* ---- start and stop ---------------------------------------------------------------- */
 
+/* The reported id: the first --alias, else the file name without .gguf;
+ * every alias is a name the server answers to. */
 static void set_model_id(server *s) {
-    if (s->o.alias) {
-        snprintf(s->model_id, sizeof s->model_id, "%s", s->o.alias);
+    char *list = s->o.alias ? xstrdup(s->o.alias) : NULL, *save = NULL;
+    for (char *a = list ? strtok_r(list, ",", &save) : NULL; a; a = strtok_r(NULL, ",", &save)) {
+        s->aliases = xrealloc(s->aliases, (size_t)(s->n_aliases + 1) * sizeof(char *));
+        s->aliases[s->n_aliases++] = xstrdup(a);
+    }
+    free(list);
+    if (s->n_aliases) {
+        snprintf(s->model_id, sizeof s->model_id, "%s", s->aliases[0]);
         return;
     }
     const char *base = strrchr(s->o.model_path, '/');
     snprintf(s->model_id, sizeof s->model_id, "%s", base ? base + 1 : s->o.model_path);
     char *dot = strstr(s->model_id, ".gguf");
     if (dot) *dot = 0;
+}
+
+int server_knows_model(const server *s, const char *name) {
+    if (!name || !*name || !s->o.strict_model || !strcmp(name, s->model_id)) return 1;
+    for (int i = 0; i < s->n_aliases; i++)
+        if (!strcmp(name, s->aliases[i])) return 1;
+    return 0;
 }
 
 /* The disk tier under --cache-dir (default $XDG_CACHE_HOME/strata/kv or
@@ -392,6 +411,8 @@ void server_stop(server *s) {
     replay_free(s->replay);
     for (int i = 0; i < s->n_keys; i++) free(s->keys[i]);
     free(s->keys);
+    for (int i = 0; i < s->n_aliases; i++) free(s->aliases[i]);
+    free(s->aliases);
     render_free(s->render);
     tok_free(s->tok);
     engine_close(s->e);

@@ -22,6 +22,7 @@ typedef struct server_opts {
     int queue_timeout; /* seconds a request may wait for a slot before 503 (0: no limit) */
     int idle_timeout;  /* seconds an idle connection stays open */
     int max_conns;     /* open connections at most (each holds a thread) */
+    int strict_model;  /* --strict-model: refuse names other than the id and aliases */
     int no_cache;      /* --no-prefix-cache */
     int no_cache_disk; /* --no-cache-disk */
     int cache_disk_mb; /* disk tier budget */
@@ -40,7 +41,9 @@ typedef struct server {
     sched *sch;
     http_server *http;
     renderer *render;     /* the chat template or built-in format */
-    char model_id[128];
+    char model_id[128];   /* reported to clients: the first alias, else the file name */
+    char **aliases;       /* every --alias name (model_id among them) */
+    int n_aliases;
     atomic_int ready;
     FILE *trace;
     replay_store *replay; /* exact tokens of recent replies */
@@ -61,6 +64,10 @@ const char *server_tenant(const server *s, const http_req *req);
 /* The exact-replay namespace of a tenant (NULL: none) and cache salt (NULL:
  * none): like the block hashes' root, so tenants share nothing. */
 void server_replay_ns(const server *s, const char *tenant, const char *salt, cache_hash *ns);
+/* Whether a request naming this model is served: any name (one model is
+ * served: clients send their own defaults, e.g. gpt-4o), unless
+ * --strict-model, then only the id and the aliases. NULL or "" always. */
+int server_knows_model(const server *s, const char *name);
 
 /* ---- helpers for API handlers (server_util.c) ---- */
 

@@ -77,8 +77,9 @@ def test_errors_use_anthropic_schema(tiny):
     with pytest.raises(anthropic.BadRequestError) as e:
         client(tiny).messages.create(model="", messages=[{"role": "user", "content": "x"}], max_tokens=0)
     assert "max_tokens" in str(e.value)
-    with pytest.raises(anthropic.NotFoundError):
-        client(tiny).messages.create(model="claude-9", messages=[{"role": "user", "content": "x"}], max_tokens=4)
+    m = client(tiny).messages.create(model="claude-sonnet-9", messages=[{"role": "user", "content": "x"}],
+                                     max_tokens=4)  # any name: one model is served
+    assert m.model != "claude-sonnet-9"
     with pytest.raises(anthropic.BadRequestError) as e:
         client(tiny).messages.create(model="", messages=[{"role": "user", "content": "w " * 3000}], max_tokens=4)
     assert "context" in str(e.value)
@@ -114,6 +115,16 @@ def test_unbounded_cache_ttl_is_refused(tiny, ttl):
     r = httpx.post(tiny.url + "/v1/messages", json={
         "model": "", "max_tokens": 4, "messages": [{"role": "user", "content": [block]}]})
     assert r.status_code == 400 and "at most 24h" in r.json()["error"]["message"]
+
+
+def test_strict_model_refuses_other_names():
+    from conftest import TINY_MODEL, Server
+    s = Server(TINY_MODEL, "--strict-model", "--ctx", "512")
+    try:
+        with pytest.raises(anthropic.NotFoundError):
+            client(s).messages.create(model="claude-9", messages=[{"role": "user", "content": "x"}], max_tokens=4)
+    finally:
+        assert s.stop() == 0
 
 
 def test_real_model_anthropic(real):

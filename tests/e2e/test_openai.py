@@ -120,10 +120,38 @@ def test_context_overflow(tiny):
     assert e.value.code == "context_length_exceeded"
 
 
-def test_unknown_model(tiny):
+@pytest.fixture(scope="module")
+def strict():
+    from conftest import TINY_MODEL, Server
+    s = Server(TINY_MODEL, "--strict-model", "--alias", "tiny,tiny-b", "--ctx", "512")
+    yield s
+    assert s.stop() == 0
+
+
+def test_unknown_model(strict):
     with pytest.raises(openai.NotFoundError) as e:
-        client(tiny).chat.completions.create(model="gpt-17", messages=[{"role": "user", "content": "x"}])
+        client(strict).chat.completions.create(model="gpt-17", messages=[{"role": "user", "content": "x"}])
     assert e.value.code == "model_not_found"
+    assert httpx.get(strict.url + "/v1/models/gpt-17").status_code == 404
+
+
+def test_strict_model_answers_to_every_alias(strict):
+    r = client(strict).chat.completions.create(model="tiny-b", messages=[{"role": "user", "content": "x"}],
+                                               max_tokens=2)
+    assert r.model == "tiny"  # the first alias is the id reported
+    assert [m.id for m in client(strict).models.list().data] == ["tiny", "tiny-b"]
+    assert httpx.get(strict.url + "/v1/models/tiny-b").json()["id"] == "tiny"
+
+
+def test_any_model_name_is_served(tiny):
+    # Clients send their own default names (gpt-4o, claude-sonnet-4-5): one model is served, so any
+    # name gets it, and the reply names the served model.
+    served = client(tiny).models.list().data[0].id
+    r = client(tiny).chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}],
+                                             max_tokens=2, extra_body={"cache_salt": "any-name"})  # caches apart
+    assert r.model == served
+    m = httpx.get(tiny.url + "/v1/models/gpt-4o")
+    assert m.status_code == 200 and m.json()["id"] == served
 
 
 def test_unknown_endpoint_and_method(tiny):
