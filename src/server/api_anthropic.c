@@ -17,6 +17,7 @@
 #include "base/mem.h"
 #include "server/api_params.h"
 #include "server/gen.h"
+#include "server/normalize.h"
 #include "server/prompt.h"
 #include "server/api_call.h"
 #include "server/api_stream.h"
@@ -144,12 +145,9 @@ static int note_breaks(const json_t *holder, size_t n_messages, prompt_cache_inf
     return 0;
 }
 
-static json_t *normal_messages(const json_t *req, prompt_cache_info *ci, char *why, size_t cap) {
-    const json_t *msgs = json_object_get(req, "messages"), *sys = json_object_get(req, "system");
-    if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
-        snprintf(why, cap, "messages: must be a non-empty array");
-        return NULL;
-    }
+/* The system prompt (if any) and the messages, normalised. */
+static json_t *system_and_messages(const json_t *req, const json_t *sys, const json_t *msgs, prompt_cache_info *ci,
+                                   char *why, size_t cap) {
     json_t *out = json_array();
     if (sys && !json_is_null(sys)) {
         char *t = prompt_content_text(sys, "system", why, cap);
@@ -173,6 +171,24 @@ static json_t *normal_messages(const json_t *req, prompt_cache_info *ci, char *w
         json_decref(out);
         return NULL;
     }
+    return out;
+}
+
+static json_t *normal_messages(const json_t *req, prompt_cache_info *ci, char *why, size_t cap) {
+    const json_t *msgs = json_object_get(req, "messages");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
+        snprintf(why, cap, "messages: must be a non-empty array");
+        return NULL;
+    }
+    const char *held_out;
+    json_t *sys = normalize_system(json_object_get(req, "system"), &held_out); /* volatile client text out */
+    if (held_out && (json_is_array(sys) ? !json_array_size(sys) : !*json_string_value(sys))) {
+        json_decref(sys); /* it was all held out: no system prompt */
+        sys = NULL;
+    }
+    if (ci) ci->held_out = held_out;
+    json_t *out = system_and_messages(req, sys, msgs, ci, why, cap);
+    json_decref(sys);
     return out;
 }
 

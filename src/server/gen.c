@@ -31,7 +31,8 @@ int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
     sched_job job = {.prompt = ids, .n_prompt = n, .sampling = p->sampling,
                      .max_tokens = p->max_tokens, .n_logprobs = p->n_logprobs,
                      .cache_salt = p->cache_salt, .tenant = p->tenant, .json_mode = p->json_mode,
-                     .json_prefix = p->prefix, .scope = p->scope, .bounds = p->bounds, .n_bounds = p->n_bounds};
+                     .json_prefix = p->prefix, .scope = p->scope, .bounds = p->bounds, .n_bounds = p->n_bounds,
+                     .held_out = p->held_out};
     for (int i = 0; i < p->n_marks && i < POLICY_MAX_MARKS; i++) job.marks[job.n_marks++] = p->marks[i];
     int rc = sched_submit(s, &job, &g->req, err);
     if (rc) {

@@ -34,6 +34,7 @@ typedef struct gen_params {
     int n_bounds;
     const cache_mark *marks; /* retention marks (sched_job) */
     int n_marks;
+    const char *held_out;    /* client text held out of the prompt (sched_job) */
 } gen_params;
 
 typedef struct gen {

@@ -78,6 +78,7 @@ void prompt_cache_apply(const prompt_cache_info *ci, gen_params *gp) {
     gp->n_bounds = ci->n_bounds;
     gp->marks = ci->marks;
     gp->n_marks = ci->n_marks;
+    gp->held_out = ci->held_out;
 }
 
 void prompt_cache_info_free(prompt_cache_info *ci) {

@@ -40,6 +40,7 @@ typedef struct prompt_cache_info {
     int n_bounds;
     cache_mark marks[POLICY_MAX_MARKS];
     int n_marks;
+    const char *held_out; /* the normalize.h rule that held client text out, or NULL */
 } prompt_cache_info;
 void prompt_cache_info_free(prompt_cache_info *ci);
 /* Points the generation's cache fields at ci (which must outlive gen_start). */

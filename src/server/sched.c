@@ -44,7 +44,9 @@ static void trace_request(sched *s, const slot *sl, sched_finish f) {
             finish_name(f));
     for (int i = 0; i < r->cache.n_marks; i++)
         fprintf(o, "%s{\"end\":%d,\"ttl_s\":%.0f}", i ? "," : "", r->marks[i].end, r->marks[i].ttl_s);
-    fprintf(o, "],\"first_miss\":{\"pos\":%d,\"tokens\":[", miss);
+    fprintf(o, "]");
+    if (r->held_out) fprintf(o, ",\"held_out\":\"%s\"", r->held_out);
+    fprintf(o, ",\"first_miss\":{\"pos\":%d,\"tokens\":[", miss);
     for (int k = miss; k < r->n_prompt && k < miss + 8; k++) fprintf(o, "%s%d", k > miss ? "," : "", r->prompt[k]);
     fprintf(o, "]}}\n");
     fflush(o);

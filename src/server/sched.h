@@ -59,6 +59,7 @@ typedef struct sched_job {
     int n_bounds;
     cache_mark marks[POLICY_MAX_MARKS]; /* retention: anchor, cache_control breakpoints */
     int n_marks;
+    const char *held_out;   /* a static rule name for the trace (server/normalize.h), or NULL */
 } sched_job;
 
 /* What a consumer sees of its request. */

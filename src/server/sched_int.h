@@ -25,6 +25,7 @@ struct sched_req {
     store_request cache; /* root, scope, message starts, retention marks */
     int *bounds;         /* owned: cache.bounds */
     cache_mark marks[POLICY_MAX_MARKS];
+    const char *held_out; /* static: the rule that held client text out, or NULL */
     /* output, guarded by owner->mu */
     sched_token *out;
     int n_out, cap_out;

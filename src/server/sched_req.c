@@ -78,6 +78,7 @@ int sched_submit(sched *s, const sched_job *job, sched_req **out, strata_err *er
     r->max_tokens = job->max_tokens;
     r->n_logprobs = job->n_logprobs > 20 ? 20 : job->n_logprobs;
     r->json_mode = job->json_mode;
+    r->held_out = job->held_out;
     r->json_prefix = job->json_prefix ? xstrdup(job->json_prefix) : NULL;
     req_cache_setup(s, r, job);
     pthread_cond_init(&r->changed, NULL);

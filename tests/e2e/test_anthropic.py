@@ -130,3 +130,27 @@ def test_strict_model_refuses_other_names():
 def test_real_model_anthropic(real):
     m = ask(real, "What is the capital of France?", max_tokens=20, system="You are a helpful assistant.")
     assert "Paris" in m.content[0].text
+
+
+def claude_code_system(cch):
+    """Claude Code's system blocks: the billing header (a new cch nonce each request) first."""
+    billing = f"x-anthropic-billing-header: cc_version=2.1.37.abc; cc_entrypoint=cli; cch={cch};"
+    policy = "You are an interactive coding agent. Follow the repository's style. " * 12
+    return [{"type": "text", "text": billing},
+            {"type": "text", "text": policy, "cache_control": {"type": "ephemeral"}}]
+
+
+def test_claude_code_billing_nonce_never_breaks_the_prefix(tiny):
+    # Turn 2 carries a new cch value and must still hit the system prompt and turn 1.
+    body = {"temperature": 0, "cache_salt": "claude-code-shape"}
+    c = client(tiny)
+    q1 = [{"role": "user", "content": "list the files"}]
+    m1 = c.messages.create(model="claude-sonnet-9", system=claude_code_system("3f9a1"), messages=q1,
+                           max_tokens=8, extra_body=body)
+    q2 = q1 + [{"role": "assistant", "content": m1.content[0].text}, {"role": "user", "content": "now the tests"}]
+    m2 = c.messages.create(model="claude-sonnet-9", system=claude_code_system("b07c2"), messages=q2,
+                           max_tokens=8, extra_body=body)
+    system_only = c.messages.count_tokens(model="", system=claude_code_system("00000")[1:],
+                                          messages=[{"role": "user", "content": "x"}]).input_tokens
+    assert m2.usage.cache_read_input_tokens > system_only  # the system prompt and turn 1, not ~20 tokens
+    assert m2.usage.cache_read_input_tokens >= m1.usage.input_tokens + m1.usage.cache_read_input_tokens - 1
