@@ -26,6 +26,7 @@
 #define POLICY_HIT_HALF_LIFE_S 600.0
 #define POLICY_MAX_MARKS 8
 #define POLICY_PROTECT_MS 10000   /* a block written or loaded this recently is never evicted */
+#define POLICY_LONG_TTL_S 3600.0  /* a mark this long is a "1h" cache write (Anthropic usage) */
 #define POLICY_RECENT_MAX 16   /* prompts remembered for the auto scope */
 #define POLICY_AUTO_LOOK 8     /* "auto" looks at the last 8 of them */
 #define POLICY_SCOPE_MAX_TOKENS (1 << 30)

@@ -383,6 +383,16 @@ static void write_through(cache_store *st, const cache_hash *h, const cache_hash
     }
 }
 
+void store_will_publish(const cache_store *st, const store_seq *q, int n_prompt, int *fresh, int *fresh_1h) {
+    int B = st->kv->block_tokens, from = q->n_blocks * B;
+    int to = (n_prompt < q->publish_limit ? n_prompt : q->publish_limit) / B * B, long_end = 0;
+    for (int i = 0; i < q->rq->n_marks; i++)
+        if (q->rq->marks[i].ttl_s >= POLICY_LONG_TTL_S && q->rq->marks[i].end > long_end) long_end = q->rq->marks[i].end;
+    *fresh = to > from ? to - from : 0;
+    int to_1h = long_end < to ? long_end : to;
+    *fresh_1h = to_1h > from ? to_1h - from : 0;
+}
+
 void store_publish(cache_store *st, store_seq *q, const int32_t *tokens, const kv_seq *s) {
     int B = st->kv->block_tokens, end = s->n_pos < q->publish_limit ? s->n_pos : q->publish_limit;
     while ((q->n_blocks + 1) * B <= end) {

@@ -68,6 +68,8 @@ static int take_block(const json_t *b, size_t mi, size_t bi, int assistant, char
         }
         json_array_append_new(calls, json_pack("{s:O*,s:s,s:{s:O,s:O}}", "id", json_object_get(b, "id"), "type",
                                                "function", "function", "name", name, "arguments", input));
+    } else if (type && (!strcmp(type, "thinking") || !strcmp(type, "redacted_thinking")) && assistant) {
+        /* earlier turns' reasoning, sent back by clients: accepted, not rendered (templates drop it too) */
     } else if (type && !strcmp(type, "tool_result") && !assistant) {
         const json_t *c = json_object_get(b, "content");
         char *t = c ? prompt_content_text(c, where, why, cap) : xstrdup("");
@@ -167,6 +169,8 @@ static json_t *system_and_messages(const json_t *req, const json_t *sys, const j
         rc = add_message(out, m, i, why, cap) ||
              note_breaks(json_object_get(m, "content"), json_array_size(out), ci, why, cap);
     }
+    /* Automatic caching: a top-level cache_control marks the whole conversation. */
+    if (!rc && json_is_object(json_object_get(req, "cache_control"))) rc = note_breaks(req, json_array_size(out), ci, why, cap);
     if (rc) {
         json_decref(out);
         return NULL;
@@ -277,13 +281,17 @@ static json_t *stop_sequence(const ant_call *c) {
     return c->a.g.stopped_by_string ? json_string(c->a.gp.stops[c->a.g.text.hit]) : json_null();
 }
 
-/* Anthropic counts input as uncached + cache reads (+ cache writes, which
- * the live tier does not bill separately: 0). */
+/* Anthropic splits the prompt into cache reads, cache writes (tokens this
+ * request newly puts into the cache, by retention: a mark of an hour or
+ * more is a 1h write) and the rest. */
 static json_t *usage(const ant_call *c, int output_tokens) {
-    int cached = c->a.g.st.n_cached, disk = c->a.g.st.n_cached_disk;
-    return json_pack("{s:i,s:i,s:i,s:i,s:{s:i,s:i}}", "input_tokens", c->a.n_prompt - cached, "output_tokens",
-                     output_tokens, "cache_creation_input_tokens", 0, "cache_read_input_tokens", cached,
-                     "strata_cache", "live_tokens", cached - disk, "disk_tokens", disk);
+    const sched_status *st = &c->a.g.st;
+    int cached = st->n_cached, disk = st->n_cached_disk, fresh = st->n_cache_new, fresh_1h = st->n_cache_new_1h;
+    return json_pack("{s:i,s:i,s:i,s:i,s:{s:i,s:i},s:{s:i,s:i}}", "input_tokens", c->a.n_prompt - cached - fresh,
+                     "output_tokens", output_tokens, "cache_creation_input_tokens", fresh, "cache_read_input_tokens",
+                     cached, "cache_creation", "ephemeral_5m_input_tokens", fresh - fresh_1h,
+                     "ephemeral_1h_input_tokens", fresh_1h, "strata_cache", "live_tokens", cached - disk,
+                     "disk_tokens", disk);
 }
 
 static json_t *message(const ant_call *c, json_t *content, json_t *reason, json_t *seq, int out_tokens) {
@@ -367,7 +375,10 @@ static void emit_event(ant_call *c, const tc_event *e) {
     }
 }
 
+#define ATTACH_WAIT_MS 60000 /* a long disk restore, at most, before message_start */
+
 static void stream_start(ant_call *c) {
+    gen_wait_attached(&c->a.g, ATTACH_WAIT_MS); /* message_start's usage is then the final split */
     sse_event(&c->a.st.out, "message_start",
               json_pack("{s:s,s:o}", "type", "message_start", "message",
                         message(c, json_array(), json_null(), json_null(), 0)));
@@ -376,7 +387,8 @@ static void stream_start(ant_call *c) {
 }
 
 static void stream_finish(ant_call *c) {
-    if (!c->block) open_block(c, json_pack("{s:s,s:s}", "type", "text", "text", ""), 1); /* never zero blocks */
+    if (!c->block && !c->block_open) /* never zero blocks */
+        open_block(c, json_pack("{s:s,s:s}", "type", "text", "text", ""), 1);
     close_block(c);
     if (c->a.g.tool_error)
         sse_event(&c->a.st.out, "error", json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", "api_error",

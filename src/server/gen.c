@@ -238,6 +238,8 @@ void gen_cancel(gen *g) {
     if (g->req) sched_cancel(g->req);
 }
 
+void gen_wait_attached(gen *g, int timeout_ms) { sched_wait_attached(g->req, timeout_ms, &g->st); }
+
 void gen_end(gen *g) {
     sched_release(g->req);
     textout_free(&g->text);

@@ -72,6 +72,9 @@ int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
 int gen_pull(gen *g, int timeout_ms, const tc_event **evs);
 /* OpenAI words: "stop", "length", "tool_calls", "tool_call_error". */
 const char *gen_finish_word(const gen *g);
+/* Waits up to timeout_ms until the cached prefix is known (g->st.attached:
+ * the cache counts in g->st are final). */
+void gen_wait_attached(gen *g, int timeout_ms);
 void gen_cancel(gen *g);
 void gen_end(gen *g);
 

@@ -79,11 +79,16 @@ static void slot_free(sched *s, slot *sl, sched_finish f, const char *why) {
 /* Once the prefix is attached: what came from the cache. */
 static void prefix_attached(sched *s, slot *sl, int n_attached) {
     sched_req *r = sl->req;
+    int fresh = 0, fresh_1h = 0;
+    if (s->store) store_will_publish(s->store, &sl->q, r->n_prompt, &fresh, &fresh_1h);
     sl->n_fed = n_attached;
     sl->attached = 1;
     pthread_mutex_lock(&s->mu);
     r->n_cached = r->n_prompt_done = n_attached;
     r->n_cached_disk = sl->q.n_cached_lower;
+    r->n_cache_new = fresh, r->n_cache_new_1h = fresh_1h;
+    r->attached = 1;
+    pthread_cond_broadcast(&r->changed);
     pthread_mutex_unlock(&s->mu);
 }
 

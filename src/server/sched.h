@@ -67,6 +67,9 @@ typedef struct sched_status {
     int n_prompt, n_prompt_done;
     int n_cached;      /* prompt tokens whose KV came from the cache */
     int n_cached_disk; /* of which loaded from the disk tier */
+    int attached;      /* the cached prefix is known (n_cached and the next two are final) */
+    int n_cache_new;   /* prompt tokens this request newly writes into the cache */
+    int n_cache_new_1h;/* of which under a mark kept an hour or more */
     int n_generated;
     sched_finish finish;
     char error[256];
@@ -95,6 +98,9 @@ int sched_wait(sched_req *r, int from, sched_token *out, int cap, int timeout_ms
 /* Waits up to timeout_ms for the request to leave the queue: 0 once it
  * holds a slot or has finished, STRATA_EBUSY while it still waits. */
 int sched_wait_admitted(sched_req *r, int timeout_ms);
+/* Waits up to timeout_ms until the request's cached prefix is known (or
+ * it finished), filling st; 1 when known. */
+int sched_wait_attached(sched_req *r, int timeout_ms, sched_status *st);
 /* Takes the request out of the queue if it is still there (it finishes as
  * cancelled) and returns 1; 0 if it was admitted or had finished. */
 int sched_dequeue(sched_req *r);

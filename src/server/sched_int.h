@@ -30,6 +30,7 @@ struct sched_req {
     sched_token *out;
     int n_out, cap_out;
     int n_prompt_done, n_cached, n_cached_disk;
+    int attached, n_cache_new, n_cache_new_1h; /* see sched_status */
     sched_finish finish;
     char error[256];
     pthread_cond_t changed;

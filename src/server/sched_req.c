@@ -115,6 +115,19 @@ static void deadline_after(struct timespec *ts, int ms) {
     }
 }
 
+/* st from r; the caller holds the lock. */
+static void status_locked(const sched_req *r, sched_status *st) {
+    st->n_prompt = r->n_prompt;
+    st->n_prompt_done = r->n_prompt_done;
+    st->n_cached = r->n_cached;
+    st->n_cached_disk = r->n_cached_disk;
+    st->attached = r->attached;
+    st->n_cache_new = r->n_cache_new;
+    st->n_cache_new_1h = r->n_cache_new_1h;
+    st->n_generated = r->n_out;
+    snprintf(st->error, sizeof st->error, "%s", r->error);
+}
+
 int sched_wait(sched_req *r, int from, sched_token *out, int cap, int timeout_ms, sched_status *st) {
     sched *s = r->owner;
     struct timespec dl;
@@ -126,16 +139,25 @@ int sched_wait(sched_req *r, int from, sched_token *out, int cap, int timeout_ms
     if (n < 0) n = 0;
     if (n > cap) n = cap;
     if (n > 0) memcpy(out, r->out + from, (size_t)n * sizeof(sched_token)); /* r->out is NULL before the first token */
-    st->n_prompt = r->n_prompt;
-    st->n_prompt_done = r->n_prompt_done;
-    st->n_cached = r->n_cached;
-    st->n_cached_disk = r->n_cached_disk;
-    st->n_generated = r->n_out;
+    status_locked(r, st);
     /* The finish shows only once every token has been handed out. */
     st->finish = from + n >= r->n_out ? r->finish : FINISH_NONE;
-    snprintf(st->error, sizeof st->error, "%s", r->error);
     pthread_mutex_unlock(&s->mu);
     return n;
+}
+
+int sched_wait_attached(sched_req *r, int timeout_ms, sched_status *st) {
+    sched *s = r->owner;
+    struct timespec dl;
+    deadline_after(&dl, timeout_ms);
+    pthread_mutex_lock(&s->mu);
+    while (!r->attached && r->finish == FINISH_NONE)
+        if (pthread_cond_timedwait(&r->changed, &s->mu, &dl) == ETIMEDOUT) break;
+    status_locked(r, st);
+    st->finish = FINISH_NONE; /* tokens are sched_wait's to hand out */
+    int known = r->attached;
+    pthread_mutex_unlock(&s->mu);
+    return known;
 }
 
 /* Takes r out of the queue, if it is still there, and finishes it as

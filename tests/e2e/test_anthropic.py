@@ -1,4 +1,6 @@
 """Anthropic Messages API end to end, with the official `anthropic` SDK."""
+import json
+
 import anthropic
 import httpx
 import pytest
@@ -153,4 +155,62 @@ def test_claude_code_billing_nonce_never_breaks_the_prefix(tiny):
     system_only = c.messages.count_tokens(model="", system=claude_code_system("00000")[1:],
                                           messages=[{"role": "user", "content": "x"}]).input_tokens
     assert m2.usage.cache_read_input_tokens > system_only  # the system prompt and turn 1, not ~20 tokens
-    assert m2.usage.cache_read_input_tokens >= m1.usage.input_tokens + m1.usage.cache_read_input_tokens - 1
+    u1 = m1.usage
+    assert m2.usage.cache_read_input_tokens >= (u1.input_tokens + u1.cache_creation_input_tokens
+                                                + u1.cache_read_input_tokens - 1)
+
+
+def sse_events(server, body, headers=None):
+    """The (event, data) pairs of a streamed /v1/messages reply."""
+    out, event = [], None
+    with httpx.stream("POST", server.url + "/v1/messages", json={**body, "stream": True}, headers=headers or {},
+                      timeout=60) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: "):
+                out.append((event, json.loads(line[6:])))
+    return out
+
+
+LONG_SYSTEM = "You answer questions about the files in the repository, briefly and exactly. " * 20
+
+
+def test_stream_has_one_block_and_message_start_usage_is_the_final_split(tiny):
+    body = {"model": "", "max_tokens": 6, "temperature": 0, "system": LONG_SYSTEM, "cache_salt": "fidelity",
+            "messages": [{"role": "user", "content": "which files changed?"}]}
+    for turn in range(2):  # cold, then the prefix cached
+        ev = sse_events(tiny, body)
+        starts = [d for e, d in ev if e == "content_block_start"]
+        assert len(starts) == 1 and starts[0]["content_block"]["type"] == "text"  # no extra empty block
+        start = next(d for e, d in ev if e == "message_start")["message"]["usage"]
+        final = next(d for e, d in ev if e == "message_delta")["usage"]
+        for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
+            assert start[k] == final[k], (turn, k, start, final)
+        if turn == 0:
+            assert final["cache_creation_input_tokens"] > 0 and final["cache_read_input_tokens"] == 0
+        else:
+            assert final["cache_read_input_tokens"] > 0 and final["cache_creation_input_tokens"] == 0
+
+
+def test_cache_creation_is_split_by_ttl(tiny):
+    system = [{"type": "text", "text": LONG_SYSTEM + " (split)", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]
+    r = httpx.post(tiny.url + "/v1/messages", json={
+        "model": "", "max_tokens": 2, "system": system, "cache_salt": "split",
+        "messages": [{"role": "user", "content": "hi " * 150}]}).json()["usage"]
+    cc = r["cache_creation"]
+    assert cc["ephemeral_1h_input_tokens"] > 0 and cc["ephemeral_5m_input_tokens"] > 0
+    assert cc["ephemeral_1h_input_tokens"] + cc["ephemeral_5m_input_tokens"] == r["cache_creation_input_tokens"]
+
+
+def test_thinking_blocks_top_level_cache_control_and_beta_headers_are_accepted(tiny):
+    body = {"model": "", "max_tokens": 2, "cache_control": {"type": "ephemeral"}, "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm", "signature": "x"},
+                                          {"type": "redacted_thinking", "data": "abc"},
+                                          {"type": "text", "text": "hello"}]},
+        {"role": "user", "content": "again"}]}
+    r = httpx.post(tiny.url + "/v1/messages", json=body,
+                   headers={"anthropic-version": "2023-06-01", "anthropic-beta": "prompt-caching-2024-07-31"})
+    assert r.status_code == 200, r.text
