@@ -293,9 +293,13 @@ def note_event(api, ev, rec, t0):
             rec["cached_tokens"] = u.get("cache_read_input_tokens")
         elif t == "content_block_delta":
             text = True
-        elif t == "message_delta":
+        elif t == "message_delta":  # its usage is final; message_start's shows no cache reads yet
+            u = ev.get("usage") or {}
             rec["finish"] = (ev.get("delta") or {}).get("stop_reason")
-            rec["completion_tokens"] = (ev.get("usage") or {}).get("output_tokens")
+            rec["completion_tokens"] = u.get("output_tokens")
+            if "input_tokens" in u:
+                rec["prompt_tokens"] = (u.get("input_tokens") or 0) + (u.get("cache_read_input_tokens") or 0)
+                rec["cached_tokens"] = u.get("cache_read_input_tokens")
     if text and "ttft" not in rec:
         rec["ttft"] = time.perf_counter() - t0
     return text
@@ -448,6 +452,11 @@ def summarize(a, recs, wall, rss, met0, met1, extra):
          if wall else 0, **rss, **extra}
     s["by_api"] = {api: sum(r["api"] == api for r in recs) for api in ("openai", "anthropic")}
     s["by_kind"] = {k: sum(r["kind"] == k for r in recs) for k, _ in KINDS}
+    for api in ("openai", "anthropic"):
+        sh = [r for r in done if r["kind"] == "shared" and r["api"] == api and r.get("prompt_tokens")]
+        s[f"shared_{api}"] = {"completed": len(sh), "hits": sum((r.get("cached_tokens") or 0) > 0 for r in sh),
+                              "prompt": sum(r["prompt_tokens"] for r in sh),
+                              "cached": sum(r.get("cached_tokens") or 0 for r in sh)}
     s["errors"] = sorted({r["error"] for r in recs if r["outcome"] in ("lost", "5xx", "4xx") and r.get("error")})[:20]
     return s
 
@@ -489,6 +498,9 @@ def report(a, s, v, met0, met1, cmd):
             ("tokens/s (completed replies' tokens / wall)", fmt(s["tok_s_completed"])),
             ("tokens/s (server generated_tokens delta / wall)", fmt(s["tok_s_server"])),
             ("wall s (load + drain)", s["wall_s"]),
+            *[(f"shared system prompt, {api}: requests with a cache hit; cached / prompt tokens",
+               f"{x['hits']} of {x['completed']}; {x['cached']} / {x['prompt']}")
+              for api, x in (("openai", s["shared_openai"]), ("anthropic", s["shared_anthropic"]))],
             ("RSS MiB before / peak / after", f"{fmt(s['rss_before'])} / {fmt(s['rss_peak'])} / {fmt(s['rss_after'])}"),
             ("RSS bound MiB (before + KV pool " + fmt(s["kv_pool_mb"]) + f" + {RSS_SLACK_MB})", fmt(s["rss_bound"])),
             ("RSS MiB at 1/3 of the load, at its end", f"{fmt(s['rss_third'])}, {fmt(s['rss_load_end'])}"),
