@@ -21,7 +21,7 @@ TEST_OBJ := $(TEST_SRC:%.c=build/%.o)
 MODEL_DIR  = models
 MODEL      = $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: all test unit-test e2e-test bench-replay run model deps test-deps testdata clean bench oracle-refs tok-refs
+.PHONY: all test unit-test e2e-test bench-replay bench-load run model deps test-deps testdata clean bench oracle-refs tok-refs
 
 all: strata
 
@@ -84,6 +84,11 @@ bench: strata model
 # llama-server (short default run; bench/README.md).
 bench-replay: strata model
 	MODEL=$(MODEL) bench/run-replay.sh
+
+# Load test: 64 streaming clients on both APIs for 3 minutes against one server
+# (bench/README.md; DURATION=5 CLIENTS=4 for a smoke run).
+bench-load: strata model
+	$(PYTHON) bench/load.py --model $(MODEL) --duration $${DURATION:-180} --clients $${CLIENTS:-64}
 
 # llama.cpp's llama-server, built from the llama-cpp-python sources (the replay's peer).
 .PHONY: llama-server
