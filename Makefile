@@ -25,6 +25,10 @@ MODEL      = $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
 
 all: strata
 
+# The version `strata --version` prints: the commit, from git when there is one.
+STRATA_VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+build/src/main.o: override CFLAGS += -DSTRATA_VERSION='"$(STRATA_VERSION)"'
+
 strata: build/src/main.o $(OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 

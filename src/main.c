@@ -6,6 +6,10 @@
 #include "backend/quant.h"
 #include "cli/cli.h"
 
+#ifndef STRATA_VERSION
+#define STRATA_VERSION "unknown"
+#endif
+
 static void usage(void) {
     printf("usage: strata <command> [options]\n\n"
            "commands:\n"
@@ -15,7 +19,7 @@ static void usage(void) {
            "  bench-kernels  single-thread gemm GFLOP/s (strata bench-kernels [TYPE ROWS K N_TOK...])\n"
            "  model   inspect a GGUF file (strata model info FILE)\n"
            "  cache   inspect the disk KV cache (strata cache ls|stat|verify|gc|purge --cache-dir DIR)\n\n"
-           "'strata <command> --help' lists a command's options.\n");
+           "'strata <command> --help' lists a command's options; 'strata --version' the build.\n");
 }
 
 int main(int argc, char **argv) {
@@ -24,6 +28,10 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     const char *cmd = argv[1];
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+        printf("strata %s\n", STRATA_VERSION);
+        return 0;
+    }
     if (strcmp(cmd, "run") == 0) return cli_run(argc, argv);
     if (strcmp(cmd, "bench") == 0) return cli_bench(argc, argv);
     if (strcmp(cmd, "model") == 0) return cli_model(argc, argv);

@@ -11,7 +11,8 @@ int cli_serve(int argc, char **argv) {
     server_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 4, .ctx = 4096,
                      .queue_max = 64, .queue_timeout = 60, .idle_timeout = 60, .max_conns = 256,
                      .max_body = 8 << 20, .cache_mem_mb = 1024, .cache_disk_mb = 8192};
-    int help = 0, max_body_mb = 8;
+    int help = 0, verbose = 0, max_body_mb = 8;
+    const char *log_file = NULL;
     const arg_spec specs[] = {
         {"--model", "-m", ARG_STR, &o.model_path, 0, -1, "GGUF model file (required)"},
         {"--host", NULL, ARG_STR, &o.host, 0, -1, "address to listen on (127.0.0.1)"},
@@ -42,6 +43,8 @@ int cli_serve(int argc, char **argv) {
         {"--cache-disk-mb", NULL, ARG_INT, &o.cache_disk_mb, 1, 1 << 30, "disk tier budget in MiB (8192)"},
         {"--no-cache-disk", NULL, ARG_FLAG, &o.no_cache_disk, 0, -1, "keep the cache in memory only"},
         {"--trace", NULL, ARG_STR, &o.trace_path, 0, -1, "append one JSONL line per request to FILE"},
+        {"--log-file", NULL, ARG_STR, &log_file, 0, -1, "append log lines to FILE instead of stderr"},
+        {"--verbose", "-v", ARG_FLAG, &verbose, 0, -1, "debug log lines too"},
         {"--help", "-h", ARG_FLAG, &help, 0, -1, "this help"},
     };
     int n_specs = (int)(sizeof specs / sizeof specs[0]);
@@ -59,6 +62,11 @@ int cli_serve(int argc, char **argv) {
         return 2;
     }
     o.max_body = (long)max_body_mb << 20;
+    if (verbose) g_log_level = LOG_DEBUG;
+    if (log_file && log_to_file(log_file)) {
+        fprintf(stderr, "strata serve: --log-file %s: cannot open for appending\n", log_file);
+        return 2;
+    }
     stop_on_signals();
     server *s;
     if (server_start(&s, &o, &err)) {

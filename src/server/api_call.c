@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "base/log.h"
 #include "base/mem.h"
 
 api_call *api_call_of(api_stream *st) { return (api_call *)((char *)st - offsetof(api_call, st)); }
@@ -18,7 +19,28 @@ const char *api_call_id(api_call *c, int index, const char *prefix) {
     return c->call_ids[index];
 }
 
+static double per_s(double n, double ms) { return ms > 0 ? n * 1000.0 / ms : 0; }
+
+/* One line per request: what it asked, what the cache gave, what it cost. */
+static void log_request(const api_call *c) {
+    const gen *g = &c->g;
+    const sched_status *st = &g->st;
+    if (!g->req) {
+        log_info("request %s %s status=%d", c->method, c->path, c->status);
+        return;
+    }
+    int prefilled = st->n_prompt - st->n_cached;
+    double prefill_ms = g->t_first ? g->t_first - g->t_start : 0;
+    double decode_ms = g->t_first && g->t_done ? g->t_done - g->t_first : 0;
+    log_info("request %s %s status=%d prompt=%d cached=%d live=%d disk=%d prefilled=%d generated=%d "
+             "prefill_tok_s=%.1f decode_tok_s=%.1f finish=%s",
+             c->method, c->path, c->status, st->n_prompt, st->n_cached, st->n_cached - st->n_cached_disk,
+             st->n_cached_disk, prefilled, g->n_tokens, per_s(prefilled, prefill_ms),
+             per_s(g->n_tokens > 1 ? g->n_tokens - 1 : 0, decode_ms), gen_finish_word(g));
+}
+
 static void call_free(api_call *c) {
+    log_request(c);
     gen_end(&c->g);
     free(c->prefix);
     if (c->d->free) c->d->free(c);
@@ -32,6 +54,7 @@ static void stream_release(api_stream *st) { call_free(api_call_of(st)); }
 static void answer_whole(api_stream *st, const http_req *req, http_reply *rep) {
     api_call *c = api_call_of(st);
     c->d->whole(c, req, rep);
+    c->status = rep->status;
 }
 
 int api_call_prompt(api_call *c, const json_t *messages, int32_t **ids, size_t *n, prompt_cache_info *ci, char *why,
@@ -61,6 +84,8 @@ void api_call_run(api_call *c, const http_req *req, http_reply *rep) {
     size_t n = 0;
     prompt_cache_info ci = {0};
     strata_err err = {0};
+    snprintf(c->method, sizeof c->method, "%s", req->method);
+    snprintf(c->path, sizeof c->path, "%s", req->path);
     c->gp.tenant = server_tenant(c->srv, req);
     server_replay_ns(c->srv, c->gp.tenant, NULL, &c->replay_ns); /* salted once the body is read */
     int rc = c->d->build(c, &ids, &n, &ci, why, sizeof why) ? strata_errf(&err, STRATA_EINVAL, "%s", why)
@@ -69,9 +94,11 @@ void api_call_run(api_call *c, const http_req *req, http_reply *rep) {
     free(ids);
     if (rc) {
         c->d->fail(rep, rc, err.msg);
+        c->status = rep->status;
         call_free(c);
         return;
     }
+    c->status = 200;
     c->st = (api_stream){.g = &c->g, .produce = c->d->produce, .release = stream_release};
     api_answer(&c->st, c->stream, req, rep, answer_whole);
 }

@@ -49,6 +49,8 @@ struct api_call {
     char id[64];
     char call_ids[API_MAX_CALLS][40]; /* per tool call index, made on first use */
     char overflow_id[40];             /* past API_MAX_CALLS */
+    char method[8], path[64];         /* for the request's log line */
+    int status;                       /* of the reply */
     api_stream st;    /* streamed replies */
 };
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/mem.h"
 #include "server/prompt.h"
 #include "server/server.h"
@@ -12,6 +13,7 @@
 int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
               const gen_params *p, strata_err *err) {
     memset(g, 0, sizeof *g);
+    g->t_start = clock_ms();
     g->tok = tok;
     textout_init(&g->text);
     for (int i = 0; i < p->n_stops; i++) textout_add_stop(&g->text, p->stops[i]);
@@ -56,6 +58,7 @@ static int take_tokens(gen *g, int timeout_ms) {
     sched_token toks[64];
     int n = sched_wait(g->req, g->n_seen, toks, 64, timeout_ms, &g->st);
     g->n_seen += n;
+    if (n > 0 && !g->t_first) g->t_first = clock_ms();
     for (int i = 0; i < n && !g->text.stopped; i++) {
         char piece[256];
         int len = tok_piece(g->tok, toks[i].id, 0, piece, sizeof piece);
@@ -66,7 +69,9 @@ static int take_tokens(gen *g, int timeout_ms) {
             sched_cancel(g->req);
         }
     }
-    return g->st.finish != FINISH_NONE || g->stopped_by_string;
+    int over = g->st.finish != FINISH_NONE || g->stopped_by_string;
+    if (over && !g->t_done) g->t_done = clock_ms();
+    return over;
 }
 
 /* Length of text up to and including the brace that closes the arguments

@@ -63,6 +63,7 @@ typedef struct gen {
     sched_token *tokens;   /* every generated token (for logprobs and replay) */
     int n_tokens, cap_tokens;
     tc_event one;          /* the single event when there is no parser */
+    double t_start, t_first, t_done; /* ms (clock_ms): submitted, first token, finished; 0: not yet */
 } gen;
 
 int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,

@@ -1,0 +1,33 @@
+"""Everyday operation: the version, the log file, one log line per request."""
+import os
+import re
+import subprocess
+import tempfile
+
+import httpx
+
+from conftest import STRATA, TINY_MODEL, Server
+
+
+def test_version():
+    out = subprocess.run([STRATA, "--version"], capture_output=True, text=True, check=True).stdout
+    assert re.fullmatch(r"strata \S+\n", out), out
+
+
+def test_log_file_has_one_timestamped_line_per_request():
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "strata.log")
+        s = Server(TINY_MODEL, "--ctx", "512", "--log-file", log)
+        try:
+            ok = httpx.post(s.url + "/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "temperature": 0})
+            bad = httpx.post(s.url + "/v1/chat/completions", json={"messages": []})
+            assert ok.status_code == 200 and bad.status_code == 400
+        finally:
+            assert s.stop() == 0
+        lines = [l for l in open(log) if " request " in l]
+        assert len(lines) == 2, lines
+        stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z strata info request POST /v1/chat/completions "
+        assert re.match(stamp + r"status=200 prompt=\d+ cached=\d+ live=\d+ disk=\d+ prefilled=\d+ generated=3 "
+                        r"prefill_tok_s=[\d.]+ decode_tok_s=[\d.]+ finish=length$", lines[0]), lines[0]
+        assert re.match(stamp + r"status=400$", lines[1]), lines[1]
