@@ -62,6 +62,10 @@ int policy_prompt_marks(const int *msg_bounds, size_t n_msgs, const unsigned cha
 
 /* ---- client marks and scope ---------------------------------------------------- */
 
+policy_break policy_key_break(size_t n_messages) {
+    return (policy_break){n_messages > 0 ? n_messages - 1 : 0, POLICY_ANCHOR_TTL_S};
+}
+
 int policy_ttl_parse(const char *text, double *ttl_s) {
     double v;
     char unit = 0, extra;

@@ -71,6 +71,10 @@ typedef struct policy_break {
     double ttl_s;
 } policy_break;
 
+/* OpenAI prompt_cache_key: a client that names its conversation asks to
+ * keep it; its prefix up to the newest message is kept like an anchor. */
+policy_break policy_key_break(size_t n_messages);
+
 /* The retention marks of one prompt, into marks (at most
  * POLICY_MAX_MARKS; returns how many): the anchor (its leading system
  * messages, with the tools, POLICY_ANCHOR_TTL_S) when it has either, then

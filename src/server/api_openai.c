@@ -116,9 +116,27 @@ static json_t *normal_messages(oai_call *c, char *why, size_t cap) {
     return norm;
 }
 
+/* prompt_cache_key names a conversation: its prefix before the newest
+ * message is kept like an anchor (policy_key_break). */
+static int note_cache_key(oai_call *c, size_t n_messages, prompt_cache_info *ci, char *why, size_t cap) {
+    const json_t *key = json_object_get(c->a.req, "prompt_cache_key");
+    if (!key || json_is_null(key)) return 0;
+    if (!json_is_string(key)) {
+        snprintf(why, cap, "'prompt_cache_key' must be a string");
+        return -1;
+    }
+    if (ci && n_messages > 1 && ci->n_breaks < (int)(sizeof ci->breaks / sizeof ci->breaks[0]))
+        ci->breaks[ci->n_breaks++] = policy_key_break(n_messages);
+    return 0;
+}
+
 static int chat_prompt_ids(oai_call *c, int32_t **ids, size_t *n, prompt_cache_info *ci, char *why, size_t cap) {
     json_t *norm = normal_messages(c, why, cap);
     if (!norm) return -1;
+    if (note_cache_key(c, json_array_size(norm), ci, why, cap)) {
+        json_decref(norm);
+        return -1;
+    }
     int rc = api_call_prompt(&c->a, norm, ids, n, ci, why, cap);
     json_decref(norm);
     return rc;

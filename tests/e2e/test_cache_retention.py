@@ -33,6 +33,13 @@ def messages(server, body):
     return r.json()["usage"]
 
 
+def chat(server, body):
+    body = {"max_tokens": 2, "temperature": 0, **body}
+    r = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()["usage"]
+
+
 def uncached(u):
     """Prompt tokens not read from the cache (computed; some newly written to it)."""
     return u["input_tokens"] + u["cache_creation_input_tokens"]
@@ -55,9 +62,12 @@ def test_cache_control_and_anchor_outlive_a_flood(small):
     plain = {"role": "user", "content": text(2)}
     system = text(3, 50)
     anchored = {"system": system, "messages": [{"role": "user", "content": "first question"}]}
+    keyed = [{"role": "user", "content": text(4)}, {"role": "assistant", "content": "ok"},
+             {"role": "user", "content": "next"}]
     messages(small, {"messages": [marked]})
     messages(small, {"messages": [plain]})
     messages(small, anchored)
+    keyed_first = chat(small, {"messages": keyed, "prompt_cache_key": "session-42"})
     capacity = flood(small, 1000)
 
     again_marked = messages(small, {"messages": [marked, {"role": "assistant", "content": "ok"},
@@ -68,6 +78,12 @@ def test_cache_control_and_anchor_outlive_a_flood(small):
     # the marked message (all its full blocks) and the system prompt survived...
     assert again_marked["cache_read_input_tokens"] >= uncached(again_marked) - 64 - 20, again_marked
     assert new_session["cache_read_input_tokens"] >= uncached(new_session) - 64 - 10, new_session
+    # an OpenAI prompt_cache_key kept its conversation before the newest message, like an anchor
+    keyed_again = chat(small, {"messages": keyed + [{"role": "assistant", "content": "ok"},
+                                                   {"role": "user", "content": "and then"}],
+                               "prompt_cache_key": "session-42"})
+    cached = keyed_again["prompt_tokens_details"]["cached_tokens"]
+    assert cached >= keyed_first["prompt_tokens"] - 64 - 20, (keyed_first, keyed_again)
     # ...while the same amount of unmarked text was evicted by the flood, but
     # for its first block: every flood prompt reused that block's first
     # tokens (the template's header), which kept it warm
