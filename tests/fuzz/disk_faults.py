@@ -438,7 +438,18 @@ def run_two_servers(tally, lab):
     stop_checked(tally, index, b, "second of two servers")
 
 
-def mount_tmpfs(path, size_kb, ro=False):
+def serve_and_compare(tally, lab, d, what):
+    """One case: a server on folder d answers like a cold one and stops cleanly."""
+    index = tally.case()
+    s = lab.serve(d)
+    if s.ready:
+        answers_match(tally, index, lab, s, what)
+    else:
+        tally.fail("bad_loads", index, f"{what}: server did not start (log {s.log_path})")
+    stop_checked(tally, index, s, what)
+
+
+def mount_tmpfs(path, size_kb):
     """0 when mounted (root with CAP_SYS_ADMIN only)."""
     if os.geteuid() != 0:
         return 1
@@ -453,13 +464,7 @@ def run_full_disk(tally, lab, notes):
         notes.append("full disk: not run (needs root with mount)")
         return
     try:
-        index = tally.case()
-        s = lab.serve(d)
-        if s.ready:
-            answers_match(tally, index, lab, s, "full disk")
-        else:
-            tally.fail("bad_loads", index, f"full disk: server did not start (log {s.log_path})")
-        stop_checked(tally, index, s, "full disk")
+        serve_and_compare(tally, lab, d, "full disk")
     finally:
         subprocess.run(["umount", d], check=False)
 
@@ -478,13 +483,7 @@ def run_read_only(tally, lab, notes):
         notes.append("read-only folder: not run (root without mount)")
         return
     try:
-        index = tally.case()
-        s = lab.serve(d)
-        if s.ready:
-            answers_match(tally, index, lab, s, "read-only folder")
-        else:
-            tally.fail("bad_loads", index, f"read-only folder: server did not start (log {s.log_path})")
-        stop_checked(tally, index, s, "read-only folder")
+        serve_and_compare(tally, lab, d, "read-only folder")
     finally:
         if mounted:
             subprocess.run(["umount", d], check=False)
