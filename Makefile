@@ -76,6 +76,7 @@ test: test-deps
 	@$(MAKE) --no-print-directory model testdata
 	@$(MAKE) --no-print-directory unit-test
 	@$(MAKE) --no-print-directory e2e-test
+	@$(MAKE) --no-print-directory fuzz-slice
 
 run: deps
 	@$(MAKE) --no-print-directory strata model
@@ -107,6 +108,8 @@ tok-refs: model
 	STRATA_MODEL=$(abspath $(MODEL)) $(PYTHON) tools/tok_refs.py
 
 clean:
-	rm -rf build strata
+	rm -rf build strata build-asan build-fuzz
+
+include tests/fuzz/fuzz.mk
 
 -include $(OBJ:.o=.d) $(TEST_OBJ:.o=.d) build/src/main.d

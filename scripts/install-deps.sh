@@ -6,10 +6,13 @@ set -euo pipefail
 
 SYSTEM_PKGS=(build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libssl-dev python3 python3-pip unzip)
 PY_TEST_PKGS=(numpy gguf pytest httpx openai anthropic)
+# clang (Debian's) builds the libFuzzer targets (make fuzz-targets, tests/fuzz).
+TEST_SYSTEM_PKGS=(clang)
 
 "$(dirname "$0")/apt-install.sh" "${SYSTEM_PKGS[@]}"
 
 if [ "${1:-}" = "--test" ]; then
+  "$(dirname "$0")/apt-install.sh" "${TEST_SYSTEM_PKGS[@]}"
   PY=${PYTHON:-python3}
   need=()
   for p in "${PY_TEST_PKGS[@]}"; do

@@ -511,3 +511,15 @@ TEST(tmpl_repeat_limits)
     expect("{{ 'ab' * 3 }} {{ [1, 2] * 2 }} {{ (1,) * 2 }} {{ 'x' * -1 }}|", NULL,
            "ababab [1, 2, 1, 2] (1, 1) |");
 }
+
+/* Found by the tmpl fuzz target: stray UTF-8 continuation bytes in a
+ * string literal counted as no code point by length but as one each by
+ * the slice's offset table, which then overflowed (negative memcpy). */
+TEST(tmpl_str_stray_continuation_bytes)
+{
+    expect("{{ 'a\xac\xac' ~ 'b' }}", NULL, "a\xac\xac" "b");
+    expect("{{ ('a\xac\xac' ~ 'b')|length }}", NULL, "4");
+    expect("{{ ('a\xac\xac' ~ 'b')[::-1] }}", NULL, "b\xac\xac" "a");
+    expect("{{ ('a\xac\xac' ~ 'b')[1:3] }}", NULL, "\xac\xac");
+    expect("{{ ('x\xed\xff\xff' ~ 'y')[::-2] }}", NULL, "y\xff" "x");
+}

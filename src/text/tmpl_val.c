@@ -358,11 +358,13 @@ size_t tu_put(char *o, uint32_t cp)
     return 4;
 }
 
+/* Counts the steps tu_next takes (a stray continuation byte is one U+FFFD
+ * there), so tables indexed by code point, as in slicing, fit. */
 size_t tu_len(const char *p, size_t n)
 {
     size_t c = 0;
-    for (size_t i = 0; i < n; i++)
-        if (((unsigned char)p[i] & 0xC0) != 0x80) c++;
+    uint32_t cp;
+    for (size_t i = 0; i < n; i = tu_next(p, n, i, &cp)) c++;
     return c;
 }
 
