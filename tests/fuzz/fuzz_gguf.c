@@ -8,6 +8,7 @@
 #include "fuzz_util.h"
 #include "model/gguf.h"
 #include "text/chat.h"
+#include "text/render.h"
 #include "text/tokenizer.h"
 
 /* Every getter on every key, with the key's own type and with others. */
@@ -52,7 +53,8 @@ static void touch_tokenizer(const gguf_file *f) {
         for (size_t i = 0; i < n; i++) tok_piece(t, ids[i], 1, piece, sizeof piece);
         free(ids);
     }
-    chat_detect(f, t);
+    renderer *r = NULL; /* the GGUF's chat template (or a built-in format) loads or fails cleanly */
+    if (render_new(&r, f, t, NULL, &err) == 0) render_free(r);
     tok_free(t);
 }
 
