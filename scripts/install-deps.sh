@@ -5,7 +5,9 @@
 set -euo pipefail
 
 SYSTEM_PKGS=(build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libssl-dev python3 python3-pip unzip)
-PY_TEST_PKGS=(numpy gguf pytest httpx openai anthropic)
+# name or name:module where the import name differs (openai-agents: the
+# Agents SDK, whose default model speaks the Responses API)
+PY_TEST_PKGS=(numpy gguf pytest httpx openai anthropic openai-agents:agents)
 # clang (Debian's) builds the libFuzzer targets (make fuzz-targets, tests/fuzz).
 TEST_SYSTEM_PKGS=(clang)
 
@@ -16,7 +18,7 @@ if [ "${1:-}" = "--test" ]; then
   PY=${PYTHON:-python3}
   need=()
   for p in "${PY_TEST_PKGS[@]}"; do
-    $PY -c "import $p" >/dev/null 2>&1 || need+=("$p")
+    $PY -c "import ${p#*:}" >/dev/null 2>&1 || need+=("${p%%:*}")
   done
   if [ ${#need[@]} -gt 0 ]; then
     echo "install-deps: pip installing ${need[*]}"

@@ -177,14 +177,6 @@ static int completion_prompt_ids(oai_call *c, int32_t **ids, size_t *n, char *wh
 
 /* ---- parameters ------------------------------------------------------------ */
 
-static int tool_known(const json_t *tools, const char *name) {
-    size_t i;
-    const json_t *t;
-    json_array_foreach(tools, i, t)
-        if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")), name)) return 1;
-    return 0;
-}
-
 /* tool_choice: "none" | "auto" | "required" | {"type":"function","function":{"name"}}. */
 static int parse_tool_choice(oai_call *c, const json_t *tools, char *why, size_t cap) {
     const json_t *tc = json_object_get(c->a.req, "tool_choice");
@@ -199,7 +191,7 @@ static int parse_tool_choice(oai_call *c, const json_t *tools, char *why, size_t
         return 0;
     }
     const char *name = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
-    if (!name || !tool_known(tools, name)) {
+    if (!name || !prompt_tool_known(tools, name)) {
         snprintf(why, cap, "'tool_choice' must be none, auto, required or a function named in 'tools'");
         return -1;
     }

@@ -9,7 +9,8 @@
 
 #include "base/mem.h"
 
-char *prompt_content_text(const json_t *content, const char *where, char *why, size_t cap) {
+char *prompt_parts_text(const json_t *content, const char *const *types, const char *where, char *why,
+                        size_t cap) {
     if (!content || json_is_null(content)) return xstrdup("");
     if (json_is_string(content)) return xstrdup(json_string_value(content));
     if (!json_is_array(content)) {
@@ -22,8 +23,11 @@ char *prompt_content_text(const json_t *content, const char *where, char *why, s
     json_array_foreach(content, i, part) {
         const char *type = json_string_value(json_object_get(part, "type"));
         const char *text = json_string_value(json_object_get(part, "text"));
-        if (!type || strcmp(type, "text") != 0 || !text) {
-            snprintf(why, cap, "%s[%zu]: only {\"type\": \"text\", \"text\": ...} parts are supported", where, i);
+        int known = 0;
+        for (const char *const *t = types; type && *t && !known; t++) known = !strcmp(type, *t);
+        if (!known || !text) {
+            strata_fmt(why, cap, "%s[%zu]: unsupported part type '%s' (this server takes text parts only: %s%s%s)",
+                       where, i, type ? type : "?", types[0], types[1] ? ", " : "", types[1] ? types[1] : "");
             free(out);
             return NULL;
         }
@@ -33,6 +37,19 @@ char *prompt_content_text(const json_t *content, const char *where, char *why, s
         len += n;
     }
     return out;
+}
+
+char *prompt_content_text(const json_t *content, const char *where, char *why, size_t cap) {
+    static const char *const text[] = {"text", NULL};
+    return prompt_parts_text(content, text, where, why, cap);
+}
+
+int prompt_tool_known(const json_t *tools, const char *name) {
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tools, i, t)
+        if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")) ?: "", name)) return 1;
+    return 0;
 }
 
 int prompt_render(const server *s, const json_t *messages, const render_tools *t, render_out *out, char *why,

@@ -56,5 +56,13 @@ int prompt_tokens(const server *s, const cache_hash *replay_ns, const json_t *me
  * APIs use {"type": "text", "text": ...}; cache_control is ignored). NULL
  * and why set (naming `where`) for anything else. Returns a new string. */
 char *prompt_content_text(const json_t *content, const char *where, char *why, size_t cap);
+/* The same with the part types taken as text (a NULL-terminated list, at
+ * most two reported in the error): the Responses API's input_text and
+ * output_text. */
+char *prompt_parts_text(const json_t *content, const char *const *types, const char *where, char *why,
+                        size_t cap);
+
+/* Whether normalised tools (function shape) declare a function name. */
+int prompt_tool_known(const json_t *tools, const char *name);
 
 #endif

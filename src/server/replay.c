@@ -7,11 +7,11 @@
 
 #include <openssl/sha.h>
 #include <stdio.h>
-#include <unistd.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/fs.h"
 #include "base/mem.h"
 #include "server/server.h"
 
@@ -126,8 +126,6 @@ int replay_save(replay_store *r, const char *path, const uint8_t model_fp[32]) {
     wbuf b = {0};
     pthread_mutex_lock(&r->mu);
     uint64_t count = r->len;
-    put(&b, "STRRPLY2", 8);
-    put(&b, model_fp, 32);
     put(&b, &count, 8);
     for (size_t i = 0; i < r->len; i++) {
         uint64_t n = r->e[i].n;
@@ -136,25 +134,17 @@ int replay_save(replay_store *r, const char *path, const uint8_t model_fp[32]) {
         put(&b, r->e[i].ids, n * sizeof(int32_t));
     }
     pthread_mutex_unlock(&r->mu);
-    uint8_t sum[32];
-    SHA256(b.p, b.len, sum);
-    put(&b, sum, 32);
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "wb");
-    int ok = f && fwrite(b.p, 1, b.len, f) == b.len;
-    if (f) ok = (fflush(f) == 0 && fsync(fileno(f)) == 0 && fclose(f) == 0) && ok;
-    ok = ok && rename(tmp, path) == 0;
-    if (!ok) unlink(tmp);
+    int rc = fs_save_framed(path, "STRRPLY2", model_fp, b.p, b.len);
     free(b.p);
-    return ok ? 0 : -1;
+    return rc;
 }
 
+/* The body after magic and model: count, then the entries. */
 static int load_entries(replay_store *r, const uint8_t *p, size_t len) {
     uint64_t count;
-    size_t off = 40;
-    memcpy(&count, p + off, 8);
-    off += 8;
+    if (len < 8) return -1;
+    memcpy(&count, p, 8);
+    size_t off = 8;
     for (uint64_t i = 0; i < count; i++) {
         uint64_t n;
         if (off + 40 > len) return -1;
@@ -180,23 +170,9 @@ static int load_entries(replay_store *r, const uint8_t *p, size_t len) {
 }
 
 int replay_load(replay_store *r, const char *path, const uint8_t model_fp[32]) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return -1;
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    if (size < 8 + 32 + 8 + 32 || size > (1L << 30)) {
-        fclose(f);
-        return -1;
-    }
-    uint8_t *p = xmalloc((size_t)size);
-    int ok = fread(p, 1, (size_t)size, f) == (size_t)size;
-    fclose(f);
-    uint8_t sum[32];
-    size_t body = (size_t)size - 32;
-    if (ok) SHA256(p, body, sum);
-    ok = ok && !memcmp(p, "STRRPLY2", 8) && !memcmp(p + 8, model_fp, 32) && !memcmp(sum, p + body, 32);
-    int rc = ok ? load_entries(r, p, body) : -1;
+    size_t len;
+    uint8_t *p = fs_load_framed(path, "STRRPLY2", model_fp, (size_t)1 << 30, &len);
+    int rc = p ? load_entries(r, p, len) : -1;
     free(p);
     return rc;
 }

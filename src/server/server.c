@@ -13,8 +13,15 @@
 #include "base/mem.h"
 #include "server/api_anthropic.h"
 #include "server/api_openai.h"
+#include "server/api_responses.h"
 #include "server/api_params.h"
 #include "cache/hash.h"
+
+/* Responses kept for previous_response_id: each entry holds its whole
+ * conversation, so the byte bound is the one that matters for long agent
+ * sessions (a Codex session's turns share most of their text). */
+#define RESP_STORE_ENTRIES 1024
+#define RESP_STORE_MB 256
 
 /* ---- small endpoints ------------------------------------------------------- */
 
@@ -176,6 +183,9 @@ static const route ROUTES[] = {
     {"GET", "/v1/models/", api_openai_model, 1}, /* /v1/models/{id}: the path is a prefix */
     {"POST", "/v1/chat/completions", api_openai_chat, 1},
     {"POST", "/v1/completions", api_openai_completions, 1},
+    {"POST", "/v1/responses", api_responses_create, 1},
+    {"GET", "/v1/responses/", api_responses_item, 1}, /* /v1/responses/{id}[/input_items] */
+    {"DELETE", "/v1/responses/", api_responses_item, 1},
     {"POST", "/v1/messages", api_anthropic_messages, 1},
     {"POST", "/v1/messages/count_tokens", api_anthropic_count_tokens, 1},
     {"POST", "/tokenize", post_tokenize, 1},
@@ -303,13 +313,14 @@ static int cache_dir_path(const server *s, char *out, size_t cap) {
     return 0;
 }
 
-/* The exact-replay map lives beside the blocks, one file per model. */
-static void replay_path(const server *s, char *out, size_t cap) {
+/* The exact-replay map and the Responses store live beside the blocks,
+ * one file each per model (kind: "replay", "responses"). */
+static void state_path(const server *s, const char *kind, char *out, size_t cap) {
     char hex[65];
     cache_hash h;
     memcpy(h.b, s->model_fp, 32);
     cache_hash_hex(&h, hex);
-    snprintf(out, cap, "%s/replay-%.16s.bin", s->cache_dir, hex);
+    snprintf(out, cap, "%s/%s-%.16s.bin", s->cache_dir, kind, hex);
 }
 
 static void open_disk(server *s, const uint8_t fp[32]) {
@@ -327,8 +338,11 @@ static void open_disk(server *s, const uint8_t fp[32]) {
         s->disk = NULL;
         return;
     }
-    replay_path(s, path, sizeof path);
+    state_path(s, "replay", path, sizeof path);
     if (replay_load(s->replay, path, fp) == 0) log_info("cache: exact-replay map loaded from %s", path);
+    state_path(s, "responses", path, sizeof path);
+    if (resp_store_load(s->responses, path, fp) == 0)
+        log_info("responses: %zu stored responses loaded from %s", resp_store_count(s->responses), path);
     disk_stats st;
     disk_get_stats(s->disk, &st);
     log_info("cache: disk tier %s: %llu blocks (%.1f MiB) of this model, budget %d MiB, %llu quarantined",
@@ -374,6 +388,7 @@ int server_start(server **out, const server_opts *o, strata_err *err) {
     s->o = *o;
     s->started_at = (long)time(NULL);
     s->replay = replay_new(4096);
+    s->responses = resp_store_new(RESP_STORE_ENTRIES, (size_t)RESP_STORE_MB << 20);
     set_model_id(s);
     http_opts ho = {.host = o->host, .port = o->port, .max_body = (size_t)o->max_body,
                     .timeout_s = o->idle_timeout, .max_conns = o->max_conns, .cors = o->cors, .gate = gate};
@@ -403,12 +418,15 @@ void server_stop(server *s) {
     sched_free(s->sch);
     if (s->disk) { /* the replay map must match the blocks it points into */
         char path[1200];
-        replay_path(s, path, sizeof path);
+        state_path(s, "replay", path, sizeof path);
         if (replay_save(s->replay, path, s->model_fp)) log_warn("cache: could not save %s", path);
+        state_path(s, "responses", path, sizeof path);
+        if (resp_store_save(s->responses, path, s->model_fp)) log_warn("responses: could not save %s", path);
     }
     disk_close(s->disk);       /* drains queued block writes */
     if (s->trace) fclose(s->trace);
     replay_free(s->replay);
+    resp_store_free(s->responses);
     for (int i = 0; i < s->n_keys; i++) free(s->keys[i]);
     free(s->keys);
     for (int i = 0; i < s->n_aliases; i++) free(s->aliases[i]);

@@ -12,6 +12,7 @@
 #include "cache/disk.h"
 #include "server/http.h"
 #include "server/replay.h"
+#include "server/resp_store.h"
 #include "server/sched.h"
 #include "text/render.h"
 #include "text/tokenizer.h"
@@ -47,6 +48,7 @@ typedef struct server {
     atomic_int ready;
     FILE *trace;
     replay_store *replay; /* exact tokens of recent replies */
+    resp_store *responses; /* Responses API: recent responses by id */
     char **keys;          /* --api-key, comma-separated: each key is a tenant */
     int n_keys;
     disk_store *disk;     /* KV disk tier, or NULL (memory only) */

@@ -1,0 +1,146 @@
+/* resp_items.c - Responses API items to normalised messages (resp_items.h). */
+#include "server/resp_items.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "base/mem.h"
+#include "server/prompt.h"
+
+json_t *resp_items_of_input(const json_t *input, char *why, size_t cap) {
+    if (json_is_string(input))
+        return json_pack("[{s:s,s:s,s:O}]", "type", "message", "role", "user", "content", input);
+    if (json_is_array(input)) return json_incref((json_t *)input);
+    snprintf(why, cap, "'input' must be a string or an array of items");
+    return NULL;
+}
+
+/* Text of a message's content or a call's output: a string, or text
+ * parts joined; anything else (images, files) is an error naming it. */
+static char *content_text(const json_t *content, size_t i, char *why, size_t cap) {
+    static const char *const text[] = {"input_text", "output_text", NULL};
+    char where[48];
+    snprintf(where, sizeof where, "input[%zu].content", i);
+    if (!content || json_is_null(content)) {
+        snprintf(why, cap, "%s must be a string or an array of content parts", where);
+        return NULL;
+    }
+    return prompt_parts_text(content, text, where, why, cap);
+}
+
+static const char *normal_role(const char *role) {
+    if (!role) return NULL;
+    if (!strcmp(role, "developer")) return "system";
+    if (!strcmp(role, "system") || !strcmp(role, "user") || !strcmp(role, "assistant")) return role;
+    return NULL;
+}
+
+/* The assistant message a function_call or output_text belongs to: the
+ * last message when it is the assistant's (one turn: text, then calls),
+ * else a new empty one. */
+static json_t *assistant_turn(json_t *out) {
+    json_t *last = json_array_get(out, json_array_size(out) - 1);
+    if (last && !strcmp(json_string_value(json_object_get(last, "role")), "assistant")) return last;
+    json_t *m = json_pack("{s:s,s:s}", "role", "assistant", "content", "");
+    json_array_append_new(out, m);
+    return m;
+}
+
+static void append_content(json_t *msg, const char *text) {
+    const char *old = json_string_value(json_object_get(msg, "content"));
+    size_t a = strlen(old), b = strlen(text);
+    char *joined = xmalloc(a + b + 1);
+    memcpy(joined, old, a);
+    memcpy(joined + a, text, b + 1);
+    json_object_set_new(msg, "content", json_string(joined));
+    free(joined);
+}
+
+static int add_message(json_t *out, const json_t *item, size_t i, char *why, size_t cap) {
+    const char *role = normal_role(json_string_value(json_object_get(item, "role")));
+    if (!role) {
+        snprintf(why, cap, "input[%zu].role must be one of user, assistant, system, developer", i);
+        return -1;
+    }
+    char *text = content_text(json_object_get(item, "content"), i, why, cap);
+    if (!text) return -1;
+    const json_t *last = json_array_get(out, json_array_size(out) - 1);
+    /* Text after a call in one output (native formats) joins that turn,
+     * as the model's content did; a plain reply starts its own turn. */
+    if (!strcmp(role, "assistant") && last && json_object_get(last, "tool_calls") &&
+        !strcmp(json_string_value(json_object_get(last, "role")), "assistant"))
+        append_content((json_t *)last, text);
+    else
+        json_array_append_new(out, json_pack("{s:s,s:s}", "role", role, "content", text));
+    free(text);
+    return 0;
+}
+
+static int add_call(json_t *out, const json_t *item, size_t i, char *why, size_t cap) {
+    const char *name = json_string_value(json_object_get(item, "name"));
+    const json_t *args = json_object_get(item, "arguments"), *call_id = json_object_get(item, "call_id");
+    if (!name || !json_is_string(call_id) || !(json_is_string(args) || json_is_object(args))) {
+        snprintf(why, cap, "input[%zu]: a function_call needs string 'name', 'call_id' and 'arguments'", i);
+        return -1;
+    }
+    /* Arguments as an object, what chat templates expect (as the Chat
+     * Completions dialect does); an unparsable string stays a string. */
+    json_t *parsed = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL) : NULL;
+    json_t *a = parsed ? parsed : json_incref((json_t *)args);
+    json_t *turn = assistant_turn(out), *calls = json_object_get(turn, "tool_calls");
+    if (!calls) json_object_set_new(turn, "tool_calls", calls = json_array());
+    json_array_append_new(calls, json_pack("{s:O,s:s,s:{s:s,s:o}}", "id", call_id, "type", "function", "function",
+                                           "name", name, "arguments", a));
+    return 0;
+}
+
+static int add_call_output(json_t *out, const json_t *item, size_t i, char *why, size_t cap) {
+    const json_t *call_id = json_object_get(item, "call_id"), *output = json_object_get(item, "output");
+    if (!json_is_string(call_id) || !output) {
+        snprintf(why, cap, "input[%zu]: a function_call_output needs a string 'call_id' and an 'output'", i);
+        return -1;
+    }
+    char *text = content_text(output, i, why, cap);
+    if (!text) return -1;
+    json_array_append_new(out, json_pack("{s:s,s:s,s:O}", "role", "tool", "content", text, "tool_call_id", call_id));
+    free(text);
+    return 0;
+}
+
+static int add_item(json_t *out, const json_t *item, size_t i, char *why, size_t cap) {
+    if (!json_is_object(item)) {
+        snprintf(why, cap, "input[%zu] must be an object", i);
+        return -1;
+    }
+    const char *type = json_string_value(json_object_get(item, "type"));
+    if (!type && json_object_get(item, "role")) type = "message"; /* the easy form: {role, content} */
+    if (type && !strcmp(type, "message")) return add_message(out, item, i, why, cap);
+    if (type && !strcmp(type, "function_call")) return add_call(out, item, i, why, cap);
+    if (type && !strcmp(type, "function_call_output")) return add_call_output(out, item, i, why, cap);
+    if (type && !strcmp(type, "reasoning")) return 0;
+    strata_fmt(why, cap, "input[%zu]: unsupported item type '%s' (this server takes message, function_call, "
+               "function_call_output and reasoning items)", i, type ? type : "(none)");
+    return -1;
+}
+
+json_t *resp_items_messages(const char *instructions, const json_t *items, char *why, size_t cap) {
+    json_t *out = json_array();
+    if (instructions && *instructions)
+        json_array_append_new(out, json_pack("{s:s,s:s}", "role", "system", "content", instructions));
+    size_t i;
+    const json_t *item;
+    json_array_foreach(items, i, item) {
+        if (add_item(out, item, i, why, cap)) {
+            json_decref(out);
+            return NULL;
+        }
+    }
+    if (json_array_size(out) == 0) {
+        snprintf(why, cap, "'input' must hold at least one item");
+        json_decref(out);
+        return NULL;
+    }
+    return out;
+}

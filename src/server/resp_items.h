@@ -1,0 +1,31 @@
+/* resp_items.h - OpenAI Responses API items to normalised messages.
+ *
+ * A Responses conversation is a list of items: messages (input_text /
+ * output_text parts), function_call and function_call_output. This turns
+ * them into the normalised shape of server/prompt.h, the same shape the
+ * Chat Completions dialect builds, so exact replay (server/replay.c)
+ * finds a reply however the client sends it back: an assistant message
+ * with the output_text the server returned keys by its text, and a turn
+ * of output_text followed by function_call items becomes one assistant
+ * message with content and tool_calls (arguments parsed to an object),
+ * keyed like a Chat Completions tool-call turn. Reasoning items are
+ * accepted and not rendered (the server never makes them; clients may
+ * carry another model's). Any other item type is an error naming it.
+ * Does not: fetch earlier turns (api_responses.c, resp_store.c). */
+#ifndef STRATA_RESP_ITEMS_H
+#define STRATA_RESP_ITEMS_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+/* "input" as a list of items: a string is one user message item; an
+ * array is taken as is (checked by resp_items_messages). A new reference,
+ * or NULL with why set. */
+json_t *resp_items_of_input(const json_t *input, char *why, size_t cap);
+
+/* The normalised messages of instructions (a system message first, when
+ * not NULL) and items. A new array, or NULL with why set, naming the
+ * offending item as input[i]. */
+json_t *resp_items_messages(const char *instructions, const json_t *items, char *why, size_t cap);
+
+#endif
