@@ -4,12 +4,15 @@
 # use. Safe to run again: it only installs what is missing.
 set -euo pipefail
 
-SYSTEM_PKGS=(build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libssl-dev python3 python3-pip unzip)
+SYSTEM_PKGS=(build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libssl-dev libhiredis-dev python3 python3-pip unzip)
 PY_TEST_PKGS=(numpy gguf pytest httpx openai anthropic)
+# The shared KV tier's tests start a real Redis and HAProxy on loopback.
+TEST_SYSTEM_PKGS=(redis-server haproxy)
 
 "$(dirname "$0")/apt-install.sh" "${SYSTEM_PKGS[@]}"
 
 if [ "${1:-}" = "--test" ]; then
+  "$(dirname "$0")/apt-install.sh" "${TEST_SYSTEM_PKGS[@]}"
   PY=${PYTHON:-python3}
   need=()
   for p in "${PY_TEST_PKGS[@]}"; do
