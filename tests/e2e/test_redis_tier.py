@@ -282,3 +282,27 @@ def test_forged_value_under_a_real_key_is_rejected_and_not_loaded(redis, cold):
     # were written in their place: the key's value now names its own block.
     for k in (chain[3], chain[6]):
         assert resp(redis.port, "GET", k)[64:96].hex() == k.decode()[len("strata:kv:"):]
+
+
+def test_haproxy_keeps_a_session_by_its_key_in_the_body(redis):
+    """OpenAI's prompt_cache_key and Anthropic's metadata.user_id route like
+    the header: every request of one key lands on one replica."""
+    reps = [replica(redis.url) for _ in range(3)]
+    lb = None
+    try:
+        lb = HAProxy([r.port for r in reps])
+        for i, (path, body) in enumerate([
+                ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+                                          "prompt_cache_key": "agent-7"}),
+                ("/v1/messages", {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+                                  "metadata": {"user_id": "user-3"}})]):
+            before = [metrics(r)["strata_requests_total"] for r in reps]
+            for _ in range(4):
+                assert httpx.post(lb.url + path, json=body, timeout=60).status_code == 200
+            after = [metrics(r)["strata_requests_total"] for r in reps]
+            assert sorted(a - b for a, b in zip(after, before)) == [0, 0, 4], (path, before, after)
+    finally:
+        if lb:
+            lb.stop()
+        for r in reps:
+            assert r.stop() == 0
