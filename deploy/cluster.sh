@@ -11,7 +11,8 @@
 # Environment: MODEL, STRATA (./strata), RUN (/tmp/strata-cluster: pids,
 # logs, each replica's disk tier), LB_PORT (8090), REPLICA_PORTS
 # ("8091 8092 8093"), REDIS_PORT (6390), SERVE_ARGS (extra flags for
-# every replica, e.g. "--parallel 2 --threads 1").
+# every replica, e.g. "--parallel 2 --threads 1"), SHARED (1; 0 starts
+# the replicas without --cache-redis, for comparison: bench/bench_cluster.py).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -39,12 +40,13 @@ start() {
   redis-server "$HERE/redis.conf" --port "$REDIS_PORT" --dir "$RUN" >"$RUN/redis.log" 2>&1 &
   echo $! >"$RUN/redis.pid"
   for _ in $(seq 1 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
-  local i=0
+  local i=0 shared=(--cache-redis "redis://127.0.0.1:$REDIS_PORT")
+  [ "${SHARED:-1}" = 0 ] && shared=()
   for p in "${REPLICA_PORTS[@]}"; do
     i=$((i + 1))
     # shellcheck disable=SC2086
     "$STRATA" serve -m "$MODEL" --port "$p" --cache-dir "$RUN/kv-$i" \
-      --cache-redis "redis://127.0.0.1:$REDIS_PORT" ${SERVE_ARGS:-} >"$RUN/replica-$i.log" 2>&1 &
+      "${shared[@]}" ${SERVE_ARGS:-} >"$RUN/replica-$i.log" 2>&1 &
     echo $! >"$RUN/replica-$i.pid"
   done
   for p in "${REPLICA_PORTS[@]}"; do wait_http "http://127.0.0.1:$p/health"; done

@@ -338,3 +338,37 @@ TEST(redis_tier_miss_cost_and_restore_bandwidth) {
     chain_free(&c), chain_free(&m);
     redis_stop(pid);
 }
+
+/* A Redis that stops answering (SIGSTOP: slow, swapped out, stuck) costs
+ * a call one timeout, and then nothing while the backoff lasts. */
+TEST(redis_tier_stalled_redis_costs_at_most_the_timeout) {
+    g_log_level = LOG_ERROR;
+    int port = free_port();
+    pid_t pid = redis_start(port);
+    redis_tier *r = tier_open(port, BYTES); /* timeout 100 ms */
+    cache_tier t = redis_tier_iface(r);
+    chain c;
+    chain_make(&c, 4, BYTES, 5);
+    uint8_t *buf = malloc(4 * BYTES);
+    kill(pid, SIGSTOP);
+    double t0 = clock_ms();
+    CHECK_EQ_INT(t.has(t.self, &c.h[0]), 0);
+    double probe_ms = clock_ms() - t0;
+    t0 = clock_ms();
+    CHECK_EQ_INT(t.has(t.self, &c.h[1]), 0);
+    double again_ms = clock_ms() - t0;
+    t0 = clock_ms();
+    CHECK_EQ_INT(read_chain(&t, &c, 4, BYTES, buf), 0);
+    double read_ms = clock_ms() - t0;
+    CHECK_MSG(probe_ms >= 90 && probe_ms < 300, "probe waited %.0f ms", probe_ms);
+    CHECK_MSG(read_ms < 400, "read waited %.0f ms", read_ms); /* connect + one timeout */
+    CHECK_MSG(again_ms < 20, "probe in backoff waited %.0f ms", again_ms);
+    redis_tier_stats s;
+    redis_tier_get_stats(r, &s);
+    CHECK(s.errors >= 2 && !s.up);
+    kill(pid, SIGCONT);
+    redis_tier_close(r);
+    free(buf);
+    chain_free(&c);
+    redis_stop(pid);
+}

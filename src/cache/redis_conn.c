@@ -97,6 +97,19 @@ static redisContext *dial(const redis_conn *rc, char *why, size_t cap) {
     return c;
 }
 
+/* The next attempt after a failure: the backoff doubles while failures
+ * keep coming (a stalled Redis accepts connections and then times out
+ * every command, so a successful connect proves nothing) and starts
+ * again from the minimum after a quiet spell. */
+static void back_off(redis_conn *rc) {
+    double now = clock_ms();
+    int repeat = rc->last_fail_ms > 0 && now - rc->last_fail_ms < REDIS_BACKOFF_RESET_MS;
+    rc->backoff_ms = repeat && rc->backoff_ms ? rc->backoff_ms * 2 : REDIS_BACKOFF_MIN_MS;
+    if (rc->backoff_ms > REDIS_BACKOFF_MAX_MS) rc->backoff_ms = REDIS_BACKOFF_MAX_MS;
+    rc->last_fail_ms = now;
+    rc->next_try_ms = now + rc->backoff_ms;
+}
+
 /* Warned once per tier; after that the same news is debug-level. */
 static void warn_down(redis_conn *rc, const char *why) {
     atomic_fetch_add(&rc->health->errors, 1);
@@ -115,16 +128,13 @@ redisContext *redis_conn_get(redis_conn *rc, int *fresh) {
     if (now < rc->next_try_ms) return NULL;
     char why[256] = "";
     if (!(rc->c = dial(rc, why, sizeof why))) {
-        rc->backoff_ms = rc->backoff_ms ? rc->backoff_ms * 2 : REDIS_BACKOFF_MIN_MS;
-        if (rc->backoff_ms > REDIS_BACKOFF_MAX_MS) rc->backoff_ms = REDIS_BACKOFF_MAX_MS;
-        rc->next_try_ms = now + rc->backoff_ms;
+        back_off(rc);
         warn_down(rc, why);
         return NULL;
     }
     if (atomic_fetch_add(&rc->health->connects, 1) > 0 && !atomic_load(&rc->health->up))
         log_info("redis cache: %s:%d %s connected again", rc->url->host, rc->url->port, rc->role);
     atomic_store(&rc->health->up, 1);
-    rc->backoff_ms = 0;
     *fresh = 1;
     return rc->c;
 }
@@ -134,8 +144,7 @@ void redis_conn_fail(redis_conn *rc, const char *why) {
     snprintf(msg, sizeof msg, "%s", why ? why : rc->c && rc->c->errstr[0] ? rc->c->errstr : "connection failed");
     if (rc->c) redisFree(rc->c);
     rc->c = NULL;
-    rc->backoff_ms = REDIS_BACKOFF_MIN_MS;
-    rc->next_try_ms = clock_ms() + rc->backoff_ms;
+    back_off(rc);
     warn_down(rc, msg);
 }
 

@@ -30,6 +30,7 @@ typedef struct redis_health {
 
 #define REDIS_BACKOFF_MIN_MS 100
 #define REDIS_BACKOFF_MAX_MS 5000
+#define REDIS_BACKOFF_RESET_MS 30000
 
 typedef struct redis_conn {
     const redis_url *url;
@@ -38,6 +39,7 @@ typedef struct redis_conn {
     redis_health *health;
     redisContext *c;      /* NULL while down */
     double next_try_ms;   /* no connect attempt before this (clock_ms) */
+    double last_fail_ms;  /* failures closer together than REDIS_BACKOFF_RESET_MS double the backoff */
     int backoff_ms;
 } redis_conn;
 
