@@ -48,7 +48,7 @@ typedef struct redis_tier_opts {
 } redis_tier_opts;
 
 typedef struct redis_tier_stats {
-    long hits;           /* blocks read from Redis and loaded */
+    long hits;           /* blocks read from Redis and verified (a run past a failed block is read but not attached) */
     long misses;         /* lookups Redis answered "absent", and reads that found nothing */
     long errors;         /* connection failures, timeouts, refused commands */
     long dropped_writes; /* not written: queue full, Redis down or refusing */
