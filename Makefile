@@ -5,7 +5,7 @@ CFLAGS  ?= -O2 -g
 # `override`: flags the build needs stay when CFLAGS is given on the command
 # line (make CFLAGS=-O1 ...), which would otherwise replace these too.
 override CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -pthread -Isrc -MMD -MP
-override LDLIBS += -lm -lpcre2-8 -ljansson -lmicrohttpd -lcrypto -pthread
+override LDLIBS += -lm -lpcre2-8 -ljansson -lmicrohttpd -lcrypto -lhiredis -pthread
 PYTHON  ?= python3
 
 # Files named *_avx2.c / *_avx512.c hold SIMD kernels compiled for that

@@ -4,12 +4,13 @@
 # use. Safe to run again: it only installs what is missing.
 set -euo pipefail
 
-SYSTEM_PKGS=(build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libssl-dev python3 python3-pip unzip)
+SYSTEM_PKGS=(build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libssl-dev libhiredis-dev python3 python3-pip unzip)
 # name or name:module where the import name differs (openai-agents: the
 # Agents SDK, whose default model speaks the Responses API)
 PY_TEST_PKGS=(numpy gguf pytest httpx openai anthropic openai-agents:agents)
-# clang (Debian's) builds the libFuzzer targets (make fuzz-targets, tests/fuzz).
-TEST_SYSTEM_PKGS=(clang)
+# clang (Debian's) builds the libFuzzer targets (make fuzz-targets, tests/fuzz);
+# the shared KV tier's tests start a real Redis and HAProxy on loopback.
+TEST_SYSTEM_PKGS=(clang redis-server haproxy)
 
 "$(dirname "$0")/apt-install.sh" "${SYSTEM_PKGS[@]}"
 

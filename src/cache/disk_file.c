@@ -169,22 +169,19 @@ static int pread_all(int fd, void *buf, size_t n, uint64_t off) {
     return 0;
 }
 
-/* Reads the raw header (and token bytes into tok_le, which holds
- * DISK_MAX_TOKENS*4) and checks magic, token count, header CRC, version
- * and size. */
-static int read_raw_header(int fd, uint64_t size, uint8_t *b, disk_hdr *h, uint8_t *tok_le,
-                           strata_err *err) {
-    if (size < DISK_HDR_BYTES + 4) return strata_errf(err, STRATA_EFORMAT, "truncated (%llu bytes)", (unsigned long long)size);
-    int r = pread_all(fd, b, DISK_HDR_BYTES, 0);
-    if (r) return strata_errf(err, r == -2 ? STRATA_EFORMAT : STRATA_EIO, "header unreadable: %s", r == -2 ? "short file" : strerror(errno));
+/* The magic and a sane token count, before the token ids are read. */
+static int check_magic_count(const uint8_t *b, disk_hdr *h, strata_err *err) {
     if (memcmp(b, DISK_MAGIC, 8) != 0) return strata_errf(err, STRATA_EFORMAT, "bad magic");
     hdr_decode(b, h);
     if (h->n_tokens == 0 || h->n_tokens > DISK_MAX_TOKENS)
         return strata_errf(err, STRATA_EFORMAT, "bad token count %u", h->n_tokens);
-    r = pread_all(fd, tok_le, 4ull * h->n_tokens, DISK_HDR_BYTES);
-    if (r) return strata_errf(err, r == -2 ? STRATA_EFORMAT : STRATA_EIO, "token ids unreadable");
-    /* The CRC before the version: every version keeps it where it is, so a
-     * bit flip in the version field is damage, not another version's file. */
+    return 0;
+}
+
+/* With the token ids read: header CRC, version, total size. The CRC
+ * before the version: every version keeps it where it is, so a bit flip
+ * in the version field is damage, not another version's file. */
+static int check_header(const uint8_t *b, const uint8_t *tok_le, const disk_hdr *h, uint64_t size, strata_err *err) {
     uint32_t crc = disk_crc32c(disk_crc32c(0, b, 128), tok_le, 4ull * h->n_tokens);
     if (crc != get32(b + 128)) return strata_errf(err, STRATA_EFORMAT, "header checksum mismatch");
     if (h->version != DISK_FORMAT_VERSION)
@@ -193,6 +190,20 @@ static int read_raw_header(int fd, uint64_t size, uint8_t *b, disk_hdr *h, uint8
         return strata_errf(err, STRATA_EFORMAT, "size %llu, header says %llu (truncated or damaged)",
                            (unsigned long long)size, (unsigned long long)disk_file_bytes(h->n_tokens, h->payload_bytes));
     return 0;
+}
+
+/* Reads the raw header (and token bytes into tok_le, which holds
+ * DISK_MAX_TOKENS*4) and checks magic, token count, header CRC, version
+ * and size. */
+static int read_raw_header(int fd, uint64_t size, uint8_t *b, disk_hdr *h, uint8_t *tok_le,
+                           strata_err *err) {
+    if (size < DISK_HDR_BYTES + 4) return strata_errf(err, STRATA_EFORMAT, "truncated (%llu bytes)", (unsigned long long)size);
+    int r = pread_all(fd, b, DISK_HDR_BYTES, 0);
+    if (r) return strata_errf(err, r == -2 ? STRATA_EFORMAT : STRATA_EIO, "header unreadable: %s", r == -2 ? "short file" : strerror(errno));
+    if ((r = check_magic_count(b, h, err))) return r;
+    r = pread_all(fd, tok_le, 4ull * h->n_tokens, DISK_HDR_BYTES);
+    if (r) return strata_errf(err, r == -2 ? STRATA_EFORMAT : STRATA_EIO, "token ids unreadable");
+    return check_header(b, tok_le, h, size, err);
 }
 
 int disk_file_read_header(int fd, uint64_t file_size, disk_hdr *h, int32_t *tokens,
@@ -270,6 +281,35 @@ int disk_file_load(const char *path, const disk_expect *ex, disk_hdr *h, int32_t
     free(tok_le);
     close(fd);
     return rc;
+}
+
+/* ---- in memory: the same bytes as a file, for tiers that are not files ---- */
+
+void disk_file_encode(const disk_hdr *h, const int32_t *tokens, const void *payload, uint8_t *out) {
+    uint8_t *tok_le = out + DISK_HDR_BYTES, *pl = tok_le + 4ull * h->n_tokens;
+    tokens_to_le(tok_le, tokens, h->n_tokens);
+    hdr_encode(out, h, tok_le);
+    memcpy(pl, payload, h->payload_bytes);
+    uint32_t crc = disk_crc32c(0, out, (size_t)(pl - out) + h->payload_bytes);
+    put32(pl + h->payload_bytes, crc);
+}
+
+int disk_file_decode(const uint8_t *buf, size_t len, const disk_expect *ex, disk_hdr *h, int32_t *tokens,
+                     void *payload, size_t cap, strata_err *err) {
+    if (len < DISK_HDR_BYTES + 4) return strata_errf(err, STRATA_EFORMAT, "truncated (%zu bytes)", len);
+    int rc = check_magic_count(buf, h, err);
+    if (rc) return rc;
+    const uint8_t *tok_le = buf + DISK_HDR_BYTES;
+    if (len < DISK_HDR_BYTES + 4ull * h->n_tokens + 4) return strata_errf(err, STRATA_EFORMAT, "token ids truncated");
+    if ((rc = check_header(buf, tok_le, h, len, err)) == STRATA_EUNSUPPORTED) rc = STRATA_EFORMAT;
+    if (!rc) rc = check_expect(h, ex, cap, err);
+    if (rc) return rc;
+    const uint8_t *pl = tok_le + 4ull * h->n_tokens;
+    if (disk_crc32c(0, buf, len - 4) != get32(buf + len - 4))
+        return strata_errf(err, STRATA_EFORMAT, "payload checksum mismatch");
+    memcpy(payload, pl, h->payload_bytes);
+    if (tokens) tokens_from_le(tokens, tok_le, h->n_tokens);
+    return 0;
 }
 
 /* ---- writing ---- */

@@ -91,6 +91,17 @@ int disk_file_open(const char *path, uint64_t *size, strata_err *err);
 int disk_file_load(const char *path, const disk_expect *ex, disk_hdr *h, int32_t *tokens,
                    void *payload, size_t cap, strata_err *err);
 
+/* The same bytes as a block file, in memory (a value in a shared tier
+ * such as Redis, which must be as self-describing as a file): out holds
+ * disk_file_bytes(h->n_tokens, h->payload_bytes). */
+void disk_file_encode(const disk_hdr *h, const int32_t *tokens, const void *payload, uint8_t *out);
+/* Checks buf[0..len) like disk_file_load checks a file (magic, CRCs,
+ * version, size, the expectations in ex) and only then copies the payload
+ * (cap bytes at most) and token ids (may be NULL) out. 0 or STRATA_EFORMAT
+ * (any other version included: a value asked for by name must be ours). */
+int disk_file_decode(const uint8_t *buf, size_t len, const disk_expect *ex, disk_hdr *h, int32_t *tokens,
+                     void *payload, size_t cap, strata_err *err);
+
 /* Writes a block file atomically: temp file in the same directory, write,
  * fsync, rename, fsync the directory. Creates DIR/ab when missing. On any
  * failure nothing that could load is left behind; *sys_errno gets the

@@ -230,7 +230,9 @@ static int load_take(cache_store *st, store_seq *q, kv_seq *s) {
     }
     q->n_blocks += ok;
     q->n_cached_lower += ok * B;
+    for (int i = 0; i < ok; i++) q->n_cached_tier[l->from[i]] += B;
     q->part_block = ok == l->n && l->ok > l->n ? promote_part(st, l, s, ok ? &l->hs[ok - 1] : &l->prev) : -1;
+    q->part_tier = l->from[l->n < load_items(l) ? l->n : 0];
     kv_seq_truncate(st->kv, s, s->n_pos); /* gives unused reserved blocks back; a promoted one stays cached */
     load_free(l);
     q->load = NULL;
@@ -247,10 +249,14 @@ static int tier_with(const cache_store *st, const cache_hash *h) {
 }
 
 /* How many blocks from block `at` on (below max_blocks) tier k holds and
- * the live index does not. */
+ * the live index does not; a tier that answers runs is asked once. */
 static int run_length(cache_store *st, store_seq *q, const int32_t *tokens, int k, int at, int max_blocks) {
     const cache_tier *t = &st->tiers[k];
     int n = 0;
+    if (t->has_run) {
+        while (at + n < max_blocks && live_find(st->live, chain_at(st, q, tokens, at + n)) < 0) n++;
+        return n ? t->has_run(t->self, &q->chain[at], n) : 0;
+    }
     while (at + n < max_blocks) {
         const cache_hash *h = chain_at(st, q, tokens, at + n);
         if (live_find(st->live, h) >= 0 || !t->has(t->self, h)) break;
@@ -332,7 +338,7 @@ static int attach_partial(cache_store *st, store_seq *q, const int32_t *tokens, 
     int tb = got < n_max ? live_best_partial(st->live, prev, tokens + got, n_max - got, &tail) : -1;
     if (tb >= 0) {
         live_attach_part(st->live, tb, s, tail);
-        if (tb == q->part_block) q->n_cached_lower += tail;
+        if (tb == q->part_block) q->n_cached_lower += tail, q->n_cached_tier[q->part_tier] += tail;
         else st->st.tail_hit_tokens += tail;
     }
     q->n_cached = s->n_pos;
@@ -340,6 +346,7 @@ static int attach_partial(cache_store *st, store_seq *q, const int32_t *tokens, 
     q->load_ms = clock_ms() - q->t_begin;
     st->st.hit_tokens += q->n_cached - q->n_cached_lower;
     st->st.lower_hit_tokens += q->n_cached_lower;
+    for (int k = 0; k < st->n_tiers; k++) st->st.tier_hit_tokens[k] += q->n_cached_tier[k];
     const store_request *rq = q->rq;
     q->publish_limit =
         policy_publish_limit(st->recent, &rq->scope, &st->o.default_scope, tokens, n_tokens, rq->bounds, rq->n_bounds);

@@ -4,7 +4,7 @@
  * A request's prompt is cut into blocks of B tokens named by a chained
  * hash (hash.h), each hashed once per request. The store walks the tiers
  * in order: the live pool's index (live.h), then every tier added with
- * store_add_tier (tier.h: disk today), attaches the longest cached prefix
+ * store_add_tier (tier.h: disk, then Redis), attaches the longest cached prefix
  * to the request's sequence (down to the token, through tails and partial
  * blocks), reading runs of blocks from a lower tier in the background
  * while the caller computes other sequences; a failed read falls back to
@@ -71,11 +71,13 @@ typedef struct store_seq {
     int n_attached_blocks;    /* of which came from the cache */
     int n_cached;             /* prompt tokens whose KV came from the cache */
     int n_cached_lower;       /* of which read from a tier below the live pool */
+    int n_cached_tier[STORE_MAX_TIERS]; /* of those, per lower tier in the order added */
     int publish_limit;        /* positions it may publish (its scope); set when attached */
     int n_hashes;             /* chain hashes computed: one per block */
     double t_begin, load_ms;  /* when the lookup began (ms), how long attaching took */
     store_load *load;         /* a lower tier's read in flight, or NULL */
     int part_block;           /* private: a partial block just read from a lower tier */
+    int part_tier;            /* private: the tier it came from */
 } store_seq;
 
 void store_seq_init(const cache_store *st, store_seq *q, const store_request *rq);
@@ -110,6 +112,7 @@ void store_finish(cache_store *st, store_seq *q, const int32_t *tokens, const kv
 
 typedef struct store_stats {
     long lookups, hit_tokens, lower_hit_tokens, tail_hit_tokens, published_blocks;
+    long tier_hit_tokens[STORE_MAX_TIERS]; /* lower_hit_tokens per tier, in the order added */
     long load_errors;   /* reads that failed or did not match */
     long hashes;        /* chain hashes computed */
     live_stats live;

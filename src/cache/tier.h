@@ -1,7 +1,7 @@
 /* tier.h - a tier below the live pool, as the store (store.h) sees it.
  *
- * The disk tier today (disk_tier.c), a RAM tier or a tier shared between
- * replicas tomorrow: each is a set of blocks named by their chain hash
+ * The disk tier (disk_tier.c), the tier shared between replicas on Redis
+ * (redis_tier.c), a RAM tier tomorrow: each is a set of blocks named by their chain hash
  * (hash.h) holding the same payload as a pool block, so moving a block
  * between tiers is a copy. The store walks the tiers in the order they
  * were added, reads runs of blocks from the first one that has them,
@@ -25,6 +25,9 @@ typedef struct cache_tier {
     void *self;
     /* 1 when the block is held (or being written). */
     int (*has)(void *self, const cache_hash *h);
+    /* Optional (NULL: has() one by one): how many of h[0..n), from the
+     * first, are held; a remote tier answers a run in one round trip. */
+    int (*has_run)(void *self, const cache_hash *h, int n);
     /* The held block continuing parent (a tail, or a full block matching
      * in part) that shares the longest prefix with tokens[0..n): returns
      * that length (0: none), its hash and token count. */

@@ -10,7 +10,8 @@
 int cli_serve(int argc, char **argv) {
     server_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 4, .ctx = 4096,
                      .queue_max = 64, .queue_timeout = 60, .idle_timeout = 60, .max_conns = 256,
-                     .max_body = 8 << 20, .cache_mem_mb = 1024, .cache_disk_mb = 8192};
+                     .max_body = 8 << 20, .cache_mem_mb = 1024, .cache_disk_mb = 8192,
+                     .cache_redis_timeout_ms = 100};
     int help = 0, verbose = 0, max_body_mb = 8;
     const char *log_file = NULL;
     const arg_spec specs[] = {
@@ -42,6 +43,10 @@ int cli_serve(int argc, char **argv) {
         {"--prefix-cache-scope", NULL, ARG_STR, &o.scope, 0, -1, "off|full|auto|auto:N|TOKENS (full)"},
         {"--cache-disk-mb", NULL, ARG_INT, &o.cache_disk_mb, 1, 1 << 30, "disk tier budget in MiB (8192)"},
         {"--no-cache-disk", NULL, ARG_FLAG, &o.no_cache_disk, 0, -1, "keep the cache in memory only"},
+        {"--cache-redis", NULL, ARG_STR, &o.cache_redis, 0, -1,
+         "shared tier for replicas: redis://[:password@]host[:port][/db] (off)"},
+        {"--cache-redis-timeout-ms", NULL, ARG_INT, &o.cache_redis_timeout_ms, 1, 60000,
+         "longest wait on Redis per connect, probe or stalled read/write (100)"},
         {"--trace", NULL, ARG_STR, &o.trace_path, 0, -1, "append one JSONL line per request to FILE"},
         {"--log-file", NULL, ARG_STR, &log_file, 0, -1, "append log lines to FILE instead of stderr"},
         {"--verbose", "-v", ARG_FLAG, &verbose, 0, -1, "debug log lines too"},

@@ -35,10 +35,11 @@ static void trace_request(sched *s, const slot *sl, sched_finish f) {
     double now = clock_ms(), first = sl->t_first > 0 ? sl->t_first : now;
     FILE *o = s->o.trace;
     fprintf(o,
-            "{\"ts\":%.3f,\"prompt_tokens\":%d,\"cached_tokens\":{\"live\":%d,\"disk\":%d},\"prefilled_tokens\":%d,"
+            "{\"ts\":%.3f,\"prompt_tokens\":%d,\"cached_tokens\":{\"live\":%d,\"disk\":%d,\"redis\":%d},\"prefilled_tokens\":%d,"
             "\"generated_tokens\":%d,\"blocks\":{\"attached\":%d,\"tail_tokens\":%d,\"published\":%d},"
             "\"load_ms\":%.3f,\"prefill_ms\":%.1f,\"decode_ms\":%.1f,\"finish\":\"%s\",\"retain\":[",
-            now / 1000.0, r->n_prompt, r->n_cached - r->n_cached_disk, r->n_cached_disk, r->n_prompt - r->n_cached, r->n_out,
+            now / 1000.0, r->n_prompt, r->n_cached - r->n_cached_disk - r->n_cached_redis, r->n_cached_disk,
+            r->n_cached_redis, r->n_prompt - r->n_cached, r->n_out,
             q->n_attached_blocks, tail, q->n_blocks - q->n_attached_blocks, q->load_ms,
             first - sl->t_admit - q->load_ms, now - first,
             finish_name(f));
@@ -85,7 +86,8 @@ static void prefix_attached(sched *s, slot *sl, int n_attached) {
     sl->attached = 1;
     pthread_mutex_lock(&s->mu);
     r->n_cached = r->n_prompt_done = n_attached;
-    r->n_cached_disk = sl->q.n_cached_lower;
+    r->n_cached_disk = s->tier_disk >= 0 ? sl->q.n_cached_tier[s->tier_disk] : 0;
+    r->n_cached_redis = s->tier_redis >= 0 ? sl->q.n_cached_tier[s->tier_redis] : 0;
     r->n_cache_new = fresh, r->n_cache_new_1h = fresh_1h;
     r->attached = 1;
     pthread_cond_broadcast(&r->changed);
@@ -284,7 +286,8 @@ static void publish_blocks(sched *s) {
     pthread_mutex_lock(&s->mu);
     s->stats.cache_lookups = st.lookups;
     s->stats.cache_hit_tokens = st.hit_tokens;
-    s->stats.cache_disk_hit_tokens = st.lower_hit_tokens;
+    s->stats.cache_disk_hit_tokens = s->tier_disk >= 0 ? st.tier_hit_tokens[s->tier_disk] : 0;
+    s->stats.cache_redis_hit_tokens = s->tier_redis >= 0 ? st.tier_hit_tokens[s->tier_redis] : 0;
     s->stats.cache_published_blocks = st.published_blocks;
     s->stats.cache_evicted_blocks = st.live.evicted_blocks;
     s->stats.cache_blocks = st.live.cached_blocks;
@@ -337,7 +340,8 @@ static void *sched_main(void *arg) {
 
 /* ---- life cycle ------------------------------------------------------------ */
 
-/* The block store over the engine's KV pool, with the disk tier below. */
+/* The block store over the engine's KV pool, with the disk tier below
+ * and the shared tier on Redis below that (the slowest last). */
 static void store_setup(sched *s, const sched_opts *o) {
     const model_hparams *hp = &s->e->m->hp;
     store_opts so = {.default_scope = o->default_scope,
@@ -345,9 +349,18 @@ static void store_setup(sched *s, const sched_opts *o) {
                                                               hp->head_dim, hp->n_ff)};
     memcpy(so.model_fp, o->model_fp, sizeof so.model_fp);
     s->store = store_new(&s->e->kv, &so);
-    if (!o->disk) return;
-    s->disk = disk_tier(o->disk);
-    store_add_tier(s->store, &s->disk);
+    int n = 0;
+    s->tier_disk = s->tier_redis = -1;
+    if (o->disk) {
+        s->disk = disk_tier(o->disk);
+        store_add_tier(s->store, &s->disk);
+        s->tier_disk = n++;
+    }
+    if (o->redis) {
+        s->redis = redis_tier_iface(o->redis);
+        store_add_tier(s->store, &s->redis);
+        s->tier_redis = n++;
+    }
 }
 
 int sched_new(sched **out, engine *e, const tokenizer *tok, const sched_opts *o, strata_err *err) {
@@ -358,6 +371,7 @@ int sched_new(sched **out, engine *e, const tokenizer *tok, const sched_opts *o,
     s->e = e;
     s->tok = tok;
     s->o = *o;
+    s->tier_disk = s->tier_redis = -1;
     s->slots = xcalloc((size_t)o->n_slots, sizeof(slot));
     int mb = e->max_batch;
     s->b_tok = xmalloc((size_t)mb * sizeof(int32_t));

@@ -16,6 +16,7 @@
 
 #include "base/err.h"
 #include "cache/disk.h"
+#include "cache/redis_tier.h"
 #include "cache/policy.h"
 #include "model/engine.h"
 #include "model/sample.h"
@@ -41,6 +42,7 @@ typedef struct sched_opts {
     uint8_t model_fp[32];  /* model fingerprint, in every block hash */
     FILE *trace;           /* one JSONL line per finished request, or NULL */
     disk_store *disk;      /* disk tier below the live one, or NULL */
+    redis_tier *redis;     /* shared tier below the disk one, or NULL */
     cache_scope default_scope; /* for jobs whose scope is SCOPE_DEFAULT */
 } sched_opts;
 
@@ -67,6 +69,7 @@ typedef struct sched_status {
     int n_prompt, n_prompt_done;
     int n_cached;      /* prompt tokens whose KV came from the cache */
     int n_cached_disk; /* of which loaded from the disk tier */
+    int n_cached_redis;/* of which loaded from the shared tier on Redis */
     int attached;      /* the cached prefix is known (n_cached and the next two are final) */
     int n_cache_new;   /* prompt tokens this request newly writes into the cache */
     int n_cache_new_1h;/* of which under a mark kept an hour or more */
@@ -116,6 +119,7 @@ void sched_release(sched_req *r);
 typedef struct sched_stats {
     long requests, tokens_prompt, tokens_generated, steps;
     long cache_lookups, cache_hit_tokens, cache_disk_hit_tokens, cache_published_blocks, cache_evicted_blocks;
+    long cache_redis_hit_tokens;
     long cache_tail_hit_tokens, cache_evicted_retained;
     int cache_blocks, cache_idle_blocks, cache_tails;
     int active, queued, n_slots;

@@ -29,7 +29,7 @@ struct sched_req {
     /* output, guarded by owner->mu */
     sched_token *out;
     int n_out, cap_out;
-    int n_prompt_done, n_cached, n_cached_disk;
+    int n_prompt_done, n_cached, n_cached_disk, n_cached_redis;
     int attached, n_cache_new, n_cache_new_1h; /* see sched_status */
     sched_finish finish;
     char error[256];
@@ -68,6 +68,8 @@ struct sched {
     int running;
     cache_store *store; /* NULL when the prefix cache is off */
     cache_tier disk;    /* the disk tier's interface, when there is one */
+    cache_tier redis;   /* the shared tier's, when there is one */
+    int tier_disk, tier_redis; /* their places in the store's walk (-1: none) */
     json_vocab *jvocab; /* built on first JSON-mode request */
     sched_stats stats;
     /* batch scratch, scheduler thread only */

@@ -36,6 +36,26 @@ static void get_health(server *s, const http_req *req, http_reply *rep) {
                                    "active", st.active, "queued", st.queued));
 }
 
+/* The shared tier's counters (redis_tier.h says what each counts). */
+static int redis_metrics(server *s, const sched_stats *st, char *out, size_t cap) {
+    redis_tier_stats r;
+    redis_tier_get_stats(s->redis, &r);
+    return snprintf(out, cap,
+                    "# HELP strata_cache_redis_hit_tokens_total Prompt tokens loaded from the shared tier on Redis.\n"
+                    "# TYPE strata_cache_redis_hit_tokens_total counter\nstrata_cache_redis_hit_tokens_total %ld\n"
+                    "# TYPE strata_redis_hits_total counter\nstrata_redis_hits_total %ld\n"
+                    "# TYPE strata_redis_misses_total counter\nstrata_redis_misses_total %ld\n"
+                    "# TYPE strata_redis_errors_total counter\nstrata_redis_errors_total %ld\n"
+                    "# TYPE strata_redis_dropped_writes_total counter\nstrata_redis_dropped_writes_total %ld\n"
+                    "# TYPE strata_redis_rejected_total counter\nstrata_redis_rejected_total %ld\n"
+                    "# TYPE strata_redis_writes_total counter\nstrata_redis_writes_total %ld\n"
+                    "# TYPE strata_redis_write_skips_total counter\nstrata_redis_write_skips_total %ld\n"
+                    "# TYPE strata_redis_queued_bytes gauge\nstrata_redis_queued_bytes %ld\n"
+                    "# TYPE strata_redis_up gauge\nstrata_redis_up %d\n",
+                    st->cache_redis_hit_tokens, r.hits, r.misses, r.errors, r.dropped_writes, r.rejected, r.writes,
+                    r.write_skips, r.queued_bytes, r.up);
+}
+
 static void get_metrics(server *s, const http_req *req, http_reply *rep) {
     sched_stats st;
     sched_get_stats(s->sch, &st);
@@ -91,6 +111,7 @@ static void get_metrics(server *s, const http_req *req, http_reply *rep) {
                       (unsigned long long)d.read_bytes, (unsigned long long)d.evicted,
                       (unsigned long long)d.quarantined, (unsigned long long)d.write_errors);
     }
+    if (s->redis && n < (int)sizeof body) n += redis_metrics(s, &st, body + n, sizeof body - (size_t)n);
     if (n > (int)sizeof body - 1) n = (int)sizeof body - 1;
     http_reply_text(rep, 200, "text/plain; version=0.0.4", body, (size_t)n);
 }
@@ -350,6 +371,17 @@ static void open_disk(server *s, const uint8_t fp[32]) {
              (unsigned long long)st.quarantined);
 }
 
+/* The shared tier (--cache-redis): a bad URL stops the start; Redis
+ * being down does not (the tier warns, counts and reconnects). */
+static int open_redis(server *s, const uint8_t fp[32], strata_err *err) {
+    if (s->o.no_cache || !s->o.cache_redis) return 0;
+    redis_tier_opts ro = {.url = s->o.cache_redis, .timeout_ms = s->o.cache_redis_timeout_ms,
+                          .block_tokens = (uint32_t)s->e->kv.block_tokens, .block_bytes = s->e->kv.block_bytes,
+                          .kv_dtype = 1};
+    memcpy(ro.model_fp, fp, 32);
+    return redis_tier_open(&s->redis, &ro, err);
+}
+
 static int load_model(server *s, strata_err *err) {
     uint8_t fp[32];
     char memo_dir[1100] = "";
@@ -369,8 +401,10 @@ static int load_model(server *s, strata_err *err) {
     if (s->o.trace_path && !(s->trace = fopen(s->o.trace_path, "a")))
         return strata_errf(err, STRATA_EIO, "--trace %s: cannot open for appending", s->o.trace_path);
     open_disk(s, fp);
+    if ((rc = open_redis(s, fp, err))) return rc;
     sched_opts so = {.n_slots = s->o.parallel, .ctx_per_slot = s->o.ctx, .queue_max = s->o.queue_max,
                      .chunk = 256, .prefix_cache = !s->o.no_cache, .trace = s->trace, .disk = s->disk,
+                     .redis = s->redis,
                      .default_scope = {SCOPE_FULL, 0}};
     if (s->o.scope && policy_scope_parse(s->o.scope, &so.default_scope))
         return strata_errf(err, STRATA_EINVAL, "--prefix-cache-scope %s: must be off, full, auto, auto:N (1-16) or a token count",
@@ -424,6 +458,7 @@ void server_stop(server *s) {
         if (resp_store_save(s->responses, path, s->model_fp)) log_warn("responses: could not save %s", path);
     }
     disk_close(s->disk);       /* drains queued block writes */
+    redis_tier_close(s->redis); /* sends what is queued, for 2 s at most */
     if (s->trace) fclose(s->trace);
     replay_free(s->replay);
     resp_store_free(s->responses);

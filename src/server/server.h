@@ -10,6 +10,7 @@
 
 #include "model/engine.h"
 #include "cache/disk.h"
+#include "cache/redis_tier.h"
 #include "server/http.h"
 #include "server/replay.h"
 #include "server/resp_store.h"
@@ -30,6 +31,8 @@ typedef struct server_opts {
     int block_tokens;  /* KV block size (--cache-block-tokens) */
     const char *scope; /* --prefix-cache-scope */
     const char *cache_dir; /* NULL: under the user's cache directory */
+    const char *cache_redis; /* --cache-redis URL of the shared tier, or NULL */
+    int cache_redis_timeout_ms; /* longest wait on Redis for any one step */
     int cache_mem_mb;  /* KV memory kept for cached prefixes beyond the slots */
     int cache_ram_mb;  /* RAM tier: on the CPU backend, more of the same pool */
     long max_body;
@@ -52,6 +55,7 @@ typedef struct server {
     char **keys;          /* --api-key, comma-separated: each key is a tenant */
     int n_keys;
     disk_store *disk;     /* KV disk tier, or NULL (memory only) */
+    redis_tier *redis;    /* KV tier shared by replicas, or NULL */
     char cache_dir[1024];
     uint8_t model_fp[32];
     long started_at;

@@ -1,0 +1,374 @@
+/* test_redis.c - the shared tier on Redis: values encoded and verified
+ * like block files (every kind of damage and forgery rejected), URL
+ * parsing, and the tier against a real redis-server this test starts on
+ * a free loopback port (installed by scripts/install-deps.sh --test):
+ * round trip, no double writes, Redis down at start and killed mid-run,
+ * lookup cost of a miss, and restore bandwidth next to the disk tier. */
+#define _XOPEN_SOURCE 700
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "cache/disk.h"
+#include "cache/disk_file.h"
+#include "cache/redis_conn.h"
+#include "cache/redis_tier.h"
+#include "test.h"
+#include "test_util.h"
+
+#define TB 16
+#define BYTES 4096
+
+/* ---- values ---- */
+
+static void fill(uint8_t *p, size_t n, uint64_t s) {
+    for (size_t i = 0; i < n; i++) s = s * 6364136223846793005ull + 1442695040888963407ull, p[i] = (uint8_t)(s >> 56);
+}
+
+typedef struct value {
+    disk_hdr h;
+    int32_t tok[TB];
+    uint8_t kv[BYTES];
+    uint8_t *bytes;
+    size_t len;
+} value;
+
+static void value_make(value *v, int seed) {
+    memset(v, 0, sizeof *v);
+    v->h = (disk_hdr){.version = DISK_FORMAT_VERSION, .kv_dtype = 1, .n_tokens = TB, .payload_bytes = BYTES};
+    memset(v->h.model_fp, 7, 32);
+    cache_hash_root(&v->h.parent, v->h.model_fp, "t", 1);
+    for (int i = 0; i < TB; i++) v->tok[i] = seed * 1000 + i;
+    cache_hash_block(&v->h.hash, &v->h.parent, v->tok, TB);
+    fill(v->kv, BYTES, (uint64_t)seed);
+    v->len = disk_file_bytes(TB, BYTES);
+    v->bytes = malloc(v->len);
+    disk_file_encode(&v->h, v->tok, v->kv, v->bytes);
+}
+
+static int decode(const value *v, const uint8_t *buf, size_t len) {
+    disk_expect ex = {.hash = &v->h.hash, .model_fp = v->h.model_fp, .n_tokens = TB, .kv_dtype = 1,
+                      .payload_bytes = BYTES};
+    disk_hdr h;
+    int32_t tok[TB];
+    uint8_t kv[BYTES];
+    int rc = disk_file_decode(buf, len, &ex, &h, tok, kv, sizeof kv, NULL);
+    if (rc == 0 && (memcmp(tok, v->tok, sizeof tok) || memcmp(kv, v->kv, BYTES))) return 1;
+    return rc;
+}
+
+TEST(redis_value_is_a_block_file_byte_for_byte) {
+    g_log_level = LOG_WARN;
+    value v;
+    value_make(&v, 1);
+    char *dir = test_tmpdir_new(), path[4200];
+    int sys_errno = 0;
+    CHECK_EQ_INT(disk_file_write(dir, &v.h, v.tok, v.kv, 1, &sys_errno, NULL), 0);
+    disk_file_path(dir, &v.h.hash, path, sizeof path, NULL, 0);
+    size_t n;
+    char *file = test_read_file(path, &n);
+    CHECK(file && n == v.len && memcmp(file, v.bytes, n) == 0);
+    CHECK_EQ_INT(decode(&v, v.bytes, v.len), 0);
+    free(file);
+    free(v.bytes);
+    test_tmpdir_free(dir);
+}
+
+TEST(redis_value_damaged_or_forged_is_rejected) {
+    value v, other;
+    value_make(&v, 2);
+    value_make(&other, 3);
+    uint8_t *b = malloc(v.len);
+    /* One flipped bit anywhere: magic, version, header, token ids, payload, trailing CRC. */
+    size_t offs[] = {0, 9, 20, 40, 70, 100, 130, DISK_HDR_BYTES + 5, DISK_HDR_BYTES + 4 * TB + 7, v.len - 1};
+    for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++) {
+        memcpy(b, v.bytes, v.len);
+        b[offs[i]] ^= 0x10;
+        CHECK_MSG(decode(&v, b, v.len) == STRATA_EFORMAT, "flip at %zu accepted", offs[i]);
+    }
+    CHECK_EQ_INT(decode(&v, v.bytes, v.len - 1), STRATA_EFORMAT); /* truncated */
+    CHECK_EQ_INT(decode(&v, v.bytes, 50), STRATA_EFORMAT);
+    CHECK_EQ_INT(decode(&v, other.bytes, other.len), STRATA_EFORMAT); /* a real value under another key */
+    disk_hdr h2 = v.h;
+    h2.version = DISK_FORMAT_VERSION + 1; /* well formed, another version */
+    disk_file_encode(&h2, v.tok, v.kv, b);
+    CHECK_EQ_INT(decode(&v, b, v.len), STRATA_EFORMAT);
+    memset(h2.model_fp, 9, 32), h2.version = DISK_FORMAT_VERSION; /* another model */
+    disk_file_encode(&h2, v.tok, v.kv, b);
+    CHECK_EQ_INT(decode(&v, b, v.len), STRATA_EFORMAT);
+    free(b), free(v.bytes), free(other.bytes);
+}
+
+TEST(redis_url_forms) {
+    redis_url u;
+    CHECK_EQ_INT(redis_url_parse("redis://127.0.0.1:6390", &u, NULL), 0);
+    CHECK(!strcmp(u.host, "127.0.0.1") && u.port == 6390 && u.db == 0 && !u.pass[0]);
+    CHECK_EQ_INT(redis_url_parse("redis://:s3cret@cache.local:7000/2", &u, NULL), 0);
+    CHECK(!strcmp(u.host, "cache.local") && u.port == 7000 && u.db == 2 && !strcmp(u.pass, "s3cret") && !u.user[0]);
+    CHECK_EQ_INT(redis_url_parse("redis://bob:pw@h", &u, NULL), 0);
+    CHECK(!strcmp(u.user, "bob") && !strcmp(u.pass, "pw") && u.port == 6379);
+    const char *bad[] = {"http://h:1", "redis://", "redis://h:0", "redis://h:99999", "redis://h:12x", "redis://h/x", NULL};
+    for (int i = 0; bad[i]; i++) CHECK_MSG(redis_url_parse(bad[i], &u, NULL) == STRATA_EINVAL, "%s accepted", bad[i]);
+}
+
+/* ---- a real redis-server ---- */
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    bind(fd, (struct sockaddr *)&a, sizeof a);
+    getsockname(fd, (struct sockaddr *)&a, &len);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* Starts redis-server on port; its pid once it answers PING (bounded wait). */
+static pid_t redis_start(int port) {
+    char ports[16];
+    snprintf(ports, sizeof ports, "%d", port);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int null = open("/dev/null", 1);
+        dup2(null, 1), dup2(null, 2);
+        execlp("redis-server", "redis-server", "--port", ports, "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "no", "--dir", "/tmp", (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 200; i++) {
+        redisContext *c = redisConnectWithTimeout("127.0.0.1", port, (struct timeval){0, 100000});
+        redisReply *r = c && !c->err ? redisCommand(c, "PING") : NULL;
+        int up = r && r->type == REDIS_REPLY_STATUS;
+        if (r) freeReplyObject(r);
+        if (c) redisFree(c);
+        if (up) return pid;
+        usleep(20000);
+    }
+    CHECK_MSG(0, "redis-server did not start (installed? scripts/install-deps.sh --test)");
+    return pid;
+}
+
+static void redis_stop(pid_t pid) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+static redis_tier *tier_open(int port, uint64_t block_bytes) {
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+    redis_tier_opts o = {.url = url, .timeout_ms = 100, .block_tokens = TB, .kv_dtype = 1, .block_bytes = block_bytes};
+    memset(o.model_fp, 7, 32);
+    redis_tier *r = NULL;
+    CHECK_EQ_INT(redis_tier_open(&r, &o, NULL), 0);
+    return r;
+}
+
+/* The writer thread has dealt with n writes (bounded wait). */
+static void wait_written(redis_tier *r, long n) {
+    redis_tier_stats s;
+    for (int i = 0; i < 500; i++) {
+        redis_tier_get_stats(r, &s);
+        if (s.writes + s.write_skips + s.dropped_writes >= n) return;
+        usleep(10000);
+    }
+    CHECK_MSG(0, "writes not done: %ld written %ld skipped %ld dropped", s.writes, s.write_skips, s.dropped_writes);
+}
+
+/* A chain of n blocks of `bytes` payload. */
+typedef struct chain {
+    cache_hash *h, root;
+    int32_t *tok;
+    uint8_t *kv;
+} chain;
+
+static void chain_make(chain *c, int n, size_t bytes, int seed) {
+    uint8_t fp[32];
+    memset(fp, 7, 32);
+    c->h = malloc(n * sizeof *c->h), c->tok = malloc((size_t)n * TB * 4), c->kv = malloc(n * bytes);
+    char salt[16];
+    snprintf(salt, sizeof salt, "s%d", seed);
+    cache_hash_root(&c->root, fp, salt, strlen(salt));
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < TB; j++) c->tok[i * TB + j] = seed * 100000 + i * TB + j;
+        cache_hash_block(&c->h[i], i ? &c->h[i - 1] : &c->root, c->tok + i * TB, TB);
+        fill(c->kv + (size_t)i * bytes, bytes, (uint64_t)(seed * 1000 + i));
+    }
+}
+
+static void chain_free(chain *c) { free(c->h), free(c->tok), free(c->kv); }
+
+static void write_chain(cache_tier *t, const chain *c, int n, size_t bytes) {
+    for (int i = 0; i < n; i++)
+        CHECK_EQ_INT(t->write(t->self, &c->h[i], i ? &c->h[i - 1] : &c->root, c->tok + i * TB, TB, c->kv + (size_t)i * bytes), 0);
+}
+
+/* Reads n blocks in one run; how many came back equal to what was written. */
+static int read_chain(cache_tier *t, const chain *c, int n, size_t bytes, uint8_t *buf) {
+    void **dst = malloc(n * sizeof *dst);
+    int32_t **tok = malloc(n * sizeof *tok), *tb = malloc((size_t)n * TB * 4);
+    int *rc = malloc(n * sizeof *rc);
+    for (int i = 0; i < n; i++) dst[i] = buf + (size_t)i * bytes, tok[i] = tb + i * TB;
+    int got = t->read_many(t->self, c->h, dst, tok, n, rc), same = 0;
+    for (int i = 0; i < got; i++) same += !memcmp(dst[i], c->kv + (size_t)i * bytes, bytes) && !memcmp(tok[i], c->tok + i * TB, TB * 4);
+    free(dst), free(tok), free(tb), free(rc);
+    return same;
+}
+
+TEST(redis_tier_round_trip_no_double_writes_and_no_tails) {
+    g_log_level = LOG_ERROR;
+    int port = free_port();
+    pid_t pid = redis_start(port);
+    redis_tier *r = tier_open(port, BYTES);
+    cache_tier t = redis_tier_iface(r);
+    chain c;
+    chain_make(&c, 8, BYTES, 1);
+    CHECK_EQ_INT(t.has_run(t.self, c.h, 8), 0);
+    write_chain(&t, &c, 8, BYTES);
+    write_chain(&t, &c, 8, BYTES); /* known present: not queued again */
+    CHECK(t.write(t.self, &c.h[0], &c.root, c.tok, TB - 1, c.kv) < 0); /* a tail: not stored */
+    wait_written(r, 8);
+    uint8_t *buf = malloc(8 * BYTES);
+    CHECK_EQ_INT(read_chain(&t, &c, 8, BYTES, buf), 8);
+    redis_tier_stats s;
+    redis_tier_get_stats(r, &s);
+    CHECK_EQ_INT(s.writes, 8);
+    CHECK_EQ_INT(s.hits, 8);
+    redis_tier_close(r);
+    /* Another replica: knows nothing locally, finds the run in one pipelined probe. */
+    r = tier_open(port, BYTES);
+    t = redis_tier_iface(r);
+    CHECK_EQ_INT(t.has_run(t.self, c.h, 8), 8);
+    write_chain(&t, &c, 8, BYTES);
+    CHECK_EQ_INT(read_chain(&t, &c, 8, BYTES, buf), 8);
+    redis_tier_get_stats(r, &s);
+    CHECK_EQ_INT(s.writes, 0);
+    redis_tier_close(r);
+    free(buf);
+    chain_free(&c);
+    redis_stop(pid);
+}
+
+TEST(redis_tier_down_at_start_and_killed_mid_run) {
+    g_log_level = LOG_ERROR;
+    int port = free_port();
+    redis_tier *r = tier_open(port, BYTES); /* nothing listens yet */
+    cache_tier t = redis_tier_iface(r);
+    chain c;
+    chain_make(&c, 4, BYTES, 2);
+    uint8_t *buf = malloc(4 * BYTES);
+    double t0 = clock_ms();
+    CHECK_EQ_INT(t.has(t.self, &c.h[0]), 0);
+    CHECK_EQ_INT(read_chain(&t, &c, 4, BYTES, buf), 0);
+    CHECK(clock_ms() - t0 < 100); /* down: answered at once, within the backoff */
+    redis_tier_stats s;
+    redis_tier_get_stats(r, &s);
+    CHECK(s.errors >= 1 && !s.up);
+    pid_t pid = redis_start(port);
+    usleep(4 * REDIS_BACKOFF_MIN_MS * 1000); /* past the backoff of one failure each */
+    write_chain(&t, &c, 4, BYTES);
+    wait_written(r, 4);
+    redis_tier_get_stats(r, &s);
+    CHECK_EQ_INT(s.writes, 4);
+    redis_stop(pid); /* killed: reads fail fast, the store computes instead */
+    t0 = clock_ms();
+    CHECK_EQ_INT(read_chain(&t, &c, 4, BYTES, buf), 0);
+    CHECK_EQ_INT(t.has(t.self, &c.h[2]), 0); /* the failed read forgot what it knew */
+    CHECK(clock_ms() - t0 < 250);
+    redis_tier_close(r);
+    free(buf);
+    chain_free(&c);
+}
+
+/* Measured, printed: the cost of a lookup Redis must answer "absent", and
+ * the bandwidth of a 32-block restore from Redis next to the disk tier. */
+TEST(redis_tier_miss_cost_and_restore_bandwidth) {
+    enum { N = 32, SZ = 1536 * 1024, MISSES = 2000 };
+    g_log_level = LOG_ERROR;
+    int port = free_port();
+    pid_t pid = redis_start(port);
+    redis_tier *r = tier_open(port, SZ);
+    cache_tier t = redis_tier_iface(r);
+    chain c, m;
+    chain_make(&c, N, SZ, 3);
+    chain_make(&m, 1, 16, 4);
+    double t0 = clock_ms();
+    for (int i = 0; i < MISSES; i++) {
+        cache_hash h = m.h[0];
+        memcpy(h.b, &i, sizeof i); /* a new absent key each time */
+        CHECK_EQ_INT(t.has(t.self, &h), 0);
+    }
+    double miss_us = (clock_ms() - t0) * 1e3 / MISSES;
+    write_chain(&t, &c, N, SZ);
+    wait_written(r, N);
+    uint8_t *buf = malloc((size_t)N * SZ);
+    t0 = clock_ms();
+    CHECK_EQ_INT(read_chain(&t, &c, N, SZ, buf), N);
+    double redis_ms = clock_ms() - t0;
+    /* The same blocks through the disk tier's run read. */
+    char *dir = test_tmpdir_new();
+    disk_opts o = {.dir = dir, .block_tokens = TB, .block_bytes = SZ, .kv_dtype = 1};
+    memset(o.model_fp, 7, 32);
+    disk_store *d;
+    CHECK_EQ_INT(disk_open(&d, &o, NULL), 0);
+    for (int i = 0; i < N; i++) disk_put(d, &c.h[i], i ? &c.h[i - 1] : &c.root, c.tok + i * TB, c.kv + (size_t)i * SZ);
+    disk_flush(d);
+    void **dst = malloc(N * sizeof *dst);
+    int32_t **tok = malloc(N * sizeof *tok), *tb = malloc((size_t)N * TB * 4);
+    int rc[N];
+    for (int i = 0; i < N; i++) dst[i] = buf + (size_t)i * SZ, tok[i] = tb + i * TB;
+    t0 = clock_ms();
+    CHECK_EQ_INT(disk_get_many(d, c.h, dst, tok, N, rc), N);
+    double disk_ms = clock_ms() - t0;
+    double mb = N * (double)SZ / 1e6;
+    fprintf(stderr, "    miss lookup %.1f us (one EXISTS); %d x 1.5 MiB restore: redis %.0f MB/s, disk %.0f MB/s (page cache)\n",
+            miss_us, N, mb / (redis_ms / 1e3), mb / (disk_ms / 1e3));
+    free(dst), free(tok), free(tb), free(buf);
+    disk_close(d);
+    test_tmpdir_free(dir);
+    redis_tier_close(r);
+    chain_free(&c), chain_free(&m);
+    redis_stop(pid);
+}
+
+/* A Redis that stops answering (SIGSTOP: slow, swapped out, stuck) costs
+ * a call one timeout, and then nothing while the backoff lasts. */
+TEST(redis_tier_stalled_redis_costs_at_most_the_timeout) {
+    g_log_level = LOG_ERROR;
+    int port = free_port();
+    pid_t pid = redis_start(port);
+    redis_tier *r = tier_open(port, BYTES); /* timeout 100 ms */
+    cache_tier t = redis_tier_iface(r);
+    chain c;
+    chain_make(&c, 4, BYTES, 5);
+    uint8_t *buf = malloc(4 * BYTES);
+    kill(pid, SIGSTOP);
+    double t0 = clock_ms();
+    CHECK_EQ_INT(t.has(t.self, &c.h[0]), 0);
+    double probe_ms = clock_ms() - t0;
+    t0 = clock_ms();
+    CHECK_EQ_INT(t.has(t.self, &c.h[1]), 0);
+    double again_ms = clock_ms() - t0;
+    t0 = clock_ms();
+    CHECK_EQ_INT(read_chain(&t, &c, 4, BYTES, buf), 0);
+    double read_ms = clock_ms() - t0;
+    CHECK_MSG(probe_ms >= 90 && probe_ms < 300, "probe waited %.0f ms", probe_ms);
+    CHECK_MSG(read_ms < 400, "read waited %.0f ms", read_ms); /* connect + one timeout */
+    CHECK_MSG(again_ms < 20, "probe in backoff waited %.0f ms", again_ms);
+    redis_tier_stats s;
+    redis_tier_get_stats(r, &s);
+    CHECK(s.errors >= 2 && !s.up);
+    kill(pid, SIGCONT);
+    redis_tier_close(r);
+    free(buf);
+    chain_free(&c);
+    redis_stop(pid);
+}
