@@ -5,7 +5,7 @@
 set -euo pipefail
 
 SYSTEM_PKGS=(build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libssl-dev python3 python3-pip unzip)
-PY_TEST_PKGS=(numpy gguf pytest httpx openai anthropic)
+PY_TEST_PKGS=(numpy gguf pytest httpx openai anthropic jsonschema pydantic)
 
 "$(dirname "$0")/apt-install.sh" "${SYSTEM_PKGS[@]}"
 
