@@ -21,7 +21,7 @@ TEST_OBJ := $(TEST_SRC:%.c=build/%.o)
 MODEL_DIR  = models
 MODEL      = $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: all test unit-test e2e-test bench-replay bench-load run model deps test-deps testdata clean bench oracle-refs tok-refs
+.PHONY: all test unit-test e2e-test bench-replay bench-load bench-schema run model deps test-deps testdata clean bench oracle-refs tok-refs
 
 all: strata
 
@@ -86,6 +86,13 @@ bench: strata model
 	$(PYTHON) bench/bench_vs_llamacpp.py --model $(MODEL)
 
 # Agentic replay: Strata cache off / memory only / memory + disk, and llama.cpp's
+# The per-token cost of schema-constrained sampling with 60 tools (bench/README.md).
+build/schema-mask: bench/schema_mask.c $(OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+bench-schema: build/schema-mask model
+	build/schema-mask $(MODEL) 30
+
 # llama-server (short default run; bench/README.md).
 bench-replay: strata model
 	MODEL=$(MODEL) bench/run-replay.sh

@@ -7,7 +7,7 @@ set -euo pipefail
 SYSTEM_PKGS=(build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libssl-dev libhiredis-dev python3 python3-pip unzip)
 # name or name:module where the import name differs (openai-agents: the
 # Agents SDK, whose default model speaks the Responses API)
-PY_TEST_PKGS=(numpy gguf pytest httpx openai anthropic openai-agents:agents)
+PY_TEST_PKGS=(numpy gguf pytest httpx openai anthropic openai-agents:agents jsonschema pydantic)
 # clang (Debian's) builds the libFuzzer targets (make fuzz-targets, tests/fuzz);
 # the shared KV tier's tests start a real Redis and HAProxy on loopback.
 TEST_SYSTEM_PKGS=(clang redis-server haproxy)

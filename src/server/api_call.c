@@ -43,6 +43,7 @@ static void call_free(api_call *c) {
     log_request(c);
     gen_end(&c->g);
     free(c->prefix);
+    json_schema_free(c->gp.schema);
     if (c->d->free) c->d->free(c);
     json_decref(c->req);
     sse_free(&c->st.out);
@@ -63,6 +64,17 @@ int api_call_prompt(api_call *c, const json_t *messages, int32_t **ids, size_t *
      * tenant cannot tell from its prompt's tokens what was generated here. */
     server_replay_ns(c->srv, c->gp.tenant, c->gp.cache_salt, &c->replay_ns);
     return prompt_tokens(c->srv, &c->replay_ns, messages, &c->pt, ids, n, ci, why, cap);
+}
+
+/* The generic tool format's reply is one JSON object: held to the tools'
+ * schemas (declared names, arguments that validate), under every
+ * tool_choice. A tool schema the guard cannot enforce is the client's
+ * error (400), never an unconstrained reply. */
+static int tool_schema(api_call *c, strata_err *err) {
+    if (c->gp.tools != TC_GENERIC || c->gp.schema) return 0;
+    char why[512];
+    c->gp.schema = json_schema_tools(c->pt.tools, c->pt.forced, c->pt.required, why, sizeof why);
+    return c->gp.schema ? 0 : strata_errf(err, STRATA_EINVAL, "tools: %s", why);
 }
 
 /* Submits the prompt and waits for a slot: 0, or a STRATA_E* in err. */
@@ -89,7 +101,8 @@ void api_call_run(api_call *c, const http_req *req, http_reply *rep) {
     c->gp.tenant = server_tenant(c->srv, req);
     server_replay_ns(c->srv, c->gp.tenant, NULL, &c->replay_ns); /* salted once the body is read */
     int rc = c->d->build(c, &ids, &n, &ci, why, sizeof why) ? strata_errf(&err, STRATA_EINVAL, "%s", why)
-                                                          : start(c, req, &ids, &n, &ci, &err);
+                                                          : tool_schema(c, &err) ? err.code
+                                                                                : start(c, req, &ids, &n, &ci, &err);
     prompt_cache_info_free(&ci);
     free(ids);
     if (rc) {

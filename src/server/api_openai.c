@@ -222,21 +222,44 @@ static int parse_tools(oai_call *c, char *why, size_t cap) {
     return 0;
 }
 
-/* response_format: {"type": "text"} or {"type": "json_object"}. */
+/* {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}:
+ * the reply validates against the schema, strict or not (an unsupported
+ * keyword is a 400 naming it, never an unconstrained reply). */
+static int parse_json_schema(oai_call *c, const json_t *rf, char *why, size_t cap) {
+    const json_t *js = json_object_get(rf, "json_schema");
+    const json_t *schema = json_object_get(js, "schema");
+    if (!json_is_object(js) || !json_is_string(json_object_get(js, "name"))) {
+        snprintf(why, cap, "'response_format.json_schema' must be an object with a 'name'");
+        return -1;
+    }
+    json_t *any = schema ? NULL : json_pack("{s:s}", "type", "object");
+    char reason[400];
+    c->a.gp.schema = json_schema_compile(schema ? schema : any, reason, sizeof reason);
+    json_decref(any);
+    if (!c->a.gp.schema) {
+        snprintf(why, cap, "'response_format.json_schema.schema': %s", reason);
+        return -1;
+    }
+    c->a.gp.json_mode = 1;
+    return 0;
+}
+
+/* response_format: {"type": "text" | "json_object" | "json_schema"}. */
 static int parse_response_format(oai_call *c, char *why, size_t cap) {
     const json_t *rf = json_object_get(c->a.req, "response_format");
     if (!rf || json_is_null(rf)) return 0;
     const char *type = json_string_value(json_object_get(rf, "type"));
-    if (type && !strcmp(type, "json_object")) {
+    if (type && !strcmp(type, "text")) return 0;
+    if (type && (!strcmp(type, "json_object") || !strcmp(type, "json_schema"))) {
         if (c->a.gp.tools != TC_NONE) {
-            snprintf(why, cap, "'response_format' json_object cannot be combined with 'tools'");
+            snprintf(why, cap, "'response_format' %s cannot be combined with 'tools'", type);
             return -1;
         }
+        if (!strcmp(type, "json_schema")) return parse_json_schema(c, rf, why, cap);
         c->a.gp.json_mode = 1;
         return 0;
     }
-    if (type && !strcmp(type, "text")) return 0;
-    snprintf(why, cap, "'response_format.type' must be 'text' or 'json_object'");
+    snprintf(why, cap, "'response_format.type' must be 'text', 'json_object' or 'json_schema'");
     return -1;
 }
 
@@ -372,9 +395,19 @@ static json_t *whole_choice(oai_call *c, const char *text, size_t len) {
         len = c->a.g.text.len;
         json_object_set_new(msg, "refusal", json_string(c->a.g.error));
     }
-    int calls = c->a.g.n_calls_done && !c->a.g.tool_error;
+    const char *open_name, *open_args; /* a call cut by the token limit is returned as generated */
+    int open = c->a.g.st.finish == FINISH_LENGTH && !c->a.g.tool_error && gen_open_call(&c->a.g, &open_name, &open_args);
+    int calls = (c->a.g.n_calls_done || open) && !c->a.g.tool_error;
+    if (!len && !calls && c->a.g.st.finish == FINISH_LENGTH && c->a.g.tools != TC_NONE) {
+        text = c->a.g.text.buf ? c->a.g.text.buf : ""; /* cut before a call or content began */
+        len = c->a.g.text.len;
+    }
     json_object_set_new(msg, "content", len || !calls ? json_text(text, len) : json_null());
     if (calls) json_object_set_new(msg, "tool_calls", whole_tool_calls(c));
+    if (open)
+        json_array_append_new(json_object_get(msg, "tool_calls"),
+                              json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", call_id(c, c->a.g.n_calls_done), "type",
+                                        "function", "function", "name", open_name, "arguments", open_args));
     json_object_set_new(ch, "message", msg);
     return ch;
 }

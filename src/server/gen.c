@@ -32,7 +32,7 @@ int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
     g->prefix_len = p->prefix ? strlen(p->prefix) : 0;
     sched_job job = {.prompt = ids, .n_prompt = n, .sampling = p->sampling,
                      .max_tokens = p->max_tokens, .n_logprobs = p->n_logprobs,
-                     .cache_salt = p->cache_salt, .tenant = p->tenant, .json_mode = p->json_mode,
+                     .cache_salt = p->cache_salt, .tenant = p->tenant, .json_mode = p->json_mode, .schema = p->schema,
                      .json_prefix = p->prefix, .scope = p->scope, .bounds = p->bounds, .n_bounds = p->n_bounds,
                      .held_out = p->held_out};
     for (int i = 0; i < p->n_marks && i < POLICY_MAX_MARKS; i++) job.marks[job.n_marks++] = p->marks[i];
@@ -176,6 +176,29 @@ static void keep_content(gen *g, const char *text, size_t len) {
     g->content[g->content_len] = 0;
 }
 
+/* Keeps the call in progress, for a reply cut inside it. */
+static void follow_open_call(gen *g, const tc_event *e) {
+    if (e->kind == TC_EV_CALL_BEGIN) {
+        free(g->open_name);
+        g->open_name = xstrdup(e->text);
+        g->open_args_len = 0;
+    } else if (e->kind == TC_EV_CALL_ARGS) {
+        g->open_args = xrealloc(g->open_args, g->open_args_len + e->len + 1);
+        memcpy(g->open_args + g->open_args_len, e->text, e->len);
+        g->open_args[g->open_args_len += e->len] = 0;
+    } else if (e->kind == TC_EV_CALL_END) {
+        free(g->open_name);
+        g->open_name = NULL;
+    }
+}
+
+int gen_open_call(const gen *g, const char **name, const char **args) {
+    if (!g->open_name || g->n_calls == g->n_calls_done) return 0;
+    *name = g->open_name;
+    *args = g->open_args_len ? g->open_args : "";
+    return 1;
+}
+
 int gen_pull(gen *g, int timeout_ms, const tc_event **evs) {
     *evs = NULL;
     if (g->done) return 0;
@@ -217,6 +240,7 @@ int gen_pull(gen *g, int timeout_ms, const tc_event **evs) {
     }
     for (int i = 0; i < n; i++) {
         if ((*evs)[i].kind == TC_EV_TEXT && g->tools != TC_GENERIC) keep_content(g, (*evs)[i].text, (*evs)[i].len);
+        follow_open_call(g, &(*evs)[i]);
         g->n_calls += (*evs)[i].kind == TC_EV_CALL_BEGIN;
         g->n_calls_done += (*evs)[i].kind == TC_EV_CALL_END;
         if ((*evs)[i].kind == TC_EV_CALL_END && g->one_call && !g->done) {
@@ -251,6 +275,8 @@ void gen_end(gen *g) {
     tc_free(g->tc);
     free(g->tokens);
     free(g->content);
+    free(g->open_name);
+    free(g->open_args);
     tc_jscan_free(&g->args);
     memset(g, 0, sizeof *g);
 }

@@ -24,6 +24,7 @@ typedef struct gen_params {
     cache_scope scope; /* what the cache keeps of the prompt (policy.h); SCOPE_DEFAULT: the server's */
     tc_format tools; /* TC_NONE: no tool parsing */
     int json_mode;   /* constrained to one JSON object */
+    json_schema *schema; /* ...that validates against this schema, or NULL (owned by the call) */
     const char *prefix; /* reply text already in the prompt (forced tool call) */
     int one_call;       /* end the generation when the first tool call is complete */
     int args_open;      /* prefix ends inside the call's arguments object: close
@@ -63,6 +64,9 @@ typedef struct gen {
     sched_token *tokens;   /* every generated token (for logprobs and replay) */
     int n_tokens, cap_tokens;
     tc_event one;          /* the single event when there is no parser */
+    char *open_name;       /* the call begun and not ended (a reply cut by the limit returns it) */
+    char *open_args;       /* its argument fragments so far */
+    size_t open_args_len;
     double t_start, t_first, t_done; /* ms (clock_ms): submitted, first token, finished; 0: not yet */
 } gen;
 
@@ -71,6 +75,9 @@ int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
 /* Waits up to timeout_ms; sets *evs to the new events (valid until the
  * next call) and returns how many. */
 int gen_pull(gen *g, int timeout_ms, const tc_event **evs);
+/* The tool call cut by the token limit: its name and arguments so far
+ * (not valid JSON), or 0 when none is open. */
+int gen_open_call(const gen *g, const char **name, const char **args);
 /* OpenAI words: "stop", "length", "tool_calls", "tool_call_error". */
 const char *gen_finish_word(const gen *g);
 /* Waits up to timeout_ms until the cached prefix is known (g->st.attached:

@@ -175,7 +175,7 @@ static void start_admitted(sched *s) {
         sl->t_first = 0;
         if (r->json_mode) {
             if (!s->jvocab) s->jvocab = json_vocab_new(s->tok);
-            sl->guard = json_guard_new(s->jvocab);
+            sl->guard = json_guard_new_schema(s->jvocab, r->schema);
             if (r->json_prefix) json_guard_feed(sl->guard, r->json_prefix, strlen(r->json_prefix));
         }
         attach_begin(s, sl);
@@ -237,7 +237,8 @@ static void after_logits(sched *s, int si, float *logits) {
     sched_req *r = sl->req;
     int n_vocab = s->e->m->hp.n_vocab;
     if (sl->guard && json_guard_mask(sl->guard, logits) == 0) {
-        slot_free(s, sl, FINISH_ERROR, "no token continues the JSON output");
+        slot_free(s, sl, FINISH_ERROR, r->schema ? "no token continues the JSON output under the schema"
+                                               : "no token continues the JSON output");
         return;
     }
     if (sl->t_first == 0) sl->t_first = clock_ms();

@@ -20,6 +20,7 @@
 #include "cache/policy.h"
 #include "model/engine.h"
 #include "model/sample.h"
+#include "text/jsonschema.h"
 #include "text/tokenizer.h"
 
 typedef enum {
@@ -56,6 +57,7 @@ typedef struct sched_job {
     const char *tenant;     /* the API key's tenant, salted in as well (NULL: none) */
     int json_mode;          /* constrain sampling to one valid JSON object */
     const char *json_prefix;/* JSON already written (in the prompt) before generation */
+    json_schema *schema;    /* json_mode: the output also validates against it (referenced), or NULL */
     cache_scope scope;      /* what of the prompt is published for reuse (policy.h) */
     const int *bounds;      /* ascending positions where messages start (auto scope cuts there); may be NULL */
     int n_bounds;

@@ -22,6 +22,7 @@ struct sched_req {
     int max_tokens, n_logprobs;
     int json_mode;
     char *json_prefix;
+    json_schema *schema; /* a reference, or NULL */
     store_request cache; /* root, scope, message starts, retention marks */
     int *bounds;         /* owned: cache.bounds */
     cache_mark marks[POLICY_MAX_MARKS];

@@ -27,51 +27,9 @@
 #include <string.h>
 
 #include "base/mem.h"
+#include "text/jsonguard_int.h"
 
 /* ---- the automaton -------------------------------------------------------- */
-
-enum {
-    JG_START,     /* before the top-level object: whitespace or '{' */
-    JG_VALUE,     /* a value must come */
-    JG_ARR_FIRST, /* after '[': a value or ']' */
-    JG_OBJ_FIRST, /* after '{': a key or '}' */
-    JG_KEY,       /* after ',' in an object: a key */
-    JG_COLON,     /* after a key */
-    JG_AFTER,     /* after a value: ',' or the closer of the container */
-    JG_STR,       /* inside a string */
-    JG_ESC,       /* after '\' */
-    JG_HEX,       /* inside \uXXXX: n digits read, code so far */
-    JG_LOW_BS,    /* after a high surrogate escape: '\' of the low one */
-    JG_LOW_U,     /* then 'u' */
-    JG_UTF8,      /* inside a multi-byte character: n bytes left in lo..hi */
-    JG_MINUS,     /* number: after '-' */
-    JG_ZERO,      /* number: integer part is "0" */
-    JG_INT,       /* number: n integer digits */
-    JG_DOT,       /* number: after '.' */
-    JG_FRAC,      /* number: fraction digits */
-    JG_E,         /* number: after 'e' */
-    JG_ESIGN,     /* number: after the exponent sign */
-    JG_EXP,       /* number: n exponent digits */
-    JG_LIT,       /* true/false/null: literal aux, n bytes matched */
-    JG_DONE       /* the top-level object is closed */
-};
-
-/* aux bits inside strings */
-#define AUX_KEY 1 /* the string is an object key: ':' follows */
-#define AUX_LOW 2 /* the \u being read must be a low surrogate */
-
-#define MAX_INT_DIGITS 18 /* < 2^63: Jansson reads integers as int64 */
-#define MAX_EXP_DIGITS 2  /* 1e18 * 1e99 cannot overflow a double */
-
-typedef struct jg_state {
-    uint64_t stack; /* bit d: the container at level d is an object */
-    uint16_t code;  /* \u value so far */
-    uint8_t depth;  /* open containers */
-    uint8_t mode;
-    uint8_t n;      /* counter, meaning per mode (digits, bytes, spaces) */
-    uint8_t aux;    /* AUX_* in strings, literal index in JG_LIT */
-    uint8_t lo, hi; /* range of the next UTF-8 continuation byte */
-} jg_state;
 
 static const char *const LITERALS[3] = {"true", "false", "null"};
 
@@ -327,7 +285,7 @@ static int step_literal(jg_state *s, unsigned c) {
 
 /* One byte; 0 if it cannot continue a valid prefix (s is then garbage:
  * callers step a copy). */
-static int jg_step(jg_state *s, unsigned c) {
+int jg_step(jg_state *s, unsigned c) {
     if (s->mode == JG_STR) { /* the hot case: plain text in a string */
         if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') return 1;
         return step_str(s, c);
@@ -339,11 +297,6 @@ static int jg_step(jg_state *s, unsigned c) {
     return 0; /* JG_DONE: nothing may follow */
 }
 
-static int jg_feed(jg_state *s, const uint8_t *p, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!jg_step(s, p[i])) return 0;
-    return 1;
-}
 
 /* ---- the vocabulary ------------------------------------------------------- */
 
@@ -538,47 +491,63 @@ void json_vocab_free(json_vocab *v) {
 
 /* ---- the guard ------------------------------------------------------------ */
 
+/* Feeds p to a copy of *from; 1 if every byte passes (the result goes to
+ * *to when to is not NULL). A whole copy: the committed state must have
+ * no stale frames, since the mask cache compares states whole. */
+static int full_feed(const json_schema *sch, const jg_full *from, const uint8_t *p, size_t n, jg_full *to) {
+    jg_full s = *from;
+    for (size_t i = 0; i < n; i++)
+        if (!jg_schema_step(sch, &s, p[i])) return 0;
+    if (to) *to = s;
+    return 1;
+}
+
 #define CACHE_SLOTS 4
 
 typedef struct mask_slot {
-    jg_state key;
+    jg_full key;
     int used, count;
     uint64_t *bits; /* allowed tokens, one bit each */
 } mask_slot;
 
 struct json_guard {
     const json_vocab *v;
-    jg_state st;
-    jg_state *path; /* walk scratch: the state after each depth */
+    json_schema *schema; /* a reference, or NULL: any JSON object */
+    jg_full st;
+    jg_full *path; /* walk scratch: the state after each depth */
     mask_slot slot[CACHE_SLOTS];
     int next_slot;
 };
 
-static jg_state state_initial(void) {
-    jg_state s;
+static jg_full state_initial(void) {
+    jg_full s;
     memset(&s, 0, sizeof s); /* padding too: states are compared whole */
-    s.mode = JG_START;
+    s.syn.mode = JG_START;
     return s;
 }
 
-json_guard *json_guard_new(const json_vocab *v) {
+json_guard *json_guard_new_schema(const json_vocab *v, json_schema *schema) {
     json_guard *g = xcalloc(1, sizeof *g);
     g->v = v;
+    g->schema = json_schema_ref(schema);
     g->st = state_initial();
     if (!v) return g;
-    g->path = xmalloc(sizeof(jg_state) * (size_t)(v->max_depth + 1));
+    g->path = xmalloc(sizeof(jg_full) * (size_t)(v->max_depth + 1));
     for (int i = 0; i < CACHE_SLOTS; i++) g->slot[i].bits = xmalloc(v->words * sizeof(uint64_t));
     return g;
 }
 
+json_guard *json_guard_new(const json_vocab *v) { return json_guard_new_schema(v, NULL); }
+
 void json_guard_free(json_guard *g) {
     if (!g) return;
     for (int i = 0; i < CACHE_SLOTS; i++) free(g->slot[i].bits);
+    json_schema_free(g->schema);
     free(g->path);
     free(g);
 }
 
-int json_guard_done(const json_guard *g) { return g->st.mode == JG_DONE; }
+int json_guard_done(const json_guard *g) { return g->st.syn.mode == JG_DONE; }
 
 static void set_bit(uint64_t *bits, int32_t id) { bits[id >> 6] |= 1ull << (id & 63); }
 
@@ -590,14 +559,15 @@ static int walk_trie(json_guard *g, uint64_t *bits) {
     const uint8_t *byte = v->byte;
     const uint16_t *depth = v->depth;
     int count = 0;
-    g->path[0] = g->st;
+    const json_schema *sch = g->schema;
+    jg_copy(&g->path[0], &g->st);
     for (uint32_t i = 0; i < v->n_nodes;) {
-        jg_state s = g->path[depth[i] - 1];
-        if (!jg_step(&s, byte[i])) {
+        jg_full *s = &g->path[depth[i]];
+        jg_copy(s, &g->path[depth[i] - 1]);
+        if (!(sch ? jg_schema_step(sch, s, byte[i]) : jg_step(&s->syn, byte[i]))) {
             i = v->skip[i];
             continue;
         }
-        g->path[depth[i]] = s;
         for (uint32_t k = v->tstart[i]; k < v->tstart[i + 1]; k++) set_bit(bits, v->order[k]);
         count += (int)(v->tstart[i + 1] - v->tstart[i]);
         i++;
@@ -614,8 +584,7 @@ static int string_mask(const json_guard *g, uint64_t *bits) {
     for (int i = 0; i < v->n_rest; i++) {
         uint32_t len;
         const uint8_t *p = tok_bytes(v, v->rest[i], &len);
-        jg_state s = g->st;
-        if (!jg_feed(&s, p, len)) continue;
+        if (!full_feed(g->schema, &g->st, p, len, NULL)) continue;
         set_bit(bits, v->rest[i]);
         count++;
     }
@@ -625,11 +594,11 @@ static int string_mask(const json_guard *g, uint64_t *bits) {
 /* The allowed set for the current state into slot. */
 static void compute_mask(json_guard *g, mask_slot *slot) {
     const json_vocab *v = g->v;
-    if (g->st.mode == JG_STR) {
+    if (jg_plain_string(&g->st)) {
         slot->count = string_mask(g, slot->bits);
     } else {
         memset(slot->bits, 0, v->words * sizeof(uint64_t));
-        if (g->st.mode != JG_DONE) slot->count = walk_trie(g, slot->bits);
+        if (g->st.syn.mode != JG_DONE) slot->count = walk_trie(g, slot->bits);
         else {
             for (int i = 0; i < v->n_eog; i++) set_bit(slot->bits, v->eog[i]);
             slot->count = v->n_eog;
@@ -666,10 +635,7 @@ int json_guard_mask(json_guard *g, float *logits) {
 }
 
 int json_guard_feed(json_guard *g, const char *bytes, size_t n) {
-    jg_state s = g->st;
-    if (!jg_feed(&s, (const uint8_t *)bytes, n)) return -1;
-    g->st = s;
-    return 0;
+    return full_feed(g->schema, &g->st, (const uint8_t *)bytes, n, &g->st) ? 0 : -1;
 }
 
 int json_guard_accept(json_guard *g, int32_t token) {

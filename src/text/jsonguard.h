@@ -18,14 +18,16 @@
  *     UTF-8 (no overlongs, no encoded surrogates);
  *   - at most JSON_GUARD_MAX_WS whitespace bytes in a row;
  *   - no leading text other than whitespace, nothing after the object.
- * Does not: check a JSON schema, or sample (the caller does, from the
- * masked logits). */
+ * With a schema (json_guard_new_schema) the output must also validate
+ * against it (jsonguard_schema.c). Does not: sample (the caller does,
+ * from the masked logits). */
 #ifndef STRATA_JSONGUARD_H
 #define STRATA_JSONGUARD_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "text/jsonschema.h"
 #include "text/tokenizer.h"
 
 #define JSON_GUARD_MAX_DEPTH 64
@@ -43,6 +45,9 @@ void json_vocab_free(json_vocab *v); /* NULL is fine */
  * one guard per sequence. */
 typedef struct json_guard json_guard;
 json_guard *json_guard_new(const json_vocab *v);
+/* The same, with the output held to schema as well (jsonschema.h): the
+ * guard takes a reference; NULL is json_guard_new. */
+json_guard *json_guard_new_schema(const json_vocab *v, json_schema *schema);
 void json_guard_free(json_guard *g); /* NULL is fine */
 
 /* Sets logits[id] = -INFINITY (logits has tok_n_vocab entries) for every

@@ -1,0 +1,193 @@
+"""Schema-constrained decoding end to end (issue 12 item 1): response_format
+json_schema replies on many seeds validated with the `jsonschema` package,
+tool calls under required / named held to declared tools and their schemas,
+a forced call cut by max_tokens returned with finish_reason "length", a 400
+naming an unsupported keyword, and the SDK's .parse() with a pydantic model.
+Sampling runs at temperature > 0 so that each seed writes something else."""
+import json
+from concurrent.futures import ThreadPoolExecutor
+from typing import List, Literal, Optional
+
+import httpx
+import jsonschema
+import openai
+import pydantic
+import pytest
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "city": {"enum": ["Paris", "Rome", "Oslo"]},
+        "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+        "score": {"type": "number", "minimum": 0, "maximum": 1},
+        "address": {"type": "object", "properties": {"street": {"type": "string"}, "zip": {"type": ["string", "null"]}},
+                    "required": ["street", "zip"], "additionalProperties": False},
+        "pet": {"anyOf": [{"type": "null"},
+                          {"type": "object", "properties": {"kind": {"const": "dog"}, "barks": {"type": "boolean"}},
+                           "required": ["kind", "barks"], "additionalProperties": False},
+                          {"type": "object", "properties": {"kind": {"const": "cat"}, "lives": {"type": "integer"}},
+                           "required": ["kind", "lives"], "additionalProperties": False}]},
+    },
+    "required": ["name", "age", "city", "tags", "address", "pet"],
+    "additionalProperties": False,
+}
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+                   "required": ["city", "unit"], "additionalProperties": False}}}
+ADD = {"type": "function", "function": {
+    "name": "add", "description": "Add two integers",
+    "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                   "required": ["a", "b"], "additionalProperties": False}}}
+TOOLS = [WEATHER, ADD]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+
+
+def oai(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
+
+
+def person_format(strict=True):
+    return {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": strict}}
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_json_schema_replies_validate(real, strict):
+    c = oai(real)
+
+    def one(seed):  # four at a time: the server generates them together
+        return c.chat.completions.create(model="", messages=[{"role": "user", "content": "Describe a person as JSON."}],
+                                         response_format=person_format(strict), temperature=0.9, seed=seed,
+                                         max_tokens=200).choices[0]
+    with ThreadPoolExecutor(4) as pool:
+        replies = list(pool.map(one, range(10)))
+    closed = 0
+    for ch in replies:
+        if ch.finish_reason == "length":
+            continue
+        assert ch.finish_reason == "stop"
+        jsonschema.validate(json.loads(ch.message.content), PERSON)
+        closed += 1
+    assert closed >= 5, f"only {closed} of 10 replies finished"
+
+
+def check_call(call, allowed):
+    assert call.function.name in allowed, f"undeclared tool {call.function.name!r}"
+    jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "add"}}])
+def test_tool_calls_are_declared_and_validate(real, choice):
+    c = oai(real)
+    allowed = {"get_weather", "add"} if choice == "required" else {"add"}
+    for seed in range(8):
+        r = c.chat.completions.create(model="", messages=[{"role": "user", "content": "What is the capital of France?"}],
+                                      tools=TOOLS, tool_choice=choice, temperature=0.9, seed=seed, max_tokens=120)
+        ch = r.choices[0]
+        assert ch.finish_reason == "tool_calls", ch
+        check_call(ch.message.tool_calls[0], allowed)
+
+
+def test_auto_calls_validate(tiny):
+    """Under auto the reply is content or calls; calls are held to the tools."""
+    c = oai(tiny)
+    for seed in range(10):
+        r = c.chat.completions.create(model="", messages=[{"role": "user", "content": "x"}], tools=TOOLS,
+                                      temperature=1.0, seed=seed, max_tokens=200)
+        ch = r.choices[0]
+        if ch.finish_reason == "tool_calls":
+            for call in ch.message.tool_calls:
+                check_call(call, {"get_weather", "add"})
+        else:
+            assert ch.finish_reason in ("stop", "length")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_forced_call_cut_by_max_tokens(real, stream):
+    c = oai(real)
+    args = dict(model="", messages=[{"role": "user", "content": "Weather in Paris?"}], tools=TOOLS,
+                tool_choice={"type": "function", "function": {"name": "get_weather"}}, temperature=0, max_tokens=3)
+    if not stream:
+        ch = c.chat.completions.create(**args).choices[0]
+        assert ch.finish_reason == "length"
+        call = ch.message.tool_calls[0]
+        name, partial = call.function.name, call.function.arguments
+    else:
+        name, partial, finish = None, "", None
+        for ev in c.chat.completions.create(stream=True, **args):
+            if not ev.choices:
+                continue
+            d = ev.choices[0].delta
+            for tc in d.tool_calls or []:
+                name = tc.function.name or name
+                partial += tc.function.arguments or ""
+            finish = ev.choices[0].finish_reason or finish
+        assert finish == "length"
+    assert name == "get_weather"
+    assert partial.startswith("{") and partial != "{}", partial  # cut inside the arguments
+
+
+def test_required_call_cut_before_arguments_is_not_dropped(real):
+    c = oai(real)
+    ch = c.chat.completions.create(model="", messages=[{"role": "user", "content": "Weather?"}], tools=TOOLS,
+                                   tool_choice="required", temperature=0, max_tokens=1).choices[0]
+    assert ch.finish_reason == "length"
+    assert ch.message.tool_calls or ch.message.content, "a cut reply came back empty"
+
+
+@pytest.mark.parametrize("schema, word", [
+    ({"type": "object", "properties": {"zip": {"type": "string", "pattern": "^[0-9]{5}$"}}}, "pattern"),
+    ({"type": "object", "properties": {"s": {"type": "string", "minLength": 3}}}, "minLength"),
+    ({"type": "object", "not": {"required": ["a"]}}, "not"),
+])
+def test_unsupported_keyword_is_400(tiny, schema, word):
+    r = httpx.post(tiny.url + "/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": "x"}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
+    assert r.status_code == 400
+    assert f"'{word}'" in r.json()["error"]["message"]
+
+
+def test_unsupported_tool_schema_is_400(tiny):
+    bad = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"x": {"type": "string", "pattern": "a+"}}}}}
+    r = httpx.post(tiny.url + "/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": "x"}], "tools": [bad], "tool_choice": "required"})
+    assert r.status_code == 400 and "'pattern'" in r.json()["error"]["message"]
+
+
+def test_oversized_schema_is_400(tiny):
+    props = {f"p{i}": {"type": "string"} for i in range(100)}
+    r = httpx.post(tiny.url + "/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": "x"}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+            "type": "object", "properties": props}}}})
+    assert r.status_code == 400 and "too large" in r.json()["error"]["message"]
+
+
+class Pet(pydantic.BaseModel):
+    kind: Literal["dog", "cat"]
+    name: str
+
+
+class Owner(pydantic.BaseModel):
+    name: str
+    age: int
+    pets: List[Pet]
+    nickname: Optional[str]
+
+
+def test_sdk_parse_with_pydantic(real):
+    c = oai(real)
+    for seed in range(3):
+        r = c.chat.completions.parse(model="", messages=[{"role": "user", "content": "Describe a pet owner."}],
+                                     response_format=Owner, temperature=0.8, seed=seed, max_tokens=200)
+        ch = r.choices[0]
+        if ch.finish_reason == "length":
+            continue
+        assert isinstance(ch.message.parsed, Owner)
+        return
+    pytest.fail("no parsed reply finished in 3 seeds")

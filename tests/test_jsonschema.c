@@ -1,0 +1,368 @@
+/* test_jsonschema.c - schema-constrained JSON: the compiler's refusals
+ * (unsupported keywords, sizes), the guard with a schema on outputs that
+ * must pass and prefixes that must be refused, the mask against
+ * byte-by-byte acceptance, and sampling from random logits under the mask,
+ * each finished output checked against the schema by a separate checker.
+ *
+ * jsonschema_*       compiler and bare guard, or the tiny synthetic
+ *                    model's tokenizer (tests/data/gen/models/llama-q4_1.gguf).
+ * real_jsonschema_*  the real SmolLM2 vocabulary (STRATA_MODEL). */
+#include <jansson.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+#include "test_util.h"
+#include "text/jsonguard.h"
+#include "text/jsonschema.h"
+#include "text/tokenizer.h"
+
+static json_schema *compile_text(const char *text, char *why, size_t cap) {
+    json_error_t e;
+    json_t *j = json_loads(text, 0, &e);
+    if (!j) {
+        snprintf(why, cap, "bad test JSON: %s", e.text);
+        return NULL;
+    }
+    json_schema *s = json_schema_compile(j, why, cap);
+    json_decref(j);
+    return s;
+}
+
+/* 1 iff text is accepted whole and complete under schema s. */
+static int accepts(json_schema *s, const char *text) {
+    json_guard *g = json_guard_new_schema(NULL, s);
+    int ok = json_guard_feed(g, text, strlen(text)) == 0 && json_guard_done(g);
+    json_guard_free(g);
+    return ok;
+}
+
+/* ---- the compiler ----------------------------------------------------------- */
+
+TEST(jsonschema_unsupported_keywords) {
+    static const struct { const char *schema, *word; } CASES[] = {
+        {"{\"type\":\"object\",\"properties\":{\"z\":{\"type\":\"string\",\"pattern\":\"^a$\"}}}", "'pattern' at #/properties/z"},
+        {"{\"type\":\"object\",\"properties\":{\"z\":{\"type\":\"string\",\"minLength\":2}}}", "'minLength'"},
+        {"{\"type\":\"object\",\"not\":{}}", "'not' at #"},
+        {"{\"type\":\"object\",\"patternProperties\":{}}", "'patternProperties'"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"items\":[{}]}}}", "'items' as a list"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#\"}}}", "recursive $ref"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"http://x/y\"}}}", "unsupported $ref"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":[{\"type\":\"string\"},{\"enum\":[\"x\"]}]}}}", "overlap"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"enum\":[{\"k\":1}]}}}", "'enum' with an object"},
+        {"{\"type\":\"array\"}", "root schema must allow an object"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":0}}}", "no integer"},
+        {"{\"type\":\"objekt\"}", "unknown type"},
+    };
+    for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
+        char why[512] = "";
+        json_schema *s = compile_text(CASES[i].schema, why, sizeof why);
+        CHECK_MSG(!s, "compiled: %s", CASES[i].schema);
+        CHECK_MSG(strstr(why, CASES[i].word) != NULL, "'%s' does not say %s", why, CASES[i].word);
+        json_schema_free(s);
+    }
+}
+
+TEST(jsonschema_size_limits) {
+    char why[512] = "";
+    /* 65 properties */
+    json_t *props = json_object();
+    for (int i = 0; i < 65; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "p%d", i);
+        json_object_set_new(props, k, json_pack("{s:s}", "type", "string"));
+    }
+    json_t *sch = json_pack("{s:s,s:o}", "type", "object", "properties", props);
+    CHECK(json_schema_compile(sch, why, sizeof why) == NULL);
+    CHECK_MSG(strstr(why, "more than 64 properties"), "%s", why);
+    json_decref(sch);
+    /* 64 x 64 expansions of one $ref: over the node limit */
+    json_t *inner = json_object(), *outer = json_object();
+    for (int i = 0; i < 64; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "p%d", i);
+        json_object_set_new(inner, k, json_pack("{s:s}", "type", "integer"));
+        json_object_set_new(outer, k, json_pack("{s:s}", "$ref", "#/$defs/leaf"));
+    }
+    sch = json_pack("{s:s,s:o,s:{s:{s:s,s:o}}}", "type", "object", "properties", outer, "$defs", "leaf", "type",
+                    "object", "properties", inner);
+    CHECK(json_schema_compile(sch, why, sizeof why) == NULL);
+    CHECK_MSG(strstr(why, "schema too large"), "%s", why);
+    json_decref(sch);
+}
+
+TEST(jsonschema_refcount) {
+    char why[256];
+    json_schema *s = compile_text("{\"type\":\"object\"}", why, sizeof why);
+    CHECK(s != NULL);
+    json_guard *g = json_guard_new_schema(NULL, s);
+    json_schema_free(s); /* the guard keeps its own reference */
+    CHECK_EQ_INT(json_guard_feed(g, "{\"a\":[1,{}]}", 12), 0);
+    CHECK(json_guard_done(g));
+    json_guard_free(g);
+    json_schema_free(NULL);
+}
+
+/* ---- the guard with a schema ---------------------------------------------------- */
+
+static const char *const PERSON =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"name\":{\"type\":\"string\"},"
+    "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":120},"
+    "\"city\":{\"enum\":[\"Paris\",\"Rome\",\"Oslo\"]},"
+    "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"maxItems\":2},"
+    "\"score\":{\"type\":\"number\",\"minimum\":-1,\"maximum\":1},"
+    "\"n\":{\"type\":[\"number\",\"null\"]},"
+    "\"meta\":{\"$ref\":\"#/$defs/meta\"},"
+    "\"any\":{}},"
+    "\"required\":[\"name\",\"age\"],\"additionalProperties\":false,"
+    "\"$defs\":{\"meta\":{\"anyOf\":[{\"type\":\"boolean\"},{\"type\":\"object\",\"properties\":{\"k\":{\"const\":1}},"
+    "\"required\":[\"k\"]}]}}}";
+
+TEST(jsonschema_guard_accepts) {
+    char why[512];
+    json_schema *s = compile_text(PERSON, why, sizeof why);
+    CHECK_MSG(s != NULL, "%s", why);
+    if (!s) return;
+    static const char *const OK[] = {
+        "{\"name\":\"x\",\"age\":5}",
+        " {\"age\" : 120 , \"name\":\"a\\\"b\",\"tags\":[\"a\",\"b\"],\"city\":\"Rome\",\"n\":null}",
+        "{\"name\":\"x\",\"age\":0,\"n\":-1.5e3,\"score\":-0.25}",
+        "{\"name\":\"x\",\"age\":7,\"meta\":{\"k\":1},\"any\":[1,{\"q\":[]}]}",
+        "{\"name\":\"\",\"age\":99,\"meta\":false,\"tags\":[],\"any\":\"s\"}",
+    };
+    for (size_t i = 0; i < sizeof OK / sizeof *OK; i++) CHECK_MSG(accepts(s, OK[i]), "refused %s", OK[i]);
+    json_schema_free(s);
+}
+
+TEST(jsonschema_guard_refuses) {
+    char why[512];
+    json_schema *s = compile_text(PERSON, why, sizeof why);
+    if (!s) return;
+    static const char *const BAD[] = {
+        "{\"name\":\"x\"}",                       /* age is required */
+        "{\"name\":\"x\",\"age\":121}",           /* above maximum */
+        "{\"name\":\"x\",\"age\":-1}",            /* below minimum */
+        "{\"name\":\"x\",\"age\":1.5}",           /* integer */
+        "{\"name\":\"x\",\"age\":1e2}",           /* integer */
+        "{\"nam\":1}",                            /* undeclared key */
+        "{\"name\":\"x\",\"name\":\"y\",\"age\":1}", /* a key twice */
+        "{\"name\":\"x\",\"age\":1,\"extra\":1}",
+        "{\"name\":\"x\",\"age\":1,\"city\":\"Berlin\"}",
+        "{\"name\":\"x\",\"age\":1,\"city\":\"Parisx\"}",
+        "{\"name\":\"x\",\"age\":1,\"tags\":[\"a\",\"b\",\"c\"]}",
+        "{\"name\":5,\"age\":1}",
+        "{\"name\":\"x\",\"age\":1,\"score\":1.5}",
+        "{\"name\":\"x\",\"age\":1,\"score\":2}",
+        "{\"name\":\"x\",\"age\":1,\"meta\":{}}",
+        "{\"name\":\"x\",\"age\":1,\"meta\":{\"k\":2}}",
+        "{\"name\":\"x\",\"age\":1,\"meta\":null}",
+        "{\"name\":\"x\",\"age\":1,\"n\":\"1\"}",
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) CHECK_MSG(!accepts(s, BAD[i]), "accepted %s", BAD[i]);
+    /* refusals come at the first byte with no valid completion */
+    json_guard *g = json_guard_new_schema(NULL, s);
+    CHECK_EQ_INT(json_guard_feed(g, "{\"name\":\"x\",\"age\":12", 20), 0);
+    CHECK_EQ_INT(json_guard_feed(g, "1", 1), -1); /* 121 > 120 */
+    CHECK_EQ_INT(json_guard_feed(g, "0", 1), 0);  /* 120 */
+    json_guard_free(g);
+    g = json_guard_new_schema(NULL, s);
+    CHECK_EQ_INT(json_guard_feed(g, "{\"name\":\"x\",\"age\":13", 20), 0);
+    CHECK_EQ_INT(json_guard_feed(g, "0", 1), -1); /* 130 > 120, and longer is worse */
+    CHECK_EQ_INT(json_guard_feed(g, "}", 1), 0);
+    CHECK(json_guard_done(g));
+    json_guard_free(g);
+    json_schema_free(s);
+}
+
+static const char *const TOOLS =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"city\":{\"type\":\"string\"},\"unit\":{\"enum\":[\"c\",\"f\"]}},\"required\":[\"city\"]}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"add\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"}},\"required\":[\"a\",\"b\"]}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"ping\"}}]";
+
+static json_schema *tools_schema(const char *forced, int required) {
+    char why[512];
+    json_t *tools = json_loads(TOOLS, 0, NULL);
+    json_schema *s = json_schema_tools(tools, forced, required, why, sizeof why);
+    CHECK_MSG(s != NULL, "%s", why);
+    json_decref(tools);
+    return s;
+}
+
+TEST(jsonschema_tool_calls) {
+    json_schema *s = tools_schema(NULL, 1);
+    if (!s) return;
+    CHECK(accepts(s, "{\"tool_calls\": [{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": -2}}]}"));
+    CHECK(accepts(s, "{\"tool_calls\":[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}},"
+                     "{\"name\":\"ping\",\"arguments\":{\"x\":[1]}}]}"));
+    CHECK(!accepts(s, "{\"tool_calls\":[{\"name\":\"Paris\",\"arguments\":{}}]}"));        /* undeclared */
+    CHECK(!accepts(s, "{\"tool_calls\":[{\"name\":\"add\",\"arguments\":{\"city\":\"x\"}}]}")); /* other tool's args */
+    CHECK(!accepts(s, "{\"tool_calls\":[{\"name\":\"add\",\"arguments\":{\"a\":1}}]}"));     /* b required */
+    CHECK(!accepts(s, "{\"tool_calls\":[{\"arguments\":{},\"name\":\"ping\"}]}"));            /* name first */
+    CHECK(!accepts(s, "{\"tool_calls\":[]}"));                                             /* at least one */
+    CHECK(!accepts(s, "{\"content\":\"hi\"}"));                                            /* required */
+    json_schema_free(s);
+    s = tools_schema(NULL, 0); /* auto: content or calls */
+    CHECK(accepts(s, "{\"content\":\"hi\"}"));
+    CHECK(accepts(s, "{\"tool_calls\":[{\"name\":\"ping\",\"arguments\":{}}]}"));
+    CHECK(!accepts(s, "{}"));
+    CHECK(!accepts(s, "{\"tool_calls\":[{\"name\":\"pong\",\"arguments\":{}}]}"));
+    json_schema_free(s);
+    s = tools_schema("add", 1); /* named: only that tool */
+    CHECK(accepts(s, "{\"tool_calls\": [{\"name\": \"add\", \"arguments\": {\"b\":2,\"a\":1}}]}"));
+    CHECK(!accepts(s, "{\"tool_calls\": [{\"name\": \"ping\", \"arguments\": {}}]}"));
+    json_schema_free(s);
+}
+
+/* ---- the mask, and sampling ------------------------------------------------------------ */
+
+static const char *piece(const tokenizer *t, int32_t id, int *len) {
+    static char buf[512];
+    int n = tok_piece(t, id, 0, buf, sizeof buf);
+    *len = n < 0 ? 0 : n > (int)sizeof buf ? (int)sizeof buf : n;
+    return buf;
+}
+
+/* The mask after prefix equals what json_guard_feed accepts token by token. */
+static void check_mask_matches_feed(const tokenizer *t, const json_vocab *v, json_schema *s, const char *prefix) {
+    int32_t n = tok_n_vocab(t);
+    float *logits = calloc((size_t)n, sizeof(float));
+    json_guard *g = json_guard_new_schema(v, s);
+    CHECK_EQ_INT(json_guard_feed(g, prefix, strlen(prefix)), 0);
+    int allowed = json_guard_mask(g, logits), count = 0, wrong = 0;
+    for (int32_t id = 0; id < n; id++) {
+        int len, want;
+        const char *p = piece(t, id, &len);
+        if (tok_is_eog(t, id)) want = json_guard_done(g);
+        else {
+            json_guard *b = json_guard_new_schema(NULL, s);
+            want = len > 0 && json_guard_feed(b, prefix, strlen(prefix)) == 0 && json_guard_feed(b, p, (size_t)len) == 0;
+            json_guard_free(b);
+        }
+        int got = logits[id] == 0.0f;
+        count += got;
+        if (got != want && wrong++ < 3)
+            test_fail(__FILE__, __LINE__, "prefix '%s' token %d '%.*s': mask %d, feed %d", prefix, id, len, p, got, want);
+    }
+    CHECK_EQ_INT(allowed, count);
+    CHECK_MSG(allowed > 0, "stuck after '%s'", prefix);
+    json_guard_free(g);
+    free(logits);
+}
+
+static const char *const PREFIXES[] = {
+    "", "{", "{\"", "{\"na", "{\"name\":", "{\"name\":\"a", "{\"name\":\"a\",", "{\"name\":\"a\",\"age\":1",
+    "{\"age\":-", "{\"age\":3,\"city\":\"R", "{\"age\":3,\"tags\":[", "{\"age\":3,\"tags\":[\"x\",",
+    "{\"age\":3,\"score\":0", "{\"age\":3,\"score\":0.", "{\"age\":3,\"meta\":", "{\"age\":3,\"meta\":{",
+    "{\"age\":3,\"any\":{\"q\":[", "{\"name\":\"a\",\"age\":1}",
+};
+
+static void check_prefixes(const char *model) {
+    tokenizer *t = test_load_tokenizer(model);
+    if (!t) return;
+    char why[512];
+    json_schema *s = compile_text(PERSON, why, sizeof why);
+    json_vocab *v = json_vocab_new(t);
+    for (size_t i = 0; i < sizeof PREFIXES / sizeof *PREFIXES; i++) check_mask_matches_feed(t, v, s, PREFIXES[i]);
+    json_vocab_free(v);
+    json_schema_free(s);
+    tok_free(t);
+}
+
+/* An independent check of PERSON on a parsed output. */
+static int person_valid(const json_t *o, char *why, size_t cap) {
+    const char *k;
+    const json_t *v;
+    if (!json_is_string(json_object_get(o, "name")) || !json_is_integer(json_object_get(o, "age"))) {
+        snprintf(why, cap, "name/age missing or mistyped");
+        return 0;
+    }
+    json_object_foreach((json_t *)o, k, v) {
+        int ok = 1;
+        if (!strcmp(k, "age")) ok = json_integer_value(v) >= 0 && json_integer_value(v) <= 120;
+        else if (!strcmp(k, "city")) ok = json_is_string(v) && strstr("|Paris|Rome|Oslo|", json_string_value(v)) && *json_string_value(v);
+        else if (!strcmp(k, "tags")) ok = json_is_array(v) && json_array_size(v) <= 2;
+        else if (!strcmp(k, "score")) ok = json_is_number(v) && json_number_value(v) >= -1 && json_number_value(v) <= 1;
+        else if (!strcmp(k, "n")) ok = json_is_number(v) || json_is_null(v);
+        else if (!strcmp(k, "meta")) ok = json_is_boolean(v) || (json_is_object(v) && json_integer_value(json_object_get(v, "k")) == 1);
+        else ok = !strcmp(k, "name") || !strcmp(k, "any");
+        if (!ok) {
+            snprintf(why, cap, "bad '%s'", k);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static double unit(uint64_t *s) { /* splitmix64 -> [0, 1) */
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (double)((z ^ (z >> 31)) >> 11) / 9007199254740992.0;
+}
+
+/* Samples from random logits (closers pushed as steps go on) under the
+ * mask; 1 if the run ended with EOG, its output then checked. */
+static int sample_run(const tokenizer *t, const json_vocab *v, json_schema *s, uint64_t seed, int cap) {
+    int32_t n = tok_n_vocab(t), closers[3] = {tok_find(t, "\""), tok_find(t, "}"), tok_find(t, "]")};
+    float *logits = malloc(sizeof(float) * (size_t)n);
+    char *text = malloc((size_t)cap * 512 + 1);
+    size_t used = 0;
+    json_guard *g = json_guard_new_schema(v, s);
+    int eog = 0;
+    for (int step = 0; step < cap && !eog; step++) {
+        for (int32_t i = 0; i < n; i++) logits[i] = (float)(unit(&seed) * 4.0);
+        for (int k = 0; k < 3; k++) if (closers[k] >= 0) logits[closers[k]] += (float)(step * 0.15);
+        int allowed = json_guard_mask(g, logits);
+        CHECK_MSG(allowed > 0, "seed %llu stuck after '%.*s'", (unsigned long long)seed, (int)used, text);
+        double total = 0, r;
+        for (int32_t i = 0; i < n; i++) total += logits[i] = isinf(logits[i]) ? 0.0f : expf(logits[i]);
+        r = unit(&seed) * total;
+        int32_t id = -1;
+        for (int32_t i = 0; i < n && r > 0; i++) if (logits[i] > 0) id = i, r -= logits[i];
+        if (id < 0) break;
+        CHECK_EQ_INT(json_guard_accept(g, id), 0);
+        eog = tok_is_eog(t, id);
+        int len;
+        const char *p = piece(t, id, &len);
+        if (!eog) memcpy(text + used, p, (size_t)len), used += (size_t)len;
+    }
+    if (eog) {
+        char why[128] = "";
+        json_t *o = json_loadb(text, used, 0, NULL);
+        CHECK_MSG(o && person_valid(o, why, sizeof why), "seed %llu: %s: %.*s", (unsigned long long)seed,
+                  o ? why : "not JSON", (int)used, text);
+        json_decref(o);
+    }
+    json_guard_free(g);
+    free(text);
+    free(logits);
+    return eog;
+}
+
+static void check_sampling(const char *model, int seeds) {
+    tokenizer *t = test_load_tokenizer(model);
+    if (!t) return;
+    char why[512];
+    json_schema *s = compile_text(PERSON, why, sizeof why);
+    json_vocab *v = json_vocab_new(t);
+    int done = 0;
+    for (int i = 1; i <= seeds; i++) done += sample_run(t, v, s, (uint64_t)i, 400);
+    printf("    %d of %d runs closed their object\n", done, seeds);
+    CHECK_MSG(done >= seeds / 2, "only %d of %d runs closed", done, seeds);
+    json_vocab_free(v);
+    json_schema_free(s);
+    tok_free(t);
+}
+
+TEST(jsonschema_tiny_mask_matches_feed) { check_prefixes(test_data("models/llama-q4_1.gguf")); }
+
+TEST(jsonschema_tiny_sampling) { check_sampling(test_data("models/llama-q4_1.gguf"), 100); }
+
+TEST(real_jsonschema_mask_matches_feed) { check_prefixes(test_real_model()); }
+
+TEST(real_jsonschema_sampling) { check_sampling(test_real_model(), 30); }
