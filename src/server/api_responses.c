@@ -15,8 +15,8 @@
  * .delta..., .done, and response.output_item.done; last
  * response.completed (or .incomplete at max_output_tokens, .failed).
  * Responses are stored (unless "store": false) once complete.
- * text.format json_schema is served in JSON mode: one valid JSON object,
- * the schema itself not enforced (README). Only function tools. */
+ * text.format json_schema constrains the reply to the schema (text/jsonschema.h).
+ * Only function tools. */
 #include "server/api_responses.h"
 
 #include <stddef.h>
@@ -27,6 +27,7 @@
 
 #include "base/mem.h"
 #include "server/api_call.h"
+#include "text/jsonschema.h"
 #include "server/api_params.h"
 #include "server/api_stream.h"
 #include "server/prompt.h"
@@ -112,8 +113,9 @@ static int parse_tools(resp_call *c, char *why, size_t cap) {
     return 0;
 }
 
-/* text.format: text | json_object | json_schema. Both JSON kinds get JSON
- * mode (one valid JSON object); a json_schema's schema is not enforced. */
+/* text.format: text | json_object (one valid JSON object) | json_schema
+ * ({"type", "name", "schema", "strict"}: the reply validates against the
+ * schema, strict or not; an unsupported keyword is a 400 naming it). */
 static int parse_text_format(resp_call *c, char *why, size_t cap) {
     const json_t *fmt = json_object_get(json_object_get(c->a.req, "text"), "format");
     if (!fmt || json_is_null(fmt)) return 0;
@@ -128,6 +130,16 @@ static int parse_text_format(resp_call *c, char *why, size_t cap) {
         return -1;
     }
     c->a.gp.json_mode = 1;
+    if (strcmp(type, "json_schema")) return 0;
+    const json_t *schema = json_object_get(fmt, "schema");
+    json_t *any = schema ? NULL : json_pack("{s:s}", "type", "object");
+    char reason[400];
+    c->a.gp.schema = json_schema_compile(schema ? schema : any, reason, sizeof reason);
+    json_decref(any);
+    if (!c->a.gp.schema) {
+        snprintf(why, cap, "'text.format.schema': %s", reason);
+        return -1;
+    }
     return 0;
 }
 

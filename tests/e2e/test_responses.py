@@ -215,7 +215,7 @@ def test_clear_errors(tiny):
     assert r.status_code == 404 and r.json()["error"]["code"] == "response_not_found"
 
 
-def test_json_schema_format_gives_json(tiny):
+def test_json_schema_format_is_enforced(tiny):
     fmt = {"type": "json_schema", "name": "thing", "strict": True,
            "schema": {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}}
     done = 0
@@ -224,9 +224,17 @@ def test_json_schema_format_gives_json(tiny):
                                           max_output_tokens=200, extra_body={"seed": seed})
         assert r.text.format.type == "json_schema"
         if r.status == "completed":
-            assert isinstance(json.loads(r.output_text), dict)  # JSON mode: an object; the schema is not enforced
+            out = json.loads(r.output_text)
+            assert isinstance(out, dict) and set(out) == {"a"} and isinstance(out["a"], str), out
             done += 1
     assert done
+
+
+def test_json_schema_format_with_an_unsupported_keyword_is_a_400(tiny):
+    fmt = {"type": "json_schema", "name": "zip",
+           "schema": {"type": "object", "properties": {"zip": {"type": "string", "pattern": "^[0-9]{5}$"}}}}
+    r = httpx.post(tiny.url + "/v1/responses", json={"model": "", "input": "x", "text": {"format": fmt}})
+    assert r.status_code == 400 and "pattern" in r.json()["error"]["message"]
 
 
 def test_agents_sdk_default_model_calls_a_function_tool(real):
