@@ -7,6 +7,10 @@ CFLAGS  ?= -O2 -g
 override CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -pthread -Isrc -MMD -MP
 override LDLIBS += -lm -lpcre2-8 -ljansson -lmicrohttpd -lcrypto -lhiredis -pthread
 PYTHON  ?= python3
+# Build on every core unless the caller chose (-j N): `make` alone compiles in parallel.
+ifeq ($(filter -j% --jobs%,$(MAKEFLAGS)),)
+MAKEFLAGS += --jobs=$(shell nproc 2>/dev/null || echo 2)
+endif
 
 # Files named *_avx2.c / *_avx512.c hold SIMD kernels compiled for that
 # level only; base/cpu.c picks among them at run time.

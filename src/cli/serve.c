@@ -8,7 +8,7 @@
 #include "server/server.h"
 
 int cli_serve(int argc, char **argv) {
-    server_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 4, .ctx = 4096,
+    server_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 4, .ctx = 0,
                      .queue_max = 64, .queue_timeout = 60, .idle_timeout = 60, .max_conns = 256,
                      .max_body = 8 << 20, .cache_mem_mb = 1024, .cache_disk_mb = 8192,
                      .cache_redis_timeout_ms = 100};
@@ -19,7 +19,8 @@ int cli_serve(int argc, char **argv) {
         {"--host", NULL, ARG_STR, &o.host, 0, -1, "address to listen on (127.0.0.1)"},
         {"--port", NULL, ARG_INT, &o.port, 0, 65535, "port (8080; 0 = any free port)"},
         {"--parallel", "-np", ARG_INT, &o.parallel, 1, 256, "sequences generated at once (4)"},
-        {"--ctx", "-c", ARG_INT, &o.ctx, 64, 1 << 22, "context tokens per sequence (4096)"},
+        {"--ctx", "-c", ARG_INT, &o.ctx, 64, 1 << 22,
+         "context tokens per sequence (the model's training context, capped so the slots' KV fits 4 GiB)"},
         {"--threads", "-t", ARG_INT, &o.threads, 1, 1024, "threads (one per core)"},
         {"--queue", NULL, ARG_INT, &o.queue_max, 0, 1 << 20, "requests waiting for a slot before 503 (64)"},
         {"--queue-timeout", NULL, ARG_INT, &o.queue_timeout, 0, 86400,

@@ -16,6 +16,10 @@ typedef struct engine_params {
     int block_tokens; /* KV block size; <= 0: 64 */
     int max_batch;    /* tokens per forward call; <= 0: 512 */
     int extra_kv_mb;  /* KV memory beyond n_ctx (kept for cached prefixes) */
+    /* With n_seq > 0 and n_ctx <= 0: n_seq sequences of the model's training
+     * context each, fewer tokens each if their KV would pass kv_budget_mb. */
+    int n_seq;
+    int kv_budget_mb;
 } engine_params;
 
 typedef struct engine {
@@ -24,6 +28,7 @@ typedef struct engine {
     kv_pool kv;
     fwd_ctx *fwd;
     int n_ctx, max_batch;
+    int ctx_per_seq; /* n_seq > 0: the context each sequence got */
 } engine;
 
 int engine_open(engine **out, const engine_params *p, strata_err *err);

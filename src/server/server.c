@@ -382,6 +382,11 @@ static int open_redis(server *s, const uint8_t fp[32], strata_err *err) {
     return redis_tier_open(&s->redis, &ro, err);
 }
 
+/* KV memory the slots may take when --ctx is left to the model (its
+ * training context): agents need long contexts, memory is the limit. */
+#define SERVER_KV_BUDGET_MB 4096
+#define SERVER_KV_BUDGET_TEXT "4 GiB"
+
 static int load_model(server *s, strata_err *err) {
     uint8_t fp[32];
     char memo_dir[1100] = "";
@@ -391,11 +396,18 @@ static int load_model(server *s, strata_err *err) {
     if (rc) return rc;
     engine_params ep = {.model_path = s->o.model_path, .n_threads = s->o.threads, .max_batch = 512,
                         .block_tokens = s->o.block_tokens,
-                        .n_ctx = s->o.ctx * s->o.parallel,
+                        .n_ctx = s->o.ctx * s->o.parallel, /* --ctx 0: the training context */
+                        .n_seq = s->o.parallel, .kv_budget_mb = SERVER_KV_BUDGET_MB,
                         .extra_kv_mb = s->o.no_cache ? 0 : s->o.cache_mem_mb + s->o.cache_ram_mb};
     rc = engine_open(&s->e, &ep, err);
     if (!rc) rc = tok_load(&s->tok, s->e->m->gguf, err);
     if (rc) return rc;
+    if (s->o.ctx <= 0) {
+        s->o.ctx = s->e->ctx_per_seq;
+        log_info("context: %d tokens per sequence (the model's training context is %d%s; --ctx to change)", s->o.ctx,
+                 s->e->m->hp.n_ctx_train,
+                 s->o.ctx < s->e->m->hp.n_ctx_train ? ", capped so the slots' KV fits " SERVER_KV_BUDGET_TEXT : "");
+    }
     render_opts ro = {.template_file = s->o.template_file};
     if ((rc = render_new(&s->render, s->e->m->gguf, s->tok, &ro, err))) return rc;
     if (s->o.trace_path && !(s->trace = fopen(s->o.trace_path, "a")))
@@ -438,7 +450,7 @@ int server_start(server **out, const server_opts *o, strata_err *err) {
     }
     atomic_store(&s->ready, 1);
     log_info("ready: model=%s arch=%s ctx=%d parallel=%d chat_template=%s", s->model_id,
-             s->e->m->hp.arch_name, o->ctx, o->parallel, render_format_name(s->render));
+             s->e->m->hp.arch_name, s->o.ctx, o->parallel, render_format_name(s->render));
     *out = s;
     return 0;
 }

@@ -31,3 +31,16 @@ def test_log_file_has_one_timestamped_line_per_request():
         assert re.match(stamp + r"status=200 prompt=\d+ cached=\d+ live=\d+ disk=\d+ prefilled=\d+ generated=3 "
                         r"prefill_tok_s=[\d.]+ decode_tok_s=[\d.]+ finish=length$", lines[0]), lines[0]
         assert re.match(stamp + r"status=400$", lines[1]), lines[1]
+
+
+def test_default_context_is_the_models_training_context():
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "strata.log")
+        s = Server(TINY_MODEL, "--log-file", log)
+        try:
+            n_ctx = httpx.get(s.url + "/props").json()["n_ctx"]
+        finally:
+            assert s.stop() == 0
+        line = next(l for l in open(log) if " context: " in l)
+        m = re.search(r"context: (\d+) tokens per sequence \(the model's training context is (\d+)", line)
+        assert m and int(m.group(1)) == n_ctx == int(m.group(2)) == 2048, line  # the tiny model's, not 4096
