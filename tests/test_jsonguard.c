@@ -273,43 +273,6 @@ TEST(jsonguard_fuzz_vs_jansson) {
 
 /* ---- with a vocabulary ---------------------------------------------------- */
 
-/* Token text without specials; *len bytes. Static buffer. */
-static const char *piece(const tokenizer *t, int32_t id, int *len) {
-    static char buf[1024];
-    int n = tok_piece(t, id, 0, buf, sizeof buf);
-    *len = n < 0 ? 0 : n > (int)sizeof buf ? (int)sizeof buf : n;
-    return buf;
-}
-
-/* The mask after prefix equals what json_guard_feed accepts token by
- * token (an independent path: bytes, no trie). */
-static void check_mask_matches_feed(const tokenizer *t, const json_vocab *v, const char *prefix) {
-    int32_t n = tok_n_vocab(t);
-    float *logits = calloc((size_t)n, sizeof(float));
-    json_guard *g = json_guard_new(v);
-    CHECK_EQ_INT(feed_str(g, prefix), 0);
-    int allowed = json_guard_mask(g, logits), count = 0, wrong = 0;
-    for (int32_t id = 0; id < n; id++) {
-        int len, want;
-        const char *p = piece(t, id, &len);
-        if (tok_is_eog(t, id)) want = json_guard_done(g);
-        else {
-            json_guard *b = json_guard_new(NULL);
-            want = len > 0 && feed_str(b, prefix) == 0 && json_guard_feed(b, p, (size_t)len) == 0;
-            json_guard_free(b);
-        }
-        int got = logits[id] == 0.0f;
-        count += got;
-        if (got != want && wrong++ < 3)
-            test_fail(__FILE__, __LINE__, "prefix '%s' token %d '%.*s': mask %d, feed %d", prefix,
-                      id, len, p, got, want);
-    }
-    CHECK_EQ_INT(allowed, count);
-    CHECK_MSG(allowed > 0, "stuck after '%s'", prefix);
-    json_guard_free(g);
-    free(logits);
-}
-
 static const char *const PREFIXES[] = {
     "", "  ", "{", "{\"", "{\"k", "{\"k\"", "{\"k\":", "{\"k\": [", "{\"k\":[1", "{\"k\":-",
     "{\"k\":0", "{\"k\":1.", "{\"k\":1.5e", "{\"k\":t", "{\"k\":\"a\\", "{\"k\":\"\\u00",
@@ -321,7 +284,7 @@ static void check_prefixes(const char *model) {
     if (!t) return;
     json_vocab *v = json_vocab_new(t);
     for (size_t i = 0; i < sizeof PREFIXES / sizeof *PREFIXES; i++)
-        check_mask_matches_feed(t, v, PREFIXES[i]);
+        test_mask_matches_feed(t, v, NULL, PREFIXES[i]);
     json_vocab_free(v);
     tok_free(t);
 }
@@ -385,7 +348,7 @@ static void sample_run(const tokenizer *t, const json_vocab *v, uint64_t seed, i
             CHECK_EQ_INT(json_guard_mask(g, logits), k);
         }
         int len;
-        const char *p = piece(t, id, &len);
+        const char *p = test_token_text(t, id, &len);
         if (!eog) memcpy(text + used, p, (size_t)len), used += (size_t)len;
     }
     if (eog) {

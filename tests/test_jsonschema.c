@@ -218,42 +218,6 @@ TEST(jsonschema_tool_calls) {
     json_schema_free(s);
 }
 
-/* ---- the mask, and sampling ------------------------------------------------------------ */
-
-static const char *piece(const tokenizer *t, int32_t id, int *len) {
-    static char buf[512];
-    int n = tok_piece(t, id, 0, buf, sizeof buf);
-    *len = n < 0 ? 0 : n > (int)sizeof buf ? (int)sizeof buf : n;
-    return buf;
-}
-
-/* The mask after prefix equals what json_guard_feed accepts token by token. */
-static void check_mask_matches_feed(const tokenizer *t, const json_vocab *v, json_schema *s, const char *prefix) {
-    int32_t n = tok_n_vocab(t);
-    float *logits = calloc((size_t)n, sizeof(float));
-    json_guard *g = json_guard_new_schema(v, s);
-    CHECK_EQ_INT(json_guard_feed(g, prefix, strlen(prefix)), 0);
-    int allowed = json_guard_mask(g, logits), count = 0, wrong = 0;
-    for (int32_t id = 0; id < n; id++) {
-        int len, want;
-        const char *p = piece(t, id, &len);
-        if (tok_is_eog(t, id)) want = json_guard_done(g);
-        else {
-            json_guard *b = json_guard_new_schema(NULL, s);
-            want = len > 0 && json_guard_feed(b, prefix, strlen(prefix)) == 0 && json_guard_feed(b, p, (size_t)len) == 0;
-            json_guard_free(b);
-        }
-        int got = logits[id] == 0.0f;
-        count += got;
-        if (got != want && wrong++ < 3)
-            test_fail(__FILE__, __LINE__, "prefix '%s' token %d '%.*s': mask %d, feed %d", prefix, id, len, p, got, want);
-    }
-    CHECK_EQ_INT(allowed, count);
-    CHECK_MSG(allowed > 0, "stuck after '%s'", prefix);
-    json_guard_free(g);
-    free(logits);
-}
-
 static const char *const PREFIXES[] = {
     "", "{", "{\"", "{\"na", "{\"name\":", "{\"name\":\"a", "{\"name\":\"a\",", "{\"name\":\"a\",\"age\":1",
     "{\"age\":-", "{\"age\":3,\"city\":\"R", "{\"age\":3,\"tags\":[", "{\"age\":3,\"tags\":[\"x\",",
@@ -267,7 +231,7 @@ static void check_prefixes(const char *model) {
     char why[512];
     json_schema *s = compile_text(PERSON, why, sizeof why);
     json_vocab *v = json_vocab_new(t);
-    for (size_t i = 0; i < sizeof PREFIXES / sizeof *PREFIXES; i++) check_mask_matches_feed(t, v, s, PREFIXES[i]);
+    for (size_t i = 0; i < sizeof PREFIXES / sizeof *PREFIXES; i++) test_mask_matches_feed(t, v, s, PREFIXES[i]);
     json_vocab_free(v);
     json_schema_free(s);
     tok_free(t);
@@ -328,7 +292,7 @@ static int sample_run(const tokenizer *t, const json_vocab *v, json_schema *s, u
         CHECK_EQ_INT(json_guard_accept(g, id), 0);
         eog = tok_is_eog(t, id);
         int len;
-        const char *p = piece(t, id, &len);
+        const char *p = test_token_text(t, id, &len);
         if (!eog) memcpy(text + used, p, (size_t)len), used += (size_t)len;
     }
     if (eog) {

@@ -58,3 +58,40 @@ char *test_read_file(const char *path, size_t *len) {
     if (len) *len = buf ? (size_t)n : 0;
     return buf;
 }
+
+const char *test_token_text(const tokenizer *t, int32_t id, int *len) {
+    static char buf[1024];
+    int n = tok_piece(t, id, 0, buf, sizeof buf);
+    *len = n < 0 ? 0 : n > (int)sizeof buf ? (int)sizeof buf : n;
+    return buf;
+}
+
+/* What a fresh byte-level guard says of prefix followed by p. */
+static int feed_accepts(json_schema *schema, const char *prefix, const char *p, int len) {
+    json_guard *b = json_guard_new_schema(NULL, schema);
+    int ok = len > 0 && json_guard_feed(b, prefix, strlen(prefix)) == 0 && json_guard_feed(b, p, (size_t)len) == 0;
+    json_guard_free(b);
+    return ok;
+}
+
+void test_mask_matches_feed(const tokenizer *t, const json_vocab *v, json_schema *schema, const char *prefix) {
+    int32_t n = tok_n_vocab(t);
+    float *logits = calloc((size_t)n, sizeof(float));
+    json_guard *g = json_guard_new_schema(v, schema);
+    CHECK_EQ_INT(json_guard_feed(g, prefix, strlen(prefix)), 0);
+    int allowed = json_guard_mask(g, logits), count = 0, wrong = 0;
+    for (int32_t id = 0; id < n; id++) {
+        int len;
+        const char *p = test_token_text(t, id, &len);
+        int want = tok_is_eog(t, id) ? json_guard_done(g) : feed_accepts(schema, prefix, p, len);
+        int got = logits[id] == 0.0f;
+        count += got;
+        if (got != want && wrong++ < 3)
+            test_fail(__FILE__, __LINE__, "prefix '%s' token %d '%.*s': mask %d, feed %d", prefix, id, len, p, got,
+                      want);
+    }
+    CHECK_EQ_INT(allowed, count);
+    CHECK_MSG(allowed > 0, "stuck after '%s'", prefix);
+    json_guard_free(g);
+    free(logits);
+}

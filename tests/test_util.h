@@ -2,6 +2,7 @@
 #ifndef STRATA_TEST_UTIL_H
 #define STRATA_TEST_UTIL_H
 
+#include "text/jsonguard.h"
 #include "text/tokenizer.h"
 
 /* Loads the tokenizer of a GGUF file and closes the file at once (the
@@ -17,5 +18,13 @@ char *test_read_file(const char *path, size_t *len);
  * removal with everything in it, read-only parts included. */
 char *test_tmpdir_new(void);
 void test_tmpdir_free(const char *dir);
+
+/* A token's text without specials, *len bytes (static buffer). */
+const char *test_token_text(const tokenizer *t, int32_t id, int *len);
+
+/* Checks that the JSON guard's mask after prefix (schema may be NULL: plain
+ * JSON) allows exactly the tokens json_guard_feed accepts byte by byte
+ * after it (an independent path: bytes, no trie). */
+void test_mask_matches_feed(const tokenizer *t, const json_vocab *v, json_schema *schema, const char *prefix);
 
 #endif

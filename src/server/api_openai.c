@@ -505,7 +505,7 @@ static int build(api_call *a, int32_t **ids, size_t *n, prompt_cache_info *ci, c
     return completion_prompt_ids(c, ids, n, why, cap);
 }
 
-static void fail(http_reply *rep, int code, const char *msg) {
+void api_openai_fail(http_reply *rep, int code, const char *msg) {
     const char *type;
     int status = status_for(code, &type);
     reply_openai_error(rep, status, type, code == STRATA_ERANGE ? "context_length_exceeded" : NULL, "%s", msg);
@@ -514,7 +514,7 @@ static void fail(http_reply *rep, int code, const char *msg) {
 
 static void whole(api_call *a, const http_req *req, http_reply *rep) { answer_whole((oai_call *)a, req, rep); }
 
-static const api_dialect OPENAI = {.build = build, .fail = fail, .produce = stream_produce, .whole = whole};
+static const api_dialect OPENAI = {.build = build, .fail = api_openai_fail, .produce = stream_produce, .whole = whole};
 
 static void handle(server *s, const http_req *req, http_reply *rep, int chat) {
     json_t *body = parse_body_openai(req, rep);

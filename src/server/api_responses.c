@@ -27,6 +27,7 @@
 
 #include "base/mem.h"
 #include "server/api_call.h"
+#include "server/api_openai.h"
 #include "text/jsonschema.h"
 #include "server/api_params.h"
 #include "server/api_stream.h"
@@ -426,13 +427,6 @@ static int build(api_call *a, int32_t **ids, size_t *n, prompt_cache_info *ci, c
     return rc;
 }
 
-static void fail(http_reply *rep, int code, const char *msg) {
-    const char *type;
-    int status = status_for(code, &type);
-    reply_openai_error(rep, status, type, code == STRATA_ERANGE ? "context_length_exceeded" : NULL, "%s", msg);
-    if (status == 503) rep->retry_after = 1;
-}
-
 static void whole(api_call *a, const http_req *req, http_reply *rep) { answer_whole((resp_call *)a, req, rep); }
 
 static void free_own(api_call *a) {
@@ -445,7 +439,7 @@ static void free_own(api_call *a) {
 }
 
 static const api_dialect RESPONSES = {
-    .build = build, .fail = fail, .produce = stream_produce, .whole = whole, .free = free_own};
+    .build = build, .fail = api_openai_fail, .produce = stream_produce, .whole = whole, .free = free_own};
 
 /* ---- entry points ------------------------------------------------------------------------ */
 
