@@ -286,13 +286,11 @@ static json_t *stop_sequence(const ant_call *c) {
  * more is a 1h write) and the rest. */
 static json_t *usage(const ant_call *c, int output_tokens) {
     const sched_status *st = &c->a.g.st;
-    int cached = st->n_cached, disk = st->n_cached_disk, fresh = st->n_cache_new, fresh_1h = st->n_cache_new_1h;
-    int redis = st->n_cached_redis;
-    return json_pack("{s:i,s:i,s:i,s:i,s:{s:i,s:i},s:{s:i,s:i,s:i}}", "input_tokens", c->a.n_prompt - cached - fresh,
+    int cached = st->n_cached, fresh = st->n_cache_new, fresh_1h = st->n_cache_new_1h;
+    return json_pack("{s:i,s:i,s:i,s:i,s:{s:i,s:i},s:o}", "input_tokens", c->a.n_prompt - cached - fresh,
                      "output_tokens", output_tokens, "cache_creation_input_tokens", fresh, "cache_read_input_tokens",
                      cached, "cache_creation", "ephemeral_5m_input_tokens", fresh - fresh_1h,
-                     "ephemeral_1h_input_tokens", fresh_1h, "strata_cache", "live_tokens", cached - disk - redis,
-                     "disk_tokens", disk, "redis_tokens", redis);
+                     "ephemeral_1h_input_tokens", fresh_1h, "strata_cache", api_call_cache_json(&c->a));
 }
 
 static json_t *message(const ant_call *c, json_t *content, json_t *reason, json_t *seq, int out_tokens) {

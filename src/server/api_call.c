@@ -3,6 +3,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 
 #include "base/log.h"
@@ -43,6 +44,7 @@ static void call_free(api_call *c) {
     log_request(c);
     gen_end(&c->g);
     free(c->prefix);
+    free(c->msg_ends);
     json_schema_free(c->gp.schema);
     if (c->d->free) c->d->free(c);
     json_decref(c->req);
@@ -63,7 +65,32 @@ int api_call_prompt(api_call *c, const json_t *messages, int32_t **ids, size_t *
     /* Replies are remembered per tenant and salt, like blocks: another
      * tenant cannot tell from its prompt's tokens what was generated here. */
     server_replay_ns(c->srv, c->gp.tenant, c->gp.cache_salt, &c->replay_ns);
-    return prompt_tokens(c->srv, &c->replay_ns, messages, &c->pt, ids, n, ci, why, cap);
+    int rc = prompt_tokens(c->srv, &c->replay_ns, messages, &c->pt, ids, n, ci, why, cap);
+    if (rc || !ci) return rc;
+    diag_observe(c->srv->diag, &c->replay_ns, *ids, (int)*n, &c->diag);
+    free(c->msg_ends);
+    c->msg_ends = xmalloc(((size_t)ci->n_msgs + 1) * sizeof(int));
+    memcpy(c->msg_ends, ci->msg_ends ? ci->msg_ends : (int[]){-1}, ((size_t)(ci->msg_ends ? ci->n_msgs : 0) + 1) * sizeof(int));
+    c->n_msgs = ci->msg_ends ? ci->n_msgs : 0;
+    return 0;
+}
+
+/* {"token": pos, "message": k} (message -1: not known). */
+static json_t *position_json(const api_call *c, int pos) {
+    return json_pack("{s:i,s:i}", "token", pos, "message", diag_message_at(c->msg_ends, c->n_msgs, pos));
+}
+
+json_t *api_call_cache_json(const api_call *c) {
+    const sched_status *st = &c->g.st;
+    json_t *o = json_pack("{s:i,s:i,s:i,s:o}", "live_tokens", st->n_cached - st->n_cached_disk - st->n_cached_redis,
+                          "disk_tokens", st->n_cached_disk, "redis_tokens", st->n_cached_redis, "prefix_end",
+                          position_json(c, st->n_cached));
+    if (c->diag.diverged) {
+        json_t *fd = position_json(c, c->diag.first_diff);
+        json_object_set_new(fd, "tokens_lost", json_integer(c->diag.lost));
+        json_object_set_new(o, "first_difference", fd);
+    }
+    return o;
 }
 
 /* The generic tool format's reply is one JSON object: held to the tools'

@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "server/api_stream.h"
+#include "server/diag.h"
 #include "server/gen.h"
 #include "server/prompt.h"
 #include "server/server.h"
@@ -50,6 +51,8 @@ struct api_call {
     char call_ids[API_MAX_CALLS][40]; /* per tool call index, made on first use */
     char overflow_id[40];             /* past API_MAX_CALLS */
     char method[8], path[64];         /* for the request's log line */
+    cache_diag diag;                  /* the prompt against recent ones (diag.h) */
+    int *msg_ends, n_msgs;            /* owned: message ends in the prompt, for diagnostics */
     int status;                       /* of the reply */
     api_stream st;    /* streamed replies */
 };
@@ -61,6 +64,10 @@ void api_call_run(api_call *c, const http_req *req, http_reply *rep);
  * and tokenized with the tenant's remembered replies (exact replay). */
 int api_call_prompt(api_call *c, const json_t *messages, int32_t **ids, size_t *n, prompt_cache_info *ci, char *why,
                     size_t cap);
+/* The strata_cache extension of a reply's usage: tokens per tier, where
+ * the cached prefix ended, and (when the prompt left a recent one of the
+ * same tenant) where the first difference lies and what it cost. */
+json_t *api_call_cache_json(const api_call *c);
 /* The call whose stream st is. */
 api_call *api_call_of(api_stream *st);
 /* The id of tool call `index` ("call_..." / "toolu_..." by prefix). */

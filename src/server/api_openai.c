@@ -293,10 +293,9 @@ static int parse_options(oai_call *c, char *why, size_t cap) {
 static json_t *usage_json(const oai_call *c) {
     int done = c->a.g.n_tokens;
     const sched_status *st = &c->a.g.st; /* strata_cache: the per-tier split (an extension) */
-    return json_pack("{s:i,s:i,s:i,s:{s:i},s:{s:i,s:i,s:i}}", "prompt_tokens", c->a.n_prompt, "completion_tokens",
-                     done, "total_tokens", c->a.n_prompt + done, "prompt_tokens_details", "cached_tokens", st->n_cached,
-                     "strata_cache", "live_tokens", st->n_cached - st->n_cached_disk - st->n_cached_redis,
-                     "disk_tokens", st->n_cached_disk, "redis_tokens", st->n_cached_redis);
+    return json_pack("{s:i,s:i,s:i,s:{s:i},s:o}", "prompt_tokens", c->a.n_prompt, "completion_tokens", done,
+                     "total_tokens", c->a.n_prompt + done, "prompt_tokens_details", "cached_tokens", st->n_cached,
+                     "strata_cache", api_call_cache_json(&c->a));
 }
 
 /* A token's text into piece (256 bytes); its length, clamped to the buffer. */

@@ -188,11 +188,10 @@ static json_t *call_item(resp_call *c, int index, json_t *name, const char *args
 static json_t *usage_json(const resp_call *c) {
     int out = c->a.g.n_tokens;
     const sched_status *st = &c->a.g.st; /* strata_cache: the per-tier split (an extension) */
-    return json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i,s:{s:i,s:i}}", "input_tokens", c->a.n_prompt,
+    return json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i,s:o}", "input_tokens", c->a.n_prompt,
                      "input_tokens_details", "cached_tokens", st->n_cached, "output_tokens", out,
                      "output_tokens_details", "reasoning_tokens", 0, "total_tokens", c->a.n_prompt + out,
-                     "strata_cache", "live_tokens", st->n_cached - st->n_cached_disk, "disk_tokens",
-                     st->n_cached_disk);
+                     "strata_cache", api_call_cache_json(&c->a));
 }
 
 /* A request field echoed in the response, or dflt (a new reference). */

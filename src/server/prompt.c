@@ -85,6 +85,7 @@ int prompt_tokens(const server *s, const cache_hash *replay_ns, const json_t *me
     }
     if (ci) find_marks(messages, t, &rt, ci);
     if (ci) ci->bounds = rt.bounds, ci->n_bounds = rt.n_bounds, rt.bounds = NULL;
+    if (ci) ci->msg_ends = rt.msg_bounds, ci->n_msgs = (int)rt.n_msgs, rt.msg_bounds = NULL;
     *ids = rt.ids, *n = rt.n, rt.ids = NULL;
     render_tokens_free(&rt);
     return 0;
@@ -100,6 +101,7 @@ void prompt_cache_apply(const prompt_cache_info *ci, gen_params *gp) {
 
 void prompt_cache_info_free(prompt_cache_info *ci) {
     free(ci->bounds);
+    free(ci->msg_ends);
     ci->bounds = NULL;
     ci->n_bounds = 0;
 }

@@ -41,6 +41,8 @@ typedef struct prompt_cache_info {
     cache_mark marks[POLICY_MAX_MARKS];
     int n_marks;
     const char *held_out; /* the normalize.h rule that held client text out, or NULL */
+    int *msg_ends;        /* malloc'd: where the first k messages end, k = 0..n_msgs (-1 unknown) */
+    int n_msgs;
 } prompt_cache_info;
 void prompt_cache_info_free(prompt_cache_info *ci);
 /* Points the generation's cache fields at ci (which must outlive gen_start). */

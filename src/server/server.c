@@ -434,6 +434,7 @@ int server_start(server **out, const server_opts *o, strata_err *err) {
     s->o = *o;
     s->started_at = (long)time(NULL);
     s->replay = replay_new(4096);
+    s->diag = diag_new();
     s->responses = resp_store_new(RESP_STORE_ENTRIES, (size_t)RESP_STORE_MB << 20);
     set_model_id(s);
     http_opts ho = {.host = o->host, .port = o->port, .max_body = (size_t)o->max_body,
@@ -473,6 +474,7 @@ void server_stop(server *s) {
     redis_tier_close(s->redis); /* sends what is queued, for 2 s at most */
     if (s->trace) fclose(s->trace);
     replay_free(s->replay);
+    diag_free(s->diag);
     resp_store_free(s->responses);
     for (int i = 0; i < s->n_keys; i++) free(s->keys[i]);
     free(s->keys);

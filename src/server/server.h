@@ -12,6 +12,7 @@
 #include "cache/disk.h"
 #include "cache/redis_tier.h"
 #include "server/http.h"
+#include "server/diag.h"
 #include "server/replay.h"
 #include "server/resp_store.h"
 #include "server/sched.h"
@@ -44,6 +45,7 @@ typedef struct server {
     tokenizer *tok;
     sched *sch;
     http_server *http;
+    diag_store *diag;     /* recent prompts, for cache diagnostics */
     renderer *render;     /* the chat template or built-in format */
     char model_id[128];   /* reported to clients: the first alias, else the file name */
     char **aliases;       /* every --alias name (model_id among them) */

@@ -244,3 +244,22 @@ def test_apply_template_and_user_text_stays_plain(tiny):
     n_chat = client(tiny).chat.completions.create(model="", messages=msgs, max_tokens=1).usage.prompt_tokens
     n_all_special = len(httpx.post(tiny.url + "/tokenize", json={"content": prompt, "parse_special": True}).json()["tokens"])
     assert n_chat > n_all_special
+
+
+def test_cache_diagnostics_name_the_first_difference(tiny):
+    def ask_with(system):
+        r = httpx.post(tiny.url + "/v1/chat/completions", json={
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": "list the files " * 30}],
+            "max_tokens": 2, "temperature": 0, "cache_salt": "diagnostics"})
+        assert r.status_code == 200, r.text
+        return r.json()["usage"]
+    first = ask_with("You are the build agent. " * 20)
+    assert "first_difference" not in first["strata_cache"]
+    same = ask_with("You are the build agent. " * 20)
+    sc = same["strata_cache"]
+    assert sc["prefix_end"]["token"] == same["prompt_tokens_details"]["cached_tokens"] > 0
+    assert sc["prefix_end"]["message"] in (1, -1)  # the cached prefix reaches into the user message (or past it)
+    edited = ask_with("You are the test agent. " + "You are the build agent. " * 19)
+    fd = edited["strata_cache"]["first_difference"]
+    assert fd["message"] == 0 and fd["tokens_lost"] > 100, fd  # the system prompt changed, and it cost the rest
+    assert fd["token"] <= edited["prompt_tokens_details"]["cached_tokens"] + 64
