@@ -7,8 +7,9 @@ CFLAGS  ?= -O2 -g
 override CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -pthread -Isrc -MMD -MP
 override LDLIBS += -lm -lpcre2-8 -ljansson -lmicrohttpd -lcrypto -lhiredis -pthread
 PYTHON  ?= python3
-# Build on every core unless the caller chose (-j N): `make` alone compiles in parallel.
-ifeq ($(filter -j% --jobs%,$(MAKEFLAGS)),)
+# Build on every core: `make` alone compiles in parallel (set at the top
+# level only; sub-makes share its job server).
+ifeq ($(MAKELEVEL),0)
 MAKEFLAGS += --jobs=$(shell nproc 2>/dev/null || echo 2)
 endif
 
@@ -64,7 +65,7 @@ $(MODEL):
 	@scripts/fetch-model.sh $(MODEL_DIR)
 
 # Generated fixtures (tiny models, reference vectors from the gguf package).
-testdata: test-deps
+testdata: test-deps $(MODEL) # the real model's tokenizer feeds some fixtures: fetch it first (make -j)
 	@STRATA_MODEL=$(abspath $(MODEL)) $(PYTHON) tools/gen_testdata.py tests/data/gen
 
 unit-test: build/strata-tests strata
