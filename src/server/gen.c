@@ -273,10 +273,7 @@ void gen_end(gen *g) {
     sched_release(g->req);
     textout_free(&g->text);
     tc_free(g->tc);
-    free(g->tokens);
-    free(g->content);
-    free(g->open_name);
-    free(g->open_args);
+    free(g->tokens), free(g->content), free(g->open_name), free(g->open_args);
     tc_jscan_free(&g->args);
     memset(g, 0, sizeof *g);
 }

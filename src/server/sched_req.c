@@ -22,11 +22,8 @@
 void sched__req_unref_locked(sched_req *r) {
     if (--r->refs > 0) return;
     pthread_cond_destroy(&r->changed);
-    free(r->json_prefix);
     json_schema_free(r->schema);
-    free(r->bounds);
-    free(r->prompt);
-    free(r->out);
+    free(r->json_prefix), free(r->bounds), free(r->prompt), free(r->out);
     free(r);
 }
 

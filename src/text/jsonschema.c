@@ -636,12 +636,7 @@ json_schema *json_schema_ref(json_schema *s) {
 void json_schema_free(json_schema *s) {
     if (!s || atomic_fetch_sub(&s->refs, 1) > 1) return;
     for (int i = 0; i < s->n_prop; i++) free(s->prop_name[i]);
-    free(s->prop_name);
-    free(s->prop);
-    free(s->node);
-    free(s->trie);
-    free(s->disc_branch);
-    free(s->disc_prop);
+    free(s->prop_name), free(s->prop), free(s->node), free(s->trie), free(s->disc_branch), free(s->disc_prop);
     free(s);
 }
 
