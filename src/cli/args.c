@@ -54,12 +54,27 @@ int args_parse(const arg_spec *specs, int n_specs, int argc, char **argv, int fi
     return 0;
 }
 
+static int ends_with(const char *s, const char *tail) {
+    size_t a = strlen(s), b = strlen(tail);
+    return a >= b && !strcmp(s + a - b, tail);
+}
+
+/* What goes after an option in the usage: its kind of value. */
+static const char *placeholder(const arg_spec *a) {
+    if (a->kind == ARG_FLAG) return "";
+    if (a->kind != ARG_STR) return a->kind == ARG_INT ? " N" : " X";
+    if (ends_with(a->name, "-file") || !strcmp(a->name, "--model") || !strcmp(a->name, "--trace")) return " FILE";
+    if (ends_with(a->name, "-dir")) return " DIR";
+    if (!strcmp(a->name, "--host")) return " ADDR";
+    return " VALUE";
+}
+
 void args_usage(const char *cmd, const char *synopsis, const arg_spec *specs, int n_specs) {
     printf("usage: strata %s %s\n\n", cmd, synopsis);
     for (int i = 0; i < n_specs; i++) {
-        char left[48];
-        snprintf(left, sizeof left, "%s%s%s", specs[i].alias ? specs[i].alias : "",
-                 specs[i].alias ? ", " : "", specs[i].name);
-        printf("  %-22s %s\n", left, specs[i].help);
+        char left[64];
+        snprintf(left, sizeof left, "%s%s%s%s", specs[i].alias ? specs[i].alias : "", specs[i].alias ? ", " : "",
+                 specs[i].name, placeholder(&specs[i]));
+        printf("  %-28s %s\n", left, specs[i].help);
     }
 }

@@ -44,3 +44,9 @@ def test_default_context_is_the_models_training_context():
         line = next(l for l in open(log) if " context: " in l)
         m = re.search(r"context: (\d+) tokens per sequence \(the model's training context is (\d+)", line)
         assert m and int(m.group(1)) == n_ctx == int(m.group(2)) == 2048, line  # the tiny model's, not 4096
+
+
+def test_help_shows_placeholders_and_defaults():
+    out = subprocess.run([STRATA, "serve", "--help"], capture_output=True, text=True, check=True).stdout
+    assert "--model FILE" in out and "--port N" in out and "--cache-dir DIR" in out and "--cors " in out
+    assert "(8080" in out and "(64)" in out  # defaults beside the options
