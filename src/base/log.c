@@ -8,6 +8,7 @@
 #include <time.h>
 
 int g_log_level = LOG_INFO;
+const char *g_log_tag;
 static FILE *g_log_file; /* NULL: stderr */
 
 int log_to_file(const char *path) {
@@ -38,5 +39,6 @@ void log_msg(int level, const char *fmt, ...) {
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     timestamp(ts);
-    fprintf(g_log_file ? g_log_file : stderr, "%s strata %s %s\n", ts, names[level & 3], line);
+    fprintf(g_log_file ? g_log_file : stderr, "%s strata %s%s%s%s %s\n", ts, names[level & 3], g_log_tag ? " (" : "",
+            g_log_tag ? g_log_tag : "", g_log_tag ? ")" : "", line);
 }

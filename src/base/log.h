@@ -7,6 +7,9 @@
 enum { LOG_DEBUG = 0, LOG_INFO = 1, LOG_WARN = 2, LOG_ERROR = 3 };
 
 extern int g_log_level;
+/* Printed after the level when set: the test runner marks the warnings
+ * its negative tests provoke on purpose ("expected"). */
+extern const char *g_log_tag;
 
 void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Appends log lines to path from now on (instead of stderr); -1 with
