@@ -29,6 +29,7 @@ typedef struct ant_call {
     json_t *tools; /* normalised (function shape) */
     int block, block_open; /* stream: index of the current content block */
     int block_is_text;
+    json_t *diagnostics; /* the cache-diagnosis beta's answer, or NULL when not asked */
 } ant_call;
 
 static void reply_error(http_reply *rep, int status, const char *type, const char *fmt, ...)
@@ -210,10 +211,30 @@ static json_t *normal_tools(const json_t *tools) {
     return out;
 }
 
+/* Anthropic's cache-diagnosis beta ("diagnostics": {"previous_message_id":
+ * id or null}): the first divergence from the request whose reply had that
+ * id, by part (system, messages) with the input tokens past it. */
+static json_t *miss_reason(ant_call *c, const json_t *msgs, const int32_t *ids, size_t n) {
+    const json_t *prev = json_object_get(json_object_get(c->a.req, "diagnostics"), "previous_message_id");
+    cache_diag d;
+    if (!json_is_string(prev)) return json_null(); /* the first turn: nothing to compare */
+    if (!diag_compare_reply(c->a.srv->diag, json_string_value(prev), &c->a.replay_ns, ids, (int)n, &d))
+        return json_pack("{s:s}", "type", "previous_message_not_found");
+    if (!d.diverged) return json_null();
+    int k = diag_message_at(c->a.msg_ends, c->a.n_msgs, d.first_diff);
+    const char *role = json_string_value(json_object_get(json_array_get(msgs, k < 0 ? 0 : (size_t)k), "role"));
+    return json_pack("{s:s,s:i}", "type", k >= 0 && role && !strcmp(role, "system") ? "system_changed" : "messages_changed",
+                     "cache_missed_input_tokens", (int)n - d.first_diff);
+}
+
 static int build_prompt(ant_call *c, int32_t **ids, size_t *n, prompt_cache_info *ci, char *why, size_t cap) {
     json_t *msgs = normal_messages(c->a.req, ci, why, cap);
     if (!msgs) return -1;
     int rc = api_call_prompt(&c->a, msgs, ids, n, ci, why, cap);
+    if (!rc && ci && json_is_object(json_object_get(c->a.req, "diagnostics"))) {
+        c->diagnostics = json_pack("{s:o}", "cache_miss_reason", miss_reason(c, msgs, *ids, *n));
+        diag_remember_reply(c->a.srv->diag, c->a.id, &c->a.replay_ns, *ids, (int)*n);
+    }
     json_decref(msgs);
     return rc;
 }
@@ -294,9 +315,11 @@ static json_t *usage(const ant_call *c, int output_tokens) {
 }
 
 static json_t *message(const ant_call *c, json_t *content, json_t *reason, json_t *seq, int out_tokens) {
-    return json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:o,s:o}", "id", c->a.id, "type", "message", "role", "assistant",
-                     "model", c->a.srv->model_id, "content", content, "stop_reason", reason, "stop_sequence", seq,
-                     "usage", usage(c, out_tokens));
+    json_t *m = json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:o,s:o}", "id", c->a.id, "type", "message", "role", "assistant",
+                          "model", c->a.srv->model_id, "content", content, "stop_reason", reason, "stop_sequence", seq,
+                          "usage", usage(c, out_tokens));
+    if (c->diagnostics) json_object_set(m, "diagnostics", c->diagnostics);
+    return m;
 }
 
 static const char *call_id(ant_call *c, int index) { return api_call_id(&c->a, index, "toolu_"); }
@@ -430,7 +453,10 @@ static void fail(http_reply *rep, int code, const char *msg) {
 
 static void whole(api_call *a, const http_req *req, http_reply *rep) { answer_whole((ant_call *)a, req, rep); }
 
-static void free_own(api_call *a) { json_decref(((ant_call *)a)->tools); }
+static void free_own(api_call *a) {
+    json_decref(((ant_call *)a)->tools);
+    json_decref(((ant_call *)a)->diagnostics);
+}
 
 static const api_dialect ANTHROPIC = {
     .build = build, .fail = fail, .produce = stream_produce, .whole = whole, .free = free_own};

@@ -2,6 +2,7 @@
 #include "server/diag.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,12 +12,14 @@ typedef struct recent {
     cache_hash ns;
     int32_t *ids;
     int n;
+    char id[64]; /* the reply's id (by-reply ring only) */
 } recent;
 
 struct diag_store {
     pthread_mutex_t mu;
-    recent r[DIAG_RECENT];
-    int next;
+    recent r[DIAG_RECENT];     /* recent prompts, for diag_observe */
+    recent by_reply[DIAG_RECENT]; /* prompts by reply id, for the Anthropic beta */
+    int next, next_reply;
 };
 
 diag_store *diag_new(void) {
@@ -27,7 +30,7 @@ diag_store *diag_new(void) {
 
 void diag_free(diag_store *d) {
     if (!d) return;
-    for (int i = 0; i < DIAG_RECENT; i++) free(d->r[i].ids);
+    for (int i = 0; i < DIAG_RECENT; i++) free(d->r[i].ids), free(d->by_reply[i].ids);
     pthread_mutex_destroy(&d->mu);
     free(d);
 }
@@ -46,9 +49,8 @@ static int most_similar(const diag_store *d, const cache_hash *ns, const int32_t
     return best;
 }
 
-static void remember(diag_store *d, const cache_hash *ns, const int32_t *ids, int n) {
-    recent *r = &d->r[d->next];
-    d->next = (d->next + 1) % DIAG_RECENT;
+/* Replaces r with a copy of ids (at most DIAG_MAX_TOKENS). */
+static void keep(recent *r, const cache_hash *ns, const int32_t *ids, int n) {
     if (n > DIAG_MAX_TOKENS) n = DIAG_MAX_TOKENS;
     free(r->ids);
     r->ids = xmalloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
@@ -57,19 +59,55 @@ static void remember(diag_store *d, const cache_hash *ns, const int32_t *ids, in
     r->ns = *ns;
 }
 
+static void remember(diag_store *d, const cache_hash *ns, const int32_t *ids, int n) {
+    keep(&d->r[d->next], ns, ids, n);
+    d->next = (d->next + 1) % DIAG_RECENT;
+}
+
+/* The difference of ids from old (old_n tokens), if it leaves it before its end. */
+static void compare(const int32_t *old, int old_n, const int32_t *ids, int n, cache_diag *out) {
+    int shared = mem_common_prefix_i32(old, old_n, ids, n);
+    memset(out, 0, sizeof *out);
+    if (shared < old_n && shared < n) {
+        out->diverged = 1;
+        out->first_diff = shared;
+        out->lost = (old_n < n ? old_n : n) - shared;
+    }
+}
+
 void diag_observe(diag_store *d, const cache_hash *ns, const int32_t *ids, int n, cache_diag *out) {
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&d->mu);
     int shared, i = most_similar(d, ns, ids, n, &shared);
     /* Diverged: the new prompt leaves the old one before its end. A
      * prompt that only extends it (the next turn) is not a miss. */
-    if (i >= 0 && shared > 0 && shared < d->r[i].n && shared < n) {
-        out->diverged = 1;
-        out->first_diff = shared;
-        out->lost = (d->r[i].n < n ? d->r[i].n : n) - shared;
-    }
+    if (i >= 0 && shared > 0) compare(d->r[i].ids, d->r[i].n, ids, n, out);
     remember(d, ns, ids, n);
     pthread_mutex_unlock(&d->mu);
+}
+
+void diag_remember_reply(diag_store *d, const char *reply_id, const cache_hash *ns, const int32_t *ids, int n) {
+    pthread_mutex_lock(&d->mu);
+    recent *r = &d->by_reply[d->next_reply];
+    d->next_reply = (d->next_reply + 1) % DIAG_RECENT;
+    keep(r, ns, ids, n);
+    snprintf(r->id, sizeof r->id, "%s", reply_id);
+    pthread_mutex_unlock(&d->mu);
+}
+
+int diag_compare_reply(diag_store *d, const char *reply_id, const cache_hash *ns, const int32_t *ids, int n,
+                       cache_diag *out) {
+    int found = 0;
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&d->mu);
+    for (int i = 0; i < DIAG_RECENT && !found; i++) {
+        const recent *r = &d->by_reply[i];
+        if (!r->ids || strcmp(r->id, reply_id) || memcmp(r->ns.b, ns->b, 32)) continue; /* another tenant's: unknown */
+        compare(r->ids, r->n, ids, n, out);
+        found = 1;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return found;
 }
 
 int diag_message_at(const int *msg_ends, int n_msgs, int pos) {

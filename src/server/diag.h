@@ -37,6 +37,15 @@ typedef struct cache_diag {
  * remembers it. */
 void diag_observe(diag_store *d, const cache_hash *ns, const int32_t *ids, int n, cache_diag *out);
 
+/* Anthropic's cache-diagnosis beta compares a request with the one whose
+ * reply had a given id. These remember a request's prompt under its reply
+ * id (the last DIAG_RECENT of them) and compare a new prompt with it:
+ * 1 when found (out filled, with diverged 0 when the new prompt extends
+ * it), 0 when the id is unknown or expired. */
+void diag_remember_reply(diag_store *d, const char *reply_id, const cache_hash *ns, const int32_t *ids, int n);
+int diag_compare_reply(diag_store *d, const char *reply_id, const cache_hash *ns, const int32_t *ids, int n,
+                       cache_diag *out);
+
 /* The message holding token position pos: msg_ends[k] (k = 0..n_msgs) is
  * where the first k messages end (-1: unknown). -1 when not known. */
 int diag_message_at(const int *msg_ends, int n_msgs, int pos);

@@ -214,3 +214,27 @@ def test_thinking_blocks_top_level_cache_control_and_beta_headers_are_accepted(t
     r = httpx.post(tiny.url + "/v1/messages", json=body,
                    headers={"anthropic-version": "2023-06-01", "anthropic-beta": "prompt-caching-2024-07-31"})
     assert r.status_code == 200, r.text
+
+
+def test_cache_diagnosis_beta_names_the_changed_part(tiny):
+    headers = {"anthropic-beta": "cache-diagnosis-2026-04-07"}
+
+    def turn(system, messages, prev):
+        r = httpx.post(tiny.url + "/v1/messages", headers=headers, json={
+            "model": "", "max_tokens": 2, "temperature": 0, "system": system, "messages": messages,
+            "cache_salt": "diagnosis", "diagnostics": {"previous_message_id": prev}})
+        assert r.status_code == 200, r.text
+        return r.json()
+    system = "You review pull requests carefully. " * 15
+    q = [{"role": "user", "content": "look at the diff " * 10}]
+    t1 = turn(system, q, None)
+    assert t1["diagnostics"] == {"cache_miss_reason": None}
+    q2 = q + [{"role": "assistant", "content": t1["content"][0]["text"]}, {"role": "user", "content": "and now?"}]
+    t2 = turn(system, q2, t1["id"])
+    assert t2["diagnostics"]["cache_miss_reason"] is None  # extends turn 1: no divergence
+    t3 = turn("You review commits carefully. " + system, q2, t2["id"])
+    reason = t3["diagnostics"]["cache_miss_reason"]
+    assert reason["type"] == "system_changed" and reason["cache_missed_input_tokens"] > 100, reason
+    t4 = turn(system, [{"role": "user", "content": "other " * 40}], t2["id"])
+    assert t4["diagnostics"]["cache_miss_reason"]["type"] == "messages_changed"
+    assert turn(system, q, "msg_unknown")["diagnostics"]["cache_miss_reason"]["type"] == "previous_message_not_found"
