@@ -63,11 +63,12 @@ def read_reply(f):
 class Redis:
     """redis-server with the shipped deploy/redis.conf, on a free port."""
 
-    def __init__(self, port=None):
+    def __init__(self, port=None, maxmemory="256mb", policy=None):
         self.port = port or free_port()
         self.dir = tempfile.mkdtemp(prefix="strata-redis-")
+        extra = ["--maxmemory-policy", policy] if policy else []
         self.proc = subprocess.Popen([REDIS, os.path.join(ROOT, "deploy", "redis.conf"), "--port", str(self.port),
-                                      "--dir", self.dir, "--maxmemory", "256mb"],
+                                      "--dir", self.dir, "--maxmemory", maxmemory, *extra],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 10
         while time.time() < deadline:
@@ -306,3 +307,30 @@ def test_haproxy_keeps_a_session_by_its_key_in_the_body(redis):
             lb.stop()
         for r in reps:
             assert r.stop() == 0
+
+
+@pytest.mark.parametrize("policy", ["noeviction", "allkeys-lru"])
+def test_full_or_evicting_redis_costs_only_cache_hits(cold, policy):
+    # 2 MB holds about one session's blocks: noeviction refuses further writes
+    # (OOM errors), allkeys-lru evicts earlier sessions. Either way every reply
+    # equals a cold server's, nothing wrong is loaded, and serving goes on.
+    r = Redis(maxmemory="2mb", policy=policy)
+    s = replica(r.url, "--no-cache-disk", "--cache-mem-mb", "1")
+    try:
+        sessions = [prompts(100 + k) for k in range(4)]
+        for turn1, _ in sessions:
+            assert complete(s.url, turn1)[:2] == complete(cold.url, turn1)[:2]
+        time.sleep(1)
+        m = metrics(s)
+        if policy == "noeviction":
+            assert m.get("strata_redis_errors_total", 0) + m.get("strata_redis_dropped_writes_total", 0) > 0, m
+        else:
+            stats = resp(r.port, "INFO", "stats").decode()
+            assert int(stats.split("evicted_keys:")[1].split()[0]) > 0, stats  # Redis did evict
+        for turn1, turn2 in sessions:  # the live tier is 1 MB: earlier prefixes come from Redis, or are recomputed
+            text, logprobs, usage = complete(s.url, turn2)
+            assert (text, logprobs) == complete(cold.url, turn2)[:2], usage
+        assert metrics(s).get("strata_redis_rejected_total", 0) == 0
+    finally:
+        assert s.stop() == 0
+        r.stop()
