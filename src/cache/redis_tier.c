@@ -250,10 +250,14 @@ static int read_many(void *self, const cache_hash *h, void *const *dst, int32_t 
         redis_tier_key(&h[i], key);
         redisAppendCommand(c, "GET %s", key);
     }
+    /* A whole run is bounded too, not only each socket wait: a Redis that
+     * is slow but still sending gives up after the timeout per block on
+     * average (the rest comes from the next tier, or is computed). */
+    double deadline = clock_ms() + (double)r->o.timeout_ms * (n + 1);
     int i = 0;
     for (; c && i < n; i++)
-        if (read_one(r, c, &h[i], dst[i], tokens_out[i], &rc[i])) {
-            redis_conn_fail(&r->reader, NULL);
+        if (read_one(r, c, &h[i], dst[i], tokens_out[i], &rc[i]) || (i + 1 < n && clock_ms() > deadline)) {
+            redis_conn_fail(&r->reader, NULL); /* replies still due: the connection cannot be reused */
             c = NULL;
         }
     if (c) delete_rejected(r, c, h, rc, n);
