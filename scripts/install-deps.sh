@@ -6,8 +6,10 @@ set -euo pipefail
 
 SYSTEM_PKGS=(build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libssl-dev libhiredis-dev python3 python3-pip unzip)
 # name or name:module where the import name differs (openai-agents: the
-# Agents SDK, whose default model speaks the Responses API)
-PY_TEST_PKGS=(numpy gguf pytest httpx openai anthropic openai-agents:agents jsonschema pydantic)
+# Agents SDK, whose default model speaks the Responses API; langchain-openai,
+# pydantic-ai and smolagents: the agent libraries of tests/e2e/test_clients.py)
+PY_TEST_PKGS=(numpy gguf pytest httpx openai anthropic openai-agents:agents jsonschema pydantic
+              langchain-openai:langchain_openai "pydantic-ai-slim[openai]:pydantic_ai" smolagents)
 # clang (Debian's) builds the libFuzzer targets (make fuzz-targets, tests/fuzz);
 # the shared KV tier's tests start a real Redis and HAProxy on loopback.
 TEST_SYSTEM_PKGS=(clang redis-server haproxy)
