@@ -20,7 +20,11 @@ TEST_OBJ := $(TEST_SRC:%.c=build/%.o)
 
 MODEL_DIR  = models
 MODEL      = $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
+# Gemma 3 270M Q4_K_M (~250 MB): the second real model, for the gemma3_*
+# tests (oracle, tokenizer) and `make bench-gemma3`.
+GEMMA3_MODEL = $(MODEL_DIR)/gemma-3-270m-q4_k_m.gguf
 
+.PHONY: model-gemma3 bench-gemma3 oracle-refs-gemma3 tok-refs-gemma3
 .PHONY: all test unit-test e2e-test bench-replay bench-load bench-schema run model deps test-deps testdata clean bench oracle-refs tok-refs
 
 all: strata
@@ -59,6 +63,11 @@ model: $(MODEL)
 $(MODEL):
 	@scripts/fetch-model.sh $(MODEL_DIR)
 
+model-gemma3: $(GEMMA3_MODEL)
+
+$(GEMMA3_MODEL):
+	@scripts/fetch-model.sh $(MODEL_DIR) gemma3
+
 # Generated fixtures (tiny models, reference vectors from the gguf package).
 testdata: test-deps
 	@STRATA_MODEL=$(abspath $(MODEL)) $(PYTHON) tools/gen_testdata.py tests/data/gen
@@ -73,7 +82,7 @@ e2e-test: strata
 
 test: test-deps
 	@$(MAKE) --no-print-directory strata build/strata-tests
-	@$(MAKE) --no-print-directory model testdata
+	@$(MAKE) --no-print-directory model model-gemma3 testdata
 	@$(MAKE) --no-print-directory unit-test
 	@$(MAKE) --no-print-directory e2e-test
 	@$(MAKE) --no-print-directory fuzz-slice
