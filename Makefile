@@ -73,7 +73,7 @@ testdata: test-deps
 	@STRATA_MODEL=$(abspath $(MODEL)) $(PYTHON) tools/gen_testdata.py tests/data/gen
 
 unit-test: build/strata-tests strata
-	TEST_DATA_DIR=tests/data/gen STRATA_MODEL=$(abspath $(MODEL)) build/strata-tests
+	TEST_DATA_DIR=tests/data/gen STRATA_MODEL=$(abspath $(MODEL)) STRATA_GEMMA3_MODEL=$(abspath $(GEMMA3_MODEL)) build/strata-tests
 
 # End to end: real servers, official openai/anthropic SDKs (and the replay
 # benchmark's conversation importer, which needs no server).
@@ -93,6 +93,9 @@ run: deps
 
 bench: strata model
 	$(PYTHON) bench/bench_vs_llamacpp.py --model $(MODEL)
+
+bench-gemma3: strata model-gemma3
+	$(PYTHON) bench/bench_vs_llamacpp.py --model $(GEMMA3_MODEL)
 
 # Agentic replay: Strata cache off / memory only / memory + disk, and llama.cpp's
 # The per-token cost of schema-constrained sampling with 60 tools (bench/README.md).
@@ -119,6 +122,12 @@ llama-server:
 # Reference vectors from llama.cpp (committed; need llama-cpp-python).
 oracle-refs: model
 	$(PYTHON) tools/oracle_refs.py --model $(MODEL) --out tests/data/oracle
+
+oracle-refs-gemma3: model-gemma3
+	$(PYTHON) tools/oracle_refs.py --gemma3 --model $(GEMMA3_MODEL) --out tests/data/oracle/gemma3
+
+tok-refs-gemma3: model-gemma3
+	$(PYTHON) tools/tok_refs.py --gemma3 $(GEMMA3_MODEL)
 
 tok-refs: model
 	STRATA_MODEL=$(abspath $(MODEL)) $(PYTHON) tools/tok_refs.py

@@ -21,7 +21,9 @@
 #include "test.h"
 
 #define CHUNK 256
-#define GEMMA3_MAX_ABS 2.0f /* provisional; see README */
+/* Gemma 3 270M: measured max 1.23, RMS 0.29; without the sliding window
+ * 22.8 and 10.2 (tests/data/oracle/gemma3/README.md). */
+#define GEMMA3_MAX_ABS 2.0f
 #define GEMMA3_MAX_RMS 0.35f
 
 /* Where a suite's files are and how close we must be. */
@@ -35,7 +37,6 @@ typedef struct oracle_suite {
  * same weights (tools/ref_forward.py, prompt 11, position 65), and ours as
  * far on the other side; the RMS difference is the sharper check. */
 static const oracle_suite SMOLLM2 = {"tests/data/oracle", 2.0f, 0.35f, 1.0f, 10};
-/* Gemma 3: see GEMMA3_* notes in tests/data/oracle/gemma3/README.md. */
 static const oracle_suite GEMMA3 = {"tests/data/oracle/gemma3", GEMMA3_MAX_ABS, GEMMA3_MAX_RMS, 1.0f, 4};
 
 typedef struct oracle_case {
