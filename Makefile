@@ -78,7 +78,7 @@ unit-test: build/strata-tests strata
 # End to end: real servers, official openai/anthropic SDKs (and the replay
 # benchmark's conversation importer, which needs no server).
 e2e-test: strata
-	TEST_DATA_DIR=$(abspath tests/data/gen) STRATA_MODEL=$(abspath $(MODEL)) $(PYTHON) -m pytest -q tests/e2e bench/test_import_chats.py
+	TEST_DATA_DIR=$(abspath tests/data/gen) STRATA_MODEL=$(abspath $(MODEL)) STRATA_GEMMA3_MODEL=$(abspath $(GEMMA3_MODEL)) $(PYTHON) -m pytest -q tests/e2e bench/test_import_chats.py
 
 test: test-deps
 	@$(MAKE) --no-print-directory strata build/strata-tests
