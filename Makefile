@@ -25,7 +25,11 @@ TEST_OBJ := $(TEST_SRC:%.c=build/%.o)
 
 MODEL_DIR  = models
 MODEL      = $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
+# Gemma 3 270M Q4_K_M (~250 MB): the second real model, for the gemma3_*
+# tests (oracle, tokenizer) and `make bench-gemma3`.
+GEMMA3_MODEL = $(MODEL_DIR)/gemma-3-270m-q4_k_m.gguf
 
+.PHONY: model-gemma3 bench-gemma3 oracle-refs-gemma3 tok-refs-gemma3
 .PHONY: all test unit-test e2e-test bench-replay bench-load bench-schema run model deps test-deps testdata clean bench oracle-refs tok-refs
 
 all: strata
@@ -64,21 +68,26 @@ model: $(MODEL)
 $(MODEL):
 	@scripts/fetch-model.sh $(MODEL_DIR)
 
+model-gemma3: $(GEMMA3_MODEL)
+
+$(GEMMA3_MODEL):
+	@scripts/fetch-model.sh $(MODEL_DIR) gemma3
+
 # Generated fixtures (tiny models, reference vectors from the gguf package).
 testdata: test-deps $(MODEL) # the real model's tokenizer feeds some fixtures: fetch it first (make -j)
 	@STRATA_MODEL=$(abspath $(MODEL)) $(PYTHON) tools/gen_testdata.py tests/data/gen
 
 unit-test: build/strata-tests strata
-	TEST_DATA_DIR=tests/data/gen STRATA_MODEL=$(abspath $(MODEL)) build/strata-tests
+	TEST_DATA_DIR=tests/data/gen STRATA_MODEL=$(abspath $(MODEL)) STRATA_GEMMA3_MODEL=$(abspath $(GEMMA3_MODEL)) build/strata-tests
 
 # End to end: real servers, official openai/anthropic SDKs (and the replay
 # benchmark's conversation importer, which needs no server).
 e2e-test: strata
-	TEST_DATA_DIR=$(abspath tests/data/gen) STRATA_MODEL=$(abspath $(MODEL)) $(PYTHON) -m pytest -v tests/e2e bench/test_import_chats.py
+	TEST_DATA_DIR=$(abspath tests/data/gen) STRATA_MODEL=$(abspath $(MODEL)) STRATA_GEMMA3_MODEL=$(abspath $(GEMMA3_MODEL)) $(PYTHON) -m pytest -v tests/e2e bench/test_import_chats.py
 
 test: test-deps
 	@$(MAKE) --no-print-directory strata build/strata-tests
-	@$(MAKE) --no-print-directory model testdata
+	@$(MAKE) --no-print-directory model model-gemma3 testdata
 	@$(MAKE) --no-print-directory unit-test
 	@$(MAKE) --no-print-directory e2e-test
 	@$(MAKE) --no-print-directory fuzz-slice
@@ -89,6 +98,9 @@ run: deps
 
 bench: strata model
 	$(PYTHON) bench/bench_vs_llamacpp.py --model $(MODEL)
+
+bench-gemma3: strata model-gemma3
+	$(PYTHON) bench/bench_vs_llamacpp.py --model $(GEMMA3_MODEL)
 
 # Agentic replay: Strata cache off / memory only / memory + disk, and llama.cpp's
 # The per-token cost of schema-constrained sampling with 60 tools (bench/README.md).
@@ -115,6 +127,12 @@ llama-server:
 # Reference vectors from llama.cpp (committed; need llama-cpp-python).
 oracle-refs: model
 	$(PYTHON) tools/oracle_refs.py --model $(MODEL) --out tests/data/oracle
+
+oracle-refs-gemma3: model-gemma3
+	$(PYTHON) tools/oracle_refs.py --gemma3 --model $(GEMMA3_MODEL) --out tests/data/oracle/gemma3
+
+tok-refs-gemma3: model-gemma3
+	$(PYTHON) tools/tok_refs.py --gemma3 $(GEMMA3_MODEL)
 
 tok-refs: model
 	STRATA_MODEL=$(abspath $(MODEL)) $(PYTHON) tools/tok_refs.py

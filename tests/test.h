@@ -22,6 +22,8 @@ void test_fail(const char *file, int line, const char *fmt, ...)
 const char *test_data(const char *rel);
 /* Path of the real default model, or NULL (test then returns early). */
 const char *test_real_model(void);
+/* Gemma 3 270M (STRATA_GEMMA3_MODEL): tests named gemma3_* skip without it. */
+const char *test_gemma3_model(void);
 
 #define TEST(name)                                                        \
     static void name(void);                                               \

@@ -88,3 +88,15 @@ TEST(chat_builtin_formats) {
                    "<|start_header_id|>assistant<|end_header_id|>\n\n");
     chat_prompt_free(&p);
 }
+
+/* Gemma: what tests/data/tmpl/gemma3.jinja renders for the same turns. */
+TEST(chat_builtin_gemma) {
+    chat_msg m[] = {{"system", "S"}, {"user", "U"}, {"assistant", "A"}, {"user", "V"}};
+    chat_prompt p = {0};
+    chat_render_builtin(CHAT_GEMMA, m, 4, 1, &p);
+    char all[512] = "";
+    for (int i = 0; i < p.n; i++) strcat(all, p.segs[i].text);
+    CHECK_STR(all, "<bos><start_of_turn>user\nS\n\nU<end_of_turn>\n<start_of_turn>model\nA<end_of_turn>\n"
+                   "<start_of_turn>user\nV<end_of_turn>\n<start_of_turn>model\n");
+    chat_prompt_free(&p);
+}

@@ -57,9 +57,18 @@ static int selected(const char *name, int argc, char **argv) {
     return 0;
 }
 
+const char *test_gemma3_model(void) {
+    const char *m = getenv("STRATA_GEMMA3_MODEL");
+    return (m && *m && access(m, R_OK) == 0) ? m : NULL;
+}
+
 /* 0 pass, 1 fail, 2 skipped (real-model test without a model). */
 static int run_one(const test_entry *t) {
     if (strncmp(t->name, "real_", 5) == 0 && !test_real_model()) return 2;
+    if (strncmp(t->name, "gemma3_", 7) == 0 && !test_gemma3_model()) {
+        printf("     (no Gemma 3 model: set STRATA_GEMMA3_MODEL, `make model-gemma3` fetches it)\n");
+        return 2;
+    }
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {

@@ -190,6 +190,16 @@ TEST(real_tok_smollm2_refs) {
     tok_free(t);
 }
 
+/* Gemma 3 270M: SPM with byte fallback, no space prefix, a 262k vocabulary
+ * with many user-defined pieces (tests/data/tok/gemma3.txt). */
+TEST(gemma3_tok_refs) {
+    tokenizer *t = test_load_tokenizer(test_gemma3_model());
+    if (!t) return;
+    CHECK_EQ_INT(tok_get_kind(t), TOK_SPM);
+    check_refs(t, "tests/data/tok/gemma3.txt", 1900);
+    tok_free(t);
+}
+
 TEST(real_tok_llama_bpe_refs) {
     check_fixture_refs("tok/llama_bpe.gguf", "tests/data/tok/llama_bpe.txt", 600);
 }

@@ -31,6 +31,13 @@ DIR (tools/testdata_models.py) into OUT/tiny/<model>/, one short chat
 prompt each, every position stored, plus the model file's SHA-256 so a
 test can tell when the regenerated fixture no longer matches.
 
+With --gemma3 it does the same for Gemma 3 270M (make oracle-refs-gemma3)
+into OUT (tests/data/oracle/gemma3): Gemma-format prompts, BOS added (the
+model's add_bos is true), one full row per prompt (the last position: a
+262,144-token vocabulary makes each row 1 MiB) and the top-K at every
+position, which the C test compares as well. Two prompts are longer than
+the 512-token sliding window, so local layers must mask old positions.
+
 Does not: run in `make test` (it needs llama-cpp-python and minutes of
 CPU); the outputs are committed.
 """
@@ -146,6 +153,53 @@ def long_prompts(tokenize):
 # ---------------------------------------------------------------------------
 # Running llama.cpp and writing the files
 # ---------------------------------------------------------------------------
+
+
+def gemma_chat(turns, generation=True):
+    """Gemma 3's chat format (its template folds a system turn into the
+    first user turn)."""
+    out, sys_text = "", ""
+    for role, content in turns:
+        if role == "system":
+            sys_text = content + "\n\n"
+            continue
+        who = "model" if role == "assistant" else "user"
+        out += f"<start_of_turn>{who}\n{sys_text}{content}<end_of_turn>\n"
+        sys_text = ""
+    return out + ("<start_of_turn>model\n" if generation else "")
+
+
+def gemma3_prompts(tokenize):
+    body = long_text(tokenize, 1400, seed=5)
+    return [
+        ("capital", "The capital of France is"),
+        ("code-python", PARAGRAPHS[1]),
+        ("chat-simple", gemma_chat([("user", "What is 2+2?")])),
+        ("chat-system", gemma_chat([("system", "You are a terse assistant."),
+                                    ("user", "Name three primary colors."),
+                                    ("assistant", "Red, yellow, blue."),
+                                    ("user", "And secondary?")])),
+        ("multilingual", " ".join(PARAGRAPHS[2:7]) + " " + PARAGRAPHS[14]),
+        ("long-800", long_text(tokenize, 800, seed=4)),
+        ("long-chat-1500", gemma_chat([("user", "Summarize the following notes.\n\n" + body)])),
+    ]
+
+
+def make_gemma3_refs(args):
+    os.makedirs(args.out, exist_ok=True)
+    llm = load(args.model, 4096, args.threads)
+    tok = lambda text: llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+    index = [f"# NN name n_tokens n_rows (llama-cpp-python {llama_version()}, "
+             f"model {os.path.basename(args.model)})"]
+    for i, (name, text) in enumerate(gemma3_prompts(tok)):
+        ids = tok(text)
+        logits = run_prompt(llm, ids)
+        rows = [len(ids) - 1]
+        write_ref(args.out, f"{i:02d}", name, text, ids, logits, rows)
+        index.append(f"{i:02d} {name} {len(ids)} {len(rows)}")
+        print(f"oracle: gemma3 {i:02d} {name}: {len(ids)} tokens, rows {rows}")
+    with open(os.path.join(args.out, "index.txt"), "w") as f:
+        f.write("\n".join(index) + "\n")
 
 
 def load(path, n_ctx, threads):
@@ -269,8 +323,12 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tiny", metavar="DIR",
                     help="make refs for the tiny models in DIR instead (e.g. tests/data/gen/models)")
+    ap.add_argument("--gemma3", action="store_true",
+                    help="--model is Gemma 3 270M: its prompts and row layout (see above)")
     args = ap.parse_args()
-    if args.tiny:
+    if args.gemma3:
+        make_gemma3_refs(args)
+    elif args.tiny:
         make_tiny_refs(args)
     else:
         make_refs(args)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Float64 reference forward pass for llama/qwen2/qwen3 GGUF models.
+"""Float64 reference forward pass for llama/qwen2/qwen3/gemma3 GGUF models.
 
 Independent of Strata's C code and of llama.cpp: weights are dequantized
 with the `gguf` package and every step runs in numpy float64, so the only
@@ -35,7 +35,14 @@ class RefModel:
         self.eps = g("attention.layer_norm_rms_epsilon", 1e-6)
         self.base = g("rope.freq_base", 10000.0)
         self.rope_dim = g("rope.dimension_count", self.head_dim)
-        self.neox = a in ("qwen2", "qwen3")
+        self.neox = a in ("qwen2", "qwen3", "gemma3")
+        self.gemma3 = a == "gemma3"
+        # gemma3 (as llama.cpp reads it): every 6th layer global, the rest see
+        # the last n_swa positions and rotate with base 10000.
+        self.n_swa = g("attention.sliding_window", 0) if self.gemma3 else 0
+        period = g("attention.sliding_window_pattern", 6)
+        self.swa = [self.n_swa > 0 and i % period < period - 1 for i in range(self.n_layer)]
+        self.base_swa = g("rope.freq_base_swa", 10000.0)
         scaling = g("rope.scaling.type", "none")
         if scaling not in ("none", "linear"):
             raise SystemExit(f"ref_forward: rope scaling {scaling} not implemented")
@@ -44,11 +51,11 @@ class RefModel:
     def norm(self, x, w):
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + self.eps) * w
 
-    def rope(self, x, pos):
+    def rope(self, x, pos, swa=False):
         # x: [n_tok, n_heads, head_dim]
         half = self.rope_dim // 2
-        inv = self.base ** (-2.0 * np.arange(half) / self.rope_dim)
-        ang = (np.asarray(pos) * self.pos_scale)[:, None] * inv[None, :]
+        inv = (self.base_swa if swa else self.base) ** (-2.0 * np.arange(half) / self.rope_dim)
+        ang = (np.asarray(pos) * (1.0 if swa else self.pos_scale))[:, None] * inv[None, :]
         c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
         x = x.copy()
         if self.neox:
@@ -62,9 +69,17 @@ class RefModel:
     def forward(self, tokens):
         T, t = self.t, len(tokens)
         x = T["token_embd.weight"][tokens]
+        if self.gemma3:
+            x = x * np.sqrt(self.n_embd)
         pos = np.arange(t)
         hd, nh, nkv = self.head_dim, self.n_head, self.n_head_kv
         mask = np.triu(np.full((t, t), -np.inf), 1)
+        swa_mask = mask.copy()
+        if self.n_swa:
+            swa_mask[pos[:, None] - pos[None, :] >= self.n_swa] = -np.inf
+        scale = 1 / np.sqrt(hd)
+        if self.gemma3 and self.n_layer == 62:
+            scale = 1 / np.sqrt(self.n_embd // nh)
         for i in range(self.n_layer):
             p = f"blk.{i}."
             h = self.norm(x, T[p + "attn_norm.weight"])
@@ -79,18 +94,28 @@ class RefModel:
             if p + "attn_q_norm.weight" in T:
                 q = self.norm(q, T[p + "attn_q_norm.weight"])
                 k = self.norm(k, T[p + "attn_k_norm.weight"])
-            q, k = self.rope(q, pos), self.rope(k, pos)
+            q, k = self.rope(q, pos, self.swa[i]), self.rope(k, pos, self.swa[i])
             rep = nh // nkv
             k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
-            att = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(hd) + mask
+            att = np.einsum("qhd,khd->hqk", q, k) * scale + (swa_mask if self.swa[i] else mask)
             att = np.exp(att - att.max(-1, keepdims=True))
             att /= att.sum(-1, keepdims=True)
             o = np.einsum("hqk,khd->qhd", att, v).reshape(t, nh * hd)
-            x = x + o @ T[p + "attn_output.weight"].T
+            o = o @ T[p + "attn_output.weight"].T
+            if p + "post_attention_norm.weight" in T:
+                o = self.norm(o, T[p + "post_attention_norm.weight"])
+            x = x + o
             h = self.norm(x, T[p + "ffn_norm.weight"])
             g = h @ T[p + "ffn_gate.weight"].T
             u = h @ T[p + "ffn_up.weight"].T
-            x = x + (g / (1 + np.exp(-g)) * u) @ T[p + "ffn_down.weight"].T
+            if self.gemma3:  # GELU, tanh form
+                act = 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3)))
+            else:
+                act = g / (1 + np.exp(-g))
+            f = (act * u) @ T[p + "ffn_down.weight"].T
+            if p + "post_ffw_norm.weight" in T:
+                f = self.norm(f, T[p + "post_ffw_norm.weight"])
+            x = x + f
         x = self.norm(x, T["output_norm.weight"])
         out = T.get("output.weight", T["token_embd.weight"])
         return x @ out.T

@@ -15,6 +15,10 @@ developer after changing the strings or the fixtures:
 
     STRATA_MODEL=/path/SmolLM2-135M-Instruct.Q4_1.gguf python3 tools/tok_refs.py
 
+With --gemma3 MODEL it writes only tests/data/tok/gemma3.txt, from the real
+Gemma 3 270M vocabulary (SPM, byte fallback, no space prefix, 262,144
+tokens; make tok-refs-gemma3).
+
 Vocabularies: the real SmolLM2 model (pre "smollm"), the same vocabulary
 relabelled "llama-bpe" and "qwen2", and the synthetic SPM vocabularies,
 all written by tools/testdata_tok.py into a temporary folder first.
@@ -252,7 +256,20 @@ def write_refs(name, gguf_path, cases, note):
     print("%s: %d cases -> %s (%d bytes)" % (name, len(cases), path, os.path.getsize(path)))
 
 
+SPECIAL_GEMMA = ["<bos>", "<eos>", "<pad>", "<unk>", "<start_of_turn>", "<end_of_turn>",
+                 "<start_of_turn>user\n", "<start_of_turn>model\n", "<start_of_image>",
+                 "<end_of_image>", "<mask>", "[multimodal]", "<start_of_turn", "start_of_turn>",
+                 "<START_OF_TURN>", "< start_of_turn>", "<unused0>", "<unused99>", "<0x41>",
+                 "\u2581", "\t\t\t", "<end_of_turn><start_of_turn>"]
+
+
+def main_gemma3(model):
+    write_refs("gemma3", model, make_cases(30, 2000, SPECIAL_GEMMA), "Gemma 3 270M (SPM, byte fallback)")
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--gemma3":
+        return main_gemma3(sys.argv[2])
     model = os.environ.get("STRATA_MODEL", "")
     if not (model and os.path.exists(model)):
         sys.exit("set STRATA_MODEL to the SmolLM2 GGUF (the relabelled fixtures copy its vocabulary)")

@@ -1,9 +1,13 @@
-/* forward.c - llama-family forward pass (llama, qwen2, qwen3).
+/* forward.c - llama-family forward pass (llama, qwen2, qwen3, gemma3).
  *
  * Per layer, for a batch of n tokens:
  *   norm -> Q,K,V matmuls (+bias, +QK-norm) -> RoPE -> store K,V as F16 in
  *   the sequences' blocks -> attention per (token, head) -> output matmul
- *   -> residual -> norm -> gate/up matmuls -> SwiGLU -> down -> residual.
+ *   (-> post norm) -> residual -> norm -> gate/up matmuls -> SwiGLU or
+ *   GELU -> down (-> post norm) -> residual.
+ * Sliding-window layers (gemma3) attend to the last n_swa positions only;
+ * their K/V is still kept for every position (the memory saving is not
+ * done yet: kv.c pages hold all layers of a position).
  * Every step computes each token's row with the same operations whatever
  * the batch holds; threads split weight rows or (token, head) pairs, never
  * a reduction. */
@@ -29,6 +33,7 @@ struct fwd_ctx {
     uint8_t *xq[MM_MAX];
     size_t xq_cap;
     float *rope_inv_freq; /* rope_dim / 2 */
+    float *rope_inv_swa;  /* the same for sliding-window layers (their own base) */
     float *scores;        /* n_threads x scores_cap */
     int scores_cap;
     const uint16_t **kb, **vb; /* n_threads x block table scratch */
@@ -174,11 +179,15 @@ static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) 
     return n_dims * logf((float)n_ctx_orig / (n_rot * 2.0f * (float)M_PI)) / (2.0f * logf(base));
 }
 
-static void rope_angles(const fwd_ctx *c, int pos, int i, float *cos_t, float *sin_t) {
+/* swa: a sliding-window layer, which rotates with its own base and no
+ * scaling (llama.cpp's rope_freq_scale_train_swa is 1). */
+static void rope_angles(const fwd_ctx *c, int pos, int i, int swa, float *cos_t, float *sin_t) {
     const model_hparams *hp = &c->m->hp;
-    double theta = (double)pos * c->rope_inv_freq[i];
+    double theta = (double)pos * (swa ? c->rope_inv_swa : c->rope_inv_freq)[i];
     double mscale = 1.0;
-    if (hp->rope_scale == ROPE_SCALE_LINEAR) {
+    if (swa) {
+        /* no scaling */
+    } else if (hp->rope_scale == ROPE_SCALE_LINEAR) {
         theta /= hp->rope_factor;
     } else if (hp->rope_scale == ROPE_SCALE_YARN) {
         float lo = floorf(yarn_corr_dim(hp->rope_dim, hp->rope_orig_ctx, hp->yarn_beta_fast, hp->rope_base));
@@ -195,12 +204,12 @@ static void rope_angles(const fwd_ctx *c, int pos, int i, float *cos_t, float *s
     *sin_t = (float)(sin(theta) * mscale);
 }
 
-static void rope_head(const fwd_ctx *c, float *h, int pos) {
+static void rope_head(const fwd_ctx *c, float *h, int pos, int swa) {
     const model_hparams *hp = &c->m->hp;
     int half = hp->rope_dim / 2;
     for (int i = 0; i < half; i++) {
         float ct, st;
-        rope_angles(c, pos, i, &ct, &st);
+        rope_angles(c, pos, i, swa, &ct, &st);
         int a = hp->rope_neox ? i : 2 * i, b = hp->rope_neox ? i + half : 2 * i + 1;
         float x0 = h[a], x1 = h[b];
         h[a] = x0 * ct - x1 * st;
@@ -238,8 +247,8 @@ static void qkv_finish_row(fwd_ctx *c, void *arg, int t) {
     head_norms(c, &a->L->q_norm, q, hp->n_head);
     head_norms(c, &a->L->k_norm, k, hp->n_head_kv);
     int pos = a->b->pos[t];
-    for (int h = 0; h < hp->n_head; h++) rope_head(c, q + (size_t)h * hp->head_dim, pos);
-    for (int h = 0; h < hp->n_head_kv; h++) rope_head(c, k + (size_t)h * hp->head_dim, pos);
+    for (int h = 0; h < hp->n_head; h++) rope_head(c, q + (size_t)h * hp->head_dim, pos, a->L->swa);
+    for (int h = 0; h < hp->n_head_kv; h++) rope_head(c, k + (size_t)h * hp->head_dim, pos, a->L->swa);
     const kv_seq *s = a->b->seqs[t];
     int B = c->kv->block_tokens, blk = s->blocks[pos / B];
     uint16_t *kd = kv_rows(c->kv, blk, a->layer, 0) + (size_t)(pos % B) * kvd;
@@ -250,23 +259,45 @@ static void qkv_finish_row(fwd_ctx *c, void *arg, int t) {
     }
 }
 
-/* Arguments for query (token t, head h) on thread ith: the block table of
- * the token's sequence, and its float K/V copy when the batch made one. */
-static void attn_setup(fwd_ctx *c, const layer_arg *a, int t, int h, int ith, float *scores, attn_args *out) {
+/* First position token t sees in this layer: 0, or on a sliding-window
+ * layer the oldest of the last n_swa (llama.cpp masks p0 when
+ * pos - p0 >= n_swa). */
+static int attn_first_pos(const fwd_ctx *c, const layer_arg *a, int t) {
+    int n_swa = c->m->hp.n_swa, first = a->b->pos[t] + 1 - n_swa;
+    return a->L->swa && first > 0 ? first : 0;
+}
+
+/* Arguments for query (token t, head h) on thread ith, tile slot `slot`:
+ * the block table of the token's sequence, and its float K/V copy when
+ * the batch made one. A window that starts inside a block gets a table of
+ * single rows (block_tokens 1) from its first position: the kernel sees
+ * the same rows in the same order, so the bits do not depend on where the
+ * window starts relative to the blocks. */
+static void attn_setup(fwd_ctx *c, const layer_arg *a, int t, int h, int ith, int slot, float *scores,
+                       attn_args *out) {
     const model_hparams *hp = &c->m->hp;
     int d = hp->head_dim, kvd = hp->n_head_kv * d, g = h / (hp->n_head / hp->n_head_kv);
     const kv_seq *s = a->b->seqs[t];
-    int n_kv = a->b->pos[t] + 1, B = c->kv->block_tokens, nb = (n_kv + B - 1) / B;
-    const uint16_t **kb = c->kb + (size_t)ith * c->blocks_cap, **vb = c->vb + (size_t)ith * c->blocks_cap;
-    for (int i = 0; i < nb; i++) {
-        kb[i] = kv_rows(c->kv, s->blocks[i], a->layer, 0) + (size_t)g * d;
-        vb[i] = kv_rows(c->kv, s->blocks[i], a->layer, 1) + (size_t)g * d;
+    int first = attn_first_pos(c, a, t), end = a->b->pos[t] + 1, n_kv = end - first, B = c->kv->block_tokens;
+    size_t tab = ((size_t)ith * ATTN_TILE + slot) * c->blocks_cap;
+    const uint16_t **kb = c->kb + tab, **vb = c->vb + tab;
+    if (first == 0) {
+        for (int i = 0; i < (n_kv + B - 1) / B; i++) {
+            kb[i] = kv_rows(c->kv, s->blocks[i], a->layer, 0) + (size_t)g * d;
+            vb[i] = kv_rows(c->kv, s->blocks[i], a->layer, 1) + (size_t)g * d;
+        }
+    } else {
+        for (int p = first; p < end; p++) {
+            kb[p - first] = kv_rows(c->kv, s->blocks[p / B], a->layer, 0) + (size_t)(p % B) * kvd + (size_t)g * d;
+            vb[p - first] = kv_rows(c->kv, s->blocks[p / B], a->layer, 1) + (size_t)(p % B) * kvd + (size_t)g * d;
+        }
+        B = 1;
     }
-    size_t head_off = (size_t)g * c->kvf_stride * d;
+    size_t head_off = ((size_t)g * c->kvf_stride + first) * d;
     *out = (attn_args){
         .q = c->q + (size_t)t * hp->n_head * d + (size_t)h * d,
         .k_blocks = kb, .v_blocks = vb, .block_tokens = B, .stride = kvd, .head_dim = d,
-        .n_kv = n_kv, .scale = 1.0f / sqrtf((float)d),
+        .n_kv = n_kv, .scale = hp->attn_scale,
         .kf = c->kvf_seq == s ? c->kf + head_off : NULL,
         .vf = c->kvf_seq == s ? c->vf + head_off : NULL,
         .scores = scores,
@@ -290,7 +321,7 @@ static void attn_worker(void *p, int ith, int nth) {
      * round-robin so every thread gets early and late tokens alike. */
     for (long i = ith; i < (long)j->a->b->n * heads; i += nth) {
         attn_args args;
-        attn_setup(j->c, j->a, (int)(i / heads), (int)(i % heads), ith, thread_scores(j->c, ith, 0), &args);
+        attn_setup(j->c, j->a, (int)(i / heads), (int)(i % heads), ith, 0, thread_scores(j->c, ith, 0), &args);
         attn_head(&args);
     }
 }
@@ -303,7 +334,8 @@ static void attn_tile_worker(void *p, int ith, int nth) {
     for (long i = ith; i < (long)tiles * heads; i += nth) {
         int t0 = (int)(i / heads) * ATTN_TILE, h = (int)(i % heads), nq = n - t0 < ATTN_TILE ? n - t0 : ATTN_TILE;
         attn_args args[ATTN_TILE];
-        for (int k = 0; k < nq; k++) attn_setup(j->c, j->a, t0 + k, h, ith, thread_scores(j->c, ith, k), &args[k]);
+        for (int k = 0; k < nq; k++)
+            attn_setup(j->c, j->a, t0 + k, h, ith, k, thread_scores(j->c, ith, k), &args[k]);
         attn_tile(args, nq);
     }
 }
@@ -367,6 +399,17 @@ static void swiglu_row(fwd_ctx *c, void *arg, int t) {
     for (int i = 0; i < f; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+/* GELU, tanh form (gemma's gelu_pytorch_tanh). llama.cpp looks it up in
+ * an F16 table instead; the difference is within the oracle tolerance. */
+static void geglu_row(fwd_ctx *c, void *arg, int t) {
+    int f = c->m->hp.n_ff;
+    float *g = c->gate + (size_t)t * f, *u = c->up + (size_t)t * f;
+    for (int i = 0; i < f; i++) {
+        float x = g[i];
+        g[i] = 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * x * (1.0f + 0.044715f * x * x))) * u[i];
+    }
+}
+
 static void add_rows(float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
@@ -386,14 +429,16 @@ static void layer_forward(fwd_ctx *c, const fwd_batch *b, int il) {
     attn_job aj = {c, &a};
     pool_run(c->threads, c->kvf_seq ? attn_tile_worker : attn_worker, &aj);
     matmul(c, c->att, n, &L->wo, c->tmp);
+    if (L->post_attn_norm.data) norm_rows(c, c->tmp, c->tmp, &L->post_attn_norm, n);
     add_rows(c->x, c->tmp, (size_t)n * e);
 
     norm_rows(c, c->x, c->xn, &L->ffn_norm, n);
     const model_tensor *gu[2] = {&L->w_gate, &L->w_up};
     float *gu_out[2] = {c->gate, c->up};
     matmul_group(c, c->xn, n, gu, gu_out, 2);
-    for_rows(c, n, swiglu_row, NULL);
+    for_rows(c, n, hp->ffn_gelu ? geglu_row : swiglu_row, NULL);
     matmul(c, c->gate, n, &L->w_down, c->tmp);
+    if (L->post_ffn_norm.data) norm_rows(c, c->tmp, c->tmp, &L->post_ffn_norm, n);
     add_rows(c->x, c->tmp, (size_t)n * e);
 }
 
@@ -403,7 +448,10 @@ static void embed_row(fwd_ctx *c, void *arg, int t) {
     const fwd_batch *b = arg;
     const model_tensor *emb = &c->m->tok_embd;
     const uint8_t *row = (const uint8_t *)emb->data + (size_t)b->tokens[t] * emb->row_bytes;
-    quant_dequant_row(emb->type, row, c->x + (size_t)t * c->m->hp.n_embd, emb->cols);
+    float *x = c->x + (size_t)t * c->m->hp.n_embd, scale = c->m->hp.embd_scale;
+    quant_dequant_row(emb->type, row, x, emb->cols);
+    if (scale != 1.0f)
+        for (int i = 0; i < c->m->hp.n_embd; i++) x[i] *= scale;
 }
 
 static void ensure_scratch(fwd_ctx *c, int max_kv) {
@@ -415,13 +463,15 @@ static void ensure_scratch(fwd_ctx *c, int max_kv) {
         c->scores_cap = max_kv + 256;
         c->scores = xmalloc((size_t)nth * ATTN_TILE * c->scores_cap * sizeof(float));
     }
-    int nb = (max_kv + B - 1) / B;
+    /* Per (thread, tile slot): a block table, or a window's row table. */
+    int nb = (max_kv + B - 1) / B, win = c->m->hp.n_swa < max_kv ? c->m->hp.n_swa : max_kv;
+    if (win > nb) nb = win;
     if (nb > c->blocks_cap) {
         free(c->kb);
         free(c->vb);
         c->blocks_cap = nb + 16;
-        c->kb = xmalloc((size_t)nth * c->blocks_cap * sizeof(*c->kb));
-        c->vb = xmalloc((size_t)nth * c->blocks_cap * sizeof(*c->vb));
+        c->kb = xmalloc((size_t)nth * ATTN_TILE * c->blocks_cap * sizeof(*c->kb));
+        c->vb = xmalloc((size_t)nth * ATTN_TILE * c->blocks_cap * sizeof(*c->vb));
     }
 }
 
@@ -473,6 +523,9 @@ static void output_logits(fwd_ctx *c, const fwd_batch *b, float *logits) {
     if (n_out == 0) return;
     norm_rows(c, c->tmp, c->xn, &c->m->output_norm, n_out);
     matmul(c, c->xn, n_out, &c->m->output, logits);
+    float cap = c->m->hp.logit_softcap;
+    if (cap > 0)
+        for (size_t i = 0; i < (size_t)n_out * c->m->hp.n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
 }
 
 int fwd_run(fwd_ctx *c, const fwd_batch *b, float *logits, strata_err *err) {
@@ -512,10 +565,12 @@ static void init_rope(fwd_ctx *c) {
     const model_hparams *hp = &c->m->hp;
     int half = hp->rope_dim / 2;
     c->rope_inv_freq = xmalloc((size_t)half * sizeof(float));
+    c->rope_inv_swa = xmalloc((size_t)half * sizeof(float));
     const float *ff = c->m->rope_freqs.data;
     for (int i = 0; i < half; i++) {
         double f = pow((double)hp->rope_base, -2.0 * i / hp->rope_dim);
         c->rope_inv_freq[i] = (float)(ff ? f / ff[i] : f);
+        c->rope_inv_swa[i] = (float)pow((double)hp->rope_base_swa, -2.0 * i / hp->rope_dim);
     }
 }
 
@@ -545,7 +600,7 @@ fwd_ctx *fwd_new(const model *m, kv_pool *kv, pool *threads, int max_batch) {
 void fwd_free(fwd_ctx *c) {
     if (!c) return;
     float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->gate, c->up, c->tmp,
-                     c->rope_inv_freq, c->scores};
+                     c->rope_inv_freq, c->rope_inv_swa, c->scores};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     for (int i = 0; i < MM_MAX; i++) free(c->xq[i]);
     free(c->kf);

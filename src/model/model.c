@@ -1,6 +1,7 @@
 /* model.c - hyperparameters from metadata and tensor binding (model.h). */
 #include "model/model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@ static const arch_info ARCHES[] = {
     {"llama", ARCH_LLAMA, 0},
     {"qwen2", ARCH_QWEN2, 1},
     {"qwen3", ARCH_QWEN3, 1},
+    {"gemma3", ARCH_GEMMA3, 1},
 };
 
 static int find_arch(model *m, strata_err *err) {
@@ -30,7 +32,7 @@ static int find_arch(model *m, strata_err *err) {
         return 0;
     }
     return strata_errf(err, STRATA_EUNSUPPORTED,
-                       "%s: unsupported architecture '%.*s' (supported: llama, qwen2, qwen3)",
+                       "%s: unsupported architecture '%.*s' (supported: llama, qwen2, qwen3, gemma3)",
                        m->gguf->path, (int)(s.len < 64 ? s.len : 64), s.ptr);
 }
 
@@ -82,6 +84,21 @@ static int read_rope_scaling(model *m, strata_err *err) {
     return 0;
 }
 
+/* Gemma 3 as llama.cpp reads it: inputs scaled by sqrt(n_embd), GELU
+ * feed-forward, local layers with RoPE base 10000 (or rope.freq_base_swa)
+ * and attention scale 1/sqrt(head_dim), except the 27B (62 layers), which
+ * scales by 1/sqrt(n_embd / n_head) (query_pre_attn_scalar). */
+static int read_gemma3(model *m, strata_err *err) {
+    model_hparams *hp = &m->hp;
+    hp->embd_scale = sqrtf((float)hp->n_embd);
+    hp->ffn_gelu = 1;
+    if (hp->n_layer == 62) hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
+    if (arch_u32(m, "attention.sliding_window", &hp->n_swa, 1, err) ||
+        arch_f32(m, "rope.freq_base_swa", &hp->rope_base_swa, 1, err))
+        return STRATA_EFORMAT;
+    return 0;
+}
+
 static int read_hparams(model *m, strata_err *err) {
     model_hparams *hp = &m->hp;
     if (arch_u32(m, "block_count", &hp->n_layer, 0, err) ||
@@ -110,6 +127,11 @@ static int read_hparams(model *m, strata_err *err) {
     if (v_len != hp->head_dim || hp->head_dim <= 0 || hp->head_dim % 2)
         return strata_errf(err, STRATA_EUNSUPPORTED, "%s: head dims k=%d v=%d not supported",
                            m->gguf->path, hp->head_dim, v_len);
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    hp->embd_scale = 1.0f;
+    hp->rope_base_swa = 10000.0f;
+    if (arch_f32(m, "final_logit_softcapping", &hp->logit_softcap, 1, err)) return STRATA_EFORMAT;
+    if (hp->arch == ARCH_GEMMA3 && read_gemma3(m, err)) return STRATA_EFORMAT;
     hp->rope_dim = hp->head_dim;
     if (arch_u32(m, "rope.dimension_count", &hp->rope_dim, 1, err)) return STRATA_EFORMAT;
     if (hp->rope_dim > hp->head_dim || hp->rope_dim % 2)
@@ -154,23 +176,53 @@ static int bind_layer(model *m, int il, strata_err *err) {
     model_layer *L = &m->layers[il];
     int64_t e = hp->n_embd, q = (int64_t)hp->n_head * hp->head_dim;
     int64_t kv = (int64_t)hp->n_head_kv * hp->head_dim, f = hp->n_ff;
-    int qwen2 = hp->arch == ARCH_QWEN2, qwen3 = hp->arch == ARCH_QWEN3;
-    char n[14][64];
-    static const char *suffix[14] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+    int qwen2 = hp->arch == ARCH_QWEN2, gemma3 = hp->arch == ARCH_GEMMA3;
+    int qk_norm = hp->arch == ARCH_QWEN3 || gemma3;
+    char n[16][64];
+    static const char *suffix[16] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
                                      "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_q_norm",
-                                     "attn_k_norm", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"};
-    for (int i = 0; i < 14; i++)
+                                     "attn_k_norm", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down",
+                                     "post_attention_norm", "post_ffw_norm"};
+    for (int i = 0; i < 16; i++)
         snprintf(n[i], sizeof n[i], "blk.%d.%s%s", il, suffix[i], strchr(suffix[i], '.') ? "" : ".weight");
     int rc = bind(m, &L->attn_norm, n[0], e, 0, 0, err) || bind(m, &L->wq, n[1], e, q, 0, err) ||
              bind(m, &L->wk, n[2], e, kv, 0, err) || bind(m, &L->wv, n[3], e, kv, 0, err) ||
              bind(m, &L->wo, n[4], q, e, 0, err) || bind(m, &L->bq, n[5], q, 0, !qwen2, err) ||
              bind(m, &L->bk, n[6], kv, 0, !qwen2, err) || bind(m, &L->bv, n[7], kv, 0, !qwen2, err) ||
-             bind(m, &L->q_norm, n[8], hp->head_dim, 0, !qwen3, err) ||
-             bind(m, &L->k_norm, n[9], hp->head_dim, 0, !qwen3, err) ||
+             bind(m, &L->q_norm, n[8], hp->head_dim, 0, !qk_norm, err) ||
+             bind(m, &L->k_norm, n[9], hp->head_dim, 0, !qk_norm, err) ||
              bind(m, &L->ffn_norm, n[10], e, 0, 0, err) ||
              bind(m, &L->w_gate, n[11], e, f, 0, err) || bind(m, &L->w_up, n[12], e, f, 0, err) ||
-             bind(m, &L->w_down, n[13], f, e, 0, err);
+             bind(m, &L->w_down, n[13], f, e, 0, err) ||
+             bind(m, &L->post_attn_norm, n[14], e, 0, !gemma3, err) ||
+             bind(m, &L->post_ffn_norm, n[15], e, 0, !gemma3, err);
     return rc ? (err ? err->code : STRATA_EFORMAT) : 0;
+}
+
+/* Which layers slide: attention.sliding_window_pattern as one bool per
+ * layer, or as a period P (layer il slides unless il % P == P - 1, so
+ * every P-th layer is global); Gemma 3's default period is 6. This is
+ * llama.cpp's reading of the same keys (set_swa_pattern). */
+static int mark_swa_layers(model *m, strata_err *err) {
+    const model_hparams *hp = &m->hp;
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", hp->arch_name);
+    const gguf_kv *kv = gguf_find(m->gguf, key);
+    if (kv && kv->type == GGUF_ARRAY) {
+        const void *el;
+        uint64_t n;
+        if (gguf_get_arr(m->gguf, key, GGUF_BOOL, &el, &n, err)) return STRATA_EFORMAT;
+        if (n != (uint64_t)hp->n_layer)
+            return strata_errf(err, STRATA_EFORMAT, "%s: %s has %llu entries for %d layers", m->gguf->path,
+                               key, (unsigned long long)n, hp->n_layer);
+        for (int il = 0; il < hp->n_layer; il++) m->layers[il].swa = ((const uint8_t *)el)[il] != 0;
+        return 0;
+    }
+    int period = 6;
+    if (arch_u32(m, "attention.sliding_window_pattern", &period, 1, err)) return STRATA_EFORMAT;
+    for (int il = 0; il < hp->n_layer; il++)
+        m->layers[il].swa = period == 0 || il % period < period - 1;
+    return 0;
 }
 
 static int bind_all(model *m, strata_err *err) {
@@ -192,7 +244,7 @@ static int bind_all(model *m, strata_err *err) {
         int rc = bind_layer(m, il, err);
         if (rc) return rc;
     }
-    return 0;
+    return hp->n_swa > 0 ? mark_swa_layers(m, err) : 0;
 }
 
 int model_load(model **out, const char *path, strata_err *err) {

@@ -4,7 +4,9 @@
  * and binds every tensor it needs, checking names, shapes and types, so
  * the forward pass never meets a surprise. Weights stay in the read-only
  * map owned by the model. Supported: llama (Llama 2/3, SmolLM2, TinyLlama,
- * Mistral), qwen2 (QKV bias), qwen3 (QK-norm).
+ * Mistral), qwen2 (QKV bias), qwen3 (QK-norm), gemma3 (QK-norm, pre and
+ * post norms, GELU, scaled embeddings, sliding-window layers interleaved
+ * with global ones, each kind with its own RoPE base).
  * Does not: run anything (forward.c) or tokenize (text/). */
 #ifndef STRATA_MODEL_H
 #define STRATA_MODEL_H
@@ -15,7 +17,7 @@
 #include "base/err.h"
 #include "model/gguf.h"
 
-typedef enum { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3 } model_arch;
+typedef enum { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_GEMMA3 } model_arch;
 
 typedef enum { ROPE_SCALE_NONE, ROPE_SCALE_LINEAR, ROPE_SCALE_YARN } rope_scaling;
 
@@ -31,6 +33,15 @@ typedef struct model_hparams {
     float rope_factor;     /* linear/yarn factor (1 = none) */
     int rope_orig_ctx;     /* yarn: original context length */
     float yarn_beta_fast, yarn_beta_slow, yarn_attn_factor;
+    float attn_scale;     /* multiplies q.k (1/sqrt(head_dim) unless the arch says) */
+    float embd_scale;     /* multiplies the token embeddings (gemma: sqrt(n_embd)) */
+    float logit_softcap;  /* final logits: cap * tanh(x / cap); 0 = none */
+    int ffn_gelu;         /* 1: GELU(gate) * up (tanh form); 0: SiLU(gate) * up */
+    /* Sliding-window attention: layers with swa set see only the last
+     * n_swa positions (the query's included) and rotate with
+     * rope_base_swa, without rope scaling. n_swa 0: no such layers. */
+    int n_swa;
+    float rope_base_swa;
 } model_hparams;
 
 /* A weight matrix [rows][cols] (cols = ne[0]) or vector (rows = 1). */
@@ -46,6 +57,8 @@ typedef struct model_layer {
     model_tensor bq, bk, bv;         /* qwen2 */
     model_tensor q_norm, k_norm;     /* qwen3 */
     model_tensor ffn_norm, w_gate, w_up, w_down;
+    model_tensor post_attn_norm, post_ffn_norm; /* gemma3: on each block's output */
+    int swa;                                    /* sliding-window layer (hparams.n_swa) */
 } model_layer;
 
 typedef struct model {

@@ -152,9 +152,30 @@ int chat_tokenize_at(const tokenizer *t, const chat_prompt *p, int add_bos, int3
     return 0;
 }
 
-const char *chat_format_name(chat_format c) { return c == CHAT_LLAMA3 ? "llama3" : "chatml"; }
+const char *chat_format_name(chat_format c) {
+    return c == CHAT_LLAMA3 ? "llama3" : c == CHAT_GEMMA ? "gemma" : "chatml";
+}
 
 static void add_str(chat_prompt *p, const char *s, int special) { chat_prompt_add(p, s, strlen(s), special); }
+
+/* Gemma: <start_of_turn>user|model\n ... <end_of_turn>\n; the system text
+ * opens the next user turn (sys_pending), as Gemma 3's template does. */
+static void render_gemma_msg(const chat_msg *m, const char **sys_pending, chat_prompt *out) {
+    if (strcmp(m->role, "system") == 0) {
+        *sys_pending = m->content;
+        return;
+    }
+    add_str(out, "<start_of_turn>", 1);
+    add_str(out, strcmp(m->role, "assistant") == 0 ? "model" : m->role, 0);
+    add_str(out, "\n", 1);
+    if (*sys_pending && strcmp(m->role, "user") == 0) {
+        add_str(out, *sys_pending, 0);
+        add_str(out, "\n\n", 1);
+        *sys_pending = NULL;
+    }
+    add_str(out, m->content, 0);
+    add_str(out, "<end_of_turn>\n", 1);
+}
 
 static void render_msg(chat_format c, const chat_msg *m, chat_prompt *out) {
     if (c == CHAT_LLAMA3) {
@@ -174,6 +195,13 @@ static void render_msg(chat_format c, const chat_msg *m, chat_prompt *out) {
 
 void chat_render_builtin(chat_format c, const chat_msg *msgs, int n, int add_generation,
                          chat_prompt *out) {
+    if (c == CHAT_GEMMA) {
+        const char *sys = NULL;
+        add_str(out, "<bos>", 1);
+        for (int i = 0; i < n; i++) render_gemma_msg(&msgs[i], &sys, out);
+        if (add_generation) add_str(out, "<start_of_turn>model\n", 1);
+        return;
+    }
     if (c == CHAT_LLAMA3) add_str(out, "<|begin_of_text|>", 1);
     for (int i = 0; i < n; i++) render_msg(c, &msgs[i], out);
     if (!add_generation) return;

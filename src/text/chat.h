@@ -16,7 +16,10 @@
 #include "base/err.h"
 #include "text/tokenizer.h"
 
-typedef enum { CHAT_CHATML, CHAT_LLAMA3 } chat_format;
+/* Built-in formats, for models without a usable template of their own.
+ * CHAT_GEMMA: Gemma's turns (assistant = "model", a system message folded
+ * into the first user turn, as Gemma 3's template does). */
+typedef enum { CHAT_CHATML, CHAT_LLAMA3, CHAT_GEMMA } chat_format;
 
 typedef struct chat_msg {
     const char *role, *content;

@@ -47,7 +47,9 @@ static int template_mentions(const gguf_file *f, const char *needle) {
 static chat_format builtin_format(const gguf_file *f, const tokenizer *t) {
     if (template_mentions(f, "<|start_header_id|>")) return CHAT_LLAMA3;
     if (template_mentions(f, "<|im_start|>")) return CHAT_CHATML;
+    if (template_mentions(f, "<start_of_turn>")) return CHAT_GEMMA;
     if (tok_find(t, "<|start_header_id|>") >= 0) return CHAT_LLAMA3;
+    if (tok_find(t, "<start_of_turn>") >= 0) return CHAT_GEMMA;
     return CHAT_CHATML;
 }
 
