@@ -75,8 +75,12 @@ fuzz-lib: fuzz-targets model testdata
 	$(PYTHON) tests/fuzz/run_libfuzzer.py --seconds $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # The seed corpora through each target (plain build), then the harness slice.
+# Well-formed GGUF seeds are the generated test models (make testdata), not
+# committed files; the committed gguf seeds are hand-made malformed headers.
+FUZZ_GGUF_MODELS = $(wildcard tests/data/gen/models/*.gguf tests/data/gen/tok/*.gguf)
 fuzz-slice: strata fuzz-drivers
 	@for t in $(FUZZ_TARGETS); do build/fuzz-$$t tests/fuzz/corpus/$$t/* || exit 1; done
+	@build/fuzz-gguf $(FUZZ_GGUF_MODELS)
 	$(PYTHON) tests/fuzz/run_all.py --short --bin build --strata ./strata
 
 -include $(ASAN_OBJ:.o=.d) $(ASAN_TEST_OBJ:.o=.d) $(FUZZ_OBJ:.o=.d) $(ASAN_DIR)/src/main.d

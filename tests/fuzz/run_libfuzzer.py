@@ -21,7 +21,9 @@ def run_target(name, seconds, out):
     scratch = tempfile.mkdtemp(prefix=f"strata-libfuzzer-{name}-")
     crashes = os.path.join(out, name)
     os.makedirs(crashes, exist_ok=True)
-    argv = [os.path.join(ROOT, "build-fuzz", f"fuzz-{name}"), scratch, corpus, f"-max_total_time={seconds}",
+    gen = os.path.join(ROOT, "tests", "data", "gen")  # well-formed GGUF seeds: the generated test models
+    seeds = [corpus] + ([os.path.join(gen, "models"), os.path.join(gen, "tok")] if name == "gguf" else [])
+    argv = [os.path.join(ROOT, "build-fuzz", f"fuzz-{name}"), scratch, *seeds, f"-max_total_time={seconds}",
             f"-max_len={MAX_LEN.get(name, 4096)}", "-timeout=20", "-rss_limit_mb=4096", "-print_final_stats=1",
             f"-artifact_prefix={crashes}/", "-seed=16"]
     p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, errors="replace",
