@@ -75,6 +75,19 @@ int api_call_prompt(api_call *c, const json_t *messages, int32_t **ids, size_t *
     return 0;
 }
 
+int api_call_schema(api_call *c, const json_t *schema, const char *field, char *why, size_t cap) {
+    json_t *any = schema ? NULL : json_pack("{s:s}", "type", "object");
+    char reason[400];
+    c->gp.schema = json_schema_compile(schema ? schema : any, reason, sizeof reason);
+    json_decref(any);
+    if (!c->gp.schema) {
+        snprintf(why, cap, "'%s': %s", field, reason);
+        return -1;
+    }
+    c->gp.json_mode = 1;
+    return 0;
+}
+
 /* {"token": pos, "message": k} (message -1: not known). */
 static json_t *position_json(const api_call *c, int pos) {
     return json_pack("{s:i,s:i}", "token", pos, "message", diag_message_at(c->msg_ends, c->n_msgs, pos));

@@ -232,16 +232,7 @@ static int parse_json_schema(oai_call *c, const json_t *rf, char *why, size_t ca
         snprintf(why, cap, "'response_format.json_schema' must be an object with a 'name'");
         return -1;
     }
-    json_t *any = schema ? NULL : json_pack("{s:s}", "type", "object");
-    char reason[400];
-    c->a.gp.schema = json_schema_compile(schema ? schema : any, reason, sizeof reason);
-    json_decref(any);
-    if (!c->a.gp.schema) {
-        snprintf(why, cap, "'response_format.json_schema.schema': %s", reason);
-        return -1;
-    }
-    c->a.gp.json_mode = 1;
-    return 0;
+    return api_call_schema(&c->a, schema, "response_format.json_schema.schema", why, cap);
 }
 
 /* response_format: {"type": "text" | "json_object" | "json_schema"}. */

@@ -28,7 +28,6 @@
 #include "base/mem.h"
 #include "server/api_call.h"
 #include "server/api_openai.h"
-#include "text/jsonschema.h"
 #include "server/api_params.h"
 #include "server/api_stream.h"
 #include "server/prompt.h"
@@ -132,16 +131,7 @@ static int parse_text_format(resp_call *c, char *why, size_t cap) {
     }
     c->a.gp.json_mode = 1;
     if (strcmp(type, "json_schema")) return 0;
-    const json_t *schema = json_object_get(fmt, "schema");
-    json_t *any = schema ? NULL : json_pack("{s:s}", "type", "object");
-    char reason[400];
-    c->a.gp.schema = json_schema_compile(schema ? schema : any, reason, sizeof reason);
-    json_decref(any);
-    if (!c->a.gp.schema) {
-        snprintf(why, cap, "'text.format.schema': %s", reason);
-        return -1;
-    }
-    return 0;
+    return api_call_schema(&c->a, json_object_get(fmt, "schema"), "text.format.schema", why, cap);
 }
 
 static int parse_options(resp_call *c, char *why, size_t cap) {
