@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "test.h"
+#include "text/jsonscan.h"
 #include "text/toolcall.h"
 
 #define MAX_CALLS 8
@@ -517,4 +518,33 @@ TEST(toolcall_fuzz_consistent) {
         parse_all(seeds[k].f, buf);
         CHECK_MSG(R.rc == 0 || R.rc == STRATA_EFORMAT, "rc %d", R.rc);
     }
+}
+
+/* A cut tool call's arguments become the JSON object they were on the way
+ * to: strings closed, a member without its value dropped, containers
+ * closed. */
+TEST(toolcall_close_partial_arguments) {
+    static const char *const cases[][2] = {
+        {"{", "{}"},
+        {"{\"city\": \"Par", "{\"city\": \"Par\"}"},
+        {"{\"city\": \"Paris\", \"days\": [1, 2", "{\"city\": \"Paris\", \"days\": [1, 2]}"},
+        {"{\"city\": \"Paris\", \"n\": 1.", "{\"city\": \"Paris\"}"},
+        {"{\"city\": \"Paris\", \"da", "{\"city\": \"Paris\"}"},
+        {"{\"city\": \"Paris\",", "{\"city\": \"Paris\"}"},
+        {"{\"a\": {\"b\": true", "{\"a\": {\"b\": true}}"},
+        {"{\"a\": {\"b\": tr", "{\"a\": {}}"},
+        {"{\"q\": \"x\\u00", "{}"},
+        {"{\"q\": \"x\\\\u00", "{\"q\": \"x\\\\u00\"}"},
+        {"{\"a\": 1}", "{\"a\": 1}"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *got = tc_json_close_partial(cases[i][0], strlen(cases[i][0]));
+        CHECK_MSG(got && !strcmp(got, cases[i][1]), "'%s' -> '%s', want '%s'", cases[i][0], got ? got : "(null)",
+                  cases[i][1]);
+        json_t *j = got ? json_loads(got, 0, NULL) : NULL;
+        CHECK_MSG(json_is_object(j), "'%s' is not an object", got ? got : "(null)");
+        json_decref(j);
+        free(got);
+    }
+    CHECK(tc_json_close_partial("x", 1) == NULL);
 }

@@ -18,6 +18,7 @@
 #include "server/api_params.h"
 #include "server/gen.h"
 #include "server/normalize.h"
+#include "text/jsonscan.h"
 #include "server/prompt.h"
 #include "server/api_call.h"
 #include "server/api_stream.h"
@@ -324,17 +325,35 @@ static json_t *message(const ant_call *c, json_t *content, json_t *reason, json_
 
 static const char *call_id(ant_call *c, int index) { return api_call_id(&c->a, index, "toolu_"); }
 
-static json_t *whole_content(ant_call *c, const char *text, size_t len) {
-    json_t *content = json_array();
-    if (len) json_array_append_new(content, json_pack("{s:s,s:o}", "type", "text", "text", json_text(text, len)));
-    if (!c->a.g.n_calls_done || c->a.g.tool_error) return content;
+/* A call cut by max_tokens is returned as generated: a tool_use whose input
+ * is the object its arguments were on the way to (tc_json_close_partial). */
+static void add_cut_call(ant_call *c, json_t *content, int index) {
+    const gen *g = &c->a.g;
+    char *closed = tc_json_close_partial(g->open_args ? g->open_args : "", g->open_args_len);
+    json_t *input = closed ? json_loads(closed, 0, NULL) : NULL;
+    free(closed);
+    json_array_append_new(content, json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id", call_id(c, index), "name",
+                                             g->open_name, "input", json_is_object(input) ? input : json_object()));
+    if (input && !json_is_object(input)) json_decref(input);
+}
+
+/* The calls the reply completed, as tool_use blocks. */
+static void add_calls(ant_call *c, json_t *content) {
     const char **names, **args;
     int n = tc_calls(c->a.g.tc, &names, &args);
     for (int i = 0; i < n; i++) {
         json_t *input = json_loads(args[i], 0, NULL);
-        json_array_append_new(content, json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id", call_id(c, i),
-                                                 "name", names[i], "input", input ? input : json_object()));
+        json_array_append_new(content, json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id", call_id(c, i), "name",
+                                                 names[i], "input", input ? input : json_object()));
     }
+}
+
+static json_t *whole_content(ant_call *c, const char *text, size_t len) {
+    json_t *content = json_array();
+    if (len) json_array_append_new(content, json_pack("{s:s,s:o}", "type", "text", "text", json_text(text, len)));
+    if (c->a.g.tool_error) return content;
+    if (c->a.g.n_calls_done) add_calls(c, content);
+    if (c->a.g.open_name && c->a.g.st.finish == FINISH_LENGTH) add_cut_call(c, content, c->a.g.n_calls_done);
     return content;
 }
 

@@ -66,4 +66,11 @@ int tc_jscan_in_string(const tc_jscan *js);
 /* 1 if the key of the value being read at depth is exactly `name`. */
 int tc_jscan_key_is(const tc_jscan *js, int depth, const char *name);
 
+/* A JSON text (malloc'd) that completes the first n bytes of an object
+ * cut off part way (a tool call's arguments stopped by max_tokens): an
+ * open string is closed, a trailing member that cannot stand (a key
+ * without its value, a cut number or literal) is dropped, and the open
+ * containers are closed. NULL when s is not the start of a JSON object. */
+char *tc_json_close_partial(const char *s, size_t n);
+
 #endif

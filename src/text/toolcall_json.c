@@ -385,3 +385,63 @@ size_t tc_utf8_complete(const char *s, size_t n) {
     }
     return n;
 }
+
+/* ---- completing a cut object ------------------------------------------------------ */
+
+/* Where closing is valid: right after a container opened, or after a
+ * member or element that ended (the scanner reports both). */
+static int note_begin(void *ctx, int depth, char first, size_t at) {
+    if (first == '{' || first == '[') *(size_t *)ctx = at + 1;
+    return 0;
+}
+
+static int note_end(void *ctx, int depth, size_t start, size_t end) {
+    if (depth >= 1) *(size_t *)ctx = end;
+    return 0;
+}
+
+/* Scans s[0..n) into js: -1 unless it is the start of one JSON document;
+ * *cut is the last place where closing is valid. */
+static int scan_partial(const char *s, size_t n, tc_jscan *js, size_t *cut) {
+    tc_jscan_cb cb = {.ctx = cut, .begin = note_begin, .end = note_end};
+    tc_jscan_reset(js, &cb);
+    *cut = 0;
+    for (size_t i = 0; i < n; i++) {
+        int rc = tc_jscan_byte(js, (unsigned char)s[i]);
+        if (rc == TC_JSCAN_ERR || (rc == TC_JSCAN_DONE && i + 1 < n)) return -1;
+    }
+    return 0;
+}
+
+/* s[0..n) closed: an open string value gets its quote, then every open
+ * container its bracket. 1 when that is a whole JSON document. */
+static int close_here(const char *s, size_t n, tc_buf *out) {
+    tc_jscan js = {0};
+    size_t cut;
+    tc_buf_clear(out);
+    int ok = scan_partial(s, n, &js, &cut) == 0 && js.st != JS_ESC && js.st != JS_HEX && !(js.st == JS_STR && js.in_key);
+    tc_buf_add(out, s, n);
+    if (ok && js.st == JS_STR) tc_buf_addc(out, '"');
+    for (int d = js.depth; ok && d >= 1; d--) tc_buf_addc(out, js.stack[d] == '{' ? '}' : ']');
+    tc_jscan_free(&js);
+    if (!ok) return 0;
+    /* The result must scan whole: a cut number or literal ("tr") fails here. */
+    tc_jscan check = {0};
+    size_t unused;
+    ok = scan_partial(out->p, out->len, &check, &unused) == 0 && check.st == JS_DONE;
+    tc_jscan_free(&check);
+    return ok;
+}
+
+char *tc_json_close_partial(const char *s, size_t n) {
+    tc_jscan js = {0};
+    size_t cut;
+    int rc = scan_partial(s, n, &js, &cut);
+    int object = rc == 0 && js.depth >= 1 ? js.stack[1] == '{' : rc == 0 && js.st == JS_DONE && n && *s == '{';
+    tc_jscan_free(&js);
+    if (!object) return NULL;
+    tc_buf out = {0};
+    if (close_here(s, n, &out) || close_here(s, cut, &out)) return out.p; /* as written, else at the last whole member */
+    tc_buf_free(&out);
+    return NULL;
+}

@@ -191,3 +191,21 @@ def test_sdk_parse_with_pydantic(real):
         assert isinstance(ch.message.parsed, Owner)
         return
     pytest.fail("no parsed reply finished in 3 seeds")
+
+
+@pytest.mark.parametrize("max_tokens", [3, 6, 9])
+def test_anthropic_call_cut_by_max_tokens_is_returned_as_generated(real, max_tokens):
+    # Whole replies: the cut call comes back as a tool_use whose input is the object its
+    # arguments were on the way to (never dropped), with stop_reason max_tokens.
+    fn = WEATHER["function"]
+    r = httpx.post(real.url + "/v1/messages", timeout=60, json={
+        "model": "", "max_tokens": max_tokens, "temperature": 0, "messages": [
+            {"role": "user", "content": "What is the weather in Paris?"}],
+        "tools": [{"name": fn["name"], "description": fn["description"], "input_schema": fn["parameters"]}],
+        "tool_choice": {"type": "tool", "name": "get_weather"}})
+    assert r.status_code == 200, r.text
+    m = r.json()
+    assert m["stop_reason"] == "max_tokens", m
+    uses = [b for b in m["content"] if b["type"] == "tool_use"]
+    assert len(uses) == 1 and uses[0]["name"] == "get_weather" and isinstance(uses[0]["input"], dict), m
+    assert set(uses[0]["input"]) <= {"city", "unit"}, m
