@@ -1,6 +1,6 @@
 /* policy.h - what is worth keeping, apart from how blocks are kept
- * (DESIGN.md, "Policy layer"). The tiers (live.c, disk.c) ask these
- * functions; they never decide retention themselves.
+ * (DESIGN.md, "Policy layer"). The tiers (live.c, disk.c, redis_tier.c)
+ * ask these functions; they never decide retention themselves.
  *
  * Three things get kept longer than plain recency would keep them:
  *   - the learned stable boundary (auto:N): the prefix a prompt shares
