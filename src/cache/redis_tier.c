@@ -738,6 +738,8 @@ static void send_expire(redis_tier *r, redisContext *c, wjob *j) {
         return;
     }
     atomic_fetch_add(&r->expires, 1);
+    for (int i = 0; i < n; i++) /* GT and NX need Redis 7.0: older ones refuse them */
+        if (rep[i]->type == REDIS_REPLY_ERROR) redis_conn_error_reply(&r->writer, "PEXPIRE", rep[i]->str);
     free_replies(rep, n);
 }
 
