@@ -10,7 +10,8 @@ loopback (installed by scripts/install-deps.sh --test).
 - A session continuing on another replica gets its partial last block
   (the tail) from Redis too, bit-identical to a cold server.
 - Keys expire: unmarked ones after --cache-redis-ttl, an anchor's (the
-  system prompt's blocks) after its longer retention.
+  system prompt's blocks) and an Anthropic cache_control ttl's blocks
+  after their longer retention.
 """
 import concurrent.futures as cf
 import os
@@ -395,5 +396,35 @@ def test_keys_expire_unmarked_after_the_flag_and_anchors_later(redis):
         assert 0 < ttl[-1] <= 120000, ttl
         for k in resp(redis.port, "KEYS", "strata:tails:*"):
             assert 0 < resp(redis.port, "PTTL", k) <= 3600000
+    finally:
+        assert a.stop() == 0
+
+
+def test_anthropic_cache_control_ttl_becomes_the_keys_expiry(redis):
+    a = replica(redis.url, "--cache-redis-ttl", "60")
+    text = lambda word, n: " ".join(f"{word} {i} of the plan touches module m{i}." for i in range(n))
+    try:
+        r = httpx.post(a.url + "/v1/messages", timeout=120, json={
+            "model": "m", "max_tokens": 4, "temperature": 0, "system": text("Rule", 12),
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": text("Step", 12),
+                                              "cache_control": {"type": "ephemeral", "ttl": "5m"}}]},
+                {"role": "assistant", "content": "Done."},
+                {"role": "user", "content": text("Next", 12)}]})
+        assert r.status_code == 200, r.text
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            chain = chain_order(redis.port) if resp(redis.port, "KEYS", "strata:kv:*") else []
+            ttl = [resp(redis.port, "PTTL", k) for k in chain]
+            if ttl and ttl[0] > 60000 and any(t > 60000 and t <= 300000 for t in ttl):
+                break
+            time.sleep(0.1)
+        # System prompt (anchor: 1 h), then the first user message (its
+        # breakpoint: 5 min), then the rest (the flag: 60 s); each block
+        # keeps the longest mark covering any of it.
+        assert 3500000 < ttl[0] <= 3600000, ttl
+        assert any(290000 < t <= 300000 for t in ttl), ttl
+        assert 0 < ttl[-1] <= 60000, ttl
+        assert all(x > y - 2000 for x, y in zip(ttl, ttl[1:])), ttl  # never longer further on
     finally:
         assert a.stop() == 0
