@@ -473,6 +473,19 @@ TEST(redis_tier_ttl_follows_retention_marks_and_refreshes) {
     wait_expires(r, 1);
     long long after = key_pttl(rc, &d.h[0]);
     CHECK_MSG(before < 1500 && after > 1800, "touch: pttl %lld -> %lld", before, after);
+    /* A tail touched: its list is pushed with it (the tier remembers its parent). */
+    cache_hash th;
+    cache_hash_block(&th, &d.h[0], d.tok, 5);
+    CHECK_EQ_INT(t.write(t.self, &th, &d.h[0], d.tok, 5, d.kv), 0);
+    wait_written(r, 2);
+    usleep(600000);
+    char lkey[REDIS_TAILS_KEY_BYTES];
+    redis_tier_tails_key(&d.h[0], lkey);
+    long long lb = raw_int(rc, "PTTL %s", lkey);
+    t.touch(t.self, &th);
+    wait_expires(r, 2);
+    long long la = raw_int(rc, "PTTL %s", lkey), ta = key_pttl(rc, &th);
+    CHECK_MSG(lb < 1500 && la > 1800 && ta > 1800, "tail touch: list %lld -> %lld, tail %lld", lb, la, ta);
     redis_tier_close(r);
     /* No default expiry: keys never expire, and marks cannot shorten "never". */
     chain e;

@@ -70,6 +70,8 @@ typedef struct tail_list {
 typedef struct refr_ent {
     cache_hash h;
     double until;
+    cache_hash parent; /* a tail's (n_tok > 0): its list is pushed with it */
+    int n_tok;
 } refr_ent;
 
 /* A partial match handed to the store: its read checks the token count and
@@ -415,12 +417,17 @@ static void refresh_forget(redis_tier *r, const cache_hash *h) {
 }
 
 /* 1 when h's expiry was pushed to at least `until` (less the slack) lately;
- * else notes that it is about to be (seen_mu taken). */
-static int refresh_known(redis_tier *r, const cache_hash *h, double until, long long ttl_ms) {
+ * else notes that it is about to be (seen_mu taken). A tail's parent
+ * (*parent, *n_tok > 0) is remembered with it and filled in for a caller
+ * that does not know it (touch, retain), so its list is pushed too. */
+static int refresh_known(redis_tier *r, const cache_hash *h, double until, long long ttl_ms, cache_hash *parent,
+                         int *n_tok) {
     pthread_mutex_lock(&r->seen_mu);
     refr_ent *e = refr_slot(r, h);
-    int known = memcmp(e->h.b, h->b, 32) == 0 && e->until >= until - (double)ttl_ms / REFRESH_SLACK;
-    if (!known) e->h = *h, e->until = until;
+    int same = memcmp(e->h.b, h->b, 32) == 0;
+    if (same && !*n_tok && e->n_tok) *parent = e->parent, *n_tok = e->n_tok;
+    int known = same && e->until >= until - (double)ttl_ms / REFRESH_SLACK;
+    if (!known) e->h = *h, e->until = until, e->parent = *parent, e->n_tok = *n_tok;
     pthread_mutex_unlock(&r->seen_mu);
     return known;
 }
@@ -443,10 +450,13 @@ static int enqueue(redis_tier *r, wjob *j);
 static void refresh(redis_tier *r, const cache_hash *h, const cache_hash *parent, int n_tok, long long ttl_ms) {
     if (!(r->o.ttl_s > 0)) return; /* nothing expires: nothing to push */
     double until = ttl_ms ? clock_ms() + (double)ttl_ms : INFINITY;
-    if (refresh_known(r, h, until, ttl_ms) || raise_queued(r, h, ttl_ms)) return;
+    cache_hash p = {{0}};
+    if (parent) p = *parent;
+    else n_tok = 0;
+    if (refresh_known(r, h, until, ttl_ms, &p, &n_tok) || raise_queued(r, h, ttl_ms)) return;
     wjob *j = xcalloc(1, sizeof *j);
     j->kind = JOB_EXPIRE, j->h = *h, j->ttl_ms = ttl_ms, j->bytes = EXPIRE_JOB_BYTES;
-    if (parent) j->parent = *parent, j->n_tokens = n_tok;
+    j->parent = p, j->n_tokens = n_tok; /* n_tok 0: no list to push */
     if (enqueue(r, j)) {
         free(j);
         refresh_forget(r, h); /* not pushed after all */
@@ -808,7 +818,9 @@ static int write(void *self, const cache_hash *h, const cache_hash *parent, cons
     memcpy(j->tokens + n_tokens, kv, r->o.block_bytes);
     seen_add(r, h); /* queued counts as held: never queued twice */
     if (n_tokens < (int)r->o.block_tokens) tails_forget(r, parent);
-    refresh_known(r, h, j->ttl_ms ? clock_ms() + (double)j->ttl_ms : INFINITY, j->ttl_ms);
+    cache_hash p = *parent;
+    int n_tail = n_tokens < (int)r->o.block_tokens ? n_tokens : 0;
+    refresh_known(r, h, j->ttl_ms ? clock_ms() + (double)j->ttl_ms : INFINITY, j->ttl_ms, &p, &n_tail);
     if (enqueue(r, j)) {
         seen_drop(r, h);
         free(j->tokens), free(j);
