@@ -12,6 +12,14 @@ TEST(policy_value_prefers_deep_hit_recent_blocks) {
     CHECK(policy_decay(8, POLICY_HIT_HALF_LIFE_S) > 3.99 && policy_decay(8, POLICY_HIT_HALF_LIFE_S) < 4.01);
 }
 
+TEST(policy_shared_ttl_is_the_default_lengthened_by_marks) {
+    CHECK(policy_shared_ttl_ms(0, 3600) == 3600000);                      /* unmarked: the default */
+    CHECK(policy_shared_ttl_ms(POLICY_ANCHOR_TTL_S, 600) == 3600000);     /* an anchor outlives a short default */
+    CHECK(policy_shared_ttl_ms(POLICY_BREAK_TTL_S, 3600) == 3600000);     /* a 5m mark never shortens it */
+    CHECK(policy_shared_ttl_ms(POLICY_MAX_TTL_S, 3600) == 86400000);
+    CHECK(policy_shared_ttl_ms(POLICY_ANCHOR_TTL_S, 0) == 0);             /* no expiry configured: none */
+}
+
 TEST(policy_retained_blocks_go_last_earliest_expiry_first) {
     double now = 1000;
     CHECK(policy_evict_before(1e9, 0, 1, now + 5, now) < 0);        /* unretained first, whatever its value */

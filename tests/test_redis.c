@@ -2,8 +2,11 @@
  * like block files (every kind of damage and forgery rejected), URL
  * parsing, and the tier against a real redis-server this test starts on
  * a free loopback port (installed by scripts/install-deps.sh --test):
- * round trip, no double writes, Redis down at start and killed mid-run,
- * lookup cost of a miss, and restore bandwidth next to the disk tier. */
+ * round trip, no double writes, key expiry from retention marks and its
+ * refresh, partial last blocks (tails) found and restored through the
+ * tail lists (forged ones rejected), Redis down at start and killed
+ * mid-run, lookup cost of a miss, and restore bandwidth next to the disk
+ * tier. */
 #define _XOPEN_SOURCE 700
 #include <errno.h>
 #include <fcntl.h>
@@ -162,15 +165,18 @@ static void redis_stop(pid_t pid) {
     waitpid(pid, NULL, 0);
 }
 
-static redis_tier *tier_open(int port, uint64_t block_bytes) {
+static redis_tier *tier_open_ttl(int port, uint64_t block_bytes, double ttl_s) {
     char url[64];
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
-    redis_tier_opts o = {.url = url, .timeout_ms = 100, .block_tokens = TB, .kv_dtype = 1, .block_bytes = block_bytes};
+    redis_tier_opts o = {.url = url, .timeout_ms = 100, .block_tokens = TB, .kv_dtype = 1, .block_bytes = block_bytes,
+                         .ttl_s = ttl_s};
     memset(o.model_fp, 7, 32);
     redis_tier *r = NULL;
     CHECK_EQ_INT(redis_tier_open(&r, &o, NULL), 0);
     return r;
 }
+
+static redis_tier *tier_open(int port, uint64_t block_bytes) { return tier_open_ttl(port, block_bytes, 0); }
 
 /* The writer thread has dealt with n writes (bounded wait). */
 static void wait_written(redis_tier *r, long n) {
@@ -223,7 +229,7 @@ static int read_chain(cache_tier *t, const chain *c, int n, size_t bytes, uint8_
     return same;
 }
 
-TEST(redis_tier_round_trip_no_double_writes_and_no_tails) {
+TEST(redis_tier_round_trip_and_no_double_writes) {
     g_log_level = LOG_ERROR;
     int port = free_port();
     pid_t pid = redis_start(port);
@@ -234,7 +240,7 @@ TEST(redis_tier_round_trip_no_double_writes_and_no_tails) {
     CHECK_EQ_INT(t.has_run(t.self, c.h, 8), 0);
     write_chain(&t, &c, 8, BYTES);
     write_chain(&t, &c, 8, BYTES); /* known present: not queued again */
-    CHECK(t.write(t.self, &c.h[0], &c.root, c.tok, TB - 1, c.kv) < 0); /* a tail: not stored */
+    CHECK(t.write(t.self, &c.h[0], &c.root, c.tok, TB + 1, c.kv) < 0); /* more than a block: refused */
     wait_written(r, 8);
     uint8_t *buf = malloc(8 * BYTES);
     CHECK_EQ_INT(read_chain(&t, &c, 8, BYTES, buf), 8);
@@ -370,5 +376,245 @@ TEST(redis_tier_stalled_redis_costs_at_most_the_timeout) {
     redis_tier_close(r);
     free(buf);
     chain_free(&c);
+    redis_stop(pid);
+}
+
+/* ---- expiry from retention marks, and tails ---- */
+
+static redisContext *raw_conn(int port) {
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, (struct timeval){2, 0});
+    CHECK(c && !c->err);
+    return c;
+}
+
+/* A command with one integer reply (PTTL, EXISTS, HLEN); LLONG_MIN if not. */
+static long long raw_int(redisContext *c, const char *fmt, const char *key) {
+    redisReply *rep = redisCommand(c, fmt, key);
+    long long v = rep && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -999999;
+    if (rep) freeReplyObject(rep);
+    return v;
+}
+
+static long long key_pttl(redisContext *c, const cache_hash *h) {
+    char key[REDIS_KEY_BYTES];
+    redis_tier_key(h, key);
+    return raw_int(c, "PTTL %s", key);
+}
+
+/* The writer has pushed n expiries (bounded wait). */
+static void wait_expires(redis_tier *r, long n) {
+    redis_tier_stats s;
+    for (int i = 0; i < 500; i++) {
+        redis_tier_get_stats(r, &s);
+        if (s.expires >= n) return;
+        usleep(10000);
+    }
+    CHECK_MSG(0, "expiries not pushed: %ld of %ld", s.expires, n);
+}
+
+/* Unmarked keys get the default expiry; a mark lengthens it (as SET PX
+ * while the block is queued, PEXPIRE once it is stored), never shortens
+ * it; a hit pushes it again without rewriting the value; 0 is no expiry. */
+TEST(redis_tier_ttl_follows_retention_marks_and_refreshes) {
+    g_log_level = LOG_ERROR;
+    int port = free_port();
+    pid_t pid = redis_start(port);
+    redisContext *rc = raw_conn(port);
+    redis_tier *r = tier_open_ttl(port, BYTES, 60);
+    cache_tier t = redis_tier_iface(r);
+    chain c;
+    chain_make(&c, 4, BYTES, 11);
+    write_chain(&t, &c, 4, BYTES);
+    t.retain(t.self, &c.h[0], 7200); /* an anchor-long mark, likely still queued */
+    t.retain(t.self, &c.h[2], 300);  /* cache_control 5m: longer than the default */
+    t.retain(t.self, &c.h[3], 30);   /* shorter than the default: no effect */
+    wait_written(r, 4);
+    usleep(100000);
+    long long p0 = key_pttl(rc, &c.h[0]), p1 = key_pttl(rc, &c.h[1]), p2 = key_pttl(rc, &c.h[2]),
+              p3 = key_pttl(rc, &c.h[3]);
+    CHECK_MSG(p0 > 7190000 && p0 <= 7200000, "anchor-marked pttl %lld", p0);
+    CHECK_MSG(p1 > 55000 && p1 <= 60000, "unmarked pttl %lld", p1);
+    CHECK_MSG(p2 > 295000 && p2 <= 300000, "5m-marked pttl %lld", p2);
+    CHECK_MSG(p3 > 55000 && p3 <= 60000, "short mark shortened it: pttl %lld", p3);
+    /* A later request marks a stored block: PEXPIRE, the value untouched. */
+    redis_tier_stats s0, s;
+    redis_tier_get_stats(r, &s0);
+    t.retain(t.self, &c.h[1], 3600);
+    wait_expires(r, s0.expires + 1);
+    long long p1b = key_pttl(rc, &c.h[1]);
+    CHECK_MSG(p1b > 3590000 && p1b <= 3600000, "re-marked pttl %lld", p1b);
+    t.retain(t.self, &c.h[1], 3600); /* again at once: known, not sent again */
+    usleep(50000);
+    redis_tier_get_stats(r, &s);
+    CHECK_EQ_INT(s.expires, s0.expires + 1);
+    CHECK_EQ_INT(s.writes, 4); /* no value rewritten */
+    uint8_t *buf = malloc(4 * BYTES);
+    CHECK_EQ_INT(read_chain(&t, &c, 4, BYTES, buf), 4); /* the values are the ones written */
+    redis_tier_close(r);
+    /* Another replica reads the run: a hit pushes the default expiry, which
+     * must not shorten the anchor's (PEXPIRE GT). */
+    r = tier_open_ttl(port, BYTES, 60);
+    t = redis_tier_iface(r);
+    CHECK_EQ_INT(read_chain(&t, &c, 4, BYTES, buf), 4);
+    wait_expires(r, 4);
+    p0 = key_pttl(rc, &c.h[0]);
+    CHECK_MSG(p0 > 7180000, "a hit shortened the anchor's expiry: pttl %lld", p0);
+    redis_tier_close(r);
+    /* A short default: a hit pushes the expiry back up. */
+    chain d;
+    chain_make(&d, 1, BYTES, 12);
+    r = tier_open_ttl(port, BYTES, 2);
+    t = redis_tier_iface(r);
+    write_chain(&t, &d, 1, BYTES);
+    wait_written(r, 1);
+    usleep(600000);
+    long long before = key_pttl(rc, &d.h[0]);
+    t.touch(t.self, &d.h[0]); /* a hit served by a tier above */
+    wait_expires(r, 1);
+    long long after = key_pttl(rc, &d.h[0]);
+    CHECK_MSG(before < 1500 && after > 1800, "touch: pttl %lld -> %lld", before, after);
+    /* A tail touched: its list is pushed with it (the tier remembers its parent). */
+    cache_hash th;
+    cache_hash_block(&th, &d.h[0], d.tok, 5);
+    CHECK_EQ_INT(t.write(t.self, &th, &d.h[0], d.tok, 5, d.kv), 0);
+    wait_written(r, 2);
+    usleep(600000);
+    char lkey[REDIS_TAILS_KEY_BYTES];
+    redis_tier_tails_key(&d.h[0], lkey);
+    long long lb = raw_int(rc, "PTTL %s", lkey);
+    t.touch(t.self, &th);
+    wait_expires(r, 2);
+    long long la = raw_int(rc, "PTTL %s", lkey), ta = key_pttl(rc, &th);
+    CHECK_MSG(lb < 1500 && la > 1800 && ta > 1800, "tail touch: list %lld -> %lld, tail %lld", lb, la, ta);
+    redis_tier_close(r);
+    /* No default expiry: keys never expire, and marks cannot shorten "never". */
+    chain e;
+    chain_make(&e, 1, BYTES, 13);
+    r = tier_open_ttl(port, BYTES, 0);
+    t = redis_tier_iface(r);
+    write_chain(&t, &e, 1, BYTES);
+    t.retain(t.self, &e.h[0], 300);
+    wait_written(r, 1);
+    usleep(50000);
+    CHECK_EQ_INT(key_pttl(rc, &e.h[0]), -1);
+    redis_tier_close(r);
+    free(buf);
+    chain_free(&c), chain_free(&d), chain_free(&e);
+    redisFree(rc);
+    redis_stop(pid);
+}
+
+/* Reads the partial match h (n_tok tokens) alone; 0 and its bytes, or the rc. */
+static int read_part(cache_tier *t, const cache_hash *h, uint8_t *kv, int32_t *tok) {
+    void *dst[1] = {kv};
+    int32_t *to[1] = {tok};
+    int rc[1];
+    t->read_many(t->self, h, dst, to, 1, rc);
+    return rc[0];
+}
+
+/* A tail (fewer than B tokens) written by one replica is found by another
+ * through its parent's list (fetched in the probe round of the run) and
+ * restored byte for byte; a longer one replaces it; a forged value or a
+ * malformed list is rejected, counted, deleted and never loaded. */
+TEST(redis_tier_tails_restore_and_forgeries_are_rejected) {
+    g_log_level = LOG_ERROR;
+    int port = free_port();
+    pid_t pid = redis_start(port);
+    redisContext *rc = raw_conn(port);
+    redis_tier *a = tier_open_ttl(port, BYTES, 60);
+    cache_tier ta = redis_tier_iface(a);
+    chain c;
+    chain_make(&c, 3, BYTES, 21); /* blocks 0, 1; block 2's tokens and KV give the tails */
+    write_chain(&ta, &c, 2, BYTES);
+    const int32_t *tt = c.tok + 2 * TB;
+    const uint8_t *tkv = c.kv + 2 * BYTES;
+    cache_hash t5, t9;
+    cache_hash_block(&t5, &c.h[1], tt, 5);
+    cache_hash_block(&t9, &c.h[1], tt, 9);
+    CHECK_EQ_INT(ta.write(ta.self, &t5, &c.h[1], tt, 5, tkv), 0);
+    wait_written(a, 3);
+    char lkey[REDIS_TAILS_KEY_BYTES];
+    redis_tier_tails_key(&c.h[1], lkey);
+    CHECK_EQ_INT(raw_int(rc, "HLEN %s", lkey), 1);
+    long long lp = raw_int(rc, "PTTL %s", lkey);
+    CHECK_MSG(lp > 55000 && lp <= 60000, "tail list pttl %lld", lp);
+
+    /* Another replica: the run's probe brings the list; the tail matches
+     * 5 tokens of a prompt that goes on, 3 of one that diverges. */
+    redis_tier *b = tier_open_ttl(port, BYTES, 60);
+    cache_tier tb = redis_tier_iface(b);
+    CHECK_EQ_INT(tb.has_run(tb.self, c.h, 2), 2);
+    int32_t want[TB];
+    memcpy(want, tt, sizeof want);
+    cache_hash h;
+    int n_tok = 0;
+    CHECK_EQ_INT(tb.best_child(tb.self, &c.h[1], want, TB, &h, &n_tok), 5);
+    CHECK(!memcmp(h.b, t5.b, 32) && n_tok == 5);
+    want[3] = -7;
+    CHECK_EQ_INT(tb.best_child(tb.self, &c.h[1], want, TB, &h, &n_tok), 3);
+    CHECK_EQ_INT(tb.best_child(tb.self, &c.h[0], want, TB, &h, &n_tok), 0); /* nothing under block 0 */
+    uint8_t kv[BYTES];
+    int32_t tok[TB];
+    CHECK_EQ_INT(read_part(&tb, &t5, kv, tok), 0);
+    CHECK(!memcmp(kv, tkv, BYTES) && !memcmp(tok, tt, 5 * 4)); /* bit-identical */
+    redis_tier_stats s;
+    redis_tier_get_stats(b, &s);
+    CHECK_EQ_INT(s.tail_hits, 1);
+
+    /* A longer tail holds the first whole: it replaces it. */
+    CHECK_EQ_INT(ta.write(ta.self, &t9, &c.h[1], tt, 9, tkv), 0);
+    wait_written(a, 4);
+    usleep(50000);
+    char key[REDIS_KEY_BYTES];
+    redis_tier_key(&t5, key);
+    CHECK_EQ_INT(raw_int(rc, "EXISTS %s", key), 0);
+    CHECK_EQ_INT(raw_int(rc, "HLEN %s", lkey), 1);
+    redis_tier_close(b);
+
+    /* Forged: a well-formed value under the tail's key whose token ids do
+     * not hash to it (another prompt's KV passed off as this one's). */
+    disk_hdr fh = {.version = DISK_FORMAT_VERSION, .kv_dtype = 1, .n_tokens = 9, .payload_bytes = BYTES,
+                   .hash = t9, .parent = c.h[1]};
+    memset(fh.model_fp, 7, 32);
+    int32_t ftok[9];
+    memcpy(ftok, tt, sizeof ftok);
+    ftok[8] += 1;
+    uint8_t *fv = malloc(disk_file_bytes(9, BYTES));
+    disk_file_encode(&fh, ftok, c.kv, fv);
+    redis_tier_key(&t9, key);
+    redisReply *rep = redisCommand(rc, "SET %s %b", key, fv, (size_t)disk_file_bytes(9, BYTES));
+    freeReplyObject(rep);
+    b = tier_open_ttl(port, BYTES, 60);
+    tb = redis_tier_iface(b);
+    memcpy(want, tt, sizeof want);
+    CHECK_EQ_INT(tb.has_run(tb.self, c.h, 2), 2);
+    CHECK_EQ_INT(tb.best_child(tb.self, &c.h[1], want, TB, &h, &n_tok), 9);
+    memset(kv, 0x55, sizeof kv);
+    CHECK_EQ_INT(read_part(&tb, &t9, kv, tok), STRATA_EFORMAT);
+    uint8_t zero[BYTES] = {0};
+    CHECK(!memcmp(kv, zero, BYTES)); /* nothing of it is left in the block */
+    redis_tier_get_stats(b, &s);
+    CHECK_EQ_INT(s.rejected, 1);
+    CHECK_EQ_INT(s.hits, 0);
+    CHECK_EQ_INT(raw_int(rc, "EXISTS %s", key), 0); /* deleted, and off the list */
+    CHECK_EQ_INT(raw_int(rc, "HLEN %s", lkey), 0);
+    CHECK_EQ_INT(tb.best_child(tb.self, &c.h[1], want, TB, &h, &n_tok), 0);
+
+    /* A malformed list entry (not 1..B-1 token ids): the list is rejected and deleted. */
+    rep = redisCommand(rc, "HSET %s %b %b", lkey, t9.b, (size_t)32, "abc", (size_t)3);
+    freeReplyObject(rep);
+    redis_tier_close(b);
+    b = tier_open_ttl(port, BYTES, 60);
+    tb = redis_tier_iface(b);
+    CHECK_EQ_INT(tb.best_child(tb.self, &c.h[1], want, TB, &h, &n_tok), 0);
+    redis_tier_get_stats(b, &s);
+    CHECK_EQ_INT(s.rejected, 1);
+    CHECK_EQ_INT(raw_int(rc, "EXISTS %s", lkey), 0);
+    redis_tier_close(b);
+    redis_tier_close(a);
+    free(fv);
+    chain_free(&c);
+    redisFree(rc);
     redis_stop(pid);
 }

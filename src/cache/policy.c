@@ -60,6 +60,12 @@ int policy_prompt_marks(const int *msg_bounds, size_t n_msgs, const unsigned cha
     return n;
 }
 
+long long policy_shared_ttl_ms(double mark_ttl_s, double dflt_s) {
+    if (!(dflt_s > 0)) return 0; /* no expiry configured: marks cannot lengthen "never" */
+    double s = mark_ttl_s > dflt_s ? mark_ttl_s : dflt_s;
+    return (long long)(s * 1000.0 + 0.5);
+}
+
 /* ---- client marks and scope ---------------------------------------------------- */
 
 policy_break policy_key_break(size_t n_messages) {

@@ -1,6 +1,6 @@
 /* policy.h - what is worth keeping, apart from how blocks are kept
- * (DESIGN.md, "Policy layer"). The tiers (live.c, disk.c) ask these
- * functions; they never decide retention themselves.
+ * (DESIGN.md, "Policy layer"). The tiers (live.c, disk.c, redis_tier.c)
+ * ask these functions; they never decide retention themselves.
  *
  * Three things get kept longer than plain recency would keep them:
  *   - the learned stable boundary (auto:N): the prefix a prompt shares
@@ -32,6 +32,7 @@
 #define POLICY_SCOPE_MAX_TOKENS (1 << 30)
 #define POLICY_BREAK_TTL_S 300.0       /* a cache_control breakpoint without ttl: 5 min */
 #define POLICY_MAX_TTL_S (24 * 3600.0) /* the longest retention a client may ask for */
+#define POLICY_SHARED_TTL_S 3600.0     /* default expiry of a block in the shared tier (--cache-redis-ttl) */
 
 /* What of a prompt a request publishes for reuse (its cache scope). */
 typedef enum cache_scope_kind {
@@ -83,6 +84,15 @@ policy_break policy_key_break(size_t n_messages);
  * message i is a system message. A mark never ends at position 0. */
 int policy_prompt_marks(const int *msg_bounds, size_t n_msgs, const unsigned char *system, int has_tools,
                         const policy_break *breaks, int n_breaks, cache_mark *marks);
+
+/* The expiry of a block in the shared tier (Redis), in ms from its last
+ * use (0: none): a tier shared by replicas must not fill with one-off
+ * prompts, so every block there expires dflt_s after its last use (0:
+ * never; Redis's maxmemory policy alone evicts); a retention mark
+ * (anchor, cache_control, prompt_cache_key; mark_ttl_s, 0 for none)
+ * only lengthens that, never shortens it, so an anchor gets the longest
+ * of the anchor's and the default's. Refreshed on every use. */
+long long policy_shared_ttl_ms(double mark_ttl_s, double dflt_s);
 
 /* A hit count that halves every POLICY_HIT_HALF_LIFE_S, seen age_s later. */
 double policy_decay(double hits, double age_s);

@@ -50,10 +50,12 @@ static int redis_metrics(server *s, const sched_stats *st, char *out, size_t cap
                     "# TYPE strata_redis_rejected_total counter\nstrata_redis_rejected_total %ld\n"
                     "# TYPE strata_redis_writes_total counter\nstrata_redis_writes_total %ld\n"
                     "# TYPE strata_redis_write_skips_total counter\nstrata_redis_write_skips_total %ld\n"
+                    "# TYPE strata_redis_expires_total counter\nstrata_redis_expires_total %ld\n"
+                    "# TYPE strata_redis_tail_hits_total counter\nstrata_redis_tail_hits_total %ld\n"
                     "# TYPE strata_redis_queued_bytes gauge\nstrata_redis_queued_bytes %ld\n"
                     "# TYPE strata_redis_up gauge\nstrata_redis_up %d\n",
                     st->cache_redis_hit_tokens, r.hits, r.misses, r.errors, r.dropped_writes, r.rejected, r.writes,
-                    r.write_skips, r.queued_bytes, r.up);
+                    r.write_skips, r.expires, r.tail_hits, r.queued_bytes, r.up);
 }
 
 static void get_metrics(server *s, const http_req *req, http_reply *rep) {
@@ -376,6 +378,7 @@ static void open_disk(server *s, const uint8_t fp[32]) {
 static int open_redis(server *s, const uint8_t fp[32], strata_err *err) {
     if (s->o.no_cache || !s->o.cache_redis) return 0;
     redis_tier_opts ro = {.url = s->o.cache_redis, .timeout_ms = s->o.cache_redis_timeout_ms,
+                          .ttl_s = s->o.cache_redis_ttl_s,
                           .block_tokens = (uint32_t)s->e->kv.block_tokens, .block_bytes = s->e->kv.block_bytes,
                           .kv_dtype = 1};
     memcpy(ro.model_fp, fp, 32);

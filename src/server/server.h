@@ -34,6 +34,7 @@ typedef struct server_opts {
     const char *cache_dir; /* NULL: under the user's cache directory */
     const char *cache_redis; /* --cache-redis URL of the shared tier, or NULL */
     int cache_redis_timeout_ms; /* longest wait on Redis for any one step */
+    int cache_redis_ttl_s; /* expiry of an unmarked key after its last use (0: none) */
     int cache_mem_mb;  /* KV memory kept for cached prefixes beyond the slots */
     int cache_ram_mb;  /* RAM tier: on the CPU backend, more of the same pool */
     long max_body;

@@ -7,6 +7,11 @@ loopback (installed by scripts/install-deps.sh --test).
 - Redis killed mid-run loses no request, is counted, and a Redis restarted
   empty is reconnected to and written again.
 - A forged value under a real key is rejected, counted and never loaded.
+- A session continuing on another replica gets its partial last block
+  (the tail) from Redis too, bit-identical to a cold server.
+- Keys expire: unmarked ones after --cache-redis-ttl, an anchor's (the
+  system prompt's blocks) and an Anthropic cache_control ttl's blocks
+  after their longer retention.
 """
 import concurrent.futures as cf
 import os
@@ -133,13 +138,15 @@ def prompts(seed, n_first=640, n_more=100):
     return first, first + [rng.randrange(3, 500) for _ in range(n_more)]
 
 
-def chain_order(port):
-    """Keys of one chain, first block first, from the values' own headers
-    (block hash at byte 64, parent hash at byte 96: disk_file.h)."""
+def chain_order(port, block_tokens=64):
+    """Keys of one chain of whole blocks, first block first, from the
+    values' own headers (token count at byte 16, block hash at byte 64,
+    parent hash at byte 96: disk_file.h); tails are left out."""
     parent_of = {}
     for k in resp(port, "KEYS", "strata:kv:*"):
         v = resp(port, "GET", k)
-        parent_of[v[64:96]] = (v[96:128], k)
+        if int.from_bytes(v[16:20], "little") == block_tokens:
+            parent_of[v[64:96]] = (v[96:128], k)
     first = [h for h, (p, _) in parent_of.items() if p not in parent_of]
     assert len(first) == 1
     by_parent = {p: h for h, (p, _) in parent_of.items()}
@@ -334,3 +341,90 @@ def test_full_or_evicting_redis_costs_only_cache_hits(cold, policy):
     finally:
         assert s.stop() == 0
         r.stop()
+
+
+def test_session_continues_on_another_replica_with_its_tail_from_redis(redis, cold):
+    rng = random.Random(11)
+    turn1 = [rng.randrange(3, 500) for _ in range(672)]  # 10 whole blocks and 32 tokens
+    turn2 = turn1 + [rng.randrange(3, 500) for _ in range(100)]
+    want = complete(cold.url, turn2)
+    a = replica(redis.url)
+    try:
+        complete(a.url, turn1)  # 672 + 8 generated: a 40-token tail under block 9
+        wait_metric(a, "strata_redis_writes_total", 11)
+    finally:
+        assert a.stop() == 0
+    assert len(resp(redis.port, "KEYS", "strata:tails:*")) == 1
+    b = replica(redis.url)
+    try:
+        got = complete(b.url, turn2)
+        cache = got[2]["strata_cache"]
+        # 640 tokens of whole blocks and the 32 prompt tokens of the tail
+        # (its 8 generated ones are not in turn 2): nothing from 672 on.
+        assert cache["redis_tokens"] == 672 and cache["live_tokens"] == 0 and cache["disk_tokens"] == 0, got[2]
+        assert got[2]["prompt_tokens_details"]["cached_tokens"] == 672
+        assert got[:2] == want[:2], "whole blocks and tail from Redis: bit-identical to a cold server"
+        m = metrics(b)
+        assert m["strata_redis_tail_hits_total"] == 1 and m["strata_redis_hits_total"] == 11, m
+        assert m.get("strata_redis_rejected_total", 0) == 0
+    finally:
+        assert b.stop() == 0
+
+
+def test_keys_expire_unmarked_after_the_flag_and_anchors_later(redis):
+    a = replica(redis.url, "--cache-redis-ttl", "120")
+    system = " ".join(f"Rule {i}: answer briefly and cite the file you used." for i in range(6))
+    user = " ".join(f"Step {i} of the plan touches module m{i}." for i in range(12))
+    try:
+        r = httpx.post(a.url + "/v1/chat/completions", timeout=120, json={
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            "max_tokens": 4, "temperature": 0})
+        assert r.status_code == 200, r.text
+        n_prompt = r.json()["usage"]["prompt_tokens"]
+        assert n_prompt > 5 * 64
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            chain = chain_order(redis.port) if resp(redis.port, "KEYS", "strata:kv:*") else []
+            ttl = [resp(redis.port, "PTTL", k) for k in chain]
+            if len(chain) == n_prompt // 64 and ttl[0] > 120000:
+                break
+            time.sleep(0.1)
+        assert len(chain) == n_prompt // 64, (len(chain), n_prompt)
+        # The anchor (system prompt, 1 h after its use) outlives the flag's
+        # 120 s; the user's blocks past it get the flag's expiry.
+        assert 3500000 < ttl[0] <= 3600000 and 3500000 < ttl[1] <= 3600000, ttl
+        assert 0 < ttl[-1] <= 120000, ttl
+        for k in resp(redis.port, "KEYS", "strata:tails:*"):
+            assert 0 < resp(redis.port, "PTTL", k) <= 3600000
+    finally:
+        assert a.stop() == 0
+
+
+def test_anthropic_cache_control_ttl_becomes_the_keys_expiry(redis):
+    a = replica(redis.url, "--cache-redis-ttl", "60")
+    text = lambda word, n: " ".join(f"{word} {i} of the plan touches module m{i}." for i in range(n))
+    try:
+        r = httpx.post(a.url + "/v1/messages", timeout=120, json={
+            "model": "m", "max_tokens": 4, "temperature": 0, "system": text("Rule", 12),
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": text("Step", 12),
+                                              "cache_control": {"type": "ephemeral", "ttl": "5m"}}]},
+                {"role": "assistant", "content": "Done."},
+                {"role": "user", "content": text("Next", 12)}]})
+        assert r.status_code == 200, r.text
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            chain = chain_order(redis.port) if resp(redis.port, "KEYS", "strata:kv:*") else []
+            ttl = [resp(redis.port, "PTTL", k) for k in chain]
+            if ttl and ttl[0] > 60000 and any(t > 60000 and t <= 300000 for t in ttl):
+                break
+            time.sleep(0.1)
+        # System prompt (anchor: 1 h), then the first user message (its
+        # breakpoint: 5 min), then the rest (the flag: 60 s); each block
+        # keeps the longest mark covering any of it.
+        assert 3500000 < ttl[0] <= 3600000, ttl
+        assert any(290000 < t <= 300000 for t in ttl), ttl
+        assert 0 < ttl[-1] <= 60000, ttl
+        assert all(x > y - 2000 for x, y in zip(ttl, ttl[1:])), ttl  # never longer further on
+    finally:
+        assert a.stop() == 0
