@@ -12,7 +12,7 @@
 
 static const char *SYNTH[] = {"llama-f32", "llama-f16", "llama-bf16", "llama-q8_0",
                               "llama-q4_0", "llama-q4_1", "llama-q4_k", "llama-q5_k",
-                              "llama-q6_k", "qwen2-q5_0", "qwen3-q5_1"};
+                              "llama-q6_k", "qwen2-q5_0", "qwen3-q5_1", "qwen35-f32"};
 #define N_SYNTH (int)(sizeof SYNTH / sizeof SYNTH[0])
 
 typedef struct ref_logits {
@@ -286,5 +286,47 @@ TEST(fwd_truncate_and_fork_equal_cold_runs) {
     kv_seq_release(&e->kv, &f);
     CHECK_EQ_INT(e->kv.n_free, e->kv.n_blocks);
     free(cold_b), free(got);
+    engine_close(e);
+}
+
+/* qwen35's recurrent state: a fork at the state's end copies it (and
+ * continues exactly like the cold run); a rewind to anywhere but 0 is
+ * refused with a reason, and a restart at 0 gives the cold run's bits. */
+static int run_one(engine *e, kv_seq *s, int32_t tok, int32_t pos, float *row, strata_err *err) {
+    fwd_batch b = {.n = 1, .tokens = &tok, .seqs = &s, .pos = &pos};
+    return fwd_run(e->fwd, &b, row, err);
+}
+
+TEST(fwd_qwen35_recurrent_state_rules) {
+    static const int one_chunk[] = {4096, 0};
+    engine *e = open_engine(test_data("models/qwen35-f32.gguf"), 512, 2);
+    if (!e) return;
+    int V = e->m->hp.n_vocab;
+    int32_t a[30];
+    for (int t = 0; t < 30; t++) a[t] = (t * 31 + 7) % 300;
+    float *cold = all_logits(e, a, 30, one_chunk), *row = xmalloc((size_t)V * 4);
+    strata_err err = {0};
+    kv_seq s, f, g;
+    kv_seq_init(&s);
+    CHECK(fwd_prefill(e->fwd, &s, a, 20, row, &err) == 0);
+    kv_seq_fork(&e->kv, &s, 20, &f); /* state covers 20: copied */
+    for (int t = 20; t < 30; t++) {
+        CHECK(run_one(e, &f, a[t], t, row, &err) == 0);
+        CHECK_MSG(memcmp(row, cold + (size_t)t * V, (size_t)V * 4) == 0, "forked: position %d differs", t);
+    }
+    kv_seq_fork(&e->kv, &s, 10, &g); /* mid-state: no state to copy */
+    CHECK(run_one(e, &g, a[10], 10, row, &err) == STRATA_EINVAL);
+    CHECK_MSG(strstr(err.msg, "recurrent") != NULL, "error: %s", err.msg);
+    kv_seq_truncate(&e->kv, &s, 10);
+    CHECK(run_one(e, &s, a[10], 10, row, &err) == STRATA_EINVAL);
+    CHECK(run_one(e, &s, a[0], 0, row, &err) == 0); /* restart */
+    CHECK_MSG(memcmp(row, cold, (size_t)V * 4) == 0, "restart at 0 differs from the cold run");
+    CHECK(run_one(e, &s, a[1], 1, row, &err) == 0);
+    CHECK_MSG(memcmp(row, cold + V, (size_t)V * 4) == 0, "position 1 after restart differs");
+    kv_seq_release(&e->kv, &s);
+    kv_seq_release(&e->kv, &f);
+    kv_seq_release(&e->kv, &g);
+    CHECK_EQ_INT(e->kv.n_free, e->kv.n_blocks);
+    free(cold), free(row);
     engine_close(e);
 }

@@ -289,6 +289,14 @@ MODELS = [
     dict(name="llama-q6_k", arch="llama", wtype=QT.Q6_K, output=None, n_layer=2),
     dict(name="qwen2-q5_0", arch="qwen2", wtype=QT.Q5_0, output=None, n_layer=2),
     dict(name="qwen3-q5_1", arch="qwen3", wtype=QT.Q5_1, output=QT.Q8_0, n_layer=2, head_dim=128),
+    # Qwen3.5 dense: layers 0 and 2 gated delta net, 1 and 3 gated attention
+    # (full_attention_interval 2); partial rope (32 of 64 dims) whose last
+    # M-RoPE section (text position 0) leaves 2 of the 16 pairs unrotated.
+    # F32 weights: no activation quantization in either engine, so the
+    # llama.cpp oracle test can be sharp (differences ~1e-3: F16 K/V).
+    dict(name="qwen35-f32", arch="qwen35", wtype=QT.F32, output=QT.F32, n_layer=4, head_dim=64,
+         rope_dim=32, qwen35=dict(interval=2, d_conv=4, d_state=32, n_k_heads=2, n_v_heads=4,
+                                  sections=[5, 5, 4, 2])),
 ]
 
 HPARAMS = dict(n_embd=256, n_ff=512, n_head=4, n_head_kv=2, n_ctx=2048,
@@ -311,8 +319,55 @@ class _Rng:
         return (0.1 * self.g.standard_normal(n)).astype(np.float32)
 
 
+def _qwen35_recurrent(spec, hp, rng, il):
+    """A gated delta-net block's own tensors (llama.cpp's names and shapes)."""
+    q = spec["qwen35"]
+    e, S, hk, hv, K = hp["n_embd"], q["d_state"], q["n_k_heads"], q["n_v_heads"], q["d_conv"]
+    conv, vd = 2 * hk * S + hv * S, hv * S
+    g = rng.g
+    p = f"blk.{il}."
+    return [
+        (p + "attn_qkv.weight", rng.mat(conv, e, e ** -0.5), "attn_q"),
+        (p + "attn_gate.weight", rng.mat(vd, e, e ** -0.5), "attn_q"),
+        (p + "ssm_conv1d.weight", rng.mat(conv, K, 0.5), "norm"),
+        (p + "ssm_dt.bias", (0.5 * g.standard_normal(hv)).astype(np.float32), "norm"),
+        (p + "ssm_a", (-g.uniform(0.1, 1.0, hv)).astype(np.float32), "norm"),
+        (p + "ssm_beta.weight", rng.mat(hv, e, e ** -0.5), "attn_k"),
+        (p + "ssm_alpha.weight", rng.mat(hv, e, e ** -0.5), "attn_k"),
+        (p + "ssm_norm.weight", rng.norm(S), "norm"),
+        (p + "ssm_out.weight", rng.mat(e, vd, vd ** -0.5), "attn_output"),
+    ]
+
+
+def _qwen35_layer(spec, hp, rng, il):
+    """Qwen3.5: recurrent or gated-attention block, post_attention_norm
+    before the feed-forward."""
+    e, ff = hp["n_embd"], spec.get("n_ff", hp["n_ff"])
+    hd = spec["head_dim"]
+    q_out, kv_out = hp["n_head"] * hd, hp["n_head_kv"] * hd
+    p = f"blk.{il}."
+    out = [(p + "attn_norm.weight", rng.norm(e), "norm")]
+    if (il + 1) % spec["qwen35"]["interval"] != 0:
+        out += _qwen35_recurrent(spec, hp, rng, il)
+    else:
+        out += [(p + "attn_q.weight", rng.mat(2 * q_out, e, e ** -0.5), "attn_q"),
+                (p + "attn_k.weight", rng.mat(kv_out, e, e ** -0.5), "attn_k"),
+                (p + "attn_v.weight", rng.mat(kv_out, e, e ** -0.5), "attn_v"),
+                (p + "attn_output.weight", rng.mat(e, q_out, q_out ** -0.5), "attn_output"),
+                (p + "attn_q_norm.weight", rng.norm(hd), "norm"),
+                (p + "attn_k_norm.weight", rng.norm(hd), "norm")]
+    return out + [
+        (p + "post_attention_norm.weight", rng.norm(e), "norm"),
+        (p + "ffn_gate.weight", rng.mat(ff, e, e ** -0.5), "ffn_gate"),
+        (p + "ffn_up.weight", rng.mat(ff, e, e ** -0.5), "ffn_up"),
+        (p + "ffn_down.weight", rng.mat(e, ff, ff ** -0.5), "ffn_down"),
+    ]
+
+
 def _layer_tensors(spec, hp, rng, il):
     """(name, float32 array, kind) for one block; kind picks the type."""
+    if spec["arch"] == "qwen35":
+        return _qwen35_layer(spec, hp, rng, il)
     e, ff = hp["n_embd"], spec.get("n_ff", hp["n_ff"])
     hd = spec.get("head_dim", e // hp["n_head"])
     q_out, kv_out = hp["n_head"] * hd, hp["n_head_kv"] * hd
@@ -369,7 +424,9 @@ def _write_metadata(w, spec, hp, vocab):
     w.add_head_count_kv(hp["n_head_kv"])
     w.add_rope_freq_base(hp["rope_base"])
     w.add_layer_norm_rms_eps(hp["rms_eps"])
-    w.add_rope_dimension_count(hd)
+    w.add_rope_dimension_count(spec.get("rope_dim", hd))
+    if "qwen35" in spec:
+        _write_qwen35_keys(w, spec)
     if "head_dim" in spec:
         w.add_key_length(hd)
         w.add_value_length(hd)
@@ -379,6 +436,18 @@ def _write_metadata(w, spec, hp, vocab):
         w.add_float32(f"{arch}.rope.scaling.factor", factor)
     w.add_uint32("general.quantization_version", 2)
     _write_tokenizer(w, spec, vocab)
+
+
+def _write_qwen35_keys(w, spec):
+    """llama.cpp's qwen35 keys (raw names: the gguf package may predate them)."""
+    q, a = spec["qwen35"], spec["arch"]
+    w.add_uint32(f"{a}.ssm.conv_kernel", q["d_conv"])
+    w.add_uint32(f"{a}.ssm.state_size", q["d_state"])
+    w.add_uint32(f"{a}.ssm.group_count", q["n_k_heads"])
+    w.add_uint32(f"{a}.ssm.time_step_rank", q["n_v_heads"])
+    w.add_uint32(f"{a}.ssm.inner_size", q["n_v_heads"] * q["d_state"])
+    w.add_uint32(f"{a}.full_attention_interval", q["interval"])
+    w.add_array(f"{a}.rope.dimension_sections", [int(x) for x in q["sections"]])
 
 
 def _write_tokenizer(w, spec, vocab):
