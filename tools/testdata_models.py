@@ -442,7 +442,8 @@ def _write_qwen35_keys(w, spec):
     """llama.cpp's qwen35 keys (raw names: the gguf package may predate them)."""
     q, a = spec["qwen35"], spec["arch"]
     w.add_uint32(f"{a}.ssm.conv_kernel", q["d_conv"])
-    w.add_uint32(f"{a}.ssm.state_size", q["d_state"])
+    if spec.get("drop_key") != "ssm.state_size":
+        w.add_uint32(f"{a}.ssm.state_size", q["d_state"])
     w.add_uint32(f"{a}.ssm.group_count", q["n_k_heads"])
     w.add_uint32(f"{a}.ssm.time_step_rank", q["n_v_heads"])
     w.add_uint32(f"{a}.ssm.inner_size", q["n_v_heads"] * q["d_state"])
@@ -473,6 +474,10 @@ def write_model(path, spec, seed):
     w = gguf.GGUFWriter(path, spec["arch"])
     _write_metadata(w, spec, hp, vocab)
     for name, arr, kind in _model_tensors(spec, hp, len(vocab[0]), rng):
+        if name == spec.get("drop_tensor"):
+            continue
+        if name == spec.get("short_tensor"):  # one row fewer: a mis-shaped file
+            arr = arr[:-1]
         qt = _tensor_type(spec, kind)
         data = quantize(arr, qt) if arr.ndim == 2 else arr
         w.add_tensor(name, data, raw_dtype=qt if data.dtype == np.uint8 else None)
@@ -710,6 +715,24 @@ def _patch(buf, off, fmt, val):
     return bytes(b)
 
 
+def _bad_qwen35(d):
+    """The tiny qwen35 with one tensor missing, one mis-shaped, one key
+    missing: each error must name it. Returns the manifest lines."""
+    base = next(m for m in MODELS if m["arch"] == "qwen35")
+    cases = [("qwen35-missing-ssm_a.gguf", dict(drop_tensor="blk.0.ssm_a"), "EFORMAT", "blk.0.ssm_a"),
+             ("qwen35-short-conv1d.gguf", dict(short_tensor="blk.2.ssm_conv1d.weight"), "EFORMAT",
+              "blk.2.ssm_conv1d.weight"),
+             ("qwen35-short-attn_q.gguf", dict(short_tensor="blk.1.attn_q.weight"), "EFORMAT",
+              "blk.1.attn_q.weight"),
+             ("qwen35-no-state-size.gguf", dict(drop_key="ssm.state_size"), "EFORMAT",
+              "qwen35.ssm.state_size")]
+    lines = []
+    for name, change, code, field in cases:
+        write_model(os.path.join(d, name), {**base, **change}, seed=5)
+        lines.append(f"{name} {code} {field}")
+    return lines
+
+
 def _write_bad(outdir):
     d = os.path.join(outdir, "bad")
     os.makedirs(d, exist_ok=True)
@@ -724,6 +747,7 @@ def _write_bad(outdir):
         with open(os.path.join(d, name), "wb") as f:
             f.write(data)
         lines.append(f"{name} {code} {fields}")
+    lines += _bad_qwen35(d)
     with open(os.path.join(d, "MANIFEST.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
