@@ -183,19 +183,26 @@ TEST(fwd_synthetic_batch_invariance) {
     }
 }
 
-TEST(fwd_invariance_across_thread_counts) {
+static void check_threads(const char *model) {
     static const int one_chunk[] = {4096, 0};
     char gg[256];
-    snprintf(gg, sizeof gg, "%s", test_data("models/llama-q4_1.gguf"));
+    snprintf(gg, sizeof gg, "%s", test_data(model));
     int32_t toks[33];
     for (int t = 0; t < 33; t++) toks[t] = (t * 13 + 5) % 200;
     engine *e1 = open_engine(gg, 512, 1), *e3 = open_engine(gg, 512, 3);
     if (!e1 || !e3) return;
     float *a = all_logits(e1, toks, 33, one_chunk), *b = all_logits(e3, toks, 33, one_chunk);
-    check_same(a, b, 33, e1->m->hp.n_vocab, "1 thread vs 3 threads");
+    check_same(a, b, 33, e1->m->hp.n_vocab, model);
     free(a), free(b);
     engine_close(e1);
     engine_close(e3);
+}
+
+/* 1 thread vs 3: threads split weight rows, heads, and (qwen35) conv
+ * channels and delta-net heads, never a reduction. */
+TEST(fwd_invariance_across_thread_counts) {
+    check_threads("models/llama-q4_1.gguf");
+    check_threads("models/qwen35-f32.gguf");
 }
 
 TEST(fwd_rejects_bad_batches) {
