@@ -23,9 +23,11 @@
 
 static int check_ssm(const model *m, strata_err *err) {
     const model_hparams *hp = &m->hp;
-    if (hp->ssm_d_conv < 1 || hp->ssm_d_conv > 16 || hp->ssm_d_state <= 0 || hp->ssm_n_v_heads <= 0 ||
-        hp->ssm_n_k_heads <= 0 || hp->ssm_n_v_heads % hp->ssm_n_k_heads ||
-        hp->ssm_d_inner != hp->ssm_d_state * hp->ssm_n_v_heads)
+    /* Bounds far above real models keep every product below in int range. */
+    if (hp->ssm_d_conv < 1 || hp->ssm_d_conv > 16 || hp->ssm_d_state <= 0 || hp->ssm_d_state > 4096 ||
+        hp->ssm_n_v_heads <= 0 || hp->ssm_n_v_heads > 4096 || hp->ssm_n_k_heads <= 0 ||
+        hp->ssm_n_v_heads % hp->ssm_n_k_heads ||
+        (int64_t)hp->ssm_d_inner != (int64_t)hp->ssm_d_state * hp->ssm_n_v_heads)
         return strata_errf(err, STRATA_EFORMAT,
                            "%s: inconsistent ssm keys (conv_kernel %d, inner_size %d, state_size %d, "
                            "time_step_rank %d, group_count %d)",
