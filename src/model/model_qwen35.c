@@ -47,7 +47,8 @@ static int read_sections(model *m, strata_err *err) {
     if (gguf_get_arr(m->gguf, key, GGUF_INT32, &el, &n, err)) return STRATA_EFORMAT;
     if (n < 4) return strata_errf(err, STRATA_EFORMAT, "%s: %s has %llu entries, expected 4", m->gguf->path, key,
                                   (unsigned long long)n);
-    const int32_t *v = el;
+    int32_t v[4];
+    memcpy(v, el, sizeof v); /* metadata arrays are not aligned in the map */
     int sum = 0;
     for (int i = 0; i < 4; i++) {
         if (v[i] < 0) return strata_errf(err, STRATA_EFORMAT, "%s: %s[%d] = %d", m->gguf->path, key, i, v[i]);
