@@ -337,3 +337,22 @@ TEST(fwd_qwen35_recurrent_state_rules) {
     free(cold), free(row);
     engine_close(e);
 }
+
+/* A qwen35 file with an MTP draft block after the trunk (block_count 5,
+ * nextn_predict_layers 1): the block is skipped, and the trunk, the same
+ * weights as qwen35-f32, gives the same bits. */
+TEST(fwd_qwen35_mtp_block_is_skipped) {
+    static const int one_chunk[] = {4096, 0};
+    engine *a = open_engine(test_data("models/qwen35-f32.gguf"), 512, 2);
+    engine *b = open_engine(test_data("bad/qwen35-f32-mtp.gguf"), 512, 2);
+    if (!a || !b) return;
+    CHECK_EQ_INT(b->m->hp.n_layer, 4);
+    CHECK_EQ_INT(b->m->hp.n_rec_layer, 2);
+    int32_t toks[20];
+    for (int t = 0; t < 20; t++) toks[t] = (t * 17 + 3) % 400;
+    float *x = all_logits(a, toks, 20, one_chunk), *y = all_logits(b, toks, 20, one_chunk);
+    check_same(x, y, 20, a->m->hp.n_vocab, "with an MTP block");
+    free(x), free(y);
+    engine_close(a);
+    engine_close(b);
+}

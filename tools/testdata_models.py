@@ -401,6 +401,12 @@ def _model_tensors(spec, hp, n_vocab, rng):
     ts.append(("output_norm.weight", rng.norm(e), "norm"))
     if spec["output"] is not None:
         ts.append(("output.weight", rng.mat(n_vocab, e, 0.1), "output"))
+    if spec.get("mtp"):  # drawn last: the trunk's weights are the plain model's
+        il = spec["n_layer"]
+        ts += _qwen35_layer({**spec, "qwen35": {**spec["qwen35"], "interval": 1}}, hp, rng, il)
+        ts.append((f"blk.{il}.nextn.eh_proj.weight", rng.mat(e, 2 * e, (2 * e) ** -0.5), "attn_q"))
+        ts.append((f"blk.{il}.nextn.enorm.weight", rng.norm(e), "norm"))
+        ts.append((f"blk.{il}.nextn.hnorm.weight", rng.norm(e), "norm"))
     return ts
 
 
@@ -416,7 +422,7 @@ def _write_metadata(w, spec, hp, vocab):
     arch = spec["arch"]
     hd = spec.get("head_dim", hp["n_embd"] // hp["n_head"])
     w.add_name(spec["name"])
-    w.add_block_count(spec["n_layer"])
+    w.add_block_count(spec["n_layer"] + (1 if spec.get("mtp") else 0))
     w.add_context_length(hp["n_ctx"])
     w.add_embedding_length(hp["n_embd"])
     w.add_feed_forward_length(spec.get("n_ff", hp["n_ff"]))
@@ -448,6 +454,8 @@ def _write_qwen35_keys(w, spec):
     w.add_uint32(f"{a}.ssm.time_step_rank", q["n_v_heads"])
     w.add_uint32(f"{a}.ssm.inner_size", q["n_v_heads"] * q["d_state"])
     w.add_uint32(f"{a}.full_attention_interval", q["interval"])
+    if spec.get("mtp"):  # one multi-token-prediction block after the trunk
+        w.add_uint32(f"{a}.nextn_predict_layers", 1)
     w.add_array(f"{a}.rope.dimension_sections", [int(x) for x in q["sections"]])
 
 
@@ -730,6 +738,11 @@ def _bad_qwen35(d):
     for name, change, code, field in cases:
         write_model(os.path.join(d, name), {**base, **change}, seed=5)
         lines.append(f"{name} {code} {field}")
+    # Not bad: the fixture plus an MTP block (block_count 5,
+    # nextn_predict_layers 1) that inference must leave alone; same seed,
+    # so its trunk is qwen35-f32's exactly (tests/test_forward.c).
+    write_model(os.path.join(d, "qwen35-f32-mtp.gguf"), {**base, "mtp": True}, seed=1000 + MODELS.index(base))
+    lines.append("qwen35-f32-mtp.gguf OK -")
     return lines
 
 

@@ -15,7 +15,8 @@
  * rope.dimension_sections (4 ints), full_attention_interval or
  * attention.recurrent_layers (one bool per layer).
  * Does not: run anything (forward.c, deltanet.c) or load the MTP draft
- * layers some files carry after the trunk (nextn_predict_layers). */
+ * layers some files carry after the trunk (nextn_predict_layers: they
+ * count in block_count and are skipped). */
 #include <stdio.h>
 #include <string.h>
 
@@ -71,6 +72,13 @@ int model__qwen35_hparams(model *m, strata_err *err) {
         model__arch_u32(m, "ssm.group_count", &hp->ssm_n_k_heads, 0, err))
         return STRATA_EFORMAT;
     if (check_ssm(m, err)) return STRATA_EFORMAT;
+    /* block_count counts the MTP draft blocks stored after the trunk. */
+    int nextn = 0;
+    if (model__arch_u32(m, "nextn_predict_layers", &nextn, 1, err)) return STRATA_EFORMAT;
+    if (nextn >= hp->n_layer)
+        return strata_errf(err, STRATA_EUNSUPPORTED, "%s: %d of %d blocks are MTP layers: no trunk to run",
+                           m->gguf->path, nextn, hp->n_layer);
+    hp->n_layer -= nextn;
     return read_sections(m, err);
 }
 
