@@ -37,22 +37,24 @@ static int check_ssm(const model *m, strata_err *err) {
     return 0;
 }
 
-/* rope.dimension_sections: 4 int32 (llama.cpp also accepts one value
- * repeated; real files have the array). */
+/* rope.dimension_sections: 4 int32 or uint32 (llama.cpp also accepts one
+ * value repeated; real files have the array). */
 static int read_sections(model *m, strata_err *err) {
     model_hparams *hp = &m->hp;
     char key[128];
     snprintf(key, sizeof key, "%s.rope.dimension_sections", hp->arch_name);
+    const gguf_kv *kv = gguf_find(m->gguf, key);
+    gguf_vtype type = kv && kv->type == GGUF_ARRAY && kv->arr_type == GGUF_UINT32 ? GGUF_UINT32 : GGUF_INT32;
     const void *el;
     uint64_t n;
-    if (gguf_get_arr(m->gguf, key, GGUF_INT32, &el, &n, err)) return STRATA_EFORMAT;
+    if (gguf_get_arr(m->gguf, key, type, &el, &n, err)) return STRATA_EFORMAT;
     if (n < 4) return strata_errf(err, STRATA_EFORMAT, "%s: %s has %llu entries, expected 4", m->gguf->path, key,
                                   (unsigned long long)n);
     int32_t v[4];
     memcpy(v, el, sizeof v); /* metadata arrays are not aligned in the map */
     int sum = 0;
     for (int i = 0; i < 4; i++) {
-        if (v[i] < 0) return strata_errf(err, STRATA_EFORMAT, "%s: %s[%d] = %d", m->gguf->path, key, i, v[i]);
+        if (v[i] < 0 || v[i] > 4096) return strata_errf(err, STRATA_EFORMAT, "%s: %s[%d] = %d", m->gguf->path, key, i, v[i]);
         hp->rope_sections[i] = v[i];
         sum += v[i];
     }
