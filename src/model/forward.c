@@ -22,9 +22,9 @@
 #include <string.h>
 
 #include "backend/attn.h"
-#include "model/forward_int.h"
 #include "base/fp16.h"
 #include "base/mem.h"
+#include "model/forward_int.h"
 
 /* ---- row-parallel helpers ---------------------------------------------- */
 
