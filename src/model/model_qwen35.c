@@ -54,7 +54,8 @@ static int read_sections(model *m, strata_err *err) {
     memcpy(v, el, sizeof v); /* metadata arrays are not aligned in the map */
     int sum = 0;
     for (int i = 0; i < 4; i++) {
-        if (v[i] < 0 || v[i] > 4096) return strata_errf(err, STRATA_EFORMAT, "%s: %s[%d] = %d", m->gguf->path, key, i, v[i]);
+        if (v[i] < 0 || v[i] > 4096)
+            return strata_errf(err, STRATA_EFORMAT, "%s: %s[%d] = %d", m->gguf->path, key, i, v[i]);
         hp->rope_sections[i] = v[i];
         sum += v[i];
     }
