@@ -28,8 +28,11 @@ MODEL      = $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
 # Gemma 3 270M Q4_K_M (~250 MB): the second real model, for the gemma3_*
 # tests (oracle, tokenizer) and `make bench-gemma3`.
 GEMMA3_MODEL = $(MODEL_DIR)/gemma-3-270m-q4_k_m.gguf
+# A random-weight qwen35 shaped like Qwen3.5-0.8B (Q4_0, ~0.4 GB), made
+# locally by tools/synth_qwen35.py: for `make bench-qwen35-synth` only.
+QWEN35_SYNTH = $(MODEL_DIR)/qwen35-0.8b-synth-q4_0.gguf
 
-.PHONY: model-gemma3 bench-gemma3 oracle-refs-gemma3 tok-refs-gemma3
+.PHONY: model-gemma3 bench-gemma3 oracle-refs-gemma3 tok-refs-gemma3 model-qwen35-synth bench-qwen35-synth
 .PHONY: all test unit-test e2e-test bench-replay bench-load bench-schema run model deps test-deps testdata clean bench oracle-refs tok-refs
 
 all: strata
@@ -101,6 +104,15 @@ bench: strata model
 
 bench-gemma3: strata model-gemma3
 	$(PYTHON) bench/bench_vs_llamacpp.py --model $(GEMMA3_MODEL)
+
+model-qwen35-synth: $(QWEN35_SYNTH)
+
+$(QWEN35_SYNTH): tools/synth_qwen35.py tools/testdata_models.py
+	@mkdir -p $(MODEL_DIR)
+	$(PYTHON) tools/synth_qwen35.py --out $@
+
+bench-qwen35-synth: strata model-qwen35-synth
+	$(PYTHON) bench/bench_vs_llamacpp.py --model $(QWEN35_SYNTH)
 
 # Agentic replay: Strata cache off / memory only / memory + disk, and llama.cpp's
 # The per-token cost of schema-constrained sampling with 60 tools (bench/README.md).

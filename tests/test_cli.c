@@ -101,6 +101,19 @@ TEST(cli_run_and_info_on_synthetic_model) {
     CHECK(strstr(r.out, "architecture     qwen2") != NULL);
 }
 
+TEST(cli_run_and_info_on_qwen35) {
+    char args[1024];
+    cli_result r;
+    snprintf(args, sizeof args, "run -m %s -p hello -n 8 --temp 0", test_data("models/qwen35-f32.gguf"));
+    run_cli(&r, args);
+    CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err);
+    CHECK(strstr(r.err, "decode:") != NULL);
+    snprintf(args, sizeof args, "model info %s", test_data("models/qwen35-f32.gguf"));
+    run_cli(&r, args);
+    CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err);
+    CHECK(strstr(r.out, "recurrent        2 gated delta-net layers (conv 4, 2 key / 4 value heads of 32), 2 attention"));
+}
+
 TEST(cli_greedy_run_is_reproducible) {
     char args[1024];
     cli_result a, b;

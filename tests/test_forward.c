@@ -12,7 +12,7 @@
 
 static const char *SYNTH[] = {"llama-f32", "llama-f16", "llama-bf16", "llama-q8_0",
                               "llama-q4_0", "llama-q4_1", "llama-q4_k", "llama-q5_k",
-                              "llama-q6_k", "qwen2-q5_0", "qwen3-q5_1"};
+                              "llama-q6_k", "qwen2-q5_0", "qwen3-q5_1", "qwen35-f32"};
 #define N_SYNTH (int)(sizeof SYNTH / sizeof SYNTH[0])
 
 typedef struct ref_logits {
@@ -183,19 +183,26 @@ TEST(fwd_synthetic_batch_invariance) {
     }
 }
 
-TEST(fwd_invariance_across_thread_counts) {
+static void check_threads(const char *model) {
     static const int one_chunk[] = {4096, 0};
     char gg[256];
-    snprintf(gg, sizeof gg, "%s", test_data("models/llama-q4_1.gguf"));
+    snprintf(gg, sizeof gg, "%s", test_data(model));
     int32_t toks[33];
     for (int t = 0; t < 33; t++) toks[t] = (t * 13 + 5) % 200;
     engine *e1 = open_engine(gg, 512, 1), *e3 = open_engine(gg, 512, 3);
     if (!e1 || !e3) return;
     float *a = all_logits(e1, toks, 33, one_chunk), *b = all_logits(e3, toks, 33, one_chunk);
-    check_same(a, b, 33, e1->m->hp.n_vocab, "1 thread vs 3 threads");
+    check_same(a, b, 33, e1->m->hp.n_vocab, model);
     free(a), free(b);
     engine_close(e1);
     engine_close(e3);
+}
+
+/* 1 thread vs 3: threads split weight rows, heads, and (qwen35) conv
+ * channels and delta-net heads, never a reduction. */
+TEST(fwd_invariance_across_thread_counts) {
+    check_threads("models/llama-q4_1.gguf");
+    check_threads("models/qwen35-f32.gguf");
 }
 
 TEST(fwd_rejects_bad_batches) {
@@ -287,4 +294,65 @@ TEST(fwd_truncate_and_fork_equal_cold_runs) {
     CHECK_EQ_INT(e->kv.n_free, e->kv.n_blocks);
     free(cold_b), free(got);
     engine_close(e);
+}
+
+/* qwen35's recurrent state: a fork at the state's end copies it (and
+ * continues exactly like the cold run); a rewind to anywhere but 0 is
+ * refused with a reason, and a restart at 0 gives the cold run's bits. */
+static int run_one(engine *e, kv_seq *s, int32_t tok, int32_t pos, float *row, strata_err *err) {
+    fwd_batch b = {.n = 1, .tokens = &tok, .seqs = &s, .pos = &pos};
+    return fwd_run(e->fwd, &b, row, err);
+}
+
+TEST(fwd_qwen35_recurrent_state_rules) {
+    static const int one_chunk[] = {4096, 0};
+    engine *e = open_engine(test_data("models/qwen35-f32.gguf"), 512, 2);
+    if (!e) return;
+    int V = e->m->hp.n_vocab;
+    int32_t a[30];
+    for (int t = 0; t < 30; t++) a[t] = (t * 31 + 7) % 300;
+    float *cold = all_logits(e, a, 30, one_chunk), *row = xmalloc((size_t)V * 4);
+    strata_err err = {0};
+    kv_seq s, f, g;
+    kv_seq_init(&s);
+    CHECK(fwd_prefill(e->fwd, &s, a, 20, row, &err) == 0);
+    kv_seq_fork(&e->kv, &s, 20, &f); /* state covers 20: copied */
+    for (int t = 20; t < 30; t++) {
+        CHECK(run_one(e, &f, a[t], t, row, &err) == 0);
+        CHECK_MSG(memcmp(row, cold + (size_t)t * V, (size_t)V * 4) == 0, "forked: position %d differs", t);
+    }
+    kv_seq_fork(&e->kv, &s, 10, &g); /* mid-state: no state to copy */
+    CHECK(run_one(e, &g, a[10], 10, row, &err) == STRATA_EINVAL);
+    CHECK_MSG(strstr(err.msg, "recurrent") != NULL, "error: %s", err.msg);
+    kv_seq_truncate(&e->kv, &s, 10);
+    CHECK(run_one(e, &s, a[10], 10, row, &err) == STRATA_EINVAL);
+    CHECK(run_one(e, &s, a[0], 0, row, &err) == 0); /* restart */
+    CHECK_MSG(memcmp(row, cold, (size_t)V * 4) == 0, "restart at 0 differs from the cold run");
+    CHECK(run_one(e, &s, a[1], 1, row, &err) == 0);
+    CHECK_MSG(memcmp(row, cold + V, (size_t)V * 4) == 0, "position 1 after restart differs");
+    kv_seq_release(&e->kv, &s);
+    kv_seq_release(&e->kv, &f);
+    kv_seq_release(&e->kv, &g);
+    CHECK_EQ_INT(e->kv.n_free, e->kv.n_blocks);
+    free(cold), free(row);
+    engine_close(e);
+}
+
+/* A qwen35 file with an MTP draft block after the trunk (block_count 5,
+ * nextn_predict_layers 1): the block is skipped, and the trunk, the same
+ * weights as qwen35-f32, gives the same bits. */
+TEST(fwd_qwen35_mtp_block_is_skipped) {
+    static const int one_chunk[] = {4096, 0};
+    engine *a = open_engine(test_data("models/qwen35-f32.gguf"), 512, 2);
+    engine *b = open_engine(test_data("bad/qwen35-f32-mtp.gguf"), 512, 2);
+    if (!a || !b) return;
+    CHECK_EQ_INT(b->m->hp.n_layer, 4);
+    CHECK_EQ_INT(b->m->hp.n_rec_layer, 2);
+    int32_t toks[20];
+    for (int t = 0; t < 20; t++) toks[t] = (t * 17 + 3) % 400;
+    float *x = all_logits(a, toks, 20, one_chunk), *y = all_logits(b, toks, 20, one_chunk);
+    check_same(x, y, 20, a->m->hp.n_vocab, "with an MTP block");
+    free(x), free(y);
+    engine_close(a);
+    engine_close(b);
 }

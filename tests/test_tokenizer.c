@@ -7,7 +7,7 @@
  *             testdata_tok.py): a synthetic SPM vocabulary and bad files.
  * real_tok_*  need the real SmolLM2 model (STRATA_MODEL) or the fixtures
  *             relabelled from its vocabulary (pre-tokenizers llama-bpe,
- *             qwen2, default, gpt-2). */
+ *             qwen2, qwen35, default, gpt-2). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,6 +206,12 @@ TEST(real_tok_llama_bpe_refs) {
 
 TEST(real_tok_qwen2_refs) {
     check_fixture_refs("tok/qwen2.gguf", "tests/data/tok/qwen2.txt", 600);
+}
+
+/* Qwen3.5's pre-tokenizer: qwen2's with combining marks in letter runs
+ * (the same vocabulary relabelled, plus mark-heavy cases). */
+TEST(real_tok_qwen35_refs) {
+    check_fixture_refs("tok/qwen35.gguf", "tests/data/tok/qwen35.txt", 600);
 }
 
 TEST(real_tok_default_refs) {

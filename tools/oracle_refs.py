@@ -29,7 +29,8 @@ Logits are printed with 9 significant digits, which round-trips float32.
 With --tiny DIR it instead does the same for the tiny generated models in
 DIR (tools/testdata_models.py) into OUT/tiny/<model>/, one short chat
 prompt each, every position stored, plus the model file's SHA-256 so a
-test can tell when the regenerated fixture no longer matches.
+test can tell when the regenerated fixture no longer matches. --only NAME
+redoes one model and keeps the other entries of the index.
 
 With --gemma3 it does the same for Gemma 3 270M (make oracle-refs-gemma3)
 into OUT (tests/data/oracle/gemma3): Gemma-format prompts, BOS added (the
@@ -284,8 +285,16 @@ def make_tiny_refs(args):
     os.makedirs(out, exist_ok=True)
     text = chat([("user", "Hello there, how are you today? 42!")])
     index = ["# model n_tokens sha256 (tools/oracle_refs.py --tiny)"]
+    keep = {}
+    if args.only:  # other models' refs stay as committed
+        with open(os.path.join(out, "index.txt")) as f:
+            keep = {ln.split()[0]: ln.rstrip("\n") for ln in f if ln.strip() and not ln.startswith("#")}
     for fn in sorted(os.listdir(args.tiny)):
         if not fn.endswith(".gguf"):
+            continue
+        if args.only and fn[: -len(".gguf")] != args.only:
+            if fn[: -len(".gguf")] in keep:
+                index.append(keep[fn[: -len(".gguf")]])
             continue
         path = os.path.join(args.tiny, fn)
         llm = load(path, 256, args.threads)
@@ -323,6 +332,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tiny", metavar="DIR",
                     help="make refs for the tiny models in DIR instead (e.g. tests/data/gen/models)")
+    ap.add_argument("--only", metavar="NAME",
+                    help="with --tiny: redo only this model (e.g. qwen35-f32), keep the others' refs")
     ap.add_argument("--gemma3", action="store_true",
                     help="--model is Gemma 3 270M: its prompts and row layout (see above)")
     args = ap.parse_args()

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Float64 reference forward pass for llama/qwen2/qwen3/gemma3 GGUF models.
+"""Float64 reference forward pass for llama/qwen2/qwen3/gemma3/qwen35 GGUF models.
 
 Independent of Strata's C code and of llama.cpp: weights are dequantized
 with the `gguf` package and every step runs in numpy float64, so the only
@@ -35,7 +35,7 @@ class RefModel:
         self.eps = g("attention.layer_norm_rms_epsilon", 1e-6)
         self.base = g("rope.freq_base", 10000.0)
         self.rope_dim = g("rope.dimension_count", self.head_dim)
-        self.neox = a in ("qwen2", "qwen3", "gemma3")
+        self.neox = a in ("qwen2", "qwen3", "gemma3", "qwen35")
         self.gemma3 = a == "gemma3"
         # gemma3 (as llama.cpp reads it): every 6th layer global, the rest see
         # the last n_swa positions and rotate with base 10000.
@@ -47,6 +47,23 @@ class RefModel:
         if scaling not in ("none", "linear"):
             raise SystemExit(f"ref_forward: rope scaling {scaling} not implemented")
         self.pos_scale = 1.0 / g("rope.scaling.factor", 1.0) if scaling == "linear" else 1.0
+        self.qwen35 = a == "qwen35"
+        self.rope_keep = np.ones(self.rope_dim // 2, dtype=bool)
+        if self.qwen35:
+            self._qwen35_init(g)
+
+    def _qwen35_init(self, g):
+        """Gated delta net + gated attention (see deltanet.c for the math).
+        Interleaved M-RoPE for text: pair i rotates unless its sector
+        (i % sum(sections)) is past 3 x its section (then position 0)."""
+        interval = g("full_attention_interval", 4)
+        self.recurrent = [(i + 1) % interval != 0 for i in range(self.n_layer)]
+        sec = [int(x) for x in g("rope.dimension_sections")]
+        for i in range(self.rope_dim // 2):
+            k = i % sum(sec)
+            self.rope_keep[i] = k < 3 * sec[k % 3]
+        self.d_conv, self.d_state = g("ssm.conv_kernel"), g("ssm.state_size")
+        self.n_k, self.n_v = g("ssm.group_count"), g("ssm.time_step_rank")
 
     def norm(self, x, w):
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + self.eps) * w
@@ -56,6 +73,7 @@ class RefModel:
         half = self.rope_dim // 2
         inv = (self.base_swa if swa else self.base) ** (-2.0 * np.arange(half) / self.rope_dim)
         ang = (np.asarray(pos) * (1.0 if swa else self.pos_scale))[:, None] * inv[None, :]
+        ang = ang * self.rope_keep[None, :]
         c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
         x = x.copy()
         if self.neox:
@@ -65,6 +83,41 @@ class RefModel:
             a, b = x[..., 0:2 * half:2].copy(), x[..., 1:2 * half:2].copy()
             x[..., 0:2 * half:2], x[..., 1:2 * half:2] = a * c - b * s, a * s + b * c
         return x
+
+    def ffn(self, h, p):
+        T = self.t
+        g, u = h @ T[p + "ffn_gate.weight"].T, h @ T[p + "ffn_up.weight"].T
+        return (g / (1 + np.exp(-g)) * u) @ T[p + "ffn_down.weight"].T
+
+    def deltanet(self, h, p):
+        """One gated delta-net layer over all tokens, from a zero state."""
+        T, t, S, K = self.t, h.shape[0], self.d_state, self.d_conv
+        nk, nv = self.n_k, self.n_v
+        qkv = h @ T[p + "attn_qkv.weight"].T
+        z = (h @ T[p + "attn_gate.weight"].T).reshape(t, nv, S)
+        beta = 1 / (1 + np.exp(-(h @ T[p + "ssm_beta.weight"].T)))
+        a = h @ T[p + "ssm_alpha.weight"].T + T[p + "ssm_dt.bias"]
+        gdecay = np.exp(np.where(a > 20, a, np.log1p(np.exp(a))) * T[p + "ssm_a"])
+        w = T[p + "ssm_conv1d.weight"]  # [channels][K]
+        padded = np.concatenate([np.zeros((K - 1, qkv.shape[1])), qkv])
+        conv = sum(padded[k:k + t] * w[:, k] for k in range(K))
+        conv = conv / (1 + np.exp(-conv))
+        l2 = lambda x: x / np.sqrt((x * x).sum(-1, keepdims=True) + self.eps)
+        q = l2(conv[:, :nk * S].reshape(t, nk, S))
+        k = l2(conv[:, nk * S:2 * nk * S].reshape(t, nk, S))
+        v = conv[:, 2 * nk * S:].reshape(t, nv, S)
+        state = np.zeros((nv, S, S))  # [head][value dim][key dim]
+        out = np.zeros((t, nv, S))
+        for i in range(t):
+            for hh in range(nv):
+                kk, qq = k[i, hh % nk], q[i, hh % nk]
+                st = state[hh] * gdecay[i, hh]
+                d = beta[i, hh] * (v[i, hh] - st @ kk)
+                st = st + np.outer(d, kk)
+                state[hh] = st
+                out[i, hh] = st @ qq / np.sqrt(S)
+        out = self.norm(out, T[p + "ssm_norm.weight"]) * (z / (1 + np.exp(-z)))
+        return out.reshape(t, nv * S) @ T[p + "ssm_out.weight"].T
 
     def forward(self, tokens):
         T, t = self.t, len(tokens)
@@ -83,7 +136,15 @@ class RefModel:
         for i in range(self.n_layer):
             p = f"blk.{i}."
             h = self.norm(x, T[p + "attn_norm.weight"])
+            if self.qwen35 and self.recurrent[i]:
+                x = x + self.deltanet(h, p)
+                x = x + self.ffn(self.norm(x, T[p + "post_attention_norm.weight"]), p)
+                continue
             q, k, v = (h @ T[p + n + ".weight"].T for n in ("attn_q", "attn_k", "attn_v"))
+            gate = None
+            if self.qwen35:  # per head [q | gate]
+                qg = q.reshape(t, nh, 2, hd)
+                q, gate = qg[:, :, 0, :].reshape(t, nh * hd), qg[:, :, 1, :].reshape(t, nh * hd)
             for n, m in (("attn_q", "q"), ("attn_k", "k"), ("attn_v", "v")):
                 if p + n + ".bias" in T:
                     bias = T[p + n + ".bias"]
@@ -101,7 +162,13 @@ class RefModel:
             att = np.exp(att - att.max(-1, keepdims=True))
             att /= att.sum(-1, keepdims=True)
             o = np.einsum("hqk,khd->qhd", att, v).reshape(t, nh * hd)
+            if gate is not None:
+                o = o / (1 + np.exp(-gate))
             o = o @ T[p + "attn_output.weight"].T
+            if self.qwen35:
+                x = x + o
+                x = x + self.ffn(self.norm(x, T[p + "post_attention_norm.weight"]), p)
+                continue
             if p + "post_attention_norm.weight" in T:
                 o = self.norm(o, T[p + "post_attention_norm.weight"])
             x = x + o

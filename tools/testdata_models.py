@@ -289,6 +289,14 @@ MODELS = [
     dict(name="llama-q6_k", arch="llama", wtype=QT.Q6_K, output=None, n_layer=2),
     dict(name="qwen2-q5_0", arch="qwen2", wtype=QT.Q5_0, output=None, n_layer=2),
     dict(name="qwen3-q5_1", arch="qwen3", wtype=QT.Q5_1, output=QT.Q8_0, n_layer=2, head_dim=128),
+    # Qwen3.5 dense: layers 0 and 2 gated delta net, 1 and 3 gated attention
+    # (full_attention_interval 2); partial rope (32 of 64 dims) whose last
+    # M-RoPE section (text position 0) leaves 2 of the 16 pairs unrotated.
+    # F32 weights: no activation quantization in either engine, so the
+    # llama.cpp oracle test can be sharp (differences ~1e-3: F16 K/V).
+    dict(name="qwen35-f32", arch="qwen35", wtype=QT.F32, output=QT.F32, n_layer=4, head_dim=64,
+         rope_dim=32, qwen35=dict(interval=2, d_conv=4, d_state=32, n_k_heads=2, n_v_heads=4,
+                                  sections=[5, 5, 4, 2])),
 ]
 
 HPARAMS = dict(n_embd=256, n_ff=512, n_head=4, n_head_kv=2, n_ctx=2048,
@@ -311,8 +319,55 @@ class _Rng:
         return (0.1 * self.g.standard_normal(n)).astype(np.float32)
 
 
+def _qwen35_recurrent(spec, hp, rng, il):
+    """A gated delta-net block's own tensors (llama.cpp's names and shapes)."""
+    q = spec["qwen35"]
+    e, S, hk, hv, K = hp["n_embd"], q["d_state"], q["n_k_heads"], q["n_v_heads"], q["d_conv"]
+    conv, vd = 2 * hk * S + hv * S, hv * S
+    g = rng.g
+    p = f"blk.{il}."
+    return [
+        (p + "attn_qkv.weight", rng.mat(conv, e, e ** -0.5), "attn_q"),
+        (p + "attn_gate.weight", rng.mat(vd, e, e ** -0.5), "attn_q"),
+        (p + "ssm_conv1d.weight", rng.mat(conv, K, 0.5), "norm"),
+        (p + "ssm_dt.bias", (0.5 * g.standard_normal(hv)).astype(np.float32), "norm"),
+        (p + "ssm_a", (-g.uniform(0.1, 1.0, hv)).astype(np.float32), "norm"),
+        (p + "ssm_beta.weight", rng.mat(hv, e, e ** -0.5), "attn_k"),
+        (p + "ssm_alpha.weight", rng.mat(hv, e, e ** -0.5), "attn_k"),
+        (p + "ssm_norm.weight", rng.norm(S), "norm"),
+        (p + "ssm_out.weight", rng.mat(e, vd, vd ** -0.5), "attn_output"),
+    ]
+
+
+def _qwen35_layer(spec, hp, rng, il):
+    """Qwen3.5: recurrent or gated-attention block, post_attention_norm
+    before the feed-forward."""
+    e, ff = hp["n_embd"], spec.get("n_ff", hp["n_ff"])
+    hd = spec["head_dim"]
+    q_out, kv_out = hp["n_head"] * hd, hp["n_head_kv"] * hd
+    p = f"blk.{il}."
+    out = [(p + "attn_norm.weight", rng.norm(e), "norm")]
+    if (il + 1) % spec["qwen35"]["interval"] != 0:
+        out += _qwen35_recurrent(spec, hp, rng, il)
+    else:
+        out += [(p + "attn_q.weight", rng.mat(2 * q_out, e, e ** -0.5), "attn_q"),
+                (p + "attn_k.weight", rng.mat(kv_out, e, e ** -0.5), "attn_k"),
+                (p + "attn_v.weight", rng.mat(kv_out, e, e ** -0.5), "attn_v"),
+                (p + "attn_output.weight", rng.mat(e, q_out, q_out ** -0.5), "attn_output"),
+                (p + "attn_q_norm.weight", rng.norm(hd), "norm"),
+                (p + "attn_k_norm.weight", rng.norm(hd), "norm")]
+    return out + [
+        (p + "post_attention_norm.weight", rng.norm(e), "norm"),
+        (p + "ffn_gate.weight", rng.mat(ff, e, e ** -0.5), "ffn_gate"),
+        (p + "ffn_up.weight", rng.mat(ff, e, e ** -0.5), "ffn_up"),
+        (p + "ffn_down.weight", rng.mat(e, ff, ff ** -0.5), "ffn_down"),
+    ]
+
+
 def _layer_tensors(spec, hp, rng, il):
     """(name, float32 array, kind) for one block; kind picks the type."""
+    if spec["arch"] == "qwen35":
+        return _qwen35_layer(spec, hp, rng, il)
     e, ff = hp["n_embd"], spec.get("n_ff", hp["n_ff"])
     hd = spec.get("head_dim", e // hp["n_head"])
     q_out, kv_out = hp["n_head"] * hd, hp["n_head_kv"] * hd
@@ -346,6 +401,12 @@ def _model_tensors(spec, hp, n_vocab, rng):
     ts.append(("output_norm.weight", rng.norm(e), "norm"))
     if spec["output"] is not None:
         ts.append(("output.weight", rng.mat(n_vocab, e, 0.1), "output"))
+    if spec.get("mtp"):  # drawn last: the trunk's weights are the plain model's
+        il = spec["n_layer"]
+        ts += _qwen35_layer({**spec, "qwen35": {**spec["qwen35"], "interval": 1}}, hp, rng, il)
+        ts.append((f"blk.{il}.nextn.eh_proj.weight", rng.mat(e, 2 * e, (2 * e) ** -0.5), "attn_q"))
+        ts.append((f"blk.{il}.nextn.enorm.weight", rng.norm(e), "norm"))
+        ts.append((f"blk.{il}.nextn.hnorm.weight", rng.norm(e), "norm"))
     return ts
 
 
@@ -361,7 +422,7 @@ def _write_metadata(w, spec, hp, vocab):
     arch = spec["arch"]
     hd = spec.get("head_dim", hp["n_embd"] // hp["n_head"])
     w.add_name(spec["name"])
-    w.add_block_count(spec["n_layer"])
+    w.add_block_count(spec["n_layer"] + (1 if spec.get("mtp") else 0))
     w.add_context_length(hp["n_ctx"])
     w.add_embedding_length(hp["n_embd"])
     w.add_feed_forward_length(spec.get("n_ff", hp["n_ff"]))
@@ -369,7 +430,9 @@ def _write_metadata(w, spec, hp, vocab):
     w.add_head_count_kv(hp["n_head_kv"])
     w.add_rope_freq_base(hp["rope_base"])
     w.add_layer_norm_rms_eps(hp["rms_eps"])
-    w.add_rope_dimension_count(hd)
+    w.add_rope_dimension_count(spec.get("rope_dim", hd))
+    if "qwen35" in spec:
+        _write_qwen35_keys(w, spec)
     if "head_dim" in spec:
         w.add_key_length(hd)
         w.add_value_length(hd)
@@ -379,6 +442,21 @@ def _write_metadata(w, spec, hp, vocab):
         w.add_float32(f"{arch}.rope.scaling.factor", factor)
     w.add_uint32("general.quantization_version", 2)
     _write_tokenizer(w, spec, vocab)
+
+
+def _write_qwen35_keys(w, spec):
+    """llama.cpp's qwen35 keys (raw names: the gguf package may predate them)."""
+    q, a = spec["qwen35"], spec["arch"]
+    w.add_uint32(f"{a}.ssm.conv_kernel", q["d_conv"])
+    if spec.get("drop_key") != "ssm.state_size":
+        w.add_uint32(f"{a}.ssm.state_size", q["d_state"])
+    w.add_uint32(f"{a}.ssm.group_count", q["n_k_heads"])
+    w.add_uint32(f"{a}.ssm.time_step_rank", q["n_v_heads"])
+    w.add_uint32(f"{a}.ssm.inner_size", q["n_v_heads"] * q["d_state"])
+    w.add_uint32(f"{a}.full_attention_interval", q["interval"])
+    if spec.get("mtp"):  # one multi-token-prediction block after the trunk
+        w.add_uint32(f"{a}.nextn_predict_layers", 1)
+    w.add_array(f"{a}.rope.dimension_sections", [int(x) for x in q["sections"]])
 
 
 def _write_tokenizer(w, spec, vocab):
@@ -404,6 +482,10 @@ def write_model(path, spec, seed):
     w = gguf.GGUFWriter(path, spec["arch"])
     _write_metadata(w, spec, hp, vocab)
     for name, arr, kind in _model_tensors(spec, hp, len(vocab[0]), rng):
+        if name == spec.get("drop_tensor"):
+            continue
+        if name == spec.get("short_tensor"):  # one row fewer: a mis-shaped file
+            arr = arr[:-1]
         qt = _tensor_type(spec, kind)
         data = quantize(arr, qt) if arr.ndim == 2 else arr
         w.add_tensor(name, data, raw_dtype=qt if data.dtype == np.uint8 else None)
@@ -641,6 +723,29 @@ def _patch(buf, off, fmt, val):
     return bytes(b)
 
 
+def _bad_qwen35(d):
+    """The tiny qwen35 with one tensor missing, one mis-shaped, one key
+    missing: each error must name it. Returns the manifest lines."""
+    base = next(m for m in MODELS if m["arch"] == "qwen35")
+    cases = [("qwen35-missing-ssm_a.gguf", dict(drop_tensor="blk.0.ssm_a"), "EFORMAT", "blk.0.ssm_a"),
+             ("qwen35-short-conv1d.gguf", dict(short_tensor="blk.2.ssm_conv1d.weight"), "EFORMAT",
+              "blk.2.ssm_conv1d.weight"),
+             ("qwen35-short-attn_q.gguf", dict(short_tensor="blk.1.attn_q.weight"), "EFORMAT",
+              "blk.1.attn_q.weight"),
+             ("qwen35-no-state-size.gguf", dict(drop_key="ssm.state_size"), "EFORMAT",
+              "qwen35.ssm.state_size")]
+    lines = []
+    for name, change, code, field in cases:
+        write_model(os.path.join(d, name), {**base, **change}, seed=5)
+        lines.append(f"{name} {code} {field}")
+    # Not bad: the fixture plus an MTP block (block_count 5,
+    # nextn_predict_layers 1) that inference must leave alone; same seed,
+    # so its trunk is qwen35-f32's exactly (tests/test_forward.c).
+    write_model(os.path.join(d, "qwen35-f32-mtp.gguf"), {**base, "mtp": True}, seed=1000 + MODELS.index(base))
+    lines.append("qwen35-f32-mtp.gguf OK -")
+    return lines
+
+
 def _write_bad(outdir):
     d = os.path.join(outdir, "bad")
     os.makedirs(d, exist_ok=True)
@@ -655,6 +760,7 @@ def _write_bad(outdir):
         with open(os.path.join(d, name), "wb") as f:
             f.write(data)
         lines.append(f"{name} {code} {fields}")
+    lines += _bad_qwen35(d)
     with open(os.path.join(d, "MANIFEST.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
 

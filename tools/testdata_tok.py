@@ -9,6 +9,7 @@ generate(outdir) writes
   outdir/tok/spm_noprefix.gguf   the same with add_space_prefix = false;
   outdir/tok/llama_bpe.gguf      the real SmolLM2 vocabulary relabelled with
   outdir/tok/qwen2.gguf          tokenizer.ggml.pre = "llama-bpe", "qwen2",
+  outdir/tok/qwen35.gguf         "qwen35",
   outdir/tok/default.gguf        "default" and "gpt-2"
   outdir/tok/gpt2.gguf           (only when the real model exists at
                                  $STRATA_MODEL or models/; their tests are
@@ -226,6 +227,7 @@ def default_model():
 
 # name -> (file, pre-tokenizer) of the fixtures derived from the real model
 RELABELS = {"llama_bpe": ("llama_bpe.gguf", "llama-bpe"), "qwen2": ("qwen2.gguf", "qwen2"),
+            "qwen35": ("qwen35.gguf", "qwen35"),
             "default": ("default.gguf", "default"), "gpt2": ("gpt2.gguf", "gpt-2")}
 
 

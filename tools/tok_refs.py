@@ -20,7 +20,7 @@ Gemma 3 270M vocabulary (SPM, byte fallback, no space prefix, 262,144
 tokens; make tok-refs-gemma3).
 
 Vocabularies: the real SmolLM2 model (pre "smollm"), the same vocabulary
-relabelled "llama-bpe" and "qwen2", and the synthetic SPM vocabularies,
+relabelled "llama-bpe", "qwen2" and "qwen35", and the synthetic SPM vocabularies,
 all written by tools/testdata_tok.py into a temporary folder first.
 """
 import os
@@ -241,6 +241,34 @@ def make_cases(seed, n, specials):
     return cases
 
 
+# Combining marks next to letters, digits, spaces and punctuation, old and
+# Unicode 15.0 ones (qwen35's letter runs take marks, qwen2's do not).
+MARK_CASES = ["cafe\u0301 nai\u0308ve", " \u0301x", "\u0301\u0302 a", "1\u0301", "!\u0301?",
+              "\u0915\u093f\u0939\u093f\u0928\u094d\u0926\u0940", "\u0ca8\u0cf3 \u0ea5\u0ece",
+              "\U00011f04\U00011f34\U00011f00 \U00011f41", "\U0001e4d0\U0001e4ec \U00013441\U00013440",
+              "\u0627\U00010efd\U00010eff.", "x\n\u0301\r\n", "'s\u0301 'S", "\U0001e08f\u0430\u0301"]
+
+
+MARKS = [0x301, 0x308, 0x300, 0x93F, 0x94D, 0x5B4, 0x64E, 0x20D7, 0x1AB0, 0xFE0F, 0x302, 0x327, 0xCF3]
+PIECES = ["a", "e", "n", "x", " ", "!", "?", "1", "\u0430", "\u0915", ".", "'", "s", "t", "\n"]
+
+
+def gen_marks(rng):
+    """Short runs of letters, digits, punctuation and apostrophes, half of
+    them followed by a combining mark: where qwen35 and qwen2 split apart
+    (about 1 in 400 of these changes the ids with this vocabulary)."""
+    return "".join(rng.choice(PIECES) + (chr(rng.choice(MARKS)) if rng.random() < 0.5 else "")
+                   for _ in range(rng.randint(1, 8)))
+
+
+def relabel_cases(name, seed, n):
+    cases = make_cases(seed, n, SPECIAL_BPE)
+    if name == "qwen35":
+        rng = random.Random(35)
+        cases += [(s, 0) for s in MARK_CASES] + [(gen_marks(rng), rng.randint(0, 1)) for _ in range(3000)]
+    return cases
+
+
 def write_refs(name, gguf_path, cases, note):
     import llama_cpp
     m = llama_cpp.Llama(model_path=gguf_path, vocab_only=True, verbose=False)
@@ -279,8 +307,8 @@ def main():
         d = os.path.join(tmp, "tok")
         write_refs("smollm2", model, make_cases(1, 2400, SPECIAL_BPE), "SmolLM2-135M (pre smollm)")
         for i, (name, (fname, pre)) in enumerate(sorted(testdata_tok.RELABELS.items())):
-            n = 700 if name in ("llama_bpe", "qwen2") else 300
-            write_refs(name, os.path.join(d, fname), make_cases(10 + i, n, SPECIAL_BPE),
+            n = 700 if name in ("llama_bpe", "qwen2", "qwen35") else 300
+            write_refs(name, os.path.join(d, fname), relabel_cases(name, 10 + i, n),
                        "SmolLM2 vocabulary relabelled pre=" + pre)
         write_refs("spm", os.path.join(d, "spm.gguf"), make_cases(20, 1100, SPECIAL_SPM),
                    "synthetic SPM vocabulary (tools/testdata_tok.py)")

@@ -34,6 +34,10 @@ static void print_hparams(const model *m) {
     printf("%-16s layers %d, embd %d, ffn %d, heads %d (kv %d), head dim %d, vocab %d\n",
            "hyperparameters", hp->n_layer, hp->n_embd, hp->n_ff, hp->n_head, hp->n_head_kv,
            hp->head_dim, hp->n_vocab);
+    if (hp->n_rec_layer)
+        printf("%-16s %d gated delta-net layers (conv %d, %d key / %d value heads of %d), %d attention\n",
+               "recurrent", hp->n_rec_layer, hp->ssm_d_conv, hp->ssm_n_k_heads, hp->ssm_n_v_heads,
+               hp->ssm_d_state, hp->n_kv_layer);
     printf("%-16s %d\n", "train context", hp->n_ctx_train);
     printf("%-16s base %g, dims %d, %s%s\n", "rope", hp->rope_base, hp->rope_dim,
            hp->rope_neox ? "neox" : "normal",

@@ -24,7 +24,7 @@ int engine_open(engine **out, const engine_params *p, strata_err *err) {
     }
     const model_hparams *hp = &e->m->hp;
     int B = p->block_tokens > 0 ? p->block_tokens : 64;
-    size_t block_bytes = (size_t)hp->n_layer * 2 * B * hp->n_head_kv * hp->head_dim * 2;
+    size_t block_bytes = (size_t)hp->n_kv_layer * 2 * B * hp->n_head_kv * hp->head_dim * 2;
     e->n_ctx = p->n_ctx > 0 ? p->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     if (p->n_ctx <= 0 && p->n_seq > 0) {
         e->ctx_per_seq = ctx_within_budget(hp->n_ctx_train, p->n_seq, block_bytes / B, p->kv_budget_mb, B);
@@ -33,7 +33,7 @@ int engine_open(engine **out, const engine_params *p, strata_err *err) {
     e->max_batch = p->max_batch > 0 ? p->max_batch : 512;
     int n_blocks = (e->n_ctx + B - 1) / B + 1; /* +1: copy-on-write headroom */
     n_blocks += (int)(((size_t)(p->extra_kv_mb > 0 ? p->extra_kv_mb : 0) << 20) / block_bytes);
-    rc = kv_pool_init(&e->kv, hp->n_layer, hp->n_head_kv * hp->head_dim, B, n_blocks, err);
+    rc = kv_pool_init(&e->kv, hp->n_kv_layer, hp->n_head_kv * hp->head_dim, B, n_blocks, err);
     if (rc) {
         engine_close(e);
         return rc;

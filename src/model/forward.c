@@ -1,4 +1,4 @@
-/* forward.c - llama-family forward pass (llama, qwen2, qwen3, gemma3).
+/* forward.c - llama-family forward pass (llama, qwen2, qwen3, gemma3, qwen35).
  *
  * Per layer, for a batch of n tokens:
  *   norm -> Q,K,V matmuls (+bias, +QK-norm) -> RoPE -> store K,V as F16 in
@@ -8,6 +8,10 @@
  * Sliding-window layers (gemma3) attend to the last n_swa positions only;
  * their K/V is still kept for every position (the memory saving is not
  * done yet: kv.c pages hold all layers of a position).
+ * qwen35: recurrent layers run deltanet.c instead of attention; its
+ * attention layers gate their output with sigmoid(gate) (Q rows carry the
+ * gate) and rotate with interleaved M-RoPE sections (init_imrope); the
+ * K/V pool holds the attention layers only (model_layer.kv_layer).
  * Every step computes each token's row with the same operations whatever
  * the batch holds; threads split weight rows or (token, head) pairs, never
  * a reduction. */
@@ -20,33 +24,9 @@
 #include "backend/attn.h"
 #include "base/fp16.h"
 #include "base/mem.h"
-
-#define MM_MAX 3     /* matmuls sharing one input (Q, K, V) */
-#define ROW_ALIGN 16 /* thread row splits keep kernel tiles whole */
-
-struct fwd_ctx {
-    const model *m;
-    kv_pool *kv;
-    pool *threads;
-    int max_batch;
-    float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp;
-    uint8_t *xq[MM_MAX];
-    size_t xq_cap;
-    float *rope_inv_freq; /* rope_dim / 2 */
-    float *rope_inv_swa;  /* the same for sliding-window layers (their own base) */
-    float *scores;        /* n_threads x scores_cap */
-    int scores_cap;
-    const uint16_t **kb, **vb; /* n_threads x block table scratch */
-    int blocks_cap;
-    float *kf, *vf;  /* prefill: K/V of the batch's sequence widened to float, [kv head][pos][d] */
-    size_t kvf_cap;  /* floats in each */
-    int kvf_stride;  /* positions per kv head in kf/vf */
-    const kv_seq *kvf_seq; /* the sequence they hold this layer, or NULL */
-};
+#include "model/forward_int.h"
 
 /* ---- row-parallel helpers ---------------------------------------------- */
-
-typedef void (*row_fn)(fwd_ctx *c, void *arg, int t);
 
 typedef struct {
     fwd_ctx *c;
@@ -62,8 +42,7 @@ static void rows_worker(void *p, int ith, int nth) {
     for (long t = lo; t < hi; t++) j->fn(j->c, j->arg, (int)t);
 }
 
-/* fn(c, arg, t) for t in [0, n), spread over the pool when worth it. */
-static void for_rows(fwd_ctx *c, int n, row_fn fn, void *arg) {
+void fwd__for_rows(fwd_ctx *c, int n, row_fn fn, void *arg) {
     if (n < 2 || pool_size(c->threads) == 1) {
         for (int t = 0; t < n; t++) fn(c, arg, t);
         return;
@@ -120,8 +99,7 @@ static void ensure_xq(fwd_ctx *c, size_t bytes) {
 
 /* y_i[t][:] = W_i x[t] for up to MM_MAX weights sharing the input rows x.
  * Activations are converted once per distinct activation format. */
-static void matmul_group(fwd_ctx *c, const float *x, int n, const model_tensor **w, float **y,
-                         int n_w) {
+void fwd__matmul_group(fwd_ctx *c, const float *x, int n, const model_tensor **w, float **y, int n_w) {
     mm_job j = {.n_w = n_w, .n = n};
     qtype done[MM_MAX];
     int n_done = 0;
@@ -133,7 +111,7 @@ static void matmul_group(fwd_ctx *c, const float *x, int n, const model_tensor *
         if (slot == n_done) {
             ensure_xq(c, bytes * (size_t)n);
             act_job a = {x, w[i]->cols, act, c->xq[slot], bytes};
-            for_rows(c, n, act_row, &a);
+            fwd__for_rows(c, n, act_row, &a);
             done[n_done++] = act;
         }
         j.w[i] = w[i];
@@ -144,13 +122,13 @@ static void matmul_group(fwd_ctx *c, const float *x, int n, const model_tensor *
     pool_run(c->threads, mm_worker, &j);
 }
 
-static void matmul(fwd_ctx *c, const float *x, int n, const model_tensor *w, float *y) {
-    matmul_group(c, x, n, &w, &y, 1);
+void fwd__matmul(fwd_ctx *c, const float *x, int n, const model_tensor *w, float *y) {
+    fwd__matmul_group(c, x, n, &w, &y, 1);
 }
 
 /* ---- elementwise steps ---------------------------------------------------- */
 
-static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+void fwd__rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
     float ss = 0;
     for (int i = 0; i < n; i++) ss += x[i] * x[i];
     float scale = 1.0f / sqrtf(ss / (float)n + eps);
@@ -166,12 +144,12 @@ typedef struct {
 static void norm_row(fwd_ctx *c, void *arg, int t) {
     norm_arg *a = arg;
     int e = c->m->hp.n_embd;
-    rmsnorm(a->out + (size_t)t * e, a->in + (size_t)t * e, a->w, e, c->m->hp.rms_eps);
+    fwd__rmsnorm(a->out + (size_t)t * e, a->in + (size_t)t * e, a->w, e, c->m->hp.rms_eps);
 }
 
 static void norm_rows(fwd_ctx *c, const float *in, float *out, const model_tensor *w, int n) {
     norm_arg a = {in, out, w->data};
-    for_rows(c, n, norm_row, &a);
+    fwd__for_rows(c, n, norm_row, &a);
 }
 
 /* YaRN ramp between the corrected dimensions (published YaRN formula). */
@@ -208,6 +186,7 @@ static void rope_head(const fwd_ctx *c, float *h, int pos, int swa) {
     const model_hparams *hp = &c->m->hp;
     int half = hp->rope_dim / 2;
     for (int i = 0; i < half; i++) {
+        if (c->rope_off && c->rope_off[i]) continue; /* rotated by angle 0 */
         float ct, st;
         rope_angles(c, pos, i, swa, &ct, &st);
         int a = hp->rope_neox ? i : 2 * i, b = hp->rope_neox ? i + half : 2 * i + 1;
@@ -232,7 +211,26 @@ static void add_bias(float *y, const model_tensor *bias, int n) {
 static void head_norms(const fwd_ctx *c, const model_tensor *w, float *x, int n_heads) {
     if (!w->data) return;
     int d = c->m->hp.head_dim;
-    for (int h = 0; h < n_heads; h++) rmsnorm(x + (size_t)h * d, x + (size_t)h * d, w->data, d, c->m->hp.rms_eps);
+    for (int h = 0; h < n_heads; h++) fwd__rmsnorm(x + (size_t)h * d, x + (size_t)h * d, w->data, d, c->m->hp.rms_eps);
+}
+
+/* qwen35: Q rows come as [head][q | gate]; q to c->q, gate to c->attn_gate. */
+static void split_gate(fwd_ctx *c, int t) {
+    const model_hparams *hp = &c->m->hp;
+    int d = hp->head_dim, nq = hp->n_head * d;
+    const float *src = c->qg + (size_t)t * 2 * nq;
+    for (int h = 0; h < hp->n_head; h++) {
+        memcpy(c->q + (size_t)t * nq + (size_t)h * d, src + (size_t)h * 2 * d, (size_t)d * sizeof(float));
+        memcpy(c->attn_gate + (size_t)t * nq + (size_t)h * d, src + (size_t)h * 2 * d + d, (size_t)d * sizeof(float));
+    }
+}
+
+/* qwen35: attention output times sigmoid(gate), per token row. */
+static void apply_gate_row(fwd_ctx *c, void *arg, int t) {
+    size_t nq = (size_t)c->m->hp.n_head * c->m->hp.head_dim;
+    float *o = c->att + (size_t)t * nq;
+    const float *g = c->attn_gate + (size_t)t * nq;
+    for (size_t i = 0; i < nq; i++) o[i] *= 1.0f / (1.0f + expf(-g[i]));
 }
 
 /* Bias, QK-norm and RoPE on token t's Q and K; then K,V go to the cache. */
@@ -241,6 +239,7 @@ static void qkv_finish_row(fwd_ctx *c, void *arg, int t) {
     const model_hparams *hp = &c->m->hp;
     int nq = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
     float *q = c->q + (size_t)t * nq, *k = c->k + (size_t)t * kvd, *v = c->v + (size_t)t * kvd;
+    if (hp->attn_gate) split_gate(c, t);
     add_bias(q, &a->L->bq, nq);
     add_bias(k, &a->L->bk, kvd);
     add_bias(v, &a->L->bv, kvd);
@@ -414,30 +413,39 @@ static void add_rows(float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
+/* Attention of layer il over c->xn; its output projection to c->tmp.
+ * K/V live in the pool's layer L->kv_layer. */
+static void attention(fwd_ctx *c, const fwd_batch *b, const model_layer *L) {
+    int n = b->n;
+    layer_arg a = {b, L, L->kv_layer};
+    const model_tensor *qkv[3] = {&L->wq, &L->wk, &L->wv};
+    float *qkv_out[3] = {c->m->hp.attn_gate ? c->qg : c->q, c->k, c->v};
+    fwd__matmul_group(c, c->xn, n, qkv, qkv_out, 3);
+    fwd__for_rows(c, n, qkv_finish_row, &a);
+    widen_kv(c, b, L->kv_layer);
+    attn_job aj = {c, &a};
+    pool_run(c->threads, c->kvf_seq ? attn_tile_worker : attn_worker, &aj);
+    if (c->m->hp.attn_gate) fwd__for_rows(c, n, apply_gate_row, NULL);
+    fwd__matmul(c, c->att, n, &L->wo, c->tmp);
+}
+
 static void layer_forward(fwd_ctx *c, const fwd_batch *b, int il) {
     const model_hparams *hp = &c->m->hp;
     const model_layer *L = &c->m->layers[il];
     int n = b->n, e = hp->n_embd;
-    layer_arg a = {b, L, il};
 
     norm_rows(c, c->x, c->xn, &L->attn_norm, n);
-    const model_tensor *qkv[3] = {&L->wq, &L->wk, &L->wv};
-    float *qkv_out[3] = {c->q, c->k, c->v};
-    matmul_group(c, c->xn, n, qkv, qkv_out, 3);
-    for_rows(c, n, qkv_finish_row, &a);
-    widen_kv(c, b, il);
-    attn_job aj = {c, &a};
-    pool_run(c->threads, c->kvf_seq ? attn_tile_worker : attn_worker, &aj);
-    matmul(c, c->att, n, &L->wo, c->tmp);
+    if (L->recurrent) dn_layer(c, b, il, c->tmp);
+    else attention(c, b, L);
     if (L->post_attn_norm.data) norm_rows(c, c->tmp, c->tmp, &L->post_attn_norm, n);
     add_rows(c->x, c->tmp, (size_t)n * e);
 
     norm_rows(c, c->x, c->xn, &L->ffn_norm, n);
     const model_tensor *gu[2] = {&L->w_gate, &L->w_up};
     float *gu_out[2] = {c->gate, c->up};
-    matmul_group(c, c->xn, n, gu, gu_out, 2);
-    for_rows(c, n, hp->ffn_gelu ? geglu_row : swiglu_row, NULL);
-    matmul(c, c->gate, n, &L->w_down, c->tmp);
+    fwd__matmul_group(c, c->xn, n, gu, gu_out, 2);
+    fwd__for_rows(c, n, hp->ffn_gelu ? geglu_row : swiglu_row, NULL);
+    fwd__matmul(c, c->gate, n, &L->w_down, c->tmp);
     if (L->post_ffn_norm.data) norm_rows(c, c->tmp, c->tmp, &L->post_ffn_norm, n);
     add_rows(c->x, c->tmp, (size_t)n * e);
 }
@@ -482,6 +490,24 @@ static int follows(const fwd_batch *b, int t) {
     return 0;
 }
 
+/* The earlier token of the batch on t's sequence, or -1. */
+static int prev_in_batch(const fwd_batch *b, int t) {
+    for (int u = t - 1; u >= 0; u--)
+        if (b->seqs[u] == b->seqs[t]) return u;
+    return -1;
+}
+
+/* Recurrent layers: a token must continue exactly where its sequence's
+ * state ends (position rs_pos), or start the sequence again at 0. The
+ * state cannot be rewound to an earlier position (no snapshots yet). */
+static int check_recurrent(const fwd_batch *b, int t, strata_err *err) {
+    int u = prev_in_batch(b, t), want = u >= 0 ? b->pos[u] + 1 : b->seqs[t]->rs_pos;
+    if (b->pos[t] == want || (u < 0 && b->pos[t] == 0)) return 0;
+    return strata_errf(err, STRATA_EINVAL,
+                       "position %d: this model's recurrent state covers positions [0, %d) and cannot be "
+                       "rewound or skipped (only continued, or restarted at 0)", b->pos[t], want);
+}
+
 static int check_batch(fwd_ctx *c, const fwd_batch *b, strata_err *err) {
     if (b->n <= 0 || b->n > c->max_batch)
         return strata_errf(err, STRATA_EINVAL, "batch of %d tokens (max %d)", b->n, c->max_batch);
@@ -492,8 +518,31 @@ static int check_batch(fwd_ctx *c, const fwd_batch *b, strata_err *err) {
         if (b->pos[t] < 0 || (b->pos[t] > b->seqs[t]->n_pos && !follows(b, t)))
             return strata_errf(err, STRATA_EINVAL, "position %d leaves a gap (sequence has %d)",
                                b->pos[t], b->seqs[t]->n_pos);
+        if (c->dn && check_recurrent(b, t, err)) return STRATA_EINVAL;
     }
     return 0;
+}
+
+/* Recurrent state before the batch: made on a sequence's first use,
+ * zeroed when it starts again at position 0. */
+static void recurrent_prepare(fwd_ctx *c, const fwd_batch *b) {
+    size_t need = dn_state_floats(c->m);
+    for (int t = 0; t < b->n; t++) {
+        kv_seq *s = b->seqs[t];
+        if (prev_in_batch(b, t) >= 0) continue;
+        if (!s->rs || s->rs_floats != need) {
+            free(s->rs);
+            s->rs = xcalloc(need, sizeof(float));
+            s->rs_floats = need;
+        } else if (b->pos[t] == 0) {
+            memset(s->rs, 0, need * sizeof(float));
+        }
+    }
+}
+
+/* ... and after it: the state now covers each sequence's last position. */
+static void recurrent_commit(const fwd_batch *b) {
+    for (int t = 0; t < b->n; t++) b->seqs[t]->rs_pos = b->pos[t] + 1;
 }
 
 /* Reserves blocks for every sequence up to its last position in the batch,
@@ -522,7 +571,7 @@ static void output_logits(fwd_ctx *c, const fwd_batch *b, float *logits) {
     }
     if (n_out == 0) return;
     norm_rows(c, c->tmp, c->xn, &c->m->output_norm, n_out);
-    matmul(c, c->xn, n_out, &c->m->output, logits);
+    fwd__matmul(c, c->xn, n_out, &c->m->output, logits);
     float cap = c->m->hp.logit_softcap;
     if (cap > 0)
         for (size_t i = 0; i < (size_t)n_out * c->m->hp.n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
@@ -533,8 +582,10 @@ int fwd_run(fwd_ctx *c, const fwd_batch *b, float *logits, strata_err *err) {
     if (rc) return rc;
     if ((rc = reserve_seqs(c, b, &max_kv, err))) return rc;
     ensure_scratch(c, max_kv);
-    for_rows(c, b->n, embed_row, (void *)b);
+    if (c->dn) recurrent_prepare(c, b);
+    fwd__for_rows(c, b->n, embed_row, (void *)b);
     for (int il = 0; il < c->m->hp.n_layer; il++) layer_forward(c, b, il);
+    if (c->dn) recurrent_commit(b);
     output_logits(c, b, logits);
     return 0;
 }
@@ -561,6 +612,23 @@ int fwd_prefill(fwd_ctx *c, kv_seq *s, const int32_t *tokens, int n, float *logi
 
 /* ---- life cycle --------------------------------------------------------- */
 
+/* Interleaved M-RoPE (llama.cpp's IMROPE) for text: pair i belongs to
+ * sector i % sum(sections); sectors cycle through the t, h, w sections
+ * (sector % 3), each up to 3 x its size, and the rest take the fourth
+ * position, which is 0 for text tokens (no rotation). t, h and w are all
+ * the token's position, so the rotation is plain NeoX RoPE except on
+ * those pairs. */
+static void init_imrope(fwd_ctx *c) {
+    const model_hparams *hp = &c->m->hp;
+    const int *sec = hp->rope_sections;
+    int half = hp->rope_dim / 2, sum = sec[0] + sec[1] + sec[2] + sec[3];
+    c->rope_off = xcalloc((size_t)half, 1);
+    for (int i = 0; i < half; i++) {
+        int k = i % sum, m = k % 3;
+        c->rope_off[i] = !(k < 3 * sec[m]);
+    }
+}
+
 static void init_rope(fwd_ctx *c) {
     const model_hparams *hp = &c->m->hp;
     int half = hp->rope_dim / 2;
@@ -572,6 +640,7 @@ static void init_rope(fwd_ctx *c) {
         c->rope_inv_freq[i] = (float)(ff ? f / ff[i] : f);
         c->rope_inv_swa[i] = (float)pow((double)hp->rope_base_swa, -2.0 * i / hp->rope_dim);
     }
+    if (hp->arch == ARCH_QWEN35) init_imrope(c);
 }
 
 fwd_ctx *fwd_new(const model *m, kv_pool *kv, pool *threads, int max_batch) {
@@ -593,6 +662,11 @@ fwd_ctx *fwd_new(const model *m, kv_pool *kv, pool *threads, int max_batch) {
     c->gate = xaligned(n * f * sizeof(float));
     c->up = xaligned(n * f * sizeof(float));
     c->tmp = xaligned(n * wide * sizeof(float));
+    if (hp->attn_gate) {
+        c->qg = xaligned(n * 2 * nq * sizeof(float));
+        c->attn_gate = xaligned(n * nq * sizeof(float));
+    }
+    c->dn = dn_new(m, max_batch);
     init_rope(c);
     return c;
 }
@@ -600,12 +674,14 @@ fwd_ctx *fwd_new(const model *m, kv_pool *kv, pool *threads, int max_batch) {
 void fwd_free(fwd_ctx *c) {
     if (!c) return;
     float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->gate, c->up, c->tmp,
-                     c->rope_inv_freq, c->rope_inv_swa, c->scores};
+                     c->rope_inv_freq, c->rope_inv_swa, c->scores, c->qg, c->attn_gate};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     for (int i = 0; i < MM_MAX; i++) free(c->xq[i]);
     free(c->kf);
     free(c->vf);
     free(c->kb);
     free(c->vb);
+    free(c->rope_off);
+    dn_free(c->dn);
     free(c);
 }

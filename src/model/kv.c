@@ -62,6 +62,7 @@ void kv_seq_init(kv_seq *s) { memset(s, 0, sizeof *s); }
 void kv_seq_release(kv_pool *p, kv_seq *s) {
     for (int i = 0; i < s->n_blocks; i++) block_unref(p, s->blocks[i]);
     free(s->blocks);
+    free(s->rs);
     kv_seq_init(s);
 }
 
@@ -126,4 +127,10 @@ void kv_seq_fork(kv_pool *p, const kv_seq *src, int n, kv_seq *dst) {
     }
     dst->n_blocks = nb;
     dst->n_pos = n;
+    if (src->rs && src->rs_pos == n) {
+        dst->rs = xmalloc(src->rs_floats * sizeof(float));
+        memcpy(dst->rs, src->rs, src->rs_floats * sizeof(float));
+        dst->rs_floats = src->rs_floats;
+        dst->rs_pos = n;
+    }
 }

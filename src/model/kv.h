@@ -46,6 +46,14 @@ typedef struct kv_seq {
     int n_alloc;    /* capacity of blocks[] */
     int n_blocks;   /* blocks in the table */
     int *blocks;
+    /* Recurrent layers' state (qwen35): rs_floats floats that summarise
+     * positions [0, rs_pos); owned by the sequence, NULL until the
+     * forward pass makes it. Unlike K/V it cannot be cut back to an
+     * earlier position: a sequence truncated below rs_pos (other than
+     * to 0) can no longer be extended (forward.c refuses). */
+    float *rs;
+    size_t rs_floats;
+    int rs_pos;
 } kv_seq;
 
 int kv_pool_init(kv_pool *p, int n_layer, int kv_dim, int block_tokens, int n_blocks,
@@ -67,7 +75,8 @@ int kv_seq_reserve(kv_pool *p, kv_seq *s, int n_pos_new, strata_err *err);
 /* Forgets positions >= n (n <= n_pos); frees now-unused whole blocks,
  * reserved ones past n_pos included. */
 void kv_seq_truncate(kv_pool *p, kv_seq *s, int n);
-/* New sequence sharing the first n positions of src (refcounts bumped). */
+/* New sequence sharing the first n positions of src (refcounts bumped).
+ * A recurrent state is copied when it covers exactly those n positions. */
 void kv_seq_fork(kv_pool *p, const kv_seq *src, int n, kv_seq *dst);
 /* Appends an existing full block (refcount bumped) to an empty-tailed
  * sequence: how a cached prefix is attached. */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/mem.h"
+#include "model/model_int.h"
 
 typedef struct arch_info {
     const char *name;
@@ -19,6 +20,7 @@ static const arch_info ARCHES[] = {
     {"qwen2", ARCH_QWEN2, 1},
     {"qwen3", ARCH_QWEN3, 1},
     {"gemma3", ARCH_GEMMA3, 1},
+    {"qwen35", ARCH_QWEN35, 1}, /* interleaved M-RoPE rotates NeoX pairs */
 };
 
 static int find_arch(model *m, strata_err *err) {
@@ -32,12 +34,12 @@ static int find_arch(model *m, strata_err *err) {
         return 0;
     }
     return strata_errf(err, STRATA_EUNSUPPORTED,
-                       "%s: unsupported architecture '%.*s' (supported: llama, qwen2, qwen3, gemma3)",
+                       "%s: unsupported architecture '%.*s' (supported: llama, qwen2, qwen3, gemma3, qwen35)",
                        m->gguf->path, (int)(s.len < 64 ? s.len : 64), s.ptr);
 }
 
 /* "{arch}.suffix" getters; optional ones keep the default when absent. */
-static int arch_u32(const model *m, const char *suffix, int *out, int optional, strata_err *err) {
+int model__arch_u32(const model *m, const char *suffix, int *out, int optional, strata_err *err) {
     char key[128];
     uint32_t v;
     snprintf(key, sizeof key, "%s.%s", m->hp.arch_name, suffix);
@@ -69,7 +71,7 @@ static int read_rope_scaling(model *m, strata_err *err) {
     snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch_name);
     if (gguf_find(m->gguf, key) && gguf_get_str(m->gguf, key, &type, err)) return STRATA_EFORMAT;
     if (arch_f32(m, "rope.scaling.factor", &hp->rope_factor, 1, err)) return STRATA_EFORMAT;
-    if (arch_u32(m, "rope.scaling.original_context_length", &hp->rope_orig_ctx, 1, err))
+    if (model__arch_u32(m, "rope.scaling.original_context_length", &hp->rope_orig_ctx, 1, err))
         return STRATA_EFORMAT;
     if (type.len == 0 || gguf_str_eq(type, "none")) return 0;
     if (gguf_str_eq(type, "linear")) hp->rope_scale = ROPE_SCALE_LINEAR;
@@ -93,7 +95,7 @@ static int read_gemma3(model *m, strata_err *err) {
     hp->embd_scale = sqrtf((float)hp->n_embd);
     hp->ffn_gelu = 1;
     if (hp->n_layer == 62) hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
-    if (arch_u32(m, "attention.sliding_window", &hp->n_swa, 1, err) ||
+    if (model__arch_u32(m, "attention.sliding_window", &hp->n_swa, 1, err) ||
         arch_f32(m, "rope.freq_base_swa", &hp->rope_base_swa, 1, err))
         return STRATA_EFORMAT;
     return 0;
@@ -101,17 +103,17 @@ static int read_gemma3(model *m, strata_err *err) {
 
 static int read_hparams(model *m, strata_err *err) {
     model_hparams *hp = &m->hp;
-    if (arch_u32(m, "block_count", &hp->n_layer, 0, err) ||
-        arch_u32(m, "embedding_length", &hp->n_embd, 0, err) ||
-        arch_u32(m, "feed_forward_length", &hp->n_ff, 0, err) ||
-        arch_u32(m, "attention.head_count", &hp->n_head, 0, err))
+    if (model__arch_u32(m, "block_count", &hp->n_layer, 0, err) ||
+        model__arch_u32(m, "embedding_length", &hp->n_embd, 0, err) ||
+        model__arch_u32(m, "feed_forward_length", &hp->n_ff, 0, err) ||
+        model__arch_u32(m, "attention.head_count", &hp->n_head, 0, err))
         return STRATA_EFORMAT;
     hp->n_head_kv = hp->n_head;
     hp->n_ctx_train = 4096;
     hp->rope_base = 10000.0f;
     hp->rms_eps = 1e-6f;
-    if (arch_u32(m, "attention.head_count_kv", &hp->n_head_kv, 1, err) ||
-        arch_u32(m, "context_length", &hp->n_ctx_train, 1, err) ||
+    if (model__arch_u32(m, "attention.head_count_kv", &hp->n_head_kv, 1, err) ||
+        model__arch_u32(m, "context_length", &hp->n_ctx_train, 1, err) ||
         arch_f32(m, "rope.freq_base", &hp->rope_base, 1, err) ||
         arch_f32(m, "attention.layer_norm_rms_epsilon", &hp->rms_eps, 1, err))
         return STRATA_EFORMAT;
@@ -121,9 +123,9 @@ static int read_hparams(model *m, strata_err *err) {
                            "%s: inconsistent hyperparameters (layers %d, embd %d, heads %d/%d)",
                            m->gguf->path, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv);
     hp->head_dim = hp->n_embd / hp->n_head;
-    if (arch_u32(m, "attention.key_length", &hp->head_dim, 1, err)) return STRATA_EFORMAT;
+    if (model__arch_u32(m, "attention.key_length", &hp->head_dim, 1, err)) return STRATA_EFORMAT;
     int v_len = hp->head_dim;
-    if (arch_u32(m, "attention.value_length", &v_len, 1, err)) return STRATA_EFORMAT;
+    if (model__arch_u32(m, "attention.value_length", &v_len, 1, err)) return STRATA_EFORMAT;
     if (v_len != hp->head_dim || hp->head_dim <= 0 || hp->head_dim % 2)
         return strata_errf(err, STRATA_EUNSUPPORTED, "%s: head dims k=%d v=%d not supported",
                            m->gguf->path, hp->head_dim, v_len);
@@ -132,17 +134,19 @@ static int read_hparams(model *m, strata_err *err) {
     hp->rope_base_swa = 10000.0f;
     if (arch_f32(m, "final_logit_softcapping", &hp->logit_softcap, 1, err)) return STRATA_EFORMAT;
     if (hp->arch == ARCH_GEMMA3 && read_gemma3(m, err)) return STRATA_EFORMAT;
+    hp->n_kv_layer = hp->n_layer;
     hp->rope_dim = hp->head_dim;
-    if (arch_u32(m, "rope.dimension_count", &hp->rope_dim, 1, err)) return STRATA_EFORMAT;
+    if (model__arch_u32(m, "rope.dimension_count", &hp->rope_dim, 1, err)) return STRATA_EFORMAT;
     if (hp->rope_dim > hp->head_dim || hp->rope_dim % 2)
         return strata_errf(err, STRATA_EFORMAT, "%s: rope.dimension_count %d vs head dim %d",
                            m->gguf->path, hp->rope_dim, hp->head_dim);
-    return read_rope_scaling(m, err);
+    if (read_rope_scaling(m, err)) return STRATA_EFORMAT;
+    return hp->arch == ARCH_QWEN35 ? model__qwen35_hparams(m, err) : 0;
 }
 
 /* Binds a tensor and checks its shape: cols x rows (rows 0 = a vector). */
-static int bind(model *m, model_tensor *t, const char *name, int64_t cols, int64_t rows,
-                int optional, strata_err *err) {
+int model__bind(model *m, model_tensor *t, const char *name, int64_t cols, int64_t rows, int optional,
+                strata_err *err) {
     memset(t, 0, sizeof *t);
     const gguf_tensor *g = gguf_find_tensor(m->gguf, name);
     if (!g) {
@@ -185,17 +189,17 @@ static int bind_layer(model *m, int il, strata_err *err) {
                                      "post_attention_norm", "post_ffw_norm"};
     for (int i = 0; i < 16; i++)
         snprintf(n[i], sizeof n[i], "blk.%d.%s%s", il, suffix[i], strchr(suffix[i], '.') ? "" : ".weight");
-    int rc = bind(m, &L->attn_norm, n[0], e, 0, 0, err) || bind(m, &L->wq, n[1], e, q, 0, err) ||
-             bind(m, &L->wk, n[2], e, kv, 0, err) || bind(m, &L->wv, n[3], e, kv, 0, err) ||
-             bind(m, &L->wo, n[4], q, e, 0, err) || bind(m, &L->bq, n[5], q, 0, !qwen2, err) ||
-             bind(m, &L->bk, n[6], kv, 0, !qwen2, err) || bind(m, &L->bv, n[7], kv, 0, !qwen2, err) ||
-             bind(m, &L->q_norm, n[8], hp->head_dim, 0, !qk_norm, err) ||
-             bind(m, &L->k_norm, n[9], hp->head_dim, 0, !qk_norm, err) ||
-             bind(m, &L->ffn_norm, n[10], e, 0, 0, err) ||
-             bind(m, &L->w_gate, n[11], e, f, 0, err) || bind(m, &L->w_up, n[12], e, f, 0, err) ||
-             bind(m, &L->w_down, n[13], f, e, 0, err) ||
-             bind(m, &L->post_attn_norm, n[14], e, 0, !gemma3, err) ||
-             bind(m, &L->post_ffn_norm, n[15], e, 0, !gemma3, err);
+    int rc = model__bind(m, &L->attn_norm, n[0], e, 0, 0, err) || model__bind(m, &L->wq, n[1], e, q, 0, err) ||
+             model__bind(m, &L->wk, n[2], e, kv, 0, err) || model__bind(m, &L->wv, n[3], e, kv, 0, err) ||
+             model__bind(m, &L->wo, n[4], q, e, 0, err) || model__bind(m, &L->bq, n[5], q, 0, !qwen2, err) ||
+             model__bind(m, &L->bk, n[6], kv, 0, !qwen2, err) || model__bind(m, &L->bv, n[7], kv, 0, !qwen2, err) ||
+             model__bind(m, &L->q_norm, n[8], hp->head_dim, 0, !qk_norm, err) ||
+             model__bind(m, &L->k_norm, n[9], hp->head_dim, 0, !qk_norm, err) ||
+             model__bind(m, &L->ffn_norm, n[10], e, 0, 0, err) ||
+             model__bind(m, &L->w_gate, n[11], e, f, 0, err) || model__bind(m, &L->w_up, n[12], e, f, 0, err) ||
+             model__bind(m, &L->w_down, n[13], f, e, 0, err) ||
+             model__bind(m, &L->post_attn_norm, n[14], e, 0, !gemma3, err) ||
+             model__bind(m, &L->post_ffn_norm, n[15], e, 0, !gemma3, err);
     return rc ? (err ? err->code : STRATA_EFORMAT) : 0;
 }
 
@@ -219,7 +223,7 @@ static int mark_swa_layers(model *m, strata_err *err) {
         return 0;
     }
     int period = 6;
-    if (arch_u32(m, "attention.sliding_window_pattern", &period, 1, err)) return STRATA_EFORMAT;
+    if (model__arch_u32(m, "attention.sliding_window_pattern", &period, 1, err)) return STRATA_EFORMAT;
     for (int il = 0; il < hp->n_layer; il++)
         m->layers[il].swa = period == 0 || il % period < period - 1;
     return 0;
@@ -230,17 +234,19 @@ static int bind_all(model *m, strata_err *err) {
     const gguf_tensor *emb = gguf_find_tensor(m->gguf, "token_embd.weight");
     if (!emb) return strata_errf(err, STRATA_EFORMAT, "%s: missing tensor 'token_embd.weight'", m->gguf->path);
     m->hp.n_vocab = (int)emb->ne[1];
-    if (bind(m, &m->tok_embd, "token_embd.weight", hp->n_embd, hp->n_vocab, 0, err) ||
-        bind(m, &m->output_norm, "output_norm.weight", hp->n_embd, 0, 0, err) ||
-        bind(m, &m->output, "output.weight", hp->n_embd, hp->n_vocab, 1, err) ||
-        bind(m, &m->rope_freqs, "rope_freqs.weight", hp->rope_dim / 2, 0, 1, err))
+    if (model__bind(m, &m->tok_embd, "token_embd.weight", hp->n_embd, hp->n_vocab, 0, err) ||
+        model__bind(m, &m->output_norm, "output_norm.weight", hp->n_embd, 0, 0, err) ||
+        model__bind(m, &m->output, "output.weight", hp->n_embd, hp->n_vocab, 1, err) ||
+        model__bind(m, &m->rope_freqs, "rope_freqs.weight", hp->rope_dim / 2, 0, 1, err))
         return err ? err->code : STRATA_EFORMAT;
     if (!m->output.data) {
         m->output = m->tok_embd;
         m->tied_output = 1;
     }
     m->layers = xcalloc((size_t)hp->n_layer, sizeof(model_layer));
+    if (hp->arch == ARCH_QWEN35) return model__qwen35_bind_layers(m, err);
     for (int il = 0; il < hp->n_layer; il++) {
+        m->layers[il].kv_layer = il;
         int rc = bind_layer(m, il, err);
         if (rc) return rc;
     }

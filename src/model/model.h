@@ -6,7 +6,9 @@
  * map owned by the model. Supported: llama (Llama 2/3, SmolLM2, TinyLlama,
  * Mistral), qwen2 (QKV bias), qwen3 (QK-norm), gemma3 (QK-norm, pre and
  * post norms, GELU, scaled embeddings, sliding-window layers interleaved
- * with global ones, each kind with its own RoPE base).
+ * with global ones, each kind with its own RoPE base), qwen35 (Qwen3.5/3.6
+ * dense: gated delta-net recurrent layers interleaved with gated full
+ * attention layers; model_qwen35.c).
  * Does not: run anything (forward.c) or tokenize (text/). */
 #ifndef STRATA_MODEL_H
 #define STRATA_MODEL_H
@@ -17,7 +19,7 @@
 #include "base/err.h"
 #include "model/gguf.h"
 
-typedef enum { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_GEMMA3 } model_arch;
+typedef enum { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_GEMMA3, ARCH_QWEN35 } model_arch;
 
 typedef enum { ROPE_SCALE_NONE, ROPE_SCALE_LINEAR, ROPE_SCALE_YARN } rope_scaling;
 
@@ -42,6 +44,15 @@ typedef struct model_hparams {
      * rope_base_swa, without rope scaling. n_swa 0: no such layers. */
     int n_swa;
     float rope_base_swa;
+    /* Layers that keep K/V (all but recurrent ones): the KV pool's layers. */
+    int n_kv_layer;
+    /* qwen35 (gated delta net), llama.cpp's ssm.* keys: conv kernel
+     * width, inner (value) size, head size (keys and values), value heads
+     * (time_step_rank) and key heads (group_count). n_rec_layer 0: none. */
+    int n_rec_layer;
+    int ssm_d_conv, ssm_d_inner, ssm_d_state, ssm_n_v_heads, ssm_n_k_heads;
+    int attn_gate;         /* qwen35: Q rows carry a sigmoid output gate per head */
+    int rope_sections[4];  /* qwen35 interleaved M-RoPE sections (text: see forward.c) */
 } model_hparams;
 
 /* A weight matrix [rows][cols] (cols = ne[0]) or vector (rows = 1). */
@@ -59,6 +70,15 @@ typedef struct model_layer {
     model_tensor ffn_norm, w_gate, w_up, w_down;
     model_tensor post_attn_norm, post_ffn_norm; /* gemma3: on each block's output */
     int swa;                                    /* sliding-window layer (hparams.n_swa) */
+    /* qwen35 recurrent (gated delta net) layer: in-projections of the
+     * conv channels (q|k|v) and of the output gate z, the depthwise conv
+     * kernel [conv_dim][d_conv] (F32), per value head dt bias and A
+     * (= -exp(A_log)), beta and alpha projections, the gated norm's
+     * weight [head dim] and the out-projection. */
+    int recurrent;
+    int kv_layer;  /* this layer's index in the KV pool (-1: recurrent) */
+    int rec_layer; /* this layer's index in a sequence's recurrent state */
+    model_tensor ssm_qkv, ssm_gate, ssm_conv1d, ssm_dt, ssm_a, ssm_beta, ssm_alpha, ssm_norm, ssm_out;
 } model_layer;
 
 typedef struct model {

@@ -383,7 +383,17 @@ int sched_new(sched **out, engine *e, const tokenizer *tok, const sched_opts *o,
     /* At most one wanted row per slot per step. */
     s->logits = xmalloc((size_t)o->n_slots * e->m->hp.n_vocab * sizeof(float));
     s->stats.n_slots = o->n_slots;
-    if (o->prefix_cache) store_setup(s, o);
+    /* Recurrent layers (qwen35) keep a running state that cannot be cut
+     * back to a cached prefix's end, and the store has no state snapshots
+     * yet: such models get no prefix cache, so every request starts a
+     * fresh sequence and prefills from position 0 (admit_locked), which is
+     * always correct. A cached K/V prefix without its state would be
+     * wrong; the forward pass refuses it (forward.c, check_recurrent). */
+    if (o->prefix_cache && e->m->hp.n_rec_layer > 0)
+        log_warn("prefix cache off: model=%s reason=recurrent layers (no state snapshots yet)",
+                 e->m->hp.arch_name);
+    else if (o->prefix_cache)
+        store_setup(s, o);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     s->running = 1;

@@ -33,6 +33,10 @@
            "\\x{31350}-\\x{323AF}"
 #define NX "\\p{N}\\x{11F50}-\\x{11F59}\\x{1D2C0}-\\x{1D2D3}\\x{1E4F0}-\\x{1E4F9}"
 #define PX "\\p{P}\\x{11B00}-\\x{11B09}\\x{11F43}-\\x{11F4F}"
+/* Combining marks (\p{M}) with those Unicode 15.0 added. */
+#define MX "\\p{M}\\x{0CF3}\\x{0ECE}\\x{10EFD}-\\x{10EFF}\\x{11241}\\x{11F00}-\\x{11F01}\\x{11F03}"   \
+           "\\x{11F34}-\\x{11F3A}\\x{11F3E}-\\x{11F42}\\x{13440}\\x{13447}-\\x{13455}\\x{1E08F}"       \
+           "\\x{1E4EC}-\\x{1E4EF}"
 
 /* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S) */
 static const char RE_GPT2[] =
@@ -48,6 +52,12 @@ static const char RE_GPT2[] =
 
 static const char RE_LLAMA3[] = RE_LLAMA3_LIKE("{1,3}");
 static const char RE_QWEN2[] = RE_LLAMA3_LIKE("");
+/* qwen35: qwen2's, but letter runs take combining marks too:
+ * [^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+ and  ?[^\s\p{L}\p{M}\p{N}]+[\r\n]* */
+static const char RE_QWEN35[] =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+    "|[^\\r\\n" LX NX "]?[" LX MX "]+|[" NX "]| ?[^" WS LX MX NX "]+[\\r\\n]*"
+    "|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
 static const char RE_ONE_DIGIT[] = "[" NX "]";
 static const char RE_DEFAULT_PUNCT[] = "[" PX "\\$\\+<=>\\^~\\|]+";
 static const char RE_DIGITS[] = "[" NX "]+";
@@ -65,6 +75,7 @@ static const family F_GPT2 = {"gpt2", {RE_GPT2}};
 static const family F_SMOLLM = {"smollm", {RE_ONE_DIGIT, RE_GPT2}};
 static const family F_LLAMA3 = {"llama3", {RE_LLAMA3}};
 static const family F_QWEN2 = {"qwen2", {RE_QWEN2}};
+static const family F_QWEN35 = {"qwen35", {RE_QWEN35}};
 
 /* tokenizer.ggml.pre names -> family, as llama.cpp maps them. "gpt2" is
  * not a llama.cpp name (it says "gpt-2"); we accept it as the same. */
@@ -80,7 +91,7 @@ static const struct {
     {"dbrx", &F_LLAMA3, 0},        {"smaug-bpe", &F_LLAMA3, 0},
     {"qwen2", &F_QWEN2, 0},        {"deepseek-r1-qwen", &F_QWEN2, 0}, {"kormo", &F_QWEN2, 0},
     {"f2llmv2", &F_QWEN2, 0},      {"megrez", &F_QWEN2, 0},        {"stablelm2", &F_QWEN2, 0},
-    {"hunyuan", &F_QWEN2, 0},      {"solar-open", &F_QWEN2, 0},
+    {"hunyuan", &F_QWEN2, 0},      {"solar-open", &F_QWEN2, 0},    {"qwen35", &F_QWEN35, 0},
     {"smollm", &F_SMOLLM, 0},      {"starcoder", &F_SMOLLM, 0},    {"refact", &F_SMOLLM, 0},
     {"command-r", &F_SMOLLM, 0},   {"codeshell", &F_SMOLLM, 0},    {"exaone", &F_SMOLLM, 0},
     {"minerva-7b", &F_SMOLLM, 0},  {"mellum2", &F_SMOLLM, 0},

@@ -1,0 +1,206 @@
+/* deltanet.c - the gated delta-net layer of qwen35 (Qwen3.5 / 3.6), as
+ * llama.cpp computes it.
+ *
+ * For a batch of n tokens (normed input rows x):
+ *   1. in-projections: qkv = W_qkv x (conv channels [q | k | v]),
+ *      z = W_gate x, beta = W_beta x, alpha = W_alpha x;
+ *   2. short causal conv per channel over the last d_conv inputs (the
+ *      sequence's conv state holds the d_conv - 1 before this token),
+ *      then SiLU;
+ *   3. per token: q and k heads L2-normalised (x / sqrt(sum x^2 + eps)),
+ *      beta = sigmoid(beta), g = softplus(alpha + dt_bias) * A;
+ *   4. delta rule per value head h (key head h % n_k_heads), state S
+ *      [value dim j][key dim i]:
+ *        S *= exp(g);  d = beta * (v - S k);  S += d k^T;
+ *        o = (S q) / sqrt(head dim);
+ *   5. o per head: RMS norm (ssm_norm) times SiLU(z);
+ *   6. out = W_out o.
+ * Batch invariance: steps 2 and 4 walk the batch's tokens in order, each
+ * on its own sequence's state; threads split channels (2) or value heads
+ * (4), never a token's reduction. So a token's bits are the same whether
+ * it came in a prefill chunk of any size or as a decode step: the
+ * recurrence is computed token by token (no chunked closed form), the
+ * price of exactness.
+ * Does not: keep snapshots of the state (a sequence cannot be rewound;
+ * see kv.h), or run the attention layers (forward.c). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/mem.h"
+#include "model/forward_int.h"
+
+struct dn_ctx {
+    int conv_dim, qk_dim; /* channels; q (= k) width: key heads x head size */
+    size_t layer_floats, conv_floats; /* one layer's state, its conv part */
+    float *qkv, *conv, *z, *beta, *g, *o; /* [max_batch][...] */
+};
+
+static size_t layer_state_floats(const model_hparams *hp, size_t *conv_floats) {
+    size_t conv_dim = 2 * (size_t)hp->ssm_n_k_heads * hp->ssm_d_state + hp->ssm_d_inner;
+    *conv_floats = conv_dim * (size_t)(hp->ssm_d_conv - 1);
+    return *conv_floats + (size_t)hp->ssm_n_v_heads * hp->ssm_d_state * hp->ssm_d_state;
+}
+
+size_t dn_state_floats(const model *m) {
+    size_t conv;
+    return m->hp.n_rec_layer ? layer_state_floats(&m->hp, &conv) * m->hp.n_rec_layer : 0;
+}
+
+dn_ctx *dn_new(const model *m, int max_batch) {
+    const model_hparams *hp = &m->hp;
+    if (!hp->n_rec_layer) return NULL;
+    dn_ctx *d = xcalloc(1, sizeof *d);
+    d->qk_dim = hp->ssm_n_k_heads * hp->ssm_d_state;
+    d->conv_dim = 2 * d->qk_dim + hp->ssm_d_inner;
+    d->layer_floats = layer_state_floats(hp, &d->conv_floats);
+    size_t n = (size_t)max_batch, vd = hp->ssm_d_inner, hv = hp->ssm_n_v_heads;
+    d->qkv = xaligned(n * d->conv_dim * sizeof(float));
+    d->conv = xaligned(n * d->conv_dim * sizeof(float));
+    d->z = xaligned(n * vd * sizeof(float));
+    d->beta = xaligned(n * hv * sizeof(float));
+    d->g = xaligned(n * hv * sizeof(float));
+    d->o = xaligned(n * vd * sizeof(float));
+    return d;
+}
+
+void dn_free(dn_ctx *d) {
+    if (!d) return;
+    free(d->qkv), free(d->conv), free(d->z), free(d->beta), free(d->g), free(d->o);
+    free(d);
+}
+
+typedef struct {
+    fwd_ctx *c;
+    dn_ctx *d;
+    const fwd_batch *b;
+    const model_layer *L;
+} dn_job;
+
+/* This layer's conv state ([conv_dim][d_conv - 1]) of token t's sequence. */
+static float *conv_state(const dn_job *j, int t) {
+    return j->b->seqs[t]->rs + (size_t)j->L->rec_layer * j->d->layer_floats;
+}
+
+static float *ssm_state(const dn_job *j, int t, int h) {
+    int S = j->c->m->hp.ssm_d_state;
+    return conv_state(j, t) + j->d->conv_floats + (size_t)h * S * S;
+}
+
+/* Step 2 for channels [lo, hi): every token in batch order. */
+static void conv_worker(void *p, int ith, int nth) {
+    dn_job *j = p;
+    int K = j->c->m->hp.ssm_d_conv, C = j->d->conv_dim;
+    long lo, hi;
+    pool_range(C, ith, nth, &lo, &hi);
+    const float *w = j->L->ssm_conv1d.data; /* [C][K] */
+    for (int t = 0; t < j->b->n; t++) {
+        float *st = conv_state(j, t);
+        const float *x = j->d->qkv + (size_t)t * C;
+        float *y = j->d->conv + (size_t)t * C;
+        for (long ch = lo; ch < hi; ch++) {
+            float *s = st + ch * (K - 1);
+            const float *wc = w + ch * K;
+            float sum = 0.0f;
+            for (int k = 0; k < K - 1; k++) sum += s[k] * wc[k];
+            sum += x[ch] * wc[K - 1];
+            for (int k = 0; k + 1 < K - 1; k++) s[k] = s[k + 1];
+            if (K > 1) s[K - 2] = x[ch];
+            y[ch] = sum / (1.0f + expf(-sum));
+        }
+    }
+}
+
+static void l2norm(float *x, int n, float eps) {
+    float ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    float scale = 1.0f / sqrtf(ss + eps);
+    for (int i = 0; i < n; i++) x[i] *= scale;
+}
+
+static float softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
+
+/* Step 3 for token t. */
+static void gates_row(fwd_ctx *c, void *arg, int t) {
+    dn_job *j = arg;
+    const model_hparams *hp = &c->m->hp;
+    int S = hp->ssm_d_state, hv = hp->ssm_n_v_heads;
+    float *row = j->d->conv + (size_t)t * j->d->conv_dim;
+    for (int h = 0; h < 2 * hp->ssm_n_k_heads; h++) l2norm(row + (size_t)h * S, S, hp->rms_eps);
+    float *beta = j->d->beta + (size_t)t * hv, *g = j->d->g + (size_t)t * hv;
+    const float *dt = j->L->ssm_dt.data, *a = j->L->ssm_a.data;
+    for (int h = 0; h < hv; h++) {
+        beta[h] = 1.0f / (1.0f + expf(-beta[h]));
+        g[h] = softplus(g[h] + dt[h]) * a[h];
+    }
+}
+
+/* Dot product with a fixed summation order (8 lanes, then in order). */
+static float dot(const float *a, const float *b, int n) {
+    float acc[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
+    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* Step 4 for one token and value head: row by row, each row of S only
+ * depends on itself, so decay, update and readout go in one pass. */
+static void delta_step(float *S_, const float *q, const float *k, const float *v, float beta, float decay,
+                       float *o, int S) {
+    float scale = 1.0f / sqrtf((float)S);
+    for (int r = 0; r < S; r++) {
+        float *row = S_ + (size_t)r * S;
+        for (int i = 0; i < S; i++) row[i] *= decay;
+        float d = (v[r] - dot(row, k, S)) * beta;
+        for (int i = 0; i < S; i++) row[i] += d * k[i];
+        o[r] = dot(row, q, S) * scale;
+    }
+}
+
+static void delta_worker(void *p, int ith, int nth) {
+    dn_job *j = p;
+    const model_hparams *hp = &j->c->m->hp;
+    int S = hp->ssm_d_state, hv = hp->ssm_n_v_heads, hk = hp->ssm_n_k_heads;
+    long lo, hi;
+    pool_range(hv, ith, nth, &lo, &hi);
+    for (int t = 0; t < j->b->n; t++) {
+        const float *row = j->d->conv + (size_t)t * j->d->conv_dim;
+        for (long h = lo; h < hi; h++) {
+            const float *q = row + (h % hk) * S, *k = row + j->d->qk_dim + (h % hk) * S;
+            const float *v = row + 2 * j->d->qk_dim + h * S;
+            float decay = expf(j->d->g[(size_t)t * hv + h]);
+            delta_step(ssm_state(j, t, (int)h), q, k, v, j->d->beta[(size_t)t * hv + h], decay,
+                       j->d->o + (size_t)t * hp->ssm_d_inner + h * S, S);
+        }
+    }
+}
+
+/* Step 5 for token t: RMS norm per head, times SiLU(z). */
+static void gated_norm_row(fwd_ctx *c, void *arg, int t) {
+    dn_job *j = arg;
+    const model_hparams *hp = &c->m->hp;
+    int S = hp->ssm_d_state;
+    for (int h = 0; h < hp->ssm_n_v_heads; h++) {
+        float *o = j->d->o + (size_t)t * hp->ssm_d_inner + (size_t)h * S;
+        const float *z = j->d->z + (size_t)t * hp->ssm_d_inner + (size_t)h * S;
+        fwd__rmsnorm(o, o, j->L->ssm_norm.data, S, hp->rms_eps);
+        for (int i = 0; i < S; i++) o[i] *= z[i] / (1.0f + expf(-z[i]));
+    }
+}
+
+void dn_layer(fwd_ctx *c, const fwd_batch *b, int il, float *out) {
+    dn_ctx *d = c->dn;
+    const model_layer *L = &c->m->layers[il];
+    dn_job j = {c, d, b, L};
+    const model_tensor *w[4] = {&L->ssm_qkv, &L->ssm_gate, &L->ssm_beta, &L->ssm_alpha};
+    float *y[4] = {d->qkv, d->z, d->beta, d->g};
+    fwd__matmul_group(c, c->xn, b->n, w, y, 4);
+    pool_run(c->threads, conv_worker, &j);
+    fwd__for_rows(c, b->n, gates_row, &j);
+    pool_run(c->threads, delta_worker, &j);
+    fwd__for_rows(c, b->n, gated_norm_row, &j);
+    fwd__matmul(c, d->o, b->n, &L->ssm_out, out);
+}

@@ -1,0 +1,56 @@
+/* forward_int.h - the forward context and its helpers, shared by
+ * forward.c and the recurrent layer (deltanet.c); not for other modules. */
+#ifndef STRATA_FORWARD_INT_H
+#define STRATA_FORWARD_INT_H
+
+#include "model/forward.h"
+
+typedef struct dn_ctx dn_ctx;
+
+#define MM_MAX 4     /* matmuls sharing one input (Q, K, V; deltanet qkv, z, beta, alpha) */
+#define ROW_ALIGN 16 /* thread row splits keep kernel tiles whole */
+
+struct fwd_ctx {
+    const model *m;
+    kv_pool *kv;
+    pool *threads;
+    int max_batch;
+    float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp;
+    uint8_t *xq[MM_MAX];
+    size_t xq_cap;
+    float *rope_inv_freq; /* rope_dim / 2 */
+    float *rope_inv_swa;  /* the same for sliding-window layers (their own base) */
+    float *scores;        /* n_threads x scores_cap */
+    int scores_cap;
+    const uint16_t **kb, **vb; /* n_threads x block table scratch */
+    int blocks_cap;
+    float *kf, *vf;  /* prefill: K/V of the batch's sequence widened to float, [kv head][pos][d] */
+    size_t kvf_cap;  /* floats in each */
+    int kvf_stride;  /* positions per kv head in kf/vf */
+    const kv_seq *kvf_seq; /* the sequence they hold this layer, or NULL */
+    float *qg;           /* qwen35: Q rows with their gate, [n][n_head][2][head_dim] */
+    float *attn_gate;    /* qwen35: the gate part, [n][n_head * head_dim] */
+    uint8_t *rope_off;   /* qwen35: per rotated pair, 1 = M-RoPE section with position 0 */
+    dn_ctx *dn;          /* qwen35: the recurrent layers' scratch (deltanet.c) */
+};
+
+typedef void (*row_fn)(fwd_ctx *c, void *arg, int t);
+
+/* fn(c, arg, t) for t in [0, n), spread over the pool when worth it. */
+void fwd__for_rows(fwd_ctx *c, int n, row_fn fn, void *arg);
+/* y_i[t][:] = W_i x[t] for up to MM_MAX weights sharing the input rows x. */
+void fwd__matmul_group(fwd_ctx *c, const float *x, int n, const model_tensor **w, float **y, int n_w);
+void fwd__matmul(fwd_ctx *c, const float *x, int n, const model_tensor *w, float *y);
+/* out = x / rms(x) * w over n values (out may be x). */
+void fwd__rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+
+/* deltanet.c: the gated delta-net layer il over the batch's normed rows
+ * c->xn, its output (n x n_embd) to out. Recurrent state lives in the
+ * sequences (kv_seq.rs), created on a sequence's first token. */
+dn_ctx *dn_new(const model *m, int max_batch);
+void dn_free(dn_ctx *d);
+void dn_layer(fwd_ctx *c, const fwd_batch *b, int il, float *out);
+/* Floats of recurrent state one sequence needs (0: no recurrent layers). */
+size_t dn_state_floats(const model *m);
+
+#endif
