@@ -53,9 +53,8 @@ static json_t *custom_tool(const json_t *t) {
         snprintf(told, n, "%s%sThe input is free text following this %s grammar:\n%s", desc ? desc : "",
                  desc ? "\n\n" : "", syntax ? syntax : "", grammar);
     }
-    json_t *params = json_pack("{s:s,s:{s:{s:s,s:s}},s:[s],s:b}", "type", "object", "properties", "input", "type",
-                               "string", "description", "the tool's input, as free text", "required", "input",
-                               "additionalProperties", 0);
+    json_t *params = json_pack("{s:s,s:{s:{s:s}},s:[s],s:b}", "type", "object", "properties", "input", "type",
+                               "string", "required", "input", "additionalProperties", 0);
     json_t *out = function_tool(json_object_get(t, "name"), told ? told : desc, params);
     free(told);
     return out;
