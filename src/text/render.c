@@ -395,8 +395,27 @@ tc_format render_tool_format(const renderer *r, const render_tools *t) {
     return TC_GENERIC;
 }
 
+/* A native format's forced opening: marker, then the call object. */
+static char *native_prefix(tc_format f, const char *forced) {
+    const char *open = f == TC_HERMES ? "<tool_call>\n" : f == TC_MISTRAL ? "[TOOL_CALLS][" : "";
+    if (!forced) {
+        char *out = xmalloc(strlen(open) + 16);
+        sprintf(out, "%s{\"name\": \"", open);
+        return out;
+    }
+    json_t *name = json_string(forced);
+    char *quoted = json_dumps(name, JSON_ENCODE_ANY);
+    json_decref(name);
+    char *out = xmalloc(strlen(open) + strlen(quoted) + 64);
+    sprintf(out, "%s{\"name\": %s, \"%s\": ", open, quoted, f == TC_LLAMA3 ? "parameters" : "arguments");
+    free(quoted);
+    return out;
+}
+
 char *render_tool_prefix(const renderer *r, const render_tools *t) {
-    if (render_tool_format(r, t) != TC_GENERIC || !t->required) return NULL;
+    tc_format f = render_tool_format(r, t);
+    if (f == TC_NONE || !t->required) return NULL;
+    if (f != TC_GENERIC) return native_prefix(f, t->forced);
     if (!t->forced) return xstrdup("{\"tool_calls\": [{\"name\": \"");
     json_t *name = json_string(t->forced);
     char *quoted = json_dumps(name, JSON_ENCODE_ANY);
