@@ -210,5 +210,6 @@ int call_guard_accept(call_guard *g, int32_t token) {
         return g->st.mode == CG_FREE || (g->st.mode == CG_AFTER && g->st.set->eog_ok) ? 0 : -1;
     size_t len;
     const char *t = json_vocab_text(g->v, token, &len);
+    if (!len) return g->st.mode == CG_FREE ? 0 : -1; /* control tokens: outside calls only */
     return feed_bytes(g, t, len);
 }
