@@ -79,7 +79,9 @@ tc_format render_tool_format(const renderer *r, const render_tools *t);
  * frees. */
 char *render_tool_prefix(const renderer *r, const render_tools *t);
 /* The text an assistant turn with these calls renders to in the generic
- * tool format (what exact replay keys such turns by). Caller frees. */
+ * tool format (what exact replay keys such turns by), the arguments'
+ * object keys sorted so that a call sent back reordered matches. Caller
+ * frees. */
 char *render_generic_calls_text(const char *const *names, const char *const *args, int n);
 
 /* A rendered conversation: its segments, and for k = 0..n_msgs the text

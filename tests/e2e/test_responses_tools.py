@@ -162,3 +162,54 @@ def test_bad_tools_and_items_are_clear_400s(tiny, body, words):
     # nothing leaked: the server still answers
     ok = httpx.post(tiny.url + "/v1/responses", json={"model": "", "input": "hi", "max_output_tokens": 2})
     assert ok.status_code == 200
+
+
+def test_local_shell_call_sent_back_reordered_keeps_the_cache(real):
+    # The Agents SDK sends a local_shell_call back with its action's keys
+    # in its own model's order: the call must still replay as the model's
+    # tokens (arguments render with sorted keys on both sides).
+    instr = " ".join(f"rule {i}: be brief." for i in range(60))
+    body = {"model": "", "instructions": instr, "tools": [SHELL], "tool_choice": {"type": "local_shell"},
+            "temperature": 0.7, "max_output_tokens": 120, "store": False}
+    for seed in range(4):
+        r1 = httpx.post(real.url + "/v1/responses", json={**body, "input": "list", "seed": seed}, timeout=120).json()
+        if r1["status"] == "completed" and len(r1["output"][-1]["action"]) > 2:
+            break
+    assert r1["status"] == "completed" and len(r1["output"][-1]["action"]) > 2, r1
+    call = dict(r1["output"][-1])
+    call["action"] = dict(reversed(list(call["action"].items())))
+    items = [{"role": "user", "content": "list"}, call,
+             {"type": "local_shell_call_output", "call_id": call["call_id"], "output": "a.txt"}]
+    r2 = httpx.post(real.url + "/v1/responses", json={**body, "input": items, "max_output_tokens": 4},
+                    timeout=120).json()
+    u1 = r1["usage"]
+    assert r2["usage"]["input_tokens_details"]["cached_tokens"] >= u1["input_tokens"] + u1["output_tokens"] - 1, \
+        (r2["usage"], u1)
+
+
+def test_agents_sdk_runs_local_shell_and_custom_tools_unchanged(real):
+    agents = pytest.importorskip("agents")
+    if not hasattr(agents, "LocalShellTool") or not hasattr(agents, "CustomTool"):
+        pytest.skip("this openai-agents has no LocalShellTool / CustomTool")
+    agents.set_tracing_disabled(True)
+    ran, patches = [], []
+
+    def shell(req):
+        ran.append(list(req.data.action.command))
+        return "a.txt\nb.txt"
+
+    def patch(ctx, text):
+        patches.append(text)
+        return "applied"
+
+    oa = openai.AsyncOpenAI(base_url=real.url + "/v1", api_key="none", max_retries=0)
+    model = agents.OpenAIResponsesModel(model="gpt-4o", openai_client=oa)
+    for tool in (agents.LocalShellTool(executor=shell),
+                 agents.CustomTool(name="apply_patch", description="Apply a patch.", on_invoke_tool=patch)):
+        agent = agents.Agent(name="a", instructions="Use the tool.", tools=[tool], model=model,
+                             model_settings=agents.ModelSettings(tool_choice="required", temperature=0.7,
+                                                                 max_tokens=120, extra_body={"seed": 1}))
+        with pytest.raises(agents.exceptions.MaxTurnsExceeded):  # required on every turn: it keeps calling
+            agents.Runner.run_sync(agent, "List the files.", max_turns=2)
+    assert ran and all(cmd and all(isinstance(a, str) for a in cmd) for cmd in ran)
+    assert patches and all(isinstance(p, str) for p in patches)
