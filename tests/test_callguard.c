@@ -69,6 +69,10 @@ TEST(callguard_hermes_feed) {
     CHECK_EQ_INT(feed(&fx, "<tool_call>{\"arguments\": {}, \"name\": \"get_time\"}"), -1); /* name first */
     CHECK_EQ_INT(feed(&fx, "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}} and more"), -1);
     CHECK_EQ_INT(feed(&fx, "<tool_call> hello"), -1);
+    /* reasoning may mention the marker (the parser ignores it there too) */
+    CHECK_EQ_INT(feed(&fx, "<think>I could write <tool_call>{oops</think>\n<tool_call>{\"name\": \"get_time\", "
+                           "\"arguments\": {\"tz\": \"CET\"}}</tool_call>"), 0);
+    CHECK_EQ_INT(feed(&fx, "<think>hm</think><tool_call>{oops"), -1);
     call_guard *g = call_guard_new(fx.v, TC_HERMES, fx.call);
     CHECK(!call_guard_in_call(g));
     CHECK_EQ_INT(call_guard_feed(g, "x <tool_call>", 13), 0);
@@ -137,6 +141,7 @@ TEST(callguard_mask_matches_accept) {
         {TC_HERMES, "<tool_call>{\"name\": \"get_"}, {TC_HERMES, "<tool_call>{\"name\": \"get_time\", \"arguments\": {"},
         {TC_HERMES, "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}}"},
         {TC_HERMES, "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}}\n</tool"},
+        {TC_HERMES, "<think>so <tool_call"}, {TC_HERMES, "<think>ok</think> <tool_call"},
         {TC_LLAMA3, ""}, {TC_LLAMA3, "  "}, {TC_LLAMA3, "{\"name\": \"get_weather\", \"parameters\": {\"days\": 2}}"},
         {TC_LLAMA3, "text"}, {TC_MISTRAL, "[TOOL_CALLS"}, {TC_MISTRAL, "[TOOL_CALLS]"},
         {TC_MISTRAL, "[TOOL_CALLS][{\"name\": \"get_time\", \"arguments\": {\"tz\": \"CET\"}}"},

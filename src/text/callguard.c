@@ -41,6 +41,7 @@ static const cg_set MISTRAL_AFTER = {{{",", CG_CALL}, {"]", CG_FREE}}, 2, 0, 0};
 typedef struct cg_st {
     int mode;
     int at_start;       /* Llama 3: only whitespace so far, a '{' opens a call */
+    int in_think;       /* Hermes, Mistral: inside <think>..</think>, markers are text */
     const cg_set *set;  /* CG_AFTER */
     int alt;            /* the alternative being matched, -1: none yet */
     size_t matched, ws;
@@ -54,6 +55,7 @@ struct call_guard {
     const char *marker;     /* opens a call (or the after_marker set) in free text */
     const cg_set *after_marker; /* NULL: the marker opens the call itself */
     const cg_set *after_call;
+    int thinks;             /* markers inside <think>..</think> are reasoning, not calls */
     cg_st st;
     int32_t *cand;          /* tokens holding the marker's last byte */
     int n_cand;
@@ -67,6 +69,11 @@ static void enter_after(cg_st *s, const cg_set *set) {
 
 static void enter_free(cg_st *s) { s->mode = CG_FREE, s->tail_len = 0; }
 
+static int ends_with(const cg_st *s, const char *m) {
+    size_t n = strlen(m);
+    return s->tail_len >= n && !memcmp(s->tail + s->tail_len - n, m, n);
+}
+
 /* One byte of free text: 0, 1 when it completed a marker that opens a
  * call, 2 when it is itself the call's first byte (Llama 3's '{'). */
 static int free_byte(const call_guard *g, cg_st *s, unsigned char b) {
@@ -77,8 +84,12 @@ static int free_byte(const call_guard *g, cg_st *s, unsigned char b) {
     }
     if (s->tail_len == sizeof s->tail) memmove(s->tail, s->tail + 1, --s->tail_len);
     s->tail[s->tail_len++] = (char)b;
-    size_t m = strlen(g->marker);
-    if (s->tail_len < m || memcmp(s->tail + s->tail_len - m, g->marker, m)) return 0;
+    if (g->thinks) { /* as the parser does (toolcall.c): reasoning may mention the marker */
+        if (ends_with(s, "<think>")) s->in_think = 1;
+        else if (ends_with(s, "</think>")) s->in_think = 0;
+        if (s->in_think) return 0;
+    }
+    if (!ends_with(s, g->marker)) return 0;
     s->tail_len = 0;
     if (g->after_marker) return enter_after(s, g->after_marker), 0;
     return s->mode = CG_CALL, 1;
@@ -158,9 +169,10 @@ call_guard *call_guard_new(const json_vocab *v, tc_format f, json_schema *call) 
     call_guard *g = xcalloc(1, sizeof *g);
     g->v = v;
     g->g = json_guard_new_schema(v, call);
-    if (f == TC_HERMES) g->marker = "<tool_call>", g->after_call = &HERMES_AFTER;
+    if (f == TC_HERMES) g->marker = "<tool_call>", g->after_call = &HERMES_AFTER, g->thinks = 1;
     if (f == TC_LLAMA3) g->marker = "<|python_tag|>", g->after_call = &LLAMA3_AFTER, g->st.at_start = 1;
-    if (f == TC_MISTRAL) g->marker = "[TOOL_CALLS]", g->after_marker = &MISTRAL_OPEN, g->after_call = &MISTRAL_AFTER;
+    if (f == TC_MISTRAL)
+        g->marker = "[TOOL_CALLS]", g->after_marker = &MISTRAL_OPEN, g->after_call = &MISTRAL_AFTER, g->thinks = 1;
     enter_free(&g->st);
     find_candidates(g);
     return g;

@@ -16,6 +16,8 @@
  *               another, or "]". "[TOOL_CALLS]name[ARGS]{..}" (no "[")
  *               is not constrained.
  *
+ * In Hermes and Mistral output, markers inside <think>..</think> are
+ * reasoning, not calls (as the parser has it).
  * A token that opens a call and goes on into it is allowed only when
  * its bytes past the marker keep the call valid. Narrowings: a Llama 3
  * reply that starts with '{' is a call; no token carries both the end of
