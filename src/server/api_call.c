@@ -46,6 +46,7 @@ static void call_free(api_call *c) {
     free(c->prefix);
     free(c->msg_ends);
     json_schema_free(c->gp.schema);
+    json_schema_free(c->gp.call_schema);
     if (c->d->free) c->d->free(c);
     json_decref(c->req);
     sse_free(&c->st.out);
@@ -108,11 +109,17 @@ json_t *api_call_cache_json(const api_call *c) {
 
 /* The generic tool format's reply is one JSON object: held to the tools'
  * schemas (declared names, arguments that validate), under every
- * tool_choice. A tool schema the guard cannot enforce is the client's
+ * tool_choice. In a native format each call the model opens is held to
+ * one call of a declared tool (text/callguard.h). A tool schema the guard cannot enforce is the client's
  * error (400), never an unconstrained reply. */
 static int tool_schema(api_call *c, strata_err *err) {
-    if (c->gp.tools != TC_GENERIC || c->gp.schema) return 0;
+    if (c->gp.tools == TC_NONE || c->gp.schema) return 0;
     char why[512];
+    if (c->gp.tools != TC_GENERIC) { /* native: each call, once opened (text/callguard.h) */
+        c->gp.call_schema = json_schema_tool_call(c->pt.tools, c->pt.forced,
+                                                  c->gp.tools == TC_LLAMA3 ? "parameters" : "arguments", why, sizeof why);
+        return c->gp.call_schema ? 0 : strata_errf(err, STRATA_EINVAL, "tools: %s", why);
+    }
     c->gp.schema = json_schema_tools(c->pt.tools, c->pt.forced, c->pt.required, why, sizeof why);
     return c->gp.schema ? 0 : strata_errf(err, STRATA_EINVAL, "tools: %s", why);
 }

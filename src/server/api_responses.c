@@ -6,17 +6,20 @@
  * stored conversation before it (server/resp_store.h) become normalised
  * messages and go through the one request lifecycle (api_call.h). The
  * reply is a response object whose output is a message item (one
- * output_text part) and function_call items; streamed, it is the
+ * output_text part) and call items (function_call, custom_tool_call,
+ * local_shell_call: resp_tools.h); streamed, it is the
  * documented event sequence, each event with a sequence_number:
  * response.created, response.in_progress, then per item
  * response.output_item.added, (message) response.content_part.added,
  * response.output_text.delta..., response.output_text.done,
- * response.content_part.done, (call) response.function_call_arguments
- * .delta..., .done, and response.output_item.done; last
+ * response.content_part.done, (function call) response.function_call_
+ * arguments.delta..., .done, (custom call) response.custom_tool_call_input
+ * .delta..., .done, (local_shell call: added once complete, no argument
+ * events), and response.output_item.done; last
  * response.completed (or .incomplete at max_output_tokens, .failed).
  * Responses are stored (unless "store": false) once complete.
  * text.format json_schema constrains the reply to the schema (text/jsonschema.h).
- * Only function tools. */
+ * Hosted tools (web_search, ...) are a 400 (resp_tools.h). */
 #include "server/api_responses.h"
 
 #include <stddef.h>
@@ -33,6 +36,7 @@
 #include "server/prompt.h"
 #include "server/resp_items.h"
 #include "server/resp_store.h"
+#include "server/resp_tools.h"
 
 #define POLL_MS 1000 /* stream keep-alive period while nothing is generated */
 
@@ -41,7 +45,7 @@ enum { ITEM_NONE, ITEM_MESSAGE, ITEM_CALL };
 typedef struct resp_call {
     api_call a;       /* first: the lifecycle's part (api_call.h) */
     json_t *items;    /* the whole conversation's input items, earlier turns expanded */
-    json_t *tools;    /* normalised (chat function shape) */
+    resp_tools rt;    /* the request's tools, normalised (resp_tools.h) */
     json_t *output;   /* output items complete so far */
     cache_hash ns;    /* the tenant's store namespace */
     int store;
@@ -51,63 +55,20 @@ typedef struct resp_call {
     char msg_id[64];
     char *acc;        /* the open item's text or arguments so far */
     size_t acc_len;
-    json_t *call_name;
+    char *call_name;  /* the open call's tool */
+    size_t input_sent; /* custom tool call: bytes of its input streamed */
 } resp_call;
 
 /* ---- parameters ---------------------------------------------------------------- */
 
-/* tool_choice: "none" | "auto" | "required" | {"type": "function", "name"}. */
-static int parse_tool_choice(resp_call *c, char *why, size_t cap) {
-    const json_t *tc = json_object_get(c->a.req, "tool_choice");
-    const char *word = json_string_value(tc);
-    if (!tc || json_is_null(tc) || (word && !strcmp(word, "auto"))) return 0;
-    if (word && !strcmp(word, "none")) c->a.pt.tools = NULL;
-    else if (word && !strcmp(word, "required")) {
-        c->a.pt.required = 1;
-        /* One tool: "required" means that one, and forcing it keeps the
-         * generic format from writing a name that was never declared. */
-        const json_t *only = json_array_size(c->tools) == 1 ? json_array_get(c->tools, 0) : NULL;
-        if (only) c->a.pt.forced = json_string_value(json_object_get(json_object_get(only, "function"), "name"));
-    }
-    else {
-        const char *type = json_string_value(json_object_get(tc, "type"));
-        const char *name = json_string_value(json_object_get(tc, "name"));
-        if (!type || strcmp(type, "function") || !name || !c->tools || !prompt_tool_known(c->tools, name)) {
-            snprintf(why, cap, "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"name\": ...} "
-                     "naming a function in 'tools'");
-            return -1;
-        }
-        c->a.pt.forced = name;
-        c->a.pt.required = 1;
-    }
-    return 0;
-}
-
-/* tools: [{"type": "function", "name", "description", "parameters"}],
- * normalised to the chat shape templates take. */
+/* tools (resp_tools.h: function, custom, local_shell) and tool_choice. */
 static int parse_tools(resp_call *c, char *why, size_t cap) {
-    const json_t *tools = json_object_get(c->a.req, "tools"), *t;
-    if (!tools || json_is_null(tools)) return parse_tool_choice(c, why, cap);
-    if (!json_is_array(tools)) {
-        snprintf(why, cap, "'tools' must be an array");
+    int none;
+    if (resp_tools_parse(&c->rt, json_object_get(c->a.req, "tools"), why, cap) ||
+        resp_tools_choice(&c->rt, json_object_get(c->a.req, "tool_choice"), &none, &c->a.pt.forced,
+                          &c->a.pt.required, why, cap))
         return -1;
-    }
-    size_t i;
-    c->tools = json_array();
-    json_array_foreach(tools, i, t) {
-        const char *type = json_string_value(json_object_get(t, "type"));
-        if (!type || strcmp(type, "function") || !json_is_string(json_object_get(t, "name"))) {
-            snprintf(why, cap, "tools[%zu]: only {\"type\": \"function\", \"name\": ...} tools are supported, not '%s'",
-                     i, type ? type : "?");
-            return -1;
-        }
-        json_array_append_new(c->tools, json_pack("{s:s,s:{s:O,s:O*,s:O*}}", "type", "function", "function", "name",
-                                                  json_object_get(t, "name"), "description",
-                                                  json_object_get(t, "description"), "parameters",
-                                                  json_object_get(t, "parameters")));
-    }
-    c->a.pt.tools = json_array_size(c->tools) ? c->tools : NULL;
-    if (parse_tool_choice(c, why, cap)) return -1;
+    c->a.pt.tools = json_array_size(c->rt.tools) && !none ? c->rt.tools : NULL;
     c->a.gp.tools = render_tool_format(c->a.srv->render, &c->a.pt);
     c->a.gp.json_mode |= c->a.gp.tools == TC_GENERIC; /* the generic reply is one JSON object */
     return 0;
@@ -152,9 +113,10 @@ static int parse_options(resp_call *c, char *why, size_t cap) {
 
 static const char *call_id(resp_call *c, int index) { return api_call_id(&c->a, index, "call_"); }
 
-/* A function_call item's id: its call id under the item prefix. */
-static void call_item_id(resp_call *c, int index, char out[64]) {
-    snprintf(out, 64, "fc_%s", call_id(c, index) + strlen("call_"));
+/* A call item's id: its call id under the item prefix of its kind
+ * (fc_, ctc_, lsh_). */
+static void call_item_id(resp_call *c, int index, const char *name, char out[64]) {
+    snprintf(out, 64, "%s%s", resp_tools_item_prefix(&c->rt, name), call_id(c, index) + strlen("call_"));
 }
 
 static json_t *text_part(const char *text, size_t len) {
@@ -168,11 +130,11 @@ static json_t *message_item(const char *id, const char *text, size_t len, const 
                      "content", content);
 }
 
-static json_t *call_item(resp_call *c, int index, json_t *name, const char *args, size_t len, const char *status) {
+static json_t *call_item(resp_call *c, int index, const char *name, const char *args, size_t len,
+                         const char *status) {
     char id[64];
-    call_item_id(c, index, id);
-    return json_pack("{s:s,s:s,s:s,s:s,s:O,s:o}", "id", id, "type", "function_call", "status", status, "call_id",
-                     call_id(c, index), "name", name, "arguments", json_text(args, len));
+    call_item_id(c, index, name, id);
+    return resp_tools_call_item(&c->rt, id, call_id(c, index), name, args, len, status);
 }
 
 static json_t *usage_json(const resp_call *c) {
@@ -243,11 +205,7 @@ static json_t *whole_output(resp_call *c, const char *text, size_t len) {
     if (len || !calls) json_array_append_new(out, message_item(id, text, len, status));
     const char **names, **args;
     int n = calls ? tc_calls(c->a.g.tc, &names, &args) : 0;
-    for (int i = 0; i < n; i++) {
-        json_t *name = json_string(names[i]);
-        json_array_append_new(out, call_item(c, i, name, args[i], strlen(args[i]), "completed"));
-        json_decref(name);
-    }
+    for (int i = 0; i < n; i++) json_array_append_new(out, call_item(c, i, names[i], args[i], strlen(args[i]), "completed"));
     return out;
 }
 
@@ -317,15 +275,45 @@ static void close_message(resp_call *c) {
     item_done(c, message_item(c->msg_id, text, c->acc_len, "completed"));
 }
 
+/* A custom call's input so far, decoded from its arguments: what is new
+ * since the last delta goes out as one. */
+static void custom_delta(resp_call *c, const char *id) {
+    char *in = resp_tools_custom_input(c->acc ? c->acc : "", c->acc_len);
+    size_t n = in ? strlen(in) : 0;
+    if (n > c->input_sent)
+        emit(c, "response.custom_tool_call_input.delta", json_pack("{s:s,s:i,s:o}", "item_id", id, "output_index",
+                                                                   c->item_index, "delta",
+                                                                   json_text(in + c->input_sent, n - c->input_sent)));
+    if (n > c->input_sent) c->input_sent = n;
+    free(in);
+}
+
 static void close_call(resp_call *c) {
     char id[64];
-    call_item_id(c, c->call_index, id);
+    call_item_id(c, c->call_index, c->call_name, id);
     const char *args = c->acc ? c->acc : "";
-    emit(c, "response.function_call_arguments.done", json_pack("{s:s,s:i,s:O,s:o}", "item_id", id, "output_index",
-                                                               c->item_index, "name", c->call_name, "arguments",
-                                                               json_text(args, c->acc_len)));
-    item_done(c, call_item(c, c->call_index, c->call_name, args, c->acc_len, "completed"));
-    json_decref(c->call_name);
+    json_t *item = call_item(c, c->call_index, c->call_name, args, c->acc_len, "completed");
+    switch (resp_tools_kind(&c->rt, c->call_name)) {
+    case RESP_TOOL_FUNCTION:
+        emit(c, "response.function_call_arguments.done", json_pack("{s:s,s:i,s:s,s:o}", "item_id", id,
+                                                                   "output_index", c->item_index, "name",
+                                                                   c->call_name, "arguments",
+                                                                   json_text(args, c->acc_len)));
+        break;
+    case RESP_TOOL_CUSTOM:
+        custom_delta(c, id);
+        emit(c, "response.custom_tool_call_input.done", json_pack("{s:s,s:i,s:O}", "item_id", id, "output_index",
+                                                                  c->item_index, "input",
+                                                                  json_object_get(item, "input")));
+        break;
+    case RESP_TOOL_SHELL: /* no argument events: the item is announced whole */
+        emit(c, "response.output_item.added", json_pack("{s:i,s:o}", "output_index", c->item_index, "item",
+                                                        call_item(c, c->call_index, c->call_name, args, c->acc_len,
+                                                                  "in_progress")));
+        break;
+    }
+    item_done(c, item);
+    free(c->call_name);
     c->call_name = NULL;
 }
 
@@ -347,16 +335,23 @@ static void stream_event(resp_call *c, const tc_event *e) {
     case TC_EV_CALL_BEGIN:
         close_item(c);
         c->call_index = e->index;
-        c->call_name = json_text(e->text, e->len);
+        c->call_name = xstrdup(e->text);
+        c->input_sent = 0;
+        if (resp_tools_kind(&c->rt, c->call_name) == RESP_TOOL_SHELL) { /* announced when complete */
+            c->item = ITEM_CALL, c->item_index = (int)json_array_size(c->output), c->acc_len = 0;
+            break;
+        }
         item_added(c, ITEM_CALL, call_item(c, e->index, c->call_name, "", 0, "in_progress"));
         break;
     case TC_EV_CALL_ARGS:
         if (c->item != ITEM_CALL) break;
         acc_add(c, e->text, e->len);
-        call_item_id(c, c->call_index, id);
-        emit(c, "response.function_call_arguments.delta", json_pack("{s:s,s:i,s:o}", "item_id", id, "output_index",
-                                                                    c->item_index, "delta",
-                                                                    json_text(e->text, e->len)));
+        call_item_id(c, c->call_index, c->call_name, id);
+        if (resp_tools_kind(&c->rt, c->call_name) == RESP_TOOL_CUSTOM) custom_delta(c, id);
+        else if (resp_tools_kind(&c->rt, c->call_name) == RESP_TOOL_FUNCTION)
+            emit(c, "response.function_call_arguments.delta", json_pack("{s:s,s:i,s:o}", "item_id", id,
+                                                                        "output_index", c->item_index, "delta",
+                                                                        json_text(e->text, e->len)));
         break;
     case TC_EV_CALL_END:
         if (c->item == ITEM_CALL) close_call(c);
@@ -421,9 +416,9 @@ static void whole(api_call *a, const http_req *req, http_reply *rep) { answer_wh
 static void free_own(api_call *a) {
     resp_call *c = (resp_call *)a;
     json_decref(c->items);
-    json_decref(c->tools);
+    resp_tools_free(&c->rt);
     json_decref(c->output);
-    json_decref(c->call_name);
+    free(c->call_name);
     free(c->acc);
 }
 

@@ -30,9 +30,15 @@ int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
     }
     if (p->prefix) textout_append(&g->text, p->prefix, strlen(p->prefix)); /* parsed as if generated */
     g->prefix_len = p->prefix ? strlen(p->prefix) : 0;
+    if (p->prefix_ids > 0 && p->prefix_ids <= n) {
+        g->n_prefix_tok = p->prefix_ids;
+        g->prefix_tok = xmalloc((size_t)p->prefix_ids * sizeof(int32_t));
+        memcpy(g->prefix_tok, ids + n - p->prefix_ids, (size_t)p->prefix_ids * sizeof(int32_t));
+    }
     sched_job job = {.prompt = ids, .n_prompt = n, .sampling = p->sampling,
                      .max_tokens = p->max_tokens, .n_logprobs = p->n_logprobs,
                      .cache_salt = p->cache_salt, .tenant = p->tenant, .json_mode = p->json_mode, .schema = p->schema,
+                     .call_schema = p->call_schema, .call_format = p->tools,
                      .json_prefix = p->prefix, .scope = p->scope, .bounds = p->bounds, .n_bounds = p->n_bounds,
                      .held_out = p->held_out};
     for (int i = 0; i < p->n_marks && i < POLICY_MAX_MARKS; i++) job.marks[job.n_marks++] = p->marks[i];
@@ -41,6 +47,8 @@ int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
         textout_free(&g->text);
         tc_free(g->tc);
         g->tc = NULL;
+        free(g->prefix_tok);
+        g->prefix_tok = NULL;
     }
     return rc;
 }
@@ -129,8 +137,9 @@ static void remember_calls(gen *g) {
 }
 
 /* A native-format tool-call turn comes back as content and calls, which
- * the template renders its own way; it replays as every token the model
- * wrote (prompt.c puts them where the template renders the turn). */
+ * the template renders its own way; it replays as every token of the
+ * turn: a forced opening's (in the prompt) and the model's (prompt.c puts
+ * them where the template renders the turn). */
 static void remember_native_calls(gen *g) {
     const char **names, **args;
     int n = tc_calls(g->tc, &names, &args);
@@ -138,9 +147,11 @@ static void remember_native_calls(gen *g) {
     size_t len;
     char *content = utf8_sanitize(g->content ? g->content : "", g->content_len, &len);
     char *key = replay_native_turn_key(content, names, args, n);
-    int32_t *ids = xmalloc((size_t)g->n_tokens * sizeof(int32_t));
-    for (int i = 0; i < g->n_tokens; i++) ids[i] = g->tokens[i].id;
-    replay_put(g->replay, &g->replay_ns, key, strlen(key), ids, (size_t)g->n_tokens);
+    size_t n_ids = (size_t)g->n_prefix_tok + (size_t)g->n_tokens;
+    int32_t *ids = xmalloc(n_ids * sizeof(int32_t));
+    if (g->n_prefix_tok) memcpy(ids, g->prefix_tok, (size_t)g->n_prefix_tok * sizeof(int32_t));
+    for (int i = 0; i < g->n_tokens; i++) ids[g->n_prefix_tok + i] = g->tokens[i].id;
+    replay_put(g->replay, &g->replay_ns, key, strlen(key), ids, n_ids);
     free(ids);
     free(key);
     free(content);
@@ -273,7 +284,7 @@ void gen_end(gen *g) {
     sched_release(g->req);
     textout_free(&g->text);
     tc_free(g->tc);
-    free(g->tokens), free(g->content), free(g->open_name), free(g->open_args);
+    free(g->tokens), free(g->content), free(g->open_name), free(g->open_args), free(g->prefix_tok);
     tc_jscan_free(&g->args);
     memset(g, 0, sizeof *g);
 }

@@ -25,6 +25,8 @@ typedef struct gen_params {
     tc_format tools; /* TC_NONE: no tool parsing */
     int json_mode;   /* constrained to one JSON object */
     json_schema *schema; /* ...that validates against this schema, or NULL (owned by the call) */
+    json_schema *call_schema; /* native tool format (tools): one call's schema, or NULL (owned by the call) */
+    int prefix_ids;     /* tokens of prefix at the end of the prompt */
     const char *prefix; /* reply text already in the prompt (forced tool call) */
     int one_call;       /* end the generation when the first tool call is complete */
     int args_open;      /* prefix ends inside the call's arguments object: close
@@ -54,6 +56,8 @@ typedef struct gen {
     int args_watch;        /* args_open: the arguments object is still open */
     tc_jscan args;         /* ...followed by the JSON scanner (its root) */
     size_t prefix_len;
+    int32_t *prefix_tok;   /* the prefix's tokens (end of the prompt), for native replay */
+    int n_prefix_tok;
     size_t close_at;       /* args_open: offset in text.buf just past the arguments, or 0 */
     tc_format tools;
     replay_store *replay;

@@ -116,12 +116,24 @@ void prompt_append_text(const server *s, const char *text, int32_t **ids, size_t
     free(more);
 }
 
+/* The marker before the first '{' is the template's (special tokens
+ * allowed, as the template's own text); the JSON is text. */
 char *prompt_force_tool(const server *s, const render_tools *t, gen_params *gp, int32_t **ids, size_t *n) {
     char *prefix = render_tool_prefix(s->render, t);
     if (!prefix) return NULL;
-    prompt_append_text(s, prefix, ids, n);
+    size_t before = *n, k = strcspn(prefix, "{");
+    int32_t *more;
+    size_t m;
+    if (k && !tok_encode(s->tok, prefix, k, 1, &more, &m, NULL)) {
+        *ids = xrealloc(*ids, (*n + m) * sizeof(int32_t));
+        memcpy(*ids + *n, more, m * sizeof(int32_t));
+        *n += m;
+        free(more);
+    }
+    prompt_append_text(s, prefix + k, ids, n);
     gp->prefix = prefix;
+    gp->prefix_ids = (int)(*n - before);
     gp->one_call = 1;
-    gp->args_open = t->forced != NULL;
+    gp->args_open = t->forced != NULL && gp->tools == TC_GENERIC; /* gen.c closes the generic JSON itself */
     return prefix;
 }

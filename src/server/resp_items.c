@@ -8,6 +8,7 @@
 #include "base/err.h"
 #include "base/mem.h"
 #include "server/prompt.h"
+#include "server/resp_tools.h"
 
 json_t *resp_items_of_input(const json_t *input, char *why, size_t cap) {
     if (json_is_string(input))
@@ -78,6 +79,18 @@ static int add_message(json_t *out, const json_t *item, size_t i, char *why, siz
     return 0;
 }
 
+/* A call of the assistant's turn: arguments as an object, what chat
+ * templates expect (as the Chat Completions dialect does); an unparsable
+ * string stays a string. Takes args. */
+static void add_tool_call(json_t *out, const json_t *call_id, const char *name, json_t *args) {
+    json_t *parsed = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL) : NULL;
+    if (parsed) json_decref(args), args = parsed;
+    json_t *turn = assistant_turn(out), *calls = json_object_get(turn, "tool_calls");
+    if (!calls) json_object_set_new(turn, "tool_calls", calls = json_array());
+    json_array_append_new(calls, json_pack("{s:O,s:s,s:{s:s,s:o}}", "id", call_id, "type", "function", "function",
+                                           "name", name, "arguments", args));
+}
+
 static int add_call(json_t *out, const json_t *item, size_t i, char *why, size_t cap) {
     const char *name = json_string_value(json_object_get(item, "name"));
     const json_t *args = json_object_get(item, "arguments"), *call_id = json_object_get(item, "call_id");
@@ -85,21 +98,41 @@ static int add_call(json_t *out, const json_t *item, size_t i, char *why, size_t
         snprintf(why, cap, "input[%zu]: a function_call needs string 'name', 'call_id' and 'arguments'", i);
         return -1;
     }
-    /* Arguments as an object, what chat templates expect (as the Chat
-     * Completions dialect does); an unparsable string stays a string. */
-    json_t *parsed = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL) : NULL;
-    json_t *a = parsed ? parsed : json_incref((json_t *)args);
-    json_t *turn = assistant_turn(out), *calls = json_object_get(turn, "tool_calls");
-    if (!calls) json_object_set_new(turn, "tool_calls", calls = json_array());
-    json_array_append_new(calls, json_pack("{s:O,s:s,s:{s:s,s:o}}", "id", call_id, "type", "function", "function",
-                                           "name", name, "arguments", a));
+    add_tool_call(out, call_id, name, json_incref((json_t *)args));
+    return 0;
+}
+
+/* A custom tool's call: the function the model saw takes {"input"}. */
+static int add_custom_call(json_t *out, const json_t *item, size_t i, char *why, size_t cap) {
+    const char *name = json_string_value(json_object_get(item, "name"));
+    const json_t *input = json_object_get(item, "input"), *call_id = json_object_get(item, "call_id");
+    if (!name || !json_is_string(call_id) || !json_is_string(input)) {
+        snprintf(why, cap, "input[%zu]: a custom_tool_call needs string 'name', 'call_id' and 'input'", i);
+        return -1;
+    }
+    add_tool_call(out, call_id, name, json_pack("{s:O}", "input", input));
+    return 0;
+}
+
+/* local_shell's call: the function the model saw takes {"action"}. */
+static int add_shell_call(json_t *out, const json_t *item, size_t i, char *why, size_t cap) {
+    const json_t *action = json_object_get(item, "action"), *call_id = json_object_get(item, "call_id");
+    if (!json_is_string(call_id)) call_id = json_object_get(item, "id");
+    if (!json_is_string(call_id) || !json_is_object(action)) {
+        snprintf(why, cap, "input[%zu]: a local_shell_call needs a string 'call_id' and an object 'action'", i);
+        return -1;
+    }
+    add_tool_call(out, call_id, RESP_SHELL_NAME, json_pack("{s:O}", "action", action));
     return 0;
 }
 
 static int add_call_output(json_t *out, const json_t *item, size_t i, char *why, size_t cap) {
     const json_t *call_id = json_object_get(item, "call_id"), *output = json_object_get(item, "output");
+    const char *type = json_string_value(json_object_get(item, "type"));
+    if (!json_is_string(call_id) && !strcmp(type, "local_shell_call_output"))
+        call_id = json_object_get(item, "id"); /* the API names the call by its id there */
     if (!json_is_string(call_id) || !output) {
-        snprintf(why, cap, "input[%zu]: a function_call_output needs a string 'call_id' and an 'output'", i);
+        snprintf(why, cap, "input[%zu]: a %s needs a string 'call_id' and an 'output'", i, type);
         return -1;
     }
     char *text = content_text(output, i, why, cap);
@@ -118,10 +151,15 @@ static int add_item(json_t *out, const json_t *item, size_t i, char *why, size_t
     if (!type && json_object_get(item, "role")) type = "message"; /* the easy form: {role, content} */
     if (type && !strcmp(type, "message")) return add_message(out, item, i, why, cap);
     if (type && !strcmp(type, "function_call")) return add_call(out, item, i, why, cap);
-    if (type && !strcmp(type, "function_call_output")) return add_call_output(out, item, i, why, cap);
+    if (type && !strcmp(type, "custom_tool_call")) return add_custom_call(out, item, i, why, cap);
+    if (type && !strcmp(type, "local_shell_call")) return add_shell_call(out, item, i, why, cap);
+    if (type && (!strcmp(type, "function_call_output") || !strcmp(type, "custom_tool_call_output") ||
+                 !strcmp(type, "local_shell_call_output")))
+        return add_call_output(out, item, i, why, cap);
     if (type && !strcmp(type, "reasoning")) return 0;
     strata_fmt(why, cap, "input[%zu]: unsupported item type '%s' (this server takes message, function_call, "
-               "function_call_output and reasoning items)", i, type ? type : "(none)");
+               "custom_tool_call, local_shell_call, their *_output items, and reasoning items)", i,
+               type ? type : "(none)");
     return -1;
 }
 

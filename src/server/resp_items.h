@@ -8,7 +8,11 @@
  * with the output_text the server returned keys by its text, and a turn
  * of output_text followed by function_call items becomes one assistant
  * message with content and tool_calls (arguments parsed to an object),
- * keyed like a Chat Completions tool-call turn. Reasoning items are
+ * keyed like a Chat Completions tool-call turn. custom_tool_call and
+ * local_shell_call items are calls of the functions the model saw for
+ * them (resp_tools.h: arguments {"input": ..} and {"action": ..}), and
+ * their *_output items tool results, so they render (and replay) as the
+ * model's own calls did. Reasoning items are
  * accepted and not rendered (the server never makes them; clients may
  * carry another model's). Any other item type is an error naming it.
  * Does not: fetch earlier turns (api_responses.c, resp_store.c). */

@@ -63,6 +63,8 @@ static void slot_free(sched *s, slot *sl, sched_finish f, const char *why) {
     sl->toks = NULL;
     json_guard_free(sl->guard);
     sl->guard = NULL;
+    call_guard_free(sl->cguard);
+    sl->cguard = NULL;
     sample_free(sl->smp);
     sl->smp = NULL;
     pthread_mutex_lock(&s->mu);
@@ -177,6 +179,10 @@ static void start_admitted(sched *s) {
             if (!s->jvocab) s->jvocab = json_vocab_new(s->tok);
             sl->guard = json_guard_new_schema(s->jvocab, r->schema);
             if (r->json_prefix) json_guard_feed(sl->guard, r->json_prefix, strlen(r->json_prefix));
+        } else if (r->call_schema) {
+            if (!s->jvocab) s->jvocab = json_vocab_new(s->tok);
+            sl->cguard = call_guard_new(s->jvocab, r->call_format, r->call_schema);
+            if (sl->cguard && r->json_prefix) call_guard_feed(sl->cguard, r->json_prefix, strlen(r->json_prefix));
         }
         attach_begin(s, sl);
     }
@@ -241,9 +247,14 @@ static void after_logits(sched *s, int si, float *logits) {
                                                : "no token continues the JSON output");
         return;
     }
+    if (sl->cguard && call_guard_mask(sl->cguard, logits) == 0) {
+        slot_free(s, sl, FINISH_ERROR, "no token continues the tool call under the declared tools");
+        return;
+    }
     if (sl->t_first == 0) sl->t_first = clock_ms();
     sched_token t = {.id = sample_next(sl->smp, logits, n_vocab)};
     if (sl->guard) json_guard_accept(sl->guard, t.id);
+    if (sl->cguard) call_guard_accept(sl->cguard, t.id);
     fill_logprobs(r, logits, n_vocab, &t);
     int eog = tok_is_eog(s->tok, t.id);
     pthread_mutex_lock(&s->mu);

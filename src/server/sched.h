@@ -22,6 +22,7 @@
 #include "model/sample.h"
 #include "text/jsonschema.h"
 #include "text/tokenizer.h"
+#include "text/toolcall.h"
 
 typedef enum {
     FINISH_NONE = 0, /* still running */
@@ -58,6 +59,8 @@ typedef struct sched_job {
     int json_mode;          /* constrain sampling to one valid JSON object */
     const char *json_prefix;/* JSON already written (in the prompt) before generation */
     json_schema *schema;    /* json_mode: the output also validates against it (referenced), or NULL */
+    json_schema *call_schema; /* native tool format: each call validates (referenced; text/callguard.h), or NULL */
+    tc_format call_format;    /* ...in this format */
     cache_scope scope;      /* what of the prompt is published for reuse (policy.h) */
     const int *bounds;      /* ascending positions where messages start (auto scope cuts there); may be NULL */
     int n_bounds;

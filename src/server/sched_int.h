@@ -12,6 +12,7 @@
 
 #include "cache/store.h"
 #include "server/sched.h"
+#include "text/callguard.h"
 #include "text/jsonguard.h"
 
 struct sched_req {
@@ -23,6 +24,8 @@ struct sched_req {
     int json_mode;
     char *json_prefix;
     json_schema *schema; /* a reference, or NULL */
+    json_schema *call_schema; /* a reference, or NULL (text/callguard.h) */
+    tc_format call_format;
     store_request cache; /* root, scope, message starts, retention marks */
     int *bounds;         /* owned: cache.bounds */
     cache_mark marks[POLICY_MAX_MARKS];
@@ -51,6 +54,7 @@ typedef struct slot {
     int n_toks, cap_toks;
     store_seq q;       /* the walk over the block store: cursor, hashes, load */
     json_guard *guard; /* json_mode: only tokens that keep the output valid JSON */
+    call_guard *cguard; /* native tool calls: only calls of declared tools */
     double t_admit, t_first; /* ms: admitted, first token sampled */
     int starting;            /* admitted, not set up yet (start_admitted) */
     int attached;            /* the cached prefix is in (not still being read) */

@@ -23,6 +23,7 @@ void sched__req_unref_locked(sched_req *r) {
     if (--r->refs > 0) return;
     pthread_cond_destroy(&r->changed);
     json_schema_free(r->schema);
+    json_schema_free(r->call_schema);
     free(r->json_prefix), free(r->bounds), free(r->prompt), free(r->out);
     free(r);
 }
@@ -77,6 +78,8 @@ int sched_submit(sched *s, const sched_job *job, sched_req **out, strata_err *er
     r->n_logprobs = job->n_logprobs > 20 ? 20 : job->n_logprobs;
     r->json_mode = job->json_mode || job->schema;
     r->schema = json_schema_ref(job->schema);
+    r->call_schema = json_schema_ref(job->call_schema);
+    r->call_format = job->call_format;
     r->held_out = job->held_out;
     r->json_prefix = job->json_prefix ? xstrdup(job->json_prefix) : NULL;
     req_cache_setup(s, r, job);

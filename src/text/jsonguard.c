@@ -638,6 +638,23 @@ int json_guard_feed(json_guard *g, const char *bytes, size_t n) {
     return full_feed(g->schema, &g->st, (const uint8_t *)bytes, n, &g->st) ? 0 : -1;
 }
 
+void json_guard_reset(json_guard *g) { g->st = state_initial(); }
+
+int json_guard_try(const json_guard *g, const char *bytes, size_t n) {
+    return full_feed(g->schema, &g->st, (const uint8_t *)bytes, n, NULL);
+}
+
+int32_t json_vocab_size(const json_vocab *v) { return v->n_vocab; }
+
+const char *json_vocab_text(const json_vocab *v, int32_t id, size_t *len) {
+    uint32_t n;
+    const uint8_t *p = tok_bytes(v, id, &n);
+    *len = n;
+    return (const char *)p;
+}
+
+int json_vocab_is_eog(const json_vocab *v, int32_t id) { return v->kind[id] == TK_EOG; }
+
 int json_guard_accept(json_guard *g, int32_t token) {
     const json_vocab *v = g->v;
     if (!v || token < 0 || token >= v->n_vocab) return -1;

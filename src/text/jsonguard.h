@@ -67,4 +67,17 @@ int json_guard_feed(json_guard *g, const char *bytes, size_t n);
 /* The top-level object is complete. */
 int json_guard_done(const json_guard *g);
 
+/* Back to before the object (a new value under the same schema). */
+void json_guard_reset(json_guard *g);
+/* 1 if n raw bytes would keep the output a valid prefix; the state is
+ * left as it is. */
+int json_guard_try(const json_guard *g, const char *bytes, size_t n);
+
+/* The vocabulary as the guard sees it (text/callguard.c walks it too):
+ * its size, a token's text (what tok_piece gives without special
+ * tokens; empty for control tokens) and whether it ends generation. */
+int32_t json_vocab_size(const json_vocab *v);
+const char *json_vocab_text(const json_vocab *v, int32_t id, size_t *len);
+int json_vocab_is_eog(const json_vocab *v, int32_t id);
+
 #endif

@@ -598,26 +598,42 @@ json_schema *json_schema_compile(const json_t *schema, char *why, size_t cap) {
     return c.s;
 }
 
-/* One call: {"name": {"const": NAME}, "arguments": PARAMETERS}. */
-static json_t *call_schema(const json_t *tool) {
+/* One call: {"name": {"const": NAME}, <args_key>: PARAMETERS}. */
+static json_t *call_schema(const json_t *tool, const char *args_key) {
     const json_t *fn = json_object_get(tool, "function");
     if (!json_is_object(fn)) fn = tool;
     const json_t *params = json_object_get(fn, "parameters");
     if (!params || json_is_null(params)) params = json_object_get(fn, "input_schema");
     json_t *args = params && !json_is_null(params) ? json_deep_copy(params) : json_pack("{s:s}", "type", "object");
     return json_pack("{s:s,s:{s:{s:O},s:o},s:[s,s],s:b}", "type", "object", "properties", "name", "const",
-                     json_object_get(fn, "name"), "arguments", args, "required", "name", "arguments",
+                     json_object_get(fn, "name"), args_key, args, "required", "name", args_key,
                      "additionalProperties", 0);
 }
 
-json_schema *json_schema_tools(const json_t *tools, const char *forced, int required, char *why, size_t cap) {
+/* The call schemas of the declared tools (only `forced`, when set). */
+static json_t *call_schemas(const json_t *tools, const char *forced, const char *args_key) {
     json_t *calls = json_array(), *t;
     size_t i;
     json_array_foreach(tools, i, t) {
         const json_t *fn = json_object_get(t, "function");
         const char *name = json_string_value(json_object_get(json_is_object(fn) ? fn : t, "name"));
-        if (name && (!forced || !strcmp(name, forced))) json_array_append_new(calls, call_schema(t));
+        if (name && (!forced || !strcmp(name, forced))) json_array_append_new(calls, call_schema(t, args_key));
     }
+    return calls;
+}
+
+json_schema *json_schema_tool_call(const json_t *tools, const char *forced, const char *args_key, char *why,
+                                   size_t cap) {
+    json_t *calls = call_schemas(tools, forced, args_key);
+    json_t *sch = json_array_size(calls) == 1 ? json_incref(json_array_get(calls, 0)) : json_pack("{s:O}", "anyOf", calls);
+    json_decref(calls);
+    json_schema *s = json_schema_compile(sch, why, cap);
+    json_decref(sch);
+    return s;
+}
+
+json_schema *json_schema_tools(const json_t *tools, const char *forced, int required, char *why, size_t cap) {
+    json_t *calls = call_schemas(tools, forced, "arguments");
     json_t *list = json_pack("{s:s,s:{s:o},s:i}", "type", "array", "items", "anyOf", calls, "minItems", 1);
     json_t *sch = json_pack("{s:s,s:{s:o},s:b,s:i}", "type", "object", "properties", "tool_calls", list,
                             "additionalProperties", 0, "minProperties", 1);

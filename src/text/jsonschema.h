@@ -59,6 +59,13 @@ json_schema *json_schema_compile(const json_t *schema, char *why, size_t cap);
  * A tool without parameters takes any object. */
 json_schema *json_schema_tools(const json_t *tools, const char *forced, int required, char *why, size_t cap);
 
+/* One call in a native tool format (toolcall.h TC_HERMES, TC_LLAMA3,
+ * TC_MISTRAL): {"name": <a declared name>, <args_key>: <its parameters>}
+ * (args_key "arguments", or "parameters" for Llama 3); forced: only that
+ * tool. text/callguard.h holds the model to it once it opens a call. */
+json_schema *json_schema_tool_call(const json_t *tools, const char *forced, const char *args_key, char *why,
+                                   size_t cap);
+
 json_schema *json_schema_ref(json_schema *s); /* returns s */
 void json_schema_free(json_schema *s);        /* drops a reference; NULL is fine */
 

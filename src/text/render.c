@@ -113,6 +113,18 @@ static char *calls_json_text(json_t *list) {
     return js ? js : xstrdup("");
 }
 
+/* Arguments with their object keys sorted (a new reference): a client
+ * may send a call back with its keys reordered (the Agents SDK dumps a
+ * local_shell action in its model's field order), and the same call must
+ * render, and replay, the same. */
+static json_t *sorted_args(const json_t *a) {
+    if (!json_is_object(a)) return json_incref((json_t *)a);
+    char *js = json_dumps(a, JSON_COMPACT | JSON_SORT_KEYS);
+    json_t *out = js ? json_loads(js, 0, NULL) : NULL; /* objects keep insertion order */
+    free(js);
+    return out ? out : json_incref((json_t *)a);
+}
+
 static char *assistant_text(const json_t *m) {
     const char *content = json_string_value(json_object_get(m, "content"));
     const json_t *calls = json_object_get(m, "tool_calls"), *call;
@@ -121,8 +133,8 @@ static char *assistant_text(const json_t *m) {
     size_t i;
     json_array_foreach(calls, i, call) {
         const json_t *fn = json_object_get(call, "function");
-        json_array_append_new(list, json_pack("{s:O,s:O}", "name", json_object_get(fn, "name"), "arguments",
-                                              json_object_get(fn, "arguments")));
+        json_array_append_new(list, json_pack("{s:O,s:o}", "name", json_object_get(fn, "name"), "arguments",
+                                              sorted_args(json_object_get(fn, "arguments"))));
     }
     return calls_json_text(list);
 }
@@ -130,8 +142,9 @@ static char *assistant_text(const json_t *m) {
 char *render_generic_calls_text(const char *const *names, const char *const *args, int n) {
     json_t *list = json_array();
     for (int i = 0; i < n; i++) { /* arguments as the client will send them back: parsed, then dumped */
-        json_t *a = json_loads(args[i], 0, NULL);
-        json_array_append_new(list, json_pack("{s:s,s:o}", "name", names[i], "arguments", a ? a : json_string(args[i])));
+        json_t *a = json_loads(args[i], 0, NULL), *sorted = a ? sorted_args(a) : json_string(args[i]);
+        json_decref(a);
+        json_array_append_new(list, json_pack("{s:s,s:o}", "name", names[i], "arguments", sorted));
     }
     return calls_json_text(list);
 }
@@ -395,8 +408,27 @@ tc_format render_tool_format(const renderer *r, const render_tools *t) {
     return TC_GENERIC;
 }
 
+/* A native format's forced opening: marker, then the call object. */
+static char *native_prefix(tc_format f, const char *forced) {
+    const char *open = f == TC_HERMES ? "<tool_call>\n" : f == TC_MISTRAL ? "[TOOL_CALLS][" : "";
+    if (!forced) {
+        char *out = xmalloc(strlen(open) + 16);
+        sprintf(out, "%s{\"name\": \"", open);
+        return out;
+    }
+    json_t *name = json_string(forced);
+    char *quoted = json_dumps(name, JSON_ENCODE_ANY);
+    json_decref(name);
+    char *out = xmalloc(strlen(open) + strlen(quoted) + 64);
+    sprintf(out, "%s{\"name\": %s, \"%s\": ", open, quoted, f == TC_LLAMA3 ? "parameters" : "arguments");
+    free(quoted);
+    return out;
+}
+
 char *render_tool_prefix(const renderer *r, const render_tools *t) {
-    if (render_tool_format(r, t) != TC_GENERIC || !t->required) return NULL;
+    tc_format f = render_tool_format(r, t);
+    if (f == TC_NONE || !t->required) return NULL;
+    if (f != TC_GENERIC) return native_prefix(f, t->forced);
     if (!t->forced) return xstrdup("{\"tool_calls\": [{\"name\": \"");
     json_t *name = json_string(t->forced);
     char *quoted = json_dumps(name, JSON_ENCODE_ANY);

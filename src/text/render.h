@@ -69,13 +69,19 @@ int render_native_tools(const renderer *r);
 
 /* How the model's output will carry tool calls (TC_NONE without tools). */
 tc_format render_tool_format(const renderer *r, const render_tools *t);
-/* For a required or forced call in the generic format, the start of the
- * reply the model is made to continue (its JSON up to the tool name or the
- * arguments), so the call happens even if the model would not choose it.
- * NULL when nothing is forced. Caller frees. */
+/* For a required or forced call, the start of the reply the model is made
+ * to continue, so the call happens even if the model would not choose it:
+ * the generic format's JSON up to the tool name or into the arguments
+ * object; a native format's call marker ("<tool_call>\n", "[TOOL_CALLS][",
+ * none for Llama 3) and its object up to the name or the arguments key
+ * (the call guard, text/callguard.h, holds the rest to the tools). Any
+ * marker comes before the first '{'. NULL when nothing is forced. Caller
+ * frees. */
 char *render_tool_prefix(const renderer *r, const render_tools *t);
 /* The text an assistant turn with these calls renders to in the generic
- * tool format (what exact replay keys such turns by). Caller frees. */
+ * tool format (what exact replay keys such turns by), the arguments'
+ * object keys sorted so that a call sent back reordered matches. Caller
+ * frees. */
 char *render_generic_calls_text(const char *const *names, const char *const *args, int n);
 
 /* A rendered conversation: its segments, and for k = 0..n_msgs the text

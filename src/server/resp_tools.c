@@ -1,0 +1,252 @@
+/* resp_tools.c - Responses API tool kinds (see resp_tools.h). */
+#include "server/resp_tools.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "base/mem.h"
+#include "server/server.h"
+#include "text/jsonscan.h"
+
+/* Tools only OpenAI's servers run (prefixes: dated variants follow). */
+static const char *const HOSTED[] = {"web_search", "file_search", "code_interpreter", "computer_use",
+                                     "computer", "image_generation", "mcp", NULL};
+
+static int hosted(const char *type) {
+    for (const char *const *h = HOSTED; *h; h++)
+        if (!strncmp(type, *h, strlen(*h))) return 1;
+    return 0;
+}
+
+/* What the model sees of local_shell: argv and the optional fields. */
+static json_t *shell_parameters(void) {
+    return json_pack("{s:s,s:{s:{s:s,s:{s:{s:s},s:{s:s,s:{s:s},s:i},s:{s:s,s:i},s:{s:s},s:{s:s,s:{s:s}},"
+                     "s:{s:s}},s:[s,s],s:b}},s:[s],s:b}",
+                     "type", "object", "properties", "action", "type", "object", "properties",
+                     "type", "const", "exec",
+                     "command", "type", "array", "items", "type", "string", "minItems", 1,
+                     "timeout_ms", "type", "integer", "minimum", 1,
+                     "working_directory", "type", "string",
+                     "env", "type", "object", "additionalProperties", "type", "string",
+                     "user", "type", "string",
+                     "required", "type", "command", "additionalProperties", 0,
+                     "required", "action", "additionalProperties", 0);
+}
+
+static json_t *function_tool(const json_t *name, const char *desc, json_t *params) {
+    return json_pack("{s:s,s:{s:O,s:s?,s:o}}", "type", "function", "function", "name", name, "description", desc,
+                     "parameters", params);
+}
+
+/* A custom tool: {"input": string}; a grammar is told, not enforced. */
+static json_t *custom_tool(const json_t *t) {
+    const char *desc = json_string_value(json_object_get(t, "description"));
+    const json_t *fmt = json_object_get(t, "format");
+    const char *syntax = json_string_value(json_object_get(fmt, "syntax"));
+    const char *grammar = json_string_value(json_object_get(fmt, "definition"));
+    char *told = NULL;
+    if (grammar) {
+        size_t n = (desc ? strlen(desc) : 0) + strlen(grammar) + 128;
+        told = xmalloc(n);
+        snprintf(told, n, "%s%sThe input is free text following this %s grammar:\n%s", desc ? desc : "",
+                 desc ? "\n\n" : "", syntax ? syntax : "", grammar);
+    }
+    json_t *params = json_pack("{s:s,s:{s:{s:s}},s:[s],s:b}", "type", "object", "properties", "input", "type",
+                               "string", "required", "input", "additionalProperties", 0);
+    json_t *out = function_tool(json_object_get(t, "name"), told ? told : desc, params);
+    free(told);
+    return out;
+}
+
+/* A custom tool's format: absent, {"type": "text"} or a grammar. */
+static int check_format(const json_t *t, size_t i, char *why, size_t cap) {
+    const json_t *fmt = json_object_get(t, "format");
+    if (!fmt || json_is_null(fmt)) return 0;
+    const char *type = json_string_value(json_object_get(fmt, "type"));
+    if (type && !strcmp(type, "text")) return 0;
+    if (type && !strcmp(type, "grammar") && json_is_string(json_object_get(fmt, "definition"))) return 0;
+    strata_fmt(why, cap, "tools[%zu] ('%s'): 'format' must be {\"type\": \"text\"} or {\"type\": \"grammar\", "
+               "\"syntax\", \"definition\"}", i, json_string_value(json_object_get(t, "name")));
+    return -1;
+}
+
+/* One declared tool, normalised into rt; -1 with why. */
+static int add_tool(resp_tools *rt, const json_t *t, size_t i, char *why, size_t cap) {
+    const char *type = json_string_value(json_object_get(t, "type"));
+    const json_t *name = json_object_get(t, "name");
+    if (type && !strcmp(type, "local_shell")) {
+        json_t *n = json_string(RESP_SHELL_NAME);
+        json_array_append_new(rt->tools, function_tool(n, "Runs a command on the user's machine and returns its "
+                                                          "output. action.command is the argv list.",
+                                                       shell_parameters()));
+        json_decref(n);
+        json_object_set_new(rt->kinds, RESP_SHELL_NAME, json_string("local_shell"));
+        return 0;
+    }
+    if (type && (!strcmp(type, "function") || !strcmp(type, "custom")) && json_is_string(name) &&
+        json_string_length(name)) {
+        if (!strcmp(type, "custom")) {
+            if (check_format(t, i, why, cap)) return -1;
+            json_array_append_new(rt->tools, custom_tool(t));
+            json_object_set_new(rt->kinds, json_string_value(name), json_string("custom"));
+            return 0;
+        }
+        json_array_append_new(rt->tools, json_pack("{s:s,s:{s:O,s:O*,s:O*}}", "type", "function", "function", "name",
+                                                   name, "description", json_object_get(t, "description"),
+                                                   "parameters", json_object_get(t, "parameters")));
+        return 0;
+    }
+    if (type && (!strcmp(type, "function") || !strcmp(type, "custom")))
+        strata_fmt(why, cap, "tools[%zu]: a %s tool needs a non-empty string 'name'", i, type);
+    else if (type && hosted(type))
+        strata_fmt(why, cap, "tools[%zu]: '%s' is a hosted tool that only OpenAI's servers run; this server cannot "
+                   "run hosted tools (it serves function, custom and local_shell tools, which the client runs)",
+                   i, type);
+    else
+        strata_fmt(why, cap, "tools[%zu]: unsupported tool type '%s' (this server serves function, custom and "
+                   "local_shell tools)", i, type ? type : "(none)");
+    return -1;
+}
+
+/* Two tools by one name would make a call ambiguous. */
+static int check_unique(const resp_tools *rt, char *why, size_t cap) {
+    size_t i, j;
+    const json_t *a, *b;
+    json_array_foreach(rt->tools, i, a) {
+        const char *na = json_string_value(json_object_get(json_object_get(a, "function"), "name"));
+        for (j = i + 1; j < json_array_size(rt->tools); j++) {
+            b = json_array_get(rt->tools, j);
+            if (!strcmp(na, json_string_value(json_object_get(json_object_get(b, "function"), "name")))) {
+                strata_fmt(why, cap, "tools[%zu]: a second tool named '%s' (local_shell's name is '%s')", j, na,
+                           RESP_SHELL_NAME);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+int resp_tools_parse(resp_tools *rt, const json_t *tools, char *why, size_t cap) {
+    memset(rt, 0, sizeof *rt);
+    if (!tools || json_is_null(tools)) return 0;
+    if (!json_is_array(tools)) {
+        snprintf(why, cap, "'tools' must be an array");
+        return -1;
+    }
+    rt->tools = json_array();
+    rt->kinds = json_object();
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tools, i, t) {
+        if (!json_is_object(t)) {
+            snprintf(why, cap, "tools[%zu] must be an object", i);
+            return -1;
+        }
+        if (add_tool(rt, t, i, why, cap)) return -1;
+    }
+    return check_unique(rt, why, cap);
+}
+
+void resp_tools_free(resp_tools *rt) {
+    json_decref(rt->tools);
+    json_decref(rt->kinds);
+    memset(rt, 0, sizeof *rt);
+}
+
+static int declared(const resp_tools *rt, const char *name, resp_tool_kind kind) {
+    size_t i;
+    const json_t *t;
+    json_array_foreach(rt->tools, i, t)
+        if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")), name))
+            return resp_tools_kind(rt, name) == kind;
+    return 0;
+}
+
+int resp_tools_choice(const resp_tools *rt, const json_t *tc, int *none, const char **forced, int *required,
+                      char *why, size_t cap) {
+    const char *word = json_string_value(tc);
+    *none = 0, *forced = NULL, *required = 0;
+    if (!tc || json_is_null(tc) || (word && !strcmp(word, "auto"))) return 0;
+    if (word && !strcmp(word, "none")) return *none = 1, 0;
+    if (word && !strcmp(word, "required")) {
+        *required = 1;
+        /* One tool: "required" means that one, and forcing it keeps the
+         * generic format from writing a name that was never declared. */
+        if (json_array_size(rt->tools) == 1)
+            *forced = json_string_value(json_object_get(json_object_get(json_array_get(rt->tools, 0), "function"),
+                                                        "name"));
+        return 0;
+    }
+    const char *type = json_string_value(json_object_get(tc, "type"));
+    const char *name = json_string_value(json_object_get(tc, "name"));
+    resp_tool_kind kind = !type ? RESP_TOOL_FUNCTION : !strcmp(type, "custom") ? RESP_TOOL_CUSTOM
+                        : !strcmp(type, "local_shell") ? RESP_TOOL_SHELL : RESP_TOOL_FUNCTION;
+    if (kind == RESP_TOOL_SHELL) name = RESP_SHELL_NAME;
+    int typed = type && (!strcmp(type, "function") || kind != RESP_TOOL_FUNCTION);
+    if (!typed || !name || !rt->tools || !declared(rt, name, kind)) {
+        strata_fmt(why, cap, "'tool_choice' must be none, auto, required, {\"type\": \"function\" or \"custom\", "
+                   "\"name\": ...} naming such a tool in 'tools', or {\"type\": \"local_shell\"} with that tool "
+                   "declared%s%s%s", type ? " (got type '" : "", type ? type : "", type ? "')" : "");
+        return -1;
+    }
+    *forced = name;
+    *required = 1;
+    return 0;
+}
+
+resp_tool_kind resp_tools_kind(const resp_tools *rt, const char *name) {
+    const char *k = json_string_value(json_object_get(rt->kinds, name));
+    if (!k) return RESP_TOOL_FUNCTION;
+    return !strcmp(k, "custom") ? RESP_TOOL_CUSTOM : RESP_TOOL_SHELL;
+}
+
+const char *resp_tools_item_prefix(const resp_tools *rt, const char *name) {
+    switch (resp_tools_kind(rt, name)) {
+    case RESP_TOOL_CUSTOM: return "ctc_";
+    case RESP_TOOL_SHELL: return "lsh_";
+    default: return "fc_";
+    }
+}
+
+char *resp_tools_custom_input(const char *args, size_t len) {
+    json_t *a = json_loadb(args, len, 0, NULL);
+    if (!a) { /* cut part way: complete what is there */
+        char *closed = tc_json_close_partial(args, len);
+        a = closed ? json_loads(closed, 0, NULL) : NULL;
+        free(closed);
+    }
+    const char *in = json_string_value(json_object_get(a, "input"));
+    char *out = in ? xstrdup(in) : NULL;
+    json_decref(a);
+    return out;
+}
+
+/* local_shell's action as the model wrote it (held to the shape by the
+ * schema), so that the item sent back renders the same arguments. */
+static json_t *shell_action(const char *args, size_t len) {
+    json_t *a = json_loadb(args, len, 0, NULL), *act = json_object_get(a, "action");
+    json_t *out = json_is_object(act) ? json_incref(act) : json_pack("{s:s,s:[]}", "type", "exec", "command");
+    json_decref(a);
+    return out;
+}
+
+json_t *resp_tools_call_item(const resp_tools *rt, const char *id, const char *call_id, const char *name,
+                             const char *args, size_t len, const char *status) {
+    switch (resp_tools_kind(rt, name)) {
+    case RESP_TOOL_CUSTOM: {
+        char *in = resp_tools_custom_input(args, len);
+        json_t *item = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "id", id, "type", "custom_tool_call", "status", status,
+                                 "call_id", call_id, "name", name, "input", in ? in : "");
+        free(in);
+        return item;
+    }
+    case RESP_TOOL_SHELL:
+        return json_pack("{s:s,s:s,s:s,s:s,s:o}", "id", id, "type", "local_shell_call", "status", status, "call_id",
+                         call_id, "action", shell_action(args, len));
+    default:
+        return json_pack("{s:s,s:s,s:s,s:s,s:s,s:o}", "id", id, "type", "function_call", "status", status, "call_id",
+                         call_id, "name", name, "arguments", json_text(args, len));
+    }
+}

@@ -1,0 +1,61 @@
+/* resp_tools.h - the Responses API's tool kinds, between the request and
+ * the one tool-call machinery (text/toolcall.h, text/jsonschema.h).
+ *
+ * Every tool the server can serve becomes a function tool in the chat
+ * shape templates take, so the model, the tool-call parser and the
+ * schema constraint see one kind of tool:
+ *   - function: as declared;
+ *   - custom (free-form text input, e.g. Codex's apply_patch): a function
+ *     taking {"input": <string>}; a call comes back as a custom_tool_call
+ *     whose input is that string. A `format` grammar (lark, regex) is shown
+ *     to the model in the description but not enforced: the input is free
+ *     text, checked by the client that runs the tool;
+ *   - local_shell: a function named "local_shell" taking {"action":
+ *     {"type": "exec", "command": [..], ...}}, held to that shape; a call
+ *     comes back as a local_shell_call item.
+ * Hosted tools (web_search, file_search, code_interpreter, computer use,
+ * image_generation, mcp) run on OpenAI's servers, not here: a 400 naming
+ * the type, as is any other unknown type. Does not: parse items
+ * (resp_items.c) or stream events (api_responses.c). */
+#ifndef STRATA_RESP_TOOLS_H
+#define STRATA_RESP_TOOLS_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#define RESP_SHELL_NAME "local_shell" /* the function the model calls for local_shell */
+
+typedef enum { RESP_TOOL_FUNCTION, RESP_TOOL_CUSTOM, RESP_TOOL_SHELL } resp_tool_kind;
+
+typedef struct resp_tools {
+    json_t *tools; /* normalised function tools (owned); NULL: none */
+    json_t *kinds; /* name -> "custom" | "local_shell"; function tools are absent (owned) */
+} resp_tools;
+
+/* Reads a request's "tools" (NULL or null: none). 0, or -1 with why
+ * naming the tool (index and type) that cannot be served. */
+int resp_tools_parse(resp_tools *rt, const json_t *tools, char *why, size_t cap);
+void resp_tools_free(resp_tools *rt);
+
+/* tool_choice: none | auto | required | {"type": "function"|"custom",
+ * "name"} | {"type": "local_shell"}. Sets *none for "none", *forced to
+ * the forced tool's name (borrowed from rt) and *required. -1 with why. */
+int resp_tools_choice(const resp_tools *rt, const json_t *tc, int *none, const char **forced, int *required,
+                      char *why, size_t cap);
+
+resp_tool_kind resp_tools_kind(const resp_tools *rt, const char *name);
+
+/* A custom tool's input: the "input" string of its arguments, complete or
+ * cut part way (streaming). malloc'd, or NULL while none is written yet. */
+char *resp_tools_custom_input(const char *args, size_t len);
+
+/* The output item of call `name` with arguments args (complete):
+ * function_call, custom_tool_call or local_shell_call. id and call_id are
+ * the call's ids; status "completed" or "in_progress". */
+json_t *resp_tools_call_item(const resp_tools *rt, const char *id, const char *call_id, const char *name,
+                             const char *args, size_t len, const char *status);
+
+/* The item id prefix of a call to `name` ("fc_", "ctc_", "lsh_"). */
+const char *resp_tools_item_prefix(const resp_tools *rt, const char *name);
+
+#endif
