@@ -202,10 +202,15 @@ static json_t *whole_output(resp_call *c, const char *text, size_t len) {
     char id[64];
     make_id(id, sizeof id, "msg_");
     const char *status = strcmp(final_status(c), "incomplete") ? "completed" : "incomplete";
-    if (len || !calls) json_array_append_new(out, message_item(id, text, len, status));
+    /* A call cut by max_output_tokens is returned as generated, never
+     * dropped: an item with status "incomplete". */
+    const char *open_name, *open_args;
+    int open = !strcmp(status, "incomplete") && !c->a.g.tool_error && gen_open_call(&c->a.g, &open_name, &open_args);
+    if (len || (!calls && !open)) json_array_append_new(out, message_item(id, text, len, status));
     const char **names, **args;
     int n = calls ? tc_calls(c->a.g.tc, &names, &args) : 0;
     for (int i = 0; i < n; i++) json_array_append_new(out, call_item(c, i, names[i], args[i], strlen(args[i]), "completed"));
+    if (open) json_array_append_new(out, call_item(c, n, open_name, open_args, strlen(open_args), "incomplete"));
     return out;
 }
 
@@ -288,11 +293,13 @@ static void custom_delta(resp_call *c, const char *id) {
     free(in);
 }
 
-static void close_call(resp_call *c) {
+/* status: "completed", or "incomplete" for a call cut by max_output_tokens
+ * (returned as generated, never dropped). */
+static void close_call(resp_call *c, const char *status) {
     char id[64];
     call_item_id(c, c->call_index, c->call_name, id);
     const char *args = c->acc ? c->acc : "";
-    json_t *item = call_item(c, c->call_index, c->call_name, args, c->acc_len, "completed");
+    json_t *item = call_item(c, c->call_index, c->call_name, args, c->acc_len, status);
     switch (resp_tools_kind(&c->rt, c->call_name)) {
     case RESP_TOOL_FUNCTION:
         emit(c, "response.function_call_arguments.done", json_pack("{s:s,s:i,s:s,s:o}", "item_id", id,
@@ -317,23 +324,23 @@ static void close_call(resp_call *c) {
     c->call_name = NULL;
 }
 
-static void close_item(resp_call *c) {
+static void close_item(resp_call *c, const char *status) {
     if (c->item == ITEM_MESSAGE) close_message(c);
-    else if (c->item == ITEM_CALL) close_call(c);
+    else if (c->item == ITEM_CALL) close_call(c, status);
 }
 
 static void stream_event(resp_call *c, const tc_event *e) {
     char id[64];
     switch (e->kind) {
     case TC_EV_TEXT:
-        if (c->item != ITEM_MESSAGE) close_item(c), open_message(c);
+        if (c->item != ITEM_MESSAGE) close_item(c, "completed"), open_message(c);
         acc_add(c, e->text, e->len);
         emit(c, "response.output_text.delta", json_pack("{s:s,s:i,s:i,s:o,s:[]}", "item_id", c->msg_id,
                                                         "output_index", c->item_index, "content_index", 0, "delta",
                                                         json_text(e->text, e->len), "logprobs"));
         break;
     case TC_EV_CALL_BEGIN:
-        close_item(c);
+        close_item(c, "completed");
         c->call_index = e->index;
         c->call_name = xstrdup(e->text);
         c->input_sent = 0;
@@ -354,7 +361,7 @@ static void stream_event(resp_call *c, const tc_event *e) {
                                                                         json_text(e->text, e->len)));
         break;
     case TC_EV_CALL_END:
-        if (c->item == ITEM_CALL) close_call(c);
+        if (c->item == ITEM_CALL) close_call(c, "completed");
         break;
     }
 }
@@ -368,7 +375,7 @@ static void stream_finish(resp_call *c) {
                                                   c->a.g.tool_error ? c->a.g.error : c->a.g.st.error));
         emit(c, "response.failed", json_pack("{s:o}", "response", r));
     } else {
-        close_item(c);
+        close_item(c, status); /* a call still open was cut by the limit */
         if (!json_array_size(c->output)) open_message(c), close_message(c); /* never no output */
         json_t *r = response_json(c, status, json_incref(c->output));
         remember(c, r);
