@@ -257,6 +257,8 @@ static void evict_one(disk_store *d, long i) {
     char path[4200];
     disk_file_path(d->dir, &d->slots[i].h, path, sizeof path, NULL, 0);
     if (unlink(path) && errno != ENOENT) log_warn("disk cache: evict %s: %s", path, strerror(errno));
+    disk_file_path_ext(d->dir, &d->slots[i].h, ".rs", path, sizeof path, NULL, 0);
+    unlink(path); /* the snapshot at this block's end, if any: useless without it */
     disk__ix_drop_block(d, i);
     d->st.evicted++;
 }

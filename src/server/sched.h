@@ -45,6 +45,8 @@ typedef struct sched_opts {
     disk_store *disk;      /* disk tier below the live one, or NULL */
     redis_tier *redis;     /* shared tier below the disk one, or NULL */
     cache_scope default_scope; /* for jobs whose scope is SCOPE_DEFAULT */
+    int snap_every_blocks;     /* recurrent models: a state snapshot every N blocks (0: none) */
+    size_t snap_budget_bytes;  /* recurrent models: memory for snapshots */
 } sched_opts;
 
 typedef struct sched_job {

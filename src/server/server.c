@@ -419,7 +419,8 @@ static int load_model(server *s, strata_err *err) {
     if ((rc = open_redis(s, fp, err))) return rc;
     sched_opts so = {.n_slots = s->o.parallel, .ctx_per_slot = s->o.ctx, .queue_max = s->o.queue_max,
                      .chunk = 256, .prefix_cache = !s->o.no_cache, .trace = s->trace, .disk = s->disk,
-                     .redis = s->redis,
+                     .redis = s->redis, .snap_every_blocks = s->o.snap_blocks,
+                     .snap_budget_bytes = (size_t)s->o.snap_mb << 20,
                      .default_scope = {SCOPE_FULL, 0}};
     if (s->o.scope && policy_scope_parse(s->o.scope, &so.default_scope))
         return strata_errf(err, STRATA_EINVAL, "--prefix-cache-scope %s: must be off, full, auto, auto:N (1-16) or a token count",

@@ -1,0 +1,116 @@
+/* disk_snap.c - recurrent-state snapshots in the disk tier (see disk.h):
+ * one file per snapshot, DIR/ab/<hex of its key>.rs, in the block file
+ * format (disk_file.h, kv dtype DISK_STATE_F32).
+ *
+ * Writes are synchronous on the caller's thread (the scheduler's): a
+ * snapshot is written once per chosen position, and at the tiny and
+ * small sizes measured here (tens of KiB to a few MiB) the fsync is the
+ * cost; a queue like the blocks' is the next step for states of tens of
+ * MiB. Snapshot files are not counted in the block budget; the block
+ * named by the same hash takes its snapshot with it when evicted. */
+#include "cache/disk.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/mem.h"
+#include "cache/disk_file.h"
+#include "cache/disk_int.h"
+
+int disk_snap_put(disk_store *d, const cache_hash *key, const cache_hash *boundary, const int32_t *tokens, int r,
+                  const float *state, size_t n) {
+    if (d->o.read_only || d->o.all_models) return STRATA_EINVAL;
+    char path[4200];
+    disk_file_path_ext(d->dir, key, ".rs", path, sizeof path, NULL, 0);
+    if (access(path, F_OK) == 0) return 0; /* never written twice */
+    disk_hdr h = {.version = DISK_FORMAT_VERSION, .kv_dtype = DISK_STATE_F32, .n_tokens = (uint32_t)r,
+                  .payload_bytes = n * sizeof(float), .hash = *key, .parent = *boundary};
+    memcpy(h.model_fp, d->o.model_fp, 32);
+    strata_err e = {0};
+    int sys_errno = 0;
+    pthread_mutex_lock(&d->mu);
+    unsigned seq = d->seq++;
+    pthread_mutex_unlock(&d->mu);
+    int rc = disk_file_write(d->dir, &h, tokens, state, seq, &sys_errno, &e);
+    pthread_mutex_lock(&d->mu);
+    if (rc == 0) d->st.snap_writes++, d->st.snap_write_bytes += disk_file_bytes(h.n_tokens, h.payload_bytes);
+    else d->st.write_errors++;
+    pthread_mutex_unlock(&d->mu);
+    if (rc) log_warn("disk cache: snapshot write dropped: %s", e.msg);
+    return rc;
+}
+
+int disk_snap_get(disk_store *d, const cache_hash *key, float *dst, size_t n) {
+    char path[4200], name[80], hex[65];
+    disk_file_path_ext(d->dir, key, ".rs", path, sizeof path, NULL, 0);
+    disk_expect ex = {.hash = key, .model_fp = d->o.model_fp, .kv_dtype = DISK_STATE_F32,
+                      .payload_bytes = n * sizeof(float)};
+    disk_hdr h;
+    strata_err e = {0};
+    int rc = disk_file_load(path, &ex, &h, NULL, dst, n * sizeof(float), &e);
+    if (rc == 0) {
+        pthread_mutex_lock(&d->mu);
+        d->st.snap_reads++;
+        pthread_mutex_unlock(&d->mu);
+        return 0;
+    }
+    memset(dst, 0, n * sizeof(float));
+    if (rc == STRATA_EFORMAT) {
+        cache_hash_hex(key, hex);
+        snprintf(name, sizeof name, "%s.rs", hex);
+        pthread_mutex_lock(&d->mu);
+        disk__quarantine(d, path, name, e.msg);
+        pthread_mutex_unlock(&d->mu);
+    }
+    return rc;
+}
+
+/* One DIR/ab/<hex>.rs: its header checks out and it is this model's. */
+static void list_one(disk_store *d, const char *path, const char *name, const cache_hash *h,
+                     void (*fn)(void *, const cache_hash *, const cache_hash *, int), void *ctx) {
+    strata_err e = {0};
+    uint64_t size;
+    disk_hdr hdr;
+    int fd = disk_file_open(path, &size, &e), rc = fd;
+    if (fd >= 0) {
+        rc = disk_file_read_header(fd, size, &hdr, NULL, &e);
+        close(fd);
+    }
+    if (rc == STRATA_EFORMAT || (rc == 0 && (memcmp(hdr.hash.b, h->b, 32) != 0 || hdr.kv_dtype != DISK_STATE_F32))) {
+        pthread_mutex_lock(&d->mu);
+        disk__quarantine(d, path, name, rc ? e.msg : "header names another snapshot");
+        pthread_mutex_unlock(&d->mu);
+        return;
+    }
+    if (rc == 0 && memcmp(hdr.model_fp, d->o.model_fp, 32) == 0) fn(ctx, &hdr.hash, &hdr.parent, (int)hdr.n_tokens);
+}
+
+void disk_snap_foreach(disk_store *d, void (*fn)(void *ctx, const cache_hash *key, const cache_hash *boundary, int r),
+                       void *ctx) {
+    DIR *dp = opendir(d->dir);
+    if (!dp) return;
+    struct dirent *de, *fe;
+    char sub[4200], path[4600];
+    while ((de = readdir(dp))) {
+        if (strlen(de->d_name) != 2 || !strchr("0123456789abcdef", de->d_name[0]) ||
+            !strchr("0123456789abcdef", de->d_name[1]))
+            continue;
+        snprintf(sub, sizeof sub, "%s/%s", d->dir, de->d_name);
+        DIR *fp = opendir(sub);
+        if (!fp) continue;
+        while ((fe = readdir(fp))) {
+            cache_hash h;
+            if (!disk_file_name_hash_ext(fe->d_name, ".rs", &h) || strncmp(fe->d_name, de->d_name, 2) != 0) continue;
+            snprintf(path, sizeof path, "%s/%s", sub, fe->d_name);
+            list_one(d, path, fe->d_name, &h, fn, ctx);
+        }
+        closedir(fp);
+    }
+    closedir(dp);
+}

@@ -1,0 +1,166 @@
+/* test_snapshot.c - recurrent-state snapshots in the block store, with no
+ * model: a pool of 1 layer, a made-up state, the real disk tier. Proves
+ * where the policy puts snapshots (the prompt's very end included), that
+ * a request resumes at the longest prefix with both blocks and a
+ * snapshot (not a later one on another branch), that snapshots survive a
+ * restart on disk, and that a damaged one is quarantined, never loaded. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cache/disk.h"
+#include "cache/disk_tier.h"
+#include "cache/store.h"
+#include "test.h"
+#include "test_util.h"
+
+#define B 4
+#define NF 8 /* floats of the made-up state */
+
+TEST(snapshot_policy_positions) {
+    int bounds[] = {3, 9}, n = 22;
+    cache_mark marks[] = {{.end = 6, .ttl_s = 60}};
+    int want[] = {3, 6, 8, 9, 16, 22}, got = 0, pos = 0, k = 0;
+    while ((pos = policy_snap_next(pos, n, 1 << 30, 2, B, bounds, 2, marks, 1)) > 0) {
+        CHECK_MSG(k < 6 && pos == want[k], "snapshot %d at %d", k, pos);
+        k++, got++;
+    }
+    CHECK_EQ_INT(got, 6); /* the prompt's end (22) fires although no block ends there */
+    CHECK_EQ_INT(policy_snap_next(0, n, 5, 0, B, NULL, 0, NULL, 0), 5); /* the scope's end */
+    CHECK_EQ_INT(policy_snap_next(5, n, 5, 0, B, NULL, 0, NULL, 0), -1); /* nothing past it */
+    CHECK_EQ_INT(policy_snap_next(22, n, 1 << 30, 2, B, bounds, 2, NULL, 0), -1);
+}
+
+typedef struct fixture {
+    kv_pool p;
+    cache_store *st;
+    store_request rq;
+    disk_store *d;
+    cache_tier t;
+} fixture;
+
+static void fixture_open(fixture *x, const char *dir) {
+    memset(x, 0, sizeof *x);
+    kv_pool_init(&x->p, 1, 2, B, 32, NULL);
+    store_opts o = {.default_scope = {SCOPE_FULL, 0}, .snap_floats = NF, .snap_budget_bytes = 1 << 20};
+    memset(o.model_fp, 5, 32);
+    x->st = store_new(&x->p, &o);
+    store_root(x->st, NULL, "", &x->rq.root);
+    x->rq.scope = (cache_scope){SCOPE_FULL, 0};
+    if (!dir) return;
+    disk_opts d = {.dir = dir, .block_tokens = B, .block_bytes = x->p.block_bytes, .kv_dtype = DISK_F16};
+    memcpy(d.model_fp, o.model_fp, 32);
+    strata_err err = {0};
+    CHECK(disk_open(&x->d, &d, &err) == 0);
+    x->t = disk_tier(x->d);
+    store_add_tier(x->st, &x->t);
+}
+
+static void fixture_close(fixture *x) {
+    store_free(x->st);
+    if (x->d) disk_flush(x->d), disk_close(x->d);
+    CHECK_EQ_INT(x->p.n_free, x->p.n_blocks);
+    kv_pool_destroy(&x->p);
+}
+
+static void state_at(float *st, int pos) {
+    for (int i = 0; i < NF; i++) st[i] = (float)pos * 100 + (float)i;
+}
+
+/* One request as the scheduler runs it: attach, resume at a snapshot,
+ * "compute" the rest (the state of position p is state_at(p)), snapshot
+ * at each position in snap[], then at the end. Returns where it resumed. */
+static int run(fixture *x, const int32_t *toks, int n, const int *snap, int n_snap, float *resumed) {
+    kv_seq s;
+    kv_seq_init(&s);
+    store_seq q;
+    store_seq_init(x->st, &q, &x->rq);
+    store_attach(x->st, &q, toks, n, n - 1, &s);
+    int P = store_snap_restore(x->st, &q, toks, &s);
+    if (resumed && P > 0) memcpy(resumed, s.rs, NF * sizeof(float));
+    float st[NF];
+    for (int k = 0; k <= n_snap; k++) {
+        int to = k < n_snap ? snap[k] : n;
+        if (to <= s.n_pos) continue;
+        kv_seq_reserve(&x->p, &s, to, NULL);
+        s.n_pos = to;
+        state_at(st, to);
+        kv_seq_set_state(&s, st, NF, to);
+        store_publish(x->st, &q, toks, &s);
+        store_snap_save(x->st, &q, toks, &s);
+    }
+    store_finish(x->st, &q, toks, &s, 1);
+    kv_seq_release(&x->p, &s);
+    return P;
+}
+
+TEST(snapshot_resumes_at_longest_prefix_with_blocks_and_state) {
+    fixture x;
+    fixture_open(&x, NULL);
+    int32_t a[30], b[30];
+    for (int i = 0; i < 30; i++) a[i] = b[i] = 10 + i;
+    for (int i = 13; i < 30; i++) b[i] = 500 + i; /* a branch at 13 */
+    int snaps[] = {6, 11, 16};
+    float got[NF], want[NF];
+    CHECK_EQ_INT(run(&x, a, 22, snaps, 3, NULL), 0); /* cold: stores 6, 11, 16 and 22 */
+    CHECK_EQ_INT(run(&x, a, 27, NULL, 0, got), 22);  /* turn N+1 resumes at turn N's end */
+    state_at(want, 22);
+    CHECK(memcmp(got, want, sizeof got) == 0);
+    CHECK_EQ_INT(run(&x, b, 25, NULL, 0, got), 11); /* the branch: 11, not 16 or 22 */
+    state_at(want, 11);
+    CHECK(memcmp(got, want, sizeof got) == 0);
+    store_stats ss;
+    store_get_stats(x.st, &ss);
+    CHECK(ss.snap.restored == 2 && ss.snap.bytes == (size_t)ss.snap.entries * NF * sizeof(float));
+    fixture_close(&x);
+}
+
+TEST(snapshot_survives_restart_and_damage_is_quarantined) {
+    char *dir = test_tmpdir_new();
+    fixture x;
+    fixture_open(&x, dir);
+    int32_t a[40];
+    for (int i = 0; i < 40; i++) a[i] = 7 + 3 * i;
+    int snaps[] = {9};
+    float got[NF], want[NF];
+    run(&x, a, 18, snaps, 1, NULL); /* snapshots at 9 (mid-block) and 18 */
+    fixture_close(&x);
+    fixture_open(&x, dir); /* a restart: memory is empty, the disk lists both */
+    store_stats ss;
+    store_get_stats(x.st, &ss);
+    CHECK_EQ_INT(ss.snap.entries, 2);
+    CHECK_EQ_INT(ss.snap.bytes, 0);
+    CHECK_EQ_INT(run(&x, a, 30, NULL, 0, got), 18);
+    state_at(want, 18);
+    CHECK(memcmp(got, want, sizeof got) == 0);
+    fixture_close(&x);
+    /* damage the snapshot at 18: its payload's last byte */
+    cache_hash root, h0, h1, h2, k18;
+    uint8_t fp[32];
+    memset(fp, 5, 32);
+    cache_hash_root_for(&root, fp, NULL, "");
+    cache_hash_block(&h0, &root, a, B), cache_hash_block(&h1, &h0, a + 4, B);
+    cache_hash_block(&h2, &h1, a + 8, B), cache_hash_block(&k18, &h2, a + 12, B);
+    cache_hash_block(&k18, &k18, a + 16, 2);
+    char hex[65], path[512];
+    cache_hash_hex(&k18, hex);
+    snprintf(path, sizeof path, "%s/%.2s/%s.rs", dir, hex, hex);
+    FILE *f = fopen(path, "r+b");
+    CHECK_MSG(f != NULL, "no snapshot file %s", path);
+    if (f) {
+        fseek(f, -5, SEEK_END);
+        fputc(0x5a, f);
+        fclose(f);
+    }
+    fixture_open(&x, dir);
+    CHECK_EQ_INT(run(&x, a, 30, NULL, 0, got), 9); /* 18 is skipped, 9 still serves */
+    state_at(want, 9);
+    CHECK(memcmp(got, want, sizeof got) == 0);
+    disk_stats ds;
+    disk_get_stats(x.d, &ds);
+    CHECK_EQ_INT(ds.quarantined, 1);
+    CHECK(access(path, F_OK) != 0);
+    fixture_close(&x);
+    test_tmpdir_free(dir);
+}
