@@ -1,0 +1,173 @@
+"""qwen35 (hybrid recurrent) with the prefix cache: recurrent-state
+snapshots in the block store (issue 11, items 4-6).
+
+The tiny generated qwen35 runs with small blocks (16 tokens) so a short
+conversation crosses many block boundaries. Every test compares against a
+server with the prefix cache off: greedy output must be byte-identical on
+every turn (cache on, off, after a restart, and on a branch), and the
+--trace line says where each request resumed (`snapshot.restored`), from
+which tier, and where it stored snapshots (`snapshot.stored`).
+"""
+import json
+import os
+import tempfile
+
+import httpx
+import pytest
+
+from conftest import GEN, Server
+
+MODEL = os.path.join(GEN, "models", "qwen35-f32.gguf")
+SYSTEM = ("You are a coding agent. Tools: read_file(path), run(cmd), grep(pattern). "
+          "Answer with one tool call per turn, then a summary.")
+
+
+def need_model():
+    if not os.path.exists(MODEL):
+        pytest.skip("tiny qwen35 model not generated (make testdata)")
+
+
+def start(tmp, name, *extra):
+    trace = os.path.join(tmp, name + ".jsonl")
+    srv = Server(MODEL, "--parallel", "2", "--ctx", "4096", "--cache-block-tokens", "16", "--trace", trace, *extra)
+    srv.trace = trace
+    return srv
+
+
+def last_trace(srv):
+    with open(srv.trace) as f:
+        return json.loads(f.read().strip().splitlines()[-1])
+
+
+def chat(srv, msgs, n=10):
+    r = httpx.post(srv.url + "/v1/chat/completions", timeout=120,
+                   json={"messages": msgs, "max_tokens": n, "temperature": 0})
+    r.raise_for_status()
+    return r.json()["choices"][0]["message"]["content"], last_trace(srv)
+
+
+def end_of(tr):
+    """Tokens the sequence held at the end: the prompt and every generated
+    token but the last one sampled (never fed back)."""
+    fed = tr["generated_tokens"] - (1 if tr["finish"] == "length" else 0)
+    return tr["prompt_tokens"] + fed
+
+
+def user_turn(i):
+    return f"Tool result {i}: " + " ".join(f"line{i}_{k}" for k in range(3 + i % 4))
+
+
+@pytest.fixture(scope="module")
+def tmp():
+    need_model()
+    with tempfile.TemporaryDirectory(prefix="strata-q35snap-") as d:
+        yield d
+
+
+@pytest.fixture(scope="module")
+def cold(tmp):
+    s = start(tmp, "cold", "--no-prefix-cache")
+    yield s
+    assert s.stop() == 0
+
+
+def test_agent_loop_12_turns_prefills_only_new_tokens(tmp, cold):
+    """(b) Each turn after the first resumes at the previous turn's end and
+    prefills only what came after it; output equals the cache-off run."""
+    warm = start(tmp, "loop", "--cache-snapshot-blocks", "4")
+    try:
+        msgs, prev, prefilled = [{"role": "system", "content": SYSTEM}], None, []
+        for i in range(12):
+            msgs.append({"role": "user", "content": user_turn(i)})
+            text, tr = chat(warm, msgs)
+            ref, _ = chat(cold, msgs)
+            assert text == ref, f"turn {i}: cache on differs from cache off"
+            snap = tr["snapshot"]
+            if prev is None:
+                assert snap["restored"] == 0 and tr["prefilled_tokens"] == tr["prompt_tokens"]
+            else:
+                assert snap["restored"] == end_of(prev), f"turn {i}: resumed at {snap['restored']}, not turn {i - 1}'s end"
+                assert snap["from"] == "live"
+                assert tr["prefilled_tokens"] == tr["prompt_tokens"] - end_of(prev)
+            assert tr["prompt_tokens"] in snap["stored"], "no snapshot at the prompt's end"
+            prefilled.append(tr["prefilled_tokens"])
+            prev = tr
+            msgs.append({"role": "assistant", "content": text})
+        print("prefilled per turn:", prefilled, "prompt tokens at turn 12:", prev["prompt_tokens"])
+        assert sum(prefilled[1:]) < prev["prompt_tokens"]
+    finally:
+        assert warm.stop() == 0
+
+
+def test_restart_resumes_from_disk(tmp, cold):
+    """(c) After a restart the blocks and the snapshot come from disk."""
+    cache = os.path.join(tmp, "kv-restart")
+    msgs = [{"role": "system", "content": SYSTEM}]
+    srv = start(tmp, "before", "--cache-dir", cache)
+    try:
+        for i in range(3):
+            msgs.append({"role": "user", "content": user_turn(i)})
+            text, prev = chat(srv, msgs)
+            msgs.append({"role": "assistant", "content": text})
+    finally:
+        assert srv.stop() == 0
+    assert any(f.endswith(".rs") for _, _, fs in os.walk(cache) for f in fs), "no snapshot file on disk"
+    msgs.append({"role": "user", "content": user_turn(3)})
+    srv = start(tmp, "after", "--cache-dir", cache)
+    try:
+        text, tr = chat(srv, msgs)
+    finally:
+        assert srv.stop() == 0
+    assert text == chat(cold, msgs)[0]
+    assert tr["snapshot"]["restored"] == end_of(prev) and tr["snapshot"]["from"] == "disk"
+    assert tr["cached_tokens"]["disk"] > 0
+    assert tr["prefilled_tokens"] == tr["prompt_tokens"] - end_of(prev)
+
+
+def complete(srv, prompt, n):
+    r = httpx.post(srv.url + "/v1/completions", timeout=120,
+                   json={"prompt": prompt, "max_tokens": n, "temperature": 0})
+    r.raise_for_status()
+    return r.json()["choices"][0]["text"], last_trace(srv)
+
+
+def test_snapshot_at_exact_end_of_prefill_is_stored_and_hit(tmp, cold):
+    """(d) The prompt's end is a snapshot position even where no block
+    ends and the prefill chunk would not be cut: request 1 stores it,
+    request 2 (the same prompt continued differently) resumes there."""
+    srv = start(tmp, "end", "--cache-snapshot-blocks", "0")
+    try:
+        a = "The quick brown fox jumps over the lazy dog and keeps running far away"
+        text, t1 = complete(srv, a, 4)
+        assert t1["prompt_tokens"] % 16 != 0
+        assert t1["snapshot"]["stored"] == [t1["prompt_tokens"], end_of(t1)], t1["snapshot"]
+        b = a + " zebra"
+        assert not text.startswith(" zebra")
+        text2, t2 = complete(srv, b, 4)
+        assert t2["snapshot"]["restored"] == t1["prompt_tokens"], t2["snapshot"]
+        assert t2["prefilled_tokens"] == t2["prompt_tokens"] - t1["prompt_tokens"]
+        assert text2 == complete(cold, b, 4)[0]
+    finally:
+        assert srv.stop() == 0
+
+
+def test_branch_restores_the_earlier_boundary(tmp, cold):
+    """(e) A branch back to an earlier message boundary resumes at the
+    snapshot there, not at a later one of the abandoned branch."""
+    srv = start(tmp, "branch", "--cache-snapshot-blocks", "0")
+    try:
+        msgs, trs = [{"role": "system", "content": SYSTEM}], []
+        for i in range(3):
+            msgs.append({"role": "user", "content": user_turn(i)})
+            text, tr = chat(srv, msgs)
+            msgs.append({"role": "assistant", "content": text})
+            trs.append(tr)
+        branch = msgs[:3] + [{"role": "user", "content": "Never mind: grep for TODO instead."}]
+        text, tr = chat(srv, branch)
+        assert text == chat(cold, branch)[0]
+        got, turn2 = tr["snapshot"]["restored"], trs[1]
+        assert got in turn2["snapshot"]["stored"], (got, turn2["snapshot"])  # the boundary turn 2 stored
+        assert end_of(trs[0]) < got < turn2["prompt_tokens"], (got, end_of(trs[0]), turn2["prompt_tokens"])
+        assert tr["prefilled_tokens"] == tr["prompt_tokens"] - got
+    finally:
+        assert srv.stop() == 0
