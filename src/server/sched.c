@@ -312,6 +312,9 @@ static void publish_blocks(sched *s) {
     s->stats.cache_tail_hit_tokens = st.tail_hit_tokens;
     s->stats.cache_evicted_retained = st.live.evicted_retained;
     s->stats.cache_tails = st.live.tails;
+    s->stats.snap_stored = st.snap.stored, s->stats.snap_restored = st.snap.restored;
+    s->stats.snap_evicted = st.snap.evicted, s->stats.snap_entries = st.snap.entries;
+    s->stats.snap_bytes = st.snap.bytes;
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -126,6 +126,8 @@ typedef struct sched_stats {
     long cache_redis_hit_tokens;
     long cache_tail_hit_tokens, cache_evicted_retained;
     int cache_blocks, cache_idle_blocks, cache_tails;
+    long snap_stored, snap_restored, snap_evicted, snap_entries; /* recurrent-state snapshots */
+    unsigned long long snap_bytes;                               /* their state bytes in memory */
     int active, queued, n_slots;
 } sched_stats;
 void sched_get_stats(sched *s, sched_stats *out);

@@ -98,6 +98,16 @@ static void get_metrics(server *s, const http_req *req, http_reply *rep) {
                      st.cache_lookups, st.cache_hit_tokens, st.cache_published_blocks, st.cache_evicted_blocks,
                      st.cache_blocks, st.cache_disk_hit_tokens, st.cache_tail_hit_tokens, st.cache_tails,
                      st.cache_evicted_retained);
+    if (s->e->m->hp.n_rec_layer > 0 && n < (int)sizeof body)
+        n += snprintf(body + n, sizeof body - (size_t)n,
+                      "# HELP strata_cache_snapshots Recurrent-state snapshots indexed (memory or disk).\n"
+                      "# TYPE strata_cache_snapshots gauge\nstrata_cache_snapshots %ld\n"
+                      "# HELP strata_cache_snapshot_bytes State bytes of the snapshots held in memory.\n"
+                      "# TYPE strata_cache_snapshot_bytes gauge\nstrata_cache_snapshot_bytes %llu\n"
+                      "# TYPE strata_cache_snapshots_stored_total counter\nstrata_cache_snapshots_stored_total %ld\n"
+                      "# TYPE strata_cache_snapshots_restored_total counter\nstrata_cache_snapshots_restored_total %ld\n"
+                      "# TYPE strata_cache_snapshots_evicted_total counter\nstrata_cache_snapshots_evicted_total %ld\n",
+                      st.snap_entries, st.snap_bytes, st.snap_stored, st.snap_restored, st.snap_evicted);
     if (s->disk && n < (int)sizeof body) {
         disk_stats d;
         disk_get_stats(s->disk, &d);
