@@ -141,6 +141,9 @@ int disk_snap_get(disk_store *d, const cache_hash *key, float *dst, size_t n);
  * header checks out (damaged ones are quarantined). */
 void disk_snap_foreach(disk_store *d, void (*fn)(void *ctx, const cache_hash *key, const cache_hash *boundary, int r),
                        void *ctx);
+/* For `strata cache`: snapshot files of every model under dir, their
+ * bytes (may be NULL); with remove, deleted (files: how many went). */
+void disk_snap_count(const char *dir, uint64_t *files, uint64_t *bytes, int remove);
 
 /* ---- for `strata cache` (tools; also usable by the server) ---- */
 

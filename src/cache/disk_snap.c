@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -91,9 +92,9 @@ static void list_one(disk_store *d, const char *path, const char *name, const ca
     if (rc == 0 && memcmp(hdr.model_fp, d->o.model_fp, 32) == 0) fn(ctx, &hdr.hash, &hdr.parent, (int)hdr.n_tokens);
 }
 
-void disk_snap_foreach(disk_store *d, void (*fn)(void *ctx, const cache_hash *key, const cache_hash *boundary, int r),
-                       void *ctx) {
-    DIR *dp = opendir(d->dir);
+/* Calls fn(ctx, path, name, hash) for every DIR/ab/<hex>.rs. */
+static void walk(const char *dir, void (*fn)(void *, const char *, const char *, const cache_hash *), void *ctx) {
+    DIR *dp = opendir(dir);
     if (!dp) return;
     struct dirent *de, *fe;
     char sub[4200], path[4600];
@@ -101,16 +102,52 @@ void disk_snap_foreach(disk_store *d, void (*fn)(void *ctx, const cache_hash *ke
         if (strlen(de->d_name) != 2 || !strchr("0123456789abcdef", de->d_name[0]) ||
             !strchr("0123456789abcdef", de->d_name[1]))
             continue;
-        snprintf(sub, sizeof sub, "%s/%s", d->dir, de->d_name);
+        snprintf(sub, sizeof sub, "%s/%s", dir, de->d_name);
         DIR *fp = opendir(sub);
         if (!fp) continue;
         while ((fe = readdir(fp))) {
             cache_hash h;
             if (!disk_file_name_hash_ext(fe->d_name, ".rs", &h) || strncmp(fe->d_name, de->d_name, 2) != 0) continue;
             snprintf(path, sizeof path, "%s/%s", sub, fe->d_name);
-            list_one(d, path, fe->d_name, &h, fn, ctx);
+            fn(ctx, path, fe->d_name, &h);
         }
         closedir(fp);
     }
     closedir(dp);
+}
+
+typedef struct list_ctx {
+    disk_store *d;
+    void (*fn)(void *, const cache_hash *, const cache_hash *, int);
+    void *ctx;
+} list_ctx;
+
+static void list_cb(void *ctx, const char *path, const char *name, const cache_hash *h) {
+    list_ctx *l = ctx;
+    list_one(l->d, path, name, h, l->fn, l->ctx);
+}
+
+void disk_snap_foreach(disk_store *d, void (*fn)(void *ctx, const cache_hash *key, const cache_hash *boundary, int r),
+                       void *ctx) {
+    list_ctx l = {d, fn, ctx};
+    walk(d->dir, list_cb, &l);
+}
+
+typedef struct count_ctx {
+    uint64_t files, bytes;
+    int remove;
+} count_ctx;
+
+static void count_cb(void *ctx, const char *path, const char *name, const cache_hash *h) {
+    count_ctx *c = ctx;
+    struct stat st;
+    if (stat(path, &st) == 0) c->bytes += (uint64_t)st.st_size;
+    if (!c->remove || unlink(path) == 0) c->files++;
+}
+
+void disk_snap_count(const char *dir, uint64_t *files, uint64_t *bytes, int remove) {
+    count_ctx c = {0, 0, remove};
+    walk(dir, count_cb, &c);
+    *files = c.files;
+    if (bytes) *bytes = c.bytes;
 }

@@ -213,6 +213,9 @@ static int cmd_stat(const char *dir) {
         printf("  model %02x%02x%02x%02x: %llu blocks, %llu tokens, %.1f MiB, %llu chains\n", m[i].fp[0],
                m[i].fp[1], m[i].fp[2], m[i].fp[3], (unsigned long long)m[i].files,
                (unsigned long long)m[i].tokens, m[i].bytes / MIB, (unsigned long long)m[i].leaves);
+    uint64_t sn, sb;
+    disk_snap_count(dir, &sn, &sb, 0);
+    printf("snapshots    %llu recurrent-state files (.rs, %.1f MiB)\n", (unsigned long long)sn, sb / MIB);
     printf("damaged      %llu (found from headers; run verify to check payloads)\n", (unsigned long long)st.quarantined);
     printf("other format %llu (left alone)\n", (unsigned long long)st.foreign);
     printf("quarantine   %d files in %s/%s\n", count_dir(dir, DISK_QUARANTINE), dir, DISK_QUARANTINE);

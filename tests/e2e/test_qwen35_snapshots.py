@@ -10,12 +10,13 @@ which tier, and where it stored snapshots (`snapshot.stored`).
 """
 import json
 import os
+import subprocess
 import tempfile
 
 import httpx
 import pytest
 
-from conftest import GEN, Server
+from conftest import GEN, STRATA, Server
 
 MODEL = os.path.join(GEN, "models", "qwen35-f32.gguf")
 SYSTEM = ("You are a coding agent. Tools: read_file(path), run(cmd), grep(pattern). "
@@ -135,6 +136,11 @@ def test_restart_resumes_from_disk(tmp, cold):
     assert tr["snapshot"]["restored"] == end_of(prev) and tr["snapshot"]["from"] == "disk"
     assert tr["cached_tokens"]["disk"] > 0
     assert tr["prefilled_tokens"] == tr["prompt_tokens"] - end_of(prev)
+    stat = subprocess.run([STRATA, "cache", "stat", "--cache-dir", cache], capture_output=True, text=True, check=True)
+    n_snap = int(next(l for l in stat.stdout.splitlines() if l.startswith("snapshots")).split()[1])
+    assert n_snap > 0, stat.stdout
+    subprocess.run([STRATA, "cache", "purge", "--cache-dir", cache], capture_output=True, check=True)
+    assert not any(f.endswith(".rs") for _, _, fs in os.walk(cache) for f in fs), "purge left snapshots"
 
 
 def complete(srv, prompt, n):
