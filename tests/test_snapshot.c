@@ -164,3 +164,34 @@ TEST(snapshot_survives_restart_and_damage_is_quarantined) {
     fixture_close(&x);
     test_tmpdir_free(dir);
 }
+
+/* A snapshot needs the block it ends: when the live pool evicts that
+ * block, the snapshot's memory copy goes with it. */
+TEST(snapshot_memory_copy_goes_with_its_block) {
+    fixture x;
+    fixture_open(&x, NULL);
+    int32_t a[24], o[24];
+    for (int i = 0; i < 24; i++) a[i] = 1000 + i;
+    int snaps[] = {8};
+    run(&x, a, 22, snaps, 1, NULL); /* snapshots at 8 (a block end) and 22 (a tail end) */
+    store_stats before, after;
+    store_get_stats(x.st, &before);
+    CHECK_EQ_INT(before.snap.entries, 2);
+    for (int k = 0; k < 12; k++) { /* other prompts push a's blocks out of the 32-block pool */
+        for (int i = 0; i < 24; i++) o[i] = 2000 + 100 * k + i;
+        run(&x, o, 24, NULL, 0, NULL);
+    }
+    store_get_stats(x.st, &after);
+    CHECK(after.live.evicted_blocks > 0);
+    kv_seq s;
+    kv_seq_init(&s);
+    store_seq q;
+    store_seq_init(x.st, &q, &x.rq);
+    CHECK_EQ_INT(store_attach(x.st, &q, a, 22, 21, &s), 0); /* a's blocks are gone */
+    store_finish(x.st, &q, a, &s, 0);
+    kv_seq_release(&x.p, &s);
+    store_get_stats(x.st, &after); /* 2 + 12 stored (one per prompt end); those whose block went, gone */
+    CHECK_MSG(after.snap.entries < 14, "%ld snapshots kept, their blocks evicted", after.snap.entries);
+    CHECK(after.snap.bytes == (size_t)after.snap.entries * NF * sizeof(float));
+    fixture_close(&x);
+}

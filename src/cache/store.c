@@ -30,6 +30,14 @@ struct cache_store {
     store_stats st;
 };
 
+/* The live pool evicted the block (or tail) named h: the snapshot at its
+ * end needs it, so its memory copy goes too (a lower tier's stays). */
+static void snap_block_evicted(void *ctx, const cache_hash *h) {
+    cache_store *st = ctx;
+    snap_entry *e = snap_find(st->snaps, h);
+    if (e) snap_drop_data(st->snaps, e);
+}
+
 cache_store *store_new(kv_pool *kv, const store_opts *o) {
     cache_store *st = xcalloc(1, sizeof *st);
     st->kv = kv;
@@ -37,6 +45,7 @@ cache_store *store_new(kv_pool *kv, const store_opts *o) {
     st->live = live_new(kv, o->attn_per_pos);
     st->recent = policy_recent_new(POLICY_RECENT_MAX);
     if (o->snap_floats) {
+        live_on_evict(st->live, snap_block_evicted, st);
         st->snaps = snap_new(o->snap_budget_bytes);
         st->snap_buf = xmalloc(o->snap_floats * sizeof(float));
     }
