@@ -129,8 +129,8 @@ typedef struct disk_stats {
 void disk_get_stats(disk_store *d, disk_stats *out);
 
 /* ---- recurrent-state snapshots (disk_snap.c; format in disk_file.h) ----
- * DIR/ab/<hex of key>.rs beside the blocks, written atomically (temp,
- * fsync, rename) on the caller's thread, verified like a block on every
+ * DIR/ab/<hex of key>.rs beside the blocks, queued and written
+ * atomically (temp, fsync, rename) by the writer thread, verified like a block on every
  * read; a damaged, foreign or mis-shaped one is quarantined and reported,
  * never loaded. Evicting the block (or tail) named by the same hash
  * deletes its snapshot too. */

@@ -25,6 +25,8 @@ typedef struct djob {
     uint32_t n_tokens;
     int32_t *tokens;
     uint8_t *kv;
+    uint64_t payload; /* bytes at kv: block_bytes, or a snapshot's state */
+    int snap;         /* a recurrent-state snapshot (disk_snap.c): no index entry */
 } djob;
 
 typedef struct dent {

@@ -2,12 +2,12 @@
  * one file per snapshot, DIR/ab/<hex of its key>.rs, in the block file
  * format (disk_file.h, kv dtype DISK_STATE_F32).
  *
- * Writes are synchronous on the caller's thread (the scheduler's): a
- * snapshot is written once per chosen position, and at the tiny and
- * small sizes measured here (tens of KiB to a few MiB) the fsync is the
- * cost; a queue like the blocks' is the next step for states of tens of
- * MiB. Snapshot files are not counted in the block budget; the block
- * named by the same hash takes its snapshot with it when evicted. */
+ * Writes go through the blocks' bounded queue and writer thread (a copy
+ * is queued and the call returns; temp file, fsync, rename off the hot
+ * path); a snapshot still queued is served from its copy. Snapshot
+ * files are not indexed with the blocks nor counted in the block
+ * budget; the block named by the same hash takes its snapshot with it
+ * when evicted. */
 #include "cache/disk.h"
 
 #include <dirent.h>
@@ -24,31 +24,58 @@
 #include "cache/disk_file.h"
 #include "cache/disk_int.h"
 
+/* A queued snapshot's job, or NULL. Locked. */
+static djob *queued(disk_store *d, const cache_hash *key) {
+    for (djob *j = d->head; j; j = j->next)
+        if (j->snap && memcmp(j->h.b, key->b, 32) == 0) return j;
+    return NULL;
+}
+
 int disk_snap_put(disk_store *d, const cache_hash *key, const cache_hash *boundary, const int32_t *tokens, int r,
                   const float *state, size_t n) {
-    if (d->o.read_only || d->o.all_models) return STRATA_EINVAL;
+    if (!d->has_thread || r < 0 || r >= DISK_MAX_TOKENS) return STRATA_EINVAL; /* read-only or tool store */
     char path[4200];
     disk_file_path_ext(d->dir, key, ".rs", path, sizeof path, NULL, 0);
     if (access(path, F_OK) == 0) return 0; /* never written twice */
-    disk_hdr h = {.version = DISK_FORMAT_VERSION, .kv_dtype = DISK_STATE_F32, .n_tokens = (uint32_t)r,
-                  .payload_bytes = n * sizeof(float), .hash = *key, .parent = *boundary};
-    memcpy(h.model_fp, d->o.model_fp, 32);
-    strata_err e = {0};
-    int sys_errno = 0;
+    uint64_t bytes = n * sizeof(float), tb = 4ull * (uint64_t)r;
+    djob *j = malloc(sizeof *j + tb + bytes);
+    if (!j) return STRATA_ENOMEM;
+    *j = (djob){.h = *key, .parent = *boundary, .n_tokens = (uint32_t)r, .payload = bytes, .snap = 1};
+    j->tokens = (int32_t *)(j + 1);
+    j->kv = (uint8_t *)j->tokens + tb;
+    memcpy(j->tokens, tokens, tb);
+    memcpy(j->kv, state, bytes); /* the copy, outside the lock */
     pthread_mutex_lock(&d->mu);
-    unsigned seq = d->seq++;
+    int rc = 0;
+    if (queued(d, key)) {
+        free(j);
+    } else if (d->st.pending_bytes + bytes > d->o.max_pending_bytes) {
+        d->st.dropped++;
+        free(j);
+        rc = STRATA_EBUSY;
+    } else {
+        if (d->tail) d->tail->next = j;
+        else d->head = j;
+        d->tail = j;
+        d->st.pending++;
+        d->st.pending_bytes += bytes;
+        pthread_cond_signal(&d->cv_work);
+    }
     pthread_mutex_unlock(&d->mu);
-    int rc = disk_file_write(d->dir, &h, tokens, state, seq, &sys_errno, &e);
-    pthread_mutex_lock(&d->mu);
-    if (rc == 0) d->st.snap_writes++, d->st.snap_write_bytes += disk_file_bytes(h.n_tokens, h.payload_bytes);
-    else d->st.write_errors++;
-    pthread_mutex_unlock(&d->mu);
-    if (rc) log_warn("disk cache: snapshot write dropped: %s", e.msg);
     return rc;
 }
 
 int disk_snap_get(disk_store *d, const cache_hash *key, float *dst, size_t n) {
     char path[4200], name[80], hex[65];
+    pthread_mutex_lock(&d->mu);
+    djob *j = queued(d, key);
+    if (j && j->payload == n * sizeof(float)) { /* not written yet: served from its copy */
+        memcpy(dst, j->kv, j->payload);
+        d->st.snap_reads++;
+        pthread_mutex_unlock(&d->mu);
+        return 0;
+    }
+    pthread_mutex_unlock(&d->mu);
     disk_file_path_ext(d->dir, key, ".rs", path, sizeof path, NULL, 0);
     disk_expect ex = {.hash = key, .model_fp = d->o.model_fp, .kv_dtype = DISK_STATE_F32,
                       .payload_bytes = n * sizeof(float)};
