@@ -22,14 +22,20 @@ TEST(snapshot_policy_positions) {
     int bounds[] = {3, 9}, n = 22;
     cache_mark marks[] = {{.end = 6, .ttl_s = 60}};
     int want[] = {3, 6, 8, 9, 16, 22}, got = 0, pos = 0, k = 0;
-    while ((pos = policy_snap_next(pos, n, 1 << 30, 2, B, bounds, 2, marks, 1)) > 0) {
+    while ((pos = policy_snap_next(pos, n, 1 << 30, 2, B, bounds, 2, marks, 1, 0)) > 0) {
         CHECK_MSG(k < 6 && pos == want[k], "snapshot %d at %d", k, pos);
         k++, got++;
     }
     CHECK_EQ_INT(got, 6); /* the prompt's end (22) fires although no block ends there */
-    CHECK_EQ_INT(policy_snap_next(0, n, 5, 0, B, NULL, 0, NULL, 0), 5); /* the scope's end */
-    CHECK_EQ_INT(policy_snap_next(5, n, 5, 0, B, NULL, 0, NULL, 0), -1); /* nothing past it */
-    CHECK_EQ_INT(policy_snap_next(22, n, 1 << 30, 2, B, bounds, 2, NULL, 0), -1);
+    CHECK_EQ_INT(policy_snap_next(0, n, 5, 0, B, NULL, 0, NULL, 0, 0), 5); /* the scope's end */
+    CHECK_EQ_INT(policy_snap_next(5, n, 5, 0, B, NULL, 0, NULL, 0, 0), -1); /* nothing past it */
+    CHECK_EQ_INT(policy_snap_next(22, n, 1 << 30, 2, B, bounds, 2, NULL, 0, 0), -1);
+    /* a gap of 4: 3 is too close to 0, 8 and 9 to 6, 18 does not exist: 6, 16, the end */
+    int gap_want[] = {6, 16, 22};
+    for (pos = 0, k = 0; (pos = policy_snap_next(pos, n, 1 << 30, 2, B, bounds, 2, marks, 1, 4)) > 0; k++)
+        CHECK_MSG(k < 3 && pos == gap_want[k], "gap: snapshot %d at %d", k, pos);
+    CHECK_EQ_INT(k, 3);
+    CHECK_EQ_INT(policy_snap_next(20, n, 1 << 30, 2, B, bounds, 2, marks, 1, 4), 22); /* the end, however close */
 }
 
 typedef struct fixture {

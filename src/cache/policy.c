@@ -120,20 +120,20 @@ int policy_publish_limit(policy_recent *r, const cache_scope *sc, const cache_sc
 
 /* ---- snapshot positions ------------------------------------------------- */
 
-static void snap_cand(int *best, int at, int pos, int end) {
-    if (at > pos && at <= end && (*best < 0 || at < *best)) *best = at;
+static void snap_cand(int *best, int at, int from, int end) {
+    if (at >= from && at <= end && (*best < 0 || at < *best)) *best = at;
 }
 
 int policy_snap_next(int pos, int n_prompt, int limit, int every, int B, const int *bounds, int n_bounds,
-                     const cache_mark *marks, int n_marks) {
-    int end = n_prompt < limit ? n_prompt : limit, best = -1;
+                     const cache_mark *marks, int n_marks, int min_gap) {
+    int end = n_prompt < limit ? n_prompt : limit, best = -1, from = pos + (min_gap > 1 ? min_gap : 1);
     if (end <= pos) return -1;
-    if (every > 0) snap_cand(&best, (pos / (every * B) + 1) * every * B, pos, end);
-    for (int i = 0; i < n_bounds; i++) snap_cand(&best, bounds[i], pos, end);
-    for (int i = 0; i < n_marks; i++) snap_cand(&best, marks[i].end, pos, end);
-    snap_cand(&best, limit, pos, end);
-    snap_cand(&best, n_prompt, pos, end);
-    return best;
+    if (every > 0) snap_cand(&best, ((from - 1) / (every * B) + 1) * every * B, from, end);
+    for (int i = 0; i < n_bounds; i++) snap_cand(&best, bounds[i], from, end);
+    for (int i = 0; i < n_marks; i++) snap_cand(&best, marks[i].end, from, end);
+    snap_cand(&best, limit, from, end);
+    snap_cand(&best, n_prompt, from, end);
+    return best >= 0 ? best : end; /* the end, however close */
 }
 
 /* ---- learned boundary ---------------------------------------------------- */

@@ -506,7 +506,7 @@ int store_snap_next(const cache_store *st, const store_seq *q, int pos, int n_pr
     if (!st->snaps) return -1;
     const store_request *rq = q->rq;
     return policy_snap_next(pos, n_prompt, q->publish_limit, st->o.snap_every_blocks, st->kv->block_tokens,
-                            rq->bounds, rq->n_bounds, rq->marks, rq->n_marks);
+                            rq->bounds, rq->n_bounds, rq->marks, rq->n_marks, st->kv->block_tokens);
 }
 
 /* The name of position P (> 0) of tokens: its boundary (chain hash at

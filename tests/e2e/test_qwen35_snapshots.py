@@ -4,7 +4,9 @@ snapshots in the block store (issue 11, items 4-6).
 The tiny generated qwen35 runs with small blocks (16 tokens) so a short
 conversation crosses many block boundaries. Every test compares against a
 server with the prefix cache off: greedy output must be byte-identical on
-every turn (cache on, off, after a restart, and on a branch), and the
+every turn (cache on, off, after a restart, and on a branch; the cold
+server is sent every turn too, so both splice the replies' exact tokens
+back into the next prompt and see the same tokens), and the
 --trace line says where each request resumed (`snapshot.restored`), from
 which tier, and where it stored snapshots (`snapshot.stored`).
 """
@@ -122,6 +124,7 @@ def test_restart_resumes_from_disk(tmp, cold):
         for i in range(3):
             msgs.append({"role": "user", "content": user_turn(i)})
             text, prev = chat(srv, msgs)
+            assert text == chat(cold, msgs)[0]  # and cold remembers the reply's exact tokens too
             msgs.append({"role": "assistant", "content": text})
     finally:
         assert srv.stop() == 0
@@ -172,21 +175,27 @@ def test_snapshot_at_exact_end_of_prefill_is_stored_and_hit(tmp, cold):
 
 def test_branch_restores_the_earlier_boundary(tmp, cold):
     """(e) A branch back to an earlier message boundary resumes at the
-    snapshot there, not at a later one of the abandoned branch."""
+    snapshot there, not at a later one of the abandoned branch: back to
+    turn 2's start (turn 1's end), and back to the system prompt's end."""
     srv = start(tmp, "branch", "--cache-snapshot-blocks", "0")
     try:
         msgs, trs = [{"role": "system", "content": SYSTEM}], []
         for i in range(3):
             msgs.append({"role": "user", "content": user_turn(i)})
             text, tr = chat(srv, msgs)
+            assert text == chat(cold, msgs)[0]  # and cold remembers the reply's exact tokens too
             msgs.append({"role": "assistant", "content": text})
             trs.append(tr)
-        branch = msgs[:3] + [{"role": "user", "content": "Never mind: grep for TODO instead."}]
-        text, tr = chat(srv, branch)
-        assert text == chat(cold, branch)[0]
-        got, turn2 = tr["snapshot"]["restored"], trs[1]
-        assert got in turn2["snapshot"]["stored"], (got, turn2["snapshot"])  # the boundary turn 2 stored
-        assert end_of(trs[0]) < got < turn2["prompt_tokens"], (got, end_of(trs[0]), turn2["prompt_tokens"])
-        assert tr["prefilled_tokens"] == tr["prompt_tokens"] - got
+        first = trs[0]["snapshot"]["stored"]
+        print("turn 1 stored", first, "turn 2 stored", trs[1]["snapshot"]["stored"])
+        cases = [(msgs[:3] + [{"role": "user", "content": "Never mind: grep for TODO instead."}], end_of(trs[0])),
+                 (msgs[:1] + [{"role": "user", "content": "Start over: what tools do you have?"}], first[0])]
+        for branch, want in cases:
+            text, tr = chat(srv, branch)
+            assert text == chat(cold, branch)[0]
+            got = tr["snapshot"]["restored"]
+            assert got == want, (got, want, tr["snapshot"])
+            assert tr["prefilled_tokens"] == tr["prompt_tokens"] - got
+        assert 0 < first[0] < trs[0]["prompt_tokens"]
     finally:
         assert srv.stop() == 0
