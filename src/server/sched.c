@@ -59,12 +59,15 @@ static void trace_request(sched *s, const slot *sl, sched_finish f) {
     fflush(o);
 }
 
+static void copy_cache_stats(sched *s);
+
 static void slot_free(sched *s, slot *sl, sched_finish f, const char *why) {
     /* What the request leaves cached: its tail (unless its KV may be
      * incomplete), the recurrent state at its end (turn N+1 resumes
      * there), and retention marks; a read in flight is dropped. */
     if (s->store && sl->attached && f != FINISH_ERROR) store_snap_save(s->store, &sl->q, sl->toks, &sl->seq);
     if (s->store) store_finish(s->store, &sl->q, sl->toks, &sl->seq, f != FINISH_ERROR);
+    if (s->store) copy_cache_stats(s); /* what the end stored counts at once */
     if (s->o.trace) trace_request(s, sl, f);
     kv_seq_release(&s->e->kv, &sl->seq); /* published blocks stay cached */
     free(sl->toks);
@@ -291,13 +294,8 @@ static void note_progress(sched *s, int n) {
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Full blocks of every sequence become findable by later prompts; the
- * cache counters are copied for readers under the lock. */
-static void publish_blocks(sched *s) {
-    if (!s->store) return;
-    for (int i = 0; i < s->o.n_slots; i++)
-        if (s->slots[i].req && s->slots[i].attached)
-            store_publish(s->store, &s->slots[i].q, s->slots[i].toks, &s->slots[i].seq);
+/* The cache counters, copied for readers under the lock. */
+static void copy_cache_stats(sched *s) {
     store_stats st;
     store_get_stats(s->store, &st);
     pthread_mutex_lock(&s->mu);
@@ -316,6 +314,15 @@ static void publish_blocks(sched *s) {
     s->stats.snap_evicted = st.snap.evicted, s->stats.snap_entries = st.snap.entries;
     s->stats.snap_bytes = st.snap.bytes;
     pthread_mutex_unlock(&s->mu);
+}
+
+/* Full blocks of every sequence become findable by later prompts. */
+static void publish_blocks(sched *s) {
+    if (!s->store) return;
+    for (int i = 0; i < s->o.n_slots; i++)
+        if (s->slots[i].req && s->slots[i].attached)
+            store_publish(s->store, &s->slots[i].q, s->slots[i].toks, &s->slots[i].seq);
+    copy_cache_stats(s);
 }
 
 /* Recurrent models: a sequence whose prefill just reached a position the
