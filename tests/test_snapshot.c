@@ -55,7 +55,8 @@ static void fixture_open(fixture *x, const char *dir) {
     store_root(x->st, NULL, "", &x->rq.root);
     x->rq.scope = (cache_scope){SCOPE_FULL, 0};
     if (!dir) return;
-    disk_opts d = {.dir = dir, .block_tokens = B, .block_bytes = x->p.block_bytes, .kv_dtype = DISK_F16};
+    disk_opts d = {.dir = dir, .block_tokens = B, .block_bytes = x->p.block_bytes, .kv_dtype = DISK_F16,
+                   .protect_ms = 1};
     memcpy(d.model_fp, o.model_fp, 32);
     strata_err err = {0};
     CHECK(disk_open(&x->d, &d, &err) == 0);
@@ -200,4 +201,51 @@ TEST(snapshot_memory_copy_goes_with_its_block) {
     CHECK_MSG(after.snap.entries < 14, "%ld snapshots kept, their blocks evicted", after.snap.entries);
     CHECK(after.snap.bytes == (size_t)after.snap.entries * NF * sizeof(float));
     fixture_close(&x);
+}
+
+/* Bytes of the .kv and .rs files under dir (both kinds count). */
+static uint64_t files_bytes(const char *dir, int *n_rs) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "find %s -path '*/quarantine' -prune -o -type f -name '*.rs' -printf 'r %%s\\n' -o "
+             "-type f -name '*.kv' -printf 'k %%s\\n'", dir);
+    FILE *p = popen(cmd, "r");
+    uint64_t sum = 0;
+    char kind;
+    unsigned long long sz;
+    *n_rs = 0;
+    while (p && fscanf(p, " %c %llu", &kind, &sz) == 2) sum += sz, *n_rs += kind == 'r';
+    if (p) pclose(p);
+    return sum;
+}
+
+/* On disk, snapshot files count in the tier's bytes (so its budget),
+ * survive a reopen, and go with the blocks they hang on. */
+TEST(snapshot_files_count_in_the_disk_budget_and_go_with_blocks) {
+    char *dir = test_tmpdir_new();
+    fixture x;
+    fixture_open(&x, dir);
+    int32_t a[40];
+    for (int i = 0; i < 40; i++) a[i] = 50 + 5 * i;
+    int snaps[] = {9}, n_rs;
+    run(&x, a, 18, snaps, 1, NULL); /* snapshots at 9 and 18 */
+    disk_flush(x.d);
+    disk_stats ds;
+    disk_get_stats(x.d, &ds);
+    CHECK_EQ_INT(ds.snap_files, 2);
+    CHECK_EQ_INT(ds.bytes, files_bytes(dir, &n_rs));
+    CHECK_EQ_INT(n_rs, 2);
+    fixture_close(&x);
+    fixture_open(&x, dir); /* the list is rebuilt at open */
+    disk_get_stats(x.d, &ds);
+    CHECK_EQ_INT(ds.snap_files, 2);
+    CHECK_EQ_INT(ds.bytes, files_bytes(dir, &n_rs));
+    usleep(20 * 1000); /* past protect_ms */
+    CHECK(disk_evict_to(x.d, 0) > 0);
+    disk_get_stats(x.d, &ds);
+    CHECK_EQ_INT(ds.snap_files, 0);
+    CHECK_EQ_INT(ds.bytes, 0);
+    CHECK_EQ_INT(files_bytes(dir, &n_rs), 0);
+    CHECK_EQ_INT(n_rs, 0);
+    fixture_close(&x);
+    test_tmpdir_free(dir);
 }

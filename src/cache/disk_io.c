@@ -51,7 +51,8 @@ static void finish_job(disk_store *d, djob *j, int rc, int sys_errno, const stra
     d->st.pending--;
     d->st.pending_bytes -= j->payload;
     if (j->snap) { /* not indexed: the store's snapshot table knows it */
-        if (rc == 0) d->st.snap_writes++, d->st.snap_write_bytes += disk_file_bytes(j->n_tokens, j->payload);
+        uint64_t fb = disk_file_bytes(j->n_tokens, j->payload);
+        if (rc == 0) d->st.snap_writes++, d->st.snap_write_bytes += fb, disk__snap_note(d, &j->h, &j->parent, j->n_tokens, fb);
         else note_write_error(d, sys_errno, e);
         free(j);
         return;

@@ -5,9 +5,9 @@
  * Writes go through the blocks' bounded queue and writer thread (a copy
  * is queued and the call returns; temp file, fsync, rename off the hot
  * path); a snapshot still queued is served from its copy. Snapshot
- * files are not indexed with the blocks nor counted in the block
- * budget; the block named by the same hash takes its snapshot with it
- * when evicted. */
+ * files are not in the block index but in a list of their own (rebuilt
+ * from headers at open), counted in the tier's bytes and budget, and
+ * deleted when a block they need is evicted (disk__snap_drop_on). */
 #include "cache/disk.h"
 
 #include <dirent.h>
@@ -99,9 +99,47 @@ int disk_snap_get(disk_store *d, const cache_hash *key, float *dst, size_t n) {
     return rc;
 }
 
-/* One DIR/ab/<hex>.rs: its header checks out and it is this model's. */
-static void list_one(disk_store *d, const char *path, const char *name, const cache_hash *h,
-                     void (*fn)(void *, const cache_hash *, const cache_hash *, int), void *ctx) {
+/* ---- the list of snapshot files ---- */
+
+static long snap_find(const disk_store *d, const cache_hash *key) {
+    for (size_t i = 0; i < d->n_snaps; i++)
+        if (memcmp(d->snaps[i].key.b, key->b, 32) == 0) return (long)i;
+    return -1;
+}
+
+void disk__snap_note(disk_store *d, const cache_hash *key, const cache_hash *boundary, uint32_t r, uint64_t bytes) {
+    if (snap_find(d, key) >= 0) return;
+    if (d->n_snaps == d->cap_snaps) {
+        d->cap_snaps = d->cap_snaps ? d->cap_snaps * 2 : 64;
+        d->snaps = xrealloc(d->snaps, d->cap_snaps * sizeof *d->snaps);
+    }
+    d->snaps[d->n_snaps++] = (dsnap){*key, *boundary, r, bytes};
+    d->st.bytes += bytes;
+    d->st.snap_files++;
+}
+
+static void snap_remove(disk_store *d, size_t i) {
+    char path[4200];
+    disk_file_path_ext(d->dir, &d->snaps[i].key, ".rs", path, sizeof path, NULL, 0);
+    if (unlink(path) && errno != ENOENT) log_warn("disk cache: evict %s: %s", path, strerror(errno));
+    d->st.bytes -= d->snaps[i].bytes;
+    d->st.snap_files--;
+    d->snaps[i] = d->snaps[--d->n_snaps];
+}
+
+/* A snapshot at the end of block h, or past the boundary h (inside the
+ * block after it), cannot be used without h: it goes with it. */
+void disk__snap_drop_on(disk_store *d, const cache_hash *h) {
+    for (size_t i = 0; i < d->n_snaps;) {
+        if (memcmp(d->snaps[i].key.b, h->b, 32) == 0 || memcmp(d->snaps[i].boundary.b, h->b, 32) == 0) snap_remove(d, i);
+        else i++;
+    }
+}
+
+/* One DIR/ab/<hex>.rs at open: its header checks out (else quarantined)
+ * and it is this model's (else left alone). */
+static void scan_one_snap(void *ctx, const char *path, const char *name, const cache_hash *h) {
+    disk_store *d = ctx;
     strata_err e = {0};
     uint64_t size;
     disk_hdr hdr;
@@ -111,12 +149,35 @@ static void list_one(disk_store *d, const char *path, const char *name, const ca
         close(fd);
     }
     if (rc == STRATA_EFORMAT || (rc == 0 && (memcmp(hdr.hash.b, h->b, 32) != 0 || hdr.kv_dtype != DISK_STATE_F32))) {
-        pthread_mutex_lock(&d->mu);
         disk__quarantine(d, path, name, rc ? e.msg : "header names another snapshot");
-        pthread_mutex_unlock(&d->mu);
         return;
     }
-    if (rc == 0 && memcmp(hdr.model_fp, d->o.model_fp, 32) == 0) fn(ctx, &hdr.hash, &hdr.parent, (int)hdr.n_tokens);
+    if (rc == 0 && memcmp(hdr.model_fp, d->o.model_fp, 32) == 0)
+        disk__snap_note(d, &hdr.hash, &hdr.parent, hdr.n_tokens, size);
+}
+
+static void walk(const char *dir, void (*fn)(void *, const char *, const char *, const cache_hash *), void *ctx);
+
+/* Rebuilds the list; a snapshot whose block and boundary are both gone
+ * (its tail was superseded and the longer block evicted) is deleted. */
+void disk__snap_scan(disk_store *d) {
+    walk(d->dir, scan_one_snap, d);
+    for (size_t i = 0; i < d->n_snaps;) {
+        long k = disk__ix_find(d, &d->snaps[i].key), b = disk__ix_find(d, &d->snaps[i].boundary);
+        if ((k >= 0 && d->slots[k].state != ST_GHOST) || (b >= 0 && d->slots[b].state != ST_GHOST)) i++;
+        else snap_remove(d, i);
+    }
+}
+
+void disk_snap_foreach(disk_store *d, void (*fn)(void *ctx, const cache_hash *key, const cache_hash *boundary, int r),
+                       void *ctx) {
+    pthread_mutex_lock(&d->mu);
+    size_t n = d->n_snaps;
+    dsnap *copy = xmalloc((n ? n : 1) * sizeof *copy);
+    memcpy(copy, d->snaps, n * sizeof *copy);
+    pthread_mutex_unlock(&d->mu);
+    for (size_t i = 0; i < n; i++) fn(ctx, &copy[i].key, &copy[i].boundary, (int)copy[i].r);
+    free(copy);
 }
 
 /* Calls fn(ctx, path, name, hash) for every DIR/ab/<hex>.rs. */
@@ -141,23 +202,6 @@ static void walk(const char *dir, void (*fn)(void *, const char *, const char *,
         closedir(fp);
     }
     closedir(dp);
-}
-
-typedef struct list_ctx {
-    disk_store *d;
-    void (*fn)(void *, const cache_hash *, const cache_hash *, int);
-    void *ctx;
-} list_ctx;
-
-static void list_cb(void *ctx, const char *path, const char *name, const cache_hash *h) {
-    list_ctx *l = ctx;
-    list_one(l->d, path, name, h, l->fn, l->ctx);
-}
-
-void disk_snap_foreach(disk_store *d, void (*fn)(void *ctx, const cache_hash *key, const cache_hash *boundary, int r),
-                       void *ctx) {
-    list_ctx l = {d, fn, ctx};
-    walk(d->dir, list_cb, &l);
 }
 
 typedef struct count_ctx {
