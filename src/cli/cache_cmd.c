@@ -167,6 +167,9 @@ static int cmd_ls(const char *dir, const char *model) {
     for (size_t i = 0; i < n; i++) print_chain(&cs[i], dir, tok);
     tok_free(tok);
     printf("%zu chains, %zu blocks (shared prefixes are listed in each chain, stored once)\n", n, l.n);
+    uint64_t sn, sb;
+    disk_snap_count(dir, &sn, &sb, 0);
+    if (sn) printf("%llu recurrent-state snapshots (.rs, %.1f MiB) beside them\n", (unsigned long long)sn, sb / MIB);
     free(cs);
     free(l.b);
     return 0;

@@ -142,6 +142,8 @@ def test_restart_resumes_from_disk(tmp, cold):
     stat = subprocess.run([STRATA, "cache", "stat", "--cache-dir", cache], capture_output=True, text=True, check=True)
     n_snap = int(next(l for l in stat.stdout.splitlines() if l.startswith("snapshots")).split()[1])
     assert n_snap > 0, stat.stdout
+    ls = subprocess.run([STRATA, "cache", "ls", "--cache-dir", cache], capture_output=True, text=True, check=True)
+    assert f"{n_snap} recurrent-state snapshots" in ls.stdout, ls.stdout
     subprocess.run([STRATA, "cache", "purge", "--cache-dir", cache], capture_output=True, check=True)
     assert not any(f.endswith(".rs") for _, _, fs in os.walk(cache) for f in fs), "purge left snapshots"
 
