@@ -160,13 +160,21 @@ TEST(snapshot_survives_restart_and_damage_is_quarantined) {
         fputc(0x5a, f);
         fclose(f);
     }
-    fixture_open(&x, dir);
+    char junk[600]; /* and a file named like a snapshot that is not one */
+    snprintf(junk, sizeof junk, "%s/%.2s/%.2s%062d.rs", dir, hex, hex, 0);
+    FILE *jf = fopen(junk, "wb");
+    CHECK(jf != NULL);
+    if (jf) fputs("not a snapshot", jf), fclose(jf);
+    fixture_open(&x, dir); /* the junk is quarantined at open; 18's damage shows on its read */
+    store_get_stats(x.st, &ss);
+    CHECK_EQ_INT(ss.snap.entries, 3);
+    CHECK(access(junk, F_OK) != 0);
     CHECK_EQ_INT(run(&x, a, 30, NULL, 0, got), 9); /* 18 is skipped, 9 still serves */
     state_at(want, 9);
     CHECK(memcmp(got, want, sizeof got) == 0);
     disk_stats ds;
     disk_get_stats(x.d, &ds);
-    CHECK_EQ_INT(ds.quarantined, 1);
+    CHECK_EQ_INT(ds.quarantined, 2);
     CHECK(access(path, F_OK) != 0);
     fixture_close(&x);
     test_tmpdir_free(dir);
