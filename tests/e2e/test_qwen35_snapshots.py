@@ -42,11 +42,16 @@ def last_trace(srv):
         return json.loads(f.read().strip().splitlines()[-1])
 
 
-def chat(srv, msgs, n=10):
-    r = httpx.post(srv.url + "/v1/chat/completions", timeout=120,
-                   json={"messages": msgs, "max_tokens": n, "temperature": 0})
+def chat(srv, msgs, n=10, logprobs=False):
+    body = {"messages": msgs, "max_tokens": n, "temperature": 0}
+    if logprobs:
+        body.update(logprobs=True, top_logprobs=5)
+    r = httpx.post(srv.url + "/v1/chat/completions", timeout=120, json=body)
     r.raise_for_status()
-    return r.json()["choices"][0]["message"]["content"], last_trace(srv)
+    choice = r.json()["choices"][0]
+    if logprobs:  # every generated token's top-5 logprobs: equal floats mean equal logits rows
+        return choice["message"]["content"], last_trace(srv), choice["logprobs"]
+    return choice["message"]["content"], last_trace(srv)
 
 
 def end_of(tr):
@@ -91,9 +96,10 @@ def test_agent_loop_12_turns_prefills_only_new_tokens(tmp, cold):
         msgs, prev, prefilled = [{"role": "system", "content": SYSTEM}], None, []
         for i in range(12):
             msgs.append({"role": "user", "content": user_turn(i)})
-            text, tr = chat(warm, msgs)
-            ref, _ = chat(cold, msgs)
+            text, tr, lp = chat(warm, msgs, logprobs=True)
+            ref, _, ref_lp = chat(cold, msgs, logprobs=True)
             assert text == ref, f"turn {i}: cache on differs from cache off"
+            assert lp == ref_lp, f"turn {i}: logprobs differ from cache off"
             snap = tr["snapshot"]
             if prev is None:
                 assert snap["restored"] == 0 and tr["prefilled_tokens"] == tr["prompt_tokens"]
