@@ -46,10 +46,10 @@ typedef struct fixture {
     cache_tier t;
 } fixture;
 
-static void fixture_open(fixture *x, const char *dir) {
+static void fixture_open_budget(fixture *x, const char *dir, size_t snap_budget) {
     memset(x, 0, sizeof *x);
     kv_pool_init(&x->p, 1, 2, B, 32, NULL);
-    store_opts o = {.default_scope = {SCOPE_FULL, 0}, .snap_floats = NF, .snap_budget_bytes = 1 << 20};
+    store_opts o = {.default_scope = {SCOPE_FULL, 0}, .snap_floats = NF, .snap_budget_bytes = snap_budget};
     memset(o.model_fp, 5, 32);
     x->st = store_new(&x->p, &o);
     store_root(x->st, NULL, "", &x->rq.root);
@@ -63,6 +63,8 @@ static void fixture_open(fixture *x, const char *dir) {
     x->t = disk_tier(x->d);
     store_add_tier(x->st, &x->t);
 }
+
+static void fixture_open(fixture *x, const char *dir) { fixture_open_budget(x, dir, 1 << 20); }
 
 static void fixture_close(fixture *x) {
     store_free(x->st);
@@ -254,6 +256,34 @@ TEST(snapshot_files_count_in_the_disk_budget_and_go_with_blocks) {
     CHECK_EQ_INT(ds.bytes, 0);
     CHECK_EQ_INT(files_bytes(dir, &n_rs), 0);
     CHECK_EQ_INT(n_rs, 0);
+    fixture_close(&x);
+    test_tmpdir_free(dir);
+}
+
+/* A state larger than the whole memory budget is not kept in memory, but
+ * still written to disk and resumed from there; with no disk it is not
+ * a snapshot at all (nothing indexed). */
+TEST(snapshot_over_the_memory_budget_lives_on_disk_only) {
+    char *dir = test_tmpdir_new();
+    int32_t a[20];
+    for (int i = 0; i < 20; i++) a[i] = 70 + i;
+    float got[NF], want[NF];
+    store_stats ss;
+    fixture x;
+    fixture_open_budget(&x, NULL, NF * sizeof(float) / 2);
+    run(&x, a, 10, NULL, 0, NULL);
+    store_get_stats(x.st, &ss);
+    CHECK_EQ_INT(ss.snap.entries, 0);
+    fixture_close(&x);
+    fixture_open_budget(&x, dir, NF * sizeof(float) / 2);
+    run(&x, a, 10, NULL, 0, NULL); /* its end, 10, goes to disk only */
+    store_get_stats(x.st, &ss);
+    CHECK_EQ_INT(ss.snap.entries, 1);
+    CHECK_EQ_INT(ss.snap.bytes, 0);
+    disk_flush(x.d);
+    CHECK_EQ_INT(run(&x, a, 16, NULL, 0, got), 10);
+    state_at(want, 10);
+    CHECK(memcmp(got, want, sizeof got) == 0);
     fixture_close(&x);
     test_tmpdir_free(dir);
 }

@@ -564,7 +564,11 @@ static int snap_try_boundary(cache_store *st, store_seq *q, const int32_t *token
         cache_hash key, boundary;
         int r;
         snap_name(st, q, tokens, k * B + e->r, &key, &boundary, &r);
-        if (memcmp(key.b, e->key.b, 32) != 0 || !(*data = snap_fetch(st, e, tier))) continue;
+        if (memcmp(key.b, e->key.b, 32) != 0) continue;
+        if (!(*data = snap_fetch(st, e, tier))) {
+            if (!e->data && !e->tiers) snap_drop_data(st->snaps, e); /* held nowhere now: forgotten */
+            continue;
+        }
         snap_touch(st->snaps, e, 0);
         if (*tier >= 0) snap_set_data(st->snaps, e, *data, st->o.snap_floats); /* may free others: c[] is done */
         return k * B + r;
@@ -583,8 +587,6 @@ static void snap_uncount(cache_store *st, store_seq *q, int P) {
     }
     st->st.hit_tokens -= cut;
     q->n_cached = P;
-    int B = st->kv->block_tokens;
-    if (q->n_attached_blocks > P / B) q->n_attached_blocks = P / B;
 }
 
 int store_snap_restore(cache_store *st, store_seq *q, const int32_t *tokens, kv_seq *s) {
@@ -612,12 +614,16 @@ void store_snap_save(cache_store *st, store_seq *q, const int32_t *tokens, const
     int r;
     snap_name(st, q, tokens, P, &key, &boundary, &r);
     snap_entry *e = snap_add(st->snaps, &key, &boundary, r, P);
-    if (!e->data && snap_set_data(st->snaps, e, s->rs, s->rs_floats)) return; /* over the whole budget */
+    int in_memory = e->data || snap_set_data(st->snaps, e, s->rs, s->rs_floats) == 0; /* 0: over the whole budget */
     snap_touch(st->snaps, e, 0);
     for (int k = 0; k < st->n_tiers; k++) { /* never twice: a tier's bit says it holds it */
         const cache_tier *t = &st->tiers[k];
         if (!t->snap_write || (e->tiers & (1u << k))) continue;
         if (t->snap_write(t->self, &key, &boundary, tokens + (P - r), r, s->rs, s->rs_floats) == 0) e->tiers |= 1u << k;
+    }
+    if (!in_memory && !e->tiers) {
+        snap_drop_data(st->snaps, e); /* held nowhere: not a snapshot */
+        return;
     }
     if (q->n_snap_stored < STORE_SNAP_MAX) {
         q->snap_stored_at[q->n_snap_stored] = P;

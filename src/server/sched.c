@@ -32,6 +32,7 @@ static void trace_request(sched *s, const slot *sl, sched_finish f) {
     const sched_req *r = sl->req;
     const store_seq *q = &sl->q;
     int B = s->e->kv.block_tokens, miss = r->n_cached, tail = r->n_cached - q->n_attached_blocks * B;
+    if (tail < 0) tail = 0; /* a recurrent model resumed before the attached blocks' end */
     double now = clock_ms(), first = sl->t_first > 0 ? sl->t_first : now;
     FILE *o = s->o.trace;
     fprintf(o,
