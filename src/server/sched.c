@@ -393,6 +393,9 @@ static void store_setup(sched *s, const sched_opts *o) {
     so.snap_floats = fwd_state_floats(s->e->m); /* 0 unless recurrent layers: no snapshots */
     so.snap_budget_bytes = o->snap_budget_bytes;
     so.snap_every_blocks = o->snap_every_blocks;
+    if (so.snap_floats)
+        log_info("recurrent-state snapshots: model=%s state_mib=%.2f every_blocks=%d budget_mib=%zu", hp->arch_name,
+                 so.snap_floats * 4.0 / (1 << 20), so.snap_every_blocks, so.snap_budget_bytes >> 20);
     s->store = store_new(&s->e->kv, &so);
     int n = 0;
     s->tier_disk = s->tier_redis = -1;
