@@ -589,9 +589,31 @@ static void snap_uncount(cache_store *st, store_seq *q, int P) {
     q->n_cached = P;
 }
 
+/* Shared tiers are asked what other replicas stored under the prompt's
+ * block boundaries (one round each), so the walk below sees them too. */
+static void snap_probe_tiers(cache_store *st, store_seq *q, const int32_t *tokens, int n) {
+    int B = st->kv->block_tokens, nb = n / B + 1;
+    cache_hash *bs = NULL;
+    for (int k = 0; k < st->n_tiers; k++) {
+        const cache_tier *t = &st->tiers[k];
+        if (!t->snap_probe) continue;
+        if (!bs) {
+            bs = xmalloc((size_t)nb * sizeof *bs);
+            for (int i = 0; i < nb; i++) {
+                if (i) chain_at(st, q, tokens, i - 1);
+                bs[i] = *chain_prev(q, i);
+            }
+        }
+        snap_listing l = {st, k};
+        t->snap_probe(t->self, bs, nb, snap_listed, &l);
+    }
+    free(bs);
+}
+
 int store_snap_restore(cache_store *st, store_seq *q, const int32_t *tokens, kv_seq *s) {
     if (!st->snaps) return s->n_pos;
     int B = st->kv->block_tokens, n = s->n_pos, P = 0, tier = -1;
+    snap_probe_tiers(st, q, tokens, n);
     const float *data = NULL;
     for (int k = n / B; k >= 0 && P <= 0; k--) P = snap_try_boundary(st, q, tokens, k, n, &data, &tier);
     if (P < 0) P = 0;

@@ -12,13 +12,16 @@ which tier, and where it stored snapshots (`snapshot.stored`).
 """
 import json
 import os
+import shutil
+import socket
 import subprocess
 import tempfile
+import time
 
 import httpx
 import pytest
 
-from conftest import GEN, STRATA, Server
+from conftest import GEN, STRATA, Server, free_port
 
 MODEL = os.path.join(GEN, "models", "qwen35-f32.gguf")
 SYSTEM = ("You are a coding agent. Tools: read_file(path), run(cmd), grep(pattern). "
@@ -207,3 +210,69 @@ def test_branch_restores_the_earlier_boundary(tmp, cold):
         assert 0 < first[0] < trs[0]["prompt_tokens"]
     finally:
         assert srv.stop() == 0
+
+
+def redis_up(port):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as c:
+            c.sendall(b"PING\r\n")
+            return c.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def test_shared_tier_replica_resumes_from_redis(tmp, cold):
+    """Snapshots are written through to Redis like blocks: a second
+    replica (empty memory, no disk) resumes a prompt that extends one the
+    first replica served at the snapshot the first stored at that
+    prompt's end, read from Redis, with the cache-off bytes. (Raw
+    completions: a chat would differ on the second replica anyway, since
+    replies' exact tokens are remembered per server.)"""
+    if not shutil.which("redis-server"):
+        pytest.skip("redis-server not installed")
+    port = free_port()
+    rdir = tempfile.mkdtemp(prefix="strata-q35redis-")
+    redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", rdir],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 10
+        while not redis_up(port) and time.time() < deadline:
+            time.sleep(0.05)
+        shared = ("--cache-redis", f"redis://127.0.0.1:{port}", "--no-cache-disk")
+        x = SYSTEM + " The first task: find every TODO in the tree and list the files."
+        a = start(tmp, "replica-a", *shared)
+        try:
+            _, t1 = complete(a, x, 6)
+        finally:
+            assert a.stop() == 0  # drains its write queue
+        assert t1["prompt_tokens"] in t1["snapshot"]["stored"]
+        y = x + " Then open each one"
+        b = start(tmp, "replica-b", *shared)
+        try:
+            text, t2 = complete(b, y, 6)
+        finally:
+            assert b.stop() == 0
+        assert text == complete(cold, y, 6)[0]
+        assert t2["snapshot"]["restored"] == t1["prompt_tokens"] and t2["snapshot"]["from"] == "redis", t2["snapshot"]
+        assert t2["cached_tokens"]["redis"] >= t1["prompt_tokens"]
+        assert t2["prefilled_tokens"] == t2["prompt_tokens"] - t1["prompt_tokens"]
+        # damaged values: rejected, deleted, never loaded; the request is computed
+        cli = ["redis-cli", "-p", str(port)]
+        keys = subprocess.run([*cli, "--scan", "--pattern", "strata:rs:*"], capture_output=True, text=True,
+                              check=True).stdout.split()
+        assert keys
+        for k in keys:
+            subprocess.run([*cli, "SETRANGE", k, "200", "XXXX"], capture_output=True, check=True)
+        c = start(tmp, "replica-c", *shared)
+        try:
+            text, t3 = complete(c, y, 6)
+            m = metrics(c)
+        finally:
+            assert c.stop() == 0
+        assert text == complete(cold, y, 6)[0]
+        assert t3["snapshot"]["restored"] == 0 and t3["prefilled_tokens"] == t3["prompt_tokens"], t3["snapshot"]
+        assert m["strata_redis_rejected_total"] >= 1
+    finally:
+        redis.terminate()
+        redis.wait(timeout=10)
+        shutil.rmtree(rdir, ignore_errors=True)
