@@ -36,6 +36,7 @@ TEST(snapshot_policy_positions) {
         CHECK_MSG(k < 3 && pos == gap_want[k], "gap: snapshot %d at %d", k, pos);
     CHECK_EQ_INT(k, 3);
     CHECK_EQ_INT(policy_snap_next(20, n, 1 << 30, 2, B, bounds, 2, marks, 1, 4), 22); /* the end, however close */
+    CHECK_EQ_INT(policy_snap_next(0, 5000, 1 << 30, 1 << 20, 4096, NULL, 0, NULL, 0, 64), 5000); /* N x B > INT_MAX */
 }
 
 typedef struct fixture {

@@ -128,7 +128,8 @@ int policy_snap_next(int pos, int n_prompt, int limit, int every, int B, const i
                      const cache_mark *marks, int n_marks, int min_gap) {
     int end = n_prompt < limit ? n_prompt : limit, best = -1, from = pos + (min_gap > 1 ? min_gap : 1);
     if (end <= pos) return -1;
-    if (every > 0) snap_cand(&best, ((from - 1) / (every * B) + 1) * every * B, from, end);
+    long long step = (long long)every * B, at = step > 0 ? ((from - 1) / step + 1) * step : 0;
+    if (every > 0 && at <= end) snap_cand(&best, (int)at, from, end); /* no int overflow at huge N */
     for (int i = 0; i < n_bounds; i++) snap_cand(&best, bounds[i], from, end);
     for (int i = 0; i < n_marks; i++) snap_cand(&best, marks[i].end, from, end);
     snap_cand(&best, limit, from, end);
