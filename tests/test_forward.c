@@ -356,3 +356,42 @@ TEST(fwd_qwen35_mtp_block_is_skipped) {
     engine_close(a);
     engine_close(b);
 }
+
+/* Snapshots (cache/snapshot.h) are taken from whatever computed the state:
+ * a prefill chunk of any size or decode steps. So all of them must agree
+ * bit for bit, and a sequence restored from a snapshot (the KV of its
+ * prefix plus the state) must continue exactly like the cold run. */
+TEST(fwd_qwen35_state_prefill_equals_decode_and_restores) {
+    static const int one_chunk[] = {4096, 0};
+    engine *e = open_engine(test_data("models/qwen35-f32.gguf"), 512, 2);
+    if (!e) return;
+    int V = e->m->hp.n_vocab, P = 21, N = 37;
+    int32_t a[37];
+    for (int t = 0; t < N; t++) a[t] = (t * 17 + 3) % 300;
+    float *cold = all_logits(e, a, N, one_chunk), *row = xmalloc((size_t)V * 4);
+    size_t nf = fwd_state_floats(e->m);
+    CHECK(nf > 0);
+    strata_err err = {0};
+    kv_seq whole, steps, fives, r;
+    kv_seq_init(&whole), kv_seq_init(&steps), kv_seq_init(&fives);
+    CHECK(fwd_prefill(e->fwd, &whole, a, P, row, &err) == 0); /* one chunk */
+    for (int t = 0; t < P; t++) CHECK(run_one(e, &steps, a[t], t, row, &err) == 0); /* decode steps */
+    for (int t = 0; t < P; t += 5) CHECK(fwd_prefill(e->fwd, &fives, a + t, P - t < 5 ? P - t : 5, row, &err) == 0);
+    CHECK(whole.rs && steps.rs && fives.rs && whole.rs_pos == P && steps.rs_pos == P);
+    CHECK_MSG(memcmp(whole.rs, steps.rs, nf * 4) == 0, "state after a prefill differs from decode's");
+    CHECK_MSG(memcmp(whole.rs, fives.rs, nf * 4) == 0, "state after chunks of 5 differs");
+    /* restore: the prefix's KV (from a longer run) plus the decode state */
+    CHECK(fwd_prefill(e->fwd, &fives, a + P, N - P, row, &err) == 0);
+    kv_seq_fork(&e->kv, &fives, P, &r); /* KV only: its state covers N */
+    CHECK(r.rs == NULL);
+    kv_seq_set_state(&r, steps.rs, nf, P);
+    for (int t = P; t < N; t++) {
+        CHECK(run_one(e, &r, a[t], t, row, &err) == 0);
+        CHECK_MSG(memcmp(row, cold + (size_t)t * V, (size_t)V * 4) == 0, "restored: position %d differs", t);
+    }
+    kv_seq_release(&e->kv, &whole), kv_seq_release(&e->kv, &steps);
+    kv_seq_release(&e->kv, &fives), kv_seq_release(&e->kv, &r);
+    CHECK_EQ_INT(e->kv.n_free, e->kv.n_blocks);
+    free(cold), free(row);
+    engine_close(e);
+}

@@ -257,6 +257,7 @@ static void evict_one(disk_store *d, long i) {
     char path[4200];
     disk_file_path(d->dir, &d->slots[i].h, path, sizeof path, NULL, 0);
     if (unlink(path) && errno != ENOENT) log_warn("disk cache: evict %s: %s", path, strerror(errno));
+    disk__snap_drop_on(d, &d->slots[i].h); /* snapshots need it: they go too */
     disk__ix_drop_block(d, i);
     d->st.evicted++;
 }
@@ -426,6 +427,7 @@ int disk_open(disk_store **out, const disk_opts *o, strata_err *err) {
     free(d->scan_tok);
     d->scan_tok = NULL;
     if (!rc) disk_usage_read(d->dir, o->all_models ? NULL : o->model_fp, load_usage_one, d);
+    if (!rc && !o->all_models) disk__snap_scan(d);
     if (!rc && o->budget_bytes && !o->read_only) disk__evict_locked(d, o->budget_bytes); /* it may have shrunk */
     if (!rc && !o->read_only && !o->all_models) {
         if (pthread_create(&d->thread, NULL, disk__writer_main, d) == 0) d->has_thread = 1;
@@ -460,6 +462,7 @@ void disk_close(disk_store *d) {
     pthread_cond_destroy(&d->cv_work);
     pthread_mutex_destroy(&d->mu);
     free(d->slots);
+    free(d->snaps);
     free(d->models);
     free(d->dir);
     free(d);

@@ -124,8 +124,28 @@ typedef struct disk_stats {
     uint64_t pending, pending_bytes;  /* queued now */
     uint64_t foreign;                 /* files left alone at open: other model, version, geometry */
     uint64_t temp_removed;            /* leftover temp files of dead writers, removed at open */
+    uint64_t snap_writes, snap_write_bytes, snap_reads; /* recurrent-state snapshot files (disk_snap.c) */
+    uint64_t snap_files;              /* stored now (their bytes are in `bytes`) */
 } disk_stats;
 void disk_get_stats(disk_store *d, disk_stats *out);
+
+/* ---- recurrent-state snapshots (disk_snap.c; format in disk_file.h) ----
+ * DIR/ab/<hex of key>.rs beside the blocks, queued and written
+ * atomically (temp, fsync, rename) by the writer thread, verified like a block on every
+ * read; a damaged, foreign or mis-shaped one is quarantined and reported,
+ * never loaded. Their bytes count in the budget; evicting a block
+ * deletes the snapshots that need it (named by its hash, or filed under
+ * it as their boundary). */
+int disk_snap_put(disk_store *d, const cache_hash *key, const cache_hash *boundary, const int32_t *tokens, int r,
+                  const float *state, size_t n);
+int disk_snap_get(disk_store *d, const cache_hash *key, float *dst, size_t n);
+/* fn(ctx, key, boundary, r) for every snapshot file of this model whose
+ * header checks out (damaged ones are quarantined). */
+void disk_snap_foreach(disk_store *d, void (*fn)(void *ctx, const cache_hash *key, const cache_hash *boundary, int r),
+                       void *ctx);
+/* For `strata cache`: snapshot files of every model under dir, their
+ * bytes (may be NULL); with remove, deleted (files: how many went). */
+void disk_snap_count(const char *dir, uint64_t *files, uint64_t *bytes, int remove);
 
 /* ---- for `strata cache` (tools; also usable by the server) ---- */
 

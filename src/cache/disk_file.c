@@ -81,12 +81,17 @@ uint64_t disk_file_bytes(uint32_t n_tokens, uint64_t payload_bytes) {
     return DISK_HDR_BYTES + 4ull * n_tokens + payload_bytes + 4;
 }
 
-void disk_file_path(const char *dir, const cache_hash *h, char *out, size_t cap, char *sub,
-                    size_t sub_cap) {
+void disk_file_path_ext(const char *dir, const cache_hash *h, const char *ext, char *out, size_t cap, char *sub,
+                        size_t sub_cap) {
     char hex[65];
     cache_hash_hex(h, hex);
-    snprintf(out, cap, "%s/%.2s/%s.kv", dir, hex, hex);
+    snprintf(out, cap, "%s/%.2s/%s%s", dir, hex, hex, ext);
     if (sub) snprintf(sub, sub_cap, "%s/%.2s", dir, hex);
+}
+
+void disk_file_path(const char *dir, const cache_hash *h, char *out, size_t cap, char *sub,
+                    size_t sub_cap) {
+    disk_file_path_ext(dir, h, ".kv", out, cap, sub, sub_cap);
 }
 
 static int hexval(char c) {
@@ -95,8 +100,10 @@ static int hexval(char c) {
     return -1;
 }
 
-int disk_file_name_hash(const char *name, cache_hash *h) {
-    if (strlen(name) != 67 || strcmp(name + 64, ".kv") != 0) return 0;
+int disk_file_name_hash(const char *name, cache_hash *h) { return disk_file_name_hash_ext(name, ".kv", h); }
+
+int disk_file_name_hash_ext(const char *name, const char *ext, cache_hash *h) {
+    if (strlen(name) != 64 + strlen(ext) || strcmp(name + 64, ext) != 0) return 0;
     for (int i = 0; i < 32; i++) {
         int hi = hexval(name[2 * i]), lo = hexval(name[2 * i + 1]);
         if (hi < 0 || lo < 0) return 0;
@@ -362,7 +369,7 @@ static int write_body(int fd, const disk_hdr *h, const int32_t *tokens, const vo
 int disk_file_write(const char *dir, const disk_hdr *h, const int32_t *tokens,
                     const void *payload, unsigned seq, int *sys_errno, strata_err *err) {
     char path[4096], sub[4096], tmp[4200];
-    disk_file_path(dir, &h->hash, path, sizeof path, sub, sizeof sub);
+    disk_file_path_ext(dir, &h->hash, h->kv_dtype == DISK_STATE_F32 ? ".rs" : ".kv", path, sizeof path, sub, sizeof sub);
     snprintf(tmp, sizeof tmp, "%s/.tmp-%ld-%u", sub, (long)getpid(), seq);
     const char *step = "mkdir";
     int fd = -1;

@@ -27,6 +27,13 @@
  * instruction on x86-64), needs no extra library, and detects any burst
  * up to 32 bits; block identity itself is the SHA-256 chain (hash.h).
  *
+ * A recurrent-state snapshot (snapshot.h, disk_snap.c) is the same format
+ * with kv dtype 2 (DISK_STATE_F32): n_tokens is r (the tokens past its
+ * boundary), the parent field is the boundary's hash, the token ids are
+ * those r tokens, the payload the state as f32. It is named <hex>.rs, so
+ * a build that predates snapshots (its scan takes only .kv names) leaves
+ * it alone, and a build that reads it checks everything a block gets.
+ *
  * Names: DIR/ab/abcdef...(64 hex).kv, fanned out by the first byte so no
  * directory grows past a few thousand entries. Temp files are
  * DIR/ab/.tmp-PID-SEQ while being written; rename makes a file appear
@@ -64,7 +71,13 @@ typedef struct disk_expect {
 uint32_t disk_crc32c(uint32_t crc, const void *p, size_t n);
 /* Size of a whole block file. */
 uint64_t disk_file_bytes(uint32_t n_tokens, uint64_t payload_bytes);
-/* DIR/ab/<hex>.kv; with sub != NULL also DIR/ab. */
+#define DISK_STATE_F32 2 /* kv_dtype of a snapshot file */
+/* DIR/ab/<hex>.kv (.rs for a snapshot: disk_file_write names a header of
+ * kv dtype DISK_STATE_F32 so); with sub != NULL also DIR/ab. */
+void disk_file_path_ext(const char *dir, const cache_hash *h, const char *ext, char *out, size_t cap, char *sub,
+                        size_t sub_cap);
+/* 1 when name is "<64 hex><ext>" (the hash goes to h). */
+int disk_file_name_hash_ext(const char *name, const char *ext, cache_hash *h);
 void disk_file_path(const char *dir, const cache_hash *h, char *out, size_t cap, char *sub,
                     size_t sub_cap);
 /* 1 when name is "<64 hex>.kv" (the hash goes to h). */

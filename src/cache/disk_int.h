@@ -25,6 +25,8 @@ typedef struct djob {
     uint32_t n_tokens;
     int32_t *tokens;
     uint8_t *kv;
+    uint64_t payload; /* bytes at kv: block_bytes, or a snapshot's state */
+    int snap;         /* a recurrent-state snapshot (disk_snap.c): no index entry */
 } djob;
 
 typedef struct dent {
@@ -43,6 +45,14 @@ typedef struct dent {
     int32_t *tok;          /* its n_tokens token ids, for partial matches; NULL for ghosts */
 } dent;
 
+/* A snapshot file on disk (disk_snap.c): not in the block index, but
+ * counted in st.bytes and deleted with the block it hangs on. */
+typedef struct dsnap {
+    cache_hash key, boundary;
+    uint32_t r;
+    uint64_t bytes;
+} dsnap;
+
 struct disk_store {
     disk_opts o;
     char *dir;
@@ -57,6 +67,8 @@ struct disk_store {
     uint8_t (*models)[32]; /* distinct fingerprints (one unless all_models) */
     int n_models;
     int32_t *scan_tok; /* header token ids while the index is rebuilt */
+    dsnap *snaps;      /* snapshot files of this model */
+    size_t n_snaps, cap_snaps;
     disk_stats st;
 };
 
@@ -72,6 +84,11 @@ double disk__now_wall(void);
 void disk__quarantine(disk_store *d, const char *path, const char *name, const char *why);
 void *disk__writer_main(void *arg);
 void disk__note_use(disk_store *d, dent *e, int hit);
+/* Snapshots (disk_snap.c): the list is rebuilt at open; one is noted when
+ * written; those on a block go when it is evicted. Locked. */
+void disk__snap_scan(disk_store *d);
+void disk__snap_note(disk_store *d, const cache_hash *key, const cache_hash *boundary, uint32_t r, uint64_t bytes);
+void disk__snap_drop_on(disk_store *d, const cache_hash *h);
 long disk__ix_add_block(disk_store *d, const cache_hash *h, const cache_hash *parent, int state, const int32_t *tokens,
                         uint32_t n_tokens);
 

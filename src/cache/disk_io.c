@@ -48,6 +48,15 @@ static void note_write_error(disk_store *d, int sys_errno, const strata_err *e) 
 
 /* Records the outcome of one write. Caller holds the lock. */
 static void finish_job(disk_store *d, djob *j, int rc, int sys_errno, const strata_err *e) {
+    d->st.pending--;
+    d->st.pending_bytes -= j->payload;
+    if (j->snap) { /* not indexed: the store's snapshot table knows it */
+        uint64_t fb = disk_file_bytes(j->n_tokens, j->payload);
+        if (rc == 0) d->st.snap_writes++, d->st.snap_write_bytes += fb, disk__snap_note(d, &j->h, &j->parent, j->n_tokens, fb);
+        else note_write_error(d, sys_errno, e);
+        free(j);
+        return;
+    }
     long i = disk__ix_find(d, &j->h);
     uint64_t fbytes = disk_file_bytes(j->n_tokens, d->o.block_bytes);
     if (i >= 0 && d->slots[i].state == ST_PENDING) {
@@ -64,14 +73,12 @@ static void finish_job(disk_store *d, djob *j, int rc, int sys_errno, const stra
     }
     if (rc == 0) d->st.writes++, d->st.write_bytes += fbytes;
     else note_write_error(d, sys_errno, e);
-    d->st.pending--;
-    d->st.pending_bytes -= d->o.block_bytes;
     free(j);
 }
 
 static void write_job(disk_store *d, djob *j, unsigned seq) {
-    disk_hdr h = {.version = DISK_FORMAT_VERSION, .kv_dtype = d->o.kv_dtype,
-                  .n_tokens = j->n_tokens, .payload_bytes = d->o.block_bytes,
+    disk_hdr h = {.version = DISK_FORMAT_VERSION, .kv_dtype = j->snap ? DISK_STATE_F32 : d->o.kv_dtype,
+                  .n_tokens = j->n_tokens, .payload_bytes = j->payload,
                   .hash = j->h, .parent = j->parent};
     memcpy(h.model_fp, d->o.model_fp, 32);
     strata_err e = {0};
@@ -113,6 +120,8 @@ static djob *job_new(const disk_store *d, const cache_hash *h, const cache_hash 
     j->n_tokens = n_tokens;
     j->tokens = (int32_t *)(j + 1);
     j->kv = (uint8_t *)j->tokens + tb;
+    j->payload = d->o.block_bytes;
+    j->snap = 0;
     memcpy(j->tokens, tokens, tb);
     memcpy(j->kv, kv, d->o.block_bytes);
     return j;

@@ -26,8 +26,21 @@ static void retain(void *d, const cache_hash *h, double ttl_s) { disk_retain(d, 
 
 static double retained_s(void *d, const cache_hash *h) { return disk_retained_s(d, h); }
 
+static int snap_write(void *d, const cache_hash *key, const cache_hash *boundary, const int32_t *tokens, int r,
+                      const float *state, size_t n) {
+    return disk_snap_put(d, key, boundary, tokens, r, state, n);
+}
+
+static int snap_read(void *d, const cache_hash *key, float *dst, size_t n) { return disk_snap_get(d, key, dst, n); }
+
+static void snap_list(void *d, void (*fn)(void *ctx, const cache_hash *key, const cache_hash *boundary, int r),
+                      void *ctx) {
+    disk_snap_foreach(d, fn, ctx);
+}
+
 cache_tier disk_tier(disk_store *d) {
     return (cache_tier){.name = "disk", .self = d, .has = has, .best_child = best_child, .read_many = read_many,
                         .write = write, .drop_superseded = drop_superseded, .touch = touch, .retain = retain,
-                        .retained_s = retained_s};
+                        .retained_s = retained_s, .snap_write = snap_write, .snap_read = snap_read,
+                        .snap_list = snap_list};
 }

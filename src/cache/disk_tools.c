@@ -104,6 +104,8 @@ int disk_purge(const char *dir, uint64_t *n_files, strata_err *err) {
         unlink(f);
     }
     if (dp) closedir(dp);
-    *n_files = pc.n;
+    uint64_t snaps;
+    disk_snap_count(dir, &snaps, NULL, 1); /* recurrent-state snapshots (.rs) */
+    *n_files = pc.n + snaps;
     return 0;
 }

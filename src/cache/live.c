@@ -47,6 +47,8 @@ struct live_cache {
     brec *rec;  /* per pool block */
     int32_t *tok; /* per pool block: B token ids (rec.n_tok of them valid) */
     double attn_per_pos;
+    void (*on_evict)(void *ctx, const cache_hash *h); /* or NULL */
+    void *evict_ctx;
     live_stats st;
 };
 
@@ -174,8 +176,20 @@ static int reclaim_hook(void *ctx) {
     if (best < 0) return -1;
     c->st.evicted_blocks++;
     c->st.evicted_retained += c->rec[best].keep_until > now;
+    if (c->on_evict) { /* the name of what goes: its index entry, or a tail's hash */
+        const brec *r = &c->rec[best];
+        cache_hash h;
+        if (r->entry >= 0) h = c->map[r->entry].h;
+        else cache_hash_block(&h, &r->prev, tokens_of(c, best), r->n_tok);
+        c->on_evict(c->evict_ctx, &h);
+    }
     uncache(c, best);
     return best;
+}
+
+void live_on_evict(live_cache *c, void (*fn)(void *ctx, const cache_hash *h), void *ctx) {
+    c->on_evict = fn;
+    c->evict_ctx = ctx;
 }
 
 static int frozen_hook(void *ctx, int b) { return is_cached((live_cache *)ctx, b); }

@@ -31,6 +31,9 @@ typedef struct live_stats {
  * earlier position (policy_attn_cost_per_pos), for policy_value. */
 live_cache *live_new(kv_pool *kv, double attn_per_pos);
 void live_free(live_cache *c); /* NULL is fine; restores the hooks */
+/* fn(ctx, h) is told the chain hash naming each block or tail evicted
+ * (the store drops the snapshot attached to its end with it). */
+void live_on_evict(live_cache *c, void (*fn)(void *ctx, const cache_hash *h), void *ctx);
 
 /* The pool block indexed under h, or -1. */
 int live_find(const live_cache *c, const cache_hash *h);

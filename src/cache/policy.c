@@ -118,6 +118,25 @@ int policy_publish_limit(policy_recent *r, const cache_scope *sc, const cache_sc
     }
 }
 
+/* ---- snapshot positions ------------------------------------------------- */
+
+static void snap_cand(int *best, int at, int from, int end) {
+    if (at >= from && at <= end && (*best < 0 || at < *best)) *best = at;
+}
+
+int policy_snap_next(int pos, int n_prompt, int limit, int every, int B, const int *bounds, int n_bounds,
+                     const cache_mark *marks, int n_marks, int min_gap) {
+    int end = n_prompt < limit ? n_prompt : limit, best = -1, from = pos + (min_gap > 1 ? min_gap : 1);
+    if (end <= pos) return -1;
+    long long step = (long long)every * B, at = step > 0 ? ((from - 1) / step + 1) * step : 0;
+    if (every > 0 && at <= end) snap_cand(&best, (int)at, from, end); /* no int overflow at huge N */
+    for (int i = 0; i < n_bounds; i++) snap_cand(&best, bounds[i], from, end);
+    for (int i = 0; i < n_marks; i++) snap_cand(&best, marks[i].end, from, end);
+    snap_cand(&best, limit, from, end);
+    snap_cand(&best, n_prompt, from, end);
+    return best >= 0 ? best : end; /* the end, however close */
+}
+
 /* ---- learned boundary ---------------------------------------------------- */
 
 struct policy_recent {

@@ -135,4 +135,22 @@ int policy_auto_boundary(policy_recent *r, const int32_t *prompt, int n, int n_l
 int policy_publish_limit(policy_recent *r, const cache_scope *sc, const cache_scope *dflt, const int32_t *prompt,
                          int n, const int *bounds, int n_bounds);
 
+/* Recurrent-state snapshots (snapshot.h): where a prompt's state is worth
+ * keeping. The smallest position > pos, and <= min(n_prompt, limit), among
+ * every `every` blocks of B tokens (0: none), the message starts (bounds:
+ * the learned auto:N boundary is cut at one), the end of each retention
+ * mark (anchor, cache_control), the publish limit (the auto boundary
+ * itself) and the prompt's end; -1 when none is left. The request's end
+ * (prompt and generated tokens, so turn N+1 resumes at turn N's end) is
+ * the scheduler's to add. A state costs MiBs (19 MiB at 0.8B) and saves
+ * only the tokens since the one before, so a position less than min_gap
+ * after pos (the last snapshot, or where the request resumed) is skipped,
+ * except the end: a system prompt's end, the next message's start and
+ * the anchor's end, a few tokens apart, make one snapshot, not three.
+ * The store passes one block (B tokens). */
+#define POLICY_SNAP_EVERY_BLOCKS 32 /* default --cache-snapshot-blocks */
+#define POLICY_SNAP_MB 512          /* default memory budget for snapshots (--cache-snapshot-mb) */
+int policy_snap_next(int pos, int n_prompt, int limit, int every, int B, const int *bounds, int n_bounds,
+                     const cache_mark *marks, int n_marks, int min_gap);
+
 #endif

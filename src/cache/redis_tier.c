@@ -43,7 +43,7 @@
 
 /* One job of the writer thread: a block or tail to store (PUT), or an
  * expiry to push on a key already stored (EXPIRE: never rewrites the value). */
-typedef enum { JOB_PUT, JOB_EXPIRE } job_kind;
+typedef enum { JOB_PUT, JOB_EXPIRE, JOB_SNAP } job_kind;
 
 typedef struct wjob {
     struct wjob *next;
@@ -53,6 +53,7 @@ typedef struct wjob {
     long long ttl_ms;  /* expiry from now (policy_shared_ttl_ms); 0: none */
     uint64_t bytes;    /* counted against the queue bound */
     int32_t *tokens;   /* PUT: token ids, then the payload, in one allocation */
+    uint64_t payload;  /* SNAP: bytes of the state after the r token ids (n_tokens: r) */
 } wjob;
 
 /* The tails Redis lists under one parent, as fetched (a probe round or
@@ -766,6 +767,8 @@ static wjob *next_job(redis_tier *r, int *late) {
     return j;
 }
 
+static void send_snap(redis_tier *r, redisContext *c, wjob *j);
+
 static void *writer_main(void *arg) {
     redis_tier *r = arg;
     wjob *j;
@@ -773,6 +776,7 @@ static void *writer_main(void *arg) {
     while ((j = next_job(r, &late))) {
         redisContext *c = late ? NULL : redis_conn_get(&r->writer, &fresh);
         if (c && j->kind == JOB_PUT) send_put(r, c, j);
+        else if (c && j->kind == JOB_SNAP) send_snap(r, c, j);
         else if (c) send_expire(r, c, j);
         else {
             atomic_fetch_add(&r->dropped, 1); /* down (or past the drain at close) */
@@ -850,10 +854,154 @@ static void retain(void *self, const cache_hash *h, double ttl_s) {
 
 static double retained_s(void *self, const cache_hash *h) { return 0; } /* Redis's TTL is not a local mark */
 
+/* ---- recurrent-state snapshots (snapshot.h) ----
+ *
+ * A snapshot is the value strata:rs:<hex of its key>: the bytes of its
+ * disk file (disk_snap.c's format, kv dtype DISK_STATE_F32), verified on
+ * every read like a block. The snapshots filed under a boundary are
+ * listed in strata:rsl:<hex of the boundary> (field: the key's 32 bytes;
+ * value: r, int32 little-endian), so a replica that never saw them finds
+ * the candidates of a whole prompt in one pipelined round (snap_probe).
+ * Both expire like blocks (the default after the write); the store's
+ * index remembers which it read. */
+
+#define SNAP_PREFIX "strata:rs:"
+#define SNAP_LIST_PREFIX "strata:rsl:"
+#define SNAP_KEY_BYTES 80
+
+static void snap_key(const char *prefix, const cache_hash *h, char out[SNAP_KEY_BYTES]) {
+    char hex[65];
+    cache_hash_hex(h, hex);
+    snprintf(out, SNAP_KEY_BYTES, "%s%s", prefix, hex);
+}
+
+static void send_snap(redis_tier *r, redisContext *c, wjob *j) {
+    char key[SNAP_KEY_BYTES], lkey[SNAP_KEY_BYTES];
+    snap_key(SNAP_PREFIX, &j->h, key);
+    snap_key(SNAP_LIST_PREFIX, &j->parent, lkey);
+    disk_hdr h = {.version = DISK_FORMAT_VERSION, .kv_dtype = DISK_STATE_F32, .n_tokens = (uint32_t)j->n_tokens,
+                  .payload_bytes = j->payload, .hash = j->h, .parent = j->parent};
+    memcpy(h.model_fp, r->o.model_fp, 32);
+    size_t len = (size_t)disk_file_bytes(h.n_tokens, h.payload_bytes);
+    uint8_t *buf = xmalloc(len), rv[4];
+    disk_file_encode(&h, j->tokens, j->tokens + j->n_tokens, buf);
+    tok_put(rv, &j->n_tokens, 1);
+    int n = 2;
+    if (j->ttl_ms) {
+        redisAppendCommand(c, "SET %s %b NX PX %lld", key, buf, len, j->ttl_ms);
+        redisAppendCommand(c, "HSET %s %b %b", lkey, j->h.b, (size_t)32, rv, (size_t)4);
+        redisAppendCommand(c, "PEXPIRE %s %lld", lkey, j->ttl_ms), n++;
+    } else {
+        redisAppendCommand(c, "SET %s %b NX", key, buf, len);
+        redisAppendCommand(c, "HSET %s %b %b", lkey, j->h.b, (size_t)32, rv, (size_t)4);
+    }
+    free(buf);
+    redisReply *rep[3];
+    if (replies(c, rep, n)) {
+        atomic_fetch_add(&r->dropped, 1);
+        redis_conn_fail(&r->writer, NULL);
+        return;
+    }
+    if (rep[0]->type == REDIS_REPLY_ERROR) {
+        redis_conn_error_reply(&r->writer, "SET", rep[0]->str);
+        atomic_fetch_add(&r->dropped, 1);
+    } else {
+        atomic_fetch_add(rep[0]->type == REDIS_REPLY_NIL ? &r->skips : &r->writes, 1);
+    }
+    free_replies(rep, n);
+}
+
+/* Queues a copy (the store writes each snapshot once per tier). */
+static int snap_write(void *self, const cache_hash *key, const cache_hash *boundary, const int32_t *tokens, int nr,
+                      const float *state, size_t n) {
+    redis_tier *r = self;
+    if (nr < 0 || (uint32_t)nr >= r->o.block_tokens) return STRATA_EINVAL;
+    wjob *j = xcalloc(1, sizeof *j);
+    j->kind = JOB_SNAP, j->h = *key, j->parent = *boundary, j->n_tokens = nr;
+    j->ttl_ms = policy_shared_ttl_ms(0, r->o.ttl_s);
+    j->payload = n * sizeof(float);
+    j->bytes = 4ull * (uint64_t)nr + j->payload;
+    j->tokens = xmalloc(j->bytes);
+    memcpy(j->tokens, tokens, 4ull * (size_t)nr);
+    memcpy(j->tokens + nr, state, j->payload);
+    if (enqueue(r, j)) {
+        free(j->tokens), free(j);
+        return STRATA_EBUSY;
+    }
+    return 0;
+}
+
+/* GET and verify (magic, version, fingerprint, name, dtype, size, CRCs);
+ * a rejected value is counted, deleted and never loaded. */
+static int snap_read(void *self, const cache_hash *key, float *dst, size_t n) {
+    redis_tier *r = self;
+    char k[SNAP_KEY_BYTES];
+    snap_key(SNAP_PREFIX, key, k);
+    int rc = STRATA_EIO, fresh;
+    pthread_mutex_lock(&r->read_mu);
+    redisContext *c = redis_conn_get(&r->reader, &fresh);
+    redisReply *rep = c ? redisCommand(c, "GET %s", k) : NULL;
+    if (c && !rep) redis_conn_fail(&r->reader, NULL);
+    if (rep && rep->type == REDIS_REPLY_STRING) {
+        disk_expect ex = {.hash = key, .model_fp = r->o.model_fp, .kv_dtype = DISK_STATE_F32,
+                          .payload_bytes = n * sizeof(float)};
+        disk_hdr hd;
+        strata_err e = {0};
+        rc = disk_file_decode((const uint8_t *)rep->str, rep->len, &ex, &hd, NULL, dst, n * sizeof(float), &e);
+        if (rc) {
+            atomic_fetch_add(&r->rejected, 1);
+            log_warn("redis cache: snapshot %.16s.. rejected: %s; not loaded, deleted", k + sizeof SNAP_PREFIX - 1, e.msg);
+            redisReply *d = redisCommand(c, "DEL %s", k);
+            if (d) freeReplyObject(d);
+            else redis_conn_fail(&r->reader, NULL);
+        }
+    } else if (rep && rep->type == REDIS_REPLY_NIL) {
+        atomic_fetch_add(&r->misses, 1);
+    }
+    if (rep) freeReplyObject(rep);
+    pthread_mutex_unlock(&r->read_mu);
+    if (rc) memset(dst, 0, n * sizeof(float));
+    else atomic_fetch_add(&r->hits, 1);
+    return rc;
+}
+
+/* The snapshots listed under each of boundaries[0..n): one pipelined
+ * round of HGETALL; malformed entries are skipped. */
+static void snap_probe(void *self, const cache_hash *boundaries, int n,
+                       void (*fn)(void *ctx, const cache_hash *key, const cache_hash *boundary, int r), void *ctx) {
+    redis_tier *r = self;
+    char k[SNAP_KEY_BYTES];
+    pthread_mutex_lock(&r->probe_mu);
+    redisContext *c = probe_ctx(r);
+    for (int i = 0; c && i < n; i++) {
+        snap_key(SNAP_LIST_PREFIX, &boundaries[i], k);
+        redisAppendCommand(c, "HGETALL %s", k);
+    }
+    for (int i = 0; c && i < n; i++) {
+        redisReply *rep = NULL;
+        if (redisGetReply(c, (void **)&rep) != REDIS_OK || !rep) {
+            redis_conn_fail(&r->probe, NULL);
+            break;
+        }
+        for (size_t e = 0; rep->type == REDIS_REPLY_ARRAY && e + 1 < rep->elements; e += 2) {
+            const redisReply *f = rep->element[e], *v = rep->element[e + 1];
+            if (f->type != REDIS_REPLY_STRING || f->len != 32 || v->type != REDIS_REPLY_STRING || v->len != 4) continue;
+            cache_hash key;
+            int32_t nr;
+            memcpy(key.b, f->str, 32);
+            tok_get(&nr, (const uint8_t *)v->str, 1);
+            if (nr >= 0 && (uint32_t)nr < r->o.block_tokens) fn(ctx, &key, &boundaries[i], nr);
+        }
+        freeReplyObject(rep);
+    }
+    pthread_mutex_unlock(&r->probe_mu);
+}
+
 cache_tier redis_tier_iface(redis_tier *r) {
     return (cache_tier){.name = "redis", .self = r, .has = has, .has_run = has_run, .best_child = best_child,
                         .read_many = read_many, .write = write, .drop_superseded = drop_superseded, .touch = touch,
-                        .retain = retain, .retained_s = retained_s};
+                        .retain = retain, .retained_s = retained_s, .snap_write = snap_write, .snap_read = snap_read,
+                        .snap_probe = snap_probe};
 }
 
 static void conn_init(redis_tier *r, redis_conn *c, const char *role) {

@@ -25,8 +25,18 @@ struct cache_store {
     cache_tier tiers[STORE_MAX_TIERS];
     int n_tiers;
     policy_recent *recent; /* prompts of the last requests, for the auto scope */
+    snap_table *snaps;     /* recurrent-state snapshots, or NULL (no recurrent layers) */
+    float *snap_buf;       /* one state, read from a lower tier */
     store_stats st;
 };
+
+/* The live pool evicted the block (or tail) named h: the snapshot at its
+ * end needs it, so its memory copy goes too (a lower tier's stays). */
+static void snap_block_evicted(void *ctx, const cache_hash *h) {
+    cache_store *st = ctx;
+    snap_entry *e = snap_find(st->snaps, h);
+    if (e) snap_drop_data(st->snaps, e);
+}
 
 cache_store *store_new(kv_pool *kv, const store_opts *o) {
     cache_store *st = xcalloc(1, sizeof *st);
@@ -34,6 +44,11 @@ cache_store *store_new(kv_pool *kv, const store_opts *o) {
     st->o = *o;
     st->live = live_new(kv, o->attn_per_pos);
     st->recent = policy_recent_new(POLICY_RECENT_MAX);
+    if (o->snap_floats) {
+        live_on_evict(st->live, snap_block_evicted, st);
+        st->snaps = snap_new(o->snap_budget_bytes);
+        st->snap_buf = xmalloc(o->snap_floats * sizeof(float));
+    }
     return st;
 }
 
@@ -41,11 +56,27 @@ void store_free(cache_store *st) {
     if (!st) return;
     live_free(st->live);
     policy_recent_free(st->recent);
+    snap_free(st->snaps);
+    free(st->snap_buf);
     free(st);
 }
 
+typedef struct snap_listing {
+    cache_store *st;
+    int tier;
+} snap_listing;
+
+static void snap_listed(void *ctx, const cache_hash *key, const cache_hash *boundary, int r) {
+    snap_listing *l = ctx;
+    snap_entry *e = snap_add(l->st->snaps, key, boundary, r, -1);
+    e->tiers |= 1u << l->tier;
+}
+
 void store_add_tier(cache_store *st, const cache_tier *t) {
-    if (st->n_tiers < STORE_MAX_TIERS) st->tiers[st->n_tiers++] = *t;
+    if (st->n_tiers >= STORE_MAX_TIERS) return;
+    st->tiers[st->n_tiers++] = *t;
+    snap_listing l = {st, st->n_tiers - 1};
+    if (st->snaps && t->snap_list) t->snap_list(t->self, snap_listed, &l); /* what survived a restart */
 }
 
 void store_root(const cache_store *st, const char *tenant, const char *salt, cache_hash *root) {
@@ -55,6 +86,7 @@ void store_root(const cache_store *st, const char *tenant, const char *salt, cac
 void store_get_stats(const cache_store *st, store_stats *out) {
     *out = st->st;
     live_get_stats(st->live, &out->live);
+    if (st->snaps) snap_get_stats(st->snaps, &out->snap);
 }
 
 /* ---- the key chain ------------------------------------------------------------ */
@@ -63,6 +95,7 @@ void store_seq_init(const cache_store *st, store_seq *q, const store_request *rq
     memset(q, 0, sizeof *q);
     q->rq = rq;
     q->part_block = -1;
+    q->snap_restored = q->snap_restored_tier = -1;
     /* The auto scope needs the prompt: decided once attached (nothing is
      * published before). */
     const cache_scope *sc = rq->scope.kind == SCOPE_DEFAULT ? &st->o.default_scope : &rq->scope;
@@ -437,6 +470,17 @@ static void retain(cache_store *st, const kv_seq *s, int end, double ttl_s) {
     }
 }
 
+/* Snapshots this request stored or resumed from, below a mark's end, are
+ * kept as long as the mark's blocks. */
+static void retain_snaps(cache_store *st, const store_seq *q, int end, double ttl_s) {
+    if (!st->snaps) return;
+    int n = q->n_snap_stored < STORE_SNAP_MAX ? q->n_snap_stored : STORE_SNAP_MAX;
+    for (int i = 0; i < n; i++) {
+        snap_entry *e = q->snap_stored_at[i] <= end ? snap_find(st->snaps, &q->snap_keys[i]) : NULL;
+        if (e) snap_touch(st->snaps, e, ttl_s);
+    }
+}
+
 void store_finish(cache_store *st, store_seq *q, const int32_t *tokens, const kv_seq *s, int keep) {
     if (q->load) { /* dropped while its prefix was read: wait before the blocks go */
         load_join(q->load);
@@ -445,8 +489,167 @@ void store_finish(cache_store *st, store_seq *q, const int32_t *tokens, const kv
         q->load_ms = clock_ms() - q->t_begin;
     }
     if (keep && s->n_pos <= q->publish_limit) keep_tail(st, q, tokens, s);
-    for (int i = 0; i < q->rq->n_marks; i++) retain(st, s, q->rq->marks[i].end, q->rq->marks[i].ttl_s);
+    for (int i = 0; i < q->rq->n_marks; i++) {
+        retain(st, s, q->rq->marks[i].end, q->rq->marks[i].ttl_s);
+        retain_snaps(st, q, q->rq->marks[i].end, q->rq->marks[i].ttl_s);
+    }
     free(q->chain);
     q->chain = NULL;
     q->n_chain = q->cap_chain = 0;
+}
+
+/* ---- recurrent-state snapshots ------------------------------------------------------ */
+
+int store_has_snapshots(const cache_store *st) { return st->snaps != NULL; }
+
+int store_snap_next(const cache_store *st, const store_seq *q, int pos, int n_prompt) {
+    if (!st->snaps) return -1;
+    const store_request *rq = q->rq;
+    return policy_snap_next(pos, n_prompt, q->publish_limit, st->o.snap_every_blocks, st->kv->block_tokens,
+                            rq->bounds, rq->n_bounds, rq->marks, rq->n_marks, st->kv->block_tokens);
+}
+
+/* The name of position P (> 0) of tokens: its boundary (chain hash at
+ * the last block start at or before P), r = P mod B, and the key (the
+ * boundary when r is 0, else the hash of the r tokens after it). */
+static void snap_name(cache_store *st, store_seq *q, const int32_t *tokens, int P, cache_hash *key,
+                      cache_hash *boundary, int *r) {
+    int B = st->kv->block_tokens, k = P / B;
+    if (k) chain_at(st, q, tokens, k - 1);
+    *boundary = *chain_prev(q, k);
+    *r = P % B;
+    if (*r == 0) {
+        *key = *boundary;
+        return;
+    }
+    cache_hash_block(key, boundary, tokens + (size_t)k * B, *r);
+    q->n_hashes++;
+    st->st.hashes++;
+}
+
+/* The state of e, in memory or read from the first lower tier holding it
+ * (then kept in memory too); a tier whose copy fails to read loses its
+ * bit. NULL when none could be had. *tier: where it came from (-1: memory). */
+static const float *snap_fetch(cache_store *st, snap_entry *e, int *tier) {
+    size_t n = st->o.snap_floats;
+    *tier = -1;
+    if (e->data) return e->n_floats == n ? e->data : NULL;
+    for (int k = 0; k < st->n_tiers; k++) {
+        const cache_tier *t = &st->tiers[k];
+        if (!(e->tiers & (1u << k)) || !t->snap_read) continue;
+        if (t->snap_read(t->self, &e->key, st->snap_buf, n) == 0) {
+            *tier = k;
+            return st->snap_buf;
+        }
+        e->tiers &= ~(1u << k);
+        st->st.load_errors++;
+    }
+    return NULL;
+}
+
+/* The snapshots filed under boundary k (positions k*B + r <= n), longest
+ * first, whose key matches tokens: the first whose state can be had. */
+static int snap_try_boundary(cache_store *st, store_seq *q, const int32_t *tokens, int k, int n, const float **data,
+                             int *tier) {
+    int B = st->kv->block_tokens;
+    snap_entry *c[64];
+    int m = snap_under(st->snaps, chain_prev(q, k), c, 64);
+    for (;;) {
+        int best = -1;
+        for (int i = 0; i < m; i++)
+            if (c[i] && k * B + c[i]->r <= n && k * B + c[i]->r > 0 && (best < 0 || c[i]->r > c[best]->r)) best = i;
+        if (best < 0) return -1;
+        snap_entry *e = c[best];
+        c[best] = NULL;
+        cache_hash key, boundary;
+        int r;
+        snap_name(st, q, tokens, k * B + e->r, &key, &boundary, &r);
+        if (memcmp(key.b, e->key.b, 32) != 0) continue;
+        if (!(*data = snap_fetch(st, e, tier))) {
+            if (!e->data && !e->tiers) snap_drop_data(st->snaps, e); /* held nowhere now: forgotten */
+            continue;
+        }
+        snap_touch(st->snaps, e, 0);
+        if (*tier >= 0) snap_set_data(st->snaps, e, *data, st->o.snap_floats); /* may free others: c[] is done */
+        return k * B + r;
+    }
+}
+
+/* The cache counts follow a cut from q->n_cached back to P: tokens leave
+ * the lower tiers' counts last-added first, then memory's. */
+static void snap_uncount(cache_store *st, store_seq *q, int P) {
+    int cut = q->n_cached - P;
+    for (int k = st->n_tiers - 1; k >= 0 && cut > 0 && q->n_cached_lower > P; k--) {
+        int d = q->n_cached_tier[k] < cut ? q->n_cached_tier[k] : cut;
+        if (d > q->n_cached_lower - P) d = q->n_cached_lower - P;
+        q->n_cached_tier[k] -= d, q->n_cached_lower -= d, cut -= d;
+        st->st.tier_hit_tokens[k] -= d, st->st.lower_hit_tokens -= d;
+    }
+    st->st.hit_tokens -= cut;
+    q->n_cached = P;
+}
+
+/* Shared tiers are asked what other replicas stored under the prompt's
+ * block boundaries (one round each), so the walk below sees them too. */
+static void snap_probe_tiers(cache_store *st, store_seq *q, const int32_t *tokens, int n) {
+    int B = st->kv->block_tokens, nb = n / B + 1;
+    cache_hash *bs = NULL;
+    for (int k = 0; k < st->n_tiers; k++) {
+        const cache_tier *t = &st->tiers[k];
+        if (!t->snap_probe) continue;
+        if (!bs) {
+            bs = xmalloc((size_t)nb * sizeof *bs);
+            for (int i = 0; i < nb; i++) {
+                if (i) chain_at(st, q, tokens, i - 1);
+                bs[i] = *chain_prev(q, i);
+            }
+        }
+        snap_listing l = {st, k};
+        t->snap_probe(t->self, bs, nb, snap_listed, &l);
+    }
+    free(bs);
+}
+
+int store_snap_restore(cache_store *st, store_seq *q, const int32_t *tokens, kv_seq *s) {
+    if (!st->snaps) return s->n_pos;
+    int B = st->kv->block_tokens, n = s->n_pos, P = 0, tier = -1;
+    snap_probe_tiers(st, q, tokens, n);
+    const float *data = NULL;
+    for (int k = n / B; k >= 0 && P <= 0; k--) P = snap_try_boundary(st, q, tokens, k, n, &data, &tier);
+    if (P < 0) P = 0;
+    kv_seq_truncate(st->kv, s, P);
+    if (P > 0) {
+        kv_seq_set_state(s, data, st->o.snap_floats, P);
+        snap_count_restore(st->snaps);
+    }
+    snap_uncount(st, q, P);
+    q->snap_restored = P;
+    q->snap_restored_tier = P > 0 ? tier : -1;
+    return P;
+}
+
+void store_snap_save(cache_store *st, store_seq *q, const int32_t *tokens, const kv_seq *s) {
+    int P = s->rs_pos;
+    if (!st->snaps || !s->rs || P <= 0 || P > s->n_pos || P > q->publish_limit || s->rs_floats != st->o.snap_floats)
+        return;
+    cache_hash key, boundary;
+    int r;
+    snap_name(st, q, tokens, P, &key, &boundary, &r);
+    snap_entry *e = snap_add(st->snaps, &key, &boundary, r, P);
+    int in_memory = e->data || snap_set_data(st->snaps, e, s->rs, s->rs_floats) == 0; /* 0: over the whole budget */
+    snap_touch(st->snaps, e, 0);
+    for (int k = 0; k < st->n_tiers; k++) { /* never twice: a tier's bit says it holds it */
+        const cache_tier *t = &st->tiers[k];
+        if (!t->snap_write || (e->tiers & (1u << k))) continue;
+        if (t->snap_write(t->self, &key, &boundary, tokens + (P - r), r, s->rs, s->rs_floats) == 0) e->tiers |= 1u << k;
+    }
+    if (!in_memory && !e->tiers) {
+        snap_drop_data(st->snaps, e); /* held nowhere: not a snapshot */
+        return;
+    }
+    if (q->n_snap_stored < STORE_SNAP_MAX) {
+        q->snap_stored_at[q->n_snap_stored] = P;
+        q->snap_keys[q->n_snap_stored] = key;
+    }
+    q->n_snap_stored++;
 }

@@ -28,6 +28,7 @@
 #include "cache/hash.h"
 #include "cache/live.h"
 #include "cache/policy.h"
+#include "cache/snapshot.h"
 #include "cache/tier.h"
 #include "model/kv.h"
 
@@ -40,6 +41,12 @@ typedef struct store_opts {
     uint8_t model_fp[32];    /* in every root hash */
     double attn_per_pos;     /* policy_attn_cost_per_pos of the model */
     cache_scope default_scope; /* for requests whose scope is SCOPE_DEFAULT */
+    /* Recurrent models (snapshot.h): floats of one sequence's state (0:
+     * no recurrent layers, no snapshots), the memory budget for them, and
+     * a snapshot every this many blocks of a prompt (0: none). */
+    size_t snap_floats;
+    size_t snap_budget_bytes;
+    int snap_every_blocks;
 } store_opts;
 
 /* Takes over the pool's keeper hooks (live.h). */
@@ -78,7 +85,16 @@ typedef struct store_seq {
     store_load *load;         /* a lower tier's read in flight, or NULL */
     int part_block;           /* private: a partial block just read from a lower tier */
     int part_tier;            /* private: the tier it came from */
+    /* Recurrent-state snapshots (store_snap_*): where this request resumed
+     * (-1: it did not look), from which tier (-1: memory), and the
+     * positions it stored (the first STORE_SNAP_MAX of them). */
+    int snap_restored, snap_restored_tier;
+    int n_snap_stored;
+    int snap_stored_at[16];
+    cache_hash snap_keys[16];
 } store_seq;
+
+#define STORE_SNAP_MAX 16
 
 void store_seq_init(const cache_store *st, store_seq *q, const store_request *rq);
 
@@ -110,12 +126,30 @@ void store_publish(cache_store *st, store_seq *q, const int32_t *tokens, const k
  * Call before releasing s. q's counts stay readable. */
 void store_finish(cache_store *st, store_seq *q, const int32_t *tokens, const kv_seq *s, int keep_tail);
 
+/* ---- recurrent-state snapshots (models with snap_floats > 0) ----
+ *
+ * After attaching: the longest prefix of s for which both the KV (s holds
+ * it) and a snapshot exist, in memory or a lower tier. s is cut back to
+ * that position and its recurrent state set from the snapshot (nothing
+ * found: cut to 0, a cold start). The cache counts follow the cut.
+ * Returns the position. */
+int store_snap_restore(cache_store *st, store_seq *q, const int32_t *tokens, kv_seq *s);
+/* The next position after pos where the policy wants a snapshot of a
+ * prompt of n_prompt tokens (policy_snap_next); -1: none. */
+int store_snap_next(const cache_store *st, const store_seq *q, int pos, int n_prompt);
+/* Keeps s's recurrent state (it covers tokens[0..s->rs_pos)) as a
+ * snapshot: memory, and a copy to every tier that takes snapshots. Within
+ * the request's scope only; a snapshot held already is not written again. */
+void store_snap_save(cache_store *st, store_seq *q, const int32_t *tokens, const kv_seq *s);
+int store_has_snapshots(const cache_store *st);
+
 typedef struct store_stats {
     long lookups, hit_tokens, lower_hit_tokens, tail_hit_tokens, published_blocks;
     long tier_hit_tokens[STORE_MAX_TIERS]; /* lower_hit_tokens per tier, in the order added */
     long load_errors;   /* reads that failed or did not match */
     long hashes;        /* chain hashes computed */
     live_stats live;
+    snap_stats snap;    /* recurrent-state snapshots */
 } store_stats;
 void store_get_stats(const cache_store *st, store_stats *out);
 

@@ -50,6 +50,22 @@ typedef struct cache_tier {
     void (*retain)(void *self, const cache_hash *h, double ttl_s);
     /* Seconds the block's mark has left (0: none), carried up on a read. */
     double (*retained_s)(void *self, const cache_hash *h);
+    /* Recurrent-state snapshots (snapshot.h); all NULL: this tier keeps
+     * none. A copy of the state (n floats) at the position named by
+     * key: r tokens past boundary (tokens: those r). 0 stored or held. */
+    int (*snap_write)(void *self, const cache_hash *key, const cache_hash *boundary, const int32_t *tokens, int r,
+                      const float *state, size_t n);
+    /* Reads it back verified into dst (n floats); < 0 (dst zeroed) when
+     * missing, damaged or not of this shape. */
+    int (*snap_read)(void *self, const cache_hash *key, float *dst, size_t n);
+    /* Calls fn for every snapshot held (the store indexes them once, when
+     * the tier is added). */
+    void (*snap_list)(void *self, void (*fn)(void *ctx, const cache_hash *key, const cache_hash *boundary, int r),
+                      void *ctx);
+    /* Optional, for a tier others write to (shared): the snapshots filed
+     * under each of boundaries[0..n), asked when a request looks for one. */
+    void (*snap_probe)(void *self, const cache_hash *boundaries, int n,
+                       void (*fn)(void *ctx, const cache_hash *key, const cache_hash *boundary, int r), void *ctx);
 } cache_tier;
 
 #endif

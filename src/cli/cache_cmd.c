@@ -167,6 +167,9 @@ static int cmd_ls(const char *dir, const char *model) {
     for (size_t i = 0; i < n; i++) print_chain(&cs[i], dir, tok);
     tok_free(tok);
     printf("%zu chains, %zu blocks (shared prefixes are listed in each chain, stored once)\n", n, l.n);
+    uint64_t sn, sb;
+    disk_snap_count(dir, &sn, &sb, 0);
+    if (sn) printf("%llu recurrent-state snapshots (.rs, %.1f MiB) beside them\n", (unsigned long long)sn, sb / MIB);
     free(cs);
     free(l.b);
     return 0;
@@ -213,6 +216,9 @@ static int cmd_stat(const char *dir) {
         printf("  model %02x%02x%02x%02x: %llu blocks, %llu tokens, %.1f MiB, %llu chains\n", m[i].fp[0],
                m[i].fp[1], m[i].fp[2], m[i].fp[3], (unsigned long long)m[i].files,
                (unsigned long long)m[i].tokens, m[i].bytes / MIB, (unsigned long long)m[i].leaves);
+    uint64_t sn, sb;
+    disk_snap_count(dir, &sn, &sb, 0);
+    printf("snapshots    %llu recurrent-state files (.rs, %.1f MiB)\n", (unsigned long long)sn, sb / MIB);
     printf("damaged      %llu (found from headers; run verify to check payloads)\n", (unsigned long long)st.quarantined);
     printf("other format %llu (left alone)\n", (unsigned long long)st.foreign);
     printf("quarantine   %d files in %s/%s\n", count_dir(dir, DISK_QUARANTINE), dir, DISK_QUARANTINE);

@@ -12,7 +12,8 @@ int cli_serve(int argc, char **argv) {
     server_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 4, .ctx = 0,
                      .queue_max = 64, .queue_timeout = 60, .idle_timeout = 60, .max_conns = 256,
                      .max_body = 8 << 20, .cache_mem_mb = 1024, .cache_disk_mb = 8192,
-                     .cache_redis_timeout_ms = 100, .cache_redis_ttl_s = (int)POLICY_SHARED_TTL_S};
+                     .cache_redis_timeout_ms = 100, .cache_redis_ttl_s = (int)POLICY_SHARED_TTL_S,
+                     .snap_blocks = POLICY_SNAP_EVERY_BLOCKS, .snap_mb = POLICY_SNAP_MB};
     int help = 0, verbose = 0, max_body_mb = 8;
     const char *log_file = NULL;
     const arg_spec specs[] = {
@@ -51,6 +52,10 @@ int cli_serve(int argc, char **argv) {
          "longest wait on Redis per connect, probe or stalled read/write (100)"},
         {"--cache-redis-ttl", NULL, ARG_INT, &o.cache_redis_ttl_s, 0, 30 * 86400,
          "seconds a shared-tier key lives after its last use; retention marks lengthen it (3600; 0 = no expiry)"},
+        {"--cache-snapshot-blocks", NULL, ARG_INT, &o.snap_blocks, 0, 1 << 20,
+         "recurrent models: a state snapshot every N blocks of a prompt, besides message boundaries and ends (32; 0 = none)"},
+        {"--cache-snapshot-mb", NULL, ARG_INT, &o.snap_mb, 1, 1 << 20,
+         "recurrent models: memory for state snapshots in MiB (512)"},
         {"--trace", NULL, ARG_STR, &o.trace_path, 0, -1, "append one JSONL line per request to FILE"},
         {"--log-file", NULL, ARG_STR, &log_file, 0, -1, "append log lines to FILE instead of stderr"},
         {"--verbose", "-v", ARG_FLAG, &verbose, 0, -1, "debug log lines too"},

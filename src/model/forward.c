@@ -590,6 +590,8 @@ int fwd_run(fwd_ctx *c, const fwd_batch *b, float *logits, strata_err *err) {
     return 0;
 }
 
+size_t fwd_state_floats(const model *m) { return dn_state_floats(m); }
+
 int fwd_prefill(fwd_ctx *c, kv_seq *s, const int32_t *tokens, int n, float *logits,
                 strata_err *err) {
     int32_t *pos = xmalloc((size_t)c->max_batch * sizeof(int32_t));

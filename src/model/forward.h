@@ -36,6 +36,10 @@ void fwd_free(fwd_ctx *c);
  * a position must be at most the sequence's current length (no gaps). */
 int fwd_run(fwd_ctx *c, const fwd_batch *b, float *logits, strata_err *err);
 
+/* Floats of one sequence's recurrent state (kv_seq.rs): every recurrent
+ * layer's conv and delta state; 0 for a model without recurrent layers. */
+size_t fwd_state_floats(const model *m);
+
 /* Convenience: feed n tokens of one sequence in chunks of max_batch,
  * returning the last token's logits (n_vocab floats). */
 int fwd_prefill(fwd_ctx *c, kv_seq *s, const int32_t *tokens, int n, float *logits,

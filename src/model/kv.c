@@ -134,3 +134,13 @@ void kv_seq_fork(kv_pool *p, const kv_seq *src, int n, kv_seq *dst) {
         dst->rs_pos = n;
     }
 }
+
+void kv_seq_set_state(kv_seq *s, const float *state, size_t n, int pos) {
+    if (!s->rs || s->rs_floats != n) {
+        free(s->rs);
+        s->rs = xmalloc(n * sizeof(float));
+        s->rs_floats = n;
+    }
+    memcpy(s->rs, state, n * sizeof(float));
+    s->rs_pos = pos;
+}

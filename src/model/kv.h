@@ -81,6 +81,9 @@ void kv_seq_fork(kv_pool *p, const kv_seq *src, int n, kv_seq *dst);
 /* Appends an existing full block (refcount bumped) to an empty-tailed
  * sequence: how a cached prefix is attached. */
 void kv_seq_attach(kv_pool *p, kv_seq *s, int block);
+/* Sets the recurrent state of s to a copy of n floats summarising
+ * positions [0, pos) (a snapshot), pos <= s->n_pos. */
+void kv_seq_set_state(kv_seq *s, const float *state, size_t n, int pos);
 /* Gives back a block the keeper holds (no sequence references it): it
  * joins the free list. For the keeper, when it stops holding one. */
 void kv_block_give_back(kv_pool *p, int block);

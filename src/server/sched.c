@@ -32,6 +32,7 @@ static void trace_request(sched *s, const slot *sl, sched_finish f) {
     const sched_req *r = sl->req;
     const store_seq *q = &sl->q;
     int B = s->e->kv.block_tokens, miss = r->n_cached, tail = r->n_cached - q->n_attached_blocks * B;
+    if (tail < 0) tail = 0; /* a recurrent model resumed before the attached blocks' end */
     double now = clock_ms(), first = sl->t_first > 0 ? sl->t_first : now;
     FILE *o = s->o.trace;
     fprintf(o,
@@ -46,6 +47,12 @@ static void trace_request(sched *s, const slot *sl, sched_finish f) {
     for (int i = 0; i < r->cache.n_marks; i++)
         fprintf(o, "%s{\"end\":%d,\"ttl_s\":%.0f}", i ? "," : "", r->marks[i].end, r->marks[i].ttl_s);
     fprintf(o, "]");
+    if (s->store && store_has_snapshots(s->store)) {
+        fprintf(o, ",\"snapshot\":{\"restored\":%d,\"from\":\"%s\",\"stored\":[", q->snap_restored,
+                q->snap_restored <= 0 ? "none" : q->snap_restored_tier < 0 ? "live" : s->store_tier_names[q->snap_restored_tier]);
+        for (int i = 0; i < q->n_snap_stored && i < STORE_SNAP_MAX; i++) fprintf(o, "%s%d", i ? "," : "", q->snap_stored_at[i]);
+        fprintf(o, "],\"stored_total\":%d}", q->n_snap_stored);
+    }
     if (r->held_out) fprintf(o, ",\"held_out\":\"%s\"", r->held_out);
     fprintf(o, ",\"first_miss\":{\"pos\":%d,\"tokens\":[", miss);
     for (int k = miss; k < r->n_prompt && k < miss + 8; k++) fprintf(o, "%s%d", k > miss ? "," : "", r->prompt[k]);
@@ -53,10 +60,15 @@ static void trace_request(sched *s, const slot *sl, sched_finish f) {
     fflush(o);
 }
 
+static void copy_cache_stats(sched *s);
+
 static void slot_free(sched *s, slot *sl, sched_finish f, const char *why) {
     /* What the request leaves cached: its tail (unless its KV may be
-     * incomplete) and retention marks; a read in flight is dropped. */
+     * incomplete), the recurrent state at its end (turn N+1 resumes
+     * there), and retention marks; a read in flight is dropped. */
+    if (s->store && sl->attached && f != FINISH_ERROR) store_snap_save(s->store, &sl->q, sl->toks, &sl->seq);
     if (s->store) store_finish(s->store, &sl->q, sl->toks, &sl->seq, f != FINISH_ERROR);
+    if (s->store) copy_cache_stats(s); /* what the end stored counts at once */
     if (s->o.trace) trace_request(s, sl, f);
     kv_seq_release(&s->e->kv, &sl->seq); /* published blocks stay cached */
     free(sl->toks);
@@ -79,10 +91,17 @@ static void slot_free(sched *s, slot *sl, sched_finish f, const char *why) {
 
 /* ---- the cached prefix ----------------------------------------------------- */
 
-/* Once the prefix is attached: what came from the cache. */
+/* Once the prefix is attached: a recurrent model resumes at the longest
+ * part of it with a state snapshot (store_snap_restore); then what came
+ * from the cache. */
 static void prefix_attached(sched *s, slot *sl, int n_attached) {
     sched_req *r = sl->req;
     int fresh = 0, fresh_1h = 0;
+    sl->snap_at = -1;
+    if (s->store && store_has_snapshots(s->store)) {
+        n_attached = store_snap_restore(s->store, &sl->q, sl->toks, &sl->seq);
+        sl->snap_at = store_snap_next(s->store, &sl->q, n_attached, r->n_prompt);
+    }
     if (s->store) store_will_publish(s->store, &sl->q, r->n_prompt, &fresh, &fresh_1h);
     sl->n_fed = n_attached;
     sl->attached = 1;
@@ -223,6 +242,7 @@ static int build_batch(sched *s) {
         int take = sl->req->n_prompt - sl->n_fed;
         if (take > s->o.chunk) take = s->o.chunk;
         if (take > max - n) take = max - n;
+        if (sl->snap_at > sl->n_fed && take > sl->snap_at - sl->n_fed) take = sl->snap_at - sl->n_fed; /* ends there */
         for (int k = 0; k < take; k++) {
             int idx = sl->n_fed + k;
             batch_add(s, &n, i, sl->req->prompt[idx], idx, idx == sl->req->n_prompt - 1);
@@ -286,13 +306,8 @@ static void note_progress(sched *s, int n) {
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Full blocks of every sequence become findable by later prompts; the
- * cache counters are copied for readers under the lock. */
-static void publish_blocks(sched *s) {
-    if (!s->store) return;
-    for (int i = 0; i < s->o.n_slots; i++)
-        if (s->slots[i].req && s->slots[i].attached)
-            store_publish(s->store, &s->slots[i].q, s->slots[i].toks, &s->slots[i].seq);
+/* The cache counters, copied for readers under the lock. */
+static void copy_cache_stats(sched *s) {
     store_stats st;
     store_get_stats(s->store, &st);
     pthread_mutex_lock(&s->mu);
@@ -307,7 +322,32 @@ static void publish_blocks(sched *s) {
     s->stats.cache_tail_hit_tokens = st.tail_hit_tokens;
     s->stats.cache_evicted_retained = st.live.evicted_retained;
     s->stats.cache_tails = st.live.tails;
+    s->stats.snap_stored = st.snap.stored, s->stats.snap_restored = st.snap.restored;
+    s->stats.snap_evicted = st.snap.evicted, s->stats.snap_entries = st.snap.entries;
+    s->stats.snap_bytes = st.snap.bytes;
     pthread_mutex_unlock(&s->mu);
+}
+
+/* Full blocks of every sequence become findable by later prompts. */
+static void publish_blocks(sched *s) {
+    if (!s->store) return;
+    for (int i = 0; i < s->o.n_slots; i++)
+        if (s->slots[i].req && s->slots[i].attached)
+            store_publish(s->store, &s->slots[i].q, s->slots[i].toks, &s->slots[i].seq);
+    copy_cache_stats(s);
+}
+
+/* Recurrent models: a sequence whose prefill just reached a position the
+ * policy chose keeps its state there (the chunk was cut to end exactly
+ * at it, so a position at the very end of the prompt fires too). */
+static void snapshot_states(sched *s) {
+    if (!s->store || !store_has_snapshots(s->store)) return;
+    for (int i = 0; i < s->o.n_slots; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->req || !sl->attached || sl->snap_at < 0 || sl->seq.rs_pos != sl->snap_at) continue;
+        store_snap_save(s->store, &sl->q, sl->toks, &sl->seq);
+        sl->snap_at = store_snap_next(s->store, &sl->q, sl->snap_at, sl->req->n_prompt);
+    }
 }
 
 static void step(sched *s) {
@@ -322,6 +362,7 @@ static void step(sched *s) {
         return;
     }
     note_progress(s, n);
+    snapshot_states(s);
     publish_blocks(s);
     int row = 0, V = s->e->m->hp.n_vocab;
     for (int k = 0; k < n; k++) {
@@ -360,17 +401,25 @@ static void store_setup(sched *s, const sched_opts *o) {
                      .attn_per_pos = policy_attn_cost_per_pos(hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv,
                                                               hp->head_dim, hp->n_ff)};
     memcpy(so.model_fp, o->model_fp, sizeof so.model_fp);
+    so.snap_floats = fwd_state_floats(s->e->m); /* 0 unless recurrent layers: no snapshots */
+    so.snap_budget_bytes = o->snap_budget_bytes;
+    so.snap_every_blocks = o->snap_every_blocks;
+    if (so.snap_floats)
+        log_info("recurrent-state snapshots: model=%s state_mib=%.2f every_blocks=%d budget_mib=%zu", hp->arch_name,
+                 so.snap_floats * 4.0 / (1 << 20), so.snap_every_blocks, so.snap_budget_bytes >> 20);
     s->store = store_new(&s->e->kv, &so);
     int n = 0;
     s->tier_disk = s->tier_redis = -1;
     if (o->disk) {
         s->disk = disk_tier(o->disk);
         store_add_tier(s->store, &s->disk);
+        s->store_tier_names[n] = "disk";
         s->tier_disk = n++;
     }
     if (o->redis) {
         s->redis = redis_tier_iface(o->redis);
         store_add_tier(s->store, &s->redis);
+        s->store_tier_names[n] = "redis";
         s->tier_redis = n++;
     }
 }
@@ -395,16 +444,11 @@ int sched_new(sched **out, engine *e, const tokenizer *tok, const sched_opts *o,
     s->logits = xmalloc((size_t)o->n_slots * e->m->hp.n_vocab * sizeof(float));
     s->stats.n_slots = o->n_slots;
     /* Recurrent layers (qwen35) keep a running state that cannot be cut
-     * back to a cached prefix's end, and the store has no state snapshots
-     * yet: such models get no prefix cache, so every request starts a
-     * fresh sequence and prefills from position 0 (admit_locked), which is
-     * always correct. A cached K/V prefix without its state would be
-     * wrong; the forward pass refuses it (forward.c, check_recurrent). */
-    if (o->prefix_cache && e->m->hp.n_rec_layer > 0)
-        log_warn("prefix cache off: model=%s reason=recurrent layers (no state snapshots yet)",
-                 e->m->hp.arch_name);
-    else if (o->prefix_cache)
-        store_setup(s, o);
+     * back to a cached prefix's end: the store keeps state snapshots
+     * beside the blocks, and a request resumes only where both exist
+     * (prefix_attached). A K/V prefix without its state would be wrong;
+     * the forward pass refuses it (forward.c, check_recurrent). */
+    if (o->prefix_cache) store_setup(s, o);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     s->running = 1;

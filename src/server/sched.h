@@ -46,6 +46,8 @@ typedef struct sched_opts {
     disk_store *disk;      /* disk tier below the live one, or NULL */
     redis_tier *redis;     /* shared tier below the disk one, or NULL */
     cache_scope default_scope; /* for jobs whose scope is SCOPE_DEFAULT */
+    int snap_every_blocks;     /* recurrent models: a state snapshot every N blocks (0: none) */
+    size_t snap_budget_bytes;  /* recurrent models: memory for snapshots */
 } sched_opts;
 
 typedef struct sched_job {
@@ -127,6 +129,8 @@ typedef struct sched_stats {
     long cache_redis_hit_tokens;
     long cache_tail_hit_tokens, cache_evicted_retained;
     int cache_blocks, cache_idle_blocks, cache_tails;
+    long snap_stored, snap_restored, snap_evicted, snap_entries; /* recurrent-state snapshots */
+    unsigned long long snap_bytes;                               /* their state bytes in memory */
     int active, queued, n_slots;
 } sched_stats;
 void sched_get_stats(sched *s, sched_stats *out);

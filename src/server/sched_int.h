@@ -58,6 +58,7 @@ typedef struct slot {
     double t_admit, t_first; /* ms: admitted, first token sampled */
     int starting;            /* admitted, not set up yet (start_admitted) */
     int attached;            /* the cached prefix is in (not still being read) */
+    int snap_at;             /* recurrent models: next prompt position to snapshot (-1: none) */
 } slot;
 
 struct sched {
@@ -75,6 +76,7 @@ struct sched {
     cache_tier disk;    /* the disk tier's interface, when there is one */
     cache_tier redis;   /* the shared tier's, when there is one */
     int tier_disk, tier_redis; /* their places in the store's walk (-1: none) */
+    const char *store_tier_names[STORE_MAX_TIERS]; /* for the trace */
     json_vocab *jvocab; /* built on first JSON-mode request */
     sched_stats stats;
     /* batch scratch, scheduler thread only */

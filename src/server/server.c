@@ -98,6 +98,16 @@ static void get_metrics(server *s, const http_req *req, http_reply *rep) {
                      st.cache_lookups, st.cache_hit_tokens, st.cache_published_blocks, st.cache_evicted_blocks,
                      st.cache_blocks, st.cache_disk_hit_tokens, st.cache_tail_hit_tokens, st.cache_tails,
                      st.cache_evicted_retained);
+    if (s->e->m->hp.n_rec_layer > 0 && n < (int)sizeof body)
+        n += snprintf(body + n, sizeof body - (size_t)n,
+                      "# HELP strata_cache_snapshots Recurrent-state snapshots indexed (memory or disk).\n"
+                      "# TYPE strata_cache_snapshots gauge\nstrata_cache_snapshots %ld\n"
+                      "# HELP strata_cache_snapshot_bytes State bytes of the snapshots held in memory.\n"
+                      "# TYPE strata_cache_snapshot_bytes gauge\nstrata_cache_snapshot_bytes %llu\n"
+                      "# TYPE strata_cache_snapshots_stored_total counter\nstrata_cache_snapshots_stored_total %ld\n"
+                      "# TYPE strata_cache_snapshots_restored_total counter\nstrata_cache_snapshots_restored_total %ld\n"
+                      "# TYPE strata_cache_snapshots_evicted_total counter\nstrata_cache_snapshots_evicted_total %ld\n",
+                      st.snap_entries, st.snap_bytes, st.snap_stored, st.snap_restored, st.snap_evicted);
     if (s->disk && n < (int)sizeof body) {
         disk_stats d;
         disk_get_stats(s->disk, &d);
@@ -419,7 +429,8 @@ static int load_model(server *s, strata_err *err) {
     if ((rc = open_redis(s, fp, err))) return rc;
     sched_opts so = {.n_slots = s->o.parallel, .ctx_per_slot = s->o.ctx, .queue_max = s->o.queue_max,
                      .chunk = 256, .prefix_cache = !s->o.no_cache, .trace = s->trace, .disk = s->disk,
-                     .redis = s->redis,
+                     .redis = s->redis, .snap_every_blocks = s->o.snap_blocks,
+                     .snap_budget_bytes = (size_t)s->o.snap_mb << 20,
                      .default_scope = {SCOPE_FULL, 0}};
     if (s->o.scope && policy_scope_parse(s->o.scope, &so.default_scope))
         return strata_errf(err, STRATA_EINVAL, "--prefix-cache-scope %s: must be off, full, auto, auto:N (1-16) or a token count",

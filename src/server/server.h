@@ -37,6 +37,8 @@ typedef struct server_opts {
     int cache_redis_ttl_s; /* expiry of an unmarked key after its last use (0: none) */
     int cache_mem_mb;  /* KV memory kept for cached prefixes beyond the slots */
     int cache_ram_mb;  /* RAM tier: on the CPU backend, more of the same pool */
+    int snap_blocks;   /* --cache-snapshot-blocks: recurrent state every N blocks (0: none) */
+    int snap_mb;       /* --cache-snapshot-mb: memory for recurrent-state snapshots */
     long max_body;
 } server_opts;
 

@@ -1,11 +1,12 @@
 """qwen35 (hybrid recurrent) served end to end on the tiny generated model.
 
-Recurrent state cannot be cut back to a cached prefix yet, so the server
-runs such a model without the prefix cache: every request prefills from
-zero. Checked: greedy output of `strata serve` equals `strata run` on the
-same raw prompt; repeating a request, or extending a conversation, gives
-the same bytes with zero cached tokens; two requests decoded side by side
-in one batch give what each gives alone (their states stay apart).
+Checked here with the prefix cache off (`--no-prefix-cache`: every
+request prefills from zero): greedy output of `strata serve` equals
+`strata run` on the same raw prompt; repeating a request, or extending a
+conversation, gives the same bytes with zero cached tokens; two requests
+decoded side by side in one batch give what each gives alone (their
+states stay apart). With the cache on, recurrent-state snapshots let a
+request resume at a cached prefix: test_qwen35_snapshots.py.
 """
 import os
 import subprocess
@@ -23,7 +24,7 @@ MODEL = os.path.join(GEN, "models", "qwen35-f32.gguf")
 def q35():
     if not os.path.exists(MODEL):
         pytest.skip("tiny qwen35 model not generated (make testdata)")
-    s = Server(MODEL, "--parallel", "2", "--ctx", "1024")
+    s = Server(MODEL, "--parallel", "2", "--ctx", "1024", "--no-prefix-cache")
     yield s
     assert s.stop() == 0, "server did not shut down cleanly on SIGTERM"
 
