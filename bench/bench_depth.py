@@ -111,9 +111,9 @@ def run(cmd, timeout):
     return p.stdout, None
 
 
-def strata_once(args, t):
+def strata_once(args, t, binary=None):
     kind, n, d = t
-    cmd = [args.strata, "bench", "-m", args.model, "-t", str(args.threads), "-r", "1", "-d", str(d),
+    cmd = [binary or args.strata, "bench", "-m", args.model, "-t", str(args.threads), "-r", "1", "-d", str(d),
            "-p", str(n if kind == "pp" else 0), "-n", str(n if kind == "tg" else 0), "--json"]
     out, err = run(cmd, args.timeout)
     if err:
@@ -168,6 +168,8 @@ def main():
     ap.add_argument("--tests", default=DEFAULT_TESTS, help=f"comma list of ppN@D / tgN@D ({DEFAULT_TESTS})")
     ap.add_argument("--long", action="store_true", help=f"add {LONG_TESTS} (slow on 2 cores)")
     ap.add_argument("--strata", default="./strata")
+    ap.add_argument("--strata-base", metavar="BINARY",
+                    help="another strata binary (say, an older commit) run as a third engine, 'strata-base'")
     ap.add_argument("--llama-bench", default="build/llama-bench/llama-bench")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per process")
     ap.add_argument("--skip-strata", action="store_true")
@@ -181,6 +183,9 @@ def main():
     if not args.skip_strata:
         engines.append(("strata", strata_once) if os.path.exists(args.strata)
                        else ("strata", None))
+    if args.strata_base:
+        engines.append(("strata-base", (lambda a, t: strata_once(a, t, args.strata_base))
+                        if os.path.exists(args.strata_base) else None))
     if not args.skip_llamacpp:
         engines.append(("llama.cpp", llama_once) if os.path.exists(args.llama_bench)
                        else ("llama.cpp", None))
@@ -201,25 +206,30 @@ def main():
                 else:
                     runs[(name, label(t))].append(v)
     load_after = loadavg()
+    base = bool(args.strata_base)
     print(f"machine: {machine()}")
     print(f"model:   {args.model}")
     print(f"threads: {args.threads}, reps: {args.reps} (interleaved), wall {time.time() - t_start:.0f} s")
     print(f"load average (1/5/15 min): before {load_before}, after {load_after}")
     print(f"llama.cpp: {args.llama_bench} ({llama_version(args)})")
+    if base:
+        print(f"strata-base: {args.strata_base}")
     for name, fn in engines:
         if fn is None:
-            print(f"{name}: not found ({args.strata if name == 'strata' else args.llama_bench}; "
-                  f"{'make' if name == 'strata' else 'make llama-bench'})")
+            print(f"{name}: not found ({ {'strata': args.strata, 'strata-base': args.strata_base}.get(name, args.llama_bench)})")
     for (name, test), err in errors.items():
         print(f"{name} {test}: {err}")
-    rows = [("test", "strata tok/s", "llama.cpp tok/s", "ratio")]
+    rows = [("test", "strata tok/s", "llama.cpp tok/s", "ratio")
+            + (("strata-base tok/s", "strata / base") if base else ())]
     result = []
     for t in tests:
         s, l = summary(runs.get(("strata", label(t)), [])), summary(runs.get(("llama.cpp", label(t)), []))
+        b = summary(runs.get(("strata-base", label(t)), []))
         r = f"{s['mean'] / l['mean']:.2f}" if s and l and l["mean"] else "-"
-        rows.append((label(t), cell(s), cell(l), r))
-        result.append({"test": label(t), "strata": s, "llama.cpp": l})
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        rb = f"{s['mean'] / b['mean']:.2f}" if s and b and b["mean"] else "-"
+        rows.append((label(t), cell(s), cell(l), r) + ((cell(b), rb) if base else ()))
+        result.append({"test": label(t), "strata": s, "llama.cpp": l, "strata-base": b})
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for i, r in enumerate(rows):
         print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
         if i == 0:
