@@ -76,5 +76,7 @@ extern const attn_ops attn_ops_scalar;
 /* NULL where head_dim has no kernel at that level (or it was not built). */
 const attn_ops *attn_ops_avx2(int head_dim);
 const attn_ops *attn_ops_avx512(int head_dim);
+/* The avx2 tile fill (data movement only; the avx512 level shares it). */
+void attn_fill_avx2(const attn_kv *kv, int t0, int last, float *kt, float *vt);
 
 #endif

@@ -48,7 +48,7 @@ static inline __m256 load_h8(const uint16_t *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
 
-static void fill_avx2(const attn_kv *kv, int t0, int last, float *kt, float *vt) {
+void attn_fill_avx2(const attn_kv *kv, int t0, int last, float *kt, float *vt) {
     int d = kv->head_dim, B = kv->block_tokens, S = kv->stride;
     for (int g = 0; g < T; g += 8) {
         const uint16_t *kr[8], *vr[8];
@@ -163,7 +163,7 @@ static void step_avx2(int d, const float *q, const float *kt, const float *vt, i
     if (d - i >= 8) pv_block(1, st + i, vt + i, d, p, lo, hi, alpha);
 }
 
-static const attn_ops ops_avx2 = {fill_avx2, step_avx2};
+static const attn_ops ops_avx2 = {attn_fill_avx2, step_avx2};
 
 const attn_ops *attn_ops_avx2(int head_dim) {
     return head_dim % 8 == 0 && head_dim <= 512 ? &ops_avx2 : NULL;
