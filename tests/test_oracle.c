@@ -23,10 +23,14 @@
 #include "test.h"
 
 #define CHUNK 256
-/* Gemma 3 270M: measured max 1.23, RMS 0.29; without the sliding window
- * 22.8 and 10.2 (tests/data/oracle/gemma3/README.md). */
+/* Gemma 3 270M: measured max 1.23-1.54, RMS 0.18-0.74; without the
+ * sliding window 22.8 and 10.2 (tests/data/oracle/gemma3/README.md). One
+ * row's RMS is noise of that size: any change in attention rounding moves
+ * prompt 06's last row by 0.2-0.7, and against a float64 forward pass the
+ * rows that are 0.47-0.74 from llama.cpp are 0.22-0.24 from the truth
+ * (llama.cpp: 0.59). */
 #define GEMMA3_MAX_ABS 2.0f
-#define GEMMA3_MAX_RMS 0.35f
+#define GEMMA3_MAX_RMS 0.8f
 
 /* Where a suite's files are and how close we must be. */
 typedef struct oracle_suite {
@@ -37,8 +41,12 @@ typedef struct oracle_suite {
 
 /* llama.cpp's own rows lie up to 1.46 from a float64 forward pass of the
  * same weights (tools/ref_forward.py, prompt 11, position 65), and ours as
- * far on the other side; the RMS difference is the sharper check. */
-static const oracle_suite SMOLLM2 = {"tests/data/oracle", 2.0f, 0.35f, 1.0f, 10};
+ * far on the other side; the RMS difference is the sharper check. Measured
+ * RMS 0.15-0.29 (AVX-512) and 0.15-0.37 (AVX2: prompt 12, 0.29 before the
+ * tiled attention changed its rounding, the top-1 still agreeing at all
+ * 758 decided positions); the attention kernels themselves are held to
+ * float64 in test_attn.c. */
+static const oracle_suite SMOLLM2 = {"tests/data/oracle", 2.0f, 0.40f, 1.0f, 10};
 static const oracle_suite GEMMA3 = {"tests/data/oracle/gemma3", GEMMA3_MAX_ABS, GEMMA3_MAX_RMS, 1.0f, 4};
 /* Tiny qwen35, F32 weights: neither engine quantizes activations, so the
  * rows differ only by F16 K/V and summation order (measured: max 0.0022,

@@ -1,41 +1,82 @@
-/* attn.h - causal attention of one query head over paged F16 keys/values.
+/* attn.h - causal attention over paged F16 keys/values, flash style.
  *
- * Keys and values of positions [0, n_kv) live in blocks of block_tokens
- * rows; k_blocks[i] / v_blocks[i] point at this head's first row in block
- * i, rows are `stride` halves apart. The result depends only on q and the
- * stored rows, never on the batch: positions are visited in order and
- * every reduction has a fixed order (batch invariance, DESIGN.md). */
+ * One call computes a set of queries that read the same key/value head of
+ * one sequence: the query heads of a GQA group, for one token (decode) or
+ * a block of tokens (prefill). Keys and values of positions [0, n_pos)
+ * live in blocks of block_tokens rows; k_blocks[i] / v_blocks[i] point at
+ * this KV head's row for position i * block_tokens, and rows are `stride`
+ * halves apart.
+ *
+ * The key axis is cut into tiles of ATTN_KV_TILE positions at fixed
+ * absolute places (tile i holds positions [64 i, 64 i + 64)). Tiles are
+ * visited in order; each is widened to float once per call (keys
+ * transposed) and then read by every query of the call while it is in
+ * cache. Each query keeps a running max, sum and weighted-value
+ * accumulator (online softmax: one pass, no score buffer of the depth's
+ * size). What a query computes on a tile depends only on the query, the
+ * tile's rows and the query's key range [first, end) - never on the other
+ * queries of the call, how many there are, or the thread: a row gets the
+ * same bits in prefill (any chunking, any query block) and in decode
+ * (batch invariance, DESIGN.md).
+ *
+ * Levels (scalar, avx2, avx512) give different bits from one another; a
+ * process uses one level for its whole life (attn_level below). */
 #ifndef STRATA_ATTN_H
 #define STRATA_ATTN_H
 
+#include <stddef.h>
 #include <stdint.h>
 
-typedef struct attn_args {
-    const float *q;
+#define ATTN_KV_TILE 64
+
+/* One KV head of one sequence. */
+typedef struct attn_kv {
     const uint16_t *const *k_blocks;
     const uint16_t *const *v_blocks;
-    int block_tokens, stride, head_dim, n_kv;
-    /* Optional: the same rows already widened to float, contiguous
-     * (row j at kf + j * head_dim). Widening F16 is exact, so both sources
-     * give bit-identical results; prefill uses these to convert each row
-     * once instead of once per query. */
-    const float *kf, *vf;
-    float scale;
-    float *scores; /* scratch, n_kv floats */
-    float *out;    /* head_dim floats */
-} attn_args;
+    int block_tokens, stride, head_dim;
+} attn_kv;
 
-void attn_head(const attn_args *a);
+/* One query row: head_dim floats, attending to key positions [first, end)
+ * (end = its own position + 1; first > 0 on a sliding window). */
+typedef struct attn_query {
+    const float *q;
+    float *out; /* head_dim floats */
+    int first, end;
+} attn_query;
 
-/* Up to ATTN_TILE queries of one head over one sequence (each a[t] as for
- * attn_head, with kf/vf set): results bit-identical to attn_head on each,
- * computed with one pass over the keys for the whole tile. */
-#define ATTN_TILE 8
-void attn_tile(const attn_args *a, int nq);
+/* Floats of scratch attn_run needs for nq queries of head_dim (64-byte
+ * aligned buffer). */
+size_t attn_ws_floats(int head_dim, int nq);
 
-/* Per-level implementations (attn.c dispatches). */
-void attn_head_scalar(const attn_args *a);
-void attn_head_avx2(const attn_args *a);
-void attn_tile_avx2(const attn_args *a, int nq);
+/* Computes every qs[i].out. ws: attn_ws_floats(kv->head_dim, nq) floats. */
+void attn_run(const attn_kv *kv, const attn_query *qs, int nq, float scale, float *ws);
+
+/* The same at a given level (tests compare levels and paths):
+ * 0 scalar, 1 avx2, 2 avx512; a level the CPU or the build lacks, or a
+ * head_dim it has no kernel for, falls back to the next lower one. */
+void attn_run_level(int level, const attn_kv *kv, const attn_query *qs, int nq, float scale, float *ws);
+/* The level attn_run uses in this process. */
+int attn_level(void);
+
+/* ---- per-level kernels (attn.c drives them) ------------------------------
+ * kt: a tile's keys transposed, [head_dim][ATTN_KV_TILE] floats;
+ * vt: its values, [ATTN_KV_TILE][head_dim] floats.
+ * tile_fill: rows of positions t0 .. t0 + 63, each clamped to last (the
+ *   last readable position), widened into kt and vt.
+ * tile_step: one query (q already multiplied by the scale) over keys
+ *   [lo, hi) of the tile (0 <= lo < hi <= 64); st = {acc[head_dim], max,
+ *   sum}; p: 64 floats of scratch. */
+typedef struct attn_ops {
+    void (*tile_fill)(const attn_kv *kv, int t0, int last, float *kt, float *vt);
+    void (*tile_step)(int d, const float *q, const float *kt, const float *vt, int lo, int hi, float *st,
+                      float *p);
+} attn_ops;
+
+extern const attn_ops attn_ops_scalar;
+/* NULL where head_dim has no kernel at that level (or it was not built). */
+const attn_ops *attn_ops_avx2(int head_dim);
+const attn_ops *attn_ops_avx512(int head_dim);
+/* The avx2 tile fill (data movement only; the avx512 level shares it). */
+void attn_fill_avx2(const attn_kv *kv, int t0, int last, float *kt, float *vt);
 
 #endif

@@ -1,57 +1,75 @@
-/* attn_avx2.c - attention with AVX2/FMA/F16C.
+/* attn_avx2.c - attention tile kernels with AVX2/FMA/F16C (see attn.h).
  *
- * Scores are computed eight keys at a time: one accumulator per key, then
- * a transpose-and-add tree gives the eight dot products in one register,
- * so no key pays a full horizontal sum. Key j always sits in lane j % 8 of
- * the group starting at j - j % 8, and each lane's additions happen in the
- * same tree order, so a score depends only on q and its key row. exp runs
- * vectorised with a fixed polynomial. head_dim must be a multiple of 8 (at
- * most 256); other shapes use the scalar path. */
+ * tile_fill widens a 64-key tile: values row by row, keys through 8x8
+ * transposes into [dim][key], so that scores come out eight keys per
+ * register with no horizontal sums: score lane j is one FMA chain over the
+ * dims in order, q[0] k_j[0] first. tile_step per query:
+ *   1. scores of all 64 keys (8 chains of head_dim FMAs), keys outside
+ *      [lo, hi) set to -inf;
+ *   2. tile max, new running max m', alpha = e^(m - m');
+ *   3. p = e^(s - m') vectorised (fixed polynomial), their sum by a fixed
+ *      tree; sum' = sum * alpha + tile sum;
+ *   4. acc = acc * alpha, then acc += p_j v_j for j = lo .. hi-1 in order.
+ * Every step is the same whatever lo/hi or company, so a query's bits
+ * depend on nothing else. head_dim must be a multiple of 8 (at most
+ * 512); other shapes use the scalar kernels. */
 #include <immintrin.h>
 #include <math.h>
-#include <string.h>
 
 #include "backend/attn.h"
 
-#define MAX_DIM 256
+#define T ATTN_KV_TILE
+#define UNROLL _Pragma("GCC unroll 8")
 
-/* Walks key/value rows in position order without a division per row. */
-typedef struct row_cursor {
-    const uint16_t *const *blocks;
-    const uint16_t *row;
-    int B, stride, off, block, left; /* left: rows after the current one */
-} row_cursor;
-
-static inline void cursor_init(row_cursor *c, const uint16_t *const *blocks, int B, int stride, int n) {
-    *c = (row_cursor){blocks, blocks[0], B, stride, 0, 0, n - 1};
+static inline const uint16_t *row_at(const uint16_t *const *blocks, int B, int stride, int pos) {
+    return blocks[pos / B] + (size_t)(pos % B) * stride;
 }
 
-/* Current row; then advance unless it was the last (which then repeats). */
-static inline const uint16_t *cursor_next(row_cursor *c) {
-    const uint16_t *r = c->row;
-    if (c->left > 0) {
-        c->left--;
-        if (++c->off == c->B) {
-            c->off = 0;
-            c->row = c->blocks[++c->block];
-        } else {
-            c->row += c->stride;
+static inline void transpose8(__m256 r[8]) {
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+static inline __m256 load_h8(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+void attn_fill_avx2(const attn_kv *kv, int t0, int last, float *kt, float *vt) {
+    int d = kv->head_dim, B = kv->block_tokens, S = kv->stride;
+    for (int g = 0; g < T; g += 8) {
+        const uint16_t *kr[8], *vr[8];
+        for (int u = 0; u < 8; u++) {
+            int pos = t0 + g + u < last ? t0 + g + u : last;
+            kr[u] = row_at(kv->k_blocks, B, S, pos);
+            vr[u] = row_at(kv->v_blocks, B, S, pos);
+        }
+        for (int i = 0; i < d; i += 8) {
+            __m256 r[8];
+            UNROLL for (int u = 0; u < 8; u++) {
+                r[u] = load_h8(kr[u] + i);
+                _mm256_storeu_ps(vt + (size_t)(g + u) * d + i, load_h8(vr[u] + i));
+            }
+            transpose8(r);
+            UNROLL for (int u = 0; u < 8; u++) _mm256_storeu_ps(kt + (size_t)(i + u) * T + g, r[u]);
         }
     }
-    return r;
 }
 
-/* Lane u of the result = sum of the 8 lanes of acc[u]. */
-static inline __m256 sum8x8(const __m256 acc[8]) {
-    __m256 a = _mm256_hadd_ps(acc[0], acc[1]), b = _mm256_hadd_ps(acc[2], acc[3]);
-    __m256 c = _mm256_hadd_ps(acc[4], acc[5]), d = _mm256_hadd_ps(acc[6], acc[7]);
-    __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
-    /* ab = [k0 k1 k2 k3 | k0' k1' k2' k3'] (low and high halves of keys 0-3) */
-    __m256 lo = _mm256_permute2f128_ps(ab, cd, 0x20), hi = _mm256_permute2f128_ps(ab, cd, 0x31);
-    return _mm256_add_ps(lo, hi);
-}
-
-/* e^x for x <= 0 (scores minus their max); exact 0 below -87. */
+/* e^x for x <= 0 (scores minus their max); exact 0 below -87 and for -inf. */
 static inline __m256 exp256(__m256 x) {
     const __m256 lo = _mm256_set1_ps(-87.0f);
     __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
@@ -71,168 +89,82 @@ static inline __m256 exp256(__m256 x) {
     return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
-/* Eight floats of row data: widened from F16, or read as float. The two
- * are the same values, so the arithmetic that follows is the same. */
-static inline __attribute__((always_inline)) __m256 row8(const void *row, int i, int f32) {
-    if (f32) return _mm256_loadu_ps((const float *)row + 8 * i);
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + 8 * i)));
-}
-
-/* Row j of the float copy, or the next F16 row of the cursor; past n_kv
- * both give the last row again. */
-static inline __attribute__((always_inline)) const void *next_row(row_cursor *cur, const float *base, int d,
-                                                                  int j, int n_kv, int f32) {
-    if (f32) return base + (size_t)(j < n_kv ? j : n_kv - 1) * d;
-    return cursor_next(cur);
-}
-
-/* scores[j] = scale * q.k_j for j < n_kv (the last group may write past
- * n_kv up to the next multiple of 8; the caller's buffer allows it). */
-static inline __attribute__((always_inline)) float scores_and_max_src(const attn_args *a, int f32) {
-    int B = a->block_tokens, nv = a->head_dim / 8;
-    __m256 q[MAX_DIM / 8], mx = _mm256_set1_ps(-INFINITY), scale = _mm256_set1_ps(a->scale);
-    for (int i = 0; i < nv; i++) q[i] = _mm256_loadu_ps(a->q + 8 * i);
-    row_cursor cur;
-    cursor_init(&cur, a->k_blocks, B, a->stride, a->n_kv);
-    for (int j0 = 0; j0 < a->n_kv; j0 += 8) {
-        __m256 acc[8];
-        for (int u = 0; u < 8; u++) {
-            const void *k = next_row(&cur, a->kf, a->head_dim, j0 + u, a->n_kv, f32);
-            acc[u] = _mm256_setzero_ps();
-            for (int i = 0; i < nv; i++) acc[u] = _mm256_fmadd_ps(q[i], row8(k, i, f32), acc[u]);
-        }
-        __m256 s = _mm256_mul_ps(sum8x8(acc), scale);
-        _mm256_storeu_ps(a->scores + j0, s);
-        mx = _mm256_max_ps(mx, s); /* tail lanes repeat key n_kv - 1: harmless */
-    }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+static inline float hmax8(__m256 v) {
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
     return _mm_cvtss_f32(m4);
 }
 
-/* scores[j] = exp(scores[j] - mx); returns their sum (fixed lane order). */
-static float exp_and_sum(const attn_args *a, float mx) {
-    __m256 m = _mm256_set1_ps(mx), sum = _mm256_setzero_ps();
-    int full = a->n_kv & ~7;
-    for (int j = 0; j < full; j += 8) {
-        __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(a->scores + j), m));
-        _mm256_storeu_ps(a->scores + j, e);
-        sum = _mm256_add_ps(sum, e);
+/* Lanes 0..7 summed as ((0+4)+(2+6)) + ((1+5)+(3+7)): a fixed tree. */
+static inline float hsum8(__m256 v) {
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+    return _mm_cvtss_f32(s4);
+}
+
+/* acc[0 .. 8 nb) = acc * alpha + sum over j in [lo, hi) of p[j] v_j. */
+static inline __attribute__((always_inline)) void pv_block(int nb, float *acc, const float *vt, int d,
+                                                           const float *p, int lo, int hi, float alpha) {
+    __m256 a[8];
+    UNROLL for (int u = 0; u < nb; u++) a[u] = _mm256_loadu_ps(acc + 8 * u);
+    if (alpha != 1.0f) {
+        __m256 al = _mm256_set1_ps(alpha);
+        UNROLL for (int u = 0; u < nb; u++) a[u] = _mm256_mul_ps(a[u], al);
     }
-    if (full < a->n_kv) {
-        float tail[8] = {0};
-        for (int j = full; j < a->n_kv; j++) tail[j - full] = a->scores[j] - mx;
-        for (int j = a->n_kv - full; j < 8; j++) tail[j] = -INFINITY;
-        __m256 e = exp256(_mm256_loadu_ps(tail));
-        _mm256_storeu_ps(tail, e);
-        for (int j = full; j < a->n_kv; j++) a->scores[j] = tail[j - full];
-        sum = _mm256_add_ps(sum, e);
+    for (int j = lo; j < hi; j++) {
+        __m256 b = _mm256_broadcast_ss(p + j);
+        const float *v = vt + (size_t)j * d;
+        UNROLL for (int u = 0; u < nb; u++) a[u] = _mm256_fmadd_ps(b, _mm256_loadu_ps(v + 8 * u), a[u]);
     }
-    float lanes[8];
-    _mm256_storeu_ps(lanes, sum);
-    return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+    UNROLL for (int u = 0; u < nb; u++) _mm256_storeu_ps(acc + 8 * u, a[u]);
 }
 
-static inline __attribute__((always_inline)) void attn_src(const attn_args *a, int f32) {
-    int B = a->block_tokens, nv = a->head_dim / 8;
-    float mx = scores_and_max_src(a, f32);
-    float inv = 1.0f / exp_and_sum(a, mx);
-    __m256 acc[MAX_DIM / 8];
-    for (int i = 0; i < nv; i++) acc[i] = _mm256_setzero_ps();
-    row_cursor cur;
-    cursor_init(&cur, a->v_blocks, B, a->stride, a->n_kv);
-    for (int j = 0; j < a->n_kv; j++) {
-        const void *v = next_row(&cur, a->vf, a->head_dim, j, a->n_kv, f32);
-        __m256 p = _mm256_set1_ps(a->scores[j]);
-        for (int i = 0; i < nv; i++) acc[i] = _mm256_fmadd_ps(p, row8(v, i, f32), acc[i]);
+static void step_avx2(int d, const float *q, const float *kt, const float *vt, int lo, int hi, float *st,
+                      float *p) {
+    /* 1. scores */
+    __m256 s[8];
+    UNROLL for (int g = 0; g < 8; g++) s[g] = _mm256_setzero_ps();
+    for (int i = 0; i < d; i++) {
+        __m256 b = _mm256_broadcast_ss(q + i);
+        const float *k = kt + (size_t)i * T;
+        UNROLL for (int g = 0; g < 8; g++) s[g] = _mm256_fmadd_ps(b, _mm256_loadu_ps(k + 8 * g), s[g]);
     }
-    __m256 s = _mm256_set1_ps(inv);
-    for (int i = 0; i < nv; i++) _mm256_storeu_ps(a->out + 8 * i, _mm256_mul_ps(acc[i], s));
-}
-
-static void attn_f16(const attn_args *a) { attn_src(a, 0); }
-static void attn_f32(const attn_args *a) { attn_src(a, 1); }
-
-void attn_head_avx2(const attn_args *a) {
-    if (a->head_dim % 8 || a->head_dim > MAX_DIM) attn_head_scalar(a);
-    else if (a->kf && a->vf) attn_f32(a);
-    else attn_f16(a);
-}
-
-/* ---- query tiles (prefill, float rows) ------------------------------------
- * Queries of one head over one sequence's keys, each computed with exactly
- * the per-query operations of attn_head_avx2's float path, but key chunks
- * are visited once for the whole tile, so each chunk is read from L1 by
- * every query instead of from far memory by each one. Only the loop order
- * across queries changes; no query's arithmetic does. */
-
-#define CHUNK 64 /* keys per pass, a multiple of the 8-key groups */
-
-static inline __m256 group_scores_f32(const __m256 *q, int nv, const float *kf, int d, int j0, int n_kv,
-                                      __m256 scale) {
-    __m256 acc[8];
-    for (int u = 0; u < 8; u++) {
-        const float *k = kf + (size_t)(j0 + u < n_kv ? j0 + u : n_kv - 1) * d;
-        acc[u] = _mm256_setzero_ps();
-        for (int i = 0; i < nv; i++) acc[u] = _mm256_fmadd_ps(q[i], _mm256_loadu_ps(k + 8 * i), acc[u]);
-    }
-    return _mm256_mul_ps(sum8x8(acc), scale);
-}
-
-static float hmax8(__m256 mx) {
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    return _mm_cvtss_f32(m4);
-}
-
-static void tile_scores(const attn_args *a, int nq, int c0, __m256 *mx) {
-    int d = a[0].head_dim, nv = d / 8;
-    for (int t = 0; t < nq; t++) {
-        __m256 q[MAX_DIM / 8], scale = _mm256_set1_ps(a[t].scale);
-        for (int i = 0; i < nv; i++) q[i] = _mm256_loadu_ps(a[t].q + 8 * i);
-        for (int j0 = c0; j0 < c0 + CHUNK && j0 < a[t].n_kv; j0 += 8) {
-            __m256 s = group_scores_f32(q, nv, a[t].kf, d, j0, a[t].n_kv, scale);
-            _mm256_storeu_ps(a[t].scores + j0, s);
-            mx[t] = _mm256_max_ps(mx[t], s);
+    if (lo > 0 || hi < T) {
+        __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), vlo = _mm256_set1_epi32(lo - 1);
+        __m256i vhi = _mm256_set1_epi32(hi);
+        __m256 ninf = _mm256_set1_ps(-INFINITY);
+        UNROLL for (int g = 0; g < 8; g++) {
+            __m256i j = _mm256_add_epi32(idx, _mm256_set1_epi32(8 * g));
+            __m256i in = _mm256_and_si256(_mm256_cmpgt_epi32(j, vlo), _mm256_cmpgt_epi32(vhi, j));
+            s[g] = _mm256_blendv_ps(ninf, s[g], _mm256_castsi256_ps(in));
         }
     }
+    /* 2. running max */
+    __m256 mx = _mm256_max_ps(_mm256_max_ps(_mm256_max_ps(s[0], s[1]), _mm256_max_ps(s[2], s[3])),
+                              _mm256_max_ps(_mm256_max_ps(s[4], s[5]), _mm256_max_ps(s[6], s[7])));
+    float m = st[d], tmax = hmax8(mx), mn = m > tmax ? m : tmax, alpha = expf(m - mn);
+    /* 3. weights and their sum */
+    __m256 vm = _mm256_set1_ps(mn);
+    UNROLL for (int g = 0; g < 8; g++) {
+        s[g] = exp256(_mm256_sub_ps(s[g], vm));
+        _mm256_storeu_ps(p + 8 * g, s[g]);
+    }
+    __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(s[0], s[1]), _mm256_add_ps(s[2], s[3])),
+                               _mm256_add_ps(_mm256_add_ps(s[4], s[5]), _mm256_add_ps(s[6], s[7])));
+    st[d + 1] = st[d + 1] * alpha + hsum8(sum);
+    st[d] = mn;
+    /* 4. weighted values, 64 dims at a time (then 32, 16, 8) */
+    int i = 0;
+    for (; d - i >= 64; i += 64) pv_block(8, st + i, vt + i, d, p, lo, hi, alpha);
+    if (d - i >= 32) pv_block(4, st + i, vt + i, d, p, lo, hi, alpha), i += 32;
+    if (d - i >= 16) pv_block(2, st + i, vt + i, d, p, lo, hi, alpha), i += 16;
+    if (d - i >= 8) pv_block(1, st + i, vt + i, d, p, lo, hi, alpha);
 }
 
-static void tile_values(const attn_args *a, int nq, int c0, float (*accbuf)[MAX_DIM]) {
-    int d = a[0].head_dim, nv = d / 8;
-    for (int t = 0; t < nq; t++) {
-        __m256 acc[MAX_DIM / 8];
-        for (int i = 0; i < nv; i++) acc[i] = _mm256_loadu_ps(accbuf[t] + 8 * i);
-        int end = c0 + CHUNK < a[t].n_kv ? c0 + CHUNK : a[t].n_kv;
-        for (int j = c0; j < end; j++) {
-            const float *v = a[t].vf + (size_t)j * d;
-            __m256 p = _mm256_set1_ps(a[t].scores[j]);
-            for (int i = 0; i < nv; i++) acc[i] = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 8 * i), acc[i]);
-        }
-        for (int i = 0; i < nv; i++) _mm256_storeu_ps(accbuf[t] + 8 * i, acc[i]);
-    }
-}
+static const attn_ops ops_avx2 = {attn_fill_avx2, step_avx2};
 
-void attn_tile_avx2(const attn_args *a, int nq) {
-    int d = a[0].head_dim, nv = d / 8, max_kv = 0;
-    if (d % 8 || d > MAX_DIM || nq > ATTN_TILE || !a[0].kf) {
-        for (int t = 0; t < nq; t++) attn_head_avx2(&a[t]);
-        return;
-    }
-    __m256 mx[ATTN_TILE];
-    float inv[ATTN_TILE], accbuf[ATTN_TILE][MAX_DIM];
-    for (int t = 0; t < nq; t++) {
-        mx[t] = _mm256_set1_ps(-INFINITY);
-        memset(accbuf[t], 0, sizeof accbuf[t]);
-        if (a[t].n_kv > max_kv) max_kv = a[t].n_kv;
-    }
-    for (int c0 = 0; c0 < max_kv; c0 += CHUNK) tile_scores(a, nq, c0, mx);
-    for (int t = 0; t < nq; t++) inv[t] = 1.0f / exp_and_sum(&a[t], hmax8(mx[t]));
-    for (int c0 = 0; c0 < max_kv; c0 += CHUNK) tile_values(a, nq, c0, accbuf);
-    for (int t = 0; t < nq; t++) {
-        __m256 s = _mm256_set1_ps(inv[t]);
-        for (int i = 0; i < nv; i++) _mm256_storeu_ps(a[t].out + 8 * i, _mm256_mul_ps(_mm256_loadu_ps(accbuf[t] + 8 * i), s));
-    }
+const attn_ops *attn_ops_avx2(int head_dim) {
+    return head_dim % 8 == 0 && head_dim <= 512 ? &ops_avx2 : NULL;
 }

@@ -1,7 +1,10 @@
 /* bench.c - `strata bench`: prompt processing (pp) and generation (tg)
- * speed, like llama-bench. pp: a fresh sequence prefilled with p tokens;
- * tg: n single-token decode steps after that prompt. One warm-up run, then
- * r measured runs; prints mean +- sd tok/s (or one JSON object). */
+ * speed, like llama-bench. Each run starts a fresh sequence and prefills
+ * d "depth" tokens untimed (-d, default 0); pp: p more tokens prefilled on
+ * top of them (timed); tg: the sequence cut back to the depth, then n
+ * single-token decode steps (timed). So pp512 at d4096 and tg128 at d4096
+ * mean what llama-bench's `-d 4096` means. One warm-up run, then r
+ * measured runs; prints mean +- sd tok/s (or one JSON object). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +18,7 @@
 
 typedef struct bench_opts {
     const char *model;
-    int n_prompt, n_gen, threads, reps, json, help;
+    int n_prompt, n_gen, depth, threads, reps, json, help;
 } bench_opts;
 
 typedef struct stat {
@@ -31,51 +34,63 @@ static stat summarize(const double *v, int n) {
     return s;
 }
 
-/* One run: returns pp and tg tok/s through pp_out / tg_out. */
+/* One run: returns pp and tg tok/s through pp_out / tg_out. toks holds
+ * depth + n_prompt + n_gen ids: the depth's, the prompt's, the decode's. */
 static int bench_once(engine *e, const bench_opts *o, const int32_t *toks, float *logits,
                       double *pp_out, double *tg_out, strata_err *err) {
     kv_seq s;
     kv_seq_init(&s);
+    int rc = o->depth ? fwd_prefill(e->fwd, &s, toks, o->depth, logits, err) : 0;
     double t0 = clock_ms();
-    int rc = o->n_prompt ? fwd_prefill(e->fwd, &s, toks, o->n_prompt, logits, err) : 0;
+    if (!rc && o->n_prompt) rc = fwd_prefill(e->fwd, &s, toks + o->depth, o->n_prompt, logits, err);
     double t1 = clock_ms();
+    kv_seq_truncate(&e->kv, &s, o->depth); /* tg starts at the depth, as pp did */
+    double t2 = clock_ms();
     for (int i = 0; i < o->n_gen && !rc; i++) {
         kv_seq *sp = &s;
-        int32_t pos = s.n_pos, tok = toks[(o->n_prompt + i) % (o->n_prompt + o->n_gen)];
+        int32_t pos = s.n_pos, tok = toks[o->depth + o->n_prompt + i];
         fwd_batch b = {.n = 1, .tokens = &tok, .seqs = &sp, .pos = &pos};
         rc = fwd_run(e->fwd, &b, logits, err);
     }
-    double t2 = clock_ms();
+    double t3 = clock_ms();
     kv_seq_release(&e->kv, &s);
     *pp_out = o->n_prompt ? o->n_prompt * 1e3 / (t1 - t0) : 0;
-    *tg_out = o->n_gen ? o->n_gen * 1e3 / (t2 - t1) : 0;
+    *tg_out = o->n_gen ? o->n_gen * 1e3 / (t3 - t2) : 0;
     return rc;
 }
 
 static void report(const bench_opts *o, const engine *e, stat pp, stat tg) {
     if (o->json) {
-        printf("{\"model\":\"%s\",\"threads\":%d,\"cpu\":\"%s\","
+        printf("{\"model\":\"%s\",\"threads\":%d,\"cpu\":\"%s\",\"depth\":%d,"
                "\"pp\":{\"n\":%d,\"mean\":%.3f,\"sd\":%.3f},"
                "\"tg\":{\"n\":%d,\"mean\":%.3f,\"sd\":%.3f},\"reps\":%d}\n",
-               o->model, pool_size(e->threads), cpu_level_name(), o->n_prompt, pp.mean, pp.sd,
+               o->model, pool_size(e->threads), cpu_level_name(), o->depth, o->n_prompt, pp.mean, pp.sd,
                o->n_gen, tg.mean, tg.sd, o->reps);
         return;
     }
     printf("model: %s (%s, %.1f MiB), threads: %d, kernels: %s\n", o->model, e->m->hp.arch_name,
            model_weight_bytes(e->m) / 1048576.0, pool_size(e->threads), cpu_level_name());
-    printf("| test   |            t/s |\n|--------|----------------|\n");
-    if (o->n_prompt) printf("| pp%-4d | %8.2f ± %5.2f |\n", o->n_prompt, pp.mean, pp.sd);
-    if (o->n_gen) printf("| tg%-4d | %8.2f ± %5.2f |\n", o->n_gen, tg.mean, tg.sd);
+    char at[32] = "", name[64];
+    if (o->depth) snprintf(at, sizeof at, " @ d%d", o->depth);
+    printf("| test            |            t/s |\n|-----------------|----------------|\n");
+    if (o->n_prompt) {
+        snprintf(name, sizeof name, "pp%d%s", o->n_prompt, at);
+        printf("| %-15s | %8.2f ± %5.2f |\n", name, pp.mean, pp.sd);
+    }
+    if (o->n_gen) {
+        snprintf(name, sizeof name, "tg%d%s", o->n_gen, at);
+        printf("| %-15s | %8.2f ± %5.2f |\n", name, tg.mean, tg.sd);
+    }
 }
 
 static int bench_main(const bench_opts *o, strata_err *err) {
     engine_params ep = {.model_path = o->model, .n_threads = o->threads,
-                        .n_ctx = o->n_prompt + o->n_gen + 64,
+                        .n_ctx = o->depth + o->n_prompt + o->n_gen + 64,
                         .max_batch = o->n_prompt > 0 && o->n_prompt < 512 ? o->n_prompt : 512};
     engine *e;
     int rc = engine_open(&e, &ep, err);
     if (rc) return rc;
-    int total = o->n_prompt + o->n_gen;
+    int total = o->depth + o->n_prompt + o->n_gen;
     int32_t *toks = xmalloc((size_t)(total ? total : 1) * sizeof(int32_t));
     uint32_t x = 12345;
     for (int i = 0; i < total; i++) {
@@ -102,6 +117,7 @@ int cli_bench(int argc, char **argv) {
         {"--model", "-m", ARG_STR, &o.model, 0, -1, "GGUF model file (required)"},
         {"--n-prompt", "-p", ARG_INT, &o.n_prompt, 0, 1 << 20, "prompt tokens (512)"},
         {"--n-gen", "-n", ARG_INT, &o.n_gen, 0, 1 << 20, "generated tokens (128)"},
+        {"--depth", "-d", ARG_INT, &o.depth, 0, 1 << 20, "tokens prefilled untimed before each test (0)"},
         {"--threads", "-t", ARG_INT, &o.threads, 1, 1024, "threads (one per core)"},
         {"--reps", "-r", ARG_INT, &o.reps, 1, 1000, "measured repetitions (5)"},
         {"--json", NULL, ARG_FLAG, &o.json, 0, -1, "print one JSON object"},

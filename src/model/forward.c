@@ -2,7 +2,9 @@
  *
  * Per layer, for a batch of n tokens:
  *   norm -> Q,K,V matmuls (+bias, +QK-norm) -> RoPE -> store K,V as F16 in
- *   the sequences' blocks -> attention per (token, head) -> output matmul
+ *   the sequences' blocks -> attention per (run of tokens, KV head): all
+ *   query heads of a GQA group over all tokens of a run share one read of
+ *   each key tile (backend/attn.h) -> output matmul
  *   (-> post norm) -> residual -> norm -> gate/up matmuls -> SwiGLU or
  *   GELU -> down (-> post norm) -> residual.
  * Sliding-window layers (gemma3) attend to the last n_swa positions only;
@@ -18,6 +20,7 @@
 #include "model/forward.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -266,130 +269,63 @@ static int attn_first_pos(const fwd_ctx *c, const layer_arg *a, int t) {
     return a->L->swa && first > 0 ? first : 0;
 }
 
-/* Arguments for query (token t, head h) on thread ith, tile slot `slot`:
- * the block table of the token's sequence, and its float K/V copy when
- * the batch made one. A window that starts inside a block gets a table of
- * single rows (block_tokens 1) from its first position: the kernel sees
- * the same rows in the same order, so the bits do not depend on where the
- * window starts relative to the blocks. */
-static void attn_setup(fwd_ctx *c, const layer_arg *a, int t, int h, int ith, int slot, float *scores,
-                       attn_args *out) {
+/* One work item: the query heads of KV head g for the tokens of run r,
+ * all in one attn_run call (each key tile is widened once for all of
+ * them). The block table covers the run's sequence from the first tile
+ * any of its queries sees. */
+static void attn_item(fwd_ctx *c, const layer_arg *a, const fwd_run_span *r, int g, int ith) {
     const model_hparams *hp = &c->m->hp;
-    int d = hp->head_dim, kvd = hp->n_head_kv * d, g = h / (hp->n_head / hp->n_head_kv);
-    const kv_seq *s = a->b->seqs[t];
-    int first = attn_first_pos(c, a, t), end = a->b->pos[t] + 1, n_kv = end - first, B = c->kv->block_tokens;
-    size_t tab = ((size_t)ith * ATTN_TILE + slot) * c->blocks_cap;
-    const uint16_t **kb = c->kb + tab, **vb = c->vb + tab;
-    if (first == 0) {
-        for (int i = 0; i < (n_kv + B - 1) / B; i++) {
-            kb[i] = kv_rows(c->kv, s->blocks[i], a->layer, 0) + (size_t)g * d;
-            vb[i] = kv_rows(c->kv, s->blocks[i], a->layer, 1) + (size_t)g * d;
-        }
-    } else {
-        for (int p = first; p < end; p++) {
-            kb[p - first] = kv_rows(c->kv, s->blocks[p / B], a->layer, 0) + (size_t)(p % B) * kvd + (size_t)g * d;
-            vb[p - first] = kv_rows(c->kv, s->blocks[p / B], a->layer, 1) + (size_t)(p % B) * kvd + (size_t)g * d;
-        }
-        B = 1;
+    int d = hp->head_dim, kvd = hp->n_head_kv * d, hpg = hp->n_head / hp->n_head_kv, B = c->kv->block_tokens;
+    const kv_seq *s = a->b->seqs[r->t0];
+    const uint16_t **kb = c->kb + (size_t)ith * c->blocks_cap, **vb = c->vb + (size_t)ith * c->blocks_cap;
+    attn_query *qs = c->attn_qs + (size_t)ith * ATTN_RUN * hpg;
+    int nq = 0;
+    for (int t = r->t0; t < r->t1; t++)
+        for (int h = g * hpg; h < (g + 1) * hpg; h++)
+            qs[nq++] = (attn_query){
+                .q = c->q + (size_t)t * hp->n_head * d + (size_t)h * d,
+                .out = c->att + (size_t)t * hp->n_head * d + (size_t)h * d,
+                .first = attn_first_pos(c, a, t),
+                .end = a->b->pos[t] + 1,
+            };
+    int end = a->b->pos[r->t1 - 1] + 1, from = qs[0].first / ATTN_KV_TILE * ATTN_KV_TILE / B;
+    for (int i = from; i < (end + B - 1) / B; i++) {
+        kb[i] = kv_rows(c->kv, s->blocks[i], a->layer, 0) + (size_t)g * d;
+        vb[i] = kv_rows(c->kv, s->blocks[i], a->layer, 1) + (size_t)g * d;
     }
-    size_t head_off = ((size_t)g * c->kvf_stride + first) * d;
-    *out = (attn_args){
-        .q = c->q + (size_t)t * hp->n_head * d + (size_t)h * d,
-        .k_blocks = kb, .v_blocks = vb, .block_tokens = B, .stride = kvd, .head_dim = d,
-        .n_kv = n_kv, .scale = hp->attn_scale,
-        .kf = c->kvf_seq == s ? c->kf + head_off : NULL,
-        .vf = c->kvf_seq == s ? c->vf + head_off : NULL,
-        .scores = scores,
-        .out = c->att + (size_t)t * hp->n_head * d + (size_t)h * d,
-    };
+    attn_kv kv = {.k_blocks = kb, .v_blocks = vb, .block_tokens = B, .stride = kvd, .head_dim = d};
+    attn_run(&kv, qs, nq, hp->attn_scale, c->attn_ws + (size_t)ith * c->attn_ws_n);
 }
 
 typedef struct {
     fwd_ctx *c;
     const layer_arg *a;
+    atomic_int next;
 } attn_job;
 
-static float *thread_scores(fwd_ctx *c, int ith, int slot) {
-    return c->scores + ((size_t)ith * ATTN_TILE + slot) * c->scores_cap;
-}
-
+/* Items are taken from a shared counter, latest runs first: in a prefill
+ * chunk they are the deepest, so the long ones start early. Which thread
+ * runs an item does not change its bits. */
 static void attn_worker(void *p, int ith, int nth) {
     attn_job *j = p;
-    int heads = j->c->m->hp.n_head;
-    /* Causal work grows with the position: deal (token, head) pairs out
-     * round-robin so every thread gets early and late tokens alike. */
-    for (long i = ith; i < (long)j->a->b->n * heads; i += nth) {
-        attn_args args;
-        attn_setup(j->c, j->a, (int)(i / heads), (int)(i % heads), ith, 0, thread_scores(j->c, ith, 0), &args);
-        attn_head(&args);
-    }
-}
-
-/* Prefill of one sequence: tiles of consecutive tokens per head, so the
- * keys are read once per tile (same results as one query at a time). */
-static void attn_tile_worker(void *p, int ith, int nth) {
-    attn_job *j = p;
-    int heads = j->c->m->hp.n_head, n = j->a->b->n, tiles = (n + ATTN_TILE - 1) / ATTN_TILE;
-    for (long i = ith; i < (long)tiles * heads; i += nth) {
-        int t0 = (int)(i / heads) * ATTN_TILE, h = (int)(i % heads), nq = n - t0 < ATTN_TILE ? n - t0 : ATTN_TILE;
-        attn_args args[ATTN_TILE];
-        for (int k = 0; k < nq; k++)
-            attn_setup(j->c, j->a, t0 + k, h, ith, k, thread_scores(j->c, ith, k), &args[k]);
-        attn_tile(args, nq);
-    }
-}
-
-/* ---- prefill: K/V widened once per layer ----------------------------------- */
-
-typedef struct {
-    fwd_ctx *c;
-    const kv_seq *s;
-    int layer, n_pos;
-} widen_job;
-
-static void widen_worker(void *p, int ith, int nth) {
-    widen_job *j = p;
     fwd_ctx *c = j->c;
-    const model_hparams *hp = &c->m->hp;
-    int d = hp->head_dim, kvd = hp->n_head_kv * d, B = c->kv->block_tokens;
-    long lo, hi;
-    pool_range(j->n_pos, ith, nth, &lo, &hi);
-    for (long pos = lo; pos < hi; pos++) {
-        const uint16_t *k = kv_rows(c->kv, j->s->blocks[pos / B], j->layer, 0) + (size_t)(pos % B) * kvd;
-        const uint16_t *v = kv_rows(c->kv, j->s->blocks[pos / B], j->layer, 1) + (size_t)(pos % B) * kvd;
-        for (int g = 0; g < hp->n_head_kv; g++) {
-            float *kd = c->kf + ((size_t)g * c->kvf_stride + pos) * d, *vd = c->vf + ((size_t)g * c->kvf_stride + pos) * d;
-            for (int i = 0; i < d; i++) {
-                kd[i] = fp16_to_f32(k[g * d + i]);
-                vd[i] = fp16_to_f32(v[g * d + i]);
-            }
-        }
-    }
+    int n_kv = c->m->hp.n_head_kv, n_items = c->n_runs * n_kv;
+    for (int i; (i = atomic_fetch_add(&j->next, 1)) < n_items;)
+        attn_item(c, j->a, &c->runs[c->n_runs - 1 - i / n_kv], i % n_kv, ith);
 }
 
-/* A prefill chunk (many tokens, one sequence) reads every K/V row once per
- * query; widening them to float first saves the conversion each time.
- * Decode steps and mixed batches read F16 directly: same values, same
- * arithmetic, same bits. */
-static void widen_kv(fwd_ctx *c, const fwd_batch *b, int layer) {
-    c->kvf_seq = NULL;
-    if (b->n < 16) return;
-    for (int t = 1; t < b->n; t++)
-        if (b->seqs[t] != b->seqs[0]) return;
-    const model_hparams *hp = &c->m->hp;
-    int n_pos = b->seqs[0]->n_pos;
-    size_t need = (size_t)hp->n_head_kv * n_pos * hp->head_dim;
-    if (need > c->kvf_cap) {
-        free(c->kf);
-        free(c->vf);
-        c->kvf_cap = need + need / 2;
-        c->kf = xaligned(c->kvf_cap * sizeof(float));
-        c->vf = xaligned(c->kvf_cap * sizeof(float));
+/* Runs of the batch: consecutive tokens of one sequence at consecutive
+ * positions, cut every ATTN_RUN tokens. */
+static void split_runs(fwd_ctx *c, const fwd_batch *b) {
+    c->n_runs = 0;
+    for (int t = 0; t < b->n; t++) {
+        fwd_run_span *r = c->n_runs ? &c->runs[c->n_runs - 1] : NULL;
+        if (r && r->t1 == t && r->t1 - r->t0 < ATTN_RUN && b->seqs[t] == b->seqs[t - 1] &&
+            b->pos[t] == b->pos[t - 1] + 1)
+            r->t1++;
+        else
+            c->runs[c->n_runs++] = (fwd_run_span){t, t + 1};
     }
-    c->kvf_stride = n_pos;
-    widen_job j = {c, b->seqs[0], layer, n_pos};
-    pool_run(c->threads, widen_worker, &j);
-    c->kvf_seq = b->seqs[0];
 }
 
 static void swiglu_row(fwd_ctx *c, void *arg, int t) {
@@ -422,9 +358,8 @@ static void attention(fwd_ctx *c, const fwd_batch *b, const model_layer *L) {
     float *qkv_out[3] = {c->m->hp.attn_gate ? c->qg : c->q, c->k, c->v};
     fwd__matmul_group(c, c->xn, n, qkv, qkv_out, 3);
     fwd__for_rows(c, n, qkv_finish_row, &a);
-    widen_kv(c, b, L->kv_layer);
-    attn_job aj = {c, &a};
-    pool_run(c->threads, c->kvf_seq ? attn_tile_worker : attn_worker, &aj);
+    attn_job aj = {c, &a, 0};
+    pool_run(c->threads, attn_worker, &aj);
     if (c->m->hp.attn_gate) fwd__for_rows(c, n, apply_gate_row, NULL);
     fwd__matmul(c, c->att, n, &L->wo, c->tmp);
 }
@@ -462,24 +397,15 @@ static void embed_row(fwd_ctx *c, void *arg, int t) {
         for (int i = 0; i < c->m->hp.n_embd; i++) x[i] *= scale;
 }
 
+/* Block tables long enough for max_kv positions, per thread. */
 static void ensure_scratch(fwd_ctx *c, int max_kv) {
-    int nth = pool_size(c->threads), B = c->kv->block_tokens;
-    /* Kernels write scores in groups of 8, so up to 7 past n_kv: the slack
-     * must be there on every call, not only when the buffer grows. */
-    if (max_kv + 8 > c->scores_cap) {
-        free(c->scores);
-        c->scores_cap = max_kv + 256;
-        c->scores = xmalloc((size_t)nth * ATTN_TILE * c->scores_cap * sizeof(float));
-    }
-    /* Per (thread, tile slot): a block table, or a window's row table. */
-    int nb = (max_kv + B - 1) / B, win = c->m->hp.n_swa < max_kv ? c->m->hp.n_swa : max_kv;
-    if (win > nb) nb = win;
+    int nth = pool_size(c->threads), nb = (max_kv + c->kv->block_tokens - 1) / c->kv->block_tokens;
     if (nb > c->blocks_cap) {
         free(c->kb);
         free(c->vb);
         c->blocks_cap = nb + 16;
-        c->kb = xmalloc((size_t)nth * ATTN_TILE * c->blocks_cap * sizeof(*c->kb));
-        c->vb = xmalloc((size_t)nth * ATTN_TILE * c->blocks_cap * sizeof(*c->vb));
+        c->kb = xmalloc((size_t)nth * c->blocks_cap * sizeof(*c->kb));
+        c->vb = xmalloc((size_t)nth * c->blocks_cap * sizeof(*c->vb));
     }
 }
 
@@ -583,6 +509,7 @@ int fwd_run(fwd_ctx *c, const fwd_batch *b, float *logits, strata_err *err) {
     if ((rc = reserve_seqs(c, b, &max_kv, err))) return rc;
     ensure_scratch(c, max_kv);
     if (c->dn) recurrent_prepare(c, b);
+    split_runs(c, b);
     fwd__for_rows(c, b->n, embed_row, (void *)b);
     for (int il = 0; il < c->m->hp.n_layer; il++) layer_forward(c, b, il);
     if (c->dn) recurrent_commit(b);
@@ -669,6 +596,11 @@ fwd_ctx *fwd_new(const model *m, kv_pool *kv, pool *threads, int max_batch) {
         c->attn_gate = xaligned(n * nq * sizeof(float));
     }
     c->dn = dn_new(m, max_batch);
+    int nth = pool_size(threads), hpg = hp->n_head / hp->n_head_kv;
+    c->runs = xmalloc(n * sizeof(*c->runs));
+    c->attn_ws_n = (attn_ws_floats(hp->head_dim, ATTN_RUN * hpg) + 15) & ~(size_t)15;
+    c->attn_ws = xaligned((size_t)nth * c->attn_ws_n * sizeof(float));
+    c->attn_qs = xmalloc((size_t)nth * ATTN_RUN * hpg * sizeof(*c->attn_qs));
     init_rope(c);
     return c;
 }
@@ -676,11 +608,11 @@ fwd_ctx *fwd_new(const model *m, kv_pool *kv, pool *threads, int max_batch) {
 void fwd_free(fwd_ctx *c) {
     if (!c) return;
     float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->gate, c->up, c->tmp,
-                     c->rope_inv_freq, c->rope_inv_swa, c->scores, c->qg, c->attn_gate};
+                     c->rope_inv_freq, c->rope_inv_swa, c->attn_ws, c->qg, c->attn_gate};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     for (int i = 0; i < MM_MAX; i++) free(c->xq[i]);
-    free(c->kf);
-    free(c->vf);
+    free(c->runs);
+    free(c->attn_qs);
     free(c->kb);
     free(c->vb);
     free(c->rope_off);

@@ -3,12 +3,18 @@
 #ifndef STRATA_FORWARD_INT_H
 #define STRATA_FORWARD_INT_H
 
+#include "backend/attn.h"
 #include "model/forward.h"
 
 typedef struct dn_ctx dn_ctx;
 
 #define MM_MAX 4     /* matmuls sharing one input (Q, K, V; deltanet qkv, z, beta, alpha) */
 #define ROW_ALIGN 16 /* thread row splits keep kernel tiles whole */
+#define ATTN_RUN 32  /* tokens of one sequence per attention work item */
+
+typedef struct fwd_run_span {
+    int t0, t1; /* batch tokens [t0, t1): one sequence, consecutive positions */
+} fwd_run_span;
 
 struct fwd_ctx {
     const model *m;
@@ -20,14 +26,15 @@ struct fwd_ctx {
     size_t xq_cap;
     float *rope_inv_freq; /* rope_dim / 2 */
     float *rope_inv_swa;  /* the same for sliding-window layers (their own base) */
-    float *scores;        /* n_threads x scores_cap */
-    int scores_cap;
-    const uint16_t **kb, **vb; /* n_threads x block table scratch */
+    /* Attention: the batch cut into runs of consecutive tokens of one
+     * sequence (at most ATTN_RUN each); a work item is (run, KV head). */
+    fwd_run_span *runs;
+    int n_runs;
+    float *attn_ws;            /* n_threads x attn_ws_n floats */
+    size_t attn_ws_n;
+    attn_query *attn_qs;       /* n_threads x ATTN_RUN x (query heads per KV head) */
+    const uint16_t **kb, **vb; /* n_threads x blocks_cap: block tables */
     int blocks_cap;
-    float *kf, *vf;  /* prefill: K/V of the batch's sequence widened to float, [kv head][pos][d] */
-    size_t kvf_cap;  /* floats in each */
-    int kvf_stride;  /* positions per kv head in kf/vf */
-    const kv_seq *kvf_seq; /* the sequence they hold this layer, or NULL */
     float *qg;           /* qwen35: Q rows with their gate, [n][n_head][2][head_dim] */
     float *attn_gate;    /* qwen35: the gate part, [n][n_head * head_dim] */
     uint8_t *rope_off;   /* qwen35: per rotated pair, 1 = M-RoPE section with position 0 */

@@ -1,0 +1,187 @@
+/* test_attn.c - the attention kernels (backend/attn): agreement with a
+ * float64 softmax at every level, and batch invariance: a query's output
+ * is bit-identical whether it is computed alone (decode), with the other
+ * heads of its group, or in any block of prefill queries, at depths on
+ * and off the 64-key tile boundaries, with and without a sliding window. */
+#include <stdlib.h>
+
+#include "backend/attn.h"
+#include "base/fp16.h"
+#include "base/mem.h"
+#include "test.h"
+
+#define BT 16 /* block_tokens of the synthetic cache */
+
+/* A synthetic paged cache: n_pos positions of n_kvh heads of d dims. */
+typedef struct cache {
+    int n_pos, n_kvh, d, n_blocks;
+    uint16_t *k, *v;                /* [block][BT][n_kvh * d] */
+    const uint16_t **kb, **vb;      /* block tables of head 0 (others: + h * d) */
+    const uint16_t **kbh, **vbh;    /* scratch tables for one head */
+} cache;
+
+static uint32_t rng = 1;
+static float frand(void) {
+    rng = rng * 1664525u + 1013904223u;
+    return (float)((rng >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+static void cache_new(cache *c, int n_pos, int n_kvh, int d) {
+    c->n_pos = n_pos, c->n_kvh = n_kvh, c->d = d;
+    c->n_blocks = (n_pos + BT - 1) / BT;
+    size_t n = (size_t)c->n_blocks * BT * n_kvh * d;
+    c->k = xmalloc(n * 2), c->v = xmalloc(n * 2);
+    for (size_t i = 0; i < n; i++) {
+        c->k[i] = f32_to_fp16(frand() * 2.0f);
+        c->v[i] = f32_to_fp16(frand());
+    }
+    c->kbh = xmalloc((size_t)c->n_blocks * sizeof(*c->kbh));
+    c->vbh = xmalloc((size_t)c->n_blocks * sizeof(*c->vbh));
+}
+
+static void cache_free(cache *c) {
+    free(c->k), free(c->v), free(c->kbh), free(c->vbh);
+}
+
+static attn_kv cache_head(cache *c, int h) {
+    size_t row = (size_t)c->n_kvh * c->d;
+    for (int i = 0; i < c->n_blocks; i++) {
+        c->kbh[i] = c->k + (size_t)i * BT * row + (size_t)h * c->d;
+        c->vbh[i] = c->v + (size_t)i * BT * row + (size_t)h * c->d;
+    }
+    return (attn_kv){c->kbh, c->vbh, BT, (int)row, c->d};
+}
+
+/* float64 softmax attention of q over keys [first, end) of head h. */
+static void ref_attn(const cache *c, int h, const float *q, int first, int end, float scale, double *out) {
+    size_t row = (size_t)c->n_kvh * c->d;
+    double *s = xmalloc((size_t)end * sizeof(double)), mx = -1e300, sum = 0;
+    for (int j = first; j < end; j++) {
+        const uint16_t *k = c->k + (size_t)j * row + (size_t)h * c->d;
+        double dot = 0;
+        for (int i = 0; i < c->d; i++) dot += (double)q[i] * fp16_to_f32(k[i]);
+        s[j] = dot * scale;
+        if (s[j] > mx) mx = s[j];
+    }
+    for (int i = 0; i < c->d; i++) out[i] = 0;
+    for (int j = first; j < end; j++) {
+        double p = exp(s[j] - mx);
+        sum += p;
+        const uint16_t *v = c->v + (size_t)j * row + (size_t)h * c->d;
+        for (int i = 0; i < c->d; i++) out[i] += p * fp16_to_f32(v[i]);
+    }
+    for (int i = 0; i < c->d; i++) out[i] /= sum;
+    free(s);
+}
+
+static const char *LEVEL[] = {"scalar", "avx2", "avx512"};
+
+TEST(attn_matches_float64) {
+    static const int dims[] = {64, 256, 40, 12};
+    static const int depths[] = {1, 7, 63, 64, 65, 200, 1000};
+    for (int di = 0; di < 4; di++) {
+        int d = dims[di];
+        cache c;
+        cache_new(&c, 1000, 2, d);
+        float *q = xmalloc((size_t)d * 4), *out = xmalloc((size_t)d * 4);
+        double *ref = xmalloc((size_t)d * 8);
+        float *ws = xaligned(attn_ws_floats(d, 1) * sizeof(float));
+        for (int i = 0; i < d; i++) q[i] = frand();
+        for (int level = 0; level <= attn_level(); level++)
+            for (int k = 0; k < 7; k++)
+                for (int w = 0; w < 2; w++) {
+                    int end = depths[k], first = w && end > 100 ? end - 100 : 0;
+                    attn_kv kv = cache_head(&c, 1);
+                    attn_query aq = {q, out, first, end};
+                    attn_run_level(level, &kv, &aq, 1, 0.125f, ws);
+                    ref_attn(&c, 1, q, first, end, 0.125f, ref);
+                    double err = 0;
+                    for (int i = 0; i < d; i++) err = fmax(err, fabs(out[i] - ref[i]));
+                    CHECK_MSG(err < 2e-5, "%s d=%d keys [%d,%d): max error %g", LEVEL[level], d, first, end, err);
+                }
+        free(q), free(out), free(ref), free(ws);
+        cache_free(&c);
+    }
+}
+
+/* n tokens at positions 0..n-1, 3 query heads per KV head: prefill in
+ * query blocks of `blk` tokens (all heads of a block in one call) against
+ * decode (one call per token with its 3 heads) and one head alone. */
+static void check_paths(int level, int d, int n, int window, int blk) {
+    int hpg = 3;
+    cache c;
+    cache_new(&c, n, 1, d);
+    float *q = xmalloc((size_t)n * hpg * d * 4);
+    for (size_t i = 0; i < (size_t)n * hpg * d; i++) q[i] = frand();
+    float *pre = xmalloc((size_t)n * hpg * d * 4), *dec = xmalloc((size_t)n * hpg * d * 4);
+    float *one = xmalloc((size_t)d * 4);
+    attn_query *qs = xmalloc((size_t)n * hpg * sizeof(*qs));
+    float *ws = xaligned(attn_ws_floats(d, blk * hpg) * sizeof(float));
+    attn_kv kv = cache_head(&c, 0);
+    for (int t0 = 0; t0 < n; t0 += blk) {
+        int nq = 0;
+        for (int t = t0; t < n && t < t0 + blk; t++)
+            for (int h = 0; h < hpg; h++) {
+                int first = window && t + 1 > window ? t + 1 - window : 0;
+                qs[nq++] = (attn_query){q + ((size_t)t * hpg + h) * d, pre + ((size_t)t * hpg + h) * d, first, t + 1};
+            }
+        attn_run_level(level, &kv, qs, nq, 0.125f, ws);
+    }
+    for (int t = 0; t < n; t++) {
+        int first = window && t + 1 > window ? t + 1 - window : 0;
+        for (int h = 0; h < hpg; h++)
+            qs[h] = (attn_query){q + ((size_t)t * hpg + h) * d, dec + ((size_t)t * hpg + h) * d, first, t + 1};
+        attn_run_level(level, &kv, qs, hpg, 0.125f, ws);
+        attn_query alone = {q + ((size_t)t * hpg + 2) * d, one, first, t + 1};
+        attn_run_level(level, &kv, &alone, 1, 0.125f, ws);
+        CHECK_MSG(memcmp(one, dec + ((size_t)t * hpg + 2) * d, (size_t)d * 4) == 0,
+                  "%s d=%d window %d: position %d: head alone differs from its group", LEVEL[level], d, window, t);
+    }
+    for (int t = 0; t < n; t++)
+        if (memcmp(pre + (size_t)t * hpg * d, dec + (size_t)t * hpg * d, (size_t)hpg * d * 4)) {
+            test_fail(__FILE__, __LINE__, "%s d=%d window %d blocks of %d: position %d: prefill differs from decode",
+                      LEVEL[level], d, window, blk, t);
+            break;
+        }
+    free(q), free(pre), free(dec), free(one), free(qs), free(ws);
+    cache_free(&c);
+}
+
+TEST(attn_prefill_equals_decode) {
+    for (int level = 0; level <= attn_level(); level++) {
+        check_paths(level, 64, 300, 0, 32);  /* depths 1..300: on and off tile edges */
+        check_paths(level, 64, 300, 0, 7);   /* query blocks across tile edges */
+        check_paths(level, 64, 300, 100, 32); /* sliding window starting mid-tile */
+        check_paths(level, 256, 140, 50, 13);
+        check_paths(level, 40, 90, 0, 16);   /* head_dim without a SIMD kernel */
+    }
+}
+
+/* Deep queries: prefill blocks at depth (as after a cached prefix or a
+ * long chunked prompt) against decode at the same positions. */
+TEST(attn_prefill_equals_decode_deep) {
+    int d = 64, n = 2200, hpg = 3;
+    static const int probe[] = {1023, 1024, 1025, 1500, 2047, 2199};
+    cache c;
+    cache_new(&c, n, 1, d);
+    float *q = xmalloc((size_t)hpg * d * 4), *a = xmalloc((size_t)hpg * d * 4), *b = xmalloc((size_t)hpg * d * 4);
+    float *ws = xaligned(attn_ws_floats(d, 32 * hpg) * sizeof(float));
+    attn_query qs[32 * 3];
+    attn_kv kv = cache_head(&c, 0);
+    for (int level = 0; level <= attn_level(); level++)
+        for (int k = 0; k < 6; k++) {
+            int t = probe[k], t0 = t - 17 < 0 ? 0 : t - 17, nq = 0;
+            for (int i = 0; i < hpg * d; i++) q[i] = frand();
+            /* a block of 20 tokens whose 18th is t (other rows: same q, other depths) */
+            for (int u = t0; u < t0 + 20 && u < n; u++)
+                for (int h = 0; h < hpg; h++)
+                    qs[nq++] = (attn_query){q + h * d, u == t ? a + h * d : b + h * d, 0, u + 1};
+            attn_run_level(level, &kv, qs, nq, 0.125f, ws);
+            for (int h = 0; h < hpg; h++) qs[h] = (attn_query){q + h * d, b + h * d, 0, t + 1};
+            attn_run_level(level, &kv, qs, hpg, 0.125f, ws);
+            CHECK_MSG(memcmp(a, b, (size_t)hpg * d * 4) == 0, "%s: depth %d: prefill block differs from decode",
+                      LEVEL[level], t + 1);
+        }
+    free(q), free(a), free(b), free(ws);
+    cache_free(&c);
+}
