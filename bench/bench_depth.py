@@ -26,56 +26,15 @@ load average before trusting a ratio.
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 
+from machine import describe as machine, loadavg
+
 DEFAULT_TESTS = "pp512@0,pp512@4096,tg128@0"
 LONG_TESTS = "tg128@8192,pp512@16384,pp512@32768"
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def cpu_flags():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    fl = set(line.split(":", 1)[1].split())
-                    return " ".join(x for x in ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vnni")
-                                    if x in fl)
-    except OSError:
-        pass
-    return "?"
-
-
-def machine():
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    try:
-        with open("/proc/meminfo") as f:
-            mem = f"{int(f.readline().split()[1]) / (1 << 20):.1f} GiB"
-    except (OSError, ValueError, IndexError):
-        mem = "?"
-    return (f"{cpu_model()} ({cpu_flags()}), {cores} cores available, {mem} RAM, "
-            f"{platform.system()} {platform.release()}")
-
-
-def loadavg():
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "?"
 
 
 def parse_tests(spec):

@@ -24,40 +24,20 @@ Does not: check output quality (tests/ do that) or pin CPU frequency.
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
+
+from machine import describe
 
 # ---------------------------------------------------------------------------
 # Machine
 # ---------------------------------------------------------------------------
 
 
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def mem_gib():
-    try:
-        with open("/proc/meminfo") as f:
-            kb = int(f.readline().split()[1])
-        return f"{kb / (1 << 20):.1f} GiB"
-    except (OSError, ValueError, IndexError):
-        return "?"
-
-
 def machine():
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{cpu_model()}, {cores} cores available, {mem_gib()} RAM, {platform.system()} {platform.release()}"
+    return describe(with_flags=False)
 
 
 def load_note():
