@@ -50,6 +50,8 @@ int cli_serve(int argc, char **argv) {
          "shared tier for replicas: redis://[:password@]host[:port][/db] (off)"},
         {"--cache-redis-timeout-ms", NULL, ARG_INT, &o.cache_redis_timeout_ms, 1, 60000,
          "longest wait on Redis per connect, probe or stalled read/write (100)"},
+        {"--cache-redis-required", NULL, ARG_FLAG, &o.cache_redis_required, 0, -1,
+         "refuse to start when --cache-redis is unusable (bad URL, down, wrong password); else serve without it"},
         {"--cache-redis-ttl", NULL, ARG_INT, &o.cache_redis_ttl_s, 0, 30 * 86400,
          "seconds a shared-tier key lives after its last use; retention marks lengthen it (3600; 0 = no expiry)"},
         {"--cache-snapshot-blocks", NULL, ARG_INT, &o.snap_blocks, 0, 1 << 20,

@@ -383,8 +383,11 @@ static void open_disk(server *s, const uint8_t fp[32]) {
              (unsigned long long)st.quarantined);
 }
 
-/* The shared tier (--cache-redis): a bad URL stops the start; Redis
- * being down does not (the tier warns, counts and reconnects). */
+/* The shared tier (--cache-redis). A URL that does not parse, or a Redis
+ * that cannot be reached or refuses the password at start, stops the start
+ * only under --cache-redis-required; otherwise the server says why and
+ * serves from memory and disk (a bad URL: without the tier; Redis down:
+ * the tier keeps reconnecting in the background). */
 static int open_redis(server *s, const uint8_t fp[32], strata_err *err) {
     if (s->o.no_cache || !s->o.cache_redis) return 0;
     redis_tier_opts ro = {.url = s->o.cache_redis, .timeout_ms = s->o.cache_redis_timeout_ms,
@@ -392,7 +395,22 @@ static int open_redis(server *s, const uint8_t fp[32], strata_err *err) {
                           .block_tokens = (uint32_t)s->e->kv.block_tokens, .block_bytes = s->e->kv.block_bytes,
                           .kv_dtype = 1};
     memcpy(ro.model_fp, fp, 32);
-    return redis_tier_open(&s->redis, &ro, err);
+    strata_err why = {0};
+    int rc = redis_tier_open(&s->redis, &ro, &why);
+    if (rc) {
+        if (s->o.cache_redis_required) return strata_errf(err, rc, "%s (--cache-redis-required)", why.msg);
+        log_warn("%s; serving without the shared tier (memory and disk only)", why.msg);
+        return 0;
+    }
+    redis_tier_stats st;
+    redis_tier_get_stats(s->redis, &st);
+    if (!st.up && s->o.cache_redis_required) {
+        redis_tier_close(s->redis);
+        s->redis = NULL;
+        return strata_errf(err, STRATA_EIO, "redis cache: not usable at start, see the warning above "
+                           "(--cache-redis-required)");
+    }
+    return 0;
 }
 
 /* KV memory the slots may take when --ctx is left to the model (its

@@ -35,6 +35,7 @@ typedef struct server_opts {
     const char *cache_redis; /* --cache-redis URL of the shared tier, or NULL */
     int cache_redis_timeout_ms; /* longest wait on Redis for any one step */
     int cache_redis_ttl_s; /* expiry of an unmarked key after its last use (0: none) */
+    int cache_redis_required; /* --cache-redis-required: no start without the shared tier */
     int cache_mem_mb;  /* KV memory kept for cached prefixes beyond the slots */
     int cache_ram_mb;  /* RAM tier: on the CPU backend, more of the same pool */
     int snap_blocks;   /* --cache-snapshot-blocks: recurrent state every N blocks (0: none) */

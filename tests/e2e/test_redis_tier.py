@@ -26,7 +26,7 @@ import time
 import httpx
 import pytest
 
-from conftest import ROOT, TINY_MODEL, Server, free_port
+from conftest import ROOT, STRATA, TINY_MODEL, Server, free_port
 
 REDIS = shutil.which("redis-server")
 HAPROXY = shutil.which("haproxy") or (os.path.exists("/usr/sbin/haproxy") and "/usr/sbin/haproxy")
@@ -428,3 +428,26 @@ def test_anthropic_cache_control_ttl_becomes_the_keys_expiry(redis):
         assert all(x > y - 2000 for x, y in zip(ttl, ttl[1:])), ttl  # never longer further on
     finally:
         assert a.stop() == 0
+
+
+def test_unusable_redis_at_start_warns_and_serves_unless_required(tmp_path):
+    # A URL that does not parse, or a Redis nobody answers on: the server
+    # says so and serves from memory and disk; --cache-redis-required turns
+    # either into a start-up error naming the reason.
+    dead = f"redis://127.0.0.1:{free_port()}"
+    for url, why in (("nope://x", "expected redis://"), (dead, "Connection refused")):
+        s = Server(TINY_MODEL, "--cache-dir", str(tmp_path / "c"), "--cache-redis", url)
+        try:
+            r = httpx.post(s.url + "/v1/completions", json={"prompt": "Hello", "max_tokens": 4, "temperature": 0},
+                           timeout=60)
+            assert r.status_code == 200 and r.json()["choices"][0]["text"] is not None
+        finally:
+            assert s.stop() == 0
+        with open(s.log.name) as f:
+            log = f.read()
+        assert why in log and "warn" in log, log
+        r = subprocess.run([STRATA, "serve", "-m", TINY_MODEL, "--port", "0", "--cache-dir",
+                            str(tmp_path / "c"), "--cache-redis", url, "--cache-redis-required"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1, r.stderr
+        assert "--cache-redis-required" in r.stderr and (why in r.stderr or "not usable at start" in r.stderr), r.stderr
