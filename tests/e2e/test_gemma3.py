@@ -97,13 +97,19 @@ def loop_cache():
 def test_agent_loop_12_turns_prefills_only_new_tokens(loop_cache):
     """(a) 12 turns, the replies sent back verbatim: each turn after the
     first finds the whole previous sequence cached (prompt and reply) and
-    prefills only the new tokens; the history passes the 512-token window."""
+    prefills only the new tokens; the history passes the 512-token window.
+    Every turn equals (text and logprobs) a server with the prefix cache
+    off that is sent the same turns."""
     srv = Server(GEMMA3, "--parallel", "1", "--ctx", "2048", "--cache-dir", loop_cache)
+    cold = Server(GEMMA3, "--parallel", "1", "--ctx", "2048", "--no-prefix-cache")
     try:
         msgs, prev, rows = [{"role": "system", "content": LOOP_SYSTEM}], None, []
         for i in range(12):
             msgs.append({"role": "user", "content": loop_user(i)})
             choice, u = loop_chat(srv, msgs)
+            ref, _ = loop_chat(cold, msgs)
+            assert choice["message"]["content"] == ref["message"]["content"], f"turn {i}: differs from cache off"
+            assert choice["logprobs"] == ref["logprobs"], f"turn {i}: logprobs differ from cache off"
             cached, sc = u["prompt_tokens_details"]["cached_tokens"], u["strata_cache"]
             assert sc["live_tokens"] + sc["disk_tokens"] + sc["redis_tokens"] == cached
             if prev is None:
@@ -123,6 +129,7 @@ def test_agent_loop_12_turns_prefills_only_new_tokens(loop_cache):
         assert sum(r[2] for r in rows[1:]) < rows[-1][0] - rows[0][0]
     finally:
         assert srv.stop() == 0
+        assert cold.stop() == 0
     with open(os.path.join(loop_cache, "msgs.json"), "w") as f:
         json.dump({"messages": msgs, "held": held(*prev)}, f)
 
