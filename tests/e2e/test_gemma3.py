@@ -1,10 +1,16 @@
 """Gemma 3 270M served end to end: the architecture, Gemma's chat format
 (the GGUF has no template, so the built-in one), and the prefix cache on a
 model with sliding-window layers: a prompt longer than the 512-token window
-answered from the cache gives the same greedy text as cold.
+answered from the cache gives the same greedy text as cold; a 12-turn
+agent loop prefills only each turn's new tokens, and after a restart on the
+same --cache-dir the next turn resumes from disk with cold's text and
+logprobs (issue 11, item 6 (a) and (c)).
 
 Skipped without the model (`make model-gemma3`; `make test` fetches it)."""
+import json
 import os
+import shutil
+import tempfile
 
 import httpx
 import pytest
@@ -48,3 +54,111 @@ def test_cache_hit_past_the_window_equals_cold(gemma):
     warm = chat(gemma, text + "\nSummarize.", max_tokens=16)
     assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] > 512
     assert warm["choices"][0]["message"]["content"] == cold["choices"][0]["message"]["content"]
+
+
+# ---- issue 11 item 6 (a), (c): an agent loop on the real model ---------------
+
+LOOP_SYSTEM = ("You are a coding agent working in a C repository. Tools: read_file(path), run(cmd), "
+               "grep(pattern). Think briefly, then answer with one tool call per turn.")
+
+
+def loop_user(i):
+    if i % 3 == 2:  # a tool result sent back as a user message
+        return f"Tool result {i}:\n" + "\n".join(f"src/file_{i}_{k}.c:{k * 11}: TODO fix the cache path {k}"
+                                                  for k in range(4 + i % 5))
+    return f"Step {i}: look at src/module_{i}.c and tell me what to check next about its cache handling."
+
+
+def loop_chat(srv, msgs, n=16):
+    r = httpx.post(srv.url + "/v1/chat/completions", timeout=120, json={
+        "messages": msgs, "temperature": 0, "max_tokens": n, "logprobs": True, "top_logprobs": 3})
+    assert r.status_code == 200, r.text
+    j = r.json()
+    return j["choices"][0], j["usage"]
+
+
+def held(choice, usage):
+    """Tokens the sequence holds when the request ends: the prompt and each
+    generated token but the last one sampled (never fed back); a reply ended
+    by <end_of_turn> holds all its content tokens (the stop token is not
+    counted in completion_tokens)."""
+    return usage["prompt_tokens"] + usage["completion_tokens"] - (1 if choice["finish_reason"] == "length" else 0)
+
+
+@pytest.fixture(scope="module")
+def loop_cache():
+    if not os.path.exists(GEMMA3):
+        pytest.skip("Gemma 3 270M not downloaded (make model-gemma3)")
+    d = tempfile.mkdtemp(prefix="strata-g3loop-")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_agent_loop_12_turns_prefills_only_new_tokens(loop_cache):
+    """(a) 12 turns, the replies sent back verbatim: each turn after the
+    first finds the whole previous sequence cached (prompt and reply) and
+    prefills only the new tokens; the history passes the 512-token window.
+    Every turn equals (text and logprobs) a server with the prefix cache
+    off that is sent the same turns."""
+    srv = Server(GEMMA3, "--parallel", "1", "--ctx", "2048", "--cache-dir", loop_cache)
+    cold = Server(GEMMA3, "--parallel", "1", "--ctx", "2048", "--no-prefix-cache")
+    try:
+        msgs, prev, rows = [{"role": "system", "content": LOOP_SYSTEM}], None, []
+        for i in range(12):
+            msgs.append({"role": "user", "content": loop_user(i)})
+            choice, u = loop_chat(srv, msgs)
+            ref, _ = loop_chat(cold, msgs)
+            assert choice["message"]["content"] == ref["message"]["content"], f"turn {i}: differs from cache off"
+            assert choice["logprobs"] == ref["logprobs"], f"turn {i}: logprobs differ from cache off"
+            cached, sc = u["prompt_tokens_details"]["cached_tokens"], u["strata_cache"]
+            assert sc["live_tokens"] + sc["disk_tokens"] + sc["redis_tokens"] == cached
+            if prev is None:
+                assert cached == 0
+            else:
+                want = held(*prev)
+                assert cached == want, f"turn {i}: {cached} cached, the previous sequence held {want}"
+                assert sc["live_tokens"] == cached and sc["prefix_end"]["token"] == cached
+            rows.append((u["prompt_tokens"], cached, u["prompt_tokens"] - cached, u["completion_tokens"],
+                         choice["finish_reason"]))
+            prev = (choice, u)
+            msgs.append({"role": "assistant", "content": choice["message"]["content"]})
+        print("turn: prompt cached prefilled completion finish")
+        for i, r in enumerate(rows):
+            print(i, *r)
+        assert rows[-1][0] > 512 and any(r[1] > 512 for r in rows), "the history never passed the sliding window"
+        assert sum(r[2] for r in rows[1:]) < rows[-1][0] - rows[0][0]
+    finally:
+        assert srv.stop() == 0
+        assert cold.stop() == 0
+    with open(os.path.join(loop_cache, "msgs.json"), "w") as f:
+        json.dump({"messages": msgs, "held": held(*prev)}, f)
+
+
+def test_restart_resumes_from_disk_equal_to_cold(loop_cache):
+    """(c) A new server on the same --cache-dir resumes the next turn from
+    the disk tier, with the text and logprobs of a cold server."""
+    path = os.path.join(loop_cache, "msgs.json")
+    if not os.path.exists(path):
+        pytest.skip("the agent loop did not run")
+    with open(path) as f:
+        saved = json.load(f)
+    msgs = saved["messages"]
+    msgs.append({"role": "user", "content": loop_user(12)})
+    srv = Server(GEMMA3, "--parallel", "1", "--ctx", "2048", "--cache-dir", loop_cache)
+    try:
+        choice, u = loop_chat(srv, msgs)
+    finally:
+        assert srv.stop() == 0
+    cold = Server(GEMMA3, "--parallel", "1", "--ctx", "2048", "--no-prefix-cache")
+    try:
+        ref, ru = loop_chat(cold, msgs)
+    finally:
+        assert cold.stop() == 0
+    sc = u["strata_cache"]
+    print("after restart:", u["prompt_tokens"], "prompt,", sc, "; cold:", ru["prompt_tokens_details"])
+    assert ru["prompt_tokens_details"]["cached_tokens"] == 0 and ru["prompt_tokens"] == u["prompt_tokens"]
+    # the whole sequence the loop's last turn held, from disk, past the window
+    assert sc["disk_tokens"] == saved["held"] == u["prompt_tokens_details"]["cached_tokens"] > 512
+    assert sc["live_tokens"] == 0 and sc["prefix_end"]["token"] == saved["held"]
+    assert choice["message"]["content"] == ref["message"]["content"]
+    assert choice["logprobs"] == ref["logprobs"]
