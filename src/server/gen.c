@@ -62,6 +62,29 @@ static void keep_token(gen *g, const sched_token *t) {
 }
 
 /* New tokens -> text, applying stop strings; returns 1 when finished. */
+/* The reply is complete before the model stopped (a stop string, a
+ * finished required call, a bad call): cancel the rest, and wait for the
+ * scheduler to let the request go, which is when its tail and marks enter
+ * the cache. Without the wait a client that sends its next turn the moment
+ * this reply ends can find the last partial block missing and recompute
+ * it. Bounded: the wait is one scheduler step, SETTLE_MS at most. The
+ * tokens that come meanwhile are not part of the reply. */
+#define SETTLE_MS 2000
+
+static void cancel_and_settle(gen *g) {
+    sched_cancel(g->req);
+    sched_token toks[64];
+    sched_status st = {0};
+    int from = g->n_seen;
+    double until = clock_ms() + SETTLE_MS;
+    for (;;) {
+        double left = until - clock_ms();
+        if (left <= 0) break;
+        from += sched_wait(g->req, from, toks, 64, (int)left + 1, &st);
+        if (st.finish != FINISH_NONE) break;
+    }
+}
+
 static int take_tokens(gen *g, int timeout_ms) {
     sched_token toks[64];
     int n = sched_wait(g->req, g->n_seen, toks, 64, timeout_ms, &g->st);
@@ -74,7 +97,7 @@ static int take_tokens(gen *g, int timeout_ms) {
         keep_token(g, &toks[i]);
         if (len > 0 && textout_append(&g->text, piece, (size_t)len)) {
             g->stopped_by_string = 1;
-            sched_cancel(g->req);
+            cancel_and_settle(g);
         }
     }
     int over = g->st.finish != FINISH_NONE || g->stopped_by_string;
@@ -228,7 +251,7 @@ int gen_pull(gen *g, int timeout_ms, const tc_event **evs) {
             text = closed;
             len = end + 3;
             final = 1;
-            sched_cancel(g->req);
+            cancel_and_settle(g);
         }
     }
     if (final) g->done = 1;
@@ -247,7 +270,7 @@ int gen_pull(gen *g, int timeout_ms, const tc_event **evs) {
         g->tool_error = 1;
         strata_fmt(g->error, sizeof g->error, "%s", err.msg);
         g->done = 1;
-        sched_cancel(g->req);
+        cancel_and_settle(g);
     }
     for (int i = 0; i < n; i++) {
         if ((*evs)[i].kind == TC_EV_TEXT && g->tools != TC_GENERIC) keep_content(g, (*evs)[i].text, (*evs)[i].len);
@@ -258,7 +281,7 @@ int gen_pull(gen *g, int timeout_ms, const tc_event **evs) {
             /* The required call is complete: whatever the model adds after
              * it is not asked for (and may not even parse). */
             g->done = 1;
-            sched_cancel(g->req);
+            cancel_and_settle(g);
             remember(g);
             return i + 1;
         }

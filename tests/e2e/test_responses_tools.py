@@ -184,7 +184,7 @@ def test_local_shell_call_sent_back_reordered_keeps_the_cache(real):
                     timeout=120).json()
     u1 = r1["usage"]
     assert r2["usage"]["input_tokens_details"]["cached_tokens"] >= u1["input_tokens"] + u1["output_tokens"] - 1, \
-        (r2["usage"], u1)
+        (r2["usage"], u1, r1["output"][-1])
 
 
 def test_agents_sdk_runs_local_shell_and_custom_tools_unchanged(real):
