@@ -123,6 +123,17 @@ TEST(redis_url_forms) {
     for (int i = 0; bad[i]; i++) CHECK_MSG(redis_url_parse(bad[i], &u, NULL) == STRATA_EINVAL, "%s accepted", bad[i]);
 }
 
+/* A URL that does not parse is named in the error without its password. */
+TEST(redis_url_error_hides_the_password) {
+    redis_url u;
+    strata_err e = {0};
+    const char *bad[] = {"redis://:hunter2@h:99999", "redis://bob:hunter2@", "rediss://:hunter2@h", NULL};
+    for (int i = 0; bad[i]; i++) {
+        CHECK_EQ_INT(redis_url_parse(bad[i], &u, &e), STRATA_EINVAL);
+        CHECK_MSG(!strstr(e.msg, "hunter2") && strstr(e.msg, "***@"), "%s", e.msg);
+    }
+}
+
 /* ---- a real redis-server ---- */
 
 static int free_port(void) {

@@ -47,16 +47,29 @@ static int parse_hostpart(redis_url *u, const char *s) {
     return 0;
 }
 
+/* url as it may be shown in an error: whatever stands before the last '@'
+ * (user and password) becomes "***", so a log never holds a password. */
+static const char *url_redacted(const char *url, char *buf, size_t cap) {
+    const char *at = url ? strrchr(url, '@') : NULL;
+    if (!url) return "(null)";
+    if (!at) return url;
+    const char *scheme = strstr(url, "://");
+    int keep = scheme && scheme < at ? (int)(scheme + 3 - url) : 0;
+    snprintf(buf, cap, "%.*s***%s", keep, url, at);
+    return buf;
+}
+
 int redis_url_parse(const char *url, redis_url *u, strata_err *err) {
+    char shown[512];
     memset(u, 0, sizeof *u);
     u->port = 6379;
     if (!url || strncmp(url, "redis://", 8) != 0)
         return strata_errf(err, STRATA_EINVAL, "--cache-redis %s: expected redis://[:password@]host[:port][/db]",
-                           url ? url : "(null)");
+                           url_redacted(url, shown, sizeof shown));
     const char *s = url + 8, *at = strrchr(s, '@');
     if ((at && parse_userinfo(u, s, at)) || parse_hostpart(u, at ? at + 1 : s))
         return strata_errf(err, STRATA_EINVAL, "--cache-redis: cannot parse '%s' as "
-                           "redis://[:password@]host[:port][/db]", url);
+                           "redis://[:password@]host[:port][/db]", url_redacted(url, shown, sizeof shown));
     return 0;
 }
 

@@ -20,6 +20,11 @@ STRATA = os.environ.get("STRATA_BIN", os.path.join(ROOT, "strata"))
 GEN = os.environ.get("TEST_DATA_DIR", os.path.join(ROOT, "tests", "data", "gen"))
 REAL_MODEL = os.environ.get("STRATA_MODEL", os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
 TINY_MODEL = os.path.join(GEN, "models", "llama-q4_1.gguf")
+# Server logs of this session only: a failure points at its log, and old
+# sessions' logs do not pile up.
+LOGS = os.path.join(GEN, "serve-logs")
+shutil.rmtree(LOGS, ignore_errors=True)
+os.makedirs(LOGS, exist_ok=True)
 
 
 def free_port():
@@ -36,7 +41,7 @@ class Server:
             extra = (*extra, "--cache-dir", self.tmp_cache)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(os.path.join(GEN, f"serve-{self.port}.log"), "w")
+        self.log = open(os.path.join(LOGS, f"serve-{self.port}.log"), "w")
         self.proc = subprocess.Popen([STRATA, "serve", "-m", model, "--port", str(self.port), *extra],
                                      stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 60
