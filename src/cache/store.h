@@ -81,6 +81,10 @@ typedef struct store_seq {
     int n_cached_tier[STORE_MAX_TIERS]; /* of those, per lower tier in the order added */
     int publish_limit;        /* positions it may publish (its scope); set when attached */
     int n_hashes;             /* chain hashes computed: one per block */
+    /* Sliding-window models: blocks whose sliding part was read back from
+     * a tier below for the hit's window, and tokens the hit was cut by
+     * where no tier had one (included in neither n_cached count). */
+    int n_window_reloaded, n_window_cut;
     double t_begin, load_ms;  /* when the lookup began (ms), how long attaching took */
     store_load *load;         /* a lower tier's read in flight, or NULL */
     int part_block;           /* private: a partial block just read from a lower tier */
@@ -148,6 +152,7 @@ typedef struct store_stats {
     long tier_hit_tokens[STORE_MAX_TIERS]; /* lower_hit_tokens per tier, in the order added */
     long load_errors;   /* reads that failed or did not match */
     long hashes;        /* chain hashes computed */
+    long window_reloaded_blocks, window_cut_tokens; /* store_seq's, in total */
     live_stats live;
     snap_stats snap;    /* recurrent-state snapshots */
 } store_stats;
