@@ -51,13 +51,21 @@ static void grow(kv_pool *p, kv_seq *s, int n, int *max_held) {
     }
 }
 
+/* A pool of n_blocks with one sequence's slots, and s in it grown to n
+ * positions. Returns the most sliding parts held at once. */
+static int open_grown(kv_pool *p, kv_seq *s, int n_blocks, int n) {
+    int max_held = 0;
+    pool_open(p, n_blocks, kv_swa_slots_per_seq(BT, SWA, CHUNK));
+    kv_seq_init(s);
+    grow(p, s, n, &max_held);
+    return max_held;
+}
+
 TEST(kv_swa_held_slots_stay_within_the_window) {
-    int per_seq = kv_swa_slots_per_seq(BT, SWA, CHUNK), max_held = 0;
+    int per_seq = kv_swa_slots_per_seq(BT, SWA, CHUNK);
     kv_pool p;
-    pool_open(&p, 80, per_seq);
     kv_seq s;
-    kv_seq_init(&s);
-    grow(&p, &s, 1200, &max_held); /* 75 blocks, 150 windows of 8 */
+    int max_held = open_grown(&p, &s, 80, 1200); /* 75 blocks, 150 windows of 8 */
     CHECK(max_held <= per_seq);
     CHECK(max_held >= 2);
     CHECK(p.swa_reclaimed >= 75 - per_seq);        /* old windows' parts were reused */
@@ -68,16 +76,12 @@ TEST(kv_swa_held_slots_stay_within_the_window) {
     CHECK_EQ_INT(p.n_free, 80);
     CHECK_EQ_INT(p.n_slot_free, per_seq);
     kv_pool_destroy(&p);
-
 }
 
 TEST(kv_swa_going_back_into_a_dropped_window_is_refused) {
-    int per_seq = kv_swa_slots_per_seq(BT, SWA, CHUNK), max_held = 0;
     kv_pool p;
-    pool_open(&p, 40, per_seq);
     kv_seq s;
-    kv_seq_init(&s);
-    grow(&p, &s, 400, &max_held);
+    open_grown(&p, &s, 40, 400);
     kv_seq_truncate(&p, &s, 395); /* its window is held: fine */
     CHECK_EQ_INT(kv_seq_reserve(&p, &s, 396, NULL), 0);
     kv_seq_truncate(&p, &s, 100); /* positions 29.. were dropped long ago */
@@ -127,13 +131,11 @@ TEST(kv_swa_payload_keeps_the_block_layout) {
 /* A part dropped from the window comes back from a payload (a tier's
  * copy) and the sequence may then go back there. */
 TEST(kv_swa_dropped_part_comes_back_from_a_payload) {
-    int per_seq = kv_swa_slots_per_seq(BT, SWA, CHUNK), max_held = 0;
+    int max_held = 0;
     kv_pool p;
-    pool_open(&p, 40, per_seq);
     kv_seq s;
-    kv_seq_init(&s);
     uint16_t saved[L * 2 * BT * KVD], blk_tmp[L * 2 * BT * KVD];
-    grow(&p, &s, 64, &max_held);
+    open_grown(&p, &s, 40, 64);
     CHECK(kv_block_read(&p, s.blocks[1], saved) != NULL);
     grow(&p, &s, 400, &max_held);
     CHECK(kv_block_read(&p, s.blocks[1], blk_tmp) == NULL); /* dropped: nothing to gather */
