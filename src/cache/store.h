@@ -13,6 +13,11 @@
  * within the request's scope; at the end it keeps the partial last block
  * as a tail and applies the request's retention marks. It counts, per
  * request and in total, what came from which tier.
+ * Sliding-window models: a hit ends with the sliding parts (model/kv.h)
+ * of its last window in memory, read back from a lower tier where the
+ * pool dropped them, or is cut back to where they are (store_seq's
+ * n_window_reloaded, n_window_cut). Blocks move between tiers as whole
+ * payloads (kv_block_read / kv_block_write).
  * Cached KV is bit-identical to recomputing it: the forward pass is batch
  * invariant, so where a block was computed does not matter.
  *
