@@ -235,6 +235,43 @@ TEST(gemma3_fwd_batch_invariance_sliding) {
     check_invariance_swa(test_gemma3_model(), toks, 96, 2, 20);
 }
 
+/* Gives e a pool whose sliding layers keep a window of n_swa positions
+ * (the model's window too) in n_slots slots. */
+static void window_pool(engine *e, int n_swa, int n_slots) {
+    uint8_t swa[256] = {0};
+    for (int il = 0; il < e->m->hp.n_layer; il++) swa[e->m->layers[il].kv_layer] = (uint8_t)e->m->layers[il].swa;
+    kv_pool_opts o = {.n_layer = e->kv.n_layer, .kv_dim = e->kv.kv_dim, .block_tokens = e->kv.block_tokens,
+                      .n_blocks = e->kv.n_blocks, .swa_layer = swa, .n_swa = n_swa, .n_slots = n_slots};
+    kv_pool_destroy(&e->kv);
+    CHECK_EQ_INT(kv_pool_init_opts(&e->kv, &o, NULL), 0);
+    e->m->hp.n_swa = n_swa;
+}
+
+/* Gemma 3 with a window of 20 over 300 tokens (blocks of 16): a pool
+ * that keeps one sequence's window and a chunk gives the same bits as
+ * one that keeps every sliding part, in one chunk, uneven chunks and
+ * token by token, while reusing the slots of parts that left the window. */
+TEST(gemma3_fwd_window_memory_is_exact) {
+    enum { N = 300 };
+    static const int one_chunk[] = {N, 0}, uneven[] = {1, 7, 3, 13, 2, 64, 0}, decode[] = {1, 0};
+    int32_t toks[N];
+    for (int t = 0; t < N; t++) toks[t] = t ? (t * 7919 + 17) % 262144 : 2;
+    engine *e = open_engine(test_gemma3_model(), 1024, 2);
+    if (!e) return;
+    int V = e->m->hp.n_vocab, slots = kv_swa_slots_per_seq(e->kv.block_tokens, 20, 64);
+    window_pool(e, 20, e->kv.n_blocks); /* a slot for every block: nothing is dropped */
+    float *ref = all_logits(e, toks, N, one_chunk);
+    CHECK_EQ_INT(e->kv.swa_reclaimed, 0);
+    window_pool(e, 20, slots);
+    CHECK(slots < N / e->kv.block_tokens); /* fewer than the blocks: parts must be reused */
+    float *u = all_logits(e, toks, N, uneven), *d = all_logits(e, toks, N, decode);
+    CHECK(e->kv.swa_reclaimed > 0);
+    check_same(ref, u, N, V, "window-only pool, chunks 1,7,3,13,2,64");
+    check_same(ref, d, N, V, "window-only pool, token by token");
+    free(ref), free(u), free(d);
+    engine_close(e);
+}
+
 TEST(real_fwd_batch_invariance) {
     int32_t toks[96];
     for (int t = 0; t < 96; t++) toks[t] = (t * 7919 + 17) % 49152;

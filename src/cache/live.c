@@ -177,10 +177,9 @@ static int reclaim_hook(void *ctx) {
     c->st.evicted_blocks++;
     c->st.evicted_retained += c->rec[best].keep_until > now;
     if (c->on_evict) { /* the name of what goes: its index entry, or a tail's hash */
-        const brec *r = &c->rec[best];
         cache_hash h;
-        if (r->entry >= 0) h = c->map[r->entry].h;
-        else cache_hash_block(&h, &r->prev, tokens_of(c, best), r->n_tok);
+        const int32_t *t;
+        live_name(c, best, &h, &t);
         c->on_evict(c->evict_ctx, &h);
     }
     uncache(c, best);
@@ -226,6 +225,15 @@ int live_find(const live_cache *c, const cache_hash *h) {
 }
 
 int live_is_cached(const live_cache *c, int b) { return is_cached(c, b); }
+
+int live_name(const live_cache *c, int b, cache_hash *h, const int32_t **tokens) {
+    const brec *r = &c->rec[b];
+    if (r->n_tok == 0) return 0;
+    if (r->entry >= 0) *h = c->map[r->entry].h;
+    else cache_hash_block(h, &r->prev, tokens_of(c, b), r->n_tok);
+    *tokens = tokens_of(c, b);
+    return r->n_tok;
+}
 
 /* The cached block before block index bi of s (its parent), or -1. */
 static int parent_in(const live_cache *c, const kv_seq *s, int bi) {

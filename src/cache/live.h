@@ -39,6 +39,9 @@ void live_on_evict(live_cache *c, void (*fn)(void *ctx, const cache_hash *h), vo
 int live_find(const live_cache *c, const cache_hash *h);
 /* 1 when pool block b is cached (indexed, or a tail). */
 int live_is_cached(const live_cache *c, int b);
+/* The name tiers know cached block b by (its index hash, or a tail's
+ * hash) and its tokens; returns how many (0: b is not cached). */
+int live_name(const live_cache *c, int b, cache_hash *h, const int32_t **tokens);
 
 /* Attaches cached full block b to s as a hit (s ends on a block edge). */
 void live_attach(live_cache *c, int b, kv_seq *s);

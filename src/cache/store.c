@@ -27,6 +27,8 @@ struct cache_store {
     policy_recent *recent; /* prompts of the last requests, for the auto scope */
     snap_table *snaps;     /* recurrent-state snapshots, or NULL (no recurrent layers) */
     float *snap_buf;       /* one state, read from a lower tier */
+    void *blk_buf;         /* one block's payload: gathered for a write, read for its sliding part */
+    int32_t *blk_tok;      /* its tokens */
     store_stats st;
 };
 
@@ -44,6 +46,8 @@ cache_store *store_new(kv_pool *kv, const store_opts *o) {
     st->o = *o;
     st->live = live_new(kv, o->attn_per_pos);
     st->recent = policy_recent_new(POLICY_RECENT_MAX);
+    st->blk_buf = xaligned(kv->block_bytes);
+    st->blk_tok = xmalloc((size_t)kv->block_tokens * sizeof(int32_t));
     if (o->snap_floats) {
         live_on_evict(st->live, snap_block_evicted, st);
         st->snaps = snap_new(o->snap_budget_bytes);
@@ -58,6 +62,8 @@ void store_free(cache_store *st) {
     policy_recent_free(st->recent);
     snap_free(st->snaps);
     free(st->snap_buf);
+    free(st->blk_buf);
+    free(st->blk_tok);
     free(st);
 }
 
@@ -143,6 +149,10 @@ struct store_load {
     int n, first, ok;     /* full blocks; index of the first in the sequence; loaded prefix */
     part_match part;      /* len 0: none */
     int *from;            /* tier each item was read from */
+    kv_pool *kv;
+    int *blocks;          /* pool block of each item */
+    uint8_t *scratch;     /* group items' payloads when the pool is not contiguous, else NULL */
+    int group;            /* items read at once */
     void **dst;
     int32_t **tok, *got, *want; /* read and expected token ids */
     int *rc;
@@ -159,16 +169,28 @@ static void read_fallback(store_load *l, int i) {
     }
 }
 
-static void *load_main(void *arg) {
-    store_load *l = arg;
-    int items = load_items(l), together = l->part.len > 0 && l->part.tier == l->tier;
+/* Reads items [i0, i1): run items from the run's tier at once (the part
+ * too when the same tier holds it), failed ones from the next tiers; a
+ * payload read into scratch is then written into its block. */
+static void read_group(store_load *l, int i0, int i1) {
+    int together = l->part.len > 0 && l->part.tier == l->tier, run_end = l->n + together;
+    for (int i = i0; l->scratch && i < i1; i++) l->dst[i] = l->scratch + (size_t)(i - i0) * l->kv->block_bytes;
     const cache_tier *t = &l->tiers[l->tier];
-    if (l->n + together > 0) t->read_many(t->self, l->hs, l->dst, l->tok, l->n + together, l->rc);
-    if (l->part.len > 0 && !together) {
+    int r1 = run_end < i1 ? run_end : i1;
+    if (r1 > i0) t->read_many(t->self, &l->hs[i0], &l->dst[i0], &l->tok[i0], r1 - i0, &l->rc[i0]);
+    if (l->part.len > 0 && !together && l->n >= i0 && l->n < i1) {
         const cache_tier *pt = &l->tiers[l->part.tier];
         pt->read_many(pt->self, &l->hs[l->n], &l->dst[l->n], &l->tok[l->n], 1, &l->rc[l->n]);
     }
-    for (int i = 0; i < l->n; i++) read_fallback(l, i);
+    for (int i = i0; i < i1 && i < l->n; i++) read_fallback(l, i);
+    for (int i = i0; l->scratch && i < i1; i++)
+        if (l->rc[i] == 0) kv_block_write(l->kv, l->blocks[i], l->dst[i]);
+}
+
+static void *load_main(void *arg) {
+    store_load *l = arg;
+    int items = load_items(l);
+    for (int i0 = 0; i0 < items; i0 += l->group) read_group(l, i0, i0 + l->group < items ? i0 + l->group : items);
     for (l->ok = 0; l->ok < items && l->rc[l->ok] == 0; l->ok++) {}
     atomic_store(&l->done, 1);
     return NULL;
@@ -176,6 +198,7 @@ static void *load_main(void *arg) {
 
 static void load_free(store_load *l) {
     free(l->hs), free(l->from), free(l->dst), free(l->tok), free(l->got), free(l->want), free(l->rc);
+    free(l->blocks), free(l->scratch);
     free(l);
 }
 
@@ -184,13 +207,42 @@ static void load_join(store_load *l) {
     l->threaded = 0;
 }
 
+/* Reserves n whole blocks and, with extra, the block of a part of len
+ * tokens, at the end of s: the ones a query right after them reads on a
+ * sliding layer get their sliding part (held by s), the others are
+ * filled in their global part only. */
+static int load_reserve(cache_store *st, kv_seq *s, int n, int extra, int len) {
+    int B = st->kv->block_tokens, first = s->n_blocks, items = n + extra;
+    int from = kv_swa_first_block(st->kv, s->n_pos + n * B + (extra ? len : 0));
+    return kv_seq_reserve_load(st->kv, s, s->n_pos + items * B, first + items - (from > first ? from : first), NULL);
+}
+
+/* Blocks read at once when their payloads go through scratch memory. */
+#define LOAD_GROUP 16
+
+/* Where each item is read to: its block in place, or scratch memory
+ * (LOAD_GROUP payloads, reused) written into the block after the read. */
+static void load_targets(cache_store *st, store_load *l, const kv_seq *s, int items) {
+    l->kv = st->kv;
+    l->blocks = xmalloc((size_t)items * sizeof(int));
+    l->group = items;
+    for (int i = 0; i < items; i++) {
+        l->blocks[i] = s->blocks[l->first + i];
+        l->dst[i] = kv_block_view(st->kv, l->blocks[i]);
+    }
+    if (items > 0 && !l->dst[0]) {
+        l->group = LOAD_GROUP;
+        l->scratch = xaligned(st->kv->block_bytes * LOAD_GROUP);
+    }
+}
+
 /* Reserves n blocks (and one for the part, if any) at the end of s, fewer
  * if the pool is short, and starts reading the run hs (and the part) into
  * them. NULL when not one block fits. */
 static store_load *load_start(cache_store *st, int tier, const cache_hash *prev, const cache_hash *hs,
                               const int32_t *tokens, int n, const part_match *part, kv_seq *s) {
     int B = st->kv->block_tokens, extra = part->len > 0;
-    while (n + extra > 0 && kv_seq_reserve(st->kv, s, s->n_pos + (n + extra) * B, NULL)) /* as much as the pool holds */
+    while (n + extra > 0 && load_reserve(st, s, n, extra, part->len)) /* as much as the pool holds */
         if (extra) extra = 0;
         else n /= 2;
     if (n + extra == 0) return NULL;
@@ -215,9 +267,9 @@ static store_load *load_start(cache_store *st, int tier, const cache_hash *prev,
     l->rc = xmalloc((size_t)items * sizeof(int));
     for (int i = 0; i < items; i++) {
         l->from[i] = i < n ? l->tier : part->tier;
-        l->dst[i] = kv_rows(st->kv, s->blocks[l->first + i], 0, 0);
         l->tok[i] = l->got + (size_t)i * B;
     }
+    load_targets(st, l, s, items);
     l->threaded = pthread_create(&l->th, NULL, load_main, l) == 0;
     if (!l->threaded) load_main(l);
     return l;
@@ -362,9 +414,88 @@ static void attach_blocks(cache_store *st, store_seq *q, const int32_t *tokens, 
     }
 }
 
+/* The cache counts follow a cut from q->n_cached back to P: tokens leave
+ * the lower tiers' counts last-added first, then memory's. */
+static void uncount_cut(cache_store *st, store_seq *q, int P) {
+    int cut = q->n_cached - P;
+    for (int k = st->n_tiers - 1; k >= 0 && cut > 0 && q->n_cached_lower > P; k--) {
+        int d = q->n_cached_tier[k] < cut ? q->n_cached_tier[k] : cut;
+        if (d > q->n_cached_lower - P) d = q->n_cached_lower - P;
+        q->n_cached_tier[k] -= d, q->n_cached_lower -= d, cut -= d;
+        st->st.tier_hit_tokens[k] -= d, st->st.lower_hit_tokens -= d;
+    }
+    st->st.hit_tokens -= cut;
+    q->n_cached = P;
+}
+
+/* ---- the sliding window of a hit ------------------------------------------------- */
+
+/* Block b (cached) gets its sliding part back from the first tier that
+ * holds it under b's name with b's tokens. 0 when it did. */
+static int window_fetch(cache_store *st, store_seq *q, int b) {
+    cache_hash h;
+    const int32_t *want;
+    int n = live_name(st->live, b, &h, &want);
+    for (int k = 0; n > 0 && k < st->n_tiers; k++) {
+        const cache_tier *t = &st->tiers[k];
+        void *dst = st->blk_buf;
+        int32_t *tok = st->blk_tok;
+        int rc = 0;
+        if (!t->has(t->self, &h)) continue;
+        if (t->read_many(t->self, &h, &dst, &tok, 1, &rc) != 1 || rc ||
+            memcmp(tok, want, (size_t)n * sizeof(int32_t)) != 0) {
+            st->st.load_errors++;
+            continue;
+        }
+        if (kv_block_import_swa(st->kv, b, st->blk_buf, NULL)) return -1; /* every slot held */
+        q->n_window_reloaded++;
+        st->st.window_reloaded_blocks++;
+        return 0;
+    }
+    return -1;
+}
+
+typedef struct pins {
+    int *b, n, cap;
+} pins;
+
+static void pin(kv_pool *kv, pins *p, int b) {
+    if (p->n == p->cap) {
+        p->cap = p->cap ? 2 * p->cap : 16;
+        p->b = xrealloc(p->b, (size_t)p->cap * sizeof(int));
+    }
+    kv_block_pin(kv, p->b[p->n++] = b);
+}
+
+/* A hit continues right after its last token only where every sliding
+ * part that token's window reads is in memory: a missing one is read
+ * back from a tier below; where none has it, s is cut back to that
+ * block's start (and again, until the window is whole). The parts found
+ * are pinned while others are read, so reading one never drops another;
+ * at the end s holds its window. Returns s->n_pos. */
+static int window_restore(cache_store *st, store_seq *q, kv_seq *s) {
+    pins p = {0};
+    for (int i = kv_swa_first_block(st->kv, s->n_pos); i < s->n_blocks; i++)
+        if (kv_block_has_swa(st->kv, s->blocks[i])) pin(st->kv, &p, s->blocks[i]);
+    for (int m; (m = kv_seq_window_missing(st->kv, s)) >= 0;) {
+        if (window_fetch(st, q, s->blocks[m]) == 0) pin(st->kv, &p, s->blocks[m]);
+        else kv_seq_truncate(st->kv, s, m * st->kv->block_tokens);
+    }
+    kv_seq_hold_window(st->kv, s, NULL); /* cannot fail: nothing is missing */
+    for (int i = 0; i < p.n; i++) kv_block_unpin(st->kv, p.b[i]);
+    free(p.b);
+    if (s->n_pos < q->n_cached) {
+        q->n_window_cut += q->n_cached - s->n_pos;
+        st->st.window_cut_tokens += q->n_cached - s->n_pos;
+        uncount_cut(st, q, s->n_pos);
+    }
+    return s->n_pos;
+}
+
 /* After the whole blocks: the longest partial match, shared (the
  * sequence's first write copies it); then the lookup is done: counts,
- * and the scope now that the prompt is known. */
+ * the sliding window made whole (or the hit cut back), and the scope
+ * now that the prompt is known. */
 static int attach_partial(cache_store *st, store_seq *q, const int32_t *tokens, int n_tokens, int n_max, kv_seq *s) {
     int got = s->n_pos, tail = 0;
     const cache_hash *prev = chain_prev(q, q->n_blocks);
@@ -380,6 +511,7 @@ static int attach_partial(cache_store *st, store_seq *q, const int32_t *tokens, 
     st->st.hit_tokens += q->n_cached - q->n_cached_lower;
     st->st.lower_hit_tokens += q->n_cached_lower;
     for (int k = 0; k < st->n_tiers; k++) st->st.tier_hit_tokens[k] += q->n_cached_tier[k];
+    window_restore(st, q, s);
     const store_request *rq = q->rq;
     q->publish_limit =
         policy_publish_limit(st->recent, &rq->scope, &st->o.default_scope, tokens, n_tokens, rq->bounds, rq->n_bounds);
@@ -417,9 +549,11 @@ int store_attach(cache_store *st, store_seq *q, const int32_t *tokens, int n_tok
  * it holds whole go. */
 static void write_through(cache_store *st, const cache_hash *h, const cache_hash *prev, const int32_t *t, int n,
                           int b) {
+    const void *kv = st->n_tiers ? kv_block_read(st->kv, b, st->blk_buf) : NULL;
+    if (!kv) return; /* no tier, or (never while its sequence holds it) the sliding part is gone */
     for (int k = 0; k < st->n_tiers; k++) {
         const cache_tier *tr = &st->tiers[k];
-        if (tr->write(tr->self, h, prev, t, n, kv_rows(st->kv, b, 0, 0)) == 0) tr->drop_superseded(tr->self, prev, t, n);
+        if (tr->write(tr->self, h, prev, t, n, kv) == 0) tr->drop_superseded(tr->self, prev, t, n);
     }
 }
 
@@ -575,20 +709,6 @@ static int snap_try_boundary(cache_store *st, store_seq *q, const int32_t *token
     }
 }
 
-/* The cache counts follow a cut from q->n_cached back to P: tokens leave
- * the lower tiers' counts last-added first, then memory's. */
-static void snap_uncount(cache_store *st, store_seq *q, int P) {
-    int cut = q->n_cached - P;
-    for (int k = st->n_tiers - 1; k >= 0 && cut > 0 && q->n_cached_lower > P; k--) {
-        int d = q->n_cached_tier[k] < cut ? q->n_cached_tier[k] : cut;
-        if (d > q->n_cached_lower - P) d = q->n_cached_lower - P;
-        q->n_cached_tier[k] -= d, q->n_cached_lower -= d, cut -= d;
-        st->st.tier_hit_tokens[k] -= d, st->st.lower_hit_tokens -= d;
-    }
-    st->st.hit_tokens -= cut;
-    q->n_cached = P;
-}
-
 /* Shared tiers are asked what other replicas stored under the prompt's
  * block boundaries (one round each), so the walk below sees them too. */
 static void snap_probe_tiers(cache_store *st, store_seq *q, const int32_t *tokens, int n) {
@@ -622,7 +742,7 @@ int store_snap_restore(cache_store *st, store_seq *q, const int32_t *tokens, kv_
         kv_seq_set_state(s, data, st->o.snap_floats, P);
         snap_count_restore(st->snaps);
     }
-    snap_uncount(st, q, P);
+    uncount_cut(st, q, P);
     q->snap_restored = P;
     q->snap_restored_tier = P > 0 ? tier : -1;
     return P;

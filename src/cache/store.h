@@ -13,6 +13,11 @@
  * within the request's scope; at the end it keeps the partial last block
  * as a tail and applies the request's retention marks. It counts, per
  * request and in total, what came from which tier.
+ * Sliding-window models: a hit ends with the sliding parts (model/kv.h)
+ * of its last window in memory, read back from a lower tier where the
+ * pool dropped them, or is cut back to where they are (store_seq's
+ * n_window_reloaded, n_window_cut). Blocks move between tiers as whole
+ * payloads (kv_block_read / kv_block_write).
  * Cached KV is bit-identical to recomputing it: the forward pass is batch
  * invariant, so where a block was computed does not matter.
  *
@@ -81,6 +86,10 @@ typedef struct store_seq {
     int n_cached_tier[STORE_MAX_TIERS]; /* of those, per lower tier in the order added */
     int publish_limit;        /* positions it may publish (its scope); set when attached */
     int n_hashes;             /* chain hashes computed: one per block */
+    /* Sliding-window models: blocks whose sliding part was read back from
+     * a tier below for the hit's window, and tokens the hit was cut by
+     * where no tier had one (included in neither n_cached count). */
+    int n_window_reloaded, n_window_cut;
     double t_begin, load_ms;  /* when the lookup began (ms), how long attaching took */
     store_load *load;         /* a lower tier's read in flight, or NULL */
     int part_block;           /* private: a partial block just read from a lower tier */
@@ -148,6 +157,7 @@ typedef struct store_stats {
     long tier_hit_tokens[STORE_MAX_TIERS]; /* lower_hit_tokens per tier, in the order added */
     long load_errors;   /* reads that failed or did not match */
     long hashes;        /* chain hashes computed */
+    long window_reloaded_blocks, window_cut_tokens; /* store_seq's, in total */
     live_stats live;
     snap_stats snap;    /* recurrent-state snapshots */
 } store_stats;

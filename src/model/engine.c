@@ -2,16 +2,36 @@
 #include "model/engine.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/mem.h"
 
 /* The training context, or less (whole blocks) so n_seq sequences of KV
- * (bytes_per_token each token) stay within budget_mb. */
-static int ctx_within_budget(int train, int n_seq, size_t bytes_per_token, int budget_mb, int B) {
-    size_t fit = ((size_t)(budget_mb > 0 ? budget_mb : 4096) << 20) / (bytes_per_token * (size_t)n_seq);
+ * (bytes_per_token each token, and fixed_bytes each whatever their
+ * length: the sliding window) stay within budget_mb. */
+static int ctx_within_budget(int train, int n_seq, size_t bytes_per_token, size_t fixed_bytes, int budget_mb, int B) {
+    size_t budget = (size_t)(budget_mb > 0 ? budget_mb : 4096) << 20, fixed = fixed_bytes * (size_t)n_seq;
+    size_t fit = budget > fixed ? (budget - fixed) / (bytes_per_token * (size_t)n_seq) : 0;
     size_t ctx = (size_t)(train > 0 ? train : 4096);
     if (ctx > fit) ctx = fit / (size_t)B * (size_t)B;
     return ctx < (size_t)B ? B : (int)ctx;
+}
+
+/* The pool's layers (per KV layer: sliding or not) and its slots for
+ * sliding parts: the window and a chunk for each of n_seq sequences, and
+ * one sequence's worth more, so the ends of recent requests stay warm
+ * for a hit. */
+static void pool_shape(const model *m, int B, int n_seq, int max_batch, kv_pool_opts *o, uint8_t *swa) {
+    const model_hparams *hp = &m->hp;
+    memset(swa, 0, (size_t)hp->n_kv_layer);
+    int any = 0;
+    for (int il = 0; il < hp->n_layer; il++)
+        if (m->layers[il].kv_layer >= 0 && m->layers[il].swa && hp->n_swa > 0) swa[m->layers[il].kv_layer] = 1, any = 1;
+    *o = (kv_pool_opts){.n_layer = hp->n_kv_layer, .kv_dim = hp->n_head_kv * hp->head_dim, .block_tokens = B};
+    if (!any) return;
+    o->swa_layer = swa;
+    o->n_swa = hp->n_swa;
+    o->n_slots = (n_seq + 1) * kv_swa_slots_per_seq(B, hp->n_swa, max_batch);
 }
 
 int engine_open(engine **out, const engine_params *p, strata_err *err) {
@@ -24,16 +44,27 @@ int engine_open(engine **out, const engine_params *p, strata_err *err) {
     }
     const model_hparams *hp = &e->m->hp;
     int B = p->block_tokens > 0 ? p->block_tokens : 64;
-    size_t block_bytes = (size_t)hp->n_kv_layer * 2 * B * hp->n_head_kv * hp->head_dim * 2;
+    e->max_batch = p->max_batch > 0 ? p->max_batch : 512;
+    kv_pool_opts po;
+    uint8_t *swa = xmalloc((size_t)hp->n_kv_layer + 1);
+    pool_shape(e->m, B, p->n_seq > 0 ? p->n_seq : 1, e->max_batch, &po, swa);
+    /* What the context costs per token: the global layers' K/V, and each
+     * sequence's sliding window (the slots) once. */
+    size_t layer_bytes = (size_t)2 * B * po.kv_dim * 2, n_swa_layer = 0;
+    for (int l = 0; po.swa_layer && l < po.n_layer; l++) n_swa_layer += swa[l];
+    size_t glob_block = (po.n_layer - n_swa_layer) * layer_bytes, slot_bytes = n_swa_layer * layer_bytes;
     e->n_ctx = p->n_ctx > 0 ? p->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     if (p->n_ctx <= 0 && p->n_seq > 0) {
-        e->ctx_per_seq = ctx_within_budget(hp->n_ctx_train, p->n_seq, block_bytes / B, p->kv_budget_mb, B);
+        size_t per_seq = slot_bytes * (size_t)po.n_slots / (size_t)(p->n_seq + 1);
+        e->ctx_per_seq = ctx_within_budget(hp->n_ctx_train, p->n_seq, glob_block / B, per_seq, p->kv_budget_mb, B);
         e->n_ctx = e->ctx_per_seq * p->n_seq;
     }
-    e->max_batch = p->max_batch > 0 ? p->max_batch : 512;
-    int n_blocks = (e->n_ctx + B - 1) / B + 1; /* +1: copy-on-write headroom */
-    n_blocks += (int)(((size_t)(p->extra_kv_mb > 0 ? p->extra_kv_mb : 0) << 20) / block_bytes);
-    rc = kv_pool_init(&e->kv, hp->n_kv_layer, hp->n_head_kv * hp->head_dim, B, n_blocks, err);
+    po.n_blocks = (e->n_ctx + B - 1) / B + 1; /* +1: copy-on-write headroom */
+    /* Memory kept for cached prefixes: their global parts (a cached
+     * block's sliding part is kept only while slots are spare). */
+    po.n_blocks += (int)(((size_t)(p->extra_kv_mb > 0 ? p->extra_kv_mb : 0) << 20) / (glob_block ? glob_block : layer_bytes));
+    rc = kv_pool_init_opts(&e->kv, &po, err);
+    free(swa);
     if (rc) {
         engine_close(e);
         return rc;

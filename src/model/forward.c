@@ -7,9 +7,10 @@
  *   each key tile (backend/attn.h) -> output matmul
  *   (-> post norm) -> residual -> norm -> gate/up matmuls -> SwiGLU or
  *   GELU -> down (-> post norm) -> residual.
- * Sliding-window layers (gemma3) attend to the last n_swa positions only;
- * their K/V is still kept for every position (the memory saving is not
- * done yet: kv.c pages hold all layers of a position).
+ * Sliding-window layers (gemma3) attend to the last n_swa positions only,
+ * and the pool keeps their K/V for a sequence's window only (kv.h): a
+ * block's sliding part is read only from the window's first tile on, so
+ * the rows of dropped parts are never touched.
  * qwen35: recurrent layers run deltanet.c instead of attention; its
  * attention layers gate their output with sigmoid(gate) (Q rows carry the
  * gate) and rotate with interleaved M-RoPE sections (init_imrope); the
@@ -435,6 +436,9 @@ static int check_recurrent(const fwd_batch *b, int t, strata_err *err) {
 }
 
 static int check_batch(fwd_ctx *c, const fwd_batch *b, strata_err *err) {
+    if (c->kv->swa_layer && c->kv->n_swa < c->m->hp.n_swa)
+        return strata_errf(err, STRATA_EINVAL, "kv pool keeps a window of %d positions, the model needs %d",
+                           c->kv->n_swa, c->m->hp.n_swa);
     if (b->n <= 0 || b->n > c->max_batch)
         return strata_errf(err, STRATA_EINVAL, "batch of %d tokens (max %d)", b->n, c->max_batch);
     for (int t = 0; t < b->n; t++) {
@@ -471,13 +475,24 @@ static void recurrent_commit(const fwd_batch *b) {
     for (int t = 0; t < b->n; t++) b->seqs[t]->rs_pos = b->pos[t] + 1;
 }
 
+/* The end (last position + 1) of t's sequence in the batch. */
+static int seq_end_in_batch(const fwd_batch *b, int t) {
+    int end = b->pos[t] + 1;
+    for (int u = t + 1; u < b->n; u++)
+        if (b->seqs[u] == b->seqs[t] && b->pos[u] + 1 > end) end = b->pos[u] + 1;
+    return end;
+}
+
 /* Reserves blocks for every sequence up to its last position in the batch,
- * then marks the positions filled (their K/V is written this call). */
+ * once, from its first token (the window its sliding layers read starts
+ * there), then marks the positions filled (their K/V is written this
+ * call). */
 static int reserve_seqs(fwd_ctx *c, const fwd_batch *b, int *max_kv, strata_err *err) {
     *max_kv = 0;
     for (int t = 0; t < b->n; t++) {
         kv_seq *s = b->seqs[t];
-        int end = b->pos[t] + 1;
+        if (prev_in_batch(b, t) >= 0) continue;
+        int end = seq_end_in_batch(b, t);
         if (end > *max_kv) *max_kv = end;
         if (b->pos[t] < s->n_pos) kv_seq_truncate(c->kv, s, b->pos[t]);
         int rc = kv_seq_reserve(c->kv, s, end, err);

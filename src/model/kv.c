@@ -1,54 +1,255 @@
-/* kv.c - block allocation, refcounts and copy-on-write (see kv.h). */
+/* kv.c - block allocation, refcounts, copy-on-write and the sliding parts
+ * of sliding-window layers (see kv.h). */
 #include "model/kv.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/attn.h"
 #include "base/mem.h"
 
-int kv_pool_init(kv_pool *p, int n_layer, int kv_dim, int block_tokens, int n_blocks,
-                 strata_err *err) {
+/* ---- pool ------------------------------------------------------------------ */
+
+/* Which layers slide, and each layer's index within its part. */
+static int init_layers(kv_pool *p, const kv_pool_opts *o) {
+    int n_swa_layer = 0;
+    p->layer_at = xmalloc((size_t)o->n_layer * sizeof(int));
+    for (int l = 0; l < o->n_layer; l++) n_swa_layer += o->swa_layer && o->n_swa > 0 && o->swa_layer[l];
+    if (n_swa_layer > 0) {
+        p->swa_layer = xcalloc((size_t)o->n_layer, 1);
+        p->n_swa = o->n_swa;
+    }
+    int at[2] = {0, 0};
+    for (int l = 0; l < o->n_layer; l++) {
+        int sw = p->swa_layer && o->swa_layer[l];
+        if (p->swa_layer) p->swa_layer[l] = (uint8_t)sw;
+        p->layer_at[l] = at[sw]++;
+    }
+    return n_swa_layer;
+}
+
+static void init_slots(kv_pool *p, int n_slots) {
+    p->n_slots = n_slots;
+    p->swa_mem = xaligned(p->swa_bytes * (size_t)n_slots);
+    p->swa_slot = xmalloc((size_t)p->n_blocks * sizeof(int));
+    p->swa_hold = xcalloc((size_t)p->n_blocks, sizeof(int));
+    for (int b = 0; b < p->n_blocks; b++) p->swa_slot[b] = -1;
+    p->slot_block = xmalloc((size_t)n_slots * sizeof(int));
+    p->slot_released = xcalloc((size_t)n_slots, sizeof(uint64_t));
+    p->slot_free = xmalloc((size_t)n_slots * sizeof(int));
+    for (int i = 0; i < n_slots; i++) {
+        p->slot_block[i] = -1;
+        p->slot_free[i] = n_slots - 1 - i;
+    }
+    p->n_slot_free = n_slots;
+}
+
+int kv_pool_init_opts(kv_pool *p, const kv_pool_opts *o, strata_err *err) {
     memset(p, 0, sizeof *p);
-    if (block_tokens <= 0 || n_blocks <= 0)
-        return strata_errf(err, STRATA_EINVAL, "kv pool: %d blocks of %d tokens", n_blocks,
-                           block_tokens);
-    p->block_tokens = block_tokens;
-    p->n_layer = n_layer;
-    p->kv_dim = kv_dim;
-    p->n_blocks = n_blocks;
-    p->block_bytes = (size_t)n_layer * 2 * block_tokens * kv_dim * sizeof(uint16_t);
-    p->mem = xaligned(p->block_bytes * (size_t)n_blocks);
-    p->refcount = xcalloc((size_t)n_blocks, sizeof(int));
-    p->free_list = xmalloc((size_t)n_blocks * sizeof(int));
-    for (int i = 0; i < n_blocks; i++) p->free_list[i] = n_blocks - 1 - i;
-    p->n_free = n_blocks;
+    if (o->block_tokens <= 0 || o->n_blocks <= 0)
+        return strata_errf(err, STRATA_EINVAL, "kv pool: %d blocks of %d tokens", o->n_blocks, o->block_tokens);
+    p->block_tokens = o->block_tokens;
+    p->n_layer = o->n_layer;
+    p->kv_dim = o->kv_dim;
+    p->n_blocks = o->n_blocks;
+    size_t per_layer = (size_t)2 * o->block_tokens * o->kv_dim * sizeof(uint16_t);
+    int n_swa_layer = init_layers(p, o);
+    if (n_swa_layer > 0 && o->n_slots <= 0) {
+        kv_pool_destroy(p);
+        return strata_errf(err, STRATA_EINVAL, "kv pool: %d sliding layers but no slots for them", n_swa_layer);
+    }
+    p->block_bytes = (size_t)o->n_layer * per_layer;
+    p->glob_bytes = (size_t)(o->n_layer - n_swa_layer) * per_layer;
+    p->swa_bytes = (size_t)n_swa_layer * per_layer;
+    p->mem = xaligned(p->glob_bytes ? p->glob_bytes * (size_t)o->n_blocks : 64);
+    p->refcount = xcalloc((size_t)o->n_blocks, sizeof(int));
+    p->free_list = xmalloc((size_t)o->n_blocks * sizeof(int));
+    for (int i = 0; i < o->n_blocks; i++) p->free_list[i] = o->n_blocks - 1 - i;
+    p->n_free = o->n_blocks;
+    if (n_swa_layer > 0) init_slots(p, o->n_slots);
     return 0;
 }
 
+int kv_pool_init(kv_pool *p, int n_layer, int kv_dim, int block_tokens, int n_blocks, strata_err *err) {
+    kv_pool_opts o = {.n_layer = n_layer, .kv_dim = kv_dim, .block_tokens = block_tokens, .n_blocks = n_blocks};
+    return kv_pool_init_opts(p, &o, err);
+}
+
 void kv_pool_destroy(kv_pool *p) {
-    free(p->mem);
-    free(p->refcount);
-    free(p->free_list);
+    void *bufs[] = {p->mem, p->refcount, p->free_list, p->layer_at, p->swa_layer, p->swa_mem, p->swa_slot,
+                    p->swa_hold, p->slot_block, p->slot_released, p->slot_free};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     memset(p, 0, sizeof *p);
 }
 
+/* ---- sliding parts ------------------------------------------------------------ */
+
+int kv_swa_slots_per_seq(int B, int n_swa, int max_chunk) {
+    /* The window's first tile starts up to a tile before it, and a block
+     * more on each end where positions do not fall on block edges. */
+    return (n_swa + ATTN_KV_TILE + B - 1) / B + 1 + (max_chunk + B - 1) / B + 1;
+}
+
+int kv_swa_first_block(const kv_pool *p, int pos) {
+    int first = pos + 1 - p->n_swa;
+    if (!p->swa_layer || first <= 0) return 0;
+    return first / ATTN_KV_TILE * ATTN_KV_TILE / p->block_tokens; /* the kernel reads whole tiles */
+}
+
+int kv_block_has_swa(const kv_pool *p, int b) { return !p->swa_layer || p->swa_slot[b] >= 0; }
+
+static void slot_give_back(kv_pool *p, int b) {
+    int sl = p->swa_slot[b];
+    p->swa_slot[b] = -1;
+    p->slot_block[sl] = -1;
+    p->slot_free[p->n_slot_free++] = sl;
+}
+
+/* A slot for b: a free one, else the sliding part let go longest ago
+ * (its block keeps its global part). -1 when every one is held. */
+static int slot_alloc(kv_pool *p, int b) {
+    int sl = -1;
+    if (p->n_slot_free > 0) {
+        sl = p->slot_free[--p->n_slot_free];
+    } else {
+        for (int i = 0; i < p->n_slots; i++) {
+            int o = p->slot_block[i];
+            if (p->swa_hold[o] == 0 && (sl < 0 || p->slot_released[i] < p->slot_released[sl])) sl = i;
+        }
+        if (sl < 0) return -1;
+        p->swa_slot[p->slot_block[sl]] = -1;
+        p->swa_reclaimed++;
+    }
+    p->slot_block[sl] = b;
+    p->swa_slot[b] = sl;
+    p->slot_released[sl] = ++p->swa_clock; /* unheld from now on, the newest */
+    return sl;
+}
+
+void kv_block_pin(kv_pool *p, int b) {
+    if (p->swa_layer) p->swa_hold[b]++;
+}
+
+void kv_block_unpin(kv_pool *p, int b) {
+    if (!p->swa_layer || --p->swa_hold[b] > 0 || p->swa_slot[b] < 0) return;
+    p->slot_released[p->swa_slot[b]] = ++p->swa_clock;
+}
+
+/* s lets go of every sliding part it holds. */
+static void seq_unhold(kv_pool *p, kv_seq *s) {
+    for (int i = s->swa_lo; i < s->swa_hi; i++) kv_block_unpin(p, s->blocks[i]);
+    s->swa_lo = s->swa_hi = 0;
+}
+
+/* s holds exactly the sliding parts of blocks [lo, hi) (all in memory). */
+static void seq_hold_range(kv_pool *p, kv_seq *s, int lo, int hi) {
+    for (int i = lo; i < hi; i++) kv_block_pin(p, s->blocks[i]);
+    seq_unhold(p, s);
+    s->swa_lo = lo, s->swa_hi = hi;
+}
+
+int kv_seq_window_missing(const kv_pool *p, const kv_seq *s) {
+    if (!p->swa_layer) return -1;
+    for (int i = s->n_blocks - 1; i >= kv_swa_first_block(p, s->n_pos); i--)
+        if (p->swa_slot[s->blocks[i]] < 0) return i;
+    return -1;
+}
+
+int kv_seq_hold_window(kv_pool *p, kv_seq *s, strata_err *err) {
+    if (!p->swa_layer) return 0;
+    int m = kv_seq_window_missing(p, s), B = p->block_tokens;
+    if (m >= 0)
+        return strata_errf(err, STRATA_EINVAL,
+                           "position %d: the sliding-window K/V of positions %d-%d is no longer in memory "
+                           "(outside an earlier window); restore it from the cache or start the sequence again",
+                           s->n_pos, m * B, m * B + B - 1);
+    seq_hold_range(p, s, kv_swa_first_block(p, s->n_pos), s->n_blocks);
+    return 0;
+}
+
+/* ---- payload ------------------------------------------------------------------- */
+
+void *kv_block_view(const kv_pool *p, int b) {
+    return p->swa_layer ? NULL : p->mem + (size_t)b * (p->glob_bytes / 2);
+}
+
+/* Copies between a payload and b's rows: to_pool, the global part always
+ * and the sliding part when b has one (swa_only: that part alone). */
+static void payload_copy(const kv_pool *p, int b, uint16_t *payload, int to_pool, int swa_only) {
+    size_t half = (size_t)p->block_tokens * p->kv_dim, n = 2 * half * sizeof(uint16_t);
+    for (int l = 0; l < p->n_layer; l++) {
+        int sw = p->swa_layer[l];
+        if ((sw && p->swa_slot[b] < 0) || (swa_only && !sw)) continue;
+        uint16_t *rows = kv_rows(p, b, l, 0), *pl = payload + (size_t)l * 2 * half;
+        if (to_pool) memcpy(rows, pl, n);
+        else memcpy(pl, rows, n);
+    }
+}
+
+const void *kv_block_read(const kv_pool *p, int b, void *scratch) {
+    void *v = kv_block_view(p, b);
+    if (v) return v;
+    if (p->swa_slot[b] < 0) return NULL;
+    payload_copy(p, b, scratch, 0, 0);
+    return scratch;
+}
+
+void kv_block_write(const kv_pool *p, int b, const void *src) {
+    void *v = kv_block_view(p, b);
+    if (v) memcpy(v, src, p->block_bytes);
+    else payload_copy(p, b, (uint16_t *)src, 1, 0);
+}
+
+int kv_block_import_swa(kv_pool *p, int b, const void *src, strata_err *err) {
+    if (!p->swa_layer) return 0;
+    if (p->swa_slot[b] < 0 && slot_alloc(p, b) < 0)
+        return strata_errf(err, STRATA_ERANGE, "kv pool: all %d sliding-window slots in use", p->n_slots);
+    payload_copy(p, b, (uint16_t *)src, 1, 1);
+    return 0;
+}
+
+/* ---- blocks ------------------------------------------------------------------- */
+
 static void table_grow(kv_seq *s, int need);
 
-static int block_alloc(kv_pool *p) {
+/* A free block (with_swa: and a sliding part), or -1. */
+static int block_alloc(kv_pool *p, int with_swa) {
     int b = -1;
     if (p->n_free > 0) b = p->free_list[--p->n_free];
     else if (p->keeper.reclaim) b = p->keeper.reclaim(p->keeper.ctx);
-    if (b >= 0) p->refcount[b] = 1;
+    if (b < 0) return -1;
+    if (p->swa_layer && p->swa_slot[b] >= 0 && !with_swa) slot_give_back(p, b); /* a cached block's */
+    if (p->swa_layer && p->swa_slot[b] < 0 && with_swa && slot_alloc(p, b) < 0) {
+        p->free_list[p->n_free++] = b;
+        return -1;
+    }
+    p->refcount[b] = 1;
     return b;
+}
+
+static void block_free(kv_pool *p, int b) {
+    if (p->swa_layer && p->swa_slot[b] >= 0) slot_give_back(p, b);
+    p->free_list[p->n_free++] = b;
 }
 
 static void block_unref(kv_pool *p, int b) {
     if (--p->refcount[b] > 0) return;
     if (p->keeper.keep && p->keeper.keep(p->keeper.ctx, b)) return;
-    p->free_list[p->n_free++] = b;
+    block_free(p, b);
 }
 
-void kv_block_give_back(kv_pool *p, int b) { p->free_list[p->n_free++] = b; }
+void kv_block_give_back(kv_pool *p, int b) { block_free(p, b); }
+
+/* Drops s's last block (and its hold on the block's sliding part). */
+static void seq_pop(kv_pool *p, kv_seq *s) {
+    int i = --s->n_blocks;
+    if (i >= s->swa_lo && i < s->swa_hi) {
+        kv_block_unpin(p, s->blocks[i]);
+        s->swa_hi = i;
+    }
+    if (s->swa_lo > s->swa_hi) s->swa_lo = s->swa_hi;
+    block_unref(p, s->blocks[i]);
+}
 
 void kv_seq_attach(kv_pool *p, kv_seq *s, int block) {
     table_grow(s, s->n_blocks + 1);
@@ -60,6 +261,7 @@ void kv_seq_attach(kv_pool *p, kv_seq *s, int block) {
 void kv_seq_init(kv_seq *s) { memset(s, 0, sizeof *s); }
 
 void kv_seq_release(kv_pool *p, kv_seq *s) {
+    seq_unhold(p, s);
     for (int i = 0; i < s->n_blocks; i++) block_unref(p, s->blocks[i]);
     free(s->blocks);
     free(s->rs);
@@ -75,44 +277,68 @@ static void table_grow(kv_seq *s, int need) {
 }
 
 /* The block that positions from s->n_pos on will write into, if shared,
- * is replaced by a private copy. */
+ * is replaced by a private copy (both parts; s holds its window, so the
+ * old block's sliding part is in memory). */
 static int unshare_tail(kv_pool *p, kv_seq *s, strata_err *err) {
     int bi = s->n_pos / p->block_tokens;
     if (s->n_pos % p->block_tokens == 0 || bi >= s->n_blocks) return 0;
     int old = s->blocks[bi];
     int frozen = p->keeper.frozen && p->keeper.frozen(p->keeper.ctx, old);
     if (p->refcount[old] == 1 && !frozen) return 0;
-    int nb = block_alloc(p);
+    int nb = block_alloc(p, 1);
     if (nb < 0) return strata_errf(err, STRATA_ERANGE, "kv pool full (%d blocks)", p->n_blocks);
-    memcpy(p->mem + (size_t)nb * (p->block_bytes / 2), p->mem + (size_t)old * (p->block_bytes / 2),
-           p->block_bytes);
+    memcpy(p->mem + (size_t)nb * (p->glob_bytes / 2), p->mem + (size_t)old * (p->glob_bytes / 2), p->glob_bytes);
+    if (p->swa_layer) {
+        memcpy(p->swa_mem + (size_t)p->swa_slot[nb] * (p->swa_bytes / 2),
+               p->swa_mem + (size_t)p->swa_slot[old] * (p->swa_bytes / 2), p->swa_bytes);
+        kv_block_pin(p, nb); /* the hold moves with the table entry (bi is in s's window) */
+        kv_block_unpin(p, old);
+    }
     block_unref(p, old);
     s->blocks[bi] = nb;
     return 0;
 }
 
-int kv_seq_reserve(kv_pool *p, kv_seq *s, int n_pos_new, strata_err *err) {
-    int need = (n_pos_new + p->block_tokens - 1) / p->block_tokens;
-    int rc = unshare_tail(p, s, err);
-    if (rc) return rc;
+/* Appends blocks up to need; the last swa_new of them get a sliding part
+ * held by s ([swa_lo, swa_hi) grows with them). Undone on failure. */
+static int append_blocks(kv_pool *p, kv_seq *s, int need, int swa_new, strata_err *err) {
     table_grow(s, need);
     int had = s->n_blocks;
     while (s->n_blocks < need) {
-        int b = block_alloc(p);
+        int with_swa = p->swa_layer && s->n_blocks >= need - swa_new;
+        int b = block_alloc(p, with_swa);
         if (b < 0) { /* undo: the sequence is as it was */
-            while (s->n_blocks > had) block_unref(p, s->blocks[--s->n_blocks]);
-            return strata_errf(err, STRATA_ERANGE, "kv pool full: need %d more blocks, all %d in use",
-                               need - had, p->n_blocks);
+            while (s->n_blocks > had) seq_pop(p, s);
+            return strata_errf(err, STRATA_ERANGE, "kv pool full: need %d more blocks, all %d in use%s",
+                               need - had, p->n_blocks, with_swa ? " (or every sliding-window slot held)" : "");
         }
         s->blocks[s->n_blocks++] = b;
+        if (with_swa) {
+            kv_block_pin(p, b);
+            if (s->swa_hi < s->n_blocks - 1) s->swa_lo = s->n_blocks - 1; /* a range starts here */
+            s->swa_hi = s->n_blocks;
+        }
     }
     return 0;
+}
+
+int kv_seq_reserve(kv_pool *p, kv_seq *s, int n_pos_new, strata_err *err) {
+    int need = (n_pos_new + p->block_tokens - 1) / p->block_tokens;
+    int rc = kv_seq_hold_window(p, s, err);
+    if (rc) return rc;
+    if ((rc = unshare_tail(p, s, err))) return rc;
+    return append_blocks(p, s, need, need, err);
+}
+
+int kv_seq_reserve_load(kv_pool *p, kv_seq *s, int n_pos_new, int swa_blocks, strata_err *err) {
+    seq_unhold(p, s);
+    return append_blocks(p, s, (n_pos_new + p->block_tokens - 1) / p->block_tokens, swa_blocks, err);
 }
 
 void kv_seq_truncate(kv_pool *p, kv_seq *s, int n) {
     if (n > s->n_pos) return;
     int keep = (n + p->block_tokens - 1) / p->block_tokens;
-    while (s->n_blocks > keep) block_unref(p, s->blocks[--s->n_blocks]);
+    while (s->n_blocks > keep) seq_pop(p, s);
     s->n_pos = n;
 }
 

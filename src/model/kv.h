@@ -1,17 +1,33 @@
 /* kv.h - paged KV memory: fixed-size token blocks shared by sequences.
  *
- * A block holds B consecutive positions of one sequence for every layer:
- *   block b: [layer][K|V][B][kv_dim] as IEEE half floats,
- * contiguous, so a block can later be hashed, copied to RAM or written to
- * disk as one object (DESIGN.md, "Blocks and hashes"). Blocks are
- * refcounted: several sequences may share a prefix's blocks; writing into
- * a shared block first copies it (copy on write).
- * A sequence is a block table plus a length; truncating it to any position
- * is free (the cache branches there).
+ * A block holds B consecutive positions of one sequence for every layer.
+ * Its payload, the object the cache hashes, copies and writes to disk, is
+ *   [layer][K|V][B][kv_dim] as IEEE half floats
+ * (DESIGN.md, "Blocks and hashes"). Blocks are refcounted: several
+ * sequences may share a prefix's blocks; writing into a shared block
+ * first copies it (copy on write). A sequence is a block table plus a
+ * length; truncating it to any position is free (the cache branches there).
+ *
+ * Sliding-window layers (gemma3): a query at position p on such a layer
+ * reads only positions from p + 1 - n_swa on (from the start of that
+ * position's 64-key attention tile). So a block's memory is split in two:
+ * its global part (every other layer), always present, in `mem`; and its
+ * sliding part (the sliding layers), in one of a few slots of `swa_mem`,
+ * or none. A sequence holds the sliding parts of its window only
+ * (kv_seq_reserve takes the window of the next query and lets the older
+ * ones go); a part no sequence holds stays with its block (the cache may
+ * still want it) until a slot is needed: then the one let go longest ago
+ * is taken, and its block has no sliding part any more. Such a block is
+ * still good for every position a later query does not see through a
+ * sliding layer; to continue right after it, its sliding part must come
+ * back from a tier below (kv_block_import_swa), else the forward pass
+ * refuses (kv_seq_reserve: STRATA_EINVAL). With no sliding layers there
+ * are no slots, and a block's payload is its memory (kv_block_view).
  * Does not: hash, index or evict blocks (that is cache/). */
 #ifndef STRATA_KV_H
 #define STRATA_KV_H
 
+#include <assert.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,13 +49,36 @@ typedef struct kv_pool {
     int block_tokens; /* B */
     int n_layer, kv_dim;
     int n_blocks;
-    size_t block_bytes;
-    uint16_t *mem;   /* n_blocks * block_bytes */
+    size_t block_bytes; /* payload of one block, every layer */
+    uint16_t *mem;   /* global parts: n_blocks * glob_bytes */
     int *refcount;   /* per block */
     int *free_list;  /* stack of free block ids */
     int n_free;
     kv_keeper keeper; /* zeroed: unreferenced blocks are freed */
+    /* Layers: index within their part; swa_layer[l] 1 for a sliding
+     * layer (NULL: none, and the fields below are zero). */
+    int *layer_at;
+    uint8_t *swa_layer;
+    int n_swa;             /* window of the sliding layers, positions */
+    size_t glob_bytes, swa_bytes; /* per block: global part, sliding part */
+    uint16_t *swa_mem;     /* n_slots * swa_bytes */
+    int n_slots;
+    int *swa_slot;         /* per block: its sliding part's slot, or -1 */
+    int *swa_hold;         /* per block: holders of its sliding part (sequences, pins) */
+    int *slot_block;       /* per slot: the block it belongs to, or -1 */
+    uint64_t *slot_released; /* per slot: when its block lost its last holder */
+    uint64_t swa_clock;
+    int *slot_free;
+    int n_slot_free;
+    long swa_reclaimed;    /* sliding parts taken from unheld blocks */
 } kv_pool;
+
+/* What a pool holds. swa_layer NULL (or no layer set): no sliding part. */
+typedef struct kv_pool_opts {
+    int n_layer, kv_dim, block_tokens, n_blocks;
+    const uint8_t *swa_layer; /* per layer, 1: sliding window of n_swa */
+    int n_swa, n_slots;       /* window; sliding parts in memory at once */
+} kv_pool_opts;
 
 typedef struct kv_seq {
     int n_pos;      /* positions filled */
@@ -54,24 +93,78 @@ typedef struct kv_seq {
     float *rs;
     size_t rs_floats;
     int rs_pos;
+    /* Sliding parts it holds: those of blocks [swa_lo, swa_hi). */
+    int swa_lo, swa_hi;
 } kv_seq;
 
 int kv_pool_init(kv_pool *p, int n_layer, int kv_dim, int block_tokens, int n_blocks,
                  strata_err *err);
+int kv_pool_init_opts(kv_pool *p, const kv_pool_opts *o, strata_err *err);
 void kv_pool_destroy(kv_pool *p);
 
-/* K or V rows [B][kv_dim] of one layer in one block. */
+/* K or V rows [B][kv_dim] of one layer in one block. A sliding layer's
+ * rows exist only while the block has its sliding part. */
 static inline uint16_t *kv_rows(const kv_pool *p, int block, int layer, int is_v) {
     size_t per_half = (size_t)p->block_tokens * p->kv_dim;
-    return p->mem + (size_t)block * (p->block_bytes / 2) + ((size_t)layer * 2 + is_v) * per_half;
+    size_t off = ((size_t)p->layer_at[layer] * 2 + is_v) * per_half;
+    if (p->swa_layer && p->swa_layer[layer]) {
+        assert(p->swa_slot[block] >= 0);
+        return p->swa_mem + (size_t)p->swa_slot[block] * (p->swa_bytes / 2) + off;
+    }
+    return p->mem + (size_t)block * (p->glob_bytes / 2) + off;
 }
+
+/* ---- sliding-window parts (no-ops for a pool without sliding layers) ---- */
+
+/* Sliding parts a sequence holds at most: its window and the block being
+ * filled, plus a chunk of max_chunk positions (the forward pass's batch). */
+int kv_swa_slots_per_seq(int block_tokens, int n_swa, int max_chunk);
+/* The first block a query at position pos reads on a sliding layer (0
+ * with no sliding layers). */
+int kv_swa_first_block(const kv_pool *p, int pos);
+/* 1 when block b's sliding part is in memory (always, with no sliding layers). */
+int kv_block_has_swa(const kv_pool *p, int b);
+/* The last block of s that a query at s->n_pos would read on a sliding
+ * layer and that has no sliding part, or -1 (none: s can continue). */
+int kv_seq_window_missing(const kv_pool *p, const kv_seq *s);
+/* s holds the sliding parts of the window of a query at s->n_pos (and of
+ * every block after it), letting older ones go. STRATA_EINVAL, naming
+ * the positions, when one of them is not in memory. */
+int kv_seq_hold_window(kv_pool *p, kv_seq *s, strata_err *err);
+/* A pin: one more holder of b's sliding part (it cannot be taken). */
+void kv_block_pin(kv_pool *p, int b);
+void kv_block_unpin(kv_pool *p, int b);
+
+/* ---- a block's payload (block_bytes, the layout above) ---- */
+
+/* The payload in place when the pool keeps it contiguous (no sliding
+ * layers), else NULL. */
+void *kv_block_view(const kv_pool *p, int b);
+/* The payload of b: in place, or gathered into scratch (block_bytes).
+ * NULL when b's sliding part is not in memory. */
+const void *kv_block_read(const kv_pool *p, int b, void *scratch);
+/* Writes payload src into b: the global part, and the sliding part when
+ * b has a slot. Safe on a thread of its own for a block only its caller's
+ * sequence holds. */
+void kv_block_write(const kv_pool *p, int b, const void *src);
+/* Gives b a sliding part (a slot, unheld) filled from payload src.
+ * STRATA_ERANGE when every slot is held. */
+int kv_block_import_swa(kv_pool *p, int b, const void *src, strata_err *err);
 
 void kv_seq_init(kv_seq *s);
 /* Drops the sequence's references to its blocks. */
 void kv_seq_release(kv_pool *p, kv_seq *s);
-/* Makes positions [0, n_pos_new) writable: allocates blocks and copies any
- * shared block that will be written. STRATA_ERANGE when the pool is full. */
+/* Makes positions [0, n_pos_new) writable for queries from s->n_pos on:
+ * allocates blocks and copies any shared block that will be written; s
+ * holds the sliding parts of those queries' window and of the new blocks
+ * (kv_seq_hold_window). STRATA_ERANGE when the pool (or its sliding
+ * slots) is full, STRATA_EINVAL when the window is not in memory. */
 int kv_seq_reserve(kv_pool *p, kv_seq *s, int n_pos_new, strata_err *err);
+/* Appends blocks up to position n_pos_new to be filled from a tier below
+ * (kv_block_write, on a thread of its own): only the last swa_blocks of
+ * them get a sliding part, held by s (the window where a hit will
+ * continue), and s lets its other holds go. STRATA_ERANGE when full. */
+int kv_seq_reserve_load(kv_pool *p, kv_seq *s, int n_pos_new, int swa_blocks, strata_err *err);
 /* Forgets positions >= n (n <= n_pos); frees now-unused whole blocks,
  * reserved ones past n_pos included. */
 void kv_seq_truncate(kv_pool *p, kv_seq *s, int n);

@@ -53,6 +53,8 @@ static void trace_request(sched *s, const slot *sl, sched_finish f) {
         for (int i = 0; i < q->n_snap_stored && i < STORE_SNAP_MAX; i++) fprintf(o, "%s%d", i ? "," : "", q->snap_stored_at[i]);
         fprintf(o, "],\"stored_total\":%d}", q->n_snap_stored);
     }
+    if (s->e->kv.swa_layer) /* sliding parts read back for the hit's window; tokens it was cut by */
+        fprintf(o, ",\"window\":{\"reloaded_blocks\":%d,\"cut_tokens\":%d}", q->n_window_reloaded, q->n_window_cut);
     if (r->held_out) fprintf(o, ",\"held_out\":\"%s\"", r->held_out);
     fprintf(o, ",\"first_miss\":{\"pos\":%d,\"tokens\":[", miss);
     for (int k = miss; k < r->n_prompt && k < miss + 8; k++) fprintf(o, "%s%d", k > miss ? "," : "", r->prompt[k]);

@@ -457,6 +457,11 @@ static int load_model(server *s, strata_err *err) {
     log_info("prefix cache: %s; KV pool %d blocks of %d tokens (%d MiB beyond the slots for cached prefixes)",
              s->o.no_cache ? "off" : "live tier", s->e->kv.n_blocks, s->e->kv.block_tokens,
              s->o.no_cache ? 0 : s->o.cache_mem_mb + s->o.cache_ram_mb);
+    if (s->e->kv.swa_layer)
+        log_info("sliding window: %d positions; its layers' K/V in %d slots of one block (%.1f MiB), the other "
+                 "layers' in every block (%.1f KiB a token)", s->e->kv.n_swa, s->e->kv.n_slots,
+                 (double)s->e->kv.swa_bytes * s->e->kv.n_slots / 1048576.0,
+                 (double)s->e->kv.glob_bytes / s->e->kv.block_tokens / 1024.0);
     return sched_new(&s->sch, s->e, s->tok, &so, err);
 }
 

@@ -162,3 +162,44 @@ def test_restart_resumes_from_disk_equal_to_cold(loop_cache):
     assert sc["live_tokens"] == 0 and sc["prefix_end"]["token"] == saved["held"]
     assert choice["message"]["content"] == ref["message"]["content"]
     assert choice["logprobs"] == ref["logprobs"]
+
+
+# ---- issue 11 item 2: the sliding window's K/V kept for the window only ------
+
+
+def test_window_dropped_from_memory_reloads_from_disk_equal_to_cold(tmp_path):
+    """A running sequence keeps the sliding layers' K/V of its window only,
+    and a cached block's sliding part is kept while slots are spare. After
+    four other long prompts took every spare slot, a hit on the first
+    prompt reads its window's sliding parts back from the disk tier (the
+    trace says how many) and answers with cold's text and logprobs."""
+    if not os.path.exists(GEMMA3):
+        pytest.skip("Gemma 3 270M not downloaded (make model-gemma3)")
+    trace = tmp_path / "trace.jsonl"
+    srv = Server(GEMMA3, "--parallel", "1", "--ctx", "2048", "--trace", str(trace))
+    cold = Server(GEMMA3, "--parallel", "1", "--ctx", "2048", "--no-prefix-cache")
+
+    def doc(k):
+        return " ".join(f"Record {k}-{i}: value {i * 7 % 13 + k} is stored in slot {i % 5}." for i in range(55))
+
+    try:
+        first = [{"role": "user", "content": doc(0) + "\nSummarize."}]
+        loop_chat(srv, first)
+        for k in range(1, 5):
+            loop_chat(srv, [{"role": "user", "content": doc(k) + "\nSummarize."}])
+        again = [{"role": "user", "content": doc(0) + "\nSummarize."}, {"role": "assistant", "content": "Sure."},
+                 {"role": "user", "content": "Which slot holds record 0-7?"}]
+        choice, u = loop_chat(srv, again)
+        ref, ru = loop_chat(cold, again)
+    finally:
+        assert srv.stop() == 0
+        assert cold.stop() == 0
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert len(lines) == 6 and all(line["prompt_tokens"] > 600 for line in lines)  # past the 512-token window
+    last = lines[-1]
+    print("hit:", last["cached_tokens"], last["window"], "prompt", u["prompt_tokens"])
+    assert last["window"]["reloaded_blocks"] > 0 and last["window"]["cut_tokens"] == 0
+    assert u["prompt_tokens_details"]["cached_tokens"] > 512
+    assert ru["prompt_tokens"] == u["prompt_tokens"]
+    assert choice["message"]["content"] == ref["message"]["content"]
+    assert choice["logprobs"] == ref["logprobs"]

@@ -1,0 +1,192 @@
+/* test_store_swa.c - the block store over a pool with sliding-window
+ * layers, no model: blocks go to the disk tier whole while their sequence
+ * still holds them, a hit whose window's sliding parts were taken reads
+ * them back from disk bit for bit (full blocks and tails), and with no
+ * tier below the hit is cut back to where its window is whole. */
+#include <string.h>
+
+#include "cache/disk_tier.h"
+#include "cache/store.h"
+#include "test.h"
+#include "test_util.h"
+
+enum { L = 3, KVD = 2, BT = 16, SWA = 8, CHUNK = 16, NB = 64 };
+static const uint8_t swa_layers[L] = {1, 0, 1};
+
+typedef struct rig {
+    kv_pool p;
+    cache_store *c;
+    disk_store *d; /* or NULL */
+    cache_hash root;
+} rig;
+
+static void rig_open(rig *r, const char *dir) {
+    int slots = kv_swa_slots_per_seq(BT, SWA, CHUNK);
+    kv_pool_opts po = {.n_layer = L, .kv_dim = KVD, .block_tokens = BT, .n_blocks = NB,
+                       .swa_layer = swa_layers, .n_swa = SWA, .n_slots = slots};
+    CHECK_EQ_INT(kv_pool_init_opts(&r->p, &po, NULL), 0);
+    store_opts o = {.default_scope = {SCOPE_FULL, 0}};
+    r->c = store_new(&r->p, &o);
+    memset(o.model_fp, 1, 32);
+    cache_hash_root(&r->root, o.model_fp, "", 0);
+    r->d = NULL;
+    if (!dir) return;
+    disk_opts d = {.dir = dir, .block_tokens = BT, .block_bytes = r->p.block_bytes, .kv_dtype = DISK_F16};
+    memset(d.model_fp, 1, 32);
+    CHECK_EQ_INT(disk_open(&r->d, &d, NULL), 0);
+    cache_tier t = disk_tier(r->d);
+    store_add_tier(r->c, &t);
+}
+
+static void rig_close(rig *r) {
+    store_free(r->c);
+    CHECK_EQ_INT(r->p.n_free, NB);
+    CHECK_EQ_INT(r->p.n_slot_free, r->p.n_slots);
+    kv_pool_destroy(&r->p);
+    disk_close(r->d);
+}
+
+/* What the "model" writes at pos for token tok: a function of the prefix's
+ * last token and position, different in every layer and in K and V. */
+static uint16_t val(int32_t tok, int pos, int layer, int is_v) {
+    return (uint16_t)((tok * 31 + pos * 7 + layer * 1000 + is_v * 500) & 0x7fff);
+}
+
+static void fill(kv_pool *p, const kv_seq *s, const int32_t *toks, int pos) {
+    for (int l = 0; l < L; l++)
+        for (int v = 0; v < 2; v++)
+            for (int i = 0; i < KVD; i++)
+                kv_rows(p, s->blocks[pos / BT], l, v)[(pos % BT) * KVD + i] = val(toks[pos], pos, l, v);
+}
+
+/* Every layer of positions [from, to) of s holds what fill wrote. */
+static int intact(const kv_pool *p, const kv_seq *s, const int32_t *toks, int from, int to) {
+    for (int pos = from; pos < to; pos++)
+        for (int l = 0; l < L; l++)
+            for (int v = 0; v < 2; v++) {
+                if (p->swa_layer[l] && !kv_block_has_swa(p, s->blocks[pos / BT])) return 0;
+                if (kv_rows(p, s->blocks[pos / BT], l, v)[(pos % BT) * KVD] != val(toks[pos], pos, l, v)) return 0;
+            }
+    return 1;
+}
+
+typedef struct req {
+    store_request rq;
+    store_seq q;
+    kv_seq s;
+} req;
+
+/* Attaches toks[0..n_max) as a request does; returns the tokens attached. */
+static int req_begin(rig *r, req *x, const int32_t *toks, int n_max) {
+    x->rq = (store_request){.root = r->root, .scope = {SCOPE_FULL, 0}};
+    store_seq_init(r->c, &x->q, &x->rq);
+    kv_seq_init(&x->s);
+    return store_attach(r->c, &x->q, toks, n_max, n_max, &x->s);
+}
+
+/* Computes up to n chunk by chunk (publishing as the scheduler does),
+ * then ends the request keeping its tail. */
+static void req_run(rig *r, req *x, const int32_t *toks, int n) {
+    while (x->s.n_pos < n) {
+        int end = x->s.n_pos + CHUNK < n ? x->s.n_pos + CHUNK : n;
+        CHECK_EQ_INT(kv_seq_reserve(&r->p, &x->s, end, NULL), 0);
+        for (int pos = x->s.n_pos; pos < end; pos++) fill(&r->p, &x->s, toks, pos);
+        x->s.n_pos = end;
+        store_publish(r->c, &x->q, toks, &x->s);
+    }
+    store_finish(r->c, &x->q, toks, &x->s, 1);
+    kv_seq_release(&r->p, &x->s);
+}
+
+/* Another sequence takes every sliding part nobody holds. */
+static void crowd_out(rig *r) {
+    kv_seq o;
+    kv_seq_init(&o);
+    CHECK_EQ_INT(kv_seq_reserve(&r->p, &o, r->p.n_slots * BT, NULL), 0);
+    kv_seq_release(&r->p, &o);
+    CHECK_EQ_INT(r->p.n_slot_free, r->p.n_slots);
+}
+
+static void tokens(int32_t *t, int n, int seed) {
+    for (int i = 0; i < n; i++) t[i] = 1 + (i * 37 + seed) % 5000;
+}
+
+/* n cached tokens ending at `end` (a full block's end, or a tail's):
+ * with the disk tier the hit is whole and its window read back bit for
+ * bit; without one it is cut back to 0 (every earlier window is gone). */
+static void check_hit(const char *dir, int end, int extra) {
+    int32_t toks[400];
+    tokens(toks, end + extra, 3);
+    rig r;
+    rig_open(&r, dir);
+    req a;
+    CHECK_EQ_INT(req_begin(&r, &a, toks, end), 0);
+    req_run(&r, &a, toks, end);
+    if (r.d) disk_flush(r.d);
+    crowd_out(&r);
+    req b;
+    int got = req_begin(&r, &b, toks, end + extra - 1);
+    if (dir) {
+        CHECK_EQ_INT(got, end);
+        CHECK_EQ_INT(b.q.n_cached, end);
+        CHECK(b.q.n_window_reloaded >= 1);
+        CHECK_EQ_INT(b.q.n_window_cut, 0);
+        CHECK(intact(&r.p, &b.s, toks, kv_swa_first_block(&r.p, end) * BT, end));
+    } else {
+        CHECK_EQ_INT(got, 0);
+        CHECK_EQ_INT(b.q.n_cached, 0);
+        CHECK_EQ_INT(b.q.n_window_cut, end);
+    }
+    CHECK_EQ_INT(kv_seq_window_missing(&r.p, &b.s), -1);
+    req_run(&r, &b, toks, end + extra); /* it goes on from there */
+    store_stats st;
+    store_get_stats(r.c, &st);
+    CHECK_EQ_INT(st.window_reloaded_blocks, b.q.n_window_reloaded);
+    CHECK_EQ_INT(st.window_cut_tokens, b.q.n_window_cut);
+    CHECK_EQ_INT(st.hit_tokens + st.lower_hit_tokens, b.q.n_cached);
+    rig_close(&r);
+}
+
+TEST(store_swa_hit_reads_its_window_back_from_disk) {
+    char *dir = test_tmpdir_new();
+    check_hit(dir, 320, 10); /* blocks 16..19: the window of position 320 */
+    test_tmpdir_free(dir);
+}
+
+TEST(store_swa_tail_window_reads_back_from_disk) {
+    char *dir = test_tmpdir_new();
+    check_hit(dir, 330, 10); /* a tail of 10 after 20 blocks */
+    test_tmpdir_free(dir);
+}
+
+TEST(store_swa_hit_without_a_tier_is_cut_back) {
+    check_hit(NULL, 320, 10);
+}
+
+/* After a restart the prefix comes from disk: whole blocks' global parts
+ * for all, sliding parts for the window only, bit for bit. */
+TEST(store_swa_restart_loads_globals_and_the_window) {
+    char *dir = test_tmpdir_new();
+    int32_t toks[400];
+    tokens(toks, 400, 5);
+    rig r;
+    rig_open(&r, dir);
+    req a;
+    req_begin(&r, &a, toks, 350);
+    req_run(&r, &a, toks, 350);
+    disk_flush(r.d);
+    rig_close(&r);
+    rig_open(&r, dir);
+    req b;
+    CHECK_EQ_INT(req_begin(&r, &b, toks, 399), 350);
+    CHECK_EQ_INT(b.q.n_cached_lower, 350);
+    int from = kv_swa_first_block(&r.p, 350);
+    CHECK(intact(&r.p, &b.s, toks, from * BT, 350));
+    for (int pos = 0; pos < 350; pos++) /* the global layer everywhere */
+        CHECK_EQ_INT(kv_rows(&r.p, b.s.blocks[pos / BT], 1, 1)[(pos % BT) * KVD], val(toks[pos], pos, 1, 1));
+    CHECK(!kv_block_has_swa(&r.p, b.s.blocks[0])); /* far outside the window: never in a slot */
+    CHECK_EQ_INT(b.q.n_window_reloaded, 0);          /* the load gave the window its parts */
+    req_run(&r, &b, toks, 400);
+    rig_close(&r);
+    test_tmpdir_free(dir);
+}
