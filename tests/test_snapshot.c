@@ -288,3 +288,38 @@ TEST(snapshot_over_the_memory_budget_lives_on_disk_only) {
     fixture_close(&x);
     test_tmpdir_free(dir);
 }
+
+/* Retention marks reach snapshot files as they reach blocks: the snapshot
+ * under a mark keeps its mark on disk across a restart (usage file) and
+ * comes back into memory with it; one past the mark's end has none. */
+TEST(snapshot_retention_mark_on_disk_survives_restart) {
+    char *dir = test_tmpdir_new();
+    fixture x;
+    fixture_open(&x, dir);
+    cache_mark mark = {.end = 9, .ttl_s = 3600};
+    x.rq.marks = &mark, x.rq.n_marks = 1;
+    int32_t a[40];
+    for (int i = 0; i < 40; i++) a[i] = 11 + 5 * i;
+    int snaps[] = {9};
+    run(&x, a, 18, snaps, 1, NULL); /* snapshots at 9 (the mark's end) and 18 */
+    cache_hash root, h0, h1, h2, k9, k18;
+    uint8_t fp[32];
+    memset(fp, 5, 32);
+    cache_hash_root_for(&root, fp, NULL, "");
+    cache_hash_block(&h0, &root, a, B), cache_hash_block(&h1, &h0, a + 4, B);
+    cache_hash_block(&k9, &h1, a + 8, 1);
+    cache_hash_block(&h2, &h1, a + 8, B), cache_hash_block(&k18, &h2, a + 12, B);
+    cache_hash_block(&k18, &k18, a + 16, 2);
+    CHECK_MSG(disk_snap_retained_s(x.d, &k9) > 3590, "marked snapshot: %.0f s left", disk_snap_retained_s(x.d, &k9));
+    CHECK_EQ_INT((int)disk_snap_retained_s(x.d, &k18), 0);
+    fixture_close(&x);
+    fixture_open(&x, dir); /* a restart: the mark comes back from the usage file */
+    double left = disk_snap_retained_s(x.d, &k9);
+    CHECK_MSG(left > 3580 && left <= 3600, "after a restart: %.0f s left", left);
+    CHECK_EQ_INT((int)disk_snap_retained_s(x.d, &k18), 0);
+    store_stats ss;
+    store_get_stats(x.st, &ss);
+    CHECK_EQ_INT(ss.snap.entries, 2);
+    fixture_close(&x);
+    test_tmpdir_free(dir);
+}

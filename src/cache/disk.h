@@ -139,6 +139,11 @@ void disk_get_stats(disk_store *d, disk_stats *out);
 int disk_snap_put(disk_store *d, const cache_hash *key, const cache_hash *boundary, const int32_t *tokens, int r,
                   const float *state, size_t n);
 int disk_snap_get(disk_store *d, const cache_hash *key, float *dst, size_t n);
+/* Retention mark on a snapshot (written or still queued), as disk_retain
+ * for a block: kept in the usage file across a restart, and carried into
+ * the store's memory index at start (disk_snap_retained_s: seconds left). */
+void disk_snap_retain(disk_store *d, const cache_hash *key, double ttl_s);
+double disk_snap_retained_s(disk_store *d, const cache_hash *key);
 /* fn(ctx, key, boundary, r) for every snapshot file of this model whose
  * header checks out (damaged ones are quarantined). */
 void disk_snap_foreach(disk_store *d, void (*fn)(void *ctx, const cache_hash *key, const cache_hash *boundary, int r),

@@ -24,11 +24,12 @@
 #include "cache/disk_file.h"
 #include "cache/disk_int.h"
 
-/* A queued snapshot's job, or NULL. Locked. */
+/* A queued snapshot's job (or the one being written), or NULL. Locked. */
 static djob *queued(disk_store *d, const cache_hash *key) {
     for (djob *j = d->head; j; j = j->next)
         if (j->snap && memcmp(j->h.b, key->b, 32) == 0) return j;
-    return NULL;
+    djob *w = d->writing;
+    return w && w->snap && memcmp(w->h.b, key->b, 32) == 0 ? w : NULL;
 }
 
 int disk_snap_put(disk_store *d, const cache_hash *key, const cache_hash *boundary, const int32_t *tokens, int r,
@@ -107,13 +108,14 @@ static long snap_find(const disk_store *d, const cache_hash *key) {
     return -1;
 }
 
-void disk__snap_note(disk_store *d, const cache_hash *key, const cache_hash *boundary, uint32_t r, uint64_t bytes) {
+void disk__snap_note(disk_store *d, const cache_hash *key, const cache_hash *boundary, uint32_t r, uint64_t bytes,
+                     double keep_until) {
     if (snap_find(d, key) >= 0) return;
     if (d->n_snaps == d->cap_snaps) {
         d->cap_snaps = d->cap_snaps ? d->cap_snaps * 2 : 64;
         d->snaps = xrealloc(d->snaps, d->cap_snaps * sizeof *d->snaps);
     }
-    d->snaps[d->n_snaps++] = (dsnap){*key, *boundary, r, bytes};
+    d->snaps[d->n_snaps++] = (dsnap){*key, *boundary, r, bytes, keep_until};
     d->st.bytes += bytes;
     d->st.snap_files++;
 }
@@ -153,7 +155,7 @@ static void scan_one_snap(void *ctx, const char *path, const char *name, const c
         return;
     }
     if (rc == 0 && memcmp(hdr.model_fp, d->o.model_fp, 32) == 0)
-        disk__snap_note(d, &hdr.hash, &hdr.parent, hdr.n_tokens, size);
+        disk__snap_note(d, &hdr.hash, &hdr.parent, hdr.n_tokens, size, 0);
 }
 
 static void walk(const char *dir, void (*fn)(void *, const char *, const char *, const cache_hash *), void *ctx);
@@ -167,6 +169,44 @@ void disk__snap_scan(disk_store *d) {
         if ((k >= 0 && d->slots[k].state != ST_GHOST) || (b >= 0 && d->slots[b].state != ST_GHOST)) i++;
         else snap_remove(d, i);
     }
+}
+
+/* ---- retention marks ---- */
+
+void disk_snap_retain(disk_store *d, const cache_hash *key, double ttl_s) {
+    double until = disk__now_wall() + ttl_s;
+    pthread_mutex_lock(&d->mu);
+    long i = snap_find(d, key);
+    djob *j = i < 0 ? queued(d, key) : NULL;
+    double *mark = i >= 0 ? &d->snaps[i].keep_until : j ? &j->keep_until : NULL;
+    if (mark && until > *mark) *mark = until;
+    pthread_mutex_unlock(&d->mu);
+}
+
+double disk_snap_retained_s(disk_store *d, const cache_hash *key) {
+    double now = disk__now_wall(), left = 0;
+    pthread_mutex_lock(&d->mu);
+    long i = snap_find(d, key);
+    djob *j = i < 0 ? queued(d, key) : NULL;
+    double until = i >= 0 ? d->snaps[i].keep_until : j ? j->keep_until : 0;
+    if (until > now) left = until - now;
+    pthread_mutex_unlock(&d->mu);
+    return left;
+}
+
+size_t disk__snap_usage(const disk_store *d, disk_usage_rec *out) {
+    size_t n = 0;
+    double now = disk__now_wall();
+    for (size_t i = 0; i < d->n_snaps; i++)
+        if (d->snaps[i].keep_until > now) out[n++] = (disk_usage_rec){d->snaps[i].key, 0, now, d->snaps[i].keep_until};
+    return n;
+}
+
+int disk__snap_usage_load(disk_store *d, const disk_usage_rec *r) {
+    long i = snap_find(d, &r->hash);
+    if (i < 0) return 0;
+    if (r->keep_until > d->snaps[i].keep_until) d->snaps[i].keep_until = r->keep_until;
+    return 1;
 }
 
 void disk_snap_foreach(disk_store *d, void (*fn)(void *ctx, const cache_hash *key, const cache_hash *boundary, int r),
