@@ -148,6 +148,12 @@ double disk_snap_retained_s(disk_store *d, const cache_hash *key);
  * header checks out (damaged ones are quarantined). */
 void disk_snap_foreach(disk_store *d, void (*fn)(void *ctx, const cache_hash *key, const cache_hash *boundary, int r),
                        void *ctx);
+/* For `strata cache verify`: every snapshot file read in full and checked
+ * (header, the name's hash, CRCs, a model with blocks in this directory,
+ * a block it needs still stored); each bad one is reported through
+ * bad(ctx, path, why) and quarantined. Returns how many were good. */
+uint64_t disk_snap_verify(disk_store *d, void (*bad)(void *ctx, const char *path, const char *why), void *ctx,
+                          uint64_t *n_bad);
 /* For `strata cache`: snapshot files of every model under dir, their
  * bytes (may be NULL); with remove, deleted (files: how many went). */
 void disk_snap_count(const char *dir, uint64_t *files, uint64_t *bytes, int remove);

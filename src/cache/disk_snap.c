@@ -244,6 +244,77 @@ static void walk(const char *dir, void (*fn)(void *, const char *, const char *,
     closedir(dp);
 }
 
+/* ---- `strata cache verify` ---- */
+
+typedef struct verify_ctx {
+    disk_store *d;
+    void (*bad)(void *ctx, const char *path, const char *why);
+    void *ctx;
+    uint64_t ok, n_bad;
+} verify_ctx;
+
+/* 1 when fp is the fingerprint of a model with blocks in this directory. Locked. */
+static int known_model(const disk_store *d, const uint8_t fp[32]) {
+    for (int i = 0; i < d->n_models; i++)
+        if (memcmp(d->models[i], fp, 32) == 0) return 1;
+    return 0;
+}
+
+/* Why one snapshot file cannot be loaded (into why), or 0: header (magic,
+ * version, header CRC, the name's hash, state dtype), the whole file's
+ * CRC, a model with blocks here, and a block it needs (the one it ends,
+ * or its boundary). */
+static int verify_one_file(disk_store *d, const char *path, const cache_hash *h, char *why, size_t cap) {
+    strata_err e = {0};
+    uint64_t size;
+    disk_hdr hdr;
+    int fd = disk_file_open(path, &size, &e), rc = fd;
+    if (fd >= 0) {
+        rc = disk_file_read_header(fd, size, &hdr, NULL, &e);
+        close(fd);
+    }
+    if (!rc && (memcmp(hdr.hash.b, h->b, 32) != 0 || hdr.kv_dtype != DISK_STATE_F32))
+        rc = STRATA_EFORMAT, snprintf(e.msg, sizeof e.msg, "header names another snapshot");
+    if (!rc) {
+        float *buf = xmalloc(hdr.payload_bytes ? hdr.payload_bytes : 1);
+        disk_expect ex = {.hash = h, .model_fp = hdr.model_fp, .n_tokens = hdr.n_tokens, .kv_dtype = DISK_STATE_F32,
+                          .payload_bytes = hdr.payload_bytes};
+        rc = disk_file_load(path, &ex, &hdr, NULL, buf, hdr.payload_bytes, &e);
+        free(buf);
+    }
+    if (rc) return snprintf(why, cap, "%s", e.msg), 1;
+    pthread_mutex_lock(&d->mu);
+    int model = known_model(d, hdr.model_fp);
+    long k = disk__ix_find(d, h), b = disk__ix_find(d, &hdr.parent);
+    int blocks = (k >= 0 && d->slots[k].state != ST_GHOST) || (b >= 0 && d->slots[b].state != ST_GHOST);
+    pthread_mutex_unlock(&d->mu);
+    if (!model) return snprintf(why, cap, "of a model with no blocks in this cache"), 1;
+    if (!blocks) return snprintf(why, cap, "the blocks it needs are gone"), 1;
+    return 0;
+}
+
+static void verify_cb(void *ctx, const char *path, const char *name, const cache_hash *h) {
+    verify_ctx *v = ctx;
+    char why[600];
+    if (!verify_one_file(v->d, path, h, why, sizeof why)) {
+        v->ok++;
+        return;
+    }
+    v->n_bad++;
+    v->bad(v->ctx, path, why);
+    pthread_mutex_lock(&v->d->mu);
+    disk__quarantine(v->d, path, name, why);
+    pthread_mutex_unlock(&v->d->mu);
+}
+
+uint64_t disk_snap_verify(disk_store *d, void (*bad)(void *ctx, const char *path, const char *why), void *ctx,
+                          uint64_t *n_bad) {
+    verify_ctx v = {d, bad, ctx, 0, 0};
+    walk(d->dir, verify_cb, &v);
+    *n_bad = v.n_bad;
+    return v.ok;
+}
+
 typedef struct count_ctx {
     uint64_t files, bytes;
     int remove;
