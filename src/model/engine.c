@@ -6,13 +6,17 @@
 #include "base/mem.h"
 
 /* The training context, or less (whole blocks) so n_seq sequences of KV
- * (bytes_per_token each token) stay within budget_mb. */
-static int ctx_within_budget(int train, int n_seq, size_t bytes_per_token, int budget_mb, int B) {
-    size_t fit = ((size_t)(budget_mb > 0 ? budget_mb : 4096) << 20) / (bytes_per_token * (size_t)n_seq);
+ * (bytes_per_token each token) plus their fixed state (state_bytes each,
+ * engine_seq_state_bytes) stay within budget_mb. */
+static int ctx_within_budget(int train, int n_seq, size_t bytes_per_token, size_t state_bytes, int budget_mb, int B) {
+    size_t budget = (size_t)(budget_mb > 0 ? budget_mb : 4096) << 20, states = state_bytes * (size_t)n_seq;
+    size_t fit = budget > states ? (budget - states) / (bytes_per_token * (size_t)n_seq) : 0;
     size_t ctx = (size_t)(train > 0 ? train : 4096);
     if (ctx > fit) ctx = fit / (size_t)B * (size_t)B;
     return ctx < (size_t)B ? B : (int)ctx;
 }
+
+size_t engine_seq_state_bytes(const model *m) { return fwd_state_floats(m) * sizeof(float); }
 
 int engine_open(engine **out, const engine_params *p, strata_err *err) {
     *out = NULL;
@@ -27,7 +31,8 @@ int engine_open(engine **out, const engine_params *p, strata_err *err) {
     size_t block_bytes = (size_t)hp->n_kv_layer * 2 * B * hp->n_head_kv * hp->head_dim * 2;
     e->n_ctx = p->n_ctx > 0 ? p->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     if (p->n_ctx <= 0 && p->n_seq > 0) {
-        e->ctx_per_seq = ctx_within_budget(hp->n_ctx_train, p->n_seq, block_bytes / B, p->kv_budget_mb, B);
+        e->ctx_per_seq = ctx_within_budget(hp->n_ctx_train, p->n_seq, block_bytes / B, engine_seq_state_bytes(e->m),
+                                           p->kv_budget_mb, B);
         e->n_ctx = e->ctx_per_seq * p->n_seq;
     }
     e->max_batch = p->max_batch > 0 ? p->max_batch : 512;
