@@ -84,9 +84,9 @@ unit-test: build/strata-tests strata
 	TEST_DATA_DIR=tests/data/gen STRATA_MODEL=$(abspath $(MODEL)) STRATA_GEMMA3_MODEL=$(abspath $(GEMMA3_MODEL)) build/strata-tests
 
 # End to end: real servers, official openai/anthropic SDKs (and the replay
-# benchmark's conversation importer, which needs no server).
+# benchmark's conversation importer and agent-loop bookkeeping, which need no server).
 e2e-test: strata
-	TEST_DATA_DIR=$(abspath tests/data/gen) STRATA_MODEL=$(abspath $(MODEL)) STRATA_GEMMA3_MODEL=$(abspath $(GEMMA3_MODEL)) $(PYTHON) -m pytest -v tests/e2e bench/test_import_chats.py
+	TEST_DATA_DIR=$(abspath tests/data/gen) STRATA_MODEL=$(abspath $(MODEL)) STRATA_GEMMA3_MODEL=$(abspath $(GEMMA3_MODEL)) $(PYTHON) -m pytest -v tests/e2e bench/test_import_chats.py bench/test_agent_loop.py
 
 test: test-deps
 	@$(MAKE) --no-print-directory strata build/strata-tests
