@@ -105,6 +105,33 @@ static int run(fixture *x, const int32_t *toks, int n, const int *snap, int n_sn
     return P;
 }
 
+/* The names of the snapshots run() stores for a[] at 9 (mid-block 2)
+ * and at 18 (mid-block 4), with the fixture's fingerprint. */
+static void keys_9_18(const int32_t *a, cache_hash *k9, cache_hash *k18) {
+    cache_hash root, h0, h1, h2;
+    uint8_t fp[32];
+    memset(fp, 5, 32);
+    cache_hash_root_for(&root, fp, NULL, "");
+    cache_hash_block(&h0, &root, a, B), cache_hash_block(&h1, &h0, a + 4, B);
+    cache_hash_block(k9, &h1, a + 8, 1);
+    cache_hash_block(&h2, &h1, a + 8, B), cache_hash_block(k18, &h2, a + 12, B);
+    cache_hash_block(k18, k18, a + 16, 2);
+}
+
+/* Flips a byte near the end of the snapshot file of key (its state: only
+ * the whole file's CRC can tell); its path and hex name into path, hex. */
+static void damage_snap(const char *dir, const cache_hash *key, char *path, size_t cap, char hex[65]) {
+    cache_hash_hex(key, hex);
+    snprintf(path, cap, "%s/%.2s/%s.rs", dir, hex, hex);
+    FILE *f = fopen(path, "r+b");
+    CHECK_MSG(f != NULL, "no snapshot file %s", path);
+    if (f) {
+        fseek(f, -5, SEEK_END);
+        fputc(0x5a, f);
+        fclose(f);
+    }
+}
+
 TEST(snapshot_resumes_at_longest_prefix_with_blocks_and_state) {
     fixture x;
     fixture_open(&x, NULL);
@@ -146,23 +173,10 @@ TEST(snapshot_survives_restart_and_damage_is_quarantined) {
     CHECK(memcmp(got, want, sizeof got) == 0);
     fixture_close(&x);
     /* damage the snapshot at 18: its payload's last byte */
-    cache_hash root, h0, h1, h2, k18;
-    uint8_t fp[32];
-    memset(fp, 5, 32);
-    cache_hash_root_for(&root, fp, NULL, "");
-    cache_hash_block(&h0, &root, a, B), cache_hash_block(&h1, &h0, a + 4, B);
-    cache_hash_block(&h2, &h1, a + 8, B), cache_hash_block(&k18, &h2, a + 12, B);
-    cache_hash_block(&k18, &k18, a + 16, 2);
+    cache_hash k9, k18;
+    keys_9_18(a, &k9, &k18);
     char hex[65], path[512];
-    cache_hash_hex(&k18, hex);
-    snprintf(path, sizeof path, "%s/%.2s/%s.rs", dir, hex, hex);
-    FILE *f = fopen(path, "r+b");
-    CHECK_MSG(f != NULL, "no snapshot file %s", path);
-    if (f) {
-        fseek(f, -5, SEEK_END);
-        fputc(0x5a, f);
-        fclose(f);
-    }
+    damage_snap(dir, &k18, path, sizeof path, hex);
     char junk[600]; /* and a file named like a snapshot that is not one */
     snprintf(junk, sizeof junk, "%s/%.2s/%.2s%062d.rs", dir, hex, hex, 0);
     FILE *jf = fopen(junk, "wb");
@@ -302,14 +316,8 @@ TEST(snapshot_retention_mark_on_disk_survives_restart) {
     for (int i = 0; i < 40; i++) a[i] = 11 + 5 * i;
     int snaps[] = {9};
     run(&x, a, 18, snaps, 1, NULL); /* snapshots at 9 (the mark's end) and 18 */
-    cache_hash root, h0, h1, h2, k9, k18;
-    uint8_t fp[32];
-    memset(fp, 5, 32);
-    cache_hash_root_for(&root, fp, NULL, "");
-    cache_hash_block(&h0, &root, a, B), cache_hash_block(&h1, &h0, a + 4, B);
-    cache_hash_block(&k9, &h1, a + 8, 1);
-    cache_hash_block(&h2, &h1, a + 8, B), cache_hash_block(&k18, &h2, a + 12, B);
-    cache_hash_block(&k18, &k18, a + 16, 2);
+    cache_hash k9, k18;
+    keys_9_18(a, &k9, &k18);
     CHECK_MSG(disk_snap_retained_s(x.d, &k9) > 3590, "marked snapshot: %.0f s left", disk_snap_retained_s(x.d, &k9));
     CHECK_EQ_INT((int)disk_snap_retained_s(x.d, &k18), 0);
     fixture_close(&x);
@@ -340,23 +348,10 @@ TEST(snapshot_cache_verify_reports_damaged_files) {
     snprintf(cmd, sizeof cmd, "cache verify --cache-dir %s", dir);
     int rc = test_run_strata(cmd, out, sizeof out);
     CHECK_MSG(rc == 0 && strstr(out, "verified 2 recurrent-state snapshots: 2 ok, 0 bad"), "exit %d:\n%s", rc, out);
-    cache_hash root, h0, h1, h2, k18;
-    uint8_t fp[32];
-    memset(fp, 5, 32);
-    cache_hash_root_for(&root, fp, NULL, "");
-    cache_hash_block(&h0, &root, a, B), cache_hash_block(&h1, &h0, a + 4, B);
-    cache_hash_block(&h2, &h1, a + 8, B), cache_hash_block(&k18, &h2, a + 12, B);
-    cache_hash_block(&k18, &k18, a + 16, 2);
+    cache_hash k9, k18;
+    keys_9_18(a, &k9, &k18);
     char hex[65], path[512];
-    cache_hash_hex(&k18, hex);
-    snprintf(path, sizeof path, "%s/%.2s/%s.rs", dir, hex, hex);
-    FILE *f = fopen(path, "r+b");
-    CHECK_MSG(f != NULL, "no snapshot file %s", path);
-    if (f) { /* one byte of the state: only the whole file's CRC can tell */
-        fseek(f, -5, SEEK_END);
-        fputc(0x5a, f);
-        fclose(f);
-    }
+    damage_snap(dir, &k18, path, sizeof path, hex);
     rc = test_run_strata(cmd, out, sizeof out);
     CHECK_MSG(rc == 1 && strstr(out, "1 ok, 1 bad") && strstr(out, hex), "exit %d:\n%s", rc, out);
     CHECK(access(path, F_OK) != 0); /* quarantined */

@@ -138,20 +138,30 @@ void disk__snap_drop_on(disk_store *d, const cache_hash *h) {
     }
 }
 
+/* Reads the header (and the file's size) of the snapshot file named by h:
+ * 0, or an error whose e->msg says why (STRATA_EFORMAT: damaged, or it
+ * names another snapshot or holds no state). */
+static int read_snap_header(const char *path, const cache_hash *h, disk_hdr *hdr, uint64_t *size, strata_err *e) {
+    int fd = disk_file_open(path, size, e), rc = fd;
+    if (fd >= 0) {
+        rc = disk_file_read_header(fd, *size, hdr, NULL, e);
+        close(fd);
+    }
+    if (!rc && (memcmp(hdr->hash.b, h->b, 32) != 0 || hdr->kv_dtype != DISK_STATE_F32))
+        rc = STRATA_EFORMAT, snprintf(e->msg, sizeof e->msg, "header names another snapshot");
+    return rc;
+}
+
 /* One DIR/ab/<hex>.rs at open: its header checks out (else quarantined)
  * and it is this model's (else left alone). */
 static void scan_one_snap(void *ctx, const char *path, const char *name, const cache_hash *h) {
     disk_store *d = ctx;
     strata_err e = {0};
-    uint64_t size;
     disk_hdr hdr;
-    int fd = disk_file_open(path, &size, &e), rc = fd;
-    if (fd >= 0) {
-        rc = disk_file_read_header(fd, size, &hdr, NULL, &e);
-        close(fd);
-    }
-    if (rc == STRATA_EFORMAT || (rc == 0 && (memcmp(hdr.hash.b, h->b, 32) != 0 || hdr.kv_dtype != DISK_STATE_F32))) {
-        disk__quarantine(d, path, name, rc ? e.msg : "header names another snapshot");
+    uint64_t size;
+    int rc = read_snap_header(path, h, &hdr, &size, &e);
+    if (rc == STRATA_EFORMAT) {
+        disk__quarantine(d, path, name, e.msg);
         return;
     }
     if (rc == 0 && memcmp(hdr.model_fp, d->o.model_fp, 32) == 0)
@@ -266,15 +276,9 @@ static int known_model(const disk_store *d, const uint8_t fp[32]) {
  * or its boundary). */
 static int verify_one_file(disk_store *d, const char *path, const cache_hash *h, char *why, size_t cap) {
     strata_err e = {0};
-    uint64_t size;
     disk_hdr hdr;
-    int fd = disk_file_open(path, &size, &e), rc = fd;
-    if (fd >= 0) {
-        rc = disk_file_read_header(fd, size, &hdr, NULL, &e);
-        close(fd);
-    }
-    if (!rc && (memcmp(hdr.hash.b, h->b, 32) != 0 || hdr.kv_dtype != DISK_STATE_F32))
-        rc = STRATA_EFORMAT, snprintf(e.msg, sizeof e.msg, "header names another snapshot");
+    uint64_t size;
+    int rc = read_snap_header(path, h, &hdr, &size, &e);
     if (!rc) {
         float *buf = xmalloc(hdr.payload_bytes ? hdr.payload_bytes : 1);
         disk_expect ex = {.hash = h, .model_fp = hdr.model_fp, .n_tokens = hdr.n_tokens, .kv_dtype = DISK_STATE_F32,
