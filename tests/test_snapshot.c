@@ -118,6 +118,13 @@ static void keys_9_18(const int32_t *a, cache_hash *k9, cache_hash *k18) {
     cache_hash_block(k18, k18, a + 16, 2);
 }
 
+/* a[i] = first + step * i, then one request storing snapshots at 9 and 18. */
+static void run_9_18(fixture *x, int32_t *a, int first, int step) {
+    for (int i = 0; i < 40; i++) a[i] = first + step * i;
+    int snaps[] = {9};
+    run(x, a, 18, snaps, 1, NULL);
+}
+
 /* Flips a byte near the end of the snapshot file of key (its state: only
  * the whole file's CRC can tell); its path and hex name into path, hex. */
 static void damage_snap(const char *dir, const cache_hash *key, char *path, size_t cap, char hex[65]) {
@@ -158,10 +165,8 @@ TEST(snapshot_survives_restart_and_damage_is_quarantined) {
     fixture x;
     fixture_open(&x, dir);
     int32_t a[40];
-    for (int i = 0; i < 40; i++) a[i] = 7 + 3 * i;
-    int snaps[] = {9};
     float got[NF], want[NF];
-    run(&x, a, 18, snaps, 1, NULL); /* snapshots at 9 (mid-block) and 18 */
+    run_9_18(&x, a, 7, 3); /* snapshots at 9 (mid-block) and 18 */
     fixture_close(&x);
     fixture_open(&x, dir); /* a restart: memory is empty, the disk lists both */
     store_stats ss;
@@ -304,8 +309,8 @@ TEST(snapshot_over_the_memory_budget_lives_on_disk_only) {
 }
 
 /* Retention marks reach snapshot files as they reach blocks: the snapshot
- * under a mark keeps its mark on disk across a restart (usage file) and
- * comes back into memory with it; one past the mark's end has none. */
+ * under a mark keeps its mark on disk, across a restart too (the usage
+ * file); one past the mark's end has none. */
 TEST(snapshot_retention_mark_on_disk_survives_restart) {
     char *dir = test_tmpdir_new();
     fixture x;
@@ -313,9 +318,7 @@ TEST(snapshot_retention_mark_on_disk_survives_restart) {
     cache_mark mark = {.end = 9, .ttl_s = 3600};
     x.rq.marks = &mark, x.rq.n_marks = 1;
     int32_t a[40];
-    for (int i = 0; i < 40; i++) a[i] = 11 + 5 * i;
-    int snaps[] = {9};
-    run(&x, a, 18, snaps, 1, NULL); /* snapshots at 9 (the mark's end) and 18 */
+    run_9_18(&x, a, 11, 5); /* 9: the mark's end */
     cache_hash k9, k18;
     keys_9_18(a, &k9, &k18);
     CHECK_MSG(disk_snap_retained_s(x.d, &k9) > 3590, "marked snapshot: %.0f s left", disk_snap_retained_s(x.d, &k9));
@@ -340,9 +343,7 @@ TEST(snapshot_cache_verify_reports_damaged_files) {
     fixture x;
     fixture_open(&x, dir);
     int32_t a[40];
-    for (int i = 0; i < 40; i++) a[i] = 3 + 7 * i;
-    int snaps[] = {9};
-    run(&x, a, 18, snaps, 1, NULL); /* snapshots at 9 and 18 */
+    run_9_18(&x, a, 3, 7);
     fixture_close(&x);
     char cmd[4400], out[8192];
     snprintf(cmd, sizeof cmd, "cache verify --cache-dir %s", dir);
