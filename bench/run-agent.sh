@@ -16,10 +16,14 @@
 # Extra arguments go to bench/agent_loop.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The synthetic qwen35's tokenizer is a tiny byte-level BPE (~5 tokens a
+# word, where gemma3 needs ~1.3): its workload has fewer words, so its
+# prompts are about as long in tokens (turn 0 ~1k, turn 11 ~3k).
+small="--system-tokens 100 --tools 2 --result-tokens 30-60"
 case "${MODEL:-gemma3}" in
-  gemma3) M=models/gemma-3-270m-q4_k_m.gguf ;;
-  qwen35) M=models/qwen35-0.8b-synth-q4_0.gguf ;;
-  *) M=$MODEL ;;
+  gemma3) M=models/gemma-3-270m-q4_k_m.gguf; loop=(); replay=(--system-tokens 800 --tools 5-10 --result-tokens 100-400) ;;
+  qwen35) M=models/qwen35-0.8b-synth-q4_0.gguf; loop=($small --reply-tokens 16); replay=($small) ;;
+  *) M=$MODEL; loop=(); replay=(--system-tokens 800 --tools 5-10 --result-tokens 100-400) ;;
 esac
 [ -f "$M" ] || { echo "bench-agent: no model $M (make model-gemma3 / make model-qwen35-synth)" >&2; exit 1; }
 name=$(basename "$M" .gguf)
@@ -40,9 +44,9 @@ peer="$LLAMA_SERVER -m $M --host 127.0.0.1 --port 8624 -t $THREADS --kv-unified-
 
 echo "bench-agent: load average before: $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/load.txt"
 python3 bench/agent_loop.py --serve "strata=$(strata 8621 loop)" --serve "llama-server=$peer" \
-  --out "$OUT" "$@"
+  "${loop[@]}" --out "$OUT" "$@"
 python3 bench/replay.py --serve "strata=$(strata 8622 replay)" --serve "llama-server=$peer" \
   --tools-as-text strata --tools-as-text llama-server \
-  --sessions 2 --turns 5-6 --system-tokens 800 --result-tokens 100-400 --tools 5-10 --interleave 2 \
+  --sessions 2 --turns 5-6 "${replay[@]}" --interleave 2 \
   --restart-after 0.5 --out "$OUT/replay"
 echo "bench-agent: load average after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/load.txt"
