@@ -8,8 +8,8 @@
 #      restarted halfway.
 # Strata: memory + disk tiers (its default), a fresh --cache-dir per part.
 # llama-server: its defaults (context checkpoints: 32 per slot; prompt cache in
-# RAM: --cache-ram 8192 MiB) but the context, 8192 tokens per slot as Strata's
-# --ctx 8192; tools as text (Strata's generic format) on both, so both render
+# RAM: --cache-ram 8192 MiB) but the context, 16384 tokens per slot as Strata's
+# --ctx 16384; tools as text (Strata's generic format) on both, so both render
 # the same prompt text.
 # Environment: MODEL (gemma3, qwen35 or a path; default gemma3), THREADS
 # (default: cores), OUT (default bench/out/agent-NAME), LLAMA_SERVER (binary).
@@ -21,9 +21,12 @@ cd "$(dirname "$0")/.."
 # prompts are about as long in tokens (turn 0 ~1k, turn 11 ~3k).
 small="--system-tokens 100 --tools 2 --result-tokens 30-60"
 case "${MODEL:-gemma3}" in
-  gemma3) M=models/gemma-3-270m-q4_k_m.gguf; loop=(); replay=(--system-tokens 800 --tools 5-10 --result-tokens 100-400) ;;
-  qwen35) M=models/qwen35-0.8b-synth-q4_0.gguf; loop=($small --reply-tokens 16); replay=($small) ;;
-  *) M=$MODEL; loop=(); replay=(--system-tokens 800 --tools 5-10 --result-tokens 100-400) ;;
+  gemma3) M=models/gemma-3-270m-q4_k_m.gguf; loop=(); replay=(--system-tokens 800 --tools 5-10 --result-tokens 100-400)
+          # the GGUF has no chat template: Strata renders Gemma's turns, llama-server
+          # would fall back to ChatML; give it Strata's format as a Jinja file
+          peer_extra="--jinja --chat-template-file bench/data/gemma3-strata.jinja" ;;
+  qwen35) M=models/qwen35-0.8b-synth-q4_0.gguf; loop=($small --reply-tokens 16); replay=($small); peer_extra= ;;
+  *) M=$MODEL; loop=(); replay=(--system-tokens 800 --tools 5-10 --result-tokens 100-400); peer_extra= ;;
 esac
 [ -f "$M" ] || { echo "bench-agent: no model $M (make model-gemma3 / make model-qwen35-synth)" >&2; exit 1; }
 name=$(basename "$M" .gguf)
@@ -37,10 +40,10 @@ mkdir -p "$OUT"
 cp ./strata "$work/strata"  # one binary for the whole run, even if ./strata is rebuilt meanwhile
 
 strata() {  # strata PORT PART
-  echo "$work/strata serve -m $M --host 127.0.0.1 --port $1 --ctx 8192 --parallel 2 -t $THREADS \
+  echo "$work/strata serve -m $M --host 127.0.0.1 --port $1 --ctx 16384 --parallel 2 -t $THREADS \
 --cache-dir $work/kv-$2 --trace $work/trace-$2.jsonl"
 }
-peer="$LLAMA_SERVER -m $M --host 127.0.0.1 --port 8624 -t $THREADS --kv-unified-per-slot 8192 --no-webui"
+peer="$LLAMA_SERVER -m $M --host 127.0.0.1 --port 8624 -t $THREADS --kv-unified-per-slot 16384 --no-webui $peer_extra"
 
 echo "bench-agent: load average before: $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/load.txt"
 python3 bench/agent_loop.py --serve "strata=$(strata 8621 loop)" --serve "llama-server=$peer" \
