@@ -30,9 +30,7 @@ import json
 import os
 import random
 import sys
-import time
 
-import httpx
 import openai
 
 HERE = os.path.dirname(os.path.abspath(__file__))
