@@ -33,7 +33,7 @@ GEMMA3_MODEL = $(MODEL_DIR)/gemma-3-270m-q4_k_m.gguf
 QWEN35_SYNTH = $(MODEL_DIR)/qwen35-0.8b-synth-q4_0.gguf
 
 .PHONY: model-gemma3 bench-gemma3 oracle-refs-gemma3 tok-refs-gemma3 model-qwen35-synth bench-qwen35-synth
-.PHONY: all test unit-test e2e-test bench-depth llama-bench bench-replay bench-load bench-schema run model deps test-deps testdata clean bench oracle-refs tok-refs
+.PHONY: all test unit-test e2e-test bench-agent bench-depth llama-bench bench-replay bench-load bench-schema run model deps test-deps testdata clean bench oracle-refs tok-refs
 
 all: strata
 
@@ -84,9 +84,9 @@ unit-test: build/strata-tests strata
 	TEST_DATA_DIR=tests/data/gen STRATA_MODEL=$(abspath $(MODEL)) STRATA_GEMMA3_MODEL=$(abspath $(GEMMA3_MODEL)) build/strata-tests
 
 # End to end: real servers, official openai/anthropic SDKs (and the replay
-# benchmark's conversation importer, which needs no server).
+# benchmark's conversation importer and agent-loop bookkeeping, which need no server).
 e2e-test: strata
-	TEST_DATA_DIR=$(abspath tests/data/gen) STRATA_MODEL=$(abspath $(MODEL)) STRATA_GEMMA3_MODEL=$(abspath $(GEMMA3_MODEL)) $(PYTHON) -m pytest -v tests/e2e bench/test_import_chats.py
+	TEST_DATA_DIR=$(abspath tests/data/gen) STRATA_MODEL=$(abspath $(MODEL)) STRATA_GEMMA3_MODEL=$(abspath $(GEMMA3_MODEL)) $(PYTHON) -m pytest -v tests/e2e bench/test_import_chats.py bench/test_agent_loop.py
 
 test: test-deps
 	@$(MAKE) --no-print-directory strata build/strata-tests
@@ -115,6 +115,11 @@ bench-qwen35-synth: strata model-qwen35-synth
 	$(PYTHON) bench/bench_vs_llamacpp.py --model $(QWEN35_SYNTH)
 
 # Agentic replay: Strata cache off / memory only / memory + disk, and llama.cpp's
+# The 12-turn agent loop and the agentic replay, Strata against the newest
+# llama-server, in one run (MODEL=gemma3 or qwen35; bench/README.md).
+bench-agent: strata
+	MODEL=$(if $(filter command line,$(origin MODEL)),$(MODEL),gemma3) bench/run-agent.sh
+
 # The per-token cost of schema-constrained sampling with 60 tools (bench/README.md).
 build/schema-mask: bench/schema_mask.c $(OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
@@ -131,7 +136,7 @@ bench-replay: strata model
 bench-load: strata model
 	$(PYTHON) bench/load.py --model $(MODEL) --duration $${DURATION:-180} --clients $${CLIENTS:-64}
 
-# llama.cpp's llama-server, built from the llama-cpp-python sources (the replay's peer).
+# llama.cpp's llama-server from the newest llama.cpp sources (the replay's peer).
 .PHONY: llama-server
 llama-server:
 	@scripts/build-llama-server.sh

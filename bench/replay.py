@@ -270,13 +270,15 @@ def _extra(obj, key):
     return ex.get(key)
 
 
-def one_request(client, model, messages, tools, max_tokens):
+def one_request(client, model, messages, tools, max_tokens, extra_body=None):
+    """One streamed chat request: TTFT, usage, llama-server's timings, the reply text (row["text"])."""
     t0 = time.perf_counter()
     ttft, first_chunk, usage, timings, finish, err = None, None, None, None, None, None
+    text = []
     try:
         stream = client.chat.completions.create(
             model=model, messages=messages, tools=tools_arg(tools) or openai.NOT_GIVEN, max_tokens=max_tokens,
-            temperature=0, stream=True, stream_options={"include_usage": True})
+            temperature=0, stream=True, stream_options={"include_usage": True}, extra_body=extra_body)
         for ch in stream:
             if first_chunk is None:
                 first_chunk = time.perf_counter() - t0
@@ -289,6 +291,8 @@ def one_request(client, model, messages, tools, max_tokens):
                 d = c.delta
                 if ttft is None and d is not None and (d.content or d.tool_calls):
                     ttft = time.perf_counter() - t0
+                if d is not None and d.content:
+                    text.append(d.content)
                 if c.finish_reason:
                     finish = c.finish_reason
     except Exception as e:  # keep going: record the error
@@ -298,7 +302,7 @@ def one_request(client, model, messages, tools, max_tokens):
            "first_chunk_s": first_chunk, "total_s": total, "finish_reason": finish,
            "prompt_tokens": None, "completion_tokens": None,
            "usage_cached_tokens": None, "timings_cache_n": None, "timings_prompt_n": None,
-           "timings_prompt_ms": None}
+           "timings_prompt_ms": None, "text": "".join(text)}
     if usage:
         row["prompt_tokens"] = usage.prompt_tokens
         row["completion_tokens"] = usage.completion_tokens

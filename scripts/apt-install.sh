@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages named on the command line that are not
 # installed yet (apt-get; through sudo when not root). Quiet when nothing
-# is missing. Used by install-deps.sh and build-llama-server.sh.
+# is missing. Used by install-deps.sh and build-llama-tool.sh.
 set -euo pipefail
 
 missing=()

@@ -668,24 +668,11 @@ TEST(disk_throughput_1p5mb_blocks) {
 
 /* ---- strata cache (runs ./strata, or STRATA_BIN) ---- */
 
-static int run_strata(const char *args, char *out, size_t cap) {
-    const char *bin = getenv("STRATA_BIN") ? getenv("STRATA_BIN") : "./strata";
-    char path[] = "/tmp/strata-disk-cliXXXXXX", cmd[8192];
-    int fd = mkstemp(path);
-    snprintf(cmd, sizeof cmd, "%s %s >%s 2>&1 </dev/null", bin, args, path);
-    int st = system(cmd);
-    ssize_t n = pread(fd, out, cap - 1, 0);
-    out[n > 0 ? n : 0] = 0;
-    close(fd);
-    unlink(path);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 #define CHECK_CLI(args, want_rc, want_text)                                              \
     do {                                                                                 \
         char out_[8192], a_[4400];                                                       \
         snprintf(a_, sizeof a_, "cache %s --cache-dir %s", args, dir);                  \
-        int rc_ = run_strata(a_, out_, sizeof out_);                                     \
+        int rc_ = test_run_strata(a_, out_, sizeof out_);                                     \
         CHECK_MSG(rc_ == (want_rc) && strstr(out_, want_text), "strata %s: exit %d, output:\n%s", \
                   a_, rc_, out_);                                                        \
     } while (0)
@@ -715,7 +702,7 @@ TEST(disk_cli_ls_stat_verify_gc_purge) {
     CHECK_CLI("gc", 2, "--budget-mb N is required");
     CHECK_CLI("bogus", 2, "unknown command");
     char out[8192];
-    CHECK_EQ_INT(run_strata("cache ls --cache-dir /nonexistent/strata-cache", out, sizeof out), 1);
+    CHECK_EQ_INT(test_run_strata("cache ls --cache-dir /nonexistent/strata-cache", out, sizeof out), 1);
     CHECK_MSG(strstr(out, "no such directory") != NULL, "output: %s", out);
     chain_free(a, 4);
     chain_free(b, 3);

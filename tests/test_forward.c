@@ -432,3 +432,27 @@ TEST(fwd_qwen35_state_prefill_equals_decode_and_restores) {
     free(cold), free(row);
     engine_close(e);
 }
+
+/* The per-sequence context under a KV budget counts each sequence's
+ * recurrent state (qwen35) beside its KV: n_seq states plus n_seq
+ * contexts of KV fit the budget, and one more block each would not. */
+TEST(engine_budget_counts_recurrent_state) {
+    strata_err err = {0};
+    engine_params p = {.model_path = test_data("models/qwen35-f32.gguf"), .n_threads = 1, .block_tokens = 16,
+                       .n_seq = 4, .kv_budget_mb = 1};
+    engine *e = NULL;
+    CHECK_MSG(engine_open(&e, &p, &err) == 0, "engine_open: %s", err.msg);
+    if (!e) return;
+    size_t state = engine_seq_state_bytes(e->m), bpt = e->kv.block_bytes / 16, budget = 1u << 20;
+    size_t used = (size_t)e->ctx_per_seq * bpt * 4 + 4 * state;
+    fprintf(stderr, "    state %zu B/seq, KV %zu B/token: %d tokens/seq, %zu of %zu bytes\n", state, bpt,
+            e->ctx_per_seq, used, budget);
+    CHECK(state > 0);
+    CHECK(e->ctx_per_seq < e->m->hp.n_ctx_train); /* the budget, not the training context, decided */
+    CHECK(used <= budget);
+    CHECK(used + 16 * bpt * 4 > budget);
+    engine_close(e);
+    engine *l = open_engine(test_data("models/llama-f32.gguf"), 512, 1);
+    CHECK_EQ_INT((int)engine_seq_state_bytes(l->m), 0); /* no recurrent layers: nothing beside the KV */
+    engine_close(l);
+}

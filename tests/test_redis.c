@@ -635,3 +635,50 @@ TEST(redis_tier_tails_restore_and_forgeries_are_rejected) {
     redisFree(rc);
     redis_stop(pid);
 }
+
+/* A snapshot's key and its boundary's list, by their names in Redis. */
+static long long snap_pttl(redisContext *c, const char *prefix, const cache_hash *h) {
+    char hex[65], key[96];
+    cache_hash_hex(h, hex);
+    snprintf(key, sizeof key, "%s%s", prefix, hex);
+    return raw_int(c, "PTTL %s", key);
+}
+
+/* Retention marks reach snapshots as they reach blocks: a marked
+ * snapshot's value and its boundary's list live as long as the mark
+ * (PEXPIRE GT), an unmarked one keeps the default, and a later snapshot
+ * written on the same list never shortens the list's expiry. */
+TEST(redis_tier_snapshot_ttl_follows_retention_marks) {
+    g_log_level = LOG_ERROR;
+    int port = free_port();
+    pid_t pid = redis_start(port);
+    redisContext *rc = raw_conn(port);
+    redis_tier *r = tier_open_ttl(port, BYTES, 60);
+    cache_tier t = redis_tier_iface(r);
+    CHECK(t.snap_retain != NULL);
+    cache_hash bound, marked, plain, other_bound;
+    memset(bound.b, 0x11, 32), memset(marked.b, 0x22, 32), memset(plain.b, 0x33, 32), memset(other_bound.b, 0x44, 32);
+    int32_t toks[3] = {5, 6, 7};
+    float state[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    CHECK_EQ_INT(t.snap_write(t.self, &marked, &bound, toks, 2, state, 8), 0);
+    t.snap_retain(t.self, &marked, &bound, 3600); /* the anchor's end: queued behind its write */
+    CHECK_EQ_INT(t.snap_write(t.self, &plain, &other_bound, toks, 3, state, 8), 0);
+    wait_expires(r, 1);
+    long long pv = snap_pttl(rc, "strata:rs:", &marked), pl = snap_pttl(rc, "strata:rsl:", &bound),
+              pu = snap_pttl(rc, "strata:rs:", &plain);
+    CHECK_MSG(pv > 3590000 && pv <= 3600000, "marked snapshot pttl %lld", pv);
+    CHECK_MSG(pl > 3590000 && pl <= 3600000, "marked snapshot's list pttl %lld", pl);
+    CHECK_MSG(pu > 55000 && pu <= 60000, "unmarked snapshot pttl %lld", pu);
+    cache_hash later;
+    memset(later.b, 0x55, 32);
+    CHECK_EQ_INT(t.snap_write(t.self, &later, &bound, toks, 1, state, 8), 0); /* same list, default expiry */
+    wait_written(r, 3);
+    pl = snap_pttl(rc, "strata:rsl:", &bound);
+    CHECK_MSG(pl > 3590000, "a later snapshot shortened the list's expiry: pttl %lld", pl);
+    float got[8];
+    CHECK_EQ_INT(t.snap_read(t.self, &marked, got, 8), 0); /* the value is the one written */
+    CHECK(memcmp(got, state, sizeof got) == 0);
+    redis_tier_close(r);
+    redisFree(rc);
+    redis_stop(pid);
+}

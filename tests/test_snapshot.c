@@ -105,6 +105,40 @@ static int run(fixture *x, const int32_t *toks, int n, const int *snap, int n_sn
     return P;
 }
 
+/* The names of the snapshots run() stores for a[] at 9 (mid-block 2)
+ * and at 18 (mid-block 4), with the fixture's fingerprint. */
+static void keys_9_18(const int32_t *a, cache_hash *k9, cache_hash *k18) {
+    cache_hash root, h0, h1, h2;
+    uint8_t fp[32];
+    memset(fp, 5, 32);
+    cache_hash_root_for(&root, fp, NULL, "");
+    cache_hash_block(&h0, &root, a, B), cache_hash_block(&h1, &h0, a + 4, B);
+    cache_hash_block(k9, &h1, a + 8, 1);
+    cache_hash_block(&h2, &h1, a + 8, B), cache_hash_block(k18, &h2, a + 12, B);
+    cache_hash_block(k18, k18, a + 16, 2);
+}
+
+/* a[i] = first + step * i, then one request storing snapshots at 9 and 18. */
+static void run_9_18(fixture *x, int32_t *a, int first, int step) {
+    for (int i = 0; i < 40; i++) a[i] = first + step * i;
+    int snaps[] = {9};
+    run(x, a, 18, snaps, 1, NULL);
+}
+
+/* Flips a byte near the end of the snapshot file of key (its state: only
+ * the whole file's CRC can tell); its path and hex name into path, hex. */
+static void damage_snap(const char *dir, const cache_hash *key, char *path, size_t cap, char hex[65]) {
+    cache_hash_hex(key, hex);
+    snprintf(path, cap, "%s/%.2s/%s.rs", dir, hex, hex);
+    FILE *f = fopen(path, "r+b");
+    CHECK_MSG(f != NULL, "no snapshot file %s", path);
+    if (f) {
+        fseek(f, -5, SEEK_END);
+        fputc(0x5a, f);
+        fclose(f);
+    }
+}
+
 TEST(snapshot_resumes_at_longest_prefix_with_blocks_and_state) {
     fixture x;
     fixture_open(&x, NULL);
@@ -131,10 +165,8 @@ TEST(snapshot_survives_restart_and_damage_is_quarantined) {
     fixture x;
     fixture_open(&x, dir);
     int32_t a[40];
-    for (int i = 0; i < 40; i++) a[i] = 7 + 3 * i;
-    int snaps[] = {9};
     float got[NF], want[NF];
-    run(&x, a, 18, snaps, 1, NULL); /* snapshots at 9 (mid-block) and 18 */
+    run_9_18(&x, a, 7, 3); /* snapshots at 9 (mid-block) and 18 */
     fixture_close(&x);
     fixture_open(&x, dir); /* a restart: memory is empty, the disk lists both */
     store_stats ss;
@@ -146,23 +178,10 @@ TEST(snapshot_survives_restart_and_damage_is_quarantined) {
     CHECK(memcmp(got, want, sizeof got) == 0);
     fixture_close(&x);
     /* damage the snapshot at 18: its payload's last byte */
-    cache_hash root, h0, h1, h2, k18;
-    uint8_t fp[32];
-    memset(fp, 5, 32);
-    cache_hash_root_for(&root, fp, NULL, "");
-    cache_hash_block(&h0, &root, a, B), cache_hash_block(&h1, &h0, a + 4, B);
-    cache_hash_block(&h2, &h1, a + 8, B), cache_hash_block(&k18, &h2, a + 12, B);
-    cache_hash_block(&k18, &k18, a + 16, 2);
+    cache_hash k9, k18;
+    keys_9_18(a, &k9, &k18);
     char hex[65], path[512];
-    cache_hash_hex(&k18, hex);
-    snprintf(path, sizeof path, "%s/%.2s/%s.rs", dir, hex, hex);
-    FILE *f = fopen(path, "r+b");
-    CHECK_MSG(f != NULL, "no snapshot file %s", path);
-    if (f) {
-        fseek(f, -5, SEEK_END);
-        fputc(0x5a, f);
-        fclose(f);
-    }
+    damage_snap(dir, &k18, path, sizeof path, hex);
     char junk[600]; /* and a file named like a snapshot that is not one */
     snprintf(junk, sizeof junk, "%s/%.2s/%.2s%062d.rs", dir, hex, hex, 0);
     FILE *jf = fopen(junk, "wb");
@@ -286,5 +305,58 @@ TEST(snapshot_over_the_memory_budget_lives_on_disk_only) {
     state_at(want, 10);
     CHECK(memcmp(got, want, sizeof got) == 0);
     fixture_close(&x);
+    test_tmpdir_free(dir);
+}
+
+/* Retention marks reach snapshot files as they reach blocks: the snapshot
+ * under a mark keeps its mark on disk, across a restart too (the usage
+ * file); one past the mark's end has none. */
+TEST(snapshot_retention_mark_on_disk_survives_restart) {
+    char *dir = test_tmpdir_new();
+    fixture x;
+    fixture_open(&x, dir);
+    cache_mark mark = {.end = 9, .ttl_s = 3600};
+    x.rq.marks = &mark, x.rq.n_marks = 1;
+    int32_t a[40];
+    run_9_18(&x, a, 11, 5); /* 9: the mark's end */
+    cache_hash k9, k18;
+    keys_9_18(a, &k9, &k18);
+    CHECK_MSG(disk_snap_retained_s(x.d, &k9) > 3590, "marked snapshot: %.0f s left", disk_snap_retained_s(x.d, &k9));
+    CHECK_EQ_INT((int)disk_snap_retained_s(x.d, &k18), 0);
+    fixture_close(&x);
+    fixture_open(&x, dir); /* a restart: the mark comes back from the usage file */
+    double left = disk_snap_retained_s(x.d, &k9);
+    CHECK_MSG(left > 3580 && left <= 3600, "after a restart: %.0f s left", left);
+    CHECK_EQ_INT((int)disk_snap_retained_s(x.d, &k18), 0);
+    store_stats ss;
+    store_get_stats(x.st, &ss);
+    CHECK_EQ_INT(ss.snap.entries, 2);
+    fixture_close(&x);
+    test_tmpdir_free(dir);
+}
+
+/* `strata cache verify` reads snapshot files too: good ones pass, a
+ * damaged one is reported by path, quarantined, and the next verify is
+ * clean. */
+TEST(snapshot_cache_verify_reports_damaged_files) {
+    char *dir = test_tmpdir_new();
+    fixture x;
+    fixture_open(&x, dir);
+    int32_t a[40];
+    run_9_18(&x, a, 3, 7);
+    fixture_close(&x);
+    char cmd[4400], out[8192];
+    snprintf(cmd, sizeof cmd, "cache verify --cache-dir %s", dir);
+    int rc = test_run_strata(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0 && strstr(out, "verified 2 recurrent-state snapshots: 2 ok, 0 bad"), "exit %d:\n%s", rc, out);
+    cache_hash k9, k18;
+    keys_9_18(a, &k9, &k18);
+    char hex[65], path[512];
+    damage_snap(dir, &k18, path, sizeof path, hex);
+    rc = test_run_strata(cmd, out, sizeof out);
+    CHECK_MSG(rc == 1 && strstr(out, "1 ok, 1 bad") && strstr(out, hex), "exit %d:\n%s", rc, out);
+    CHECK(access(path, F_OK) != 0); /* quarantined */
+    rc = test_run_strata(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0 && strstr(out, "verified 1 recurrent-state snapshots: 1 ok, 0 bad"), "exit %d:\n%s", rc, out);
     test_tmpdir_free(dir);
 }

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "model/gguf.h"
 #include "test.h"
@@ -94,4 +96,17 @@ void test_mask_matches_feed(const tokenizer *t, const json_vocab *v, json_schema
     CHECK_MSG(allowed > 0, "stuck after '%s'", prefix);
     json_guard_free(g);
     free(logits);
+}
+
+int test_run_strata(const char *args, char *out, size_t cap) {
+    const char *bin = getenv("STRATA_BIN") ? getenv("STRATA_BIN") : "./strata";
+    char path[] = "/tmp/strata-test-cliXXXXXX", cmd[8192];
+    int fd = mkstemp(path);
+    snprintf(cmd, sizeof cmd, "%s %s >%s 2>&1 </dev/null", bin, args, path);
+    int st = system(cmd);
+    ssize_t n = pread(fd, out, cap - 1, 0);
+    out[n > 0 ? n : 0] = 0;
+    close(fd);
+    unlink(path);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }

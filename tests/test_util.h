@@ -19,6 +19,10 @@ char *test_read_file(const char *path, size_t *len);
 char *test_tmpdir_new(void);
 void test_tmpdir_free(const char *dir);
 
+/* Runs `./strata ARGS` (STRATA_BIN overrides the binary), its stdout and
+ * stderr into out (NUL-terminated); returns its exit status. */
+int test_run_strata(const char *args, char *out, size_t cap);
+
 /* A token's text without specials, *len bytes (static buffer). */
 const char *test_token_text(const tokenizer *t, int32_t id, int *len);
 

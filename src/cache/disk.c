@@ -348,12 +348,13 @@ static int scan_one(void *ctx, const disk_dirent *e) {
  * eviction order starts where this one left off. */
 static void save_usage(disk_store *d) {
     if (!d->has_thread) return; /* tool, read-only, or never fully opened */
-    disk_usage_rec *r = xmalloc((d->st.files + 1) * sizeof *r);
+    disk_usage_rec *r = xmalloc((d->st.files + 1 + d->n_snaps) * sizeof *r);
     size_t n = 0;
     for (size_t i = 0; i < d->cap && n <= d->st.files; i++) {
         const dent *e = &d->slots[i];
         if (e->used && e->state == ST_PRESENT) r[n++] = (disk_usage_rec){e->h, e->hits, e->last_use, e->keep_until};
     }
+    n += disk__snap_usage(d, r + n); /* snapshots' marks: the same records, named by their key */
     strata_err err = {0};
     if (disk_usage_write(d->dir, d->o.model_fp, r, n, &err)) log_warn("disk cache: %s; hit counts not kept", err.msg);
     free(r);
@@ -362,6 +363,7 @@ static void save_usage(disk_store *d) {
 static void load_usage_one(void *ctx, const disk_usage_rec *r) {
     disk_store *d = ctx;
     long i = disk__ix_find(d, &r->hash);
+    if (i < 0 && disk__snap_usage_load(d, r)) return;
     if (i < 0 || d->slots[i].state != ST_PRESENT || !(r->hits >= 0) || !(r->last_use >= 0)) return;
     dent *e = &d->slots[i];
     if (r->last_use > e->last_use) e->last_use = r->last_use;
@@ -426,8 +428,8 @@ int disk_open(disk_store **out, const disk_opts *o, strata_err *err) {
     if (!rc) rc = disk_file_scan(d->dir, scan_one, d, err);
     free(d->scan_tok);
     d->scan_tok = NULL;
+    if (!rc && !o->all_models) disk__snap_scan(d); /* first: the usage file carries snapshots' marks */
     if (!rc) disk_usage_read(d->dir, o->all_models ? NULL : o->model_fp, load_usage_one, d);
-    if (!rc && !o->all_models) disk__snap_scan(d);
     if (!rc && o->budget_bytes && !o->read_only) disk__evict_locked(d, o->budget_bytes); /* it may have shrunk */
     if (!rc && !o->read_only && !o->all_models) {
         if (pthread_create(&d->thread, NULL, disk__writer_main, d) == 0) d->has_thread = 1;

@@ -139,10 +139,21 @@ void disk_get_stats(disk_store *d, disk_stats *out);
 int disk_snap_put(disk_store *d, const cache_hash *key, const cache_hash *boundary, const int32_t *tokens, int r,
                   const float *state, size_t n);
 int disk_snap_get(disk_store *d, const cache_hash *key, float *dst, size_t n);
+/* Retention mark on a snapshot (written or still queued), as disk_retain
+ * for a block: kept in the usage file across a restart, and carried into
+ * the store's memory index at start (disk_snap_retained_s: seconds left). */
+void disk_snap_retain(disk_store *d, const cache_hash *key, double ttl_s);
+double disk_snap_retained_s(disk_store *d, const cache_hash *key);
 /* fn(ctx, key, boundary, r) for every snapshot file of this model whose
  * header checks out (damaged ones are quarantined). */
 void disk_snap_foreach(disk_store *d, void (*fn)(void *ctx, const cache_hash *key, const cache_hash *boundary, int r),
                        void *ctx);
+/* For `strata cache verify`: every snapshot file read in full and checked
+ * (header, the name's hash, CRCs, a model with blocks in this directory,
+ * a block it needs still stored); each bad one is reported through
+ * bad(ctx, path, why) and quarantined. Returns how many were good. */
+uint64_t disk_snap_verify(disk_store *d, void (*bad)(void *ctx, const char *path, const char *why), void *ctx,
+                          uint64_t *n_bad);
 /* For `strata cache`: snapshot files of every model under dir, their
  * bytes (may be NULL); with remove, deleted (files: how many went). */
 void disk_snap_count(const char *dir, uint64_t *files, uint64_t *bytes, int remove);

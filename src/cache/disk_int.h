@@ -27,6 +27,7 @@ typedef struct djob {
     uint8_t *kv;
     uint64_t payload; /* bytes at kv: block_bytes, or a snapshot's state */
     int snap;         /* a recurrent-state snapshot (disk_snap.c): no index entry */
+    double keep_until; /* a snapshot's retention mark, if set while queued (unix seconds) */
 } djob;
 
 typedef struct dent {
@@ -51,6 +52,7 @@ typedef struct dsnap {
     cache_hash key, boundary;
     uint32_t r;
     uint64_t bytes;
+    double keep_until; /* unix seconds: retained until then (0: not); kept in the usage file */
 } dsnap;
 
 struct disk_store {
@@ -60,6 +62,7 @@ struct disk_store {
     pthread_cond_t cv_work, cv_idle;
     pthread_t thread;
     int has_thread, stop, busy, warned;
+    djob *writing;     /* the job the writer has taken off the queue, until finished */
     unsigned seq;
     djob *head, *tail;
     dent *slots;
@@ -87,7 +90,12 @@ void disk__note_use(disk_store *d, dent *e, int hit);
 /* Snapshots (disk_snap.c): the list is rebuilt at open; one is noted when
  * written; those on a block go when it is evicted. Locked. */
 void disk__snap_scan(disk_store *d);
-void disk__snap_note(disk_store *d, const cache_hash *key, const cache_hash *boundary, uint32_t r, uint64_t bytes);
+void disk__snap_note(disk_store *d, const cache_hash *key, const cache_hash *boundary, uint32_t r, uint64_t bytes,
+                     double keep_until);
+/* The usage file's records of retained snapshots (out: room for n_snaps),
+ * and one record read back; 1 when it named a snapshot. Locked. */
+size_t disk__snap_usage(const disk_store *d, disk_usage_rec *out);
+int disk__snap_usage_load(disk_store *d, const disk_usage_rec *r);
 void disk__snap_drop_on(disk_store *d, const cache_hash *h);
 long disk__ix_add_block(disk_store *d, const cache_hash *h, const cache_hash *parent, int state, const int32_t *tokens,
                         uint32_t n_tokens);

@@ -48,11 +48,12 @@ static void note_write_error(disk_store *d, int sys_errno, const strata_err *e) 
 
 /* Records the outcome of one write. Caller holds the lock. */
 static void finish_job(disk_store *d, djob *j, int rc, int sys_errno, const strata_err *e) {
+    d->writing = NULL;
     d->st.pending--;
     d->st.pending_bytes -= j->payload;
     if (j->snap) { /* not indexed: the store's snapshot table knows it */
         uint64_t fb = disk_file_bytes(j->n_tokens, j->payload);
-        if (rc == 0) d->st.snap_writes++, d->st.snap_write_bytes += fb, disk__snap_note(d, &j->h, &j->parent, j->n_tokens, fb);
+        if (rc == 0) d->st.snap_writes++, d->st.snap_write_bytes += fb, disk__snap_note(d, &j->h, &j->parent, j->n_tokens, fb, j->keep_until);
         else note_write_error(d, sys_errno, e);
         free(j);
         return;
@@ -101,6 +102,7 @@ void *disk__writer_main(void *arg) {
         d->head = j->next;
         if (!d->head) d->tail = NULL;
         d->busy = 1;
+        d->writing = j;
         unsigned seq = d->seq++;
         pthread_mutex_unlock(&d->mu);
         write_job(d, j, seq); /* returns with the lock held */
@@ -122,6 +124,7 @@ static djob *job_new(const disk_store *d, const cache_hash *h, const cache_hash 
     j->kv = (uint8_t *)j->tokens + tb;
     j->payload = d->o.block_bytes;
     j->snap = 0;
+    j->keep_until = 0;
     memcpy(j->tokens, tokens, tb);
     memcpy(j->kv, kv, d->o.block_bytes);
     return j;

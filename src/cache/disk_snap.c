@@ -24,11 +24,12 @@
 #include "cache/disk_file.h"
 #include "cache/disk_int.h"
 
-/* A queued snapshot's job, or NULL. Locked. */
+/* A queued snapshot's job (or the one being written), or NULL. Locked. */
 static djob *queued(disk_store *d, const cache_hash *key) {
     for (djob *j = d->head; j; j = j->next)
         if (j->snap && memcmp(j->h.b, key->b, 32) == 0) return j;
-    return NULL;
+    djob *w = d->writing;
+    return w && w->snap && memcmp(w->h.b, key->b, 32) == 0 ? w : NULL;
 }
 
 int disk_snap_put(disk_store *d, const cache_hash *key, const cache_hash *boundary, const int32_t *tokens, int r,
@@ -107,13 +108,14 @@ static long snap_find(const disk_store *d, const cache_hash *key) {
     return -1;
 }
 
-void disk__snap_note(disk_store *d, const cache_hash *key, const cache_hash *boundary, uint32_t r, uint64_t bytes) {
+void disk__snap_note(disk_store *d, const cache_hash *key, const cache_hash *boundary, uint32_t r, uint64_t bytes,
+                     double keep_until) {
     if (snap_find(d, key) >= 0) return;
     if (d->n_snaps == d->cap_snaps) {
         d->cap_snaps = d->cap_snaps ? d->cap_snaps * 2 : 64;
         d->snaps = xrealloc(d->snaps, d->cap_snaps * sizeof *d->snaps);
     }
-    d->snaps[d->n_snaps++] = (dsnap){*key, *boundary, r, bytes};
+    d->snaps[d->n_snaps++] = (dsnap){*key, *boundary, r, bytes, keep_until};
     d->st.bytes += bytes;
     d->st.snap_files++;
 }
@@ -136,24 +138,34 @@ void disk__snap_drop_on(disk_store *d, const cache_hash *h) {
     }
 }
 
+/* Reads the header (and the file's size) of the snapshot file named by h:
+ * 0, or an error whose e->msg says why (STRATA_EFORMAT: damaged, or it
+ * names another snapshot or holds no state). */
+static int read_snap_header(const char *path, const cache_hash *h, disk_hdr *hdr, uint64_t *size, strata_err *e) {
+    int fd = disk_file_open(path, size, e), rc = fd;
+    if (fd >= 0) {
+        rc = disk_file_read_header(fd, *size, hdr, NULL, e);
+        close(fd);
+    }
+    if (!rc && (memcmp(hdr->hash.b, h->b, 32) != 0 || hdr->kv_dtype != DISK_STATE_F32))
+        rc = STRATA_EFORMAT, snprintf(e->msg, sizeof e->msg, "header names another snapshot");
+    return rc;
+}
+
 /* One DIR/ab/<hex>.rs at open: its header checks out (else quarantined)
  * and it is this model's (else left alone). */
 static void scan_one_snap(void *ctx, const char *path, const char *name, const cache_hash *h) {
     disk_store *d = ctx;
     strata_err e = {0};
-    uint64_t size;
     disk_hdr hdr;
-    int fd = disk_file_open(path, &size, &e), rc = fd;
-    if (fd >= 0) {
-        rc = disk_file_read_header(fd, size, &hdr, NULL, &e);
-        close(fd);
-    }
-    if (rc == STRATA_EFORMAT || (rc == 0 && (memcmp(hdr.hash.b, h->b, 32) != 0 || hdr.kv_dtype != DISK_STATE_F32))) {
-        disk__quarantine(d, path, name, rc ? e.msg : "header names another snapshot");
+    uint64_t size;
+    int rc = read_snap_header(path, h, &hdr, &size, &e);
+    if (rc == STRATA_EFORMAT) {
+        disk__quarantine(d, path, name, e.msg);
         return;
     }
     if (rc == 0 && memcmp(hdr.model_fp, d->o.model_fp, 32) == 0)
-        disk__snap_note(d, &hdr.hash, &hdr.parent, hdr.n_tokens, size);
+        disk__snap_note(d, &hdr.hash, &hdr.parent, hdr.n_tokens, size, 0);
 }
 
 static void walk(const char *dir, void (*fn)(void *, const char *, const char *, const cache_hash *), void *ctx);
@@ -167,6 +179,44 @@ void disk__snap_scan(disk_store *d) {
         if ((k >= 0 && d->slots[k].state != ST_GHOST) || (b >= 0 && d->slots[b].state != ST_GHOST)) i++;
         else snap_remove(d, i);
     }
+}
+
+/* ---- retention marks ---- */
+
+void disk_snap_retain(disk_store *d, const cache_hash *key, double ttl_s) {
+    double until = disk__now_wall() + ttl_s;
+    pthread_mutex_lock(&d->mu);
+    long i = snap_find(d, key);
+    djob *j = i < 0 ? queued(d, key) : NULL;
+    double *mark = i >= 0 ? &d->snaps[i].keep_until : j ? &j->keep_until : NULL;
+    if (mark && until > *mark) *mark = until;
+    pthread_mutex_unlock(&d->mu);
+}
+
+double disk_snap_retained_s(disk_store *d, const cache_hash *key) {
+    double now = disk__now_wall(), left = 0;
+    pthread_mutex_lock(&d->mu);
+    long i = snap_find(d, key);
+    djob *j = i < 0 ? queued(d, key) : NULL;
+    double until = i >= 0 ? d->snaps[i].keep_until : j ? j->keep_until : 0;
+    if (until > now) left = until - now;
+    pthread_mutex_unlock(&d->mu);
+    return left;
+}
+
+size_t disk__snap_usage(const disk_store *d, disk_usage_rec *out) {
+    size_t n = 0;
+    double now = disk__now_wall();
+    for (size_t i = 0; i < d->n_snaps; i++)
+        if (d->snaps[i].keep_until > now) out[n++] = (disk_usage_rec){d->snaps[i].key, 0, now, d->snaps[i].keep_until};
+    return n;
+}
+
+int disk__snap_usage_load(disk_store *d, const disk_usage_rec *r) {
+    long i = snap_find(d, &r->hash);
+    if (i < 0) return 0;
+    if (r->keep_until > d->snaps[i].keep_until) d->snaps[i].keep_until = r->keep_until;
+    return 1;
 }
 
 void disk_snap_foreach(disk_store *d, void (*fn)(void *ctx, const cache_hash *key, const cache_hash *boundary, int r),
@@ -202,6 +252,71 @@ static void walk(const char *dir, void (*fn)(void *, const char *, const char *,
         closedir(fp);
     }
     closedir(dp);
+}
+
+/* ---- `strata cache verify` ---- */
+
+typedef struct verify_ctx {
+    disk_store *d;
+    void (*bad)(void *ctx, const char *path, const char *why);
+    void *ctx;
+    uint64_t ok, n_bad;
+} verify_ctx;
+
+/* 1 when fp is the fingerprint of a model with blocks in this directory. Locked. */
+static int known_model(const disk_store *d, const uint8_t fp[32]) {
+    for (int i = 0; i < d->n_models; i++)
+        if (memcmp(d->models[i], fp, 32) == 0) return 1;
+    return 0;
+}
+
+/* Why one snapshot file cannot be loaded (into why), or 0: header (magic,
+ * version, header CRC, the name's hash, state dtype), the whole file's
+ * CRC, a model with blocks here, and a block it needs (the one it ends,
+ * or its boundary). */
+static int verify_one_file(disk_store *d, const char *path, const cache_hash *h, char *why, size_t cap) {
+    strata_err e = {0};
+    disk_hdr hdr;
+    uint64_t size;
+    int rc = read_snap_header(path, h, &hdr, &size, &e);
+    if (!rc) {
+        float *buf = xmalloc(hdr.payload_bytes ? hdr.payload_bytes : 1);
+        disk_expect ex = {.hash = h, .model_fp = hdr.model_fp, .n_tokens = hdr.n_tokens, .kv_dtype = DISK_STATE_F32,
+                          .payload_bytes = hdr.payload_bytes};
+        rc = disk_file_load(path, &ex, &hdr, NULL, buf, hdr.payload_bytes, &e);
+        free(buf);
+    }
+    if (rc) return snprintf(why, cap, "%s", e.msg), 1;
+    pthread_mutex_lock(&d->mu);
+    int model = known_model(d, hdr.model_fp);
+    long k = disk__ix_find(d, h), b = disk__ix_find(d, &hdr.parent);
+    int blocks = (k >= 0 && d->slots[k].state != ST_GHOST) || (b >= 0 && d->slots[b].state != ST_GHOST);
+    pthread_mutex_unlock(&d->mu);
+    if (!model) return snprintf(why, cap, "of a model with no blocks in this cache"), 1;
+    if (!blocks) return snprintf(why, cap, "the blocks it needs are gone"), 1;
+    return 0;
+}
+
+static void verify_cb(void *ctx, const char *path, const char *name, const cache_hash *h) {
+    verify_ctx *v = ctx;
+    char why[600];
+    if (!verify_one_file(v->d, path, h, why, sizeof why)) {
+        v->ok++;
+        return;
+    }
+    v->n_bad++;
+    v->bad(v->ctx, path, why);
+    pthread_mutex_lock(&v->d->mu);
+    disk__quarantine(v->d, path, name, why);
+    pthread_mutex_unlock(&v->d->mu);
+}
+
+uint64_t disk_snap_verify(disk_store *d, void (*bad)(void *ctx, const char *path, const char *why), void *ctx,
+                          uint64_t *n_bad) {
+    verify_ctx v = {d, bad, ctx, 0, 0};
+    walk(d->dir, verify_cb, &v);
+    *n_bad = v.n_bad;
+    return v.ok;
 }
 
 typedef struct count_ctx {

@@ -33,6 +33,12 @@ static int snap_write(void *d, const cache_hash *key, const cache_hash *boundary
 
 static int snap_read(void *d, const cache_hash *key, float *dst, size_t n) { return disk_snap_get(d, key, dst, n); }
 
+static void snap_retain(void *d, const cache_hash *key, const cache_hash *boundary, double ttl_s) {
+    disk_snap_retain(d, key, ttl_s);
+}
+
+static double snap_retained_s(void *d, const cache_hash *key) { return disk_snap_retained_s(d, key); }
+
 static void snap_list(void *d, void (*fn)(void *ctx, const cache_hash *key, const cache_hash *boundary, int r),
                       void *ctx) {
     disk_snap_foreach(d, fn, ctx);
@@ -42,5 +48,6 @@ cache_tier disk_tier(disk_store *d) {
     return (cache_tier){.name = "disk", .self = d, .has = has, .best_child = best_child, .read_many = read_many,
                         .write = write, .drop_superseded = drop_superseded, .touch = touch, .retain = retain,
                         .retained_s = retained_s, .snap_write = snap_write, .snap_read = snap_read,
+                        .snap_retain = snap_retain, .snap_retained_s = snap_retained_s,
                         .snap_list = snap_list};
 }

@@ -43,7 +43,7 @@
 
 /* One job of the writer thread: a block or tail to store (PUT), or an
  * expiry to push on a key already stored (EXPIRE: never rewrites the value). */
-typedef enum { JOB_PUT, JOB_EXPIRE, JOB_SNAP } job_kind;
+typedef enum { JOB_PUT, JOB_EXPIRE, JOB_SNAP, JOB_SNAP_EXPIRE } job_kind;
 
 typedef struct wjob {
     struct wjob *next;
@@ -768,6 +768,7 @@ static wjob *next_job(redis_tier *r, int *late) {
 }
 
 static void send_snap(redis_tier *r, redisContext *c, wjob *j);
+static void send_snap_expire(redis_tier *r, redisContext *c, wjob *j);
 
 static void *writer_main(void *arg) {
     redis_tier *r = arg;
@@ -777,6 +778,7 @@ static void *writer_main(void *arg) {
         redisContext *c = late ? NULL : redis_conn_get(&r->writer, &fresh);
         if (c && j->kind == JOB_PUT) send_put(r, c, j);
         else if (c && j->kind == JOB_SNAP) send_snap(r, c, j);
+        else if (c && j->kind == JOB_SNAP_EXPIRE) send_snap_expire(r, c, j);
         else if (c) send_expire(r, c, j);
         else {
             atomic_fetch_add(&r->dropped, 1); /* down (or past the drain at close) */
@@ -887,16 +889,16 @@ static void send_snap(redis_tier *r, redisContext *c, wjob *j) {
     disk_file_encode(&h, j->tokens, j->tokens + j->n_tokens, buf);
     tok_put(rv, &j->n_tokens, 1);
     int n = 2;
-    if (j->ttl_ms) {
+    if (j->ttl_ms) { /* the list's expiry only lengthens: another snapshot on it may be retained */
         redisAppendCommand(c, "SET %s %b NX PX %lld", key, buf, len, j->ttl_ms);
         redisAppendCommand(c, "HSET %s %b %b", lkey, j->h.b, (size_t)32, rv, (size_t)4);
-        redisAppendCommand(c, "PEXPIRE %s %lld", lkey, j->ttl_ms), n++;
+        append_list_expire(c, lkey, j->ttl_ms), n += 2;
     } else {
         redisAppendCommand(c, "SET %s %b NX", key, buf, len);
         redisAppendCommand(c, "HSET %s %b %b", lkey, j->h.b, (size_t)32, rv, (size_t)4);
     }
     free(buf);
-    redisReply *rep[3];
+    redisReply *rep[4];
     if (replies(c, rep, n)) {
         atomic_fetch_add(&r->dropped, 1);
         redis_conn_fail(&r->writer, NULL);
@@ -929,6 +931,36 @@ static int snap_write(void *self, const cache_hash *key, const cache_hash *bound
         return STRATA_EBUSY;
     }
     return 0;
+}
+
+/* A retention mark on a snapshot (store.c retain_snaps): its value and its
+ * boundary's list live at least as long as the mark's blocks
+ * (policy_shared_ttl_ms; PEXPIRE GT, never shortened). Queued behind the
+ * snapshot's own write, so it lands after the SET. */
+static void snap_retain(void *self, const cache_hash *key, const cache_hash *boundary, double ttl_s) {
+    redis_tier *r = self;
+    if (!(r->o.ttl_s > 0)) return; /* nothing expires */
+    wjob *j = xcalloc(1, sizeof *j);
+    j->kind = JOB_SNAP_EXPIRE, j->h = *key, j->parent = *boundary, j->bytes = EXPIRE_JOB_BYTES;
+    j->ttl_ms = policy_shared_ttl_ms(ttl_s, r->o.ttl_s);
+    if (enqueue(r, j)) free(j);
+}
+
+static void send_snap_expire(redis_tier *r, redisContext *c, wjob *j) {
+    char key[SNAP_KEY_BYTES], lkey[SNAP_KEY_BYTES];
+    snap_key(SNAP_PREFIX, &j->h, key);
+    snap_key(SNAP_LIST_PREFIX, &j->parent, lkey);
+    append_expire(c, key, j->ttl_ms);
+    append_expire(c, lkey, j->ttl_ms);
+    redisReply *rep[2];
+    if (replies(c, rep, 2)) {
+        redis_conn_fail(&r->writer, NULL);
+        return;
+    }
+    atomic_fetch_add(&r->expires, 1);
+    for (int i = 0; i < 2; i++)
+        if (rep[i]->type == REDIS_REPLY_ERROR) redis_conn_error_reply(&r->writer, "PEXPIRE", rep[i]->str);
+    free_replies(rep, 2);
 }
 
 /* GET and verify (magic, version, fingerprint, name, dtype, size, CRCs);
@@ -1001,6 +1033,7 @@ cache_tier redis_tier_iface(redis_tier *r) {
     return (cache_tier){.name = "redis", .self = r, .has = has, .has_run = has_run, .best_child = best_child,
                         .read_many = read_many, .write = write, .drop_superseded = drop_superseded, .touch = touch,
                         .retain = retain, .retained_s = retained_s, .snap_write = snap_write, .snap_read = snap_read,
+                        .snap_retain = snap_retain,
                         .snap_probe = snap_probe};
 }
 

@@ -72,10 +72,15 @@ typedef struct snap_listing {
     int tier;
 } snap_listing;
 
+/* A snapshot a tier holds joins the index; a mark it kept (a restart)
+ * comes with it, as a block's does (carried_retention). */
 static void snap_listed(void *ctx, const cache_hash *key, const cache_hash *boundary, int r) {
     snap_listing *l = ctx;
     snap_entry *e = snap_add(l->st->snaps, key, boundary, r, -1);
+    const cache_tier *t = &l->st->tiers[l->tier];
     e->tiers |= 1u << l->tier;
+    double left = t->snap_retained_s ? t->snap_retained_s(t->self, key) : 0;
+    if (left > 0) snap_touch(l->st->snaps, e, left);
 }
 
 void store_add_tier(cache_store *st, const cache_tier *t) {
@@ -604,14 +609,18 @@ static void retain(cache_store *st, const kv_seq *s, int end, double ttl_s) {
     }
 }
 
-/* Snapshots this request stored or resumed from, below a mark's end, are
- * kept as long as the mark's blocks. */
+/* Snapshots this request stored, below a mark's end, are kept as long as
+ * the mark's blocks: in memory and in every tier that takes marks on
+ * snapshots (disk: kept in the usage file; Redis: the keys' expiry). */
 static void retain_snaps(cache_store *st, const store_seq *q, int end, double ttl_s) {
     if (!st->snaps) return;
     int n = q->n_snap_stored < STORE_SNAP_MAX ? q->n_snap_stored : STORE_SNAP_MAX;
     for (int i = 0; i < n; i++) {
         snap_entry *e = q->snap_stored_at[i] <= end ? snap_find(st->snaps, &q->snap_keys[i]) : NULL;
-        if (e) snap_touch(st->snaps, e, ttl_s);
+        if (!e) continue;
+        snap_touch(st->snaps, e, ttl_s);
+        for (int k = 0; k < st->n_tiers; k++)
+            if (st->tiers[k].snap_retain) st->tiers[k].snap_retain(st->tiers[k].self, &e->key, &e->boundary, ttl_s);
     }
 }
 

@@ -62,6 +62,12 @@ typedef struct cache_tier {
      * the tier is added). */
     void (*snap_list)(void *self, void (*fn)(void *ctx, const cache_hash *key, const cache_hash *boundary, int r),
                       void *ctx);
+    /* Optional: a retention mark on the snapshot (key, filed under
+     * boundary), kept at least ttl_s from now, as retain() for a block. */
+    void (*snap_retain)(void *self, const cache_hash *key, const cache_hash *boundary, double ttl_s);
+    /* Optional: seconds its mark has left (0: none), carried into memory
+     * when the store lists the tier's snapshots at start. */
+    double (*snap_retained_s)(void *self, const cache_hash *key);
     /* Optional, for a tier others write to (shared): the snapshots filed
      * under each of boundaries[0..n), asked when a request looks for one. */
     void (*snap_probe)(void *self, const cache_hash *boundaries, int n,

@@ -7,8 +7,9 @@
 #include "base/mem.h"
 
 /* The training context, or less (whole blocks) so n_seq sequences of KV
- * (bytes_per_token each token, and fixed_bytes each whatever their
- * length: the sliding window) stay within budget_mb. */
+ * (bytes_per_token each token) plus what each costs whatever its length
+ * (fixed_bytes: its sliding window, its recurrent state) stay within
+ * budget_mb. */
 static int ctx_within_budget(int train, int n_seq, size_t bytes_per_token, size_t fixed_bytes, int budget_mb, int B) {
     size_t budget = (size_t)(budget_mb > 0 ? budget_mb : 4096) << 20, fixed = fixed_bytes * (size_t)n_seq;
     size_t fit = budget > fixed ? (budget - fixed) / (bytes_per_token * (size_t)n_seq) : 0;
@@ -34,6 +35,8 @@ static void pool_shape(const model *m, int B, int n_seq, int max_batch, kv_pool_
     o->n_slots = (n_seq + 1) * kv_swa_slots_per_seq(B, hp->n_swa, max_batch);
 }
 
+size_t engine_seq_state_bytes(const model *m) { return fwd_state_floats(m) * sizeof(float); }
+
 int engine_open(engine **out, const engine_params *p, strata_err *err) {
     *out = NULL;
     engine *e = xcalloc(1, sizeof *e);
@@ -55,7 +58,7 @@ int engine_open(engine **out, const engine_params *p, strata_err *err) {
     size_t glob_block = (po.n_layer - n_swa_layer) * layer_bytes, slot_bytes = n_swa_layer * layer_bytes;
     e->n_ctx = p->n_ctx > 0 ? p->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     if (p->n_ctx <= 0 && p->n_seq > 0) {
-        size_t per_seq = slot_bytes * (size_t)po.n_slots / (size_t)(p->n_seq + 1);
+        size_t per_seq = slot_bytes * (size_t)po.n_slots / (size_t)(p->n_seq + 1) + engine_seq_state_bytes(e->m);
         e->ctx_per_seq = ctx_within_budget(hp->n_ctx_train, p->n_seq, glob_block / B, per_seq, p->kv_budget_mb, B);
         e->n_ctx = e->ctx_per_seq * p->n_seq;
     }

@@ -17,7 +17,8 @@ typedef struct engine_params {
     int max_batch;    /* tokens per forward call; <= 0: 512 */
     int extra_kv_mb;  /* KV memory beyond n_ctx (kept for cached prefixes) */
     /* With n_seq > 0 and n_ctx <= 0: n_seq sequences of the model's training
-     * context each, fewer tokens each if their KV would pass kv_budget_mb. */
+     * context each, fewer tokens each if their KV plus their recurrent
+     * state (engine_seq_state_bytes each) would pass kv_budget_mb. */
     int n_seq;
     int kv_budget_mb;
 } engine_params;
@@ -32,6 +33,10 @@ typedef struct engine {
 } engine;
 
 int engine_open(engine **out, const engine_params *p, strata_err *err);
+/* Bytes each sequence holds beside its KV: the recurrent layers' state
+ * (qwen35: conv and delta state, ~19 MiB at the 0.8B shape); 0 for a
+ * model without recurrent layers. */
+size_t engine_seq_state_bytes(const model *m);
 void engine_close(engine *e); /* NULL is fine */
 
 #endif

@@ -36,7 +36,7 @@ int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
         memcpy(g->prefix_tok, ids + n - p->prefix_ids, (size_t)p->prefix_ids * sizeof(int32_t));
     }
     sched_job job = {.prompt = ids, .n_prompt = n, .sampling = p->sampling,
-                     .max_tokens = p->max_tokens, .n_logprobs = p->n_logprobs,
+                     .max_tokens = p->max_tokens, .n_logprobs = p->n_logprobs, .ignore_eos = p->ignore_eos,
                      .cache_salt = p->cache_salt, .tenant = p->tenant, .json_mode = p->json_mode, .schema = p->schema,
                      .call_schema = p->call_schema, .call_format = p->tools,
                      .json_prefix = p->prefix, .scope = p->scope, .bounds = p->bounds, .n_bounds = p->n_bounds,

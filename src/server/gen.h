@@ -19,6 +19,7 @@ typedef struct gen_params {
     int n_logprobs;
     const char *stops[TEXTOUT_MAX_STOPS];
     int n_stops;
+    int ignore_eos; /* never sample an end-of-generation token (fixed-length benchmarks) */
     const char *cache_salt;
     const char *tenant; /* the request's API key, or NULL */
     cache_scope scope; /* what the cache keeps of the prompt (policy.h); SCOPE_DEFAULT: the server's */

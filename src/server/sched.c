@@ -6,6 +6,7 @@
 #include "server/sched.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -259,6 +260,13 @@ static void fill_logprobs(const sched_req *r, const float *logits, int n_vocab, 
     t->n_top = r->n_logprobs > 0 ? sample_top_logprobs(logits, n_vocab, r->n_logprobs, t->top_ids, t->top_logprobs) : 0;
 }
 
+/* ignore_eos (llama-server's field): end-of-generation tokens get logit -inf,
+ * so a fixed-length benchmark runs every reply to max_tokens. */
+static void mask_eog(const tokenizer *tok, float *logits, int n_vocab) {
+    for (int id = 0; id < n_vocab; id++)
+        if (tok_is_eog(tok, id)) logits[id] = -INFINITY;
+}
+
 /* Samples the next token of slot si from its logits row and records it. */
 static void after_logits(sched *s, int si, float *logits) {
     slot *sl = &s->slots[si];
@@ -274,6 +282,7 @@ static void after_logits(sched *s, int si, float *logits) {
         return;
     }
     if (sl->t_first == 0) sl->t_first = clock_ms();
+    if (r->ignore_eos) mask_eog(s->tok, logits, n_vocab);
     sched_token t = {.id = sample_next(sl->smp, logits, n_vocab)};
     if (sl->guard) json_guard_accept(sl->guard, t.id);
     if (sl->cguard) call_guard_accept(sl->cguard, t.id);

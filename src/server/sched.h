@@ -56,6 +56,7 @@ typedef struct sched_job {
     sample_params sampling;
     int max_tokens;
     int n_logprobs; /* > 0: keep that many top logprobs per generated token */
+    int ignore_eos; /* end-of-generation tokens are never sampled: the reply runs to max_tokens */
     const char *cache_salt; /* tenant isolation: different salts share no block */
     const char *tenant;     /* the API key's tenant, salted in as well (NULL: none) */
     int json_mode;          /* constrain sampling to one valid JSON object */

@@ -21,6 +21,7 @@ struct sched_req {
     int n_prompt;
     sample_params sampling;
     int max_tokens, n_logprobs;
+    int ignore_eos;
     int json_mode;
     char *json_prefix;
     json_schema *schema; /* a reference, or NULL */

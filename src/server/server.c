@@ -435,9 +435,12 @@ static int load_model(server *s, strata_err *err) {
     if (rc) return rc;
     if (s->o.ctx <= 0) {
         s->o.ctx = s->e->ctx_per_seq;
-        log_info("context: %d tokens per sequence (the model's training context is %d%s; --ctx to change)", s->o.ctx,
+        size_t state = engine_seq_state_bytes(s->e->m);
+        char rs[96] = "";
+        if (state) snprintf(rs, sizeof rs, "; recurrent state %.1f MiB per sequence, counted in the budget", state / 1048576.0);
+        log_info("context: %d tokens per sequence (the model's training context is %d%s; --ctx to change)%s", s->o.ctx,
                  s->e->m->hp.n_ctx_train,
-                 s->o.ctx < s->e->m->hp.n_ctx_train ? ", capped so the slots' KV fits " SERVER_KV_BUDGET_TEXT : "");
+                 s->o.ctx < s->e->m->hp.n_ctx_train ? ", capped so the slots' KV fits " SERVER_KV_BUDGET_TEXT : "", rs);
     }
     render_opts ro = {.template_file = s->o.template_file};
     if ((rc = render_new(&s->render, s->e->m->gguf, s->tok, &ro, err))) return rc;

@@ -202,6 +202,23 @@ def test_real_model_answers(real):
     assert r.choices[0].finish_reason == "stop"
 
 
+def test_ignore_eos_runs_to_max_tokens(real):
+    """ignore_eos (llama-server's field, for fixed-length benchmarks): the
+    reply that ended at <|im_end|> goes on to max_tokens, the same tokens
+    up to where it had stopped."""
+    msgs = [{"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "What is the capital of France?"}]
+    stopped = client(real).chat.completions.create(model="", temperature=0, max_tokens=40, messages=msgs)
+    assert stopped.choices[0].finish_reason == "stop" and stopped.usage.completion_tokens < 40
+    r = client(real).chat.completions.create(model="", temperature=0, max_tokens=40, messages=msgs,
+                                             extra_body={"ignore_eos": True})
+    assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 40
+    assert r.choices[0].message.content.startswith(stopped.choices[0].message.content)
+    bad = httpx.post(real.url + "/v1/chat/completions", timeout=60,
+                     json={"messages": msgs, "max_tokens": 4, "ignore_eos": "yes"})
+    assert bad.status_code == 400 and "'ignore_eos' must be a boolean" in bad.json()["error"]["message"]
+
+
 def test_sigterm_finishes_streams_and_exits(tmp_path):
     from conftest import Server, TINY_MODEL
     import threading
