@@ -114,7 +114,6 @@ $(QWEN35_SYNTH): tools/synth_qwen35.py tools/testdata_models.py
 bench-qwen35-synth: strata model-qwen35-synth
 	$(PYTHON) bench/bench_vs_llamacpp.py --model $(QWEN35_SYNTH)
 
-# Agentic replay: Strata cache off / memory only / memory + disk, and llama.cpp's
 # The 12-turn agent loop and the agentic replay, Strata against the newest
 # llama-server, in one run (MODEL=gemma3 or qwen35; bench/README.md).
 bench-agent: strata
@@ -127,6 +126,7 @@ build/schema-mask: bench/schema_mask.c $(OBJ)
 bench-schema: build/schema-mask model
 	build/schema-mask $(MODEL) 30
 
+# Agentic replay: Strata cache off / memory only / memory + disk, and llama.cpp's
 # llama-server (short default run; bench/README.md).
 bench-replay: strata model
 	MODEL=$(MODEL) bench/run-replay.sh
