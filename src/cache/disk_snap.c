@@ -224,7 +224,7 @@ void disk_snap_foreach(disk_store *d, void (*fn)(void *ctx, const cache_hash *ke
     pthread_mutex_lock(&d->mu);
     size_t n = d->n_snaps;
     dsnap *copy = xmalloc((n ? n : 1) * sizeof *copy);
-    memcpy(copy, d->snaps, n * sizeof *copy);
+    if (n) memcpy(copy, d->snaps, n * sizeof *copy); /* snaps is NULL while empty */
     pthread_mutex_unlock(&d->mu);
     for (size_t i = 0; i < n; i++) fn(ctx, &copy[i].key, &copy[i].boundary, (int)copy[i].r);
     free(copy);
