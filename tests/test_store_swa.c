@@ -20,8 +20,9 @@ typedef struct rig {
     cache_hash root;
 } rig;
 
-static void rig_open(rig *r, const char *dir) {
-    int slots = kv_swa_slots_per_seq(BT, SWA, CHUNK);
+/* A pool with room for `seqs` sequences' sliding parts. */
+static void rig_open_seqs(rig *r, const char *dir, int seqs) {
+    int slots = seqs * kv_swa_slots_per_seq(BT, SWA, CHUNK);
     kv_pool_opts po = {.n_layer = L, .kv_dim = KVD, .block_tokens = BT, .n_blocks = NB,
                        .swa_layer = swa_layers, .n_swa = SWA, .n_slots = slots};
     CHECK_EQ_INT(kv_pool_init_opts(&r->p, &po, NULL), 0);
@@ -37,6 +38,8 @@ static void rig_open(rig *r, const char *dir) {
     cache_tier t = disk_tier(r->d);
     store_add_tier(r->c, &t);
 }
+
+static void rig_open(rig *r, const char *dir) { rig_open_seqs(r, dir, 1); }
 
 static void rig_close(rig *r) {
     store_free(r->c);
@@ -161,6 +164,32 @@ TEST(store_swa_tail_window_reads_back_from_disk) {
 
 TEST(store_swa_hit_without_a_tier_is_cut_back) {
     check_hit(NULL, 320, 10);
+}
+
+/* With no tier below, the request cut back recomputes the window's
+ * blocks; publishing them gives the indexed copies their sliding parts
+ * back (with slots to spare, as the engine sizes them: one sequence's
+ * worth more), so the next request at the same place is whole. */
+TEST(store_swa_recomputed_window_makes_the_next_hit_whole) {
+    int32_t toks[400];
+    tokens(toks, 340, 5);
+    rig r;
+    rig_open_seqs(&r, NULL, 2);
+    req a, b, c;
+    CHECK_EQ_INT(req_begin(&r, &a, toks, 320), 0);
+    req_run(&r, &a, toks, 320);
+    crowd_out(&r);
+    CHECK_EQ_INT(req_begin(&r, &b, toks, 320), 0); /* cut back to 0 */
+    CHECK_EQ_INT(b.q.n_window_cut, 320);
+    req_run(&r, &b, toks, 320);
+    CHECK_EQ_INT(req_begin(&r, &c, toks, 330), 320);
+    CHECK_EQ_INT(c.q.n_window_cut, 0);
+    CHECK(intact(&r.p, &c.s, toks, kv_swa_first_block(&r.p, 320) * BT, 320));
+    req_run(&r, &c, toks, 330);
+    store_stats st;
+    store_get_stats(r.c, &st);
+    CHECK_MSG(st.window_refilled_blocks >= 4, "refilled %ld", st.window_refilled_blocks);
+    rig_close(&r);
 }
 
 /* After a restart the prefix comes from disk: whole blocks' global parts

@@ -431,6 +431,12 @@ static void uncount_cut(cache_store *st, store_seq *q, int P) {
     }
     st->st.hit_tokens -= cut;
     q->n_cached = P;
+    /* The blocks from the cut on are computed again: the cursor goes back,
+     * so they are published as they fill (a copy in memory lacking its
+     * sliding part takes theirs; a tier missing one gets it). */
+    int nb = P / st->kv->block_tokens;
+    if (q->n_blocks > nb) q->n_blocks = nb;
+    if (q->n_attached_blocks > nb) q->n_attached_blocks = nb;
 }
 
 /* ---- the sliding window of a hit ------------------------------------------------- */
@@ -572,6 +578,16 @@ void store_will_publish(const cache_store *st, const store_seq *q, int n_prompt,
     *fresh_1h = to_1h > from ? to_1h - from : 0;
 }
 
+/* Block b recomputes a block indexed under h whose sliding part is gone
+ * (a hit was cut back there, no tier below holding it): the indexed copy
+ * takes b's sliding part, so the next hit there is whole. */
+static void window_refill(cache_store *st, const cache_hash *h, int b) {
+    int o = live_find(st->live, h);
+    if (o < 0 || o == b || kv_block_has_swa(st->kv, o)) return;
+    const void *kv = kv_block_read(st->kv, b, st->blk_buf);
+    if (kv && kv_block_import_swa(st->kv, o, kv, NULL) == 0) st->st.window_refilled_blocks++;
+}
+
 void store_publish(cache_store *st, store_seq *q, const int32_t *tokens, const kv_seq *s) {
     int B = st->kv->block_tokens, end = s->n_pos < q->publish_limit ? s->n_pos : q->publish_limit;
     while ((q->n_blocks + 1) * B <= end) {
@@ -579,6 +595,7 @@ void store_publish(cache_store *st, store_seq *q, const int32_t *tokens, const k
         const int32_t *bt = tokens + (size_t)i * B;
         const cache_hash *h = chain_at(st, q, tokens, i), *prev = chain_prev(q, i);
         if (live_add(st->live, s, i, h, prev, bt, B, 0) == 0) st->st.published_blocks++; /* never twice */
+        else window_refill(st, h, b);
         write_through(st, h, prev, bt, B, b);
         q->n_blocks++;
     }

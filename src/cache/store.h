@@ -158,6 +158,7 @@ typedef struct store_stats {
     long load_errors;   /* reads that failed or did not match */
     long hashes;        /* chain hashes computed */
     long window_reloaded_blocks, window_cut_tokens; /* store_seq's, in total */
+    long window_refilled_blocks; /* sliding parts given back by a recomputed block */
     live_stats live;
     snap_stats snap;    /* recurrent-state snapshots */
 } store_stats;
