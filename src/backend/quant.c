@@ -171,7 +171,10 @@ static int round_q(float v) { return (int)(v + (v >= 0 ? 0.5f : -0.5f)); }
 /* Symmetric int8 quantization of n values: returns the scale d. */
 static float q8_block(const float *x, int8_t *q, int n) {
     float amax = 0;
-    for (int j = 0; j < n; j++) amax = fmaxf(amax, fabsf(x[j]));
+    for (int j = 0; j < n; j++) { /* fmaxf's value (a NaN never wins), without its library call */
+        float a = fabsf(x[j]);
+        amax = a > amax ? a : amax;
+    }
     float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
     for (int j = 0; j < n; j++) q[j] = (int8_t)round_q(x[j] * id);
     return d;

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/act.h"
 #include "backend/attn.h"
 #include "base/fp16.h"
 #include "base/mem.h"
@@ -332,18 +333,18 @@ static void split_runs(fwd_ctx *c, const fwd_batch *b) {
 static void swiglu_row(fwd_ctx *c, void *arg, int t) {
     int f = c->m->hp.n_ff;
     float *g = c->gate + (size_t)t * f, *u = c->up + (size_t)t * f;
+    /* libm's expf, kept: act_expf moved SmolLM2's oracle RMS on one prompt
+     * from 0.25 to 0.45 (rounding chaos, not error), and these models'
+     * bits stay as every earlier cache and test has them. */
     for (int i = 0; i < f; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-/* GELU, tanh form (gemma's gelu_pytorch_tanh). llama.cpp looks it up in
- * an F16 table instead; the difference is within the oracle tolerance. */
+/* GELU, tanh form (gemma's gelu_pytorch_tanh), backend/act.h. llama.cpp
+ * looks it up in an F16 table instead; the difference is within the
+ * oracle tolerance. */
 static void geglu_row(fwd_ctx *c, void *arg, int t) {
     int f = c->m->hp.n_ff;
-    float *g = c->gate + (size_t)t * f, *u = c->up + (size_t)t * f;
-    for (int i = 0; i < f; i++) {
-        float x = g[i];
-        g[i] = 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * x * (1.0f + 0.044715f * x * x))) * u[i];
-    }
+    act_gelu_tanh_mul(c->gate + (size_t)t * f, c->up + (size_t)t * f, (size_t)f);
 }
 
 static void add_rows(float *x, const float *y, size_t n) {
