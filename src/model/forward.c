@@ -269,19 +269,20 @@ static int attn_first_pos(const fwd_ctx *c, const layer_arg *a, int t) {
     return a->L->swa && first > 0 ? first : 0;
 }
 
-/* One work item: the query heads of KV head g for the tokens of run r,
- * all in one attn_run call (each key tile is widened once for all of
- * them). The block table covers the run's sequence from the first tile
- * any of its queries sees. */
-static void attn_item(fwd_ctx *c, const layer_arg *a, const fwd_run_span *r, int g, int ith) {
+/* One work item: part `part` of `parts` of the query heads of KV head g
+ * for the tokens of run r, all in one attn_run call (each key tile is
+ * widened once for all of them). The block table covers the run's
+ * sequence from the first tile any of its queries sees. */
+static void attn_item(fwd_ctx *c, const layer_arg *a, const fwd_run_span *r, int g, int part, int parts,
+                      int ith) {
     const model_hparams *hp = &c->m->hp;
     int d = hp->head_dim, kvd = hp->n_head_kv * d, hpg = hp->n_head / hp->n_head_kv, B = c->kv->block_tokens;
     const kv_seq *s = a->b->seqs[r->t0];
     const uint16_t **kb = c->kb + (size_t)ith * c->blocks_cap, **vb = c->vb + (size_t)ith * c->blocks_cap;
     attn_query *qs = c->attn_qs + (size_t)ith * ATTN_RUN * hpg;
-    int nq = 0;
+    int nq = 0, h0 = g * hpg + part * hpg / parts, h1 = g * hpg + (part + 1) * hpg / parts;
     for (int t = r->t0; t < r->t1; t++)
-        for (int h = g * hpg; h < (g + 1) * hpg; h++)
+        for (int h = h0; h < h1; h++)
             qs[nq++] = (attn_query){
                 .q = c->q + (size_t)t * hp->n_head * d + (size_t)h * d,
                 .out = c->att + (size_t)t * hp->n_head * d + (size_t)h * d,
@@ -300,18 +301,30 @@ static void attn_item(fwd_ctx *c, const layer_arg *a, const fwd_run_span *r, int
 typedef struct {
     fwd_ctx *c;
     const layer_arg *a;
+    int parts; /* items per (run, KV head): its query heads split this many ways */
     atomic_int next;
 } attn_job;
 
 /* Items are taken from a shared counter, latest runs first: in a prefill
  * chunk they are the deepest, so the long ones start early. Which thread
- * runs an item does not change its bits. */
+ * runs an item, and which query heads share it, does not change a
+ * query's bits (backend/attn.h). */
 static void attn_worker(void *p, int ith, int nth) {
     attn_job *j = p;
     fwd_ctx *c = j->c;
-    int n_kv = c->m->hp.n_head_kv, n_items = c->n_runs * n_kv;
+    int n_kv = c->m->hp.n_head_kv, per_run = n_kv * j->parts, n_items = c->n_runs * per_run;
     for (int i; (i = atomic_fetch_add(&j->next, 1)) < n_items;)
-        attn_item(c, j->a, &c->runs[c->n_runs - 1 - i / n_kv], i % n_kv, ith);
+        attn_item(c, j->a, &c->runs[c->n_runs - 1 - i / per_run], i % per_run / j->parts, i % j->parts,
+                  j->parts, ith);
+}
+
+/* Fewer (run, KV head) pairs than threads (decode with one or two KV
+ * heads, as Gemma 3 has one): split each pair's query heads so every
+ * thread has one. Each part widens the tiles itself, so only then. */
+static int attn_parts(const fwd_ctx *c) {
+    int pairs = c->n_runs * c->m->hp.n_head_kv, nth = pool_size(c->threads);
+    int hpg = c->m->hp.n_head / c->m->hp.n_head_kv, parts = (nth + pairs - 1) / pairs;
+    return parts < 1 ? 1 : parts > hpg ? hpg : parts;
 }
 
 /* Runs of the batch: consecutive tokens of one sequence at consecutive
@@ -358,7 +371,7 @@ static void attention(fwd_ctx *c, const fwd_batch *b, const model_layer *L) {
     float *qkv_out[3] = {c->m->hp.attn_gate ? c->qg : c->q, c->k, c->v};
     fwd__matmul_group(c, c->xn, n, qkv, qkv_out, 3);
     fwd__for_rows(c, n, qkv_finish_row, &a);
-    attn_job aj = {c, &a, 0};
+    attn_job aj = {c, &a, attn_parts(c), 0};
     pool_run(c->threads, attn_worker, &aj);
     if (c->m->hp.attn_gate) fwd__for_rows(c, n, apply_gate_row, NULL);
     fwd__matmul(c, c->att, n, &L->wo, c->tmp);
