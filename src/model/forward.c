@@ -185,17 +185,28 @@ static void rope_angles(const fwd_ctx *c, int pos, int i, int swa, float *cos_t,
     *sin_t = (float)(sin(theta) * mscale);
 }
 
-static void rope_head(const fwd_ctx *c, float *h, int pos, int swa) {
+#define ROPE_CHUNK 64 /* rotated pairs whose angles are computed at once */
+
+/* RoPE on n heads of one token at pos (x: head_dim floats apart). Each
+ * pair's angle is computed once for all the token's heads, ROPE_CHUNK
+ * pairs at a time; pairs are independent, so the order is free. */
+static void rope_heads(const fwd_ctx *c, float *x, int n, int pos, int swa) {
     const model_hparams *hp = &c->m->hp;
     int half = hp->rope_dim / 2;
-    for (int i = 0; i < half; i++) {
-        if (c->rope_off && c->rope_off[i]) continue; /* rotated by angle 0 */
-        float ct, st;
-        rope_angles(c, pos, i, swa, &ct, &st);
-        int a = hp->rope_neox ? i : 2 * i, b = hp->rope_neox ? i + half : 2 * i + 1;
-        float x0 = h[a], x1 = h[b];
-        h[a] = x0 * ct - x1 * st;
-        h[b] = x0 * st + x1 * ct;
+    float ct[ROPE_CHUNK], st[ROPE_CHUNK];
+    for (int i0 = 0; i0 < half; i0 += ROPE_CHUNK) {
+        int i1 = half - i0 < ROPE_CHUNK ? half : i0 + ROPE_CHUNK;
+        for (int i = i0; i < i1; i++) rope_angles(c, pos, i, swa, &ct[i - i0], &st[i - i0]);
+        for (int h = 0; h < n; h++) {
+            float *v = x + (size_t)h * hp->head_dim;
+            for (int i = i0; i < i1; i++) {
+                if (c->rope_off && c->rope_off[i]) continue; /* rotated by angle 0 */
+                int a = hp->rope_neox ? i : 2 * i, b = hp->rope_neox ? i + half : 2 * i + 1;
+                float x0 = v[a], x1 = v[b];
+                v[a] = x0 * ct[i - i0] - x1 * st[i - i0];
+                v[b] = x0 * st[i - i0] + x1 * ct[i - i0];
+            }
+        }
     }
 }
 
@@ -249,8 +260,8 @@ static void qkv_finish_row(fwd_ctx *c, void *arg, int t) {
     head_norms(c, &a->L->q_norm, q, hp->n_head);
     head_norms(c, &a->L->k_norm, k, hp->n_head_kv);
     int pos = a->b->pos[t];
-    for (int h = 0; h < hp->n_head; h++) rope_head(c, q + (size_t)h * hp->head_dim, pos, a->L->swa);
-    for (int h = 0; h < hp->n_head_kv; h++) rope_head(c, k + (size_t)h * hp->head_dim, pos, a->L->swa);
+    rope_heads(c, q, hp->n_head, pos, a->L->swa);
+    rope_heads(c, k, hp->n_head_kv, pos, a->L->swa);
     const kv_seq *s = a->b->seqs[t];
     int B = c->kv->block_tokens, blk = s->blocks[pos / B];
     uint16_t *kd = kv_rows(c->kv, blk, a->layer, 0) + (size_t)(pos % B) * kvd;
