@@ -62,19 +62,40 @@ typedef struct {
     const uint8_t *xq[MM_MAX];
     size_t xq_bytes[MM_MAX];
     int n_w, n;
+    int chunk_rows[MM_MAX], first[MM_MAX + 1]; /* chunks of weight i: [first[i], first[i + 1]) */
+    atomic_int next;                            /* next chunk to take */
 } mm_job;
 
+/* Threads take chunks of rows from a shared counter (pool_run_any), so a
+ * thread the scheduler parks does not hold up the others. A chunk is a
+ * whole number of ROW_ALIGN blocks, and the kernels give a row the same
+ * bits whatever rows share its call. */
 static void mm_worker(void *p, int ith, int nth) {
     mm_job *j = p;
-    for (int i = 0; i < j->n_w; i++) {
+    for (int ci; (ci = atomic_fetch_add(&j->next, 1)) < j->first[j->n_w];) {
+        int i = 0;
+        while (ci >= j->first[i + 1]) i++;
         const model_tensor *w = j->w[i];
-        long blocks = (w->rows + ROW_ALIGN - 1) / ROW_ALIGN, lo, hi;
-        pool_range(blocks, ith, nth, &lo, &hi);
-        int r0 = (int)(lo * ROW_ALIGN), r1 = (int)(hi * ROW_ALIGN);
+        int r0 = (ci - j->first[i]) * j->chunk_rows[i], r1 = r0 + j->chunk_rows[i];
         if (r1 > w->rows) r1 = (int)w->rows;
-        if (r0 >= r1) continue;
         quant_gemm(w->type, w->data, w->row_bytes, w->cols, j->xq[i], j->xq_bytes[i], j->n, j->y[i],
                    w->rows, r0, r1);
+    }
+}
+
+#define MM_CHUNKS_PER_THREAD 2 /* decode, 2 busy cores: 1 was 6% faster than 2, 8 10% slower */
+
+/* Rows per chunk: about MM_CHUNKS_PER_THREAD chunks per thread and weight
+ * (a parked thread holds up at most its current chunk), at least 64 rows,
+ * whole ROW_ALIGN blocks. */
+static void mm_chunks(mm_job *j, int nth) {
+    j->first[0] = 0;
+    for (int i = 0; i < j->n_w; i++) {
+        long rows = j->w[i]->rows, per = rows / ((long)MM_CHUNKS_PER_THREAD * nth);
+        per = (per + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
+        if (per < 4 * ROW_ALIGN) per = 4 * ROW_ALIGN;
+        j->chunk_rows[i] = (int)per;
+        j->first[i + 1] = j->first[i] + (int)((rows + per - 1) / per);
     }
 }
 
@@ -122,7 +143,8 @@ void fwd__matmul_group(fwd_ctx *c, const float *x, int n, const model_tensor **w
         j.xq[i] = c->xq[slot];
         j.xq_bytes[i] = bytes;
     }
-    pool_run(c->threads, mm_worker, &j);
+    mm_chunks(&j, pool_size(c->threads));
+    pool_run_any(c->threads, mm_worker, &j);
 }
 
 void fwd__matmul(fwd_ctx *c, const float *x, int n, const model_tensor *w, float *y) {
@@ -383,7 +405,7 @@ static void attention(fwd_ctx *c, const fwd_batch *b, const model_layer *L) {
     fwd__matmul_group(c, c->xn, n, qkv, qkv_out, 3);
     fwd__for_rows(c, n, qkv_finish_row, &a);
     attn_job aj = {c, &a, attn_parts(c), 0};
-    pool_run(c->threads, attn_worker, &aj);
+    pool_run_any(c->threads, attn_worker, &aj);
     if (c->m->hp.attn_gate) fwd__for_rows(c, n, apply_gate_row, NULL);
     fwd__matmul(c, c->att, n, &L->wo, c->tmp);
 }
