@@ -146,7 +146,7 @@ llama-bench:
 # interleaved (LONG=1 adds depths 16k/32k and tg128 at 8192).
 bench-depth: strata model
 	@scripts/build-llama-bench.sh || echo "bench-depth: no llama-bench; Strata only"
-	$(PYTHON) bench/bench_depth.py --model $(MODEL) $${LONG:+--long}
+	$(PYTHON) bench/bench_depth.py --model $(MODEL) $${LONG:+--long} $${TESTS:+--tests $$TESTS} $${REPS:+--reps $$REPS}
 
 # Reference vectors from llama.cpp (committed; need llama-cpp-python).
 oracle-refs: model
