@@ -139,26 +139,23 @@ static unsigned post(pool *p, pool_fn fn, void *ctx, int any) {
     return g;
 }
 
-void pool_run(pool *p, pool_fn fn, void *ctx) {
+/* The caller runs its share, then waits: for every worker (pool_run), or
+ * for the workers already inside fn after closing the job (any). */
+static void run_job(pool *p, pool_fn fn, void *ctx, int any) {
     if (p->n == 1) {
         fn(ctx, 0, 1);
         return;
     }
-    post(p, fn, ctx, 0);
+    post(p, fn, ctx, any);
     fn(ctx, 0, p->n);
-    for (int i = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; i++) backoff(i);
+    if (any) atomic_store(&p->open, 0);
+    atomic_int *busy = any ? &p->active : &p->pending;
+    for (int i = 0; atomic_load(busy) > 0; i++) backoff(i);
 }
 
-void pool_run_any(pool *p, pool_fn fn, void *ctx) {
-    if (p->n == 1) {
-        fn(ctx, 0, 1);
-        return;
-    }
-    post(p, fn, ctx, 1);
-    fn(ctx, 0, p->n);
-    atomic_store(&p->open, 0);
-    for (int i = 0; atomic_load(&p->active) > 0; i++) backoff(i);
-}
+void pool_run(pool *p, pool_fn fn, void *ctx) { run_job(p, fn, ctx, 0); }
+
+void pool_run_any(pool *p, pool_fn fn, void *ctx) { run_job(p, fn, ctx, 1); }
 
 int pool_size(const pool *p) { return p->n; }
 
