@@ -171,6 +171,7 @@ def main():
     print(f"threads: {args.threads}, reps: {args.reps} (interleaved), wall {time.time() - t_start:.0f} s")
     print(f"load average (1/5/15 min): before {load_before}, after {load_after}")
     print(f"llama.cpp: {args.llama_bench} ({llama_version(args)})")
+    print(f"strata ISA level: {os.environ.get('STRATA_CPU') or 'highest the CPU has'} (STRATA_CPU)")
     if base:
         print(f"strata-base: {args.strata_base}")
     for name, fn in engines:
@@ -196,6 +197,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": machine(), "model": args.model, "threads": args.threads,
+                       "strata_cpu": os.environ.get("STRATA_CPU", ""),
                        "load_before": load_before, "load_after": load_after,
                        "llama.cpp": llama_version(args), "results": result,
                        "errors": {f"{k[0]} {k[1]}": v for k, v in errors.items()}}, f, indent=1)

@@ -205,6 +205,25 @@ TEST(fwd_invariance_across_thread_counts) {
     check_threads("models/qwen35-f32.gguf");
 }
 
+/* Decode with more threads than KV heads: 3 threads on 2 KV heads split
+ * each head's queries into parts (forward.c, attn_parts); 1 thread never
+ * does. Every token's logits must still match, bit for bit. */
+TEST(fwd_decode_head_split_matches_one_thread) {
+    static const int decode[] = {1, 0};
+    char gg[256];
+    snprintf(gg, sizeof gg, "%s", test_data("models/llama-q4_1.gguf"));
+    int32_t toks[70];
+    for (int t = 0; t < 70; t++) toks[t] = (t * 29 + 3) % 200;
+    engine *e1 = open_engine(gg, 512, 1), *e3 = open_engine(gg, 512, 3);
+    if (!e1 || !e3) return;
+    CHECK(e3->m->hp.n_head_kv < 3 && e3->m->hp.n_head > e3->m->hp.n_head_kv);
+    float *a = all_logits(e1, toks, 70, decode), *b = all_logits(e3, toks, 70, decode);
+    check_same(a, b, 70, e1->m->hp.n_vocab, "decode, 1 vs 3 threads");
+    free(a), free(b);
+    engine_close(e1);
+    engine_close(e3);
+}
+
 TEST(fwd_rejects_bad_batches) {
     engine *e = open_engine(test_data("models/llama-q4_1.gguf"), 8, 1);
     if (!e) return;

@@ -397,3 +397,18 @@ TEST(quant_gemm_levels_vs_scalar) {
                 check_level(l, WEIGHT_TYPES[i], 576 + 32);
         }
 }
+
+/* The short last group of a row (1-4 blocks, as k = 576 and 640 leave)
+ * has its own load path in the SIMD kernels; 5 blocks is the first size
+ * past it. Each is checked against scalar and for batch invariance. */
+TEST(quant_gemm_short_last_group) {
+    for (int l = QUANT_SCALAR; l <= quant_level(); l++)
+        for (int i = 0; i < N_WEIGHT_TYPES; i++) {
+            qtype t = WEIGHT_TYPES[i];
+            if (quant_get(t)->blck != QK) continue;
+            for (int64_t k = 512 + 32; k <= 512 + 5 * 32; k += 32) {
+                if (l > QUANT_SCALAR) check_level(l, t, k);
+                check_invariance(l, t, k);
+            }
+        }
+}

@@ -137,8 +137,56 @@ AI void lg_load_q8_0(const uint8_t *g, int n, lg_group *o) {
     lg_scales(L80, lg_lanes32(g, QB_Q8_0, 0, n), o);
 }
 
+/* The last, short group of a row (n <= 4 blocks, as k = 576 or 640
+ * leaves): block j goes to lane 4j (qa8_lane), so each packed vector is
+ * one zero-masked permute of the first blocks instead of the full
+ * 16-block transpose. Same lanes and values as lg_load gives. */
+AI void lg_load_tail(int ty, const uint8_t *g, int n, lg_group *o) {
+    const __mmask16 k4 = 0x1111;
+    if (ty == L41) { /* block j at dwords 5j..5j+4: header, then 4 quant dwords */
+        __m512i a = _mm512_maskz_loadu_epi32((__mmask16)((1u << (5 * n < 16 ? 5 * n : 16)) - 1), g);
+        __m512i b = _mm512_maskz_loadu_epi32((__mmask16)(n == 4 ? 0xf : 0), g + 64);
+        UNROLL
+        for (int c = 0; c < 4; c++)
+            o->q[c] = _mm512_maskz_permutex2var_epi32(k4, a, _mm512_set_epi32(0, 0, 0, 16 + c, 0, 0, 0, 11 + c,
+                                                                             0, 0, 0, 6 + c, 0, 0, 0, 1 + c), b);
+        lg_scales(L41, _mm512_maskz_permutexvar_epi32(k4, _mm512_set_epi32(0, 0, 0, 15, 0, 0, 0, 10, 0, 0, 0,
+                                                                            5, 0, 0, 0, 0), a), o);
+    } else if (ty == L80) { /* a: blocks 0, 1; b: blocks 2, 3 (32 bytes each) */
+        const int by = QB_Q8_0;
+        __m256i q[4];
+        UNROLL
+        for (int j = 0; j < 4; j++)
+            q[j] = j < n ? _mm256_loadu_si256((const void *)(g + j * by + 2)) : _mm256_setzero_si256();
+        __m512i a = _mm512_inserti64x4(_mm512_castsi256_si512(q[0]), q[1], 1);
+        __m512i b = _mm512_inserti64x4(_mm512_castsi256_si512(q[2]), q[3], 1);
+        UNROLL
+        for (int v = 0; v < 8; v++)
+            o->q[v] = _mm512_xor_si512(
+                _mm512_maskz_permutex2var_epi32(k4, a, _mm512_set_epi32(0, 0, 0, 24 + v, 0, 0, 0, 16 + v,
+                                                                        0, 0, 0, 8 + v, 0, 0, 0, v), b),
+                _mm512_set1_epi8((char)0x80));
+        lg_scales(L80, lg_lanes32(g, by, 0, n), o);
+    } else { /* nibble formats: block j's 16 quant bytes in 128-bit lane j */
+        const int by = lg_bytes(ty), qo = lg_qs_off(ty);
+        __m128i v[4];
+        UNROLL
+        for (int j = 0; j < 4; j++)
+            v[j] = j < n ? _mm_loadu_si128((const void *)(g + j * by + qo)) : _mm_setzero_si128();
+        __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(v[1], v[0])),
+                                       _mm256_set_m128i(v[3], v[2]), 1);
+        UNROLL
+        for (int c = 0; c < 4; c++)
+            o->q[c] = _mm512_maskz_permutexvar_epi32(k4, _mm512_set_epi32(0, 0, 0, 12 + c, 0, 0, 0, 8 + c,
+                                                                          0, 0, 0, 4 + c, 0, 0, 0, c), z);
+        if (ty == L50 || ty == L51) o->qh = lg_lanes32(g, by, lg_qh_off(ty), n);
+        lg_scales(ty, lg_lanes32(g, by, 0, n), o);
+    }
+}
+
 AI void lg_load(int ty, const uint8_t *g, int n, lg_group *o) {
-    if (ty == L41) lg_load_q4_1(g, n, o);
+    if (n <= 4) lg_load_tail(ty, g, n, o);
+    else if (ty == L41) lg_load_q4_1(g, n, o);
     else if (ty == L80) lg_load_q8_0(g, n, o);
     else lg_load_nibbles(ty, g, n, o);
 }

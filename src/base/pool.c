@@ -12,13 +12,25 @@
 #define SPIN_ITERS 50000 /* polls before sleeping on the condition variable */
 #define YIELD_AFTER 2000 /* pause-polls (~ a few microseconds) before yielding */
 
+/* Job g lives in slot[g & 1], written before gen becomes g. A worker
+ * reads the slot of the gen it saw and checks gen again afterwards (a
+ * seqlock): the slot is rewritten only for job g + 2, which cannot be
+ * posted before job g + 1 is over, and that needs this worker unless
+ * job g + 1 is a pool_run_any one. */
+typedef struct {
+    _Atomic(pool_fn) fn;
+    _Atomic(void *) ctx;
+    atomic_int any; /* posted by pool_run_any */
+} pool_job;
+
 struct pool {
     int n;
     pthread_t *threads;
-    pool_fn fn;
-    void *ctx;
+    pool_job slot[2];
     atomic_uint gen;     /* bumped once per job */
-    atomic_int pending;  /* workers still running the current job */
+    atomic_int pending;  /* pool_run: workers still running the current job */
+    atomic_uint open;    /* pool_run_any: gen of the job workers may still join, 0 if none */
+    atomic_int active;   /* pool_run_any: workers inside its fn (or about to check `open`) */
     atomic_int stop;
     pthread_mutex_t mu;
     pthread_cond_t wake;
@@ -57,16 +69,37 @@ static unsigned wait_for_job(pool *p, unsigned seen) {
     return atomic_load(&p->gen);
 }
 
+/* A worker's share of job g. For a pool_run_any job, registering in
+ * `active` and then reading `open` (both sequentially consistent) pairs
+ * with the caller closing `open` and then reading `active`: either the
+ * caller waits for this worker, or the worker sees the job closed. */
+static void run_share(pool *p, unsigned g, pool_fn fn, void *ctx, int any, int ith) {
+    if (!any) {
+        fn(ctx, ith, p->n);
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+        return;
+    }
+    atomic_fetch_add(&p->active, 1);
+    if (atomic_load(&p->open) == g) fn(ctx, ith, p->n);
+    atomic_fetch_sub(&p->active, 1);
+}
+
 static void *worker_main(void *argp) {
     worker_arg a = *(worker_arg *)argp;
     free(argp);
     pool *p = a.p;
     unsigned seen = 0;
     for (;;) {
-        seen = wait_for_job(p, seen);
+        unsigned g = wait_for_job(p, seen);
         if (atomic_load(&p->stop)) return NULL;
-        p->fn(p->ctx, a.ith, p->n);
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+        pool_job *s = &p->slot[g & 1];
+        pool_fn fn = atomic_load(&s->fn);
+        void *ctx = atomic_load(&s->ctx);
+        int any = atomic_load(&s->any);
+        seen = g;
+        /* Moved on already: job g was a pool_run_any one, finished without us. */
+        if (atomic_load(&p->gen) != g) continue;
+        run_share(p, g, fn, ctx, any, a.ith);
     }
 }
 
@@ -93,18 +126,36 @@ static void publish(pool *p) {
     pthread_mutex_unlock(&p->mu);
 }
 
-void pool_run(pool *p, pool_fn fn, void *ctx) {
+/* Writes job gen + 1 into its slot and publishes it; returns its gen. */
+static unsigned post(pool *p, pool_fn fn, void *ctx, int any) {
+    unsigned g = atomic_load(&p->gen) + 1; /* only the caller's thread bumps gen */
+    pool_job *s = &p->slot[g & 1];
+    atomic_store(&s->fn, fn);
+    atomic_store(&s->ctx, ctx);
+    atomic_store(&s->any, any);
+    if (any) atomic_store(&p->open, g);
+    else atomic_store(&p->pending, p->n - 1);
+    publish(p);
+    return g;
+}
+
+/* The caller runs its share, then waits: for every worker (pool_run), or
+ * for the workers already inside fn after closing the job (any). */
+static void run_job(pool *p, pool_fn fn, void *ctx, int any) {
     if (p->n == 1) {
         fn(ctx, 0, 1);
         return;
     }
-    p->fn = fn;
-    p->ctx = ctx;
-    atomic_store(&p->pending, p->n - 1);
-    publish(p);
+    post(p, fn, ctx, any);
     fn(ctx, 0, p->n);
-    for (int i = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; i++) backoff(i);
+    if (any) atomic_store(&p->open, 0);
+    atomic_int *busy = any ? &p->active : &p->pending;
+    for (int i = 0; atomic_load(busy) > 0; i++) backoff(i);
 }
+
+void pool_run(pool *p, pool_fn fn, void *ctx) { run_job(p, fn, ctx, 0); }
+
+void pool_run_any(pool *p, pool_fn fn, void *ctx) { run_job(p, fn, ctx, 1); }
 
 int pool_size(const pool *p) { return p->n; }
 
