@@ -155,9 +155,10 @@ llama-bench:
 # pp512, pp512 at depth 4096, tg128 at depth 0: Strata and llama-bench
 # interleaved (LONG=1 adds depths 16k/32k and tg128 at 8192). MODEL= any
 # GGUF (say models/gemma-3-270m-q4_k_m.gguf), TESTS=pp512@0,tg128@4096
-# replaces the list, REPS=N; STRATA_CPU=avx2 for Strata's AVX2 level.
+# replaces the list, REPS=N; STRATA_CPU=avx2 for Strata's AVX2 level, against
+# llama.cpp built for AVX2 only (build/llama-bench-avx2).
 bench-depth: strata model
-	@scripts/build-llama-bench.sh || echo "bench-depth: no llama-bench; Strata only"
+	@LLAMA_CPU=$$([ "$$STRATA_CPU" = avx2 ] && echo avx2) scripts/build-llama-bench.sh || echo "bench-depth: no llama-bench; Strata only"
 	$(PYTHON) bench/bench_depth.py --model $(MODEL) $${LONG:+--long} $${TESTS:+--tests $$TESTS} $${REPS:+--reps $$REPS}
 
 # Reference vectors from llama.cpp (committed; need llama-cpp-python).

