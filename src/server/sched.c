@@ -336,6 +336,9 @@ static void copy_cache_stats(sched *s) {
     s->stats.snap_stored = st.snap.stored, s->stats.snap_restored = st.snap.restored;
     s->stats.snap_evicted = st.snap.evicted, s->stats.snap_entries = st.snap.entries;
     s->stats.snap_bytes = st.snap.bytes;
+    s->stats.window_reloaded_blocks = st.window_reloaded_blocks;
+    s->stats.window_cut_tokens = st.window_cut_tokens;
+    s->stats.window_refilled_blocks = st.window_refilled_blocks;
     pthread_mutex_unlock(&s->mu);
 }
 

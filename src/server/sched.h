@@ -132,6 +132,7 @@ typedef struct sched_stats {
     int cache_blocks, cache_idle_blocks, cache_tails;
     long snap_stored, snap_restored, snap_evicted, snap_entries; /* recurrent-state snapshots */
     unsigned long long snap_bytes;                               /* their state bytes in memory */
+    long window_reloaded_blocks, window_cut_tokens, window_refilled_blocks; /* sliding-window models */
     int active, queued, n_slots;
 } sched_stats;
 void sched_get_stats(sched *s, sched_stats *out);

@@ -108,6 +108,17 @@ static void get_metrics(server *s, const http_req *req, http_reply *rep) {
                       "# TYPE strata_cache_snapshots_restored_total counter\nstrata_cache_snapshots_restored_total %ld\n"
                       "# TYPE strata_cache_snapshots_evicted_total counter\nstrata_cache_snapshots_evicted_total %ld\n",
                       st.snap_entries, st.snap_bytes, st.snap_stored, st.snap_restored, st.snap_evicted);
+    if (s->e->kv.swa_layer && n < (int)sizeof body)
+        n += snprintf(body + n, sizeof body - (size_t)n,
+                      "# HELP strata_window_reloaded_blocks_total Sliding-window parts read back from a lower tier "
+                      "to make a hit's window whole.\n"
+                      "# TYPE strata_window_reloaded_blocks_total counter\nstrata_window_reloaded_blocks_total %ld\n"
+                      "# HELP strata_window_cut_tokens_total Hit tokens given up because no tier held their window.\n"
+                      "# TYPE strata_window_cut_tokens_total counter\nstrata_window_cut_tokens_total %ld\n"
+                      "# HELP strata_window_refilled_blocks_total Sliding-window parts given back to cached blocks "
+                      "by recomputing them.\n"
+                      "# TYPE strata_window_refilled_blocks_total counter\nstrata_window_refilled_blocks_total %ld\n",
+                      st.window_reloaded_blocks, st.window_cut_tokens, st.window_refilled_blocks);
     if (s->disk && n < (int)sizeof body) {
         disk_stats d;
         disk_get_stats(s->disk, &d);

@@ -56,6 +56,11 @@ class Server:
             time.sleep(0.1)
         raise RuntimeError("strata serve did not become healthy in 60 s")
 
+    def metrics(self):
+        """/metrics as {name: value} (comment lines dropped)."""
+        text = httpx.get(self.url + "/metrics", timeout=10).text
+        return {l.split()[0]: float(l.split()[1]) for l in text.splitlines() if l and not l.startswith("#")}
+
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
         try:

@@ -71,16 +71,11 @@ def test_e_interleaved_sessions_each_hit_their_own_history(big):
 def test_b_one_request_never_stores_a_prefix_twice(big):
     rng = random.Random(6)
     toks = [rng.randrange(3, 500) for _ in range(10 * B)]
-    before = metrics(big)["strata_cache_published_blocks_total"]
+    before = big.metrics()["strata_cache_published_blocks_total"]
     complete(big, toks)
     complete(big, toks)  # the same prompt again: found, not stored again
-    after = metrics(big)["strata_cache_published_blocks_total"]
+    after = big.metrics()["strata_cache_published_blocks_total"]
     assert after - before == 10  # 10 full blocks, published once; the repeat finds them
-
-
-def metrics(server):
-    text = httpx.get(server.url + "/metrics").text
-    return {l.split()[0]: float(l.split()[1]) for l in text.splitlines() if l and not l.startswith("#")}
 
 
 def test_scope_off_tokens_and_auto(big):

@@ -191,6 +191,7 @@ def test_window_dropped_from_memory_reloads_from_disk_equal_to_cold(tmp_path):
                  {"role": "user", "content": "Which slot holds record 0-7?"}]
         choice, u = loop_chat(srv, again)
         ref, ru = loop_chat(cold, again)
+        m = srv.metrics()
     finally:
         assert srv.stop() == 0
         assert cold.stop() == 0
@@ -199,6 +200,9 @@ def test_window_dropped_from_memory_reloads_from_disk_equal_to_cold(tmp_path):
     last = lines[-1]
     print("hit:", last["cached_tokens"], last["window"], "prompt", u["prompt_tokens"])
     assert last["window"]["reloaded_blocks"] > 0 and last["window"]["cut_tokens"] == 0
+    # /metrics counts what the trace lines say, in total
+    assert m["strata_window_reloaded_blocks_total"] == sum(line["window"]["reloaded_blocks"] for line in lines)
+    assert m["strata_window_cut_tokens_total"] == sum(line["window"]["cut_tokens"] for line in lines)
     assert u["prompt_tokens_details"]["cached_tokens"] > 512
     assert ru["prompt_tokens"] == u["prompt_tokens"]
     assert choice["message"]["content"] == ref["message"]["content"]

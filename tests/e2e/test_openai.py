@@ -169,11 +169,6 @@ def test_16_concurrent_clients_match_solo_answers(tiny):
         assert g == solo[p], "batched answer differs from the answer computed alone"
 
 
-def metrics(server):
-    text = httpx.get(server.url + "/metrics").text
-    return {l.split()[0]: float(l.split()[1]) for l in text.splitlines() if l and not l.startswith("#")}
-
-
 def test_disconnect_cancels_generation(tiny):
     with httpx.Client(timeout=30) as h:
         with h.stream("POST", tiny.url + "/v1/chat/completions",
@@ -183,12 +178,12 @@ def test_disconnect_cancels_generation(tiny):
             got = [next(lines) for _ in range(6)]
             assert any(l.startswith("data: ") for l in got)
     deadline = time.time() + 10
-    while time.time() < deadline and metrics(tiny)["strata_requests_active"] > 0:
+    while time.time() < deadline and tiny.metrics()["strata_requests_active"] > 0:
         time.sleep(0.05)
-    assert metrics(tiny)["strata_requests_active"] == 0
-    before = metrics(tiny)["strata_generated_tokens_total"]
+    assert tiny.metrics()["strata_requests_active"] == 0
+    before = tiny.metrics()["strata_generated_tokens_total"]
     time.sleep(0.5)
-    assert metrics(tiny)["strata_generated_tokens_total"] == before
+    assert tiny.metrics()["strata_generated_tokens_total"] == before
 
 
 def test_real_model_answers(real):

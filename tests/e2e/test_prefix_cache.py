@@ -76,8 +76,7 @@ def test_multi_turn_extends_previous_prompt(warm, cold):
 
 def test_metrics_count_hits(warm):
     turn(warm, "metrics please")
-    text = httpx.get(warm.url + "/metrics").text
-    values = {l.split()[0]: float(l.split()[1]) for l in text.splitlines() if l and not l.startswith("#")}
+    values = warm.metrics()
     assert values["strata_cache_hit_tokens_total"] > 0
     assert values["strata_cache_blocks"] > 0
 
@@ -139,8 +138,7 @@ def test_cache_survives_restart_bit_identical(tmp_path, cold):
         same = turn(s, "before the restart")  # resent as is: one token to compute
         assert same["usage"]["prompt_tokens_details"]["cached_tokens"] == same["usage"]["prompt_tokens"] - 1
         assert strip(same) == strip(first)
-        m = httpx.get(s.url + "/metrics").text
-        assert "strata_disk_blocks" in m
+        assert "strata_disk_blocks" in s.metrics()
     finally:
         assert s.stop() == 0
 
@@ -167,8 +165,7 @@ def test_corrupt_cache_file_is_skipped_not_fatal(tmp_path, cold):
         r = turn(s, "corrupt me")
         assert r["usage"]["strata_cache"]["disk_tokens"] == 0  # nothing corrupt was loaded
         assert strip(r) == strip(turn(cold, "corrupt me"))
-        m = {l.split()[0]: float(l.split()[1]) for l in httpx.get(s.url + "/metrics").text.splitlines()
-             if l and not l.startswith("#")}
+        m = s.metrics()
         assert m["strata_disk_quarantined_total"] >= 1
     finally:
         assert s.stop() == 0

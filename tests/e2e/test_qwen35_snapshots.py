@@ -64,15 +64,6 @@ def end_of(tr):
     return tr["prompt_tokens"] + fed
 
 
-def metrics(srv):
-    out = {}
-    for line in httpx.get(srv.url + "/metrics", timeout=10).text.splitlines():
-        if line and not line.startswith("#"):
-            k, v = line.split()
-            out[k] = float(v)
-    return out
-
-
 def user_turn(i):
     return f"Tool result {i}: " + " ".join(f"line{i}_{k}" for k in range(3 + i % 4))
 
@@ -116,7 +107,7 @@ def test_agent_loop_12_turns_prefills_only_new_tokens(tmp, cold):
             msgs.append({"role": "assistant", "content": text})
         print("prefilled per turn:", prefilled, "prompt tokens at turn 12:", prev["prompt_tokens"])
         assert sum(prefilled[1:]) < prev["prompt_tokens"]
-        m = metrics(warm)
+        m = warm.metrics()
         assert m["strata_cache_snapshots_restored_total"] == 11
         assert m["strata_cache_snapshot_bytes"] > 0 and m["strata_cache_snapshots"] > 0
         print("snapshots:", m["strata_cache_snapshots"], "bytes in memory:", m["strata_cache_snapshot_bytes"])
@@ -266,7 +257,7 @@ def test_shared_tier_replica_resumes_from_redis(tmp, cold):
         c = start(tmp, "replica-c", *shared)
         try:
             text, t3 = complete(c, y, 6)
-            m = metrics(c)
+            m = c.metrics()
         finally:
             assert c.stop() == 0
         assert text == complete(cold, y, 6)[0]
