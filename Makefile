@@ -49,8 +49,9 @@ build/strata-tests: $(TEST_OBJ) $(OBJ)
 
 # The activations' loops vectorise at -O3 once comparisons may be
 # if-converted (no FP traps are enabled anyway); neither flag changes a
-# value (no fast-math, no FMA at the base level): backend/act.h.
-build/src/backend/act.o: override CFLAGS += -O3 -fno-trapping-math
+# value (no fast-math; -std=c11 contracts nothing into FMA, at any level):
+# backend/act.h. act.o, act_avx2.o, act_avx512.o.
+build/src/backend/act%.o: override CFLAGS += -O3 -fno-trapping-math
 
 build/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)

@@ -1,10 +1,12 @@
 /* test_act.c - the gated GELU (backend/act): agreement with a
  * float64 reference, finite results at the clamps, and the same bits for
- * an element whether its row is long (vectorised runs) or one element. */
+ * an element whether its row is long (vectorised runs) or one element, at
+ * every kernel level. */
 #include <math.h>
 #include <string.h>
 
 #include "backend/act.h"
+#include "backend/quant.h"
 #include "test.h"
 
 TEST(act_expf_within_2e7_of_float64) {
@@ -62,4 +64,21 @@ TEST(act_same_bits_in_any_row_length) {
         act_gelu_tanh_mul(&alone[i], &u[i], 1);
     }
     CHECK(memcmp(row, alone, sizeof row) == 0);
+}
+
+/* Every kernel level the CPU has computes the base build's bits: the
+ * same C at 4, 8 or 16 lanes, with no FMA contraction (act_impl.h). Rows
+ * of many lengths, values across the exp's clamps. */
+TEST(act_levels_give_the_same_bits) {
+    enum { N = 1000 };
+    static float g0[N], u[N], base[N], lv[N];
+    for (int i = 0; i < N; i++) g0[i] = (float)((i * 7919) % 2001 - 1000) * 0.0137f, u[i] = 0.25f + (float)(i % 7) * 0.3f;
+    for (int level = QUANT_AVX2; level <= quant_level(); level++) {
+        for (size_t n = 1; n <= N; n = n * 3 + 1) {
+            memcpy(base, g0, sizeof base), memcpy(lv, g0, sizeof lv);
+            act_gelu_tanh_mul_level(QUANT_SCALAR, base, u, n);
+            act_gelu_tanh_mul_level(level, lv, u, n);
+            CHECK_MSG(memcmp(base, lv, n * sizeof(float)) == 0, "level %d, row of %zu", level, n);
+        }
+    }
 }

@@ -1,52 +1,21 @@
-/* act.c - gated GELU over an exp of our own (see act.h). */
+/* act.c - gated GELU over an exp of our own (see act.h): the base build
+ * and the choice of level. */
 #include "backend/act.h"
 
-#include <stdint.h>
-#include <string.h>
+#include "backend/act_impl.h"
+#include "backend/quant.h"
 
-/* e^x = 2^n e^r with n = round(x / ln2) and r = x - n ln2, ln2 split in
- * a part exact in float (0.693359375) and the rest, so r carries no
- * rounding error from n; e^r by its Taylor series to r^7 (|r| <= 0.347:
- * the first term left out is below 4e-9); 2^n added to the exponent
- * bits. Rounding uses the 1.5 * 2^23 trick: adding it leaves n in the
- * low mantissa bits. */
-static inline float exp_clamped(float x) {
-    const float shift = 12582912.0f; /* 1.5 * 2^23 */
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 88.0f ? 88.0f : x;
-    float t = x * 1.44269504088896341f + shift;
-    float n = t - shift;
-    float r = x - n * 0.693359375f - n * -2.12194440e-4f;
-    float p = 1.98412698e-4f; /* 1/7! */
-    p = p * r + 1.38888889e-3f;  /* 1/6! */
-    p = p * r + 8.33333333e-3f;  /* 1/5! */
-    p = p * r + 4.16666667e-2f;  /* 1/4! */
-    p = p * r + 1.66666667e-1f;  /* 1/3! */
-    p = p * r + 0.5f;
-    p = p * r * r + r + 1.0f;
-    int32_t ti, pi;
-    memcpy(&ti, &t, 4);
-    memcpy(&pi, &p, 4);
-    pi += (ti - 0x4B400000) * (1 << 23); /* n = t's bits minus shift's */
-    memcpy(&p, &pi, 4);
-    return p;
+/* The wider builds of the same code (act_avx2.c, act_avx512.c). */
+void act_gelu_tanh_mul_avx2(float *g, const float *u, size_t n);
+void act_gelu_tanh_mul_avx512(float *g, const float *u, size_t n);
+
+float act_expf(float x) { return act__exp_clamped(x); }
+
+void act_gelu_tanh_mul_level(int level, float *g, const float *u, size_t n) {
+    if (level > quant_level()) level = quant_level();
+    if (level >= QUANT_AVX512) act_gelu_tanh_mul_avx512(g, u, n);
+    else if (level >= QUANT_AVX2) act_gelu_tanh_mul_avx2(g, u, n);
+    else act__gelu_tanh_mul(g, u, n);
 }
 
-float act_expf(float x) { return exp_clamped(x); }
-
-/* Elements go in runs of ACT_RUN (a fixed count the compiler vectorises
- * without a cost model's doubts), the rest one by one: the same
- * operations either way, so the bits do not depend on where a row ends. */
-#define ACT_RUN 16
-
-static inline float gelu_mul(float x, float u) {
-    float y = 0.79788456080286535588f * x * (1.0f + 0.044715f * x * x);
-    return x / (1.0f + exp_clamped(-2.0f * y)) * u;
-}
-
-void act_gelu_tanh_mul(float *g, const float *u, size_t n) {
-    size_t i = 0;
-    for (; i + ACT_RUN <= n; i += ACT_RUN)
-        for (int k = 0; k < ACT_RUN; k++) g[i + k] = gelu_mul(g[i + k], u[i + k]);
-    for (; i < n; i++) g[i] = gelu_mul(g[i], u[i]);
-}
+void act_gelu_tanh_mul(float *g, const float *u, size_t n) { act_gelu_tanh_mul_level(quant_level(), g, u, n); }

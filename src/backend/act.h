@@ -3,9 +3,10 @@
  *
  * It is built on an exp of our own (act_expf: range reduction to
  * |r| <= ln2/2 and a degree-7 polynomial, relative error < 2e-7), in
- * plain C with no library call and no branch, so the compiler vectorises
- * the loops and every machine computes the same bits (no FMA: this file
- * is built with the base flags). libm's tanhf and expf, called once per
+ * plain C with no library call and no branch (act_impl.h), so the
+ * compiler vectorises the loops, at 4, 8 or 16 lanes by the kernel level
+ * (quant_level), and every machine and level computes the same bits (no
+ * FMA contraction in ISO C mode). libm's tanhf and expf, called once per
  * element, were a fifth of Gemma 3's prefill. (SwiGLU keeps libm's
  * expf: model/forward.c says why.)
  * Does not: know about rows, threads or models (model/forward.c). */
@@ -19,5 +20,8 @@ float act_expf(float x);
 /* GEGLU, tanh form (gelu_pytorch_tanh): g = 0.5 g (1 + tanh(y)) * u with
  * y = sqrt(2/pi) (g + 0.044715 g^3), computed as g / (1 + e^(-2y)) * u. */
 void act_gelu_tanh_mul(float *g, const float *u, size_t n);
+/* The same at a given kernel level (QUANT_SCALAR..QUANT_AVX512, capped at
+ * what the CPU has): tests compare the levels' bits. */
+void act_gelu_tanh_mul_level(int level, float *g, const float *u, size_t n);
 
 #endif
