@@ -26,6 +26,11 @@ struct fwd_ctx {
     size_t xq_cap;
     float *rope_inv_freq; /* rope_dim / 2 */
     float *rope_inv_swa;  /* the same for sliding-window layers (their own base) */
+    /* The batch's rotation angles, computed once per batch for every
+     * layer: [token][kind][pair] with kind 0 = global layers, 1 =
+     * sliding-window layers (only when the model has them). */
+    float *rope_cos, *rope_sin;
+    int rope_kinds;
     /* Attention: the batch cut into runs of consecutive tokens of one
      * sequence (at most ATTN_RUN each); a work item is (run, KV head). */
     fwd_run_span *runs;
