@@ -52,6 +52,8 @@ build/strata-tests: $(TEST_OBJ) $(OBJ)
 # value (no fast-math; -std=c11 contracts nothing into FMA, at any level):
 # backend/act.h. act.o, act_avx2.o, act_avx512.o.
 build/src/backend/act%.o: override CFLAGS += -O3 -fno-trapping-math
+# The same for the activation quantizer's builds (backend/quant_act_impl.h).
+build/src/backend/quant_act_%.o: override CFLAGS += -O3 -fno-trapping-math
 
 build/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)

@@ -7,6 +7,7 @@
  * checks. The gemm kernels live in quant_scalar.c, quant_avx2.c and
  * quant_avx512.c. Does not: threads, allocate, or know about files. */
 #include "backend/quant_impl.h"
+#include "backend/quant_act_impl.h"
 
 #include "base/cpu.h"
 #include "base/fp16.h"
@@ -165,63 +166,20 @@ void quant_dequant_row(qtype t, const void *src, float *dst, int64_t n) {
 
 /* ---- activation conversion ------------------------------------------ */
 
-/* Round half away from zero; |v| <= 127.5 here, so the cast is safe. */
-static int round_q(float v) { return (int)(v + (v >= 0 ? 0.5f : -0.5f)); }
+/* The wider builds of quant_act_impl.h's code (quant_act_avx2.c,
+ * quant_act_avx512.c): the same bytes. */
+void quant_act_row_avx2(qtype act, const float *x, void *dst, int64_t n);
+void quant_act_row_avx512(qtype act, const float *x, void *dst, int64_t n);
 
-/* Symmetric int8 quantization of n values: returns the scale d. */
-static float q8_block(const float *x, int8_t *q, int n) {
-    float amax = 0;
-    for (int j = 0; j < n; j++) { /* fmaxf's value (a NaN never wins), without its library call */
-        float a = fabsf(x[j]);
-        amax = a > amax ? a : amax;
-    }
-    float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
-    for (int j = 0; j < n; j++) q[j] = (int8_t)round_q(x[j] * id);
-    return d;
-}
-
-/* Q8_0/Q8_1 in the grouped lane layout of quant_impl.h; the padding
- * blocks of the last group are zero. */
-static void act_q8(const float *x, void *dst, int64_t n) {
-    int64_t nb = n / QK, nbp = qa8_nbp(nb);
-    float *d = dst, *s = d + nbp;
-    int8_t *qs = (int8_t *)dst + 8 * nbp;
-    memset(dst, 0, (size_t)nbp * (8 + QK));
-    for (int64_t b = 0; b < nb; b++) {
-        int8_t q[QK];
-        int64_t slot = qa8_slot(b);
-        d[slot] = q8_block(x + b * QK, q, QK);
-        int sum = 0;
-        for (int j = 0; j < QK; j++) sum += q[j];
-        s[slot] = d[slot] * (float)sum;
-        for (int e = 0; e < QK; e += 4) memcpy(qs + qa8_qoff(b, e), q + e, 4);
-    }
-}
-
-static void act_q8k(const float *x, void *dst, int64_t n) {
-    int64_t nb = n / QK_K;
-    float *d = dst;
-    int16_t *bs = (int16_t *)(d + nb);
-    int8_t *qs = (int8_t *)dst + 36 * nb;
-    for (int64_t b = 0; b < nb; b++) {
-        int8_t *q = qs + b * QK_K;
-        d[b] = q8_block(x + b * QK_K, q, QK_K);
-        for (int g = 0; g < 16; g++) {
-            int sum = 0;
-            for (int j = 0; j < 16; j++) sum += q[16 * g + j];
-            bs[16 * b + g] = (int16_t)sum;
-        }
-    }
+void quant_act_row_level(int level, qtype act, const float *x, void *dst, int64_t n) {
+    if (level > quant_level()) level = quant_level();
+    if (level >= QUANT_AVX512) quant_act_row_avx512(act, x, dst, n);
+    else if (level >= QUANT_AVX2) quant_act_row_avx2(act, x, dst, n);
+    else quant__act_row(act, x, dst, n);
 }
 
 void quant_act_row(qtype act, const float *x, void *dst, int64_t n) {
-    switch (act) {
-    case QT_Q8_0:
-    case QT_Q8_1: act_q8(x, dst, n); break;
-    case QT_Q8_K: act_q8k(x, dst, n); break;
-    case QT_F32: memcpy(dst, x, (size_t)n * 4); break;
-    default: break;
-    }
+    quant_act_row_level(quant_level(), act, x, dst, n);
 }
 
 /* ---- kernel dispatch ------------------------------------------------- */

@@ -40,6 +40,9 @@ size_t quant_row_bytes(qtype t, int64_t n);
 void quant_dequant_row(qtype t, const void *src, float *dst, int64_t n);
 /* Convert an activation row to act (Q8_0, Q8_1, Q8_K or F32). */
 void quant_act_row(qtype act, const float *x, void *dst, int64_t n);
+/* The same at a given kernel level (capped at what the CPU has): every
+ * level writes the same bytes (tests compare them). */
+void quant_act_row_level(int level, qtype act, const float *x, void *dst, int64_t n);
 /* Bytes of one converted activation row of n elements in format act. The
  * activation layouts are Strata's own (not ggml's), so size xq buffers with
  * this, NOT quant_row_bytes: Q8_0/Q8_1 40 B per 32, Q8_K 292 B per 256,

@@ -1,0 +1,74 @@
+/* quant_act_impl.h - activation rows to Q8_0 / Q8_1 / Q8_K, the element
+ * code included by quant.c (the base build) and by quant_act_avx2.c /
+ * quant_act_avx512.c, so the compiler vectorises the same C at 4, 8 or 16
+ * lanes. Every step is exact per element or order-free (the absolute
+ * maximum, integer sums), and -std=c11 contracts nothing into FMA, so every
+ * level writes the same bytes (test_quant.c compares them). */
+#ifndef STRATA_BACKEND_QUANT_ACT_IMPL_H
+#define STRATA_BACKEND_QUANT_ACT_IMPL_H
+
+#include <math.h>
+#include <string.h>
+
+#include "backend/quant_impl.h"
+
+/* Round half away from zero; |v| <= 127.5 here, so the cast is safe. */
+static inline int round_q(float v) { return (int)(v + (v >= 0 ? 0.5f : -0.5f)); }
+
+/* Symmetric int8 quantization of n values: returns the scale d. */
+static inline float q8_block(const float *x, int8_t *q, int n) {
+    float amax = 0;
+    for (int j = 0; j < n; j++) { /* fmaxf's value (a NaN never wins), without its library call */
+        float a = fabsf(x[j]);
+        amax = a > amax ? a : amax;
+    }
+    float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
+    for (int j = 0; j < n; j++) q[j] = (int8_t)round_q(x[j] * id);
+    return d;
+}
+
+/* Q8_0/Q8_1 in the grouped lane layout of quant_impl.h; the padding
+ * blocks of the last group are zero. */
+static inline void act_q8(const float *x, void *dst, int64_t n) {
+    int64_t nb = n / QK, nbp = qa8_nbp(nb);
+    float *d = dst, *s = d + nbp;
+    int8_t *qs = (int8_t *)dst + 8 * nbp;
+    memset(dst, 0, (size_t)nbp * (8 + QK));
+    for (int64_t b = 0; b < nb; b++) {
+        int8_t q[QK];
+        int64_t slot = qa8_slot(b);
+        d[slot] = q8_block(x + b * QK, q, QK);
+        int sum = 0;
+        for (int j = 0; j < QK; j++) sum += q[j];
+        s[slot] = d[slot] * (float)sum;
+        for (int e = 0; e < QK; e += 4) memcpy(qs + qa8_qoff(b, e), q + e, 4);
+    }
+}
+
+static inline void act_q8k(const float *x, void *dst, int64_t n) {
+    int64_t nb = n / QK_K;
+    float *d = dst;
+    int16_t *bs = (int16_t *)(d + nb);
+    int8_t *qs = (int8_t *)dst + 36 * nb;
+    for (int64_t b = 0; b < nb; b++) {
+        int8_t *q = qs + b * QK_K;
+        d[b] = q8_block(x + b * QK_K, q, QK_K);
+        for (int g = 0; g < 16; g++) {
+            int sum = 0;
+            for (int j = 0; j < 16; j++) sum += q[16 * g + j];
+            bs[16 * b + g] = (int16_t)sum;
+        }
+    }
+}
+
+static inline void quant__act_row(qtype act, const float *x, void *dst, int64_t n) {
+    switch (act) {
+    case QT_Q8_0:
+    case QT_Q8_1: act_q8(x, dst, n); break;
+    case QT_Q8_K: act_q8k(x, dst, n); break;
+    case QT_F32: memcpy(dst, x, (size_t)n * 4); break;
+    default: break;
+    }
+}
+
+#endif
