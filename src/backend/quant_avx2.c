@@ -438,23 +438,23 @@ AI __m256i kq_pattern(int ty, __m256i sc, int c) {
 }
 
 AI void kq_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
-                int64_t k, float *out, const int T) {
+                int64_t k, float *out, const int RR, const int T) {
     const int64_t nb = k / QK_K;
     const int by = ty == K4 ? QB_Q4_K : ty == K5 ? QB_Q5_K : QB_Q6_K;
-    __m256 acc[R][2], accm[R][2];
+    __m256 acc[4][8], accm[4][8];
     UNROLL
-    for (int r = 0; r < R; r++)
+    for (int r = 0; r < RR; r++)
         UNROLL
         for (int t = 0; t < T; t++) acc[r][t] = accm[r][t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        __m256i sc[R], ia[R][2];
+        __m256i sc[4], ia[4][8];
         UNROLL
-        for (int r = 0; r < R; r++) sc[r] = kq_scales(ty, w[r] + b * by);
+        for (int r = 0; r < RR; r++) sc[r] = kq_scales(ty, w[r] + b * by);
         UNROLL
         for (int t = 0; t < T; t++) {
             __m256i bs = _mm256_loadu_si256((const void *)(qak_bsums(x[t], nb) + 16 * b));
             UNROLL
-            for (int r = 0; r < R; r++) {
+            for (int r = 0; r < RR; r++) {
                 if (ty == K6) { /* the -32 offset: sum_g -32 sc_g bsum_g */
                     ia[r][t] = _mm256_madd_epi16(bs, _mm256_mullo_epi16(sc[r], _mm256_set1_epi16(-32)));
                 } else { /* mins: sum_g m[g/2] bsum_g, scaled by dmin below */
@@ -468,9 +468,9 @@ AI void kq_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
             }
         }
         for (int c = 0; c < 8; c++) {
-            __m256i wv[R], sp[R];
+            __m256i wv[4], sp[4];
             UNROLL
-            for (int r = 0; r < R; r++) {
+            for (int r = 0; r < RR; r++) {
                 wv[r] = kq_decode(ty, w[r] + b * by, c);
                 sp[r] = kq_pattern(ty, sc[r], c);
             }
@@ -478,31 +478,40 @@ AI void kq_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
             for (int t = 0; t < T; t++) {
                 __m256i xv = _mm256_loadu_si256((const void *)(qak_qs(x[t], nb) + b * QK_K + 32 * c));
                 UNROLL
-                for (int r = 0; r < R; r++)
+                for (int r = 0; r < RR; r++)
                     ia[r][t] = _mm256_add_epi32(ia[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(wv[r], xv), sp[r]));
             }
         }
         UNROLL
         for (int t = 0; t < T; t++)
             UNROLL
-            for (int r = 0; r < R; r++) {
+            for (int r = 0; r < RR; r++) {
                 float d = _cvtsh_ss(quant_rd16(w[r] + b * by + (ty == K6 ? 208 : 0)));
                 acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[r][t]),
                                             _mm256_set1_ps(d * qak_d(x[t])[b]), acc[r][t]);
             }
     }
     UNROLL
-    for (int r = 0; r < R; r++)
+    for (int r = 0; r < RR; r++)
         UNROLL
         for (int t = 0; t < T; t++) out[r * T + t] = hsum8(acc[r][t]) - hsum8(accm[r][t]);
 }
 
-TILE_WRAP(kq_q4_k, kq_tile, K4)
-TILE_WRAP(kq_q5_k, kq_tile, K5)
-TILE_WRAP(kq_q6_k, kq_tile, K6)
-TILESET_21(kq_q4_k, R)
-TILESET_21(kq_q5_k, R)
-TILESET_21(kq_q6_k, R)
+/* Tiles: prefill takes 1 row x 8 tokens (the decode of a super-block is
+ * then shared by 8 tokens; more rows would spill the integer sums), token
+ * tails 1 x 4 and 2 x 2, decode 4 rows x 1 token (one activation load for
+ * 4 rows). Any shape gives a pair the same operations. */
+#define KQ_KERNEL(name, ty)                                                   \
+    TILE_T2(name, ty, 1, 8) TILE_T2(name, ty, 1, 4) TILE_T2(name, ty, 2, 2)   \
+    TILE_T2(name, ty, 4, 1)                                                   \
+    static const tile_set name##_set = {                                      \
+        .s = {{1, 8, name##_1x8}, {1, 4, name##_1x4}, {2, 2, name##_2x2}, {4, 1, name##_4x1}}};
+#define TILE_T2(name, ty, RR, T)                                              \
+    static void name##_##RR##x##T(const uint8_t *const *w, const uint8_t *const *x, \
+                                  int64_t k, float *o) { kq_tile(ty, w, x, k, o, RR, T); }
+KQ_KERNEL(kq_q4_k, K4)
+KQ_KERNEL(kq_q5_k, K5)
+KQ_KERNEL(kq_q6_k, K6)
 
 /* ---- float formats (F32 activations) ----------------------------------- */
 
