@@ -1,10 +1,13 @@
 /* quant_avx2.c - AVX2 + FMA (+F16C) gemm kernels.
  *
  * Same shape as quant_avx512.c: register tiles of R weight rows x T tokens
- * (T = 2 or 1 here; AVX2 has 16 vector registers), each weight block
- * decoded once per tile. Batch invariance as there: every (row, token)
- * pair owns its accumulators and sees the same instructions in every tile
- * shape; row tails repeat the last row, token tails use the T = 1 tile.
+ * (AVX2 has 16 vector registers: legacy 1 x 4, K-quants 1 x 8 in prefill
+ * and 4 x 1 in decode, floats 4 x 2). Batch invariance as there: every
+ * (row, token) pair owns its accumulators and sees the same instructions
+ * in every tile shape; row tails repeat the last row, token tails use
+ * narrower tiles. In prefill (n_tok >= LG_PREP_MIN) the legacy formats
+ * decode each weight row once per row chunk (tile_prep, quant_tile.h)
+ * instead of once per tile; decode reads the GGUF rows directly.
  *
  * Legacy formats: one 32-element block per ymm; VPMADDUBSW (unsigned
  * weight x signed activation) then VPMADDWD into 8 int32 lanes. Q8_0 uses
