@@ -454,3 +454,15 @@ TEST(quant_gemm_short_group_vs_padded) {
                 check_short_vs_padded(l, WEIGHT_TYPES[i], ks[j]);
         }
 }
+
+/* A prepared row bigger than the driver's 32 KiB stack buffer (AVX2
+ * legacy prefill: 640 bytes per 16 blocks, so k > 26,000) takes a heap
+ * buffer; same checks as above on one such k (60 groups + 2 blocks). */
+TEST(quant_gemm_big_rows) {
+    const int64_t k = 30720 + 64;
+    for (int l = QUANT_SCALAR + 1; l <= quant_level(); l++) {
+        check_invariance(l, QT_Q5_0, k);
+        check_invariance(l, QT_Q8_0, k);
+        check_level(l, QT_Q5_0, k);
+    }
+}
