@@ -412,3 +412,57 @@ TEST(quant_gemm_short_last_group) {
             }
         }
 }
+
+/* A row whose last group is short (1-4 blocks: its own load at AVX-512, a
+ * packed pass at AVX2) gives the same bits as the row zero-padded to
+ * whole groups, which takes the full-group path: the padding blocks have
+ * d = 0 and add exact zeros in lanes the short path leaves out. Checked
+ * for n_tok 1..NT (so both AVX2 tile sets, GGUF rows and prepared rows)
+ * and row tails (37 rows). */
+static void check_short_vs_padded(int level, qtype wt, int64_t k) {
+    enum { ROWS = 37, NT = 11 };
+    const int64_t kp = (k + 511) / 512 * 512;
+    const size_t rb = quant_row_bytes(wt, k), rbp = quant_row_bytes(wt, kp);
+    uint64_t s = 777 + wt + (uint64_t)k;
+    uint8_t *w = random_weights(wt, ROWS, k, &s), *wp = calloc(ROWS, rbp);
+    float *x = random_acts(NT, k, &s), *xp = calloc((size_t)NT * kp, sizeof(float));
+    for (int r = 0; r < ROWS; r++) memcpy(wp + r * rbp, w + r * rb, rb);
+    for (int t = 0; t < NT; t++) memcpy(xp + t * kp, x + t * k, sizeof(float) * (size_t)k);
+    size_t xrb, xrbp;
+    uint8_t *xq = convert_acts(wt, x, NT, k, &xrb), *xqp = convert_acts(wt, xp, NT, kp, &xrbp);
+    float y[NT * ROWS], yp[NT * ROWS];
+    int bad = 0;
+    for (int n = 1; n <= NT; n++) {
+        memset(y, 0xff, sizeof y);
+        memset(yp, 0xfe, sizeof yp);
+        quant_gemm_level(level, wt, w, rb, k, xq, xrb, n, y, ROWS, 0, ROWS);
+        quant_gemm_level(level, wt, wp, rbp, kp, xqp, xrbp, n, yp, ROWS, 0, ROWS);
+        if (memcmp(y, yp, sizeof(float) * (size_t)n * ROWS) != 0 && bad++ < 3)
+            test_fail(__FILE__, __LINE__, "%s level %d k %lld n_tok %d: short group differs from padded",
+                      quant_name(wt), level, (long long)k, n);
+    }
+    CHECK_EQ_INT(bad, 0);
+    free(w), free(wp), free(x), free(xp), free(xq), free(xqp);
+}
+
+TEST(quant_gemm_short_group_vs_padded) {
+    static const int64_t ks[] = {32, 64, 96, 128, 544, 576, 608, 640, 1056, 1152};
+    for (int l = QUANT_SCALAR; l <= quant_level(); l++)
+        for (int i = 0; i < N_WEIGHT_TYPES; i++) {
+            if (quant_get(WEIGHT_TYPES[i])->blck != QK) continue;
+            for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++)
+                check_short_vs_padded(l, WEIGHT_TYPES[i], ks[j]);
+        }
+}
+
+/* A prepared row bigger than the driver's 32 KiB stack buffer (AVX2
+ * legacy prefill: 640 bytes per 16 blocks, so k > 26,000) takes a heap
+ * buffer; same checks as above on one such k (60 groups + 2 blocks). */
+TEST(quant_gemm_big_rows) {
+    const int64_t k = 30720 + 64;
+    for (int l = QUANT_SCALAR + 1; l <= quant_level(); l++) {
+        check_invariance(l, QT_Q5_0, k);
+        check_invariance(l, QT_Q8_0, k);
+        check_level(l, QT_Q5_0, k);
+    }
+}

@@ -1,10 +1,13 @@
 /* quant_avx2.c - AVX2 + FMA (+F16C) gemm kernels.
  *
  * Same shape as quant_avx512.c: register tiles of R weight rows x T tokens
- * (T = 2 or 1 here; AVX2 has 16 vector registers), each weight block
- * decoded once per tile. Batch invariance as there: every (row, token)
- * pair owns its accumulators and sees the same instructions in every tile
- * shape; row tails repeat the last row, token tails use the T = 1 tile.
+ * (AVX2 has 16 vector registers: legacy 1 x 4, K-quants 1 x 8 in prefill
+ * and 4 x 1 in decode, floats 4 x 2). Batch invariance as there: every
+ * (row, token) pair owns its accumulators and sees the same instructions
+ * in every tile shape; row tails repeat the last row, token tails use
+ * narrower tiles. In prefill (n_tok >= LG_PREP_MIN) the legacy formats
+ * decode each weight row once per row chunk (tile_prep, quant_tile.h)
+ * instead of once per tile; decode reads the GGUF rows directly.
  *
  * Legacy formats: one 32-element block per ymm; VPMADDUBSW (unsigned
  * weight x signed activation) then VPMADDWD into 8 int32 lanes. Q8_0 uses
@@ -156,9 +159,11 @@ AI __m256i lg_dot(int ty, const lg_half *g, const int8_t *xq) {
     return sum;
 }
 
-/* One weight row x T tokens; per (row, token) pair and half group, whatever
- * T: acc = fma(cvt(sum), d*dx, acc), then acc = fma(m, s, acc). */
-AI void lg_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
+/* One GGUF weight row x T tokens (decode: the row is read once, so
+ * preparing it would only add stores). Per (row, token) pair and half
+ * group, whatever T: acc = fma(cvt(sum), d*dx, acc), then acc = fma(m, s,
+ * acc); short groups in two passes of 2 used lanes each. */
+AI void lg_raw_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
                 int64_t k, float *out, const int T) {
     const int64_t nb = k / QK;
     const int by = lg_bytes(ty);
@@ -184,16 +189,203 @@ AI void lg_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
     for (int t = 0; t < T; t++) out[t] = hsum8(acc[t]);
 }
 
-TILE_WRAP(lg_q4_0, lg_tile, L40)
-TILE_WRAP(lg_q4_1, lg_tile, L41)
-TILE_WRAP(lg_q5_0, lg_tile, L50)
-TILE_WRAP(lg_q5_1, lg_tile, L51)
-TILE_WRAP(lg_q8_0, lg_tile, L80)
-TILESET_421(lg_q4_0, 1)
-TILESET_421(lg_q4_1, 1)
-TILESET_421(lg_q5_0, 1)
-TILESET_421(lg_q5_1, 1)
-TILESET_421(lg_q8_0, 1)
+
+/* ---- prepared legacy rows ---------------------------------------------
+ * tile_drive_prep (quant_tile.h) decodes each weight row once per row
+ * chunk into the layout below, so the tiles do no unpacking per token:
+ *   a group with n > 4 blocks (LG_FULL bytes): for h = 0, 1: the 8 chunk
+ *     vectors of half h as lg_chunk gives them (Q8_0: the signed bytes),
+ *     then d, then m (8 floats each);
+ *   the last, short group, n <= 4 (LG_SHORT bytes): 4 vectors Wj holding
+ *     chunks 2j and 2j + 1 of the blocks 0-3, dwords (per 128-bit half L)
+ *     [blk L ch 2j, blk 2+L ch 2j, blk L ch 2j+1, blk 2+L ch 2j+1], then
+ *     d and m of half 0, d and m of half 1.
+ * Blocks 0-3 sit in lanes 0, 4, 8, 12 of a group (qa8_lane), so a short
+ * group used 2 of 8 lanes per half; packed, its integer sums take one
+ * pass of 4 vectors instead of 16, against activations packed the same
+ * way per token (lg_prep_x). The sums are exact integers and the float
+ * steps per half are unchanged, so the bits are those of the unpacked
+ * layout. */
+enum { LG_FULL = 640, LG_SHORT = 256 };
+
+AI int lg_short(int64_t nb) { int n = (int)(nb % QA8_GROUP); return n >= 1 && n <= 4; }
+
+AI size_t lg_prep_bytes(int64_t k) {
+    int64_t nb = k / QK;
+    return (size_t)(nb / QA8_GROUP) * LG_FULL + (nb % QA8_GROUP ? (lg_short(nb) ? LG_SHORT : LG_FULL) : 0);
+}
+
+/* Pack dword 0 of each 128-bit half of a, b, c, d into one vector. */
+AI __m256i lg_pack4(__m256i a, __m256i b, __m256i c, __m256i d) {
+    return _mm256_unpacklo_epi64(_mm256_unpacklo_epi32(a, b), _mm256_unpacklo_epi32(c, d));
+}
+
+AI void lg_prep_w(int ty, const uint8_t *w, int64_t k, uint8_t *dst) {
+    const int64_t nb = k / QK;
+    const int by = lg_bytes(ty);
+    for (int64_t b0 = 0; b0 < nb; b0 += QA8_GROUP) {
+        int n = nb - b0 < QA8_GROUP ? (int)(nb - b0) : QA8_GROUP;
+        lg_half g[2];
+        __m256i c[2][8];
+        for (int h = 0; h < 2; h++) {
+            lg_load(ty, w + b0 * by, h, n, &g[h]);
+            for (int v = 0; v < 8; v++) c[h][v] = lg_chunk(ty, &g[h], v);
+        }
+        __m256i *q = (__m256i *)(void *)dst;
+        if (n <= 4) {
+            for (int j = 0; j < 4; j++)
+                _mm256_store_si256(q + j, lg_pack4(c[0][2 * j], c[1][2 * j], c[0][2 * j + 1], c[1][2 * j + 1]));
+            float *f = (float *)(void *)(dst + 128);
+            for (int h = 0; h < 2; h++) {
+                _mm256_store_ps(f + 16 * h, g[h].d);
+                _mm256_store_ps(f + 16 * h + 8, g[h].m);
+            }
+            dst += LG_SHORT;
+            continue;
+        }
+        for (int h = 0; h < 2; h++) {
+            for (int v = 0; v < 8; v++) _mm256_store_si256(q + 10 * h + v, c[h][v]);
+            _mm256_store_ps((float *)(void *)(q + 10 * h + 8), g[h].d);
+            _mm256_store_ps((float *)(void *)(q + 10 * h + 9), g[h].m);
+        }
+        dst += LG_FULL;
+    }
+}
+
+/* A token row's short group packed like the weights' (4 vectors). */
+static size_t lg_prep_x_bytes(int64_t k) { return lg_short(k / QK) ? 128 : 0; }
+static void lg_prep_x(const uint8_t *x, int64_t k, uint8_t *dst) {
+    const int64_t nb = k / QK;
+    const int8_t *qs = qa8_qs(x, nb) + (nb / QA8_GROUP) * QA8_GROUP * QK;
+    for (int j = 0; j < 4; j++) {
+        const int8_t *e = qs + 128 * j, *o = e + 64;
+        _mm256_store_si256((__m256i *)(void *)dst + j,
+                           lg_pack4(_mm256_loadu_si256((const void *)e), _mm256_loadu_si256((const void *)(e + 32)),
+                                    _mm256_loadu_si256((const void *)o), _mm256_loadu_si256((const void *)(o + 32))));
+    }
+}
+
+/* acc = fma(cvt(sum), d*dx, acc), then acc = fma(m, s, acc) (not Q8_0):
+ * the float step of one half group, the same in every path. */
+AI __m256 lg_fstep(int ty, __m256i sum, const float *dm, const uint8_t *x, int64_t nb,
+                   int64_t lane0, __m256 acc) {
+    __m256 dx = _mm256_loadu_ps(qa8_d(x) + lane0);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(_mm256_load_ps(dm), dx), acc);
+    if (ty != L80) acc = _mm256_fmadd_ps(_mm256_load_ps(dm + 8), _mm256_loadu_ps(qa8_s(x, nb) + lane0), acc);
+    return acc;
+}
+
+/* One prepared half group (8 chunk vectors at q) x T tokens. Nibble
+ * products sum 4 chunks at a time in int16 (4 * 2 * 31 * 127 < 2^15);
+ * Q8_0 uses the sign trick (|w| x sign(x, w)), one chunk at a time. */
+AI void lg_half_tile(int ty, const __m256i *q, const uint8_t *const *x, int64_t nb,
+                     int64_t b0, int h, __m256 *acc, const int T) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i sum[4], p[4];
+    UNROLL
+    for (int t = 0; t < T; t++) sum[t] = _mm256_setzero_si256();
+    UNROLL
+    for (int v0 = 0; v0 < 8; v0 += 4) {
+        UNROLL
+        for (int t = 0; t < T; t++) p[t] = _mm256_setzero_si256();
+        UNROLL
+        for (int v = v0; v < v0 + 4; v++) {
+            __m256i wv = _mm256_load_si256(q + v), aw = _mm256_sign_epi8(wv, wv);
+            UNROLL
+            for (int t = 0; t < T; t++) {
+                __m256i xv = _mm256_loadu_si256((const void *)(qa8_qs(x[t], nb) + b0 * QK + 32 * h + 64 * v));
+                if (ty == L80)
+                    sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wv)), ones));
+                else
+                    p[t] = _mm256_add_epi16(p[t], _mm256_maddubs_epi16(wv, xv));
+            }
+        }
+        if (ty != L80)
+            UNROLL
+            for (int t = 0; t < T; t++) sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(p[t], ones));
+    }
+    UNROLL
+    for (int t = 0; t < T; t++)
+        acc[t] = lg_fstep(ty, sum[t], (const float *)(const void *)(q + 8), x[t], nb, b0 + 8 * h, acc[t]);
+}
+
+/* The prepared short group x T tokens (xs[t]: token t's packed group).
+ * After one pass, dword 0 (1) of each 128-bit half holds block L's
+ * (2 + L's) sums over the even chunks, dword 2 (3) over the odd ones. */
+AI void lg_short_tile(int ty, const __m256i *q, const uint8_t *const *x,
+                      const uint8_t *const *xs, int64_t nb, int64_t b0, __m256 *acc, const int T) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i s[4];
+    UNROLL
+    for (int t = 0; t < T; t++) s[t] = _mm256_setzero_si256();
+    UNROLL
+    for (int j = 0; j < 4; j++) {
+        __m256i wv = _mm256_load_si256(q + j), aw = _mm256_sign_epi8(wv, wv);
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            __m256i xv = _mm256_load_si256((const __m256i *)(const void *)xs[t] + j);
+            if (ty == L80)
+                s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wv)), ones));
+            else
+                s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(wv, xv));
+        }
+    }
+    const float *f = (const float *)(const void *)(q + 4);
+    UNROLL
+    for (int t = 0; t < T; t++) {
+        __m256i u = ty == L80 ? s[t] : _mm256_madd_epi16(s[t], ones);
+        u = _mm256_add_epi32(u, _mm256_shuffle_epi32(u, _MM_SHUFFLE(1, 0, 3, 2)));
+        /* u: blocks L (half 0's lane 4L) and 2 + L (half 1's) in dwords 0, 1 */
+        acc[t] = lg_fstep(ty, u, f, x[t], nb, b0, acc[t]);
+        acc[t] = lg_fstep(ty, _mm256_shuffle_epi32(u, _MM_SHUFFLE(2, 3, 0, 1)), f + 16, x[t], nb, b0 + 8, acc[t]);
+    }
+}
+
+/* One prepared weight row x T tokens (x[T + t]: token t's packed short
+ * group). Lanes of the sums that hold no block meet d = 0, so they add
+ * exact zeros. */
+AI void lg_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
+                int64_t k, float *out, const int T) {
+    const int64_t nb = k / QK;
+    const __m256i *q = (const __m256i *)(const void *)w[0];
+    __m256 acc[4];
+    UNROLL
+    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t b0 = 0; b0 < nb; b0 += QA8_GROUP) {
+        if (nb - b0 <= 4) {
+            lg_short_tile(ty, q, x, x + T, nb, b0, acc, T);
+            break;
+        }
+        lg_half_tile(ty, q, x, nb, b0, 0, acc, T);
+        lg_half_tile(ty, q + 10, x, nb, b0, 1, acc, T);
+        q += 20;
+    }
+    UNROLL
+    for (int t = 0; t < T; t++) out[t] = hsum8(acc[t]);
+}
+
+/* Tile sets: 1 row x {4, 2, 1} tokens, on GGUF rows below LG_PREP_MIN
+ * tokens, else on prepared rows. */
+#define LG_PREP_MIN 8
+#define LG_KERNEL(name, ty)                                                   \
+    static size_t name##_wb(int64_t k) { return lg_prep_bytes(k); }           \
+    static void name##_wp(const uint8_t *w, int64_t k, uint8_t *d) { lg_prep_w(ty, w, k, d); } \
+    TILE_WRAP(name, lg_tile, ty)                                              \
+    TILE_T(name, 1) TILE_T(name, 2) TILE_T(name, 4)                           \
+    static const tile_prep name##_prep = {                                    \
+        LG_PREP_MIN, {{1, 4, name##_4}, {1, 2, name##_2}, {1, 1, name##_1}},  \
+        name##_wb, name##_wp, lg_prep_x_bytes, lg_prep_x};                    \
+    TILE_WRAP(name##_raw, lg_raw_tile, ty)                                    \
+    TILE_T(name##_raw, 1) TILE_T(name##_raw, 2) TILE_T(name##_raw, 4)         \
+    static const tile_set name##_set = {                                      \
+        .s = {{1, 4, name##_raw_4}, {1, 2, name##_raw_2}, {1, 1, name##_raw_1}}, \
+        .prep = &name##_prep};
+LG_KERNEL(lg_q4_0, L40)
+LG_KERNEL(lg_q4_1, L41)
+LG_KERNEL(lg_q5_0, L50)
+LG_KERNEL(lg_q5_1, L51)
+LG_KERNEL(lg_q8_0, L80)
 
 /* ---- K-quants (Q8_K activations) --------------------------------------- */
 
@@ -249,23 +441,23 @@ AI __m256i kq_pattern(int ty, __m256i sc, int c) {
 }
 
 AI void kq_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
-                int64_t k, float *out, const int T) {
+                int64_t k, float *out, const int RR, const int T) {
     const int64_t nb = k / QK_K;
     const int by = ty == K4 ? QB_Q4_K : ty == K5 ? QB_Q5_K : QB_Q6_K;
-    __m256 acc[R][2], accm[R][2];
+    __m256 acc[4][8], accm[4][8];
     UNROLL
-    for (int r = 0; r < R; r++)
+    for (int r = 0; r < RR; r++)
         UNROLL
         for (int t = 0; t < T; t++) acc[r][t] = accm[r][t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        __m256i sc[R], ia[R][2];
+        __m256i sc[4], ia[4][8];
         UNROLL
-        for (int r = 0; r < R; r++) sc[r] = kq_scales(ty, w[r] + b * by);
+        for (int r = 0; r < RR; r++) sc[r] = kq_scales(ty, w[r] + b * by);
         UNROLL
         for (int t = 0; t < T; t++) {
             __m256i bs = _mm256_loadu_si256((const void *)(qak_bsums(x[t], nb) + 16 * b));
             UNROLL
-            for (int r = 0; r < R; r++) {
+            for (int r = 0; r < RR; r++) {
                 if (ty == K6) { /* the -32 offset: sum_g -32 sc_g bsum_g */
                     ia[r][t] = _mm256_madd_epi16(bs, _mm256_mullo_epi16(sc[r], _mm256_set1_epi16(-32)));
                 } else { /* mins: sum_g m[g/2] bsum_g, scaled by dmin below */
@@ -279,9 +471,9 @@ AI void kq_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
             }
         }
         for (int c = 0; c < 8; c++) {
-            __m256i wv[R], sp[R];
+            __m256i wv[4], sp[4];
             UNROLL
-            for (int r = 0; r < R; r++) {
+            for (int r = 0; r < RR; r++) {
                 wv[r] = kq_decode(ty, w[r] + b * by, c);
                 sp[r] = kq_pattern(ty, sc[r], c);
             }
@@ -289,31 +481,40 @@ AI void kq_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
             for (int t = 0; t < T; t++) {
                 __m256i xv = _mm256_loadu_si256((const void *)(qak_qs(x[t], nb) + b * QK_K + 32 * c));
                 UNROLL
-                for (int r = 0; r < R; r++)
+                for (int r = 0; r < RR; r++)
                     ia[r][t] = _mm256_add_epi32(ia[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(wv[r], xv), sp[r]));
             }
         }
         UNROLL
         for (int t = 0; t < T; t++)
             UNROLL
-            for (int r = 0; r < R; r++) {
+            for (int r = 0; r < RR; r++) {
                 float d = _cvtsh_ss(quant_rd16(w[r] + b * by + (ty == K6 ? 208 : 0)));
                 acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[r][t]),
                                             _mm256_set1_ps(d * qak_d(x[t])[b]), acc[r][t]);
             }
     }
     UNROLL
-    for (int r = 0; r < R; r++)
+    for (int r = 0; r < RR; r++)
         UNROLL
         for (int t = 0; t < T; t++) out[r * T + t] = hsum8(acc[r][t]) - hsum8(accm[r][t]);
 }
 
-TILE_WRAP(kq_q4_k, kq_tile, K4)
-TILE_WRAP(kq_q5_k, kq_tile, K5)
-TILE_WRAP(kq_q6_k, kq_tile, K6)
-TILESET_21(kq_q4_k, R)
-TILESET_21(kq_q5_k, R)
-TILESET_21(kq_q6_k, R)
+/* Tiles: prefill takes 1 row x 8 tokens (the decode of a super-block is
+ * then shared by 8 tokens; more rows would spill the integer sums), token
+ * tails 1 x 4 and 2 x 2, decode 4 rows x 1 token (one activation load for
+ * 4 rows). Any shape gives a pair the same operations. */
+#define KQ_KERNEL(name, ty)                                                   \
+    TILE_T2(name, ty, 1, 8) TILE_T2(name, ty, 1, 4) TILE_T2(name, ty, 2, 2)   \
+    TILE_T2(name, ty, 4, 1)                                                   \
+    static const tile_set name##_set = {                                      \
+        .s = {{1, 8, name##_1x8}, {1, 4, name##_1x4}, {2, 2, name##_2x2}, {4, 1, name##_4x1}}};
+#define TILE_T2(name, ty, RR, T)                                              \
+    static void name##_##RR##x##T(const uint8_t *const *w, const uint8_t *const *x, \
+                                  int64_t k, float *o) { kq_tile(ty, w, x, k, o, RR, T); }
+KQ_KERNEL(kq_q4_k, K4)
+KQ_KERNEL(kq_q5_k, K5)
+KQ_KERNEL(kq_q6_k, K6)
 
 /* ---- float formats (F32 activations) ----------------------------------- */
 

@@ -257,7 +257,7 @@ TILE_WRAP(lg_q8_0, lg_tile, L80)
 #define TILESET_LG(name)                                                      \
     TILE_T(name, 1) TILE_T(name, 2) TILE_T(name, 4) TILE_T(name, 8)           \
     static const tile_set name##_set = {                                      \
-        {{1, 8, name##_8}, {1, 4, name##_4}, {1, 2, name##_2}, {1, 1, name##_1}}};
+        .s = {{1, 8, name##_8}, {1, 4, name##_4}, {1, 2, name##_2}, {1, 1, name##_1}}};
 TILESET_LG(lg_q4_0)
 TILESET_LG(lg_q4_1)
 TILESET_LG(lg_q5_0)

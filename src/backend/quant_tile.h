@@ -14,6 +14,9 @@
 #define STRATA_QUANT_TILE_H
 
 #include "backend/quant_impl.h"
+#include "base/mem.h"
+
+#include <stdlib.h>
 
 #define AI static inline __attribute__((always_inline))
 /* Tile loops must unroll fully so the accumulators live in registers. */
@@ -28,8 +31,27 @@ typedef struct {
     int rows, toks; /* R, T; TILE_ROWS is a multiple of every R */
     tile_fn fn;
 } tile_shape;
+/* Optional per-level preparation (the AVX2 legacy kernels): each weight
+ * row of a chunk is decoded once into `w_bytes(k)` bytes by `w_prep`, and
+ * the tiles `s` read those instead of the GGUF row, so the decode is paid
+ * once per row chunk rather than once per token tile. The two tile sets
+ * must give every (row, token) pair the same bits. When `x_bytes(k)` is not
+ * 0, each token row of a tile is also prepared by `x_prep` (once per row
+ * chunk); a tile of T tokens then gets 2T activation pointers: the T rows,
+ * then their prepared copies. Preparation moves data only, so the tiles'
+ * float operations, and the bits, are the same with or without it. */
+typedef struct {
+    int min_tok; /* used when n_tok >= min_tok (decode gains nothing) */
+    tile_shape s[4]; /* the tiles that read prepared rows */
+    size_t (*w_bytes)(int64_t k);
+    void (*w_prep)(const uint8_t *w, int64_t k, uint8_t *dst);
+    size_t (*x_bytes)(int64_t k);
+    void (*x_prep)(const uint8_t *x, int64_t k, uint8_t *dst);
+} tile_prep;
+
 typedef struct {
     tile_shape s[4]; /* widest first; ends with toks == 1 */
+    const tile_prep *prep; /* NULL: tiles always read the GGUF rows */
 } tile_set;
 
 #define TILE_PF_BYTES 4096 /* how far ahead of the tile its weights are prefetched */
@@ -45,8 +67,9 @@ static inline void tile_prefetch(const void *w, size_t from, size_t to) {
 }
 
 /* One token tile [t0, t0 + T) over the rows [rc, rce) of a chunk; the
- * first token tile (pf) also prefetches the rows ahead. */
-static void tile_rows(const tile_shape *sh, const void *w, size_t wrb, int64_t k,
+ * first token tile (pf) also prefetches the rows ahead. Row r's weights
+ * are at w + (r - wr0) * wrb (wr0: rc for prepared rows, else 0). */
+static void tile_rows(const tile_shape *sh, const void *w, size_t wrb, int wr0, int64_t k,
                       const uint8_t *const *xp, int t0, float *y, int64_t ldy,
                       int rc, int rce, int r1, int pf) {
     const int R = sh->rows, T = sh->toks;
@@ -55,27 +78,75 @@ static void tile_rows(const tile_shape *sh, const void *w, size_t wrb, int64_t k
         float out[TILE_MAX_OUT];
         if (pf) tile_prefetch(w, r * wrb + TILE_PF_BYTES, (r + R) * wrb + TILE_PF_BYTES);
         for (int i = 0; i < R; i++)
-            wp[i] = (const uint8_t *)w + (size_t)(r + i < r1 ? r + i : r1 - 1) * wrb;
+            wp[i] = (const uint8_t *)w + (size_t)((r + i < r1 ? r + i : r1 - 1) - wr0) * wrb;
         sh->fn(wp, xp, k, out);
         for (int i = 0; i < R && r + i < rce; i++)
             for (int j = 0; j < T; j++) y[(t0 + j) * ldy + r + i] = out[i * T + j];
     }
 }
 
+#define TILE_PREP_BYTES 32768 /* prepared rows of a chunk: they stay in L1 */
+
+/* The shape of s (widest first) for the token tile at t0. */
+static const tile_shape *tile_pick(const tile_shape *s, int n_tok, int t0) {
+    const tile_shape *sh = s;
+    while (sh->toks > n_tok - t0) sh++;
+    return sh;
+}
+
+/* tile_drive for sets with preparation: rows in chunks whose prepared
+ * copies fit TILE_PREP_BYTES (at least the widest R rows; a bigger buffer
+ * is allocated when even those do not fit). */
+static void tile_drive_prep(const tile_set *ts, const void *w, size_t wrb, int64_t k,
+                            const void *xq, size_t xrb, int n_tok, float *y,
+                            int64_t ldy, int r0, int r1) {
+    const tile_prep *pp = ts->prep;
+    const size_t pwb = pp->w_bytes(k), pxb = pp->x_bytes(k);
+    const int R = pp->s[0].rows; /* every shape's R divides it */
+    int rows = (int)(TILE_PREP_BYTES / pwb) / R * R;
+    if (rows > TILE_ROWS) rows = TILE_ROWS;
+    if (rows < R) rows = R;
+    _Alignas(64) uint8_t sbuf[TILE_PREP_BYTES], sxbuf[TILE_PREP_BYTES / 4];
+    uint8_t *wbuf = (size_t)rows * pwb <= sizeof sbuf ? sbuf : xaligned((size_t)rows * pwb);
+    uint8_t *xbuf = pxb * TILE_MAX_OUT <= sizeof sxbuf ? sxbuf : xaligned(pxb * TILE_MAX_OUT);
+    for (int rc = r0; rc < r1; rc += rows) {
+        int rce = rc + rows < r1 ? rc + rows : r1;
+        for (int r = rc; r < rce; r++) {
+            tile_prefetch(w, (size_t)(r + 1) * wrb, (size_t)(r + 2) * wrb);
+            pp->w_prep((const uint8_t *)w + (size_t)r * wrb, k, wbuf + (size_t)(r - rc) * pwb);
+        }
+        for (int t0 = 0; t0 < n_tok;) {
+            const tile_shape *sh = tile_pick(pp->s, n_tok, t0);
+            const uint8_t *xp[2 * TILE_MAX_OUT];
+            for (int j = 0; j < sh->toks; j++) {
+                xp[j] = (const uint8_t *)xq + (size_t)(t0 + j) * xrb;
+                if (pxb) pp->x_prep(xp[j], k, xbuf + j * pxb), xp[sh->toks + j] = xbuf + j * pxb;
+            }
+            tile_rows(sh, wbuf, pwb, rc, k, xp, t0, y, ldy, rc, rce, r1, 0);
+            t0 += sh->toks;
+        }
+    }
+    if (wbuf != sbuf) free(wbuf);
+    if (xbuf != sxbuf) free(xbuf);
+}
+
 /* Walks [r0, r1) x [0, n_tok) in tiles, rows in chunks of TILE_ROWS. */
 static void tile_drive(const tile_set *ts, const void *w, size_t wrb, int64_t k,
                        const void *xq, size_t xrb, int n_tok, float *y,
                        int64_t ldy, int r0, int r1) {
+    if (ts->prep && n_tok >= ts->prep->min_tok) {
+        tile_drive_prep(ts, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);
+        return;
+    }
     tile_prefetch(w, r0 * wrb, r0 * wrb + TILE_PF_BYTES); /* the rows' head; tile_rows keeps ahead */
     for (int rc = r0; rc < r1; rc += TILE_ROWS) {
         int rce = rc + TILE_ROWS < r1 ? rc + TILE_ROWS : r1;
         for (int t0 = 0; t0 < n_tok;) {
-            const tile_shape *sh = ts->s;
-            while (sh->toks > n_tok - t0) sh++;
+            const tile_shape *sh = tile_pick(ts->s, n_tok, t0);
             const uint8_t *xp[TILE_MAX_OUT];
             for (int j = 0; j < sh->toks; j++)
                 xp[j] = (const uint8_t *)xq + (size_t)(t0 + j) * xrb;
-            tile_rows(sh, w, wrb, k, xp, t0, y, ldy, rc, rce, r1, t0 == 0);
+            tile_rows(sh, w, wrb, 0, k, xp, t0, y, ldy, rc, rce, r1, t0 == 0);
             t0 += sh->toks;
         }
     }
@@ -90,10 +161,10 @@ static void tile_drive(const tile_set *ts, const void *w, size_t wrb, int64_t k,
 #define TILESET_421(name, R)                                                  \
     TILE_T(name, 1) TILE_T(name, 2) TILE_T(name, 4)                           \
     static const tile_set name##_set = {                                      \
-        {{R, 4, name##_4}, {R, 2, name##_2}, {R, 1, name##_1}}};
+        .s = {{R, 4, name##_4}, {R, 2, name##_2}, {R, 1, name##_1}}};
 #define TILESET_21(name, R)                                                   \
     TILE_T(name, 1) TILE_T(name, 2)                                           \
-    static const tile_set name##_set = {{{R, 2, name##_2}, {R, 1, name##_1}}};
+    static const tile_set name##_set = {.s = {{R, 2, name##_2}, {R, 1, name##_1}}};
 
 #define TILE_GEMM(name)                                                       \
     static void gemm_##name(const void *w, size_t wrb, int64_t k,             \
