@@ -28,7 +28,7 @@ static size_t query_floats(int d) {
 }
 
 size_t attn_ws_floats(int head_dim, int nq) {
-    return (size_t)2 * T * head_dim + T + (size_t)nq * query_floats(head_dim);
+    return (size_t)2 * T * head_dim + 2 * T + (size_t)nq * query_floats(head_dim);
 }
 
 /* ---- scalar kernels (the reference; also any head_dim) -------------------- */
@@ -72,7 +72,7 @@ static void step_scalar(int d, const float *q, const float *kt, const float *vt,
     st[d + 1] = st[d + 1] * alpha + sum;
 }
 
-const attn_ops attn_ops_scalar = {fill_scalar, step_scalar};
+const attn_ops attn_ops_scalar = {fill_scalar, step_scalar, NULL};
 
 /* ---- driver ---------------------------------------------------------------- */
 
@@ -129,15 +129,26 @@ static void run_tiles(const attn_ops *ops, const attn_kv *kv, const attn_query *
                       int k1, int last) {
     int d = kv->head_dim;
     size_t qf = query_floats(d);
-    float *kt = ws, *vt = kt + (size_t)T * d, *p = vt + (size_t)T * d, *qb = p + T;
+    float *kt = ws, *vt = kt + (size_t)T * d, *p = vt + (size_t)T * d, *qb = p + 2 * T;
     for (int t0 = k0; t0 < k1; t0 += T) {
         ops->tile_fill(kv, t0, last, kt, vt);
+        int pend = -1, plo = 0, phi = 0; /* a query waiting for a partner with its [lo, hi) */
         for (int i = 0; i < nq; i++) {
             if (qs[i].first >= t0 + T || qs[i].end <= t0) continue;
             int lo = qs[i].first > t0 ? qs[i].first - t0 : 0, hi = qs[i].end - t0 < T ? qs[i].end - t0 : T;
             float *qi = qb + i * qf;
-            ops->tile_step(d, qi, kt, vt, lo, hi, qi + d, p);
+            if (!ops->tile_step2) {
+                ops->tile_step(d, qi, kt, vt, lo, hi, qi + d, p);
+            } else if (pend >= 0 && lo == plo && hi == phi) {
+                float *qp = qb + pend * qf;
+                ops->tile_step2(d, qp, qi, kt, vt, lo, hi, qp + d, qi + d, p);
+                pend = -1;
+            } else {
+                if (pend >= 0) ops->tile_step(d, qb + pend * qf, kt, vt, plo, phi, qb + pend * qf + d, p);
+                pend = i, plo = lo, phi = hi;
+            }
         }
+        if (pend >= 0) ops->tile_step(d, qb + pend * qf, kt, vt, plo, phi, qb + pend * qf + d, p);
     }
 }
 
@@ -146,7 +157,7 @@ static void run_segment(const attn_ops *ops, const attn_kv *kv, const attn_query
                         int first, int end, int seg) {
     int d = kv->head_dim, k0 = seg * ATTN_SEG, k1 = k0 + ATTN_SEG;
     size_t qf = query_floats(d);
-    float *qb = ws + (size_t)2 * T * d + T;
+    float *qb = ws + (size_t)2 * T * d + 2 * T;
     for (int i = 0; i < nq; i++) state_init(d, qb + i * qf + d);
     if (k0 < first / T * T) k0 = first / T * T;
     if (k1 > end) k1 = end;
@@ -157,7 +168,7 @@ static void run_ops(const attn_ops *ops, const attn_kv *kv, const attn_query *qs
                     float *ws) {
     int d = kv->head_dim, first, end;
     size_t qf = query_floats(d);
-    float *qb = ws + (size_t)2 * T * d + T;
+    float *qb = ws + (size_t)2 * T * d + 2 * T;
     prepare(d, qs, nq, scale, qb, &first, &end);
     for (int i = 0; i < nq; i++) state_init(d, qb + i * qf + 2 * d + 2);
     for (int seg = first / ATTN_SEG; seg * ATTN_SEG < end; seg++) {
@@ -171,7 +182,7 @@ static void run_seg_ops(const attn_ops *ops, const attn_kv *kv, const attn_query
                         float *const *states, float *ws) {
     int d = kv->head_dim, first, end;
     size_t qf = query_floats(d);
-    float *qb = ws + (size_t)2 * T * d + T;
+    float *qb = ws + (size_t)2 * T * d + 2 * T;
     prepare(d, qs, nq, scale, qb, &first, &end);
     run_segment(ops, kv, qs, nq, ws, first, end, seg);
     for (int i = 0; i < nq; i++) memcpy(states[i], qb + i * qf + d, attn_state_floats(d) * sizeof(float));

@@ -93,11 +93,15 @@ void attn_run_seg_level(int level, const attn_kv *kv, const attn_query *qs, int 
  *   last readable position), widened into kt and vt.
  * tile_step: one query (q already multiplied by the scale) over keys
  *   [lo, hi) of the tile (0 <= lo < hi <= 64); st = {acc[head_dim], max,
- *   sum}; p: 64 floats of scratch. */
+ *   sum}; p: 64 floats of scratch.
+ * tile_step2 (NULL where absent): tile_step for two queries with the same
+ *   [lo, hi), bit for bit, sharing the tile's loads; p: 128 floats. */
 typedef struct attn_ops {
     void (*tile_fill)(const attn_kv *kv, int t0, int last, float *kt, float *vt);
     void (*tile_step)(int d, const float *q, const float *kt, const float *vt, int lo, int hi, float *st,
                       float *p);
+    void (*tile_step2)(int d, const float *q0, const float *q1, const float *kt, const float *vt, int lo, int hi,
+                       float *st0, float *st1, float *p);
 } attn_ops;
 
 extern const attn_ops attn_ops_scalar;

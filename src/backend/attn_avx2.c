@@ -163,7 +163,7 @@ static void step_avx2(int d, const float *q, const float *kt, const float *vt, i
     if (d - i >= 8) pv_block(1, st + i, vt + i, d, p, lo, hi, alpha);
 }
 
-static const attn_ops ops_avx2 = {attn_fill_avx2, step_avx2};
+static const attn_ops ops_avx2 = {attn_fill_avx2, step_avx2, NULL};
 
 const attn_ops *attn_ops_avx2(int head_dim) {
     return head_dim % 8 == 0 && head_dim <= 512 ? &ops_avx2 : NULL;
