@@ -265,7 +265,7 @@ TEST(attn_segments_split_equals_whole) {
 /* Prefill blocks that straddle segment edges against decode there. */
 TEST(attn_prefill_equals_decode_segments) {
     for (int level = 0; level <= attn_level(); level++) {
-        check_paths(level, 64, 2 * ATTN_SEG + 70, 0, 32);
-        check_paths(level, 256, ATTN_SEG + 70, ATTN_SEG / 2 + 3, 13);
+        check_paths(level, 64, ATTN_SEG + 200, 0, 32);
+        check_paths(level, 256, ATTN_SEG + 70, 300, 13);
     }
 }

@@ -225,13 +225,14 @@ TEST(fwd_decode_head_split_matches_one_thread) {
     engine_close(e3);
 }
 
-/* Past two key segments (ATTN_SEG): decode and small batches on 2 and 3
- * threads from depth 2036 (each run's segments split over the threads,
- * then folded) against one-thread prefill, bit for bit. */
+/* Past a key segment edge (ATTN_SEG): decode and small batches on 2 and
+ * 3 threads from depth ATTN_SEG - 12 (each run's segments split over the
+ * threads, then folded) against one-thread prefill, bit for bit. */
 TEST(fwd_decode_segment_split_matches_prefill) {
-    enum { N = 2 * ATTN_SEG + 90, TAIL = N - 2036 };
+    enum { N = ATTN_SEG + 90, TAIL = 102 };
     static const int prefill[] = {512, 0};
-    int decode[4 + TAIL + 1] = {512, 512, 512, 500}, small[4 + TAIL + 1] = {512, 512, 512, 500};
+    int decode[4 + TAIL + 1] = {512, 512, 512, ATTN_SEG - 1536 - 12}, small[4 + TAIL + 1];
+    memcpy(small, decode, sizeof small);
     for (int i = 0; i < TAIL; i++) decode[4 + i] = 1, small[4 + i] = 1 + i % 4;
     char gg[256];
     snprintf(gg, sizeof gg, "%s", test_data("models/llama-q4_1.gguf"));

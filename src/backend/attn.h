@@ -38,7 +38,7 @@
 #include <stdint.h>
 
 #define ATTN_KV_TILE 64
-#define ATTN_SEG 1024 /* keys per segment: a multiple of ATTN_KV_TILE */
+#define ATTN_SEG 2048 /* keys per segment: a multiple of ATTN_KV_TILE */
 
 /* One KV head of one sequence. */
 typedef struct attn_kv {
