@@ -2,11 +2,14 @@
  * attn.h).
  *
  * The driver is level-independent: it widens each key tile once (tile_fill)
- * and hands it to every query that sees part of it (tile_step), in tile
- * order. Per query and tile the kernels run a fixed instruction sequence
- * that depends only on (query, tile rows, lo, hi), so a query's bits do
- * not depend on its company. Does not: thread (model/ splits the (token
- * block, KV head) pairs over the pool) or know about sequences. */
+ * and hands it to every query that sees part of it (tile_step, or
+ * tile_step2 for two queries with the same key range), in tile order,
+ * restarting each query's state at every segment and folding the segment
+ * states in order (fold_into, shared by attn_run and attn_fold). Per query
+ * and tile the kernels run a fixed instruction sequence that depends only
+ * on (query, tile rows, lo, hi), so a query's bits do not depend on its
+ * company. Does not: thread (model/ splits the (token block, KV head,
+ * segment) items over the pool) or know about sequences. */
 #include "backend/attn.h"
 
 #include <limits.h>
