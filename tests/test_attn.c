@@ -2,7 +2,9 @@
  * float64 softmax at every level, and batch invariance: a query's output
  * is bit-identical whether it is computed alone (decode), with the other
  * heads of its group, or in any block of prefill queries, at depths on
- * and off the 64-key tile boundaries, with and without a sliding window. */
+ * and off the 64-key tile boundaries, with and without a sliding window;
+ * and key segments (ATTN_SEG) computed one call each and folded give
+ * attn_run's bits. */
 #include <stdlib.h>
 
 #include "backend/attn.h"
@@ -132,10 +134,13 @@ static void check_paths(int level, int d, int n, int window, int blk) {
         for (int h = 0; h < hpg; h++)
             qs[h] = (attn_query){q + ((size_t)t * hpg + h) * d, dec + ((size_t)t * hpg + h) * d, first, t + 1};
         attn_run_level(level, &kv, qs, hpg, 0.125f, ws);
-        attn_query alone = {q + ((size_t)t * hpg + 2) * d, one, first, t + 1};
-        attn_run_level(level, &kv, &alone, 1, 0.125f, ws);
-        CHECK_MSG(memcmp(one, dec + ((size_t)t * hpg + 2) * d, (size_t)d * 4) == 0,
-                  "%s d=%d window %d: position %d: head alone differs from its group", LEVEL[level], d, window, t);
+        for (int h = 0; h < hpg; h++) { /* heads 0, 1 go as a pair (tile_step2) in the group */
+            attn_query alone = {q + ((size_t)t * hpg + h) * d, one, first, t + 1};
+            attn_run_level(level, &kv, &alone, 1, 0.125f, ws);
+            CHECK_MSG(memcmp(one, dec + ((size_t)t * hpg + h) * d, (size_t)d * 4) == 0,
+                      "%s d=%d window %d: position %d: head %d alone differs from its group", LEVEL[level], d,
+                      window, t, h);
+        }
     }
     for (int t = 0; t < n; t++)
         if (memcmp(pre + (size_t)t * hpg * d, dec + (size_t)t * hpg * d, (size_t)hpg * d * 4)) {
@@ -184,4 +189,83 @@ TEST(attn_prefill_equals_decode_deep) {
         }
     free(q), free(a), free(b), free(ws);
     cache_free(&c);
+}
+
+/* Queries past several key segments against float64, with and without a
+ * window that starts inside a segment. */
+TEST(attn_segments_match_float64) {
+    static const int dims[] = {64, 256};
+    static const int depths[] = {ATTN_SEG + 1, 2 * ATTN_SEG + 52, 2 * ATTN_SEG + 300};
+    for (int di = 0; di < 2; di++) {
+        int d = dims[di], n = 2 * ATTN_SEG + 300;
+        cache c;
+        cache_new(&c, n, 2, d);
+        float *q = xmalloc((size_t)d * 4), *out = xmalloc((size_t)d * 4);
+        double *ref = xmalloc((size_t)d * 8);
+        float *ws = xaligned(attn_ws_floats(d, 1) * sizeof(float));
+        for (int i = 0; i < d; i++) q[i] = frand();
+        for (int level = 0; level <= attn_level(); level++)
+            for (int k = 0; k < 3; k++)
+                for (int w = 0; w < 2; w++) {
+                    int end = depths[k], first = w ? end / 3 : 0;
+                    attn_kv kv = cache_head(&c, 1);
+                    attn_query aq = {q, out, first, end};
+                    attn_run_level(level, &kv, &aq, 1, 0.125f, ws);
+                    ref_attn(&c, 1, q, first, end, 0.125f, ref);
+                    double err = 0;
+                    for (int i = 0; i < d; i++) err = fmax(err, fabs(out[i] - ref[i]));
+                    CHECK_MSG(err < 2e-5, "%s d=%d keys [%d,%d): max error %g", LEVEL[level], d, first, end, err);
+                }
+        free(q), free(out), free(ref), free(ws);
+        cache_free(&c);
+    }
+}
+
+/* One query group at position t: attn_run in one call against its
+ * segments computed one call each (last segment first, as another thread
+ * might) and folded; memcmp. */
+static void check_split(int level, cache *c, int t, int window, int hpg, const float *q, float *ws) {
+    int d = c->d, first = window && t + 1 > window ? t + 1 - window : 0, s0 = first / ATTN_SEG;
+    int nseg = t / ATTN_SEG - s0 + 1;
+    size_t sf = attn_state_floats(d);
+    float *whole = xmalloc((size_t)hpg * d * 4), *split = xmalloc((size_t)hpg * d * 4);
+    float *st = xmalloc((size_t)hpg * nseg * sf * 4), *stp[8];
+    attn_query qs[8];
+    attn_kv kv = cache_head(c, 0);
+    for (int h = 0; h < hpg; h++) qs[h] = (attn_query){q + (size_t)h * d, whole + (size_t)h * d, first, t + 1};
+    attn_run_level(level, &kv, qs, hpg, 0.125f, ws);
+    for (int s = nseg - 1; s >= 0; s--) {
+        for (int h = 0; h < hpg; h++) stp[h] = st + ((size_t)h * nseg + s) * sf;
+        attn_run_seg_level(level, &kv, qs, hpg, 0.125f, s0 + s, stp, ws);
+    }
+    for (int h = 0; h < hpg; h++) attn_fold(d, st + (size_t)h * nseg * sf, nseg, split + (size_t)h * d);
+    CHECK_MSG(memcmp(whole, split, (size_t)hpg * d * 4) == 0, "%s d=%d window %d: position %d: split segments differ",
+              LEVEL[level], d, window, t);
+    free(whole), free(split), free(st);
+}
+
+TEST(attn_segments_split_equals_whole) {
+    static const int probe[] = {ATTN_SEG - 1, ATTN_SEG, ATTN_SEG + 1, 2 * ATTN_SEG + 5, 3 * ATTN_SEG + 99};
+    static const int dims[] = {64, 256, 40};
+    int hpg = 3;
+    for (int di = 0; di < 3; di++) {
+        int d = dims[di];
+        cache c;
+        cache_new(&c, 3 * ATTN_SEG + 100, 1, d);
+        float *q = xmalloc((size_t)hpg * d * 4), *ws = xaligned(attn_ws_floats(d, hpg) * sizeof(float));
+        for (int i = 0; i < hpg * d; i++) q[i] = frand();
+        for (int level = 0; level <= attn_level(); level++)
+            for (int k = 0; k < 5; k++)
+                for (int w = 0; w < 2; w++) check_split(level, &c, probe[k], w ? ATTN_SEG + 500 : 0, hpg, q, ws);
+        free(q), free(ws);
+        cache_free(&c);
+    }
+}
+
+/* Prefill blocks that straddle segment edges against decode there. */
+TEST(attn_prefill_equals_decode_segments) {
+    for (int level = 0; level <= attn_level(); level++) {
+        check_paths(level, 64, ATTN_SEG + 200, 0, 32);
+        check_paths(level, 256, ATTN_SEG + 70, 300, 13);
+    }
 }

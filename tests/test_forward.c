@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/attn.h"
 #include "base/mem.h"
 #include "model/engine.h"
 #include "test.h"
@@ -221,6 +222,32 @@ TEST(fwd_decode_head_split_matches_one_thread) {
     check_same(a, b, 70, e1->m->hp.n_vocab, "decode, 1 vs 3 threads");
     free(a), free(b);
     engine_close(e1);
+    engine_close(e3);
+}
+
+/* Past a key segment edge (ATTN_SEG): decode and small batches on 2 and
+ * 3 threads from depth ATTN_SEG - 12 (each run's segments split over the
+ * threads, then folded) against one-thread prefill, bit for bit. */
+TEST(fwd_decode_segment_split_matches_prefill) {
+    enum { N = ATTN_SEG + 90, TAIL = 102 };
+    static const int prefill[] = {512, 0};
+    int decode[4 + TAIL + 1] = {512, 512, 512, ATTN_SEG - 1536 - 12}, small[4 + TAIL + 1];
+    memcpy(small, decode, sizeof small);
+    for (int i = 0; i < TAIL; i++) decode[4 + i] = 1, small[4 + i] = 1 + i % 4;
+    char gg[256];
+    snprintf(gg, sizeof gg, "%s", test_data("models/llama-q4_1.gguf"));
+    static int32_t toks[N];
+    for (int t = 0; t < N; t++) toks[t] = (t * 37 + 11) % 200;
+    engine *e1 = open_engine(gg, 512, 1), *e2 = open_engine(gg, 512, 2), *e3 = open_engine(gg, 512, 3);
+    if (!e1 || !e2 || !e3) return;
+    int V = e1->m->hp.n_vocab;
+    float *a = all_logits(e1, toks, N, prefill), *b = all_logits(e2, toks, N, decode);
+    float *c = all_logits(e3, toks, N, small);
+    check_same(a, b, N, V, "prefill 1 thread vs decode 2 threads");
+    check_same(a, c, N, V, "prefill 1 thread vs batches of 1-4 on 3 threads");
+    free(a), free(b), free(c);
+    engine_close(e1);
+    engine_close(e2);
     engine_close(e3);
 }
 

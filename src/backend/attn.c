@@ -2,30 +2,36 @@
  * attn.h).
  *
  * The driver is level-independent: it widens each key tile once (tile_fill)
- * and hands it to every query that sees part of it (tile_step), in tile
- * order. Per query and tile the kernels run a fixed instruction sequence
- * that depends only on (query, tile rows, lo, hi), so a query's bits do
- * not depend on its company. Does not: thread (model/ splits the (token
- * block, KV head) pairs over the pool) or know about sequences. */
+ * and hands it to every query that sees part of it (tile_step, or
+ * tile_step2 for two queries with the same key range), in tile order,
+ * restarting each query's state at every segment and folding the segment
+ * states in order (fold_into, shared by attn_run and attn_fold). Per query
+ * and tile the kernels run a fixed instruction sequence that depends only
+ * on (query, tile rows, lo, hi), so a query's bits do not depend on its
+ * company. Does not: thread (model/ splits the (token block, KV head,
+ * segment) items over the pool) or know about sequences. */
 #include "backend/attn.h"
 
 #include <limits.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/cpu.h"
 #include "base/fp16.h"
+#include "base/mem.h"
 
 #define T ATTN_KV_TILE
 
-/* Per query: the scaled q (d floats), then acc (d), max, sum; rounded up
- * to whole 64-byte lines. */
+/* Per query: the scaled q (d floats), its segment state (d + 2: acc, max,
+ * sum) and the folded result so far (d + 2); rounded up to whole 64-byte
+ * lines. */
 static size_t query_floats(int d) {
-    return ((size_t)2 * d + 2 + 15) & ~(size_t)15;
+    return ((size_t)3 * d + 4 + 15) & ~(size_t)15;
 }
 
 size_t attn_ws_floats(int head_dim, int nq) {
-    return (size_t)2 * T * head_dim + T + (size_t)nq * query_floats(head_dim);
+    return (size_t)2 * T * head_dim + 2 * T + (size_t)nq * query_floats(head_dim);
 }
 
 /* ---- scalar kernels (the reference; also any head_dim) -------------------- */
@@ -69,38 +75,120 @@ static void step_scalar(int d, const float *q, const float *kt, const float *vt,
     st[d + 1] = st[d + 1] * alpha + sum;
 }
 
-const attn_ops attn_ops_scalar = {fill_scalar, step_scalar};
+const attn_ops attn_ops_scalar = {fill_scalar, step_scalar, NULL};
 
 /* ---- driver ---------------------------------------------------------------- */
 
-static void run_ops(const attn_ops *ops, const attn_kv *kv, const attn_query *qs, int nq, float scale,
-                    float *ws) {
-    int d = kv->head_dim, first = INT_MAX, end = 0;
-    size_t qf = query_floats(d);
-    float *kt = ws, *vt = kt + (size_t)T * d, *p = vt + (size_t)T * d, *qb = p + T;
-    for (int i = 0; i < nq; i++) {
-        float *qi = qb + i * qf, *st = qi + d;
-        for (int k = 0; k < d; k++) qi[k] = qs[i].q[k] * scale;
-        memset(st, 0, (size_t)d * sizeof(float));
-        st[d] = -INFINITY;
-        st[d + 1] = 0;
-        if (qs[i].first < first) first = qs[i].first;
-        if (qs[i].end > end) end = qs[i].end;
+static void state_init(int d, float *st) {
+    memset(st, 0, (size_t)d * sizeof(float));
+    st[d] = -INFINITY;
+    st[d + 1] = 0;
+}
+
+/* res = res folded with the next segment's state x; an empty state (sum
+ * 0: no keys) changes nothing, and folding into an empty res copies x, so
+ * one segment gives exactly its own state. */
+static void fold_into(int d, float *res, const float *x) {
+    if (x[d + 1] == 0) return;
+    if (res[d + 1] == 0) {
+        memcpy(res, x, ((size_t)d + 2) * sizeof(float));
+        return;
     }
-    for (int t0 = first / T * T; t0 < end; t0 += T) {
-        ops->tile_fill(kv, t0, end - 1, kt, vt);
+    float m = res[d] > x[d] ? res[d] : x[d], a = expf(res[d] - m), b = expf(x[d] - m);
+    for (int i = 0; i < d; i++) res[i] = res[i] * a + x[i] * b;
+    res[d] = m;
+    res[d + 1] = res[d + 1] * a + x[d + 1] * b;
+}
+
+static void finish(int d, const float *res, float *out) {
+    float inv = 1.0f / res[d + 1];
+    for (int k = 0; k < d; k++) out[k] = res[k] * inv;
+}
+
+void attn_fold(int head_dim, const float *states, int n, float *out) {
+    size_t sf = attn_state_floats(head_dim);
+    float stack[1024 + 2], *r = head_dim <= 1024 ? stack : xmalloc(sf * sizeof(float));
+    state_init(head_dim, r);
+    for (int s = 0; s < n; s++) fold_into(head_dim, r, states + (size_t)s * sf);
+    finish(head_dim, r, out);
+    if (r != stack) free(r);
+}
+
+/* The call's queries, scaled, into ws; their key span [*first, *end). */
+static void prepare(int d, const attn_query *qs, int nq, float scale, float *qb, int *first, int *end) {
+    size_t qf = query_floats(d);
+    *first = INT_MAX, *end = 0;
+    for (int i = 0; i < nq; i++) {
+        float *qi = qb + i * qf;
+        for (int k = 0; k < d; k++) qi[k] = qs[i].q[k] * scale;
+        if (qs[i].first < *first) *first = qs[i].first;
+        if (qs[i].end > *end) *end = qs[i].end;
+    }
+}
+
+/* Tiles of keys [k0, k1) (k0 on a tile edge) into the segment state of
+ * every query that sees part of them; rows are clamped to last. */
+static void run_tiles(const attn_ops *ops, const attn_kv *kv, const attn_query *qs, int nq, float *ws, int k0,
+                      int k1, int last) {
+    int d = kv->head_dim;
+    size_t qf = query_floats(d);
+    float *kt = ws, *vt = kt + (size_t)T * d, *p = vt + (size_t)T * d, *qb = p + 2 * T;
+    for (int t0 = k0; t0 < k1; t0 += T) {
+        ops->tile_fill(kv, t0, last, kt, vt);
+        int pend = -1, plo = 0, phi = 0; /* a query waiting for a partner with its [lo, hi) */
         for (int i = 0; i < nq; i++) {
             if (qs[i].first >= t0 + T || qs[i].end <= t0) continue;
             int lo = qs[i].first > t0 ? qs[i].first - t0 : 0, hi = qs[i].end - t0 < T ? qs[i].end - t0 : T;
             float *qi = qb + i * qf;
-            ops->tile_step(d, qi, kt, vt, lo, hi, qi + d, p);
+            if (!ops->tile_step2) {
+                ops->tile_step(d, qi, kt, vt, lo, hi, qi + d, p);
+            } else if (pend >= 0 && lo == plo && hi == phi) {
+                float *qp = qb + pend * qf;
+                ops->tile_step2(d, qp, qi, kt, vt, lo, hi, qp + d, qi + d, p);
+                pend = -1;
+            } else {
+                if (pend >= 0) ops->tile_step(d, qb + pend * qf, kt, vt, plo, phi, qb + pend * qf + d, p);
+                pend = i, plo = lo, phi = hi;
+            }
         }
+        if (pend >= 0) ops->tile_step(d, qb + pend * qf, kt, vt, plo, phi, qb + pend * qf + d, p);
     }
-    for (int i = 0; i < nq; i++) {
-        const float *st = qb + i * qf + d;
-        float inv = 1.0f / st[d + 1];
-        for (int k = 0; k < d; k++) qs[i].out[k] = st[k] * inv;
+}
+
+/* Segment seg's tiles for every query, each starting a fresh state. */
+static void run_segment(const attn_ops *ops, const attn_kv *kv, const attn_query *qs, int nq, float *ws,
+                        int first, int end, int seg) {
+    int d = kv->head_dim, k0 = seg * ATTN_SEG, k1 = k0 + ATTN_SEG;
+    size_t qf = query_floats(d);
+    float *qb = ws + (size_t)2 * T * d + 2 * T;
+    for (int i = 0; i < nq; i++) state_init(d, qb + i * qf + d);
+    if (k0 < first / T * T) k0 = first / T * T;
+    if (k1 > end) k1 = end;
+    run_tiles(ops, kv, qs, nq, ws, k0, k1, end - 1);
+}
+
+static void run_ops(const attn_ops *ops, const attn_kv *kv, const attn_query *qs, int nq, float scale,
+                    float *ws) {
+    int d = kv->head_dim, first, end;
+    size_t qf = query_floats(d);
+    float *qb = ws + (size_t)2 * T * d + 2 * T;
+    prepare(d, qs, nq, scale, qb, &first, &end);
+    for (int i = 0; i < nq; i++) state_init(d, qb + i * qf + 2 * d + 2);
+    for (int seg = first / ATTN_SEG; seg * ATTN_SEG < end; seg++) {
+        run_segment(ops, kv, qs, nq, ws, first, end, seg);
+        for (int i = 0; i < nq; i++) fold_into(d, qb + i * qf + 2 * d + 2, qb + i * qf + d);
     }
+    for (int i = 0; i < nq; i++) finish(d, qb + i * qf + 2 * d + 2, qs[i].out);
+}
+
+static void run_seg_ops(const attn_ops *ops, const attn_kv *kv, const attn_query *qs, int nq, float scale, int seg,
+                        float *const *states, float *ws) {
+    int d = kv->head_dim, first, end;
+    size_t qf = query_floats(d);
+    float *qb = ws + (size_t)2 * T * d + 2 * T;
+    prepare(d, qs, nq, scale, qb, &first, &end);
+    run_segment(ops, kv, qs, nq, ws, first, end, seg);
+    for (int i = 0; i < nq; i++) memcpy(states[i], qb + i * qf + d, attn_state_floats(d) * sizeof(float));
 }
 
 /* ---- dispatch ----------------------------------------------------------------- */
@@ -122,6 +210,16 @@ static const attn_ops *ops_for(int level, int d) {
 
 void attn_run_level(int level, const attn_kv *kv, const attn_query *qs, int nq, float scale, float *ws) {
     run_ops(ops_for(level, kv->head_dim), kv, qs, nq, scale, ws);
+}
+
+void attn_run_seg_level(int level, const attn_kv *kv, const attn_query *qs, int nq, float scale, int seg,
+                        float *const *states, float *ws) {
+    run_seg_ops(ops_for(level, kv->head_dim), kv, qs, nq, scale, seg, states, ws);
+}
+
+void attn_run_seg(const attn_kv *kv, const attn_query *qs, int nq, float scale, int seg, float *const *states,
+                  float *ws) {
+    attn_run_seg_level(cpu_level(), kv, qs, nq, scale, seg, states, ws);
 }
 
 int attn_level(void) {

@@ -19,6 +19,16 @@
  * same bits in prefill (any chunking, any query block) and in decode
  * (batch invariance, DESIGN.md).
  *
+ * Segments: the key axis is also cut into segments of ATTN_SEG positions
+ * at fixed absolute places (segment s holds [ATTN_SEG s, ATTN_SEG s +
+ * ATTN_SEG)). A query keeps one online-softmax state per segment, started
+ * afresh at the segment's first tile, and the segment states are folded
+ * in segment order (attn_fold). A caller may compute the segments of one
+ * query in separate calls, on separate threads (attn_run_seg), and fold
+ * them itself: the bits are attn_run's. A query whose keys lie in one
+ * segment (contexts up to ATTN_SEG) has a single state: folding it is the
+ * plain normalisation.
+ *
  * Levels (scalar, avx2, avx512) give different bits from one another; a
  * process uses one level for its whole life (attn_level below). */
 #ifndef STRATA_ATTN_H
@@ -28,6 +38,7 @@
 #include <stdint.h>
 
 #define ATTN_KV_TILE 64
+#define ATTN_SEG 2048 /* keys per segment: a multiple of ATTN_KV_TILE */
 
 /* One KV head of one sequence. */
 typedef struct attn_kv {
@@ -51,12 +62,29 @@ size_t attn_ws_floats(int head_dim, int nq);
 /* Computes every qs[i].out. ws: attn_ws_floats(kv->head_dim, nq) floats. */
 void attn_run(const attn_kv *kv, const attn_query *qs, int nq, float scale, float *ws);
 
+/* Floats of one query's segment state: acc[head_dim], max, sum. */
+static inline size_t attn_state_floats(int head_dim) {
+    return (size_t)head_dim + 2;
+}
+
+/* The segment states of every query over the keys of segment seg only
+ * (the part of [first, end) in it): qs[i]'s state to states[i]
+ * (attn_state_floats each; empty, sum 0, when it sees none of them).
+ * qs[i].out is not touched. ws: attn_ws_floats(kv->head_dim, nq). */
+void attn_run_seg(const attn_kv *kv, const attn_query *qs, int nq, float scale, int seg, float *const *states,
+                  float *ws);
+/* out = the n segment states of one query (contiguous, segment order)
+ * folded and normalised: attn_run's result for it. */
+void attn_fold(int head_dim, const float *states, int n, float *out);
+
 /* The same at a given level (tests compare levels and paths):
  * 0 scalar, 1 avx2, 2 avx512; a level the CPU or the build lacks, or a
  * head_dim it has no kernel for, falls back to the next lower one. */
 void attn_run_level(int level, const attn_kv *kv, const attn_query *qs, int nq, float scale, float *ws);
 /* The level attn_run uses in this process. */
 int attn_level(void);
+void attn_run_seg_level(int level, const attn_kv *kv, const attn_query *qs, int nq, float scale, int seg,
+                        float *const *states, float *ws);
 
 /* ---- per-level kernels (attn.c drives them) ------------------------------
  * kt: a tile's keys transposed, [head_dim][ATTN_KV_TILE] floats;
@@ -65,11 +93,15 @@ int attn_level(void);
  *   last readable position), widened into kt and vt.
  * tile_step: one query (q already multiplied by the scale) over keys
  *   [lo, hi) of the tile (0 <= lo < hi <= 64); st = {acc[head_dim], max,
- *   sum}; p: 64 floats of scratch. */
+ *   sum}; p: 64 floats of scratch.
+ * tile_step2 (NULL where absent): tile_step for two queries with the same
+ *   [lo, hi), bit for bit, sharing the tile's loads; p: 128 floats. */
 typedef struct attn_ops {
     void (*tile_fill)(const attn_kv *kv, int t0, int last, float *kt, float *vt);
     void (*tile_step)(int d, const float *q, const float *kt, const float *vt, int lo, int hi, float *st,
                       float *p);
+    void (*tile_step2)(int d, const float *q0, const float *q1, const float *kt, const float *vt, int lo, int hi,
+                       float *st0, float *st1, float *p);
 } attn_ops;
 
 extern const attn_ops attn_ops_scalar;

@@ -310,17 +310,15 @@ static int attn_first_pos(const fwd_ctx *c, const layer_arg *a, int t) {
     return a->L->swa && first > 0 ? first : 0;
 }
 
-/* One work item: part `part` of `parts` of the query heads of KV head g
- * for the tokens of run r, all in one attn_run call (each key tile is
- * widened once for all of them). The block table covers the run's
- * sequence from the first tile any of its queries sees. */
-static void attn_item(fwd_ctx *c, const layer_arg *a, const fwd_run_span *r, int g, int part, int parts,
-                      int ith) {
+/* The queries of part `part` of `parts` of KV head g's query heads for
+ * the tokens of run r into qs; the block table of KV head g covering the
+ * run's sequence from the first tile any of them sees into *kv. */
+static int attn_gather(fwd_ctx *c, const layer_arg *a, const fwd_run_span *r, int g, int part, int parts, int ith,
+                       attn_query *qs, attn_kv *kv) {
     const model_hparams *hp = &c->m->hp;
     int d = hp->head_dim, kvd = hp->n_head_kv * d, hpg = hp->n_head / hp->n_head_kv, B = c->kv->block_tokens;
     const kv_seq *s = a->b->seqs[r->t0];
     const uint16_t **kb = c->kb + (size_t)ith * c->blocks_cap, **vb = c->vb + (size_t)ith * c->blocks_cap;
-    attn_query *qs = c->attn_qs + (size_t)ith * ATTN_RUN * hpg;
     int nq = 0, h0 = g * hpg + part * hpg / parts, h1 = g * hpg + (part + 1) * hpg / parts;
     for (int t = r->t0; t < r->t1; t++)
         for (int h = h0; h < h1; h++)
@@ -335,37 +333,107 @@ static void attn_item(fwd_ctx *c, const layer_arg *a, const fwd_run_span *r, int
         kb[i] = kv_rows(c->kv, s->blocks[i], a->layer, 0) + (size_t)g * d;
         vb[i] = kv_rows(c->kv, s->blocks[i], a->layer, 1) + (size_t)g * d;
     }
-    attn_kv kv = {.k_blocks = kb, .v_blocks = vb, .block_tokens = B, .stride = kvd, .head_dim = d};
-    attn_run(&kv, qs, nq, hp->attn_scale, c->attn_ws + (size_t)ith * c->attn_ws_n);
+    *kv = (attn_kv){.k_blocks = kb, .v_blocks = vb, .block_tokens = B, .stride = kvd, .head_dim = d};
+    return nq;
+}
+
+/* Segment states of token t's query head h (attn_state_floats each, by
+ * absolute segment). */
+static float *attn_states(fwd_ctx *c, int t, int h) {
+    return c->attn_part + ((size_t)t * c->m->hp.n_head + h) * c->seg_cap * attn_state_floats(c->m->hp.head_dim);
+}
+
+/* One work item: part `part` of the query heads of KV head g for the
+ * tokens of run r, all in one attn_run call (each key tile is widened
+ * once for all of them); with seg >= 0 only key segment seg, its states
+ * to c->attn_part (folded by attn_fold_row). */
+static void attn_item(fwd_ctx *c, const layer_arg *a, const fwd_run_span *r, int g, int part, int parts, int seg,
+                      int ith) {
+    const model_hparams *hp = &c->m->hp;
+    int hpg = hp->n_head / hp->n_head_kv;
+    attn_query *qs = c->attn_qs + (size_t)ith * ATTN_RUN * hpg;
+    attn_kv kv;
+    int nq = attn_gather(c, a, r, g, part, parts, ith, qs, &kv);
+    float *ws = c->attn_ws + (size_t)ith * c->attn_ws_n;
+    if (seg < 0) {
+        attn_run(&kv, qs, nq, hp->attn_scale, ws);
+        return;
+    }
+    float **st = c->attn_stp + (size_t)ith * ATTN_RUN * hpg;
+    int per_tok = nq / (r->t1 - r->t0), h0 = g * hpg + part * hpg / parts; /* attn_gather's order */
+    for (int i = 0; i < nq; i++)
+        st[i] = attn_states(c, r->t0 + i / per_tok, h0 + i % per_tok) + (size_t)seg * attn_state_floats(hp->head_dim);
+    attn_run_seg(&kv, qs, nq, hp->attn_scale, seg, st, ws);
 }
 
 typedef struct {
     fwd_ctx *c;
     const layer_arg *a;
-    int parts; /* items per (run, KV head): its query heads split this many ways */
+    int parts; /* items per (run, KV head, segment): its query heads split this many ways */
+    int segs;  /* key segments per run in separate items (0: all in one) */
     atomic_int next;
 } attn_job;
 
+/* The first key segment of run r's queries. */
+static int run_seg0(const fwd_ctx *c, const layer_arg *a, const fwd_run_span *r) {
+    return attn_first_pos(c, a, r->t0) / ATTN_SEG;
+}
+
 /* Items are taken from a shared counter, latest runs first: in a prefill
  * chunk they are the deepest, so the long ones start early. Which thread
- * runs an item, and which query heads share it, does not change a
- * query's bits (backend/attn.h). */
+ * runs an item, which query heads share it, and whether a run's key
+ * segments are split into items does not change a query's bits
+ * (backend/attn.h). */
 static void attn_worker(void *p, int ith, int nth) {
     attn_job *j = p;
     fwd_ctx *c = j->c;
-    int n_kv = c->m->hp.n_head_kv, per_run = n_kv * j->parts, n_items = c->n_runs * per_run;
-    for (int i; (i = atomic_fetch_add(&j->next, 1)) < n_items;)
-        attn_item(c, j->a, &c->runs[c->n_runs - 1 - i / per_run], i % per_run / j->parts, i % j->parts,
-                  j->parts, ith);
+    int n_kv = c->m->hp.n_head_kv, segs = j->segs ? j->segs : 1, per_run = n_kv * j->parts * segs;
+    for (int i; (i = atomic_fetch_add(&j->next, 1)) < c->n_runs * per_run;) {
+        const fwd_run_span *r = &c->runs[c->n_runs - 1 - i / per_run];
+        int k = i % per_run, seg = -1;
+        if (j->segs) {
+            seg = run_seg0(c, j->a, r) + k % segs;
+            if (seg * ATTN_SEG >= j->a->b->pos[r->t1 - 1] + 1) continue; /* past this run's keys */
+            k /= segs;
+        }
+        attn_item(c, j->a, r, k / j->parts, k % j->parts, j->parts, seg, ith);
+    }
 }
 
-/* Fewer (run, KV head) pairs than threads (decode with one or two KV
- * heads, as Gemma 3 has one): split each pair's query heads so every
- * thread has one. Each part widens the tiles itself, so only then. */
-static int attn_parts(const fwd_ctx *c) {
-    int pairs = c->n_runs * c->m->hp.n_head_kv, nth = pool_size(c->threads);
-    int hpg = c->m->hp.n_head / c->m->hp.n_head_kv, parts = (nth + pairs - 1) / pairs;
+/* Small batches (decode) split each (run, KV head) over its key segments
+ * so that every thread has work at depth; states are folded after. */
+#define ATTN_SPLIT_TOK 4
+
+/* Key segments a run of the batch spans at most (0: no split). */
+static int attn_segs(const fwd_ctx *c, const layer_arg *a) {
+    if (a->b->n > ATTN_SPLIT_TOK || pool_size(c->threads) == 1) return 0;
+    int segs = 0;
+    for (int i = 0; i < c->n_runs; i++) {
+        const fwd_run_span *r = &c->runs[i];
+        int n = (a->b->pos[r->t1 - 1]) / ATTN_SEG - run_seg0(c, a, r) + 1;
+        if (n > segs) segs = n;
+    }
+    return segs > 1 ? segs : 0;
+}
+
+/* Fewer items than threads (decode with one or two KV heads, as Gemma 3
+ * has one): split each pair's query heads so every thread has one. Each
+ * part widens the tiles itself, so only then. */
+static int attn_parts(const fwd_ctx *c, int segs) {
+    int items = c->n_runs * c->m->hp.n_head_kv * (segs ? segs : 1), nth = pool_size(c->threads);
+    int hpg = c->m->hp.n_head / c->m->hp.n_head_kv, parts = (nth + items - 1) / items;
     return parts < 1 ? 1 : parts > hpg ? hpg : parts;
+}
+
+/* Token t's heads: their segment states folded into c->att. */
+static void attn_fold_row(fwd_ctx *c, void *arg, int t) {
+    const layer_arg *a = arg;
+    const model_hparams *hp = &c->m->hp;
+    int s0 = attn_first_pos(c, a, t) / ATTN_SEG, n = a->b->pos[t] / ATTN_SEG - s0 + 1;
+    size_t sf = attn_state_floats(hp->head_dim);
+    for (int h = 0; h < hp->n_head; h++)
+        attn_fold(hp->head_dim, attn_states(c, t, h) + (size_t)s0 * sf, n,
+                  c->att + ((size_t)t * hp->n_head + h) * hp->head_dim);
 }
 
 /* Runs of the batch: consecutive tokens of one sequence at consecutive
@@ -412,8 +480,10 @@ static void attention(fwd_ctx *c, const fwd_batch *b, const model_layer *L) {
     float *qkv_out[3] = {c->m->hp.attn_gate ? c->qg : c->q, c->k, c->v};
     fwd__matmul_group(c, c->xn, n, qkv, qkv_out, 3);
     fwd__for_rows(c, n, qkv_finish_row, &a);
-    attn_job aj = {c, &a, attn_parts(c), 0};
+    int segs = attn_segs(c, &a);
+    attn_job aj = {c, &a, attn_parts(c, segs), segs, 0};
     pool_run_any(c->threads, attn_worker, &aj);
+    if (segs) fwd__for_rows(c, n, attn_fold_row, &a);
     if (c->m->hp.attn_gate) fwd__for_rows(c, n, apply_gate_row, NULL);
     fwd__matmul(c, c->att, n, &L->wo, c->tmp);
 }
@@ -451,7 +521,8 @@ static void embed_row(fwd_ctx *c, void *arg, int t) {
         for (int i = 0; i < c->m->hp.n_embd; i++) x[i] *= scale;
 }
 
-/* Block tables long enough for max_kv positions, per thread. */
+/* Block tables long enough for max_kv positions, per thread; segment
+ * states for as many segments. */
 static void ensure_scratch(fwd_ctx *c, int max_kv) {
     int nth = pool_size(c->threads), nb = (max_kv + c->kv->block_tokens - 1) / c->kv->block_tokens;
     if (nb > c->blocks_cap) {
@@ -460,6 +531,14 @@ static void ensure_scratch(fwd_ctx *c, int max_kv) {
         c->blocks_cap = nb + 16;
         c->kb = xmalloc((size_t)nth * c->blocks_cap * sizeof(*c->kb));
         c->vb = xmalloc((size_t)nth * c->blocks_cap * sizeof(*c->vb));
+    }
+    int segs = (max_kv + ATTN_SEG - 1) / ATTN_SEG;
+    if (segs > c->seg_cap) {
+        const model_hparams *hp = &c->m->hp;
+        free(c->attn_part);
+        c->seg_cap = segs + 4;
+        c->attn_part = xaligned((size_t)ATTN_SPLIT_TOK * hp->n_head * c->seg_cap * attn_state_floats(hp->head_dim) *
+                                sizeof(float));
     }
 }
 
@@ -674,6 +753,7 @@ fwd_ctx *fwd_new(const model *m, kv_pool *kv, pool *threads, int max_batch) {
     c->attn_ws_n = (attn_ws_floats(hp->head_dim, ATTN_RUN * hpg) + 15) & ~(size_t)15;
     c->attn_ws = xaligned((size_t)nth * c->attn_ws_n * sizeof(float));
     c->attn_qs = xmalloc((size_t)nth * ATTN_RUN * hpg * sizeof(*c->attn_qs));
+    c->attn_stp = xmalloc((size_t)nth * ATTN_RUN * hpg * sizeof(*c->attn_stp));
     init_rope(c);
     return c;
 }
@@ -686,6 +766,8 @@ void fwd_free(fwd_ctx *c) {
     for (int i = 0; i < MM_MAX; i++) free(c->xq[i]);
     free(c->runs);
     free(c->attn_qs);
+    free(c->attn_stp);
+    free(c->attn_part);
     free(c->kb);
     free(c->vb);
     free(c->rope_off);

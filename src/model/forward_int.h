@@ -38,6 +38,9 @@ struct fwd_ctx {
     float *attn_ws;            /* n_threads x attn_ws_n floats */
     size_t attn_ws_n;
     attn_query *attn_qs;       /* n_threads x ATTN_RUN x (query heads per KV head) */
+    float **attn_stp;          /* the same count: their segment states (split decode) */
+    float *attn_part;          /* [small batch token][head][seg_cap] segment states */
+    int seg_cap;
     const uint16_t **kb, **vb; /* n_threads x blocks_cap: block tables */
     int blocks_cap;
     float *qg;           /* qwen35: Q rows with their gate, [n][n_head][2][head_dim] */
