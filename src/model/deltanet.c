@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/delta.h"
 #include "base/mem.h"
 #include "model/forward_int.h"
 
@@ -131,49 +132,30 @@ static void gates_row(fwd_ctx *c, void *arg, int t) {
     const float *dt = j->L->ssm_dt.data, *a = j->L->ssm_a.data;
     for (int h = 0; h < hv; h++) {
         beta[h] = 1.0f / (1.0f + expf(-beta[h]));
-        g[h] = softplus(g[h] + dt[h]) * a[h];
+        g[h] = expf(softplus(g[h] + dt[h]) * a[h]); /* the decay e^g */
     }
 }
 
-/* Dot product with a fixed summation order (8 lanes, then in order). */
-static float dot(const float *a, const float *b, int n) {
-    float acc[8] = {0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
-    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-/* Step 4 for one token and value head: row by row, each row of S only
- * depends on itself, so decay, update and readout go in one pass. */
-static void delta_step(float *S_, const float *q, const float *k, const float *v, float beta, float decay,
-                       float *o, int S) {
-    float scale = 1.0f / sqrtf((float)S);
-    for (int r = 0; r < S; r++) {
-        float *row = S_ + (size_t)r * S;
-        for (int i = 0; i < S; i++) row[i] *= decay;
-        float d = (v[r] - dot(row, k, S)) * beta;
-        for (int i = 0; i < S; i++) row[i] += d * k[i];
-        o[r] = dot(row, q, S) * scale;
-    }
-}
-
+/* Step 4 for value heads [lo, hi): per head, the batch's runs of
+ * consecutive tokens of one sequence in batch order, each run one
+ * delta_rows call (backend/delta.h) on that sequence's state. */
 static void delta_worker(void *p, int ith, int nth) {
     dn_job *j = p;
     const model_hparams *hp = &j->c->m->hp;
-    int S = hp->ssm_d_state, hv = hp->ssm_n_v_heads, hk = hp->ssm_n_k_heads;
+    int S = hp->ssm_d_state, hv = hp->ssm_n_v_heads, hk = hp->ssm_n_k_heads, C = j->d->conv_dim;
+    float scale = 1.0f / sqrtf((float)S);
     long lo, hi;
     pool_range(hv, ith, nth, &lo, &hi);
-    for (int t = 0; t < j->b->n; t++) {
-        const float *row = j->d->conv + (size_t)t * j->d->conv_dim;
-        for (long h = lo; h < hi; h++) {
-            const float *q = row + (h % hk) * S, *k = row + j->d->qk_dim + (h % hk) * S;
-            const float *v = row + 2 * j->d->qk_dim + h * S;
-            float decay = expf(j->d->g[(size_t)t * hv + h]);
-            delta_step(ssm_state(j, t, (int)h), q, k, v, j->d->beta[(size_t)t * hv + h], decay,
-                       j->d->o + (size_t)t * hp->ssm_d_inner + h * S, S);
+    for (long h = lo; h < hi; h++) {
+        for (int t0 = 0, t1; t0 < j->b->n; t0 = t1) {
+            for (t1 = t0 + 1; t1 < j->b->n && j->b->seqs[t1] == j->b->seqs[t0]; t1++) {}
+            const float *row = j->d->conv + (size_t)t0 * C;
+            delta_run r = {.k = row + j->d->qk_dim + (h % hk) * S, .q = row + (h % hk) * S,
+                           .v = row + 2 * j->d->qk_dim + h * S, .beta = j->d->beta + (size_t)t0 * hv + h,
+                           .decay = j->d->g + (size_t)t0 * hv + h,
+                           .o = j->d->o + (size_t)t0 * hp->ssm_d_inner + h * S, .x_stride = (size_t)C,
+                           .g_stride = (size_t)hv, .o_stride = (size_t)hp->ssm_d_inner, .n_tok = t1 - t0};
+            delta_rows(&r, ssm_state(j, t0, (int)h), S, 0, S, scale);
         }
     }
 }
