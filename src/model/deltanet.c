@@ -88,26 +88,50 @@ static float *ssm_state(const dn_job *j, int t, int h) {
     return conv_state(j, t) + j->d->conv_floats + (size_t)h * S * S;
 }
 
-/* Step 2 for channels [lo, hi): every token in batch order. */
+#define CONV_CB 16 /* channels per block: one cache line of a token's row */
+#define CONV_KMAX 16 /* model_qwen35.c bounds d_conv */
+
+/* Step 2 for channels [c0, c0 + nc) over tokens [t0, t1) of one
+ * sequence: the d_conv - 1 inputs before each token in registers (hist,
+ * [k][channel]), read from the sequence's state once and written back
+ * once. Per channel and token the sum runs in the same order as ever:
+ * 0 + s_0 w_0 + ... + s_(K-2) w_(K-2) + x w_(K-1), then SiLU. */
+static void conv_block(const dn_job *j, int c0, int nc, int t0, int t1) {
+    int K = j->c->m->hp.ssm_d_conv, C = j->d->conv_dim;
+    float hist[CONV_KMAX][CONV_CB], w[CONV_KMAX][CONV_CB];
+    float *st = conv_state(j, t0) + (size_t)c0 * (K - 1);
+    const float *wsrc = (const float *)j->L->ssm_conv1d.data + (size_t)c0 * K; /* [C][K] */
+    for (int l = 0; l < nc; l++) {
+        for (int k = 0; k < K - 1; k++) hist[k][l] = st[l * (K - 1) + k];
+        for (int k = 0; k < K; k++) w[k][l] = wsrc[l * K + k];
+    }
+    for (int t = t0; t < t1; t++) {
+        const float *x = j->d->qkv + (size_t)t * C + c0;
+        float *y = j->d->conv + (size_t)t * C + c0, sum[CONV_CB];
+        for (int l = 0; l < nc; l++) sum[l] = 0.0f;
+        for (int k = 0; k < K - 1; k++)
+            for (int l = 0; l < nc; l++) sum[l] += hist[k][l] * w[k][l];
+        for (int l = 0; l < nc; l++) sum[l] += x[l] * w[K - 1][l];
+        for (int k = 0; k + 1 < K - 1; k++) memcpy(hist[k], hist[k + 1], sizeof hist[k]);
+        if (K > 1) memcpy(hist[K - 2], x, (size_t)nc * sizeof(float));
+        for (int l = 0; l < nc; l++) y[l] = sum[l] / (1.0f + expf(-sum[l]));
+    }
+    for (int l = 0; l < nc; l++)
+        for (int k = 0; k < K - 1; k++) st[l * (K - 1) + k] = hist[k][l];
+}
+
+/* Step 2 for this thread's channel blocks: every run of one sequence's
+ * tokens, in batch order. */
 static void conv_worker(void *p, int ith, int nth) {
     dn_job *j = p;
-    int K = j->c->m->hp.ssm_d_conv, C = j->d->conv_dim;
+    int C = j->d->conv_dim;
     long lo, hi;
-    pool_range(C, ith, nth, &lo, &hi);
-    const float *w = j->L->ssm_conv1d.data; /* [C][K] */
-    for (int t = 0; t < j->b->n; t++) {
-        float *st = conv_state(j, t);
-        const float *x = j->d->qkv + (size_t)t * C;
-        float *y = j->d->conv + (size_t)t * C;
-        for (long ch = lo; ch < hi; ch++) {
-            float *s = st + ch * (K - 1);
-            const float *wc = w + ch * K;
-            float sum = 0.0f;
-            for (int k = 0; k < K - 1; k++) sum += s[k] * wc[k];
-            sum += x[ch] * wc[K - 1];
-            for (int k = 0; k + 1 < K - 1; k++) s[k] = s[k + 1];
-            if (K > 1) s[K - 2] = x[ch];
-            y[ch] = sum / (1.0f + expf(-sum));
+    pool_range((C + CONV_CB - 1) / CONV_CB, ith, nth, &lo, &hi);
+    for (long cb = lo; cb < hi; cb++) {
+        int c0 = (int)cb * CONV_CB, nc = C - c0 < CONV_CB ? C - c0 : CONV_CB;
+        for (int t0 = 0, t1; t0 < j->b->n; t0 = t1) {
+            for (t1 = t0 + 1; t1 < j->b->n && j->b->seqs[t1] == j->b->seqs[t0]; t1++) {}
+            conv_block(j, c0, nc, t0, t1);
         }
     }
 }
