@@ -16,7 +16,7 @@
 #define UNROLL _Pragma("GCC unroll 8")
 
 /* Fixed-order horizontal sum: halves, quarters, then pairs. */
-static inline float hsum(__m512 x) {
+static inline __attribute__((always_inline)) float hsum(__m512 x) {
     __m256 lo = _mm512_castps512_ps256(x);
     __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1));
     __m256 a = _mm256_add_ps(lo, hi);
@@ -26,7 +26,7 @@ static inline float hsum(__m512 x) {
     return _mm_cvtss_f32(b);
 }
 
-static inline float dot(const __m512 *r, const float *x) {
+static inline __attribute__((always_inline)) float dot(const __m512 *r, const float *x) {
     __m512 a0 = _mm512_mul_ps(r[0], _mm512_loadu_ps(x));
     __m512 a1 = _mm512_mul_ps(r[1], _mm512_loadu_ps(x + 16));
     __m512 a2 = _mm512_mul_ps(r[2], _mm512_loadu_ps(x + 32));
@@ -39,7 +39,7 @@ static inline float dot(const __m512 *r, const float *x) {
 }
 
 /* One token on one row held in r. */
-static inline void step(__m512 *r, const float *k, const float *q, float v, float beta, __m512 decay,
+static inline __attribute__((always_inline)) void step(__m512 *r, const float *k, const float *q, float v, float beta, __m512 decay,
                         float scale, float *o) {
     UNROLL for (int i = 0; i < NV; i++) r[i] = _mm512_mul_ps(r[i], decay);
     __m512 d = _mm512_set1_ps((v - dot(r, k)) * beta);

@@ -34,8 +34,12 @@
 struct dn_ctx {
     int conv_dim, qk_dim; /* channels; q (= k) width: key heads x head size */
     size_t layer_floats, conv_floats; /* one layer's state, its conv part */
-    float *qkv, *conv, *z, *beta, *g, *o; /* [max_batch][...] */
+    float *qkv, *conv, *z, *beta, *g, *o; /* [max_batch][...]; g holds the decay e^g */
+    float *conv_wt; /* per recurrent layer, ssm_conv1d transposed: [K][conv_dim] */
+    float *ring;    /* the conv's last K - 1 inputs, [K - 1][conv_dim] */
 };
+
+#define CONV_KMAX 16 /* model_qwen35.c bounds d_conv */
 
 static size_t layer_state_floats(const model_hparams *hp, size_t *conv_floats) {
     size_t conv_dim = 2 * (size_t)hp->ssm_n_k_heads * hp->ssm_d_state + hp->ssm_d_inner;
@@ -62,12 +66,25 @@ dn_ctx *dn_new(const model *m, int max_batch) {
     d->beta = xaligned(n * hv * sizeof(float));
     d->g = xaligned(n * hv * sizeof(float));
     d->o = xaligned(n * vd * sizeof(float));
+    int K = hp->ssm_d_conv;
+    size_t C = (size_t)d->conv_dim;
+    d->conv_wt = xaligned((size_t)hp->n_rec_layer * K * C * sizeof(float));
+    d->ring = xaligned((K > 1 ? K - 1 : 1) * C * sizeof(float));
+    for (int il = 0; il < hp->n_layer; il++) {
+        const model_layer *L = &m->layers[il];
+        if (!L->recurrent) continue;
+        const float *w = L->ssm_conv1d.data; /* [C][K] */
+        float *wt = d->conv_wt + (size_t)L->rec_layer * K * C;
+        for (size_t ch = 0; ch < C; ch++)
+            for (int k = 0; k < K; k++) wt[(size_t)k * C + ch] = w[ch * K + k];
+    }
     return d;
 }
 
 void dn_free(dn_ctx *d) {
     if (!d) return;
     free(d->qkv), free(d->conv), free(d->z), free(d->beta), free(d->g), free(d->o);
+    free(d->conv_wt), free(d->ring);
     free(d);
 }
 
@@ -88,51 +105,73 @@ static float *ssm_state(const dn_job *j, int t, int h) {
     return conv_state(j, t) + j->d->conv_floats + (size_t)h * S * S;
 }
 
-#define CONV_CB 16 /* channels per block: one cache line of a token's row */
-#define CONV_KMAX 16 /* model_qwen35.c bounds d_conv */
+#define CONV_CB 16 /* channels per inner loop: a fixed count gcc vectorises */
 
-/* Step 2 for channels [c0, c0 + nc) over tokens [t0, t1) of one
- * sequence: the d_conv - 1 inputs before each token in registers (hist,
- * [k][channel]), read from the sequence's state once and written back
- * once. Per channel and token the sum runs in the same order as ever:
- * 0 + s_0 w_0 + ... + s_(K-2) w_(K-2) + x w_(K-1), then SiLU. */
-static void conv_block(const dn_job *j, int c0, int nc, int t0, int t1) {
-    int K = j->c->m->hp.ssm_d_conv, C = j->d->conv_dim;
-    float hist[CONV_KMAX][CONV_CB], w[CONV_KMAX][CONV_CB];
-    float *st = conv_state(j, t0) + (size_t)c0 * (K - 1);
-    const float *wsrc = (const float *)j->L->ssm_conv1d.data + (size_t)c0 * K; /* [C][K] */
-    for (int l = 0; l < nc; l++) {
-        for (int k = 0; k < K - 1; k++) hist[k][l] = st[l * (K - 1) + k];
-        for (int k = 0; k < K; k++) w[k][l] = wsrc[l * K + k];
+/* y = 0 + h_0 w_0 + ... + h_(K-2) w_(K-2) + x w_(K-1) over n channels,
+ * in that order: the conv's sum as it has always been computed, with
+ * hist[k] the k-th oldest input (a ring: no state shift per token). */
+static inline void conv_sum(float *restrict y, const float *restrict x, float *const *hist, const float *restrict w,
+                            size_t wstride, int K, int n) {
+    float acc[CONV_CB];
+    for (int l = 0; l < n; l++) acc[l] = 0.0f;
+    for (int k = 0; k < K - 1; k++) {
+        const float *restrict h = hist[k], *restrict wk = w + k * wstride;
+        for (int l = 0; l < n; l++) acc[l] += h[l] * wk[l];
     }
-    for (int t = t0; t < t1; t++) {
-        const float *x = j->d->qkv + (size_t)t * C + c0;
-        float *y = j->d->conv + (size_t)t * C + c0, sum[CONV_CB];
-        for (int l = 0; l < nc; l++) sum[l] = 0.0f;
-        for (int k = 0; k < K - 1; k++)
-            for (int l = 0; l < nc; l++) sum[l] += hist[k][l] * w[k][l];
-        for (int l = 0; l < nc; l++) sum[l] += x[l] * w[K - 1][l];
-        for (int k = 0; k + 1 < K - 1; k++) memcpy(hist[k], hist[k + 1], sizeof hist[k]);
-        if (K > 1) memcpy(hist[K - 2], x, (size_t)nc * sizeof(float));
-        for (int l = 0; l < nc; l++) y[l] = sum[l] / (1.0f + expf(-sum[l]));
-    }
-    for (int l = 0; l < nc; l++)
-        for (int k = 0; k < K - 1; k++) st[l * (K - 1) + k] = hist[k][l];
+    const float *restrict wk = w + (size_t)(K - 1) * wstride;
+    for (int l = 0; l < n; l++) y[l] = acc[l] + x[l] * wk[l];
 }
 
-/* Step 2 for this thread's channel blocks: every run of one sequence's
- * tokens, in batch order. */
+/* Step 2 for channels [c0, c1) over tokens [t0, t1) of one sequence,
+ * token by token in order. The d_conv - 1 inputs before each token come
+ * from ring rows ([K - 1][conv_dim], this thread's columns), filled from
+ * the sequence's state ([channel][K - 1]) at the start and written back
+ * at the end; weights are the layer's, transposed to [K][conv_dim]. */
+static void conv_run(const dn_job *j, int c0, int c1, int t0, int t1) {
+    int K = j->c->m->hp.ssm_d_conv, C = j->d->conv_dim, R = K - 1;
+    float *st = conv_state(j, t0), *ring = j->d->ring;
+    const float *w = j->d->conv_wt + (size_t)j->L->rec_layer * K * C;
+    for (int k = 0; k < R; k++)
+        for (int ch = c0; ch < c1; ch++) ring[(size_t)k * C + ch] = st[(size_t)ch * R + k];
+    float *hist[CONV_KMAX];
+    for (int t = t0; t < t1; t++) {
+        int i = t - t0;
+        for (int k = 0; k < R; k++) hist[k] = ring + (size_t)((i + k) % R) * C;
+        const float *x = j->d->qkv + (size_t)t * C;
+        float *y = j->d->conv + (size_t)t * C;
+        int ch = c0;
+        for (; ch + CONV_CB <= c1; ch += CONV_CB) {
+            float *h[CONV_KMAX];
+            for (int k = 0; k < R; k++) h[k] = hist[k] + ch;
+            conv_sum(y + ch, x + ch, h, w + ch, (size_t)C, K, CONV_CB);
+        }
+        if (ch < c1) {
+            float *h[CONV_KMAX];
+            for (int k = 0; k < R; k++) h[k] = hist[k] + ch;
+            conv_sum(y + ch, x + ch, h, w + ch, (size_t)C, K, c1 - ch);
+        }
+        if (R) memcpy(hist[0] + c0, x + c0, (size_t)(c1 - c0) * sizeof(float)); /* the oldest out, x in */
+        for (ch = c0; ch < c1; ch++) y[ch] = y[ch] / (1.0f + expf(-y[ch]));
+    }
+    int n = t1 - t0;
+    for (int k = 0; k < R; k++) {
+        const float *h = ring + (size_t)((n + k) % R) * C;
+        for (int ch = c0; ch < c1; ch++) st[(size_t)ch * R + k] = h[ch];
+    }
+}
+
+/* Step 2 for this thread's channels (whole blocks of CONV_CB): every run
+ * of one sequence's tokens, in batch order. */
 static void conv_worker(void *p, int ith, int nth) {
     dn_job *j = p;
     int C = j->d->conv_dim;
     long lo, hi;
     pool_range((C + CONV_CB - 1) / CONV_CB, ith, nth, &lo, &hi);
-    for (long cb = lo; cb < hi; cb++) {
-        int c0 = (int)cb * CONV_CB, nc = C - c0 < CONV_CB ? C - c0 : CONV_CB;
-        for (int t0 = 0, t1; t0 < j->b->n; t0 = t1) {
-            for (t1 = t0 + 1; t1 < j->b->n && j->b->seqs[t1] == j->b->seqs[t0]; t1++) {}
-            conv_block(j, c0, nc, t0, t1);
-        }
+    int c0 = (int)lo * CONV_CB, c1 = hi * CONV_CB < C ? (int)hi * CONV_CB : C;
+    if (c0 >= c1) return;
+    for (int t0 = 0, t1; t0 < j->b->n; t0 = t1) {
+        for (t1 = t0 + 1; t1 < j->b->n && j->b->seqs[t1] == j->b->seqs[t0]; t1++) {}
+        conv_run(j, c0, c1, t0, t1);
     }
 }
 
