@@ -105,7 +105,8 @@ static float *ssm_state(const dn_job *j, int t, int h) {
     return conv_state(j, t) + j->d->conv_floats + (size_t)h * S * S;
 }
 
-#define CONV_CB 16 /* channels per inner loop: a fixed count gcc vectorises */
+#define CONV_CB 16   /* channels per inner loop: a fixed count gcc vectorises */
+#define CONV_AHEAD 4 /* tokens ahead to prefetch a channel range's inputs */
 
 /* y = 0 + h_0 w_0 + ... + h_(K-2) w_(K-2) + x w_(K-1) over n channels,
  * in that order: the conv's sum as it has always been computed, with
@@ -139,6 +140,8 @@ static void conv_run(const dn_job *j, int c0, int c1, int t0, int t1) {
         for (int k = 0; k < R; k++) hist[k] = ring + (size_t)((i + k) % R) * C;
         const float *x = j->d->qkv + (size_t)t * C;
         float *y = j->d->conv + (size_t)t * C;
+        if (t + CONV_AHEAD < t1) /* rows are conv_dim apart: too far for the hardware prefetcher */
+            for (int ch = c0; ch < c1; ch += 16) __builtin_prefetch(x + (size_t)CONV_AHEAD * C + ch);
         int ch = c0;
         for (; ch + CONV_CB <= c1; ch += CONV_CB) {
             float *h[CONV_KMAX];
@@ -160,21 +163,6 @@ static void conv_run(const dn_job *j, int c0, int c1, int t0, int t1) {
     }
 }
 
-/* Step 2 for this thread's channels (whole blocks of CONV_CB): every run
- * of one sequence's tokens, in batch order. */
-static void conv_worker(void *p, int ith, int nth) {
-    dn_job *j = p;
-    int C = j->d->conv_dim;
-    long lo, hi;
-    pool_range((C + CONV_CB - 1) / CONV_CB, ith, nth, &lo, &hi);
-    int c0 = (int)lo * CONV_CB, c1 = hi * CONV_CB < C ? (int)hi * CONV_CB : C;
-    if (c0 >= c1) return;
-    for (int t0 = 0, t1; t0 < j->b->n; t0 = t1) {
-        for (t1 = t0 + 1; t1 < j->b->n && j->b->seqs[t1] == j->b->seqs[t0]; t1++) {}
-        conv_run(j, c0, c1, t0, t1);
-    }
-}
-
 static void l2norm(float *x, int n, float eps) {
     float ss = 0;
     for (int i = 0; i < n; i++) ss += x[i] * x[i];
@@ -184,55 +172,75 @@ static void l2norm(float *x, int n, float eps) {
 
 static float softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
 
-/* Step 3 for token t. */
-static void gates_row(fwd_ctx *c, void *arg, int t) {
-    dn_job *j = arg;
-    const model_hparams *hp = &c->m->hp;
-    int S = hp->ssm_d_state, hv = hp->ssm_n_v_heads;
-    float *row = j->d->conv + (size_t)t * j->d->conv_dim;
-    for (int h = 0; h < 2 * hp->ssm_n_k_heads; h++) l2norm(row + (size_t)h * S, S, hp->rms_eps);
-    float *beta = j->d->beta + (size_t)t * hv, *g = j->d->g + (size_t)t * hv;
-    const float *dt = j->L->ssm_dt.data, *a = j->L->ssm_a.data;
-    for (int h = 0; h < hv; h++) {
-        beta[h] = 1.0f / (1.0f + expf(-beta[h]));
-        g[h] = expf(softplus(g[h] + dt[h]) * a[h]); /* the decay e^g */
-    }
-}
-
-/* Step 4 for value heads [lo, hi): per head, the batch's runs of
- * consecutive tokens of one sequence in batch order, each run one
- * delta_rows call (backend/delta.h) on that sequence's state. */
-static void delta_worker(void *p, int ith, int nth) {
-    dn_job *j = p;
+/* Step 3 for token t: key head g's q and k, its value heads' gates. */
+static void gates(const dn_job *j, int g, int t) {
     const model_hparams *hp = &j->c->m->hp;
-    int S = hp->ssm_d_state, hv = hp->ssm_n_v_heads, hk = hp->ssm_n_k_heads, C = j->d->conv_dim;
-    float scale = 1.0f / sqrtf((float)S);
-    long lo, hi;
-    pool_range(hv, ith, nth, &lo, &hi);
-    for (long h = lo; h < hi; h++) {
-        for (int t0 = 0, t1; t0 < j->b->n; t0 = t1) {
-            for (t1 = t0 + 1; t1 < j->b->n && j->b->seqs[t1] == j->b->seqs[t0]; t1++) {}
-            const float *row = j->d->conv + (size_t)t0 * C;
-            delta_run r = {.k = row + j->d->qk_dim + (h % hk) * S, .q = row + (h % hk) * S,
-                           .v = row + 2 * j->d->qk_dim + h * S, .beta = j->d->beta + (size_t)t0 * hv + h,
-                           .decay = j->d->g + (size_t)t0 * hv + h,
-                           .o = j->d->o + (size_t)t0 * hp->ssm_d_inner + h * S, .x_stride = (size_t)C,
-                           .g_stride = (size_t)hv, .o_stride = (size_t)hp->ssm_d_inner, .n_tok = t1 - t0};
-            delta_rows(&r, ssm_state(j, t0, (int)h), S, 0, S, scale);
-        }
+    int S = hp->ssm_d_state, hv = hp->ssm_n_v_heads, hk = hp->ssm_n_k_heads;
+    float *row = j->d->conv + (size_t)t * j->d->conv_dim;
+    l2norm(row + (size_t)g * S, S, hp->rms_eps);
+    l2norm(row + j->d->qk_dim + (size_t)g * S, S, hp->rms_eps);
+    float *beta = j->d->beta + (size_t)t * hv, *dec = j->d->g + (size_t)t * hv;
+    const float *dt = j->L->ssm_dt.data, *a = j->L->ssm_a.data;
+    for (int h = g; h < hv; h += hk) {
+        beta[h] = 1.0f / (1.0f + expf(-beta[h]));
+        dec[h] = expf(softplus(dec[h] + dt[h]) * a[h]); /* the decay e^g */
     }
 }
 
-/* Step 5 for token t: RMS norm per head, times SiLU(z). */
-static void gated_norm_row(fwd_ctx *c, void *arg, int t) {
-    dn_job *j = arg;
-    const model_hparams *hp = &c->m->hp;
+/* Step 4 for value head h over tokens [t0, t1) of one sequence. */
+static void delta(const dn_job *j, int h, int t0, int t1) {
+    const model_hparams *hp = &j->c->m->hp;
+    int S = hp->ssm_d_state, hv = hp->ssm_n_v_heads, hk = hp->ssm_n_k_heads;
+    const float *row = j->d->conv + (size_t)t0 * j->d->conv_dim;
+    delta_run r = {.k = row + j->d->qk_dim + (h % hk) * S, .q = row + (h % hk) * S,
+                   .v = row + 2 * j->d->qk_dim + h * S, .beta = j->d->beta + (size_t)t0 * hv + h,
+                   .decay = j->d->g + (size_t)t0 * hv + h, .o = j->d->o + (size_t)t0 * hp->ssm_d_inner + h * S,
+                   .x_stride = (size_t)j->d->conv_dim, .g_stride = (size_t)hv,
+                   .o_stride = (size_t)hp->ssm_d_inner, .n_tok = t1 - t0};
+    delta_rows(&r, ssm_state(j, t0, h), S, 0, S, 1.0f / sqrtf((float)S));
+}
+
+/* Step 5 for value head h of token t: RMS norm, times SiLU(z). */
+static void gated_norm(const dn_job *j, int h, int t) {
+    const model_hparams *hp = &j->c->m->hp;
     int S = hp->ssm_d_state;
-    for (int h = 0; h < hp->ssm_n_v_heads; h++) {
-        float *o = j->d->o + (size_t)t * hp->ssm_d_inner + (size_t)h * S;
-        const float *z = j->d->z + (size_t)t * hp->ssm_d_inner + (size_t)h * S;
-        fwd__rmsnorm(o, o, j->L->ssm_norm.data, S, hp->rms_eps);
-        for (int i = 0; i < S; i++) o[i] *= z[i] / (1.0f + expf(-z[i]));
+    float *o = j->d->o + (size_t)t * hp->ssm_d_inner + (size_t)h * S;
+    const float *z = j->d->z + (size_t)t * hp->ssm_d_inner + (size_t)h * S;
+    fwd__rmsnorm(o, o, j->L->ssm_norm.data, S, hp->rms_eps);
+    for (int i = 0; i < S; i++) o[i] *= z[i] / (1.0f + expf(-z[i]));
+}
+
+/* Steps 2-5 for key head g and its value heads (g, g + hk, ...) over
+ * tokens [t0, t1) of one sequence. Nothing here reads another group's
+ * channels or heads, so groups need no barrier between the steps. */
+static void group_run(const dn_job *j, int g, int t0, int t1) {
+    const model_hparams *hp = &j->c->m->hp;
+    int S = hp->ssm_d_state, hv = hp->ssm_n_v_heads, hk = hp->ssm_n_k_heads, qk = j->d->qk_dim;
+    conv_run(j, g * S, (g + 1) * S, t0, t1);
+    conv_run(j, qk + g * S, qk + (g + 1) * S, t0, t1);
+    for (int h = g; h < hv; h += hk) conv_run(j, 2 * qk + h * S, 2 * qk + (h + 1) * S, t0, t1);
+    for (int t = t0; t < t1; t++) gates(j, g, t);
+    for (int h = g; h < hv; h += hk) delta(j, h, t0, t1);
+    for (int t = t0; t < t1; t++)
+        for (int h = g; h < hv; h += hk) gated_norm(j, h, t);
+}
+
+#define GROUP_TOKENS 32 /* a token block: its rows of this thread's groups stay in L2 */
+
+/* Steps 2-5, threads splitting key-head groups: every run of one
+ * sequence's tokens in batch order, a block of GROUP_TOKENS at a time
+ * for all of this thread's groups (a group reads a few hundred bytes of
+ * each token's rows: blocks let the next group find them in cache). */
+static void heads_worker(void *p, int ith, int nth) {
+    dn_job *j = p;
+    long lo, hi;
+    pool_range(j->c->m->hp.ssm_n_k_heads, ith, nth, &lo, &hi);
+    for (int t0 = 0, t1; t0 < j->b->n; t0 = t1) {
+        for (t1 = t0 + 1; t1 < j->b->n && j->b->seqs[t1] == j->b->seqs[t0]; t1++) {}
+        for (int b0 = t0; b0 < t1; b0 += GROUP_TOKENS) {
+            int b1 = b0 + GROUP_TOKENS < t1 ? b0 + GROUP_TOKENS : t1;
+            for (long g = lo; g < hi; g++) group_run(j, (int)g, b0, b1);
+        }
     }
 }
 
@@ -243,9 +251,6 @@ void dn_layer(fwd_ctx *c, const fwd_batch *b, int il, float *out) {
     const model_tensor *w[4] = {&L->ssm_qkv, &L->ssm_gate, &L->ssm_beta, &L->ssm_alpha};
     float *y[4] = {d->qkv, d->z, d->beta, d->g};
     fwd__matmul_group(c, c->xn, b->n, w, y, 4);
-    pool_run(c->threads, conv_worker, &j);
-    fwd__for_rows(c, b->n, gates_row, &j);
-    pool_run(c->threads, delta_worker, &j);
-    fwd__for_rows(c, b->n, gated_norm_row, &j);
+    pool_run(c->threads, heads_worker, &j);
     fwd__matmul(c, d->o, b->n, &L->ssm_out, out);
 }
