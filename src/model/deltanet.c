@@ -8,19 +8,25 @@
  *      sequence's conv state holds the d_conv - 1 before this token),
  *      then SiLU;
  *   3. per token: q and k heads L2-normalised (x / sqrt(sum x^2 + eps)),
- *      beta = sigmoid(beta), g = softplus(alpha + dt_bias) * A;
+ *      beta = sigmoid(beta), g = softplus(alpha + dt_bias) * A (kept as
+ *      the decay exp(g));
  *   4. delta rule per value head h (key head h % n_k_heads), state S
  *      [value dim j][key dim i]:
  *        S *= exp(g);  d = beta * (v - S k);  S += d k^T;
  *        o = (S q) / sqrt(head dim);
  *   5. o per head: RMS norm (ssm_norm) times SiLU(z);
  *   6. out = W_out o.
+ * Steps 2-5 of key head g touch only its q and k channels and its value
+ * heads (g, g + n_k_heads, ...), so threads split key-head groups and run
+ * the four steps in one pool job with no barrier between them (decode
+ * hands off 3 times per layer, not 6).
  * Batch invariance: steps 2 and 4 walk the batch's tokens in order, each
- * on its own sequence's state; threads split channels (2) or value heads
- * (4), never a token's reduction. So a token's bits are the same whether
- * it came in a prefill chunk of any size or as a decode step: the
- * recurrence is computed token by token (no chunked closed form), the
- * price of exactness.
+ * on its own sequence's state; threads split groups, never a token's
+ * reduction; the delta rule's kernels (backend/delta.h) give a row the
+ * same instructions per token whatever the run length. So a token's bits
+ * are the same whether it came in a prefill chunk of any size or as a
+ * decode step: the recurrence is computed token by token (no chunked
+ * closed form), the price of exactness.
  * Does not: keep snapshots of the state (a sequence cannot be rewound;
  * see kv.h), or run the attention layers (forward.c). */
 #include <math.h>
