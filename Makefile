@@ -29,10 +29,11 @@ MODEL      = $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
 # tests (oracle, tokenizer) and `make bench-gemma3`.
 GEMMA3_MODEL = $(MODEL_DIR)/gemma-3-270m-q4_k_m.gguf
 # A random-weight qwen35 shaped like Qwen3.5-0.8B (Q4_0, ~0.4 GB), made
-# locally by tools/synth_qwen35.py: for `make bench-qwen35-synth` only.
+# locally by tools/synth_qwen35.py: for `make bench-qwen35-synth` and
+# `make bench-depth-qwen35` only.
 QWEN35_SYNTH = $(MODEL_DIR)/qwen35-0.8b-synth-q4_0.gguf
 
-.PHONY: model-gemma3 bench-gemma3 oracle-refs-gemma3 tok-refs-gemma3 model-qwen35-synth bench-qwen35-synth
+.PHONY: model-gemma3 bench-gemma3 oracle-refs-gemma3 tok-refs-gemma3 model-qwen35-synth bench-qwen35-synth bench-depth-qwen35
 .PHONY: all test unit-test e2e-test bench-agent bench-depth llama-bench bench-replay bench-load bench-schema run model deps test-deps testdata clean bench oracle-refs tok-refs
 
 all: strata
@@ -163,6 +164,12 @@ llama-bench:
 bench-depth: strata model
 	@LLAMA_CPU=$$([ "$$STRATA_CPU" = avx2 ] && echo avx2) scripts/build-llama-bench.sh || echo "bench-depth: no llama-bench; Strata only"
 	$(PYTHON) bench/bench_depth.py --model $(MODEL) $${LONG:+--long} $${TESTS:+--tests $$TESTS} $${REPS:+--reps $$REPS}
+
+# The same on the random-weight qwen35 (make model-qwen35-synth), the same
+# knobs (TESTS, REPS, LONG, STRATA_CPU).
+bench-depth-qwen35: strata model-qwen35-synth
+	@LLAMA_CPU=$$([ "$$STRATA_CPU" = avx2 ] && echo avx2) scripts/build-llama-bench.sh || echo "bench-depth: no llama-bench; Strata only"
+	$(PYTHON) bench/bench_depth.py --model $(QWEN35_SYNTH) $${LONG:+--long} $${TESTS:+--tests $$TESTS} $${REPS:+--reps $$REPS}
 
 # Reference vectors from llama.cpp (committed; need llama-cpp-python).
 oracle-refs: model

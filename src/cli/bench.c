@@ -45,7 +45,9 @@ static int bench_once(engine *e, const bench_opts *o, const int32_t *toks, float
     if (!rc && o->n_prompt) rc = fwd_prefill(e->fwd, &s, toks + o->depth, o->n_prompt, logits, err);
     double t1 = clock_ms();
     kv_seq_truncate(&e->kv, &s, o->depth); /* tg starts at the depth, as pp did */
-    if (!rc && kv_seq_window_missing(&e->kv, &s) >= 0) { /* a long pp let the depth's sliding window go */
+    /* A long pp let the depth's sliding window go, or moved a recurrent
+     * state (qwen35) past the depth, where it cannot be rewound. */
+    if (!rc && (kv_seq_window_missing(&e->kv, &s) >= 0 || (s.rs && s.rs_pos != o->depth))) {
         kv_seq_release(&e->kv, &s);
         rc = fwd_prefill(e->fwd, &s, toks, o->depth, logits, err);
     }
