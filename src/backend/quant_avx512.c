@@ -1,8 +1,11 @@
 /* quant_avx512.c - AVX-512 (F, BW, VL, VNNI) gemm kernels.
  *
- * Every kernel is a register tile of R weight rows x T tokens (T = 4, 2 or
- * 1): weight blocks are decoded once per tile and reused for T tokens,
- * activation blocks are loaded once and reused for R rows.
+ * Every kernel is a register tile of R weight rows x T tokens (T = 8 for
+ * the legacy formats, else 4, then 2, 1): weight blocks are decoded once
+ * per tile and reused for T tokens, activation blocks are loaded once and
+ * reused for R rows. In prefill (n_tok >= LG_PREP_MIN) the legacy formats
+ * decode each weight row once per row chunk instead (tile_prep,
+ * quant_tile.h) and the tiles read the decoded rows.
  *
  * Batch invariance: every (row, token) pair owns its accumulators and
  * sees the same instruction sequence in every tile shape (block order,
@@ -212,7 +215,8 @@ AI __m512i lg_chunk(int ty, const lg_group *g, int v) {
  * these kernels had), written out so they do not depend on the compiler
  * and so lg_hsum8 can do the same adds for 8 tokens at once. */
 AI float lg_hsum(__m512 a) {
-    __m256 h = _mm256_add_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)), _mm512_castps512_ps256(a));
+    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+    __m256 h = _mm256_add_ps(hi, _mm512_castps512_ps256(a));
     __m128 q = _mm_add_ps(_mm256_extractf128_ps(h, 1), _mm256_castps256_ps128(h));
     q = _mm_add_ps(q, _mm_shuffle_ps(q, q, _MM_SHUFFLE(1, 0, 3, 2)));
     return _mm_cvtss_f32(q) + _mm_cvtss_f32(_mm_movehdup_ps(q));
