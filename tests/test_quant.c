@@ -466,3 +466,40 @@ TEST(quant_gemm_big_rows) {
         check_level(l, QT_Q5_0, k);
     }
 }
+
+/* Prefill (n_tok >= 8: the SIMD legacy kernels run on rows prepared once
+ * per row chunk, short last groups packed) gives every token the bits of
+ * decode (n_tok = 1: GGUF rows), for every prepared token tile (n_tok 8
+ * to 15: tiles of 8, 4, 2, 1) and 37 rows (two row chunks at AVX-512's
+ * 32, a row tail). */
+static void check_prefill_vs_decode(int level, qtype wt, int64_t k) {
+    enum { ROWS = 37, NT = 15 };
+    uint64_t s = 31337 + wt + (uint64_t)k;
+    uint8_t *w = random_weights(wt, ROWS, k, &s);
+    float *x = random_acts(NT, k, &s), y[NT * ROWS], y1[NT * ROWS];
+    size_t xrb, wrb = quant_row_bytes(wt, k);
+    uint8_t *xq = convert_acts(wt, x, NT, k, &xrb);
+    for (int t = 0; t < NT; t++)
+        quant_gemm_level(level, wt, w, wrb, k, xq + t * xrb, xrb, 1, y1 + t * ROWS, ROWS, 0, ROWS);
+    int bad = 0;
+    for (int n = 8; n <= NT; n++) {
+        memset(y, 0xff, sizeof y);
+        quant_gemm_level(level, wt, w, wrb, k, xq, xrb, n, y, ROWS, 0, ROWS);
+        for (int t = 0; t < n; t++)
+            if (memcmp(y + t * ROWS, y1 + t * ROWS, 4 * ROWS) != 0 && bad++ < 3)
+                test_fail(__FILE__, __LINE__, "%s level %d k %lld: token %d of %d differs from decode",
+                          quant_name(wt), level, (long long)k, t, n);
+    }
+    CHECK_EQ_INT(bad, 0);
+    free(w), free(x), free(xq);
+}
+
+TEST(quant_gemm_prefill_vs_decode) {
+    static const int64_t ks[] = {96, 512, 576, 640, 672, 1536};
+    for (int l = QUANT_SCALAR; l <= quant_level(); l++)
+        for (int i = 0; i < N_WEIGHT_TYPES; i++) {
+            if (quant_get(WEIGHT_TYPES[i])->blck != QK) continue;
+            for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++)
+                check_prefill_vs_decode(l, WEIGHT_TYPES[i], ks[j]);
+        }
+}

@@ -1,8 +1,11 @@
 /* quant_avx512.c - AVX-512 (F, BW, VL, VNNI) gemm kernels.
  *
- * Every kernel is a register tile of R weight rows x T tokens (T = 4, 2 or
- * 1): weight blocks are decoded once per tile and reused for T tokens,
- * activation blocks are loaded once and reused for R rows.
+ * Every kernel is a register tile of R weight rows x T tokens (T = 8 for
+ * the legacy formats, else 4, then 2, 1): weight blocks are decoded once
+ * per tile and reused for T tokens, activation blocks are loaded once and
+ * reused for R rows. In prefill (n_tok >= LG_PREP_MIN) the legacy formats
+ * decode each weight row once per row chunk instead (tile_prep,
+ * quant_tile.h) and the tiles read the decoded rows.
  *
  * Batch invariance: every (row, token) pair owns its accumulators and
  * sees the same instruction sequence in every tile shape (block order,
@@ -207,6 +210,46 @@ AI __m512i lg_chunk(int ty, const lg_group *g, int v) {
     return c;
 }
 
+/* Sum of the 16 lanes in a fixed order: halves, quarters, then
+ * (0 + 2) + (1 + 3), as GCC's _mm512_reduce_add_ps does it (the bits
+ * these kernels had), written out so they do not depend on the compiler
+ * and so lg_hsum8 can do the same adds for 8 tokens at once. */
+AI float lg_hsum(__m512 a) {
+    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+    __m256 h = _mm256_add_ps(hi, _mm512_castps512_ps256(a));
+    __m128 q = _mm_add_ps(_mm256_extractf128_ps(h, 1), _mm256_castps256_ps128(h));
+    q = _mm_add_ps(q, _mm_shuffle_ps(q, q, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtss_f32(q) + _mm_cvtss_f32(_mm_movehdup_ps(q));
+}
+
+/* out[t] = lg_hsum(acc[t]) + lg_hsum(accm[t]) for 8 tokens: each step of
+ * lg_hsum on 16 vectors at once (their halves, quarters and pairs
+ * gathered into shared registers), so the adds, and the bits, are the
+ * same with ~3x fewer instructions. v[i] = acc[i], v[8 + i] = accm[i]. */
+AI void lg_hsum8(const __m512 *acc, const __m512 *accm, float *out) {
+    __m512 c[8], e[4], g[2];
+    UNROLL
+    for (int i = 0; i < 8; i++) { /* c[i]: 256-bit sums of v[2i], v[2i + 1] */
+        __m512 a = i < 4 ? acc[2 * i] : accm[2 * i - 8], b = i < 4 ? acc[2 * i + 1] : accm[2 * i - 7];
+        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)),
+                             _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)));
+    }
+    UNROLL
+    for (int j = 0; j < 4; j++) /* e[j] 128-bit lane l: quarter sums of v[4j + l] */
+        e[j] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], _MM_SHUFFLE(3, 1, 3, 1)),
+                             _mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], _MM_SHUFFLE(2, 0, 2, 0)));
+    UNROLL
+    for (int j = 0; j < 2; j++) /* g[j] lane l: pair sums of v[8j + l], v[8j + 4 + l] */
+        g[j] = _mm512_add_ps(_mm512_shuffle_ps(e[2 * j], e[2 * j + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(e[2 * j], e[2 * j + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    /* r dword 4l + m: lg_hsum(v[4m + l]) */
+    __m512 r = _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    r = _mm512_add_ps(r, _mm512_shuffle_ps(r, r, _MM_SHUFFLE(3, 2, 3, 2))); /* dword 4l: out[l], 4l + 1: out[4 + l] */
+    const __m512i idx = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 13, 9, 5, 1, 12, 8, 4, 0);
+    _mm256_storeu_ps(out, _mm512_castps512_ps256(_mm512_permutexvar_ps(idx, r)));
+}
+
 /* One weight row x T tokens (R = 1: the group decode is the row's cost,
  * shared by T tokens). Per (row, token) pair and group, whatever T: the
  * exact integer block sums in lanes, then acc = fma(cvt(sum), d*dx, acc)
@@ -244,25 +287,153 @@ AI void lg_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
         }
     }
     UNROLL
-    for (int t = 0; t < T; t++) out[t] = _mm512_reduce_add_ps(acc[t]) + _mm512_reduce_add_ps(accm[t]);
+    for (int t = 0; t < T; t++) out[t] = lg_hsum(acc[t]) + lg_hsum(accm[t]);
 }
 
-TILE_WRAP(lg_q4_0, lg_tile, L40)
-TILE_WRAP(lg_q4_1, lg_tile, L41)
-TILE_WRAP(lg_q5_0, lg_tile, L50)
-TILE_WRAP(lg_q5_1, lg_tile, L51)
-TILE_WRAP(lg_q8_0, lg_tile, L80)
+/* ---- prepared legacy rows ---------------------------------------------
+ * In prefill tile_drive_prep (quant_tile.h) decodes each weight row once
+ * per row chunk into the layout below, so a tile of T tokens loads the
+ * chunk vectors instead of rebuilding them (transposes, nibble and
+ * fifth-bit unpacking, 16 scalar inserts per header field):
+ *   a group with n > 4 blocks (LG_FULL bytes): the 8 chunk vectors as
+ *     lg_chunk gives them, then d, then m (16 floats each);
+ *   the last, short group, n <= 4 (LG_SHORT bytes): 2 vectors holding
+ *     chunks 0-3 and 4-7 of blocks 0-3, block j in 128-bit lane j (dword
+ *     c: chunk c, resp. 4 + c), then d and m.
+ * Blocks 0-3 sit in lanes 0, 4, 8, 12 (qa8_lane), so the short group used
+ * 4 of 16 lanes in 8 VPDPBUSD; packed, it takes 2, against activations
+ * packed the same way per token (lg_prep_x), and two in-lane adds put
+ * each block's sum back in lane 4j (the other lanes masked to 0, as the
+ * zero weights made them). The sums are exact integers and the float
+ * steps are the same, so the bits are those of lg_tile. */
+enum { LG_FULL = 640, LG_SHORT = 256 };
 
-/* 1 row x {8, 4, 2, 1} tokens. */
-#define TILESET_LG(name)                                                      \
+AI int lg_short(int64_t nb) { int n = (int)(nb % QA8_GROUP); return n >= 1 && n <= 4; }
+
+AI size_t lg_prep_bytes(int64_t k) {
+    int64_t nb = k / QK;
+    return (size_t)(nb / QA8_GROUP) * LG_FULL + (nb % QA8_GROUP ? (lg_short(nb) ? LG_SHORT : LG_FULL) : 0);
+}
+
+/* Dword 0 of each 128-bit lane of a, b, c, d, packed in that order. */
+AI __m512i lg_pack4(__m512i a, __m512i b, __m512i c, __m512i d) {
+    return _mm512_unpacklo_epi64(_mm512_unpacklo_epi32(a, b), _mm512_unpacklo_epi32(c, d));
+}
+
+AI void lg_prep_w(int ty, const uint8_t *w, int64_t k, uint8_t *dst) {
+    const int64_t nb = k / QK;
+    const int by = lg_bytes(ty);
+    for (int64_t b0 = 0; b0 < nb; b0 += QA8_GROUP) {
+        int n = nb - b0 < QA8_GROUP ? (int)(nb - b0) : QA8_GROUP;
+        lg_group g;
+        __m512i c[8];
+        lg_load(ty, w + b0 * by, n, &g);
+        UNROLL
+        for (int v = 0; v < 8; v++) c[v] = lg_chunk(ty, &g, v);
+        __m512i *q = (__m512i *)(void *)dst;
+        int nv = 8;
+        if (n <= 4) {
+            q[0] = lg_pack4(c[0], c[1], c[2], c[3]);
+            q[1] = lg_pack4(c[4], c[5], c[6], c[7]);
+            nv = 2;
+        } else {
+            UNROLL
+            for (int v = 0; v < 8; v++) _mm512_store_si512(q + v, c[v]);
+        }
+        _mm512_store_ps(q + nv, g.d);
+        _mm512_store_ps(q + nv + 1, g.m);
+        dst += n <= 4 ? LG_SHORT : LG_FULL;
+    }
+}
+
+/* A token row's short group packed like the weights' (2 vectors). */
+static size_t lg_prep_x_bytes(int64_t k) { return lg_short(k / QK) ? 128 : 0; }
+static void lg_prep_x(const uint8_t *x, int64_t k, uint8_t *dst) {
+    const int64_t nb = k / QK;
+    const int8_t *qs = qa8_qs(x, nb) + (nb / QA8_GROUP) * QA8_GROUP * QK;
+    __m512i c[8];
+    for (int v = 0; v < 8; v++) c[v] = _mm512_loadu_si512((const void *)(qs + 64 * v));
+    __m512i *o = (__m512i *)(void *)dst;
+    o[0] = lg_pack4(c[0], c[1], c[2], c[3]);
+    o[1] = lg_pack4(c[4], c[5], c[6], c[7]);
+}
+
+/* One prepared weight row x T tokens (x[T + t]: token t's packed short
+ * group): per pair the integer block sums and float steps of lg_tile. */
+AI void lg_ptile(int ty, const uint8_t *const *w, const uint8_t *const *x,
+                 int64_t k, float *out, const int T) {
+    const int64_t nb = k / QK;
+    const int NS = T <= 2 ? 2 : 1;
+    const __m512i *q = (const __m512i *)(const void *)w[0];
+    __m512 acc[8], accm[8];
+    UNROLL
+    for (int t = 0; t < T; t++) acc[t] = accm[t] = _mm512_setzero_ps();
+    for (int64_t b0 = 0; b0 < nb; b0 += QA8_GROUP) {
+        const int shrt = nb - b0 <= 4, nv = shrt ? 2 : 8;
+        __m512i is[8][2];
+        if (shrt) {
+            UNROLL
+            for (int t = 0; t < T; t++) {
+                const __m512i *xs = (const __m512i *)(const void *)x[T + t];
+                __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_load_si512(q), _mm512_load_si512(xs));
+                s = _mm512_dpbusd_epi32(s, _mm512_load_si512(q + 1), _mm512_load_si512(xs + 1));
+                s = _mm512_add_epi32(s, _mm512_shuffle_epi32(s, _MM_PERM_BADC));
+                is[t][0] = _mm512_maskz_add_epi32(0x1111, s, _mm512_shuffle_epi32(s, _MM_PERM_CDAB));
+            }
+        } else {
+            UNROLL
+            for (int t = 0; t < T; t++) is[t][0] = is[t][1] = _mm512_setzero_si512();
+            UNROLL
+            for (int v = 0; v < 8; v++) {
+                __m512i wv = _mm512_load_si512(q + v);
+                UNROLL
+                for (int t = 0; t < T; t++) {
+                    const int8_t *xp = qa8_qs(x[t], nb) + b0 * QK + 64 * v;
+                    is[t][v % NS] = _mm512_dpbusd_epi32(is[t][v % NS], wv, _mm512_loadu_si512((const void *)xp));
+                }
+            }
+        }
+        __m512 d = _mm512_load_ps(q + nv), m = _mm512_load_ps(q + nv + 1);
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            __m512i sum = NS == 2 && !shrt ? _mm512_add_epi32(is[t][0], is[t][1]) : is[t][0];
+            __m512 dx = _mm512_loadu_ps(qa8_d(x[t]) + b0), s = _mm512_loadu_ps(qa8_s(x[t], nb) + b0);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d, dx), acc[t]);
+            accm[t] = _mm512_fmadd_ps(m, s, accm[t]);
+        }
+        q += nv + 2;
+    }
+    if (T == 8) {
+        lg_hsum8(acc, accm, out);
+        return;
+    }
+    UNROLL
+    for (int t = 0; t < T; t++) out[t] = lg_hsum(acc[t]) + lg_hsum(accm[t]);
+}
+
+/* Tile sets: 1 row x {8, 4, 2, 1} tokens, on GGUF rows below LG_PREP_MIN
+ * tokens (decode reads a row once: preparing it only adds stores), else
+ * on prepared rows. */
+#define LG_PREP_MIN 8
+#define LG_KERNEL(name, ty)                                                   \
+    static size_t name##_wb(int64_t k) { return lg_prep_bytes(k); }           \
+    static void name##_wp(const uint8_t *w, int64_t k, uint8_t *d) { lg_prep_w(ty, w, k, d); } \
+    TILE_WRAP(name##_p, lg_ptile, ty)                                         \
+    TILE_T(name##_p, 1) TILE_T(name##_p, 2) TILE_T(name##_p, 4) TILE_T(name##_p, 8) \
+    static const tile_prep name##_prep = {                                    \
+        LG_PREP_MIN,                                                          \
+        {{1, 8, name##_p_8}, {1, 4, name##_p_4}, {1, 2, name##_p_2}, {1, 1, name##_p_1}}, \
+        name##_wb, name##_wp, lg_prep_x_bytes, lg_prep_x};                    \
+    TILE_WRAP(name, lg_tile, ty)                                              \
     TILE_T(name, 1) TILE_T(name, 2) TILE_T(name, 4) TILE_T(name, 8)           \
     static const tile_set name##_set = {                                      \
-        .s = {{1, 8, name##_8}, {1, 4, name##_4}, {1, 2, name##_2}, {1, 1, name##_1}}};
-TILESET_LG(lg_q4_0)
-TILESET_LG(lg_q4_1)
-TILESET_LG(lg_q5_0)
-TILESET_LG(lg_q5_1)
-TILESET_LG(lg_q8_0)
+        .s = {{1, 8, name##_8}, {1, 4, name##_4}, {1, 2, name##_2}, {1, 1, name##_1}}, \
+        .prep = &name##_prep};
+LG_KERNEL(lg_q4_0, L40)
+LG_KERNEL(lg_q4_1, L41)
+LG_KERNEL(lg_q5_0, L50)
+LG_KERNEL(lg_q5_1, L51)
+LG_KERNEL(lg_q8_0, L80)
 
 /* ---- K-quants (Q8_K activations) --------------------------------------- */
 

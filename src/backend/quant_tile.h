@@ -31,7 +31,7 @@ typedef struct {
     int rows, toks; /* R, T; TILE_ROWS is a multiple of every R */
     tile_fn fn;
 } tile_shape;
-/* Optional per-level preparation (the AVX2 legacy kernels): each weight
+/* Optional per-level preparation (the legacy kernels): each weight
  * row of a chunk is decoded once into `w_bytes(k)` bytes by `w_prep`, and
  * the tiles `s` read those instead of the GGUF row, so the decode is paid
  * once per row chunk rather than once per token tile. The two tile sets
