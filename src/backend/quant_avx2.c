@@ -206,14 +206,6 @@ AI void lg_raw_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
  * way per token (lg_prep_x). The sums are exact integers and the float
  * steps per half are unchanged, so the bits are those of the unpacked
  * layout. */
-enum { LG_FULL = 640, LG_SHORT = 256 };
-
-AI int lg_short(int64_t nb) { int n = (int)(nb % QA8_GROUP); return n >= 1 && n <= 4; }
-
-AI size_t lg_prep_bytes(int64_t k) {
-    int64_t nb = k / QK;
-    return (size_t)(nb / QA8_GROUP) * LG_FULL + (nb % QA8_GROUP ? (lg_short(nb) ? LG_SHORT : LG_FULL) : 0);
-}
 
 /* Pack dword 0 of each 128-bit half of a, b, c, d into one vector. */
 AI __m256i lg_pack4(__m256i a, __m256i b, __m256i c, __m256i d) {

@@ -306,14 +306,6 @@ AI void lg_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
  * each block's sum back in lane 4j (the other lanes masked to 0, as the
  * zero weights made them). The sums are exact integers and the float
  * steps are the same, so the bits are those of lg_tile. */
-enum { LG_FULL = 640, LG_SHORT = 256 };
-
-AI int lg_short(int64_t nb) { int n = (int)(nb % QA8_GROUP); return n >= 1 && n <= 4; }
-
-AI size_t lg_prep_bytes(int64_t k) {
-    int64_t nb = k / QK;
-    return (size_t)(nb / QA8_GROUP) * LG_FULL + (nb % QA8_GROUP ? (lg_short(nb) ? LG_SHORT : LG_FULL) : 0);
-}
 
 /* Dword 0 of each 128-bit lane of a, b, c, d, packed in that order. */
 AI __m512i lg_pack4(__m512i a, __m512i b, __m512i c, __m512i d) {

@@ -49,6 +49,18 @@ typedef struct {
     void (*x_prep)(const uint8_t *x, int64_t k, uint8_t *dst);
 } tile_prep;
 
+/* Sizes of a legacy-format row prepared by either level's lg_prep_w: a
+ * group of 16 blocks takes LG_FULL bytes, a short last group (1-4 blocks,
+ * lg_short) LG_SHORT. */
+enum { LG_FULL = 640, LG_SHORT = 256 };
+
+AI int lg_short(int64_t nb) { int n = (int)(nb % QA8_GROUP); return n >= 1 && n <= 4; }
+
+AI size_t lg_prep_bytes(int64_t k) {
+    int64_t nb = k / QK;
+    return (size_t)(nb / QA8_GROUP) * LG_FULL + (nb % QA8_GROUP ? (lg_short(nb) ? LG_SHORT : LG_FULL) : 0);
+}
+
 typedef struct {
     tile_shape s[4]; /* widest first; ends with toks == 1 */
     const tile_prep *prep; /* NULL: tiles always read the GGUF rows */
