@@ -5,9 +5,7 @@
 #include "backend/delta.h"
 #include "base/cpu.h"
 
-/* Dot product with a fixed summation order (8 lanes, then a tree, then
- * the tail in order). */
-static float dot(const float *a, const float *b, int n) {
+float delta_dot(const float *a, const float *b, int n) {
     float acc[8] = {0};
     int i = 0;
     for (; i + 8 <= n; i += 8)
@@ -23,9 +21,9 @@ static void row_scalar(const delta_run *r, float *row, int dim, int j, float sca
         const float *k = r->k + t * r->x_stride, *q = r->q + t * r->x_stride;
         float decay = r->decay[t * r->g_stride];
         for (int i = 0; i < dim; i++) row[i] *= decay;
-        float d = (r->v[t * r->x_stride + j] - dot(row, k, dim)) * r->beta[t * r->g_stride];
+        float d = (r->v[t * r->x_stride + j] - delta_dot(row, k, dim)) * r->beta[t * r->g_stride];
         for (int i = 0; i < dim; i++) row[i] += d * k[i];
-        r->o[t * r->o_stride + j] = dot(row, q, dim) * scale;
+        r->o[t * r->o_stride + j] = delta_dot(row, q, dim) * scale;
     }
 }
 

@@ -38,6 +38,10 @@ void delta_rows(const delta_run *r, float *S, int dim, int r0, int r1, float sca
 void delta_rows_level(int level, const delta_run *r, float *S, int dim, int r0, int r1, float scale);
 /* The level delta_rows uses in this process. */
 int delta_level(void);
+/* sum a[i] b[i] in a fixed order, the scalar kernel's: 8 lanes, a tree,
+ * then the tail in order (plain C at the base flags; also qwen35's q/k
+ * L2 norm, model/deltanet.c). */
+float delta_dot(const float *a, const float *b, int n);
 
 /* ---- per-level kernels (delta.c dispatches) ---------------------------- */
 typedef void (*delta_fn)(const delta_run *r, float *S, int dim, int r0, int r1, float scale);

@@ -169,16 +169,10 @@ static void conv_run(const dn_job *j, int c0, int c1, int t0, int t1) {
     }
 }
 
-/* x / sqrt(sum x^2 + eps); the sum in 8 lanes, then a fixed tree, then
- * the tail in order (8 chains: one chain of 128 was latency bound). */
+/* x / sqrt(sum x^2 + eps); the sum in delta_dot's fixed order (8 chains:
+ * one chain of 128 was latency bound). */
 static void l2norm(float *x, int n, float eps) {
-    float acc[8] = {0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += x[i + l] * x[i + l];
-    float ss = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; i < n; i++) ss += x[i] * x[i];
-    float scale = 1.0f / sqrtf(ss + eps);
+    float scale = 1.0f / sqrtf(delta_dot(x, x, n) + eps);
     for (int i = 0; i < n; i++) x[i] *= scale;
 }
 
