@@ -78,32 +78,38 @@ static void ref_attn(const cache *c, int h, const float *q, int first, int end, 
 
 static const char *LEVEL[] = {"scalar", "avx2", "avx512"};
 
+/* One query at head dim d over keys [first, end) of a cache of n
+ * positions, at every level, against float64: for each end in depths,
+ * without a window and with one starting at window_first(end). */
+static void check_vs_float64(int d, int n, const int *depths, int n_depths, int (*window_first)(int end)) {
+    cache c;
+    cache_new(&c, n, 2, d);
+    float *q = xmalloc((size_t)d * 4), *out = xmalloc((size_t)d * 4);
+    double *ref = xmalloc((size_t)d * 8);
+    float *ws = xaligned(attn_ws_floats(d, 1) * sizeof(float));
+    for (int i = 0; i < d; i++) q[i] = frand();
+    for (int level = 0; level <= attn_level(); level++)
+        for (int k = 0; k < n_depths; k++)
+            for (int w = 0; w < 2; w++) {
+                int end = depths[k], first = w ? window_first(end) : 0;
+                attn_kv kv = cache_head(&c, 1);
+                attn_query aq = {q, out, first, end};
+                attn_run_level(level, &kv, &aq, 1, 0.125f, ws);
+                ref_attn(&c, 1, q, first, end, 0.125f, ref);
+                double err = 0;
+                for (int i = 0; i < d; i++) err = fmax(err, fabs(out[i] - ref[i]));
+                CHECK_MSG(err < 2e-5, "%s d=%d keys [%d,%d): max error %g", LEVEL[level], d, first, end, err);
+            }
+    free(q), free(out), free(ref), free(ws);
+    cache_free(&c);
+}
+
+static int last_100(int end) { return end > 100 ? end - 100 : 0; }
+
 TEST(attn_matches_float64) {
     static const int dims[] = {64, 256, 40, 12};
     static const int depths[] = {1, 7, 63, 64, 65, 200, 1000};
-    for (int di = 0; di < 4; di++) {
-        int d = dims[di];
-        cache c;
-        cache_new(&c, 1000, 2, d);
-        float *q = xmalloc((size_t)d * 4), *out = xmalloc((size_t)d * 4);
-        double *ref = xmalloc((size_t)d * 8);
-        float *ws = xaligned(attn_ws_floats(d, 1) * sizeof(float));
-        for (int i = 0; i < d; i++) q[i] = frand();
-        for (int level = 0; level <= attn_level(); level++)
-            for (int k = 0; k < 7; k++)
-                for (int w = 0; w < 2; w++) {
-                    int end = depths[k], first = w && end > 100 ? end - 100 : 0;
-                    attn_kv kv = cache_head(&c, 1);
-                    attn_query aq = {q, out, first, end};
-                    attn_run_level(level, &kv, &aq, 1, 0.125f, ws);
-                    ref_attn(&c, 1, q, first, end, 0.125f, ref);
-                    double err = 0;
-                    for (int i = 0; i < d; i++) err = fmax(err, fabs(out[i] - ref[i]));
-                    CHECK_MSG(err < 2e-5, "%s d=%d keys [%d,%d): max error %g", LEVEL[level], d, first, end, err);
-                }
-        free(q), free(out), free(ref), free(ws);
-        cache_free(&c);
-    }
+    for (int di = 0; di < 4; di++) check_vs_float64(dims[di], 1000, depths, 7, last_100);
 }
 
 /* n tokens at positions 0..n-1, 3 query heads per KV head: prefill in
@@ -193,32 +199,12 @@ TEST(attn_prefill_equals_decode_deep) {
 
 /* Queries past several key segments against float64, with and without a
  * window that starts inside a segment. */
+static int last_two_thirds(int end) { return end / 3; }
+
 TEST(attn_segments_match_float64) {
     static const int dims[] = {64, 256};
     static const int depths[] = {ATTN_SEG + 1, 2 * ATTN_SEG + 52, 2 * ATTN_SEG + 300};
-    for (int di = 0; di < 2; di++) {
-        int d = dims[di], n = 2 * ATTN_SEG + 300;
-        cache c;
-        cache_new(&c, n, 2, d);
-        float *q = xmalloc((size_t)d * 4), *out = xmalloc((size_t)d * 4);
-        double *ref = xmalloc((size_t)d * 8);
-        float *ws = xaligned(attn_ws_floats(d, 1) * sizeof(float));
-        for (int i = 0; i < d; i++) q[i] = frand();
-        for (int level = 0; level <= attn_level(); level++)
-            for (int k = 0; k < 3; k++)
-                for (int w = 0; w < 2; w++) {
-                    int end = depths[k], first = w ? end / 3 : 0;
-                    attn_kv kv = cache_head(&c, 1);
-                    attn_query aq = {q, out, first, end};
-                    attn_run_level(level, &kv, &aq, 1, 0.125f, ws);
-                    ref_attn(&c, 1, q, first, end, 0.125f, ref);
-                    double err = 0;
-                    for (int i = 0; i < d; i++) err = fmax(err, fabs(out[i] - ref[i]));
-                    CHECK_MSG(err < 2e-5, "%s d=%d keys [%d,%d): max error %g", LEVEL[level], d, first, end, err);
-                }
-        free(q), free(out), free(ref), free(ws);
-        cache_free(&c);
-    }
+    for (int di = 0; di < 2; di++) check_vs_float64(dims[di], 2 * ATTN_SEG + 300, depths, 3, last_two_thirds);
 }
 
 /* One query group at position t: attn_run in one call against its
