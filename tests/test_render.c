@@ -45,7 +45,7 @@ static json_t *load_convs(void) {
         size_t i;
         if (!c) continue;
         json_array_foreach(json_object_get(c, "messages"), i, m) {
-            char why[128], *t = prompt_content_text(json_object_get(m, "content"), "content", why, sizeof why);
+            char why[128], *t = prompt_content_text(json_object_get(m, "content"), "content", NULL, why, sizeof why);
             json_object_set_new(m, "content", t ? json_string(t) : json_string(""));
             free(t);
         }

@@ -9,7 +9,7 @@
 
 static json_t *messages_of(const char *items_json, const char *instructions, char *why) {
     json_t *items = json_loads(items_json, 0, NULL);
-    json_t *out = resp_items_messages(instructions, items, why, 512);
+    json_t *out = resp_items_messages(instructions, items, NULL, why, 512);
     json_decref(items);
     return out;
 }
@@ -17,7 +17,7 @@ static json_t *messages_of(const char *items_json, const char *instructions, cha
 TEST(resp_items_string_input_is_one_user_message) {
     char why[512] = "";
     json_t *in = json_string("hi"), *items = resp_items_of_input(in, why, sizeof why);
-    json_t *msgs = resp_items_messages("be brief", items, why, sizeof why);
+    json_t *msgs = resp_items_messages("be brief", items, NULL, why, sizeof why);
     json_t *want = json_loads("[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"hi\"}]",
                               0, NULL);
     CHECK(json_equal(msgs, want));

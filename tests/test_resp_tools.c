@@ -11,7 +11,7 @@
 
 static int parse(resp_tools *rt, const char *tools_json, char *why) {
     json_t *tools = json_loads(tools_json, 0, NULL);
-    int rc = resp_tools_parse(rt, tools, why, 512);
+    int rc = resp_tools_parse(rt, tools, NULL, why, 512);
     json_decref(tools);
     return rc;
 }
@@ -128,7 +128,7 @@ TEST(resp_tools_items_back_in_are_calls) {
         "{\"type\":\"local_shell_call\",\"id\":\"lsh_2\",\"call_id\":\"c2\",\"status\":\"completed\","
         "\"action\":{\"type\":\"exec\",\"command\":[\"ls\"]}},"
         "{\"type\":\"local_shell_call_output\",\"id\":\"c2\",\"output\":\"a.txt\"}]", 0, NULL);
-    json_t *msgs = resp_items_messages(NULL, items, why, sizeof why);
+    json_t *msgs = resp_items_messages(NULL, items, NULL, why, sizeof why);
     json_t *want = json_loads(
         "[{\"role\":\"user\",\"content\":\"go\"},"
         "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
@@ -140,7 +140,7 @@ TEST(resp_tools_items_back_in_are_calls) {
     CHECK_MSG(msgs && json_equal(msgs, want), "%s", why);
     json_decref(want), json_decref(msgs), json_decref(items);
     items = json_loads("[{\"type\":\"custom_tool_call\",\"call_id\":\"c1\",\"name\":\"p\"}]", 0, NULL);
-    CHECK(resp_items_messages(NULL, items, why, sizeof why) == NULL);
+    CHECK(resp_items_messages(NULL, items, NULL, why, sizeof why) == NULL);
     CHECK(strstr(why, "input[0]") && strstr(why, "'input'"));
     json_decref(items);
 }

@@ -471,21 +471,132 @@ static json_t *generic_messages(const json_t *messages, const render_tools *t) {
     return out;
 }
 
+/* ---- system messages the template cannot place ---------------------------------------- */
+
+static int is_role(const json_t *m, const char *role) {
+    const char *r = json_string_value(json_object_get(m, "role"));
+    return r && !strcmp(r, role);
+}
+
+/* A system message past the first, or past the leading run: what a
+ * template may refuse (Gemma 3 raises) or drop (keeping one). */
+static int has_late_system(const json_t *msgs) {
+    size_t i;
+    const json_t *m;
+    json_array_foreach(msgs, i, m)
+        if (i > 0 && is_role(m, "system")) return 1;
+    return 0;
+}
+
+/* Every system message's text is in the rendered prompt. */
+static int system_text_kept(const render_out *o, const json_t *msgs) {
+    size_t len, i;
+    char *text = render_out_text(o, &len);
+    const json_t *m;
+    int kept = 1;
+    json_array_foreach(msgs, i, m) {
+        const char *c = json_string_value(json_object_get(m, "content"));
+        if (!is_role(m, "system") || !c) continue;
+        size_t lead = strspn(c, " \t\r\n"), n = strlen(c + lead);
+        while (n && strchr(" \t\r\n", c[lead + n - 1])) n--;
+        if (n && !memmem(text, len, c + lead, n)) kept = 0;
+    }
+    free(text);
+    return kept;
+}
+
+static void join_content(json_t *m, const char *before, const char *after) {
+    size_t n = strlen(before) + strlen(after) + 3;
+    char *joined = xmalloc(n);
+    snprintf(joined, n, "%s\n\n%s", before, after);
+    json_object_set_new(m, "content", json_string(joined));
+    free(joined);
+}
+
+static const char *content_of(const json_t *m) { return json_string_value(json_object_get(m, "content")) ?: ""; }
+
+/* The conversation with every system message folded into a turn the
+ * template takes: the leading ones joined into one; a later one appended
+ * to the user turn just before it, else put before the user turn just
+ * after it, else a user turn of its own. Folding looks only at a
+ * message's neighbours, so a conversation that grows at its end keeps
+ * its folded prefix (the cache keeps hitting). owner[i]: the folded
+ * message that holds message i. */
+static json_t *fold_system(const json_t *msgs, int *owner) {
+    json_t *out = json_array();
+    size_t i, n = json_array_size(msgs);
+    const json_t *m;
+    const char *pending = NULL; /* a system text waiting for the next user turn */
+    int leading = 1;
+    json_array_foreach(msgs, i, m) {
+        json_t *last = json_array_size(out) ? json_array_get(out, json_array_size(out) - 1) : NULL;
+        int sys = is_role(m, "system");
+        leading &= sys;
+        if (sys && leading && last) {
+            join_content(last, content_of(last), content_of(m));
+        } else if (sys && !leading && last && is_role(last, "user") && !pending) {
+            join_content(last, content_of(last), content_of(m));
+        } else if (sys && !leading && i + 1 < n && is_role(json_array_get(msgs, i + 1), "user") && !pending) {
+            pending = content_of(m);
+            owner[i] = (int)json_array_size(out); /* the next user turn */
+            continue;
+        } else {
+            json_t *copy = json_deep_copy(m);
+            if (sys && !leading) json_object_set_new(copy, "role", json_string("user"));
+            if (pending) join_content(copy, pending, content_of(copy));
+            pending = NULL;
+            json_array_append_new(out, copy);
+        }
+        owner[i] = (int)json_array_size(out) - 1;
+    }
+    return out;
+}
+
 /* ---- the public render ---------------------------------------------------------------- */
 
-/* Message ends of what was rendered (msgs), as ends of the caller's
+/* Message ends of what was rendered (msgs), as ends of the caller's n_in
  * messages: the generic format may have put a system message first
- * (shift 1), whose end is then where the caller's conversation starts. */
-static void set_message_ends(const renderer *r, render_out *out, const json_t *msgs, size_t n_in) {
-    size_t shift = json_array_size(msgs) - n_in;
+ * (shift 1), whose end is then where the caller's conversation starts;
+ * with folding (owner, else NULL), a message ends where the folded
+ * message holding it ends if it is the last one there, else it has no
+ * end of its own (-1). */
+static void set_message_ends(const renderer *r, render_out *out, const json_t *rendered, const int *owner,
+                             size_t n_msgs, size_t n_in) {
+    size_t shift = n_msgs - n_in;
     size_t len;
     char *text = render_out_text(out, &len);
-    long *all = message_ends(r, &out->p, text, len, msgs);
+    long *all = message_ends(r, &out->p, text, len, rendered);
     out->n_msgs = n_in;
     out->msg_ends = xmalloc((n_in + 1) * sizeof(long));
-    for (size_t k = 0; k <= n_in; k++) out->msg_ends[k] = all[k + shift];
+    for (size_t k = 0; k <= n_in; k++) {
+        size_t i = k + shift; /* ends of the first i messages of msgs */
+        if (!owner || i == 0) out->msg_ends[k] = all[owner && i == 0 ? 0 : i];
+        else out->msg_ends[k] = i < n_msgs && owner[i] == owner[i - 1] ? -1 : all[owner[i - 1] + 1];
+    }
     free(all);
     free(text);
+}
+
+/* Renders msgs as they are; when that fails or loses a system message's
+ * text and system messages stand past the first, renders them folded
+ * (fold_system). */
+static int render_placed(const renderer *r, const json_t *msgs, const json_t *tools, int add_gen, render_out *out,
+                         size_t n_in, char *why, size_t cap) {
+    size_t n = json_array_size(msgs);
+    int rc = render_plain(r, msgs, tools, add_gen, &out->p, why, cap);
+    if (has_late_system(msgs) && (rc || !system_text_kept(out, msgs))) {
+        int *owner = xmalloc((n + 1) * sizeof(int));
+        json_t *folded = fold_system(msgs, owner);
+        chat_prompt_free(&out->p);
+        memset(&out->p, 0, sizeof out->p);
+        rc = render_plain(r, folded, tools, add_gen, &out->p, why, cap);
+        if (!rc) set_message_ends(r, out, folded, owner, n, n_in);
+        json_decref(folded);
+        free(owner);
+        return rc;
+    }
+    if (!rc) set_message_ends(r, out, msgs, NULL, n, n_in);
+    return rc;
 }
 
 int render_messages(const renderer *r, const json_t *messages, const render_tools *t, int add_gen,
@@ -493,8 +604,8 @@ int render_messages(const renderer *r, const json_t *messages, const render_tool
     tc_format f = render_tool_format(r, t);
     json_t *msgs = f == TC_GENERIC ? generic_messages(messages, t) : json_incref((json_t *)messages);
     memset(out, 0, sizeof *out);
-    int rc = render_plain(r, msgs, f != TC_NONE && f != TC_GENERIC ? t->tools : NULL, add_gen, &out->p, why, cap);
-    if (!rc) set_message_ends(r, out, msgs, json_array_size(messages));
+    int rc = render_placed(r, msgs, f != TC_NONE && f != TC_GENERIC ? t->tools : NULL, add_gen, out,
+                           json_array_size(messages), why, cap);
     json_decref(msgs);
     return rc;
 }
