@@ -109,7 +109,7 @@ static int add_message(json_t *out, const json_t *m, size_t mi, req_ignored *ig,
     const char *role = json_string_value(json_object_get(m, "role"));
     if (role && !strcmp(role, "system")) return add_system_message(out, m, mi, ig, why, cap);
     if (!role || (strcmp(role, "user") && strcmp(role, "assistant"))) {
-        snprintf(why, cap, "messages[%zu].role must be 'user', 'assistant' or 'system'", mi);
+        strata_fmt(why, cap, "messages[%zu].role '%s' must be 'user', 'assistant' or 'system'", mi, role ? role : "?");
         return -1;
     }
     int assistant = !strcmp(role, "assistant");

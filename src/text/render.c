@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "base/mem.h"
+#include "base/strbuf.h"
 #include "model/gguf.h"
 #include "text/tmpl.h"
 
@@ -32,6 +33,10 @@ struct renderer {
      * content after an earlier turn. NULL: unknown. */
     char *trailer[N_ROLES];
     char *user_header;
+    /* Learned by probe renders too: the format refuses or drops a second
+     * system message or one after a user turn, so every conversation's
+     * system messages are folded (fold_system), the same way each time. */
+    int fold_system;
 };
 
 /* ---- choosing the format ------------------------------------------------------ */
@@ -361,6 +366,29 @@ static int probe_native_tools(const renderer *r) {
     return yes;
 }
 
+static int system_text_kept(const render_out *o, const json_t *msgs);
+
+/* Whether the format loses (refuses, or drops the text of) a second
+ * system message or one after a user turn. */
+static int probe_fold_system(const renderer *r) {
+    static const char *const CONVS[] = {
+        "[{\"role\":\"system\",\"content\":\"" PROBE "A\"},{\"role\":\"system\",\"content\":\"" PROBE "B\"},"
+        "{\"role\":\"user\",\"content\":\"u\"}]",
+        "[{\"role\":\"system\",\"content\":\"" PROBE "A\"},{\"role\":\"user\",\"content\":\"u\"},"
+        "{\"role\":\"system\",\"content\":\"" PROBE "B\"},{\"role\":\"assistant\",\"content\":\"a\"},"
+        "{\"role\":\"user\",\"content\":\"v\"}]"};
+    int lost = 0;
+    for (size_t i = 0; i < sizeof CONVS / sizeof CONVS[0] && !lost; i++) {
+        json_t *msgs = json_loads(CONVS[i], 0, NULL);
+        render_out o = {0};
+        char why[256];
+        lost = render_plain(r, msgs, NULL, 1, &o.p, why, sizeof why) || !system_text_kept(&o, msgs);
+        chat_prompt_free(&o.p);
+        json_decref(msgs);
+    }
+    return lost;
+}
+
 int render_new(renderer **out, const gguf_file *f, const tokenizer *tok, const render_opts *o, strata_err *err) {
     static const render_opts none = {0};
     renderer *r = xcalloc(1, sizeof *r);
@@ -379,6 +407,7 @@ int render_new(renderer **out, const gguf_file *f, const tokenizer *tok, const r
     if (!r->tpl) r->source = "built-in";
     r->native_tools = r->tpl && probe_native_tools(r);
     probe_message_ends(r);
+    r->fold_system = probe_fold_system(r);
     *out = r;
     return 0;
 }
@@ -478,13 +507,11 @@ static int is_role(const json_t *m, const char *role) {
     return r && !strcmp(r, role);
 }
 
-/* A system message past the first, or past the leading run: what a
- * template may refuse (Gemma 3 raises) or drop (keeping one). */
-static int has_late_system(const json_t *msgs) {
+static int has_system(const json_t *msgs) {
     size_t i;
     const json_t *m;
     json_array_foreach(msgs, i, m)
-        if (i > 0 && is_role(m, "system")) return 1;
+        if (is_role(m, "system")) return 1;
     return 0;
 }
 
@@ -515,40 +542,50 @@ static void join_content(json_t *m, const char *before, const char *after) {
 
 static const char *content_of(const json_t *m) { return json_string_value(json_object_get(m, "content")) ?: ""; }
 
+static int next_is_user(const json_t *msgs, size_t i) { /* the first message after i that is not a system one */
+    while (++i < json_array_size(msgs))
+        if (!is_role(json_array_get(msgs, i), "system")) return is_role(json_array_get(msgs, i), "user");
+    return 0;
+}
+
 /* The conversation with every system message folded into a turn the
- * template takes: the leading ones joined into one; a later one appended
- * to the user turn just before it, else put before the user turn just
- * after it, else a user turn of its own. Folding looks only at a
- * message's neighbours, so a conversation that grows at its end keeps
- * its folded prefix (the cache keeps hitting). owner[i]: the folded
- * message that holds message i. */
-static json_t *fold_system(const json_t *msgs, int *owner) {
+ * template takes: the leading ones joined into one (a user turn if no
+ * user turn follows them); a later one appended to the user turn just
+ * before it, else put before the next user turn if only system messages
+ * stand between, else a user turn of its own. `all`: the leading ones
+ * fold like later ones (for a template that prints the system prompt
+ * only in some turns, as Mistral's does in the last user turn). Folding
+ * looks only at a message's neighbours, so a conversation that grows at
+ * its end keeps its folded prefix (the cache keeps hitting). owner[i]:
+ * the folded message that holds message i. */
+static json_t *fold_system(const json_t *msgs, int all, int *owner) {
     json_t *out = json_array();
-    size_t i, n = json_array_size(msgs);
+    size_t i, run = 0;
+    while (!all && run < json_array_size(msgs) && is_role(json_array_get(msgs, run), "system")) run++;
     const json_t *m;
-    const char *pending = NULL; /* a system text waiting for the next user turn */
-    int leading = 1;
+    strbuf pending = {0}; /* system text waiting for the next user turn */
     json_array_foreach(msgs, i, m) {
         json_t *last = json_array_size(out) ? json_array_get(out, json_array_size(out) - 1) : NULL;
         int sys = is_role(m, "system");
-        leading &= sys;
-        if (sys && leading && last) {
+        if (sys && i < run && last) { /* the leading run */
             join_content(last, content_of(last), content_of(m));
-        } else if (sys && !leading && last && is_role(last, "user") && !pending) {
+        } else if (sys && i >= run && last && is_role(last, "user") && !pending.s) {
             join_content(last, content_of(last), content_of(m));
-        } else if (sys && !leading && i + 1 < n && is_role(json_array_get(msgs, i + 1), "user") && !pending) {
-            pending = content_of(m);
+        } else if (sys && i >= run && next_is_user(msgs, i)) {
+            if (pending.s) strbuf_puts(&pending, "\n\n");
+            strbuf_puts(&pending, content_of(m));
             owner[i] = (int)json_array_size(out); /* the next user turn */
             continue;
         } else {
             json_t *copy = json_deep_copy(m);
-            if (sys && !leading) json_object_set_new(copy, "role", json_string("user"));
-            if (pending) join_content(copy, pending, content_of(copy));
-            pending = NULL;
+            if (sys && (i >= run || !next_is_user(msgs, i))) json_object_set_new(copy, "role", json_string("user"));
+            if (pending.s) join_content(copy, pending.s, content_of(copy));
+            strbuf_free(&pending);
             json_array_append_new(out, copy);
         }
         owner[i] = (int)json_array_size(out) - 1;
     }
+    strbuf_free(&pending);
     return out;
 }
 
@@ -577,25 +614,33 @@ static void set_message_ends(const renderer *r, render_out *out, const json_t *r
     free(text);
 }
 
-/* Renders msgs as they are; when that fails or loses a system message's
- * text and system messages stand past the first, renders them folded
- * (fold_system). */
+static int render_folded(const renderer *r, const json_t *msgs, int all, const json_t *tools, int add_gen,
+                         render_out *out, size_t n_in, char *why, size_t cap) {
+    size_t n = json_array_size(msgs);
+    int *owner = xmalloc((n + 1) * sizeof(int));
+    json_t *folded = fold_system(msgs, all, owner);
+    int rc = render_plain(r, folded, tools, add_gen, &out->p, why, cap);
+    if (!rc) set_message_ends(r, out, folded, owner, n, n_in);
+    json_decref(folded);
+    free(owner);
+    return rc;
+}
+
+/* Renders msgs with system messages folded (fold_system) where the
+ * format needs it (r->fold_system, decided once by probes, so a growing
+ * conversation folds the same way every turn), else as they are; if a
+ * system message's text is still missing (a template that prints the
+ * system prompt only in some turns), all of them folded. */
 static int render_placed(const renderer *r, const json_t *msgs, const json_t *tools, int add_gen, render_out *out,
                          size_t n_in, char *why, size_t cap) {
-    size_t n = json_array_size(msgs);
-    int rc = render_plain(r, msgs, tools, add_gen, &out->p, why, cap);
-    if (has_late_system(msgs) && (rc || !system_text_kept(out, msgs))) {
-        int *owner = xmalloc((n + 1) * sizeof(int));
-        json_t *folded = fold_system(msgs, owner);
-        chat_prompt_free(&out->p);
-        memset(&out->p, 0, sizeof out->p);
-        rc = render_plain(r, folded, tools, add_gen, &out->p, why, cap);
-        if (!rc) set_message_ends(r, out, folded, owner, n, n_in);
-        json_decref(folded);
-        free(owner);
-        return rc;
+    int fold = has_system(msgs), rc;
+    if (fold && r->fold_system) rc = render_folded(r, msgs, 0, tools, add_gen, out, n_in, why, cap);
+    else if (!(rc = render_plain(r, msgs, tools, add_gen, &out->p, why, cap)))
+        set_message_ends(r, out, msgs, NULL, json_array_size(msgs), n_in);
+    if (fold && !rc && !system_text_kept(out, msgs)) {
+        render_out_free(out);
+        rc = render_folded(r, msgs, 1, tools, add_gen, out, n_in, why, cap);
     }
-    if (!rc) set_message_ends(r, out, msgs, NULL, n, n_in);
     return rc;
 }
 
