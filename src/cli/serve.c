@@ -35,6 +35,9 @@ int cli_serve(int argc, char **argv) {
          "comma-separated names of the model; the first is the id reported (file name)"},
         {"--strict-model", NULL, ARG_FLAG, &o.strict_model, 0, -1,
          "refuse requests naming another model (any name is served by default)"},
+        {"--strict-requests", NULL, ARG_FLAG, &o.strict_requests, 0, -1,
+         "refuse (400) a request with a part the server cannot honour, instead of serving the rest and naming it "
+         "in the x-strata-ignored header"},
         {"--cors", NULL, ARG_FLAG, &o.cors, 0, -1, "allow cross-origin requests"},
         {"--chat-template-file", NULL, ARG_STR, &o.template_file, 0, -1, "Jinja chat template overriding the model's"},
         {"--cache-mem-mb", NULL, ARG_INT, &o.cache_mem_mb, 0, 1 << 20, "KV memory kept for cached prefixes (1024)"},

@@ -59,7 +59,8 @@ int engine_open(engine **out, const engine_params *p, strata_err *err) {
     e->n_ctx = p->n_ctx > 0 ? p->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     if (p->n_ctx <= 0 && p->n_seq > 0) {
         size_t per_seq = slot_bytes * (size_t)po.n_slots / (size_t)(p->n_seq + 1) + engine_seq_state_bytes(e->m);
-        e->ctx_per_seq = ctx_within_budget(hp->n_ctx_train, p->n_seq, glob_block / B, per_seq, p->kv_budget_mb, B);
+        int want = hp->n_ctx_train > p->min_ctx ? hp->n_ctx_train : p->min_ctx;
+        e->ctx_per_seq = ctx_within_budget(want, p->n_seq, glob_block / B, per_seq, p->kv_budget_mb, B);
         e->n_ctx = e->ctx_per_seq * p->n_seq;
     }
     po.n_blocks = (e->n_ctx + B - 1) / B + 1; /* +1: copy-on-write headroom */

@@ -21,6 +21,7 @@ typedef struct engine_params {
      * state (engine_seq_state_bytes each) would pass kv_budget_mb. */
     int n_seq;
     int kv_budget_mb;
+    int min_ctx; /* ...but at least this many tokens each (past the training context), budget permitting */
 } engine_params;
 
 typedef struct engine {

@@ -34,10 +34,11 @@ static void log_request(const api_call *c) {
     double prefill_ms = g->t_first ? g->t_first - g->t_start : 0;
     double decode_ms = g->t_first && g->t_done ? g->t_done - g->t_first : 0;
     log_info("request %s %s status=%d prompt=%d cached=%d live=%d disk=%d prefilled=%d generated=%d "
-             "prefill_tok_s=%.1f decode_tok_s=%.1f finish=%s",
+             "prefill_tok_s=%.1f decode_tok_s=%.1f finish=%s%s%s%s",
              c->method, c->path, c->status, st->n_prompt, st->n_cached, st->n_cached - st->n_cached_disk,
              st->n_cached_disk, prefilled, g->n_tokens, per_s(prefilled, prefill_ms),
-             per_s(g->n_tokens > 1 ? g->n_tokens - 1 : 0, decode_ms), gen_finish_word(g));
+             per_s(g->n_tokens > 1 ? g->n_tokens - 1 : 0, decode_ms), gen_finish_word(g),
+             c->ignored.n ? " ignored=\"" : "", ignored_text(&c->ignored), c->ignored.n ? "\"" : "");
 }
 
 static void call_free(api_call *c) {
@@ -132,6 +133,7 @@ static int start(api_call *c, const http_req *req, int32_t **ids, size_t *n, con
     c->n_prompt = (int)*n;
     c->gp.replay = s->replay;
     c->gp.replay_ns = c->replay_ns;
+    c->gp.ignored = c->ignored.n ? c->ignored.text : NULL;
     prompt_cache_apply(ci, &c->gp);
     int rc = gen_start(&c->g, s->sch, s->tok, *ids, (int)*n, &c->gp, err);
     return rc ? rc : api_admit(&c->g, req, s->o.queue_timeout, err);
@@ -146,6 +148,7 @@ void api_call_run(api_call *c, const http_req *req, http_reply *rep) {
     snprintf(c->method, sizeof c->method, "%s", req->method);
     snprintf(c->path, sizeof c->path, "%s", req->path);
     c->gp.tenant = server_tenant(c->srv, req);
+    c->ignored.strict = c->srv->o.strict_requests;
     server_replay_ns(c->srv, c->gp.tenant, NULL, &c->replay_ns); /* salted once the body is read */
     int rc = c->d->build(c, &ids, &n, &ci, why, sizeof why) ? strata_errf(&err, STRATA_EINVAL, "%s", why)
                                                           : tool_schema(c, &err) ? err.code
@@ -160,5 +163,8 @@ void api_call_run(api_call *c, const http_req *req, http_reply *rep) {
     }
     c->status = 200;
     c->st = (api_stream){.g = &c->g, .produce = c->d->produce, .release = stream_release};
+    char *ignored = ignored_header_value(&c->ignored); /* c may be gone after api_answer */
     api_answer(&c->st, c->stream, req, rep, answer_whole);
+    rep->extra_name = ignored ? "x-strata-ignored" : NULL;
+    rep->extra_value = ignored;
 }

@@ -16,6 +16,7 @@
 #include "server/api_stream.h"
 #include "server/diag.h"
 #include "server/gen.h"
+#include "server/ignored.h"
 #include "server/prompt.h"
 #include "server/server.h"
 
@@ -54,6 +55,7 @@ struct api_call {
     cache_diag diag;                  /* the prompt against recent ones (diag.h) */
     int *msg_ends, n_msgs;            /* owned: message ends in the prompt, for diagnostics */
     int status;                       /* of the reply */
+    req_ignored ignored;              /* what was left out of the request (x-strata-ignored) */
     api_stream st;    /* streamed replies */
 };
 

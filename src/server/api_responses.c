@@ -64,7 +64,7 @@ typedef struct resp_call {
 /* tools (resp_tools.h: function, custom, local_shell) and tool_choice. */
 static int parse_tools(resp_call *c, char *why, size_t cap) {
     int none;
-    if (resp_tools_parse(&c->rt, json_object_get(c->a.req, "tools"), why, cap) ||
+    if (resp_tools_parse(&c->rt, json_object_get(c->a.req, "tools"), &c->a.ignored, why, cap) ||
         resp_tools_choice(&c->rt, json_object_get(c->a.req, "tool_choice"), &none, &c->a.pt.forced,
                           &c->a.pt.required, why, cap))
         return -1;
@@ -86,10 +86,9 @@ static int parse_text_format(resp_call *c, char *why, size_t cap) {
         snprintf(why, cap, "'text.format.type' must be text, json_object or json_schema");
         return -1;
     }
-    if (c->a.gp.tools != TC_NONE) {
-        snprintf(why, cap, "'text.format' %s cannot be combined with 'tools' on this server", type);
-        return -1;
-    }
+    if (c->a.gp.tools != TC_NONE) /* the tool-call constraint already shapes the reply */
+        return ignored_note(&c->a.ignored, why, cap, "text.format %s (beside tools, the reply is held to the "
+                            "tool-call format only)", type);
     c->a.gp.json_mode = 1;
     if (strcmp(type, "json_schema")) return 0;
     return api_call_schema(&c->a, json_object_get(fmt, "schema"), "text.format.schema", why, cap);
@@ -411,7 +410,7 @@ static int build(api_call *a, int32_t **ids, size_t *n, prompt_cache_info *ci, c
     resp_call *c = (resp_call *)a;
     if (parse_options(c, why, cap)) return -1;
     const char *ins = json_string_value(json_object_get(c->a.req, "instructions"));
-    json_t *msgs = resp_items_messages(ins, c->items, why, cap);
+    json_t *msgs = resp_items_messages(ins, c->items, &c->a.ignored, why, cap);
     if (!msgs) return -1;
     int rc = api_call_prompt(&c->a, msgs, ids, n, ci, why, cap);
     json_decref(msgs);
@@ -446,7 +445,7 @@ static void reply_not_found(http_reply *rep, int status, const char *param, cons
 static json_t *conversation(server *s, const json_t *body, const cache_hash *ns, http_reply *rep) {
     char why[512] = "";
     json_t *input = resp_items_of_input(json_object_get(body, "input"), why, sizeof why);
-    json_t *check = input ? resp_items_messages("-", input, why, sizeof why) : NULL; /* errors index the new input */
+    json_t *check = input ? resp_items_messages("-", input, NULL, why, sizeof why) : NULL; /* errors index the new input */
     json_decref(check);
     if (!check) {
         json_decref(input);

@@ -93,6 +93,7 @@ static void add_common_headers(const http_server *s, struct MHD_Response *resp, 
         snprintf(v, sizeof v, "%d", rep->retry_after);
         MHD_add_response_header(resp, "Retry-After", v);
     }
+    if (rep->extra_name && rep->extra_value) MHD_add_response_header(resp, rep->extra_name, rep->extra_value);
     if (s->opts.cors) {
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
         MHD_add_response_header(resp, "Access-Control-Allow-Headers", "*");
@@ -115,8 +116,14 @@ static enum MHD_Result send_reply(const http_server *s, struct MHD_Connection *c
                                                rep->body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
         rep->body = NULL;
     }
-    if (!resp) return MHD_NO;
+    if (!resp) {
+        free(rep->extra_value);
+        rep->extra_value = NULL;
+        return MHD_NO;
+    }
     add_common_headers(s, resp, rep);
+    free(rep->extra_value);
+    rep->extra_value = NULL;
     enum MHD_Result r = MHD_queue_response(c, (unsigned)(rep->status ? rep->status : 200), resp);
     MHD_destroy_response(resp);
     return r;

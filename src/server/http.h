@@ -36,6 +36,8 @@ typedef struct http_reply {
     char *body; /* malloc'd, owned by the HTTP layer after the handler returns */
     size_t body_len;
     int retry_after; /* seconds, > 0 adds a Retry-After header */
+    const char *extra_name; /* one more header (e.g. x-strata-ignored), or NULL */
+    char *extra_value;      /* its value, malloc'd, owned by the HTTP layer once the handler returns */
     http_stream_fn stream; /* set for a streamed body (body unused) */
     http_stream_end stream_end;
     void *stream_ctx;

@@ -57,6 +57,13 @@ static void trace_request(sched *s, const slot *sl, sched_finish f) {
     if (s->e->kv.swa_layer) /* sliding parts read back for the hit's window; tokens it was cut by */
         fprintf(o, ",\"window\":{\"reloaded_blocks\":%d,\"cut_tokens\":%d}", q->n_window_reloaded, q->n_window_cut);
     if (r->held_out) fprintf(o, ",\"held_out\":\"%s\"", r->held_out);
+    if (r->ignored) {
+        json_t *j = json_string(r->ignored); /* request text: escaped as JSON */
+        char *v = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+        fprintf(o, ",\"ignored\":%s", v ? v : "\"\"");
+        free(v);
+        json_decref(j);
+    }
     fprintf(o, ",\"first_miss\":{\"pos\":%d,\"tokens\":[", miss);
     for (int k = miss; k < r->n_prompt && k < miss + 8; k++) fprintf(o, "%s%d", k > miss ? "," : "", r->prompt[k]);
     fprintf(o, "]}}\n");

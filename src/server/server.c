@@ -425,9 +425,11 @@ static int open_redis(server *s, const uint8_t fp[32], strata_err *err) {
 }
 
 /* KV memory the slots may take when --ctx is left to the model (its
- * training context): agents need long contexts, memory is the limit. */
+ * training context, at least SERVER_MIN_CTX): agents need long contexts
+ * (Claude Code's first prompt is ~13k tokens), memory is the limit. */
 #define SERVER_KV_BUDGET_MB 4096
 #define SERVER_KV_BUDGET_TEXT "4 GiB"
+#define SERVER_MIN_CTX 32768
 
 static int load_model(server *s, strata_err *err) {
     uint8_t fp[32];
@@ -439,7 +441,7 @@ static int load_model(server *s, strata_err *err) {
     engine_params ep = {.model_path = s->o.model_path, .n_threads = s->o.threads, .max_batch = 512,
                         .block_tokens = s->o.block_tokens,
                         .n_ctx = s->o.ctx * s->o.parallel, /* --ctx 0: the training context */
-                        .n_seq = s->o.parallel, .kv_budget_mb = SERVER_KV_BUDGET_MB,
+                        .n_seq = s->o.parallel, .kv_budget_mb = SERVER_KV_BUDGET_MB, .min_ctx = SERVER_MIN_CTX,
                         .extra_kv_mb = s->o.no_cache ? 0 : s->o.cache_mem_mb + s->o.cache_ram_mb};
     rc = engine_open(&s->e, &ep, err);
     if (!rc) rc = tok_load(&s->tok, s->e->m->gguf, err);
@@ -449,9 +451,12 @@ static int load_model(server *s, strata_err *err) {
         size_t state = engine_seq_state_bytes(s->e->m);
         char rs[96] = "";
         if (state) snprintf(rs, sizeof rs, "; recurrent state %.1f MiB per sequence, counted in the budget", state / 1048576.0);
+        int train = s->e->m->hp.n_ctx_train;
         log_info("context: %d tokens per sequence (the model's training context is %d%s; --ctx to change)%s", s->o.ctx,
-                 s->e->m->hp.n_ctx_train,
-                 s->o.ctx < s->e->m->hp.n_ctx_train ? ", capped so the slots' KV fits " SERVER_KV_BUDGET_TEXT : "", rs);
+                 train,
+                 s->o.ctx < train || s->o.ctx < SERVER_MIN_CTX ? ", capped so the slots' KV fits " SERVER_KV_BUDGET_TEXT
+                 : s->o.ctx > train ? "; agent prompts need more: past it the model extrapolates and may do worse"
+                                    : "", rs);
     }
     render_opts ro = {.template_file = s->o.template_file};
     if ((rc = render_new(&s->render, s->e->m->gguf, s->tok, &ro, err))) return rc;

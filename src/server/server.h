@@ -26,6 +26,7 @@ typedef struct server_opts {
     int idle_timeout;  /* seconds an idle connection stays open */
     int max_conns;     /* open connections at most (each holds a thread) */
     int strict_model;  /* --strict-model: refuse names other than the id and aliases */
+    int strict_requests; /* --strict-requests: 400 for a part that cannot be honoured (server/ignored.h) */
     int no_cache;      /* --no-prefix-cache */
     int no_cache_disk; /* --no-cache-disk */
     int cache_disk_mb; /* disk tier budget */
