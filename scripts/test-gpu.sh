@@ -57,6 +57,14 @@ timeout 120 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 128 -d 4096 -r 3 
 step "bench on this machine's CPU, for scale (3 reps)"
 timeout 120 "$STRATA" bench -m "$SMOL" -p 512 -n 128 -r 3 2>&1 | tee "$LOGS/bench-cpu.txt"
 
+if [ "${PROFILE:-0}" = 1 ] && command -v ncu > /dev/null; then
+    step "kernel times (ncu, PROFILE=1): pp512 then decode"
+    # The warm-up's prefill (~430 launches), then its first decode steps.
+    timeout 150 ncu --metrics gpu__time_duration.sum --print-summary per-kernel --launch-count 860 \
+        "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 8 -r 1 > "$LOGS/ncu.txt" 2>&1
+    grep -E "k_[a-z_]+|gpu__time_duration" "$LOGS/ncu.txt" | tail -60
+fi
+
 step "summary"
 grep -E "^(ok|FAIL|skip) |passed" "$LOGS/gpu-tests.log"
 grep -E "^\| (pp|tg)" "$LOGS/bench-gpu.txt" "$LOGS/bench-cpu.txt"

@@ -433,21 +433,22 @@ static int argmax_row(const float *x, int V) {
     return best;
 }
 
-/* The CPU's top choice where it is clear (margin over the runner-up of
- * more than 2% of the row's range) must be the GPU's. */
-static int clear_disagreements(const float *gpu, const float *cpu, int n, int V, int *n_same) {
+/* Rows whose top choice in `ref` is clear (a margin over the runner-up of
+ * more than 1% of the row's range) and which `x` picks otherwise; *n_same
+ * counts the rows where both pick the same, clear or not. */
+static int clear_disagreements(const float *x, const float *ref, int n, int V, int *n_same) {
     int bad = 0;
     *n_same = 0;
     for (int t = 0; t < n; t++) {
-        const float *c = cpu + (size_t)t * V;
-        int a = argmax_row(c, V), g = argmax_row(gpu + (size_t)t * V, V);
+        const float *c = ref + (size_t)t * V;
+        int a = argmax_row(c, V), g = argmax_row(x + (size_t)t * V, V);
         float second = -INFINITY, lo = c[0], hi = c[a];
         for (int i = 0; i < V; i++) {
             if (i != a && c[i] > second) second = c[i];
             if (c[i] < lo) lo = c[i];
         }
         *n_same += a == g;
-        if (a != g && c[a] - second > 0.02f * (hi - lo)) bad++;
+        if (a != g && c[a] - second > 0.01f * (hi - lo)) bad++;
     }
     return bad;
 }
@@ -471,13 +472,14 @@ TEST(gpu_forward_matches_cpu_and_float64) {
         int n = r.n_tok, V = r.n_vocab, same = 0;
         float *g = gpu_logits(c, r.tokens, n, V, one_chunk), *cpu = cpu_logits(model_path(MODELS[i]), r.tokens, n, V);
         double vs_ref = max_rel(g, r.logits, (size_t)n * V), vs_cpu = cpu ? max_rel(g, cpu, (size_t)n * V) : 1;
-        int bad = cpu ? clear_disagreements(g, cpu, n, V, &same) : n;
-        printf("     %-11s %d tokens: GPU vs float64 %.2g, GPU vs CPU %.2g of the logit range; greedy %d/%d same\n",
-               MODELS[i], n, vs_ref, vs_cpu, same, n);
+        int same_cpu = 0, bad = clear_disagreements(g, r.logits, n, V, &same);
+        if (cpu) clear_disagreements(g, cpu, n, V, &same_cpu);
+        printf("     %-11s %d tokens: GPU vs float64 %.2g, GPU vs CPU %.2g of the logit range; "
+               "greedy = float64's %d/%d, = CPU's %d/%d\n", MODELS[i], n, vs_ref, vs_cpu, same, n, same_cpu, n);
         /* Float activations and F16 K/V: well under the CPU's 8-bit bound (0.05). */
         CHECK_MSG(vs_ref < 0.01, "%s: GPU vs float64 %.4f", MODELS[i], vs_ref);
         CHECK_MSG(vs_cpu < 0.05, "%s: GPU vs CPU %.4f", MODELS[i], vs_cpu);
-        CHECK_MSG(bad == 0, "%s: %d clear greedy disagreements with the CPU", MODELS[i], bad);
+        CHECK_MSG(bad == 0, "%s: %d rows where float64's clear greedy choice is not the GPU's", MODELS[i], bad);
         free(g), free(cpu), free(r.tokens), free(r.logits);
         fwdc_free(c);
         model_free(m);
