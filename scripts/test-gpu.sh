@@ -54,6 +54,9 @@ timeout 120 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 128 -r "$REPS" 2>
 [ "${PIPESTATUS[0]}" -eq 0 ] || fail=1
 timeout 120 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 128 -d 4096 -r 3 2>&1 | tee -a "$LOGS/bench-gpu.txt" | tail -3
 
+step "decode without the graph (STRATA_CUDA_GRAPH=0), for comparison"
+STRATA_CUDA_GRAPH=0 timeout 60 "$STRATA" bench -m "$SMOL" --device cuda -p 0 -n 128 -r 3 2>&1 | tee -a "$LOGS/bench-gpu.txt" | tail -1
+
 step "bench on this machine's CPU, for scale (3 reps)"
 timeout 120 "$STRATA" bench -m "$SMOL" -p 512 -n 128 -r 3 2>&1 | tee "$LOGS/bench-cpu.txt"
 

@@ -275,15 +275,17 @@ TEST(gpu_norm_rope_swiglu_match_cpu) {
 }
 
 /* Attention of n tokens at positions [0, n) over K/V stored by the GPU,
- * in chunks (0-terminated sizes), all into out. */
-static void attn_chunked(float *dout, const float *dq, uint16_t *dkc, uint16_t *dvc, int32_t *dpos, int n, int nh,
-                         int nkv, int hd, const int *chunks) {
+ * in chunks (0-terminated sizes), all into out; max_end of each call as
+ * the forward pass gives it, or the whole context (grow = 0: as a decode
+ * graph does). */
+static void attn_chunked(float *dout, float *dpart, const float *dq, uint16_t *dkc, uint16_t *dvc, int32_t *dpos, int n,
+                         int nh, int nkv, int hd, const int *chunks, int grow) {
     strata_err err = {0};
     for (int done = 0, ci = 0; done < n; ci++) {
         if (!chunks[ci]) ci = 0;
         int c = chunks[ci] < n - done ? chunks[ci] : n - done;
-        if (cuda_attention(dout + (size_t)done * nh * hd, dq + (size_t)done * nh * hd, dkc, dvc, dpos + done, c, nh, nkv,
-                           hd, 0.125f, &err))
+        if (cuda_attention(dout + (size_t)done * nh * hd, dpart, dq + (size_t)done * nh * hd, dkc, dvc, dpos + done, c,
+                           grow ? done + c : n, n, nh, nkv, hd, 0.125f, &err))
             test_fail(__FILE__, __LINE__, "%s", err.msg);
         done += c;
     }
@@ -299,8 +301,9 @@ static void check_attention(int n, int nh, int nkv, int hd) {
     int32_t *dp = to_dev(pos, (size_t)n * 4);
     uint16_t *dkc = to_dev(NULL, (size_t)n * kvd * 2), *dvc = to_dev(NULL, (size_t)n * kvd * 2);
     float *dout = to_dev(NULL, (size_t)n * qd * 4), *out = xmalloc((size_t)n * qd * 4), *o2 = xmalloc((size_t)n * qd * 4);
+    float *dpart = to_dev(NULL, cuda_attention_scratch(n, nh, hd, n) * sizeof(float));
     cuda_kv_store(dkc, dvc, dk, dv, dp, n, kvd);
-    attn_chunked(dout, dq, dkc, dvc, dp, n, nh, nkv, hd, all);
+    attn_chunked(dout, dpart, dq, dkc, dvc, dp, n, nh, nkv, hd, all, 1);
     from_dev(out, dout, (size_t)n * qd * 4);
     /* float64 reference over the half-rounded K/V */
     double worst = 0, *s = xmalloc((size_t)n * sizeof(double));
@@ -325,22 +328,25 @@ static void check_attention(int n, int nh, int nkv, int hd) {
         }
     CHECK_MSG(worst < 1e-5, "attention n=%d hd=%d: max error %.3g", n, hd, worst);
     printf("     attention %d tokens, %d/%d heads of %d: max error %.2g\n", n, nh, nkv, hd, worst);
-    /* decode one by one and uneven chunks: the same bits */
-    const int *plans[] = {one, uneven};
-    for (int pl = 0; pl < 2; pl++) {
-        attn_chunked(dout, dq, dkc, dvc, dp, n, nh, nkv, hd, plans[pl]);
+    /* decode one by one, uneven chunks, a grid over the whole context: the same bits */
+    const int *plans[] = {one, uneven, one, all};
+    for (int pl = 0; pl < 4; pl++) {
+        attn_chunked(dout, dpart, dq, dkc, dvc, dp, n, nh, nkv, hd, plans[pl], pl < 2);
         from_dev(o2, dout, (size_t)n * qd * 4);
         CHECK_MSG(memcmp(o2, out, (size_t)n * qd * 4) == 0, "attention hd=%d: plan %d changes bits", hd, pl);
     }
     cuda_free(dq), cuda_free(dk), cuda_free(dv), cuda_free(dp), cuda_free(dkc), cuda_free(dvc), cuda_free(dout);
+    cuda_free(dpart);
     free(q), free(k), free(v), free(pos), free(out), free(o2), free(s);
 }
 
 TEST(gpu_attention_matches_float64_and_is_batch_invariant) {
     if (!gpu_up()) return;
-    check_attention(300, 9, 3, 64);
-    check_attention(140, 4, 2, 128);
+    /* segments of CUDA_ATTN_SEG keys: 700 tokens cross two boundaries */
+    check_attention(700, 9, 3, 64);
+    check_attention(300, 4, 2, 128);
     check_attention(70, 2, 1, 256);
+    check_attention(90, 8, 1, 128);
 }
 
 TEST(gpu_argmax_first_largest) {
@@ -498,18 +504,20 @@ TEST(gpu_forward_batch_invariance) {
             test_fail(__FILE__, __LINE__, "%s: %s", names[i], err.msg);
             continue;
         }
-        enum { N = 150 };
+        enum { N = 300 }; /* two attention segments */
         int V = m->hp.n_vocab;
         int32_t tok[N];
         uint32_t s = 99;
         for (int t = 0; t < N; t++) tok[t] = (int32_t)((frand(&s) + 1) * 0.5f * (V - 1));
         float *ref = gpu_logits(c, tok, N, V, one_chunk);
-        const int *plans[] = {decode, uneven};
-        for (int p = 0; p < 2; p++) {
+        const int *plans[] = {decode, uneven, decode};
+        for (int p = 0; p < 3; p++) {
+            fwdc_use_graphs(c, p < 2); /* decode steps as a graph, then kernel by kernel */
             float *x = gpu_logits(c, tok, N, V, plans[p]);
             CHECK_MSG(memcmp(x, ref, (size_t)N * V * 4) == 0, "%s: plan %d changes bits", names[i], p);
             free(x);
         }
+        fwdc_use_graphs(c, 1);
         /* Going back: positions [40, N) again after [0, N) give the same bits. */
         float *tail = xmalloc((size_t)(N - 40) * V * 4), *last = xmalloc((size_t)V * 4);
         if (fwdc_run(c, tok + 40, N - 40, 40, 1, tail, &err)) test_fail(__FILE__, __LINE__, "%s", err.msg);

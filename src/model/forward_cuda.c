@@ -32,11 +32,17 @@ struct fwdc {
     dev_tensor tok_embd, output_norm, output;
     dev_layer *layers;
     size_t weight_bytes;
-    float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp, *logits, *inv_freq;
+    float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp, *logits, *inv_freq, *attn_part;
     int32_t *tok, *pos, *rows, *ids;
     int32_t *h_pos, *h_rows; /* host staging */
     void **allocs;           /* every device allocation, for fwdc_free */
     int n_allocs, cap_allocs;
+    /* One decode step (n = 1) as a CUDA graph, recorded on the first one:
+     * its arguments never change (the token id and position are read from
+     * device memory, attention's grid covers n_ctx). STRATA_CUDA_GRAPH=0
+     * (or fwdc_use_graphs) queues the kernels one by one instead. */
+    cuda_graph *step;
+    int use_graphs;
 };
 
 static void *dev_alloc(fwdc *c, size_t bytes, strata_err *err) {
@@ -115,6 +121,8 @@ static int alloc_scratch(fwdc *c, strata_err *err) {
     size_t sizes[] = {e, wide, nq, kvd, kvd, nq, f, f, wide, (size_t)hp->n_vocab};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (!(*bufs[i] = dev_alloc(c, n * sizes[i] * sizeof(float), err))) return err->code;
+    size_t part = cuda_attention_scratch(c->max_batch, hp->n_head, hp->head_dim, c->n_ctx);
+    if (!(c->attn_part = dev_alloc(c, part * sizeof(float), err))) return err->code;
     int32_t **ibufs[] = {&c->tok, &c->pos, &c->rows, &c->ids};
     for (size_t i = 0; i < 4; i++)
         if (!(*ibufs[i] = dev_alloc(c, n * sizeof(int32_t), err))) return err->code;
@@ -136,6 +144,8 @@ int fwdc_new(fwdc **out, const model *m, int n_ctx, int max_batch, strata_err *e
     c->m = m;
     c->n_ctx = n_ctx;
     c->max_batch = max_batch;
+    const char *g = getenv("STRATA_CUDA_GRAPH");
+    c->use_graphs = !(g && !strcmp(g, "0"));
     c->layers = xcalloc((size_t)m->hp.n_layer, sizeof(dev_layer));
     rc = upload(c, &m->tok_embd, &c->tok_embd, err);
     if (!rc) rc = upload(c, &m->output_norm, &c->output_norm, err);
@@ -156,6 +166,7 @@ int fwdc_new(fwdc **out, const model *m, int n_ctx, int max_batch, strata_err *e
 
 void fwdc_free(fwdc *c) {
     if (!c) return;
+    cuda_graph_free(c->step);
     for (int i = 0; i < c->n_allocs; i++) cuda_free(c->allocs[i]);
     free(c->allocs);
     free(c->layers);
@@ -165,6 +176,8 @@ void fwdc_free(fwdc *c) {
 }
 
 size_t fwdc_weight_bytes(const fwdc *c) { return c->weight_bytes; }
+
+void fwdc_use_graphs(fwdc *c, int on) { c->use_graphs = on; }
 
 /* ---- the pass ------------------------------------------------------------ */
 
@@ -176,7 +189,8 @@ static void bias(const dev_tensor *b, float *x, int n) {
     if (b->d) cuda_add_rows(x, b->d, n, b->cols);
 }
 
-static int attention(fwdc *c, const dev_layer *L, int n, strata_err *err) {
+/* max_end: the call's last position + 1 (attention's grid). */
+static int attention(fwdc *c, const dev_layer *L, int n, int max_end, strata_err *err) {
     const model_hparams *hp = &c->m->hp;
     int d = hp->head_dim, nq = hp->n_head * d, kvd = hp->n_head_kv * d;
     if (mm(&L->wq, c->xn, n, c->q, err) || mm(&L->wk, c->xn, n, c->k, err) || mm(&L->wv, c->xn, n, c->v, err))
@@ -190,16 +204,17 @@ static int attention(fwdc *c, const dev_layer *L, int n, strata_err *err) {
     cuda_rope(c->q, n, nq, hp->n_head, d, hp->rope_dim, hp->rope_neox, c->pos, c->inv_freq, div);
     cuda_rope(c->k, n, kvd, hp->n_head_kv, d, hp->rope_dim, hp->rope_neox, c->pos, c->inv_freq, div);
     cuda_kv_store(L->kc, L->vc, c->k, c->v, c->pos, n, kvd);
-    if (cuda_attention(c->att, c->q, L->kc, L->vc, c->pos, n, hp->n_head, hp->n_head_kv, d, hp->attn_scale, err))
+    if (cuda_attention(c->att, c->attn_part, c->q, L->kc, L->vc, c->pos, n, max_end, c->n_ctx, hp->n_head,
+                       hp->n_head_kv, d, hp->attn_scale, err))
         return err->code;
     return mm(&L->wo, c->att, n, c->tmp, err);
 }
 
-static int layer(fwdc *c, const dev_layer *L, int n, strata_err *err) {
+static int layer(fwdc *c, const dev_layer *L, int n, int max_end, strata_err *err) {
     const model_hparams *hp = &c->m->hp;
     size_t e = (size_t)hp->n_embd, f = (size_t)hp->n_ff;
     cuda_rmsnorm(c->xn, c->x, L->attn_norm.d, n, (int)e, hp->rms_eps);
-    if (attention(c, L, n, err)) return err->code;
+    if (attention(c, L, n, max_end, err)) return err->code;
     cuda_add(c->x, c->tmp, (size_t)n * e);
     cuda_rmsnorm(c->xn, c->x, L->ffn_norm.d, n, (int)e, hp->rms_eps);
     if (mm(&L->w_gate, c->xn, n, c->gate, err) || mm(&L->w_up, c->xn, n, c->up, err)) return err->code;
@@ -219,11 +234,45 @@ static int check_run(const fwdc *c, const int32_t *tok, int n, int pos0, strata_
     return 0;
 }
 
+/* Every kernel of the pass, queued (or recorded into a graph): the ids
+ * and positions are in c->tok and c->pos, the wanted rows in c->rows. */
+static int queue_pass(fwdc *c, int n, int max_end, strata_err *err) {
+    const model_hparams *hp = &c->m->hp;
+    int e = hp->n_embd;
+    const dev_tensor *emb = &c->tok_embd;
+    if (cuda_embed(c->x, emb->type, emb->d, emb->row_bytes, e, c->tok, n, 1.0f, err)) return err->code;
+    for (int il = 0; il < hp->n_layer; il++)
+        if (layer(c, &c->layers[il], n, max_end, err)) return err->code;
+    cuda_gather(c->tmp, c->x, c->rows, c->n_out, e);
+    cuda_rmsnorm(c->xn, c->tmp, c->output_norm.d, c->n_out, e, hp->rms_eps);
+    return mm(&c->output, c->xn, c->n_out, c->logits, err);
+}
+
+/* A decode step: the graph, recorded on first use (its attention grid
+ * covers the whole context, so it fits every position). */
+static int run_step(fwdc *c, strata_err *err) {
+    if (!c->step) {
+        if (cuda_graph_begin(err)) return err->code;
+        int rc = queue_pass(c, 1, c->n_ctx, err);
+        cuda_graph *g = NULL;
+        strata_err end_err = {0};
+        int rc2 = cuda_graph_end(&g, &end_err); /* ends the capture even after a failure */
+        if (rc) {
+            cuda_graph_free(g);
+            return rc;
+        }
+        if (rc2) {
+            if (err) *err = end_err;
+            return rc2;
+        }
+        c->step = g;
+    }
+    return cuda_graph_run(c->step, err);
+}
+
 int fwdc_run(fwdc *c, const int32_t *tok, int n, int pos0, int all, float *logits, strata_err *err) {
     int rc = check_run(c, tok, n, pos0, err);
     if (rc) return rc;
-    const model_hparams *hp = &c->m->hp;
-    int e = hp->n_embd;
     for (int i = 0; i < n; i++) c->h_pos[i] = pos0 + i;
     c->n_out = all ? n : 1;
     for (int i = 0; i < c->n_out; i++) c->h_rows[i] = all ? i : n - 1;
@@ -231,15 +280,10 @@ int fwdc_run(fwdc *c, const int32_t *tok, int n, int pos0, int all, float *logit
         cuda_upload(c->pos, c->h_pos, (size_t)n * sizeof(int32_t), err) ||
         cuda_upload(c->rows, c->h_rows, (size_t)c->n_out * sizeof(int32_t), err))
         return err->code;
-    const dev_tensor *emb = &c->tok_embd;
-    if (cuda_embed(c->x, emb->type, emb->d, emb->row_bytes, e, c->tok, n, 1.0f, err)) return err->code;
-    for (int il = 0; il < hp->n_layer; il++)
-        if (layer(c, &c->layers[il], n, err)) return err->code;
-    cuda_gather(c->tmp, c->x, c->rows, c->n_out, e);
-    cuda_rmsnorm(c->xn, c->tmp, c->output_norm.d, c->n_out, e, hp->rms_eps);
-    if (mm(&c->output, c->xn, c->n_out, c->logits, err)) return err->code;
+    rc = n == 1 && c->use_graphs ? run_step(c, err) : queue_pass(c, n, pos0 + n, err);
+    if (rc) return rc;
     if (!logits) return cuda_sync(err);
-    return cuda_download(logits, c->logits, (size_t)c->n_out * hp->n_vocab * sizeof(float), err);
+    return cuda_download(logits, c->logits, (size_t)c->n_out * c->m->hp.n_vocab * sizeof(float), err);
 }
 
 int fwdc_argmax(fwdc *c, int32_t *ids, strata_err *err) {

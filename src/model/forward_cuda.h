@@ -8,6 +8,7 @@
  * pos0. Every row is computed with the same operations whatever else is
  * in the call (backend/cuda/cuda.h), so logits are bit-identical however a
  * prompt is chunked, as on the CPU; the bits differ from the CPU's.
+ * A decode step is one CUDA graph launch (recorded on the first step).
  * Does not: serve several sequences, page K/V or share blocks with the
  * cache (the server stays on the CPU backend), gemma3, qwen35. */
 #ifndef STRATA_FORWARD_CUDA_H
@@ -34,6 +35,9 @@ int fwdc_run(fwdc *c, const int32_t *tok, int n, int pos0, int all, float *logit
 /* Greedy ids of the last fwdc_run's logit rows (first largest), computed
  * on the GPU: ids gets as many as that call returned rows. */
 int fwdc_argmax(fwdc *c, int32_t *ids, strata_err *err);
+/* Decode steps (n = 1) as a recorded CUDA graph (1, the default unless
+ * STRATA_CUDA_GRAPH=0) or kernel by kernel (0): the same bits either way. */
+void fwdc_use_graphs(fwdc *c, int on);
 /* Bytes of weights in GPU memory. */
 size_t fwdc_weight_bytes(const fwdc *c);
 

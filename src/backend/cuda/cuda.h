@@ -77,13 +77,33 @@ void cuda_kv_store(uint16_t *d_kc, uint16_t *d_vc, const float *d_k, const float
 /* Causal attention: token i's query head h reads key/value positions
  * [0, d_pos[i]] of KV head h / (n_head / n_head_kv) in the caches
  * [pos][n_head_kv * head_dim]; q and out are [n][n_head * head_dim].
- * One block per (token, head): 128-key tiles in order, online softmax,
- * fixed reductions. head_dim <= 256. */
-int cuda_attention(float *d_out, const float *d_q, const uint16_t *d_kc, const uint16_t *d_vc,
-                   const int32_t *d_pos, int n, int n_head, int n_head_kv, int head_dim, float scale,
-                   strata_err *err);
+ * Keys are cut into segments of CUDA_ATTN_SEG positions at fixed places,
+ * each computed by its own block for all query heads of a KV head (an
+ * online softmax over 32-key tiles), and a token's segment states are
+ * folded in segment order: prefill, decode and any batch give a query the
+ * same bits. max_end: the largest d_pos + 1 of the call (it sizes the
+ * grid; a larger one only adds blocks that leave at once); max_ctx: the
+ * positions d_scratch was sized for (cuda_attention_scratch floats).
+ * head_dim <= 256 and even, at most 8 query heads per KV head. */
+#define CUDA_ATTN_SEG 256
+size_t cuda_attention_scratch(int max_tok, int n_head, int head_dim, int max_ctx);
+int cuda_attention(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc, const uint16_t *d_vc,
+                   const int32_t *d_pos, int n, int max_end, int max_ctx, int n_head, int n_head_kv, int head_dim,
+                   float scale, strata_err *err);
 /* d_idx[i] = first index of the largest value of row i (NaN never wins). */
 void cuda_argmax(int32_t *d_idx, const float *d_x, int n_rows, int n);
+
+/* Graphs (decode steps): cuda_graph_begin records the kernels queued
+ * after it instead of running them, cuda_graph_end turns the record into
+ * a graph, cuda_graph_run replays it. Arguments are frozen at capture:
+ * buffers must stay put, and what changes from one replay to the next
+ * (token ids, positions) must be read from device memory. No copies while
+ * recording. */
+typedef struct cuda_graph cuda_graph;
+int cuda_graph_begin(strata_err *err);
+int cuda_graph_end(cuda_graph **out, strata_err *err);
+int cuda_graph_run(cuda_graph *g, strata_err *err);
+void cuda_graph_free(cuda_graph *g); /* NULL is fine */
 
 #ifdef __cplusplus
 }

@@ -23,6 +23,7 @@
 extern "C" {
 #include "backend/cuda/cuda.h"
 }
+#include "backend/cuda/cuda_int.h"
 
 #define FULL 0xffffffffu
 
@@ -137,44 +138,57 @@ __device__ __forceinline__ void dq8(const uint8_t *row, int c, float w[8]) {
 /* ---- matmul ---------------------------------------------------------------- */
 
 #define MM_T 8     /* tokens per warp */
-#define MM_WARPS 4 /* rows per block */
+#define MM_WARPS 4 /* warps per block */
+#define MM_R_MIN 8 /* tokens from which a warp takes 2 rows (x loads shared) */
 
-template <int T>
+/* Warp: rows [r0, r0 + R) x tokens [t0, t0 + 8). Whatever R and the
+ * tile's token count, each (row, token) gets the same operations: lane
+ * l's chunks in order (8 products, the first a multiply, then 7 fmaf;
+ * the chunk's sum added to the lane's), then the butterfly. */
+template <int T, int R>
 __global__ void k_matmul(const uint8_t *__restrict__ w, size_t row_bytes, int rows, int k,
                          const float *__restrict__ x, int n, float *__restrict__ y) {
-    int lane = threadIdx.x & 31, r = blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
-    if (r >= rows) return; /* whole warps leave: the shuffles below stay full */
-    int t0 = blockIdx.y * MM_T, nt = min(MM_T, n - t0), nc = k / 8;
-    const uint8_t *row = w + (size_t)r * row_bytes;
-    float acc[MM_T];
+    int lane = threadIdx.x & 31, r0 = (blockIdx.x * MM_WARPS + (threadIdx.x >> 5)) * R;
+    if (r0 >= rows) return; /* whole warps leave: the shuffles below stay full */
+    int t0 = blockIdx.y * MM_T, nt = min(MM_T, n - t0), nc = k / 8, nr = min(R, rows - r0);
+    float acc[R][MM_T];
 #pragma unroll
-    for (int t = 0; t < MM_T; t++) acc[t] = 0.0f;
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int t = 0; t < MM_T; t++) acc[i][t] = 0.0f;
     for (int c = lane; c < nc; c += 32) {
-        float wv[8];
-        dq8<T>(row, c, wv);
+        float wv[R][8];
+#pragma unroll
+        for (int i = 0; i < R; i++)
+            if (i < nr) dq8<T>(w + (size_t)(r0 + i) * row_bytes, c, wv[i]);
 #pragma unroll
         for (int t = 0; t < MM_T; t++) {
             if (t >= nt) break;
             const float4 *xp = (const float4 *)(x + (size_t)(t0 + t) * k + (size_t)c * 8);
             float4 a = __ldg(xp), b = __ldg(xp + 1);
-            float s = wv[0] * a.x;
-            s = fmaf(wv[1], a.y, s);
-            s = fmaf(wv[2], a.z, s);
-            s = fmaf(wv[3], a.w, s);
-            s = fmaf(wv[4], b.x, s);
-            s = fmaf(wv[5], b.y, s);
-            s = fmaf(wv[6], b.z, s);
-            s = fmaf(wv[7], b.w, s);
-            acc[t] += s;
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                float s = wv[i][0] * a.x;
+                s = fmaf(wv[i][1], a.y, s);
+                s = fmaf(wv[i][2], a.z, s);
+                s = fmaf(wv[i][3], a.w, s);
+                s = fmaf(wv[i][4], b.x, s);
+                s = fmaf(wv[i][5], b.y, s);
+                s = fmaf(wv[i][6], b.z, s);
+                s = fmaf(wv[i][7], b.w, s);
+                acc[i][t] += s;
+            }
         }
     }
 #pragma unroll
-    for (int t = 0; t < MM_T; t++) {
-        float v = acc[t];
+    for (int i = 0; i < R; i++)
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
-        if (lane == 0 && t < nt) y[(size_t)(t0 + t) * rows + r] = v;
-    }
+        for (int t = 0; t < MM_T; t++) {
+            float v = acc[i][t];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
+            if (lane == 0 && t < nt && i < nr) y[(size_t)(t0 + t) * rows + r0 + i] = v;
+        }
 }
 
 template <int T>
@@ -210,10 +224,16 @@ extern "C" int cuda_matmul(qtype t, const void *d_w, size_t row_bytes, int rows,
                            float *d_y, strata_err *err) {
     int rc = check_shape(t, k, err);
     if (rc || n <= 0 || rows <= 0) return rc;
-    dim3 grid((rows + MM_WARPS - 1) / MM_WARPS, (n + MM_T - 1) / MM_T);
+    /* Decode keeps one row per warp (more warps in flight); from MM_R_MIN
+     * tokens a warp takes two rows and loads each x chunk once for both. */
+    int R = n >= MM_R_MIN ? 2 : 1, per_block = MM_WARPS * R;
+    dim3 grid((rows + per_block - 1) / per_block, (n + MM_T - 1) / MM_T);
     const uint8_t *w = (const uint8_t *)d_w;
-#define LAUNCH(q) \
-    if (t == q) k_matmul<q><<<grid, 32 * MM_WARPS>>>(w, row_bytes, rows, k, d_x, n, d_y);
+#define LAUNCH(q)                                                                                             \
+    if (t == q) {                                                                                             \
+        if (R == 1) k_matmul<q, 1><<<grid, 32 * MM_WARPS, 0, g_stream>>>(w, row_bytes, rows, k, d_x, n, d_y); \
+        else k_matmul<q, 2><<<grid, 32 * MM_WARPS, 0, g_stream>>>(w, row_bytes, rows, k, d_x, n, d_y);       \
+    }
     TYPES(LAUNCH)
 #undef LAUNCH
     return 0;
@@ -225,7 +245,7 @@ extern "C" int cuda_embed(float *d_x, qtype t, const void *d_emb, size_t row_byt
     if (rc || n <= 0) return rc;
     const uint8_t *e = (const uint8_t *)d_emb;
 #define LAUNCH(q) \
-    if (t == q) k_embed<q><<<n, 128>>>(d_x, e, row_bytes, dim, d_tok, scale);
+    if (t == q) k_embed<q><<<n, 128, 0, g_stream>>>(d_x, e, row_bytes, dim, d_tok, scale);
     TYPES(LAUNCH)
 #undef LAUNCH
     return 0;
@@ -271,7 +291,7 @@ __global__ void k_rmsnorm(float *out, const float *x, const float *w, int dim, f
 }
 
 extern "C" void cuda_rmsnorm(float *d_out, const float *d_x, const float *d_w, int n_rows, int dim, float eps) {
-    if (n_rows > 0) k_rmsnorm<<<n_rows, 256>>>(d_out, d_x, d_w, dim, eps);
+    if (n_rows > 0) k_rmsnorm<<<n_rows, 256, 0, g_stream>>>(d_out, d_x, d_w, dim, eps);
 }
 
 /* Angles in double, then the CPU's float rotation (forward.c rope_heads). */
@@ -294,7 +314,7 @@ __global__ void k_rope(float *x, int row_len, int n_heads, int head_dim, int rop
 
 extern "C" void cuda_rope(float *d_x, int n, int row_len, int n_heads, int head_dim, int rope_dim, int neox,
                           const int32_t *d_pos, const float *d_inv_freq, float pos_div) {
-    if (n > 0) k_rope<<<n, 128>>>(d_x, row_len, n_heads, head_dim, rope_dim, neox, d_pos, d_inv_freq, pos_div);
+    if (n > 0) k_rope<<<n, 128, 0, g_stream>>>(d_x, row_len, n_heads, head_dim, rope_dim, neox, d_pos, d_inv_freq, pos_div);
 }
 
 __global__ void k_swiglu(float *g, const float *u, size_t n) {
@@ -308,11 +328,11 @@ __global__ void k_add(float *x, const float *y, size_t n) {
 }
 
 extern "C" void cuda_swiglu(float *d_g, const float *d_u, size_t n) {
-    if (n) k_swiglu<<<(unsigned)((n + 255) / 256), 256>>>(d_g, d_u, n);
+    if (n) k_swiglu<<<(unsigned)((n + 255) / 256), 256, 0, g_stream>>>(d_g, d_u, n);
 }
 
 extern "C" void cuda_add(float *d_x, const float *d_y, size_t n) {
-    if (n) k_add<<<(unsigned)((n + 255) / 256), 256>>>(d_x, d_y, n);
+    if (n) k_add<<<(unsigned)((n + 255) / 256), 256, 0, g_stream>>>(d_x, d_y, n);
 }
 
 __global__ void k_add_rows(float *x, const float *b, int dim) {
@@ -321,7 +341,7 @@ __global__ void k_add_rows(float *x, const float *b, int dim) {
 }
 
 extern "C" void cuda_add_rows(float *d_x, const float *d_b, int n, int dim) {
-    if (n > 0) k_add_rows<<<n, 128>>>(d_x, d_b, dim);
+    if (n > 0) k_add_rows<<<n, 128, 0, g_stream>>>(d_x, d_b, dim);
 }
 
 __global__ void k_gather(float *dst, const float *src, const int32_t *rows, int dim) {
@@ -330,7 +350,7 @@ __global__ void k_gather(float *dst, const float *src, const int32_t *rows, int 
 }
 
 extern "C" void cuda_gather(float *d_dst, const float *d_src, const int32_t *d_rows, int n, int dim) {
-    if (n > 0) k_gather<<<n, 128>>>(d_dst, d_src, d_rows, dim);
+    if (n > 0) k_gather<<<n, 128, 0, g_stream>>>(d_dst, d_src, d_rows, dim);
 }
 
 __global__ void k_kv_store(__half *kc, __half *vc, const float *k, const float *v, const int32_t *pos, int kvd) {
@@ -343,72 +363,173 @@ __global__ void k_kv_store(__half *kc, __half *vc, const float *k, const float *
 
 extern "C" void cuda_kv_store(uint16_t *d_kc, uint16_t *d_vc, const float *d_k, const float *d_v,
                               const int32_t *d_pos, int n, int kvd) {
-    if (n > 0) k_kv_store<<<n, 128>>>((__half *)d_kc, (__half *)d_vc, d_k, d_v, d_pos, kvd);
+    if (n > 0) k_kv_store<<<n, 128, 0, g_stream>>>((__half *)d_kc, (__half *)d_vc, d_k, d_v, d_pos, kvd);
 }
 
 /* ---- attention ----------------------------------------------------------------- */
 
-#define AT_THREADS 128 /* = keys per tile */
+/* Keys are cut into segments of AT_SEG positions at fixed places, and
+ * segments into tiles of AT_KT. A block takes (KV head g, token i,
+ * segment s) for every query head of g's group: the tile's K and V rows
+ * are staged in shared memory once for all of them. Warp w scores head w
+ * (and w + 4) against the tile's keys, one key per lane (a sequential dot
+ * over head_dim), and keeps that head's running max and sum (warp
+ * butterflies); thread x accumulates output x of the group's heads over
+ * the tile's keys in key order. Each (token, head, segment) writes its
+ * online-softmax state (m, l, o[head_dim]); k_attn_fold folds a token's
+ * segments in segment order. What a query computes depends only on the
+ * query and its key positions: prefill, decode and any batch give the
+ * same bits, and decode at depth still spreads over many blocks. */
+#define AT_THREADS 128
+#define AT_KT 32       /* keys per tile: one per lane */
 #define AT_MAX_DIM 256
+#define AT_MAX_GROUP 8 /* query heads per KV head */
+#define AT_MAX_OUT 16  /* outputs per thread: group * head_dim <= 16 * 128 */
 
-/* Block (head h, token i). Thread j scores key p0 + j of each tile (a
- * sequential dot over head_dim), the block takes the tile's max and sum
- * in a fixed order, and thread d accumulates output dims d and d + 128
- * over the tile's keys in key order (online softmax across tiles). */
-__global__ void k_attention(float *out, const float *q, const __half *kc, const __half *vc, const int32_t *pos,
-                            int n_head, int n_head_kv, int head_dim, float scale) {
-    __shared__ float sq[AT_MAX_DIM], sp[AT_THREADS], red[32];
-    int h = blockIdx.x, i = blockIdx.y, tid = threadIdx.x, g = h / (n_head / n_head_kv);
-    int kvd = n_head_kv * head_dim, end = pos[i] + 1;
-    const float *qi = q + ((size_t)i * n_head + h) * head_dim;
-    for (int d = tid; d < head_dim; d += AT_THREADS) sq[d] = qi[d];
-    __syncthreads();
-    const __half *kh = kc + (size_t)g * head_dim, *vh = vc + (size_t)g * head_dim;
-    float m = -INFINITY, l = 0.0f, o0 = 0.0f, o1 = 0.0f;
-    for (int p0 = 0; p0 < end; p0 += AT_THREADS) {
-        int p = p0 + tid;
-        float s = -INFINITY;
-        if (p < end) {
-            const __half2 *kr = (const __half2 *)(kh + (size_t)p * kvd);
-            float a = 0.0f;
-            for (int d2 = 0; d2 < head_dim / 2; d2++) {
-                float2 kf = __half22float2(kr[d2]);
-                a = fmaf(sq[2 * d2], kf.x, a);
-                a = fmaf(sq[2 * d2 + 1], kf.y, a);
-            }
-            s = a * scale;
-        }
-        float mn = fmaxf(m, block_max(s, red));
-        float e = p < end ? expf(s - mn) : 0.0f;
-        sp[tid] = e;
-        float corr = expf(m - mn); /* 0 on the first tile (m = -inf) */
-        l = l * corr + block_sum(e, red); /* its barrier also publishes sp */
-        o0 *= corr;
-        o1 *= corr;
-        int nk = min(AT_THREADS, end - p0);
-        for (int j = 0; j < nk; j++) {
-            const __half *vr = vh + (size_t)(p0 + j) * kvd;
-            float pj = sp[j];
-            if (tid < head_dim) o0 = fmaf(pj, __half2float(vr[tid]), o0);
-            if (tid + AT_THREADS < head_dim) o1 = fmaf(pj, __half2float(vr[tid + AT_THREADS]), o1);
-        }
-        m = mn;
-        __syncthreads(); /* sp is rewritten by the next tile */
-    }
-    float *oi = out + ((size_t)i * n_head + h) * head_dim;
-    if (tid < head_dim) oi[tid] = o0 / l;
-    if (tid + AT_THREADS < head_dim) oi[tid + AT_THREADS] = o1 / l;
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL, v, o));
+    return v;
 }
 
-extern "C" int cuda_attention(float *d_out, const float *d_q, const uint16_t *d_kc, const uint16_t *d_vc,
-                              const int32_t *d_pos, int n, int n_head, int n_head_kv, int head_dim, float scale,
-                              strata_err *err) {
-    if (head_dim > AT_MAX_DIM || head_dim % 2 || n_head_kv <= 0 || n_head % n_head_kv)
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
+    return v;
+}
+
+static int attn_segs(int max_ctx) { return (max_ctx + CUDA_ATTN_SEG - 1) / CUDA_ATTN_SEG; }
+
+/* Bytes of k_attn_seg's shared memory (at most 41 KiB: 8 heads of 256). */
+static size_t attn_smem(int hpg, int D) {
+    return sizeof(float) * ((size_t)hpg * D + (size_t)hpg * AT_KT + hpg) +
+           sizeof(__half2) * ((size_t)AT_KT * (D / 2 + 1) + (size_t)AT_KT * (D / 2));
+}
+
+/* Stages the tile's K rows (padded by one half2 so the lanes' rows fall in
+ * different banks) and V rows; rows past nk are zero. */
+__device__ void attn_stage(__half2 *sk, __half2 *sv, const __half *kc, const __half *vc, int t0, int nk, int kvd,
+                           int g, int D) {
+    int D2 = D / 2;
+    __half2 zero = __floats2half2_rn(0.0f, 0.0f);
+    for (int x = threadIdx.x; x < AT_KT * D2; x += AT_THREADS) {
+        int j = x / D2, d2 = x % D2;
+        size_t at = (size_t)(t0 + j) * kvd + (size_t)g * D;
+        sk[j * (D2 + 1) + d2] = j < nk ? ((const __half2 *)(kc + at))[d2] : zero;
+        sv[j * D2 + d2] = j < nk ? ((const __half2 *)(vc + at))[d2] : zero;
+    }
+}
+
+__global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const float *q, const __half *kc, const __half *vc,
+                                                          const int32_t *pos, int n_head, int n_head_kv, int D,
+                                                          float scale, int seg_cap) {
+    int g = blockIdx.x, i = blockIdx.y, s = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int hpg = n_head / n_head_kv, kvd = n_head_kv * D, end = pos[i] + 1, k0 = s * CUDA_ATTN_SEG;
+    if (k0 >= end) return; /* the whole block: this token has no keys here */
+    int k1 = min(k0 + CUDA_ATTN_SEG, end), D2 = D / 2;
+    /* shared memory, sized by the launch (attn_smem): the group's queries,
+     * K and V of the tile, the tile's weights and each head's rescale */
+    extern __shared__ float smem[];
+    float *sq = smem, *sp = sq + hpg * D, *scorr = sp + hpg * AT_KT;
+    __half2 *sk = (__half2 *)(scorr + hpg), *sv = sk + AT_KT * (D2 + 1);
+    const float *qi = q + ((size_t)i * n_head + (size_t)g * hpg) * D; /* the group's heads are adjacent */
+    for (int x = tid; x < hpg * D; x += AT_THREADS) sq[x] = qi[x];
+    float mr[2] = {-INFINITY, -INFINITY}, lr[2] = {0.0f, 0.0f}, o[AT_MAX_OUT];
+#pragma unroll
+    for (int u = 0; u < AT_MAX_OUT; u++) o[u] = 0.0f;
+    for (int t0 = k0; t0 < k1; t0 += AT_KT) {
+        int nk = min(AT_KT, k1 - t0);
+        __syncthreads(); /* the last tile's readers are done (and sq is in) */
+        attn_stage(sk, sv, kc, vc, t0, nk, kvd, g, D);
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int hh = warp + 4 * r;
+            if (hh >= hpg) break; /* warp-uniform */
+            float sc = -INFINITY;
+            if (lane < nk) {
+                const float *qh = sq + hh * D;
+                const __half2 *kr = sk + lane * (D2 + 1);
+                float a = 0.0f;
+                for (int d2 = 0; d2 < D2; d2++) {
+                    float2 kf = __half22float2(kr[d2]);
+                    a = fmaf(qh[2 * d2], kf.x, a);
+                    a = fmaf(qh[2 * d2 + 1], kf.y, a);
+                }
+                sc = a * scale;
+            }
+            float mn = fmaxf(mr[r], warp_max(sc));
+            float e = lane < nk ? expf(sc - mn) : 0.0f, c = expf(mr[r] - mn); /* c = 0 on the first tile */
+            sp[hh * AT_KT + lane] = e;
+            lr[r] = lr[r] * c + warp_sum(e);
+            mr[r] = mn;
+            if (lane == 0) scorr[hh] = c;
+        }
+        __syncthreads();
+        const __half *vh = (const __half *)sv;
+#pragma unroll
+        for (int u = 0; u < AT_MAX_OUT; u++) {
+            int x = tid + AT_THREADS * u;
+            if (x >= hpg * D) break;
+            int hh = x / D, d = x % D;
+            float acc = o[u] * scorr[hh];
+            for (int j = 0; j < nk; j++) acc = fmaf(sp[hh * AT_KT + j], __half2float(vh[j * D + d]), acc);
+            o[u] = acc;
+        }
+    }
+    /* state of (token i, head h, segment s): m, l, o[D] */
+    size_t st = (size_t)D + 2;
+    float *ps = part + (((size_t)i * n_head + (size_t)g * hpg) * seg_cap + s) * st;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int hh = warp + 4 * r;
+        if (hh < hpg && lane == 0) {
+            ps[(size_t)hh * seg_cap * st] = mr[r];
+            ps[(size_t)hh * seg_cap * st + 1] = lr[r];
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < AT_MAX_OUT; u++) {
+        int x = tid + AT_THREADS * u;
+        if (x >= hpg * D) break;
+        ps[(size_t)(x / D) * seg_cap * st + 2 + x % D] = o[u];
+    }
+}
+
+/* Token i's head h: its segments' states folded in segment order (one
+ * segment: o / l, the same bits as no fold). */
+__global__ void k_attn_fold(float *out, const float *part, const int32_t *pos, int n_head, int D, int seg_cap) {
+    int h = blockIdx.x, i = blockIdx.y, ns = (pos[i] + CUDA_ATTN_SEG) / CUDA_ATTN_SEG;
+    size_t st = (size_t)D + 2;
+    const float *ps = part + ((size_t)i * n_head + h) * seg_cap * st;
+    float M = -INFINITY, L = 0.0f;
+    for (int s = 0; s < ns; s++) M = fmaxf(M, ps[s * st]);
+    for (int s = 0; s < ns; s++) L += ps[s * st + 1] * expf(ps[s * st] - M);
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float O = 0.0f;
+        for (int s = 0; s < ns; s++) O += ps[s * st + 2 + d] * expf(ps[s * st] - M);
+        out[((size_t)i * n_head + h) * D + d] = O / L;
+    }
+}
+
+extern "C" size_t cuda_attention_scratch(int max_tok, int n_head, int head_dim, int max_ctx) {
+    return (size_t)max_tok * n_head * attn_segs(max_ctx) * (head_dim + 2);
+}
+
+extern "C" int cuda_attention(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc,
+                              const uint16_t *d_vc, const int32_t *d_pos, int n, int max_end, int max_ctx, int n_head,
+                              int n_head_kv, int head_dim, float scale, strata_err *err) {
+    if (head_dim > AT_MAX_DIM || head_dim % 2 || n_head_kv <= 0 || n_head % n_head_kv ||
+        n_head / n_head_kv > AT_MAX_GROUP || (n_head / n_head_kv) * head_dim > AT_MAX_OUT * AT_THREADS)
         return strata_errf(err, STRATA_EUNSUPPORTED, "cuda attention: head_dim %d, %d heads over %d KV heads", head_dim,
                            n_head, n_head_kv);
-    if (n > 0)
-        k_attention<<<dim3(n_head, n), AT_THREADS>>>(d_out, d_q, (const __half *)d_kc, (const __half *)d_vc, d_pos,
-                                                     n_head, n_head_kv, head_dim, scale);
+    if (max_end > max_ctx)
+        return strata_errf(err, STRATA_EINVAL, "cuda attention: keys up to %d past the scratch's %d", max_end, max_ctx);
+    if (n <= 0) return 0;
+    int seg_cap = attn_segs(max_ctx), segs = attn_segs(max_end);
+    k_attn_seg<<<dim3(n_head_kv, n, segs), AT_THREADS, attn_smem(n_head / n_head_kv, head_dim), g_stream>>>(
+        d_scratch, d_q, (const __half *)d_kc, (const __half *)d_vc, d_pos, n_head, n_head_kv, head_dim, scale, seg_cap);
+    k_attn_fold<<<dim3(n_head, n), 64, 0, g_stream>>>(d_out, d_scratch, d_pos, n_head, head_dim, seg_cap);
     return 0;
 }
 
@@ -439,5 +560,5 @@ __global__ void k_argmax(int32_t *idx, const float *x, int n) {
 }
 
 extern "C" void cuda_argmax(int32_t *d_idx, const float *d_x, int n_rows, int n) {
-    if (n_rows > 0) k_argmax<<<n_rows, 256>>>(d_idx, d_x, n);
+    if (n_rows > 0) k_argmax<<<n_rows, 256, 0, g_stream>>>(d_idx, d_x, n);
 }

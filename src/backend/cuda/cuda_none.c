@@ -37,9 +37,14 @@ void cuda_add_rows(float *d_x, const float *d_b, int n, int dim) {}
 void cuda_gather(float *d_dst, const float *d_src, const int32_t *d_rows, int n, int dim) {}
 void cuda_kv_store(uint16_t *d_kc, uint16_t *d_vc, const float *d_k, const float *d_v, const int32_t *d_pos,
                    int n, int kvd) {}
-int cuda_attention(float *d_out, const float *d_q, const uint16_t *d_kc, const uint16_t *d_vc,
-                   const int32_t *d_pos, int n, int n_head, int n_head_kv, int head_dim, float scale,
-                   strata_err *err) {
+size_t cuda_attention_scratch(int max_tok, int n_head, int head_dim, int max_ctx) { return 0; }
+int cuda_attention(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc, const uint16_t *d_vc,
+                   const int32_t *d_pos, int n, int max_end, int max_ctx, int n_head, int n_head_kv, int head_dim,
+                   float scale, strata_err *err) {
     return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
 }
 void cuda_argmax(int32_t *d_idx, const float *d_x, int n_rows, int n) {}
+int cuda_graph_begin(strata_err *err) { return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA); }
+int cuda_graph_end(cuda_graph **out, strata_err *err) { return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA); }
+int cuda_graph_run(cuda_graph *g, strata_err *err) { return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA); }
+void cuda_graph_free(cuda_graph *g) {}

@@ -7,10 +7,15 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 extern "C" {
 #include "backend/cuda/cuda.h"
+#include "base/mem.h"
 }
+#include "backend/cuda/cuda_int.h"
+
+cudaStream_t g_stream;
 
 static int g_open_rc = 1; /* 1: not tried yet */
 static strata_err g_open_err;
@@ -24,10 +29,11 @@ static int probe(strata_err *err) {
     int *d = NULL, v = 0;
     cudaError_t e = cudaMalloc(&d, sizeof(int));
     if (e == cudaSuccess) {
-        k_probe<<<1, 1>>>(d);
+        k_probe<<<1, 1, 0, g_stream>>>(d);
         e = cudaGetLastError();
     }
-    if (e == cudaSuccess) e = cudaMemcpy(&v, d, sizeof(int), cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(&v, d, sizeof(int), cudaMemcpyDeviceToHost, g_stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(g_stream);
     cudaFree(d);
     if (e != cudaSuccess) return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: a test kernel failed: %s", cudaGetErrorString(e));
     if (v != 42) return strata_errf(err, STRATA_EIO, "cuda: a test kernel wrote %d, not 42", v);
@@ -48,6 +54,8 @@ static int open_device(strata_err *err) {
     cudaDeviceProp p;
     if ((e = cudaSetDevice(0)) != cudaSuccess || (e = cudaGetDeviceProperties(&p, 0)) != cudaSuccess)
         return strata_errf(err, STRATA_EUNSUPPORTED, "cuda device 0: %s", cudaGetErrorString(e));
+    if ((e = cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking)) != cudaSuccess)
+        return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: creating a stream: %s", cudaGetErrorString(e));
     snprintf(g_name, sizeof g_name, "%s, sm_%d%d, %d SMs, %.1f GiB", p.name, p.major, p.minor, p.multiProcessorCount,
              p.totalGlobalMem / 1073741824.0);
     return probe(err);
@@ -82,18 +90,61 @@ static int check(cudaError_t e, const char *what, strata_err *err) {
     return strata_errf(err, STRATA_EIO, "cuda: %s: %s", what, cudaGetErrorString(e));
 }
 
+/* In stream order: after the kernels queued before it. From pageable
+ * memory the runtime has taken the bytes when this returns. */
 extern "C" int cuda_upload(void *d_dst, const void *src, size_t bytes, strata_err *err) {
-    return check(cudaMemcpy(d_dst, src, bytes, cudaMemcpyHostToDevice), "upload", err);
+    return check(cudaMemcpyAsync(d_dst, src, bytes, cudaMemcpyHostToDevice, g_stream), "upload", err);
 }
 
 extern "C" int cuda_download(void *dst, const void *d_src, size_t bytes, strata_err *err) {
-    if (cuda_sync(err)) return err ? err->code : STRATA_EIO;
-    return check(cudaMemcpy(dst, d_src, bytes, cudaMemcpyDeviceToHost), "download", err);
+    if (check(cudaGetLastError(), "kernel launch", err)) return STRATA_EIO;
+    if (check(cudaMemcpyAsync(dst, d_src, bytes, cudaMemcpyDeviceToHost, g_stream), "download", err)) return STRATA_EIO;
+    return cuda_sync(err);
 }
 
 /* A launch error (bad configuration) shows at once; a fault inside a
  * kernel only when the stream is waited for: both are reported here. */
 extern "C" int cuda_sync(strata_err *err) {
     if (check(cudaGetLastError(), "kernel launch", err)) return STRATA_EIO;
-    return check(cudaDeviceSynchronize(), "kernel", err);
+    return check(cudaStreamSynchronize(g_stream), "kernel", err);
+}
+
+/* ---- graphs ---------------------------------------------------------------- */
+
+struct cuda_graph {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+};
+
+extern "C" int cuda_graph_begin(strata_err *err) {
+    return check(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal), "begin capture", err);
+}
+
+extern "C" int cuda_graph_end(cuda_graph **out, strata_err *err) {
+    *out = NULL;
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(g_stream, &graph);
+    if (e != cudaSuccess) return check(e, "end capture", err);
+    cudaGraphExec_t exec;
+    e = cudaGraphInstantiate(&exec, graph, 0);
+    if (e != cudaSuccess) {
+        cudaGraphDestroy(graph);
+        return check(e, "graph instantiate", err);
+    }
+    cuda_graph *g = (cuda_graph *)xcalloc(1, sizeof *g);
+    g->graph = graph;
+    g->exec = exec;
+    *out = g;
+    return 0;
+}
+
+extern "C" int cuda_graph_run(cuda_graph *g, strata_err *err) {
+    return check(cudaGraphLaunch(g->exec, g_stream), "graph launch", err);
+}
+
+extern "C" void cuda_graph_free(cuda_graph *g) {
+    if (!g) return;
+    cudaGraphExecDestroy(g->exec);
+    cudaGraphDestroy(g->graph);
+    free(g);
 }
