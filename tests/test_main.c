@@ -65,6 +65,10 @@ const char *test_gemma3_model(void) {
 /* 0 pass, 1 fail, 2 skipped (real-model test without a model). */
 static int run_one(const test_entry *t) {
     if (strncmp(t->name, "real_", 5) == 0 && !test_real_model()) return 2;
+    if (strncmp(t->name, "gpu_", 4) == 0 && !getenv("STRATA_TEST_GPU")) {
+        printf("     (needs a CUDA GPU: `make test-gpu` on a GPU machine sets STRATA_TEST_GPU=1)\n");
+        return 2;
+    }
     if (strncmp(t->name, "gemma3_", 7) == 0 && !test_gemma3_model()) {
         printf("     (no Gemma 3 model: set STRATA_GEMMA3_MODEL, `make model-gemma3` fetches it)\n");
         return 2;

@@ -14,9 +14,9 @@ FUZZ_FLAGS   = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-
 FUZZ_TARGETS = gguf json tmpl diskhdr tok
 FUZZ_SECONDS ?= 60
 
-ASAN_OBJ      := $(SRC:%.c=$(ASAN_DIR)/%.o)
+ASAN_OBJ      := $(SRC_C:%.c=$(ASAN_DIR)/%.o)
 ASAN_TEST_OBJ := $(TEST_SRC:%.c=$(ASAN_DIR)/%.o)
-FUZZ_OBJ      := $(SRC:%.c=$(FUZZ_DIR)/%.o)
+FUZZ_OBJ      := $(SRC_C:%.c=$(FUZZ_DIR)/%.o)
 
 .PHONY: asan fuzz fuzz-targets fuzz-lib fuzz-slice fuzz-drivers
 .PRECIOUS: build/tests/fuzz/%.o $(ASAN_DIR)/%.o $(FUZZ_DIR)/%.o
