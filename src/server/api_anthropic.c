@@ -73,7 +73,9 @@ static int take_block(const json_t *b, size_t mi, size_t bi, int assistant, strb
         /* earlier turns' reasoning, sent back by clients: accepted, not rendered (templates drop it too) */
     } else if (type && !strcmp(type, "tool_result") && !assistant) {
         const json_t *c = json_object_get(b, "content");
-        char *t = c ? prompt_content_text(c, where, ig, why, cap) : xstrdup("");
+        char inner[112];
+        snprintf(inner, sizeof inner, "%s.content", where);
+        char *t = c ? prompt_content_text(c, inner, ig, why, cap) : xstrdup("");
         if (!t) return -1;
         json_array_append_new(results, json_pack("{s:s,s:s,s:O*}", "role", "tool", "content", t, "tool_call_id",
                                                  json_object_get(b, "tool_use_id")));

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <stdlib.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/mem.h"
 
@@ -32,7 +33,8 @@ static void log_request(const api_call *c) {
     }
     int prefilled = st->n_prompt - st->n_cached;
     double prefill_ms = g->t_first ? g->t_first - g->t_start : 0;
-    double decode_ms = g->t_first && g->t_done ? g->t_done - g->t_first : 0;
+    double end = g->t_done ? g->t_done : clock_ms(); /* a cancelled request stops at its cancel */
+    double decode_ms = g->t_first ? end - g->t_first : 0;
     log_info("request %s %s status=%d prompt=%d cached=%d live=%d disk=%d prefilled=%d generated=%d "
              "prefill_tok_s=%.1f decode_tok_s=%.1f finish=%s%s%s%s",
              c->method, c->path, c->status, st->n_prompt, st->n_cached, st->n_cached - st->n_cached_disk,

@@ -268,10 +268,8 @@ static int parse_response_format(oai_call *c, char *why, size_t cap) {
 static int parse_options(oai_call *c, char *why, size_t cap) {
     long n = 1, max_tokens = 0, top_logprobs = 0;
     int r;
-    if (param_int(c->a.req, "n", 1, 1, &n, why, cap) < 0) {
-        snprintf(why, cap, "'n' must be 1 (one choice per request)");
-        return -1;
-    }
+    if (param_int(c->a.req, "n", 1, 128, &n, why, cap) < 0) return -1;
+    if (n > 1 && ignored_note(&c->a.ignored, why, cap, "n=%ld (one choice is returned)", n)) return -1;
     if ((r = param_int(c->a.req, "max_completion_tokens", 1, 1L << 30, &max_tokens, why, cap)) < 0) return -1;
     if (!r && param_int(c->a.req, "max_tokens", 1, 1L << 30, &max_tokens, why, cap) < 0) return -1;
     c->a.gp.max_tokens = max_tokens > 0 ? (int)max_tokens : 1 << 30;

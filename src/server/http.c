@@ -98,6 +98,7 @@ static void add_common_headers(const http_server *s, struct MHD_Response *resp, 
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
         MHD_add_response_header(resp, "Access-Control-Allow-Headers", "*");
         MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Expose-Headers", "x-strata-ignored, Retry-After");
     }
     if (rep->stream) {
         MHD_add_response_header(resp, "Cache-Control", "no-cache");

@@ -181,7 +181,7 @@ def test_chat_completions_custom_tools_and_response_format_beside_tools(traced):
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}},
              {"type": "custom", "custom": {"name": "apply_patch"}}]
     r = httpx.post(traced.url + "/v1/chat/completions", timeout=60, json={
-        "model": "", "max_tokens": 8, "tools": tools, "response_format": {"type": "json_object"},
+        "model": "", "max_tokens": 8, "tools": tools, "response_format": {"type": "json_object"}, "n": 2,
         "messages": [{"role": "developer", "content": "d1"}, {"role": "system", "content": "d2"},
                      {"role": "user", "content": [{"type": "text", "text": "hi"},
                                                   {"type": "image_url", "image_url": {"url": "data:,"}}]}]})
@@ -189,6 +189,7 @@ def test_chat_completions_custom_tools_and_response_format_beside_tools(traced):
     ignored = r.headers["x-strata-ignored"]
     assert "tools[1]: tool type 'custom'" in ignored and "response_format json_object" in ignored
     assert "messages[2].content[1]: image_url part" in ignored
+    assert "n=2 (one choice is returned)" in ignored and len(r.json()["choices"]) == 1
 
 
 CONVS = [
