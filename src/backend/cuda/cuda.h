@@ -27,6 +27,13 @@
 extern "C" {
 #endif
 
+/* The numerics of this backend's forward pass, mixed into the model
+ * fingerprint of every block hash (cache_numerics_fingerprint): its bits
+ * are not the CPU's. Bump the number whenever any kernel's result bits
+ * change (another summation order, another rounding), so blocks computed
+ * by the old kernels are never served to the new ones. */
+#define CUDA_NUMERICS "cuda-1"
+
 /* 1 when this binary was built with the CUDA backend. */
 int cuda_built(void);
 /* Opens device 0 (once per process; later calls return the first
