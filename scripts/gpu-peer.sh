@@ -8,12 +8,14 @@
 # quiet, times both engines on the same SmolLM2-shaped GGUF, interleaved:
 # strata (fused kernels), llama-bench, strata (separate kernels,
 # STRATA_CUDA_FUSE=0), llama-bench, strata (fused) again; depth-4096 rows
-# last. A short table ends the output; full logs go to $OUT.
+# last. A short table ends the output; full logs go to $OUT (five files:
+# test-gpu.log, test-gpu-logs.tgz, llama-build.log, bench.txt,
+# llama-version.txt).
 #
 #   DIR/peer.sh LLAMA_TARBALL     (in a bundle of scripts/gpu-bundle.sh)
 #
 # Env: OUT (logs; a temp dir), JOBS (build jobs; nproc), REPS (10),
-# BUILD_WAIT (seconds to wait for the build at most; 330).
+# BUILD_WAIT (seconds from the start to wait for the build at most; 320).
 # Exit status: test-gpu.sh's (0 only when every GPU check passed).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -21,7 +23,7 @@ tarball=${1:?usage: peer.sh LLAMA_SRC.tar.xz}
 LOGS=${OUT:-$(mktemp -d)}
 JOBS=${JOBS:-$(nproc)}
 REPS=${REPS:-10}
-BUILD_WAIT=${BUILD_WAIT:-330}
+BUILD_WAIT=${BUILD_WAIT:-320}
 export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONPATH="$here/py${PYTHONPATH:+:$PYTHONPATH}"
 STRATA=$here/strata
@@ -47,10 +49,13 @@ build_pid=$!
 # 2. Our checks meanwhile (the synthetic model stays for the comparison).
 step "test-gpu.sh (beside the build: its timings are not the comparison)"
 export KEEP_MODEL=$src/smollm2-135m-synth-q4_1.gguf
-(cd "$here" && OUT="$LOGS" STRATA="$STRATA" TESTS="$here/strata-tests" TOOLS="$here/tools" \
+TG=$src/test-gpu-logs # kept as one .tgz: $OUT brings back few files
+mkdir -p "$TG"
+(cd "$here" && OUT="$TG" STRATA="$STRATA" TESTS="$here/strata-tests" TOOLS="$here/tools" \
     TEST_DATA_DIR="$here/data" ./test-gpu.sh) > "$LOGS/test-gpu.log" 2>&1
 tg=$?
 grep -E "^(ok|FAIL|skip) |passed|greedy text|test-gpu:" "$LOGS/test-gpu.log"
+tar czf "$LOGS/test-gpu-logs.tgz" -C "$src" test-gpu-logs
 SMOL=$KEEP_MODEL
 [ -s "$SMOL" ] || { echo "peer: no synthetic model"; exit 1; }
 

@@ -204,6 +204,7 @@ __device__ __forceinline__ void mm_warp(const uint8_t *const wr[R], int nr, int 
     for (int i = 0; i < R; i++)
 #pragma unroll
         for (int t = 0; t < MM_T; t++) {
+            if (t >= nt) break; /* nt is the warp's: the shuffles stay full; decode sums 1 token, not 8 */
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) acc[i][t] += __shfl_xor_sync(FULL, acc[i][t], o);
         }
