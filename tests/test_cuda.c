@@ -568,3 +568,115 @@ TEST(gpu_greedy_generation_matches_cpu) {
     free(lc), free(lg);
     engine_close(ec), engine_close(eg);
 }
+
+/* The fused launches give the separate kernels' bits: Q/K/V of layer 0 in
+ * one cuda_matmul_multi against three cuda_matmul; the residual form
+ * against cuda_matmul + cuda_add; gate/up with SwiGLU against two
+ * cuda_matmul + cuda_swiglu. Every weight type, 1 token (one row a warp),
+ * 3 and 11 (two rows a warp, a partial token tile). */
+TEST(gpu_fused_matmuls_keep_the_bits) {
+    if (!gpu_up()) return;
+    static const int ns[] = {1, 3, 11};
+    for (int i = 0; i < N_MODELS; i++) {
+        model *m;
+        strata_err err = {0};
+        if (model_load(&m, model_path(MODELS[i]), &err)) {
+            test_fail(__FILE__, __LINE__, "%s", err.msg);
+            continue;
+        }
+        const model_layer *L = &m->layers[0];
+        const model_tensor *w3[] = {&L->wq, &L->wk, &L->wv}, *g = &L->w_gate, *u = &L->w_up;
+        int k = (int)L->wq.cols, f = (int)g->rows, same = L->wq.type == L->wk.type && L->wq.type == L->wv.type;
+        for (int ni = 0; ni < 3; ni++) {
+            int n = ns[ni];
+            float *x = rand_vec((size_t)n * k, 500u + 7 * i + ni), *dx = to_dev(x, (size_t)n * k * 4);
+            void *dw[3];
+            float *ya[3], *yb[3], *dya[3], *dyb[3];
+            int rows[3];
+            for (int j = 0; j < 3; j++) {
+                rows[j] = (int)w3[j]->rows;
+                size_t yb_ = (size_t)n * rows[j] * 4;
+                dw[j] = to_dev(w3[j]->data, w3[j]->row_bytes * rows[j]);
+                ya[j] = xmalloc(yb_), yb[j] = xmalloc(yb_);
+                float *init = rand_vec((size_t)n * rows[j], 900u + j); /* the residual both forms add to */
+                dya[j] = to_dev(init, yb_), dyb[j] = to_dev(init, yb_);
+                free(init);
+            }
+            float *tmp = to_dev(NULL, (size_t)n * (rows[0] > f ? rows[0] : f) * 4);
+            /* Q/K/V (when one type) and the residual form of Q alone. */
+            if (same) {
+                for (int j = 0; j < 3; j++)
+                    if (cuda_matmul(w3[j]->type, dw[j], w3[j]->row_bytes, rows[j], k, dx, n, dya[j], &err))
+                        test_fail(__FILE__, __LINE__, "%s", err.msg);
+                if (cuda_matmul_multi(L->wq.type, L->wq.row_bytes, k, dx, n, 3, (const void *const *)dw, rows, dyb, 0,
+                                      &err))
+                    test_fail(__FILE__, __LINE__, "%s", err.msg);
+                for (int j = 0; j < 3; j++) {
+                    from_dev(ya[j], dya[j], (size_t)n * rows[j] * 4), from_dev(yb[j], dyb[j], (size_t)n * rows[j] * 4);
+                    CHECK_MSG(memcmp(ya[j], yb[j], (size_t)n * rows[j] * 4) == 0, "%s n=%d: fused part %d differs",
+                              MODELS[i], n, j);
+                }
+            }
+            if (cuda_matmul(L->wq.type, dw[0], L->wq.row_bytes, rows[0], k, dx, n, tmp, &err))
+                test_fail(__FILE__, __LINE__, "%s", err.msg);
+            cuda_add(dya[0], tmp, (size_t)n * rows[0]);
+            if (cuda_matmul_multi(L->wq.type, L->wq.row_bytes, k, dx, n, 1, (const void *const *)dw, rows, dyb, 1, &err))
+                test_fail(__FILE__, __LINE__, "%s", err.msg);
+            from_dev(ya[0], dya[0], (size_t)n * rows[0] * 4), from_dev(yb[0], dyb[0], (size_t)n * rows[0] * 4);
+            CHECK_MSG(memcmp(ya[0], yb[0], (size_t)n * rows[0] * 4) == 0, "%s n=%d: fused residual add differs",
+                      MODELS[i], n);
+            /* gate/up + SwiGLU */
+            void *dg = to_dev(g->data, g->row_bytes * f), *du = to_dev(u->data, u->row_bytes * f);
+            float *sa = xmalloc((size_t)n * f * 4), *sb = xmalloc((size_t)n * f * 4);
+            float *dga = to_dev(NULL, (size_t)n * f * 4), *dgb = to_dev(NULL, (size_t)n * f * 4);
+            if (cuda_matmul(g->type, dg, g->row_bytes, f, k, dx, n, dga, &err) ||
+                cuda_matmul(u->type, du, u->row_bytes, f, k, dx, n, tmp, &err))
+                test_fail(__FILE__, __LINE__, "%s", err.msg);
+            cuda_swiglu(dga, tmp, (size_t)n * f);
+            if (cuda_matmul_swiglu(g->type, g->row_bytes, f, k, dx, n, dg, du, dgb, &err))
+                test_fail(__FILE__, __LINE__, "%s", err.msg);
+            from_dev(sa, dga, (size_t)n * f * 4), from_dev(sb, dgb, (size_t)n * f * 4);
+            CHECK_MSG(memcmp(sa, sb, (size_t)n * f * 4) == 0, "%s n=%d: fused SwiGLU differs", MODELS[i], n);
+            for (int j = 0; j < 3; j++) cuda_free(dw[j]), cuda_free(dya[j]), cuda_free(dyb[j]), free(ya[j]), free(yb[j]);
+            cuda_free(tmp), cuda_free(dx), cuda_free(dg), cuda_free(du), cuda_free(dga), cuda_free(dgb);
+            free(x), free(sa), free(sb);
+        }
+        model_free(m);
+    }
+}
+
+/* A whole model with the fused launches (the default) and with the
+ * separate kernels (STRATA_CUDA_FUSE=0's path): the same logits, bit for
+ * bit, in prefill and in decode steps with and without the graph. */
+TEST(gpu_forward_fusion_keeps_the_bits) {
+    if (!gpu_up()) return;
+    static const int one_chunk[] = {4096, 0}, decode[] = {1, 0};
+    const char *names[] = {"llama-q4_1", "llama-q4_k", "qwen2-q5_0", "qwen3-q5_1"};
+    for (int i = 0; i < 4; i++) {
+        model *m;
+        fwdc *c = NULL;
+        strata_err err = {0};
+        if (model_load(&m, model_path(names[i]), &err) || fwdc_new(&c, m, 1024, 512, &err)) {
+            test_fail(__FILE__, __LINE__, "%s: %s", names[i], err.msg);
+            continue;
+        }
+        enum { N = 270 }; /* two attention segments */
+        int V = m->hp.n_vocab;
+        int32_t tok[N];
+        uint32_t s = 1234 + i;
+        for (int t = 0; t < N; t++) tok[t] = (int32_t)((frand(&s) + 1) * 0.5f * (V - 1));
+        fwdc_use_fusion(c, 0);
+        float *ref = gpu_logits(c, tok, N, V, one_chunk), *ref_dec = gpu_logits(c, tok, N, V, decode);
+        CHECK_MSG(memcmp(ref, ref_dec, (size_t)N * V * 4) == 0, "%s: separate kernels: decode differs", names[i]);
+        fwdc_use_fusion(c, 1);
+        for (int p = 0; p < 3; p++) {
+            fwdc_use_graphs(c, p != 2);
+            float *x = gpu_logits(c, tok, N, V, p == 0 ? one_chunk : decode);
+            CHECK_MSG(memcmp(x, ref, (size_t)N * V * 4) == 0, "%s: fused plan %d changes bits", names[i], p);
+            free(x);
+        }
+        free(ref), free(ref_dec);
+        fwdc_free(c);
+        model_free(m);
+    }
+}

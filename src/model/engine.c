@@ -119,6 +119,10 @@ void engine_seq_release(engine *e, kv_seq *s) {
     else s->n_pos = 0;
 }
 
+const char *engine_numerics(const engine *e) {
+    return e->gpu ? CUDA_NUMERICS : "cpu";
+}
+
 const char *engine_device(const engine *e) {
     static _Thread_local char buf[320];
     if (e->gpu) snprintf(buf, sizeof buf, "cuda (%s)", cuda_device_name());

@@ -53,6 +53,12 @@ int engine_eval(engine *e, kv_seq *s, const int32_t *tokens, int n, float *logit
 /* s forgets positions >= n / all of them. */
 void engine_seq_cut(engine *e, kv_seq *s, int n);
 void engine_seq_release(engine *e, kv_seq *s);
+/* The numerics id of the device the engine computes on: "cpu" or
+ * CUDA_NUMERICS. A cache keys its blocks by it
+ * (cache_numerics_fingerprint). (The CPU's levels, scalar/avx2/avx512,
+ * do not all give the same bits, yet share "cpu": the fingerprint
+ * existing caches were written under.) */
+const char *engine_numerics(const engine *e);
 /* "cpu (avx512)" or "cuda (NVIDIA H100 ..., sm_90, ...)". */
 const char *engine_device(const engine *e);
 

@@ -43,6 +43,10 @@ struct fwdc {
      * (or fwdc_use_graphs) queues the kernels one by one instead. */
     cuda_graph *step;
     int use_graphs;
+    /* Fused launches (cuda_matmul_multi/_swiglu, cuda_rope_kv_store): 9
+     * kernels a layer instead of 17, the same bits. STRATA_CUDA_FUSE=0 (or
+     * fwdc_use_fusion) runs the separate kernels, for comparison. */
+    int fuse;
 };
 
 static void *dev_alloc(fwdc *c, size_t bytes, strata_err *err) {
@@ -146,6 +150,8 @@ int fwdc_new(fwdc **out, const model *m, int n_ctx, int max_batch, strata_err *e
     c->max_batch = max_batch;
     const char *g = getenv("STRATA_CUDA_GRAPH");
     c->use_graphs = !(g && !strcmp(g, "0"));
+    const char *fz = getenv("STRATA_CUDA_FUSE");
+    c->fuse = !(fz && !strcmp(fz, "0"));
     c->layers = xcalloc((size_t)m->hp.n_layer, sizeof(dev_layer));
     rc = upload(c, &m->tok_embd, &c->tok_embd, err);
     if (!rc) rc = upload(c, &m->output_norm, &c->output_norm, err);
@@ -179,6 +185,14 @@ size_t fwdc_weight_bytes(const fwdc *c) { return c->weight_bytes; }
 
 void fwdc_use_graphs(fwdc *c, int on) { c->use_graphs = on; }
 
+void fwdc_use_fusion(fwdc *c, int on) {
+    if (c->fuse != !!on) { /* the recorded step has the other kernels */
+        cuda_graph_free(c->step);
+        c->step = NULL;
+    }
+    c->fuse = !!on;
+}
+
 /* ---- the pass ------------------------------------------------------------ */
 
 static int mm(const dev_tensor *w, const float *x, int n, float *y, strata_err *err) {
@@ -189,39 +203,83 @@ static void bias(const dev_tensor *b, float *x, int n) {
     if (b->d) cuda_add_rows(x, b->d, n, b->cols);
 }
 
-/* max_end: the call's last position + 1 (attention's grid). */
+/* 1 when a and b can share one launch: the same weight type and row size. */
+static int same_kind(const dev_tensor *a, const dev_tensor *b) {
+    return a->type == b->type && a->row_bytes == b->row_bytes && a->cols == b->cols;
+}
+
+/* y (+)= W x for n tokens: with add, y += W x (the residual). */
+static int mm_into(fwdc *c, const dev_tensor *w, const float *x, int n, float *y, int add, float *tmp,
+                   strata_err *err) {
+    if (add && c->fuse) {
+        const void *ws[] = {w->d};
+        int rows[] = {w->rows};
+        float *ys[] = {y};
+        return cuda_matmul_multi(w->type, w->row_bytes, w->cols, x, n, 1, ws, rows, ys, 1, err);
+    }
+    if (mm(w, x, n, add ? tmp : y, err)) return err->code;
+    if (add) cuda_add(y, tmp, (size_t)n * w->rows);
+    return 0;
+}
+
+static int qkv(fwdc *c, const dev_layer *L, int n, strata_err *err) {
+    if (c->fuse && same_kind(&L->wq, &L->wk) && same_kind(&L->wq, &L->wv)) {
+        const void *ws[] = {L->wq.d, L->wk.d, L->wv.d};
+        int rows[] = {L->wq.rows, L->wk.rows, L->wv.rows};
+        float *ys[] = {c->q, c->k, c->v};
+        return cuda_matmul_multi(L->wq.type, L->wq.row_bytes, L->wq.cols, c->xn, n, 3, ws, rows, ys, 0, err);
+    }
+    if (mm(&L->wq, c->xn, n, c->q, err) || mm(&L->wk, c->xn, n, c->k, err) || mm(&L->wv, c->xn, n, c->v, err))
+        return err->code;
+    return 0;
+}
+
+/* max_end: the call's last position + 1 (attention's grid). The
+ * attention output projection is added to the residual c->x. */
 static int attention(fwdc *c, const dev_layer *L, int n, int max_end, strata_err *err) {
     const model_hparams *hp = &c->m->hp;
     int d = hp->head_dim, nq = hp->n_head * d, kvd = hp->n_head_kv * d;
-    if (mm(&L->wq, c->xn, n, c->q, err) || mm(&L->wk, c->xn, n, c->k, err) || mm(&L->wv, c->xn, n, c->v, err))
-        return err->code;
+    if (qkv(c, L, n, err)) return err->code;
     bias(&L->bq, c->q, n);
     bias(&L->bk, c->k, n);
     bias(&L->bv, c->v, n);
     if (L->q_norm.d) cuda_rmsnorm(c->q, c->q, L->q_norm.d, n * hp->n_head, d, hp->rms_eps);
     if (L->k_norm.d) cuda_rmsnorm(c->k, c->k, L->k_norm.d, n * hp->n_head_kv, d, hp->rms_eps);
     float div = hp->rope_scale == ROPE_SCALE_LINEAR ? hp->rope_factor : 1.0f;
-    cuda_rope(c->q, n, nq, hp->n_head, d, hp->rope_dim, hp->rope_neox, c->pos, c->inv_freq, div);
-    cuda_rope(c->k, n, kvd, hp->n_head_kv, d, hp->rope_dim, hp->rope_neox, c->pos, c->inv_freq, div);
-    cuda_kv_store(L->kc, L->vc, c->k, c->v, c->pos, n, kvd);
+    if (c->fuse) {
+        cuda_rope_kv_store(c->q, c->k, c->v, L->kc, L->vc, n, hp->n_head, hp->n_head_kv, d, hp->rope_dim,
+                           hp->rope_neox, c->pos, c->inv_freq, div);
+    } else {
+        cuda_rope(c->q, n, nq, hp->n_head, d, hp->rope_dim, hp->rope_neox, c->pos, c->inv_freq, div);
+        cuda_rope(c->k, n, kvd, hp->n_head_kv, d, hp->rope_dim, hp->rope_neox, c->pos, c->inv_freq, div);
+        cuda_kv_store(L->kc, L->vc, c->k, c->v, c->pos, n, kvd);
+    }
     if (cuda_attention(c->att, c->attn_part, c->q, L->kc, L->vc, c->pos, n, max_end, c->n_ctx, hp->n_head,
                        hp->n_head_kv, d, hp->attn_scale, err))
         return err->code;
-    return mm(&L->wo, c->att, n, c->tmp, err);
+    return mm_into(c, &L->wo, c->att, n, c->x, 1, c->tmp, err);
+}
+
+/* c->gate = silu(W_gate xn) * (W_up xn), then c->x += W_down c->gate. */
+static int ffn(fwdc *c, const dev_layer *L, int n, strata_err *err) {
+    const dev_tensor *g = &L->w_gate, *u = &L->w_up;
+    if (c->fuse && same_kind(g, u) && g->rows == u->rows) {
+        if (cuda_matmul_swiglu(g->type, g->row_bytes, g->rows, g->cols, c->xn, n, g->d, u->d, c->gate, err))
+            return err->code;
+    } else {
+        if (mm(g, c->xn, n, c->gate, err) || mm(u, c->xn, n, c->up, err)) return err->code;
+        cuda_swiglu(c->gate, c->up, (size_t)n * g->rows);
+    }
+    return mm_into(c, &L->w_down, c->gate, n, c->x, 1, c->tmp, err);
 }
 
 static int layer(fwdc *c, const dev_layer *L, int n, int max_end, strata_err *err) {
     const model_hparams *hp = &c->m->hp;
-    size_t e = (size_t)hp->n_embd, f = (size_t)hp->n_ff;
-    cuda_rmsnorm(c->xn, c->x, L->attn_norm.d, n, (int)e, hp->rms_eps);
+    int e = hp->n_embd;
+    cuda_rmsnorm(c->xn, c->x, L->attn_norm.d, n, e, hp->rms_eps);
     if (attention(c, L, n, max_end, err)) return err->code;
-    cuda_add(c->x, c->tmp, (size_t)n * e);
-    cuda_rmsnorm(c->xn, c->x, L->ffn_norm.d, n, (int)e, hp->rms_eps);
-    if (mm(&L->w_gate, c->xn, n, c->gate, err) || mm(&L->w_up, c->xn, n, c->up, err)) return err->code;
-    cuda_swiglu(c->gate, c->up, (size_t)n * f);
-    if (mm(&L->w_down, c->gate, n, c->tmp, err)) return err->code;
-    cuda_add(c->x, c->tmp, (size_t)n * e);
-    return 0;
+    cuda_rmsnorm(c->xn, c->x, L->ffn_norm.d, n, e, hp->rms_eps);
+    return ffn(c, L, n, err);
 }
 
 static int check_run(const fwdc *c, const int32_t *tok, int n, int pos0, strata_err *err) {

@@ -38,6 +38,10 @@ int fwdc_argmax(fwdc *c, int32_t *ids, strata_err *err);
 /* Decode steps (n = 1) as a recorded CUDA graph (1, the default unless
  * STRATA_CUDA_GRAPH=0) or kernel by kernel (0): the same bits either way. */
 void fwdc_use_graphs(fwdc *c, int on);
+/* Fused launches (1, the default unless STRATA_CUDA_FUSE=0: Q/K/V in one
+ * matmul, gate/up with SwiGLU in one, residual adds in the matmuls, RoPE
+ * with the K/V store) or the separate kernels (0): the same bits. */
+void fwdc_use_fusion(fwdc *c, int on);
 /* Bytes of weights in GPU memory. */
 size_t fwdc_weight_bytes(const fwdc *c);
 

@@ -446,6 +446,9 @@ static int load_model(server *s, strata_err *err) {
     rc = engine_open(&s->e, &ep, err);
     if (!rc) rc = tok_load(&s->tok, s->e->m->gguf, err);
     if (rc) return rc;
+    /* Blocks are the backend's own: the same file on another backend is
+     * another model to every tier ("cpu" leaves fp as it was). */
+    cache_numerics_fingerprint(fp, engine_numerics(s->e), fp);
     if (s->o.ctx <= 0) {
         s->o.ctx = s->e->ctx_per_seq;
         size_t state = engine_seq_state_bytes(s->e->m);

@@ -27,6 +27,13 @@
 extern "C" {
 #endif
 
+/* The numerics of this backend's forward pass, mixed into the model
+ * fingerprint of every block hash (cache_numerics_fingerprint): its bits
+ * are not the CPU's. Bump the number whenever any kernel's result bits
+ * change (another summation order, another rounding), so blocks computed
+ * by the old kernels are never served to the new ones. */
+#define CUDA_NUMERICS "cuda-1"
+
 /* 1 when this binary was built with the CUDA backend. */
 int cuda_built(void);
 /* Opens device 0 (once per process; later calls return the first
@@ -52,6 +59,17 @@ int cuda_supports(qtype t);
  * chunks l, l + 32, ... in order, then a fixed butterfly adds the lanes. */
 int cuda_matmul(qtype t, const void *d_w, size_t row_bytes, int rows, int k, const float *d_x, int n,
                 float *d_y, strata_err *err);
+/* Fused launches (decode is launch-bound: fewer, larger kernels), each
+ * (row, token) with cuda_matmul's operations, so the same bits as the
+ * separate calls. cuda_matmul_multi: np (1 to 3) matmuls of one weight
+ * type, row_bytes and k over the same d_x (Q, K, V), d_y[i] = W_i x, or
+ * d_y[i] += W_i x with add (the residual: cuda_matmul then cuda_add).
+ * cuda_matmul_swiglu: d_y = silu(W_gate x) * (W_up x) (cuda_matmul twice,
+ * then cuda_swiglu). */
+int cuda_matmul_multi(qtype t, size_t row_bytes, int k, const float *d_x, int n, int np, const void *const d_w[],
+                      const int rows[], float *const d_y[], int add, strata_err *err);
+int cuda_matmul_swiglu(qtype t, size_t row_bytes, int rows, int k, const float *d_x, int n, const void *d_gate,
+                       const void *d_up, float *d_y, strata_err *err);
 /* d_x[i * dim ..] = dequantized row d_tok[i] of the embedding (the CPU's
  * quant_dequant_row bits), times scale when scale != 1. */
 int cuda_embed(float *d_x, qtype t, const void *d_emb, size_t row_bytes, int dim, const int32_t *d_tok, int n,
@@ -74,6 +92,11 @@ void cuda_gather(float *d_dst, const float *d_src, const int32_t *d_rows, int n,
 /* K and V rows of n tokens to half-float caches [pos][kvd] at d_pos. */
 void cuda_kv_store(uint16_t *d_kc, uint16_t *d_vc, const float *d_k, const float *d_v, const int32_t *d_pos,
                    int n, int kvd);
+/* cuda_rope on d_q (n_head heads) and d_k (n_head_kv), then
+ * cuda_kv_store of the rotated d_k and d_v, in one launch. */
+void cuda_rope_kv_store(float *d_q, float *d_k, const float *d_v, uint16_t *d_kc, uint16_t *d_vc, int n, int n_head,
+                        int n_head_kv, int head_dim, int rope_dim, int neox, const int32_t *d_pos,
+                        const float *d_inv_freq, float pos_div);
 /* Causal attention: token i's query head h reads key/value positions
  * [0, d_pos[i]] of KV head h / (n_head / n_head_kv) in the caches
  * [pos][n_head_kv * head_dim]; q and out are [n][n_head * head_dim].

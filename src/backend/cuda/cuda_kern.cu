@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 extern "C" {
 #include "backend/cuda/cuda.h"
@@ -141,17 +142,36 @@ __device__ __forceinline__ void dq8(const uint8_t *row, int c, float w[8]) {
 #define MM_WARPS 4 /* warps per block */
 #define MM_R_MIN 8 /* tokens from which a warp takes 2 rows (x loads shared) */
 
-/* Warp: rows [r0, r0 + R) x tokens [t0, t0 + 8). Whatever R and the
- * tile's token count, each (row, token) gets the same operations: lane
- * l's chunks in order (8 products, the first a multiply, then 7 fmaf;
- * the chunk's sum added to the lane's), then the butterfly. */
+/* A launch covers up to MM_PARTS matmuls of one weight type and k over
+ * the same x (Q, K and V; gate and up), each part's rows its own warps;
+ * the epilogue stores, adds to the output (the residual), or (SwiGLU:
+ * parts 0 and 1 are gate and up, a warp takes row r of each) writes
+ * silu(gate) * up to part 0's output. */
+#define MM_PARTS 3
+enum { MM_STORE, MM_ADD, MM_SWIGLU };
+
+struct mm_part {
+    const uint8_t *w;
+    float *y;
+    int rows, warps; /* warps: the part's warps, (rows + R - 1) / R; SwiGLU: rows */
+};
+
+struct mm_job {
+    mm_part p[MM_PARTS];
+    int np, mode, k, n;
+    size_t row_bytes;
+    const float *x;
+};
+
+/* Warp: R weight rows (wr[i]; nr of them real) x tokens [t0, t0 + 8).
+ * Whatever R, the rows and the tile's token count, each (row, token)
+ * gets the same operations: lane l's chunks in order (8 products, the
+ * first a multiply, then 7 fmaf; the chunk's sum added to the lane's),
+ * then the butterfly; lane 0's acc holds the results. */
 template <int T, int R>
-__global__ void k_matmul(const uint8_t *__restrict__ w, size_t row_bytes, int rows, int k,
-                         const float *__restrict__ x, int n, float *__restrict__ y) {
-    int lane = threadIdx.x & 31, r0 = (blockIdx.x * MM_WARPS + (threadIdx.x >> 5)) * R;
-    if (r0 >= rows) return; /* whole warps leave: the shuffles below stay full */
-    int t0 = blockIdx.y * MM_T, nt = min(MM_T, n - t0), nc = k / 8, nr = min(R, rows - r0);
-    float acc[R][MM_T];
+__device__ __forceinline__ void mm_warp(const uint8_t *const wr[R], int nr, int k, const float *__restrict__ x,
+                                        int t0, int nt, float acc[R][MM_T]) {
+    int lane = threadIdx.x & 31, nc = k / 8;
 #pragma unroll
     for (int i = 0; i < R; i++)
 #pragma unroll
@@ -160,7 +180,7 @@ __global__ void k_matmul(const uint8_t *__restrict__ w, size_t row_bytes, int ro
         float wv[R][8];
 #pragma unroll
         for (int i = 0; i < R; i++)
-            if (i < nr) dq8<T>(w + (size_t)(r0 + i) * row_bytes, c, wv[i]);
+            if (i < nr) dq8<T>(wr[i], c, wv[i]);
 #pragma unroll
         for (int t = 0; t < MM_T; t++) {
             if (t >= nt) break;
@@ -184,11 +204,53 @@ __global__ void k_matmul(const uint8_t *__restrict__ w, size_t row_bytes, int ro
     for (int i = 0; i < R; i++)
 #pragma unroll
         for (int t = 0; t < MM_T; t++) {
-            float v = acc[i][t];
+            if (t >= nt) break; /* nt is the warp's: the shuffles stay full; decode sums 1 token, not 8 */
 #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
-            if (lane == 0 && t < nt && i < nr) y[(size_t)(t0 + t) * rows + r0 + i] = v;
+            for (int o = 16; o > 0; o >>= 1) acc[i][t] += __shfl_xor_sync(FULL, acc[i][t], o);
         }
+}
+
+/* silu(g) * u: k_swiglu's expression, so fused and separate give the same bits. */
+__device__ __forceinline__ float swiglu1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+template <int T, int R>
+__global__ void k_matmul(const mm_job job) {
+    int gw = blockIdx.x * MM_WARPS + (threadIdx.x >> 5), part = -1;
+    mm_part P = job.p[0];
+#pragma unroll
+    for (int i = 0; i < MM_PARTS; i++) { /* constant indices: the job stays in parameter space */
+        if (part >= 0 || i >= job.np) continue;
+        if (gw < job.p[i].warps) part = i, P = job.p[i];
+        else gw -= job.p[i].warps;
+    }
+    if (part < 0) return; /* whole warps leave: the shuffles below stay full */
+    int t0 = blockIdx.y * MM_T, nt = min(MM_T, job.n - t0);
+    const uint8_t *wr[R];
+    int r0, nr;
+    if (job.mode == MM_SWIGLU) { /* R == 2: gate row r0, up row r0 */
+        r0 = gw, nr = R;
+        wr[0] = P.w + (size_t)r0 * job.row_bytes;
+        wr[R - 1] = job.p[1].w + (size_t)r0 * job.row_bytes;
+    } else {
+        r0 = gw * R, nr = min(R, P.rows - r0);
+#pragma unroll
+        for (int i = 0; i < R; i++) wr[i] = P.w + (size_t)(r0 + (i < nr ? i : 0)) * job.row_bytes;
+    }
+    float acc[R][MM_T];
+    mm_warp<T, R>(wr, nr, job.k, job.x, t0, nt, acc);
+    if ((threadIdx.x & 31) != 0) return;
+#pragma unroll
+    for (int t = 0; t < MM_T; t++) {
+        if (t >= nt) break;
+        float *y = P.y + (size_t)(t0 + t) * P.rows + r0;
+        if (job.mode == MM_SWIGLU) {
+            y[0] = swiglu1(acc[0][t], acc[R - 1][t]);
+            continue;
+        }
+#pragma unroll
+        for (int i = 0; i < R; i++)
+            if (i < nr) y[i] = job.mode == MM_ADD ? y[i] + acc[i][t] : acc[i][t];
+    }
 }
 
 template <int T>
@@ -220,23 +282,63 @@ static int check_shape(qtype t, int k, strata_err *err) {
     return 0;
 }
 
-extern "C" int cuda_matmul(qtype t, const void *d_w, size_t row_bytes, int rows, int k, const float *d_x, int n,
-                           float *d_y, strata_err *err) {
-    int rc = check_shape(t, k, err);
-    if (rc || n <= 0 || rows <= 0) return rc;
+/* Queues job (parts, mode, n, k, x set; warps filled in here). */
+static int mm_launch(qtype t, mm_job job, strata_err *err) {
+    int rc = check_shape(t, job.k, err);
+    if (rc || job.n <= 0) return rc;
     /* Decode keeps one row per warp (more warps in flight); from MM_R_MIN
-     * tokens a warp takes two rows and loads each x chunk once for both. */
-    int R = n >= MM_R_MIN ? 2 : 1, per_block = MM_WARPS * R;
-    dim3 grid((rows + per_block - 1) / per_block, (n + MM_T - 1) / MM_T);
-    const uint8_t *w = (const uint8_t *)d_w;
-#define LAUNCH(q)                                                                                             \
-    if (t == q) {                                                                                             \
-        if (R == 1) k_matmul<q, 1><<<grid, 32 * MM_WARPS, 0, g_stream>>>(w, row_bytes, rows, k, d_x, n, d_y); \
-        else k_matmul<q, 2><<<grid, 32 * MM_WARPS, 0, g_stream>>>(w, row_bytes, rows, k, d_x, n, d_y);       \
+     * tokens a warp takes two rows and loads each x chunk once for both.
+     * SwiGLU: always two, row r of gate and of up. */
+    int R = job.mode == MM_SWIGLU || job.n >= MM_R_MIN ? 2 : 1, warps = 0;
+    for (int i = 0; i < job.np; i++) {
+        job.p[i].warps = job.mode == MM_SWIGLU ? (i == 0 ? job.p[0].rows : 0) : (job.p[i].rows + R - 1) / R;
+        warps += job.p[i].warps;
+    }
+    if (warps == 0) return 0;
+    dim3 grid((warps + MM_WARPS - 1) / MM_WARPS, (job.n + MM_T - 1) / MM_T);
+#define LAUNCH(q)                                                                   \
+    if (t == q) {                                                                   \
+        if (R == 1) k_matmul<q, 1><<<grid, 32 * MM_WARPS, 0, g_stream>>>(job);      \
+        else k_matmul<q, 2><<<grid, 32 * MM_WARPS, 0, g_stream>>>(job);             \
     }
     TYPES(LAUNCH)
 #undef LAUNCH
     return 0;
+}
+
+static mm_job mm_job_of(int mode, int k, const float *d_x, int n, size_t row_bytes) {
+    mm_job job;
+    memset(&job, 0, sizeof job);
+    job.mode = mode, job.k = k, job.x = d_x, job.n = n, job.row_bytes = row_bytes;
+    return job;
+}
+
+extern "C" int cuda_matmul(qtype t, const void *d_w, size_t row_bytes, int rows, int k, const float *d_x, int n,
+                           float *d_y, strata_err *err) {
+    mm_job job = mm_job_of(MM_STORE, k, d_x, n, row_bytes);
+    job.np = rows > 0;
+    job.p[0] = (mm_part){(const uint8_t *)d_w, d_y, rows, 0};
+    return mm_launch(t, job, err);
+}
+
+extern "C" int cuda_matmul_multi(qtype t, size_t row_bytes, int k, const float *d_x, int n, int np,
+                                 const void *const d_w[], const int rows[], float *const d_y[], int add,
+                                 strata_err *err) {
+    if (np < 1 || np > MM_PARTS)
+        return strata_errf(err, STRATA_EINVAL, "cuda: %d matmuls in one launch (1 to %d)", np, MM_PARTS);
+    mm_job job = mm_job_of(add ? MM_ADD : MM_STORE, k, d_x, n, row_bytes);
+    job.np = np;
+    for (int i = 0; i < np; i++) job.p[i] = (mm_part){(const uint8_t *)d_w[i], d_y[i], rows[i], 0};
+    return mm_launch(t, job, err);
+}
+
+extern "C" int cuda_matmul_swiglu(qtype t, size_t row_bytes, int rows, int k, const float *d_x, int n,
+                                  const void *d_gate, const void *d_up, float *d_y, strata_err *err) {
+    mm_job job = mm_job_of(MM_SWIGLU, k, d_x, n, row_bytes);
+    job.np = 2;
+    job.p[0] = (mm_part){(const uint8_t *)d_gate, d_y, rows, 0};
+    job.p[1] = (mm_part){(const uint8_t *)d_up, NULL, rows, 0};
+    return mm_launch(t, job, err);
 }
 
 extern "C" int cuda_embed(float *d_x, qtype t, const void *d_emb, size_t row_bytes, int dim, const int32_t *d_tok,
@@ -294,14 +396,14 @@ extern "C" void cuda_rmsnorm(float *d_out, const float *d_x, const float *d_w, i
     if (n_rows > 0) k_rmsnorm<<<n_rows, 256, 0, g_stream>>>(d_out, d_x, d_w, dim, eps);
 }
 
-/* Angles in double, then the CPU's float rotation (forward.c rope_heads). */
-__global__ void k_rope(float *x, int row_len, int n_heads, int head_dim, int rope_dim, int neox, const int32_t *pos,
-                       const float *inv_freq, float pos_div) {
+/* Angles in double, then the CPU's float rotation (forward.c rope_heads):
+ * the block's threads rotate n_heads heads of row xr at position pos. */
+__device__ __forceinline__ void rope_row(float *xr, int n_heads, int head_dim, int rope_dim, int neox, int pos,
+                                         const float *inv_freq, float pos_div) {
     int half = rope_dim / 2;
-    float *xr = x + (size_t)blockIdx.x * row_len;
     for (int idx = threadIdx.x; idx < n_heads * half; idx += blockDim.x) {
         int h = idx / half, i = idx % half;
-        double theta = (double)pos[blockIdx.x] * inv_freq[i];
+        double theta = (double)pos * inv_freq[i];
         if (pos_div != 1.0f) theta /= pos_div;
         float ct = (float)cos(theta), st = (float)sin(theta);
         float *v = xr + (size_t)h * head_dim;
@@ -312,14 +414,47 @@ __global__ void k_rope(float *x, int row_len, int n_heads, int head_dim, int rop
     }
 }
 
+__global__ void k_rope(float *x, int row_len, int n_heads, int head_dim, int rope_dim, int neox, const int32_t *pos,
+                       const float *inv_freq, float pos_div) {
+    rope_row(x + (size_t)blockIdx.x * row_len, n_heads, head_dim, rope_dim, neox, pos[blockIdx.x], inv_freq, pos_div);
+}
+
 extern "C" void cuda_rope(float *d_x, int n, int row_len, int n_heads, int head_dim, int rope_dim, int neox,
                           const int32_t *d_pos, const float *d_inv_freq, float pos_div) {
     if (n > 0) k_rope<<<n, 128, 0, g_stream>>>(d_x, row_len, n_heads, head_dim, rope_dim, neox, d_pos, d_inv_freq, pos_div);
 }
 
+/* The block's threads: K and V rows of token src at position dst to the half caches. */
+__device__ __forceinline__ void kv_store_row(__half *kc, __half *vc, const float *k, const float *v, size_t dst,
+                                             size_t src, int kvd) {
+    for (int i = threadIdx.x; i < kvd; i += blockDim.x) {
+        kc[dst + i] = __float2half_rn(k[src + i]);
+        vc[dst + i] = __float2half_rn(v[src + i]);
+    }
+}
+
+/* cuda_rope on q and on k, then cuda_kv_store, in one launch (a block per token). */
+__global__ void k_rope_store(float *q, float *k, const float *v, __half *kc, __half *vc, int n_head, int n_head_kv,
+                             int head_dim, int rope_dim, int neox, const int32_t *pos, const float *inv_freq,
+                             float pos_div) {
+    int t = blockIdx.x, p = pos[t], nq = n_head * head_dim, kvd = n_head_kv * head_dim;
+    rope_row(q + (size_t)t * nq, n_head, head_dim, rope_dim, neox, p, inv_freq, pos_div);
+    rope_row(k + (size_t)t * kvd, n_head_kv, head_dim, rope_dim, neox, p, inv_freq, pos_div);
+    __syncthreads(); /* the rotated k, written by other threads, is what goes to the cache */
+    kv_store_row(kc, vc, k, v, (size_t)p * kvd, (size_t)t * kvd, kvd);
+}
+
+extern "C" void cuda_rope_kv_store(float *d_q, float *d_k, const float *d_v, uint16_t *d_kc, uint16_t *d_vc, int n,
+                                   int n_head, int n_head_kv, int head_dim, int rope_dim, int neox,
+                                   const int32_t *d_pos, const float *d_inv_freq, float pos_div) {
+    if (n > 0)
+        k_rope_store<<<n, 128, 0, g_stream>>>(d_q, d_k, d_v, (__half *)d_kc, (__half *)d_vc, n_head, n_head_kv,
+                                              head_dim, rope_dim, neox, d_pos, d_inv_freq, pos_div);
+}
+
 __global__ void k_swiglu(float *g, const float *u, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    if (i < n) g[i] = swiglu1(g[i], u[i]);
 }
 
 __global__ void k_add(float *x, const float *y, size_t n) {
@@ -354,11 +489,7 @@ extern "C" void cuda_gather(float *d_dst, const float *d_src, const int32_t *d_r
 }
 
 __global__ void k_kv_store(__half *kc, __half *vc, const float *k, const float *v, const int32_t *pos, int kvd) {
-    size_t dst = (size_t)pos[blockIdx.x] * kvd, src = (size_t)blockIdx.x * kvd;
-    for (int i = threadIdx.x; i < kvd; i += blockDim.x) {
-        kc[dst + i] = __float2half_rn(k[src + i]);
-        vc[dst + i] = __float2half_rn(v[src + i]);
-    }
+    kv_store_row(kc, vc, k, v, (size_t)pos[blockIdx.x] * kvd, (size_t)blockIdx.x * kvd, kvd);
 }
 
 extern "C" void cuda_kv_store(uint16_t *d_kc, uint16_t *d_vc, const float *d_k, const float *d_v,

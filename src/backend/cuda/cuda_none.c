@@ -24,6 +24,14 @@ int cuda_matmul(qtype t, const void *d_w, size_t row_bytes, int rows, int k, con
                 strata_err *err) {
     return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
 }
+int cuda_matmul_multi(qtype t, size_t row_bytes, int k, const float *d_x, int n, int np, const void *const d_w[],
+                      const int rows[], float *const d_y[], int add, strata_err *err) {
+    return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
+}
+int cuda_matmul_swiglu(qtype t, size_t row_bytes, int rows, int k, const float *d_x, int n, const void *d_gate,
+                       const void *d_up, float *d_y, strata_err *err) {
+    return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
+}
 int cuda_embed(float *d_x, qtype t, const void *d_emb, size_t row_bytes, int dim, const int32_t *d_tok, int n,
                float scale, strata_err *err) {
     return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
@@ -37,6 +45,9 @@ void cuda_add_rows(float *d_x, const float *d_b, int n, int dim) {}
 void cuda_gather(float *d_dst, const float *d_src, const int32_t *d_rows, int n, int dim) {}
 void cuda_kv_store(uint16_t *d_kc, uint16_t *d_vc, const float *d_k, const float *d_v, const int32_t *d_pos,
                    int n, int kvd) {}
+void cuda_rope_kv_store(float *d_q, float *d_k, const float *d_v, uint16_t *d_kc, uint16_t *d_vc, int n, int n_head,
+                        int n_head_kv, int head_dim, int rope_dim, int neox, const int32_t *d_pos,
+                        const float *d_inv_freq, float pos_div) {}
 size_t cuda_attention_scratch(int max_tok, int n_head, int head_dim, int max_ctx) { return 0; }
 int cuda_attention(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc, const uint16_t *d_vc,
                    const int32_t *d_pos, int n, int max_end, int max_ctx, int n_head, int n_head_kv, int head_dim,
