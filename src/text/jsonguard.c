@@ -319,6 +319,7 @@ struct json_vocab {
     size_t words;     /* 64-bit words in a token bitmap */
     uint64_t *plain;  /* tokens that leave any plain-string state as it is */
     int n_plain;
+    uint16_t *nchars; /* plain tokens: characters, as a string constraint counts them */
     int32_t *rest;    /* the other TK_TEXT tokens */
     int n_rest;
 };
@@ -441,9 +442,24 @@ static int token_is_plain(const uint8_t *p, uint32_t len) {
     return memcmp(&s, &start, sizeof s) == 0;
 }
 
+/* Characters a plain token adds to a string: bytes that start a character
+ * or an escape (jsonguard_schema.c counts the same way). */
+static uint16_t token_chars(const uint8_t *p, uint32_t len) {
+    jg_state s;
+    memset(&s, 0, sizeof s);
+    s.mode = JG_STR;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < len; i++) {
+        n += s.mode == JG_STR && (p[i] < 0x80 || p[i] >= 0xC0);
+        jg_step(&s, p[i]);
+    }
+    return (uint16_t)(n > 65535 ? 65535 : n);
+}
+
 static void vocab_split_plain(json_vocab *v) {
     v->words = ((size_t)v->n_vocab + 63) / 64;
     v->plain = xcalloc(v->words, sizeof(uint64_t));
+    v->nchars = xcalloc((size_t)v->n_vocab + 1, sizeof(uint16_t));
     v->rest = xmalloc(sizeof(int32_t) * (size_t)(v->n_vocab + 1));
     for (int32_t id = 0; id < v->n_vocab; id++) {
         if (v->kind[id] != TK_TEXT) continue;
@@ -451,6 +467,7 @@ static void vocab_split_plain(json_vocab *v) {
         const uint8_t *p = tok_bytes(v, id, &len);
         if (token_is_plain(p, len)) {
             v->plain[id >> 6] |= 1ull << (id & 63);
+            v->nchars[id] = token_chars(p, len);
             v->n_plain++;
         } else {
             v->rest[v->n_rest++] = id;
@@ -485,6 +502,7 @@ void json_vocab_free(json_vocab *v) {
     free(v->tstart);
     free(v->order);
     free(v->plain);
+    free(v->nchars);
     free(v->rest);
     free(v);
 }
@@ -591,11 +609,35 @@ static int string_mask(const json_guard *g, uint64_t *bits) {
     return count;
 }
 
+/* Inside a string held to lengths only: the plain tokens that fit in the
+ * room left, and each other one checked byte by byte. */
+static int length_mask(const json_guard *g, uint64_t *bits, int64_t room) {
+    const json_vocab *v = g->v;
+    int count = 0;
+    memset(bits, 0, v->words * sizeof(uint64_t));
+    for (size_t w = 0; w < v->words; w++)
+        for (uint64_t m = v->plain[w]; m; m &= m - 1) {
+            int32_t id = (int32_t)(w * 64) + __builtin_ctzll(m);
+            if (v->nchars[id] <= room) bits[w] |= m & -m, count++;
+        }
+    for (int i = 0; i < v->n_rest; i++) {
+        uint32_t len;
+        const uint8_t *p = tok_bytes(v, v->rest[i], &len);
+        if (!full_feed(g->schema, &g->st, p, len, NULL)) continue;
+        set_bit(bits, v->rest[i]);
+        count++;
+    }
+    return count;
+}
+
 /* The allowed set for the current state into slot. */
 static void compute_mask(json_guard *g, mask_slot *slot) {
     const json_vocab *v = g->v;
+    int64_t room = jg_length_room(g->schema, &g->st);
     if (jg_plain_string(&g->st)) {
         slot->count = string_mask(g, slot->bits);
+    } else if (room >= 0) {
+        slot->count = length_mask(g, slot->bits, room);
     } else {
         memset(slot->bits, 0, v->words * sizeof(uint64_t));
         if (g->st.syn.mode != JG_DONE) slot->count = walk_trie(g, slot->bits);

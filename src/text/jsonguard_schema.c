@@ -62,7 +62,8 @@ static int is_free(const json_schema *s, int n, int slot) {
     if (nd->kind == JS_ANY) return 1;
     if (nd->kind != JS_VALUE) return 0;
     if (slot == JS_SLOT_OBJ)
-        return nd->keys < 0 && node_at(s, nd->addl)->kind == JS_ANY && nd->min_props == 0 && nd->max_props == UINT32_MAX;
+        return nd->keys < 0 && node_at(s, nd->addl)->kind == JS_ANY && nd->min_props == 0 && nd->max_props == UINT32_MAX &&
+               nd->pnames == JS_NONE;
     if (slot == JS_SLOT_ARR)
         return node_at(s, nd->items)->kind == JS_ANY && nd->min_items == 0 && nd->max_items == UINT32_MAX;
     return 0;
@@ -94,6 +95,8 @@ static void value_done(const json_schema *s, jg_full *st, int term) {
     st->node = st->lit = 0;
     st->neg = 0;
     st->mag = 0;
+    st->sc = st->q = 0;
+    st->nch = 0;
 }
 
 /* ---- numbers -------------------------------------------------------------- */
@@ -177,7 +180,79 @@ static int number_end(const json_schema *s, jg_full *st) {
     return 1;
 }
 
+/* ---- strings held to lengths, a pattern or a format -------------------------- */
+
+/* The decoded byte of a one-letter escape, or -1 (\u and invalid ones). */
+static int escape_byte(unsigned c) {
+    switch (c) {
+    case '"': case '\\': case '/': return (int)c;
+    case 'b': return 8;
+    case 'f': return 12;
+    case 'n': return 10;
+    case 'r': return 13;
+    case 't': return 9;
+    }
+    return -1;
+}
+
+static void string_begin(jg_full *st, int str) {
+    st->sc = (uint16_t)(str + 1);
+    st->q = 0;
+    st->nch = 0;
+}
+
+/* Can the automaton take decoded byte b (a new character: n is the count
+ * with it) and still end in a match of the right length? */
+static int dfa_byte(const js_str *k, const jre_dfa *d, jg_full *st, unsigned b, uint32_t n) {
+    uint16_t q = d->next[(size_t)st->q * 256 + b];
+    if (!jre_viable(d, q, n, k->min, k->max)) return 0;
+    st->q = q;
+    st->nch = n;
+    return 1;
+}
+
+/* A byte inside a constrained string (pre-state st). Characters are
+ * counted at their first byte, an escape at its '\\' (a surrogate pair
+ * once); the automaton reads the decoded bytes, so under a pattern or
+ * format an escape is one of the one-letter ones (\u is not written). */
+static int constrained_byte(const json_schema *s, jg_full *st, unsigned c) {
+    const js_str *k = &s->str[st->sc - 1];
+    const jre_dfa *d = k->dfa >= 0 ? &s->dfa[k->dfa] : NULL;
+    int mode = st->syn.mode;
+    if (mode == JG_STR) {
+        if (c == '"') return st->nch >= k->min && (!d || d->acc[st->q]);
+        if (c >= 0x80 && c < 0xC0) return 1; /* the syntax refuses it */
+        if (st->nch >= k->max) return 0;
+        if (!d) return st->nch++, 1;
+        if (c != '\\') return dfa_byte(k, d, st, c, st->nch + 1);
+        static const char ESC[] = "\"\\/bfnrt";
+        for (int i = 0; ESC[i]; i++) { /* some escape must continue */
+            jg_full t = *st;
+            if (dfa_byte(k, d, &t, (unsigned)escape_byte((unsigned char)ESC[i]), st->nch + 1)) return st->nch++, 1;
+        }
+        return 0;
+    }
+    if (!d) return 1;
+    if (mode == JG_UTF8) return dfa_byte(k, d, st, c, st->nch);
+    if (mode == JG_ESC) {
+        int b = escape_byte(c);
+        return b >= 0 && dfa_byte(k, d, st, (unsigned)b, st->nch);
+    }
+    return 0; /* \u: not under an automaton */
+}
+
 /* ---- values, keys, containers ------------------------------------------------ */
+
+/* Frames the value of node r needs, written as slot. */
+static int need_frames(const json_schema *s, int r, int slot) {
+    const js_node *nd = node_at(s, r);
+    if (slot == JS_SLOT_OBJ) return nd->kind == JS_ANY ? 0 : nd->mind_obj;
+    if (slot == JS_SLOT_ARR) return nd->kind == JS_ANY ? 0 : nd->mind_arr;
+    return 0;
+}
+
+/* Can some value of node n still be begun here (depth)? */
+static int fits(const json_schema *s, const jg_full *st, int n) { return st->depth + node_at(s, n)->mind <= JSON_SCHEMA_MAX_DEPTH; }
 
 static int begin_value(const json_schema *s, jg_full *st, int n, unsigned c) {
     int slot = slot_of(c);
@@ -188,7 +263,15 @@ static int begin_value(const json_schema *s, jg_full *st, int n, unsigned c) {
         f->count++;
     }
     int r = resolve(s, n, slot);
-    if (r == JS_NONE) return 0;
+    if (r == JS_NONE || st->depth + need_frames(s, r, slot) > JSON_SCHEMA_MAX_DEPTH) return 0;
+    const js_node *rn = node_at(s, r);
+    if ((slot == JS_SLOT_OBJ || slot == JS_SLOT_ARR) && rn->kind == JS_VALUE && rn->enums >= 0) {
+        int32_t k = js_trie_child(s, rn->enums, c); /* an object/array enum value: its exact text */
+        st->free = (uint8_t)(st->syn.depth + 1);
+        st->node = (uint16_t)r;
+        st->lit = (uint16_t)(k + 1);
+        return k >= 0;
+    }
     if (is_free(s, r, slot)) {
         st->free = (uint8_t)(st->syn.depth + 1);
         return 1;
@@ -206,6 +289,7 @@ static int begin_value(const json_schema *s, jg_full *st, int n, unsigned c) {
         st->lit = (uint16_t)(k + 1);
         return k >= 0;
     }
+    if (slot == JS_SLOT_STR && nd->str != JS_NONE) string_begin(st, nd->str);
     return slot == JS_SLOT_NUM ? begin_number(nd, st, c) : 1;
 }
 
@@ -214,14 +298,22 @@ static uint64_t keys_left(const json_schema *s, const jg_full *st) {
     const js_frame *f = &st->fr[st->depth - 1];
     const js_node *nd = node_at(s, f->node);
     int32_t q = js_trie_child(s, nd->keys, '"');
-    return q < 0 ? 0 : s->trie[q].below & ~f->seen;
+    uint64_t left = q < 0 ? 0 : s->trie[q].below & ~f->seen & nd->keys_ok;
+    if (nd->kind == JS_VALUE && st->depth + nd->keys_mind > JSON_SCHEMA_MAX_DEPTH) /* near the limit: keys whose value fits */
+        for (uint64_t m = left; m; m &= m - 1)
+            if (!fits(s, st, s->prop[nd->first_prop + __builtin_ctzll(m)])) left &= ~(m & -m);
+    return left;
 }
 
 static int begin_key(const json_schema *s, jg_full *st) {
     js_frame *f = top(st);
     const js_node *nd = node_at(s, f->node);
     if (f->count >= nd->max_props) return 0;
-    if (nd->keys < 0) return 1; /* any key */
+    if (nd->keys < 0) { /* any key (held to propertyNames), its value to additionalProperties */
+        if (!fits(s, st, nd->addl)) return 0;
+        if (nd->pnames != JS_NONE) string_begin(st, nd->pnames);
+        return 1;
+    }
     if (!keys_left(s, st)) return 0;
     st->lit = (uint16_t)(js_trie_child(s, nd->keys, '"') + 1);
     return 1;
@@ -232,7 +324,8 @@ static int key_byte(const json_schema *s, jg_full *st, unsigned c, int closing) 
     js_frame *f = top(st);
     const js_node *nd = node_at(s, f->node);
     if (!st->lit) { /* any key: its value follows additionalProperties */
-        if (closing) f->count++, st->node = nd->addl;
+        if (st->sc && !constrained_byte(s, st, c)) return 0;
+        if (closing) f->count++, st->node = nd->addl, st->sc = st->q = 0, st->nch = 0;
         return 1;
     }
     int32_t k = js_trie_child(s, st->lit - 1, c);
@@ -252,6 +345,7 @@ static int string_byte(const json_schema *s, jg_full *st, unsigned c) {
     int closing = st->syn.mode == JG_STR && c == '"';
     if (st->syn.aux & AUX_KEY) return key_byte(s, st, c, closing);
     if (!st->lit) {
+        if (st->sc && !constrained_byte(s, st, c)) return 0;
         if (closing) value_done(s, st, -1);
         return 1;
     }
@@ -279,12 +373,12 @@ static int comma(const json_schema *s, jg_full *st) {
     js_frame *f = top(st);
     const js_node *nd = node_at(s, f->node);
     if (!in_object(st)) {
-        if (f->count >= nd->max_items) return 0;
+        if (f->count >= nd->max_items || !fits(s, st, nd->items)) return 0;
         st->node = nd->items;
         return 1;
     }
     if (f->count >= nd->max_props) return 0;
-    return nd->keys < 0 || keys_left(s, st) != 0;
+    return nd->keys < 0 ? fits(s, st, nd->addl) : keys_left(s, st) != 0;
 }
 
 /* Between tokens (pre-state mode): where values, keys and closers go. */
@@ -318,10 +412,17 @@ static int literal_byte(const json_schema *s, jg_full *st, unsigned c) {
 
 /* Inside a free value: syntax only, until it is complete. */
 static int free_byte(const json_schema *s, jg_full *st, unsigned c) {
+    if (st->lit) { /* an object/array enum value: byte by byte its text */
+        int32_t k = js_trie_child(s, st->lit - 1, c);
+        if (k < 0) return 0;
+        st->lit = (uint16_t)(k + 1);
+    }
     if (!jg_step(&st->syn, c)) return 0;
     if (st->syn.depth == st->free - 1 && (st->syn.mode == JG_AFTER || st->syn.mode == JG_DONE)) {
+        int term = st->lit ? s->trie[st->lit - 1].term : -1;
+        if (st->lit && term < 0) return 0;
         st->free = 0;
-        value_done(s, st, -1);
+        value_done(s, st, term);
     }
     return 1;
 }

@@ -72,4 +72,10 @@ void json_schema_free(json_schema *s);        /* drops a reference; NULL is fine
 /* Compiled nodes (for tests and the bench). */
 int json_schema_n_nodes(const json_schema *s);
 
+/* The keywords compile left unenforced (treated as annotations), with
+ * their places: NULL when everything was enforced, else a short list
+ * ("pattern at #/properties/zip (lookaround); uniqueItems at
+ * #/properties/tags; and 2 more"), at most 4 named. Owned by s. */
+const char *json_schema_unenforced(const json_schema *s);
+
 #endif
