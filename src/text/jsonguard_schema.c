@@ -293,16 +293,23 @@ static int begin_value(const json_schema *s, jg_full *st, int n, unsigned c) {
     return slot == JS_SLOT_NUM ? begin_number(nd, st, c) : 1;
 }
 
-/* Properties of the top object that may still be written. */
-static uint64_t keys_left(const json_schema *s, const jg_full *st) {
+/* Properties of the top object that may still be written: not yet
+ * written, with a value that can be written at all, and near the depth
+ * limit one that fits. */
+static uint64_t keys_allowed(const json_schema *s, const jg_full *st) {
     const js_frame *f = &st->fr[st->depth - 1];
     const js_node *nd = node_at(s, f->node);
-    int32_t q = js_trie_child(s, nd->keys, '"');
-    uint64_t left = q < 0 ? 0 : s->trie[q].below & ~f->seen & nd->keys_ok;
-    if (nd->kind == JS_VALUE && st->depth + nd->keys_mind > JSON_SCHEMA_MAX_DEPTH) /* near the limit: keys whose value fits */
-        for (uint64_t m = left; m; m &= m - 1)
+    uint64_t left = ~f->seen & nd->keys_ok;
+    if (nd->kind == JS_VALUE && st->depth + nd->keys_mind > JSON_SCHEMA_MAX_DEPTH)
+        for (uint64_t m = left & ((nd->n_props < 64 ? 1ull << nd->n_props : 0) - 1); m; m &= m - 1)
             if (!fits(s, st, s->prop[nd->first_prop + __builtin_ctzll(m)])) left &= ~(m & -m);
     return left;
+}
+
+static uint64_t keys_left(const json_schema *s, const jg_full *st) {
+    const js_node *nd = node_at(s, st->fr[st->depth - 1].node);
+    int32_t q = js_trie_child(s, nd->keys, '"');
+    return q < 0 ? 0 : s->trie[q].below & keys_allowed(s, st);
 }
 
 static int begin_key(const json_schema *s, jg_full *st) {
@@ -329,7 +336,7 @@ static int key_byte(const json_schema *s, jg_full *st, unsigned c, int closing) 
         return 1;
     }
     int32_t k = js_trie_child(s, st->lit - 1, c);
-    if (k < 0 || !(s->trie[k].below & ~f->seen)) return 0;
+    if (k < 0 || !(s->trie[k].below & keys_allowed(s, st))) return 0;
     st->lit = (uint16_t)(k + 1);
     if (!closing) return 1;
     int term = s->trie[k].term;

@@ -283,7 +283,7 @@ static int compile_ref(cctx *c, const json_t *sch, const char *path) {
     const char *ref = json_string_value(json_object_get(sch, "$ref"));
     if (!ref) return fail(c, "'$ref' must be a string at %s", path);
     const json_t *t = jsm_resolve_ref(c->doc, ref);
-    if (!t) return fail(c, "unresolvable $ref '%s' at %s (only #, #/$defs/NAME and #/definitions/NAME)", ref, path);
+    if (!t) return fail(c, "unresolvable $ref '%s' at %s (only local ones: #, #/$defs/NAME, #/definitions/NAME, ...)", ref, path);
     for (int i = 0; i < c->n_memo; i++)
         if (c->memo[i] == t) return c->memo_node[i];
     int r = node_new(c, JS_REF);
@@ -371,6 +371,11 @@ static int compile_merged(cctx *c, const json_t *sch, const char *path) {
     }
     json_decref(all);
     if (!r) return fail(c, "allOf/$ref at %s expands without end (a recursive $ref beside other keywords)", path);
+    const char *ref = json_string_value(json_object_get(r, "$ref"));
+    if (ref && !jsm_resolve_ref(c->doc, ref)) {
+        json_decref(r);
+        return fail(c, "unresolvable $ref '%s' at %s (only local ones: #, #/$defs/NAME, #/definitions/NAME, ...)", ref, path);
+    }
     int id = json_is_object(r) && (json_object_get(r, "allOf") || json_object_get(r, "$ref"))
                  ? fail(c, "allOf/$ref at %s could not be merged", path)
                  : compile(c, r, path);

@@ -13,27 +13,33 @@
  * compiler reports unenforced ones). Does not: compile, or check
  * anything: a contradiction (types with no intersection, an empty enum)
  * is left for the compiler to find. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "text/jsonschema_int.h"
 
+/* "#" and local JSON pointers ("#/$defs/a", "#/properties/x/items/0"),
+ * ~0 and ~1 unescaped; percent-encoding is not decoded. */
 const json_t *jsm_resolve_ref(const json_t *doc, const char *ref) {
-    if (!strcmp(ref, "#")) return doc;
-    static const char *const KINDS[] = {"#/$defs/", "#/definitions/"}, *const KEYS[] = {"$defs", "definitions"};
-    for (int i = 0; i < 2; i++) {
-        size_t n = strlen(KINDS[i]);
-        if (strncmp(ref, KINDS[i], n)) continue;
+    if (ref[0] != '#' || (ref[1] && ref[1] != '/')) return NULL;
+    const json_t *t = doc;
+    for (const char *p = ref + 1; *p == '/' && t;) {
         char name[256];
         size_t k = 0;
-        for (const char *p = ref + n; *p && k + 1 < sizeof name; p++) {
-            if (*p == '/') return NULL; /* deeper pointers: not supported */
+        for (p++; *p && *p != '/' && k + 1 < sizeof name; p++) {
             if (*p == '~' && (p[1] == '0' || p[1] == '1')) name[k++] = p[1] == '0' ? '~' : '/', p++;
             else name[k++] = *p;
         }
         name[k] = 0;
-        return json_object_get(json_object_get(doc, KEYS[i]), name);
+        if (json_is_array(t)) {
+            char *end;
+            long i = strtol(name, &end, 10);
+            t = *name && !*end && i >= 0 ? json_array_get(t, (size_t)i) : NULL;
+        } else {
+            t = json_object_get(t, name);
+        }
     }
-    return NULL;
+    return t;
 }
 
 static const char *const TYPE_NAMES[] = {"object", "array", "string", "integer", "number", "boolean", "null"};
