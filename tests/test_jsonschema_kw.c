@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "test.h"
 #include "test_util.h"
 #include "text/jsonguard.h"
@@ -382,3 +383,65 @@ TEST(jsonschema_kw_tiny_sampling) { check_string_sampling(test_data("models/llam
 TEST(real_jsonschema_kw_mask_matches_feed) { check_string_prefixes(test_real_model()); }
 
 TEST(real_jsonschema_kw_sampling) { check_string_sampling(test_real_model(), 30); }
+
+/* The cost of a mask call inside strings under each kind of constraint
+ * (uncached: every call starts from a fresh guard), next to a free
+ * string. Prints times; asserts only that masks allow something. */
+TEST(real_jsonschema_kw_speed) {
+    tokenizer *t = test_load_tokenizer(test_real_model());
+    if (!t) return;
+    static const struct { const char *what, *schema; } K[] = {
+        {"free string", "{\"type\":\"string\"}"},
+        {"maxLength 200", "{\"type\":\"string\",\"maxLength\":200}"},
+        {"^[a-z0-9-]+$", "{\"type\":\"string\",\"pattern\":\"^[a-z0-9-]+$\"}"},
+        {"pattern .*x.*", "{\"type\":\"string\",\"pattern\":\"x\"}"},
+        {"format date-time", "{\"type\":\"string\",\"format\":\"date-time\"}"},
+        {"format uri", "{\"type\":\"string\",\"format\":\"uri\"}"},
+        {"format email", "{\"type\":\"string\",\"format\":\"email\"}"},
+    };
+    json_vocab *v = json_vocab_new(t);
+    float *logits = calloc((size_t)tok_n_vocab(t), sizeof(float));
+    const int reps = 20;
+    for (size_t i = 0; i < sizeof K / sizeof *K; i++) {
+        char text[512], why[256];
+        snprintf(text, sizeof text, "{\"type\":\"object\",\"properties\":{\"s\":%s}}", K[i].schema);
+        json_schema *s = compile_text(text, why, sizeof why);
+        CHECK_MSG(s != NULL, "%s", why);
+        if (!s) continue;
+        double total = 0, steady = 0;
+        int allowed = 0, steps = 0;
+        for (int r = 0; r < reps; r++) {
+            json_guard *g = json_guard_new_schema(v, s);
+            json_guard_feed(g, "{\"s\":\"", 6);
+            double a = clock_ms();
+            allowed = json_guard_mask(g, logits);
+            total += clock_ms() - a;
+            json_guard_free(g);
+        }
+        uint64_t seed = 5; /* then 40 tokens into the string, as generation goes */
+        json_guard *g = json_guard_new_schema(v, s);
+        json_guard_feed(g, "{\"s\":\"", 6);
+        for (int k = 0; k < 40; k++) {
+            for (int32_t j = 0; j < tok_n_vocab(t); j++) logits[j] = (float)unit(&seed);
+            double a = clock_ms();
+            int n = json_guard_mask(g, logits);
+            steady += clock_ms() - a, steps++;
+            CHECK(n > 0);
+            int32_t best = -1;
+            for (int32_t j = 0; j < tok_n_vocab(t); j++) {
+                size_t len;
+                const char *p = json_vocab_text(v, j, &len);
+                if (!isinf(logits[j]) && !memchr(p, '"', len) && (best < 0 || logits[j] > logits[best])) best = j;
+            }
+            if (best < 0 || json_guard_accept(g, best)) break; /* only the closing quote is left */
+        }
+        json_guard_free(g);
+        CHECK(allowed > 0);
+        printf("    %-18s first mask %.3f ms, then %.3f ms per token over %d; %d tokens allowed at first\n", K[i].what,
+               total / reps, steady / steps, steps, allowed);
+        json_schema_free(s);
+    }
+    free(logits);
+    json_vocab_free(v);
+    tok_free(t);
+}

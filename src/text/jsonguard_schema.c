@@ -195,6 +195,10 @@ static int escape_byte(unsigned c) {
     return -1;
 }
 
+/* nch is kept only where a length bound needs it, so that inside an
+ * unbounded pattern the state repeats and the guard's mask cache hits. */
+static uint32_t counted(const js_str *k, uint32_t n) { return k->min || k->max != UINT32_MAX ? n : 0; }
+
 static void string_begin(jg_full *st, int str) {
     st->sc = (uint16_t)(str + 1);
     st->q = 0;
@@ -207,7 +211,7 @@ static int dfa_byte(const js_str *k, const jre_dfa *d, jg_full *st, unsigned b, 
     uint16_t q = d->next[(size_t)st->q * 256 + b];
     if (!jre_viable(d, q, n, k->min, k->max)) return 0;
     st->q = q;
-    st->nch = n;
+    st->nch = counted(k, n);
     return 1;
 }
 
@@ -223,12 +227,12 @@ static int constrained_byte(const json_schema *s, jg_full *st, unsigned c) {
         if (c == '"') return st->nch >= k->min && (!d || d->acc[st->q]);
         if (c >= 0x80 && c < 0xC0) return 1; /* the syntax refuses it */
         if (st->nch >= k->max) return 0;
-        if (!d) return st->nch++, 1;
+        if (!d) return st->nch = counted(k, st->nch + 1), 1;
         if (c != '\\') return dfa_byte(k, d, st, c, st->nch + 1);
         static const char ESC[] = "\"\\/bfnrt";
         for (int i = 0; ESC[i]; i++) { /* some escape must continue */
             jg_full t = *st;
-            if (dfa_byte(k, d, &t, (unsigned)escape_byte((unsigned char)ESC[i]), st->nch + 1)) return st->nch++, 1;
+            if (dfa_byte(k, d, &t, (unsigned)escape_byte((unsigned char)ESC[i]), st->nch + 1)) return st->nch = counted(k, st->nch + 1), 1;
         }
         return 0;
     }

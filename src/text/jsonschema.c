@@ -330,6 +330,15 @@ static int infer_types(const json_t *sch) {
     return t;
 }
 
+static int enum_types(const json_t *sch) {
+    const json_t *en = json_object_get(sch, "enum"), *cn = json_object_get(sch, "const"), *v;
+    int t = cn ? value_type(cn) : 0;
+    size_t i;
+    json_array_foreach(en, i, v) t |= value_type(v);
+    if (t & JT_NUM) t |= JT_INT;
+    return t ? t : JT_ALL;
+}
+
 /* A schema with type, enum/const and per-type keywords. */
 static int compile_value(cctx *c, const json_t *sch, const char *path) {
     const json_t *type = json_object_get(sch, "type");
@@ -337,7 +346,7 @@ static int compile_value(cctx *c, const json_t *sch, const char *path) {
     if (types < 0) return -1;
     int has_enum = json_object_get(sch, "enum") || json_object_get(sch, "const");
     if (!type && !types && !has_enum) return node_new(c, JS_ANY); /* nullable alone adds nothing */
-    if (!type && !types) types = JT_ALL;
+    if (!type && !types) types = enum_types(sch); /* an enum/const alone: the types of its values */
     if (json_is_true(json_object_get(sch, "nullable"))) types |= JT_NULL;
     if (types & JT_NUM) types |= JT_INT;
     int id = node_new(c, JS_VALUE);
