@@ -97,6 +97,10 @@ static const kw_case CASES[] = {
     {"{\"type\":\"object\",\"properties\":{\"c\":{\"const\":{\"k\":[1,true]}},\"e\":{\"enum\":[[1,2],\"s\",null]}}}",
      {"{\"c\":{\"k\":[1,true]}}", "{\"e\":[1,2]}", "{\"e\":\"s\"}", "{\"e\":null}"},
      {"{\"c\":{\"k\":[1]}}", "{\"c\":{}}", "{\"e\":[1]}", "{\"e\":[1,2,3]}", "{\"c\":{\"k\": [1,true]}}"}},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"}},"
+     "\"oneOf\":[{\"required\":[\"a\"]},{\"required\":[\"b\"]}]}",
+     {"{\"a\":1}"},
+     {"{\"a\":1,\"b\":2}", "{}", "{\"b\":2}"}},
     {"{\"type\":\"object\",\"propertyNames\":{\"pattern\":\"^[a-z]+$\",\"maxLength\":3},\"additionalProperties\":{\"type\":\"integer\"}}",
      {"{\"ab\":1,\"xyz\":2}", "{}"},
      {"{\"Ab\":1}", "{\"abcd\":1}", "{\"ab\":\"x\"}", "{\"\":1}"}},

@@ -115,6 +115,12 @@ HAND = [
         ["version"]),
     obj({"env": {"type": "object", "propertyNames": {"enum": ["PATH", "HOME", "LANG"]}, "additionalProperties": {"type": "string", "maxLength": 20}},
          "mode": {"const": "strict"}, "flags": {"const": ["-x", "-v"]}, "meta": {"enum": [{"a": 1}, {"b": [True, None]}]}}, ["mode"]),
+    # either/or arguments
+    {"type": "object", "properties": {"path": PATH, "url": {"type": "string", "format": "uri", "maxLength": 80},
+                                      "encoding": {"enum": ["utf-8", "base64"]}},
+     "oneOf": [{"required": ["path"]}, {"required": ["url"]}], "additionalProperties": False},
+    {"type": "object", "properties": {"id": {"type": "integer", "minimum": 1}, "name": {"type": "string", "maxLength": 20}},
+     "anyOf": [{"required": ["id"]}, {"required": ["name"]}]},
     {"allOf": [obj({"a": {"type": "integer", "minimum": 0}}, ["a"], addl=None),
                obj({"a": {"maximum": 10}, "b": {"type": "string", "format": "date"}}, ["b"], addl=None)]},
 ]

@@ -13,7 +13,8 @@
  * alternation, the quantifiers ? * + {n} {n,} {n,m} (lazy or not: the
  * same language), ^ and $, escapes \t \n \r \f \v \0 \xHH \uHHHH \u{H..}
  * and escaped punctuation. Stricter than ECMA where that is simpler (every
- * output still matches): \d \w \s are ASCII; `.` excludes \n and \r.
+ * output still matches ECMA-262 and Python's `re`): \d \w \s and their
+ * negations are ASCII; `.` excludes line terminators.
  * Refused (the caller reports the pattern as unenforced): lookaround,
  * backreferences, \b \B, \p{..}, \cX, and automata over the size limit.
  *

@@ -869,6 +869,32 @@ static int disjoint(cctx *c, int p, int o, int slot) {
     return 0;
 }
 
+/* oneOf over objects that overlap: a copy of the written branch that
+ * never writes, for each other branch, one property that branch requires
+ * (and this one does not), so the output fails every other branch. -1
+ * when some branch has no such property, -2 on error. */
+static int exclusive_object(cctx *c, int pick, const int *cand, int n) {
+    const js_node *P = &c->s->node[pick];
+    if (P->kind != JS_VALUE || P->keys < 0) return -1;
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        if (cand[i] == pick || disjoint(c, pick, cand[i], JS_SLOT_OBJ)) continue;
+        const js_node *O = &c->s->node[cand[i]];
+        int found = 0;
+        for (int q = 0; O->kind == JS_VALUE && q < O->n_props && !found; q++) {
+            if (!((O->required >> q) & 1)) continue;
+            int p = prop_index(c->s, P, c->s->prop_name[O->first_prop + q]);
+            if (p >= 0 && !((P->required >> p) & 1)) off |= 1ull << p, found = 1;
+        }
+        if (!found) return -1;
+    }
+    int id = node_new(c, JS_VALUE);
+    if (id < 0) return -2;
+    c->s->node[id] = c->s->node[pick];
+    c->s->node[id].keys_off = off;
+    return id;
+}
+
 /* Several branches for one kind of value: enum branches merge into one
  * trie (for oneOf: the values in exactly one); otherwise one branch is
  * written (any value of it satisfies anyOf; for oneOf it must be
@@ -917,6 +943,8 @@ static int slot_choice(cctx *c, const int *cand, int n, int slot, int one, const
     }
     for (int i = 0; one && i < n; i++)
         if (cand[i] != pick && !disjoint(c, pick, cand[i], slot)) {
+            int x = slot == JS_SLOT_OBJ ? exclusive_object(c, pick, cand, n) : -1;
+            if (x >= 0 || x == -2) return x == -2 ? -1 : x;
             note(c, "oneOf at %s (branches overlap: held to one of them, not to only one)", path);
             break;
         }
@@ -1010,7 +1038,7 @@ static int mind_object(const json_schema *s, const js_node *nd) {
     for (int q = 0; q < nd->n_props; q++) {
         int m = s->node[s->prop[nd->first_prop + q]].mind;
         if ((nd->required >> q) & 1) need = m > need ? m : need, n_req++;
-        else opt[n_opt++] = (uint8_t)m;
+        else if (!((nd->keys_off >> q) & 1)) opt[n_opt++] = (uint8_t)m;
     }
     uint32_t extra = nd->min_props > (uint32_t)n_req ? nd->min_props - (uint32_t)n_req : 0;
     if (extra && nd->keys < 0) need = s->node[nd->addl].mind > need ? s->node[nd->addl].mind : need;
@@ -1071,7 +1099,7 @@ static void compute_depths(json_schema *s) {
         if (nd->kind == JS_DISC) nd->keys_ok = 1;
         for (int q = 0; nd->kind == JS_VALUE && q < nd->n_props; q++) {
             int m = s->node[s->prop[nd->first_prop + q]].mind;
-            if (m >= JS_INF) continue;
+            if (m >= JS_INF || ((nd->keys_off >> q) & 1)) continue;
             nd->keys_ok |= 1ull << q;
             if (m > nd->keys_mind) nd->keys_mind = (uint8_t)m;
         }

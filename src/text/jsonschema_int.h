@@ -71,6 +71,7 @@ typedef struct js_node {
     uint8_t mind, mind_obj, mind_arr;
     uint8_t keys_mind; /* objects: the largest mind of a writable property */
     uint64_t keys_ok;  /* objects: properties whose value can be written at all */
+    uint64_t keys_off; /* objects: properties never written (a oneOf branch kept apart from the others) */
 } js_node;
 
 typedef struct js_trie {
