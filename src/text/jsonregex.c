@@ -106,10 +106,13 @@ static long hex_digits(rparse *r, int n) {
     return v;
 }
 
-/* The class escapes \d \w \s and their negations, as ranges. All six
- * are ASCII only: the intersection of what ECMA-262 and Python's `re`
- * (the validator the tests use) match, so every output matches in both. */
-static int class_escape(rparse *r, int c) {
+/* The class escapes \d \w \s and their negations, as ranges: ASCII
+ * only, a subset of what ECMA-262 and Python's `re` (the validator the
+ * tests use) match, so every output matches in both. Inside a negated
+ * class (wide) they take every non-ASCII character too, so that the
+ * complement is the subset: [^\s@] writes no U+00A0, which Python's \s
+ * matches. */
+static int class_escape(rparse *r, int c, int wide) {
     static const uint32_t D[] = {'0', '9'}, W[] = {'0', '9', 'A', 'Z', '_', '_', 'a', 'z'}, S[] = {'\t', '\r', ' ', ' '};
     const uint32_t *t;
     int n;
@@ -119,6 +122,7 @@ static int class_escape(rparse *r, int c) {
     case 's': t = S, n = 2; break;
     default: return 0;
     }
+    if (wide) range_add(r, 0x80, MAX_CP);
     if (c >= 'a') {
         for (int i = 0; i < n; i++) range_add(r, t[2 * i], t[2 * i + 1]);
         return 1;
@@ -185,7 +189,7 @@ static int parse_class(rparse *r) {
         long lo;
         if (*r->p == '\\') {
             r->p++;
-            if (class_escape(r, (unsigned char)*r->p)) {
+            if (class_escape(r, (unsigned char)*r->p, neg)) {
                 r->p++;
                 continue;
             }
@@ -262,7 +266,7 @@ static int parse_atom(rparse *r) {
     if (c == '\\') {
         r->p++;
         int id = rnode_new(r, RN_SET, -1, -1);
-        if (class_escape(r, (unsigned char)*r->p)) {
+        if (class_escape(r, (unsigned char)*r->p, 0)) {
             r->p++;
             r->node[id].count = r->n_range - r->node[id].first;
             return id;
@@ -283,6 +287,8 @@ static int parse_atom(rparse *r) {
 static int parse_braces(rparse *r, int *min, int *max) {
     const char *p = r->p + 1;
     char *e;
+    if (*p == ',' && p[1] >= '0' && p[1] <= '9') /* a literal in ECMA-262, {0,n} in Python: not guessed */
+        return perr(r, JRE_UNSUPPORTED, "{,n}"), -1;
     if (*p < '0' || *p > '9') return 0;
     long a = strtol(p, &e, 10), b = a;
     if (*e == ',') {
