@@ -521,7 +521,7 @@ static int compile_string(cctx *c, const json_t *sch, const char *path, int *imp
         return -1;
     }
     if (have && !jre_viable(&d, 0, 0, k.min, k.max)) {
-        if (!jre_viable(&d, 0, 0, 0, UINT32_MAX)) {
+        if (k.max < JRE_LEN_BITS || !jre_viable(&d, 0, 0, 0, UINT32_MAX)) { /* exact: no string */
             jre_free(&d);
             *impossible = 1;
             return -1;
@@ -869,6 +869,14 @@ static int disjoint(cctx *c, int p, int o, int slot) {
     return 0;
 }
 
+static void compute_depths(json_schema *s);
+
+/* Frames a value of node n written as slot needs (after compute_depths). */
+static int slot_mind(const json_schema *s, int n, int slot) {
+    const js_node *nd = &s->node[n];
+    return slot == JS_SLOT_OBJ ? nd->mind_obj : slot == JS_SLOT_ARR ? nd->mind_arr : nd->mind;
+}
+
 /* oneOf over objects that overlap: a copy of the written branch that
  * never writes, for each other branch, one property that branch requires
  * (and this one does not), so the output fails every other branch. -1
@@ -932,7 +940,10 @@ static int slot_choice(cctx *c, const int *cand, int n, int slot, int one, const
         c->enum_vals[id] = keep;
         return c->failed ? -1 : id;
     }
+    compute_depths(c->s); /* what is known so far: skip branches no value satisfies */
     int pick = cand[0];
+    for (int i = n - 1; i >= 0; i--)
+        if (slot_mind(c->s, cand[i], slot) < JS_INF) pick = cand[i];
     for (int i = 0; i < n; i++) { /* prefer a branch without constraints for this kind */
         const js_node *nd = &c->s->node[cand[i]];
         if (nd->kind == JS_VALUE && !c->enum_vals[cand[i]] && nd->str == JS_NONE && !nd->has_lo && !nd->has_hi &&
@@ -1027,8 +1038,12 @@ static int sat_add(int a, int b) { return a + b >= JS_INF ? JS_INF : a + b; }
 static int cmp_u8(const void *a, const void *b) { return *(const uint8_t *)a - *(const uint8_t *)b; }
 
 /* Frames the shortest object under nd needs. */
+/* A node's mind; JS_INF for one not compiled yet (compute_depths also
+ * runs during the compile: see slot_choice). */
+static int nmind(const json_schema *s, int n) { return n == JS_NONE ? JS_INF : s->node[n].mind; }
+
 static int mind_object(const json_schema *s, const js_node *nd) {
-    if (!(nd->types & JT_OBJ)) return JS_INF;
+    if (!(nd->types & JT_OBJ) || (nd->keys < 0 && nd->addl == JS_NONE)) return JS_INF;
     if (nd->keys < 0 && s->node[nd->addl].kind == JS_ANY && nd->min_props == 0 && nd->max_props == UINT32_MAX &&
         nd->pnames == JS_NONE)
         return 0; /* free: no frame */
@@ -1036,7 +1051,7 @@ static int mind_object(const json_schema *s, const js_node *nd) {
     uint8_t opt[64];
     int n_opt = 0;
     for (int q = 0; q < nd->n_props; q++) {
-        int m = s->node[s->prop[nd->first_prop + q]].mind;
+        int m = nmind(s, s->prop[nd->first_prop + q]);
         if ((nd->required >> q) & 1) need = m > need ? m : need, n_req++;
         else if (!((nd->keys_off >> q) & 1)) opt[n_opt++] = (uint8_t)m;
     }
@@ -1051,7 +1066,7 @@ static int mind_object(const json_schema *s, const js_node *nd) {
 }
 
 static int mind_array(const json_schema *s, const js_node *nd) {
-    if (!(nd->types & JT_ARR)) return JS_INF;
+    if (!(nd->types & JT_ARR) || nd->items == JS_NONE) return JS_INF;
     if (s->node[nd->items].kind == JS_ANY && nd->min_items == 0 && nd->max_items == UINT32_MAX) return 0;
     return sat_add(nd->min_items ? s->node[nd->items].mind : 0, 1);
 }
@@ -1060,7 +1075,11 @@ static int mind_array(const json_schema *s, const js_node *nd) {
 static int mind_update(json_schema *s, js_node *nd) {
     int mo = JS_INF, ma = JS_INF, m = JS_INF;
     if (nd->kind == JS_ANY) mo = ma = m = 0;
-    else if (nd->kind == JS_UNION) {
+    else if (nd->kind == JS_REF) { /* during compile: its target, once known */
+        if (nd->items == JS_NONE) return 0;
+        const js_node *t = &s->node[nd->items];
+        m = t->mind, mo = t->mind_obj, ma = t->mind_arr;
+    } else if (nd->kind == JS_UNION) {
         for (int k = 0; k < JS_N_SLOTS; k++) {
             if (nd->slot[k] == JS_NONE) continue;
             const js_node *b = &s->node[nd->slot[k]];
@@ -1096,9 +1115,9 @@ static void compute_depths(json_schema *s) {
     }
     for (int i = 0; i < s->n_nodes; i++) {
         js_node *nd = &s->node[i];
-        if (nd->kind == JS_DISC) nd->keys_ok = 1;
+        nd->keys_ok = nd->kind == JS_DISC, nd->keys_mind = 0;
         for (int q = 0; nd->kind == JS_VALUE && q < nd->n_props; q++) {
-            int m = s->node[s->prop[nd->first_prop + q]].mind;
+            int m = nmind(s, s->prop[nd->first_prop + q]);
             if (m >= JS_INF || ((nd->keys_off >> q) & 1)) continue;
             nd->keys_ok |= 1ull << q;
             if (m > nd->keys_mind) nd->keys_mind = (uint8_t)m;
