@@ -101,6 +101,10 @@ static const kw_case CASES[] = {
      "\"oneOf\":[{\"required\":[\"a\"]},{\"required\":[\"b\"]}]}",
      {"{\"a\":1}"},
      {"{\"a\":1,\"b\":2}", "{}", "{\"b\":2}"}},
+    {"{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"number\",\"multipleOf\":5,\"minimum\":3,\"maximum\":40},"
+     "\"m\":{\"type\":\"integer\",\"multipleOf\":7,\"maximum\":-1}}}",
+     {"{\"n\":5}", "{\"n\":40}", "{\"n\":10,\"m\":-7}", "{\"m\":-700}"},
+     {"{\"n\":3}", "{\"n\":7}", "{\"n\":45}", "{\"n\":0}", "{\"n\":-5}", "{\"n\":5.0}", "{\"m\":-1}", "{\"m\":0}"}},
     {"{\"type\":\"object\",\"propertyNames\":{\"pattern\":\"^[a-z]+$\",\"maxLength\":3},\"additionalProperties\":{\"type\":\"integer\"}}",
      {"{\"ab\":1,\"xyz\":2}", "{}"},
      {"{\"Ab\":1}", "{\"abcd\":1}", "{\"ab\":\"x\"}", "{\"\":1}"}},
@@ -154,9 +158,10 @@ TEST(jsonschema_kw_unenforced_reported) {
         {"{\"type\":\"object\",\"properties\":{\"z\":{\"type\":\"string\",\"pattern\":\"(?=a)b\"}}}", "pattern at #/properties/z (lookaround)"},
         {"{\"type\":\"object\",\"properties\":{\"h\":{\"type\":\"string\",\"format\":\"hostname\"}}}", "format 'hostname' at #/properties/h"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"items\":[{}]}}}", "items (a list) at #/properties/a"},
+        {"{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"number\",\"multipleOf\":0.5}}}", "multipleOf at #/properties/x (not a whole number)"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"string\",\"maxLength\":2}]}}}",
          "oneOf at #/properties/a (branches overlap"},
-        {"{\"type\":\"object\",\"patternProperties\":{\"a\":{}},\"multipleOf\":2,\"if\":{},\"then\":{},\"else\":{},\"contains\":{}}", "and 2 more"},
+        {"{\"type\":\"object\",\"patternProperties\":{\"a\":{}},\"uniqueItems\":true,\"if\":{},\"then\":{},\"else\":{},\"contains\":{}}", "and 2 more"},
     };
     for (size_t i = 0; i < sizeof R / sizeof *R; i++) {
         char why[512] = "";

@@ -10,7 +10,7 @@ date-time fields, recursive trees, discriminated unions, pydantic-style
 $defs with nullable fields), then generated ones that combine every
 enforced keyword (lengths, pattern, format, bounds, enum/const, arrays with
 min/maxItems, nested objects, allOf splits, $ref, recursion, oneOf/anyOf,
-propertyNames). Deterministic (seeded): rerun after changing it and commit
+propertyNames, integer multipleOf). Deterministic (seeded): rerun after changing it and commit
 the output. Only keywords the engine enforces appear, so every sampled
 output must validate. Usage: tools/gen_schema_corpus.py [OUT [SEED [COUNT]]]
 (another seed and count give a fresh corpus for a longer soak: point
@@ -159,6 +159,9 @@ def gen_number(r):
         s = {"type": "integer", "minimum": lo, "maximum": lo + r.randint(0, 1000)}
         if r.random() < 0.3:
             s["exclusiveMaximum"] = s.pop("maximum") + 1
+        hi = s.get("maximum", s.get("exclusiveMaximum", 0) - 1)
+        if r.random() < 0.25 and hi - lo >= 25:  # wide enough to hold a multiple
+            s["multipleOf"] = r.choice([2, 5, 10, 25])
         return s
     s = {"type": "number"}
     if r.random() < 0.6:
@@ -245,8 +248,12 @@ def gen_exotic(r):
     """Keyword combinations that go through the merging and union code."""
     k = r.randrange(7)
     a, b, c = gen_object(r, 2), gen_object(r, 2), gen_object(r, 2)
-    if k == 0:  # allOf with an anyOf inside: distributed into the branches
-        return {"allOf": [{"anyOf": [a, b]}, {"type": "object", "properties": c["properties"]}]}
+    if k == 0:  # allOf with an anyOf inside: distributed into the branches (c's names apart, so satisfiable)
+        extra = {n + "_x": v for n, v in c["properties"].items()}
+        for br in (a, b):
+            br["additionalProperties"] = None
+            del br["additionalProperties"]
+        return {"allOf": [{"anyOf": [a, b]}, {"type": "object", "properties": extra}]}
     if k == 1:  # a $ref with keywords beside it
         return {"type": "object", "properties": {"x": {"$ref": "#/$defs/A", "required": list(a["properties"])[:1]}},
                 "required": ["x"], "$defs": {"A": a}}

@@ -101,7 +101,14 @@ static void value_done(const json_schema *s, jg_full *st, int term) {
 
 /* ---- numbers -------------------------------------------------------------- */
 
-static int bounded(const js_node *nd) { return nd->has_lo || nd->has_hi; }
+static int bounded(const js_node *nd) { return nd->has_lo || nd->has_hi || nd->mult; }
+
+/* Is there an integer in [lo, hi] (and a multiple of multipleOf)? */
+static int has_value(const js_node *nd, double lo, double hi) {
+    if (!nd->mult) return lo <= hi;
+    double k = (double)nd->mult;
+    return ceil(lo / k) * k <= hi;
+}
 
 static double pow10i(int j) {
     static const double P[19] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9,
@@ -118,7 +125,7 @@ static int int_viable(const js_node *nd, int neg, int64_t mag, int k, int zero) 
     for (int j = 0; k + j <= 18; j++) {
         double a = (double)mag * pow10i(j), b = a + pow10i(j) - 1;
         double lo = neg ? -b : a, hi = neg ? -a : b;
-        if (fmax(lo, nd->ilo) <= fmin(hi, nd->ihi)) return 1;
+        if (has_value(nd, fmax(lo, nd->ilo), fmin(hi, nd->ihi))) return 1;
     }
     return 0;
 }
@@ -141,7 +148,7 @@ static int begin_number(const js_node *nd, jg_full *st, unsigned c) {
     st->neg = c == '-';
     st->mag = st->neg ? 0 : (int64_t)(c - '0');
     if (!st->neg) return int_viable(nd, 0, st->mag, 1, c == '0');
-    return !bounded(nd) || nd->ilo <= fmin(0, nd->ihi); /* some x <= 0 in bounds */
+    return !bounded(nd) || has_value(nd, nd->ilo, fmin(0, nd->ihi)); /* some x <= 0 */
 }
 
 /* A byte that continues a number (pre-state st). */
@@ -174,7 +181,7 @@ static int number_end(const json_schema *s, jg_full *st) {
         if ((term = s->trie[st->lit - 1].term) < 0) return 0;
     } else if (bounded(nd) && (st->syn.mode == JG_INT || st->syn.mode == JG_ZERO)) {
         double v = st->neg ? -(double)st->mag : (double)st->mag;
-        if (v < nd->ilo || v > nd->ihi) return 0;
+        if (v < nd->ilo || v > nd->ihi || (nd->mult && st->mag % nd->mult)) return 0;
     }
     value_done(s, st, term);
     return 1;

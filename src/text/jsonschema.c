@@ -182,11 +182,11 @@ static int dfa_add(cctx *c, jre_dfa d) {
 static const char *const UNENFORCED[] = {
     "patternProperties", "not", "if", "then", "else", "prefixItems", "uniqueItems", "contains", "minContains",
     "maxContains", "dependentRequired", "dependentSchemas", "dependencies", "unevaluatedProperties",
-    "unevaluatedItems", "additionalItems", "multipleOf", "$dynamicRef", "$recursiveRef", "contentSchema", NULL};
+    "unevaluatedItems", "additionalItems", "$dynamicRef", "$recursiveRef", "contentSchema", NULL};
 static const char *const CONSTRAINTS[] = {
     "type", "properties", "required", "additionalProperties", "minProperties", "maxProperties", "items",
     "minItems", "maxItems", "enum", "const", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format", "propertyNames", NULL};
+    "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format", "propertyNames", "multipleOf", NULL};
 
 static int in_list(const char *const *list, const char *k) {
     for (int i = 0; list[i]; i++)
@@ -319,7 +319,7 @@ static int compile_union(cctx *c, const json_t *branches, const char *kw, const 
 static int infer_types(const json_t *sch) {
     static const char *const OBJ[] = {"properties", "required", "additionalProperties", "minProperties", "maxProperties", "propertyNames", NULL};
     static const char *const ARR[] = {"items", "minItems", "maxItems", NULL};
-    static const char *const NUM[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
+    static const char *const NUM[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", NULL};
     static const char *const STR[] = {"minLength", "maxLength", "pattern", "format", NULL};
     const char *const *lists[] = {OBJ, ARR, NUM, STR};
     const int bits[] = {JT_OBJ, JT_ARR, JT_NUM, JT_STR};
@@ -704,6 +704,29 @@ static int compile_bounds(cctx *c, js_node *nd, const json_t *sch, const char *p
     return 0;
 }
 
+/* multipleOf: a whole number k is enforced on integers (the value is then
+ * written as an integer); a fractional one is reported. */
+static int compile_multiple(cctx *c, int id, const json_t *sch, const char *path) {
+    const json_t *m = json_object_get(sch, "multipleOf");
+    if (!m) return 0;
+    if (json_is_array(m)) { /* several, from allOf: the first enforced, the rest reported */
+        note(c, "multipleOf (several) at %s", path);
+        m = json_array_get(m, 0);
+    }
+    if (!json_is_number(m) || json_number_value(m) <= 0) return fail(c, "'multipleOf' must be a number above 0 at %s", path);
+    double k = json_number_value(m);
+    js_node *nd = &c->s->node[id];
+    if (k != floor(k) || k > 1e15) {
+        if (nd->types & (JT_INT | JT_NUM)) note(c, "multipleOf at %s (not a whole number)", path);
+        return 0;
+    }
+    nd->mult = (int64_t)k;
+    if (nd->types & JT_NUM) nd->types &= (uint8_t)~JT_NUM;
+    double first = ceil(nd->ilo / k) * k;
+    if (first > nd->ihi) nd->types &= (uint8_t)~JT_INT; /* no multiple in bounds */
+    return 0;
+}
+
 static int in_bounds(const js_node *nd, double x) {
     if (nd->has_lo && (nd->lo_excl ? x <= nd->lo : x < nd->lo)) return 0;
     if (nd->has_hi && (nd->hi_excl ? x >= nd->hi : x > nd->hi)) return 0;
@@ -716,6 +739,7 @@ static int scalar_ok(const json_schema *s, const js_node *nd, const json_t *v) {
     int t = value_type(v);
     if (!(nd->types & t) || (t == JT_NUM && !(nd->types & JT_NUM))) return 0;
     if ((t & (JT_INT | JT_NUM)) && (nd->has_lo || nd->has_hi) && !in_bounds(nd, json_number_value(v))) return 0;
+    if ((t & (JT_INT | JT_NUM)) && nd->mult && fmod(json_number_value(v), (double)nd->mult) != 0) return 0;
     return t != JT_STR || str_ok(s, nd->str, v);
 }
 
@@ -744,7 +768,7 @@ static int compile_enum(cctx *c, int id, const json_t *sch, const char *path) {
     }
     json_decref(vals);
     js_node *nd = &c->s->node[id];
-    nd->has_lo = nd->has_hi = 0, nd->str = JS_NONE, nd->types = (uint8_t)types;
+    nd->has_lo = nd->has_hi = 0, nd->mult = 0, nd->str = JS_NONE, nd->types = (uint8_t)types;
     if (!json_array_size(keep)) { /* no value: a node of nothing */
         json_decref(keep);
         return 0;
@@ -758,8 +782,9 @@ static int compile_enum(cctx *c, int id, const json_t *sch, const char *path) {
 
 static int compile_scalars(cctx *c, int id, const json_t *sch, const char *path) {
     js_node *nd = &c->s->node[id];
-    if (compile_bounds(c, nd, sch, path)) return -1;
-    if ((nd->has_lo || nd->has_hi) && !(nd->types & JT_INT)) nd->has_lo = nd->has_hi = 0;
+    if (compile_bounds(c, nd, sch, path) || compile_multiple(c, id, sch, path)) return -1;
+    nd = &c->s->node[id];
+    if ((nd->has_lo || nd->has_hi || nd->mult) && !(nd->types & JT_INT)) nd->has_lo = nd->has_hi = 0, nd->mult = 0;
     if (!json_object_get(sch, "enum") && !json_object_get(sch, "const")) return 0;
     return compile_enum(c, id, sch, path);
 }
@@ -946,7 +971,7 @@ static int slot_choice(cctx *c, const int *cand, int n, int slot, int one, const
         if (slot_mind(c->s, cand[i], slot) < JS_INF) pick = cand[i];
     for (int i = 0; i < n; i++) { /* prefer a branch without constraints for this kind */
         const js_node *nd = &c->s->node[cand[i]];
-        if (nd->kind == JS_VALUE && !c->enum_vals[cand[i]] && nd->str == JS_NONE && !nd->has_lo && !nd->has_hi &&
+        if (nd->kind == JS_VALUE && !c->enum_vals[cand[i]] && nd->str == JS_NONE && !nd->has_lo && !nd->has_hi && !nd->mult &&
             slot != JS_SLOT_OBJ && slot != JS_SLOT_ARR && (slot != JS_SLOT_NUM || (nd->types & JT_NUM))) {
             pick = cand[i];
             break;

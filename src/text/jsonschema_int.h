@@ -57,6 +57,7 @@ typedef struct js_node {
     uint8_t has_lo, has_hi, lo_excl, hi_excl;
     double lo, hi;   /* bounds as written */
     double ilo, ihi; /* the same bounds on integers (inclusive) */
+    int64_t mult;    /* multipleOf (integers only), 0: none */
     /* JS_DISC: keys is the one-name trie of the discriminator, items the
      * node of its value (a string enum); terminal v of that enum picks
      * branch disc_branch[first_disc + v], where the discriminator is

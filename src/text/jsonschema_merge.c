@@ -164,7 +164,7 @@ static void merge_key(json_t *dst, const char *k, const json_t *v) {
     if (!strcmp(k, "required")) union_required(dst, v);
     else if (!cur) json_object_set(dst, k, (json_t *)v);
     else if (!strcmp(k, "type")) json_object_set_new(dst, k, merge_type(cur, v));
-    else if (!strcmp(k, "pattern") || !strcmp(k, "format")) accumulate(dst, k, v);
+    else if (!strcmp(k, "pattern") || !strcmp(k, "format") || !strcmp(k, "multipleOf")) accumulate(dst, k, v);
     else if (!strcmp(k, "items") || !strcmp(k, "additionalProperties") || !strcmp(k, "propertyNames"))
         json_object_set_new(dst, k, all_of(cur, v));
     else if (!strcmp(k, "anyOf") || !strcmp(k, "oneOf")) json_object_set_new(dst, k, pairs(cur, v));
