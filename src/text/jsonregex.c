@@ -21,6 +21,8 @@
 #include "base/mem.h"
 
 #define MAX_NFA 60000 /* NFA states */
+#define MAX_PATTERN 4096 /* bytes: the parser and builder recurse on its structure */
+#define MAX_GROUPS 64  /* nested parentheses */
 #define MAX_REP 1000  /* {n,m} bounds */
 #define MAX_CP 0x10FFFF
 
@@ -47,6 +49,7 @@ typedef struct rparse {
     char *why;
     size_t cap;
     int err;
+    int nest; /* open parentheses */
 } rparse;
 
 static int perr(rparse *r, int code, const char *fmt, ...) {
@@ -241,7 +244,9 @@ static int parse_atom(rparse *r) {
                 r->p = e + 1;
             } else return perr(r, JRE_UNSUPPORTED, "lookaround");
         }
+        if (++r->nest > MAX_GROUPS) return perr(r, JRE_TOO_BIG, "groups nested deeper than %d", MAX_GROUPS);
         int a = parse_alt(r);
+        r->nest--;
         if (a < 0) return -1;
         if (*r->p != ')') return perr(r, JRE_UNSUPPORTED, "unbalanced parenthesis");
         r->p++;
@@ -787,6 +792,10 @@ static int nfa_to_dfa(nfa *a, int start, int match, jre_dfa *out, char *why, siz
 
 int jre_compile(const char *pattern, jre_dfa *out, char *why, size_t cap) {
     memset(out, 0, sizeof *out);
+    if (strlen(pattern) > MAX_PATTERN) {
+        snprintf(why, cap, "longer than %d bytes", MAX_PATTERN);
+        return JRE_TOO_BIG;
+    }
     rparse r = {.p = pattern, .why = why, .cap = cap};
     int root = parse_alt(&r);
     if (root >= 0 && *r.p) root = perr(&r, JRE_UNSUPPORTED, "unbalanced parenthesis");

@@ -38,10 +38,13 @@ typedef struct cctx {
     int n_memo, cap_memo;
     char notes[MAX_NOTES][160];
     int n_notes, n_more;
+    int nest; /* subschemas being compiled, one inside the other */
     char *why;
     size_t cap;
     int failed;
 } cctx;
+
+#define MAX_NEST 128 /* subschema nesting (the compiler recurses on it) */
 
 static int fail(cctx *c, const char *fmt, ...) {
     if (c->failed) return -1;
@@ -198,6 +201,7 @@ static void note_keywords(cctx *c, const json_t *sch, const char *path) {
     const char *k;
     const json_t *v;
     json_object_foreach((json_t *)sch, k, v) if (in_list(UNENFORCED, k)) note(c, "%s at %s", k, path);
+    if (json_object_get(sch, JSM_ONEOF_CUT)) note(c, "oneOf at %s (allOf of oneOfs: only the first 64 combinations)", path);
 }
 
 /* Constraining keywords of sch other than `except` (and nullable). */
@@ -411,8 +415,18 @@ static int compile_distributed(cctx *c, const json_t *sch, const char *kw, const
     return id;
 }
 
+static int compile_one(cctx *c, const json_t *sch, const char *path);
+
 static int compile(cctx *c, const json_t *sch, const char *path) {
     if (c->failed) return -1;
+    if (c->nest >= MAX_NEST) return fail(c, "schema nests deeper than %d subschemas at %s", MAX_NEST, path);
+    c->nest++;
+    int id = compile_one(c, sch, path);
+    c->nest--;
+    return id;
+}
+
+static int compile_one(cctx *c, const json_t *sch, const char *path) {
     if (json_is_true(sch)) return node_new(c, JS_ANY);
     if (json_is_false(sch)) return never_node(c);
     if (!json_is_object(sch)) return fail(c, "a schema must be an object or a boolean at %s", path);

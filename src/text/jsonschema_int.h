@@ -101,6 +101,7 @@ struct json_schema {
 };
 
 /* jsonschema_merge.c: allOf as one schema, and $ref lookup. */
+#define JSM_ONEOF_CUT "x-strata-oneOf-cut" /* a merged oneOf kept only 64 of its pairs */
 json_t *jsm_merge(const json_t *doc, const json_t *a, const json_t *b);
 const json_t *jsm_resolve_ref(const json_t *doc, const char *ref);
 

@@ -167,7 +167,11 @@ static void merge_key(json_t *dst, const char *k, const json_t *v) {
     else if (!strcmp(k, "pattern") || !strcmp(k, "format") || !strcmp(k, "multipleOf")) accumulate(dst, k, v);
     else if (!strcmp(k, "items") || !strcmp(k, "additionalProperties") || !strcmp(k, "propertyNames"))
         json_object_set_new(dst, k, all_of(cur, v));
-    else if (!strcmp(k, "anyOf") || !strcmp(k, "oneOf")) json_object_set_new(dst, k, pairs(cur, v));
+    else if (!strcmp(k, "anyOf") || !strcmp(k, "oneOf")) {
+        if (json_array_size(cur) * json_array_size(v) > 64 && k[0] == 'o') /* cut: the compiler reports it */
+            json_object_set_new(dst, JSM_ONEOF_CUT, json_true());
+        json_object_set_new(dst, k, pairs(cur, v));
+    }
     else if (in(LOWER, k) && json_is_number(cur) && json_is_number(v)) {
         if (json_number_value(v) > json_number_value(cur)) json_object_set(dst, k, (json_t *)v);
     } else if (in(UPPER, k) && json_is_number(cur) && json_is_number(v)) {
