@@ -11,9 +11,10 @@
  * points), pattern (ECMA-262, search semantics: jsonregex.h), format
  * (date-time, date, time, email, uuid, ipv4, ipv6, uri), enum and const
  * (any values), minimum, maximum, exclusiveMinimum, exclusiveMaximum,
- * anyOf and oneOf, allOf (merged into one schema), $ref to "#" or any
- * local JSON pointer ("#/$defs/..", "#/definitions/..", ...), recursive
- * refs included (targets are shared nodes).
+ * multipleOf (a whole number, on integers), anyOf and oneOf, allOf
+ * (merged into one schema), $ref to "#" or any local JSON pointer
+ * ("#/$defs/..", "#/definitions/..", ...), recursive refs included
+ * (targets are shared nodes).
  *
  * Narrowings (every output still validates; some valid values cannot be
  * written): an object with properties takes only those keys (whatever
@@ -30,10 +31,10 @@
  *
  * Not enforced, and not refused: any other validation keyword (not,
  * if/then/else, patternProperties, uniqueItems, contains, prefixItems,
- * tuple items, multipleOf, dependent*, unevaluated*), unknown formats,
- * patterns the automaton cannot express (lookaround, backreferences,
- * \b) and a oneOf whose written branch is not shown to exclude the
- * others. They compile as annotations and are listed by
+ * tuple items, a fractional multipleOf, dependent*, unevaluated*),
+ * unknown formats, patterns the automaton cannot express (lookaround,
+ * backreferences, \b) and a oneOf whose written branch is not shown to
+ * exclude the others. They compile as annotations and are listed by
  * json_schema_unenforced. Compile fails only for malformed schemas, the
  * size limits, and schemas no object satisfies. */
 #ifndef STRATA_JSONSCHEMA_H
