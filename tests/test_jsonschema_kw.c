@@ -454,3 +454,33 @@ TEST(real_jsonschema_kw_speed) {
     json_vocab_free(v);
     tok_free(t);
 }
+
+/* Tool parameters are documents of their own: their "#/$defs/.." and "#"
+ * refs resolve inside them, not in the wrapper the tool formats build
+ * (pydantic puts $defs in every model with a nested one). */
+TEST(jsonschema_kw_tool_refs_resolve_in_parameters) {
+    const char *tools_text =
+        "[{\"type\":\"function\",\"function\":{\"name\":\"plan\",\"parameters\":{\"type\":\"object\","
+        "\"properties\":{\"steps\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/Step\"}},\"sub\":{\"$ref\":\"#\"}},"
+        "\"required\":[\"steps\"],\"$defs\":{\"Step\":{\"type\":\"object\",\"properties\":{\"run\":{\"type\":\"string\","
+        "\"pattern\":\"^[a-z]+$\"}},\"required\":[\"run\"],\"additionalProperties\":false}}}}},"
+        "{\"name\":\"other\",\"input_schema\":{\"type\":\"object\",\"properties\":{\"x\":{\"$ref\":\"#/definitions/X\"}},"
+        "\"definitions\":{\"X\":{\"enum\":[1,2]}}}}]";
+    json_t *tools = json_loads(tools_text, 0, NULL);
+    char why[512] = "";
+    json_schema *s = json_schema_tools(tools, NULL, 1, why, sizeof why);
+    CHECK_MSG(s != NULL, "%s", why);
+    if (s) {
+        CHECK(accepts(s, "{\"tool_calls\":[{\"name\":\"plan\",\"arguments\":{\"steps\":[{\"run\":\"ab\"}],"
+                         "\"sub\":{\"steps\":[]}}},{\"name\":\"other\",\"arguments\":{\"x\":2}}]}"));
+        CHECK(!accepts(s, "{\"tool_calls\":[{\"name\":\"plan\",\"arguments\":{\"steps\":[{\"run\":\"A\"}]}}]}"));
+        CHECK(!accepts(s, "{\"tool_calls\":[{\"name\":\"plan\",\"arguments\":{\"steps\":[],\"sub\":{}}}]}"));
+        CHECK(!accepts(s, "{\"tool_calls\":[{\"name\":\"other\",\"arguments\":{\"x\":3}}]}"));
+    }
+    json_schema_free(s);
+    s = json_schema_tool_call(tools, "plan", "arguments", why, sizeof why);
+    CHECK_MSG(s != NULL, "%s", why);
+    if (s) CHECK(accepts(s, "{\"name\":\"plan\",\"arguments\":{\"steps\":[{\"run\":\"x\"}]}}"));
+    json_schema_free(s);
+    json_decref(tools);
+}

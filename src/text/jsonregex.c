@@ -13,6 +13,7 @@
  * Does not: capture, or match anything but whole strings. */
 #include "text/jsonregex.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -790,7 +791,7 @@ static int nfa_to_dfa(nfa *a, int start, int match, jre_dfa *out, char *why, siz
     return rc;
 }
 
-int jre_compile(const char *pattern, jre_dfa *out, char *why, size_t cap) {
+static int compile_uncached(const char *pattern, jre_dfa *out, char *why, size_t cap) {
     memset(out, 0, sizeof *out);
     if (strlen(pattern) > MAX_PATTERN) {
         snprintf(why, cap, "longer than %d bytes", MAX_PATTERN);
@@ -812,6 +813,82 @@ int jre_compile(const char *pattern, jre_dfa *out, char *why, size_t cap) {
         free(a.st);
     }
     free(r.node), free(r.range);
+    return rc;
+}
+
+/* ---- a process-wide cache: clients send the same tool schemas with every
+ * request, so each pattern is compiled once (results and refusals). */
+
+#define CACHE_ENTRIES 256
+#define CACHE_BYTES (64u << 20)
+
+typedef struct cache_entry {
+    char *pattern;
+    int rc;
+    char why[96];
+    jre_dfa d;
+    size_t bytes;
+} cache_entry;
+
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static cache_entry cache[CACHE_ENTRIES];
+static int cache_next; /* the slot replaced next (oldest first) */
+static size_t cache_bytes;
+
+static size_t dfa_bytes(const jre_dfa *d) { return (size_t)d->n * (256 * sizeof(uint16_t) + 2 + sizeof(uint64_t)); }
+
+static void dfa_copy(jre_dfa *dst, const jre_dfa *src) {
+    dst->n = src->n;
+    dst->next = xmalloc(sizeof(uint16_t) * 256 * (size_t)src->n);
+    dst->acc = xmalloc((size_t)src->n), dst->inf = xmalloc((size_t)src->n);
+    dst->len = xmalloc(sizeof(uint64_t) * (size_t)src->n);
+    memcpy(dst->next, src->next, sizeof(uint16_t) * 256 * (size_t)src->n);
+    memcpy(dst->acc, src->acc, (size_t)src->n), memcpy(dst->inf, src->inf, (size_t)src->n);
+    memcpy(dst->len, src->len, sizeof(uint64_t) * (size_t)src->n);
+}
+
+/* A hit copies the entry into out; returns 1 (rc and why set), else 0. */
+static int cache_get(const char *pattern, jre_dfa *out, int *rc, char *why, size_t cap) {
+    int hit = 0;
+    pthread_mutex_lock(&cache_lock);
+    for (int i = 0; i < CACHE_ENTRIES && !hit; i++) {
+        const cache_entry *e = &cache[i];
+        if (!e->pattern || strcmp(e->pattern, pattern)) continue;
+        hit = 1, *rc = e->rc;
+        if (e->rc == JRE_OK) dfa_copy(out, &e->d);
+        else snprintf(why, cap, "%s", e->why);
+    }
+    pthread_mutex_unlock(&cache_lock);
+    return hit;
+}
+
+static void cache_put(const char *pattern, const jre_dfa *d, int rc, const char *why) {
+    size_t bytes = rc == JRE_OK ? dfa_bytes(d) : 0;
+    if (bytes > CACHE_BYTES / 4) return;
+    pthread_mutex_lock(&cache_lock);
+    cache_entry *e = &cache[cache_next];
+    for (int tries = 0; tries < CACHE_ENTRIES && (e->pattern && cache_bytes + bytes > CACHE_BYTES); tries++) {
+        free(e->pattern), jre_free(&e->d), cache_bytes -= e->bytes; /* oldest out until it fits */
+        memset(e, 0, sizeof *e);
+        cache_next = (cache_next + 1) % CACHE_ENTRIES;
+        e = &cache[cache_next];
+    }
+    if (e->pattern) free(e->pattern), jre_free(&e->d), cache_bytes -= e->bytes;
+    memset(e, 0, sizeof *e);
+    e->pattern = xstrdup(pattern), e->rc = rc, e->bytes = bytes;
+    snprintf(e->why, sizeof e->why, "%s", rc ? why : "");
+    if (rc == JRE_OK) dfa_copy(&e->d, d);
+    cache_bytes += bytes;
+    cache_next = (cache_next + 1) % CACHE_ENTRIES;
+    pthread_mutex_unlock(&cache_lock);
+}
+
+int jre_compile(const char *pattern, jre_dfa *out, char *why, size_t cap) {
+    int rc;
+    memset(out, 0, sizeof *out);
+    if (cache_get(pattern, out, &rc, why, cap)) return rc;
+    rc = compile_uncached(pattern, out, why, cap);
+    cache_put(pattern, out, rc, why);
     return rc;
 }
 

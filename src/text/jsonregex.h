@@ -46,7 +46,9 @@ typedef struct jre_dfa {
 
 /* Compiles pattern (UTF-8, NUL-terminated). JRE_OK, or an error with why
  * set: JRE_UNSUPPORTED (a construct above, or a syntax error),
- * JRE_TOO_BIG, JRE_EMPTY (no string matches). */
+ * JRE_TOO_BIG, JRE_EMPTY (no string matches). Thread-safe; results are
+ * kept in a process-wide cache by pattern text (256 patterns, 64 MiB), so
+ * a pattern sent with every request is compiled once. */
 int jre_compile(const char *pattern, jre_dfa *out, char *why, size_t cap);
 
 /* The strings both match (same errors as jre_compile). */

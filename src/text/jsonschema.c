@@ -30,7 +30,8 @@
 
 typedef struct cctx {
     json_schema *s;
-    const json_t *doc;      /* the whole schema, for $ref */
+    const json_t *doc;      /* the whole schema */
+    const json_t *base;     /* the resource local $refs resolve in: doc, or the nearest subschema with an $id */
     json_t **enum_vals;     /* per node: its allowed values (JS_DISC uses them) */
     int cap_nodes, cap_prop, cap_trie, cap_disc, cap_str, cap_dfa;
     const json_t **memo;    /* $ref targets compiled so far ... */
@@ -286,7 +287,7 @@ static int child(cctx *c, const json_t *sch, const char *path, const char *fmt, 
 static int compile_ref(cctx *c, const json_t *sch, const char *path) {
     const char *ref = json_string_value(json_object_get(sch, "$ref"));
     if (!ref) return fail(c, "'$ref' must be a string at %s", path);
-    const json_t *t = jsm_resolve_ref(c->doc, ref);
+    const json_t *t = jsm_resolve_ref(c->base, ref);
     if (!t) return fail(c, "unresolvable $ref '%s' at %s (only local ones: #, #/$defs/NAME, #/definitions/NAME, ...)", ref, path);
     for (int i = 0; i < c->n_memo; i++)
         if (c->memo[i] == t) return c->memo_node[i];
@@ -374,18 +375,18 @@ static int compile_merged(cctx *c, const json_t *sch, const char *path) {
     json_t *m = json_deep_copy(sch), *all = json_object_get(m, "allOf"), *v;
     json_incref(all);
     json_object_del(m, "allOf");
-    json_t *base = json_object(), *r = jsm_merge(c->doc, base, m);
+    json_t *base = json_object(), *r = jsm_merge(c->base, base, m);
     json_decref(base), json_decref(m);
     size_t i;
     json_array_foreach(all, i, v) {
-        json_t *n = r ? jsm_merge(c->doc, r, v) : NULL;
+        json_t *n = r ? jsm_merge(c->base, r, v) : NULL;
         json_decref(r);
         r = n;
     }
     json_decref(all);
     if (!r) return fail(c, "allOf/$ref at %s expands without end (a recursive $ref beside other keywords)", path);
     const char *ref = json_string_value(json_object_get(r, "$ref"));
-    if (ref && !jsm_resolve_ref(c->doc, ref)) {
+    if (ref && !jsm_resolve_ref(c->base, ref)) {
         json_decref(r);
         return fail(c, "unresolvable $ref '%s' at %s (only local ones: #, #/$defs/NAME, #/definitions/NAME, ...)", ref, path);
     }
@@ -402,7 +403,7 @@ static int compile_distributed(cctx *c, const json_t *sch, const char *kw, const
     json_object_del(rest, kw);
     size_t i;
     json_array_foreach(json_object_get(sch, kw), i, b) {
-        json_t *m = jsm_merge(c->doc, rest, b);
+        json_t *m = jsm_merge(c->base, rest, b);
         if (!m) {
             json_decref(rest), json_decref(branches);
             return fail(c, "%s at %s expands without end", kw, path);
@@ -420,9 +421,12 @@ static int compile_one(cctx *c, const json_t *sch, const char *path);
 static int compile(cctx *c, const json_t *sch, const char *path) {
     if (c->failed) return -1;
     if (c->nest >= MAX_NEST) return fail(c, "schema nests deeper than %d subschemas at %s", MAX_NEST, path);
+    const json_t *base = c->base;
+    if (json_is_string(json_object_get(sch, "$id"))) c->base = sch; /* a resource of its own (merged copies have none) */
     c->nest++;
     int id = compile_one(c, sch, path);
     c->nest--;
+    c->base = base;
     return id;
 }
 
@@ -1184,7 +1188,7 @@ static int root_takes_object(const json_schema *s) {
 }
 
 json_schema *json_schema_compile(const json_t *schema, char *why, size_t cap) {
-    cctx c = {.doc = schema, .why = why, .cap = cap};
+    cctx c = {.doc = schema, .base = schema, .why = why, .cap = cap};
     c.s = xcalloc(1, sizeof *c.s);
     atomic_init(&c.s->refs, 1);
     int root = compile(&c, schema, "#");
@@ -1221,6 +1225,8 @@ static json_t *call_schema(const json_t *tool, const char *args_key) {
     const json_t *params = json_object_get(fn, "parameters");
     if (!params || json_is_null(params)) params = json_object_get(fn, "input_schema");
     json_t *args = params && !json_is_null(params) ? json_deep_copy(params) : json_pack("{s:s}", "type", "object");
+    if (json_is_object(args) && !json_object_get(args, "$id")) /* its own resource: its "#/$defs/.." refs resolve in it */
+        json_object_set_new(args, "$id", json_string("strata:tool-parameters"));
     return json_pack("{s:s,s:{s:{s:O},s:o},s:[s,s],s:b}", "type", "object", "properties", "name", "const",
                      json_object_get(fn, "name"), args_key, args, "required", "name", args_key,
                      "additionalProperties", 0);

@@ -160,7 +160,7 @@ static json_t *pairs(const json_t *x, const json_t *y) {
 
 static void merge_key(json_t *dst, const char *k, const json_t *v) {
     const json_t *cur = json_object_get(dst, k);
-    if (!strcmp(k, "properties") || !strcmp(k, "enum") || !strcmp(k, "const")) return; /* done apart */
+    if (!strcmp(k, "properties") || !strcmp(k, "enum") || !strcmp(k, "const") || !strcmp(k, "$id")) return; /* done apart */
     if (!strcmp(k, "required")) union_required(dst, v);
     else if (!cur) json_object_set(dst, k, (json_t *)v);
     else if (!strcmp(k, "type")) json_object_set_new(dst, k, merge_type(cur, v));
@@ -201,6 +201,7 @@ static json_t *merge(const json_t *doc, const json_t *a, const json_t *b, int de
     }
     if (json_is_false(a) || json_is_false(b)) return json_false();
     json_t *dst = json_is_object(a) ? json_deep_copy(a) : json_object();
+    json_object_del(dst, "$id"); /* a merged copy is no resource: its refs resolve where it came from */
     if (!json_is_object(b)) return dst;
     if (json_is_string(json_object_get(dst, "$ref"))) { /* a's own $ref: expand it too */
         json_t *empty = json_object(), *r = merge(doc, empty, dst, depth + 1);

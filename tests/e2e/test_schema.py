@@ -246,3 +246,23 @@ def test_anthropic_call_cut_by_max_tokens_is_returned_as_generated(real, max_tok
     uses = [b for b in m["content"] if b["type"] == "tool_use"]
     assert len(uses) == 1 and uses[0]["name"] == "get_weather" and isinstance(uses[0]["input"], dict), m
     assert set(uses[0]["input"]) <= {"city", "unit"}, m
+
+
+def test_tool_parameters_with_defs(real):
+    # pydantic-style parameters ($defs and "#/$defs/.." refs inside them) resolve in the tool's own schema.
+    params = {"type": "object", "properties": {"pets": {"type": "array", "maxItems": 2, "items": {"$ref": "#/$defs/Pet"}}},
+              "required": ["pets"], "additionalProperties": False,
+              "$defs": {"Pet": {"type": "object", "properties": {"kind": {"enum": ["dog", "cat"]},
+                                                                 "name": {"type": "string", "pattern": "^[A-Z][a-z]+$", "maxLength": 12}},
+                                "required": ["kind", "name"], "additionalProperties": False}}}
+    tool = {"type": "function", "function": {"name": "adopt", "parameters": params}}
+    c = oai(real)
+    for seed in range(3):
+        ch = c.chat.completions.create(model="", messages=[{"role": "user", "content": "Adopt two pets."}], tools=[tool],
+                                       tool_choice="required", temperature=0.8, seed=seed, max_tokens=120).choices[0]
+        if ch.finish_reason == "length":
+            continue
+        assert ch.finish_reason == "tool_calls", ch
+        jsonschema.validate(json.loads(ch.message.tool_calls[0].function.arguments), params)
+        return
+    pytest.fail("no call finished in 3 seeds")
