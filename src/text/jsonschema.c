@@ -387,11 +387,12 @@ static int compile_merged(cctx *c, const json_t *sch, const char *path) {
     if (!r) return fail(c, "allOf/$ref at %s expands without end (a recursive $ref beside other keywords)", path);
     const char *ref = json_string_value(json_object_get(r, "$ref"));
     if (ref && !jsm_resolve_ref(c->base, ref)) {
-        json_decref(r);
-        return fail(c, "unresolvable $ref '%s' at %s (only local ones: #, #/$defs/NAME, #/definitions/NAME, ...)", ref, path);
+        fail(c, "unresolvable $ref '%s' at %s (only local ones: #, #/$defs/NAME, #/definitions/NAME, ...)", ref, path);
+        json_decref(r); /* after: ref points into r */
+        return -1;
     }
     int id = json_is_object(r) && (json_object_get(r, "allOf") || json_object_get(r, "$ref"))
-                 ? fail(c, "allOf/$ref at %s could not be merged", path)
+                 ? fail(c, "allOf/$ref at %s could not be merged (a malformed allOf or $ref in a branch)", path)
                  : compile(c, r, path);
     json_decref(r);
     return id;
@@ -437,7 +438,9 @@ static int compile_one(cctx *c, const json_t *sch, const char *path) {
     note_keywords(c, sch, path);
     const json_t *all = json_object_get(sch, "allOf");
     if (all && !json_is_array(all)) return fail(c, "'allOf' must be an array at %s", path);
-    if (all || (json_object_get(sch, "$ref") && n_constraints(sch, "$ref"))) return compile_merged(c, sch, path);
+    const json_t *ref = json_object_get(sch, "$ref");
+    if (ref && !json_is_string(ref)) return fail(c, "'$ref' must be a string at %s", path);
+    if (all || (ref && n_constraints(sch, "$ref"))) return compile_merged(c, sch, path);
     if (json_object_get(sch, "$ref")) return compile_ref(c, sch, path);
     const char *kw = json_object_get(sch, "anyOf") ? "anyOf" : json_object_get(sch, "oneOf") ? "oneOf" : NULL;
     if (kw) {
