@@ -261,13 +261,15 @@ static const char *const STRINGS =
     "\"name\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":8},"
     "\"mail\":{\"type\":\"string\",\"format\":\"email\",\"maxLength\":40},"
     "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"pattern\":\"^#\\\\w+$\",\"maxLength\":10},\"maxItems\":3},"
-    "\"note\":{\"type\":\"string\",\"maxLength\":30}},"
+    "\"note\":{\"type\":\"string\",\"maxLength\":30},"
+    "\"city\":{\"type\":\"string\",\"pattern\":\"^[^0-9]+$\",\"maxLength\":20}},"
     "\"required\":[\"id\",\"when\",\"name\"],\"additionalProperties\":false}";
 
 static const char *const STR_PREFIXES[] = {
     "{\"id\":\"", "{\"id\":\"ab-", "{\"id\":\"abcdefghijk", "{\"when\":\"20", "{\"when\":\"2024-0", "{\"when\":\"2024-02-2",
     "{\"when\":\"2024-01-01T23:59:59", "{\"name\":\"", "{\"name\":\"x", "{\"name\":\"abcdefg", "{\"name\":\"\\",
-    "{\"mail\":\"a@b", "{\"tags\":[\"#", "{\"note\":\"", "{\"note\":\"\xc3", "{\"note\":\"abcdefghijabcdefghijabcdefghi"};
+    "{\"mail\":\"a@b", "{\"tags\":[\"#", "{\"note\":\"", "{\"note\":\"\xc3", "{\"note\":\"abcdefghijabcdefghijabcdefghi",
+    "{\"city\":\"Z\xc3", "{\"city\":\"\xe2\x82", "{\"city\":\"abcdefghijklmnopqrs", "{\"city\":\"a\\"};
 
 static void check_string_prefixes(const char *model) {
     tokenizer *t = test_load_tokenizer(model);
@@ -315,6 +317,7 @@ static int strings_valid(const json_t *o, char *why, size_t cap) {
         else if (!strcmp(k, "name")) ok = sv && cps(sv) >= 2 && cps(sv) <= 8;
         else if (!strcmp(k, "mail")) ok = sv && pcre_ok("^[^@\\s]+@[^@\\s]+$", sv) && cps(sv) <= 40;
         else if (!strcmp(k, "note")) ok = sv && cps(sv) <= 30;
+        else if (!strcmp(k, "city")) ok = sv && pcre_ok("^[^0-9]+$", sv) && cps(sv) <= 20;
         else if (!strcmp(k, "tags")) {
             size_t i;
             const json_t *e;

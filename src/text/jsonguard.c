@@ -533,6 +533,7 @@ struct json_guard {
     json_schema *schema; /* a reference, or NULL: any JSON object */
     jg_full st;
     jg_full *path; /* walk scratch: the state after each depth */
+    jg_str_state *spath; /* the same inside a constrained string (walk_string) */
     mask_slot slot[CACHE_SLOTS];
     int next_slot;
 };
@@ -551,6 +552,7 @@ json_guard *json_guard_new_schema(const json_vocab *v, json_schema *schema) {
     g->st = state_initial();
     if (!v) return g;
     g->path = xmalloc(sizeof(jg_full) * (size_t)(v->max_depth + 1));
+    g->spath = xmalloc(sizeof(jg_str_state) * (size_t)(v->max_depth + 1));
     for (int i = 0; i < CACHE_SLOTS; i++) g->slot[i].bits = xmalloc(v->words * sizeof(uint64_t));
     return g;
 }
@@ -562,6 +564,7 @@ void json_guard_free(json_guard *g) {
     for (int i = 0; i < CACHE_SLOTS; i++) free(g->slot[i].bits);
     json_schema_free(g->schema);
     free(g->path);
+    free(g->spath);
     free(g);
 }
 
@@ -569,17 +572,17 @@ int json_guard_done(const json_guard *g) { return g->st.syn.mode == JG_DONE; }
 
 static void set_bit(uint64_t *bits, int32_t id) { bits[id >> 6] |= 1ull << (id & 63); }
 
-/* Carries the state down the trie in one pass over the preorder nodes:
- * path[d-1] is the state before a depth-d node's byte. Returns the count
- * of allowed tokens, set in bits. */
-static int walk_trie(json_guard *g, uint64_t *bits) {
+/* Carries the state down the trie in one pass over the preorder nodes
+ * from..to (a whole subtree, or the whole trie): path[d-1] is the state
+ * before a depth-d node's byte. Returns the count of allowed tokens, set
+ * in bits. */
+static int walk_range(json_guard *g, uint64_t *bits, uint32_t from, uint32_t to) {
     const json_vocab *v = g->v;
     const uint8_t *byte = v->byte;
     const uint16_t *depth = v->depth;
     int count = 0;
     const json_schema *sch = g->schema;
-    jg_copy(&g->path[0], &g->st);
-    for (uint32_t i = 0; i < v->n_nodes;) {
+    for (uint32_t i = from; i < to;) {
         jg_full *s = &g->path[depth[i]];
         jg_copy(s, &g->path[depth[i] - 1]);
         if (!(sch ? jg_schema_step(sch, s, byte[i]) : jg_step(&s->syn, byte[i]))) {
@@ -591,6 +594,47 @@ static int walk_trie(json_guard *g, uint64_t *bits) {
         i++;
     }
     return count;
+}
+
+/* Inside a constrained string (a pattern or format: no bitmap shortcut)
+ * only the syntax, automaton state and character count change, so the
+ * walk carries those 24 bytes instead of whole states; a closing quote
+ * hands its subtree to walk_range with the whole state rebuilt. */
+static int walk_string(json_guard *g, uint64_t *bits) {
+    const json_vocab *v = g->v;
+    const uint8_t *byte = v->byte;
+    const uint16_t *depth = v->depth;
+    jg_str_state *sp = g->spath;
+    int count = 0, sc = g->st.sc;
+    sp[0] = (jg_str_state){g->st.syn, g->st.q, g->st.nch};
+    for (uint32_t i = 0; i < v->n_nodes;) {
+        int d = depth[i];
+        jg_str_state x = sp[d - 1];
+        if (x.syn.mode == JG_STR && byte[i] == '"') {
+            jg_full *f = &g->path[d - 1];
+            jg_copy(f, &g->st);
+            f->syn = x.syn, f->q = x.q, f->nch = x.nch;
+            count += walk_range(g, bits, i, v->skip[i]);
+            i = v->skip[i];
+            continue;
+        }
+        if (!jg_string_step(g->schema, sc, &x, byte[i])) {
+            i = v->skip[i];
+            continue;
+        }
+        sp[d] = x;
+        for (uint32_t k = v->tstart[i]; k < v->tstart[i + 1]; k++) set_bit(bits, v->order[k]);
+        count += (int)(v->tstart[i + 1] - v->tstart[i]);
+        i++;
+    }
+    return count;
+}
+
+static int walk_trie(json_guard *g, uint64_t *bits) {
+    const jg_full *st = &g->st;
+    if (g->schema && st->sc && !st->lit && st->syn.mode >= JG_STR && st->syn.mode <= JG_UTF8) return walk_string(g, bits);
+    jg_copy(&g->path[0], &g->st);
+    return walk_range(g, bits, 0, g->v->n_nodes);
 }
 
 /* Inside plain string text: the plain tokens, and each other one checked

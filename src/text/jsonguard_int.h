@@ -94,6 +94,18 @@ int jg_step(jg_state *s, unsigned c);
  * then garbage (callers step a copy). */
 int jg_schema_step(const json_schema *s, jg_full *st, unsigned c);
 
+/* Inside a constrained string only these fields change, byte by byte
+ * (the mask walk carries them alone there: jsonguard.c). */
+typedef struct jg_str_state {
+    jg_state syn;
+    uint16_t q;
+    uint32_t nch;
+} jg_str_state;
+
+/* A byte inside a string held to js_str sc (1-based), schema then syntax,
+ * as jg_schema_step takes it; not the closing quote. 0 if refused. */
+int jg_string_step(const json_schema *s, int sc, jg_str_state *x, unsigned c);
+
 /* Is the current string free text (no key or enum to match, no string
  * constraint), so that the plain-token shortcut applies? */
 static inline int jg_plain_string(const jg_full *st) { return st->syn.mode == JG_STR && !st->lit && !st->sc; }

@@ -214,42 +214,54 @@ static void string_begin(jg_full *st, int str) {
 
 /* Can the automaton take decoded byte b (a new character: n is the count
  * with it) and still end in a match of the right length? */
-static int dfa_byte(const js_str *k, const jre_dfa *d, jg_full *st, unsigned b, uint32_t n) {
-    uint16_t q = d->next[(size_t)st->q * 256 + b];
+static int dfa_byte(const js_str *k, const jre_dfa *d, jg_str_state *x, unsigned b, uint32_t n) {
+    uint16_t q = d->next[(size_t)x->q * 256 + b];
     if (!jre_viable(d, q, n, k->min, k->max)) return 0;
-    st->q = q;
-    st->nch = counted(k, n);
+    x->q = q;
+    x->nch = counted(k, n);
     return 1;
 }
 
-/* A byte inside a constrained string (pre-state st). Characters are
- * counted at their first byte, an escape at its '\\' (a surrogate pair
- * once); the automaton reads the decoded bytes, so under a pattern or
- * format an escape is one of the one-letter ones (\u is not written). */
-static int constrained_byte(const json_schema *s, jg_full *st, unsigned c) {
-    const js_str *k = &s->str[st->sc - 1];
+/* A byte inside a string held to js_str sc (1-based), before the syntax
+ * steps x->syn. Characters are counted at their first byte, an escape at
+ * its '\\' (a surrogate pair once); the automaton reads the decoded bytes,
+ * so under a pattern or format an escape is one of the one-letter ones
+ * (\u is not written). */
+static int str_byte(const json_schema *s, int sc, jg_str_state *x, unsigned c) {
+    const js_str *k = &s->str[sc - 1];
     const jre_dfa *d = k->dfa >= 0 ? &s->dfa[k->dfa] : NULL;
-    int mode = st->syn.mode;
+    int mode = x->syn.mode;
     if (mode == JG_STR) {
-        if (c == '"') return st->nch >= k->min && (!d || d->acc[st->q]);
+        if (c == '"') return x->nch >= k->min && (!d || d->acc[x->q]);
         if (c >= 0x80 && c < 0xC0) return 1; /* the syntax refuses it */
-        if (st->nch >= k->max) return 0;
-        if (!d) return st->nch = counted(k, st->nch + 1), 1;
-        if (c != '\\') return dfa_byte(k, d, st, c, st->nch + 1);
+        if (x->nch >= k->max) return 0;
+        if (!d) return x->nch = counted(k, x->nch + 1), 1;
+        if (c != '\\') return dfa_byte(k, d, x, c, x->nch + 1);
         static const char ESC[] = "\"\\/bfnrt";
         for (int i = 0; ESC[i]; i++) { /* some escape must continue */
-            jg_full t = *st;
-            if (dfa_byte(k, d, &t, (unsigned)escape_byte((unsigned char)ESC[i]), st->nch + 1)) return st->nch = counted(k, st->nch + 1), 1;
+            jg_str_state t = *x;
+            if (dfa_byte(k, d, &t, (unsigned)escape_byte((unsigned char)ESC[i]), x->nch + 1)) return x->nch = counted(k, x->nch + 1), 1;
         }
         return 0;
     }
     if (!d) return 1;
-    if (mode == JG_UTF8) return dfa_byte(k, d, st, c, st->nch);
+    if (mode == JG_UTF8) return dfa_byte(k, d, x, c, x->nch);
     if (mode == JG_ESC) {
         int b = escape_byte(c);
-        return b >= 0 && dfa_byte(k, d, st, (unsigned)b, st->nch);
+        return b >= 0 && dfa_byte(k, d, x, (unsigned)b, x->nch);
     }
     return 0; /* \u: not under an automaton */
+}
+
+static int constrained_byte(const json_schema *s, jg_full *st, unsigned c) {
+    jg_str_state x = {st->syn, st->q, st->nch};
+    if (!str_byte(s, st->sc, &x, c)) return 0;
+    st->q = x.q, st->nch = x.nch;
+    return 1;
+}
+
+int jg_string_step(const json_schema *s, int sc, jg_str_state *x, unsigned c) {
+    return str_byte(s, sc, x, c) && jg_step(&x->syn, c);
 }
 
 /* ---- values, keys, containers ------------------------------------------------ */
