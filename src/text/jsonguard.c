@@ -17,7 +17,10 @@
  *      nodes are visited. A token is allowed iff its last node is reached.
  *      Inside a string nearly every token passes, so there the mask is a
  *      precomputed bitmap of "plain" tokens plus a byte-by-byte check of
- *      the few hundred others. Masks are also cached per guard by state,
+ *      the few hundred others (in a string held to lengths only, the
+ *      bitmap filtered by each token's character count; in one held to a
+ *      pattern, a trie walk carrying only the string's state). Masks are
+ *      also cached per guard by state,
  *      since inside a long string the state repeats token after token.
  * Does not: sample, or know about schemas. */
 #include "text/jsonguard.h"

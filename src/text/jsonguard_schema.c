@@ -8,14 +8,17 @@
  *     written (a bitmask: each once; '}' needs every required one) and a
  *     count of keys or items (min/max);
  *   - for the value being written: its node, a trie position while a key
- *     or enum value is matched, and the integer part of a bounded number;
+ *     or enum value is matched, the integer part of a bounded number, and
+ *     in a constrained string its automaton state and character count;
  *   - `free`: inside a value of any shape (a JS_ANY node, an object or
  *     array without constraints), where only the syntax is checked until
  *     the syntax depth comes back to where it began.
  * As in the syntax automaton, a byte is refused as soon as no completion
  * exists (key prefixes of properties not yet written, integer prefixes
- * with no completion in bounds, ',' when no property or item can follow),
- * so an accepted prefix is never a dead end. Does not: compile schemas
+ * with no completion in bounds, ',' when no property or item can follow,
+ * a string byte after which the pattern cannot match within the lengths,
+ * a container or key whose shortest value needs more frames than are
+ * left), so an accepted prefix is never a dead end. Does not: compile schemas
  * (jsonschema.c) or walk the vocabulary (jsonguard.c). */
 #include "text/jsonguard_int.h"
 
