@@ -20,9 +20,9 @@
  *      the few hundred others (in a string held to lengths only, the
  *      bitmap filtered by each token's character count; in one held to a
  *      pattern, a trie walk carrying only the string's state). Masks are
- *      also cached per guard by state,
- *      since inside a long string the state repeats token after token.
- * Does not: sample, or know about schemas. */
+ *      also cached per guard by state, since inside a long string the
+ *      state repeats token after token.
+ * Does not: sample, or know about schemas (jsonguard_schema.c does). */
 #include "text/jsonguard.h"
 
 #include <math.h>
