@@ -89,6 +89,15 @@ static const kw_case CASES[] = {
      "\"items\":{\"$ref\":\"#/$defs/node\"}}},\"required\":[\"v\"],\"additionalProperties\":false}}}",
      {"{\"t\":{\"v\":1}}", "{\"t\":{\"v\":1,\"kids\":[{\"v\":2,\"kids\":[{\"v\":3,\"kids\":[]}]},{\"v\":4}]}}"},
      {"{\"t\":{}}", "{\"t\":{\"v\":1,\"kids\":[{}]}}", "{\"t\":{\"v\":1,\"kids\":[{\"v\":\"x\"}]}}"}},
+    {"{\"$defs\":{\"Node\":{\"type\":\"object\",\"properties\":{\"value\":{\"type\":\"integer\"},"
+     "\"next\":{\"anyOf\":[{\"$ref\":\"#/$defs/Node\"},{\"type\":\"null\"}]}},\"required\":[\"value\",\"next\"]}},"
+     "\"$ref\":\"#/$defs/Node\"}",
+     {"{\"value\":1,\"next\":null}", "{\"value\":1,\"next\":{\"value\":2,\"next\":null}}"},
+     {"{\"value\":1}", "{\"value\":1,\"next\":{\"value\":2}}", "{\"value\":1,\"next\":1}"}},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#/$defs/A\"}},"
+     "\"$defs\":{\"A\":{\"anyOf\":[{\"$ref\":\"#/$defs/A\"},{\"type\":\"string\",\"maxLength\":2}]}}}",
+     {"{\"a\":\"xy\"}", "{}"},
+     {"{\"a\":1}", "{\"a\":\"xyz\"}", "{\"a\":{}}"}},
     {"{\"type\":\"object\",\"properties\":{\"x\":{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
      "\"required\":[\"a\"],\"additionalProperties\":false},{\"type\":\"object\",\"properties\":{\"b\":{\"type\":\"string\"}},"
      "\"required\":[\"b\"],\"additionalProperties\":false}]},\"y\":{\"anyOf\":[{\"type\":\"string\"},{\"enum\":[\"q\",1]}]}}}",

@@ -97,6 +97,15 @@ HAND = [
     obj({"expr": {"$ref": "#/definitions/expr"}}, ["expr"], definitions={"expr": {"anyOf": [
         {"type": "integer", "minimum": -100, "maximum": 100},
         obj({"op": {"enum": ["+", "-", "*"]}, "args": {"type": "array", "minItems": 2, "maxItems": 2, "items": {"$ref": "#/definitions/expr"}}}, ["op", "args"])]}}),
+    # pydantic Optional[Self]: recursion through anyOf [$ref, null]
+    {"$defs": {"Node": {"type": "object", "properties": {"value": {"type": "integer", "minimum": 0, "maximum": 99},
+                                                         "next": {"anyOf": [{"$ref": "#/$defs/Node"}, {"type": "null"}], "default": None}},
+                        "required": ["value", "next"], "additionalProperties": False}},
+     "type": "object", "properties": {"head": {"$ref": "#/$defs/Node"}}, "required": ["head"]},
+    {"$defs": {"Comment": {"type": "object", "properties": {"text": {"type": "string", "maxLength": 30},
+                                                            "replies": {"anyOf": [{"type": "array", "maxItems": 2, "items": {"$ref": "#/$defs/Comment"}}, {"type": "null"}]}},
+                           "required": ["text"]}},
+     "$ref": "#/$defs/Comment"},
     # discriminated unions (JSON patch ops)
     obj({"ops": {"type": "array", "maxItems": 3, "items": {"oneOf": [
         obj({"op": {"const": "add"}, "path": {"type": "string", "pattern": "^(/[a-z0-9]+)+$", "maxLength": 20}, "value": {}}, ["op", "path", "value"]),

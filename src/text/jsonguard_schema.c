@@ -50,7 +50,7 @@ static const js_node *node_at(const json_schema *s, int n) { return &s->node[n];
 static int resolve(const json_schema *s, int n, int slot) {
     static const int BITS[JS_N_SLOTS] = {JT_OBJ, JT_ARR, JT_STR, JT_INT | JT_NUM, JT_BOOL, JT_NULL};
     const js_node *nd = node_at(s, n);
-    if (nd->kind == JS_UNION) {
+    while (nd->kind == JS_UNION) { /* nested through a $ref; the compiler cut cycles */
         if ((n = nd->slot[slot]) == JS_NONE) return JS_NONE;
         nd = node_at(s, n);
     }

@@ -918,10 +918,9 @@ static int disjoint(cctx *c, int p, int o, int slot) {
 static void compute_depths(json_schema *s);
 
 /* Frames a value of node n written as slot needs (after compute_depths). */
-static int slot_mind(const json_schema *s, int n, int slot) {
-    const js_node *nd = &s->node[n];
-    return slot == JS_SLOT_OBJ ? nd->mind_obj : slot == JS_SLOT_ARR ? nd->mind_arr : nd->mind;
-}
+static int slot_need(const json_schema *s, int n, int slot);
+
+static int slot_mind(const json_schema *s, int n, int slot) { return slot_need(s, n, slot); }
 
 /* oneOf over objects that overlap: a copy of the written branch that
  * never writes, for each other branch, one property that branch requires
@@ -1008,6 +1007,49 @@ static int slot_choice(cctx *c, const int *cand, int n, int slot, int one, const
     return pick;
 }
 
+/* The kinds of value (slot bits) a schema's JSON can allow, a superset
+ * (for a union branch whose node is not built yet). */
+static int json_slots(cctx *c, const json_t *sch, int depth) {
+    static const int TYPE_SLOT[7] = {1 << JS_SLOT_OBJ, 1 << JS_SLOT_ARR, 1 << JS_SLOT_STR, 1 << JS_SLOT_NUM,
+                                     1 << JS_SLOT_NUM, 1 << JS_SLOT_BOOL, 1 << JS_SLOT_NULL};
+    const int ALL = (1 << JS_N_SLOTS) - 1;
+    if (json_is_false(sch)) return 0;
+    if (!json_is_object(sch) || depth > 16) return ALL;
+    const json_t *ref = json_object_get(sch, "$ref"), *t = json_object_get(sch, "type"), *v;
+    int bits = ALL;
+    if (json_is_string(ref)) {
+        const json_t *target = jsm_resolve_ref(c->base, json_string_value(ref));
+        bits &= target ? json_slots(c, target, depth + 1) : ALL;
+    }
+    if (t) {
+        int tb = json_is_string(t) ? type_bit(json_string_value(t)) : 0, k = 0;
+        size_t i;
+        json_array_foreach(t, i, v) if (json_is_string(v)) tb |= type_bit(json_string_value(v));
+        for (int b = 0; b < 7; b++) k |= (tb >> b) & 1 ? TYPE_SLOT[b] : 0;
+        if (json_is_true(json_object_get(sch, "nullable"))) k |= 1 << JS_SLOT_NULL;
+        bits &= k;
+    }
+    const char *const KW[2] = {"anyOf", "oneOf"};
+    for (int w = 0; w < 2; w++) {
+        const json_t *br = json_object_get(sch, KW[w]);
+        if (!json_is_array(br)) continue;
+        int u = 0;
+        size_t i;
+        json_array_foreach(br, i, v) u |= json_slots(c, v, depth + 1);
+        bits &= u;
+    }
+    const json_t *all = json_object_get(sch, "allOf");
+    size_t i;
+    json_array_foreach(all, i, v) bits &= json_slots(c, v, depth + 1);
+    return bits;
+}
+
+static int ref_slots(cctx *c, int ref_node) {
+    for (int i = 0; i < c->n_memo; i++)
+        if (c->memo_node[i] == ref_node) return json_slots(c, c->memo[i], 0);
+    return (1 << JS_N_SLOTS) - 1;
+}
+
 static int compile_union(cctx *c, const json_t *branches, const char *kw, const char *path) {
     int n = (int)json_array_size(branches), one = kw[0] == 'o';
     if (n > 64) return fail(c, "schema too large: more than 64 branches in '%s' at %s", kw, path);
@@ -1017,7 +1059,14 @@ static int compile_union(cctx *c, const json_t *branches, const char *kw, const 
         snprintf(idx, sizeof idx, "%d", i);
         int b = child(c, json_array_get(branches, (size_t)i), path, one ? "oneOf/%s" : "anyOf/%s", idx);
         if (b < 0) return -1;
-        if ((b = deref(c->s, b)) < 0) return fail(c, "unsupported $ref at %s: a branch that refers back to its own %s", path, kw);
+        int r = deref(c->s, b);
+        if (r < 0) { /* a $ref whose target is still being compiled (recursion): by the kinds its JSON allows */
+            int bits = ref_slots(c, b);
+            for (int s = 0; s < JS_N_SLOTS; s++)
+                if ((bits >> s) & 1) cand[s][n_cand[s]++] = b;
+            continue;
+        }
+        b = r;
         const js_node *nd = &c->s->node[b];
         if (nd->kind == JS_ANY) {
             if (one && n > 1) note(c, "oneOf at %s (a branch takes any value: held to it, not to only one)", path);
@@ -1046,7 +1095,9 @@ static int compile_union(cctx *c, const json_t *branches, const char *kw, const 
     memcpy(c->s->node[id].slot, slot, sizeof slot);
     for (int s = 0; s < JS_N_SLOTS; s++)
         if (slot[s] != JS_NONE)
-            c->s->node[id].types |= (uint8_t)(s == JS_SLOT_NUM ? c->s->node[slot[s]].types & (JT_INT | JT_NUM) : SLOT_BITS[s]);
+            c->s->node[id].types |= (uint8_t)(s == JS_SLOT_NUM && c->s->node[slot[s]].kind == JS_VALUE
+                                                  ? c->s->node[slot[s]].types & (JT_INT | JT_NUM)
+                                                  : SLOT_BITS[s]);
     return id;
 }
 
@@ -1076,6 +1127,16 @@ static int fix_refs(cctx *c) {
     if (r < 0) return fail(c, "unsupported $ref: a cycle of $refs with no value between");
     s->root = r;
 #undef FIX
+    /* A union slot that leads back to a union on its way (A = anyOf [A, ..]
+     * by a $ref) adds no value: cut it (the least fixed point). */
+    for (int i = 0; i < s->n_nodes; i++) {
+        if (s->node[i].kind != JS_UNION) continue;
+        for (int k = 0; k < JS_N_SLOTS; k++) {
+            int n = s->node[i].slot[k], hops = 0;
+            while (n != JS_NONE && s->node[n].kind == JS_UNION && n != i && hops++ <= s->n_nodes) n = s->node[n].slot[k];
+            if (n == i || hops > s->n_nodes) s->node[i].slot[k] = JS_NONE;
+        }
+    }
     return 0;
 }
 
@@ -1117,6 +1178,21 @@ static int mind_array(const json_schema *s, const js_node *nd) {
     return sat_add(nd->min_items ? s->node[nd->items].mind : 0, 1);
 }
 
+/* Frames a value of kind slot needs under node n (through nested unions
+ * and, during the compile, refs); JS_INF if n takes no such value. */
+static int slot_need(const json_schema *s, int n, int slot) {
+    for (int hops = 0; n != JS_NONE && hops <= s->n_nodes; hops++) {
+        const js_node *nd = &s->node[n];
+        if (nd->kind == JS_UNION) n = nd->slot[slot];
+        else if (nd->kind == JS_REF) n = nd->items;
+        else if (nd->kind == JS_ANY) return 0;
+        else if (nd->kind == JS_DISC) return slot == JS_SLOT_OBJ ? nd->mind_obj : JS_INF;
+        else if (!(nd->types & SLOT_BITS[slot])) return JS_INF;
+        else return slot == JS_SLOT_OBJ ? nd->mind_obj : slot == JS_SLOT_ARR ? nd->mind_arr : 0;
+    }
+    return JS_INF;
+}
+
 /* One node's depths from the current ones; 1 if they changed. */
 static int mind_update(json_schema *s, js_node *nd) {
     int mo = JS_INF, ma = JS_INF, m = JS_INF;
@@ -1127,9 +1203,7 @@ static int mind_update(json_schema *s, js_node *nd) {
         m = t->mind, mo = t->mind_obj, ma = t->mind_arr;
     } else if (nd->kind == JS_UNION) {
         for (int k = 0; k < JS_N_SLOTS; k++) {
-            if (nd->slot[k] == JS_NONE) continue;
-            const js_node *b = &s->node[nd->slot[k]];
-            int v = k == JS_SLOT_OBJ ? b->mind_obj : k == JS_SLOT_ARR ? b->mind_arr : b->mind;
+            int v = slot_need(s, nd->slot[k], k);
             if (k == JS_SLOT_OBJ) mo = v;
             if (k == JS_SLOT_ARR) ma = v;
             m = v < m ? v : m;
@@ -1186,7 +1260,7 @@ static char *unenforced_text(const cctx *c) {
 
 static int root_takes_object(const json_schema *s) {
     const js_node *r = &s->node[s->root];
-    if (r->kind == JS_UNION) return r->slot[JS_SLOT_OBJ] != JS_NONE && s->node[r->slot[JS_SLOT_OBJ]].mind_obj <= JSON_SCHEMA_MAX_DEPTH;
+    if (r->kind == JS_UNION) return slot_need(s, s->root, JS_SLOT_OBJ) <= JSON_SCHEMA_MAX_DEPTH;
     return r->kind == JS_ANY || (r->mind_obj <= JSON_SCHEMA_MAX_DEPTH);
 }
 
@@ -1205,8 +1279,7 @@ json_schema *json_schema_compile(const json_t *schema, char *why, size_t cap) {
         if (r->kind == JS_VALUE && !(r->types & JT_OBJ) && r->enums < 0 && r->types)
             root = fail(&c, "the root schema must allow an object (the reply is one JSON object)");
         else if (!root_takes_object(c.s))
-            root = fail(&c, r->mind_obj < JS_INF || (r->kind == JS_UNION && r->slot[JS_SLOT_OBJ] != JS_NONE &&
-                                                      c.s->node[r->slot[JS_SLOT_OBJ]].mind_obj < JS_INF)
+            root = fail(&c, slot_need(c.s, c.s->root, JS_SLOT_OBJ) < JS_INF
                                 ? "no value of the schema fits in %d nested objects/arrays"
                                 : "no object satisfies the schema (contradicting keywords, or required values no value satisfies)",
                         JSON_SCHEMA_MAX_DEPTH);
