@@ -498,6 +498,7 @@ static int string_automata(cctx *c, const json_t *sch, const char *path, jre_dfa
             const char *text = json_string_value(v), *re = k ? (text ? format_pattern(text) : NULL) : text;
             if (!text) {
                 json_decref(list);
+                if (*have) jre_free(acc), *have = 0;
                 return fail(c, "'%s' must be a string at %s", KW[k], path);
             }
             if (!re) {
