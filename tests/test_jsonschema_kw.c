@@ -117,6 +117,10 @@ static const kw_case CASES[] = {
     {"{\"type\":\"object\",\"propertyNames\":{\"pattern\":\"^[a-z]+$\",\"maxLength\":3},\"additionalProperties\":{\"type\":\"integer\"}}",
      {"{\"ab\":1,\"xyz\":2}", "{}"},
      {"{\"Ab\":1}", "{\"abcd\":1}", "{\"ab\":\"x\"}", "{\"\":1}"}},
+    {"{\"type\":\"object\",\"properties\":{\"m\":{\"type\":\"object\",\"propertyNames\":false},"
+     "\"e\":{\"type\":\"object\",\"propertyNames\":{\"enum\":[\"x\",\"y\"]},\"additionalProperties\":{\"type\":\"integer\"}}}}",
+     {"{\"m\":{}}", "{\"e\":{\"y\":1,\"x\":2}}"},
+     {"{\"m\":{\"a\":1}}", "{\"e\":{\"z\":1}}", "{\"e\":{\"x\":\"s\"}}", "{\"e\":{\"x\":1,\"x\":2}}"}},
     {"{\"type\":\"object\",\"properties\":{\"l\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":1},\"minItems\":1,\"maxItems\":2}}}",
      {"{\"l\":[\"a\"]}", "{\"l\":[\"a\",\"\"]}"},
      {"{\"l\":[]}", "{\"l\":[\"a\",\"b\",\"c\"]}", "{\"l\":[\"ab\"]}"}},

@@ -581,6 +581,7 @@ static int compile_pnames(cctx *c, const json_t *sch, const char *path, const js
     const json_t *pn = json_object_get(sch, "propertyNames");
     *names = NULL;
     if (!pn || json_is_true(pn)) return JS_NONE;
+    if (json_is_false(pn)) return -3; /* no name at all: only {} */
     char sub[512];
     subpath(sub, sizeof sub, path, "%s", "propertyNames");
     if (!json_is_object(pn)) {
@@ -681,6 +682,8 @@ static int compile_object(cctx *c, int id, const json_t *sch, const char *path) 
     if (get_count(c, sch, "minProperties", 0, &nd->min_props, path) ||
         get_count(c, sch, "maxProperties", UINT32_MAX, &nd->max_props, path))
         return -1;
+    if (nd->keys < 0 && nd->min_props > 0) /* keys are not remembered: a repeated one counts twice */
+        note(c, "minProperties at %s (an object of any keys may repeat a key)", path);
     int n_req = __builtin_popcountll(nd->required);
     if (nd->min_props > nd->max_props || (uint32_t)n_req > nd->max_props || (nd->keys >= 0 && nd->min_props > nd->n_props))
         nd->types &= (uint8_t)~JT_OBJ; /* no object: mind says so where it matters */

@@ -33,8 +33,8 @@
  * if/then/else, patternProperties, uniqueItems, contains, prefixItems,
  * tuple items, a fractional multipleOf, dependent*, unevaluated*),
  * unknown formats, patterns the automaton cannot express (lookaround,
- * backreferences, \b) and a oneOf whose written branch is not shown to
- * exclude the others. They compile as annotations and are listed by
+ * backreferences, \b), a oneOf whose written branch is not shown to
+ * exclude the others, and minProperties on an object of any keys. They compile as annotations and are listed by
  * json_schema_unenforced. Compile fails only for malformed schemas, the
  * size limits, and schemas no object satisfies. */
 #ifndef STRATA_JSONSCHEMA_H
