@@ -46,6 +46,7 @@ typedef struct cctx {
 } cctx;
 
 #define MAX_NEST 128 /* subschema nesting (the compiler recurses on it) */
+#define TOOL_ID "strata:tool:" /* $id given to each tool's parameters (call_schema) */
 
 static int fail(cctx *c, const char *fmt, ...) {
     if (c->failed) return -1;
@@ -423,7 +424,13 @@ static int compile(cctx *c, const json_t *sch, const char *path) {
     if (c->failed) return -1;
     if (c->nest >= MAX_NEST) return fail(c, "schema nests deeper than %d subschemas at %s", MAX_NEST, path);
     const json_t *base = c->base;
-    if (json_is_string(json_object_get(sch, "$id"))) c->base = sch; /* a resource of its own (merged copies have none) */
+    const char *idv = json_string_value(json_object_get(sch, "$id"));
+    char tool_path[300];
+    if (idv) c->base = sch; /* a resource of its own (merged copies have none) */
+    if (idv && !strncmp(idv, TOOL_ID, strlen(TOOL_ID))) { /* places inside a tool's parameters: "tool NAME #/.." */
+        snprintf(tool_path, sizeof tool_path, "tool %s #", idv + strlen(TOOL_ID));
+        path = tool_path;
+    }
     c->nest++;
     int id = compile_one(c, sch, path);
     c->nest--;
@@ -1305,8 +1312,11 @@ static json_t *call_schema(const json_t *tool, const char *args_key) {
     const json_t *params = json_object_get(fn, "parameters");
     if (!params || json_is_null(params)) params = json_object_get(fn, "input_schema");
     json_t *args = params && !json_is_null(params) ? json_deep_copy(params) : json_pack("{s:s}", "type", "object");
-    if (json_is_object(args) && !json_object_get(args, "$id")) /* its own resource: its "#/$defs/.." refs resolve in it */
-        json_object_set_new(args, "$id", json_string("strata:tool-parameters"));
+    if (json_is_object(args) && !json_object_get(args, "$id")) { /* its own resource: its "#/$defs/.." refs resolve in it */
+        char id[300];
+        snprintf(id, sizeof id, "%s%s", TOOL_ID, json_string_value(json_object_get(fn, "name")) ? json_string_value(json_object_get(fn, "name")) : "?");
+        json_object_set_new(args, "$id", json_string(id));
+    }
     return json_pack("{s:s,s:{s:{s:O},s:o},s:[s,s],s:b}", "type", "object", "properties", "name", "const",
                      json_object_get(fn, "name"), args_key, args, "required", "name", args_key,
                      "additionalProperties", 0);
