@@ -98,6 +98,11 @@ static const kw_case CASES[] = {
      "\"$defs\":{\"A\":{\"anyOf\":[{\"$ref\":\"#/$defs/A\"},{\"type\":\"string\",\"maxLength\":2}]}}}",
      {"{\"a\":\"xy\"}", "{}"},
      {"{\"a\":1}", "{\"a\":\"xyz\"}", "{\"a\":{}}"}},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"$id\":\"https://x/a\",\"type\":\"object\",\"properties\":{"
+     "\"b\":{\"$ref\":\"#/$defs/B\"},\"c\":{\"$ref\":\"#/$defs/C\"}},\"$defs\":{\"C\":{\"const\":\"in\"}}}},"
+     "\"$defs\":{\"B\":{\"type\":\"integer\"},\"C\":{\"const\":\"out\"}}}",
+     {"{\"a\":{\"b\":1,\"c\":\"in\"}}"},
+     {"{\"a\":{\"b\":\"x\"}}", "{\"a\":{\"c\":\"out\"}}"}},
     {"{\"type\":\"object\",\"properties\":{\"x\":{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
      "\"required\":[\"a\"],\"additionalProperties\":false},{\"type\":\"object\",\"properties\":{\"b\":{\"type\":\"string\"}},"
      "\"required\":[\"b\"],\"additionalProperties\":false}]},\"y\":{\"anyOf\":[{\"type\":\"string\"},{\"enum\":[\"q\",1]}]}}}",

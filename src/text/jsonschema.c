@@ -288,7 +288,7 @@ static int child(cctx *c, const json_t *sch, const char *path, const char *fmt, 
 static int compile_ref(cctx *c, const json_t *sch, const char *path) {
     const char *ref = json_string_value(json_object_get(sch, "$ref"));
     if (!ref) return fail(c, "'$ref' must be a string at %s", path);
-    const json_t *t = jsm_resolve_ref(c->base, ref);
+    const json_t *t = jsm_resolve_ref(&(jsm_roots){c->base, c->doc}, ref);
     if (!t) return fail(c, "unresolvable $ref '%s' at %s (only local ones: #, #/$defs/NAME, #/definitions/NAME, ...)", ref, path);
     for (int i = 0; i < c->n_memo; i++)
         if (c->memo[i] == t) return c->memo_node[i];
@@ -376,18 +376,18 @@ static int compile_merged(cctx *c, const json_t *sch, const char *path) {
     json_t *m = json_deep_copy(sch), *all = json_object_get(m, "allOf"), *v;
     json_incref(all);
     json_object_del(m, "allOf");
-    json_t *base = json_object(), *r = jsm_merge(c->base, base, m);
+    json_t *base = json_object(), *r = jsm_merge(&(jsm_roots){c->base, c->doc}, base, m);
     json_decref(base), json_decref(m);
     size_t i;
     json_array_foreach(all, i, v) {
-        json_t *n = r ? jsm_merge(c->base, r, v) : NULL;
+        json_t *n = r ? jsm_merge(&(jsm_roots){c->base, c->doc}, r, v) : NULL;
         json_decref(r);
         r = n;
     }
     json_decref(all);
     if (!r) return fail(c, "allOf/$ref at %s expands without end (a recursive $ref beside other keywords)", path);
     const char *ref = json_string_value(json_object_get(r, "$ref"));
-    if (ref && !jsm_resolve_ref(c->base, ref)) {
+    if (ref && !jsm_resolve_ref(&(jsm_roots){c->base, c->doc}, ref)) {
         fail(c, "unresolvable $ref '%s' at %s (only local ones: #, #/$defs/NAME, #/definitions/NAME, ...)", ref, path);
         json_decref(r); /* after: ref points into r */
         return -1;
@@ -405,7 +405,7 @@ static int compile_distributed(cctx *c, const json_t *sch, const char *kw, const
     json_object_del(rest, kw);
     size_t i;
     json_array_foreach(json_object_get(sch, kw), i, b) {
-        json_t *m = jsm_merge(c->base, rest, b);
+        json_t *m = jsm_merge(&(jsm_roots){c->base, c->doc}, rest, b);
         if (!m) {
             json_decref(rest), json_decref(branches);
             return fail(c, "%s at %s expands without end", kw, path);
@@ -1029,7 +1029,7 @@ static int json_slots(cctx *c, const json_t *sch, int depth) {
     const json_t *ref = json_object_get(sch, "$ref"), *t = json_object_get(sch, "type"), *v;
     int bits = ALL;
     if (json_is_string(ref)) {
-        const json_t *target = jsm_resolve_ref(c->base, json_string_value(ref));
+        const json_t *target = jsm_resolve_ref(&(jsm_roots){c->base, c->doc}, json_string_value(ref));
         bits &= target ? json_slots(c, target, depth + 1) : ALL;
     }
     if (t) {
