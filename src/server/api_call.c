@@ -79,6 +79,13 @@ int api_call_prompt(api_call *c, const json_t *messages, int32_t **ids, size_t *
     return 0;
 }
 
+/* Keywords the guard treats as annotations (text/jsonschema.h): the reply
+ * is held to the rest, and the request says so (or, strict, is refused). */
+static int unenforced(api_call *c, const json_schema *s, const char *field, char *why, size_t cap) {
+    const char *u = json_schema_unenforced(s);
+    return u ? ignored_note(&c->ignored, why, cap, "%s: JSON Schema %s (not enforced)", field, u) : 0;
+}
+
 int api_call_schema(api_call *c, const json_t *schema, const char *field, char *why, size_t cap) {
     json_t *any = schema ? NULL : json_pack("{s:s}", "type", "object");
     char reason[400];
@@ -89,7 +96,7 @@ int api_call_schema(api_call *c, const json_t *schema, const char *field, char *
         return -1;
     }
     c->gp.json_mode = 1;
-    return 0;
+    return unenforced(c, c->gp.schema, field, why, cap);
 }
 
 /* {"token": pos, "message": k} (message -1: not known). */
@@ -113,18 +120,20 @@ json_t *api_call_cache_json(const api_call *c) {
 /* The generic tool format's reply is one JSON object: held to the tools'
  * schemas (declared names, arguments that validate), under every
  * tool_choice. In a native format each call the model opens is held to
- * one call of a declared tool (text/callguard.h). A tool schema the guard cannot enforce is the client's
- * error (400), never an unconstrained reply. */
+ * one call of a declared tool (text/callguard.h). A malformed tool schema
+ * is the client's error (400); keywords the guard does not enforce are
+ * named (x-strata-ignored), the rest still holds. */
 static int tool_schema(api_call *c, strata_err *err) {
     if (c->gp.tools == TC_NONE || c->gp.schema) return 0;
     char why[512];
-    if (c->gp.tools != TC_GENERIC) { /* native: each call, once opened (text/callguard.h) */
-        c->gp.call_schema = json_schema_tool_call(c->pt.tools, c->pt.forced,
-                                                  c->gp.tools == TC_LLAMA3 ? "parameters" : "arguments", why, sizeof why);
-        return c->gp.call_schema ? 0 : strata_errf(err, STRATA_EINVAL, "tools: %s", why);
-    }
-    c->gp.schema = json_schema_tools(c->pt.tools, c->pt.forced, c->pt.required, why, sizeof why);
-    return c->gp.schema ? 0 : strata_errf(err, STRATA_EINVAL, "tools: %s", why);
+    json_schema **s = c->gp.tools != TC_GENERIC ? &c->gp.call_schema : &c->gp.schema;
+    if (c->gp.tools != TC_GENERIC) /* native: each call, once opened (text/callguard.h) */
+        *s = json_schema_tool_call(c->pt.tools, c->pt.forced, c->gp.tools == TC_LLAMA3 ? "parameters" : "arguments",
+                                   why, sizeof why);
+    else
+        *s = json_schema_tools(c->pt.tools, c->pt.forced, c->pt.required, why, sizeof why);
+    if (!*s) return strata_errf(err, STRATA_EINVAL, "tools: %s", why);
+    return unenforced(c, *s, "tools", why, sizeof why) ? strata_errf(err, STRATA_EINVAL, "%s", why) : 0;
 }
 
 /* Submits the prompt and waits for a slot: 0, or a STRATA_E* in err. */

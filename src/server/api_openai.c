@@ -235,8 +235,8 @@ fail:
 }
 
 /* {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}:
- * the reply validates against the schema, strict or not (an unsupported
- * keyword is a 400 naming it, never an unconstrained reply). */
+ * the reply validates against the schema, strict or not (a keyword the
+ * engine does not enforce is named in x-strata-ignored, the rest holds). */
 static int parse_json_schema(oai_call *c, const json_t *rf, char *why, size_t cap) {
     const json_t *js = json_object_get(rf, "json_schema");
     const json_t *schema = json_object_get(js, "schema");

@@ -76,7 +76,8 @@ static int parse_tools(resp_call *c, char *why, size_t cap) {
 
 /* text.format: text | json_object (one valid JSON object) | json_schema
  * ({"type", "name", "schema", "strict"}: the reply validates against the
- * schema, strict or not; an unsupported keyword is a 400 naming it). */
+ * schema, strict or not; keywords the engine does not enforce are named
+ * in x-strata-ignored). */
 static int parse_text_format(resp_call *c, char *why, size_t cap) {
     const json_t *fmt = json_object_get(json_object_get(c->a.req, "text"), "format");
     if (!fmt || json_is_null(fmt)) return 0;
