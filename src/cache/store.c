@@ -568,8 +568,9 @@ static void write_through(cache_store *st, const cache_hash *h, const cache_hash
     }
 }
 
-void store_will_publish(const cache_store *st, const store_seq *q, int n_prompt, int *fresh, int *fresh_1h) {
-    int B = st->kv->block_tokens, from = q->n_blocks * B;
+void store_will_publish(const cache_store *st, const store_seq *q, int n_prompt, int n_cached, int *fresh,
+                        int *fresh_1h) {
+    int B = st->kv->block_tokens, from = q->n_blocks * B > n_cached ? q->n_blocks * B : n_cached;
     int to = (n_prompt < q->publish_limit ? n_prompt : q->publish_limit) / B * B, long_end = 0;
     for (int i = 0; i < q->rq->n_marks; i++)
         if (q->rq->marks[i].ttl_s >= POLICY_LONG_TTL_S && q->rq->marks[i].end > long_end) long_end = q->rq->marks[i].end;

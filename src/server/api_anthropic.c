@@ -29,6 +29,7 @@
 typedef struct ant_call {
     api_call a;    /* first: the lifecycle's part (api_call.h) */
     json_t *tools; /* normalised (function shape) */
+    json_t *shown; /* ...of which listed in the prompt (not deferred), or NULL: all */
     int block, block_open; /* stream: index of the current content block */
     int block_is_text;
     json_t *diagnostics; /* the cache-diagnosis beta's answer, or NULL when not asked */
@@ -54,8 +55,11 @@ static void reply_error(http_reply *rep, int status, const char *type, const cha
  * prompt_content_text reads parts; an assistant's blocks from Anthropic's
  * own server tools (server_tool_use, web_search_tool_result, ...) cannot
  * have come from this server and are left out, named in ig. */
+static char *tool_result_text(const json_t *content, const char *where, const json_t *req_tools, req_ignored *ig,
+                              char *why, size_t cap);
+
 static int take_block(const json_t *b, size_t mi, size_t bi, int assistant, strbuf *text, json_t *calls,
-                      json_t *results, req_ignored *ig, char *why, size_t cap) {
+                      json_t *results, const json_t *req_tools, req_ignored *ig, char *why, size_t cap) {
     const char *type = json_string_value(json_object_get(b, "type"));
     char where[96];
     snprintf(where, sizeof where, "messages[%zu].content[%zu]", mi, bi);
@@ -75,7 +79,7 @@ static int take_block(const json_t *b, size_t mi, size_t bi, int assistant, strb
         const json_t *c = json_object_get(b, "content");
         char inner[112];
         snprintf(inner, sizeof inner, "%s.content", where);
-        char *t = c ? prompt_content_text(c, inner, ig, why, cap) : xstrdup("");
+        char *t = c ? tool_result_text(c, inner, req_tools, ig, why, cap) : xstrdup("");
         if (!t) return -1;
         json_array_append_new(results, json_pack("{s:s,s:s,s:O*}", "role", "tool", "content", t, "tool_call_id",
                                                  json_object_get(b, "tool_use_id")));
@@ -107,7 +111,8 @@ static int add_system_message(json_t *out, const json_t *m, size_t mi, req_ignor
     return 0;
 }
 
-static int add_message(json_t *out, const json_t *m, size_t mi, req_ignored *ig, char *why, size_t cap) {
+static int add_message(json_t *out, const json_t *m, size_t mi, const json_t *req_tools, req_ignored *ig, char *why,
+                       size_t cap) {
     const char *role = json_string_value(json_object_get(m, "role"));
     if (role && !strcmp(role, "system")) return add_system_message(out, m, mi, ig, why, cap);
     if (!role || (strcmp(role, "user") && strcmp(role, "assistant"))) {
@@ -125,7 +130,7 @@ static int add_message(json_t *out, const json_t *m, size_t mi, req_ignored *ig,
         size_t bi;
         const json_t *b;
         json_array_foreach(content, bi, b)
-            if ((rc = take_block(b, mi, bi, assistant, &text, calls, results, ig, why, cap))) break;
+            if ((rc = take_block(b, mi, bi, assistant, &text, calls, results, req_tools, ig, why, cap))) break;
     } else {
         snprintf(why, cap, "messages[%zu].content must be a string or an array of blocks", mi);
         rc = -1;
@@ -189,7 +194,7 @@ static json_t *system_and_messages(const json_t *req, const json_t *sys, const j
              note_breaks(json_object_get(req, "tools"), json_array_size(out), ci, why, cap);
     json_array_foreach(msgs, i, m) {
         if (rc) break;
-        rc = add_message(out, m, i, ig, why, cap) ||
+        rc = add_message(out, m, i, json_object_get(req, "tools"), ig, why, cap) ||
              note_breaks(json_object_get(m, "content"), json_array_size(out), ci, why, cap);
     }
     /* Automatic caching: a top-level cache_control marks the whole conversation. */
@@ -263,6 +268,72 @@ fail:
     return NULL;
 }
 
+static int deferred(const json_t *t) { return json_is_true(json_object_get(t, "defer_loading")); }
+
+/* The normalised tools listed in the prompt: all but the deferred ones
+ * (tool search): Claude Code adds each tool a search loads to `tools`, in
+ * name order, so listing them would change the prompt's early part and
+ * lose the cache; they are shown where the search result names them
+ * (tool_reference_text). NULL when none is deferred. */
+static json_t *shown_tools(const json_t *req_tools, const json_t *normal) {
+    size_t i;
+    const json_t *t;
+    int any = 0;
+    json_array_foreach(req_tools, i, t) any |= deferred(t);
+    if (!any || !normal) return NULL;
+    json_t *out = json_array();
+    json_array_foreach(normal, i, t) {
+        const char *name = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+        size_t j;
+        const json_t *rt;
+        int hide = 0;
+        json_array_foreach(req_tools, j, rt)
+            if (deferred(rt) && !strcmp(json_string_value(json_object_get(rt, "name")) ?: "", name)) hide = 1;
+        if (!hide) json_array_append(out, (json_t *)t);
+    }
+    return out;
+}
+
+/* A tool_reference part (a tool search's answer): the tool's definition
+ * where the search result stands, as Anthropic's API expands it; a name
+ * not among the request's tools is the name alone. */
+static void tool_reference_text(const json_t *part, const json_t *req_tools, strbuf *out) {
+    const char *name = json_string_value(json_object_get(part, "tool_name")) ?: "?";
+    size_t i;
+    const json_t *t;
+    strbuf_puts(out, "Tool available: ");
+    strbuf_puts(out, name);
+    json_array_foreach(req_tools, i, t) {
+        if (strcmp(json_string_value(json_object_get(t, "name")) ?: "", name)) continue;
+        json_t *def = json_pack("{s:s,s:O*,s:O*}", "name", name, "description", json_object_get(t, "description"),
+                                "parameters", json_object_get(t, "input_schema"));
+        char *text = def ? json_dumps(def, JSON_COMPACT) : NULL;
+        if (text) strbuf_puts(out, "\n"), strbuf_puts(out, text);
+        free(text);
+        json_decref(def);
+        break;
+    }
+}
+
+/* A tool_result's content: a string, or parts read as prompt_part_text
+ * reads them, tool references expanded into definitions. */
+static char *tool_result_text(const json_t *content, const char *where, const json_t *req_tools, req_ignored *ig,
+                              char *why, size_t cap) {
+    if (!json_is_array(content)) return prompt_content_text(content, where, ig, why, cap);
+    strbuf out = {0};
+    size_t i;
+    const json_t *part;
+    json_array_foreach(content, i, part) {
+        const char *type = json_string_value(json_object_get(part, "type"));
+        if (type && !strcmp(type, "tool_reference")) tool_reference_text(part, req_tools, &out);
+        else if (prompt_part_text(part, where, i, ig, &out, why, cap)) {
+            strbuf_free(&out);
+            return NULL;
+        }
+    }
+    return strbuf_take(&out);
+}
+
 /* Anthropic's cache-diagnosis beta ("diagnostics": {"previous_message_id":
  * id or null}): the first divergence from the request whose reply had that
  * id, by part (system, messages) with the input tokens past it. */
@@ -311,6 +382,8 @@ static int parse_tools(ant_call *c, char *why, size_t cap) {
     c->tools = normal_tools(tools, &c->a.ignored, why, cap);
     if (!c->tools && why[0]) return -1;
     c->a.pt.tools = c->tools;
+    c->shown = shown_tools(tools, c->tools);
+    c->a.pt.shown = c->shown;
     const json_t *choice = json_object_get(c->a.req, "tool_choice");
     const char *type = json_string_value(json_object_get(choice, "type"));
     if (type && !strcmp(type, "none")) c->a.pt.tools = NULL;
@@ -527,6 +600,7 @@ static void whole(api_call *a, const http_req *req, http_reply *rep) { answer_wh
 
 static void free_own(api_call *a) {
     json_decref(((ant_call *)a)->tools);
+    json_decref(((ant_call *)a)->shown);
     json_decref(((ant_call *)a)->diagnostics);
 }
 

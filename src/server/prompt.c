@@ -64,7 +64,7 @@ int prompt_part_text(const json_t *part, const char *where, size_t i, req_ignore
         strbuf_puts(out, json_string_value(json_object_get(part, "refusal")));
         return 0;
     }
-    if (type && !strcmp(type, "tool_reference")) { /* Anthropic tool search: a tool made available */
+    if (type && !strcmp(type, "tool_reference")) { /* Anthropic tool search (api_anthropic.c expands it in results) */
         strbuf_puts(out, "Tool available: ");
         strbuf_puts(out, json_string_value(json_object_get(part, "tool_name")) ?: "?");
         return 0;

@@ -112,7 +112,7 @@ static void prefix_attached(sched *s, slot *sl, int n_attached) {
         n_attached = store_snap_restore(s->store, &sl->q, sl->toks, &sl->seq);
         sl->snap_at = store_snap_next(s->store, &sl->q, n_attached, r->n_prompt);
     }
-    if (s->store) store_will_publish(s->store, &sl->q, r->n_prompt, &fresh, &fresh_1h);
+    if (s->store) store_will_publish(s->store, &sl->q, r->n_prompt, n_attached, &fresh, &fresh_1h);
     sl->n_fed = n_attached;
     sl->attached = 1;
     pthread_mutex_lock(&s->mu);

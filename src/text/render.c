@@ -473,7 +473,7 @@ char *render_tool_prefix(const renderer *r, const render_tools *t) {
  * model wrote, since the chat format has no syntax for them. */
 static json_t *generic_messages(const json_t *messages, const render_tools *t) {
     json_t *out = json_array();
-    char *tools = tc_generic_system_prompt(t->tools, t->forced, t->required);
+    char *tools = tc_generic_system_prompt(t->shown ? t->shown : t->tools, t->forced, t->required);
     const json_t *m;
     size_t i;
     int merged = 0;
@@ -649,7 +649,7 @@ int render_messages(const renderer *r, const json_t *messages, const render_tool
     tc_format f = render_tool_format(r, t);
     json_t *msgs = f == TC_GENERIC ? generic_messages(messages, t) : json_incref((json_t *)messages);
     memset(out, 0, sizeof *out);
-    int rc = render_placed(r, msgs, f != TC_NONE && f != TC_GENERIC ? t->tools : NULL, add_gen, out,
+    int rc = render_placed(r, msgs, f != TC_NONE && f != TC_GENERIC ? (t->shown ? t->shown : t->tools) : NULL, add_gen, out,
                            json_array_size(messages), why, cap);
     json_decref(msgs);
     return rc;

@@ -212,3 +212,31 @@ def test_no_message_text_is_dropped_by_a_template_that_cannot_place_it(gemma_tmp
     turn = httpx.post(gemma_tmpl.url + "/v1/chat/completions", timeout=60,
                       json={"model": "", "max_tokens": 2, "messages": conv})
     assert turn.status_code == 200, turn.text
+
+
+def test_tool_search_loading_deferred_tools_keeps_the_cached_prefix(traced):
+    # Claude Code adds each tool a ToolSearch loads to `tools` (defer_loading,
+    # in name order) and names it in the result with a tool_reference: the
+    # listed tools must not change, or every turn re-prefills its history.
+    cron = {"name": "CronCreate", "description": "Create a cron job.", "defer_loading": True,
+            "input_schema": {"type": "object", "properties": {"spec": {"type": "string"}}, "required": ["spec"]}}
+    search = {"name": "ToolSearch", "description": "Find tools.",
+              "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}}}
+    monitor = {"name": "Monitor", "description": "Watch.", "defer_loading": True, "input_schema": {"type": "object"}}
+    first = [{"role": "user", "content": "Schedule a job with cron, please. " * 8}]
+    r1 = messages(traced, {"system": "You help.", "tools": [READ, monitor, search], "messages": first})
+    assert r1.status_code == 200, r1.text
+    second = first + [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_s", "name": "ToolSearch",
+                                           "input": {"query": "cron"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_s",
+                                      "content": [{"type": "tool_reference", "tool_name": "CronCreate"}]}]}]
+    body = {"system": "You help.", "tools": [READ, cron, monitor, search], "messages": second}
+    r2 = messages(traced, body)
+    assert r2.status_code == 200, r2.text
+    turn1 = prompt_tokens(r1)
+    u = r2.json()["usage"]
+    assert u["cache_read_input_tokens"] >= turn1 - 8, (turn1, u)
+    assert min(u["input_tokens"], u["cache_creation_input_tokens"]) >= 0  # read and written never overlap
+    forced = messages(traced, {**body, "tool_choice": {"type": "tool", "name": "CronCreate"}})  # loaded: callable
+    assert forced.status_code == 200 and forced.json()["content"][-1]["name"] == "CronCreate"
