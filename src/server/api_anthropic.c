@@ -42,7 +42,7 @@ static void reply_error(http_reply *rep, int status, const char *type, const cha
     va_start(ap, fmt);
     strata_vfmt(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    reply_json(rep, status, json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", type, "message", msg));
+    reply_anthropic_error(rep, status, type, msg);
 }
 
 /* ---- normalising messages -------------------------------------------------- */

@@ -436,9 +436,11 @@ static const api_dialect RESPONSES = {
 
 static void reply_not_found(http_reply *rep, int status, const char *param, const char *code, const char *what,
                             const char *id) {
-    reply_json(rep, status, json_pack("{s:{s:s+++,s:s,s:s,s:s}}", "error", "message", what, " with id '", id,
-                                      "' not found (never stored, deleted, or evicted from the store of recent "
-                                      "responses).", "type", "invalid_request_error", "param", param, "code", code));
+    char msg[512]; /* the id may be any bytes of the URL: json_text makes them UTF-8 */
+    snprintf(msg, sizeof msg, "%s with id '%s' not found (never stored, deleted, or evicted from the store of "
+             "recent responses).", what, id);
+    reply_json(rep, status, json_pack("{s:{s:o,s:s,s:s,s:s}}", "error", "message", json_text(msg, strlen(msg)),
+                                      "type", "invalid_request_error", "param", param, "code", code));
 }
 
 /* The conversation before this request (a stored response's input and

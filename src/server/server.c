@@ -273,8 +273,7 @@ static int parse_keys(server *s, strata_err *err) {
 static void route_error(const http_req *req, http_reply *rep, int status, const char *oai_type,
                         const char *ant_type, const char *msg) {
     if (strncmp(req->path, "/v1/messages", 12) == 0)
-        reply_json(rep, status, json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", ant_type,
-                                          "message", msg));
+        reply_anthropic_error(rep, status, ant_type, msg);
     else
         reply_openai_error(rep, status, oai_type, NULL, "%s", msg);
 }

@@ -85,9 +85,13 @@ int server_knows_model(const server *s, const char *name);
 
 /* Replies with the JSON value (takes ownership of it). */
 void reply_json(http_reply *rep, int status, json_t *body);
-/* OpenAI-style error: {"error":{"message","type","code","param"}}. */
+/* OpenAI-style error: {"error":{"message","type","code","param"}}. Error
+ * messages may quote client bytes (a URL, an id), or be cut inside a
+ * character: invalid UTF-8 in them becomes U+FFFD, in both error shapes. */
 void reply_openai_error(http_reply *rep, int status, const char *type, const char *code,
                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Anthropic-style error: {"type":"error","error":{"type","message"}}. */
+void reply_anthropic_error(http_reply *rep, int status, const char *type, const char *msg);
 /* Parses the body as a JSON object, or replies 400 and returns NULL. */
 json_t *parse_body_openai(const http_req *req, http_reply *rep);
 /* "prefix-" + 32 hex chars from the system's random source (128 bits). */

@@ -5,15 +5,25 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "base/log.h"
 #include "base/mem.h"
 #include "server/server.h"
 
+/* A body that could not be built (json_pack refuses a string that is not
+ * valid UTF-8 and returns NULL) is a server bug: a 500 that says so, and
+ * a log line, never an empty `{}` under the intended status. */
 void reply_json(http_reply *rep, int status, json_t *body) {
-    char *text = json_dumps(body, JSON_COMPACT);
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
-    rep->status = status;
     rep->content_type = "application/json";
-    rep->body = text ? text : xstrdup("{}");
+    if (!text) {
+        log_error("reply: the JSON body for status %d could not be built; replying 500", status);
+        status = 500;
+        text = xstrdup("{\"error\":{\"message\":\"internal error: the reply could not be encoded\","
+                       "\"type\":\"server_error\",\"code\":null,\"param\":null}}");
+    }
+    rep->status = status;
+    rep->body = text;
     rep->body_len = strlen(rep->body);
 }
 
@@ -24,9 +34,14 @@ void reply_openai_error(http_reply *rep, int status, const char *type, const cha
     va_start(ap, fmt);
     strata_vfmt(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    json_t *e = json_pack("{s:{s:s,s:s,s:o,s:n}}", "error", "message", msg, "type", type, "code",
+    json_t *e = json_pack("{s:{s:o,s:s,s:o,s:n}}", "error", "message", json_text(msg, strlen(msg)), "type", type, "code",
                           code ? json_string(code) : json_null(), "param");
     reply_json(rep, status, e);
+}
+
+void reply_anthropic_error(http_reply *rep, int status, const char *type, const char *msg) {
+    reply_json(rep, status, json_pack("{s:s,s:{s:s,s:o}}", "type", "error", "error", "type", type, "message",
+                                      json_text(msg, strlen(msg))));
 }
 
 json_t *parse_body_openai(const http_req *req, http_reply *rep) {

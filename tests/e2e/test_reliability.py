@@ -3,6 +3,8 @@ the tiny model: each test failed before its fix.
 
 - a tool whose input schema is not an object: 400 before generating, in
   all three APIs (was 500, or 200 with empty arguments);
+- an id in the URL that is not valid UTF-8 (or is cut inside a character):
+  an error body that says so in the API's schema (was `{}`);
 """
 import httpx
 import pytest
@@ -52,3 +54,29 @@ def test_tool_schema_without_type_or_without_schema_is_served(tiny):
         r = post(tiny, CHAT, {"messages": [{"role": "user", "content": "go"}], "max_tokens": 8,
                               "tools": [{"type": "function", "function": fn}]})
         assert r.status_code == 200, r.text
+
+
+# ---- URL ids that are not valid UTF-8 ---------------------------------------------------
+
+LONG_ID = "resp_" + "\u00e9" * 200  # cut inside a character by any fixed-size buffer
+
+
+@pytest.mark.parametrize("method,path,status", [
+    ("GET", "/v1/responses/%FF", 404), ("DELETE", "/v1/responses/%FF", 404),
+    ("GET", "/v1/responses/%FF/input_items", 404), ("GET", "/v1/responses/%C3", 404),
+    ("GET", "/v1/responses/" + LONG_ID, 404), ("DELETE", "/v1/responses/" + LONG_ID, 404),
+    ("POST", "/v1/nonexist/%FF", 404), ("GET", "/v1/%FF%FE", 404), ("POST", "/v1/models/%FF", 405),
+    ("POST", "/v1/" + "\u00e9" * 200, 404)])
+def test_error_body_for_an_id_that_is_not_utf8(tiny, method, path, status):
+    r = httpx.request(method, tiny.url + path, json={} if method == "POST" else None, timeout=10)
+    assert r.status_code == status, r.text
+    msg = r.json()["error"]["message"]
+    assert msg and ("not found" in msg or "no endpoint" in msg or "not allowed" in msg), r.text
+
+
+@pytest.mark.parametrize("path", ["/v1/messages/%FF", "/v1/messages/" + "\u00e9" * 200])
+def test_anthropic_error_body_for_a_path_that_is_not_utf8(tiny, path):
+    r = httpx.post(tiny.url + path, json={}, timeout=10)
+    assert r.status_code == 404, r.text
+    err = r.json()
+    assert err["type"] == "error" and err["error"]["type"] == "not_found_error" and err["error"]["message"]
