@@ -31,6 +31,8 @@ int cli_serve(int argc, char **argv) {
         {"--idle-timeout", NULL, ARG_INT, &o.idle_timeout, 1, 86400, "seconds before an idle connection is closed (60)"},
         {"--max-body-mb", NULL, ARG_INT, &max_body_mb, 1, 4096, "request body limit in MiB (8)"},
         {"--api-key", NULL, ARG_STR, &o.api_key, 0, -1, "require one of these comma-separated keys (each a cache tenant)"},
+        {"--metrics-key", NULL, ARG_STR, &o.metrics_key, 0, -1,
+         "the key /metrics and /props need; tenants' keys get 403 (with 2+ --api-key keys they are closed without it)"},
         {"--alias", NULL, ARG_STR, &o.alias, 0, -1,
          "comma-separated names of the model; the first is the id reported (file name)"},
         {"--strict-model", NULL, ARG_FLAG, &o.strict_model, 0, -1,

@@ -21,6 +21,7 @@
 
 typedef struct server_opts {
     const char *model_path, *host, *api_key, *alias, *template_file, *trace_path;
+    const char *metrics_key; /* --metrics-key: the only key /metrics and /props answer (NULL: see server.c) */
     int port, parallel, ctx, threads, cors, queue_max;
     int queue_timeout; /* seconds a request may wait for a slot before 503 (0: no limit) */
     int idle_timeout;  /* seconds an idle connection stays open */

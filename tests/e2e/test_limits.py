@@ -193,7 +193,8 @@ def test_health_is_open_and_every_other_endpoint_needs_a_key(keyed):
     r = httpx.post(u + "/v1/messages", json=anthropic_short(), headers={"x-api-key": "wrong"})
     assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
     assert httpx.get(u + "/v1/models", headers={"x-api-key": "key-b"}).status_code == 200
-    assert httpx.get(u + "/props", headers={"Authorization": "Bearer key-a"}).status_code == 200
+    # Two tenants and no --metrics-key: the server-wide endpoints are nobody's (test_reliability.py).
+    assert httpx.get(u + "/props", headers={"Authorization": "Bearer key-a"}).status_code == 403
 
 
 # ---- connections -------------------------------------------------------------------------

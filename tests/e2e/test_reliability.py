@@ -5,9 +5,15 @@ the tiny model: each test failed before its fix.
   all three APIs (was 500, or 200 with empty arguments);
 - an id in the URL that is not valid UTF-8 (or is cut inside a character):
   an error body that says so in the API's schema (was `{}`);
+- /metrics and /props under several API keys: the operator's
+  (--metrics-key), never a tenant's (one tenant read another's counters);
 """
+import subprocess
+
 import httpx
 import pytest
+
+from conftest import STRATA, TINY_MODEL, Server, free_port
 
 CHAT = "/v1/chat/completions"
 
@@ -80,3 +86,62 @@ def test_anthropic_error_body_for_a_path_that_is_not_utf8(tiny, path):
     assert r.status_code == 404, r.text
     err = r.json()
     assert err["type"] == "error" and err["error"]["type"] == "not_found_error" and err["error"]["message"]
+
+
+# ---- /metrics and /props are the operator's ---------------------------------------------
+
+def bearer(key):
+    return {"Authorization": f"Bearer {key}"}
+
+
+def tenant_request(s, key):
+    r = post(s, CHAT, {"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 2},
+             headers=bearer(key))
+    assert r.status_code == 200, r.text
+
+
+def test_tenants_cannot_read_metrics_without_a_metrics_key():
+    s = Server(TINY_MODEL, "--api-key", "k1,k2")
+    try:
+        tenant_request(s, "k1")
+        for path in ("/metrics", "/props"):
+            for key in ("k1", "k2"):
+                r = httpx.get(s.url + path, headers=bearer(key), timeout=10)
+                assert r.status_code == 403, (path, key, r.text)
+                assert "requests_total" not in r.text and "metrics-key" in r.json()["error"]["message"]
+            assert httpx.get(s.url + path, timeout=10).status_code == 401
+    finally:
+        assert s.stop() == 0
+
+
+def test_metrics_key_reads_the_counters_and_tenants_get_403():
+    s = Server(TINY_MODEL, "--api-key", "k1,k2", "--metrics-key", "ops")
+    try:
+        before = httpx.get(s.url + "/metrics", headers=bearer("ops"), timeout=10)
+        assert before.status_code == 200 and "requests_total" in before.text
+        tenant_request(s, "k1")
+        assert httpx.get(s.url + "/props", headers={"x-api-key": "ops"}, timeout=10).status_code == 200
+        for key, status in (("k1", 403), ("k2", 403), ("wrong", 401), (None, 401)):
+            r = httpx.get(s.url + "/metrics", headers=bearer(key) if key else None, timeout=10)
+            assert r.status_code == status, (key, r.text)
+            assert "requests_total" not in r.text
+        # The metrics key is no tenant: the APIs refuse it.
+        assert post(s, CHAT, {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1},
+                    headers=bearer("ops")).status_code == 401
+    finally:
+        assert s.stop() == 0
+
+
+def test_one_tenant_still_reads_its_metrics():
+    s = Server(TINY_MODEL, "--api-key", "only")
+    try:
+        assert httpx.get(s.url + "/metrics", headers=bearer("only"), timeout=10).status_code == 200
+    finally:
+        assert s.stop() == 0
+
+
+@pytest.mark.parametrize("key,why", [("", "empty"), ("k2", "also an --api-key")])
+def test_bad_metrics_key_refuses_to_start(key, why):
+    p = subprocess.run([STRATA, "serve", "-m", TINY_MODEL, "--port", str(free_port()), "--no-cache-disk",
+                        "--api-key", "k1,k2", "--metrics-key", key], capture_output=True, text=True, timeout=15)
+    assert p.returncode != 0 and why in p.stderr
