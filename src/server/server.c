@@ -352,6 +352,14 @@ static void handle(void *app, const http_req *req, http_reply *rep) {
 
 /* ---- start and stop ---------------------------------------------------------------- */
 
+/* Places one client address may hold: by default 3/4 of them, so that
+ * one address (idle or trickling connections) never holds every place. */
+static int client_conns(const server_opts *o) {
+    if (o->max_client_conns >= 0) return o->max_client_conns;
+    int n = o->max_conns * 3 / 4;
+    return n > 0 ? n : 1;
+}
+
 /* The reported id: the first --alias, else the file name without .gguf;
  * every alias is a name the server answers to. */
 static void set_model_id(server *s) {
@@ -524,7 +532,8 @@ int server_start(server **out, const server_opts *o, strata_err *err) {
     s->responses = resp_store_new(RESP_STORE_ENTRIES, (size_t)RESP_STORE_MB << 20);
     set_model_id(s);
     http_opts ho = {.host = o->host, .port = o->port, .max_body = (size_t)o->max_body,
-                    .timeout_s = o->idle_timeout, .max_conns = o->max_conns, .cors = o->cors, .gate = gate};
+                    .timeout_s = o->idle_timeout, .header_timeout_s = o->header_timeout,
+                    .max_conns = o->max_conns, .max_client_conns = client_conns(o), .cors = o->cors, .gate = gate};
     int rc = parse_keys(s, err);
     if (!rc) rc = check_metrics_key(s, err);
     if (!rc) rc = http_start(&s->http, &ho, handle, s, err); /* /health answers 503 while loading */

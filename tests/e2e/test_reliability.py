@@ -7,8 +7,15 @@ the tiny model: each test failed before its fix.
   an error body that says so in the API's schema (was `{}`);
 - /metrics and /props under several API keys: the operator's
   (--metrics-key), never a tenant's (one tenant read another's counters);
+- idle and slow connections: a request header not complete within
+  --header-timeout closes the connection, and one client address holds at
+  most --max-client-connections places (60 idle connections held all 8
+  places and /health timed out for the whole --idle-timeout);
 """
+import socket
 import subprocess
+import threading
+import time
 
 import httpx
 import pytest
@@ -145,3 +152,103 @@ def test_bad_metrics_key_refuses_to_start(key, why):
     p = subprocess.run([STRATA, "serve", "-m", TINY_MODEL, "--port", str(free_port()), "--no-cache-disk",
                         "--api-key", "k1,k2", "--metrics-key", key], capture_output=True, text=True, timeout=15)
     assert p.returncode != 0 and why in p.stderr
+
+
+# ---- idle and slow connections ------------------------------------------------------------
+
+def other_client():
+    """An httpx client whose connections come from another loopback address."""
+    return httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=3)
+
+
+def idle_sockets(port, n):
+    out = []
+    for _ in range(n):
+        try:
+            out.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+        except OSError:
+            pass
+    return out
+
+
+def closed_by_server(sock, within):
+    """True when the server closes sock (EOF, reset, or a 408) within `within` s."""
+    sock.settimeout(within)
+    try:
+        data = sock.recv(4096)
+        return data == b"" or data.startswith(b"HTTP/1.1 408")
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_idle_connections_do_not_lock_the_door():
+    s = Server(TINY_MODEL, "--max-connections", "8", "--header-timeout", "2", "--idle-timeout", "60")
+    idle = []
+    try:
+        t0 = time.time()
+        idle = idle_sockets(s.port, 60)
+        time.sleep(0.3)
+        with other_client() as c:  # one address cannot take every place
+            assert c.get(s.url + "/health").status_code == 200
+        # Headers never sent: every idle connection is cut after the header timeout, well
+        # before the idle timeout, and the door opens for the same address too.
+        assert all(closed_by_server(k, 6) for k in idle)
+        assert time.time() - t0 < 10
+        assert httpx.get(s.url + "/health", timeout=3).status_code == 200
+    finally:
+        for k in idle:
+            k.close()
+        assert s.stop() == 0
+
+
+def test_slow_header_is_cut_but_a_slow_body_is_served():
+    s = Server(TINY_MODEL, "--header-timeout", "2", "--idle-timeout", "60")
+    try:
+        # One header byte every 0.5 s: never complete within 2 s.
+        slow = socket.create_connection(("127.0.0.1", s.port), timeout=5)
+        head = b"GET /health HTTP/1.1\r\nHost: t\r\nX-Slow: " + b"a" * 40
+        t0, cut = time.time(), False
+        for b in head:
+            try:
+                slow.sendall(bytes([b]))
+            except OSError:
+                cut = True
+                break
+            time.sleep(0.5)
+            if time.time() - t0 > 8:
+                break
+        cut = cut or closed_by_server(slow, 2)
+        assert cut and time.time() - t0 < 8, "a trickled header held its place past the header timeout"
+        slow.close()
+        # Headers at once, then the body trickled over 3 s (past the header timeout): served.
+        body = b'{"content": "hello world"}'
+        k = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+        k.sendall(b"POST /tokenize HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body))
+        for i in range(0, len(body), 3):
+            k.sendall(body[i:i + 3])
+            time.sleep(0.3)
+        reply = k.recv(4096)
+        k.close()
+        assert reply.startswith(b"HTTP/1.1 200"), reply
+    finally:
+        assert s.stop() == 0
+
+
+def test_max_client_connections_limits_one_address():
+    s = Server(TINY_MODEL, "--max-connections", "8", "--max-client-connections", "2")
+    held = []
+    try:
+        time.sleep(0.5)  # the start-up health checks' connections are counted until cleaned up
+        held = [socket.create_connection(("127.0.0.1", s.port), timeout=2) for _ in range(2)]
+        assert not any(closed_by_server(k, 0.3) for k in held)  # both hold a place
+        with pytest.raises(httpx.HTTPError):  # a third from the same address is refused
+            httpx.get(s.url + "/health", timeout=1)
+        with other_client() as c:
+            assert c.get(s.url + "/health").status_code == 200
+    finally:
+        for k in held:
+            k.close()
+        assert s.stop() == 0
