@@ -487,7 +487,8 @@ void api_responses_create(server *s, const http_req *req, http_reply *rep) {
     if (!server_knows_model(s, model))
         reply_openai_error(rep, 404, "invalid_request_error", "model_not_found",
                            "model '%s' does not exist; this server serves '%s'", model, s->model_id);
-    else if (param_bool(body, "store", &store, why, sizeof why) < 0)
+    else if (param_bool(body, "store", &store, why, sizeof why) < 0 ||
+             param_metadata(body, "metadata", why, sizeof why) < 0)
         reply_openai_error(rep, 400, "invalid_request_error", NULL, "%s", why);
     else
         items = conversation(s, body, &ns, rep);

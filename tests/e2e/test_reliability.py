@@ -11,6 +11,9 @@ the tiny model: each test failed before its fix.
   --header-timeout closes the connection, and one client address holds at
   most --max-client-connections places (60 idle connections held all 8
   places and /health timed out for the whole --idle-timeout);
+- /v1/responses `metadata` is checked as the API does (16 string pairs,
+  keys up to 64 and values up to 512 characters; was echoed unchecked,
+  1,000 levels deep included);
 """
 import socket
 import subprocess
@@ -252,3 +255,40 @@ def test_max_client_connections_limits_one_address():
         for k in held:
             k.close()
         assert s.stop() == 0
+
+
+# ---- Responses metadata -------------------------------------------------------------------
+
+def responses(server, **kw):
+    return post(server, "/v1/responses", {"model": "", "input": "hi", "max_output_tokens": 2, **kw})
+
+
+DEEP = '{"a":' * 1000 + '"x"' + "}" * 1000  # 1,000 levels: raw text (Python's json recurses)
+
+
+@pytest.mark.parametrize("metadata,says", [
+    ({f"k{i}": "v" for i in range(17)}, "16"),
+    ("DEEP", "string"),
+    ({"k": 5}, "string"),
+    ({"k" * 65: "v"}, "64"),
+    ({"k": "v" * 513}, "512"),
+    ({"k": "\u00e9" * 513}, "512"),
+    ([["k", "v"]], "object"),
+    ("k=v", "object")])
+def test_responses_metadata_is_checked(tiny, metadata, says):
+    if metadata == "DEEP":
+        r = httpx.post(tiny.url + "/v1/responses", timeout=30, headers={"Content-Type": "application/json"},
+                       content='{"model": "", "input": "hi", "max_output_tokens": 2, "metadata": {"k": %s}}' % DEEP)
+    else:
+        r = responses(tiny, metadata=metadata)
+    assert r.status_code == 400, r.text[:300]
+    msg = r.json()["error"]["message"]
+    assert "metadata" in msg and says in msg, msg
+
+
+def test_responses_metadata_at_the_limits_is_echoed(tiny):
+    md = {f"{i:02d}" + "k" * 62: "\u00e9" * 512 for i in range(16)}
+    r = responses(tiny, metadata=md)
+    assert r.status_code == 200, r.text[:300]
+    assert r.json()["metadata"] == md
+    assert responses(tiny, metadata=None).json()["metadata"] == {}
