@@ -484,7 +484,7 @@ static const api_dialect ANTHROPIC = {
 
 static json_t *parse_body(const http_req *req, http_reply *rep) {
     json_error_t je;
-    json_t *root = json_loadb(req->body, req->body_len, 0, &je);
+    json_t *root = json_load_request(req->body, req->body_len, &je);
     if (!json_is_object(root)) {
         json_decref(root);
         reply_error(rep, 400, "invalid_request_error", "request body is not a valid JSON object: %s",

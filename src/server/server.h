@@ -95,12 +95,16 @@ void reply_openai_error(http_reply *rep, int status, const char *type, const cha
                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* Anthropic-style error: {"type":"error","error":{"type","message"}}. */
 void reply_anthropic_error(http_reply *rep, int status, const char *type, const char *msg);
+/* A request body's JSON (NULL and je set if it is not JSON). U+0000 in a
+ * string is taken, and read as U+FFFD: request text travels as C strings
+ * (prompt.c, the dialects), which would cut it at a NUL. */
+json_t *json_load_request(const char *body, size_t len, json_error_t *je);
 /* Parses the body as a JSON object, or replies 400 and returns NULL. */
 json_t *parse_body_openai(const http_req *req, http_reply *rep);
 /* "prefix-" + 32 hex chars from the system's random source (128 bits). */
 void make_id(char *out, size_t cap, const char *prefix);
-/* n bytes with each invalid UTF-8 sequence replaced by U+FFFD: the text a
- * client sees of model output. malloc'd, NUL-terminated. */
+/* n bytes with each invalid UTF-8 sequence and each NUL replaced by
+ * U+FFFD: the text a client sees of model output. malloc'd, NUL-terminated. */
 char *utf8_sanitize(const char *s, size_t n, size_t *out_len);
 /* A JSON string of n bytes of model output; invalid UTF-8 becomes U+FFFD. */
 json_t *json_text(const char *s, size_t n);

@@ -44,9 +44,47 @@ void reply_anthropic_error(http_reply *rep, int status, const char *type, const 
                                       json_text(msg, strlen(msg))));
 }
 
+/* A copy of s[0..n) with each NUL byte as U+FFFD; *out_len its length. */
+static char *nul_to_replacement(const char *s, size_t n, size_t *out_len) {
+    char *out = xmalloc(n * 3 + 1);
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i]) out[o++] = s[i];
+        else memcpy(out + o, "\xef\xbf\xbd", 3), o += 3;
+    }
+    out[o] = 0;
+    *out_len = o;
+    return out;
+}
+
+/* Strings with a NUL byte get U+FFFD in its place; returns how many
+ * strings changed. */
+static size_t replace_nuls(json_t *j) {
+    size_t n = 0, i;
+    const char *k;
+    json_t *v;
+    if (json_is_object(j)) json_object_foreach(j, k, v) n += replace_nuls(v);
+    else if (json_is_array(j)) json_array_foreach(j, i, v) n += replace_nuls(v);
+    else if (json_is_string(j) && memchr(json_string_value(j), 0, json_string_length(j))) {
+        size_t len;
+        char *clean = nul_to_replacement(json_string_value(j), json_string_length(j), &len);
+        json_string_setn(j, clean, len);
+        free(clean);
+        n++;
+    }
+    return n;
+}
+
+json_t *json_load_request(const char *body, size_t len, json_error_t *je) {
+    json_t *root = json_loadb(body, len, JSON_ALLOW_NUL, je);
+    size_t n = root ? replace_nuls(root) : 0;
+    if (n) log_info("request: U+0000 in %zu string(s) read as U+FFFD (text is not carried with NUL inside)", n);
+    return root;
+}
+
 json_t *parse_body_openai(const http_req *req, http_reply *rep) {
     json_error_t je;
-    json_t *root = json_loadb(req->body, req->body_len, 0, &je);
+    json_t *root = json_load_request(req->body, req->body_len, &je);
     if (!root) {
         reply_openai_error(rep, 400, "invalid_request_error", "invalid_json",
                            "request body is not valid JSON: %s (line %d, column %d)", je.text,
@@ -81,8 +119,12 @@ int status_for(int code, const char **type) {
     }
 }
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid. */
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid. NUL
+ * counts as invalid: model output never carries a U+0000 to the client,
+ * which could not send it back (json_load_request reads it as U+FFFD, the
+ * text exact replay then finds). */
 static size_t utf8_seq(const unsigned char *s, size_t n) {
+    if (s[0] == 0) return 0;
     if (s[0] < 0x80) return 1;
     size_t need = s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 && s[0] < 0xe0 ? 2 : 0;
     if (!need || need > n) return 0;

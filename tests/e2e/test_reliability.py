@@ -14,6 +14,10 @@ the tiny model: each test failed before its fix.
 - /v1/responses `metadata` is checked as the API does (16 string pairs,
   keys up to 64 and values up to 512 characters; was echoed unchecked,
   1,000 levels deep included);
+- NUL: the server never emits a U+0000 it would refuse (model output turns
+  it into U+FFFD, as it does invalid UTF-8, and exact replay keeps the
+  tokens), and U+0000 in request text is served, read as U+FFFD (was a
+  400 for any `\\u0000`, while /detokenize answered "X\\u0000Y").
 """
 import socket
 import subprocess
@@ -292,3 +296,41 @@ def test_responses_metadata_at_the_limits_is_echoed(tiny):
     assert r.status_code == 200, r.text[:300]
     assert r.json()["metadata"] == md
     assert responses(tiny, metadata=None).json()["metadata"] == {}
+
+
+# ---- NUL in text ---------------------------------------------------------------------------
+
+NUL_BYTE_TOKEN = 3  # the tiny llama's vocabulary: 3 specials, then the 256 byte tokens
+
+
+def test_server_never_emits_nul(tiny):
+    r = post(tiny, "/detokenize", {"tokens": [60, NUL_BYTE_TOKEN, 61]})
+    assert r.status_code == 200
+    assert "\\u0000" not in r.text and r.json()["content"] == "9\ufffd:", r.text
+
+
+@pytest.mark.parametrize("path,body", [
+    (CHAT, {"messages": [{"role": "user", "content": "a\u0000b"}], "max_tokens": 1}),
+    (CHAT, {"messages": [{"role": "user", "content": [{"type": "text", "text": "a\u0000b"}]}], "max_tokens": 1}),
+    ("/v1/messages", {"model": "", "max_tokens": 1, "messages": [{"role": "user", "content": "a\u0000b"}]}),
+    ("/v1/messages", {"model": "", "max_tokens": 1, "system": "s\u0000",
+                      "messages": [{"role": "user", "content": [{"type": "text", "text": "\u0000"}]}]}),
+    ("/v1/responses", {"model": "", "max_output_tokens": 1, "input": "a\u0000b", "instructions": "\u0000"}),
+    ("/tokenize", {"content": "a\u0000b"})])
+def test_nul_in_request_text_is_served(tiny, path, body):
+    r = post(tiny, path, body)
+    assert r.status_code == 200, r.text
+
+
+def test_nul_is_read_as_the_replacement_character(tiny):
+    a = post(tiny, "/tokenize", {"content": "a\u0000b"}).json()["tokens"]
+    b = post(tiny, "/tokenize", {"content": "a\ufffdb"}).json()["tokens"]
+    assert a == b
+
+
+def test_a_reply_sent_back_is_served(tiny):
+    # What the server emitted for a NUL byte token, sent back as an assistant turn.
+    text = post(tiny, "/detokenize", {"tokens": [60, NUL_BYTE_TOKEN, 61]}).json()["content"]
+    r = post(tiny, CHAT, {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": text},
+                                       {"role": "user", "content": "y"}], "max_tokens": 1})
+    assert r.status_code == 200, r.text
