@@ -432,9 +432,11 @@ def _model_tensors(spec, hp, n_vocab, rng):
     return ts
 
 
-def _tensor_type(spec, kind):
+def _tensor_type(spec, kind, name=None):
     if kind == "norm":
         return QT.F32
+    if name in spec.get("types", {}):  # per tensor (tests/fuzz/gguf_mutator.py)
+        return spec["types"][name]
     if kind == "output":
         return spec["output"]
     return spec.get("overrides", {}).get(kind, spec["wtype"])
@@ -508,7 +510,9 @@ def write_model(path, spec, seed):
             continue
         if name == spec.get("short_tensor"):  # one row fewer: a mis-shaped file
             arr = arr[:-1]
-        qt = _tensor_type(spec, kind)
+        if name in spec.get("reshape", {}):  # another shape, same values repeated (fuzzing)
+            arr = np.resize(arr, spec["reshape"][name])
+        qt = _tensor_type(spec, kind, name)
         data = quantize(arr, qt) if arr.ndim == 2 else arr
         w.add_tensor(name, data, raw_dtype=qt if data.dtype == np.uint8 else None)
     w.write_header_to_file()
