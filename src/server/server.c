@@ -296,9 +296,6 @@ static void route_error(const http_req *req, http_reply *rep, int status, const 
         reply_openai_error(rep, status, oai_type, NULL, "%s", msg);
 }
 
-/* The HTTP gate, on the headers before the body is read: with keys set,
- * every path but /health (load balancers probe it without a key) needs
- * one, known endpoint or not. */
 /* /metrics and /props describe the whole server: every tenant's request,
  * token and cache counters, the model path, the cache folder. They are
  * the operator's: with --metrics-key only that key reads them; without
@@ -310,6 +307,9 @@ static int admin_allowed(const server *s, const http_req *req) {
     return s->n_keys <= 1 && authorized(s, req);
 }
 
+/* The HTTP gate, on the headers before the body is read: with keys set,
+ * every path but /health (load balancers probe it without a key) needs
+ * one, known endpoint or not; /metrics and /props need the operator's. */
 static int gate(void *app, const http_req *req, http_reply *rep) {
     const server *s = app;
     int admin = !strcmp(req->path, "/metrics") || !strcmp(req->path, "/props");

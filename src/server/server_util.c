@@ -44,20 +44,8 @@ void reply_anthropic_error(http_reply *rep, int status, const char *type, const 
                                       json_text(msg, strlen(msg))));
 }
 
-/* A copy of s[0..n) with each NUL byte as U+FFFD; *out_len its length. */
-static char *nul_to_replacement(const char *s, size_t n, size_t *out_len) {
-    char *out = xmalloc(n * 3 + 1);
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i]) out[o++] = s[i];
-        else memcpy(out + o, "\xef\xbf\xbd", 3), o += 3;
-    }
-    out[o] = 0;
-    *out_len = o;
-    return out;
-}
-
-/* Strings with a NUL byte get U+FFFD in its place; returns how many
+/* Strings with a NUL byte get U+FFFD in its place (utf8_sanitize: a JSON
+ * string is valid UTF-8, so NULs are all it changes); returns how many
  * strings changed. */
 static size_t replace_nuls(json_t *j) {
     size_t n = 0, i;
@@ -67,7 +55,7 @@ static size_t replace_nuls(json_t *j) {
     else if (json_is_array(j)) json_array_foreach(j, i, v) n += replace_nuls(v);
     else if (json_is_string(j) && memchr(json_string_value(j), 0, json_string_length(j))) {
         size_t len;
-        char *clean = nul_to_replacement(json_string_value(j), json_string_length(j), &len);
+        char *clean = utf8_sanitize(json_string_value(j), json_string_length(j), &len);
         json_string_setn(j, clean, len);
         free(clean);
         n++;
