@@ -1,5 +1,5 @@
 """Regressions of the third reliability campaign (issue 24), end to end on
-the tiny model: each test failed before its fix.
+the tiny model: each finding has tests that failed before its fix.
 
 - a tool whose input schema is not an object: 400 before generating, in
   all three APIs (was 500, or 200 with empty arguments);
@@ -21,7 +21,6 @@ the tiny model: each test failed before its fix.
 """
 import socket
 import subprocess
-import threading
 import time
 
 import httpx
