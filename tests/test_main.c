@@ -9,6 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/lsan_interface.h>
+#endif
+
 #define MAX_TESTS 1024
 
 typedef struct {
@@ -79,6 +83,14 @@ static int run_one(const test_entry *t) {
         failures = 0;
         t->fn();
         fflush(NULL);
+#ifdef __SANITIZE_ADDRESS__
+        /* _exit skips LeakSanitizer's check at exit: run it here, so a test
+         * that leaks fails on the sanitizer build (make test-asan). */
+        if (__lsan_do_recoverable_leak_check()) {
+            fprintf(stderr, "    leaked memory (LeakSanitizer report above)\n");
+            failures++;
+        }
+#endif
         _exit(failures ? 1 : 0);
     }
     int status = 0;

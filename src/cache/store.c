@@ -261,7 +261,7 @@ static store_load *load_start(cache_store *st, int tier, const cache_hash *prev,
     if (extra) l->part = *part;
     l->first = s->n_pos / B;
     l->hs = xmalloc((size_t)items * sizeof *l->hs);
-    memcpy(l->hs, hs, (size_t)n * sizeof *l->hs);
+    if (n > 0) memcpy(l->hs, hs, (size_t)n * sizeof *l->hs); /* hs is NULL with no whole block */
     if (extra) l->hs[n] = part->h;
     l->want = xmalloc(((size_t)n * B + (size_t)l->part.len) * sizeof(int32_t) + 1);
     memcpy(l->want, tokens, ((size_t)n * B + (size_t)l->part.len) * sizeof(int32_t));

@@ -11,6 +11,7 @@
 int cli_serve(int argc, char **argv) {
     server_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 4, .ctx = 0,
                      .queue_max = 64, .queue_timeout = 60, .idle_timeout = 60, .max_conns = 256,
+                     .max_client_conns = -1, .header_timeout = 10,
                      .max_body = 8 << 20, .cache_mem_mb = 1024, .cache_disk_mb = 8192,
                      .cache_redis_timeout_ms = 100, .cache_redis_ttl_s = (int)POLICY_SHARED_TTL_S,
                      .snap_blocks = POLICY_SNAP_EVERY_BLOCKS, .snap_mb = POLICY_SNAP_MB};
@@ -28,9 +29,15 @@ int cli_serve(int argc, char **argv) {
         {"--queue-timeout", NULL, ARG_INT, &o.queue_timeout, 0, 86400,
          "seconds a request may wait in the queue before 503 (60; 0 = no limit)"},
         {"--max-connections", NULL, ARG_INT, &o.max_conns, 1, 65536, "open connections at most, each a thread (256)"},
+        {"--max-client-connections", NULL, ARG_INT, &o.max_client_conns, 0, 65536,
+         "open connections from one client address at most (3/4 of --max-connections; 0 = no limit)"},
+        {"--header-timeout", NULL, ARG_INT, &o.header_timeout, 1, 3600,
+         "seconds a new connection has to send its request header before it is closed (10)"},
         {"--idle-timeout", NULL, ARG_INT, &o.idle_timeout, 1, 86400, "seconds before an idle connection is closed (60)"},
         {"--max-body-mb", NULL, ARG_INT, &max_body_mb, 1, 4096, "request body limit in MiB (8)"},
         {"--api-key", NULL, ARG_STR, &o.api_key, 0, -1, "require one of these comma-separated keys (each a cache tenant)"},
+        {"--metrics-key", NULL, ARG_STR, &o.metrics_key, 0, -1,
+         "the key /metrics and /props need; tenants' keys get 403 (with 2+ --api-key keys they are closed without it)"},
         {"--alias", NULL, ARG_STR, &o.alias, 0, -1,
          "comma-separated names of the model; the first is the id reported (file name)"},
         {"--strict-model", NULL, ARG_FLAG, &o.strict_model, 0, -1,

@@ -44,7 +44,7 @@ static void reply_error(http_reply *rep, int status, const char *type, const cha
     va_start(ap, fmt);
     strata_vfmt(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    reply_json(rep, status, json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", type, "message", msg));
+    reply_anthropic_error(rep, status, type, msg);
 }
 
 /* ---- normalising messages -------------------------------------------------- */
@@ -611,7 +611,7 @@ static const api_dialect ANTHROPIC = {
 
 static json_t *parse_body(const http_req *req, http_reply *rep) {
     json_error_t je;
-    json_t *root = json_loadb(req->body, req->body_len, 0, &je);
+    json_t *root = json_load_request(req->body, req->body_len, &je);
     if (!json_is_object(root)) {
         json_decref(root);
         reply_error(rep, 400, "invalid_request_error", "request body is not a valid JSON object: %s",

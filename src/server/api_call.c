@@ -117,6 +117,29 @@ json_t *api_call_cache_json(const api_call *c) {
     return o;
 }
 
+/* Every API defines a tool's input as a JSON object (Anthropic's
+ * input_schema, OpenAI's parameters: "type": "object"); a schema of another
+ * type no call could meet, so it is the client's error (400) before
+ * anything is generated, in every dialect alike. No schema, or one without
+ * "type", takes any object. */
+static int tool_inputs_are_objects(const json_t *tools, strata_err *err) {
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tools, i, t) {
+        const json_t *fn = json_object_get(t, "function"), *p = json_object_get(fn, "parameters");
+        const json_t *type = json_object_get(p, "type");
+        const char *tname = json_string_value(type);
+        if (!p || json_is_null(p) || (json_is_object(p) && (!type || (tname && !strcmp(tname, "object")))))
+            continue;
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        return strata_errf(err, STRATA_EINVAL, "tools: the input schema of tool '%s' must be %s of type \"object\" "
+                           "(a call's input is a JSON object)%s%s%s", name ? name : "?",
+                           json_is_object(p) ? "a schema" : "a JSON object, a schema", tname ? ", not \"" : "",
+                           tname ? tname : "", tname ? "\"" : "");
+    }
+    return 0;
+}
+
 /* The generic tool format's reply is one JSON object: held to the tools'
  * schemas (declared names, arguments that validate), under every
  * tool_choice. In a native format each call the model opens is held to
@@ -124,6 +147,7 @@ json_t *api_call_cache_json(const api_call *c) {
  * is the client's error (400); keywords the guard does not enforce are
  * named (x-strata-ignored), the rest still holds. */
 static int tool_schema(api_call *c, strata_err *err) {
+    if (c->pt.tools && tool_inputs_are_objects(c->pt.tools, err)) return err->code;
     if (c->gp.tools == TC_NONE || c->gp.schema) return 0;
     char why[512];
     json_schema **s = c->gp.tools != TC_GENERIC ? &c->gp.call_schema : &c->gp.schema;

@@ -436,9 +436,11 @@ static const api_dialect RESPONSES = {
 
 static void reply_not_found(http_reply *rep, int status, const char *param, const char *code, const char *what,
                             const char *id) {
-    reply_json(rep, status, json_pack("{s:{s:s+++,s:s,s:s,s:s}}", "error", "message", what, " with id '", id,
-                                      "' not found (never stored, deleted, or evicted from the store of recent "
-                                      "responses).", "type", "invalid_request_error", "param", param, "code", code));
+    char msg[512]; /* the id may be any bytes of the URL: json_text makes them UTF-8 */
+    snprintf(msg, sizeof msg, "%s with id '%s' not found (never stored, deleted, or evicted from the store of "
+             "recent responses).", what, id);
+    reply_json(rep, status, json_pack("{s:{s:o,s:s,s:s,s:s}}", "error", "message", json_text(msg, strlen(msg)),
+                                      "type", "invalid_request_error", "param", param, "code", code));
 }
 
 /* The conversation before this request (a stored response's input and
@@ -485,7 +487,8 @@ void api_responses_create(server *s, const http_req *req, http_reply *rep) {
     if (!server_knows_model(s, model))
         reply_openai_error(rep, 404, "invalid_request_error", "model_not_found",
                            "model '%s' does not exist; this server serves '%s'", model, s->model_id);
-    else if (param_bool(body, "store", &store, why, sizeof why) < 0)
+    else if (param_bool(body, "store", &store, why, sizeof why) < 0 ||
+             param_metadata(body, "metadata", why, sizeof why) < 0)
         reply_openai_error(rep, 400, "invalid_request_error", NULL, "%s", why);
     else
         items = conversation(s, body, &ns, rep);
