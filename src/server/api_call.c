@@ -68,6 +68,8 @@ int api_call_prompt(api_call *c, const json_t *messages, int32_t **ids, size_t *
     server_replay_ns(c->srv, c->gp.tenant, c->gp.cache_salt, &c->replay_ns);
     int rc = prompt_tokens(c->srv, &c->replay_ns, messages, &c->pt, ids, n, ci, why, cap);
     if (rc || !ci) return rc;
+    replay_context_ns(&c->replay_ns, messages, json_array_size(messages), &c->gp.replay_ctx);
+    c->gp.has_replay_ctx = 1;
     diag_observe(c->srv->diag, &c->replay_ns, *ids, (int)*n, &c->diag);
     free(c->msg_ends);
     c->msg_ends = xmalloc(((size_t)ci->n_msgs + 1) * sizeof(int));

@@ -21,6 +21,8 @@ int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
     g->one_call = p->one_call;
     g->replay = p->replay;
     g->replay_ns = p->replay_ns;
+    g->replay_ctx = p->replay_ctx;
+    g->has_replay_ctx = p->has_replay_ctx;
     g->tools = p->tools;
     if (p->args_open) { /* the prefix opened the arguments: the scanner's root */
         static const tc_jscan_cb none = {0};
@@ -132,6 +134,13 @@ static int32_t *append_text_tokens(const gen *g, const char *text, int32_t *ids,
     return ids;
 }
 
+/* A reply's ids, by its key: in the tenant's namespace and in the one
+ * narrowed to the conversation it answers (replay.h). */
+static void remember_put(gen *g, const char *key, size_t len, const int32_t *ids, size_t n) {
+    replay_put(g->replay, &g->replay_ns, key, len, ids, n);
+    if (g->has_replay_ctx) replay_put(g->replay, &g->replay_ctx, key, len, ids, n);
+}
+
 /* A generic-format tool-call turn comes back re-rendered as compact JSON;
  * it replays as what the model saw and wrote: the forced prefix, its own
  * tokens up to the end of the arguments, and the JSON we closed it with. */
@@ -154,7 +163,7 @@ static void remember_calls(gen *g) {
     }
     if (g->close_at) ids = append_text_tokens(g, "}]}", ids, &n_ids);
     char *key = render_generic_calls_text(names, args, n);
-    replay_put(g->replay, &g->replay_ns, key, strlen(key), ids, n_ids);
+    remember_put(g, key, strlen(key), ids, n_ids);
     free(key);
     free(ids);
 }
@@ -174,7 +183,7 @@ static void remember_native_calls(gen *g) {
     int32_t *ids = xmalloc(n_ids * sizeof(int32_t));
     if (g->n_prefix_tok) memcpy(ids, g->prefix_tok, (size_t)g->n_prefix_tok * sizeof(int32_t));
     for (int i = 0; i < g->n_tokens; i++) ids[g->n_prefix_tok + i] = g->tokens[i].id;
-    replay_put(g->replay, &g->replay_ns, key, strlen(key), ids, n_ids);
+    remember_put(g, key, strlen(key), ids, n_ids);
     free(ids);
     free(key);
     free(content);
@@ -198,7 +207,7 @@ static void remember(gen *g) {
     for (int i = 0; i < g->n_tokens; i++) ids[i] = g->tokens[i].id;
     size_t len; /* keyed by what the client received (and will send back) */
     char *seen = utf8_sanitize(g->text.buf ? g->text.buf : "", g->text.len, &len);
-    replay_put(g->replay, &g->replay_ns, seen, len, ids, (size_t)g->n_tokens);
+    remember_put(g, seen, len, ids, (size_t)g->n_tokens);
     free(seen);
     free(ids);
 }

@@ -57,16 +57,19 @@ def claude_env(home, base_url, key="strata-test"):
         "DISABLE_AUTOUPDATER": "1",
         "DISABLE_BUG_COMMAND": "1",
         "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY": "1",
-        # Root may not skip permission prompts outside a sandbox; this is one.
-        "IS_SANDBOX": "1",
     })
     return env
 
 
 def claude_cmd(prompt, cont=False):
     claude, _ = cli_paths()
+    # Default permission mode: in -p mode a tool that needs a permission
+    # (Bash, Write, Edit, ...) is refused and the model told so; read-only
+    # tools in the project run. A small model's arguments are arbitrary text:
+    # nothing it says is run with write access. Agent is left out: it starts
+    # sub-agents, whose requests are another conversation.
     cmd = [claude, "-p", prompt, "--output-format", "stream-json", "--verbose",
-           "--dangerously-skip-permissions"]
+           "--disallowedTools", "Agent"]
     if cont:
         cmd.append("--continue")
     return cmd
@@ -104,10 +107,14 @@ def codex_env(home, base_url, key="strata-test", model="smollm2"):
     return env
 
 
-def codex_cmd(prompt, workdir):
+def codex_cmd(prompt, workdir, resume=False):
     _, codex = cli_paths()
-    return [codex, "exec", "--json", "--skip-git-repo-check",
-            "--dangerously-bypass-approvals-and-sandbox", "-C", workdir, prompt]
+    # A read-only sandbox (Codex's own, bundled bubblewrap): a small model's
+    # shell commands are arbitrary text, never run with write access here.
+    # `codex exec` never asks for approval; --skip-git-repo-check: the
+    # scratch project is no git repository.
+    cmd = [codex, "exec", "--json", "--skip-git-repo-check", "--sandbox", "read-only", "-C", workdir]
+    return cmd + (["resume", "--last", prompt] if resume else [prompt])
 
 
 def run(cmd, env, cwd, timeout=600):
