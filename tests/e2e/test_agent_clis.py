@@ -1,0 +1,230 @@
+"""The real agent CLIs against Strata (issue 23): Claude Code (Anthropic
+Messages) and Codex (Responses API), installed from the package index at the
+versions pinned in scripts/install-agent-clis.sh, each run unchanged but for
+its base URL, a key and the settings that keep it offline
+(tests/e2e/agent_clis.py), in a scratch project of a few files.
+
+Per client and model, a session of `-p` / `exec` runs (each later one
+continuing the conversation) until the model has made at least two tool
+calls that the CLI ran and answered, within a bounded number of runs: a
+135M model does not always call a tool when asked, and neither CLI can force
+one (tool_choice is the client's). Asserted, from the server's log and
+`--trace` lines:
+- every request the CLI sent was answered 200 and the CLI exited 0;
+- at least two tool rounds completed (call, result sent back, next request);
+- every warm request (each after the first of a conversation) reused at
+  least 0.98 of its prompt from the cache;
+- Claude Code `--continue` after a server restart on the same `--cache-dir`
+  starts from the disk tier (>= 0.98 of its prompt from memory or disk,
+  disk > 0, nothing live yet).
+
+Claude Code's first prompt is ~12k tokens, Codex's ~6k: the server runs with
+`--ctx 32768`. SmolLM2's own context is 8k, so past it the model writes
+noise, but the noise is constrained to the declared tool schemas: it still
+makes valid tool calls, which is what these tests need.
+"""
+import json
+import os
+import re
+import shutil
+import tempfile
+
+import pytest
+
+import agent_clis as A
+from conftest import GEN, REAL_MODEL, Server
+
+GEMMA3_MODEL = os.environ.get("STRATA_GEMMA3_MODEL", os.path.join(A.ROOT, "models", "gemma-3-270m-q4_k_m.gguf"))
+CTX = "32768"
+MAX_RUNS = 4          # CLI invocations per session at most
+WANT_ROUNDS = 2       # tool rounds per session at least
+WARM_REUSE = 0.98
+# Replies bounded so a session on 2 cores takes minutes, not hours: a model
+# writing noise otherwise runs to the context's end (Claude Code asks for
+# max_tokens 128000). A documented Claude Code setting; Codex sends no limit.
+CLAUDE_MAX_OUTPUT = "512"
+RUN_TIMEOUT = 900
+
+PROJECT = {
+    "notes.txt": "The secret word is pelican.\n",
+    "hello.py": "def greet(name):\n    return f'Hello, {name}!'\n\nprint(greet('world'))\n",
+    "README.md": "# scratch\n\nA tiny project for the agent CLI tests.\n",
+}
+PROMPTS = ["Read the file notes.txt and tell me the secret word.",
+           "Now read hello.py and tell me what it prints.",
+           "List the files in this directory.",
+           "Read README.md."]
+
+
+@pytest.fixture(scope="module")
+def clis():
+    return A.cli_paths()  # installs the pinned versions when missing
+
+
+def models():
+    out = [pytest.param(REAL_MODEL, id="smollm2")]
+    out.append(pytest.param(GEMMA3_MODEL, id="gemma3"))
+    return out
+
+
+class Session:
+    """One scratch project, home, cache dir and trace; a server over them
+    that can be restarted."""
+
+    def __init__(self, model):
+        if not os.path.exists(model):
+            pytest.skip(f"{model} not downloaded (make model / make model-gemma3)")
+        self.model = model
+        self.root = tempfile.mkdtemp(prefix="strata-agent-")
+        self.work = os.path.join(self.root, "project")
+        self.home = os.path.join(self.root, "home")
+        self.cache = os.path.join(self.root, "kv")
+        for d in (self.work, self.home, self.cache):
+            os.makedirs(d)
+        for name, text in PROJECT.items():
+            with open(os.path.join(self.work, name), "w") as f:
+                f.write(text)
+        self.traces = []
+        self.server = None
+        self.start()
+
+    def start(self):
+        trace = os.path.join(self.root, f"trace{len(self.traces)}.jsonl")
+        self.traces.append(trace)
+        self.server = Server(self.model, "--ctx", CTX, "--parallel", "2", "--cache-dir", self.cache,
+                             "--trace", trace)
+
+    def restart(self):
+        assert self.server.stop() == 0
+        self.start()
+
+    def trace(self, i=-1):
+        with open(self.traces[i]) as f:
+            return [json.loads(l) for l in f if l.strip()]
+
+    def statuses(self):
+        """Status of every API request in the current server's log."""
+        with open(self.server.log.name) as f:
+            return [(m[1], int(m[2])) for m in re.finditer(r"request POST (\S+) status=(\d+)", f.read())]
+
+    def close(self):
+        if self.server and self.server.proc.poll() is None:
+            self.server.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture
+def session(request):
+    s = Session(request.param)
+    yield s
+    s.close()
+
+
+def cached(line):
+    c = line["cached_tokens"]
+    return c["live"] + c["disk"] + c["redis"]
+
+
+def assert_warm_reuse(lines, what):
+    """Each request after the first reuses >= WARM_REUSE of its prompt."""
+    assert lines, f"{what}: no request reached the trace"
+    for i, l in enumerate(lines[1:], 1):
+        ratio = cached(l) / l["prompt_tokens"]
+        assert ratio >= WARM_REUSE, (f"{what}: request {i} reused {cached(l)} of {l['prompt_tokens']} "
+                                     f"({ratio:.3f}); first miss {l.get('first_miss')}")
+
+
+# --- Claude Code ---
+
+def claude_events(stdout):
+    return [json.loads(l) for l in stdout.splitlines() if l.startswith("{")]
+
+
+def claude_rounds(events):
+    """Tool rounds that completed: a tool_use the CLI answered with a
+    tool_result (the next request carries it)."""
+    calls, results = set(), set()
+    for e in events:
+        content = (e.get("message") or {}).get("content")
+        if not isinstance(content, list):
+            continue
+        for p in content:
+            if e["type"] == "assistant" and p.get("type") == "tool_use":
+                calls.add(p["id"])
+            if e["type"] == "user" and p.get("type") == "tool_result":
+                results.add(p["tool_use_id"])
+    return len(calls & results)
+
+
+def run_claude(s, prompt, cont):
+    env = A.claude_env(s.home, s.server.url)
+    env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = CLAUDE_MAX_OUTPUT
+    r = A.run(A.claude_cmd(prompt, cont=cont), env, s.work, timeout=RUN_TIMEOUT)
+    events = claude_events(r.stdout)
+    result = [e for e in events if e.get("type") == "result"]
+    assert r.returncode == 0 and result and not result[-1].get("is_error"), \
+        f"claude exited {r.returncode}: {result[-1] if result else r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+    return events
+
+
+@pytest.mark.parametrize("session", models(), indirect=True)
+def test_claude_code(clis, session):
+    s = session
+    rounds = 0
+    for i in range(MAX_RUNS):
+        rounds += claude_rounds(run_claude(s, PROMPTS[i], cont=i > 0))
+        if rounds >= WANT_ROUNDS:
+            break
+    statuses = s.statuses()
+    assert statuses and all(code == 200 for _, code in statuses), statuses
+    assert rounds >= WANT_ROUNDS, f"{rounds} tool rounds in {i + 1} runs"
+    lines = s.trace()
+    assert len(lines) == len(statuses)
+    assert_warm_reuse(lines, "claude")
+
+    # --continue after a restart: the conversation's prefix comes from disk.
+    s.restart()
+    run_claude(s, "Thanks. One more time: what is the secret word?", cont=True)
+    statuses = s.statuses()
+    assert statuses and all(code == 200 for _, code in statuses), statuses
+    first = s.trace()[0]
+    c = first["cached_tokens"]
+    assert c["live"] == 0 and c["disk"] > 0, first
+    assert cached(first) / first["prompt_tokens"] >= WARM_REUSE, first
+    assert_warm_reuse(s.trace(), "claude after restart")
+
+
+# --- Codex ---
+
+def codex_rounds(stdout):
+    """Tool calls Codex ran and reported (command executions and other tool
+    items completed), each answered in its next request."""
+    n = 0
+    for l in stdout.splitlines():
+        if not l.startswith("{"):
+            continue
+        e = json.loads(l)
+        item = e.get("item") or {}
+        if e.get("type") == "item.completed" and item.get("type") not in (None, "agent_message", "reasoning", "error"):
+            n += 1
+    return n
+
+
+@pytest.mark.parametrize("session", models(), indirect=True)
+def test_codex(clis, session):
+    s = session
+    rounds = 0
+    for i in range(MAX_RUNS):
+        r = A.run(A.codex_cmd(PROMPTS[i], s.work, resume=i > 0), A.codex_env(s.home, s.server.url),
+                  s.work, timeout=RUN_TIMEOUT)
+        assert r.returncode == 0, f"codex exited {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}"
+        assert '"type":"turn.failed"' not in r.stdout, r.stdout[-3000:]
+        rounds += codex_rounds(r.stdout)
+        if rounds >= WANT_ROUNDS:
+            break
+    statuses = s.statuses()
+    assert statuses and all(code == 200 for _, code in statuses), statuses
+    assert rounds >= WANT_ROUNDS, f"{rounds} tool rounds in {i + 1} runs"
+    lines = s.trace()
+    assert len(lines) == len(statuses)
+    assert_warm_reuse(lines, "codex")
