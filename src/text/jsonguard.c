@@ -17,9 +17,12 @@
  *      nodes are visited. A token is allowed iff its last node is reached.
  *      Inside a string nearly every token passes, so there the mask is a
  *      precomputed bitmap of "plain" tokens plus a byte-by-byte check of
- *      the few hundred others. Masks are also cached per guard by state,
- *      since inside a long string the state repeats token after token.
- * Does not: sample, or know about schemas. */
+ *      the few hundred others (in a string held to lengths only, the
+ *      bitmap filtered by each token's character count; in one held to a
+ *      pattern, a trie walk carrying only the string's state). Masks are
+ *      also cached per guard by state, since inside a long string the
+ *      state repeats token after token.
+ * Does not: sample, or know about schemas (jsonguard_schema.c does). */
 #include "text/jsonguard.h"
 
 #include <math.h>
@@ -319,6 +322,7 @@ struct json_vocab {
     size_t words;     /* 64-bit words in a token bitmap */
     uint64_t *plain;  /* tokens that leave any plain-string state as it is */
     int n_plain;
+    uint16_t *nchars; /* plain tokens: characters, as a string constraint counts them */
     int32_t *rest;    /* the other TK_TEXT tokens */
     int n_rest;
 };
@@ -441,9 +445,24 @@ static int token_is_plain(const uint8_t *p, uint32_t len) {
     return memcmp(&s, &start, sizeof s) == 0;
 }
 
+/* Characters a plain token adds to a string: bytes that start a character
+ * or an escape (jsonguard_schema.c counts the same way). */
+static uint16_t token_chars(const uint8_t *p, uint32_t len) {
+    jg_state s;
+    memset(&s, 0, sizeof s);
+    s.mode = JG_STR;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < len; i++) {
+        n += s.mode == JG_STR && (p[i] < 0x80 || p[i] >= 0xC0);
+        jg_step(&s, p[i]);
+    }
+    return (uint16_t)(n > 65535 ? 65535 : n);
+}
+
 static void vocab_split_plain(json_vocab *v) {
     v->words = ((size_t)v->n_vocab + 63) / 64;
     v->plain = xcalloc(v->words, sizeof(uint64_t));
+    v->nchars = xcalloc((size_t)v->n_vocab + 1, sizeof(uint16_t));
     v->rest = xmalloc(sizeof(int32_t) * (size_t)(v->n_vocab + 1));
     for (int32_t id = 0; id < v->n_vocab; id++) {
         if (v->kind[id] != TK_TEXT) continue;
@@ -451,6 +470,7 @@ static void vocab_split_plain(json_vocab *v) {
         const uint8_t *p = tok_bytes(v, id, &len);
         if (token_is_plain(p, len)) {
             v->plain[id >> 6] |= 1ull << (id & 63);
+            v->nchars[id] = token_chars(p, len);
             v->n_plain++;
         } else {
             v->rest[v->n_rest++] = id;
@@ -485,6 +505,7 @@ void json_vocab_free(json_vocab *v) {
     free(v->tstart);
     free(v->order);
     free(v->plain);
+    free(v->nchars);
     free(v->rest);
     free(v);
 }
@@ -515,6 +536,7 @@ struct json_guard {
     json_schema *schema; /* a reference, or NULL: any JSON object */
     jg_full st;
     jg_full *path; /* walk scratch: the state after each depth */
+    jg_str_state *spath; /* the same inside a constrained string (walk_string) */
     mask_slot slot[CACHE_SLOTS];
     int next_slot;
 };
@@ -533,6 +555,7 @@ json_guard *json_guard_new_schema(const json_vocab *v, json_schema *schema) {
     g->st = state_initial();
     if (!v) return g;
     g->path = xmalloc(sizeof(jg_full) * (size_t)(v->max_depth + 1));
+    g->spath = xmalloc(sizeof(jg_str_state) * (size_t)(v->max_depth + 1));
     for (int i = 0; i < CACHE_SLOTS; i++) g->slot[i].bits = xmalloc(v->words * sizeof(uint64_t));
     return g;
 }
@@ -544,6 +567,7 @@ void json_guard_free(json_guard *g) {
     for (int i = 0; i < CACHE_SLOTS; i++) free(g->slot[i].bits);
     json_schema_free(g->schema);
     free(g->path);
+    free(g->spath);
     free(g);
 }
 
@@ -551,17 +575,17 @@ int json_guard_done(const json_guard *g) { return g->st.syn.mode == JG_DONE; }
 
 static void set_bit(uint64_t *bits, int32_t id) { bits[id >> 6] |= 1ull << (id & 63); }
 
-/* Carries the state down the trie in one pass over the preorder nodes:
- * path[d-1] is the state before a depth-d node's byte. Returns the count
- * of allowed tokens, set in bits. */
-static int walk_trie(json_guard *g, uint64_t *bits) {
+/* Carries the state down the trie in one pass over the preorder nodes
+ * from..to (a whole subtree, or the whole trie): path[d-1] is the state
+ * before a depth-d node's byte. Returns the count of allowed tokens, set
+ * in bits. */
+static int walk_range(json_guard *g, uint64_t *bits, uint32_t from, uint32_t to) {
     const json_vocab *v = g->v;
     const uint8_t *byte = v->byte;
     const uint16_t *depth = v->depth;
     int count = 0;
     const json_schema *sch = g->schema;
-    jg_copy(&g->path[0], &g->st);
-    for (uint32_t i = 0; i < v->n_nodes;) {
+    for (uint32_t i = from; i < to;) {
         jg_full *s = &g->path[depth[i]];
         jg_copy(s, &g->path[depth[i] - 1]);
         if (!(sch ? jg_schema_step(sch, s, byte[i]) : jg_step(&s->syn, byte[i]))) {
@@ -573,6 +597,47 @@ static int walk_trie(json_guard *g, uint64_t *bits) {
         i++;
     }
     return count;
+}
+
+/* Inside a constrained string (a pattern or format: no bitmap shortcut)
+ * only the syntax, automaton state and character count change, so the
+ * walk carries those 24 bytes instead of whole states; a closing quote
+ * hands its subtree to walk_range with the whole state rebuilt. */
+static int walk_string(json_guard *g, uint64_t *bits) {
+    const json_vocab *v = g->v;
+    const uint8_t *byte = v->byte;
+    const uint16_t *depth = v->depth;
+    jg_str_state *sp = g->spath;
+    int count = 0, sc = g->st.sc;
+    sp[0] = (jg_str_state){g->st.syn, g->st.q, g->st.nch};
+    for (uint32_t i = 0; i < v->n_nodes;) {
+        int d = depth[i];
+        jg_str_state x = sp[d - 1];
+        if (x.syn.mode == JG_STR && byte[i] == '"') {
+            jg_full *f = &g->path[d - 1];
+            jg_copy(f, &g->st);
+            f->syn = x.syn, f->q = x.q, f->nch = x.nch;
+            count += walk_range(g, bits, i, v->skip[i]);
+            i = v->skip[i];
+            continue;
+        }
+        if (!jg_string_step(g->schema, sc, &x, byte[i])) {
+            i = v->skip[i];
+            continue;
+        }
+        sp[d] = x;
+        for (uint32_t k = v->tstart[i]; k < v->tstart[i + 1]; k++) set_bit(bits, v->order[k]);
+        count += (int)(v->tstart[i + 1] - v->tstart[i]);
+        i++;
+    }
+    return count;
+}
+
+static int walk_trie(json_guard *g, uint64_t *bits) {
+    const jg_full *st = &g->st;
+    if (g->schema && st->sc && !st->lit && st->syn.mode >= JG_STR && st->syn.mode <= JG_UTF8) return walk_string(g, bits);
+    jg_copy(&g->path[0], &g->st);
+    return walk_range(g, bits, 0, g->v->n_nodes);
 }
 
 /* Inside plain string text: the plain tokens, and each other one checked
@@ -591,11 +656,35 @@ static int string_mask(const json_guard *g, uint64_t *bits) {
     return count;
 }
 
+/* Inside a string held to lengths only: the plain tokens that fit in the
+ * room left, and each other one checked byte by byte. */
+static int length_mask(const json_guard *g, uint64_t *bits, int64_t room) {
+    const json_vocab *v = g->v;
+    int count = 0;
+    memset(bits, 0, v->words * sizeof(uint64_t));
+    for (size_t w = 0; w < v->words; w++)
+        for (uint64_t m = v->plain[w]; m; m &= m - 1) {
+            int32_t id = (int32_t)(w * 64) + __builtin_ctzll(m);
+            if (v->nchars[id] <= room) bits[w] |= m & -m, count++;
+        }
+    for (int i = 0; i < v->n_rest; i++) {
+        uint32_t len;
+        const uint8_t *p = tok_bytes(v, v->rest[i], &len);
+        if (!full_feed(g->schema, &g->st, p, len, NULL)) continue;
+        set_bit(bits, v->rest[i]);
+        count++;
+    }
+    return count;
+}
+
 /* The allowed set for the current state into slot. */
 static void compute_mask(json_guard *g, mask_slot *slot) {
     const json_vocab *v = g->v;
+    int64_t room = jg_length_room(g->schema, &g->st);
     if (jg_plain_string(&g->st)) {
         slot->count = string_mask(g, slot->bits);
+    } else if (room >= 0) {
+        slot->count = length_mask(g, slot->bits, room);
     } else {
         memset(slot->bits, 0, v->words * sizeof(uint64_t));
         if (g->st.syn.mode != JG_DONE) slot->count = walk_trie(g, slot->bits);

@@ -75,7 +75,10 @@ typedef struct jg_full {
     uint8_t free;   /* 1 + syntax depth where an unconstrained value began; 0: none */
     uint8_t neg;    /* the number being written is negative */
     uint8_t pad;
-    int64_t mag;    /* its integer part so far (bounds) */
+    uint16_t sc;    /* 1 + js_str of the string (value or key) being written; 0: none */
+    uint16_t q;     /* its automaton state (jsonregex.h) */
+    uint32_t nch;   /* its characters so far */
+    int64_t mag;    /* the integer part of the number so far (bounds) */
     js_frame fr[JSON_SCHEMA_MAX_DEPTH];
 } jg_full;
 
@@ -91,8 +94,28 @@ int jg_step(jg_state *s, unsigned c);
  * then garbage (callers step a copy). */
 int jg_schema_step(const json_schema *s, jg_full *st, unsigned c);
 
-/* Is the current string free text (no key or enum to match), so that the
- * plain-token shortcut applies? */
-static inline int jg_plain_string(const jg_full *st) { return st->syn.mode == JG_STR && !st->lit; }
+/* Inside a constrained string only these fields change, byte by byte
+ * (the mask walk carries them alone there: jsonguard.c). */
+typedef struct jg_str_state {
+    jg_state syn;
+    uint16_t q;
+    uint32_t nch;
+} jg_str_state;
+
+/* A byte inside a string held to js_str sc (1-based), schema then syntax,
+ * as jg_schema_step takes it; not the closing quote. 0 if refused. */
+int jg_string_step(const json_schema *s, int sc, jg_str_state *x, unsigned c);
+
+/* Is the current string free text (no key or enum to match, no string
+ * constraint), so that the plain-token shortcut applies? */
+static inline int jg_plain_string(const jg_full *st) { return st->syn.mode == JG_STR && !st->lit && !st->sc; }
+
+/* Inside a string held to lengths only: how many more characters may
+ * come (plain tokens are then allowed by their character count); -1
+ * otherwise. */
+static inline int64_t jg_length_room(const json_schema *s, const jg_full *st) {
+    if (!s || st->syn.mode != JG_STR || st->lit || !st->sc || s->str[st->sc - 1].dfa >= 0) return -1;
+    return (int64_t)s->str[st->sc - 1].max - st->nch;
+}
 
 #endif

@@ -8,14 +8,17 @@
  *     written (a bitmask: each once; '}' needs every required one) and a
  *     count of keys or items (min/max);
  *   - for the value being written: its node, a trie position while a key
- *     or enum value is matched, and the integer part of a bounded number;
+ *     or enum value is matched, the integer part of a bounded number, and
+ *     in a constrained string its automaton state and character count;
  *   - `free`: inside a value of any shape (a JS_ANY node, an object or
  *     array without constraints), where only the syntax is checked until
  *     the syntax depth comes back to where it began.
  * As in the syntax automaton, a byte is refused as soon as no completion
  * exists (key prefixes of properties not yet written, integer prefixes
- * with no completion in bounds, ',' when no property or item can follow),
- * so an accepted prefix is never a dead end. Does not: compile schemas
+ * with no completion in bounds, ',' when no property or item can follow,
+ * a string byte after which the pattern cannot match within the lengths,
+ * a container or key whose shortest value needs more frames than are
+ * left), so an accepted prefix is never a dead end. Does not: compile schemas
  * (jsonschema.c) or walk the vocabulary (jsonguard.c). */
 #include "text/jsonguard_int.h"
 
@@ -47,7 +50,7 @@ static const js_node *node_at(const json_schema *s, int n) { return &s->node[n];
 static int resolve(const json_schema *s, int n, int slot) {
     static const int BITS[JS_N_SLOTS] = {JT_OBJ, JT_ARR, JT_STR, JT_INT | JT_NUM, JT_BOOL, JT_NULL};
     const js_node *nd = node_at(s, n);
-    if (nd->kind == JS_UNION) {
+    while (nd->kind == JS_UNION) { /* nested through a $ref; the compiler cut cycles */
         if ((n = nd->slot[slot]) == JS_NONE) return JS_NONE;
         nd = node_at(s, n);
     }
@@ -62,7 +65,8 @@ static int is_free(const json_schema *s, int n, int slot) {
     if (nd->kind == JS_ANY) return 1;
     if (nd->kind != JS_VALUE) return 0;
     if (slot == JS_SLOT_OBJ)
-        return nd->keys < 0 && node_at(s, nd->addl)->kind == JS_ANY && nd->min_props == 0 && nd->max_props == UINT32_MAX;
+        return nd->keys < 0 && node_at(s, nd->addl)->kind == JS_ANY && nd->min_props == 0 && nd->max_props == UINT32_MAX &&
+               nd->pnames == JS_NONE;
     if (slot == JS_SLOT_ARR)
         return node_at(s, nd->items)->kind == JS_ANY && nd->min_items == 0 && nd->max_items == UINT32_MAX;
     return 0;
@@ -94,11 +98,20 @@ static void value_done(const json_schema *s, jg_full *st, int term) {
     st->node = st->lit = 0;
     st->neg = 0;
     st->mag = 0;
+    st->sc = st->q = 0;
+    st->nch = 0;
 }
 
 /* ---- numbers -------------------------------------------------------------- */
 
-static int bounded(const js_node *nd) { return nd->has_lo || nd->has_hi; }
+static int bounded(const js_node *nd) { return nd->has_lo || nd->has_hi || nd->mult; }
+
+/* Is there an integer in [lo, hi] (and a multiple of multipleOf)? */
+static int has_value(const js_node *nd, double lo, double hi) {
+    if (!nd->mult) return lo <= hi;
+    double k = (double)nd->mult;
+    return ceil(lo / k) * k <= hi;
+}
 
 static double pow10i(int j) {
     static const double P[19] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9,
@@ -115,7 +128,7 @@ static int int_viable(const js_node *nd, int neg, int64_t mag, int k, int zero) 
     for (int j = 0; k + j <= 18; j++) {
         double a = (double)mag * pow10i(j), b = a + pow10i(j) - 1;
         double lo = neg ? -b : a, hi = neg ? -a : b;
-        if (fmax(lo, nd->ilo) <= fmin(hi, nd->ihi)) return 1;
+        if (has_value(nd, fmax(lo, nd->ilo), fmin(hi, nd->ihi))) return 1;
     }
     return 0;
 }
@@ -138,7 +151,7 @@ static int begin_number(const js_node *nd, jg_full *st, unsigned c) {
     st->neg = c == '-';
     st->mag = st->neg ? 0 : (int64_t)(c - '0');
     if (!st->neg) return int_viable(nd, 0, st->mag, 1, c == '0');
-    return !bounded(nd) || nd->ilo <= fmin(0, nd->ihi); /* some x <= 0 in bounds */
+    return !bounded(nd) || has_value(nd, nd->ilo, fmin(0, nd->ihi)); /* some x <= 0 */
 }
 
 /* A byte that continues a number (pre-state st). */
@@ -171,13 +184,101 @@ static int number_end(const json_schema *s, jg_full *st) {
         if ((term = s->trie[st->lit - 1].term) < 0) return 0;
     } else if (bounded(nd) && (st->syn.mode == JG_INT || st->syn.mode == JG_ZERO)) {
         double v = st->neg ? -(double)st->mag : (double)st->mag;
-        if (v < nd->ilo || v > nd->ihi) return 0;
+        if (v < nd->ilo || v > nd->ihi || (nd->mult && st->mag % nd->mult)) return 0;
     }
     value_done(s, st, term);
     return 1;
 }
 
+/* ---- strings held to lengths, a pattern or a format -------------------------- */
+
+/* The decoded byte of a one-letter escape, or -1 (\u and invalid ones). */
+static int escape_byte(unsigned c) {
+    switch (c) {
+    case '"': case '\\': case '/': return (int)c;
+    case 'b': return 8;
+    case 'f': return 12;
+    case 'n': return 10;
+    case 'r': return 13;
+    case 't': return 9;
+    }
+    return -1;
+}
+
+/* nch is kept only where a length bound needs it, so that inside an
+ * unbounded pattern the state repeats and the guard's mask cache hits. */
+static uint32_t counted(const js_str *k, uint32_t n) { return k->min || k->max != UINT32_MAX ? n : 0; }
+
+static void string_begin(jg_full *st, int str) {
+    st->sc = (uint16_t)(str + 1);
+    st->q = 0;
+    st->nch = 0;
+}
+
+/* Can the automaton take decoded byte b (a new character: n is the count
+ * with it) and still end in a match of the right length? */
+static int dfa_byte(const js_str *k, const jre_dfa *d, jg_str_state *x, unsigned b, uint32_t n) {
+    uint16_t q = d->next[(size_t)x->q * 256 + b];
+    if (!jre_viable(d, q, n, k->min, k->max)) return 0;
+    x->q = q;
+    x->nch = counted(k, n);
+    return 1;
+}
+
+/* A byte inside a string held to js_str sc (1-based), before the syntax
+ * steps x->syn. Characters are counted at their first byte, an escape at
+ * its '\\' (a surrogate pair once); the automaton reads the decoded bytes,
+ * so under a pattern or format an escape is one of the one-letter ones
+ * (\u is not written). */
+static int str_byte(const json_schema *s, int sc, jg_str_state *x, unsigned c) {
+    const js_str *k = &s->str[sc - 1];
+    const jre_dfa *d = k->dfa >= 0 ? &s->dfa[k->dfa] : NULL;
+    int mode = x->syn.mode;
+    if (mode == JG_STR) {
+        if (c == '"') return x->nch >= k->min && (!d || d->acc[x->q]);
+        if (c >= 0x80 && c < 0xC0) return 1; /* the syntax refuses it */
+        if (x->nch >= k->max) return 0;
+        if (!d) return x->nch = counted(k, x->nch + 1), 1;
+        if (c != '\\') return dfa_byte(k, d, x, c, x->nch + 1);
+        static const char ESC[] = "\"\\/bfnrt";
+        for (int i = 0; ESC[i]; i++) { /* some escape must continue */
+            jg_str_state t = *x;
+            if (dfa_byte(k, d, &t, (unsigned)escape_byte((unsigned char)ESC[i]), x->nch + 1)) return x->nch = counted(k, x->nch + 1), 1;
+        }
+        return 0;
+    }
+    if (!d) return 1;
+    if (mode == JG_UTF8) return dfa_byte(k, d, x, c, x->nch);
+    if (mode == JG_ESC) {
+        int b = escape_byte(c);
+        return b >= 0 && dfa_byte(k, d, x, (unsigned)b, x->nch);
+    }
+    return 0; /* \u: not under an automaton */
+}
+
+static int constrained_byte(const json_schema *s, jg_full *st, unsigned c) {
+    jg_str_state x = {st->syn, st->q, st->nch};
+    if (!str_byte(s, st->sc, &x, c)) return 0;
+    st->q = x.q, st->nch = x.nch;
+    return 1;
+}
+
+int jg_string_step(const json_schema *s, int sc, jg_str_state *x, unsigned c) {
+    return str_byte(s, sc, x, c) && jg_step(&x->syn, c);
+}
+
 /* ---- values, keys, containers ------------------------------------------------ */
+
+/* Frames the value of node r needs, written as slot. */
+static int need_frames(const json_schema *s, int r, int slot) {
+    const js_node *nd = node_at(s, r);
+    if (slot == JS_SLOT_OBJ) return nd->kind == JS_ANY ? 0 : nd->mind_obj;
+    if (slot == JS_SLOT_ARR) return nd->kind == JS_ANY ? 0 : nd->mind_arr;
+    return 0;
+}
+
+/* Can some value of node n still be begun here (depth)? */
+static int fits(const json_schema *s, const jg_full *st, int n) { return st->depth + node_at(s, n)->mind <= JSON_SCHEMA_MAX_DEPTH; }
 
 static int begin_value(const json_schema *s, jg_full *st, int n, unsigned c) {
     int slot = slot_of(c);
@@ -188,7 +289,15 @@ static int begin_value(const json_schema *s, jg_full *st, int n, unsigned c) {
         f->count++;
     }
     int r = resolve(s, n, slot);
-    if (r == JS_NONE) return 0;
+    if (r == JS_NONE || st->depth + need_frames(s, r, slot) > JSON_SCHEMA_MAX_DEPTH) return 0;
+    const js_node *rn = node_at(s, r);
+    if ((slot == JS_SLOT_OBJ || slot == JS_SLOT_ARR) && rn->kind == JS_VALUE && rn->enums >= 0) {
+        int32_t k = js_trie_child(s, rn->enums, c); /* an object/array enum value: its exact text */
+        st->free = (uint8_t)(st->syn.depth + 1);
+        st->node = (uint16_t)r;
+        st->lit = (uint16_t)(k + 1);
+        return k >= 0;
+    }
     if (is_free(s, r, slot)) {
         st->free = (uint8_t)(st->syn.depth + 1);
         return 1;
@@ -206,22 +315,38 @@ static int begin_value(const json_schema *s, jg_full *st, int n, unsigned c) {
         st->lit = (uint16_t)(k + 1);
         return k >= 0;
     }
+    if (slot == JS_SLOT_STR && nd->str != JS_NONE) string_begin(st, nd->str);
     return slot == JS_SLOT_NUM ? begin_number(nd, st, c) : 1;
 }
 
-/* Properties of the top object that may still be written. */
-static uint64_t keys_left(const json_schema *s, const jg_full *st) {
+/* Properties of the top object that may still be written: not yet
+ * written, with a value that can be written at all, and near the depth
+ * limit one that fits. */
+static uint64_t keys_allowed(const json_schema *s, const jg_full *st) {
     const js_frame *f = &st->fr[st->depth - 1];
     const js_node *nd = node_at(s, f->node);
+    uint64_t left = ~f->seen & nd->keys_ok;
+    if (nd->kind == JS_VALUE && st->depth + nd->keys_mind > JSON_SCHEMA_MAX_DEPTH)
+        for (uint64_t m = left & ((nd->n_props < 64 ? 1ull << nd->n_props : 0) - 1); m; m &= m - 1)
+            if (!fits(s, st, s->prop[nd->first_prop + __builtin_ctzll(m)])) left &= ~(m & -m);
+    return left;
+}
+
+static uint64_t keys_left(const json_schema *s, const jg_full *st) {
+    const js_node *nd = node_at(s, st->fr[st->depth - 1].node);
     int32_t q = js_trie_child(s, nd->keys, '"');
-    return q < 0 ? 0 : s->trie[q].below & ~f->seen;
+    return q < 0 ? 0 : s->trie[q].below & keys_allowed(s, st);
 }
 
 static int begin_key(const json_schema *s, jg_full *st) {
     js_frame *f = top(st);
     const js_node *nd = node_at(s, f->node);
     if (f->count >= nd->max_props) return 0;
-    if (nd->keys < 0) return 1; /* any key */
+    if (nd->keys < 0) { /* any key (held to propertyNames), its value to additionalProperties */
+        if (!fits(s, st, nd->addl)) return 0;
+        if (nd->pnames != JS_NONE) string_begin(st, nd->pnames);
+        return 1;
+    }
     if (!keys_left(s, st)) return 0;
     st->lit = (uint16_t)(js_trie_child(s, nd->keys, '"') + 1);
     return 1;
@@ -232,11 +357,12 @@ static int key_byte(const json_schema *s, jg_full *st, unsigned c, int closing) 
     js_frame *f = top(st);
     const js_node *nd = node_at(s, f->node);
     if (!st->lit) { /* any key: its value follows additionalProperties */
-        if (closing) f->count++, st->node = nd->addl;
+        if (st->sc && !constrained_byte(s, st, c)) return 0;
+        if (closing) f->count++, st->node = nd->addl, st->sc = st->q = 0, st->nch = 0;
         return 1;
     }
     int32_t k = js_trie_child(s, st->lit - 1, c);
-    if (k < 0 || !(s->trie[k].below & ~f->seen)) return 0;
+    if (k < 0 || !(s->trie[k].below & keys_allowed(s, st))) return 0;
     st->lit = (uint16_t)(k + 1);
     if (!closing) return 1;
     int term = s->trie[k].term;
@@ -252,6 +378,7 @@ static int string_byte(const json_schema *s, jg_full *st, unsigned c) {
     int closing = st->syn.mode == JG_STR && c == '"';
     if (st->syn.aux & AUX_KEY) return key_byte(s, st, c, closing);
     if (!st->lit) {
+        if (st->sc && !constrained_byte(s, st, c)) return 0;
         if (closing) value_done(s, st, -1);
         return 1;
     }
@@ -279,12 +406,12 @@ static int comma(const json_schema *s, jg_full *st) {
     js_frame *f = top(st);
     const js_node *nd = node_at(s, f->node);
     if (!in_object(st)) {
-        if (f->count >= nd->max_items) return 0;
+        if (f->count >= nd->max_items || !fits(s, st, nd->items)) return 0;
         st->node = nd->items;
         return 1;
     }
     if (f->count >= nd->max_props) return 0;
-    return nd->keys < 0 || keys_left(s, st) != 0;
+    return nd->keys < 0 ? fits(s, st, nd->addl) : keys_left(s, st) != 0;
 }
 
 /* Between tokens (pre-state mode): where values, keys and closers go. */
@@ -318,10 +445,17 @@ static int literal_byte(const json_schema *s, jg_full *st, unsigned c) {
 
 /* Inside a free value: syntax only, until it is complete. */
 static int free_byte(const json_schema *s, jg_full *st, unsigned c) {
+    if (st->lit) { /* an object/array enum value: byte by byte its text */
+        int32_t k = js_trie_child(s, st->lit - 1, c);
+        if (k < 0) return 0;
+        st->lit = (uint16_t)(k + 1);
+    }
     if (!jg_step(&st->syn, c)) return 0;
     if (st->syn.depth == st->free - 1 && (st->syn.mode == JG_AFTER || st->syn.mode == JG_DONE)) {
+        int term = st->lit ? s->trie[st->lit - 1].term : -1;
+        if (st->lit && term < 0) return 0;
         st->free = 0;
-        value_done(s, st, -1);
+        value_done(s, st, term);
     }
     return 1;
 }

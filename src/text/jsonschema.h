@@ -2,19 +2,19 @@
  *
  * json_schema_compile turns a schema (a Jansson value) into a small
  * grammar that the JSON guard (jsonguard.h) walks alongside the JSON
- * syntax, so the model can only write a value that validates. It refuses,
- * with a reason naming the keyword and where it is, anything the guard
- * cannot enforce: a schema is never silently ignored.
+ * syntax, so the model can only write a value that validates, and never
+ * reaches a prefix it cannot complete.
  *
- * Supported: type (a name or a list), properties, required,
- * additionalProperties, minProperties/maxProperties, items, minItems,
- * maxItems, enum and const (scalars), minimum, maximum, exclusiveMinimum,
- * exclusiveMaximum (numbers: see below), anyOf and oneOf (branches that
- * differ in JSON type, or objects told apart by a const/enum string
- * property), allOf of one schema, $ref to "#", "#/$defs/.." or
- * "#/definitions/.." (not recursive), nullable (OpenAPI), and annotations
- * (title, description, default, examples, format, $schema, $id, $comment,
- * deprecated, readOnly, writeOnly, strict, discriminator).
+ * Enforced: type (a name or a list), nullable (OpenAPI), properties,
+ * required, additionalProperties, minProperties/maxProperties,
+ * propertyNames, items, minItems, maxItems, minLength/maxLength (code
+ * points), pattern (ECMA-262, search semantics: jsonregex.h), format
+ * (date-time, date, time, email, uuid, ipv4, ipv6, uri), enum and const
+ * (any values), minimum, maximum, exclusiveMinimum, exclusiveMaximum,
+ * multipleOf (a whole number, on integers), anyOf and oneOf, allOf
+ * (merged into one schema), $ref to "#" or any local JSON pointer
+ * ("#/$defs/..", "#/definitions/..", ...), recursive refs included
+ * (targets are shared nodes).
  *
  * Narrowings (every output still validates; some valid values cannot be
  * written): an object with properties takes only those keys (whatever
@@ -23,21 +23,27 @@
  * "integer" is written without fraction or exponent. A bounded number has
  * no exponent, and a fraction only where every value between its integer
  * part and the next integer is in bounds. Enum values are written as
- * Jansson's compact dump of them. format is an annotation (not checked,
- * as the jsonschema package does by default).
+ * Jansson's compact dump of them. Where anyOf/oneOf branches overlap for
+ * one kind of value, one branch is written (enum branches merge). Under a
+ * pattern or format, escapes are the one-letter ones (no \u); \d \w \s
+ * are ASCII; dates leave out February 29. Constrained containers nest at
+ * most JSON_SCHEMA_MAX_DEPTH deep (recursion stops there, always closable).
  *
- * Not supported (400 naming the keyword): pattern, patternProperties,
- * minLength, maxLength, multipleOf, not, if/then/else, prefixItems, tuple
- * items, uniqueItems, contains, dependentRequired/Schemas,
- * propertyNames, unevaluated*, recursive $ref, remote $ref, enum/const of
- * objects or arrays, overlapping anyOf branches. */
+ * Not enforced, and not refused: any other validation keyword (not,
+ * if/then/else, patternProperties, uniqueItems, contains, prefixItems,
+ * tuple items, a fractional multipleOf, dependent*, unevaluated*),
+ * unknown formats, patterns the automaton cannot express (lookaround,
+ * backreferences, \b), a oneOf whose written branch is not shown to
+ * exclude the others, and minProperties on an object of any keys. They compile as annotations and are listed by
+ * json_schema_unenforced. Compile fails only for malformed schemas, the
+ * size limits, and schemas no object satisfies. */
 #ifndef STRATA_JSONSCHEMA_H
 #define STRATA_JSONSCHEMA_H
 
 #include <jansson.h>
 #include <stddef.h>
 
-#define JSON_SCHEMA_MAX_NODES 4096  /* compiled nodes, after expanding $ref */
+#define JSON_SCHEMA_MAX_NODES 4096  /* compiled nodes ($ref targets once each) */
 #define JSON_SCHEMA_MAX_TRIE 65536  /* bytes of property names and enum values */
 #define JSON_SCHEMA_MAX_DEPTH 16    /* nested constrained objects/arrays */
 #define JSON_SCHEMA_MAX_PROPS 64    /* properties per object */
@@ -47,8 +53,9 @@
 typedef struct json_schema json_schema;
 
 /* A schema whose values must be objects (the guard's output is one JSON
- * object). NULL with why set ("unsupported JSON Schema keyword 'pattern'
- * at #/properties/zip") when it cannot be enforced. */
+ * object). NULL with why set ("'type' must be a name or a list of names at
+ * #/properties/zip", "schema too large: ...", "no object satisfies the
+ * schema ...") when it is malformed, too large or unsatisfiable. */
 json_schema *json_schema_compile(const json_t *schema, char *why, size_t cap);
 
 /* The reply of the generic tool format (toolcall.h TC_GENERIC) for tools
@@ -71,5 +78,11 @@ void json_schema_free(json_schema *s);        /* drops a reference; NULL is fine
 
 /* Compiled nodes (for tests and the bench). */
 int json_schema_n_nodes(const json_schema *s);
+
+/* The keywords compile left unenforced (treated as annotations), with
+ * their places: NULL when everything was enforced, else a short list
+ * ("pattern at #/properties/zip (lookaround); uniqueItems at
+ * #/properties/tags; and 2 more"), at most 4 named. Owned by s. */
+const char *json_schema_unenforced(const json_schema *s);
 
 #endif

@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "text/jsonregex.h"
 #include "text/jsonschema.h"
 
 /* JSON types, one bit each. A node allowing JT_NUM allows integers too. */
@@ -26,9 +27,18 @@ enum {
     JS_VALUE, /* types and the constraints below */
     JS_UNION, /* anyOf/oneOf: slot[] names the branch per kind of value */
     JS_DISC,  /* objects told apart by the value of one property, written first */
+    JS_REF,   /* compile time only: a $ref whose target is items (see fix_refs) */
 };
 
 #define JS_NONE 0xFFFF /* no node */
+#define JS_INF 255     /* mind*: no value can be written */
+
+/* A string's constraints: length in code points and an automaton
+ * (jsonregex.h: pattern and format together), dfa -1: none. */
+typedef struct js_str {
+    uint32_t min, max; /* max UINT32_MAX: none */
+    int32_t dfa;
+} js_str;
 
 typedef struct js_node {
     uint8_t kind, types;
@@ -47,11 +57,22 @@ typedef struct js_node {
     uint8_t has_lo, has_hi, lo_excl, hi_excl;
     double lo, hi;   /* bounds as written */
     double ilo, ihi; /* the same bounds on integers (inclusive) */
+    int64_t mult;    /* multipleOf (integers only), 0: none */
     /* JS_DISC: keys is the one-name trie of the discriminator, items the
      * node of its value (a string enum); terminal v of that enum picks
      * branch disc_branch[first_disc + v], where the discriminator is
      * property disc_prop[first_disc + v]. */
     uint16_t first_disc;
+    uint16_t str;    /* strings (values; or keys of an any-key object): js_str index, JS_NONE */
+    uint16_t pnames; /* objects with any key: the keys' js_str (propertyNames), JS_NONE */
+    /* Frames (nested constrained containers) the shortest valid value
+     * needs: as a whole, as an object, as an array (JS_INF: none). The
+     * guard opens a container only where its shortest value fits under
+     * JSON_SCHEMA_MAX_DEPTH, so recursive schemas have no dead end. */
+    uint8_t mind, mind_obj, mind_arr;
+    uint8_t keys_mind; /* objects: the largest mind of a writable property */
+    uint64_t keys_ok;  /* objects: properties whose value can be written at all */
+    uint64_t keys_off; /* objects: properties never written (a oneOf branch kept apart from the others) */
 } js_node;
 
 typedef struct js_trie {
@@ -72,7 +93,17 @@ struct json_schema {
     int n_trie;
     uint16_t *disc_branch, *disc_prop; /* JS_DISC tables */
     int n_disc;
+    js_str *str;
+    int n_str;
+    jre_dfa *dfa;
+    int n_dfa;
+    char *unenforced; /* json_schema_unenforced, NULL: none */
 };
+
+/* jsonschema_merge.c: allOf as one schema, and $ref lookup. */
+#define JSM_ONEOF_CUT "x-strata-oneOf-cut" /* a merged oneOf kept only 64 of its pairs */
+json_t *jsm_merge(const json_t *doc, const json_t *a, const json_t *b);
+const json_t *jsm_resolve_ref(const json_t *doc, const char *ref);
 
 /* The child of trie node t for byte c, or -1. */
 static inline int32_t js_trie_child(const json_schema *s, int32_t t, unsigned c) {

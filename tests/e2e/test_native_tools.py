@@ -90,11 +90,22 @@ def test_auto_calls_that_open_validate(native):
                 check_call(call.function.name, call.function.arguments)
 
 
-def test_unenforceable_tool_schema_is_a_400(native):
-    bad = {"type": "function", "function": {"name": "zip", "parameters": {
-        "type": "object", "properties": {"zip": {"type": "string", "pattern": "^[0-9]{5}$"}}}}}
+def test_pattern_tool_schema_is_enforced(native):
+    # pattern is enforced now (issue 23): the call is served and its arguments match.
+    zip_tool = {"type": "function", "function": {"name": "zip", "parameters": {
+        "type": "object", "properties": {"zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
+        "required": ["zip"], "additionalProperties": False}}}
+    r = oai(native).chat.completions.create(model="", messages=ASK, tools=[zip_tool], tool_choice="required",
+                                            temperature=1.0, seed=1, max_tokens=60)
+    ch = r.choices[0]
+    assert ch.finish_reason == "tool_calls", ch
+    jsonschema.validate(json.loads(ch.message.tool_calls[0].function.arguments), zip_tool["function"]["parameters"])
+
+
+def test_malformed_tool_schema_is_a_400(native):
+    bad = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"x": {"type": 5}}}}}
     r = httpx.post(native.url + "/v1/chat/completions", json={"model": "", "messages": ASK, "tools": [bad]})
-    assert r.status_code == 400 and "pattern" in r.json()["error"]["message"]
+    assert r.status_code == 400 and "type" in r.json()["error"]["message"]
 
 
 def test_anthropic_forced_tool_validates(native):

@@ -9,7 +9,9 @@
  * the cache scope, every message's content (prompt_content_text), the
  * tool list's generic system prompt (tc_generic_system_prompt), and the
  * tool-call parser of every format fed each content string in two pieces
- * (model output is arbitrary text too).
+ * (model output is arbitrary text too), and the schema compiler on
+ * response_format's schema and on the tools (the generic format's reply
+ * schema), each compiled schema then fed the message texts as output.
  * Seeds: tests/fuzz/corpus/json (bodies from the e2e tests). */
 #include <jansson.h>
 #include <stdlib.h>
@@ -18,6 +20,8 @@
 #include "fuzz_util.h"
 #include "server/api_params.h"
 #include "server/prompt.h"
+#include "text/jsonguard.h"
+#include "text/jsonschema.h"
 #include "text/toolcall.h"
 
 static void touch_params(const json_t *req) {
@@ -68,6 +72,40 @@ static void touch_tools(const json_t *req) {
     free(sys);
 }
 
+/* A compiled schema run over every message's text as if generated. */
+static void feed_schema(json_schema *s, const json_t *msgs) {
+    if (!s) return;
+    json_schema_unenforced(s);
+    size_t i;
+    const json_t *m;
+    json_array_foreach(msgs, i, m) {
+        const char *text = json_string_value(json_object_get(m, "content"));
+        if (!text) continue;
+        json_guard *g = json_guard_new_schema(NULL, s);
+        for (size_t k = 0; text[k]; k++)
+            if (json_guard_feed(g, text + k, 1)) break;
+        json_guard_free(g);
+    }
+}
+
+static void touch_schemas(const json_t *req) {
+    char why[512];
+    const json_t *rf = json_object_get(req, "response_format"), *msgs = json_object_get(req, "messages");
+    const json_t *sch = json_object_get(json_object_get(rf, "json_schema"), "schema");
+    json_schema *s;
+    if (sch) {
+        s = json_schema_compile(sch, why, sizeof why);
+        feed_schema(s, msgs);
+        json_schema_free(s);
+    }
+    const json_t *tools = json_object_get(req, "tools");
+    if (json_is_array(tools)) {
+        s = json_schema_tools(tools, NULL, 0, why, sizeof why);
+        feed_schema(s, msgs);
+        json_schema_free(s);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     json_t *req = json_loadb((const char *)data, size, 0, NULL);
     if (!req) return 0;
@@ -77,6 +115,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char why[256];
     free(prompt_content_text(sys, "system", why, sizeof why));
     touch_tools(req);
+    touch_schemas(req);
     json_decref(req);
     return 0;
 }
