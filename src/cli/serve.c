@@ -30,6 +30,8 @@ int cli_serve(int argc, char **argv) {
         {"--max-connections", NULL, ARG_INT, &o.max_conns, 1, 65536, "open connections at most, each a thread (256)"},
         {"--idle-timeout", NULL, ARG_INT, &o.idle_timeout, 1, 86400, "seconds before an idle connection is closed (60)"},
         {"--max-body-mb", NULL, ARG_INT, &max_body_mb, 1, 4096, "request body limit in MiB (8)"},
+        {"--max-output-tokens", NULL, ARG_INT, &o.max_output, 0, 1 << 30,
+         "tokens a reply may have at most, whatever the request asks (0 = the context's end)"},
         {"--api-key", NULL, ARG_STR, &o.api_key, 0, -1, "require one of these comma-separated keys (each a cache tenant)"},
         {"--alias", NULL, ARG_STR, &o.alias, 0, -1,
          "comma-separated names of the model; the first is the id reported (file name)"},

@@ -132,6 +132,11 @@ static int start(api_call *c, const http_req *req, int32_t **ids, size_t *n, con
     server *s = c->srv;
     c->prefix = prompt_force_tool(s, &c->pt, &c->gp, ids, n);
     c->n_prompt = (int)*n;
+    /* The operator's bound wins over the request's: agent CLIs ask for far
+     * more (Claude Code 128000) or for nothing (Codex), which a small model
+     * writing noise runs to the end of the context. */
+    if (s->o.max_output > 0 && (c->gp.max_tokens <= 0 || c->gp.max_tokens > s->o.max_output))
+        c->gp.max_tokens = s->o.max_output;
     c->gp.replay = s->replay;
     c->gp.replay_ns = c->replay_ns;
     prompt_cache_apply(ci, &c->gp);

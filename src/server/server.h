@@ -25,6 +25,7 @@ typedef struct server_opts {
     int queue_timeout; /* seconds a request may wait for a slot before 503 (0: no limit) */
     int idle_timeout;  /* seconds an idle connection stays open */
     int max_conns;     /* open connections at most (each holds a thread) */
+    int max_output;    /* --max-output-tokens: a reply's tokens at most (0: up to the context) */
     int strict_model;  /* --strict-model: refuse names other than the id and aliases */
     int no_cache;      /* --no-prefix-cache */
     int no_cache_disk; /* --no-cache-disk */
