@@ -194,20 +194,25 @@ static void remember_native_calls(gen *g) {
 static void remember(gen *g) {
     if (!g->replay || g->stopped_by_string || g->st.finish == FINISH_ERROR || g->tool_error)
         return;
-    if (g->tools == TC_GENERIC) {
-        if (g->n_calls_done) remember_calls(g);
+    if (g->tools == TC_GENERIC && g->n_calls_done) {
+        remember_calls(g);
         return;
     }
-    if (g->st.finish == FINISH_CANCELLED) return;
+    if (g->st.finish == FINISH_CANCELLED || (g->tools == TC_GENERIC && g->n_calls)) return;
     if (g->n_calls) {
         remember_native_calls(g);
         return;
     }
+    /* Keyed by what the client received (and will send back): the text; in
+     * the generic tool format the content the parser passed on (the reply
+     * may be {"content": ...} JSON, whose tokens are what the model saw). */
+    int generic = g->tools == TC_GENERIC;
+    size_t len;
+    char *seen = generic ? utf8_sanitize(g->content ? g->content : "", g->content_len, &len)
+                         : utf8_sanitize(g->text.buf ? g->text.buf : "", g->text.len, &len);
     int32_t *ids = xmalloc((size_t)(g->n_tokens ? g->n_tokens : 1) * sizeof(int32_t));
     for (int i = 0; i < g->n_tokens; i++) ids[i] = g->tokens[i].id;
-    size_t len; /* keyed by what the client received (and will send back) */
-    char *seen = utf8_sanitize(g->text.buf ? g->text.buf : "", g->text.len, &len);
-    remember_put(g, seen, len, ids, (size_t)g->n_tokens);
+    if (len) remember_put(g, seen, len, ids, (size_t)g->n_tokens);
     free(seen);
     free(ids);
 }
@@ -282,7 +287,7 @@ int gen_pull(gen *g, int timeout_ms, const tc_event **evs) {
         cancel_and_settle(g);
     }
     for (int i = 0; i < n; i++) {
-        if ((*evs)[i].kind == TC_EV_TEXT && g->tools != TC_GENERIC) keep_content(g, (*evs)[i].text, (*evs)[i].len);
+        if ((*evs)[i].kind == TC_EV_TEXT) keep_content(g, (*evs)[i].text, (*evs)[i].len);
         follow_open_call(g, &(*evs)[i]);
         g->n_calls += (*evs)[i].kind == TC_EV_CALL_BEGIN;
         g->n_calls_done += (*evs)[i].kind == TC_EV_CALL_END;

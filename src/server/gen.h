@@ -68,7 +68,7 @@ typedef struct gen {
     cache_hash replay_ctx;
     int has_replay_ctx;
     char error[512];
-    char *content;         /* native tool formats: the reply's text outside calls (replay key) */
+    char *content;         /* the reply's text outside calls (replay key: native calls, generic text) */
     size_t content_len;
     sched_token *tokens;   /* every generated token (for logprobs and replay) */
     int n_tokens, cap_tokens;

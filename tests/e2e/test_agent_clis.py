@@ -196,6 +196,33 @@ def test_max_output_tokens_bounds_every_reply():
         assert srv.stop() == 0
 
 
+def test_generic_text_reply_replays_exactly(tiny):
+    """A text reply in the generic tool format (a model whose template has no
+    tool syntax: SmolLM2, Gemma 3; the reply may be plain text or
+    {"content": ...} JSON) comes back as the model's own tokens: the next
+    turn reuses the whole previous prompt plus the reply (issue 23 item 7:
+    Codex turns on Gemma 3 missed from the first assistant message, which was
+    re-tokenized instead of replayed)."""
+    import httpx
+    url = tiny.url + "/v1/chat/completions"
+    tools = [{"type": "function", "function": {"name": "read", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}]
+    msgs = [{"role": "user", "content": "Say hi."}]
+    for seed in range(40):  # the tiny model's random weights: find a seed that answers in text
+        r = httpx.post(url, json={"messages": msgs, "tools": tools, "seed": seed, "max_tokens": 400,
+                                  "temperature": 1.0}, timeout=60).json()
+        c = r["choices"][0]
+        if c["finish_reason"] == "stop" and not c["message"].get("tool_calls") and c["message"].get("content"):
+            break
+    else:
+        pytest.fail("no seed gave a text reply")
+    first = r["usage"]
+    msgs += [{"role": "assistant", "content": c["message"]["content"]}, {"role": "user", "content": "again"}]
+    r2 = httpx.post(url, json={"messages": msgs, "tools": tools, "max_tokens": 1}, timeout=60).json()
+    cached = r2["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached >= first["prompt_tokens"] + first["completion_tokens"], (first, r2["usage"])
+
+
 @pytest.mark.parametrize("session", models(), indirect=True)
 def test_claude_code(clis, session):
     s = session
