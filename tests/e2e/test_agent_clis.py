@@ -57,10 +57,16 @@ PROJECT = {
     "hello.py": "def greet(name):\n    return f'Hello, {name}!'\n\nprint(greet('world'))\n",
     "README.md": "# scratch\n\nA tiny project for the agent CLI tests.\n",
 }
-PROMPTS = ["Read the file notes.txt and tell me the secret word.",
-           "Now read hello.py and tell me what it prints.",
-           "List the files in this directory.",
-           "Read README.md."]
+# Each run names a tool and a file: the model still decides (tool_choice is
+# the client's), but a small model follows a named tool more often.
+CLAUDE_PROMPTS = ["Use the Read tool to read notes.txt, then tell me the secret word.",
+                  "Use the Read tool to read hello.py and tell me what it prints.",
+                  "Use the Glob tool to list the files in this directory.",
+                  "Use the Read tool to read README.md."]
+CODEX_PROMPTS = ["Run the shell command `cat notes.txt` and tell me the secret word.",
+                 "Run the shell command `cat hello.py` and tell me what it prints.",
+                 "Run the shell command `ls` to list the files.",
+                 "Run the shell command `cat README.md`."]
 
 
 @pytest.fixture(scope="module")
@@ -235,7 +241,7 @@ def test_claude_code(clis, session):
     s = session
     rounds = 0
     for i in range(MAX_RUNS):
-        rounds += claude_rounds(run_claude(s, PROMPTS[i], cont=i > 0))
+        rounds += claude_rounds(run_claude(s, CLAUDE_PROMPTS[i], cont=i > 0))
         if rounds >= WANT_ROUNDS:
             break
     statuses = s.statuses()
@@ -278,7 +284,7 @@ def test_codex(clis, session):
     s = session
     rounds = 0
     for i in range(MAX_RUNS):
-        r = A.run(A.codex_cmd(PROMPTS[i], s.work, resume=i > 0), A.codex_env(s.home, s.server.url),
+        r = A.run(A.codex_cmd(CODEX_PROMPTS[i], s.work, resume=i > 0), A.codex_env(s.home, s.server.url),
                   s.work, timeout=RUN_TIMEOUT)
         ok = r.returncode == 0 and '"type":"turn.failed"' not in r.stdout
         check_cli_outcome(ok, f"codex (exit {r.returncode})", r.stdout + r.stderr)
