@@ -265,18 +265,23 @@ def test_claude_code(clis, session):
 
 # --- Codex ---
 
-def codex_rounds(stdout):
-    """Tool calls Codex ran and reported (command executions and other tool
-    items completed), each answered in its next request."""
-    n = 0
-    for l in stdout.splitlines():
-        if not l.startswith("{"):
-            continue
-        e = json.loads(l)
-        item = e.get("item") or {}
-        if e.get("type") == "item.completed" and item.get("type") not in (None, "agent_message", "reasoning", "error"):
-            n += 1
-    return n
+def codex_rounds(home):
+    """Tool calls Codex answered, from its session files (CODEX_HOME/sessions,
+    every response item it sent or got): a call (function, custom, local
+    shell) whose output it recorded, to send back with the next request. Its
+    --json events show only some tools (commands run, files changed), not
+    e.g. create_goal."""
+    calls, outputs = set(), set()
+    for root, _, files in os.walk(os.path.join(home, ".codex", "sessions")):
+        for name in files:
+            with open(os.path.join(root, name)) as f:
+                for line in f:
+                    e = json.loads(line)
+                    p = e.get("payload") or {}
+                    if e.get("type") != "response_item" or "call_id" not in p:
+                        continue
+                    (outputs if p.get("type", "").endswith("_output") else calls).add(p["call_id"])
+    return len(calls & outputs)
 
 
 @pytest.mark.parametrize("session", models(), indirect=True)
@@ -288,7 +293,7 @@ def test_codex(clis, session):
                   s.work, timeout=RUN_TIMEOUT)
         ok = r.returncode == 0 and '"type":"turn.failed"' not in r.stdout
         check_cli_outcome(ok, f"codex (exit {r.returncode})", r.stdout + r.stderr)
-        rounds += codex_rounds(r.stdout)
+        rounds = codex_rounds(s.home)
         if rounds >= WANT_ROUNDS:
             break
     statuses = s.statuses()
