@@ -98,6 +98,11 @@ static const kw_case CASES[] = {
      "\"$defs\":{\"A\":{\"anyOf\":[{\"$ref\":\"#/$defs/A\"},{\"type\":\"string\",\"maxLength\":2}]}}}",
      {"{\"a\":\"xy\"}", "{}"},
      {"{\"a\":1}", "{\"a\":\"xyz\"}", "{\"a\":{}}"}},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"$id\":\"https://x/a\",\"type\":\"object\",\"properties\":{"
+     "\"b\":{\"$ref\":\"#/$defs/B\"},\"c\":{\"$ref\":\"#/$defs/C\"}},\"$defs\":{\"C\":{\"const\":\"in\"}}}},"
+     "\"$defs\":{\"B\":{\"type\":\"integer\"},\"C\":{\"const\":\"out\"}}}",
+     {"{\"a\":{\"b\":1,\"c\":\"in\"}}"},
+     {"{\"a\":{\"b\":\"x\"}}", "{\"a\":{\"c\":\"out\"}}"}},
     {"{\"type\":\"object\",\"properties\":{\"x\":{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
      "\"required\":[\"a\"],\"additionalProperties\":false},{\"type\":\"object\",\"properties\":{\"b\":{\"type\":\"string\"}},"
      "\"required\":[\"b\"],\"additionalProperties\":false}]},\"y\":{\"anyOf\":[{\"type\":\"string\"},{\"enum\":[\"q\",1]}]}}}",
@@ -494,6 +499,14 @@ TEST(jsonschema_kw_tool_refs_resolve_in_parameters) {
         CHECK(!accepts(s, "{\"tool_calls\":[{\"name\":\"other\",\"arguments\":{\"x\":3}}]}"));
     }
     json_schema_free(s);
+    /* what is not enforced is named by tool */
+    json_t *t2 = json_loads("[{\"name\":\"Bash\",\"input_schema\":{\"type\":\"object\",\"properties\":{\"c\":"
+                            "{\"type\":\"string\",\"not\":{\"const\":\"rm\"}}}}}]", 0, NULL);
+    s = json_schema_tools(t2, NULL, 1, why, sizeof why);
+    CHECK_MSG(s && json_schema_unenforced(s) && !strcmp(json_schema_unenforced(s), "not at tool Bash #/properties/c"), "%s",
+              s && json_schema_unenforced(s) ? json_schema_unenforced(s) : why);
+    json_schema_free(s);
+    json_decref(t2);
     s = json_schema_tool_call(tools, "plan", "arguments", why, sizeof why);
     CHECK_MSG(s != NULL, "%s", why);
     if (s) CHECK(accepts(s, "{\"name\":\"plan\",\"arguments\":{\"steps\":[{\"run\":\"x\"}]}}"));

@@ -46,6 +46,7 @@ typedef struct cctx {
 } cctx;
 
 #define MAX_NEST 128 /* subschema nesting (the compiler recurses on it) */
+#define TOOL_ID "strata:tool:" /* $id given to each tool's parameters (call_schema) */
 
 static int fail(cctx *c, const char *fmt, ...) {
     if (c->failed) return -1;
@@ -287,7 +288,7 @@ static int child(cctx *c, const json_t *sch, const char *path, const char *fmt, 
 static int compile_ref(cctx *c, const json_t *sch, const char *path) {
     const char *ref = json_string_value(json_object_get(sch, "$ref"));
     if (!ref) return fail(c, "'$ref' must be a string at %s", path);
-    const json_t *t = jsm_resolve_ref(c->base, ref);
+    const json_t *t = jsm_resolve_ref(&(jsm_roots){c->base, c->doc}, ref);
     if (!t) return fail(c, "unresolvable $ref '%s' at %s (only local ones: #, #/$defs/NAME, #/definitions/NAME, ...)", ref, path);
     for (int i = 0; i < c->n_memo; i++)
         if (c->memo[i] == t) return c->memo_node[i];
@@ -375,18 +376,18 @@ static int compile_merged(cctx *c, const json_t *sch, const char *path) {
     json_t *m = json_deep_copy(sch), *all = json_object_get(m, "allOf"), *v;
     json_incref(all);
     json_object_del(m, "allOf");
-    json_t *base = json_object(), *r = jsm_merge(c->base, base, m);
+    json_t *base = json_object(), *r = jsm_merge(&(jsm_roots){c->base, c->doc}, base, m);
     json_decref(base), json_decref(m);
     size_t i;
     json_array_foreach(all, i, v) {
-        json_t *n = r ? jsm_merge(c->base, r, v) : NULL;
+        json_t *n = r ? jsm_merge(&(jsm_roots){c->base, c->doc}, r, v) : NULL;
         json_decref(r);
         r = n;
     }
     json_decref(all);
     if (!r) return fail(c, "allOf/$ref at %s expands without end (a recursive $ref beside other keywords)", path);
     const char *ref = json_string_value(json_object_get(r, "$ref"));
-    if (ref && !jsm_resolve_ref(c->base, ref)) {
+    if (ref && !jsm_resolve_ref(&(jsm_roots){c->base, c->doc}, ref)) {
         fail(c, "unresolvable $ref '%s' at %s (only local ones: #, #/$defs/NAME, #/definitions/NAME, ...)", ref, path);
         json_decref(r); /* after: ref points into r */
         return -1;
@@ -404,7 +405,7 @@ static int compile_distributed(cctx *c, const json_t *sch, const char *kw, const
     json_object_del(rest, kw);
     size_t i;
     json_array_foreach(json_object_get(sch, kw), i, b) {
-        json_t *m = jsm_merge(c->base, rest, b);
+        json_t *m = jsm_merge(&(jsm_roots){c->base, c->doc}, rest, b);
         if (!m) {
             json_decref(rest), json_decref(branches);
             return fail(c, "%s at %s expands without end", kw, path);
@@ -423,7 +424,13 @@ static int compile(cctx *c, const json_t *sch, const char *path) {
     if (c->failed) return -1;
     if (c->nest >= MAX_NEST) return fail(c, "schema nests deeper than %d subschemas at %s", MAX_NEST, path);
     const json_t *base = c->base;
-    if (json_is_string(json_object_get(sch, "$id"))) c->base = sch; /* a resource of its own (merged copies have none) */
+    const char *idv = json_string_value(json_object_get(sch, "$id"));
+    char tool_path[300];
+    if (idv) c->base = sch; /* a resource of its own (merged copies have none) */
+    if (idv && !strncmp(idv, TOOL_ID, strlen(TOOL_ID))) { /* places inside a tool's parameters: "tool NAME #/.." */
+        snprintf(tool_path, sizeof tool_path, "tool %s #", idv + strlen(TOOL_ID));
+        path = tool_path;
+    }
     c->nest++;
     int id = compile_one(c, sch, path);
     c->nest--;
@@ -1022,7 +1029,7 @@ static int json_slots(cctx *c, const json_t *sch, int depth) {
     const json_t *ref = json_object_get(sch, "$ref"), *t = json_object_get(sch, "type"), *v;
     int bits = ALL;
     if (json_is_string(ref)) {
-        const json_t *target = jsm_resolve_ref(c->base, json_string_value(ref));
+        const json_t *target = jsm_resolve_ref(&(jsm_roots){c->base, c->doc}, json_string_value(ref));
         bits &= target ? json_slots(c, target, depth + 1) : ALL;
     }
     if (t) {
@@ -1305,8 +1312,11 @@ static json_t *call_schema(const json_t *tool, const char *args_key) {
     const json_t *params = json_object_get(fn, "parameters");
     if (!params || json_is_null(params)) params = json_object_get(fn, "input_schema");
     json_t *args = params && !json_is_null(params) ? json_deep_copy(params) : json_pack("{s:s}", "type", "object");
-    if (json_is_object(args) && !json_object_get(args, "$id")) /* its own resource: its "#/$defs/.." refs resolve in it */
-        json_object_set_new(args, "$id", json_string("strata:tool-parameters"));
+    if (json_is_object(args) && !json_object_get(args, "$id")) { /* its own resource: its "#/$defs/.." refs resolve in it */
+        char id[300];
+        snprintf(id, sizeof id, "%s%s", TOOL_ID, json_string_value(json_object_get(fn, "name")) ? json_string_value(json_object_get(fn, "name")) : "?");
+        json_object_set_new(args, "$id", json_string(id));
+    }
     return json_pack("{s:s,s:{s:{s:O},s:o},s:[s,s],s:b}", "type", "object", "properties", "name", "const",
                      json_object_get(fn, "name"), args_key, args, "required", "name", args_key,
                      "additionalProperties", 0);

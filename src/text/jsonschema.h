@@ -82,7 +82,9 @@ int json_schema_n_nodes(const json_schema *s);
 /* The keywords compile left unenforced (treated as annotations), with
  * their places: NULL when everything was enforced, else a short list
  * ("pattern at #/properties/zip (lookaround); uniqueItems at
- * #/properties/tags; and 2 more"), at most 4 named. Owned by s. */
+ * #/properties/tags; and 2 more"), at most 4 named; inside a tool's
+ * parameters (json_schema_tools, json_schema_tool_call) places read
+ * "tool NAME #/properties/..". Owned by s. */
 const char *json_schema_unenforced(const json_schema *s);
 
 #endif

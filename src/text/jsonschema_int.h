@@ -102,8 +102,12 @@ struct json_schema {
 
 /* jsonschema_merge.c: allOf as one schema, and $ref lookup. */
 #define JSM_ONEOF_CUT "x-strata-oneOf-cut" /* a merged oneOf kept only 64 of its pairs */
-json_t *jsm_merge(const json_t *doc, const json_t *a, const json_t *b);
-const json_t *jsm_resolve_ref(const json_t *doc, const char *ref);
+typedef struct jsm_roots {
+    const json_t *base; /* where local $refs resolve: the nearest subschema with an $id */
+    const json_t *doc;  /* the whole schema: tried when base has no such place */
+} jsm_roots;
+json_t *jsm_merge(const jsm_roots *roots, const json_t *a, const json_t *b);
+const json_t *jsm_resolve_ref(const jsm_roots *roots, const char *ref);
 
 /* The child of trie node t for byte c, or -1. */
 static inline int32_t js_trie_child(const json_schema *s, int32_t t, unsigned c) {

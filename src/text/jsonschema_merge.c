@@ -1,7 +1,7 @@
 /* jsonschema_merge.c - allOf as one schema: the JSON-level rewriting the
  * compiler (jsonschema.c) does before it builds nodes.
  *
- * jsm_merge(doc, a, b) returns one schema that a value satisfies iff it
+ * jsm_merge(roots, a, b) returns one schema that a value satisfies iff it
  * satisfies both a and b, as far as the enforced keywords go: types
  * intersect, properties and required merge (a property one side lacks is
  * held to that side's additionalProperties), bounds tighten, enums
@@ -20,7 +20,7 @@
 
 /* "#" and local JSON pointers ("#/$defs/a", "#/properties/x/items/0"),
  * ~0 and ~1 unescaped; percent-encoding is not decoded. */
-const json_t *jsm_resolve_ref(const json_t *doc, const char *ref) {
+static const json_t *resolve_in(const json_t *doc, const char *ref) {
     if (ref[0] != '#' || (ref[1] && ref[1] != '/')) return NULL;
     const json_t *t = doc;
     for (const char *p = ref + 1; *p == '/' && t;) {
@@ -40,6 +40,11 @@ const json_t *jsm_resolve_ref(const json_t *doc, const char *ref) {
         }
     }
     return t;
+}
+
+const json_t *jsm_resolve_ref(const jsm_roots *r, const char *ref) {
+    const json_t *t = resolve_in(r->base, ref);
+    return t || r->base == r->doc ? t : resolve_in(r->doc, ref); /* lenient: a root-relative ref under an $id */
 }
 
 static const char *const TYPE_NAMES[] = {"object", "array", "string", "integer", "number", "boolean", "null"};
@@ -180,13 +185,13 @@ static void merge_key(json_t *dst, const char *k, const json_t *v) {
     /* anything else: the first value stays */
 }
 
-static json_t *merge(const json_t *doc, const json_t *a, const json_t *b, int depth);
+static json_t *merge(const jsm_roots *doc, const json_t *a, const json_t *b, int depth);
 
-json_t *jsm_merge(const json_t *doc, const json_t *a, const json_t *b) { return merge(doc, a, b, 0); }
+json_t *jsm_merge(const jsm_roots *doc, const json_t *a, const json_t *b) { return merge(doc, a, b, 0); }
 
 /* depth bounds the expansion: a $ref or allOf that comes back to itself
  * gives NULL. */
-static json_t *merge(const json_t *doc, const json_t *a, const json_t *b, int depth) {
+static json_t *merge(const jsm_roots *doc, const json_t *a, const json_t *b, int depth) {
     if (depth > 48) return NULL;
     for (int hops = 0; json_is_object(b) && json_is_string(json_object_get(b, "$ref")) && hops < 32; hops++) {
         const json_t *t = jsm_resolve_ref(doc, json_string_value(json_object_get(b, "$ref")));
