@@ -122,6 +122,44 @@ def run(cmd, env, cwd, timeout=600):
                           stdin=subprocess.DEVNULL)
 
 
+class Outcome:
+    def __init__(self, returncode, stdout, stderr, stopped):
+        self.returncode, self.stdout, self.stderr, self.stopped = returncode, stdout, stderr, stopped
+
+
+def run_until(cmd, env, cwd, enough, timeout=600, poll_s=1.0):
+    """Runs a CLI until it exits, or until enough(stdout so far) says the
+    test has what it needs: then it is stopped (SIGTERM). An agent CLI runs
+    tool rounds for as long as the model keeps calling tools, and a small
+    model may never stop. stopped tells which; a timeout raises."""
+    import signal
+    import tempfile
+    import time
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, text=True)
+        deadline, stopped = time.time() + timeout, False
+        try:
+            while p.poll() is None:
+                if time.time() > deadline:
+                    raise subprocess.TimeoutExpired(cmd, timeout)
+                out.seek(0)
+                if enough(out.read()):
+                    stopped = True
+                    p.send_signal(signal.SIGTERM)
+                    try:
+                        p.wait(timeout=20)
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+                    break
+                time.sleep(poll_s)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        out.seek(0), err.seek(0)
+        return Outcome(p.returncode, out.read(), err.read(), stopped)
+
+
 # --- capture server -----------------------------------------------------
 
 def _sse(events):

@@ -120,6 +120,16 @@ class Session:
         with open(self.server.log.name) as f:
             return [(m[1], int(m[2])) for m in re.finditer(r"request POST (\S+) status=(\d+)", f.read())]
 
+    def settle(self):
+        """Waits until no request is running (one the test stopped the CLI
+        in is cancelled), so the log and the trace are complete."""
+        import httpx
+        import time
+        for _ in range(300):
+            if httpx.get(self.server.url + "/health", timeout=5).json().get("active") == 0:
+                return
+            time.sleep(0.1)
+
     def close(self):
         if self.server and self.server.proc.poll() is None:
             self.server.stop()
@@ -162,7 +172,13 @@ def assert_warm_reuse(lines, what):
 # --- Claude Code ---
 
 def claude_events(stdout):
-    return [json.loads(l) for l in stdout.splitlines() if l.startswith("{")]
+    out = []
+    for l in stdout.splitlines():
+        try:
+            out.append(json.loads(l))
+        except ValueError:  # not an event, or a line still being written
+            pass
+    return out
 
 
 def claude_rounds(events):
@@ -186,11 +202,18 @@ def check_cli_outcome(ok, what, output):
     assert ok or any(m in output for m in CUT_BY_LIMIT), f"{what} failed:\n{output[-3000:]}"
 
 
-def run_claude(s, prompt, cont):
-    r = A.run(A.claude_cmd(prompt, cont=cont), A.claude_env(s.home, s.server.url), s.work, timeout=RUN_TIMEOUT)
+def enough(s, rounds):
+    """The session has its tool rounds, each answered by a later request."""
+    return rounds >= WANT_ROUNDS and len(s.trace()) >= WANT_ROUNDS + 1
+
+
+def run_claude(s, prompt, cont, enough_now):
+    """One `claude -p` run, stopped once enough_now(its events so far)."""
+    r = A.run_until(A.claude_cmd(prompt, cont=cont), A.claude_env(s.home, s.server.url), s.work,
+                    lambda out: enough_now(claude_events(out)), timeout=RUN_TIMEOUT)
     events = claude_events(r.stdout)
     result = [e for e in events if e.get("type") == "result"]
-    ok = r.returncode == 0 and result and not result[-1].get("is_error")
+    ok = r.stopped or (r.returncode == 0 and result and not result[-1].get("is_error"))
     check_cli_outcome(ok, f"claude (exit {r.returncode})", r.stdout + r.stderr)
     return events
 
@@ -244,11 +267,13 @@ def test_generic_text_reply_replays_exactly(tiny):
 @pytest.mark.parametrize("session", models(), indirect=True)
 def test_claude_code(clis, session):
     s = session
-    rounds = 0
+    events = []
     for i in range(MAX_RUNS):
-        rounds += claude_rounds(run_claude(s, CLAUDE_PROMPTS[i], cont=i > 0))
+        events += run_claude(s, CLAUDE_PROMPTS[i], i > 0, lambda new: enough(s, claude_rounds(events + new)))
+        rounds = claude_rounds(events)
         if rounds >= WANT_ROUNDS:
             break
+    s.settle()
     statuses = s.statuses()
     assert statuses and all(code == 200 for _, code in statuses), statuses
     assert rounds >= WANT_ROUNDS, f"{rounds} tool rounds in {i + 1} runs"
@@ -258,7 +283,8 @@ def test_claude_code(clis, session):
 
     # --continue after a restart: the conversation's prefix comes from disk.
     s.restart()
-    run_claude(s, "Thanks. One more time: what is the secret word?", cont=True)
+    run_claude(s, "Thanks. One more time: what is the secret word?", True, lambda new: len(s.trace()) >= 1)
+    s.settle()
     statuses = s.statuses()
     assert statuses and all(code == 200 for _, code in statuses), statuses
     first = s.trace()[0]
@@ -294,13 +320,14 @@ def test_codex(clis, session):
     s = session
     rounds = 0
     for i in range(MAX_RUNS):
-        r = A.run(A.codex_cmd(CODEX_PROMPTS[i], s.work, resume=i > 0), A.codex_env(s.home, s.server.url),
-                  s.work, timeout=RUN_TIMEOUT)
-        ok = r.returncode == 0 and '"type":"turn.failed"' not in r.stdout
+        r = A.run_until(A.codex_cmd(CODEX_PROMPTS[i], s.work, resume=i > 0), A.codex_env(s.home, s.server.url),
+                        s.work, lambda out: enough(s, codex_rounds(s.home)), timeout=RUN_TIMEOUT)
+        ok = r.stopped or (r.returncode == 0 and '"type":"turn.failed"' not in r.stdout)
         check_cli_outcome(ok, f"codex (exit {r.returncode})", r.stdout + r.stderr)
         rounds = codex_rounds(s.home)
         if rounds >= WANT_ROUNDS:
             break
+    s.settle()
     statuses = s.statuses()
     assert statuses and all(code == 200 for _, code in statuses), statuses
     assert rounds >= WANT_ROUNDS, f"{rounds} tool rounds in {i + 1} runs"
