@@ -181,25 +181,33 @@ def claude_events(stdout):
     return out
 
 
+def answered(seq):
+    """seq: ("call", id) / ("result", id) / ("reply",) in the order the
+    client saw them. A tool round is complete when its call got a result and
+    the model replied after it (so the result went back in a request that
+    was answered)."""
+    calls, pending, done = set(), set(), 0
+    for e in seq:
+        if e[0] == "call":
+            calls.add(e[1])
+        elif e[0] == "result" and e[1] in calls:
+            pending.add(e[1])
+        if e[0] in ("call", "reply"):  # the model spoke: every result before this went back
+            done += len(pending)
+            pending.clear()
+    return done
+
+
 def claude_rounds(events):
-    """Tool rounds that completed: a tool_use the CLI answered with a
-    tool_result (the next request carries it)."""
-    calls, results = set(), set()
+    """Complete tool rounds in Claude Code's stream-json events."""
+    seq = []
     for e in events:
         content = (e.get("message") or {}).get("content")
-        if not isinstance(content, list):
-            continue
-        for p in content:
-            if e["type"] == "assistant" and p.get("type") == "tool_use":
-                calls.add(p["id"])
-            if e["type"] == "user" and p.get("type") == "tool_result":
-                results.add(p["tool_use_id"])
-    return len(calls & results)
-
-
-def check_cli_outcome(ok, what, output):
-    """A CLI run either succeeded or failed over a reply cut by the limit."""
-    assert ok or any(m in output for m in CUT_BY_LIMIT), f"{what} failed:\n{output[-3000:]}"
+        if e.get("type") == "assistant" and isinstance(content, list):
+            seq += [("call", p["id"]) if p.get("type") == "tool_use" else ("reply",) for p in content]
+        elif e.get("type") == "user" and isinstance(content, list):
+            seq += [("result", p["tool_use_id"]) for p in content if p.get("type") == "tool_result"]
+    return answered(seq)
 
 
 def enough(s, rounds):
@@ -297,22 +305,23 @@ def test_claude_code(clis, session):
 # --- Codex ---
 
 def codex_rounds(home):
-    """Tool calls Codex answered, from its session files (CODEX_HOME/sessions,
-    every response item it sent or got): a call (function, custom, local
-    shell) whose output it recorded, to send back with the next request. Its
-    --json events show only some tools (commands run, files changed), not
-    e.g. create_goal."""
-    calls, outputs = set(), set()
-    for root, _, files in os.walk(os.path.join(home, ".codex", "sessions")):
-        for name in files:
+    """Complete tool rounds in Codex's session files (CODEX_HOME/sessions:
+    every response item it sent or got, in order). Its --json events show
+    only some tools (commands run, files changed), not e.g. create_goal."""
+    seq = []
+    for root, _, files in sorted(os.walk(os.path.join(home, ".codex", "sessions"))):
+        for name in sorted(files):
             with open(os.path.join(root, name)) as f:
                 for line in f:
                     e = json.loads(line)
                     p = e.get("payload") or {}
-                    if e.get("type") != "response_item" or "call_id" not in p:
+                    if e.get("type") != "response_item":
                         continue
-                    (outputs if p.get("type", "").endswith("_output") else calls).add(p["call_id"])
-    return len(calls & outputs)
+                    if "call_id" in p:
+                        seq.append(("result" if p.get("type", "").endswith("_output") else "call", p["call_id"]))
+                    elif p.get("type") == "message" and p.get("role") == "assistant":
+                        seq.append(("reply",))
+    return answered(seq)
 
 
 @pytest.mark.parametrize("session", models(), indirect=True)
