@@ -15,8 +15,9 @@ one (tool_choice is the client's). Asserted, from the server's log and
   fails a turn on any `incomplete` response; Claude Code reports its
   output limit), never over a malformed or refused reply;
 - at least two tool rounds completed (call, result sent back, next request);
-- every warm request (each after the first of a conversation) reused at
-  least 0.98 of its prompt from the cache;
+- every warm request (each after the first of a conversation) reused the
+  whole previous prompt plus the previous reply (assert_warm_reuse; its share
+  of the prompt is printed: Codex's tool results can be 5% of a 6k prompt);
 - Claude Code `--continue` after a server restart on the same `--cache-dir`
   starts from the disk tier (>= 0.98 of its prompt from memory or disk,
   disk > 0, nothing live yet).
@@ -44,7 +45,7 @@ GEMMA3_MODEL = os.environ.get("STRATA_GEMMA3_MODEL", os.path.join(A.ROOT, "model
 CTX = "32768"
 MAX_RUNS = 4          # CLI invocations per session at most
 WANT_ROUNDS = 2       # tool rounds per session at least
-WARM_REUSE = 0.98
+WARM_REUSE = 0.98  # the share of its prompt the first request after a restart reads back
 # Replies bounded so a session on 2 cores takes minutes, not hours: a model
 # writing noise otherwise runs to the context's end.
 MAX_OUTPUT = "256"
@@ -154,19 +155,23 @@ def cached(line):
 
 
 def assert_warm_reuse(lines, what):
-    """Each request after the first reuses >= WARM_REUSE of its prompt. After
-    a reply cut by --max-output-tokens the client sends back what it made of
-    the cut (Claude Code: an unparsed tool input and an error) and nothing of
-    the cut reply can be replayed: the next request must then reuse at least
-    the whole previous prompt."""
+    """Every warm request reuses the whole previous prompt plus the previous
+    reply (the model's own tokens, replayed): what is new in its prompt is
+    only what the client added (tool results, the next prompt). Where those
+    are long against a ~6k prompt the share reused can be under 0.98 with
+    nothing lost, so the share is reported, the tokens are asserted. After a
+    reply cut by --max-output-tokens or cancelled (a run the test stopped)
+    the client sends back what it made of it (Claude Code: an unparsed tool
+    input and an error): the whole previous prompt, then. One token of slack
+    for the end-of-turn token, which a template may write its own way."""
     assert lines, f"{what}: no request reached the trace"
     for i, l in enumerate(lines[1:], 1):
         prev = lines[i - 1]
-        if prev["finish"] == "length" and cached(l) >= prev["prompt_tokens"]:
-            continue
-        ratio = cached(l) / l["prompt_tokens"]
-        assert ratio >= WARM_REUSE, (f"{what}: request {i} reused {cached(l)} of {l['prompt_tokens']} "
-                                     f"({ratio:.3f}); first miss {l.get('first_miss')}")
+        want = prev["prompt_tokens"] + (prev["generated_tokens"] - 1 if prev["finish"] == "stop" else 0)
+        print(f"{what}: request {i} reused {cached(l)} of {l['prompt_tokens']} "
+              f"({cached(l) / l['prompt_tokens']:.3f}), previous prompt+reply {want}")
+        assert cached(l) >= want, (f"{what}: request {i} reused {cached(l)} of {l['prompt_tokens']}, "
+                                   f"under the previous prompt+reply {want}; first miss {l.get('first_miss')}")
 
 
 # --- Claude Code ---
@@ -208,6 +213,11 @@ def claude_rounds(events):
         elif e.get("type") == "user" and isinstance(content, list):
             seq += [("result", p["tool_use_id"]) for p in content if p.get("type") == "tool_result"]
     return answered(seq)
+
+
+def check_cli_outcome(ok, what, output):
+    """A CLI run either succeeded or failed over a reply cut by the limit."""
+    assert ok or any(m in output for m in CUT_BY_LIMIT), f"{what} failed:\n{output[-3000:]}"
 
 
 def enough(s, rounds):
