@@ -188,17 +188,17 @@ def claude_events(stdout):
 
 def answered(seq):
     """seq: ("call", id) / ("result", id) / ("reply",) in the order the
-    client saw them. A tool round is complete when its call got a result and
-    the model replied after it (so the result went back in a request that
-    was answered)."""
+    client saw them. A tool round is complete when its calls got results and
+    the model spoke after them (so the results went back in a request that
+    was answered); parallel calls of one reply are one round."""
     calls, pending, done = set(), set(), 0
     for e in seq:
         if e[0] == "call":
             calls.add(e[1])
         elif e[0] == "result" and e[1] in calls:
             pending.add(e[1])
-        if e[0] in ("call", "reply"):  # the model spoke: every result before this went back
-            done += len(pending)
+        if e[0] in ("call", "reply") and pending:  # the model spoke: the results before went back
+            done += 1
             pending.clear()
     return done
 
