@@ -5,16 +5,19 @@ its base URL, a key and the settings that keep it offline
 (tests/e2e/agent_clis.py), in a scratch project of a few files.
 
 Per client and model, a session of `-p` / `exec` runs (each later one
-continuing the conversation) until the model has made at least two tool
-calls that the CLI ran and answered, within a bounded number of runs: a
-135M model does not always call a tool when asked, and neither CLI can force
-one (tool_choice is the client's). Asserted, from the server's log and
+continuing the conversation, at most MAX_RUNS) until the model has made two
+rounds of tool calls that the CLI ran and answered: a 135M model does not
+always call a tool when asked, and neither CLI can force one (tool_choice is
+the client's); a run is stopped once the rounds are in, since a small model
+may also call tools forever. Asserted, from the server's log and
 `--trace` lines:
 - every request the CLI sent was answered 200; a CLI run that failed did
   so only because a reply hit the server's `--max-output-tokens` (Codex
   fails a turn on any `incomplete` response; Claude Code reports its
   output limit), never over a malformed or refused reply;
-- at least two tool rounds completed (call, result sent back, next request);
+- at least two tool rounds completed (calls, results sent back, the model
+  answered them), counted from the CLI's own records (Claude Code's
+  stream-json, Codex's session files);
 - every warm request (each after the first of a conversation) reused the
   whole previous prompt plus the previous reply (assert_warm_reuse; its share
   of the prompt is printed: Codex's tool results can be 5% of a 6k prompt);
