@@ -19,7 +19,28 @@ AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
 
 SRC      := $(filter-out src/main.c,$(shell find src -name '*.c' | sort))
-OBJ      := $(SRC:%.c=build/%.o)
+# Every C file, cuda_none.c included: the sanitizer and fuzz builds
+# (tests/fuzz/fuzz.mk) never build the CUDA backend.
+SRC_C    := $(SRC)
+
+# The CUDA backend (src/backend/cuda/README.md): built when nvcc is on the
+# PATH, or with CUDA=1; CUDA=0 leaves it out (cuda_none.c stands in, and
+# `--device cuda` says the binary has none). The CUDA runtime is linked
+# statically, so the binary needs only the driver's libcuda.so where it runs
+# (libsupc++, also static: the kernel launch stubs use C++ static guards).
+NVCC      ?= nvcc
+CUDA      ?= $(if $(shell command -v $(NVCC) 2>/dev/null),1,0)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
+# Hopper machine code (sm_90a), and PTX for Ampere and later to compile at load.
+CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=compute_80
+NVCCFLAGS ?= -O3
+override NVCCFLAGS += -std=c++17 -fmad=false -Isrc $(CUDA_ARCH) -Xcompiler -Wall -MMD -MP
+ifeq ($(CUDA),1)
+SRC      := $(filter-out src/backend/cuda/cuda_none.c,$(SRC))
+CU_OBJ   := $(patsubst %.cu,build/%.o,$(shell find src -name '*.cu' | sort))
+override LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -lsupc++ -lrt -ldl
+endif
+OBJ      := $(SRC:%.c=build/%.o) $(CU_OBJ)
 TEST_SRC := $(shell find tests -maxdepth 1 -name '*.c' | sort)
 TEST_OBJ := $(TEST_SRC:%.c=build/%.o)
 
@@ -34,6 +55,7 @@ GEMMA3_MODEL = $(MODEL_DIR)/gemma-3-270m-q4_k_m.gguf
 QWEN35_SYNTH = $(MODEL_DIR)/qwen35-0.8b-synth-q4_0.gguf
 
 .PHONY: model-gemma3 bench-gemma3 oracle-refs-gemma3 tok-refs-gemma3 model-qwen35-synth bench-qwen35-synth bench-depth-qwen35
+.PHONY: test-gpu gpu-bundle
 .PHONY: all test unit-test e2e-test bench-agent bench-depth llama-bench bench-replay bench-load bench-schema run model deps test-deps testdata clean bench oracle-refs tok-refs
 
 all: strata
@@ -42,11 +64,16 @@ all: strata
 STRATA_VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 build/src/main.o: override CFLAGS += -DSTRATA_VERSION='"$(STRATA_VERSION)"'
 
-strata: build/src/main.o $(OBJ)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+# Binaries relink when CUDA= changes (the stamp names the mode).
+CUDA_STAMP := build/.cuda-$(CUDA)
+$(CUDA_STAMP):
+	@mkdir -p build && rm -f build/.cuda-* && touch $@
 
-build/strata-tests: $(TEST_OBJ) $(OBJ)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+strata: build/src/main.o $(OBJ) $(CUDA_STAMP)
+	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS)
+
+build/strata-tests: $(TEST_OBJ) $(OBJ) $(CUDA_STAMP)
+	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS)
 
 # The activations' loops vectorise at -O3 once comparisons may be
 # if-converted (no FP traps are enabled anyway); neither flag changes a
@@ -67,6 +94,10 @@ build/%_avx512.o: %_avx512.c
 build/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
+
+build/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
 # System and Python packages, installed by the project itself.
 deps:
@@ -103,6 +134,19 @@ test: test-deps
 	@$(MAKE) --no-print-directory unit-test
 	@$(MAKE) --no-print-directory e2e-test
 	@$(MAKE) --no-print-directory fuzz-slice
+
+# On a CUDA GPU machine (src/backend/cuda/README.md): the GPU unit tests,
+# whole-model checks against the CPU backend, then `strata bench --device
+# cuda` on a SmolLM2-shaped synthetic model (scripts/test-gpu.sh).
+test-gpu:
+	@$(MAKE) --no-print-directory CUDA=1 strata build/strata-tests
+	scripts/test-gpu.sh
+
+# The same check for a bare GPU machine: binaries, libraries, test models
+# and tools in one folder (BUNDLE=dir; run dir/run.sh there).
+gpu-bundle:
+	@$(MAKE) --no-print-directory CUDA=1 strata build/strata-tests
+	scripts/gpu-bundle.sh $${BUNDLE:-build/gpu-bundle}
 
 run: deps
 	@$(MAKE) --no-print-directory strata model

@@ -27,6 +27,12 @@ min(Retry-After, 2 s) and goes on), 5xx other, 4xx, and lost: no reply,
 a connection error or timeout the client did not cause, a stream that ends
 without its terminator or carries an error event.
 
+Hostile connections beside them (--idle-clients, --slow-clients): idle ones
+connect and send nothing; slow ones send a request header one byte per
+second. Each reconnects once the server closes it, for the whole run. The
+server must close every one within --header-timeout + 3 s, while the
+regular clients see the same bar as without them.
+
 The bar (exit status 0): 0 lost, no 5xx other than the stated queue
 refusals, the server idle afterwards (no slot or queue place held), a clean
 exit on SIGTERM, and RSS after <= RSS before + the KV pool (slots + the
@@ -138,7 +144,8 @@ class Server:
         self.cmd = [a.strata, "serve", "-m", a.model, "--host", "127.0.0.1", "--port", str(self.port),
                     "--parallel", str(a.parallel), "--queue", str(a.queue), "--queue-timeout",
                     str(a.queue_timeout), "--ctx", str(a.ctx), "--cache-mem-mb", str(a.cache_mem_mb),
-                    "--cache-disk-mb", str(a.cache_disk_mb), "--cache-dir", self.cache_dir]
+                    "--cache-disk-mb", str(a.cache_disk_mb), "--cache-dir", self.cache_dir,
+                    "--header-timeout", str(a.header_timeout)]
         self.log = open(os.path.join(out, "serve.log"), "w")
         self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
         self.rc = None
@@ -345,6 +352,7 @@ class Run:
     def __init__(self, a, url, prompts):
         self.a, self.url, self.prompts = a, url, prompts
         self.records, self.lock = [], threading.Lock()
+        self.conns = []  # idle and slow connections: {"kind", "closed_after"}
         self.deadline = None
         self.model = model_id(url)
 
@@ -384,8 +392,43 @@ class Run:
             self.records.append(rec)
         return rec
 
+    def hostile_loop(self, kind):
+        """An idle or slow connection, again each time the server closes it."""
+        host, port = self.url.split("//")[1].split(":")
+        head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"X-Padding: " + b"p" * 200 + b"\r\nContent-Length: 20\r\n\r\n")
+        limit = self.a.header_timeout + 3
+        while time.time() < self.deadline:
+            t0, closed, sent = time.time(), None, 0
+            try:
+                s = socket.create_connection((host, int(port)), timeout=limit)
+            except OSError:
+                time.sleep(0.5)
+                continue
+            with s:
+                s.settimeout(1.0)
+                while closed is None and time.time() - t0 < limit:
+                    try:
+                        if kind == "slow" and sent < len(head):
+                            s.sendall(head[sent:sent + 1])
+                            sent += 1
+                        data = s.recv(4096)
+                        if data == b"" or data.startswith(b"HTTP/1.1 408"):
+                            closed = time.time() - t0
+                    except socket.timeout:
+                        pass
+                    except OSError:
+                        closed = time.time() - t0
+            with self.lock:
+                self.conns.append({"kind": kind, "closed_after": None if closed is None else round(closed, 2),
+                                   "bytes_sent": sent})
+
     def run(self):
         self.deadline = time.time() + self.a.duration
+        hostile = [threading.Thread(target=self.hostile_loop, args=(k,), daemon=True)
+                   for k, n in (("idle", self.a.idle_clients), ("slow", self.a.slow_clients)) for _ in range(n)]
+        for t in hostile:
+            t.start()
         threads = [threading.Thread(target=self.client_loop, args=(i,), daemon=True) for i in range(self.a.clients)]
         for t in threads:
             t.start()
@@ -393,6 +436,8 @@ class Run:
         join_by = self.deadline + self.a.request_timeout + 60
         for t in threads:
             t.join(max(0.0, join_by - time.time()))
+        for t in hostile:
+            t.join(self.a.header_timeout + 5)
         return sum(t.is_alive() for t in threads)
 
 
@@ -457,6 +502,12 @@ def summarize(a, recs, wall, rss, met0, met1, extra):
         s[f"shared_{api}"] = {"completed": len(sh), "hits": sum((r.get("cached_tokens") or 0) > 0 for r in sh),
                               "prompt": sum(r["prompt_tokens"] for r in sh),
                               "cached": sum(r.get("cached_tokens") or 0 for r in sh)}
+    for kind in ("idle", "slow"):
+        cs = [c for c in extra.get("conns", []) if c["kind"] == kind]
+        cut = [c["closed_after"] for c in cs if c["closed_after"] is not None]
+        s[f"{kind}_connections"] = {"opened": len(cs), "closed_by_server": len(cut), "closed_after_max_s": max(cut)
+                                    if cut else None}
+    s.pop("conns", None)
     s["errors"] = sorted({r["error"] for r in recs if r["outcome"] in ("lost", "5xx", "4xx") and r.get("error")})[:20]
     return s
 
@@ -468,6 +519,9 @@ def verdicts(s):
          "idle after (no slot or queue place held)": s["idle_after_s"] is not None,
          "still serves after": s["serves_after"],
          "clean exit on SIGTERM": s["exit_code"] == 0,
+         **{f"every {k} connection closed within the header timeout + 3 s":
+            s[f"{k}_connections"]["closed_by_server"] == s[f"{k}_connections"]["opened"]
+            for k in ("idle", "slow") if s[f"{k}_connections"]["opened"]},
          f"RSS after <= before + KV pool + {RSS_SLACK_MB} MiB": s["rss_after"] is not None
          and s["rss_after"] <= s["rss_bound"]}
     return v
@@ -488,6 +542,8 @@ def report(a, s, v, met0, met1, cmd):
          f"- clients: {a.clients} closed-loop streaming, {a.duration} s, seed {a.seed}; "
          f"{int(a.disconnect_share * 100)}% planned disconnects (3/4 after 1-6 deltas, 1/4 give up after a "
          f"0.3-3 s read timeout); APIs {s['by_api']}; kinds {s['by_kind']}",
+         f"- beside them: {a.idle_clients} idle and {a.slow_clients} slow (header at 1 byte/s) connections, "
+         f"--header-timeout {a.header_timeout}",
          f"- queue refusals (503/529) are allowed: --queue {a.queue}, --queue-timeout {a.queue_timeout}", "",
          "| measure | value |", "|---|---|"]
     rows = [("requests sent", s["sent"]), ("completed", s["completed"]),
@@ -505,6 +561,9 @@ def report(a, s, v, met0, met1, cmd):
             ("RSS bound MiB (before + KV pool " + fmt(s["kv_pool_mb"]) + f" + {RSS_SLACK_MB})", fmt(s["rss_bound"])),
             ("RSS MiB at 1/3 of the load, at its end", f"{fmt(s['rss_third'])}, {fmt(s['rss_load_end'])}"),
             ("idle after load (s until active = queued = 0)", fmt(s["idle_after_s"])),
+            *[(f"{k} connections: opened; closed by the server; latest close s",
+               f"{x['opened']}; {x['closed_by_server']}; {fmt(x['closed_after_max_s'])}")
+              for k, x in (("idle", s["idle_connections"]), ("slow", s["slow_connections"])) if x["opened"]],
             ("server exit code on SIGTERM", s["exit_code"])]
     L += [f"| {k} | {val} |" for k, val in rows]
     L += ["", "| /metrics | before | after | delta |", "|---|---|---|---|"]
@@ -544,6 +603,9 @@ def parse_args(argv):
     ap.add_argument("--cache-disk-mb", type=int, default=256)
     ap.add_argument("--disconnect-share", type=float, default=0.2)
     ap.add_argument("--request-timeout", type=float, default=300, help="client read timeout per request")
+    ap.add_argument("--idle-clients", type=int, default=0, help="connections that send nothing")
+    ap.add_argument("--slow-clients", type=int, default=0, help="connections that send a header at 1 byte/s")
+    ap.add_argument("--header-timeout", type=int, default=10, help="the server's --header-timeout")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out", "load"))
     return ap.parse_args(argv)
@@ -575,7 +637,7 @@ def main(argv=None):
         rc = srv.stop()
     block = kv_block_mb(a.strata, a.model, 64)
     pool = block * (a.parallel * -(-a.ctx // 64) + int(a.cache_mem_mb / block) + 1) if block else a.cache_mem_mb
-    info.update(load_after=loadavg(), threads_left=left, idle_after_s=idle, serves_after=serves, exit_code=rc,
+    info.update(load_after=loadavg(), threads_left=left, conns=run.conns, idle_after_s=idle, serves_after=serves, exit_code=rc,
                 rss_before=rss_before, rss_after=rss_after, kv_pool_mb=pool,
                 rss_bound=(rss_before or 0) + pool + RSS_SLACK_MB, **rss_stats(sampler, t0, t1))
     s = summarize(a, run.records, wall, {}, met0, met1, info)

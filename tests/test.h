@@ -6,6 +6,8 @@
  * the tests named on the command line (or matching a prefix ending in '*').
  * Tests need no model and no GPU unless their name starts with "real_":
  * those read the default model and are skipped when STRATA_MODEL is unset.
+ * Tests named "gpu_*" run on a CUDA GPU (tests/test_cuda.c) and only when
+ * STRATA_TEST_GPU is set (`make test-gpu`); elsewhere they are skipped.
  * Fixtures made by tools/ live under tests/data/gen/ (TEST_DATA_DIR). */
 #ifndef STRATA_TEST_H
 #define STRATA_TEST_H

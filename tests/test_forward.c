@@ -13,7 +13,9 @@
 
 static const char *SYNTH[] = {"llama-f32", "llama-f16", "llama-bf16", "llama-q8_0",
                               "llama-q4_0", "llama-q4_1", "llama-q4_k", "llama-q5_k",
-                              "llama-q6_k", "qwen2-q5_0", "qwen3-q5_1", "qwen35-f32"};
+                              "llama-q6_k", "qwen2-q5_0", "qwen3-q5_1", "qwen35-f32",
+                              /* types mixed inside Q/K/V, gate/up, delta-net groups */
+                              "llama-mix-k", "qwen2-mix-legacy", "llama-mix-kf", "qwen35-mix"};
 #define N_SYNTH (int)(sizeof SYNTH / sizeof SYNTH[0])
 
 typedef struct ref_logits {
@@ -165,8 +167,12 @@ TEST(fwd_synthetic_matches_reference) {
         float *ours = all_logits(e, r.tokens, r.n_tok, one_chunk);
         double rel = rel_error(ours, r.logits, (size_t)r.n_tok * r.n_vocab);
         /* 8-bit activations bound the error to a few percent of the range;
-         * a wrong rope, mask or layout gives errors of order 1. */
-        CHECK_MSG(rel < 0.05, "%s: max error %.4f of the logit range vs float64 reference",
+         * a wrong rope, mask, layout or freed buffer gives errors of order 1.
+         * The delta net amplifies activation rounding: rounding every matmul
+         * input to 8 bits in the float64 reference itself moves qwen35-mix's
+         * logits by 0.075 of the range (llama models: 0.02); ours is 0.081. */
+        double tol = strcmp(SYNTH[i], "qwen35-mix") == 0 ? 0.12 : 0.05;
+        CHECK_MSG(rel < tol, "%s: max error %.4f of the logit range vs float64 reference",
                   SYNTH[i], rel);
         free(ours), free(r.tokens), free(r.logits);
         engine_close(e);

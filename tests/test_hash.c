@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend/cuda/cuda.h"
 #include "cache/hash.h"
 #include "test.h"
 
@@ -110,4 +111,39 @@ TEST(hash_fingerprint_is_remembered_until_the_file_changes) {
     CHECK(memcmp(c, plain, 32) == 0);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0);
+}
+
+/* Blocks are filed under the numerics of the backend that computed them:
+ * the same tokens of the same file hash alike on one backend and apart on
+ * two, and "cpu" keeps the file's fingerprint (caches written before the
+ * GPU backend stay valid). */
+TEST(hash_blocks_differ_between_backends) {
+    uint8_t file_fp[32], cpu[32], cpu2[32], gpu[32], gpu2[32], other[32];
+    for (int i = 0; i < 32; i++) file_fp[i] = (uint8_t)(7 * i + 1);
+    cache_numerics_fingerprint(file_fp, "cpu", cpu);
+    cache_numerics_fingerprint(file_fp, NULL, cpu2);
+    cache_numerics_fingerprint(file_fp, CUDA_NUMERICS, gpu);
+    CHECK(memcmp(cpu, file_fp, 32) == 0);
+    CHECK(memcmp(cpu2, file_fp, 32) == 0);
+    CHECK(memcmp(gpu, file_fp, 32) != 0);
+    memcpy(gpu2, file_fp, 32); /* in place, as the server calls it */
+    cache_numerics_fingerprint(gpu2, CUDA_NUMERICS, gpu2);
+    CHECK(memcmp(gpu2, gpu, 32) == 0);
+    cache_numerics_fingerprint(file_fp, "cuda-0", other); /* another numerics version */
+    CHECK(memcmp(other, gpu, 32) != 0);
+
+    int32_t toks[64];
+    for (int i = 0; i < 64; i++) toks[i] = 1000 + 37 * i;
+    cache_hash rc, rg, rg2, bc, bg, bg2, bc2;
+    cache_hash_root_for(&rc, cpu, NULL, NULL);
+    cache_hash_root_for(&rg, gpu, NULL, NULL);
+    cache_hash_root_for(&rg2, gpu2, NULL, NULL);
+    cache_hash_block(&bc, &rc, toks, 64);
+    cache_hash_block(&bg, &rg, toks, 64);
+    cache_hash_block(&bg2, &rg2, toks, 64);
+    CHECK(memcmp(bc.b, bg.b, 32) != 0);  /* CPU block never found by a GPU run */
+    CHECK(memcmp(bg.b, bg2.b, 32) == 0); /* same backend, same block */
+    cache_hash_root_for(&rc, file_fp, NULL, NULL);
+    cache_hash_block(&bc2, &rc, toks, 64);
+    CHECK(memcmp(bc.b, bc2.b, 32) == 0); /* the CPU's hashes as before */
 }

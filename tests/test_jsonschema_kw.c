@@ -513,3 +513,24 @@ TEST(jsonschema_kw_tool_refs_resolve_in_parameters) {
     json_schema_free(s);
     json_decref(tools);
 }
+
+/* A tool that takes no arguments ({"type": "object", "properties": {}},
+ * as the llm CLI and pydantic declare one) gets {} only: a model that
+ * invents an argument makes the tool fail. A map keeps its keys. */
+TEST(jsonschema_empty_properties_take_no_key) {
+    char why[256];
+    json_t *none = json_loads("{\"type\":\"object\",\"properties\":{}}", 0, NULL);
+    json_t *map = json_loads("{\"type\":\"object\",\"properties\":{},\"additionalProperties\":{\"type\":\"string\"}}", 0, NULL);
+    json_schema *s = json_schema_compile(none, why, sizeof why), *m = json_schema_compile(map, why, sizeof why);
+    CHECK(s && m);
+    json_vocab *v = NULL;
+    json_guard *g = s ? json_guard_new_schema(v, s) : NULL, *gm = m ? json_guard_new_schema(v, m) : NULL;
+    CHECK(g && json_guard_feed(g, "{}", 2) == 0 && json_guard_done(g));
+    json_guard_free(g);
+    g = s ? json_guard_new_schema(v, s) : NULL;
+    CHECK(g && json_guard_feed(g, "{\"a\"", 4) != 0);
+    CHECK(gm && json_guard_feed(gm, "{\"a\":\"b\"}", 9) == 0 && json_guard_done(gm));
+    json_guard_free(g), json_guard_free(gm);
+    json_schema_free(s), json_schema_free(m);
+    json_decref(none), json_decref(map);
+}

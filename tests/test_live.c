@@ -92,6 +92,8 @@ TEST(live_publish_then_attach_longest_prefix) {
     kv_seq_reserve(&p, &s2, 7, NULL); /* writing position 6 copies the shared block */
     CHECK(s2.blocks[1] != s1.blocks[1]);
     CHECK_EQ_INT(kv_rows(&p, s1.blocks[1], 0, 0)[2 * 2], 7); /* the cached block is untouched */
+    done(c, &c1, a, &s1);
+    done(c, &c2, b, &s2);
     kv_seq_release(&p, &s1);
     kv_seq_release(&p, &s2);
     store_stats st;
@@ -124,10 +126,12 @@ TEST(live_idle_blocks_are_reclaimed_least_recent_first) {
     kv_seq_init(&t);
     cursor_init(c, &cur, &root);
     CHECK_EQ_INT(attach(c, &cur, x, 4, &t, NULL), 0); /* x was evicted */
+    done(c, &cur, x, &t);
     kv_seq_release(&p, &t);
     kv_seq_init(&t);
     cursor_init(c, &cur, &root);
     CHECK_EQ_INT(attach(c, &cur, y, 4, &t, NULL), 4); /* y, newer, survived */
+    done(c, &cur, y, &t);
     kv_seq_release(&p, &t);
     store_free(c);
     kv_pool_destroy(&p);
@@ -149,6 +153,7 @@ TEST(live_published_block_is_copied_before_rewrite) {
     kv_seq_truncate(&p, &s, 2); /* rewind into the published block... */
     kv_seq_reserve(&p, &s, 3, NULL); /* ...and write position 2 */
     CHECK(s.blocks[0] != published);
+    done(c, &cur, a, &s);
     kv_seq_release(&p, &s);
     store_free(c);
     kv_pool_destroy(&p);
@@ -168,9 +173,11 @@ TEST(live_different_roots_never_share) {
     cursor_init(c, &cur, &root);
     compute(&p, &s, a, 4);
     store_publish(c, &cur.q, a, &s);
+    done(c, &cur, a, &s);
     kv_seq_init(&t);
     cursor_init(c, &cur, &other);
     CHECK_EQ_INT(attach(c, &cur, a, 4, &t, NULL), 0);
+    done(c, &cur, a, &t);
     kv_seq_release(&p, &s);
     kv_seq_release(&p, &t);
     store_free(c);
@@ -215,12 +222,14 @@ TEST(live_tail_is_attached_at_token_granularity_and_copied_on_write) {
     kv_seq_reserve(&p, &s, 9, NULL); /* writing position 7 copies the shared tail */
     CHECK(s.blocks[1] != tail_block);
     CHECK_EQ_INT(kv_rows(&p, s.blocks[1], 0, 0)[2 * 2], 7);
+    done(c, &cur, turn2, &s);
     kv_seq_release(&p, &s);
     /* A prompt that leaves the tail after 2 of its 3 tokens takes those 2. */
     int32_t other[8] = {1, 2, 3, 4, 5, 6, 0, 0};
     kv_seq_init(&s);
     cursor_init(c, &cur, &root);
     CHECK_EQ_INT(attach(c, &cur, other, 8, &s, NULL), 6);
+    done(c, &cur, other, &s);
     kv_seq_release(&p, &s);
     store_get_stats(c, &st);
     CHECK_EQ_INT(st.tail_hit_tokens, 5);
@@ -258,6 +267,7 @@ TEST(live_evicts_leaves_before_their_parents) {
     cursor_init(c, &cur, &root);
     kv_seq_init(&s);
     CHECK_EQ_INT(attach(c, &cur, chain, 12, &s, NULL), 8); /* the leaf went, not the root */
+    done(c, &cur, chain, &s);
     kv_seq_release(&p, &s);
     store_free(c);
     kv_pool_destroy(&p);
@@ -284,10 +294,12 @@ TEST(live_retained_blocks_are_evicted_last) {
     kv_seq_init(&s);
     cursor_init(c, &cur, &root);
     CHECK_EQ_INT(attach(c, &cur, anchor, 4, &s, NULL), 4);
+    done(c, &cur, anchor, &s);
     kv_seq_release(&p, &s);
     kv_seq_init(&s);
     cursor_init(c, &cur, &root);
     CHECK_EQ_INT(attach(c, &cur, later, 4, &s, NULL), 0);
+    done(c, &cur, later, &s);
     kv_seq_release(&p, &s);
     store_stats st;
     store_get_stats(c, &st);
@@ -349,6 +361,7 @@ TEST(live_restores_runs_of_blocks_from_disk) {
         CHECK_EQ_INT(from_disk, want);
         CHECK_EQ_INT(s.n_blocks, want / B); /* nothing reserved past the prefix */
         for (int i = 0; i < want; i++) CHECK_EQ_INT(kv_rows(&p, s.blocks[i / B], 0, 0)[(i % B) * 2], toks[i]);
+        done(c, &cur, toks, &s);
         kv_seq_release(&p, &s);
         store_free(c);
         CHECK_EQ_INT(p.n_free, 2 * N);
@@ -393,6 +406,7 @@ static void restore_and_check(const char *dir, const int32_t *toks, int n_max, i
     CHECK_EQ_INT(from_disk, want);
     CHECK_EQ_INT(s.n_blocks, (want + B - 1) / B);
     for (int i = 0; i < got; i++) CHECK_EQ_INT(kv_rows(&p, s.blocks[i / B], 0, 0)[(i % B) * 2], toks[i]);
+    done(c, &cur, toks, &s);
     kv_seq_release(&p, &s);
     disk_close(d);
     teardown(&p, c);
@@ -487,6 +501,7 @@ TEST(live_restored_blocks_keep_their_retention) {
     cursor_init(c, &cur, &root);
     CHECK_EQ_INT(attach(c, &cur, anchor, 2 * B, &s, &from_disk), 2 * B);
     CHECK_EQ_INT(from_disk, 2 * B);
+    done(c, &cur, anchor, &s);
     kv_seq_release(&p, &s);
     finish_request(&p, c, &root, x, 2 * B); /* fills the pool */
     finish_request(&p, c, &root, y, 2 * B); /* x goes, not the anchor */
@@ -494,6 +509,7 @@ TEST(live_restored_blocks_keep_their_retention) {
     cursor_init(c, &cur, &root);
     CHECK_EQ_INT(attach(c, &cur, anchor, 2 * B, &s, &from_disk), 2 * B);
     CHECK_EQ_INT(from_disk, 0);
+    done(c, &cur, anchor, &s);
     kv_seq_release(&p, &s);
     disk_close(d);
     teardown(&p, c);

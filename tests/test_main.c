@@ -9,6 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/lsan_interface.h>
+#endif
+
 #define MAX_TESTS 1024
 
 typedef struct {
@@ -65,6 +69,10 @@ const char *test_gemma3_model(void) {
 /* 0 pass, 1 fail, 2 skipped (real-model test without a model). */
 static int run_one(const test_entry *t) {
     if (strncmp(t->name, "real_", 5) == 0 && !test_real_model()) return 2;
+    if (strncmp(t->name, "gpu_", 4) == 0 && !getenv("STRATA_TEST_GPU")) {
+        printf("     (needs a CUDA GPU: `make test-gpu` on a GPU machine sets STRATA_TEST_GPU=1)\n");
+        return 2;
+    }
     if (strncmp(t->name, "gemma3_", 7) == 0 && !test_gemma3_model()) {
         printf("     (no Gemma 3 model: set STRATA_GEMMA3_MODEL, `make model-gemma3` fetches it)\n");
         return 2;
@@ -75,6 +83,14 @@ static int run_one(const test_entry *t) {
         failures = 0;
         t->fn();
         fflush(NULL);
+#ifdef __SANITIZE_ADDRESS__
+        /* _exit skips LeakSanitizer's check at exit: run it here, so a test
+         * that leaks fails on the sanitizer build (make test-asan). */
+        if (__lsan_do_recoverable_leak_check()) {
+            fprintf(stderr, "    leaked memory (LeakSanitizer report above)\n");
+            failures++;
+        }
+#endif
         _exit(failures ? 1 : 0);
     }
     int status = 0;

@@ -45,7 +45,7 @@ static json_t *load_convs(void) {
         size_t i;
         if (!c) continue;
         json_array_foreach(json_object_get(c, "messages"), i, m) {
-            char why[128], *t = prompt_content_text(json_object_get(m, "content"), "content", why, sizeof why);
+            char why[128], *t = prompt_content_text(json_object_get(m, "content"), "content", NULL, why, sizeof why);
             json_object_set_new(m, "content", t ? json_string(t) : json_string(""));
             free(t);
         }
@@ -72,9 +72,30 @@ static int32_t *tokens_of(const renderer *r, const json_t *msgs, const render_to
     return ids;
 }
 
+static int has_role(const json_t *msgs, const char *role) {
+    size_t i;
+    const json_t *m;
+    json_array_foreach(msgs, i, m)
+        if (!strcmp(json_string_value(json_object_get(m, "role")) ?: "", role)) return 1;
+    return 0;
+}
+
+/* Every system message's text is in text. */
+static int system_kept(const json_t *msgs, const char *text) {
+    size_t i;
+    const json_t *m;
+    json_array_foreach(msgs, i, m) {
+        const char *c = json_string_value(json_object_get(m, "content"));
+        if (!strcmp(json_string_value(json_object_get(m, "role")) ?: "", "system") && c && !strstr(text, c)) return 0;
+    }
+    return 1;
+}
+
 /* Tokens the way prompt.c made them before the renderer: the template
- * engine's spans straight into segments. */
-static int32_t *engine_tokens(const tokenizer *tok, const char *name, const json_t *msgs, int add_gen, size_t *n) {
+ * engine's spans straight into segments. *kept: the template kept every
+ * system message's text. */
+static int32_t *engine_tokens(const tokenizer *tok, const char *name, const json_t *msgs, int add_gen, size_t *n,
+                              int *kept) {
     char *src = template_src(name), *text, bos[64] = "", eos[64] = "";
     tmpl *t = NULL;
     tmpl_span *spans;
@@ -88,6 +109,7 @@ static int32_t *engine_tokens(const tokenizer *tok, const char *name, const json
         chat_prompt p = {0};
         for (size_t i = 0; i < n_spans; i++) chat_prompt_add(&p, text + spans[i].off, spans[i].len, spans[i].literal);
         CHECK(chat_tokenize(tok, &p, tok_add_bos(tok), &ids, n, NULL) == 0);
+        *kept = system_kept(msgs, text);
         chat_prompt_free(&p);
         free(text), free(spans);
     }
@@ -107,12 +129,15 @@ TEST(render_template_tokens_equal_the_engines) {
             const json_t *msgs = json_object_get(c, "messages");
             int add_gen = json_is_true(json_object_get(c, "add_generation_prompt"));
             size_t na = 0, nb = 0;
-            int32_t *a = tokens_of(r, msgs, NULL, add_gen, &na, NULL), *b = engine_tokens(tok, TEMPLATES[k], msgs, add_gen, &nb);
-            CHECK((a == NULL) == (b == NULL)); /* the template refuses the same conversations */
-            if (a && b) {
-                CHECK(na == nb && !memcmp(a, b, na * sizeof(int32_t)));
+            int kept = 0;
+            int32_t *a = tokens_of(r, msgs, NULL, add_gen, &na, NULL);
+            int32_t *b = engine_tokens(tok, TEMPLATES[k], msgs, add_gen, &nb, &kept);
+            if (b && kept) { /* the template placed every message: the same tokens */
+                CHECK(a && na == nb && !memcmp(a, b, na * sizeof(int32_t)));
                 compared++;
-            }
+            } else if (!has_role(msgs, "system")) {
+                CHECK(a == NULL && b == NULL); /* the template refuses the same conversations */
+            } /* else system messages were folded into turns it takes (render_keeps_every_message_text_*) */
             free(a), free(b);
         }
         render_free(r);
@@ -290,6 +315,133 @@ TEST(render_strata_run_chat_uses_the_template) {
     CHECK_EQ_INT(prefilled, (long)n);
     free(ids);
     json_decref(msgs);
+    render_free(r);
+    tok_free(tok);
+}
+
+/* ---- no message's text is dropped ------------------------------------------------------ */
+
+/* Conversation number `code` of length len over the roles the APIs allow
+ * in any order (system, user, assistant), each message with its own text. */
+static json_t *role_conversation(int code, int len) {
+    static const char *const ROLES[] = {"system", "user", "assistant"};
+    json_t *msgs = json_array();
+    for (int i = 0; i < len; i++, code /= 3) {
+        char text[48];
+        snprintf(text, sizeof text, "msg%d-%s-text", i, ROLES[code % 3]);
+        json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", ROLES[code % 3], "content", text));
+    }
+    return msgs;
+}
+
+static json_t *without_system(const json_t *msgs) {
+    json_t *out = json_array();
+    size_t i;
+    const json_t *m;
+    json_array_foreach(msgs, i, m)
+        if (strcmp(json_string_value(json_object_get(m, "role")), "system")) json_array_append(out, (json_t *)m);
+    return out;
+}
+
+/* Every message's text is in what r renders, for every order of up to
+ * four messages whose user/assistant order the template itself takes
+ * (Gemma 3 and Mistral refuse two user turns in a row, system or not:
+ * that is the template's rule, not a lost message). Returns the number
+ * of conversations checked. */
+static int check_no_text_lost(const renderer *r, const char *name) {
+    int checked = 0;
+    for (int len = 1; len <= 4; len++) {
+        int n_codes = 1;
+        for (int i = 0; i < len; i++) n_codes *= 3;
+        for (int code = 0; code < n_codes; code++) {
+            json_t *msgs = role_conversation(code, len), *plain = without_system(msgs);
+            render_out out, probe;
+            char why[256];
+            int ok_plain = !json_array_size(plain) || !render_messages(r, plain, NULL, 1, &probe, why, sizeof why);
+            if (json_array_size(plain) && ok_plain) render_out_free(&probe);
+            if (ok_plain) {
+                int rc = render_messages(r, msgs, NULL, 1, &out, why, sizeof why);
+                CHECK(rc == 0);
+                char *text = rc ? NULL : render_out_text(&out, NULL);
+                size_t i;
+                const json_t *m;
+                json_array_foreach(msgs, i, m) {
+                    const char *c = json_string_value(json_object_get(m, "content"));
+                    if (text && !strstr(text, c)) {
+                        fprintf(stderr, "    %s, conversation %d/%d: '%s' lost\n", name, code, len, c);
+                        CHECK(0);
+                    }
+                }
+                free(text);
+                if (!rc) render_out_free(&out);
+                checked++;
+            }
+            json_decref(msgs);
+            json_decref(plain);
+        }
+    }
+    return checked;
+}
+
+TEST(render_keeps_every_message_text_in_every_template) {
+    tokenizer *tok = test_load_tokenizer(test_data("models/llama-q4_1.gguf"));
+    for (size_t k = 0; tok && k < N_TEMPLATES; k++) {
+        renderer *r = renderer_for(tok, TEMPLATES[k]);
+        int n = r ? check_no_text_lost(r, TEMPLATES[k]) : 0;
+        CHECK(n >= 20); /* at least the alternating orders of every length */
+        render_free(r);
+    }
+    renderer *builtin = NULL; /* no template: the built-in format */
+    render_opts none = {0};
+    CHECK(tok && render_new(&builtin, NULL, tok, &none, NULL) == 0);
+    if (builtin) CHECK(check_no_text_lost(builtin, render_format_name(builtin)) == 120);
+    render_free(builtin);
+    tok_free(tok);
+}
+
+/* Gemma's built-in format (the model's tokenizer picks it) used to keep
+ * only the last of several system messages. */
+TEST(gemma3_builtin_format_keeps_every_system_message) {
+    tokenizer *tok = test_gemma3_model() ? test_load_tokenizer(test_gemma3_model()) : NULL;
+    renderer *r = NULL;
+    render_opts none = {0};
+    if (!tok) return;
+    CHECK(render_new(&r, NULL, tok, &none, NULL) == 0);
+    CHECK(r && !strcmp(render_format_name(r), "gemma"));
+    if (r) CHECK(check_no_text_lost(r, "gemma built-in") > 20);
+    render_free(r);
+    tok_free(tok);
+}
+
+/* Where a template cannot place a later system message it is folded into
+ * the user turn before it; a conversation that grows at its end keeps
+ * its rendered prefix (the cache keeps hitting), and message ends are
+ * still found for the turns that end cleanly. */
+TEST(render_folded_system_message_keeps_prefix) {
+    tokenizer *tok = test_load_tokenizer(test_data("models/llama-q4_1.gguf"));
+    renderer *r = tok ? renderer_for(tok, "gemma3") : NULL;
+    const char *turn1 = "[{\"role\":\"system\",\"content\":\"Base rules.\"},{\"role\":\"user\",\"content\":\"Question?\"},"
+                        "{\"role\":\"system\",\"content\":\"# Environment\"}]";
+    const char *turn2 = "[{\"role\":\"system\",\"content\":\"Base rules.\"},{\"role\":\"user\",\"content\":\"Question?\"},"
+                        "{\"role\":\"system\",\"content\":\"# Environment\"},{\"role\":\"assistant\",\"content\":\"Answer.\"},"
+                        "{\"role\":\"user\",\"content\":\"More?\"}]";
+    json_t *m1 = json_loads(turn1, 0, NULL), *m2 = json_loads(turn2, 0, NULL);
+    render_out o1, o2;
+    char why[256];
+    if (r) {
+        CHECK(render_messages(r, m1, NULL, 0, &o1, why, sizeof why) == 0);
+        CHECK(render_messages(r, m2, NULL, 1, &o2, why, sizeof why) == 0);
+        size_t n1, n2;
+        char *t1 = render_out_text(&o1, &n1), *t2 = render_out_text(&o2, &n2);
+        CHECK(n1 <= n2 && !memcmp(t1, t2, n1)); /* turn 1 is a prefix of turn 2 */
+        CHECK(strstr(t2, "Question?\n\n# Environment") != NULL);
+        CHECK(o2.n_msgs == 5);
+        CHECK(o2.msg_ends[1] == -1 && o2.msg_ends[2] == -1); /* inside the folded first user turn */
+        CHECK(o2.msg_ends[3] > 0 && o2.msg_ends[4] > o2.msg_ends[3] && o2.msg_ends[5] > o2.msg_ends[4]);
+        free(t1), free(t2);
+        render_out_free(&o1), render_out_free(&o2);
+    }
+    json_decref(m1), json_decref(m2);
     render_free(r);
     tok_free(tok);
 }

@@ -7,9 +7,16 @@
 #include "server/resp_items.h"
 #include "test.h"
 
+static json_t *messages_noting(const char *items_json, const char *instructions, req_ignored *ig, char *why) {
+    json_t *items = json_loads(items_json, 0, NULL);
+    json_t *out = resp_items_messages(instructions, items, ig, why, 512);
+    json_decref(items);
+    return out;
+}
+
 static json_t *messages_of(const char *items_json, const char *instructions, char *why) {
     json_t *items = json_loads(items_json, 0, NULL);
-    json_t *out = resp_items_messages(instructions, items, why, 512);
+    json_t *out = resp_items_messages(instructions, items, NULL, why, 512);
     json_decref(items);
     return out;
 }
@@ -17,7 +24,7 @@ static json_t *messages_of(const char *items_json, const char *instructions, cha
 TEST(resp_items_string_input_is_one_user_message) {
     char why[512] = "";
     json_t *in = json_string("hi"), *items = resp_items_of_input(in, why, sizeof why);
-    json_t *msgs = resp_items_messages("be brief", items, why, sizeof why);
+    json_t *msgs = resp_items_messages("be brief", items, NULL, why, sizeof why);
     json_t *want = json_loads("[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"hi\"}]",
                               0, NULL);
     CHECK(json_equal(msgs, want));
@@ -54,12 +61,31 @@ TEST(resp_items_two_plain_replies_stay_two_turns) {
     json_decref(msgs);
 }
 
+/* Items and parts a text-only server cannot use are served around and
+ * named (server/ignored.h); under --strict-requests they are refused. */
+TEST(resp_items_unusable_items_and_parts_are_named) {
+    char why[512] = "";
+    req_ignored ig = {0};
+    json_t *msgs = messages_noting("[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"look\"},"
+                                   "{\"type\":\"input_image\",\"image_url\":\"data:\"}]},{\"type\":\"web_search_call\"}]",
+                                   NULL, &ig, why);
+    CHECK_EQ_INT(json_array_size(msgs), 1);
+    CHECK_STR(json_string_value(json_object_get(json_array_get(msgs, 0), "content")), "look[input_image]");
+    CHECK_EQ_INT(ig.n, 2);
+    CHECK_MSG(strstr(ignored_text(&ig), "input[0].content[1]: input_image part") &&
+              strstr(ignored_text(&ig), "input[1]: item type 'web_search_call'"), "%s", ignored_text(&ig));
+    json_decref(msgs);
+    req_ignored strict = {.strict = 1};
+    CHECK(messages_noting("[{\"type\":\"web_search_call\"}]", NULL, &strict, why) == NULL);
+    CHECK_MSG(strstr(why, "input[0]: item type 'web_search_call'") && strstr(why, "--strict-requests"), "%s", why);
+}
+
 TEST(resp_items_errors_name_the_item) {
     char why[512] = "";
-    CHECK(messages_of("[{\"role\":\"user\",\"content\":\"x\"},{\"type\":\"web_search_call\"}]", NULL, why) == NULL);
-    CHECK(strstr(why, "input[1]: unsupported item type 'web_search_call'") != NULL);
-    CHECK(messages_of("[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\"}]}]", NULL, why) == NULL);
-    CHECK(strstr(why, "input[0].content[0]") && strstr(why, "input_image"));
+    CHECK(messages_of("[{\"role\":\"user\",\"content\":\"x\"},{\"status\":\"done\"}]", NULL, why) == NULL);
+    CHECK(strstr(why, "input[1]: an item needs a 'type'") != NULL);
+    CHECK(messages_of("[{\"role\":\"user\",\"content\":[7]}]", NULL, why) == NULL);
+    CHECK(strstr(why, "input[0].content[0]") && strstr(why, "must be an object"));
     CHECK(messages_of("[{\"type\":\"function_call\",\"name\":\"f\"}]", NULL, why) == NULL);
     CHECK(strstr(why, "call_id") != NULL);
     CHECK(messages_of("[{\"role\":\"tool\",\"content\":\"x\"}]", NULL, why) == NULL);

@@ -1,6 +1,7 @@
 /* test_resp_tools.c - Responses API tool kinds (server/resp_tools.h) and
  * their items in (server/resp_items.h): what the model is offered, what
- * a call comes back as, and the 400s for tools this server cannot run. */
+ * a call comes back as, what is left out and named, and the 400s for
+ * malformed tools. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,7 @@
 
 static int parse(resp_tools *rt, const char *tools_json, char *why) {
     json_t *tools = json_loads(tools_json, 0, NULL);
-    int rc = resp_tools_parse(rt, tools, why, 512);
+    int rc = resp_tools_parse(rt, tools, NULL, why, 512);
     json_decref(tools);
     return rc;
 }
@@ -42,20 +43,69 @@ TEST(resp_tools_custom_and_shell_are_functions) {
     resp_tools_free(&rt);
 }
 
-TEST(resp_tools_hosted_and_unknown_are_refused) {
+static int parse_noting(resp_tools *rt, const char *tools_json, req_ignored *ig, char *why) {
+    json_t *tools = json_loads(tools_json, 0, NULL);
+    int rc = resp_tools_parse(rt, tools, ig, why, 512);
+    json_decref(tools);
+    return rc;
+}
+
+/* Hosted tools (Codex always declares web_search) and types newer than
+ * this server are not offered to the model and are named; a 400 only
+ * under --strict-requests. */
+TEST(resp_tools_hosted_and_unknown_are_left_out_and_named) {
     static const char *const HOSTED[] = {"web_search", "web_search_preview_2025_03_11", "file_search",
                                          "code_interpreter", "computer_use_preview", "image_generation", "mcp"};
     for (size_t i = 0; i < sizeof HOSTED / sizeof HOSTED[0]; i++) {
         char why[512] = "", tools[128];
         resp_tools rt;
+        req_ignored ig = {0}, strict = {.strict = 1};
         snprintf(tools, sizeof tools, "[{\"type\":\"function\",\"name\":\"f\"},{\"type\":\"%s\"}]", HOSTED[i]);
-        CHECK_EQ_INT(parse(&rt, tools, why), -1);
-        CHECK_MSG(strstr(why, "tools[1]") && strstr(why, HOSTED[i]) && strstr(why, "cannot run hosted tools"), "%s",
-                  why);
+        CHECK_EQ_INT(parse_noting(&rt, tools, &ig, why), 0);
+        CHECK_EQ_INT((int)json_array_size(rt.tools), 1);
+        CHECK_MSG(strstr(ignored_text(&ig), "tools[1]: hosted tool") && strstr(ignored_text(&ig), HOSTED[i]), "%s",
+                  ignored_text(&ig));
+        resp_tools_free(&rt);
+        CHECK_EQ_INT(parse_noting(&rt, tools, &strict, why), -1);
+        CHECK_MSG(strstr(why, "tools[1]") && strstr(why, HOSTED[i]) && strstr(why, "--strict-requests"), "%s", why);
         resp_tools_free(&rt);
     }
+    char why[512] = "";
+    resp_tools rt;
+    req_ignored ig = {0};
+    CHECK_EQ_INT(parse_noting(&rt, "[{\"type\":\"teleport\"}]", &ig, why), 0);
+    CHECK(strstr(ignored_text(&ig), "tool type 'teleport'") != NULL);
+    resp_tools_free(&rt);
+}
+
+/* Codex's namespace tools: the inner tools are offered by their names and
+ * a call comes back with its namespace; a clashing name is left out. */
+TEST(resp_tools_namespace_tools_are_offered_inside_out) {
+    char why[512] = "";
+    resp_tools rt;
+    req_ignored ig = {0};
+    CHECK_EQ_INT(parse_noting(&rt, "[{\"type\":\"function\",\"name\":\"wait\"},{\"type\":\"namespace\","
+                                   "\"name\":\"multi_agent_v1\",\"tools\":[{\"type\":\"function\",\"name\":\"spawn_agent\","
+                                   "\"parameters\":{\"type\":\"object\"}},{\"type\":\"function\",\"name\":\"wait\"}]}]",
+                            &ig, why), 0);
+    CHECK_EQ_INT((int)json_array_size(rt.tools), 2);
+    CHECK_STR(json_string_value(json_object_get(fn(&rt, 1), "name")), "spawn_agent");
+    CHECK(strstr(ignored_text(&ig), "tools[1].tools[1]: 'wait' of namespace 'multi_agent_v1'") != NULL);
+    json_t *item = resp_tools_call_item(&rt, "fc_1", "call_1", "spawn_agent", "{}", 2, "completed");
+    CHECK_STR(json_string_value(json_object_get(item, "type")), "function_call");
+    CHECK_STR(json_string_value(json_object_get(item, "name")), "spawn_agent");
+    CHECK_STR(json_string_value(json_object_get(item, "namespace")), "multi_agent_v1");
+    json_decref(item);
+    item = resp_tools_call_item(&rt, "fc_2", "call_2", "wait", "{}", 2, "completed");
+    CHECK(json_object_get(item, "namespace") == NULL);
+    json_decref(item);
+    resp_tools_free(&rt);
+}
+
+TEST(resp_tools_malformed_tools_are_refused) {
     static const char *const BAD[][2] = {
-        {"[{\"type\":\"teleport\"}]", "unsupported tool type 'teleport'"},
+        {"[{\"name\":\"f\"}]", "needs a 'type'"},
+        {"[{\"type\":\"namespace\",\"name\":\"n\"}]", "namespace tool needs"},
         {"[{\"type\":\"custom\"}]", "needs a non-empty string 'name'"},
         {"[{\"type\":\"custom\",\"name\":\"p\",\"format\":{\"type\":\"grammar\"}}]", "'format'"},
         {"[{\"type\":\"local_shell\"},{\"type\":\"local_shell\"}]", "a second tool named 'local_shell'"},
@@ -128,7 +178,7 @@ TEST(resp_tools_items_back_in_are_calls) {
         "{\"type\":\"local_shell_call\",\"id\":\"lsh_2\",\"call_id\":\"c2\",\"status\":\"completed\","
         "\"action\":{\"type\":\"exec\",\"command\":[\"ls\"]}},"
         "{\"type\":\"local_shell_call_output\",\"id\":\"c2\",\"output\":\"a.txt\"}]", 0, NULL);
-    json_t *msgs = resp_items_messages(NULL, items, why, sizeof why);
+    json_t *msgs = resp_items_messages(NULL, items, NULL, why, sizeof why);
     json_t *want = json_loads(
         "[{\"role\":\"user\",\"content\":\"go\"},"
         "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
@@ -140,7 +190,7 @@ TEST(resp_tools_items_back_in_are_calls) {
     CHECK_MSG(msgs && json_equal(msgs, want), "%s", why);
     json_decref(want), json_decref(msgs), json_decref(items);
     items = json_loads("[{\"type\":\"custom_tool_call\",\"call_id\":\"c1\",\"name\":\"p\"}]", 0, NULL);
-    CHECK(resp_items_messages(NULL, items, why, sizeof why) == NULL);
+    CHECK(resp_items_messages(NULL, items, NULL, why, sizeof why) == NULL);
     CHECK(strstr(why, "input[0]") && strstr(why, "'input'"));
     json_decref(items);
 }

@@ -297,6 +297,28 @@ MODELS = [
     dict(name="qwen35-f32", arch="qwen35", wtype=QT.F32, output=QT.F32, n_layer=4, head_dim=64,
          rope_dim=32, qwen35=dict(interval=2, d_conv=4, d_state=32, n_k_heads=2, n_v_heads=4,
                                   sections=[5, 5, 4, 2])),
+    # Mixed types inside one matmul group (Q/K/V; gate/up; qwen35's delta-net
+    # qkv/gate/beta/alpha), as real Q4_K_M files mix them: every pair of the
+    # four activation formats (F32 for F32/F16/BF16, Q8_0, Q8_1, Q8_K) shares
+    # a group below, and in each group a later weight needs a larger
+    # activation row than an earlier one (for 256 columns Q8_K 292 < Q8_0 =
+    # Q8_1 640 < F32 1024 bytes): the order that once freed a group's first
+    # buffer under its running job (forward.c, fwd__matmul_group).
+    # Appended last: a model's seed is its index here.
+    dict(name="llama-mix-k", arch="llama", wtype=QT.Q4_K, output=QT.Q8_0, n_layer=2,
+         overrides={"attn_k": QT.Q5_0, "attn_v": QT.BF16, "attn_output": QT.Q6_K,
+                    "ffn_gate": QT.Q4_1, "ffn_up": QT.F16, "ffn_down": QT.Q6_K}),
+    dict(name="qwen2-mix-legacy", arch="qwen2", wtype=QT.Q5_0, output=None, n_layer=2,
+         overrides={"attn_q": QT.Q6_K, "attn_k": QT.Q8_0, "attn_v": QT.Q5_1,
+                    "ffn_gate": QT.Q4_K, "ffn_up": QT.Q4_1}),
+    dict(name="llama-mix-kf", arch="llama", wtype=QT.Q4_K, output=None, n_layer=2,
+         overrides={"attn_k": QT.Q6_K, "attn_v": QT.Q5_K, "attn_output": QT.Q4_0,
+                    "ffn_gate": QT.Q6_K, "ffn_up": QT.F32, "ffn_down": QT.Q4_1}),
+    dict(name="qwen35-mix", arch="qwen35", wtype=QT.F32, output=QT.F32, n_layer=4, head_dim=64,
+         rope_dim=32, overrides={"attn_q": QT.Q4_K, "attn_k": QT.Q8_0, "ffn_gate": QT.Q6_K,
+                                 "ffn_up": QT.BF16},
+         qwen35=dict(interval=2, d_conv=4, d_state=32, n_k_heads=2, n_v_heads=4,
+                     sections=[5, 5, 4, 2])),
 ]
 
 HPARAMS = dict(n_embd=256, n_ff=512, n_head=4, n_head_kv=2, n_ctx=2048,
@@ -410,9 +432,11 @@ def _model_tensors(spec, hp, n_vocab, rng):
     return ts
 
 
-def _tensor_type(spec, kind):
+def _tensor_type(spec, kind, name=None):
     if kind == "norm":
         return QT.F32
+    if name in spec.get("types", {}):  # per tensor (tests/fuzz/gguf_mutator.py)
+        return spec["types"][name]
     if kind == "output":
         return spec["output"]
     return spec.get("overrides", {}).get(kind, spec["wtype"])
@@ -486,7 +510,9 @@ def write_model(path, spec, seed):
             continue
         if name == spec.get("short_tensor"):  # one row fewer: a mis-shaped file
             arr = arr[:-1]
-        qt = _tensor_type(spec, kind)
+        if name in spec.get("reshape", {}):  # another shape, same values repeated (fuzzing)
+            arr = np.resize(arr, spec["reshape"][name])
+        qt = _tensor_type(spec, kind, name)
         data = quantize(arr, qt) if arr.ndim == 2 else arr
         w.add_tensor(name, data, raw_dtype=qt if data.dtype == np.uint8 else None)
     w.write_header_to_file()

@@ -54,6 +54,18 @@ void cache_hash_block(cache_hash *out, const cache_hash *parent, const int32_t *
     if (buf != stack) free(buf);
 }
 
+void cache_numerics_fingerprint(const uint8_t file_fp[32], const char *numerics, uint8_t out[32]) {
+    if (!numerics || strcmp(numerics, "cpu") == 0) {
+        memmove(out, file_fp, 32);
+        return;
+    }
+    uint8_t buf[15 + 32 + 32]; /* the id enters as its own hash: no two ids alias */
+    memcpy(buf, "strata-numerics", 15);
+    memcpy(buf + 15, file_fp, 32);
+    SHA256((const uint8_t *)numerics, strlen(numerics), buf + 47);
+    SHA256(buf, sizeof buf, out);
+}
+
 static int hash_file(const char *path, uint8_t out[32], strata_err *err);
 
 /* memo file: one line "v2 FILE-ID HEX CHECK" under memo_dir, named by

@@ -1,6 +1,8 @@
 /* hash.h - block identity: chained SHA-256 over token ids.
  *
  *   root  = H("strata-kv" | format version | model fingerprint | salt)
+ * where the model fingerprint covers the file and the numerics of the
+ * backend that computes the K/V (cache_numerics_fingerprint),
  *   h[i]  = H(h[i-1] | token ids of block i as little-endian int32)
  * so a block's name covers every token before it, the model and the
  * tenant. SHA-256 because blocks are shared: a collision would serve one
@@ -31,6 +33,16 @@ void cache_hash_block(cache_hash *out, const cache_hash *parent, const int32_t *
  * own, so a restart does not read the weights again; a changed or swapped
  * file, or a damaged memo, is hashed anew. */
 int cache_model_fingerprint(const char *path, const char *memo_dir, uint8_t out[32], strata_err *err);
+/* The fingerprint a model's blocks are filed under when `numerics`
+ * computes them: backends give other bits for the same tokens (other
+ * summation orders, float vs 8-bit activations), so a block is only
+ * served to a run of the same numerics. "cpu" (NULL too) keeps the file's
+ * fingerprint as it is, so disk caches written before stay valid; any
+ * other id (CUDA_NUMERICS, "cuda-1") gives
+ * H("strata-numerics" | file fingerprint | H(id)), and with it other block
+ * hashes, block-file headers, Redis keys and saved maps. out may be
+ * file_fp. */
+void cache_numerics_fingerprint(const uint8_t file_fp[32], const char *numerics, uint8_t out[32]);
 /* 64 hex characters and a NUL. */
 void cache_hash_hex(const cache_hash *h, char out[65]);
 

@@ -261,7 +261,7 @@ static store_load *load_start(cache_store *st, int tier, const cache_hash *prev,
     if (extra) l->part = *part;
     l->first = s->n_pos / B;
     l->hs = xmalloc((size_t)items * sizeof *l->hs);
-    memcpy(l->hs, hs, (size_t)n * sizeof *l->hs);
+    if (n > 0) memcpy(l->hs, hs, (size_t)n * sizeof *l->hs); /* hs is NULL with no whole block */
     if (extra) l->hs[n] = part->h;
     l->want = xmalloc(((size_t)n * B + (size_t)l->part.len) * sizeof(int32_t) + 1);
     memcpy(l->want, tokens, ((size_t)n * B + (size_t)l->part.len) * sizeof(int32_t));
@@ -568,8 +568,9 @@ static void write_through(cache_store *st, const cache_hash *h, const cache_hash
     }
 }
 
-void store_will_publish(const cache_store *st, const store_seq *q, int n_prompt, int *fresh, int *fresh_1h) {
-    int B = st->kv->block_tokens, from = q->n_blocks * B;
+void store_will_publish(const cache_store *st, const store_seq *q, int n_prompt, int n_cached, int *fresh,
+                        int *fresh_1h) {
+    int B = st->kv->block_tokens, from = q->n_blocks * B > n_cached ? q->n_blocks * B : n_cached;
     int to = (n_prompt < q->publish_limit ? n_prompt : q->publish_limit) / B * B, long_end = 0;
     for (int i = 0; i < q->rq->n_marks; i++)
         if (q->rq->marks[i].ttl_s >= POLICY_LONG_TTL_S && q->rq->marks[i].end > long_end) long_end = q->rq->marks[i].end;

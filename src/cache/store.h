@@ -120,10 +120,13 @@ int store_attach_end(cache_store *st, store_seq *q, const int32_t *tokens, int n
 int store_attach(cache_store *st, store_seq *q, const int32_t *tokens, int n_tokens, int n_max, kv_seq *s);
 
 /* What the prompt's first n_prompt tokens will add to the cache once
- * prefilled, after attaching: the tokens of its whole blocks past the
- * cached ones and within the scope (*fresh), of which under a retention
- * mark of an hour or more (*fresh_1h). */
-void store_will_publish(const cache_store *st, const store_seq *q, int n_prompt, int *fresh, int *fresh_1h);
+ * prefilled, after attaching n_cached of them: the tokens of its whole
+ * blocks past the cached ones and within the scope (*fresh; a block begun
+ * by a cached tail counts from n_cached, so read and written tokens never
+ * overlap), of which under a retention mark of an hour or more
+ * (*fresh_1h). */
+void store_will_publish(const cache_store *st, const store_seq *q, int n_prompt, int n_cached, int *fresh,
+                        int *fresh_1h);
 
 /* Publishes every full block of s (positions < s->n_pos) within the
  * publish limit not yet published; tokens: the sequence's tokens so far. */

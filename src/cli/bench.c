@@ -17,7 +17,7 @@
 #include "model/engine.h"
 
 typedef struct bench_opts {
-    const char *model;
+    const char *model, *device;
     int n_prompt, n_gen, depth, threads, reps, json, help;
 } bench_opts;
 
@@ -40,26 +40,22 @@ static int bench_once(engine *e, const bench_opts *o, const int32_t *toks, float
                       double *pp_out, double *tg_out, strata_err *err) {
     kv_seq s;
     kv_seq_init(&s);
-    int rc = o->depth ? fwd_prefill(e->fwd, &s, toks, o->depth, logits, err) : 0;
+    int rc = o->depth ? engine_eval(e, &s, toks, o->depth, logits, err) : 0;
     double t0 = clock_ms();
-    if (!rc && o->n_prompt) rc = fwd_prefill(e->fwd, &s, toks + o->depth, o->n_prompt, logits, err);
+    if (!rc && o->n_prompt) rc = engine_eval(e, &s, toks + o->depth, o->n_prompt, logits, err);
     double t1 = clock_ms();
-    kv_seq_truncate(&e->kv, &s, o->depth); /* tg starts at the depth, as pp did */
+    engine_seq_cut(e, &s, o->depth); /* tg starts at the depth, as pp did */
     /* A long pp let the depth's sliding window go, or moved a recurrent
      * state (qwen35) past the depth, where it cannot be rewound. */
-    if (!rc && (kv_seq_window_missing(&e->kv, &s) >= 0 || (s.rs && s.rs_pos != o->depth))) {
+    if (!rc && !e->gpu && (kv_seq_window_missing(&e->kv, &s) >= 0 || (s.rs && s.rs_pos != o->depth))) {
         kv_seq_release(&e->kv, &s);
         rc = fwd_prefill(e->fwd, &s, toks, o->depth, logits, err);
     }
     double t2 = clock_ms();
-    for (int i = 0; i < o->n_gen && !rc; i++) {
-        kv_seq *sp = &s;
-        int32_t pos = s.n_pos, tok = toks[o->depth + o->n_prompt + i];
-        fwd_batch b = {.n = 1, .tokens = &tok, .seqs = &sp, .pos = &pos};
-        rc = fwd_run(e->fwd, &b, logits, err);
-    }
+    for (int i = 0; i < o->n_gen && !rc; i++)
+        rc = engine_eval(e, &s, &toks[o->depth + o->n_prompt + i], 1, logits, err);
     double t3 = clock_ms();
-    kv_seq_release(&e->kv, &s);
+    engine_seq_release(e, &s);
     *pp_out = o->n_prompt ? o->n_prompt * 1e3 / (t1 - t0) : 0;
     *tg_out = o->n_gen ? o->n_gen * 1e3 / (t3 - t2) : 0;
     return rc;
@@ -67,15 +63,19 @@ static int bench_once(engine *e, const bench_opts *o, const int32_t *toks, float
 
 static void report(const bench_opts *o, const engine *e, stat pp, stat tg) {
     if (o->json) {
-        printf("{\"model\":\"%s\",\"threads\":%d,\"cpu\":\"%s\",\"depth\":%d,"
+        printf("{\"model\":\"%s\",\"threads\":%d,\"cpu\":\"%s\",\"device\":\"%s\",\"depth\":%d,"
                "\"pp\":{\"n\":%d,\"mean\":%.3f,\"sd\":%.3f},"
                "\"tg\":{\"n\":%d,\"mean\":%.3f,\"sd\":%.3f},\"reps\":%d}\n",
-               o->model, pool_size(e->threads), cpu_level_name(), o->depth, o->n_prompt, pp.mean, pp.sd,
+               o->model, pool_size(e->threads), cpu_level_name(), engine_device(e), o->depth, o->n_prompt, pp.mean, pp.sd,
                o->n_gen, tg.mean, tg.sd, o->reps);
         return;
     }
-    printf("model: %s (%s, %.1f MiB), threads: %d, kernels: %s\n", o->model, e->m->hp.arch_name,
-           model_weight_bytes(e->m) / 1048576.0, pool_size(e->threads), cpu_level_name());
+    if (e->gpu)
+        printf("model: %s (%s, %.1f MiB), device: %s\n", o->model, e->m->hp.arch_name,
+               model_weight_bytes(e->m) / 1048576.0, engine_device(e));
+    else
+        printf("model: %s (%s, %.1f MiB), threads: %d, kernels: %s\n", o->model, e->m->hp.arch_name,
+               model_weight_bytes(e->m) / 1048576.0, pool_size(e->threads), cpu_level_name());
     char at[32] = "", name[64];
     if (o->depth) snprintf(at, sizeof at, " @ d%d", o->depth);
     printf("| test            |            t/s |\n|-----------------|----------------|\n");
@@ -92,7 +92,8 @@ static void report(const bench_opts *o, const engine *e, stat pp, stat tg) {
 static int bench_main(const bench_opts *o, strata_err *err) {
     engine_params ep = {.model_path = o->model, .n_threads = o->threads,
                         .n_ctx = o->depth + o->n_prompt + o->n_gen + 64,
-                        .max_batch = o->n_prompt > 0 && o->n_prompt < 512 ? o->n_prompt : 512};
+                        .max_batch = o->n_prompt > 0 && o->n_prompt < 512 ? o->n_prompt : 512,
+                        .device = o->device};
     engine *e;
     int rc = engine_open(&e, &ep, err);
     if (rc) return rc;
@@ -125,6 +126,7 @@ int cli_bench(int argc, char **argv) {
         {"--n-gen", "-n", ARG_INT, &o.n_gen, 0, 1 << 20, "generated tokens (128)"},
         {"--depth", "-d", ARG_INT, &o.depth, 0, 1 << 20, "tokens prefilled untimed before each test (0)"},
         {"--threads", "-t", ARG_INT, &o.threads, 1, 1024, "threads (one per core)"},
+        {"--device", NULL, ARG_STR, &o.device, 0, -1, "cpu or cuda (cpu; cuda: llama, qwen2, qwen3)"},
         {"--reps", "-r", ARG_INT, &o.reps, 1, 1000, "measured repetitions (5)"},
         {"--json", NULL, ARG_FLAG, &o.json, 0, -1, "print one JSON object"},
         {"--help", "-h", ARG_FLAG, &o.help, 0, -1, "this help"},

@@ -14,7 +14,7 @@
 #include "text/tokenizer.h"
 
 typedef struct run_opts {
-    const char *model, *prompt, *system, *template_file;
+    const char *model, *prompt, *system, *template_file, *device;
     int n_predict, threads, ctx, chat, help, seed, top_k, quiet;
     float temp, top_p, min_p, repeat_penalty;
 } run_opts;
@@ -90,16 +90,13 @@ static int generate(const run_opts *o, run_state *st, strata_err *err) {
         emit(st, id);
         n++;
         if (n == o->n_predict) break;
-        kv_seq *sp = &st->seq;
-        int32_t pos = st->seq.n_pos;
-        fwd_batch b = {.n = 1, .tokens = &id, .seqs = &sp, .pos = &pos};
-        if (fwd_run(st->e->fwd, &b, st->logits, err)) return -1;
+        if (engine_eval(st->e, &st->seq, &id, 1, st->logits, err)) return -1;
     }
     return n;
 }
 
 static int run_main(const run_opts *o, run_state *st, strata_err *err) {
-    engine_params ep = {.model_path = o->model, .n_threads = o->threads, .n_ctx = o->ctx};
+    engine_params ep = {.model_path = o->model, .n_threads = o->threads, .n_ctx = o->ctx, .device = o->device};
     int rc = engine_open(&st->e, &ep, err);
     if (!rc) rc = tok_load(&st->tok, st->e->m->gguf, err);
     int32_t *ids = NULL;
@@ -118,7 +115,7 @@ static int run_main(const run_opts *o, run_state *st, strata_err *err) {
     st->logits = xmalloc((size_t)st->e->m->hp.n_vocab * sizeof(float));
     kv_seq_init(&st->seq);
     double t0 = clock_ms();
-    rc = fwd_prefill(st->e->fwd, &st->seq, ids, (int)n_ids, st->logits, err);
+    rc = engine_eval(st->e, &st->seq, ids, (int)n_ids, st->logits, err);
     free(ids);
     if (rc) return rc;
     double t1 = clock_ms();
@@ -152,6 +149,7 @@ int cli_run(int argc, char **argv) {
         {"--chat-template-file", NULL, ARG_STR, &o.template_file, 0, -1, "Jinja chat template for --chat"},
         {"--threads", "-t", ARG_INT, &o.threads, 1, 1024, "threads (one per core)"},
         {"--ctx", "-c", ARG_INT, &o.ctx, 16, 1 << 22, "context tokens (min(train, 4096))"},
+        {"--device", NULL, ARG_STR, &o.device, 0, -1, "cpu or cuda (cpu; cuda: llama, qwen2, qwen3)"},
         {"--quiet", "-q", ARG_FLAG, &o.quiet, 0, -1, "no speed report"},
         {"--help", "-h", ARG_FLAG, &o.help, 0, -1, "this help"},
     };
@@ -172,7 +170,7 @@ int cli_run(int argc, char **argv) {
     run_state st = {0};
     int rc = run_main(&o, &st, &err);
     if (rc) fprintf(stderr, "strata run: %s\n", err.msg);
-    if (st.e) kv_seq_release(&st.e->kv, &st.seq);
+    if (st.e) engine_seq_release(st.e, &st.seq);
     free(st.logits);
     sample_free(st.smp);
     render_free(st.render);

@@ -1,10 +1,14 @@
 /* engine.c - creating and tearing down an engine (see engine.h). */
 #include "model/engine.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda.h"
+#include "base/cpu.h"
 #include "base/mem.h"
+#include "model/forward_cuda.h"
 
 /* The training context, or less (whole blocks) so n_seq sequences of KV
  * (bytes_per_token each token) plus what each costs whatever its length
@@ -37,12 +41,26 @@ static void pool_shape(const model *m, int B, int n_seq, int max_batch, kv_pool_
 
 size_t engine_seq_state_bytes(const model *m) { return fwd_state_floats(m) * sizeof(float); }
 
+/* --device cuda: the model's weights and one sequence's K/V go to the GPU. */
+static int open_gpu(engine *e, const engine_params *p, strata_err *err) {
+    const model_hparams *hp = &e->m->hp;
+    e->max_batch = p->max_batch > 0 ? p->max_batch : 512;
+    e->n_ctx = p->n_ctx > 0 ? p->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    e->threads = pool_new(1);
+    return fwdc_new(&e->gpu, e->m, e->n_ctx, e->max_batch, err);
+}
+
 int engine_open(engine **out, const engine_params *p, strata_err *err) {
     *out = NULL;
+    int gpu = p->device && strcmp(p->device, "cpu") != 0;
+    if (gpu && strcmp(p->device, "cuda") != 0)
+        return strata_errf(err, STRATA_EINVAL, "--device %s: unknown (cpu or cuda)", p->device);
     engine *e = xcalloc(1, sizeof *e);
     int rc = model_load(&e->m, p->model_path, err);
-    if (rc) {
-        free(e);
+    if (!rc && gpu) rc = open_gpu(e, p, err);
+    if (rc || gpu) {
+        if (rc) engine_close(e);
+        else *out = e;
         return rc;
     }
     const model_hparams *hp = &e->m->hp;
@@ -59,7 +77,8 @@ int engine_open(engine **out, const engine_params *p, strata_err *err) {
     e->n_ctx = p->n_ctx > 0 ? p->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     if (p->n_ctx <= 0 && p->n_seq > 0) {
         size_t per_seq = slot_bytes * (size_t)po.n_slots / (size_t)(p->n_seq + 1) + engine_seq_state_bytes(e->m);
-        e->ctx_per_seq = ctx_within_budget(hp->n_ctx_train, p->n_seq, glob_block / B, per_seq, p->kv_budget_mb, B);
+        int want = hp->n_ctx_train > p->min_ctx ? hp->n_ctx_train : p->min_ctx;
+        e->ctx_per_seq = ctx_within_budget(want, p->n_seq, glob_block / B, per_seq, p->kv_budget_mb, B);
         e->n_ctx = e->ctx_per_seq * p->n_seq;
     }
     po.n_blocks = (e->n_ctx + B - 1) / B + 1; /* +1: copy-on-write headroom */
@@ -78,8 +97,42 @@ int engine_open(engine **out, const engine_params *p, strata_err *err) {
     return 0;
 }
 
+int engine_eval(engine *e, kv_seq *s, const int32_t *tokens, int n, float *logits, strata_err *err) {
+    if (!e->gpu) return fwd_prefill(e->fwd, s, tokens, n, logits, err);
+    for (int done = 0; done < n;) {
+        int chunk = n - done < e->max_batch ? n - done : e->max_batch;
+        int rc = fwdc_run(e->gpu, tokens + done, chunk, s->n_pos, 0, done + chunk == n ? logits : NULL, err);
+        if (rc) return rc;
+        s->n_pos += chunk;
+        done += chunk;
+    }
+    return 0;
+}
+
+void engine_seq_cut(engine *e, kv_seq *s, int n) {
+    if (!e->gpu) kv_seq_truncate(&e->kv, s, n);
+    else if (n < s->n_pos) s->n_pos = n;
+}
+
+void engine_seq_release(engine *e, kv_seq *s) {
+    if (!e->gpu) kv_seq_release(&e->kv, s);
+    else s->n_pos = 0;
+}
+
+const char *engine_numerics(const engine *e) {
+    return e->gpu ? CUDA_NUMERICS : "cpu";
+}
+
+const char *engine_device(const engine *e) {
+    static _Thread_local char buf[320];
+    if (e->gpu) snprintf(buf, sizeof buf, "cuda (%s)", cuda_device_name());
+    else snprintf(buf, sizeof buf, "cpu (%s)", cpu_level_name());
+    return buf;
+}
+
 void engine_close(engine *e) {
     if (!e) return;
+    fwdc_free(e->gpu);
     fwd_free(e->fwd);
     pool_free(e->threads);
     if (e->kv.mem) kv_pool_destroy(&e->kv);

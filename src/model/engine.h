@@ -21,6 +21,11 @@ typedef struct engine_params {
      * state (engine_seq_state_bytes each) would pass kv_budget_mb. */
     int n_seq;
     int kv_budget_mb;
+    int min_ctx; /* ...but at least this many tokens each (past the training context), budget permitting */
+    /* "cpu" (NULL too) or "cuda": the llama-family forward pass on the GPU
+     * (model/forward_cuda.h), one sequence, for `run` and `bench`; no
+     * KV pool or thread pool work then (the server stays on the CPU). */
+    const char *device;
 } engine_params;
 
 typedef struct engine {
@@ -30,6 +35,7 @@ typedef struct engine {
     fwd_ctx *fwd;
     int n_ctx, max_batch;
     int ctx_per_seq; /* n_seq > 0: the context each sequence got */
+    struct fwdc *gpu; /* --device cuda: the GPU pass (kv and fwd unused) */
 } engine;
 
 int engine_open(engine **out, const engine_params *p, strata_err *err);
@@ -38,5 +44,22 @@ int engine_open(engine **out, const engine_params *p, strata_err *err);
  * model without recurrent layers. */
 size_t engine_seq_state_bytes(const model *m);
 void engine_close(engine *e); /* NULL is fine */
+
+/* One sequence on either device (`run`, `bench`): n tokens appended to s
+ * (in max_batch chunks), the last one's logits to logits. On the GPU the
+ * sequence's K/V live in GPU memory and s only counts positions, so one
+ * sequence at a time. */
+int engine_eval(engine *e, kv_seq *s, const int32_t *tokens, int n, float *logits, strata_err *err);
+/* s forgets positions >= n / all of them. */
+void engine_seq_cut(engine *e, kv_seq *s, int n);
+void engine_seq_release(engine *e, kv_seq *s);
+/* The numerics id of the device the engine computes on: "cpu" or
+ * CUDA_NUMERICS. A cache keys its blocks by it
+ * (cache_numerics_fingerprint). (The CPU's levels, scalar/avx2/avx512,
+ * do not all give the same bits, yet share "cpu": the fingerprint
+ * existing caches were written under.) */
+const char *engine_numerics(const engine *e);
+/* "cpu (avx512)" or "cuda (NVIDIA H100 ..., sm_90, ...)". */
+const char *engine_device(const engine *e);
 
 #endif

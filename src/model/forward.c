@@ -114,13 +114,23 @@ static void act_row(fwd_ctx *c, void *arg, int t) {
     quant_act_row(a->act, a->x + (size_t)t * a->k, a->dst + (size_t)t * a->bytes, a->k);
 }
 
-static void ensure_xq(fwd_ctx *c, size_t bytes) {
-    if (bytes <= c->xq_cap) return;
+/* Grows the activation buffers to the largest the whole group needs, before
+ * any is filled or handed to the job: growing frees them, so growing for a
+ * later weight of a group (weights of one group may differ in type, hence
+ * in activation format and row size) would free the rows an earlier weight's
+ * job points at. */
+static void ensure_xq(fwd_ctx *c, const model_tensor **w, int n_w, int n) {
+    size_t need = 0;
+    for (int i = 0; i < n_w; i++) {
+        size_t b = quant_act_bytes_for(w[i]->type, w[i]->cols) * (size_t)n;
+        if (b > need) need = b;
+    }
+    if (need <= c->xq_cap) return;
     for (int i = 0; i < MM_MAX; i++) {
         free(c->xq[i]);
-        c->xq[i] = xaligned(bytes);
+        c->xq[i] = xaligned(need);
     }
-    c->xq_cap = bytes;
+    c->xq_cap = need;
 }
 
 /* y_i[t][:] = W_i x[t] for up to MM_MAX weights sharing the input rows x.
@@ -129,13 +139,13 @@ void fwd__matmul_group(fwd_ctx *c, const float *x, int n, const model_tensor **w
     mm_job j = {.n_w = n_w, .n = n};
     qtype done[MM_MAX];
     int n_done = 0;
+    ensure_xq(c, w, n_w, n);
     for (int i = 0; i < n_w; i++) {
         qtype act = quant_get(w[i]->type)->act_type;
         size_t bytes = quant_act_row_bytes(act, w[i]->cols);
         int slot = 0;
         while (slot < n_done && done[slot] != act) slot++;
         if (slot == n_done) {
-            ensure_xq(c, bytes * (size_t)n);
             act_job a = {x, w[i]->cols, act, c->xq[slot], bytes};
             fwd__for_rows(c, n, act_row, &a);
             done[n_done++] = act;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/mem.h"
+#include "base/strbuf.h"
 #include "server/api_params.h"
 #include "server/gen.h"
 #include "server/normalize.h"
@@ -28,6 +29,7 @@
 typedef struct ant_call {
     api_call a;    /* first: the lifecycle's part (api_call.h) */
     json_t *tools; /* normalised (function shape) */
+    json_t *shown; /* ...of which listed in the prompt (not deferred), or NULL: all */
     int block, block_open; /* stream: index of the current content block */
     int block_is_text;
     json_t *diagnostics; /* the cache-diagnosis beta's answer, or NULL when not asked */
@@ -42,26 +44,27 @@ static void reply_error(http_reply *rep, int status, const char *type, const cha
     va_start(ap, fmt);
     strata_vfmt(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    reply_json(rep, status, json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", type, "message", msg));
+    reply_anthropic_error(rep, status, type, msg);
 }
 
 /* ---- normalising messages -------------------------------------------------- */
 
-static void append_text(char **acc, const char *text) {
-    size_t a = *acc ? strlen(*acc) : 0, n = strlen(text);
-    *acc = xrealloc(*acc, a + n + 1);
-    memcpy(*acc + a, text, n + 1);
-}
-
 /* One content block of message mi into the text accumulator, the tool
- * calls (assistant) or tool results (user). */
-static int take_block(const json_t *b, size_t mi, size_t bi, int assistant, char **text,
-                      json_t *calls, json_t *results, char *why, size_t cap) {
+ * calls (assistant) or tool results (user). A user's other blocks
+ * (images, documents, search results, tool references, ...) are read as
+ * prompt_content_text reads parts; an assistant's blocks from Anthropic's
+ * own server tools (server_tool_use, web_search_tool_result, ...) cannot
+ * have come from this server and are left out, named in ig. */
+static char *tool_result_text(const json_t *content, const char *where, const json_t *req_tools, req_ignored *ig,
+                              char *why, size_t cap);
+
+static int take_block(const json_t *b, size_t mi, size_t bi, int assistant, strbuf *text, json_t *calls,
+                      json_t *results, const json_t *req_tools, req_ignored *ig, char *why, size_t cap) {
     const char *type = json_string_value(json_object_get(b, "type"));
     char where[96];
     snprintf(where, sizeof where, "messages[%zu].content[%zu]", mi, bi);
     if (type && !strcmp(type, "text") && json_is_string(json_object_get(b, "text"))) {
-        append_text(text, json_string_value(json_object_get(b, "text")));
+        strbuf_puts(text, json_string_value(json_object_get(b, "text")));
     } else if (type && !strcmp(type, "tool_use") && assistant) {
         const json_t *name = json_object_get(b, "name"), *input = json_object_get(b, "input");
         if (!json_is_string(name) || !json_is_object(input)) {
@@ -74,50 +77,73 @@ static int take_block(const json_t *b, size_t mi, size_t bi, int assistant, char
         /* earlier turns' reasoning, sent back by clients: accepted, not rendered (templates drop it too) */
     } else if (type && !strcmp(type, "tool_result") && !assistant) {
         const json_t *c = json_object_get(b, "content");
-        char *t = c ? prompt_content_text(c, where, why, cap) : xstrdup("");
+        char inner[112];
+        snprintf(inner, sizeof inner, "%s.content", where);
+        char *t = c ? tool_result_text(c, inner, req_tools, ig, why, cap) : xstrdup("");
         if (!t) return -1;
         json_array_append_new(results, json_pack("{s:s,s:s,s:O*}", "role", "tool", "content", t, "tool_call_id",
                                                  json_object_get(b, "tool_use_id")));
         free(t);
-    } else {
-        strata_fmt(why, cap, "%s: unsupported block type '%s' for a %s message", where, type ? type : "?",
-                 assistant ? "assistant" : "user");
+    } else if (type && (!strcmp(type, "tool_use") || !strcmp(type, "tool_result"))) {
+        strata_fmt(why, cap, "%s: a %s block belongs in %s message", where, type, assistant ? "a user" : "an assistant");
         return -1;
+    } else if (assistant) {
+        return ignored_note(ig, why, cap, "%s: assistant block '%s' (not rendered)", where, type ? type : "?");
+    } else {
+        char base[48];
+        snprintf(base, sizeof base, "messages[%zu].content", mi);
+        return prompt_part_text(b, base, bi, ig, text, why, cap);
     }
     return 0;
 }
 
-static int add_message(json_t *out, const json_t *m, size_t mi, char *why, size_t cap) {
+/* A system message inside messages (Claude Code sends one after the
+ * first user turn): kept where it stands, as a system turn; the renderer
+ * folds it into a neighbouring turn when the template cannot place it
+ * (text/render.h). */
+static int add_system_message(json_t *out, const json_t *m, size_t mi, req_ignored *ig, char *why, size_t cap) {
+    char where[48];
+    snprintf(where, sizeof where, "messages[%zu].content", mi);
+    char *text = prompt_content_text(json_object_get(m, "content"), where, ig, why, cap);
+    if (!text) return -1;
+    json_array_append_new(out, json_pack("{s:s,s:s}", "role", "system", "content", text));
+    free(text);
+    return 0;
+}
+
+static int add_message(json_t *out, const json_t *m, size_t mi, const json_t *req_tools, req_ignored *ig, char *why,
+                       size_t cap) {
     const char *role = json_string_value(json_object_get(m, "role"));
+    if (role && !strcmp(role, "system")) return add_system_message(out, m, mi, ig, why, cap);
     if (!role || (strcmp(role, "user") && strcmp(role, "assistant"))) {
-        snprintf(why, cap, "messages[%zu].role must be 'user' or 'assistant'", mi);
+        strata_fmt(why, cap, "messages[%zu].role '%s' must be 'user', 'assistant' or 'system'", mi, role ? role : "?");
         return -1;
     }
     int assistant = !strcmp(role, "assistant");
     const json_t *content = json_object_get(m, "content");
-    char *text = NULL;
+    strbuf text = {0};
     json_t *calls = json_array(), *results = json_array();
     int rc = 0;
     if (json_is_string(content)) {
-        text = xstrdup(json_string_value(content));
+        strbuf_puts(&text, json_string_value(content));
     } else if (json_is_array(content)) {
         size_t bi;
         const json_t *b;
         json_array_foreach(content, bi, b)
-            if ((rc = take_block(b, mi, bi, assistant, &text, calls, results, why, cap))) break;
+            if ((rc = take_block(b, mi, bi, assistant, &text, calls, results, req_tools, ig, why, cap))) break;
     } else {
         snprintf(why, cap, "messages[%zu].content must be a string or an array of blocks", mi);
         rc = -1;
     }
     if (!rc) {
         json_array_extend(out, results); /* tool results precede the user's words */
-        if (text || json_array_size(calls) || !json_array_size(results)) {
-            json_t *msg = json_pack("{s:s,s:s}", "role", role, "content", text ? text : "");
+        if (text.s || json_array_size(calls) || !json_array_size(results)) {
+            json_t *msg = json_pack("{s:s,s:s}", "role", role, "content", text.s ? text.s : "");
             if (json_array_size(calls)) json_object_set(msg, "tool_calls", calls);
             json_array_append_new(out, msg);
         }
     }
-    free(text);
+    strbuf_free(&text);
     json_decref(calls);
     json_decref(results);
     return rc;
@@ -151,10 +177,10 @@ static int note_breaks(const json_t *holder, size_t n_messages, prompt_cache_inf
 
 /* The system prompt (if any) and the messages, normalised. */
 static json_t *system_and_messages(const json_t *req, const json_t *sys, const json_t *msgs, prompt_cache_info *ci,
-                                   char *why, size_t cap) {
+                                   req_ignored *ig, char *why, size_t cap) {
     json_t *out = json_array();
     if (sys && !json_is_null(sys)) {
-        char *t = prompt_content_text(sys, "system", why, cap);
+        char *t = prompt_content_text(sys, "system", ig, why, cap);
         if (!t) {
             json_decref(out);
             return NULL;
@@ -168,7 +194,7 @@ static json_t *system_and_messages(const json_t *req, const json_t *sys, const j
              note_breaks(json_object_get(req, "tools"), json_array_size(out), ci, why, cap);
     json_array_foreach(msgs, i, m) {
         if (rc) break;
-        rc = add_message(out, m, i, why, cap) ||
+        rc = add_message(out, m, i, json_object_get(req, "tools"), ig, why, cap) ||
              note_breaks(json_object_get(m, "content"), json_array_size(out), ci, why, cap);
     }
     /* Automatic caching: a top-level cache_control marks the whole conversation. */
@@ -180,7 +206,7 @@ static json_t *system_and_messages(const json_t *req, const json_t *sys, const j
     return out;
 }
 
-static json_t *normal_messages(const json_t *req, prompt_cache_info *ci, char *why, size_t cap) {
+static json_t *normal_messages(const json_t *req, prompt_cache_info *ci, req_ignored *ig, char *why, size_t cap) {
     const json_t *msgs = json_object_get(req, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
         snprintf(why, cap, "messages: must be a non-empty array");
@@ -193,23 +219,119 @@ static json_t *normal_messages(const json_t *req, prompt_cache_info *ci, char *w
         sys = NULL;
     }
     if (ci) ci->held_out = held_out;
-    json_t *out = system_and_messages(req, sys, msgs, ci, why, cap);
+    json_t *out = system_and_messages(req, sys, msgs, ci, ig, why, cap);
     json_decref(sys);
     return out;
 }
 
-/* Anthropic tools -> the normalised (OpenAI function) shape. */
-static json_t *normal_tools(const json_t *tools) {
-    if (!json_is_array(tools) || !json_array_size(tools)) return NULL;
+/* Tool types Anthropic's servers run (web search, web fetch, code
+ * execution, tool search, MCP connectors): not offered to the model
+ * here, since no one here would run them; named in ig. */
+static int server_tool(const char *type) {
+    static const char *const PREFIXES[] = {"web_search", "web_fetch", "code_execution", "tool_search_tool",
+                                           "mcp_toolset", NULL};
+    for (int i = 0; type && PREFIXES[i]; i++)
+        if (!strncmp(type, PREFIXES[i], strlen(PREFIXES[i]))) return 1;
+    return 0;
+}
+
+/* Anthropic tools -> the normalised (OpenAI function) shape. A client
+ * tool is {name, description, input_schema} (type absent or "custom");
+ * an Anthropic-defined client tool (bash_*, text_editor_*, computer_*,
+ * memory_*: the client runs it, the schema is Anthropic's) is offered by
+ * its name taking any object; server tools are left out. An empty list
+ * is NULL (no tools). */
+static json_t *normal_tools(const json_t *tools, req_ignored *ig, char *why, size_t cap) {
     json_t *out = json_array();
     size_t i;
     const json_t *t;
-    json_array_foreach(tools, i, t)
+    json_array_foreach(tools, i, t) {
+        const char *type = json_string_value(json_object_get(t, "type"));
+        int custom = !type || !strcmp(type, "custom");
+        if (server_tool(type)) {
+            if (ignored_note(ig, why, cap, "tools[%zu]: server tool '%s' (runs on Anthropic's servers; not offered "
+                             "to the model)", i, type))
+                goto fail;
+            continue;
+        }
+        if (!custom && ignored_note(ig, why, cap, "tools[%zu]: the schema of Anthropic-defined tool '%s' (offered "
+                                    "taking any object)", i, type))
+            goto fail;
         json_array_append_new(out, json_pack("{s:s,s:{s:O*,s:O*,s:O*}}", "type", "function", "function", "name",
                                              json_object_get(t, "name"), "description",
                                              json_object_get(t, "description"), "parameters",
-                                             json_object_get(t, "input_schema")));
+                                             custom ? json_object_get(t, "input_schema") : NULL));
+    }
+    if (json_array_size(out)) return out;
+fail:
+    json_decref(out);
+    return NULL;
+}
+
+static int deferred(const json_t *t) { return json_is_true(json_object_get(t, "defer_loading")); }
+
+/* The normalised tools listed in the prompt: all but the deferred ones
+ * (tool search): Claude Code adds each tool a search loads to `tools`, in
+ * name order, so listing them would change the prompt's early part and
+ * lose the cache; they are shown where the search result names them
+ * (tool_reference_text). NULL when none is deferred. */
+static json_t *shown_tools(const json_t *req_tools, const json_t *normal) {
+    size_t i;
+    const json_t *t;
+    int any = 0;
+    json_array_foreach(req_tools, i, t) any |= deferred(t);
+    if (!any || !normal) return NULL;
+    json_t *out = json_array();
+    json_array_foreach(normal, i, t) {
+        const char *name = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+        size_t j;
+        const json_t *rt;
+        int hide = 0;
+        json_array_foreach(req_tools, j, rt)
+            if (deferred(rt) && !strcmp(json_string_value(json_object_get(rt, "name")) ?: "", name)) hide = 1;
+        if (!hide) json_array_append(out, (json_t *)t);
+    }
     return out;
+}
+
+/* A tool_reference part (a tool search's answer): the tool's definition
+ * where the search result stands, as Anthropic's API expands it; a name
+ * not among the request's tools is the name alone. */
+static void tool_reference_text(const json_t *part, const json_t *req_tools, strbuf *out) {
+    const char *name = json_string_value(json_object_get(part, "tool_name")) ?: "?";
+    size_t i;
+    const json_t *t;
+    strbuf_puts(out, "Tool available: ");
+    strbuf_puts(out, name);
+    json_array_foreach(req_tools, i, t) {
+        if (strcmp(json_string_value(json_object_get(t, "name")) ?: "", name)) continue;
+        json_t *def = json_pack("{s:s,s:O*,s:O*}", "name", name, "description", json_object_get(t, "description"),
+                                "parameters", json_object_get(t, "input_schema"));
+        char *text = def ? json_dumps(def, JSON_COMPACT) : NULL;
+        if (text) strbuf_puts(out, "\n"), strbuf_puts(out, text);
+        free(text);
+        json_decref(def);
+        break;
+    }
+}
+
+/* A tool_result's content: a string, or parts read as prompt_part_text
+ * reads them, tool references expanded into definitions. */
+static char *tool_result_text(const json_t *content, const char *where, const json_t *req_tools, req_ignored *ig,
+                              char *why, size_t cap) {
+    if (!json_is_array(content)) return prompt_content_text(content, where, ig, why, cap);
+    strbuf out = {0};
+    size_t i;
+    const json_t *part;
+    json_array_foreach(content, i, part) {
+        const char *type = json_string_value(json_object_get(part, "type"));
+        if (type && !strcmp(type, "tool_reference")) tool_reference_text(part, req_tools, &out);
+        else if (prompt_part_text(part, where, i, ig, &out, why, cap)) {
+            strbuf_free(&out);
+            return NULL;
+        }
+    }
+    return strbuf_take(&out);
 }
 
 /* Anthropic's cache-diagnosis beta ("diagnostics": {"previous_message_id":
@@ -229,7 +351,7 @@ static json_t *miss_reason(ant_call *c, const json_t *msgs, const int32_t *ids, 
 }
 
 static int build_prompt(ant_call *c, int32_t **ids, size_t *n, prompt_cache_info *ci, char *why, size_t cap) {
-    json_t *msgs = normal_messages(c->a.req, ci, why, cap);
+    json_t *msgs = normal_messages(c->a.req, ci, &c->a.ignored, why, cap);
     if (!msgs) return -1;
     int rc = api_call_prompt(&c->a, msgs, ids, n, ci, why, cap);
     if (!rc && ci && json_is_object(json_object_get(c->a.req, "diagnostics"))) {
@@ -256,8 +378,12 @@ static int parse_tools(ant_call *c, char *why, size_t cap) {
         snprintf(why, cap, "tools.%zu.name: field required", i);
         return -1;
     }
-    c->tools = normal_tools(tools);
+    why[0] = 0;
+    c->tools = normal_tools(tools, &c->a.ignored, why, cap);
+    if (!c->tools && why[0]) return -1;
     c->a.pt.tools = c->tools;
+    c->shown = shown_tools(tools, c->tools);
+    c->a.pt.shown = c->shown;
     const json_t *choice = json_object_get(c->a.req, "tool_choice");
     const char *type = json_string_value(json_object_get(choice, "type"));
     if (type && !strcmp(type, "none")) c->a.pt.tools = NULL;
@@ -474,6 +600,7 @@ static void whole(api_call *a, const http_req *req, http_reply *rep) { answer_wh
 
 static void free_own(api_call *a) {
     json_decref(((ant_call *)a)->tools);
+    json_decref(((ant_call *)a)->shown);
     json_decref(((ant_call *)a)->diagnostics);
 }
 
@@ -484,7 +611,7 @@ static const api_dialect ANTHROPIC = {
 
 static json_t *parse_body(const http_req *req, http_reply *rep) {
     json_error_t je;
-    json_t *root = json_loadb(req->body, req->body_len, 0, &je);
+    json_t *root = json_load_request(req->body, req->body_len, &je);
     if (!json_is_object(root)) {
         json_decref(root);
         reply_error(rep, 400, "invalid_request_error", "request body is not a valid JSON object: %s",

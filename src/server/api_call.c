@@ -6,6 +6,7 @@
 #include <string.h>
 #include <stdlib.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/mem.h"
 
@@ -32,12 +33,14 @@ static void log_request(const api_call *c) {
     }
     int prefilled = st->n_prompt - st->n_cached;
     double prefill_ms = g->t_first ? g->t_first - g->t_start : 0;
-    double decode_ms = g->t_first && g->t_done ? g->t_done - g->t_first : 0;
+    double end = g->t_done ? g->t_done : clock_ms(); /* a cancelled request stops at its cancel */
+    double decode_ms = g->t_first ? end - g->t_first : 0;
     log_info("request %s %s status=%d prompt=%d cached=%d live=%d disk=%d prefilled=%d generated=%d "
-             "prefill_tok_s=%.1f decode_tok_s=%.1f finish=%s",
+             "prefill_tok_s=%.1f decode_tok_s=%.1f finish=%s%s%s%s",
              c->method, c->path, c->status, st->n_prompt, st->n_cached, st->n_cached - st->n_cached_disk,
              st->n_cached_disk, prefilled, g->n_tokens, per_s(prefilled, prefill_ms),
-             per_s(g->n_tokens > 1 ? g->n_tokens - 1 : 0, decode_ms), gen_finish_word(g));
+             per_s(g->n_tokens > 1 ? g->n_tokens - 1 : 0, decode_ms), gen_finish_word(g),
+             c->ignored.n ? " ignored=\"" : "", ignored_text(&c->ignored), c->ignored.n ? "\"" : "");
 }
 
 static void call_free(api_call *c) {
@@ -78,6 +81,13 @@ int api_call_prompt(api_call *c, const json_t *messages, int32_t **ids, size_t *
     return 0;
 }
 
+/* Keywords the guard treats as annotations (text/jsonschema.h): the reply
+ * is held to the rest, and the request says so (or, strict, is refused). */
+static int unenforced(api_call *c, const json_schema *s, const char *field, char *why, size_t cap) {
+    const char *u = json_schema_unenforced(s);
+    return u ? ignored_note(&c->ignored, why, cap, "%s: JSON Schema %s (not enforced)", field, u) : 0;
+}
+
 int api_call_schema(api_call *c, const json_t *schema, const char *field, char *why, size_t cap) {
     json_t *any = schema ? NULL : json_pack("{s:s}", "type", "object");
     char reason[400];
@@ -88,7 +98,7 @@ int api_call_schema(api_call *c, const json_t *schema, const char *field, char *
         return -1;
     }
     c->gp.json_mode = 1;
-    return 0;
+    return unenforced(c, c->gp.schema, field, why, cap);
 }
 
 /* {"token": pos, "message": k} (message -1: not known). */
@@ -109,21 +119,47 @@ json_t *api_call_cache_json(const api_call *c) {
     return o;
 }
 
+/* Every API defines a tool's input as a JSON object (Anthropic's
+ * input_schema, OpenAI's parameters: "type": "object"); a schema of another
+ * type no call could meet, so it is the client's error (400) before
+ * anything is generated, in every dialect alike. No schema, or one without
+ * "type", takes any object. */
+static int tool_inputs_are_objects(const json_t *tools, strata_err *err) {
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tools, i, t) {
+        const json_t *fn = json_object_get(t, "function"), *p = json_object_get(fn, "parameters");
+        const json_t *type = json_object_get(p, "type");
+        const char *tname = json_string_value(type);
+        if (!p || json_is_null(p) || (json_is_object(p) && (!type || (tname && !strcmp(tname, "object")))))
+            continue;
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        return strata_errf(err, STRATA_EINVAL, "tools: the input schema of tool '%s' must be %s of type \"object\" "
+                           "(a call's input is a JSON object)%s%s%s", name ? name : "?",
+                           json_is_object(p) ? "a schema" : "a JSON object, a schema", tname ? ", not \"" : "",
+                           tname ? tname : "", tname ? "\"" : "");
+    }
+    return 0;
+}
+
 /* The generic tool format's reply is one JSON object: held to the tools'
  * schemas (declared names, arguments that validate), under every
  * tool_choice. In a native format each call the model opens is held to
- * one call of a declared tool (text/callguard.h). A tool schema the guard cannot enforce is the client's
- * error (400), never an unconstrained reply. */
+ * one call of a declared tool (text/callguard.h). A malformed tool schema
+ * is the client's error (400); keywords the guard does not enforce are
+ * named (x-strata-ignored), the rest still holds. */
 static int tool_schema(api_call *c, strata_err *err) {
+    if (c->pt.tools && tool_inputs_are_objects(c->pt.tools, err)) return err->code;
     if (c->gp.tools == TC_NONE || c->gp.schema) return 0;
     char why[512];
-    if (c->gp.tools != TC_GENERIC) { /* native: each call, once opened (text/callguard.h) */
-        c->gp.call_schema = json_schema_tool_call(c->pt.tools, c->pt.forced,
-                                                  c->gp.tools == TC_LLAMA3 ? "parameters" : "arguments", why, sizeof why);
-        return c->gp.call_schema ? 0 : strata_errf(err, STRATA_EINVAL, "tools: %s", why);
-    }
-    c->gp.schema = json_schema_tools(c->pt.tools, c->pt.forced, c->pt.required, why, sizeof why);
-    return c->gp.schema ? 0 : strata_errf(err, STRATA_EINVAL, "tools: %s", why);
+    json_schema **s = c->gp.tools != TC_GENERIC ? &c->gp.call_schema : &c->gp.schema;
+    if (c->gp.tools != TC_GENERIC) /* native: each call, once opened (text/callguard.h) */
+        *s = json_schema_tool_call(c->pt.tools, c->pt.forced, c->gp.tools == TC_LLAMA3 ? "parameters" : "arguments",
+                                   why, sizeof why);
+    else
+        *s = json_schema_tools(c->pt.tools, c->pt.forced, c->pt.required, why, sizeof why);
+    if (!*s) return strata_errf(err, STRATA_EINVAL, "tools: %s", why);
+    return unenforced(c, *s, "tools", why, sizeof why) ? strata_errf(err, STRATA_EINVAL, "%s", why) : 0;
 }
 
 /* Submits the prompt and waits for a slot: 0, or a STRATA_E* in err. */
@@ -139,6 +175,7 @@ static int start(api_call *c, const http_req *req, int32_t **ids, size_t *n, con
         c->gp.max_tokens = s->o.max_output;
     c->gp.replay = s->replay;
     c->gp.replay_ns = c->replay_ns;
+    c->gp.ignored = c->ignored.n ? c->ignored.text : NULL;
     prompt_cache_apply(ci, &c->gp);
     int rc = gen_start(&c->g, s->sch, s->tok, *ids, (int)*n, &c->gp, err);
     return rc ? rc : api_admit(&c->g, req, s->o.queue_timeout, err);
@@ -153,6 +190,7 @@ void api_call_run(api_call *c, const http_req *req, http_reply *rep) {
     snprintf(c->method, sizeof c->method, "%s", req->method);
     snprintf(c->path, sizeof c->path, "%s", req->path);
     c->gp.tenant = server_tenant(c->srv, req);
+    c->ignored.strict = c->srv->o.strict_requests;
     server_replay_ns(c->srv, c->gp.tenant, NULL, &c->replay_ns); /* salted once the body is read */
     int rc = c->d->build(c, &ids, &n, &ci, why, sizeof why) ? strata_errf(&err, STRATA_EINVAL, "%s", why)
                                                           : tool_schema(c, &err) ? err.code
@@ -167,5 +205,8 @@ void api_call_run(api_call *c, const http_req *req, http_reply *rep) {
     }
     c->status = 200;
     c->st = (api_stream){.g = &c->g, .produce = c->d->produce, .release = stream_release};
+    char *ignored = ignored_header_value(&c->ignored); /* c may be gone after api_answer */
     api_answer(&c->st, c->stream, req, rep, answer_whole);
+    rep->extra_name = ignored ? "x-strata-ignored" : NULL;
+    rep->extra_value = ignored;
 }

@@ -16,6 +16,7 @@
 #include "server/api_stream.h"
 #include "server/diag.h"
 #include "server/gen.h"
+#include "server/ignored.h"
 #include "server/prompt.h"
 #include "server/server.h"
 
@@ -54,6 +55,7 @@ struct api_call {
     cache_diag diag;                  /* the prompt against recent ones (diag.h) */
     int *msg_ends, n_msgs;            /* owned: message ends in the prompt, for diagnostics */
     int status;                       /* of the reply */
+    req_ignored ignored;              /* what was left out of the request (x-strata-ignored) */
     api_stream st;    /* streamed replies */
 };
 
@@ -69,8 +71,9 @@ int api_call_prompt(api_call *c, const json_t *messages, int32_t **ids, size_t *
  * same tenant) where the first difference lies and what it cost. */
 json_t *api_call_cache_json(const api_call *c);
 /* The reply must validate against schema (a JSON Schema; NULL: any
- * object): compiled into c->gp (JSON mode on). -1 with why naming `field`
- * and the unsupported keyword when the engine cannot enforce it. */
+ * object): compiled into c->gp (JSON mode on). Keywords the engine does
+ * not enforce are noted in c->ignored; -1 with why naming `field` for a
+ * malformed schema (or, under --strict-requests, an unenforced keyword). */
 int api_call_schema(api_call *c, const json_t *schema, const char *field, char *why, size_t cap);
 /* The call whose stream st is. */
 api_call *api_call_of(api_stream *st);

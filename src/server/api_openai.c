@@ -69,7 +69,7 @@ static json_t *normal_tool_calls(const json_t *calls, size_t mi, char *why, size
 }
 
 /* One OpenAI message in the normalised shape (see server/prompt.h). */
-static json_t *normal_message(const json_t *m, size_t i, char *why, size_t cap) {
+static json_t *normal_message(const json_t *m, size_t i, req_ignored *ig, char *why, size_t cap) {
     const char *role = json_is_object(m) ? normal_role(json_string_value(json_object_get(m, "role"))) : NULL;
     if (!role) {
         snprintf(why, cap, "messages[%zu].role must be one of system, developer, user, assistant, tool", i);
@@ -77,7 +77,7 @@ static json_t *normal_message(const json_t *m, size_t i, char *why, size_t cap) 
     }
     char where[48];
     snprintf(where, sizeof where, "messages[%zu].content", i);
-    char *text = prompt_content_text(json_object_get(m, "content"), where, why, cap);
+    char *text = prompt_content_text(json_object_get(m, "content"), where, ig, why, cap);
     if (!text) return NULL;
     json_t *out = json_pack("{s:s,s:s}", "role", role, "content", text);
     free(text);
@@ -106,7 +106,7 @@ static json_t *normal_messages(oai_call *c, char *why, size_t cap) {
     size_t i;
     const json_t *m;
     json_array_foreach(msgs, i, m) {
-        json_t *nm = normal_message(m, i, why, cap);
+        json_t *nm = normal_message(m, i, &c->a.ignored, why, cap);
         if (!nm) {
             json_decref(norm);
             return NULL;
@@ -208,23 +208,35 @@ static int parse_tools(oai_call *c, char *why, size_t cap) {
         return -1;
     }
     size_t i;
+    json_t *served = json_array();
     json_array_foreach(tools, i, t) {
         const char *type = json_string_value(json_object_get(t, "type"));
-        if (!type || strcmp(type, "function") || !json_is_string(json_object_get(json_object_get(t, "function"), "name"))) {
-            snprintf(why, cap, "'tools[%zu]' must be {\"type\": \"function\", \"function\": {\"name\": ...}}", i);
-            return -1;
+        if (type && strcmp(type, "function")) { /* custom tools, types newer than this server: left out, named */
+            if (ignored_note(&c->a.ignored, why, cap, "tools[%zu]: tool type '%s' (not offered to the model)", i, type))
+                goto fail;
+            continue;
         }
+        if (!type || !json_is_string(json_object_get(json_object_get(t, "function"), "name"))) {
+            snprintf(why, cap, "'tools[%zu]' must be {\"type\": \"function\", \"function\": {\"name\": ...}}", i);
+            goto fail;
+        }
+        json_array_append(served, (json_t *)t);
     }
+    json_object_set_new(c->a.req, "tools", served); /* the request owns what pt borrows */
+    tools = served;
     c->a.pt.tools = json_array_size(tools) ? tools : NULL;
     if (parse_tool_choice(c, tools, why, cap)) return -1;
     c->a.gp.tools = render_tool_format(c->a.srv->render, &c->a.pt);
     c->a.gp.json_mode |= c->a.gp.tools == TC_GENERIC; /* the generic reply is one JSON object */
     return 0;
+fail:
+    json_decref(served);
+    return -1;
 }
 
 /* {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}:
- * the reply validates against the schema, strict or not (an unsupported
- * keyword is a 400 naming it, never an unconstrained reply). */
+ * the reply validates against the schema, strict or not (a keyword the
+ * engine does not enforce is named in x-strata-ignored, the rest holds). */
 static int parse_json_schema(oai_call *c, const json_t *rf, char *why, size_t cap) {
     const json_t *js = json_object_get(rf, "json_schema");
     const json_t *schema = json_object_get(js, "schema");
@@ -242,10 +254,9 @@ static int parse_response_format(oai_call *c, char *why, size_t cap) {
     const char *type = json_string_value(json_object_get(rf, "type"));
     if (type && !strcmp(type, "text")) return 0;
     if (type && (!strcmp(type, "json_object") || !strcmp(type, "json_schema"))) {
-        if (c->a.gp.tools != TC_NONE) {
-            snprintf(why, cap, "'response_format' %s cannot be combined with 'tools'", type);
-            return -1;
-        }
+        if (c->a.gp.tools != TC_NONE) /* the tool-call constraint already shapes the reply */
+            return ignored_note(&c->a.ignored, why, cap, "response_format %s (beside tools, the reply is held to the "
+                                "tool-call format only)", type);
         if (!strcmp(type, "json_schema")) return parse_json_schema(c, rf, why, cap);
         c->a.gp.json_mode = 1;
         return 0;
@@ -257,10 +268,8 @@ static int parse_response_format(oai_call *c, char *why, size_t cap) {
 static int parse_options(oai_call *c, char *why, size_t cap) {
     long n = 1, max_tokens = 0, top_logprobs = 0;
     int r;
-    if (param_int(c->a.req, "n", 1, 1, &n, why, cap) < 0) {
-        snprintf(why, cap, "'n' must be 1 (one choice per request)");
-        return -1;
-    }
+    if (param_int(c->a.req, "n", 1, 128, &n, why, cap) < 0) return -1;
+    if (n > 1 && ignored_note(&c->a.ignored, why, cap, "n=%ld (one choice is returned)", n)) return -1;
     if ((r = param_int(c->a.req, "max_completion_tokens", 1, 1L << 30, &max_tokens, why, cap)) < 0) return -1;
     if (!r && param_int(c->a.req, "max_tokens", 1, 1L << 30, &max_tokens, why, cap) < 0) return -1;
     c->a.gp.max_tokens = max_tokens > 0 ? (int)max_tokens : 1 << 30;

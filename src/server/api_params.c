@@ -9,6 +9,42 @@
 #include <stdio.h>
 #include <string.h>
 
+#define META_MAX_KEYS 16
+#define META_MAX_KEY_CHARS 64
+#define META_MAX_VALUE_CHARS 512
+
+/* Characters (code points) of valid UTF-8, as the API counts them. */
+static size_t utf8_chars(const char *s, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += ((unsigned char)s[i] & 0xc0) != 0x80;
+    return k;
+}
+
+int param_metadata(const json_t *obj, const char *key, char *why, size_t why_cap) {
+    const json_t *m = json_object_get(obj, key), *v;
+    if (!m || json_is_null(m)) return 0;
+    if (!json_is_object(m)) {
+        snprintf(why, why_cap, "'%s' must be an object of string values", key);
+        return -1;
+    }
+    if (json_object_size(m) > META_MAX_KEYS) {
+        snprintf(why, why_cap, "'%s' may have at most %d keys (got %zu)", key, META_MAX_KEYS, json_object_size(m));
+        return -1;
+    }
+    const char *k;
+    json_object_foreach((json_t *)m, k, v) {
+        if (utf8_chars(k, strlen(k)) > META_MAX_KEY_CHARS) {
+            snprintf(why, why_cap, "'%s': key '%.20s...' is longer than %d characters", key, k, META_MAX_KEY_CHARS);
+            return -1;
+        }
+        if (!json_is_string(v) || utf8_chars(json_string_value(v), json_string_length(v)) > META_MAX_VALUE_CHARS) {
+            snprintf(why, why_cap, "'%s.%s' must be a string of at most %d characters", key, k, META_MAX_VALUE_CHARS);
+            return -1;
+        }
+    }
+    return 1;
+}
+
 int param_number(const json_t *obj, const char *key, double lo, double hi, double *out,
                  char *why, size_t why_cap) {
     const json_t *v = json_object_get(obj, key);

@@ -15,6 +15,10 @@ int param_int(const json_t *obj, const char *key, long lo, long hi, long *out, c
               size_t why_cap);
 int param_bool(const json_t *obj, const char *key, int *out, char *why, size_t why_cap);
 
+/* OpenAI's metadata (Responses, Chat Completions): an object of at most
+ * 16 string values, keys up to 64 characters, values up to 512. */
+int param_metadata(const json_t *obj, const char *key, char *why, size_t why_cap);
+
 /* A cache scope (policy_scope_parse), as a string or a token count.
  * 0, or -1 with why set. */
 int param_scope_value(const json_t *v, cache_scope *out, char *why, size_t cap);

@@ -64,7 +64,7 @@ typedef struct resp_call {
 /* tools (resp_tools.h: function, custom, local_shell) and tool_choice. */
 static int parse_tools(resp_call *c, char *why, size_t cap) {
     int none;
-    if (resp_tools_parse(&c->rt, json_object_get(c->a.req, "tools"), why, cap) ||
+    if (resp_tools_parse(&c->rt, json_object_get(c->a.req, "tools"), &c->a.ignored, why, cap) ||
         resp_tools_choice(&c->rt, json_object_get(c->a.req, "tool_choice"), &none, &c->a.pt.forced,
                           &c->a.pt.required, why, cap))
         return -1;
@@ -76,7 +76,8 @@ static int parse_tools(resp_call *c, char *why, size_t cap) {
 
 /* text.format: text | json_object (one valid JSON object) | json_schema
  * ({"type", "name", "schema", "strict"}: the reply validates against the
- * schema, strict or not; an unsupported keyword is a 400 naming it). */
+ * schema, strict or not; keywords the engine does not enforce are named
+ * in x-strata-ignored). */
 static int parse_text_format(resp_call *c, char *why, size_t cap) {
     const json_t *fmt = json_object_get(json_object_get(c->a.req, "text"), "format");
     if (!fmt || json_is_null(fmt)) return 0;
@@ -86,10 +87,9 @@ static int parse_text_format(resp_call *c, char *why, size_t cap) {
         snprintf(why, cap, "'text.format.type' must be text, json_object or json_schema");
         return -1;
     }
-    if (c->a.gp.tools != TC_NONE) {
-        snprintf(why, cap, "'text.format' %s cannot be combined with 'tools' on this server", type);
-        return -1;
-    }
+    if (c->a.gp.tools != TC_NONE) /* the tool-call constraint already shapes the reply */
+        return ignored_note(&c->a.ignored, why, cap, "text.format %s (beside tools, the reply is held to the "
+                            "tool-call format only)", type);
     c->a.gp.json_mode = 1;
     if (strcmp(type, "json_schema")) return 0;
     return api_call_schema(&c->a, json_object_get(fmt, "schema"), "text.format.schema", why, cap);
@@ -411,7 +411,7 @@ static int build(api_call *a, int32_t **ids, size_t *n, prompt_cache_info *ci, c
     resp_call *c = (resp_call *)a;
     if (parse_options(c, why, cap)) return -1;
     const char *ins = json_string_value(json_object_get(c->a.req, "instructions"));
-    json_t *msgs = resp_items_messages(ins, c->items, why, cap);
+    json_t *msgs = resp_items_messages(ins, c->items, &c->a.ignored, why, cap);
     if (!msgs) return -1;
     int rc = api_call_prompt(&c->a, msgs, ids, n, ci, why, cap);
     json_decref(msgs);
@@ -436,9 +436,11 @@ static const api_dialect RESPONSES = {
 
 static void reply_not_found(http_reply *rep, int status, const char *param, const char *code, const char *what,
                             const char *id) {
-    reply_json(rep, status, json_pack("{s:{s:s+++,s:s,s:s,s:s}}", "error", "message", what, " with id '", id,
-                                      "' not found (never stored, deleted, or evicted from the store of recent "
-                                      "responses).", "type", "invalid_request_error", "param", param, "code", code));
+    char msg[512]; /* the id may be any bytes of the URL: json_text makes them UTF-8 */
+    snprintf(msg, sizeof msg, "%s with id '%s' not found (never stored, deleted, or evicted from the store of "
+             "recent responses).", what, id);
+    reply_json(rep, status, json_pack("{s:{s:o,s:s,s:s,s:s}}", "error", "message", json_text(msg, strlen(msg)),
+                                      "type", "invalid_request_error", "param", param, "code", code));
 }
 
 /* The conversation before this request (a stored response's input and
@@ -446,7 +448,7 @@ static void reply_not_found(http_reply *rep, int status, const char *param, cons
 static json_t *conversation(server *s, const json_t *body, const cache_hash *ns, http_reply *rep) {
     char why[512] = "";
     json_t *input = resp_items_of_input(json_object_get(body, "input"), why, sizeof why);
-    json_t *check = input ? resp_items_messages("-", input, why, sizeof why) : NULL; /* errors index the new input */
+    json_t *check = input ? resp_items_messages("-", input, NULL, why, sizeof why) : NULL; /* errors index the new input */
     json_decref(check);
     if (!check) {
         json_decref(input);
@@ -485,7 +487,8 @@ void api_responses_create(server *s, const http_req *req, http_reply *rep) {
     if (!server_knows_model(s, model))
         reply_openai_error(rep, 404, "invalid_request_error", "model_not_found",
                            "model '%s' does not exist; this server serves '%s'", model, s->model_id);
-    else if (param_bool(body, "store", &store, why, sizeof why) < 0)
+    else if (param_bool(body, "store", &store, why, sizeof why) < 0 ||
+             param_metadata(body, "metadata", why, sizeof why) < 0)
         reply_openai_error(rep, 400, "invalid_request_error", NULL, "%s", why);
     else
         items = conversation(s, body, &ns, rep);

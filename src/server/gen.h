@@ -41,6 +41,7 @@ typedef struct gen_params {
     const cache_mark *marks; /* retention marks (sched_job) */
     int n_marks;
     const char *held_out;    /* client text held out of the prompt (sched_job) */
+    const char *ignored;     /* what the request asked for and did not get (sched_job) */
 } gen_params;
 
 typedef struct gen {

@@ -17,6 +17,7 @@
 
 #include "base/log.h"
 #include "base/mem.h"
+#include "server/http_watch.h"
 
 #define HTTP_MAX_CONNS_DEFAULT 256 /* when opts.max_conns is 0 */
 
@@ -28,6 +29,7 @@ struct http_server {
     int port;
     atomic_int in_flight; /* requests begun and not yet completely answered */
     int quiesced;
+    http_watch *watch;    /* the header deadline, or NULL */
 };
 
 typedef struct conn_state {
@@ -93,10 +95,12 @@ static void add_common_headers(const http_server *s, struct MHD_Response *resp, 
         snprintf(v, sizeof v, "%d", rep->retry_after);
         MHD_add_response_header(resp, "Retry-After", v);
     }
+    if (rep->extra_name && rep->extra_value) MHD_add_response_header(resp, rep->extra_name, rep->extra_value);
     if (s->opts.cors) {
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
         MHD_add_response_header(resp, "Access-Control-Allow-Headers", "*");
         MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Expose-Headers", "x-strata-ignored, Retry-After");
     }
     if (rep->stream) {
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
@@ -115,8 +119,14 @@ static enum MHD_Result send_reply(const http_server *s, struct MHD_Connection *c
                                                rep->body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
         rep->body = NULL;
     }
-    if (!resp) return MHD_NO;
+    if (!resp) {
+        free(rep->extra_value);
+        rep->extra_value = NULL;
+        return MHD_NO;
+    }
     add_common_headers(s, resp, rep);
+    free(rep->extra_value);
+    rep->extra_value = NULL;
     enum MHD_Result r = MHD_queue_response(c, (unsigned)(rep->status ? rep->status : 200), resp);
     MHD_destroy_response(resp);
     return r;
@@ -165,6 +175,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     http_server *s = cls;
     conn_state *st = *con_cls;
     if (!st) {
+        if (s->watch) {
+            const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+            http_watch_header_in(s->watch, ci ? ci->socket_context : NULL);
+        }
         *con_cls = st = xcalloc(1, sizeof(conn_state));
         atomic_fetch_add(&s->in_flight, 1);
         return on_headers(s, c, url, method, st);
@@ -204,6 +218,20 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
 }
 
+/* Each connection's place in the header watch (its socket context). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    http_server *s = cls;
+    if (!s->watch) return;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? http_watch_add(s->watch, ci->connect_fd) : NULL;
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) { /* before libmicrohttpd closes the socket */
+        http_watch_remove(s->watch, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
 static void log_mhd(void *cls, const char *fmt, va_list ap) {
     char line[512];
     vsnprintf(line, sizeof line, fmt, ap);
@@ -220,6 +248,7 @@ int http_start(http_server **out, const http_opts *o, http_handler h, void *app,
     s->opts = *o;
     s->handler = h;
     s->app = app;
+    if (o->header_timeout_s > 0) s->watch = http_watch_new(o->header_timeout_s);
     s->daemon = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
             MHD_USE_ITC,
@@ -227,8 +256,10 @@ int http_start(http_server **out, const http_opts *o, http_handler h, void *app,
         MHD_OPTION_SOCK_ADDR, &addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->timeout_s,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->max_conns > 0 ? o->max_conns : HTTP_MAX_CONNS_DEFAULT),
-        MHD_OPTION_END);
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(o->max_client_conns > 0 ? o->max_client_conns : 0),
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_END);
     if (!s->daemon) {
+        http_watch_free(s->watch);
         free(s);
         return strata_errf(err, STRATA_EIO, "cannot listen on %s:%d (port in use or not permitted)",
                            o->host, o->port);
@@ -255,5 +286,6 @@ void http_stop(http_server *s) {
     http_quiesce(s);
     for (int i = 0; i < 3000 && atomic_load(&s->in_flight) > 0; i++) usleep(10000);
     MHD_stop_daemon(s->daemon);
+    http_watch_free(s->watch); /* after the daemon: every connection is closed */
     free(s);
 }

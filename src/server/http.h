@@ -1,7 +1,9 @@
 /* http.h - the HTTP layer: libmicrohttpd underneath, one handler above.
  *
  * Runs a thread per connection (handlers may block while a request is
- * generated) up to a connection limit, lets a gate answer from the headers
+ * generated) up to a connection limit and a limit per client address,
+ * closes a new connection whose request header is not in by a deadline
+ * (http_watch.h), lets a gate answer from the headers
  * alone (authentication), collects the request body up to a limit (413
  * past it), and hands complete requests to one handler. A reply is either a whole body
  * or a stream: a producer called from the connection's thread until it
@@ -36,6 +38,8 @@ typedef struct http_reply {
     char *body; /* malloc'd, owned by the HTTP layer after the handler returns */
     size_t body_len;
     int retry_after; /* seconds, > 0 adds a Retry-After header */
+    const char *extra_name; /* one more header (e.g. x-strata-ignored), or NULL */
+    char *extra_value;      /* its value, malloc'd, owned by the HTTP layer once the handler returns */
     http_stream_fn stream; /* set for a streamed body (body unused) */
     http_stream_end stream_end;
     void *stream_ctx;
@@ -54,7 +58,9 @@ typedef struct http_opts {
     int port;
     size_t max_body;   /* bytes; larger bodies get 413 */
     int timeout_s;     /* idle connection timeout */
+    int header_timeout_s; /* a new connection's first request header must be in by then (0: no deadline) */
     int max_conns;     /* open connections (each a thread) at most; more wait or are refused */
+    int max_client_conns; /* of them from one client address (0: no limit) */
     int cors;          /* add Access-Control-Allow-* headers, answer OPTIONS */
     http_gate gate;    /* or NULL */
 } http_opts;

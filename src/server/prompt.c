@@ -8,40 +8,112 @@
 #include <string.h>
 
 #include "base/mem.h"
+#include "base/strbuf.h"
 
-char *prompt_parts_text(const json_t *content, const char *const *types, const char *where, char *why,
-                        size_t cap) {
-    if (!content || json_is_null(content)) return xstrdup("");
-    if (json_is_string(content)) return xstrdup(json_string_value(content));
-    if (!json_is_array(content)) {
-        snprintf(why, cap, "%s must be a string or an array of text parts", where);
-        return NULL;
-    }
-    size_t len = 0, i;
-    char *out = xstrdup("");
-    const json_t *part;
-    json_array_foreach(content, i, part) {
-        const char *type = json_string_value(json_object_get(part, "type"));
-        const char *text = json_string_value(json_object_get(part, "text"));
-        int known = 0;
-        for (const char *const *t = types; type && *t && !known; t++) known = !strcmp(type, *t);
-        if (!known || !text) {
-            strata_fmt(why, cap, "%s[%zu]: unsupported part type '%s' (this server takes text parts only: %s%s%s)",
-                       where, i, type ? type : "?", types[0], types[1] ? ", " : "", types[1] ? types[1] : "");
-            free(out);
-            return NULL;
-        }
-        size_t n = strlen(text);
-        out = xrealloc(out, len + n + 1);
-        memcpy(out + len, text, n + 1);
-        len += n;
-    }
-    return out;
+/* Part types that carry no text a text-only model can read: a short
+ * placeholder stands in, so the model knows something was there, and the
+ * request says it was left out. */
+static const char *const MEDIA_PARTS[] = {"image", "image_url", "input_image", "input_audio", "audio", "file",
+                                          "input_file", "document", "container_upload", NULL};
+
+static int in_list(const char *const *list, const char *s) {
+    for (int i = 0; s && list[i]; i++)
+        if (!strcmp(list[i], s)) return 1;
+    return 0;
 }
 
-char *prompt_content_text(const json_t *content, const char *where, char *why, size_t cap) {
-    static const char *const text[] = {"text", NULL};
-    return prompt_parts_text(content, text, where, why, cap);
+/* Texts of a list of parts (a document's or search result's content). */
+static void nested_texts(const json_t *parts, strbuf *out) {
+    size_t i;
+    const json_t *p;
+    if (json_is_string(parts)) strbuf_puts(out, json_string_value(parts));
+    json_array_foreach(parts, i, p) {
+        if (i) strbuf_puts(out, "\n");
+        strbuf_puts(out, json_string_value(json_object_get(p, "text")));
+    }
+}
+
+/* A document's text: a plain-text or content source is read; a PDF,
+ * base64 or URL source is not (no document parser here). */
+static int document_text(const json_t *part, strbuf *out) {
+    const json_t *src = json_object_get(part, "source");
+    const char *kind = json_string_value(json_object_get(src, "type"));
+    const char *title = json_string_value(json_object_get(part, "title"));
+    if (kind && !strcmp(kind, "text") && json_is_string(json_object_get(src, "data"))) {
+        if (title) strbuf_puts(out, title), strbuf_puts(out, "\n");
+        strbuf_puts(out, json_string_value(json_object_get(src, "data")));
+        return 1;
+    }
+    if (kind && !strcmp(kind, "content")) {
+        if (title) strbuf_puts(out, title), strbuf_puts(out, "\n");
+        nested_texts(json_object_get(src, "content"), out);
+        return 1;
+    }
+    return 0;
+}
+
+int prompt_part_text(const json_t *part, const char *where, size_t i, req_ignored *ig, strbuf *out, char *why,
+                     size_t cap) {
+    const char *type = json_string_value(json_object_get(part, "type"));
+    const json_t *text = json_object_get(part, "text");
+    if (json_is_string(text)) { /* text, input_text, output_text, and any other part with text */
+        strbuf_add(out, json_string_value(text), json_string_length(text));
+        return 0;
+    }
+    if (type && !strcmp(type, "refusal") && json_is_string(json_object_get(part, "refusal"))) {
+        strbuf_puts(out, json_string_value(json_object_get(part, "refusal")));
+        return 0;
+    }
+    if (type && !strcmp(type, "tool_reference")) { /* Anthropic tool search (api_anthropic.c expands it in results) */
+        strbuf_puts(out, "Tool available: ");
+        strbuf_puts(out, json_string_value(json_object_get(part, "tool_name")) ?: "?");
+        return 0;
+    }
+    if (type && !strcmp(type, "search_result")) {
+        strbuf_puts(out, json_string_value(json_object_get(part, "title")));
+        strbuf_puts(out, " (");
+        strbuf_puts(out, json_string_value(json_object_get(part, "source")));
+        strbuf_puts(out, ")\n");
+        nested_texts(json_object_get(part, "content"), out);
+        return 0;
+    }
+    if (type && !strcmp(type, "document") && document_text(part, out)) return 0;
+    if (!json_is_object(part) || !type) {
+        strata_fmt(why, cap, "%s[%zu]: a content part must be an object with a 'type'", where, i);
+        return -1;
+    }
+    /* Media, and part types this server does not know yet: a placeholder. */
+    if (ignored_note(ig, why, cap, "%s[%zu]: %s part (%s; a placeholder stands in)", where, i, type,
+                     in_list(MEDIA_PARTS, type) ? "this model reads text only" : "not a type this server reads"))
+        return -1;
+    strbuf_puts(out, "[");
+    strbuf_puts(out, type);
+    strbuf_puts(out, "]");
+    return 0;
+}
+
+char *prompt_content_text(const json_t *content, const char *where, req_ignored *ig, char *why, size_t cap) {
+    if (!content || json_is_null(content)) return xstrdup("");
+    if (json_is_string(content)) return xstrdup(json_string_value(content));
+    if (json_is_object(content)) content = json_pack("[O]", content); /* one part alone */
+    else if (json_is_array(content)) json_incref((json_t *)content);
+    else {
+        snprintf(why, cap, "%s must be a string or an array of content parts", where);
+        return NULL;
+    }
+    strbuf out = {0};
+    size_t i;
+    const json_t *part;
+    int rc = 0;
+    json_array_foreach(content, i, part) {
+        if ((rc = prompt_part_text(part, where, i, ig, &out, why, cap))) break;
+    }
+    json_decref((json_t *)content);
+    if (rc) {
+        strbuf_free(&out);
+        return NULL;
+    }
+    return strbuf_take(&out);
 }
 
 int prompt_tool_known(const json_t *tools, const char *name) {

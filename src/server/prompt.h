@@ -10,7 +10,9 @@
 
 #include <jansson.h>
 
+#include "base/strbuf.h"
 #include "server/gen.h"
+#include "server/ignored.h"
 #include "server/server.h"
 #include "text/render.h"
 
@@ -54,15 +56,20 @@ void prompt_cache_apply(const prompt_cache_info *ci, gen_params *gp);
 int prompt_tokens(const server *s, const cache_hash *replay_ns, const json_t *messages, const render_tools *t, int32_t **ids,
                   size_t *n, prompt_cache_info *ci, char *why, size_t cap);
 
-/* Text of message content: a string, or text parts/blocks joined (both
- * APIs use {"type": "text", "text": ...}; cache_control is ignored). NULL
- * and why set (naming `where`) for anything else. Returns a new string. */
-char *prompt_content_text(const json_t *content, const char *where, char *why, size_t cap);
-/* The same with the part types taken as text (a NULL-terminated list, at
- * most two reported in the error): the Responses API's input_text and
- * output_text. */
-char *prompt_parts_text(const json_t *content, const char *const *types, const char *where, char *why,
-                        size_t cap);
+/* Text of message content, in any of the three APIs: a string, or its
+ * parts joined (one part object alone is taken too). A part with a
+ * string "text" is that text (text, input_text, output_text, ...;
+ * cache_control ignored); a refusal its refusal; a tool_reference (the
+ * Anthropic tool search) "Tool available: NAME"; a search_result its
+ * title, source and texts; a text document its title and text. Anything
+ * else (images, audio, files, PDF documents, types this server does not
+ * know) becomes "[TYPE]" and is noted in ig (server/ignored.h). Returns
+ * a new string, or NULL with why set (naming `where`) for a malformed
+ * part or, under --strict-requests, for a placeholder. */
+char *prompt_content_text(const json_t *content, const char *where, req_ignored *ig, char *why, size_t cap);
+/* One part (where[i]) the same way, appended to out: 0, or -1 with why set. */
+int prompt_part_text(const json_t *part, const char *where, size_t i, req_ignored *ig, strbuf *out, char *why,
+                     size_t cap);
 
 /* Whether normalised tools (function shape) declare a function name. */
 int prompt_tool_known(const json_t *tools, const char *name);

@@ -20,15 +20,14 @@ json_t *resp_items_of_input(const json_t *input, char *why, size_t cap) {
 
 /* Text of a message's content or a call's output: a string, or text
  * parts joined; anything else (images, files) is an error naming it. */
-static char *content_text(const json_t *content, size_t i, char *why, size_t cap) {
-    static const char *const text[] = {"input_text", "output_text", NULL};
+static char *content_text(const json_t *content, size_t i, req_ignored *ig, char *why, size_t cap) {
     char where[48];
     snprintf(where, sizeof where, "input[%zu].content", i);
     if (!content || json_is_null(content)) {
         snprintf(why, cap, "%s must be a string or an array of content parts", where);
         return NULL;
     }
-    return prompt_parts_text(content, text, where, why, cap);
+    return prompt_content_text(content, where, ig, why, cap);
 }
 
 static const char *normal_role(const char *role) {
@@ -59,13 +58,13 @@ static void append_content(json_t *msg, const char *text) {
     free(joined);
 }
 
-static int add_message(json_t *out, const json_t *item, size_t i, char *why, size_t cap) {
+static int add_message(json_t *out, const json_t *item, size_t i, req_ignored *ig, char *why, size_t cap) {
     const char *role = normal_role(json_string_value(json_object_get(item, "role")));
     if (!role) {
         snprintf(why, cap, "input[%zu].role must be one of user, assistant, system, developer", i);
         return -1;
     }
-    char *text = content_text(json_object_get(item, "content"), i, why, cap);
+    char *text = content_text(json_object_get(item, "content"), i, ig, why, cap);
     if (!text) return -1;
     const json_t *last = json_array_get(out, json_array_size(out) - 1);
     /* Text after a call in one output (native formats) joins that turn,
@@ -126,7 +125,7 @@ static int add_shell_call(json_t *out, const json_t *item, size_t i, char *why, 
     return 0;
 }
 
-static int add_call_output(json_t *out, const json_t *item, size_t i, char *why, size_t cap) {
+static int add_call_output(json_t *out, const json_t *item, size_t i, req_ignored *ig, char *why, size_t cap) {
     const json_t *call_id = json_object_get(item, "call_id"), *output = json_object_get(item, "output");
     const char *type = json_string_value(json_object_get(item, "type"));
     if (!json_is_string(call_id) && !strcmp(type, "local_shell_call_output"))
@@ -135,42 +134,45 @@ static int add_call_output(json_t *out, const json_t *item, size_t i, char *why,
         snprintf(why, cap, "input[%zu]: a %s needs a string 'call_id' and an 'output'", i, type);
         return -1;
     }
-    char *text = content_text(output, i, why, cap);
+    char *text = content_text(output, i, ig, why, cap);
     if (!text) return -1;
     json_array_append_new(out, json_pack("{s:s,s:s,s:O}", "role", "tool", "content", text, "tool_call_id", call_id));
     free(text);
     return 0;
 }
 
-static int add_item(json_t *out, const json_t *item, size_t i, char *why, size_t cap) {
+static int add_item(json_t *out, const json_t *item, size_t i, req_ignored *ig, char *why, size_t cap) {
     if (!json_is_object(item)) {
         snprintf(why, cap, "input[%zu] must be an object", i);
         return -1;
     }
     const char *type = json_string_value(json_object_get(item, "type"));
     if (!type && json_object_get(item, "role")) type = "message"; /* the easy form: {role, content} */
-    if (type && !strcmp(type, "message")) return add_message(out, item, i, why, cap);
+    if (type && !strcmp(type, "message")) return add_message(out, item, i, ig, why, cap);
     if (type && !strcmp(type, "function_call")) return add_call(out, item, i, why, cap);
     if (type && !strcmp(type, "custom_tool_call")) return add_custom_call(out, item, i, why, cap);
     if (type && !strcmp(type, "local_shell_call")) return add_shell_call(out, item, i, why, cap);
     if (type && (!strcmp(type, "function_call_output") || !strcmp(type, "custom_tool_call_output") ||
                  !strcmp(type, "local_shell_call_output")))
-        return add_call_output(out, item, i, why, cap);
+        return add_call_output(out, item, i, ig, why, cap);
     if (type && !strcmp(type, "reasoning")) return 0;
-    strata_fmt(why, cap, "input[%zu]: unsupported item type '%s' (this server takes message, function_call, "
-               "custom_tool_call, local_shell_call, their *_output items, and reasoning items)", i,
-               type ? type : "(none)");
-    return -1;
+    if (!type) {
+        snprintf(why, cap, "input[%zu]: an item needs a 'type' (or a 'role', for a message)", i);
+        return -1;
+    }
+    /* Hosted tools' calls (web_search_call, file_search_call, ...), item
+     * references and types newer than this server: not rendered, named. */
+    return ignored_note(ig, why, cap, "input[%zu]: item type '%s' (not rendered)", i, type);
 }
 
-json_t *resp_items_messages(const char *instructions, const json_t *items, char *why, size_t cap) {
+json_t *resp_items_messages(const char *instructions, const json_t *items, req_ignored *ig, char *why, size_t cap) {
     json_t *out = json_array();
     if (instructions && *instructions)
         json_array_append_new(out, json_pack("{s:s,s:s}", "role", "system", "content", instructions));
     size_t i;
     const json_t *item;
     json_array_foreach(items, i, item) {
-        if (add_item(out, item, i, why, cap)) {
+        if (add_item(out, item, i, ig, why, cap)) {
             json_decref(out);
             return NULL;
         }

@@ -14,13 +14,18 @@
  * their *_output items tool results, so they render (and replay) as the
  * model's own calls did. Reasoning items are
  * accepted and not rendered (the server never makes them; clients may
- * carry another model's). Any other item type is an error naming it.
+ * carry another model's). Any other item type (a hosted tool's call, an
+ * item_reference, a type newer than this server) is not rendered and is
+ * noted in ig (server/ignored.h); an item without a type or role is an
+ * error.
  * Does not: fetch earlier turns (api_responses.c, resp_store.c). */
 #ifndef STRATA_RESP_ITEMS_H
 #define STRATA_RESP_ITEMS_H
 
 #include <jansson.h>
 #include <stddef.h>
+
+#include "server/ignored.h"
 
 /* "input" as a list of items: a string is one user message item; an
  * array is taken as is (checked by resp_items_messages). A new reference,
@@ -30,6 +35,6 @@ json_t *resp_items_of_input(const json_t *input, char *why, size_t cap);
 /* The normalised messages of instructions (a system message first, when
  * not NULL) and items. A new array, or NULL with why set, naming the
  * offending item as input[i]. */
-json_t *resp_items_messages(const char *instructions, const json_t *items, char *why, size_t cap);
+json_t *resp_items_messages(const char *instructions, const json_t *items, req_ignored *ig, char *why, size_t cap);
 
 #endif

@@ -61,21 +61,65 @@ static json_t *custom_tool(const json_t *t) {
 }
 
 /* A custom tool's format: absent, {"type": "text"} or a grammar. */
-static int check_format(const json_t *t, size_t i, char *why, size_t cap) {
+static int check_format(const json_t *t, const char *where, char *why, size_t cap) {
     const json_t *fmt = json_object_get(t, "format");
     if (!fmt || json_is_null(fmt)) return 0;
     const char *type = json_string_value(json_object_get(fmt, "type"));
     if (type && !strcmp(type, "text")) return 0;
     if (type && !strcmp(type, "grammar") && json_is_string(json_object_get(fmt, "definition"))) return 0;
-    strata_fmt(why, cap, "tools[%zu] ('%s'): 'format' must be {\"type\": \"text\"} or {\"type\": \"grammar\", "
-               "\"syntax\", \"definition\"}", i, json_string_value(json_object_get(t, "name")));
+    strata_fmt(why, cap, "%s ('%s'): 'format' must be {\"type\": \"text\"} or {\"type\": \"grammar\", "
+               "\"syntax\", \"definition\"}", where, json_string_value(json_object_get(t, "name")));
     return -1;
 }
 
-/* One declared tool, normalised into rt; -1 with why. */
-static int add_tool(resp_tools *rt, const json_t *t, size_t i, char *why, size_t cap) {
+static int has_tool(const resp_tools *rt, const char *name) {
+    size_t i;
+    const json_t *t;
+    json_array_foreach(rt->tools, i, t)
+        if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")), name)) return 1;
+    return 0;
+}
+
+static int add_tool(resp_tools *rt, const json_t *t, const char *where, req_ignored *ig, char *why, size_t cap);
+
+/* A namespace (Codex's multi_agent_v1, MCP servers): its function and
+ * custom tools are offered by their own names; a call comes back with
+ * the namespace beside the name, as the API returns it. A name another
+ * tool already has is left out (noted), not an error. */
+static int add_namespace(resp_tools *rt, const json_t *t, const char *where, req_ignored *ig, char *why, size_t cap) {
+    const char *ns = json_string_value(json_object_get(t, "name"));
+    const json_t *inner = json_object_get(t, "tools"), *it;
+    if (!ns || !*ns || !json_is_array(inner)) {
+        strata_fmt(why, cap, "%s: a namespace tool needs a string 'name' and a 'tools' array", where);
+        return -1;
+    }
+    size_t j;
+    json_array_foreach(inner, j, it) {
+        char sub[96];
+        snprintf(sub, sizeof sub, "%s.tools[%zu]", where, j);
+        const char *name = json_string_value(json_object_get(it, "name"));
+        if (name && has_tool(rt, name)) {
+            if (ignored_note(ig, why, cap, "%s: '%s' of namespace '%s' (another tool has that name)", sub, name, ns))
+                return -1;
+            continue;
+        }
+        size_t before = json_array_size(rt->tools);
+        if (add_tool(rt, it, sub, ig, why, cap)) return -1;
+        if (json_array_size(rt->tools) > before) json_object_set_new(rt->namespaces, name, json_string(ns));
+    }
+    return 0;
+}
+
+/* One declared tool (where: "tools[i]"), normalised into rt; -1 with
+ * why. Hosted tools and types this server does not know are left out
+ * and noted in ig (server/ignored.h). */
+static int add_tool(resp_tools *rt, const json_t *t, const char *where, req_ignored *ig, char *why, size_t cap) {
     const char *type = json_string_value(json_object_get(t, "type"));
     const json_t *name = json_object_get(t, "name");
+    if (!json_is_object(t)) {
+        snprintf(why, cap, "%s must be an object", where);
+        return -1;
+    }
     if (type && !strcmp(type, "local_shell")) {
         json_t *n = json_string(RESP_SHELL_NAME);
         json_array_append_new(rt->tools, function_tool(n, "Runs a command on the user's machine and returns its "
@@ -85,10 +129,11 @@ static int add_tool(resp_tools *rt, const json_t *t, size_t i, char *why, size_t
         json_object_set_new(rt->kinds, RESP_SHELL_NAME, json_string("local_shell"));
         return 0;
     }
+    if (type && !strcmp(type, "namespace")) return add_namespace(rt, t, where, ig, why, cap);
     if (type && (!strcmp(type, "function") || !strcmp(type, "custom")) && json_is_string(name) &&
         json_string_length(name)) {
         if (!strcmp(type, "custom")) {
-            if (check_format(t, i, why, cap)) return -1;
+            if (check_format(t, where, why, cap)) return -1;
             json_array_append_new(rt->tools, custom_tool(t));
             json_object_set_new(rt->kinds, json_string_value(name), json_string("custom"));
             return 0;
@@ -98,16 +143,19 @@ static int add_tool(resp_tools *rt, const json_t *t, size_t i, char *why, size_t
                                                    "parameters", json_object_get(t, "parameters")));
         return 0;
     }
-    if (type && (!strcmp(type, "function") || !strcmp(type, "custom")))
-        strata_fmt(why, cap, "tools[%zu]: a %s tool needs a non-empty string 'name'", i, type);
-    else if (type && hosted(type))
-        strata_fmt(why, cap, "tools[%zu]: '%s' is a hosted tool that only OpenAI's servers run; this server cannot "
-                   "run hosted tools (it serves function, custom and local_shell tools, which the client runs)",
-                   i, type);
-    else
-        strata_fmt(why, cap, "tools[%zu]: unsupported tool type '%s' (this server serves function, custom and "
-                   "local_shell tools)", i, type ? type : "(none)");
-    return -1;
+    if (type && (!strcmp(type, "function") || !strcmp(type, "custom"))) {
+        strata_fmt(why, cap, "%s: a %s tool needs a non-empty string 'name'", where, type);
+        return -1;
+    }
+    if (!type) {
+        strata_fmt(why, cap, "%s: a tool needs a 'type'", where);
+        return -1;
+    }
+    if (hosted(type))
+        return ignored_note(ig, why, cap, "%s: hosted tool '%s' (runs on OpenAI's servers; not offered to the model)",
+                            where, type);
+    return ignored_note(ig, why, cap, "%s: tool type '%s' (not one this server knows; not offered to the model)",
+                        where, type);
 }
 
 /* Two tools by one name would make a call ambiguous. */
@@ -128,7 +176,7 @@ static int check_unique(const resp_tools *rt, char *why, size_t cap) {
     return 0;
 }
 
-int resp_tools_parse(resp_tools *rt, const json_t *tools, char *why, size_t cap) {
+int resp_tools_parse(resp_tools *rt, const json_t *tools, req_ignored *ig, char *why, size_t cap) {
     memset(rt, 0, sizeof *rt);
     if (!tools || json_is_null(tools)) return 0;
     if (!json_is_array(tools)) {
@@ -137,14 +185,13 @@ int resp_tools_parse(resp_tools *rt, const json_t *tools, char *why, size_t cap)
     }
     rt->tools = json_array();
     rt->kinds = json_object();
+    rt->namespaces = json_object();
     size_t i;
     const json_t *t;
     json_array_foreach(tools, i, t) {
-        if (!json_is_object(t)) {
-            snprintf(why, cap, "tools[%zu] must be an object", i);
-            return -1;
-        }
-        if (add_tool(rt, t, i, why, cap)) return -1;
+        char where[32];
+        snprintf(where, sizeof where, "tools[%zu]", i);
+        if (add_tool(rt, t, where, ig, why, cap)) return -1;
     }
     return check_unique(rt, why, cap);
 }
@@ -152,6 +199,7 @@ int resp_tools_parse(resp_tools *rt, const json_t *tools, char *why, size_t cap)
 void resp_tools_free(resp_tools *rt) {
     json_decref(rt->tools);
     json_decref(rt->kinds);
+    json_decref(rt->namespaces);
     memset(rt, 0, sizeof *rt);
 }
 
@@ -245,8 +293,12 @@ json_t *resp_tools_call_item(const resp_tools *rt, const char *id, const char *c
     case RESP_TOOL_SHELL:
         return json_pack("{s:s,s:s,s:s,s:s,s:o}", "id", id, "type", "local_shell_call", "status", status, "call_id",
                          call_id, "action", shell_action(args, len));
-    default:
-        return json_pack("{s:s,s:s,s:s,s:s,s:s,s:o}", "id", id, "type", "function_call", "status", status, "call_id",
-                         call_id, "name", name, "arguments", json_text(args, len));
+    default: {
+        json_t *item = json_pack("{s:s,s:s,s:s,s:s,s:s,s:o}", "id", id, "type", "function_call", "status", status,
+                                 "call_id", call_id, "name", name, "arguments", json_text(args, len));
+        const json_t *ns = json_object_get(rt->namespaces, name);
+        if (ns) json_object_set(item, "namespace", (json_t *)ns);
+        return item;
+    }
     }
 }

@@ -13,15 +13,22 @@
  *   - local_shell: a function named "local_shell" taking {"action":
  *     {"type": "exec", "command": [..], ...}}, held to that shape; a call
  *     comes back as a local_shell_call item.
+ *   - namespace (Codex's multi_agent_v1, MCP servers' tools): its inner
+ *     function and custom tools, offered by their own names; a call comes
+ *     back as a function_call with "namespace" beside the name.
  * Hosted tools (web_search, file_search, code_interpreter, computer use,
- * image_generation, mcp) run on OpenAI's servers, not here: a 400 naming
- * the type, as is any other unknown type. Does not: parse items
+ * image_generation, mcp) run on OpenAI's servers, not here: they are not
+ * offered to the model, and are named in the request's ignored list
+ * (server/ignored.h), as is any type this server does not know (a 400
+ * under --strict-requests). Does not: parse items
  * (resp_items.c) or stream events (api_responses.c). */
 #ifndef STRATA_RESP_TOOLS_H
 #define STRATA_RESP_TOOLS_H
 
 #include <jansson.h>
 #include <stddef.h>
+
+#include "server/ignored.h"
 
 #define RESP_SHELL_NAME "local_shell" /* the function the model calls for local_shell */
 
@@ -30,11 +37,12 @@ typedef enum { RESP_TOOL_FUNCTION, RESP_TOOL_CUSTOM, RESP_TOOL_SHELL } resp_tool
 typedef struct resp_tools {
     json_t *tools; /* normalised function tools (owned); NULL: none */
     json_t *kinds; /* name -> "custom" | "local_shell"; function tools are absent (owned) */
+    json_t *namespaces; /* name -> its namespace tool's name, for tools declared inside one (owned) */
 } resp_tools;
 
 /* Reads a request's "tools" (NULL or null: none). 0, or -1 with why
  * naming the tool (index and type) that cannot be served. */
-int resp_tools_parse(resp_tools *rt, const json_t *tools, char *why, size_t cap);
+int resp_tools_parse(resp_tools *rt, const json_t *tools, req_ignored *ig, char *why, size_t cap);
 void resp_tools_free(resp_tools *rt);
 
 /* tool_choice: none | auto | required | {"type": "function"|"custom",

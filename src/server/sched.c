@@ -57,6 +57,13 @@ static void trace_request(sched *s, const slot *sl, sched_finish f) {
     if (s->e->kv.swa_layer) /* sliding parts read back for the hit's window; tokens it was cut by */
         fprintf(o, ",\"window\":{\"reloaded_blocks\":%d,\"cut_tokens\":%d}", q->n_window_reloaded, q->n_window_cut);
     if (r->held_out) fprintf(o, ",\"held_out\":\"%s\"", r->held_out);
+    if (r->ignored) {
+        json_t *j = json_string(r->ignored); /* request text: escaped as JSON */
+        char *v = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+        fprintf(o, ",\"ignored\":%s", v ? v : "\"\"");
+        free(v);
+        json_decref(j);
+    }
     fprintf(o, ",\"first_miss\":{\"pos\":%d,\"tokens\":[", miss);
     for (int k = miss; k < r->n_prompt && k < miss + 8; k++) fprintf(o, "%s%d", k > miss ? "," : "", r->prompt[k]);
     fprintf(o, "]}}\n");
@@ -105,7 +112,7 @@ static void prefix_attached(sched *s, slot *sl, int n_attached) {
         n_attached = store_snap_restore(s->store, &sl->q, sl->toks, &sl->seq);
         sl->snap_at = store_snap_next(s->store, &sl->q, n_attached, r->n_prompt);
     }
-    if (s->store) store_will_publish(s->store, &sl->q, r->n_prompt, &fresh, &fresh_1h);
+    if (s->store) store_will_publish(s->store, &sl->q, r->n_prompt, n_attached, &fresh, &fresh_1h);
     sl->n_fed = n_attached;
     sl->attached = 1;
     pthread_mutex_lock(&s->mu);

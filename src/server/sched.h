@@ -70,6 +70,7 @@ typedef struct sched_job {
     cache_mark marks[POLICY_MAX_MARKS]; /* retention: anchor, cache_control breakpoints */
     int n_marks;
     const char *held_out;   /* a static rule name for the trace (server/normalize.h), or NULL */
+    const char *ignored;    /* for the trace: what the request asked for and did not get (copied), or NULL */
 } sched_job;
 
 /* What a consumer sees of its request. */

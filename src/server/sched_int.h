@@ -24,6 +24,7 @@ struct sched_req {
     int ignore_eos;
     int json_mode;
     char *json_prefix;
+    char *ignored; /* the trace's "ignored" (server/ignored.h), or NULL */
     json_schema *schema; /* a reference, or NULL */
     json_schema *call_schema; /* a reference, or NULL (text/callguard.h) */
     tc_format call_format;

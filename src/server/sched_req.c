@@ -24,7 +24,7 @@ void sched__req_unref_locked(sched_req *r) {
     pthread_cond_destroy(&r->changed);
     json_schema_free(r->schema);
     json_schema_free(r->call_schema);
-    free(r->json_prefix), free(r->bounds), free(r->prompt), free(r->out);
+    free(r->json_prefix), free(r->ignored), free(r->bounds), free(r->prompt), free(r->out);
     free(r);
 }
 
@@ -83,6 +83,7 @@ int sched_submit(sched *s, const sched_job *job, sched_req **out, strata_err *er
     r->call_format = job->call_format;
     r->held_out = job->held_out;
     r->json_prefix = job->json_prefix ? xstrdup(job->json_prefix) : NULL;
+    r->ignored = job->ignored ? xstrdup(job->ignored) : NULL;
     req_cache_setup(s, r, job);
     pthread_cond_init(&r->changed, NULL);
     r->refs = 2; /* caller + scheduler */

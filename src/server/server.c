@@ -237,9 +237,14 @@ static const route ROUTES[] = {
     {"POST", "/apply-template", api_openai_apply_template, 1},
 };
 
-const char *server_tenant(const server *s, const http_req *req) {
+/* The key a request gives: "Authorization: Bearer K" or "x-api-key: K". */
+static const char *given_key(const http_req *req) {
     const char *auth = http_header(req, "Authorization"), *xkey = http_header(req, "x-api-key");
-    const char *given = auth && !strncmp(auth, "Bearer ", 7) ? auth + 7 : xkey;
+    return auth && !strncmp(auth, "Bearer ", 7) ? auth + 7 : xkey;
+}
+
+const char *server_tenant(const server *s, const http_req *req) {
+    const char *given = given_key(req);
     for (int i = 0; given && i < s->n_keys; i++)
         if (!strcmp(given, s->keys[i])) return s->keys[i];
     return NULL;
@@ -269,23 +274,53 @@ static int parse_keys(server *s, strata_err *err) {
     return 0;
 }
 
+/* --metrics-key must name a key, and not a tenant's (a tenant holding it
+ * would read every tenant's counters). */
+static int check_metrics_key(const server *s, strata_err *err) {
+    const char *k = s->o.metrics_key;
+    if (k && !k[0])
+        return strata_errf(err, STRATA_EINVAL, "--metrics-key is empty; refusing to start with /metrics open");
+    for (int i = 0; k && i < s->n_keys; i++)
+        if (!strcmp(k, s->keys[i]))
+            return strata_errf(err, STRATA_EINVAL, "--metrics-key is also an --api-key (a tenant's key); use "
+                               "a key of its own");
+    return 0;
+}
+
 /* Route-level errors in the schema of the API the path belongs to. */
 static void route_error(const http_req *req, http_reply *rep, int status, const char *oai_type,
                         const char *ant_type, const char *msg) {
     if (strncmp(req->path, "/v1/messages", 12) == 0)
-        reply_json(rep, status, json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", ant_type,
-                                          "message", msg));
+        reply_anthropic_error(rep, status, ant_type, msg);
     else
         reply_openai_error(rep, status, oai_type, NULL, "%s", msg);
 }
 
+/* /metrics and /props describe the whole server: every tenant's request,
+ * token and cache counters, the model path, the cache folder. They are
+ * the operator's: with --metrics-key only that key reads them; without
+ * it, the one tenant there is (no key or a single --api-key) does, and
+ * with two or more tenant keys nobody does. A tenant's key gets 403. */
+static int admin_allowed(const server *s, const http_req *req) {
+    const char *given = given_key(req);
+    if (s->o.metrics_key) return given && !strcmp(given, s->o.metrics_key);
+    return s->n_keys <= 1 && authorized(s, req);
+}
+
 /* The HTTP gate, on the headers before the body is read: with keys set,
  * every path but /health (load balancers probe it without a key) needs
- * one, known endpoint or not. */
+ * one, known endpoint or not; /metrics and /props need the operator's. */
 static int gate(void *app, const http_req *req, http_reply *rep) {
     const server *s = app;
-    if (strcmp(req->path, "/health") == 0 || authorized(s, req)) return 0;
-    route_error(req, rep, 401, "authentication_error", "authentication_error", "missing or invalid API key");
+    int admin = !strcmp(req->path, "/metrics") || !strcmp(req->path, "/props");
+    if (strcmp(req->path, "/health") == 0 || (admin ? admin_allowed(s, req) : authorized(s, req))) return 0;
+    if (admin && server_tenant(s, req))
+        route_error(req, rep, 403, "permission_error", "permission_error",
+                    s->o.metrics_key ? "this endpoint reports every tenant's counters: it needs the --metrics-key"
+                                     : "this endpoint reports every tenant's counters: with several API keys it "
+                                       "is served only under --metrics-key");
+    else
+        route_error(req, rep, 401, "authentication_error", "authentication_error", "missing or invalid API key");
     return 1;
 }
 
@@ -316,6 +351,14 @@ static void handle(void *app, const http_req *req, http_reply *rep) {
 }
 
 /* ---- start and stop ---------------------------------------------------------------- */
+
+/* Places one client address may hold: by default 3/4 of them, so that
+ * one address (idle or trickling connections) never holds every place. */
+static int client_conns(const server_opts *o) {
+    if (o->max_client_conns >= 0) return o->max_client_conns;
+    int n = o->max_conns * 3 / 4;
+    return n > 0 ? n : 1;
+}
 
 /* The reported id: the first --alias, else the file name without .gguf;
  * every alias is a name the server answers to. */
@@ -425,9 +468,11 @@ static int open_redis(server *s, const uint8_t fp[32], strata_err *err) {
 }
 
 /* KV memory the slots may take when --ctx is left to the model (its
- * training context): agents need long contexts, memory is the limit. */
+ * training context, at least SERVER_MIN_CTX): agents need long contexts
+ * (Claude Code's first prompt is ~13k tokens), memory is the limit. */
 #define SERVER_KV_BUDGET_MB 4096
 #define SERVER_KV_BUDGET_TEXT "4 GiB"
+#define SERVER_MIN_CTX 32768
 
 static int load_model(server *s, strata_err *err) {
     uint8_t fp[32];
@@ -439,19 +484,25 @@ static int load_model(server *s, strata_err *err) {
     engine_params ep = {.model_path = s->o.model_path, .n_threads = s->o.threads, .max_batch = 512,
                         .block_tokens = s->o.block_tokens,
                         .n_ctx = s->o.ctx * s->o.parallel, /* --ctx 0: the training context */
-                        .n_seq = s->o.parallel, .kv_budget_mb = SERVER_KV_BUDGET_MB,
+                        .n_seq = s->o.parallel, .kv_budget_mb = SERVER_KV_BUDGET_MB, .min_ctx = SERVER_MIN_CTX,
                         .extra_kv_mb = s->o.no_cache ? 0 : s->o.cache_mem_mb + s->o.cache_ram_mb};
     rc = engine_open(&s->e, &ep, err);
     if (!rc) rc = tok_load(&s->tok, s->e->m->gguf, err);
     if (rc) return rc;
+    /* Blocks are the backend's own: the same file on another backend is
+     * another model to every tier ("cpu" leaves fp as it was). */
+    cache_numerics_fingerprint(fp, engine_numerics(s->e), fp);
     if (s->o.ctx <= 0) {
         s->o.ctx = s->e->ctx_per_seq;
         size_t state = engine_seq_state_bytes(s->e->m);
         char rs[96] = "";
         if (state) snprintf(rs, sizeof rs, "; recurrent state %.1f MiB per sequence, counted in the budget", state / 1048576.0);
+        int train = s->e->m->hp.n_ctx_train;
         log_info("context: %d tokens per sequence (the model's training context is %d%s; --ctx to change)%s", s->o.ctx,
-                 s->e->m->hp.n_ctx_train,
-                 s->o.ctx < s->e->m->hp.n_ctx_train ? ", capped so the slots' KV fits " SERVER_KV_BUDGET_TEXT : "", rs);
+                 train,
+                 s->o.ctx < train || s->o.ctx < SERVER_MIN_CTX ? ", capped so the slots' KV fits " SERVER_KV_BUDGET_TEXT
+                 : s->o.ctx > train ? "; agent prompts need more: past it the model extrapolates and may do worse"
+                                    : "", rs);
     }
     render_opts ro = {.template_file = s->o.template_file};
     if ((rc = render_new(&s->render, s->e->m->gguf, s->tok, &ro, err))) return rc;
@@ -489,8 +540,10 @@ int server_start(server **out, const server_opts *o, strata_err *err) {
     s->responses = resp_store_new(RESP_STORE_ENTRIES, (size_t)RESP_STORE_MB << 20);
     set_model_id(s);
     http_opts ho = {.host = o->host, .port = o->port, .max_body = (size_t)o->max_body,
-                    .timeout_s = o->idle_timeout, .max_conns = o->max_conns, .cors = o->cors, .gate = gate};
+                    .timeout_s = o->idle_timeout, .header_timeout_s = o->header_timeout,
+                    .max_conns = o->max_conns, .max_client_conns = client_conns(o), .cors = o->cors, .gate = gate};
     int rc = parse_keys(s, err);
+    if (!rc) rc = check_metrics_key(s, err);
     if (!rc) rc = http_start(&s->http, &ho, handle, s, err); /* /health answers 503 while loading */
     if (!rc) {
         log_info("listening on http://%s:%d, loading %s", o->host, http_port(s->http), o->model_path);

@@ -21,12 +21,16 @@
 
 typedef struct server_opts {
     const char *model_path, *host, *api_key, *alias, *template_file, *trace_path;
+    const char *metrics_key; /* --metrics-key: the only key /metrics and /props answer (NULL: see server.c) */
     int port, parallel, ctx, threads, cors, queue_max;
     int queue_timeout; /* seconds a request may wait for a slot before 503 (0: no limit) */
     int idle_timeout;  /* seconds an idle connection stays open */
     int max_conns;     /* open connections at most (each holds a thread) */
     int max_output;    /* --max-output-tokens: a reply's tokens at most (0: up to the context) */
+    int max_client_conns; /* of them from one client address (-1: 3/4 of max_conns; 0: no limit) */
+    int header_timeout; /* seconds a new connection has to send its first request header */
     int strict_model;  /* --strict-model: refuse names other than the id and aliases */
+    int strict_requests; /* --strict-requests: 400 for a part that cannot be honoured (server/ignored.h) */
     int no_cache;      /* --no-prefix-cache */
     int no_cache_disk; /* --no-cache-disk */
     int cache_disk_mb; /* disk tier budget */
@@ -86,15 +90,23 @@ int server_knows_model(const server *s, const char *name);
 
 /* Replies with the JSON value (takes ownership of it). */
 void reply_json(http_reply *rep, int status, json_t *body);
-/* OpenAI-style error: {"error":{"message","type","code","param"}}. */
+/* OpenAI-style error: {"error":{"message","type","code","param"}}. Error
+ * messages may quote client bytes (a URL, an id), or be cut inside a
+ * character: invalid UTF-8 in them becomes U+FFFD, in both error shapes. */
 void reply_openai_error(http_reply *rep, int status, const char *type, const char *code,
                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Anthropic-style error: {"type":"error","error":{"type","message"}}. */
+void reply_anthropic_error(http_reply *rep, int status, const char *type, const char *msg);
+/* A request body's JSON (NULL and je set if it is not JSON). U+0000 in a
+ * string is taken, and read as U+FFFD: request text travels as C strings
+ * (prompt.c, the dialects), which would cut it at a NUL. */
+json_t *json_load_request(const char *body, size_t len, json_error_t *je);
 /* Parses the body as a JSON object, or replies 400 and returns NULL. */
 json_t *parse_body_openai(const http_req *req, http_reply *rep);
 /* "prefix-" + 32 hex chars from the system's random source (128 bits). */
 void make_id(char *out, size_t cap, const char *prefix);
-/* n bytes with each invalid UTF-8 sequence replaced by U+FFFD: the text a
- * client sees of model output. malloc'd, NUL-terminated. */
+/* n bytes with each invalid UTF-8 sequence and each NUL replaced by
+ * U+FFFD: the text a client sees of model output. malloc'd, NUL-terminated. */
 char *utf8_sanitize(const char *s, size_t n, size_t *out_len);
 /* A JSON string of n bytes of model output; invalid UTF-8 becomes U+FFFD. */
 json_t *json_text(const char *s, size_t n);

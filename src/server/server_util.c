@@ -5,15 +5,25 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "base/log.h"
 #include "base/mem.h"
 #include "server/server.h"
 
+/* A body that could not be built (json_pack refuses a string that is not
+ * valid UTF-8 and returns NULL) is a server bug: a 500 that says so, and
+ * a log line, never an empty `{}` under the intended status. */
 void reply_json(http_reply *rep, int status, json_t *body) {
-    char *text = json_dumps(body, JSON_COMPACT);
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
-    rep->status = status;
     rep->content_type = "application/json";
-    rep->body = text ? text : xstrdup("{}");
+    if (!text) {
+        log_error("reply: the JSON body for status %d could not be built; replying 500", status);
+        status = 500;
+        text = xstrdup("{\"error\":{\"message\":\"internal error: the reply could not be encoded\","
+                       "\"type\":\"server_error\",\"code\":null,\"param\":null}}");
+    }
+    rep->status = status;
+    rep->body = text;
     rep->body_len = strlen(rep->body);
 }
 
@@ -24,14 +34,45 @@ void reply_openai_error(http_reply *rep, int status, const char *type, const cha
     va_start(ap, fmt);
     strata_vfmt(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    json_t *e = json_pack("{s:{s:s,s:s,s:o,s:n}}", "error", "message", msg, "type", type, "code",
+    json_t *e = json_pack("{s:{s:o,s:s,s:o,s:n}}", "error", "message", json_text(msg, strlen(msg)), "type", type, "code",
                           code ? json_string(code) : json_null(), "param");
     reply_json(rep, status, e);
 }
 
+void reply_anthropic_error(http_reply *rep, int status, const char *type, const char *msg) {
+    reply_json(rep, status, json_pack("{s:s,s:{s:s,s:o}}", "type", "error", "error", "type", type, "message",
+                                      json_text(msg, strlen(msg))));
+}
+
+/* Strings with a NUL byte get U+FFFD in its place (utf8_sanitize: a JSON
+ * string is valid UTF-8, so NULs are all it changes); returns how many
+ * strings changed. */
+static size_t replace_nuls(json_t *j) {
+    size_t n = 0, i;
+    const char *k;
+    json_t *v;
+    if (json_is_object(j)) json_object_foreach(j, k, v) n += replace_nuls(v);
+    else if (json_is_array(j)) json_array_foreach(j, i, v) n += replace_nuls(v);
+    else if (json_is_string(j) && memchr(json_string_value(j), 0, json_string_length(j))) {
+        size_t len;
+        char *clean = utf8_sanitize(json_string_value(j), json_string_length(j), &len);
+        json_string_setn(j, clean, len);
+        free(clean);
+        n++;
+    }
+    return n;
+}
+
+json_t *json_load_request(const char *body, size_t len, json_error_t *je) {
+    json_t *root = json_loadb(body, len, JSON_ALLOW_NUL, je);
+    size_t n = root ? replace_nuls(root) : 0;
+    if (n) log_info("request: U+0000 in %zu string(s) read as U+FFFD (text is not carried with NUL inside)", n);
+    return root;
+}
+
 json_t *parse_body_openai(const http_req *req, http_reply *rep) {
     json_error_t je;
-    json_t *root = json_loadb(req->body, req->body_len, 0, &je);
+    json_t *root = json_load_request(req->body, req->body_len, &je);
     if (!root) {
         reply_openai_error(rep, 400, "invalid_request_error", "invalid_json",
                            "request body is not valid JSON: %s (line %d, column %d)", je.text,
@@ -66,8 +107,12 @@ int status_for(int code, const char **type) {
     }
 }
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid. */
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid. NUL
+ * counts as invalid: model output never carries a U+0000 to the client,
+ * which could not send it back (json_load_request reads it as U+FFFD, the
+ * text exact replay then finds). */
 static size_t utf8_seq(const unsigned char *s, size_t n) {
+    if (s[0] == 0) return 0;
     if (s[0] < 0x80) return 1;
     size_t need = s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 && s[0] < 0xe0 ? 2 : 0;
     if (!need || need > n) return 0;

@@ -646,7 +646,11 @@ static int compile_props(cctx *c, int id, const json_t *sch, const char *path, i
         return fail(c, "schema too large: more than %d properties at %s", JSON_SCHEMA_MAX_PROPS, path);
     }
     int n = (int)json_object_size(all), first = c->s->n_prop;
-    int root = n || json_is_false(ap) || names ? trie_new(c, 0) : -1;
+    /* Declared keys only; an empty "properties" without an
+     * additionalProperties schema declares none (a tool that takes no
+     * arguments: {"type": "object", "properties": {}}). */
+    int closed = n || json_is_false(ap) || names || (props && !json_is_object(ap));
+    int root = closed ? trie_new(c, 0) : -1;
     for (int p = 0; p < n; p++) prop_new(c, "");
     int p = 0;
     json_object_foreach(all, k, v) {

@@ -18,8 +18,10 @@
  *
  * Narrowings (every output still validates; some valid values cannot be
  * written): an object with properties takes only those keys (whatever
- * additionalProperties says), each once, in any order; an object without
- * properties takes any keys, its values following additionalProperties.
+ * additionalProperties says), each once, in any order, and an empty
+ * properties without an additionalProperties schema takes no key (a tool
+ * without arguments); an object without properties takes any keys, its
+ * values following additionalProperties.
  * "integer" is written without fraction or exponent. A bounded number has
  * no exponent, and a fraction only where every value between its integer
  * part and the next integer is in bounds. Enum values are written as

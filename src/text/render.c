@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "base/mem.h"
+#include "base/strbuf.h"
 #include "model/gguf.h"
 #include "text/tmpl.h"
 
@@ -32,6 +33,10 @@ struct renderer {
      * content after an earlier turn. NULL: unknown. */
     char *trailer[N_ROLES];
     char *user_header;
+    /* Learned by probe renders too: the format refuses or drops a second
+     * system message or one after a user turn, so every conversation's
+     * system messages are folded (fold_system), the same way each time. */
+    int fold_system;
 };
 
 /* ---- choosing the format ------------------------------------------------------ */
@@ -361,6 +366,29 @@ static int probe_native_tools(const renderer *r) {
     return yes;
 }
 
+static int system_text_kept(const render_out *o, const json_t *msgs);
+
+/* Whether the format loses (refuses, or drops the text of) a second
+ * system message or one after a user turn. */
+static int probe_fold_system(const renderer *r) {
+    static const char *const CONVS[] = {
+        "[{\"role\":\"system\",\"content\":\"" PROBE "A\"},{\"role\":\"system\",\"content\":\"" PROBE "B\"},"
+        "{\"role\":\"user\",\"content\":\"u\"}]",
+        "[{\"role\":\"system\",\"content\":\"" PROBE "A\"},{\"role\":\"user\",\"content\":\"u\"},"
+        "{\"role\":\"system\",\"content\":\"" PROBE "B\"},{\"role\":\"assistant\",\"content\":\"a\"},"
+        "{\"role\":\"user\",\"content\":\"v\"}]"};
+    int lost = 0;
+    for (size_t i = 0; i < sizeof CONVS / sizeof CONVS[0] && !lost; i++) {
+        json_t *msgs = json_loads(CONVS[i], 0, NULL);
+        render_out o = {0};
+        char why[256];
+        lost = render_plain(r, msgs, NULL, 1, &o.p, why, sizeof why) || !system_text_kept(&o, msgs);
+        chat_prompt_free(&o.p);
+        json_decref(msgs);
+    }
+    return lost;
+}
+
 int render_new(renderer **out, const gguf_file *f, const tokenizer *tok, const render_opts *o, strata_err *err) {
     static const render_opts none = {0};
     renderer *r = xcalloc(1, sizeof *r);
@@ -379,6 +407,7 @@ int render_new(renderer **out, const gguf_file *f, const tokenizer *tok, const r
     if (!r->tpl) r->source = "built-in";
     r->native_tools = r->tpl && probe_native_tools(r);
     probe_message_ends(r);
+    r->fold_system = probe_fold_system(r);
     *out = r;
     return 0;
 }
@@ -444,7 +473,7 @@ char *render_tool_prefix(const renderer *r, const render_tools *t) {
  * model wrote, since the chat format has no syntax for them. */
 static json_t *generic_messages(const json_t *messages, const render_tools *t) {
     json_t *out = json_array();
-    char *tools = tc_generic_system_prompt(t->tools, t->forced, t->required);
+    char *tools = tc_generic_system_prompt(t->shown ? t->shown : t->tools, t->forced, t->required);
     const json_t *m;
     size_t i;
     int merged = 0;
@@ -471,21 +500,148 @@ static json_t *generic_messages(const json_t *messages, const render_tools *t) {
     return out;
 }
 
+/* ---- system messages the template cannot place ---------------------------------------- */
+
+static int is_role(const json_t *m, const char *role) {
+    const char *r = json_string_value(json_object_get(m, "role"));
+    return r && !strcmp(r, role);
+}
+
+static int has_system(const json_t *msgs) {
+    size_t i;
+    const json_t *m;
+    json_array_foreach(msgs, i, m)
+        if (is_role(m, "system")) return 1;
+    return 0;
+}
+
+/* Every system message's text is in the rendered prompt. */
+static int system_text_kept(const render_out *o, const json_t *msgs) {
+    size_t len, i;
+    char *text = render_out_text(o, &len);
+    const json_t *m;
+    int kept = 1;
+    json_array_foreach(msgs, i, m) {
+        const char *c = json_string_value(json_object_get(m, "content"));
+        if (!is_role(m, "system") || !c) continue;
+        size_t lead = strspn(c, " \t\r\n"), n = strlen(c + lead);
+        while (n && strchr(" \t\r\n", c[lead + n - 1])) n--;
+        if (n && !memmem(text, len, c + lead, n)) kept = 0;
+    }
+    free(text);
+    return kept;
+}
+
+static void join_content(json_t *m, const char *before, const char *after) {
+    size_t n = strlen(before) + strlen(after) + 3;
+    char *joined = xmalloc(n);
+    snprintf(joined, n, "%s\n\n%s", before, after);
+    json_object_set_new(m, "content", json_string(joined));
+    free(joined);
+}
+
+static const char *content_of(const json_t *m) { return json_string_value(json_object_get(m, "content")) ?: ""; }
+
+static int next_is_user(const json_t *msgs, size_t i) { /* the first message after i that is not a system one */
+    while (++i < json_array_size(msgs))
+        if (!is_role(json_array_get(msgs, i), "system")) return is_role(json_array_get(msgs, i), "user");
+    return 0;
+}
+
+/* The conversation with every system message folded into a turn the
+ * template takes: the leading ones joined into one (a user turn if no
+ * user turn follows them); a later one appended to the user turn just
+ * before it, else put before the next user turn if only system messages
+ * stand between, else a user turn of its own. `all`: the leading ones
+ * fold like later ones (for a template that prints the system prompt
+ * only in some turns, as Mistral's does in the last user turn). Folding
+ * looks only at a message's neighbours, so a conversation that grows at
+ * its end keeps its folded prefix (the cache keeps hitting). owner[i]:
+ * the folded message that holds message i. */
+static json_t *fold_system(const json_t *msgs, int all, int *owner) {
+    json_t *out = json_array();
+    size_t i, run = 0;
+    while (!all && run < json_array_size(msgs) && is_role(json_array_get(msgs, run), "system")) run++;
+    const json_t *m;
+    strbuf pending = {0}; /* system text waiting for the next user turn */
+    json_array_foreach(msgs, i, m) {
+        json_t *last = json_array_size(out) ? json_array_get(out, json_array_size(out) - 1) : NULL;
+        int sys = is_role(m, "system");
+        if (sys && i < run && last) { /* the leading run */
+            join_content(last, content_of(last), content_of(m));
+        } else if (sys && i >= run && last && is_role(last, "user") && !pending.s) {
+            join_content(last, content_of(last), content_of(m));
+        } else if (sys && i >= run && next_is_user(msgs, i)) {
+            if (pending.s) strbuf_puts(&pending, "\n\n");
+            strbuf_puts(&pending, content_of(m));
+            owner[i] = (int)json_array_size(out); /* the next user turn */
+            continue;
+        } else {
+            json_t *copy = json_deep_copy(m);
+            if (sys && (i >= run || !next_is_user(msgs, i))) json_object_set_new(copy, "role", json_string("user"));
+            if (pending.s) join_content(copy, pending.s, content_of(copy));
+            strbuf_free(&pending);
+            json_array_append_new(out, copy);
+        }
+        owner[i] = (int)json_array_size(out) - 1;
+    }
+    strbuf_free(&pending);
+    return out;
+}
+
 /* ---- the public render ---------------------------------------------------------------- */
 
-/* Message ends of what was rendered (msgs), as ends of the caller's
+/* Message ends of what was rendered (msgs), as ends of the caller's n_in
  * messages: the generic format may have put a system message first
- * (shift 1), whose end is then where the caller's conversation starts. */
-static void set_message_ends(const renderer *r, render_out *out, const json_t *msgs, size_t n_in) {
-    size_t shift = json_array_size(msgs) - n_in;
+ * (shift 1), whose end is then where the caller's conversation starts;
+ * with folding (owner, else NULL), a message ends where the folded
+ * message holding it ends if it is the last one there, else it has no
+ * end of its own (-1). */
+static void set_message_ends(const renderer *r, render_out *out, const json_t *rendered, const int *owner,
+                             size_t n_msgs, size_t n_in) {
+    size_t shift = n_msgs - n_in;
     size_t len;
     char *text = render_out_text(out, &len);
-    long *all = message_ends(r, &out->p, text, len, msgs);
+    long *all = message_ends(r, &out->p, text, len, rendered);
     out->n_msgs = n_in;
     out->msg_ends = xmalloc((n_in + 1) * sizeof(long));
-    for (size_t k = 0; k <= n_in; k++) out->msg_ends[k] = all[k + shift];
+    for (size_t k = 0; k <= n_in; k++) {
+        size_t i = k + shift; /* ends of the first i messages of msgs */
+        if (!owner || i == 0) out->msg_ends[k] = all[owner && i == 0 ? 0 : i];
+        else out->msg_ends[k] = i < n_msgs && owner[i] == owner[i - 1] ? -1 : all[owner[i - 1] + 1];
+    }
     free(all);
     free(text);
+}
+
+static int render_folded(const renderer *r, const json_t *msgs, int all, const json_t *tools, int add_gen,
+                         render_out *out, size_t n_in, char *why, size_t cap) {
+    size_t n = json_array_size(msgs);
+    int *owner = xmalloc((n + 1) * sizeof(int));
+    json_t *folded = fold_system(msgs, all, owner);
+    int rc = render_plain(r, folded, tools, add_gen, &out->p, why, cap);
+    if (!rc) set_message_ends(r, out, folded, owner, n, n_in);
+    json_decref(folded);
+    free(owner);
+    return rc;
+}
+
+/* Renders msgs with system messages folded (fold_system) where the
+ * format needs it (r->fold_system, decided once by probes, so a growing
+ * conversation folds the same way every turn), else as they are; if a
+ * system message's text is still missing (a template that prints the
+ * system prompt only in some turns), all of them folded. */
+static int render_placed(const renderer *r, const json_t *msgs, const json_t *tools, int add_gen, render_out *out,
+                         size_t n_in, char *why, size_t cap) {
+    int fold = has_system(msgs), rc;
+    if (fold && r->fold_system) rc = render_folded(r, msgs, 0, tools, add_gen, out, n_in, why, cap);
+    else if (!(rc = render_plain(r, msgs, tools, add_gen, &out->p, why, cap)))
+        set_message_ends(r, out, msgs, NULL, json_array_size(msgs), n_in);
+    if (fold && !rc && !system_text_kept(out, msgs)) {
+        render_out_free(out);
+        rc = render_folded(r, msgs, 1, tools, add_gen, out, n_in, why, cap);
+    }
+    return rc;
 }
 
 int render_messages(const renderer *r, const json_t *messages, const render_tools *t, int add_gen,
@@ -493,8 +649,8 @@ int render_messages(const renderer *r, const json_t *messages, const render_tool
     tc_format f = render_tool_format(r, t);
     json_t *msgs = f == TC_GENERIC ? generic_messages(messages, t) : json_incref((json_t *)messages);
     memset(out, 0, sizeof *out);
-    int rc = render_plain(r, msgs, f != TC_NONE && f != TC_GENERIC ? t->tools : NULL, add_gen, &out->p, why, cap);
-    if (!rc) set_message_ends(r, out, msgs, json_array_size(messages));
+    int rc = render_placed(r, msgs, f != TC_NONE && f != TC_GENERIC ? (t->shown ? t->shown : t->tools) : NULL, add_gen, out,
+                           json_array_size(messages), why, cap);
     json_decref(msgs);
     return rc;
 }

@@ -47,6 +47,11 @@ typedef struct render_opts {
 /* Tools offered to the model, and how it must use them. */
 typedef struct render_tools {
     const json_t *tools; /* normalised; NULL or empty: none */
+    /* The ones listed in the prompt; NULL: all of tools. Anthropic's
+     * deferred tools (defer_loading) are callable but not listed: a tool
+     * search brings their definitions in where it answers, so the listed
+     * prefix does not change when one is loaded. */
+    const json_t *shown;
     const char *forced;  /* a tool the model must call, or NULL */
     int required;        /* it must call some tool */
 } render_tools;

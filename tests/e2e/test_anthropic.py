@@ -92,24 +92,25 @@ def test_errors_use_anthropic_schema(tiny):
 CJK = "中" * 400  # 1,200 bytes: longer than the 512-byte message buffers
 
 
-@pytest.mark.parametrize("where", ["block_type", "cache_ttl"])
+@pytest.mark.parametrize("where", ["role", "cache_ttl"])
 @pytest.mark.parametrize("pad", ["", "a", "ab"])  # one of the three cuts inside a character
 def test_error_quoting_long_cjk_text_keeps_the_error_object(tiny, where, pad):
     # A quoted user string cut mid-character made the JSON build fail and the
     # body came back as {} with no error object.
     block = {"type": "text", "text": "hi"}
-    if where == "block_type":
-        block = {"type": pad + CJK, "text": "hi"}
+    role = "user"
+    if where == "role":
+        role = pad + CJK
     else:
         block["cache_control"] = {"type": "ephemeral", "ttl": pad + CJK}
     r = httpx.post(tiny.url + "/v1/messages", json={
-        "model": "", "max_tokens": 4, "messages": [{"role": "user", "content": [block]}]})
+        "model": "", "max_tokens": 4, "messages": [{"role": role, "content": [block]}]})
     assert r.status_code == 400
     body = r.json()
     assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
     msg = body["error"]["message"]
     assert isinstance(msg, str) and "\ufffd" not in msg
-    assert ("block type '" if where == "block_type" else "ttl must be") in msg
+    assert ("role '" if where == "role" else "ttl must be") in msg
     assert "中" * 100 in msg and len(msg.encode()) <= 512
 
 @pytest.mark.parametrize("ttl", ["infh", "1e308h", "nanm", "25h"])

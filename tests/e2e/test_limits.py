@@ -193,14 +193,16 @@ def test_health_is_open_and_every_other_endpoint_needs_a_key(keyed):
     r = httpx.post(u + "/v1/messages", json=anthropic_short(), headers={"x-api-key": "wrong"})
     assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
     assert httpx.get(u + "/v1/models", headers={"x-api-key": "key-b"}).status_code == 200
-    assert httpx.get(u + "/props", headers={"Authorization": "Bearer key-a"}).status_code == 200
+    # Two tenants and no --metrics-key: the server-wide endpoints are nobody's (test_reliability.py).
+    assert httpx.get(u + "/props", headers={"Authorization": "Bearer key-a"}).status_code == 403
 
 
 # ---- connections -------------------------------------------------------------------------
 
 
 def test_connection_limit():
-    s = Server(TINY_MODEL, "--max-connections", "2")
+    # No per-address limit: every connection here comes from 127.0.0.1 (test_reliability.py has that one).
+    s = Server(TINY_MODEL, "--max-connections", "2", "--max-client-connections", "0")
     idle = []
     try:
         idle = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(2)]

@@ -33,7 +33,9 @@ def test_log_file_has_one_timestamped_line_per_request():
         assert re.match(stamp + r"status=400$", lines[1]), lines[1]
 
 
-def test_default_context_is_the_models_training_context():
+def test_default_context_fits_agent_prompts():
+    # the model's training context, but at least 32768 tokens: Claude Code's
+    # first prompt is ~13k tokens, and the tiny model was trained on 2048
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "strata.log")
         s = Server(TINY_MODEL, "--log-file", log)
@@ -43,7 +45,8 @@ def test_default_context_is_the_models_training_context():
             assert s.stop() == 0
         line = next(l for l in open(log) if " context: " in l)
         m = re.search(r"context: (\d+) tokens per sequence \(the model's training context is (\d+)", line)
-        assert m and int(m.group(1)) == n_ctx == int(m.group(2)) == 2048, line  # the tiny model's, not 4096
+        assert m and int(m.group(1)) == n_ctx == 32768 and int(m.group(2)) == 2048, line
+        assert "past it the model extrapolates" in line
 
 
 def test_help_shows_placeholders_and_defaults():

@@ -6,6 +6,7 @@
 #   make fuzz          the long harness run against build-asan/strata
 #   make fuzz-lib      each libFuzzer target for FUZZ_SECONDS (60) from its corpus
 #   make fuzz-slice    the short seeded slice `make test` runs (seconds)
+#   make test-asan     the C unit tests on the ASan+UBSan build, every report fatal
 ASAN_DIR     = build-asan
 FUZZ_DIR     = build-fuzz
 FUZZ_CC      = clang
@@ -14,11 +15,11 @@ FUZZ_FLAGS   = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-
 FUZZ_TARGETS = gguf json tmpl diskhdr tok
 FUZZ_SECONDS ?= 60
 
-ASAN_OBJ      := $(SRC:%.c=$(ASAN_DIR)/%.o)
+ASAN_OBJ      := $(SRC_C:%.c=$(ASAN_DIR)/%.o)
 ASAN_TEST_OBJ := $(TEST_SRC:%.c=$(ASAN_DIR)/%.o)
-FUZZ_OBJ      := $(SRC:%.c=$(FUZZ_DIR)/%.o)
+FUZZ_OBJ      := $(SRC_C:%.c=$(FUZZ_DIR)/%.o)
 
-.PHONY: asan fuzz fuzz-targets fuzz-lib fuzz-slice fuzz-drivers
+.PHONY: asan fuzz fuzz-targets fuzz-lib fuzz-slice fuzz-drivers test-asan
 .PRECIOUS: build/tests/fuzz/%.o $(ASAN_DIR)/%.o $(FUZZ_DIR)/%.o
 
 asan: $(ASAN_DIR)/strata $(ASAN_DIR)/strata-tests $(FUZZ_TARGETS:%=$(ASAN_DIR)/fuzz-%)
@@ -43,6 +44,17 @@ $(ASAN_DIR)/%_avx512.o: %_avx512.c
 $(ASAN_DIR)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(SAN_FLAGS) -c -o $@ $<
+
+# The unit tests on the sanitizer build: an ASan or UBSan report, or a leak
+# at a test's end (tests/test_main.c checks in each test's process), fails
+# that test. The tests that read the real models (real_*, gemma3_*) are left
+# out unless STRATA_MODEL / STRATA_GEMMA3_MODEL are given: under the
+# sanitizers they take most of an hour. Needs the fixtures (make testdata;
+# TEST_DATA_DIR=DIR for another folder).
+TEST_DATA_DIR ?= tests/data/gen
+test-asan: $(ASAN_DIR)/strata-tests
+	TEST_DATA_DIR=$(abspath $(TEST_DATA_DIR)) ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(ASAN_DIR)/strata-tests
 
 # The same targets with a plain main and no sanitizer, for the short slice.
 fuzz-drivers: $(FUZZ_TARGETS:%=build/fuzz-%)

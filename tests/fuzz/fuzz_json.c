@@ -58,8 +58,9 @@ static void touch_messages(const json_t *msgs) {
     size_t i;
     const json_t *m;
     char why[512];
+    req_ignored ig = {0}; /* parts left out are listed (server/ignored.h) */
     json_array_foreach(msgs, i, m) {
-        char *text = prompt_content_text(json_object_get(m, "content"), "messages[i].content", why, sizeof why);
+        char *text = prompt_content_text(json_object_get(m, "content"), "messages[i].content", &ig, why, sizeof why);
         if (text) feed_tool_parsers(text);
         free(text);
     }
@@ -113,7 +114,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     touch_messages(json_object_get(req, "messages"));
     const json_t *sys = json_object_get(req, "system");
     char why[256];
-    free(prompt_content_text(sys, "system", why, sizeof why));
+    req_ignored strict = {.strict = 1}; /* --strict-requests: a part left out is an error */
+    free(prompt_content_text(sys, "system", &strict, why, sizeof why));
     touch_tools(req);
     touch_schemas(req);
     json_decref(req);

@@ -1,9 +1,13 @@
-"""Request fuzzer: mutated bodies over the server's POST endpoints, one
-at a time, against one `strata serve` of the tiny generated model.
+"""Request fuzzer: mutated bodies over the server's POST endpoints, and
+mutated URLs (paths and ids: bytes that are not UTF-8, cut characters,
+NULs, long ids, every method), one at a time, against one `strata serve`
+of the tiny generated model.
 
 A finding: the server died (crash), a 5xx answer, a sanitizer report in
-its log, or no answer within REQUEST_TIMEOUT_S (hang). Every other answer,
-a 400 included, is fine. After a crash or hang the server is restarted.
+its log, no answer within REQUEST_TIMEOUT_S (hang), or an error answer
+whose body is not a JSON error with a message (bad load: a client cannot
+tell what was wrong; `{}` was one). Every other answer, a 400 included, is
+fine. After a crash or hang the server is restarted.
 Long runs also switch the chat template (each of tests/data/tmpl, through
 --chat-template-file) so tool and template paths see the same bodies."""
 import glob
@@ -15,7 +19,12 @@ import tempfile
 import harness
 import template_mutator
 
-REQUEST_TIMEOUT_S = 60
+# A body without max_tokens generates up to the context (2,048 tokens, with
+# logprobs on /v1/completions): 15 s on the ASan build, over 60 s when the
+# 2 cores are shared with other work, which counted as hangs. A hang is no
+# answer within 3 minutes.
+REQUEST_TIMEOUT_S = 180
+URL_SHARE = 0.2  # of the cases: a mutated URL instead of a mutated body
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather",
                                            "parameters": {"type": "object",
                                                           "properties": {"city": {"type": "string"}}}}}]
@@ -44,13 +53,21 @@ BASES = {
     "/tokenize": {"content": "Hello <|im_start|> world", "parse_special": True},
     "/detokenize": {"tokens": [1, 2, 3, 4]},
     "/apply-template": {"messages": [{"role": "user", "content": "Hello"}], "tools": TOOLS},
+    "/v1/responses": {
+        "model": harness.TINY_MODEL_ID, "max_output_tokens": 8, "temperature": 0, "instructions": "Be brief.",
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "Weather?"}]},
+                  {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+                  {"type": "function_call_output", "call_id": "c1", "output": "18C"}],
+        "tools": [{"type": "function", "name": "get_weather", "parameters": TOOLS[0]["function"]["parameters"]}],
+        "metadata": {"k": "v"}, "store": True},
 }
 # Keys the handlers read, with odd values to put there.
 KEYS = ["temperature", "top_p", "top_k", "min_p", "max_tokens", "max_completion_tokens", "stop", "seed",
         "stream", "stream_options", "logprobs", "top_logprobs", "tools", "tool_choice", "response_format",
         "prefix_cache", "cache_salt", "n", "system", "messages", "prompt", "presence_penalty",
         "frequency_penalty", "repetition_penalty", "parallel_tool_calls", "echo", "suffix", "content",
-        "tokens", "parse_special", "metadata", "thinking", "stop_sequences"]
+        "tokens", "parse_special", "metadata", "thinking", "stop_sequences", "input", "instructions",
+        "previous_response_id", "max_output_tokens", "store", "text"]
 ODD = [None, True, False, 0, -1, 1, 2 ** 31, 2 ** 63 - 1, -2 ** 63, 1e308, -1e-308, 0.5, "", "auto", "none",
        "required", "auto:3", "full", "off", "x" * 3000, "\u0000", "\ud7ff\U0010ffff", [], {}, [None], [[]],
        {"type": "json_object"}, {"type": "function", "function": {"name": "get_weather"}},
@@ -77,6 +94,33 @@ def mutate_body(rng, path):
     if op >= 8:
         raw = harness.mutate_bytes(rng, raw)
     return path, raw
+
+
+# URL cases: a path with an id made of these parts, under any method.
+ID_PARTS = ["%FF", "%C3", "%C3%A9", "%00", "%E2%82", "%F0%9F%98%80", "%ED%A0%80", "%C0%80", "resp_", "a" * 300,
+            "%2F", "..", "x", "%25", "%20", "%0A", "%7B%7D", "%22"]
+URL_PATHS = ["/v1/responses/{id}", "/v1/responses/{id}/input_items", "/v1/responses/{id}/{id}", "/v1/models/{id}",
+             "/v1/{id}", "/{id}", "/v1/messages/{id}", "/v1/chat/completions{id}", "/health/{id}", "/metrics{id}",
+             "/v1/nonexist/{id}", "/tokenize?{id}"]
+METHODS = ["GET", "POST", "DELETE", "PUT", "OPTIONS", "PATCH"]
+
+
+def mutate_url(rng):
+    """(method, path, body or None): a request whose URL is the mutation."""
+    ident = "".join(rng.choice(ID_PARTS) for _ in range(rng.randint(1, 4)))
+    method = rng.choice(METHODS)
+    return method, rng.choice(URL_PATHS).replace("{id}", ident), b"{}" if method in ("POST", "PUT", "PATCH") else None
+
+
+def error_body_ok(status, data):
+    """An error answer carries a JSON error with a message (either API's shape)."""
+    if status < 400:
+        return True
+    try:
+        err = json.loads(data).get("error")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(err, dict) and isinstance(err.get("message"), str) and bool(err["message"])
 
 
 class Target:
@@ -112,21 +156,25 @@ class Target:
         return out
 
 
-def one_case(tally, target, index, path, raw):
+def one_case(tally, target, index, path, raw, method="POST"):
     s = target.server
+    what = f"{method} {path}"
+    saved = raw if raw is not None else what.encode()
     try:
-        status, _ = s.request("POST", path, raw, timeout=REQUEST_TIMEOUT_S)
+        status, data = s.request(method, path, raw, timeout=REQUEST_TIMEOUT_S)
     except OSError as e:
         kind = "crashes" if not s.alive() else "hangs"
-        tally.fail(kind, index, f"POST {path}: {type(e).__name__}: {e}", raw, ".json")
+        tally.fail(kind, index, f"{what}: {type(e).__name__}: {e}", saved, ".json")
         target.stop()
         target.start()
         return
     rep = harness.sanitizer_report(s.new_log_text())
     if rep:
-        tally.fail("sanitizer", index, f"POST {path}: {rep}", raw, ".json")
+        tally.fail("sanitizer", index, f"{what}: {rep}", saved, ".json")
     if status >= 500:
-        tally.fail("http_5xx", index, f"POST {path}: HTTP {status}", raw, ".json")
+        tally.fail("http_5xx", index, f"{what}: HTTP {status}", saved, ".json")
+    elif not error_body_ok(status, data):
+        tally.fail("bad_loads", index, f"{what}: HTTP {status} with body {data[:80]!r}", saved, ".json")
 
 
 def templates_for(count):
@@ -149,6 +197,10 @@ def run(strata, seed, count, seconds, out_dir):
                 if target:
                     finish_server(tally, target)
                 target = Target(strata, tally.out_dir, stretches[i // per])
+            if rng.random() < URL_SHARE:
+                method, path, raw = mutate_url(rng)
+                one_case(tally, target, tally.case(), path, raw, method)
+                continue
             path, raw = mutate_body(rng, rng.choice(sorted(BASES)))
             one_case(tally, target, tally.case(), path, raw)
     finally:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs the four harnesses and prints one summary table; exit 1 on any
+"""Runs the five harnesses and prints one summary table; exit 1 on any
 finding. --short is the seeded slice `make test` runs (seconds each);
 --long is `make fuzz` (tens of thousands of cases, against build-asan/).
 Counts and seconds can be changed per harness, e.g. --requests 500."""
@@ -18,9 +18,11 @@ import request_fuzzer  # noqa: E402
 import template_mutator  # noqa: E402
 
 # (count, seconds) per harness; the time limit ends a harness early.
-SHORT = {"requests": (150, 10), "gguf": (40, 10), "template": (150, 8), "disk": (6, 20), "sigkills": 1}
-LONG = {"requests": (20000, 1500), "gguf": (800, 400), "template": (5000, 300), "disk": (98, 600),
-        "sigkills": 30}
+SHORT = {"requests": (150, 10), "gguf": (40, 10), "layouts": (12, 20), "template": (150, 8), "disk": (6, 20),
+         "sigkills": 1}
+LONG = {"requests": (20000, 1500), "gguf": (800, 400), "layouts": (400, 900), "template": (5000, 300),
+        "disk": (98, 600), "sigkills": 30}
+HARNESSES = ("requests", "gguf", "layouts", "template", "disk")
 
 
 def parse_args():
@@ -32,8 +34,8 @@ def parse_args():
     ap.add_argument("--strata", help="strata binary (default: BIN/strata)")
     ap.add_argument("--seed", type=int, default=16)
     ap.add_argument("--out", help="where failing cases and server logs go (default: a temp folder)")
-    ap.add_argument("--only", nargs="*", choices=["requests", "gguf", "template", "disk"])
-    for name in ("requests", "gguf", "template", "disk"):
+    ap.add_argument("--only", nargs="*", choices=HARNESSES)
+    for name in HARNESSES:
         ap.add_argument(f"--{name}", type=int, metavar="N", help=f"cases for the {name} harness")
     return ap.parse_args()
 
@@ -43,17 +45,18 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     a = parse_args()
     plan = dict(LONG if a.long else SHORT)
-    for name in ("requests", "gguf", "template", "disk"):
+    for name in HARNESSES:
         if getattr(a, name) is not None:
             plan[name] = (getattr(a, name), plan[name][1] * max(1, getattr(a, name) // max(1, plan[name][0])))
     bin_dir = os.path.join(harness.ROOT, a.bin) if not os.path.isabs(a.bin) else a.bin
     strata = os.path.abspath(a.strata) if a.strata else os.path.join(bin_dir, "strata")
     out = a.out or tempfile.mkdtemp(prefix="strata-fuzz-out-")
-    only = a.only or ["requests", "gguf", "template", "disk"]
+    only = a.only or list(HARNESSES)
     print(f"fuzz: {'long' if a.long else 'short'} run, seed {a.seed}, strata {strata}, output {out}", flush=True)
     runs = {
         "requests": lambda: request_fuzzer.run(strata, a.seed, *plan["requests"], out),
         "gguf": lambda: gguf_mutator.run(strata, a.seed, *plan["gguf"], out, real_every=20 if a.long else 0),
+        "layouts": lambda: gguf_mutator.run_layouts(strata, a.seed, *plan["layouts"], out),
         "template": lambda: template_mutator.run(bin_dir, a.seed, *plan["template"], out),
         "disk": lambda: disk_faults.run(strata, a.seed, *plan["disk"], out, sigkills=plan["sigkills"]),
     }

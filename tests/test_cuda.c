@@ -1,0 +1,682 @@
+/* test_cuda.c - the CUDA backend (backend/cuda/cuda.h) and the GPU forward
+ * pass (model/forward_cuda.h).
+ *
+ * cuda_* tests run everywhere: without a GPU (or without the backend) the
+ * failure must be a clear one. gpu_* tests need a CUDA GPU and run only
+ * under STRATA_TEST_GPU=1 (`make test-gpu`): every kernel against the CPU
+ * implementation or a float64 reference, batch invariance bit for bit
+ * (a row alone, inside batches of any size, in any chunking), and whole
+ * synthetic models against the CPU backend and the float64 reference
+ * logits of tools/ref_forward.py. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda.h"
+#include "base/fp16.h"
+#include "base/mem.h"
+#include "model/engine.h"
+#include "model/forward_cuda.h"
+#include "model/forward_int.h"
+#include "test.h"
+
+static const char *MODELS[] = {"llama-f32", "llama-f16", "llama-bf16", "llama-q8_0", "llama-q4_0", "llama-q4_1",
+                               "llama-q4_k", "llama-q5_k", "llama-q6_k", "qwen2-q5_0", "qwen3-q5_1"};
+#define N_MODELS (int)(sizeof MODELS / sizeof MODELS[0])
+
+static const char *model_path(const char *name) {
+    static char p[512];
+    snprintf(p, sizeof p, "%s.gguf", test_data("models/"));
+    snprintf(p + strlen(p) - 5, sizeof p - strlen(p) + 5, "%s.gguf", name);
+    return p;
+}
+
+/* xorshift floats in [-1, 1) */
+static float frand(uint32_t *s) {
+    *s ^= *s << 13, *s ^= *s >> 17, *s ^= *s << 5;
+    return (float)((*s >> 8) / 8388608.0 - 1.0);
+}
+
+static float *rand_vec(size_t n, uint32_t seed) {
+    float *v = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) v[i] = frand(&seed);
+    return v;
+}
+
+static void *to_dev(const void *src, size_t bytes) {
+    strata_err err = {0};
+    void *d = cuda_alloc(bytes, &err);
+    CHECK_MSG(d, "cuda_alloc: %s", err.msg);
+    if (d && src && cuda_upload(d, src, bytes, &err)) test_fail(__FILE__, __LINE__, "upload: %s", err.msg);
+    return d;
+}
+
+static void from_dev(void *dst, const void *d, size_t bytes) {
+    strata_err err = {0};
+    if (cuda_download(dst, d, bytes, &err)) test_fail(__FILE__, __LINE__, "download: %s", err.msg);
+}
+
+static int gpu_up(void) {
+    strata_err err = {0};
+    if (cuda_open(&err)) {
+        test_fail(__FILE__, __LINE__, "cuda_open: %s", err.msg);
+        return 0;
+    }
+    printf("     device: %s\n", cuda_device_name());
+    return 1;
+}
+
+/* ---- everywhere ------------------------------------------------------------ */
+
+TEST(cuda_device_check_is_clear) {
+    strata_err err = {0};
+    int rc = cuda_open(&err);
+    if (rc == 0) {
+        CHECK(cuda_built());
+        CHECK(strlen(cuda_device_name()) > 0);
+        return;
+    }
+    CHECK_EQ_INT(rc, STRATA_EUNSUPPORTED);
+    CHECK_MSG(strstr(err.msg, "no CUDA") || strstr(err.msg, "without the CUDA backend"), "unclear: %s", err.msg);
+    /* The engine says the same, and an unknown device is refused. */
+    engine *e = NULL;
+    engine_params p = {.model_path = model_path("llama-q4_1"), .device = "cuda"};
+    strata_err e2 = {0};
+    CHECK_EQ_INT(engine_open(&e, &p, &e2), STRATA_EUNSUPPORTED);
+    CHECK_STR(e2.msg, err.msg);
+    p.device = "tpu";
+    CHECK_EQ_INT(engine_open(&e, &p, &e2), STRATA_EINVAL);
+    CHECK(strstr(e2.msg, "tpu") != NULL);
+    CHECK(e == NULL);
+}
+
+/* ---- kernels ----------------------------------------------------------------- */
+
+/* A weight of each type from the synthetic models: ffn_gate (k = n_embd)
+ * and ffn_down (k = n_ff; Q6_K in llama-q4_k) of layer 0. */
+typedef struct wcase {
+    model *m;
+    const model_tensor *t;
+} wcase;
+
+static double dot_ref(const float *w, const float *x, int k, double *mag) {
+    double s = 0, a = 0;
+    for (int i = 0; i < k; i++) s += (double)w[i] * x[i], a += fabs((double)w[i] * x[i]);
+    *mag = a;
+    return s;
+}
+
+/* GPU matmul of n random rows against the float64 dot of the CPU's
+ * dequantized weights: float32 sums, so a few ulps of sum |w x|. */
+static void check_matmul(const model_tensor *t, int n, uint32_t seed) {
+    int k = (int)t->cols, rows = (int)t->rows;
+    float *x = rand_vec((size_t)n * k, seed), *y = xmalloc((size_t)n * rows * sizeof(float));
+    float *wrow = xmalloc((size_t)k * sizeof(float));
+    void *dw = to_dev(t->data, t->row_bytes * rows);
+    float *dx = to_dev(x, (size_t)n * k * sizeof(float)), *dy = to_dev(NULL, (size_t)n * rows * sizeof(float));
+    strata_err err = {0};
+    if (cuda_matmul(t->type, dw, t->row_bytes, rows, k, dx, n, dy, &err)) test_fail(__FILE__, __LINE__, "%s", err.msg);
+    from_dev(y, dy, (size_t)n * rows * sizeof(float));
+    double worst = 0;
+    for (int r = 0; r < rows; r++) {
+        quant_dequant_row(t->type, (const uint8_t *)t->data + (size_t)r * t->row_bytes, wrow, k);
+        for (int i = 0; i < n; i++) {
+            double mag, ref = dot_ref(wrow, x + (size_t)i * k, k, &mag);
+            double e = fabs(y[(size_t)i * rows + r] - ref) / (mag + 1e-30);
+            if (e > worst) worst = e;
+        }
+    }
+    CHECK_MSG(worst < 4e-6, "%s %dx%d: error %.3g of sum |w x|", quant_name(t->type), rows, k, worst);
+    printf("     %-5s %5d x %4d, %d tokens: max error %.2g of sum |w x|\n", quant_name(t->type), rows, k, n, worst);
+    cuda_free(dw), cuda_free(dx), cuda_free(dy);
+    free(x), free(y), free(wrow);
+}
+
+TEST(gpu_matmul_matches_cpu_dequant) {
+    if (!gpu_up()) return;
+    for (int i = 0; i < N_MODELS; i++) {
+        model *m;
+        strata_err err = {0};
+        if (model_load(&m, model_path(MODELS[i]), &err)) {
+            test_fail(__FILE__, __LINE__, "%s", err.msg);
+            continue;
+        }
+        check_matmul(&m->layers[0].w_gate, 11, 1u + i);
+        check_matmul(&m->layers[0].w_down, 3, 7u + i);
+        check_matmul(&m->tok_embd, 1, 9u + i);
+        model_free(m);
+    }
+}
+
+/* y of n tokens in chunks cycling through sizes (0-terminated). */
+static float *matmul_chunked(const model_tensor *t, float *dx, int n, const int *chunks, float *dy) {
+    int k = (int)t->cols, rows = (int)t->rows;
+    void *dw = to_dev(t->data, t->row_bytes * rows);
+    strata_err err = {0};
+    for (int done = 0, ci = 0; done < n; ci++) {
+        if (!chunks[ci]) ci = 0;
+        int c = chunks[ci] < n - done ? chunks[ci] : n - done;
+        if (cuda_matmul(t->type, dw, t->row_bytes, rows, k, dx + (size_t)done * k, c, dy + (size_t)done * rows, &err))
+            test_fail(__FILE__, __LINE__, "%s", err.msg);
+        done += c;
+    }
+    float *y = xmalloc((size_t)n * rows * sizeof(float));
+    from_dev(y, dy, (size_t)n * rows * sizeof(float));
+    cuda_free(dw);
+    return y;
+}
+
+TEST(gpu_matmul_batch_invariance) {
+    if (!gpu_up()) return;
+    static const int all[] = {1000, 0}, one[] = {1, 0}, uneven[] = {7, 1, 13, 3, 9, 2, 0}, eights[] = {8, 16, 0};
+    const int *plans[] = {one, uneven, eights};
+    enum { N = 61 };
+    for (int i = 0; i < N_MODELS; i++) {
+        model *m;
+        strata_err err = {0};
+        if (model_load(&m, model_path(MODELS[i]), &err)) {
+            test_fail(__FILE__, __LINE__, "%s", err.msg);
+            continue;
+        }
+        const model_tensor *t = &m->layers[0].w_down;
+        float *x = rand_vec((size_t)N * t->cols, 77u + i);
+        float *dx = to_dev(x, (size_t)N * t->cols * sizeof(float)), *dy = to_dev(NULL, (size_t)N * t->rows * 4);
+        float *ref = matmul_chunked(t, dx, N, all, dy);
+        for (int p = 0; p < 3; p++) {
+            float *y = matmul_chunked(t, dx, N, plans[p], dy);
+            CHECK_MSG(memcmp(y, ref, (size_t)N * t->rows * 4) == 0, "%s: chunk plan %d changes bits", MODELS[i], p);
+            free(y);
+        }
+        cuda_free(dx), cuda_free(dy), free(x), free(ref);
+        model_free(m);
+    }
+}
+
+TEST(gpu_embed_rows_are_the_cpu_dequant_bits) {
+    if (!gpu_up()) return;
+    for (int i = 0; i < N_MODELS; i++) {
+        model *m;
+        strata_err err = {0};
+        if (model_load(&m, model_path(MODELS[i]), &err)) {
+            test_fail(__FILE__, __LINE__, "%s", err.msg);
+            continue;
+        }
+        const model_tensor *t = &m->tok_embd;
+        int32_t tok[5] = {0, 3, (int32_t)t->rows - 1, 17, 3};
+        int dim = (int)t->cols;
+        void *dw = to_dev(t->data, t->row_bytes * t->rows);
+        int32_t *dt = to_dev(tok, sizeof tok);
+        float *dx = to_dev(NULL, 5 * (size_t)dim * 4), *x = xmalloc(5 * (size_t)dim * 4), *ref = xmalloc((size_t)dim * 4);
+        if (cuda_embed(dx, t->type, dw, t->row_bytes, dim, dt, 5, 1.0f, &err)) test_fail(__FILE__, __LINE__, "%s", err.msg);
+        from_dev(x, dx, 5 * (size_t)dim * 4);
+        for (int j = 0; j < 5; j++) {
+            quant_dequant_row(t->type, (const uint8_t *)t->data + (size_t)tok[j] * t->row_bytes, ref, dim);
+            CHECK_MSG(memcmp(ref, x + (size_t)j * dim, (size_t)dim * 4) == 0, "%s row %d differs", MODELS[i], tok[j]);
+        }
+        cuda_free(dw), cuda_free(dt), cuda_free(dx), free(x), free(ref);
+        model_free(m);
+    }
+}
+
+static double max_rel(const float *a, const float *b, size_t n) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!(fabs((double)a[i] - b[i]) <= d)) d = fabs((double)a[i] - b[i]);
+        if (fabs((double)b[i]) > r) r = fabs((double)b[i]);
+    }
+    return d / (r > 0 ? r : 1);
+}
+
+TEST(gpu_norm_rope_swiglu_match_cpu) {
+    if (!gpu_up()) return;
+    enum { N = 9, D = 576, H = 9, HD = 64 };
+    float *x = rand_vec(N * D, 5), *w = rand_vec(D, 6), *u = rand_vec(N * D, 7), *out = xmalloc(N * D * 4);
+    float *ref = xmalloc(N * D * 4);
+    float *dx = to_dev(x, N * D * 4), *dw = to_dev(w, D * 4), *du = to_dev(u, N * D * 4), *dy = to_dev(NULL, N * D * 4);
+    /* RMSNorm */
+    cuda_rmsnorm(dy, dx, dw, N, D, 1e-5f);
+    from_dev(out, dy, N * D * 4);
+    for (int t = 0; t < N; t++) fwd__rmsnorm(ref + t * D, x + t * D, w, D, 1e-5f);
+    CHECK_MSG(max_rel(out, ref, N * D) < 1e-6, "rmsnorm: %.3g", max_rel(out, ref, N * D));
+    /* RoPE, both pairings, at positions far apart (angles in double) */
+    for (int neox = 0; neox < 2; neox++) {
+        int32_t pos[N];
+        float inv[HD / 2];
+        for (int t = 0; t < N; t++) pos[t] = t * 1013 + 5;
+        for (int i = 0; i < HD / 2; i++) inv[i] = (float)pow(100000.0, -2.0 * i / HD);
+        int32_t *dp = to_dev(pos, sizeof pos);
+        float *di = to_dev(inv, sizeof inv);
+        cuda_upload(dy, x, N * D * 4, NULL);
+        cuda_rope(dy, N, D, H, HD, HD, neox, dp, di, 1.0f);
+        from_dev(out, dy, N * D * 4);
+        memcpy(ref, x, N * D * 4);
+        for (int t = 0; t < N; t++)
+            for (int h = 0; h < H; h++)
+                for (int i = 0; i < HD / 2; i++) {
+                    double th = (double)pos[t] * inv[i];
+                    float c = (float)cos(th), s = (float)sin(th), *v = ref + t * D + h * HD;
+                    int a = neox ? i : 2 * i, b = neox ? i + HD / 2 : 2 * i + 1;
+                    float x0 = v[a], x1 = v[b];
+                    v[a] = x0 * c - x1 * s;
+                    v[b] = x0 * s + x1 * c;
+                }
+        CHECK_MSG(max_rel(out, ref, N * D) < 1e-6, "rope neox=%d: %.3g", neox, max_rel(out, ref, N * D));
+        cuda_free(dp), cuda_free(di);
+    }
+    /* SwiGLU */
+    cuda_upload(dy, x, N * D * 4, NULL);
+    cuda_swiglu(dy, du, N * D);
+    from_dev(out, dy, N * D * 4);
+    for (int i = 0; i < N * D; i++) ref[i] = x[i] / (1.0f + expf(-x[i])) * u[i];
+    CHECK_MSG(max_rel(out, ref, N * D) < 1e-6, "swiglu: %.3g", max_rel(out, ref, N * D));
+    cuda_free(dx), cuda_free(dw), cuda_free(du), cuda_free(dy);
+    free(x), free(w), free(u), free(out), free(ref);
+}
+
+/* Attention of n tokens at positions [0, n) over K/V stored by the GPU,
+ * in chunks (0-terminated sizes), all into out; max_end of each call as
+ * the forward pass gives it, or the whole context (grow = 0: as a decode
+ * graph does). */
+static void attn_chunked(float *dout, float *dpart, const float *dq, uint16_t *dkc, uint16_t *dvc, int32_t *dpos, int n,
+                         int nh, int nkv, int hd, const int *chunks, int grow) {
+    strata_err err = {0};
+    for (int done = 0, ci = 0; done < n; ci++) {
+        if (!chunks[ci]) ci = 0;
+        int c = chunks[ci] < n - done ? chunks[ci] : n - done;
+        if (cuda_attention(dout + (size_t)done * nh * hd, dpart, dq + (size_t)done * nh * hd, dkc, dvc, dpos + done, c,
+                           grow ? done + c : n, n, nh, nkv, hd, 0.125f, &err))
+            test_fail(__FILE__, __LINE__, "%s", err.msg);
+        done += c;
+    }
+}
+
+static void check_attention(int n, int nh, int nkv, int hd) {
+    static const int all[] = {100000, 0}, one[] = {1, 0}, uneven[] = {5, 1, 130, 17, 0};
+    int kvd = nkv * hd, qd = nh * hd;
+    float *q = rand_vec((size_t)n * qd, 11), *k = rand_vec((size_t)n * kvd, 12), *v = rand_vec((size_t)n * kvd, 13);
+    int32_t *pos = xmalloc((size_t)n * 4);
+    for (int i = 0; i < n; i++) pos[i] = i;
+    float *dq = to_dev(q, (size_t)n * qd * 4), *dk = to_dev(k, (size_t)n * kvd * 4), *dv = to_dev(v, (size_t)n * kvd * 4);
+    int32_t *dp = to_dev(pos, (size_t)n * 4);
+    uint16_t *dkc = to_dev(NULL, (size_t)n * kvd * 2), *dvc = to_dev(NULL, (size_t)n * kvd * 2);
+    float *dout = to_dev(NULL, (size_t)n * qd * 4), *out = xmalloc((size_t)n * qd * 4), *o2 = xmalloc((size_t)n * qd * 4);
+    float *dpart = to_dev(NULL, cuda_attention_scratch(n, nh, hd, n) * sizeof(float));
+    cuda_kv_store(dkc, dvc, dk, dv, dp, n, kvd);
+    attn_chunked(dout, dpart, dq, dkc, dvc, dp, n, nh, nkv, hd, all, 1);
+    from_dev(out, dout, (size_t)n * qd * 4);
+    /* float64 reference over the half-rounded K/V */
+    double worst = 0, *s = xmalloc((size_t)n * sizeof(double));
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < nh; h++) {
+            int g = h / (nh / nkv);
+            double mx = -1e300, sum = 0;
+            for (int p = 0; p <= i; p++) {
+                double a = 0;
+                for (int d = 0; d < hd; d++)
+                    a += (double)q[(size_t)i * qd + h * hd + d] * fp16_to_f32(f32_to_fp16(k[(size_t)p * kvd + g * hd + d]));
+                s[p] = a * 0.125;
+                if (s[p] > mx) mx = s[p];
+            }
+            for (int p = 0; p <= i; p++) sum += (s[p] = exp(s[p] - mx));
+            for (int d = 0; d < hd; d++) {
+                double o = 0;
+                for (int p = 0; p <= i; p++) o += s[p] * fp16_to_f32(f32_to_fp16(v[(size_t)p * kvd + g * hd + d]));
+                double e = fabs(out[(size_t)i * qd + h * hd + d] - o / sum);
+                if (e > worst) worst = e;
+            }
+        }
+    CHECK_MSG(worst < 1e-5, "attention n=%d hd=%d: max error %.3g", n, hd, worst);
+    printf("     attention %d tokens, %d/%d heads of %d: max error %.2g\n", n, nh, nkv, hd, worst);
+    /* decode one by one, uneven chunks, a grid over the whole context: the same bits */
+    const int *plans[] = {one, uneven, one, all};
+    for (int pl = 0; pl < 4; pl++) {
+        attn_chunked(dout, dpart, dq, dkc, dvc, dp, n, nh, nkv, hd, plans[pl], pl < 2);
+        from_dev(o2, dout, (size_t)n * qd * 4);
+        CHECK_MSG(memcmp(o2, out, (size_t)n * qd * 4) == 0, "attention hd=%d: plan %d changes bits", hd, pl);
+    }
+    cuda_free(dq), cuda_free(dk), cuda_free(dv), cuda_free(dp), cuda_free(dkc), cuda_free(dvc), cuda_free(dout);
+    cuda_free(dpart);
+    free(q), free(k), free(v), free(pos), free(out), free(o2), free(s);
+}
+
+TEST(gpu_attention_matches_float64_and_is_batch_invariant) {
+    if (!gpu_up()) return;
+    /* segments of CUDA_ATTN_SEG keys: 700 tokens cross two boundaries */
+    check_attention(700, 9, 3, 64);
+    check_attention(300, 4, 2, 128);
+    check_attention(70, 2, 1, 256);
+    check_attention(90, 8, 1, 128);
+}
+
+TEST(gpu_argmax_first_largest) {
+    if (!gpu_up()) return;
+    enum { R = 4, V = 49152 };
+    float *x = rand_vec(R * V, 3);
+    x[0 * V + 100] = 5, x[0 * V + 40000] = 5; /* tie: the first */
+    x[1 * V + 7] = NAN, x[1 * V + 9000] = 3;   /* NaN never wins */
+    for (int i = 0; i < V; i++) x[2 * V + i] = -INFINITY;
+    x[3 * V + V - 1] = 2;
+    float *dx = to_dev(x, R * V * 4);
+    int32_t *di = to_dev(NULL, R * 4), idx[R];
+    cuda_argmax(di, dx, R, V);
+    from_dev(idx, di, sizeof idx);
+    CHECK_EQ_INT(idx[0], 100);
+    CHECK_EQ_INT(idx[1], 9000);
+    CHECK_EQ_INT(idx[2], 0);
+    CHECK_EQ_INT(idx[3], V - 1);
+    cuda_free(dx), cuda_free(di), free(x);
+}
+
+/* ---- whole models ------------------------------------------------------------- */
+
+typedef struct ref_logits {
+    int n_tok, n_vocab;
+    int32_t *tokens;
+    float *logits;
+} ref_logits;
+
+static int read_ref(const char *name, ref_logits *r) {
+    char p[512];
+    snprintf(p, sizeof p, "%s", model_path(name));
+    strcpy(p + strlen(p) - 5, ".ref");
+    FILE *f = fopen(p, "rb");
+    if (!f) return -1;
+    uint32_t hdr[2];
+    int ok = fread(hdr, 4, 2, f) == 2;
+    if (ok) {
+        r->n_tok = (int)hdr[0], r->n_vocab = (int)hdr[1];
+        r->tokens = xmalloc((size_t)r->n_tok * 4);
+        r->logits = xmalloc((size_t)r->n_tok * r->n_vocab * 4);
+        ok = fread(r->tokens, 4, (size_t)r->n_tok, f) == (size_t)r->n_tok &&
+             fread(r->logits, 4, (size_t)r->n_tok * r->n_vocab, f) == (size_t)r->n_tok * r->n_vocab;
+    }
+    fclose(f);
+    return ok ? 0 : -1;
+}
+
+/* Every position's logits on the GPU, in chunks (0-terminated sizes). */
+static float *gpu_logits(fwdc *c, const int32_t *tok, int n, int V, const int *chunks) {
+    float *out = xmalloc((size_t)n * V * 4);
+    strata_err err = {0};
+    for (int done = 0, ci = 0; done < n; ci++) {
+        if (!chunks[ci]) ci = 0;
+        int k = chunks[ci] < n - done ? chunks[ci] : n - done;
+        if (fwdc_run(c, tok + done, k, done, 1, out + (size_t)done * V, &err)) test_fail(__FILE__, __LINE__, "%s", err.msg);
+        done += k;
+    }
+    return out;
+}
+
+/* Every position's logits on the CPU backend (one chunk). */
+static float *cpu_logits(const char *path, const int32_t *tok, int n, int V) {
+    engine *e = NULL;
+    engine_params p = {.model_path = path, .n_threads = 2, .n_ctx = 4096, .max_batch = 512};
+    strata_err err = {0};
+    if (engine_open(&e, &p, &err)) {
+        test_fail(__FILE__, __LINE__, "%s", err.msg);
+        return NULL;
+    }
+    float *out = xmalloc((size_t)n * V * 4);
+    kv_seq s;
+    kv_seq_init(&s);
+    kv_seq **seqs = xmalloc((size_t)n * sizeof *seqs);
+    int32_t *pos = xmalloc((size_t)n * 4);
+    int8_t *want = xmalloc((size_t)n);
+    for (int i = 0; i < n; i++) seqs[i] = &s, pos[i] = i, want[i] = 1;
+    fwd_batch b = {.n = n, .tokens = tok, .seqs = seqs, .pos = pos, .want = want};
+    if (fwd_run(e->fwd, &b, out, &err)) test_fail(__FILE__, __LINE__, "%s", err.msg);
+    kv_seq_release(&e->kv, &s);
+    free(seqs), free(pos), free(want);
+    engine_close(e);
+    return out;
+}
+
+static int argmax_row(const float *x, int V) {
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* Rows whose top choice in `ref` is clear (a margin over the runner-up of
+ * more than 1% of the row's range) and which `x` picks otherwise; *n_same
+ * counts the rows where both pick the same, clear or not. */
+static int clear_disagreements(const float *x, const float *ref, int n, int V, int *n_same) {
+    int bad = 0;
+    *n_same = 0;
+    for (int t = 0; t < n; t++) {
+        const float *c = ref + (size_t)t * V;
+        int a = argmax_row(c, V), g = argmax_row(x + (size_t)t * V, V);
+        float second = -INFINITY, lo = c[0], hi = c[a];
+        for (int i = 0; i < V; i++) {
+            if (i != a && c[i] > second) second = c[i];
+            if (c[i] < lo) lo = c[i];
+        }
+        *n_same += a == g;
+        if (a != g && c[a] - second > 0.01f * (hi - lo)) bad++;
+    }
+    return bad;
+}
+
+TEST(gpu_forward_matches_cpu_and_float64) {
+    if (!gpu_up()) return;
+    static const int one_chunk[] = {4096, 0};
+    for (int i = 0; i < N_MODELS; i++) {
+        ref_logits r;
+        if (read_ref(MODELS[i], &r)) {
+            test_fail(__FILE__, __LINE__, "%s: no reference logits (make testdata)", MODELS[i]);
+            continue;
+        }
+        model *m;
+        fwdc *c = NULL;
+        strata_err err = {0};
+        if (model_load(&m, model_path(MODELS[i]), &err) || fwdc_new(&c, m, 4096, 512, &err)) {
+            test_fail(__FILE__, __LINE__, "%s: %s", MODELS[i], err.msg);
+            continue;
+        }
+        int n = r.n_tok, V = r.n_vocab, same = 0;
+        float *g = gpu_logits(c, r.tokens, n, V, one_chunk), *cpu = cpu_logits(model_path(MODELS[i]), r.tokens, n, V);
+        double vs_ref = max_rel(g, r.logits, (size_t)n * V), vs_cpu = cpu ? max_rel(g, cpu, (size_t)n * V) : 1;
+        int same_cpu = 0, bad = clear_disagreements(g, r.logits, n, V, &same);
+        if (cpu) clear_disagreements(g, cpu, n, V, &same_cpu);
+        printf("     %-11s %d tokens: GPU vs float64 %.2g, GPU vs CPU %.2g of the logit range; "
+               "greedy = float64's %d/%d, = CPU's %d/%d\n", MODELS[i], n, vs_ref, vs_cpu, same, n, same_cpu, n);
+        /* Float activations and F16 K/V: well under the CPU's 8-bit bound (0.05). */
+        CHECK_MSG(vs_ref < 0.01, "%s: GPU vs float64 %.4f", MODELS[i], vs_ref);
+        CHECK_MSG(vs_cpu < 0.05, "%s: GPU vs CPU %.4f", MODELS[i], vs_cpu);
+        CHECK_MSG(bad == 0, "%s: %d rows where float64's clear greedy choice is not the GPU's", MODELS[i], bad);
+        free(g), free(cpu), free(r.tokens), free(r.logits);
+        fwdc_free(c);
+        model_free(m);
+    }
+}
+
+TEST(gpu_forward_batch_invariance) {
+    if (!gpu_up()) return;
+    static const int one_chunk[] = {4096, 0}, decode[] = {1, 0}, uneven[] = {1, 7, 3, 13, 2, 0};
+    const char *names[] = {"llama-q4_1", "llama-q8_0", "qwen3-q5_1"};
+    for (int i = 0; i < 3; i++) {
+        model *m;
+        fwdc *c = NULL;
+        strata_err err = {0};
+        if (model_load(&m, model_path(names[i]), &err) || fwdc_new(&c, m, 4096, 512, &err)) {
+            test_fail(__FILE__, __LINE__, "%s: %s", names[i], err.msg);
+            continue;
+        }
+        enum { N = 300 }; /* two attention segments */
+        int V = m->hp.n_vocab;
+        int32_t tok[N];
+        uint32_t s = 99;
+        for (int t = 0; t < N; t++) tok[t] = (int32_t)((frand(&s) + 1) * 0.5f * (V - 1));
+        float *ref = gpu_logits(c, tok, N, V, one_chunk);
+        const int *plans[] = {decode, uneven, decode};
+        for (int p = 0; p < 3; p++) {
+            fwdc_use_graphs(c, p < 2); /* decode steps as a graph, then kernel by kernel */
+            float *x = gpu_logits(c, tok, N, V, plans[p]);
+            CHECK_MSG(memcmp(x, ref, (size_t)N * V * 4) == 0, "%s: plan %d changes bits", names[i], p);
+            free(x);
+        }
+        fwdc_use_graphs(c, 1);
+        /* Going back: positions [40, N) again after [0, N) give the same bits. */
+        float *tail = xmalloc((size_t)(N - 40) * V * 4), *last = xmalloc((size_t)V * 4);
+        if (fwdc_run(c, tok + 40, N - 40, 40, 1, tail, &err)) test_fail(__FILE__, __LINE__, "%s", err.msg);
+        CHECK(memcmp(tail, ref + (size_t)40 * V, (size_t)(N - 40) * V * 4) == 0);
+        /* Last-row logits and the GPU's greedy pick agree with the full rows. */
+        int32_t id = -1;
+        if (fwdc_run(c, tok + N - 1, 1, N - 1, 0, last, &err) || fwdc_argmax(c, &id, &err))
+            test_fail(__FILE__, __LINE__, "%s", err.msg);
+        CHECK(memcmp(last, ref + (size_t)(N - 1) * V, (size_t)V * 4) == 0);
+        CHECK_EQ_INT(id, argmax_row(last, V));
+        free(ref), free(tail), free(last);
+        fwdc_free(c);
+        model_free(m);
+    }
+}
+
+/* Greedy generation: GPU and CPU pick the same tokens, step by step, on
+ * the F32 model (the CPU's activations are F32 there too: only summation
+ * order and libm differ). */
+TEST(gpu_greedy_generation_matches_cpu) {
+    if (!gpu_up()) return;
+    enum { STEPS = 32 };
+    const char *path = model_path("llama-f32");
+    engine *ec = NULL, *eg = NULL;
+    engine_params p = {.model_path = path, .n_threads = 2, .n_ctx = 256};
+    strata_err err = {0};
+    if (engine_open(&ec, &p, &err)) test_fail(__FILE__, __LINE__, "%s", err.msg);
+    p.device = "cuda";
+    if (engine_open(&eg, &p, &err)) test_fail(__FILE__, __LINE__, "%s", err.msg);
+    if (!ec || !eg) return;
+    int V = ec->m->hp.n_vocab, same = 0;
+    float *lc = xmalloc((size_t)V * 4), *lg = xmalloc((size_t)V * 4);
+    kv_seq sc, sg;
+    kv_seq_init(&sc), kv_seq_init(&sg);
+    int32_t prompt[4] = {1, 20, 30, 40}, tc, tg;
+    if (engine_eval(ec, &sc, prompt, 4, lc, &err) || engine_eval(eg, &sg, prompt, 4, lg, &err))
+        test_fail(__FILE__, __LINE__, "%s", err.msg);
+    for (int i = 0; i < STEPS; i++) {
+        tc = argmax_row(lc, V), tg = argmax_row(lg, V);
+        if (tc != tg) break;
+        same++;
+        if (engine_eval(ec, &sc, &tc, 1, lc, &err) || engine_eval(eg, &sg, &tg, 1, lg, &err))
+            test_fail(__FILE__, __LINE__, "%s", err.msg);
+    }
+    printf("     llama-f32: %d of %d greedy steps agree\n", same, STEPS);
+    CHECK_EQ_INT(same, STEPS);
+    engine_seq_release(ec, &sc), engine_seq_release(eg, &sg);
+    free(lc), free(lg);
+    engine_close(ec), engine_close(eg);
+}
+
+/* The fused launches give the separate kernels' bits: Q/K/V of layer 0 in
+ * one cuda_matmul_multi against three cuda_matmul; the residual form
+ * against cuda_matmul + cuda_add; gate/up with SwiGLU against two
+ * cuda_matmul + cuda_swiglu. Every weight type, 1 token (one row a warp),
+ * 3 and 11 (two rows a warp, a partial token tile). */
+TEST(gpu_fused_matmuls_keep_the_bits) {
+    if (!gpu_up()) return;
+    static const int ns[] = {1, 3, 11};
+    for (int i = 0; i < N_MODELS; i++) {
+        model *m;
+        strata_err err = {0};
+        if (model_load(&m, model_path(MODELS[i]), &err)) {
+            test_fail(__FILE__, __LINE__, "%s", err.msg);
+            continue;
+        }
+        const model_layer *L = &m->layers[0];
+        const model_tensor *w3[] = {&L->wq, &L->wk, &L->wv}, *g = &L->w_gate, *u = &L->w_up;
+        int k = (int)L->wq.cols, f = (int)g->rows, same = L->wq.type == L->wk.type && L->wq.type == L->wv.type;
+        for (int ni = 0; ni < 3; ni++) {
+            int n = ns[ni];
+            float *x = rand_vec((size_t)n * k, 500u + 7 * i + ni), *dx = to_dev(x, (size_t)n * k * 4);
+            void *dw[3];
+            float *ya[3], *yb[3], *dya[3], *dyb[3];
+            int rows[3];
+            for (int j = 0; j < 3; j++) {
+                rows[j] = (int)w3[j]->rows;
+                size_t yb_ = (size_t)n * rows[j] * 4;
+                dw[j] = to_dev(w3[j]->data, w3[j]->row_bytes * rows[j]);
+                ya[j] = xmalloc(yb_), yb[j] = xmalloc(yb_);
+                float *init = rand_vec((size_t)n * rows[j], 900u + j); /* the residual both forms add to */
+                dya[j] = to_dev(init, yb_), dyb[j] = to_dev(init, yb_);
+                free(init);
+            }
+            float *tmp = to_dev(NULL, (size_t)n * (rows[0] > f ? rows[0] : f) * 4);
+            /* Q/K/V (when one type) and the residual form of Q alone. */
+            if (same) {
+                for (int j = 0; j < 3; j++)
+                    if (cuda_matmul(w3[j]->type, dw[j], w3[j]->row_bytes, rows[j], k, dx, n, dya[j], &err))
+                        test_fail(__FILE__, __LINE__, "%s", err.msg);
+                if (cuda_matmul_multi(L->wq.type, L->wq.row_bytes, k, dx, n, 3, (const void *const *)dw, rows, dyb, 0,
+                                      &err))
+                    test_fail(__FILE__, __LINE__, "%s", err.msg);
+                for (int j = 0; j < 3; j++) {
+                    from_dev(ya[j], dya[j], (size_t)n * rows[j] * 4), from_dev(yb[j], dyb[j], (size_t)n * rows[j] * 4);
+                    CHECK_MSG(memcmp(ya[j], yb[j], (size_t)n * rows[j] * 4) == 0, "%s n=%d: fused part %d differs",
+                              MODELS[i], n, j);
+                }
+            }
+            if (cuda_matmul(L->wq.type, dw[0], L->wq.row_bytes, rows[0], k, dx, n, tmp, &err))
+                test_fail(__FILE__, __LINE__, "%s", err.msg);
+            cuda_add(dya[0], tmp, (size_t)n * rows[0]);
+            if (cuda_matmul_multi(L->wq.type, L->wq.row_bytes, k, dx, n, 1, (const void *const *)dw, rows, dyb, 1, &err))
+                test_fail(__FILE__, __LINE__, "%s", err.msg);
+            from_dev(ya[0], dya[0], (size_t)n * rows[0] * 4), from_dev(yb[0], dyb[0], (size_t)n * rows[0] * 4);
+            CHECK_MSG(memcmp(ya[0], yb[0], (size_t)n * rows[0] * 4) == 0, "%s n=%d: fused residual add differs",
+                      MODELS[i], n);
+            /* gate/up + SwiGLU */
+            void *dg = to_dev(g->data, g->row_bytes * f), *du = to_dev(u->data, u->row_bytes * f);
+            float *sa = xmalloc((size_t)n * f * 4), *sb = xmalloc((size_t)n * f * 4);
+            float *dga = to_dev(NULL, (size_t)n * f * 4), *dgb = to_dev(NULL, (size_t)n * f * 4);
+            if (cuda_matmul(g->type, dg, g->row_bytes, f, k, dx, n, dga, &err) ||
+                cuda_matmul(u->type, du, u->row_bytes, f, k, dx, n, tmp, &err))
+                test_fail(__FILE__, __LINE__, "%s", err.msg);
+            cuda_swiglu(dga, tmp, (size_t)n * f);
+            if (cuda_matmul_swiglu(g->type, g->row_bytes, f, k, dx, n, dg, du, dgb, &err))
+                test_fail(__FILE__, __LINE__, "%s", err.msg);
+            from_dev(sa, dga, (size_t)n * f * 4), from_dev(sb, dgb, (size_t)n * f * 4);
+            CHECK_MSG(memcmp(sa, sb, (size_t)n * f * 4) == 0, "%s n=%d: fused SwiGLU differs", MODELS[i], n);
+            for (int j = 0; j < 3; j++) cuda_free(dw[j]), cuda_free(dya[j]), cuda_free(dyb[j]), free(ya[j]), free(yb[j]);
+            cuda_free(tmp), cuda_free(dx), cuda_free(dg), cuda_free(du), cuda_free(dga), cuda_free(dgb);
+            free(x), free(sa), free(sb);
+        }
+        model_free(m);
+    }
+}
+
+/* A whole model with the fused launches (the default) and with the
+ * separate kernels (STRATA_CUDA_FUSE=0's path): the same logits, bit for
+ * bit, in prefill and in decode steps with and without the graph. */
+TEST(gpu_forward_fusion_keeps_the_bits) {
+    if (!gpu_up()) return;
+    static const int one_chunk[] = {4096, 0}, decode[] = {1, 0};
+    const char *names[] = {"llama-q4_1", "llama-q4_k", "qwen2-q5_0", "qwen3-q5_1"};
+    for (int i = 0; i < 4; i++) {
+        model *m;
+        fwdc *c = NULL;
+        strata_err err = {0};
+        if (model_load(&m, model_path(names[i]), &err) || fwdc_new(&c, m, 1024, 512, &err)) {
+            test_fail(__FILE__, __LINE__, "%s: %s", names[i], err.msg);
+            continue;
+        }
+        enum { N = 270 }; /* two attention segments */
+        int V = m->hp.n_vocab;
+        int32_t tok[N];
+        uint32_t s = 1234 + i;
+        for (int t = 0; t < N; t++) tok[t] = (int32_t)((frand(&s) + 1) * 0.5f * (V - 1));
+        fwdc_use_fusion(c, 0);
+        float *ref = gpu_logits(c, tok, N, V, one_chunk), *ref_dec = gpu_logits(c, tok, N, V, decode);
+        CHECK_MSG(memcmp(ref, ref_dec, (size_t)N * V * 4) == 0, "%s: separate kernels: decode differs", names[i]);
+        fwdc_use_fusion(c, 1);
+        for (int p = 0; p < 3; p++) {
+            fwdc_use_graphs(c, p != 2);
+            float *x = gpu_logits(c, tok, N, V, p == 0 ? one_chunk : decode);
+            CHECK_MSG(memcmp(x, ref, (size_t)N * V * 4) == 0, "%s: fused plan %d changes bits", names[i], p);
+            free(x);
+        }
+        free(ref), free(ref_dec);
+        fwdc_free(c);
+        model_free(m);
+    }
+}
