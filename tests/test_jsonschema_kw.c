@@ -534,3 +534,25 @@ TEST(jsonschema_empty_properties_take_no_key) {
     json_schema_free(s), json_schema_free(m);
     json_decref(none), json_decref(map);
 }
+
+/* The generic tool format's text answer must be something a client can
+ * see: `{"content": ""}` or blanks reached Claude Code as an empty text
+ * block after hundreds of output tokens. */
+TEST(jsonschema_generic_answer_is_not_blank) {
+    char why[256];
+    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}]",
+                               0, NULL);
+    json_schema *s = json_schema_tools(tools, NULL, 0, why, sizeof why);
+    CHECK(s != NULL);
+    static const struct { const char *out; int ok; } CASES[] = {
+        {"{\"content\":\"\"}", 0}, {"{\"content\":\"  \\n \"}", 0}, {"{\"content\":\" a\"}", 1},
+        {"{\"tool_calls\":[{\"name\":\"f\",\"arguments\":{}}]}", 1}};
+    for (size_t i = 0; s && i < sizeof CASES / sizeof CASES[0]; i++) {
+        json_guard *g = json_guard_new_schema(NULL, s);
+        int ok = json_guard_feed(g, CASES[i].out, strlen(CASES[i].out)) == 0 && json_guard_done(g);
+        CHECK_MSG(ok == CASES[i].ok, "%s", CASES[i].out);
+        json_guard_free(g);
+    }
+    json_schema_free(s);
+    json_decref(tools);
+}

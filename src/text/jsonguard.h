@@ -31,7 +31,7 @@
 #include "text/tokenizer.h"
 
 #define JSON_GUARD_MAX_DEPTH 64
-#define JSON_GUARD_MAX_WS 64
+#define JSON_GUARD_MAX_WS 32 /* a newline and an indentation 7 levels deep; a model stuck on blanks moves on */
 
 /* Every token's bytes and a trie over them, built once per tokenizer.
  * Read-only after json_vocab_new: share it between requests and threads.

@@ -1354,7 +1354,9 @@ json_schema *json_schema_tools(const json_t *tools, const char *forced, int requ
     json_t *sch = json_pack("{s:s,s:{s:o},s:b,s:i}", "type", "object", "properties", "tool_calls", list,
                             "additionalProperties", 0, "minProperties", 1);
     if (required) json_object_set_new(sch, "required", json_pack("[s]", "tool_calls"));
-    else json_object_set_new(json_object_get(sch, "properties"), "content", json_pack("{s:s}", "type", "string"));
+    else /* an answer the client can see: not empty, not only whitespace */
+        json_object_set_new(json_object_get(sch, "properties"), "content",
+                            json_pack("{s:s,s:s}", "type", "string", "pattern", "\\S"));
     json_schema *s = json_schema_compile(sch, why, cap);
     json_decref(sch);
     return s;
