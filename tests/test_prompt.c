@@ -143,3 +143,16 @@ static void check_repeated_turn(const char *template_name, int native) {
 TEST(prompt_repeated_call_replays_each_turns_tokens_native) { check_repeated_turn("qwen2.5", 1); }
 
 TEST(prompt_repeated_call_replays_each_turns_tokens_generic) { check_repeated_turn("smollm2", 0); }
+
+/* A JavaScript client (Claude Code) sends a generated 1.0 back as 1: the
+ * call is also remembered under that spelling (gen.c), which is what
+ * replay_js_numbers gives; nothing else about the arguments changes. */
+TEST(prompt_replay_js_numbers) {
+    char *a = replay_js_numbers("{\"max_results\":1.0,\"q\":\"x\",\"l\":[2e1,0.5,{\"n\":-3.0}],\"t\":true}");
+    CHECK(a && !strcmp(a, "{\"max_results\":1,\"q\":\"x\",\"l\":[20,0.5,{\"n\":-3}],\"t\":true}"));
+    free(a);
+    CHECK(replay_js_numbers("{\"a\":1,\"b\":0.25,\"c\":\"1.0\"}") == NULL); /* already the same */
+    CHECK(replay_js_numbers("not json") == NULL);
+    char *big = replay_js_numbers("{\"a\":1e300}"); /* past 2^53: JavaScript keeps the exponent */
+    CHECK(big == NULL);
+}

@@ -141,6 +141,43 @@ static void remember_put(gen *g, const char *key, size_t len, const int32_t *ids
     if (g->has_replay_ctx) replay_put(g->replay, &g->replay_ctx, key, len, ids, n);
 }
 
+/* A key for the calls with the arguments as a JavaScript client (Claude
+ * Code, Codex's TypeScript peers) sends them back: 1.0 comes back as 1.
+ * NULL when that spelling is the same. make_key: how the turn is keyed. */
+static char *js_key(const char **names, const char **args, int n, const char *content,
+                    char *(*make_key)(const char *content, const char **names, const char **args, int n)) {
+    char **js = xcalloc((size_t)n, sizeof *js);
+    const char **use = xcalloc((size_t)n, sizeof *use);
+    int changed = 0;
+    for (int i = 0; i < n; i++) {
+        js[i] = replay_js_numbers(args[i]);
+        use[i] = js[i] ? js[i] : args[i];
+        changed |= js[i] != NULL;
+    }
+    char *key = changed ? make_key(content, names, use, n) : NULL;
+    for (int i = 0; i < n; i++) free(js[i]);
+    free(js), free(use);
+    return key;
+}
+
+static char *generic_key(const char *content, const char **names, const char **args, int n) {
+    (void)content;
+    return render_generic_calls_text(names, args, n);
+}
+
+static char *native_key(const char *content, const char **names, const char **args, int n) {
+    return replay_native_turn_key(content, names, args, n);
+}
+
+/* Remembers ids under key and, when it differs, under the key of the
+ * JavaScript spelling of the arguments. */
+static void remember_call_turn(gen *g, char *key, char *js, const int32_t *ids, size_t n_ids) {
+    remember_put(g, key, strlen(key), ids, n_ids);
+    if (js) remember_put(g, js, strlen(js), ids, n_ids);
+    free(key);
+    free(js);
+}
+
 /* A generic-format tool-call turn comes back re-rendered as compact JSON;
  * it replays as what the model saw and wrote: the forced prefix, its own
  * tokens up to the end of the arguments, and the JSON we closed it with. */
@@ -162,9 +199,8 @@ static void remember_calls(gen *g) {
         ids[n_ids++] = g->tokens[i].id;
     }
     if (g->close_at) ids = append_text_tokens(g, "}]}", ids, &n_ids);
-    char *key = render_generic_calls_text(names, args, n);
-    remember_put(g, key, strlen(key), ids, n_ids);
-    free(key);
+    remember_call_turn(g, render_generic_calls_text(names, args, n), js_key(names, args, n, "", generic_key), ids,
+                       n_ids);
     free(ids);
 }
 
@@ -178,14 +214,13 @@ static void remember_native_calls(gen *g) {
     if (n <= 0 || g->n_calls != g->n_calls_done || g->st.finish == FINISH_LENGTH) return;
     size_t len;
     char *content = utf8_sanitize(g->content ? g->content : "", g->content_len, &len);
-    char *key = replay_native_turn_key(content, names, args, n);
     size_t n_ids = (size_t)g->n_prefix_tok + (size_t)g->n_tokens;
     int32_t *ids = xmalloc(n_ids * sizeof(int32_t));
     if (g->n_prefix_tok) memcpy(ids, g->prefix_tok, (size_t)g->n_prefix_tok * sizeof(int32_t));
     for (int i = 0; i < g->n_tokens; i++) ids[g->n_prefix_tok + i] = g->tokens[i].id;
-    remember_put(g, key, strlen(key), ids, n_ids);
+    remember_call_turn(g, replay_native_turn_key(content, names, args, n), js_key(names, args, n, content, native_key),
+                       ids, n_ids);
     free(ids);
-    free(key);
     free(content);
 }
 

@@ -190,6 +190,41 @@ char *replay_native_turn_key(const char *content, const char *const *names, cons
     return key;
 }
 
+/* x as a JavaScript client sends it back: a whole-valued real as an
+ * integer (a new reference), else NULL. */
+static json_t *js_integer(const json_t *x) {
+    double d = json_is_real(x) ? json_real_value(x) : 0.5;
+    if (d <= -9007199254740992.0 || d >= 9007199254740992.0 || d != (double)(json_int_t)d) return NULL;
+    return json_integer((json_int_t)d);
+}
+
+/* Whole-valued reals inside v to integers, in place; 1 if any changed. */
+static int js_numbers(json_t *v) {
+    int changed = 0;
+    json_t *x, *n;
+    if (json_is_object(v)) {
+        const char *k;
+        json_object_foreach(v, k, x) {
+            if ((n = js_integer(x))) json_object_set_new(v, k, n), changed = 1;
+            else changed |= js_numbers(x);
+        }
+    } else if (json_is_array(v)) {
+        size_t i;
+        json_array_foreach(v, i, x) {
+            if ((n = js_integer(x))) json_array_set_new(v, i, n), changed = 1;
+            else changed |= js_numbers(x);
+        }
+    }
+    return changed;
+}
+
+char *replay_js_numbers(const char *args) {
+    json_t *a = json_loads(args, JSON_DECODE_ANY, NULL);
+    char *out = a && js_numbers(a) ? json_dumps(a, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    json_decref(a);
+    return out;
+}
+
 /* One link of the conversation chain: h = SHA-256(h | SHA-256(m's
  * canonical JSON)), keys sorted so a client's key order does not count. */
 static void context_add(cache_hash *h, const json_t *m) {

@@ -45,6 +45,12 @@ int32_t *replay_get(replay_store *r, const cache_hash *ns, const char *text, siz
  * out: ns, then the canonical JSON of messages[0..upto) in order, hashed. */
 void replay_context_ns(const cache_hash *ns, const json_t *messages, size_t upto, cache_hash *out);
 
+/* Arguments JSON as a JavaScript client sends it back: a number written
+ * with a fraction or exponent whose value is a whole number (1.0, 2e1) is
+ * an integer there (1, 20), so a call replays under both spellings. NULL
+ * when nothing changes (or args is not JSON); caller frees. */
+char *replay_js_numbers(const char *args);
+
 /* What exact replay remembers a native-format tool-call turn by (its
  * content and its calls, as the client sends them back). Caller frees. */
 char *replay_native_turn_key(const char *content, const char *const *names, const char *const *args, int n);
