@@ -27,4 +27,6 @@ if [ "${1:-}" = "--test" ]; then
     echo "install-deps: pip installing ${need[*]}"
     $PY -m pip install -q "${need[@]}" 2>&1 | grep -v "Running pip as the 'root' user" || true
   fi
+  # Claude Code and Codex, pinned there (tests/e2e/test_agent_clis.py).
+  PYTHON=$PY "$(dirname "$0")/install-agent-clis.sh" >/dev/null
 fi

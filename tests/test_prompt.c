@@ -12,7 +12,7 @@
 
 /* A server with just what prompt.c uses: the tiny model's tokenizer, a
  * renderer of a real template with native tool syntax, and a replay store. */
-static int fake_server(server *s, const char *template_name) {
+static int fake_server_native(server *s, const char *template_name, int native) {
     memset(s, 0, sizeof *s);
     s->tok = test_load_tokenizer(test_data("models/llama-q4_1.gguf"));
     char path[256];
@@ -23,10 +23,12 @@ static int fake_server(server *s, const char *template_name) {
     render_opts ro = {.template_src = src};
     CHECK(render_new(&s->render, NULL, s->tok, &ro, NULL) == 0);
     free(src);
-    CHECK(render_native_tools(s->render));
+    CHECK(render_native_tools(s->render) == native);
     s->replay = replay_new(16);
     return 0;
 }
+
+static int fake_server(server *s, const char *template_name) { return fake_server_native(s, template_name, 1); }
 
 static void fake_server_free(server *s) {
     render_free(s->render);
@@ -92,3 +94,65 @@ static void check_turn_replays(const char *template_name) {
 TEST(prompt_native_tool_turn_replays_exact_tokens_qwen) { check_turn_replays("qwen2.5"); }
 
 TEST(prompt_native_tool_turn_replays_exact_tokens_llama3) { check_turn_replays("llama3.1"); }
+
+/* Where needle (n ids) first occurs in hay at or after from, or -1. */
+static long find_ids(const int32_t *hay, size_t n_hay, size_t from, const int32_t *needle, size_t n) {
+    for (size_t i = from; i + n <= n_hay; i++)
+        if (!memcmp(hay + i, needle, n * sizeof(int32_t))) return (long)i;
+    return -1;
+}
+
+/* An agent that makes the same call twice (same name and arguments, so
+ * the same replay key) while the model wrote it with different tokens each
+ * time: each occurrence replays the tokens generated at that point of the
+ * conversation (what gen.c remembers under replay_context_ns), not the
+ * latest for the key, so the earlier turn keeps matching the cache (issue
+ * 23, Codex's repeated create_goal). Native (qwen2.5) and generic
+ * (smollm2: no tool syntax, calls as JSON content) formats. */
+static void check_repeated_turn(const char *template_name, int native) {
+    server s;
+    if (fake_server_native(&s, template_name, native)) return;
+    json_t *tools = json_loads(TOOLS, 0, NULL), *msgs = json_loads(CONV_HEAD, 0, NULL);
+    render_tools t = {.tools = tools};
+    const char *names[] = {"get_weather"}, *args[] = {"{\"city\": \"Paris\"}"};
+    char *key = native ? replay_native_turn_key("", names, args, 1) : render_generic_calls_text(names, args, 1);
+    int32_t gen[2][4] = {{300, 301, 302, 303}, {310, 311, 312, 313}};
+    for (int k = 0; k < 2; k++) { /* turn k: what gen.c remembers, then the client appends call and result */
+        cache_hash ctx;
+        replay_context_ns(&NS_A, msgs, json_array_size(msgs), &ctx);
+        replay_put(s.replay, &NS_A, key, strlen(key), gen[k], 4);
+        replay_put(s.replay, &ctx, key, strlen(key), gen[k], 4);
+        json_array_append_new(msgs, json_loads(CALL_TURN, 0, NULL));
+        json_array_append_new(msgs, json_pack("{s:s,s:s,s:s}", "role", "tool", "tool_call_id", "call_1", "content", "sunny"));
+    }
+    size_t n;
+    int32_t *ids = tokens_of(&s, msgs, &t, &n);
+    long first = ids ? find_ids(ids, n, 0, gen[0], 4) : -1;
+    long second = first >= 0 ? find_ids(ids, n, (size_t)first + 4, gen[1], 4) : -1;
+    CHECK(first >= 0 && second > first);
+    CHECK(ids && find_ids(ids, n, 0, gen[1], 4) == second); /* the later tokens only where they were written */
+    /* another tenant's namespace still sees neither */
+    size_t n_b;
+    int32_t *other = tokens_in(&s, &NS_B, msgs, &t, &n_b);
+    CHECK(other && find_ids(other, n_b, 0, gen[0], 4) < 0 && find_ids(other, n_b, 0, gen[1], 4) < 0);
+    free(other), free(ids), free(key);
+    json_decref(tools), json_decref(msgs);
+    fake_server_free(&s);
+}
+
+TEST(prompt_repeated_call_replays_each_turns_tokens_native) { check_repeated_turn("qwen2.5", 1); }
+
+TEST(prompt_repeated_call_replays_each_turns_tokens_generic) { check_repeated_turn("smollm2", 0); }
+
+/* A JavaScript client (Claude Code) sends a generated 1.0 back as 1: the
+ * call is also remembered under that spelling (gen.c), which is what
+ * replay_js_numbers gives; nothing else about the arguments changes. */
+TEST(prompt_replay_js_numbers) {
+    char *a = replay_js_numbers("{\"max_results\":1.0,\"q\":\"x\",\"l\":[2e1,0.5,{\"n\":-3.0}],\"t\":true}");
+    CHECK(a && !strcmp(a, "{\"max_results\":1,\"q\":\"x\",\"l\":[20,0.5,{\"n\":-3}],\"t\":true}"));
+    free(a);
+    CHECK(replay_js_numbers("{\"a\":1,\"b\":0.25,\"c\":\"1.0\"}") == NULL); /* already the same */
+    CHECK(replay_js_numbers("not json") == NULL);
+    char *big = replay_js_numbers("{\"a\":1e300}"); /* past 2^53: JavaScript keeps the exponent */
+    CHECK(big == NULL);
+}

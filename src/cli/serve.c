@@ -35,6 +35,8 @@ int cli_serve(int argc, char **argv) {
          "seconds a new connection has to send its request header before it is closed (10)"},
         {"--idle-timeout", NULL, ARG_INT, &o.idle_timeout, 1, 86400, "seconds before an idle connection is closed (60)"},
         {"--max-body-mb", NULL, ARG_INT, &max_body_mb, 1, 4096, "request body limit in MiB (8)"},
+        {"--max-output-tokens", NULL, ARG_INT, &o.max_output, 0, 1 << 30,
+         "tokens a reply may have at most, whatever the request asks (0 = the context's end)"},
         {"--api-key", NULL, ARG_STR, &o.api_key, 0, -1, "require one of these comma-separated keys (each a cache tenant)"},
         {"--metrics-key", NULL, ARG_STR, &o.metrics_key, 0, -1,
          "the key /metrics and /props need; tenants' keys get 403 (with 2+ --api-key keys they are closed without it)"},

@@ -71,6 +71,8 @@ int api_call_prompt(api_call *c, const json_t *messages, int32_t **ids, size_t *
     server_replay_ns(c->srv, c->gp.tenant, c->gp.cache_salt, &c->replay_ns);
     int rc = prompt_tokens(c->srv, &c->replay_ns, messages, &c->pt, ids, n, ci, why, cap);
     if (rc || !ci) return rc;
+    replay_context_ns(&c->replay_ns, messages, json_array_size(messages), &c->gp.replay_ctx);
+    c->gp.has_replay_ctx = 1;
     diag_observe(c->srv->diag, &c->replay_ns, *ids, (int)*n, &c->diag);
     free(c->msg_ends);
     c->msg_ends = xmalloc(((size_t)ci->n_msgs + 1) * sizeof(int));
@@ -166,6 +168,11 @@ static int start(api_call *c, const http_req *req, int32_t **ids, size_t *n, con
     server *s = c->srv;
     c->prefix = prompt_force_tool(s, &c->pt, &c->gp, ids, n);
     c->n_prompt = (int)*n;
+    /* The operator's bound wins over the request's: agent CLIs ask for far
+     * more (Claude Code 128000) or for nothing (Codex), which a small model
+     * writing noise runs to the end of the context. */
+    if (s->o.max_output > 0 && (c->gp.max_tokens <= 0 || c->gp.max_tokens > s->o.max_output))
+        c->gp.max_tokens = s->o.max_output;
     c->gp.replay = s->replay;
     c->gp.replay_ns = c->replay_ns;
     c->gp.ignored = c->ignored.n ? c->ignored.text : NULL;

@@ -21,6 +21,8 @@ int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
     g->one_call = p->one_call;
     g->replay = p->replay;
     g->replay_ns = p->replay_ns;
+    g->replay_ctx = p->replay_ctx;
+    g->has_replay_ctx = p->has_replay_ctx;
     g->tools = p->tools;
     if (p->args_open) { /* the prefix opened the arguments: the scanner's root */
         static const tc_jscan_cb none = {0};
@@ -132,6 +134,50 @@ static int32_t *append_text_tokens(const gen *g, const char *text, int32_t *ids,
     return ids;
 }
 
+/* A reply's ids, by its key: in the tenant's namespace and in the one
+ * narrowed to the conversation it answers (replay.h). */
+static void remember_put(gen *g, const char *key, size_t len, const int32_t *ids, size_t n) {
+    replay_put(g->replay, &g->replay_ns, key, len, ids, n);
+    if (g->has_replay_ctx) replay_put(g->replay, &g->replay_ctx, key, len, ids, n);
+}
+
+/* A key for the calls with the arguments as a JavaScript client (Claude
+ * Code, Codex's TypeScript peers) sends them back: 1.0 comes back as 1.
+ * NULL when that spelling is the same. make_key: how the turn is keyed. */
+static char *js_key(const char **names, const char **args, int n, const char *content,
+                    char *(*make_key)(const char *content, const char **names, const char **args, int n)) {
+    char **js = xcalloc((size_t)n, sizeof *js);
+    const char **use = xcalloc((size_t)n, sizeof *use);
+    int changed = 0;
+    for (int i = 0; i < n; i++) {
+        js[i] = replay_js_numbers(args[i]);
+        use[i] = js[i] ? js[i] : args[i];
+        changed |= js[i] != NULL;
+    }
+    char *key = changed ? make_key(content, names, use, n) : NULL;
+    for (int i = 0; i < n; i++) free(js[i]);
+    free(js), free(use);
+    return key;
+}
+
+static char *generic_key(const char *content, const char **names, const char **args, int n) {
+    (void)content;
+    return render_generic_calls_text(names, args, n);
+}
+
+static char *native_key(const char *content, const char **names, const char **args, int n) {
+    return replay_native_turn_key(content, names, args, n);
+}
+
+/* Remembers ids under key and, when it differs, under the key of the
+ * JavaScript spelling of the arguments. */
+static void remember_call_turn(gen *g, char *key, char *js, const int32_t *ids, size_t n_ids) {
+    remember_put(g, key, strlen(key), ids, n_ids);
+    if (js) remember_put(g, js, strlen(js), ids, n_ids);
+    free(key);
+    free(js);
+}
+
 /* A generic-format tool-call turn comes back re-rendered as compact JSON;
  * it replays as what the model saw and wrote: the forced prefix, its own
  * tokens up to the end of the arguments, and the JSON we closed it with. */
@@ -153,9 +199,8 @@ static void remember_calls(gen *g) {
         ids[n_ids++] = g->tokens[i].id;
     }
     if (g->close_at) ids = append_text_tokens(g, "}]}", ids, &n_ids);
-    char *key = render_generic_calls_text(names, args, n);
-    replay_put(g->replay, &g->replay_ns, key, strlen(key), ids, n_ids);
-    free(key);
+    remember_call_turn(g, render_generic_calls_text(names, args, n), js_key(names, args, n, "", generic_key), ids,
+                       n_ids);
     free(ids);
 }
 
@@ -169,14 +214,13 @@ static void remember_native_calls(gen *g) {
     if (n <= 0 || g->n_calls != g->n_calls_done || g->st.finish == FINISH_LENGTH) return;
     size_t len;
     char *content = utf8_sanitize(g->content ? g->content : "", g->content_len, &len);
-    char *key = replay_native_turn_key(content, names, args, n);
     size_t n_ids = (size_t)g->n_prefix_tok + (size_t)g->n_tokens;
     int32_t *ids = xmalloc(n_ids * sizeof(int32_t));
     if (g->n_prefix_tok) memcpy(ids, g->prefix_tok, (size_t)g->n_prefix_tok * sizeof(int32_t));
     for (int i = 0; i < g->n_tokens; i++) ids[g->n_prefix_tok + i] = g->tokens[i].id;
-    replay_put(g->replay, &g->replay_ns, key, strlen(key), ids, n_ids);
+    remember_call_turn(g, replay_native_turn_key(content, names, args, n), js_key(names, args, n, content, native_key),
+                       ids, n_ids);
     free(ids);
-    free(key);
     free(content);
 }
 
@@ -185,20 +229,25 @@ static void remember_native_calls(gen *g) {
 static void remember(gen *g) {
     if (!g->replay || g->stopped_by_string || g->st.finish == FINISH_ERROR || g->tool_error)
         return;
-    if (g->tools == TC_GENERIC) {
-        if (g->n_calls_done) remember_calls(g);
+    if (g->tools == TC_GENERIC && g->n_calls_done) {
+        remember_calls(g);
         return;
     }
-    if (g->st.finish == FINISH_CANCELLED) return;
+    if (g->st.finish == FINISH_CANCELLED || (g->tools == TC_GENERIC && g->n_calls)) return;
     if (g->n_calls) {
         remember_native_calls(g);
         return;
     }
+    /* Keyed by what the client received (and will send back): the text; in
+     * the generic tool format the content the parser passed on (the reply
+     * may be {"content": ...} JSON, whose tokens are what the model saw). */
+    int generic = g->tools == TC_GENERIC;
+    size_t len;
+    char *seen = generic ? utf8_sanitize(g->content ? g->content : "", g->content_len, &len)
+                         : utf8_sanitize(g->text.buf ? g->text.buf : "", g->text.len, &len);
     int32_t *ids = xmalloc((size_t)(g->n_tokens ? g->n_tokens : 1) * sizeof(int32_t));
     for (int i = 0; i < g->n_tokens; i++) ids[i] = g->tokens[i].id;
-    size_t len; /* keyed by what the client received (and will send back) */
-    char *seen = utf8_sanitize(g->text.buf ? g->text.buf : "", g->text.len, &len);
-    replay_put(g->replay, &g->replay_ns, seen, len, ids, (size_t)g->n_tokens);
+    if (len) remember_put(g, seen, len, ids, (size_t)g->n_tokens);
     free(seen);
     free(ids);
 }
@@ -273,7 +322,7 @@ int gen_pull(gen *g, int timeout_ms, const tc_event **evs) {
         cancel_and_settle(g);
     }
     for (int i = 0; i < n; i++) {
-        if ((*evs)[i].kind == TC_EV_TEXT && g->tools != TC_GENERIC) keep_content(g, (*evs)[i].text, (*evs)[i].len);
+        if ((*evs)[i].kind == TC_EV_TEXT) keep_content(g, (*evs)[i].text, (*evs)[i].len);
         follow_open_call(g, &(*evs)[i]);
         g->n_calls += (*evs)[i].kind == TC_EV_CALL_BEGIN;
         g->n_calls_done += (*evs)[i].kind == TC_EV_CALL_END;

@@ -34,6 +34,8 @@ typedef struct gen_params {
                            the call as soon as that object closes */
     replay_store *replay; /* remembers the reply's exact tokens, or NULL */
     cache_hash replay_ns; /* in the request's tenant's namespace (server_replay_ns) */
+    cache_hash replay_ctx; /* ...narrowed to the conversation it answers (replay_context_ns) */
+    int has_replay_ctx;
     const int *bounds;    /* message starts in the prompt (sched_job) */
     int n_bounds;
     const cache_mark *marks; /* retention marks (sched_job) */
@@ -64,8 +66,10 @@ typedef struct gen {
     tc_format tools;
     replay_store *replay;
     cache_hash replay_ns;
+    cache_hash replay_ctx;
+    int has_replay_ctx;
     char error[512];
-    char *content;         /* native tool formats: the reply's text outside calls (replay key) */
+    char *content;         /* the reply's text outside calls (replay key: native calls, generic text) */
     size_t content_len;
     sched_token *tokens;   /* every generated token (for logprobs and replay) */
     int n_tokens, cap_tokens;

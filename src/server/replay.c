@@ -190,6 +190,73 @@ char *replay_native_turn_key(const char *content, const char *const *names, cons
     return key;
 }
 
+/* x as a JavaScript client sends it back: a whole-valued real as an
+ * integer (a new reference), else NULL. */
+static json_t *js_integer(const json_t *x) {
+    double d = json_is_real(x) ? json_real_value(x) : 0.5;
+    if (d <= -9007199254740992.0 || d >= 9007199254740992.0 || d != (double)(json_int_t)d) return NULL;
+    return json_integer((json_int_t)d);
+}
+
+/* Whole-valued reals inside v to integers, in place; 1 if any changed. */
+static int js_numbers(json_t *v) {
+    int changed = 0;
+    json_t *x, *n;
+    if (json_is_object(v)) {
+        const char *k;
+        json_object_foreach(v, k, x) {
+            if ((n = js_integer(x))) json_object_set_new(v, k, n), changed = 1;
+            else changed |= js_numbers(x);
+        }
+    } else if (json_is_array(v)) {
+        size_t i;
+        json_array_foreach(v, i, x) {
+            if ((n = js_integer(x))) json_array_set_new(v, i, n), changed = 1;
+            else changed |= js_numbers(x);
+        }
+    }
+    return changed;
+}
+
+char *replay_js_numbers(const char *args) {
+    json_t *a = json_loads(args, JSON_DECODE_ANY, NULL);
+    char *out = a && js_numbers(a) ? json_dumps(a, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    json_decref(a);
+    return out;
+}
+
+/* One link of the conversation chain: h = SHA-256(h | SHA-256(m's
+ * canonical JSON)), keys sorted so a client's key order does not count. */
+static void context_add(cache_hash *h, const json_t *m) {
+    char *js = json_dumps(m, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+    uint8_t buf[64];
+    memcpy(buf, h->b, 32);
+    SHA256((const uint8_t *)(js ? js : ""), js ? strlen(js) : 0, buf + 32);
+    free(js);
+    SHA256(buf, sizeof buf, h->b);
+}
+
+/* The chain's start: ns, marked so a narrowed namespace is never ns. */
+static void context_begin(const cache_hash *ns, cache_hash *h) {
+    uint8_t buf[32 + 16];
+    memcpy(buf, ns->b, 32);
+    memcpy(buf + 32, "replay-context\0\0", 16);
+    SHA256(buf, sizeof buf, h->b);
+}
+
+void replay_context_ns(const cache_hash *ns, const json_t *messages, size_t upto, cache_hash *out) {
+    context_begin(ns, out);
+    for (size_t i = 0; i < upto && i < json_array_size(messages); i++) context_add(out, json_array_get(messages, i));
+}
+
+/* The ids remembered for key at this point of the conversation (ctx),
+ * else anywhere in ns. */
+static int32_t *get_in_context(replay_store *rs, const cache_hash *ctx, const cache_hash *ns, const char *key,
+                               size_t len, size_t *n) {
+    int32_t *ids = ctx ? replay_get(rs, ctx, key, len, n) : NULL;
+    return ids ? ids : replay_get(rs, ns, key, len, n);
+}
+
 /* The key of a normalised assistant message with tool calls, or NULL. */
 static char *message_turn_key(const json_t *m) {
     const json_t *calls = json_object_get(m, "tool_calls"), *call;
@@ -234,10 +301,13 @@ static json_t *replace_replayed_turns(replay_store *rs, const cache_hash *ns, co
     json_t *out = json_array();
     size_t i;
     const json_t *m;
+    cache_hash ctx;
+    context_begin(ns, &ctx);
     json_array_foreach(messages, i, m) {
         char *key = ts->n < MAX_SUBS ? message_turn_key(m) : NULL;
-        int32_t *ids = key ? replay_get(rs, ns, key, strlen(key), &ts->n_ids[ts->n]) : NULL;
+        int32_t *ids = key ? get_in_context(rs, &ctx, ns, key, strlen(key), &ts->n_ids[ts->n]) : NULL;
         free(key);
+        context_add(&ctx, m);
         if (!ids) {
             json_array_append(out, (json_t *)m);
             continue;
@@ -290,13 +360,41 @@ static int splice_replayed(chat_prompt *p, const turn_subs *ts) {
     return 0;
 }
 
-/* Content the model generated earlier gets its exact tokens back. */
-static void apply_replay(replay_store *rs, const cache_hash *ns, chat_prompt *p) {
-    for (int i = 0; i < p->n; i++) {
+/* The conversation before each message: ctx[k] narrows ns by messages[0..k). */
+static cache_hash *contexts(const cache_hash *ns, const json_t *messages) {
+    size_t n = json_array_size(messages);
+    cache_hash *ctx = xmalloc((n + 1) * sizeof *ctx);
+    context_begin(ns, &ctx[0]);
+    for (size_t k = 0; k < n; k++) {
+        ctx[k + 1] = ctx[k];
+        context_add(&ctx[k + 1], json_array_get(messages, k));
+    }
+    return ctx;
+}
+
+/* The message a segment starting at byte off of the rendering belongs
+ * to (by the rendering's message ends), or -1. */
+static long message_at(const render_out *o, long off) {
+    if (!o->msg_ends) return -1;
+    for (size_t k = 0; k < o->n_msgs; k++)
+        if (o->msg_ends[k] >= 0 && o->msg_ends[k + 1] >= 0 && o->msg_ends[k] <= off && off < o->msg_ends[k + 1])
+            return (long)k;
+    return -1;
+}
+
+/* Content the model generated earlier gets its exact tokens back: those
+ * generated at that point of the conversation when remembered, else any. */
+static void apply_replay(replay_store *rs, const cache_hash *ns, const json_t *messages, render_out *o) {
+    chat_prompt *p = &o->p;
+    cache_hash *ctx = contexts(ns, messages);
+    long off = 0;
+    for (int i = 0; i < p->n; off += (long)p->segs[i].len, i++) {
         chat_seg *g = &p->segs[i];
         if (g->special || g->ids) continue;
-        g->ids = replay_get(rs, ns, g->text, g->len, &g->n_ids);
+        long k = message_at(o, off);
+        g->ids = get_in_context(rs, k >= 0 ? &ctx[k] : NULL, ns, g->text, g->len, &g->n_ids);
     }
+    free(ctx);
 }
 
 
@@ -312,6 +410,6 @@ int replay_render(replay_store *rs, const cache_hash *ns, const renderer *r, con
         rc = render_messages(r, messages, t, add_gen, out, why, cap);
     }
     subs_free(&ts);
-    if (!rc && rs) apply_replay(rs, ns, &out->p);
+    if (!rc && rs) apply_replay(rs, ns, messages, out);
     return rc;
 }

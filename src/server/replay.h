@@ -33,6 +33,24 @@ void replay_put(replay_store *r, const cache_hash *ns, const char *text, size_t 
 /* A malloc'd copy of the ids remembered for text in ns, or NULL. */
 int32_t *replay_get(replay_store *r, const cache_hash *ns, const char *text, size_t len, size_t *n);
 
+/* A reply is remembered twice: by its text in ns (any conversation that
+ * sends it back finds it), and in ns narrowed to the conversation before
+ * it (replay_context_ns of the request's messages, all of them). An agent
+ * that repeats a reply (the same call with the same arguments, turns
+ * apart) gets the same key each time, while the model's tokens for it may
+ * differ (spacing the key's canonical form does not keep): the narrowed
+ * entry gives each occurrence the tokens generated at that point, so an
+ * earlier occurrence is not re-rendered with a later one's tokens (which
+ * would cut the cached prefix there). Lookups try the narrowed entry first.
+ * out: ns, then the canonical JSON of messages[0..upto) in order, hashed. */
+void replay_context_ns(const cache_hash *ns, const json_t *messages, size_t upto, cache_hash *out);
+
+/* Arguments JSON as a JavaScript client sends it back: a number written
+ * with a fraction or exponent whose value is a whole number (1.0, 2e1) is
+ * an integer there (1, 20), so a call replays under both spellings. NULL
+ * when nothing changes (or args is not JSON); caller frees. */
+char *replay_js_numbers(const char *args);
+
 /* What exact replay remembers a native-format tool-call turn by (its
  * content and its calls, as the client sends them back). Caller frees. */
 char *replay_native_turn_key(const char *content, const char *const *names, const char *const *args, int n);

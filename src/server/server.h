@@ -26,6 +26,7 @@ typedef struct server_opts {
     int queue_timeout; /* seconds a request may wait for a slot before 503 (0: no limit) */
     int idle_timeout;  /* seconds an idle connection stays open */
     int max_conns;     /* open connections at most (each holds a thread) */
+    int max_output;    /* --max-output-tokens: a reply's tokens at most (0: up to the context) */
     int max_client_conns; /* of them from one client address (-1: 3/4 of max_conns; 0: no limit) */
     int header_timeout; /* seconds a new connection has to send its first request header */
     int strict_model;  /* --strict-model: refuse names other than the id and aliases */
