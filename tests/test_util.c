@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/mem.h"
 #include "model/gguf.h"
 #include "test.h"
 
@@ -158,4 +159,21 @@ int test_sample_guarded(const tokenizer *t, const json_vocab *v, json_schema *sc
     json_guard_free(g);
     free(logits);
     return eog;
+}
+
+int test_read_ref_logits(const char *path, ref_logits *r) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    uint32_t hdr[2];
+    int ok = fread(hdr, 4, 2, f) == 2;
+    if (ok) {
+        r->n_tok = (int)hdr[0];
+        r->n_vocab = (int)hdr[1];
+        r->tokens = xmalloc((size_t)r->n_tok * 4);
+        r->logits = xmalloc((size_t)r->n_tok * r->n_vocab * 4);
+        ok = fread(r->tokens, 4, (size_t)r->n_tok, f) == (size_t)r->n_tok &&
+             fread(r->logits, 4, (size_t)r->n_tok * r->n_vocab, f) == (size_t)r->n_tok * r->n_vocab;
+    }
+    fclose(f);
+    return ok ? 0 : -1;
 }
