@@ -20,6 +20,8 @@ typedef void (*test_fn)(void);
 void test_register(const char *name, test_fn fn, const char *file);
 void test_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Failed checks so far in the running test. */
+int test_failures(void);
 /* Path of a generated fixture: TEST_DATA_DIR "/" rel (static buffer). */
 const char *test_data(const char *rel);
 /* Path of the real default model, or NULL (test then returns early). */

@@ -20,6 +20,7 @@
 #include "model/forward_cuda.h"
 #include "model/forward_int.h"
 #include "test.h"
+#include "test_util.h"
 
 static const char *MODELS[] = {"llama-f32", "llama-f16", "llama-bf16", "llama-q8_0", "llama-q4_0", "llama-q4_1",
                                "llama-q4_k", "llama-q5_k", "llama-q6_k", "qwen2-q5_0", "qwen3-q5_1"};
@@ -370,29 +371,11 @@ TEST(gpu_argmax_first_largest) {
 
 /* ---- whole models ------------------------------------------------------------- */
 
-typedef struct ref_logits {
-    int n_tok, n_vocab;
-    int32_t *tokens;
-    float *logits;
-} ref_logits;
-
 static int read_ref(const char *name, ref_logits *r) {
     char p[512];
     snprintf(p, sizeof p, "%s", model_path(name));
     strcpy(p + strlen(p) - 5, ".ref");
-    FILE *f = fopen(p, "rb");
-    if (!f) return -1;
-    uint32_t hdr[2];
-    int ok = fread(hdr, 4, 2, f) == 2;
-    if (ok) {
-        r->n_tok = (int)hdr[0], r->n_vocab = (int)hdr[1];
-        r->tokens = xmalloc((size_t)r->n_tok * 4);
-        r->logits = xmalloc((size_t)r->n_tok * r->n_vocab * 4);
-        ok = fread(r->tokens, 4, (size_t)r->n_tok, f) == (size_t)r->n_tok &&
-             fread(r->logits, 4, (size_t)r->n_tok * r->n_vocab, f) == (size_t)r->n_tok * r->n_vocab;
-    }
-    fclose(f);
-    return ok ? 0 : -1;
+    return test_read_ref_logits(p, r);
 }
 
 /* Every position's logits on the GPU, in chunks (0-terminated sizes). */

@@ -10,6 +10,7 @@
 #include "base/mem.h"
 #include "model/engine.h"
 #include "test.h"
+#include "test_util.h"
 
 static const char *SYNTH[] = {"llama-f32", "llama-f16", "llama-bf16", "llama-q8_0",
                               "llama-q4_0", "llama-q4_1", "llama-q4_k", "llama-q5_k",
@@ -17,29 +18,6 @@ static const char *SYNTH[] = {"llama-f32", "llama-f16", "llama-bf16", "llama-q8_
                               /* types mixed inside Q/K/V, gate/up, delta-net groups */
                               "llama-mix-k", "qwen2-mix-legacy", "llama-mix-kf", "qwen35-mix"};
 #define N_SYNTH (int)(sizeof SYNTH / sizeof SYNTH[0])
-
-typedef struct ref_logits {
-    int n_tok, n_vocab;
-    int32_t *tokens;
-    float *logits; /* [n_tok][n_vocab] */
-} ref_logits;
-
-static int read_ref(const char *path, ref_logits *r) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return -1;
-    uint32_t hdr[2];
-    int ok = fread(hdr, 4, 2, f) == 2;
-    if (ok) {
-        r->n_tok = (int)hdr[0];
-        r->n_vocab = (int)hdr[1];
-        r->tokens = xmalloc((size_t)r->n_tok * 4);
-        r->logits = xmalloc((size_t)r->n_tok * r->n_vocab * 4);
-        ok = fread(r->tokens, 4, (size_t)r->n_tok, f) == (size_t)r->n_tok &&
-             fread(r->logits, 4, (size_t)r->n_tok * r->n_vocab, f) == (size_t)r->n_tok * r->n_vocab;
-    }
-    fclose(f);
-    return ok ? 0 : -1;
-}
 
 static engine *open_engine(const char *path, int max_batch, int threads) {
     strata_err err = {0};
@@ -157,7 +135,7 @@ TEST(fwd_synthetic_matches_reference) {
         snprintf(gg + strlen(gg), sizeof gg - strlen(gg), "%s.gguf", SYNTH[i]);
         snprintf(rf, sizeof rf, "%.*s.ref", (int)(strlen(gg) - 5), gg);
         ref_logits r;
-        if (read_ref(rf, &r)) {
+        if (test_read_ref_logits(rf, &r)) {
             test_fail(__FILE__, __LINE__, "%s: missing reference (make testdata)", rf);
             continue;
         }

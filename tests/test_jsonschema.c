@@ -253,39 +253,12 @@ static int person_valid(const json_t *o, char *why, size_t cap) {
     return 1;
 }
 
-static double unit(uint64_t *s) { /* splitmix64 -> [0, 1) */
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return (double)((z ^ (z >> 31)) >> 11) / 9007199254740992.0;
-}
-
-/* Samples from random logits (closers pushed as steps go on) under the
- * mask; 1 if the run ended with EOG, its output then checked. */
+/* Samples under the mask (test_sample_guarded); 1 if the run ended with
+ * EOG, its output then checked. */
 static int sample_run(const tokenizer *t, const json_vocab *v, json_schema *s, uint64_t seed, int cap) {
-    int32_t n = tok_n_vocab(t), closers[3] = {tok_find(t, "\""), tok_find(t, "}"), tok_find(t, "]")};
-    float *logits = malloc(sizeof(float) * (size_t)n);
     char *text = malloc((size_t)cap * 512 + 1);
-    size_t used = 0;
-    json_guard *g = json_guard_new_schema(v, s);
-    int eog = 0;
-    for (int step = 0; step < cap && !eog; step++) {
-        for (int32_t i = 0; i < n; i++) logits[i] = (float)(unit(&seed) * 4.0);
-        for (int k = 0; k < 3; k++) if (closers[k] >= 0) logits[closers[k]] += (float)(step * 0.15);
-        int allowed = json_guard_mask(g, logits);
-        CHECK_MSG(allowed > 0, "seed %llu stuck after '%.*s'", (unsigned long long)seed, (int)used, text);
-        double total = 0, r;
-        for (int32_t i = 0; i < n; i++) total += logits[i] = isinf(logits[i]) ? 0.0f : expf(logits[i]);
-        r = unit(&seed) * total;
-        int32_t id = -1;
-        for (int32_t i = 0; i < n && r > 0; i++) if (logits[i] > 0) id = i, r -= logits[i];
-        if (id < 0) break;
-        CHECK_EQ_INT(json_guard_accept(g, id), 0);
-        eog = tok_is_eog(t, id);
-        int len;
-        const char *p = test_token_text(t, id, &len);
-        if (!eog) memcpy(text + used, p, (size_t)len), used += (size_t)len;
-    }
+    size_t used;
+    int eog = test_sample_guarded(t, v, s, seed, cap, 0.15f, text, &used);
     if (eog) {
         char why[128] = "";
         json_t *o = json_loadb(text, used, 0, NULL);
@@ -293,9 +266,7 @@ static int sample_run(const tokenizer *t, const json_vocab *v, json_schema *s, u
                   o ? why : "not JSON", (int)used, text);
         json_decref(o);
     }
-    json_guard_free(g);
     free(text);
-    free(logits);
     return eog;
 }
 

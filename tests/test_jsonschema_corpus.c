@@ -46,52 +46,22 @@ static json_t *file_items(const json_t *doc) {
     return json_pack("[O]", doc);
 }
 
-static double unit(uint64_t *s) { /* splitmix64 -> [0, 1) */
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return (double)((z ^ (z >> 31)) >> 11) / 9007199254740992.0;
-}
-
 typedef struct corpus_run {
     const tokenizer *t;
     const json_vocab *v;
-    float *logits;
     char *text;
     int cap; /* tokens per run */
     FILE *out;
     int runs, closed, schemas;
 } corpus_run;
 
-/* One output under s from random logits (closers pushed as steps go on).
- * Returns its length; *closed: ended by EOG. */
+/* One output under s (test_sample_guarded); returns its length, *closed:
+ * ended by EOG. */
 static size_t sample(corpus_run *r, json_schema *s, uint64_t seed, int *closed, const char *where) {
-    int32_t n = tok_n_vocab(r->t), closers[3] = {tok_find(r->t, "\""), tok_find(r->t, "}"), tok_find(r->t, "]")};
-    json_guard *g = json_guard_new_schema(r->v, s);
-    size_t used = 0;
-    *closed = 0;
-    for (int step = 0; step < r->cap && !*closed; step++) {
-        for (int32_t i = 0; i < n; i++) r->logits[i] = (float)(unit(&seed) * 4.0);
-        for (int k = 0; k < 3; k++) if (closers[k] >= 0) r->logits[closers[k]] += (float)(step * 0.2);
-        if (json_guard_mask(g, r->logits) <= 0) {
-            test_fail(__FILE__, __LINE__, "%s: stuck after '%.*s'", where, (int)used, r->text);
-            break;
-        }
-        double total = 0, x;
-        for (int32_t i = 0; i < n; i++) total += r->logits[i] = isinf(r->logits[i]) ? 0.0f : expf(r->logits[i]);
-        x = unit(&seed) * total;
-        int32_t id = -1;
-        for (int32_t i = 0; i < n && x > 0; i++) if (r->logits[i] > 0) id = i, x -= r->logits[i];
-        if (id < 0 || json_guard_accept(g, id) != 0) {
-            test_fail(__FILE__, __LINE__, "%s: sampled token %d not accepted", where, id);
-            break;
-        }
-        *closed = tok_is_eog(r->t, id);
-        int len;
-        const char *p = test_token_text(r->t, id, &len);
-        if (!*closed) memcpy(r->text + used, p, (size_t)len), used += (size_t)len;
-    }
-    json_guard_free(g);
+    size_t used;
+    int before = test_failures();
+    *closed = test_sample_guarded(r->t, r->v, s, seed, r->cap, 0.2f, r->text, &used);
+    if (test_failures() != before) fprintf(stderr, "    in %s\n", where);
     return used;
 }
 
@@ -161,7 +131,6 @@ static void run_corpus(const char *model, int seeds, int cap) {
     if (!t) return;
     if (getenv("STRATA_SCHEMA_SEEDS")) seeds = atoi(getenv("STRATA_SCHEMA_SEEDS"));
     corpus_run r = {.t = t, .v = json_vocab_new(t), .cap = cap};
-    r.logits = malloc(sizeof(float) * (size_t)tok_n_vocab(t));
     r.text = malloc((size_t)cap * 512 + 1);
     const char *out = getenv("STRATA_SCHEMA_SAMPLES");
     if (out) r.out = fopen(out, "w");
@@ -173,7 +142,7 @@ static void run_corpus(const char *model, int seeds, int cap) {
     CHECK_MSG(r.schemas >= 200, "only %d schemas in the corpus", r.schemas);
     CHECK_MSG(r.closed * 10 >= r.runs * 7, "only %d of %d runs closed", r.closed, r.runs);
     if (r.out) fclose(r.out);
-    free(r.logits), free(r.text);
+    free(r.text);
     json_vocab_free((json_vocab *)r.v);
     tok_free(t);
 }

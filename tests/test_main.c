@@ -42,6 +42,8 @@ void test_fail(const char *file, int line, const char *fmt, ...) {
     failures++;
 }
 
+int test_failures(void) { return failures; }
+
 const char *test_data(const char *rel) {
     static char path[4096];
     const char *dir = getenv("TEST_DATA_DIR");

@@ -3,6 +3,7 @@
 #include "test_util.h"
 
 #include <ftw.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/mem.h"
 #include "model/gguf.h"
 #include "test.h"
 
@@ -109,4 +111,69 @@ int test_run_strata(const char *args, char *out, size_t cap) {
     close(fd);
     unlink(path);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+double test_unit_random(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (double)((z ^ (z >> 31)) >> 11) / 9007199254740992.0;
+}
+
+/* A token drawn from softmax(logits) (refused ones at -inf), or -1. */
+static int32_t draw(float *logits, int32_t n, uint64_t *seed) {
+    double total = 0, x;
+    for (int32_t i = 0; i < n; i++) total += logits[i] = isinf(logits[i]) ? 0.0f : expf(logits[i]);
+    x = test_unit_random(seed) * total;
+    int32_t id = -1;
+    for (int32_t i = 0; i < n && x > 0; i++)
+        if (logits[i] > 0) id = i, x -= logits[i];
+    return id;
+}
+
+int test_sample_guarded(const tokenizer *t, const json_vocab *v, json_schema *schema, uint64_t seed, int cap,
+                        float push, char *text, size_t *used) {
+    int32_t n = tok_n_vocab(t), closers[3] = {tok_find(t, "\""), tok_find(t, "}"), tok_find(t, "]")};
+    float *logits = malloc(sizeof(float) * (size_t)n);
+    json_guard *g = json_guard_new_schema(v, schema);
+    int eog = 0;
+    *used = 0;
+    for (int step = 0; step < cap && !eog; step++) {
+        for (int32_t i = 0; i < n; i++) logits[i] = (float)(test_unit_random(&seed) * 4.0);
+        for (int k = 0; k < 3; k++)
+            if (closers[k] >= 0) logits[closers[k]] += push * (float)step;
+        if (json_guard_mask(g, logits) <= 0) {
+            test_fail(__FILE__, __LINE__, "stuck after '%.*s'", (int)*used, text);
+            break;
+        }
+        int32_t id = draw(logits, n, &seed);
+        if (id < 0 || json_guard_accept(g, id) != 0) {
+            test_fail(__FILE__, __LINE__, "sampled token %d not accepted after '%.*s'", id, (int)*used, text);
+            break;
+        }
+        eog = tok_is_eog(t, id);
+        int len;
+        const char *p = test_token_text(t, id, &len);
+        if (!eog) memcpy(text + *used, p, (size_t)len), *used += (size_t)len;
+    }
+    json_guard_free(g);
+    free(logits);
+    return eog;
+}
+
+int test_read_ref_logits(const char *path, ref_logits *r) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    uint32_t hdr[2];
+    int ok = fread(hdr, 4, 2, f) == 2;
+    if (ok) {
+        r->n_tok = (int)hdr[0];
+        r->n_vocab = (int)hdr[1];
+        r->tokens = xmalloc((size_t)r->n_tok * 4);
+        r->logits = xmalloc((size_t)r->n_tok * r->n_vocab * 4);
+        ok = fread(r->tokens, 4, (size_t)r->n_tok, f) == (size_t)r->n_tok &&
+             fread(r->logits, 4, (size_t)r->n_tok * r->n_vocab, f) == (size_t)r->n_tok * r->n_vocab;
+    }
+    fclose(f);
+    return ok ? 0 : -1;
 }

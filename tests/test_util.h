@@ -31,4 +31,25 @@ const char *test_token_text(const tokenizer *t, int32_t id, int *len);
  * after it (an independent path: bytes, no trie). */
 void test_mask_matches_feed(const tokenizer *t, const json_vocab *v, json_schema *schema, const char *prefix);
 
+/* Reference logits of a test model (tools/testdata_reflogits.py): "u32
+ * n_tok | u32 n_vocab | i32 tokens[n_tok] | f32 logits[n_tok][n_vocab]". */
+typedef struct ref_logits {
+    int n_tok, n_vocab;
+    int32_t *tokens;
+    float *logits; /* [n_tok][n_vocab] */
+} ref_logits;
+/* 0, or -1 when the file is missing or short; free tokens and logits. */
+int test_read_ref_logits(const char *path, ref_logits *r);
+
+/* splitmix64 -> [0, 1): the tests' seeded random numbers. */
+double test_unit_random(uint64_t *state);
+
+/* One output sampled under a guard on schema from random logits (seeded;
+ * the closers ", } and ] pushed up by push * step, so runs end), its bytes
+ * in text (room for cap * 512) and *used. Returns 1 when an EOG token
+ * ended it, 0 at the cap of tokens; a stuck mask or a refused token is a
+ * recorded failure (and returns 0). */
+int test_sample_guarded(const tokenizer *t, const json_vocab *v, json_schema *schema, uint64_t seed, int cap,
+                        float push, char *text, size_t *used);
+
 #endif

@@ -115,13 +115,12 @@ def write_metadata(w):
     tm._write_tokenizer(w, dict(arch=a), vocab())
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default="models/qwen35-0.8b-synth-q4_0.gguf")
-    ap.add_argument("--seed", type=int, default=35)
-    args = ap.parse_args()
-    specs = tensor_specs()
-    w = gguf.GGUFWriter(args.out + ".tmp", "qwen35")
+def write_synth(out, arch, specs, write_metadata, seed):
+    """Writes a random-weight GGUF: metadata by write_metadata(writer), then
+    the tensors of specs (name, rows, cols, type, std; rows 0: a vector)
+    drawn from seed, to out through a temporary file (tools/synth_smollm2.py
+    shares this)."""
+    w = gguf.GGUFWriter(out + ".tmp", arch)
     write_metadata(w)
     for name, rows, cols, qt, _ in specs:
         if rows == 0:
@@ -135,12 +134,20 @@ def main():
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
-    g = np.random.default_rng(args.seed)
+    g = np.random.default_rng(seed)
     for name, rows, cols, qt, std in specs:
         w.write_tensor_data(make(g, rows, cols, qt, std))
     w.close()
-    os.replace(args.out + ".tmp", args.out)
-    print(f"synth: wrote {args.out} ({os.path.getsize(args.out) / 2**20:.0f} MiB)")
+    os.replace(out + ".tmp", out)
+    print(f"synth: wrote {out} ({os.path.getsize(out) / 2**20:.0f} MiB)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="models/qwen35-0.8b-synth-q4_0.gguf")
+    ap.add_argument("--seed", type=int, default=35)
+    args = ap.parse_args()
+    write_synth(args.out, "qwen35", tensor_specs(), write_metadata, args.seed)
 
 
 if __name__ == "__main__":

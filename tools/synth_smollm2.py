@@ -15,11 +15,7 @@ token is the real model's.
 Does not: make a model anyone should talk to, or run in `make test`.
 """
 import argparse
-import os
 
-import numpy as np
-
-import gguf
 from gguf import GGMLQuantizationType as QT
 
 import synth_qwen35 as sq
@@ -76,25 +72,7 @@ def main():
     ap.add_argument("--out", default="models/smollm2-135m-synth-q4_1.gguf")
     ap.add_argument("--seed", type=int, default=135)
     args = ap.parse_args()
-    specs = tensor_specs()
-    w = gguf.GGUFWriter(args.out + ".tmp", "llama")
-    write_metadata(w)
-    for name, rows, cols, qt, _ in specs:
-        if rows == 0:
-            w.add_tensor_info(name, [cols], np.dtype(np.float32), cols * 4)
-        else:
-            bs, ts = gguf.GGML_QUANT_SIZES[qt]
-            nb = cols // bs * ts
-            w.add_tensor_info(name, [rows, nb], np.dtype(np.uint8), rows * nb, raw_dtype=qt)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-    g = np.random.default_rng(args.seed)
-    for name, rows, cols, qt, std in specs:
-        w.write_tensor_data(sq.make(g, rows, cols, qt, std))
-    w.close()
-    os.replace(args.out + ".tmp", args.out)
-    print(f"synth: wrote {args.out} ({os.path.getsize(args.out) / 2**20:.0f} MiB)")
+    sq.write_synth(args.out, "llama", tensor_specs(), write_metadata, args.seed)
 
 
 if __name__ == "__main__":

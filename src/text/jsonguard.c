@@ -642,10 +642,11 @@ static int walk_trie(json_guard *g, uint64_t *bits) {
 
 /* Inside plain string text: the plain tokens, and each other one checked
  * byte by byte. */
-static int string_mask(const json_guard *g, uint64_t *bits) {
+/* The tokens that may leave the string or hold escapes (v->rest), each
+ * checked byte by byte: set in bits, and counted. */
+static int rest_mask(const json_guard *g, uint64_t *bits) {
     const json_vocab *v = g->v;
-    memcpy(bits, v->plain, v->words * sizeof(uint64_t));
-    int count = v->n_plain;
+    int count = 0;
     for (int i = 0; i < v->n_rest; i++) {
         uint32_t len;
         const uint8_t *p = tok_bytes(v, v->rest[i], &len);
@@ -654,6 +655,12 @@ static int string_mask(const json_guard *g, uint64_t *bits) {
         count++;
     }
     return count;
+}
+
+static int string_mask(const json_guard *g, uint64_t *bits) {
+    const json_vocab *v = g->v;
+    memcpy(bits, v->plain, v->words * sizeof(uint64_t));
+    return v->n_plain + rest_mask(g, bits);
 }
 
 /* Inside a string held to lengths only: the plain tokens that fit in the
@@ -667,14 +674,7 @@ static int length_mask(const json_guard *g, uint64_t *bits, int64_t room) {
             int32_t id = (int32_t)(w * 64) + __builtin_ctzll(m);
             if (v->nchars[id] <= room) bits[w] |= m & -m, count++;
         }
-    for (int i = 0; i < v->n_rest; i++) {
-        uint32_t len;
-        const uint8_t *p = tok_bytes(v, v->rest[i], &len);
-        if (!full_feed(g->schema, &g->st, p, len, NULL)) continue;
-        set_bit(bits, v->rest[i]);
-        count++;
-    }
-    return count;
+    return count + rest_mask(g, bits);
 }
 
 /* The allowed set for the current state into slot. */

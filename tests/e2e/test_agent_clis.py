@@ -285,6 +285,18 @@ def test_generic_text_reply_replays_exactly(tiny):
     assert cached >= first["prompt_tokens"] + first["completion_tokens"], (first, r2["usage"])
 
 
+def assert_session(s, rounds, runs, client):
+    """Every request answered 200, the tool rounds done, one trace line per
+    generation, and each warm request reusing the previous prompt and reply."""
+    s.settle()
+    statuses = s.statuses()
+    assert statuses and all(code == 200 for _, code in statuses), statuses
+    assert rounds >= WANT_ROUNDS, f"{rounds} tool rounds in {runs} runs"
+    lines = s.trace()
+    assert len(lines) == len(generations(statuses)), (lines, statuses)
+    assert_warm_reuse(lines, client)
+
+
 @pytest.mark.parametrize("session", models(), indirect=True)
 def test_claude_code(clis, session):
     s = session
@@ -294,13 +306,7 @@ def test_claude_code(clis, session):
         rounds = claude_rounds(events)
         if rounds >= WANT_ROUNDS:
             break
-    s.settle()
-    statuses = s.statuses()
-    assert statuses and all(code == 200 for _, code in statuses), statuses
-    assert rounds >= WANT_ROUNDS, f"{rounds} tool rounds in {i + 1} runs"
-    lines = s.trace()
-    assert len(lines) == len(generations(statuses)), (lines, statuses)
-    assert_warm_reuse(lines, "claude")
+    assert_session(s, rounds, i + 1, "claude")
 
     # --continue after a restart: the conversation's prefix comes from disk.
     s.restart()
@@ -349,10 +355,4 @@ def test_codex(clis, session):
         rounds = codex_rounds(s.home)
         if rounds >= WANT_ROUNDS:
             break
-    s.settle()
-    statuses = s.statuses()
-    assert statuses and all(code == 200 for _, code in statuses), statuses
-    assert rounds >= WANT_ROUNDS, f"{rounds} tool rounds in {i + 1} runs"
-    lines = s.trace()
-    assert len(lines) == len(generations(statuses)), (lines, statuses)
-    assert_warm_reuse(lines, "codex")
+    assert_session(s, rounds, i + 1, "codex")
