@@ -21,18 +21,6 @@
 #include "text/jsonschema.h"
 #include "text/tokenizer.h"
 
-static json_schema *compile_text(const char *text, char *why, size_t cap) {
-    json_error_t e;
-    json_t *j = json_loads(text, 0, &e);
-    if (!j) {
-        snprintf(why, cap, "bad test JSON: %s", e.text);
-        return NULL;
-    }
-    json_schema *s = json_schema_compile(j, why, cap);
-    json_decref(j);
-    return s;
-}
-
 /* 1 iff text is accepted whole and complete under schema s. */
 static int accepts(json_schema *s, const char *text) {
     json_guard *g = json_guard_new_schema(NULL, s);
@@ -86,7 +74,7 @@ TEST(jsonschema_size_limits) {
 
 TEST(jsonschema_refcount) {
     char why[256];
-    json_schema *s = compile_text("{\"type\":\"object\"}", why, sizeof why);
+    json_schema *s = test_compile_schema("{\"type\":\"object\"}", why, sizeof why);
     CHECK(s != NULL);
     json_guard *g = json_guard_new_schema(NULL, s);
     json_schema_free(s); /* the guard keeps its own reference */
@@ -114,7 +102,7 @@ static const char *const PERSON =
 
 TEST(jsonschema_guard_accepts) {
     char why[512];
-    json_schema *s = compile_text(PERSON, why, sizeof why);
+    json_schema *s = test_compile_schema(PERSON, why, sizeof why);
     CHECK_MSG(s != NULL, "%s", why);
     if (!s) return;
     static const char *const OK[] = {
@@ -130,7 +118,7 @@ TEST(jsonschema_guard_accepts) {
 
 TEST(jsonschema_guard_refuses) {
     char why[512];
-    json_schema *s = compile_text(PERSON, why, sizeof why);
+    json_schema *s = test_compile_schema(PERSON, why, sizeof why);
     if (!s) return;
     static const char *const BAD[] = {
         "{\"name\":\"x\"}",                       /* age is required */
@@ -220,7 +208,7 @@ static void check_prefixes(const char *model) {
     tokenizer *t = test_load_tokenizer(model);
     if (!t) return;
     char why[512];
-    json_schema *s = compile_text(PERSON, why, sizeof why);
+    json_schema *s = test_compile_schema(PERSON, why, sizeof why);
     json_vocab *v = json_vocab_new(t);
     for (size_t i = 0; i < sizeof PREFIXES / sizeof *PREFIXES; i++) test_mask_matches_feed(t, v, s, PREFIXES[i]);
     json_vocab_free(v);
@@ -274,7 +262,7 @@ static void check_sampling(const char *model, int seeds) {
     tokenizer *t = test_load_tokenizer(model);
     if (!t) return;
     char why[512];
-    json_schema *s = compile_text(PERSON, why, sizeof why);
+    json_schema *s = test_compile_schema(PERSON, why, sizeof why);
     json_vocab *v = json_vocab_new(t);
     int done = 0;
     for (int i = 1; i <= seeds; i++) done += sample_run(t, v, s, (uint64_t)i, 400);

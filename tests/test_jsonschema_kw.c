@@ -24,18 +24,6 @@
 #include "text/jsonschema.h"
 #include "text/tokenizer.h"
 
-static json_schema *compile_text(const char *text, char *why, size_t cap) {
-    json_error_t e;
-    json_t *j = json_loads(text, 0, &e);
-    if (!j) {
-        snprintf(why, cap, "bad test JSON: %s", e.text);
-        return NULL;
-    }
-    json_schema *s = json_schema_compile(j, why, cap);
-    json_decref(j);
-    return s;
-}
-
 /* 1 iff text is accepted byte by byte and complete under schema s. */
 static int accepts(json_schema *s, const char *text) {
     json_guard *g = json_guard_new_schema(NULL, s);
@@ -134,7 +122,7 @@ static const kw_case CASES[] = {
 TEST(jsonschema_kw_accepts_and_refuses) {
     for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
         char why[512] = "";
-        json_schema *s = compile_text(CASES[i].schema, why, sizeof why);
+        json_schema *s = test_compile_schema(CASES[i].schema, why, sizeof why);
         CHECK_MSG(s != NULL, "case %zu: %s", i, why);
         if (!s) continue;
         CHECK_MSG(json_schema_unenforced(s) == NULL, "case %zu: unenforced %s", i, json_schema_unenforced(s));
@@ -148,7 +136,7 @@ TEST(jsonschema_kw_accepts_and_refuses) {
  * entered. */
 TEST(jsonschema_kw_refuses_early) {
     char why[512];
-    json_schema *s = compile_text(CASES[1].schema, why, sizeof why); /* ^[a-z0-9-]+$ */
+    json_schema *s = test_compile_schema(CASES[1].schema, why, sizeof why); /* ^[a-z0-9-]+$ */
     json_guard *g = json_guard_new_schema(NULL, s);
     CHECK_EQ_INT(json_guard_feed(g, "{\"id\":\"", 7), 0);
     CHECK_EQ_INT(json_guard_feed(g, "\"", 1), -1); /* empty: + needs one */
@@ -157,7 +145,7 @@ TEST(jsonschema_kw_refuses_early) {
     CHECK_EQ_INT(json_guard_feed(g, "a", 1), 0);
     json_guard_free(g);
     json_schema_free(s);
-    s = compile_text(CASES[3].schema, why, sizeof why); /* date-time */
+    s = test_compile_schema(CASES[3].schema, why, sizeof why); /* date-time */
     g = json_guard_new_schema(NULL, s);
     CHECK_EQ_INT(json_guard_feed(g, "{\"when\":\"2024-02-3", 18), -1); /* no February 3x */
     json_guard_reset(g);
@@ -183,7 +171,7 @@ TEST(jsonschema_kw_unenforced_reported) {
     };
     for (size_t i = 0; i < sizeof R / sizeof *R; i++) {
         char why[512] = "";
-        json_schema *s = compile_text(R[i].schema, why, sizeof why);
+        json_schema *s = test_compile_schema(R[i].schema, why, sizeof why);
         CHECK_MSG(s != NULL, "refused %s: %s", R[i].schema, why);
         if (!s) continue;
         const char *u = json_schema_unenforced(s);
@@ -209,7 +197,7 @@ TEST(jsonschema_kw_malformed_refused) {
     };
     for (size_t i = 0; i < sizeof R / sizeof *R; i++) {
         char why[512] = "";
-        json_schema *s = compile_text(R[i].schema, why, sizeof why);
+        json_schema *s = test_compile_schema(R[i].schema, why, sizeof why);
         CHECK_MSG(!s, "compiled: %s", R[i].schema);
         CHECK_MSG(strstr(why, R[i].says) != NULL, "'%s' does not say '%s'", why, R[i].says);
         json_schema_free(s);
@@ -221,7 +209,7 @@ TEST(jsonschema_kw_malformed_refused) {
  * ends where an optional one is left out. */
 TEST(jsonschema_kw_recursion_depth) {
     char why[512];
-    json_schema *s = compile_text("{\"type\":\"object\",\"properties\":{\"next\":{\"$ref\":\"#\"},\"v\":{\"type\":\"integer\"}}}", why,
+    json_schema *s = test_compile_schema("{\"type\":\"object\",\"properties\":{\"next\":{\"$ref\":\"#\"},\"v\":{\"type\":\"integer\"}}}", why,
                                   sizeof why);
     CHECK_MSG(s != NULL, "%s", why);
     json_guard *g = json_guard_new_schema(NULL, s);
@@ -293,7 +281,7 @@ static void check_string_prefixes(const char *model) {
     tokenizer *t = test_load_tokenizer(model);
     if (!t) return;
     char why[512];
-    json_schema *s = compile_text(STRINGS, why, sizeof why);
+    json_schema *s = test_compile_schema(STRINGS, why, sizeof why);
     CHECK_MSG(s != NULL, "%s", why);
     json_vocab *v = json_vocab_new(t);
     for (size_t i = 0; s && i < sizeof STR_PREFIXES / sizeof *STR_PREFIXES; i++) test_mask_matches_feed(t, v, s, STR_PREFIXES[i]);
@@ -366,7 +354,7 @@ static void check_string_sampling(const char *model, int seeds) {
     tokenizer *t = test_load_tokenizer(model);
     if (!t) return;
     char why[512];
-    json_schema *s = compile_text(STRINGS, why, sizeof why);
+    json_schema *s = test_compile_schema(STRINGS, why, sizeof why);
     json_vocab *v = json_vocab_new(t);
     int done = 0;
     for (int i = 1; s && i <= seeds; i++) done += sample_run(t, v, s, (uint64_t)i, 500);
@@ -406,7 +394,7 @@ TEST(real_jsonschema_kw_speed) {
     for (size_t i = 0; i < sizeof K / sizeof *K; i++) {
         char text[512], why[256];
         snprintf(text, sizeof text, "{\"type\":\"object\",\"properties\":{\"s\":%s}}", K[i].schema);
-        json_schema *s = compile_text(text, why, sizeof why);
+        json_schema *s = test_compile_schema(text, why, sizeof why);
         CHECK_MSG(s != NULL, "%s", why);
         if (!s) continue;
         double total = 0, steady = 0;

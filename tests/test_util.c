@@ -177,3 +177,15 @@ int test_read_ref_logits(const char *path, ref_logits *r) {
     fclose(f);
     return ok ? 0 : -1;
 }
+
+json_schema *test_compile_schema(const char *text, char *why, size_t cap) {
+    json_error_t e;
+    json_t *j = json_loads(text, 0, &e);
+    if (!j) {
+        snprintf(why, cap, "bad test JSON: %s", e.text);
+        return NULL;
+    }
+    json_schema *s = json_schema_compile(j, why, cap);
+    json_decref(j);
+    return s;
+}

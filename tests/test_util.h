@@ -41,6 +41,10 @@ typedef struct ref_logits {
 /* 0, or -1 when the file is missing or short; free tokens and logits. */
 int test_read_ref_logits(const char *path, ref_logits *r);
 
+/* A schema compiled from JSON text (NULL with why set, also for text that
+ * is not JSON). */
+json_schema *test_compile_schema(const char *text, char *why, size_t cap);
+
 /* splitmix64 -> [0, 1): the tests' seeded random numbers. */
 double test_unit_random(uint64_t *state);
 
