@@ -183,9 +183,11 @@ def claude_events(stdout):
     out = []
     for l in stdout.splitlines():
         try:
-            out.append(json.loads(l))
+            e = json.loads(l)
         except ValueError:  # not an event, or a line still being written
-            pass
+            continue
+        if isinstance(e, dict):  # a line cut short can still parse, as a number or a string
+            out.append(e)
     return out
 
 
@@ -210,7 +212,8 @@ def claude_rounds(events):
     """Complete tool rounds in Claude Code's stream-json events."""
     seq = []
     for e in events:
-        content = (e.get("message") or {}).get("content")
+        msg = e.get("message")  # an object in assistant and user events; error events carry a string
+        content = msg.get("content") if isinstance(msg, dict) else None
         if e.get("type") == "assistant" and isinstance(content, list):
             seq += [("call", p["id"]) if p.get("type") == "tool_use" else ("reply",) for p in content]
         elif e.get("type") == "user" and isinstance(content, list):
