@@ -34,11 +34,16 @@ CFG = dict(n_layer=24, n_embd=1024, n_ff=3584, n_head=8, n_head_kv=2, head_dim=2
            n_vocab=248320, n_ctx=32768, rope_base=10000000.0, rms_eps=1e-6)
 
 
-def vocab():
-    """Tiny BPE vocabulary plus unused tokens up to n_vocab."""
-    tokens, types, merges = tm.build_vocab(250, specials_first=False)
-    extra = CFG["n_vocab"] - len(tokens)
+def padded_vocab(n_vocab, specials_first):
+    """Tiny BPE vocabulary plus unused tokens up to n_vocab (shared with
+    tools/synth_smollm2.py)."""
+    tokens, types, merges = tm.build_vocab(250, specials_first=specials_first)
+    extra = n_vocab - len(tokens)
     return tokens + [f"<|synth_{i}|>" for i in range(extra)], types + [1] * extra, merges
+
+
+def vocab():
+    return padded_vocab(CFG["n_vocab"], specials_first=False)
 
 
 def tensor_specs():

@@ -26,9 +26,7 @@ CFG = dict(n_layer=30, n_embd=576, n_ff=1536, n_head=9, n_head_kv=3, n_vocab=491
 
 
 def vocab():
-    tokens, types, merges = tm.build_vocab(250, specials_first=True)
-    extra = CFG["n_vocab"] - len(tokens)
-    return tokens + [f"<|synth_{i}|>" for i in range(extra)], types + [1] * extra, merges
+    return sq.padded_vocab(CFG["n_vocab"], specials_first=True)
 
 
 def tensor_specs():
