@@ -13,13 +13,13 @@
 
 /* ---- tiers (the operator's view) ------------------------------------------ */
 
-/* The live pool: cached blocks (in use or idle) against the pool. */
+/* The live pool: cached blocks (in use or idle) against the pool. Its
+ * hit count is its own (the store counts lower tiers' hits apart). */
 static json_t *tier_live(const server *s, const sched_stats *st) {
     double bb = (double)s->e->kv.block_bytes;
     return json_pack("{s:i,s:i,s:i,s:f,s:f,s:I,s:I,s:I,s:i,s:I}", "blocks", st->cache_blocks, "idle_blocks",
                      st->cache_idle_blocks, "capacity_blocks", s->e->kv.n_blocks, "bytes", st->cache_blocks * bb,
-                     "budget_bytes", s->e->kv.n_blocks * bb, "hit_tokens",
-                     (json_int_t)(st->cache_hit_tokens - st->cache_disk_hit_tokens - st->cache_redis_hit_tokens),
+                     "budget_bytes", s->e->kv.n_blocks * bb, "hit_tokens", (json_int_t)st->cache_hit_tokens,
                      "evicted_blocks", (json_int_t)st->cache_evicted_blocks, "evicted_retained",
                      (json_int_t)st->cache_evicted_retained, "tails", st->cache_tails, "tail_hit_tokens",
                      (json_int_t)st->cache_tail_hit_tokens);
@@ -56,7 +56,7 @@ static json_t *tiers(const server *s) {
     json_object_set_new(t, "totals",
                         json_pack("{s:I,s:I,s:I,s:I,s:I,s:i,s:i}", "requests", (json_int_t)st.requests,
                                   "prefilled_tokens", (json_int_t)st.tokens_prompt, "hit_tokens",
-                                  (json_int_t)st.cache_hit_tokens, "generated_tokens", (json_int_t)st.tokens_generated,
+                                  (json_int_t)(st.cache_hit_tokens + st.cache_disk_hit_tokens + st.cache_redis_hit_tokens), "generated_tokens", (json_int_t)st.tokens_generated,
                                   "published_blocks", (json_int_t)st.cache_published_blocks, "active", st.active,
                                   "queued", st.queued));
     if (s->e->m->hp.n_rec_layer > 0)
