@@ -55,7 +55,8 @@ class Agent:
         self.messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "List the files."}]
 
     def turn(self, url, n):
-        r = httpx.post(url + "/v1/chat/completions", timeout=60, headers={"Authorization": f"Bearer {self.key}"},
+        r = httpx.post(url + "/v1/chat/completions", timeout=60,
+                       headers={"Authorization": f"Bearer {self.key}"} if self.key else {},
                        json={"messages": self.messages, "max_tokens": 6, "temperature": 0,
                              "prompt_cache_key": self.name})
         assert r.status_code == 200, r.text
@@ -152,6 +153,57 @@ def test_page_shows_hits_misses_restart_and_tenants(browser, tmp_path):
         browser.js(f"document.querySelector('#req-{edited['id']}').click()")
         browser.wait(f"document.querySelector('#detail').dataset.id === '{edited['id']}'")
         browser.screenshot(os.path.join(SCREENS, "ui-operator.png"))
+    finally:
+        assert srv.stop() == 0
+
+
+def test_recurrent_model_shows_snapshots(browser, tmp_path):
+    """qwen35 (recurrent layers): the tiers show state snapshots, and a
+    turn's detail where it resumed from one."""
+    model = os.path.join(conftest.GEN, "models", "qwen35-f32.gguf")
+    srv = Server(model, "--parallel", "1", "--ctx", "2048", "--cache-block-tokens", "16",
+                 "--cache-dir", str(tmp_path / "kv"))
+    try:
+        agent = Agent(None, "q35")
+        agent.messages[0]["content"] = "You are a coding agent. Answer with one tool call per turn."
+        for n in range(2):
+            agent.turn(srv.url, n)
+        browser.headers()
+        browser.open(srv.url + "/ui")
+        seen = rows(browser, 2, "two qwen35 turns")
+        second = seen[max(seen)]
+        assert second["segs"].get("live", 0) > 0
+        snaps = browser.wait("(t => t && {stored: +t.dataset.stored, restored: +t.dataset.restored})"
+                             "(document.querySelector('#tier-snapshots'))", what="the snapshots")
+        assert snaps["stored"] > 0 and snaps["restored"] >= 1, snaps
+        browser.js(f"document.querySelector('#req-{second['id']}').click()")
+        fact = browser.wait("(d => d && d.textContent)(document.querySelector('#detail dd[data-fact=snapshots]'))",
+                            what="the turn's snapshot fact")
+        assert fact.startswith(f"resumed at {second['segs']['live']} from live"), fact
+    finally:
+        assert srv.stop() == 0
+
+
+def test_sliding_window_model_shows_window_facts(browser, tmp_path):
+    """gemma3 (sliding-window layers): the tiers show the window's reload
+    counters and a request's detail its own."""
+    gemma = os.environ.get("STRATA_GEMMA3_MODEL", os.path.join(ROOT, "models", "gemma-3-270m-q4_k_m.gguf"))
+    if not os.path.exists(gemma):
+        pytest.skip("Gemma 3 270M not downloaded (make model-gemma3)")
+    srv = Server(gemma, "--parallel", "1", "--ctx", "1024", "--cache-dir", str(tmp_path / "kv"))
+    try:
+        Agent(None, "g3").turn(srv.url, 0)
+        browser.headers()
+        browser.open(srv.url + "/ui")
+        seen = rows(browser, 1, "one gemma3 request")
+        win = browser.wait("(t => t && {reloaded: t.dataset.reloaded, cut: t.dataset.cut})"
+                           "(document.querySelector('#tier-window'))", what="the window counters")
+        assert win == {"reloaded": "0", "cut": "0"}  # one cold request: nothing read back, nothing cut
+        browser.js(f"document.querySelector('#req-{min(seen)}').click()")
+        fact = browser.wait("(d => d && d.textContent)(document.querySelector('#detail dd[data-fact=window]'))",
+                            what="the request's window fact")
+        assert fact == "0 blocks reloaded, 0 tokens cut"
+        assert browser.js("document.querySelector('#tier-snapshots')") is None  # no recurrent layers
     finally:
         assert srv.stop() == 0
 

@@ -129,7 +129,11 @@ function renderDetail() {
   $("#detail-id").textContent = `#${r.id}`;
   const facts = $("#detail-facts");
   facts.replaceChildren();
-  const add = (k, v) => { facts.append(el("dt", "", k), el("dd", "", v)); };
+  const add = (k, v) => {
+    const dd = el("dd", "", v);
+    dd.dataset.fact = k;
+    facts.append(el("dt", "", k), dd);
+  };
   add("conversation", r.conversation ? `${r.conversation.key} (${r.conversation.from})` : "–");
   add("prompt", `${fmt(r.prompt_tokens)} tokens`);
   for (const s of segments(r)) add(s.tier, `${fmt(s.tokens)} tokens`);
@@ -291,6 +295,7 @@ function renderTiers(tiers, list) {
   if (tiers.snapshots) {
     const s = tiers.snapshots, b = el("div", "tier");
     b.id = "tier-snapshots";
+    Object.assign(b.dataset, { entries: s.entries, stored: s.stored, restored: s.restored, evicted: s.evicted });
     b.append(el("h3", "", "recurrent-state snapshots"),
       el("div", "kv", `${fmt(s.entries)} held (${bytes(s.bytes)}), ${fmt(s.stored)} stored, ${fmt(s.restored)} restored, ${fmt(s.evicted)} evicted`));
     box.append(b);
@@ -298,6 +303,7 @@ function renderTiers(tiers, list) {
   if (tiers.window) {
     const w = tiers.window, b = el("div", "tier");
     b.id = "tier-window";
+    Object.assign(b.dataset, { reloaded: w.reloaded_blocks, cut: w.cut_tokens, refilled: w.refilled_blocks });
     b.append(el("h3", "", "sliding window"),
       el("div", "kv", `${fmt(w.reloaded_blocks)} blocks reloaded, ${fmt(w.cut_tokens)} tokens cut, ${fmt(w.refilled_blocks)} refilled`));
     box.append(b);
