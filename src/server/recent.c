@@ -92,18 +92,25 @@ static char *trace_line(const json_t *rec) {
     return line;
 }
 
+/* A record never changes once others may hold it: closing puts a merged
+ * copy in its place (values shared, not copied). So a reader takes
+ * references under the lock and writes JSON outside it, and the
+ * scheduler never waits for a page's poll. */
 void recent_close(recent_ring *r, long id, json_t *facts, FILE *trace) {
-    char *line = NULL;
+    json_t *rec = NULL;
     if (r) pthread_mutex_lock(&r->mu);
     entry *e = find_locked(r, id);
     if (e) {
-        json_object_update(e->rec, facts);
+        json_t *merged = json_copy(e->rec);
+        json_object_update(merged, facts);
+        json_decref(e->rec);
+        e->rec = merged;
         e->rev = ++r->rev;
-        if (trace) line = trace_line(e->rec);
-    } else if (trace) {
-        line = trace_line(facts);
+        rec = json_incref(merged);
     }
     if (r) pthread_mutex_unlock(&r->mu);
+    char *line = trace ? trace_line(rec ? rec : facts) : NULL;
+    json_decref(rec);
     json_decref(facts);
     if (line) {
         fputs(line, trace);
@@ -127,7 +134,7 @@ json_t *recent_list(recent_ring *r, long since, const char *tenant, long *rev) {
     pthread_mutex_lock(&r->mu);
     for (int k = 0; k < r->n; k++) {
         const entry *e = &r->e[(r->head + k) % r->cap];
-        if (e->rev > since && tenant_matches(e->rec, tenant)) json_array_append_new(out, json_deep_copy(e->rec));
+        if (e->rev > since && tenant_matches(e->rec, tenant)) json_array_append(out, e->rec); /* shared, never changed */
     }
     *rev = r->rev;
     pthread_mutex_unlock(&r->mu);
@@ -136,15 +143,18 @@ json_t *recent_list(recent_ring *r, long since, const char *tenant, long *rev) {
 
 int recent_save(recent_ring *r, const char *path, const uint8_t model_fp[32]) {
     if (!r) return 0;
+    long rev;
+    json_t *all = recent_list(r, 0, NULL, &rev);
     strbuf b = {0};
-    pthread_mutex_lock(&r->mu);
-    for (int k = 0; k < r->n; k++) {
-        char *line = json_dumps(r->e[(r->head + k) % r->cap].rec, JSON_COMPACT);
+    size_t i;
+    json_t *rec;
+    json_array_foreach(all, i, rec) {
+        char *line = json_dumps(rec, JSON_COMPACT);
         strbuf_puts(&b, line);
         strbuf_add(&b, "\n", 1);
         free(line);
     }
-    pthread_mutex_unlock(&r->mu);
+    json_decref(all);
     int rc = fs_save_framed(path, RECENT_MAGIC, model_fp, b.s ? b.s : "", b.len);
     strbuf_free(&b);
     return rc;

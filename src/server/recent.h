@@ -10,8 +10,8 @@
  * timings, finish: sched.c). Closing merges the two halves, writes the
  * trace line, and marks the record changed; a reader asks for the records
  * changed since a revision, of one tenant or of all. The oldest record
- * leaves when the ring is full. Thread-safe (one mutex, held for copies
- * only).
+ * leaves when the ring is full. Thread-safe (one mutex, held for pointer work
+ * only: readers take references and write JSON outside it).
  * Does not: decide anything, or know HTTP (server/ui.c serves the page). */
 #ifndef STRATA_RECENT_H
 #define STRATA_RECENT_H
@@ -38,9 +38,11 @@ long recent_open(recent_ring *r, const char *tenant, json_t *rec);
  * record already gone from the ring (or id 0) is traced from facts alone. */
 void recent_close(recent_ring *r, long id, json_t *facts, FILE *trace);
 
-/* Copies of the records changed after revision `since` (0: all), oldest
- * first, of one tenant (NULL: every tenant's; "": requests without a
- * tenant); the ring's revision now in *rev. A new reference. */
+/* The records changed after revision `since` (0: all), oldest first, of
+ * one tenant (NULL: every tenant's; "": requests without a tenant); the
+ * ring's revision now in *rev. A new array (the caller's reference) of
+ * records shared with the ring: read them, never change them (a record is
+ * replaced, not changed, when it closes). */
 json_t *recent_list(recent_ring *r, long since, const char *tenant, long *rev);
 
 /* The ring beside the disk tier, so the page still shows the requests
