@@ -83,8 +83,10 @@ build/src/backend/act%.o: override CFLAGS += -O3 -fno-trapping-math
 # The same for the activation quantizer's builds (backend/quant_act_impl.h).
 build/src/backend/quant_act_%.o: override CFLAGS += -O3 -fno-trapping-math
 
-# The /ui page's files are built into ui_assets.o (.incbin, src/server/ui_assets.c).
-build/src/server/ui_assets.o: $(wildcard src/server/ui/*)
+# The /ui page's files are built into ui_assets.o (.incbin, src/server/ui_assets.c),
+# in every build (the sanitizer and fuzz builds' too: tests/fuzz/fuzz.mk).
+UI_FILES := $(wildcard src/server/ui/*)
+build/src/server/ui_assets.o: $(UI_FILES)
 
 build/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
