@@ -16,9 +16,7 @@ is largest there.
 import argparse
 import os
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -26,33 +24,18 @@ import time
 
 import httpx
 
+import bench_cache
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 TINY = os.path.join(os.environ.get("TEST_DATA_DIR", os.path.join(ROOT, "tests", "data", "gen")), "models",
                     "llama-q4_1.gguf")
 SYSTEM = "You are a coding agent. Read files before editing them and keep answers short. " * 4
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def serve(model, records):
-    port = free_port()
     cache = tempfile.mkdtemp(prefix="strata-uicost-")
-    proc = subprocess.Popen([os.path.join(ROOT, "strata"), "serve", "-m", model, "--port", str(port), "--parallel", "4",
-                             "--ctx", "2048", "--cache-dir", cache, "--ui-records", str(records)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError("server did not start")
+    return bench_cache.serve(model, "--parallel", "4", "--ctx", "2048", "--cache-dir", cache,
+                             "--ui-records", str(records))
 
 
 def client(url, n, k, out):
