@@ -132,8 +132,14 @@ static void note_prompt(api_call *c, const json_t *messages, const int32_t *ids,
 static void conversation_name(api_call *c, const http_req *req) {
     static const char *const headers[] = {"x-session-id", "session_id", "x-claude-code-session-id"};
     const char *key = json_string_value(json_object_get(c->req, "prompt_cache_key")), *from = "prompt_cache_key";
-    for (size_t i = 0; !key && i < sizeof headers / sizeof headers[0]; i++) key = http_header(req, headers[i]), from = "header";
-    if (!key) key = json_string_value(json_object_get(json_object_get(c->req, "metadata"), "user_id")), from = "metadata";
+    for (size_t i = 0; !key && i < sizeof headers / sizeof headers[0]; i++) {
+        key = http_header(req, headers[i]);
+        from = "header";
+    }
+    if (!key) {
+        key = json_string_value(json_object_get(json_object_get(c->req, "metadata"), "user_id"));
+        from = "metadata";
+    }
     if (!key || !key[0]) return;
     snprintf(c->conv, sizeof c->conv, "%s", key);
     snprintf(c->conv_from, sizeof c->conv_from, "%s", from);
@@ -148,7 +154,9 @@ static void record_open(api_call *c) {
     if (c->gp.tenant) server_tenant_id(s, c->gp.tenant, tenant, sizeof tenant);
     json_t *rec = json_pack("{s:f,s:I,s:s,s:i,s:s,s:i}", "time", clock_wall_s(), "boot", (json_int_t)s->boot_id,
                             "api", c->path, "prompt_tokens", c->n_prompt, "finish", "running", "stream", c->stream);
-    if (c->conv[0]) json_object_set_new(rec, "conversation", json_pack("{s:s,s:s}", "key", c->conv, "from", c->conv_from));
+    if (c->conv[0]) /* the client's bytes, cut to fit: made valid UTF-8 */
+        json_object_set_new(rec, "conversation",
+                            json_pack("{s:o,s:s}", "key", json_text(c->conv, strlen(c->conv)), "from", c->conv_from));
     if (c->ui_prompt) json_object_update(rec, c->ui_prompt);
     c->gp.recent_id = recent_open(s->recent, tenant[0] ? tenant : NULL, rec);
 }

@@ -54,11 +54,12 @@ class Agent:
         self.key, self.name = key, name
         self.messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "List the files."}]
 
-    def turn(self, url, n):
-        r = httpx.post(url + "/v1/chat/completions", timeout=60,
-                       headers={"Authorization": f"Bearer {self.key}"} if self.key else {},
-                       json={"messages": self.messages, "max_tokens": 6, "temperature": 0,
-                             "prompt_cache_key": self.name})
+    def turn(self, url, n, headers=None):
+        body = {"messages": self.messages, "max_tokens": 6, "temperature": 0}
+        if self.name:  # the conversation's name; without it, a session header or the anchor names it
+            body["prompt_cache_key"] = self.name
+        r = httpx.post(url + "/v1/chat/completions", timeout=60, json=body,
+                       headers={**({"Authorization": f"Bearer {self.key}"} if self.key else {}), **(headers or {})})
         assert r.status_code == 200, r.text
         self.messages.append({"role": "assistant", "content": r.json()["choices"][0]["message"]["content"]})
         self.messages.append({"role": "user", "content": f"Tool result {n}: src/main.c src/util.c README.md"})
@@ -235,6 +236,20 @@ def test_state_endpoint_keys_and_assets(tmp_path):
         assert sorted(q["conversation"]["key"] for q in op["requests"]) == ["a1", "b1"]
         later = httpx.get(url + f"/ui/state?since={op['rev']}", headers={"Authorization": f"Bearer {KEYS['op']}"})
         assert later.json()["requests"] == []  # nothing changed since
+
+        # conversations a client did not name: by a session header, else by the anchor
+        # (the first user message), which stays when the system prompt is edited
+        Agent(KEYS["a"], None).turn(url, 0, headers={"x-session-id": ("sess-x" + "\u00e9" * 80).encode()})
+        plain = Agent(KEYS["a"], None)
+        plain.turn(url, 0)
+        plain.messages[0]["content"] = SYSTEM.replace("careful", "hasty")
+        plain.turn(url, 1)
+        later = httpx.get(url + f"/ui/state?since={mine['rev']}", auth=("x", KEYS["a"])).json()["requests"]
+        convs = [q["conversation"] for q in later]
+        assert convs[0]["from"] == "header" and convs[0]["key"].startswith("sess-x\u00e9")
+        assert convs[0]["key"].endswith("\ufffd")  # cut to fit inside a character: still UTF-8
+        assert convs[1]["from"] == convs[2]["from"] == "anchor" and convs[1]["key"] == convs[2]["key"]
+        assert later[2]["first_difference"]["role"] == "system"
     finally:
         assert srv.stop() == 0
 
