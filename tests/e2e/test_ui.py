@@ -158,6 +158,24 @@ def test_page_shows_hits_misses_restart_and_tenants(browser, tmp_path):
         assert srv.stop() == 0
 
 
+def test_a_person_gives_the_key_as_basic_credentials(browser, tmp_path):
+    """The way a person opens the page: no header, the browser asks (or
+    the URL carries user:key@) and sends Basic credentials, for the page,
+    its files and every poll."""
+    srv = start(str(tmp_path / "kv"))
+    try:
+        Agent(KEYS["b"], "b-only").turn(srv.url, 0)
+        browser.headers()
+        browser.open(srv.url.replace("http://", f"http://anyone:{KEYS['b']}@") + "/ui")
+        browser.wait("document.body.dataset.polls >= 2", what="two polls with Basic credentials")
+        assert browser.js("document.body.dataset.view") == "tenant"
+        assert browser.js("document.querySelector('#status').dataset.state") == "live"
+        assert browser.js("getComputedStyle(document.querySelector('header')).display") == "flex"  # app.css ran
+        assert rows(browser, 1, "tenant b's one request")[1]["conversation"] == "b-only"
+    finally:
+        assert srv.stop() == 0
+
+
 def test_recurrent_model_shows_snapshots(browser, tmp_path):
     """qwen35 (recurrent layers): the tiers show state snapshots, and a
     turn's detail where it resumed from one."""

@@ -344,7 +344,10 @@ function status(kind, text) {
 async function poll() {
   let wait = POLL_MS;
   try {
-    const res = await fetch(`/ui/state?since=${state.rev}`, { cache: "no-store" });
+    // from the origin: a page opened as http://user:key@host/ui has a base
+    // URL with credentials, which fetch refuses (the browser sends the key
+    // it was given for /ui by itself)
+    const res = await fetch(new URL(`/ui/state?since=${state.rev}`, location.origin), { cache: "no-store" });
     if (res.status === 401) throw new Error("this page needs an API key (reload and give it as the password)");
     if (!res.ok) throw new Error(`state: HTTP ${res.status}`);
     let s = await res.json();
@@ -352,7 +355,7 @@ async function poll() {
       // a restarted server: its revisions count afresh, ask for everything
       state.records.clear();
       state.rev = 0;
-      const again = await fetch("/ui/state", { cache: "no-store" });
+      const again = await fetch(new URL("/ui/state", location.origin), { cache: "no-store" });
       if (!again.ok) throw new Error(`state: HTTP ${again.status}`);
       s = await again.json();
     }
