@@ -70,7 +70,7 @@ int cli_serve(int argc, char **argv) {
          "recurrent models: a state snapshot every N blocks of a prompt, besides message boundaries and ends (32; 0 = none)"},
         {"--cache-snapshot-mb", NULL, ARG_INT, &o.snap_mb, 1, 1 << 20,
          "recurrent models: memory for state snapshots in MiB (512)"},
-        {"--ui-records", NULL, ARG_INT, &o.ui_records, 0, 1 << 20,
+        {"--ui-records", NULL, ARG_INT, &o.ui_records, 0, 16384,
          "requests the /ui page shows, kept in memory and beside the disk tier (256; 0 = none, no page)"},
         {"--trace", NULL, ARG_STR, &o.trace_path, 0, -1, "append one JSONL line per request to FILE"},
         {"--log-file", NULL, ARG_STR, &log_file, 0, -1, "append log lines to FILE instead of stderr"},

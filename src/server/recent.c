@@ -10,7 +10,7 @@
 #include "base/strbuf.h"
 
 #define RECENT_MAGIC "STRRCNT1"
-#define RECENT_MAX_FILE (64u << 20) /* a saved ring larger than this is not ours */
+#define RECENT_MAX_FILE (256u << 20) /* a saved ring larger than this is not ours (16384 records of ~2 KiB fit) */
 
 /* Keys only the page reads: the prompt's message list and text around the
  * first difference are bulky (and the text is the client's), so the trace
