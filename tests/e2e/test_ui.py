@@ -135,6 +135,12 @@ def test_page_shows_hits_misses_restart_and_tenants(browser, tmp_path):
             diff: document.querySelector('#detail-messages li.diff').dataset.role}}""", what="the excerpt")
         assert ex["was"].strip().startswith("careful") and ex["now"].strip().startswith("reckless") and ex["diff"] == "system", ex
         assert browser.js("document.querySelector('#tier-disk')") is None  # the tiers are the operator's
+        own = browser.js("Object.fromEntries([...document.querySelectorAll('#own-tiers span')]"
+                         ".map(s => [s.dataset.tier, +s.dataset.tokens]))")
+        for tier in ("live", "disk", "computed"):  # the tenant's own tokens by tier: the sum of its bars
+            assert own[tier] == sum(r["segs"].get(tier, 0) for r in seen.values()), (tier, own, seen)
+        marks = browser.js(f"[...document.querySelectorAll('#req-{edited['id']} .mark')].map(m => +m.dataset.end)")
+        assert marks and all(0 < m <= edited["prompt"] for m in marks)  # its retention marks (the anchor)
         browser.screenshot(os.path.join(SCREENS, "ui-tenant.png"))
 
         # the operator sees every tenant's requests and the tiers

@@ -68,6 +68,13 @@ function barFor(r, scale) {
     }
   }
   track.append(bar);
+  for (const m of r.retain || []) { // retention marks: the prefix kept at least ttl_s
+    const t = el("div", "mark");
+    Object.assign(t.dataset, { end: m.end, ttl: m.ttl_s });
+    t.style.left = `${(100 * m.end) / scale}%`;
+    t.title = `retention mark: the first ${fmt(m.end)} tokens kept at least ${fmt(m.ttl_s)} s`;
+    track.append(t);
+  }
   const fd = r.first_difference;
   if (fd) {
     const m = el("div", "miss");
@@ -118,7 +125,7 @@ function renderRequests(list) {
 
 function select(id) {
   state.selected = id;
-  render();
+  render(true);
 }
 
 function renderDetail() {
@@ -273,6 +280,23 @@ function tierBox(name, t) {
   return box;
 }
 
+// A tenant's view: its own requests' tokens by tier (the counters of the
+// tiers themselves count every tenant's, so they are the operator's).
+function ownTiers(list) {
+  const sum = {};
+  for (const r of list) for (const s of r.cached_tokens ? segments(r) : []) sum[s.tier] = (sum[s.tier] || 0) + s.tokens;
+  const kv = el("div", "kv");
+  kv.id = "own-tiers";
+  for (const [tier, n] of Object.entries(sum)) {
+    const s = el("span");
+    s.dataset.tier = tier;
+    s.dataset.tokens = n;
+    s.append(el("b", "", fmt(n)), ` tokens ${tier === "computed" ? "computed" : "from " + tier}`);
+    kv.append(s);
+  }
+  return kv;
+}
+
 function renderTiers(tiers, list) {
   const box = $("#tiers");
   box.replaceChildren();
@@ -283,7 +307,8 @@ function renderTiers(tiers, list) {
   h.append(el("h3", "", `Hit rate per request (${hs.length ? Math.round(100 * hs[hs.length - 1]) + "% last" : "none yet"})`), spark(hs));
   box.append(h);
   if (!tiers) {
-    box.append(el("p", "sub", "The tiers' counters are the operator's: open this page with the key of /metrics."));
+    box.append(ownTiers(list),
+      el("p", "sub", "The tiers' counters are the operator's: open this page with the key of /metrics."));
     return;
   }
   for (const name of ["live", "disk", "redis"]) if (tiers[name]) box.append(tierBox(name, tiers[name]));
@@ -314,11 +339,17 @@ function renderTiers(tiers, list) {
 
 let lastTiers = null;
 
-function render() {
+// Redraws the requests and conversations only when records changed (or
+// a click changed the selection); the tiers every poll (rates move).
+let drawn = -1;
+function render(force) {
   const list = [...state.records.values()].sort((a, b) => a.id - b.id);
-  renderRequests(list);
-  renderDetail();
-  renderConversations(list);
+  if (force || drawn !== state.rev) {
+    renderRequests(list);
+    renderDetail();
+    renderConversations(list);
+    drawn = state.rev;
+  }
   renderTiers(lastTiers, list);
 }
 
@@ -355,6 +386,7 @@ async function poll() {
       // a restarted server: its revisions count afresh, ask for everything
       state.records.clear();
       state.rev = 0;
+      drawn = -1;
       const again = await fetch(new URL("/ui/state", location.origin), { cache: "no-store" });
       if (!again.ok) throw new Error(`state: HTTP ${again.status}`);
       s = await again.json();
