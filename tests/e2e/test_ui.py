@@ -30,7 +30,7 @@ ROWS = """[...document.querySelectorAll('#requests .req')].map(r => ({
   segs: Object.fromEntries([...r.querySelectorAll('.bar .seg')].map(s => [s.dataset.tier, +s.dataset.tokens])),
   marker: (m => m && {message: +m.dataset.message, role: m.dataset.role, token: +m.dataset.token,
                        lost: +m.dataset.lost})(r.querySelector('.miss')),
-  why: (r.querySelector('.why') || {}).textContent || ''}))"""
+  why: [...r.querySelectorAll('.why')].map(w => w.textContent).join(' | ')}))"""
 
 
 def start(cache_dir, port=None):
@@ -233,7 +233,7 @@ def test_sliding_window_model_shows_window_facts(browser, tmp_path):
         assert srv.stop() == 0
 
 
-def test_state_endpoint_keys_and_assets(tmp_path):
+def test_state_endpoint_keys_and_assets(browser, tmp_path):
     srv = start(str(tmp_path / "kv"))
     try:
         url = srv.url
@@ -274,6 +274,17 @@ def test_state_endpoint_keys_and_assets(tmp_path):
         assert convs[0]["key"].endswith("\ufffd")  # cut to fit inside a character: still UTF-8
         assert convs[1]["from"] == convs[2]["from"] == "anchor" and convs[1]["key"] == convs[2]["key"]
         assert later[2]["first_difference"]["role"] == "system"
+
+        # a request that never ran (longer than a sequence's context) shows as refused, with why
+        long = httpx.post(url + "/v1/chat/completions", headers={"Authorization": f"Bearer {KEYS['a']}"}, timeout=60,
+                          json={"messages": [{"role": "user", "content": "word " * 3000}], "max_tokens": 2})
+        assert long.status_code == 400
+        last = httpx.get(url + "/ui/state", auth=("x", KEYS["a"])).json()["requests"][-1]
+        assert last["finish"] == "refused" and "context" in last["error"], last
+        browser.headers(Authorization=f"Bearer {KEYS['a']}")
+        browser.open(url + "/ui")
+        shown = rows(browser, len(mine["requests"]) + 4, "the refused request too")[last["id"]]
+        assert shown["finish"] == "refused" and shown["segs"] == {} and "context" in shown["why"], shown
     finally:
         assert srv.stop() == 0
 

@@ -55,8 +55,11 @@ function barFor(r, scale) {
   const track = el("div", "track");
   const bar = el("div", "bar");
   bar.style.width = `${Math.max(0.5, (100 * r.prompt_tokens) / scale)}%`;
-  if (!r.cached_tokens) {
+  if (r.finish === "running") {
     bar.classList.add("running");
+  } else if (!r.cached_tokens) { // refused before it ran: nothing came from anywhere
+    bar.classList.add("refused");
+    bar.title = r.error || "refused";
   } else {
     for (const s of segments(r)) {
       const seg = el("div", `seg seg-${s.tier}`);
@@ -108,6 +111,7 @@ function requestRow(r, scale, prev) {
     el("span", `finish finish-${r.finish}`, r.finish));
   row.append(meta, barFor(r, scale), nums);
   if (r.first_difference) row.append(el("div", "why", missText(r.first_difference)));
+  if (r.finish === "refused" && r.error) row.append(el("div", "why", r.error));
   row.addEventListener("click", () => select(r.id));
   return row;
 }
