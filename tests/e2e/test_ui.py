@@ -160,6 +160,13 @@ def test_page_shows_hits_misses_restart_and_tenants(browser, tmp_path):
         browser.js(f"document.querySelector('#req-{edited['id']}').click()")
         browser.wait(f"document.querySelector('#detail').dataset.id === '{edited['id']}'")
         browser.screenshot(os.path.join(SCREENS, "ui-operator.png"))
+
+        # a turn while the operator watches: the tiers' hit rate over time gets a point
+        agent.turn(srv.url, 5)
+        rate = browser.wait("+document.querySelector('#tier-hit-rate').dataset.samples >= 1 && "
+                            "+document.querySelector('#tier-hit-rate').dataset.max",
+                            what="a point of the tiers' hit rate")
+        assert rate > 0.8  # the turn extended the last one: nearly all of it from the live pool
     finally:
         assert srv.stop() == 0
 

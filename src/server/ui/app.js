@@ -253,6 +253,17 @@ function evictionsPerMin(tier) {
   return ((now.evicted[tier] || 0) - (then.evicted[tier] || 0)) * 60 / dt;
 }
 
+// The tiers' hit rate over time: between two polls, the share of prompt
+// tokens that came from any tier (polls without traffic left out).
+function tierHitRate() {
+  const out = [], s = state.samples;
+  for (let i = 1; i < s.length; i++) {
+    const hit = s[i].hit - s[i - 1].hit, computed = s[i].prefilled - s[i - 1].prefilled;
+    if (hit + computed > 0) out.push(hit / (hit + computed));
+  }
+  return out;
+}
+
 // Hit rate (share of prompt tokens from any tier) per finished request, in order.
 function hitSeries(list) {
   return list.filter((r) => r.cached_tokens && r.prompt_tokens > 0).map((r) => 1 - r.prefilled_tokens / r.prompt_tokens);
@@ -315,6 +326,12 @@ function renderTiers(tiers, list) {
       el("p", "sub", "The tiers' counters are the operator's: open this page with the key of /metrics."));
     return;
   }
+  const rate = tierHitRate(), r = el("div", "hitrate");
+  r.id = "tier-hit-rate";
+  r.dataset.samples = rate.length;
+  r.dataset.max = rate.length ? Math.max(...rate).toFixed(3) : "";
+  r.append(el("h3", "", "Hit rate of every tenant's prompt tokens, per poll with traffic"), spark(rate));
+  box.append(r);
   for (const name of ["live", "disk", "redis"]) if (tiers[name]) box.append(tierBox(name, tiers[name]));
   const marks = list.filter((r) => r.retain && r.retain.length);
   const m = el("div", "kv");
