@@ -330,7 +330,8 @@ function renderTiers(tiers, list) {
   r.id = "tier-hit-rate";
   r.dataset.samples = rate.length;
   r.dataset.max = rate.length ? Math.max(...rate).toFixed(3) : "";
-  r.append(el("h3", "", "Hit rate of every tenant's prompt tokens, per poll with traffic"), spark(rate));
+  r.append(el("h3", "", "Hit rate of every tenant's prompt tokens, per poll with traffic"),
+    rate.length ? spark(rate) : el("p", "sub", "(no traffic since this page opened)"));
   box.append(r);
   for (const name of ["live", "disk", "redis"]) if (tiers[name]) box.append(tierBox(name, tiers[name]));
   const marks = list.filter((r) => r.retain && r.retain.length);
