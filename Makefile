@@ -56,7 +56,7 @@ QWEN35_SYNTH = $(MODEL_DIR)/qwen35-0.8b-synth-q4_0.gguf
 
 .PHONY: model-gemma3 bench-gemma3 oracle-refs-gemma3 tok-refs-gemma3 model-qwen35-synth bench-qwen35-synth bench-depth-qwen35
 .PHONY: test-gpu gpu-bundle
-.PHONY: all test unit-test e2e-test bench-agent bench-depth llama-bench bench-replay bench-load bench-schema run model deps test-deps testdata clean bench oracle-refs tok-refs
+.PHONY: all test unit-test e2e-test bench-ui bench-agent bench-depth llama-bench bench-replay bench-load bench-schema run model deps test-deps testdata clean bench oracle-refs tok-refs
 
 all: strata
 
@@ -82,6 +82,11 @@ build/strata-tests: $(TEST_OBJ) $(OBJ) $(CUDA_STAMP)
 build/src/backend/act%.o: override CFLAGS += -O3 -fno-trapping-math
 # The same for the activation quantizer's builds (backend/quant_act_impl.h).
 build/src/backend/quant_act_%.o: override CFLAGS += -O3 -fno-trapping-math
+
+# The /ui page's files are built into ui_assets.o (.incbin, src/server/ui_assets.c),
+# in every build (the sanitizer and fuzz builds' too: tests/fuzz/fuzz.mk).
+UI_FILES := $(wildcard src/server/ui/*)
+build/src/server/ui_assets.o: $(UI_FILES)
 
 build/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
@@ -178,6 +183,15 @@ build/schema-mask: bench/schema_mask.c $(OBJ)
 
 bench-schema: build/schema-mask model
 	build/schema-mask $(MODEL) 30
+
+# What the /ui page's ring of request records costs (bench/README.md): the
+# ring alone, then request rates without it, with it, and with pages polling.
+build/ui-ring: bench/ui_ring.c $(OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+bench-ui: build/ui-ring strata
+	build/ui-ring
+	$(PYTHON) bench/ui_cost.py
 
 # Agentic replay: Strata cache off / memory only / memory + disk, and llama.cpp's
 # llama-server (short default run; bench/README.md).

@@ -39,9 +39,14 @@ def free_port():
 
 
 def start(model, cache_dir, ctx, trace, extra=()):
+    return serve(model, "--ctx", str(ctx), "--parallel", "1", "--cache-dir", cache_dir, "--trace", trace, *extra)
+
+
+def serve(model, *args):
+    """`strata serve -m model args...` on a free port, once /health says 200:
+    (process, url). Also bench/ui_cost.py's."""
     port = free_port()
-    p = subprocess.Popen([os.path.join(ROOT, "strata"), "serve", "-m", model, "--port", str(port), "--ctx", str(ctx),
-                          "--parallel", "1", "--cache-dir", cache_dir, "--trace", trace, *extra],
+    p = subprocess.Popen([os.path.join(ROOT, "strata"), "serve", "-m", model, "--port", str(port), *args],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):

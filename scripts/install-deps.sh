@@ -9,10 +9,13 @@ SYSTEM_PKGS=(build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libss
 # Agents SDK, whose default model speaks the Responses API; langchain-openai,
 # pydantic-ai and smolagents: the agent libraries of tests/e2e/test_clients.py)
 PY_TEST_PKGS=(numpy gguf pytest httpx openai anthropic openai-agents:agents jsonschema pydantic
-              langchain-openai:langchain_openai "pydantic-ai-slim[openai]:pydantic_ai" smolagents)
+              langchain-openai:langchain_openai "pydantic-ai-slim[openai]:pydantic_ai" smolagents
+              "websockets>=12:websockets")
 # clang (Debian's) builds the libFuzzer targets (make fuzz-targets, tests/fuzz);
-# the shared KV tier's tests start a real Redis and HAProxy on loopback.
-TEST_SYSTEM_PKGS=(clang redis-server haproxy)
+# the shared KV tier's tests start a real Redis and HAProxy on loopback;
+# the /ui page's tests drive a headless Chromium (tests/e2e/test_ui.py,
+# over the DevTools protocol: websockets above, whose sync client is 12+).
+TEST_SYSTEM_PKGS=(clang redis-server haproxy chromium)
 
 "$(dirname "$0")/apt-install.sh" "${SYSTEM_PKGS[@]}"
 

@@ -22,6 +22,9 @@ TEST(diag_first_difference_against_the_most_similar_recent_prompt) {
     CHECK(g.diverged);
     CHECK_EQ_INT(g.first_diff, 3);
     CHECK_EQ_INT(g.lost, 7); /* both have 10 tokens: 7 past the edit */
+    CHECK_EQ_INT(g.n_was, 7); /* what the earlier prompt had from there on */
+    CHECK_EQ_INT(g.was[0], 4);
+    CHECK_EQ_INT(g.was[6], 10);
     diag_observe(d, &a, other, 4, &g);
     CHECK(!g.diverged); /* shares nothing: a new conversation */
     diag_free(d);

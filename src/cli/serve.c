@@ -14,7 +14,7 @@ int cli_serve(int argc, char **argv) {
                      .max_client_conns = -1, .header_timeout = 10,
                      .max_body = 8 << 20, .cache_mem_mb = 1024, .cache_disk_mb = 8192,
                      .cache_redis_timeout_ms = 100, .cache_redis_ttl_s = (int)POLICY_SHARED_TTL_S,
-                     .snap_blocks = POLICY_SNAP_EVERY_BLOCKS, .snap_mb = POLICY_SNAP_MB};
+                     .snap_blocks = POLICY_SNAP_EVERY_BLOCKS, .snap_mb = POLICY_SNAP_MB, .ui_records = 256};
     int help = 0, verbose = 0, max_body_mb = 8;
     const char *log_file = NULL;
     const arg_spec specs[] = {
@@ -70,6 +70,8 @@ int cli_serve(int argc, char **argv) {
          "recurrent models: a state snapshot every N blocks of a prompt, besides message boundaries and ends (32; 0 = none)"},
         {"--cache-snapshot-mb", NULL, ARG_INT, &o.snap_mb, 1, 1 << 20,
          "recurrent models: memory for state snapshots in MiB (512)"},
+        {"--ui-records", NULL, ARG_INT, &o.ui_records, 0, 16384,
+         "requests the /ui page shows, kept in memory and beside the disk tier (256; 0 = none, no page)"},
         {"--trace", NULL, ARG_STR, &o.trace_path, 0, -1, "append one JSONL line per request to FILE"},
         {"--log-file", NULL, ARG_STR, &log_file, 0, -1, "append log lines to FILE instead of stderr"},
         {"--verbose", "-v", ARG_FLAG, &verbose, 0, -1, "debug log lines too"},

@@ -9,6 +9,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/mem.h"
+#include "base/strbuf.h"
 
 api_call *api_call_of(api_stream *st) { return (api_call *)((char *)st - offsetof(api_call, st)); }
 
@@ -48,6 +49,7 @@ static void call_free(api_call *c) {
     gen_end(&c->g);
     free(c->prefix);
     free(c->msg_ends);
+    json_decref(c->ui_prompt);
     json_schema_free(c->gp.schema);
     json_schema_free(c->gp.call_schema);
     if (c->d->free) c->d->free(c);
@@ -64,6 +66,101 @@ static void answer_whole(api_stream *st, const http_req *req, http_reply *rep) {
     c->status = rep->status;
 }
 
+/* ---- the request's record for /ui (server/recent.h) ---- */
+
+#define UI_MAX_MESSAGES 512 /* messages listed in a record: an agent's long history keeps its first ones */
+
+/* n tokens as text, specials included (the rendered prompt), valid UTF-8. */
+static json_t *tokens_text(const tokenizer *tok, const int32_t *ids, int n) {
+    strbuf b = {0};
+    for (int i = 0; i < n; i++) {
+        char piece[256];
+        int len = tok_piece(tok, ids[i], 1, piece, sizeof piece);
+        if (len > 0) strbuf_add(&b, piece, len < (int)sizeof piece ? (size_t)len : sizeof piece);
+    }
+    json_t *j = json_text(b.s ? b.s : "", b.len);
+    strbuf_free(&b);
+    return j;
+}
+
+static const char *role_of(const json_t *messages, int k) {
+    const char *r = k >= 0 ? json_string_value(json_object_get(json_array_get(messages, (size_t)k), "role")) : NULL;
+    return r ? r : "?";
+}
+
+/* A conversation no client named is named by its first user message's
+ * tokens (the anchor: it stays when the system prompt is edited). */
+static void anchor_name(api_call *c, const json_t *messages, const int32_t *ids, int n) {
+    for (int k = 0; k < c->n_msgs; k++) {
+        int from = c->msg_ends[k], to = c->msg_ends[k + 1];
+        if (strcmp(role_of(messages, k), "user") || from < 0 || to < from || to > n) continue;
+        cache_hash h;
+        char hex[65];
+        cache_hash_block(&h, &c->replay_ns, ids + from, to - from);
+        cache_hash_hex(&h, hex);
+        snprintf(c->conv, sizeof c->conv, "anchor:%.12s", hex);
+        snprintf(c->conv_from, sizeof c->conv_from, "anchor");
+        return;
+    }
+}
+
+/* What the page shows of the prompt: its messages (where each ends, its
+ * role) and, when it left a recent prompt, where and the text there:
+ * before the difference, what the earlier prompt had, what this one has. */
+static void note_prompt(api_call *c, const json_t *messages, const int32_t *ids, int n) {
+    json_t *msgs = json_array(), *o = json_object();
+    for (int k = 0; k < c->n_msgs && k < UI_MAX_MESSAGES; k++)
+        json_array_append_new(msgs, json_pack("{s:i,s:s}", "end", c->msg_ends[k + 1], "role", role_of(messages, k)));
+    json_object_set_new(o, "messages", msgs);
+    if (c->diag.diverged) {
+        int fd = c->diag.first_diff, from = fd > DIAG_EXCERPT ? fd - DIAG_EXCERPT : 0;
+        int k = diag_message_at(c->msg_ends, c->n_msgs, fd);
+        json_object_set_new(o, "first_difference", json_pack("{s:i,s:i,s:s,s:i}", "token", fd, "message", k, "role",
+                                                              role_of(messages, k), "tokens_lost", c->diag.lost));
+        json_object_set_new(o, "excerpt", json_pack("{s:o,s:o,s:o}", "before", tokens_text(c->srv->tok, ids + from, fd - from),
+                                                    "was", tokens_text(c->srv->tok, c->diag.was, c->diag.n_was), "now",
+                                                    tokens_text(c->srv->tok, ids + fd, n - fd < DIAG_EXCERPT ? n - fd : DIAG_EXCERPT)));
+    }
+    json_decref(c->ui_prompt);
+    c->ui_prompt = o;
+    if (!c->conv[0]) anchor_name(c, messages, ids, n);
+}
+
+/* The conversation a client names: OpenAI's prompt_cache_key, a session
+ * header (Codex sends session_id, Claude Code X-Claude-Code-Session-Id),
+ * or Anthropic's metadata.user_id (Claude Code puts its session there). */
+static void conversation_name(api_call *c, const http_req *req) {
+    static const char *const headers[] = {"x-session-id", "session_id", "x-claude-code-session-id"};
+    const char *key = json_string_value(json_object_get(c->req, "prompt_cache_key")), *from = "prompt_cache_key";
+    for (size_t i = 0; !key && i < sizeof headers / sizeof headers[0]; i++) {
+        key = http_header(req, headers[i]);
+        from = "header";
+    }
+    if (!key) {
+        key = json_string_value(json_object_get(json_object_get(c->req, "metadata"), "user_id"));
+        from = "metadata";
+    }
+    if (!key || !key[0]) return;
+    snprintf(c->conv, sizeof c->conv, "%s", key);
+    snprintf(c->conv_from, sizeof c->conv_from, "%s", from);
+}
+
+/* Opens the request's record in the server's ring (the scheduler closes
+ * it): who, which conversation, the prompt's facts. */
+static void record_open(api_call *c) {
+    server *s = c->srv;
+    char tenant[16] = "";
+    if (!s->recent) return;
+    if (c->gp.tenant) server_tenant_id(s, c->gp.tenant, tenant, sizeof tenant);
+    json_t *rec = json_pack("{s:f,s:I,s:s,s:i,s:s,s:i}", "time", clock_wall_s(), "boot", (json_int_t)s->boot_id,
+                            "api", c->path, "prompt_tokens", c->n_prompt, "finish", "running", "stream", c->stream);
+    if (c->conv[0]) /* the client's bytes, cut to fit: made valid UTF-8 */
+        json_object_set_new(rec, "conversation",
+                            json_pack("{s:o,s:s}", "key", json_text(c->conv, strlen(c->conv)), "from", c->conv_from));
+    if (c->ui_prompt) json_object_update(rec, c->ui_prompt);
+    c->gp.recent_id = recent_open(s->recent, tenant[0] ? tenant : NULL, rec);
+}
+
 int api_call_prompt(api_call *c, const json_t *messages, int32_t **ids, size_t *n, prompt_cache_info *ci, char *why,
                     size_t cap) {
     /* Replies are remembered per tenant and salt, like blocks: another
@@ -78,6 +175,7 @@ int api_call_prompt(api_call *c, const json_t *messages, int32_t **ids, size_t *
     c->msg_ends = xmalloc(((size_t)ci->n_msgs + 1) * sizeof(int));
     memcpy(c->msg_ends, ci->msg_ends ? ci->msg_ends : (int[]){-1}, ((size_t)(ci->msg_ends ? ci->n_msgs : 0) + 1) * sizeof(int));
     c->n_msgs = ci->msg_ends ? ci->n_msgs : 0;
+    if (c->srv->recent) note_prompt(c, messages, *ids, (int)*n);
     return 0;
 }
 
@@ -177,8 +275,12 @@ static int start(api_call *c, const http_req *req, int32_t **ids, size_t *n, con
     c->gp.replay_ns = c->replay_ns;
     c->gp.ignored = c->ignored.n ? c->ignored.text : NULL;
     prompt_cache_apply(ci, &c->gp);
+    record_open(c);
     int rc = gen_start(&c->g, s->sch, s->tok, *ids, (int)*n, &c->gp, err);
-    return rc ? rc : api_admit(&c->g, req, s->o.queue_timeout, err);
+    if (!rc) rc = api_admit(&c->g, req, s->o.queue_timeout, err);
+    if (rc) /* never ran: the scheduler closes no record for it */
+        recent_close(s->recent, c->gp.recent_id, json_pack("{s:s,s:s}", "finish", "refused", "error", err->msg), NULL);
+    return rc;
 }
 
 void api_call_run(api_call *c, const http_req *req, http_reply *rep) {
@@ -191,6 +293,7 @@ void api_call_run(api_call *c, const http_req *req, http_reply *rep) {
     snprintf(c->path, sizeof c->path, "%s", req->path);
     c->gp.tenant = server_tenant(c->srv, req);
     c->ignored.strict = c->srv->o.strict_requests;
+    conversation_name(c, req);
     server_replay_ns(c->srv, c->gp.tenant, NULL, &c->replay_ns); /* salted once the body is read */
     int rc = c->d->build(c, &ids, &n, &ci, why, sizeof why) ? strata_errf(&err, STRATA_EINVAL, "%s", why)
                                                           : tool_schema(c, &err) ? err.code

@@ -54,6 +54,8 @@ struct api_call {
     char method[8], path[64];         /* for the request's log line */
     cache_diag diag;                  /* the prompt against recent ones (diag.h) */
     int *msg_ends, n_msgs;            /* owned: message ends in the prompt, for diagnostics */
+    json_t *ui_prompt;                /* owned: the record's prompt facts for /ui (api_call_record), or NULL */
+    char conv[128], conv_from[24];    /* the conversation the request belongs to, and how it was named */
     int status;                       /* of the reply */
     req_ignored ignored;              /* what was left out of the request (x-strata-ignored) */
     api_stream st;    /* streamed replies */

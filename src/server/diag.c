@@ -72,6 +72,8 @@ static void compare(const int32_t *old, int old_n, const int32_t *ids, int n, ca
         out->diverged = 1;
         out->first_diff = shared;
         out->lost = (old_n < n ? old_n : n) - shared;
+        out->n_was = old_n - shared < DIAG_EXCERPT ? old_n - shared : DIAG_EXCERPT;
+        memcpy(out->was, old + shared, (size_t)out->n_was * sizeof(int32_t));
     }
 }
 

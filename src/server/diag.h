@@ -18,6 +18,7 @@
 
 #define DIAG_RECENT 16
 #define DIAG_MAX_TOKENS 131072
+#define DIAG_EXCERPT 48 /* tokens of the earlier prompt kept from its first difference on (the /ui page shows them) */
 
 typedef struct diag_store diag_store;
 
@@ -31,6 +32,8 @@ typedef struct cache_diag {
     int diverged;  /* 1: first_diff and lost are set */
     int first_diff;/* token position of the first difference */
     int lost;      /* tokens both prompts have past it: reusable had the prompt not changed */
+    int32_t was[DIAG_EXCERPT]; /* the earlier prompt's tokens from first_diff on (what was there) */
+    int n_was;
 } cache_diag;
 
 /* Compares ids (n tokens, namespace ns) with the recent prompts and

@@ -42,7 +42,7 @@ int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
                      .cache_salt = p->cache_salt, .tenant = p->tenant, .json_mode = p->json_mode, .schema = p->schema,
                      .call_schema = p->call_schema, .call_format = p->tools,
                      .json_prefix = p->prefix, .scope = p->scope, .bounds = p->bounds, .n_bounds = p->n_bounds,
-                     .held_out = p->held_out, .ignored = p->ignored};
+                     .held_out = p->held_out, .ignored = p->ignored, .recent_id = p->recent_id};
     for (int i = 0; i < p->n_marks && i < POLICY_MAX_MARKS; i++) job.marks[job.n_marks++] = p->marks[i];
     int rc = sched_submit(s, &job, &g->req, err);
     if (rc) {

@@ -42,6 +42,7 @@ typedef struct gen_params {
     int n_marks;
     const char *held_out;    /* client text held out of the prompt (sched_job) */
     const char *ignored;     /* what the request asked for and did not get (sched_job) */
+    long recent_id;          /* its record in the server's recent ring (sched_job) */
 } gen_params;
 
 typedef struct gen {

@@ -53,6 +53,10 @@ const char *http_header(const http_req *r, const char *name) {
     return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
 }
 
+const char *http_query(const http_req *r, const char *name) {
+    return r->conn ? MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name) : NULL;
+}
+
 int http_client_gone(const http_req *r) {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);

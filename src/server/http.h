@@ -76,6 +76,8 @@ int http_port(const http_server *s);
 
 /* Request header value, or NULL. */
 const char *http_header(const http_req *r, const char *name);
+/* Query-string argument value (URL-decoded), or NULL. */
+const char *http_query(const http_req *r, const char *name);
 /* 1 if the client closed its side of the connection (polls the socket). */
 int http_client_gone(const http_req *r);
 

@@ -27,47 +27,60 @@ static const char *finish_name(sched_finish f) {
     return names[f];
 }
 
-/* The --trace line: what the cache decided for this request and what it
- * cost. Tokens around the first miss show why a prefix stopped matching. */
-static void trace_request(sched *s, const slot *sl, sched_finish f) {
+/* What the cache decided for this request and what it cost: the facts
+ * that close its record (recent.h), which is also its --trace line.
+ * Tokens around the first miss show why a prefix stopped matching. */
+static json_t *cache_facts(sched *s, const slot *sl) {
     const sched_req *r = sl->req;
     const store_seq *q = &sl->q;
-    int B = s->e->kv.block_tokens, miss = r->n_cached, tail = r->n_cached - q->n_attached_blocks * B;
+    int B = s->e->kv.block_tokens, tail = r->n_cached - q->n_attached_blocks * B;
     if (tail < 0) tail = 0; /* a recurrent model resumed before the attached blocks' end */
     double now = clock_ms(), first = sl->t_first > 0 ? sl->t_first : now;
-    FILE *o = s->o.trace;
-    fprintf(o,
-            "{\"ts\":%.3f,\"prompt_tokens\":%d,\"cached_tokens\":{\"live\":%d,\"disk\":%d,\"redis\":%d},\"prefilled_tokens\":%d,"
-            "\"generated_tokens\":%d,\"blocks\":{\"attached\":%d,\"tail_tokens\":%d,\"published\":%d},"
-            "\"load_ms\":%.3f,\"prefill_ms\":%.1f,\"decode_ms\":%.1f,\"finish\":\"%s\",\"retain\":[",
-            now / 1000.0, r->n_prompt, r->n_cached - r->n_cached_disk - r->n_cached_redis, r->n_cached_disk,
-            r->n_cached_redis, r->n_prompt - r->n_cached, r->n_out,
-            q->n_attached_blocks, tail, q->n_blocks - q->n_attached_blocks, q->load_ms,
-            first - sl->t_admit - q->load_ms, now - first,
-            finish_name(f));
-    for (int i = 0; i < r->cache.n_marks; i++)
-        fprintf(o, "%s{\"end\":%d,\"ttl_s\":%.0f}", i ? "," : "", r->marks[i].end, r->marks[i].ttl_s);
-    fprintf(o, "]");
+    return json_pack("{s:f,s:i,s:{s:i,s:i,s:i},s:i,s:i,s:{s:i,s:i,s:i},s:f,s:f,s:f,s:f,s:f}", "ts", now / 1000.0,
+                     "prompt_tokens", r->n_prompt, "cached_tokens", "live",
+                     r->n_cached - r->n_cached_disk - r->n_cached_redis, "disk", r->n_cached_disk, "redis",
+                     r->n_cached_redis, "prefilled_tokens", r->n_prompt - r->n_cached, "generated_tokens", r->n_out,
+                     "blocks", "attached", q->n_attached_blocks, "tail_tokens", tail, "published",
+                     q->n_blocks - q->n_attached_blocks, "load_ms", q->load_ms, "prefill_ms",
+                     first - sl->t_admit - q->load_ms, "decode_ms", now - first, "queue_ms", sl->t_admit - r->t_submit,
+                     "ttft_ms", sl->t_first > 0 ? sl->t_first - r->t_submit : 0.0);
+}
+
+/* Recurrent models: where the request resumed, from which tier, where it
+ * stored states. Sliding-window models: blocks whose sliding part a hit
+ * read back, and tokens it was cut by. */
+static void model_facts(sched *s, const slot *sl, json_t *o) {
+    const store_seq *q = &sl->q;
     if (s->store && store_has_snapshots(s->store)) {
-        fprintf(o, ",\"snapshot\":{\"restored\":%d,\"from\":\"%s\",\"stored\":[", q->snap_restored,
-                q->snap_restored <= 0 ? "none" : q->snap_restored_tier < 0 ? "live" : s->store_tier_names[q->snap_restored_tier]);
-        for (int i = 0; i < q->n_snap_stored && i < STORE_SNAP_MAX; i++) fprintf(o, "%s%d", i ? "," : "", q->snap_stored_at[i]);
-        fprintf(o, "],\"stored_total\":%d}", q->n_snap_stored);
+        json_t *at = json_array();
+        for (int i = 0; i < q->n_snap_stored && i < STORE_SNAP_MAX; i++) json_array_append_new(at, json_integer(q->snap_stored_at[i]));
+        const char *from = q->snap_restored <= 0 ? "none"
+                           : q->snap_restored_tier < 0 ? "live" : s->store_tier_names[q->snap_restored_tier];
+        json_object_set_new(o, "snapshot", json_pack("{s:i,s:s,s:o,s:i}", "restored", q->snap_restored, "from", from,
+                                                     "stored", at, "stored_total", q->n_snap_stored));
     }
-    if (s->e->kv.swa_layer) /* sliding parts read back for the hit's window; tokens it was cut by */
-        fprintf(o, ",\"window\":{\"reloaded_blocks\":%d,\"cut_tokens\":%d}", q->n_window_reloaded, q->n_window_cut);
-    if (r->held_out) fprintf(o, ",\"held_out\":\"%s\"", r->held_out);
-    if (r->ignored) {
-        json_t *j = json_string(r->ignored); /* request text: escaped as JSON */
-        char *v = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
-        fprintf(o, ",\"ignored\":%s", v ? v : "\"\"");
-        free(v);
-        json_decref(j);
-    }
-    fprintf(o, ",\"first_miss\":{\"pos\":%d,\"tokens\":[", miss);
-    for (int k = miss; k < r->n_prompt && k < miss + 8; k++) fprintf(o, "%s%d", k > miss ? "," : "", r->prompt[k]);
-    fprintf(o, "]}}\n");
-    fflush(o);
+    if (s->e->kv.swa_layer)
+        json_object_set_new(o, "window", json_pack("{s:i,s:i}", "reloaded_blocks", q->n_window_reloaded,
+                                                   "cut_tokens", q->n_window_cut));
+}
+
+static void record_request(sched *s, const slot *sl, sched_finish f) {
+    const sched_req *r = sl->req;
+    json_t *o = cache_facts(s, sl);
+    double decode_ms = json_real_value(json_object_get(o, "decode_ms"));
+    json_object_set_new(o, "decode_tok_s", json_real(r->n_out > 1 && decode_ms > 0 ? (r->n_out - 1) * 1000.0 / decode_ms : 0));
+    json_object_set_new(o, "finish", json_string(finish_name(f)));
+    json_t *retain = json_array();
+    for (int i = 0; i < r->cache.n_marks; i++)
+        json_array_append_new(retain, json_pack("{s:i,s:f}", "end", r->marks[i].end, "ttl_s", r->marks[i].ttl_s));
+    json_object_set_new(o, "retain", retain);
+    model_facts(s, sl, o);
+    if (r->held_out) json_object_set_new(o, "held_out", json_string(r->held_out));
+    if (r->ignored) json_object_set_new(o, "ignored", json_string(r->ignored)); /* request text: escaped as JSON */
+    json_t *miss = json_array();
+    for (int k = r->n_cached; k < r->n_prompt && k < r->n_cached + 8; k++) json_array_append_new(miss, json_integer(r->prompt[k]));
+    json_object_set_new(o, "first_miss", json_pack("{s:i,s:o}", "pos", r->n_cached, "tokens", miss));
+    recent_close(s->o.recent, r->recent_id, o, s->o.trace);
 }
 
 static void copy_cache_stats(sched *s);
@@ -79,7 +92,7 @@ static void slot_free(sched *s, slot *sl, sched_finish f, const char *why) {
     if (s->store && sl->attached && f != FINISH_ERROR) store_snap_save(s->store, &sl->q, sl->toks, &sl->seq);
     if (s->store) store_finish(s->store, &sl->q, sl->toks, &sl->seq, f != FINISH_ERROR);
     if (s->store) copy_cache_stats(s); /* what the end stored counts at once */
-    if (s->o.trace) trace_request(s, sl, f);
+    if (s->o.trace || s->o.recent) record_request(s, sl, f);
     kv_seq_release(&s->e->kv, &sl->seq); /* published blocks stay cached */
     free(sl->toks);
     sl->toks = NULL;

@@ -20,6 +20,7 @@
 #include "cache/policy.h"
 #include "model/engine.h"
 #include "model/sample.h"
+#include "server/recent.h"
 #include "text/jsonschema.h"
 #include "text/tokenizer.h"
 #include "text/toolcall.h"
@@ -43,6 +44,7 @@ typedef struct sched_opts {
     int prefix_cache;      /* reuse KV blocks of earlier prompts (live tier) */
     uint8_t model_fp[32];  /* model fingerprint, in every block hash */
     FILE *trace;           /* one JSONL line per finished request, or NULL */
+    recent_ring *recent;   /* records of recent requests (the trace line's source), or NULL */
     disk_store *disk;      /* disk tier below the live one, or NULL */
     redis_tier *redis;     /* shared tier below the disk one, or NULL */
     cache_scope default_scope; /* for jobs whose scope is SCOPE_DEFAULT */
@@ -71,6 +73,7 @@ typedef struct sched_job {
     int n_marks;
     const char *held_out;   /* a static rule name for the trace (server/normalize.h), or NULL */
     const char *ignored;    /* for the trace: what the request asked for and did not get (copied), or NULL */
+    long recent_id;         /* its record in sched_opts.recent, closed when it ends (0: none) */
 } sched_job;
 
 /* What a consumer sees of its request. */

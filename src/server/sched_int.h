@@ -32,6 +32,8 @@ struct sched_req {
     int *bounds;         /* owned: cache.bounds */
     cache_mark marks[POLICY_MAX_MARKS];
     const char *held_out; /* static: the rule that held client text out, or NULL */
+    long recent_id;       /* its record (recent.h), or 0 */
+    double t_submit;      /* ms (clock_ms): queued */
     /* output, guarded by owner->mu */
     sched_token *out;
     int n_out, cap_out;

@@ -82,6 +82,8 @@ int sched_submit(sched *s, const sched_job *job, sched_req **out, strata_err *er
     r->call_schema = json_schema_ref(job->call_schema);
     r->call_format = job->call_format;
     r->held_out = job->held_out;
+    r->recent_id = job->recent_id;
+    r->t_submit = clock_ms();
     r->json_prefix = job->json_prefix ? xstrdup(job->json_prefix) : NULL;
     r->ignored = job->ignored ? xstrdup(job->ignored) : NULL;
     req_cache_setup(s, r, job);

@@ -8,6 +8,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <openssl/evp.h>
+
+#include "base/clock.h"
 #include "base/fs.h"
 #include "base/log.h"
 #include "base/mem.h"
@@ -16,6 +19,7 @@
 #include "server/api_responses.h"
 #include "server/api_params.h"
 #include "cache/hash.h"
+#include "server/ui.h"
 
 /* Responses kept for previous_response_id: each entry holds its whole
  * conversation, so the byte bound is the one that matters for long agent
@@ -235,16 +239,36 @@ static const route ROUTES[] = {
     {"POST", "/tokenize", post_tokenize, 1},
     {"POST", "/detokenize", post_detokenize, 1},
     {"POST", "/apply-template", api_openai_apply_template, 1},
+    {"GET", "/ui", ui_get, 0}, /* the page, and under /ui/ its assets and state (server/ui.c) */
+    {"GET", "/ui/", ui_get, 0},
 };
 
-/* The key a request gives: "Authorization: Bearer K" or "x-api-key: K". */
-static const char *given_key(const http_req *req) {
+/* The password of "Authorization: Basic base64(user:password)", into buf:
+ * what a browser sends for /ui once its user typed the key (any user
+ * name). NULL when it is not that. */
+static const char *basic_password(const char *auth, char *buf, size_t cap) {
+    size_t n = strlen(auth + 6);
+    if (strncmp(auth, "Basic ", 6) || n == 0 || n % 4 || n / 4 * 3 >= cap) return NULL;
+    int len = EVP_DecodeBlock((unsigned char *)buf, (const unsigned char *)auth + 6, (int)n);
+    if (len < 0) return NULL;
+    len -= (auth[6 + n - 1] == '=') + (auth[6 + n - 2] == '='); /* padding decodes as zero bytes */
+    buf[len] = 0;
+    char *colon = memchr(buf, ':', (size_t)len);
+    return colon && strlen(buf) == (size_t)len ? colon + 1 : NULL;
+}
+
+/* The key a request gives: "Authorization: Bearer K", "x-api-key: K", or
+ * Basic credentials whose password is K (buf holds it then). */
+static const char *given_key(const http_req *req, char *buf, size_t cap) {
     const char *auth = http_header(req, "Authorization"), *xkey = http_header(req, "x-api-key");
-    return auth && !strncmp(auth, "Bearer ", 7) ? auth + 7 : xkey;
+    if (auth && !strncmp(auth, "Bearer ", 7)) return auth + 7;
+    const char *basic = auth ? basic_password(auth, buf, cap) : NULL;
+    return basic ? basic : xkey;
 }
 
 const char *server_tenant(const server *s, const http_req *req) {
-    const char *given = given_key(req);
+    char buf[512];
+    const char *given = given_key(req, buf, sizeof buf);
     for (int i = 0; given && i < s->n_keys; i++)
         if (!strcmp(given, s->keys[i])) return s->keys[i];
     return NULL;
@@ -252,6 +276,14 @@ const char *server_tenant(const server *s, const http_req *req) {
 
 void server_replay_ns(const server *s, const char *tenant, const char *salt, cache_hash *ns) {
     cache_hash_root_for(ns, s->model_fp, tenant, salt);
+}
+
+void server_tenant_id(const server *s, const char *tenant, char *out, size_t cap) {
+    cache_hash h;
+    char hex[65];
+    server_replay_ns(s, tenant, NULL, &h); /* keyed by the model too: nothing to look the key up by */
+    cache_hash_hex(&h, hex);
+    snprintf(out, cap, "%.12s", hex);
 }
 
 static int authorized(const server *s, const http_req *req) {
@@ -302,18 +334,33 @@ static void route_error(const http_req *req, http_reply *rep, int status, const 
  * it, the one tenant there is (no key or a single --api-key) does, and
  * with two or more tenant keys nobody does. A tenant's key gets 403. */
 static int admin_allowed(const server *s, const http_req *req) {
-    const char *given = given_key(req);
+    char buf[512];
+    const char *given = given_key(req, buf, sizeof buf);
     if (s->o.metrics_key) return given && !strcmp(given, s->o.metrics_key);
     return s->n_keys <= 1 && authorized(s, req);
 }
 
+int server_is_operator(const server *s, const http_req *req) { return admin_allowed(s, req); }
+
 /* The HTTP gate, on the headers before the body is read: with keys set,
  * every path but /health (load balancers probe it without a key) needs
- * one, known endpoint or not; /metrics and /props need the operator's. */
+ * one, known endpoint or not; /metrics and /props need the operator's;
+ * /ui takes either (a tenant sees its own requests, the operator all).
+ * A browser asked for /ui without a key is asked for one (Basic: the key
+ * as the password). */
 static int gate(void *app, const http_req *req, http_reply *rep) {
     const server *s = app;
     int admin = !strcmp(req->path, "/metrics") || !strcmp(req->path, "/props");
-    if (strcmp(req->path, "/health") == 0 || (admin ? admin_allowed(s, req) : authorized(s, req))) return 0;
+    int ui = !strcmp(req->path, "/ui") || !strncmp(req->path, "/ui/", 4);
+    if (strcmp(req->path, "/health") == 0 || (admin ? admin_allowed(s, req) : authorized(s, req)) ||
+        (ui && admin_allowed(s, req)))
+        return 0;
+    if (ui) {
+        route_error(req, rep, 401, "authentication_error", "authentication_error", "missing or invalid API key");
+        rep->extra_name = "WWW-Authenticate";
+        rep->extra_value = xstrdup("Basic realm=\"Strata: any user name, the API key as password\", charset=\"UTF-8\"");
+        return 1;
+    }
     if (admin && server_tenant(s, req))
         route_error(req, rep, 403, "permission_error", "permission_error",
                     s->o.metrics_key ? "this endpoint reports every tenant's counters: it needs the --metrics-key"
@@ -430,6 +477,10 @@ static void open_disk(server *s, const uint8_t fp[32]) {
     state_path(s, "responses", path, sizeof path);
     if (resp_store_load(s->responses, path, fp) == 0)
         log_info("responses: %zu stored responses loaded from %s", resp_store_count(s->responses), path);
+    state_path(s, "recent", path, sizeof path);
+    int bad = 0;
+    if (s->recent && recent_load(s->recent, path, fp, &bad) == 0)
+        log_info("ui: request records loaded from %s%s", path, bad ? " (some lines skipped: not records)" : "");
     disk_stats st;
     disk_get_stats(s->disk, &st);
     log_info("cache: disk tier %s: %llu blocks (%.1f MiB) of this model, budget %d MiB, %llu quarantined",
@@ -511,7 +562,8 @@ static int load_model(server *s, strata_err *err) {
     open_disk(s, fp);
     if ((rc = open_redis(s, fp, err))) return rc;
     sched_opts so = {.n_slots = s->o.parallel, .ctx_per_slot = s->o.ctx, .queue_max = s->o.queue_max,
-                     .chunk = 256, .prefix_cache = !s->o.no_cache, .trace = s->trace, .disk = s->disk,
+                     .chunk = 256, .prefix_cache = !s->o.no_cache, .trace = s->trace, .recent = s->recent,
+                     .disk = s->disk,
                      .redis = s->redis, .snap_every_blocks = s->o.snap_blocks,
                      .snap_budget_bytes = (size_t)s->o.snap_mb << 20,
                      .default_scope = {SCOPE_FULL, 0}};
@@ -535,8 +587,10 @@ int server_start(server **out, const server_opts *o, strata_err *err) {
     server *s = xcalloc(1, sizeof *s);
     s->o = *o;
     s->started_at = (long)time(NULL);
+    s->boot_id = (long long)(clock_wall_s() * 1000);
     s->replay = replay_new(4096);
     s->diag = diag_new();
+    s->recent = recent_new(o->ui_records);
     s->responses = resp_store_new(RESP_STORE_ENTRIES, (size_t)RESP_STORE_MB << 20);
     set_model_id(s);
     http_opts ho = {.host = o->host, .port = o->port, .max_body = (size_t)o->max_body,
@@ -573,12 +627,15 @@ void server_stop(server *s) {
         if (replay_save(s->replay, path, s->model_fp)) log_warn("cache: could not save %s", path);
         state_path(s, "responses", path, sizeof path);
         if (resp_store_save(s->responses, path, s->model_fp)) log_warn("responses: could not save %s", path);
+        state_path(s, "recent", path, sizeof path); /* the page shows the requests before a restart */
+        if (recent_save(s->recent, path, s->model_fp)) log_warn("ui: could not save %s", path);
     }
     disk_close(s->disk);       /* drains queued block writes */
     redis_tier_close(s->redis); /* sends what is queued, for 2 s at most */
     if (s->trace) fclose(s->trace);
     replay_free(s->replay);
     diag_free(s->diag);
+    recent_free(s->recent);
     resp_store_free(s->responses);
     for (int i = 0; i < s->n_keys; i++) free(s->keys[i]);
     free(s->keys);

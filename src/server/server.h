@@ -13,6 +13,7 @@
 #include "cache/redis_tier.h"
 #include "server/http.h"
 #include "server/diag.h"
+#include "server/recent.h"
 #include "server/replay.h"
 #include "server/resp_store.h"
 #include "server/sched.h"
@@ -45,6 +46,7 @@ typedef struct server_opts {
     int cache_ram_mb;  /* RAM tier: on the CPU backend, more of the same pool */
     int snap_blocks;   /* --cache-snapshot-blocks: recurrent state every N blocks (0: none) */
     int snap_mb;       /* --cache-snapshot-mb: memory for recurrent-state snapshots */
+    int ui_records;    /* --ui-records: requests the /ui page and the trace keep in memory (0: none, no page) */
     long max_body;
 } server_opts;
 
@@ -55,6 +57,7 @@ typedef struct server {
     sched *sch;
     http_server *http;
     diag_store *diag;     /* recent prompts, for cache diagnostics */
+    recent_ring *recent;  /* records of the last --ui-records requests (the /ui page), or NULL */
     renderer *render;     /* the chat template or built-in format */
     char model_id[128];   /* reported to clients: the first alias, else the file name */
     char **aliases;       /* every --alias name (model_id among them) */
@@ -70,6 +73,7 @@ typedef struct server {
     char cache_dir[1024];
     uint8_t model_fp[32];
     long started_at;
+    long long boot_id;    /* wall-clock ms at start: names this run in request records (/ui marks restarts) */
 } server;
 
 int server_start(server **out, const server_opts *o, strata_err *err);
@@ -78,6 +82,12 @@ void server_stop(server *s); /* NULL is fine */
 /* The API key the request authenticated with (its tenant: requests of
  * different keys never share cached blocks), or NULL without keys. */
 const char *server_tenant(const server *s, const http_req *req);
+/* Whether the request holds the operator's credentials (those of /metrics:
+ * --metrics-key, or the one tenant there is). */
+int server_is_operator(const server *s, const http_req *req);
+/* A tenant's name in records and on the /ui page: hex of a hash of its
+ * key (never the key itself). */
+void server_tenant_id(const server *s, const char *tenant, char *out, size_t cap);
 /* The exact-replay namespace of a tenant (NULL: none) and cache salt (NULL:
  * none): like the block hashes' root, so tenants share nothing. */
 void server_replay_ns(const server *s, const char *tenant, const char *salt, cache_hash *ns);

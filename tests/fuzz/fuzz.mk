@@ -95,5 +95,7 @@ fuzz-slice: strata fuzz-drivers
 	@build/fuzz-gguf $(FUZZ_GGUF_MODELS)
 	$(PYTHON) tests/fuzz/run_all.py --short --bin build --strata ./strata
 
+$(ASAN_DIR)/src/server/ui_assets.o $(FUZZ_DIR)/src/server/ui_assets.o: $(UI_FILES)
+
 -include $(ASAN_OBJ:.o=.d) $(ASAN_TEST_OBJ:.o=.d) $(FUZZ_OBJ:.o=.d) $(ASAN_DIR)/src/main.d
 -include $(wildcard build/tests/fuzz/*.d)
