@@ -1,12 +1,54 @@
 /* cuda_int.h - what the backend's .cu files share, not for C callers.
  * g_stream: the one stream every kernel and copy of the process goes on
  * (created by cuda_open), so decode steps can be captured as a graph. The
- * CUDA context is per process anyway; this is its queue. */
+ * CUDA context is per process anyway; this is its queue. The matmul job
+ * (one launch of up to MM_PARTS matmuls over the same x, with an
+ * epilogue) is built in cuda_kern.cu and run there (float path) or in
+ * cuda_mmq.cu (8-bit activations on the tensor cores). */
 #ifndef STRATA_CUDA_INT_H
 #define STRATA_CUDA_INT_H
 
 #include <cuda_runtime.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+extern "C" {
+#include "backend/quant.h"
+#include "base/err.h"
+}
 
 extern cudaStream_t g_stream;
+
+#define FULL 0xffffffffu
+#define MM_WARPS 4 /* warps per matmul block */
+
+/* A launch covers up to MM_PARTS matmuls of one weight type and k over
+ * the same x (Q, K and V; gate and up), each part's rows its own warps;
+ * the epilogue stores, adds to the output (the residual), or (SwiGLU:
+ * parts 0 and 1 are gate and up, a warp takes rows of each) writes
+ * silu(gate) * up to part 0's output. */
+#define MM_PARTS 3
+enum { MM_STORE, MM_ADD, MM_SWIGLU };
+
+struct mm_part {
+    const uint8_t *w;
+    float *y;
+    int rows, warps; /* warps: the part's warps (filled in by the launcher) */
+};
+
+struct mm_job {
+    mm_part p[MM_PARTS];
+    int np, mode, k, n;
+    size_t row_bytes;
+    const float *x;
+};
+
+/* silu(g) * u: k_swiglu's expression, so fused and separate give the same bits. */
+__device__ __forceinline__ float swiglu1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+/* cuda_mmq.cu: 1 when type t's matmuls run there (mmq_launch queues job). */
+int mmq_type(qtype t);
+void mmq_launch(qtype t, mm_job job);
 
 #endif
