@@ -65,6 +65,10 @@ int cuda_supports(qtype t);
  *   8-element chunks l, l + 32, ... in order, then a fixed butterfly adds
  *   the lanes. */
 int cuda_matmul_q8(qtype t);
+/* Sizes the 8-bit path's activation buffer (one per process) for n
+ * tokens of k: call it before recording a graph, in which the buffer
+ * cannot grow (such a matmul fails with STRATA_EINVAL). */
+int cuda_matmul_reserve(int n, int k, strata_err *err);
 int cuda_matmul(qtype t, const void *d_w, size_t row_bytes, int rows, int k, const float *d_x, int n,
                 float *d_y, strata_err *err);
 /* Fused launches (decode is launch-bound: fewer, larger kernels), each

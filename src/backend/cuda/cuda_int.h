@@ -47,8 +47,9 @@ struct mm_job {
 /* silu(g) * u: k_swiglu's expression, so fused and separate give the same bits. */
 __device__ __forceinline__ float swiglu1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
-/* cuda_mmq.cu: 1 when type t's matmuls run there (mmq_launch queues job). */
+/* cuda_mmq.cu: 1 when type t's matmuls run there (mmq_launch queues job:
+ * the activations' 8-bit pass, then the matmul). */
 int mmq_type(qtype t);
-void mmq_launch(qtype t, mm_job job);
+int mmq_launch(qtype t, mm_job job, strata_err *err);
 
 #endif

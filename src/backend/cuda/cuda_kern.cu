@@ -261,10 +261,7 @@ static int check_shape(qtype t, int k, strata_err *err) {
 static int mm_launch(qtype t, mm_job job, strata_err *err) {
     int rc = check_shape(t, job.k, err);
     if (rc || job.n <= 0) return rc;
-    if (mmq_type(t)) {
-        mmq_launch(t, job);
-        return 0;
-    }
+    if (mmq_type(t)) return mmq_launch(t, job, err);
     /* Decode keeps one row per warp (more warps in flight); from MM_R_MIN
      * tokens a warp takes two rows and loads each x chunk once for both.
      * SwiGLU: always two, row r of gate and of up. */
@@ -515,9 +512,12 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 static int attn_segs(int max_ctx) { return (max_ctx + CUDA_ATTN_SEG - 1) / CUDA_ATTN_SEG; }
 
-/* Query tokens a block: as many as the row and output limits allow. */
-static int attn_qt(int hpg, int D) {
-    int qt = AT_MAX_ROWS / hpg, by_out = AT_MAX_OUT * AT_THREADS / (hpg * D);
+/* Query tokens a block: enough blocks for a few waves over the SMs (a
+ * launch parameter only: a row's bits do not depend on it), within the
+ * row and output limits. */
+static int attn_qt(int n, int n_head_kv, int segs, int hpg, int D) {
+    int qt = n * n_head_kv * segs / (4 * 132), by_rows = AT_MAX_ROWS / hpg, by_out = AT_MAX_OUT * AT_THREADS / (hpg * D);
+    qt = qt < by_rows ? qt : by_rows;
     qt = qt < by_out ? qt : by_out;
     return qt < 1 ? 1 : qt;
 }
@@ -572,24 +572,29 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const floa
         __syncthreads(); /* the last tile's readers are done (and sq is in) */
         attn_stage(sk, sv, kc, vc, t0, min(AT_KT, kend - t0), kvd, g, D);
         __syncthreads();
+        /* scores: each K row once for the warp's rows (each row's dot
+         * still runs over head_dim in order) */
+        float a[AT_RPW];
+        const __half2 *kr = sk + lane * (D2 + 1);
+#pragma unroll
+        for (int r = 0; r < AT_RPW; r++) a[r] = 0.0f;
+        for (int d2 = 0; d2 < D2; d2++) {
+            float2 kf = __half22float2(kr[d2]);
+#pragma unroll
+            for (int r = 0; r < AT_RPW; r++) {
+                int row = warp + 4 * r;
+                if (row >= rows) break;
+                a[r] = fmaf(sq[row * D + 2 * d2], kf.x, a[r]);
+                a[r] = fmaf(sq[row * D + 2 * d2 + 1], kf.y, a[r]);
+            }
+        }
 #pragma unroll
         for (int r = 0; r < AT_RPW; r++) {
             int row = warp + 4 * r;
             if (row >= rows) break; /* warp-uniform */
             int nk = min(AT_KT, s_end[row / hpg] - t0);
             if (nk <= 0) continue; /* this token's keys ended before the tile */
-            float sc = -INFINITY;
-            if (lane < nk) {
-                const float *qh = sq + row * D;
-                const __half2 *kr = sk + lane * (D2 + 1);
-                float a = 0.0f;
-                for (int d2 = 0; d2 < D2; d2++) {
-                    float2 kf = __half22float2(kr[d2]);
-                    a = fmaf(qh[2 * d2], kf.x, a);
-                    a = fmaf(qh[2 * d2 + 1], kf.y, a);
-                }
-                sc = a * scale;
-            }
+            float sc = lane < nk ? a[r] * scale : -INFINITY;
             float mn = fmaxf(mr[r], warp_max(sc));
             float e = lane < nk ? expf(sc - mn) : 0.0f, c = expf(mr[r] - mn); /* c = 0 on the first tile */
             sp[row * AT_KT + lane] = e;
@@ -598,16 +603,31 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const floa
             if (lane == 0) scorr[row] = c;
         }
         __syncthreads();
+        /* outputs: rescaled, then the tile's keys in order (key outer, so
+         * one V element serves all of a thread's outputs of that column) */
         const __half *vh = (const __half *)sv;
+        int nku[AT_MAX_OUT], rowu[AT_MAX_OUT], kmax = 0;
 #pragma unroll
         for (int u = 0; u < AT_MAX_OUT; u++) {
             int x = tid + AT_THREADS * u;
-            if (x >= rows * D) break;
-            int row = x / D, d = x % D, nk = min(AT_KT, s_end[row / hpg] - t0);
-            if (nk <= 0) continue;
-            float acc = o[u] * scorr[row];
-            for (int j = 0; j < nk; j++) acc = fmaf(sp[row * AT_KT + j], __half2float(vh[j * D + d]), acc);
-            o[u] = acc;
+            rowu[u] = x / D;
+            nku[u] = x < rows * D ? min(AT_KT, s_end[rowu[u] / hpg] - t0) : 0;
+            if (nku[u] > 0) o[u] = o[u] * scorr[rowu[u]];
+            kmax = max(kmax, nku[u]);
+        }
+        if (AT_THREADS % D == 0) { /* every output of the thread is column tid % D */
+            for (int j = 0; j < kmax; j++) {
+                float v = __half2float(vh[j * D + tid % D]);
+#pragma unroll
+                for (int u = 0; u < AT_MAX_OUT; u++)
+                    if (j < nku[u]) o[u] = fmaf(sp[rowu[u] * AT_KT + j], v, o[u]);
+            }
+        } else {
+            for (int j = 0; j < kmax; j++) {
+#pragma unroll
+                for (int u = 0; u < AT_MAX_OUT; u++)
+                    if (j < nku[u]) o[u] = fmaf(sp[rowu[u] * AT_KT + j], __half2float(vh[j * D + (tid + AT_THREADS * u) % D]), o[u]);
+            }
         }
     }
     /* state of (token i, head h, segment s): m, l, o[D]; tokens without
@@ -663,7 +683,7 @@ extern "C" int cuda_attention(float *d_out, float *d_scratch, const float *d_q, 
         return strata_errf(err, STRATA_EINVAL, "cuda attention: keys up to %d past the scratch's %d", max_end, max_ctx);
     if (n <= 0) return 0;
     int seg_cap = attn_segs(max_ctx), segs = attn_segs(max_end), hpg = n_head / n_head_kv;
-    int qt = attn_qt(hpg, head_dim);
+    int qt = attn_qt(n, n_head_kv, segs, hpg, head_dim);
     k_attn_seg<<<dim3(n_head_kv, (n + qt - 1) / qt, segs), AT_THREADS, attn_smem(qt * hpg, head_dim), g_stream>>>(
         d_scratch, d_q, (const __half *)d_kc, (const __half *)d_vc, d_pos, n, qt, n_head, n_head_kv, head_dim, scale,
         seg_cap);

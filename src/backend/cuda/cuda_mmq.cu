@@ -33,10 +33,6 @@
 
 #include "backend/cuda/cuda_int.h"
 
-#define MQ_KC 256               /* k per staged chunk: 8 blocks of 32 */
-#define MQ_NB (MQ_KC / 32)      /* blocks per chunk */
-#define MQ_XW (MQ_KC / 4 + 4)   /* words per staged token row (+4: lanes' rows in different banks) */
-
 int mmq_type(qtype t) { return t == QT_Q4_0 || t == QT_Q4_1 || t == QT_Q5_0 || t == QT_Q5_1 || t == QT_Q8_0; }
 
 __device__ __forceinline__ uint32_t ld16x2(const uint8_t *p) { /* 2-byte aligned */
@@ -109,42 +105,43 @@ __device__ __forceinline__ float mq_term(int isum, float dw, float dx, float mw,
 /* Round half away from zero (quant_act_impl.h round_q). */
 __device__ __forceinline__ int mq_round(float v) { return (int)(v + (v >= 0.0f ? 0.5f : -0.5f)); }
 
-/* Stages the chunk's 8 blocks of tokens [t0, t0 + 8 NT): 8 threads per
- * (token, block), 4 values each; tokens past n and blocks past nbc are 0. */
-template <int NT>
-__device__ __forceinline__ void mq_stage(uint32_t *xq, float *xd, float *xs, const float *__restrict__ x, int k, int n,
-                                         int t0, int kc0, int nbc) {
-    for (int task = threadIdx.x; task < NT * 8 * MQ_NB * 8; task += MM_WARPS * 32) {
-        int pair = task >> 3, sub = task & 7, tok = pair / MQ_NB, blk = pair % MQ_NB;
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (t0 + tok < n && blk < nbc)
-            v = __ldg((const float4 *)(x + (size_t)(t0 + tok) * k + kc0 + blk * 32 + sub * 4));
-        float a = fabsf(v.x), amax = 0.0f; /* q8_block's order-free maximum (a NaN never wins) */
-        amax = a > amax ? a : amax;
-        a = fabsf(v.y), amax = a > amax ? a : amax;
-        a = fabsf(v.z), amax = a > amax ? a : amax;
-        a = fabsf(v.w), amax = a > amax ? a : amax;
+/* The activations' 8-bit form, once per launch (every row tile reads
+ * it): 8 threads per (token, 32-block), 4 values each. xq [n][k] int8,
+ * xd and xs [n][k / 32]: d and d * sum(q). */
+__global__ void k_q8x(int8_t *xq, float *xd, float *xs, const float *__restrict__ x, int k, int pairs) {
+    int task = blockIdx.x * blockDim.x + threadIdx.x, pair = task >> 3, sub = task & 7, nb = k / 32;
+    /* whole groups of 8 leave together: the shuffles below stay within live lanes */
+    if (pair >= pairs) return;
+    int tok = pair / nb, blk = pair % nb;
+    float4 v = __ldg((const float4 *)(x + (size_t)tok * k + blk * 32 + sub * 4));
+    float a = fabsf(v.x), amax = 0.0f; /* q8_block's order-free maximum (a NaN never wins) */
+    amax = a > amax ? a : amax;
+    a = fabsf(v.y), amax = a > amax ? a : amax;
+    a = fabsf(v.z), amax = a > amax ? a : amax;
+    a = fabsf(v.w), amax = a > amax ? a : amax;
+    unsigned grp = 0xffu << (threadIdx.x & 24); /* this pair's 8 lanes */
 #pragma unroll
-        for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, o));
-        float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-        int q0 = mq_round(v.x * id), q1 = mq_round(v.y * id), q2 = mq_round(v.z * id), q3 = mq_round(v.w * id);
-        int sum = q0 + q1 + q2 + q3;
+    for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(grp, amax, o));
+    float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int q0 = mq_round(v.x * id), q1 = mq_round(v.y * id), q2 = mq_round(v.z * id), q3 = mq_round(v.w * id);
+    int sum = q0 + q1 + q2 + q3;
 #pragma unroll
-        for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(FULL, sum, o);
-        xq[tok * MQ_XW + blk * 8 + sub] =
-            (uint32_t)(q0 & 255) | ((uint32_t)(q1 & 255) << 8) | ((uint32_t)(q2 & 255) << 16) | ((uint32_t)q3 << 24);
-        if (sub == 0) {
-            xd[blk * NT * 8 + tok] = d;
-            xs[blk * NT * 8 + tok] = d * (float)sum;
-        }
+    for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(grp, sum, o);
+    ((uint32_t *)xq)[(size_t)tok * (k / 4) + blk * 8 + sub] =
+        (uint32_t)(q0 & 255) | ((uint32_t)(q1 & 255) << 8) | ((uint32_t)(q2 & 255) << 16) | ((uint32_t)q3 << 24);
+    if (sub == 0) {
+        xd[(size_t)tok * nb + blk] = d;
+        xs[(size_t)tok * nb + blk] = d * (float)sum;
     }
 }
 
+/* Warp: MR tiles of 16 rows x NT tiles of 8 tokens; the quants of both
+ * operands straight from global memory (each k-block's loads are
+ * independent of the sums, so they are in flight ahead of them). */
 template <int T, int NT, int MR>
-__global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job) {
+__global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job, const int8_t *__restrict__ xq,
+                                                       const float *__restrict__ xd, const float *__restrict__ xs) {
     constexpr int MIN = T == QT_Q4_1 || T == QT_Q5_1;
-    __shared__ uint32_t xq[NT * 8 * MQ_XW];
-    __shared__ float xd[MQ_NB * NT * 8], xs[MQ_NB * NT * 8];
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int gw = blockIdx.x * MM_WARPS + (threadIdx.x >> 5), part = -1;
     mm_part P = job.p[0];
@@ -154,8 +151,8 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job) {
         if (gw < job.p[i].warps) part = i, P = job.p[i];
         else gw -= job.p[i].warps;
     }
-    /* A warp past the parts still stages its share and meets the barriers. */
-    const int swiglu = job.mode == MM_SWIGLU, k = job.k, n = job.n, t0 = blockIdx.y * NT * 8;
+    if (part < 0) return;
+    const int swiglu = job.mode == MM_SWIGLU, k = job.k, n = job.n, nb = k / 32, t0 = blockIdx.y * NT * 8;
     int rbase[MR];
     const uint8_t *wlo[MR], *whi[MR]; /* rows rbase + g and rbase + g + 8 (clamped to a real row) */
 #pragma unroll
@@ -166,6 +163,15 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job) {
         wlo[i] = w + (size_t)(ra < P.rows ? ra : 0) * job.row_bytes;
         whi[i] = w + (size_t)(rb < P.rows ? rb : 0) * job.row_bytes;
     }
+    /* the lane's tokens, clamped to real ones (the others' sums are dropped) */
+    const uint32_t *xb[NT];
+    int tk0[NT], tk1[NT];
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+        int tb = t0 + j * 8;
+        xb[j] = (const uint32_t *)(xq + (size_t)min(tb + g, n - 1) * k) + t;
+        tk0[j] = min(tb + 2 * t, n - 1) * nb, tk1[j] = min(tb + 2 * t + 1, n - 1) * nb;
+    }
     float acc[MR][NT][4];
 #pragma unroll
     for (int i = 0; i < MR; i++)
@@ -173,42 +179,31 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job) {
         for (int j = 0; j < NT; j++)
 #pragma unroll
             for (int c = 0; c < 4; c++) acc[i][j][c] = 0.0f;
-    for (int kc0 = 0; kc0 < k; kc0 += MQ_KC) {
-        int nbc = min(MQ_NB, (k - kc0) / 32);
-        __syncthreads(); /* the last chunk's readers are done */
-        mq_stage<NT>(xq, xd, xs, job.x, k, n, t0, kc0, nbc);
-        __syncthreads();
-        if (part < 0) continue;
+#pragma unroll 4
+    for (int b = 0; b < nb; b++) {
+        uint32_t a[MR][4];
+        float dlo[MR], dhi[MR], mlo[MR], mhi[MR];
 #pragma unroll
-        for (int kb = 0; kb < MQ_NB; kb++) {
-            if (kb >= nbc) break;
-            int b = kc0 / 32 + kb;
-            uint32_t a[MR][4];
-            float dlo[MR], dhi[MR], mlo[MR], mhi[MR];
+        for (int i = 0; i < MR; i++) {
+            mq_wblock<T>(wlo[i], b, t, a[i][0], a[i][2], dlo[i], mlo[i]);
+            mq_wblock<T>(whi[i], b, t, a[i][1], a[i][3], dhi[i], mhi[i]);
+        }
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            uint32_t b0 = __ldg(xb[j] + b * 8), b1 = __ldg(xb[j] + b * 8 + 4);
+            float dx0 = __ldg(xd + tk0[j] + b), dx1 = __ldg(xd + tk1[j] + b);
+            float sx0 = MIN ? __ldg(xs + tk0[j] + b) : 0.0f, sx1 = MIN ? __ldg(xs + tk1[j] + b) : 0.0f;
 #pragma unroll
             for (int i = 0; i < MR; i++) {
-                mq_wblock<T>(wlo[i], b, t, a[i][0], a[i][2], dlo[i], mlo[i]);
-                mq_wblock<T>(whi[i], b, t, a[i][1], a[i][3], dhi[i], mhi[i]);
-            }
-#pragma unroll
-            for (int j = 0; j < NT; j++) {
-                const uint32_t *xr = xq + (j * 8 + g) * MQ_XW + kb * 8;
-                uint32_t b0 = xr[t], b1 = xr[4 + t];
-                int x0 = kb * NT * 8 + j * 8 + 2 * t; /* tokens 2t and 2t + 1 of the tile */
-                float dx0 = xd[x0], dx1 = xd[x0 + 1], sx0 = xs[x0], sx1 = xs[x0 + 1];
-#pragma unroll
-                for (int i = 0; i < MR; i++) {
-                    int c[4];
-                    mma_s8(c, a[i], b0, b1);
-                    acc[i][j][0] = acc[i][j][0] + mq_term<MIN>(c[0], dlo[i], dx0, mlo[i], sx0);
-                    acc[i][j][1] = acc[i][j][1] + mq_term<MIN>(c[1], dlo[i], dx1, mlo[i], sx1);
-                    acc[i][j][2] = acc[i][j][2] + mq_term<MIN>(c[2], dhi[i], dx0, mhi[i], sx0);
-                    acc[i][j][3] = acc[i][j][3] + mq_term<MIN>(c[3], dhi[i], dx1, mhi[i], sx1);
-                }
+                int c[4];
+                mma_s8(c, a[i], b0, b1);
+                acc[i][j][0] = acc[i][j][0] + mq_term<MIN>(c[0], dlo[i], dx0, mlo[i], sx0);
+                acc[i][j][1] = acc[i][j][1] + mq_term<MIN>(c[1], dlo[i], dx1, mlo[i], sx1);
+                acc[i][j][2] = acc[i][j][2] + mq_term<MIN>(c[2], dhi[i], dx0, mhi[i], sx0);
+                acc[i][j][3] = acc[i][j][3] + mq_term<MIN>(c[3], dhi[i], dx1, mhi[i], sx1);
             }
         }
     }
-    if (part < 0) return;
 #pragma unroll
     for (int j = 0; j < NT; j++)
 #pragma unroll
@@ -229,33 +224,70 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job) {
         }
 }
 
-/* Tiles: 64 tokens a block for prefill, 8 for decode (the same bits:
+/* The 8-bit activations' buffer (one per process, like the stream it is
+ * used on), grown as needed but never while a graph is being recorded:
+ * cuda_matmul_reserve sizes it beforehand (the forward pass does, for its
+ * largest batch), and a shortfall while recording is an error. */
+static int8_t *g_xq;
+static size_t g_xq_cap;
+
+static int xq_reserve(size_t bytes, strata_err *err) {
+    if (bytes <= g_xq_cap) return 0;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(g_stream, &cs);
+    size_t want = bytes > ((size_t)8 << 20) ? bytes : ((size_t)8 << 20);
+    if (cs != cudaStreamCaptureStatusNone)
+        return strata_errf(err, STRATA_EINVAL, "cuda: 8-bit activations need %zu bytes while recording a graph", bytes);
+    cudaStreamSynchronize(g_stream); /* the old buffer's readers are done */
+    cudaFree(g_xq);
+    g_xq_cap = 0;
+    cudaError_t e = cudaMalloc((void **)&g_xq, want);
+    if (e != cudaSuccess) {
+        g_xq = NULL;
+        return strata_errf(err, STRATA_ENOMEM, "cuda: %zu bytes for 8-bit activations: %s", want, cudaGetErrorString(e));
+    }
+    g_xq_cap = want;
+    return 0;
+}
+
+/* Tiles: 32 tokens a warp for prefill, 8 for decode (the same bits:
  * each output's operations do not depend on the tile). A warp takes 16
- * rows (more blocks in flight for the small matrices), SwiGLU 16 of gate
+ * rows (more warps in flight for the small matrices), SwiGLU 16 of gate
  * and the same 16 of up. */
 template <int T>
-static void mmq_go(mm_job job) {
+static void mmq_go(mm_job job, const int8_t *xq, const float *xd, const float *xs) {
     int swiglu = job.mode == MM_SWIGLU, warps = 0;
     for (int i = 0; i < job.np; i++) {
         job.p[i].warps = swiglu ? (i == 0 ? (job.p[0].rows + 15) / 16 : 0) : (job.p[i].rows + 15) / 16;
         warps += job.p[i].warps;
     }
     if (warps == 0) return;
-    int big = job.n > 8, tile = big ? 64 : 8;
+    int big = job.n > 8, tile = big ? 32 : 8;
     dim3 grid((warps + MM_WARPS - 1) / MM_WARPS, (job.n + tile - 1) / tile);
-    if (big && swiglu) k_mmq<T, 8, 2><<<grid, MM_WARPS * 32, 0, g_stream>>>(job);
-    else if (big) k_mmq<T, 8, 1><<<grid, MM_WARPS * 32, 0, g_stream>>>(job);
-    else if (swiglu) k_mmq<T, 1, 2><<<grid, MM_WARPS * 32, 0, g_stream>>>(job);
-    else k_mmq<T, 1, 1><<<grid, MM_WARPS * 32, 0, g_stream>>>(job);
+    if (big && swiglu) k_mmq<T, 4, 2><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, xq, xd, xs);
+    else if (big) k_mmq<T, 4, 1><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, xq, xd, xs);
+    else if (swiglu) k_mmq<T, 1, 2><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, xq, xd, xs);
+    else k_mmq<T, 1, 1><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, xq, xd, xs);
 }
 
-void mmq_launch(qtype t, mm_job job) {
+extern "C" int cuda_matmul_reserve(int n, int k, strata_err *err) {
+    return xq_reserve((size_t)n * k + 2 * (size_t)n * (k / 32) * sizeof(float), err);
+}
+
+int mmq_launch(qtype t, mm_job job, strata_err *err) {
+    size_t nb = (size_t)job.n * (job.k / 32), qbytes = (size_t)job.n * job.k;
+    int rc = cuda_matmul_reserve(job.n, job.k, err);
+    if (rc) return rc;
+    int8_t *xq = g_xq;
+    float *xd = (float *)(g_xq + qbytes), *xs = xd + nb;
+    k_q8x<<<(unsigned)((nb * 8 + 255) / 256), 256, 0, g_stream>>>(xq, xd, xs, job.x, job.k, (int)nb);
     switch (t) {
-    case QT_Q4_0: mmq_go<QT_Q4_0>(job); break;
-    case QT_Q4_1: mmq_go<QT_Q4_1>(job); break;
-    case QT_Q5_0: mmq_go<QT_Q5_0>(job); break;
-    case QT_Q5_1: mmq_go<QT_Q5_1>(job); break;
-    case QT_Q8_0: mmq_go<QT_Q8_0>(job); break;
+    case QT_Q4_0: mmq_go<QT_Q4_0>(job, xq, xd, xs); break;
+    case QT_Q4_1: mmq_go<QT_Q4_1>(job, xq, xd, xs); break;
+    case QT_Q5_0: mmq_go<QT_Q5_0>(job, xq, xd, xs); break;
+    case QT_Q5_1: mmq_go<QT_Q5_1>(job, xq, xd, xs); break;
+    case QT_Q8_0: mmq_go<QT_Q8_0>(job, xq, xd, xs); break;
     default: break;
     }
+    return 0;
 }
