@@ -65,6 +65,13 @@ if [ -n "${PREV:-}" ] && [ -x "$PREV" ]; then
     timeout 120 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 128 -r "$REPS" 2>&1 | tee -a "$LOGS/bench-gpu.txt" | tail -2
 fi
 
+step "attention: query tokens a block (STRATA_CUDA_ATTN_QT; the default sizes it for the SMs; same bits)"
+for qt in 1 2 4 8; do
+    echo "qt=$qt"
+    STRATA_CUDA_ATTN_QT=$qt timeout 60 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 0 -r 3 2>&1 | grep -E "^\| pp"
+    STRATA_CUDA_ATTN_QT=$qt timeout 60 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 0 -d 4096 -r 2 2>&1 | grep -E "^\| pp"
+done
+
 step "decode without the graph (STRATA_CUDA_GRAPH=0), for comparison"
 STRATA_CUDA_GRAPH=0 timeout 60 "$STRATA" bench -m "$SMOL" --device cuda -p 0 -n 128 -r 3 2>&1 | tee -a "$LOGS/bench-gpu.txt" | tail -1
 

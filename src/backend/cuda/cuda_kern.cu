@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 extern "C" {
@@ -516,7 +517,12 @@ static int attn_segs(int max_ctx) { return (max_ctx + CUDA_ATTN_SEG - 1) / CUDA_
  * launch parameter only: a row's bits do not depend on it), within the
  * row and output limits. */
 static int attn_qt(int n, int n_head_kv, int segs, int hpg, int D) {
-    int qt = n * n_head_kv * segs / (4 * 132), by_rows = AT_MAX_ROWS / hpg, by_out = AT_MAX_OUT * AT_THREADS / (hpg * D);
+    static int env = -1; /* STRATA_CUDA_ATTN_QT: a fixed qt, to time the choice */
+    if (env < 0) {
+        const char *e = getenv("STRATA_CUDA_ATTN_QT");
+        env = e ? atoi(e) : 0;
+    }
+    int qt = env > 0 ? env : n * n_head_kv * segs / (4 * 132), by_rows = AT_MAX_ROWS / hpg, by_out = AT_MAX_OUT * AT_THREADS / (hpg * D);
     qt = qt < by_rows ? qt : by_rows;
     qt = qt < by_out ? qt : by_out;
     return qt < 1 ? 1 : qt;
@@ -542,6 +548,7 @@ __device__ void attn_stage(__half2 *sk, __half2 *sv, const __half *kc, const __h
     }
 }
 
+template <int OUTS>
 __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const float *q, const __half *kc, const __half *vc,
                                                           const int32_t *pos, int n, int qt, int n_head, int n_head_kv,
                                                           int D, float scale, int seg_cap) {
@@ -563,11 +570,11 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const floa
         int tt = x / (hpg * D);
         sq[x] = q[((size_t)(i0 + tt) * n_head + (size_t)g * hpg) * D + x % (hpg * D)];
     }
-    float mr[AT_RPW], lr[AT_RPW], o[AT_MAX_OUT];
+    float mr[AT_RPW], lr[AT_RPW], o[OUTS];
 #pragma unroll
     for (int r = 0; r < AT_RPW; r++) mr[r] = -INFINITY, lr[r] = 0.0f;
 #pragma unroll
-    for (int u = 0; u < AT_MAX_OUT; u++) o[u] = 0.0f;
+    for (int u = 0; u < OUTS; u++) o[u] = 0.0f;
     for (int t0 = k0; t0 < kend; t0 += AT_KT) {
         __syncthreads(); /* the last tile's readers are done (and sq is in) */
         attn_stage(sk, sv, kc, vc, t0, min(AT_KT, kend - t0), kvd, g, D);
@@ -606,9 +613,9 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const floa
         /* outputs: rescaled, then the tile's keys in order (key outer, so
          * one V element serves all of a thread's outputs of that column) */
         const __half *vh = (const __half *)sv;
-        int nku[AT_MAX_OUT], rowu[AT_MAX_OUT], kmax = 0;
+        int nku[OUTS], rowu[OUTS], kmax = 0;
 #pragma unroll
-        for (int u = 0; u < AT_MAX_OUT; u++) {
+        for (int u = 0; u < OUTS; u++) {
             int x = tid + AT_THREADS * u;
             rowu[u] = x / D;
             nku[u] = x < rows * D ? min(AT_KT, s_end[rowu[u] / hpg] - t0) : 0;
@@ -619,13 +626,13 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const floa
             for (int j = 0; j < kmax; j++) {
                 float v = __half2float(vh[j * D + tid % D]);
 #pragma unroll
-                for (int u = 0; u < AT_MAX_OUT; u++)
+                for (int u = 0; u < OUTS; u++)
                     if (j < nku[u]) o[u] = fmaf(sp[rowu[u] * AT_KT + j], v, o[u]);
             }
         } else {
             for (int j = 0; j < kmax; j++) {
 #pragma unroll
-                for (int u = 0; u < AT_MAX_OUT; u++)
+                for (int u = 0; u < OUTS; u++)
                     if (j < nku[u]) o[u] = fmaf(sp[rowu[u] * AT_KT + j], __half2float(vh[j * D + (tid + AT_THREADS * u) % D]), o[u]);
             }
         }
@@ -644,7 +651,7 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const floa
         }
     }
 #pragma unroll
-    for (int u = 0; u < AT_MAX_OUT; u++) {
+    for (int u = 0; u < OUTS; u++) {
         int x = tid + AT_THREADS * u;
         if (x >= rows * D) break;
         if (s_end[x / D / hpg] > k0) AT_STATE(x / D)[2 + x % D] = o[u];
@@ -683,10 +690,19 @@ extern "C" int cuda_attention(float *d_out, float *d_scratch, const float *d_q, 
         return strata_errf(err, STRATA_EINVAL, "cuda attention: keys up to %d past the scratch's %d", max_end, max_ctx);
     if (n <= 0) return 0;
     int seg_cap = attn_segs(max_ctx), segs = attn_segs(max_end), hpg = n_head / n_head_kv;
-    int qt = attn_qt(n, n_head_kv, segs, hpg, head_dim);
-    k_attn_seg<<<dim3(n_head_kv, (n + qt - 1) / qt, segs), AT_THREADS, attn_smem(qt * hpg, head_dim), g_stream>>>(
-        d_scratch, d_q, (const __half *)d_kc, (const __half *)d_vc, d_pos, n, qt, n_head, n_head_kv, head_dim, scale,
-        seg_cap);
+    int qt = attn_qt(n, n_head_kv, segs, hpg, head_dim), outs = (qt * hpg * head_dim + AT_THREADS - 1) / AT_THREADS;
+    dim3 grid(n_head_kv, (n + qt - 1) / qt, segs);
+    size_t smem = attn_smem(qt * hpg, head_dim);
+    const __half *kh = (const __half *)d_kc, *vh = (const __half *)d_vc;
+#define AT_GO(o)                                                                                                   \
+    k_attn_seg<o><<<grid, AT_THREADS, smem, g_stream>>>(d_scratch, d_q, kh, vh, d_pos, n, qt, n_head, n_head_kv, \
+                                                         head_dim, scale, seg_cap)
+    if (outs <= 1) AT_GO(1);
+    else if (outs <= 2) AT_GO(2);
+    else if (outs <= 4) AT_GO(4);
+    else if (outs <= 8) AT_GO(8);
+    else AT_GO(16);
+#undef AT_GO
     k_attn_fold<<<dim3(n_head, n), 64, 0, g_stream>>>(d_out, d_scratch, d_pos, n_head, head_dim, seg_cap);
     return 0;
 }

@@ -89,7 +89,7 @@ __device__ __forceinline__ void mq_wblock(const uint8_t *row, int b, int t, uint
 
 /* c = A (16 x 32 s8, rows g and g + 8 of the lane) x B (32 x 8 s8). */
 __device__ __forceinline__ void mma_s8(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%10,%11,%12,%13};"
                  : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0), "r"(0), "r"(0), "r"(0));
@@ -179,29 +179,42 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job, const i
         for (int j = 0; j < NT; j++)
 #pragma unroll
             for (int c = 0; c < 4; c++) acc[i][j][c] = 0.0f;
-#pragma unroll 4
-    for (int b = 0; b < nb; b++) {
-        uint32_t a[MR][4];
-        float dlo[MR], dhi[MR], mlo[MR], mhi[MR];
+    /* U k-blocks at a time: all their loads first, then their sums in
+     * block order (decode has few warps: its latency is the loads') */
+    constexpr int U = NT == 1 ? 8 : 2;
+    for (int b0 = 0; b0 < nb; b0 += U) {
+        uint32_t a[U][MR][4], bx[U][NT][2];
+        float dlo[U][MR], dhi[U][MR], mlo[U][MR], mhi[U][MR], dx[U][NT][2], sx[U][NT][2];
 #pragma unroll
-        for (int i = 0; i < MR; i++) {
-            mq_wblock<T>(wlo[i], b, t, a[i][0], a[i][2], dlo[i], mlo[i]);
-            mq_wblock<T>(whi[i], b, t, a[i][1], a[i][3], dhi[i], mhi[i]);
-        }
-#pragma unroll
-        for (int j = 0; j < NT; j++) {
-            uint32_t b0 = __ldg(xb[j] + b * 8), b1 = __ldg(xb[j] + b * 8 + 4);
-            float dx0 = __ldg(xd + tk0[j] + b), dx1 = __ldg(xd + tk1[j] + b);
-            float sx0 = MIN ? __ldg(xs + tk0[j] + b) : 0.0f, sx1 = MIN ? __ldg(xs + tk1[j] + b) : 0.0f;
+        for (int u = 0; u < U; u++) {
+            int b = b0 + u;
+            if (b >= nb) break;
 #pragma unroll
             for (int i = 0; i < MR; i++) {
-                int c[4];
-                mma_s8(c, a[i], b0, b1);
-                acc[i][j][0] = acc[i][j][0] + mq_term<MIN>(c[0], dlo[i], dx0, mlo[i], sx0);
-                acc[i][j][1] = acc[i][j][1] + mq_term<MIN>(c[1], dlo[i], dx1, mlo[i], sx1);
-                acc[i][j][2] = acc[i][j][2] + mq_term<MIN>(c[2], dhi[i], dx0, mhi[i], sx0);
-                acc[i][j][3] = acc[i][j][3] + mq_term<MIN>(c[3], dhi[i], dx1, mhi[i], sx1);
+                mq_wblock<T>(wlo[i], b, t, a[u][i][0], a[u][i][2], dlo[u][i], mlo[u][i]);
+                mq_wblock<T>(whi[i], b, t, a[u][i][1], a[u][i][3], dhi[u][i], mhi[u][i]);
             }
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                bx[u][j][0] = __ldg(xb[j] + b * 8), bx[u][j][1] = __ldg(xb[j] + b * 8 + 4);
+                dx[u][j][0] = __ldg(xd + tk0[j] + b), dx[u][j][1] = __ldg(xd + tk1[j] + b);
+                sx[u][j][0] = MIN ? __ldg(xs + tk0[j] + b) : 0.0f, sx[u][j][1] = MIN ? __ldg(xs + tk1[j] + b) : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (b0 + u >= nb) break;
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int i = 0; i < MR; i++) {
+                    int c[4];
+                    mma_s8(c, a[u][i], bx[u][j][0], bx[u][j][1]);
+                    acc[i][j][0] = acc[i][j][0] + mq_term<MIN>(c[0], dlo[u][i], dx[u][j][0], mlo[u][i], sx[u][j][0]);
+                    acc[i][j][1] = acc[i][j][1] + mq_term<MIN>(c[1], dlo[u][i], dx[u][j][1], mlo[u][i], sx[u][j][1]);
+                    acc[i][j][2] = acc[i][j][2] + mq_term<MIN>(c[2], dhi[u][i], dx[u][j][0], mhi[u][i], sx[u][j][0]);
+                    acc[i][j][3] = acc[i][j][3] + mq_term<MIN>(c[3], dhi[u][i], dx[u][j][1], mhi[u][i], sx[u][j][1]);
+                }
         }
     }
 #pragma unroll
