@@ -7,9 +7,7 @@
  * Activations: block b of token t gets d = amax / 127, q = round(x * 127
  * / amax) (half away from zero) and s = d * sum(q): the CPU's Q8_1
  * quantization (backend/quant_act_impl.h, q8_block), the same int8
- * values. Each block computes it for its own token tile and k chunk into
- * shared memory: no extra launch, no buffer; a (token, block) pair always
- * gets the same bytes, whichever block computes it.
+ * values (mq_xblock, one thread per block: max and integer sums are exact).
  *
  * Numerics of one output (row r, token t), fixed by k alone: for the
  * 32-blocks b = 0, 1, ... in order,
@@ -17,17 +15,21 @@
  *     acc = acc + v
  * where isum_b is the exact integer dot of the weight block's integers
  * (the 4/5/8-bit values, offset by -8/-16 for Q4_0/Q5_0) with the
- * activation block's int8. No split over k, no atomics: the token tile
- * (8 or 64 tokens), the rows a warp takes and the launch's parts only
- * place the work, so a row's bits are the same in any batch, chunk or
- * fused launch (tests/test_cuda.c checks it with memcmp).
+ * activation block's int8. No split over k, no atomics.
  *
- * Layout: a block of MM_WARPS warps; warp w takes MR tiles of 16 rows
- * (SwiGLU: 16 rows of gate and the same 16 of up) against NT tiles of 8
- * tokens; weights are read straight from global memory (each 4-byte word
- * of quants serves two k-groups of the mma's A fragment: a block's low
- * nibbles are its elements 0-15, its high nibbles 16-31), the tile's
- * quantized activations from shared memory. */
+ * Two kernels compute exactly that:
+ * - prefill (n > 8): k_q8x quantizes x once into a buffer, then k_mmq
+ *   takes tiles of 16 rows (SwiGLU: 16 of gate and the same 16 of up) x
+ *   32 tokens a warp on the tensor cores (mma.sync m16n8k32 s8, one
+ *   32-block per mma), both operands straight from global memory (a
+ *   4-byte word of a block's quants holds two of the A fragment's
+ *   k-groups: its low nibbles are elements 0-15, its high ones 16-31);
+ * - decode (n <= 8): k_mmv, a warp a row, a lane a block (quantized in
+ *   the lane, dp4a), the terms then added in block order by shuffles:
+ *   many warps in flight (decode is latency-bound), no separate pass.
+ * Kernel choice, tile and the rows a warp takes only place the work, so
+ * a row's bits are the same in any batch, chunk or fused launch
+ * (tests/test_cuda.c checks it with memcmp). */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -105,33 +107,100 @@ __device__ __forceinline__ float mq_term(int isum, float dw, float dx, float mw,
 /* Round half away from zero (quant_act_impl.h round_q). */
 __device__ __forceinline__ int mq_round(float v) { return (int)(v + (v >= 0.0f ? 0.5f : -0.5f)); }
 
-/* The activations' 8-bit form, once per launch (every row tile reads
- * it): 8 threads per (token, 32-block), 4 values each. xq [n][k] int8,
- * xd and xs [n][k / 32]: d and d * sum(q). */
-__global__ void k_q8x(int8_t *xq, float *xd, float *xs, const float *__restrict__ x, int k, int pairs) {
-    int task = blockIdx.x * blockDim.x + threadIdx.x, pair = task >> 3, sub = task & 7, nb = k / 32;
-    /* whole groups of 8 leave together: the shuffles below stay within live lanes */
+/* One activation block of 32 floats (16-byte aligned) to its 8-bit form,
+ * by one thread: q8_block's operations (the maximum and the integer sum
+ * are exact, so any order gives these bits). w: the int8 values, 4 a
+ * word; d; s = d * sum(q). */
+__device__ __forceinline__ void mq_xblock(const float *x, uint32_t w[8], float &d, float &s) {
+    float4 v[8];
+    float amax = 0.0f; /* a NaN never wins */
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        v[i] = __ldg((const float4 *)x + i);
+        float a = fabsf(v[i].x);
+        amax = a > amax ? a : amax;
+        a = fabsf(v[i].y), amax = a > amax ? a : amax;
+        a = fabsf(v[i].z), amax = a > amax ? a : amax;
+        a = fabsf(v[i].w), amax = a > amax ? a : amax;
+    }
+    d = amax / 127.0f;
+    float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int sum = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int q0 = mq_round(v[i].x * id), q1 = mq_round(v[i].y * id), q2 = mq_round(v[i].z * id), q3 = mq_round(v[i].w * id);
+        sum += q0 + q1 + q2 + q3;
+        w[i] = (uint32_t)(q0 & 255) | ((uint32_t)(q1 & 255) << 8) | ((uint32_t)(q2 & 255) << 16) | ((uint32_t)q3 << 24);
+    }
+    s = d * (float)sum;
+}
+
+/* The activations' 8-bit form, once per prefill launch (every row tile
+ * reads it): a thread per (token, 32-block). xq [n][k] int8, xd and xs
+ * [n][k / 32]: d and d * sum(q). x's rows are k apart and k = 32 nb, so
+ * block pair = tok * nb + blk starts at 32 pair in x and in xq. */
+__global__ void k_q8x(int8_t *xq, float *xd, float *xs, const float *__restrict__ x, int pairs) {
+    int pair = blockIdx.x * blockDim.x + threadIdx.x;
     if (pair >= pairs) return;
-    int tok = pair / nb, blk = pair % nb;
-    float4 v = __ldg((const float4 *)(x + (size_t)tok * k + blk * 32 + sub * 4));
-    float a = fabsf(v.x), amax = 0.0f; /* q8_block's order-free maximum (a NaN never wins) */
-    amax = a > amax ? a : amax;
-    a = fabsf(v.y), amax = a > amax ? a : amax;
-    a = fabsf(v.z), amax = a > amax ? a : amax;
-    a = fabsf(v.w), amax = a > amax ? a : amax;
-    unsigned grp = 0xffu << (threadIdx.x & 24); /* this pair's 8 lanes */
+    uint32_t w[8];
+    mq_xblock(x + (size_t)pair * 32, w, xd[pair], xs[pair]); /* pair = tok * nb + blk: rows are k apart */
+    uint4 *o = (uint4 *)(xq + (size_t)pair * 32);
+    o[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    o[1] = make_uint4(w[4], w[5], w[6], w[7]);
+}
+
+/* Decode (n <= 8 tokens): a warp per row (SwiGLU: row r of gate and of
+ * up), lane l takes 32-blocks l, l + 32, ...: it quantizes the tokens'
+ * block itself (mq_xblock: no separate pass, no launch), takes the exact
+ * integer dot by dp4a and the block's term; then the terms are added in
+ * block order, lane 0's then lane 1's ..., by shuffles: the operations
+ * of the tensor-core kernel, so the same bits. */
+template <int T>
+__global__ void __launch_bounds__(MM_WARPS * 32) k_mmv(const mm_job job) {
+    constexpr int MIN = T == QT_Q4_1 || T == QT_Q5_1;
+    int lane = threadIdx.x & 31, gw = blockIdx.x * MM_WARPS + (threadIdx.x >> 5), part = -1;
+    mm_part P = job.p[0];
 #pragma unroll
-    for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(grp, amax, o));
-    float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-    int q0 = mq_round(v.x * id), q1 = mq_round(v.y * id), q2 = mq_round(v.z * id), q3 = mq_round(v.w * id);
-    int sum = q0 + q1 + q2 + q3;
+    for (int i = 0; i < MM_PARTS; i++) { /* constant indices: the job stays in parameter space */
+        if (part >= 0 || i >= job.np) continue;
+        if (gw < job.p[i].warps) part = i, P = job.p[i];
+        else gw -= job.p[i].warps;
+    }
+    if (part < 0) return; /* whole warps leave: the shuffles below stay full */
+    const int swiglu = job.mode == MM_SWIGLU, k = job.k, n = job.n, nb = k / 32, nr = swiglu ? 2 : 1;
+    const uint8_t *wr[2] = {P.w + (size_t)gw * job.row_bytes, job.p[1].w + (size_t)gw * job.row_bytes};
+    for (int tok = 0; tok < n; tok++) {
+        float acc[2] = {0.0f, 0.0f};
+        for (int b0 = 0; b0 < nb; b0 += 32) {
+            int b = b0 + lane, m = min(32, nb - b0);
+            float v[2] = {0.0f, 0.0f};
+            if (b < nb) {
+                uint32_t xw[8];
+                float dx, sx;
+                mq_xblock(job.x + (size_t)tok * k + (size_t)b * 32, xw, dx, sx);
 #pragma unroll
-    for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(grp, sum, o);
-    ((uint32_t *)xq)[(size_t)tok * (k / 4) + blk * 8 + sub] =
-        (uint32_t)(q0 & 255) | ((uint32_t)(q1 & 255) << 8) | ((uint32_t)(q2 & 255) << 16) | ((uint32_t)q3 << 24);
-    if (sub == 0) {
-        xd[(size_t)tok * nb + blk] = d;
-        xs[(size_t)tok * nb + blk] = d * (float)sum;
+                for (int r = 0; r < 2; r++) {
+                    if (r >= nr) break;
+                    int isum = 0;
+                    float dw, mw;
+#pragma unroll
+                    for (int t = 0; t < 4; t++) {
+                        uint32_t lo, hi;
+                        mq_wblock<T>(wr[r], b, t, lo, hi, dw, mw);
+                        isum = __dp4a((int)lo, (int)xw[t], isum);
+                        isum = __dp4a((int)hi, (int)xw[4 + t], isum);
+                    }
+                    v[r] = mq_term<MIN>(isum, dw, dx, mw, sx);
+                }
+            }
+            for (int i = 0; i < m; i++) /* block order */
+#pragma unroll
+                for (int r = 0; r < 2; r++) acc[r] = acc[r] + __shfl_sync(FULL, v[r], i);
+        }
+        if (lane != 0) continue;
+        float *y = P.y + (size_t)tok * P.rows + gw;
+        if (swiglu) *y = swiglu1(acc[0], acc[1]);
+        else *y = job.mode == MM_ADD ? *y + acc[0] : acc[0];
     }
 }
 
@@ -180,8 +249,8 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job, const i
 #pragma unroll
             for (int c = 0; c < 4; c++) acc[i][j][c] = 0.0f;
     /* U k-blocks at a time: all their loads first, then their sums in
-     * block order (decode has few warps: its latency is the loads') */
-    constexpr int U = NT == 1 ? 8 : 2;
+     * block order */
+    constexpr int U = 2;
     for (int b0 = 0; b0 < nb; b0 += U) {
         uint32_t a[U][MR][4], bx[U][NT][2];
         float dlo[U][MR], dhi[U][MR], mlo[U][MR], mhi[U][MR], dx[U][NT][2], sx[U][NT][2];
@@ -263,10 +332,8 @@ static int xq_reserve(size_t bytes, strata_err *err) {
     return 0;
 }
 
-/* Tiles: 32 tokens a warp for prefill, 8 for decode (the same bits:
- * each output's operations do not depend on the tile). A warp takes 16
- * rows (more warps in flight for the small matrices), SwiGLU 16 of gate
- * and the same 16 of up. */
+/* Prefill (n > 8): a warp takes 16 rows (SwiGLU: 16 of gate and the
+ * same 16 of up) x 32 tokens, 4 warps a block over the rows. */
 template <int T>
 static void mmq_go(mm_job job, const int8_t *xq, const float *xd, const float *xs) {
     int swiglu = job.mode == MM_SWIGLU, warps = 0;
@@ -275,25 +342,46 @@ static void mmq_go(mm_job job, const int8_t *xq, const float *xd, const float *x
         warps += job.p[i].warps;
     }
     if (warps == 0) return;
-    int big = job.n > 8, tile = big ? 32 : 8;
-    dim3 grid((warps + MM_WARPS - 1) / MM_WARPS, (job.n + tile - 1) / tile);
-    if (big && swiglu) k_mmq<T, 4, 2><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, xq, xd, xs);
-    else if (big) k_mmq<T, 4, 1><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, xq, xd, xs);
-    else if (swiglu) k_mmq<T, 1, 2><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, xq, xd, xs);
-    else k_mmq<T, 1, 1><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, xq, xd, xs);
+    dim3 grid((warps + MM_WARPS - 1) / MM_WARPS, (job.n + 31) / 32);
+    if (swiglu) k_mmq<T, 4, 2><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, xq, xd, xs);
+    else k_mmq<T, 4, 1><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, xq, xd, xs);
+}
+
+/* Decode: a warp a row (SwiGLU: a row of each). */
+template <int T>
+static void mmv_go(mm_job job) {
+    int swiglu = job.mode == MM_SWIGLU, warps = 0;
+    for (int i = 0; i < job.np; i++) {
+        job.p[i].warps = swiglu ? (i == 0 ? job.p[0].rows : 0) : job.p[i].rows;
+        warps += job.p[i].warps;
+    }
+    if (warps > 0) k_mmv<T><<<(warps + MM_WARPS - 1) / MM_WARPS, MM_WARPS * 32, 0, g_stream>>>(job);
 }
 
 extern "C" int cuda_matmul_reserve(int n, int k, strata_err *err) {
     return xq_reserve((size_t)n * k + 2 * (size_t)n * (k / 32) * sizeof(float), err);
 }
 
+#define MQ_DECODE 8 /* tokens up to which k_mmv runs */
+
 int mmq_launch(qtype t, mm_job job, strata_err *err) {
+    if (job.n <= MQ_DECODE) {
+        switch (t) {
+        case QT_Q4_0: mmv_go<QT_Q4_0>(job); break;
+        case QT_Q4_1: mmv_go<QT_Q4_1>(job); break;
+        case QT_Q5_0: mmv_go<QT_Q5_0>(job); break;
+        case QT_Q5_1: mmv_go<QT_Q5_1>(job); break;
+        case QT_Q8_0: mmv_go<QT_Q8_0>(job); break;
+        default: break;
+        }
+        return 0;
+    }
     size_t nb = (size_t)job.n * (job.k / 32), qbytes = (size_t)job.n * job.k;
     int rc = cuda_matmul_reserve(job.n, job.k, err);
     if (rc) return rc;
     int8_t *xq = g_xq;
     float *xd = (float *)(g_xq + qbytes), *xs = xd + nb;
-    k_q8x<<<(unsigned)((nb * 8 + 255) / 256), 256, 0, g_stream>>>(xq, xd, xs, job.x, job.k, (int)nb);
+    k_q8x<<<(unsigned)((nb + 127) / 128), 128, 0, g_stream>>>(xq, xd, xs, job.x, (int)nb);
     switch (t) {
     case QT_Q4_0: mmq_go<QT_Q4_0>(job, xq, xd, xs); break;
     case QT_Q4_1: mmq_go<QT_Q4_1>(job, xq, xd, xs); break;
