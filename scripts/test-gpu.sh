@@ -65,12 +65,14 @@ if [ -n "${PREV:-}" ] && [ -x "$PREV" ]; then
     timeout 120 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 128 -r "$REPS" 2>&1 | tee -a "$LOGS/bench-gpu.txt" | tail -2
 fi
 
-step "attention: query tokens a block (STRATA_CUDA_ATTN_QT; the default sizes it for the SMs; same bits)"
-for qt in 1 2 4 8; do
-    echo "qt=$qt"
-    STRATA_CUDA_ATTN_QT=$qt timeout 60 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 0 -r 3 2>&1 | grep -E "^\| pp"
-    STRATA_CUDA_ATTN_QT=$qt timeout 60 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 0 -d 4096 -r 2 2>&1 | grep -E "^\| pp"
-done
+if [ "${QT_SWEEP:-0}" = 1 ]; then
+    step "attention: query tokens a block (STRATA_CUDA_ATTN_QT; the default sizes it for the SMs; same bits)"
+    for qt in 1 2 4 8; do
+        echo "qt=$qt"
+        STRATA_CUDA_ATTN_QT=$qt timeout 60 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 0 -r 3 2>&1 | grep -E "^\| pp"
+        STRATA_CUDA_ATTN_QT=$qt timeout 60 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 0 -d 4096 -r 2 2>&1 | grep -E "^\| pp"
+    done
+fi
 
 step "decode without the graph (STRATA_CUDA_GRAPH=0), for comparison"
 STRATA_CUDA_GRAPH=0 timeout 60 "$STRATA" bench -m "$SMOL" --device cuda -p 0 -n 128 -r 3 2>&1 | tee -a "$LOGS/bench-gpu.txt" | tail -1
@@ -87,6 +89,12 @@ if [ "${PROFILE:-0}" = 1 ] && command -v ncu > /dev/null; then
     timeout 150 ncu --metrics gpu__time_duration.sum --print-summary per-kernel --launch-count 860 \
         "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 8 -r 1 > "$LOGS/ncu.txt" 2>&1
     grep -E "k_[a-z_]+|gpu__time_duration" "$LOGS/ncu.txt" | tail -60
+    step "kernel times (ncu, PROFILE=1): decode at depth 4096, kernel by kernel (no graph)"
+    # Past the depth prefill's 8 x 30 attention launches: decode's.
+    STRATA_CUDA_GRAPH=0 timeout 150 ncu --metrics gpu__time_duration.sum --print-summary per-kernel \
+        -k regex:'k_attn|k_mmv|k_rmsnorm|k_rope' --launch-skip 1200 --launch-count 600 \
+        "$STRATA" bench -m "$SMOL" --device cuda -p 8 -n 8 -d 4096 -r 1 > "$LOGS/ncu-d4096.txt" 2>&1
+    grep -E "k_[a-z_]+|gpu__time_duration" "$LOGS/ncu-d4096.txt" | tail -30
 fi
 
 step "summary"

@@ -37,13 +37,32 @@
 
 int mmq_type(qtype t) { return t == QT_Q4_0 || t == QT_Q4_1 || t == QT_Q5_0 || t == QT_Q5_1 || t == QT_Q8_0; }
 
-__device__ __forceinline__ uint32_t ld16x2(const uint8_t *p) { /* 2-byte aligned */
-    const unsigned short *h = (const unsigned short *)p;
-    return (uint32_t)__ldg(h) | ((uint32_t)__ldg(h + 1) << 16);
+/* Loads from global memory through the read-only path (G = 1) or from
+ * anywhere (G = 0: shared memory). */
+template <int G>
+__device__ __forceinline__ uint32_t ld2(const uint8_t *p) {
+    return G ? __ldg((const unsigned short *)p) : *(const unsigned short *)p;
 }
 
+template <int G>
+__device__ __forceinline__ uint32_t ld4(const uint8_t *p) { /* 4-byte aligned */
+    return G ? __ldg((const unsigned int *)p) : *(const unsigned int *)p;
+}
+
+template <int G>
+__device__ __forceinline__ uint32_t ld16x2(const uint8_t *p) { /* 2-byte aligned */
+    return ld2<G>(p) | (ld2<G>(p + 2) << 16);
+}
+
+template <int G>
 __device__ __forceinline__ float ldhf(const uint8_t *p) {
-    return __half2float(__ushort_as_half(__ldg((const unsigned short *)p)));
+    return __half2float(__ushort_as_half((unsigned short)ld2<G>(p)));
+}
+
+/* Bytes of a 32-block. */
+template <int T>
+__host__ __device__ constexpr int mq_bytes() {
+    return T == QT_Q4_0 ? 18 : T == QT_Q4_1 ? 20 : T == QT_Q5_0 ? 22 : T == QT_Q5_1 ? 24 : 34;
 }
 
 /* Bits 0-3 of x to bit 4 of bytes 0-3 (Q5's fifth bits). */
@@ -54,38 +73,38 @@ __device__ __forceinline__ uint32_t hbits(uint32_t x) {
 /* Weight block b of a row, lane group t (0-3): lo = its int8 values
  * 4t..4t+3, hi = 16+4t..16+4t+3 (the mma's k order), d, and m (the min;
  * 0 without one). */
-template <int T>
+template <int T, int G = 1>
 __device__ __forceinline__ void mq_wblock(const uint8_t *row, int b, int t, uint32_t &lo, uint32_t &hi, float &d,
                                           float &m) {
     if (T == QT_Q4_0) {
-        const uint8_t *p = row + (size_t)b * 18;
-        uint32_t w = ld16x2(p + 2 + 4 * t);
-        d = ldhf(p), m = 0.0f;
+        const uint8_t *p = row + (size_t)b * mq_bytes<T>();
+        uint32_t w = ld16x2<G>(p + 2 + 4 * t);
+        d = ldhf<G>(p), m = 0.0f;
         lo = __vsub4(w & 0x0f0f0f0fu, 0x08080808u);
         hi = __vsub4((w >> 4) & 0x0f0f0f0fu, 0x08080808u);
     } else if (T == QT_Q4_1) {
-        const uint8_t *p = row + (size_t)b * 20;
-        uint32_t w = __ldg((const unsigned int *)(p + 4 + 4 * t));
-        d = ldhf(p), m = ldhf(p + 2);
+        const uint8_t *p = row + (size_t)b * mq_bytes<T>();
+        uint32_t w = ld4<G>(p + 4 + 4 * t);
+        d = ldhf<G>(p), m = ldhf<G>(p + 2);
         lo = w & 0x0f0f0f0fu;
         hi = (w >> 4) & 0x0f0f0f0fu;
     } else if (T == QT_Q5_0) {
-        const uint8_t *p = row + (size_t)b * 22;
-        uint32_t qh = ld16x2(p + 2), w = ld16x2(p + 6 + 4 * t);
-        d = ldhf(p), m = 0.0f;
+        const uint8_t *p = row + (size_t)b * mq_bytes<T>();
+        uint32_t qh = ld16x2<G>(p + 2), w = ld16x2<G>(p + 6 + 4 * t);
+        d = ldhf<G>(p), m = 0.0f;
         lo = __vsub4((w & 0x0f0f0f0fu) | hbits(qh >> (4 * t)), 0x10101010u);
         hi = __vsub4(((w >> 4) & 0x0f0f0f0fu) | hbits(qh >> (16 + 4 * t)), 0x10101010u);
     } else if (T == QT_Q5_1) {
-        const uint8_t *p = row + (size_t)b * 24;
-        uint32_t qh = __ldg((const unsigned int *)(p + 4)), w = __ldg((const unsigned int *)(p + 8 + 4 * t));
-        d = ldhf(p), m = ldhf(p + 2);
+        const uint8_t *p = row + (size_t)b * mq_bytes<T>();
+        uint32_t qh = ld4<G>(p + 4), w = ld4<G>(p + 8 + 4 * t);
+        d = ldhf<G>(p), m = ldhf<G>(p + 2);
         lo = (w & 0x0f0f0f0fu) | hbits(qh >> (4 * t));
         hi = ((w >> 4) & 0x0f0f0f0fu) | hbits(qh >> (16 + 4 * t));
     } else { /* Q8_0 */
-        const uint8_t *p = row + (size_t)b * 34;
-        d = ldhf(p), m = 0.0f;
-        lo = ld16x2(p + 2 + 4 * t);
-        hi = ld16x2(p + 18 + 4 * t);
+        const uint8_t *p = row + (size_t)b * mq_bytes<T>();
+        d = ldhf<G>(p), m = 0.0f;
+        lo = ld16x2<G>(p + 2 + 4 * t);
+        hi = ld16x2<G>(p + 18 + 4 * t);
     }
 }
 
@@ -169,10 +188,23 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmv(const mm_job job) {
     if (part < 0) return; /* whole warps leave: the shuffles below stay full */
     const int swiglu = job.mode == MM_SWIGLU, k = job.k, n = job.n, nb = k / 32, nr = swiglu ? 2 : 1;
     const uint8_t *wr[2] = {P.w + (size_t)gw * job.row_bytes, job.p[1].w + (size_t)gw * job.row_bytes};
+    /* the warp's 32 blocks of each row, copied in with coalesced 2-byte
+     * loads (a lane reading its own block would stride the cache lines) */
+    constexpr int BY = mq_bytes<T>();
+    __shared__ unsigned short wsh[MM_WARPS][2][32 * BY / 2];
+    unsigned short(*sh)[32 * BY / 2] = wsh[threadIdx.x >> 5];
     for (int tok = 0; tok < n; tok++) {
         float acc[2] = {0.0f, 0.0f};
         for (int b0 = 0; b0 < nb; b0 += 32) {
             int b = b0 + lane, m = min(32, nb - b0);
+            __syncwarp(); /* the last chunk's readers are done */
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                if (r >= nr) break;
+                const unsigned short *src = (const unsigned short *)(wr[r] + (size_t)b0 * BY);
+                for (int i = lane; i < m * BY / 2; i += 32) sh[r][i] = __ldg(src + i);
+            }
+            __syncwarp();
             float v[2] = {0.0f, 0.0f};
             if (b < nb) {
                 uint32_t xw[8];
@@ -186,7 +218,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmv(const mm_job job) {
 #pragma unroll
                     for (int t = 0; t < 4; t++) {
                         uint32_t lo, hi;
-                        mq_wblock<T>(wr[r], b, t, lo, hi, dw, mw);
+                        mq_wblock<T, 0>((const uint8_t *)sh[r], lane, t, lo, hi, dw, mw);
                         isum = __dp4a((int)lo, (int)xw[t], isum);
                         isum = __dp4a((int)hi, (int)xw[4 + t], isum);
                     }
