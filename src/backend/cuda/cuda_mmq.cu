@@ -24,9 +24,9 @@
  *   32-block per mma), both operands straight from global memory (a
  *   4-byte word of a block's quants holds two of the A fragment's
  *   k-groups: its low nibbles are elements 0-15, its high ones 16-31);
- * - decode (n <= 8): k_mmv, a warp a row, a lane a block (quantized in
- *   the lane, dp4a), the terms then added in block order by shuffles:
- *   many warps in flight (decode is latency-bound), no separate pass.
+ * - decode (n <= 8): k_mmv, a warp a row, 8 lanes a block (quantized
+ *   there, dp4a), the terms then added in block order by shuffles: many
+ *   warps in flight (decode is latency-bound), no separate pass.
  * Kernel choice, tile and the rows a warp takes only place the work, so
  * a row's bits are the same in any batch, chunk or fused launch
  * (tests/test_cuda.c checks it with memcmp). */
@@ -169,15 +169,23 @@ __global__ void k_q8x(int8_t *xq, float *xd, float *xs, const float *__restrict_
 }
 
 /* Decode (n <= 8 tokens): a warp per row (SwiGLU: row r of gate and of
- * up), lane l takes 32-blocks l, l + 32, ...: it quantizes the tokens'
- * block itself (mq_xblock: no separate pass, no launch), takes the exact
- * integer dot by dp4a and the block's term; then the terms are added in
- * block order, lane 0's then lane 1's ..., by shuffles: the operations
- * of the tensor-core kernel, so the same bits. */
+ * up); 8 lanes per 32-block, 4 blocks a step, so a step's loads are a
+ * few contiguous cache lines. Lane i of a block's 8 takes its elements
+ * 4i..4i+3: quantizes them with the block's maximum (max and integer sum
+ * over the 8 lanes by shuffles: exact, so mq_xblock's values), takes their
+ * dp4a with the weight's 4 integers (the mma's k order: lanes 0-3 the low
+ * nibbles, 4-7 the high ones of the same word), sums the 8 (exact) and
+ * forms the block's term; the terms are added in block order by
+ * shuffles: the tensor-core kernel's operations, so its bits, with many
+ * warps in flight and no separate 8-bit pass. */
+#define MV_STEP 4 /* blocks a step: 32 lanes / 8 */
+#define MV_U 4    /* steps whose loads are issued together */
+
 template <int T>
 __global__ void __launch_bounds__(MM_WARPS * 32) k_mmv(const mm_job job) {
     constexpr int MIN = T == QT_Q4_1 || T == QT_Q5_1;
-    int lane = threadIdx.x & 31, gw = blockIdx.x * MM_WARPS + (threadIdx.x >> 5), part = -1;
+    int lane = threadIdx.x & 31, grp = lane >> 3, li = lane & 7, gw = blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
+    int part = -1;
     mm_part P = job.p[0];
 #pragma unroll
     for (int i = 0; i < MM_PARTS; i++) { /* constant indices: the job stays in parameter space */
@@ -188,46 +196,61 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmv(const mm_job job) {
     if (part < 0) return; /* whole warps leave: the shuffles below stay full */
     const int swiglu = job.mode == MM_SWIGLU, k = job.k, n = job.n, nb = k / 32, nr = swiglu ? 2 : 1;
     const uint8_t *wr[2] = {P.w + (size_t)gw * job.row_bytes, job.p[1].w + (size_t)gw * job.row_bytes};
-    /* the warp's 32 blocks of each row, copied in with coalesced 2-byte
-     * loads (a lane reading its own block would stride the cache lines) */
-    constexpr int BY = mq_bytes<T>();
-    __shared__ unsigned short wsh[MM_WARPS][2][32 * BY / 2];
-    unsigned short(*sh)[32 * BY / 2] = wsh[threadIdx.x >> 5];
+    const unsigned gmask = 0xffu << (lane & 24); /* this block's 8 lanes */
     for (int tok = 0; tok < n; tok++) {
+        const float *xt = job.x + (size_t)tok * k + li * 4;
         float acc[2] = {0.0f, 0.0f};
-        for (int b0 = 0; b0 < nb; b0 += 32) {
-            int b = b0 + lane, m = min(32, nb - b0);
-            __syncwarp(); /* the last chunk's readers are done */
+        for (int s0 = 0; s0 < nb; s0 += MV_STEP * MV_U) {
+            float4 xv[MV_U];
+            uint32_t wq[MV_U][2];
+            float dw[MV_U][2], mw[MV_U][2];
 #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                if (r >= nr) break;
-                const unsigned short *src = (const unsigned short *)(wr[r] + (size_t)b0 * BY);
-                for (int i = lane; i < m * BY / 2; i += 32) sh[r][i] = __ldg(src + i);
-            }
-            __syncwarp();
-            float v[2] = {0.0f, 0.0f};
-            if (b < nb) {
-                uint32_t xw[8];
-                float dx, sx;
-                mq_xblock(job.x + (size_t)tok * k + (size_t)b * 32, xw, dx, sx);
+            for (int u = 0; u < MV_U; u++) { /* loads first */
+                int b = s0 + u * MV_STEP + grp;
+                if (b >= nb) continue;
+                xv[u] = __ldg((const float4 *)(xt + (size_t)b * 32));
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
                     if (r >= nr) break;
-                    int isum = 0;
-                    float dw, mw;
-#pragma unroll
-                    for (int t = 0; t < 4; t++) {
-                        uint32_t lo, hi;
-                        mq_wblock<T, 0>((const uint8_t *)sh[r], lane, t, lo, hi, dw, mw);
-                        isum = __dp4a((int)lo, (int)xw[t], isum);
-                        isum = __dp4a((int)hi, (int)xw[4 + t], isum);
-                    }
-                    v[r] = mq_term<MIN>(isum, dw, dx, mw, sx);
+                    uint32_t lo, hi;
+                    mq_wblock<T>(wr[r], b, li & 3, lo, hi, dw[u][r], mw[u][r]);
+                    wq[u][r] = li < 4 ? lo : hi;
                 }
             }
-            for (int i = 0; i < m; i++) /* block order */
 #pragma unroll
-                for (int r = 0; r < 2; r++) acc[r] = acc[r] + __shfl_sync(FULL, v[r], i);
+            for (int u = 0; u < MV_U; u++) {
+                int bs = s0 + u * MV_STEP;
+                if (bs >= nb) break; /* warp-uniform */
+                int b = bs + grp, live = b < nb;
+                float4 v = live ? xv[u] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                float a = fabsf(v.x), amax = 0.0f; /* q8_block's order-free maximum (a NaN never wins) */
+                amax = a > amax ? a : amax;
+                a = fabsf(v.y), amax = a > amax ? a : amax;
+                a = fabsf(v.z), amax = a > amax ? a : amax;
+                a = fabsf(v.w), amax = a > amax ? a : amax;
+#pragma unroll
+                for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(gmask, amax, o));
+                float dx = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+                int q0 = mq_round(v.x * id), q1 = mq_round(v.y * id), q2 = mq_round(v.z * id), q3 = mq_round(v.w * id);
+                uint32_t xw = (uint32_t)(q0 & 255) | ((uint32_t)(q1 & 255) << 8) | ((uint32_t)(q2 & 255) << 16) |
+                              ((uint32_t)q3 << 24);
+                int qsum = q0 + q1 + q2 + q3;
+#pragma unroll
+                for (int o = 1; o < 8; o <<= 1) qsum += __shfl_xor_sync(gmask, qsum, o);
+                float sx = dx * (float)qsum, t[2] = {0.0f, 0.0f};
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    if (r >= nr) break;
+                    int isum = live ? __dp4a((int)wq[u][r], (int)xw, 0) : 0;
+#pragma unroll
+                    for (int o = 1; o < 8; o <<= 1) isum += __shfl_xor_sync(gmask, isum, o);
+                    t[r] = live ? mq_term<MIN>(isum, dw[u][r], dx, mw[u][r], sx) : 0.0f;
+                }
+                int m = min(MV_STEP, nb - bs);
+                for (int i = 0; i < m; i++) /* block order */
+#pragma unroll
+                    for (int r = 0; r < 2; r++) acc[r] = acc[r] + __shfl_sync(FULL, t[r], 8 * i);
+            }
         }
         if (lane != 0) continue;
         float *y = P.y + (size_t)tok * P.rows + gw;
