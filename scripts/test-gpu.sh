@@ -89,13 +89,6 @@ if [ "${PROFILE:-0}" = 1 ] && command -v ncu > /dev/null; then
     timeout 150 ncu --metrics gpu__time_duration.sum --print-summary per-kernel --launch-count 860 \
         "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 8 -r 1 > "$LOGS/ncu.txt" 2>&1
     grep -E "k_[a-z_]+|gpu__time_duration" "$LOGS/ncu.txt" | tail -60
-    step "kernel times (ncu, PROFILE=1): decode at depth 4096, kernel by kernel (no graph)"
-    # Past the depth prefill's 8 chunks x 30 layers x 2 attention launches
-    # and the 1-token prompt's 30 x 2: decode steps' attention at depth.
-    STRATA_CUDA_GRAPH=0 timeout 150 ncu --metrics gpu__time_duration.sum --print-summary per-kernel \
-        -k regex:'k_attn' --launch-skip 540 --launch-count 120 \
-        "$STRATA" bench -m "$SMOL" --device cuda -p 1 -n 4 -d 4096 -r 1 > "$LOGS/ncu-d4096.txt" 2>&1
-    grep -E "k_[a-z_]+|gpu__time_duration" "$LOGS/ncu-d4096.txt" | tail -30
 fi
 
 step "summary"

@@ -24,9 +24,9 @@
  *   32-block per mma), both operands straight from global memory (a
  *   4-byte word of a block's quants holds two of the A fragment's
  *   k-groups: its low nibbles are elements 0-15, its high ones 16-31);
- * - decode (n <= 8): k_mmv, a warp a row, 8 lanes a block (quantized
- *   there, dp4a), the terms then added in block order by shuffles: many
- *   warps in flight (decode is latency-bound), no separate pass.
+ * - decode (n <= 8): k_mmv, a warp a row, a lane a block (quantized in
+ *   the lane, dp4a), the terms then added in block order by shuffles:
+ *   many warps in flight (decode is latency-bound), no separate pass.
  * Kernel choice, tile and the rows a warp takes only place the work, so
  * a row's bits are the same in any batch, chunk or fused launch
  * (tests/test_cuda.c checks it with memcmp). */
@@ -37,32 +37,13 @@
 
 int mmq_type(qtype t) { return t == QT_Q4_0 || t == QT_Q4_1 || t == QT_Q5_0 || t == QT_Q5_1 || t == QT_Q8_0; }
 
-/* Loads from global memory through the read-only path (G = 1) or from
- * anywhere (G = 0: shared memory). */
-template <int G>
-__device__ __forceinline__ uint32_t ld2(const uint8_t *p) {
-    return G ? __ldg((const unsigned short *)p) : *(const unsigned short *)p;
-}
-
-template <int G>
-__device__ __forceinline__ uint32_t ld4(const uint8_t *p) { /* 4-byte aligned */
-    return G ? __ldg((const unsigned int *)p) : *(const unsigned int *)p;
-}
-
-template <int G>
 __device__ __forceinline__ uint32_t ld16x2(const uint8_t *p) { /* 2-byte aligned */
-    return ld2<G>(p) | (ld2<G>(p + 2) << 16);
+    const unsigned short *h = (const unsigned short *)p;
+    return (uint32_t)__ldg(h) | ((uint32_t)__ldg(h + 1) << 16);
 }
 
-template <int G>
 __device__ __forceinline__ float ldhf(const uint8_t *p) {
-    return __half2float(__ushort_as_half((unsigned short)ld2<G>(p)));
-}
-
-/* Bytes of a 32-block. */
-template <int T>
-__host__ __device__ constexpr int mq_bytes() {
-    return T == QT_Q4_0 ? 18 : T == QT_Q4_1 ? 20 : T == QT_Q5_0 ? 22 : T == QT_Q5_1 ? 24 : 34;
+    return __half2float(__ushort_as_half(__ldg((const unsigned short *)p)));
 }
 
 /* Bits 0-3 of x to bit 4 of bytes 0-3 (Q5's fifth bits). */
@@ -73,38 +54,38 @@ __device__ __forceinline__ uint32_t hbits(uint32_t x) {
 /* Weight block b of a row, lane group t (0-3): lo = its int8 values
  * 4t..4t+3, hi = 16+4t..16+4t+3 (the mma's k order), d, and m (the min;
  * 0 without one). */
-template <int T, int G = 1>
+template <int T>
 __device__ __forceinline__ void mq_wblock(const uint8_t *row, int b, int t, uint32_t &lo, uint32_t &hi, float &d,
                                           float &m) {
     if (T == QT_Q4_0) {
-        const uint8_t *p = row + (size_t)b * mq_bytes<T>();
-        uint32_t w = ld16x2<G>(p + 2 + 4 * t);
-        d = ldhf<G>(p), m = 0.0f;
+        const uint8_t *p = row + (size_t)b * 18;
+        uint32_t w = ld16x2(p + 2 + 4 * t);
+        d = ldhf(p), m = 0.0f;
         lo = __vsub4(w & 0x0f0f0f0fu, 0x08080808u);
         hi = __vsub4((w >> 4) & 0x0f0f0f0fu, 0x08080808u);
     } else if (T == QT_Q4_1) {
-        const uint8_t *p = row + (size_t)b * mq_bytes<T>();
-        uint32_t w = ld4<G>(p + 4 + 4 * t);
-        d = ldhf<G>(p), m = ldhf<G>(p + 2);
+        const uint8_t *p = row + (size_t)b * 20;
+        uint32_t w = __ldg((const unsigned int *)(p + 4 + 4 * t));
+        d = ldhf(p), m = ldhf(p + 2);
         lo = w & 0x0f0f0f0fu;
         hi = (w >> 4) & 0x0f0f0f0fu;
     } else if (T == QT_Q5_0) {
-        const uint8_t *p = row + (size_t)b * mq_bytes<T>();
-        uint32_t qh = ld16x2<G>(p + 2), w = ld16x2<G>(p + 6 + 4 * t);
-        d = ldhf<G>(p), m = 0.0f;
+        const uint8_t *p = row + (size_t)b * 22;
+        uint32_t qh = ld16x2(p + 2), w = ld16x2(p + 6 + 4 * t);
+        d = ldhf(p), m = 0.0f;
         lo = __vsub4((w & 0x0f0f0f0fu) | hbits(qh >> (4 * t)), 0x10101010u);
         hi = __vsub4(((w >> 4) & 0x0f0f0f0fu) | hbits(qh >> (16 + 4 * t)), 0x10101010u);
     } else if (T == QT_Q5_1) {
-        const uint8_t *p = row + (size_t)b * mq_bytes<T>();
-        uint32_t qh = ld4<G>(p + 4), w = ld4<G>(p + 8 + 4 * t);
-        d = ldhf<G>(p), m = ldhf<G>(p + 2);
+        const uint8_t *p = row + (size_t)b * 24;
+        uint32_t qh = __ldg((const unsigned int *)(p + 4)), w = __ldg((const unsigned int *)(p + 8 + 4 * t));
+        d = ldhf(p), m = ldhf(p + 2);
         lo = (w & 0x0f0f0f0fu) | hbits(qh >> (4 * t));
         hi = ((w >> 4) & 0x0f0f0f0fu) | hbits(qh >> (16 + 4 * t));
     } else { /* Q8_0 */
-        const uint8_t *p = row + (size_t)b * mq_bytes<T>();
-        d = ldhf<G>(p), m = 0.0f;
-        lo = ld16x2<G>(p + 2 + 4 * t);
-        hi = ld16x2<G>(p + 18 + 4 * t);
+        const uint8_t *p = row + (size_t)b * 34;
+        d = ldhf(p), m = 0.0f;
+        lo = ld16x2(p + 2 + 4 * t);
+        hi = ld16x2(p + 18 + 4 * t);
     }
 }
 
@@ -169,23 +150,15 @@ __global__ void k_q8x(int8_t *xq, float *xd, float *xs, const float *__restrict_
 }
 
 /* Decode (n <= 8 tokens): a warp per row (SwiGLU: row r of gate and of
- * up); 8 lanes per 32-block, 4 blocks a step, so a step's loads are a
- * few contiguous cache lines. Lane i of a block's 8 takes its elements
- * 4i..4i+3: quantizes them with the block's maximum (max and integer sum
- * over the 8 lanes by shuffles: exact, so mq_xblock's values), takes their
- * dp4a with the weight's 4 integers (the mma's k order: lanes 0-3 the low
- * nibbles, 4-7 the high ones of the same word), sums the 8 (exact) and
- * forms the block's term; the terms are added in block order by
- * shuffles: the tensor-core kernel's operations, so its bits, with many
- * warps in flight and no separate 8-bit pass. */
-#define MV_STEP 4 /* blocks a step: 32 lanes / 8 */
-#define MV_U 4    /* steps whose loads are issued together */
-
+ * up), lane l takes 32-blocks l, l + 32, ...: it quantizes the tokens'
+ * block itself (mq_xblock: no separate pass, no launch), takes the exact
+ * integer dot by dp4a and the block's term; then the terms are added in
+ * block order, lane 0's then lane 1's ..., by shuffles: the operations
+ * of the tensor-core kernel, so the same bits. */
 template <int T>
 __global__ void __launch_bounds__(MM_WARPS * 32) k_mmv(const mm_job job) {
     constexpr int MIN = T == QT_Q4_1 || T == QT_Q5_1;
-    int lane = threadIdx.x & 31, grp = lane >> 3, li = lane & 7, gw = blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
-    int part = -1;
+    int lane = threadIdx.x & 31, gw = blockIdx.x * MM_WARPS + (threadIdx.x >> 5), part = -1;
     mm_part P = job.p[0];
 #pragma unroll
     for (int i = 0; i < MM_PARTS; i++) { /* constant indices: the job stays in parameter space */
@@ -196,61 +169,33 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmv(const mm_job job) {
     if (part < 0) return; /* whole warps leave: the shuffles below stay full */
     const int swiglu = job.mode == MM_SWIGLU, k = job.k, n = job.n, nb = k / 32, nr = swiglu ? 2 : 1;
     const uint8_t *wr[2] = {P.w + (size_t)gw * job.row_bytes, job.p[1].w + (size_t)gw * job.row_bytes};
-    const unsigned gmask = 0xffu << (lane & 24); /* this block's 8 lanes */
     for (int tok = 0; tok < n; tok++) {
-        const float *xt = job.x + (size_t)tok * k + li * 4;
         float acc[2] = {0.0f, 0.0f};
-        for (int s0 = 0; s0 < nb; s0 += MV_STEP * MV_U) {
-            float4 xv[MV_U];
-            uint32_t wq[MV_U][2];
-            float dw[MV_U][2], mw[MV_U][2];
-#pragma unroll
-            for (int u = 0; u < MV_U; u++) { /* loads first */
-                int b = s0 + u * MV_STEP + grp;
-                if (b >= nb) continue;
-                xv[u] = __ldg((const float4 *)(xt + (size_t)b * 32));
+        for (int b0 = 0; b0 < nb; b0 += 32) {
+            int b = b0 + lane, m = min(32, nb - b0);
+            float v[2] = {0.0f, 0.0f};
+            if (b < nb) {
+                uint32_t xw[8];
+                float dx, sx;
+                mq_xblock(job.x + (size_t)tok * k + (size_t)b * 32, xw, dx, sx);
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
                     if (r >= nr) break;
-                    uint32_t lo, hi;
-                    mq_wblock<T>(wr[r], b, li & 3, lo, hi, dw[u][r], mw[u][r]);
-                    wq[u][r] = li < 4 ? lo : hi;
+                    int isum = 0;
+                    float dw, mw;
+#pragma unroll
+                    for (int t = 0; t < 4; t++) {
+                        uint32_t lo, hi;
+                        mq_wblock<T>(wr[r], b, t, lo, hi, dw, mw);
+                        isum = __dp4a((int)lo, (int)xw[t], isum);
+                        isum = __dp4a((int)hi, (int)xw[4 + t], isum);
+                    }
+                    v[r] = mq_term<MIN>(isum, dw, dx, mw, sx);
                 }
             }
+            for (int i = 0; i < m; i++) /* block order */
 #pragma unroll
-            for (int u = 0; u < MV_U; u++) {
-                int bs = s0 + u * MV_STEP;
-                if (bs >= nb) break; /* warp-uniform */
-                int b = bs + grp, live = b < nb;
-                float4 v = live ? xv[u] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                float a = fabsf(v.x), amax = 0.0f; /* q8_block's order-free maximum (a NaN never wins) */
-                amax = a > amax ? a : amax;
-                a = fabsf(v.y), amax = a > amax ? a : amax;
-                a = fabsf(v.z), amax = a > amax ? a : amax;
-                a = fabsf(v.w), amax = a > amax ? a : amax;
-#pragma unroll
-                for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(gmask, amax, o));
-                float dx = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-                int q0 = mq_round(v.x * id), q1 = mq_round(v.y * id), q2 = mq_round(v.z * id), q3 = mq_round(v.w * id);
-                uint32_t xw = (uint32_t)(q0 & 255) | ((uint32_t)(q1 & 255) << 8) | ((uint32_t)(q2 & 255) << 16) |
-                              ((uint32_t)q3 << 24);
-                int qsum = q0 + q1 + q2 + q3;
-#pragma unroll
-                for (int o = 1; o < 8; o <<= 1) qsum += __shfl_xor_sync(gmask, qsum, o);
-                float sx = dx * (float)qsum, t[2] = {0.0f, 0.0f};
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    if (r >= nr) break;
-                    int isum = live ? __dp4a((int)wq[u][r], (int)xw, 0) : 0;
-#pragma unroll
-                    for (int o = 1; o < 8; o <<= 1) isum += __shfl_xor_sync(gmask, isum, o);
-                    t[r] = live ? mq_term<MIN>(isum, dw[u][r], dx, mw[u][r], sx) : 0.0f;
-                }
-                int m = min(MV_STEP, nb - bs);
-                for (int i = 0; i < m; i++) /* block order */
-#pragma unroll
-                    for (int r = 0; r < 2; r++) acc[r] = acc[r] + __shfl_sync(FULL, t[r], 8 * i);
-            }
+                for (int r = 0; r < 2; r++) acc[r] = acc[r] + __shfl_sync(FULL, v[r], i);
         }
         if (lane != 0) continue;
         float *y = P.y + (size_t)tok * P.rows + gw;
