@@ -44,6 +44,22 @@ struct mm_job {
     const float *x;
 };
 
+/* The part of job that warp gw of the launch works on (parts take
+ * consecutive warps), with gw made the warp's index within it; -1 past
+ * the parts (such a warp leaves, whole). Constant indices: the job stays
+ * in parameter space. */
+__device__ __forceinline__ int mm_part_of(const mm_job &job, int &gw, mm_part &P) {
+    int part = -1;
+    P = job.p[0];
+#pragma unroll
+    for (int i = 0; i < MM_PARTS; i++) {
+        if (part >= 0 || i >= job.np) continue;
+        if (gw < job.p[i].warps) part = i, P = job.p[i];
+        else gw -= job.p[i].warps;
+    }
+    return part;
+}
+
 /* silu(g) * u: k_swiglu's expression, so fused and separate give the same bits. */
 __device__ __forceinline__ float swiglu1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 

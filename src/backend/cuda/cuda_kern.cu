@@ -189,14 +189,9 @@ __device__ __forceinline__ void mm_warp(const uint8_t *const wr[R], int nr, int 
 
 template <int T, int R>
 __global__ void k_matmul(const mm_job job) {
-    int gw = blockIdx.x * MM_WARPS + (threadIdx.x >> 5), part = -1;
-    mm_part P = job.p[0];
-#pragma unroll
-    for (int i = 0; i < MM_PARTS; i++) { /* constant indices: the job stays in parameter space */
-        if (part >= 0 || i >= job.np) continue;
-        if (gw < job.p[i].warps) part = i, P = job.p[i];
-        else gw -= job.p[i].warps;
-    }
+    int gw = blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
+    mm_part P;
+    int part = mm_part_of(job, gw, P);
     if (part < 0) return; /* whole warps leave: the shuffles below stay full */
     int t0 = blockIdx.y * MM_T, nt = min(MM_T, job.n - t0);
     const uint8_t *wr[R];

@@ -158,14 +158,9 @@ __global__ void k_q8x(int8_t *xq, float *xd, float *xs, const float *__restrict_
 template <int T>
 __global__ void __launch_bounds__(MM_WARPS * 32) k_mmv(const mm_job job) {
     constexpr int MIN = T == QT_Q4_1 || T == QT_Q5_1;
-    int lane = threadIdx.x & 31, gw = blockIdx.x * MM_WARPS + (threadIdx.x >> 5), part = -1;
-    mm_part P = job.p[0];
-#pragma unroll
-    for (int i = 0; i < MM_PARTS; i++) { /* constant indices: the job stays in parameter space */
-        if (part >= 0 || i >= job.np) continue;
-        if (gw < job.p[i].warps) part = i, P = job.p[i];
-        else gw -= job.p[i].warps;
-    }
+    int lane = threadIdx.x & 31, gw = blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
+    mm_part P;
+    int part = mm_part_of(job, gw, P);
     if (part < 0) return; /* whole warps leave: the shuffles below stay full */
     const int swiglu = job.mode == MM_SWIGLU, k = job.k, n = job.n, nb = k / 32, nr = swiglu ? 2 : 1;
     const uint8_t *wr[2] = {P.w + (size_t)gw * job.row_bytes, job.p[1].w + (size_t)gw * job.row_bytes};
@@ -212,14 +207,9 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job, const i
                                                        const float *__restrict__ xd, const float *__restrict__ xs) {
     constexpr int MIN = T == QT_Q4_1 || T == QT_Q5_1;
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int gw = blockIdx.x * MM_WARPS + (threadIdx.x >> 5), part = -1;
-    mm_part P = job.p[0];
-#pragma unroll
-    for (int i = 0; i < MM_PARTS; i++) { /* constant indices: the job stays in parameter space */
-        if (part >= 0 || i >= job.np) continue;
-        if (gw < job.p[i].warps) part = i, P = job.p[i];
-        else gw -= job.p[i].warps;
-    }
+    int gw = blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
+    mm_part P;
+    int part = mm_part_of(job, gw, P);
     if (part < 0) return;
     const int swiglu = job.mode == MM_SWIGLU, k = job.k, n = job.n, nb = k / 32, t0 = blockIdx.y * NT * 8;
     int rbase[MR];
