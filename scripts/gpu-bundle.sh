@@ -19,6 +19,9 @@
 # for DIR/peer.sh (scripts/gpu-peer.sh: llama.cpp's CUDA llama-bench beside
 # ours, built there).
 #
+# With PREV_STRATA=FILE, also DIR/strata-prev, which test-gpu.sh benches
+# beside this build (PREV).
+#
 # Does not: build (make does), or carry real model weights (too big to send).
 set -eu
 dir=${1:?usage: scripts/gpu-bundle.sh DIR}
@@ -27,6 +30,7 @@ rm -rf "$dir"
 mkdir -p "$dir/lib" "$dir/py" "$dir/data/models" "$dir/tools"
 cp strata build/strata-tests scripts/test-gpu.sh "$dir/"
 cp scripts/gpu-peer.sh "$dir/peer.sh"
+[ -n "${PREV_STRATA:-}" ] && cp "$PREV_STRATA" "$dir/strata-prev" # benched beside this build (test-gpu.sh PREV)
 strip --strip-debug "$dir/strata" "$dir/strata-tests" # 15 MB -> 5 MB: the trip has a size limit
 # Shared libraries outside glibc and libgcc (every Linux has those).
 ldd strata build/strata-tests | awk '$3 ~ /^\// {print $3}' | sort -u |
@@ -45,6 +49,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONPATH="$here/py${PYTHONPATH:+:$PYTHONPATH}"
 export STRATA="$here/strata" TESTS="$here/strata-tests" TOOLS="$here/tools" TEST_DATA_DIR="$here/data"
+[ -x "$here/strata-prev" ] && export PREV="$here/strata-prev"
 cd "$here" && exec ./test-gpu.sh "$@"
 RUN
 chmod +x "$dir/run.sh"

@@ -13,7 +13,8 @@
 # (tests/data/gen), TOOLS (tools), PYTHON (python3), OUT (where logs go;
 # a temp dir), REPS (10: bench repetitions on the GPU), KEEP_MODEL (make
 # the synthetic model at this path and leave it there: gpu-peer.sh times
-# llama.cpp on it next).
+# llama.cpp on it next), PREV (another strata binary, e.g. the last
+# session's: benched beside this one in the same run, same card).
 # Exit status: 0 only when every check passed.
 set -u
 STRATA=${STRATA:-./strata}
@@ -56,6 +57,23 @@ timeout 120 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 128 -r "$REPS" 2>
 [ "${PIPESTATUS[0]}" -eq 0 ] || fail=1
 timeout 120 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 128 -d 4096 -r 3 2>&1 | tee -a "$LOGS/bench-gpu.txt" | tail -3
 
+if [ -n "${PREV:-}" ] && [ -x "$PREV" ]; then
+    step "the previous build ($PREV) then this one again, pp512/tg128 ($REPS reps)"
+    "$PREV" --version 2>&1 | head -1
+    timeout 120 "$PREV" bench -m "$SMOL" --device cuda -p 512 -n 128 -r "$REPS" 2>&1 | tee "$LOGS/bench-prev.txt" | tail -3
+    timeout 120 "$PREV" bench -m "$SMOL" --device cuda -p 512 -n 128 -d 4096 -r 3 2>&1 | tee -a "$LOGS/bench-prev.txt" | tail -2
+    timeout 120 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 128 -r "$REPS" 2>&1 | tee -a "$LOGS/bench-gpu.txt" | tail -2
+fi
+
+if [ "${QT_SWEEP:-0}" = 1 ]; then
+    step "attention: query tokens a block (STRATA_CUDA_ATTN_QT; the default sizes it for the SMs; same bits)"
+    for qt in 1 2 4 8; do
+        echo "qt=$qt"
+        STRATA_CUDA_ATTN_QT=$qt timeout 60 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 0 -r 3 2>&1 | grep -E "^\| pp"
+        STRATA_CUDA_ATTN_QT=$qt timeout 60 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 0 -d 4096 -r 2 2>&1 | grep -E "^\| pp"
+    done
+fi
+
 step "decode without the graph (STRATA_CUDA_GRAPH=0), for comparison"
 STRATA_CUDA_GRAPH=0 timeout 60 "$STRATA" bench -m "$SMOL" --device cuda -p 0 -n 128 -r 3 2>&1 | tee -a "$LOGS/bench-gpu.txt" | tail -1
 
@@ -75,7 +93,7 @@ fi
 
 step "summary"
 grep -E "^(ok|FAIL|skip) |passed" "$LOGS/gpu-tests.log"
-grep -E "^\| (pp|tg)" "$LOGS/bench-gpu.txt" "$LOGS/bench-cpu.txt"
+grep -E "^\| (pp|tg)" "$LOGS/bench-gpu.txt" "$LOGS/bench-cpu.txt" ${PREV:+"$LOGS/bench-prev.txt"} 2>/dev/null
 rm -rf "$WORK"
 if [ $fail -eq 0 ]; then echo "test-gpu: PASS"; else echo "test-gpu: FAIL"; fi
 exit $fail

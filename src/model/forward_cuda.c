@@ -137,7 +137,9 @@ static int alloc_scratch(fwdc *c, strata_err *err) {
     }
     c->h_pos = xmalloc(n * sizeof(int32_t));
     c->h_rows = xmalloc(n * sizeof(int32_t));
-    return 0;
+    /* the 8-bit matmuls' activations, for the widest input (the decode
+     * graph cannot grow the buffer) */
+    return cuda_matmul_reserve(c->max_batch, (int)(wide > f ? wide : f), err);
 }
 
 int fwdc_new(fwdc **out, const model *m, int n_ctx, int max_batch, strata_err *err) {

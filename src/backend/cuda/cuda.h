@@ -31,8 +31,9 @@ extern "C" {
  * fingerprint of every block hash (cache_numerics_fingerprint): its bits
  * are not the CPU's. Bump the number whenever any kernel's result bits
  * change (another summation order, another rounding), so blocks computed
- * by the old kernels are never served to the new ones. */
-#define CUDA_NUMERICS "cuda-1"
+ * by the old kernels are never served to the new ones. cuda-2: 8-bit
+ * activations and tensor cores for the legacy quants (cuda_matmul_q8). */
+#define CUDA_NUMERICS "cuda-2"
 
 /* 1 when this binary was built with the CUDA backend. */
 int cuda_built(void);
@@ -55,8 +56,19 @@ int cuda_supports(qtype t);
 
 /* d_y[t * rows + r] = dot(weight row r, d_x[t * k ..]) for t < n, r < rows.
  * Weights in their GGUF layout, row_bytes apart; k % 32 == 0 (% 256 for
- * the K-quants). Each (r, t) is one warp's: lane l sums the 8-element
- * chunks l, l + 32, ... in order, then a fixed butterfly adds the lanes. */
+ * the K-quants). Two paths, chosen by the weight type alone:
+ * - cuda_matmul_q8(t) (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): x quantized to
+ *   8 bits per 32-block as the CPU's Q8_1 (d = amax / 127, round half
+ *   away), each block's integer dot exact (tensor cores), the blocks'
+ *   terms (float)isum * (dw * dx) [+ mw * sx] added in block order;
+ * - the others: float x on dequantized weights; lane l of a warp sums the
+ *   8-element chunks l, l + 32, ... in order, then a fixed butterfly adds
+ *   the lanes. */
+int cuda_matmul_q8(qtype t);
+/* Sizes the 8-bit path's activation buffer (one per process) for n
+ * tokens of k: call it before recording a graph, in which the buffer
+ * cannot grow (such a matmul fails with STRATA_EINVAL). */
+int cuda_matmul_reserve(int n, int k, strata_err *err);
 int cuda_matmul(qtype t, const void *d_w, size_t row_bytes, int rows, int k, const float *d_x, int n,
                 float *d_y, strata_err *err);
 /* Fused launches (decode is launch-bound: fewer, larger kernels), each

@@ -6,27 +6,26 @@
  * rounded twice, as numpy) and RoPE the CPU's rotation bits.
  *
  * Batch invariance: each output element's reduction order depends on the
- * shapes only. Matmul: one warp per (row, token); lane l takes 8-element
- * chunks l, l + 32, ... of the row in order; lanes are added by a fixed
- * butterfly, and lane 0's sum is written. Tokens are tiled 8 per warp so a
- * dequantized chunk serves 8 tokens, but each token has its own
- * accumulator and the same instructions whatever the tile holds.
- * Attention: one block per (token, query head) over 128-key tiles at
- * fixed places. No atomics anywhere.
- * First step, not tuned: float FMA on dequantized weights (no dp4a, no
- * tensor cores), byte loads of the weights. Does not: graphs, paging. */
+ * shapes only. Matmul, float path (F32, F16, BF16 and the K-quants; the
+ * legacy quants go to cuda_mmq.cu): one warp per (row, token); lane l
+ * takes 8-element chunks l, l + 32, ... of the row in order; lanes are
+ * added by a fixed butterfly, and lane 0's sum is written. Tokens are
+ * tiled 8 per warp so a dequantized chunk serves 8 tokens, but each token
+ * has its own accumulator and the same instructions whatever the tile
+ * holds. Attention: a block per (KV head, tile of query tokens, segment
+ * of keys), each (token, head) with its own state and operations.
+ * No atomics anywhere. Does not: paging. */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 extern "C" {
 #include "backend/cuda/cuda.h"
 }
 #include "backend/cuda/cuda_int.h"
-
-#define FULL 0xffffffffu
 
 /* ---- dequantization: 8 elements (chunk c) of a GGUF row ------------------ */
 
@@ -139,29 +138,7 @@ __device__ __forceinline__ void dq8(const uint8_t *row, int c, float w[8]) {
 /* ---- matmul ---------------------------------------------------------------- */
 
 #define MM_T 8     /* tokens per warp */
-#define MM_WARPS 4 /* warps per block */
 #define MM_R_MIN 8 /* tokens from which a warp takes 2 rows (x loads shared) */
-
-/* A launch covers up to MM_PARTS matmuls of one weight type and k over
- * the same x (Q, K and V; gate and up), each part's rows its own warps;
- * the epilogue stores, adds to the output (the residual), or (SwiGLU:
- * parts 0 and 1 are gate and up, a warp takes row r of each) writes
- * silu(gate) * up to part 0's output. */
-#define MM_PARTS 3
-enum { MM_STORE, MM_ADD, MM_SWIGLU };
-
-struct mm_part {
-    const uint8_t *w;
-    float *y;
-    int rows, warps; /* warps: the part's warps, (rows + R - 1) / R; SwiGLU: rows */
-};
-
-struct mm_job {
-    mm_part p[MM_PARTS];
-    int np, mode, k, n;
-    size_t row_bytes;
-    const float *x;
-};
 
 /* Warp: R weight rows (wr[i]; nr of them real) x tokens [t0, t0 + 8).
  * Whatever R, the rows and the tile's token count, each (row, token)
@@ -210,19 +187,11 @@ __device__ __forceinline__ void mm_warp(const uint8_t *const wr[R], int nr, int 
         }
 }
 
-/* silu(g) * u: k_swiglu's expression, so fused and separate give the same bits. */
-__device__ __forceinline__ float swiglu1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
-
 template <int T, int R>
 __global__ void k_matmul(const mm_job job) {
-    int gw = blockIdx.x * MM_WARPS + (threadIdx.x >> 5), part = -1;
-    mm_part P = job.p[0];
-#pragma unroll
-    for (int i = 0; i < MM_PARTS; i++) { /* constant indices: the job stays in parameter space */
-        if (part >= 0 || i >= job.np) continue;
-        if (gw < job.p[i].warps) part = i, P = job.p[i];
-        else gw -= job.p[i].warps;
-    }
+    int gw = blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
+    mm_part P;
+    int part = mm_part_of(job, gw, P);
     if (part < 0) return; /* whole warps leave: the shuffles below stay full */
     int t0 = blockIdx.y * MM_T, nt = min(MM_T, job.n - t0);
     const uint8_t *wr[R];
@@ -268,6 +237,8 @@ __global__ void k_embed(float *x, const uint8_t *emb, size_t row_bytes, int dim,
 #define TYPES(X) \
     X(QT_F32) X(QT_F16) X(QT_BF16) X(QT_Q4_0) X(QT_Q4_1) X(QT_Q5_0) X(QT_Q5_1) X(QT_Q8_0) X(QT_Q4_K) X(QT_Q5_K) X(QT_Q6_K)
 
+extern "C" int cuda_matmul_q8(qtype t) { return mmq_type(t); }
+
 extern "C" int cuda_supports(qtype t) {
 #define SUP(q) if (t == q) return 1;
     TYPES(SUP)
@@ -286,6 +257,7 @@ static int check_shape(qtype t, int k, strata_err *err) {
 static int mm_launch(qtype t, mm_job job, strata_err *err) {
     int rc = check_shape(t, job.k, err);
     if (rc || job.n <= 0) return rc;
+    if (mmq_type(t)) return mmq_launch(t, job, err);
     /* Decode keeps one row per warp (more warps in flight); from MM_R_MIN
      * tokens a warp takes two rows and loads each x chunk once for both.
      * SwiGLU: always two, row r of gate and of up. */
@@ -499,23 +471,28 @@ extern "C" void cuda_kv_store(uint16_t *d_kc, uint16_t *d_vc, const float *d_k, 
 
 /* ---- attention ----------------------------------------------------------------- */
 
-/* Keys are cut into segments of AT_SEG positions at fixed places, and
- * segments into tiles of AT_KT. A block takes (KV head g, token i,
- * segment s) for every query head of g's group: the tile's K and V rows
- * are staged in shared memory once for all of them. Warp w scores head w
- * (and w + 4) against the tile's keys, one key per lane (a sequential dot
- * over head_dim), and keeps that head's running max and sum (warp
- * butterflies); thread x accumulates output x of the group's heads over
- * the tile's keys in key order. Each (token, head, segment) writes its
- * online-softmax state (m, l, o[head_dim]); k_attn_fold folds a token's
- * segments in segment order. What a query computes depends only on the
- * query and its key positions: prefill, decode and any batch give the
- * same bits, and decode at depth still spreads over many blocks. */
+/* Keys are cut into segments of CUDA_ATTN_SEG positions at fixed
+ * places, and segments into tiles of AT_KT. A block takes (KV head g, a
+ * tile of qt query tokens, segment s): its rows are the (token, head)
+ * pairs of the tile's tokens and g's query heads, and each K/V tile is
+ * staged in shared memory once for all of them (prefill: qt tokens share
+ * it; decode: qt = 1). Warp w scores rows w, w + 4, ... against the
+ * tile's keys, one key per lane (a sequential dot over head_dim), and
+ * keeps each row's running max and sum (warp butterflies); thread x
+ * accumulates outputs x, x + 128, ... of the rows over the tile's keys in
+ * key order. A row takes the tile's first nk keys, nk from its own
+ * token's last position, and skips tiles past it. Each (token, head,
+ * segment) writes its online-softmax state (m, l, o[head_dim]);
+ * k_attn_fold folds a token's segments in segment order. What a row
+ * computes depends only on its query and its key positions, never on qt
+ * or its neighbours: prefill, decode and any batch give the same bits. */
 #define AT_THREADS 128
-#define AT_KT 32       /* keys per tile: one per lane */
+#define AT_KT 32        /* keys per tile: one per lane */
 #define AT_MAX_DIM 256
-#define AT_MAX_GROUP 8 /* query heads per KV head */
-#define AT_MAX_OUT 16  /* outputs per thread: group * head_dim <= 16 * 128 */
+#define AT_MAX_GROUP 8  /* query heads per KV head */
+#define AT_MAX_OUT 16   /* outputs per thread: rows * head_dim <= 16 * 128 */
+#define AT_MAX_ROWS 32  /* (token, head) rows a block: 8 per warp */
+#define AT_RPW (AT_MAX_ROWS / (AT_THREADS / 32))
 
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
@@ -531,9 +508,24 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 static int attn_segs(int max_ctx) { return (max_ctx + CUDA_ATTN_SEG - 1) / CUDA_ATTN_SEG; }
 
-/* Bytes of k_attn_seg's shared memory (at most 41 KiB: 8 heads of 256). */
-static size_t attn_smem(int hpg, int D) {
-    return sizeof(float) * ((size_t)hpg * D + (size_t)hpg * AT_KT + hpg) +
+/* Query tokens a block: enough blocks for a few waves over the SMs (a
+ * launch parameter only: a row's bits do not depend on it), within the
+ * row and output limits. */
+static int attn_qt(int n, int n_head_kv, int segs, int hpg, int D) {
+    static int env = -1; /* STRATA_CUDA_ATTN_QT: a fixed qt, to time the choice */
+    if (env < 0) {
+        const char *e = getenv("STRATA_CUDA_ATTN_QT");
+        env = e ? atoi(e) : 0;
+    }
+    int qt = env > 0 ? env : n * n_head_kv * segs / (4 * 132), by_rows = AT_MAX_ROWS / hpg, by_out = AT_MAX_OUT * AT_THREADS / (hpg * D);
+    qt = qt < by_rows ? qt : by_rows;
+    qt = qt < by_out ? qt : by_out;
+    return qt < 1 ? 1 : qt;
+}
+
+/* Bytes of k_attn_seg's shared memory (at most 41 KiB). */
+static size_t attn_smem(int rows, int D) {
+    return sizeof(float) * ((size_t)rows * D + (size_t)rows * AT_KT + rows) +
            sizeof(__half2) * ((size_t)AT_KT * (D / 2 + 1) + (size_t)AT_KT * (D / 2));
 }
 
@@ -551,80 +543,115 @@ __device__ void attn_stage(__half2 *sk, __half2 *sv, const __half *kc, const __h
     }
 }
 
+template <int OUTS>
 __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const float *q, const __half *kc, const __half *vc,
-                                                          const int32_t *pos, int n_head, int n_head_kv, int D,
-                                                          float scale, int seg_cap) {
-    int g = blockIdx.x, i = blockIdx.y, s = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    int hpg = n_head / n_head_kv, kvd = n_head_kv * D, end = pos[i] + 1, k0 = s * CUDA_ATTN_SEG;
-    if (k0 >= end) return; /* the whole block: this token has no keys here */
-    int k1 = min(k0 + CUDA_ATTN_SEG, end), D2 = D / 2;
-    /* shared memory, sized by the launch (attn_smem): the group's queries,
-     * K and V of the tile, the tile's weights and each head's rescale */
+                                                          const int32_t *pos, int n, int qt, int n_head, int n_head_kv,
+                                                          int D, float scale, int seg_cap) {
+    int g = blockIdx.x, i0 = blockIdx.y * qt, s = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int hpg = n_head / n_head_kv, kvd = n_head_kv * D, k0 = s * CUDA_ATTN_SEG, D2 = D / 2;
+    int nq = min(qt, n - i0), rows = nq * hpg;
+    __shared__ int s_end[AT_MAX_ROWS]; /* each token's key end in this segment */
+    if (tid < nq) s_end[tid] = min(k0 + CUDA_ATTN_SEG, pos[i0 + tid] + 1);
+    __syncthreads();
+    int kend = k0;
+    for (int tt = 0; tt < nq; tt++) kend = max(kend, s_end[tt]);
+    if (kend <= k0) return; /* the whole block: no token has keys here */
+    /* shared memory, sized by the launch (attn_smem): the rows' queries,
+     * K and V of the tile, the tile's weights and each row's rescale */
     extern __shared__ float smem[];
-    float *sq = smem, *sp = sq + hpg * D, *scorr = sp + hpg * AT_KT;
-    __half2 *sk = (__half2 *)(scorr + hpg), *sv = sk + AT_KT * (D2 + 1);
-    const float *qi = q + ((size_t)i * n_head + (size_t)g * hpg) * D; /* the group's heads are adjacent */
-    for (int x = tid; x < hpg * D; x += AT_THREADS) sq[x] = qi[x];
-    float mr[2] = {-INFINITY, -INFINITY}, lr[2] = {0.0f, 0.0f}, o[AT_MAX_OUT];
+    float *sq = smem, *sp = sq + rows * D, *scorr = sp + rows * AT_KT;
+    __half2 *sk = (__half2 *)(scorr + rows), *sv = sk + AT_KT * (D2 + 1);
+    for (int x = tid; x < rows * D; x += AT_THREADS) { /* row r = (token r / hpg, head r % hpg): adjacent heads */
+        int tt = x / (hpg * D);
+        sq[x] = q[((size_t)(i0 + tt) * n_head + (size_t)g * hpg) * D + x % (hpg * D)];
+    }
+    float mr[AT_RPW], lr[AT_RPW], o[OUTS];
 #pragma unroll
-    for (int u = 0; u < AT_MAX_OUT; u++) o[u] = 0.0f;
-    for (int t0 = k0; t0 < k1; t0 += AT_KT) {
-        int nk = min(AT_KT, k1 - t0);
+    for (int r = 0; r < AT_RPW; r++) mr[r] = -INFINITY, lr[r] = 0.0f;
+#pragma unroll
+    for (int u = 0; u < OUTS; u++) o[u] = 0.0f;
+    for (int t0 = k0; t0 < kend; t0 += AT_KT) {
         __syncthreads(); /* the last tile's readers are done (and sq is in) */
-        attn_stage(sk, sv, kc, vc, t0, nk, kvd, g, D);
+        attn_stage(sk, sv, kc, vc, t0, min(AT_KT, kend - t0), kvd, g, D);
         __syncthreads();
+        /* scores: each K row once for the warp's rows (each row's dot
+         * still runs over head_dim in order) */
+        float a[AT_RPW];
+        const __half2 *kr = sk + lane * (D2 + 1);
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            int hh = warp + 4 * r;
-            if (hh >= hpg) break; /* warp-uniform */
-            float sc = -INFINITY;
-            if (lane < nk) {
-                const float *qh = sq + hh * D;
-                const __half2 *kr = sk + lane * (D2 + 1);
-                float a = 0.0f;
-                for (int d2 = 0; d2 < D2; d2++) {
-                    float2 kf = __half22float2(kr[d2]);
-                    a = fmaf(qh[2 * d2], kf.x, a);
-                    a = fmaf(qh[2 * d2 + 1], kf.y, a);
-                }
-                sc = a * scale;
+        for (int r = 0; r < AT_RPW; r++) a[r] = 0.0f;
+        for (int d2 = 0; d2 < D2; d2++) {
+            float2 kf = __half22float2(kr[d2]);
+#pragma unroll
+            for (int r = 0; r < AT_RPW; r++) {
+                int row = warp + 4 * r;
+                if (row >= rows) break;
+                a[r] = fmaf(sq[row * D + 2 * d2], kf.x, a[r]);
+                a[r] = fmaf(sq[row * D + 2 * d2 + 1], kf.y, a[r]);
             }
+        }
+#pragma unroll
+        for (int r = 0; r < AT_RPW; r++) {
+            int row = warp + 4 * r;
+            if (row >= rows) break; /* warp-uniform */
+            int nk = min(AT_KT, s_end[row / hpg] - t0);
+            if (nk <= 0) continue; /* this token's keys ended before the tile */
+            float sc = lane < nk ? a[r] * scale : -INFINITY;
             float mn = fmaxf(mr[r], warp_max(sc));
             float e = lane < nk ? expf(sc - mn) : 0.0f, c = expf(mr[r] - mn); /* c = 0 on the first tile */
-            sp[hh * AT_KT + lane] = e;
+            sp[row * AT_KT + lane] = e;
             lr[r] = lr[r] * c + warp_sum(e);
             mr[r] = mn;
-            if (lane == 0) scorr[hh] = c;
+            if (lane == 0) scorr[row] = c;
         }
         __syncthreads();
+        /* outputs: rescaled, then the tile's keys in order (key outer, so
+         * one V element serves all of a thread's outputs of that column) */
         const __half *vh = (const __half *)sv;
+        int nku[OUTS], rowu[OUTS], kmax = 0;
 #pragma unroll
-        for (int u = 0; u < AT_MAX_OUT; u++) {
+        for (int u = 0; u < OUTS; u++) {
             int x = tid + AT_THREADS * u;
-            if (x >= hpg * D) break;
-            int hh = x / D, d = x % D;
-            float acc = o[u] * scorr[hh];
-            for (int j = 0; j < nk; j++) acc = fmaf(sp[hh * AT_KT + j], __half2float(vh[j * D + d]), acc);
-            o[u] = acc;
+            rowu[u] = x / D;
+            nku[u] = x < rows * D ? min(AT_KT, s_end[rowu[u] / hpg] - t0) : 0;
+            if (nku[u] > 0) o[u] = o[u] * scorr[rowu[u]];
+            kmax = max(kmax, nku[u]);
+        }
+        if (AT_THREADS % D == 0) { /* every output of the thread is column tid % D */
+            for (int j = 0; j < kmax; j++) {
+                float v = __half2float(vh[j * D + tid % D]);
+#pragma unroll
+                for (int u = 0; u < OUTS; u++)
+                    if (j < nku[u]) o[u] = fmaf(sp[rowu[u] * AT_KT + j], v, o[u]);
+            }
+        } else {
+            for (int j = 0; j < kmax; j++) {
+#pragma unroll
+                for (int u = 0; u < OUTS; u++)
+                    if (j < nku[u]) o[u] = fmaf(sp[rowu[u] * AT_KT + j], __half2float(vh[j * D + (tid + AT_THREADS * u) % D]), o[u]);
+            }
         }
     }
-    /* state of (token i, head h, segment s): m, l, o[D] */
+    /* state of (token i, head h, segment s): m, l, o[D]; tokens without
+     * keys here write nothing (the fold stops at their last segment) */
     size_t st = (size_t)D + 2;
-    float *ps = part + (((size_t)i * n_head + (size_t)g * hpg) * seg_cap + s) * st;
+#define AT_STATE(row) \
+    (part + (((size_t)(i0 + (row) / hpg) * n_head + (size_t)g * hpg + (row) % hpg) * seg_cap + s) * st)
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int hh = warp + 4 * r;
-        if (hh < hpg && lane == 0) {
-            ps[(size_t)hh * seg_cap * st] = mr[r];
-            ps[(size_t)hh * seg_cap * st + 1] = lr[r];
+    for (int r = 0; r < AT_RPW; r++) {
+        int row = warp + 4 * r;
+        if (row < rows && lane == 0 && s_end[row / hpg] > k0) {
+            AT_STATE(row)[0] = mr[r];
+            AT_STATE(row)[1] = lr[r];
         }
     }
 #pragma unroll
-    for (int u = 0; u < AT_MAX_OUT; u++) {
+    for (int u = 0; u < OUTS; u++) {
         int x = tid + AT_THREADS * u;
-        if (x >= hpg * D) break;
-        ps[(size_t)(x / D) * seg_cap * st + 2 + x % D] = o[u];
+        if (x >= rows * D) break;
+        if (s_end[x / D / hpg] > k0) AT_STATE(x / D)[2 + x % D] = o[u];
     }
+#undef AT_STATE
 }
 
 /* Token i's head h: its segments' states folded in segment order (one
@@ -657,9 +684,20 @@ extern "C" int cuda_attention(float *d_out, float *d_scratch, const float *d_q, 
     if (max_end > max_ctx)
         return strata_errf(err, STRATA_EINVAL, "cuda attention: keys up to %d past the scratch's %d", max_end, max_ctx);
     if (n <= 0) return 0;
-    int seg_cap = attn_segs(max_ctx), segs = attn_segs(max_end);
-    k_attn_seg<<<dim3(n_head_kv, n, segs), AT_THREADS, attn_smem(n_head / n_head_kv, head_dim), g_stream>>>(
-        d_scratch, d_q, (const __half *)d_kc, (const __half *)d_vc, d_pos, n_head, n_head_kv, head_dim, scale, seg_cap);
+    int seg_cap = attn_segs(max_ctx), segs = attn_segs(max_end), hpg = n_head / n_head_kv;
+    int qt = attn_qt(n, n_head_kv, segs, hpg, head_dim), outs = (qt * hpg * head_dim + AT_THREADS - 1) / AT_THREADS;
+    dim3 grid(n_head_kv, (n + qt - 1) / qt, segs);
+    size_t smem = attn_smem(qt * hpg, head_dim);
+    const __half *kh = (const __half *)d_kc, *vh = (const __half *)d_vc;
+#define AT_GO(o)                                                                                                   \
+    k_attn_seg<o><<<grid, AT_THREADS, smem, g_stream>>>(d_scratch, d_q, kh, vh, d_pos, n, qt, n_head, n_head_kv, \
+                                                         head_dim, scale, seg_cap)
+    if (outs <= 1) AT_GO(1);
+    else if (outs <= 2) AT_GO(2);
+    else if (outs <= 4) AT_GO(4);
+    else if (outs <= 8) AT_GO(8);
+    else AT_GO(16);
+#undef AT_GO
     k_attn_fold<<<dim3(n_head, n), 64, 0, g_stream>>>(d_out, d_scratch, d_pos, n_head, head_dim, seg_cap);
     return 0;
 }

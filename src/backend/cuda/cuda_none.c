@@ -20,6 +20,8 @@ int cuda_download(void *dst, const void *d_src, size_t bytes, strata_err *err) {
 }
 int cuda_sync(strata_err *err) { return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA); }
 int cuda_supports(qtype t) { return 0; }
+int cuda_matmul_q8(qtype t) { return 0; }
+int cuda_matmul_reserve(int n, int k, strata_err *err) { return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA); }
 int cuda_matmul(qtype t, const void *d_w, size_t row_bytes, int rows, int k, const float *d_x, int n, float *d_y,
                 strata_err *err) {
     return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);

@@ -1,0 +1,384 @@
+/* cuda_mmq.cu - the quantized matmul on the tensor cores (Q4_0, Q4_1,
+ * Q5_0, Q5_1, Q8_0 weights): activations quantized to 8 bits per block
+ * of 32, integer products by mma.sync m16n8k32 (s8 x s8 -> s32), one
+ * 32-block per mma, so each block's integer dot is exact whatever the
+ * order of its products.
+ *
+ * Activations: block b of token t gets d = amax / 127, q = round(x * 127
+ * / amax) (half away from zero) and s = d * sum(q): the CPU's Q8_1
+ * quantization (backend/quant_act_impl.h, q8_block), the same int8
+ * values (mq_xblock, one thread per block: max and integer sums are exact).
+ *
+ * Numerics of one output (row r, token t), fixed by k alone: for the
+ * 32-blocks b = 0, 1, ... in order,
+ *     v = (float)isum_b * (dw_b * dx_b)      [+ mw_b * sx_b for Q4_1/Q5_1]
+ *     acc = acc + v
+ * where isum_b is the exact integer dot of the weight block's integers
+ * (the 4/5/8-bit values, offset by -8/-16 for Q4_0/Q5_0) with the
+ * activation block's int8. No split over k, no atomics.
+ *
+ * Two kernels compute exactly that:
+ * - prefill (n > 8): k_q8x quantizes x once into a buffer, then k_mmq
+ *   takes tiles of 16 rows (SwiGLU: 16 of gate and the same 16 of up) x
+ *   32 tokens a warp on the tensor cores (mma.sync m16n8k32 s8, one
+ *   32-block per mma), both operands straight from global memory (a
+ *   4-byte word of a block's quants holds two of the A fragment's
+ *   k-groups: its low nibbles are elements 0-15, its high ones 16-31);
+ * - decode (n <= 8): k_mmv, a warp a row, a lane a block (quantized in
+ *   the lane, dp4a), the terms then added in block order by shuffles:
+ *   many warps in flight (decode is latency-bound), no separate pass.
+ * Kernel choice, tile and the rows a warp takes only place the work, so
+ * a row's bits are the same in any batch, chunk or fused launch
+ * (tests/test_cuda.c checks it with memcmp). */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_int.h"
+
+int mmq_type(qtype t) { return t == QT_Q4_0 || t == QT_Q4_1 || t == QT_Q5_0 || t == QT_Q5_1 || t == QT_Q8_0; }
+
+__device__ __forceinline__ uint32_t ld16x2(const uint8_t *p) { /* 2-byte aligned */
+    const unsigned short *h = (const unsigned short *)p;
+    return (uint32_t)__ldg(h) | ((uint32_t)__ldg(h + 1) << 16);
+}
+
+__device__ __forceinline__ float ldhf(const uint8_t *p) {
+    return __half2float(__ushort_as_half(__ldg((const unsigned short *)p)));
+}
+
+/* Bits 0-3 of x to bit 4 of bytes 0-3 (Q5's fifth bits). */
+__device__ __forceinline__ uint32_t hbits(uint32_t x) {
+    return ((x & 1u) << 4) | ((x & 2u) << 11) | ((x & 4u) << 18) | ((x & 8u) << 25);
+}
+
+/* Weight block b of a row, lane group t (0-3): lo = its int8 values
+ * 4t..4t+3, hi = 16+4t..16+4t+3 (the mma's k order), d, and m (the min;
+ * 0 without one). */
+template <int T>
+__device__ __forceinline__ void mq_wblock(const uint8_t *row, int b, int t, uint32_t &lo, uint32_t &hi, float &d,
+                                          float &m) {
+    if (T == QT_Q4_0) {
+        const uint8_t *p = row + (size_t)b * 18;
+        uint32_t w = ld16x2(p + 2 + 4 * t);
+        d = ldhf(p), m = 0.0f;
+        lo = __vsub4(w & 0x0f0f0f0fu, 0x08080808u);
+        hi = __vsub4((w >> 4) & 0x0f0f0f0fu, 0x08080808u);
+    } else if (T == QT_Q4_1) {
+        const uint8_t *p = row + (size_t)b * 20;
+        uint32_t w = __ldg((const unsigned int *)(p + 4 + 4 * t));
+        d = ldhf(p), m = ldhf(p + 2);
+        lo = w & 0x0f0f0f0fu;
+        hi = (w >> 4) & 0x0f0f0f0fu;
+    } else if (T == QT_Q5_0) {
+        const uint8_t *p = row + (size_t)b * 22;
+        uint32_t qh = ld16x2(p + 2), w = ld16x2(p + 6 + 4 * t);
+        d = ldhf(p), m = 0.0f;
+        lo = __vsub4((w & 0x0f0f0f0fu) | hbits(qh >> (4 * t)), 0x10101010u);
+        hi = __vsub4(((w >> 4) & 0x0f0f0f0fu) | hbits(qh >> (16 + 4 * t)), 0x10101010u);
+    } else if (T == QT_Q5_1) {
+        const uint8_t *p = row + (size_t)b * 24;
+        uint32_t qh = __ldg((const unsigned int *)(p + 4)), w = __ldg((const unsigned int *)(p + 8 + 4 * t));
+        d = ldhf(p), m = ldhf(p + 2);
+        lo = (w & 0x0f0f0f0fu) | hbits(qh >> (4 * t));
+        hi = ((w >> 4) & 0x0f0f0f0fu) | hbits(qh >> (16 + 4 * t));
+    } else { /* Q8_0 */
+        const uint8_t *p = row + (size_t)b * 34;
+        d = ldhf(p), m = 0.0f;
+        lo = ld16x2(p + 2 + 4 * t);
+        hi = ld16x2(p + 18 + 4 * t);
+    }
+}
+
+/* c = A (16 x 32 s8, rows g and g + 8 of the lane) x B (32 x 8 s8). */
+__device__ __forceinline__ void mma_s8(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%10,%11,%12,%13};"
+                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0), "r"(0), "r"(0), "r"(0));
+}
+
+/* One block's term of one output (the header's expression). */
+template <int MIN>
+__device__ __forceinline__ float mq_term(int isum, float dw, float dx, float mw, float sx) {
+    float v = (float)isum * (dw * dx);
+    return MIN ? v + mw * sx : v;
+}
+
+/* Round half away from zero (quant_act_impl.h round_q). */
+__device__ __forceinline__ int mq_round(float v) { return (int)(v + (v >= 0.0f ? 0.5f : -0.5f)); }
+
+/* One activation block of 32 floats (16-byte aligned) to its 8-bit form,
+ * by one thread: q8_block's operations (the maximum and the integer sum
+ * are exact, so any order gives these bits). w: the int8 values, 4 a
+ * word; d; s = d * sum(q). */
+__device__ __forceinline__ void mq_xblock(const float *x, uint32_t w[8], float &d, float &s) {
+    float4 v[8];
+    float amax = 0.0f; /* a NaN never wins */
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        v[i] = __ldg((const float4 *)x + i);
+        float a = fabsf(v[i].x);
+        amax = a > amax ? a : amax;
+        a = fabsf(v[i].y), amax = a > amax ? a : amax;
+        a = fabsf(v[i].z), amax = a > amax ? a : amax;
+        a = fabsf(v[i].w), amax = a > amax ? a : amax;
+    }
+    d = amax / 127.0f;
+    float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int sum = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int q0 = mq_round(v[i].x * id), q1 = mq_round(v[i].y * id), q2 = mq_round(v[i].z * id), q3 = mq_round(v[i].w * id);
+        sum += q0 + q1 + q2 + q3;
+        w[i] = (uint32_t)(q0 & 255) | ((uint32_t)(q1 & 255) << 8) | ((uint32_t)(q2 & 255) << 16) | ((uint32_t)q3 << 24);
+    }
+    s = d * (float)sum;
+}
+
+/* The activations' 8-bit form, once per prefill launch (every row tile
+ * reads it): a thread per (token, 32-block). xq [n][k] int8, xd and xs
+ * [n][k / 32]: d and d * sum(q). x's rows are k apart and k = 32 nb, so
+ * block pair = tok * nb + blk starts at 32 pair in x and in xq. */
+__global__ void k_q8x(int8_t *xq, float *xd, float *xs, const float *__restrict__ x, int pairs) {
+    int pair = blockIdx.x * blockDim.x + threadIdx.x;
+    if (pair >= pairs) return;
+    uint32_t w[8];
+    mq_xblock(x + (size_t)pair * 32, w, xd[pair], xs[pair]); /* pair = tok * nb + blk: rows are k apart */
+    uint4 *o = (uint4 *)(xq + (size_t)pair * 32);
+    o[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    o[1] = make_uint4(w[4], w[5], w[6], w[7]);
+}
+
+/* Decode (n <= 8 tokens): a warp per row (SwiGLU: row r of gate and of
+ * up), lane l takes 32-blocks l, l + 32, ...: it quantizes the tokens'
+ * block itself (mq_xblock: no separate pass, no launch), takes the exact
+ * integer dot by dp4a and the block's term; then the terms are added in
+ * block order, lane 0's then lane 1's ..., by shuffles: the operations
+ * of the tensor-core kernel, so the same bits. */
+template <int T>
+__global__ void __launch_bounds__(MM_WARPS * 32) k_mmv(const mm_job job) {
+    constexpr int MIN = T == QT_Q4_1 || T == QT_Q5_1;
+    int lane = threadIdx.x & 31, gw = blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
+    mm_part P;
+    int part = mm_part_of(job, gw, P);
+    if (part < 0) return; /* whole warps leave: the shuffles below stay full */
+    const int swiglu = job.mode == MM_SWIGLU, k = job.k, n = job.n, nb = k / 32, nr = swiglu ? 2 : 1;
+    const uint8_t *wr[2] = {P.w + (size_t)gw * job.row_bytes, job.p[1].w + (size_t)gw * job.row_bytes};
+    for (int tok = 0; tok < n; tok++) {
+        float acc[2] = {0.0f, 0.0f};
+        for (int b0 = 0; b0 < nb; b0 += 32) {
+            int b = b0 + lane, m = min(32, nb - b0);
+            float v[2] = {0.0f, 0.0f};
+            if (b < nb) {
+                uint32_t xw[8];
+                float dx, sx;
+                mq_xblock(job.x + (size_t)tok * k + (size_t)b * 32, xw, dx, sx);
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    if (r >= nr) break;
+                    int isum = 0;
+                    float dw, mw;
+#pragma unroll
+                    for (int t = 0; t < 4; t++) {
+                        uint32_t lo, hi;
+                        mq_wblock<T>(wr[r], b, t, lo, hi, dw, mw);
+                        isum = __dp4a((int)lo, (int)xw[t], isum);
+                        isum = __dp4a((int)hi, (int)xw[4 + t], isum);
+                    }
+                    v[r] = mq_term<MIN>(isum, dw, dx, mw, sx);
+                }
+            }
+            for (int i = 0; i < m; i++) /* block order */
+#pragma unroll
+                for (int r = 0; r < 2; r++) acc[r] = acc[r] + __shfl_sync(FULL, v[r], i);
+        }
+        if (lane != 0) continue;
+        float *y = P.y + (size_t)tok * P.rows + gw;
+        if (swiglu) *y = swiglu1(acc[0], acc[1]);
+        else *y = job.mode == MM_ADD ? *y + acc[0] : acc[0];
+    }
+}
+
+/* Warp: MR tiles of 16 rows x NT tiles of 8 tokens; the quants of both
+ * operands straight from global memory (each k-block's loads are
+ * independent of the sums, so they are in flight ahead of them). */
+template <int T, int NT, int MR>
+__global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job, const int8_t *__restrict__ xq,
+                                                       const float *__restrict__ xd, const float *__restrict__ xs) {
+    constexpr int MIN = T == QT_Q4_1 || T == QT_Q5_1;
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int gw = blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
+    mm_part P;
+    int part = mm_part_of(job, gw, P);
+    if (part < 0) return;
+    const int swiglu = job.mode == MM_SWIGLU, k = job.k, n = job.n, nb = k / 32, t0 = blockIdx.y * NT * 8;
+    int rbase[MR];
+    const uint8_t *wlo[MR], *whi[MR]; /* rows rbase + g and rbase + g + 8 (clamped to a real row) */
+#pragma unroll
+    for (int i = 0; i < MR; i++) {
+        rbase[i] = swiglu ? gw * 16 : (gw * MR + i) * 16;
+        const uint8_t *w = swiglu && i == 1 ? job.p[1].w : P.w;
+        int ra = rbase[i] + g, rb = ra + 8;
+        wlo[i] = w + (size_t)(ra < P.rows ? ra : 0) * job.row_bytes;
+        whi[i] = w + (size_t)(rb < P.rows ? rb : 0) * job.row_bytes;
+    }
+    /* the lane's tokens, clamped to real ones (the others' sums are dropped) */
+    const uint32_t *xb[NT];
+    int tk0[NT], tk1[NT];
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+        int tb = t0 + j * 8;
+        xb[j] = (const uint32_t *)(xq + (size_t)min(tb + g, n - 1) * k) + t;
+        tk0[j] = min(tb + 2 * t, n - 1) * nb, tk1[j] = min(tb + 2 * t + 1, n - 1) * nb;
+    }
+    float acc[MR][NT][4];
+#pragma unroll
+    for (int i = 0; i < MR; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[i][j][c] = 0.0f;
+    /* U k-blocks at a time: all their loads first, then their sums in
+     * block order */
+    constexpr int U = 2;
+    for (int b0 = 0; b0 < nb; b0 += U) {
+        uint32_t a[U][MR][4], bx[U][NT][2];
+        float dlo[U][MR], dhi[U][MR], mlo[U][MR], mhi[U][MR], dx[U][NT][2], sx[U][NT][2];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int b = b0 + u;
+            if (b >= nb) break;
+#pragma unroll
+            for (int i = 0; i < MR; i++) {
+                mq_wblock<T>(wlo[i], b, t, a[u][i][0], a[u][i][2], dlo[u][i], mlo[u][i]);
+                mq_wblock<T>(whi[i], b, t, a[u][i][1], a[u][i][3], dhi[u][i], mhi[u][i]);
+            }
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                bx[u][j][0] = __ldg(xb[j] + b * 8), bx[u][j][1] = __ldg(xb[j] + b * 8 + 4);
+                dx[u][j][0] = __ldg(xd + tk0[j] + b), dx[u][j][1] = __ldg(xd + tk1[j] + b);
+                sx[u][j][0] = MIN ? __ldg(xs + tk0[j] + b) : 0.0f, sx[u][j][1] = MIN ? __ldg(xs + tk1[j] + b) : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (b0 + u >= nb) break;
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int i = 0; i < MR; i++) {
+                    int c[4];
+                    mma_s8(c, a[u][i], bx[u][j][0], bx[u][j][1]);
+                    acc[i][j][0] = acc[i][j][0] + mq_term<MIN>(c[0], dlo[u][i], dx[u][j][0], mlo[u][i], sx[u][j][0]);
+                    acc[i][j][1] = acc[i][j][1] + mq_term<MIN>(c[1], dlo[u][i], dx[u][j][1], mlo[u][i], sx[u][j][1]);
+                    acc[i][j][2] = acc[i][j][2] + mq_term<MIN>(c[2], dhi[u][i], dx[u][j][0], mhi[u][i], sx[u][j][0]);
+                    acc[i][j][3] = acc[i][j][3] + mq_term<MIN>(c[3], dhi[u][i], dx[u][j][1], mhi[u][i], sx[u][j][1]);
+                }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            int tok = t0 + j * 8 + 2 * t + (c & 1), r = rbase[0] + g + (c >> 1) * 8;
+            if (tok >= n) continue;
+            if (swiglu) {
+                if (r < P.rows) P.y[(size_t)tok * P.rows + r] = swiglu1(acc[0][j][c], acc[MR - 1][j][c]);
+                continue;
+            }
+#pragma unroll
+            for (int i = 0; i < MR; i++) {
+                int ri = rbase[i] + g + (c >> 1) * 8;
+                if (ri >= P.rows) continue;
+                float *y = P.y + (size_t)tok * P.rows + ri;
+                *y = job.mode == MM_ADD ? *y + acc[i][j][c] : acc[i][j][c];
+            }
+        }
+}
+
+/* The 8-bit activations' buffer (one per process, like the stream it is
+ * used on), grown as needed but never while a graph is being recorded:
+ * cuda_matmul_reserve sizes it beforehand (the forward pass does, for its
+ * largest batch), and a shortfall while recording is an error. */
+static int8_t *g_xq;
+static size_t g_xq_cap;
+
+static int xq_reserve(size_t bytes, strata_err *err) {
+    if (bytes <= g_xq_cap) return 0;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(g_stream, &cs);
+    size_t want = bytes > ((size_t)8 << 20) ? bytes : ((size_t)8 << 20);
+    if (cs != cudaStreamCaptureStatusNone)
+        return strata_errf(err, STRATA_EINVAL, "cuda: 8-bit activations need %zu bytes while recording a graph", bytes);
+    cudaStreamSynchronize(g_stream); /* the old buffer's readers are done */
+    cudaFree(g_xq);
+    g_xq_cap = 0;
+    cudaError_t e = cudaMalloc((void **)&g_xq, want);
+    if (e != cudaSuccess) {
+        g_xq = NULL;
+        return strata_errf(err, STRATA_ENOMEM, "cuda: %zu bytes for 8-bit activations: %s", want, cudaGetErrorString(e));
+    }
+    g_xq_cap = want;
+    return 0;
+}
+
+/* Prefill (n > 8): a warp takes 16 rows (SwiGLU: 16 of gate and the
+ * same 16 of up) x 32 tokens, 4 warps a block over the rows. */
+template <int T>
+static void mmq_go(mm_job job, const int8_t *xq, const float *xd, const float *xs) {
+    int swiglu = job.mode == MM_SWIGLU, warps = 0;
+    for (int i = 0; i < job.np; i++) {
+        job.p[i].warps = swiglu ? (i == 0 ? (job.p[0].rows + 15) / 16 : 0) : (job.p[i].rows + 15) / 16;
+        warps += job.p[i].warps;
+    }
+    if (warps == 0) return;
+    dim3 grid((warps + MM_WARPS - 1) / MM_WARPS, (job.n + 31) / 32);
+    if (swiglu) k_mmq<T, 4, 2><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, xq, xd, xs);
+    else k_mmq<T, 4, 1><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, xq, xd, xs);
+}
+
+/* Decode: a warp a row (SwiGLU: a row of each). */
+template <int T>
+static void mmv_go(mm_job job) {
+    int swiglu = job.mode == MM_SWIGLU, warps = 0;
+    for (int i = 0; i < job.np; i++) {
+        job.p[i].warps = swiglu ? (i == 0 ? job.p[0].rows : 0) : job.p[i].rows;
+        warps += job.p[i].warps;
+    }
+    if (warps > 0) k_mmv<T><<<(warps + MM_WARPS - 1) / MM_WARPS, MM_WARPS * 32, 0, g_stream>>>(job);
+}
+
+extern "C" int cuda_matmul_reserve(int n, int k, strata_err *err) {
+    return xq_reserve((size_t)n * k + 2 * (size_t)n * (k / 32) * sizeof(float), err);
+}
+
+#define MQ_DECODE 8 /* tokens up to which k_mmv runs */
+
+int mmq_launch(qtype t, mm_job job, strata_err *err) {
+    if (job.n <= MQ_DECODE) {
+        switch (t) {
+        case QT_Q4_0: mmv_go<QT_Q4_0>(job); break;
+        case QT_Q4_1: mmv_go<QT_Q4_1>(job); break;
+        case QT_Q5_0: mmv_go<QT_Q5_0>(job); break;
+        case QT_Q5_1: mmv_go<QT_Q5_1>(job); break;
+        case QT_Q8_0: mmv_go<QT_Q8_0>(job); break;
+        default: break;
+        }
+        return 0;
+    }
+    size_t nb = (size_t)job.n * (job.k / 32), qbytes = (size_t)job.n * job.k;
+    int rc = cuda_matmul_reserve(job.n, job.k, err);
+    if (rc) return rc;
+    int8_t *xq = g_xq;
+    float *xd = (float *)(g_xq + qbytes), *xs = xd + nb;
+    k_q8x<<<(unsigned)((nb + 127) / 128), 128, 0, g_stream>>>(xq, xd, xs, job.x, (int)nb);
+    switch (t) {
+    case QT_Q4_0: mmq_go<QT_Q4_0>(job, xq, xd, xs); break;
+    case QT_Q4_1: mmq_go<QT_Q4_1>(job, xq, xd, xs); break;
+    case QT_Q5_0: mmq_go<QT_Q5_0>(job, xq, xd, xs); break;
+    case QT_Q5_1: mmq_go<QT_Q5_1>(job, xq, xd, xs); break;
+    case QT_Q8_0: mmq_go<QT_Q8_0>(job, xq, xd, xs); break;
+    default: break;
+    }
+    return 0;
+}
