@@ -658,6 +658,10 @@ def _raw_weight(wtype, rows, cols, g):
     if wtype == 16:  # IQ2_XXS: 256 elements in 66 bytes; contents irrelevant
         assert cols % 256 == 0
         return g.integers(0, 256, rows * cols // 256 * 66, dtype=np.uint8).tobytes()
+    if wtype == 39:  # MXFP4: 32 elements in 17 bytes (E8M0 byte, 16 nibble bytes)
+        blk = g.integers(0, 256, (rows * -(-cols // 32), 17), dtype=np.uint8)
+        blk[:, 0] = g.integers(118, 127, blk.shape[0])  # scales 2^-10 .. 2^-2
+        return blk.tobytes()
     raise ValueError(wtype)
 
 
@@ -725,6 +729,10 @@ def _bad_tensor_files(base, m, good):
                 "EUNSUPPORTED", "gpt-nonexistent"))
     iq = _tiny_llama_iq2()
     out.append(("unsupported-type-iq2_xxs.gguf", iq, "EUNSUPPORTED", "blk.0.attn_q.weight|IQ2_XXS"))
+    # MXFP4 attn_q: loads at a row length of whole blocks; 48 is not one.
+    out.append(("ok-mxfp4-attn_q.gguf", _tiny_llama(wtype=39).build(), "OK", "-"))
+    out.append(("mxfp4-bad-row-length.gguf", _tiny_llama(wtype=39, e=48).build(), "EFORMAT",
+                "blk.0.attn_q.weight"))
     missing = _drop_tensor(base, "blk.0.ffn_up.weight")
     out.append(("missing-tensor.gguf", missing, "EFORMAT|EINVAL", "blk.0.ffn_up.weight"))
     return out
