@@ -428,6 +428,7 @@ const char *render_format_name(const renderer *r) {
     return strcmp(r->source, "file") ? "model's own" : "--chat-template-file";
 }
 int render_native_tools(const renderer *r) { return r->native_tools; }
+int render_harmony(const renderer *r) { return r->tpl && tc_detect(r->src) == TC_HARMONY; }
 
 /* ---- tools -------------------------------------------------------------------------- */
 
@@ -437,8 +438,19 @@ tc_format render_tool_format(const renderer *r, const render_tools *t) {
     return TC_GENERIC;
 }
 
+/* Harmony's forced opening: a commentary message to the functions
+ * namespace, through the tool's name and into the arguments when named. */
+static char *harmony_prefix(const char *forced) {
+    static const char head[] = "<|channel|>commentary to=functions.";
+    if (!forced) return xstrdup(head);
+    char *out = xmalloc(sizeof head + strlen(forced) + 64);
+    sprintf(out, "%s%s <|constrain|>json<|message|>", head, forced);
+    return out;
+}
+
 /* A native format's forced opening: marker, then the call object. */
 static char *native_prefix(tc_format f, const char *forced) {
+    if (f == TC_HARMONY) return harmony_prefix(forced);
     const char *open = f == TC_HERMES ? "<tool_call>\n" : f == TC_MISTRAL ? "[TOOL_CALLS][" : "";
     if (!forced) {
         char *out = xmalloc(strlen(open) + 16);
