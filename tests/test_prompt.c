@@ -156,3 +156,113 @@ TEST(prompt_replay_js_numbers) {
     char *big = replay_js_numbers("{\"a\":1e300}"); /* past 2^53: JavaScript keeps the exponent */
     CHECK(big == NULL);
 }
+
+/* ---- harmony (gpt-oss) ------------------------------------------------------
+ * The gpt-oss template renders an assistant turn its own way: a call's
+ * recipient before its channel and no <|constrain|> (the model writes
+ * "<|channel|>commentary to=functions.X <|constrain|>json"), the analysis
+ * of a tool-call turn only until a final answer follows, and a final
+ * answer without its analysis. The model's own tokens are what it saw, so
+ * replay splices them over the template's rendering of each remembered
+ * turn (replay.c, splice_harmony). */
+
+/* Ids of text (harmony's markers are plain text in the tiny vocabulary). */
+static int32_t *text_ids(const server *s, const char *text, size_t *n) {
+    int32_t *ids = NULL;
+    *n = 0;
+    prompt_append_text(s, text, &ids, n);
+    return ids;
+}
+
+/* What the model writes at turn k after "<|start|>assistant", and the end
+ * token the template gives the turn (gen.c remembers both). */
+static int32_t *harmony_turn(const server *s, int k, int final, size_t *n) {
+    char text[512];
+    if (final)
+        snprintf(text, sizeof text, "<|channel|>analysis<|message|>All %d done.<|end|><|start|>assistant"
+                 "<|channel|>final<|message|>It is sunny.<|end|>", k);
+    else
+        snprintf(text, sizeof text, "<|channel|>analysis<|message|>Need day %d.<|end|><|start|>assistant"
+                 "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+                 "{\"city\":\"Paris\",\"day\":%d}<|call|>", k, k);
+    return text_ids(s, text, n);
+}
+
+static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
+    size_t i = 0;
+    while (i < na && i < nb && a[i] == b[i]) i++;
+    return i;
+}
+
+/* A tool loop of `turns` calls, a final answer, then the user's next
+ * question: per turn, the tokens the next prompt re-prefills beyond what
+ * is new (the previous prompt and the model's reply are cached). With
+ * replay the answer is 0 every turn; *lost_plain gets the total without
+ * it (the template's own rendering), *lost_final the last turn's. */
+static void harmony_loop(int replay, int turns, size_t *lost_total, size_t *lost_final) {
+    server s;
+    *lost_total = *lost_final = 0;
+    if (fake_server(&s, "gpt-oss")) return;
+    CHECK(render_harmony(s.render));
+    json_t *tools = json_loads(TOOLS, 0, NULL), *msgs = json_loads(CONV_HEAD, 0, NULL);
+    render_tools t = {.tools = tools};
+    size_t n_prev = 0, n_gen = 0;
+    int32_t *prev = NULL, *gen = NULL;
+    for (int k = 0; k <= turns + 1; k++) {
+        size_t n;
+        int32_t *p = tokens_of(&s, msgs, &t, &n);
+        if (prev) { /* the cached part: the last prompt, then the reply */
+            int32_t *seen = xmalloc((n_prev + n_gen) * sizeof(int32_t));
+            memcpy(seen, prev, n_prev * sizeof(int32_t));
+            memcpy(seen + n_prev, gen, n_gen * sizeof(int32_t));
+            size_t keep = common_prefix(p, n, seen, n_prev + n_gen), lost = n_prev + n_gen - keep;
+            *lost_total += lost;
+            if (k == turns + 1) *lost_final = lost;
+            if (replay) CHECK_MSG(lost == 0, "turn %d re-prefills %zu tokens", k, lost);
+            free(seen);
+        }
+        free(prev), free(gen);
+        if (k == turns + 1) {
+            prev = gen = NULL;
+            free(p);
+            break;
+        }
+        prev = p, n_prev = n;
+        int final = k == turns;
+        gen = harmony_turn(&s, k, final, &n_gen);
+        char args[64], thinking[64];
+        snprintf(args, sizeof args, "{\"city\":\"Paris\",\"day\":%d}", k);
+        snprintf(thinking, sizeof thinking, final ? "All %d done." : "Need day %d.", k);
+        const char *names[] = {"get_weather"}, *argv[] = {args};
+        char *key = replay_native_turn_key(final ? "It is sunny." : "", names, argv, final ? 0 : 1);
+        cache_hash ctx;
+        replay_context_ns(&NS_A, msgs, json_array_size(msgs), &ctx);
+        if (replay) { /* what gen.c remembers: the tokens, then <|call|> or <|end|> (here text) */
+            replay_put(s.replay, &NS_A, key, strlen(key), gen, n_gen);
+            replay_put(s.replay, &ctx, key, strlen(key), gen, n_gen);
+        }
+        free(key);
+        /* the client sends the turn back with its reasoning (reasoning_content -> thinking) */
+        json_t *turn = final ? json_pack("{s:s,s:s,s:s}", "role", "assistant", "content", "It is sunny.", "thinking", thinking)
+                             : json_pack("{s:s,s:s,s:s,s:[{s:s,s:s,s:{s:s,s:o}}]}", "role", "assistant", "content", "",
+                                         "thinking", thinking, "tool_calls", "id", "call_1", "type", "function",
+                                         "function", "name", "get_weather", "arguments", json_loads(args, 0, NULL));
+        json_array_append_new(msgs, turn);
+        json_array_append_new(msgs, final ? json_pack("{s:s,s:s}", "role", "user", "content", "And tomorrow?")
+                                          : json_pack("{s:s,s:s,s:s}", "role", "tool", "tool_call_id", "call_1",
+                                                      "content", "sunny"));
+    }
+    json_decref(tools), json_decref(msgs);
+    fake_server_free(&s);
+}
+
+TEST(prompt_harmony_tool_loop_prefix_stable) {
+    size_t with_total, with_final, plain_total, plain_final;
+    harmony_loop(1, 12, &with_total, &with_final);
+    harmony_loop(0, 12, &plain_total, &plain_final);
+    CHECK_EQ_INT(with_total, 0);
+    CHECK(plain_total > 0 && plain_final > 0);
+    fprintf(stderr, "    harmony 12-call loop + answer + question: re-prefilled tokens beyond the new ones: "
+            "template alone %zu in all (%zu at the question after the answer), with replay 0\n",
+            plain_total, plain_final);
+}
