@@ -442,7 +442,7 @@ static void attn_fold_row(fwd_ctx *c, void *arg, int t) {
     int s0 = attn_first_pos(c, a, t) / ATTN_SEG, n = a->b->pos[t] / ATTN_SEG - s0 + 1;
     size_t sf = attn_state_floats(hp->head_dim);
     for (int h = 0; h < hp->n_head; h++)
-        attn_fold(hp->head_dim, attn_states(c, t, h) + (size_t)s0 * sf, n,
+        attn_fold(hp->head_dim, attn_states(c, t, h) + (size_t)s0 * sf, n, NULL,
                   c->att + ((size_t)t * hp->n_head + h) * hp->head_dim);
 }
 
