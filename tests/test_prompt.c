@@ -12,9 +12,9 @@
 
 /* A server with just what prompt.c uses: the tiny model's tokenizer, a
  * renderer of a real template with native tool syntax, and a replay store. */
-static int fake_server_native(server *s, const char *template_name, int native) {
+static int fake_server_vocab(server *s, const char *model, const char *template_name, int native) {
     memset(s, 0, sizeof *s);
-    s->tok = test_load_tokenizer(test_data("models/llama-q4_1.gguf"));
+    s->tok = test_load_tokenizer(test_data(model));
     char path[256];
     snprintf(path, sizeof path, "tests/data/tmpl/%s.jinja", template_name);
     char *src = test_read_file(path, NULL);
@@ -26,6 +26,10 @@ static int fake_server_native(server *s, const char *template_name, int native) 
     CHECK(render_native_tools(s->render) == native);
     s->replay = replay_new(16);
     return 0;
+}
+
+static int fake_server_native(server *s, const char *template_name, int native) {
+    return fake_server_vocab(s, "models/llama-q4_1.gguf", template_name, native);
 }
 
 static int fake_server(server *s, const char *template_name) { return fake_server_native(s, template_name, 1); }
@@ -166,11 +170,12 @@ TEST(prompt_replay_js_numbers) {
  * replay splices them over the template's rendering of each remembered
  * turn (replay.c, splice_harmony). */
 
-/* Ids of text (harmony's markers are plain text in the tiny vocabulary). */
+/* Ids of the model's output text: harmony's markers are special tokens
+ * where the vocabulary has them (the tiny gpt-oss model), text otherwise. */
 static int32_t *text_ids(const server *s, const char *text, size_t *n) {
     int32_t *ids = NULL;
     *n = 0;
-    prompt_append_text(s, text, &ids, n);
+    CHECK(tok_encode(s->tok, text, strlen(text), 1, &ids, n, NULL) == 0);
     return ids;
 }
 
@@ -199,10 +204,10 @@ static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_
  * is new (the previous prompt and the model's reply are cached). With
  * replay the answer is 0 every turn; *lost_plain gets the total without
  * it (the template's own rendering), *lost_final the last turn's. */
-static void harmony_loop(int replay, int turns, size_t *lost_total, size_t *lost_final) {
+static void harmony_loop(const char *model, int replay, int turns, size_t *lost_total, size_t *lost_final) {
     server s;
     *lost_total = *lost_final = 0;
-    if (fake_server(&s, "gpt-oss")) return;
+    if (fake_server_vocab(&s, model, "gpt-oss", 1)) return;
     CHECK(render_harmony(s.render));
     json_t *tools = json_loads(TOOLS, 0, NULL), *msgs = json_loads(CONV_HEAD, 0, NULL);
     render_tools t = {.tools = tools};
@@ -256,13 +261,49 @@ static void harmony_loop(int replay, int turns, size_t *lost_total, size_t *lost
     fake_server_free(&s);
 }
 
-TEST(prompt_harmony_tool_loop_prefix_stable) {
+/* Both vocabularies: the tiny gpt-oss model's (markers are special
+ * tokens, as in the real o200k_harmony) and the tiny llama's (markers
+ * are text: the splice works on the rendered text either way). */
+static void check_harmony_loop(const char *model) {
     size_t with_total, with_final, plain_total, plain_final;
-    harmony_loop(1, 12, &with_total, &with_final);
-    harmony_loop(0, 12, &plain_total, &plain_final);
+    harmony_loop(model, 1, 12, &with_total, &with_final);
+    harmony_loop(model, 0, 12, &plain_total, &plain_final);
     CHECK_EQ_INT(with_total, 0);
     CHECK(plain_total > 0 && plain_final > 0);
-    fprintf(stderr, "    harmony 12-call loop + answer + question: re-prefilled tokens beyond the new ones: "
+    fprintf(stderr, "    %s: harmony 12-call loop + answer + question: re-prefilled tokens beyond the new ones: "
             "template alone %zu in all (%zu at the question after the answer), with replay 0\n",
-            plain_total, plain_final);
+            model, plain_total, plain_final);
+}
+
+TEST(prompt_harmony_tool_loop_prefix_stable) {
+    check_harmony_loop("models/gpt-oss-mxfp4.gguf");
+    check_harmony_loop("models/llama-q4_1.gguf");
+}
+
+/* The tiny gpt-oss model's vocabulary and template, as the server sees
+ * them: harmony detected, its markers one special token each, <|end|>
+ * printed and not an end of generation (llama.cpp's rule), <|call|> and
+ * <|return|> ending generation. */
+TEST(prompt_harmony_vocab) {
+    server s;
+    if (fake_server_vocab(&s, "models/gpt-oss-mxfp4.gguf", "gpt-oss", 1)) return;
+    CHECK(render_harmony(s.render));
+    render_tools none = {0};
+    CHECK_EQ_INT(render_tool_format(s.render, &none), TC_NONE);
+    const char *names[] = {"<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|call|>", "<|return|>"};
+    for (int i = 0; i < 6; i++) {
+        int32_t id = tok_find(s.tok, names[i]);
+        CHECK_MSG(id >= 0, "%s missing", names[i]);
+        char piece[64];
+        int n = tok_piece(s.tok, id, 0, piece, sizeof piece);
+        int ends = i >= 4;
+        CHECK_MSG(tok_is_eog(s.tok, id) == ends, "%s: end of generation %d", names[i], !ends);
+        CHECK_MSG(ends ? n == 0 : n == (int)strlen(names[i]) && !memcmp(piece, names[i], n),
+                  "%s prints %d bytes", names[i], n);
+    }
+    size_t n;
+    int32_t *ids = text_ids(&s, "<|channel|>final<|message|>hi", &n);
+    CHECK(ids && ids[0] == tok_find(s.tok, "<|channel|>"));
+    free(ids);
+    fake_server_free(&s);
 }
