@@ -237,14 +237,19 @@ static void remember_native_calls(gen *g) {
 static void remember_harmony(gen *g) {
     const char **names = NULL, **args = NULL;
     int n = tc_calls(g->tc, &names, &args);
-    int32_t end = tok_find(g->tok, n ? "<|call|>" : "<|end|>");
-    if (g->n_calls != g->n_calls_done || g->st.finish == FINISH_LENGTH || end < 0) return;
-    size_t len, n_ids = (size_t)g->n_prefix_tok + (size_t)g->n_tokens + 1;
+    const char *end = n ? "<|call|>" : "<|end|>";
+    int32_t *end_ids = NULL;
+    size_t n_end = 0; /* one special token in gpt-oss's vocabulary; text under another model's */
+    if (g->n_calls != g->n_calls_done || g->st.finish == FINISH_LENGTH ||
+        tok_encode(g->tok, end, strlen(end), 1, &end_ids, &n_end, NULL))
+        return;
+    size_t len, n_ids = (size_t)g->n_prefix_tok + (size_t)g->n_tokens + n_end;
     char *content = utf8_sanitize(g->content ? g->content : "", g->content_len, &len);
     int32_t *ids = xmalloc(n_ids * sizeof(int32_t));
     if (g->n_prefix_tok) memcpy(ids, g->prefix_tok, (size_t)g->n_prefix_tok * sizeof(int32_t));
     for (int i = 0; i < g->n_tokens; i++) ids[g->n_prefix_tok + i] = g->tokens[i].id;
-    ids[n_ids - 1] = end;
+    memcpy(ids + g->n_prefix_tok + g->n_tokens, end_ids, n_end * sizeof(int32_t));
+    free(end_ids);
     remember_call_turn(g, replay_native_turn_key(content, names, args, n),
                        n ? js_key(names, args, n, content, native_key) : NULL, ids, n_ids);
     free(ids);
