@@ -48,7 +48,7 @@
 #define QB_Q4_K 144
 #define QB_Q5_K 176
 #define QB_Q6_K 210
-#define QB_MXFP4 17
+#define QB_MXFP4 17 /* bytes per MXFP4 block (public: sizes and benches) */
 
 static const int8_t quant_mxfp4_kv[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
