@@ -16,7 +16,10 @@ static const char *SYNTH[] = {"llama-f32", "llama-f16", "llama-bf16", "llama-q8_
                               "llama-q4_0", "llama-q4_1", "llama-q4_k", "llama-q5_k",
                               "llama-q6_k", "qwen2-q5_0", "qwen3-q5_1", "qwen35-f32",
                               /* types mixed inside Q/K/V, gate/up, delta-net groups */
-                              "llama-mix-k", "qwen2-mix-legacy", "llama-mix-kf", "qwen35-mix"};
+                              "llama-mix-k", "qwen2-mix-legacy", "llama-mix-kf", "qwen35-mix",
+                              /* mixture of experts: prefill groups tokens by expert */
+                              "qwen3moe-f32", "qwen3moe-q4_k_m", "qwen3moe-q8_0", "qwen35moe-f32",
+                              "qwen35moe-q4_k_m"};
 #define N_SYNTH (int)(sizeof SYNTH / sizeof SYNTH[0])
 
 static engine *open_engine(const char *path, int max_batch, int threads) {
@@ -183,11 +186,14 @@ static void check_threads(const char *model) {
     engine_close(e3);
 }
 
-/* 1 thread vs 3: threads split weight rows, heads, and (qwen35) conv
- * channels and delta-net heads, never a reduction. */
+/* 1 thread vs 3: threads split weight rows, heads, (qwen35) conv
+ * channels and delta-net heads, and (MoE) experts' row chunks, never a
+ * reduction. */
 TEST(fwd_invariance_across_thread_counts) {
     check_threads("models/llama-q4_1.gguf");
     check_threads("models/qwen35-f32.gguf");
+    check_threads("models/qwen3moe-q4_k_m.gguf");
+    check_threads("models/qwen35moe-q4_k_m.gguf");
 }
 
 /* Decode with more threads than KV heads: 3 threads on 2 KV heads split

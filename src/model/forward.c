@@ -1,4 +1,5 @@
-/* forward.c - llama-family forward pass (llama, qwen2, qwen3, gemma3, qwen35).
+/* forward.c - llama-family forward pass (llama, qwen2, qwen3, gemma3, qwen35,
+ * and their mixture-of-experts variants qwen3moe, qwen35moe: moe.c).
  *
  * Per layer, for a batch of n tokens:
  *   norm -> Q,K,V matmuls (+bias, +QK-norm) -> RoPE -> store K,V as F16 in
@@ -510,11 +511,15 @@ static void layer_forward(fwd_ctx *c, const fwd_batch *b, int il) {
     add_rows(c->x, c->tmp, (size_t)n * e);
 
     norm_rows(c, c->x, c->xn, &L->ffn_norm, n);
-    const model_tensor *gu[2] = {&L->w_gate, &L->w_up};
-    float *gu_out[2] = {c->gate, c->up};
-    fwd__matmul_group(c, c->xn, n, gu, gu_out, 2);
-    fwd__for_rows(c, n, hp->ffn_gelu ? geglu_row : swiglu_row, NULL);
-    fwd__matmul(c, c->gate, n, &L->w_down, c->tmp);
+    if (c->moe) {
+        moe_ffn(c, L, c->xn, n, c->tmp);
+    } else {
+        const model_tensor *gu[2] = {&L->w_gate, &L->w_up};
+        float *gu_out[2] = {c->gate, c->up};
+        fwd__matmul_group(c, c->xn, n, gu, gu_out, 2);
+        fwd__for_rows(c, n, hp->ffn_gelu ? geglu_row : swiglu_row, NULL);
+        fwd__matmul(c, c->gate, n, &L->w_down, c->tmp);
+    }
     if (L->post_ffn_norm.data) norm_rows(c, c->tmp, c->tmp, &L->post_ffn_norm, n);
     add_rows(c->x, c->tmp, (size_t)n * e);
 }
@@ -731,7 +736,7 @@ static void init_rope(fwd_ctx *c) {
     size_t table = (size_t)c->max_batch * c->rope_kinds * half * sizeof(float);
     c->rope_cos = xmalloc(table);
     c->rope_sin = xmalloc(table);
-    if (hp->arch == ARCH_QWEN35) init_imrope(c);
+    if (hp->arch == ARCH_QWEN35 || hp->arch == ARCH_QWEN35MOE) init_imrope(c);
 }
 
 fwd_ctx *fwd_new(const model *m, kv_pool *kv, pool *threads, int max_batch) {
@@ -742,7 +747,8 @@ fwd_ctx *fwd_new(const model *m, kv_pool *kv, pool *threads, int max_batch) {
     c->threads = threads;
     c->max_batch = max_batch;
     size_t n = (size_t)max_batch, nq = (size_t)hp->n_head * hp->head_dim;
-    size_t kvd = (size_t)hp->n_head_kv * hp->head_dim, e = hp->n_embd, f = hp->n_ff;
+    size_t kvd = (size_t)hp->n_head_kv * hp->head_dim, e = hp->n_embd;
+    size_t f = hp->n_expert > 0 ? 16 : (size_t)hp->n_ff; /* MoE: the dense gate/up buffers go unused */
     size_t wide = e > nq ? e : nq;
     c->x = xaligned(n * e * sizeof(float));
     c->xn = xaligned(n * wide * sizeof(float));
@@ -758,6 +764,7 @@ fwd_ctx *fwd_new(const model *m, kv_pool *kv, pool *threads, int max_batch) {
         c->attn_gate = xaligned(n * nq * sizeof(float));
     }
     c->dn = dn_new(m, max_batch);
+    c->moe = moe_new(m, max_batch);
     int nth = pool_size(threads), hpg = hp->n_head / hp->n_head_kv;
     c->runs = xmalloc(n * sizeof(*c->runs));
     c->attn_ws_n = (attn_ws_floats(hp->head_dim, ATTN_RUN * hpg) + 15) & ~(size_t)15;
@@ -782,5 +789,6 @@ void fwd_free(fwd_ctx *c) {
     free(c->vb);
     free(c->rope_off);
     dn_free(c->dn);
+    moe_free(c->moe);
     free(c);
 }

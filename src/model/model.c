@@ -21,7 +21,12 @@ static const arch_info ARCHES[] = {
     {"qwen3", ARCH_QWEN3, 1},
     {"gemma3", ARCH_GEMMA3, 1},
     {"qwen35", ARCH_QWEN35, 1}, /* interleaved M-RoPE rotates NeoX pairs */
+    {"qwen3moe", ARCH_QWEN3MOE, 1},
+    {"qwen35moe", ARCH_QWEN35MOE, 1},
 };
+
+static int is_moe(model_arch a) { return a == ARCH_QWEN3MOE || a == ARCH_QWEN35MOE; }
+static int is_qwen35(model_arch a) { return a == ARCH_QWEN35 || a == ARCH_QWEN35MOE; }
 
 static int find_arch(model *m, strata_err *err) {
     gguf_str s;
@@ -34,7 +39,7 @@ static int find_arch(model *m, strata_err *err) {
         return 0;
     }
     return strata_errf(err, STRATA_EUNSUPPORTED,
-                       "%s: unsupported architecture '%.*s' (supported: llama, qwen2, qwen3, gemma3, qwen35)",
+                       "%s: unsupported architecture '%.*s' (supported: llama, qwen2, qwen3, gemma3, qwen35, qwen3moe, qwen35moe)",
                        m->gguf->path, (int)(s.len < 64 ? s.len : 64), s.ptr);
 }
 
@@ -103,9 +108,10 @@ static int read_gemma3(model *m, strata_err *err) {
 
 static int read_hparams(model *m, strata_err *err) {
     model_hparams *hp = &m->hp;
+    /* MoE files may have no dense feed-forward (feed_forward_length 0 or absent). */
     if (model__arch_u32(m, "block_count", &hp->n_layer, 0, err) ||
         model__arch_u32(m, "embedding_length", &hp->n_embd, 0, err) ||
-        model__arch_u32(m, "feed_forward_length", &hp->n_ff, 0, err) ||
+        model__arch_u32(m, "feed_forward_length", &hp->n_ff, is_moe(hp->arch), err) ||
         model__arch_u32(m, "attention.head_count", &hp->n_head, 0, err))
         return STRATA_EFORMAT;
     hp->n_head_kv = hp->n_head;
@@ -141,7 +147,8 @@ static int read_hparams(model *m, strata_err *err) {
         return strata_errf(err, STRATA_EFORMAT, "%s: rope.dimension_count %d vs head dim %d",
                            m->gguf->path, hp->rope_dim, hp->head_dim);
     if (read_rope_scaling(m, err)) return STRATA_EFORMAT;
-    return hp->arch == ARCH_QWEN35 ? model__qwen35_hparams(m, err) : 0;
+    if (is_qwen35(hp->arch) && model__qwen35_hparams(m, err)) return STRATA_EFORMAT;
+    return is_moe(hp->arch) ? model__moe_hparams(m, err) : 0;
 }
 
 /* Binds a tensor and checks its shape: cols x rows (rows 0 = a vector). */
@@ -181,7 +188,7 @@ static int bind_layer(model *m, int il, strata_err *err) {
     int64_t e = hp->n_embd, q = (int64_t)hp->n_head * hp->head_dim;
     int64_t kv = (int64_t)hp->n_head_kv * hp->head_dim, f = hp->n_ff;
     int qwen2 = hp->arch == ARCH_QWEN2, gemma3 = hp->arch == ARCH_GEMMA3;
-    int qk_norm = hp->arch == ARCH_QWEN3 || gemma3;
+    int qk_norm = hp->arch == ARCH_QWEN3 || hp->arch == ARCH_QWEN3MOE || gemma3, moe = hp->n_expert > 0;
     char n[16][64];
     static const char *suffix[16] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
                                      "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_q_norm",
@@ -196,8 +203,9 @@ static int bind_layer(model *m, int il, strata_err *err) {
              model__bind(m, &L->q_norm, n[8], hp->head_dim, 0, !qk_norm, err) ||
              model__bind(m, &L->k_norm, n[9], hp->head_dim, 0, !qk_norm, err) ||
              model__bind(m, &L->ffn_norm, n[10], e, 0, 0, err) ||
-             model__bind(m, &L->w_gate, n[11], e, f, 0, err) || model__bind(m, &L->w_up, n[12], e, f, 0, err) ||
-             model__bind(m, &L->w_down, n[13], f, e, 0, err) ||
+             (moe ? model__moe_bind(m, il, err)
+                  : model__bind(m, &L->w_gate, n[11], e, f, 0, err) || model__bind(m, &L->w_up, n[12], e, f, 0, err) ||
+                        model__bind(m, &L->w_down, n[13], f, e, 0, err)) ||
              model__bind(m, &L->post_attn_norm, n[14], e, 0, !gemma3, err) ||
              model__bind(m, &L->post_ffn_norm, n[15], e, 0, !gemma3, err);
     return rc ? (err ? err->code : STRATA_EFORMAT) : 0;
@@ -244,7 +252,7 @@ static int bind_all(model *m, strata_err *err) {
         m->tied_output = 1;
     }
     m->layers = xcalloc((size_t)hp->n_layer, sizeof(model_layer));
-    if (hp->arch == ARCH_QWEN35) return model__qwen35_bind_layers(m, err);
+    if (is_qwen35(hp->arch)) return model__qwen35_bind_layers(m, err);
     for (int il = 0; il < hp->n_layer; il++) {
         m->layers[il].kv_layer = il;
         int rc = bind_layer(m, il, err);
