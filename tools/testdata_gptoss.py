@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """A tiny random-weight gpt-oss GGUF (llama.cpp's "gpt-oss" architecture).
 
-generate(outdir) writes outdir/models/gpt-oss-mxfp4.gguf: the shapes of
-gpt-oss-20b scaled down, with every feature the real file has:
+generate(outdir) writes outdir/models/gpt-oss-mxfp4.gguf, the shapes of
+gpt-oss-20b scaled down, with every feature the real file has, and
+gpt-oss-f32.gguf, the same weights with F32 experts (the sharp oracle
+check: no activation quantization in either engine):
   - attention with Q/K/V/O biases and a learned sink logit per head,
     sliding window 128 on even layers, full attention on odd ones, NeoX
     RoPE with YaRN scaling (factor 32 over 4096, base 150000);
@@ -43,7 +45,7 @@ def _vocab():
     return body + HARMONY, [1] * len(body) + [3] * len(HARMONY), merges
 
 
-def _tensors(g, n_vocab):
+def _tensors(g, n_vocab, expert_type=QT.MXFP4):
     """(name, float32 array in numpy order, ggml type) of the whole model."""
     s = SHAPE
     e, hd, ff, ne = s["n_embd"], s["head_dim"], s["n_ff_exp"], s["n_expert"]
@@ -74,11 +76,11 @@ def _tensors(g, n_vocab):
                 (p + "post_attention_norm.weight", norm(e), QT.F32),
                 (p + "ffn_gate_inp.weight", mat(ne, e, std=e ** -0.5), QT.F32),
                 (p + "ffn_gate_inp.bias", bias(ne), QT.F32),
-                (p + "ffn_gate_exps.weight", mat(ne, ff, e, std=e ** -0.5), QT.MXFP4),
+                (p + "ffn_gate_exps.weight", mat(ne, ff, e, std=e ** -0.5), expert_type),
                 (p + "ffn_gate_exps.bias", bias(ne, ff), QT.F32),
-                (p + "ffn_up_exps.weight", mat(ne, ff, e, std=e ** -0.5), QT.MXFP4),
+                (p + "ffn_up_exps.weight", mat(ne, ff, e, std=e ** -0.5), expert_type),
                 (p + "ffn_up_exps.bias", bias(ne, ff), QT.F32),
-                (p + "ffn_down_exps.weight", mat(ne, e, ff, std=ff ** -0.5), QT.MXFP4),
+                (p + "ffn_down_exps.weight", mat(ne, e, ff, std=ff ** -0.5), expert_type),
                 (p + "ffn_down_exps.bias", bias(ne, e), QT.F32)]
     out += [("output_norm.weight", norm(e), QT.F32), ("output.weight", mat(n_vocab, e, std=0.1), QT.F32)]
     return out
@@ -119,12 +121,12 @@ def _metadata(w, vocab):
         w.add_chat_template(f.read())
 
 
-def write_gptoss(path, seed=2600):
+def write_gptoss(path, seed=2600, expert_type=QT.MXFP4):
     vocab = _vocab()
     g = np.random.default_rng(seed)
     w = gguf.GGUFWriter(path, ARCH)
     _metadata(w, vocab)
-    for name, arr, qt in _tensors(g, len(vocab[0])):
+    for name, arr, qt in _tensors(g, len(vocab[0]), expert_type):
         if qt == QT.F32:
             w.add_tensor(name, arr)
         else:
@@ -140,6 +142,7 @@ def generate(outdir):
     d = os.path.join(outdir, "models")
     os.makedirs(d, exist_ok=True)
     write_gptoss(os.path.join(d, "gpt-oss-mxfp4.gguf"))
+    write_gptoss(os.path.join(d, "gpt-oss-f32.gguf"), expert_type=QT.F32)
 
 
 if __name__ == "__main__":

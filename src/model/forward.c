@@ -237,7 +237,7 @@ static void rope_table_row(fwd_ctx *c, void *arg, int t) {
 static void rope_heads(const fwd_ctx *c, float *x, int n, int t, int swa) {
     const model_hparams *hp = &c->m->hp;
     int half = hp->rope_dim / 2;
-    size_t o = ((size_t)t * c->rope_kinds + (swa ? 1 : 0)) * half;
+    size_t o = ((size_t)t * c->rope_kinds + (swa && c->rope_kinds > 1 ? 1 : 0)) * half;
     const float *ct = c->rope_cos + o, *st = c->rope_sin + o;
     for (int h = 0; h < n; h++) {
         float *v = x + (size_t)h * hp->head_dim;
@@ -338,6 +338,7 @@ static int attn_gather(fwd_ctx *c, const layer_arg *a, const fwd_run_span *r, in
                 .out = c->att + (size_t)t * hp->n_head * d + (size_t)h * d,
                 .first = attn_first_pos(c, a, t),
                 .end = a->b->pos[t] + 1,
+                .sink = a->L->sinks.data ? (const float *)a->L->sinks.data + h : NULL,
             };
     int end = a->b->pos[r->t1 - 1] + 1, from = qs[0].first / ATTN_KV_TILE * ATTN_KV_TILE / B;
     for (int i = from; i < (end + B - 1) / B; i++) {
@@ -442,8 +443,9 @@ static void attn_fold_row(fwd_ctx *c, void *arg, int t) {
     const model_hparams *hp = &c->m->hp;
     int s0 = attn_first_pos(c, a, t) / ATTN_SEG, n = a->b->pos[t] / ATTN_SEG - s0 + 1;
     size_t sf = attn_state_floats(hp->head_dim);
+    const float *sinks = a->L->sinks.data;
     for (int h = 0; h < hp->n_head; h++)
-        attn_fold(hp->head_dim, attn_states(c, t, h) + (size_t)s0 * sf, n, NULL,
+        attn_fold(hp->head_dim, attn_states(c, t, h) + (size_t)s0 * sf, n, sinks ? sinks + h : NULL,
                   c->att + ((size_t)t * hp->n_head + h) * hp->head_dim);
 }
 
@@ -482,6 +484,12 @@ static void add_rows(float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
+/* gpt-oss: the output projection's bias on token t's row of c->tmp. */
+static void out_bias_row(fwd_ctx *c, void *arg, int t) {
+    const model_layer *L = arg;
+    add_bias(c->tmp + (size_t)t * c->m->hp.n_embd, &L->bo, c->m->hp.n_embd);
+}
+
 /* Attention of layer il over c->xn; its output projection to c->tmp.
  * K/V live in the pool's layer L->kv_layer. */
 static void attention(fwd_ctx *c, const fwd_batch *b, const model_layer *L) {
@@ -497,6 +505,7 @@ static void attention(fwd_ctx *c, const fwd_batch *b, const model_layer *L) {
     if (segs) fwd__for_rows(c, n, attn_fold_row, &a);
     if (c->m->hp.attn_gate) fwd__for_rows(c, n, apply_gate_row, NULL);
     fwd__matmul(c, c->att, n, &L->wo, c->tmp);
+    if (L->bo.data) fwd__for_rows(c, n, out_bias_row, (void *)L);
 }
 
 static void layer_forward(fwd_ctx *c, const fwd_batch *b, int il) {
@@ -732,7 +741,7 @@ static void init_rope(fwd_ctx *c) {
         c->rope_inv_freq[i] = (float)(ff ? f / ff[i] : f);
         c->rope_inv_swa[i] = (float)pow((double)hp->rope_base_swa, -2.0 * i / hp->rope_dim);
     }
-    c->rope_kinds = hp->n_swa > 0 ? 2 : 1;
+    c->rope_kinds = hp->n_swa > 0 && hp->swa_rope ? 2 : 1; /* gpt-oss's window layers rotate as the others */
     size_t table = (size_t)c->max_batch * c->rope_kinds * half * sizeof(float);
     c->rope_cos = xmalloc(table);
     c->rope_sin = xmalloc(table);

@@ -10,7 +10,9 @@
  * dense: gated delta-net recurrent layers interleaved with gated full
  * attention layers; model_qwen35.c), and the mixture-of-experts
  * variants qwen3moe (qwen3 attention) and qwen35moe (the qwen35 hybrid
- * with a shared expert), model_moe.c.
+ * with a shared expert), model_moe.c, and gpt-oss (attention with
+ * biases and sinks, sliding window 128 on even layers, YaRN everywhere,
+ * experts with biases and a clamped SwiGLU, usually in MXFP4).
  * Does not: run anything (forward.c) or tokenize (text/). */
 #ifndef STRATA_MODEL_H
 #define STRATA_MODEL_H
@@ -21,14 +23,18 @@
 #include "base/err.h"
 #include "model/gguf.h"
 
-typedef enum { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_GEMMA3, ARCH_QWEN35, ARCH_QWEN3MOE, ARCH_QWEN35MOE } model_arch;
+typedef enum {
+    ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_GEMMA3, ARCH_QWEN35, ARCH_QWEN3MOE, ARCH_QWEN35MOE, ARCH_GPTOSS
+} model_arch;
 
 /* How router logits become expert weights (llama.cpp's gating funcs):
  * softmax over all experts then top-k; sigmoid per expert then top-k;
  * top-k of the raw logits then softmax over the chosen (gpt-oss). */
 typedef enum { MOE_GATE_SOFTMAX, MOE_GATE_SIGMOID, MOE_GATE_SOFTMAX_WEIGHT } moe_gating;
-/* The experts' gated activation: SiLU(gate) * up. */
-typedef enum { MOE_ACT_SILU } moe_act;
+/* The experts' gated activation: SiLU(gate) * up; or gpt-oss's clamped
+ * SwiGLU, g = min(gate, 7), g * sigmoid(1.702 g) * (clamp(up, -7, 7) + 1)
+ * (llama.cpp's swiglu_oai). */
+typedef enum { MOE_ACT_SILU, MOE_ACT_SWIGLU_OAI } moe_act;
 
 typedef enum { ROPE_SCALE_NONE, ROPE_SCALE_LINEAR, ROPE_SCALE_YARN } rope_scaling;
 
@@ -49,9 +55,11 @@ typedef struct model_hparams {
     float logit_softcap;  /* final logits: cap * tanh(x / cap); 0 = none */
     int ffn_gelu;         /* 1: GELU(gate) * up (tanh form); 0: SiLU(gate) * up */
     /* Sliding-window attention: layers with swa set see only the last
-     * n_swa positions (the query's included) and rotate with
-     * rope_base_swa, without rope scaling. n_swa 0: no such layers. */
+     * n_swa positions (the query's included); with swa_rope (gemma3) they
+     * rotate with rope_base_swa, without rope scaling, else as the other
+     * layers (gpt-oss). n_swa 0: no such layers. */
     int n_swa;
+    int swa_rope;
     float rope_base_swa;
     /* Layers that keep K/V (all but recurrent ones): the KV pool's layers. */
     int n_kv_layer;
@@ -104,7 +112,9 @@ typedef struct model_moe {
 
 typedef struct model_layer {
     model_tensor attn_norm, wq, wk, wv, wo;
-    model_tensor bq, bk, bv;         /* qwen2 */
+    model_tensor bq, bk, bv;         /* qwen2, gpt-oss */
+    model_tensor bo;                 /* gpt-oss: attn_output.bias */
+    model_tensor sinks;              /* gpt-oss: attn_sinks, one logit per query head (backend/attn.h) */
     model_tensor q_norm, k_norm;     /* qwen3 */
     model_tensor ffn_norm, w_gate, w_up, w_down;
     model_tensor post_attn_norm, post_ffn_norm; /* gemma3: on each block's output */

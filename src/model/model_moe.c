@@ -1,12 +1,14 @@
 /* model_moe.c - mixture-of-experts hyperparameters and tensors
- * (qwen3moe, qwen35moe), as llama.cpp reads its GGUF.
+ * (qwen3moe, qwen35moe, gpt-oss), as llama.cpp reads its GGUF.
  *
  * Keys: expert_count, expert_used_count, expert_feed_forward_length
  * (default feed_forward_length / expert_used_count, as llama.cpp),
  * expert_shared_feed_forward_length (qwen35moe; default
  * feed_forward_length). Both architectures route with a softmax over all
  * experts, keep the top expert_used_count and renormalise their weights
- * (llama.cpp passes norm_w = true and no scale for them).
+ * (llama.cpp passes norm_w = true and no scale for them); gpt-oss takes
+ * the top expert_used_count raw logits (its router has a bias) and a
+ * softmax over them, and its experts use the clamped SwiGLU.
  * Tensors per layer: ffn_gate_inp [n_embd -> n_expert] (the router),
  * ffn_gate_exps / ffn_up_exps [n_expert][n_ff_exp][n_embd] (or one
  * ffn_gate_up_exps [n_expert][2 n_ff_exp][n_embd], gate rows first),
@@ -46,6 +48,11 @@ int model__moe_hparams(model *m, strata_err *err) {
     hp->expert_act = MOE_ACT_SILU;
     hp->expert_norm = 1;
     hp->expert_scale = 0;
+    if (hp->arch == ARCH_GPTOSS) { /* llama.cpp: SOFTMAX_WEIGHT, SWIGLU_OAI_MOE, norm_w false */
+        hp->expert_gating = MOE_GATE_SOFTMAX_WEIGHT;
+        hp->expert_act = MOE_ACT_SWIGLU_OAI;
+        hp->expert_norm = 0;
+    }
     return 0;
 }
 

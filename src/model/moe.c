@@ -1,4 +1,4 @@
-/* moe.c - the mixture-of-experts feed-forward (qwen3moe, qwen35moe).
+/* moe.c - the mixture-of-experts feed-forward (qwen3moe, qwen35moe, gpt-oss).
  *
  * For a batch of n normed rows xn:
  *   router logits (one matmul, + bias) -> per token: gating, top-k,
@@ -7,7 +7,7 @@
  *   each slot's activation row converted from its token's xn row ->
  *   per active expert one gate and one up matmul over its slots (its
  *   slice of the mapped stack, rows only of the experts chosen) ->
- *   SwiGLU per slot -> per active expert one down matmul -> per token
+ *   SwiGLU per slot (gpt-oss: biases first, its clamped SwiGLU) -> per active expert one down matmul -> per token
  *   the weighted sum of its k outputs, best expert first (llama.cpp's
  *   order: y0 w0 + y1 w1 + ...) -> + the shared expert's SwiGLU times
  *   sigmoid(gate . x) when the layer has one.
@@ -295,6 +295,15 @@ static float silu_mul(float g, float u) {
     return g / (1.0f + expf(-g)) * u; /* libm's expf, as forward.c's SwiGLU */
 }
 
+/* gpt-oss's clamped SwiGLU, as ggml's swiglu_oai computes it (alpha
+ * 1.702, limit 7, llama.cpp's constants): x = min(g, 7), y = clamp(u, -7,
+ * 7), x / (1 + e^(alpha * -x)) * (y + 1). */
+static float swiglu_oai(float g, float u) {
+    const float alpha = 1.702f, limit = 7.0f;
+    float x = g < limit ? g : limit, y = u < -limit ? -limit : u > limit ? limit : u;
+    return x / (1.0f + expf(alpha * -x)) * (y + 1.0f);
+}
+
 /* Slot s: expert biases (when the file has them), then SwiGLU into g. */
 static void swiglu_slot(fwd_ctx *c, void *arg, int s) {
     const model_moe *mo = arg;
@@ -305,7 +314,10 @@ static void swiglu_slot(fwd_ctx *c, void *arg, int s) {
         for (int i = 0; i < f; i++) g[i] += ((const float *)mo->gate_b.data)[(size_t)e * f + i];
     if (mo->up_b.data)
         for (int i = 0; i < f; i++) u[i] += ((const float *)mo->up_b.data)[(size_t)e * f + i];
-    for (int i = 0; i < f; i++) g[i] = silu_mul(g[i], u[i]);
+    if (c->m->hp.expert_act == MOE_ACT_SWIGLU_OAI)
+        for (int i = 0; i < f; i++) g[i] = swiglu_oai(g[i], u[i]);
+    else
+        for (int i = 0; i < f; i++) g[i] = silu_mul(g[i], u[i]);
 }
 
 /* Token t: its experts' outputs times their weights, best first, to out
