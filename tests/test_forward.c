@@ -308,6 +308,41 @@ TEST(gemma3_fwd_window_memory_is_exact) {
     engine_close(e);
 }
 
+/* gpt-oss (the tiny fixtures, tools/testdata_gptoss.py): sinks, biases,
+ * MXFP4 experts grouped by expert in prefill. Its window cut to 20, so
+ * the even layers slide over the 96 tokens: every chunking, token by
+ * token and company in the batch give the same bits; 1 thread = 3. */
+TEST(fwd_gptoss_batch_invariance) {
+    int32_t toks[96];
+    for (int t = 0; t < 96; t++) toks[t] = (t * 7919 + 17) % 500;
+    check_invariance_swa(test_data("models/gpt-oss-mxfp4.gguf"), toks, 96, 2, 20);
+    check_invariance_swa(test_data("models/gpt-oss-f32.gguf"), toks, 96, 2, 20);
+    check_invariance(test_data("models/gpt-oss-mxfp4.gguf"), toks, 96, 2); /* its own window, 128 */
+    check_threads("models/gpt-oss-mxfp4.gguf");
+}
+
+/* gpt-oss's window of 128 over 600 tokens: a pool that keeps only the
+ * window of its sliding layers gives the bits of one that keeps all. */
+TEST(fwd_gptoss_window_memory_is_exact) {
+    enum { N = 600 };
+    static const int one_chunk[] = {N, 0}, uneven[] = {1, 7, 3, 13, 2, 64, 0}, decode[] = {1, 0};
+    int32_t toks[N];
+    for (int t = 0; t < N; t++) toks[t] = (t * 7919 + 17) % 500;
+    engine *e = open_engine(test_data("models/gpt-oss-mxfp4.gguf"), 1024, 2);
+    if (!e) return;
+    int V = e->m->hp.n_vocab, slots = kv_swa_slots_per_seq(e->kv.block_tokens, 128, 64);
+    window_pool(e, 128, e->kv.n_blocks);
+    float *ref = all_logits(e, toks, N, one_chunk);
+    window_pool(e, 128, slots);
+    CHECK(slots < N / e->kv.block_tokens);
+    float *u = all_logits(e, toks, N, uneven), *d = all_logits(e, toks, N, decode);
+    CHECK(e->kv.swa_reclaimed > 0);
+    check_same(ref, u, N, V, "window-only pool, chunks 1,7,3,13,2,64");
+    check_same(ref, d, N, V, "window-only pool, token by token");
+    free(ref), free(u), free(d);
+    engine_close(e);
+}
+
 TEST(real_fwd_batch_invariance) {
     int32_t toks[96];
     for (int t = 0; t < 96; t++) toks[t] = (t * 7919 + 17) % 49152;
@@ -333,9 +368,9 @@ TEST(fwd_score_scratch_never_overflows) {
     engine_close(b);
 }
 
-TEST(fwd_truncate_and_fork_equal_cold_runs) {
+static void check_truncate_and_fork(const char *model) {
     static const int one_chunk[] = {4096, 0}, fives[] = {5, 0};
-    engine *e = open_engine(test_data("models/llama-q4_k.gguf"), 512, 2);
+    engine *e = open_engine(test_data(model), 512, 2);
     if (!e) return;
     int V = e->m->hp.n_vocab;
     int32_t a[40], b[40];
@@ -367,6 +402,11 @@ TEST(fwd_truncate_and_fork_equal_cold_runs) {
     CHECK_EQ_INT(e->kv.n_free, e->kv.n_blocks);
     free(cold_b), free(got);
     engine_close(e);
+}
+
+TEST(fwd_truncate_and_fork_equal_cold_runs) {
+    check_truncate_and_fork("models/llama-q4_k.gguf");
+    check_truncate_and_fork("models/gpt-oss-mxfp4.gguf"); /* sinks, experts */
 }
 
 /* qwen35's recurrent state: a fork at the state's end copies it (and
