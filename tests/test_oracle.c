@@ -259,9 +259,12 @@ static int tiny_fixture_matches(const char *name, const char *path) {
     return want[0] && !strcmp(want, got);
 }
 
-TEST(qwen35_tiny_matches_llama_cpp) {
-    const char *path = test_data("models/qwen35-f32.gguf");
-    if (!tiny_fixture_matches("qwen35-f32", path)) return;
+/* One tiny fixture model against its llama.cpp refs. */
+static void run_tiny(const oracle_suite *su, const char *name) {
+    char rel[96];
+    snprintf(rel, sizeof rel, "models/%s.gguf", name);
+    const char *path = test_data(rel);
+    if (!tiny_fixture_matches(name, path)) return;
     strata_err err = {0};
     engine_params p = {.model_path = path, .n_ctx = 1024, .max_batch = CHUNK, .block_tokens = 16};
     engine *e;
@@ -269,8 +272,19 @@ TEST(qwen35_tiny_matches_llama_cpp) {
         test_fail(__FILE__, __LINE__, "%s", err.msg);
         return;
     }
-    run_case(&QWEN35_TINY, e, "qwen35-f32");
+    run_case(su, e, name);
     engine_close(e);
+}
+
+TEST(qwen35_tiny_matches_llama_cpp) {
+    run_tiny(&QWEN35_TINY, "qwen35-f32");
+}
+
+/* Mixture of experts, F32 (as qwen35-f32: no activation quantization in
+ * either engine, so routing and logits must agree as closely). */
+TEST(moe_tiny_f32_matches_llama_cpp) {
+    run_tiny(&QWEN35_TINY, "qwen3moe-f32");
+    run_tiny(&QWEN35_TINY, "qwen35moe-f32");
 }
 
 TEST(real_fwd_matches_llama_cpp) {

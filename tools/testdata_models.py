@@ -861,6 +861,35 @@ def _bad_qwen35(d):
     return lines
 
 
+def _bad_moe(d):
+    """The tiny mixture-of-experts models with a bad expert key or tensor:
+    each error must name the key or tensor. Returns the manifest lines."""
+    q3 = next(m for m in MODELS if m["name"] == "qwen3moe-f32")
+    q35 = next(m for m in MODELS if m["name"] == "qwen35moe-f32")
+    n, f, e = q3["moe"]["n_expert"], q3["moe"]["n_ff_exp"], HPARAMS["n_embd"]
+    cases = [(q3, "qwen3moe-expert-count-0.gguf", dict(set_key={"expert_count": 0}), "qwen3moe.expert_count"),
+             (q3, "qwen3moe-topk-above-count.gguf", dict(set_key={"expert_used_count": n + 1}),
+              "qwen3moe.expert_used_count"),
+             (q3, "qwen3moe-no-expert-count.gguf", dict(drop_key="expert_count"), "qwen3moe.expert_count"),
+             (q3, "qwen3moe-missing-down-exps.gguf", dict(drop_tensor="blk.1.ffn_down_exps.weight"),
+              "blk.1.ffn_down_exps.weight"),
+             (q3, "qwen3moe-short-gate-exps.gguf", dict(short_tensor="blk.0.ffn_gate_exps.weight"),
+              "blk.0.ffn_gate_exps.weight"),
+             (q3, "qwen3moe-misshaped-up-exps.gguf", dict(reshape={"blk.1.ffn_up_exps.weight": (n, f // 2, e)}),
+              "blk.1.ffn_up_exps.weight"),
+             (q3, "qwen3moe-missing-router.gguf", dict(drop_tensor="blk.0.ffn_gate_inp.weight"),
+              "blk.0.ffn_gate_inp.weight"),
+             (q35, "qwen35moe-missing-shexp-gate.gguf", dict(drop_tensor="blk.2.ffn_gate_inp_shexp.weight"),
+              "blk.2.ffn_gate_inp_shexp.weight"),
+             (q35, "qwen35moe-short-down-shexp.gguf", dict(short_tensor="blk.1.ffn_down_shexp.weight"),
+              "blk.1.ffn_down_shexp.weight")]
+    lines = []
+    for base, name, change, field in cases:
+        write_model(os.path.join(d, name), {**base, **change}, seed=6)
+        lines.append(f"{name} EFORMAT {field}")
+    return lines
+
+
 def _write_bad(outdir):
     d = os.path.join(outdir, "bad")
     os.makedirs(d, exist_ok=True)
@@ -876,6 +905,7 @@ def _write_bad(outdir):
             f.write(data)
         lines.append(f"{name} {code} {fields}")
     lines += _bad_qwen35(d)
+    lines += _bad_moe(d)
     with open(os.path.join(d, "MANIFEST.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
