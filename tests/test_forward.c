@@ -283,22 +283,19 @@ static void window_pool(engine *e, int n_swa, int n_slots) {
     e->m->hp.n_swa = n_swa;
 }
 
-/* Gemma 3 with a window of 20 over 300 tokens (blocks of 16): a pool
- * that keeps one sequence's window and a chunk gives the same bits as
- * one that keeps every sliding part, in one chunk, uneven chunks and
- * token by token, while reusing the slots of parts that left the window. */
-TEST(gemma3_fwd_window_memory_is_exact) {
-    enum { N = 300 };
-    static const int one_chunk[] = {N, 0}, uneven[] = {1, 7, 3, 13, 2, 64, 0}, decode[] = {1, 0};
-    int32_t toks[N];
-    for (int t = 0; t < N; t++) toks[t] = t ? (t * 7919 + 17) % 262144 : 2;
-    engine *e = open_engine(test_gemma3_model(), 1024, 2);
+/* A pool that keeps one sequence's window (n_swa) and a chunk gives the
+ * same bits as one that keeps every sliding part, over N tokens in one
+ * chunk, uneven chunks and token by token, while reusing the slots of
+ * parts that left the window. toks: N tokens. */
+static void check_window_memory(const char *model, const int32_t *toks, int N, int n_swa) {
+    const int one_chunk[] = {N, 0}, uneven[] = {1, 7, 3, 13, 2, 64, 0}, decode[] = {1, 0};
+    engine *e = open_engine(model, 1024, 2);
     if (!e) return;
-    int V = e->m->hp.n_vocab, slots = kv_swa_slots_per_seq(e->kv.block_tokens, 20, 64);
-    window_pool(e, 20, e->kv.n_blocks); /* a slot for every block: nothing is dropped */
+    int V = e->m->hp.n_vocab, slots = kv_swa_slots_per_seq(e->kv.block_tokens, n_swa, 64);
+    window_pool(e, n_swa, e->kv.n_blocks); /* a slot for every block: nothing is dropped */
     float *ref = all_logits(e, toks, N, one_chunk);
     CHECK_EQ_INT(e->kv.swa_reclaimed, 0);
-    window_pool(e, 20, slots);
+    window_pool(e, n_swa, slots);
     CHECK(slots < N / e->kv.block_tokens); /* fewer than the blocks: parts must be reused */
     float *u = all_logits(e, toks, N, uneven), *d = all_logits(e, toks, N, decode);
     CHECK(e->kv.swa_reclaimed > 0);
@@ -306,6 +303,13 @@ TEST(gemma3_fwd_window_memory_is_exact) {
     check_same(ref, d, N, V, "window-only pool, token by token");
     free(ref), free(u), free(d);
     engine_close(e);
+}
+
+/* Gemma 3 with a window of 20 over 300 tokens (blocks of 16). */
+TEST(gemma3_fwd_window_memory_is_exact) {
+    int32_t toks[300];
+    for (int t = 0; t < 300; t++) toks[t] = t ? (t * 7919 + 17) % 262144 : 2;
+    check_window_memory(test_gemma3_model(), toks, 300, 20);
 }
 
 /* gpt-oss (the tiny fixtures, tools/testdata_gptoss.py): sinks, biases,
@@ -321,26 +325,11 @@ TEST(fwd_gptoss_batch_invariance) {
     check_threads("models/gpt-oss-mxfp4.gguf");
 }
 
-/* gpt-oss's window of 128 over 600 tokens: a pool that keeps only the
- * window of its sliding layers gives the bits of one that keeps all. */
+/* gpt-oss's own window of 128 over 600 tokens. */
 TEST(fwd_gptoss_window_memory_is_exact) {
-    enum { N = 600 };
-    static const int one_chunk[] = {N, 0}, uneven[] = {1, 7, 3, 13, 2, 64, 0}, decode[] = {1, 0};
-    int32_t toks[N];
-    for (int t = 0; t < N; t++) toks[t] = (t * 7919 + 17) % 500;
-    engine *e = open_engine(test_data("models/gpt-oss-mxfp4.gguf"), 1024, 2);
-    if (!e) return;
-    int V = e->m->hp.n_vocab, slots = kv_swa_slots_per_seq(e->kv.block_tokens, 128, 64);
-    window_pool(e, 128, e->kv.n_blocks);
-    float *ref = all_logits(e, toks, N, one_chunk);
-    window_pool(e, 128, slots);
-    CHECK(slots < N / e->kv.block_tokens);
-    float *u = all_logits(e, toks, N, uneven), *d = all_logits(e, toks, N, decode);
-    CHECK(e->kv.swa_reclaimed > 0);
-    check_same(ref, u, N, V, "window-only pool, chunks 1,7,3,13,2,64");
-    check_same(ref, d, N, V, "window-only pool, token by token");
-    free(ref), free(u), free(d);
-    engine_close(e);
+    int32_t toks[600];
+    for (int t = 0; t < 600; t++) toks[t] = (t * 7919 + 17) % 500;
+    check_window_memory(test_data("models/gpt-oss-mxfp4.gguf"), toks, 600, 128);
 }
 
 TEST(real_fwd_batch_invariance) {

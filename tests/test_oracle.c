@@ -307,23 +307,7 @@ TEST(gemma3_fwd_matches_llama_cpp) {
 static const oracle_suite GPTOSS_F32 = {"tests/data/oracle/tiny", 0.02f, 0.002f, 0.05f, 1};
 static const oracle_suite GPTOSS_MXFP4 = {"tests/data/oracle/tiny", 3.0f, 0.20f, 1.0f, 1};
 
-static void check_gptoss(const oracle_suite *su, const char *name) {
-    char rel[64];
-    snprintf(rel, sizeof rel, "models/%s.gguf", name);
-    const char *path = test_data(rel);
-    if (!tiny_fixture_matches(name, path)) return;
-    strata_err err = {0};
-    engine_params p = {.model_path = path, .n_ctx = 1024, .max_batch = CHUNK, .block_tokens = 16};
-    engine *e;
-    if (engine_open(&e, &p, &err)) {
-        test_fail(__FILE__, __LINE__, "%s", err.msg);
-        return;
-    }
-    run_case(su, e, name);
-    engine_close(e);
-}
-
 TEST(gptoss_tiny_matches_llama_cpp) {
-    check_gptoss(&GPTOSS_F32, "gpt-oss-f32");
-    check_gptoss(&GPTOSS_MXFP4, "gpt-oss-mxfp4");
+    run_tiny(&GPTOSS_F32, "gpt-oss-f32");
+    run_tiny(&GPTOSS_MXFP4, "gpt-oss-mxfp4");
 }
