@@ -86,7 +86,7 @@ def _tensors(g, n_vocab, expert_type=QT.MXFP4):
     return out
 
 
-def _metadata(w, vocab):
+def _metadata(w, vocab, drop_key=None):
     s = SHAPE
     tokens, types, merges = vocab
     w.add_name("gpt-oss-tiny")
@@ -103,7 +103,8 @@ def _metadata(w, vocab):
     w.add_uint32(f"{ARCH}.expert_count", s["n_expert"])
     w.add_uint32(f"{ARCH}.expert_used_count", s["n_expert_used"])
     w.add_uint32(f"{ARCH}.expert_feed_forward_length", s["n_ff_exp"])
-    w.add_uint32(f"{ARCH}.attention.sliding_window", s["n_swa"])
+    if drop_key != "attention.sliding_window":
+        w.add_uint32(f"{ARCH}.attention.sliding_window", s["n_swa"])
     w.add_string(f"{ARCH}.rope.scaling.type", "yarn")
     w.add_float32(f"{ARCH}.rope.scaling.factor", s["yarn_factor"])
     w.add_uint32(f"{ARCH}.rope.scaling.original_context_length", s["yarn_orig"])
@@ -121,12 +122,16 @@ def _metadata(w, vocab):
         w.add_chat_template(f.read())
 
 
-def write_gptoss(path, seed=2600, expert_type=QT.MXFP4):
+def write_gptoss(path, seed=2600, expert_type=QT.MXFP4, drop_tensor=None, short_tensor=None, drop_key=None):
     vocab = _vocab()
     g = np.random.default_rng(seed)
     w = gguf.GGUFWriter(path, ARCH)
-    _metadata(w, vocab)
+    _metadata(w, vocab, drop_key)
     for name, arr, qt in _tensors(g, len(vocab[0]), expert_type):
+        if name == drop_tensor:
+            continue
+        if name == short_tensor:  # one element (or row) fewer: mis-shaped
+            arr = arr[:-1]
         if qt == QT.F32:
             w.add_tensor(name, arr)
         else:
@@ -143,6 +148,30 @@ def generate(outdir):
     os.makedirs(d, exist_ok=True)
     write_gptoss(os.path.join(d, "gpt-oss-mxfp4.gguf"))
     write_gptoss(os.path.join(d, "gpt-oss-f32.gguf"), expert_type=QT.F32)
+    _write_bad(os.path.join(outdir, "bad"))
+
+
+# Bad gpt-oss files: each load error must name what is wrong (the format
+# of bad/MANIFEST.txt, in a manifest of their own: testdata_models.py
+# writes that one).
+BAD = [("gpt-oss-no-sinks.gguf", dict(drop_tensor="blk.1.attn_sinks.weight"), "EFORMAT", "blk.1.attn_sinks.weight"),
+       ("gpt-oss-short-sinks.gguf", dict(short_tensor="blk.2.attn_sinks.weight"), "EFORMAT",
+        "blk.2.attn_sinks.weight"),
+       ("gpt-oss-no-out-bias.gguf", dict(drop_tensor="blk.0.attn_output.bias"), "EFORMAT", "blk.0.attn_output.bias"),
+       ("gpt-oss-no-window.gguf", dict(drop_key="attention.sliding_window"), "EFORMAT",
+        "gpt-oss.attention.sliding_window"),
+       ("gpt-oss-short-expert-bias.gguf", dict(short_tensor="blk.3.ffn_down_exps.bias"), "EFORMAT",
+        "blk.3.ffn_down_exps.bias")]
+
+
+def _write_bad(d):
+    os.makedirs(d, exist_ok=True)
+    lines = ["# Bad gpt-oss files (tools/testdata_gptoss.py); format as bad/MANIFEST.txt"]
+    for name, change, code, field in BAD:
+        write_gptoss(os.path.join(d, name), expert_type=QT.F32, **change)
+        lines.append(f"{name} {code} {field}")
+    with open(os.path.join(d, "MANIFEST-gptoss.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
