@@ -143,11 +143,76 @@ def write_gptoss(path, seed=2600, expert_type=QT.MXFP4, drop_tensor=None, short_
     w.close()
 
 
+# The parrot: every weight zero but the embeddings, norms and output, so a
+# token's logits depend on the token alone and greedy decoding follows a
+# fixed chain: after any prompt it writes PARROT_TEXT, token by token, then
+# <|return|> (an end of generation). A harmony reply with reasoning and no
+# content, for the servers' reasoning output (tests/e2e/test_gptoss.py);
+# llama.cpp plays no part.
+PARROT_TEXT = "<|channel|>analysis<|message|>Thinking<|end|>"
+
+
+def _segment(word, idx, used):
+    """word as vocabulary tokens none of which is in used (longest first)."""
+    if not word:
+        return []
+    for n in range(len(word), 0, -1):
+        i = idx.get(word[:n])
+        if i is not None and i not in used:
+            rest = _segment(word[n:], idx, used | {i})
+            if rest is not None:
+                return [i] + rest
+    return None
+
+
+def _parrot_chain(tokens):
+    idx = {t: i for i, t in enumerate(tokens)}
+    chain = []
+    for part in PARROT_TEXT.replace("<|", "\0<|").replace("|>", "|>\0").split("\0"):
+        if part:
+            chain += [idx[part]] if part in idx else _segment(part, idx, set(chain))
+    assert len(set(chain)) == len(chain), "the parrot's tokens must all differ"
+    return chain + [idx["<|return|>"]]
+
+
+def write_parrot(path):
+    vocab = _vocab()
+    tokens = vocab[0]
+    chain = _parrot_chain(tokens)
+    n_vocab, e = len(tokens), SHAPE["n_embd"]
+    assert len(chain) < e
+    emb = np.zeros((n_vocab, e), np.float32)
+    out = np.zeros((n_vocab, e), np.float32)
+    emb[:, 0] = 1.0  # any other token: direction 0, followed by the chain's start
+    out[chain[0], 0] = 1.0
+    for k, (a, b) in enumerate(zip(chain, chain[1:])):
+        emb[a] = 0.0
+        emb[a, k + 1] = 1.0
+        out[b, k + 1] = 1.0
+    w = gguf.GGUFWriter(path, ARCH)
+    _metadata(w, vocab)
+    for name, arr, _ in _tensors(np.random.default_rng(1), n_vocab, QT.F32):
+        if name == "token_embd.weight":
+            arr = emb
+        elif name == "output.weight":
+            arr = out
+        elif name.endswith("norm.weight"):
+            arr = np.ones_like(arr)
+        else:
+            arr = np.zeros_like(arr)
+        w.add_tensor(name, arr)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def generate(outdir):
     d = os.path.join(outdir, "models")
     os.makedirs(d, exist_ok=True)
     write_gptoss(os.path.join(d, "gpt-oss-mxfp4.gguf"))
     write_gptoss(os.path.join(d, "gpt-oss-f32.gguf"), expert_type=QT.F32)
+    write_parrot(os.path.join(d, "gpt-oss-parrot.gguf"))
     _write_bad(os.path.join(outdir, "bad"))
 
 

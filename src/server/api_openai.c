@@ -513,6 +513,7 @@ static int build(api_call *a, int32_t **ids, size_t *n, prompt_cache_info *ci, c
     if (parse_options(c, why, cap)) return -1;
     if (c->chat) return chat_prompt_ids(c, ids, n, ci, why, cap);
     c->a.pt.required = 0, c->a.pt.forced = NULL; /* completions never force a tool call */
+    c->a.raw_text = 1;
     return completion_prompt_ids(c, ids, n, why, cap);
 }
 

@@ -239,9 +239,10 @@ static void remember_harmony(gen *g) {
     int n = tc_calls(g->tc, &names, &args);
     const char *end = n ? "<|call|>" : "<|end|>";
     int32_t *end_ids = NULL;
-    size_t n_end = 0; /* one special token in gpt-oss's vocabulary; text under another model's */
+    size_t n_end = 0, tl = g->text.len, el = strlen(end); /* one special token in gpt-oss's vocabulary */
+    int wrote_end = tl >= el && !memcmp(g->text.buf + tl - el, end, el); /* the model ended the message itself */
     if (g->n_calls != g->n_calls_done || g->st.finish == FINISH_LENGTH ||
-        tok_encode(g->tok, end, strlen(end), 1, &end_ids, &n_end, NULL))
+        (!wrote_end && tok_encode(g->tok, end, el, 1, &end_ids, &n_end, NULL)))
         return;
     size_t len, n_ids = (size_t)g->n_prefix_tok + (size_t)g->n_tokens + n_end;
     char *content = utf8_sanitize(g->content ? g->content : "", g->content_len, &len);

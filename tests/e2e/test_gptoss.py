@@ -6,8 +6,12 @@ Checked: a cache hit gives the bytes of a cold run (the same request
 served by a server without the prefix cache); a 12-call tool loop under
 the model's own template prefills only the new tokens each turn (the
 model's harmony turns replayed as its exact tokens); every API answers
-in its own shape whatever the random model writes (reasoning included
-when it writes an analysis channel).
+in its own shape whatever the random model writes. With the "parrot"
+(the same file format, weights that make greedy decoding write a fixed
+analysis message): reasoning comes out as Chat's reasoning_content,
+Anthropic's thinking block and Responses' reasoning item, whole and
+streamed, raw in /v1/completions, and a turn sent back (with or without
+its reasoning) replays as the model's tokens.
 """
 import os
 
@@ -114,3 +118,59 @@ def test_every_api_answers(oss):
 def test_harmony_template_is_used(oss):
     r = httpx.post(oss.url + "/apply-template", json={"messages": [{"role": "user", "content": "hi"}]}).json()
     assert r["prompt"].startswith("<|start|>system<|message|>") and r["prompt"].endswith("<|start|>assistant")
+
+
+PARROT = os.path.join(GEN, "models", "gpt-oss-parrot.gguf")
+
+
+@pytest.fixture(scope="module")
+def parrot():
+    # tools/testdata_gptoss.py: greedy decoding writes exactly
+    # "<|channel|>analysis<|message|>Thinking<|end|>" then ends.
+    if not os.path.exists(PARROT):
+        pytest.skip("gpt-oss parrot model not generated (make testdata)")
+    s = Server(PARROT, "--parallel", "1", "--ctx", "2048")
+    yield s
+    assert s.stop() == 0
+
+
+def test_reasoning_in_every_api(parrot):
+    ask = [{"role": "user", "content": "What is 2+2?"}]
+    kw = dict(model="", messages=ask, temperature=0, max_tokens=40)
+    r = oai(parrot).chat.completions.create(**kw)
+    msg = r.choices[0].message
+    assert msg.content == "" and msg.model_extra["reasoning_content"] == "Thinking" and r.choices[0].finish_reason == "stop"
+    chunks = list(oai(parrot).chat.completions.create(stream=True, **kw))
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    assert "".join((d.model_extra or {}).get("reasoning_content") or "" for d in deltas) == "Thinking"
+    assert "".join(d.content or "" for d in deltas) == ""
+    raw = oai(parrot).completions.create(model="", prompt="2+2?", temperature=0, max_tokens=40)
+    assert raw.choices[0].text == "<|channel|>analysis<|message|>Thinking<|end|>"  # no template: raw text
+
+    c = anthropic.Anthropic(base_url=parrot.url, api_key="none", max_retries=0)
+    m = c.messages.create(model="claude", max_tokens=40, messages=ask, extra_body={"temperature": 0})
+    assert [(b.type, b.thinking) for b in m.content] == [("thinking", "Thinking")]
+    with c.messages.stream(model="claude", max_tokens=40, messages=ask, extra_body={"temperature": 0}) as st:
+        final = st.get_final_message()
+    assert [(b.type, b.thinking) for b in final.content if b.type == "thinking"] == [("thinking", "Thinking")]
+
+    resp = oai(parrot).responses.create(model="", input=ask[0]["content"], temperature=0, max_output_tokens=40)
+    items = [o for o in resp.output if o.type == "reasoning"]
+    assert len(items) == 1 and items[0].content[0].text == "Thinking"
+    events = list(oai(parrot).responses.create(model="", input=ask[0]["content"], temperature=0,
+                                               max_output_tokens=40, stream=True))
+    assert "".join(e.delta for e in events if e.type == "response.reasoning_text.delta") == "Thinking"
+    done = events[-1].response
+    assert [o.type for o in done.output][0] == "reasoning"
+
+
+def test_reasoning_sent_back_replays_exactly(parrot):
+    # The turn comes back with its reasoning (or without: the key is content and calls);
+    # the next prompt carries the model's own tokens, so the cache covers the whole turn.
+    ask = [{"role": "user", "content": "What is 2+2? " * 20}]
+    r1 = oai(parrot).chat.completions.create(model="", messages=ask, temperature=0, max_tokens=40)
+    for back in ({"role": "assistant", "content": "", "reasoning_content": "Thinking"},
+                 {"role": "assistant", "content": ""}):
+        r2 = oai(parrot).chat.completions.create(model="", messages=ask + [back, {"role": "user", "content": "And 3+3?"}],
+                                                 temperature=0, max_tokens=40)
+        assert cached(r2.usage) >= r1.usage.prompt_tokens + r1.usage.completion_tokens - 1, (r1.usage, r2.usage)
