@@ -241,7 +241,9 @@ static void remember_harmony(gen *g) {
     int32_t *end_ids = NULL;
     size_t n_end = 0, tl = g->text.len, el = strlen(end); /* one special token in gpt-oss's vocabulary */
     int wrote_end = tl >= el && !memcmp(g->text.buf + tl - el, end, el); /* the model ended the message itself */
-    if (g->n_calls != g->n_calls_done || g->st.finish == FINISH_LENGTH ||
+    /* a text turn cut by the limit comes back as the text the client got, and is remembered;
+       a call cut there is not (the client gets no call to send back) */
+    if (g->n_calls != g->n_calls_done || (n && g->st.finish == FINISH_LENGTH) ||
         (!wrote_end && tok_encode(g->tok, end, el, 1, &end_ids, &n_end, NULL)))
         return;
     size_t len, n_ids = (size_t)g->n_prefix_tok + (size_t)g->n_tokens + n_end;
