@@ -330,7 +330,12 @@ static json_t *replace_replayed_turns(replay_store *rs, const cache_hash *ns, co
     context_begin(ns, &ctx);
     json_array_foreach(messages, i, m) {
         char *key = ts->n < MAX_SUBS ? turn_key(m, harmony) : NULL;
-        int32_t *ids = key ? get_in_context(rs, &ctx, ns, key, strlen(key), &ts->n_ids[ts->n]) : NULL;
+        /* a harmony text turn only where it was written: its tokens carry that
+           conversation's analysis, and short answers ("Done.") repeat across conversations */
+        int text_only = harmony && !json_object_get(m, "tool_calls");
+        int32_t *ids = !key ? NULL
+                       : text_only ? replay_get(rs, &ctx, key, strlen(key), &ts->n_ids[ts->n])
+                                   : get_in_context(rs, &ctx, ns, key, strlen(key), &ts->n_ids[ts->n]);
         free(key);
         context_add(&ctx, m);
         if (!ids) {
