@@ -54,8 +54,10 @@ static attn_kv cache_head(cache *c, int h) {
     return (attn_kv){c->kbh, c->vbh, BT, (int)row, c->d};
 }
 
-/* float64 softmax attention of q over keys [first, end) of head h. */
-static void ref_attn(const cache *c, int h, const float *q, int first, int end, float scale, double *out) {
+/* float64 softmax attention of q over keys [first, end) of head h, with
+ * the sink logit as one more softmax term without a value (NULL: none). */
+static void ref_attn(const cache *c, int h, const float *q, int first, int end, float scale, const float *sink,
+                     double *out) {
     size_t row = (size_t)c->n_kvh * c->d;
     double *s = xmalloc((size_t)end * sizeof(double)), mx = -1e300, sum = 0;
     for (int j = first; j < end; j++) {
@@ -72,11 +74,18 @@ static void ref_attn(const cache *c, int h, const float *q, int first, int end, 
         const uint16_t *v = c->v + (size_t)j * row + (size_t)h * c->d;
         for (int i = 0; i < c->d; i++) out[i] += p * fp16_to_f32(v[i]);
     }
+    if (sink) sum += exp(*sink - mx);
     for (int i = 0; i < c->d; i++) out[i] /= sum;
     free(s);
 }
 
 static const char *LEVEL[] = {"scalar", "avx2", "avx512"};
+
+/* Sinks (gpt-oss): none, one below the scores, one far above them (the
+ * state is rescaled to it). */
+static const float SINK_LO = -1.5f, SINK_HI = 12.0f;
+static const float *const SINKS[] = {NULL, &SINK_LO, &SINK_HI};
+#define N_SINKS 3
 
 /* One query at head dim d over keys [first, end) of a cache of n
  * positions, at every level, against float64: for each end in depths,
@@ -90,15 +99,17 @@ static void check_vs_float64(int d, int n, const int *depths, int n_depths, int 
     for (int i = 0; i < d; i++) q[i] = frand();
     for (int level = 0; level <= attn_level(); level++)
         for (int k = 0; k < n_depths; k++)
-            for (int w = 0; w < 2; w++) {
-                int end = depths[k], first = w ? window_first(end) : 0;
+            for (int w = 0; w < 2 * N_SINKS; w++) {
+                int end = depths[k], first = w % 2 ? window_first(end) : 0;
+                const float *sink = SINKS[w / 2];
                 attn_kv kv = cache_head(&c, 1);
-                attn_query aq = {q, out, first, end};
+                attn_query aq = {q, out, first, end, sink};
                 attn_run_level(level, &kv, &aq, 1, 0.125f, ws);
-                ref_attn(&c, 1, q, first, end, 0.125f, ref);
+                ref_attn(&c, 1, q, first, end, 0.125f, sink, ref);
                 double err = 0;
                 for (int i = 0; i < d; i++) err = fmax(err, fabs(out[i] - ref[i]));
-                CHECK_MSG(err < 2e-5, "%s d=%d keys [%d,%d): max error %g", LEVEL[level], d, first, end, err);
+                CHECK_MSG(err < 2e-5, "%s d=%d keys [%d,%d) sink %g: max error %g", LEVEL[level], d, first, end,
+                          sink ? *sink : -INFINITY, err);
             }
     free(q), free(out), free(ref), free(ws);
     cache_free(&c);
@@ -131,17 +142,17 @@ static void check_paths(int level, int d, int n, int window, int blk) {
         for (int t = t0; t < n && t < t0 + blk; t++)
             for (int h = 0; h < hpg; h++) {
                 int first = window && t + 1 > window ? t + 1 - window : 0;
-                qs[nq++] = (attn_query){q + ((size_t)t * hpg + h) * d, pre + ((size_t)t * hpg + h) * d, first, t + 1};
+                qs[nq++] = (attn_query){q + ((size_t)t * hpg + h) * d, pre + ((size_t)t * hpg + h) * d, first, t + 1, SINKS[h % N_SINKS]};
             }
         attn_run_level(level, &kv, qs, nq, 0.125f, ws);
     }
     for (int t = 0; t < n; t++) {
         int first = window && t + 1 > window ? t + 1 - window : 0;
         for (int h = 0; h < hpg; h++)
-            qs[h] = (attn_query){q + ((size_t)t * hpg + h) * d, dec + ((size_t)t * hpg + h) * d, first, t + 1};
+            qs[h] = (attn_query){q + ((size_t)t * hpg + h) * d, dec + ((size_t)t * hpg + h) * d, first, t + 1, SINKS[h % N_SINKS]};
         attn_run_level(level, &kv, qs, hpg, 0.125f, ws);
         for (int h = 0; h < hpg; h++) { /* heads 0, 1 go as a pair (tile_step2) in the group */
-            attn_query alone = {q + ((size_t)t * hpg + h) * d, one, first, t + 1};
+            attn_query alone = {q + ((size_t)t * hpg + h) * d, one, first, t + 1, SINKS[h % N_SINKS]};
             attn_run_level(level, &kv, &alone, 1, 0.125f, ws);
             CHECK_MSG(memcmp(one, dec + ((size_t)t * hpg + h) * d, (size_t)d * 4) == 0,
                       "%s d=%d window %d: position %d: head %d alone differs from its group", LEVEL[level], d,
@@ -186,9 +197,9 @@ TEST(attn_prefill_equals_decode_deep) {
             /* a block of 20 tokens whose 18th is t (other rows: same q, other depths) */
             for (int u = t0; u < t0 + 20 && u < n; u++)
                 for (int h = 0; h < hpg; h++)
-                    qs[nq++] = (attn_query){q + h * d, u == t ? a + h * d : b + h * d, 0, u + 1};
+                    qs[nq++] = (attn_query){q + h * d, u == t ? a + h * d : b + h * d, 0, u + 1, SINKS[h % N_SINKS]};
             attn_run_level(level, &kv, qs, nq, 0.125f, ws);
-            for (int h = 0; h < hpg; h++) qs[h] = (attn_query){q + h * d, b + h * d, 0, t + 1};
+            for (int h = 0; h < hpg; h++) qs[h] = (attn_query){q + h * d, b + h * d, 0, t + 1, SINKS[h % N_SINKS]};
             attn_run_level(level, &kv, qs, hpg, 0.125f, ws);
             CHECK_MSG(memcmp(a, b, (size_t)hpg * d * 4) == 0, "%s: depth %d: prefill block differs from decode",
                       LEVEL[level], t + 1);
@@ -218,13 +229,14 @@ static void check_split(int level, cache *c, int t, int window, int hpg, const f
     float *st = xmalloc((size_t)hpg * nseg * sf * 4), *stp[8];
     attn_query qs[8];
     attn_kv kv = cache_head(c, 0);
-    for (int h = 0; h < hpg; h++) qs[h] = (attn_query){q + (size_t)h * d, whole + (size_t)h * d, first, t + 1};
+    for (int h = 0; h < hpg; h++)
+        qs[h] = (attn_query){q + (size_t)h * d, whole + (size_t)h * d, first, t + 1, SINKS[h % N_SINKS]};
     attn_run_level(level, &kv, qs, hpg, 0.125f, ws);
     for (int s = nseg - 1; s >= 0; s--) {
         for (int h = 0; h < hpg; h++) stp[h] = st + ((size_t)h * nseg + s) * sf;
         attn_run_seg_level(level, &kv, qs, hpg, 0.125f, s0 + s, stp, ws);
     }
-    for (int h = 0; h < hpg; h++) attn_fold(d, st + (size_t)h * nseg * sf, nseg, split + (size_t)h * d);
+    for (int h = 0; h < hpg; h++) attn_fold(d, st + (size_t)h * nseg * sf, nseg, qs[h].sink, split + (size_t)h * d);
     CHECK_MSG(memcmp(whole, split, (size_t)hpg * d * 4) == 0, "%s d=%d window %d: position %d: split segments differ",
               LEVEL[level], d, window, t);
     free(whole), free(split), free(st);

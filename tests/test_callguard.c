@@ -104,6 +104,27 @@ TEST(callguard_mistral_feed) {
     teardown(&fx);
 }
 
+TEST(callguard_harmony_feed) {
+    fixture fx;
+    if (setup(&fx, TC_HARMONY, NULL)) return;
+    /* the model's order, then the template's (recipient first), after reasoning */
+    CHECK_EQ_INT(feed(&fx, "<|channel|>analysis<|message|>Call to=functions.rm_rf? no.<|end|><|start|>assistant"
+                           "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{\"tz\": \"UTC\"}"), 0);
+    CHECK_EQ_INT(feed(&fx, " to=functions.get_weather<|channel|>commentary json<|message|>{\"days\": 3} <|end|>"
+                           "<|start|>assistant<|channel|>final<|message|>Done {json} is free text."), 0);
+    CHECK_EQ_INT(feed(&fx, "<|channel|>commentary to=functions.rm_rf"), -1);                   /* undeclared */
+    CHECK_EQ_INT(feed(&fx, "<|channel|>commentary to=functions.get_ti <|message|>"), -1);      /* cut name */
+    CHECK_EQ_INT(feed(&fx, "<|channel|>commentary to=functions.get_time<|message|>{\"tz\": \"PST\"}"), -1);
+    CHECK_EQ_INT(feed(&fx, "<|channel|>commentary to=functions.get_weather<|message|>{\"days\": 9}"), -1);
+    CHECK_EQ_INT(feed(&fx, "<|channel|>commentary to=functions.get_weather<|message|>{\"days\": 2}}"), -1);
+    CHECK_EQ_INT(feed(&fx, "<|channel|>commentary to=functions.get_weather<|message|>[1]"), -1);
+    call_guard *g = call_guard_new(fx.v, TC_HARMONY, fx.call);
+    CHECK_EQ_INT(call_guard_feed(g, "<|channel|>commentary to=functions.", 35), 0);
+    CHECK(call_guard_in_call(g));
+    call_guard_free(g);
+    teardown(&fx);
+}
+
 TEST(callguard_forced_name) {
     fixture fx;
     if (setup(&fx, TC_HERMES, "get_weather")) return;
@@ -145,6 +166,13 @@ TEST(callguard_mask_matches_accept) {
         {TC_LLAMA3, ""}, {TC_LLAMA3, "  "}, {TC_LLAMA3, "{\"name\": \"get_weather\", \"parameters\": {\"days\": 2}}"},
         {TC_LLAMA3, "text"}, {TC_MISTRAL, "[TOOL_CALLS"}, {TC_MISTRAL, "[TOOL_CALLS]"},
         {TC_MISTRAL, "[TOOL_CALLS][{\"name\": \"get_time\", \"arguments\": {\"tz\": \"CET\"}}"},
+        {TC_HARMONY, ""}, {TC_HARMONY, "<|channel|>commentary to=functions"},
+        {TC_HARMONY, "<|channel|>commentary to=functions.get_"}, {TC_HARMONY, "<|channel|>commentary to=functions.get_time"},
+        {TC_HARMONY, "<|channel|>commentary to=functions.get_time <|constrain|>json<|message"},
+        {TC_HARMONY, "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"},
+        {TC_HARMONY, "<|channel|>commentary to=functions.get_weather<|message|>{\"days\": 2"},
+        {TC_HARMONY, "<|channel|>commentary to=functions.get_weather<|message|>{\"days\": 2}"},
+        {TC_HARMONY, "<|channel|>analysis<|message|>to=functions."},
     };
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
         fixture fx;
@@ -159,54 +187,100 @@ static double rng_unit(uint64_t *s) {
     return (double)(*s >> 11) / 9007199254740992.0;
 }
 
+/* Greedy sampling from random logits under the mask, after the forced
+ * opening `open`, the tokens of `push` favoured more each step (towards
+ * closing): the text written (opening included) into text, its length
+ * into *used; 1 when the call closed within 300 steps. */
+static int sample_call(const fixture *fx, const char *open, const char *const *push, uint64_t seed, char *text,
+                       size_t cap, size_t *used) {
+    int32_t n = tok_n_vocab(fx->t);
+    float *logits = malloc(sizeof(float) * (size_t)n);
+    call_guard *g = call_guard_new(fx->v, fx->f, fx->call);
+    CHECK_EQ_INT(call_guard_feed(g, open, strlen(open)), 0);
+    *used = (size_t)snprintf(text, cap, "%s", open);
+    uint64_t rng = seed * 0x9e3779b97f4a7c15ull;
+    for (int step = 0; step < 300 && call_guard_in_call(g); step++) {
+        for (int32_t i = 0; i < n; i++) logits[i] = (float)(rng_unit(&rng) * 4.0);
+        for (const char *const *c = push; *c; c++) {
+            int32_t id = tok_find(fx->t, *c);
+            if (id >= 0) logits[id] += (float)step * 0.1f;
+        }
+        CHECK(call_guard_mask(g, logits) > 0);
+        int32_t best = -1;
+        for (int32_t i = 0; i < n; i++)
+            if (!isinf(logits[i]) && (best < 0 || logits[i] > logits[best])) best = i;
+        CHECK_EQ_INT(call_guard_accept(g, best), 0);
+        int len;
+        const char *p = test_token_text(fx->t, best, &len);
+        if (*used + (size_t)len < cap) memcpy(text + *used, p, (size_t)len), *used += (size_t)len;
+    }
+    int closed = !call_guard_in_call(g);
+    call_guard_free(g);
+    free(logits);
+    return closed;
+}
+
+/* A closed call is one of TOOLS with arguments its schema accepts. */
+static void check_call(const char *name, const json_t *args, const char *text, size_t used) {
+    CHECK_MSG(name && json_is_object(args), "not a call: %.*s", (int)used, text);
+    if (!name || !json_is_object(args)) return;
+    if (!strcmp(name, "get_time")) {
+        const char *tz = json_string_value(json_object_get(args, "tz"));
+        CHECK(tz && (!strcmp(tz, "UTC") || !strcmp(tz, "CET")) && json_object_size(args) == 1);
+    } else {
+        CHECK(!strcmp(name, "get_weather"));
+        json_int_t d = json_integer_value(json_object_get(args, "days"));
+        CHECK(d >= 1 && d <= 7);
+    }
+}
+
 /* Sampling from random logits under the mask, after a forced opening:
  * every call that closes is a declared tool with valid arguments. */
 TEST(callguard_hermes_sampling) {
     fixture fx;
     if (setup(&fx, TC_HERMES, NULL)) return;
-    int32_t n = tok_n_vocab(fx.t), closed = 0;
-    float *logits = malloc(sizeof(float) * (size_t)n);
+    static const char *const push[] = {"\"", "}", NULL};
     const char *open = "<tool_call>\n{\"name\": \"";
+    int closed = 0;
     for (uint64_t seed = 1; seed <= 60; seed++) {
-        call_guard *g = call_guard_new(fx.v, TC_HERMES, fx.call);
-        CHECK_EQ_INT(call_guard_feed(g, open, strlen(open)), 0);
         char text[8192];
-        size_t used = (size_t)snprintf(text, sizeof text, "%s", open);
-        uint64_t rng = seed * 0x9e3779b97f4a7c15ull;
-        for (int step = 0; step < 300 && call_guard_in_call(g); step++) {
-            for (int32_t i = 0; i < n; i++) logits[i] = (float)(rng_unit(&rng) * 4.0);
-            for (const char *c = "\"}"; *c; c++) { /* push towards closing */
-                int32_t id = tok_find(fx.t, (char[]){*c, 0});
-                if (id >= 0) logits[id] += (float)step * 0.1f;
-            }
-            CHECK(call_guard_mask(g, logits) > 0);
-            int32_t best = -1;
-            for (int32_t i = 0; i < n; i++)
-                if (!isinf(logits[i]) && (best < 0 || logits[i] > logits[best])) best = i;
-            CHECK_EQ_INT(call_guard_accept(g, best), 0);
-            int len;
-            const char *p = test_token_text(fx.t, best, &len);
-            if (used + (size_t)len < sizeof text) memcpy(text + used, p, (size_t)len), used += (size_t)len;
-        }
-        if (!call_guard_in_call(g)) {
-            closed++;
-            json_t *call = json_loadb(text + strlen("<tool_call>\n"), used - strlen("<tool_call>\n"), 0, NULL);
-            const char *name = json_string_value(json_object_get(call, "name"));
-            json_t *args = json_object_get(call, "arguments");
-            CHECK_MSG(name && json_is_object(args), "not a call: %.*s", (int)used, text);
-            if (name && !strcmp(name, "get_time")) {
-                const char *tz = json_string_value(json_object_get(args, "tz"));
-                CHECK(tz && (!strcmp(tz, "UTC") || !strcmp(tz, "CET")) && json_object_size(args) == 1);
-            } else {
-                CHECK(name && !strcmp(name, "get_weather"));
-                json_int_t d = json_integer_value(json_object_get(args, "days"));
-                CHECK(d >= 1 && d <= 7);
-            }
-            json_decref(call);
-        }
-        call_guard_free(g);
+        size_t used;
+        if (!sample_call(&fx, open, push, seed, text, sizeof text, &used)) continue;
+        closed++;
+        json_t *call = json_loadb(text + strlen("<tool_call>\n"), used - strlen("<tool_call>\n"), 0, NULL);
+        check_call(json_string_value(json_object_get(call, "name")), json_object_get(call, "arguments"), text, used);
+        json_decref(call);
     }
     CHECK_MSG(closed >= 30, "only %d of 60 calls closed", closed);
-    free(logits);
+    teardown(&fx);
+}
+
+/* Harmony: sampling under the mask from the forced opening (a recipient
+ * in the functions namespace, the name still open): every call that
+ * closes parses (toolcall.h) as a declared tool with valid arguments. */
+TEST(callguard_harmony_sampling) {
+    fixture fx;
+    if (setup(&fx, TC_HARMONY, NULL)) return;
+    static const char *const push[] = {"\"", "}", "<", "|", ">", " ", NULL};
+    int closed = 0;
+    for (uint64_t seed = 1; seed <= 40; seed++) {
+        char text[8192];
+        size_t used;
+        if (!sample_call(&fx, "<|channel|>commentary to=functions.", push, seed, text, sizeof text, &used)) continue;
+        closed++;
+        tc_parser *tp = tc_new(TC_HARMONY);
+        const tc_event *ev;
+        int nev;
+        strata_err err = {0};
+        CHECK_MSG(tc_feed(tp, text, used, 1, &ev, &nev, &err) == 0, "%s: %.*s", err.msg, (int)used, text);
+        const char **names, **args;
+        int nc = tc_calls(tp, &names, &args);
+        CHECK_MSG(nc == 1, "%d calls in %.*s", nc, (int)used, text);
+        json_t *a = nc == 1 ? json_loads(args[0], 0, NULL) : NULL;
+        check_call(nc == 1 ? names[0] : NULL, a, text, used);
+        json_decref(a);
+        tc_free(tp);
+    }
+    CHECK_MSG(closed >= 20, "only %d of 40 calls closed", closed);
     teardown(&fx);
 }

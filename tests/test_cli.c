@@ -114,6 +114,27 @@ TEST(cli_run_and_info_on_qwen35) {
     CHECK(strstr(r.out, "recurrent        2 gated delta-net layers (conv 4, 2 key / 4 value heads of 32), 2 attention"));
 }
 
+/* qwen3moe-q4_k_m: 3 layers, 2 of 8 experts of 256 x 256 (x3 matrices)
+ * per token. Active: per layer attention 196,608 + norms 640 + router
+ * 2,048 + 2/8 of 1,572,864 expert weights; plus output 130,304, its norm
+ * and one embedding row (256 each) = 1,908,352 of 5,577,344. */
+TEST(cli_run_and_info_on_moe) {
+    char args[1024];
+    cli_result r;
+    snprintf(args, sizeof args, "run -m %s -p hello -n 8 --temp 0", test_data("models/qwen3moe-q4_k_m.gguf"));
+    run_cli(&r, args);
+    CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err);
+    CHECK(strstr(r.err, "decode:") != NULL);
+    snprintf(args, sizeof args, "model info %s", test_data("models/qwen3moe-q4_k_m.gguf"));
+    run_cli(&r, args);
+    CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err);
+    CHECK(strstr(r.out, "experts          2 of 8 per token, 256 wide (softmax, renormalised)\n"));
+    CHECK(strstr(r.out, "active           1.91M of 5.58M parameters, "));
+    snprintf(args, sizeof args, "model info %s", test_data("models/qwen35moe-f32.gguf"));
+    run_cli(&r, args);
+    CHECK(strstr(r.out, "experts          2 of 8 per token, 128 wide (softmax, renormalised), plus a shared expert"));
+}
+
 TEST(cli_greedy_run_is_reproducible) {
     char args[1024];
     cli_result a, b;

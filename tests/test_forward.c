@@ -16,7 +16,10 @@ static const char *SYNTH[] = {"llama-f32", "llama-f16", "llama-bf16", "llama-q8_
                               "llama-q4_0", "llama-q4_1", "llama-q4_k", "llama-q5_k",
                               "llama-q6_k", "qwen2-q5_0", "qwen3-q5_1", "qwen35-f32",
                               /* types mixed inside Q/K/V, gate/up, delta-net groups */
-                              "llama-mix-k", "qwen2-mix-legacy", "llama-mix-kf", "qwen35-mix"};
+                              "llama-mix-k", "qwen2-mix-legacy", "llama-mix-kf", "qwen35-mix",
+                              /* mixture of experts: prefill groups tokens by expert */
+                              "qwen3moe-f32", "qwen3moe-q4_k_m", "qwen3moe-q8_0", "qwen35moe-f32",
+                              "qwen35moe-q4_k_m"};
 #define N_SYNTH (int)(sizeof SYNTH / sizeof SYNTH[0])
 
 static engine *open_engine(const char *path, int max_batch, int threads) {
@@ -183,11 +186,14 @@ static void check_threads(const char *model) {
     engine_close(e3);
 }
 
-/* 1 thread vs 3: threads split weight rows, heads, and (qwen35) conv
- * channels and delta-net heads, never a reduction. */
+/* 1 thread vs 3: threads split weight rows, heads, (qwen35) conv
+ * channels and delta-net heads, and (MoE) experts' row chunks, never a
+ * reduction. */
 TEST(fwd_invariance_across_thread_counts) {
     check_threads("models/llama-q4_1.gguf");
     check_threads("models/qwen35-f32.gguf");
+    check_threads("models/qwen3moe-q4_k_m.gguf");
+    check_threads("models/qwen35moe-q4_k_m.gguf");
 }
 
 /* Decode with more threads than KV heads: 3 threads on 2 KV heads split
@@ -277,22 +283,19 @@ static void window_pool(engine *e, int n_swa, int n_slots) {
     e->m->hp.n_swa = n_swa;
 }
 
-/* Gemma 3 with a window of 20 over 300 tokens (blocks of 16): a pool
- * that keeps one sequence's window and a chunk gives the same bits as
- * one that keeps every sliding part, in one chunk, uneven chunks and
- * token by token, while reusing the slots of parts that left the window. */
-TEST(gemma3_fwd_window_memory_is_exact) {
-    enum { N = 300 };
-    static const int one_chunk[] = {N, 0}, uneven[] = {1, 7, 3, 13, 2, 64, 0}, decode[] = {1, 0};
-    int32_t toks[N];
-    for (int t = 0; t < N; t++) toks[t] = t ? (t * 7919 + 17) % 262144 : 2;
-    engine *e = open_engine(test_gemma3_model(), 1024, 2);
+/* A pool that keeps one sequence's window (n_swa) and a chunk gives the
+ * same bits as one that keeps every sliding part, over N tokens in one
+ * chunk, uneven chunks and token by token, while reusing the slots of
+ * parts that left the window. toks: N tokens. */
+static void check_window_memory(const char *model, const int32_t *toks, int N, int n_swa) {
+    const int one_chunk[] = {N, 0}, uneven[] = {1, 7, 3, 13, 2, 64, 0}, decode[] = {1, 0};
+    engine *e = open_engine(model, 1024, 2);
     if (!e) return;
-    int V = e->m->hp.n_vocab, slots = kv_swa_slots_per_seq(e->kv.block_tokens, 20, 64);
-    window_pool(e, 20, e->kv.n_blocks); /* a slot for every block: nothing is dropped */
+    int V = e->m->hp.n_vocab, slots = kv_swa_slots_per_seq(e->kv.block_tokens, n_swa, 64);
+    window_pool(e, n_swa, e->kv.n_blocks); /* a slot for every block: nothing is dropped */
     float *ref = all_logits(e, toks, N, one_chunk);
     CHECK_EQ_INT(e->kv.swa_reclaimed, 0);
-    window_pool(e, 20, slots);
+    window_pool(e, n_swa, slots);
     CHECK(slots < N / e->kv.block_tokens); /* fewer than the blocks: parts must be reused */
     float *u = all_logits(e, toks, N, uneven), *d = all_logits(e, toks, N, decode);
     CHECK(e->kv.swa_reclaimed > 0);
@@ -300,6 +303,33 @@ TEST(gemma3_fwd_window_memory_is_exact) {
     check_same(ref, d, N, V, "window-only pool, token by token");
     free(ref), free(u), free(d);
     engine_close(e);
+}
+
+/* Gemma 3 with a window of 20 over 300 tokens (blocks of 16). */
+TEST(gemma3_fwd_window_memory_is_exact) {
+    int32_t toks[300];
+    for (int t = 0; t < 300; t++) toks[t] = t ? (t * 7919 + 17) % 262144 : 2;
+    check_window_memory(test_gemma3_model(), toks, 300, 20);
+}
+
+/* gpt-oss (the tiny fixtures, tools/testdata_gptoss.py): sinks, biases,
+ * MXFP4 experts grouped by expert in prefill. Its window cut to 20, so
+ * the even layers slide over the 96 tokens: every chunking, token by
+ * token and company in the batch give the same bits; 1 thread = 3. */
+TEST(fwd_gptoss_batch_invariance) {
+    int32_t toks[96];
+    for (int t = 0; t < 96; t++) toks[t] = (t * 7919 + 17) % 500;
+    check_invariance_swa(test_data("models/gpt-oss-mxfp4.gguf"), toks, 96, 2, 20);
+    check_invariance_swa(test_data("models/gpt-oss-f32.gguf"), toks, 96, 2, 20);
+    check_invariance(test_data("models/gpt-oss-mxfp4.gguf"), toks, 96, 2); /* its own window, 128 */
+    check_threads("models/gpt-oss-mxfp4.gguf");
+}
+
+/* gpt-oss's own window of 128 over 600 tokens. */
+TEST(fwd_gptoss_window_memory_is_exact) {
+    int32_t toks[600];
+    for (int t = 0; t < 600; t++) toks[t] = (t * 7919 + 17) % 500;
+    check_window_memory(test_data("models/gpt-oss-mxfp4.gguf"), toks, 600, 128);
 }
 
 TEST(real_fwd_batch_invariance) {
@@ -327,9 +357,9 @@ TEST(fwd_score_scratch_never_overflows) {
     engine_close(b);
 }
 
-TEST(fwd_truncate_and_fork_equal_cold_runs) {
+static void check_truncate_and_fork(const char *model) {
     static const int one_chunk[] = {4096, 0}, fives[] = {5, 0};
-    engine *e = open_engine(test_data("models/llama-q4_k.gguf"), 512, 2);
+    engine *e = open_engine(test_data(model), 512, 2);
     if (!e) return;
     int V = e->m->hp.n_vocab;
     int32_t a[40], b[40];
@@ -361,6 +391,11 @@ TEST(fwd_truncate_and_fork_equal_cold_runs) {
     CHECK_EQ_INT(e->kv.n_free, e->kv.n_blocks);
     free(cold_b), free(got);
     engine_close(e);
+}
+
+TEST(fwd_truncate_and_fork_equal_cold_runs) {
+    check_truncate_and_fork("models/llama-q4_k.gguf");
+    check_truncate_and_fork("models/gpt-oss-mxfp4.gguf"); /* sinks, experts */
 }
 
 /* qwen35's recurrent state: a fork at the state's end copies it (and

@@ -12,9 +12,9 @@
 
 /* A server with just what prompt.c uses: the tiny model's tokenizer, a
  * renderer of a real template with native tool syntax, and a replay store. */
-static int fake_server_native(server *s, const char *template_name, int native) {
+static int fake_server_vocab(server *s, const char *model, const char *template_name, int native) {
     memset(s, 0, sizeof *s);
-    s->tok = test_load_tokenizer(test_data("models/llama-q4_1.gguf"));
+    s->tok = test_load_tokenizer(test_data(model));
     char path[256];
     snprintf(path, sizeof path, "tests/data/tmpl/%s.jinja", template_name);
     char *src = test_read_file(path, NULL);
@@ -26,6 +26,10 @@ static int fake_server_native(server *s, const char *template_name, int native) 
     CHECK(render_native_tools(s->render) == native);
     s->replay = replay_new(16);
     return 0;
+}
+
+static int fake_server_native(server *s, const char *template_name, int native) {
+    return fake_server_vocab(s, "models/llama-q4_1.gguf", template_name, native);
 }
 
 static int fake_server(server *s, const char *template_name) { return fake_server_native(s, template_name, 1); }
@@ -155,4 +159,151 @@ TEST(prompt_replay_js_numbers) {
     CHECK(replay_js_numbers("not json") == NULL);
     char *big = replay_js_numbers("{\"a\":1e300}"); /* past 2^53: JavaScript keeps the exponent */
     CHECK(big == NULL);
+}
+
+/* ---- harmony (gpt-oss) ------------------------------------------------------
+ * The gpt-oss template renders an assistant turn its own way: a call's
+ * recipient before its channel and no <|constrain|> (the model writes
+ * "<|channel|>commentary to=functions.X <|constrain|>json"), the analysis
+ * of a tool-call turn only until a final answer follows, and a final
+ * answer without its analysis. The model's own tokens are what it saw, so
+ * replay splices them over the template's rendering of each remembered
+ * turn (replay.c, splice_harmony). */
+
+/* Ids of the model's output text: harmony's markers are special tokens
+ * where the vocabulary has them (the tiny gpt-oss model), text otherwise. */
+static int32_t *text_ids(const server *s, const char *text, size_t *n) {
+    int32_t *ids = NULL;
+    *n = 0;
+    CHECK(tok_encode(s->tok, text, strlen(text), 1, &ids, n, NULL) == 0);
+    return ids;
+}
+
+/* What the model writes at turn k after "<|start|>assistant", and the end
+ * token the template gives the turn (gen.c remembers both). */
+static int32_t *harmony_turn(const server *s, int k, int final, size_t *n) {
+    char text[512];
+    if (final)
+        snprintf(text, sizeof text, "<|channel|>analysis<|message|>All %d done.<|end|><|start|>assistant"
+                 "<|channel|>final<|message|>It is sunny.<|end|>", k);
+    else
+        snprintf(text, sizeof text, "<|channel|>analysis<|message|>Need day %d.<|end|><|start|>assistant"
+                 "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+                 "{\"city\":\"Paris\",\"day\":%d}<|call|>", k, k);
+    return text_ids(s, text, n);
+}
+
+static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
+    size_t i = 0;
+    while (i < na && i < nb && a[i] == b[i]) i++;
+    return i;
+}
+
+/* A tool loop of `turns` calls, a final answer, then the user's next
+ * question: per turn, the tokens the next prompt re-prefills beyond what
+ * is new (the previous prompt and the model's reply are cached). With
+ * replay the answer is 0 every turn; *lost_plain gets the total without
+ * it (the template's own rendering), *lost_final the last turn's. */
+static void harmony_loop(const char *model, int replay, int turns, size_t *lost_total, size_t *lost_final) {
+    server s;
+    *lost_total = *lost_final = 0;
+    if (fake_server_vocab(&s, model, "gpt-oss", 1)) return;
+    CHECK(render_harmony(s.render));
+    json_t *tools = json_loads(TOOLS, 0, NULL), *msgs = json_loads(CONV_HEAD, 0, NULL);
+    render_tools t = {.tools = tools};
+    size_t n_prev = 0, n_gen = 0;
+    int32_t *prev = NULL, *gen = NULL;
+    for (int k = 0; k <= turns + 1; k++) {
+        size_t n;
+        int32_t *p = tokens_of(&s, msgs, &t, &n);
+        if (prev) { /* the cached part: the last prompt, then the reply */
+            int32_t *seen = xmalloc((n_prev + n_gen) * sizeof(int32_t));
+            memcpy(seen, prev, n_prev * sizeof(int32_t));
+            memcpy(seen + n_prev, gen, n_gen * sizeof(int32_t));
+            size_t keep = common_prefix(p, n, seen, n_prev + n_gen), lost = n_prev + n_gen - keep;
+            *lost_total += lost;
+            if (k == turns + 1) *lost_final = lost;
+            if (replay) CHECK_MSG(lost == 0, "turn %d re-prefills %zu tokens", k, lost);
+            free(seen);
+        }
+        free(prev), free(gen);
+        if (k == turns + 1) {
+            prev = gen = NULL;
+            free(p);
+            break;
+        }
+        prev = p, n_prev = n;
+        int final = k == turns;
+        gen = harmony_turn(&s, k, final, &n_gen);
+        char args[64], thinking[64];
+        snprintf(args, sizeof args, "{\"city\":\"Paris\",\"day\":%d}", k);
+        snprintf(thinking, sizeof thinking, final ? "All %d done." : "Need day %d.", k);
+        const char *names[] = {"get_weather"}, *argv[] = {args};
+        char *key = replay_native_turn_key(final ? "It is sunny." : "", names, argv, final ? 0 : 1);
+        cache_hash ctx;
+        replay_context_ns(&NS_A, msgs, json_array_size(msgs), &ctx);
+        if (replay) { /* what gen.c remembers: the tokens, then <|call|> or <|end|> (here text) */
+            replay_put(s.replay, &NS_A, key, strlen(key), gen, n_gen);
+            replay_put(s.replay, &ctx, key, strlen(key), gen, n_gen);
+        }
+        free(key);
+        /* the client sends the turn back with its reasoning (reasoning_content -> thinking) */
+        json_t *turn = final ? json_pack("{s:s,s:s,s:s}", "role", "assistant", "content", "It is sunny.", "thinking", thinking)
+                             : json_pack("{s:s,s:s,s:s,s:[{s:s,s:s,s:{s:s,s:o}}]}", "role", "assistant", "content", "",
+                                         "thinking", thinking, "tool_calls", "id", "call_1", "type", "function",
+                                         "function", "name", "get_weather", "arguments", json_loads(args, 0, NULL));
+        json_array_append_new(msgs, turn);
+        json_array_append_new(msgs, final ? json_pack("{s:s,s:s}", "role", "user", "content", "And tomorrow?")
+                                          : json_pack("{s:s,s:s,s:s}", "role", "tool", "tool_call_id", "call_1",
+                                                      "content", "sunny"));
+    }
+    json_decref(tools), json_decref(msgs);
+    fake_server_free(&s);
+}
+
+/* Both vocabularies: the tiny gpt-oss model's (markers are special
+ * tokens, as in the real o200k_harmony) and the tiny llama's (markers
+ * are text: the splice works on the rendered text either way). */
+static void check_harmony_loop(const char *model) {
+    size_t with_total, with_final, plain_total, plain_final;
+    harmony_loop(model, 1, 12, &with_total, &with_final);
+    harmony_loop(model, 0, 12, &plain_total, &plain_final);
+    CHECK_EQ_INT(with_total, 0);
+    CHECK(plain_total > 0 && plain_final > 0);
+    fprintf(stderr, "    %s: harmony 12-call loop + answer + question: re-prefilled tokens beyond the new ones: "
+            "template alone %zu in all (%zu at the question after the answer), with replay 0\n",
+            model, plain_total, plain_final);
+}
+
+TEST(prompt_harmony_tool_loop_prefix_stable) {
+    check_harmony_loop("models/gpt-oss-mxfp4.gguf");
+    check_harmony_loop("models/llama-q4_1.gguf");
+}
+
+/* The tiny gpt-oss model's vocabulary and template, as the server sees
+ * them: harmony detected, its markers one special token each, <|end|>
+ * printed and not an end of generation (llama.cpp's rule), <|call|> and
+ * <|return|> ending generation. */
+TEST(prompt_harmony_vocab) {
+    server s;
+    if (fake_server_vocab(&s, "models/gpt-oss-mxfp4.gguf", "gpt-oss", 1)) return;
+    CHECK(render_harmony(s.render));
+    render_tools none = {0};
+    CHECK_EQ_INT(render_tool_format(s.render, &none), TC_NONE);
+    const char *names[] = {"<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|call|>", "<|return|>"};
+    for (int i = 0; i < 6; i++) {
+        int32_t id = tok_find(s.tok, names[i]);
+        CHECK_MSG(id >= 0, "%s missing", names[i]);
+        char piece[64];
+        int n = tok_piece(s.tok, id, 0, piece, sizeof piece);
+        int ends = i >= 4;
+        CHECK_MSG(tok_is_eog(s.tok, id) == ends, "%s: end of generation %d", names[i], !ends);
+        CHECK_MSG(ends ? n == 0 : n == (int)strlen(names[i]) && !memcmp(piece, names[i], n),
+                  "%s prints %d bytes", names[i], n);
+    }
+    size_t n;
+    int32_t *ids = text_ids(&s, "<|channel|>final<|message|>hi", &n);
+    CHECK(ids && ids[0] == tok_find(s.tok, "<|channel|>"));
+    free(ids);
+    fake_server_free(&s);
 }

@@ -20,7 +20,7 @@
 
 static const qtype WEIGHT_TYPES[] = {QT_Q4_1, QT_Q8_0, QT_Q4_K, QT_Q6_K,
                                      QT_Q5_K, QT_Q4_0, QT_Q5_0, QT_Q5_1,
-                                     QT_F16,  QT_BF16, QT_F32};
+                                     QT_F16,  QT_BF16, QT_F32, QT_MXFP4};
 #define N_WEIGHT_TYPES (int)(sizeof WEIGHT_TYPES / sizeof WEIGHT_TYPES[0])
 
 /* ---- helpers ----------------------------------------------------------- */
@@ -72,6 +72,10 @@ static uint8_t *random_weights(qtype t, int rows, int64_t k, uint64_t *s) {
             if (t == QT_F32) memcpy(w + 4 * i, &v, 4);
             else put16(w + 2 * i, t == QT_F16 ? f32_to_fp16(v) : f32_to_bf16(v));
         }
+        return w;
+    }
+    if (t == QT_MXFP4) { /* E8M0 exponents of realistic size: 2^-10 .. 2^-2 */
+        for (size_t b = 0; b < n / tr->bytes; b++) w[b * tr->bytes] = (uint8_t)(118 + rng_next(s) % 9);
         return w;
     }
     for (size_t b = 0; b < n / tr->bytes; b++)
@@ -143,6 +147,7 @@ TEST(quant_dequant_q6_k) { check_dequant(QT_Q6_K); }
 TEST(quant_dequant_f16) { check_dequant(QT_F16); }
 TEST(quant_dequant_bf16) { check_dequant(QT_BF16); }
 TEST(quant_dequant_f32) { check_dequant(QT_F32); }
+TEST(quant_dequant_mxfp4) { check_dequant(QT_MXFP4); }
 
 /* ---- fp16 helpers vs numpy --------------------------------------------- */
 
@@ -193,6 +198,12 @@ TEST(quant_bf16_round) {
 TEST(quant_type_traits) {
     CHECK_STR(quant_name(QT_Q4_1), "Q4_1");
     CHECK_STR(quant_name(17), "IQ2_XS");
+    CHECK_STR(quant_name(39), "MXFP4");
+    CHECK_EQ_INT(quant_row_bytes(QT_MXFP4, 2880), 90 * 17);
+    CHECK_EQ_INT(quant_act_bytes_for(QT_MXFP4, 2880), 96 * 40);
+    /* E8M0 -> 2^(e-128): the two subnormals, one, and the largest */
+    CHECK(quant_e8m0_half(0) == ldexpf(1, -128) && quant_e8m0_half(1) == ldexpf(1, -127));
+    CHECK(quant_e8m0_half(128) == 1.0f && quant_e8m0_half(255) == ldexpf(1, 127));
     CHECK_STR(quant_name(33), "unknown type id 33");
     CHECK(quant_get(QT_Q2_K) && !quant_get(QT_Q2_K)->is_weight);
     CHECK(quant_get(99) == NULL);
@@ -502,4 +513,34 @@ TEST(quant_gemm_prefill_vs_decode) {
             for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++)
                 check_prefill_vs_decode(l, WEIGHT_TYPES[i], ks[j]);
         }
+}
+
+/* MXFP4 kernels give the same bits at every level (they share the float
+ * steps and the reduction tree; quant_scalar.c): memcmp of each level
+ * against scalar, for rows of one block to several groups with short and
+ * long tails, and n_tok 1 to 11 (every tile shape and token tail). */
+static void check_mxfp4_same_bits(int level, int64_t k) {
+    enum { ROWS = 13, NT = 11 };
+    uint64_t s = 2025 + (uint64_t)k;
+    uint8_t *w = random_weights(QT_MXFP4, ROWS, k, &s);
+    float *x = random_acts(NT, k, &s), ys[NT * ROWS], yl[NT * ROWS];
+    size_t xrb, wrb = quant_row_bytes(QT_MXFP4, k);
+    uint8_t *xq = convert_acts(QT_MXFP4, x, NT, k, &xrb);
+    int bad = 0;
+    for (int n = 1; n <= NT; n++) {
+        memset(yl, 0xff, sizeof yl);
+        quant_gemm_level(QUANT_SCALAR, QT_MXFP4, w, wrb, k, xq, xrb, n, ys, ROWS, 0, ROWS);
+        quant_gemm_level(level, QT_MXFP4, w, wrb, k, xq, xrb, n, yl, ROWS, 0, ROWS);
+        if (memcmp(ys, yl, sizeof(float) * (size_t)n * ROWS) != 0 && bad++ < 3)
+            test_fail(__FILE__, __LINE__, "MXFP4 level %d k %lld n_tok %d: bits differ from scalar",
+                      level, (long long)k, n);
+    }
+    CHECK_EQ_INT(bad, 0);
+    free(w), free(x), free(xq);
+}
+
+TEST(quant_mxfp4_same_bits_every_level) {
+    static const int64_t ks[] = {32, 96, 512, 544, 640, 672, 1024, 2880};
+    for (int l = QUANT_SCALAR + 1; l <= quant_level(); l++)
+        for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++) check_mxfp4_same_bits(l, ks[j]);
 }

@@ -463,3 +463,36 @@ TEST(tok_speed_spm) {
     speed(t, "spm fixture");
     tok_free(t);
 }
+
+/* gpt-4o (gpt-oss's o200k): case runs split CamelCase, contractions stay
+ * on their word, numbers go 3 digits at a time, punctuation takes its
+ * trailing newlines and slashes. Pieces joined with '|'. */
+static void check_split(tok_pretok *p, const char *text, const char *want) {
+    tok_scratch s = {0};
+    strata_err err = {0};
+    CHECK_EQ_INT(pretok_split(p, &s, text, strlen(text), &err), 0);
+    char got[512] = "";
+    for (size_t i = 0; i < s.n_spans; i += 2) { /* (offset, length) pairs */
+        if (i) strcat(got, "|");
+        strncat(got, text + s.spans[i], s.spans[i + 1]);
+    }
+    CHECK_MSG(!strcmp(got, want), "\"%s\": got \"%s\", want \"%s\"", text, got, want);
+    scratch_free(&s);
+}
+
+TEST(tok_pretok_gpt4o) {
+    tok_pretok *p = NULL;
+    int ignore = -1;
+    strata_err err = {0};
+    CHECK_EQ_INT(pretok_new(&p, "gpt-4o", &ignore, &err), 0);
+    if (!p) return;
+    CHECK_EQ_INT(ignore, 0);
+    check_split(p, "Hello World", "Hello| World");
+    check_split(p, "HelloWorld XMLHttp", "Hello|World| XMLHttp");
+    check_split(p, "don't THEY'LL", "don't| THEY'LL");
+    check_split(p, "1234567", "123|456|7");
+    check_split(p, "a/b.\n\nc", "a|/b|.\n\n|c");
+    check_split(p, "x  \n y", "x|  \n| y");
+    check_split(p, "héllo Ünïcode", "héllo| Ünïcode");
+    pretok_free(p);
+}

@@ -19,6 +19,7 @@
 typedef struct result {
     int rc;
     char content[4096];
+    char reasoning[4096];
     int n;
     char names[MAX_CALLS][64];
     char args[MAX_CALLS][1024];
@@ -54,6 +55,12 @@ static void check_event(const tc_event *e, int *state, result *r) {
         CHECK(e->index == -1);
         CHECK_MSG(!g_input_utf8 || whole_utf8(e->text, e->len), "text event cuts UTF-8");
         cat(r->content, sizeof r->content, e->text, e->len);
+        return;
+    }
+    if (e->kind == TC_EV_REASONING) {
+        CHECK(e->index == -1);
+        CHECK_MSG(!g_input_utf8 || whole_utf8(e->text, e->len), "reasoning event cuts UTF-8");
+        cat(r->reasoning, sizeof r->reasoning, e->text, e->len);
         return;
     }
     CHECK(e->index >= 0 && e->index < MAX_CALLS);
@@ -116,6 +123,8 @@ static void same(const result *a, const result *b, size_t step) {
     if (a->rc) return; /* events before an error may differ by piece size */
     CHECK_MSG(!strcmp(a->content, b->content), "step %zu: content \"%s\" vs \"%s\"", step,
               a->content, b->content);
+    CHECK_MSG(!strcmp(a->reasoning, b->reasoning), "step %zu: reasoning \"%s\" vs \"%s\"", step,
+              a->reasoning, b->reasoning);
     CHECK_EQ_INT(a->n, b->n);
     for (int i = 0; i < a->n; i++) {
         CHECK_STR(a->names[i], b->names[i]);
@@ -148,6 +157,8 @@ TEST(toolcall_detect) {
     CHECK_EQ_INT(tc_detect("[AVAILABLE_TOOLS]...[TOOL_CALLS]"), TC_MISTRAL);
     CHECK_EQ_INT(tc_detect("<|im_start|>{{ m.content }}"), TC_GENERIC);
     CHECK_EQ_INT(tc_detect(NULL), TC_GENERIC);
+    CHECK_EQ_INT(tc_detect("{{- \"<|start|>assistant<|channel|>final<|message|>\" }}"), TC_HARMONY);
+    CHECK_STR(tc_format_name(TC_HARMONY), "harmony");
     CHECK_STR(tc_format_name(TC_HERMES), "hermes");
 }
 
@@ -158,8 +169,8 @@ TEST(toolcall_plain_text_unchanged) {
         "{not json", "[TOOL_CALLS", "", "<", "<think", "<|python_ta", "``", "```json",
         "```python\nprint(1)\n```", "```json\n{\"result\": 1}\n```", "```\n\nhi",
     };
-    tc_format fmts[] = {TC_NONE, TC_HERMES, TC_LLAMA3, TC_MISTRAL, TC_GENERIC};
-    for (size_t f = 0; f < 5; f++)
+    tc_format fmts[] = {TC_NONE, TC_HERMES, TC_LLAMA3, TC_MISTRAL, TC_GENERIC, TC_HARMONY};
+    for (size_t f = 0; f < 6; f++)
         for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
             parse_all(fmts[f], texts[i]);
             CHECK_EQ_INT(R.rc, 0);
@@ -427,6 +438,10 @@ TEST(toolcall_malformed) {
         {TC_GENERIC, "{\"tool_calls\": [{\"name\": \"f\", \"arguments\": {}}"},
         {TC_GENERIC, "{\"tool_calls\": [\"f\"]}"},
         {TC_GENERIC, "{\"content\": 5}"},
+        {TC_HARMONY, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\": "},
+        {TC_HARMONY, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>[1]"},
+        {TC_HARMONY, "<|channel|>commentary to=functions.f json<|message|>{} trailing"},
+        {TC_HARMONY, "<|channel|>commentary to=functions.f json<|message|>"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         parse_all(bad[i].f, bad[i].s);
@@ -499,12 +514,14 @@ TEST(toolcall_fuzz_consistent) {
         {TC_GENERIC, "{\"content\": \"a\\u00e9\\ud83c\\udf89\\n\", \"tool_calls\": [{\"name\": "
                      "\"f\", \"arguments\": {\"p\": \"日本\"}}, {\"function\": {\"name\": \"g\"}}]}"},
         {TC_GENERIC, "```json\n{\"tool_call\": {\"name\": \"f\", \"arguments\": null}}\n```"},
+        {TC_HARMONY, "<|channel|>analysis<|message|>think é<|end|><|start|>assistant<|channel|>commentary "
+                     "to=functions.f <|constrain|>json<|message|>{\"k\": [1, \"v\"]}<|call|>"},
     };
-    static const char alphabet[] = "{}[]\":, \n\\u<>/tool_cal[TOOL_CALLS]ARGSnamearguments1e.-";
+    static const char alphabet[] = "{}[]\":, \n\\u<>/tool_cal[TOOL_CALLS]ARGSnamearguments1e.-|=";
     unsigned seed = 12345;
     char buf[512];
     for (int it = 0; it < 3000; it++) {
-        int k = it % 5;
+        int k = it % 6;
         size_t n = strlen(seeds[k].s);
         memcpy(buf, seeds[k].s, n + 1);
         for (int m = 0; m < 1 + it % 3; m++) {
@@ -547,4 +564,81 @@ TEST(toolcall_close_partial_arguments) {
         free(got);
     }
     CHECK(tc_json_close_partial("x", 1) == NULL);
+}
+
+/* ---- HARMONY (gpt-oss) ---- */
+
+TEST(toolcall_harmony_reasoning_and_final) {
+    parse_all(TC_HARMONY, "<|channel|>analysis<|message|>User greets. Reply “hi”.<|end|>"
+                          "<|start|>assistant<|channel|>final<|message|>Hello! 👋\nHow can I help?<|return|>");
+    CHECK_EQ_INT(R.rc, 0);
+    CHECK_EQ_INT(R.n, 0);
+    CHECK_STR(R.reasoning, "User greets. Reply “hi”.");
+    CHECK_STR(R.content, "Hello! 👋\nHow can I help?");
+    /* <|return|> is an end-of-generation token: usually not printed at all */
+    parse_all(TC_HARMONY, "<|channel|>final<|message|>Only this");
+    CHECK_STR(R.content, "Only this");
+    CHECK_STR(R.reasoning, "");
+}
+
+TEST(toolcall_harmony_call) {
+    /* the order the model writes (channel, then recipient, then <|constrain|>) */
+    parse_all(TC_HARMONY, "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant"
+                          "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+                          "{\"city\": \"Paris\", \"days\": [1, 2]}<|call|>");
+    CHECK_EQ_INT(R.rc, 0);
+    CHECK_EQ_INT(R.n, 1);
+    expect_call(0, "get_weather", "{\"city\":\"Paris\",\"days\":[1,2]}");
+    CHECK_STR(R.reasoning, "Need weather.");
+    CHECK_STR(R.content, "");
+    /* the order the template renders (recipient first), no analysis, <|call|> not printed */
+    parse_all(TC_HARMONY, " to=functions.ls<|channel|>commentary json<|message|>{}");
+    CHECK_EQ_INT(R.rc, 0);
+    expect_call(0, "ls", "{}");
+    /* a built-in tool keeps its whole recipient name */
+    parse_all(TC_HARMONY, "<|channel|>analysis to=browser.search code<|message|>{\"query\": \"x\"}<|call|>");
+    expect_call(0, "browser.search", "{\"query\":\"x\"}");
+}
+
+TEST(toolcall_harmony_preamble_and_two_calls) {
+    /* a commentary message without a recipient is a preamble for the user */
+    parse_all(TC_HARMONY, "<|channel|>commentary<|message|>Checking both.<|end|>"
+                          "<|start|>assistant<|channel|>commentary to=functions.a <|constrain|>json<|message|>"
+                          "{\"x\": 1}<|end|><|start|>assistant<|channel|>commentary to=functions.b json<|message|>"
+                          "{\"y\": \"é\"}<|call|>");
+    CHECK_EQ_INT(R.rc, 0);
+    CHECK_EQ_INT(R.n, 2);
+    CHECK_STR(R.content, "Checking both.");
+    expect_call(0, "a", "{\"x\":1}");
+    expect_call(1, "b", "{\"y\":\"é\"}");
+}
+
+TEST(toolcall_harmony_not_harmony_is_content) {
+    /* a reply that does not open with a header is plain text, markers and all */
+    static const char *texts[] = {"Hello <|channel|>x", "to be or not", "  plain",
+                                  "<|channel|>analysis no message marker"};
+    static const char *want[] = {"Hello <|channel|>x", "to be or not", "  plain", ""};
+    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
+        parse_all(TC_HARMONY, texts[i]);
+        CHECK_EQ_INT(R.rc, 0);
+        CHECK_MSG(!strcmp(R.content, want[i]), "\"%s\" became \"%s\"", texts[i], R.content);
+    }
+}
+
+/* Markers are held while they may still be forming: a body's text never
+ * leaks a piece of <|end|> into the reasoning, whatever the pieces. */
+TEST(toolcall_harmony_partial_markers_held) {
+    tc_parser *p = tc_new(TC_HARMONY);
+    const tc_event *e;
+    int n;
+    strata_err err = {0};
+    const char *a = "<|channel|>analysis<|message|>abc<|en";
+    CHECK_EQ_INT(tc_feed(p, a, strlen(a), 0, &e, &n, &err), 0);
+    CHECK_EQ_INT(n, 1);
+    CHECK(e[0].kind == TC_EV_REASONING && !strcmp(e[0].text, "abc"));
+    const char *b = "d|><|start|>assistant<|channel|>final<|message|>ok";
+    CHECK_EQ_INT(tc_feed(p, b, strlen(b), 1, &e, &n, &err), 0);
+    CHECK_EQ_INT(n, 1);
+    CHECK(e[0].kind == TC_EV_TEXT && !strcmp(e[0].text, "ok"));
+    tc_free(p);
 }

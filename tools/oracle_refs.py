@@ -279,11 +279,20 @@ def make_refs(args):
         f.write("\n".join(index) + "\n")
 
 
+def harmony_prompt():
+    """gpt-oss (harmony) chat text long enough (~300 tokens in the tiny
+    vocabulary) to pass the sliding window of 128."""
+    user = " ".join(PARAGRAPHS[:3]) + " Hello there, how are you today? 42!"
+    return ("<|start|>system<|message|>You are a helpful assistant.\nReasoning: medium<|end|>"
+            f"<|start|>user<|message|>{user}<|end|><|start|>assistant")
+
+
 def make_tiny_refs(args):
-    """Every position of one chat prompt for each tiny fixture model."""
+    """Every position of one chat prompt for each tiny fixture model (gpt-oss
+    models: a longer harmony prompt)."""
     out = os.path.join(args.out, "tiny")
     os.makedirs(out, exist_ok=True)
-    text = chat([("user", "Hello there, how are you today? 42!")])
+    chatml = chat([("user", "Hello there, how are you today? 42!")])
     index = ["# model n_tokens sha256 (tools/oracle_refs.py --tiny)"]
     keep = {}
     if args.only:  # other models' refs stay as committed
@@ -297,7 +306,9 @@ def make_tiny_refs(args):
                 index.append(keep[fn[: -len(".gguf")]])
             continue
         path = os.path.join(args.tiny, fn)
-        llm = load(path, 256, args.threads)
+        harmony = fn.startswith("gpt-oss")
+        text = harmony_prompt() if harmony else chatml
+        llm = load(path, 1024 if harmony else 256, args.threads)
         ids = tokenizer_of(llm)(text)
         logits = run_prompt(llm, ids)
         stem = fn[: -len(".gguf")]

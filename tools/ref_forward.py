@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Float64 reference forward pass for llama/qwen2/qwen3/gemma3/qwen35 GGUF models.
+"""Float64 reference forward pass for llama/qwen2/qwen3/gemma3/qwen35 GGUF models
+and the mixture-of-experts qwen3moe/qwen35moe.
 
 Independent of Strata's C code and of llama.cpp: weights are dequantized
 with the `gguf` package and every step runs in numpy float64, so the only
@@ -15,13 +16,36 @@ from gguf import GGUFReader
 from gguf.quants import dequantize
 
 
+# ggml types whose dot kernels take Q8_K activations (blocks of 256), and
+# those that take Q8_0/Q8_1 (blocks of 32, the same rounding); the float
+# types take float activations (backend/quant.c).
+_Q8K_TYPES = {10, 11, 12, 13, 14}
+_Q8_TYPES = {2, 3, 6, 7, 8}
+
+
+def act_q8(x, wtype):
+    """x rounded as the engine rounds a matmul input for weight type wtype:
+    per block, d = max|x| / 127 and q = round half away from zero (x / d)."""
+    blk = 256 if wtype in _Q8K_TYPES else 32 if wtype in _Q8_TYPES else 0
+    if not blk:
+        return x
+    shape = x.shape
+    b = x.reshape(-1, blk).astype(np.float32).astype(np.float64)
+    amax = np.abs(b).max(-1, keepdims=True)
+    inv = np.where(amax > 0, 127.0 / np.where(amax > 0, amax, 1), 0)
+    v = b * inv
+    q = np.trunc(v + np.where(v >= 0, 0.5, -0.5))
+    return (q * (amax / 127.0)).reshape(shape)
+
+
 class RefModel:
     def __init__(self, path):
         r = GGUFReader(path)
         self.meta = {k: f.contents() for k, f in r.fields.items() if not k.startswith("tokenizer.ggml.")}
         self.arch = self.meta["general.architecture"]
-        self.t = {}
+        self.t, self.types = {}, {}
         for t in r.tensors:
+            self.types[t.name] = int(t.tensor_type)
             w = dequantize(t.data, t.tensor_type).astype(np.float64)
             shape = [int(x) for x in t.shape][::-1]
             self.t[t.name] = w.reshape(shape)
@@ -35,7 +59,7 @@ class RefModel:
         self.eps = g("attention.layer_norm_rms_epsilon", 1e-6)
         self.base = g("rope.freq_base", 10000.0)
         self.rope_dim = g("rope.dimension_count", self.head_dim)
-        self.neox = a in ("qwen2", "qwen3", "gemma3", "qwen35")
+        self.neox = a in ("qwen2", "qwen3", "gemma3", "qwen35", "qwen3moe", "qwen35moe")
         self.gemma3 = a == "gemma3"
         # gemma3 (as llama.cpp reads it): every 6th layer global, the rest see
         # the last n_swa positions and rotate with base 10000.
@@ -47,7 +71,14 @@ class RefModel:
         if scaling not in ("none", "linear"):
             raise SystemExit(f"ref_forward: rope scaling {scaling} not implemented")
         self.pos_scale = 1.0 / g("rope.scaling.factor", 1.0) if scaling == "linear" else 1.0
-        self.qwen35 = a == "qwen35"
+        self.qwen35 = a in ("qwen35", "qwen35moe")
+        self.n_used = g("expert_used_count", 0)
+        self.router_gap = np.inf  # smallest logit gap between the k-th and next expert seen
+        # Mixture of experts: round every matmul input to 8 bits and K/V to
+        # F16 as the engine does (backend/quant_act_impl.h, forward.c), so
+        # that its routing decisions are the reference's (a float64 input
+        # may pick another expert on a near-tie).
+        self.act_round = self.n_used > 0
         self.rope_keep = np.ones(self.rope_dim // 2, dtype=bool)
         if self.qwen35:
             self._qwen35_init(g)
@@ -64,6 +95,14 @@ class RefModel:
             self.rope_keep[i] = k < 3 * sec[k % 3]
         self.d_conv, self.d_state = g("ssm.conv_kernel"), g("ssm.state_size")
         self.n_k, self.n_v = g("ssm.group_count"), g("ssm.time_step_rank")
+
+    def mm(self, x, name, e=None):
+        """x @ W.T for weight `name` (expert e of a stack), x rounded first
+        to the engine's activation format of W's type when act_round."""
+        w = self.t[name] if e is None else self.t[name][e]
+        if self.act_round:
+            x = act_q8(x, self.types[name])
+        return x @ w.T
 
     def norm(self, x, w):
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + self.eps) * w
@@ -84,19 +123,45 @@ class RefModel:
             x[..., 0:2 * half:2], x[..., 1:2 * half:2] = a * c - b * s, a * s + b * c
         return x
 
-    def ffn(self, h, p):
+    def ffn(self, h, p, sfx=""):
         T = self.t
-        g, u = h @ T[p + "ffn_gate.weight"].T, h @ T[p + "ffn_up.weight"].T
-        return (g / (1 + np.exp(-g)) * u) @ T[p + "ffn_down.weight"].T
+        if p + "ffn_gate_inp.weight" in T and not sfx:
+            return self.moe(h, p)
+        g, u = self.mm(h, p + "ffn_gate" + sfx + ".weight"), self.mm(h, p + "ffn_up" + sfx + ".weight")
+        return self.mm(g / (1 + np.exp(-g)) * u, p + "ffn_down" + sfx + ".weight")
+
+    def moe(self, h, p):
+        """Softmax router, top expert_used_count, weights renormalised to sum
+        1 (qwen3moe, qwen35moe); plus the shared expert times
+        sigmoid(ffn_gate_inp_shexp . h) when the layer has one."""
+        T, k = self.t, self.n_used
+        lg = self.mm(h, p + "ffn_gate_inp.weight")
+        if k < lg.shape[1]:
+            srt = np.sort(lg, axis=-1)
+            self.router_gap = min(self.router_gap, float((srt[:, -k] - srt[:, -k - 1]).min()))
+        pr = np.exp(lg - lg.max(-1, keepdims=True))
+        pr /= pr.sum(-1, keepdims=True)
+        out = np.zeros_like(h)
+        G, U, D = (p + f"ffn_{n}_exps.weight" for n in ("gate", "up", "down"))
+        for i in range(h.shape[0]):
+            ids = np.argsort(-pr[i], kind="stable")[:k]
+            w = pr[i, ids] / pr[i, ids].sum()
+            for e, we in zip(ids, w):
+                g, u = self.mm(h[i], G, e), self.mm(h[i], U, e)
+                out[i] += we * self.mm(g / (1 + np.exp(-g)) * u, D, e)
+        if p + "ffn_up_shexp.weight" in T:
+            s = self.mm(h, p + "ffn_gate_inp_shexp.weight")
+            out += self.ffn(h, p, "_shexp") / (1 + np.exp(-s))[:, None]
+        return out
 
     def deltanet(self, h, p):
         """One gated delta-net layer over all tokens, from a zero state."""
         T, t, S, K = self.t, h.shape[0], self.d_state, self.d_conv
         nk, nv = self.n_k, self.n_v
-        qkv = h @ T[p + "attn_qkv.weight"].T
-        z = (h @ T[p + "attn_gate.weight"].T).reshape(t, nv, S)
-        beta = 1 / (1 + np.exp(-(h @ T[p + "ssm_beta.weight"].T)))
-        a = h @ T[p + "ssm_alpha.weight"].T + T[p + "ssm_dt.bias"]
+        qkv = self.mm(h, p + "attn_qkv.weight")
+        z = self.mm(h, p + "attn_gate.weight").reshape(t, nv, S)
+        beta = 1 / (1 + np.exp(-self.mm(h, p + "ssm_beta.weight")))
+        a = self.mm(h, p + "ssm_alpha.weight") + T[p + "ssm_dt.bias"]
         gdecay = np.exp(np.where(a > 20, a, np.log1p(np.exp(a))) * T[p + "ssm_a"])
         w = T[p + "ssm_conv1d.weight"]  # [channels][K]
         padded = np.concatenate([np.zeros((K - 1, qkv.shape[1])), qkv])
@@ -117,7 +182,7 @@ class RefModel:
                 state[hh] = st
                 out[i, hh] = st @ qq / np.sqrt(S)
         out = self.norm(out, T[p + "ssm_norm.weight"]) * (z / (1 + np.exp(-z)))
-        return out.reshape(t, nv * S) @ T[p + "ssm_out.weight"].T
+        return self.mm(out.reshape(t, nv * S), p + "ssm_out.weight")
 
     def forward(self, tokens):
         T, t = self.t, len(tokens)
@@ -140,7 +205,7 @@ class RefModel:
                 x = x + self.deltanet(h, p)
                 x = x + self.ffn(self.norm(x, T[p + "post_attention_norm.weight"]), p)
                 continue
-            q, k, v = (h @ T[p + n + ".weight"].T for n in ("attn_q", "attn_k", "attn_v"))
+            q, k, v = (self.mm(h, p + n + ".weight") for n in ("attn_q", "attn_k", "attn_v"))
             gate = None
             if self.qwen35:  # per head [q | gate]
                 qg = q.reshape(t, nh, 2, hd)
@@ -157,6 +222,8 @@ class RefModel:
                 k = self.norm(k, T[p + "attn_k_norm.weight"])
             q, k = self.rope(q, pos, self.swa[i]), self.rope(k, pos, self.swa[i])
             rep = nh // nkv
+            if self.act_round:  # the engine keeps K/V as F16
+                k, v = k.astype(np.float16).astype(np.float64), v.astype(np.float16).astype(np.float64)
             k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
             att = np.einsum("qhd,khd->hqk", q, k) * scale + (swa_mask if self.swa[i] else mask)
             att = np.exp(att - att.max(-1, keepdims=True))
@@ -164,7 +231,7 @@ class RefModel:
             o = np.einsum("hqk,khd->qhd", att, v).reshape(t, nh * hd)
             if gate is not None:
                 o = o / (1 + np.exp(-gate))
-            o = o @ T[p + "attn_output.weight"].T
+            o = self.mm(o, p + "attn_output.weight")
             if self.qwen35:
                 x = x + o
                 x = x + self.ffn(self.norm(x, T[p + "post_attention_norm.weight"]), p)
@@ -173,19 +240,18 @@ class RefModel:
                 o = self.norm(o, T[p + "post_attention_norm.weight"])
             x = x + o
             h = self.norm(x, T[p + "ffn_norm.weight"])
-            g = h @ T[p + "ffn_gate.weight"].T
-            u = h @ T[p + "ffn_up.weight"].T
             if self.gemma3:  # GELU, tanh form
+                g = h @ T[p + "ffn_gate.weight"].T
+                u = h @ T[p + "ffn_up.weight"].T
                 act = 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3)))
+                f = (act * u) @ T[p + "ffn_down.weight"].T
             else:
-                act = g / (1 + np.exp(-g))
-            f = (act * u) @ T[p + "ffn_down.weight"].T
+                f = self.ffn(h, p)
             if p + "post_ffw_norm.weight" in T:
                 f = self.norm(f, T[p + "post_ffw_norm.weight"])
             x = x + f
         x = self.norm(x, T["output_norm.weight"])
-        out = T.get("output.weight", T["token_embd.weight"])
-        return x @ out.T
+        return self.mm(x, "output.weight" if "output.weight" in T else "token_embd.weight")
 
 
 def main():

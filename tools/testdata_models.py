@@ -2,7 +2,9 @@
 """Tiny synthetic GGUF models and corrupt GGUF files for the loader tests.
 
 generate(outdir) writes
-  outdir/models/*.gguf   small random-weight models (llama, qwen2, qwen3) in
+  outdir/models/*.gguf   small random-weight models (llama, qwen2, qwen3,
+                         qwen35, and the mixture-of-experts qwen3moe and
+                         qwen35moe with 3-D expert stacks) in
                          every weight format Strata reads, each with a tiny
                          byte-level BPE tokenizer and a ChatML template, so
                          the loader, kernels, tokenizer and CLI can run
@@ -319,6 +321,31 @@ MODELS = [
                                  "ffn_up": QT.BF16},
          qwen35=dict(interval=2, d_conv=4, d_state=32, n_k_heads=2, n_v_heads=4,
                      sections=[5, 5, 4, 2])),
+    # Mixture of experts, llama.cpp's names: ffn_gate_inp (router, kept F32
+    # as llama.cpp's quantizer keeps it), 3-D ffn_{gate,up,down}_exps
+    # [n_expert][rows][cols]; qwen35moe adds a shared expert with a sigmoid
+    # gate (ffn_gate_inp_shexp, ffn_*_shexp). F32 fixtures for the llama.cpp
+    # oracle (tests/data/oracle/tiny/); the Q4_K_M mix (Q4_K, Q6_K for
+    # attn_v and the down experts, Q6_K output) and Q8_0 as the real files
+    # ship. qwen35moe's ssm_out has 128 columns (too few for a K-quant
+    # block): Q8_0 there.
+    dict(name="qwen3moe-f32", arch="qwen3moe", wtype=QT.F32, output=QT.F32, n_layer=2,
+         moe=dict(n_expert=8, n_used=3, n_ff_exp=128, router_seed=5)),
+    dict(name="qwen3moe-q4_k_m", arch="qwen3moe", wtype=QT.Q4_K, output=QT.Q6_K, n_layer=3,
+         overrides={"attn_v": QT.Q6_K, "ffn_down_exps": QT.Q6_K},
+         moe=dict(n_expert=8, n_used=2, n_ff_exp=256, router_seed=4)),
+    dict(name="qwen3moe-q8_0", arch="qwen3moe", wtype=QT.Q8_0, output=QT.Q8_0, n_layer=2,
+         moe=dict(n_expert=4, n_used=2, n_ff_exp=256, router_seed=3)),
+    dict(name="qwen35moe-f32", arch="qwen35moe", wtype=QT.F32, output=QT.F32, n_layer=4, head_dim=64,
+         rope_dim=32, qwen35=dict(interval=2, d_conv=4, d_state=32, n_k_heads=2, n_v_heads=4,
+                                  sections=[5, 5, 4, 2]),
+         moe=dict(n_expert=8, n_used=2, n_ff_exp=128, n_ff_shexp=192, router_seed=6)),
+    dict(name="qwen35moe-q4_k_m", arch="qwen35moe", wtype=QT.Q4_K, output=QT.Q6_K, n_layer=4, head_dim=64,
+         rope_dim=32, overrides={"attn_v": QT.Q6_K, "ffn_down_exps": QT.Q6_K, "ffn_down": QT.Q6_K,
+                                 "attn_output": QT.Q8_0},
+         qwen35=dict(interval=2, d_conv=4, d_state=32, n_k_heads=2, n_v_heads=4,
+                     sections=[5, 5, 4, 2]),
+         moe=dict(n_expert=4, n_used=2, n_ff_exp=256, n_ff_shexp=256, router_seed=8)),
 ]
 
 HPARAMS = dict(n_embd=256, n_ff=512, n_head=4, n_head_kv=2, n_ctx=2048,
@@ -339,6 +366,36 @@ class _Rng:
 
     def bias(self, n):
         return (0.1 * self.g.standard_normal(n)).astype(np.float32)
+
+    def mat3(self, n, rows, cols, std):
+        return (self.g.standard_normal((n, rows, cols)) * std).astype(np.float32)
+
+
+def _moe_ffn(spec, hp, rng, p):
+    """Mixture-of-experts feed-forward tensors of one block (after its
+    norm): router, expert stacks, and the shared expert when the spec has
+    n_ff_shexp. The router comes from its own generator (router_seed,
+    layer), so trying router seeds leaves every other weight as it is:
+    each model's router_seed was picked so that every routing decision of
+    the float64 reference on its reference tokens has a clear logit gap
+    (testdata_reflogits.py checks it), or the engine's 8-bit activations
+    could flip a near-tie and move the logits far from the reference."""
+    mo, e = spec["moe"], hp["n_embd"]
+    n, f = mo["n_expert"], mo["n_ff_exp"]
+    il = int(p.split(".")[1])
+    router = _Rng([mo.get("router_seed", 0), il]).mat(n, e, 4 * e ** -0.5)
+    out = [(p + "ffn_gate_inp.weight", router, "router"),
+           (p + "ffn_gate_exps.weight", rng.mat3(n, f, e, e ** -0.5), "ffn_gate_exps"),
+           (p + "ffn_up_exps.weight", rng.mat3(n, f, e, e ** -0.5), "ffn_up_exps"),
+           (p + "ffn_down_exps.weight", rng.mat3(n, e, f, f ** -0.5), "ffn_down_exps")]
+    fs = mo.get("n_ff_shexp")
+    if fs:
+        out += [(p + "ffn_gate_inp_shexp.weight", (e ** -0.5 * rng.g.standard_normal(e)).astype(np.float32),
+                 "norm"),
+                (p + "ffn_gate_shexp.weight", rng.mat(fs, e, e ** -0.5), "ffn_gate"),
+                (p + "ffn_up_shexp.weight", rng.mat(fs, e, e ** -0.5), "ffn_up"),
+                (p + "ffn_down_shexp.weight", rng.mat(e, fs, fs ** -0.5), "ffn_down")]
+    return out
 
 
 def _qwen35_recurrent(spec, hp, rng, il):
@@ -378,8 +435,10 @@ def _qwen35_layer(spec, hp, rng, il):
                 (p + "attn_output.weight", rng.mat(e, q_out, q_out ** -0.5), "attn_output"),
                 (p + "attn_q_norm.weight", rng.norm(hd), "norm"),
                 (p + "attn_k_norm.weight", rng.norm(hd), "norm")]
+    out.append((p + "post_attention_norm.weight", rng.norm(e), "norm"))
+    if "moe" in spec:
+        return out + _moe_ffn(spec, hp, rng, p)
     return out + [
-        (p + "post_attention_norm.weight", rng.norm(e), "norm"),
         (p + "ffn_gate.weight", rng.mat(ff, e, e ** -0.5), "ffn_gate"),
         (p + "ffn_up.weight", rng.mat(ff, e, e ** -0.5), "ffn_up"),
         (p + "ffn_down.weight", rng.mat(e, ff, ff ** -0.5), "ffn_down"),
@@ -388,7 +447,7 @@ def _qwen35_layer(spec, hp, rng, il):
 
 def _layer_tensors(spec, hp, rng, il):
     """(name, float32 array, kind) for one block; kind picks the type."""
-    if spec["arch"] == "qwen35":
+    if "qwen35" in spec:
         return _qwen35_layer(spec, hp, rng, il)
     e, ff = hp["n_embd"], spec.get("n_ff", hp["n_ff"])
     hd = spec.get("head_dim", e // hp["n_head"])
@@ -401,15 +460,18 @@ def _layer_tensors(spec, hp, rng, il):
         (p + "attn_v.weight", rng.mat(kv_out, e, e ** -0.5), "attn_v"),
         (p + "attn_output.weight", rng.mat(e, q_out, q_out ** -0.5), "attn_output"),
         (p + "ffn_norm.weight", rng.norm(e), "norm"),
-        (p + "ffn_gate.weight", rng.mat(ff, e, e ** -0.5), "ffn_gate"),
-        (p + "ffn_up.weight", rng.mat(ff, e, e ** -0.5), "ffn_up"),
-        (p + "ffn_down.weight", rng.mat(e, ff, ff ** -0.5), "ffn_down"),
     ]
+    if "moe" in spec:
+        out += _moe_ffn(spec, hp, rng, p)
+    else:
+        out += [(p + "ffn_gate.weight", rng.mat(ff, e, e ** -0.5), "ffn_gate"),
+                (p + "ffn_up.weight", rng.mat(ff, e, e ** -0.5), "ffn_up"),
+                (p + "ffn_down.weight", rng.mat(e, ff, ff ** -0.5), "ffn_down")]
     if spec["arch"] == "qwen2":
         out += [(p + "attn_q.bias", rng.bias(q_out), "norm"),
                 (p + "attn_k.bias", rng.bias(kv_out), "norm"),
                 (p + "attn_v.bias", rng.bias(kv_out), "norm")]
-    if spec["arch"] == "qwen3":
+    if spec["arch"] in ("qwen3", "qwen3moe"):
         out += [(p + "attn_q_norm.weight", rng.norm(hd), "norm"),
                 (p + "attn_k_norm.weight", rng.norm(hd), "norm")]
     return out
@@ -433,7 +495,7 @@ def _model_tensors(spec, hp, n_vocab, rng):
 
 
 def _tensor_type(spec, kind, name=None):
-    if kind == "norm":
+    if kind in ("norm", "router"):
         return QT.F32
     if name in spec.get("types", {}):  # per tensor (tests/fuzz/gguf_mutator.py)
         return spec["types"][name]
@@ -457,6 +519,8 @@ def _write_metadata(w, spec, hp, vocab):
     w.add_rope_dimension_count(spec.get("rope_dim", hd))
     if "qwen35" in spec:
         _write_qwen35_keys(w, spec)
+    if "moe" in spec:
+        _write_moe_keys(w, spec)
     if "head_dim" in spec:
         w.add_key_length(hd)
         w.add_value_length(hd)
@@ -481,6 +545,19 @@ def _write_qwen35_keys(w, spec):
     if spec.get("mtp"):  # one multi-token-prediction block after the trunk
         w.add_uint32(f"{a}.nextn_predict_layers", 1)
     w.add_array(f"{a}.rope.dimension_sections", [int(x) for x in q["sections"]])
+
+
+def _write_moe_keys(w, spec):
+    """llama.cpp's expert keys (drop_key / set_key: the bad-file variants)."""
+    mo, a = spec["moe"], spec["arch"]
+    keys = {"expert_count": mo["n_expert"], "expert_used_count": mo["n_used"],
+            "expert_feed_forward_length": mo["n_ff_exp"]}
+    if mo.get("n_ff_shexp"):
+        keys["expert_shared_feed_forward_length"] = mo["n_ff_shexp"]
+    keys.update(spec.get("set_key", {}))
+    for k, v in keys.items():
+        if spec.get("drop_key") != k:
+            w.add_uint32(f"{a}.{k}", v)
 
 
 def _write_tokenizer(w, spec, vocab):
@@ -513,7 +590,11 @@ def write_model(path, spec, seed):
         if name in spec.get("reshape", {}):  # another shape, same values repeated (fuzzing)
             arr = np.resize(arr, spec["reshape"][name])
         qt = _tensor_type(spec, kind, name)
-        data = quantize(arr, qt) if arr.ndim == 2 else arr
+        if arr.ndim == 3:  # an expert stack: each expert's matrix quantized by rows
+            data = quantize(arr.reshape(-1, arr.shape[2]), qt)
+            data = data.reshape(arr.shape[0], arr.shape[1], -1)
+        else:
+            data = quantize(arr, qt) if arr.ndim == 2 else arr
         w.add_tensor(name, data, raw_dtype=qt if data.dtype == np.uint8 else None)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -658,6 +739,10 @@ def _raw_weight(wtype, rows, cols, g):
     if wtype == 16:  # IQ2_XXS: 256 elements in 66 bytes; contents irrelevant
         assert cols % 256 == 0
         return g.integers(0, 256, rows * cols // 256 * 66, dtype=np.uint8).tobytes()
+    if wtype == 39:  # MXFP4: 32 elements in 17 bytes (E8M0 byte, 16 nibble bytes)
+        blk = g.integers(0, 256, (rows * -(-cols // 32), 17), dtype=np.uint8)
+        blk[:, 0] = g.integers(118, 127, blk.shape[0])  # scales 2^-10 .. 2^-2
+        return blk.tobytes()
     raise ValueError(wtype)
 
 
@@ -725,6 +810,10 @@ def _bad_tensor_files(base, m, good):
                 "EUNSUPPORTED", "gpt-nonexistent"))
     iq = _tiny_llama_iq2()
     out.append(("unsupported-type-iq2_xxs.gguf", iq, "EUNSUPPORTED", "blk.0.attn_q.weight|IQ2_XXS"))
+    # MXFP4 attn_q: loads at a row length of whole blocks; 48 is not one.
+    out.append(("ok-mxfp4-attn_q.gguf", _tiny_llama(wtype=39).build(), "OK", "-"))
+    out.append(("mxfp4-bad-row-length.gguf", _tiny_llama(wtype=39, e=48).build(), "EFORMAT",
+                "blk.0.attn_q.weight"))
     missing = _drop_tensor(base, "blk.0.ffn_up.weight")
     out.append(("missing-tensor.gguf", missing, "EFORMAT|EINVAL", "blk.0.ffn_up.weight"))
     return out
@@ -772,6 +861,35 @@ def _bad_qwen35(d):
     return lines
 
 
+def _bad_moe(d):
+    """The tiny mixture-of-experts models with a bad expert key or tensor:
+    each error must name the key or tensor. Returns the manifest lines."""
+    q3 = next(m for m in MODELS if m["name"] == "qwen3moe-f32")
+    q35 = next(m for m in MODELS if m["name"] == "qwen35moe-f32")
+    n, f, e = q3["moe"]["n_expert"], q3["moe"]["n_ff_exp"], HPARAMS["n_embd"]
+    cases = [(q3, "qwen3moe-expert-count-0.gguf", dict(set_key={"expert_count": 0}), "qwen3moe.expert_count"),
+             (q3, "qwen3moe-topk-above-count.gguf", dict(set_key={"expert_used_count": n + 1}),
+              "qwen3moe.expert_used_count"),
+             (q3, "qwen3moe-no-expert-count.gguf", dict(drop_key="expert_count"), "qwen3moe.expert_count"),
+             (q3, "qwen3moe-missing-down-exps.gguf", dict(drop_tensor="blk.1.ffn_down_exps.weight"),
+              "blk.1.ffn_down_exps.weight"),
+             (q3, "qwen3moe-short-gate-exps.gguf", dict(short_tensor="blk.0.ffn_gate_exps.weight"),
+              "blk.0.ffn_gate_exps.weight"),
+             (q3, "qwen3moe-misshaped-up-exps.gguf", dict(reshape={"blk.1.ffn_up_exps.weight": (n, f // 2, e)}),
+              "blk.1.ffn_up_exps.weight"),
+             (q3, "qwen3moe-missing-router.gguf", dict(drop_tensor="blk.0.ffn_gate_inp.weight"),
+              "blk.0.ffn_gate_inp.weight"),
+             (q35, "qwen35moe-missing-shexp-gate.gguf", dict(drop_tensor="blk.2.ffn_gate_inp_shexp.weight"),
+              "blk.2.ffn_gate_inp_shexp.weight"),
+             (q35, "qwen35moe-short-down-shexp.gguf", dict(short_tensor="blk.1.ffn_down_shexp.weight"),
+              "blk.1.ffn_down_shexp.weight")]
+    lines = []
+    for base, name, change, field in cases:
+        write_model(os.path.join(d, name), {**base, **change}, seed=6)
+        lines.append(f"{name} EFORMAT {field}")
+    return lines
+
+
 def _write_bad(outdir):
     d = os.path.join(outdir, "bad")
     os.makedirs(d, exist_ok=True)
@@ -787,6 +905,7 @@ def _write_bad(outdir):
             f.write(data)
         lines.append(f"{name} {code} {fields}")
     lines += _bad_qwen35(d)
+    lines += _bad_moe(d)
     with open(os.path.join(d, "MANIFEST.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
 

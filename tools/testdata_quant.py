@@ -17,7 +17,9 @@ File layout (little-endian):
 Blocks are random bytes, except that every f16 scale field is redrawn from
 finite halves (subnormals included), so the reference has no NaN/Inf noise
 in it. F16, BF16 and F32 tensors are raw random bits (NaNs included: the C
-conversion must keep their payloads exactly as numpy does).
+conversion must keep their payloads exactly as numpy does). MXFP4 keeps
+every E8M0 byte (0 and 1: subnormal scales; the top ones overflow to inf,
+in both).
 Does not: test anything itself; deterministic (fixed seed)."""
 import os
 import struct
@@ -33,6 +35,8 @@ SCALE_FIELDS = {
     QT.Q8_0: [0], QT.Q4_K: [0, 2], QT.Q5_K: [0, 2], QT.Q6_K: [208],
     QT.F16: [], QT.BF16: [], QT.F32: [],
 }
+# types drawn from their own seed, so adding one leaves the others' bytes as they were
+LATER_TYPES = [QT.MXFP4]
 N_ELEMS = 256 * 64  # a multiple of every block size
 
 
@@ -47,7 +51,7 @@ def write_type(rng, qt, path):
     bsize, tsize = gguf.GGML_QUANT_SIZES[qt]
     nblk = N_ELEMS // bsize
     raw = rng.integers(0, 256, size=(nblk, tsize), dtype=np.uint16).astype(np.uint8)
-    for off in SCALE_FIELDS[qt]:
+    for off in SCALE_FIELDS.get(qt, []):
         raw[:, off:off + 2] = finite_halves(rng, nblk).view(np.uint8).reshape(nblk, 2)
     ref = gguf.quants.dequantize(raw.reshape(-1), qt).astype(np.float32).reshape(-1)
     assert ref.size == N_ELEMS, (qt, ref.size)
@@ -87,6 +91,8 @@ def generate(outdir):
     for qt in SCALE_FIELDS:
         write_type(rng, qt, os.path.join(qdir, qt.name + ".bin"))
     write_fp16(rng, os.path.join(qdir, "fp16.bin"))
+    for i, qt in enumerate(LATER_TYPES):
+        write_type(np.random.default_rng(20251126 + i), qt, os.path.join(qdir, qt.name + ".bin"))
 
 
 if __name__ == "__main__":

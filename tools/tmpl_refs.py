@@ -42,6 +42,7 @@ FAMILIES = {
     "qwen3": (None, "<|im_end|>"),
     "gemma3": ("<bos>", "<eos>"),
     "mistral": ("<s>", "</s>"),
+    "gpt-oss": ("<|startoftext|>", "<|return|>"),
 }
 
 
@@ -269,7 +270,10 @@ def main():
             src = f.read()
         stats = {"out": 0, "raise": 0, "error": 0}
         with open(os.path.join(args.dir, fam + ".refs"), "w", encoding="utf-8") as f:
-            f.write(json.dumps({"family": fam, "bos_token": bos, "eos_token": eos}) + "\n")
+            hdr = {"family": fam, "bos_token": bos, "eos_token": eos}
+            if "strftime_now(" in src:  # the test swaps this date for its own day
+                hdr["today"] = datetime.now().strftime("%Y-%m-%d")
+            f.write(json.dumps(hdr) + "\n")
             for c in ctxs:
                 res = render(env, src, c, bos, eos)
                 stats[next(iter(res))] += 1

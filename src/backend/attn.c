@@ -100,17 +100,33 @@ static void fold_into(int d, float *res, const float *x) {
     res[d + 1] = res[d + 1] * a + x[d + 1] * b;
 }
 
-static void finish(int d, const float *res, float *out) {
+/* The sink: one more softmax term, e^(sink - m), with no value (ggml's
+ * flash attention does the same after its last key): when it is the
+ * larger, the state is rescaled to it. Scores are already scaled; the
+ * sink is not (it is a logit). After the fold, so it is added once. */
+static void add_sink(int d, float *res, float sink) {
+    if (res[d + 1] == 0 || sink > res[d]) {
+        float a = res[d + 1] == 0 ? 0 : expf(res[d] - sink);
+        for (int i = 0; i < d; i++) res[i] *= a;
+        res[d] = sink;
+        res[d + 1] = res[d + 1] * a + 1;
+    } else {
+        res[d + 1] += expf(sink - res[d]);
+    }
+}
+
+static void finish(int d, float *res, const float *sink, float *out) {
+    if (sink) add_sink(d, res, *sink);
     float inv = 1.0f / res[d + 1];
     for (int k = 0; k < d; k++) out[k] = res[k] * inv;
 }
 
-void attn_fold(int head_dim, const float *states, int n, float *out) {
+void attn_fold(int head_dim, const float *states, int n, const float *sink, float *out) {
     size_t sf = attn_state_floats(head_dim);
     float stack[1024 + 2], *r = head_dim <= 1024 ? stack : xmalloc(sf * sizeof(float));
     state_init(head_dim, r);
     for (int s = 0; s < n; s++) fold_into(head_dim, r, states + (size_t)s * sf);
-    finish(head_dim, r, out);
+    finish(head_dim, r, sink, out);
     if (r != stack) free(r);
 }
 
@@ -178,7 +194,7 @@ static void run_ops(const attn_ops *ops, const attn_kv *kv, const attn_query *qs
         run_segment(ops, kv, qs, nq, ws, first, end, seg);
         for (int i = 0; i < nq; i++) fold_into(d, qb + i * qf + 2 * d + 2, qb + i * qf + d);
     }
-    for (int i = 0; i < nq; i++) finish(d, qb + i * qf + 2 * d + 2, qs[i].out);
+    for (int i = 0; i < nq; i++) finish(d, qb + i * qf + 2 * d + 2, qs[i].sink, qs[i].out);
 }
 
 static void run_seg_ops(const attn_ops *ops, const attn_kv *kv, const attn_query *qs, int nq, float scale, int seg,

@@ -53,6 +53,7 @@ typedef struct attn_query {
     const float *q;
     float *out; /* head_dim floats */
     int first, end;
+    const float *sink; /* gpt-oss: the head's learned sink logit, a softmax term with no value; NULL: none */
 } attn_query;
 
 /* Floats of scratch attn_run needs for nq queries of head_dim (64-byte
@@ -74,8 +75,9 @@ static inline size_t attn_state_floats(int head_dim) {
 void attn_run_seg(const attn_kv *kv, const attn_query *qs, int nq, float scale, int seg, float *const *states,
                   float *ws);
 /* out = the n segment states of one query (contiguous, segment order)
- * folded and normalised: attn_run's result for it. */
-void attn_fold(int head_dim, const float *states, int n, float *out);
+ * folded, its sink (or NULL) added, and normalised: attn_run's result
+ * for it. */
+void attn_fold(int head_dim, const float *states, int n, const float *sink, float *out);
 
 /* The same at a given level (tests compare levels and paths):
  * 0 scalar, 1 avx2, 2 avx512; a level the CPU or the build lacks, or a

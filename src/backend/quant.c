@@ -33,6 +33,7 @@ static const quant_traits TRAITS[QT_COUNT] = {
     [QT_Q5_K] = {"Q5_K", QK_K, QB_Q5_K, QT_Q8_K, 1},
     [QT_Q6_K] = {"Q6_K", QK_K, QB_Q6_K, QT_Q8_K, 1},
     [QT_Q8_K] = {"Q8_K", QK_K, 292, QT_Q8_K, 0},
+    [QT_MXFP4] = {"MXFP4", QK, QB_MXFP4, QT_Q8_0, 1},
 };
 
 const quant_traits *quant_get(uint32_t type) {
@@ -44,7 +45,7 @@ const quant_traits *quant_get(uint32_t type) {
 static const char *const OTHER_NAMES[QT_COUNT] = {
     [16] = "IQ2_XXS", [17] = "IQ2_XS", [18] = "IQ3_XXS", [19] = "IQ1_S", [20] = "IQ4_NL",
     [21] = "IQ3_S", [22] = "IQ2_S", [23] = "IQ4_XS", [24] = "I8", [25] = "I16", [26] = "I32",
-    [27] = "I64", [28] = "F64", [29] = "IQ1_M", [34] = "TQ1_0", [35] = "TQ2_0", [39] = "MXFP4",
+    [27] = "I64", [28] = "F64", [29] = "IQ1_M", [34] = "TQ1_0", [35] = "TQ2_0",
 };
 
 const char *quant_name(uint32_t type) {
@@ -134,6 +135,13 @@ static void dq_q6k(const uint8_t *b, float *y) {
     }
 }
 
+/* kv[q] * 2^(e-128): one rounding, as ggml and the gguf package. */
+static void dq_mxfp4(const uint8_t *b, float *y) {
+    float d = quant_e8m0_half(b[0]);
+    for (int j = 0; j < QK; j++)
+        y[j] = d * (float)quant_mxfp4_kv[j < 16 ? b[1 + j] & 15 : b[1 + j - 16] >> 4];
+}
+
 static void dq_block(qtype t, const uint8_t *b, float *y) {
     switch (t) {
     case QT_Q4_0: dq_legacy(b, y, 0, 0); break;
@@ -144,6 +152,7 @@ static void dq_block(qtype t, const uint8_t *b, float *y) {
     case QT_Q4_K: dq_q45k(b, y, 0); break;
     case QT_Q5_K: dq_q45k(b, y, 1); break;
     case QT_Q6_K: dq_q6k(b, y); break;
+    case QT_MXFP4: dq_mxfp4(b, y); break;
     default: break;
     }
 }

@@ -60,6 +60,14 @@ AI void lg_transpose4(const __m256i *in, __m256i *out) {
 /* Block of lane i of half h, and whether it is one of the n real ones. */
 AI int lg_blk(int h, int i) { return qa8_lane(8 * h + i); }
 
+/* 2^(e-128) of the E8M0 byte e in each dword (quant_e8m0_half). */
+AI __m256 mx_e8m0(__m256i e) {
+    __m256i big = _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1));
+    __m256i den = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    __m256i nrm = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(den, nrm, big));
+}
+
 AI void lg_load_head(int ty, const uint8_t *g, int h, int n, lg_half *o) {
     const int by = lg_bytes(ty);
     /* Built in registers: 2-byte stores then a 16-byte load would stall on
@@ -79,6 +87,11 @@ AI void lg_load_head(int ty, const uint8_t *g, int h, int n, lg_half *o) {
     LANE(0) LANE(1) LANE(2) LANE(3) LANE(4) LANE(5) LANE(6) LANE(7)
 #undef LANE
     o->qh = _mm256_set_m128i(qh2, qh);
+    if (ty == LMX) { /* dh holds each block's E8M0 byte (and qs[0] above it) */
+        o->d = mx_e8m0(_mm256_and_si256(_mm256_cvtepu16_epi32(dh), _mm256_set1_epi32(0xff)));
+        o->m = _mm256_setzero_ps();
+        return;
+    }
     o->d = _mm256_cvtph_ps(dh);
     if (ty == L41 || ty == L51)
         o->m = _mm256_cvtph_ps(mh);
@@ -378,6 +391,54 @@ LG_KERNEL(lg_q4_1, L41)
 LG_KERNEL(lg_q5_0, L50)
 LG_KERNEL(lg_q5_1, L51)
 LG_KERNEL(lg_q8_0, L80)
+
+/* ---- MXFP4 (Q8_0 activations) -------------------------------------------
+ * Half groups load as the legacy ones (LMX: nibbles as Q4_0, d from the
+ * E8M0 byte); a byte shuffle turns nibbles into kv values and the sign
+ * trick (|w| x sign(x, w)) feeds VPMADDUBSW: 8 chunks sum in int16
+ * (8 * 2 * 12 * 127 < 2^15), exactly. Float steps and the final sum are
+ * the scalar kernel's (acc + cvt(isum) * (dw * dx), no FMA, per lane;
+ * hsum8 of the two halves' sum is quant_mx_hsum16's tree), so every level
+ * gives the same bits. Tiles: 1 row x {4, 2, 1} tokens on GGUF rows. */
+AI void mx_tile(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *out, const int T) {
+    const int64_t nb = k / QK;
+    const __m256i tab = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+                                         0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[2][4];
+    UNROLL
+    for (int t = 0; t < T; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+    for (int64_t b0 = 0; b0 < nb; b0 += QA8_GROUP) {
+        int n = nb - b0 < QA8_GROUP ? (int)(nb - b0) : QA8_GROUP;
+        for (int h = 0; h < 2; h++) {
+            lg_half g;
+            lg_load(LMX, w[0] + b0 * QB_MXFP4, h, n, &g);
+            __m256i p[4];
+            UNROLL
+            for (int t = 0; t < T; t++) p[t] = _mm256_setzero_si256();
+            UNROLL
+            for (int v = 0; v < 8; v++) {
+                __m256i wv = _mm256_shuffle_epi8(tab, lg_chunk(LMX, &g, v)), aw = _mm256_sign_epi8(wv, wv);
+                UNROLL
+                for (int t = 0; t < T; t++) {
+                    __m256i xv = _mm256_loadu_si256((const void *)(qa8_qs(x[t], nb) + b0 * QK + 32 * h + 64 * v));
+                    p[t] = _mm256_add_epi16(p[t], _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wv)));
+                }
+            }
+            UNROLL
+            for (int t = 0; t < T; t++) {
+                __m256 dd = _mm256_mul_ps(g.d, _mm256_loadu_ps(qa8_d(x[t]) + b0 + 8 * h));
+                __m256 isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(p[t], ones));
+                acc[h][t] = _mm256_add_ps(acc[h][t], _mm256_mul_ps(isum, dd));
+            }
+        }
+    }
+    UNROLL
+    for (int t = 0; t < T; t++) out[t] = hsum8(_mm256_add_ps(acc[0][t], acc[1][t]));
+}
+
+TILE_T(mx_tile, 1) TILE_T(mx_tile, 2) TILE_T(mx_tile, 4)
+static const tile_set mx_mxfp4_set = {.s = {{1, 4, mx_tile_4}, {1, 2, mx_tile_2}, {1, 1, mx_tile_1}}};
 
 /* ---- K-quants (Q8_K activations) --------------------------------------- */
 

@@ -66,7 +66,20 @@ AI __m512i lg_lanes32(const uint8_t *g, int by, int off, int n) {
 }
 
 /* d (low half) and m (high half) of each lane's header dword as floats. */
+/* 2^(e-128) of the E8M0 byte e in each dword (quant_e8m0_half). */
+AI __m512 mx_e8m0(__m512i e) {
+    __mmask16 big = _mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1));
+    __m512i den = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    __m512i nrm = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    return _mm512_castsi512_ps(_mm512_mask_mov_epi32(den, big, nrm));
+}
+
 AI void lg_scales(int ty, __m512i h, lg_group *o) {
+    if (ty == LMX) { /* the header is one E8M0 byte; no minimum */
+        o->d = mx_e8m0(_mm512_and_si512(h, _mm512_set1_epi32(0xff)));
+        o->m = _mm512_setzero_ps();
+        return;
+    }
     const __m512i idx = _mm512_set_epi16(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1,
                                          30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     __m512i p = _mm512_permutexvar_epi16(idx, h);
@@ -426,6 +439,53 @@ LG_KERNEL(lg_q4_1, L41)
 LG_KERNEL(lg_q5_0, L50)
 LG_KERNEL(lg_q5_1, L51)
 LG_KERNEL(lg_q8_0, L80)
+
+/* ---- MXFP4 (Q8_0 activations) -------------------------------------------
+ * The group loads are the legacy ones (LMX: nibbles as Q4_0, d from the
+ * E8M0 byte). A chunk's nibbles become |kv| by a byte shuffle and their
+ * sign (bit 3) negates the activation bytes, so VPDPBUSD takes |w| as its
+ * unsigned operand; the sums are exact. Float steps and the final sum are
+ * the scalar kernel's (quant_scalar.c: acc + cvt(isum) * (dw * dx), no
+ * FMA, then quant_mx_hsum16's tree = lg_hsum), so every level gives the
+ * same bits. Tiles: 1 row x {8, 4, 2, 1} tokens on the GGUF rows. */
+AI void mx_tile(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *out, const int T) {
+    const int64_t nb = k / QK;
+    const __m512i tab = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12));
+    const __m512i sgn = _mm512_set1_epi8(8);
+    __m512 acc[8];
+    UNROLL
+    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t b0 = 0; b0 < nb; b0 += QA8_GROUP) {
+        int n = nb - b0 < QA8_GROUP ? (int)(nb - b0) : QA8_GROUP;
+        lg_group g;
+        lg_load(LMX, w[0] + b0 * QB_MXFP4, n, &g);
+        __m512i is[8];
+        UNROLL
+        for (int t = 0; t < T; t++) is[t] = _mm512_setzero_si512();
+        UNROLL
+        for (int v = 0; v < 8; v++) {
+            __m512i nib = lg_chunk(LMX, &g, v), wa = _mm512_shuffle_epi8(tab, nib);
+            __mmask64 neg = _mm512_test_epi8_mask(nib, sgn);
+            UNROLL
+            for (int t = 0; t < T; t++) {
+                __m512i xv = _mm512_loadu_si512((const void *)(qa8_qs(x[t], nb) + b0 * QK + 64 * v));
+                xv = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
+                is[t] = _mm512_dpbusd_epi32(is[t], wa, xv);
+            }
+        }
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            __m512 dd = _mm512_mul_ps(g.d, _mm512_loadu_ps(qa8_d(x[t]) + b0));
+            acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_cvtepi32_ps(is[t]), dd));
+        }
+    }
+    UNROLL
+    for (int t = 0; t < T; t++) out[t] = lg_hsum(acc[t]);
+}
+
+TILE_T(mx_tile, 1) TILE_T(mx_tile, 2) TILE_T(mx_tile, 4) TILE_T(mx_tile, 8)
+static const tile_set mx_mxfp4_set = {
+    .s = {{1, 8, mx_tile_8}, {1, 4, mx_tile_4}, {1, 2, mx_tile_2}, {1, 1, mx_tile_1}}};
 
 /* ---- K-quants (Q8_K activations) --------------------------------------- */
 

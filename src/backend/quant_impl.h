@@ -11,6 +11,7 @@
 #include "backend/quant.h"
 
 #include <stdint.h>
+#include <string.h>
 
 #define QK 32   /* elements per block of the legacy formats */
 #define QK_K 256 /* elements per super-block of the K-quants */
@@ -32,7 +33,13 @@
  * Q5_K's fifth bit of element l of sub-block j is bit j of qh[l].
  * Q6_K: element h*128 + s*64 + j (h, s in {0,1}, j < 64) has low bits
  * nibble s of ql[h*64 + j] and high bits (qh[h*32 + j%32] >> 2*(2s + j/32))
- * & 3; x = d * scales[e/16] * (q - 32). */
+ * & 3; x = d * scales[e/16] * (q - 32).
+ *   MXFP4 17 B: u8 e, u8 qs[16]          x = 2^(e-128) * kv[q]
+ * (OCP microscaling FP4: E2M1 values with one E8M0 exponent per 32; ggml
+ * type 39.) Nibbles as Q4_0. kv (quant_mxfp4_kv) holds the E2M1 values
+ * doubled, so they are the integers 0..12 with sign bit 3, and the scale
+ * is halved to match: 2^(e-127) / 2 (quant_e8m0_half; e = 0 and 1 give
+ * the subnormals 2^-128 and 2^-127, as ggml and the gguf package do). */
 #define QB_Q4_0 18
 #define QB_Q4_1 20
 #define QB_Q5_0 22
@@ -41,6 +48,17 @@
 #define QB_Q4_K 144
 #define QB_Q5_K 176
 #define QB_Q6_K 210
+#define QB_MXFP4 17 /* bytes per MXFP4 block (public: sizes and benches) */
+
+static const int8_t quant_mxfp4_kv[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* The E8M0 exponent e as 2^(e-128), exactly (bits built, no libm). */
+static inline float quant_e8m0_half(uint8_t e) {
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
 
 /* Activation formats (Strata's own layout, never on disk):
  *   Q8_0 and Q8_1 row of n elements, nb = n / 32 blocks, padded to
@@ -104,6 +122,16 @@ static inline uint16_t quant_rd16(const uint8_t *p) {
 static inline uint32_t quant_rd32(const uint8_t *p) {
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
            ((uint32_t)p[3] << 24);
+}
+
+/* The sum of 16 lanes in the order every MXFP4 kernel uses: lane i + lane
+ * i + 8, then + 4, then (0 + 2) + (1 + 3). It is the order of the
+ * AVX-512 and AVX2 reductions (lg_hsum, hsum8 of the two halves' sum). */
+static inline float quant_mx_hsum16(const float *v) {
+    float h[8], q[4];
+    for (int i = 0; i < 8; i++) h[i] = v[i] + v[i + 8];
+    for (int i = 0; i < 4; i++) q[i] = h[i] + h[i + 4];
+    return (q[0] + q[2]) + (q[1] + q[3]);
 }
 
 typedef void (*quant_gemm_fn)(const void *w, size_t w_row_bytes, int64_t k,

@@ -139,6 +139,35 @@ static float dot_q6_k(const uint8_t *w, const void *x, int64_t k) {
     return acc;
 }
 
+/* MXFP4, in the order every level keeps (the same bits at each): lane p
+ * of group G holds block 16G + qa8_lane(p), as the activation layout has
+ * it; per group, lane p adds (float)isum * (dw * dx), a product and a sum
+ * rounded apart (no FMA); a row ends with the 16 lanes summed by one fixed
+ * tree (halves, quarters, pairs: quant_mx_hsum16). Blocks past the row
+ * (padding lanes) add exact zeros: their activation scale is 0. */
+static float dot_mxfp4(const uint8_t *w, const void *x, int64_t k) {
+    int64_t nb = k / QK;
+    const float *xd = qa8_d(x);
+    float acc[QA8_GROUP] = {0};
+    for (int64_t b0 = 0; b0 < nb; b0 += QA8_GROUP)
+        for (int p = 0; p < QA8_GROUP; p++) {
+            int64_t b = b0 + qa8_lane(p);
+            int isum = 0;
+            float dw = 0;
+            if (b < nb) {
+                const uint8_t *blk = w + b * QB_MXFP4;
+                int8_t xb[QK];
+                act_block(x, nb, b, xb);
+                for (int j = 0; j < QK; j++)
+                    isum += quant_mxfp4_kv[j < 16 ? blk[1 + j] & 15 : blk[1 + j - 16] >> 4] * xb[j];
+                dw = quant_e8m0_half(blk[0]);
+            }
+            float dd = dw * xd[b0 + p];
+            acc[p] = acc[p] + (float)isum * dd;
+        }
+    return quant_mx_hsum16(acc);
+}
+
 /* Float formats: eight running sums, reduced pairwise at the end, so long
  * rows do not lose precision in one accumulator. */
 static float dot_float(const uint8_t *w, const float *x, int64_t k, qtype t) {
@@ -190,6 +219,7 @@ SCALAR_GEMM(q6_k)
 SCALAR_GEMM(f32)
 SCALAR_GEMM(f16)
 SCALAR_GEMM(bf16)
+SCALAR_GEMM(mxfp4)
 
 quant_gemm_fn quant_scalar_kernel(qtype t) {
     switch (t) {
@@ -204,6 +234,7 @@ quant_gemm_fn quant_scalar_kernel(qtype t) {
     case QT_F32: return gemm_f32;
     case QT_F16: return gemm_f16;
     case QT_BF16: return gemm_bf16;
+    case QT_MXFP4: return gemm_mxfp4;
     default: return NULL;
     }
 }

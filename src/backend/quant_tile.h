@@ -191,7 +191,7 @@ static void tile_drive(const tile_set *ts, const void *w, size_t wrb, int64_t k,
     TILE_GEMM(lg_q4_0) TILE_GEMM(lg_q4_1) TILE_GEMM(lg_q5_0)                  \
     TILE_GEMM(lg_q5_1) TILE_GEMM(lg_q8_0) TILE_GEMM(kq_q4_k)                  \
     TILE_GEMM(kq_q5_k) TILE_GEMM(kq_q6_k) TILE_GEMM(fl_f32)                   \
-    TILE_GEMM(fl_f16) TILE_GEMM(fl_bf16)                                      \
+    TILE_GEMM(fl_f16) TILE_GEMM(fl_bf16) TILE_GEMM(mx_mxfp4)                  \
     quant_gemm_fn fn_name(qtype t) {                                          \
         switch (t) {                                                          \
         case QT_Q4_0: return gemm_lg_q4_0;                                    \
@@ -205,6 +205,7 @@ static void tile_drive(const tile_set *ts, const void *w, size_t wrb, int64_t k,
         case QT_F32: return gemm_fl_f32;                                      \
         case QT_F16: return gemm_fl_f16;                                      \
         case QT_BF16: return gemm_fl_bf16;                                    \
+        case QT_MXFP4: return gemm_mx_mxfp4;                                  \
         default: return NULL;                                                 \
         }                                                                     \
     }
@@ -215,18 +216,20 @@ static void tile_drive(const tile_set *ts, const void *w, size_t wrb, int64_t k,
     AI void prefix(const uint8_t *const *w, const uint8_t *const *x,          \
                    int64_t k, float *o, int T) { tile(ty, w, x, k, o, T); }
 
-/* The three weight families' type tags, the same at every level. */
-enum { L40, L41, L50, L51, L80 };
+/* The weight families' type tags, the same at every level. LMX (MXFP4)
+ * shares the legacy loads (blocks of 32, nibbles as Q4_0; the header is
+ * one E8M0 byte) but has its own tiles. */
+enum { L40, L41, L50, L51, L80, LMX };
 enum { K4, K5, K6 };
 enum { FF32, FF16, FBF16 };
 
 /* Legacy block sizes and where the quants start. */
 AI int lg_bytes(int ty) {
     return ty == L40 ? QB_Q4_0 : ty == L41 ? QB_Q4_1 : ty == L50 ? QB_Q5_0
-         : ty == L51 ? QB_Q5_1 : QB_Q8_0;
+         : ty == L51 ? QB_Q5_1 : ty == LMX ? QB_MXFP4 : QB_Q8_0;
 }
 AI int lg_qs_off(int ty) {
-    return ty == L40 ? 2 : ty == L41 ? 4 : ty == L50 ? 6 : ty == L51 ? 8 : 2;
+    return ty == L40 ? 2 : ty == L41 ? 4 : ty == L50 ? 6 : ty == L51 ? 8 : ty == LMX ? 1 : 2;
 }
 /* Offset of the 32 high bits of Q5_0/Q5_1. */
 AI int lg_qh_off(int ty) { return ty == L50 ? 2 : 4; }

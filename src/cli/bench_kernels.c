@@ -7,7 +7,7 @@
  * a small normal number (no NaN, Inf or denormal slowdowns).
  * Prints one line per (level, n_tok): ms per call and GFLOP/s (2*rows*k*n
  * flops, activation conversion excluded). Does not: threads. */
-#include "backend/quant.h"
+#include "backend/quant_impl.h"
 #include "base/fp16.h"
 #include "cli/cli.h"
 
@@ -40,7 +40,11 @@ static void *bench_weights(qtype t, int rows, int64_t k) {
         s = s * 1664525u + 1013904223u;
         w[i] = (uint8_t)(s >> 24);
     }
-    (void)t; /* every block size is even: all f16 fields start at even offsets */
+    if (t == QT_MXFP4) { /* one E8M0 byte per 17: 2^-8 */
+        for (size_t i = 0; i < n; i += QB_MXFP4) w[i] = 120;
+        return w;
+    }
+    /* every other block size is even: all f16 fields start at even offsets */
     for (size_t i = 0; i + 1 < n; i += 2)
         w[i + 1] = (uint8_t)((w[i + 1] & 0x83) | 0x20); /* |v| near 2^-7 */
     return w;

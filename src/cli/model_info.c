@@ -38,6 +38,13 @@ static void print_hparams(const model *m) {
         printf("%-16s %d gated delta-net layers (conv %d, %d key / %d value heads of %d), %d attention\n",
                "recurrent", hp->n_rec_layer, hp->ssm_d_conv, hp->ssm_n_k_heads, hp->ssm_n_v_heads,
                hp->ssm_d_state, hp->n_kv_layer);
+    if (hp->n_expert)
+        printf("%-16s %d of %d per token, %d wide (%s%s)%s\n", "experts", hp->n_expert_used, hp->n_expert,
+               hp->n_ff_exp,
+               hp->expert_gating == MOE_GATE_SIGMOID ? "sigmoid"
+               : hp->expert_gating == MOE_GATE_SOFTMAX_WEIGHT ? "top-k then softmax"
+               : "softmax",
+               hp->expert_norm ? ", renormalised" : "", hp->n_ff_shexp ? ", plus a shared expert" : "");
     printf("%-16s %d\n", "train context", hp->n_ctx_train);
     printf("%-16s base %g, dims %d, %s%s\n", "rope", hp->rope_base, hp->rope_dim,
            hp->rope_neox ? "neox" : "normal",
@@ -46,6 +53,11 @@ static void print_hparams(const model *m) {
            : m->rope_freqs.data ? ", llama3 freq factors" : "");
     printf("%-16s %s\n", "output", m->tied_output ? "tied to token embedding" : "own matrix");
     printf("%-16s %.1f MiB\n", "weights", model_weight_bytes(m) / 1048576.0);
+    /* What one token reads: every weight but the embedding table's other
+     * rows and (MoE) the experts it is not routed to. */
+    model_active a = model_active_per_token(m);
+    printf("%-16s %.2fM of %.2fM parameters, %.1f MiB of weights read per token\n", "active",
+           a.params / 1e6, a.total_params / 1e6, a.bytes / 1048576.0);
 }
 
 static int info(const char *path) {

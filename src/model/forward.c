@@ -1,4 +1,5 @@
-/* forward.c - llama-family forward pass (llama, qwen2, qwen3, gemma3, qwen35).
+/* forward.c - llama-family forward pass (llama, qwen2, qwen3, gemma3, qwen35,
+ * and their mixture-of-experts variants qwen3moe, qwen35moe: moe.c).
  *
  * Per layer, for a batch of n tokens:
  *   norm -> Q,K,V matmuls (+bias, +QK-norm) -> RoPE -> store K,V as F16 in
@@ -236,7 +237,7 @@ static void rope_table_row(fwd_ctx *c, void *arg, int t) {
 static void rope_heads(const fwd_ctx *c, float *x, int n, int t, int swa) {
     const model_hparams *hp = &c->m->hp;
     int half = hp->rope_dim / 2;
-    size_t o = ((size_t)t * c->rope_kinds + (swa ? 1 : 0)) * half;
+    size_t o = ((size_t)t * c->rope_kinds + (swa && c->rope_kinds > 1 ? 1 : 0)) * half;
     const float *ct = c->rope_cos + o, *st = c->rope_sin + o;
     for (int h = 0; h < n; h++) {
         float *v = x + (size_t)h * hp->head_dim;
@@ -337,6 +338,7 @@ static int attn_gather(fwd_ctx *c, const layer_arg *a, const fwd_run_span *r, in
                 .out = c->att + (size_t)t * hp->n_head * d + (size_t)h * d,
                 .first = attn_first_pos(c, a, t),
                 .end = a->b->pos[t] + 1,
+                .sink = a->L->sinks.data ? (const float *)a->L->sinks.data + h : NULL,
             };
     int end = a->b->pos[r->t1 - 1] + 1, from = qs[0].first / ATTN_KV_TILE * ATTN_KV_TILE / B;
     for (int i = from; i < (end + B - 1) / B; i++) {
@@ -441,8 +443,9 @@ static void attn_fold_row(fwd_ctx *c, void *arg, int t) {
     const model_hparams *hp = &c->m->hp;
     int s0 = attn_first_pos(c, a, t) / ATTN_SEG, n = a->b->pos[t] / ATTN_SEG - s0 + 1;
     size_t sf = attn_state_floats(hp->head_dim);
+    const float *sinks = a->L->sinks.data;
     for (int h = 0; h < hp->n_head; h++)
-        attn_fold(hp->head_dim, attn_states(c, t, h) + (size_t)s0 * sf, n,
+        attn_fold(hp->head_dim, attn_states(c, t, h) + (size_t)s0 * sf, n, sinks ? sinks + h : NULL,
                   c->att + ((size_t)t * hp->n_head + h) * hp->head_dim);
 }
 
@@ -481,6 +484,12 @@ static void add_rows(float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
+/* gpt-oss: the output projection's bias on token t's row of c->tmp. */
+static void out_bias_row(fwd_ctx *c, void *arg, int t) {
+    const model_layer *L = arg;
+    add_bias(c->tmp + (size_t)t * c->m->hp.n_embd, &L->bo, c->m->hp.n_embd);
+}
+
 /* Attention of layer il over c->xn; its output projection to c->tmp.
  * K/V live in the pool's layer L->kv_layer. */
 static void attention(fwd_ctx *c, const fwd_batch *b, const model_layer *L) {
@@ -496,6 +505,7 @@ static void attention(fwd_ctx *c, const fwd_batch *b, const model_layer *L) {
     if (segs) fwd__for_rows(c, n, attn_fold_row, &a);
     if (c->m->hp.attn_gate) fwd__for_rows(c, n, apply_gate_row, NULL);
     fwd__matmul(c, c->att, n, &L->wo, c->tmp);
+    if (L->bo.data) fwd__for_rows(c, n, out_bias_row, (void *)L);
 }
 
 static void layer_forward(fwd_ctx *c, const fwd_batch *b, int il) {
@@ -510,11 +520,15 @@ static void layer_forward(fwd_ctx *c, const fwd_batch *b, int il) {
     add_rows(c->x, c->tmp, (size_t)n * e);
 
     norm_rows(c, c->x, c->xn, &L->ffn_norm, n);
-    const model_tensor *gu[2] = {&L->w_gate, &L->w_up};
-    float *gu_out[2] = {c->gate, c->up};
-    fwd__matmul_group(c, c->xn, n, gu, gu_out, 2);
-    fwd__for_rows(c, n, hp->ffn_gelu ? geglu_row : swiglu_row, NULL);
-    fwd__matmul(c, c->gate, n, &L->w_down, c->tmp);
+    if (c->moe) {
+        moe_ffn(c, L, c->xn, n, c->tmp);
+    } else {
+        const model_tensor *gu[2] = {&L->w_gate, &L->w_up};
+        float *gu_out[2] = {c->gate, c->up};
+        fwd__matmul_group(c, c->xn, n, gu, gu_out, 2);
+        fwd__for_rows(c, n, hp->ffn_gelu ? geglu_row : swiglu_row, NULL);
+        fwd__matmul(c, c->gate, n, &L->w_down, c->tmp);
+    }
     if (L->post_ffn_norm.data) norm_rows(c, c->tmp, c->tmp, &L->post_ffn_norm, n);
     add_rows(c->x, c->tmp, (size_t)n * e);
 }
@@ -727,11 +741,11 @@ static void init_rope(fwd_ctx *c) {
         c->rope_inv_freq[i] = (float)(ff ? f / ff[i] : f);
         c->rope_inv_swa[i] = (float)pow((double)hp->rope_base_swa, -2.0 * i / hp->rope_dim);
     }
-    c->rope_kinds = hp->n_swa > 0 ? 2 : 1;
+    c->rope_kinds = hp->n_swa > 0 && hp->swa_rope ? 2 : 1; /* gpt-oss's window layers rotate as the others */
     size_t table = (size_t)c->max_batch * c->rope_kinds * half * sizeof(float);
     c->rope_cos = xmalloc(table);
     c->rope_sin = xmalloc(table);
-    if (hp->arch == ARCH_QWEN35) init_imrope(c);
+    if (hp->arch == ARCH_QWEN35 || hp->arch == ARCH_QWEN35MOE) init_imrope(c);
 }
 
 fwd_ctx *fwd_new(const model *m, kv_pool *kv, pool *threads, int max_batch) {
@@ -742,7 +756,8 @@ fwd_ctx *fwd_new(const model *m, kv_pool *kv, pool *threads, int max_batch) {
     c->threads = threads;
     c->max_batch = max_batch;
     size_t n = (size_t)max_batch, nq = (size_t)hp->n_head * hp->head_dim;
-    size_t kvd = (size_t)hp->n_head_kv * hp->head_dim, e = hp->n_embd, f = hp->n_ff;
+    size_t kvd = (size_t)hp->n_head_kv * hp->head_dim, e = hp->n_embd;
+    size_t f = hp->n_expert > 0 ? 16 : (size_t)hp->n_ff; /* MoE: the dense gate/up buffers go unused */
     size_t wide = e > nq ? e : nq;
     c->x = xaligned(n * e * sizeof(float));
     c->xn = xaligned(n * wide * sizeof(float));
@@ -758,6 +773,7 @@ fwd_ctx *fwd_new(const model *m, kv_pool *kv, pool *threads, int max_batch) {
         c->attn_gate = xaligned(n * nq * sizeof(float));
     }
     c->dn = dn_new(m, max_batch);
+    c->moe = moe_new(m, max_batch);
     int nth = pool_size(threads), hpg = hp->n_head / hp->n_head_kv;
     c->runs = xmalloc(n * sizeof(*c->runs));
     c->attn_ws_n = (attn_ws_floats(hp->head_dim, ATTN_RUN * hpg) + 15) & ~(size_t)15;
@@ -782,5 +798,6 @@ void fwd_free(fwd_ctx *c) {
     free(c->vb);
     free(c->rope_off);
     dn_free(c->dn);
+    moe_free(c->moe);
     free(c);
 }

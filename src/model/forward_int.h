@@ -1,5 +1,6 @@
 /* forward_int.h - the forward context and its helpers, shared by
- * forward.c and the recurrent layer (deltanet.c); not for other modules. */
+ * forward.c, the recurrent layer (deltanet.c) and the mixture-of-experts
+ * feed-forward (moe.c); not for other modules. */
 #ifndef STRATA_FORWARD_INT_H
 #define STRATA_FORWARD_INT_H
 
@@ -7,6 +8,7 @@
 #include "model/forward.h"
 
 typedef struct dn_ctx dn_ctx;
+typedef struct moe_ctx moe_ctx;
 
 #define MM_MAX 4     /* matmuls sharing one input (Q, K, V; deltanet qkv, z, beta, alpha) */
 #define ROW_ALIGN 16 /* thread row splits keep kernel tiles whole */
@@ -47,6 +49,7 @@ struct fwd_ctx {
     float *attn_gate;    /* qwen35: the gate part, [n][n_head * head_dim] */
     uint8_t *rope_off;   /* qwen35: per rotated pair, 1 = M-RoPE section with position 0 */
     dn_ctx *dn;          /* qwen35: the recurrent layers' scratch (deltanet.c) */
+    moe_ctx *moe;        /* mixture-of-experts scratch (moe.c); NULL for dense models */
 };
 
 typedef void (*row_fn)(fwd_ctx *c, void *arg, int t);
@@ -67,5 +70,12 @@ void dn_free(dn_ctx *d);
 void dn_layer(fwd_ctx *c, const fwd_batch *b, int il, float *out);
 /* Floats of recurrent state one sequence needs (0: no recurrent layers). */
 size_t dn_state_floats(const model *m);
+
+/* moe.c: the mixture-of-experts feed-forward of layer L over the batch's
+ * n normed rows xn (n_embd each), its output to out (n x n_embd; not xn).
+ * moe_new gives NULL for a dense model (hp.n_expert 0). */
+moe_ctx *moe_new(const model *m, int max_batch);
+void moe_free(moe_ctx *x);
+void moe_ffn(fwd_ctx *c, const model_layer *L, const float *xn, int n, float *out);
 
 #endif

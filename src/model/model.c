@@ -21,7 +21,13 @@ static const arch_info ARCHES[] = {
     {"qwen3", ARCH_QWEN3, 1},
     {"gemma3", ARCH_GEMMA3, 1},
     {"qwen35", ARCH_QWEN35, 1}, /* interleaved M-RoPE rotates NeoX pairs */
+    {"qwen3moe", ARCH_QWEN3MOE, 1},
+    {"qwen35moe", ARCH_QWEN35MOE, 1},
+    {"gpt-oss", ARCH_GPTOSS, 1},
 };
+
+static int is_moe(model_arch a) { return a == ARCH_QWEN3MOE || a == ARCH_QWEN35MOE || a == ARCH_GPTOSS; }
+static int is_qwen35(model_arch a) { return a == ARCH_QWEN35 || a == ARCH_QWEN35MOE; }
 
 static int find_arch(model *m, strata_err *err) {
     gguf_str s;
@@ -34,7 +40,7 @@ static int find_arch(model *m, strata_err *err) {
         return 0;
     }
     return strata_errf(err, STRATA_EUNSUPPORTED,
-                       "%s: unsupported architecture '%.*s' (supported: llama, qwen2, qwen3, gemma3, qwen35)",
+                       "%s: unsupported architecture '%.*s' (supported: llama, qwen2, qwen3, gemma3, qwen35, qwen3moe, qwen35moe, gpt-oss)",
                        m->gguf->path, (int)(s.len < 64 ? s.len : 64), s.ptr);
 }
 
@@ -94,6 +100,7 @@ static int read_gemma3(model *m, strata_err *err) {
     model_hparams *hp = &m->hp;
     hp->embd_scale = sqrtf((float)hp->n_embd);
     hp->ffn_gelu = 1;
+    hp->swa_rope = 1;
     if (hp->n_layer == 62) hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
     if (model__arch_u32(m, "attention.sliding_window", &hp->n_swa, 1, err) ||
         arch_f32(m, "rope.freq_base_swa", &hp->rope_base_swa, 1, err))
@@ -101,11 +108,24 @@ static int read_gemma3(model *m, strata_err *err) {
     return 0;
 }
 
+/* gpt-oss as llama.cpp reads it: a sliding window (every even layer, the
+ * pattern's default period being 2) that rotates as the full layers do,
+ * YaRN included (rope_freq_scale_train_swa = rope_freq_scale_train). */
+static int read_gptoss(model *m, strata_err *err) {
+    model_hparams *hp = &m->hp;
+    if (model__arch_u32(m, "attention.sliding_window", &hp->n_swa, 0, err)) return STRATA_EFORMAT;
+    if (hp->n_swa <= 0)
+        return strata_errf(err, STRATA_EFORMAT, "%s: %s.attention.sliding_window = %d", m->gguf->path, hp->arch_name,
+                           hp->n_swa);
+    return 0;
+}
+
 static int read_hparams(model *m, strata_err *err) {
     model_hparams *hp = &m->hp;
+    /* MoE files may have no dense feed-forward (feed_forward_length 0 or absent). */
     if (model__arch_u32(m, "block_count", &hp->n_layer, 0, err) ||
         model__arch_u32(m, "embedding_length", &hp->n_embd, 0, err) ||
-        model__arch_u32(m, "feed_forward_length", &hp->n_ff, 0, err) ||
+        model__arch_u32(m, "feed_forward_length", &hp->n_ff, is_moe(hp->arch), err) ||
         model__arch_u32(m, "attention.head_count", &hp->n_head, 0, err))
         return STRATA_EFORMAT;
     hp->n_head_kv = hp->n_head;
@@ -134,6 +154,7 @@ static int read_hparams(model *m, strata_err *err) {
     hp->rope_base_swa = 10000.0f;
     if (arch_f32(m, "final_logit_softcapping", &hp->logit_softcap, 1, err)) return STRATA_EFORMAT;
     if (hp->arch == ARCH_GEMMA3 && read_gemma3(m, err)) return STRATA_EFORMAT;
+    if (hp->arch == ARCH_GPTOSS && read_gptoss(m, err)) return STRATA_EFORMAT;
     hp->n_kv_layer = hp->n_layer;
     hp->rope_dim = hp->head_dim;
     if (model__arch_u32(m, "rope.dimension_count", &hp->rope_dim, 1, err)) return STRATA_EFORMAT;
@@ -141,7 +162,8 @@ static int read_hparams(model *m, strata_err *err) {
         return strata_errf(err, STRATA_EFORMAT, "%s: rope.dimension_count %d vs head dim %d",
                            m->gguf->path, hp->rope_dim, hp->head_dim);
     if (read_rope_scaling(m, err)) return STRATA_EFORMAT;
-    return hp->arch == ARCH_QWEN35 ? model__qwen35_hparams(m, err) : 0;
+    if (is_qwen35(hp->arch) && model__qwen35_hparams(m, err)) return STRATA_EFORMAT;
+    return is_moe(hp->arch) ? model__moe_hparams(m, err) : 0;
 }
 
 /* Binds a tensor and checks its shape: cols x rows (rows 0 = a vector). */
@@ -180,32 +202,37 @@ static int bind_layer(model *m, int il, strata_err *err) {
     model_layer *L = &m->layers[il];
     int64_t e = hp->n_embd, q = (int64_t)hp->n_head * hp->head_dim;
     int64_t kv = (int64_t)hp->n_head_kv * hp->head_dim, f = hp->n_ff;
-    int qwen2 = hp->arch == ARCH_QWEN2, gemma3 = hp->arch == ARCH_GEMMA3;
-    int qk_norm = hp->arch == ARCH_QWEN3 || gemma3;
-    char n[16][64];
-    static const char *suffix[16] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+    int gptoss = hp->arch == ARCH_GPTOSS, qkv_bias = hp->arch == ARCH_QWEN2 || gptoss, gemma3 = hp->arch == ARCH_GEMMA3;
+    int qk_norm = hp->arch == ARCH_QWEN3 || hp->arch == ARCH_QWEN3MOE || gemma3, moe = hp->n_expert > 0;
+    char n[18][64];
+    /* gpt-oss's post_attention_norm is its feed-forward's input norm (where
+     * gemma3's norms the attention's output) */
+    static const char *suffix[18] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
                                      "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_q_norm",
                                      "attn_k_norm", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down",
-                                     "post_attention_norm", "post_ffw_norm"};
-    for (int i = 0; i < 16; i++)
+                                     "post_attention_norm", "post_ffw_norm", "attn_output.bias", "attn_sinks"};
+    for (int i = 0; i < 18; i++)
         snprintf(n[i], sizeof n[i], "blk.%d.%s%s", il, suffix[i], strchr(suffix[i], '.') ? "" : ".weight");
     int rc = model__bind(m, &L->attn_norm, n[0], e, 0, 0, err) || model__bind(m, &L->wq, n[1], e, q, 0, err) ||
              model__bind(m, &L->wk, n[2], e, kv, 0, err) || model__bind(m, &L->wv, n[3], e, kv, 0, err) ||
-             model__bind(m, &L->wo, n[4], q, e, 0, err) || model__bind(m, &L->bq, n[5], q, 0, !qwen2, err) ||
-             model__bind(m, &L->bk, n[6], kv, 0, !qwen2, err) || model__bind(m, &L->bv, n[7], kv, 0, !qwen2, err) ||
+             model__bind(m, &L->wo, n[4], q, e, 0, err) || model__bind(m, &L->bq, n[5], q, 0, !qkv_bias, err) ||
+             model__bind(m, &L->bk, n[6], kv, 0, !qkv_bias, err) || model__bind(m, &L->bv, n[7], kv, 0, !qkv_bias, err) ||
              model__bind(m, &L->q_norm, n[8], hp->head_dim, 0, !qk_norm, err) ||
              model__bind(m, &L->k_norm, n[9], hp->head_dim, 0, !qk_norm, err) ||
-             model__bind(m, &L->ffn_norm, n[10], e, 0, 0, err) ||
-             model__bind(m, &L->w_gate, n[11], e, f, 0, err) || model__bind(m, &L->w_up, n[12], e, f, 0, err) ||
-             model__bind(m, &L->w_down, n[13], f, e, 0, err) ||
-             model__bind(m, &L->post_attn_norm, n[14], e, 0, !gemma3, err) ||
-             model__bind(m, &L->post_ffn_norm, n[15], e, 0, !gemma3, err);
+             model__bind(m, &L->ffn_norm, n[gptoss ? 14 : 10], e, 0, 0, err) ||
+             (moe ? model__moe_bind(m, il, err)
+                  : model__bind(m, &L->w_gate, n[11], e, f, 0, err) || model__bind(m, &L->w_up, n[12], e, f, 0, err) ||
+                        model__bind(m, &L->w_down, n[13], f, e, 0, err)) ||
+             (gemma3 && (model__bind(m, &L->post_attn_norm, n[14], e, 0, 0, err) ||
+                         model__bind(m, &L->post_ffn_norm, n[15], e, 0, 0, err))) ||
+             model__bind(m, &L->bo, n[16], e, 0, !gptoss, err) ||
+             model__bind(m, &L->sinks, n[17], hp->n_head, 0, !gptoss, err);
     return rc ? (err ? err->code : STRATA_EFORMAT) : 0;
 }
 
 /* Which layers slide: attention.sliding_window_pattern as one bool per
  * layer, or as a period P (layer il slides unless il % P == P - 1, so
- * every P-th layer is global); Gemma 3's default period is 6. This is
+ * every P-th layer is global); Gemma 3's default period is 6, gpt-oss's 2. This is
  * llama.cpp's reading of the same keys (set_swa_pattern). */
 static int mark_swa_layers(model *m, strata_err *err) {
     const model_hparams *hp = &m->hp;
@@ -222,7 +249,7 @@ static int mark_swa_layers(model *m, strata_err *err) {
         for (int il = 0; il < hp->n_layer; il++) m->layers[il].swa = ((const uint8_t *)el)[il] != 0;
         return 0;
     }
-    int period = 6;
+    int period = hp->arch == ARCH_GPTOSS ? 2 : 6; /* llama.cpp's defaults */
     if (model__arch_u32(m, "attention.sliding_window_pattern", &period, 1, err)) return STRATA_EFORMAT;
     for (int il = 0; il < hp->n_layer; il++)
         m->layers[il].swa = period == 0 || il % period < period - 1;
@@ -244,7 +271,7 @@ static int bind_all(model *m, strata_err *err) {
         m->tied_output = 1;
     }
     m->layers = xcalloc((size_t)hp->n_layer, sizeof(model_layer));
-    if (hp->arch == ARCH_QWEN35) return model__qwen35_bind_layers(m, err);
+    if (is_qwen35(hp->arch)) return model__qwen35_bind_layers(m, err);
     for (int il = 0; il < hp->n_layer; il++) {
         m->layers[il].kv_layer = il;
         int rc = bind_layer(m, il, err);

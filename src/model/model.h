@@ -8,7 +8,11 @@
  * post norms, GELU, scaled embeddings, sliding-window layers interleaved
  * with global ones, each kind with its own RoPE base), qwen35 (Qwen3.5/3.6
  * dense: gated delta-net recurrent layers interleaved with gated full
- * attention layers; model_qwen35.c).
+ * attention layers; model_qwen35.c), and the mixture-of-experts
+ * variants qwen3moe (qwen3 attention) and qwen35moe (the qwen35 hybrid
+ * with a shared expert), model_moe.c, and gpt-oss (attention with
+ * biases and sinks, sliding window 128 on even layers, YaRN everywhere,
+ * experts with biases and a clamped SwiGLU, usually in MXFP4).
  * Does not: run anything (forward.c) or tokenize (text/). */
 #ifndef STRATA_MODEL_H
 #define STRATA_MODEL_H
@@ -19,7 +23,18 @@
 #include "base/err.h"
 #include "model/gguf.h"
 
-typedef enum { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_GEMMA3, ARCH_QWEN35 } model_arch;
+typedef enum {
+    ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_GEMMA3, ARCH_QWEN35, ARCH_QWEN3MOE, ARCH_QWEN35MOE, ARCH_GPTOSS
+} model_arch;
+
+/* How router logits become expert weights (llama.cpp's gating funcs):
+ * softmax over all experts then top-k; sigmoid per expert then top-k;
+ * top-k of the raw logits then softmax over the chosen (gpt-oss). */
+typedef enum { MOE_GATE_SOFTMAX, MOE_GATE_SIGMOID, MOE_GATE_SOFTMAX_WEIGHT } moe_gating;
+/* The experts' gated activation: SiLU(gate) * up; or gpt-oss's clamped
+ * SwiGLU, g = min(gate, 7), g * sigmoid(1.702 g) * (clamp(up, -7, 7) + 1)
+ * (llama.cpp's swiglu_oai). */
+typedef enum { MOE_ACT_SILU, MOE_ACT_SWIGLU_OAI } moe_act;
 
 typedef enum { ROPE_SCALE_NONE, ROPE_SCALE_LINEAR, ROPE_SCALE_YARN } rope_scaling;
 
@@ -40,9 +55,11 @@ typedef struct model_hparams {
     float logit_softcap;  /* final logits: cap * tanh(x / cap); 0 = none */
     int ffn_gelu;         /* 1: GELU(gate) * up (tanh form); 0: SiLU(gate) * up */
     /* Sliding-window attention: layers with swa set see only the last
-     * n_swa positions (the query's included) and rotate with
-     * rope_base_swa, without rope scaling. n_swa 0: no such layers. */
+     * n_swa positions (the query's included); with swa_rope (gemma3) they
+     * rotate with rope_base_swa, without rope scaling, else as the other
+     * layers (gpt-oss). n_swa 0: no such layers. */
     int n_swa;
+    int swa_rope;
     float rope_base_swa;
     /* Layers that keep K/V (all but recurrent ones): the KV pool's layers. */
     int n_kv_layer;
@@ -53,6 +70,16 @@ typedef struct model_hparams {
     int ssm_d_conv, ssm_d_inner, ssm_d_state, ssm_n_v_heads, ssm_n_k_heads;
     int attn_gate;         /* qwen35: Q rows carry a sigmoid output gate per head */
     int rope_sections[4];  /* qwen35 interleaved M-RoPE sections (text: see forward.c) */
+    /* Mixture of experts (n_expert 0: a dense feed-forward): each token's
+     * top n_expert_used experts of n_expert, each a SwiGLU of n_ff_exp;
+     * n_ff_shexp: the shared expert's width (0: none). The chosen
+     * weights are renormalised to sum 1 when expert_norm, then times
+     * expert_scale unless it is 0 or 1 (llama.cpp's w_scale). */
+    int n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
+    moe_gating expert_gating;
+    moe_act expert_act;
+    int expert_norm;
+    float expert_scale;
 } model_hparams;
 
 /* A weight matrix [rows][cols] (cols = ne[0]) or vector (rows = 1). */
@@ -63,9 +90,31 @@ typedef struct model_tensor {
     size_t row_bytes;
 } model_tensor;
 
+/* A stack of n_expert matrices [n_expert][rows][cols] (a 3-D GGUF
+ * tensor): expert e's matrix starts e * expert_bytes into the map;
+ * moe_expert() (model/moe.h) views it as a model_tensor. */
+typedef struct model_experts {
+    model_tensor m; /* expert 0's matrix; rows, cols, row_bytes per expert */
+    int n_expert;
+    size_t expert_bytes;
+} model_experts;
+
+/* A layer's mixture-of-experts feed-forward (model_moe.c binds it). */
+typedef struct model_moe {
+    model_tensor router;               /* ffn_gate_inp: n_embd -> n_expert logits */
+    model_tensor router_b;             /* ffn_gate_inp.bias, optional */
+    model_experts gate, up, down;      /* ffn_{gate,up,down}_exps */
+    model_tensor gate_b, up_b, down_b; /* ffn_*_exps.bias: [n_expert][rows] F32, optional */
+    /* Shared expert (qwen35moe): a SwiGLU every token runs, times
+     * sigmoid(sh_gate_inp . x); absent when sh_up.data is NULL. */
+    model_tensor sh_gate_inp, sh_gate, sh_up, sh_down;
+} model_moe;
+
 typedef struct model_layer {
     model_tensor attn_norm, wq, wk, wv, wo;
-    model_tensor bq, bk, bv;         /* qwen2 */
+    model_tensor bq, bk, bv;         /* qwen2, gpt-oss */
+    model_tensor bo;                 /* gpt-oss: attn_output.bias */
+    model_tensor sinks;              /* gpt-oss: attn_sinks, one logit per query head (backend/attn.h) */
     model_tensor q_norm, k_norm;     /* qwen3 */
     model_tensor ffn_norm, w_gate, w_up, w_down;
     model_tensor post_attn_norm, post_ffn_norm; /* gemma3: on each block's output */
@@ -79,6 +128,7 @@ typedef struct model_layer {
     int kv_layer;  /* this layer's index in the KV pool (-1: recurrent) */
     int rec_layer; /* this layer's index in a sequence's recurrent state */
     model_tensor ssm_qkv, ssm_gate, ssm_conv1d, ssm_dt, ssm_a, ssm_beta, ssm_alpha, ssm_norm, ssm_out;
+    model_moe moe; /* hp.n_expert > 0: replaces w_gate / w_up / w_down */
 } model_layer;
 
 typedef struct model {
@@ -95,5 +145,16 @@ void model_free(model *m); /* NULL is fine */
 
 /* Number of weight bytes (for info and benchmarks). */
 size_t model_weight_bytes(const model *m);
+
+/* What one token costs (model_moe.c): the weights a token's forward pass
+ * reads (every tensor but the embedding table, of which one row, and of
+ * each expert stack only n_expert_used of n_expert experts) as parameters
+ * and as bytes. For a dense model: all parameters but the embedding
+ * table's other rows. */
+typedef struct model_active {
+    int64_t params, total_params;
+    size_t bytes;
+} model_active;
+model_active model_active_per_token(const model *m);
 
 #endif

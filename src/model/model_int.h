@@ -1,5 +1,5 @@
 /* model_int.h - model.c's helpers shared with the per-architecture
- * loaders (model_qwen35.c); not for other modules. */
+ * loaders (model_qwen35.c, model_moe.c); not for other modules. */
 #ifndef STRATA_MODEL_INT_H
 #define STRATA_MODEL_INT_H
 
@@ -16,5 +16,11 @@ int model__bind(model *m, model_tensor *t, const char *name, int64_t cols, int64
 int model__qwen35_hparams(model *m, strata_err *err);
 /* qwen35: marks recurrent layers and binds every layer's tensors. */
 int model__qwen35_bind_layers(model *m, strata_err *err);
+
+/* Mixture of experts (model_moe.c): expert_* keys (after the common
+ * hyperparameters; expert count 0 or top-k above it is an error naming
+ * the key), and layer il's router, expert stacks and shared expert. */
+int model__moe_hparams(model *m, strata_err *err);
+int model__moe_bind(model *m, int il, strata_err *err);
 
 #endif

@@ -1,5 +1,6 @@
-/* model_qwen35.c - Qwen3.5 / 3.6 dense ("qwen35") hyperparameters and
- * tensors, as llama.cpp reads its GGUF.
+/* model_qwen35.c - Qwen3.5 / 3.6 dense ("qwen35") and mixture-of-experts
+ * ("qwen35moe": the same layers with model_moe.c's feed-forward)
+ * hyperparameters and tensors, as llama.cpp reads its GGUF.
  *
  * The model interleaves two kinds of layers, both followed by the usual
  * SwiGLU feed-forward (normed by post_attention_norm):
@@ -163,11 +164,14 @@ static int bind_layer(model *m, int il, strata_err *err) {
     const model_hparams *hp = &m->hp;
     model_layer *L = &m->layers[il];
     int64_t e = hp->n_embd, f = hp->n_ff;
-    /* post_attention_norm is the feed-forward's input norm here. */
+    /* post_attention_norm is the feed-forward's input norm here; qwen35moe's
+     * feed-forward is a mixture of experts with a shared expert. */
     int rc = bind_l(m, il, &L->attn_norm, "attn_norm", e, 0, err) ||
              bind_l(m, il, &L->ffn_norm, "post_attention_norm", e, 0, err) ||
-             bind_l(m, il, &L->w_gate, "ffn_gate", e, f, err) || bind_l(m, il, &L->w_up, "ffn_up", e, f, err) ||
-             bind_l(m, il, &L->w_down, "ffn_down", f, e, err) ||
+             (hp->n_expert > 0 ? model__moe_bind(m, il, err)
+                               : bind_l(m, il, &L->w_gate, "ffn_gate", e, f, err) ||
+                                     bind_l(m, il, &L->w_up, "ffn_up", e, f, err) ||
+                                     bind_l(m, il, &L->w_down, "ffn_down", f, e, err)) ||
              (L->recurrent ? bind_deltanet(m, il, err) : bind_attention(m, il, err));
     return rc ? (err ? err->code : STRATA_EFORMAT) : 0;
 }

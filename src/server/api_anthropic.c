@@ -31,7 +31,7 @@ typedef struct ant_call {
     json_t *tools; /* normalised (function shape) */
     json_t *shown; /* ...of which listed in the prompt (not deferred), or NULL: all */
     int block, block_open; /* stream: index of the current content block */
-    int block_is_text;
+    int block_kind; /* of the open block: BLOCK_TEXT, BLOCK_THINKING or BLOCK_OTHER */
     json_t *diagnostics; /* the cache-diagnosis beta's answer, or NULL when not asked */
 } ant_call;
 
@@ -58,8 +58,9 @@ static void reply_error(http_reply *rep, int status, const char *type, const cha
 static char *tool_result_text(const json_t *content, const char *where, const json_t *req_tools, req_ignored *ig,
                               char *why, size_t cap);
 
-static int take_block(const json_t *b, size_t mi, size_t bi, int assistant, strbuf *text, json_t *calls,
-                      json_t *results, const json_t *req_tools, req_ignored *ig, char *why, size_t cap) {
+static int take_block(const json_t *b, size_t mi, size_t bi, int assistant, strbuf *text, strbuf *thinking,
+                      json_t *calls, json_t *results, const json_t *req_tools, req_ignored *ig, char *why,
+                      size_t cap) {
     const char *type = json_string_value(json_object_get(b, "type"));
     char where[96];
     snprintf(where, sizeof where, "messages[%zu].content[%zu]", mi, bi);
@@ -73,8 +74,13 @@ static int take_block(const json_t *b, size_t mi, size_t bi, int assistant, strb
         }
         json_array_append_new(calls, json_pack("{s:O*,s:s,s:{s:O,s:O}}", "id", json_object_get(b, "id"), "type",
                                                "function", "function", "name", name, "arguments", input));
-    } else if (type && (!strcmp(type, "thinking") || !strcmp(type, "redacted_thinking")) && assistant) {
-        /* earlier turns' reasoning, sent back by clients: accepted, not rendered (templates drop it too) */
+    } else if (type && !strcmp(type, "thinking") && assistant) {
+        /* earlier turns' reasoning, sent back: the turn's "thinking", which a template that shows it
+           (gpt-oss keeps a tool-call turn's analysis) renders and the others ignore */
+        const char *t = json_string_value(json_object_get(b, "thinking"));
+        if (t) strbuf_puts(thinking, t);
+    } else if (type && !strcmp(type, "redacted_thinking") && assistant) {
+        /* encrypted reasoning of another server: accepted, not rendered */
     } else if (type && !strcmp(type, "tool_result") && !assistant) {
         const json_t *c = json_object_get(b, "content");
         char inner[112];
@@ -121,7 +127,7 @@ static int add_message(json_t *out, const json_t *m, size_t mi, const json_t *re
     }
     int assistant = !strcmp(role, "assistant");
     const json_t *content = json_object_get(m, "content");
-    strbuf text = {0};
+    strbuf text = {0}, thinking = {0};
     json_t *calls = json_array(), *results = json_array();
     int rc = 0;
     if (json_is_string(content)) {
@@ -130,7 +136,8 @@ static int add_message(json_t *out, const json_t *m, size_t mi, const json_t *re
         size_t bi;
         const json_t *b;
         json_array_foreach(content, bi, b)
-            if ((rc = take_block(b, mi, bi, assistant, &text, calls, results, req_tools, ig, why, cap))) break;
+            if ((rc = take_block(b, mi, bi, assistant, &text, &thinking, calls, results, req_tools, ig, why, cap)))
+                break;
     } else {
         snprintf(why, cap, "messages[%zu].content must be a string or an array of blocks", mi);
         rc = -1;
@@ -140,10 +147,12 @@ static int add_message(json_t *out, const json_t *m, size_t mi, const json_t *re
         if (text.s || json_array_size(calls) || !json_array_size(results)) {
             json_t *msg = json_pack("{s:s,s:s}", "role", role, "content", text.s ? text.s : "");
             if (json_array_size(calls)) json_object_set(msg, "tool_calls", calls);
+            if (thinking.s) json_object_set_new(msg, "thinking", json_string(thinking.s));
             json_array_append_new(out, msg);
         }
     }
     strbuf_free(&text);
+    strbuf_free(&thinking);
     json_decref(calls);
     json_decref(results);
     return rc;
@@ -474,8 +483,16 @@ static void add_calls(ant_call *c, json_t *content) {
     }
 }
 
+/* Reasoning (harmony's analysis channel) as a thinking block. The
+ * signature is empty: nothing here is signed, and a client sends the
+ * block back as it got it (take_block turns it into the turn's thinking). */
+static json_t *thinking_block(const char *text, size_t len) {
+    return json_pack("{s:s,s:o,s:s}", "type", "thinking", "thinking", json_text(text, len), "signature", "");
+}
+
 static json_t *whole_content(ant_call *c, const char *text, size_t len) {
     json_t *content = json_array();
+    if (c->a.g.reasoning_len) json_array_append_new(content, thinking_block(c->a.g.reasoning, c->a.g.reasoning_len));
     if (len) json_array_append_new(content, json_pack("{s:s,s:o}", "type", "text", "text", json_text(text, len)));
     if (c->a.g.tool_error) return content;
     if (c->a.g.n_calls_done) add_calls(c, content);
@@ -510,12 +527,14 @@ static void close_block(ant_call *c) {
     c->block++;
 }
 
-static void open_block(ant_call *c, json_t *block, int is_text) {
+enum { BLOCK_OTHER, BLOCK_TEXT, BLOCK_THINKING };
+
+static void open_block(ant_call *c, json_t *block, int kind) {
     close_block(c);
     sse_event(&c->a.st.out, "content_block_start",
               json_pack("{s:s,s:i,s:o}", "type", "content_block_start", "index", c->block, "content_block", block));
     c->block_open = 1;
-    c->block_is_text = is_text;
+    c->block_kind = kind;
 }
 
 static void block_delta(ant_call *c, json_t *delta) {
@@ -526,12 +545,17 @@ static void block_delta(ant_call *c, json_t *delta) {
 static void emit_event(ant_call *c, const tc_event *e) {
     switch (e->kind) {
     case TC_EV_TEXT:
-        if (!c->block_open || !c->block_is_text) open_block(c, json_pack("{s:s,s:s}", "type", "text", "text", ""), 1);
+        if (!c->block_open || c->block_kind != BLOCK_TEXT)
+            open_block(c, json_pack("{s:s,s:s}", "type", "text", "text", ""), BLOCK_TEXT);
         block_delta(c, json_pack("{s:s,s:o}", "type", "text_delta", "text", json_text(e->text, e->len)));
+        break;
+    case TC_EV_REASONING:
+        if (!c->block_open || c->block_kind != BLOCK_THINKING) open_block(c, thinking_block("", 0), BLOCK_THINKING);
+        block_delta(c, json_pack("{s:s,s:o}", "type", "thinking_delta", "thinking", json_text(e->text, e->len)));
         break;
     case TC_EV_CALL_BEGIN:
         open_block(c, json_pack("{s:s,s:s,s:o,s:{}}", "type", "tool_use", "id", call_id(c, e->index), "name",
-                                json_text(e->text, e->len), "input"), 0);
+                                json_text(e->text, e->len), "input"), BLOCK_OTHER);
         break;
     case TC_EV_CALL_ARGS:
         block_delta(c, json_pack("{s:s,s:o}", "type", "input_json_delta", "partial_json", json_text(e->text, e->len)));
@@ -555,7 +579,7 @@ static void stream_start(ant_call *c) {
 
 static void stream_finish(ant_call *c) {
     if (!c->block && !c->block_open) /* never zero blocks */
-        open_block(c, json_pack("{s:s,s:s}", "type", "text", "text", ""), 1);
+        open_block(c, json_pack("{s:s,s:s}", "type", "text", "text", ""), BLOCK_TEXT);
     close_block(c);
     if (c->a.g.tool_error)
         sse_event(&c->a.st.out, "error", json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", "api_error",

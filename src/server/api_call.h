@@ -47,6 +47,7 @@ struct api_call {
     char *prefix;     /* forced start of the reply (tool_choice) */
     cache_hash replay_ns; /* the tenant's exact-replay namespace */
     int stream, n_prompt;
+    int raw_text;     /* the prompt is the client's own text (completions): no template, nor its harmony parse */
     int phase;        /* stream: 0 before the first events */
     char id[64];
     char call_ids[API_MAX_CALLS][40]; /* per tool call index, made on first use */

@@ -92,6 +92,12 @@ static json_t *normal_message(const json_t *m, size_t i, req_ignored *ig, char *
     }
     const json_t *id = json_object_get(m, "tool_call_id");
     if (json_is_string(id)) json_object_set(out, "tool_call_id", (json_t *)id);
+    /* An earlier turn's reasoning sent back (what this server returned as
+     * reasoning_content): the turn's "thinking", which a template that shows
+     * it (gpt-oss keeps a tool-call turn's analysis) renders. */
+    const json_t *rc = json_object_get(m, "reasoning_content");
+    if (json_is_string(rc) && json_string_length(rc) && !strcmp(role, "assistant"))
+        json_object_set(out, "thinking", (json_t *)rc);
     return out;
 }
 
@@ -402,6 +408,8 @@ static json_t *whole_choice(oai_call *c, const char *text, size_t len) {
         len = c->a.g.text.len;
     }
     json_object_set_new(msg, "content", len || !calls ? json_text(text, len) : json_null());
+    if (c->a.g.reasoning_len) /* harmony's analysis channel, as llama.cpp and vLLM name it */
+        json_object_set_new(msg, "reasoning_content", json_text(c->a.g.reasoning, c->a.g.reasoning_len));
     if (calls) json_object_set_new(msg, "tool_calls", whole_tool_calls(c));
     if (open)
         json_array_append_new(json_object_get(msg, "tool_calls"),
@@ -446,6 +454,10 @@ static void emit_chunk(oai_call *c, json_t *delta, const char *finish) {
 static void emit_event(oai_call *c, const tc_event *e) {
     if (e->kind == TC_EV_TEXT) {
         emit_chunk(c, json_pack("{s:o}", "content", json_text(e->text, e->len)), NULL);
+        return;
+    }
+    if (e->kind == TC_EV_REASONING) {
+        if (c->chat) emit_chunk(c, json_pack("{s:o}", "reasoning_content", json_text(e->text, e->len)), NULL);
         return;
     }
     if (e->kind == TC_EV_CALL_END || !c->chat) return;
@@ -501,6 +513,7 @@ static int build(api_call *a, int32_t **ids, size_t *n, prompt_cache_info *ci, c
     if (parse_options(c, why, cap)) return -1;
     if (c->chat) return chat_prompt_ids(c, ids, n, ci, why, cap);
     c->a.pt.required = 0, c->a.pt.forced = NULL; /* completions never force a tool call */
+    c->a.raw_text = 1;
     return completion_prompt_ids(c, ids, n, why, cap);
 }
 

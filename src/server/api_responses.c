@@ -40,7 +40,7 @@
 
 #define POLL_MS 1000 /* stream keep-alive period while nothing is generated */
 
-enum { ITEM_NONE, ITEM_MESSAGE, ITEM_CALL };
+enum { ITEM_NONE, ITEM_MESSAGE, ITEM_CALL, ITEM_REASONING };
 
 typedef struct resp_call {
     api_call a;       /* first: the lifecycle's part (api_call.h) */
@@ -130,6 +130,16 @@ static json_t *message_item(const char *id, const char *text, size_t len, const 
                      "content", content);
 }
 
+/* Reasoning (harmony's analysis channel) as a reasoning item: the text
+ * in content (reasoning_text), no summary. A client sends the item back
+ * before the turn it led to (resp_items.c makes it that turn's thinking). */
+static json_t *reasoning_item(const char *id, const char *text, size_t len, const char *status) {
+    json_t *content = text ? json_pack("[{s:s,s:o}]", "type", "reasoning_text", "text", json_text(text, len))
+                           : json_array();
+    return json_pack("{s:s,s:s,s:[],s:o,s:s}", "id", id, "type", "reasoning", "summary", "content", content,
+                     "status", status);
+}
+
 static json_t *call_item(resp_call *c, int index, const char *name, const char *args, size_t len,
                          const char *status) {
     char id[64];
@@ -206,6 +216,11 @@ static json_t *whole_output(resp_call *c, const char *text, size_t len) {
      * dropped: an item with status "incomplete". */
     const char *open_name, *open_args;
     int open = !strcmp(status, "incomplete") && !c->a.g.tool_error && gen_open_call(&c->a.g, &open_name, &open_args);
+    if (c->a.g.reasoning_len) {
+        char rid[64];
+        make_id(rid, sizeof rid, "rs_");
+        json_array_append_new(out, reasoning_item(rid, c->a.g.reasoning, c->a.g.reasoning_len, "completed"));
+    }
     if (len || (!calls && !open)) json_array_append_new(out, message_item(id, text, len, status));
     const char **names, **args;
     int n = calls ? tc_calls(c->a.g.tc, &names, &args) : 0;
@@ -324,8 +339,22 @@ static void close_call(resp_call *c, const char *status) {
     c->call_name = NULL;
 }
 
+static void open_reasoning(resp_call *c) {
+    make_id(c->msg_id, sizeof c->msg_id, "rs_");
+    item_added(c, ITEM_REASONING, reasoning_item(c->msg_id, NULL, 0, "in_progress"));
+}
+
+static void close_reasoning(resp_call *c) {
+    const char *text = c->acc ? c->acc : "";
+    emit(c, "response.reasoning_text.done", json_pack("{s:s,s:i,s:i,s:o}", "item_id", c->msg_id, "output_index",
+                                                      c->item_index, "content_index", 0, "text",
+                                                      json_text(text, c->acc_len)));
+    item_done(c, reasoning_item(c->msg_id, text, c->acc_len, "completed"));
+}
+
 static void close_item(resp_call *c, const char *status) {
-    if (c->item == ITEM_MESSAGE) close_message(c);
+    if (c->item == ITEM_REASONING) close_reasoning(c);
+    else if (c->item == ITEM_MESSAGE) close_message(c);
     else if (c->item == ITEM_CALL) close_call(c, status);
 }
 
@@ -338,6 +367,13 @@ static void stream_event(resp_call *c, const tc_event *e) {
         emit(c, "response.output_text.delta", json_pack("{s:s,s:i,s:i,s:o,s:[]}", "item_id", c->msg_id,
                                                         "output_index", c->item_index, "content_index", 0, "delta",
                                                         json_text(e->text, e->len), "logprobs"));
+        break;
+    case TC_EV_REASONING:
+        if (c->item != ITEM_REASONING) close_item(c, "completed"), open_reasoning(c);
+        acc_add(c, e->text, e->len);
+        emit(c, "response.reasoning_text.delta", json_pack("{s:s,s:i,s:i,s:o}", "item_id", c->msg_id, "output_index",
+                                                           c->item_index, "content_index", 0, "delta",
+                                                           json_text(e->text, e->len)));
         break;
     case TC_EV_CALL_BEGIN:
         close_item(c, "completed");

@@ -17,7 +17,9 @@ int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
     g->tok = tok;
     textout_init(&g->text);
     for (int i = 0; i < p->n_stops; i++) textout_add_stop(&g->text, p->stops[i]);
-    if (p->tools != TC_NONE) g->tc = tc_new(p->tools);
+    tc_format parse = p->harmony ? TC_HARMONY : p->tools;
+    if (parse != TC_NONE) g->tc = tc_new(parse);
+    g->harmony = p->harmony;
     g->one_call = p->one_call;
     g->replay = p->replay;
     g->replay_ns = p->replay_ns;
@@ -224,11 +226,48 @@ static void remember_native_calls(gen *g) {
     free(content);
 }
 
+/* A harmony turn (gpt-oss) comes back as content, calls and reasoning,
+ * which the template renders its own way (recipient before the channel,
+ * no <|constrain|>; a final answer without its analysis). It replays as
+ * what the model saw: every token it wrote after the prompt's
+ * "<|start|>assistant" (a forced opening's included), then the end the
+ * template gives the turn (<|call|> after a call, else <|end|>); replay.c
+ * puts them in place of the template's rendering of the turn. Keyed like
+ * a native call turn, by content and calls, also without calls. */
+static void remember_harmony(gen *g) {
+    const char **names = NULL, **args = NULL;
+    int n = tc_calls(g->tc, &names, &args);
+    const char *end = n ? "<|call|>" : "<|end|>";
+    int32_t *end_ids = NULL;
+    size_t n_end = 0, tl = g->text.len, el = strlen(end); /* one special token in gpt-oss's vocabulary */
+    int wrote_end = tl >= el && !memcmp(g->text.buf + tl - el, end, el); /* the model ended the message itself */
+    /* a text turn cut by the limit comes back as the text the client got, and is remembered;
+       a call cut there is not (the client gets no call to send back) */
+    if (g->n_calls != g->n_calls_done || (n && g->st.finish == FINISH_LENGTH) ||
+        (!wrote_end && tok_encode(g->tok, end, el, 1, &end_ids, &n_end, NULL)))
+        return;
+    size_t len, n_ids = (size_t)g->n_prefix_tok + (size_t)g->n_tokens + n_end;
+    char *content = utf8_sanitize(g->content ? g->content : "", g->content_len, &len);
+    int32_t *ids = xmalloc(n_ids * sizeof(int32_t));
+    if (g->n_prefix_tok) memcpy(ids, g->prefix_tok, (size_t)g->n_prefix_tok * sizeof(int32_t));
+    for (int i = 0; i < g->n_tokens; i++) ids[g->n_prefix_tok + i] = g->tokens[i].id;
+    memcpy(ids + g->n_prefix_tok + g->n_tokens, end_ids, n_end * sizeof(int32_t));
+    free(end_ids);
+    remember_call_turn(g, replay_native_turn_key(content, names, args, n),
+                       n ? js_key(names, args, n, content, native_key) : NULL, ids, n_ids);
+    free(ids);
+    free(content);
+}
+
 /* A reply that ended by itself or at the limit is remembered with its
  * exact tokens, for when the client sends it back (exact replay). */
 static void remember(gen *g) {
     if (!g->replay || g->stopped_by_string || g->st.finish == FINISH_ERROR || g->tool_error)
         return;
+    if (g->harmony) {
+        if (g->st.finish != FINISH_CANCELLED) remember_harmony(g);
+        return;
+    }
     if (g->tools == TC_GENERIC && g->n_calls_done) {
         remember_calls(g);
         return;
@@ -252,11 +291,11 @@ static void remember(gen *g) {
     free(ids);
 }
 
-static void keep_content(gen *g, const char *text, size_t len) {
-    g->content = xrealloc(g->content, g->content_len + len + 1);
-    memcpy(g->content + g->content_len, text, len);
-    g->content_len += len;
-    g->content[g->content_len] = 0;
+static void keep_text(char **buf, size_t *n, const char *text, size_t len) {
+    *buf = xrealloc(*buf, *n + len + 1);
+    memcpy(*buf + *n, text, len);
+    *n += len;
+    (*buf)[*n] = 0;
 }
 
 /* Keeps the call in progress, for a reply cut inside it. */
@@ -322,7 +361,9 @@ int gen_pull(gen *g, int timeout_ms, const tc_event **evs) {
         cancel_and_settle(g);
     }
     for (int i = 0; i < n; i++) {
-        if ((*evs)[i].kind == TC_EV_TEXT) keep_content(g, (*evs)[i].text, (*evs)[i].len);
+        if ((*evs)[i].kind == TC_EV_TEXT) keep_text(&g->content, &g->content_len, (*evs)[i].text, (*evs)[i].len);
+        if ((*evs)[i].kind == TC_EV_REASONING)
+            keep_text(&g->reasoning, &g->reasoning_len, (*evs)[i].text, (*evs)[i].len);
         follow_open_call(g, &(*evs)[i]);
         g->n_calls += (*evs)[i].kind == TC_EV_CALL_BEGIN;
         g->n_calls_done += (*evs)[i].kind == TC_EV_CALL_END;
@@ -356,7 +397,7 @@ void gen_end(gen *g) {
     sched_release(g->req);
     textout_free(&g->text);
     tc_free(g->tc);
-    free(g->tokens), free(g->content), free(g->open_name), free(g->open_args), free(g->prefix_tok);
+    free(g->tokens), free(g->content), free(g->reasoning), free(g->open_name), free(g->open_args), free(g->prefix_tok);
     tc_jscan_free(&g->args);
     memset(g, 0, sizeof *g);
 }

@@ -1,7 +1,8 @@
 /* gen.h - one generation as an API handler sees it: submit tokens, then
  * pull events until finished: content text (stop strings applied, UTF-8
- * whole) and, when the request has tools, tool calls parsed out of the
- * output (name first, then argument fragments). Shared by the OpenAI and
+ * whole), reasoning (harmony models) and, when the request has tools,
+ * tool calls parsed out of the output (name first, then argument
+ * fragments). Shared by the OpenAI and
  * Anthropic handlers, streamed or not. */
 #ifndef STRATA_GEN_H
 #define STRATA_GEN_H
@@ -24,6 +25,7 @@ typedef struct gen_params {
     const char *tenant; /* the request's API key, or NULL */
     cache_scope scope; /* what the cache keeps of the prompt (policy.h); SCOPE_DEFAULT: the server's */
     tc_format tools; /* TC_NONE: no tool parsing */
+    int harmony;     /* the template writes harmony: replies are parsed (TC_HARMONY) even without tools */
     int json_mode;   /* constrained to one JSON object */
     json_schema *schema; /* ...that validates against this schema, or NULL (owned by the call) */
     json_schema *call_schema; /* native tool format (tools): one call's schema, or NULL (owned by the call) */
@@ -72,6 +74,9 @@ typedef struct gen {
     char error[512];
     char *content;         /* the reply's text outside calls (replay key: native calls, generic text) */
     size_t content_len;
+    char *reasoning;       /* the reply's reasoning (harmony's analysis channel), or NULL */
+    size_t reasoning_len;
+    int harmony;
     sched_token *tokens;   /* every generated token (for logprobs and replay) */
     int n_tokens, cap_tokens;
     tc_event one;          /* the single event when there is no parser */

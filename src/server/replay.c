@@ -13,6 +13,7 @@
 
 #include "base/fs.h"
 #include "base/mem.h"
+#include "base/strbuf.h"
 #include "server/server.h"
 
 typedef struct entry {
@@ -295,7 +296,31 @@ static void subs_free(turn_subs *ts) {
     ts->n = 0;
 }
 
-static json_t *replace_replayed_turns(replay_store *rs, const cache_hash *ns, const json_t *messages, turn_subs *ts) {
+/* Harmony (gpt-oss) stand-in for a replayed turn: the template renders a
+ * turn its own way around any content (final channel; a call's header
+ * and arguments), so the stand-in keeps the turn's shape (its first
+ * call's name, which the tool results after it need) and carries the
+ * sentinel, without \x01 (tojson would escape it), as the content or the
+ * call's arguments string; splice_harmony replaces the whole rendered
+ * turn. */
+static json_t *harmony_stand_in(const json_t *m, const char *sentinel) {
+    const json_t *fn = json_object_get(json_array_get(json_object_get(m, "tool_calls"), 0), "function");
+    if (!fn) return json_pack("{s:s,s:s}", "role", "assistant", "content", sentinel);
+    return json_pack("{s:s,s:s,s:[{s:s,s:{s:O,s:s}}]}", "role", "assistant", "content", "", "tool_calls", "type",
+                     "function", "function", "name", json_object_get(fn, "name"), "arguments", sentinel);
+}
+
+/* Harmony keys every assistant turn (text turns too: the template drops
+ * their analysis, so their text segment alone is not what the model saw). */
+static char *turn_key(const json_t *m, int harmony) {
+    if (!harmony || json_object_get(m, "tool_calls")) return message_turn_key(m);
+    const char *role = json_string_value(json_object_get(m, "role"));
+    const char *content = json_string_value(json_object_get(m, "content"));
+    return role && !strcmp(role, "assistant") ? replay_native_turn_key(content ? content : "", NULL, NULL, 0) : NULL;
+}
+
+static json_t *replace_replayed_turns(replay_store *rs, const cache_hash *ns, const json_t *messages, turn_subs *ts,
+                                      int harmony) {
     make_id(ts->tag, sizeof ts->tag - 1, "strata-replay-");
     strcat(ts->tag, "-");
     json_t *out = json_array();
@@ -304,8 +329,13 @@ static json_t *replace_replayed_turns(replay_store *rs, const cache_hash *ns, co
     cache_hash ctx;
     context_begin(ns, &ctx);
     json_array_foreach(messages, i, m) {
-        char *key = ts->n < MAX_SUBS ? message_turn_key(m) : NULL;
-        int32_t *ids = key ? get_in_context(rs, &ctx, ns, key, strlen(key), &ts->n_ids[ts->n]) : NULL;
+        char *key = ts->n < MAX_SUBS ? turn_key(m, harmony) : NULL;
+        /* a harmony text turn only where it was written: its tokens carry that
+           conversation's analysis, and short answers ("Done.") repeat across conversations */
+        int text_only = harmony && !json_object_get(m, "tool_calls");
+        int32_t *ids = !key ? NULL
+                       : text_only ? replay_get(rs, &ctx, key, strlen(key), &ts->n_ids[ts->n])
+                                   : get_in_context(rs, &ctx, ns, key, strlen(key), &ts->n_ids[ts->n]);
         free(key);
         context_add(&ctx, m);
         if (!ids) {
@@ -313,9 +343,10 @@ static json_t *replace_replayed_turns(replay_store *rs, const cache_hash *ns, co
             continue;
         }
         char sentinel[96];
-        snprintf(sentinel, sizeof sentinel, "\x01%s%d\x01", ts->tag, ts->n);
+        snprintf(sentinel, sizeof sentinel, harmony ? "%s%d." : "\x01%s%d\x01", ts->tag, ts->n);
         ts->ids[ts->n++] = ids;
-        json_array_append_new(out, json_pack("{s:s,s:s}", "role", "assistant", "content", sentinel));
+        json_array_append_new(out, harmony ? harmony_stand_in(m, sentinel)
+                                           : json_pack("{s:s,s:s}", "role", "assistant", "content", sentinel));
     }
     return out;
 }
@@ -360,6 +391,66 @@ static int splice_replayed(chat_prompt *p, const turn_subs *ts) {
     return 0;
 }
 
+/* Text [a, b) of the rendering (all segments laid end to end, seg_off[i]
+ * where segment i starts) into q, each piece keeping its segment's kind. */
+static void copy_span(chat_prompt *q, const chat_prompt *p, const size_t *seg_off, size_t a, size_t b) {
+    for (int i = 0; i < p->n && a < b; i++) {
+        size_t s0 = seg_off[i], s1 = s0 + p->segs[i].len;
+        size_t lo = a > s0 ? a : s0, hi = b < s1 ? b : s1;
+        if (lo < hi) chat_prompt_add(q, p->segs[i].text + (lo - s0), hi - lo, p->segs[i].special);
+    }
+}
+
+static const char *mem_last(const char *s, size_t n, const char *m) {
+    size_t ml = strlen(m);
+    for (size_t i = n >= ml ? n - ml + 1 : 0; i-- > 0;)
+        if (!memcmp(s + i, m, ml)) return s + i;
+    return NULL;
+}
+
+/* Harmony: each stand-in's whole turn, from after its "<|start|>assistant"
+ * through its <|end|> or <|call|>, becomes the remembered tokens (which
+ * end with that token), the rendered text kept as their text so message
+ * ends stay where they were. -1 when a turn is not found whole. */
+static int splice_harmony(chat_prompt *p, const turn_subs *ts) {
+    static const char START[] = "<|start|>assistant";
+    strbuf all = {0};
+    size_t *seg_off = xmalloc(((size_t)p->n + 1) * sizeof *seg_off);
+    for (int i = 0; i < p->n; i++) seg_off[i] = all.len, strbuf_add(&all, p->segs[i].text, p->segs[i].len);
+    chat_prompt q = {0};
+    size_t done = 0;
+    int rc = 0;
+    for (int k = 0; k < ts->n && !rc; k++) {
+        char sent[96];
+        snprintf(sent, sizeof sent, "%s%d.", ts->tag, k);
+        const char *t = all.s ? all.s : "", *hit = memmem(t + done, all.len - done, sent, strlen(sent));
+        const char *st = hit ? mem_last(t + done, (size_t)(hit - t) - done, START) : NULL;
+        const char *e1 = hit ? memmem(hit, all.len - (size_t)(hit - t), "<|end|>", 7) : NULL;
+        const char *e2 = hit ? memmem(hit, all.len - (size_t)(hit - t), "<|call|>", 8) : NULL;
+        const char *end = e1 && (!e2 || e1 < e2) ? e1 + 7 : e2 ? e2 + 8 : NULL;
+        if (!st || !end) {
+            rc = -1;
+            break;
+        }
+        size_t a = (size_t)(st - t) + strlen(START), b = (size_t)(end - t);
+        copy_span(&q, p, seg_off, done, a);
+        int32_t *ids = xmalloc((ts->n_ids[k] ? ts->n_ids[k] : 1) * sizeof(int32_t));
+        memcpy(ids, ts->ids[k], ts->n_ids[k] * sizeof(int32_t));
+        chat_prompt_add_tokens(&q, t + a, b - a, ids, ts->n_ids[k]);
+        done = b;
+    }
+    if (!rc) {
+        copy_span(&q, p, seg_off, done, all.len);
+        chat_prompt_free(p);
+        *p = q;
+    } else {
+        chat_prompt_free(&q);
+    }
+    strbuf_free(&all);
+    free(seg_off);
+    return rc;
+}
+
 /* The conversation before each message: ctx[k] narrows ns by messages[0..k). */
 static cache_hash *contexts(const cache_hash *ns, const json_t *messages) {
     size_t n = json_array_size(messages);
@@ -401,11 +492,14 @@ static void apply_replay(replay_store *rs, const cache_hash *ns, const json_t *m
 int replay_render(replay_store *rs, const cache_hash *ns, const renderer *r, const json_t *messages,
                   const render_tools *t, int add_gen, render_out *out, char *why, size_t cap) {
     turn_subs ts = {0};
+    int harmony = render_harmony(r);
     int native = render_tool_format(r, t) != TC_GENERIC && rs && render_native_tools(r);
-    json_t *msgs = native ? replace_replayed_turns(rs, ns, messages, &ts) : json_incref((json_t *)messages);
+    json_t *msgs = native || (harmony && rs) ? replace_replayed_turns(rs, ns, messages, &ts, harmony)
+                                             : json_incref((json_t *)messages);
     int rc = render_messages(r, msgs, t, add_gen, out, why, cap);
     json_decref(msgs);
-    if (!rc && ts.n && splice_replayed(&out->p, &ts)) { /* the template did not keep the turn whole */
+    if (!rc && ts.n && (harmony ? splice_harmony(&out->p, &ts) : splice_replayed(&out->p, &ts))) {
+        /* the template did not keep the turn whole */
         render_out_free(out);
         rc = render_messages(r, messages, t, add_gen, out, why, cap);
     }

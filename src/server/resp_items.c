@@ -48,14 +48,42 @@ static json_t *assistant_turn(json_t *out) {
     return m;
 }
 
-static void append_content(json_t *msg, const char *text) {
-    const char *old = json_string_value(json_object_get(msg, "content"));
-    size_t a = strlen(old), b = strlen(text);
+/* msg[key] (a string, or absent: "") with text appended. */
+static void append_to(json_t *msg, const char *key, const char *text) {
+    const char *old = json_string_value(json_object_get(msg, key));
+    size_t a = old ? strlen(old) : 0, b = strlen(text);
     char *joined = xmalloc(a + b + 1);
-    memcpy(joined, old, a);
+    memcpy(joined, old ? old : "", a);
     memcpy(joined + a, text, b + 1);
-    json_object_set_new(msg, "content", json_string(joined));
+    json_object_set_new(msg, key, json_string(joined));
     free(joined);
+}
+
+/* A reasoning item opens the assistant turn it led to, as that turn's
+ * "thinking" (which gpt-oss's template shows for a tool-call turn; other
+ * templates ignore it): its reasoning_text content, else its summary.
+ * An item with neither (encrypted only) adds nothing. */
+static int add_reasoning(json_t *out, const json_t *item) {
+    strbuf t = {0};
+    const char *keys[] = {"content", "summary"};
+    for (int k = 0; k < 2 && !t.s; k++) {
+        size_t j;
+        const json_t *part;
+        json_array_foreach(json_object_get(item, keys[k]), j, part) {
+            const char *s = json_string_value(json_object_get(part, "text"));
+            if (s) strbuf_puts(&t, s);
+        }
+    }
+    if (t.s) append_to(assistant_turn(out), "thinking", t.s);
+    strbuf_free(&t);
+    return 0;
+}
+
+/* The turn a reasoning item opened, still without text or calls. */
+static int reasoning_only(const json_t *m) {
+    return m && !strcmp(json_string_value(json_object_get(m, "role")), "assistant") &&
+           json_object_get(m, "thinking") && !json_object_get(m, "tool_calls") &&
+           !*json_string_value(json_object_get(m, "content"));
 }
 
 static int add_message(json_t *out, const json_t *item, size_t i, req_ignored *ig, char *why, size_t cap) {
@@ -69,9 +97,10 @@ static int add_message(json_t *out, const json_t *item, size_t i, req_ignored *i
     const json_t *last = json_array_get(out, json_array_size(out) - 1);
     /* Text after a call in one output (native formats) joins that turn,
      * as the model's content did; a plain reply starts its own turn. */
-    if (!strcmp(role, "assistant") && last && json_object_get(last, "tool_calls") &&
-        !strcmp(json_string_value(json_object_get(last, "role")), "assistant"))
-        append_content((json_t *)last, text);
+    if (!strcmp(role, "assistant") && last &&
+        ((json_object_get(last, "tool_calls") && !strcmp(json_string_value(json_object_get(last, "role")), "assistant")) ||
+         reasoning_only(last)))
+        append_to((json_t *)last, "content", text);
     else
         json_array_append_new(out, json_pack("{s:s,s:s}", "role", role, "content", text));
     free(text);
@@ -155,7 +184,7 @@ static int add_item(json_t *out, const json_t *item, size_t i, req_ignored *ig, 
     if (type && (!strcmp(type, "function_call_output") || !strcmp(type, "custom_tool_call_output") ||
                  !strcmp(type, "local_shell_call_output")))
         return add_call_output(out, item, i, ig, why, cap);
-    if (type && !strcmp(type, "reasoning")) return 0;
+    if (type && !strcmp(type, "reasoning")) return add_reasoning(out, item);
     if (!type) {
         snprintf(why, cap, "input[%zu]: an item needs a 'type' (or a 'role', for a message)", i);
         return -1;

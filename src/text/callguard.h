@@ -15,6 +15,13 @@
  *   TC_MISTRAL  "[TOOL_CALLS]" then "[" opens; after each object "," and
  *               another, or "]". "[TOOL_CALLS]name[ARGS]{..}" (no "[")
  *               is not constrained.
+ *   TC_HARMONY  "to=functions." in a message header (the reply's first,
+ *               or one after <|start|>) opens; the name is held to the
+ *               declared ones (ended by a space or '<'), the header's
+ *               rest is free up to <|message|> (forced after 64 bytes),
+ *               the arguments object to the tool's schema (the JSON guard
+ *               sees the one-call object the others write), then only
+ *               whitespace and <|call|> (an end of generation) or <|end|>.
  *
  * In Hermes and Mistral output, markers inside <think>..</think> are
  * reasoning, not calls (as the parser has it).

@@ -428,6 +428,7 @@ const char *render_format_name(const renderer *r) {
     return strcmp(r->source, "file") ? "model's own" : "--chat-template-file";
 }
 int render_native_tools(const renderer *r) { return r->native_tools; }
+int render_harmony(const renderer *r) { return r->tpl && tc_detect(r->src) == TC_HARMONY; }
 
 /* ---- tools -------------------------------------------------------------------------- */
 
@@ -437,8 +438,19 @@ tc_format render_tool_format(const renderer *r, const render_tools *t) {
     return TC_GENERIC;
 }
 
+/* Harmony's forced opening: a commentary message to the functions
+ * namespace, through the tool's name and into the arguments when named. */
+static char *harmony_prefix(const char *forced) {
+    static const char head[] = "<|channel|>commentary to=functions.";
+    if (!forced) return xstrdup(head);
+    char *out = xmalloc(sizeof head + strlen(forced) + 64);
+    sprintf(out, "%s%s <|constrain|>json<|message|>", head, forced);
+    return out;
+}
+
 /* A native format's forced opening: marker, then the call object. */
 static char *native_prefix(tc_format f, const char *forced) {
+    if (f == TC_HARMONY) return harmony_prefix(forced);
     const char *open = f == TC_HERMES ? "<tool_call>\n" : f == TC_MISTRAL ? "[TOOL_CALLS][" : "";
     if (!forced) {
         char *out = xmalloc(strlen(open) + 16);
@@ -644,13 +656,28 @@ static int render_placed(const renderer *r, const json_t *msgs, const json_t *to
     return rc;
 }
 
+/* The gpt-oss template writes "// " + description for every tool, which
+ * fails on a tool without one (the APIs make it optional): those get "". */
+static json_t *described_tools(const json_t *tools) {
+    json_t *out = json_deep_copy(tools), *t;
+    size_t i;
+    json_array_foreach(out, i, t) {
+        json_t *fn = json_object_get(t, "function");
+        if (json_is_object(fn) && !json_is_string(json_object_get(fn, "description")))
+            json_object_set_new(fn, "description", json_string(""));
+    }
+    return out;
+}
+
 int render_messages(const renderer *r, const json_t *messages, const render_tools *t, int add_gen,
                     render_out *out, char *why, size_t cap) {
     tc_format f = render_tool_format(r, t);
     json_t *msgs = f == TC_GENERIC ? generic_messages(messages, t) : json_incref((json_t *)messages);
+    const json_t *tools = f != TC_NONE && f != TC_GENERIC ? (t->shown ? t->shown : t->tools) : NULL;
+    json_t *own = tools && f == TC_HARMONY ? described_tools(tools) : NULL;
     memset(out, 0, sizeof *out);
-    int rc = render_placed(r, msgs, f != TC_NONE && f != TC_GENERIC ? (t->shown ? t->shown : t->tools) : NULL, add_gen, out,
-                           json_array_size(messages), why, cap);
+    int rc = render_placed(r, msgs, own ? own : tools, add_gen, out, json_array_size(messages), why, cap);
+    json_decref(own);
     json_decref(msgs);
     return rc;
 }

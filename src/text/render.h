@@ -74,14 +74,19 @@ int render_native_tools(const renderer *r);
 
 /* How the model's output will carry tool calls (TC_NONE without tools). */
 tc_format render_tool_format(const renderer *r, const render_tools *t);
+/* The model's own template writes harmony (gpt-oss: channels): its
+ * replies go through the harmony parser with or without tools, since the
+ * analysis channel is reasoning, not content (text/toolcall.h). */
+int render_harmony(const renderer *r);
 /* For a required or forced call, the start of the reply the model is made
  * to continue, so the call happens even if the model would not choose it:
  * the generic format's JSON up to the tool name or into the arguments
  * object; a native format's call marker ("<tool_call>\n", "[TOOL_CALLS][",
  * none for Llama 3) and its object up to the name or the arguments key
- * (the call guard, text/callguard.h, holds the rest to the tools). Any
- * marker comes before the first '{'. NULL when nothing is forced. Caller
- * frees. */
+ * (the call guard, text/callguard.h, holds the rest to the tools);
+ * harmony's commentary header to functions.NAME (into the arguments when
+ * named; not held by the call guard yet). Any marker comes before the
+ * first '{'. NULL when nothing is forced. Caller frees. */
 char *render_tool_prefix(const renderer *r, const render_tools *t);
 /* The text an assistant turn with these calls renders to in the generic
  * tool format (what exact replay keys such turns by), the arguments'

@@ -58,6 +58,20 @@ static const char RE_QWEN35[] =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
     "|[^\\r\\n" LX NX "]?[" LX MX "]+|[" NX "]| ?[^" WS LX MX NX "]+[\\r\\n]*"
     "|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
+/* gpt-4o (o200k, gpt-oss, llama4), as llama.cpp spells it: an upper-case
+ * run is a letter that is not a-z, a lower-case run a letter that is not
+ * A-Z (its regex engine has no \p{Lu}/\p{Ll}), contractions optional,
+ * numbers of 1-3 digits, punctuation taking trailing \r \n and '/':
+ * [^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'s|..)?
+ * |[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'s|..)?
+ * |\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
+#define RE_CONTRACTION "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?"
+#define RE_UPPER "(?:(?=[" LX "])[^a-z])"
+#define RE_LOWER "(?:(?=[" LX "])[^A-Z])"
+static const char RE_GPT4O[] =
+    "[^\r\n" LX NX "]?" RE_UPPER "*" RE_LOWER "+" RE_CONTRACTION
+    "|[^\r\n" LX NX "]?" RE_UPPER "+" RE_LOWER "*" RE_CONTRACTION
+    "|[" NX "]{1,3}| ?[^" WS LX NX "]+[\r\n/]*|[" WS "]*[\r\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
 static const char RE_ONE_DIGIT[] = "[" NX "]";
 static const char RE_DEFAULT_PUNCT[] = "[" PX "\\$\\+<=>\\^~\\|]+";
 static const char RE_DIGITS[] = "[" NX "]+";
@@ -76,6 +90,7 @@ static const family F_SMOLLM = {"smollm", {RE_ONE_DIGIT, RE_GPT2}};
 static const family F_LLAMA3 = {"llama3", {RE_LLAMA3}};
 static const family F_QWEN2 = {"qwen2", {RE_QWEN2}};
 static const family F_QWEN35 = {"qwen35", {RE_QWEN35}};
+static const family F_GPT4O = {"gpt-4o", {RE_GPT4O}};
 
 /* tokenizer.ggml.pre names -> family, as llama.cpp maps them. "gpt2" is
  * not a llama.cpp name (it says "gpt-2"); we accept it as the same. */
@@ -102,6 +117,8 @@ static const struct {
     {"jina-v2-es", &F_GPT2, 0},    {"jina-v2-de", &F_GPT2, 0},     {"a.x-4.0", &F_GPT2, 0},
     {"mellum", &F_GPT2, 0},        {"modern-bert", &F_GPT2, 0},    {"jina-v1-en", &F_GPT2, 0},
     {"jina-v2-code", &F_GPT2, 0},  {"roberta-bpe", &F_GPT2, 0},
+    {"gpt-4o", &F_GPT4O, 0},       {"llama4", &F_GPT4O, 0},        {"kanana2", &F_GPT4O, 0},
+    {"talkie", &F_GPT4O, 0},
 };
 
 struct tok_pretok {

@@ -12,6 +12,13 @@
  * one) is not content: it is held while undecided and dropped. All other
  * text passes through byte for byte.
  *
+ * HARMONY (gpt-oss) is a run of messages, each a header up to
+ * <|message|> (channel, recipient, constraint) and a body up to <|end|>,
+ * <|call|>, <|return|> or the next <|start|>: analysis bodies are
+ * reasoning events, final and commentary bodies content, and a body with
+ * a recipient (to=functions.NAME) is that call's arguments JSON. Output
+ * that does not open with a header is plain content.
+ *
  * Not handled: XML-style calls (Qwen3-Coder <function=...>), Llama 3.1
  * built-in python calls after <|python_tag|> (they stay content), calls
  * inside <think> (ignored on purpose: reasoning may mention the marker). */
@@ -34,6 +41,10 @@ enum mode {
     M_MNAME,   /* MISTRAL: after [TOOL_CALLS]: '[' array or name[ARGS] */
     M_MCALLID, /* MISTRAL: name[CALL_ID]id, waiting for [ARGS] */
     M_FCLOSE,  /* LLAMA3/GENERIC: the ``` after a fenced JSON reply */
+    M_HHEAD,   /* HARMONY: a message header, up to <|message|> */
+    M_HBODY,   /* HARMONY: a message body (reasoning or content) */
+    M_HARGS,   /* HARMONY: a call's body, before its JSON */
+    M_HEND,    /* HARMONY: after a call's JSON: <|call|>, <|end|> or the end */
 };
 
 /* What the root of a JSON document must be. */
@@ -64,6 +75,7 @@ struct tc_parser {
     int fenced;       /* the JSON reply opened with ``` or ```json */
     int failed, finished;
     strata_err err;
+    tc_event_kind hkind; /* HARMONY: what the current body's text is */
 
     tc_buf in;   /* input not consumed yet, from pos */
     size_t pos;
@@ -106,6 +118,13 @@ static const char THINK_CLOSE[] = "</think>";
 static const char PYTHON_TAG[] = "<|python_tag|>";
 static const char FENCE[] = "```";
 
+/* Harmony's markers (special tokens; the tokenizer prints these, as
+ * llama.cpp does: <|return|> and <|call|> end generation and print nothing). */
+static const char H_CHANNEL[] = "<|channel|>";
+static const char H_MESSAGE[] = "<|message|>";
+static const char H_START[] = "<|start|>";
+static const char *const H_BODY_ENDS[] = {"<|end|>", "<|call|>", "<|return|>", "<|start|>", NULL};
+
 static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 static int bad(tc_parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -123,6 +142,7 @@ static int bad(tc_parser *p, const char *fmt, ...) {
 
 tc_format tc_detect(const char *tmpl) {
     if (!tmpl) return TC_GENERIC;
+    if (strstr(tmpl, H_CHANNEL) && strstr(tmpl, H_MESSAGE)) return TC_HARMONY;
     if (strstr(tmpl, HERMES_OPEN)) return TC_HERMES;
     if (strstr(tmpl, MISTRAL_OPEN)) return TC_MISTRAL;
     if (strstr(tmpl, PYTHON_TAG) || strstr(tmpl, "ipython")) return TC_LLAMA3;
@@ -136,6 +156,7 @@ const char *tc_format_name(tc_format f) {
     case TC_LLAMA3: return "llama3";
     case TC_MISTRAL: return "mistral";
     case TC_GENERIC: return "generic";
+    case TC_HARMONY: return "harmony";
     }
     return "?";
 }
@@ -144,7 +165,7 @@ const char *tc_format_name(tc_format f) {
 
 static void ev_push(tc_parser *p, tc_event_kind kind, int index, const char *s, size_t n) {
     ev_rec *last = p->n_recs ? &p->recs[p->n_recs - 1] : NULL;
-    int joins = kind == TC_EV_TEXT || kind == TC_EV_CALL_ARGS;
+    int joins = kind == TC_EV_TEXT || kind == TC_EV_CALL_ARGS || kind == TC_EV_REASONING;
     if (joins && n == 0) return;
     if (joins && last && last->kind == kind && last->index == index) {
         tc_buf_add(&p->evtext, s, n);
@@ -175,7 +196,7 @@ static void emit_text(tc_parser *p, const char *s, size_t n) { emit(p, TC_EV_TEX
 static void hold_utf8_tail(tc_parser *p) {
     if (!p->n_recs) return;
     ev_rec *r = &p->recs[p->n_recs - 1];
-    if (r->kind != TC_EV_TEXT && r->kind != TC_EV_CALL_ARGS) return;
+    if (r->kind != TC_EV_TEXT && r->kind != TC_EV_CALL_ARGS && r->kind != TC_EV_REASONING) return;
     size_t keep = tc_utf8_complete(p->evtext.p + r->off, r->len);
     if (keep == r->len) return;
     tc_buf_add(&p->carry, p->evtext.p + r->off + keep, r->len - keep);
@@ -652,6 +673,7 @@ static int doc_done(tc_parser *p) {
     tc_buf_clear(&p->lead);
     p->after_struct = p->skip_ws = 1;
     if (p->fmt == TC_HERMES) p->mode = M_HCLOSE;
+    else if (p->fmt == TC_HARMONY) p->mode = M_HEND;
     else if (p->fenced) p->mode = M_FCLOSE;
     else if (p->fmt == TC_LLAMA3) p->mode = M_LAFTER;
     else p->mode = M_CONTENT;
@@ -799,6 +821,117 @@ static int step_mcallid(tc_parser *p, int final) {
     return mistral_args(p);
 }
 
+/* ---- HARMONY ---- */
+
+/* The word after key in the header h[0..n) (to=NAME, <|channel|>NAME):
+ * up to a space or '<'. Sets *w, returns its length (0: absent). */
+static size_t header_word(const char *h, size_t n, const char *key, const char **w) {
+    const char *k = memmem(h, n, key, strlen(key));
+    if (!k) return 0;
+    *w = k + strlen(key);
+    size_t len = 0;
+    while (*w + len < h + n && !is_ws((*w)[len]) && (*w)[len] != '<') len++;
+    return len;
+}
+
+/* A whole header (before <|message|>): the channel says what the body
+ * is; a recipient makes it a call (functions.NAME -> NAME; any other
+ * recipient, a built-in tool, keeps its whole name). */
+static int harmony_header(tc_parser *p, const char *h, size_t n) {
+    const char *to = NULL, *ch = NULL;
+    size_t tl = header_word(h, n, "to=", &to), cl = header_word(h, n, H_CHANNEL, &ch);
+    if (tl) {
+        if (tl > 10 && !memcmp(to, "functions.", 10)) to += 10, tl -= 10;
+        call_open(p);
+        int rc = call_name(p, to, tl);
+        if (rc) return rc;
+        p->mode = M_HARGS;
+        return 1;
+    }
+    p->hkind = cl == 8 && !memcmp(ch, "analysis", 8) ? TC_EV_REASONING : TC_EV_TEXT;
+    p->mode = M_HBODY;
+    return 1;
+}
+
+/* Could s[0..n) (spaces skipped) still open a header? "<|..." or "to=". */
+static int header_possible(const char *s, size_t n) {
+    size_t k = 0;
+    while (k < n && is_ws(s[k])) k++;
+    return k == n || starts_with(s + k, n - k, "<|") || starts_with(s + k, n - k, "to=");
+}
+
+/* At the end, is s[0..n) a header the output cut (a channel or recipient
+ * written), or only spaces? Either is dropped; anything else is text. */
+static int header_begun(const char *s, size_t n) {
+    size_t k = 0;
+    while (k < n && is_ws(s[k])) k++;
+    return k == n || memmem(s, n, H_CHANNEL, strlen(H_CHANNEL)) || starts_with(s + k, n - k, "to=") > 0 ||
+           starts_with(s + k, n - k, H_START) > 0;
+}
+
+static int step_hhead(tc_parser *p, int final) {
+    const char *s = p->in.p + p->pos;
+    size_t n = p->in.len - p->pos, i = find(s, n, H_MESSAGE);
+    if (i < n && i < 512 && header_possible(s, i)) {
+        p->pos += i + strlen(H_MESSAGE);
+        return harmony_header(p, s, i);
+    }
+    int maybe = i == n && header_possible(s, n);
+    if (maybe && n < 512 && !final) return 0;
+    if (maybe && final && header_begun(s, n)) {
+        p->pos = p->in.len; /* a header cut by the end (or trailing spaces): not content */
+        return 0;
+    }
+    p->plain = 1; /* not harmony after all: the rest is text */
+    p->mode = M_CONTENT;
+    return 1;
+}
+
+static int step_hbody(tc_parser *p, int final) {
+    const char *s = p->in.p + p->pos;
+    size_t n = p->in.len - p->pos, at = n, keep = 0;
+    const char *m = NULL;
+    for (const char *const *e = H_BODY_ENDS; *e; e++) {
+        size_t i = find(s, n, *e), k = final ? 0 : partial_suffix(s, n, *e);
+        if (i < at) at = i, m = *e;
+        if (k > keep) keep = k;
+    }
+    if (!m) {
+        emit(p, p->hkind, -1, s, n - keep);
+        p->pos += n - keep;
+        return 0;
+    }
+    emit(p, p->hkind, -1, s, at);
+    p->pos += at + (m == H_START ? 0 : strlen(m)); /* the header step skips <|start|> */
+    p->mode = M_HHEAD;
+    return 1;
+}
+
+/* A call's body: spaces, then its arguments object. */
+static int step_hargs(tc_parser *p, int final) {
+    if (skip_ws_in(p, NULL) == 0) return final ? bad(p, "call %d has no arguments", p->cur) : 0;
+    doc_begin(p, R_ARGS);
+    return 1;
+}
+
+/* After a call's JSON: <|call|> (usually not printed: it ends the
+ * generation), <|end|>, or the next message. */
+static int step_hend(tc_parser *p, int final) {
+    size_t n = skip_ws_in(p, NULL);
+    if (n == 0) return 0;
+    const char *s = p->in.p + p->pos;
+    for (const char *const *e = H_BODY_ENDS; *e; e++) {
+        int m = starts_with(s, n, *e);
+        if (m < 0 && !final) return 0;
+        if (m > 0) {
+            p->pos += *e == H_START ? 0 : strlen(*e);
+            p->mode = M_HHEAD;
+            return 1;
+        }
+    }
+    return bad(p, "expected <|call|> after the arguments of call %d", p->n_started - 1);
+}
+
 static int step(tc_parser *p, int final) {
     switch (p->mode) {
     case M_CONTENT: return step_content(p, final);
@@ -809,6 +942,10 @@ static int step(tc_parser *p, int final) {
     case M_MNAME: return step_mname(p, final);
     case M_MCALLID: return step_mcallid(p, final);
     case M_FCLOSE: return step_fclose(p, final);
+    case M_HHEAD: return step_hhead(p, final);
+    case M_HBODY: return step_hbody(p, final);
+    case M_HARGS: return step_hargs(p, final);
+    case M_HEND: return step_hend(p, final);
     }
     return 0;
 }
@@ -820,7 +957,7 @@ tc_parser *tc_new(tc_format f) {
     p->fmt = f;
     p->cur = -1;
     p->plain = f == TC_NONE;
-    p->mode = f == TC_LLAMA3 || f == TC_GENERIC ? M_START : M_CONTENT;
+    p->mode = f == TC_LLAMA3 || f == TC_GENERIC ? M_START : f == TC_HARMONY ? M_HHEAD : M_CONTENT;
     return p;
 }
 

@@ -31,9 +31,13 @@ typedef enum {
     TC_LLAMA3,  /* Llama 3.x: a bare {"name", "parameters"} object */
     TC_MISTRAL, /* [TOOL_CALLS][{...}] or [TOOL_CALLS]name[ARGS]{...} */
     TC_GENERIC, /* {"tool_calls": [...]} or {"content": "..."} */
+    TC_HARMONY, /* gpt-oss: <|channel|>analysis|commentary|final<|message|>..., calls
+                   to=functions.NAME (<|constrain|>json) <|message|>{...}<|call|>;
+                   parsed with or without tools (the channels are not content) */
 } tc_format;
 
-/* The tool-call format a chat template implies: "<tool_call>" -> HERMES,
+/* The tool-call format a chat template implies: "<|channel|>" -> HARMONY,
+ * "<tool_call>" -> HERMES,
  * "[TOOL_CALLS]" -> MISTRAL, "<|python_tag|>" or "ipython" -> LLAMA3,
  * anything else (or NULL) -> GENERIC. The caller uses TC_NONE itself when
  * the request has no tools. */
@@ -47,6 +51,7 @@ typedef enum {
     TC_EV_CALL_BEGIN, /* text: the function name */
     TC_EV_CALL_ARGS,  /* text: a fragment of the arguments JSON */
     TC_EV_CALL_END,   /* text: "" */
+    TC_EV_REASONING,  /* text: reasoning (HARMONY's analysis channel), not content */
 } tc_event_kind;
 
 typedef struct tc_event {

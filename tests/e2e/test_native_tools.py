@@ -1,7 +1,8 @@
 """Native tool-call formats held to the declared tools: the default model
 served with the chat templates of Qwen 2.5 (Hermes <tool_call>), Llama 3.1
-(a bare JSON call) and Mistral ([TOOL_CALLS][...]), so it writes each
-format's own markup. Once a call opens (by the model, or forced by
+(a bare JSON call), Mistral ([TOOL_CALLS][...]) and gpt-oss (harmony:
+to=functions.NAME in a message header; its markers are text in this
+vocabulary), so it writes each format's own markup. Once a call opens (by the model, or forced by
 tool_choice) its name is a declared tool and its arguments validate, in
 Chat Completions, Responses and Anthropic Messages alike; a turn with a
 forced call sent back replays as the exact tokens, the forced opening
@@ -24,7 +25,7 @@ TIME = {"type": "function", "function": {"name": "get_time", "description": "Cur
     "type": "object", "properties": {"tz": {"type": "string", "enum": ["UTC", "CET"]}}, "required": ["tz"],
     "additionalProperties": False}}}
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, TIME)}
-TEMPLATES = ["qwen2.5", "llama3.1", "mistral"]
+TEMPLATES = ["qwen2.5", "llama3.1", "mistral", "gpt-oss"]
 ASK = [{"role": "user", "content": "What's the weather in Paris for the next 3 days?"}]
 
 
@@ -48,7 +49,8 @@ def check_call(name, args, allowed=SCHEMAS):
 
 def test_template_is_native(native):
     r = httpx.post(native.url + "/apply-template", json={"messages": ASK, "tools": [WEATHER]}).json()
-    assert '"get_weather"' in r["prompt"] and "tool_calls" not in r["prompt"]  # not the generic format
+    listed = "type get_weather = " if native.template == "gpt-oss" else '"get_weather"'  # harmony: TypeScript
+    assert listed in r["prompt"] and "tool_calls" not in r["prompt"]  # not the generic format
 
 
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_time"}}],
@@ -159,7 +161,7 @@ def test_responses_forced_call_cut_by_the_limit_is_returned(native):
 # Not Mistral: its template renders the system prompt and tools into the
 # last user turn, so a longer conversation shares almost nothing with the
 # shorter one.
-@pytest.mark.parametrize("native", ["qwen2.5", "llama3.1"], indirect=True)
+@pytest.mark.parametrize("native", ["qwen2.5", "llama3.1", "gpt-oss"], indirect=True)
 def test_forced_native_call_sent_back_hits_the_cache(native):
     # The forced opening is in the prompt, not generated: the turn must
     # still replay as the tokens the model saw, so the next request's

@@ -1,4 +1,6 @@
-"""qwen35 (hybrid recurrent) served end to end on the tiny generated model.
+"""qwen35 (hybrid recurrent) served end to end on the tiny generated models:
+the dense qwen35 and the mixture-of-experts qwen35moe (each test runs on
+both).
 
 Checked here with the prefix cache off (`--no-prefix-cache`: every
 request prefills from zero): greedy output of `strata serve` equals
@@ -17,14 +19,16 @@ import pytest
 
 from conftest import GEN, STRATA, Server
 
-MODEL = os.path.join(GEN, "models", "qwen35-f32.gguf")
+MODELS = ["qwen35-f32", "qwen35moe-q4_k_m"]
 
 
-@pytest.fixture(scope="module")
-def q35():
-    if not os.path.exists(MODEL):
-        pytest.skip("tiny qwen35 model not generated (make testdata)")
-    s = Server(MODEL, "--parallel", "2", "--ctx", "1024", "--no-prefix-cache")
+@pytest.fixture(scope="module", params=MODELS)
+def q35(request):
+    path = os.path.join(GEN, "models", request.param + ".gguf")
+    if not os.path.exists(path):
+        pytest.skip(f"tiny {request.param} model not generated (make testdata)")
+    s = Server(path, "--parallel", "2", "--ctx", "1024", "--no-prefix-cache")
+    s.model = path
     yield s
     assert s.stop() == 0, "server did not shut down cleanly on SIGTERM"
 
@@ -42,7 +46,7 @@ def cached(body):
 
 def test_serve_matches_run(q35):
     prompt = "The quick brown fox jumps over the lazy dog. A cache that never forgets"
-    out = subprocess.run([STRATA, "run", "-m", MODEL, "-p", prompt, "-n", "24", "--temp", "0", "-q"],
+    out = subprocess.run([STRATA, "run", "-m", q35.model, "-p", prompt, "-n", "24", "--temp", "0", "-q"],
                          capture_output=True, timeout=60, check=True).stdout.decode("utf-8", "replace")
     body = complete(q35, prompt)
     assert body["choices"][0]["text"] == out.rstrip("\n") or body["choices"][0]["text"] == out

@@ -1,7 +1,8 @@
 """qwen35 (hybrid recurrent) with the prefix cache: recurrent-state
-snapshots in the block store (issue 11, items 4-6).
+snapshots in the block store (issue 11, items 4-6), for the dense qwen35
+and the mixture-of-experts qwen35moe (every test runs on both; MODELS).
 
-The tiny generated qwen35 runs with small blocks (16 tokens) so a short
+The tiny generated models run with small blocks (16 tokens) so a short
 conversation crosses many block boundaries. Every test compares against a
 server with the prefix cache off: greedy output must be byte-identical on
 every turn (cache on, off, after a restart, and on a branch; the cold
@@ -23,19 +24,28 @@ import pytest
 
 from conftest import GEN, STRATA, Server, free_port
 
-MODEL = os.path.join(GEN, "models", "qwen35-f32.gguf")
+# Each test runs once per model (the tmp fixture's params).
+MODELS = ["qwen35-f32", "qwen35moe-q4_k_m"]
 SYSTEM = ("You are a coding agent. Tools: read_file(path), run(cmd), grep(pattern). "
           "Answer with one tool call per turn, then a summary.")
 
 
-def need_model():
-    if not os.path.exists(MODEL):
-        pytest.skip("tiny qwen35 model not generated (make testdata)")
+class Workdir(str):
+    """The module's temporary folder, carrying the model its tests run."""
+    model = None
+
+
+def model_path(name):
+    path = os.path.join(GEN, "models", name + ".gguf")
+    if not os.path.exists(path):
+        pytest.skip(f"tiny {name} model not generated (make testdata)")
+    return path
 
 
 def start(tmp, name, *extra):
     trace = os.path.join(tmp, name + ".jsonl")
-    srv = Server(MODEL, "--parallel", "2", "--ctx", "4096", "--cache-block-tokens", "16", "--trace", trace, *extra)
+    srv = Server(tmp.model, "--parallel", "2", "--ctx", "4096", "--cache-block-tokens", "16", "--trace", trace,
+                 *extra)
     srv.trace = trace
     return srv
 
@@ -52,6 +62,7 @@ def chat(srv, msgs, n=10, logprobs=False):
     r = httpx.post(srv.url + "/v1/chat/completions", timeout=120, json=body)
     r.raise_for_status()
     choice = r.json()["choices"][0]
+    choice["message"].setdefault("content", "")  # a reply that ends at once has none
     if logprobs:  # every generated token's top-5 logprobs: equal floats mean equal logits rows
         return choice["message"]["content"], last_trace(srv), choice["logprobs"]
     return choice["message"]["content"], last_trace(srv)
@@ -68,11 +79,13 @@ def user_turn(i):
     return f"Tool result {i}: " + " ".join(f"line{i}_{k}" for k in range(3 + i % 4))
 
 
-@pytest.fixture(scope="module")
-def tmp():
-    need_model()
+@pytest.fixture(scope="module", params=MODELS)
+def tmp(request):
+    path = model_path(request.param)
     with tempfile.TemporaryDirectory(prefix="strata-q35snap-") as d:
-        yield d
+        w = Workdir(d)
+        w.model = path
+        yield w
 
 
 @pytest.fixture(scope="module")

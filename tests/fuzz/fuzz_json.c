@@ -41,7 +41,7 @@ static void touch_params(const json_t *req) {
 /* Two feeds split at a point chosen by the text, then the final one. */
 static void feed_tool_parsers(const char *text) {
     size_t len = strlen(text), cut = len ? (unsigned char)text[0] % (len + 1) : 0;
-    for (tc_format f = TC_NONE; f <= TC_GENERIC; f++) {
+    for (tc_format f = TC_NONE; f <= TC_HARMONY; f++) {
         tc_parser *p = tc_new(f);
         const tc_event *evs;
         int n;
