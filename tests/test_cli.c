@@ -101,17 +101,25 @@ TEST(cli_run_and_info_on_synthetic_model) {
     CHECK(strstr(r.out, "architecture     qwen2") != NULL);
 }
 
-TEST(cli_run_and_info_on_qwen35) {
+/* `strata run` on a generated model decodes, and `strata model info`
+ * prints every line of want (NULL-terminated). */
+static void run_and_info(const char *model, const char *const *want) {
     char args[1024];
     cli_result r;
-    snprintf(args, sizeof args, "run -m %s -p hello -n 8 --temp 0", test_data("models/qwen35-f32.gguf"));
+    snprintf(args, sizeof args, "run -m %s -p hello -n 8 --temp 0", test_data(model));
     run_cli(&r, args);
     CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err);
     CHECK(strstr(r.err, "decode:") != NULL);
-    snprintf(args, sizeof args, "model info %s", test_data("models/qwen35-f32.gguf"));
+    snprintf(args, sizeof args, "model info %s", test_data(model));
     run_cli(&r, args);
     CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err);
-    CHECK(strstr(r.out, "recurrent        2 gated delta-net layers (conv 4, 2 key / 4 value heads of 32), 2 attention"));
+    for (; *want; want++) CHECK_MSG(strstr(r.out, *want) != NULL, "%s: no '%s' in:\n%s", model, *want, r.out);
+}
+
+TEST(cli_run_and_info_on_qwen35) {
+    static const char *const want[] = {
+        "recurrent        2 gated delta-net layers (conv 4, 2 key / 4 value heads of 32), 2 attention", NULL};
+    run_and_info("models/qwen35-f32.gguf", want);
 }
 
 /* qwen3moe-q4_k_m: 3 layers, 2 of 8 experts of 256 x 256 (x3 matrices)
@@ -119,20 +127,12 @@ TEST(cli_run_and_info_on_qwen35) {
  * 2,048 + 2/8 of 1,572,864 expert weights; plus output 130,304, its norm
  * and one embedding row (256 each) = 1,908,352 of 5,577,344. */
 TEST(cli_run_and_info_on_moe) {
-    char args[1024];
-    cli_result r;
-    snprintf(args, sizeof args, "run -m %s -p hello -n 8 --temp 0", test_data("models/qwen3moe-q4_k_m.gguf"));
-    run_cli(&r, args);
-    CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err);
-    CHECK(strstr(r.err, "decode:") != NULL);
-    snprintf(args, sizeof args, "model info %s", test_data("models/qwen3moe-q4_k_m.gguf"));
-    run_cli(&r, args);
-    CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err);
-    CHECK(strstr(r.out, "experts          2 of 8 per token, 256 wide (softmax, renormalised)\n"));
-    CHECK(strstr(r.out, "active           1.91M of 5.58M parameters, "));
-    snprintf(args, sizeof args, "model info %s", test_data("models/qwen35moe-f32.gguf"));
-    run_cli(&r, args);
-    CHECK(strstr(r.out, "experts          2 of 8 per token, 128 wide (softmax, renormalised), plus a shared expert"));
+    static const char *const q3[] = {"experts          2 of 8 per token, 256 wide (softmax, renormalised)\n",
+                                     "active           1.91M of 5.58M parameters, ", NULL};
+    static const char *const q35[] = {
+        "experts          2 of 8 per token, 128 wide (softmax, renormalised), plus a shared expert", NULL};
+    run_and_info("models/qwen3moe-q4_k_m.gguf", q3);
+    run_and_info("models/qwen35moe-f32.gguf", q35);
 }
 
 TEST(cli_greedy_run_is_reproducible) {

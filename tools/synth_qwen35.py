@@ -99,19 +99,27 @@ def make(g, rows, cols, qt, std):
     return np.concatenate(parts)
 
 
-def write_metadata(w):
-    c, a = CFG, "qwen35"
-    w.add_name("qwen35-0.8b-synth")
+def write_common_metadata(w, name, c):
+    """The keys every synthetic model writes, from its CFG-style dict c
+    (key/value length only when c has head_dim); shared with
+    tools/synth_smollm2.py and tools/synth_qwen3moe.py."""
+    w.add_name(name)
     w.add_block_count(c["n_layer"])
     w.add_context_length(c["n_ctx"])
     w.add_embedding_length(c["n_embd"])
     w.add_feed_forward_length(c["n_ff"])
     w.add_head_count(c["n_head"])
     w.add_head_count_kv(c["n_head_kv"])
-    w.add_key_length(c["head_dim"])
-    w.add_value_length(c["head_dim"])
+    if "head_dim" in c:
+        w.add_key_length(c["head_dim"])
+        w.add_value_length(c["head_dim"])
     w.add_rope_freq_base(c["rope_base"])
     w.add_layer_norm_rms_eps(c["rms_eps"])
+
+
+def write_metadata(w):
+    c, a = CFG, "qwen35"
+    write_common_metadata(w, "qwen35-0.8b-synth", c)
     w.add_rope_dimension_count(c["rope_dim"])
     tm._write_qwen35_keys(w, dict(arch=a, qwen35=dict(interval=c["interval"], d_conv=c["d_conv"],
                                                        d_state=c["d_state"], n_k_heads=c["n_k_heads"],
@@ -120,11 +128,13 @@ def write_metadata(w):
     tm._write_tokenizer(w, dict(arch=a), vocab())
 
 
-def write_synth(out, arch, specs, write_metadata, seed):
+def write_synth(out, arch, specs, write_metadata, seed, data=None):
     """Writes a random-weight GGUF: metadata by write_metadata(writer), then
-    the tensors of specs (name, rows, cols, type, std; rows 0: a vector)
-    drawn from seed, to out through a temporary file (tools/synth_smollm2.py
-    shares this)."""
+    the tensors of specs (name, rows, cols, type, std; rows 0: a vector,
+    rows (n, r): a stack of n matrices of r rows, as MoE experts) drawn
+    from seed, or given by data(generator, index, spec) when set, to out
+    through a temporary file (tools/synth_smollm2.py and
+    tools/synth_qwen3moe.py share this)."""
     w = gguf.GGUFWriter(out + ".tmp", arch)
     write_metadata(w)
     for name, rows, cols, qt, _ in specs:
@@ -134,14 +144,14 @@ def write_synth(out, arch, specs, write_metadata, seed):
             w.add_tensor_info(name, [rows, cols], np.dtype(np.float32), rows * cols * 4)
         else:
             bs, ts = gguf.GGML_QUANT_SIZES[qt]
-            nb = cols // bs * ts
-            w.add_tensor_info(name, [rows, nb], np.dtype(np.uint8), rows * nb, raw_dtype=qt)
+            shape = [*rows, cols // bs * ts] if isinstance(rows, tuple) else [rows, cols // bs * ts]
+            w.add_tensor_info(name, shape, np.dtype(np.uint8), int(np.prod(shape)), raw_dtype=qt)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
     g = np.random.default_rng(seed)
-    for name, rows, cols, qt, std in specs:
-        w.write_tensor_data(make(g, rows, cols, qt, std))
+    for i, (name, rows, cols, qt, std) in enumerate(specs):
+        w.write_tensor_data(data(g, i, specs[i]) if data else make(g, rows, cols, qt, std))
     w.close()
     os.replace(out + ".tmp", out)
     print(f"synth: wrote {out} ({os.path.getsize(out) / 2**20:.0f} MiB)")

@@ -51,15 +51,7 @@ def tensor_specs():
 
 def write_metadata(w):
     c = CFG
-    w.add_name("smollm2-135m-synth")
-    w.add_block_count(c["n_layer"])
-    w.add_context_length(c["n_ctx"])
-    w.add_embedding_length(c["n_embd"])
-    w.add_feed_forward_length(c["n_ff"])
-    w.add_head_count(c["n_head"])
-    w.add_head_count_kv(c["n_head_kv"])
-    w.add_rope_freq_base(c["rope_base"])
-    w.add_layer_norm_rms_eps(c["rms_eps"])
+    sq.write_common_metadata(w, "smollm2-135m-synth", c)
     w.add_rope_dimension_count(c["n_embd"] // c["n_head"])
     w.add_uint32("general.quantization_version", 2)
     tm._write_tokenizer(w, dict(arch="llama"), vocab())

@@ -11,33 +11,21 @@ batch's tokens by expert, so a cached prefix computed in one chunking
 being resumed in another is exactly what batch invariance must survive.
 """
 import os
-import shutil
 import subprocess
-import tempfile
-import time
 
 import pytest
 
-from conftest import STRATA, free_port
-from test_qwen35_snapshots import SYSTEM, Workdir, chat, complete, end_of, model_path, redis_up, start, user_turn
+from conftest import STRATA
+from test_qwen35_snapshots import (SYSTEM, chat, cold, complete, end_of, next_turn, on_fresh_replicas, redis_server,
+                                   start, turns_then_stop, user_turn, workdir)
 
 MODEL = "qwen3moe-q4_k_m"
 
 
 @pytest.fixture(scope="module")
 def tmp():
-    path = model_path(MODEL)
-    with tempfile.TemporaryDirectory(prefix="strata-moe-") as d:
-        w = Workdir(d)
-        w.model = path
+    with workdir(MODEL) as w:
         yield w
-
-
-@pytest.fixture(scope="module")
-def cold(tmp):
-    s = start(tmp, "cold", "--no-prefix-cache")
-    yield s
-    assert s.stop() == 0
 
 
 def test_serve_matches_run(tmp, cold):
@@ -53,11 +41,7 @@ def test_agent_loop_12_turns_prefills_only_new_tokens(tmp, cold):
     try:
         msgs, prev, prev_text, prefilled = [{"role": "system", "content": SYSTEM}], None, "", []
         for i in range(12):
-            msgs.append({"role": "user", "content": user_turn(i)})
-            text, tr, lp = chat(warm, msgs, logprobs=True)
-            ref, _, ref_lp = chat(cold, msgs, logprobs=True)
-            assert text == ref, f"turn {i}: cache on differs from cache off"
-            assert lp == ref_lp, f"turn {i}: logprobs differ from cache off"
+            text, tr = next_turn(warm, cold, msgs, i)
             if prev is None:
                 assert tr["prefilled_tokens"] == tr["prompt_tokens"]
             else:
@@ -77,16 +61,7 @@ def test_agent_loop_12_turns_prefills_only_new_tokens(tmp, cold):
 
 def test_restart_resumes_from_disk(tmp, cold):
     cache = os.path.join(tmp, "kv-restart")
-    msgs = [{"role": "system", "content": SYSTEM}]
-    srv = start(tmp, "before", "--cache-dir", cache)
-    try:
-        for i in range(3):
-            msgs.append({"role": "user", "content": user_turn(i)})
-            text, prev = chat(srv, msgs)
-            assert text == chat(cold, msgs)[0]
-            msgs.append({"role": "assistant", "content": text})
-    finally:
-        assert srv.stop() == 0
+    msgs, prev = turns_then_stop(tmp, cold, 3, "--cache-dir", cache)
     msgs.append({"role": "user", "content": user_turn(3)})
     srv = start(tmp, "after", "--cache-dir", cache)
     try:
@@ -101,33 +76,11 @@ def test_restart_resumes_from_disk(tmp, cold):
 
 
 def test_shared_tier_replica_resumes_from_redis(tmp, cold):
-    if not shutil.which("redis-server"):
-        pytest.skip("redis-server not installed")
-    port = free_port()
-    rdir = tempfile.mkdtemp(prefix="strata-moeredis-")
-    redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", rdir],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 10
-        while not redis_up(port) and time.time() < deadline:
-            time.sleep(0.05)
+    x = SYSTEM + " The first task: find every TODO in the tree and list the files."
+    y = x + " Then open each one"
+    with redis_server() as port:
         shared = ("--cache-redis", f"redis://127.0.0.1:{port}", "--no-cache-disk")
-        x = SYSTEM + " The first task: find every TODO in the tree and list the files."
-        a = start(tmp, "replica-a", *shared)
-        try:
-            _, t1 = complete(a, x, 6)
-        finally:
-            assert a.stop() == 0  # drains its write queue
-        y = x + " Then open each one"
-        b = start(tmp, "replica-b", *shared)
-        try:
-            text, t2 = complete(b, y, 6)
-        finally:
-            assert b.stop() == 0
-        assert text == complete(cold, y, 6)[0]
-        assert t2["cached_tokens"]["redis"] >= t1["prompt_tokens"] // 16 * 16 > 0, t2["cached_tokens"]
-        assert t2["prefilled_tokens"] == t2["prompt_tokens"] - t2["cached_tokens"]["redis"]
-    finally:
-        redis.terminate()
-        redis.wait(timeout=10)
-        shutil.rmtree(rdir, ignore_errors=True)
+        (_, t1), (text, t2) = on_fresh_replicas(tmp, shared, [x, y])
+    assert text == complete(cold, y, 6)[0]
+    assert t2["cached_tokens"]["redis"] >= t1["prompt_tokens"] // 16 * 16 > 0, t2["cached_tokens"]
+    assert t2["prefilled_tokens"] == t2["prompt_tokens"] - t2["cached_tokens"]["redis"]

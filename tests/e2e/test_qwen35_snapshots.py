@@ -11,6 +11,7 @@ back into the next prompt and see the same tokens), and the
 --trace line says where each request resumed (`snapshot.restored`), from
 which tier, and where it stored snapshots (`snapshot.stored`).
 """
+import contextlib
 import json
 import os
 import shutil
@@ -79,12 +80,20 @@ def user_turn(i):
     return f"Tool result {i}: " + " ".join(f"line{i}_{k}" for k in range(3 + i % 4))
 
 
-@pytest.fixture(scope="module", params=MODELS)
-def tmp(request):
-    path = model_path(request.param)
-    with tempfile.TemporaryDirectory(prefix="strata-q35snap-") as d:
+@contextlib.contextmanager
+def workdir(name):
+    """A temporary Workdir for the generated model `name` (skips when it
+    was not generated)."""
+    path = model_path(name)
+    with tempfile.TemporaryDirectory(prefix="strata-cache-") as d:
         w = Workdir(d)
         w.model = path
+        yield w
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def tmp(request):
+    with workdir(request.param) as w:
         yield w
 
 
@@ -95,6 +104,17 @@ def cold(tmp):
     assert s.stop() == 0
 
 
+def next_turn(warm, cold, msgs, i):
+    """Agent turn i on warm, whose reply text and logprobs must be the
+    cache-off server's; returns the text and warm's trace."""
+    msgs.append({"role": "user", "content": user_turn(i)})
+    text, tr, lp = chat(warm, msgs, logprobs=True)
+    ref, _, ref_lp = chat(cold, msgs, logprobs=True)
+    assert text == ref, f"turn {i}: cache on differs from cache off"
+    assert lp == ref_lp, f"turn {i}: logprobs differ from cache off"
+    return text, tr
+
+
 def test_agent_loop_12_turns_prefills_only_new_tokens(tmp, cold):
     """(b) Each turn after the first resumes at the previous turn's end and
     prefills only what came after it; output equals the cache-off run."""
@@ -102,11 +122,7 @@ def test_agent_loop_12_turns_prefills_only_new_tokens(tmp, cold):
     try:
         msgs, prev, prefilled = [{"role": "system", "content": SYSTEM}], None, []
         for i in range(12):
-            msgs.append({"role": "user", "content": user_turn(i)})
-            text, tr, lp = chat(warm, msgs, logprobs=True)
-            ref, _, ref_lp = chat(cold, msgs, logprobs=True)
-            assert text == ref, f"turn {i}: cache on differs from cache off"
-            assert lp == ref_lp, f"turn {i}: logprobs differ from cache off"
+            text, tr = next_turn(warm, cold, msgs, i)
             snap = tr["snapshot"]
             if prev is None:
                 assert snap["restored"] == 0 and tr["prefilled_tokens"] == tr["prompt_tokens"]
@@ -128,19 +144,27 @@ def test_agent_loop_12_turns_prefills_only_new_tokens(tmp, cold):
         assert warm.stop() == 0
 
 
-def test_restart_resumes_from_disk(tmp, cold):
-    """(c) After a restart the blocks and the snapshot come from disk."""
-    cache = os.path.join(tmp, "kv-restart")
+def turns_then_stop(tmp, cold, n, *flags):
+    """n agent turns on a fresh server started with flags, each reply the
+    cache-off server's too; stops it (its blocks go to disk). Returns the
+    conversation and the last turn's trace."""
     msgs = [{"role": "system", "content": SYSTEM}]
-    srv = start(tmp, "before", "--cache-dir", cache)
+    srv = start(tmp, "before", *flags)
     try:
-        for i in range(3):
+        for i in range(n):
             msgs.append({"role": "user", "content": user_turn(i)})
             text, prev = chat(srv, msgs)
             assert text == chat(cold, msgs)[0]  # and cold remembers the reply's exact tokens too
             msgs.append({"role": "assistant", "content": text})
     finally:
         assert srv.stop() == 0
+    return msgs, prev
+
+
+def test_restart_resumes_from_disk(tmp, cold):
+    """(c) After a restart the blocks and the snapshot come from disk."""
+    cache = os.path.join(tmp, "kv-restart")
+    msgs, prev = turns_then_stop(tmp, cold, 3, "--cache-dir", cache)
     assert any(f.endswith(".rs") for _, _, fs in os.walk(cache) for f in fs), "no snapshot file on disk"
     msgs.append({"role": "user", "content": user_turn(3)})
     srv = start(tmp, "after", "--cache-dir", cache)
@@ -225,6 +249,40 @@ def redis_up(port):
         return False
 
 
+@contextlib.contextmanager
+def redis_server():
+    """A private redis-server on a free loopback port (the test skips when
+    none is installed); yields the port, stops it after."""
+    if not shutil.which("redis-server"):
+        pytest.skip("redis-server not installed")
+    port = free_port()
+    rdir = tempfile.mkdtemp(prefix="strata-redis-")
+    redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", rdir],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 10
+        while not redis_up(port) and time.time() < deadline:
+            time.sleep(0.05)
+        yield port
+    finally:
+        redis.terminate()
+        redis.wait(timeout=10)
+        shutil.rmtree(rdir, ignore_errors=True)
+
+
+def on_fresh_replicas(tmp, flags, prompts, n=6):
+    """Each prompt on a replica of its own (started with flags, stopped
+    after, which drains its write queue): [(text, trace), ...]."""
+    out = []
+    for i, prompt in enumerate(prompts):
+        srv = start(tmp, f"replica-{i}", *flags)
+        try:
+            out.append(complete(srv, prompt, n))
+        finally:
+            assert srv.stop() == 0
+    return out
+
+
 def test_shared_tier_replica_resumes_from_redis(tmp, cold):
     """Snapshots are written through to Redis like blocks: a second
     replica (empty memory, no disk) resumes a prompt that extends one the
@@ -232,30 +290,12 @@ def test_shared_tier_replica_resumes_from_redis(tmp, cold):
     prompt's end, read from Redis, with the cache-off bytes. (Raw
     completions: a chat would differ on the second replica anyway, since
     replies' exact tokens are remembered per server.)"""
-    if not shutil.which("redis-server"):
-        pytest.skip("redis-server not installed")
-    port = free_port()
-    rdir = tempfile.mkdtemp(prefix="strata-q35redis-")
-    redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", rdir],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 10
-        while not redis_up(port) and time.time() < deadline:
-            time.sleep(0.05)
+    x = SYSTEM + " The first task: find every TODO in the tree and list the files."
+    y = x + " Then open each one"
+    with redis_server() as port:
         shared = ("--cache-redis", f"redis://127.0.0.1:{port}", "--no-cache-disk")
-        x = SYSTEM + " The first task: find every TODO in the tree and list the files."
-        a = start(tmp, "replica-a", *shared)
-        try:
-            _, t1 = complete(a, x, 6)
-        finally:
-            assert a.stop() == 0  # drains its write queue
+        (_, t1), (text, t2) = on_fresh_replicas(tmp, shared, [x, y])
         assert t1["prompt_tokens"] in t1["snapshot"]["stored"]
-        y = x + " Then open each one"
-        b = start(tmp, "replica-b", *shared)
-        try:
-            text, t2 = complete(b, y, 6)
-        finally:
-            assert b.stop() == 0
         assert text == complete(cold, y, 6)[0]
         assert t2["snapshot"]["restored"] == t1["prompt_tokens"] and t2["snapshot"]["from"] == "redis", t2["snapshot"]
         assert t2["cached_tokens"]["redis"] >= t1["prompt_tokens"]
@@ -276,7 +316,3 @@ def test_shared_tier_replica_resumes_from_redis(tmp, cold):
         assert text == complete(cold, y, 6)[0]
         assert t3["snapshot"]["restored"] == 0 and t3["prefilled_tokens"] == t3["prompt_tokens"], t3["snapshot"]
         assert m["strata_redis_rejected_total"] >= 1
-    finally:
-        redis.terminate()
-        redis.wait(timeout=10)
-        shutil.rmtree(rdir, ignore_errors=True)
