@@ -1,6 +1,7 @@
 /* test_textout.c - stop strings and safe release of streamed text. */
 #include <string.h>
 
+#include "server/server.h"
 #include "server/textout.h"
 #include "test.h"
 
@@ -67,4 +68,25 @@ TEST(textout_final_releases_everything) {
     CHECK_EQ_INT(k1 + k2, 12);
     CHECK(!t.stopped);
     textout_free(&t);
+}
+
+/* Every byte string a model may emit becomes a JSON string for the client:
+ * bytes that are not UTF-8 (lone continuations, C0/C1, F5..FF leads,
+ * surrogates, overlongs, truncated sequences, NUL) turn into U+FFFD and
+ * never make jansson refuse the text (the reply would lose its "content"). */
+TEST(json_text_takes_any_bytes) {
+    static const char *const cases[] = {
+        "\xe3\xfc\xba\x9b\x1f", "\xf5\x80\x80\x80", "\xff\xfe", "\xc0\xaf", "\xed\xa0\x80",
+        "\xf4\x90\x80\x80", "\xe0\x80\xaf", "ok\xe2\x82", "a\0b", "\x80\xbf",
+    };
+    static const size_t lens[] = {5, 4, 2, 2, 3, 4, 3, 4, 3, 2};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        json_t *j = json_text(cases[i], lens[i]);
+        CHECK(j != NULL);
+        if (j) CHECK(strstr(json_string_value(j), "\xef\xbf\xbd") != NULL);
+        json_decref(j);
+    }
+    json_t *j = json_text("caf\xc3\xa9 \xf0\x9f\x98\x80", 10); /* valid text passes unchanged */
+    CHECK(j && !strcmp(json_string_value(j), "caf\xc3\xa9 \xf0\x9f\x98\x80"));
+    json_decref(j);
 }

@@ -114,7 +114,11 @@ int status_for(int code, const char **type) {
 static size_t utf8_seq(const unsigned char *s, size_t n) {
     if (s[0] == 0) return 0;
     if (s[0] < 0x80) return 1;
-    size_t need = s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 && s[0] < 0xe0 ? 2 : 0;
+    /* Lead bytes: C2..DF start 2, E0..EF 3, F0..F4 4; C0, C1 and F5..FF never
+     * appear in UTF-8 (F5..FF once slipped into the 3-byte case, and jansson
+     * then refused the whole reply text). */
+    size_t need = s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : s[0] >= 0xe0 && s[0] < 0xf0 ? 3
+                : s[0] >= 0xc2 && s[0] < 0xe0 ? 2 : 0;
     if (!need || need > n) return 0;
     for (size_t i = 1; i < need; i++)
         if ((s[i] & 0xc0) != 0x80) return 0;
