@@ -1,7 +1,8 @@
 /* attn_avx2.c - attention tile kernels with AVX2/FMA/F16C (see attn.h).
  *
  * tile_fill widens a 64-key tile: values row by row, keys through 8x8
- * transposes into [dim][key], so that scores come out eight keys per
+ * transposes into [dim][key] (F16 rows through F16C, Q8_0 rows as int8
+ * times their block's scale), so that scores come out eight keys per
  * register with no horizontal sums: score lane j is one FMA chain over the
  * dims in order, q[0] k_j[0] first. tile_step per query:
  *   1. scores of all 64 keys (8 chains of head_dim FMAs), keys outside
@@ -48,7 +49,23 @@ static inline __m256 load_h8(const uint16_t *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
 
-void attn_fill_avx2(const attn_kv *kv, int t0, int last, float *kt, float *vt) {
+/* Eight values from dim i on of a Q8_0 row: int8 times the block's
+ * scale, exact (so the same floats as the scalar kvq_at). */
+static inline __m256 load_q8(const uint16_t *row, int i) {
+    const uint16_t *blk = row + (size_t)(i / KVQ_Q8_0_BLOCK) * KVQ_Q8_0_BLOCK_HALVES;
+    const int8_t *q = (const int8_t *)(blk + 1) + i % KVQ_Q8_0_BLOCK;
+    __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q)));
+    return _mm256_mul_ps(x, _mm256_cvtph_ps(_mm_set1_epi16((short)blk[0])));
+}
+
+static inline __attribute__((always_inline)) __m256 load8(int q8, const uint16_t *row, int i) {
+    return q8 ? load_q8(row, i) : load_h8(row + i);
+}
+
+/* The tile fill for one storage type (q8: Q8_0, else F16), inlined twice
+ * so the type test leaves the inner loop. */
+static inline __attribute__((always_inline)) void fill_tile(int q8, const attn_kv *kv, int t0, int last, float *kt,
+                                                            float *vt) {
     int d = kv->head_dim, B = kv->block_tokens, S = kv->stride;
     for (int g = 0; g < T; g += 8) {
         const uint16_t *kr[8], *vr[8];
@@ -60,13 +77,18 @@ void attn_fill_avx2(const attn_kv *kv, int t0, int last, float *kt, float *vt) {
         for (int i = 0; i < d; i += 8) {
             __m256 r[8];
             UNROLL for (int u = 0; u < 8; u++) {
-                r[u] = load_h8(kr[u] + i);
-                _mm256_storeu_ps(vt + (size_t)(g + u) * d + i, load_h8(vr[u] + i));
+                r[u] = load8(q8, kr[u], i);
+                _mm256_storeu_ps(vt + (size_t)(g + u) * d + i, load8(q8, vr[u], i));
             }
             transpose8(r);
             UNROLL for (int u = 0; u < 8; u++) _mm256_storeu_ps(kt + (size_t)(i + u) * T + g, r[u]);
         }
     }
+}
+
+void attn_fill_avx2(const attn_kv *kv, int t0, int last, float *kt, float *vt) {
+    if (kv->type == KVQ_Q8_0) fill_tile(1, kv, t0, last, kt, vt);
+    else fill_tile(0, kv, t0, last, kt, vt);
 }
 
 /* e^x for x <= 0 (scores minus their max); exact 0 below -87 and for -inf. */

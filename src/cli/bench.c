@@ -17,7 +17,7 @@
 #include "model/engine.h"
 
 typedef struct bench_opts {
-    const char *model, *device;
+    const char *model, *device, *kv_type;
     int n_prompt, n_gen, depth, threads, reps, json, help;
 } bench_opts;
 
@@ -63,10 +63,10 @@ static int bench_once(engine *e, const bench_opts *o, const int32_t *toks, float
 
 static void report(const bench_opts *o, const engine *e, stat pp, stat tg) {
     if (o->json) {
-        printf("{\"model\":\"%s\",\"threads\":%d,\"cpu\":\"%s\",\"device\":\"%s\",\"depth\":%d,"
+        printf("{\"model\":\"%s\",\"threads\":%d,\"cpu\":\"%s\",\"device\":\"%s\",\"kv_type\":\"%s\",\"depth\":%d,"
                "\"pp\":{\"n\":%d,\"mean\":%.3f,\"sd\":%.3f},"
                "\"tg\":{\"n\":%d,\"mean\":%.3f,\"sd\":%.3f},\"reps\":%d}\n",
-               o->model, pool_size(e->threads), cpu_level_name(), engine_device(e), o->depth, o->n_prompt, pp.mean, pp.sd,
+               o->model, pool_size(e->threads), cpu_level_name(), engine_device(e), kvq_name(e->kv.type), o->depth, o->n_prompt, pp.mean, pp.sd,
                o->n_gen, tg.mean, tg.sd, o->reps);
         return;
     }
@@ -74,8 +74,9 @@ static void report(const bench_opts *o, const engine *e, stat pp, stat tg) {
         printf("model: %s (%s, %.1f MiB), device: %s\n", o->model, e->m->hp.arch_name,
                model_weight_bytes(e->m) / 1048576.0, engine_device(e));
     else
-        printf("model: %s (%s, %.1f MiB), threads: %d, kernels: %s\n", o->model, e->m->hp.arch_name,
-               model_weight_bytes(e->m) / 1048576.0, pool_size(e->threads), cpu_level_name());
+        printf("model: %s (%s, %.1f MiB), threads: %d, kernels: %s, kv: %s (%.1f KiB a token)\n", o->model,
+               e->m->hp.arch_name, model_weight_bytes(e->m) / 1048576.0, pool_size(e->threads), cpu_level_name(),
+               kvq_name(e->kv.type), (double)e->kv.block_bytes / e->kv.block_tokens / 1024.0);
     char at[32] = "", name[64];
     if (o->depth) snprintf(at, sizeof at, " @ d%d", o->depth);
     printf("| test            |            t/s |\n|-----------------|----------------|\n");
@@ -95,7 +96,8 @@ static int bench_main(const bench_opts *o, strata_err *err) {
                         .max_batch = o->n_prompt > 0 && o->n_prompt < 512 ? o->n_prompt : 512,
                         .device = o->device};
     engine *e;
-    int rc = engine_open(&e, &ep, err);
+    int rc = kvq_parse(o->kv_type, &ep.kv_type, err);
+    if (!rc) rc = engine_open(&e, &ep, err);
     if (rc) return rc;
     int total = o->depth + o->n_prompt + o->n_gen;
     int32_t *toks = xmalloc((size_t)(total ? total : 1) * sizeof(int32_t));
@@ -127,6 +129,7 @@ int cli_bench(int argc, char **argv) {
         {"--depth", "-d", ARG_INT, &o.depth, 0, 1 << 20, "tokens prefilled untimed before each test (0)"},
         {"--threads", "-t", ARG_INT, &o.threads, 1, 1024, "threads (one per core)"},
         {"--device", NULL, ARG_STR, &o.device, 0, -1, "cpu or cuda (cpu; cuda: llama, qwen2, qwen3)"},
+        {"--kv-type", NULL, ARG_STR, &o.kv_type, 0, -1, "how K/V are stored: f16 or q8_0 (half the bytes in memory, on disk and on Redis; head size a multiple of 32) (f16)"},
         {"--reps", "-r", ARG_INT, &o.reps, 1, 1000, "measured repetitions (5)"},
         {"--json", NULL, ARG_FLAG, &o.json, 0, -1, "print one JSON object"},
         {"--help", "-h", ARG_FLAG, &o.help, 0, -1, "this help"},
