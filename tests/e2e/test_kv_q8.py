@@ -1,0 +1,137 @@
+"""K/V stored as q8_0 (--kv-type q8_0): a hit from every tier (live pool,
+disk after a restart, Redis on another replica) is bit-identical to a
+cold q8_0 server, blocks take 17/32 of the f16 bytes on disk and on Redis,
+and blocks of the other type are never served: a disk tier written with
+f16 is reported and skipped, and an f16 replica on the same Redis finds
+nothing of the q8_0 one. (On the CPU the RAM tier is the live pool's own
+memory, so the live hit covers it.)"""
+import os
+import random
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+from conftest import STRATA, TINY_MODEL, Server
+from test_redis_tier import Redis, complete, metrics, wait_metric
+
+Q8 = ("--kv-type", "q8_0")
+BASE = ("--parallel", "2", "--ctx", "2048")
+
+
+def prompts(seed, n_first=640, n_more=100):
+    rng = random.Random(seed)
+    first = [rng.randrange(3, 500) for _ in range(n_first)]
+    return first, first + [rng.randrange(3, 500) for _ in range(n_more)]
+
+
+@pytest.fixture(scope="module")
+def cold():
+    """A q8_0 server without a cache, and an f16 one: the references."""
+    q8, f16 = Server(TINY_MODEL, *BASE, "--no-prefix-cache", *Q8), Server(TINY_MODEL, *BASE, "--no-prefix-cache")
+    yield {"q8_0": q8, "f16": f16}
+    assert q8.stop() == 0 and f16.stop() == 0
+
+
+@pytest.fixture
+def cache_dir():
+    d = tempfile.mkdtemp(prefix="strata-kvq-")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def block_file_sizes(d):
+    return sorted({os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(d) for f in fs if f.endswith(".kv")})
+
+
+def test_q8_0_differs_from_f16_but_a_live_hit_equals_its_cold_run(cold):
+    turn1, turn2 = prompts(1)
+    want = complete(cold["q8_0"].url, turn2)
+    assert want[1] != complete(cold["f16"].url, turn2)[1], "q8_0 K/V gave f16's logprobs: not in effect"
+    s = Server(TINY_MODEL, *BASE, *Q8)
+    try:
+        complete(s.url, turn1)
+        got = complete(s.url, turn2)
+        assert got[2]["strata_cache"]["live_tokens"] >= 640, got[2]
+        assert got[:2] == want[:2]
+    finally:
+        assert s.stop() == 0
+
+
+def test_q8_0_disk_hit_after_restart_equals_cold_and_files_are_smaller(cold, cache_dir):
+    turn1, turn2 = prompts(2)
+    want = complete(cold["q8_0"].url, turn2)
+    for _ in range(2):  # first run writes turn1's blocks, the restarted one reads them
+        s = Server(TINY_MODEL, *BASE, *Q8, "--cache-dir", cache_dir)
+        try:
+            got = complete(s.url, turn2 if _ else turn1)
+        finally:
+            assert s.stop() == 0
+    assert got[2]["strata_cache"]["disk_tokens"] >= 640, got[2]
+    assert got[:2] == want[:2]
+    # The same prompt's blocks written by an f16 server: 32/17 the payload.
+    f16_dir = tempfile.mkdtemp(prefix="strata-kvq-f16-")
+    try:
+        s = Server(TINY_MODEL, *BASE, "--cache-dir", f16_dir)
+        try:
+            complete(s.url, turn1)
+        finally:
+            assert s.stop() == 0
+        q8_size, f16_size = max(block_file_sizes(cache_dir)), max(block_file_sizes(f16_dir))
+        hdr = 136 + 4 * 64 + 4  # disk_file.h: header, token ids, CRC
+        assert (q8_size - hdr) * 32 == (f16_size - hdr) * 17, (q8_size, f16_size)
+    finally:
+        shutil.rmtree(f16_dir, ignore_errors=True)
+
+
+def test_disk_tier_of_the_other_kv_type_is_reported_and_never_served(cold, cache_dir):
+    turn1, turn2 = prompts(3)
+    s = Server(TINY_MODEL, *BASE, "--cache-dir", cache_dir)  # f16
+    try:
+        complete(s.url, turn1)
+    finally:
+        assert s.stop() == 0
+    s = Server(TINY_MODEL, *BASE, *Q8, "--cache-dir", cache_dir)
+    try:
+        got = complete(s.url, turn2)
+    finally:
+        assert s.stop() == 0
+    log = open(s.log.name).read()
+    assert "hold KV type f16, not this server's q8_0" in log, log[-2000:]
+    assert got[2]["strata_cache"]["disk_tokens"] == 0, got[2]
+    assert got[:2] == complete(cold["q8_0"].url, turn2)[:2]
+
+
+def test_q8_0_redis_hit_on_another_replica_equals_cold_and_f16_finds_none(cold):
+    turn1, turn2 = prompts(4)
+    r = Redis()
+    reps = []
+    try:
+        a = Server(TINY_MODEL, *BASE, *Q8, "--cache-redis", r.url)
+        reps.append(a)
+        complete(a.url, turn1)
+        wait_metric(a, "strata_redis_writes_total", 10)  # 640 tokens + 8 generated: 10 whole blocks
+        b = Server(TINY_MODEL, *BASE, *Q8, "--cache-redis", r.url)
+        reps.append(b)
+        got = complete(b.url, turn2)
+        assert got[2]["strata_cache"]["redis_tokens"] == 640, got[2]
+        assert got[:2] == complete(cold["q8_0"].url, turn2)[:2]
+        c = Server(TINY_MODEL, *BASE, "--cache-redis", r.url)  # f16: other block names
+        reps.append(c)
+        got = complete(c.url, turn2)
+        assert got[2]["strata_cache"]["redis_tokens"] == 0, got[2]
+        assert metrics(c)["strata_redis_rejected_total"] == 0
+        assert got[:2] == complete(cold["f16"].url, turn2)[:2]
+    finally:
+        for s in reps:
+            assert s.stop() == 0
+        r.stop()
+
+
+def test_bad_kv_type_is_a_clear_error():
+    for cmd in (["serve", "-m", TINY_MODEL, "--port", "18599"], ["run", "-m", TINY_MODEL, "-p", "hi"],
+                ["bench", "-m", TINY_MODEL, "-p", "8", "-n", "1"]):
+        p = subprocess.run([STRATA, *cmd, "--kv-type", "q4_1"], capture_output=True, text=True, timeout=60)
+        assert p.returncode != 0
+        assert "--kv-type q4_1: unknown (f16 or q8_0)" in p.stderr + p.stdout, (cmd, p.stderr)
