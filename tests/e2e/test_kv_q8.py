@@ -11,9 +11,10 @@ import shutil
 import subprocess
 import tempfile
 
+import httpx
 import pytest
 
-from conftest import STRATA, TINY_MODEL, Server
+from conftest import GEN, ROOT, STRATA, TINY_MODEL, Server
 from test_redis_tier import Redis, complete, metrics, wait_metric
 
 Q8 = ("--kv-type", "q8_0")
@@ -127,6 +128,46 @@ def test_q8_0_redis_hit_on_another_replica_equals_cold_and_f16_finds_none(cold):
         for s in reps:
             assert s.stop() == 0
         r.stop()
+
+
+GEMMA3 = os.environ.get("STRATA_GEMMA3_MODEL", os.path.join(ROOT, "models", "gemma-3-270m-q4_k_m.gguf"))
+QWEN35 = os.path.join(GEN, "models", "qwen35-f32.gguf")
+
+
+SYSTEM = " ".join(f"rule {i}: answer briefly and cite source {i * 7}." for i in range(40))
+
+
+def chat(server, user):
+    r = httpx.post(server.url + "/v1/chat/completions", timeout=120, json={
+        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}], "max_tokens": 8,
+        "temperature": 0, "logprobs": True, "top_logprobs": 2})
+    assert r.status_code == 200, r.text
+    j = r.json()
+    return j["choices"][0]["message"]["content"], j["choices"][0]["logprobs"], j["usage"]
+
+
+@pytest.mark.parametrize("model", [GEMMA3, QWEN35], ids=["gemma3-sliding", "qwen35-hybrid"])
+def test_q8_0_disk_hit_equals_cold_on_sliding_and_hybrid_models(model, cache_dir):
+    """A system prompt of 580-1,200 tokens from disk after a restart: on Gemma 3
+    past its 512-position window (the window's blocks come back from
+    disk), on qwen35 the attention layers' q8_0 K/V with the recurrent
+    state's snapshot at the message boundary."""
+    if not os.path.exists(model):
+        pytest.skip(f"{model} not there (make model-gemma3 / make testdata)")
+    run = (*BASE, "--cache-block-tokens", "16", *Q8)
+    c = Server(model, *run, "--no-prefix-cache")
+    try:
+        want = chat(c, "what is rule 9?")
+    finally:
+        assert c.stop() == 0
+    for user in ("what is rule 3?", "what is rule 9?"):
+        s = Server(model, *run, "--cache-dir", cache_dir)
+        try:
+            got = chat(s, user)
+        finally:
+            assert s.stop() == 0
+    assert got[2]["strata_cache"]["disk_tokens"] >= got[2]["prompt_tokens"] - 32 > 512, got[2]
+    assert got[:2] == want[:2]
 
 
 def test_bad_kv_type_is_a_clear_error():
