@@ -73,7 +73,7 @@ TEST(kv_full_pool_is_an_error_not_a_crash) {
     kv_pool_destroy(&p);
 }
 
-/* A q8_0 pool: rows of 17 halves per 32 values, in the global part and
+/* A q8_0 pool: rows of 17 halves per 32 values, head-major, in the global part and
  * in the sliding slots alike; a payload read gathers exactly those bytes
  * and writes back the same; rows that are not whole q8_0 blocks are
  * refused. */
@@ -86,6 +86,17 @@ TEST(kv_q8_0_pool_rows_and_payload) {
     o.type = KVQ_Q8_0;
     CHECK_EQ_INT(kv_pool_init_opts(&q, &o, NULL), 0);
     CHECK_EQ_INT(q.row_halves, 34);
+    CHECK_EQ_INT(q.head_stride, 34); /* one head of 64 */
+    kv_pool h2;
+    o.head_dim = 32; /* two heads of 32: head-major, each head's 4 rows together */
+    CHECK_EQ_INT(kv_pool_init_opts(&h2, &o, NULL), 0);
+    CHECK_EQ_INT(h2.head_stride, 17);
+    CHECK_EQ_INT(h2.head_off, 4 * 17);
+    CHECK_EQ_INT(h2.block_bytes, q.block_bytes);
+    kv_pool_destroy(&h2);
+    o.head_dim = 0;
+    CHECK_EQ_INT(f.head_stride, 64); /* f16: token-major, heads side by side */
+    CHECK_EQ_INT(f.head_off, 64);
     CHECK_EQ_INT(q.block_bytes * 32, f.block_bytes * 17);
     CHECK_EQ_INT(q.glob_bytes * 3, q.block_bytes);
     kv_seq s;

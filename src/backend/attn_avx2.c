@@ -49,46 +49,79 @@ static inline __m256 load_h8(const uint16_t *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
 
-/* Eight values from dim i on of a Q8_0 row: int8 times the block's
- * scale, exact (so the same floats as the scalar kvq_at). */
-static inline __m256 load_q8(const uint16_t *row, int i) {
-    const uint16_t *blk = row + (size_t)(i / KVQ_Q8_0_BLOCK) * KVQ_Q8_0_BLOCK_HALVES;
-    const int8_t *q = (const int8_t *)(blk + 1) + i % KVQ_Q8_0_BLOCK;
-    __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q)));
-    return _mm256_mul_ps(x, _mm256_cvtph_ps(_mm_set1_epi16((short)blk[0])));
+/* Eight int8 quants of a Q8_0 block from q on, as floats (exact). */
+static inline __m256 q8_ps(const int8_t *q) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q)));
 }
 
-static inline __attribute__((always_inline)) __m256 load8(int q8, const uint16_t *row, int i) {
-    return q8 ? load_q8(row, i) : load_h8(row + i);
+static inline __m256 q8_scale(const uint16_t *blk) {
+    return _mm256_cvtph_ps(_mm_set1_epi16((short)blk[0]));
 }
 
-/* The tile fill for one storage type (q8: Q8_0, else F16), inlined twice
- * so the type test leaves the inner loop. */
-static inline __attribute__((always_inline)) void fill_tile(int q8, const attn_kv *kv, int t0, int last, float *kt,
-                                                            float *vt) {
-    int d = kv->head_dim, B = kv->block_tokens, S = kv->stride;
+/* Eight key rows r (8 dims from i on, positions g..g+7) transposed into
+ * kt, and the eight value rows v into vt. */
+static inline __attribute__((always_inline)) void store_group(__m256 r[8], const __m256 v[8], float *kt, float *vt,
+                                                              int d, int g, int i) {
+    UNROLL for (int u = 0; u < 8; u++) _mm256_storeu_ps(vt + (size_t)(g + u) * d + i, v[u]);
+    transpose8(r);
+    UNROLL for (int u = 0; u < 8; u++) _mm256_storeu_ps(kt + (size_t)(i + u) * T + g, r[u]);
+}
+
+/* Rows of 8 positions from t0 + g on, clamped to last. */
+static inline void group_rows(const attn_kv *kv, int t0, int g, int last, const uint16_t *kr[8],
+                              const uint16_t *vr[8]) {
+    for (int u = 0; u < 8; u++) {
+        int pos = t0 + g + u < last ? t0 + g + u : last;
+        kr[u] = row_at(kv->k_blocks, kv->block_tokens, kv->stride, pos);
+        vr[u] = row_at(kv->v_blocks, kv->block_tokens, kv->stride, pos);
+    }
+}
+
+static void fill_f16(const attn_kv *kv, int t0, int last, float *kt, float *vt) {
+    int d = kv->head_dim;
     for (int g = 0; g < T; g += 8) {
         const uint16_t *kr[8], *vr[8];
-        for (int u = 0; u < 8; u++) {
-            int pos = t0 + g + u < last ? t0 + g + u : last;
-            kr[u] = row_at(kv->k_blocks, B, S, pos);
-            vr[u] = row_at(kv->v_blocks, B, S, pos);
-        }
+        group_rows(kv, t0, g, last, kr, vr);
         for (int i = 0; i < d; i += 8) {
-            __m256 r[8];
+            __m256 r[8], v[8];
+            UNROLL for (int u = 0; u < 8; u++) r[u] = load_h8(kr[u] + i), v[u] = load_h8(vr[u] + i);
+            store_group(r, v, kt, vt, d, g, i);
+        }
+    }
+}
+
+/* Q8_0 rows: each value is its int8 times its block's scale, a product
+ * exact in float, so these are the scalar kvq_at's floats. One block (32
+ * dims) at a time, its 8 rows' scales widened once. */
+static void fill_q8_0(const attn_kv *kv, int t0, int last, float *kt, float *vt) {
+    int d = kv->head_dim;
+    for (int g = 0; g < T; g += 8) {
+        const uint16_t *kr[8], *vr[8];
+        group_rows(kv, t0, g, last, kr, vr);
+        for (int b = 0; b < d / KVQ_Q8_0_BLOCK; b++) {
+            __m256 ks[8], vs[8];
+            const int8_t *kq[8], *vq[8];
             UNROLL for (int u = 0; u < 8; u++) {
-                r[u] = load8(q8, kr[u], i);
-                _mm256_storeu_ps(vt + (size_t)(g + u) * d + i, load8(q8, vr[u], i));
+                const uint16_t *kb = kr[u] + (size_t)b * KVQ_Q8_0_BLOCK_HALVES;
+                const uint16_t *vb = vr[u] + (size_t)b * KVQ_Q8_0_BLOCK_HALVES;
+                ks[u] = q8_scale(kb), vs[u] = q8_scale(vb);
+                kq[u] = (const int8_t *)(kb + 1), vq[u] = (const int8_t *)(vb + 1);
             }
-            transpose8(r);
-            UNROLL for (int u = 0; u < 8; u++) _mm256_storeu_ps(kt + (size_t)(i + u) * T + g, r[u]);
+            for (int j = 0; j < KVQ_Q8_0_BLOCK; j += 8) {
+                __m256 r[8], v[8];
+                UNROLL for (int u = 0; u < 8; u++) {
+                    r[u] = _mm256_mul_ps(q8_ps(kq[u] + j), ks[u]);
+                    v[u] = _mm256_mul_ps(q8_ps(vq[u] + j), vs[u]);
+                }
+                store_group(r, v, kt, vt, d, g, b * KVQ_Q8_0_BLOCK + j);
+            }
         }
     }
 }
 
 void attn_fill_avx2(const attn_kv *kv, int t0, int last, float *kt, float *vt) {
-    if (kv->type == KVQ_Q8_0) fill_tile(1, kv, t0, last, kt, vt);
-    else fill_tile(0, kv, t0, last, kt, vt);
+    if (kv->type == KVQ_Q8_0) fill_q8_0(kv, t0, last, kt, vt);
+    else fill_f16(kv, t0, last, kt, vt);
 }
 
 /* e^x for x <= 0 (scores minus their max); exact 0 below -87 and for -inf. */

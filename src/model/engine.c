@@ -34,7 +34,7 @@ static void pool_shape(const model *m, int B, kvq_type type, int n_seq, int max_
     for (int il = 0; il < hp->n_layer; il++)
         if (m->layers[il].kv_layer >= 0 && m->layers[il].swa && hp->n_swa > 0) swa[m->layers[il].kv_layer] = 1, any = 1;
     *o = (kv_pool_opts){.n_layer = hp->n_kv_layer, .kv_dim = hp->n_head_kv * hp->head_dim, .block_tokens = B,
-                        .type = type};
+                        .type = type, .head_dim = hp->head_dim};
     if (!any) return;
     o->swa_layer = swa;
     o->n_swa = hp->n_swa;

@@ -304,9 +304,11 @@ static void qkv_finish_row(fwd_ctx *c, void *arg, int t) {
     rope_heads(c, k, hp->n_head_kv, t, a->L->swa);
     const kv_seq *s = a->b->seqs[t];
     int B = c->kv->block_tokens, blk = s->blocks[pos / B];
-    size_t row = (size_t)(pos % B) * c->kv->row_halves; /* stored as computed: the cache keeps these bytes */
-    kvq_write_row(c->kv->type, k, kv_rows(c->kv, blk, a->layer, 0) + row, kvd);
-    kvq_write_row(c->kv->type, v, kv_rows(c->kv, blk, a->layer, 1) + row, kvd);
+    size_t row = (size_t)(pos % B) * c->kv->head_stride, d = (size_t)hp->head_dim;
+    for (int g = 0; g < hp->n_head_kv; g++) { /* stored as computed: the cache keeps these bytes */
+        kvq_write_row(c->kv->type, k + g * d, kv_head_rows(c->kv, blk, a->layer, 0, g) + row, (int)d);
+        kvq_write_row(c->kv->type, v + g * d, kv_head_rows(c->kv, blk, a->layer, 1, g) + row, (int)d);
+    }
 }
 
 /* First position token t sees in this layer: 0, or on a sliding-window
@@ -336,12 +338,11 @@ static int attn_gather(fwd_ctx *c, const layer_arg *a, const fwd_run_span *r, in
                 .end = a->b->pos[t] + 1,
             };
     int end = a->b->pos[r->t1 - 1] + 1, from = qs[0].first / ATTN_KV_TILE * ATTN_KV_TILE / B;
-    size_t head = kvq_halves(c->kv->type, (size_t)g * d); /* q8_0: heads are whole blocks (kvq_check) */
     for (int i = from; i < (end + B - 1) / B; i++) {
-        kb[i] = kv_rows(c->kv, s->blocks[i], a->layer, 0) + head;
-        vb[i] = kv_rows(c->kv, s->blocks[i], a->layer, 1) + head;
+        kb[i] = kv_head_rows(c->kv, s->blocks[i], a->layer, 0, g);
+        vb[i] = kv_head_rows(c->kv, s->blocks[i], a->layer, 1, g);
     }
-    *kv = (attn_kv){.k_blocks = kb, .v_blocks = vb, .block_tokens = B, .stride = c->kv->row_halves, .head_dim = d,
+    *kv = (attn_kv){.k_blocks = kb, .v_blocks = vb, .block_tokens = B, .stride = c->kv->head_stride, .head_dim = d,
                     .type = c->kv->type};
     return nq;
 }

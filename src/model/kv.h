@@ -2,11 +2,15 @@
  *
  * A block holds B consecutive positions of one sequence for every layer.
  * Its payload, the object the cache hashes, copies and writes to disk, is
- *   [layer][K|V][B][row]
- * a row being one token's kv_dim values in the pool's KV type
- * (backend/kvq.h: f16, or q8_0 at 17/16 bytes a value; row_halves
- * halves), as the forward pass stored them (DESIGN.md, "Blocks and
- * hashes"); every tier holds these bytes as they are. Blocks are refcounted: several
+ *   f16:  [layer][K|V][B][kv_dim]            (token-major)
+ *   q8_0: [layer][K|V][KV head][B][head_dim] (head-major)
+ * in the pool's KV type (backend/kvq.h: q8_0 at 17/16 bytes a value), as
+ * the forward pass stored them (DESIGN.md, "Blocks and hashes"); every
+ * tier holds these bytes as they are. q8_0 keeps each head's rows
+ * together: attention reads one KV head at a time, and a head's 68-byte
+ * rows (head size 64) interleaved with the other heads' would pull in
+ * the cache lines they share with them (f16 keeps the layout caches were
+ * written in). Blocks are refcounted: several
  * sequences may share a prefix's blocks; writing into a shared block
  * first copies it (copy on write). A sequence is a block table plus a
  * length; truncating it to any position is free (the cache branches there).
@@ -54,6 +58,8 @@ typedef struct kv_pool {
     int n_layer, kv_dim;
     kvq_type type;   /* how K/V values are stored */
     int row_halves;  /* one token's row of one layer's K or V, in halves */
+    int head_stride; /* halves from one position's row of a KV head to the next's */
+    int head_off;    /* halves from one KV head's rows to the next head's */
     int n_blocks;
     size_t block_bytes; /* payload of one block, every layer */
     uint16_t *mem;   /* global parts: n_blocks * glob_bytes */
@@ -84,7 +90,8 @@ typedef struct kv_pool_opts {
     int n_layer, kv_dim, block_tokens, n_blocks;
     const uint8_t *swa_layer; /* per layer, 1: sliding window of n_swa */
     int n_swa, n_slots;       /* window; sliding parts in memory at once */
-    kvq_type type;            /* zero: f16; q8_0 needs kv_dim % 32 == 0 */
+    kvq_type type;            /* zero: f16; q8_0 needs head_dim % 32 == 0 */
+    int head_dim;             /* values per KV head (0: kv_dim, one head) */
 } kv_pool_opts;
 
 typedef struct kv_seq {
@@ -119,6 +126,12 @@ static inline uint16_t *kv_rows(const kv_pool *p, int block, int layer, int is_v
         return p->swa_mem + (size_t)p->swa_slot[block] * (p->swa_bytes / 2) + off;
     }
     return p->mem + (size_t)block * (p->glob_bytes / 2) + off;
+}
+
+/* The row of position 0 of KV head h of one layer in one block; the row
+ * of position i is i * p->head_stride halves further (the layouts above). */
+static inline uint16_t *kv_head_rows(const kv_pool *p, int block, int layer, int is_v, int h) {
+    return kv_rows(p, block, layer, is_v) + (size_t)h * p->head_off;
 }
 
 /* ---- sliding-window parts (no-ops for a pool without sliding layers) ---- */
