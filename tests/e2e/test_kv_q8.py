@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from conftest import GEN, ROOT, STRATA, TINY_MODEL, Server
-from test_redis_tier import Redis, complete, metrics, wait_metric
+from test_redis_tier import Redis, complete, metrics, resp, wait_metric
 
 Q8 = ("--kv-type", "q8_0")
 BASE = ("--parallel", "2", "--ctx", "2048")
@@ -124,6 +124,16 @@ def test_q8_0_redis_hit_on_another_replica_equals_cold_and_f16_finds_none(cold):
         assert got[2]["strata_cache"]["redis_tokens"] == 0, got[2]
         assert metrics(c)["strata_redis_rejected_total"] == 0
         assert got[:2] == complete(cold["f16"].url, turn2)[:2]
+        wait_metric(c, "strata_redis_writes_total", 10)
+        # Both types' whole blocks now sit in Redis: q8_0 values carry 17/32 the payload.
+        sizes = {}
+        for k in resp(r.port, "KEYS", "strata:kv:*"):
+            v = resp(r.port, "GET", k)
+            if int.from_bytes(v[16:20], "little") == 64:  # whole blocks (disk_file.h: n_tokens at 16)
+                sizes.setdefault(int.from_bytes(v[12:16], "little"), set()).add(len(v))
+        hdr = 136 + 4 * 64 + 4
+        (q8_len,), (f16_len,) = sizes[3], sizes[1]  # kv dtype: 3 = q8_0, 1 = f16
+        assert (q8_len - hdr) * 32 == (f16_len - hdr) * 17, sizes
     finally:
         for s in reps:
             assert s.stop() == 0
