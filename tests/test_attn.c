@@ -4,7 +4,7 @@
  * heads of its group, or in any block of prefill queries, at depths on
  * and off the 64-key tile boundaries, with and without a sliding window;
  * and key segments (ATTN_SEG) computed one call each and folded give
- * attn_run's bits. The same for keys/values stored as q8_0 (backend/kvq.h),
+ * attn_run's bits. The same for keys/values stored as q8_0 or q4_0 (backend/kvq.h),
  * whose tiles widen to the same floats at every level. */
 #include <stdlib.h>
 
@@ -299,6 +299,27 @@ TEST(kvq_q8_0_row_round_trip) {
     CHECK_EQ_INT((int)kvq_halves(KVQ_F16, 256) * 2, 512);
 }
 
+/* q4_0: within one step (amax / 8) of the value (the top nibble is 7,
+ * so the side opposite the largest magnitude clips), 9/32 the f16 bytes,
+ * and the value of largest magnitude comes back exactly (nibble 0). */
+TEST(kvq_q4_0_row_round_trip) {
+    float x[64], y[64];
+    uint16_t row[2 * KVQ_Q4_0_BLOCK_HALVES];
+    for (int i = 0; i < 64; i++) x[i] = frand() * (i < 32 ? 0.02f : 5.0f);
+    x[40] = -6.0f; /* the largest magnitude of block 1, negative */
+    kvq_write_row(KVQ_Q4_0, x, row, 64);
+    kvq_read_row(KVQ_Q4_0, row, y, 64);
+    for (int b = 0; b < 2; b++) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b * 32 + i]));
+        for (int i = 0; i < 32; i++)
+            CHECK_MSG(fabsf(y[b * 32 + i] - x[b * 32 + i]) <= amax / 8 * 1.01f, "value %d: %g read back as %g",
+                      b * 32 + i, x[b * 32 + i], y[b * 32 + i]);
+    }
+    CHECK(y[40] == -6.0f);
+    CHECK_EQ_INT((int)kvq_halves(KVQ_Q4_0, 256) * 2, 144);
+}
+
 TEST(kvq_names_and_head_sizes) {
     kvq_type t = KVQ_Q8_0;
     strata_err err = {0};
@@ -306,8 +327,12 @@ TEST(kvq_names_and_head_sizes) {
     CHECK_EQ_INT(t, KVQ_F16);
     CHECK_EQ_INT(kvq_parse("q8_0", &t, &err), 0);
     CHECK_EQ_INT(t, KVQ_Q8_0);
+    CHECK_EQ_INT(kvq_parse("q4_0", &t, &err), 0);
+    CHECK_EQ_INT(t, KVQ_Q4_0);
     CHECK_EQ_INT(kvq_parse("q4", &t, &err), STRATA_EINVAL);
-    CHECK(strstr(err.msg, "q4") && strstr(err.msg, "f16 or q8_0"));
+    CHECK(strstr(err.msg, "q4") && strstr(err.msg, "f16, q8_0 or q4_0"));
+    CHECK_EQ_INT(kvq_check(KVQ_Q4_0, 48, &err), STRATA_EINVAL);
+    CHECK(strstr(err.msg, "--kv-type q4_0") && strstr(err.msg, "head size 48"));
     CHECK_EQ_INT(kvq_check(KVQ_Q8_0, 64, &err), 0);
     CHECK_EQ_INT(kvq_check(KVQ_F16, 40, &err), 0);
     CHECK_EQ_INT(kvq_check(KVQ_Q8_0, 40, &err), STRATA_EINVAL);
@@ -317,32 +342,37 @@ TEST(kvq_names_and_head_sizes) {
     CHECK(strcmp(kvq_numerics(KVQ_Q8_0, "cpu", buf, sizeof buf), "cpu+kv-q8_0") == 0);
 }
 
-TEST(attn_q8_0_matches_float64) {
+static const kvq_type QUANT[] = {KVQ_Q8_0, KVQ_Q4_0};
+
+TEST(attn_quant_kv_matches_float64) {
     static const int dims[] = {64, 256, 32};
     static const int depths[] = {1, 7, 63, 64, 65, 200, 1000};
-    for (int di = 0; di < 3; di++) check_vs_float64_type(KVQ_Q8_0, dims[di], 1000, depths, 7, last_100);
     static const int deep[] = {ATTN_SEG + 1, 2 * ATTN_SEG + 52};
-    check_vs_float64_type(KVQ_Q8_0, 128, 2 * ATTN_SEG + 60, deep, 2, last_two_thirds);
-}
-
-TEST(attn_q8_0_prefill_equals_decode) {
-    for (int level = 0; level <= attn_level(); level++) {
-        check_paths_type(KVQ_Q8_0, level, 64, 300, 0, 32);
-        check_paths_type(KVQ_Q8_0, level, 64, 300, 100, 7);
-        check_paths_type(KVQ_Q8_0, level, 256, 140, 50, 13);
-        check_paths_type(KVQ_Q8_0, level, 96, ATTN_SEG + 90, 0, 32); /* 3 blocks a head, past a segment edge */
+    for (int ti = 0; ti < 2; ti++) {
+        for (int di = 0; di < 3; di++) check_vs_float64_type(QUANT[ti], dims[di], 1000, depths, 7, last_100);
+        check_vs_float64_type(QUANT[ti], 128, 2 * ATTN_SEG + 60, deep, 2, last_two_thirds);
     }
 }
 
-/* The SIMD tile fill widens q8_0 rows to exactly the scalar floats (so
- * levels differ in the steps only, as with f16). */
-TEST(attn_q8_0_fill_is_the_same_at_every_level) {
+TEST(attn_quant_kv_prefill_equals_decode) {
+    for (int ti = 0; ti < 2; ti++)
+        for (int level = 0; level <= attn_level(); level++) {
+            check_paths_type(QUANT[ti], level, 64, 300, 0, 32);
+            check_paths_type(QUANT[ti], level, 64, 300, 100, 7);
+            check_paths_type(QUANT[ti], level, 256, 140, 50, 13);
+            check_paths_type(QUANT[ti], level, 96, ATTN_SEG + 90, 0, 32); /* 3 blocks a head, past a segment edge */
+        }
+}
+
+/* The SIMD tile fill widens q8_0 and q4_0 rows to exactly the scalar
+ * floats (so levels differ in the steps only, as with f16). */
+TEST(attn_quant_kv_fill_is_the_same_at_every_level) {
     if (attn_level() < 1) return;
     static const int dims[] = {32, 64, 256};
-    for (int di = 0; di < 3; di++) {
-        int d = dims[di];
+    for (int di = 0; di < 6; di++) {
+        int d = dims[di % 3];
         cache c;
-        cache_new_type(&c, 200, 2, d, KVQ_Q8_0);
+        cache_new_type(&c, 200, 2, d, QUANT[di / 3]);
         attn_kv kv = cache_head(&c, 1);
         float *k0 = xaligned((size_t)2 * ATTN_KV_TILE * d * 4), *v0 = k0 + (size_t)ATTN_KV_TILE * d;
         float *k1 = xaligned((size_t)2 * ATTN_KV_TILE * d * 4), *v1 = k1 + (size_t)ATTN_KV_TILE * d;

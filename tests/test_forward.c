@@ -496,30 +496,39 @@ TEST(engine_budget_counts_recurrent_state) {
     engine_close(l);
 }
 
-/* ---- K/V stored as q8_0 (--kv-type q8_0) ---- */
+/* ---- K/V stored quantized (--kv-type q8_0, q4_0) ---- */
 
-/* Every chunking, decode and company give the same bits with q8_0 K/V
- * too (rows are quantized as computed, one row at a time), on every
- * architecture with attention K/V; and the logits are q8_0's own (not
- * f16's) yet close to them. */
-TEST(fwd_q8_0_kv_batch_invariance) {
+static const kvq_type QUANT[] = {KVQ_Q8_0, KVQ_Q4_0};
+static const int QUANT_HALVES[] = {17, 9};       /* per 32 values (f16: 32) */
+static const double QUANT_MAX_ERR[] = {0.05, 0.25}; /* relative logit error against f16 K/V */
+
+/* Every chunking, decode and company give the same bits with quantized
+ * K/V too (rows are quantized as computed, one row at a time), on every
+ * architecture with attention K/V; and the logits are the type's own
+ * (not f16's) yet close to them. */
+TEST(fwd_quant_kv_batch_invariance) {
     static const char *models[] = {"llama-q4_1", "qwen2-q5_0", "qwen3-q5_1", "qwen35-mix", "llama-f32"};
     static const int one_chunk[] = {4096, 0};
-    for (int i = 0; i < 5; i++) {
+    for (int k = 0; k < 10; k++) {
+        int i = k % 5;
+        kvq_type qt = QUANT[k / 5];
+        char numerics[64];
+        snprintf(numerics, sizeof numerics, "cpu+kv-%s", kvq_name(qt));
         char gg[256];
         snprintf(gg, sizeof gg, "%s%s.gguf", test_data("models/"), models[i]);
         int32_t toks[40];
         for (int t = 0; t < 40; t++) toks[t] = (t * 37 + 11) % 200;
-        check_invariance_kv(gg, toks, 40, 2, 0, KVQ_Q8_0);
-        engine *ef = open_engine(gg, 512, 1), *eq = open_engine_kv(gg, 512, 1, KVQ_Q8_0);
+        check_invariance_kv(gg, toks, 40, 2, 0, qt);
+        engine *ef = open_engine(gg, 512, 1), *eq = open_engine_kv(gg, 512, 1, qt);
         if (!ef || !eq) return;
-        CHECK_EQ_INT(eq->kv.block_bytes * 32, ef->kv.block_bytes * 17); /* 34 bytes per 32 values, not 64 */
-        CHECK(strcmp(engine_numerics(ef), "cpu") == 0 && strcmp(engine_numerics(eq), "cpu+kv-q8_0") == 0);
+        CHECK_EQ_INT(eq->kv.block_bytes * 32, ef->kv.block_bytes * QUANT_HALVES[k / 5]);
+        CHECK(strcmp(engine_numerics(ef), "cpu") == 0 && strcmp(engine_numerics(eq), numerics) == 0);
         int V = ef->m->hp.n_vocab;
         float *a = all_logits(ef, toks, 40, one_chunk), *b = all_logits(eq, toks, 40, one_chunk);
-        CHECK_MSG(memcmp(a, b, (size_t)40 * V * 4) != 0, "%s: q8_0 K/V gave f16's logits", models[i]);
+        CHECK_MSG(memcmp(a, b, (size_t)40 * V * 4) != 0, "%s: %s K/V gave f16's logits", models[i], kvq_name(qt));
         double err = rel_error(b, a, (size_t)40 * V);
-        CHECK_MSG(err < 0.05, "%s: q8_0 vs f16 K/V: relative logit error %g", models[i], err);
+        CHECK_MSG(err < QUANT_MAX_ERR[k / 5], "%s: %s vs f16 K/V: relative logit error %g", models[i], kvq_name(qt),
+                  err);
         free(a), free(b);
         engine_close(ef);
         engine_close(eq);
@@ -527,35 +536,37 @@ TEST(fwd_q8_0_kv_batch_invariance) {
 }
 
 /* Past a key segment edge: decode on 3 threads (segments split over the
- * threads) against one-thread prefill, q8_0 K/V. */
-TEST(fwd_q8_0_kv_decode_past_a_segment_matches_prefill) {
+ * threads) against one-thread prefill, q8_0 and q4_0 K/V. */
+TEST(fwd_quant_kv_decode_past_a_segment_matches_prefill) {
     enum { N = ATTN_SEG + 40, TAIL = 50 };
     static const int prefill[] = {512, 0};
     int decode[4 + TAIL + 1] = {512, 512, 512, ATTN_SEG - 1536 - 10};
     for (int i = 0; i < TAIL; i++) decode[4 + i] = 1 + i % 3;
     static int32_t toks[N];
     for (int t = 0; t < N; t++) toks[t] = (t * 37 + 11) % 200;
-    engine *e1 = open_engine_kv(test_data("models/llama-q4_1.gguf"), 512, 1, KVQ_Q8_0);
-    engine *e3 = open_engine_kv(test_data("models/llama-q4_1.gguf"), 512, 3, KVQ_Q8_0);
-    if (!e1 || !e3) return;
-    float *a = all_logits(e1, toks, N, prefill), *b = all_logits(e3, toks, N, decode);
-    check_same(a, b, N, e1->m->hp.n_vocab, "q8_0: prefill 1 thread vs batches of 1-3 on 3 threads");
-    free(a), free(b);
-    engine_close(e1);
-    engine_close(e3);
+    for (int k = 0; k < 2; k++) {
+        engine *e1 = open_engine_kv(test_data("models/llama-q4_1.gguf"), 512, 1, QUANT[k]);
+        engine *e3 = open_engine_kv(test_data("models/llama-q4_1.gguf"), 512, 3, QUANT[k]);
+        if (!e1 || !e3) return;
+        float *a = all_logits(e1, toks, N, prefill), *b = all_logits(e3, toks, N, decode);
+        check_same(a, b, N, e1->m->hp.n_vocab, kvq_name(QUANT[k]));
+        free(a), free(b);
+        engine_close(e1);
+        engine_close(e3);
+    }
 }
 
-/* Gemma 3, window cut to 20: sliding layers with q8_0 K/V. */
-TEST(gemma3_fwd_q8_0_kv_batch_invariance_sliding) {
+/* Gemma 3, window cut to 20: sliding layers with quantized K/V. */
+TEST(gemma3_fwd_quant_kv_batch_invariance_sliding) {
     int32_t toks[96];
     for (int t = 0; t < 96; t++) toks[t] = t ? (t * 7919 + 17) % 262144 : 2;
-    check_invariance_kv(test_gemma3_model(), toks, 96, 2, 20, KVQ_Q8_0);
+    for (int k = 0; k < 2; k++) check_invariance_kv(test_gemma3_model(), toks, 96, 2, 20, QUANT[k]);
 }
 
-TEST(real_fwd_q8_0_kv_batch_invariance) {
+TEST(real_fwd_quant_kv_batch_invariance) {
     int32_t toks[96];
     for (int t = 0; t < 96; t++) toks[t] = (t * 7919 + 17) % 49152;
-    check_invariance_kv(test_real_model(), toks, 96, 2, 0, KVQ_Q8_0);
+    for (int k = 0; k < 2; k++) check_invariance_kv(test_real_model(), toks, 96, 2, 0, QUANT[k]);
 }
 
 /* Sets a uint32 key of a GGUF image in place (the key is found by its

@@ -8,22 +8,23 @@
 
 
 const char *kvq_name(kvq_type t) {
-    return t == KVQ_Q8_0 ? "q8_0" : "f16";
+    return t == KVQ_Q8_0 ? "q8_0" : t == KVQ_Q4_0 ? "q4_0" : "f16";
 }
 
 int kvq_parse(const char *s, kvq_type *t, strata_err *err) {
     if (!s || strcmp(s, "f16") == 0) *t = KVQ_F16;
-    else if (s && strcmp(s, "q8_0") == 0) *t = KVQ_Q8_0;
-    else return strata_errf(err, STRATA_EINVAL, "--kv-type %s: unknown (f16 or q8_0)", s);
+    else if (strcmp(s, "q8_0") == 0) *t = KVQ_Q8_0;
+    else if (strcmp(s, "q4_0") == 0) *t = KVQ_Q4_0;
+    else return strata_errf(err, STRATA_EINVAL, "--kv-type %s: unknown (f16, q8_0 or q4_0)", s);
     return 0;
 }
 
 int kvq_check(kvq_type t, int head_dim, strata_err *err) {
-    if (t == KVQ_Q8_0 && (head_dim <= 0 || head_dim % KVQ_Q8_0_BLOCK != 0))
+    if (t != KVQ_F16 && (head_dim <= 0 || head_dim % KVQ_BLOCK != 0))
         return strata_errf(err, STRATA_EINVAL,
-                           "--kv-type q8_0: the model's head size %d is not a multiple of %d (q8_0 stores blocks "
+                           "--kv-type %s: the model's head size %d is not a multiple of %d (%s stores blocks "
                            "of %d values per head); use --kv-type f16",
-                           head_dim, KVQ_Q8_0_BLOCK, KVQ_Q8_0_BLOCK);
+                           kvq_name(t), head_dim, KVQ_BLOCK, kvq_name(t), KVQ_BLOCK);
     return 0;
 }
 
@@ -45,7 +46,28 @@ static void q8_0_block(const float *x, uint16_t *dst) {
     memcpy(dst + 1, q, sizeof q);
 }
 
+/* One q4_0 block as ggml quantizes it: d = (the value of largest
+ * magnitude, its sign kept) / -8, nibble = min(15, trunc(x / d + 8.5)). */
+static void q4_0_block(const float *x, uint16_t *dst) {
+    float amax = 0, max = 0;
+    for (int i = 0; i < KVQ_BLOCK; i++)
+        if (fabsf(x[i]) > amax) amax = fabsf(x[i]), max = x[i];
+    float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    uint8_t q[KVQ_BLOCK / 2];
+    for (int j = 0; j < KVQ_BLOCK / 2; j++) {
+        int lo = (int)(x[j] * id + 8.5f), hi = (int)(x[j + 16] * id + 8.5f);
+        q[j] = (uint8_t)((lo < 15 ? lo : 15) | (hi < 15 ? hi : 15) << 4);
+    }
+    dst[0] = f32_to_fp16(d);
+    memcpy(dst + 1, q, sizeof q);
+}
+
 void kvq_write_row(kvq_type t, const float *x, uint16_t *dst, int n) {
+    if (t == KVQ_Q4_0) {
+        for (int b = 0; b < n / KVQ_BLOCK; b++)
+            q4_0_block(x + (size_t)b * KVQ_BLOCK, dst + (size_t)b * KVQ_Q4_0_BLOCK_HALVES);
+        return;
+    }
     if (t == KVQ_Q8_0) {
         for (int b = 0; b < n / KVQ_Q8_0_BLOCK; b++)
             q8_0_block(x + (size_t)b * KVQ_Q8_0_BLOCK, dst + (size_t)b * KVQ_Q8_0_BLOCK_HALVES);

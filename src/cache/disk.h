@@ -34,7 +34,7 @@ typedef struct disk_opts {
     uint8_t model_fp[32];     /* files of other models are left alone, not indexed */
     uint32_t block_tokens;    /* B */
     uint64_t block_bytes;     /* KV payload bytes per block */
-    uint32_t kv_dtype;        /* DISK_F16 or DISK_Q8_0 (disk_kv_dtype) */
+    uint32_t kv_dtype;        /* DISK_F16, DISK_Q8_0 or DISK_Q4_0 (disk_kv_dtype) */
     uint32_t protect_ms;      /* never evict a block written/loaded this recently; 0 = POLICY_PROTECT_MS */
     uint64_t max_pending_bytes; /* queued write copies; more are dropped; 0 = 256 MiB */
     /* For `strata cache`: index every model's files, geometry per file;
@@ -45,8 +45,8 @@ typedef struct disk_opts {
 
 /* The payload's element type in a block file's header (disk_file.h);
  * 2 is a snapshot's (DISK_STATE_F32). */
-enum { DISK_F16 = 1, DISK_Q8_0 = 3 };
-/* The header's kv dtype for blocks stored as t, and back ("f16", "q8_0",
+enum { DISK_F16 = 1, DISK_Q8_0 = 3, DISK_Q4_0 = 4 };
+/* The header's kv dtype for blocks stored as t, and back ("f16", "q8_0", "q4_0",
  * "state", or "type N"). */
 uint32_t disk_kv_dtype(kvq_type t);
 const char *disk_kv_dtype_name(uint32_t dtype);

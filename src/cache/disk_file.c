@@ -80,12 +80,14 @@ uint32_t disk_crc32c(uint32_t crc, const void *p, size_t n) {
 /* ---- kv dtypes ---- */
 
 uint32_t disk_kv_dtype(kvq_type t) {
-    return t == KVQ_Q8_0 ? DISK_Q8_0 : DISK_F16;
+    return t == KVQ_Q8_0 ? DISK_Q8_0 : t == KVQ_Q4_0 ? DISK_Q4_0 : DISK_F16;
 }
 
 const char *disk_kv_dtype_name(uint32_t dtype) {
     static _Thread_local char buf[24];
-    if (dtype == DISK_F16 || dtype == DISK_Q8_0) return kvq_name(dtype == DISK_Q8_0 ? KVQ_Q8_0 : KVQ_F16);
+    if (dtype == DISK_F16) return kvq_name(KVQ_F16);
+    if (dtype == DISK_Q8_0) return kvq_name(KVQ_Q8_0);
+    if (dtype == DISK_Q4_0) return kvq_name(KVQ_Q4_0);
     if (dtype == DISK_STATE_F32) return "state";
     snprintf(buf, sizeof buf, "type %u", dtype);
     return buf;

@@ -8,7 +8,7 @@
  *   off  size  field
  *     0     8  magic "STRKV\0\0\1"
  *     8     4  format version (DISK_FORMAT_VERSION)
- *    12     4  kv dtype (1 = f16, 3 = q8_0: backend/kvq.h; 2 = snapshot)
+ *    12     4  kv dtype (1 = f16, 3 = q8_0, 4 = q4_0: backend/kvq.h; 2 = snapshot)
  *    16     4  n_tokens (B; fewer for a tail, a partial last block)
  *    20     4  reserved, 0
  *    24     8  payload bytes (KV of every layer, kv_pool.block_bytes)

@@ -133,7 +133,7 @@ int cli_perplexity(int argc, char **argv) {
         {"--ctx", "-c", ARG_INT, &o.ctx, 16, 1 << 20, "tokens per window (2048)"},
         {"--skip", NULL, ARG_INT, &o.skip, 0, 1 << 20, "first positions of each window not scored (64)"},
         {"--windows", NULL, ARG_INT, &o.max_windows, 0, 1 << 20, "at most this many windows (0: all)"},
-        {"--kv-type", NULL, ARG_STR, &o.kv_type, 0, -1, "how K/V are stored: f16 or q8_0 (f16)"},
+        {"--kv-type", NULL, ARG_STR, &o.kv_type, 0, -1, KVQ_HELP},
         {"--top1", NULL, ARG_STR, &o.top1, 0, -1, "write each scored position's argmax id (int32) here"},
         {"--threads", "-t", ARG_INT, &o.threads, 1, 1024, "threads (one per core)"},
         {"--help", "-h", ARG_FLAG, &o.help, 0, -1, "this help"},

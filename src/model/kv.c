@@ -54,13 +54,14 @@ int kv_pool_init_opts(kv_pool *p, const kv_pool_opts *o, strata_err *err) {
     p->n_blocks = o->n_blocks;
     p->type = o->type;
     int hd = o->head_dim > 0 ? o->head_dim : o->kv_dim;
-    if (o->type == KVQ_Q8_0 && (hd % KVQ_Q8_0_BLOCK != 0 || o->kv_dim % hd != 0))
-        return strata_errf(err, STRATA_EINVAL, "kv pool: q8_0 heads of %d values (not a multiple of %d)", hd,
-                           KVQ_Q8_0_BLOCK);
+    if (o->type != KVQ_F16 && (hd % KVQ_BLOCK != 0 || o->kv_dim % hd != 0))
+        return strata_errf(err, STRATA_EINVAL, "kv pool: %s heads of %d values (not a multiple of %d)",
+                           kvq_name(o->type), hd, KVQ_BLOCK);
     p->row_halves = (int)kvq_halves(o->type, (size_t)o->kv_dim);
     int head_halves = (int)kvq_halves(o->type, (size_t)hd);
-    p->head_stride = o->type == KVQ_Q8_0 ? head_halves : p->row_halves; /* head-major : token-major */
-    p->head_off = o->type == KVQ_Q8_0 ? o->block_tokens * head_halves : head_halves;
+    int head_major = o->type != KVQ_F16; /* kv.h: quantized types keep each head's rows together */
+    p->head_stride = head_major ? head_halves : p->row_halves;
+    p->head_off = head_major ? o->block_tokens * head_halves : head_halves;
     size_t per_layer = (size_t)2 * o->block_tokens * p->row_halves * sizeof(uint16_t);
     int n_swa_layer = init_layers(p, o);
     if (n_swa_layer > 0 && o->n_slots <= 0) {

@@ -3,10 +3,11 @@
  * A block holds B consecutive positions of one sequence for every layer.
  * Its payload, the object the cache hashes, copies and writes to disk, is
  *   f16:  [layer][K|V][B][kv_dim]            (token-major)
- *   q8_0: [layer][K|V][KV head][B][head_dim] (head-major)
- * in the pool's KV type (backend/kvq.h: q8_0 at 17/16 bytes a value), as
+ *   q8_0, q4_0: [layer][K|V][KV head][B][head_dim] (head-major)
+ * in the pool's KV type (backend/kvq.h: q8_0 at 17/16 bytes a value,
+ * q4_0 at 9/16), as
  * the forward pass stored them (DESIGN.md, "Blocks and hashes"); every
- * tier holds these bytes as they are. q8_0 keeps each head's rows
+ * tier holds these bytes as they are. A quantized type keeps each head's rows
  * together: attention reads one KV head at a time, and a head's 68-byte
  * rows (head size 64) interleaved with the other heads' would pull in
  * the cache lines they share with them (f16 keeps the layout caches were
@@ -90,7 +91,7 @@ typedef struct kv_pool_opts {
     int n_layer, kv_dim, block_tokens, n_blocks;
     const uint8_t *swa_layer; /* per layer, 1: sliding window of n_swa */
     int n_swa, n_slots;       /* window; sliding parts in memory at once */
-    kvq_type type;            /* zero: f16; q8_0 needs head_dim % 32 == 0 */
+    kvq_type type;            /* zero: f16; q8_0, q4_0 need head_dim % 32 == 0 */
     int head_dim;             /* values per KV head (0: kv_dim, one head) */
 } kv_pool_opts;
 

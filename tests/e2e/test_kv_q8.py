@@ -1,6 +1,7 @@
 """K/V stored as q8_0 (--kv-type q8_0): a hit from every tier (live pool,
 disk after a restart, Redis on another replica) is bit-identical to a
-cold q8_0 server, blocks take 17/32 of the f16 bytes on disk and on Redis,
+cold q8_0 server, blocks take 17/32 of the f16 bytes on disk and on Redis
+(q4_0: a disk hit too, 9/32 the bytes),
 and blocks of the other type are never served: a disk tier written with
 f16 is reported and skipped, and an f16 replica on the same Redis finds
 nothing of the q8_0 one. (On the CPU the RAM tier is the live pool's own
@@ -29,10 +30,10 @@ def prompts(seed, n_first=640, n_more=100):
 
 @pytest.fixture(scope="module")
 def cold():
-    """A q8_0 server without a cache, and an f16 one: the references."""
-    q8, f16 = Server(TINY_MODEL, *BASE, "--no-prefix-cache", *Q8), Server(TINY_MODEL, *BASE, "--no-prefix-cache")
-    yield {"q8_0": q8, "f16": f16}
-    assert q8.stop() == 0 and f16.stop() == 0
+    """A server without a cache for each KV type: the references."""
+    servers = {t: Server(TINY_MODEL, *BASE, "--no-prefix-cache", "--kv-type", t) for t in ("f16", "q8_0", "q4_0")}
+    yield servers
+    assert all(s.stop() == 0 for s in servers.values())
 
 
 @pytest.fixture
@@ -60,18 +61,20 @@ def test_q8_0_differs_from_f16_but_a_live_hit_equals_its_cold_run(cold):
         assert s.stop() == 0
 
 
-def test_q8_0_disk_hit_after_restart_equals_cold_and_files_are_smaller(cold, cache_dir):
+@pytest.mark.parametrize("kv,halves", [("q8_0", 17), ("q4_0", 9)])
+def test_quantized_disk_hit_after_restart_equals_cold_and_files_are_smaller(cold, cache_dir, kv, halves):
     turn1, turn2 = prompts(2)
-    want = complete(cold["q8_0"].url, turn2)
+    want = complete(cold[kv].url, turn2)
+    assert want[1] != complete(cold["f16"].url, turn2)[1]
     for _ in range(2):  # first run writes turn1's blocks, the restarted one reads them
-        s = Server(TINY_MODEL, *BASE, *Q8, "--cache-dir", cache_dir)
+        s = Server(TINY_MODEL, *BASE, "--kv-type", kv, "--cache-dir", cache_dir)
         try:
             got = complete(s.url, turn2 if _ else turn1)
         finally:
             assert s.stop() == 0
     assert got[2]["strata_cache"]["disk_tokens"] >= 640, got[2]
     assert got[:2] == want[:2]
-    # The same prompt's blocks written by an f16 server: 32/17 the payload.
+    # The same prompt's blocks written by an f16 server: 32/17 (32/9) the payload.
     f16_dir = tempfile.mkdtemp(prefix="strata-kvq-f16-")
     try:
         s = Server(TINY_MODEL, *BASE, "--cache-dir", f16_dir)
@@ -81,7 +84,7 @@ def test_q8_0_disk_hit_after_restart_equals_cold_and_files_are_smaller(cold, cac
             assert s.stop() == 0
         q8_size, f16_size = max(block_file_sizes(cache_dir)), max(block_file_sizes(f16_dir))
         hdr = 136 + 4 * 64 + 4  # disk_file.h: header, token ids, CRC
-        assert (q8_size - hdr) * 32 == (f16_size - hdr) * 17, (q8_size, f16_size)
+        assert (q8_size - hdr) * 32 == (f16_size - hdr) * halves, (q8_size, f16_size)
     finally:
         shutil.rmtree(f16_dir, ignore_errors=True)
 
@@ -185,4 +188,4 @@ def test_bad_kv_type_is_a_clear_error():
                 ["bench", "-m", TINY_MODEL, "-p", "8", "-n", "1"]):
         p = subprocess.run([STRATA, *cmd, "--kv-type", "q4_1"], capture_output=True, text=True, timeout=60)
         assert p.returncode != 0
-        assert "--kv-type q4_1: unknown (f16 or q8_0)" in p.stderr + p.stdout, (cmd, p.stderr)
+        assert "--kv-type q4_1: unknown (f16, q8_0 or q4_0)" in p.stderr + p.stdout, (cmd, p.stderr)
