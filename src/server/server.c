@@ -141,10 +141,11 @@ static void get_metrics(server *s, const http_req *req, http_reply *rep) {
 
 static void get_props(server *s, const http_req *req, http_reply *rep) {
     const model_hparams *hp = &s->e->m->hp;
-    json_t *cache = json_pack("{s:b,s:i,s:i,s:i,s:s?,s:i}", "prefix_cache", !s->o.no_cache, "block_tokens",
+    json_t *cache = json_pack("{s:b,s:i,s:i,s:i,s:s?,s:i,s:s,s:I}", "prefix_cache", !s->o.no_cache, "block_tokens",
                               s->e->kv.block_tokens, "kv_blocks", s->e->kv.n_blocks, "cache_mem_mb",
                               s->o.no_cache ? 0 : s->o.cache_mem_mb + s->o.cache_ram_mb, "cache_dir", s->disk ? s->cache_dir : NULL,
-                              "cache_disk_mb", s->disk ? s->o.cache_disk_mb : 0);
+                              "cache_disk_mb", s->disk ? s->o.cache_disk_mb : 0, "kv_type", kvq_name(s->e->kv.type),
+                              "kv_bytes_per_token", (json_int_t)(s->e->kv.block_bytes / s->e->kv.block_tokens));
     reply_json(rep, 200,
                json_pack("{s:s,s:s,s:s,s:i,s:i,s:i,s:s,s:s?,s:o}", "model", s->model_id, "model_path",
                          s->o.model_path, "architecture", hp->arch_name, "n_ctx", s->o.ctx,

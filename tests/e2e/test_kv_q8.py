@@ -53,6 +53,10 @@ def test_q8_0_differs_from_f16_but_a_live_hit_equals_its_cold_run(cold):
     assert want[1] != complete(cold["f16"].url, turn2)[1], "q8_0 K/V gave f16's logprobs: not in effect"
     s = Server(TINY_MODEL, *BASE, *Q8)
     try:
+        props = httpx.get(s.url + "/props", timeout=10).json()["cache"]
+        f16_props = httpx.get(cold["f16"].url + "/props", timeout=10).json()["cache"]
+        assert props["kv_type"] == "q8_0" and f16_props["kv_type"] == "f16"
+        assert props["kv_bytes_per_token"] * 32 == f16_props["kv_bytes_per_token"] * 17, (props, f16_props)
         complete(s.url, turn1)
         got = complete(s.url, turn2)
         assert got[2]["strata_cache"]["live_tokens"] >= 640, got[2]
