@@ -49,11 +49,6 @@ static inline __m256 load_h8(const uint16_t *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
 
-/* Eight int8 quants of a Q8_0 block from q on, as floats (exact). */
-static inline __m256 q8_ps(const int8_t *q) {
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q)));
-}
-
 static inline __m256 block_scale(const uint16_t *blk) {
     return _mm256_cvtph_ps(_mm_set1_epi16((short)blk[0]));
 }
@@ -90,48 +85,28 @@ static void fill_f16(const attn_kv *kv, int t0, int last, float *kt, float *vt) 
     }
 }
 
-/* Q8_0 rows: each value is its int8 times its block's scale, a product
- * exact in float, so these are the scalar kvq_at's floats. One block (32
- * dims) at a time, its 8 rows' scales widened once. */
-static void fill_q8_0(const attn_kv *kv, int t0, int last, float *kt, float *vt) {
-    int d = kv->head_dim;
-    for (int g = 0; g < T; g += 8) {
-        const uint16_t *kr[8], *vr[8];
-        group_rows(kv, t0, g, last, kr, vr);
-        for (int b = 0; b < d / KVQ_Q8_0_BLOCK; b++) {
-            __m256 ks[8], vs[8];
-            const int8_t *kq[8], *vq[8];
-            UNROLL for (int u = 0; u < 8; u++) {
-                const uint16_t *kb = kr[u] + (size_t)b * KVQ_Q8_0_BLOCK_HALVES;
-                const uint16_t *vb = vr[u] + (size_t)b * KVQ_Q8_0_BLOCK_HALVES;
-                ks[u] = block_scale(kb), vs[u] = block_scale(vb);
-                kq[u] = (const int8_t *)(kb + 1), vq[u] = (const int8_t *)(vb + 1);
-            }
-            for (int j = 0; j < KVQ_Q8_0_BLOCK; j += 8) {
-                __m256 r[8], v[8];
-                UNROLL for (int u = 0; u < 8; u++) {
-                    r[u] = _mm256_mul_ps(q8_ps(kq[u] + j), ks[u]);
-                    v[u] = _mm256_mul_ps(q8_ps(vq[u] + j), vs[u]);
-                }
-                store_group(r, v, kt, vt, d, g, b * KVQ_Q8_0_BLOCK + j);
-            }
-        }
+/* Eight values of a quantized block from dim j on (j % 8 == 0), times
+ * the block's scale: Q8_0, its int8s; Q4_0 (q4), the low nibbles of
+ * bytes j.. for j < 16, the high ones of bytes j - 16.. after, minus 8.
+ * Small integers times a half: exact in float, the scalar kvq_at's. */
+static inline __attribute__((always_inline)) __m256 quant_ps(int q4, const uint8_t *qs, int j, __m256 scale) {
+    __m256i w;
+    if (q4) {
+        __m128i b = _mm_loadl_epi64((const __m128i *)(qs + (j & 15)));
+        if (j >= 16) b = _mm_srli_epi16(b, 4);
+        b = _mm_and_si128(b, _mm_set1_epi8(15));
+        w = _mm256_sub_epi32(_mm256_cvtepu8_epi32(b), _mm256_set1_epi32(8));
+    } else {
+        w = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qs + j)));
     }
-}
-
-/* Eight values of a Q4_0 block from dim j on (j % 8 == 0): low nibbles
- * of bytes j.. for j < 16, high nibbles of bytes j - 16.. after; minus 8,
- * times the scale (exact). */
-static inline __m256 q4_ps(const uint8_t *qs, int j, __m256 scale) {
-    __m128i b = _mm_loadl_epi64((const __m128i *)(qs + (j & 15)));
-    if (j >= 16) b = _mm_srli_epi16(b, 4);
-    b = _mm_and_si128(b, _mm_set1_epi8(15));
-    __m256i w = _mm256_sub_epi32(_mm256_cvtepu8_epi32(b), _mm256_set1_epi32(8));
     return _mm256_mul_ps(_mm256_cvtepi32_ps(w), scale);
 }
 
-static void fill_q4_0(const attn_kv *kv, int t0, int last, float *kt, float *vt) {
-    int d = kv->head_dim;
+/* Q8_0 or Q4_0 (q4) rows, one block (32 dims) at a time, the 8 rows'
+ * scales widened once; inlined once per type. */
+static inline __attribute__((always_inline)) void fill_quant(int q4, const attn_kv *kv, int t0, int last, float *kt,
+                                                             float *vt) {
+    int d = kv->head_dim, bh = q4 ? KVQ_Q4_0_BLOCK_HALVES : KVQ_Q8_0_BLOCK_HALVES;
     for (int g = 0; g < T; g += 8) {
         const uint16_t *kr[8], *vr[8];
         group_rows(kv, t0, g, last, kr, vr);
@@ -139,18 +114,28 @@ static void fill_q4_0(const attn_kv *kv, int t0, int last, float *kt, float *vt)
             __m256 ks[8], vs[8];
             const uint8_t *kq[8], *vq[8];
             UNROLL for (int u = 0; u < 8; u++) {
-                const uint16_t *kb = kr[u] + (size_t)b * KVQ_Q4_0_BLOCK_HALVES;
-                const uint16_t *vb = vr[u] + (size_t)b * KVQ_Q4_0_BLOCK_HALVES;
+                const uint16_t *kb = kr[u] + (size_t)b * bh, *vb = vr[u] + (size_t)b * bh;
                 ks[u] = block_scale(kb), vs[u] = block_scale(vb);
                 kq[u] = (const uint8_t *)(kb + 1), vq[u] = (const uint8_t *)(vb + 1);
             }
             for (int j = 0; j < KVQ_BLOCK; j += 8) {
                 __m256 r[8], v[8];
-                UNROLL for (int u = 0; u < 8; u++) r[u] = q4_ps(kq[u], j, ks[u]), v[u] = q4_ps(vq[u], j, vs[u]);
+                UNROLL for (int u = 0; u < 8; u++) {
+                    r[u] = quant_ps(q4, kq[u], j, ks[u]);
+                    v[u] = quant_ps(q4, vq[u], j, vs[u]);
+                }
                 store_group(r, v, kt, vt, d, g, b * KVQ_BLOCK + j);
             }
         }
     }
+}
+
+static void fill_q8_0(const attn_kv *kv, int t0, int last, float *kt, float *vt) {
+    fill_quant(0, kv, t0, last, kt, vt);
+}
+
+static void fill_q4_0(const attn_kv *kv, int t0, int last, float *kt, float *vt) {
+    fill_quant(1, kv, t0, last, kt, vt);
 }
 
 void attn_fill_avx2(const attn_kv *kv, int t0, int last, float *kt, float *vt) {

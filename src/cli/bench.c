@@ -72,7 +72,8 @@ static void report(const bench_opts *o, const engine *e, stat pp, stat tg) {
         printf("{\"model\":\"%s\",\"threads\":%d,\"cpu\":\"%s\",\"device\":\"%s\",\"kv_type\":\"%s\",\"depth\":%d,"
                "\"pp\":{\"n\":%d,\"mean\":%.3f,\"sd\":%.3f},"
                "\"tg\":{\"n\":%d,\"mean\":%.3f,\"sd\":%.3f},\"reps\":%d}\n",
-               o->model, pool_size(e->threads), cpu_level_name(), engine_device(e), kvq_name(e->kv.type), o->depth, o->n_prompt, pp.mean, pp.sd,
+               o->model, pool_size(e->threads), cpu_level_name(), engine_device(e), kvq_name(e->kv.type), o->depth,
+               o->n_prompt, pp.mean, pp.sd,
                o->n_gen, tg.mean, tg.sd, o->reps);
         return;
     }

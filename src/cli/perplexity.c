@@ -113,7 +113,8 @@ static int ppl_main(const ppl_opts *o, strata_err *err) {
     float *logits = rc ? NULL : xmalloc((size_t)PPL_BATCH * e->m->hp.n_vocab * sizeof(float));
     int windows = rc ? 0 : (int)(n / (size_t)o->ctx);
     if (o->max_windows > 0 && windows > o->max_windows) windows = o->max_windows;
-    for (int w = 0; w < windows && !rc; w++) rc = ppl_window(e, ids + (size_t)w * o->ctx, o->ctx, o->skip, logits, &acc, err);
+    for (int w = 0; w < windows && !rc; w++)
+        rc = ppl_window(e, ids + (size_t)w * o->ctx, o->ctx, o->skip, logits, &acc, err);
     if (!rc)
         printf("{\"model\":\"%s\",\"kv_type\":\"%s\",\"tokens\":%zu,\"windows\":%d,\"ctx\":%d,\"scored\":%ld,"
                "\"nll\":%.6f,\"ppl\":%.4f}\n",
