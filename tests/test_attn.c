@@ -4,7 +4,8 @@
  * heads of its group, or in any block of prefill queries, at depths on
  * and off the 64-key tile boundaries, with and without a sliding window;
  * and key segments (ATTN_SEG) computed one call each and folded give
- * attn_run's bits. */
+ * attn_run's bits. The same for keys/values stored as q8_0 or q4_0 (backend/kvq.h),
+ * whose tiles widen to the same floats at every level. */
 #include <stdlib.h>
 
 #include "backend/attn.h"
@@ -14,10 +15,12 @@
 
 #define BT 16 /* block_tokens of the synthetic cache */
 
-/* A synthetic paged cache: n_pos positions of n_kvh heads of d dims. */
+/* A synthetic paged cache: n_pos positions of n_kvh heads of d dims,
+ * stored as type (rows of row_h halves). */
 typedef struct cache {
-    int n_pos, n_kvh, d, n_blocks;
-    uint16_t *k, *v;                /* [block][BT][n_kvh * d] */
+    int n_pos, n_kvh, d, n_blocks, row_h;
+    kvq_type type;
+    uint16_t *k, *v;                /* [block][BT][row_h] */
     const uint16_t **kb, **vb;      /* block tables of head 0 (others: + h * d) */
     const uint16_t **kbh, **vbh;    /* scratch tables for one head */
 } cache;
@@ -28,42 +31,48 @@ static float frand(void) {
     return (float)((rng >> 8) & 0xffff) / 32768.0f - 1.0f;
 }
 
-static void cache_new(cache *c, int n_pos, int n_kvh, int d) {
-    c->n_pos = n_pos, c->n_kvh = n_kvh, c->d = d;
+static void cache_new_type(cache *c, int n_pos, int n_kvh, int d, kvq_type type) {
+    c->n_pos = n_pos, c->n_kvh = n_kvh, c->d = d, c->type = type;
     c->n_blocks = (n_pos + BT - 1) / BT;
-    size_t n = (size_t)c->n_blocks * BT * n_kvh * d;
+    c->row_h = (int)kvq_halves(type, (size_t)n_kvh * d);
+    size_t rows = (size_t)c->n_blocks * BT, n = rows * c->row_h;
     c->k = xmalloc(n * 2), c->v = xmalloc(n * 2);
-    for (size_t i = 0; i < n; i++) {
-        c->k[i] = f32_to_fp16(frand() * 2.0f);
-        c->v[i] = f32_to_fp16(frand());
+    float *kr = xmalloc((size_t)n_kvh * d * 4), *vr = xmalloc((size_t)n_kvh * d * 4);
+    for (size_t r = 0; r < rows; r++) {
+        for (int i = 0; i < n_kvh * d; i++) kr[i] = frand() * 2.0f, vr[i] = frand();
+        kvq_write_row(type, kr, c->k + r * c->row_h, n_kvh * d);
+        kvq_write_row(type, vr, c->v + r * c->row_h, n_kvh * d);
     }
+    free(kr), free(vr);
     c->kbh = xmalloc((size_t)c->n_blocks * sizeof(*c->kbh));
     c->vbh = xmalloc((size_t)c->n_blocks * sizeof(*c->vbh));
 }
+
+static void cache_new(cache *c, int n_pos, int n_kvh, int d) { cache_new_type(c, n_pos, n_kvh, d, KVQ_F16); }
 
 static void cache_free(cache *c) {
     free(c->k), free(c->v), free(c->kbh), free(c->vbh);
 }
 
 static attn_kv cache_head(cache *c, int h) {
-    size_t row = (size_t)c->n_kvh * c->d;
+    size_t row = (size_t)c->row_h, head = kvq_halves(c->type, (size_t)h * c->d);
     for (int i = 0; i < c->n_blocks; i++) {
-        c->kbh[i] = c->k + (size_t)i * BT * row + (size_t)h * c->d;
-        c->vbh[i] = c->v + (size_t)i * BT * row + (size_t)h * c->d;
+        c->kbh[i] = c->k + (size_t)i * BT * row + head;
+        c->vbh[i] = c->v + (size_t)i * BT * row + head;
     }
-    return (attn_kv){c->kbh, c->vbh, BT, (int)row, c->d};
+    return (attn_kv){c->kbh, c->vbh, BT, (int)row, c->d, c->type};
 }
 
 /* float64 softmax attention of q over keys [first, end) of head h, with
  * the sink logit as one more softmax term without a value (NULL: none). */
 static void ref_attn(const cache *c, int h, const float *q, int first, int end, float scale, const float *sink,
                      double *out) {
-    size_t row = (size_t)c->n_kvh * c->d;
+    size_t row = (size_t)c->row_h, head = kvq_halves(c->type, (size_t)h * c->d);
     double *s = xmalloc((size_t)end * sizeof(double)), mx = -1e300, sum = 0;
     for (int j = first; j < end; j++) {
-        const uint16_t *k = c->k + (size_t)j * row + (size_t)h * c->d;
+        const uint16_t *k = c->k + (size_t)j * row + head;
         double dot = 0;
-        for (int i = 0; i < c->d; i++) dot += (double)q[i] * fp16_to_f32(k[i]);
+        for (int i = 0; i < c->d; i++) dot += (double)q[i] * kvq_at(c->type, k, i);
         s[j] = dot * scale;
         if (s[j] > mx) mx = s[j];
     }
@@ -71,8 +80,8 @@ static void ref_attn(const cache *c, int h, const float *q, int first, int end, 
     for (int j = first; j < end; j++) {
         double p = exp(s[j] - mx);
         sum += p;
-        const uint16_t *v = c->v + (size_t)j * row + (size_t)h * c->d;
-        for (int i = 0; i < c->d; i++) out[i] += p * fp16_to_f32(v[i]);
+        const uint16_t *v = c->v + (size_t)j * row + head;
+        for (int i = 0; i < c->d; i++) out[i] += p * kvq_at(c->type, v, i);
     }
     if (sink) sum += exp(*sink - mx);
     for (int i = 0; i < c->d; i++) out[i] /= sum;
@@ -90,9 +99,10 @@ static const float *const SINKS[] = {NULL, &SINK_LO, &SINK_HI};
 /* One query at head dim d over keys [first, end) of a cache of n
  * positions, at every level, against float64: for each end in depths,
  * without a window and with one starting at window_first(end). */
-static void check_vs_float64(int d, int n, const int *depths, int n_depths, int (*window_first)(int end)) {
+static void check_vs_float64_type(kvq_type type, int d, int n, const int *depths, int n_depths,
+                                  int (*window_first)(int end)) {
     cache c;
-    cache_new(&c, n, 2, d);
+    cache_new_type(&c, n, 2, d, type);
     float *q = xmalloc((size_t)d * 4), *out = xmalloc((size_t)d * 4);
     double *ref = xmalloc((size_t)d * 8);
     float *ws = xaligned(attn_ws_floats(d, 1) * sizeof(float));
@@ -108,11 +118,15 @@ static void check_vs_float64(int d, int n, const int *depths, int n_depths, int 
                 ref_attn(&c, 1, q, first, end, 0.125f, sink, ref);
                 double err = 0;
                 for (int i = 0; i < d; i++) err = fmax(err, fabs(out[i] - ref[i]));
-                CHECK_MSG(err < 2e-5, "%s d=%d keys [%d,%d) sink %g: max error %g", LEVEL[level], d, first, end,
-                          sink ? *sink : -INFINITY, err);
+                CHECK_MSG(err < 2e-5, "%s %s d=%d keys [%d,%d) sink %g: max error %g", LEVEL[level], kvq_name(type), d,
+                          first, end, sink ? *sink : -INFINITY, err);
             }
     free(q), free(out), free(ref), free(ws);
     cache_free(&c);
+}
+
+static void check_vs_float64(int d, int n, const int *depths, int n_depths, int (*window_first)(int end)) {
+    check_vs_float64_type(KVQ_F16, d, n, depths, n_depths, window_first);
 }
 
 static int last_100(int end) { return end > 100 ? end - 100 : 0; }
@@ -126,10 +140,10 @@ TEST(attn_matches_float64) {
 /* n tokens at positions 0..n-1, 3 query heads per KV head: prefill in
  * query blocks of `blk` tokens (all heads of a block in one call) against
  * decode (one call per token with its 3 heads) and one head alone. */
-static void check_paths(int level, int d, int n, int window, int blk) {
+static void check_paths_type(kvq_type type, int level, int d, int n, int window, int blk) {
     int hpg = 3;
     cache c;
-    cache_new(&c, n, 1, d);
+    cache_new_type(&c, n, 1, d, type);
     float *q = xmalloc((size_t)n * hpg * d * 4);
     for (size_t i = 0; i < (size_t)n * hpg * d; i++) q[i] = frand();
     float *pre = xmalloc((size_t)n * hpg * d * 4), *dec = xmalloc((size_t)n * hpg * d * 4);
@@ -161,12 +175,16 @@ static void check_paths(int level, int d, int n, int window, int blk) {
     }
     for (int t = 0; t < n; t++)
         if (memcmp(pre + (size_t)t * hpg * d, dec + (size_t)t * hpg * d, (size_t)hpg * d * 4)) {
-            test_fail(__FILE__, __LINE__, "%s d=%d window %d blocks of %d: position %d: prefill differs from decode",
-                      LEVEL[level], d, window, blk, t);
+            test_fail(__FILE__, __LINE__, "%s %s d=%d window %d blocks of %d: position %d: prefill differs from decode",
+                      LEVEL[level], kvq_name(type), d, window, blk, t);
             break;
         }
     free(q), free(pre), free(dec), free(one), free(qs), free(ws);
     cache_free(&c);
+}
+
+static void check_paths(int level, int d, int n, int window, int blk) {
+    check_paths_type(KVQ_F16, level, d, n, window, blk);
 }
 
 TEST(attn_prefill_equals_decode) {
@@ -265,5 +283,116 @@ TEST(attn_prefill_equals_decode_segments) {
     for (int level = 0; level <= attn_level(); level++) {
         check_paths(level, 64, ATTN_SEG + 200, 0, 32);
         check_paths(level, 256, ATTN_SEG + 70, 300, 13);
+    }
+}
+
+/* ---- q8_0 keys/values ---- */
+
+/* A row written as q8_0 reads back within half a step of its block's
+ * scale (plus the scale's own rounding to a half: 127 q * 2^-11), takes 17/32 of the f16 row's bytes, and an all-zero block stays
+ * zero (scale 0). */
+TEST(kvq_q8_0_row_round_trip) {
+    float x[96], y[96];
+    uint16_t row[3 * KVQ_Q8_0_BLOCK_HALVES];
+    for (int i = 0; i < 64; i++) x[i] = frand() * (i < 32 ? 0.01f : 3.0f);
+    for (int i = 64; i < 96; i++) x[i] = 0;
+    kvq_write_row(KVQ_Q8_0, x, row, 96);
+    kvq_read_row(KVQ_Q8_0, row, y, 96);
+    for (int b = 0; b < 3; b++) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b * 32 + i]));
+        for (int i = 0; i < 32; i++)
+            CHECK_MSG(fabsf(y[b * 32 + i] - x[b * 32 + i]) <= amax / 127 * (0.5f + 127.0f / 2048) + 1e-12f,
+                      "value %d: %g read back as %g", b * 32 + i, x[b * 32 + i], y[b * 32 + i]);
+    }
+    for (int i = 64; i < 96; i++) CHECK(y[i] == 0.0f);
+    CHECK_EQ_INT((int)kvq_halves(KVQ_Q8_0, 256) * 2, 272); /* 256 values: 272 bytes, f16 512 */
+    CHECK_EQ_INT((int)kvq_halves(KVQ_F16, 256) * 2, 512);
+}
+
+/* q4_0: within one step (amax / 8) of the value (the top nibble is 7,
+ * so the side opposite the largest magnitude clips), 9/32 the f16 bytes,
+ * and the value of largest magnitude comes back exactly (nibble 0). */
+TEST(kvq_q4_0_row_round_trip) {
+    float x[64], y[64];
+    uint16_t row[2 * KVQ_Q4_0_BLOCK_HALVES];
+    for (int i = 0; i < 64; i++) x[i] = frand() * (i < 32 ? 0.02f : 5.0f);
+    x[40] = -6.0f; /* the largest magnitude of block 1, negative */
+    kvq_write_row(KVQ_Q4_0, x, row, 64);
+    kvq_read_row(KVQ_Q4_0, row, y, 64);
+    for (int b = 0; b < 2; b++) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b * 32 + i]));
+        for (int i = 0; i < 32; i++)
+            CHECK_MSG(fabsf(y[b * 32 + i] - x[b * 32 + i]) <= amax / 8 * 1.01f, "value %d: %g read back as %g",
+                      b * 32 + i, x[b * 32 + i], y[b * 32 + i]);
+    }
+    CHECK(y[40] == -6.0f);
+    CHECK_EQ_INT((int)kvq_halves(KVQ_Q4_0, 256) * 2, 144);
+}
+
+TEST(kvq_names_and_head_sizes) {
+    kvq_type t = KVQ_Q8_0;
+    strata_err err = {0};
+    CHECK_EQ_INT(kvq_parse(NULL, &t, &err), 0);
+    CHECK_EQ_INT(t, KVQ_F16);
+    CHECK_EQ_INT(kvq_parse("q8_0", &t, &err), 0);
+    CHECK_EQ_INT(t, KVQ_Q8_0);
+    CHECK_EQ_INT(kvq_parse("q4_0", &t, &err), 0);
+    CHECK_EQ_INT(t, KVQ_Q4_0);
+    CHECK_EQ_INT(kvq_parse("q4", &t, &err), STRATA_EINVAL);
+    CHECK(strstr(err.msg, "q4") && strstr(err.msg, "f16, q8_0 or q4_0"));
+    CHECK_EQ_INT(kvq_check(KVQ_Q4_0, 48, &err), STRATA_EINVAL);
+    CHECK(strstr(err.msg, "--kv-type q4_0") && strstr(err.msg, "head size 48"));
+    CHECK_EQ_INT(kvq_check(KVQ_Q8_0, 64, &err), 0);
+    CHECK_EQ_INT(kvq_check(KVQ_F16, 40, &err), 0);
+    CHECK_EQ_INT(kvq_check(KVQ_Q8_0, 40, &err), STRATA_EINVAL);
+    CHECK(strstr(err.msg, "head size 40") && strstr(err.msg, "multiple of 32"));
+    char buf[64];
+    CHECK(strcmp(kvq_numerics(KVQ_F16, "cpu", buf, sizeof buf), "cpu") == 0); /* old caches stay valid */
+    CHECK(strcmp(kvq_numerics(KVQ_Q8_0, "cpu", buf, sizeof buf), "cpu+kv-q8_0") == 0);
+}
+
+static const kvq_type QUANT[] = {KVQ_Q8_0, KVQ_Q4_0};
+
+TEST(attn_quant_kv_matches_float64) {
+    static const int dims[] = {64, 256, 32};
+    static const int depths[] = {1, 7, 63, 64, 65, 200, 1000};
+    static const int deep[] = {ATTN_SEG + 1, 2 * ATTN_SEG + 52};
+    for (int ti = 0; ti < 2; ti++) {
+        for (int di = 0; di < 3; di++) check_vs_float64_type(QUANT[ti], dims[di], 1000, depths, 7, last_100);
+        check_vs_float64_type(QUANT[ti], 128, 2 * ATTN_SEG + 60, deep, 2, last_two_thirds);
+    }
+}
+
+TEST(attn_quant_kv_prefill_equals_decode) {
+    for (int ti = 0; ti < 2; ti++)
+        for (int level = 0; level <= attn_level(); level++) {
+            check_paths_type(QUANT[ti], level, 64, 300, 0, 32);
+            check_paths_type(QUANT[ti], level, 64, 300, 100, 7);
+            check_paths_type(QUANT[ti], level, 256, 140, 50, 13);
+            check_paths_type(QUANT[ti], level, 96, ATTN_SEG + 90, 0, 32); /* 3 blocks a head, past a segment edge */
+        }
+}
+
+/* The SIMD tile fill widens q8_0 and q4_0 rows to exactly the scalar
+ * floats (so levels differ in the steps only, as with f16). */
+TEST(attn_quant_kv_fill_is_the_same_at_every_level) {
+    if (attn_level() < 1) return;
+    static const int dims[] = {32, 64, 256};
+    for (int di = 0; di < 6; di++) {
+        int d = dims[di % 3];
+        cache c;
+        cache_new_type(&c, 200, 2, d, QUANT[di / 3]);
+        attn_kv kv = cache_head(&c, 1);
+        float *k0 = xaligned((size_t)2 * ATTN_KV_TILE * d * 4), *v0 = k0 + (size_t)ATTN_KV_TILE * d;
+        float *k1 = xaligned((size_t)2 * ATTN_KV_TILE * d * 4), *v1 = k1 + (size_t)ATTN_KV_TILE * d;
+        for (int t0 = 0; t0 < 200; t0 += ATTN_KV_TILE) {
+            attn_ops_scalar.tile_fill(&kv, t0, 170, k0, v0);
+            attn_fill_avx2(&kv, t0, 170, k1, v1);
+            CHECK_MSG(memcmp(k0, k1, (size_t)2 * ATTN_KV_TILE * d * 4) == 0, "d=%d tile at %d: fills differ", d, t0);
+        }
+        free(k0), free(k1);
+        cache_free(&c);
     }
 }

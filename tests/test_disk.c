@@ -770,3 +770,48 @@ TEST(disk_retention_survives_a_restart) {
     for (int i = 0; i < 4; i++) chain_free(b[i], 1);
     tmpdir_free(dir);
 }
+
+/* A directory written with f16 K/V, opened by a store of q8_0 blocks
+ * (--kv-type q8_0; same geometry here, so only the type tells): the
+ * files are counted as another KV type and never indexed or served, a
+ * file of the other type under a name the store asks for is rejected
+ * with the type named, and the f16 store still finds them all. */
+TEST(disk_blocks_of_another_kv_type_are_skipped_and_reported) {
+    char *dir = tmpdir_new();
+    disk_opts o = opts_for(dir, 7);
+    disk_store *d;
+    blk b[4];
+    chain_make(b, 4, 3, BYTES, o.model_fp);
+    CHECK_EQ_INT(disk_open(&d, &o, NULL), 0);
+    put_all(d, b, 4);
+    disk_close(d);
+    disk_opts q = o;
+    q.kv_dtype = DISK_Q8_0;
+    CHECK_EQ_INT(disk_open(&d, &q, NULL), 0);
+    disk_stats st;
+    disk_get_stats(d, &st);
+    CHECK_EQ_INT(st.files, 0);
+    CHECK_EQ_INT(st.other_kv_type, 4);
+    CHECK_EQ_INT(st.other_kv_dtype, DISK_F16);
+    CHECK(strcmp(disk_kv_dtype_name(st.other_kv_dtype), "f16") == 0);
+    uint8_t buf[BYTES];
+    strata_err e = {0};
+    for (int i = 0; i < 4; i++) CHECK(!disk_has(d, &b[i].h));
+    CHECK(disk_get(d, &b[0].h, buf, NULL, &e) != 0);
+    CHECK_EQ_INT(count_quarantined(dir), 0); /* another type is not damage */
+    disk_close(d);
+    /* The check a load makes names both types. */
+    char p[4200];
+    path_of(dir, &b[1], p);
+    disk_hdr h;
+    int32_t tok[TB];
+    disk_expect ex = {.hash = &b[1].h, .model_fp = o.model_fp, .n_tokens = TB, .kv_dtype = DISK_Q8_0,
+                      .payload_bytes = BYTES};
+    CHECK_EQ_INT(disk_file_load(p, &ex, &h, tok, buf, BYTES, &e), STRATA_EFORMAT);
+    CHECK_MSG(strstr(e.msg, "KV type f16, this store holds q8_0"), "message: %s", e.msg);
+    CHECK_EQ_INT(disk_open(&d, &o, NULL), 0);
+    for (int i = 0; i < 4; i++) CHECK(get_ok(d, &b[i]));
+    disk_close(d);
+    chain_free(b, 4);
+    tmpdir_free(dir);
+}

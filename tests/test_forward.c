@@ -22,13 +22,17 @@ static const char *SYNTH[] = {"llama-f32", "llama-f16", "llama-bf16", "llama-q8_
                               "qwen35moe-q4_k_m"};
 #define N_SYNTH (int)(sizeof SYNTH / sizeof SYNTH[0])
 
-static engine *open_engine(const char *path, int max_batch, int threads) {
+static engine *open_engine_kv(const char *path, int max_batch, int threads, kvq_type kv_type) {
     strata_err err = {0};
     engine_params p = {.model_path = path, .n_threads = threads, .n_ctx = 4096, .block_tokens = 16,
-                       .max_batch = max_batch};
+                       .max_batch = max_batch, .kv_type = kv_type};
     engine *e = NULL;
     if (engine_open(&e, &p, &err)) test_fail(__FILE__, __LINE__, "engine_open: %s", err.msg);
     return e;
+}
+
+static engine *open_engine(const char *path, int max_batch, int threads) {
+    return open_engine_kv(path, max_batch, threads, KVQ_F16);
 }
 
 /* Logits of every position of tokens[0..n), fed in chunks whose sizes
@@ -97,9 +101,10 @@ static void check_same(const float *x, const float *y, int n, int V, const char 
 
 /* n_swa > 0: shrink the model's sliding window to n_swa positions, so
  * short runs already slide (windows that start inside a block included). */
-static void check_invariance_swa(const char *path, const int32_t *toks, int n, int threads, int n_swa) {
+static void check_invariance_kv(const char *path, const int32_t *toks, int n, int threads, int n_swa,
+                               kvq_type kv_type) {
     static const int one_chunk[] = {4096, 0}, uneven[] = {1, 7, 3, 13, 2, 0}, decode[] = {1, 0};
-    engine *e = open_engine(path, 1024, threads);
+    engine *e = open_engine_kv(path, 1024, threads, kv_type);
     if (!e) return;
     if (n_swa > 0) e->m->hp.n_swa = n_swa;
     int V = e->m->hp.n_vocab;
@@ -113,6 +118,10 @@ static void check_invariance_swa(const char *path, const int32_t *toks, int n, i
     check_same(ref, mix, n, V, "interleaved with another sequence");
     free(ref), free(u), free(d), free(mix);
     engine_close(e);
+}
+
+static void check_invariance_swa(const char *path, const int32_t *toks, int n, int threads, int n_swa) {
+    check_invariance_kv(path, toks, n, threads, n_swa, KVQ_F16);
 }
 
 static void check_invariance(const char *path, const int32_t *toks, int n, int threads) {
@@ -520,4 +529,122 @@ TEST(engine_budget_counts_recurrent_state) {
     engine *l = open_engine(test_data("models/llama-f32.gguf"), 512, 1);
     CHECK_EQ_INT((int)engine_seq_state_bytes(l->m), 0); /* no recurrent layers: nothing beside the KV */
     engine_close(l);
+}
+
+/* ---- K/V stored quantized (--kv-type q8_0, q4_0) ---- */
+
+static const kvq_type QUANT[] = {KVQ_Q8_0, KVQ_Q4_0};
+static const int QUANT_HALVES[] = {17, 9};       /* per 32 values (f16: 32) */
+static const double QUANT_MAX_ERR[] = {0.05, 0.25}; /* relative logit error against f16 K/V */
+
+/* Every chunking, decode and company give the same bits with quantized
+ * K/V too (rows are quantized as computed, one row at a time), on every
+ * architecture with attention K/V; and the logits are the type's own
+ * (not f16's) yet close to them. */
+TEST(fwd_quant_kv_batch_invariance) {
+    static const char *models[] = {"llama-q4_1", "qwen2-q5_0", "qwen3-q5_1", "qwen35-mix", "llama-f32"};
+    static const int one_chunk[] = {4096, 0};
+    for (int k = 0; k < 10; k++) {
+        int i = k % 5;
+        kvq_type qt = QUANT[k / 5];
+        char numerics[64];
+        snprintf(numerics, sizeof numerics, "cpu+kv-%s", kvq_name(qt));
+        char gg[256];
+        snprintf(gg, sizeof gg, "%s%s.gguf", test_data("models/"), models[i]);
+        int32_t toks[40];
+        for (int t = 0; t < 40; t++) toks[t] = (t * 37 + 11) % 200;
+        check_invariance_kv(gg, toks, 40, 2, 0, qt);
+        engine *ef = open_engine(gg, 512, 1), *eq = open_engine_kv(gg, 512, 1, qt);
+        if (!ef || !eq) return;
+        CHECK_EQ_INT(eq->kv.block_bytes * 32, ef->kv.block_bytes * QUANT_HALVES[k / 5]);
+        CHECK(strcmp(engine_numerics(ef), "cpu") == 0 && strcmp(engine_numerics(eq), numerics) == 0);
+        int V = ef->m->hp.n_vocab;
+        float *a = all_logits(ef, toks, 40, one_chunk), *b = all_logits(eq, toks, 40, one_chunk);
+        CHECK_MSG(memcmp(a, b, (size_t)40 * V * 4) != 0, "%s: %s K/V gave f16's logits", models[i], kvq_name(qt));
+        double err = rel_error(b, a, (size_t)40 * V);
+        CHECK_MSG(err < QUANT_MAX_ERR[k / 5], "%s: %s vs f16 K/V: relative logit error %g", models[i], kvq_name(qt),
+                  err);
+        free(a), free(b);
+        engine_close(ef);
+        engine_close(eq);
+    }
+}
+
+/* Past a key segment edge: decode on 3 threads (segments split over the
+ * threads) against one-thread prefill, q8_0 and q4_0 K/V. */
+TEST(fwd_quant_kv_decode_past_a_segment_matches_prefill) {
+    enum { N = ATTN_SEG + 40, TAIL = 50 };
+    static const int prefill[] = {512, 0};
+    int decode[4 + TAIL + 1] = {512, 512, 512, ATTN_SEG - 1536 - 10};
+    for (int i = 0; i < TAIL; i++) decode[4 + i] = 1 + i % 3;
+    static int32_t toks[N];
+    for (int t = 0; t < N; t++) toks[t] = (t * 37 + 11) % 200;
+    for (int k = 0; k < 2; k++) {
+        engine *e1 = open_engine_kv(test_data("models/llama-q4_1.gguf"), 512, 1, QUANT[k]);
+        engine *e3 = open_engine_kv(test_data("models/llama-q4_1.gguf"), 512, 3, QUANT[k]);
+        if (!e1 || !e3) return;
+        float *a = all_logits(e1, toks, N, prefill), *b = all_logits(e3, toks, N, decode);
+        check_same(a, b, N, e1->m->hp.n_vocab, kvq_name(QUANT[k]));
+        free(a), free(b);
+        engine_close(e1);
+        engine_close(e3);
+    }
+}
+
+/* Gemma 3, window cut to 20: sliding layers with quantized K/V. */
+TEST(gemma3_fwd_quant_kv_batch_invariance_sliding) {
+    int32_t toks[96];
+    for (int t = 0; t < 96; t++) toks[t] = t ? (t * 7919 + 17) % 262144 : 2;
+    for (int k = 0; k < 2; k++) check_invariance_kv(test_gemma3_model(), toks, 96, 2, 20, QUANT[k]);
+}
+
+TEST(real_fwd_quant_kv_batch_invariance) {
+    int32_t toks[96];
+    for (int t = 0; t < 96; t++) toks[t] = (t * 7919 + 17) % 49152;
+    for (int k = 0; k < 2; k++) check_invariance_kv(test_real_model(), toks, 96, 2, 0, QUANT[k]);
+}
+
+/* Sets a uint32 key of a GGUF image in place (the key is found by its
+ * length-prefixed name, so head_count does not match head_count_kv). */
+static void gguf_set_u32(char *img, size_t len, const char *key, uint32_t v) {
+    size_t kl = strlen(key);
+    for (size_t i = 0; i + 8 + kl + 8 <= len; i++) {
+        uint64_t n;
+        memcpy(&n, img + i, 8);
+        if (n != kl || memcmp(img + i + 8, key, kl) != 0) continue;
+        memcpy(img + i + 8 + kl + 4, &v, 4); /* after the type */
+        return;
+    }
+    test_fail(__FILE__, __LINE__, "gguf key %s not found", key);
+}
+
+/* A model whose heads hold 16 values (16 heads, 8 KV heads over the same
+ * tensors): q8_0 K/V is refused with the reason, f16 opens. */
+TEST(engine_refuses_q8_0_kv_for_a_head_size_it_cannot_hold) {
+    size_t len;
+    char *img = test_read_file(test_data("models/llama-f32.gguf"), &len), *dir = test_tmpdir_new(), path[512];
+    if (!img) return;
+    gguf_set_u32(img, len, "llama.attention.head_count", 16);
+    gguf_set_u32(img, len, "llama.attention.head_count_kv", 8);
+    gguf_set_u32(img, len, "llama.rope.dimension_count", 16);
+    snprintf(path, sizeof path, "%s/head16.gguf", dir);
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(img, 1, len, f) == len);
+    if (f) fclose(f);
+    engine *e = NULL;
+    strata_err err = {0};
+    engine_params p = {.model_path = path, .n_threads = 1, .n_ctx = 256, .kv_type = KVQ_Q8_0};
+    CHECK_EQ_INT(engine_open(&e, &p, &err), STRATA_EINVAL);
+    CHECK(e == NULL);
+    CHECK_MSG(strstr(err.msg, "head size 16") && strstr(err.msg, "--kv-type f16"), "message: %s", err.msg);
+    p.kv_type = KVQ_F16;
+    CHECK_EQ_INT(engine_open(&e, &p, &err), 0);
+    if (e) CHECK_EQ_INT(e->m->hp.head_dim, 16);
+    engine_close(e);
+    p.kv_type = KVQ_Q8_0;
+    p.device = "cuda";
+    p.model_path = test_data("models/llama-f32.gguf");
+    CHECK(engine_open(&e, &p, &err) != 0); /* the GPU pass stores f16 only (or there is no GPU) */
+    free(img);
+    test_tmpdir_free(dir);
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "backend/cuda/cuda.h"
+#include "backend/kvq.h"
 #include "cache/hash.h"
 #include "test.h"
 
@@ -146,4 +147,27 @@ TEST(hash_blocks_differ_between_backends) {
     cache_hash_root_for(&rc, file_fp, NULL, NULL);
     cache_hash_block(&bc2, &rc, toks, 64);
     CHECK(memcmp(bc.b, bc2.b, 32) == 0); /* the CPU's hashes as before */
+}
+
+/* The KV type is part of the numerics (kvq_numerics): q8_0 blocks of the
+ * same tokens of the same file hash apart from f16's, on the CPU and on
+ * any other backend, and f16 keeps the hashes it had. */
+TEST(hash_blocks_differ_by_kv_type) {
+    uint8_t file_fp[32], f16[32], q8[32], gq8[32];
+    char buf[96];
+    for (int i = 0; i < 32; i++) file_fp[i] = (uint8_t)(5 * i + 3);
+    cache_numerics_fingerprint(file_fp, kvq_numerics(KVQ_F16, "cpu", buf, sizeof buf), f16);
+    cache_numerics_fingerprint(file_fp, kvq_numerics(KVQ_Q8_0, "cpu", buf, sizeof buf), q8);
+    cache_numerics_fingerprint(file_fp, kvq_numerics(KVQ_Q8_0, CUDA_NUMERICS, buf, sizeof buf), gq8);
+    CHECK(memcmp(f16, file_fp, 32) == 0);
+    CHECK(memcmp(q8, f16, 32) != 0);
+    CHECK(memcmp(gq8, q8, 32) != 0);
+    int32_t toks[64];
+    for (int i = 0; i < 64; i++) toks[i] = 7 * i + 1;
+    cache_hash r16, r8, b16, b8;
+    cache_hash_root_for(&r16, f16, NULL, NULL);
+    cache_hash_root_for(&r8, q8, NULL, NULL);
+    cache_hash_block(&b16, &r16, toks, 64);
+    cache_hash_block(&b8, &r8, toks, 64);
+    CHECK(memcmp(b16.b, b8.b, 32) != 0);
 }

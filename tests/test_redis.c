@@ -111,6 +111,24 @@ TEST(redis_value_damaged_or_forged_is_rejected) {
     free(b), free(v.bytes), free(other.bytes);
 }
 
+/* A value written by a replica with another --kv-type, under the name
+ * this one asks for (the names differ by type, so only a forgery gets
+ * here): rejected, the types named. */
+TEST(redis_value_of_another_kv_type_is_rejected) {
+    value v;
+    value_make(&v, 4);
+    disk_hdr h = v.h;
+    h.kv_dtype = DISK_Q8_0;
+    uint8_t *b = malloc(v.len), kv[BYTES];
+    disk_file_encode(&h, v.tok, v.kv, b);
+    disk_expect ex = {.hash = &v.h.hash, .model_fp = v.h.model_fp, .n_tokens = TB, .kv_dtype = DISK_F16,
+                      .payload_bytes = BYTES};
+    strata_err err = {0};
+    CHECK_EQ_INT(disk_file_decode(b, v.len, &ex, &h, NULL, kv, sizeof kv, &err), STRATA_EFORMAT);
+    CHECK_MSG(strstr(err.msg, "KV type q8_0, this store holds f16"), "message: %s", err.msg);
+    free(b), free(v.bytes);
+}
+
 TEST(redis_url_forms) {
     redis_url u;
     CHECK_EQ_INT(redis_url_parse("redis://127.0.0.1:6390", &u, NULL), 0);

@@ -18,7 +18,6 @@
 #include <string.h>
 
 #include "base/cpu.h"
-#include "base/fp16.h"
 #include "base/mem.h"
 
 #define T ATTN_KV_TILE
@@ -47,8 +46,8 @@ static void fill_scalar(const attn_kv *kv, int t0, int last, float *kt, float *v
         const uint16_t *k = row_at(kv->k_blocks, kv->block_tokens, kv->stride, pos);
         const uint16_t *v = row_at(kv->v_blocks, kv->block_tokens, kv->stride, pos);
         for (int i = 0; i < d; i++) {
-            kt[(size_t)i * T + j] = fp16_to_f32(k[i]);
-            vt[(size_t)j * d + i] = fp16_to_f32(v[i]);
+            kt[(size_t)i * T + j] = kvq_at(kv->type, k, i);
+            vt[(size_t)j * d + i] = kvq_at(kv->type, v, i);
         }
     }
 }

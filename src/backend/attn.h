@@ -1,11 +1,13 @@
-/* attn.h - causal attention over paged F16 keys/values, flash style.
+/* attn.h - causal attention over paged F16 or Q8_0 keys/values, flash
+ * style.
  *
  * One call computes a set of queries that read the same key/value head of
  * one sequence: the query heads of a GQA group, for one token (decode) or
  * a block of tokens (prefill). Keys and values of positions [0, n_pos)
  * live in blocks of block_tokens rows; k_blocks[i] / v_blocks[i] point at
  * this KV head's row for position i * block_tokens, and rows are `stride`
- * halves apart.
+ * halves apart, stored as kv->type (backend/kvq.h: a Q8_0 tile widens to
+ * the same floats at every level, so only the steps below differ).
  *
  * The key axis is cut into tiles of ATTN_KV_TILE positions at fixed
  * absolute places (tile i holds positions [64 i, 64 i + 64)). Tiles are
@@ -37,6 +39,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/kvq.h"
+
 #define ATTN_KV_TILE 64
 #define ATTN_SEG 2048 /* keys per segment: a multiple of ATTN_KV_TILE */
 
@@ -44,7 +48,8 @@
 typedef struct attn_kv {
     const uint16_t *const *k_blocks;
     const uint16_t *const *v_blocks;
-    int block_tokens, stride, head_dim;
+    int block_tokens, stride, head_dim; /* stride: halves from one row to the next */
+    kvq_type type;                      /* how rows are stored (zero: f16) */
 } attn_kv;
 
 /* One query row: head_dim floats, attending to key positions [first, end)

@@ -1,7 +1,8 @@
 /* attn_avx2.c - attention tile kernels with AVX2/FMA/F16C (see attn.h).
  *
  * tile_fill widens a 64-key tile: values row by row, keys through 8x8
- * transposes into [dim][key], so that scores come out eight keys per
+ * transposes into [dim][key] (F16 rows through F16C, Q8_0 rows as int8
+ * times their block's scale), so that scores come out eight keys per
  * register with no horizontal sums: score lane j is one FMA chain over the
  * dims in order, q[0] k_j[0] first. tile_step per query:
  *   1. scores of all 64 keys (8 chains of head_dim FMAs), keys outside
@@ -48,25 +49,99 @@ static inline __m256 load_h8(const uint16_t *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
 
-void attn_fill_avx2(const attn_kv *kv, int t0, int last, float *kt, float *vt) {
-    int d = kv->head_dim, B = kv->block_tokens, S = kv->stride;
+static inline __m256 block_scale(const uint16_t *blk) {
+    return _mm256_cvtph_ps(_mm_set1_epi16((short)blk[0]));
+}
+
+/* Eight key rows r (8 dims from i on, positions g..g+7) transposed into
+ * kt, and the eight value rows v into vt. */
+static inline __attribute__((always_inline)) void store_group(__m256 r[8], const __m256 v[8], float *kt, float *vt,
+                                                              int d, int g, int i) {
+    UNROLL for (int u = 0; u < 8; u++) _mm256_storeu_ps(vt + (size_t)(g + u) * d + i, v[u]);
+    transpose8(r);
+    UNROLL for (int u = 0; u < 8; u++) _mm256_storeu_ps(kt + (size_t)(i + u) * T + g, r[u]);
+}
+
+/* Rows of 8 positions from t0 + g on, clamped to last. */
+static inline void group_rows(const attn_kv *kv, int t0, int g, int last, const uint16_t *kr[8],
+                              const uint16_t *vr[8]) {
+    for (int u = 0; u < 8; u++) {
+        int pos = t0 + g + u < last ? t0 + g + u : last;
+        kr[u] = row_at(kv->k_blocks, kv->block_tokens, kv->stride, pos);
+        vr[u] = row_at(kv->v_blocks, kv->block_tokens, kv->stride, pos);
+    }
+}
+
+static void fill_f16(const attn_kv *kv, int t0, int last, float *kt, float *vt) {
+    int d = kv->head_dim;
     for (int g = 0; g < T; g += 8) {
         const uint16_t *kr[8], *vr[8];
-        for (int u = 0; u < 8; u++) {
-            int pos = t0 + g + u < last ? t0 + g + u : last;
-            kr[u] = row_at(kv->k_blocks, B, S, pos);
-            vr[u] = row_at(kv->v_blocks, B, S, pos);
-        }
+        group_rows(kv, t0, g, last, kr, vr);
         for (int i = 0; i < d; i += 8) {
-            __m256 r[8];
-            UNROLL for (int u = 0; u < 8; u++) {
-                r[u] = load_h8(kr[u] + i);
-                _mm256_storeu_ps(vt + (size_t)(g + u) * d + i, load_h8(vr[u] + i));
-            }
-            transpose8(r);
-            UNROLL for (int u = 0; u < 8; u++) _mm256_storeu_ps(kt + (size_t)(i + u) * T + g, r[u]);
+            __m256 r[8], v[8];
+            UNROLL for (int u = 0; u < 8; u++) r[u] = load_h8(kr[u] + i), v[u] = load_h8(vr[u] + i);
+            store_group(r, v, kt, vt, d, g, i);
         }
     }
+}
+
+/* Eight values of a quantized block from dim j on (j % 8 == 0), times
+ * the block's scale: Q8_0, its int8s; Q4_0 (q4), the low nibbles of
+ * bytes j.. for j < 16, the high ones of bytes j - 16.. after, minus 8.
+ * Small integers times a half: exact in float, the scalar kvq_at's. */
+static inline __attribute__((always_inline)) __m256 quant_ps(int q4, const uint8_t *qs, int j, __m256 scale) {
+    __m256i w;
+    if (q4) {
+        __m128i b = _mm_loadl_epi64((const __m128i *)(qs + (j & 15)));
+        if (j >= 16) b = _mm_srli_epi16(b, 4);
+        b = _mm_and_si128(b, _mm_set1_epi8(15));
+        w = _mm256_sub_epi32(_mm256_cvtepu8_epi32(b), _mm256_set1_epi32(8));
+    } else {
+        w = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qs + j)));
+    }
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(w), scale);
+}
+
+/* Q8_0 or Q4_0 (q4) rows, one block (32 dims) at a time, the 8 rows'
+ * scales widened once; inlined once per type. */
+static inline __attribute__((always_inline)) void fill_quant(int q4, const attn_kv *kv, int t0, int last, float *kt,
+                                                             float *vt) {
+    int d = kv->head_dim, bh = q4 ? KVQ_Q4_0_BLOCK_HALVES : KVQ_Q8_0_BLOCK_HALVES;
+    for (int g = 0; g < T; g += 8) {
+        const uint16_t *kr[8], *vr[8];
+        group_rows(kv, t0, g, last, kr, vr);
+        for (int b = 0; b < d / KVQ_BLOCK; b++) {
+            __m256 ks[8], vs[8];
+            const uint8_t *kq[8], *vq[8];
+            UNROLL for (int u = 0; u < 8; u++) {
+                const uint16_t *kb = kr[u] + (size_t)b * bh, *vb = vr[u] + (size_t)b * bh;
+                ks[u] = block_scale(kb), vs[u] = block_scale(vb);
+                kq[u] = (const uint8_t *)(kb + 1), vq[u] = (const uint8_t *)(vb + 1);
+            }
+            for (int j = 0; j < KVQ_BLOCK; j += 8) {
+                __m256 r[8], v[8];
+                UNROLL for (int u = 0; u < 8; u++) {
+                    r[u] = quant_ps(q4, kq[u], j, ks[u]);
+                    v[u] = quant_ps(q4, vq[u], j, vs[u]);
+                }
+                store_group(r, v, kt, vt, d, g, b * KVQ_BLOCK + j);
+            }
+        }
+    }
+}
+
+static void fill_q8_0(const attn_kv *kv, int t0, int last, float *kt, float *vt) {
+    fill_quant(0, kv, t0, last, kt, vt);
+}
+
+static void fill_q4_0(const attn_kv *kv, int t0, int last, float *kt, float *vt) {
+    fill_quant(1, kv, t0, last, kt, vt);
+}
+
+void attn_fill_avx2(const attn_kv *kv, int t0, int last, float *kt, float *vt) {
+    if (kv->type == KVQ_Q4_0) fill_q4_0(kv, t0, last, kt, vt);
+    else if (kv->type == KVQ_Q8_0) fill_q8_0(kv, t0, last, kt, vt);
+    else fill_f16(kv, t0, last, kt, vt);
 }
 
 /* e^x for x <= 0 (scores minus their max); exact 0 below -87 and for -inf. */

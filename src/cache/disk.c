@@ -312,6 +312,14 @@ static int header_is_ours(const disk_store *d, const disk_hdr *h) {
            h->payload_bytes == d->o.block_bytes && h->kv_dtype == d->o.kv_dtype;
 }
 
+/* 1 when h is a KV block (not a snapshot) stored as another KV type than
+ * ours: written by a server with another --kv-type. Its fingerprint
+ * differs too (the type is in the numerics), so it is never asked for;
+ * counted to say why a cache that looks warm is not used. */
+static int other_kv_type(const disk_store *d, const disk_hdr *h) {
+    return !d->o.all_models && h->kv_dtype != DISK_STATE_F32 && h->kv_dtype != d->o.kv_dtype;
+}
+
 static void index_file(disk_store *d, const disk_hdr *h, const int32_t *tokens, const struct stat *st) {
     long i = disk__ix_add_block(d, &h->hash, &h->parent, ST_PRESENT, tokens, h->n_tokens);
     dent *en = &d->slots[i];
@@ -337,7 +345,10 @@ static int scan_one(void *ctx, const disk_dirent *e) {
                               : disk_file_read_header(fd, size, &h, d->scan_tok, &err);
     if (fd >= 0) close(fd);
     if (!rc && memcmp(h.hash.b, e->hash.b, 32) != 0) rc = strata_errf(&err, STRATA_EFORMAT, "header names another block");
-    if (rc == STRATA_EUNSUPPORTED || (!rc && !header_is_ours(d, &h))) d->st.foreign++;
+    if (rc == STRATA_EUNSUPPORTED || (!rc && !header_is_ours(d, &h))) {
+        d->st.foreign++;
+        if (!rc && other_kv_type(d, &h)) d->st.other_kv_type++, d->st.other_kv_dtype = h.kv_dtype;
+    }
     else if (rc == STRATA_EFORMAT) disk__quarantine(d, e->path, e->name, err.msg);
     else if (rc) log_warn("disk cache: %s: %s; skipped", e->path, err.msg);
     else index_file(d, &h, d->scan_tok, &st);

@@ -22,6 +22,7 @@
 
 #include <stdint.h>
 
+#include "backend/kvq.h"
 #include "base/err.h"
 #include "cache/hash.h"
 
@@ -33,7 +34,7 @@ typedef struct disk_opts {
     uint8_t model_fp[32];     /* files of other models are left alone, not indexed */
     uint32_t block_tokens;    /* B */
     uint64_t block_bytes;     /* KV payload bytes per block */
-    uint32_t kv_dtype;        /* 1 = f16 */
+    uint32_t kv_dtype;        /* DISK_F16, DISK_Q8_0 or DISK_Q4_0 (disk_kv_dtype) */
     uint32_t protect_ms;      /* never evict a block written/loaded this recently; 0 = POLICY_PROTECT_MS */
     uint64_t max_pending_bytes; /* queued write copies; more are dropped; 0 = 256 MiB */
     /* For `strata cache`: index every model's files, geometry per file;
@@ -42,7 +43,13 @@ typedef struct disk_opts {
     int read_only;            /* no writer thread, no cleanup, no quarantine moves */
 } disk_opts;
 
-enum { DISK_F16 = 1 };
+/* The payload's element type in a block file's header (disk_file.h);
+ * 2 is a snapshot's (DISK_STATE_F32). */
+enum { DISK_F16 = 1, DISK_Q8_0 = 3, DISK_Q4_0 = 4 };
+/* The header's kv dtype for blocks stored as t, and back ("f16", "q8_0", "q4_0",
+ * "state", or "type N"). */
+uint32_t disk_kv_dtype(kvq_type t);
+const char *disk_kv_dtype_name(uint32_t dtype);
 
 /* Opens (or creates) the store and rebuilds its index from headers. A
  * directory that cannot be created or written returns STRATA_EIO with the
@@ -123,6 +130,8 @@ typedef struct disk_stats {
     uint64_t dropped;                 /* puts refused because the queue was full */
     uint64_t pending, pending_bytes;  /* queued now */
     uint64_t foreign;                 /* files left alone at open: other model, version, geometry */
+    uint64_t other_kv_type;           /* of those, blocks of another KV type (--kv-type): never served */
+    uint32_t other_kv_dtype;          /* the (last) such type seen, for the report */
     uint64_t temp_removed;            /* leftover temp files of dead writers, removed at open */
     uint64_t snap_writes, snap_write_bytes, snap_reads; /* recurrent-state snapshot files (disk_snap.c) */
     uint64_t snap_files;              /* stored now (their bytes are in `bytes`) */

@@ -3,6 +3,8 @@
  * Does not: keep an index, decide what to write or evict (disk.c). */
 #include "cache/disk_file.h"
 
+#include "cache/disk.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -73,6 +75,22 @@ uint32_t disk_crc32c(uint32_t crc, const void *p, size_t n) {
     if (crc_hw) return ~crc_hw64(c, p, n);
 #endif
     return ~crc_sw(c, p, n);
+}
+
+/* ---- kv dtypes ---- */
+
+uint32_t disk_kv_dtype(kvq_type t) {
+    return t == KVQ_Q8_0 ? DISK_Q8_0 : t == KVQ_Q4_0 ? DISK_Q4_0 : DISK_F16;
+}
+
+const char *disk_kv_dtype_name(uint32_t dtype) {
+    static _Thread_local char buf[24];
+    if (dtype == DISK_F16) return kvq_name(KVQ_F16);
+    if (dtype == DISK_Q8_0) return kvq_name(KVQ_Q8_0);
+    if (dtype == DISK_Q4_0) return kvq_name(KVQ_Q4_0);
+    if (dtype == DISK_STATE_F32) return "state";
+    snprintf(buf, sizeof buf, "type %u", dtype);
+    return buf;
 }
 
 /* ---- names ---- */
@@ -232,8 +250,12 @@ static int check_expect(const disk_hdr *h, const disk_expect *ex, size_t cap, st
         return strata_errf(err, STRATA_EFORMAT, "written by another model (fingerprint differs)");
     if (ex->n_tokens && ex->n_tokens != h->n_tokens)
         return strata_errf(err, STRATA_EFORMAT, "%u tokens, expected %u", h->n_tokens, ex->n_tokens);
-    if (ex->kv_dtype && ex->kv_dtype != h->kv_dtype)
-        return strata_errf(err, STRATA_EFORMAT, "kv dtype %u, expected %u", h->kv_dtype, ex->kv_dtype);
+    if (ex->kv_dtype && ex->kv_dtype != h->kv_dtype) {
+        char want[24];
+        snprintf(want, sizeof want, "%s", disk_kv_dtype_name(ex->kv_dtype));
+        return strata_errf(err, STRATA_EFORMAT, "KV type %s, this store holds %s (written with another --kv-type)",
+                           disk_kv_dtype_name(h->kv_dtype), want);
+    }
     if (ex->payload_bytes && ex->payload_bytes != h->payload_bytes)
         return strata_errf(err, STRATA_EFORMAT, "payload %llu bytes, expected %llu",
                            (unsigned long long)h->payload_bytes, (unsigned long long)ex->payload_bytes);

@@ -8,7 +8,7 @@
  *   off  size  field
  *     0     8  magic "STRKV\0\0\1"
  *     8     4  format version (DISK_FORMAT_VERSION)
- *    12     4  kv dtype (1 = f16)
+ *    12     4  kv dtype (1 = f16, 3 = q8_0, 4 = q4_0: backend/kvq.h; 2 = snapshot)
  *    16     4  n_tokens (B; fewer for a tail, a partial last block)
  *    20     4  reserved, 0
  *    24     8  payload bytes (KV of every layer, kv_pool.block_bytes)
@@ -18,7 +18,7 @@
  *   128     4  header CRC-32C over bytes [0,128) and the token ids
  *   132     4  reserved, 0
  *   136  4*nt  token ids (int32)
- *     .     P  payload, exactly as in the KV pool
+ *     .     P  payload, exactly as in the KV pool (its --kv-type)
  *   end-4   4  CRC-32C over everything before it (header, tokens, payload)
  *
  * The header CRC lets the store rebuild its index from headers alone

@@ -1,9 +1,11 @@
 /* bench.c - `strata bench`: prompt processing (pp) and generation (tg)
- * speed, like llama-bench. Each run starts a fresh sequence and prefills
- * d "depth" tokens untimed (-d, default 0); pp: p more tokens prefilled on
- * top of them (timed); tg: the sequence cut back to the depth, then n
- * single-token decode steps (timed). So pp512 at d4096 and tg128 at d4096
- * mean what llama-bench's `-d 4096` means. One warm-up run, then r
+ * speed, like llama-bench. d "depth" tokens are prefilled once, untimed
+ * (-d, default 0); each run then times pp: p more tokens prefilled on top
+ * of them; tg: the sequence cut back to the depth, then n single-token
+ * decode steps; and cuts back to the depth again (prefilling it anew only
+ * where a sliding window or recurrent state cannot go back). So pp512 at
+ * d4096 and tg128 at d4096 mean what llama-bench's `-d 4096` means,
+ * without paying the depth's prefill on every run. One warm-up run, then r
  * measured runs; prints mean +- sd tok/s (or one JSON object). */
 #include <math.h>
 #include <stdio.h>
@@ -17,7 +19,7 @@
 #include "model/engine.h"
 
 typedef struct bench_opts {
-    const char *model, *device;
+    const char *model, *device, *kv_type;
     int n_prompt, n_gen, depth, threads, reps, json, help;
 } bench_opts;
 
@@ -34,28 +36,32 @@ static stat summarize(const double *v, int n) {
     return s;
 }
 
-/* One run: returns pp and tg tok/s through pp_out / tg_out. toks holds
- * depth + n_prompt + n_gen ids: the depth's, the prompt's, the decode's. */
-static int bench_once(engine *e, const bench_opts *o, const int32_t *toks, float *logits,
+/* The sequence at the depth again: cut back, and prefilled anew when a
+ * long pp let the depth's sliding window go, or moved a recurrent state
+ * (qwen35) past the depth, where it cannot be rewound. */
+static int back_to_depth(engine *e, const bench_opts *o, kv_seq *s, const int32_t *toks, float *logits,
+                         strata_err *err) {
+    engine_seq_cut(e, s, o->depth);
+    if (e->gpu || (kv_seq_window_missing(&e->kv, s) < 0 && !(s->rs && s->rs_pos != o->depth))) return 0;
+    kv_seq_release(&e->kv, s);
+    return o->depth ? fwd_prefill(e->fwd, s, toks, o->depth, logits, err) : 0;
+}
+
+/* One run on s, which holds the depth's d tokens (prefilled once, untimed,
+ * by the caller, and left at the depth again): returns pp and tg tok/s
+ * through pp_out / tg_out. toks holds depth + n_prompt + n_gen ids: the
+ * depth's, the prompt's, the decode's. */
+static int bench_once(engine *e, const bench_opts *o, kv_seq *s, const int32_t *toks, float *logits,
                       double *pp_out, double *tg_out, strata_err *err) {
-    kv_seq s;
-    kv_seq_init(&s);
-    int rc = o->depth ? engine_eval(e, &s, toks, o->depth, logits, err) : 0;
     double t0 = clock_ms();
-    if (!rc && o->n_prompt) rc = engine_eval(e, &s, toks + o->depth, o->n_prompt, logits, err);
+    int rc = o->n_prompt ? engine_eval(e, s, toks + o->depth, o->n_prompt, logits, err) : 0;
     double t1 = clock_ms();
-    engine_seq_cut(e, &s, o->depth); /* tg starts at the depth, as pp did */
-    /* A long pp let the depth's sliding window go, or moved a recurrent
-     * state (qwen35) past the depth, where it cannot be rewound. */
-    if (!rc && !e->gpu && (kv_seq_window_missing(&e->kv, &s) >= 0 || (s.rs && s.rs_pos != o->depth))) {
-        kv_seq_release(&e->kv, &s);
-        rc = fwd_prefill(e->fwd, &s, toks, o->depth, logits, err);
-    }
+    if (!rc) rc = back_to_depth(e, o, s, toks, logits, err); /* tg starts at the depth, as pp did */
     double t2 = clock_ms();
     for (int i = 0; i < o->n_gen && !rc; i++)
-        rc = engine_eval(e, &s, &toks[o->depth + o->n_prompt + i], 1, logits, err);
+        rc = engine_eval(e, s, &toks[o->depth + o->n_prompt + i], 1, logits, err);
     double t3 = clock_ms();
-    engine_seq_release(e, &s);
+    if (!rc) rc = back_to_depth(e, o, s, toks, logits, err);
     *pp_out = o->n_prompt ? o->n_prompt * 1e3 / (t1 - t0) : 0;
     *tg_out = o->n_gen ? o->n_gen * 1e3 / (t3 - t2) : 0;
     return rc;
@@ -63,10 +69,11 @@ static int bench_once(engine *e, const bench_opts *o, const int32_t *toks, float
 
 static void report(const bench_opts *o, const engine *e, stat pp, stat tg) {
     if (o->json) {
-        printf("{\"model\":\"%s\",\"threads\":%d,\"cpu\":\"%s\",\"device\":\"%s\",\"depth\":%d,"
+        printf("{\"model\":\"%s\",\"threads\":%d,\"cpu\":\"%s\",\"device\":\"%s\",\"kv_type\":\"%s\",\"depth\":%d,"
                "\"pp\":{\"n\":%d,\"mean\":%.3f,\"sd\":%.3f},"
                "\"tg\":{\"n\":%d,\"mean\":%.3f,\"sd\":%.3f},\"reps\":%d}\n",
-               o->model, pool_size(e->threads), cpu_level_name(), engine_device(e), o->depth, o->n_prompt, pp.mean, pp.sd,
+               o->model, pool_size(e->threads), cpu_level_name(), engine_device(e), kvq_name(e->kv.type), o->depth,
+               o->n_prompt, pp.mean, pp.sd,
                o->n_gen, tg.mean, tg.sd, o->reps);
         return;
     }
@@ -74,8 +81,9 @@ static void report(const bench_opts *o, const engine *e, stat pp, stat tg) {
         printf("model: %s (%s, %.1f MiB), device: %s\n", o->model, e->m->hp.arch_name,
                model_weight_bytes(e->m) / 1048576.0, engine_device(e));
     else
-        printf("model: %s (%s, %.1f MiB), threads: %d, kernels: %s\n", o->model, e->m->hp.arch_name,
-               model_weight_bytes(e->m) / 1048576.0, pool_size(e->threads), cpu_level_name());
+        printf("model: %s (%s, %.1f MiB), threads: %d, kernels: %s, kv: %s (%.1f KiB a token)\n", o->model,
+               e->m->hp.arch_name, model_weight_bytes(e->m) / 1048576.0, pool_size(e->threads), cpu_level_name(),
+               kvq_name(e->kv.type), (double)e->kv.block_bytes / e->kv.block_tokens / 1024.0);
     char at[32] = "", name[64];
     if (o->depth) snprintf(at, sizeof at, " @ d%d", o->depth);
     printf("| test            |            t/s |\n|-----------------|----------------|\n");
@@ -95,7 +103,8 @@ static int bench_main(const bench_opts *o, strata_err *err) {
                         .max_batch = o->n_prompt > 0 && o->n_prompt < 512 ? o->n_prompt : 512,
                         .device = o->device};
     engine *e;
-    int rc = engine_open(&e, &ep, err);
+    int rc = kvq_parse(o->kv_type, &ep.kv_type, err);
+    if (!rc) rc = engine_open(&e, &ep, err);
     if (rc) return rc;
     int total = o->depth + o->n_prompt + o->n_gen;
     int32_t *toks = xmalloc((size_t)(total ? total : 1) * sizeof(int32_t));
@@ -107,8 +116,12 @@ static int bench_main(const bench_opts *o, strata_err *err) {
     float *logits = xmalloc((size_t)e->m->hp.n_vocab * sizeof(float));
     double *pp = xcalloc((size_t)o->reps, sizeof(double)), *tg = xcalloc((size_t)o->reps, sizeof(double));
     double dpp, dtg;
-    rc = bench_once(e, o, toks, logits, &dpp, &dtg, err); /* warm-up */
-    for (int r = 0; r < o->reps && !rc; r++) rc = bench_once(e, o, toks, logits, &pp[r], &tg[r], err);
+    kv_seq s;
+    kv_seq_init(&s);
+    rc = o->depth ? engine_eval(e, &s, toks, o->depth, logits, err) : 0; /* the depth, once */
+    if (!rc) rc = bench_once(e, o, &s, toks, logits, &dpp, &dtg, err); /* warm-up */
+    for (int r = 0; r < o->reps && !rc; r++) rc = bench_once(e, o, &s, toks, logits, &pp[r], &tg[r], err);
+    engine_seq_release(e, &s);
     if (!rc) report(o, e, summarize(pp, o->reps), summarize(tg, o->reps));
     free(pp);
     free(tg);
@@ -127,6 +140,7 @@ int cli_bench(int argc, char **argv) {
         {"--depth", "-d", ARG_INT, &o.depth, 0, 1 << 20, "tokens prefilled untimed before each test (0)"},
         {"--threads", "-t", ARG_INT, &o.threads, 1, 1024, "threads (one per core)"},
         {"--device", NULL, ARG_STR, &o.device, 0, -1, "cpu or cuda (cpu; cuda: llama, qwen2, qwen3)"},
+        {"--kv-type", NULL, ARG_STR, &o.kv_type, 0, -1, KVQ_HELP},
         {"--reps", "-r", ARG_INT, &o.reps, 1, 1000, "measured repetitions (5)"},
         {"--json", NULL, ARG_FLAG, &o.json, 0, -1, "print one JSON object"},
         {"--help", "-h", ARG_FLAG, &o.help, 0, -1, "this help"},

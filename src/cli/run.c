@@ -14,7 +14,7 @@
 #include "text/tokenizer.h"
 
 typedef struct run_opts {
-    const char *model, *prompt, *system, *template_file, *device;
+    const char *model, *prompt, *system, *template_file, *device, *kv_type;
     int n_predict, threads, ctx, chat, help, seed, top_k, quiet;
     float temp, top_p, min_p, repeat_penalty;
 } run_opts;
@@ -97,7 +97,8 @@ static int generate(const run_opts *o, run_state *st, strata_err *err) {
 
 static int run_main(const run_opts *o, run_state *st, strata_err *err) {
     engine_params ep = {.model_path = o->model, .n_threads = o->threads, .n_ctx = o->ctx, .device = o->device};
-    int rc = engine_open(&st->e, &ep, err);
+    int rc = kvq_parse(o->kv_type, &ep.kv_type, err);
+    if (!rc) rc = engine_open(&st->e, &ep, err);
     if (!rc) rc = tok_load(&st->tok, st->e->m->gguf, err);
     int32_t *ids = NULL;
     size_t n_ids = 0;
@@ -150,6 +151,7 @@ int cli_run(int argc, char **argv) {
         {"--threads", "-t", ARG_INT, &o.threads, 1, 1024, "threads (one per core)"},
         {"--ctx", "-c", ARG_INT, &o.ctx, 16, 1 << 22, "context tokens (min(train, 4096))"},
         {"--device", NULL, ARG_STR, &o.device, 0, -1, "cpu or cuda (cpu; cuda: llama, qwen2, qwen3)"},
+        {"--kv-type", NULL, ARG_STR, &o.kv_type, 0, -1, KVQ_HELP},
         {"--quiet", "-q", ARG_FLAG, &o.quiet, 0, -1, "no speed report"},
         {"--help", "-h", ARG_FLAG, &o.help, 0, -1, "this help"},
     };

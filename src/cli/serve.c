@@ -54,6 +54,7 @@ int cli_serve(int argc, char **argv) {
          "RAM tier; on the CPU backend it is the same pool, added to --cache-mem-mb (0)"},
         {"--no-prefix-cache", NULL, ARG_FLAG, &o.no_cache, 0, -1, "recompute every prompt from scratch"},
         {"--cache-dir", NULL, ARG_STR, &o.cache_dir, 0, -1, "disk tier folder (~/.cache/strata/kv)"},
+        {"--kv-type", NULL, ARG_STR, &o.kv_type, 0, -1, KVQ_HELP},
         {"--cache-block-tokens", NULL, ARG_INT, &o.block_tokens, 4, 4096, "tokens per KV block (64)"},
         {"--prefix-cache-scope", NULL, ARG_STR, &o.scope, 0, -1, "off|full|auto|auto:N|TOKENS (full)"},
         {"--cache-disk-mb", NULL, ARG_INT, &o.cache_disk_mb, 1, 1 << 30, "disk tier budget in MiB (8192)"},

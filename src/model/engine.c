@@ -26,13 +26,15 @@ static int ctx_within_budget(int train, int n_seq, size_t bytes_per_token, size_
  * sliding parts: the window and a chunk for each of n_seq sequences, and
  * one sequence's worth more, so the ends of recent requests stay warm
  * for a hit. */
-static void pool_shape(const model *m, int B, int n_seq, int max_batch, kv_pool_opts *o, uint8_t *swa) {
+static void pool_shape(const model *m, int B, kvq_type type, int n_seq, int max_batch, kv_pool_opts *o,
+                       uint8_t *swa) {
     const model_hparams *hp = &m->hp;
     memset(swa, 0, (size_t)hp->n_kv_layer);
     int any = 0;
     for (int il = 0; il < hp->n_layer; il++)
         if (m->layers[il].kv_layer >= 0 && m->layers[il].swa && hp->n_swa > 0) swa[m->layers[il].kv_layer] = 1, any = 1;
-    *o = (kv_pool_opts){.n_layer = hp->n_kv_layer, .kv_dim = hp->n_head_kv * hp->head_dim, .block_tokens = B};
+    *o = (kv_pool_opts){.n_layer = hp->n_kv_layer, .kv_dim = hp->n_head_kv * hp->head_dim, .block_tokens = B,
+                        .type = type, .head_dim = hp->head_dim};
     if (!any) return;
     o->swa_layer = swa;
     o->n_swa = hp->n_swa;
@@ -57,6 +59,10 @@ int engine_open(engine **out, const engine_params *p, strata_err *err) {
         return strata_errf(err, STRATA_EINVAL, "--device %s: unknown (cpu or cuda)", p->device);
     engine *e = xcalloc(1, sizeof *e);
     int rc = model_load(&e->m, p->model_path, err);
+    if (!rc) rc = kvq_check(p->kv_type, e->m->hp.head_dim, err);
+    if (!rc && gpu && p->kv_type != KVQ_F16)
+        rc = strata_errf(err, STRATA_EUNSUPPORTED, "--kv-type %s: the CUDA pass stores K/V as f16 only; use --kv-type f16",
+                         kvq_name(p->kv_type));
     if (!rc && gpu) rc = open_gpu(e, p, err);
     if (rc || gpu) {
         if (rc) engine_close(e);
@@ -68,10 +74,10 @@ int engine_open(engine **out, const engine_params *p, strata_err *err) {
     e->max_batch = p->max_batch > 0 ? p->max_batch : 512;
     kv_pool_opts po;
     uint8_t *swa = xmalloc((size_t)hp->n_kv_layer + 1);
-    pool_shape(e->m, B, p->n_seq > 0 ? p->n_seq : 1, e->max_batch, &po, swa);
+    pool_shape(e->m, B, p->kv_type, p->n_seq > 0 ? p->n_seq : 1, e->max_batch, &po, swa);
     /* What the context costs per token: the global layers' K/V, and each
      * sequence's sliding window (the slots) once. */
-    size_t layer_bytes = (size_t)2 * B * po.kv_dim * 2, n_swa_layer = 0;
+    size_t layer_bytes = (size_t)2 * B * kvq_halves(p->kv_type, (size_t)po.kv_dim) * 2, n_swa_layer = 0;
     for (int l = 0; po.swa_layer && l < po.n_layer; l++) n_swa_layer += swa[l];
     size_t glob_block = (po.n_layer - n_swa_layer) * layer_bytes, slot_bytes = n_swa_layer * layer_bytes;
     e->n_ctx = p->n_ctx > 0 ? p->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
@@ -91,6 +97,8 @@ int engine_open(engine **out, const engine_params *p, strata_err *err) {
         engine_close(e);
         return rc;
     }
+    char nb[sizeof e->numerics];
+    snprintf(e->numerics, sizeof e->numerics, "%s", kvq_numerics(p->kv_type, "cpu", nb, sizeof nb));
     e->threads = pool_new(p->n_threads);
     e->fwd = fwd_new(e->m, &e->kv, e->threads, e->max_batch);
     *out = e;
@@ -120,7 +128,7 @@ void engine_seq_release(engine *e, kv_seq *s) {
 }
 
 const char *engine_numerics(const engine *e) {
-    return e->gpu ? CUDA_NUMERICS : "cpu";
+    return e->gpu ? CUDA_NUMERICS : e->numerics;
 }
 
 const char *engine_device(const engine *e) {

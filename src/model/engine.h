@@ -26,6 +26,10 @@ typedef struct engine_params {
      * (model/forward_cuda.h), one sequence, for `run` and `bench`; no
      * KV pool or thread pool work then (the server stays on the CPU). */
     const char *device;
+    /* How K/V are stored (--kv-type; zero: f16). q8_0 halves the bytes a
+     * token costs in every tier and is refused (a reason) for a head size
+     * that is not a multiple of 32, and on the GPU. */
+    kvq_type kv_type;
 } engine_params;
 
 typedef struct engine {
@@ -36,6 +40,7 @@ typedef struct engine {
     int n_ctx, max_batch;
     int ctx_per_seq; /* n_seq > 0: the context each sequence got */
     struct fwdc *gpu; /* --device cuda: the GPU pass (kv and fwd unused) */
+    char numerics[96]; /* engine_numerics */
 } engine;
 
 int engine_open(engine **out, const engine_params *p, strata_err *err);
@@ -54,7 +59,9 @@ int engine_eval(engine *e, kv_seq *s, const int32_t *tokens, int n, float *logit
 void engine_seq_cut(engine *e, kv_seq *s, int n);
 void engine_seq_release(engine *e, kv_seq *s);
 /* The numerics id of the device the engine computes on: "cpu" or
- * CUDA_NUMERICS. A cache keys its blocks by it
+ * CUDA_NUMERICS, with the KV type when it is not f16 ("cpu+kv-q8_0",
+ * kvq_numerics): blocks of another KV type are other bytes, never served.
+ * A cache keys its blocks by it
  * (cache_numerics_fingerprint). (The CPU's levels, scalar/avx2/avx512,
  * do not all give the same bits, yet share "cpu": the fingerprint
  * existing caches were written under.) */

@@ -305,11 +305,10 @@ static void qkv_finish_row(fwd_ctx *c, void *arg, int t) {
     rope_heads(c, k, hp->n_head_kv, t, a->L->swa);
     const kv_seq *s = a->b->seqs[t];
     int B = c->kv->block_tokens, blk = s->blocks[pos / B];
-    uint16_t *kd = kv_rows(c->kv, blk, a->layer, 0) + (size_t)(pos % B) * kvd;
-    uint16_t *vd = kv_rows(c->kv, blk, a->layer, 1) + (size_t)(pos % B) * kvd;
-    for (int i = 0; i < kvd; i++) {
-        kd[i] = f32_to_fp16(k[i]);
-        vd[i] = f32_to_fp16(v[i]);
+    size_t row = (size_t)(pos % B) * c->kv->head_stride, d = (size_t)hp->head_dim;
+    for (int g = 0; g < hp->n_head_kv; g++) { /* stored as computed: the cache keeps these bytes */
+        kvq_write_row(c->kv->type, k + g * d, kv_head_rows(c->kv, blk, a->layer, 0, g) + row, (int)d);
+        kvq_write_row(c->kv->type, v + g * d, kv_head_rows(c->kv, blk, a->layer, 1, g) + row, (int)d);
     }
 }
 
@@ -327,7 +326,7 @@ static int attn_first_pos(const fwd_ctx *c, const layer_arg *a, int t) {
 static int attn_gather(fwd_ctx *c, const layer_arg *a, const fwd_run_span *r, int g, int part, int parts, int ith,
                        attn_query *qs, attn_kv *kv) {
     const model_hparams *hp = &c->m->hp;
-    int d = hp->head_dim, kvd = hp->n_head_kv * d, hpg = hp->n_head / hp->n_head_kv, B = c->kv->block_tokens;
+    int d = hp->head_dim, hpg = hp->n_head / hp->n_head_kv, B = c->kv->block_tokens;
     const kv_seq *s = a->b->seqs[r->t0];
     const uint16_t **kb = c->kb + (size_t)ith * c->blocks_cap, **vb = c->vb + (size_t)ith * c->blocks_cap;
     int nq = 0, h0 = g * hpg + part * hpg / parts, h1 = g * hpg + (part + 1) * hpg / parts;
@@ -342,10 +341,11 @@ static int attn_gather(fwd_ctx *c, const layer_arg *a, const fwd_run_span *r, in
             };
     int end = a->b->pos[r->t1 - 1] + 1, from = qs[0].first / ATTN_KV_TILE * ATTN_KV_TILE / B;
     for (int i = from; i < (end + B - 1) / B; i++) {
-        kb[i] = kv_rows(c->kv, s->blocks[i], a->layer, 0) + (size_t)g * d;
-        vb[i] = kv_rows(c->kv, s->blocks[i], a->layer, 1) + (size_t)g * d;
+        kb[i] = kv_head_rows(c->kv, s->blocks[i], a->layer, 0, g);
+        vb[i] = kv_head_rows(c->kv, s->blocks[i], a->layer, 1, g);
     }
-    *kv = (attn_kv){.k_blocks = kb, .v_blocks = vb, .block_tokens = B, .stride = kvd, .head_dim = d};
+    *kv = (attn_kv){.k_blocks = kb, .v_blocks = vb, .block_tokens = B, .stride = c->kv->head_stride, .head_dim = d,
+                    .type = c->kv->type};
     return nq;
 }
 

@@ -52,7 +52,17 @@ int kv_pool_init_opts(kv_pool *p, const kv_pool_opts *o, strata_err *err) {
     p->n_layer = o->n_layer;
     p->kv_dim = o->kv_dim;
     p->n_blocks = o->n_blocks;
-    size_t per_layer = (size_t)2 * o->block_tokens * o->kv_dim * sizeof(uint16_t);
+    p->type = o->type;
+    int hd = o->head_dim > 0 ? o->head_dim : o->kv_dim;
+    if (o->type != KVQ_F16 && (hd % KVQ_BLOCK != 0 || o->kv_dim % hd != 0))
+        return strata_errf(err, STRATA_EINVAL, "kv pool: %s heads of %d values (not a multiple of %d)",
+                           kvq_name(o->type), hd, KVQ_BLOCK);
+    p->row_halves = (int)kvq_halves(o->type, (size_t)o->kv_dim);
+    int head_halves = (int)kvq_halves(o->type, (size_t)hd);
+    int head_major = o->type != KVQ_F16; /* kv.h: quantized types keep each head's rows together */
+    p->head_stride = head_major ? head_halves : p->row_halves;
+    p->head_off = head_major ? o->block_tokens * head_halves : head_halves;
+    size_t per_layer = (size_t)2 * o->block_tokens * p->row_halves * sizeof(uint16_t);
     int n_swa_layer = init_layers(p, o);
     if (n_swa_layer > 0 && o->n_slots <= 0) {
         kv_pool_destroy(p);
@@ -176,7 +186,7 @@ void *kv_block_view(const kv_pool *p, int b) {
 /* Copies between a payload and b's rows: to_pool, the global part always
  * and the sliding part when b has one (swa_only: that part alone). */
 static void payload_copy(const kv_pool *p, int b, uint16_t *payload, int to_pool, int swa_only) {
-    size_t half = (size_t)p->block_tokens * p->kv_dim, n = 2 * half * sizeof(uint16_t);
+    size_t half = (size_t)p->block_tokens * p->row_halves, n = 2 * half * sizeof(uint16_t);
     for (int l = 0; l < p->n_layer; l++) {
         int sw = p->swa_layer[l];
         if ((sw && p->swa_slot[b] < 0) || (swa_only && !sw)) continue;

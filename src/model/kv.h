@@ -2,8 +2,16 @@
  *
  * A block holds B consecutive positions of one sequence for every layer.
  * Its payload, the object the cache hashes, copies and writes to disk, is
- *   [layer][K|V][B][kv_dim] as IEEE half floats
- * (DESIGN.md, "Blocks and hashes"). Blocks are refcounted: several
+ *   f16:  [layer][K|V][B][kv_dim]            (token-major)
+ *   q8_0, q4_0: [layer][K|V][KV head][B][head_dim] (head-major)
+ * in the pool's KV type (backend/kvq.h: q8_0 at 17/16 bytes a value,
+ * q4_0 at 9/16), as
+ * the forward pass stored them (DESIGN.md, "Blocks and hashes"); every
+ * tier holds these bytes as they are. A quantized type keeps each head's rows
+ * together: attention reads one KV head at a time, and a head's 68-byte
+ * rows (head size 64) interleaved with the other heads' would pull in
+ * the cache lines they share with them (f16 keeps the layout caches were
+ * written in). Blocks are refcounted: several
  * sequences may share a prefix's blocks; writing into a shared block
  * first copies it (copy on write). A sequence is a block table plus a
  * length; truncating it to any position is free (the cache branches there).
@@ -31,6 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/kvq.h"
 #include "base/err.h"
 
 /* Optional owner of blocks nobody references any more (the prefix cache):
@@ -48,6 +57,10 @@ typedef struct kv_keeper {
 typedef struct kv_pool {
     int block_tokens; /* B */
     int n_layer, kv_dim;
+    kvq_type type;   /* how K/V values are stored */
+    int row_halves;  /* one token's row of one layer's K or V, in halves */
+    int head_stride; /* halves from one position's row of a KV head to the next's */
+    int head_off;    /* halves from one KV head's rows to the next head's */
     int n_blocks;
     size_t block_bytes; /* payload of one block, every layer */
     uint16_t *mem;   /* global parts: n_blocks * glob_bytes */
@@ -78,6 +91,8 @@ typedef struct kv_pool_opts {
     int n_layer, kv_dim, block_tokens, n_blocks;
     const uint8_t *swa_layer; /* per layer, 1: sliding window of n_swa */
     int n_swa, n_slots;       /* window; sliding parts in memory at once */
+    kvq_type type;            /* zero: f16; q8_0, q4_0 need head_dim % 32 == 0 */
+    int head_dim;             /* values per KV head (0: kv_dim, one head) */
 } kv_pool_opts;
 
 typedef struct kv_seq {
@@ -102,16 +117,22 @@ int kv_pool_init(kv_pool *p, int n_layer, int kv_dim, int block_tokens, int n_bl
 int kv_pool_init_opts(kv_pool *p, const kv_pool_opts *o, strata_err *err);
 void kv_pool_destroy(kv_pool *p);
 
-/* K or V rows [B][kv_dim] of one layer in one block. A sliding layer's
+/* K or V rows [B][row_halves] of one layer in one block. A sliding layer's
  * rows exist only while the block has its sliding part. */
 static inline uint16_t *kv_rows(const kv_pool *p, int block, int layer, int is_v) {
-    size_t per_half = (size_t)p->block_tokens * p->kv_dim;
+    size_t per_half = (size_t)p->block_tokens * p->row_halves;
     size_t off = ((size_t)p->layer_at[layer] * 2 + is_v) * per_half;
     if (p->swa_layer && p->swa_layer[layer]) {
         assert(p->swa_slot[block] >= 0);
         return p->swa_mem + (size_t)p->swa_slot[block] * (p->swa_bytes / 2) + off;
     }
     return p->mem + (size_t)block * (p->glob_bytes / 2) + off;
+}
+
+/* The row of position 0 of KV head h of one layer in one block; the row
+ * of position i is i * p->head_stride halves further (the layouts above). */
+static inline uint16_t *kv_head_rows(const kv_pool *p, int block, int layer, int is_v, int h) {
+    return kv_rows(p, block, layer, is_v) + (size_t)h * p->head_off;
 }
 
 /* ---- sliding-window parts (no-ops for a pool without sliding layers) ---- */

@@ -145,10 +145,11 @@ static void get_metrics(server *s, const http_req *req, http_reply *rep) {
 
 static void get_props(server *s, const http_req *req, http_reply *rep) {
     const model_hparams *hp = &s->e->m->hp;
-    json_t *cache = json_pack("{s:b,s:i,s:i,s:i,s:s?,s:i}", "prefix_cache", !s->o.no_cache, "block_tokens",
+    json_t *cache = json_pack("{s:b,s:i,s:i,s:i,s:s?,s:i,s:s,s:I}", "prefix_cache", !s->o.no_cache, "block_tokens",
                               s->e->kv.block_tokens, "kv_blocks", s->e->kv.n_blocks, "cache_mem_mb",
                               s->o.no_cache ? 0 : s->o.cache_mem_mb + s->o.cache_ram_mb, "cache_dir", s->disk ? s->cache_dir : NULL,
-                              "cache_disk_mb", s->disk ? s->o.cache_disk_mb : 0);
+                              "cache_disk_mb", s->disk ? s->o.cache_disk_mb : 0, "kv_type", kvq_name(s->e->kv.type),
+                              "kv_bytes_per_token", (json_int_t)(s->e->kv.block_bytes / s->e->kv.block_tokens));
     reply_json(rep, 200,
                json_pack("{s:s,s:s,s:s,s:i,s:i,s:i,s:s,s:s?,s:o}", "model", s->model_id, "model_path",
                          s->o.model_path, "architecture", hp->arch_name, "n_ctx", s->o.ctx,
@@ -464,7 +465,7 @@ static void open_disk(server *s, const uint8_t fp[32]) {
     if (cache_dir_path(s, s->cache_dir, sizeof s->cache_dir)) return;
     disk_opts d = {.dir = s->cache_dir, .budget_bytes = (uint64_t)s->o.cache_disk_mb << 20,
                    .block_tokens = (uint32_t)s->e->kv.block_tokens, .block_bytes = s->e->kv.block_bytes,
-                   .kv_dtype = 1};
+                   .kv_dtype = disk_kv_dtype(s->e->kv.type)};
     memcpy(d.model_fp, fp, 32);
     strata_err err = {0};
     if (disk_open(&s->disk, &d, &err)) {
@@ -486,6 +487,11 @@ static void open_disk(server *s, const uint8_t fp[32]) {
     log_info("cache: disk tier %s: %llu blocks (%.1f MiB) of this model, budget %d MiB, %llu quarantined",
              s->cache_dir, (unsigned long long)st.files, st.bytes / 1048576.0, s->o.cache_disk_mb,
              (unsigned long long)st.quarantined);
+    if (st.other_kv_type)
+        log_warn("cache: disk tier %s: %llu block files hold KV type %s, not this server's %s (--kv-type): skipped, "
+                 "never served (a server started with --kv-type %s uses them)",
+                 s->cache_dir, (unsigned long long)st.other_kv_type, disk_kv_dtype_name(st.other_kv_dtype),
+                 kvq_name(s->e->kv.type), disk_kv_dtype_name(st.other_kv_dtype));
 }
 
 /* The shared tier (--cache-redis). A URL that does not parse, or a Redis
@@ -498,7 +504,7 @@ static int open_redis(server *s, const uint8_t fp[32], strata_err *err) {
     redis_tier_opts ro = {.url = s->o.cache_redis, .timeout_ms = s->o.cache_redis_timeout_ms,
                           .ttl_s = s->o.cache_redis_ttl_s,
                           .block_tokens = (uint32_t)s->e->kv.block_tokens, .block_bytes = s->e->kv.block_bytes,
-                          .kv_dtype = 1};
+                          .kv_dtype = disk_kv_dtype(s->e->kv.type)};
     memcpy(ro.model_fp, fp, 32);
     strata_err why = {0};
     int rc = redis_tier_open(&s->redis, &ro, &why);
@@ -537,7 +543,8 @@ static int load_model(server *s, strata_err *err) {
                         .n_ctx = s->o.ctx * s->o.parallel, /* --ctx 0: the training context */
                         .n_seq = s->o.parallel, .kv_budget_mb = SERVER_KV_BUDGET_MB, .min_ctx = SERVER_MIN_CTX,
                         .extra_kv_mb = s->o.no_cache ? 0 : s->o.cache_mem_mb + s->o.cache_ram_mb};
-    rc = engine_open(&s->e, &ep, err);
+    rc = kvq_parse(s->o.kv_type, &ep.kv_type, err);
+    if (!rc) rc = engine_open(&s->e, &ep, err);
     if (!rc) rc = tok_load(&s->tok, s->e->m->gguf, err);
     if (rc) return rc;
     /* Blocks are the backend's own: the same file on another backend is
@@ -571,8 +578,10 @@ static int load_model(server *s, strata_err *err) {
         return strata_errf(err, STRATA_EINVAL, "--prefix-cache-scope %s: must be off, full, auto, auto:N (1-16) or a token count",
                            s->o.scope);
     memcpy(so.model_fp, fp, sizeof fp);
-    log_info("prefix cache: %s; KV pool %d blocks of %d tokens (%d MiB beyond the slots for cached prefixes)",
-             s->o.no_cache ? "off" : "live tier", s->e->kv.n_blocks, s->e->kv.block_tokens,
+    log_info("prefix cache: %s; KV pool %d blocks of %d tokens, K/V as %s (%.1f KiB a token; %d MiB beyond the "
+             "slots for cached prefixes)",
+             s->o.no_cache ? "off" : "live tier", s->e->kv.n_blocks, s->e->kv.block_tokens, kvq_name(s->e->kv.type),
+             (double)s->e->kv.block_bytes / s->e->kv.block_tokens / 1024.0,
              s->o.no_cache ? 0 : s->o.cache_mem_mb + s->o.cache_ram_mb);
     if (s->e->kv.swa_layer)
         log_info("sliding window: %d positions; its layers' K/V in %d slots of one block (%.1f MiB), the other "

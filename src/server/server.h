@@ -36,6 +36,7 @@ typedef struct server_opts {
     int no_cache_disk; /* --no-cache-disk */
     int cache_disk_mb; /* disk tier budget */
     int block_tokens;  /* KV block size (--cache-block-tokens) */
+    const char *kv_type; /* --kv-type: f16 (NULL) or q8_0 */
     const char *scope; /* --prefix-cache-scope */
     const char *cache_dir; /* NULL: under the user's cache directory */
     const char *cache_redis; /* --cache-redis URL of the shared tier, or NULL */
