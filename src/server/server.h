@@ -19,6 +19,10 @@
 #include "text/render.h"
 #include "text/tokenizer.h"
 
+/* Tokens drafted per step by default (--spec-draft): a batch of 9 rows
+ * costs about 2 decode steps of SmolLM2 or Gemma 3 on 2 CPU threads. */
+#define SERVER_SPEC_DRAFT 8
+
 typedef struct server_opts {
     const char *model_path, *host, *api_key, *alias, *template_file, *trace_path;
     const char *metrics_key; /* --metrics-key: the only key /metrics and /props answer (NULL: see server.c) */
@@ -45,6 +49,7 @@ typedef struct server_opts {
     int cache_ram_mb;  /* RAM tier: on the CPU backend, more of the same pool */
     int snap_blocks;   /* --cache-snapshot-blocks: recurrent state every N blocks (0: none) */
     int snap_mb;       /* --cache-snapshot-mb: memory for recurrent-state snapshots */
+    int spec_draft;    /* --spec-draft: tokens drafted per step by prompt lookup (0 = --no-speculative) */
     long max_body;
 } server_opts;
 
