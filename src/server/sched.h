@@ -52,6 +52,11 @@ typedef struct sched_opts {
      * prompt lookup (model/draft.h) and verified in the same forward
      * pass; the output is the same bytes either way. 0: off. */
     int spec_draft;
+    /* Where drafts come from: NULL is prompt lookup (draft_lookup, with
+     * draft_ctx unused); tests plug in drafters that are right or wrong
+     * where they choose. Returns how many of max_draft it wrote. */
+    int (*draft)(void *draft_ctx, const int32_t *toks, int n, int max_draft, int32_t *out);
+    void *draft_ctx;
 } sched_opts;
 
 typedef struct sched_job {

@@ -97,7 +97,9 @@ int sched__spec_add(sched *s, int si, int *n, int room) {
     }
     int k = draft_limit(s, sl, room);
     if (k <= 0) return 0;
-    k = trim_draft(s, sl, draft_lookup(sl->toks, sl->n_toks, k, sl->draft));
+    k = s->o.draft ? s->o.draft(s->o.draft_ctx, sl->toks, sl->n_toks, k, sl->draft)
+                   : draft_lookup(sl->toks, sl->n_toks, k, sl->draft);
+    k = trim_draft(s, sl, k);
     if (k <= 0) return 0;
     if (sl->seq.rs && sl->seq.rs_pos != sl->seq.n_pos) return 0; /* not where a state can be kept */
     save_state(sl);
