@@ -68,6 +68,7 @@ typedef struct slot {
     int n_draft;
     float *rs_save;           /* recurrent models: the state before a drafted step */
     int spec_skip, spec_miss; /* back-off: steps left without drafts; drafts rejected whole in a row */
+    int spec_len;             /* most tokens to draft next (grows while drafts are accepted whole) */
     long n_drafted, n_accepted; /* this request's, for the trace */
     /* This step's chosen tokens (one per verified row), handed to the
      * request after the step's blocks are published (sched.c, emit). */

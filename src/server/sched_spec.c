@@ -41,6 +41,8 @@
 /* Steps without drafts after drafts were rejected whole: 1, 2, 4, ...
  * up to this, so text that does not repeat its context costs little. */
 #define SPEC_MAX_SKIP 16
+/* Tokens a draft may grow by after one accepted whole. */
+#define SPEC_GROW 2
 
 int sched__spec_logit_rows(const sched_opts *o) {
     int with = o->n_slots < SPEC_MAX_SLOTS ? o->n_slots : SPEC_MAX_SLOTS;
@@ -52,7 +54,7 @@ int sched__spec_logit_rows(const sched_opts *o) {
  * the batch room. */
 static int draft_limit(const sched *s, const slot *sl, int room) {
     const sched_req *r = sl->req;
-    int k = s->o.spec_draft, p = sl->seq.n_pos;
+    int k = sl->spec_len > 0 && sl->spec_len < s->o.spec_draft ? sl->spec_len : s->o.spec_draft, p = sl->seq.n_pos;
     int left = r->max_tokens - r->n_out - 1, ctx = s->o.ctx_per_slot - p - 2;
     if (left < k) k = left;
     if (ctx < k) k = ctx;
@@ -117,10 +119,14 @@ int sched__spec_add(sched *s, int si, int *n, int room) {
     return k;
 }
 
-/* The back-off and the counters after slot sl's drafts: accepted of
- * them were the output. */
+/* The draft length, the back-off and the counters after slot sl's
+ * drafts: accepted of them were the output. A draft accepted whole lets
+ * the next be longer; one cut short makes the next as long as what was
+ * accepted and one more (the rows past a miss cost compute for nothing,
+ * and misses come in runs: where the output departs from its source). */
 static void count(sched *s, slot *sl, int accepted) {
     if (sl->n_draft == 0) return;
+    sl->spec_len = accepted == sl->n_draft ? sl->n_draft + SPEC_GROW : accepted + 1;
     if (accepted > 0) sl->spec_miss = 0;
     else sl->spec_skip = 1 << (sl->spec_miss < 4 ? sl->spec_miss++ : 4);
     if (sl->spec_skip > SPEC_MAX_SKIP) sl->spec_skip = SPEC_MAX_SKIP;
@@ -196,7 +202,7 @@ void sched__spec_rerun(sched *s) {
 
 void sched__spec_slot_free(slot *sl) {
     sl->n_draft = sl->n_chosen = 0;
-    sl->spec_skip = sl->spec_miss = 0;
+    sl->spec_skip = sl->spec_miss = sl->spec_len = 0;
     sl->n_drafted = sl->n_accepted = 0;
     sl->fail = NULL;
 }
