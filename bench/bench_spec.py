@@ -2,7 +2,7 @@
 """Decode speed with speculative decoding off and on (issue 27), on
 copy-heavy agent tasks and on plain chat, with byte-identical output.
 
-    python3 bench/bench_spec.py [--model NAME=PATH ...] [--reps 3] [--port 18410]
+    python3 bench/bench_spec.py [--model NAME=PATH ...] [--reps 3] [-- SERVE OPTIONS]
     make bench-spec
 
 One `strata serve --parallel 1` per model. Each task runs --reps times
@@ -26,18 +26,18 @@ Tasks:
 import argparse
 import json
 import os
-import signal
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 
 import httpx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import machine  # noqa: E402
+from bench_cache import last_trace, start, stop  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
@@ -105,33 +105,21 @@ TASKS = {
 
 
 class Server:
-    def __init__(self, strata, model, port, extra):
+    """strata serve --parallel 1 with a trace file and a cache folder of
+    its own (bench_cache.py starts it)."""
+
+    def __init__(self, model, extra):
         self.trace = tempfile.NamedTemporaryFile(prefix="strata-spec-trace-", suffix=".jsonl", delete=False).name
         self.cache = tempfile.mkdtemp(prefix="strata-spec-kv-")
-        self.url = f"http://127.0.0.1:{port}"
-        self.log = open(self.trace + ".log", "w")
-        self.proc = subprocess.Popen([strata, "serve", "-m", model, "--port", str(port), "--parallel", "1",
-                                      "--ctx", "4096", "--cache-dir", self.cache, "--no-cache-disk",
-                                      "--trace", self.trace, *extra], stdout=self.log, stderr=subprocess.STDOUT)
-        for _ in range(600):
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"strata serve exited; see {self.log.name}")
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("strata serve did not start")
+        self.proc, self.url = start(model, self.cache, 4096, self.trace, ("--no-cache-disk", *extra))
 
     def last_trace(self):
-        with open(self.trace) as f:
-            return json.loads(f.read().strip().splitlines()[-1])
+        return last_trace(self.trace)
 
     def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=60)
-        self.log.close()
+        stop(self.proc)
+        shutil.rmtree(self.cache, ignore_errors=True)
+        os.unlink(self.trace)
 
 
 def run(srv, body, spec):
@@ -155,7 +143,7 @@ def others():
 
 
 def bench_model(args, name, path):
-    srv = Server(args.strata, path, args.port, args.extra)
+    srv = Server(path, args.extra)
     rows = []
     try:
         run(srv, TASKS["chat"], True)  # warm-up: page the weights in
@@ -186,8 +174,6 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", action="append", default=[], help="NAME=PATH (repeatable)")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--port", type=int, default=18410)
-    ap.add_argument("--strata", default=os.path.join(ROOT, "strata"))
     ap.add_argument("--json", help="write the rows here too")
     ap.add_argument("extra", nargs="*", help="more `strata serve` options (after --)")
     args = ap.parse_args()

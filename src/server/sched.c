@@ -228,7 +228,7 @@ static int any_active(const sched *s) {
 
 /* ---- one step ------------------------------------------------------------ */
 
-static void batch_add(sched *s, int *n, int si, int32_t tok, int pos, int want) {
+void sched__batch_add(sched *s, int *n, int si, int32_t tok, int pos, int want) {
     s->b_tok[*n] = tok;
     s->b_pos[*n] = pos;
     s->b_seq[*n] = &s->slots[si].seq;
@@ -251,7 +251,7 @@ static int build_batch(sched *s) {
             continue;
         }
         if (sl->attached && sl->n_fed == sl->req->n_prompt) {
-            batch_add(s, &n, i, sl->last, sl->seq.n_pos, 1);
+            sched__batch_add(s, &n, i, sl->last, sl->seq.n_pos, 1);
             sched__spec_add(s, i, &n, max - n - (s->o.n_slots - 1 - i)); /* room for the later slots' tokens */
         }
     }
@@ -264,7 +264,7 @@ static int build_batch(sched *s) {
         if (sl->snap_at > sl->n_fed && take > sl->snap_at - sl->n_fed) take = sl->snap_at - sl->n_fed; /* ends there */
         for (int k = 0; k < take; k++) {
             int idx = sl->n_fed + k;
-            batch_add(s, &n, i, sl->req->prompt[idx], idx, idx == sl->req->n_prompt - 1);
+            sched__batch_add(s, &n, i, sl->req->prompt[idx], idx, idx == sl->req->n_prompt - 1);
         }
         sl->n_fed += take;
     }

@@ -112,6 +112,10 @@ void sched__req_unref_locked(sched_req *r);
 void sched__finish_locked(sched_req *r, sched_finish f, const char *why);
 void sched__push_token_locked(sched_req *r, const sched_token *t);
 
+/* Token tok of slot si at position pos appended to the batch at *n (want:
+ * its logits are wanted). */
+void sched__batch_add(sched *s, int *n, int si, int32_t tok, int pos, int want);
+
 /* ---- speculative decoding (sched_spec.c; scheduler thread) ---- */
 
 /* Rows of logits the scheduler keeps: one per slot and the drafts'. */

@@ -105,15 +105,7 @@ int sched__spec_add(sched *s, int si, int *n, int room) {
     if (k <= 0) return 0;
     if (sl->seq.rs && sl->seq.rs_pos != sl->seq.n_pos) return 0; /* not where a state can be kept */
     save_state(sl);
-    int p = sl->seq.n_pos;
-    for (int j = 0; j < k; j++) {
-        s->b_tok[*n] = sl->draft[j];
-        s->b_pos[*n] = p + 1 + j;
-        s->b_seq[*n] = &sl->seq;
-        s->b_want[*n] = 1;
-        s->b_slot[*n] = si;
-        (*n)++;
-    }
+    for (int j = 0; j < k; j++) sched__batch_add(s, n, si, sl->draft[j], sl->seq.n_pos + 1 + j, 1);
     sl->n_draft = k;
     s->draft_rows -= k;
     return k;
@@ -171,14 +163,7 @@ static void queue_rerun(sched *s, int si, int *n) {
     memcpy(sl->seq.rs, sl->rs_save, sl->seq.rs_floats * sizeof(float));
     sl->seq.rs_pos = p;
     kv_seq_truncate(&s->e->kv, &sl->seq, p);
-    for (int pos = p; pos < end; pos++) {
-        s->b_tok[*n] = sl->toks[pos];
-        s->b_pos[*n] = pos;
-        s->b_seq[*n] = &sl->seq;
-        s->b_want[*n] = 0;
-        s->b_slot[*n] = si;
-        (*n)++;
-    }
+    for (int pos = p; pos < end; pos++) sched__batch_add(s, n, si, sl->toks[pos], pos, 0);
 }
 
 void sched__spec_rerun(sched *s) {
