@@ -56,7 +56,7 @@ QWEN35_SYNTH = $(MODEL_DIR)/qwen35-0.8b-synth-q4_0.gguf
 
 .PHONY: model-gemma3 bench-gemma3 oracle-refs-gemma3 tok-refs-gemma3 model-qwen35-synth bench-qwen35-synth bench-depth-qwen35
 .PHONY: test-gpu gpu-bundle
-.PHONY: all test unit-test e2e-test bench-ui bench-agent bench-depth llama-bench bench-replay bench-load bench-schema run model deps test-deps testdata clean bench oracle-refs tok-refs
+.PHONY: all test unit-test e2e-test bench-ui bench-spec bench-agent bench-depth llama-bench bench-replay bench-load bench-schema run model deps test-deps testdata clean bench oracle-refs tok-refs
 
 all: strata
 
@@ -192,6 +192,13 @@ build/ui-ring: bench/ui_ring.c $(OBJ)
 bench-ui: build/ui-ring strata
 	build/ui-ring
 	$(PYTHON) bench/ui_cost.py
+
+# Speculative decoding off/on, copy-heavy agent tasks and plain chat, on
+# SmolLM2, Gemma 3 and the qwen35 synthetic (each when present;
+# QWEN35_SYNTH=path for one made elsewhere): bench/README.md.
+bench-spec: strata model
+	$(PYTHON) bench/bench_spec.py --model SmolLM2-135M=$(MODEL) --model gemma3=$(GEMMA3_MODEL) \
+		--model qwen35-synth=$(QWEN35_SYNTH) $${REPS:+--reps $$REPS}
 
 # Agentic replay: Strata cache off / memory only / memory + disk, and llama.cpp's
 # llama-server (short default run; bench/README.md).

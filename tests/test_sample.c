@@ -36,7 +36,7 @@ static void random_logits(float *l, int n, unsigned seed, float scale) {
 static void frequencies(sampler *s, const float *logits, int n, double *freq) {
     for (int i = 0; i < n; i++) freq[i] = 0;
     for (int d = 0; d < N_DRAWS; d++) {
-        int32_t t = sample_next(s, logits, n);
+        int32_t t = sample_next(s, logits, n, d);
         CHECK(t >= 0 && t < n);
         if (t >= 0 && t < n) freq[t] += 1.0 / N_DRAWS;
     }
@@ -50,15 +50,15 @@ TEST(sample_greedy_argmax) {
     float l[6] = {0.1f, 2.0f, -1.0f, 3.5f, 3.5f, 0.0f};
     sample_params p = params(0.0f, 0, 1.0f, 0.0f);
     sampler *s = sample_new(&p);
-    CHECK_EQ_INT(sample_next(s, l, 6), 3); /* tie 3/4 goes to the lower id */
+    CHECK_EQ_INT(sample_next(s, l, 6, 0), 3); /* tie 3/4 goes to the lower id */
     l[4] = 3.6f;
-    CHECK_EQ_INT(sample_next(s, l, 6), 4);
+    CHECK_EQ_INT(sample_next(s, l, 6, 0), 4);
     sample_free(s);
     const float temps[3] = {-1.0f, 1e-30f, NAN}; /* all greedy */
     for (int i = 0; i < 3; i++) {
         p.temperature = temps[i];
         s = sample_new(&p);
-        CHECK_EQ_INT(sample_next(s, l, 6), 4);
+        CHECK_EQ_INT(sample_next(s, l, 6, 0), 4);
         sample_free(s);
     }
     sample_free(NULL);
@@ -74,7 +74,7 @@ TEST(sample_seed_reproducible) {
     sampler *c = sample_new(&p);
     int same_ab = 1, same_ac = 1;
     for (int i = 0; i < DRAWS; i++) {
-        int32_t ta = sample_next(a, l, N), tb = sample_next(b, l, N), tc = sample_next(c, l, N);
+        int32_t ta = sample_next(a, l, N, i), tb = sample_next(b, l, N, i), tc = sample_next(c, l, N, i);
         same_ab &= ta == tb;
         same_ac &= ta == tc;
     }
@@ -83,6 +83,38 @@ TEST(sample_seed_reproducible) {
     sample_free(a);
     sample_free(b);
     sample_free(c);
+}
+
+/* The draw of a position depends on (seed, position) alone: a sampler
+ * that drew other positions before (in any order, any number of times)
+ * gives the same token at position 37 as a fresh one, which is what lets
+ * speculative decoding sample a verified row exactly as one-at-a-time
+ * decoding would. Positions differ from each other, and seeds too. */
+TEST(sample_is_function_of_seed_and_position) {
+    enum { N = 1000 };
+    static float l[N];
+    random_logits(l, N, 11, 3.0f);
+    sample_params p = params(1.0f, 0, 1.0f, 0.0f);
+    sampler *fresh = sample_new(&p), *used = sample_new(&p);
+    for (int i = 0; i < 100; i++) sample_next(used, l, N, 1000 - i * 7);
+    int32_t want[64];
+    for (int pos = 0; pos < 64; pos++) want[pos] = sample_next(fresh, l, N, pos);
+    int same = 1, distinct = 0;
+    for (int pos = 63; pos >= 0; pos--) { /* backwards: the order of calls does not matter either */
+        same &= sample_next(used, l, N, pos) == want[pos];
+        same &= sample_next(used, l, N, pos) == want[pos]; /* asking twice gives the same */
+    }
+    for (int pos = 1; pos < 64; pos++) distinct += want[pos] != want[0];
+    CHECK(same);
+    CHECK(distinct > 32); /* a flat-ish distribution over 1000 tokens: positions draw apart */
+    p.seed = 777;
+    sampler *other = sample_new(&p);
+    int differs = 0;
+    for (int pos = 0; pos < 64; pos++) differs += sample_next(other, l, N, pos) != want[pos];
+    CHECK(differs > 32);
+    sample_free(fresh);
+    sample_free(used);
+    sample_free(other);
 }
 
 TEST(sample_top_k1_is_greedy) {
@@ -96,7 +128,7 @@ TEST(sample_top_k1_is_greedy) {
         int32_t arg = 0;
         for (int i = 1; i < N; i++)
             if (l[i] > best) best = l[i], arg = i;
-        CHECK_EQ_INT(sample_next(s, l, N), arg);
+        CHECK_EQ_INT(sample_next(s, l, N, r), arg);
     }
     sample_free(s);
 }
@@ -184,7 +216,7 @@ TEST(sample_top_p_large_vocab) {
     sample_params p = params(1.0f, 0, 0.9f, 0.0f);
     sampler *s = sample_new(&p);
     int outside = 0;
-    for (int d = 0; d < 500; d++) outside += l[sample_next(s, l, N)] < thresh;
+    for (int d = 0; d < 500; d++) outside += l[sample_next(s, l, N, d)] < thresh;
     CHECK_EQ_INT(outside, 0);
     sample_free(s);
     free(sorted);
@@ -213,7 +245,7 @@ TEST(sample_masked_never_chosen) {
     sample_params p = params(1.0f, 0, 1.0f, 0.0f);
     sampler *s = sample_new(&p);
     for (int d = 0; d < 1000; d++) {
-        int32_t t = sample_next(s, l, 8);
+        int32_t t = sample_next(s, l, 8, d);
         CHECK_MSG(t == 1 || t == 3 || t == 6, "drew masked token %d", t);
     }
     sample_free(s);
@@ -224,9 +256,9 @@ TEST(sample_repeat_penalty_changes_argmax) {
     sample_params p = params(0.0f, 0, 1.0f, 0.0f);
     p.repeat_penalty = 1.5f;
     sampler *s = sample_new(&p);
-    CHECK_EQ_INT(sample_next(s, l, 4), 0);
+    CHECK_EQ_INT(sample_next(s, l, 4, 0), 0);
     sample_accept(s, 0); /* 2.0 / 1.5 = 1.33 < 1.9 */
-    CHECK_EQ_INT(sample_next(s, l, 4), 1);
+    CHECK_EQ_INT(sample_next(s, l, 4, 0), 1);
     CHECK(l[0] == 2.0f); /* the caller's logits are untouched */
     sample_free(s);
     /* Negative logits are multiplied: -0.5 * 1.5 = -0.75 < -0.6. */
@@ -234,7 +266,7 @@ TEST(sample_repeat_penalty_changes_argmax) {
     s = sample_new(&p);
     sample_accept(s, 0);
     sample_accept(s, 0); /* repeat applies once, not per occurrence */
-    CHECK_EQ_INT(sample_next(s, neg, 2), 1);
+    CHECK_EQ_INT(sample_next(s, neg, 2, 0), 1);
     sample_free(s);
 }
 
@@ -244,18 +276,18 @@ TEST(sample_presence_frequency_penalties) {
     p.frequency_penalty = 0.1f;
     sampler *s = sample_new(&p);
     sample_accept(s, 0);
-    CHECK_EQ_INT(sample_next(s, l, 3), 0); /* 1.9 > 1.8 */
+    CHECK_EQ_INT(sample_next(s, l, 3, 0), 0); /* 1.9 > 1.8 */
     sample_accept(s, 0);
     sample_accept(s, 0);
-    CHECK_EQ_INT(sample_next(s, l, 3), 1); /* 1.7 < 1.8 */
+    CHECK_EQ_INT(sample_next(s, l, 3, 0), 1); /* 1.7 < 1.8 */
     sample_free(s);
     p.frequency_penalty = 0.0f;
     p.presence_penalty = 0.25f;
     s = sample_new(&p);
     for (int i = 0; i < 5; i++) sample_accept(s, 0);
-    CHECK_EQ_INT(sample_next(s, l, 3), 1); /* 1.75 once, however many */
+    CHECK_EQ_INT(sample_next(s, l, 3, 0), 1); /* 1.75 once, however many */
     sample_reset(s);
-    CHECK_EQ_INT(sample_next(s, l, 3), 0);
+    CHECK_EQ_INT(sample_next(s, l, 3, 0), 0);
     sample_free(s);
 }
 
@@ -266,19 +298,19 @@ TEST(sample_penalty_window) {
     p.penalty_last_n = 3;
     sampler *s = sample_new(&p);
     sample_accept(s, 0);
-    CHECK_EQ_INT(sample_next(s, l, 8), 1);
+    CHECK_EQ_INT(sample_next(s, l, 8, 0), 1);
     for (int i = 0; i < 3; i++) sample_accept(s, 5 + i % 2); /* 0 leaves */
-    CHECK_EQ_INT(sample_next(s, l, 8), 0);
+    CHECK_EQ_INT(sample_next(s, l, 8, 0), 0);
     for (int i = 0; i < 100; i++) sample_accept(s, 7); /* history compacts */
     sample_accept(s, 0);
-    CHECK_EQ_INT(sample_next(s, l, 8), 1);
+    CHECK_EQ_INT(sample_next(s, l, 8, 0), 1);
     sample_accept(s, 99); /* out of range ids are ignored */
-    CHECK_EQ_INT(sample_next(s, l, 8), 1);
+    CHECK_EQ_INT(sample_next(s, l, 8, 0), 1);
     sample_free(s);
     p.penalty_last_n = 0; /* window 0: penalties off */
     s = sample_new(&p);
     sample_accept(s, 0);
-    CHECK_EQ_INT(sample_next(s, l, 8), 0);
+    CHECK_EQ_INT(sample_next(s, l, 8, 0), 0);
     sample_free(s);
 }
 

@@ -84,7 +84,7 @@ static void emit(const run_state *st, int32_t id) {
 static int generate(const run_opts *o, run_state *st, strata_err *err) {
     int n_vocab = st->e->m->hp.n_vocab, n = 0;
     while (n < o->n_predict) {
-        int32_t id = sample_next(st->smp, st->logits, n_vocab);
+        int32_t id = sample_next(st->smp, st->logits, n_vocab, st->seq.n_pos);
         if (tok_is_eog(st->tok, id)) break;
         sample_accept(st->smp, id);
         emit(st, id);

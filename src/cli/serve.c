@@ -14,8 +14,9 @@ int cli_serve(int argc, char **argv) {
                      .max_client_conns = -1, .header_timeout = 10,
                      .max_body = 8 << 20, .cache_mem_mb = 1024, .cache_disk_mb = 8192,
                      .cache_redis_timeout_ms = 100, .cache_redis_ttl_s = (int)POLICY_SHARED_TTL_S,
-                     .snap_blocks = POLICY_SNAP_EVERY_BLOCKS, .snap_mb = POLICY_SNAP_MB, .ui_records = 256};
-    int help = 0, verbose = 0, max_body_mb = 8;
+                     .snap_blocks = POLICY_SNAP_EVERY_BLOCKS, .snap_mb = POLICY_SNAP_MB, .ui_records = 256,
+                     .spec_draft = SERVER_SPEC_DRAFT};
+    int help = 0, verbose = 0, max_body_mb = 8, no_spec = 0;
     const char *log_file = NULL;
     const arg_spec specs[] = {
         {"--model", "-m", ARG_STR, &o.model_path, 0, -1, "GGUF model file (required)"},
@@ -73,6 +74,10 @@ int cli_serve(int argc, char **argv) {
          "recurrent models: memory for state snapshots in MiB (512)"},
         {"--ui-records", NULL, ARG_INT, &o.ui_records, 0, 16384,
          "requests the /ui page shows, kept in memory and beside the disk tier (256; 0 = none, no page)"},
+        {"--spec-draft", NULL, ARG_INT, &o.spec_draft, 0, 64,
+         "speculative decoding: tokens drafted per step from the sequence's own context, verified in the same "
+         "forward pass; the output is the same bytes (8; 0 = off)"},
+        {"--no-speculative", NULL, ARG_FLAG, &no_spec, 0, -1, "no speculative decoding (--spec-draft 0)"},
         {"--trace", NULL, ARG_STR, &o.trace_path, 0, -1, "append one JSONL line per request to FILE"},
         {"--log-file", NULL, ARG_STR, &log_file, 0, -1, "append log lines to FILE instead of stderr"},
         {"--verbose", "-v", ARG_FLAG, &verbose, 0, -1, "debug log lines too"},
@@ -93,6 +98,7 @@ int cli_serve(int argc, char **argv) {
         return 2;
     }
     o.max_body = (long)max_body_mb << 20;
+    if (no_spec) o.spec_draft = 0;
     if (verbose) g_log_level = LOG_DEBUG;
     if (log_file && log_to_file(log_file)) {
         fprintf(stderr, "strata serve: --log-file %s: cannot open for appending\n", log_file);

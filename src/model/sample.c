@@ -24,7 +24,6 @@ typedef struct cand {
 
 struct sampler {
     sample_params p;
-    uint64_t rng[4];  /* xoshiro256** state */
     int32_t *hist;    /* accepted tokens, oldest first */
     size_t n_hist, cap_hist;
     float *work;      /* penalized copy of the logits */
@@ -61,6 +60,17 @@ static double rng_uniform(uint64_t s[4]) {
     return (double)(rng_next(s) >> 11) * (1.0 / 9007199254740992.0);
 }
 
+/* The draw for position pos under seed: a generator of its own, seeded
+ * by splitmix64 from (seed, pos), so the number drawn for a position
+ * never depends on how many draws came before it (speculative decoding
+ * samples a position, and may throw the rows after it away). */
+static double rng_at(uint64_t seed, uint64_t pos) {
+    uint64_t x = seed, st[4];
+    x ^= splitmix64(&(uint64_t){pos ^ 0x6a09e667f3bcc909ULL});
+    for (int i = 0; i < 4; i++) st[i] = splitmix64(&x);
+    return rng_uniform(st);
+}
+
 /* ---- lifecycle ---- */
 
 sample_params sample_params_default(void) {
@@ -72,8 +82,6 @@ sample_params sample_params_default(void) {
 sampler *sample_new(const sample_params *p) {
     sampler *s = xcalloc(1, sizeof *s);
     s->p = p ? *p : sample_params_default();
-    uint64_t x = s->p.seed;
-    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
     return s;
 }
 
@@ -301,11 +309,12 @@ static int cut_min_p(cand *c, int n, float min_p) {
     return m;
 }
 
-/* Draw from softmax(logit / temperature) over c. */
-static int32_t draw(sampler *s, const cand *c, int n) {
+/* Draw from softmax(logit / temperature) over c, with the uniform
+ * number of position pos. */
+static int32_t draw(sampler *s, const cand *c, int n, uint64_t pos) {
     float m = max_logit(c, n);
     double z = weights(c, n, m, 1.0f / s->p.temperature, s->weight);
-    double u = rng_uniform(s->rng) * z, cum = 0;
+    double u = rng_at(s->p.seed, pos) * z, cum = 0;
     for (int i = 0; i < n; i++) {
         cum += s->weight[i];
         if (u < cum) return c[i].id;
@@ -332,7 +341,7 @@ static int truncate_set(sampler *s, const float *w, int n_vocab) {
     return n;
 }
 
-int32_t sample_next(sampler *s, const float *logits, int n_vocab) {
+int32_t sample_next(sampler *s, const float *logits, int n_vocab, int64_t pos) {
     if (n_vocab <= 0) return -1;
     reserve_vocab(s, n_vocab);
     const float *w = apply_penalties(s, logits, n_vocab);
@@ -342,7 +351,7 @@ int32_t sample_next(sampler *s, const float *logits, int n_vocab) {
     int n = truncate_set(s, w, n_vocab);
     if (n == 0) return argmax(w, n_vocab);
     if (s->p.min_p > 0.0f) n = cut_min_p(s->cands, n, s->p.min_p);
-    return draw(s, s->cands, n);
+    return draw(s, s->cands, n, (uint64_t)pos);
 }
 
 /* ---- log-probabilities ---- */

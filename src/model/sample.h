@@ -11,9 +11,10 @@
  * fact below 1e-6) is greedy: penalties, then the argmax (ties go to the
  * lowest id).
  *
- * Reproducible: the same params (seed included), the same accepted tokens
- * and the same logits give the same token on every machine; the PRNG is
- * xoshiro256** seeded by splitmix64, never rand().
+ * Reproducible: the same params (seed included), the same accepted tokens,
+ * the same logits and the same position give the same token on every
+ * machine; each position's draw comes from xoshiro256** seeded by
+ * splitmix64 from (seed, position), never rand().
  * Cost: O(n_vocab) per call plus O(n_vocab log k) for top_k; top_p without
  * top_k grows a partial selection only until it holds the nucleus.
  * Does not: compute logits, know about the tokenizer or stop strings. */
@@ -45,11 +46,15 @@ void sample_free(sampler *s); /* NULL is fine */
 
 /* Record a token (prompt or generated) for the penalty window. */
 void sample_accept(sampler *s, int32_t token);
-/* Forget the history; the PRNG stream continues. */
+/* Forget the history (the penalty window). */
 void sample_reset(sampler *s);
 
-/* The next token id for logits[0..n_vocab). logits is not modified. */
-int32_t sample_next(sampler *s, const float *logits, int n_vocab);
+/* The token id for position pos of the sequence (where the token will
+ * sit) from logits[0..n_vocab). logits is not modified. The randomness
+ * is a function of (seed, pos) alone, not of the calls made before:
+ * speculative decoding, which samples a position from a verified row and
+ * may discard the rows after it, draws what one-at-a-time decoding draws. */
+int32_t sample_next(sampler *s, const float *logits, int n_vocab, int64_t pos);
 
 /* The n most likely tokens under log-softmax(logits), most likely first
  * (ties: lower id first). Writes ids[] and logprobs[]; returns how many

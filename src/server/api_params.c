@@ -145,6 +145,9 @@ int params_sampling(const json_t *req, const char *stop_key, gen_params *p, char
     }
     p->cache_salt = json_string_value(salt);
     if (param_bool(req, "ignore_eos", &p->ignore_eos, why, cap) < 0) return -1;
+    int spec = 1;
+    if (param_bool(req, "speculative", &spec, why, cap) < 0) return -1;
+    p->no_speculative = !spec;
     const json_t *pc = json_object_get(req, "prefix_cache"), *scope = json_object_get(pc, "scope");
     if (scope && param_scope_value(scope, &p->scope, why, cap)) return -1;
     return parse_stops(req, stop_key, p, why, cap);

@@ -41,6 +41,7 @@ int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
     }
     sched_job job = {.prompt = ids, .n_prompt = n, .sampling = p->sampling,
                      .max_tokens = p->max_tokens, .n_logprobs = p->n_logprobs, .ignore_eos = p->ignore_eos,
+                     .no_speculative = p->no_speculative,
                      .cache_salt = p->cache_salt, .tenant = p->tenant, .json_mode = p->json_mode, .schema = p->schema,
                      .call_schema = p->call_schema, .call_format = p->tools,
                      .json_prefix = p->prefix, .scope = p->scope, .bounds = p->bounds, .n_bounds = p->n_bounds,
@@ -89,9 +90,13 @@ static void cancel_and_settle(gen *g) {
     }
 }
 
+/* Tokens are taken one at a time while tool calls are parsed: a reply
+ * that ends at a call's end (a forced call) or at a malformed call then
+ * holds exactly the tokens up to there, however many the scheduler had
+ * produced (a speculative step yields several at once). */
 static int take_tokens(gen *g, int timeout_ms) {
     sched_token toks[64];
-    int n = sched_wait(g->req, g->n_seen, toks, 64, timeout_ms, &g->st);
+    int n = sched_wait(g->req, g->n_seen, toks, g->tc ? 1 : 64, timeout_ms, &g->st);
     g->n_seen += n;
     if (n > 0 && !g->t_first) g->t_first = clock_ms();
     for (int i = 0; i < n && !g->text.stopped; i++) {

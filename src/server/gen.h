@@ -21,6 +21,7 @@ typedef struct gen_params {
     const char *stops[TEXTOUT_MAX_STOPS];
     int n_stops;
     int ignore_eos; /* never sample an end-of-generation token (fixed-length benchmarks) */
+    int no_speculative; /* "speculative": false: decode one token per step (the output is the same) */
     const char *cache_salt;
     const char *tenant; /* the request's API key, or NULL */
     cache_scope scope; /* what the cache keeps of the prompt (policy.h); SCOPE_DEFAULT: the server's */

@@ -75,6 +75,9 @@ static void record_request(sched *s, const slot *sl, sched_finish f) {
         json_array_append_new(retain, json_pack("{s:i,s:f}", "end", r->marks[i].end, "ttl_s", r->marks[i].ttl_s));
     json_object_set_new(o, "retain", retain);
     model_facts(s, sl, o);
+    if (s->o.spec_draft > 0) /* speculative decoding: tokens drafted and, of them, accepted */
+        json_object_set_new(o, "spec", json_pack("{s:I,s:I}", "drafted", (json_int_t)sl->n_drafted,
+                                                 "accepted", (json_int_t)sl->n_accepted));
     if (r->held_out) json_object_set_new(o, "held_out", json_string(r->held_out));
     if (r->ignored) json_object_set_new(o, "ignored", json_string(r->ignored)); /* request text: escaped as JSON */
     json_t *miss = json_array();
@@ -102,6 +105,7 @@ static void slot_free(sched *s, slot *sl, sched_finish f, const char *why) {
     sl->cguard = NULL;
     sample_free(sl->smp);
     sl->smp = NULL;
+    sched__spec_slot_free(sl);
     pthread_mutex_lock(&s->mu);
     sched__finish_locked(sl->req, f, why);
     sched__req_unref_locked(sl->req);
@@ -238,7 +242,7 @@ static int any_active(const sched *s) {
 
 /* ---- one step ------------------------------------------------------------ */
 
-static void batch_add(sched *s, int *n, int si, int32_t tok, int pos, int want) {
+void sched__batch_add(sched *s, int *n, int si, int32_t tok, int pos, int want) {
     s->b_tok[*n] = tok;
     s->b_pos[*n] = pos;
     s->b_seq[*n] = &s->slots[si].seq;
@@ -247,17 +251,23 @@ static void batch_add(sched *s, int *n, int si, int32_t tok, int pos, int want) 
     (*n)++;
 }
 
-/* Decode tokens first (cheap, latency-bound), then prompt chunks. */
+/* Decode tokens first (cheap, latency-bound), each with its drafts,
+ * then prompt chunks. */
 static int build_batch(sched *s) {
     int n = 0, max = s->e->max_batch;
+    s->draft_rows = s->logit_rows - s->o.n_slots;
     for (int i = 0; i < s->o.n_slots; i++) {
         slot *sl = &s->slots[i];
+        sl->n_draft = 0;
         if (!sl->req) continue;
         if (atomic_load(&sl->req->cancel)) {
             slot_free(s, sl, FINISH_CANCELLED, "cancelled");
             continue;
         }
-        if (sl->attached && sl->n_fed == sl->req->n_prompt) batch_add(s, &n, i, sl->last, sl->seq.n_pos, 1);
+        if (sl->attached && sl->n_fed == sl->req->n_prompt) {
+            sched__batch_add(s, &n, i, sl->last, sl->seq.n_pos, 1);
+            sched__spec_add(s, i, &n, max - n - (s->o.n_slots - 1 - i)); /* room for the later slots' tokens */
+        }
     }
     for (int i = 0; i < s->o.n_slots && n < max; i++) {
         slot *sl = &s->slots[i];
@@ -268,7 +278,7 @@ static int build_batch(sched *s) {
         if (sl->snap_at > sl->n_fed && take > sl->snap_at - sl->n_fed) take = sl->snap_at - sl->n_fed; /* ends there */
         for (int k = 0; k < take; k++) {
             int idx = sl->n_fed + k;
-            batch_add(s, &n, i, sl->req->prompt[idx], idx, idx == sl->req->n_prompt - 1);
+            sched__batch_add(s, &n, i, sl->req->prompt[idx], idx, idx == sl->req->n_prompt - 1);
         }
         sl->n_fed += take;
     }
@@ -287,39 +297,57 @@ static void mask_eog(const tokenizer *tok, float *logits, int n_vocab) {
         if (tok_is_eog(tok, id)) logits[id] = -INFINITY;
 }
 
-/* Samples the next token of slot si from its logits row and records it. */
-static void after_logits(sched *s, int si, float *logits) {
-    slot *sl = &s->slots[si];
+int sched__choose(sched *s, slot *sl, float *logits, int pos, sched_token *t) {
     sched_req *r = sl->req;
     int n_vocab = s->e->m->hp.n_vocab;
     if (sl->guard && json_guard_mask(sl->guard, logits) == 0) {
-        slot_free(s, sl, FINISH_ERROR, r->schema ? "no token continues the JSON output under the schema"
-                                               : "no token continues the JSON output");
-        return;
+        sl->fail = r->schema ? "no token continues the JSON output under the schema" : "no token continues the JSON output";
+        return -1;
     }
     if (sl->cguard && call_guard_mask(sl->cguard, logits) == 0) {
-        slot_free(s, sl, FINISH_ERROR, "no token continues the tool call under the declared tools");
-        return;
+        sl->fail = "no token continues the tool call under the declared tools";
+        return -1;
     }
     if (sl->t_first == 0) sl->t_first = clock_ms();
     if (r->ignore_eos) mask_eog(s->tok, logits, n_vocab);
-    sched_token t = {.id = sample_next(sl->smp, logits, n_vocab)};
-    if (sl->guard) json_guard_accept(sl->guard, t.id);
-    if (sl->cguard) call_guard_accept(sl->cguard, t.id);
-    fill_logprobs(r, logits, n_vocab, &t);
-    int eog = tok_is_eog(s->tok, t.id);
-    pthread_mutex_lock(&s->mu);
-    r->n_prompt_done = r->n_prompt;
-    if (!eog) sched__push_token_locked(r, &t);
-    s->stats.tokens_generated += !eog;
-    int n_out = r->n_out;
-    pthread_mutex_unlock(&s->mu);
-    sample_accept(sl->smp, t.id);
-    sl->last = t.id;
-    push_slot_token(sl, t.id);
-    if (eog) slot_free(s, sl, FINISH_STOP, NULL);
-    else if (n_out >= r->max_tokens || sl->seq.n_pos + 1 >= s->o.ctx_per_slot)
-        slot_free(s, sl, FINISH_LENGTH, NULL);
+    *t = (sched_token){.id = sample_next(sl->smp, logits, n_vocab, pos)};
+    if (sl->guard) json_guard_accept(sl->guard, t->id);
+    if (sl->cguard) call_guard_accept(sl->cguard, t->id);
+    fill_logprobs(r, logits, n_vocab, t);
+    sample_accept(sl->smp, t->id);
+    sl->last = t->id;
+    push_slot_token(sl, t->id);
+    return 0;
+}
+
+/* Hands slot si's chosen tokens of this step to its request, in order,
+ * and finishes it where one-at-a-time decoding would have: at an
+ * end-of-generation token, at max_tokens or the context, or with the
+ * error of a row no token could continue (verification stops choosing at
+ * each of these, so only the last chosen token can end it). */
+static void emit(sched *s, slot *sl) {
+    sched_req *r = sl->req;
+    for (int j = 0; j < sl->n_chosen; j++) {
+        const sched_token *t = &sl->chosen[j];
+        int eog = tok_is_eog(s->tok, t->id);
+        pthread_mutex_lock(&s->mu);
+        r->n_prompt_done = r->n_prompt;
+        if (!eog) sched__push_token_locked(r, t);
+        s->stats.tokens_generated += !eog;
+        int n_out = r->n_out;
+        pthread_mutex_unlock(&s->mu);
+        /* the position after this token's: what n_pos is once it is fed */
+        int n_pos = sl->pos0 + 1 + j;
+        if (eog) {
+            slot_free(s, sl, FINISH_STOP, NULL);
+            return;
+        }
+        if (n_out >= r->max_tokens || n_pos + 1 >= s->o.ctx_per_slot) {
+            slot_free(s, sl, FINISH_LENGTH, NULL);
+            return;
+        }
+    }
+    if (sl->fail) slot_free(s, sl, FINISH_ERROR, sl->fail);
 }
 
 static void note_progress(sched *s, int n) {
@@ -384,6 +412,23 @@ static void snapshot_states(sched *s) {
     }
 }
 
+/* Each slot's first logits row of the batch, and the position of its
+ * first token (a slot's wanted rows are consecutive: its decode token
+ * and drafts, or its prompt's last token). */
+static void map_rows(sched *s, int n) {
+    for (int i = 0; i < s->o.n_slots; i++) s->slots[i].row0 = -1;
+    for (int k = 0, row = 0; k < n; k++) {
+        slot *sl = &s->slots[s->b_slot[k]];
+        if (!s->b_want[k]) continue;
+        if (sl->row0 < 0) sl->row0 = row, sl->pos0 = s->b_pos[k];
+        row++;
+    }
+}
+
+/* One forward pass, then: every slot's tokens chosen from its rows
+ * (drafts verified, sequences cut back to what was verified), snapshots
+ * and blocks published, and the tokens handed out (which may end
+ * requests: after publishing, so their last blocks are cached). */
 static void step(sched *s) {
     int n = build_batch(s);
     if (n == 0) return;
@@ -396,14 +441,14 @@ static void step(sched *s) {
         return;
     }
     note_progress(s, n);
+    map_rows(s, n);
+    for (int i = 0; i < s->o.n_slots; i++)
+        if (s->slots[i].req && s->slots[i].row0 >= 0) sched__spec_verify(s, &s->slots[i]);
+    sched__spec_rerun(s);
     snapshot_states(s);
     publish_blocks(s);
-    int row = 0, V = s->e->m->hp.n_vocab;
-    for (int k = 0; k < n; k++) {
-        if (!s->b_want[k]) continue;
-        if (s->slots[s->b_slot[k]].req) after_logits(s, s->b_slot[k], s->logits + (size_t)row * V);
-        row++;
-    }
+    for (int i = 0; i < s->o.n_slots; i++)
+        if (s->slots[i].req && s->slots[i].row0 >= 0) emit(s, &s->slots[i]);
 }
 
 static void *sched_main(void *arg) {
@@ -474,8 +519,13 @@ int sched_new(sched **out, engine *e, const tokenizer *tok, const sched_opts *o,
     s->b_seq = xmalloc((size_t)mb * sizeof(kv_seq *));
     s->b_want = xmalloc((size_t)mb);
     s->b_slot = xmalloc((size_t)mb * sizeof(int));
-    /* At most one wanted row per slot per step. */
-    s->logits = xmalloc((size_t)o->n_slots * e->m->hp.n_vocab * sizeof(float));
+    /* One wanted row per slot per step, and the drafts' rows. */
+    s->logit_rows = sched__spec_logit_rows(o);
+    s->logits = xmalloc((size_t)s->logit_rows * e->m->hp.n_vocab * sizeof(float));
+    for (int i = 0; i < o->n_slots; i++) {
+        s->slots[i].draft = xmalloc((size_t)(o->spec_draft + 1) * sizeof(int32_t));
+        s->slots[i].chosen = xmalloc((size_t)(o->spec_draft + 1) * sizeof(sched_token));
+    }
     s->stats.n_slots = o->n_slots;
     /* Recurrent layers (qwen35) keep a running state that cannot be cut
      * back to a cached prefix's end: the store keeps state snapshots
@@ -509,6 +559,7 @@ void sched_free(sched *s) {
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->wake);
+    for (int i = 0; i < s->o.n_slots; i++) free(s->slots[i].draft), free(s->slots[i].chosen), free(s->slots[i].rs_save);
     free(s->slots), free(s->b_tok), free(s->b_pos), free(s->b_seq), free(s->b_want), free(s->b_slot);
     free(s->logits);
     store_free(s->store);

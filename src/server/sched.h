@@ -50,6 +50,15 @@ typedef struct sched_opts {
     cache_scope default_scope; /* for jobs whose scope is SCOPE_DEFAULT */
     int snap_every_blocks;     /* recurrent models: a state snapshot every N blocks (0: none) */
     size_t snap_budget_bytes;  /* recurrent models: memory for snapshots */
+    /* Speculative decoding: most tokens drafted per step and sequence by
+     * prompt lookup (model/draft.h) and verified in the same forward
+     * pass; the output is the same bytes either way. 0: off. */
+    int spec_draft;
+    /* Where drafts come from: NULL is prompt lookup (draft_lookup, with
+     * draft_ctx unused); tests plug in drafters that are right or wrong
+     * where they choose. Returns how many of max_draft it wrote. */
+    int (*draft)(void *draft_ctx, const int32_t *toks, int n, int max_draft, int32_t *out);
+    void *draft_ctx;
 } sched_opts;
 
 typedef struct sched_job {
@@ -59,6 +68,7 @@ typedef struct sched_job {
     int max_tokens;
     int n_logprobs; /* > 0: keep that many top logprobs per generated token */
     int ignore_eos; /* end-of-generation tokens are never sampled: the reply runs to max_tokens */
+    int no_speculative; /* no speculative decoding for this request ("speculative": false) */
     const char *cache_salt; /* tenant isolation: different salts share no block */
     const char *tenant;     /* the API key's tenant, salted in as well (NULL: none) */
     int json_mode;          /* constrain sampling to one valid JSON object */
@@ -137,6 +147,8 @@ typedef struct sched_stats {
     long snap_stored, snap_restored, snap_evicted, snap_entries; /* recurrent-state snapshots */
     unsigned long long snap_bytes;                               /* their state bytes in memory */
     long window_reloaded_blocks, window_cut_tokens, window_refilled_blocks; /* sliding-window models */
+    long spec_drafted, spec_accepted, spec_steps; /* speculative decoding: tokens drafted, of them
+                                                     accepted; steps that verified a draft */
     int active, queued, n_slots;
 } sched_stats;
 void sched_get_stats(sched *s, sched_stats *out);

@@ -23,6 +23,7 @@ struct sched_req {
     int max_tokens, n_logprobs;
     int ignore_eos;
     int json_mode;
+    int no_spec;   /* the request opted out of speculative decoding */
     char *json_prefix;
     char *ignored; /* the trace's "ignored" (server/ignored.h), or NULL */
     json_schema *schema; /* a reference, or NULL */
@@ -63,6 +64,20 @@ typedef struct slot {
     int starting;            /* admitted, not set up yet (start_admitted) */
     int attached;            /* the cached prefix is in (not still being read) */
     int snap_at;             /* recurrent models: next prompt position to snapshot (-1: none) */
+    /* Speculative decoding (sched_spec.c): this step's drafted tokens,
+     * fed after `last` and verified by the sampler. */
+    int32_t *draft;
+    int n_draft;
+    float *rs_save;           /* recurrent models: the state before a drafted step */
+    int spec_skip, spec_miss; /* back-off: steps left without drafts; drafts rejected whole in a row */
+    int spec_len;             /* most tokens to draft next (grows while drafts are accepted whole) */
+    long n_drafted, n_accepted; /* this request's, for the trace */
+    /* This step's chosen tokens (one per verified row), handed to the
+     * request after the step's blocks are published (sched.c, emit). */
+    sched_token *chosen;
+    int n_chosen, row0;       /* row0: the slot's first logits row this step (-1: none) */
+    int pos0;                 /* position of the slot's first token in the step */
+    const char *fail;         /* no token could continue: the error to finish with */
 } slot;
 
 struct sched {
@@ -89,6 +104,8 @@ struct sched {
     int8_t *b_want;
     int *b_slot;
     float *logits;
+    int logit_rows;     /* rows of logits: one per slot plus the drafts' */
+    int draft_rows;     /* rows the drafts of the step being built may still take */
 };
 
 /* ---- calls between the two files (the caller holds s->mu) ---- */
@@ -96,5 +113,33 @@ struct sched {
 void sched__req_unref_locked(sched_req *r);
 void sched__finish_locked(sched_req *r, sched_finish f, const char *why);
 void sched__push_token_locked(sched_req *r, const sched_token *t);
+
+/* Token tok of slot si at position pos appended to the batch at *n (want:
+ * its logits are wanted). */
+void sched__batch_add(sched *s, int *n, int si, int32_t tok, int pos, int want);
+
+/* ---- speculative decoding (sched_spec.c; scheduler thread) ---- */
+
+/* Rows of logits the scheduler keeps: one per slot and the drafts'. */
+int sched__spec_logit_rows(const sched_opts *o);
+/* Drafts for decoding slot si (its `last` just added to the batch at
+ * *n) appended to the batch, at most room of them; returns how many. */
+int sched__spec_add(sched *s, int si, int *n, int room);
+/* Slot sl's tokens of this step from its rows (sl->row0 on; row j is
+ * the logits after the token at sl->pos0 + j): sampled one by one while
+ * each equals the draft there, so exactly the tokens one-at-a-time
+ * decoding would give. The sequence is then cut back to the verified
+ * tokens; recurrent slots to recompute are marked (sched__spec_rerun). */
+void sched__spec_verify(sched *s, slot *sl);
+/* Recurrent models: slots whose drafts were cut get their state from
+ * before the step back and recompute the verified tokens, all in one
+ * forward pass. Slots it fails for finish with an error. */
+void sched__spec_rerun(sched *s);
+void sched__spec_slot_free(slot *sl);
+
+/* One row's token for slot sl, to sit at position pos: the guards mask
+ * the logits, the sampler draws, and the guards, the penalty window and
+ * sl->toks take it (sched.c). 0, or -1 with sl->fail set. */
+int sched__choose(sched *s, slot *sl, float *logits, int pos, sched_token *t);
 
 #endif

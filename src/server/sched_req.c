@@ -76,6 +76,7 @@ int sched_submit(sched *s, const sched_job *job, sched_req **out, strata_err *er
     r->sampling = job->sampling;
     r->max_tokens = job->max_tokens;
     r->ignore_eos = job->ignore_eos;
+    r->no_spec = job->no_speculative;
     r->n_logprobs = job->n_logprobs > 20 ? 20 : job->n_logprobs;
     r->json_mode = job->json_mode || job->schema;
     r->schema = json_schema_ref(job->schema);

@@ -20,6 +20,10 @@
 #include "text/render.h"
 #include "text/tokenizer.h"
 
+/* Tokens drafted per step by default (--spec-draft): a batch of 9 rows
+ * costs about 2 decode steps of SmolLM2 or Gemma 3 on 2 CPU threads. */
+#define SERVER_SPEC_DRAFT 8
+
 typedef struct server_opts {
     const char *model_path, *host, *api_key, *alias, *template_file, *trace_path;
     const char *metrics_key; /* --metrics-key: the only key /metrics and /props answer (NULL: see server.c) */
@@ -48,6 +52,7 @@ typedef struct server_opts {
     int snap_blocks;   /* --cache-snapshot-blocks: recurrent state every N blocks (0: none) */
     int snap_mb;       /* --cache-snapshot-mb: memory for recurrent-state snapshots */
     int ui_records;    /* --ui-records: requests the /ui page and the trace keep in memory (0: none, no page) */
+    int spec_draft;    /* --spec-draft: tokens drafted per step by prompt lookup (0 = --no-speculative) */
     long max_body;
 } server_opts;
 

@@ -1,0 +1,215 @@
+"""Speculative decoding never changes the output (issue 27, part 1).
+
+Every architecture the project runs (the tiny llama, the tiny qwen35 with
+its recurrent layers, with and without state snapshots, SmolLM2, Gemma 3
+with its sliding window) serves the same request with speculation on
+(the default) and off (`"speculative": false`, and a server started with
+`--no-speculative`): the same bytes, the same token count and the same
+logprobs, greedy and seeded sampling (with penalties), JSON-schema
+output, tool calls held to their schema (the generic format and Hermes'
+native one through the call guard) including a call that repeats the
+previous call's arguments, short limits, and two requests decoded side
+by side. The prompts are copy-heavy, and /metrics must show drafts made
+and (on the real models) accepted, so the comparison is not vacuous.
+"""
+import json
+import os
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from conftest import GEN, REAL_MODEL, ROOT, TINY_MODEL, Server
+
+GEMMA3 = os.environ.get("STRATA_GEMMA3_MODEL", os.path.join(ROOT, "models", "gemma-3-270m-q4_k_m.gguf"))
+QWEN35 = os.path.join(GEN, "models", "qwen35-f32.gguf")
+MODELS = {
+    "llama-tiny": (TINY_MODEL, ()),
+    "qwen35-tiny": (QWEN35, ()),
+    "qwen35-tiny-nocache": (QWEN35, ("--no-prefix-cache",)),
+    "smollm2": (REAL_MODEL, ()),
+    "gemma3": (GEMMA3, ()),
+}
+REAL = {"smollm2", "gemma3"}
+
+FILE = """def area(w, h):
+    return w * h
+
+
+def perimeter(w, h):
+    return 2 * (w + h)
+
+
+def describe(w, h):
+    return f"{w}x{h}: area {area(w, h)}, perimeter {perimeter(w, h)}"
+"""
+COPY = [{"role": "user", "content": "Here is shapes.py:\n\n" + FILE +
+         "\nWrite shapes.py again in full, with the function area renamed to surface. Only the code."}]
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
+                   "required": ["city", "unit"]}}}
+CALL = {"id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius"}'}}
+AGAIN = [{"role": "user", "content": "What's the weather in Paris, in celsius?"},
+         {"role": "assistant", "content": None, "tool_calls": [CALL]},
+         {"role": "tool", "tool_call_id": "call_1", "content": "error: timeout, try again"},
+         {"role": "user", "content": "The call timed out. Call get_weather again with the same arguments."}]
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
+def srv(request):
+    path, extra = MODELS[request.param]
+    if not os.path.exists(path):
+        pytest.skip(f"{path} not present (make model / model-gemma3 / testdata)")
+    s = Server(path, "--parallel", "2", "--ctx", "2048", *extra)
+    s.name = request.param
+    yield s
+    assert s.stop() == 0, "server did not shut down cleanly on SIGTERM"
+
+
+def post(srv, path, body):
+    r = httpx.post(srv.url + path, json=body, timeout=600)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def both(srv, path, body):
+    """The reply with speculation on (the default) and off. Each under a
+    cache salt of its own: replies are remembered per salt (exact replay),
+    and a call the model made in one would change how the other's prompt
+    renders the conversation's earlier call."""
+    salt = uuid.uuid4().hex
+    return (post(srv, path, {**body, "cache_salt": "on-" + salt}),
+            post(srv, path, {**body, "speculative": False, "cache_salt": "off-" + salt}))
+
+
+def chat_out(r):
+    m = r["choices"][0]["message"]
+    calls = [{k: v for k, v in c.items() if k != "id"} for c in m.get("tool_calls") or []]  # ids are random
+    return (m.get("content"), json.dumps(calls, sort_keys=True), r["choices"][0]["finish_reason"],
+            r["usage"]["completion_tokens"], json.dumps(r["choices"][0].get("logprobs"), sort_keys=True))
+
+
+def spec_counts(srv):
+    m = srv.metrics()
+    return m["strata_spec_drafted_tokens_total"], m["strata_spec_accepted_tokens_total"]
+
+
+def test_greedy_copy_same_bytes(srv):
+    before = spec_counts(srv)
+    on, off = both(srv, "/v1/chat/completions", {"messages": COPY, "max_tokens": 120, "temperature": 0,
+                                                 "logprobs": True, "top_logprobs": 3})
+    assert chat_out(on) == chat_out(off)
+    drafted, accepted = (a - b for a, b in zip(spec_counts(srv), before))
+    assert drafted > 0, "no draft was made: the comparison says nothing"
+    if srv.name in REAL:
+        assert accepted > 0, "no draft was accepted on a copy task"
+
+
+@pytest.mark.parametrize("sampling", [
+    {"temperature": 1.0, "seed": 7},
+    {"temperature": 0.8, "top_p": 0.9, "top_k": 40, "seed": 123, "repetition_penalty": 1.1,
+     "presence_penalty": 0.3, "frequency_penalty": 0.2},
+], ids=["plain", "truncated-penalties"])
+def test_seeded_sampling_same_bytes(srv, sampling):
+    body = {"messages": COPY, "max_tokens": 100, **sampling}
+    on, off = both(srv, "/v1/chat/completions", body)
+    assert chat_out(on) == chat_out(off)
+    assert chat_out(post(srv, "/v1/chat/completions", body)) == chat_out(on)  # and again (the cache on)
+
+
+def test_completions_logprobs_and_short_limits(srv):
+    prompt = "one two three four five six seven eight nine ten. one two three four five six seven eight"
+    for n in (1, 2, 5, 40):
+        on, off = both(srv, "/v1/completions", {"prompt": prompt, "max_tokens": n, "temperature": 0, "logprobs": 2})
+        assert on["choices"][0] == off["choices"][0] and on["usage"]["completion_tokens"] == off["usage"]["completion_tokens"]
+    on, off = both(srv, "/v1/completions", {"prompt": prompt, "max_tokens": 60, "temperature": 0, "stop": ["seven"]})
+    assert on["choices"][0] == off["choices"][0]
+
+
+def test_json_schema_same_bytes(srv):
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "lines": {"type": "array", "items": {
+        "type": "string"}}}, "required": ["name", "lines"], "additionalProperties": False}
+    fmt = {"type": "json_schema", "json_schema": {"name": "file", "schema": schema, "strict": True}}
+    for sampling in ({"temperature": 0}, {"temperature": 0.9, "seed": 3}):
+        on, off = both(srv, "/v1/chat/completions", {"messages": COPY, "max_tokens": 120, "response_format": fmt,
+                                                     **sampling})
+        assert chat_out(on) == chat_out(off)
+
+
+def test_tool_call_repeating_arguments_same_bytes(srv):
+    for sampling in ({"temperature": 0}, {"temperature": 1.0, "seed": 11}):
+        for choice in ("required", "auto"):
+            body = {"messages": AGAIN, "tools": [WEATHER], "tool_choice": choice, "max_tokens": 80, **sampling}
+            on, off = both(srv, "/v1/chat/completions", body)
+            assert chat_out(on) == chat_out(off)
+
+
+def test_side_by_side_same_bytes(srv):
+    bodies = [{"messages": COPY, "max_tokens": 80, "temperature": 0},
+              {"messages": AGAIN, "tools": [WEATHER], "tool_choice": "required", "max_tokens": 60,
+               "temperature": 1.0, "seed": 5}]
+    salt = uuid.uuid4().hex
+    alone = [chat_out(post(srv, "/v1/chat/completions", {**b, "speculative": False, "cache_salt": "a" + salt}))
+             for b in bodies]
+    with ThreadPoolExecutor(2) as ex:  # decoded in the same batches, each drafting
+        together = list(ex.map(lambda b: chat_out(post(srv, "/v1/chat/completions", {**b, "cache_salt": "t" + salt})),
+                               bodies))
+    assert together == alone
+
+
+def test_anthropic_stream_same_bytes(srv):
+    body = {"model": "x", "max_tokens": 80, "messages": COPY, "temperature": 0, "stream": True}
+
+    def text(extra):
+        with httpx.stream("POST", srv.url + "/v1/messages", json={**body, **extra}, timeout=600) as r:
+            assert r.status_code == 200
+            out = []
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    ev = json.loads(line[6:])
+                    if ev.get("type") == "content_block_delta":
+                        out.append(ev["delta"].get("text", ""))
+            return "".join(out)
+
+    salt = uuid.uuid4().hex
+    assert text({"cache_salt": "on" + salt}) == text({"speculative": False, "cache_salt": "off" + salt})
+
+
+def test_bad_speculative_field(srv):
+    r = httpx.post(srv.url + "/v1/chat/completions", json={"messages": COPY, "speculative": "yes"}, timeout=60)
+    assert r.status_code == 400 and "speculative" in r.text
+
+
+def test_native_hermes_tool_calls_same_bytes():
+    """The call guard (native Hermes format) masks every verified row."""
+    if not os.path.exists(REAL_MODEL):
+        pytest.skip("default model not downloaded (make model)")
+    s = Server(REAL_MODEL, "--parallel", "2", "--ctx", "2048", "--chat-template-file",
+               f"{ROOT}/tests/data/tmpl/qwen2.5.jinja")
+    try:
+        before = spec_counts(s)
+        for sampling in ({"temperature": 0}, {"temperature": 1.0, "seed": 2}):
+            for choice in ("required", "auto"):
+                on, off = both(s, "/v1/chat/completions", {"messages": AGAIN, "tools": [WEATHER], "tool_choice": choice,
+                                                           "max_tokens": 80, **sampling})
+                assert chat_out(on) == chat_out(off)
+        assert spec_counts(s)[0] > before[0]
+    finally:
+        assert s.stop() == 0
+
+
+def test_no_speculative_flag():
+    """--no-speculative: nothing drafted, the same bytes as the default."""
+    on = Server(TINY_MODEL, "--parallel", "1", "--ctx", "1024")
+    off = Server(TINY_MODEL, "--parallel", "1", "--ctx", "1024", "--no-speculative")
+    try:
+        body = {"messages": COPY, "max_tokens": 60, "temperature": 0.7, "seed": 9}
+        assert chat_out(post(on, "/v1/chat/completions", body)) == chat_out(post(off, "/v1/chat/completions", body))
+        assert spec_counts(off) == (0, 0)
+        assert spec_counts(on)[0] > 0
+    finally:
+        assert on.stop() == 0 and off.stop() == 0

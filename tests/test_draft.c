@@ -1,0 +1,35 @@
+/* test_draft.c - prompt-lookup drafting: the longest suffix's most
+ * recent earlier occurrence, its continuation, periodic runs, no match. */
+#include "model/draft.h"
+#include "test.h"
+
+TEST(draft_continues_latest_longest_match) {
+    /* "1 2 3 4 9 ... 1 2 3 4 5 6 7 ... 2 3 4": the 3-gram 2 3 4 last
+     * occurred before 5 6 7, not before 9. */
+    const int32_t t[] = {1, 2, 3, 4, 9, 8, 1, 2, 3, 4, 5, 6, 7, 8, 2, 3, 4};
+    int32_t out[8];
+    int n = draft_lookup(t, 17, 3, out);
+    CHECK_EQ_INT(n, 3);
+    CHECK(out[0] == 5 && out[1] == 6 && out[2] == 7);
+    CHECK_EQ_INT(draft_lookup(t, 17, 0, out), 0);
+}
+
+TEST(draft_prefers_longer_suffix) {
+    /* The 2-gram "3 4" occurs last before 50, but the 4-gram 1 2 3 4
+     * occurred before 60: the longer context wins. */
+    const int32_t t[] = {1, 2, 3, 4, 60, 61, 7, 3, 4, 50, 8, 1, 2, 3, 4};
+    int32_t out[4];
+    CHECK_EQ_INT(draft_lookup(t, 15, 2, out), 2);
+    CHECK(out[0] == 60 && out[1] == 61);
+}
+
+TEST(draft_periodic_run_and_no_match) {
+    const int32_t run[] = {9, 5, 6, 5, 6};
+    int32_t out[5];
+    CHECK_EQ_INT(draft_lookup(run, 5, 5, out), 5); /* 5 6 last at 1: 5 6 5 6 5 ... */
+    CHECK(out[0] == 5 && out[1] == 6 && out[2] == 5 && out[3] == 6 && out[4] == 5);
+    const int32_t none[] = {1, 2, 3, 4, 5, 6, 1};
+    CHECK_EQ_INT(draft_lookup(none, 7, 4, out), 0); /* a lone token is not looked up */
+    CHECK_EQ_INT(draft_lookup(none, 1, 4, out), 0);
+    CHECK_EQ_INT(draft_lookup(none, 0, 4, out), 0);
+}
