@@ -286,7 +286,8 @@ static void window_pool(engine *e, int n_swa, int n_slots) {
     uint8_t swa[256] = {0};
     for (int il = 0; il < e->m->hp.n_layer; il++) swa[e->m->layers[il].kv_layer] = (uint8_t)e->m->layers[il].swa;
     kv_pool_opts o = {.n_layer = e->kv.n_layer, .kv_dim = e->kv.kv_dim, .block_tokens = e->kv.block_tokens,
-                      .n_blocks = e->kv.n_blocks, .swa_layer = swa, .n_swa = n_swa, .n_slots = n_slots};
+                      .n_blocks = e->kv.n_blocks, .swa_layer = swa, .n_swa = n_swa, .n_slots = n_slots,
+                      .type = e->kv.type, .head_dim = e->m->hp.head_dim}; /* the engine's own layout */
     kv_pool_destroy(&e->kv);
     CHECK_EQ_INT(kv_pool_init_opts(&e->kv, &o, NULL), 0);
     e->m->hp.n_swa = n_swa;
