@@ -320,7 +320,13 @@ def test_claude_code(clis, session):
     first = s.trace()[0]
     c = first["cached_tokens"]
     assert c["live"] == 0 and c["disk"] > 0, first
-    assert cached(first) / first["prompt_tokens"] >= WARM_REUSE, first
+    # The conversation before the restart comes back from disk: its last
+    # prompt whole (whole 64-token blocks at least), or 0.98 of this one.
+    # What the client appends on --continue (a long tool result of the run
+    # the test stopped) can make the share lower with nothing lost.
+    last = s.trace(-2)[-1]["prompt_tokens"]
+    print(f"claude after restart: {cached(first)} of {first['prompt_tokens']} from disk, last prompt before {last}")
+    assert cached(first) >= last // 64 * 64 or cached(first) / first["prompt_tokens"] >= WARM_REUSE, (first, last)
     assert_warm_reuse(s.trace(), "claude after restart")
 
 
