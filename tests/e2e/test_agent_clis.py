@@ -46,7 +46,8 @@ from conftest import GEN, REAL_MODEL, Server
 
 GEMMA3_MODEL = os.environ.get("STRATA_GEMMA3_MODEL", os.path.join(A.ROOT, "models", "gemma-3-270m-q4_k_m.gguf"))
 CTX = "32768"
-MAX_RUNS = 4          # CLI invocations per session at most
+MAX_RUNS = 6          # CLI invocations per session at most (a sampled tiny model
+                      # sometimes answers 4 runs in a row without a tool call)
 WANT_ROUNDS = 2       # tool rounds per session at least
 WARM_REUSE = 0.98  # the share of its prompt the first request after a restart reads back
 # Replies bounded so a session on 2 cores takes minutes, not hours: a model
@@ -66,11 +67,15 @@ PROJECT = {
 CLAUDE_PROMPTS = ["Use the Read tool to read notes.txt, then tell me the secret word.",
                   "Use the Read tool to read hello.py and tell me what it prints.",
                   "Use the Glob tool to list the files in this directory.",
-                  "Use the Read tool to read README.md."]
+                  "Use the Read tool to read README.md.",
+                  "Use the Bash tool to run `ls`.",
+                  "Use the Read tool to read notes.txt again."]
 CODEX_PROMPTS = ["Run the shell command `cat notes.txt` and tell me the secret word.",
                  "Run the shell command `cat hello.py` and tell me what it prints.",
                  "Run the shell command `ls` to list the files.",
-                 "Run the shell command `cat README.md`."]
+                 "Run the shell command `cat README.md`.",
+                 "Run the shell command `pwd`.",
+                 "Run the shell command `cat notes.txt` again."]
 
 
 @pytest.fixture(scope="module")
