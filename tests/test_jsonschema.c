@@ -241,36 +241,8 @@ static int person_valid(const json_t *o, char *why, size_t cap) {
     return 1;
 }
 
-/* Samples under the mask (test_sample_guarded); 1 if the run ended with
- * EOG, its output then checked. */
-static int sample_run(const tokenizer *t, const json_vocab *v, json_schema *s, uint64_t seed, int cap) {
-    char *text = malloc((size_t)cap * 512 + 1);
-    size_t used;
-    int eog = test_sample_guarded(t, v, s, seed, cap, 0.15f, text, &used);
-    if (eog) {
-        char why[128] = "";
-        json_t *o = json_loadb(text, used, 0, NULL);
-        CHECK_MSG(o && person_valid(o, why, sizeof why), "seed %llu: %s: %.*s", (unsigned long long)seed,
-                  o ? why : "not JSON", (int)used, text);
-        json_decref(o);
-    }
-    free(text);
-    return eog;
-}
-
 static void check_sampling(const char *model, int seeds) {
-    tokenizer *t = test_load_tokenizer(model);
-    if (!t) return;
-    char why[512];
-    json_schema *s = test_compile_schema(PERSON, why, sizeof why);
-    json_vocab *v = json_vocab_new(t);
-    int done = 0;
-    for (int i = 1; i <= seeds; i++) done += sample_run(t, v, s, (uint64_t)i, 400);
-    printf("    %d of %d runs closed their object\n", done, seeds);
-    CHECK_MSG(done >= seeds / 2, "only %d of %d runs closed", done, seeds);
-    json_vocab_free(v);
-    json_schema_free(s);
-    tok_free(t);
+    test_schema_sampling(model, PERSON, seeds, 400, person_valid);
 }
 
 TEST(jsonschema_tiny_mask_matches_feed) { check_prefixes(test_data("models/llama-q4_1.gguf")); }

@@ -189,3 +189,37 @@ json_schema *test_compile_schema(const char *text, char *why, size_t cap) {
     json_decref(j);
     return s;
 }
+
+/* One guarded run (test_sample_guarded); 1 if it ended with EOG, its
+ * output then checked by valid. */
+static int schema_run(const tokenizer *t, const json_vocab *v, json_schema *s, uint64_t seed, int cap,
+                      int (*valid)(const json_t *, char *, size_t)) {
+    char *text = malloc((size_t)cap * 512 + 1);
+    size_t used;
+    int eog = test_sample_guarded(t, v, s, seed, cap, 0.15f, text, &used);
+    if (eog) {
+        char why[128] = "";
+        json_t *o = json_loadb(text, used, 0, NULL);
+        CHECK_MSG(o && valid(o, why, sizeof why), "seed %llu: %s: %.*s", (unsigned long long)seed,
+                  o ? why : "not JSON", (int)used, text);
+        json_decref(o);
+    }
+    free(text);
+    return eog;
+}
+
+void test_schema_sampling(const char *model, const char *schema, int seeds, int cap,
+                          int (*valid)(const json_t *o, char *why, size_t cap)) {
+    tokenizer *t = test_load_tokenizer(model);
+    if (!t) return;
+    char why[512];
+    json_schema *s = test_compile_schema(schema, why, sizeof why);
+    json_vocab *v = json_vocab_new(t);
+    int done = 0;
+    for (int i = 1; s && i <= seeds; i++) done += schema_run(t, v, s, (uint64_t)i, cap, valid);
+    printf("    %d of %d runs closed their object\n", done, seeds);
+    CHECK_MSG(done >= seeds / 2, "only %d of %d runs closed", done, seeds);
+    json_vocab_free(v);
+    json_schema_free(s);
+    tok_free(t);
+}

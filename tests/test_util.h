@@ -2,6 +2,8 @@
 #ifndef STRATA_TEST_UTIL_H
 #define STRATA_TEST_UTIL_H
 
+#include <jansson.h>
+
 #include "text/jsonguard.h"
 #include "text/tokenizer.h"
 
@@ -55,5 +57,12 @@ double test_unit_random(uint64_t *state);
  * recorded failure (and returns 0). */
 int test_sample_guarded(const tokenizer *t, const json_vocab *v, json_schema *schema, uint64_t seed, int cap,
                         float push, char *text, size_t *used);
+
+/* Guarded sampling under the schema in JSON text, seeds 1..seeds, at most
+ * cap tokens each: every run that ends (EOG) must be JSON that valid()
+ * accepts (a recorded failure otherwise, with the seed, why and the text),
+ * and at least half the runs must end. Prints how many ended. */
+void test_schema_sampling(const char *model, const char *schema, int seeds, int cap,
+                          int (*valid)(const json_t *o, char *why, size_t cap));
 
 #endif
