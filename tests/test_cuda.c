@@ -40,6 +40,28 @@ static float frand(uint32_t *s) {
     return (float)((*s >> 8) / 8388608.0 - 1.0);
 }
 
+/* A generated model (tests/data/gen/models/NAME.gguf) on the GPU with
+ * ctx positions; NULL and a recorded failure when either step fails. */
+static fwdc *open_gpu_model(const char *name, int ctx, model **m) {
+    fwdc *c = NULL;
+    strata_err err = {0};
+    if (model_load(m, model_path(name), &err)) {
+        test_fail(__FILE__, __LINE__, "%s: %s", name, err.msg);
+        return NULL;
+    }
+    if (fwdc_new(&c, *m, ctx, 512, &err)) {
+        test_fail(__FILE__, __LINE__, "%s: %s", name, err.msg);
+        model_free(*m);
+        return NULL;
+    }
+    return c;
+}
+
+/* n token ids in [0, n_vocab - 1), seeded. */
+static void random_tokens(int32_t *tok, int n, int n_vocab, uint32_t seed) {
+    for (int t = 0; t < n; t++) tok[t] = (int32_t)((frand(&seed) + 1) * 0.5f * (n_vocab - 1));
+}
+
 static float *rand_vec(size_t n, uint32_t seed) {
     float *v = xmalloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) v[i] = frand(&seed);
@@ -480,12 +502,8 @@ TEST(gpu_forward_matches_cpu_and_float64) {
             continue;
         }
         model *m;
-        fwdc *c = NULL;
-        strata_err err = {0};
-        if (model_load(&m, model_path(MODELS[i]), &err) || fwdc_new(&c, m, 4096, 512, &err)) {
-            test_fail(__FILE__, __LINE__, "%s: %s", MODELS[i], err.msg);
-            continue;
-        }
+        fwdc *c = open_gpu_model(MODELS[i], 4096, &m);
+        if (!c) continue;
         int n = r.n_tok, V = r.n_vocab, same = 0;
         float *g = gpu_logits(c, r.tokens, n, V, one_chunk), *cpu = cpu_logits(model_path(MODELS[i]), r.tokens, n, V);
         double vs_ref = max_rel(g, r.logits, (size_t)n * V), vs_cpu = cpu ? max_rel(g, cpu, (size_t)n * V) : 1;
@@ -511,17 +529,12 @@ TEST(gpu_forward_batch_invariance) {
     const char *names[] = {"llama-q4_1", "llama-q8_0", "qwen3-q5_1"};
     for (int i = 0; i < 3; i++) {
         model *m;
-        fwdc *c = NULL;
-        strata_err err = {0};
-        if (model_load(&m, model_path(names[i]), &err) || fwdc_new(&c, m, 4096, 512, &err)) {
-            test_fail(__FILE__, __LINE__, "%s: %s", names[i], err.msg);
-            continue;
-        }
+        fwdc *c = open_gpu_model(names[i], 4096, &m);
+        if (!c) continue;
         enum { N = 300 }; /* two attention segments */
         int V = m->hp.n_vocab;
         int32_t tok[N];
-        uint32_t s = 99;
-        for (int t = 0; t < N; t++) tok[t] = (int32_t)((frand(&s) + 1) * 0.5f * (V - 1));
+        random_tokens(tok, N, V, 99);
         float *ref = gpu_logits(c, tok, N, V, one_chunk);
         const int *plans[] = {decode, uneven, decode};
         for (int p = 0; p < 3; p++) {
@@ -531,6 +544,7 @@ TEST(gpu_forward_batch_invariance) {
             free(x);
         }
         fwdc_use_graphs(c, 1);
+        strata_err err = {0};
         /* Going back: positions [40, N) again after [0, N) give the same bits. */
         float *tail = xmalloc((size_t)(N - 40) * V * 4), *last = xmalloc((size_t)V * 4);
         if (fwdc_run(c, tok + 40, N - 40, 40, 1, tail, &err)) test_fail(__FILE__, __LINE__, "%s", err.msg);
@@ -668,17 +682,12 @@ TEST(gpu_forward_fusion_keeps_the_bits) {
     const char *names[] = {"llama-q4_1", "llama-q4_k", "qwen2-q5_0", "qwen3-q5_1"};
     for (int i = 0; i < 4; i++) {
         model *m;
-        fwdc *c = NULL;
-        strata_err err = {0};
-        if (model_load(&m, model_path(names[i]), &err) || fwdc_new(&c, m, 1024, 512, &err)) {
-            test_fail(__FILE__, __LINE__, "%s: %s", names[i], err.msg);
-            continue;
-        }
+        fwdc *c = open_gpu_model(names[i], 1024, &m);
+        if (!c) continue;
         enum { N = 270 }; /* two attention segments */
         int V = m->hp.n_vocab;
         int32_t tok[N];
-        uint32_t s = 1234 + i;
-        for (int t = 0; t < N; t++) tok[t] = (int32_t)((frand(&s) + 1) * 0.5f * (V - 1));
+        random_tokens(tok, N, V, 1234 + i);
         fwdc_use_fusion(c, 0);
         float *ref = gpu_logits(c, tok, N, V, one_chunk), *ref_dec = gpu_logits(c, tok, N, V, decode);
         CHECK_MSG(memcmp(ref, ref_dec, (size_t)N * V * 4) == 0, "%s: separate kernels: decode differs", names[i]);
