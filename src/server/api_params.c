@@ -2,6 +2,8 @@
  * errors that name the field, and sampling parameters. */
 #include "server/api_params.h"
 
+#include "base/utf8.h"
+
 #include <math.h>
 #include <stdlib.h>
 
@@ -12,13 +14,6 @@
 #define META_MAX_KEYS 16
 #define META_MAX_KEY_CHARS 64
 #define META_MAX_VALUE_CHARS 512
-
-/* Characters (code points) of valid UTF-8, as the API counts them. */
-static size_t utf8_chars(const char *s, size_t n) {
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) k += ((unsigned char)s[i] & 0xc0) != 0x80;
-    return k;
-}
 
 int param_metadata(const json_t *obj, const char *key, char *why, size_t why_cap) {
     const json_t *m = json_object_get(obj, key), *v;
