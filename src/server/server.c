@@ -81,7 +81,7 @@ static void get_metrics(server *s, const http_req *req, http_reply *rep) {
                      "# TYPE strata_requests_queued gauge\nstrata_requests_queued %d\n"
                      "# HELP strata_cache_lookups_total Prefix cache lookups (live tier).\n"
                      "# TYPE strata_cache_lookups_total counter\nstrata_cache_lookups_total %ld\n"
-                     "# HELP strata_cache_hit_tokens_total Prompt tokens served from the cache.\n"
+                     "# HELP strata_cache_hit_tokens_total Prompt tokens served from the live tier (memory); the lower tiers have their own counters.\n"
                      "# TYPE strata_cache_hit_tokens_total counter\nstrata_cache_hit_tokens_total %ld\n"
                      "# HELP strata_cache_published_blocks_total KV blocks added to the cache.\n"
                      "# TYPE strata_cache_published_blocks_total counter\nstrata_cache_published_blocks_total %ld\n"
