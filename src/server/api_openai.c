@@ -582,7 +582,9 @@ void api_openai_apply_template(server *s, const http_req *req, http_reply *rep) 
     if (!(c.a.req = parse_body_openai(req, rep))) return;
     char why[512] = "";
     json_t *norm = NULL;
-    if (!parse_tools(&c, why, sizeof why)) norm = normal_messages(&c, why, sizeof why);
+    if (!params_template_vars(c.a.req, &c.a.template_vars, why, sizeof why) && !parse_tools(&c, why, sizeof why))
+        norm = normal_messages(&c, why, sizeof why);
+    c.a.pt.vars = c.a.template_vars;
     render_out p = {0};
     if (!norm || prompt_render(s, norm, &c.a.pt, &p, why, sizeof why)) {
         reply_openai_error(rep, 400, "invalid_request_error", NULL, "%s", why);
@@ -594,5 +596,6 @@ void api_openai_apply_template(server *s, const http_req *req, http_reply *rep) 
     }
     render_out_free(&p);
     json_decref(norm);
+    json_decref(c.a.template_vars);
     json_decref(c.a.req);
 }

@@ -155,3 +155,64 @@ int param_scope_value(const json_t *v, cache_scope *out, char *why, size_t cap) 
     if (bad) snprintf(why, cap, "cache scope must be off, full, auto, auto:N (1-16) or a token count");
     return bad;
 }
+
+/* An effort as the template's reasoning_effort (what gpt-oss knows), or
+ * NULL when it is none of the APIs' values. */
+static const char *effort_word(const char *e) {
+    static const char *const map[][2] = {{"none", "low"},    {"minimal", "low"}, {"low", "low"}, {"medium", "medium"},
+                                         {"high", "high"},   {"xhigh", "high"},  {"max", "high"}};
+    for (size_t i = 0; e && i < sizeof map / sizeof *map; i++)
+        if (!strcmp(e, map[i][0])) return map[i][1];
+    return NULL;
+}
+
+/* The effort at req[key] (or req[key][sub]); 0 when absent, -1 when bad. */
+static int effort_param(const json_t *req, const char *key, const char *sub, json_t *vars, char *why, size_t cap) {
+    const json_t *v = json_object_get(req, key);
+    if (sub) v = json_is_object(v) ? json_object_get(v, sub) : NULL;
+    if (!v || json_is_null(v)) return 0;
+    const char *word = effort_word(json_string_value(v));
+    if (!word) {
+        snprintf(why, cap, "'%s%s%s' must be one of none, minimal, low, medium, high, xhigh, max", key, sub ? "." : "",
+                 sub ? sub : "");
+        return -1;
+    }
+    json_object_set_new(vars, "reasoning_effort", json_string(word));
+    if (!strcmp(json_string_value(v), "none")) json_object_set_new(vars, "enable_thinking", json_false());
+    return 0;
+}
+
+/* Anthropic's "thinking": {"type": "enabled" | "adaptive" | "disabled"}. */
+static int thinking_param(const json_t *req, json_t *vars, char *why, size_t cap) {
+    const json_t *th = json_object_get(req, "thinking");
+    if (!th || json_is_null(th)) return 0;
+    const char *type = json_string_value(json_object_get(th, "type"));
+    if (!json_is_object(th) || !type ||
+        (strcmp(type, "enabled") && strcmp(type, "adaptive") && strcmp(type, "disabled"))) {
+        snprintf(why, cap, "'thinking.type' must be enabled, adaptive or disabled");
+        return -1;
+    }
+    json_object_set_new(vars, "enable_thinking", json_boolean(strcmp(type, "disabled") != 0));
+    return 0;
+}
+
+int params_template_vars(const json_t *req, json_t **out, char *why, size_t cap) {
+    json_t *vars = json_object();
+    const json_t *kw = json_object_get(req, "chat_template_kwargs");
+    *out = NULL;
+    if (kw && !json_is_null(kw) && !json_is_object(kw)) {
+        snprintf(why, cap, "'chat_template_kwargs' must be an object");
+        json_decref(vars);
+        return -1;
+    }
+    if (thinking_param(req, vars, why, cap) || effort_param(req, "reasoning_effort", NULL, vars, why, cap) ||
+        effort_param(req, "reasoning", "effort", vars, why, cap) ||
+        effort_param(req, "output_config", "effort", vars, why, cap)) {
+        json_decref(vars);
+        return -1;
+    }
+    if (json_is_object(kw)) json_object_update(vars, (json_t *)kw);
+    if (json_object_size(vars)) *out = vars;
+    else json_decref(vars);
+    return 0;
+}
