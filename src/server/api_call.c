@@ -291,7 +291,6 @@ static int start(api_call *c, const http_req *req, int32_t **ids, size_t *n, con
 static const struct {
     const char *field, *why;
 } UNSERVED[] = {
-    {"logit_bias", "token biases are not applied"},
     {"prediction", "the predicted output is not used"},
     {"web_search_options", "web search runs on OpenAI's servers"},
     {"audio", "replies are text only"},

@@ -109,6 +109,29 @@ static int parse_stops(const json_t *obj, const char *key, gen_params *p, char *
     return 0;
 }
 
+/* OpenAI's "logit_bias": {"TOKEN_ID": bias in [-100, 100], ...}. */
+static int parse_logit_bias(const json_t *req, sample_params *sp, char *why, size_t cap) {
+    const json_t *lb = json_object_get(req, "logit_bias"), *v;
+    const char *key;
+    if (!lb || json_is_null(lb)) return 0;
+    if (!json_is_object(lb) || json_object_size(lb) > SAMPLE_MAX_BIAS) {
+        snprintf(why, cap, "'logit_bias' must be an object of at most %d token ids", SAMPLE_MAX_BIAS);
+        return -1;
+    }
+    json_object_foreach((json_t *)lb, key, v) {
+        char *end;
+        long id = strtol(key, &end, 10);
+        double b = json_number_value(v);
+        if (!*key || *end || id < 0 || id > INT32_MAX || !json_is_number(v) || b < -100 || b > 100) {
+            snprintf(why, cap, "'logit_bias' maps token ids (integers as strings) to numbers from -100 to 100; "
+                               "'%.40s' does not", key);
+            return -1;
+        }
+        sp->bias[sp->n_bias++] = (sample_bias){(int32_t)id, (float)b};
+    }
+    return 0;
+}
+
 int params_sampling(const json_t *req, const char *stop_key, gen_params *p, char *why,
                     size_t cap) {
     sample_params *sp = &p->sampling;
@@ -133,6 +156,7 @@ int params_sampling(const json_t *req, const char *stop_key, gen_params *p, char
     if (r) sp->repeat_penalty = (float)d;
     if ((r = param_int(req, "seed", -(1L << 62), 1L << 62, &l, why, cap)) < 0) return -1;
     sp->seed = r ? (uint64_t)l : 0x5eed;
+    if (parse_logit_bias(req, sp, why, cap)) return -1;
     const json_t *salt = json_object_get(req, "cache_salt");
     if (salt && !json_is_null(salt) && !json_is_string(salt)) {
         snprintf(why, cap, "'cache_salt' must be a string");

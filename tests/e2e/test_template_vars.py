@@ -5,7 +5,8 @@ llama.cpp/vLLM's "chat_template_kwargs", as the template variables
 reasoning_effort (gpt-oss's "Reasoning: high") and enable_thinking (Qwen3's
 switch). A value the official API refuses is a 400; a chat_template_kwargs
 key the template never reads is served and named in x-strata-ignored.
-Top-level fields served without (logit_bias, background, ...) are named too.
+Top-level fields served without (web_search_options, background, ...) are
+named too; logit_bias is applied.
 """
 import os
 
@@ -103,11 +104,11 @@ def test_anthropic_thinking_type_is_checked(switches):
 
 def test_unread_kwargs_and_unserved_fields_are_named(switches, strict):
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
-            "chat_template_kwargs": {"no_such_switch": True}, "logit_bias": {"42": -100}}
+            "chat_template_kwargs": {"no_such_switch": True}, "web_search_options": {}}
     r = httpx.post(switches.url + "/v1/chat/completions", json=body, timeout=60)
     assert r.status_code == 200, r.text
     ignored = r.headers["x-strata-ignored"]
-    assert "chat_template_kwargs.no_such_switch" in ignored and "logit_bias" in ignored, ignored
+    assert "chat_template_kwargs.no_such_switch" in ignored and "web_search_options" in ignored, ignored
     # the tiny model's own template reads no reasoning setting, and an
     # agent client's effort is not noted for it (sent on every request)
     r = httpx.post(strict.url + "/v1/messages", json={
@@ -130,3 +131,29 @@ def test_qwen3_template_thinking_switch():
             assert prompt(s, body).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n"), body
     finally:
         assert s.stop() == 0
+
+
+def test_logit_bias_bans_and_forces_tokens(switches):
+    """OpenAI logit_bias: -100 bans a token (the greedy reply changes where
+    it had that token), +100 makes one token the whole reply."""
+    url = switches.url + "/v1/chat/completions"
+    base = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "temperature": 0, "ignore_eos": True,
+            "logprobs": True}
+
+    def ids(body):
+        r = httpx.post(url, json=body, timeout=60)
+        assert r.status_code == 200 and "x-strata-ignored" not in r.headers, r.text
+        return [t["token"] for t in r.json()["choices"][0]["logprobs"]["content"]]
+
+    plain = ids(base)
+    # the first token that is plain text (a byte token has no text to look up)
+    i = next(k for k, t in enumerate(plain) if t.isascii() and t.strip() and t.isprintable())
+    tok = httpx.post(switches.url + "/tokenize", json={"content": plain[i], "add_special": False}, timeout=60).json()
+    assert len(tok["tokens"]) == 1, tok
+    banned = ids({**base, "logit_bias": {str(tok["tokens"][0]): -100}})
+    assert banned[:i] == plain[:i] and banned[i] != plain[i], (plain, banned)
+    forced = ids({**base, "logit_bias": {str(tok["tokens"][0]): 100}})
+    assert forced == [plain[i]] * 6, forced
+    for bad in ({"x": 1}, {"5": 101}, {"-1": 0}, ["5"]):
+        r = httpx.post(url, json={**base, "logit_bias": bad}, timeout=60)
+        assert r.status_code == 400 and "logit_bias" in r.text, (bad, r.text)
