@@ -52,6 +52,7 @@ static void call_free(api_call *c) {
     free(c->msg_ends);
     json_decref(c->ui_prompt);
     json_decref(c->template_vars);
+    free(c->prediction);
     json_schema_free(c->gp.schema);
     json_schema_free(c->gp.call_schema);
     if (c->d->free) c->d->free(c);
@@ -291,7 +292,6 @@ static int start(api_call *c, const http_req *req, int32_t **ids, size_t *n, con
 static const struct {
     const char *field, *why;
 } UNSERVED[] = {
-    {"prediction", "the predicted output is not used"},
     {"web_search_options", "web search runs on OpenAI's servers"},
     {"audio", "replies are text only"},
     {"mcp_servers", "MCP servers are called from Anthropic's servers; their tools are not offered to the model"},

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "base/mem.h"
+#include "base/strbuf.h"
 #include "server/api_params.h"
 #include "server/gen.h"
 #include "server/prompt.h"
@@ -271,6 +272,43 @@ static int parse_response_format(oai_call *c, char *why, size_t cap) {
     return -1;
 }
 
+/* "prediction": {"type": "content", "content": text or text parts}: the
+ * reply's likely bytes (a file an edit re-emits), tokenized as the
+ * speculative drafter's first source. It never changes the reply, only
+ * how many tokens a forward pass verifies. */
+static int parse_prediction(oai_call *c, char *why, size_t cap) {
+    const json_t *p = json_object_get(c->a.req, "prediction"), *content = json_object_get(p, "content"), *part;
+    if (!p || json_is_null(p)) return 0;
+    const char *type = json_string_value(json_object_get(p, "type"));
+    if (!json_is_object(p) || !type || strcmp(type, "content") || !(json_is_string(content) || json_is_array(content))) {
+        snprintf(why, cap, "'prediction' must be {\"type\": \"content\", \"content\": a string or text parts}");
+        return -1;
+    }
+    strbuf text = {0};
+    size_t i;
+    if (json_is_string(content)) strbuf_add(&text, json_string_value(content), json_string_length(content));
+    json_array_foreach(content, i, part) {
+        const json_t *t = json_object_get(part, "text");
+        if (!json_is_string(t)) {
+            strbuf_free(&text);
+            snprintf(why, cap, "'prediction.content[%zu]' must be a text part", i);
+            return -1;
+        }
+        strbuf_add(&text, json_string_value(t), json_string_length(t));
+    }
+    strata_err err = {0};
+    size_t n = 0;
+    int rc = text.len ? tok_encode(c->a.srv->tok, text.s, text.len, 0, &c->a.prediction, &n, &err) : 0;
+    strbuf_free(&text);
+    if (rc) {
+        snprintf(why, cap, "'prediction': %s", err.msg);
+        return -1;
+    }
+    c->a.gp.prediction = c->a.prediction;
+    c->a.gp.n_prediction = (int)n;
+    return 0;
+}
+
 static int parse_options(oai_call *c, char *why, size_t cap) {
     long n = 1, max_tokens = 0, top_logprobs = 0;
     int r;
@@ -290,7 +328,7 @@ static int parse_options(oai_call *c, char *why, size_t cap) {
     c->a.gp.n_logprobs = c->logprobs ? (int)top_logprobs : 0;
     const json_t *so = json_object_get(c->a.req, "stream_options");
     if (so && json_is_object(so) && param_bool(so, "include_usage", &c->include_usage, why, cap) < 0) return -1;
-    if (parse_tools(c, why, cap) || parse_response_format(c, why, cap)) return -1;
+    if (parse_tools(c, why, cap) || parse_response_format(c, why, cap) || parse_prediction(c, why, cap)) return -1;
     return params_sampling(c->a.req, "stop", &c->a.gp, why, cap);
 }
 

@@ -69,6 +69,8 @@ typedef struct sched_job {
     int n_logprobs; /* > 0: keep that many top logprobs per generated token */
     int ignore_eos; /* end-of-generation tokens are never sampled: the reply runs to max_tokens */
     int no_speculative; /* no speculative decoding for this request ("speculative": false) */
+    const int32_t *prediction; /* the predicted output's tokens (OpenAI "prediction"; copied), drafted from first */
+    int n_prediction;
     const char *cache_salt; /* tenant isolation: different salts share no block */
     const char *tenant;     /* the API key's tenant, salted in as well (NULL: none) */
     int json_mode;          /* constrain sampling to one valid JSON object */

@@ -19,6 +19,8 @@ struct sched_req {
     sched *owner;
     int32_t *prompt;
     int n_prompt;
+    int32_t *prediction; /* owned copy of sched_job's, or NULL */
+    int n_prediction;
     sample_params sampling;
     int max_tokens, n_logprobs;
     int ignore_eos;
