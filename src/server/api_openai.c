@@ -329,7 +329,7 @@ static int parse_options(oai_call *c, char *why, size_t cap) {
     const json_t *so = json_object_get(c->a.req, "stream_options");
     if (so && json_is_object(so) && param_bool(so, "include_usage", &c->include_usage, why, cap) < 0) return -1;
     if (parse_tools(c, why, cap) || parse_response_format(c, why, cap) || parse_prediction(c, why, cap)) return -1;
-    return params_sampling(c->a.req, "stop", &c->a.gp, why, cap);
+    return params_sampling(c->a.req, "stop", &c->a.srv->sampling, &c->a.gp, why, cap);
 }
 
 /* ---- responses ------------------------------------------------------------ */

@@ -132,11 +132,10 @@ static int parse_logit_bias(const json_t *req, sample_params *sp, char *why, siz
     return 0;
 }
 
-int params_sampling(const json_t *req, const char *stop_key, gen_params *p, char *why,
-                    size_t cap) {
+int params_sampling(const json_t *req, const char *stop_key, const sample_params *defaults, gen_params *p,
+                    char *why, size_t cap) {
     sample_params *sp = &p->sampling;
-    *sp = sample_params_default();
-    sp->penalty_last_n = 64;
+    *sp = *defaults;
     double d;
     long l;
     int r;
@@ -155,7 +154,7 @@ int params_sampling(const json_t *req, const char *stop_key, gen_params *p, char
     if ((r = param_number(req, "repetition_penalty", 0.01, 10, &d, why, cap)) < 0) return -1;
     if (r) sp->repeat_penalty = (float)d;
     if ((r = param_int(req, "seed", -(1L << 62), 1L << 62, &l, why, cap)) < 0) return -1;
-    sp->seed = r ? (uint64_t)l : 0x5eed;
+    if (r) sp->seed = (uint64_t)l;
     if (parse_logit_bias(req, sp, why, cap)) return -1;
     const json_t *salt = json_object_get(req, "cache_salt");
     if (salt && !json_is_null(salt) && !json_is_string(salt)) {

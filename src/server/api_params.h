@@ -38,6 +38,7 @@ int param_scope_value(const json_t *v, cache_scope *out, char *why, size_t cap);
 /* Sampling fields shared by the APIs (temperature, top_p, top_k, min_p,
  * penalties, seed) and the stop strings under stop_key. Stop strings point
  * into req: keep req alive while p is used. Returns 0 or -1. */
-int params_sampling(const json_t *req, const char *stop_key, gen_params *p, char *why, size_t cap);
+int params_sampling(const json_t *req, const char *stop_key, const sample_params *defaults, gen_params *p, char *why,
+                    size_t cap);
 
 #endif

@@ -152,6 +152,13 @@ static void get_metrics(server *s, const http_req *req, http_reply *rep) {
     http_reply_text(rep, 200, "text/plain; version=0.0.4", body, (size_t)n);
 }
 
+/* A float32 setting as the decimal it was written as (0.1, not 0.10000000149). */
+static double shortest(float f) {
+    char b[32];
+    snprintf(b, sizeof b, "%g", f);
+    return strtod(b, NULL);
+}
+
 static void get_props(server *s, const http_req *req, http_reply *rep) {
     const model_hparams *hp = &s->e->m->hp;
     json_t *cache = json_pack("{s:b,s:i,s:i,s:i,s:s?,s:i,s:s,s:I}", "prefix_cache", !s->o.no_cache, "block_tokens",
@@ -159,12 +166,16 @@ static void get_props(server *s, const http_req *req, http_reply *rep) {
                               s->o.no_cache ? 0 : s->o.cache_mem_mb + s->o.cache_ram_mb, "cache_dir", s->disk ? s->cache_dir : NULL,
                               "cache_disk_mb", s->disk ? s->o.cache_disk_mb : 0, "kv_type", kvq_name(s->e->kv.type),
                               "kv_bytes_per_token", (json_int_t)(s->e->kv.block_bytes / s->e->kv.block_tokens));
+    const sample_params *sp = &s->sampling;
+    json_t *sampling = json_pack("{s:f,s:i,s:f,s:f,s:f}", "temperature", shortest(sp->temperature), "top_k", sp->top_k,
+                                 "top_p", shortest(sp->top_p), "min_p", shortest(sp->min_p), "repetition_penalty",
+                                 shortest(sp->repeat_penalty));
     reply_json(rep, 200,
-               json_pack("{s:s,s:s,s:s,s:i,s:i,s:i,s:s,s:s?,s:o}", "model", s->model_id, "model_path",
+               json_pack("{s:s,s:s,s:s,s:i,s:i,s:i,s:s,s:s?,s:o,s:o}", "model", s->model_id, "model_path",
                          s->o.model_path, "architecture", hp->arch_name, "n_ctx", s->o.ctx,
                          "parallel", s->o.parallel, "n_vocab", hp->n_vocab, "chat_template_source",
                          render_source_name(s->render), "chat_template", render_template_src(s->render), "cache",
-                         cache));
+                         cache, "default_sampling", sampling));
 }
 
 static void post_tokenize(server *s, const http_req *req, http_reply *rep) {
@@ -571,6 +582,9 @@ static int load_model(server *s, strata_err *err) {
                  : s->o.ctx > train ? "; agent prompts need more: past it the model extrapolates and may do worse"
                                     : "", rs);
     }
+    char how[512];
+    s->sampling = sampling_defaults(s->e->m->gguf, &s->o.sampling, how, sizeof how);
+    log_info("sampling defaults for fields a request leaves out: %s", how);
     render_opts ro = {.template_file = s->o.template_file};
     if ((rc = render_new(&s->render, s->e->m->gguf, s->tok, &ro, err))) return rc;
     if (s->o.trace_path && !(s->trace = fopen(s->o.trace_path, "a")))

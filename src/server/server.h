@@ -18,6 +18,7 @@
 #include "server/resp_store.h"
 #include "server/sched.h"
 #include "text/render.h"
+#include "server/sampling.h"
 #include "text/tokenizer.h"
 
 /* Tokens drafted per step by default (--spec-draft): a batch of 9 rows
@@ -53,11 +54,13 @@ typedef struct server_opts {
     int snap_mb;       /* --cache-snapshot-mb: memory for recurrent-state snapshots */
     int ui_records;    /* --ui-records: requests the /ui page and the trace keep in memory (0: none, no page) */
     int spec_draft;    /* --spec-draft: tokens drafted per step by prompt lookup (0 = --no-speculative) */
+    sampling_flags sampling; /* --temp, --top-k, ...: request defaults over the model file's (sampling.h) */
     long max_body;
 } server_opts;
 
 typedef struct server {
     server_opts o;
+    sample_params sampling; /* what a request gets for the sampling fields it leaves out */
     engine *e;
     tokenizer *tok;
     sched *sch;
