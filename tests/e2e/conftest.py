@@ -107,3 +107,11 @@ def real():
     s = Server(REAL_MODEL, "--parallel", "4", "--ctx", "2048")
     yield s
     assert s.stop() == 0, "server did not shut down cleanly on SIGTERM"
+
+
+@pytest.fixture(scope="module")
+def strict():
+    """The tiny model under --strict-requests (a part it cannot honour is a 400)."""
+    s = Server(TINY_MODEL, "--parallel", "1", "--ctx", "2048", "--strict-requests")
+    yield s
+    assert s.stop() == 0

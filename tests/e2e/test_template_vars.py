@@ -26,13 +26,6 @@ def switches():
     assert s.stop() == 0
 
 
-@pytest.fixture(scope="module")
-def strict():
-    s = Server(TINY_MODEL, "--parallel", "1", "--ctx", "2048", "--strict-requests")
-    yield s
-    assert s.stop() == 0
-
-
 def prompt(server, body):
     r = httpx.post(server.url + "/apply-template", json={"messages": [{"role": "user", "content": "hi"}], **body},
                    timeout=60)
