@@ -337,9 +337,14 @@ static int parse_options(oai_call *c, char *why, size_t cap) {
 static json_t *usage_json(const oai_call *c) {
     int done = c->a.g.n_tokens;
     const sched_status *st = &c->a.g.st; /* strata_cache: the per-tier split (an extension) */
-    return json_pack("{s:i,s:i,s:i,s:{s:i},s:o}", "prompt_tokens", c->a.n_prompt, "completion_tokens", done,
-                     "total_tokens", c->a.n_prompt + done, "prompt_tokens_details", "cached_tokens", st->n_cached,
-                     "strata_cache", api_call_cache_json(&c->a));
+    json_t *u = json_pack("{s:i,s:i,s:i,s:{s:i},s:o}", "prompt_tokens", c->a.n_prompt, "completion_tokens", done,
+                          "total_tokens", c->a.n_prompt + done, "prompt_tokens_details", "cached_tokens", st->n_cached,
+                          "strata_cache", api_call_cache_json(&c->a));
+    if (c->a.gp.n_prediction > 0) /* drafted from the prediction: kept by verification, or refused */
+        json_object_set_new(u, "completion_tokens_details",
+                            json_pack("{s:i,s:i}", "accepted_prediction_tokens", st->pred_accepted,
+                                      "rejected_prediction_tokens", st->pred_drafted - st->pred_accepted));
+    return u;
 }
 
 /* A token's text into piece (256 bytes); its length, clamped to the buffer. */

@@ -98,6 +98,7 @@ typedef struct sched_status {
     int n_cache_new;   /* prompt tokens this request newly writes into the cache */
     int n_cache_new_1h;/* of which under a mark kept an hour or more */
     int n_generated;
+    int pred_drafted, pred_accepted; /* tokens drafted from the request's prediction; of them accepted */
     sched_finish finish;
     char error[256];
 } sched_status;

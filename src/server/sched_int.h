@@ -21,6 +21,7 @@ struct sched_req {
     int n_prompt;
     int32_t *prediction; /* owned copy of sched_job's, or NULL */
     int n_prediction;
+    int pred_drafted, pred_accepted; /* tokens drafted from it, and of them accepted (sched_status) */
     sample_params sampling;
     int max_tokens, n_logprobs;
     int ignore_eos;
@@ -70,6 +71,7 @@ typedef struct slot {
      * fed after `last` and verified by the sampler. */
     int32_t *draft;
     int n_draft;
+    int draft_predicted;      /* this step's draft came from the request's prediction */
     float *rs_save;           /* recurrent models: the state before a drafted step */
     int spec_skip, spec_miss; /* back-off: steps left without drafts; drafts rejected whole in a row */
     int spec_len;             /* most tokens to draft next (grows while drafts are accepted whole) */

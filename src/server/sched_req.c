@@ -138,6 +138,8 @@ static void status_locked(const sched_req *r, sched_status *st) {
     st->n_cache_new = r->n_cache_new;
     st->n_cache_new_1h = r->n_cache_new_1h;
     st->n_generated = r->n_out;
+    st->pred_drafted = r->pred_drafted;
+    st->pred_accepted = r->pred_accepted;
     snprintf(st->error, sizeof st->error, "%s", r->error);
 }
 

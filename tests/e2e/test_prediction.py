@@ -62,6 +62,10 @@ def test_a_right_prediction_is_accepted_in_long_drafts(srv):
     # every token the prediction holds, bar the first (sampled from the
     # prompt's row) and where the reply's text splits into other tokens
     assert predicted >= n // 2, (predicted, own, n)
+    details = got["usage"]["completion_tokens_details"]  # OpenAI's fields: drafted from the prediction
+    assert n // 2 <= details["accepted_prediction_tokens"] <= predicted, (details, predicted)
+    assert details["rejected_prediction_tokens"] >= 0
+    assert "completion_tokens_details" not in plain["usage"]  # no prediction, nothing to say
     if srv.name == "llama-tiny":  # random weights write noise: its own context predicts little
         assert predicted > own, (predicted, own, n)
 
