@@ -39,7 +39,7 @@ def accepted(srv):
 @pytest.mark.parametrize("sampling", [{"temperature": 0}, {"temperature": 0.9, "seed": 11, "top_p": 0.95}],
                          ids=["greedy", "sampled"])
 def test_prediction_never_changes_the_reply(srv, sampling):
-    body = {"messages": COPY, "max_tokens": 100, "logprobs": True, **sampling}
+    body = {"messages": COPY, "max_tokens": 64, "logprobs": True, **sampling}
     plain = chat(srv, {**body, "speculative": False})
     text = plain["choices"][0]["message"]["content"]
     for prediction in (text, FILE, "nothing like the reply at all", [{"type": "text", "text": text[:40]},
@@ -49,7 +49,7 @@ def test_prediction_never_changes_the_reply(srv, sampling):
 
 
 def test_a_right_prediction_is_accepted_in_long_drafts(srv):
-    body = {"messages": COPY, "max_tokens": 100, "temperature": 0, "ignore_eos": True}
+    body = {"messages": COPY, "max_tokens": 64, "temperature": 0, "ignore_eos": True}
     plain = chat(srv, {**body, "speculative": False})
     n = plain["usage"]["completion_tokens"]
     before = accepted(srv)
