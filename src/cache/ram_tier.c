@@ -268,6 +268,12 @@ cache_tier ram_tier_iface(ram_tier *r) {
                         .retained_s = retained_s};
 }
 
+void ram_tier_set_below(ram_tier *r, const cache_tier *below) {
+    pthread_mutex_lock(&r->mu);
+    r->o.below = below;
+    pthread_mutex_unlock(&r->mu);
+}
+
 void ram_tier_get_stats(ram_tier *r, ram_tier_stats *out) {
     pthread_mutex_lock(&r->mu);
     *out = r->st;

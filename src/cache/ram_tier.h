@@ -48,6 +48,9 @@ typedef struct ram_tier_stats {
 int ram_tier_open(ram_tier **out, const ram_tier_opts *o, strata_err *err);
 void ram_tier_close(ram_tier *r); /* NULL is fine */
 cache_tier ram_tier_iface(ram_tier *r);
+/* Where evicted blocks go from now on (NULL: nowhere; they are lost);
+ * below stays alive as long as r is used. */
+void ram_tier_set_below(ram_tier *r, const cache_tier *below);
 void ram_tier_get_stats(ram_tier *r, ram_tier_stats *out);
 
 #endif

@@ -16,6 +16,7 @@
 
 #include "base/err.h"
 #include "cache/disk.h"
+#include "cache/ram_tier.h"
 #include "cache/redis_tier.h"
 #include "cache/policy.h"
 #include "model/engine.h"
@@ -47,6 +48,7 @@ typedef struct sched_opts {
     recent_ring *recent;   /* records of recent requests (the trace line's source), or NULL */
     disk_store *disk;      /* disk tier below the live one, or NULL */
     redis_tier *redis;     /* shared tier below the disk one, or NULL */
+    ram_tier *ram;         /* a GPU pool's RAM tier, first below the live one, or NULL */
     cache_scope default_scope; /* for jobs whose scope is SCOPE_DEFAULT */
     int snap_every_blocks;     /* recurrent models: a state snapshot every N blocks (0: none) */
     size_t snap_budget_bytes;  /* recurrent models: memory for snapshots */
@@ -140,6 +142,7 @@ void sched_release(sched_req *r);
 /* Counters for /metrics and /health. */
 typedef struct sched_stats {
     long requests, tokens_prompt, tokens_generated, steps;
+    long cache_ram_hit_tokens; /* from the RAM tier under a GPU pool */
     long cache_lookups, cache_hit_tokens, cache_disk_hit_tokens, cache_published_blocks, cache_evicted_blocks;
     long cache_redis_hit_tokens;
     long cache_tail_hit_tokens, cache_evicted_retained;

@@ -94,7 +94,8 @@ struct sched {
     cache_store *store; /* NULL when the prefix cache is off */
     cache_tier disk;    /* the disk tier's interface, when there is one */
     cache_tier redis;   /* the shared tier's, when there is one */
-    int tier_disk, tier_redis; /* their places in the store's walk (-1: none) */
+    cache_tier ram;     /* a GPU pool's RAM tier's, when there is one */
+    int tier_disk, tier_redis, tier_ram; /* their places in the store's walk (-1: none) */
     const char *store_tier_names[STORE_MAX_TIERS]; /* for the trace */
     json_vocab *jvocab; /* built on first JSON-mode request */
     sched_stats stats;
