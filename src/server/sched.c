@@ -36,14 +36,17 @@ static json_t *cache_facts(sched *s, const slot *sl) {
     int B = s->e->kv.block_tokens, tail = r->n_cached - q->n_attached_blocks * B;
     if (tail < 0) tail = 0; /* a recurrent model resumed before the attached blocks' end */
     double now = clock_ms(), first = sl->t_first > 0 ? sl->t_first : now;
-    return json_pack("{s:f,s:i,s:{s:i,s:i,s:i},s:i,s:i,s:{s:i,s:i,s:i},s:f,s:f,s:f,s:f,s:f}", "ts", now / 1000.0,
+    json_t *o = json_pack("{s:f,s:i,s:{s:i,s:i,s:i},s:i,s:i,s:{s:i,s:i,s:i},s:f,s:f,s:f,s:f,s:f}", "ts", now / 1000.0,
                      "prompt_tokens", r->n_prompt, "cached_tokens", "live",
-                     r->n_cached - r->n_cached_disk - r->n_cached_redis, "disk", r->n_cached_disk, "redis",
+                     r->n_cached - r->n_cached_disk - r->n_cached_redis - r->n_cached_ram, "disk", r->n_cached_disk, "redis",
                      r->n_cached_redis, "prefilled_tokens", r->n_prompt - r->n_cached, "generated_tokens", r->n_out,
                      "blocks", "attached", q->n_attached_blocks, "tail_tokens", tail, "published",
                      q->n_blocks - q->n_attached_blocks, "load_ms", q->load_ms, "prefill_ms",
                      first - sl->t_admit - q->load_ms, "decode_ms", now - first, "queue_ms", sl->t_admit - r->t_submit,
                      "ttft_ms", sl->t_first > 0 ? sl->t_first - r->t_submit : 0.0);
+    if (r->n_cached_ram > 0) /* a GPU's RAM tier */
+        json_object_set_new(json_object_get(o, "cached_tokens"), "ram", json_integer(r->n_cached_ram));
+    return o;
 }
 
 /* Recurrent models: where the request resumed, from which tier, where it
@@ -136,6 +139,7 @@ static void prefix_attached(sched *s, slot *sl, int n_attached) {
     r->n_cached = r->n_prompt_done = n_attached;
     r->n_cached_disk = s->tier_disk >= 0 ? sl->q.n_cached_tier[s->tier_disk] : 0;
     r->n_cached_redis = s->tier_redis >= 0 ? sl->q.n_cached_tier[s->tier_redis] : 0;
+    r->n_cached_ram = s->tier_ram >= 0 ? sl->q.n_cached_tier[s->tier_ram] : 0;
     r->n_cache_new = fresh, r->n_cache_new_1h = fresh_1h;
     r->attached = 1;
     pthread_cond_broadcast(&r->changed);

@@ -94,6 +94,7 @@ typedef struct sched_status {
     int n_cached;      /* prompt tokens whose KV came from the cache */
     int n_cached_disk; /* of which loaded from the disk tier */
     int n_cached_redis;/* of which loaded from the shared tier on Redis */
+    int n_cached_ram;  /* of which loaded from the RAM tier under a GPU pool */
     int attached;      /* the cached prefix is known (n_cached and the next two are final) */
     int n_cache_new;   /* prompt tokens this request newly writes into the cache */
     int n_cache_new_1h;/* of which under a mark kept an hour or more */

@@ -38,7 +38,7 @@ struct sched_req {
     /* output, guarded by owner->mu */
     sched_token *out;
     int n_out, cap_out;
-    int n_prompt_done, n_cached, n_cached_disk, n_cached_redis;
+    int n_prompt_done, n_cached, n_cached_disk, n_cached_redis, n_cached_ram;
     int attached, n_cache_new, n_cache_new_1h; /* see sched_status */
     sched_finish finish;
     char error[256];
