@@ -121,15 +121,21 @@ static void rig_store(rig *r, int ram_blocks, const char *numerics) {
     store_add_tier(r->st, &r->t_disk);
 }
 
-static void rig_init(rig *r, unsigned seed, int gpu_blocks, int ram_blocks, const char *numerics) {
+/* On dev (NULL: a fake device seeded with seed). */
+static void rig_init_on(rig *r, const devmem *dev, unsigned seed, int gpu_blocks, int ram_blocks,
+                        const char *numerics) {
     memset(r, 0, sizeof *r);
-    r->fd = fake_dev_new(seed);
-    r->dev = fake_dev_mem(r->fd);
+    if (!dev) r->fd = fake_dev_new(seed);
+    r->dev = dev ? dev : fake_dev_mem(r->fd);
     r->dir = xstrdup(test_tmpdir_new());
     kv_pool_opts po = {.n_layer = N_LAYER, .kv_dim = KV_DIM, .block_tokens = B, .n_blocks = gpu_blocks, .dev = r->dev};
     strata_err e = {0};
     CHECK_EQ_INT(kv_pool_init_opts(&r->p, &po, &e), 0);
     rig_store(r, ram_blocks, numerics);
+}
+
+static void rig_init(rig *r, unsigned seed, int gpu_blocks, int ram_blocks, const char *numerics) {
+    rig_init_on(r, NULL, seed, gpu_blocks, ram_blocks, numerics);
 }
 
 /* The store and the tiers go (the disk's files stay: a restart). */
@@ -145,12 +151,14 @@ static void rig_free(rig *r) {
     rig_stop(r);
     CHECK_EQ_INT(r->p.n_free, r->p.n_blocks);
     kv_pool_destroy(&r->p);
-    fake_dev_stats fs;
-    fake_dev_stats_get(r->fd, &fs);
-    CHECK_EQ_INT(fs.dev_allocs, 0);
-    CHECK_EQ_INT(fs.host_allocs, 0);
-    CHECK_EQ_INT(fs.misuse, 0);
-    fake_dev_free(r->fd);
+    if (r->fd) {
+        fake_dev_stats fs;
+        fake_dev_stats_get(r->fd, &fs);
+        CHECK_EQ_INT(fs.dev_allocs, 0);
+        CHECK_EQ_INT(fs.host_allocs, 0);
+        CHECK_EQ_INT(fs.misuse, 0);
+        fake_dev_free(r->fd);
+    }
     test_tmpdir_free(r->dir);
     free(r->dir);
 }
@@ -323,33 +331,50 @@ TEST(devtier_hit_in_the_gpu_pool_is_the_bytes_written) {
 
 /* A GPU pool of 4 blocks under three 3-block conversations: the first is
  * evicted from the GPU (it is in RAM: written through), then from RAM
- * (moved to disk first, when the disk lost its copy), and each comes back
- * from the tier holding it, the same bytes. */
-TEST(devtier_eviction_moves_blocks_down_and_they_come_back_the_same) {
-    rig r;
-    rig_init(&r, 5, 4, 3, "cuda-2");
+ * (on disk too), and each comes back from the tier holding it, the same
+ * bytes. */
+static void eviction_round_trip(rig *r) {
     int32_t a[3 * B], b[3 * B], c[3 * B];
     tokens(a, 3 * B, 100), tokens(b, 3 * B, 300), tokens(c, 3 * B, 500);
     int from[3];
-    request(&r, a, 3 * B, NULL);
-    request(&r, b, 3 * B, NULL); /* the pool is full: a's blocks leave the GPU */
+    request(r, a, 3 * B, NULL);
+    request(r, b, 3 * B, NULL); /* the pool is full: a's blocks leave the GPU */
     store_stats ss;
-    store_get_stats(r.st, &ss);
+    store_get_stats(r->st, &ss);
     CHECK(ss.live.evicted_blocks >= 2);
     CHECK_EQ_INT(ss.spilled_blocks, 0); /* the RAM tier held them: nothing to copy at eviction */
     ram_tier_stats rs;
-    ram_tier_get_stats(r.ram, &rs);
+    ram_tier_get_stats(r->ram, &rs);
     CHECK(rs.evicted >= 3); /* 6 blocks through 3 slots */
     CHECK_EQ_INT(rs.lost, 0);
-    request(&r, c, 3 * B, NULL);
+    request(r, c, 3 * B, NULL);
     /* b: its last blocks in RAM (the newest there), the rest on disk. */
-    CHECK_EQ_INT(request(&r, b, 3 * B, from), 3 * B);
+    CHECK_EQ_INT(request(r, b, 3 * B, from), 3 * B);
     CHECK_MSG(from[1] > 0 && from[2] > 0 && from[0] + from[1] + from[2] == 3 * B,
               "b from gpu %d, ram %d, disk %d tokens", from[0], from[1], from[2]);
     /* a: long gone from the GPU and from RAM, on disk. */
-    CHECK_EQ_INT(request(&r, a, 3 * B, from), 3 * B);
+    CHECK_EQ_INT(request(r, a, 3 * B, from), 3 * B);
     CHECK_EQ_INT(from[2], 3 * B);
-    rig_free(&r);
+    rig_free(r);
+}
+
+TEST(devtier_eviction_moves_blocks_down_and_they_come_back_the_same) {
+    rig r;
+    rig_init(&r, 5, 4, 3, "cuda-2");
+    eviction_round_trip(&r);
+}
+
+/* The same on a CUDA GPU (cuda_devmem: device memory, pinned host
+ * memory, the copy stream): STRATA_TEST_GPU=1 only. */
+TEST(gpu_tiers_move_blocks_down_and_back_on_the_gpu) {
+    strata_err e = {0};
+    if (cuda_open(&e)) {
+        test_fail(__FILE__, __LINE__, "cuda_open: %s", e.msg);
+        return;
+    }
+    rig r;
+    rig_init_on(&r, cuda_devmem(), 0, 4, 3, CUDA_NUMERICS);
+    eviction_round_trip(&r);
 }
 
 /* Without a copy below (the disk dropped its write, or has none), the
