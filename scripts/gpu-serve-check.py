@@ -96,6 +96,23 @@ def stop(proc):
         proc.wait()
 
 
+def session(args, log, steps):
+    """steps() against a server of its own (started, then stopped); False
+    when it did not start or a request failed."""
+    proc = start(args, log)
+    if not proc:
+        print("gpu-serve-check: the server did not start (see the log)")
+        return False
+    try:
+        steps()
+        return True
+    except (urllib.error.URLError, KeyError, ValueError) as e:
+        print(f"gpu-serve-check: request failed: {e}")
+        return False
+    finally:
+        stop(proc)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--strata", default="./strata")
@@ -120,11 +137,7 @@ def main():
         ok = ok and good and same
         print(f"{name:<28} {'ok  ' if good and same else 'FAIL'} text={text!r:.60} same={same} cache={json.dumps(sc)}")
 
-    proc = start(args, log)
-    if not proc:
-        print("gpu-serve-check: the server did not start (see the log)")
-        return 1
-    try:
+    def first_run():
         text, _, sc = complete(args.port, PROMPT)
         check("cold", text, sc, None)
         text, _, sc = complete(args.port, PROMPT)
@@ -141,23 +154,13 @@ def main():
             check("evicted: from the disk", text, sc, "disk_tokens")
         else:
             check("evicted: from the RAM tier", text, sc, "ram_tokens")
-    except (urllib.error.URLError, KeyError, ValueError) as e:
-        print(f"gpu-serve-check: request failed: {e}")
-        ok = False
-    finally:
-        stop(proc)
-    proc = start(args, log)
-    if not proc:
-        print("gpu-serve-check: the server did not start again (see the log)")
-        return 1
-    try:
+
+    def after_restart():
         text, _, sc = complete(args.port, PROMPT)
         check("restart: from the disk", text, sc, "disk_tokens")
-    except (urllib.error.URLError, KeyError, ValueError) as e:
-        print(f"gpu-serve-check: request failed: {e}")
-        ok = False
-    finally:
-        stop(proc)
+
+    ok = session(args, log, first_run) and ok
+    ok = session(args, log, after_restart) and ok
     print("gpu-serve-check: " + ("PASS" if ok else "FAIL"))
     return 0 if ok else 1
 
