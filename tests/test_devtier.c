@@ -494,3 +494,25 @@ TEST(devtier_blocks_of_the_other_backend_are_never_served) {
     CHECK_EQ_INT(from[2], 2 * B);
     rig_free(&r);
 }
+
+/* A request's partial last block (a tail) comes back from the RAM tier
+ * to the token, and goes from it once a full block holds its tokens. */
+TEST(devtier_tail_comes_back_from_the_ram_tier_then_is_superseded) {
+    rig r;
+    rig_init(&r, 11, 4, 8, "cuda-2");
+    int32_t t[3 * B], u[4 * B];
+    tokens(t, 3 * B, 10), tokens(u, 4 * B, 600);
+    int from[3];
+    request(&r, t, 2 * B + 2, NULL);
+    request(&r, u, 4 * B, NULL); /* the GPU pool (4 blocks) gives t's blocks up */
+    CHECK_EQ_INT(request(&r, t, 2 * B + 2, from), 2 * B + 2);
+    CHECK_MSG(from[1] == 2 * B + 2, "t from gpu %d, ram %d, disk %d tokens", from[0], from[1], from[2]);
+    cache_hash h0, h1, tail;
+    cache_hash_block(&h0, &r.rq.root, t, B);
+    cache_hash_block(&h1, &h0, t + B, B);
+    cache_hash_block(&tail, &h1, t + 2 * B, 2);
+    CHECK(r.t_ram.has(r.ram, &tail));
+    request(&r, t, 3 * B, NULL); /* block 2 holds the tail's tokens now */
+    CHECK(!r.t_ram.has(r.ram, &tail));
+    rig_free(&r);
+}

@@ -40,6 +40,10 @@
  * the kernels queued so far (compute stream), kv_block_write uploads on
  * the copy stream (a thread of its own: the store's loader), copy on
  * write copies on the device. No sliding layers there (refused).
+ * Why the copy stream needs no event before an upload: blocks are handed
+ * out between the scheduler's steps, and each step ends by downloading
+ * its logits (the compute stream is idle then), so no kernel still reads
+ * a block the pool gives to a load.
  * Does not: hash, index or evict blocks (that is cache/). */
 #ifndef STRATA_KV_H
 #define STRATA_KV_H
