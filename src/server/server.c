@@ -621,6 +621,9 @@ static int load_model(server *s, strata_err *err) {
              s->o.no_cache ? "off" : "live tier", s->e->kv.n_blocks, s->e->kv.block_tokens, kvq_name(s->e->kv.type),
              (double)s->e->kv.block_bytes / s->e->kv.block_tokens / 1024.0,
              server_pool_extra_mb(s));
+    if (s->e->kv.dev)
+        log_info("device: %s; the live KV pool in its memory (%.1f MiB), not yet verified on a GPU",
+                 engine_device(s->e), (double)s->e->kv.glob_bytes * s->e->kv.n_blocks / 1048576.0);
     if (s->e->kv.swa_layer)
         log_info("sliding window: %d positions; its layers' K/V in %d slots of one block (%.1f MiB), the other "
                  "layers' in every block (%.1f KiB a token)", s->e->kv.n_swa, s->e->kv.n_slots,
