@@ -124,6 +124,7 @@ def main():
     ap.add_argument("--ram-mb", type=int, default=256)
     args = ap.parse_args()
     args.dir = args.dir or tempfile.mkdtemp(prefix="strata-gpu-kv-")
+    os.makedirs(args.dir, exist_ok=True)
     log = open(args.log or os.path.join(args.dir, "serve.log"), "ab")
     ok = True
     answers = []
