@@ -158,6 +158,15 @@ static int read_many(void *self, const cache_hash *h, void *const *dst, int32_t 
     return ok;
 }
 
+/* Held blocks continuing h (written before it: a tail moved down from
+ * the GPU pool may come after its children), so h is no leaf. */
+static int children_held(const ram_tier *r, const cache_hash *h) {
+    int n = 0;
+    for (int i = 0; i < r->n_slots; i++)
+        n += r->slots[i].n_tok > 0 && memcmp(r->slots[i].parent.b, h->b, 32) == 0;
+    return n;
+}
+
 static int write(void *self, const cache_hash *h, const cache_hash *parent, const int32_t *tokens, int n_tokens,
                  const void *kv) {
     ram_tier *r = self;
@@ -169,7 +178,8 @@ static int write(void *self, const cache_hash *h, const cache_hash *parent, cons
     if (r->n_free == 0) evict_one(r);
     int i = r->free_list[--r->n_free], b = bucket_of(r, h), p = find(r, parent);
     rslot *s = &r->slots[i];
-    *s = (rslot){.h = *h, .parent = *parent, .n_tok = n_tokens, .next = r->bucket[b], .last_use = clock_ms()};
+    *s = (rslot){.h = *h, .parent = *parent, .n_tok = n_tokens, .next = r->bucket[b], .last_use = clock_ms(),
+                 .n_children = children_held(r, h)};
     r->bucket[b] = i;
     if (p >= 0) r->slots[p].n_children++;
     memcpy(payload(r, i), kv, r->o.block_bytes);
