@@ -143,6 +143,7 @@ static void run_head(fake_dev *f, int stream) {
     if (o->kind == OP_COPY) {
         memmove(o->dst, o->src, o->bytes);
         f->st.copies[o->dir]++;
+        f->st.on_stream[stream]++;
     } else if (o->kind == OP_EVENT) {
         o->ev->done = 1;
     }

@@ -24,6 +24,7 @@ typedef struct fake_dev_stats {
     int dev_allocs, host_allocs, events; /* live now */
     size_t dev_bytes, host_bytes;        /* live now */
     long copies[3];                      /* run, by devmem_dir */
+    long on_stream[DEVMEM_STREAMS];      /* copies run, by stream */
     long misuse;                         /* copies refused: pointers not of the direction */
     long reordered;                      /* ops that ran while older work of the other stream waited */
 } fake_dev_stats;

@@ -551,3 +551,34 @@ TEST(devtier_ram_tier_evicts_leaves_first) {
     CHECK_EQ_INT(fs.host_allocs, 0);
     fake_dev_free(fd);
 }
+
+/* A hit read from a lower tier goes up on the copy stream, on the store's
+ * loader thread, while the scheduler's thread computes another sequence
+ * on the compute stream; the hit is the bytes written. */
+TEST(devtier_uploads_run_on_the_copy_stream_beside_compute) {
+    rig r;
+    rig_init(&r, 13, 6, 8, "cuda-2");
+    int32_t a[3 * B], b[3 * B], c[3 * B], d[2 * B];
+    tokens(a, 3 * B, 100), tokens(b, 3 * B, 300), tokens(c, 3 * B, 500), tokens(d, 2 * B, 700);
+    request(&r, a, 3 * B, NULL), request(&r, b, 3 * B, NULL);
+    request(&r, c, 3 * B, NULL); /* a's blocks leave the GPU */
+    fake_dev_stats before, after;
+    fake_dev_stats_get(r.fd, &before);
+    kv_seq sa, sd;
+    kv_seq_init(&sa), kv_seq_init(&sd);
+    store_seq q;
+    store_seq_init(r.st, &q, &r.rq);
+    store_attach_begin(r.st, &q, a, 3 * B, 3 * B, &sa);
+    CHECK(store_loading(&q)); /* the read runs on the loader thread */
+    compute(&r.p, &sd, d, 2 * B); /* meanwhile: another sequence's compute */
+    CHECK(holds(&r.p, &sd, d, 2 * B));
+    CHECK_EQ_INT(store_attach_end(r.st, &q, a, 3 * B, 3 * B, &sa), 3 * B);
+    CHECK(holds(&r.p, &sa, a, 3 * B));
+    CHECK_EQ_INT(q.n_cached_lower, 3 * B);
+    fake_dev_stats_get(r.fd, &after);
+    CHECK_MSG(after.on_stream[DEVMEM_COPY] - before.on_stream[DEVMEM_COPY] >= 3, "uploads on the copy stream: %ld",
+              after.on_stream[DEVMEM_COPY] - before.on_stream[DEVMEM_COPY]);
+    store_finish(r.st, &q, a, &sa, 0);
+    kv_seq_release(&r.p, &sa), kv_seq_release(&r.p, &sd);
+    rig_free(&r);
+}
