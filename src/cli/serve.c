@@ -52,7 +52,10 @@ int cli_serve(int argc, char **argv) {
         {"--chat-template-file", NULL, ARG_STR, &o.template_file, 0, -1, "Jinja chat template overriding the model's"},
         {"--cache-mem-mb", NULL, ARG_INT, &o.cache_mem_mb, 0, 1 << 20, "KV memory kept for cached prefixes (1024)"},
         {"--cache-ram-mb", NULL, ARG_INT, &o.cache_ram_mb, 0, 1 << 20,
-         "RAM tier; on the CPU backend it is the same pool, added to --cache-mem-mb (0)"},
+         "RAM tier; on the CPU backend it is the same pool, added to --cache-mem-mb; with --device cuda "
+         "pinned host memory below the GPU's pool (0)"},
+        {"--device", NULL, ARG_STR, &o.device, 0, -1,
+         "cpu, or cuda: sequences and the live KV pool on the GPU (llama, qwen2, qwen3; not yet run on a GPU) (cpu)"},
         {"--no-prefix-cache", NULL, ARG_FLAG, &o.no_cache, 0, -1, "recompute every prompt from scratch"},
         {"--cache-dir", NULL, ARG_STR, &o.cache_dir, 0, -1, "disk tier folder (~/.cache/strata/kv)"},
         {"--kv-type", NULL, ARG_STR, &o.kv_type, 0, -1, KVQ_HELP},

@@ -209,9 +209,11 @@ static json_t *position_json(const api_call *c, int pos) {
 
 json_t *api_call_cache_json(const api_call *c) {
     const sched_status *st = &c->g.st;
-    json_t *o = json_pack("{s:i,s:i,s:i,s:o}", "live_tokens", st->n_cached - st->n_cached_disk - st->n_cached_redis,
-                          "disk_tokens", st->n_cached_disk, "redis_tokens", st->n_cached_redis, "prefix_end",
+    json_t *o = json_pack("{s:i,s:i,s:i,s:o}", "live_tokens",
+                          st->n_cached - st->n_cached_disk - st->n_cached_redis - st->n_cached_ram, "disk_tokens",
+                          st->n_cached_disk, "redis_tokens", st->n_cached_redis, "prefix_end",
                           position_json(c, st->n_cached));
+    if (st->n_cached_ram > 0) json_object_set_new(o, "ram_tokens", json_integer(st->n_cached_ram)); /* a GPU's RAM tier */
     if (c->diag.diverged) {
         json_t *fd = position_json(c, c->diag.first_diff);
         json_object_set_new(fd, "tokens_lost", json_integer(c->diag.lost));

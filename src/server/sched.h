@@ -16,6 +16,7 @@
 
 #include "base/err.h"
 #include "cache/disk.h"
+#include "cache/ram_tier.h"
 #include "cache/redis_tier.h"
 #include "cache/policy.h"
 #include "model/engine.h"
@@ -47,6 +48,7 @@ typedef struct sched_opts {
     recent_ring *recent;   /* records of recent requests (the trace line's source), or NULL */
     disk_store *disk;      /* disk tier below the live one, or NULL */
     redis_tier *redis;     /* shared tier below the disk one, or NULL */
+    ram_tier *ram;         /* a GPU pool's RAM tier, first below the live one, or NULL */
     cache_scope default_scope; /* for jobs whose scope is SCOPE_DEFAULT */
     int snap_every_blocks;     /* recurrent models: a state snapshot every N blocks (0: none) */
     size_t snap_budget_bytes;  /* recurrent models: memory for snapshots */
@@ -94,6 +96,7 @@ typedef struct sched_status {
     int n_cached;      /* prompt tokens whose KV came from the cache */
     int n_cached_disk; /* of which loaded from the disk tier */
     int n_cached_redis;/* of which loaded from the shared tier on Redis */
+    int n_cached_ram;  /* of which loaded from the RAM tier under a GPU pool */
     int attached;      /* the cached prefix is known (n_cached and the next two are final) */
     int n_cache_new;   /* prompt tokens this request newly writes into the cache */
     int n_cache_new_1h;/* of which under a mark kept an hour or more */
@@ -143,6 +146,7 @@ void sched_release(sched_req *r);
 /* Counters for /metrics and /health. */
 typedef struct sched_stats {
     long requests, tokens_prompt, tokens_generated, steps;
+    long cache_ram_hit_tokens; /* from the RAM tier under a GPU pool */
     long cache_lookups, cache_hit_tokens, cache_disk_hit_tokens, cache_published_blocks, cache_evicted_blocks;
     long cache_redis_hit_tokens;
     long cache_tail_hit_tokens, cache_evicted_retained;

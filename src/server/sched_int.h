@@ -41,7 +41,7 @@ struct sched_req {
     /* output, guarded by owner->mu */
     sched_token *out;
     int n_out, cap_out;
-    int n_prompt_done, n_cached, n_cached_disk, n_cached_redis;
+    int n_prompt_done, n_cached, n_cached_disk, n_cached_redis, n_cached_ram;
     int attached, n_cache_new, n_cache_new_1h; /* see sched_status */
     sched_finish finish;
     char error[256];
@@ -98,7 +98,8 @@ struct sched {
     cache_store *store; /* NULL when the prefix cache is off */
     cache_tier disk;    /* the disk tier's interface, when there is one */
     cache_tier redis;   /* the shared tier's, when there is one */
-    int tier_disk, tier_redis; /* their places in the store's walk (-1: none) */
+    cache_tier ram;     /* a GPU pool's RAM tier's, when there is one */
+    int tier_disk, tier_redis, tier_ram; /* their places in the store's walk (-1: none) */
     const char *store_tier_names[STORE_MAX_TIERS]; /* for the trace */
     json_vocab *jvocab; /* built on first JSON-mode request */
     sched_stats stats;

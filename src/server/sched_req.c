@@ -134,6 +134,7 @@ static void status_locked(const sched_req *r, sched_status *st) {
     st->n_cached = r->n_cached;
     st->n_cached_disk = r->n_cached_disk;
     st->n_cached_redis = r->n_cached_redis;
+    st->n_cached_ram = r->n_cached_ram;
     st->attached = r->attached;
     st->n_cache_new = r->n_cache_new;
     st->n_cache_new_1h = r->n_cache_new_1h;

@@ -10,6 +10,7 @@
 
 #include "model/engine.h"
 #include "cache/disk.h"
+#include "cache/ram_tier.h"
 #include "cache/redis_tier.h"
 #include "server/http.h"
 #include "server/diag.h"
@@ -49,7 +50,8 @@ typedef struct server_opts {
     int cache_redis_ttl_s; /* expiry of an unmarked key after its last use (0: none) */
     int cache_redis_required; /* --cache-redis-required: no start without the shared tier */
     int cache_mem_mb;  /* KV memory kept for cached prefixes beyond the slots */
-    int cache_ram_mb;  /* RAM tier: on the CPU backend, more of the same pool */
+    int cache_ram_mb;  /* RAM tier: on the CPU backend, more of the same pool; on the GPU pinned host memory */
+    const char *device; /* --device: "cpu" (NULL too) or "cuda" */
     int snap_blocks;   /* --cache-snapshot-blocks: recurrent state every N blocks (0: none) */
     int snap_mb;       /* --cache-snapshot-mb: memory for recurrent-state snapshots */
     int ui_records;    /* --ui-records: requests the /ui page and the trace keep in memory (0: none, no page) */
@@ -79,6 +81,7 @@ typedef struct server {
     int n_keys;
     disk_store *disk;     /* KV disk tier, or NULL (memory only) */
     redis_tier *redis;    /* KV tier shared by replicas, or NULL */
+    ram_tier *ram;        /* KV tier in pinned host memory under a GPU pool, or NULL */
     char cache_dir[1024];
     uint8_t model_fp[32];
     long started_at;
