@@ -11,6 +11,9 @@ check: no activation quantization in either engine):
   - a post-attention RMS norm before the mixture of experts: a router
     with a bias, softmax over the top-k logits, experts with biases on
     gate, up and down, in MXFP4 (the gguf package's quantizer);
+  - gpt-oss-clamp-f32: gpt-oss-f32 with the experts' gate and up weights
+    6x larger, so the clamped SwiGLU's limits are reached (the other two
+    never reach them on the reference prompt);
   - the harmony vocabulary's special tokens (<|start|>, <|channel|>,
     <|message|>, <|end|>, <|call|>, <|return|>, <|constrain|>) over the
     tiny byte-level BPE of testdata_models.py, the gpt-4o pre-tokenizer,
@@ -122,7 +125,11 @@ def _metadata(w, vocab, drop_key=None):
         w.add_chat_template(f.read())
 
 
-def write_gptoss(path, seed=2600, expert_type=QT.MXFP4, drop_tensor=None, short_tensor=None, drop_key=None):
+def write_gptoss(path, seed=2600, expert_type=QT.MXFP4, drop_tensor=None, short_tensor=None, drop_key=None,
+                 gate_up_gain=1.0):
+    """gate_up_gain scales the experts' gate and up stacks: at 1 no gate or
+    up value of the reference prompt reaches the SwiGLU's clamp (7), at 6
+    a third of them do (gpt-oss-clamp-f32)."""
     vocab = _vocab()
     g = np.random.default_rng(seed)
     w = gguf.GGUFWriter(path, ARCH)
@@ -130,6 +137,8 @@ def write_gptoss(path, seed=2600, expert_type=QT.MXFP4, drop_tensor=None, short_
     for name, arr, qt in _tensors(g, len(vocab[0]), expert_type):
         if name == drop_tensor:
             continue
+        if name.endswith(("ffn_gate_exps.weight", "ffn_up_exps.weight")):
+            arr = arr * np.float32(gate_up_gain)
         if name == short_tensor:  # one element (or row) fewer: mis-shaped
             arr = arr[:-1]
         if qt == QT.F32:
@@ -212,6 +221,7 @@ def generate(outdir):
     os.makedirs(d, exist_ok=True)
     write_gptoss(os.path.join(d, "gpt-oss-mxfp4.gguf"))
     write_gptoss(os.path.join(d, "gpt-oss-f32.gguf"), expert_type=QT.F32)
+    write_gptoss(os.path.join(d, "gpt-oss-clamp-f32.gguf"), expert_type=QT.F32, gate_up_gain=6.0)
     write_parrot(os.path.join(d, "gpt-oss-parrot.gguf"))
     _write_bad(os.path.join(outdir, "bad"))
 
