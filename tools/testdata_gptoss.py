@@ -42,9 +42,12 @@ SHAPE = dict(n_layer=4, n_embd=256, n_head=8, n_head_kv=2, head_dim=64, n_expert
              rms_eps=1e-5, n_merges=250)
 
 
-def _vocab():
+def _vocab(n_vocab=0):
+    """The tiny BPE's tokens, padded with unused ones to n_vocab if larger
+    (tools/synth_gptoss.py), then the harmony special tokens."""
     tokens, types, merges = build_vocab(SHAPE["n_merges"], specials_first=False)
     body = [t for t, ty in zip(tokens, types) if ty == 1]
+    body += [f"<|synth_{i}|>" for i in range(n_vocab - len(body) - len(HARMONY))]
     return body + HARMONY, [1] * len(body) + [3] * len(HARMONY), merges
 
 
@@ -89,10 +92,11 @@ def _tensors(g, n_vocab, expert_type=QT.MXFP4):
     return out
 
 
-def _metadata(w, vocab, drop_key=None):
-    s = SHAPE
+def write_metadata(w, vocab, drop_key=None, s=SHAPE, name="gpt-oss-tiny"):
+    """Every key of a gpt-oss file of shape s (SHAPE's keys), tokenizer and
+    chat template included (tools/synth_gptoss.py writes its own shape)."""
     tokens, types, merges = vocab
-    w.add_name("gpt-oss-tiny")
+    w.add_name(name)
     w.add_block_count(s["n_layer"])
     w.add_context_length(s["n_ctx"])
     w.add_embedding_length(s["n_embd"])
@@ -133,7 +137,7 @@ def write_gptoss(path, seed=2600, expert_type=QT.MXFP4, drop_tensor=None, short_
     vocab = _vocab()
     g = np.random.default_rng(seed)
     w = gguf.GGUFWriter(path, ARCH)
-    _metadata(w, vocab, drop_key)
+    write_metadata(w, vocab, drop_key)
     for name, arr, qt in _tensors(g, len(vocab[0]), expert_type):
         if name == drop_tensor:
             continue
@@ -199,7 +203,7 @@ def write_parrot(path):
         emb[a, k + 1] = 1.0
         out[b, k + 1] = 1.0
     w = gguf.GGUFWriter(path, ARCH)
-    _metadata(w, vocab)
+    write_metadata(w, vocab)
     for name, arr, _ in _tensors(np.random.default_rng(1), n_vocab, QT.F32):
         if name == "token_embd.weight":
             arr = emb
