@@ -22,15 +22,12 @@ special tokens, gpt-4o pre-tokenizer, the real template) padded to the
 real vocabulary size.
 Does not: make a model anyone should talk to, or run in `make test`.
 """
-import argparse
-
 import numpy as np
 
 from gguf import GGMLQuantizationType as QT
 
 import testdata_gptoss as tg
-from synth_qwen35 import write_synth
-from synth_qwen3moe import Pool
+from synth_qwen3moe import synth_main
 
 CFG = dict(n_layer=24, n_embd=2880, n_head=64, n_head_kv=8, head_dim=64, n_expert=32, n_expert_used=4,
            n_ff_exp=2880, n_vocab=201088, n_swa=128, n_ctx=131072, rope_base=150000.0, yarn_factor=32.0,
@@ -85,22 +82,14 @@ def tensor_data(pool, g, i, spec):
     return pool.get(rows, cols, qt, kind, i)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--layers", type=int, default=CFG["n_layer"])
-    ap.add_argument("--seed", type=int, default=20)
-    args = ap.parse_args()
-    c = {**CFG, "n_layer": args.layers}
-    pool = Pool(args.seed)
+def write_metadata(w, c):
     vocab = tg._vocab(c["n_vocab"])
+    tg.write_metadata(w, vocab, s=c, name=f"gpt-oss-20b-synth ({c['n_layer']} layers)")
+    w.add_uint32("general.file_type", 38)  # MOSTLY_MXFP4_MOE
 
-    def metadata(w):
-        tg.write_metadata(w, vocab, s=c, name=f"gpt-oss-20b-synth ({c['n_layer']} layers)")
-        w.add_uint32("general.file_type", 38)  # MOSTLY_MXFP4_MOE
 
-    write_synth(args.out, tg.ARCH, tensor_specs(c), metadata, args.seed,
-                data=lambda g, i, spec: tensor_data(pool, g, i, spec))
+def main():
+    synth_main(__doc__, tg.ARCH, CFG, 20, tensor_specs, write_metadata, tensor_data)
 
 
 if __name__ == "__main__":

@@ -158,6 +158,17 @@ def _field(reader, key):
     return None if f is None else f.contents()
 
 
+def _bpe_vocab(w, name, pre, toks, types, merges):
+    """A vocabulary-only BPE file's name, hyper-parameters and vocabulary."""
+    w.add_name(name)
+    _llama_hparams(w, len(toks))
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(toks)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+
+
 def write_relabelled(src, path, pre):
     """The real model's vocabulary (tokens, types, merges, special ids) in a
     vocabulary-only file whose pre-tokenizer name is `pre`."""
@@ -165,13 +176,8 @@ def write_relabelled(src, path, pre):
     toks = _field(r, "tokenizer.ggml.tokens")
 
     def fill(w):
-        w.add_name("strata-test-relabel-" + pre)
-        _llama_hparams(w, len(toks))
-        w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre(pre)
-        w.add_token_list(toks)
-        w.add_token_types(_field(r, "tokenizer.ggml.token_type"))
-        w.add_token_merges(_field(r, "tokenizer.ggml.merges"))
+        _bpe_vocab(w, "strata-test-relabel-" + pre, pre, toks, _field(r, "tokenizer.ggml.token_type"),
+                   _field(r, "tokenizer.ggml.merges"))
         for key, add in (("tokenizer.ggml.bos_token_id", w.add_bos_token_id),
                          ("tokenizer.ggml.eos_token_id", w.add_eos_token_id),
                          ("tokenizer.ggml.unknown_token_id", w.add_unk_token_id),
@@ -199,13 +205,7 @@ def write_pairs(path, pre, seed=4):
     types = [1] * (len(toks) - 3) + [3] * 3
 
     def fill(w):
-        w.add_name("strata-test-pairs-" + pre)
-        _llama_hparams(w, len(toks))
-        w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre(pre)
-        w.add_token_list(toks)
-        w.add_token_types(types)
-        w.add_token_merges([f"{a} {b}" for a, b in pairs])
+        _bpe_vocab(w, "strata-test-pairs-" + pre, pre, toks, types, [f"{a} {b}" for a, b in pairs])
         w.add_bos_token_id(len(toks) - 3)
         w.add_eos_token_id(len(toks) - 3)
         w.add_add_bos_token(False)
