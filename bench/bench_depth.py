@@ -7,7 +7,11 @@
 
 Tests are llama-bench's: ppN@D = N prompt tokens evaluated on top of D
 tokens already in the cache (the D are prefilled untimed), tgN@D = N
-single-token steps after D tokens; tok/s = N / time. Both engines get the
+single-token steps after D tokens; tok/s = N / time. `load` is the wall
+time of a process that opens the model and evaluates one token (pp1,
+after each engine's own warm-up): start-up cost, reported in seconds.
+Every process runs under /usr/bin/time: each row also gives the
+processes' mean wall time and largest peak resident memory. Both engines get the
 same GGUF, thread count and tests, one repetition per process start, and
 the runs interleave: rep 1 of test 1 on Strata, then on llama-bench, then
 test 2, ...; the next rep starts with llama-bench, so slow drift in the
@@ -45,42 +49,75 @@ def parse_tests(spec):
             continue
         name, _, depth = item.partition("@")
         kind, n = name[:2], name[2:]
-        if kind not in ("pp", "tg") or not n.isdigit() or not (depth or "0").isdigit():
-            sys.exit(f"bad test {item!r}: want ppN@D or tgN@D")
+        if name == "load":
+            kind, n = "load", "1"
+        if kind not in ("pp", "tg", "load") or not n.isdigit() or not (depth or "0").isdigit():
+            sys.exit(f"bad test {item!r}: want ppN@D, tgN@D or load")
         out.append((kind, int(n), int(depth or 0)))
     return out
 
 
 def label(t):
     kind, n, d = t
+    if kind == "load":
+        return "load"
     return f"{kind}{n}" + (f" @ d{d}" if d else "")
 
 
+TIME = "/usr/bin/time"
+PROC = []  # (wall s, peak RSS KiB) of the last process run, for the caller
+
+
 def run(cmd, timeout):
-    """(stdout, error or None)."""
+    """(stdout, error or None); the process's wall time and peak resident
+    memory (from /usr/bin/time, when there) go to PROC."""
+    timed = os.path.exists(TIME)
+    if timed:
+        cmd = [TIME, "-f", "BENCH_TIME %e %M"] + cmd
+    PROC.clear()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return "", f"timed out after {timeout} s"
     except OSError as e:
         return "", str(e)
+    for line in p.stderr.splitlines():
+        if line.startswith("BENCH_TIME "):
+            wall, rss = line.split()[1:3]
+            PROC.append((float(wall), int(rss)))
     if p.returncode != 0:
-        tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+        tail = [ln for ln in (p.stderr or p.stdout).strip().splitlines() if not ln.startswith("BENCH_TIME")][-3:]
         return "", f"exit {p.returncode}: " + " | ".join(tail)
     return p.stdout, None
 
 
+def test_args(t):
+    """(-p, -n) of one test: load evaluates one prompt token."""
+    kind, n, _ = t
+    if kind == "load":
+        return "1", "0"
+    return str(n if kind == "pp" else 0), str(n if kind == "tg" else 0)
+
+
+def value(kind, speed):
+    """A run's number: tok/s, or for load the process's wall seconds."""
+    if kind == "load":
+        return (PROC[0][0], None) if PROC else (None, "no /usr/bin/time")
+    return speed, None
+
+
 def strata_once(args, t, binary=None):
     kind, n, d = t
+    p, g = test_args(t)
     cmd = [binary or args.strata, "bench", "-m", args.model, "-t", str(args.threads), "-r", "1", "-d", str(d),
-           "-p", str(n if kind == "pp" else 0), "-n", str(n if kind == "tg" else 0), "--json"]
+           "-p", p, "-n", g, "--json"]
     out, err = run(cmd, args.timeout)
     if err:
         return None, err
     for line in reversed(out.strip().splitlines()):
         if line.startswith("{"):
             try:
-                return float(json.loads(line)[kind]["mean"]), None
+                return value(kind, float(json.loads(line)["pp" if kind == "load" else kind]["mean"]))
             except (ValueError, KeyError, TypeError) as e:
                 return None, f"bad JSON: {e}"
     return None, "no JSON line"
@@ -88,14 +125,15 @@ def strata_once(args, t, binary=None):
 
 def llama_once(args, t):
     kind, n, d = t
+    p, g = test_args(t)
     cmd = [args.llama_bench, "-m", args.model, "-t", str(args.threads), "-r", "1", "-d", str(d),
-           "-p", str(n if kind == "pp" else 0), "-n", str(n if kind == "tg" else 0), "-o", "json"]
+           "-p", p, "-n", g, "-o", "json"] + args.llama_args.split()
     out, err = run(cmd, args.timeout)
     if err:
         return None, err
     try:
         rows = json.loads(out)
-        return float(rows[0]["avg_ts"]), None
+        return value(kind, float(rows[0]["avg_ts"]))
     except (ValueError, KeyError, IndexError, TypeError) as e:
         return None, f"bad JSON: {e}"
 
@@ -104,6 +142,13 @@ def summary(xs):
     if not xs:
         return None
     return {"mean": statistics.fmean(xs), "sd": statistics.stdev(xs) if len(xs) > 1 else 0.0, "runs": xs}
+
+
+def proc_cell(ps):
+    """Mean wall seconds and the largest peak RSS of a row's processes."""
+    if not ps:
+        return "-"
+    return f"{statistics.fmean(w for w, _ in ps):.0f} s, {max(r for _, r in ps) / 2**20:.1f} GiB"
 
 
 def cell(s):
@@ -143,6 +188,7 @@ def main():
                     help="default: build/llama-bench/llama-bench, or with STRATA_CPU=avx2 the AVX2-only "
                          "build/llama-bench-avx2/llama-bench (LLAMA_CPU=avx2 make llama-bench) when it exists")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per process")
+    ap.add_argument("--llama-args", default="", help="more llama-bench arguments, e.g. '--repack 0'")
     ap.add_argument("--skip-strata", action="store_true")
     ap.add_argument("--skip-llamacpp", action="store_true")
     ap.add_argument("--json", metavar="FILE", help="also write every run as JSON")
@@ -162,6 +208,7 @@ def main():
                        else ("llama.cpp", None))
     load_before, t_start = loadavg(), time.time()
     runs = {(e, label(t)): [] for e, _ in engines for t in tests}
+    procs = {k: [] for k in runs}  # (wall s, peak RSS KiB) per process
     errors = {}
     for rep in range(args.reps):
         for t in tests:
@@ -170,7 +217,10 @@ def main():
                 if fn is None or (name, label(t)) in errors:
                     continue
                 v, err = fn(args, t)
-                print(f"rep {rep + 1} {label(t)} {name}: " + (f"{v:.2f} tok/s" if v is not None else err),
+                procs[(name, label(t))] += PROC
+                unit = "s" if t[0] == "load" else "tok/s"
+                proc = f" (wall {PROC[0][0]:.0f} s, peak RSS {PROC[0][1] / 2**20:.2f} GiB)" if PROC else ""
+                print(f"rep {rep + 1} {label(t)} {name}: " + (f"{v:.2f} {unit}" if v is not None else err) + proc,
                       file=sys.stderr, flush=True)
                 if v is None:
                     errors[(name, label(t))] = err
@@ -182,7 +232,7 @@ def main():
     print(f"model:   {args.model}")
     print(f"threads: {args.threads}, reps: {args.reps} (interleaved), wall {time.time() - t_start:.0f} s")
     print(f"load average (1/5/15 min): before {load_before}, after {load_after}")
-    print(f"llama.cpp: {args.llama_bench} ({llama_version(args)})")
+    print(f"llama.cpp: {args.llama_bench} ({llama_version(args)}) {args.llama_args}")
     print(f"strata ISA level: {os.environ.get('STRATA_CPU') or 'highest the CPU has'} (STRATA_CPU)")
     if base:
         print(f"strata-base: {args.strata_base}")
@@ -192,15 +242,20 @@ def main():
     for (name, test), err in errors.items():
         print(f"{name} {test}: {err}")
     rows = [("test", "strata tok/s", "llama.cpp tok/s", "ratio")
-            + (("strata-base tok/s", "strata / base") if base else ())]
+            + (("strata-base tok/s", "strata / base") if base else ())
+            + ("strata wall, peak RSS", "llama.cpp wall, peak RSS")]
     result = []
     for t in tests:
         s, l = summary(runs.get(("strata", label(t)), [])), summary(runs.get(("llama.cpp", label(t)), []))
         b = summary(runs.get(("strata-base", label(t)), []))
         r = f"{s['mean'] / l['mean']:.2f}" if s and l and l["mean"] else "-"
+        if t[0] == "load":  # seconds: above 1 still means Strata faster
+            r = f"{l['mean'] / s['mean']:.2f}" if s and l and s["mean"] else "-"
         rb = f"{s['mean'] / b['mean']:.2f}" if s and b and b["mean"] else "-"
-        rows.append((label(t), cell(s), cell(l), r) + ((cell(b), rb) if base else ()))
-        result.append({"test": label(t), "strata": s, "llama.cpp": l, "strata-base": b})
+        pr = [proc_cell(procs.get((e, label(t)), [])) for e in ("strata", "llama.cpp")]
+        rows.append((label(t), cell(s), cell(l), r) + ((cell(b), rb) if base else ()) + tuple(pr))
+        result.append({"test": label(t), "strata": s, "llama.cpp": l, "strata-base": b,
+                       "procs": {e: procs.get((e, label(t)), []) for e in ("strata", "llama.cpp")}})
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for i, r in enumerate(rows):
         print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
