@@ -135,22 +135,29 @@ static int bench_main(const bench_opts *o, strata_err *err) {
 
 /* --peak: the int8 dot-product peak (backend/peak.h) on 1 thread and on
  * -t threads (default: one per online core), the denominator of pp's
- * fraction of the machine in bench/README.md. */
+ * fraction of the machine in bench/README.md; --json: one object,
+ * {"threads": N, "peak": {KIND: {"1": G, "N": G}}} (G int8 ops/s). */
 static int bench_peak(const bench_opts *o) {
     int nt = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (nt < 1) nt = 1;
-    printf("int8 dot-product peak, G int8 ops/s (2 per multiply-add), best of 3; kernels: %s\n", cpu_level_name());
-    printf("%-28s %10s %10s\n", "instruction chains", "1 thread", nt == 1 ? "" : "threads");
-    for (int k = 0; k < PEAK_KINDS; k++) {
+    if (o->json) printf("{\"threads\":%d,\"cpu\":\"%s\",\"peak\":{", nt, cpu_level_name());
+    else {
+        printf("int8 dot-product peak, G int8 ops/s (2 per multiply-add), best of 3; kernels: %s\n", cpu_level_name());
+        printf("%-28s %10s %10s\n", "instruction chains", "1 thread", nt == 1 ? "" : "threads");
+    }
+    for (int k = 0, first = 1; k < PEAK_KINDS; k++) {
+        const char *name = peak_name((peak_kind)k);
         if (!peak_available((peak_kind)k)) {
-            printf("%-28s %10s\n", peak_name((peak_kind)k), "n/a");
+            if (!o->json) printf("%-28s %10s\n", name, "n/a");
             continue;
         }
-        double one = peak_measure((peak_kind)k, 1, 1.0);
-        printf("%-28s %10.1f", peak_name((peak_kind)k), one);
-        if (nt > 1) printf(" %7.1f (%d)", peak_measure((peak_kind)k, nt, 1.0), nt);
-        printf("\n");
+        double one = peak_measure((peak_kind)k, 1, 1.0), all = nt > 1 ? peak_measure((peak_kind)k, nt, 1.0) : one;
+        if (o->json) printf("%s\"%s\":{\"1\":%.1f,\"%d\":%.1f}", first ? "" : ",", name, one, nt, all);
+        else if (nt > 1) printf("%-28s %10.1f %7.1f (%d)\n", name, one, all, nt);
+        else printf("%-28s %10.1f\n", name, one);
+        first = 0;
     }
+    if (o->json) printf("}}\n");
     return 0;
 }
 
