@@ -31,15 +31,16 @@ typedef struct {
     int rows, toks; /* R, T; TILE_ROWS is a multiple of every R */
     tile_fn fn;
 } tile_shape;
-/* Optional per-level preparation (the legacy kernels): each weight
- * row of a chunk is decoded once into `w_bytes(k)` bytes by `w_prep`, and
- * the tiles `s` read those instead of the GGUF row, so the decode is paid
- * once per row chunk rather than once per token tile. The two tile sets
- * must give every (row, token) pair the same bits. When `x_bytes(k)` is not
- * 0, each token row of a tile is also prepared by `x_prep` (once per row
- * chunk); a tile of T tokens then gets 2T activation pointers: the T rows,
- * then their prepared copies. Preparation moves data only, so the tiles'
- * float operations, and the bits, are the same with or without it. */
+/* Optional per-level preparation (the legacy kernels, the AVX-512
+ * K-quants): each weight row of a chunk is decoded once into
+ * `w_bytes(k)` bytes by `w_prep`, and the tiles `s` read those instead of
+ * the GGUF row, so the decode is paid once per row chunk rather than once
+ * per token tile. The two tile sets must give every (row, token) pair the
+ * same bits. When `x_bytes(k)` is not 0, each token row is also prepared
+ * by `x_prep` (once per call); a tile of T tokens then gets 2T activation
+ * pointers: the T rows, then their prepared copies. Preparation moves
+ * data only, so the tiles' float operations, and the bits, are the same
+ * with or without it. */
 typedef struct {
     int min_tok; /* used when n_tok >= min_tok (decode gains nothing) */
     tile_shape s[4]; /* the tiles that read prepared rows */
