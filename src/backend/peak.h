@@ -13,7 +13,7 @@
 typedef enum {
     PEAK_VNNI512,   /* AVX-512 VNNI: VPDPBUSD zmm, 64 multiply-adds */
     PEAK_VNNI256,   /* AVX-VNNI (VEX): VPDPBUSD ymm, 32 */
-    PEAK_MADDUBS256, /* AVX2: VPMADDUBSW ymm + VPADDW, widened by VPMADDWD every 8 (the AVX2 kernels' way) */
+    PEAK_MADDUBS256, /* AVX2: VPMADDUBSW ymm (32) + VPADDW, widened by VPMADDWD every 8 (the AVX2 kernels' way) */
     PEAK_KINDS
 } peak_kind;
 

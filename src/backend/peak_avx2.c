@@ -25,31 +25,37 @@ __attribute__((target("avxvnni"))) double peak_vnni256_run(long rounds) {
     return (double)rounds * PEAK_CHAINS * 32 * 2;
 }
 
-/* Per chain and round: 8 VPMADDUBSW summed in int16 by VPADDW (exact in
- * the kernels: their products are small), then one VPMADDWD by ones and a
- * VPADDD into the int32 sum: 256 multiply-adds. */
-#define PEAK_MCHAINS 4
+/* PEAK_MCHAINS chains of VPMADDUBSW summed in int16 by VPADDW (exact in
+ * the kernels: their products are small), each widened by VPMADDWD by
+ * ones and a VPADDD into its int32 sum every 8 rounds: the AVX2 kernels'
+ * sequence, 32 multiply-adds per VPMADDUBSW. Each chain has its own x,
+ * "changed" by an empty asm every round, so no multiply is hoisted out of
+ * the loop or shared. */
+#define PEAK_MCHAINS 4 /* x, s, a: 12 of the 16 ymm registers */
 
 double peak_maddubs256_run(long rounds) {
     volatile int seed = 1;
-    __m256i w = _mm256_set1_epi8((char)seed), x = _mm256_set1_epi8((char)(seed + 1));
+    __m256i w = _mm256_set1_epi8((char)seed), x[PEAK_MCHAINS], s[PEAK_MCHAINS], a[PEAK_MCHAINS];
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256i a[PEAK_MCHAINS];
-    _Pragma("GCC unroll 16") for (int j = 0; j < PEAK_MCHAINS; j++) a[j] = _mm256_set1_epi32(j);
+    _Pragma("GCC unroll 16") for (int j = 0; j < PEAK_MCHAINS; j++) {
+        x[j] = _mm256_set1_epi8((char)(seed + j));
+        s[j] = a[j] = _mm256_setzero_si256();
+    }
     for (long i = 0; i < rounds; i++) {
-        _Pragma("GCC unroll 4") for (int j = 0; j < PEAK_MCHAINS; j++) {
-            __m256i s = _mm256_setzero_si256();
-            _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++) {
-                __asm__ volatile("" : "+x"(w)); /* w "changes": no multiply is shared */
-                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w, x));
+        _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++)
+            _Pragma("GCC unroll 16") for (int j = 0; j < PEAK_MCHAINS; j++) {
+                __asm__ volatile("" : "+x"(x[j]));
+                s[j] = _mm256_add_epi16(s[j], _mm256_maddubs_epi16(w, x[j]));
+                __asm__ volatile("" : "+x"(s[j])); /* in order: no multiplies run ahead into spills */
             }
-            a[j] = _mm256_add_epi32(a[j], _mm256_madd_epi16(s, ones));
-            __asm__ volatile("" : "+x"(a[j]));
+        _Pragma("GCC unroll 16") for (int j = 0; j < PEAK_MCHAINS; j++) {
+            a[j] = _mm256_add_epi32(a[j], _mm256_madd_epi16(s[j], ones));
+            s[j] = _mm256_setzero_si256();
         }
     }
-    __m256i s = a[0];
-    _Pragma("GCC unroll 16") for (int j = 1; j < PEAK_MCHAINS; j++) s = _mm256_add_epi32(s, a[j]);
-    volatile int sink = _mm256_extract_epi32(s, 0);
+    __m256i t = a[0];
+    _Pragma("GCC unroll 16") for (int j = 1; j < PEAK_MCHAINS; j++) t = _mm256_add_epi32(t, a[j]);
+    volatile int sink = _mm256_extract_epi32(t, 0);
     (void)sink;
     return (double)rounds * PEAK_MCHAINS * 8 * 32 * 2;
 }
