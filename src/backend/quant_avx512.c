@@ -422,13 +422,7 @@ AI void lg_ptile(int ty, const uint8_t *const *w, const uint8_t *const *x,
 #define LG_PREP_MIN 8
 #define LG_KERNEL(name, ty)                                                   \
     static size_t name##_wb(int64_t k) { return lg_prep_bytes(k); }           \
-    static void name##_wp(const uint8_t *w, int64_t k, uint8_t *d) { lg_prep_w(ty, w, k, d); } \
-    TILE_WRAP(name##_p, lg_ptile, ty)                                         \
-    TILE_T(name##_p, 1) TILE_T(name##_p, 2) TILE_T(name##_p, 4) TILE_T(name##_p, 8) \
-    static const tile_prep name##_prep = {                                    \
-        LG_PREP_MIN,                                                          \
-        {{1, 8, name##_p_8}, {1, 4, name##_p_4}, {1, 2, name##_p_2}, {1, 1, name##_p_1}}, \
-        name##_wb, name##_wp, lg_prep_x_bytes, lg_prep_x};                    \
+    TILE_PREP_8421(name, ty, lg_ptile, lg_prep_w, LG_PREP_MIN, name##_wb, lg_prep_x_bytes, lg_prep_x) \
     TILE_WRAP(name, lg_tile, ty)                                              \
     TILE_T(name, 1) TILE_T(name, 2) TILE_T(name, 4) TILE_T(name, 8)           \
     static const tile_set name##_set = {                                      \
@@ -732,13 +726,7 @@ AI void kq_ptile(int ty, const uint8_t *const *w, const uint8_t *const *x,
 /* Tile sets: 4 rows x {4, 2, 1} tokens on GGUF rows below KQ_PREP_MIN
  * tokens (decode), else 1 row x {8, 4, 2, 1} on prepared rows. */
 #define KQ_KERNEL(name, ty)                                                   \
-    static void name##_wp(const uint8_t *w, int64_t k, uint8_t *d) { kq_prep_w(ty, w, k, d); } \
-    TILE_WRAP(name##_p, kq_ptile, ty)                                         \
-    TILE_T(name##_p, 1) TILE_T(name##_p, 2) TILE_T(name##_p, 4) TILE_T(name##_p, 8) \
-    static const tile_prep name##_prep = {                                    \
-        KQ_PREP_MIN,                                                          \
-        {{1, 8, name##_p_8}, {1, 4, name##_p_4}, {1, 2, name##_p_2}, {1, 1, name##_p_1}}, \
-        kq_prep_bytes, name##_wp, kq_prep_x_bytes, NULL};                     \
+    TILE_PREP_8421(name, ty, kq_ptile, kq_prep_w, KQ_PREP_MIN, kq_prep_bytes, kq_prep_x_bytes, NULL) \
     TILE_WRAP(name, kq_tile, ty)                                              \
     TILE_T(name, 1) TILE_T(name, 2) TILE_T(name, 4)                           \
     static const tile_set name##_set = {                                      \
