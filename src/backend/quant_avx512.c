@@ -3,9 +3,10 @@
  * Every kernel is a register tile of R weight rows x T tokens (T = 8 for
  * the legacy formats, else 4, then 2, 1): weight blocks are decoded once
  * per tile and reused for T tokens, activation blocks are loaded once and
- * reused for R rows. In prefill (n_tok >= LG_PREP_MIN) the legacy formats
- * decode each weight row once per row chunk instead (tile_prep,
- * quant_tile.h) and the tiles read the decoded rows.
+ * reused for R rows. In prefill (n_tok >= LG_PREP_MIN, KQ_PREP_MIN) the
+ * legacy formats and the K-quants decode each weight row once per row
+ * chunk instead (tile_prep, quant_tile.h) and 1-row tiles of up to 8
+ * tokens read the decoded rows.
  *
  * Batch invariance: every (row, token) pair owns its accumulators and
  * sees the same instruction sequence in every tile shape (block order,
