@@ -26,6 +26,16 @@ defaults otherwise (batch 2048, ubatch 512, F16 KV, flash attention auto,
 repack on). Built by scripts/build-llama-bench.sh (make llama-bench).
 Does not pin CPUs or frequencies: on a shared machine read the sd and the
 load average before trusting a ratio.
+
+--peak adds the fraction of the CPU's int8 dot-product peak per pp row:
+`strata bench --peak --json -t T` (backend/peak.h: independent VPDPBUSD
+chains) runs before and after the reps; a row's int8 ops/s is tok/s times
+the model's weight multiply-adds per token x 2 (every 2-D `blk.*` tensor
+of the GGUF: the layers' matmuls; the embedding lookup, the output head,
+which pp runs for its last token only, and attention are left out; dense
+models only), divided by the best AVX-512 VNNI peak seen at T threads
+(--peak-gops G: a fixed denominator instead, e.g. a quiet machine's),
+whatever STRATA_CPU asks of Strata: the denominator is the machine's.
 """
 import argparse
 import json
@@ -164,6 +174,44 @@ def llama_version(args):
         return "?"
 
 
+def peak_gops(args):
+    """Peaks at args.threads threads, G int8 ops/s by kind, from strata bench --peak."""
+    env = {k: v for k, v in os.environ.items() if k != "STRATA_CPU"}  # every kind, whatever level is benched
+    try:
+        p = subprocess.run([args.strata, "bench", "--peak", "--json", "-t", str(args.threads)],
+                           capture_output=True, text=True, timeout=args.timeout, env=env)
+        out, err = p.stdout, None if p.returncode == 0 else f"exit {p.returncode}"
+    except (OSError, subprocess.TimeoutExpired) as e:
+        out, err = "", str(e)
+    if err:
+        print(f"peak: {err}", file=sys.stderr)
+        return {}
+    for line in reversed(out.strip().splitlines()):
+        if line.startswith("{"):
+            obj = json.loads(line)
+            return {k: v.get(str(args.threads), 0.0) for k, v in obj["peak"].items()}
+    return {}
+
+
+def matmul_ops_per_token(model):
+    """2 x the multiply-adds of every 2-D blk.* weight (the layers' matmuls), or None."""
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        return None
+    r = GGUFReader(model)
+    n = 0
+    for t in r.tensors:
+        if not t.name.startswith("blk."):
+            continue
+        dims = [int(d) for d in t.shape if int(d) > 1]
+        if len(dims) == 3:  # MoE expert stacks: not what one token runs
+            return None
+        if len(dims) == 2:
+            n += dims[0] * dims[1]
+    return 2 * n
+
+
 def default_llama_bench():
     """The peer at Strata's level: with STRATA_CPU=avx2, llama.cpp built for
     AVX2 only, so neither engine uses AVX-512 (falls back to the native build)."""
@@ -192,6 +240,8 @@ def main():
     ap.add_argument("--skip-strata", action="store_true")
     ap.add_argument("--skip-llamacpp", action="store_true")
     ap.add_argument("--json", metavar="FILE", help="also write every run as JSON")
+    ap.add_argument("--peak", action="store_true", help="add each pp row's fraction of the int8 peak (strata bench --peak)")
+    ap.add_argument("--peak-gops", type=float, help="with --peak: this peak (G int8 ops/s at --threads) instead of the measured one")
     args = ap.parse_args()
     if not os.path.exists(args.model):
         sys.exit(f"model {args.model} not found: run `make model` first")
@@ -206,6 +256,7 @@ def main():
     if not args.skip_llamacpp:
         engines.append(("llama.cpp", llama_once) if os.path.exists(args.llama_bench)
                        else ("llama.cpp", None))
+    peaks = [peak_gops(args)] if args.peak else []
     load_before, t_start = loadavg(), time.time()
     runs = {(e, label(t)): [] for e, _ in engines for t in tests}
     procs = {k: [] for k in runs}  # (wall s, peak RSS KiB) per process
@@ -227,7 +278,12 @@ def main():
                 else:
                     runs[(name, label(t))].append(v)
     load_after = loadavg()
+    if args.peak:
+        peaks.append(peak_gops(args))
     base = bool(args.strata_base)
+    vnni = "avx512-vnni vpdpbusd zmm"
+    peak = args.peak_gops or max([p.get(vnni, 0.0) for p in peaks] or [0.0])
+    ops = matmul_ops_per_token(args.model) if args.peak else None
     print(f"machine: {machine()}")
     print(f"model:   {args.model}")
     print(f"threads: {args.threads}, reps: {args.reps} (interleaved), wall {time.time() - t_start:.0f} s")
@@ -236,6 +292,12 @@ def main():
     print(f"strata ISA level: {os.environ.get('STRATA_CPU') or 'highest the CPU has'} (STRATA_CPU)")
     if base:
         print(f"strata-base: {args.strata_base}")
+    if args.peak:
+        seen = "; ".join(", ".join(f"{k} {v:.0f}" for k, v in p.items()) for p in peaks)
+        print(f"int8 peak at {args.threads} threads, G ops/s: {peak:.0f}"
+              + (" (--peak-gops)" if args.peak_gops else "") + f"; measured before / after: {seen}")
+        print("matmul ops per token: " + (f"{ops / 1e9:.4f} G" if ops else "unknown (MoE or no gguf package)"))
+    frac = lambda s: f"{100 * s['mean'] * ops / 1e9 / peak:.1f}%" if s and ops and peak else "-"
     for name, fn in engines:
         if fn is None:
             print(f"{name}: not found ({ {'strata': args.strata, 'strata-base': args.strata_base}.get(name, args.llama_bench)})")
@@ -243,7 +305,8 @@ def main():
         print(f"{name} {test}: {err}")
     rows = [("test", "strata tok/s", "llama.cpp tok/s", "ratio")
             + (("strata-base tok/s", "strata / base") if base else ())
-            + ("strata wall, peak RSS", "llama.cpp wall, peak RSS")]
+            + ("strata wall, peak RSS", "llama.cpp wall, peak RSS")
+            + (("strata % of peak", "llama.cpp % of peak") + (("base % of peak",) if base else ()) if args.peak else ())]
     result = []
     for t in tests:
         s, l = summary(runs.get(("strata", label(t)), [])), summary(runs.get(("llama.cpp", label(t)), []))
@@ -253,7 +316,10 @@ def main():
             r = f"{l['mean'] / s['mean']:.2f}" if s and l and s["mean"] else "-"
         rb = f"{s['mean'] / b['mean']:.2f}" if s and b and b["mean"] else "-"
         pr = [proc_cell(procs.get((e, label(t)), [])) for e in ("strata", "llama.cpp")]
-        rows.append((label(t), cell(s), cell(l), r) + ((cell(b), rb) if base else ()) + tuple(pr))
+        pk = t[0] == "pp" and args.peak
+        rows.append((label(t), cell(s), cell(l), r) + ((cell(b), rb) if base else ()) + tuple(pr)
+                    + ((frac(s) if pk else "-", frac(l) if pk else "-") + ((frac(b) if pk else "-",) if base else ())
+                       if args.peak else ()))
         result.append({"test": label(t), "strata": s, "llama.cpp": l, "strata-base": b,
                        "procs": {e: procs.get((e, label(t)), []) for e in ("strata", "llama.cpp")}})
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
