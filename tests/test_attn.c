@@ -88,7 +88,8 @@ static void ref_attn(const cache *c, int h, const float *q, int first, int end, 
     free(s);
 }
 
-static const char *LEVEL[] = {"scalar", "avx2", "avx512"};
+static const char *LEVEL[] = {"scalar", "avx2", "avx512", "amx"};
+
 
 /* Sinks (gpt-oss): none, one below the scores, one far above them (the
  * state is rescaled to it). */
