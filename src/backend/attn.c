@@ -174,9 +174,10 @@ static void tile_groups(const attn_ops *ops, int d, const attn_query *qs, int nq
     for (int i = 0; i < nq; i++) {
         if (qs[i].first >= t0 + T || qs[i].end <= t0) continue;
         float *qi = qb + i * qf;
-        g[n++] = (attn_gq){qi, qi + d, qs[i].first > t0 ? qs[i].first - t0 : 0, qs[i].end - t0 < T ? qs[i].end - t0 : T};
+        g[n++] = (attn_gq){qi, qi + d, qs[i].first > t0 ? qs[i].first - t0 : 0, qs[i].end - t0 < T ? qs[i].end - t0 : T,
+                           i};
     }
-    if (n) ops->tile_group(d, n, g, kt, vt, p);
+    if (n) ops->tile_group(d, n, g, (int)qf, kt, vt, p);
 }
 
 /* Tiles of keys [k0, k1) (k0 on a tile edge) into the segment state of

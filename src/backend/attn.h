@@ -123,11 +123,13 @@ void attn_run_seg_level(int level, const attn_kv *kv, const attn_query *qs, int 
  *   its own [lo, hi), each query's instructions the same whatever n and
  *   company (the kernel groups them as it likes); tile_fill then writes
  *   the kernel's layouts over kt and vt (and may use as much again after
- *   vt as a stage); p is then the kernel's scratch (attn.c). */
+ *   vt as a stage); p is then the kernel's scratch (attn.c). The call's
+ *   queries lie qstride floats apart. */
 typedef struct attn_gq {
     const float *q; /* as prep_q left it */
     float *st;      /* acc[head_dim], max, sum */
     int lo, hi;
+    int idx; /* the query's index in the call: q is the first one's q + idx * qstride floats */
 } attn_gq;
 
 typedef struct attn_ops {
@@ -137,7 +139,7 @@ typedef struct attn_ops {
     void (*tile_step2)(int d, const float *q0, const float *q1, const float *kt, const float *vt, int lo, int hi,
                        float *st0, float *st1, float *p);
     void (*prep_q)(int d, float *q);
-    void (*tile_group)(int d, int n, const attn_gq *qs, const float *kt, const float *vt, float *p);
+    void (*tile_group)(int d, int n, const attn_gq *qs, int qstride, const float *kt, const float *vt, float *p);
 } attn_ops;
 
 extern const attn_ops attn_ops_scalar;

@@ -19,7 +19,7 @@
  * but its bits differ from the float32 levels: its blocks are filed under
  * their own numerics id (attn_numerics).
  *
- * Per tile and group of 16 queries (rows; unused rows are zeros):
+ * Per tile and group of up to 16 queries (tile rows):
  *   1. S = Q K^T: 4 result tiles (16 keys each), summed over the dims 32
  *      at a time in order, three products each (hi hi, hi lo, lo hi);
  *   2. per query row: mask to [lo, hi), running max, p = e^(s - m') (the
@@ -39,7 +39,8 @@
  *           j of pair-row i holds key j's dims 2i (low half) and 2i + 1;
  *   values: vt = [32 key pairs][head_dim][2] heads, then tails: lane m of
  *           pair-row j, dim block u, holds dim 16u + m of keys 2j, 2j + 1;
- *   q:      head_dim bf16 heads, then head_dim tails.
+ *   q:      head_dim bf16 heads, then head_dim tails, in the call's query
+ *           array (tile loads read 16 of them at its stride).
  * head_dim must be a multiple of 32 (at most 512). The tile configuration
  * is loaded at each call and released after, so no other code sees the
  * tiles configured (or pays for their state in a context switch). */
@@ -83,12 +84,28 @@ INL __m512 clamp_finite(__m512 v) {
     return _mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), big), _mm512_min_ps(big, v));
 }
 
+/* Pairs (a_m, b_m) of two float vectors as bf16 by truncation: b's high
+ * halves over a's (no lane crossing, unlike pack_pairs). */
+INL __m512i trunc_pairs(__m512 a, __m512 b) {
+    const __m512i hi16 = _mm512_set1_epi32((int)0xffff0000u);
+    /* ternary 0xCA: mask ? b : a >> 16, bit by bit */
+    return _mm512_ternarylogic_epi32(hi16, _mm512_castps_si512(b), _mm512_srli_epi32(_mm512_castps_si512(a), 16),
+                                     0xCA);
+}
+
+INL __m512 trunc_bf16(__m512 x) {
+    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0xffff0000u)));
+}
+
 /* Values of keys a and b (16 dims each, floats) as head and tail pair
- * vectors at hi[0] and lo[0]. */
+ * vectors at hi[0] and lo[0], split by truncation: the head keeps a
+ * value's first 8 significant bits, the tail (exact in float) the next
+ * 8, so an F16 value (11 bits) is split exactly, without the rounding
+ * and lane permutes of pack_pairs. */
 INL void store_value_pairs(__m512 a, __m512 b, uint16_t *hi, uint16_t *lo) {
     a = clamp_finite(a), b = clamp_finite(b);
-    _mm512_storeu_si512(hi, pack_pairs(a, b));
-    _mm512_storeu_si512(lo, pack_pairs(_mm512_sub_ps(a, round_bf16(a)), _mm512_sub_ps(b, round_bf16(b))));
+    _mm512_storeu_si512(hi, trunc_pairs(a, b));
+    _mm512_storeu_si512(lo, trunc_pairs(_mm512_sub_ps(a, trunc_bf16(a)), _mm512_sub_ps(b, trunc_bf16(b))));
 }
 
 /* 16 floats as bf16 head at hi and tail at lo. */
@@ -171,28 +188,32 @@ typedef struct amx_cfg {
     uint8_t rows[16];
 } amx_cfg;
 
-/* Every tile 16 rows of 64 bytes: 0-3 results, 4 and 7 the Q or P heads
- * and tails, 5 and 6 the K or V heads and tails. */
-static AMX void amx_begin(void) {
+/* Tiles of 64-byte rows: 0-3 results and 4, 7 the Q or P heads and
+ * tails, m rows (the group's queries: a tile product's time goes with
+ * its rows, and decode has a few); 5 and 6 the K or V heads and tails,
+ * 16 rows (32 dims or keys). A row's result does not depend on how many
+ * rows there are. */
+static AMX void amx_config(int m) {
     amx_cfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
-    for (int t = 0; t < 8; t++) c.colsb[t] = 64, c.rows[t] = R;
+    for (int t = 0; t < 8; t++) c.colsb[t] = 64, c.rows[t] = (uint8_t)(t == 5 || t == 6 ? 16 : m);
     _tile_loadconfig(&c);
 }
 
-/* The group's rows (heads, then tails; zero rows past m) packed for tile
- * loads: qp [R][d] heads, qp + R d tails. */
-static AMX void pack_q(int d, int m, const attn_gq *qs, uint16_t *qp) {
-    for (int r = 0; r < R; r++) {
-        uint16_t *h = qp + (size_t)r * d, *l = h + (size_t)R * d;
-        if (r < m) {
-            memcpy(h, qs[r].q, (size_t)d * 2);
-            memcpy(l, (const uint16_t *)qs[r].q + d, (size_t)d * 2);
-        } else {
-            memset(h, 0, (size_t)d * 2), memset(l, 0, (size_t)d * 2);
-        }
+/* Where the group's m q rows are for tile loads: in place when they lie
+ * one stride apart in the call's array, else packed into qp (heads and
+ * tails of a row together). *stride: bytes from a row to the next. */
+static AMX const uint16_t *group_rows(int d, int m, const attn_gq *qs, int qstride, uint16_t *qp, int *stride) {
+    int together = 1;
+    for (int r = 1; r < m; r++) together &= qs[r].idx == qs[0].idx + r;
+    if (together) {
+        *stride = qstride * (int)sizeof(float);
+        return (const uint16_t *)qs[0].q;
     }
+    for (int r = 0; r < m; r++) memcpy(qp + (size_t)r * 2 * d, qs[r].q, (size_t)d * 4);
+    *stride = d * 4;
+    return qp;
 }
 
 /* Result tile c += A B for A = (4: head, 7: tail), B = (5: head, 6:
@@ -211,17 +232,18 @@ static AMX void pack_q(int d, int m, const attn_gq *qs, uint16_t *qp) {
         _tile_loadd(6, (p) + (tail_off), (stride));                                                                \
     } while (0)
 
-/* Scores of the group (R rows) over the 64 keys into s [R][64]. */
-static AMX void amx_scores(int d, const uint16_t *qp, const uint16_t *kt, float *s) {
-    size_t ktail = (size_t)T * d, qtail = (size_t)R * d;
+/* Scores of the group (R rows of heads and tails at q, stride bytes
+ * apart) over the 64 keys into s [R][64]. */
+static AMX void amx_scores(int d, const uint16_t *q, int stride, const uint16_t *kt, float *s) {
+    size_t ktail = (size_t)T * d;
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
     _tile_zero(3);
     for (int ks = 0; ks < d / 32; ks++) {
         const uint16_t *kb = kt + (size_t)ks * 16 * 2 * T; /* pair-rows 16 ks .. */
-        _tile_loadd(4, qp + 32 * ks, d * 2);
-        _tile_loadd(7, qp + qtail + 32 * ks, d * 2);
+        _tile_loadd(4, q + 32 * ks, stride);
+        _tile_loadd(7, q + d + 32 * ks, stride);
         LOAD_B(kb, ktail, 4 * T);
         DP3(0);
         LOAD_B(kb + 32, ktail, 4 * T);
@@ -293,17 +315,14 @@ static AMX float softmax_row(int d, const float *srow, int lo, int hi, float *st
 
 /* One group of m <= R queries: scores, softmax rows, values. p: the
  * kernel scratch (attn.c: scratch_floats). */
-static AMX void amx_group(int d, int m, const attn_gq *qs, const float *kt, const float *vt, float *p) {
-    float *so = p, alpha[R];                                  /* [R][64]: scores, then values */
-    uint16_t *pb = (uint16_t *)(p + R * T), *qp = pb + 2 * R * T; /* weights, queries: heads, tails */
-    pack_q(d, m, qs, qp);
-    amx_scores(d, qp, (const uint16_t *)kt, so);
+static AMX void amx_group(int d, int m, const attn_gq *qs, int qstride, const float *kt, const float *vt, float *p) {
+    float *so = p, alpha[R];                                       /* [R][64]: scores, then values */
+    uint16_t *pb = (uint16_t *)(so + R * T), *qp = pb + 2 * R * T; /* weights heads, tails; packed q */
+    int stride;
+    const uint16_t *q = group_rows(d, m, qs, qstride, qp, &stride);
+    amx_scores(d, q, stride, (const uint16_t *)kt, so);
     for (int r = 0; r < m; r++)
         alpha[r] = softmax_row(d, so + r * T, qs[r].lo, qs[r].hi, qs[r].st, pb + r * T, pb + (R + r) * T);
-    if (m < R) {
-        memset(pb + m * T, 0, (size_t)(R - m) * T * 2);
-        memset(pb + (R + m) * T, 0, (size_t)(R - m) * T * 2);
-    }
     for (int i = 0; i < d; i += 64) {
         int nb = d - i >= 64 ? 4 : 2;
         amx_pv(d, i, nb, pb, (const uint16_t *)vt, so);
@@ -317,9 +336,12 @@ static AMX void amx_group(int d, int m, const attn_gq *qs, const float *kt, cons
     }
 }
 
-static AMX void amx_groups(int d, int n, const attn_gq *qs, const float *kt, const float *vt, float *p) {
-    amx_begin();
-    for (; n > 0; n -= R, qs += R) amx_group(d, n < R ? n : R, qs, kt, vt, p);
+static AMX void amx_groups(int d, int n, const attn_gq *qs, int qstride, const float *kt, const float *vt, float *p) {
+    for (int rows = 0; n > 0; n -= R, qs += R) {
+        int m = n < R ? n : R;
+        if (m != rows) amx_config(rows = m);
+        amx_group(d, m, qs, qstride, kt, vt, p);
+    }
     _tile_release();
 }
 
