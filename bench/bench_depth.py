@@ -56,10 +56,11 @@ def label(t):
     return f"{kind}{n}" + (f" @ d{d}" if d else "")
 
 
-def run(cmd, timeout):
-    """(stdout, error or None)."""
+def run(cmd, timeout, env=None):
+    """(stdout, error or None); env: variables set for this command only."""
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                           env=dict(os.environ, **env) if env else None)
     except subprocess.TimeoutExpired:
         return "", f"timed out after {timeout} s"
     except OSError as e:
@@ -70,11 +71,11 @@ def run(cmd, timeout):
     return p.stdout, None
 
 
-def strata_once(args, t, binary=None):
+def strata_once(args, t, binary=None, env=None):
     kind, n, d = t
     cmd = [binary or args.strata, "bench", "-m", args.model, "-t", str(args.threads), "-r", "1", "-d", str(d),
            "-p", str(n if kind == "pp" else 0), "-n", str(n if kind == "tg" else 0), "--json"]
-    out, err = run(cmd, args.timeout)
+    out, err = run(cmd, args.timeout, env)
     if err:
         return None, err
     for line in reversed(out.strip().splitlines()):
@@ -90,6 +91,7 @@ def llama_once(args, t):
     kind, n, d = t
     cmd = [args.llama_bench, "-m", args.model, "-t", str(args.threads), "-r", "1", "-d", str(d),
            "-p", str(n if kind == "pp" else 0), "-n", str(n if kind == "tg" else 0), "-o", "json"]
+    cmd += args.llama_args.split()
     out, err = run(cmd, args.timeout)
     if err:
         return None, err
@@ -139,6 +141,10 @@ def main():
     ap.add_argument("--strata", default="./strata")
     ap.add_argument("--strata-base", metavar="BINARY",
                     help="another strata binary (say, an older commit) run as a third engine, 'strata-base'")
+    ap.add_argument("--base-env", metavar="VAR=VALUE", action="append", default=[],
+                    help="set for strata-base only, e.g. --strata-base ./strata --base-env STRATA_CPU=avx512 "
+                         "(the same binary at another kernel level)")
+    ap.add_argument("--llama-args", default="", help="more llama-bench options, e.g. '-fa on'")
     ap.add_argument("--llama-bench", default=default_llama_bench(),
                     help="default: build/llama-bench/llama-bench, or with STRATA_CPU=avx2 the AVX2-only "
                          "build/llama-bench-avx2/llama-bench (LLAMA_CPU=avx2 make llama-bench) when it exists")
@@ -155,7 +161,8 @@ def main():
         engines.append(("strata", strata_once) if os.path.exists(args.strata)
                        else ("strata", None))
     if args.strata_base:
-        engines.append(("strata-base", (lambda a, t: strata_once(a, t, args.strata_base))
+        base_env = dict(kv.split("=", 1) for kv in args.base_env)
+        engines.append(("strata-base", (lambda a, t: strata_once(a, t, args.strata_base, base_env))
                         if os.path.exists(args.strata_base) else None))
     if not args.skip_llamacpp:
         engines.append(("llama.cpp", llama_once) if os.path.exists(args.llama_bench)
@@ -185,7 +192,9 @@ def main():
     print(f"llama.cpp: {args.llama_bench} ({llama_version(args)})")
     print(f"strata ISA level: {os.environ.get('STRATA_CPU') or 'highest the CPU has'} (STRATA_CPU)")
     if base:
-        print(f"strata-base: {args.strata_base}")
+        print(f"strata-base: {args.strata_base} {' '.join(args.base_env)}")
+    if args.llama_args:
+        print(f"llama-bench options: {args.llama_args}")
     for name, fn in engines:
         if fn is None:
             print(f"{name}: not found ({ {'strata': args.strata, 'strata-base': args.strata_base}.get(name, args.llama_bench)})")
