@@ -176,8 +176,8 @@ TEST(hash_blocks_differ_by_kv_type) {
 /* The attention level is part of the CPU's numerics (attn_numerics): the
  * AMX kernels give other bits than the float32 ones, so their blocks hash
  * apart from the float32 levels' (which keep "cpu" and the hashes caches
- * were written under), with every KV type; this process's id is its
- * level's. */
+ * were written under), with every KV type; this process's id is that
+ * of the kernels its heads run on. */
 TEST(hash_blocks_differ_by_attention_numerics) {
     uint8_t file_fp[32], f32[32], amx[32], f32q8[32], amxq8[32];
     char buf[96];
@@ -191,5 +191,6 @@ TEST(hash_blocks_differ_by_attention_numerics) {
     CHECK(memcmp(amxq8, f32q8, 32) != 0);
     CHECK(memcmp(amxq8, amx, 32) != 0);
     CHECK(strcmp(kvq_numerics(KVQ_Q4_0, "cpu+attn-amx", buf, sizeof buf), "cpu+attn-amx+kv-q4_0") == 0);
-    CHECK(strcmp(attn_numerics(), attn_level() == ATTN_LEVEL_AMX ? "cpu+attn-amx" : "cpu") == 0);
+    CHECK(strcmp(attn_numerics(256), attn_level() == ATTN_LEVEL_AMX ? "cpu+attn-amx" : "cpu") == 0);
+    CHECK(strcmp(attn_numerics(64), "cpu") == 0); /* below ATTN_AMX_MIN_DIM: the float32 kernels */
 }

@@ -36,10 +36,10 @@ static size_t tile_floats(int d) {
 }
 
 /* Kernel scratch: the float levels' weights (2 T floats); the AMX
- * level's score/value tile (16 x 64 floats), weights (2 x 16 x 64 bf16)
- * and packed queries (2 x 16 x head_dim bf16). */
+ * level's state (16 floats), score/value tile (16 x 64 floats), weights
+ * (2 x 16 x 64 bf16) and packed queries (2 x 16 x head_dim bf16). */
 static size_t scratch_floats(int d) {
-    return (size_t)32 * T + 16 * (size_t)d;
+    return (size_t)32 * T + 16 * (size_t)d + 16;
 }
 
 /* ws: the tile and stage, the kernel scratch, the queries, then the list
@@ -94,7 +94,7 @@ static void step_scalar(int d, const float *q, const float *kt, const float *vt,
     st[d + 1] = st[d + 1] * alpha + sum;
 }
 
-const attn_ops attn_ops_scalar = {fill_scalar, step_scalar, NULL, NULL, NULL};
+const attn_ops attn_ops_scalar = {fill_scalar, step_scalar, NULL, NULL, NULL, NULL, NULL};
 
 /* ---- driver ---------------------------------------------------------------- */
 
@@ -187,12 +187,17 @@ static void run_tiles(const attn_ops *ops, const attn_kv *kv, const attn_query *
     int d = kv->head_dim;
     size_t qf = query_floats(d);
     float *kt = ws, *vt = kt + (size_t)T * d, *p = ws + tile_floats(d), *qb = ws_queries(ws, d);
+    if (ops->tile_group) {
+        ops->group_begin(p);
+        for (int t0 = k0; t0 < k1; t0 += T) {
+            ops->tile_fill(kv, t0, last, kt, vt);
+            tile_groups(ops, d, qs, nq, qb, t0, kt, vt, p);
+        }
+        ops->group_end(p);
+        return;
+    }
     for (int t0 = k0; t0 < k1; t0 += T) {
         ops->tile_fill(kv, t0, last, kt, vt);
-        if (ops->tile_group) {
-            tile_groups(ops, d, qs, nq, qb, t0, kt, vt, p);
-            continue;
-        }
         int pend = -1, plo = 0, phi = 0; /* a query waiting for a partner with its [lo, hi) */
         for (int i = 0; i < nq; i++) {
             if (qs[i].first >= t0 + T || qs[i].end <= t0) continue;
@@ -269,8 +274,8 @@ static const attn_ops *ops_for(int level, int d) {
     return o ? o : &attn_ops_scalar;
 }
 
-const char *attn_numerics(void) {
-    return cpu_level() == ATTN_LEVEL_AMX ? "cpu+attn-amx" : "cpu";
+const char *attn_numerics(int head_dim) {
+    return ops_for(cpu_level(), head_dim) == attn_ops_amx(head_dim) ? "cpu+attn-amx" : "cpu";
 }
 
 void attn_run_level(int level, const attn_kv *kv, const attn_query *qs, int nq, float scale, float *ws) {

@@ -97,12 +97,16 @@ enum { ATTN_LEVEL_SCALAR, ATTN_LEVEL_AVX2, ATTN_LEVEL_AVX512, ATTN_LEVEL_AMX };
 void attn_run_level(int level, const attn_kv *kv, const attn_query *qs, int nq, float scale, float *ws);
 /* The level attn_run uses in this process. */
 int attn_level(void);
-/* The numerics id of this process's attention, the base of the engine's
- * (kvq_numerics adds the KV type): "cpu" at the float32 levels (the id
- * caches were written under before), "cpu+attn-amx" at the amx level. A
- * level that falls back for the model's head_dim still says its own id:
- * the id only has to differ where the bits may. */
-const char *attn_numerics(void);
+/* The numerics id of this process's attention for heads of head_dim,
+ * the base of the engine's (kvq_numerics adds the KV type): "cpu" where
+ * the float32 kernels run (the id caches were written under before),
+ * "cpu+attn-amx" where the AMX ones do. */
+const char *attn_numerics(int head_dim);
+
+/* The AMX kernels serve heads from this size: below it, decode (2-3
+ * queries per KV head, SmolLM2's 64-dim heads) pays more for the tile
+ * fill than the tile products save (attn_amx_avx512.c; backend/README). */
+#define ATTN_AMX_MIN_DIM 128
 void attn_run_seg_level(int level, const attn_kv *kv, const attn_query *qs, int nq, float scale, int seg,
                         float *const *states, float *ws);
 
@@ -140,6 +144,8 @@ typedef struct attn_ops {
                        float *st0, float *st1, float *p);
     void (*prep_q)(int d, float *q);
     void (*tile_group)(int d, int n, const attn_gq *qs, int qstride, const float *kt, const float *vt, float *p);
+    void (*group_begin)(float *p); /* before a call's first tile_group (with tile_group) */
+    void (*group_end)(float *p);   /* after its last */
 } attn_ops;
 
 extern const attn_ops attn_ops_scalar;

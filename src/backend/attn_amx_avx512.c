@@ -41,9 +41,7 @@
  *           pair-row j, dim block u, holds dim 16u + m of keys 2j, 2j + 1;
  *   q:      head_dim bf16 heads, then head_dim tails, in the call's query
  *           array (tile loads read 16 of them at its stride).
- * head_dim must be a multiple of 32 (at most 512). The tile configuration
- * is loaded at each call and released after, so no other code sees the
- * tiles configured (or pays for their state in a context switch). */
+ * head_dim must be a multiple of 32, from ATTN_AMX_MIN_DIM to 512. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -302,7 +300,7 @@ static AMX float softmax_row(int d, const float *srow, int lo, int hi, float *st
             s[g] = _mm512_mask_blend_ps((__mmask16)(in >> (16 * g)), _mm512_set1_ps(-INFINITY), s[g]);
     }
     float m = st[d], tmax = attn_hmax16(_mm512_max_ps(_mm512_max_ps(s[0], s[1]), _mm512_max_ps(s[2], s[3])));
-    float mn = m > tmax ? m : tmax, alpha = expf(m - mn);
+    float mn = m > tmax ? m : tmax, alpha = m == mn ? 1.0f : expf(m - mn); /* expf(0) is 1: the same bits, no call */
     __m512 vm = _mm512_set1_ps(mn);
     UNROLL for (int g = 0; g < 4; g++) {
         s[g] = attn_exp512(_mm512_sub_ps(s[g], vm));
@@ -336,17 +334,29 @@ static AMX void amx_group(int d, int m, const attn_gq *qs, int qstride, const fl
     }
 }
 
+/* The scratch's first float holds the rows the tiles are configured
+ * for (0: none): configured once per call (and when a group's rows
+ * differ), released at its end, so no other code sees the tiles
+ * configured (or pays for their state in a context switch). */
 static AMX void amx_groups(int d, int n, const attn_gq *qs, int qstride, const float *kt, const float *vt, float *p) {
-    for (int rows = 0; n > 0; n -= R, qs += R) {
+    int *rows = (int *)p;
+    for (; n > 0; n -= R, qs += R) {
         int m = n < R ? n : R;
-        if (m != rows) amx_config(rows = m);
-        amx_group(d, m, qs, qstride, kt, vt, p);
+        if (m != *rows) amx_config(*rows = m);
+        amx_group(d, m, qs, qstride, kt, vt, p + 16);
     }
-    _tile_release();
 }
 
-static const attn_ops ops_amx = {fill_amx, NULL, NULL, prep_amx, amx_groups};
+static void amx_calls_begin(float *p) {
+    *(int *)p = 0;
+}
+
+static AMX void amx_calls_end(float *p) {
+    if (*(int *)p) _tile_release();
+}
+
+static const attn_ops ops_amx = {fill_amx, NULL, NULL, prep_amx, amx_groups, amx_calls_begin, amx_calls_end};
 
 const attn_ops *attn_ops_amx(int head_dim) {
-    return head_dim % 32 == 0 && head_dim <= 512 ? &ops_amx : NULL;
+    return head_dim % 32 == 0 && head_dim >= ATTN_AMX_MIN_DIM && head_dim <= 512 ? &ops_amx : NULL;
 }

@@ -125,7 +125,7 @@ static void step2_avx512(int d, const float *q0, const float *q1, const float *k
     if (d - i >= 16) pv_block2(1, st0 + i, st1 + i, vt + i, d, p, p + T, lo, hi, alpha0, alpha1);
 }
 
-static const attn_ops ops_avx512 = {attn_fill_avx2, step_avx512, step2_avx512, NULL, NULL};
+static const attn_ops ops_avx512 = {attn_fill_avx2, step_avx512, step2_avx512, NULL, NULL, NULL, NULL};
 
 const attn_ops *attn_ops_avx512(int head_dim) {
     return head_dim % 16 == 0 && head_dim <= 512 ? &ops_avx512 : NULL;
