@@ -223,69 +223,67 @@ static AMX const uint16_t *group_rows(int d, int m, const attn_gq *qs, int qstri
         _tile_dpbf16ps(c, 7, 5);                                                                                   \
     } while (0)
 
-/* B's head (5) and tail (6) from hi and hi + tail_off (bf16 units). */
-#define LOAD_B(p, tail_off, stride)                                                                                \
+/* B's head (5) and tail (6) from p and p + tail (bf16 units). */
+#define LOAD_B(p, tail, stride)                                                                                    \
     do {                                                                                                           \
         _tile_loadd(5, (p), (stride));                                                                             \
-        _tile_loadd(6, (p) + (tail_off), (stride));                                                                \
+        _tile_loadd(6, (p) + (tail), (stride));                                                                    \
     } while (0)
 
-/* Scores of the group (R rows of heads and tails at q, stride bytes
- * apart) over the 64 keys into s [R][64]. */
-static AMX void amx_scores(int d, const uint16_t *q, int stride, const uint16_t *kt, float *s) {
-    size_t ktail = (size_t)T * d;
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    for (int ks = 0; ks < d / 32; ks++) {
-        const uint16_t *kb = kt + (size_t)ks * 16 * 2 * T; /* pair-rows 16 ks .. */
-        _tile_loadd(4, q + 32 * ks, stride);
-        _tile_loadd(7, q + d + 32 * ks, stride);
-        LOAD_B(kb, ktail, 4 * T);
-        DP3(0);
-        LOAD_B(kb + 32, ktail, 4 * T);
-        DP3(1);
-        LOAD_B(kb + 64, ktail, 4 * T);
+/* Result tiles 0 .. nb-1 (nb 2 or 4) += A times the B blocks at b, b + 32,
+ * ... (16 keys or 16 dims of pairs each), tails at + tail. */
+static AMX void dp_blocks(const uint16_t *b, size_t tail, int stride, int nb) {
+    LOAD_B(b, tail, stride);
+    DP3(0);
+    LOAD_B(b + 32, tail, stride);
+    DP3(1);
+    if (nb == 4) {
+        LOAD_B(b + 64, tail, stride);
         DP3(2);
-        LOAD_B(kb + 96, ktail, 4 * T);
+        LOAD_B(b + 96, tail, stride);
         DP3(3);
     }
-    _tile_stored(0, s, 4 * T);
-    _tile_stored(1, s + 16, 4 * T);
-    _tile_stored(2, s + 32, 4 * T);
-    _tile_stored(3, s + 48, 4 * T);
 }
 
-/* O [R][64] = P V for dims i .. i + 16 nb (nb 4 or 2); pb: [R][64]
- * heads, then tails. */
-static AMX void amx_pv(int d, int i, int nb, const uint16_t *pb, const uint16_t *vt, float *o) {
-    size_t vtail = (size_t)T * d;
+static AMX void zero_blocks(void) {
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
     _tile_zero(3);
-    for (int ks = 0; ks < 2; ks++) {
-        const uint16_t *vb = vt + (size_t)ks * 16 * 2 * d + 2 * i; /* key pairs 16 ks .. */
-        _tile_loadd(4, pb + 32 * ks, 2 * T);
-        _tile_loadd(7, pb + R * T + 32 * ks, 2 * T);
-        LOAD_B(vb, vtail, 4 * d);
-        DP3(0);
-        LOAD_B(vb + 32, vtail, 4 * d);
-        DP3(1);
-        if (nb == 4) {
-            LOAD_B(vb + 64, vtail, 4 * d);
-            DP3(2);
-            LOAD_B(vb + 96, vtail, 4 * d);
-            DP3(3);
-        }
-    }
+}
+
+/* Result tiles 0 .. nb-1 to o, o + 16, ... (rows of 64 floats). */
+static AMX void store_blocks(float *o, int nb) {
     _tile_stored(0, o, 4 * T);
     _tile_stored(1, o + 16, 4 * T);
     if (nb == 4) {
         _tile_stored(2, o + 32, 4 * T);
         _tile_stored(3, o + 48, 4 * T);
     }
+}
+
+/* Scores of the group (rows of heads and tails at q, stride bytes apart)
+ * over the 64 keys into s [R][64]. */
+static AMX void amx_scores(int d, const uint16_t *q, int stride, const uint16_t *kt, float *s) {
+    zero_blocks();
+    for (int ks = 0; ks < d / 32; ks++) {
+        _tile_loadd(4, q + 32 * ks, stride);
+        _tile_loadd(7, q + d + 32 * ks, stride);
+        dp_blocks(kt + (size_t)ks * 16 * 2 * T, (size_t)T * d, 4 * T, 4); /* pair-rows 16 ks .. */
+    }
+    store_blocks(s, 4);
+}
+
+/* O [R][64] = P V for dims i .. i + 16 nb (nb 4 or 2); pb: [R][64]
+ * heads, then tails. */
+static AMX void amx_pv(int d, int i, int nb, const uint16_t *pb, const uint16_t *vt, float *o) {
+    zero_blocks();
+    for (int ks = 0; ks < 2; ks++) {
+        _tile_loadd(4, pb + 32 * ks, 2 * T);
+        _tile_loadd(7, pb + R * T + 32 * ks, 2 * T);
+        dp_blocks(vt + (size_t)ks * 16 * 2 * d + 2 * i, (size_t)T * d, 4 * d, nb); /* key pairs 16 ks .. */
+    }
+    store_blocks(o, nb);
 }
 
 /* Step 2 for one query row s (64 scores): mask to [lo, hi), the running

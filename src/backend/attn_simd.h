@@ -70,21 +70,24 @@ static inline __m256 attn_hi8(__m512 v) {
     return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
 }
 
-/* Lanes summed by a fixed tree: halves, then quarters, ... */
-static inline float attn_hsum16(__m512 v) {
-    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), attn_hi8(v));
-    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+/* Lanes summed (max 0) or maxed (max 1) by a fixed tree: halves, then
+ * quarters, ... (inlined with a constant max: one tree each). */
+static inline __attribute__((always_inline)) float attn_tree16(__m512 v, int max) {
+    __m256 a = _mm512_castps512_ps256(v), b = attn_hi8(v);
+    __m256 h = max ? _mm256_max_ps(a, b) : _mm256_add_ps(a, b);
+    __m128 c = _mm256_castps256_ps128(h), e = _mm256_extractf128_ps(h, 1);
+    __m128 s4 = max ? _mm_max_ps(c, e) : _mm_add_ps(c, e);
+    s4 = max ? _mm_max_ps(s4, _mm_movehl_ps(s4, s4)) : _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    s4 = max ? _mm_max_ss(s4, _mm_movehdup_ps(s4)) : _mm_add_ss(s4, _mm_movehdup_ps(s4));
     return _mm_cvtss_f32(s4);
 }
 
+static inline float attn_hsum16(__m512 v) {
+    return attn_tree16(v, 0);
+}
+
 static inline float attn_hmax16(__m512 v) {
-    __m256 h = _mm256_max_ps(_mm512_castps512_ps256(v), attn_hi8(v));
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    return _mm_cvtss_f32(m4);
+    return attn_tree16(v, 1);
 }
 
 #endif
