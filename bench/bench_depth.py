@@ -78,15 +78,17 @@ TIME = "/usr/bin/time"
 PROC = []  # (wall s, peak RSS KiB) of the last process run, for the caller
 
 
-def run(cmd, timeout):
-    """(stdout, error or None); the process's wall time and peak resident
-    memory (from /usr/bin/time, when there) go to PROC."""
+def run(cmd, timeout, env=None):
+    """(stdout, error or None); env: variables set for this command only.
+    The process's wall time and peak resident memory (from /usr/bin/time,
+    when there) go to PROC."""
     timed = os.path.exists(TIME)
     if timed:
         cmd = [TIME, "-f", "BENCH_TIME %e %M"] + cmd
     PROC.clear()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                           env=dict(os.environ, **env) if env else None)
     except subprocess.TimeoutExpired:
         return "", f"timed out after {timeout} s"
     except OSError as e:
@@ -116,12 +118,12 @@ def value(kind, speed):
     return speed, None
 
 
-def strata_once(args, t, binary=None):
+def strata_once(args, t, binary=None, env=None):
     kind, n, d = t
     p, g = test_args(t)
     cmd = [binary or args.strata, "bench", "-m", args.model, "-t", str(args.threads), "-r", "1", "-d", str(d),
            "-p", p, "-n", g, "--json"]
-    out, err = run(cmd, args.timeout)
+    out, err = run(cmd, args.timeout, env)
     if err:
         return None, err
     for line in reversed(out.strip().splitlines()):
@@ -232,6 +234,9 @@ def main():
     ap.add_argument("--strata", default="./strata")
     ap.add_argument("--strata-base", metavar="BINARY",
                     help="another strata binary (say, an older commit) run as a third engine, 'strata-base'")
+    ap.add_argument("--base-env", metavar="VAR=VALUE", action="append", default=[],
+                    help="set for strata-base only, e.g. --strata-base ./strata --base-env STRATA_CPU=avx512 "
+                         "(the same binary at another kernel level)")
     ap.add_argument("--llama-bench", default=default_llama_bench(),
                     help="default: build/llama-bench/llama-bench, or with STRATA_CPU=avx2 the AVX2-only "
                          "build/llama-bench-avx2/llama-bench (LLAMA_CPU=avx2 make llama-bench) when it exists")
@@ -251,7 +256,8 @@ def main():
         engines.append(("strata", strata_once) if os.path.exists(args.strata)
                        else ("strata", None))
     if args.strata_base:
-        engines.append(("strata-base", (lambda a, t: strata_once(a, t, args.strata_base))
+        base_env = dict(kv.split("=", 1) for kv in args.base_env)
+        engines.append(("strata-base", (lambda a, t: strata_once(a, t, args.strata_base, base_env))
                         if os.path.exists(args.strata_base) else None))
     if not args.skip_llamacpp:
         engines.append(("llama.cpp", llama_once) if os.path.exists(args.llama_bench)
@@ -291,7 +297,7 @@ def main():
     print(f"llama.cpp: {args.llama_bench} ({llama_version(args)}) {args.llama_args}")
     print(f"strata ISA level: {os.environ.get('STRATA_CPU') or 'highest the CPU has'} (STRATA_CPU)")
     if base:
-        print(f"strata-base: {args.strata_base}")
+        print(f"strata-base: {args.strata_base} {' '.join(args.base_env)}")
     if args.peak:
         seen = "; ".join(", ".join(f"{k} {v:.0f}" for k, v in p.items()) for p in peaks)
         print(f"int8 peak at {args.threads} threads, G ops/s: {peak:.0f}"

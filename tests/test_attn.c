@@ -88,7 +88,8 @@ static void ref_attn(const cache *c, int h, const float *q, int first, int end, 
     free(s);
 }
 
-static const char *LEVEL[] = {"scalar", "avx2", "avx512"};
+static const char *LEVEL[] = {"scalar", "avx2", "avx512", "amx"};
+
 
 /* Sinks (gpt-oss): none, one below the scores, one far above them (the
  * state is rescaled to it). */
@@ -193,6 +194,7 @@ TEST(attn_prefill_equals_decode) {
         check_paths(level, 64, 300, 0, 7);   /* query blocks across tile edges */
         check_paths(level, 64, 300, 100, 32); /* sliding window starting mid-tile */
         check_paths(level, 256, 140, 50, 13);
+        check_paths(level, 160, 140, 50, 13); /* AMX: a 32-dim value block after the 64s */
         check_paths(level, 40, 90, 0, 16);   /* head_dim without a SIMD kernel */
     }
 }
@@ -356,11 +358,11 @@ TEST(kvq_names_and_head_sizes) {
 static const kvq_type QUANT[] = {KVQ_Q8_0, KVQ_Q4_0};
 
 TEST(attn_quant_kv_matches_float64) {
-    static const int dims[] = {64, 256, 32};
+    static const int dims[] = {64, 256, 32, 160}; /* 160: the AMX kernels' 32-dim value block */
     static const int depths[] = {1, 7, 63, 64, 65, 200, 1000};
     static const int deep[] = {ATTN_SEG + 1, 2 * ATTN_SEG + 52};
     for (int ti = 0; ti < 2; ti++) {
-        for (int di = 0; di < 3; di++) check_vs_float64_type(QUANT[ti], dims[di], 1000, depths, 7, last_100);
+        for (int di = 0; di < 4; di++) check_vs_float64_type(QUANT[ti], dims[di], 1000, depths, 7, last_100);
         check_vs_float64_type(QUANT[ti], 128, 2 * ATTN_SEG + 60, deep, 2, last_two_thirds);
     }
 }

@@ -549,7 +549,6 @@ TEST(fwd_quant_kv_batch_invariance) {
         int i = k % 5;
         kvq_type qt = QUANT[k / 5];
         char numerics[64];
-        snprintf(numerics, sizeof numerics, "cpu+kv-%s", kvq_name(qt));
         char gg[256];
         snprintf(gg, sizeof gg, "%s%s.gguf", test_data("models/"), models[i]);
         int32_t toks[40];
@@ -557,8 +556,9 @@ TEST(fwd_quant_kv_batch_invariance) {
         check_invariance_kv(gg, toks, 40, 2, 0, qt);
         engine *ef = open_engine(gg, 512, 1), *eq = open_engine_kv(gg, 512, 1, qt);
         if (!ef || !eq) return;
+        snprintf(numerics, sizeof numerics, "%s+kv-%s", attn_numerics(ef->m->hp.head_dim), kvq_name(qt));
         CHECK_EQ_INT(eq->kv.block_bytes * 32, ef->kv.block_bytes * QUANT_HALVES[k / 5]);
-        CHECK(strcmp(engine_numerics(ef), "cpu") == 0 && strcmp(engine_numerics(eq), numerics) == 0);
+        CHECK(strcmp(engine_numerics(ef), attn_numerics(ef->m->hp.head_dim)) == 0 && strcmp(engine_numerics(eq), numerics) == 0);
         int V = ef->m->hp.n_vocab;
         float *a = all_logits(ef, toks, 40, one_chunk), *b = all_logits(eq, toks, 40, one_chunk);
         CHECK_MSG(memcmp(a, b, (size_t)40 * V * 4) != 0, "%s: %s K/V gave f16's logits", models[i], kvq_name(qt));

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend/attn.h"
 #include "backend/cuda/cuda.h"
 #include "backend/kvq.h"
 #include "cache/hash.h"
@@ -170,4 +171,26 @@ TEST(hash_blocks_differ_by_kv_type) {
     cache_hash_block(&b16, &r16, toks, 64);
     cache_hash_block(&b8, &r8, toks, 64);
     CHECK(memcmp(b16.b, b8.b, 32) != 0);
+}
+
+/* The attention level is part of the CPU's numerics (attn_numerics): the
+ * AMX kernels give other bits than the float32 ones, so their blocks hash
+ * apart from the float32 levels' (which keep "cpu" and the hashes caches
+ * were written under), with every KV type; this process's id is that
+ * of the kernels its heads run on. */
+TEST(hash_blocks_differ_by_attention_numerics) {
+    uint8_t file_fp[32], f32[32], amx[32], f32q8[32], amxq8[32];
+    char buf[96];
+    for (int i = 0; i < 32; i++) file_fp[i] = (uint8_t)(3 * i + 9);
+    cache_numerics_fingerprint(file_fp, kvq_numerics(KVQ_F16, "cpu", buf, sizeof buf), f32);
+    cache_numerics_fingerprint(file_fp, kvq_numerics(KVQ_F16, "cpu+attn-amx", buf, sizeof buf), amx);
+    cache_numerics_fingerprint(file_fp, kvq_numerics(KVQ_Q8_0, "cpu", buf, sizeof buf), f32q8);
+    cache_numerics_fingerprint(file_fp, kvq_numerics(KVQ_Q8_0, "cpu+attn-amx", buf, sizeof buf), amxq8);
+    CHECK(memcmp(f32, file_fp, 32) == 0);
+    CHECK(memcmp(amx, f32, 32) != 0);
+    CHECK(memcmp(amxq8, f32q8, 32) != 0);
+    CHECK(memcmp(amxq8, amx, 32) != 0);
+    CHECK(strcmp(kvq_numerics(KVQ_Q4_0, "cpu+attn-amx", buf, sizeof buf), "cpu+attn-amx+kv-q4_0") == 0);
+    CHECK(strcmp(attn_numerics(256), attn_level() == ATTN_LEVEL_AMX ? "cpu+attn-amx" : "cpu") == 0);
+    CHECK(strcmp(attn_numerics(64), "cpu") == 0); /* below ATTN_AMX_MIN_DIM: the float32 kernels */
 }

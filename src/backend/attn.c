@@ -29,8 +29,28 @@ static size_t query_floats(int d) {
     return ((size_t)3 * d + 4 + 15) & ~(size_t)15;
 }
 
+/* The tile (kt, vt: 64 x head_dim floats each) and a stage of the same
+ * size (the AMX level widens Q8_0 / Q4_0 tiles there first). */
+static size_t tile_floats(int d) {
+    return (size_t)4 * T * d;
+}
+
+/* Kernel scratch: the float levels' weights (2 T floats); the AMX
+ * level's state (16 floats), score/value tile (16 x 64 floats), weights
+ * (2 x 16 x 64 bf16) and packed queries (2 x 16 x head_dim bf16). */
+static size_t scratch_floats(int d) {
+    return (size_t)32 * T + 16 * (size_t)d + 16;
+}
+
+/* ws: the tile and stage, the kernel scratch, the queries, then the list
+ * of queries that see a tile (tile_group kernels). */
+static float *ws_queries(float *ws, int d) {
+    return ws + tile_floats(d) + scratch_floats(d);
+}
+
 size_t attn_ws_floats(int head_dim, int nq) {
-    return (size_t)2 * T * head_dim + 2 * T + (size_t)nq * query_floats(head_dim);
+    size_t gq = ((size_t)nq * sizeof(attn_gq) + sizeof(float) - 1) / sizeof(float);
+    return tile_floats(head_dim) + scratch_floats(head_dim) + (size_t)nq * query_floats(head_dim) + gq;
 }
 
 /* ---- scalar kernels (the reference; also any head_dim) -------------------- */
@@ -74,7 +94,7 @@ static void step_scalar(int d, const float *q, const float *kt, const float *vt,
     st[d + 1] = st[d + 1] * alpha + sum;
 }
 
-const attn_ops attn_ops_scalar = {fill_scalar, step_scalar, NULL};
+const attn_ops attn_ops_scalar = {fill_scalar, step_scalar, NULL, NULL, NULL, NULL, NULL};
 
 /* ---- driver ---------------------------------------------------------------- */
 
@@ -129,16 +149,35 @@ void attn_fold(int head_dim, const float *states, int n, const float *sink, floa
     if (r != stack) free(r);
 }
 
-/* The call's queries, scaled, into ws; their key span [*first, *end). */
-static void prepare(int d, const attn_query *qs, int nq, float scale, float *qb, int *first, int *end) {
+/* The call's queries, scaled (and in the kernel's format), into ws;
+ * their key span [*first, *end). */
+static void prepare(const attn_ops *ops, int d, const attn_query *qs, int nq, float scale, float *qb, int *first,
+                    int *end) {
     size_t qf = query_floats(d);
     *first = INT_MAX, *end = 0;
     for (int i = 0; i < nq; i++) {
         float *qi = qb + i * qf;
         for (int k = 0; k < d; k++) qi[k] = qs[i].q[k] * scale;
+        if (ops->prep_q) ops->prep_q(d, qi);
         if (qs[i].first < *first) *first = qs[i].first;
         if (qs[i].end > *end) *end = qs[i].end;
     }
+}
+
+/* One tile for every query that sees part of it, in one list
+ * (tile_group kernels; the list lies after the queries in ws). */
+static void tile_groups(const attn_ops *ops, int d, const attn_query *qs, int nq, float *qb, int t0,
+                        const float *kt, const float *vt, float *p) {
+    size_t qf = query_floats(d);
+    attn_gq *g = (attn_gq *)(qb + nq * qf);
+    int n = 0;
+    for (int i = 0; i < nq; i++) {
+        if (qs[i].first >= t0 + T || qs[i].end <= t0) continue;
+        float *qi = qb + i * qf;
+        g[n++] = (attn_gq){qi, qi + d, qs[i].first > t0 ? qs[i].first - t0 : 0, qs[i].end - t0 < T ? qs[i].end - t0 : T,
+                           i};
+    }
+    if (n) ops->tile_group(d, n, g, (int)qf, kt, vt, p);
 }
 
 /* Tiles of keys [k0, k1) (k0 on a tile edge) into the segment state of
@@ -147,7 +186,16 @@ static void run_tiles(const attn_ops *ops, const attn_kv *kv, const attn_query *
                       int k1, int last) {
     int d = kv->head_dim;
     size_t qf = query_floats(d);
-    float *kt = ws, *vt = kt + (size_t)T * d, *p = vt + (size_t)T * d, *qb = p + 2 * T;
+    float *kt = ws, *vt = kt + (size_t)T * d, *p = ws + tile_floats(d), *qb = ws_queries(ws, d);
+    if (ops->tile_group) {
+        ops->group_begin(p);
+        for (int t0 = k0; t0 < k1; t0 += T) {
+            ops->tile_fill(kv, t0, last, kt, vt);
+            tile_groups(ops, d, qs, nq, qb, t0, kt, vt, p);
+        }
+        ops->group_end(p);
+        return;
+    }
     for (int t0 = k0; t0 < k1; t0 += T) {
         ops->tile_fill(kv, t0, last, kt, vt);
         int pend = -1, plo = 0, phi = 0; /* a query waiting for a partner with its [lo, hi) */
@@ -175,7 +223,7 @@ static void run_segment(const attn_ops *ops, const attn_kv *kv, const attn_query
                         int first, int end, int seg) {
     int d = kv->head_dim, k0 = seg * ATTN_SEG, k1 = k0 + ATTN_SEG;
     size_t qf = query_floats(d);
-    float *qb = ws + (size_t)2 * T * d + 2 * T;
+    float *qb = ws_queries(ws, d);
     for (int i = 0; i < nq; i++) state_init(d, qb + i * qf + d);
     if (k0 < first / T * T) k0 = first / T * T;
     if (k1 > end) k1 = end;
@@ -186,8 +234,8 @@ static void run_ops(const attn_ops *ops, const attn_kv *kv, const attn_query *qs
                     float *ws) {
     int d = kv->head_dim, first, end;
     size_t qf = query_floats(d);
-    float *qb = ws + (size_t)2 * T * d + 2 * T;
-    prepare(d, qs, nq, scale, qb, &first, &end);
+    float *qb = ws_queries(ws, d);
+    prepare(ops, d, qs, nq, scale, qb, &first, &end);
     for (int i = 0; i < nq; i++) state_init(d, qb + i * qf + 2 * d + 2);
     for (int seg = first / ATTN_SEG; seg * ATTN_SEG < end; seg++) {
         run_segment(ops, kv, qs, nq, ws, first, end, seg);
@@ -200,8 +248,8 @@ static void run_seg_ops(const attn_ops *ops, const attn_kv *kv, const attn_query
                         float *const *states, float *ws) {
     int d = kv->head_dim, first, end;
     size_t qf = query_floats(d);
-    float *qb = ws + (size_t)2 * T * d + 2 * T;
-    prepare(d, qs, nq, scale, qb, &first, &end);
+    float *qb = ws_queries(ws, d);
+    prepare(ops, d, qs, nq, scale, qb, &first, &end);
     run_segment(ops, kv, qs, nq, ws, first, end, seg);
     for (int i = 0; i < nq; i++) memcpy(states[i], qb + i * qf + d, attn_state_floats(d) * sizeof(float));
 }
@@ -210,17 +258,24 @@ static void run_seg_ops(const attn_ops *ops, const attn_kv *kv, const attn_query
 
 static int cpu_level(void) {
     const cpu_features *f = cpu_get();
-    if (f->avx512f && f->avx512bw && f->avx512vl && f->avx2 && f->fma && f->f16c) return 2;
-    if (f->avx2 && f->fma && f->f16c) return 1;
-    return 0;
+    int avx512 = f->avx512f && f->avx512bw && f->avx512vl && f->avx2 && f->fma && f->f16c;
+    if (avx512 && f->avx512bf16 && f->amxbf16) return ATTN_LEVEL_AMX;
+    if (avx512) return ATTN_LEVEL_AVX512;
+    if (f->avx2 && f->fma && f->f16c) return ATTN_LEVEL_AVX2;
+    return ATTN_LEVEL_SCALAR;
 }
 
 static const attn_ops *ops_for(int level, int d) {
     if (level > cpu_level()) level = cpu_level();
     const attn_ops *o = NULL;
-    if (level >= 2) o = attn_ops_avx512(d);
-    if (!o && level >= 1) o = attn_ops_avx2(d);
+    if (level >= ATTN_LEVEL_AMX) o = attn_ops_amx(d);
+    if (!o && level >= ATTN_LEVEL_AVX512) o = attn_ops_avx512(d);
+    if (!o && level >= ATTN_LEVEL_AVX2) o = attn_ops_avx2(d);
     return o ? o : &attn_ops_scalar;
+}
+
+const char *attn_numerics(int head_dim) {
+    return ops_for(cpu_level(), head_dim) == attn_ops_amx(head_dim) ? "cpu+attn-amx" : "cpu";
 }
 
 void attn_run_level(int level, const attn_kv *kv, const attn_query *qs, int nq, float scale, float *ws) {

@@ -31,8 +31,12 @@
  * segment (contexts up to ATTN_SEG) has a single state: folding it is the
  * plain normalisation.
  *
- * Levels (scalar, avx2, avx512) give different bits from one another; a
- * process uses one level for its whole life (attn_level below). */
+ * Levels (scalar, avx2, avx512, amx) give different bits from one
+ * another; a process uses one level for its whole life (attn_level below).
+ * The amx level (Intel AMX-BF16 tiles) multiplies bf16 heads and tails of
+ * every operand, near float32 (attn_amx_avx512.c); since its bits change
+ * the K/V of later layers, its blocks are filed under their own numerics
+ * id (attn_numerics). */
 #ifndef STRATA_ATTN_H
 #define STRATA_ATTN_H
 
@@ -84,12 +88,25 @@ void attn_run_seg(const attn_kv *kv, const attn_query *qs, int nq, float scale, 
  * for it. */
 void attn_fold(int head_dim, const float *states, int n, const float *sink, float *out);
 
-/* The same at a given level (tests compare levels and paths):
- * 0 scalar, 1 avx2, 2 avx512; a level the CPU or the build lacks, or a
- * head_dim it has no kernel for, falls back to the next lower one. */
+/* Attention levels. */
+enum { ATTN_LEVEL_SCALAR, ATTN_LEVEL_AVX2, ATTN_LEVEL_AVX512, ATTN_LEVEL_AMX };
+
+/* The same at a given level (tests compare levels and paths); a level the
+ * CPU or the build lacks, or a head_dim it has no kernel for, falls back
+ * to the next lower one. */
 void attn_run_level(int level, const attn_kv *kv, const attn_query *qs, int nq, float scale, float *ws);
 /* The level attn_run uses in this process. */
 int attn_level(void);
+/* The numerics id of this process's attention for heads of head_dim,
+ * the base of the engine's (kvq_numerics adds the KV type): "cpu" where
+ * the float32 kernels run (the id caches were written under before),
+ * "cpu+attn-amx" where the AMX ones do. */
+const char *attn_numerics(int head_dim);
+
+/* The AMX kernels serve heads from this size: below it, decode (2-3
+ * queries per KV head, SmolLM2's 64-dim heads) pays more for the tile
+ * fill than the tile products save (attn_amx_avx512.c; backend/README). */
+#define ATTN_AMX_MIN_DIM 128
 void attn_run_seg_level(int level, const attn_kv *kv, const attn_query *qs, int nq, float scale, int seg,
                         float *const *states, float *ws);
 
@@ -102,19 +119,40 @@ void attn_run_seg_level(int level, const attn_kv *kv, const attn_query *qs, int 
  *   [lo, hi) of the tile (0 <= lo < hi <= 64); st = {acc[head_dim], max,
  *   sum}; p: 64 floats of scratch.
  * tile_step2 (NULL where absent): tile_step for two queries with the same
- *   [lo, hi), bit for bit, sharing the tile's loads; p: 128 floats. */
+ *   [lo, hi), bit for bit, sharing the tile's loads; p: 128 floats.
+ * Kernels with their own formats (the amx level) set instead:
+ * prep_q: the scaled query (head_dim floats) to the kernel's format, in
+ *   place, once per call;
+ * tile_group: tile_step for the n queries that see the tile, each with
+ *   its own [lo, hi), each query's instructions the same whatever n and
+ *   company (the kernel groups them as it likes); tile_fill then writes
+ *   the kernel's layouts over kt and vt (and may use as much again after
+ *   vt as a stage); p is then the kernel's scratch (attn.c). The call's
+ *   queries lie qstride floats apart. */
+typedef struct attn_gq {
+    const float *q; /* as prep_q left it */
+    float *st;      /* acc[head_dim], max, sum */
+    int lo, hi;
+    int idx; /* the query's index in the call: q is the first one's q + idx * qstride floats */
+} attn_gq;
+
 typedef struct attn_ops {
     void (*tile_fill)(const attn_kv *kv, int t0, int last, float *kt, float *vt);
     void (*tile_step)(int d, const float *q, const float *kt, const float *vt, int lo, int hi, float *st,
                       float *p);
     void (*tile_step2)(int d, const float *q0, const float *q1, const float *kt, const float *vt, int lo, int hi,
                        float *st0, float *st1, float *p);
+    void (*prep_q)(int d, float *q);
+    void (*tile_group)(int d, int n, const attn_gq *qs, int qstride, const float *kt, const float *vt, float *p);
+    void (*group_begin)(float *p); /* before a call's first tile_group (with tile_group) */
+    void (*group_end)(float *p);   /* after its last */
 } attn_ops;
 
 extern const attn_ops attn_ops_scalar;
 /* NULL where head_dim has no kernel at that level (or it was not built). */
 const attn_ops *attn_ops_avx2(int head_dim);
 const attn_ops *attn_ops_avx512(int head_dim);
+const attn_ops *attn_ops_amx(int head_dim);
 /* The avx2 tile fill (data movement only; the avx512 level shares it). */
 void attn_fill_avx2(const attn_kv *kv, int t0, int last, float *kt, float *vt);
 

@@ -18,32 +18,10 @@
 #include <math.h>
 
 #include "backend/attn.h"
+#include "backend/attn_simd.h"
 
 #define T ATTN_KV_TILE
 #define UNROLL _Pragma("GCC unroll 8")
-
-static inline const uint16_t *row_at(const uint16_t *const *blocks, int B, int stride, int pos) {
-    return blocks[pos / B] + (size_t)(pos % B) * stride;
-}
-
-static inline void transpose8(__m256 r[8]) {
-    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
-    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
-    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
-    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
-    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
-}
 
 static inline __m256 load_h8(const uint16_t *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
@@ -58,25 +36,15 @@ static inline __m256 block_scale(const uint16_t *blk) {
 static inline __attribute__((always_inline)) void store_group(__m256 r[8], const __m256 v[8], float *kt, float *vt,
                                                               int d, int g, int i) {
     UNROLL for (int u = 0; u < 8; u++) _mm256_storeu_ps(vt + (size_t)(g + u) * d + i, v[u]);
-    transpose8(r);
+    attn_transpose8(r);
     UNROLL for (int u = 0; u < 8; u++) _mm256_storeu_ps(kt + (size_t)(i + u) * T + g, r[u]);
-}
-
-/* Rows of 8 positions from t0 + g on, clamped to last. */
-static inline void group_rows(const attn_kv *kv, int t0, int g, int last, const uint16_t *kr[8],
-                              const uint16_t *vr[8]) {
-    for (int u = 0; u < 8; u++) {
-        int pos = t0 + g + u < last ? t0 + g + u : last;
-        kr[u] = row_at(kv->k_blocks, kv->block_tokens, kv->stride, pos);
-        vr[u] = row_at(kv->v_blocks, kv->block_tokens, kv->stride, pos);
-    }
 }
 
 static void fill_f16(const attn_kv *kv, int t0, int last, float *kt, float *vt) {
     int d = kv->head_dim;
     for (int g = 0; g < T; g += 8) {
         const uint16_t *kr[8], *vr[8];
-        group_rows(kv, t0, g, last, kr, vr);
+        attn_group_rows(kv, t0, g, last, kr, vr);
         for (int i = 0; i < d; i += 8) {
             __m256 r[8], v[8];
             UNROLL for (int u = 0; u < 8; u++) r[u] = load_h8(kr[u] + i), v[u] = load_h8(vr[u] + i);
@@ -109,7 +77,7 @@ static inline __attribute__((always_inline)) void fill_quant(int q4, const attn_
     int d = kv->head_dim, bh = q4 ? KVQ_Q4_0_BLOCK_HALVES : KVQ_Q8_0_BLOCK_HALVES;
     for (int g = 0; g < T; g += 8) {
         const uint16_t *kr[8], *vr[8];
-        group_rows(kv, t0, g, last, kr, vr);
+        attn_group_rows(kv, t0, g, last, kr, vr);
         for (int b = 0; b < d / KVQ_BLOCK; b++) {
             __m256 ks[8], vs[8];
             const uint8_t *kq[8], *vq[8];
@@ -306,8 +274,8 @@ static void step2_avx2(int d, const float *q0, const float *q1, const float *kt,
 /* Pairs only from head_dim 128: a smaller tile stays in L1, where the
  * pair's split score pass cost more than the loads it saved (head_dim 64:
  * 3.3 -> 3.7 ms per 96 queries at depth 4096; 256: 9.1 -> 6.0). */
-static const attn_ops ops_avx2 = {attn_fill_avx2, step_avx2, NULL};
-static const attn_ops ops_avx2_pairs = {attn_fill_avx2, step_avx2, step2_avx2};
+static const attn_ops ops_avx2 = {attn_fill_avx2, step_avx2, NULL, NULL, NULL, NULL, NULL};
+static const attn_ops ops_avx2_pairs = {attn_fill_avx2, step_avx2, step2_avx2, NULL, NULL, NULL, NULL};
 
 const attn_ops *attn_ops_avx2(int head_dim) {
     if (head_dim % 8 || head_dim > 512) return NULL;

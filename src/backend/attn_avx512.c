@@ -12,51 +12,10 @@
 #include <math.h>
 
 #include "backend/attn.h"
+#include "backend/attn_simd.h"
 
 #define T ATTN_KV_TILE
 #define UNROLL _Pragma("GCC unroll 8")
-
-/* e^x for x <= 0; exact 0 below -87 and for -inf (attn_avx2.c's polynomial). */
-static inline __m512 exp512(__m512 x) {
-    const __m512 lo = _mm512_set1_ps(-87.0f);
-    __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    x = _mm512_max_ps(x, lo);
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mul_ps((__mmask16)~under, p, _mm512_castsi512_ps(e));
-}
-
-/* Lanes 8..15 (AVX-512F only, no DQ needed). */
-static inline __m256 hi8(__m512 v) {
-    return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-}
-
-/* Lanes summed by a fixed tree: halves, then quarters, ... */
-static inline float hsum16(__m512 v) {
-    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), hi8(v));
-    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-    return _mm_cvtss_f32(s4);
-}
-
-static inline float hmax16(__m512 v) {
-    __m256 h = _mm256_max_ps(_mm512_castps512_ps256(v), hi8(v));
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    return _mm_cvtss_f32(m4);
-}
 
 /* acc[0 .. 16 nb) = acc * alpha + sum over j in [lo, hi) of p[j] v_j. */
 static inline __attribute__((always_inline)) void pv_block(int nb, float *acc, const float *vt, int d,
@@ -84,14 +43,14 @@ static inline __attribute__((always_inline)) float softmax_tile(int d, __m512 s[
         uint64_t in = (hi >= 64 ? ~0ull : (1ull << hi) - 1) & ~((1ull << lo) - 1);
         UNROLL for (int g = 0; g < 4; g++) s[g] = _mm512_mask_blend_ps((__mmask16)(in >> (16 * g)), ninf, s[g]);
     }
-    float m = st[d], tmax = hmax16(_mm512_max_ps(_mm512_max_ps(s[0], s[1]), _mm512_max_ps(s[2], s[3])));
+    float m = st[d], tmax = attn_hmax16(_mm512_max_ps(_mm512_max_ps(s[0], s[1]), _mm512_max_ps(s[2], s[3])));
     float mn = m > tmax ? m : tmax, alpha = expf(m - mn);
     __m512 vm = _mm512_set1_ps(mn);
     UNROLL for (int g = 0; g < 4; g++) {
-        s[g] = exp512(_mm512_sub_ps(s[g], vm));
+        s[g] = attn_exp512(_mm512_sub_ps(s[g], vm));
         _mm512_storeu_ps(p + 16 * g, s[g]);
     }
-    st[d + 1] = st[d + 1] * alpha + hsum16(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])));
+    st[d + 1] = st[d + 1] * alpha + attn_hsum16(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])));
     st[d] = mn;
     return alpha;
 }
@@ -166,7 +125,7 @@ static void step2_avx512(int d, const float *q0, const float *q1, const float *k
     if (d - i >= 16) pv_block2(1, st0 + i, st1 + i, vt + i, d, p, p + T, lo, hi, alpha0, alpha1);
 }
 
-static const attn_ops ops_avx512 = {attn_fill_avx2, step_avx512, step2_avx512};
+static const attn_ops ops_avx512 = {attn_fill_avx2, step_avx512, step2_avx512, NULL, NULL, NULL, NULL};
 
 const attn_ops *attn_ops_avx512(int head_dim) {
     return head_dim % 16 == 0 && head_dim <= 512 ? &ops_avx512 : NULL;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/attn.h"
 #include "backend/cuda/cuda.h"
 #include "base/cpu.h"
 #include "base/mem.h"
@@ -115,7 +116,7 @@ int engine_open(engine **out, const engine_params *p, strata_err *err) {
         return 0;
     }
     char nb[sizeof e->numerics];
-    snprintf(e->numerics, sizeof e->numerics, "%s", kvq_numerics(p->kv_type, "cpu", nb, sizeof nb));
+    snprintf(e->numerics, sizeof e->numerics, "%s", kvq_numerics(p->kv_type, attn_numerics(e->m->hp.head_dim), nb, sizeof nb));
     e->threads = pool_new(p->n_threads);
     e->fwd = fwd_new(e->m, &e->kv, e->threads, e->max_batch);
     *out = e;

@@ -1,0 +1,95 @@
+/* attn_simd.h - helpers the SIMD attention files share (attn_avx2.c,
+ * attn_avx512.c, attn_bf16_avx512.c); included only by files built with
+ * AVX2 flags (the AVX-512 part only where __AVX512F__ is set). Internal:
+ * not part of attn.h's API. */
+#ifndef STRATA_ATTN_SIMD_H
+#define STRATA_ATTN_SIMD_H
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "backend/attn.h"
+
+static inline const uint16_t *attn_row_at(const uint16_t *const *blocks, int B, int stride, int pos) {
+    return blocks[pos / B] + (size_t)(pos % B) * stride;
+}
+
+/* An 8x8 transpose of 32-bit elements (floats, or pairs of halves). */
+static inline void attn_transpose8(__m256 r[8]) {
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* Rows of 8 positions from t0 + g on, clamped to last. */
+static inline void attn_group_rows(const attn_kv *kv, int t0, int g, int last, const uint16_t *kr[8],
+                              const uint16_t *vr[8]) {
+    for (int u = 0; u < 8; u++) {
+        int pos = t0 + g + u < last ? t0 + g + u : last;
+        kr[u] = attn_row_at(kv->k_blocks, kv->block_tokens, kv->stride, pos);
+        vr[u] = attn_row_at(kv->v_blocks, kv->block_tokens, kv->stride, pos);
+    }
+}
+
+#ifdef __AVX512F__
+/* e^x for x <= 0; exact 0 below -87 and for -inf (attn_avx2.c's polynomial). */
+static inline __m512 attn_exp512(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-87.0f);
+    __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    x = _mm512_max_ps(x, lo);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mul_ps((__mmask16)~under, p, _mm512_castsi512_ps(e));
+}
+
+/* Lanes 8..15 (AVX-512F only, no DQ needed). */
+static inline __m256 attn_hi8(__m512 v) {
+    return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+}
+
+/* Lanes summed (max 0) or maxed (max 1) by a fixed tree: halves, then
+ * quarters, ... (inlined with a constant max: one tree each). */
+static inline __attribute__((always_inline)) float attn_tree16(__m512 v, int max) {
+    __m256 a = _mm512_castps512_ps256(v), b = attn_hi8(v);
+    __m256 h = max ? _mm256_max_ps(a, b) : _mm256_add_ps(a, b);
+    __m128 c = _mm256_castps256_ps128(h), e = _mm256_extractf128_ps(h, 1);
+    __m128 s4 = max ? _mm_max_ps(c, e) : _mm_add_ps(c, e);
+    s4 = max ? _mm_max_ps(s4, _mm_movehl_ps(s4, s4)) : _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    s4 = max ? _mm_max_ss(s4, _mm_movehdup_ps(s4)) : _mm_add_ss(s4, _mm_movehdup_ps(s4));
+    return _mm_cvtss_f32(s4);
+}
+
+static inline float attn_hsum16(__m512 v) {
+    return attn_tree16(v, 0);
+}
+
+static inline float attn_hmax16(__m512 v) {
+    return attn_tree16(v, 1);
+}
+
+#endif
+
+#endif
