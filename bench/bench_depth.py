@@ -7,7 +7,11 @@
 
 Tests are llama-bench's: ppN@D = N prompt tokens evaluated on top of D
 tokens already in the cache (the D are prefilled untimed), tgN@D = N
-single-token steps after D tokens; tok/s = N / time. Both engines get the
+single-token steps after D tokens; tok/s = N / time. `load` is the wall
+time of a process that opens the model and evaluates one token (pp1,
+after each engine's own warm-up): start-up cost, reported in seconds.
+Every process runs under /usr/bin/time: each row also gives the
+processes' mean wall time and largest peak resident memory. Both engines get the
 same GGUF, thread count and tests, one repetition per process start, and
 the runs interleave: rep 1 of test 1 on Strata, then on llama-bench, then
 test 2, ...; the next rep starts with llama-bench, so slow drift in the
@@ -22,6 +26,16 @@ defaults otherwise (batch 2048, ubatch 512, F16 KV, flash attention auto,
 repack on). Built by scripts/build-llama-bench.sh (make llama-bench).
 Does not pin CPUs or frequencies: on a shared machine read the sd and the
 load average before trusting a ratio.
+
+--peak adds the fraction of the CPU's int8 dot-product peak per pp row:
+`strata bench --peak --json -t T` (backend/peak.h: independent VPDPBUSD
+chains) runs before and after the reps; a row's int8 ops/s is tok/s times
+the model's weight multiply-adds per token x 2 (every 2-D `blk.*` tensor
+of the GGUF: the layers' matmuls; the embedding lookup, the output head,
+which pp runs for its last token only, and attention are left out; dense
+models only), divided by the best AVX-512 VNNI peak seen at T threads
+(--peak-gops G: a fixed denominator instead, e.g. a quiet machine's),
+whatever STRATA_CPU asks of Strata: the denominator is the machine's.
 """
 import argparse
 import json
@@ -45,42 +59,75 @@ def parse_tests(spec):
             continue
         name, _, depth = item.partition("@")
         kind, n = name[:2], name[2:]
-        if kind not in ("pp", "tg") or not n.isdigit() or not (depth or "0").isdigit():
-            sys.exit(f"bad test {item!r}: want ppN@D or tgN@D")
+        if name == "load":
+            kind, n = "load", "1"
+        if kind not in ("pp", "tg", "load") or not n.isdigit() or not (depth or "0").isdigit():
+            sys.exit(f"bad test {item!r}: want ppN@D, tgN@D or load")
         out.append((kind, int(n), int(depth or 0)))
     return out
 
 
 def label(t):
     kind, n, d = t
+    if kind == "load":
+        return "load"
     return f"{kind}{n}" + (f" @ d{d}" if d else "")
 
 
+TIME = "/usr/bin/time"
+PROC = []  # (wall s, peak RSS KiB) of the last process run, for the caller
+
+
 def run(cmd, timeout):
-    """(stdout, error or None)."""
+    """(stdout, error or None); the process's wall time and peak resident
+    memory (from /usr/bin/time, when there) go to PROC."""
+    timed = os.path.exists(TIME)
+    if timed:
+        cmd = [TIME, "-f", "BENCH_TIME %e %M"] + cmd
+    PROC.clear()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return "", f"timed out after {timeout} s"
     except OSError as e:
         return "", str(e)
+    for line in p.stderr.splitlines():
+        if line.startswith("BENCH_TIME "):
+            wall, rss = line.split()[1:3]
+            PROC.append((float(wall), int(rss)))
     if p.returncode != 0:
-        tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+        tail = [ln for ln in (p.stderr or p.stdout).strip().splitlines() if not ln.startswith("BENCH_TIME")][-3:]
         return "", f"exit {p.returncode}: " + " | ".join(tail)
     return p.stdout, None
 
 
+def test_args(t):
+    """(-p, -n) of one test: load evaluates one prompt token."""
+    kind, n, _ = t
+    if kind == "load":
+        return "1", "0"
+    return str(n if kind == "pp" else 0), str(n if kind == "tg" else 0)
+
+
+def value(kind, speed):
+    """A run's number: tok/s, or for load the process's wall seconds."""
+    if kind == "load":
+        return (PROC[0][0], None) if PROC else (None, "no /usr/bin/time")
+    return speed, None
+
+
 def strata_once(args, t, binary=None):
     kind, n, d = t
+    p, g = test_args(t)
     cmd = [binary or args.strata, "bench", "-m", args.model, "-t", str(args.threads), "-r", "1", "-d", str(d),
-           "-p", str(n if kind == "pp" else 0), "-n", str(n if kind == "tg" else 0), "--json"]
+           "-p", p, "-n", g, "--json"]
     out, err = run(cmd, args.timeout)
     if err:
         return None, err
     for line in reversed(out.strip().splitlines()):
         if line.startswith("{"):
             try:
-                return float(json.loads(line)[kind]["mean"]), None
+                return value(kind, float(json.loads(line)["pp" if kind == "load" else kind]["mean"]))
             except (ValueError, KeyError, TypeError) as e:
                 return None, f"bad JSON: {e}"
     return None, "no JSON line"
@@ -88,14 +135,15 @@ def strata_once(args, t, binary=None):
 
 def llama_once(args, t):
     kind, n, d = t
+    p, g = test_args(t)
     cmd = [args.llama_bench, "-m", args.model, "-t", str(args.threads), "-r", "1", "-d", str(d),
-           "-p", str(n if kind == "pp" else 0), "-n", str(n if kind == "tg" else 0), "-o", "json"]
+           "-p", p, "-n", g, "-o", "json"] + args.llama_args.split()
     out, err = run(cmd, args.timeout)
     if err:
         return None, err
     try:
         rows = json.loads(out)
-        return float(rows[0]["avg_ts"]), None
+        return value(kind, float(rows[0]["avg_ts"]))
     except (ValueError, KeyError, IndexError, TypeError) as e:
         return None, f"bad JSON: {e}"
 
@@ -104,6 +152,13 @@ def summary(xs):
     if not xs:
         return None
     return {"mean": statistics.fmean(xs), "sd": statistics.stdev(xs) if len(xs) > 1 else 0.0, "runs": xs}
+
+
+def proc_cell(ps):
+    """Mean wall seconds and the largest peak RSS of a row's processes."""
+    if not ps:
+        return "-"
+    return f"{statistics.fmean(w for w, _ in ps):.0f} s, {max(r for _, r in ps) / 2**20:.1f} GiB"
 
 
 def cell(s):
@@ -117,6 +172,44 @@ def llama_version(args):
             return f.readline().strip()
     except OSError:
         return "?"
+
+
+def peak_gops(args):
+    """Peaks at args.threads threads, G int8 ops/s by kind, from strata bench --peak."""
+    env = {k: v for k, v in os.environ.items() if k != "STRATA_CPU"}  # every kind, whatever level is benched
+    try:
+        p = subprocess.run([args.strata, "bench", "--peak", "--json", "-t", str(args.threads)],
+                           capture_output=True, text=True, timeout=args.timeout, env=env)
+        out, err = p.stdout, None if p.returncode == 0 else f"exit {p.returncode}"
+    except (OSError, subprocess.TimeoutExpired) as e:
+        out, err = "", str(e)
+    if err:
+        print(f"peak: {err}", file=sys.stderr)
+        return {}
+    for line in reversed(out.strip().splitlines()):
+        if line.startswith("{"):
+            obj = json.loads(line)
+            return {k: v.get(str(args.threads), 0.0) for k, v in obj["peak"].items()}
+    return {}
+
+
+def matmul_ops_per_token(model):
+    """2 x the multiply-adds of every 2-D blk.* weight (the layers' matmuls), or None."""
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        return None
+    r = GGUFReader(model)
+    n = 0
+    for t in r.tensors:
+        if not t.name.startswith("blk."):
+            continue
+        dims = [int(d) for d in t.shape if int(d) > 1]
+        if len(dims) == 3:  # MoE expert stacks: not what one token runs
+            return None
+        if len(dims) == 2:
+            n += dims[0] * dims[1]
+    return 2 * n
 
 
 def default_llama_bench():
@@ -143,9 +236,12 @@ def main():
                     help="default: build/llama-bench/llama-bench, or with STRATA_CPU=avx2 the AVX2-only "
                          "build/llama-bench-avx2/llama-bench (LLAMA_CPU=avx2 make llama-bench) when it exists")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per process")
+    ap.add_argument("--llama-args", default="", help="more llama-bench arguments, e.g. '--repack 0'")
     ap.add_argument("--skip-strata", action="store_true")
     ap.add_argument("--skip-llamacpp", action="store_true")
     ap.add_argument("--json", metavar="FILE", help="also write every run as JSON")
+    ap.add_argument("--peak", action="store_true", help="add each pp row's fraction of the int8 peak (strata bench --peak)")
+    ap.add_argument("--peak-gops", type=float, help="with --peak: this peak (G int8 ops/s at --threads) instead of the measured one")
     args = ap.parse_args()
     if not os.path.exists(args.model):
         sys.exit(f"model {args.model} not found: run `make model` first")
@@ -160,8 +256,10 @@ def main():
     if not args.skip_llamacpp:
         engines.append(("llama.cpp", llama_once) if os.path.exists(args.llama_bench)
                        else ("llama.cpp", None))
+    peaks = [peak_gops(args)] if args.peak else []
     load_before, t_start = loadavg(), time.time()
     runs = {(e, label(t)): [] for e, _ in engines for t in tests}
+    procs = {k: [] for k in runs}  # (wall s, peak RSS KiB) per process
     errors = {}
     for rep in range(args.reps):
         for t in tests:
@@ -170,37 +268,60 @@ def main():
                 if fn is None or (name, label(t)) in errors:
                     continue
                 v, err = fn(args, t)
-                print(f"rep {rep + 1} {label(t)} {name}: " + (f"{v:.2f} tok/s" if v is not None else err),
+                procs[(name, label(t))] += PROC
+                unit = "s" if t[0] == "load" else "tok/s"
+                proc = f" (wall {PROC[0][0]:.0f} s, peak RSS {PROC[0][1] / 2**20:.2f} GiB)" if PROC else ""
+                print(f"rep {rep + 1} {label(t)} {name}: " + (f"{v:.2f} {unit}" if v is not None else err) + proc,
                       file=sys.stderr, flush=True)
                 if v is None:
                     errors[(name, label(t))] = err
                 else:
                     runs[(name, label(t))].append(v)
     load_after = loadavg()
+    if args.peak:
+        peaks.append(peak_gops(args))
     base = bool(args.strata_base)
+    vnni = "avx512-vnni vpdpbusd zmm"
+    peak = args.peak_gops or max([p.get(vnni, 0.0) for p in peaks] or [0.0])
+    ops = matmul_ops_per_token(args.model) if args.peak else None
     print(f"machine: {machine()}")
     print(f"model:   {args.model}")
     print(f"threads: {args.threads}, reps: {args.reps} (interleaved), wall {time.time() - t_start:.0f} s")
     print(f"load average (1/5/15 min): before {load_before}, after {load_after}")
-    print(f"llama.cpp: {args.llama_bench} ({llama_version(args)})")
+    print(f"llama.cpp: {args.llama_bench} ({llama_version(args)}) {args.llama_args}")
     print(f"strata ISA level: {os.environ.get('STRATA_CPU') or 'highest the CPU has'} (STRATA_CPU)")
     if base:
         print(f"strata-base: {args.strata_base}")
+    if args.peak:
+        seen = "; ".join(", ".join(f"{k} {v:.0f}" for k, v in p.items()) for p in peaks)
+        print(f"int8 peak at {args.threads} threads, G ops/s: {peak:.0f}"
+              + (" (--peak-gops)" if args.peak_gops else "") + f"; measured before / after: {seen}")
+        print("matmul ops per token: " + (f"{ops / 1e9:.4f} G" if ops else "unknown (MoE or no gguf package)"))
+    frac = lambda s: f"{100 * s['mean'] * ops / 1e9 / peak:.1f}%" if s and ops and peak else "-"
     for name, fn in engines:
         if fn is None:
             print(f"{name}: not found ({ {'strata': args.strata, 'strata-base': args.strata_base}.get(name, args.llama_bench)})")
     for (name, test), err in errors.items():
         print(f"{name} {test}: {err}")
     rows = [("test", "strata tok/s", "llama.cpp tok/s", "ratio")
-            + (("strata-base tok/s", "strata / base") if base else ())]
+            + (("strata-base tok/s", "strata / base") if base else ())
+            + ("strata wall, peak RSS", "llama.cpp wall, peak RSS")
+            + (("strata % of peak", "llama.cpp % of peak") + (("base % of peak",) if base else ()) if args.peak else ())]
     result = []
     for t in tests:
         s, l = summary(runs.get(("strata", label(t)), [])), summary(runs.get(("llama.cpp", label(t)), []))
         b = summary(runs.get(("strata-base", label(t)), []))
         r = f"{s['mean'] / l['mean']:.2f}" if s and l and l["mean"] else "-"
+        if t[0] == "load":  # seconds: above 1 still means Strata faster
+            r = f"{l['mean'] / s['mean']:.2f}" if s and l and s["mean"] else "-"
         rb = f"{s['mean'] / b['mean']:.2f}" if s and b and b["mean"] else "-"
-        rows.append((label(t), cell(s), cell(l), r) + ((cell(b), rb) if base else ()))
-        result.append({"test": label(t), "strata": s, "llama.cpp": l, "strata-base": b})
+        pr = [proc_cell(procs.get((e, label(t)), [])) for e in ("strata", "llama.cpp")]
+        pk = t[0] == "pp" and args.peak
+        rows.append((label(t), cell(s), cell(l), r) + ((cell(b), rb) if base else ()) + tuple(pr)
+                    + ((frac(s) if pk else "-", frac(l) if pk else "-") + ((frac(b) if pk else "-",) if base else ())
+                       if args.peak else ()))
+        result.append({"test": label(t), "strata": s, "llama.cpp": l, "strata-base": b,
+                       "procs": {e: procs.get((e, label(t)), []) for e in ("strata", "llama.cpp")}})
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for i, r in enumerate(rows):
         print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")

@@ -30,6 +30,7 @@ rm -rf "$dir"
 mkdir -p "$dir/lib" "$dir/py" "$dir/data/models" "$dir/tools"
 cp strata build/strata-tests scripts/test-gpu.sh "$dir/"
 cp scripts/gpu-peer.sh "$dir/peer.sh"
+cp scripts/gpu-serve-check.py "$dir/tools/" # test-gpu.sh's serve-on-GPU step (SERVE_CHECK)
 [ -n "${PREV_STRATA:-}" ] && cp "$PREV_STRATA" "$dir/strata-prev" # benched beside this build (test-gpu.sh PREV)
 strip --strip-debug "$dir/strata" "$dir/strata-tests" # 15 MB -> 5 MB: the trip has a size limit
 # Shared libraries outside glibc and libgcc (every Linux has those).
@@ -49,6 +50,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONPATH="$here/py${PYTHONPATH:+:$PYTHONPATH}"
 export STRATA="$here/strata" TESTS="$here/strata-tests" TOOLS="$here/tools" TEST_DATA_DIR="$here/data"
+export SERVE_CHECK="$here/tools/gpu-serve-check.py"
 [ -x "$here/strata-prev" ] && export PREV="$here/strata-prev"
 cd "$here" && exec ./test-gpu.sh "$@"
 RUN

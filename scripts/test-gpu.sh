@@ -4,12 +4,15 @@
 # for bit), the whole-model checks on the synthetic models (GPU logits vs
 # the CPU backend and the float64 reference, greedy agreement), then a
 # SmolLM2-135M-shaped random-weight model (tools/synth_smollm2.py, made
-# here) through `strata run` on both devices and `strata bench` (pp512,
-# tg128) on the GPU, with the CPU's numbers beside them.
+# here) through `strata run` on both devices, `strata serve --device cuda`
+# (one request cold, from the GPU pool, from the RAM tier, from the disk
+# after a restart: the same bytes; scripts/gpu-serve-check.py) and `strata
+# bench` (pp512, tg128) on the GPU, with the CPU's numbers beside them.
 #
 #   scripts/test-gpu.sh            (`make test-gpu` runs it after building)
 #
-# Env: STRATA (./strata), TESTS (build/strata-tests), TEST_DATA_DIR
+# Env: STRATA (./strata), TESTS (build/strata-tests), SERVE_CHECK
+# (scripts/gpu-serve-check.py), TEST_DATA_DIR
 # (tests/data/gen), TOOLS (tools), PYTHON (python3), OUT (where logs go;
 # a temp dir), REPS (10: bench repetitions on the GPU), KEEP_MODEL (make
 # the synthetic model at this path and leave it there: gpu-peer.sh times
@@ -52,6 +55,13 @@ if [ "$cpu_txt" = "$gpu_txt" ]; then echo "greedy text: same"; else echo "greedy
 timeout 60 "$STRATA" run -m "$SMOL" -p "The cache is" -n 32 --temp 0 --device cuda > /dev/null 2> "$LOGS/run-gpu.txt" || fail=1
 tail -1 "$LOGS/run-gpu.txt"
 
+step "serve on the GPU: cold, GPU pool hit, RAM tier hit, disk hit after a restart (same bytes)"
+# `strata serve --device cuda`: the live KV pool in GPU memory, --cache-ram-mb
+# pinned host memory below it, the disk below that (scripts/gpu-serve-check.py).
+timeout 300 "$PYTHON" "${SERVE_CHECK:-scripts/gpu-serve-check.py}" --strata "$STRATA" --model "$SMOL" --dir "$WORK/kv" \
+    --log "$LOGS/serve-gpu.log" 2>&1 | tee "$LOGS/serve-gpu.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || { fail=1; tail -20 "$LOGS/serve-gpu.log"; }
+
 step "bench on the GPU: pp512, tg128 ($REPS reps)"
 timeout 120 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 128 -r "$REPS" 2>&1 | tee "$LOGS/bench-gpu.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || fail=1
@@ -93,6 +103,7 @@ fi
 
 step "summary"
 grep -E "^(ok|FAIL|skip) |passed" "$LOGS/gpu-tests.log"
+grep -E "^gpu-serve-check:" "$LOGS/serve-gpu.txt"
 grep -E "^\| (pp|tg)" "$LOGS/bench-gpu.txt" "$LOGS/bench-cpu.txt" ${PREV:+"$LOGS/bench-prev.txt"} 2>/dev/null
 rm -rf "$WORK"
 if [ $fail -eq 0 ]; then echo "test-gpu: PASS"; else echo "test-gpu: FAIL"; fi

@@ -703,3 +703,88 @@ TEST(gpu_forward_fusion_keeps_the_bits) {
         model_free(m);
     }
 }
+
+/* ---- the paged pass (serve --device cuda) ------------------------------------ */
+
+/* Runs batch tokens [0, n) (seqs, positions pos) through the paged pass,
+ * every row wanted; logits to out (n x V). */
+static int paged_run(fwdc *c, const int32_t *tok, kv_seq **seqs, const int32_t *pos, int n, float *out) {
+    int8_t want[512];
+    for (int t = 0; t < n; t++) want[t] = 1;
+    fwd_batch b = {.n = n, .tokens = tok, .seqs = seqs, .pos = pos, .want = want};
+    strata_err err = {0};
+    int rc = fwdc_run_batch(c, &b, out, &err);
+    if (rc) test_fail(__FILE__, __LINE__, "fwdc_run_batch: %s", err.msg);
+    return rc;
+}
+
+/* Two sequences in one paged pool, prefilled together in uneven chunks,
+ * then decoded together, and a third forked from the first inside a
+ * block (copy on write on the device): every row has the bits of the
+ * contiguous one-sequence pass over the same tokens. */
+TEST(gpu_paged_forward_keeps_the_contiguous_bits) {
+    if (!gpu_up()) return;
+    const char *names[] = {"llama-q4_1", "qwen3-q5_1"};
+    for (int i = 0; i < 2; i++) {
+        model *m;
+        fwdc *ref_c = open_gpu_model(names[i], 512, &m);
+        if (!ref_c) continue;
+        enum { NA = 300, NB = 150, FORK = 250, NC = 280 };
+        int V = m->hp.n_vocab;
+        static const int one[] = {512, 0};
+        int32_t a[NA], bt[NB], cc[NC];
+        random_tokens(a, NA, V, 5), random_tokens(bt, NB, V, 6);
+        memcpy(cc, a, FORK * sizeof(int32_t));
+        random_tokens(cc + FORK, NC - FORK, V, 7);
+        float *ra = gpu_logits(ref_c, a, NA, V, one), *rb = gpu_logits(ref_c, bt, NB, V, one);
+        float *rc = gpu_logits(ref_c, cc, NC, V, one);
+        fwdc_free(ref_c);
+        kv_pool kv;
+        kv_pool_opts po = {.n_layer = m->hp.n_kv_layer, .kv_dim = m->hp.n_head_kv * m->hp.head_dim,
+                           .block_tokens = 16, .n_blocks = 64, .head_dim = m->hp.head_dim, .dev = cuda_devmem()};
+        strata_err err = {0};
+        fwdc *c = NULL;
+        if (kv_pool_init_opts(&kv, &po, &err) || fwdc_new_paged(&c, m, &kv, 512, 512, &err)) {
+            test_fail(__FILE__, __LINE__, "%s: %s", names[i], err.msg);
+            model_free(m);
+            continue;
+        }
+        kv_seq sa, sb, sc;
+        kv_seq_init(&sa), kv_seq_init(&sb);
+        float *out = xmalloc((size_t)512 * V * 4);
+        int32_t tok[512], pos[512];
+        kv_seq *seqs[512];
+        /* chunks: A [0,100) + B [0,70), then A [100,300) + B [70,149) */
+        int plan[2][4] = {{0, 100, 0, 70}, {100, NA, 70, NB - 1}};
+        for (int p = 0; p < 2; p++) {
+            int n = 0;
+            for (int t = plan[p][0]; t < plan[p][1]; t++, n++) tok[n] = a[t], pos[n] = t, seqs[n] = &sa;
+            for (int t = plan[p][2]; t < plan[p][3]; t++, n++) tok[n] = bt[t], pos[n] = t, seqs[n] = &sb;
+            if (paged_run(c, tok, seqs, pos, n, out)) break;
+            int na = plan[p][1] - plan[p][0];
+            CHECK_MSG(memcmp(out, ra + (size_t)plan[p][0] * V, (size_t)na * V * 4) == 0, "%s: A, chunk %d", names[i], p);
+            CHECK_MSG(memcmp(out + (size_t)na * V, rb + (size_t)plan[p][2] * V, (size_t)(n - na) * V * 4) == 0,
+                      "%s: B, chunk %d", names[i], p);
+        }
+        /* a decode step of B beside a fork of A that writes into a shared block */
+        kv_seq_fork(&kv, &sa, FORK, &sc);
+        int n = 0;
+        tok[n] = bt[NB - 1], pos[n] = NB - 1, seqs[n++] = &sb;
+        for (int t = FORK; t < NC; t++, n++) tok[n] = cc[t], pos[n] = t, seqs[n] = &sc;
+        if (!paged_run(c, tok, seqs, pos, n, out)) {
+            CHECK_MSG(memcmp(out, rb + (size_t)(NB - 1) * V, (size_t)V * 4) == 0, "%s: B's decode step", names[i]);
+            CHECK_MSG(memcmp(out + V, rc + (size_t)FORK * V, (size_t)(NC - FORK) * V * 4) == 0, "%s: the fork", names[i]);
+            CHECK(sc.blocks[FORK / 16] != sa.blocks[FORK / 16]); /* copied before the write */
+        }
+        /* A again from its last position: its shared block was left as it was */
+        tok[0] = a[NA - 1], pos[0] = NA - 1, seqs[0] = &sa;
+        if (!paged_run(c, tok, seqs, pos, 1, out))
+            CHECK_MSG(memcmp(out, ra + (size_t)(NA - 1) * V, (size_t)V * 4) == 0, "%s: A after the fork", names[i]);
+        kv_seq_release(&kv, &sa), kv_seq_release(&kv, &sb), kv_seq_release(&kv, &sc);
+        CHECK_EQ_INT(kv.n_free, kv.n_blocks);
+        free(out), free(ra), free(rb), free(rc);
+        fwdc_free(c);
+        kv_pool_destroy(&kv);
+        model_free(m);
+    }
+}

@@ -33,3 +33,28 @@ TEST(draft_periodic_run_and_no_match) {
     CHECK_EQ_INT(draft_lookup(none, 1, 4, out), 0);
     CHECK_EQ_INT(draft_lookup(none, 0, 4, out), 0);
 }
+
+/* A predicted output: its start while the reply is shorter than an
+ * n-gram, then the continuation of the reply's suffix nearest the reply's
+ * own length, cut where the prediction ends. */
+TEST(draft_from_a_prediction) {
+    const int32_t pred[] = {10, 11, 12, 13, 10, 11, 14, 15, 16};
+    int32_t out[8];
+    CHECK_EQ_INT(draft_predicted(pred, 9, NULL, 0, 3, out), 3);
+    CHECK(out[0] == 10 && out[1] == 11 && out[2] == 12);
+    const int32_t r1[] = {10};
+    CHECK_EQ_INT(draft_predicted(pred, 9, r1, 1, 2, out), 2);
+    CHECK(out[0] == 11 && out[1] == 12);
+    const int32_t other[] = {99};
+    CHECK_EQ_INT(draft_predicted(pred, 9, other, 1, 2, out), 0);
+    /* "10 11" occurs at 0 and 4: the reply of 6 tokens ending in it is
+     * nearer the second, whose continuation is 14 15 16 (only 3 left) */
+    const int32_t r2[] = {10, 11, 12, 13, 10, 11};
+    CHECK_EQ_INT(draft_predicted(pred, 9, r2, 6, 5, out), 3);
+    CHECK(out[0] == 14 && out[1] == 15 && out[2] == 16);
+    const int32_t r3[] = {7, 10, 11};                  /* the reply departed, then came back */
+    CHECK_EQ_INT(draft_predicted(pred, 9, r3, 3, 2, out), 2);
+    CHECK(out[0] == 12 && out[1] == 13);
+    const int32_t r4[] = {7, 16};                      /* a suffix the prediction does not hold */
+    CHECK_EQ_INT(draft_predicted(pred, 9, r4, 2, 2, out), 0);
+}

@@ -115,7 +115,7 @@ TEST(kv_q8_0_pool_rows_and_payload) {
         CHECK_EQ_INT(got[(size_t)(l * 2 + 1) * 4 * 34 + 5], l * 1000 + 500 + 5);
     memcpy(back, got, q.block_bytes);
     memset(kv_rows(&q, b, 1, 0), 0, 4 * 34 * 2);
-    kv_block_write(&q, b, back);
+    kv_block_write(&q, b, back, NULL);
     CHECK_EQ_INT(kv_rows(&q, b, 1, 0)[7], 1000 + 7);
     free(pay), free(back);
     kv_seq_release(&q, &s);

@@ -115,7 +115,7 @@ TEST(kv_swa_payload_keeps_the_block_layout) {
     kv_seq t; /* a fresh block gets it back whole */
     kv_seq_init(&t);
     CHECK_EQ_INT(kv_seq_reserve(&p, &t, BT, NULL), 0);
-    kv_block_write(&p, t.blocks[0], buf);
+    kv_block_write(&p, t.blocks[0], buf, NULL);
     CHECK(memcmp(kv_block_read(&p, t.blocks[0], back), buf, sizeof buf) == 0);
     kv_seq_release(&p, &t);
     kv_seq_release(&p, &s);

@@ -478,11 +478,12 @@ TEST(quant_gemm_big_rows) {
     }
 }
 
-/* Prefill (n_tok >= 8: the SIMD legacy kernels run on rows prepared once
- * per row chunk, short last groups packed) gives every token the bits of
- * decode (n_tok = 1: GGUF rows), for every prepared token tile (n_tok 8
- * to 15: tiles of 8, 4, 2, 1) and 37 rows (two row chunks at AVX-512's
- * 32, a row tail). */
+/* Prefill (n_tok >= 8, the SIMD legacy kernels and the AVX-512 K-quants:
+ * rows prepared once per row chunk, short last groups packed)
+ * gives every token the bits of decode (n_tok = 1: GGUF rows), for every
+ * token count 2 to 15 (GGUF-row tiles below the threshold, prepared tiles
+ * of 8, 4, 2, 1 above it) and 37 rows (two row chunks at AVX-512's 32, a
+ * row tail; K-quant rows of k = 2048 come 7 to a chunk). */
 static void check_prefill_vs_decode(int level, qtype wt, int64_t k) {
     enum { ROWS = 37, NT = 15 };
     uint64_t s = 31337 + wt + (uint64_t)k;
@@ -493,7 +494,7 @@ static void check_prefill_vs_decode(int level, qtype wt, int64_t k) {
     for (int t = 0; t < NT; t++)
         quant_gemm_level(level, wt, w, wrb, k, xq + t * xrb, xrb, 1, y1 + t * ROWS, ROWS, 0, ROWS);
     int bad = 0;
-    for (int n = 8; n <= NT; n++) {
+    for (int n = 2; n <= NT; n++) {
         memset(y, 0xff, sizeof y);
         quant_gemm_level(level, wt, w, wrb, k, xq, xrb, n, y, ROWS, 0, ROWS);
         for (int t = 0; t < n; t++)
@@ -506,12 +507,14 @@ static void check_prefill_vs_decode(int level, qtype wt, int64_t k) {
 }
 
 TEST(quant_gemm_prefill_vs_decode) {
-    static const int64_t ks[] = {96, 512, 576, 640, 672, 1536};
+    static const int64_t ks[] = {96, 512, 576, 640, 672, 1536}, kks[] = {256, 768, 2048};
     for (int l = QUANT_SCALAR; l <= quant_level(); l++)
         for (int i = 0; i < N_WEIGHT_TYPES; i++) {
-            if (quant_get(WEIGHT_TYPES[i])->blck != QK) continue;
-            for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++)
+            int legacy = quant_get(WEIGHT_TYPES[i])->blck == QK, kquant = quant_get(WEIGHT_TYPES[i])->blck == QK_K;
+            for (size_t j = 0; legacy && j < sizeof ks / sizeof ks[0]; j++)
                 check_prefill_vs_decode(l, WEIGHT_TYPES[i], ks[j]);
+            for (size_t j = 0; kquant && j < sizeof kks / sizeof kks[0]; j++)
+                check_prefill_vs_decode(l, WEIGHT_TYPES[i], kks[j]);
         }
 }
 

@@ -334,3 +334,29 @@ TEST(sample_top_logprobs_values) {
     for (int i = 0; i < 4; i++) sum += exp(lp[i]);
     CHECK_NEAR(sum, 1.0, 1e-5);
 }
+
+/* logit_bias: added before everything else; -100 bans a token even when
+ * it is the only one left; ids past the vocabulary are skipped. */
+TEST(sample_logit_bias) {
+    float l[4] = {3.0f, 2.0f, 1.0f, 0.5f};
+    sample_params p = params(0.0f, 0, 1.0f, 0.0f);
+    p.bias[p.n_bias++] = (sample_bias){0, -1.5f}; /* 1.5 < 2.0: token 1 wins greedy */
+    p.bias[p.n_bias++] = (sample_bias){99, 50.0f};
+    sampler *s = sample_new(&p);
+    CHECK_EQ_INT(sample_next(s, l, 4, 0), 1);
+    sample_free(s);
+    p.n_bias = 0;
+    p.bias[p.n_bias++] = (sample_bias){3, 100.0f}; /* exclusive, greedy or sampled */
+    p.temperature = 1.0f;
+    s = sample_new(&p);
+    for (int pos = 0; pos < 200; pos++) CHECK_EQ_INT(sample_next(s, l, 4, pos), 3);
+    sample_free(s);
+    p.n_bias = 0;
+    for (int i = 0; i < 3; i++) p.bias[p.n_bias++] = (sample_bias){i, -100.0f};
+    p.repeat_penalty = 1.3f; /* the ban holds through the penalties' copy too */
+    s = sample_new(&p);
+    sample_accept(s, 3);
+    for (int pos = 0; pos < 200; pos++) CHECK_EQ_INT(sample_next(s, l, 4, pos), 3);
+    sample_free(s);
+    CHECK(l[0] == 3.0f && l[3] == 0.5f); /* the caller's logits untouched */
+}

@@ -214,6 +214,26 @@ TEST(real_tok_qwen35_refs) {
     check_fixture_refs("tok/qwen35.gguf", "tests/data/tok/qwen35.txt", 600);
 }
 
+/* gpt-4o (o200k: gpt-oss, llama4) on the same vocabulary, plus case-run,
+ * digit-group and punctuation-run cases (tools/tok_refs.py, gen_gpt4o). */
+TEST(real_tok_gpt4o_refs) {
+    check_fixture_refs("tok/gpt4o.gguf", "tests/data/tok/gpt4o.txt", 2500);
+}
+
+/* The same cases on a vocabulary where every byte pair merges and nothing
+ * longer (tools/testdata_tok.py, write_pairs): the ids show every place
+ * the pre-tokenizer split (with qwen2's pre-tokenizer 988 of these 2,751
+ * cases tokenize differently; on the real vocabulary above, 4). */
+TEST(tok_gpt4o_pairs_refs) {
+    check_fixture_refs("tok/gpt4o_pairs.gguf", "tests/data/tok/gpt4o_pairs.txt", 2500);
+}
+
+/* The tiny gpt-oss fixture's own vocabulary: gpt-4o pre-tokenizer, the
+ * harmony special tokens in and around text. */
+TEST(tok_gptoss_refs) {
+    check_fixture_refs("models/gpt-oss-f32.gguf", "tests/data/tok/gptoss.txt", 800);
+}
+
 TEST(real_tok_default_refs) {
     check_fixture_refs("tok/default.gguf", "tests/data/tok/default.txt", 250);
 }

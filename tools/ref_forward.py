@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Float64 reference forward pass for llama/qwen2/qwen3/gemma3/qwen35 GGUF models
-and the mixture-of-experts qwen3moe/qwen35moe.
+and the mixture-of-experts qwen3moe/qwen35moe/gpt-oss.
 
 Independent of Strata's C code and of llama.cpp: weights are dequantized
-with the `gguf` package and every step runs in numpy float64, so the only
+with the `gguf` package (MXFP4 by this file's own decoder, since the same
+package wrote the fixtures' MXFP4 and a mistake shared by its quantizer and
+dequantizer would cancel) and every step runs in numpy float64, so the only
 differences to Strata are its activation quantization and F16 KV storage.
 Used to check the engine on tiny synthetic models (no llama.cpp needed).
 
@@ -20,7 +22,23 @@ from gguf.quants import dequantize
 # those that take Q8_0/Q8_1 (blocks of 32, the same rounding); the float
 # types take float activations (backend/quant.c).
 _Q8K_TYPES = {10, 11, 12, 13, 14}
-_Q8_TYPES = {2, 3, 6, 7, 8}
+_Q8_TYPES = {2, 3, 6, 7, 8, 39}
+GGML_MXFP4 = 39
+
+
+def dequant_mxfp4(raw, n):
+    """MXFP4 (OCP microscaling) from its bytes: 17-byte blocks of 32 values,
+    one E8M0 exponent byte e and 16 bytes of E2M1 codes, value j of the
+    block in the low nibble of byte j (j < 16) or the high nibble of byte
+    j - 16. A code's bits are sign, 2 exponent bits, 1 mantissa bit:
+    0, 0.5, 1, 1.5, 2, 3, 4, 6; the block's scale is 2^(e - 127), kept
+    exact by doubling the E2M1 values and halving the scale, 2^(e - 128)."""
+    b = np.frombuffer(bytes(raw), dtype=np.uint8).reshape(-1, 17)
+    assert b.shape[0] * 32 == n, "MXFP4 size does not match the tensor's shape"
+    scale = np.ldexp(1.0, b[:, 0].astype(np.int64) - 128)
+    codes = np.concatenate([b[:, 1:] & 15, b[:, 1:] >> 4], axis=1)
+    mag = np.array([0, 1, 2, 3, 4, 6, 8, 12], dtype=np.float64)[codes & 7]
+    return (np.where(codes & 8, -mag, mag) * scale[:, None]).reshape(-1)
 
 
 def act_q8(x, wtype):
@@ -46,7 +64,10 @@ class RefModel:
         self.t, self.types = {}, {}
         for t in r.tensors:
             self.types[t.name] = int(t.tensor_type)
-            w = dequantize(t.data, t.tensor_type).astype(np.float64)
+            if int(t.tensor_type) == GGML_MXFP4:
+                w = dequant_mxfp4(t.data, int(t.n_elements))
+            else:
+                w = dequantize(t.data, t.tensor_type).astype(np.float64)
             shape = [int(x) for x in t.shape][::-1]
             self.t[t.name] = w.reshape(shape)
         a = self.arch
@@ -59,18 +80,23 @@ class RefModel:
         self.eps = g("attention.layer_norm_rms_epsilon", 1e-6)
         self.base = g("rope.freq_base", 10000.0)
         self.rope_dim = g("rope.dimension_count", self.head_dim)
-        self.neox = a in ("qwen2", "qwen3", "gemma3", "qwen35", "qwen3moe", "qwen35moe")
+        self.neox = a in ("qwen2", "qwen3", "gemma3", "qwen35", "qwen3moe", "qwen35moe", "gpt-oss")
         self.gemma3 = a == "gemma3"
+        self.gptoss = a == "gpt-oss"
         # gemma3 (as llama.cpp reads it): every 6th layer global, the rest see
-        # the last n_swa positions and rotate with base 10000.
-        self.n_swa = g("attention.sliding_window", 0) if self.gemma3 else 0
-        period = g("attention.sliding_window_pattern", 6)
+        # the last n_swa positions and rotate with base 10000. gpt-oss: the
+        # even layers see the last n_swa (128) and rotate as the odd ones do.
+        self.n_swa = g("attention.sliding_window", 0) if self.gemma3 or self.gptoss else 0
+        period = g("attention.sliding_window_pattern", 2 if self.gptoss else 6)
         self.swa = [self.n_swa > 0 and i % period < period - 1 for i in range(self.n_layer)]
+        self.swa_rope = self.gemma3  # sliding layers have a rope base of their own
         self.base_swa = g("rope.freq_base_swa", 10000.0)
-        scaling = g("rope.scaling.type", "none")
-        if scaling not in ("none", "linear"):
-            raise SystemExit(f"ref_forward: rope scaling {scaling} not implemented")
-        self.pos_scale = 1.0 / g("rope.scaling.factor", 1.0) if scaling == "linear" else 1.0
+        self.scaling = g("rope.scaling.type", "none")
+        if self.scaling not in ("none", "linear", "yarn"):
+            raise SystemExit(f"ref_forward: rope scaling {self.scaling} not implemented")
+        self.rope_factor = g("rope.scaling.factor", 1.0)
+        self.rope_orig_ctx = g("rope.scaling.original_context_length", g("context_length"))
+        self.pos_scale = 1.0 / self.rope_factor if self.scaling == "linear" else 1.0
         self.qwen35 = a in ("qwen35", "qwen35moe")
         self.n_used = g("expert_used_count", 0)
         self.router_gap = np.inf  # smallest logit gap between the k-th and next expert seen
@@ -107,13 +133,33 @@ class RefModel:
     def norm(self, x, w):
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + self.eps) * w
 
+    def yarn(self, ang):
+        """YaRN (Peng et al. 2023) as published, with llama.cpp's defaults
+        (beta_fast 32, beta_slow 1, attention factor 1): pair i turns by a
+        mix of the interpolated angle (ang / factor) and the original one,
+        ramping from all-original below dimension lo to all-interpolated
+        above hi, where lo and hi are the dimensions that turn beta_fast and
+        beta_slow times over the original context; cos and sin are scaled
+        by 1 + 0.1 ln(factor). Returns (angles, magnitude)."""
+        d, half = self.rope_dim, self.rope_dim // 2
+
+        def corr_dim(n_rot):
+            return d * np.log(self.rope_orig_ctx / (n_rot * 2 * np.pi)) / (2 * np.log(self.base))
+        lo, hi = max(0.0, np.floor(corr_dim(32.0))), min(d - 1.0, np.ceil(corr_dim(1.0)))
+        ramp = 1 - np.clip((np.arange(half) - lo) / max(0.001, hi - lo), 0, 1)
+        ang = ang / self.rope_factor * (1 - ramp) + ang * ramp
+        return ang, 1 + 0.1 * np.log(self.rope_factor)
+
     def rope(self, x, pos, swa=False):
-        # x: [n_tok, n_heads, head_dim]
+        # x: [n_tok, n_heads, head_dim]; swa: rotate with the sliding base, unscaled
         half = self.rope_dim // 2
         inv = (self.base_swa if swa else self.base) ** (-2.0 * np.arange(half) / self.rope_dim)
         ang = (np.asarray(pos) * (1.0 if swa else self.pos_scale))[:, None] * inv[None, :]
         ang = ang * self.rope_keep[None, :]
-        c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+        mag = 1.0
+        if self.scaling == "yarn" and not swa:
+            ang, mag = self.yarn(ang)
+        c, s = mag * np.cos(ang)[:, None, :], mag * np.sin(ang)[:, None, :]
         x = x.copy()
         if self.neox:
             a, b = x[..., :half].copy(), x[..., half:2 * half].copy()
@@ -130,29 +176,60 @@ class RefModel:
         g, u = self.mm(h, p + "ffn_gate" + sfx + ".weight"), self.mm(h, p + "ffn_up" + sfx + ".weight")
         return self.mm(g / (1 + np.exp(-g)) * u, p + "ffn_down" + sfx + ".weight")
 
+    def expert_mm(self, x, p, n, e):
+        """Expert e's matmul of stack ffn_<n>_exps, plus its bias if any."""
+        y = self.mm(x, p + f"ffn_{n}_exps.weight", e)
+        b = self.t.get(p + f"ffn_{n}_exps.bias")
+        return y if b is None else y + b[e]
+
+    @staticmethod
+    def swiglu_oai(g, u, alpha=1.702, limit=7.0):
+        """gpt-oss's clamped SwiGLU: min(g, 7) sigmoid(1.702 min(g, 7)) (clamp(u, -7, 7) + 1)."""
+        g = np.minimum(g, limit)
+        return g / (1 + np.exp(-alpha * g)) * (np.clip(u, -limit, limit) + 1)
+
     def moe(self, h, p):
         """Softmax router, top expert_used_count, weights renormalised to sum
         1 (qwen3moe, qwen35moe); plus the shared expert times
-        sigmoid(ffn_gate_inp_shexp . h) when the layer has one."""
+        sigmoid(ffn_gate_inp_shexp . h) when the layer has one. gpt-oss:
+        router and experts with biases, the top expert_used_count raw
+        logits then a softmax over those, the clamped SwiGLU."""
         T, k = self.t, self.n_used
         lg = self.mm(h, p + "ffn_gate_inp.weight")
+        if p + "ffn_gate_inp.bias" in T:
+            lg = lg + T[p + "ffn_gate_inp.bias"]
         if k < lg.shape[1]:
             srt = np.sort(lg, axis=-1)
             self.router_gap = min(self.router_gap, float((srt[:, -k] - srt[:, -k - 1]).min()))
         pr = np.exp(lg - lg.max(-1, keepdims=True))
         pr /= pr.sum(-1, keepdims=True)
+        ids = np.argsort(-lg, axis=-1, kind="stable")[:, :k]
+        w = np.take_along_axis(pr, ids, -1)
+        w /= w.sum(-1, keepdims=True)  # the softmax over all renormalised = the softmax over the k
         out = np.zeros_like(h)
-        G, U, D = (p + f"ffn_{n}_exps.weight" for n in ("gate", "up", "down"))
-        for i in range(h.shape[0]):
-            ids = np.argsort(-pr[i], kind="stable")[:k]
-            w = pr[i, ids] / pr[i, ids].sum()
-            for e, we in zip(ids, w):
-                g, u = self.mm(h[i], G, e), self.mm(h[i], U, e)
-                out[i] += we * self.mm(g / (1 + np.exp(-g)) * u, D, e)
+        for e in np.unique(ids):  # each expert over the tokens that chose it
+            rows, slot = np.nonzero(ids == e)
+            g, u = self.expert_mm(h[rows], p, "gate", e), self.expert_mm(h[rows], p, "up", e)
+            act = self.swiglu_oai(g, u) if self.gptoss else g / (1 + np.exp(-g)) * u
+            out[rows] += w[rows, slot][:, None] * self.expert_mm(act, p, "down", e)
         if p + "ffn_up_shexp.weight" in T:
             s = self.mm(h, p + "ffn_gate_inp_shexp.weight")
             out += self.ffn(h, p, "_shexp") / (1 + np.exp(-s))[:, None]
         return out
+
+    @staticmethod
+    def softmax_sink(att, sinks):
+        """Softmax over the keys (att: [head][query][key]); with sinks, each
+        head's learned logit is one more term of the sum with no value
+        (gpt-oss), so a query may give its keys less than weight 1."""
+        m = att.max(-1, keepdims=True)
+        if sinks is not None:
+            m = np.maximum(m, sinks[:, None, None])
+        e = np.exp(att - m)
+        den = e.sum(-1, keepdims=True)
+        if sinks is not None:
+            den = den + np.exp(sinks[:, None, None] - m)
+        return e / den
 
     def deltanet(self, h, p):
         """One gated delta-net layer over all tokens, from a zero state."""
@@ -220,19 +297,21 @@ class RefModel:
             if p + "attn_q_norm.weight" in T:
                 q = self.norm(q, T[p + "attn_q_norm.weight"])
                 k = self.norm(k, T[p + "attn_k_norm.weight"])
-            q, k = self.rope(q, pos, self.swa[i]), self.rope(k, pos, self.swa[i])
+            swa_rope = self.swa[i] and self.swa_rope
+            q, k = self.rope(q, pos, swa_rope), self.rope(k, pos, swa_rope)
             rep = nh // nkv
             if self.act_round:  # the engine keeps K/V as F16
                 k, v = k.astype(np.float16).astype(np.float64), v.astype(np.float16).astype(np.float64)
             k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
             att = np.einsum("qhd,khd->hqk", q, k) * scale + (swa_mask if self.swa[i] else mask)
-            att = np.exp(att - att.max(-1, keepdims=True))
-            att /= att.sum(-1, keepdims=True)
+            att = self.softmax_sink(att, T.get(p + "attn_sinks.weight"))
             o = np.einsum("hqk,khd->qhd", att, v).reshape(t, nh * hd)
             if gate is not None:
                 o = o / (1 + np.exp(-gate))
             o = self.mm(o, p + "attn_output.weight")
-            if self.qwen35:
+            if p + "attn_output.bias" in T:
+                o = o + T[p + "attn_output.bias"]
+            if self.qwen35 or self.gptoss:  # post_attention_norm is the feed-forward's input norm
                 x = x + o
                 x = x + self.ffn(self.norm(x, T[p + "post_attention_norm.weight"]), p)
                 continue

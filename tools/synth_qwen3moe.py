@@ -108,16 +108,24 @@ def write_metadata(w, c):
     tm._write_tokenizer(w, dict(arch=a), padded_vocab(c["n_vocab"], specials_first=False))
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def synth_main(doc, arch, cfg, seed, specs, metadata, data):
+    """The command line of a pooled MoE synth script (this one and
+    tools/synth_gptoss.py): --out, --layers, --seed; specs(c),
+    metadata(writer, c) and data(pool, generator, index, spec) for the
+    shape c (cfg with the layers asked for)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--layers", type=int, default=CFG["n_layer"])
-    ap.add_argument("--seed", type=int, default=30)
+    ap.add_argument("--layers", type=int, default=cfg["n_layer"])
+    ap.add_argument("--seed", type=int, default=seed)
     args = ap.parse_args()
-    c = {**CFG, "n_layer": args.layers}
+    c = {**cfg, "n_layer": args.layers}
     pool = Pool(args.seed)
-    write_synth(args.out, "qwen3moe", tensor_specs(c), lambda w: write_metadata(w, c), args.seed,
-                data=lambda g, i, spec: tensor_data(pool, g, i, spec))
+    write_synth(args.out, arch, specs(c), lambda w: metadata(w, c), args.seed,
+                data=lambda g, i, spec: data(pool, g, i, spec))
+
+
+def main():
+    synth_main(__doc__, "qwen3moe", CFG, 30, tensor_specs, write_metadata, tensor_data)
 
 
 if __name__ == "__main__":

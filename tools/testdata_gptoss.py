@@ -11,6 +11,9 @@ check: no activation quantization in either engine):
   - a post-attention RMS norm before the mixture of experts: a router
     with a bias, softmax over the top-k logits, experts with biases on
     gate, up and down, in MXFP4 (the gguf package's quantizer);
+  - gpt-oss-clamp-f32: gpt-oss-f32 with the experts' gate and up weights
+    6x larger, so the clamped SwiGLU's limits are reached (the other two
+    never reach them on the reference prompt);
   - the harmony vocabulary's special tokens (<|start|>, <|channel|>,
     <|message|>, <|end|>, <|call|>, <|return|>, <|constrain|>) over the
     tiny byte-level BPE of testdata_models.py, the gpt-4o pre-tokenizer,
@@ -39,9 +42,12 @@ SHAPE = dict(n_layer=4, n_embd=256, n_head=8, n_head_kv=2, head_dim=64, n_expert
              rms_eps=1e-5, n_merges=250)
 
 
-def _vocab():
+def _vocab(n_vocab=0):
+    """The tiny BPE's tokens, padded with unused ones to n_vocab if larger
+    (tools/synth_gptoss.py), then the harmony special tokens."""
     tokens, types, merges = build_vocab(SHAPE["n_merges"], specials_first=False)
     body = [t for t, ty in zip(tokens, types) if ty == 1]
+    body += [f"<|synth_{i}|>" for i in range(n_vocab - len(body) - len(HARMONY))]
     return body + HARMONY, [1] * len(body) + [3] * len(HARMONY), merges
 
 
@@ -86,10 +92,11 @@ def _tensors(g, n_vocab, expert_type=QT.MXFP4):
     return out
 
 
-def _metadata(w, vocab, drop_key=None):
-    s = SHAPE
+def write_metadata(w, vocab, drop_key=None, s=SHAPE, name="gpt-oss-tiny"):
+    """Every key of a gpt-oss file of shape s (SHAPE's keys), tokenizer and
+    chat template included (tools/synth_gptoss.py writes its own shape)."""
     tokens, types, merges = vocab
-    w.add_name("gpt-oss-tiny")
+    w.add_name(name)
     w.add_block_count(s["n_layer"])
     w.add_context_length(s["n_ctx"])
     w.add_embedding_length(s["n_embd"])
@@ -122,14 +129,20 @@ def _metadata(w, vocab, drop_key=None):
         w.add_chat_template(f.read())
 
 
-def write_gptoss(path, seed=2600, expert_type=QT.MXFP4, drop_tensor=None, short_tensor=None, drop_key=None):
+def write_gptoss(path, seed=2600, expert_type=QT.MXFP4, drop_tensor=None, short_tensor=None, drop_key=None,
+                 gate_up_gain=1.0):
+    """gate_up_gain scales the experts' gate and up stacks: at 1 no gate or
+    up value of the reference prompt reaches the SwiGLU's clamp (7), at 6
+    a third of them do (gpt-oss-clamp-f32)."""
     vocab = _vocab()
     g = np.random.default_rng(seed)
     w = gguf.GGUFWriter(path, ARCH)
-    _metadata(w, vocab, drop_key)
+    write_metadata(w, vocab, drop_key)
     for name, arr, qt in _tensors(g, len(vocab[0]), expert_type):
         if name == drop_tensor:
             continue
+        if name.endswith(("ffn_gate_exps.weight", "ffn_up_exps.weight")):
+            arr = arr * np.float32(gate_up_gain)
         if name == short_tensor:  # one element (or row) fewer: mis-shaped
             arr = arr[:-1]
         if qt == QT.F32:
@@ -190,7 +203,7 @@ def write_parrot(path):
         emb[a, k + 1] = 1.0
         out[b, k + 1] = 1.0
     w = gguf.GGUFWriter(path, ARCH)
-    _metadata(w, vocab)
+    write_metadata(w, vocab)
     for name, arr, _ in _tensors(np.random.default_rng(1), n_vocab, QT.F32):
         if name == "token_embd.weight":
             arr = emb
@@ -212,6 +225,7 @@ def generate(outdir):
     os.makedirs(d, exist_ok=True)
     write_gptoss(os.path.join(d, "gpt-oss-mxfp4.gguf"))
     write_gptoss(os.path.join(d, "gpt-oss-f32.gguf"), expert_type=QT.F32)
+    write_gptoss(os.path.join(d, "gpt-oss-clamp-f32.gguf"), expert_type=QT.F32, gate_up_gain=6.0)
     write_parrot(os.path.join(d, "gpt-oss-parrot.gguf"))
     _write_bad(os.path.join(outdir, "bad"))
 

@@ -289,7 +289,9 @@ MODELS = [
     dict(name="llama-q4_k", arch="llama", wtype=QT.Q4_K, output=QT.Q6_K, n_layer=3,
          overrides={"ffn_down": QT.Q6_K}),
     dict(name="llama-q5_k", arch="llama", wtype=QT.Q5_K, output=QT.Q8_0, n_layer=2),
-    dict(name="llama-q6_k", arch="llama", wtype=QT.Q6_K, output=None, n_layer=2),
+    # with llama.cpp's general.sampling.* keys (the server's request defaults)
+    dict(name="llama-q6_k", arch="llama", wtype=QT.Q6_K, output=None, n_layer=2,
+         sampling=dict(temp=0.25, top_k=7, top_p=0.5)),
     dict(name="qwen2-q5_0", arch="qwen2", wtype=QT.Q5_0, output=None, n_layer=2),
     dict(name="qwen3-q5_1", arch="qwen3", wtype=QT.Q5_1, output=QT.Q8_0, n_layer=2, head_dim=128),
     # Qwen3.5 dense: layers 0 and 2 gated delta net, 1 and 3 gated attention
@@ -543,6 +545,9 @@ def _write_metadata(w, spec, hp, vocab):
         w.add_string(f"{arch}.rope.scaling.type", kind)
         w.add_float32(f"{arch}.rope.scaling.factor", factor)
     w.add_uint32("general.quantization_version", 2)
+    if "sampling" in spec:  # the types llama.cpp writes: float32, top_k an int32
+        for k, v in spec["sampling"].items():
+            (w.add_int32 if isinstance(v, int) else w.add_float32)(f"general.sampling.{k}", v)
     _write_tokenizer(w, spec, vocab)
 
 

@@ -158,6 +158,17 @@ def _field(reader, key):
     return None if f is None else f.contents()
 
 
+def _bpe_vocab(w, name, pre, toks, types, merges):
+    """A vocabulary-only BPE file's name, hyper-parameters and vocabulary."""
+    w.add_name(name)
+    _llama_hparams(w, len(toks))
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(toks)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+
+
 def write_relabelled(src, path, pre):
     """The real model's vocabulary (tokens, types, merges, special ids) in a
     vocabulary-only file whose pre-tokenizer name is `pre`."""
@@ -165,13 +176,8 @@ def write_relabelled(src, path, pre):
     toks = _field(r, "tokenizer.ggml.tokens")
 
     def fill(w):
-        w.add_name("strata-test-relabel-" + pre)
-        _llama_hparams(w, len(toks))
-        w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre(pre)
-        w.add_token_list(toks)
-        w.add_token_types(_field(r, "tokenizer.ggml.token_type"))
-        w.add_token_merges(_field(r, "tokenizer.ggml.merges"))
+        _bpe_vocab(w, "strata-test-relabel-" + pre, pre, toks, _field(r, "tokenizer.ggml.token_type"),
+                   _field(r, "tokenizer.ggml.merges"))
         for key, add in (("tokenizer.ggml.bos_token_id", w.add_bos_token_id),
                          ("tokenizer.ggml.eos_token_id", w.add_eos_token_id),
                          ("tokenizer.ggml.unknown_token_id", w.add_unk_token_id),
@@ -180,6 +186,29 @@ def write_relabelled(src, path, pre):
             v = _field(r, key)
             if v is not None:
                 add(v)
+    _write(path, fill)
+
+
+def write_pairs(path, pre, seed=4):
+    """A byte-level BPE vocabulary in which every pair of bytes merges (the
+    256 bytes, all 65,536 pairs, merges in a seeded random order) and
+    nothing longer: inside a pre-token the bytes pair up, across a
+    pre-token boundary never, so the ids show where the pre-tokenizer
+    split. (On the real vocabulary gpt-4o's and qwen2's splits give the
+    same ids in all but 4 of 2,752 cases: its merges rarely span the
+    places where the two differ.)"""
+    from testdata_models import byte_to_unicode
+    b2u = byte_to_unicode()
+    pairs = [(b2u[a], b2u[b]) for a in range(256) for b in range(256)]
+    random.Random(seed).shuffle(pairs)
+    toks = [b2u[b] for b in range(256)] + [a + b for a, b in pairs] + ["<|endoftext|>", "<|start|>", "<|end|>"]
+    types = [1] * (len(toks) - 3) + [3] * 3
+
+    def fill(w):
+        _bpe_vocab(w, "strata-test-pairs-" + pre, pre, toks, types, [f"{a} {b}" for a, b in pairs])
+        w.add_bos_token_id(len(toks) - 3)
+        w.add_eos_token_id(len(toks) - 3)
+        w.add_add_bos_token(False)
     _write(path, fill)
 
 
@@ -227,7 +256,7 @@ def default_model():
 
 # name -> (file, pre-tokenizer) of the fixtures derived from the real model
 RELABELS = {"llama_bpe": ("llama_bpe.gguf", "llama-bpe"), "qwen2": ("qwen2.gguf", "qwen2"),
-            "qwen35": ("qwen35.gguf", "qwen35"),
+            "qwen35": ("qwen35.gguf", "qwen35"), "gpt4o": ("gpt4o.gguf", "gpt-4o"),
             "default": ("default.gguf", "default"), "gpt2": ("gpt2.gguf", "gpt-2")}
 
 
@@ -237,6 +266,7 @@ def generate(outdir):
     write_spm(os.path.join(d, "spm.gguf"))
     write_spm(os.path.join(d, "spm_noprefix.gguf"), add_space_prefix=False)
     write_bad(d)
+    write_pairs(os.path.join(d, "gpt4o_pairs.gguf"), "gpt-4o")
     model = default_model()
     if model:
         for fname, pre in RELABELS.values():

@@ -15,13 +15,16 @@ developer after changing the strings or the fixtures:
 
     STRATA_MODEL=/path/SmolLM2-135M-Instruct.Q4_1.gguf python3 tools/tok_refs.py
 
-With --gemma3 MODEL it writes only tests/data/tok/gemma3.txt, from the real
+With --only NAME it writes only tests/data/tok/NAME.txt (e.g. gpt4o,
+gptoss). With --gemma3 MODEL it writes only tests/data/tok/gemma3.txt, from the real
 Gemma 3 270M vocabulary (SPM, byte fallback, no space prefix, 262,144
 tokens; make tok-refs-gemma3).
 
 Vocabularies: the real SmolLM2 model (pre "smollm"), the same vocabulary
-relabelled "llama-bpe", "qwen2" and "qwen35", and the synthetic SPM vocabularies,
-all written by tools/testdata_tok.py into a temporary folder first.
+relabelled "llama-bpe", "qwen2", "qwen35" and "gpt-4o", and the synthetic SPM
+vocabularies, all written by tools/testdata_tok.py into a temporary folder
+first; and the tiny gpt-oss fixture's vocabulary with its harmony special
+tokens (gptoss.txt, tools/testdata_gptoss.py).
 """
 import os
 import random
@@ -261,12 +264,59 @@ def gen_marks(rng):
                    for _ in range(rng.randint(1, 8)))
 
 
+# gpt-4o (o200k: gpt-oss, llama4): where its expression differs from the
+# others. Case runs (CamelCase, ALLCAPS then lower, non-ASCII cases and
+# letters of no case), contractions after either run, digit runs cut in
+# threes, punctuation runs that take trailing newlines and slashes, and
+# whitespace before them.
+GPT4O_CASES = ["HelloWorld", "XMLHttpRequest", "getHTTPResponseCode", "iPhone", "McDonald's", "ÉCOLEécole",
+               "ΑθήναΣ", "ПриветМИР", "日本Go語", "ǅungla ǈj", "ABC'S abc'LL Abc'Ve", "I'M i'm O'Neil",
+               "12345678901", "1,234,567", "x1y22z333w4444", "٣٤٥٦٧", "१२३४५", "1.5e10", "$1234.50",
+               "a/b//c", "foo!!\n\nbar", "x.\r\n\r\ny", "end./\n", " ...\n", "  \n\n  x", "\t\tif(x)",
+               "snake_case_name", "kebab-case-name", "__init__", "path/to/file.py", "https://x.io/a?b=c",
+               "camelCase123Numbers", "ALL_CAPS_CONST", "e\u0301A\u0301B", "a\u0301b\u0302C\u0303"]
+GPT4O_PIECES = ["A", "b", "Zz", "É", "é", "ß", "Σ", "σ", "Д", "д", "日", "1", "22", "333", "'s", "'LL", "'", "/",
+                ".", "!", "\n", "\r\n", " ", "  ", "\t", "_", "-", "\u0301", "ǅ", "ﬁ", "٣"]
+
+
+def gen_gpt4o(rng):
+    """Runs of cased and uncased letters, digits, apostrophes, punctuation
+    and whitespace in random order: where the case runs split."""
+    return "".join(rng.choice(GPT4O_PIECES) for _ in range(rng.randint(1, 12)))
+
+
+# Each relabelled vocabulary's case seed (fixed: the committed files were
+# made with these).
+RELABEL_SEEDS = {"default": 10, "gpt2": 11, "llama_bpe": 12, "qwen2": 13, "qwen35": 14, "gpt4o": 15}
+
+
 def relabel_cases(name, seed, n):
     cases = make_cases(seed, n, SPECIAL_BPE)
     if name == "qwen35":
         rng = random.Random(35)
         cases += [(s, 0) for s in MARK_CASES] + [(gen_marks(rng), rng.randint(0, 1)) for _ in range(3000)]
+    if name == "gpt4o":
+        rng = random.Random(4)
+        cases += [(s, 0) for s in GPT4O_CASES + MARK_CASES] + [(gen_gpt4o(rng), rng.randint(0, 1))
+                                                               for _ in range(2000)]
     return cases
+
+
+SPECIAL_HARMONY = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|call|>", "<|return|>",
+                   "<|constrain|>", "<|startoftext|>", "<|endoftext|>", "<|start|>assistant<|channel|>final<|message|>",
+                   "<|start|>user<|message|>Hi<|end|>", " to=functions.get_weather<|channel|>commentary json<|message|>",
+                   "<|channel|>analysis<|message|>", "<|start", "|end|>", "<|START|>", "<|channel|", "<<|end|>>"]
+
+
+def write_gptoss_refs(tmp):
+    """The tiny gpt-oss fixture's own vocabulary (250 merges, the harmony
+    special tokens, pre-tokenizer gpt-4o): special tokens in and around
+    text."""
+    import testdata_gptoss
+    path = os.path.join(tmp, "gpt-oss-f32.gguf")
+    testdata_gptoss.write_gptoss(path, expert_type=testdata_gptoss.QT.F32)
+    write_refs("gptoss", path, make_cases(40, 800, SPECIAL_HARMONY),
+               "the tiny gpt-oss fixture (tools/testdata_gptoss.py, pre gpt-4o)")
 
 
 def write_refs(name, gguf_path, cases, note):
@@ -298,6 +348,8 @@ def main_gemma3(model):
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--gemma3":
         return main_gemma3(sys.argv[2])
+    only = sys.argv[2] if len(sys.argv) == 3 and sys.argv[1] == "--only" else None
+    want = lambda name: only is None or name == only  # noqa: E731
     model = os.environ.get("STRATA_MODEL", "")
     if not (model and os.path.exists(model)):
         sys.exit("set STRATA_MODEL to the SmolLM2 GGUF (the relabelled fixtures copy its vocabulary)")
@@ -305,15 +357,24 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         testdata_tok.generate(tmp)
         d = os.path.join(tmp, "tok")
-        write_refs("smollm2", model, make_cases(1, 2400, SPECIAL_BPE), "SmolLM2-135M (pre smollm)")
-        for i, (name, (fname, pre)) in enumerate(sorted(testdata_tok.RELABELS.items())):
-            n = 700 if name in ("llama_bpe", "qwen2", "qwen35") else 300
-            write_refs(name, os.path.join(d, fname), relabel_cases(name, 10 + i, n),
-                       "SmolLM2 vocabulary relabelled pre=" + pre)
-        write_refs("spm", os.path.join(d, "spm.gguf"), make_cases(20, 1100, SPECIAL_SPM),
-                   "synthetic SPM vocabulary (tools/testdata_tok.py)")
-        write_refs("spm_noprefix", os.path.join(d, "spm_noprefix.gguf"),
-                   make_cases(21, 300, SPECIAL_SPM), "synthetic SPM vocabulary, add_space_prefix=false")
+        if want("smollm2"):
+            write_refs("smollm2", model, make_cases(1, 2400, SPECIAL_BPE), "SmolLM2-135M (pre smollm)")
+        for name, (fname, pre) in sorted(testdata_tok.RELABELS.items()):
+            n = 700 if name in ("llama_bpe", "qwen2", "qwen35", "gpt4o") else 300
+            if want(name):
+                write_refs(name, os.path.join(d, fname), relabel_cases(name, RELABEL_SEEDS[name], n),
+                           "SmolLM2 vocabulary relabelled pre=" + pre)
+        if want("spm"):
+            write_refs("spm", os.path.join(d, "spm.gguf"), make_cases(20, 1100, SPECIAL_SPM),
+                       "synthetic SPM vocabulary (tools/testdata_tok.py)")
+        if want("spm_noprefix"):
+            write_refs("spm_noprefix", os.path.join(d, "spm_noprefix.gguf"),
+                       make_cases(21, 300, SPECIAL_SPM), "synthetic SPM vocabulary, add_space_prefix=false")
+        if want("gpt4o_pairs"):
+            write_refs("gpt4o_pairs", os.path.join(d, "gpt4o_pairs.gguf"), relabel_cases("gpt4o", 16, 700),
+                       "every-byte-pair vocabulary (tools/testdata_tok.py, write_pairs), pre=gpt-4o")
+        if want("gptoss"):
+            write_gptoss_refs(tmp)
 
 
 if __name__ == "__main__":

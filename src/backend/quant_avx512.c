@@ -3,9 +3,10 @@
  * Every kernel is a register tile of R weight rows x T tokens (T = 8 for
  * the legacy formats, else 4, then 2, 1): weight blocks are decoded once
  * per tile and reused for T tokens, activation blocks are loaded once and
- * reused for R rows. In prefill (n_tok >= LG_PREP_MIN) the legacy formats
- * decode each weight row once per row chunk instead (tile_prep,
- * quant_tile.h) and the tiles read the decoded rows.
+ * reused for R rows. In prefill (n_tok >= LG_PREP_MIN, KQ_PREP_MIN) the
+ * legacy formats and the K-quants decode each weight row once per row
+ * chunk instead (tile_prep, quant_tile.h) and 1-row tiles of up to 8
+ * tokens read the decoded rows.
  *
  * Batch invariance: every (row, token) pair owns its accumulators and
  * sees the same instruction sequence in every tile shape (block order,
@@ -422,13 +423,7 @@ AI void lg_ptile(int ty, const uint8_t *const *w, const uint8_t *const *x,
 #define LG_PREP_MIN 8
 #define LG_KERNEL(name, ty)                                                   \
     static size_t name##_wb(int64_t k) { return lg_prep_bytes(k); }           \
-    static void name##_wp(const uint8_t *w, int64_t k, uint8_t *d) { lg_prep_w(ty, w, k, d); } \
-    TILE_WRAP(name##_p, lg_ptile, ty)                                         \
-    TILE_T(name##_p, 1) TILE_T(name##_p, 2) TILE_T(name##_p, 4) TILE_T(name##_p, 8) \
-    static const tile_prep name##_prep = {                                    \
-        LG_PREP_MIN,                                                          \
-        {{1, 8, name##_p_8}, {1, 4, name##_p_4}, {1, 2, name##_p_2}, {1, 1, name##_p_1}}, \
-        name##_wb, name##_wp, lg_prep_x_bytes, lg_prep_x};                    \
+    TILE_PREP_8421(name, ty, lg_ptile, lg_prep_w, LG_PREP_MIN, name##_wb, lg_prep_x_bytes, lg_prep_x) \
     TILE_WRAP(name, lg_tile, ty)                                              \
     TILE_T(name, 1) TILE_T(name, 2) TILE_T(name, 4) TILE_T(name, 8)           \
     static const tile_set name##_set = {                                      \
@@ -570,6 +565,38 @@ AI __m512i kq_scale_pattern(int ty, __m512i sc, int c) {
     return _mm512_permutexvar_epi16(idx, sc);
 }
 
+/* A pair's integer sum starts at the Q6_K offset term (sum_g -32 sc_g
+ * bsum_g), else 0. */
+AI __m512i kq_ia0(int ty, __m256i bs, __m256i mp) {
+    if (ty != K6) return _mm512_setzero_si512();
+    return _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(bs), _mm512_zextsi256_si512(mp));
+}
+
+/* A pair's float step per super-block: the scaled integer sum, and for
+ * Q4_K/Q5_K the minimum term sum_g m_g bsum_g (im) scaled by dmin. */
+AI void kq_fstep(int ty, __m512i ia, __m256i bs, __m256i mp, __m512 d, __m512 dmin, float dx1,
+                 __m512 *acc, __m256 *accm) {
+    __m512 dx = _mm512_set1_ps(dx1);
+    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_mul_ps(d, dx), *acc);
+    if (ty != K6) {
+        __m256i im = _mm256_dpwssd_epi32(_mm256_setzero_si256(), bs, mp);
+        *accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(im), _mm512_castps512_ps256(_mm512_mul_ps(dmin, dx)), *accm);
+    }
+}
+
+/* A pair's result: the lanes of acc summed (GCC's reduction order, the
+ * bits these kernels always had), minus the minimum terms' sum. */
+AI float kq_finish(int ty, __m512 acc, __m256 accm) {
+    float v = _mm512_reduce_add_ps(acc);
+    if (ty != K6) {
+        __m128 s = _mm_add_ps(_mm256_castps256_ps128(accm), _mm256_extractf128_ps(accm, 1));
+        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        v -= _mm_cvtss_f32(s);
+    }
+    return v;
+}
+
 AI void kq_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
                 int64_t k, float *out, const int T) {
     const int64_t nb = k / QK_K;
@@ -586,23 +613,13 @@ AI void kq_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
     for (int64_t b = 0; b < nb; b++) {
         kq_head h[R];
         __m512i ia[R][4];
-        __m256i im[R][4];
         UNROLL
         for (int r = 0; r < R; r++) kq_load_head(ty, w[r] + b * by, &h[r]);
         UNROLL
         for (int t = 0; t < T; t++) {
             __m256i bs = _mm256_loadu_si256((const void *)(qak_bsums(x[t], nb) + 16 * b));
             UNROLL
-            for (int r = 0; r < R; r++) {
-                if (ty == K6) { /* the -32 offset: sum_g (-32 sc_g) * bsum_g */
-                    ia[r][t] = _mm512_dpwssd_epi32(_mm512_setzero_si512(),
-                                                   _mm512_zextsi256_si512(bs),
-                                                   _mm512_zextsi256_si512(h[r].mp));
-                } else {
-                    ia[r][t] = _mm512_setzero_si512();
-                    im[r][t] = _mm256_dpwssd_epi32(_mm256_setzero_si256(), bs, h[r].mp);
-                }
-            }
+            for (int r = 0; r < R; r++) ia[r][t] = kq_ia0(ty, bs, h[r].mp);
         }
         UNROLL
         for (int c = 0; c < 4; c++) {
@@ -622,40 +639,102 @@ AI void kq_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
         }
         UNROLL
         for (int t = 0; t < T; t++) {
-            __m512 dx = _mm512_set1_ps(qak_d(x[t])[b]);
+            __m256i bs = _mm256_loadu_si256((const void *)(qak_bsums(x[t], nb) + 16 * b));
             UNROLL
-            for (int r = 0; r < R; r++) {
-                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r][t]),
-                                            _mm512_mul_ps(h[r].d, dx), acc[r][t]);
-                if (ty != K6)
-                    accm[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(im[r][t]),
-                                                 _mm512_castps512_ps256(_mm512_mul_ps(h[r].dmin, dx)),
-                                                 accm[r][t]);
-            }
+            for (int r = 0; r < R; r++)
+                kq_fstep(ty, ia[r][t], bs, h[r].mp, h[r].d, h[r].dmin, qak_d(x[t])[b], &acc[r][t], &accm[r][t]);
         }
     }
     UNROLL
     for (int r = 0; r < R; r++)
         UNROLL
-        for (int t = 0; t < T; t++) {
-            float v = _mm512_reduce_add_ps(acc[r][t]);
-            if (ty != K6) {
-                __m256 a = accm[r][t];
-                __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-                s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-                s = _mm_add_ss(s, _mm_movehdup_ps(s));
-                v -= _mm_cvtss_f32(s);
-            }
-            out[r * T + t] = v;
-        }
+        for (int t = 0; t < T; t++) out[r * T + t] = kq_finish(ty, acc[r][t], accm[r][t]);
 }
 
-TILE_WRAP(kq_q4_k, kq_tile, K4)
-TILE_WRAP(kq_q5_k, kq_tile, K5)
-TILE_WRAP(kq_q6_k, kq_tile, K6)
-TILESET_421(kq_q4_k, R)
-TILESET_421(kq_q5_k, R)
-TILESET_421(kq_q6_k, R)
+/* ---- prepared K-quant rows ----------------------------------------------
+ * The tiles above decode each super-block (nibbles, fifth or high bits,
+ * 6-bit scales, their per-lane patterns) once per tile of 4 rows x T <= 4
+ * tokens, which with their 16 integer and 16 float accumulators spills
+ * and was about half of the K-quant kernels' work (Gemma 3's Q4_K/Q6_K
+ * ran at about half the legacy rate; the MoE experts' 1-token tails paid
+ * the whole decode per token). From KQ_PREP_MIN tokens on, tile_drive_prep
+ * decodes each row once per row chunk into KQ_SB bytes per super-block:
+ *   4 chunk vectors as kq_decode gives them, 4 scale patterns as
+ *   kq_scale_pattern gives them, then mp (32 bytes), d and dmin (floats);
+ * and kq_ptile runs 1 row x {8, 4, 2, 1} tokens over them. A pair's
+ * instructions are kq_tile's (kq_ia0, the chunk chain, kq_fstep,
+ * kq_finish), so the bits are the same (quant_gemm_prefill_vs_decode). */
+enum { KQ_SB = 576 };
+#define KQ_PREP_MIN 8
+
+static size_t kq_prep_bytes(int64_t k) { return (size_t)(k / QK_K) * KQ_SB; }
+static size_t kq_prep_x_bytes(int64_t k) { return 0; }
+
+AI void kq_prep_w(int ty, const uint8_t *w, int64_t k, uint8_t *dst) {
+    const int64_t nb = k / QK_K;
+    const int by = ty == K4 ? QB_Q4_K : ty == K5 ? QB_Q5_K : QB_Q6_K;
+    for (int64_t b = 0; b < nb; b++, dst += KQ_SB) {
+        const uint8_t *blk = w + b * by;
+        kq_head h;
+        kq_load_head(ty, blk, &h);
+        __m512i *q = (__m512i *)(void *)dst;
+        UNROLL
+        for (int c = 0; c < 4; c++) {
+            _mm512_store_si512(q + c, kq_decode(ty, blk, c));
+            _mm512_store_si512(q + 4 + c, kq_scale_pattern(ty, h.sc, c));
+        }
+        _mm256_store_si256((__m256i *)(void *)(dst + 512), h.mp);
+        float f[2] = {_mm512_cvtss_f32(h.d), _mm512_cvtss_f32(h.dmin)};
+        memcpy(dst + 544, f, sizeof f);
+    }
+}
+
+AI void kq_ptile(int ty, const uint8_t *const *w, const uint8_t *const *x,
+                 int64_t k, float *out, const int T) {
+    const int64_t nb = k / QK_K;
+    __m512 acc[8];
+    __m256 accm[8];
+    UNROLL
+    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = w[0] + b * KQ_SB;
+        const __m512i *q = (const __m512i *)(const void *)p;
+        const __m256i mp = _mm256_load_si256((const __m256i *)(const void *)(p + 512));
+        float f[2];
+        memcpy(f, p + 544, sizeof f);
+        __m512i ia[8];
+        UNROLL
+        for (int t = 0; t < T; t++)
+            ia[t] = kq_ia0(ty, _mm256_loadu_si256((const void *)(qak_bsums(x[t], nb) + 16 * b)), mp);
+        UNROLL
+        for (int c = 0; c < 4; c++) {
+            __m512i wv = _mm512_load_si512(q + c), sp = _mm512_load_si512(q + 4 + c);
+            UNROLL
+            for (int t = 0; t < T; t++) {
+                __m512i xv = _mm512_loadu_si512((const void *)(qak_qs(x[t], nb) + b * QK_K + 64 * c));
+                ia[t] = _mm512_dpwssd_epi32(ia[t], _mm512_maddubs_epi16(wv, xv), sp);
+            }
+        }
+        UNROLL
+        for (int t = 0; t < T; t++)
+            kq_fstep(ty, ia[t], _mm256_loadu_si256((const void *)(qak_bsums(x[t], nb) + 16 * b)), mp,
+                     _mm512_set1_ps(f[0]), _mm512_set1_ps(f[1]), qak_d(x[t])[b], &acc[t], &accm[t]);
+    }
+    UNROLL
+    for (int t = 0; t < T; t++) out[t] = kq_finish(ty, acc[t], accm[t]);
+}
+
+/* Tile sets: 4 rows x {4, 2, 1} tokens on GGUF rows below KQ_PREP_MIN
+ * tokens (decode), else 1 row x {8, 4, 2, 1} on prepared rows. */
+#define KQ_KERNEL(name, ty)                                                   \
+    TILE_PREP_8421(name, ty, kq_ptile, kq_prep_w, KQ_PREP_MIN, kq_prep_bytes, kq_prep_x_bytes, NULL) \
+    TILE_WRAP(name, kq_tile, ty)                                              \
+    TILE_T(name, 1) TILE_T(name, 2) TILE_T(name, 4)                           \
+    static const tile_set name##_set = {                                      \
+        .s = {{R, 4, name##_4}, {R, 2, name##_2}, {R, 1, name##_1}}, .prep = &name##_prep};
+KQ_KERNEL(kq_q4_k, K4)
+KQ_KERNEL(kq_q5_k, K5)
+KQ_KERNEL(kq_q6_k, K6)
 
 /* ---- float formats (F32 activations) ----------------------------------- */
 

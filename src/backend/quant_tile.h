@@ -31,15 +31,16 @@ typedef struct {
     int rows, toks; /* R, T; TILE_ROWS is a multiple of every R */
     tile_fn fn;
 } tile_shape;
-/* Optional per-level preparation (the legacy kernels): each weight
- * row of a chunk is decoded once into `w_bytes(k)` bytes by `w_prep`, and
- * the tiles `s` read those instead of the GGUF row, so the decode is paid
- * once per row chunk rather than once per token tile. The two tile sets
- * must give every (row, token) pair the same bits. When `x_bytes(k)` is not
- * 0, each token row of a tile is also prepared by `x_prep` (once per row
- * chunk); a tile of T tokens then gets 2T activation pointers: the T rows,
- * then their prepared copies. Preparation moves data only, so the tiles'
- * float operations, and the bits, are the same with or without it. */
+/* Optional per-level preparation (the legacy kernels, the AVX-512
+ * K-quants): each weight row of a chunk is decoded once into
+ * `w_bytes(k)` bytes by `w_prep`, and the tiles `s` read those instead of
+ * the GGUF row, so the decode is paid once per row chunk rather than once
+ * per token tile. The two tile sets must give every (row, token) pair the
+ * same bits. When `x_bytes(k)` is not 0, each token row is also prepared
+ * by `x_prep` (once per call); a tile of T tokens then gets 2T activation
+ * pointers: the T rows, then their prepared copies. Preparation moves
+ * data only, so the tiles' float operations, and the bits, are the same
+ * with or without it. */
 typedef struct {
     int min_tok; /* used when n_tok >= min_tok (decode gains nothing) */
     tile_shape s[4]; /* the tiles that read prepared rows */
@@ -108,7 +109,10 @@ static const tile_shape *tile_pick(const tile_shape *s, int n_tok, int t0) {
 
 /* tile_drive for sets with preparation: rows in chunks whose prepared
  * copies fit TILE_PREP_BYTES (at least the widest R rows; a bigger buffer
- * is allocated when even those do not fit). */
+ * is allocated when even those do not fit). Token rows are prepared once
+ * per call, before the chunks (n_tok * x_bytes, 128 bytes a token for the
+ * legacy short group): once per row chunk, as before, it was 7% of the
+ * Q4_1 1536 x 576 kernel's cycles (perf, 512 tokens). */
 static void tile_drive_prep(const tile_set *ts, const void *w, size_t wrb, int64_t k,
                             const void *xq, size_t xrb, int n_tok, float *y,
                             int64_t ldy, int r0, int r1) {
@@ -118,9 +122,10 @@ static void tile_drive_prep(const tile_set *ts, const void *w, size_t wrb, int64
     int rows = (int)(TILE_PREP_BYTES / pwb) / R * R;
     if (rows > TILE_ROWS) rows = TILE_ROWS;
     if (rows < R) rows = R;
-    _Alignas(64) uint8_t sbuf[TILE_PREP_BYTES], sxbuf[TILE_PREP_BYTES / 4];
+    _Alignas(64) uint8_t sbuf[TILE_PREP_BYTES], sxbuf[TILE_PREP_BYTES];
     uint8_t *wbuf = (size_t)rows * pwb <= sizeof sbuf ? sbuf : xaligned((size_t)rows * pwb);
-    uint8_t *xbuf = pxb * TILE_MAX_OUT <= sizeof sxbuf ? sxbuf : xaligned(pxb * TILE_MAX_OUT);
+    uint8_t *xbuf = pxb * (size_t)n_tok <= sizeof sxbuf ? sxbuf : xaligned(pxb * (size_t)n_tok);
+    for (int t = 0; pxb && t < n_tok; t++) pp->x_prep((const uint8_t *)xq + (size_t)t * xrb, k, xbuf + t * pxb);
     for (int rc = r0; rc < r1; rc += rows) {
         int rce = rc + rows < r1 ? rc + rows : r1;
         for (int r = rc; r < rce; r++) {
@@ -132,7 +137,7 @@ static void tile_drive_prep(const tile_set *ts, const void *w, size_t wrb, int64
             const uint8_t *xp[2 * TILE_MAX_OUT];
             for (int j = 0; j < sh->toks; j++) {
                 xp[j] = (const uint8_t *)xq + (size_t)(t0 + j) * xrb;
-                if (pxb) pp->x_prep(xp[j], k, xbuf + j * pxb), xp[sh->toks + j] = xbuf + j * pxb;
+                xp[sh->toks + j] = xbuf + (size_t)(t0 + j) * pxb; /* unused when pxb is 0 */
             }
             tile_rows(sh, wbuf, pwb, rc, k, xp, t0, y, ldy, rc, rce, r1, 0);
             t0 += sh->toks;
@@ -209,6 +214,18 @@ static void tile_drive(const tile_set *ts, const void *w, size_t wrb, int64_t k,
         default: return NULL;                                                 \
         }                                                                     \
     }
+
+/* The prepared half of a tile set (AVX-512): `name##_prep`, tiles of 1 row
+ * x {8, 4, 2, 1} tokens of `ptile(ty, ...)` over rows that `prep_w(ty, w,
+ * k, dst)` prepares into `wbytes(k)` bytes, used from `min` tokens on;
+ * `xbytes`, `xprep` as in tile_prep. */
+#define TILE_PREP_8421(name, ty, ptile, prep_w, min, wbytes, xbytes, xprep)   \
+    static void name##_wp(const uint8_t *w, int64_t k, uint8_t *d) { prep_w(ty, w, k, d); } \
+    TILE_WRAP(name##_p, ptile, ty)                                            \
+    TILE_T(name##_p, 1) TILE_T(name##_p, 2) TILE_T(name##_p, 4) TILE_T(name##_p, 8) \
+    static const tile_prep name##_prep = {                                    \
+        min, {{1, 8, name##_p_8}, {1, 4, name##_p_4}, {1, 2, name##_p_2}, {1, 1, name##_p_1}}, \
+        wbytes, name##_wp, xbytes, xprep};
 
 /* Per-type tile wrappers `prefix_q4_0(w, x, k, o, T)` over a tile function
  * `tile(type, w, x, k, o, T)`, for the five legacy formats. */

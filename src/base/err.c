@@ -1,30 +1,15 @@
 /* err.c - filling strata_err records, and formatting messages that stay
  * valid UTF-8 when a buffer cuts them. */
 #include "base/err.h"
+#include "base/utf8.h"
 
 #include <stdio.h>
 #include <string.h>
 
-size_t strata_utf8_cut(const char *s, size_t len) {
-    /* Find the start of the last character: at most 3 continuation bytes
-     * (10xxxxxx) back. */
-    size_t i = len, back = 0;
-    while (i > 0 && back < 3 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) {
-        i--;
-        back++;
-    }
-    if (i == 0) return len;
-    unsigned char lead = (unsigned char)s[i - 1];
-    size_t need = lead >= 0xF0 && lead < 0xF8 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-    if (lead >= 0xF8) need = 1; /* not a lead byte: nothing a cut made */
-    /* The character starting at i - 1 has back + 1 of its need bytes. */
-    return back + 1 < need ? i - 1 : len;
-}
-
 size_t strata_vfmt(char *buf, size_t cap, const char *fmt, va_list ap) {
     int n = vsnprintf(buf, cap, fmt, ap);
     size_t len = n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
-    len = strata_utf8_cut(buf, len);
+    len = utf8_cut(buf, len);
     buf[len] = 0;
     return len;
 }

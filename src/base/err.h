@@ -35,10 +35,6 @@ int strata_errf(strata_err *err, int code, const char *fmt, ...)
  * fail and the client get no error object. These cut at a character
  * boundary instead. */
 
-/* Length of s[0, len) without a trailing incomplete UTF-8 sequence: the
- * longest prefix that does not end inside a character. */
-size_t strata_utf8_cut(const char *s, size_t len);
-
 /* vsnprintf into buf[cap] (cap > 0) that never leaves a partial UTF-8
  * character at the end, whether this call truncated or the last %s did.
  * Returns the length written. */

@@ -49,6 +49,8 @@ struct live_cache {
     double attn_per_pos;
     void (*on_evict)(void *ctx, const cache_hash *h); /* or NULL */
     void *evict_ctx;
+    live_spill_fn on_spill; /* or NULL */
+    void *spill_ctx;
     live_stats st;
 };
 
@@ -176,11 +178,12 @@ static int reclaim_hook(void *ctx) {
     if (best < 0) return -1;
     c->st.evicted_blocks++;
     c->st.evicted_retained += c->rec[best].keep_until > now;
-    if (c->on_evict) { /* the name of what goes: its index entry, or a tail's hash */
+    if (c->on_evict || c->on_spill) { /* the name of what goes: its index entry, or a tail's hash */
         cache_hash h;
         const int32_t *t;
-        live_name(c, best, &h, &t);
-        c->on_evict(c->evict_ctx, &h);
+        int n = live_name(c, best, &h, &t);
+        if (c->on_spill) c->on_spill(c->spill_ctx, best, &h, &c->rec[best].prev, t, n);
+        if (c->on_evict) c->on_evict(c->evict_ctx, &h);
     }
     uncache(c, best);
     return best;
@@ -189,6 +192,11 @@ static int reclaim_hook(void *ctx) {
 void live_on_evict(live_cache *c, void (*fn)(void *ctx, const cache_hash *h), void *ctx) {
     c->on_evict = fn;
     c->evict_ctx = ctx;
+}
+
+void live_on_spill(live_cache *c, live_spill_fn fn, void *ctx) {
+    c->on_spill = fn;
+    c->spill_ctx = ctx;
 }
 
 static int frozen_hook(void *ctx, int b) { return is_cached((live_cache *)ctx, b); }

@@ -34,6 +34,12 @@ void live_free(live_cache *c); /* NULL is fine; restores the hooks */
 /* fn(ctx, h) is told the chain hash naming each block or tail evicted
  * (the store drops the snapshot attached to its end with it). */
 void live_on_evict(live_cache *c, void (*fn)(void *ctx, const cache_hash *h), void *ctx);
+/* fn(ctx, b, h, prev, tokens, n) is told of each block or tail about to be
+ * evicted while pool block b still holds its payload (the store moves it
+ * down a tier first when the pool is on a device). */
+typedef void (*live_spill_fn)(void *ctx, int b, const cache_hash *h, const cache_hash *prev, const int32_t *tokens,
+                              int n);
+void live_on_spill(live_cache *c, live_spill_fn fn, void *ctx);
 
 /* The pool block indexed under h, or -1. */
 int live_find(const live_cache *c, const cache_hash *h);

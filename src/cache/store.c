@@ -83,9 +83,21 @@ static void snap_listed(void *ctx, const cache_hash *key, const cache_hash *boun
     if (left > 0) snap_touch(l->st->snaps, e, left);
 }
 
+/* A device pool's block or tail about to be evicted (live.h): it moves
+ * down to the first tier below (the RAM tier) unless that tier holds it
+ * already (written through when published, unless evicted since). */
+static void spill(void *ctx, int b, const cache_hash *h, const cache_hash *prev, const int32_t *tokens, int n) {
+    cache_store *st = ctx;
+    const cache_tier *t = &st->tiers[0];
+    if (t->has(t->self, h)) return;
+    const void *kv = kv_block_read(st->kv, b, st->blk_buf);
+    if (kv && t->write(t->self, h, prev, tokens, n, kv) == 0) st->st.spilled_blocks++;
+}
+
 void store_add_tier(cache_store *st, const cache_tier *t) {
     if (st->n_tiers >= STORE_MAX_TIERS) return;
     st->tiers[st->n_tiers++] = *t;
+    if (st->n_tiers == 1 && st->kv->dev) live_on_spill(st->live, spill, st);
     snap_listing l = {st, st->n_tiers - 1};
     if (st->snaps && t->snap_list) t->snap_list(t->self, snap_listed, &l); /* what survived a restart */
 }
@@ -188,8 +200,14 @@ static void read_group(store_load *l, int i0, int i1) {
         pt->read_many(pt->self, &l->hs[l->n], &l->dst[l->n], &l->tok[l->n], 1, &l->rc[l->n]);
     }
     for (int i = i0; i < i1 && i < l->n; i++) read_fallback(l, i);
-    for (int i = i0; l->scratch && i < i1; i++)
-        if (l->rc[i] == 0) kv_block_write(l->kv, l->blocks[i], l->dst[i]);
+    if (!l->scratch) return;
+    /* Uploads of the group queued together (a device pool's copy stream
+     * runs them while the scheduler computes), then one wait: the scratch
+     * is read again by the next group. A failed upload fails its item. */
+    for (int i = i0; i < i1; i++)
+        if (l->rc[i] == 0) l->rc[i] = kv_block_write_async(l->kv, l->blocks[i], l->dst[i], NULL);
+    if (kv_pool_wait_writes(l->kv, NULL))
+        for (int i = i0; i < i1; i++) l->rc[i] = l->rc[i] ? l->rc[i] : STRATA_EIO;
 }
 
 static void *load_main(void *arg) {

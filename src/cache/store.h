@@ -162,6 +162,7 @@ typedef struct store_stats {
     long hashes;        /* chain hashes computed */
     long window_reloaded_blocks, window_cut_tokens; /* store_seq's, in total */
     long window_refilled_blocks; /* sliding parts given back by a recomputed block */
+    long spilled_blocks; /* a device pool's evicted blocks moved down to the first tier (it lacked them) */
     live_stats live;
     snap_stats snap;    /* recurrent-state snapshots */
 } store_stats;

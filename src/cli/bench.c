@@ -10,7 +10,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
+#include "backend/peak.h"
 #include "base/clock.h"
 #include "base/cpu.h"
 #include "base/mem.h"
@@ -20,7 +22,7 @@
 
 typedef struct bench_opts {
     const char *model, *device, *kv_type;
-    int n_prompt, n_gen, depth, threads, reps, json, help;
+    int n_prompt, n_gen, depth, threads, reps, json, help, peak;
 } bench_opts;
 
 typedef struct stat {
@@ -131,6 +133,34 @@ static int bench_main(const bench_opts *o, strata_err *err) {
     return rc;
 }
 
+/* --peak: the int8 dot-product peak (backend/peak.h) on 1 thread and on
+ * -t threads (default: one per online core), the denominator of pp's
+ * fraction of the machine in bench/README.md; --json: one object,
+ * {"threads": N, "peak": {KIND: {"1": G, "N": G}}} (G int8 ops/s). */
+static int bench_peak(const bench_opts *o) {
+    int nt = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (nt < 1) nt = 1;
+    if (o->json) printf("{\"threads\":%d,\"cpu\":\"%s\",\"peak\":{", nt, cpu_level_name());
+    else {
+        printf("int8 dot-product peak, G int8 ops/s (2 per multiply-add), best of 3; kernels: %s\n", cpu_level_name());
+        printf("%-28s %10s %10s\n", "instruction chains", "1 thread", nt == 1 ? "" : "threads");
+    }
+    for (int k = 0, first = 1; k < PEAK_KINDS; k++) {
+        const char *name = peak_name((peak_kind)k);
+        if (!peak_available((peak_kind)k)) {
+            if (!o->json) printf("%-28s %10s\n", name, "n/a");
+            continue;
+        }
+        double one = peak_measure((peak_kind)k, 1, 1.0), all = nt > 1 ? peak_measure((peak_kind)k, nt, 1.0) : one;
+        if (o->json) printf("%s\"%s\":{\"1\":%.1f,\"%d\":%.1f}", first ? "" : ",", name, one, nt, all);
+        else if (nt > 1) printf("%-28s %10.1f %7.1f (%d)\n", name, one, all, nt);
+        else printf("%-28s %10.1f\n", name, one);
+        first = 0;
+    }
+    if (o->json) printf("}}\n");
+    return 0;
+}
+
 int cli_bench(int argc, char **argv) {
     bench_opts o = {.n_prompt = 512, .n_gen = 128, .reps = 5};
     const arg_spec specs[] = {
@@ -143,6 +173,7 @@ int cli_bench(int argc, char **argv) {
         {"--kv-type", NULL, ARG_STR, &o.kv_type, 0, -1, KVQ_HELP},
         {"--reps", "-r", ARG_INT, &o.reps, 1, 1000, "measured repetitions (5)"},
         {"--json", NULL, ARG_FLAG, &o.json, 0, -1, "print one JSON object"},
+        {"--peak", NULL, ARG_FLAG, &o.peak, 0, -1, "the CPU's int8 dot-product peak (no model; -t threads)"},
         {"--help", "-h", ARG_FLAG, &o.help, 0, -1, "this help"},
     };
     int n_specs = (int)(sizeof specs / sizeof specs[0]);
@@ -155,6 +186,7 @@ int cli_bench(int argc, char **argv) {
         args_usage("bench", "-m MODEL [options]", specs, n_specs);
         return 0;
     }
+    if (o.peak) return bench_peak(&o);
     if (!o.model) {
         fprintf(stderr, "strata bench: -m MODEL is required\n");
         return 2;

@@ -15,7 +15,7 @@ int cli_serve(int argc, char **argv) {
                      .max_body = 8 << 20, .cache_mem_mb = 1024, .cache_disk_mb = 8192,
                      .cache_redis_timeout_ms = 100, .cache_redis_ttl_s = (int)POLICY_SHARED_TTL_S,
                      .snap_blocks = POLICY_SNAP_EVERY_BLOCKS, .snap_mb = POLICY_SNAP_MB, .ui_records = 256,
-                     .spec_draft = SERVER_SPEC_DRAFT};
+                     .spec_draft = SERVER_SPEC_DRAFT, .sampling = SAMPLING_FLAGS_UNSET};
     int help = 0, verbose = 0, max_body_mb = 8, no_spec = 0;
     const char *log_file = NULL;
     const arg_spec specs[] = {
@@ -52,7 +52,10 @@ int cli_serve(int argc, char **argv) {
         {"--chat-template-file", NULL, ARG_STR, &o.template_file, 0, -1, "Jinja chat template overriding the model's"},
         {"--cache-mem-mb", NULL, ARG_INT, &o.cache_mem_mb, 0, 1 << 20, "KV memory kept for cached prefixes (1024)"},
         {"--cache-ram-mb", NULL, ARG_INT, &o.cache_ram_mb, 0, 1 << 20,
-         "RAM tier; on the CPU backend it is the same pool, added to --cache-mem-mb (0)"},
+         "RAM tier; on the CPU backend it is the same pool, added to --cache-mem-mb; with --device cuda "
+         "pinned host memory below the GPU's pool (0)"},
+        {"--device", NULL, ARG_STR, &o.device, 0, -1,
+         "cpu, or cuda: sequences and the live KV pool on the GPU (llama, qwen2, qwen3; not yet run on a GPU) (cpu)"},
         {"--no-prefix-cache", NULL, ARG_FLAG, &o.no_cache, 0, -1, "recompute every prompt from scratch"},
         {"--cache-dir", NULL, ARG_STR, &o.cache_dir, 0, -1, "disk tier folder (~/.cache/strata/kv)"},
         {"--kv-type", NULL, ARG_STR, &o.kv_type, 0, -1, KVQ_HELP},
@@ -78,6 +81,14 @@ int cli_serve(int argc, char **argv) {
          "speculative decoding: tokens drafted per step from the sequence's own context, verified in the same "
          "forward pass; the output is the same bytes (8; 0 = off)"},
         {"--no-speculative", NULL, ARG_FLAG, &no_spec, 0, -1, "no speculative decoding (--spec-draft 0)"},
+        {"--temp", NULL, ARG_FLOAT, &o.sampling.temp, 0, 2,
+         "temperature for requests that set none (the model file's general.sampling.temp, else 1; 0 = greedy)"},
+        {"--top-k", NULL, ARG_INT, &o.sampling.top_k, 0, 1 << 30,
+         "top-k for requests that set none (the model file's, else 0 = off)"},
+        {"--top-p", NULL, ARG_FLOAT, &o.sampling.top_p, 0, 1, "top-p for requests that set none (the model file's, else 1 = off)"},
+        {"--min-p", NULL, ARG_FLOAT, &o.sampling.min_p, 0, 1, "min-p for requests that set none (the model file's, else 0 = off)"},
+        {"--repeat-penalty", NULL, ARG_FLOAT, &o.sampling.repeat_penalty, 0.01, 10,
+         "repetition penalty for requests that set none (the model file's, else 1 = off)"},
         {"--trace", NULL, ARG_STR, &o.trace_path, 0, -1, "append one JSONL line per request to FILE"},
         {"--log-file", NULL, ARG_STR, &log_file, 0, -1, "append log lines to FILE instead of stderr"},
         {"--verbose", "-v", ARG_FLAG, &verbose, 0, -1, "debug log lines too"},

@@ -18,6 +18,38 @@ static int last_occurrence(const int32_t *toks, int n, int g) {
     return -1;
 }
 
+/* Start of the occurrence in src[0..n_src) of pat[0..g) that has a token
+ * after it and ends nearest position near, or -1. */
+static int nearest_occurrence(const int32_t *src, int n_src, const int32_t *pat, int g, int near) {
+    int best = -1, best_d = 0;
+    for (int i = 0; i + g < n_src; i++) {
+        if (src[i] != pat[0] || memcmp(src + i, pat, (size_t)g * sizeof *src)) continue;
+        int d = i + g > near ? i + g - near : near - (i + g);
+        if (best < 0 || d < best_d) best = i, best_d = d;
+    }
+    return best;
+}
+
+static int copy_from(const int32_t *src, int n_src, int from, int max_draft, int32_t *out) {
+    int k = n_src - from < max_draft ? n_src - from : max_draft;
+    memcpy(out, src + from, (size_t)k * sizeof *out);
+    return k;
+}
+
+int draft_predicted(const int32_t *pred, int n_pred, const int32_t *reply, int n_reply, int max_draft,
+                    int32_t *out) {
+    if (max_draft <= 0 || n_pred <= 0 || n_reply < 0) return 0;
+    if (n_reply < DRAFT_NGRAM_MIN)
+        return n_reply < n_pred && !memcmp(pred, reply, (size_t)n_reply * sizeof *pred)
+                   ? copy_from(pred, n_pred, n_reply, max_draft, out)
+                   : 0;
+    for (int g = n_reply < DRAFT_NGRAM_MAX ? n_reply : DRAFT_NGRAM_MAX; g >= DRAFT_NGRAM_MIN; g--) {
+        int at = nearest_occurrence(pred, n_pred, reply + n_reply - g, g, n_reply);
+        if (at >= 0) return copy_from(pred, n_pred, at + g, max_draft, out);
+    }
+    return 0;
+}
+
 int draft_lookup(const int32_t *toks, int n, int max_draft, int32_t *out) {
     if (max_draft <= 0) return 0;
     for (int g = DRAFT_NGRAM_MAX; g >= DRAFT_NGRAM_MIN; g--) {

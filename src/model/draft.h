@@ -25,4 +25,15 @@
  * O(n * ngram). */
 int draft_lookup(const int32_t *toks, int n, int max_draft, int32_t *out);
 
+/* Drafting from a predicted output (OpenAI's "prediction": the file an
+ * edit will mostly re-emit): up to max_draft tokens of pred[0..n_pred)
+ * that continue the reply so far, reply[0..n_reply). A reply shorter than
+ * DRAFT_NGRAM_MIN that pred begins with continues from there; a longer one
+ * from the occurrence in pred of its longest suffix (DRAFT_NGRAM_MAX down
+ * to DRAFT_NGRAM_MIN) nearest the reply's own length (reply and
+ * prediction run roughly in step). Returns how many (0: no match; fewer
+ * than max_draft where pred ends). */
+int draft_predicted(const int32_t *pred, int n_pred, const int32_t *reply, int n_reply, int max_draft,
+                    int32_t *out);
+
 #endif

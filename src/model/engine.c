@@ -52,9 +52,22 @@ static int open_gpu(engine *e, const engine_params *p, strata_err *err) {
     return fwdc_new(&e->gpu, e->m, e->n_ctx, e->max_batch, err);
 }
 
+/* The server on the GPU (--device cuda with sequences): the KV pool in
+ * GPU memory, the paged pass over it. */
+static int open_gpu_pool(engine *e, kv_pool_opts *po, strata_err *err) {
+    int rc = fwdc_check_model(e->m, err);
+    if (rc || (rc = cuda_open(err))) return rc;
+    po->dev = cuda_devmem();
+    if (!po->dev) return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: no copy stream for the KV pool");
+    if ((rc = kv_pool_init_opts(&e->kv, po, err))) return rc;
+    e->threads = pool_new(1);
+    return fwdc_new_paged(&e->gpu, e->m, &e->kv, e->ctx_per_seq > 0 ? e->ctx_per_seq : e->n_ctx, e->max_batch, err);
+}
+
 int engine_open(engine **out, const engine_params *p, strata_err *err) {
     *out = NULL;
     int gpu = p->device && strcmp(p->device, "cpu") != 0;
+    int paged = gpu && p->n_seq > 0; /* the server: many sequences, the cache's blocks */
     if (gpu && strcmp(p->device, "cuda") != 0)
         return strata_errf(err, STRATA_EINVAL, "--device %s: unknown (cpu or cuda)", p->device);
     engine *e = xcalloc(1, sizeof *e);
@@ -63,8 +76,8 @@ int engine_open(engine **out, const engine_params *p, strata_err *err) {
     if (!rc && gpu && p->kv_type != KVQ_F16)
         rc = strata_errf(err, STRATA_EUNSUPPORTED, "--kv-type %s: the CUDA pass stores K/V as f16 only; use --kv-type f16",
                          kvq_name(p->kv_type));
-    if (!rc && gpu) rc = open_gpu(e, p, err);
-    if (rc || gpu) {
+    if (!rc && gpu && !paged) rc = open_gpu(e, p, err);
+    if (rc || (gpu && !paged)) {
         if (rc) engine_close(e);
         else *out = e;
         return rc;
@@ -91,11 +104,15 @@ int engine_open(engine **out, const engine_params *p, strata_err *err) {
     /* Memory kept for cached prefixes: their global parts (a cached
      * block's sliding part is kept only while slots are spare). */
     po.n_blocks += (int)(((size_t)(p->extra_kv_mb > 0 ? p->extra_kv_mb : 0) << 20) / (glob_block ? glob_block : layer_bytes));
-    rc = kv_pool_init_opts(&e->kv, &po, err);
+    rc = paged ? open_gpu_pool(e, &po, err) : kv_pool_init_opts(&e->kv, &po, err);
     free(swa);
     if (rc) {
         engine_close(e);
         return rc;
+    }
+    if (paged) {
+        *out = e;
+        return 0;
     }
     char nb[sizeof e->numerics];
     snprintf(e->numerics, sizeof e->numerics, "%s", kvq_numerics(p->kv_type, "cpu", nb, sizeof nb));
@@ -105,8 +122,13 @@ int engine_open(engine **out, const engine_params *p, strata_err *err) {
     return 0;
 }
 
+int engine_run(engine *e, const fwd_batch *b, float *logits, strata_err *err) {
+    return e->gpu ? fwdc_run_batch(e->gpu, b, logits, err) : fwd_run(e->fwd, b, logits, err);
+}
+
 int engine_eval(engine *e, kv_seq *s, const int32_t *tokens, int n, float *logits, strata_err *err) {
     if (!e->gpu) return fwd_prefill(e->fwd, s, tokens, n, logits, err);
+    if (e->kv.mem) return strata_errf(err, STRATA_EINVAL, "the server's GPU engine runs batches (engine_run)");
     for (int done = 0; done < n;) {
         int chunk = n - done < e->max_batch ? n - done : e->max_batch;
         int rc = fwdc_run(e->gpu, tokens + done, chunk, s->n_pos, 0, done + chunk == n ? logits : NULL, err);
@@ -118,12 +140,12 @@ int engine_eval(engine *e, kv_seq *s, const int32_t *tokens, int n, float *logit
 }
 
 void engine_seq_cut(engine *e, kv_seq *s, int n) {
-    if (!e->gpu) kv_seq_truncate(&e->kv, s, n);
+    if (e->kv.mem) kv_seq_truncate(&e->kv, s, n); /* the CPU's pool, or the GPU's paged one */
     else if (n < s->n_pos) s->n_pos = n;
 }
 
 void engine_seq_release(engine *e, kv_seq *s) {
-    if (!e->gpu) kv_seq_release(&e->kv, s);
+    if (e->kv.mem) kv_seq_release(&e->kv, s);
     else s->n_pos = 0;
 }
 

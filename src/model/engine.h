@@ -23,8 +23,9 @@ typedef struct engine_params {
     int kv_budget_mb;
     int min_ctx; /* ...but at least this many tokens each (past the training context), budget permitting */
     /* "cpu" (NULL too) or "cuda": the llama-family forward pass on the GPU
-     * (model/forward_cuda.h), one sequence, for `run` and `bench`; no
-     * KV pool or thread pool work then (the server stays on the CPU). */
+     * (model/forward_cuda.h). With n_seq <= 0 (`run`, `bench`): one
+     * sequence, its K/V in GPU memory, no KV pool. With n_seq > 0 (`serve`):
+     * the KV pool in GPU memory (kv.dev), the paged pass (engine_run). */
     const char *device;
     /* How K/V are stored (--kv-type; zero: f16). q8_0 halves the bytes a
      * token costs in every tier and is refused (a reason) for a head size
@@ -39,7 +40,7 @@ typedef struct engine {
     fwd_ctx *fwd;
     int n_ctx, max_batch;
     int ctx_per_seq; /* n_seq > 0: the context each sequence got */
-    struct fwdc *gpu; /* --device cuda: the GPU pass (kv and fwd unused) */
+    struct fwdc *gpu; /* --device cuda: the GPU pass (fwd unused; kv too, unless paged) */
     char numerics[96]; /* engine_numerics */
 } engine;
 
@@ -54,6 +55,9 @@ void engine_close(engine *e); /* NULL is fine */
  * (in max_batch chunks), the last one's logits to logits. On the GPU the
  * sequence's K/V live in GPU memory and s only counts positions, so one
  * sequence at a time. */
+/* One forward pass over a batch of sequences (model/forward.h fwd_run)
+ * on the engine's device: the server's step. */
+int engine_run(engine *e, const fwd_batch *b, float *logits, strata_err *err);
 int engine_eval(engine *e, kv_seq *s, const int32_t *tokens, int n, float *logits, strata_err *err);
 /* s forgets positions >= n / all of them. */
 void engine_seq_cut(engine *e, kv_seq *s, int n);

@@ -23,8 +23,14 @@ typedef struct dev_tensor {
 
 typedef struct dev_layer {
     dev_tensor attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down;
-    uint16_t *kc, *vc; /* [n_ctx][kv_dim] halves */
+    uint16_t *kc, *vc; /* [n_ctx][kv_dim] halves; paged: the layer's rows of the pool's block 0 */
 } dev_layer;
+
+/* A paged call's run: batch tokens [t0, t1) of one sequence at
+ * consecutive positions, its block table at tables + table, keys up to end. */
+typedef struct dev_run {
+    int t0, t1, table, end;
+} dev_run;
 
 struct fwdc {
     const model *m;
@@ -47,6 +53,16 @@ struct fwdc {
      * kernels a layer instead of 17, the same bits. STRATA_CUDA_FUSE=0 (or
      * fwdc_use_fusion) runs the separate kernels, for comparison. */
     int fuse;
+    /* Paged (fwdc_new_paged): K/V in the device pool kv, many sequences a
+     * call (fwdc_run_batch); n_ctx is then the positions one sequence may
+     * reach. Per call: each token's K/V row (dst, halves from the layer's
+     * block 0) and each run's block table, made on the host. */
+    kv_pool *kv;
+    int64_t *dst, *h_dst;
+    int32_t *tables, *h_tables;
+    size_t tables_cap;
+    dev_run *runs;
+    int n_runs;
 };
 
 static void *dev_alloc(fwdc *c, size_t bytes, strata_err *err) {
@@ -117,6 +133,24 @@ static int upload_rope(fwdc *c, strata_err *err) {
     return rc;
 }
 
+/* Paged: the layers' K/V are the pool's; per-call rows and tables. */
+static int alloc_paged(fwdc *c, strata_err *err) {
+    const model_hparams *hp = &c->m->hp;
+    for (int il = 0; il < hp->n_layer; il++) {
+        int kl = c->m->layers[il].kv_layer;
+        c->layers[il].kc = kv_rows(c->kv, 0, kl, 0);
+        c->layers[il].vc = kv_rows(c->kv, 0, kl, 1);
+    }
+    size_t n = (size_t)c->max_batch;
+    c->tables_cap = n * ((size_t)c->n_ctx / c->kv->block_tokens + 1);
+    if (!(c->dst = dev_alloc(c, n * sizeof(int64_t), err))) return err->code;
+    if (!(c->tables = dev_alloc(c, c->tables_cap * sizeof(int32_t), err))) return err->code;
+    c->h_dst = xmalloc(n * sizeof(int64_t));
+    c->h_tables = xmalloc(c->tables_cap * sizeof(int32_t));
+    c->runs = xmalloc(n * sizeof(dev_run));
+    return 0;
+}
+
 static int alloc_scratch(fwdc *c, strata_err *err) {
     const model_hparams *hp = &c->m->hp;
     size_t n = (size_t)c->max_batch, nq = (size_t)hp->n_head * hp->head_dim, kvd = (size_t)hp->n_head_kv * hp->head_dim;
@@ -130,11 +164,12 @@ static int alloc_scratch(fwdc *c, strata_err *err) {
     int32_t **ibufs[] = {&c->tok, &c->pos, &c->rows, &c->ids};
     for (size_t i = 0; i < 4; i++)
         if (!(*ibufs[i] = dev_alloc(c, n * sizeof(int32_t), err))) return err->code;
-    for (int il = 0; il < hp->n_layer; il++) {
+    for (int il = 0; il < hp->n_layer && !c->kv; il++) {
         dev_layer *D = &c->layers[il];
         if (!(D->kc = dev_alloc(c, (size_t)c->n_ctx * kvd * 2, err))) return err->code;
         if (!(D->vc = dev_alloc(c, (size_t)c->n_ctx * kvd * 2, err))) return err->code;
     }
+    if (c->kv && alloc_paged(c, err)) return err->code;
     c->h_pos = xmalloc(n * sizeof(int32_t));
     c->h_rows = xmalloc(n * sizeof(int32_t));
     /* the 8-bit matmuls' activations, for the widest input (the decode
@@ -142,12 +177,17 @@ static int alloc_scratch(fwdc *c, strata_err *err) {
     return cuda_matmul_reserve(c->max_batch, (int)(wide > f ? wide : f), err);
 }
 
-int fwdc_new(fwdc **out, const model *m, int n_ctx, int max_batch, strata_err *err) {
+int fwdc_check_model(const model *m, strata_err *err) { return check_model(m, err); }
+
+static int fwdc_open(fwdc **out, const model *m, kv_pool *kv, int n_ctx, int max_batch, strata_err *err) {
     *out = NULL;
     int rc = check_model(m, err);
     if (rc || (rc = cuda_open(err))) return rc;
+    if (kv && (kv->dev != cuda_devmem() || kv->type != KVQ_F16))
+        return strata_errf(err, STRATA_EINVAL, "--device cuda: the KV pool must be f16 in GPU memory");
     fwdc *c = xcalloc(1, sizeof *c);
     c->m = m;
+    c->kv = kv;
     c->n_ctx = n_ctx;
     c->max_batch = max_batch;
     const char *g = getenv("STRATA_CUDA_GRAPH");
@@ -172,6 +212,14 @@ int fwdc_new(fwdc **out, const model *m, int n_ctx, int max_batch, strata_err *e
     return 0;
 }
 
+int fwdc_new(fwdc **out, const model *m, int n_ctx, int max_batch, strata_err *err) {
+    return fwdc_open(out, m, NULL, n_ctx, max_batch, err);
+}
+
+int fwdc_new_paged(fwdc **out, const model *m, kv_pool *kv, int ctx_per_seq, int max_batch, strata_err *err) {
+    return fwdc_open(out, m, kv, ctx_per_seq, max_batch, err);
+}
+
 void fwdc_free(fwdc *c) {
     if (!c) return;
     cuda_graph_free(c->step);
@@ -180,6 +228,7 @@ void fwdc_free(fwdc *c) {
     free(c->layers);
     free(c->h_pos);
     free(c->h_rows);
+    free(c->h_dst), free(c->h_tables), free(c->runs);
     free(c);
 }
 
@@ -236,6 +285,20 @@ static int qkv(fwdc *c, const dev_layer *L, int n, strata_err *err) {
     return 0;
 }
 
+/* Paged: attention one run (one sequence) a launch, through its table. */
+static int attend_runs(fwdc *c, const dev_layer *L, strata_err *err) {
+    const model_hparams *hp = &c->m->hp;
+    size_t nq = (size_t)hp->n_head * hp->head_dim, blk = c->kv->glob_bytes / 2;
+    for (int i = 0; i < c->n_runs; i++) {
+        const dev_run *r = &c->runs[i];
+        if (cuda_attention_paged(c->att + r->t0 * nq, c->attn_part, c->q + r->t0 * nq, L->kc, L->vc,
+                                 c->tables + r->table, c->kv->block_tokens, blk, c->pos + r->t0, r->t1 - r->t0,
+                                 r->end, c->n_ctx, hp->n_head, hp->n_head_kv, hp->head_dim, hp->attn_scale, err))
+            return err->code;
+    }
+    return 0;
+}
+
 /* max_end: the call's last position + 1 (attention's grid). The
  * attention output projection is added to the residual c->x. */
 static int attention(fwdc *c, const dev_layer *L, int n, int max_end, strata_err *err) {
@@ -248,16 +311,18 @@ static int attention(fwdc *c, const dev_layer *L, int n, int max_end, strata_err
     if (L->q_norm.d) cuda_rmsnorm(c->q, c->q, L->q_norm.d, n * hp->n_head, d, hp->rms_eps);
     if (L->k_norm.d) cuda_rmsnorm(c->k, c->k, L->k_norm.d, n * hp->n_head_kv, d, hp->rms_eps);
     float div = hp->rope_scale == ROPE_SCALE_LINEAR ? hp->rope_factor : 1.0f;
+    const int64_t *dst = c->kv ? c->dst : NULL; /* paged: each token's row in the pool */
     if (c->fuse) {
-        cuda_rope_kv_store(c->q, c->k, c->v, L->kc, L->vc, n, hp->n_head, hp->n_head_kv, d, hp->rope_dim,
-                           hp->rope_neox, c->pos, c->inv_freq, div);
+        cuda_rope_kv_store_at(c->q, c->k, c->v, L->kc, L->vc, dst, n, hp->n_head, hp->n_head_kv, d, hp->rope_dim,
+                              hp->rope_neox, c->pos, c->inv_freq, div);
     } else {
         cuda_rope(c->q, n, nq, hp->n_head, d, hp->rope_dim, hp->rope_neox, c->pos, c->inv_freq, div);
         cuda_rope(c->k, n, kvd, hp->n_head_kv, d, hp->rope_dim, hp->rope_neox, c->pos, c->inv_freq, div);
-        cuda_kv_store(L->kc, L->vc, c->k, c->v, c->pos, n, kvd);
+        cuda_kv_store_at(L->kc, L->vc, c->k, c->v, dst, c->pos, n, kvd);
     }
-    if (cuda_attention(c->att, c->attn_part, c->q, L->kc, L->vc, c->pos, n, max_end, c->n_ctx, hp->n_head,
-                       hp->n_head_kv, d, hp->attn_scale, err))
+    if (c->kv ? attend_runs(c, L, err)
+              : cuda_attention(c->att, c->attn_part, c->q, L->kc, L->vc, c->pos, n, max_end, c->n_ctx, hp->n_head,
+                               hp->n_head_kv, d, hp->attn_scale, err))
         return err->code;
     return mm_into(c, &L->wo, c->att, n, c->x, 1, c->tmp, err);
 }
@@ -303,6 +368,7 @@ static int queue_pass(fwdc *c, int n, int max_end, strata_err *err) {
     if (cuda_embed(c->x, emb->type, emb->d, emb->row_bytes, e, c->tok, n, 1.0f, err)) return err->code;
     for (int il = 0; il < hp->n_layer; il++)
         if (layer(c, &c->layers[il], n, max_end, err)) return err->code;
+    if (c->n_out == 0) return 0; /* a paged call that wants no logits */
     cuda_gather(c->tmp, c->x, c->rows, c->n_out, e);
     cuda_rmsnorm(c->xn, c->tmp, c->output_norm.d, c->n_out, e, hp->rms_eps);
     return mm(&c->output, c->xn, c->n_out, c->logits, err);
@@ -349,4 +415,78 @@ int fwdc_run(fwdc *c, const int32_t *tok, int n, int pos0, int all, float *logit
 int fwdc_argmax(fwdc *c, int32_t *ids, strata_err *err) {
     cuda_argmax(c->ids, c->logits, c->n_out, c->m->hp.n_vocab);
     return cuda_download(ids, c->ids, (size_t)c->n_out * sizeof(int32_t), err);
+}
+
+/* ---- paged: many sequences a call (the server) ------------------------------ */
+
+/* The batch cut into runs (one sequence, consecutive positions); each
+ * sequence's blocks made writable as fwd_run does (cut back where a run
+ * starts inside it, grown to its last position). */
+static int plan_runs(fwdc *c, const fwd_batch *b, strata_err *err) {
+    c->n_runs = 0;
+    for (int t = 0; t < b->n; t++) {
+        dev_run *r = c->n_runs ? &c->runs[c->n_runs - 1] : NULL;
+        if (r && b->seqs[t] == b->seqs[t - 1] && b->pos[t] == b->pos[t - 1] + 1) r->t1++;
+        else c->runs[c->n_runs++] = (dev_run){t, t + 1, 0, 0};
+    }
+    for (int i = 0; i < c->n_runs; i++) {
+        dev_run *r = &c->runs[i];
+        kv_seq *s = b->seqs[r->t0];
+        int p0 = b->pos[r->t0];
+        r->end = p0 + (r->t1 - r->t0);
+        if (p0 < 0 || p0 > s->n_pos)
+            return strata_errf(err, STRATA_EINVAL, "position %d leaves a gap (sequence has %d)", p0, s->n_pos);
+        if (r->end > c->n_ctx)
+            return strata_errf(err, STRATA_ERANGE, "positions [%d, %d) past the GPU context of %d a sequence", p0,
+                               r->end, c->n_ctx);
+        if (p0 < s->n_pos) kv_seq_truncate(c->kv, s, p0);
+        int rc = kv_seq_reserve(c->kv, s, r->end, err);
+        if (rc) return rc;
+        if (r->end > s->n_pos) s->n_pos = r->end;
+    }
+    return 0;
+}
+
+/* Host copies of the call's positions, K/V rows, wanted rows and block
+ * tables (taken after every reserve: copy on write may move a block). */
+static int fill_tables(fwdc *c, const fwd_batch *b, strata_err *err) {
+    int B = c->kv->block_tokens, kvd = c->m->hp.n_head_kv * c->m->hp.head_dim;
+    size_t blk = c->kv->glob_bytes / 2, at = 0;
+    c->n_out = 0;
+    for (int t = 0; t < b->n; t++) {
+        int p = b->pos[t];
+        c->h_pos[t] = p;
+        c->h_dst[t] = (int64_t)((size_t)b->seqs[t]->blocks[p / B] * blk + (size_t)(p % B) * kvd);
+        if (b->want ? b->want[t] : t == b->n - 1) c->h_rows[c->n_out++] = t;
+    }
+    for (int i = 0; i < c->n_runs; i++) {
+        dev_run *r = &c->runs[i];
+        int nb = (r->end + B - 1) / B;
+        if (at + (size_t)nb > c->tables_cap)
+            return strata_errf(err, STRATA_ERANGE, "cuda: block tables of %zu entries past %zu", at + nb, c->tables_cap);
+        memcpy(c->h_tables + at, b->seqs[r->t0]->blocks, (size_t)nb * sizeof(int32_t));
+        r->table = (int)at;
+        at += (size_t)nb;
+    }
+    if (cuda_upload(c->pos, c->h_pos, (size_t)b->n * sizeof(int32_t), err) ||
+        cuda_upload(c->dst, c->h_dst, (size_t)b->n * sizeof(int64_t), err) ||
+        cuda_upload(c->tables, c->h_tables, at * sizeof(int32_t), err) ||
+        cuda_upload(c->rows, c->h_rows, (size_t)(c->n_out ? c->n_out : 1) * sizeof(int32_t), err))
+        return err->code;
+    return 0;
+}
+
+int fwdc_run_batch(fwdc *c, const fwd_batch *b, float *logits, strata_err *err) {
+    if (!c->kv) return strata_errf(err, STRATA_EINVAL, "cuda: a batch of sequences needs the paged pass (fwdc_new_paged)");
+    for (int t = 0; t < b->n; t++)
+        if (b->tokens[t] < 0 || b->tokens[t] >= c->m->hp.n_vocab)
+            return strata_errf(err, STRATA_EINVAL, "token id %d out of range (vocab %d)", b->tokens[t], c->m->hp.n_vocab);
+    if (b->n <= 0 || b->n > c->max_batch)
+        return strata_errf(err, STRATA_EINVAL, "batch of %d tokens (max %d)", b->n, c->max_batch);
+    int rc = plan_runs(c, b, err);
+    if (rc || (rc = fill_tables(c, b, err))) return rc;
+    if (cuda_upload(c->tok, b->tokens, (size_t)b->n * sizeof(int32_t), err)) return err->code;
+    if ((rc = queue_pass(c, b->n, 0, err))) return rc;
+    if (c->n_out == 0) return cuda_sync(err);
+    return cuda_download(logits, c->logits, (size_t)c->n_out * c->m->hp.n_vocab * sizeof(float), err);
 }

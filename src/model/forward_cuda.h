@@ -9,14 +9,23 @@
  * in the call (backend/cuda/cuda.h), so logits are bit-identical however a
  * prompt is chunked, as on the CPU; the bits differ from the CPU's.
  * A decode step is one CUDA graph launch (recorded on the first step).
- * Does not: serve several sequences, page K/V or share blocks with the
- * cache (the server stays on the CPU backend), gemma3, qwen35. */
+ *
+ * Paged (fwdc_new_paged, `strata serve --device cuda`): K/V live in a KV
+ * pool in GPU memory (model/kv.h, kv_pool_opts.dev = cuda_devmem()), the
+ * same blocks the cache names and moves between tiers; a call takes a
+ * batch of several sequences as fwd_run does (fwdc_run_batch), each
+ * token's K/V stored through its sequence's block table and attention
+ * read through it, one launch per sequence's run. No graph there yet.
+ * NOT YET RUN ON A GPU (compiled only; src/backend/cuda/README.md).
+ * Does not: gemma3, qwen35. */
 #ifndef STRATA_FORWARD_CUDA_H
 #define STRATA_FORWARD_CUDA_H
 
 #include <stdint.h>
 
 #include "base/err.h"
+#include "model/forward.h"
+#include "model/kv.h"
 #include "model/model.h"
 
 typedef struct fwdc fwdc;
@@ -26,6 +35,15 @@ typedef struct fwdc fwdc;
  * K/V and scratch for max_batch tokens. */
 int fwdc_new(fwdc **out, const model *m, int n_ctx, int max_batch, strata_err *err);
 void fwdc_free(fwdc *c); /* NULL is fine */
+/* STRATA_EUNSUPPORTED, naming what, when m is not one the GPU path runs. */
+int fwdc_check_model(const model *m, strata_err *err);
+/* The paged pass over kv (f16, in cuda_devmem()'s memory; kept alive by
+ * the caller): weights uploaded, scratch for max_batch tokens, attention
+ * scratch for sequences of up to ctx_per_seq positions. */
+int fwdc_new_paged(fwdc **out, const model *m, kv_pool *kv, int ctx_per_seq, int max_batch, strata_err *err);
+/* fwd_run (model/forward.h) on the GPU: the batch's sequences grow to
+ * cover their positions, logits of the wanted rows to logits. */
+int fwdc_run_batch(fwdc *c, const fwd_batch *b, float *logits, strata_err *err);
 
 /* Tokens tok[0, n) at positions [pos0, pos0 + n), n <= max_batch,
  * pos0 + n <= n_ctx. all: logits of every row (n x n_vocab) to logits,

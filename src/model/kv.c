@@ -44,6 +44,26 @@ static void init_slots(kv_pool *p, int n_slots) {
     p->n_slot_free = n_slots;
 }
 
+/* The payload memory: host memory, or the device's (no sliding parts
+ * there: their slots would need device copies of their own). */
+static int alloc_mem(kv_pool *p, const kv_pool_opts *o, int n_swa_layer, strata_err *err) {
+    size_t bytes = p->glob_bytes ? p->glob_bytes * (size_t)o->n_blocks : 64;
+    if (!o->dev) {
+        p->mem = xaligned(bytes);
+        return 0;
+    }
+    if (n_swa_layer > 0)
+        return strata_errf(err, STRATA_EUNSUPPORTED, "kv pool on %s: sliding-window layers are not supported there",
+                           o->dev->name);
+    strata_err e = {0};
+    p->mem = devmem_alloc(o->dev, bytes, &e);
+    if (!p->mem)
+        return strata_errf(err, STRATA_ENOMEM, "kv pool: %d blocks (%.1f MiB) in %s memory: %s", o->n_blocks,
+                           bytes / 1048576.0, o->dev->name, e.msg);
+    p->dev = o->dev;
+    return 0;
+}
+
 int kv_pool_init_opts(kv_pool *p, const kv_pool_opts *o, strata_err *err) {
     memset(p, 0, sizeof *p);
     if (o->block_tokens <= 0 || o->n_blocks <= 0)
@@ -71,7 +91,11 @@ int kv_pool_init_opts(kv_pool *p, const kv_pool_opts *o, strata_err *err) {
     p->block_bytes = (size_t)o->n_layer * per_layer;
     p->glob_bytes = (size_t)(o->n_layer - n_swa_layer) * per_layer;
     p->swa_bytes = (size_t)n_swa_layer * per_layer;
-    p->mem = xaligned(p->glob_bytes ? p->glob_bytes * (size_t)o->n_blocks : 64);
+    int rc = alloc_mem(p, o, n_swa_layer, err);
+    if (rc) {
+        kv_pool_destroy(p);
+        return rc;
+    }
     p->refcount = xcalloc((size_t)o->n_blocks, sizeof(int));
     p->free_list = xmalloc((size_t)o->n_blocks * sizeof(int));
     for (int i = 0; i < o->n_blocks; i++) p->free_list[i] = o->n_blocks - 1 - i;
@@ -86,7 +110,9 @@ int kv_pool_init(kv_pool *p, int n_layer, int kv_dim, int block_tokens, int n_bl
 }
 
 void kv_pool_destroy(kv_pool *p) {
-    void *bufs[] = {p->mem, p->refcount, p->free_list, p->layer_at, p->swa_layer, p->swa_mem, p->swa_slot,
+    if (p->dev) devmem_free(p->dev, p->mem);
+    else free(p->mem);
+    void *bufs[] = {p->refcount, p->free_list, p->layer_at, p->swa_layer, p->swa_mem, p->swa_slot,
                     p->swa_hold, p->slot_block, p->slot_released, p->slot_free};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     memset(p, 0, sizeof *p);
@@ -180,8 +206,11 @@ int kv_seq_hold_window(kv_pool *p, kv_seq *s, strata_err *err) {
 /* ---- payload ------------------------------------------------------------------- */
 
 void *kv_block_view(const kv_pool *p, int b) {
-    return p->swa_layer ? NULL : p->mem + (size_t)b * (p->glob_bytes / 2);
+    return p->swa_layer || p->dev ? NULL : p->mem + (size_t)b * (p->glob_bytes / 2);
 }
+
+/* Block b's payload in a device pool (no sliding parts there: one piece). */
+static uint16_t *dev_block(const kv_pool *p, int b) { return p->mem + (size_t)b * (p->glob_bytes / 2); }
 
 /* Copies between a payload and b's rows: to_pool, the global part always
  * and the sliding part when b has one (swa_only: that part alone). */
@@ -199,15 +228,30 @@ static void payload_copy(const kv_pool *p, int b, uint16_t *payload, int to_pool
 const void *kv_block_read(const kv_pool *p, int b, void *scratch) {
     void *v = kv_block_view(p, b);
     if (v) return v;
+    if (p->dev) /* after the kernels that wrote it */
+        return devmem_copy_sync(p->dev, DEVMEM_COMPUTE, scratch, dev_block(p, b), p->block_bytes, DEVMEM_D2H, NULL)
+                   ? NULL
+                   : scratch;
     if (p->swa_slot[b] < 0) return NULL;
     payload_copy(p, b, scratch, 0, 0);
     return scratch;
 }
 
-void kv_block_write(const kv_pool *p, int b, const void *src) {
+int kv_block_write_async(const kv_pool *p, int b, const void *src, strata_err *err) {
+    if (p->dev) return devmem_copy(p->dev, DEVMEM_COPY, dev_block(p, b), src, p->block_bytes, DEVMEM_H2D, err);
     void *v = kv_block_view(p, b);
     if (v) memcpy(v, src, p->block_bytes);
     else payload_copy(p, b, (uint16_t *)src, 1, 0);
+    return 0;
+}
+
+int kv_pool_wait_writes(const kv_pool *p, strata_err *err) {
+    return p->dev ? devmem_sync(p->dev, DEVMEM_COPY, err) : 0;
+}
+
+int kv_block_write(const kv_pool *p, int b, const void *src, strata_err *err) {
+    int rc = kv_block_write_async(p, b, src, err);
+    return rc ? rc : kv_pool_wait_writes(p, err);
 }
 
 int kv_block_import_swa(kv_pool *p, int b, const void *src, strata_err *err) {
@@ -297,7 +341,16 @@ static int unshare_tail(kv_pool *p, kv_seq *s, strata_err *err) {
     if (p->refcount[old] == 1 && !frozen) return 0;
     int nb = block_alloc(p, 1);
     if (nb < 0) return strata_errf(err, STRATA_ERANGE, "kv pool full (%d blocks)", p->n_blocks);
-    memcpy(p->mem + (size_t)nb * (p->glob_bytes / 2), p->mem + (size_t)old * (p->glob_bytes / 2), p->glob_bytes);
+    uint16_t *dst = p->mem + (size_t)nb * (p->glob_bytes / 2), *src = p->mem + (size_t)old * (p->glob_bytes / 2);
+    if (p->dev) { /* in stream order with the kernels that wrote old and will write nb */
+        int rc = devmem_copy(p->dev, DEVMEM_COMPUTE, dst, src, p->glob_bytes, DEVMEM_D2D, err);
+        if (rc) {
+            block_free(p, nb);
+            return rc;
+        }
+    } else {
+        memcpy(dst, src, p->glob_bytes);
+    }
     if (p->swa_layer) {
         memcpy(p->swa_mem + (size_t)p->swa_slot[nb] * (p->swa_bytes / 2),
                p->swa_mem + (size_t)p->swa_slot[old] * (p->swa_bytes / 2), p->swa_bytes);

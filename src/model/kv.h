@@ -31,6 +31,19 @@
  * back from a tier below (kv_block_import_swa), else the forward pass
  * refuses (kv_seq_reserve: STRATA_EINVAL). With no sliding layers there
  * are no slots, and a block's payload is its memory (kv_block_view).
+ *
+ * Device pools (kv_pool_opts.dev, backend/devmem.h): the payload memory
+ * `mem` is device memory (a GPU's), in the same layout and block size;
+ * ids, refcounts and the free list stay here on the host. kv_rows then
+ * gives device addresses (for the device's kernels only), kv_block_view
+ * NULL, and payloads move by device copies: kv_block_read downloads after
+ * the kernels queued so far (compute stream), kv_block_write uploads on
+ * the copy stream (a thread of its own: the store's loader), copy on
+ * write copies on the device. No sliding layers there (refused).
+ * Why the copy stream needs no event before an upload: blocks are handed
+ * out between the scheduler's steps, and each step ends by downloading
+ * its logits (the compute stream is idle then), so no kernel still reads
+ * a block the pool gives to a load.
  * Does not: hash, index or evict blocks (that is cache/). */
 #ifndef STRATA_KV_H
 #define STRATA_KV_H
@@ -39,6 +52,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/devmem.h"
 #include "backend/kvq.h"
 #include "base/err.h"
 
@@ -84,6 +98,7 @@ typedef struct kv_pool {
     int *slot_free;
     int n_slot_free;
     long swa_reclaimed;    /* sliding parts taken from unheld blocks */
+    const devmem *dev;     /* NULL: mem is host memory; else device memory of dev */
 } kv_pool;
 
 /* What a pool holds. swa_layer NULL (or no layer set): no sliding part. */
@@ -93,6 +108,7 @@ typedef struct kv_pool_opts {
     int n_swa, n_slots;       /* window; sliding parts in memory at once */
     kvq_type type;            /* zero: f16; q8_0, q4_0 need head_dim % 32 == 0 */
     int head_dim;             /* values per KV head (0: kv_dim, one head) */
+    const devmem *dev;        /* payload memory on this device (NULL: host); outlives the pool */
 } kv_pool_opts;
 
 typedef struct kv_seq {
@@ -161,13 +177,20 @@ void kv_block_unpin(kv_pool *p, int b);
 /* The payload in place when the pool keeps it contiguous (no sliding
  * layers), else NULL. */
 void *kv_block_view(const kv_pool *p, int b);
-/* The payload of b: in place, or gathered into scratch (block_bytes).
+/* The payload of b: in place, or gathered into scratch (block_bytes);
+ * downloaded into scratch from a device pool (NULL if the device fails).
  * NULL when b's sliding part is not in memory. */
 const void *kv_block_read(const kv_pool *p, int b, void *scratch);
 /* Writes payload src into b: the global part, and the sliding part when
  * b has a slot. Safe on a thread of its own for a block only its caller's
- * sequence holds. */
-void kv_block_write(const kv_pool *p, int b, const void *src);
+ * sequence holds. A device pool uploads on the copy stream and waits for
+ * it; < 0 (err) when the device fails. */
+int kv_block_write(const kv_pool *p, int b, const void *src, strata_err *err);
+/* The same, queued: on a device pool src must stay unchanged until
+ * kv_pool_wait_writes returns (a host pool copies at once). Several
+ * uploads then one wait: the loader's group of blocks in one go. */
+int kv_block_write_async(const kv_pool *p, int b, const void *src, strata_err *err);
+int kv_pool_wait_writes(const kv_pool *p, strata_err *err);
 /* Gives b a sliding part (a slot, unheld) filled from payload src.
  * STRATA_ERANGE when every slot is held. */
 int kv_block_import_swa(kv_pool *p, int b, const void *src, strata_err *err);

@@ -141,17 +141,31 @@ static void penalize(const sample_params *p, float *w, int32_t id, int count) {
     w[id] = l - p->presence_penalty - (float)count * p->frequency_penalty;
 }
 
-/* Copies logits into s->work and penalizes each distinct token of the
- * window once (repeat, presence) and per occurrence (frequency). The
- * window is sorted so equal ids sit together: no per-vocab count table. */
+/* logits with the request's biases added: a copy in s->work, or logits
+ * itself when there are none. */
+static const float *apply_bias(sampler *s, const float *logits, int n_vocab) {
+    if (s->p.n_bias == 0) return logits;
+    memcpy(s->work, logits, (size_t)n_vocab * sizeof *s->work);
+    for (int i = 0; i < s->p.n_bias; i++) {
+        const sample_bias *b = &s->p.bias[i];
+        if (b->id >= 0 && b->id < n_vocab) s->work[b->id] = b->bias <= -100.0f ? -INFINITY : s->work[b->id] + b->bias;
+    }
+    return s->work;
+}
+
+/* Biased logits (apply_bias), then each distinct token of the window
+ * penalized once (repeat, presence) and per occurrence (frequency), in
+ * s->work. The window is sorted so equal ids sit together: no per-vocab
+ * count table. */
 static const float *apply_penalties(sampler *s, const float *logits, int n_vocab) {
+    logits = apply_bias(s, logits, n_vocab);
     if (!penalties_on(&s->p) || s->n_hist == 0) return logits;
     size_t n = s->n_hist;
     if (s->p.penalty_last_n > 0 && n > (size_t)s->p.penalty_last_n) n = (size_t)s->p.penalty_last_n;
     s->win = xrealloc(s->win, n * sizeof *s->win);
     memcpy(s->win, s->hist + s->n_hist - n, n * sizeof *s->win);
     qsort(s->win, n, sizeof *s->win, cmp_i32);
-    memcpy(s->work, logits, (size_t)n_vocab * sizeof *s->work);
+    if (logits != s->work) memcpy(s->work, logits, (size_t)n_vocab * sizeof *s->work);
     for (size_t i = 0; i < n;) {
         size_t j = i;
         while (j < n && s->win[j] == s->win[i]) j++;

@@ -4,7 +4,7 @@
  * of accepted tokens (for the repetition penalties). The steps run in a
  * fixed order, as in llama.cpp's default chain:
  *
- *   penalties -> top_k -> top_p -> min_p -> temperature -> draw
+ *   logit bias -> penalties -> top_k -> top_p -> min_p -> temperature -> draw
  *
  * top_p and min_p look at the probabilities before temperature, so the
  * temperature only reshapes the surviving tokens. temperature <= 0 (in
@@ -23,6 +23,16 @@
 
 #include <stdint.h>
 
+#define SAMPLE_MAX_BIAS 300 /* logit_bias entries a request may set */
+
+/* A bias added to one token's logit before everything else; -100 or
+ * below bans the token (its logit becomes -inf), as the OpenAI API
+ * documents -100 to act. */
+typedef struct sample_bias {
+    int32_t id;
+    float bias;
+} sample_bias;
+
 typedef struct sample_params {
     float temperature;       /* <= 0: greedy */
     int top_k;               /* <= 0 or >= n_vocab: off */
@@ -33,6 +43,8 @@ typedef struct sample_params {
     float frequency_penalty; /* 0: off; subtracted once per occurrence */
     int penalty_last_n;      /* window of accepted tokens; 0 off, -1 all */
     uint64_t seed;
+    int n_bias;              /* entries of bias (ids past the vocabulary are skipped) */
+    sample_bias bias[SAMPLE_MAX_BIAS];
 } sample_params;
 
 typedef struct sampler sampler;

@@ -423,7 +423,7 @@ static int parse_options(ant_call *c, char *why, size_t cap) {
     c->a.gp.max_tokens = (int)max_tokens;
     if (param_bool(c->a.req, "stream", &c->a.stream, why, cap) < 0) return -1;
     if (parse_tools(c, why, cap)) return -1;
-    return params_sampling(c->a.req, "stop_sequences", &c->a.gp, why, cap);
+    return params_sampling(c->a.req, "stop_sequences", &c->a.srv->sampling, &c->a.gp, why, cap);
 }
 
 /* ---- replies ------------------------------------------------------------------------- */

@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "base/mem.h"
 #include "base/strbuf.h"
+#include "server/api_params.h"
 
 api_call *api_call_of(api_stream *st) { return (api_call *)((char *)st - offsetof(api_call, st)); }
 
@@ -50,6 +51,8 @@ static void call_free(api_call *c) {
     free(c->prefix);
     free(c->msg_ends);
     json_decref(c->ui_prompt);
+    json_decref(c->template_vars);
+    free(c->prediction);
     json_schema_free(c->gp.schema);
     json_schema_free(c->gp.call_schema);
     if (c->d->free) c->d->free(c);
@@ -206,9 +209,11 @@ static json_t *position_json(const api_call *c, int pos) {
 
 json_t *api_call_cache_json(const api_call *c) {
     const sched_status *st = &c->g.st;
-    json_t *o = json_pack("{s:i,s:i,s:i,s:o}", "live_tokens", st->n_cached - st->n_cached_disk - st->n_cached_redis,
-                          "disk_tokens", st->n_cached_disk, "redis_tokens", st->n_cached_redis, "prefix_end",
+    json_t *o = json_pack("{s:i,s:i,s:i,s:o}", "live_tokens",
+                          st->n_cached - st->n_cached_disk - st->n_cached_redis - st->n_cached_ram, "disk_tokens",
+                          st->n_cached_disk, "redis_tokens", st->n_cached_redis, "prefix_end",
                           position_json(c, st->n_cached));
+    if (st->n_cached_ram > 0) json_object_set_new(o, "ram_tokens", json_integer(st->n_cached_ram)); /* a GPU's RAM tier */
     if (c->diag.diverged) {
         json_t *fd = position_json(c, c->diag.first_diff);
         json_object_set_new(fd, "tokens_lost", json_integer(c->diag.lost));
@@ -284,6 +289,47 @@ static int start(api_call *c, const http_req *req, int32_t **ids, size_t *n, con
     return rc;
 }
 
+/* Top-level fields served without (DESIGN.md, principle 7): noted, and the
+ * rest of the request served. */
+static const struct {
+    const char *field, *why;
+} UNSERVED[] = {
+    {"web_search_options", "web search runs on OpenAI's servers"},
+    {"audio", "replies are text only"},
+    {"mcp_servers", "MCP servers are called from Anthropic's servers; their tools are not offered to the model"},
+    {"container", "code execution containers run on Anthropic's servers"},
+};
+
+static int note_unserved(api_call *c, char *why, size_t cap) {
+    for (size_t i = 0; i < sizeof UNSERVED / sizeof *UNSERVED; i++) {
+        const json_t *v = json_object_get(c->req, UNSERVED[i].field);
+        if (v && !json_is_null(v) && ignored_note(&c->ignored, why, cap, "%s (%s)", UNSERVED[i].field, UNSERVED[i].why))
+            return -1;
+    }
+    const json_t *bg = json_object_get(c->req, "background");
+    if (json_is_true(bg) && ignored_note(&c->ignored, why, cap, "background (answered in the foreground)")) return -1;
+    return 0;
+}
+
+/* chat_template_kwargs' keys (params_template_vars, read before the
+ * prompt is built), each noted when the prompt never used it: the
+ * client's own text (completions), the built-in format, or a chat
+ * template that never reads it. The APIs' own reasoning settings are not
+ * noted: agent clients send them on every request, and a model whose
+ * template has no reasoning setting has no reasoning to set. */
+static int note_template_kwargs(api_call *c, char *why, size_t cap) {
+    const json_t *kw = json_object_get(c->req, "chat_template_kwargs");
+    const char *src = c->raw_text ? NULL : render_template_src(c->srv->render), *key;
+    json_t *v;
+    json_object_foreach((json_t *)kw, key, v) {
+        if ((!src || !strstr(src, key)) &&
+            ignored_note(&c->ignored, why, cap, "chat_template_kwargs.%s (this model's chat template does not read it)",
+                         key))
+            return -1;
+    }
+    return 0;
+}
+
 void api_call_run(api_call *c, const http_req *req, http_reply *rep) {
     char why[512] = "";
     int32_t *ids = NULL;
@@ -296,9 +342,11 @@ void api_call_run(api_call *c, const http_req *req, http_reply *rep) {
     c->ignored.strict = c->srv->o.strict_requests;
     conversation_name(c, req);
     server_replay_ns(c->srv, c->gp.tenant, NULL, &c->replay_ns); /* salted once the body is read */
-    int rc = c->d->build(c, &ids, &n, &ci, why, sizeof why) ? strata_errf(&err, STRATA_EINVAL, "%s", why)
-                                                          : tool_schema(c, &err) ? err.code
-                                                                                : start(c, req, &ids, &n, &ci, &err);
+    int bad = note_unserved(c, why, sizeof why) || params_template_vars(c->req, &c->template_vars, why, sizeof why);
+    c->pt.vars = c->template_vars;
+    bad = bad || c->d->build(c, &ids, &n, &ci, why, sizeof why) || note_template_kwargs(c, why, sizeof why);
+    int rc = bad ? strata_errf(&err, STRATA_EINVAL, "%s", why)
+                 : tool_schema(c, &err) ? err.code : start(c, req, &ids, &n, &ci, &err);
     prompt_cache_info_free(&ci);
     free(ids);
     if (rc) {

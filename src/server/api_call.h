@@ -44,6 +44,8 @@ struct api_call {
     gen g;
     gen_params gp;
     render_tools pt;
+    json_t *template_vars; /* owned: pt.vars (params_template_vars), or NULL */
+    int32_t *prediction;   /* owned: gp.prediction (OpenAI "prediction"), or NULL */
     char *prefix;     /* forced start of the reply (tool_choice) */
     cache_hash replay_ns; /* the tenant's exact-replay namespace */
     int stream, n_prompt;

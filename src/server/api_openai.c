@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "base/mem.h"
+#include "base/strbuf.h"
 #include "server/api_params.h"
 #include "server/gen.h"
 #include "server/prompt.h"
@@ -271,6 +272,43 @@ static int parse_response_format(oai_call *c, char *why, size_t cap) {
     return -1;
 }
 
+/* "prediction": {"type": "content", "content": text or text parts}: the
+ * reply's likely bytes (a file an edit re-emits), tokenized as the
+ * speculative drafter's first source. It never changes the reply, only
+ * how many tokens a forward pass verifies. */
+static int parse_prediction(oai_call *c, char *why, size_t cap) {
+    const json_t *p = json_object_get(c->a.req, "prediction"), *content = json_object_get(p, "content"), *part;
+    if (!p || json_is_null(p)) return 0;
+    const char *type = json_string_value(json_object_get(p, "type"));
+    if (!json_is_object(p) || !type || strcmp(type, "content") || !(json_is_string(content) || json_is_array(content))) {
+        snprintf(why, cap, "'prediction' must be {\"type\": \"content\", \"content\": a string or text parts}");
+        return -1;
+    }
+    strbuf text = {0};
+    size_t i;
+    if (json_is_string(content)) strbuf_add(&text, json_string_value(content), json_string_length(content));
+    json_array_foreach(content, i, part) {
+        const json_t *t = json_object_get(part, "text");
+        if (!json_is_string(t)) {
+            strbuf_free(&text);
+            snprintf(why, cap, "'prediction.content[%zu]' must be a text part", i);
+            return -1;
+        }
+        strbuf_add(&text, json_string_value(t), json_string_length(t));
+    }
+    strata_err err = {0};
+    size_t n = 0;
+    int rc = text.len ? tok_encode(c->a.srv->tok, text.s, text.len, 0, &c->a.prediction, &n, &err) : 0;
+    strbuf_free(&text);
+    if (rc) {
+        snprintf(why, cap, "'prediction': %s", err.msg);
+        return -1;
+    }
+    c->a.gp.prediction = c->a.prediction;
+    c->a.gp.n_prediction = (int)n;
+    return 0;
+}
+
 static int parse_options(oai_call *c, char *why, size_t cap) {
     long n = 1, max_tokens = 0, top_logprobs = 0;
     int r;
@@ -290,8 +328,8 @@ static int parse_options(oai_call *c, char *why, size_t cap) {
     c->a.gp.n_logprobs = c->logprobs ? (int)top_logprobs : 0;
     const json_t *so = json_object_get(c->a.req, "stream_options");
     if (so && json_is_object(so) && param_bool(so, "include_usage", &c->include_usage, why, cap) < 0) return -1;
-    if (parse_tools(c, why, cap) || parse_response_format(c, why, cap)) return -1;
-    return params_sampling(c->a.req, "stop", &c->a.gp, why, cap);
+    if (parse_tools(c, why, cap) || parse_response_format(c, why, cap) || parse_prediction(c, why, cap)) return -1;
+    return params_sampling(c->a.req, "stop", &c->a.srv->sampling, &c->a.gp, why, cap);
 }
 
 /* ---- responses ------------------------------------------------------------ */
@@ -299,9 +337,14 @@ static int parse_options(oai_call *c, char *why, size_t cap) {
 static json_t *usage_json(const oai_call *c) {
     int done = c->a.g.n_tokens;
     const sched_status *st = &c->a.g.st; /* strata_cache: the per-tier split (an extension) */
-    return json_pack("{s:i,s:i,s:i,s:{s:i},s:o}", "prompt_tokens", c->a.n_prompt, "completion_tokens", done,
-                     "total_tokens", c->a.n_prompt + done, "prompt_tokens_details", "cached_tokens", st->n_cached,
-                     "strata_cache", api_call_cache_json(&c->a));
+    json_t *u = json_pack("{s:i,s:i,s:i,s:{s:i},s:o}", "prompt_tokens", c->a.n_prompt, "completion_tokens", done,
+                          "total_tokens", c->a.n_prompt + done, "prompt_tokens_details", "cached_tokens", st->n_cached,
+                          "strata_cache", api_call_cache_json(&c->a));
+    if (c->a.gp.n_prediction > 0) /* drafted from the prediction: kept by verification, or refused */
+        json_object_set_new(u, "completion_tokens_details",
+                            json_pack("{s:i,s:i}", "accepted_prediction_tokens", st->pred_accepted,
+                                      "rejected_prediction_tokens", st->pred_drafted - st->pred_accepted));
+    return u;
 }
 
 /* A token's text into piece (256 bytes); its length, clamped to the buffer. */
@@ -582,7 +625,9 @@ void api_openai_apply_template(server *s, const http_req *req, http_reply *rep) 
     if (!(c.a.req = parse_body_openai(req, rep))) return;
     char why[512] = "";
     json_t *norm = NULL;
-    if (!parse_tools(&c, why, sizeof why)) norm = normal_messages(&c, why, sizeof why);
+    if (!params_template_vars(c.a.req, &c.a.template_vars, why, sizeof why) && !parse_tools(&c, why, sizeof why))
+        norm = normal_messages(&c, why, sizeof why);
+    c.a.pt.vars = c.a.template_vars;
     render_out p = {0};
     if (!norm || prompt_render(s, norm, &c.a.pt, &p, why, sizeof why)) {
         reply_openai_error(rep, 400, "invalid_request_error", NULL, "%s", why);
@@ -594,5 +639,6 @@ void api_openai_apply_template(server *s, const http_req *req, http_reply *rep) 
     }
     render_out_free(&p);
     json_decref(norm);
+    json_decref(c.a.template_vars);
     json_decref(c.a.req);
 }

@@ -2,6 +2,8 @@
  * errors that name the field, and sampling parameters. */
 #include "server/api_params.h"
 
+#include "base/utf8.h"
+
 #include <math.h>
 #include <stdlib.h>
 
@@ -12,13 +14,6 @@
 #define META_MAX_KEYS 16
 #define META_MAX_KEY_CHARS 64
 #define META_MAX_VALUE_CHARS 512
-
-/* Characters (code points) of valid UTF-8, as the API counts them. */
-static size_t utf8_chars(const char *s, size_t n) {
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) k += ((unsigned char)s[i] & 0xc0) != 0x80;
-    return k;
-}
 
 int param_metadata(const json_t *obj, const char *key, char *why, size_t why_cap) {
     const json_t *m = json_object_get(obj, key), *v;
@@ -114,11 +109,33 @@ static int parse_stops(const json_t *obj, const char *key, gen_params *p, char *
     return 0;
 }
 
-int params_sampling(const json_t *req, const char *stop_key, gen_params *p, char *why,
-                    size_t cap) {
+/* OpenAI's "logit_bias": {"TOKEN_ID": bias in [-100, 100], ...}. */
+static int parse_logit_bias(const json_t *req, sample_params *sp, char *why, size_t cap) {
+    const json_t *lb = json_object_get(req, "logit_bias"), *v;
+    const char *key;
+    if (!lb || json_is_null(lb)) return 0;
+    if (!json_is_object(lb) || json_object_size(lb) > SAMPLE_MAX_BIAS) {
+        snprintf(why, cap, "'logit_bias' must be an object of at most %d token ids", SAMPLE_MAX_BIAS);
+        return -1;
+    }
+    json_object_foreach((json_t *)lb, key, v) {
+        char *end;
+        long id = strtol(key, &end, 10);
+        double b = json_number_value(v);
+        if (!*key || *end || id < 0 || id > INT32_MAX || !json_is_number(v) || b < -100 || b > 100) {
+            snprintf(why, cap, "'logit_bias' maps token ids (integers as strings) to numbers from -100 to 100; "
+                               "'%.40s' does not", key);
+            return -1;
+        }
+        sp->bias[sp->n_bias++] = (sample_bias){(int32_t)id, (float)b};
+    }
+    return 0;
+}
+
+int params_sampling(const json_t *req, const char *stop_key, const sample_params *defaults, gen_params *p,
+                    char *why, size_t cap) {
     sample_params *sp = &p->sampling;
-    *sp = sample_params_default();
-    sp->penalty_last_n = 64;
+    *sp = *defaults;
     double d;
     long l;
     int r;
@@ -137,7 +154,8 @@ int params_sampling(const json_t *req, const char *stop_key, gen_params *p, char
     if ((r = param_number(req, "repetition_penalty", 0.01, 10, &d, why, cap)) < 0) return -1;
     if (r) sp->repeat_penalty = (float)d;
     if ((r = param_int(req, "seed", -(1L << 62), 1L << 62, &l, why, cap)) < 0) return -1;
-    sp->seed = r ? (uint64_t)l : 0x5eed;
+    if (r) sp->seed = (uint64_t)l;
+    if (parse_logit_bias(req, sp, why, cap)) return -1;
     const json_t *salt = json_object_get(req, "cache_salt");
     if (salt && !json_is_null(salt) && !json_is_string(salt)) {
         snprintf(why, cap, "'cache_salt' must be a string");
@@ -159,4 +177,65 @@ int param_scope_value(const json_t *v, cache_scope *out, char *why, size_t cap) 
                                   : -1;
     if (bad) snprintf(why, cap, "cache scope must be off, full, auto, auto:N (1-16) or a token count");
     return bad;
+}
+
+/* An effort as the template's reasoning_effort (what gpt-oss knows), or
+ * NULL when it is none of the APIs' values. */
+static const char *effort_word(const char *e) {
+    static const char *const map[][2] = {{"none", "low"},    {"minimal", "low"}, {"low", "low"}, {"medium", "medium"},
+                                         {"high", "high"},   {"xhigh", "high"},  {"max", "high"}};
+    for (size_t i = 0; e && i < sizeof map / sizeof *map; i++)
+        if (!strcmp(e, map[i][0])) return map[i][1];
+    return NULL;
+}
+
+/* The effort at req[key] (or req[key][sub]); 0 when absent, -1 when bad. */
+static int effort_param(const json_t *req, const char *key, const char *sub, json_t *vars, char *why, size_t cap) {
+    const json_t *v = json_object_get(req, key);
+    if (sub) v = json_is_object(v) ? json_object_get(v, sub) : NULL;
+    if (!v || json_is_null(v)) return 0;
+    const char *word = effort_word(json_string_value(v));
+    if (!word) {
+        snprintf(why, cap, "'%s%s%s' must be one of none, minimal, low, medium, high, xhigh, max", key, sub ? "." : "",
+                 sub ? sub : "");
+        return -1;
+    }
+    json_object_set_new(vars, "reasoning_effort", json_string(word));
+    if (!strcmp(json_string_value(v), "none")) json_object_set_new(vars, "enable_thinking", json_false());
+    return 0;
+}
+
+/* Anthropic's "thinking": {"type": "enabled" | "adaptive" | "disabled"}. */
+static int thinking_param(const json_t *req, json_t *vars, char *why, size_t cap) {
+    const json_t *th = json_object_get(req, "thinking");
+    if (!th || json_is_null(th)) return 0;
+    const char *type = json_string_value(json_object_get(th, "type"));
+    if (!json_is_object(th) || !type ||
+        (strcmp(type, "enabled") && strcmp(type, "adaptive") && strcmp(type, "disabled"))) {
+        snprintf(why, cap, "'thinking.type' must be enabled, adaptive or disabled");
+        return -1;
+    }
+    json_object_set_new(vars, "enable_thinking", json_boolean(strcmp(type, "disabled") != 0));
+    return 0;
+}
+
+int params_template_vars(const json_t *req, json_t **out, char *why, size_t cap) {
+    json_t *vars = json_object();
+    const json_t *kw = json_object_get(req, "chat_template_kwargs");
+    *out = NULL;
+    if (kw && !json_is_null(kw) && !json_is_object(kw)) {
+        snprintf(why, cap, "'chat_template_kwargs' must be an object");
+        json_decref(vars);
+        return -1;
+    }
+    if (thinking_param(req, vars, why, cap) || effort_param(req, "reasoning_effort", NULL, vars, why, cap) ||
+        effort_param(req, "reasoning", "effort", vars, why, cap) ||
+        effort_param(req, "output_config", "effort", vars, why, cap)) {
+        json_decref(vars);
+        return -1;
+    }
+    if (json_is_object(kw)) json_object_update(vars, (json_t *)kw);
+    if (json_object_size(vars)) *out = vars;
+    else json_decref(vars);
+    return 0;
 }

@@ -106,7 +106,7 @@ static int parse_options(resp_call *c, char *why, size_t cap) {
         return -1;
     }
     if (parse_tools(c, why, cap) || parse_text_format(c, why, cap)) return -1;
-    return params_sampling(c->a.req, "stop", &c->a.gp, why, cap);
+    return params_sampling(c->a.req, "stop", &c->a.srv->sampling, &c->a.gp, why, cap);
 }
 
 /* ---- the response object --------------------------------------------------------- */

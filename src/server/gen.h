@@ -22,6 +22,8 @@ typedef struct gen_params {
     int n_stops;
     int ignore_eos; /* never sample an end-of-generation token (fixed-length benchmarks) */
     int no_speculative; /* "speculative": false: decode one token per step (the output is the same) */
+    const int32_t *prediction; /* OpenAI "prediction" as tokens (owned by the call), or NULL */
+    int n_prediction;
     const char *cache_salt;
     const char *tenant; /* the request's API key, or NULL */
     cache_scope scope; /* what the cache keeps of the prompt (policy.h); SCOPE_DEFAULT: the server's */

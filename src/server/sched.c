@@ -36,14 +36,17 @@ static json_t *cache_facts(sched *s, const slot *sl) {
     int B = s->e->kv.block_tokens, tail = r->n_cached - q->n_attached_blocks * B;
     if (tail < 0) tail = 0; /* a recurrent model resumed before the attached blocks' end */
     double now = clock_ms(), first = sl->t_first > 0 ? sl->t_first : now;
-    return json_pack("{s:f,s:i,s:{s:i,s:i,s:i},s:i,s:i,s:{s:i,s:i,s:i},s:f,s:f,s:f,s:f,s:f}", "ts", now / 1000.0,
+    json_t *o = json_pack("{s:f,s:i,s:{s:i,s:i,s:i},s:i,s:i,s:{s:i,s:i,s:i},s:f,s:f,s:f,s:f,s:f}", "ts", now / 1000.0,
                      "prompt_tokens", r->n_prompt, "cached_tokens", "live",
-                     r->n_cached - r->n_cached_disk - r->n_cached_redis, "disk", r->n_cached_disk, "redis",
+                     r->n_cached - r->n_cached_disk - r->n_cached_redis - r->n_cached_ram, "disk", r->n_cached_disk, "redis",
                      r->n_cached_redis, "prefilled_tokens", r->n_prompt - r->n_cached, "generated_tokens", r->n_out,
                      "blocks", "attached", q->n_attached_blocks, "tail_tokens", tail, "published",
                      q->n_blocks - q->n_attached_blocks, "load_ms", q->load_ms, "prefill_ms",
                      first - sl->t_admit - q->load_ms, "decode_ms", now - first, "queue_ms", sl->t_admit - r->t_submit,
                      "ttft_ms", sl->t_first > 0 ? sl->t_first - r->t_submit : 0.0);
+    if (r->n_cached_ram > 0) /* a GPU's RAM tier */
+        json_object_set_new(json_object_get(o, "cached_tokens"), "ram", json_integer(r->n_cached_ram));
+    return o;
 }
 
 /* Recurrent models: where the request resumed, from which tier, where it
@@ -136,6 +139,7 @@ static void prefix_attached(sched *s, slot *sl, int n_attached) {
     r->n_cached = r->n_prompt_done = n_attached;
     r->n_cached_disk = s->tier_disk >= 0 ? sl->q.n_cached_tier[s->tier_disk] : 0;
     r->n_cached_redis = s->tier_redis >= 0 ? sl->q.n_cached_tier[s->tier_redis] : 0;
+    r->n_cached_ram = s->tier_ram >= 0 ? sl->q.n_cached_tier[s->tier_ram] : 0;
     r->n_cache_new = fresh, r->n_cache_new_1h = fresh_1h;
     r->attached = 1;
     pthread_cond_broadcast(&r->changed);
@@ -373,6 +377,7 @@ static void copy_cache_stats(sched *s) {
     s->stats.cache_lookups = st.lookups;
     s->stats.cache_hit_tokens = st.hit_tokens;
     s->stats.cache_disk_hit_tokens = s->tier_disk >= 0 ? st.tier_hit_tokens[s->tier_disk] : 0;
+    s->stats.cache_ram_hit_tokens = s->tier_ram >= 0 ? st.tier_hit_tokens[s->tier_ram] : 0;
     s->stats.cache_redis_hit_tokens = s->tier_redis >= 0 ? st.tier_hit_tokens[s->tier_redis] : 0;
     s->stats.cache_published_blocks = st.published_blocks;
     s->stats.cache_evicted_blocks = st.live.evicted_blocks;
@@ -434,7 +439,7 @@ static void step(sched *s) {
     if (n == 0) return;
     fwd_batch b = {.n = n, .tokens = s->b_tok, .seqs = s->b_seq, .pos = s->b_pos, .want = s->b_want};
     strata_err err = {0};
-    if (fwd_run(s->e->fwd, &b, s->logits, &err)) {
+    if (engine_run(s->e, &b, s->logits, &err)) {
         log_error("scheduler: forward pass failed: %s", err.msg);
         for (int k = 0; k < n; k++)
             if (s->slots[s->b_slot[k]].req) slot_free(s, &s->slots[s->b_slot[k]], FINISH_ERROR, err.msg);
@@ -488,9 +493,16 @@ static void store_setup(sched *s, const sched_opts *o) {
                  so.snap_floats * 4.0 / (1 << 20), so.snap_every_blocks, so.snap_budget_bytes >> 20);
     s->store = store_new(&s->e->kv, &so);
     int n = 0;
-    s->tier_disk = s->tier_redis = -1;
+    s->tier_disk = s->tier_redis = s->tier_ram = -1;
+    if (o->disk) s->disk = disk_tier(o->disk);
+    if (o->ram) { /* first below the GPU pool; what it evicts goes to the disk */
+        s->ram = ram_tier_iface(o->ram);
+        ram_tier_set_below(o->ram, o->disk ? &s->disk : NULL);
+        store_add_tier(s->store, &s->ram);
+        s->store_tier_names[n] = "ram";
+        s->tier_ram = n++;
+    }
     if (o->disk) {
-        s->disk = disk_tier(o->disk);
         store_add_tier(s->store, &s->disk);
         s->store_tier_names[n] = "disk";
         s->tier_disk = n++;
@@ -511,7 +523,7 @@ int sched_new(sched **out, engine *e, const tokenizer *tok, const sched_opts *o,
     s->e = e;
     s->tok = tok;
     s->o = *o;
-    s->tier_disk = s->tier_redis = -1;
+    s->tier_disk = s->tier_redis = s->tier_ram = -1;
     s->slots = xcalloc((size_t)o->n_slots, sizeof(slot));
     int mb = e->max_batch;
     s->b_tok = xmalloc((size_t)mb * sizeof(int32_t));

@@ -16,6 +16,7 @@
 
 #include "base/err.h"
 #include "cache/disk.h"
+#include "cache/ram_tier.h"
 #include "cache/redis_tier.h"
 #include "cache/policy.h"
 #include "model/engine.h"
@@ -47,6 +48,7 @@ typedef struct sched_opts {
     recent_ring *recent;   /* records of recent requests (the trace line's source), or NULL */
     disk_store *disk;      /* disk tier below the live one, or NULL */
     redis_tier *redis;     /* shared tier below the disk one, or NULL */
+    ram_tier *ram;         /* a GPU pool's RAM tier, first below the live one, or NULL */
     cache_scope default_scope; /* for jobs whose scope is SCOPE_DEFAULT */
     int snap_every_blocks;     /* recurrent models: a state snapshot every N blocks (0: none) */
     size_t snap_budget_bytes;  /* recurrent models: memory for snapshots */
@@ -69,6 +71,8 @@ typedef struct sched_job {
     int n_logprobs; /* > 0: keep that many top logprobs per generated token */
     int ignore_eos; /* end-of-generation tokens are never sampled: the reply runs to max_tokens */
     int no_speculative; /* no speculative decoding for this request ("speculative": false) */
+    const int32_t *prediction; /* the predicted output's tokens (OpenAI "prediction"; copied), drafted from first */
+    int n_prediction;
     const char *cache_salt; /* tenant isolation: different salts share no block */
     const char *tenant;     /* the API key's tenant, salted in as well (NULL: none) */
     int json_mode;          /* constrain sampling to one valid JSON object */
@@ -92,10 +96,12 @@ typedef struct sched_status {
     int n_cached;      /* prompt tokens whose KV came from the cache */
     int n_cached_disk; /* of which loaded from the disk tier */
     int n_cached_redis;/* of which loaded from the shared tier on Redis */
+    int n_cached_ram;  /* of which loaded from the RAM tier under a GPU pool */
     int attached;      /* the cached prefix is known (n_cached and the next two are final) */
     int n_cache_new;   /* prompt tokens this request newly writes into the cache */
     int n_cache_new_1h;/* of which under a mark kept an hour or more */
     int n_generated;
+    int pred_drafted, pred_accepted; /* tokens drafted from the request's prediction; of them accepted */
     sched_finish finish;
     char error[256];
 } sched_status;
@@ -140,6 +146,7 @@ void sched_release(sched_req *r);
 /* Counters for /metrics and /health. */
 typedef struct sched_stats {
     long requests, tokens_prompt, tokens_generated, steps;
+    long cache_ram_hit_tokens; /* from the RAM tier under a GPU pool */
     long cache_lookups, cache_hit_tokens, cache_disk_hit_tokens, cache_published_blocks, cache_evicted_blocks;
     long cache_redis_hit_tokens;
     long cache_tail_hit_tokens, cache_evicted_retained;

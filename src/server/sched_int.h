@@ -19,6 +19,9 @@ struct sched_req {
     sched *owner;
     int32_t *prompt;
     int n_prompt;
+    int32_t *prediction; /* owned copy of sched_job's, or NULL */
+    int n_prediction;
+    int pred_drafted, pred_accepted; /* tokens drafted from it, and of them accepted (sched_status) */
     sample_params sampling;
     int max_tokens, n_logprobs;
     int ignore_eos;
@@ -38,7 +41,7 @@ struct sched_req {
     /* output, guarded by owner->mu */
     sched_token *out;
     int n_out, cap_out;
-    int n_prompt_done, n_cached, n_cached_disk, n_cached_redis;
+    int n_prompt_done, n_cached, n_cached_disk, n_cached_redis, n_cached_ram;
     int attached, n_cache_new, n_cache_new_1h; /* see sched_status */
     sched_finish finish;
     char error[256];
@@ -68,6 +71,7 @@ typedef struct slot {
      * fed after `last` and verified by the sampler. */
     int32_t *draft;
     int n_draft;
+    int draft_predicted;      /* this step's draft came from the request's prediction */
     float *rs_save;           /* recurrent models: the state before a drafted step */
     int spec_skip, spec_miss; /* back-off: steps left without drafts; drafts rejected whole in a row */
     int spec_len;             /* most tokens to draft next (grows while drafts are accepted whole) */
@@ -94,7 +98,8 @@ struct sched {
     cache_store *store; /* NULL when the prefix cache is off */
     cache_tier disk;    /* the disk tier's interface, when there is one */
     cache_tier redis;   /* the shared tier's, when there is one */
-    int tier_disk, tier_redis; /* their places in the store's walk (-1: none) */
+    cache_tier ram;     /* a GPU pool's RAM tier's, when there is one */
+    int tier_disk, tier_redis, tier_ram; /* their places in the store's walk (-1: none) */
     const char *store_tier_names[STORE_MAX_TIERS]; /* for the trace */
     json_vocab *jvocab; /* built on first JSON-mode request */
     sched_stats stats;

@@ -24,7 +24,7 @@ void sched__req_unref_locked(sched_req *r) {
     pthread_cond_destroy(&r->changed);
     json_schema_free(r->schema);
     json_schema_free(r->call_schema);
-    free(r->json_prefix), free(r->ignored), free(r->bounds), free(r->prompt), free(r->out);
+    free(r->json_prefix), free(r->ignored), free(r->bounds), free(r->prompt), free(r->prediction), free(r->out);
     free(r);
 }
 
@@ -73,6 +73,11 @@ int sched_submit(sched *s, const sched_job *job, sched_req **out, strata_err *er
     r->prompt = xmalloc((size_t)job->n_prompt * sizeof(int32_t));
     memcpy(r->prompt, job->prompt, (size_t)job->n_prompt * sizeof(int32_t));
     r->n_prompt = job->n_prompt;
+    if (job->n_prediction > 0) {
+        r->prediction = xmalloc((size_t)job->n_prediction * sizeof(int32_t));
+        memcpy(r->prediction, job->prediction, (size_t)job->n_prediction * sizeof(int32_t));
+        r->n_prediction = job->n_prediction;
+    }
     r->sampling = job->sampling;
     r->max_tokens = job->max_tokens;
     r->ignore_eos = job->ignore_eos;
@@ -129,10 +134,13 @@ static void status_locked(const sched_req *r, sched_status *st) {
     st->n_cached = r->n_cached;
     st->n_cached_disk = r->n_cached_disk;
     st->n_cached_redis = r->n_cached_redis;
+    st->n_cached_ram = r->n_cached_ram;
     st->attached = r->attached;
     st->n_cache_new = r->n_cache_new;
     st->n_cache_new_1h = r->n_cache_new_1h;
     st->n_generated = r->n_out;
+    st->pred_drafted = r->pred_drafted;
+    st->pred_accepted = r->pred_accepted;
     snprintf(st->error, sizeof st->error, "%s", r->error);
 }
 

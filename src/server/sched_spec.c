@@ -99,8 +99,14 @@ int sched__spec_add(sched *s, int si, int *n, int room) {
     }
     int k = draft_limit(s, sl, room);
     if (k <= 0) return 0;
-    k = s->o.draft ? s->o.draft(s->o.draft_ctx, sl->toks, sl->n_toks, k, sl->draft)
-                   : draft_lookup(sl->toks, sl->n_toks, k, sl->draft);
+    const sched_req *r = sl->req;
+    int got = r->n_prediction > 0 ? draft_predicted(r->prediction, r->n_prediction, sl->toks + r->n_prompt,
+                                                    sl->n_toks - r->n_prompt, k, sl->draft)
+                                  : 0;
+    sl->draft_predicted = got > 0;
+    k = got ? got
+            : s->o.draft ? s->o.draft(s->o.draft_ctx, sl->toks, sl->n_toks, k, sl->draft)
+                         : draft_lookup(sl->toks, sl->n_toks, k, sl->draft);
     k = trim_draft(s, sl, k);
     if (k <= 0) return 0;
     if (sl->seq.rs && sl->seq.rs_pos != sl->seq.n_pos) return 0; /* not where a state can be kept */
@@ -125,6 +131,10 @@ static void count(sched *s, slot *sl, int accepted) {
     sl->n_drafted += sl->n_draft;
     sl->n_accepted += accepted;
     pthread_mutex_lock(&s->mu);
+    if (sl->draft_predicted) {
+        sl->req->pred_drafted += sl->n_draft;
+        sl->req->pred_accepted += accepted;
+    }
     s->stats.spec_drafted += sl->n_draft;
     s->stats.spec_accepted += accepted;
     s->stats.spec_steps++;

@@ -21,6 +21,13 @@
 #include "cache/hash.h"
 #include "server/ui.h"
 
+/* MiB of the live pool beyond the slots: --cache-mem-mb, and on the CPU
+ * --cache-ram-mb too (on the GPU that is the RAM tier's). */
+static int server_pool_extra_mb(const server *s) {
+    int gpu = s->o.device && strcmp(s->o.device, "cpu") != 0;
+    return s->o.no_cache ? 0 : s->o.cache_mem_mb + (gpu ? 0 : s->o.cache_ram_mb);
+}
+
 /* Responses kept for previous_response_id: each entry holds its whole
  * conversation, so the byte bound is the one that matters for long agent
  * sessions (a Codex session's turns share most of their text). */
@@ -81,7 +88,7 @@ static void get_metrics(server *s, const http_req *req, http_reply *rep) {
                      "# TYPE strata_requests_queued gauge\nstrata_requests_queued %d\n"
                      "# HELP strata_cache_lookups_total Prefix cache lookups (live tier).\n"
                      "# TYPE strata_cache_lookups_total counter\nstrata_cache_lookups_total %ld\n"
-                     "# HELP strata_cache_hit_tokens_total Prompt tokens served from the cache.\n"
+                     "# HELP strata_cache_hit_tokens_total Prompt tokens served from the live tier (memory); the lower tiers have their own counters.\n"
                      "# TYPE strata_cache_hit_tokens_total counter\nstrata_cache_hit_tokens_total %ld\n"
                      "# HELP strata_cache_published_blocks_total KV blocks added to the cache.\n"
                      "# TYPE strata_cache_published_blocks_total counter\nstrata_cache_published_blocks_total %ld\n"
@@ -91,6 +98,8 @@ static void get_metrics(server *s, const http_req *req, http_reply *rep) {
                      "# TYPE strata_cache_blocks gauge\nstrata_cache_blocks %d\n"
                      "# HELP strata_cache_disk_hit_tokens_total Prompt tokens loaded from the disk tier.\n"
                      "# TYPE strata_cache_disk_hit_tokens_total counter\nstrata_cache_disk_hit_tokens_total %ld\n"
+                     "# HELP strata_cache_ram_hit_tokens_total Prompt tokens loaded from the RAM tier (under a GPU pool).\n"
+                     "# TYPE strata_cache_ram_hit_tokens_total counter\nstrata_cache_ram_hit_tokens_total %ld\n"
                      "# HELP strata_cache_tail_hit_tokens_total Of the hits, tokens from partial last blocks (tails).\n"
                      "# TYPE strata_cache_tail_hit_tokens_total counter\nstrata_cache_tail_hit_tokens_total %ld\n"
                      "# HELP strata_cache_tails Partial last blocks kept for reuse.\n"
@@ -100,7 +109,8 @@ static void get_metrics(server *s, const http_req *req, http_reply *rep) {
                      "# TYPE strata_cache_evicted_retained_total counter\nstrata_cache_evicted_retained_total %ld\n",
                      st.requests, st.tokens_prompt, st.tokens_generated, st.steps, st.active, st.queued,
                      st.cache_lookups, st.cache_hit_tokens, st.cache_published_blocks, st.cache_evicted_blocks,
-                     st.cache_blocks, st.cache_disk_hit_tokens, st.cache_tail_hit_tokens, st.cache_tails,
+                     st.cache_blocks, st.cache_disk_hit_tokens, st.cache_ram_hit_tokens, st.cache_tail_hit_tokens,
+                     st.cache_tails,
                      st.cache_evicted_retained);
     if (n < (int)sizeof body)
         n += snprintf(body + n, sizeof body - (size_t)n,
@@ -152,19 +162,30 @@ static void get_metrics(server *s, const http_req *req, http_reply *rep) {
     http_reply_text(rep, 200, "text/plain; version=0.0.4", body, (size_t)n);
 }
 
+/* A float32 setting as the decimal it was written as (0.1, not 0.10000000149). */
+static double shortest(float f) {
+    char b[32];
+    snprintf(b, sizeof b, "%g", f);
+    return strtod(b, NULL);
+}
+
 static void get_props(server *s, const http_req *req, http_reply *rep) {
     const model_hparams *hp = &s->e->m->hp;
     json_t *cache = json_pack("{s:b,s:i,s:i,s:i,s:s?,s:i,s:s,s:I}", "prefix_cache", !s->o.no_cache, "block_tokens",
                               s->e->kv.block_tokens, "kv_blocks", s->e->kv.n_blocks, "cache_mem_mb",
-                              s->o.no_cache ? 0 : s->o.cache_mem_mb + s->o.cache_ram_mb, "cache_dir", s->disk ? s->cache_dir : NULL,
+                              server_pool_extra_mb(s), "cache_dir", s->disk ? s->cache_dir : NULL,
                               "cache_disk_mb", s->disk ? s->o.cache_disk_mb : 0, "kv_type", kvq_name(s->e->kv.type),
                               "kv_bytes_per_token", (json_int_t)(s->e->kv.block_bytes / s->e->kv.block_tokens));
+    const sample_params *sp = &s->sampling;
+    json_t *sampling = json_pack("{s:f,s:i,s:f,s:f,s:f}", "temperature", shortest(sp->temperature), "top_k", sp->top_k,
+                                 "top_p", shortest(sp->top_p), "min_p", shortest(sp->min_p), "repetition_penalty",
+                                 shortest(sp->repeat_penalty));
     reply_json(rep, 200,
-               json_pack("{s:s,s:s,s:s,s:i,s:i,s:i,s:s,s:s?,s:o}", "model", s->model_id, "model_path",
+               json_pack("{s:s,s:s,s:s,s:i,s:i,s:i,s:s,s:s?,s:o,s:o}", "model", s->model_id, "model_path",
                          s->o.model_path, "architecture", hp->arch_name, "n_ctx", s->o.ctx,
                          "parallel", s->o.parallel, "n_vocab", hp->n_vocab, "chat_template_source",
                          render_source_name(s->render), "chat_template", render_template_src(s->render), "cache",
-                         cache));
+                         cache, "default_sampling", sampling));
 }
 
 static void post_tokenize(server *s, const http_req *req, http_reply *rep) {
@@ -503,6 +524,24 @@ static void open_disk(server *s, const uint8_t fp[32]) {
                  kvq_name(s->e->kv.type), disk_kv_dtype_name(st.other_kv_dtype));
 }
 
+/* The RAM tier under a GPU pool (--cache-ram-mb, pinned host memory):
+ * its memory is refused or too small for a block: the server does not
+ * start (the flag asked for it). */
+static int open_ram(server *s, strata_err *err) {
+    if (s->o.no_cache || !s->e->kv.dev || s->o.cache_ram_mb <= 0) return 0;
+    ram_tier_opts ro = {.budget_bytes = (size_t)s->o.cache_ram_mb << 20, .block_bytes = s->e->kv.block_bytes,
+                        .block_tokens = s->e->kv.block_tokens, .dev = s->e->kv.dev};
+    const model_hparams *hp = &s->e->m->hp;
+    ro.attn_per_pos = policy_attn_cost_per_pos(hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff);
+    int rc = ram_tier_open(&s->ram, &ro, err);
+    if (rc) return rc;
+    ram_tier_stats st;
+    ram_tier_get_stats(s->ram, &st);
+    log_info("cache: RAM tier %d MiB of pinned host memory: %d blocks, below the GPU pool of %d blocks",
+             s->o.cache_ram_mb, st.slots, s->e->kv.n_blocks);
+    return 0;
+}
+
 /* The shared tier (--cache-redis). A URL that does not parse, or a Redis
  * that cannot be reached or refuses the password at start, stops the start
  * only under --cache-redis-required; otherwise the server says why and
@@ -548,10 +587,11 @@ static int load_model(server *s, strata_err *err) {
     int rc = cache_model_fingerprint(s->o.model_path, memo_dir[0] ? memo_dir : NULL, fp, err);
     if (rc) return rc;
     engine_params ep = {.model_path = s->o.model_path, .n_threads = s->o.threads, .max_batch = 512,
+                        .device = s->o.device,
                         .block_tokens = s->o.block_tokens,
                         .n_ctx = s->o.ctx * s->o.parallel, /* --ctx 0: the training context */
                         .n_seq = s->o.parallel, .kv_budget_mb = SERVER_KV_BUDGET_MB, .min_ctx = SERVER_MIN_CTX,
-                        .extra_kv_mb = s->o.no_cache ? 0 : s->o.cache_mem_mb + s->o.cache_ram_mb};
+                        .extra_kv_mb = server_pool_extra_mb(s)};
     rc = kvq_parse(s->o.kv_type, &ep.kv_type, err);
     if (!rc) rc = engine_open(&s->e, &ep, err);
     if (!rc) rc = tok_load(&s->tok, s->e->m->gguf, err);
@@ -571,15 +611,18 @@ static int load_model(server *s, strata_err *err) {
                  : s->o.ctx > train ? "; agent prompts need more: past it the model extrapolates and may do worse"
                                     : "", rs);
     }
+    char how[512];
+    s->sampling = sampling_defaults(s->e->m->gguf, &s->o.sampling, how, sizeof how);
+    log_info("sampling defaults for fields a request leaves out: %s", how);
     render_opts ro = {.template_file = s->o.template_file};
     if ((rc = render_new(&s->render, s->e->m->gguf, s->tok, &ro, err))) return rc;
     if (s->o.trace_path && !(s->trace = fopen(s->o.trace_path, "a")))
         return strata_errf(err, STRATA_EIO, "--trace %s: cannot open for appending", s->o.trace_path);
     open_disk(s, fp);
-    if ((rc = open_redis(s, fp, err))) return rc;
+    if ((rc = open_redis(s, fp, err)) || (rc = open_ram(s, err))) return rc;
     sched_opts so = {.n_slots = s->o.parallel, .ctx_per_slot = s->o.ctx, .queue_max = s->o.queue_max,
                      .chunk = 256, .prefix_cache = !s->o.no_cache, .trace = s->trace, .recent = s->recent,
-                     .disk = s->disk,
+                     .disk = s->disk, .ram = s->ram,
                      .redis = s->redis, .snap_every_blocks = s->o.snap_blocks,
                      .snap_budget_bytes = (size_t)s->o.snap_mb << 20, .spec_draft = s->o.spec_draft,
                      .default_scope = {SCOPE_FULL, 0}};
@@ -591,7 +634,10 @@ static int load_model(server *s, strata_err *err) {
              "slots for cached prefixes)",
              s->o.no_cache ? "off" : "live tier", s->e->kv.n_blocks, s->e->kv.block_tokens, kvq_name(s->e->kv.type),
              (double)s->e->kv.block_bytes / s->e->kv.block_tokens / 1024.0,
-             s->o.no_cache ? 0 : s->o.cache_mem_mb + s->o.cache_ram_mb);
+             server_pool_extra_mb(s));
+    if (s->e->kv.dev)
+        log_info("device: %s; the live KV pool in its memory (%.1f MiB), not yet verified on a GPU",
+                 engine_device(s->e), (double)s->e->kv.glob_bytes * s->e->kv.n_blocks / 1048576.0);
     if (s->e->kv.swa_layer)
         log_info("sliding window: %d positions; its layers' K/V in %d slots of one block (%.1f MiB), the other "
                  "layers' in every block (%.1f KiB a token)", s->e->kv.n_swa, s->e->kv.n_slots,
@@ -650,6 +696,7 @@ void server_stop(server *s) {
     }
     disk_close(s->disk);       /* drains queued block writes */
     redis_tier_close(s->redis); /* sends what is queued, for 2 s at most */
+    ram_tier_close(s->ram);     /* after the scheduler: its store wrote here */
     if (s->trace) fclose(s->trace);
     replay_free(s->replay);
     diag_free(s->diag);

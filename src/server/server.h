@@ -10,6 +10,7 @@
 
 #include "model/engine.h"
 #include "cache/disk.h"
+#include "cache/ram_tier.h"
 #include "cache/redis_tier.h"
 #include "server/http.h"
 #include "server/diag.h"
@@ -18,6 +19,7 @@
 #include "server/resp_store.h"
 #include "server/sched.h"
 #include "text/render.h"
+#include "server/sampling.h"
 #include "text/tokenizer.h"
 
 /* Tokens drafted per step by default (--spec-draft): a batch of 9 rows
@@ -48,16 +50,19 @@ typedef struct server_opts {
     int cache_redis_ttl_s; /* expiry of an unmarked key after its last use (0: none) */
     int cache_redis_required; /* --cache-redis-required: no start without the shared tier */
     int cache_mem_mb;  /* KV memory kept for cached prefixes beyond the slots */
-    int cache_ram_mb;  /* RAM tier: on the CPU backend, more of the same pool */
+    int cache_ram_mb;  /* RAM tier: on the CPU backend, more of the same pool; on the GPU pinned host memory */
+    const char *device; /* --device: "cpu" (NULL too) or "cuda" */
     int snap_blocks;   /* --cache-snapshot-blocks: recurrent state every N blocks (0: none) */
     int snap_mb;       /* --cache-snapshot-mb: memory for recurrent-state snapshots */
     int ui_records;    /* --ui-records: requests the /ui page and the trace keep in memory (0: none, no page) */
     int spec_draft;    /* --spec-draft: tokens drafted per step by prompt lookup (0 = --no-speculative) */
+    sampling_flags sampling; /* --temp, --top-k, ...: request defaults over the model file's (sampling.h) */
     long max_body;
 } server_opts;
 
 typedef struct server {
     server_opts o;
+    sample_params sampling; /* what a request gets for the sampling fields it leaves out */
     engine *e;
     tokenizer *tok;
     sched *sch;
@@ -76,6 +81,7 @@ typedef struct server {
     int n_keys;
     disk_store *disk;     /* KV disk tier, or NULL (memory only) */
     redis_tier *redis;    /* KV tier shared by replicas, or NULL */
+    ram_tier *ram;        /* KV tier in pinned host memory under a GPU pool, or NULL */
     char cache_dir[1024];
     uint8_t model_fp[32];
     long started_at;

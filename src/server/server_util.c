@@ -7,6 +7,7 @@
 
 #include "base/log.h"
 #include "base/mem.h"
+#include "base/utf8.h"
 #include "server/server.h"
 
 /* A body that could not be built (json_pack refuses a string that is not
@@ -107,31 +108,17 @@ int status_for(int code, const char **type) {
     }
 }
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid. NUL
- * counts as invalid: model output never carries a U+0000 to the client,
- * which could not send it back (json_load_request reads it as U+FFFD, the
- * text exact replay then finds). */
-static size_t utf8_seq(const unsigned char *s, size_t n) {
-    if (s[0] == 0) return 0;
-    if (s[0] < 0x80) return 1;
-    /* Lead bytes: C2..DF start 2, E0..EF 3, F0..F4 4; C0, C1 and F5..FF never
-     * appear in UTF-8 (F5..FF once slipped into the 3-byte case, and jansson
-     * then refused the whole reply text). */
-    size_t need = s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : s[0] >= 0xe0 && s[0] < 0xf0 ? 3
-                : s[0] >= 0xc2 && s[0] < 0xe0 ? 2 : 0;
-    if (!need || need > n) return 0;
-    for (size_t i = 1; i < need; i++)
-        if ((s[i] & 0xc0) != 0x80) return 0;
-    if (need == 3 && ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] >= 0xa0))) return 0;
-    if (need == 4 && ((s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] >= 0x90))) return 0;
-    return need;
-}
+/* Length of the valid UTF-8 sequence at s, or 0 if invalid. NUL counts as
+ * invalid: model output never carries a U+0000 to the client, which could
+ * not send it back (json_load_request reads it as U+FFFD, the text exact
+ * replay then finds). */
+static size_t utf8_seq(const char *s, size_t n) { return s[0] ? utf8_valid_seq(s, n) : 0; }
 
 char *utf8_sanitize(const char *s, size_t n, size_t *out_len) {
     char *out = xmalloc(n * 3 + 1);
     size_t o = 0;
     for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq((const unsigned char *)s + i, n - i);
+        size_t k = utf8_seq(s + i, n - i);
         if (k) {
             memcpy(out + o, s + i, k);
             o += k;

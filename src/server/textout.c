@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/mem.h"
+#include "base/utf8.h"
 
 void textout_init(textout *t) { memset(t, 0, sizeof *t); }
 
@@ -51,17 +52,6 @@ int textout_append(textout *t, const char *piece, size_t n) {
     return find_stop(t, old);
 }
 
-/* Bytes at the end that start a UTF-8 character not yet complete. */
-static size_t cut_utf8_tail(const char *s, size_t len) {
-    for (size_t back = 1; back <= 4 && back <= len; back++) {
-        unsigned char c = (unsigned char)s[len - back];
-        if ((c & 0xc0) == 0x80) continue; /* continuation byte */
-        size_t need = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
-        return need > back ? back : 0;
-    }
-    return 0;
-}
-
 /* Longest suffix of the text that is a proper prefix of a stop string. */
 static size_t stop_prefix_tail(const textout *t) {
     size_t best = 0;
@@ -79,7 +69,7 @@ static size_t stop_prefix_tail(const textout *t) {
 size_t textout_release(textout *t, int final, const char **p) {
     size_t end = t->len;
     if (!final && !t->stopped) {
-        size_t hold = stop_prefix_tail(t), cut = cut_utf8_tail(t->buf, t->len);
+        size_t hold = stop_prefix_tail(t), cut = t->len - utf8_cut(t->buf, t->len);
         end -= hold > cut ? hold : cut;
     }
     if (end <= t->released) {

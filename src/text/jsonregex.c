@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "base/mem.h"
+#include "base/utf8.h"
 
 #define MAX_NFA 60000 /* NFA states */
 #define MAX_PATTERN 4096 /* bytes: the parser and builder recurse on its structure */
@@ -407,18 +408,6 @@ static void byte_seq(nfa *a, int s, int e, const uint8_t *lo, const uint8_t *hi,
     eps(a, s, first);
 }
 
-static int utf8_len(uint32_t c) { return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4; }
-
-static void utf8_put(uint32_t c, uint8_t *o) {
-    int n = utf8_len(c);
-    if (n == 1) {
-        o[0] = (uint8_t)c;
-        return;
-    }
-    for (int i = n - 1; i > 0; i--) o[i] = (uint8_t)(0x80 | (c & 0x3F)), c >>= 6;
-    o[0] = (uint8_t)((0xF00 >> n) | c);
-}
-
 /* The code points lo..hi (no surrogates, same UTF-8 length) as byte-range
  * sequences: split until every byte position is a plain range (the usual
  * UTF-8 range construction). */
@@ -446,7 +435,7 @@ static void utf8_ranges(nfa *a, int s, int e, uint32_t lo, uint32_t hi) {
         }
     }
     uint8_t bl[4], bh[4];
-    utf8_put(lo, bl), utf8_put(hi, bh);
+    utf8_put((char *)bl, lo), utf8_put((char *)bh, hi);
     byte_seq(a, s, e, bl, bh, n);
 }
 

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "base/mem.h"
+#include "base/utf8.h"
 
 #define MAX_NOTES 16 /* unenforced keywords kept (the rest are counted) */
 #define SHOW_NOTES 4 /* of which json_schema_unenforced names */
@@ -563,19 +564,13 @@ static int compile_string(cctx *c, const json_t *sch, const char *path, int *imp
     return str_new(c, k);
 }
 
-static uint32_t utf8_count(const char *s, size_t n) {
-    uint32_t k = 0;
-    for (size_t i = 0; i < n; i++) k += ((unsigned char)s[i] & 0xC0) != 0x80;
-    return k;
-}
-
 /* Does string value v satisfy js_str st (JS_NONE: yes)? */
 static int str_ok(const json_schema *s, int st, const json_t *v) {
     if (st == JS_NONE) return 1;
     const js_str *k = &s->str[st];
     const char *t = json_string_value(v);
     size_t n = json_string_length(v);
-    uint32_t len = utf8_count(t, n);
+    size_t len = utf8_chars(t, n);
     if (len < k->min || len > k->max) return 0;
     return k->dfa < 0 || jre_matches(&s->dfa[k->dfa], t, n);
 }

@@ -156,11 +156,11 @@ char *render_generic_calls_text(const char *const *names, const char *const *arg
 
 /* The model's own template: text from its literals may hold special
  * tokens, text from the conversation may not. */
-static int render_template(const renderer *r, const json_t *messages, const json_t *tools, int add_gen,
+static int render_template(const renderer *r, const json_t *messages, const json_t *extra, int add_gen,
                            chat_prompt *out, char *why, size_t cap) {
     json_t *ctx = json_pack("{s:O,s:b,s:s,s:s}", "messages", messages, "add_generation_prompt", add_gen,
                             "bos_token", r->bos, "eos_token", r->eos);
-    if (tools) json_object_set(ctx, "tools", (json_t *)tools);
+    if (extra) json_object_update_missing(ctx, (json_t *)extra); /* never over the four above */
     char *text;
     size_t len, n_spans;
     tmpl_span *spans;
@@ -196,13 +196,13 @@ static void render_builtin(const renderer *r, const json_t *messages, int add_ge
     free(cm);
 }
 
-static int render_plain(const renderer *r, const json_t *msgs, const json_t *tools, int add_gen, chat_prompt *out,
+static int render_plain(const renderer *r, const json_t *msgs, const json_t *extra, int add_gen, chat_prompt *out,
                         char *why, size_t cap) {
     if (!r->tpl) {
         render_builtin(r, msgs, add_gen, out);
         return 0;
     }
-    return render_template(r, msgs, tools, add_gen, out, why, cap);
+    return render_template(r, msgs, extra, add_gen, out, why, cap);
 }
 
 /* ---- finding message ends ------------------------------------------------------- */
@@ -356,13 +356,14 @@ static int probe_native_tools(const renderer *r) {
     render_out o = {0};
     char why[256];
     int yes = 0;
-    if (!render_template(r, msgs, tools, 1, &o.p, why, sizeof why)) {
+    json_t *extra = json_pack("{s:O}", "tools", tools);
+    if (!render_template(r, msgs, extra, 1, &o.p, why, sizeof why)) {
         char *text = render_out_text(&o, NULL);
         yes = strstr(text, PROBE "_tool") != NULL;
         free(text);
     }
     chat_prompt_free(&o.p);
-    json_decref(msgs), json_decref(tools);
+    json_decref(msgs), json_decref(tools), json_decref(extra);
     return yes;
 }
 
@@ -626,12 +627,12 @@ static void set_message_ends(const renderer *r, render_out *out, const json_t *r
     free(text);
 }
 
-static int render_folded(const renderer *r, const json_t *msgs, int all, const json_t *tools, int add_gen,
+static int render_folded(const renderer *r, const json_t *msgs, int all, const json_t *extra, int add_gen,
                          render_out *out, size_t n_in, char *why, size_t cap) {
     size_t n = json_array_size(msgs);
     int *owner = xmalloc((n + 1) * sizeof(int));
     json_t *folded = fold_system(msgs, all, owner);
-    int rc = render_plain(r, folded, tools, add_gen, &out->p, why, cap);
+    int rc = render_plain(r, folded, extra, add_gen, &out->p, why, cap);
     if (!rc) set_message_ends(r, out, folded, owner, n, n_in);
     json_decref(folded);
     free(owner);
@@ -643,15 +644,15 @@ static int render_folded(const renderer *r, const json_t *msgs, int all, const j
  * conversation folds the same way every turn), else as they are; if a
  * system message's text is still missing (a template that prints the
  * system prompt only in some turns), all of them folded. */
-static int render_placed(const renderer *r, const json_t *msgs, const json_t *tools, int add_gen, render_out *out,
+static int render_placed(const renderer *r, const json_t *msgs, const json_t *extra, int add_gen, render_out *out,
                          size_t n_in, char *why, size_t cap) {
     int fold = has_system(msgs), rc;
-    if (fold && r->fold_system) rc = render_folded(r, msgs, 0, tools, add_gen, out, n_in, why, cap);
-    else if (!(rc = render_plain(r, msgs, tools, add_gen, &out->p, why, cap)))
+    if (fold && r->fold_system) rc = render_folded(r, msgs, 0, extra, add_gen, out, n_in, why, cap);
+    else if (!(rc = render_plain(r, msgs, extra, add_gen, &out->p, why, cap)))
         set_message_ends(r, out, msgs, NULL, json_array_size(msgs), n_in);
     if (fold && !rc && !system_text_kept(out, msgs)) {
         render_out_free(out);
-        rc = render_folded(r, msgs, 1, tools, add_gen, out, n_in, why, cap);
+        rc = render_folded(r, msgs, 1, extra, add_gen, out, n_in, why, cap);
     }
     return rc;
 }
@@ -674,10 +675,15 @@ int render_messages(const renderer *r, const json_t *messages, const render_tool
     tc_format f = render_tool_format(r, t);
     json_t *msgs = f == TC_GENERIC ? generic_messages(messages, t) : json_incref((json_t *)messages);
     const json_t *tools = f != TC_NONE && f != TC_GENERIC ? (t->shown ? t->shown : t->tools) : NULL;
-    json_t *own = tools && f == TC_HARMONY ? described_tools(tools) : NULL;
+    /* What the template sees besides the conversation: the tools (gpt-oss's
+     * template needs every one described) and the request's variables. */
+    json_t *extra = json_object();
+    if (tools) json_object_set_new(extra, "tools", f == TC_HARMONY ? described_tools(tools) : json_incref((json_t *)tools));
+    if (t && t->vars) json_object_update_missing(extra, (json_t *)t->vars);
+    if (!tools) json_object_del(extra, "tools"); /* only the request's own tools, rendered its way */
     memset(out, 0, sizeof *out);
-    int rc = render_placed(r, msgs, own ? own : tools, add_gen, out, json_array_size(messages), why, cap);
-    json_decref(own);
+    int rc = render_placed(r, msgs, extra, add_gen, out, json_array_size(messages), why, cap);
+    json_decref(extra);
     json_decref(msgs);
     return rc;
 }

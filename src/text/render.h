@@ -54,6 +54,11 @@ typedef struct render_tools {
     const json_t *shown;
     const char *forced;  /* a tool the model must call, or NULL */
     int required;        /* it must call some tool */
+    /* Template variables the request sets besides messages and tools
+     * (reasoning_effort, enable_thinking, chat_template_kwargs' keys): an
+     * object, or NULL. They never replace messages, tools,
+     * add_generation_prompt, bos_token or eos_token. */
+    const json_t *vars;
 } render_tools;
 
 /* f may be NULL when o->template_src is given. The model's own template

@@ -5,7 +5,7 @@
  *   tok_strtab.c interned strings (token text -> id) with a hash index
  *   tok_bpe.c    byte-level BPE: merges, GPT-2 byte mapping, word merging
  *   tok_spm.c    SentencePiece-style merging by score, byte fallback
- *   tok_pretok.c pre-tokenizer regex sets (PCRE2) and UTF-8 cleaning
+ *   tok_pretok.c pre-tokenizer regex sets (PCRE2)
  *
  * The rules mirror llama.cpp's (src/llama-vocab.cpp) so that ids match it
  * exactly; where we knowingly differ, the code says so. */
@@ -16,6 +16,8 @@
 #include <stdint.h>
 
 #include "model/gguf.h"
+
+#include "base/utf8.h"
 #include "text/tokenizer.h"
 
 /* Token attributes, a bit set derived from GGUF token types and names. */
@@ -110,14 +112,7 @@ void pretok_free(tok_pretok *p);
  * pairs covering text in order. Returns 0 or STRATA_EINVAL (regex error). */
 int pretok_split(const tok_pretok *p, tok_scratch *s, const char *text, size_t len,
                  strata_err *err);
-/* Copy of text with invalid UTF-8 replaced by U+FFFD the way llama.cpp
- * decodes it, or NULL when text is already valid (nothing to free). */
-char *utf8_clean(const char *text, size_t len, size_t *out_len);
 void pretok_match_data_free(void *md); /* NULL is fine */
-/* One code point at s (n > 0 bytes left) by llama.cpp's lenient rules: an
- * invalid byte gives U+FFFD and *used = 1. */
-uint32_t utf8_decode_lenient(const char *s, size_t n, size_t *used);
-size_t utf8_put(char *out, uint32_t c); /* 1..4 bytes written */
 
 /* ---- the tokenizer ---------------------------------------------------------- */
 typedef struct tok_merges {

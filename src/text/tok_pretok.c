@@ -22,6 +22,7 @@
 #include <pcre2.h>
 
 #include "base/mem.h"
+#include "base/utf8.h"
 #include "text/tok_internal.h"
 
 /* Class bodies (no brackets) so they can be combined inside [...]. */
@@ -232,79 +233,3 @@ int pretok_split(const tok_pretok *p, tok_scratch *s, const char *text, size_t l
     return 0;
 }
 
-/* ---- UTF-8 cleaning --------------------------------------------------------- */
-
-/* Length of the strictly valid sequence at p (RFC 3629), 0 if invalid. */
-static size_t valid_seq(const unsigned char *p, size_t n) {
-    unsigned char b = p[0];
-    if (b < 0x80) return 1;
-    size_t k = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC2 ? 2 : 0;
-    if (k == 0 || b > 0xF4 || k > n) return 0;
-    for (size_t i = 1; i < k; i++)
-        if ((p[i] & 0xC0) != 0x80) return 0;
-    if (b == 0xE0 && p[1] < 0xA0) return 0; /* overlong */
-    if (b == 0xED && p[1] >= 0xA0) return 0; /* surrogate */
-    if (b == 0xF0 && p[1] < 0x90) return 0; /* overlong */
-    if (b == 0xF4 && p[1] >= 0x90) return 0; /* > U+10FFFF */
-    return k;
-}
-
-/* llama.cpp's lenient decoder: the lead byte gives the length, only the
- * continuation bytes' top bits are checked; otherwise one byte -> U+FFFD. */
-uint32_t utf8_decode_lenient(const char *s, size_t n, size_t *used) {
-    const unsigned char *p = (const unsigned char *)s;
-    unsigned char b = p[0];
-    *used = 1;
-    if (b < 0x80) return b;
-    size_t k = !(b & 0x40) ? 0 : !(b & 0x20) ? 2 : !(b & 0x10) ? 3 : !(b & 0x08) ? 4 : 0;
-    if (k == 0 || k > n) return 0xFFFD;
-    for (size_t i = 1; i < k; i++)
-        if ((p[i] & 0xC0) != 0x80) return 0xFFFD;
-    uint32_t c = b & (0x7F >> k);
-    for (size_t i = 1; i < k; i++) c = (c << 6) | (p[i] & 0x3F);
-    *used = k;
-    return c;
-}
-
-size_t utf8_put(char *o, uint32_t c) {
-    if (c < 0x80) { o[0] = (char)c; return 1; }
-    if (c < 0x800) { o[0] = (char)(0xC0 | c >> 6); o[1] = (char)(0x80 | (c & 63)); return 2; }
-    if (c < 0x10000) {
-        o[0] = (char)(0xE0 | c >> 12);
-        o[1] = (char)(0x80 | ((c >> 6) & 63));
-        o[2] = (char)(0x80 | (c & 63));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | c >> 18);
-    o[1] = (char)(0x80 | ((c >> 12) & 63));
-    o[2] = (char)(0x80 | ((c >> 6) & 63));
-    o[3] = (char)(0x80 | (c & 63));
-    return 4;
-}
-
-char *utf8_clean(const char *text, size_t len, size_t *out_len) {
-    const unsigned char *p = (const unsigned char *)text;
-    size_t i = 0;
-    while (i < len) {
-        size_t k = valid_seq(p + i, len - i);
-        if (!k) break;
-        i += k;
-    }
-    if (i == len) return NULL;
-    /* Re-encode what llama.cpp decodes: overlong forms become the proper
-     * encoding as there; surrogates and values past U+10FFFF, which
-     * llama.cpp keeps or rejects, become U+FFFD here (PCRE2 needs valid
-     * UTF-8). Every other invalid byte is one U+FFFD, as there. */
-    char *o = xmalloc(len * 3 + 4);
-    memcpy(o, text, i);
-    size_t n = i;
-    while (i < len) {
-        size_t used;
-        uint32_t c = utf8_decode_lenient(text + i, len - i, &used);
-        if ((c >= 0xD800 && c < 0xE000) || c > 0x10FFFF) c = 0xFFFD;
-        n += utf8_put(o + n, c);
-        i += used;
-    }
-    *out_len = n;
-    return o;
-}

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "base/mem.h"
+#include "base/utf8.h"
 #include "text/toolcall_int.h"
 
 enum mode {
@@ -197,7 +198,7 @@ static void hold_utf8_tail(tc_parser *p) {
     if (!p->n_recs) return;
     ev_rec *r = &p->recs[p->n_recs - 1];
     if (r->kind != TC_EV_TEXT && r->kind != TC_EV_CALL_ARGS && r->kind != TC_EV_REASONING) return;
-    size_t keep = tc_utf8_complete(p->evtext.p + r->off, r->len);
+    size_t keep = utf8_cut(p->evtext.p + r->off, r->len);
     if (keep == r->len) return;
     tc_buf_add(&p->carry, p->evtext.p + r->off + keep, r->len - keep);
     p->carry_kind = r->kind;

@@ -22,8 +22,5 @@ void tc_json_compact(const char *s, size_t n, tc_buf *out);
  * becomes U+FFFD. Sets *used to the bytes consumed; -1 on a bad escape. */
 int tc_json_unescape(const char *s, size_t n, int final, tc_buf *out, size_t *used);
 
-/* Length of the longest prefix of s that does not end inside a UTF-8
- * sequence that more bytes could still complete. */
-size_t tc_utf8_complete(const char *s, size_t n);
 
 #endif

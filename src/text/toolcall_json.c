@@ -374,18 +374,6 @@ int tc_json_unescape(const char *s, size_t n, int final, tc_buf *out, size_t *us
     return 0;
 }
 
-size_t tc_utf8_complete(const char *s, size_t n) {
-    /* Look back at most 3 bytes for a lead byte whose sequence is cut. */
-    for (size_t k = 1; k <= 3 && k <= n; k++) {
-        unsigned char c = (unsigned char)s[n - k];
-        if ((c & 0xC0) == 0x80) continue; /* continuation byte */
-        size_t need = c >= 0xF0 && c < 0xF8 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-        if (c >= 0xF8) need = 1;
-        return need > k ? n - k : n;
-    }
-    return n;
-}
-
 /* ---- completing a cut object ------------------------------------------------------ */
 
 /* Where closing is valid: right after a container opened, or after a

@@ -20,10 +20,29 @@ STRATA = os.environ.get("STRATA_BIN", os.path.join(ROOT, "strata"))
 GEN = os.environ.get("TEST_DATA_DIR", os.path.join(ROOT, "tests", "data", "gen"))
 REAL_MODEL = os.environ.get("STRATA_MODEL", os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
 TINY_MODEL = os.path.join(GEN, "models", "llama-q4_1.gguf")
-# Server logs of this session only: a failure points at its log, and old
-# sessions' logs do not pile up.
-LOGS = os.path.join(GEN, "serve-logs")
-shutil.rmtree(LOGS, ignore_errors=True)
+
+
+def _pid_alive(name):
+    try:
+        os.kill(int(name), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+# Server logs of this session only, in a folder of its own (serve-logs/PID):
+# a failure points at its log, finished sessions' logs do not pile up, and
+# two sessions sharing GEN (worktrees, a second pytest) never delete each
+# other's open logs.
+LOGS_ROOT = os.path.join(GEN, "serve-logs")
+os.makedirs(LOGS_ROOT, exist_ok=True)
+for _old in os.listdir(LOGS_ROOT):
+    if not _pid_alive(_old):
+        _path = os.path.join(LOGS_ROOT, _old)
+        shutil.rmtree(_path, ignore_errors=True) if os.path.isdir(_path) else os.remove(_path)
+LOGS = os.path.join(LOGS_ROOT, str(os.getpid()))
 os.makedirs(LOGS, exist_ok=True)
 
 
@@ -88,3 +107,11 @@ def real():
     s = Server(REAL_MODEL, "--parallel", "4", "--ctx", "2048")
     yield s
     assert s.stop() == 0, "server did not shut down cleanly on SIGTERM"
+
+
+@pytest.fixture(scope="module")
+def strict():
+    """The tiny model under --strict-requests (a part it cannot honour is a 400)."""
+    s = Server(TINY_MODEL, "--parallel", "1", "--ctx", "2048", "--strict-requests")
+    yield s
+    assert s.stop() == 0

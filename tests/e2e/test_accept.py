@@ -32,13 +32,6 @@ def traced(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def strict():
-    s = Server(TINY_MODEL, "--parallel", "1", "--ctx", "2048", "--strict-requests")
-    yield s
-    assert s.stop() == 0
-
-
-@pytest.fixture(scope="module")
 def gemma_tmpl():
     s = Server(TINY_MODEL, "--parallel", "1", "--ctx", "2048", "--chat-template-file",
                os.path.join(TMPL, "gemma3.jinja"))

@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/devmem.h"
 #include "backend/quant.h"
 #include "base/err.h"
 
@@ -125,6 +126,31 @@ size_t cuda_attention_scratch(int max_tok, int n_head, int head_dim, int max_ctx
 int cuda_attention(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc, const uint16_t *d_vc,
                    const int32_t *d_pos, int n, int max_end, int max_ctx, int n_head, int n_head_kv, int head_dim,
                    float scale, strata_err *err);
+/* Paged K/V (a KV pool in device memory, model/kv.h): the same kernels
+ * with each token's cache row given, so the same bits as the contiguous
+ * caches above. d_kc, d_vc: one layer's K and V rows of block 0 of the
+ * pool (kv_rows(pool, 0, layer, 0 / 1)); d_dst[i]: halves from there to
+ * token i's row (block * block_halves + (pos % B) * kvd, from the host).
+ * Attention reads one sequence per call: position p of it is in block
+ * d_table[p / block_tokens]. (Not yet run on a GPU: `serve --device
+ * cuda`, src/backend/cuda/README.md.) */
+void cuda_kv_store_at(uint16_t *d_kc, uint16_t *d_vc, const float *d_k, const float *d_v, const int64_t *d_dst,
+                      const int32_t *d_pos, int n, int kvd);
+void cuda_rope_kv_store_at(float *d_q, float *d_k, const float *d_v, uint16_t *d_kc, uint16_t *d_vc,
+                           const int64_t *d_dst, int n, int n_head, int n_head_kv, int head_dim, int rope_dim,
+                           int neox, const int32_t *d_pos, const float *d_inv_freq, float pos_div);
+int cuda_attention_paged(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc, const uint16_t *d_vc,
+                         const int32_t *d_table, int block_tokens, size_t block_halves, const int32_t *d_pos, int n,
+                         int max_end, int max_ctx, int n_head, int n_head_kv, int head_dim, float scale,
+                         strata_err *err);
+
+/* The device's memory as backend/devmem.h sees it (after cuda_open; NULL
+ * before or without the backend): the kernels' stream is DEVMEM_COMPUTE,
+ * a second stream carries DEVMEM_COPY (uploads from the RAM tier and
+ * the disk overlap with the kernels), host memory is pinned
+ * (cudaHostAlloc). A KV pool on it lives in GPU memory. */
+const devmem *cuda_devmem(void);
+
 /* d_idx[i] = first index of the largest value of row i (NaN never wins). */
 void cuda_argmax(int32_t *d_idx, const float *d_x, int n_rows, int n);
 

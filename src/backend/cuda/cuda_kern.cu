@@ -396,6 +396,28 @@ extern "C" void cuda_rope(float *d_x, int n, int row_len, int n_heads, int head_
     if (n > 0) k_rope<<<n, 128, 0, g_stream>>>(d_x, row_len, n_heads, head_dim, rope_dim, neox, d_pos, d_inv_freq, pos_div);
 }
 
+/* Where a position's K and V rows are, in halves from the caches' bases:
+ * contiguous caches [pos][kvd] (table NULL), or the paged pool of
+ * model/kv.h (a device pool): position p of a sequence is in block
+ * table[p / B], blk halves from one block to the next, row p % B of it
+ * (the bases are a layer's K and V rows of block 0). The same loads
+ * either way, so paging changes no bit. */
+struct kv_ref {
+    const int32_t *table;
+    int B;
+    size_t blk;
+};
+
+__device__ __forceinline__ size_t kv_row_at(const kv_ref &r, int p, int kvd) {
+    return r.table ? (size_t)r.table[p / r.B] * r.blk + (size_t)(p % r.B) * kvd : (size_t)p * kvd;
+}
+
+/* Token t's cache row: dst[t] (a paged pool's row, computed by the host)
+ * or its position's row of contiguous caches. */
+__device__ __forceinline__ size_t kv_dst_row(const int64_t *dst, const int32_t *pos, int t, int kvd) {
+    return dst ? (size_t)dst[t] : (size_t)pos[t] * kvd;
+}
+
 /* The block's threads: K and V rows of token src at position dst to the half caches. */
 __device__ __forceinline__ void kv_store_row(__half *kc, __half *vc, const float *k, const float *v, size_t dst,
                                              size_t src, int kvd) {
@@ -406,22 +428,30 @@ __device__ __forceinline__ void kv_store_row(__half *kc, __half *vc, const float
 }
 
 /* cuda_rope on q and on k, then cuda_kv_store, in one launch (a block per token). */
-__global__ void k_rope_store(float *q, float *k, const float *v, __half *kc, __half *vc, int n_head, int n_head_kv,
-                             int head_dim, int rope_dim, int neox, const int32_t *pos, const float *inv_freq,
-                             float pos_div) {
+__global__ void k_rope_store(float *q, float *k, const float *v, __half *kc, __half *vc, const int64_t *dst,
+                             int n_head, int n_head_kv, int head_dim, int rope_dim, int neox, const int32_t *pos,
+                             const float *inv_freq, float pos_div) {
     int t = blockIdx.x, p = pos[t], nq = n_head * head_dim, kvd = n_head_kv * head_dim;
     rope_row(q + (size_t)t * nq, n_head, head_dim, rope_dim, neox, p, inv_freq, pos_div);
     rope_row(k + (size_t)t * kvd, n_head_kv, head_dim, rope_dim, neox, p, inv_freq, pos_div);
     __syncthreads(); /* the rotated k, written by other threads, is what goes to the cache */
-    kv_store_row(kc, vc, k, v, (size_t)p * kvd, (size_t)t * kvd, kvd);
+    kv_store_row(kc, vc, k, v, kv_dst_row(dst, pos, t, kvd), (size_t)t * kvd, kvd);
+}
+
+extern "C" void cuda_rope_kv_store_at(float *d_q, float *d_k, const float *d_v, uint16_t *d_kc, uint16_t *d_vc,
+                                      const int64_t *d_dst, int n, int n_head, int n_head_kv, int head_dim,
+                                      int rope_dim, int neox, const int32_t *d_pos, const float *d_inv_freq,
+                                      float pos_div) {
+    if (n > 0)
+        k_rope_store<<<n, 128, 0, g_stream>>>(d_q, d_k, d_v, (__half *)d_kc, (__half *)d_vc, d_dst, n_head,
+                                              n_head_kv, head_dim, rope_dim, neox, d_pos, d_inv_freq, pos_div);
 }
 
 extern "C" void cuda_rope_kv_store(float *d_q, float *d_k, const float *d_v, uint16_t *d_kc, uint16_t *d_vc, int n,
                                    int n_head, int n_head_kv, int head_dim, int rope_dim, int neox,
                                    const int32_t *d_pos, const float *d_inv_freq, float pos_div) {
-    if (n > 0)
-        k_rope_store<<<n, 128, 0, g_stream>>>(d_q, d_k, d_v, (__half *)d_kc, (__half *)d_vc, n_head, n_head_kv,
-                                              head_dim, rope_dim, neox, d_pos, d_inv_freq, pos_div);
+    cuda_rope_kv_store_at(d_q, d_k, d_v, d_kc, d_vc, NULL, n, n_head, n_head_kv, head_dim, rope_dim, neox, d_pos,
+                          d_inv_freq, pos_div);
 }
 
 __global__ void k_swiglu(float *g, const float *u, size_t n) {
@@ -460,13 +490,19 @@ extern "C" void cuda_gather(float *d_dst, const float *d_src, const int32_t *d_r
     if (n > 0) k_gather<<<n, 128, 0, g_stream>>>(d_dst, d_src, d_rows, dim);
 }
 
-__global__ void k_kv_store(__half *kc, __half *vc, const float *k, const float *v, const int32_t *pos, int kvd) {
-    kv_store_row(kc, vc, k, v, (size_t)pos[blockIdx.x] * kvd, (size_t)blockIdx.x * kvd, kvd);
+__global__ void k_kv_store(__half *kc, __half *vc, const float *k, const float *v, const int64_t *dst,
+                           const int32_t *pos, int kvd) {
+    kv_store_row(kc, vc, k, v, kv_dst_row(dst, pos, blockIdx.x, kvd), (size_t)blockIdx.x * kvd, kvd);
+}
+
+extern "C" void cuda_kv_store_at(uint16_t *d_kc, uint16_t *d_vc, const float *d_k, const float *d_v,
+                                 const int64_t *d_dst, const int32_t *d_pos, int n, int kvd) {
+    if (n > 0) k_kv_store<<<n, 128, 0, g_stream>>>((__half *)d_kc, (__half *)d_vc, d_k, d_v, d_dst, d_pos, kvd);
 }
 
 extern "C" void cuda_kv_store(uint16_t *d_kc, uint16_t *d_vc, const float *d_k, const float *d_v,
                               const int32_t *d_pos, int n, int kvd) {
-    if (n > 0) k_kv_store<<<n, 128, 0, g_stream>>>((__half *)d_kc, (__half *)d_vc, d_k, d_v, d_pos, kvd);
+    cuda_kv_store_at(d_kc, d_vc, d_k, d_v, NULL, d_pos, n, kvd);
 }
 
 /* ---- attention ----------------------------------------------------------------- */
@@ -531,13 +567,13 @@ static size_t attn_smem(int rows, int D) {
 
 /* Stages the tile's K rows (padded by one half2 so the lanes' rows fall in
  * different banks) and V rows; rows past nk are zero. */
-__device__ void attn_stage(__half2 *sk, __half2 *sv, const __half *kc, const __half *vc, int t0, int nk, int kvd,
-                           int g, int D) {
+__device__ void attn_stage(__half2 *sk, __half2 *sv, const __half *kc, const __half *vc, const kv_ref &kr, int t0,
+                           int nk, int kvd, int g, int D) {
     int D2 = D / 2;
     __half2 zero = __floats2half2_rn(0.0f, 0.0f);
     for (int x = threadIdx.x; x < AT_KT * D2; x += AT_THREADS) {
         int j = x / D2, d2 = x % D2;
-        size_t at = (size_t)(t0 + j) * kvd + (size_t)g * D;
+        size_t at = (j < nk ? kv_row_at(kr, t0 + j, kvd) : 0) + (size_t)g * D;
         sk[j * (D2 + 1) + d2] = j < nk ? ((const __half2 *)(kc + at))[d2] : zero;
         sv[j * D2 + d2] = j < nk ? ((const __half2 *)(vc + at))[d2] : zero;
     }
@@ -545,8 +581,8 @@ __device__ void attn_stage(__half2 *sk, __half2 *sv, const __half *kc, const __h
 
 template <int OUTS>
 __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const float *q, const __half *kc, const __half *vc,
-                                                          const int32_t *pos, int n, int qt, int n_head, int n_head_kv,
-                                                          int D, float scale, int seg_cap) {
+                                                          const kv_ref kr, const int32_t *pos, int n, int qt,
+                                                          int n_head, int n_head_kv, int D, float scale, int seg_cap) {
     int g = blockIdx.x, i0 = blockIdx.y * qt, s = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     int hpg = n_head / n_head_kv, kvd = n_head_kv * D, k0 = s * CUDA_ATTN_SEG, D2 = D / 2;
     int nq = min(qt, n - i0), rows = nq * hpg;
@@ -572,7 +608,7 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const floa
     for (int u = 0; u < OUTS; u++) o[u] = 0.0f;
     for (int t0 = k0; t0 < kend; t0 += AT_KT) {
         __syncthreads(); /* the last tile's readers are done (and sq is in) */
-        attn_stage(sk, sv, kc, vc, t0, min(AT_KT, kend - t0), kvd, g, D);
+        attn_stage(sk, sv, kc, vc, kr, t0, min(AT_KT, kend - t0), kvd, g, D);
         __syncthreads();
         /* scores: each K row once for the warp's rows (each row's dot
          * still runs over head_dim in order) */
@@ -674,9 +710,9 @@ extern "C" size_t cuda_attention_scratch(int max_tok, int n_head, int head_dim, 
     return (size_t)max_tok * n_head * attn_segs(max_ctx) * (head_dim + 2);
 }
 
-extern "C" int cuda_attention(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc,
-                              const uint16_t *d_vc, const int32_t *d_pos, int n, int max_end, int max_ctx, int n_head,
-                              int n_head_kv, int head_dim, float scale, strata_err *err) {
+static int attention(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc, const uint16_t *d_vc,
+                     const kv_ref &kr, const int32_t *d_pos, int n, int max_end, int max_ctx, int n_head,
+                     int n_head_kv, int head_dim, float scale, strata_err *err) {
     if (head_dim > AT_MAX_DIM || head_dim % 2 || n_head_kv <= 0 || n_head % n_head_kv ||
         n_head / n_head_kv > AT_MAX_GROUP || (n_head / n_head_kv) * head_dim > AT_MAX_OUT * AT_THREADS)
         return strata_errf(err, STRATA_EUNSUPPORTED, "cuda attention: head_dim %d, %d heads over %d KV heads", head_dim,
@@ -690,8 +726,8 @@ extern "C" int cuda_attention(float *d_out, float *d_scratch, const float *d_q, 
     size_t smem = attn_smem(qt * hpg, head_dim);
     const __half *kh = (const __half *)d_kc, *vh = (const __half *)d_vc;
 #define AT_GO(o)                                                                                                   \
-    k_attn_seg<o><<<grid, AT_THREADS, smem, g_stream>>>(d_scratch, d_q, kh, vh, d_pos, n, qt, n_head, n_head_kv, \
-                                                         head_dim, scale, seg_cap)
+    k_attn_seg<o><<<grid, AT_THREADS, smem, g_stream>>>(d_scratch, d_q, kh, vh, kr, d_pos, n, qt, n_head,     \
+                                                         n_head_kv, head_dim, scale, seg_cap)
     if (outs <= 1) AT_GO(1);
     else if (outs <= 2) AT_GO(2);
     else if (outs <= 4) AT_GO(4);
@@ -700,6 +736,25 @@ extern "C" int cuda_attention(float *d_out, float *d_scratch, const float *d_q, 
 #undef AT_GO
     k_attn_fold<<<dim3(n_head, n), 64, 0, g_stream>>>(d_out, d_scratch, d_pos, n_head, head_dim, seg_cap);
     return 0;
+}
+
+extern "C" int cuda_attention(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc,
+                              const uint16_t *d_vc, const int32_t *d_pos, int n, int max_end, int max_ctx, int n_head,
+                              int n_head_kv, int head_dim, float scale, strata_err *err) {
+    kv_ref contiguous = {NULL, 1, 0};
+    return attention(d_out, d_scratch, d_q, d_kc, d_vc, contiguous, d_pos, n, max_end, max_ctx, n_head, n_head_kv,
+                     head_dim, scale, err);
+}
+
+extern "C" int cuda_attention_paged(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_k,
+                                    const uint16_t *d_v, const int32_t *d_table, int block_tokens,
+                                    size_t block_halves, const int32_t *d_pos, int n, int max_end, int max_ctx,
+                                    int n_head, int n_head_kv, int head_dim, float scale, strata_err *err) {
+    if (!d_table || block_tokens <= 0)
+        return strata_errf(err, STRATA_EINVAL, "cuda attention: a paged call without a block table");
+    kv_ref paged = {d_table, block_tokens, block_halves};
+    return attention(d_out, d_scratch, d_q, d_k, d_v, paged, d_pos, n, max_end, max_ctx, n_head, n_head_kv, head_dim,
+                     scale, err);
 }
 
 /* ---- argmax ----------------------------------------------------------------------- */

@@ -57,6 +57,18 @@ int cuda_attention(float *d_out, float *d_scratch, const float *d_q, const uint1
     return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
 }
 void cuda_argmax(int32_t *d_idx, const float *d_x, int n_rows, int n) {}
+void cuda_kv_store_at(uint16_t *d_kc, uint16_t *d_vc, const float *d_k, const float *d_v, const int64_t *d_dst,
+                      const int32_t *d_pos, int n, int kvd) {}
+void cuda_rope_kv_store_at(float *d_q, float *d_k, const float *d_v, uint16_t *d_kc, uint16_t *d_vc,
+                           const int64_t *d_dst, int n, int n_head, int n_head_kv, int head_dim, int rope_dim,
+                           int neox, const int32_t *d_pos, const float *d_inv_freq, float pos_div) {}
+int cuda_attention_paged(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc, const uint16_t *d_vc,
+                         const int32_t *d_table, int block_tokens, size_t block_halves, const int32_t *d_pos, int n,
+                         int max_end, int max_ctx, int n_head, int n_head_kv, int head_dim, float scale,
+                         strata_err *err) {
+    return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
+}
+const devmem *cuda_devmem(void) { return NULL; }
 int cuda_graph_begin(strata_err *err) { return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA); }
 int cuda_graph_end(cuda_graph **out, strata_err *err) { return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA); }
 int cuda_graph_run(cuda_graph *g, strata_err *err) { return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA); }

@@ -148,3 +148,73 @@ extern "C" void cuda_graph_free(cuda_graph *g) {
     cudaGraphDestroy(g->graph);
     free(g);
 }
+
+/* ---- device memory for the KV tiers (backend/devmem.h) ----------------------- */
+
+/* Copies up from the RAM tier and the disk run on a stream of their own
+ * beside g_stream; made with the first devmem use. */
+static cudaStream_t g_copy_stream;
+
+static cudaStream_t stream_of(int s) { return s == DEVMEM_COPY ? g_copy_stream : g_stream; }
+
+static void *dm_alloc(void *self, size_t bytes, strata_err *err) { return cuda_alloc(bytes, err); }
+static void dm_free(void *self, void *d) { cuda_free(d); }
+
+static void *dm_host_alloc(void *self, size_t bytes, strata_err *err) {
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+        strata_errf(err, STRATA_ENOMEM, "cuda: pinning %zu bytes of host memory: %s", bytes, cudaGetErrorString(e));
+        return NULL;
+    }
+    return p;
+}
+
+static void dm_host_free(void *self, void *h) {
+    if (h) cudaFreeHost(h);
+}
+
+static int dm_copy(void *self, int stream, void *dst, const void *src, size_t bytes, devmem_dir dir, strata_err *err) {
+    cudaMemcpyKind k = dir == DEVMEM_H2D ? cudaMemcpyHostToDevice : dir == DEVMEM_D2H ? cudaMemcpyDeviceToHost
+                                                                                       : cudaMemcpyDeviceToDevice;
+    return check(cudaMemcpyAsync(dst, src, bytes, k, stream_of(stream)), "copy", err);
+}
+
+static devmem_event *dm_record(void *self, int stream, strata_err *err) {
+    cudaEvent_t ev = NULL;
+    if (check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "event", err)) return NULL;
+    if (check(cudaEventRecord(ev, stream_of(stream)), "event record", err)) {
+        cudaEventDestroy(ev);
+        return NULL;
+    }
+    return (devmem_event *)ev;
+}
+
+static int dm_done(void *self, devmem_event *ev, strata_err *err) {
+    cudaError_t e = cudaEventQuery((cudaEvent_t)ev);
+    if (e == cudaErrorNotReady) return 0;
+    return check(e, "event query", err) ? STRATA_EIO : 1;
+}
+
+static int dm_wait(void *self, int stream, devmem_event *ev, strata_err *err) {
+    return check(cudaStreamWaitEvent(stream_of(stream), (cudaEvent_t)ev, 0), "stream wait", err);
+}
+
+static void dm_event_free(void *self, devmem_event *ev) {
+    if (ev) cudaEventDestroy((cudaEvent_t)ev);
+}
+
+static int dm_sync(void *self, int stream, strata_err *err) {
+    if (stream != DEVMEM_COPY) return cuda_sync(err);
+    return check(cudaStreamSynchronize(g_copy_stream), "copy stream", err);
+}
+
+static const devmem_ops g_dm_ops = {dm_alloc, dm_free, dm_host_alloc, dm_host_free, dm_copy,
+                                    dm_record, dm_done, dm_wait, dm_event_free, dm_sync};
+static devmem g_devmem = {"cuda", &g_dm_ops, NULL};
+
+extern "C" const devmem *cuda_devmem(void) {
+    if (g_open_rc != 0) return NULL; /* not open, or no device */
+    if (!g_copy_stream && cudaStreamCreateWithFlags(&g_copy_stream, cudaStreamNonBlocking) != cudaSuccess) return NULL;
+    return &g_devmem;
+}

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""The serve-on-GPU check of scripts/test-gpu.sh (issue 26, "Tiers on a
+GPU"): `strata serve --device cuda` answers one greedy request four times,
+from four places, and every answer must be the same bytes:
+
+  1. cold: nothing cached, the whole prompt prefilled on the GPU;
+  2. the same request again: its blocks from the GPU pool (live_tokens);
+  3. after other prompts pushed them out of the small GPU pool: from the
+     RAM tier in pinned host memory (ram_tokens);
+  4. after a restart (GPU pool and RAM tier empty): from the disk tier
+     (disk_tokens).
+
+Standard library only (the GPU machine has no network and no pip).
+
+    scripts/gpu-serve-check.py --strata ./strata --model M.gguf [--port 19480] [--dir DIR]
+
+Exit status 0 only when all four answers are equal and each came from the
+tier it should have. Prints one line per request.
+"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+# A prompt long enough for several 64-token blocks in any tokenizer, and
+# distinct fillers that push it out of a GPU pool of a few blocks.
+# About 1,200 characters: 5 to 20 blocks of 64 tokens, by tokenizer.
+# Fillers are sent until the GPU pool (34 blocks) has evicted twice as
+# many blocks as it held: far fewer than the RAM tier's 180 (1.4 MiB a block).
+PROMPT = " ".join(f"step {i}: the cache keeps block {i * 7 % 31} warm." for i in range(30))
+
+
+def filler(k):
+    return " ".join(f"filler {k}.{i} moves other blocks {i * k % 17} out." for i in range(30))
+
+
+def metric(port, name):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return 0.0
+
+
+def post(port, body, timeout=120):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def complete(port, prompt):
+    out = post(port, {"prompt": prompt, "max_tokens": 24, "temperature": 0, "seed": 1})
+    sc = out.get("usage", {}).get("strata_cache", {})
+    return out["choices"][0]["text"], out.get("usage", {}), sc
+
+
+def wait_up(port, proc, limit_s=180):
+    t0 = time.time()
+    while time.time() - t0 < limit_s:
+        if proc.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except (urllib.error.URLError, ConnectionError, OSError):
+            pass
+        time.sleep(0.5)
+    return False
+
+
+def start(args, log):
+    cmd = [args.strata, "serve", "-m", args.model, "--device", args.device, "--port", str(args.port), "--parallel",
+           "1", "--ctx", "2048", "--cache-dir", args.dir, "--cache-mem-mb", "2", "--cache-ram-mb", str(args.ram_mb)]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    if not wait_up(args.port, proc):
+        proc.kill()
+        proc.wait()
+        return None
+    return proc
+
+
+def stop(proc):
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def session(args, log, steps):
+    """steps() against a server of its own (started, then stopped); False
+    when it did not start or a request failed."""
+    proc = start(args, log)
+    if not proc:
+        print("gpu-serve-check: the server did not start (see the log)")
+        return False
+    try:
+        steps()
+        return True
+    except (urllib.error.URLError, KeyError, ValueError) as e:
+        print(f"gpu-serve-check: request failed: {e}")
+        return False
+    finally:
+        stop(proc)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--strata", default="./strata")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--port", type=int, default=19480)
+    ap.add_argument("--dir", default=None, help="the disk tier (a temp dir)")
+    ap.add_argument("--log", default=None, help="the servers' output (a temp file)")
+    ap.add_argument("--device", default="cuda", help="cpu: a dry run of this script (no RAM tier: step 3 from disk)")
+    ap.add_argument("--ram-mb", type=int, default=256)
+    args = ap.parse_args()
+    args.dir = args.dir or tempfile.mkdtemp(prefix="strata-gpu-kv-")
+    os.makedirs(args.dir, exist_ok=True)
+    log = open(args.log or os.path.join(args.dir, "serve.log"), "ab")
+    ok = True
+    answers = []
+
+    def check(name, text, sc, want_key):
+        nonlocal ok
+        got = sc.get(want_key, 0) if want_key else 0
+        good = (got > 0) if want_key else (sum(v for k, v in sc.items() if k.endswith("_tokens")) == 0)
+        same = not answers or text == answers[0]
+        answers.append(text)
+        ok = ok and good and same
+        print(f"{name:<28} {'ok  ' if good and same else 'FAIL'} text={text!r:.60} same={same} cache={json.dumps(sc)}")
+
+    def first_run():
+        text, _, sc = complete(args.port, PROMPT)
+        check("cold", text, sc, None)
+        text, _, sc = complete(args.port, PROMPT)
+        check("again: from the GPU pool", text, sc, "live_tokens")
+        held = metric(args.port, "strata_cache_blocks")
+        base = metric(args.port, "strata_cache_evicted_blocks_total")
+        for k in range(40):  # each twice: a hit, like the prompt's, so the oldest (the prompt) goes first
+            complete(args.port, filler(k))
+            complete(args.port, filler(k))
+            if metric(args.port, "strata_cache_evicted_blocks_total") - base >= 2 * held:
+                break
+        text, _, sc = complete(args.port, PROMPT)
+        if args.device == "cpu" or args.ram_mb == 0:
+            check("evicted: from the disk", text, sc, "disk_tokens")
+        else:
+            check("evicted: from the RAM tier", text, sc, "ram_tokens")
+
+    def after_restart():
+        text, _, sc = complete(args.port, PROMPT)
+        check("restart: from the disk", text, sc, "disk_tokens")
+
+    ok = session(args, log, first_run) and ok
+    ok = session(args, log, after_restart) and ok
+    print("gpu-serve-check: " + ("PASS" if ok else "FAIL"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
