@@ -56,7 +56,7 @@ QWEN35_SYNTH = $(MODEL_DIR)/qwen35-0.8b-synth-q4_0.gguf
 
 .PHONY: model-gemma3 bench-gemma3 oracle-refs-gemma3 tok-refs-gemma3 model-qwen35-synth bench-qwen35-synth bench-depth-qwen35
 .PHONY: test-gpu gpu-bundle
-.PHONY: all test unit-test e2e-test bench-ui bench-spec bench-agent bench-depth llama-bench bench-replay bench-load bench-schema run model deps test-deps testdata clean bench oracle-refs tok-refs
+.PHONY: all test unit-test e2e-test bench-ui bench-spec bench-spec-peer bench-agent bench-depth llama-bench bench-replay bench-load bench-schema run model deps test-deps testdata clean bench oracle-refs tok-refs
 
 all: strata
 
@@ -199,6 +199,13 @@ bench-ui: build/ui-ring strata
 bench-spec: strata model
 	$(PYTHON) bench/bench_spec.py --model SmolLM2-135M=$(MODEL) --model gemma3=$(GEMMA3_MODEL) \
 		--model qwen35-synth=$(QWEN35_SYNTH) $${REPS:+--reps $$REPS}
+
+# Strata's speculation beside llama.cpp's n-gram speculative modes on the copy
+# tasks: SPEC_PEER= llama.cpp's llama-speculative-simple (LLAMA_BUILD_EXAMPLES=ON).
+bench-spec-peer: strata model
+	@test -x "$(SPEC_PEER)" || { echo "bench-spec-peer: set SPEC_PEER=/path/to/llama-speculative-simple"; exit 1; }
+	$(PYTHON) bench/spec_peer.py --peer $(SPEC_PEER) --model SmolLM2-135M=$(MODEL) \
+		--model "gemma3=$(GEMMA3_MODEL):<bos>" $${REPS:+--reps $$REPS}
 
 # Agentic replay: Strata cache off / memory only / memory + disk, and llama.cpp's
 # llama-server (short default run; bench/README.md).

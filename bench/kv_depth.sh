@@ -5,7 +5,9 @@
 # with the load average before it (what else was running).
 #   bench/kv_depth.sh [ROUNDS] [DEPTHS...]     (defaults: 2 rounds, 4096 16384)
 # Env: MODELS (space-separated GGUF paths), TYPES (f16 q8_0), THREADS (2),
-# REPS (2), STRATA (./strata).
+# REPS (2), STRATA (./strata), PEER (llama.cpp's llama-bench: each Strata
+# run is followed by the peer's, same model, depth, type and threads,
+# `-fa on -ctk T -ctv T`: llama.cpp needs flash attention for a quantized V).
 set -eu
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-2}
@@ -16,8 +18,9 @@ TYPES=${TYPES:-f16 q8_0}
 THREADS=${THREADS:-2}
 REPS=${REPS:-2}
 STRATA=${STRATA:-./strata}
-echo "| round | model | depth | kv | tg128 t/s | ± | load avg before |"
-echo "|---|---|---|---|---|---|---|"
+PEER=${PEER:-}
+echo "| round | model | depth | kv | engine | tg128 t/s | ± | load avg before |"
+echo "|---|---|---|---|---|---|---|---|"
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
     for m in $MODELS; do
@@ -27,7 +30,12 @@ while [ "$r" -le "$ROUNDS" ]; do
                 load=$(cut -d' ' -f1-3 /proc/loadavg)
                 j=$("$STRATA" bench -m "$m" -p 0 -n 128 -d "$d" -r "$REPS" -t "$THREADS" --kv-type "$t" --json)
                 tg=$(echo "$j" | python3 -c 'import json,sys; j=json.load(sys.stdin)["tg"]; print("%.2f | %.2f" % (j["mean"], j["sd"]))')
-                echo "| $r | $(basename "$m" .gguf) | $d | $t | $tg | $load |"
+                echo "| $r | $(basename "$m" .gguf) | $d | $t | strata | $tg | $load |"
+                [ -n "$PEER" ] || continue
+                load=$(cut -d' ' -f1-3 /proc/loadavg)
+                j=$("$PEER" -m "$m" -p 0 -n 128 -d "$d" -r "$REPS" -t "$THREADS" -fa on -ctk "$t" -ctv "$t" -o json 2>/dev/null)
+                tg=$(echo "$j" | python3 -c 'import json,sys; j=json.load(sys.stdin)[0]; print("%.2f | %.2f" % (j["avg_ts"], j["stddev_ts"]))')
+                echo "| $r | $(basename "$m" .gguf) | $d | $t | llama.cpp | $tg | $load |"
             done
         done
     done

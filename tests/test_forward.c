@@ -19,7 +19,9 @@ static const char *SYNTH[] = {"llama-f32", "llama-f16", "llama-bf16", "llama-q8_
                               "llama-mix-k", "qwen2-mix-legacy", "llama-mix-kf", "qwen35-mix",
                               /* mixture of experts: prefill groups tokens by expert */
                               "qwen3moe-f32", "qwen3moe-q4_k_m", "qwen3moe-q8_0", "qwen35moe-f32",
-                              "qwen35moe-q4_k_m"};
+                              "qwen35moe-q4_k_m",
+                              /* sliding window of 16: the reference tokens pass it */
+                              "gemma3-q8_0"};
 #define N_SYNTH (int)(sizeof SYNTH / sizeof SYNTH[0])
 
 static engine *open_engine_kv(const char *path, int max_batch, int threads, kvq_type kv_type) {

@@ -6,8 +6,11 @@
  * penalties), on llama and on qwen35, whose recurrent state is copied
  * before a drafted step and recomputed after refused drafts (with the
  * prefix cache on, the state snapshot kept at the request's end must be
- * right too: a second request resumes from it); and on Gemma 3's sliding
- * window with real weights (opt-in: STRATA_GEMMA3_MODEL). */
+ * right too: a second request resumes from it); on the mixture-of-experts
+ * models (qwen3moe; qwen35moe, recurrent too), on gpt-oss (attention
+ * sinks, a sliding window of 128 that the prompt passes, MXFP4 experts);
+ * and on Gemma 3's sliding window, random weights (window 16) and real
+ * ones (opt-in: STRATA_GEMMA3_MODEL). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,12 +77,37 @@ static sched *open_sched(engine *e, const tokenizer *tok, int spec, int cache, o
     return s;
 }
 
+/* The next turn on s, whose cache holds what a speculative request left
+ * (blocks published between verifications, the tail, and for recurrent
+ * models the state kept at its end): want[0, n_want) is that request's
+ * prompt and output, so all but its last token come from the cache. The
+ * output must be a cold run's (a scheduler without cache or drafts). */
+static void check_next_turn(engine *e, const tokenizer *tok, sched *s, const int32_t *want, int n_want,
+                            const sample_params *sp, int ignore_eos) {
+    run cold, warm;
+    sched_stats before;
+    sched_get_stats(s, &before);
+    generate(s, want, n_want, sp, ignore_eos, &warm);
+    long hit = warm.stats.cache_hit_tokens - before.cache_hit_tokens;
+    /* after, not before: its sequence would take the sliding-window
+     * memory the cached blocks still hold (no lower tier here) */
+    sched *c = open_sched(e, tok, 0, 0, NULL);
+    generate(c, want, n_want, sp, ignore_eos, &cold);
+    sched_free(c);
+    CHECK_MSG(hit == n_want - 1, "next turn: %ld of %d tokens from the cache", hit, n_want);
+    CHECK_EQ_INT(warm.n, cold.n);
+    CHECK(memcmp(warm.toks, cold.toks, (size_t)cold.n * sizeof(int32_t)) == 0);
+}
+
 /* Plain decoding's output, then the same job with controlled drafts of
  * up to 4 and of up to 1 token: the same tokens and finish, drafts both
  * accepted and refused. With cache, the job again on the same scheduler
- * (a prefix hit; qwen35 resumes from the snapshot kept at the end). */
-static void check_model(const char *path, int n_prompt, const sample_params *sp, int ignore_eos, int cache) {
-    engine_params ep = {.model_path = path, .n_threads = 2, .n_ctx = 2048, .block_tokens = 16, .max_batch = 64};
+ * (a prefix hit; qwen35 resumes from the snapshot kept at the end), then
+ * the next turn, which resumes where the speculative request ended. */
+static void check_model_kv(const char *path, int n_prompt, const sample_params *sp, int ignore_eos, int cache,
+                           kvq_type kv) {
+    engine_params ep = {.model_path = path, .n_threads = 2, .n_ctx = 2048, .block_tokens = 16, .max_batch = 64,
+                        .kv_type = kv};
     engine *e = NULL;
     strata_err err = {0};
     if (engine_open(&e, &ep, &err)) test_fail(__FILE__, __LINE__, "engine_open: %s", err.msg);
@@ -108,11 +136,16 @@ static void check_model(const char *path, int n_prompt, const sample_params *sp,
             generate(s, prompt, n_prompt, sp, ignore_eos, &spec);
             CHECK_EQ_INT(spec.n, plain.n);
             CHECK(memcmp(spec.toks, plain.toks, (size_t)plain.n * sizeof(int32_t)) == 0);
+            check_next_turn(e, tok, s, want, n_prompt + plain.n, sp, ignore_eos);
         }
         sched_free(s);
     }
     tok_free(tok);
     engine_close(e);
+}
+
+static void check_model(const char *path, int n_prompt, const sample_params *sp, int ignore_eos, int cache) {
+    check_model_kv(path, n_prompt, sp, ignore_eos, cache, KVQ_F16);
 }
 
 static sample_params greedy(void) {
@@ -145,6 +178,28 @@ TEST(spec_qwen35_state_rolls_back) {
     check_model(test_data("models/qwen35-mix.gguf"), 40, &r, 1, 1);
 }
 
+TEST(spec_moe_output_is_plain_decoding) {
+    sample_params g = greedy(), r = seeded();
+    check_model(test_data("models/qwen3moe-q4_k_m.gguf"), 40, &g, 1, 1);
+    check_model(test_data("models/qwen3moe-f32.gguf"), 40, &r, 1, 0);
+}
+
+/* Experts and recurrent layers: a refused draft restores the state and
+ * recomputes, through the experts, the tokens that were kept. */
+TEST(spec_qwen35moe_state_rolls_back) {
+    sample_params g = greedy(), r = seeded();
+    check_model(test_data("models/qwen35moe-q4_k_m.gguf"), 70, &g, 1, 1);
+    check_model(test_data("models/qwen35moe-f32.gguf"), 40, &r, 1, 0);
+}
+
+/* The window (128) is passed by the prompt: cutting refused drafts back
+ * must keep every verified query's window. */
+TEST(spec_gptoss_sliding_window_output_is_plain_decoding) {
+    sample_params g = greedy(), r = seeded();
+    check_model(test_data("models/gpt-oss-mxfp4.gguf"), 300, &g, 1, 1);
+    check_model(test_data("models/gpt-oss-mxfp4.gguf"), 300, &r, 1, 0);
+}
+
 TEST(real_spec_output_is_plain_decoding) {
     const char *path = test_real_model();
     if (!path) return;
@@ -154,7 +209,26 @@ TEST(real_spec_output_is_plain_decoding) {
 }
 
 /* Past the window: the verified queries' windows are held from the
- * step's first token on, so cutting drafts back never loses one. */
+ * step's first token on, so cutting drafts back never loses one. The
+ * tiny random-weight Gemma 3 (window 16) always runs; the real 270M
+ * (window 512) when it is there. */
+TEST(spec_gemma3_tiny_sliding_window_output_is_plain_decoding) {
+    sample_params g = greedy(), r = seeded();
+    check_model(test_data("models/gemma3-q8_0.gguf"), 100, &g, 1, 1);
+    check_model(test_data("models/gemma3-q8_0.gguf"), 100, &r, 1, 0);
+}
+
+/* Quantized K/V (--kv-type): a refused draft's rows are cut back like
+ * f16 ones, and blocks published between verifications serve the next
+ * turn. One model of each kind: attention only, recurrent, sliding. */
+TEST(spec_quant_kv_output_is_plain_decoding) {
+    sample_params g = greedy(), r = seeded();
+    check_model_kv(test_data("models/llama-q4_1.gguf"), 40, &g, 1, 1, KVQ_Q8_0);
+    check_model_kv(test_data("models/qwen35-f32.gguf"), 70, &r, 1, 1, KVQ_Q4_0);
+    check_model_kv(test_data("models/gemma3-q8_0.gguf"), 100, &g, 1, 1, KVQ_Q8_0);
+    check_model_kv(test_data("models/gpt-oss-mxfp4.gguf"), 300, &r, 1, 1, KVQ_Q4_0);
+}
+
 TEST(gemma3_spec_sliding_window_output_is_plain_decoding) {
     sample_params g = greedy(), r = seeded();
     check_model(test_gemma3_model(), MAX_PROMPT, &g, 1, 1);

@@ -3,8 +3,9 @@
 
 generate(outdir) writes
   outdir/models/*.gguf   small random-weight models (llama, qwen2, qwen3,
-                         qwen35, and the mixture-of-experts qwen3moe and
-                         qwen35moe with 3-D expert stacks) in
+                         qwen35, the mixture-of-experts qwen3moe and
+                         qwen35moe with 3-D expert stacks, and gemma3 with
+                         its sliding window) in
                          every weight format Strata reads, each with a tiny
                          byte-level BPE tokenizer and a ChatML template, so
                          the loader, kernels, tokenizer and CLI can run
@@ -348,6 +349,13 @@ MODELS = [
          qwen35=dict(interval=2, d_conv=4, d_state=32, n_k_heads=2, n_v_heads=4,
                      sections=[5, 5, 4, 2]),
          moe=dict(n_expert=4, n_used=2, n_ff_exp=256, n_ff_shexp=256, router_seed=8)),
+    # Gemma 3: QK-norm, norms after attention and feed-forward, GELU, inputs
+    # scaled by sqrt(n_embd), tied output; layers 0 and 1 slide over the
+    # last 16 positions (pattern period 3: layer 2 is global), so the
+    # reference tokens and any test prompt pass the window (the real 270M's
+    # is 512, beyond most tests).
+    dict(name="gemma3-q8_0", arch="gemma3", wtype=QT.Q8_0, output=None, n_layer=3,
+         gemma3=dict(window=16, period=3)),
 ]
 
 HPARAMS = dict(n_embd=256, n_ff=512, n_head=4, n_head_kv=2, n_ctx=2048,
@@ -473,9 +481,12 @@ def _layer_tensors(spec, hp, rng, il):
         out += [(p + "attn_q.bias", rng.bias(q_out), "norm"),
                 (p + "attn_k.bias", rng.bias(kv_out), "norm"),
                 (p + "attn_v.bias", rng.bias(kv_out), "norm")]
-    if spec["arch"] in ("qwen3", "qwen3moe"):
+    if spec["arch"] in ("qwen3", "qwen3moe", "gemma3"):
         out += [(p + "attn_q_norm.weight", rng.norm(hd), "norm"),
                 (p + "attn_k_norm.weight", rng.norm(hd), "norm")]
+    if spec["arch"] == "gemma3":
+        out += [(p + "post_attention_norm.weight", rng.norm(e), "norm"),
+                (p + "post_ffw_norm.weight", rng.norm(e), "norm")]
     return out
 
 
@@ -523,6 +534,9 @@ def _write_metadata(w, spec, hp, vocab):
         _write_qwen35_keys(w, spec)
     if "moe" in spec:
         _write_moe_keys(w, spec)
+    if "gemma3" in spec:
+        w.add_uint32(f"{arch}.attention.sliding_window", spec["gemma3"]["window"])
+        w.add_uint32(f"{arch}.attention.sliding_window_pattern", spec["gemma3"]["period"])
     if "head_dim" in spec:
         w.add_key_length(hd)
         w.add_value_length(hd)
