@@ -613,7 +613,7 @@ static int load_model(server *s, strata_err *err) {
     }
     char how[512];
     s->sampling = sampling_defaults(s->e->m->gguf, &s->o.sampling, how, sizeof how);
-    log_info("sampling defaults for fields a request leaves out: %s", how);
+    log_info("sampling defaults (for the fields requests leave out): %s", how);
     render_opts ro = {.template_file = s->o.template_file};
     if ((rc = render_new(&s->render, s->e->m->gguf, s->tok, &ro, err))) return rc;
     if (s->o.trace_path && !(s->trace = fopen(s->o.trace_path, "a")))
