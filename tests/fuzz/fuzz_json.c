@@ -27,10 +27,13 @@
 static void touch_params(const json_t *req) {
     gen_params gp;
     char why[512];
+    const sample_params defaults = sample_params_default();
     memset(&gp, 0, sizeof gp);
-    params_sampling(req, "stop", &gp, why, sizeof why);
+    params_sampling(req, "stop", &defaults, &gp, why, sizeof why);
     memset(&gp, 0, sizeof gp);
-    params_sampling(req, "stop_sequences", &gp, why, sizeof why);
+    params_sampling(req, "stop_sequences", &defaults, &gp, why, sizeof why);
+    json_t *vars = NULL;
+    if (!params_template_vars(req, &vars, why, sizeof why)) json_decref(vars);
     long l;
     param_int(req, "max_tokens", 0, 1L << 30, &l, why, sizeof why);
     cache_scope scope;
