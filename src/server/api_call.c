@@ -278,6 +278,7 @@ static int start(api_call *c, const http_req *req, int32_t **ids, size_t *n, con
         c->gp.max_tokens = s->o.max_output;
     c->gp.replay = s->replay;
     c->gp.replay_ns = c->replay_ns;
+    c->gp.tool_defs = c->pt.tools;
     c->gp.harmony = !c->raw_text && render_harmony(s->render);
     c->gp.ignored = c->ignored.n ? c->ignored.text : NULL;
     prompt_cache_apply(ci, &c->gp);

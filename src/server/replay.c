@@ -226,6 +226,36 @@ char *replay_js_numbers(const char *args) {
     return out;
 }
 
+/* The parameters schema of the tool called name, or NULL. */
+static const json_t *tool_parameters(const json_t *tools, const char *name) {
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tools, i, t) {
+        const json_t *fn = json_object_get(t, "function");
+        const char *n = json_string_value(json_object_get(fn, "name"));
+        if (n && !strcmp(n, name)) return json_object_get(fn, "parameters");
+    }
+    return NULL;
+}
+
+char *replay_schema_defaults(const json_t *tools, const char *name, const char *args) {
+    const json_t *props = json_object_get(tool_parameters(tools, name), "properties");
+    if (!json_object_size(props)) return NULL;
+    json_t *a = json_loads(args, 0, NULL);
+    int changed = 0;
+    const char *k;
+    const json_t *p;
+    if (json_is_object(a)) {
+        json_object_foreach((json_t *)props, k, p) {
+            const json_t *d = json_object_get(p, "default");
+            if (d && !json_object_get(a, k)) json_object_set(a, k, (json_t *)d), changed = 1;
+        }
+    }
+    char *out = changed ? json_dumps(a, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    json_decref(a);
+    return out;
+}
+
 /* One link of the conversation chain: h = SHA-256(h | SHA-256(m's
  * canonical JSON)), keys sorted so a client's key order does not count. */
 static void context_add(cache_hash *h, const json_t *m) {

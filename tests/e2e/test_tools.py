@@ -100,6 +100,45 @@ def test_anthropic_tool_use_round_trip(real):
     assert final.content and final.content[0].type == "text"
 
 
+# Claude Code parses each tool_use input with the tool's schema before it
+# sends the call back, and so adds every default the model left out (an
+# Edit comes back with "replace_all": false).
+DEFAULTS_TOOL = {"name": "get_forecast", "description": "Weather forecast", "input_schema": {
+    "type": "object", "properties": {"city": {"type": "string"},
+                                     "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"},
+                                     "days": {"type": "integer", "default": 3},
+                                     "hourly": {"type": "boolean", "default": False}},
+    "required": ["city"], "additionalProperties": False}}
+
+
+def test_call_sent_back_with_schema_defaults_replays_exactly(real):
+    """A call that comes back with the schema's defaults filled in is still
+    the model's own turn: the next request reuses the whole previous prompt
+    and the call's tokens (exact replay), not only the prompt."""
+    import httpx
+    url = real.url + "/v1/messages"
+    msgs = [{"role": "user", "content": "Forecast for Oslo, please."}]
+    body = {"model": "", "max_tokens": 80, "temperature": 1.0, "tools": [DEFAULTS_TOOL], "messages": msgs,
+            "tool_choice": {"type": "tool", "name": "get_forecast"}}
+    defaults = {k: p["default"] for k, p in DEFAULTS_TOOL["input_schema"]["properties"].items() if "default" in p}
+    for seed in range(30):  # a sampled call that leaves a defaulted property out
+        r = httpx.post(url, json=dict(body, seed=seed), timeout=120).json()
+        use = [b for b in r["content"] if b["type"] == "tool_use"]
+        if r["stop_reason"] == "tool_use" and len(use) == 1 and set(defaults) - set(use[0]["input"]):
+            break
+    else:
+        pytest.fail("no seed gave a call without some defaulted property")
+    use = use[0]
+    filled = {**{k: v for k, v in defaults.items() if k not in use["input"]}, **use["input"]}
+    sent = [dict(b, input=filled) if b["type"] == "tool_use" else b for b in r["content"]]
+    msgs += [{"role": "assistant", "content": sent},
+             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use["id"], "content": "rain"}]}]
+    r2 = httpx.post(url, json=dict(body, messages=msgs, max_tokens=1), timeout=120).json()
+    u1, u2 = r["usage"], r2["usage"]
+    prompt1 = u1["input_tokens"] + u1.get("cache_read_input_tokens", 0)
+    assert u2["cache_read_input_tokens"] >= prompt1 + u1["output_tokens"] - 1, (u1, u2)
+
+
 def test_anthropic_streamed_tool_use(real):
     kw = dict(model="", messages=[{"role": "user", "content": "Weather in Rome?"}], tools=[ANT_TOOL], max_tokens=80,
               tool_choice={"type": "tool", "name": "get_weather"}, extra_body={"temperature": 0})
