@@ -182,6 +182,18 @@ TEST(prompt_replay_schema_defaults) {
     json_decref(tools);
 }
 
+/* Claude Code drops a whitespace-only text block (a native-format model's
+ * "\n\n" before its call) when it sends the turn back: the turn's key
+ * is the same without it; any other text still counts. */
+TEST(prompt_native_turn_key_blank_content) {
+    const char *names[] = {"Read"}, *args[] = {"{\"file_path\":\"a\"}"};
+    char *none = replay_native_turn_key("", names, args, 1), *ws = replay_native_turn_key("\n\n \t", names, args, 1);
+    char *text = replay_native_turn_key(" ok\n", names, args, 1);
+    CHECK(!strcmp(none, ws));
+    CHECK(strcmp(none, text) != 0);
+    free(none), free(ws), free(text);
+}
+
 /* ---- harmony (gpt-oss) ------------------------------------------------------
  * The gpt-oss template renders an assistant turn its own way: a call's
  * recipient before its channel and no <|constrain|> (the model writes

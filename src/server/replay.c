@@ -179,7 +179,14 @@ int replay_load(replay_store *r, const char *path, const uint8_t model_fp[32]) {
 }
 /* ---- replay keys and rendering ------------------------------------------------ */
 
+/* Whether s is empty or only whitespace. */
+static int blank(const char *s) {
+    while (*s == ' ' || *s == '\n' || *s == '\t' || *s == '\r') s++;
+    return !*s;
+}
+
 char *replay_native_turn_key(const char *content, const char *const *names, const char *const *args, int n) {
+    if (blank(content)) content = ""; /* a client may drop a whitespace-only text block (Claude Code does) */
     char *calls = render_generic_calls_text(names, args, n);
     size_t a = strlen(content), b = strlen(calls);
     char *key = xmalloc(a + b + 10);

@@ -61,7 +61,9 @@ char *replay_js_numbers(const char *args);
 char *replay_schema_defaults(const json_t *tools, const char *name, const char *args);
 
 /* What exact replay remembers a native-format tool-call turn by (its
- * content and its calls, as the client sends them back). Caller frees. */
+ * content and its calls, as the client sends them back; content of only
+ * whitespace counts as none: Claude Code drops such a text block before
+ * a call when it sends the turn back). Caller frees. */
 char *replay_native_turn_key(const char *content, const char *const *names, const char *const *args, int n);
 
 /* render_messages with remembered replies put back as the model's exact
