@@ -33,7 +33,9 @@ static void log_request(const api_call *c) {
         log_info("request %s %s status=%d", c->method, c->path, c->status);
         return;
     }
-    int prefilled = st->n_prompt - st->n_cached;
+    /* computed as last seen: a request whose client left mid-prefill stops short of its prompt */
+    int prefilled = st->n_prompt_done > st->n_cached ? st->n_prompt_done - st->n_cached : 0;
+    const char *finish = g->done ? gen_finish_word(g) : "cancelled"; /* the client left before the end */
     double prefill_ms = g->t_first ? g->t_first - g->t_start : 0;
     double end = g->t_done ? g->t_done : clock_ms(); /* a cancelled request stops at its cancel */
     double decode_ms = g->t_first ? end - g->t_first : 0;
@@ -41,7 +43,7 @@ static void log_request(const api_call *c) {
              "prefill_tok_s=%.1f decode_tok_s=%.1f finish=%s%s%s%s",
              c->method, c->path, c->status, st->n_prompt, st->n_cached, st->n_cached - st->n_cached_disk,
              st->n_cached_disk, prefilled, g->n_tokens, per_s(prefilled, prefill_ms),
-             per_s(g->n_tokens > 1 ? g->n_tokens - 1 : 0, decode_ms), gen_finish_word(g),
+             per_s(g->n_tokens > 1 ? g->n_tokens - 1 : 0, decode_ms), finish,
              c->ignored.n ? " ignored=\"" : "", ignored_text(&c->ignored), c->ignored.n ? "\"" : "");
 }
 
