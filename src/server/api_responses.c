@@ -106,6 +106,11 @@ static int parse_options(resp_call *c, char *why, size_t cap) {
         return -1;
     }
     if (parse_tools(c, why, cap) || parse_text_format(c, why, cap)) return -1;
+    const json_t *prompt = json_object_get(c->a.req, "prompt"); /* a template stored on OpenAI's servers */
+    if (prompt && !json_is_null(prompt) &&
+        ignored_note(&c->a.ignored, why, cap, "prompt (a stored prompt template lives on OpenAI's servers; the "
+                     "request's own instructions and input are served)"))
+        return -1;
     return params_sampling(c->a.req, "stop", &c->a.srv->sampling, &c->a.gp, why, cap);
 }
 
