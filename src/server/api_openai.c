@@ -170,6 +170,14 @@ static int chat_prompt_ids(oai_call *c, int32_t **ids, size_t *n, prompt_cache_i
 static int completion_prompt_ids(oai_call *c, int32_t **ids, size_t *n, char *why, size_t cap) {
     const json_t *p = json_object_get(c->a.req, "prompt");
     const server *s = c->a.srv;
+    const json_t *first = json_array_get(p, 0);
+    if (json_is_string(first) || json_is_array(first)) { /* a batch of prompts: the first is answered */
+        size_t more = json_array_size(p) - 1;
+        if (more && ignored_note(&c->a.ignored, why, cap, "prompt[1..%zu] (a batch of prompts: the first is answered)",
+                                 more))
+            return -1;
+        p = first;
+    }
     if (json_is_string(p)) {
         chat_prompt cp = {0};
         chat_prompt_add(&cp, json_string_value(p), strlen(json_string_value(p)), 0);
@@ -201,39 +209,6 @@ static int completion_prompt_ids(oai_call *c, int32_t **ids, size_t *n, char *wh
 
 /* ---- parameters ------------------------------------------------------------ */
 
-/* tool_choice {"type": "allowed_tools", "allowed_tools": {"mode", "tools"}}:
- * every tool stays listed in the prompt (so the prefix stays the same
- * whatever is allowed), calls are constrained to the allowed ones. */
-static int parse_allowed_tools(oai_call *c, const json_t *tools, const json_t *at, char *why, size_t cap) {
-    const char *mode = json_string_value(json_object_get(at, "mode"));
-    const json_t *list = json_object_get(at, "tools"), *t;
-    if (!mode || (strcmp(mode, "auto") && strcmp(mode, "required")) || !json_is_array(list)) {
-        snprintf(why, cap, "'tool_choice.allowed_tools' must have mode auto or required and a 'tools' array");
-        return -1;
-    }
-    json_t *allowed = json_array();
-    size_t i;
-    json_array_foreach(list, i, t) {
-        const char *name = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
-        if (!name) name = json_string_value(json_object_get(t, "name"));
-        if (!name || !prompt_tool_known(tools, name)) {
-            snprintf(why, cap, "'tool_choice.allowed_tools.tools[%zu]' must name a function in 'tools'", i);
-            json_decref(allowed);
-            return -1;
-        }
-        size_t k;
-        const json_t *d;
-        json_array_foreach(tools, k, d)
-            if (!strcmp(json_string_value(json_object_get(json_object_get(d, "function"), "name")), name))
-                json_array_append(allowed, (json_t *)d);
-    }
-    c->allowed = allowed;
-    c->a.pt.shown = tools;
-    c->a.pt.tools = json_array_size(allowed) ? allowed : NULL;
-    c->a.pt.required = !strcmp(mode, "required") && c->a.pt.tools;
-    return 0;
-}
-
 /* The deprecated `function_call` ("none" | "auto" | {"name"}) as the
  * tool_choice it became. */
 static json_t *legacy_tool_choice(const json_t *fc) {
@@ -252,8 +227,14 @@ static int parse_tool_choice(oai_call *c, const json_t *tools, char *why, size_t
     }
     const char *word = json_string_value(tc);
     const char *type = json_string_value(json_object_get(tc, "type"));
-    if (type && !strcmp(type, "allowed_tools"))
-        return parse_allowed_tools(c, tools, json_object_get(tc, "allowed_tools"), why, cap);
+    if (type && !strcmp(type, "allowed_tools")) {
+        if (prompt_allowed_tools(tools, json_object_get(tc, "allowed_tools"), &c->allowed, &c->a.pt.required, why,
+                                 cap))
+            return -1;
+        c->a.pt.shown = tools;
+        c->a.pt.tools = c->allowed;
+        return 0;
+    }
     if (!tc || json_is_null(tc) || (word && !strcmp(word, "auto"))) return 0;
     if (word && !strcmp(word, "none")) {
         c->a.pt.tools = NULL;
