@@ -63,6 +63,14 @@ all: strata
 # The version `strata --version` prints: the commit, from git when there is one.
 STRATA_VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 build/src/main.o: override CFLAGS += -DSTRATA_VERSION='"$(STRATA_VERSION)"'
+# main.o is rebuilt when the version changes (a GPU run's log must name
+# the commit it ran: `strata --version` was stale there once).
+VERSION_STAMP := build/.version
+$(VERSION_STAMP): FORCE
+	@mkdir -p build && (echo '$(STRATA_VERSION)' | cmp -s - $@ || echo '$(STRATA_VERSION)' > $@)
+build/src/main.o: $(VERSION_STAMP)
+.PHONY: FORCE
+FORCE:
 
 # Binaries relink when CUDA= changes (the stamp names the mode).
 CUDA_STAMP := build/.cuda-$(CUDA)

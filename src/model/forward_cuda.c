@@ -487,6 +487,6 @@ int fwdc_run_batch(fwdc *c, const fwd_batch *b, float *logits, strata_err *err) 
     if (rc || (rc = fill_tables(c, b, err))) return rc;
     if (cuda_upload(c->tok, b->tokens, (size_t)b->n * sizeof(int32_t), err)) return err->code;
     if ((rc = queue_pass(c, b->n, 0, err))) return rc;
-    if (c->n_out == 0) return cuda_sync(err);
+    if (c->n_out == 0 || !logits) return cuda_sync(err); /* no rows wanted, or the caller wants none back */
     return cuda_download(logits, c->logits, (size_t)c->n_out * c->m->hp.n_vocab * sizeof(float), err);
 }

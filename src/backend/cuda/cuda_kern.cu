@@ -613,11 +613,11 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const floa
         /* scores: each K row once for the warp's rows (each row's dot
          * still runs over head_dim in order) */
         float a[AT_RPW];
-        const __half2 *kr = sk + lane * (D2 + 1);
+        const __half2 *krow = sk + lane * (D2 + 1); /* this lane's key (not kr, the kernel's kv_ref) */
 #pragma unroll
         for (int r = 0; r < AT_RPW; r++) a[r] = 0.0f;
         for (int d2 = 0; d2 < D2; d2++) {
-            float2 kf = __half22float2(kr[d2]);
+            float2 kf = __half22float2(krow[d2]);
 #pragma unroll
             for (int r = 0; r < AT_RPW; r++) {
                 int row = warp + 4 * r;
