@@ -34,7 +34,9 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 # Hopper machine code (sm_90a), and PTX for Ampere and later to compile at load.
 CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=compute_80
 NVCCFLAGS ?= -O3
-override NVCCFLAGS += -std=c++17 -fmad=false -Isrc $(CUDA_ARCH) -Xcompiler -Wall -MMD -MP
+# Strict: any warning of nvcc, its host compiler or ptxas fails the build.
+override NVCCFLAGS += -std=c++17 -fmad=false -Isrc $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Wno-unused-parameter \
+                      -Werror all-warnings -MMD -MP
 ifeq ($(CUDA),1)
 SRC      := $(filter-out src/backend/cuda/cuda_none.c,$(SRC))
 CU_OBJ   := $(patsubst %.cu,build/%.o,$(shell find src -name '*.cu' | sort))

@@ -35,7 +35,7 @@
 # Env: STRATA (./strata), TESTS (build/strata-tests), SERVE_CHECK
 # (scripts/gpu-serve-check.py), TEST_DATA_DIR (tests/data/gen), TOOLS
 # (tools), PYTHON (python3), OUT (where the logs go: a temp dir), REPS (10:
-# bench repetitions), BUDGET_S (420), KEEP_MODEL (make the synthetic
+# bench repetitions), BUDGET_S (360), KEEP_MODEL (make the synthetic
 # model at this path and leave it: gpu-peer.sh times llama.cpp on it),
 # PREV, QT_SWEEP, PROFILE (above), STEPS (names of the steps to run, e.g.
 # "env unit"; all by default).
@@ -49,8 +49,13 @@ TESTS=${TESTS:-build/strata-tests}
 TOOLS=${TOOLS:-tools}
 PYTHON=${PYTHON:-python3}
 REPS=${REPS:-10}
-BUDGET_S=${BUDGET_S:-420}
+BUDGET_S=${BUDGET_S:-360}
 STEPS=${STEPS:-env data unit model greedy serve bench sanitizer nograph nofuse cpu optional}
+# what the chosen steps need runs too: the test models, the synthetic model
+case " $STEPS " in *" unit "* | *" sanitizer "*) STEPS="data $STEPS" ;; esac
+case " $STEPS " in *" greedy "* | *" serve "* | *" bench "* | *" nograph "* | *" nofuse "* | *" cpu "* | *" optional "*)
+    STEPS="model $STEPS" ;;
+esac
 export TEST_DATA_DIR=${TEST_DATA_DIR:-tests/data/gen}
 LOGS=${OUT:-$(mktemp -d)}
 mkdir -p "$LOGS"
