@@ -153,15 +153,19 @@ test: test-deps
 # On a CUDA GPU machine (src/backend/cuda/README.md): the GPU unit tests,
 # whole-model checks against the CPU backend, then `strata bench --device
 # cuda` on a SmolLM2-shaped synthetic model (scripts/test-gpu.sh).
+# The generated models the GPU tests open (made there when missing).
+GPU_TEST_MODELS = $(shell grep -o '"\(llama\|qwen[0-9]*\|gemma3\)-[a-z0-9_]*"' tests/test_cuda.c | tr -d '"' | sort -u)
 test-gpu:
 	@$(MAKE) --no-print-directory CUDA=1 strata build/strata-tests
-	scripts/test-gpu.sh
+	GPU_TEST_MODELS="$(GPU_TEST_MODELS)" scripts/test-gpu.sh
 
-# The same check for a bare GPU machine: binaries, libraries, test models
-# and tools in one folder (BUNDLE=dir; run dir/run.sh there).
+# The same check for a bare GPU machine: binaries, libraries, the tools
+# that make the test models there, in one folder and DIR.tar.xz, what a
+# device call carries (BUNDLE=dir; run dir/run.sh there;
+# src/backend/cuda/README.md, "First run on a GPU").
 gpu-bundle:
 	@$(MAKE) --no-print-directory CUDA=1 strata build/strata-tests
-	scripts/gpu-bundle.sh $${BUNDLE:-build/gpu-bundle}
+	GPU_TEST_MODELS="$(GPU_TEST_MODELS)" scripts/gpu-bundle.sh $${BUNDLE:-build/gpu-bundle}
 
 run: deps
 	@$(MAKE) --no-print-directory strata model

@@ -8,7 +8,8 @@
 # synthetic test models and their float64 reference logits there in
 # tools/ (the names in data/gpu-test-models.txt).
 #
-#   scripts/gpu-bundle.sh DIR      (after `make CUDA=1 strata build/strata-tests`)
+#   make gpu-bundle                (builds with CUDA=1, then this script with GPU_TEST_MODELS)
+#   scripts/gpu-bundle.sh DIR      (what make runs)
 #   DIR/run.sh                     (there: scripts/test-gpu.sh with these paths)
 #
 # Also DIR.tar.xz, what travels: the lent machine receives the working
@@ -43,10 +44,10 @@ strip --strip-debug "$dir/strata" "$dir/strata-tests" # 15 MB -> 5 MB: the trip 
 ldd strata build/strata-tests | awk '$3 ~ /^\// {print $3}' | sort -u |
     grep -vE '/(libc|libm|libdl|librt|libpthread|libgcc_s|ld-linux[^/]*)\.so' |
     while read -r so; do cp -L "$so" "$dir/lib/"; done
-# The generated models the GPU tests open (by name in tests/test_cuda.c)
-# are made there with their float64 reference logits (test-gpu.sh's data
+# The generated models the GPU tests open (GPU_TEST_MODELS: the Makefile
+# takes their names from tests/test_cuda.c) are made there with their float64 reference logits (test-gpu.sh's data
 # step: seconds, the same bytes), not carried: ~17 MB that hardly compress.
-grep -o '"\(llama\|qwen[0-9]*\|gemma3\)-[a-z0-9_]*"' tests/test_cuda.c | tr -d '"' | sort -u | tr '\n' ' ' > "$dir/data/gpu-test-models.txt"
+echo ${GPU_TEST_MODELS:?the models the GPU tests open: make gpu-bundle sets GPU_TEST_MODELS} > "$dir/data/gpu-test-models.txt"
 cp tools/synth_smollm2.py tools/synth_qwen35.py tools/testdata_models.py tools/testdata_reflogits.py \
     tools/ref_forward.py tools/gen_gpu_testdata.py "$dir/tools/"
 pkg=$(python3 -c 'import gguf, os; print(os.path.dirname(gguf.__file__))')

@@ -56,11 +56,12 @@ case " $STEPS " in *" unit "* | *" sanitizer "*) STEPS="data $STEPS" ;; esac
 case " $STEPS " in *" greedy "* | *" serve "* | *" bench "* | *" nograph "* | *" nofuse "* | *" cpu "* | *" optional "*)
     STEPS="model $STEPS" ;;
 esac
-export TEST_DATA_DIR=${TEST_DATA_DIR:-tests/data/gen}
+abs() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; } # the tools run from $TOOLS
+export TEST_DATA_DIR=$(abs "${TEST_DATA_DIR:-tests/data/gen}")
 LOGS=${OUT:-$(mktemp -d)}
 mkdir -p "$LOGS"
 WORK=$(mktemp -d)
-SMOL=${KEEP_MODEL:-$WORK/smollm2-135m-synth-q4_1.gguf}
+SMOL=$(abs "${KEEP_MODEL:-$WORK/smollm2-135m-synth-q4_1.gguf}")
 SUMMARY=$LOGS/summary.txt
 T0=$(date +%s)
 export STRATA TESTS TOOLS PYTHON REPS WORK SMOL LOGS
