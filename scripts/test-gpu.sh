@@ -22,8 +22,8 @@
 #              pool, from the RAM tier, from the disk after a restart, the
 #              same bytes (scripts/gpu-serve-check.py)
 #   bench      `strata bench --device cuda` pp512/tg128, then at depth 4096
-#   sanitizer  compute-sanitizer memcheck over the paged pass and the tiers
-#              on the GPU (the code that has never run on one)
+#   sanitizer  compute-sanitizer memcheck over the paged pass, the tiers
+#              on the GPU and gemma3 (the code that has never run on one)
 #   nograph, nofuse, cpu   decode without the graph, separate kernels, the
 #              machine's CPU: for comparison
 #   optional   PREV (another strata binary, benched beside this one),
@@ -164,9 +164,9 @@ bench_gpu() {
 
 sanitizer() {
     command -v compute-sanitizer > /dev/null || { echo "no compute-sanitizer on this machine"; return 1; }
-    # the code never run on a GPU before: the paged pass, the tiers on cuda_devmem
+    # the code never run on a GPU before: the paged pass, the tiers on cuda_devmem, gemma3's window
     STRATA_TEST_GPU=1 compute-sanitizer --tool memcheck --error-exitcode 3 --target-processes all \
-        "$TESTS" 'gpu_paged_*' 'gpu_tiers_*' > "$LOGS/sanitizer.log" 2>&1
+        "$TESTS" 'gpu_paged_*' 'gpu_tiers_*' 'gpu_gemma3_*' > "$LOGS/sanitizer.log" 2>&1
     local rc=$?
     grep -E "^(ok|FAIL|skip) |passed|ERROR SUMMARY|Invalid|out of bounds" "$LOGS/sanitizer.log" | head -40
     return $rc
@@ -231,7 +231,7 @@ sed 's/^/          /' "$WORK/greedy.txt" >> "$SUMMARY" 2>/dev/null
 step serve 150 "serve --device cuda: cold, GPU pool, RAM tier, disk after a restart, the same bytes" serve
 grep -E "^gpu-serve-check:|^(cold|again|evicted|restart)" "$WORK/serve.txt" 2>/dev/null | cut -c1-150 | sed 's/^/          /' >> "$SUMMARY"
 step bench 150 "bench on the GPU: pp512, tg128 ($REPS reps), then at depth 4096 (3 reps)" bench_gpu
-step sanitizer 150 "compute-sanitizer memcheck: the paged pass, the tiers on the GPU" sanitizer
+step sanitizer 150 "compute-sanitizer memcheck: the paged pass, the tiers on the GPU, gemma3" sanitizer
 step nograph 60 "decode without the graph (STRATA_CUDA_GRAPH=0)" bench_nograph
 step nofuse 60 "separate kernels (STRATA_CUDA_FUSE=0)" bench_nofuse
 step cpu 120 "bench on this machine's CPU, for scale (3 reps)" bench_cpu
