@@ -169,7 +169,7 @@ int cli_bench(int argc, char **argv) {
         {"--n-gen", "-n", ARG_INT, &o.n_gen, 0, 1 << 20, "generated tokens (128)"},
         {"--depth", "-d", ARG_INT, &o.depth, 0, 1 << 20, "tokens prefilled untimed before each test (0)"},
         {"--threads", "-t", ARG_INT, &o.threads, 1, 1024, "threads (one per core)"},
-        {"--device", NULL, ARG_STR, &o.device, 0, -1, "cpu or cuda (cpu; cuda: llama, qwen2, qwen3; gemma3 not yet run on a GPU)"},
+        {"--device", NULL, ARG_STR, &o.device, 0, -1, "cpu or cuda (cpu; cuda: llama, qwen2, qwen3)"},
         {"--kv-type", NULL, ARG_STR, &o.kv_type, 0, -1, KVQ_HELP},
         {"--reps", "-r", ARG_INT, &o.reps, 1, 1000, "measured repetitions (5)"},
         {"--json", NULL, ARG_FLAG, &o.json, 0, -1, "print one JSON object"},

@@ -150,7 +150,7 @@ int cli_run(int argc, char **argv) {
         {"--chat-template-file", NULL, ARG_STR, &o.template_file, 0, -1, "Jinja chat template for --chat"},
         {"--threads", "-t", ARG_INT, &o.threads, 1, 1024, "threads (one per core)"},
         {"--ctx", "-c", ARG_INT, &o.ctx, 16, 1 << 22, "context tokens (min(train, 4096))"},
-        {"--device", NULL, ARG_STR, &o.device, 0, -1, "cpu or cuda (cpu; cuda: llama, qwen2, qwen3; gemma3 not yet run on a GPU)"},
+        {"--device", NULL, ARG_STR, &o.device, 0, -1, "cpu or cuda (cpu; cuda: llama, qwen2, qwen3)"},
         {"--kv-type", NULL, ARG_STR, &o.kv_type, 0, -1, KVQ_HELP},
         {"--quiet", "-q", ARG_FLAG, &o.quiet, 0, -1, "no speed report"},
         {"--help", "-h", ARG_FLAG, &o.help, 0, -1, "this help"},
