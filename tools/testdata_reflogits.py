@@ -53,17 +53,21 @@ def oracle_tokens(path):
 
 def generate(outdir):
     for path in sorted(glob.glob(os.path.join(outdir, "models", "*.gguf"))):
-        if os.path.basename(path).startswith(NO_REFERENCE):
-            continue
-        m = RefModel(path)
-        n_vocab = m.t["token_embd.weight"].shape[0]
-        toks = oracle_tokens(GPTOSS_PROMPT) if m.gptoss else reference_tokens(n_vocab)
-        logits = m.forward(toks).astype(np.float32)
-        min_gap = MIN_ROUTER_GAP_GPTOSS if m.gptoss else MIN_ROUTER_GAP
-        if m.router_gap < min_gap:
-            raise SystemExit(f"{path}: a routing decision has a logit gap of {m.router_gap:.6f} "
-                             f"(< {min_gap}): pick another router_seed in testdata_models.py")
-        with open(path[:-5] + ".ref", "wb") as f:
-            f.write(struct.pack("<II", len(toks), n_vocab))
-            f.write(np.asarray(toks, dtype="<i4").tobytes())
-            f.write(logits.astype("<f4").tobytes())
+        if not os.path.basename(path).startswith(NO_REFERENCE):
+            write_ref(path)
+
+
+def write_ref(path):
+    """NAME.ref beside the model at path (the layout above)."""
+    m = RefModel(path)
+    n_vocab = m.t["token_embd.weight"].shape[0]
+    toks = oracle_tokens(GPTOSS_PROMPT) if m.gptoss else reference_tokens(n_vocab)
+    logits = m.forward(toks).astype(np.float32)
+    min_gap = MIN_ROUTER_GAP_GPTOSS if m.gptoss else MIN_ROUTER_GAP
+    if m.router_gap < min_gap:
+        raise SystemExit(f"{path}: a routing decision has a logit gap of {m.router_gap:.6f} "
+                         f"(< {min_gap}): pick another router_seed in testdata_models.py")
+    with open(path[:-5] + ".ref", "wb") as f:
+        f.write(struct.pack("<II", len(toks), n_vocab))
+        f.write(np.asarray(toks, dtype="<i4").tobytes())
+        f.write(logits.astype("<f4").tobytes())
