@@ -21,6 +21,7 @@
 #include "server/prompt.h"
 #include "server/api_call.h"
 #include "server/api_stream.h"
+#include "server/resp_tools.h"
 
 #define POLL_MS 1000 /* stream keep-alive period while nothing is generated */
 
@@ -29,6 +30,10 @@ typedef struct oai_call {
     int chat, include_usage, logprobs;
     int legacy_functions; /* the request used `functions`: the reply is one `function_call` */
     json_t *allowed;      /* tool_choice allowed_tools: the callable ones (pt.tools borrows them) */
+    json_t *custom;       /* names of the custom tools (free-text input), as an object's keys */
+    char *call_args;      /* streaming a custom tool's call: its arguments so far */
+    size_t call_args_len, input_sent; /* ...and how much of its input went out */
+    int open_custom;      /* the call being streamed is a custom tool's */
     long created;
     int n_logprob_done;
     long text_offset; /* completions logprobs: bytes of text so far */
@@ -66,9 +71,16 @@ static json_t *normal_tool_calls(const json_t *calls, size_t mi, char *why, size
     size_t i;
     const json_t *c;
     json_array_foreach(calls, i, c) {
-        const json_t *fn = json_object_get(c, "function");
-        const char *name = json_string_value(json_object_get(fn, "name"));
+        const json_t *fn = json_object_get(c, "function"), *custom = json_object_get(c, "custom");
+        const char *name = json_string_value(json_object_get(fn ? fn : custom, "name"));
         const json_t *args = json_object_get(fn, "arguments");
+        if (!fn && custom) { /* a custom tool's call: what the model wrote, {"input": ...} */
+            const json_t *in = json_object_get(custom, "input");
+            json_array_append_new(out, json_pack("{s:O*,s:s,s:{s:s,s:{s:O}}}", "id", json_object_get(c, "id"), "type",
+                                                 "function", "function", "name", name ? name : "", "arguments",
+                                                 "input", in ? in : json_string("")));
+            continue;
+        }
         if (!name) {
             snprintf(why, cap, "messages[%zu].tool_calls[%zu].function.name must be a string", mi, i);
             json_decref(out);
@@ -245,6 +257,7 @@ static int parse_tool_choice(oai_call *c, const json_t *tools, char *why, size_t
         return 0;
     }
     const char *name = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
+    if (!name) name = json_string_value(json_object_get(json_object_get(tc, "custom"), "name")); /* {"type": "custom"} */
     if (!name || !prompt_tool_known(tools, name)) {
         snprintf(why, cap, "'tool_choice' must be none, auto, required or a function named in 'tools'");
         return -1;
@@ -268,6 +281,28 @@ static void legacy_functions(oai_call *c) {
     c->a.gp.one_call = 1;
 }
 
+/* {"type": "custom", "custom": {"name", "description", "format"}}: offered
+ * as a function taking {"input": <string>} (resp_tools.h); its calls are
+ * answered as custom calls with that input. */
+static int add_custom_tool(oai_call *c, const json_t *t, size_t i, json_t *served, char *why, size_t cap) {
+    const json_t *def = json_object_get(t, "custom");
+    const char *name = json_string_value(json_object_get(def, "name"));
+    char where[32];
+    snprintf(where, sizeof where, "tools[%zu]", i);
+    if (!name || !*name) {
+        snprintf(why, cap, "'%s' must be {\"type\": \"custom\", \"custom\": {\"name\": ...}}", where);
+        return -1;
+    }
+    json_t *fn = resp_tools_custom_function(def, where, why, cap);
+    if (!fn) return -1;
+    json_array_append_new(served, fn);
+    if (!c->custom) c->custom = json_object();
+    json_object_set_new(c->custom, name, json_true());
+    return 0;
+}
+
+static int is_custom(const oai_call *c, const char *name) { return json_object_get(c->custom, name) != NULL; }
+
 static int parse_tools(oai_call *c, char *why, size_t cap) {
     legacy_functions(c);
     const json_t *tools = json_object_get(c->a.req, "tools"), *t;
@@ -280,7 +315,11 @@ static int parse_tools(oai_call *c, char *why, size_t cap) {
     json_t *served = json_array();
     json_array_foreach(tools, i, t) {
         const char *type = json_string_value(json_object_get(t, "type"));
-        if (type && strcmp(type, "function")) { /* custom tools, types newer than this server: left out, named */
+        if (type && !strcmp(type, "custom")) {
+            if (add_custom_tool(c, t, i, served, why, cap)) goto fail;
+            continue;
+        }
+        if (type && strcmp(type, "function")) { /* types newer than this server: left out, named */
             if (ignored_note(&c->a.ignored, why, cap, "tools[%zu]: tool type '%s' (not offered to the model)", i, type))
                 goto fail;
             continue;
@@ -483,13 +522,24 @@ static json_t *envelope(const oai_call *c, int chunk) {
 
 /* ---- whole replies ---------------------------------------------------------- */
 
+/* One call of a whole reply: a function call, or a custom tool's call
+ * with its input. */
+static json_t *call_json(oai_call *c, int i, const char *name, const char *args) {
+    if (!is_custom(c, name))
+        return json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", call_id(c, i), "type", "function", "function", "name", name,
+                         "arguments", args);
+    char *in = resp_tools_custom_input(args, strlen(args));
+    json_t *out = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", call_id(c, i), "type", "custom", "custom", "name", name,
+                            "input", in ? in : "");
+    free(in);
+    return out;
+}
+
 static json_t *whole_tool_calls(oai_call *c) {
     const char **names, **args;
     int n = tc_calls(c->a.g.tc, &names, &args);
     json_t *arr = json_array();
-    for (int i = 0; i < n; i++)
-        json_array_append_new(arr, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", call_id(c, i), "type", "function",
-                                             "function", "name", names[i], "arguments", args[i]));
+    for (int i = 0; i < n; i++) json_array_append_new(arr, call_json(c, i, names[i], args[i]));
     return arr;
 }
 
@@ -531,8 +581,7 @@ static json_t *whole_choice(oai_call *c, const char *text, size_t len) {
     if (calls) json_object_set_new(msg, "tool_calls", whole_tool_calls(c));
     if (open)
         json_array_append_new(json_object_get(msg, "tool_calls"),
-                              json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", call_id(c, c->a.g.n_calls_done), "type",
-                                        "function", "function", "name", open_name, "arguments", open_args));
+                              call_json(c, c->a.g.n_calls_done, open_name, open_args));
     if (c->legacy_functions) legacy_reply_call(msg);
     json_object_set_new(ch, "message", msg);
     return ch;
@@ -568,6 +617,36 @@ static void emit_chunk(oai_call *c, json_t *delta, const char *finish) {
     sse_event(&c->a.st.out, NULL, ev);
 }
 
+static int begins_custom(const oai_call *c, const tc_event *e) {
+    char name[256];
+    snprintf(name, sizeof name, "%.*s", (int)e->len, e->text);
+    return is_custom(c, name);
+}
+
+/* A custom tool's call streamed: the first delta carries id, type and
+ * name, later ones its input as it grows (decoded from the arguments
+ * JSON written so far). */
+static void emit_custom_delta(oai_call *c, const tc_event *e) {
+    if (e->kind == TC_EV_CALL_BEGIN) {
+        c->open_custom = 1;
+        c->call_args_len = c->input_sent = 0;
+        emit_chunk(c, json_pack("{s:[{s:i,s:s,s:s,s:{s:o,s:s}}]}", "tool_calls", "index", e->index, "id",
+                                call_id(c, e->index), "type", "custom", "custom", "name", json_text(e->text, e->len),
+                                "input", ""), NULL);
+        return;
+    }
+    c->call_args = xrealloc(c->call_args, c->call_args_len + e->len + 1);
+    memcpy(c->call_args + c->call_args_len, e->text, e->len);
+    c->call_args_len += e->len;
+    char *in = resp_tools_custom_input(c->call_args, c->call_args_len);
+    size_t n = in ? strlen(in) : 0;
+    if (n > c->input_sent)
+        emit_chunk(c, json_pack("{s:[{s:i,s:{s:o}}]}", "tool_calls", "index", e->index, "custom", "input",
+                                json_text(in + c->input_sent, n - c->input_sent)), NULL);
+    if (n > c->input_sent) c->input_sent = n;
+    free(in);
+}
+
 /* One parser event as a chunk: content, or a tool-call delta (the first
  * carries id and name, later ones argument fragments). */
 static void emit_event(oai_call *c, const tc_event *e) {
@@ -577,6 +656,11 @@ static void emit_event(oai_call *c, const tc_event *e) {
     }
     if (e->kind == TC_EV_REASONING) {
         if (c->chat) emit_chunk(c, json_pack("{s:o}", "reasoning_content", json_text(e->text, e->len)), NULL);
+        return;
+    }
+    if (c->chat && (e->kind == TC_EV_CALL_BEGIN ? begins_custom(c, e) : c->open_custom)) {
+        if (e->kind == TC_EV_CALL_END) c->open_custom = 0;
+        else emit_custom_delta(c, e);
         return;
     }
     if (e->kind == TC_EV_CALL_END || !c->chat) return;
@@ -652,7 +736,12 @@ void api_openai_fail(http_reply *rep, int code, const char *msg) {
 
 static void whole(api_call *a, const http_req *req, http_reply *rep) { answer_whole((oai_call *)a, req, rep); }
 
-static void oai_free(api_call *a) { json_decref(((oai_call *)a)->allowed); }
+static void oai_free(api_call *a) {
+    oai_call *c = (oai_call *)a;
+    json_decref(c->allowed);
+    json_decref(c->custom);
+    free(c->call_args);
+}
 
 static const api_dialect OPENAI = {.build = build, .fail = api_openai_fail, .produce = stream_produce, .whole = whole,
                                    .free = oai_free};

@@ -72,6 +72,10 @@ static int check_format(const json_t *t, const char *where, char *why, size_t ca
     return -1;
 }
 
+json_t *resp_tools_custom_function(const json_t *t, const char *where, char *why, size_t cap) {
+    return check_format(t, where, why, cap) ? NULL : custom_tool(t);
+}
+
 static int has_tool(const resp_tools *rt, const char *name) {
     size_t i;
     const json_t *t;
@@ -133,8 +137,9 @@ static int add_tool(resp_tools *rt, const json_t *t, const char *where, req_igno
     if (type && (!strcmp(type, "function") || !strcmp(type, "custom")) && json_is_string(name) &&
         json_string_length(name)) {
         if (!strcmp(type, "custom")) {
-            if (check_format(t, where, why, cap)) return -1;
-            json_array_append_new(rt->tools, custom_tool(t));
+            json_t *fn = resp_tools_custom_function(t, where, why, cap);
+            if (!fn) return -1;
+            json_array_append_new(rt->tools, fn);
             json_object_set_new(rt->kinds, json_string_value(name), json_string("custom"));
             return 0;
         }

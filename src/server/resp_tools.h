@@ -53,6 +53,12 @@ int resp_tools_choice(const resp_tools *rt, const json_t *tc, int *none, const c
 
 resp_tool_kind resp_tools_kind(const resp_tools *rt, const char *name);
 
+/* A custom tool ({"name", "description", "format"}) as the function tool
+ * the model is offered (taking {"input": <string>}), or NULL with why
+ * (where: "tools[i]") when its format is not text or a grammar. Chat
+ * Completions' custom tools use it too. */
+json_t *resp_tools_custom_function(const json_t *t, const char *where, char *why, size_t cap);
+
 /* A custom tool's input: the "input" string of its arguments, complete or
  * cut part way (streaming). malloc'd, or NULL while none is written yet. */
 char *resp_tools_custom_input(const char *args, size_t len);

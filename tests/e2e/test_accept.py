@@ -180,7 +180,7 @@ def test_chat_completions_custom_tools_and_response_format_beside_tools(traced):
                                                   {"type": "image_url", "image_url": {"url": "data:,"}}]}]})
     assert r.status_code == 200, r.text
     ignored = r.headers["x-strata-ignored"]
-    assert "tools[1]: tool type 'custom'" in ignored and "response_format json_object" in ignored
+    assert "tools[1]" not in ignored and "response_format json_object" in ignored
     assert "messages[2].content[1]: image_url part" in ignored
     assert "n=2 (one choice is returned)" in ignored and len(r.json()["choices"]) == 1
 
@@ -268,3 +268,32 @@ def test_completions_prompt_batch_answers_the_first(traced):
     single = httpx.post(url, json={"prompt": ["hello there"], "max_tokens": 4, "temperature": 0}, timeout=60)
     assert single.status_code == 200 and "x-strata-ignored" not in single.headers
     assert single.json()["choices"][0]["text"] == one.json()["choices"][0]["text"]
+
+
+def test_chat_completions_custom_tool_calls(real):
+    """A Chat Completions custom tool (free-text input, e.g. apply_patch) is
+    offered; its call comes back as {"type": "custom", "custom": {"name",
+    "input"}}, streamed as input deltas that add up to the same input, and
+    sent back in history it replays as the model's own turn."""
+    url = real.url + "/v1/chat/completions"
+    patch = {"type": "custom", "custom": {"name": "apply_patch", "description": "Apply a patch.",
+                                          "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}}}
+    msgs = [{"role": "user", "content": "patch it: change x to y in a.py"}]
+    body = {"model": "", "max_tokens": 40, "temperature": 0, "tools": [patch], "messages": msgs,
+            "tool_choice": {"type": "custom", "custom": {"name": "apply_patch"}}}
+    r = httpx.post(url, json=body, timeout=60).json()
+    call = r["choices"][0]["message"]["tool_calls"][0]
+    assert call["type"] == "custom" and call["custom"]["name"] == "apply_patch", call
+    assert isinstance(call["custom"]["input"], str) and "function" not in call
+    with httpx.stream("POST", url, json=dict(body, stream=True), timeout=60) as s:
+        deltas = [d for l in s.iter_lines() if l.startswith("data: {")
+                  for ch in json.loads(l[6:])["choices"] for d in ch["delta"].get("tool_calls") or []]
+    assert deltas[0]["type"] == "custom" and deltas[0]["custom"]["name"] == "apply_patch"
+    assert "".join(d["custom"].get("input", "") for d in deltas) == call["custom"]["input"]
+    assert r["choices"][0]["finish_reason"] == "tool_calls", r  # a whole call: sent back, it is the model's turn
+    msgs += [{"role": "assistant", "content": None, "tool_calls": [call]},
+             {"role": "tool", "tool_call_id": call["id"], "content": "done"}]
+    r2 = httpx.post(url, json=dict(body, messages=msgs, max_tokens=1), timeout=60)
+    assert r2.status_code == 200, r2.text
+    u1, u2 = r["usage"], r2.json()["usage"]
+    assert u2["prompt_tokens_details"]["cached_tokens"] >= u1["prompt_tokens"] + u1["completion_tokens"] - 1
