@@ -116,10 +116,10 @@ static AMX void amx_prep_x(const uint8_t *const *x, int nt, int64_t nb, uint8_t 
     }
 }
 
-/* One weight row: 32 unsigned quants per block in element order, then
- * d[nb] and m[nb] as floats (the values lg_scales gives). */
-static AMX void amx_prep_w(qtype t, const uint8_t *w, int64_t nb, uint8_t *dst) {
-    float *d = (float *)(void *)(dst + 32 * nb), *m = d + nb;
+/* One weight row of a 16-row tile: block b's 32 unsigned quants in
+ * element order at q + 512 b (the A operand of block b is then 512
+ * contiguous bytes), d[b] and m[b] as floats (the values lg_scales gives). */
+static AMX void amx_prep_w(qtype t, const uint8_t *w, int64_t nb, uint8_t *q, float *d, float *m) {
     const int by = amx_blk(t);
     const __m128i m4 = _mm_set1_epi8(15);
     for (int64_t b = 0; b < nb; b++) {
@@ -131,15 +131,15 @@ static AMX void amx_prep_w(qtype t, const uint8_t *w, int64_t nb, uint8_t *dst) 
             m[b] = d[b] * -128.0f;
         } else {
             int qo = t == QT_Q4_0 ? 2 : t == QT_Q4_1 ? 4 : t == QT_Q5_0 ? 6 : 8;
-            __m128i q = _mm_loadu_si128((const void *)(p + qo));
-            u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
+            __m128i v = _mm_loadu_si128((const void *)(p + qo));
+            u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
             if (t == QT_Q5_0 || t == QT_Q5_1) /* bit j of qh: 16 in element j */
                 u = _mm256_mask_add_epi8(u, (__mmask32)quant_rd32(p + (t == QT_Q5_0 ? 2 : 4)), u,
                                          _mm256_set1_epi8(16));
             m[b] = t == QT_Q4_1 || t == QT_Q5_1 ? _cvtsh_ss(quant_rd16(p + 2))
                  : d[b] * (t == QT_Q4_0 ? -8.0f : -16.0f);
         }
-        _mm256_storeu_si256((void *)(dst + 32 * b), u);
+        _mm256_store_si256((void *)(q + AMX_R * 32 * b), u);
     }
 }
 
@@ -163,8 +163,7 @@ static AMX void amx_config(void) {
  * stored to c + 256 b two blocks later (tiles are not renamed: the store
  * and the tile's next zeroing do not wait on a product just issued). */
 typedef struct {
-    const uint8_t *w, *xb;
-    size_t ws;
+    const uint8_t *w, *xb; /* prepared quants (amx_prep_w), token tile (amx_prep_x) */
     int32_t *c;
     int b, nb;
 } amx_stream;
@@ -173,7 +172,7 @@ typedef struct {
 #define AMX_BLOCK(ct, at, xt, cs)                                                                                  \
     do {                                                                                                           \
         _tile_zero(ct);                                                                                            \
-        _tile_loadd(at, st->w + 32 * b, st->ws);                                                                   \
+        _tile_loadd(at, st->w + AMX_R * 32 * b, 32);                                                                \
         _tile_loadd(xt, st->xb + (size_t)b * AMX_XB, 64);                                                          \
         _tile_dpbusd(ct, at, xt);                                                                                  \
         if (b >= 2) _tile_stored(cs, st->c + 256 * (b - 2), 64);                                                   \
@@ -247,15 +246,13 @@ INL __m512 amx_row(const int32_t *c, const float *dw, const float *mw, const flo
  * (nt tokens) whose block sums are at c, then a 16 x 16 transpose so each
  * token's results are one store; meanwhile `next`'s tile products are
  * issued, a few blocks per row. */
-static AMX void amx_tile(const uint8_t *wp, int64_t nb, const uint8_t *xt, const int32_t *c, amx_stream *next,
+static AMX void amx_tile(const float *wd, int64_t nb, const uint8_t *xt, const int32_t *c, amx_stream *next,
                          int nr, int nt, float *y, int64_t ldy) {
-    const size_t ws = (size_t)nb * AMX_WB;
     const float *xd = (const float *)(const void *)(xt + (size_t)nb * AMX_XB), *xs = xd + 16 * nb;
     __m512i res[16];
     for (int m = 0; m < 16; m++) {
         if (next) amx_issue(next, (int)((m + 1) * nb / 16));
-        const float *dw = (const float *)(const void *)(wp + m * ws + 32 * nb);
-        res[m] = _mm512_castps_si512(amx_row(c + 16 * m, dw, dw + nb, xd, xs, nb));
+        res[m] = _mm512_castps_si512(amx_row(c + 16 * m, wd + m * nb, wd + (AMX_R + m) * nb, xd, xs, nb));
     }
     if (next) amx_flush(next);
     amx_tr16(res);
@@ -269,7 +266,8 @@ static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const vo
     const int ntt = (n_tok + AMX_T - 1) / AMX_T;
     const size_t xtb = (size_t)nb * (AMX_XB + 128), wtb = (size_t)AMX_R * nb * AMX_WB;
     uint8_t *buf = xaligned((size_t)ntt * xtb + wtb + (size_t)nb * 2048);
-    uint8_t *xb = buf, *wp = buf + (size_t)ntt * xtb;
+    uint8_t *xb = buf, *wp = buf + (size_t)ntt * xtb; /* wp: quants, then d and m of 16 rows */
+    float *wd = (float *)(void *)(wp + (size_t)AMX_R * 32 * nb);
     int32_t *c[2] = {(int32_t *)(void *)(wp + wtb), (int32_t *)(void *)(wp + wtb) + 256 * nb};
     for (int tt = 0; tt < ntt; tt++) {
         const uint8_t *xr[AMX_T];
@@ -281,15 +279,15 @@ static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const vo
     for (int r = r0; r < r1; r += AMX_R) {
         int nr = r1 - r < AMX_R ? r1 - r : AMX_R;
         for (int m = 0; m < AMX_R; m++) /* rows past r1: the last one again, results dropped */
-            amx_prep_w(t, (const uint8_t *)w + (size_t)(r + (m < nr ? m : nr - 1)) * wrb, nb,
-                       wp + (size_t)m * nb * AMX_WB);
-        amx_stream st = {wp, xb, (size_t)nb * AMX_WB, c[0], 0, (int)nb};
+            amx_prep_w(t, (const uint8_t *)w + (size_t)(r + (m < nr ? m : nr - 1)) * wrb, nb, wp + 32 * m,
+                       wd + m * nb, wd + (AMX_R + m) * nb);
+        amx_stream st = {wp, xb, c[0], 0, (int)nb};
         amx_issue(&st, (int)nb);
         amx_flush(&st);
         for (int tt = 0; tt < ntt; tt++) {
             int nt = n_tok - tt * AMX_T < AMX_T ? n_tok - tt * AMX_T : AMX_T;
-            amx_stream nx = {wp, xb + (size_t)(tt + 1) * xtb, (size_t)nb * AMX_WB, c[(tt + 1) & 1], 0, (int)nb};
-            amx_tile(wp, nb, xb + (size_t)tt * xtb, c[tt & 1], tt + 1 < ntt ? &nx : NULL, nr, nt,
+            amx_stream nx = {wp, xb + (size_t)(tt + 1) * xtb, c[(tt + 1) & 1], 0, (int)nb};
+            amx_tile(wd, nb, xb + (size_t)tt * xtb, c[tt & 1], tt + 1 < ntt ? &nx : NULL, nr, nt,
                      y + (size_t)tt * AMX_T * ldy + r, ldy);
         }
     }
