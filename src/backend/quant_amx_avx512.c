@@ -35,6 +35,7 @@
  *      contiguous store.
  * Does not: K-quants, MXFP4 (avx512 kernels), decode. */
 #include <immintrin.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -260,12 +261,44 @@ static AMX void amx_tile(const float *wd, int64_t nb, const uint8_t *xt, const i
     for (int n = 0; n < nt; n++) _mm512_mask_storeu_ps(y + n * ldy, rows, _mm512_castsi512_ps(res[n]));
 }
 
+/* A per-thread work buffer kept across calls (freed when the thread
+ * ends): a fresh ~0.5 MiB malloc per call came from new pages each time
+ * (glibc trims the heap top on free), and clearing them was 3% of the
+ * kernel's time. */
+typedef struct {
+    uint8_t *p;
+    size_t cap;
+} amx_buf;
+static pthread_key_t amx_buf_key;
+static pthread_once_t amx_buf_once = PTHREAD_ONCE_INIT;
+
+static void amx_buf_free(void *b) {
+    free(((amx_buf *)b)->p);
+    free(b);
+}
+static void amx_buf_init(void) { pthread_key_create(&amx_buf_key, amx_buf_free); }
+
+static uint8_t *amx_work(size_t n) {
+    pthread_once(&amx_buf_once, amx_buf_init);
+    amx_buf *b = pthread_getspecific(amx_buf_key);
+    if (!b) {
+        b = xcalloc(1, sizeof *b);
+        pthread_setspecific(amx_buf_key, b);
+    }
+    if (b->cap < n) {
+        free(b->p);
+        b->p = xaligned(n);
+        b->cap = n;
+    }
+    return b->p;
+}
+
 static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok,
                          float *y, int64_t ldy, int r0, int r1) {
     const int64_t nb = k / QK;
     const int ntt = (n_tok + AMX_T - 1) / AMX_T;
     const size_t xtb = (size_t)nb * (AMX_XB + 128), wtb = (size_t)AMX_R * nb * AMX_WB;
-    uint8_t *buf = xaligned((size_t)ntt * xtb + wtb + (size_t)nb * 2048);
+    uint8_t *buf = amx_work((size_t)ntt * xtb + wtb + (size_t)nb * 2048);
     uint8_t *xb = buf, *wp = buf + (size_t)ntt * xtb; /* wp: quants, then d and m of 16 rows */
     float *wd = (float *)(void *)(wp + (size_t)AMX_R * 32 * nb);
     int32_t *c[2] = {(int32_t *)(void *)(wp + wtb), (int32_t *)(void *)(wp + wtb) + 256 * nb};
@@ -292,7 +325,6 @@ static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const vo
         }
     }
     _tile_release();
-    free(buf);
 }
 
 #define AMX_KERNEL(name, ty)                                                                                       \
