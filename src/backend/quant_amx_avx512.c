@@ -157,54 +157,55 @@ static AMX void amx_config(void) {
     amx_cfg_load(&c);
 }
 
-/* The tile products of one token tile, issued a few blocks at a time
- * between the float steps of the previous tile (amx_tile), so the tile
- * unit and the vector units work at once. Block b: 16 prepared rows (w,
- * ws apart) x the token tile's B operand (xb) into result tile b % 4,
- * stored to c + 256 b two blocks later (tiles are not renamed: the store
- * and the tile's next zeroing do not wait on a product just issued). */
+/* The tile products of one token tile, issued in batches of up to 4
+ * blocks between the float steps of the previous tile (amx_tile), so the
+ * tile unit and the vector units work at once. A batch: per block, a
+ * zeroed result tile (0-3) += 16 prepared rows x the token tile's B
+ * operand; its tiles are stored (to c + 256 b) only when the next batch
+ * is issued, a row's float steps later: a vector load after a tile store
+ * waits until the store has executed, and a store right after its
+ * product would wait for the product. */
 typedef struct {
     const uint8_t *w, *xb; /* prepared quants (amx_prep_w), token tile (amx_prep_x) */
     int32_t *c;
-    int b, nb;
+    int b, nb, pb, pn; /* next block; the pending batch: first block, count */
 } amx_stream;
 
+/* Stores the pending batch. */
+INL void amx_store(amx_stream *st) {
+    int32_t *c = st->c + 256 * st->pb;
+    if (st->pn > 0) _tile_stored(0, c, 64);
+    if (st->pn > 1) _tile_stored(1, c + 256, 64);
+    if (st->pn > 2) _tile_stored(2, c + 512, 64);
+    if (st->pn > 3) _tile_stored(3, c + 768, 64);
+    st->pn = 0;
+}
+
 /* Tile numbers are literals (the intrinsics paste them into the asm). */
-#define AMX_BLOCK(ct, at, xt, cs)                                                                                  \
+#define AMX_BLOCK(ct, at, xt, i)                                                                                   \
     do {                                                                                                           \
         _tile_zero(ct);                                                                                            \
-        _tile_loadd(at, st->w + AMX_R * 32 * b, 32);                                                                \
-        _tile_loadd(xt, st->xb + (size_t)b * AMX_XB, 64);                                                          \
+        _tile_loadd(at, st->w + AMX_R * 32 * (b + i), 32);                                                         \
+        _tile_loadd(xt, st->xb + (size_t)(b + i) * AMX_XB, 64);                                                    \
         _tile_dpbusd(ct, at, xt);                                                                                  \
-        if (b >= 2) _tile_stored(cs, st->c + 256 * (b - 2), 64);                                                   \
     } while (0)
 
-/* Issues the stream's blocks up to (not including) `to`. */
-INL void amx_issue(amx_stream *st, int to) {
-    for (int b = st->b; b < to; b++) {
-        switch (b & 3) {
-        case 0: AMX_BLOCK(0, 4, 6, 2); break;
-        case 1: AMX_BLOCK(1, 5, 7, 3); break;
-        case 2: AMX_BLOCK(2, 4, 6, 0); break;
-        default: AMX_BLOCK(3, 5, 7, 1); break;
-        }
-    }
-    if (to > st->b) st->b = to;
-}
-
-/* Stores the last two blocks (all blocks issued). */
-INL void amx_flush(const amx_stream *st) {
-    for (int b = st->nb - 2 < 0 ? 0 : st->nb - 2; b < st->nb; b++) {
-        int32_t *c = st->c + 256 * b;
-        switch (b & 3) {
-        case 0: _tile_stored(0, c, 64); break;
-        case 1: _tile_stored(1, c, 64); break;
-        case 2: _tile_stored(2, c, 64); break;
-        default: _tile_stored(3, c, 64); break;
-        }
-    }
+/* Stores the pending batch and issues the next one (if blocks remain). */
+INL void amx_batch(amx_stream *st) {
+    amx_store(st);
+    const int b = st->b, n = st->nb - b < 4 ? st->nb - b : 4;
+    if (n > 0) AMX_BLOCK(0, 4, 6, 0);
+    if (n > 1) AMX_BLOCK(1, 5, 7, 1);
+    if (n > 2) AMX_BLOCK(2, 4, 6, 2);
+    if (n > 3) AMX_BLOCK(3, 5, 7, 3);
+    st->pb = b, st->pn = n, st->b = b + n;
 }
 #undef AMX_BLOCK
+
+/* Issues batches until `to` blocks are issued. */
+INL void amx_issue(amx_stream *st, int to) {
+    while (st->b < to) amx_batch(st);
+}
 
 /* Block lane p's chains for one row (sums c[b] at c + 256 b, row
  * scales dw, mw) over the token tile's xd, xs: lg_tile's lane p. */
@@ -252,10 +253,10 @@ static AMX void amx_tile(const float *wd, int64_t nb, const uint8_t *xt, const i
     const float *xd = (const float *)(const void *)(xt + (size_t)nb * AMX_XB), *xs = xd + 16 * nb;
     __m512i res[16];
     for (int m = 0; m < 16; m++) {
-        if (next) amx_issue(next, (int)((m + 1) * nb / 16));
+        if (next) amx_issue(next, (int)((m + 1) * nb / 14 < nb ? (m + 1) * nb / 14 : nb));
         res[m] = _mm512_castps_si512(amx_row(c + 16 * m, wd + m * nb, wd + (AMX_R + m) * nb, xd, xs, nb));
     }
-    if (next) amx_flush(next);
+    if (next) amx_store(next);
     amx_tr16(res);
     const __mmask16 rows = (__mmask16)((1u << nr) - 1);
     for (int n = 0; n < nt; n++) _mm512_mask_storeu_ps(y + n * ldy, rows, _mm512_castsi512_ps(res[n]));
@@ -314,12 +315,12 @@ static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const vo
         for (int m = 0; m < AMX_R; m++) /* rows past r1: the last one again, results dropped */
             amx_prep_w(t, (const uint8_t *)w + (size_t)(r + (m < nr ? m : nr - 1)) * wrb, nb, wp + 32 * m,
                        wd + m * nb, wd + (AMX_R + m) * nb);
-        amx_stream st = {wp, xb, c[0], 0, (int)nb};
+        amx_stream st = {wp, xb, c[0], 0, (int)nb, 0, 0};
         amx_issue(&st, (int)nb);
-        amx_flush(&st);
+        amx_store(&st);
         for (int tt = 0; tt < ntt; tt++) {
             int nt = n_tok - tt * AMX_T < AMX_T ? n_tok - tt * AMX_T : AMX_T;
-            amx_stream nx = {wp, xb + (size_t)(tt + 1) * xtb, c[(tt + 1) & 1], 0, (int)nb};
+            amx_stream nx = {wp, xb + (size_t)(tt + 1) * xtb, c[(tt + 1) & 1], 0, (int)nb, 0, 0};
             amx_tile(wd, nb, xb + (size_t)tt * xtb, c[tt & 1], tt + 1 < ntt ? &nx : NULL, nr, nt,
                      y + (size_t)tt * AMX_T * ldy + r, ldy);
         }
