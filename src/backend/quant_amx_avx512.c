@@ -315,6 +315,11 @@ static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const vo
         for (int m = 0; m < AMX_R; m++) /* rows past r1: the last one again, results dropped */
             amx_prep_w(t, (const uint8_t *)w + (size_t)(r + (m < nr ? m : nr - 1)) * wrb, nb, wp + 32 * m,
                        wd + m * nb, wd + (AMX_R + m) * nb);
+        /* the next 16 rows' GGUF bytes arrive while these run (their
+         * decode waited on memory: 4% of SmolLM2's prefill) */
+        const char *nw = (const char *)w + (size_t)(r + AMX_R) * wrb;
+        for (size_t o = 0; r + AMX_R < r1 && o < (size_t)(r1 - r - AMX_R < AMX_R ? r1 - r - AMX_R : AMX_R) * wrb; o += 64)
+            _mm_prefetch(nw + o, _MM_HINT_T1);
         amx_stream st = {wp, xb, c[0], 0, (int)nb, 0, 0};
         amx_issue(&st, (int)nb);
         amx_store(&st);
