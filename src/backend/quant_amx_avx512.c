@@ -29,10 +29,11 @@
  *   2. per 16 rows, each row is decoded once to 32 unsigned bytes per
  *      block in element order (Q8_0: w + 128) and its d_w, m_w as floats
  *      (amx_prep_w; m_w is lg_scales': -8d, -16d, -128d or the stored min);
- *   3. per token tile: one TDPBUSD per block into a zeroed result tile,
- *      stored (4 blocks in flight on tiles 0-3), then the float chains per
- *      row, and a 16 x 16 transpose so each token's 16 results are one
- *      contiguous store.
+ *   3. per token tile: one TDPBUSD per block into a zeroed result tile
+ *      (batches of 4 on tiles 0-3, issued between the previous token
+ *      tile's rows and stored one row later, amx_stream), then the float
+ *      chains per row, and a 16 x 16 transpose so each token's 16 results
+ *      are one contiguous store.
  * Does not: K-quants, MXFP4 (avx512 kernels), decode. */
 #include <immintrin.h>
 #include <pthread.h>
