@@ -2,6 +2,7 @@
 """Per-kernel matmul rate against the CPU's int8 peak (issue 29).
 
     python3 bench/bench_kernels_peak.py [--strata ./strata] [--base OLD] [--reps 3] [--levels avx512,avx2]
+    python3 bench/bench_kernels_peak.py --levels amx --base-level avx512   # AMX vs AVX-512, one binary
 
 For each weight format and shape prefill runs (SmolLM2's Q4_1, Gemma 3's
 Q5_0 / Q8_0 / Q4_K / Q6_K, the qwen35 synthetic's Q4_0, the MoE experts'
@@ -11,7 +12,10 @@ prints G int8 ops/s and its fraction of the one-thread peak measured by
 `strata bench --peak -t 1` in the same run (VPDPBUSD zmm chains for the
 avx512 level; for avx2 both that and VPMADDUBSW chains, the avx2 kernels'
 instruction). With --base, an older binary runs each shape too,
-interleaved (base, new, base, new ...): best of --reps each.
+interleaved (base, new, base, new ...): best of --reps each; with
+--base-level L the base is the same binary at level L instead. The amx
+level's rows also get their fraction of the AMX-INT8 TDPBUSD peak (K = 64,
+and K = 32: one legacy block per tile product, as that kernel runs it).
 Single-thread CPU time hides the other jobs' share of the core but not
 their cache and frequency effects: compare rows of one run.
 """
@@ -59,29 +63,36 @@ def main():
     ap.add_argument("--base", help="an older strata binary, interleaved")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--levels", default="avx512,avx2")
+    ap.add_argument("--base-level", help="the base is --strata at this level (e.g. avx512 beside amx)")
     args = ap.parse_args()
     pk = peak(args.strata)
-    bins = [("base", args.base)] if args.base else []
-    bins.append(("new", args.strata))
+    bins = [("base", args.base, None)] if args.base else []
+    if args.base_level:
+        bins = [(args.base_level, args.strata, args.base_level)]
+    bins.append(("new", args.strata, None))
     pk2 = peak(args.strata)
     pk = {k: max(v, pk2.get(k, 0)) for k, v in pk.items()}
     print("one-thread peak, G int8 ops/s (best of two runs): " + ", ".join(f"{k} {v:.0f}" for k, v in pk.items()))
     vnni, madd = pk.get("avx512-vnni vpdpbusd zmm", 0), pk.get("avx2 vpmaddubsw ymm", 0)
+    amx64, amx32 = pk.get("amx-int8 tdpbusd k=64", 0), pk.get("amx-int8 tdpbusd k=32", 0)
     head = ["level", "kernel", "type", "rows x k", "n_tok"]
-    head += ([f"{n} G ops/s" for n, _ in bins]) + ["% of VNNI-512 peak"] + (["% of VPMADDUBSW peak"] if "avx2" in args.levels else [])
+    head += ([f"{n} G ops/s" for n, _, _ in bins]) + ["% of VNNI-512 peak"] + (["% of VPMADDUBSW peak"] if "avx2" in args.levels else [])
+    head += ["% of AMX peak (K 64 / K 32)"] if "amx" in args.levels else []
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join("---" for _ in head) + "|")
     for level in args.levels.split(","):
         for what, ty, rows, k, n in SHAPES:
-            best = {name: 0.0 for name, _ in bins}
+            best = {name: 0.0 for name, _, _ in bins}
             for _ in range(args.reps):
-                for name, b in bins:
-                    best[name] = max(best[name], kernel_gops(b, ty, rows, k, n, level))
+                for name, b, lv in bins:
+                    best[name] = max(best[name], kernel_gops(b, ty, rows, k, n, lv or level))
             g = best["new"]
-            row = [level, what, ty.upper(), f"{rows} x {k}", str(n)] + [f"{best[name]:.1f}" for name, _ in bins]
+            row = [level, what, ty.upper(), f"{rows} x {k}", str(n)] + [f"{best[name]:.1f}" for name, _, _ in bins]
             row.append(f"{100 * g / vnni:.0f}%" if vnni else "-")
             if "avx2" in args.levels:
                 row.append(f"{100 * g / madd:.0f}%" if level == "avx2" and madd else "-")
+            if "amx" in args.levels:
+                row.append(f"{100 * g / amx64:.0f}% / {100 * g / amx32:.0f}%" if level == "amx" and amx64 and amx32 else "-")
             print("| " + " | ".join(row) + " |", flush=True)
     return 0
 

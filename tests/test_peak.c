@@ -25,4 +25,6 @@ TEST(peak_op_counts) {
     if (peak_available(PEAK_VNNI512)) CHECK(peak_vnni512_run(3) == 3.0 * 16 * 64 * 2);
     if (peak_available(PEAK_VNNI256)) CHECK(peak_vnni256_run(3) == 3.0 * 12 * 32 * 2);
     if (peak_available(PEAK_MADDUBS256)) CHECK(peak_maddubs256_run(3) == 3.0 * 4 * 8 * 32 * 2);
+    if (peak_available(PEAK_AMX64)) CHECK(peak_amx64_run(3) == 3.0 * 4 * 16 * 16 * 64 * 2);
+    if (peak_available(PEAK_AMX32)) CHECK(peak_amx32_run(3) == 3.0 * 4 * 16 * 16 * 32 * 2);
 }

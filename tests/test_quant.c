@@ -547,3 +547,44 @@ TEST(quant_mxfp4_same_bits_every_level) {
     for (int l = QUANT_SCALAR + 1; l <= quant_level(); l++)
         for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++) check_mxfp4_same_bits(l, ks[j]);
 }
+
+/* The AMX level (legacy formats, 16+ tokens on AMX-INT8 tiles) gives every
+ * (row, token) pair the bits of decode (n_tok = 1, the avx512 GGUF-row
+ * tiles): n_tok 16-50 (token tiles of 16 and their tails), 37 rows split
+ * as threads split them (16-row tiles and row tails), k from one block to
+ * three groups with short and long last groups. Where the CPU has no AMX
+ * this runs at its highest level (prefill at these sizes vs decode). */
+static void check_amx_vs_decode(int level, qtype wt, int64_t k) {
+    enum { ROWS = 37, NT = 50 };
+    static const int ns[] = {16, 17, 31, 32, 33, 50};
+    static const int splits[][4] = {{0, 37, 37, 37}, {0, 5, 5, 37}, {0, 18, 18, 37}, {0, 32, 32, 37}};
+    uint64_t s = 4711 + wt + (uint64_t)k;
+    uint8_t *w = random_weights(wt, ROWS, k, &s);
+    float *x = random_acts(NT, k, &s), *y = malloc(sizeof(float) * NT * ROWS), *y1 = malloc(sizeof(float) * NT * ROWS);
+    size_t xrb, wrb = quant_row_bytes(wt, k);
+    uint8_t *xq = convert_acts(wt, x, NT, k, &xrb);
+    for (int t = 0; t < NT; t++)
+        quant_gemm_level(level, wt, w, wrb, k, xq + t * xrb, xrb, 1, y1 + t * ROWS, ROWS, 0, ROWS);
+    int bad = 0;
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+        for (size_t sp = 0; sp < sizeof splits / sizeof splits[0]; sp++) {
+            const int *p = splits[sp];
+            memset(y, 0xff, sizeof(float) * NT * ROWS);
+            quant_gemm_level(level, wt, w, wrb, k, xq, xrb, ns[i], y, ROWS, p[0], p[1]);
+            quant_gemm_level(level, wt, w, wrb, k, xq, xrb, ns[i], y, ROWS, p[2], p[3]);
+            for (int t = 0; t < ns[i]; t++)
+                if (memcmp(y + t * ROWS, y1 + t * ROWS, 4 * ROWS) != 0 && bad++ < 3)
+                    test_fail(__FILE__, __LINE__, "%s level %d k %lld: token %d of %d (split %d) differs from decode",
+                              quant_name(wt), level, (long long)k, t, ns[i], p[1]);
+        }
+    CHECK_EQ_INT(bad, 0);
+    free(w), free(x), free(xq), free(y), free(y1);
+}
+
+TEST(quant_gemm_amx_same_bits) {
+    static const qtype types[] = {QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q8_0};
+    static const int64_t ks[] = {32, 96, 512, 544, 576, 640, 672, 1056, 1536};
+    int level = quant_level() < QUANT_AMX ? quant_level() : QUANT_AMX;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++) check_amx_vs_decode(level, types[i], ks[j]);
+}

@@ -38,3 +38,28 @@ TEST(quant_act_levels_write_the_same_bytes) {
         }
     }
 }
+
+/* Rows with an all-zero block (id = 0), a block of -0 and tiny values,
+ * one of huge ones, and exact ties at every level (the AVX-512 Q8_0/Q8_1
+ * code is written by hand: quant_act_avx512.c). */
+TEST(quant_act_special_blocks_same_bytes) {
+    enum { N = 160 };
+    float x[N];
+    for (int i = 0; i < N; i++) {
+        int b = i / 32;
+        x[i] = b == 0 ? 0.0f : b == 1 ? (i % 2 ? -0.0f : 1e-30f * (float)(i % 7))
+             : b == 2 ? 3e38f * ((i % 5) - 2) / 2.0f : b == 3 ? (float)(i % 9) - 4.0f : -(float)(i % 33) / 8.0f;
+    }
+    const qtype acts[] = {QT_Q8_0, QT_Q8_1};
+    for (int a = 0; a < 2; a++) {
+        size_t bytes = quant_act_row_bytes(acts[a], N);
+        uint8_t *base = malloc(bytes), *lv = malloc(bytes);
+        quant_act_row_level(QUANT_SCALAR, acts[a], x, base, N);
+        for (int level = QUANT_AVX2; level <= quant_level(); level++) {
+            memset(lv, 0xAB, bytes);
+            quant_act_row_level(level, acts[a], x, lv, N);
+            CHECK_MSG(memcmp(base, lv, bytes) == 0, "act type %d, level %d", (int)acts[a], level);
+        }
+        free(base), free(lv);
+    }
+}

@@ -46,6 +46,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/amx_cfg.h"
 #include "backend/attn.h"
 #include "backend/attn_simd.h"
 
@@ -180,12 +181,6 @@ static AMX void prep_amx(int d, float *q) {
     for (int i = 0; i < d; i += 16) store_split(_mm512_loadu_ps(x + i), h + i, h + d + i);
 }
 
-typedef struct amx_cfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_cfg;
-
 /* Tiles of 64-byte rows: 0-3 results and 4, 7 the Q or P heads and
  * tails, m rows (the group's queries: a tile product's time goes with
  * its rows, and decode has a few); 5 and 6 the K or V heads and tails,
@@ -196,7 +191,7 @@ static AMX void amx_config(int m) {
     memset(&c, 0, sizeof c);
     c.palette = 1;
     for (int t = 0; t < 8; t++) c.colsb[t] = 64, c.rows[t] = (uint8_t)(t == 5 || t == 6 ? 16 : m);
-    _tile_loadconfig(&c);
+    amx_cfg_load(&c);
 }
 
 /* Where the group's m q rows are for tile loads: in place when they lie

@@ -17,6 +17,8 @@ static const struct {
     [PEAK_VNNI512] = {"avx512-vnni vpdpbusd zmm", peak_vnni512_run},
     [PEAK_VNNI256] = {"avx-vnni vpdpbusd ymm", peak_vnni256_run},
     [PEAK_MADDUBS256] = {"avx2 vpmaddubsw ymm", peak_maddubs256_run},
+    [PEAK_AMX64] = {"amx-int8 tdpbusd k=64", peak_amx64_run},
+    [PEAK_AMX32] = {"amx-int8 tdpbusd k=32", peak_amx32_run},
 };
 
 const char *peak_name(peak_kind k) { return k < PEAK_KINDS ? peak_kinds[k].name : "?"; }
@@ -27,6 +29,8 @@ int peak_available(peak_kind k) {
     case PEAK_VNNI512: return f->avx512f && f->avx512bw && f->avx512vnni;
     case PEAK_VNNI256: return f->avxvnni;
     case PEAK_MADDUBS256: return f->avx2;
+    case PEAK_AMX64:
+    case PEAK_AMX32: return f->amxint8;
     default: return 0;
     }
 }

@@ -14,6 +14,8 @@ typedef enum {
     PEAK_VNNI512,   /* AVX-512 VNNI: VPDPBUSD zmm, 64 multiply-adds */
     PEAK_VNNI256,   /* AVX-VNNI (VEX): VPDPBUSD ymm, 32 */
     PEAK_MADDUBS256, /* AVX2: VPMADDUBSW ymm (32) + VPADDW, widened by VPMADDWD every 8 (the AVX2 kernels' way) */
+    PEAK_AMX64,     /* AMX-INT8: TDPBUSD of 16 x 64 by 64 x 16 bytes, 16,384 multiply-adds */
+    PEAK_AMX32,     /* the same with K = 32 (one legacy block, as quant_amx_avx512.c runs it), 8,192 */
     PEAK_KINDS
 } peak_kind;
 
@@ -29,5 +31,7 @@ double peak_measure(peak_kind k, int n_threads, double seconds);
 double peak_vnni512_run(long rounds);
 double peak_vnni256_run(long rounds);
 double peak_maddubs256_run(long rounds);
+double peak_amx64_run(long rounds);
+double peak_amx32_run(long rounds);
 
 #endif

@@ -197,18 +197,19 @@ int quant_level(void) {
     const cpu_features *f = cpu_get();
     int avx2 = f->avx2 && f->fma && f->f16c;
     if (avx2 && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni)
-        return QUANT_AVX512;
+        return f->amxint8 ? QUANT_AMX : QUANT_AVX512;
     return avx2 ? QUANT_AVX2 : QUANT_SCALAR;
 }
 
 const char *quant_level_name(int level) {
-    static const char *names[QUANT_LEVELS] = {"scalar", "avx2", "avx512"};
+    static const char *names[QUANT_LEVELS] = {"scalar", "avx2", "avx512", "amx"};
     return level >= 0 && level < QUANT_LEVELS ? names[level] : "?";
 }
 
 quant_gemm_fn quant_kernel_at(int level, qtype t) {
     quant_gemm_fn fn = NULL;
-    if (level >= QUANT_AVX512) fn = quant_avx512_kernel(t);
+    if (level >= QUANT_AMX) fn = quant_amx_kernel(t);
+    if (!fn && level >= QUANT_AVX512) fn = quant_avx512_kernel(t);
     if (!fn && level >= QUANT_AVX2) fn = quant_avx2_kernel(t);
     if (!fn) fn = quant_scalar_kernel(t);
     return fn;

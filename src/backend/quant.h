@@ -60,12 +60,15 @@ void quant_gemm(qtype wt, const void *w, size_t w_row_bytes, int64_t k,
                 float *y, int64_t ldy, int r0, int r1);
 
 /* Kernel levels. A process uses one (cpu_get() decides); tests and
- * `strata bench-kernels` call each level directly. */
-enum { QUANT_SCALAR = 0, QUANT_AVX2 = 1, QUANT_AVX512 = 2, QUANT_LEVELS = 3 };
+ * `strata bench-kernels` call each level directly. QUANT_AMX is avx512
+ * with the legacy formats' prefill (16+ tokens) on AMX-INT8 tiles: the
+ * same bits as avx512 (quant_amx_avx512.c), only faster; where the CPU
+ * has it and STRATA_CPU does not say avx512 or lower. */
+enum { QUANT_SCALAR = 0, QUANT_AVX2 = 1, QUANT_AVX512 = 2, QUANT_AMX = 3, QUANT_LEVELS = 4 };
 
 /* Highest level this CPU (after STRATA_CPU masking) runs. */
 int quant_level(void);
-const char *quant_level_name(int level); /* "scalar", "avx2", "avx512" */
+const char *quant_level_name(int level); /* "scalar", "avx2", "avx512", "amx" */
 /* quant_gemm forced to one level; level must be <= quant_level(). */
 void quant_gemm_level(int level, qtype wt, const void *w, size_t w_row_bytes,
                       int64_t k, const void *xq, size_t xq_row_bytes,

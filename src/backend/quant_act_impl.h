@@ -50,23 +50,37 @@ static inline float q8_block(const float *x, int8_t *q, int n) {
     return d;
 }
 
-/* Q8_0/Q8_1 in the grouped lane layout of quant_impl.h; the padding
- * blocks of the last group are zero. */
-static inline void act_q8(const float *x, void *dst, int64_t n) {
+/* One block of QK values to QK int8 quants: returns d, sets *sum to the
+ * quants' sum. The SIMD files pass their own (the same bytes). */
+typedef float (*act_q8_blk_fn)(const float *x, int8_t *q, int *sum);
+
+static inline float act_q8_blk_c(const float *x, int8_t *q, int *sum) {
+    float d = q8_block(x, q, QK);
+    int s = 0;
+    for (int j = 0; j < QK; j++) s += q[j];
+    *sum = s;
+    return d;
+}
+
+/* Q8_0/Q8_1 in the grouped lane layout of quant_impl.h, blocks by blk;
+ * the padding blocks of the last group are zero. */
+static inline __attribute__((always_inline)) void act_q8_with(const float *x, void *dst, int64_t n,
+                                                              act_q8_blk_fn blk) {
     int64_t nb = n / QK, nbp = qa8_nbp(nb);
     float *d = dst, *s = d + nbp;
     int8_t *qs = (int8_t *)dst + 8 * nbp;
     memset(dst, 0, (size_t)nbp * (8 + QK));
     for (int64_t b = 0; b < nb; b++) {
         int8_t q[QK];
+        int sum;
         int64_t slot = qa8_slot(b);
-        d[slot] = q8_block(x + b * QK, q, QK);
-        int sum = 0;
-        for (int j = 0; j < QK; j++) sum += q[j];
+        d[slot] = blk(x + b * QK, q, &sum);
         s[slot] = d[slot] * (float)sum;
         for (int e = 0; e < QK; e += 4) memcpy(qs + qa8_qoff(b, e), q + e, 4);
     }
 }
+
+static inline void act_q8(const float *x, void *dst, int64_t n) { act_q8_with(x, dst, n, act_q8_blk_c); }
 
 static inline void act_q8k(const float *x, void *dst, int64_t n) {
     int64_t nb = n / QK_K;

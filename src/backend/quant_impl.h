@@ -143,6 +143,7 @@ typedef void (*quant_gemm_fn)(const void *w, size_t w_row_bytes, int64_t k,
 quant_gemm_fn quant_scalar_kernel(qtype t);
 quant_gemm_fn quant_avx2_kernel(qtype t);
 quant_gemm_fn quant_avx512_kernel(qtype t);
+quant_gemm_fn quant_amx_kernel(qtype t);
 
 /* The kernel quant_gemm would use for t at `level` (with fallback). */
 quant_gemm_fn quant_kernel_at(int level, qtype t);

@@ -11,15 +11,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* AMX-TILE and AMX-BF16 (CPUID 7.0 EDX bits 24, 22), usable only once
- * Linux grants this process the tile state (arch_prctl
- * ARCH_REQ_XCOMP_PERM for XTILEDATA, feature 18; Linux 5.16+). */
-static int amx_usable(void) {
+/* AMX-TILE and the tile product kinds (CPUID 7.0 EDX bit 24; `kind`:
+ * bit 22 AMX-BF16, 25 AMX-INT8), usable only once Linux grants this
+ * process the tile state (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA,
+ * feature 18; Linux 5.16+; asking twice is harmless). */
+static int amx_usable(int kind) {
 #if defined(__x86_64__)
     unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 22))) return 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << kind))) return 0;
     return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
 #else
+    (void)kind;
     return 0;
 #endif
 }
@@ -37,13 +39,14 @@ static cpu_features detect(void) {
     f.avx512vnni = __builtin_cpu_supports("avx512vnni");
     f.avxvnni = __builtin_cpu_supports("avxvnni"); /* VEX VPDPBUSD: only the peak benchmark uses it */
     f.avx512bf16 = __builtin_cpu_supports("avx512bf16");
-    f.amxbf16 = f.avx512bf16 && amx_usable();
+    f.amxbf16 = f.avx512bf16 && amx_usable(22);
+    f.amxint8 = f.avx512vnni && amx_usable(25);
 #endif
     const char *force = getenv("STRATA_CPU");
     if (force && strcmp(force, "avx2") == 0) { /* avxvnni stays: a VEX (AVX2-width) extension */
-        f.avx512f = f.avx512bw = f.avx512vl = f.avx512vnni = f.avx512bf16 = f.amxbf16 = 0;
+        f.avx512f = f.avx512bw = f.avx512vl = f.avx512vnni = f.avx512bf16 = f.amxbf16 = f.amxint8 = 0;
     } else if (force && strcmp(force, "avx512") == 0) { /* AVX-512 without AMX */
-        f.amxbf16 = 0;
+        f.amxbf16 = f.amxint8 = 0;
     } else if (force && strcmp(force, "scalar") == 0) {
         memset(&f, 0, sizeof f);
     }
