@@ -504,6 +504,9 @@ def _model_tensors(spec, hp, n_vocab, rng):
         ts.append((f"blk.{il}.nextn.eh_proj.weight", rng.mat(e, 2 * e, (2 * e) ** -0.5), "attn_q"))
         ts.append((f"blk.{il}.nextn.enorm.weight", rng.norm(e), "norm"))
         ts.append((f"blk.{il}.nextn.hnorm.weight", rng.norm(e), "norm"))
+        # real Qwen3.5/3.6 files carry the block's own head norm (mtp.norm);
+        # the head and the embedding are the trunk's
+        ts.append((f"blk.{il}.nextn.shared_head_norm.weight", rng.norm(e), "norm"))
     return ts
 
 
@@ -873,10 +876,18 @@ def _bad_qwen35(d):
         write_model(os.path.join(d, name), {**base, **change}, seed=5)
         lines.append(f"{name} {code} {field}")
     # Not bad: the fixture plus an MTP block (block_count 5,
-    # nextn_predict_layers 1) that inference must leave alone; same seed,
+    # nextn_predict_layers 1), the draft block of model/mtp.h; same seed,
     # so its trunk is qwen35-f32's exactly (tests/test_forward.c).
-    write_model(os.path.join(d, "qwen35-f32-mtp.gguf"), {**base, "mtp": True}, seed=1000 + MODELS.index(base))
+    mtp = {**base, "mtp": True}
+    write_model(os.path.join(d, "qwen35-f32-mtp.gguf"), mtp, seed=1000 + MODELS.index(base))
     lines.append("qwen35-f32-mtp.gguf OK -")
+    # ... and its MTP block broken: the load fails naming the tensor
+    for name, change, field in [
+            ("qwen35-mtp-missing-eh_proj.gguf", dict(drop_tensor="blk.4.nextn.eh_proj.weight"), "blk.4.nextn.eh_proj.weight"),
+            ("qwen35-mtp-short-hnorm.gguf", dict(short_tensor="blk.4.nextn.hnorm.weight"), "blk.4.nextn.hnorm.weight"),
+            ("qwen35-mtp-short-attn_q.gguf", dict(short_tensor="blk.4.attn_q.weight"), "blk.4.attn_q.weight")]:
+        write_model(os.path.join(d, name), {**mtp, **change}, seed=5)
+        lines.append(f"{name} EFORMAT {field}")
     return lines
 
 
