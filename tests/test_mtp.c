@@ -37,22 +37,6 @@ static mtp *open_drafter(engine *e, int n_seq, int max_draft) {
     return d;
 }
 
-/* The trunk's hidden states (output-normed) of tokens[0, n) in one pass. */
-static float *trunk_hidden(engine *e, const int32_t *toks, int n) {
-    int E = e->m->hp.n_embd;
-    float *h = xmalloc((size_t)n * E * sizeof(float)), *logits = xmalloc((size_t)e->m->hp.n_vocab * sizeof(float));
-    kv_seq s;
-    kv_seq_init(&s);
-    fwd_keep_hidden(e->fwd, 1);
-    strata_err err = {0};
-    CHECK(fwd_prefill(e->fwd, &s, toks, n, logits, &err) == 0);
-    memcpy(h, fwd_hidden(e->fwd), (size_t)n * E * sizeof(float));
-    fwd_keep_hidden(e->fwd, 0);
-    kv_seq_release(&e->kv, &s);
-    free(logits);
-    return h;
-}
-
 static int32_t argmax(const float *x, int n) {
     int best = 0;
     for (int i = 1; i < n; i++)
@@ -104,7 +88,7 @@ TEST(mtp_forward_matches_reference) {
     mtp *d = open_drafter(e, 1, 4);
     int V = e->m->hp.n_vocab, n = r.n_tok;
     CHECK_EQ_INT(V, r.n_vocab);
-    float *h = trunk_hidden(e, r.tokens, n), *ours = xmalloc((size_t)n * V * sizeof(float));
+    float *h = test_trunk_hidden(e, r.tokens, n), *ours = xmalloc((size_t)n * V * sizeof(float));
     strata_err err = {0};
     CHECK(mtp_eval(d, r.tokens, h, n, ours, NULL, &err) == 0);
     double maxdiff = 0, maxref = 0;
@@ -164,7 +148,7 @@ TEST(mtp_draft_is_argmax_of_forward) {
     CHECK_EQ_INT(mtp_draft(d, &ms, toks[n], n, 3, out, dl, &err), 3);
     /* the block's own pass: tokens[0..n] then the drafts, each row with
      * the trunk's hidden state before it, then the block's own */
-    float *h = trunk_hidden(e, toks, n);
+    float *h = test_trunk_hidden(e, toks, n);
     int32_t seq[40];
     memcpy(seq, toks, (size_t)(n + 1) * sizeof(int32_t));
     float *hh = xmalloc((size_t)(n + 3) * E * sizeof(float)), *hm = xmalloc((size_t)(n + 3) * E * sizeof(float));
