@@ -29,6 +29,8 @@ typedef struct bm_opts {
 typedef struct bm_times {
     double trunk, feed, draft; /* ms, summed over steps */
     int steps;
+    double pre_trunk, pre_feed; /* the depth's prefill, ms, summed over runs */
+    int runs;
 } bm_times;
 
 /* One token of s at position pos through the trunk and the block. */
@@ -73,9 +75,13 @@ static int bm_run(const bm_opts *o, engine *e, mtp *d, bm_times *t, strata_err *
             int32_t pos[512];
             for (int j = 0; j < n; j++) seqs[j] = &s, mseqs[j] = &ms, pos[j] = i + j;
             fwd_batch b = {.n = n, .tokens = toks + i, .seqs = seqs, .pos = pos};
+            double t0 = clock_ms();
             rc = fwd_run(e->fwd, &b, logits, err);
+            double t1 = clock_ms();
             if (!rc) rc = mtp_feed(d, &b, mseqs, fwd_hidden(e->fwd), err);
+            tt->pre_trunk += t1 - t0, tt->pre_feed += clock_ms() - t1;
         }
+        tt->runs++;
         for (int i = 0; i < o->n_gen && !rc; i++)
             rc = bm_step(e, d, &s, &ms, toks[o->depth + i], toks[o->depth + i + 1], o->k, logits, tt, err);
         mtp_seq_release(d, &ms);
@@ -88,13 +94,17 @@ static int bm_run(const bm_opts *o, engine *e, mtp *d, bm_times *t, strata_err *
 
 static void bm_report(const bm_opts *o, const engine *e, const bm_times *t) {
     double n = t->steps ? t->steps : 1, tr = t->trunk / n, fe = t->feed / n, dr = t->draft / n;
+    double runs = t->runs ? t->runs : 1, pt = t->pre_trunk / runs, pf = t->pre_feed / runs;
     if (o->json) {
         printf("{\"model\":\"%s\",\"threads\":%d,\"depth\":%d,\"steps\":%d,\"k\":%d,\"trunk_ms\":%.3f,\"feed_ms\":%.3f,"
-               "\"draft_ms\":%.3f}\n", o->model, pool_size(e->threads), o->depth, t->steps, o->k, tr, fe, dr);
+               "\"draft_ms\":%.3f,\"prefill_trunk_ms\":%.3f,\"prefill_feed_ms\":%.3f}\n", o->model,
+               pool_size(e->threads), o->depth, t->steps, o->k, tr, fe, dr, pt, pf);
         return;
     }
     printf("model: %s, threads: %d, depth %d, %d steps, drafts of %d\n", o->model, pool_size(e->threads), o->depth,
            t->steps, o->k);
+    if (o->depth)
+        printf("prefill of the depth: trunk %.1f ms; MTP feed %.1f ms (%.1f%%)\n", pt, pf, 100 * pf / pt);
     printf("per step: trunk %.2f ms; MTP feed %.3f ms (%.1f%%), draft of %d %.2f ms (%.1f%%)\n", tr, fe,
            100 * fe / tr, o->k, dr, 100 * dr / tr);
 }

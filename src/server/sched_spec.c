@@ -46,6 +46,12 @@
 #define SPEC_MAX_SKIP 16
 /* Tokens a draft may grow by after one accepted whole. */
 #define SPEC_GROW 2
+/* Most tokens the MTP block drafts a step: each is one pass of the block
+ * and the output head, 28% of a decode step on the 0.8B shape (strata
+ * bench-mtp, bench/README.md), and a single head's guesses chained on its
+ * own state lose accuracy fast; the second still pays at the acceptance
+ * such heads reach, a third hardly. */
+#define SPEC_MTP_MAX 2
 
 int sched__spec_logit_rows(const sched_opts *o) {
     int with = o->n_slots < SPEC_MAX_SLOTS ? o->n_slots : SPEC_MAX_SLOTS;
@@ -99,7 +105,7 @@ static void save_state(slot *sl) {
 static int draft_own(sched *s, slot *sl, int k) {
     int got = s->mtp && s->o.spec_drafter == SPEC_DRAFTER_MTP ? 0 : draft_lookup(sl->toks, sl->n_toks, k, sl->draft);
     if (got > 0 || !s->mtp) return got;
-    got = sched__mtp_draft(s, sl, k);
+    got = sched__mtp_draft(s, sl, k < SPEC_MTP_MAX ? k : SPEC_MTP_MAX);
     sl->draft_mtp = got > 0;
     return got;
 }
