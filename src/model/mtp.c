@@ -286,3 +286,5 @@ void mtp_free(mtp *d) {
     free(d->pos), free(d->seqs), free(d->want);
     free(d);
 }
+
+size_t mtp_kv_bytes(const mtp *d) { return (size_t)d->kv.n_blocks * d->kv.block_bytes; }

@@ -56,6 +56,8 @@ typedef struct mtp_seq {
 int mtp_new(mtp **out, const model *m, pool *threads, int n_seq, int ctx_per_seq, int max_draft, int max_batch,
             int block_tokens, kvq_type kv_type, strata_err *err);
 void mtp_free(mtp *d); /* NULL is fine */
+/* Bytes of the drafter's K/V pool (one layer for every sequence). */
+size_t mtp_kv_bytes(const mtp *d);
 
 void mtp_seq_init(mtp *d, mtp_seq *s);
 /* Empties s (its K/V go back to the pool); it starts again at the next feed. */

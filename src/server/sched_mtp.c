@@ -22,6 +22,8 @@
 
 void sched__mtp_setup(sched *s) {
     const engine *e = s->e;
+    if (!e->m->has_mtp && s->o.spec_drafter == SPEC_DRAFTER_MTP && s->o.spec_draft > 0)
+        log_warn("mtp: --spec-drafter mtp, but the model has no MTP block; prompt lookup drafts");
     if (!e->m->has_mtp || s->o.spec_draft <= 0 || s->o.spec_drafter == SPEC_DRAFTER_LOOKUP) return;
     if (e->gpu || !e->fwd) {
         log_info("mtp: drafting with the MTP block runs on the CPU pass only; prompt lookup drafts");
@@ -36,8 +38,9 @@ void sched__mtp_setup(sched *s) {
     fwd_keep_hidden(e->fwd, 1);
     s->b_mtp = xmalloc((size_t)e->max_batch * sizeof(*s->b_mtp));
     for (int i = 0; i < s->o.n_slots; i++) mtp_seq_init(s->mtp, &s->slots[i].mtp);
-    log_info("mtp: drafting from the model's MTP block (%s)",
-             s->o.spec_drafter == SPEC_DRAFTER_MTP ? "only" : "where prompt lookup finds nothing");
+    log_info("mtp: drafting from the model's MTP block (%s); its K/V %.1f MiB",
+             s->o.spec_drafter == SPEC_DRAFTER_MTP ? "only" : "where prompt lookup finds nothing",
+             mtp_kv_bytes(s->mtp) / 1048576.0);
 }
 
 void sched__mtp_free(sched *s) {
