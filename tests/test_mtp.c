@@ -127,6 +127,7 @@ TEST(mtp_draft_is_argmax_of_forward) {
     kv_seq_init(&s);
     mtp_seq ms;
     mtp_seq_init(d, &ms);
+    for (int i = 0; i < E; i++) ms.h[i] = 1.0f; /* no state yet: position 0 must read zeros, not this */
     fwd_keep_hidden(e->fwd, 1);
     strata_err err = {0};
     kv_seq *seqs[8];

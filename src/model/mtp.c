@@ -83,6 +83,10 @@ void mtp_seq_release(mtp *d, mtp_seq *s) {
     memset(s, 0, sizeof *s);
 }
 
+/* s holds the trunk's hidden state at position p (h_pos -1: none, not
+ * the state "before position 0", which is zeros). */
+static int has_h(const mtp_seq *s, int p) { return s->h_pos >= 0 && s->h_pos == p; }
+
 /* The earlier batch token of t's sequence, or -1. */
 static int prev_of(mtp_seq *const *seqs, int t) {
     for (int u = t - 1; u >= 0; u--)
@@ -128,7 +132,7 @@ int mtp_feed(mtp *d, const fwd_batch *b, mtp_seq *const *seqs, const float *hidd
         int q = b->pos[t], u = prev_of(seqs, t);
         if (u < 0) place(d, s, q);
         if (u >= 0 && b->pos[u] == q - 1) d->hp[t] = hidden + (size_t)u * e;
-        else d->hp[t] = u < 0 && s->h_pos == q - 1 ? s->h : d->zeros;
+        else d->hp[t] = u < 0 && has_h(s, q - 1) ? s->h : d->zeros;
         d->pos[t] = q - s->base;
         d->seqs[t] = &s->kv;
         d->want[t] = 0;
@@ -156,7 +160,7 @@ void mtp_seq_cut(mtp *d, mtp_seq *s, int n) {
     if (r >= 0 && r < s->n_rows) {
         memcpy(s->h, s->rows + (size_t)r * d->e, (size_t)d->e * sizeof(float));
         s->h_pos = n - 1;
-    } else if (s->h_pos != n - 1) {
+    } else if (!has_h(s, n - 1)) {
         s->h_pos = -1;
     }
 }
@@ -186,7 +190,7 @@ static int step_one(mtp *d, mtp_seq *s, int32_t tok, const float *h, int p, stra
 }
 
 int mtp_draft(mtp *d, mtp_seq *s, int32_t last, int pos, int k, int32_t *out, float *logits, strata_err *err) {
-    if (s->base < 0 || s->h_pos != pos - 1 || s->kv.n_pos < pos - s->base || k <= 0) return 0;
+    if (s->base < 0 || !has_h(s, pos - 1) || s->kv.n_pos < pos - s->base || k <= 0) return 0;
     int V = d->m->hp.n_vocab;
     int32_t tok = last;
     const float *h = s->h;
