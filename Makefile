@@ -34,7 +34,9 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 # Hopper machine code (sm_90a), and PTX for Ampere and later to compile at load.
 CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=compute_80
 NVCCFLAGS ?= -O3
-override NVCCFLAGS += -std=c++17 -fmad=false -Isrc $(CUDA_ARCH) -Xcompiler -Wall -MMD -MP
+# Strict: any warning of nvcc, its host compiler or ptxas fails the build.
+override NVCCFLAGS += -std=c++17 -fmad=false -Isrc $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Wno-unused-parameter \
+                      -Werror all-warnings -MMD -MP
 ifeq ($(CUDA),1)
 SRC      := $(filter-out src/backend/cuda/cuda_none.c,$(SRC))
 CU_OBJ   := $(patsubst %.cu,build/%.o,$(shell find src -name '*.cu' | sort))
@@ -63,6 +65,14 @@ all: strata
 # The version `strata --version` prints: the commit, from git when there is one.
 STRATA_VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 build/src/main.o: override CFLAGS += -DSTRATA_VERSION='"$(STRATA_VERSION)"'
+# main.o is rebuilt when the version changes (a GPU run's log must name
+# the commit it ran: `strata --version` was stale there once).
+VERSION_STAMP := build/.version
+$(VERSION_STAMP): FORCE
+	@mkdir -p build && (echo '$(STRATA_VERSION)' | cmp -s - $@ || echo '$(STRATA_VERSION)' > $@)
+build/src/main.o: $(VERSION_STAMP)
+.PHONY: FORCE
+FORCE:
 
 # Binaries relink when CUDA= changes (the stamp names the mode).
 CUDA_STAMP := build/.cuda-$(CUDA)
@@ -143,15 +153,19 @@ test: test-deps
 # On a CUDA GPU machine (src/backend/cuda/README.md): the GPU unit tests,
 # whole-model checks against the CPU backend, then `strata bench --device
 # cuda` on a SmolLM2-shaped synthetic model (scripts/test-gpu.sh).
+# The generated models the GPU tests open (made there when missing).
+GPU_TEST_MODELS = $(shell grep -o '"\(llama\|qwen[0-9]*\|gemma3\)-[a-z0-9_]*"' tests/test_cuda.c | tr -d '"' | sort -u)
 test-gpu:
 	@$(MAKE) --no-print-directory CUDA=1 strata build/strata-tests
-	scripts/test-gpu.sh
+	GPU_TEST_MODELS="$(GPU_TEST_MODELS)" scripts/test-gpu.sh
 
-# The same check for a bare GPU machine: binaries, libraries, test models
-# and tools in one folder (BUNDLE=dir; run dir/run.sh there).
+# The same check for a bare GPU machine: binaries, libraries, the tools
+# that make the test models there, in one folder and DIR.tar.xz, what a
+# device call carries (BUNDLE=dir; run dir/run.sh there;
+# src/backend/cuda/README.md, "First run on a GPU").
 gpu-bundle:
 	@$(MAKE) --no-print-directory CUDA=1 strata build/strata-tests
-	scripts/gpu-bundle.sh $${BUNDLE:-build/gpu-bundle}
+	GPU_TEST_MODELS="$(GPU_TEST_MODELS)" scripts/gpu-bundle.sh $${BUNDLE:-build/gpu-bundle}
 
 run: deps
 	@$(MAKE) --no-print-directory strata model

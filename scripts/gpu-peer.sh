@@ -52,7 +52,8 @@ export KEEP_MODEL=$src/smollm2-135m-synth-q4_1.gguf
 TG=$src/test-gpu-logs # kept as one .tgz: $OUT brings back few files
 mkdir -p "$TG"
 (cd "$here" && OUT="$TG" STRATA="$STRATA" TESTS="$here/strata-tests" TOOLS="$here/tools" \
-    TEST_DATA_DIR="$here/data" ./test-gpu.sh) > "$LOGS/test-gpu.log" 2>&1
+    TEST_DATA_DIR="$here/data" GPU_TEST_MODELS="$(cat "$here/data/gpu-test-models.txt")" \
+    SERVE_CHECK="$here/tools/gpu-serve-check.py" ./test-gpu.sh) > "$LOGS/test-gpu.log" 2>&1
 tg=$?
 grep -E "^(ok|FAIL|skip) |passed|greedy text|test-gpu:" "$LOGS/test-gpu.log"
 tar czf "$LOGS/test-gpu-logs.tgz" -C "$src" test-gpu-logs

@@ -15,7 +15,9 @@ Standard library only (the GPU machine has no network and no pip).
     scripts/gpu-serve-check.py --strata ./strata --model M.gguf [--port 19480] [--dir DIR]
 
 Exit status 0 only when all four answers are equal and each came from the
-tier it should have. Prints one line per request.
+tier it should have. Prints one line per request. Every wait has a limit
+(the server's start, each request, --deadline for the whole check), and a
+server it started never outlives it (SIGTERM and the deadline included).
 """
 import argparse
 import json
@@ -48,7 +50,22 @@ def metric(port, name):
     return 0.0
 
 
-def post(port, body, timeout=120):
+class Deadline(Exception):
+    """The whole check ran past --deadline."""
+
+
+DEADLINE = [float("inf")]
+
+
+def left():
+    s = DEADLINE[0] - time.time()
+    if s <= 0:
+        raise Deadline()
+    return s
+
+
+def post(port, body, timeout=30):
+    timeout = min(timeout, left())
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as r:
@@ -61,9 +78,9 @@ def complete(port, prompt):
     return out["choices"][0]["text"], out.get("usage", {}), sc
 
 
-def wait_up(port, proc, limit_s=180):
+def wait_up(port, proc, limit_s=60):
     t0 = time.time()
-    while time.time() - t0 < limit_s:
+    while time.time() - t0 < min(limit_s, left()):
         if proc.poll() is not None:
             return False
         try:
@@ -80,7 +97,11 @@ def start(args, log):
     cmd = [args.strata, "serve", "-m", args.model, "--device", args.device, "--port", str(args.port), "--parallel",
            "1", "--ctx", "2048", "--cache-dir", args.dir, "--cache-mem-mb", "2", "--cache-ram-mb", str(args.ram_mb)]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    if not wait_up(args.port, proc):
+    try:
+        up = wait_up(args.port, proc)
+    except BaseException:  # the deadline, SIGTERM: never leave it running
+        up = False
+    if not up:
         proc.kill()
         proc.wait()
         return None
@@ -88,9 +109,12 @@ def start(args, log):
 
 
 def stop(proc):
+    if proc.poll() is not None:
+        print(f"gpu-serve-check: the server had exited (status {proc.returncode}; see the log)")
+        return
     proc.send_signal(signal.SIGTERM)
     try:
-        proc.wait(timeout=60)
+        proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
@@ -101,13 +125,17 @@ def session(args, log, steps):
     when it did not start or a request failed."""
     proc = start(args, log)
     if not proc:
-        print("gpu-serve-check: the server did not start (see the log)")
+        print("gpu-serve-check: the server did not start" + (" (past --deadline)" if time.time() >= DEADLINE[0] else "")
+              + " (see the log)")
         return False
     try:
         steps()
         return True
-    except (urllib.error.URLError, KeyError, ValueError) as e:
-        print(f"gpu-serve-check: request failed: {e}")
+    except (urllib.error.URLError, KeyError, ValueError, OSError) as e:
+        print(f"gpu-serve-check: request failed: {e}" + ("" if proc.poll() is None else f" (the server exited, status {proc.returncode})"))
+        return False
+    except Deadline:
+        print("gpu-serve-check: past the deadline (--deadline)")
         return False
     finally:
         stop(proc)
@@ -122,7 +150,11 @@ def main():
     ap.add_argument("--log", default=None, help="the servers' output (a temp file)")
     ap.add_argument("--device", default="cuda", help="cpu: a dry run of this script (no RAM tier: step 3 from disk)")
     ap.add_argument("--ram-mb", type=int, default=256)
+    ap.add_argument("--deadline", type=float, default=240, help="seconds for the whole check")
     args = ap.parse_args()
+    DEADLINE[0] = time.time() + args.deadline
+    # a timeout's SIGTERM still stops the server (finally blocks run)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.dir = args.dir or tempfile.mkdtemp(prefix="strata-gpu-kv-")
     os.makedirs(args.dir, exist_ok=True)
     log = open(args.log or os.path.join(args.dir, "serve.log"), "ab")

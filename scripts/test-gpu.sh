@@ -1,110 +1,253 @@
 #!/usr/bin/env bash
-# test-gpu.sh - the one check for a CUDA GPU machine (issue 26): the GPU
-# unit tests (every kernel against the CPU or float64, batch invariance bit
-# for bit), the whole-model checks on the synthetic models (GPU logits vs
-# the CPU backend and the float64 reference, greedy agreement), then a
-# SmolLM2-135M-shaped random-weight model (tools/synth_smollm2.py, made
-# here) through `strata run` on both devices, `strata serve --device cuda`
-# (one request cold, from the GPU pool, from the RAM tier, from the disk
-# after a restart: the same bytes; scripts/gpu-serve-check.py) and `strata
-# bench` (pp512, tg128) on the GPU, with the CPU's numbers beside them.
+# test-gpu.sh - the one prepared check for a CUDA GPU machine (issue 26).
+# Every step prints what it checks, runs under its own time limit, and is
+# recorded PASS, FAIL, TIMEOUT or SKIP in $OUT/summary.txt as soon as it
+# ends; a failed step never stops the ones after it. The whole run stays
+# within BUDGET_S (a lease is 15 minutes, a start costs one or two, and a
+# second run must fit): a step gets at most what is left, and steps are
+# skipped once it is spent. Steps, most telling first:
 #
-#   scripts/test-gpu.sh            (`make test-gpu` runs it after building)
+#   env        the GPU, driver, the binaries' libraries, python/numpy/gguf
+#   data       the generated test models of GPU_TEST_MODELS (names) and
+#              their float64 reference logits, made when TEST_DATA_DIR
+#              lacks them (tools/gen_gpu_testdata.py: a bundle carries none)
+#   unit       the GPU unit tests and whole-model checks (`cuda_*`, `gpu_*`:
+#              every kernel against the CPU or float64, batch invariance
+#              bit for bit, the paged pass, the tiers on cuda_devmem),
+#              each test in its own process with its own time limit
+#   model      a SmolLM2-135M-shaped random-weight model (made here)
+#   greedy     `strata run` on both devices: the same text? (near-ties of
+#              random weights may differ: reported, not failed)
+#   serve      `strata serve --device cuda`: one request cold, from the GPU
+#              pool, from the RAM tier, from the disk after a restart, the
+#              same bytes (scripts/gpu-serve-check.py)
+#   bench      `strata bench --device cuda` pp512/tg128, then at depth 4096
+#   sanitizer  compute-sanitizer memcheck over the paged pass, the tiers
+#              on the GPU and gemma3 (the code that has never run on one)
+#   nograph, nofuse, cpu   decode without the graph, separate kernels, the
+#              machine's CPU: for comparison
+#   optional   PREV (another strata binary, benched beside this one),
+#              QT_SWEEP=1 (attention tile sizes), PROFILE=1 (ncu)
+#
+#   scripts/test-gpu.sh        (`make test-gpu` builds first; a bundle's run.sh
+#                               sets the paths: scripts/gpu-bundle.sh)
 #
 # Env: STRATA (./strata), TESTS (build/strata-tests), SERVE_CHECK
-# (scripts/gpu-serve-check.py), TEST_DATA_DIR
-# (tests/data/gen), TOOLS (tools), PYTHON (python3), OUT (where logs go;
-# a temp dir), REPS (10: bench repetitions on the GPU), KEEP_MODEL (make
-# the synthetic model at this path and leave it there: gpu-peer.sh times
-# llama.cpp on it next), PREV (another strata binary, e.g. the last
-# session's: benched beside this one in the same run, same card).
-# Exit status: 0 only when every check passed.
+# (scripts/gpu-serve-check.py), TEST_DATA_DIR (tests/data/gen), TOOLS
+# (tools), PYTHON (python3), OUT (where the logs go: a temp dir), REPS (10:
+# bench repetitions), BUDGET_S (360), KEEP_MODEL (make the synthetic
+# model at this path and leave it: gpu-peer.sh times llama.cpp on it),
+# PREV, QT_SWEEP, PROFILE (above), STEPS (names of the steps to run, e.g.
+# "env unit"; all by default).
+# Files in $OUT (at most 8 come back from the lent machine): summary.txt,
+# test-gpu.log (everything printed), serve-gpu.log (the servers' output),
+# sanitizer.log, ncu.txt (PROFILE=1).
+# Exit status: 0 only when every step that ran passed.
 set -u
 STRATA=${STRATA:-./strata}
 TESTS=${TESTS:-build/strata-tests}
 TOOLS=${TOOLS:-tools}
 PYTHON=${PYTHON:-python3}
 REPS=${REPS:-10}
-export TEST_DATA_DIR=${TEST_DATA_DIR:-tests/data/gen}
+BUDGET_S=${BUDGET_S:-360}
+STEPS=${STEPS:-env data unit model greedy serve bench sanitizer nograph nofuse cpu optional}
+# what the chosen steps need runs too: the test models, the synthetic model
+case " $STEPS " in *" unit "* | *" sanitizer "*) STEPS="data $STEPS" ;; esac
+case " $STEPS " in *" greedy "* | *" serve "* | *" bench "* | *" nograph "* | *" nofuse "* | *" cpu "* | *" optional "*)
+    STEPS="model $STEPS" ;;
+esac
+abs() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; } # the tools run from $TOOLS
+export TEST_DATA_DIR=$(abs "${TEST_DATA_DIR:-tests/data/gen}")
 LOGS=${OUT:-$(mktemp -d)}
 mkdir -p "$LOGS"
 WORK=$(mktemp -d)
+SMOL=$(abs "${KEEP_MODEL:-$WORK/smollm2-135m-synth-q4_1.gguf}")
+SUMMARY=$LOGS/summary.txt
+T0=$(date +%s)
+export STRATA TESTS TOOLS PYTHON REPS WORK SMOL LOGS
+exec > >(tee -a "$LOGS/test-gpu.log") 2>&1
+TEE_PID=$!
+: > "$SUMMARY"
 fail=0
-step() { printf '\n== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
 
-step "device"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1 | head -3
-"$STRATA" --version 2>&1 | head -1
+note() { printf '%s\n' "$*" | tee -a "$SUMMARY"; }
+left() { echo $((BUDGET_S - ($(date +%s) - T0))); }
+wanted() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
-step "GPU unit tests and whole-model checks"
-# Time limits: a hung kernel must not eat the machine's lease.
-STRATA_TEST_GPU=1 STRATA_BIN="$STRATA" timeout 180 "$TESTS" 'cuda_*' 'gpu_*' 2>&1 | tee "$LOGS/gpu-tests.log"
-[ "${PIPESTATUS[0]}" -eq 0 ] || fail=1
+# step NAME LIMIT_S WHAT FUNCTION: prints what it checks, runs FUNCTION
+# under timeout (LIMIT_S, or the budget left if less; the whole process
+# group goes when it runs over), records the result and the seconds.
+step() {
+    local name=$1 limit=$2 what=$3 fn=$4 l st rc t
+    wanted "$name" || return 0
+    l=$(left)
+    if [ "$l" -lt 15 ]; then
+        note "SKIP       $name: the budget of ${BUDGET_S} s is spent ($what)"
+        return 0
+    fi
+    [ "$limit" -gt "$l" ] && limit=$l
+    printf '\n== %s: %s (limit %d s, %s)\n' "$name" "$what" "$limit" "$(date -u +%H:%M:%S)"
+    t=$(date +%s)
+    timeout -k 5 "$limit" bash -c "$fn"
+    rc=$?
+    case $rc in
+        0) st=PASS ;;
+        124 | 137) st=TIMEOUT ;;
+        *) st="FAIL(rc=$rc)" ;;
+    esac
+    [ $rc -eq 0 ] || fail=1
+    note "$(printf '%-10s %-9s %4d s  %s' "$st" "$name" $(($(date +%s) - t)) "$what")"
+}
 
-step "SmolLM2-135M-shaped model (random weights, Q4_1 + Q8_0)"
-SMOL=${KEEP_MODEL:-$WORK/smollm2-135m-synth-q4_1.gguf}
-if ! (cd "$TOOLS" && "$PYTHON" synth_smollm2.py --out "$SMOL"); then
-    echo "test-gpu: could not make the synthetic model"; exit 1
-fi
+# ---- the steps (each runs in its own bash: exported functions) ----
 
-step "greedy text, CPU and GPU (32 tokens)"
-cpu_txt=$("$STRATA" run -m "$SMOL" -p "The cache is" -n 32 --temp 0 -q --device cpu 2>&1)
-gpu_txt=$(timeout 60 "$STRATA" run -m "$SMOL" -p "The cache is" -n 32 --temp 0 -q --device cuda 2>&1)
-printf 'cpu: %q\ngpu: %q\n' "$cpu_txt" "$gpu_txt"
-if [ "$cpu_txt" = "$gpu_txt" ]; then echo "greedy text: same"; else echo "greedy text: DIFFERENT (random weights: near-ties possible; see the per-model checks above)"; fi
-timeout 60 "$STRATA" run -m "$SMOL" -p "The cache is" -n 32 --temp 0 --device cuda > /dev/null 2> "$LOGS/run-gpu.txt" || fail=1
-tail -1 "$LOGS/run-gpu.txt"
+env_info() {
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1 | head -3
+    "$STRATA" --version 2>&1 | head -1
+    local missing
+    missing=$(ldd "$STRATA" "$TESTS" 2>&1 | grep -F "not found")
+    [ -z "$missing" ] || { echo "missing libraries: $missing"; return 1; }
+    "$PYTHON" -c 'import sys, numpy, gguf; print("python", sys.version.split()[0], "numpy", numpy.__version__, "gguf ok")' || return 1
+    command -v compute-sanitizer > /dev/null && echo "compute-sanitizer: $(command -v compute-sanitizer)"
+    command -v ncu > /dev/null && echo "ncu: $(command -v ncu)"
+    return 0
+}
 
-step "serve on the GPU: cold, GPU pool hit, RAM tier hit, disk hit after a restart (same bytes)"
-# `strata serve --device cuda`: the live KV pool in GPU memory, --cache-ram-mb
-# pinned host memory below it, the disk below that (scripts/gpu-serve-check.py).
-timeout 300 "$PYTHON" "${SERVE_CHECK:-scripts/gpu-serve-check.py}" --strata "$STRATA" --model "$SMOL" --dir "$WORK/kv" \
-    --log "$LOGS/serve-gpu.log" 2>&1 | tee "$LOGS/serve-gpu.txt"
-[ "${PIPESTATUS[0]}" -eq 0 ] || { fail=1; tail -20 "$LOGS/serve-gpu.log"; }
+unit_tests() {
+    # a hung kernel fails its test after 90 s, the others still run
+    STRATA_TEST_GPU=1 STRATA_TEST_TIMEOUT_S=90 STRATA_BIN="$STRATA" "$TESTS" 'cuda_*' 'gpu_*' > "$WORK/unit.log" 2>&1
+    local rc=$?
+    cat "$WORK/unit.log"
+    return $rc
+}
 
-step "bench on the GPU: pp512, tg128 ($REPS reps)"
-timeout 120 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 128 -r "$REPS" 2>&1 | tee "$LOGS/bench-gpu.txt"
-[ "${PIPESTATUS[0]}" -eq 0 ] || fail=1
-timeout 120 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 128 -d 4096 -r 3 2>&1 | tee -a "$LOGS/bench-gpu.txt" | tail -3
+test_data() {
+    # the generated models the GPU tests open, made here when missing (a bundle carries none)
+    local missing="" m
+    for m in ${GPU_TEST_MODELS:-}; do [ -s "$TEST_DATA_DIR/models/$m.gguf" ] || missing="$missing $m"; done
+    [ -z "$missing" ] && { echo "present in $TEST_DATA_DIR/models: ${GPU_TEST_MODELS:-(none named)}"; return 0; }
+    (cd "$TOOLS" && "$PYTHON" gen_gpu_testdata.py "$TEST_DATA_DIR" $missing)
+}
 
-if [ -n "${PREV:-}" ] && [ -x "$PREV" ]; then
-    step "the previous build ($PREV) then this one again, pp512/tg128 ($REPS reps)"
+make_model() {
+    [ -s "$SMOL" ] && { echo "kept: $SMOL"; return 0; }
+    (cd "$TOOLS" && "$PYTHON" synth_smollm2.py --out "$SMOL")
+}
+
+greedy() {
+    [ -s "$SMOL" ] || { echo "no synthetic model (the model step failed)"; return 1; }
+    local cpu gpu
+    cpu=$("$STRATA" run -m "$SMOL" -p "The cache is" -n 32 --temp 0 -q --device cpu 2>&1) || { echo "cpu run failed: $cpu"; return 1; }
+    gpu=$("$STRATA" run -m "$SMOL" -p "The cache is" -n 32 --temp 0 -q --device cuda 2>&1) || { echo "gpu run failed: $gpu"; return 1; }
+    printf 'cpu: %q\ngpu: %q\n' "$cpu" "$gpu"
+    if [ "$cpu" = "$gpu" ]; then echo "greedy text: same" | tee "$WORK/greedy.txt"
+    else echo "greedy text: DIFFERENT (random weights: near-ties possible; see the unit step's per-model checks)" | tee "$WORK/greedy.txt"; fi
+    "$STRATA" run -m "$SMOL" -p "The cache is" -n 32 --temp 0 --device cuda 2>&1 > /dev/null | tail -1
+}
+
+serve() {
+    [ -s "$SMOL" ] || { echo "no synthetic model (the model step failed)"; return 1; }
+    PYTHONUNBUFFERED=1 "$PYTHON" "${SERVE_CHECK:-scripts/gpu-serve-check.py}" --strata "$STRATA" --model "$SMOL" \
+        --dir "$WORK/kv" --log "$LOGS/serve-gpu.log" --deadline 130 | tee "$WORK/serve.txt"
+    local rc=${PIPESTATUS[0]}
+    [ $rc -eq 0 ] || tail -30 "$LOGS/serve-gpu.log"
+    return $rc
+}
+
+bench_gpu() {
+    [ -s "$SMOL" ] || { echo "no synthetic model (the model step failed)"; return 1; }
+    "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 128 -r "$REPS" 2>&1 | tee "$WORK/bench-gpu.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || return 1
+    "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 128 -d 4096 -r 3 2>&1 | tee -a "$WORK/bench-gpu.txt"
+    return "${PIPESTATUS[0]}"
+}
+
+sanitizer() {
+    command -v compute-sanitizer > /dev/null || { echo "no compute-sanitizer on this machine"; return 1; }
+    # the code never run on a GPU before: the paged pass, the tiers on cuda_devmem, gemma3's window
+    STRATA_TEST_GPU=1 compute-sanitizer --tool memcheck --error-exitcode 3 --target-processes all \
+        "$TESTS" 'gpu_paged_*' 'gpu_tiers_*' 'gpu_gemma3_*' > "$LOGS/sanitizer.log" 2>&1
+    local rc=$?
+    grep -E "^(ok|FAIL|skip) |passed|ERROR SUMMARY|Invalid|out of bounds" "$LOGS/sanitizer.log" | head -40
+    return $rc
+}
+
+bench_nograph() {
+    [ -s "$SMOL" ] || return 1
+    STRATA_CUDA_GRAPH=0 "$STRATA" bench -m "$SMOL" --device cuda -p 0 -n 128 -r 3 2>&1 | tee "$WORK/bench-nograph.txt"
+    return "${PIPESTATUS[0]}"
+}
+
+bench_nofuse() {
+    [ -s "$SMOL" ] || return 1
+    STRATA_CUDA_FUSE=0 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 128 -r 3 2>&1 | tee "$WORK/bench-nofuse.txt"
+    return "${PIPESTATUS[0]}"
+}
+
+bench_cpu() {
+    [ -s "$SMOL" ] || return 1
+    "$STRATA" bench -m "$SMOL" -p 512 -n 128 -r 3 2>&1 | tee "$WORK/bench-cpu.txt"
+    return "${PIPESTATUS[0]}"
+}
+
+bench_prev() {
+    [ -s "$SMOL" ] && [ -x "$PREV" ] || return 1
     "$PREV" --version 2>&1 | head -1
-    timeout 120 "$PREV" bench -m "$SMOL" --device cuda -p 512 -n 128 -r "$REPS" 2>&1 | tee "$LOGS/bench-prev.txt" | tail -3
-    timeout 120 "$PREV" bench -m "$SMOL" --device cuda -p 512 -n 128 -d 4096 -r 3 2>&1 | tee -a "$LOGS/bench-prev.txt" | tail -2
-    timeout 120 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 128 -r "$REPS" 2>&1 | tee -a "$LOGS/bench-gpu.txt" | tail -2
-fi
+    "$PREV" bench -m "$SMOL" --device cuda -p 512 -n 128 -r "$REPS" 2>&1 | tee "$WORK/bench-prev.txt" | tail -3
+    "$PREV" bench -m "$SMOL" --device cuda -p 512 -n 128 -d 4096 -r 3 2>&1 | tee -a "$WORK/bench-prev.txt" | tail -2
+    "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 128 -r "$REPS" 2>&1 | tee -a "$WORK/bench-gpu.txt" | tail -2
+}
 
-if [ "${QT_SWEEP:-0}" = 1 ]; then
-    step "attention: query tokens a block (STRATA_CUDA_ATTN_QT; the default sizes it for the SMs; same bits)"
+qt_sweep() {
     for qt in 1 2 4 8; do
         echo "qt=$qt"
-        STRATA_CUDA_ATTN_QT=$qt timeout 60 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 0 -r 3 2>&1 | grep -E "^\| pp"
-        STRATA_CUDA_ATTN_QT=$qt timeout 60 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 0 -d 4096 -r 2 2>&1 | grep -E "^\| pp"
+        STRATA_CUDA_ATTN_QT=$qt "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 0 -r 3 2>&1 | grep -E "^\| pp"
+        STRATA_CUDA_ATTN_QT=$qt "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 0 -d 4096 -r 2 2>&1 | grep -E "^\| pp"
     done
-fi
+}
 
-step "decode without the graph (STRATA_CUDA_GRAPH=0), for comparison"
-STRATA_CUDA_GRAPH=0 timeout 60 "$STRATA" bench -m "$SMOL" --device cuda -p 0 -n 128 -r 3 2>&1 | tee -a "$LOGS/bench-gpu.txt" | tail -1
-
-step "separate kernels (STRATA_CUDA_FUSE=0: 17 launches a layer, not 9), for comparison"
-STRATA_CUDA_FUSE=0 timeout 60 "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 128 -r 3 2>&1 | tee -a "$LOGS/bench-gpu.txt" | tail -2
-
-step "bench on this machine's CPU, for scale (3 reps)"
-timeout 120 "$STRATA" bench -m "$SMOL" -p 512 -n 128 -r 3 2>&1 | tee "$LOGS/bench-cpu.txt"
-
-if [ "${PROFILE:-0}" = 1 ] && command -v ncu > /dev/null; then
-    step "kernel times (ncu, PROFILE=1): pp512 then decode"
-    # The warm-up's prefill (~430 launches), then its first decode steps.
-    timeout 150 ncu --metrics gpu__time_duration.sum --print-summary per-kernel --launch-count 860 \
+profile() {
+    command -v ncu > /dev/null || { echo "no ncu"; return 1; }
+    # the warm-up's prefill (~430 launches), then its first decode steps
+    ncu --metrics gpu__time_duration.sum --print-summary per-kernel --launch-count 860 \
         "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 8 -r 1 > "$LOGS/ncu.txt" 2>&1
+    local rc=$?
     grep -E "k_[a-z_]+|gpu__time_duration" "$LOGS/ncu.txt" | tail -60
+    return $rc
+}
+
+export -f env_info test_data unit_tests make_model greedy serve bench_gpu sanitizer bench_nograph bench_nofuse bench_cpu \
+    bench_prev qt_sweep profile
+export SERVE_CHECK=${SERVE_CHECK:-} PREV=${PREV:-} GPU_TEST_MODELS=${GPU_TEST_MODELS:-}
+
+note "test-gpu $(date -u +%FT%TZ): budget ${BUDGET_S} s; $("$STRATA" --version 2>&1 | head -1)"
+step env 30 "the GPU, the driver, the binaries' libraries, python" env_info
+step data 90 "the generated test models and their float64 reference logits (made when missing)" test_data
+step unit 300 "GPU unit tests and whole-model checks (90 s a test)" unit_tests
+grep -E "^(FAIL|skip) |passed" "$WORK/unit.log" 2>/dev/null | sed 's/^/          /' >> "$SUMMARY"
+step model 120 "the SmolLM2-135M-shaped random-weight model (Q4_1 + Q8_0)" make_model
+step greedy 90 "greedy text, CPU and GPU, 32 tokens" greedy
+sed 's/^/          /' "$WORK/greedy.txt" >> "$SUMMARY" 2>/dev/null
+step serve 150 "serve --device cuda: cold, GPU pool, RAM tier, disk after a restart, the same bytes" serve
+grep -E "^gpu-serve-check:|^(cold|again|evicted|restart)" "$WORK/serve.txt" 2>/dev/null | cut -c1-150 | sed 's/^/          /' >> "$SUMMARY"
+step bench 150 "bench on the GPU: pp512, tg128 ($REPS reps), then at depth 4096 (3 reps)" bench_gpu
+step sanitizer 150 "compute-sanitizer memcheck: the paged pass, the tiers on the GPU, gemma3" sanitizer
+step nograph 60 "decode without the graph (STRATA_CUDA_GRAPH=0)" bench_nograph
+step nofuse 60 "separate kernels (STRATA_CUDA_FUSE=0)" bench_nofuse
+step cpu 120 "bench on this machine's CPU, for scale (3 reps)" bench_cpu
+if wanted optional; then
+    [ -n "$PREV" ] && STEPS="$STEPS prev" step prev 150 "the previous build ($PREV), then this one again" bench_prev
+    [ "${QT_SWEEP:-0}" = 1 ] && STEPS="$STEPS qt" step qt 150 "attention query tokens a block (STRATA_CUDA_ATTN_QT)" qt_sweep
+    [ "${PROFILE:-0}" = 1 ] && STEPS="$STEPS ncu" step ncu 150 "kernel times (ncu): pp512 then decode" profile
 fi
 
-step "summary"
-grep -E "^(ok|FAIL|skip) |passed" "$LOGS/gpu-tests.log"
-grep -E "^gpu-serve-check:" "$LOGS/serve-gpu.txt"
-grep -E "^\| (pp|tg)" "$LOGS/bench-gpu.txt" "$LOGS/bench-cpu.txt" ${PREV:+"$LOGS/bench-prev.txt"} 2>/dev/null
+for f in bench-gpu bench-nograph bench-nofuse bench-cpu bench-prev; do
+    [ -s "$WORK/$f.txt" ] && grep -E "^\| (pp|tg)" "$WORK/$f.txt" | sed "s/^/$f /" >> "$SUMMARY"
+done
+note "test-gpu: $([ $fail -eq 0 ] && echo PASS || echo FAIL) in $(($(date +%s) - T0)) s"
+printf '\n== summary (%s)\n' "$SUMMARY"
+cat "$SUMMARY"
 rm -rf "$WORK"
-if [ $fail -eq 0 ]; then echo "test-gpu: PASS"; else echo "test-gpu: FAIL"; fi
+exec > /dev/null 2>&1
+wait "$TEE_PID" # test-gpu.log complete before $OUT is collected
 exit $fail

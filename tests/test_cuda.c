@@ -115,6 +115,30 @@ TEST(cuda_device_check_is_clear) {
     CHECK(e == NULL);
 }
 
+/* Gemma 3 passes the GPU path's model check for `run` and `bench` (the
+ * error, without a GPU, is the device's), and `serve --device cuda`
+ * refuses it by name: the GPU pool has no sliding-window parts yet. */
+TEST(cuda_gemma3_on_the_gpu_pass_but_not_in_the_gpu_pool) {
+    strata_err gpu = {0}, err = {0};
+    int no_gpu = cuda_open(&gpu);
+    engine *e = NULL;
+    engine_params p = {.model_path = model_path("gemma3-q8_0"), .device = "cuda", .n_ctx = 64};
+    int rc = engine_open(&e, &p, &err);
+    if (no_gpu) {
+        CHECK_EQ_INT(rc, no_gpu);
+        CHECK_STR(err.msg, gpu.msg);
+    } else {
+        CHECK_MSG(rc == 0, "gemma3 on the GPU pass: %s", err.msg);
+        engine_close(e);
+    }
+    e = NULL;
+    engine_params ps = {.model_path = model_path("gemma3-q8_0"), .device = "cuda", .n_seq = 1, .n_ctx = 64};
+    CHECK_EQ_INT(engine_open(&e, &ps, &err), STRATA_EUNSUPPORTED);
+    CHECK_MSG(strstr(err.msg, "gemma3") && strstr(err.msg, "sliding-window layers in the server's GPU pool"),
+              "a clear refusal: %s", err.msg);
+    CHECK(e == NULL);
+}
+
 /* ---- kernels ----------------------------------------------------------------- */
 
 /* A weight of each type from the synthetic models: ffn_gate (k = n_embd)
@@ -521,6 +545,50 @@ TEST(gpu_forward_matches_cpu_and_float64) {
         fwdc_free(c);
         model_free(m);
     }
+}
+
+/* Gemma 3 on the GPU (sliding-window attention, GELU, post norms, the
+ * embedding scale): the tiny fixture (window 16) over its 24 reference
+ * tokens, past the window. Bounds: those of the other whole models on the
+ * 8-bit path (Q8_0 weights): GPU vs float64 < 0.05 of the logit range, GPU
+ * vs CPU < 0.05, no row where float64's clear greedy choice is not the
+ * GPU's; and every row's bits the same in one chunk, token by token and
+ * in uneven chunks (batch invariance with the window). */
+TEST(gpu_gemma3_matches_cpu_and_float64_past_its_window) {
+    if (!gpu_up()) return;
+    static const int one_chunk[] = {4096, 0}, decode[] = {1, 0}, uneven[] = {1, 7, 3, 13, 2, 0};
+    ref_logits r;
+    if (read_ref("gemma3-q8_0", &r)) {
+        test_fail(__FILE__, __LINE__, "gemma3-q8_0: no reference logits (make testdata)");
+        return;
+    }
+    model *m;
+    fwdc *c = open_gpu_model("gemma3-q8_0", 4096, &m);
+    if (!c) return;
+    CHECK_MSG(m->hp.n_swa > 0 && r.n_tok > m->hp.n_swa, "the fixture's %d tokens pass its window of %d", r.n_tok,
+              m->hp.n_swa);
+    int n = r.n_tok, V = r.n_vocab, same = 0, same_cpu = 0;
+    float *g = gpu_logits(c, r.tokens, n, V, one_chunk), *cpu = cpu_logits(model_path("gemma3-q8_0"), r.tokens, n, V);
+    double vs_ref = max_rel(g, r.logits, (size_t)n * V), vs_cpu = cpu ? max_rel(g, cpu, (size_t)n * V) : 1;
+    int bad = clear_disagreements(g, r.logits, n, V, &same);
+    if (cpu) clear_disagreements(g, cpu, n, V, &same_cpu);
+    printf("     gemma3-q8_0 %d tokens (window %d): GPU vs float64 %.2g, GPU vs CPU %.2g of the logit range; "
+           "greedy = float64's %d/%d, = CPU's %d/%d\n", n, m->hp.n_swa, vs_ref, vs_cpu, same, n, same_cpu, n);
+    CHECK_MSG(vs_ref < 0.05, "gemma3: GPU vs float64 %.4f", vs_ref);
+    CHECK_MSG(vs_cpu < 0.05, "gemma3: GPU vs CPU %.4f", vs_cpu);
+    CHECK_MSG(bad == 0, "gemma3: %d rows where float64's clear greedy choice is not the GPU's", bad);
+    const int *plans[] = {decode, uneven};
+    for (int k = 0; k < 2; k++) {
+        fwdc_free(c);
+        model_free(m);
+        if (!(c = open_gpu_model("gemma3-q8_0", 4096, &m))) break;
+        float *h = gpu_logits(c, r.tokens, n, V, plans[k]);
+        CHECK_MSG(memcmp(h, g, (size_t)n * V * 4) == 0, "gemma3: %s gives other bits than one chunk",
+                  k ? "uneven chunks" : "token by token");
+        free(h);
+    }
+    free(g), free(cpu), free(r.tokens), free(r.logits);
+    if (c) fwdc_free(c), model_free(m);
 }
 
 TEST(gpu_forward_batch_invariance) {

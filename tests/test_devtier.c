@@ -281,6 +281,58 @@ TEST(kv_pool_on_device_round_trips_payloads_and_copies_on_write) {
     fake_dev_free(fd);
 }
 
+/* An eviction's download (kv_block_read_async) returns before the copy
+ * has run; the block is given out again at once, and what writes into it
+ * next runs after the download on the device: an upload (a load from a
+ * lower tier, the copy stream) waits for its event, a kernel follows it
+ * on the compute stream. The download gets the old bytes. Over seeds: the
+ * fake device runs the streams in other orders each time. */
+TEST(kv_pool_on_device_download_runs_late_and_uploads_wait_for_it) {
+    int late = 0;
+    for (unsigned seed = 0; seed < 512; seed++) {
+        fake_dev *fd = fake_dev_new(100 + seed);
+        const devmem *dev = fake_dev_mem(fd);
+        kv_pool p;
+        kv_pool_opts po = {.n_layer = N_LAYER, .kv_dim = KV_DIM, .block_tokens = B, .n_blocks = 4, .dev = dev};
+        CHECK_EQ_INT(kv_pool_init_opts(&p, &po, NULL), 0);
+        int32_t t[B];
+        tokens(t, B, 40 + (int)seed);
+        kv_seq a;
+        kv_seq_init(&a);
+        compute(&p, &a, t, B);
+        uint8_t *want = malloc(p.block_bytes), *next = malloc(p.block_bytes);
+        memcpy(want, kv_block_read(&p, a.blocks[0], want), p.block_bytes);
+        memset(next, 0x3C, p.block_bytes);
+        uint8_t *down = devmem_host_alloc(dev, p.block_bytes, NULL);
+        devmem_event *ev = NULL;
+        CHECK_EQ_INT(kv_block_read_async(&p, a.blocks[0], down, &ev, NULL), 0);
+        late += memcmp(down, want, p.block_bytes) != 0; /* not run yet (pinned memory starts as garbage) */
+        if (seed % 2) { /* the block's next owner: a load from a tier below (copy stream) */
+            CHECK_EQ_INT(kv_block_write_async(&p, a.blocks[0], next, NULL), 0);
+            CHECK_EQ_INT(kv_pool_wait_writes(&p, NULL), 0);
+        } else { /* or its compute (the kernels' stream) */
+            CHECK_EQ_INT(devmem_copy(dev, DEVMEM_COMPUTE, kv_rows(&p, a.blocks[0], 0, 0), next, p.block_bytes,
+                                     DEVMEM_H2D, NULL), 0);
+        }
+        CHECK_EQ_INT(devmem_sync(dev, DEVMEM_COMPUTE, NULL), 0);
+        CHECK_EQ_INT(devmem_done(dev, ev, NULL), 1);
+        CHECK_MSG(memcmp(down, want, p.block_bytes) == 0, "seed %u: the download has the evicted bytes", seed);
+        uint8_t *back = malloc(p.block_bytes);
+        CHECK(memcmp(kv_block_read(&p, a.blocks[0], back), next, p.block_bytes) == 0);
+        devmem_event_free(dev, ev);
+        devmem_host_free(dev, down);
+        free(want), free(next), free(back);
+        kv_seq_release(&p, &a);
+        kv_pool_destroy(&p);
+        fake_dev_stats fs;
+        fake_dev_stats_get(fd, &fs);
+        CHECK_EQ_INT(fs.dev_allocs + fs.host_allocs + fs.events, 0);
+        CHECK_EQ_INT(fs.misuse, 0);
+        fake_dev_free(fd);
+    }
+    CHECK_MSG(late > 0 && late < 512, "downloads not yet run when the block was written again: %d of 512", late);
+}
+
 TEST(kv_pool_on_device_refused_allocation_is_clear_and_leaks_nothing) {
     fake_dev *fd = fake_dev_new(3);
     kv_pool p;
@@ -403,15 +455,62 @@ TEST(devtier_eviction_writes_down_what_the_tier_below_lacks) {
     /* The GPU pool evicts a's blocks, which the RAM tier no longer holds:
      * they move into it first. */
     request(&r, c, 2 * B, NULL);
+    store_flush_spills(r.st); /* the copies down were queued, not waited for */
     store_stats ss;
     store_get_stats(r.st, &ss);
     CHECK_EQ_INT(ss.spilled_blocks, 2);
+    CHECK_EQ_INT(ss.spill_pending, 0);
     int from[3];
     CHECK_EQ_INT(request(&r, a, 2 * B, from), 2 * B);
     CHECK_MSG(from[1] + from[2] == 2 * B, "a from ram %d, disk %d tokens", from[1], from[2]);
     ram_tier_get_stats(r.ram, &rs);
     CHECK_EQ_INT(rs.lost, 0);
     rig_free(&r);
+}
+
+/* The GPU pool evicts blocks no tier below holds: their copies down are
+ * queued and the blocks handed out at once (the scheduler's thread does
+ * not wait); the new owner's compute writes into them after the copies
+ * (the same stream: odd seeds compute first). A lookup that needs such a
+ * block waits for its copy (even seeds look up first) and hits in the
+ * tiers below, the bytes computed. Over seeds (other stream orders). */
+TEST(devtier_eviction_copies_down_without_waiting_and_a_lookup_waits_for_them) {
+    int pending_seen = 0;
+    for (unsigned seed = 0; seed < 16; seed++) {
+        rig r;
+        rig_init(&r, 200 + seed, 4, 2, "cuda-2");
+        int32_t a[2 * B], b[2 * B], c[2 * B];
+        tokens(a, 2 * B, 100), tokens(b, 2 * B, 300), tokens(c, 2 * B, 500);
+        request(&r, a, 2 * B, NULL);
+        request(&r, b, 2 * B, NULL); /* the RAM tier (2 blocks) gives a's up: the disk has them */
+        disk_flush(r.disk);
+        usleep(5000); /* past protect_ms */
+        disk_evict_to(r.disk, 0); /* a is in the GPU pool alone now */
+        kv_seq x;
+        kv_seq_init(&x);
+        CHECK_EQ_INT(kv_seq_reserve(&r.p, &x, 2 * B, NULL), 0); /* evicts a's blocks: copied down, queued */
+        store_stats ss;
+        store_get_stats(r.st, &ss);
+        pending_seen += ss.spill_pending > 0;
+        CHECK_EQ_INT(ss.spill_waits, 0);
+        if (seed % 2) compute(&r.p, &x, c, 2 * B); /* into a's old blocks, before the copies down ran */
+        int from[3];
+        /* from the tiers below (a RAM eviction may have moved one to the
+         * disk), none recomputed: a queued copy was waited for or done */
+        CHECK_EQ_INT(request(&r, a, 2 * B, from), 2 * B); /* request() checks the bytes */
+        CHECK_MSG(from[1] > 0 && from[1] + from[2] == 2 * B, "seed %u: a from gpu %d, ram %d, disk %d tokens", seed,
+                  from[0], from[1], from[2]);
+        if (seed % 2 == 0) compute(&r.p, &x, c, 2 * B); /* after the lookup waited for them */
+        CHECK(holds(&r.p, &x, c, 2 * B));
+        kv_seq_release(&r.p, &x);
+        store_flush_spills(r.st);
+        store_get_stats(r.st, &ss);
+        CHECK(ss.spilled_blocks >= 2);
+        CHECK_EQ_INT(ss.spill_pending, 0);
+        CHECK_EQ_INT(ss.spill_errors, 0);
+        rig_free(&r);
+    }
+    CHECK_MSG(pending_seen > 0, "copies down still queued after the eviction: %d of 16 seeds", pending_seen);
 }
 
 TEST(devtier_ram_eviction_follows_the_policy) {

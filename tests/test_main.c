@@ -4,6 +4,7 @@
 #include "test.h"
 
 #include <fnmatch.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -68,6 +69,27 @@ const char *test_gemma3_model(void) {
     return (m && *m && access(m, R_OK) == 0) ? m : NULL;
 }
 
+/* Waits for the test's process; with STRATA_TEST_TIMEOUT_S=N (the GPU
+ * machine's script: a hung kernel must not eat its lease) one running
+ * past N seconds is killed and fails. 1 when it was. (A timer in the
+ * parent: tests use alarm() themselves.) */
+static int wait_child(pid_t pid, int *status) {
+    const char *t = getenv("STRATA_TEST_TIMEOUT_S");
+    double limit = t ? atof(t) : 0, waited = 0;
+    if (limit <= 0) return waitpid(pid, status, 0) < 0;
+    while (waitpid(pid, status, WNOHANG) == 0) {
+        if (waited >= limit) {
+            kill(pid, SIGKILL);
+            waitpid(pid, status, 0);
+            fprintf(stderr, "    timed out after %.0f s (STRATA_TEST_TIMEOUT_S)\n", limit);
+            return 1;
+        }
+        usleep(20000);
+        waited += 0.02;
+    }
+    return 0;
+}
+
 /* 0 pass, 1 fail, 2 skipped (real-model test without a model). */
 static int run_one(const test_entry *t) {
     if (strncmp(t->name, "real_", 5) == 0 && !test_real_model()) return 2;
@@ -96,7 +118,7 @@ static int run_one(const test_entry *t) {
         _exit(failures ? 1 : 0);
     }
     int status = 0;
-    waitpid(pid, &status, 0);
+    if (wait_child(pid, &status)) return 1;
     if (WIFSIGNALED(status)) {
         fprintf(stderr, "    killed by signal %d\n", WTERMSIG(status));
         return 1;

@@ -161,6 +161,39 @@ TEST(prompt_replay_js_numbers) {
     CHECK(big == NULL);
 }
 
+/* A client that parses a call with the tool's schema (Claude Code) sends
+ * it back with the schema's defaults filled in: the call is also
+ * remembered under that spelling (gen.c), which is what
+ * replay_schema_defaults gives; what the model wrote stays as written. */
+TEST(prompt_replay_schema_defaults) {
+    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"Edit\",\"parameters\":"
+                               "{\"type\":\"object\",\"properties\":{\"file_path\":{\"type\":\"string\"},"
+                               "\"replace_all\":{\"type\":\"boolean\",\"default\":false},"
+                               "\"n\":{\"type\":\"integer\",\"default\":3}}}}}]", 0, NULL);
+    CHECK(tools != NULL);
+    char *a = replay_schema_defaults(tools, "Edit", "{\"n\":7,\"file_path\":\"a\"}");
+    CHECK(a && !strcmp(a, "{\"n\":7,\"file_path\":\"a\",\"replace_all\":false}"));
+    free(a);
+    CHECK(replay_schema_defaults(tools, "Edit", "{\"replace_all\":true,\"n\":1}") == NULL); /* none missing */
+    CHECK(replay_schema_defaults(tools, "Read", "{}") == NULL);      /* no such tool */
+    CHECK(replay_schema_defaults(tools, "Edit", "[1]") == NULL);     /* not an object */
+    CHECK(replay_schema_defaults(tools, "Edit", "not json") == NULL);
+    CHECK(replay_schema_defaults(NULL, "Edit", "{}") == NULL);
+    json_decref(tools);
+}
+
+/* Claude Code drops a whitespace-only text block (a native-format model's
+ * "\n\n" before its call) when it sends the turn back: the turn's key
+ * is the same without it; any other text still counts. */
+TEST(prompt_native_turn_key_blank_content) {
+    const char *names[] = {"Read"}, *args[] = {"{\"file_path\":\"a\"}"};
+    char *none = replay_native_turn_key("", names, args, 1), *ws = replay_native_turn_key("\n\n \t", names, args, 1);
+    char *text = replay_native_turn_key(" ok\n", names, args, 1);
+    CHECK(!strcmp(none, ws));
+    CHECK(strcmp(none, text) != 0);
+    free(none), free(ws), free(text);
+}
+
 /* ---- harmony (gpt-oss) ------------------------------------------------------
  * The gpt-oss template renders an assistant turn its own way: a call's
  * recipient before its channel and no <|constrain|> (the model writes

@@ -656,6 +656,17 @@ def write_model(path, spec, seed):
     return len(vocab[0])
 
 
+def write_named(outdir, names):
+    """Only the models of MODELS named (the GPU machine makes its own:
+    tools/gen_gpu_testdata.py); the same bytes as _write_models."""
+    d = os.path.join(outdir, "models")
+    os.makedirs(d, exist_ok=True)
+    for i, spec in enumerate(MODELS):
+        if spec["name"] in names:
+            write_model(os.path.join(d, spec["name"] + ".gguf"), spec, seed=1000 + i)
+    return [os.path.join(d, n + ".gguf") for n in names]
+
+
 def _write_models(outdir):
     d = os.path.join(outdir, "models")
     os.makedirs(d, exist_ok=True)

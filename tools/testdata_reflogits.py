@@ -54,21 +54,25 @@ def oracle_tokens(path):
 
 def generate(outdir):
     for path in sorted(glob.glob(os.path.join(outdir, "models", "*.gguf"))):
-        if os.path.basename(path).startswith(NO_REFERENCE):
-            continue
-        m = RefModel(path)
-        n_vocab = m.t["token_embd.weight"].shape[0]
-        toks = oracle_tokens(GPTOSS_PROMPT) if m.gptoss else reference_tokens(n_vocab)
-        logits = m.forward(toks).astype(np.float32)
-        min_gap = MIN_ROUTER_GAP_GPTOSS if m.gptoss else MIN_ROUTER_GAP
-        if m.router_gap < min_gap:
-            raise SystemExit(f"{path}: a routing decision has a logit gap of {m.router_gap:.6f} "
-                             f"(< {min_gap}): pick another router_seed in testdata_models.py")
-        write_ref(path[:-5] + ".ref", toks, n_vocab, logits)
+        if not os.path.basename(path).startswith(NO_REFERENCE):
+            write_ref(path)
     mtp_reference(outdir)
 
 
-def write_ref(path, toks, n_vocab, logits):
+def write_ref(path):
+    """NAME.ref beside the model at path (the layout above)."""
+    m = RefModel(path)
+    n_vocab = m.t["token_embd.weight"].shape[0]
+    toks = oracle_tokens(GPTOSS_PROMPT) if m.gptoss else reference_tokens(n_vocab)
+    logits = m.forward(toks).astype(np.float32)
+    min_gap = MIN_ROUTER_GAP_GPTOSS if m.gptoss else MIN_ROUTER_GAP
+    if m.router_gap < min_gap:
+        raise SystemExit(f"{path}: a routing decision has a logit gap of {m.router_gap:.6f} "
+                         f"(< {min_gap}): pick another router_seed in testdata_models.py")
+    write_logits(path[:-5] + ".ref", toks, n_vocab, logits)
+
+
+def write_logits(path, toks, n_vocab, logits):
     with open(path, "wb") as f:
         f.write(struct.pack("<II", len(toks), n_vocab))
         f.write(np.asarray(toks, dtype="<i4").tobytes())
@@ -85,4 +89,4 @@ def mtp_reference(outdir):
     m = RefModel(path)
     n_vocab = m.t["token_embd.weight"].shape[0]
     toks = reference_tokens(n_vocab)
-    write_ref(path[:-5] + ".mtp.ref", toks, n_vocab, m.mtp_forward(toks)[0].astype(np.float32))
+    write_logits(path[:-5] + ".mtp.ref", toks, n_vocab, m.mtp_forward(toks)[0].astype(np.float32))

@@ -17,6 +17,7 @@
 
 #include "base/clock.h"
 #include "base/mem.h"
+#include "cache/spill.h"
 
 struct cache_store {
     kv_pool *kv;
@@ -29,6 +30,7 @@ struct cache_store {
     float *snap_buf;       /* one state, read from a lower tier */
     void *blk_buf;         /* one block's payload: gathered for a write, read for its sliding part */
     int32_t *blk_tok;      /* its tokens */
+    spill_queue *spills;   /* a device pool's evicted blocks on their way down (or NULL) */
     store_stats st;
 };
 
@@ -58,6 +60,7 @@ cache_store *store_new(kv_pool *kv, const store_opts *o) {
 
 void store_free(cache_store *st) {
     if (!st) return;
+    spillq_free(st->spills); /* waits for the queued copies down: the tiers are still open */
     live_free(st->live);
     policy_recent_free(st->recent);
     snap_free(st->snaps);
@@ -83,21 +86,44 @@ static void snap_listed(void *ctx, const cache_hash *key, const cache_hash *boun
     if (left > 0) snap_touch(l->st->snaps, e, left);
 }
 
+/* A spilled block's bytes, downloaded: to the first tier below. */
+static void spill_write(void *ctx, const cache_hash *h, const cache_hash *prev, const int32_t *tokens, int n,
+                        const void *kv) {
+    cache_store *st = ctx;
+    const cache_tier *t = &st->tiers[0];
+    if (t->write(t->self, h, prev, tokens, n, kv) == 0) st->st.spilled_blocks++;
+}
+
 /* A device pool's block or tail about to be evicted (live.h): it moves
  * down to the first tier below (the RAM tier) unless that tier holds it
- * already (written through when published, unless evicted since). */
+ * already (written through when published, unless evicted since). The
+ * download is queued and the pool reuses the block at once (spill.h);
+ * only if it cannot be queued does the host wait for it here. */
 static void spill(void *ctx, int b, const cache_hash *h, const cache_hash *prev, const int32_t *tokens, int n) {
     cache_store *st = ctx;
     const cache_tier *t = &st->tiers[0];
-    if (t->has(t->self, h)) return;
+    if (t->has(t->self, h) || spillq_has(st->spills, h)) return;
+    if (spillq_push(st->spills, b, h, prev, tokens, n, NULL) == 0) return;
     const void *kv = kv_block_read(st->kv, b, st->blk_buf);
-    if (kv && t->write(t->self, h, prev, tokens, n, kv) == 0) st->st.spilled_blocks++;
+    if (kv) spill_write(st, h, prev, tokens, n, kv);
+}
+
+/* Copies down that have finished are written (the host does not wait). */
+static void spill_poll(cache_store *st) {
+    if (st->spills) spillq_drain(st->spills, 0);
+}
+
+void store_flush_spills(cache_store *st) {
+    if (st->spills) spillq_drain(st->spills, 1);
 }
 
 void store_add_tier(cache_store *st, const cache_tier *t) {
     if (st->n_tiers >= STORE_MAX_TIERS) return;
     st->tiers[st->n_tiers++] = *t;
-    if (st->n_tiers == 1 && st->kv->dev) live_on_spill(st->live, spill, st);
+    if (st->n_tiers == 1 && st->kv->dev) {
+        st->spills = spillq_new(st->kv, spill_write, st);
+        live_on_spill(st->live, spill, st);
+    }
     snap_listing l = {st, st->n_tiers - 1};
     if (st->snaps && t->snap_list) t->snap_list(t->self, snap_listed, &l); /* what survived a restart */
 }
@@ -108,6 +134,13 @@ void store_root(const cache_store *st, const char *tenant, const char *salt, cac
 
 void store_get_stats(const cache_store *st, store_stats *out) {
     *out = st->st;
+    if (st->spills) {
+        spillq_stats ss;
+        spillq_get_stats(st->spills, &ss);
+        out->spill_pending = spillq_pending(st->spills);
+        out->spill_waits = ss.waits;
+        out->spill_errors = ss.errors;
+    }
     live_get_stats(st->live, &out->live);
     if (st->snaps) snap_get_stats(st->snaps, &out->snap);
 }
@@ -350,9 +383,11 @@ static int load_take(cache_store *st, store_seq *q, kv_seq *s) {
 /* ---- the walk ---------------------------------------------------------------------- */
 
 /* The first lower tier holding h, or -1. */
-static int tier_with(const cache_store *st, const cache_hash *h) {
+static int tier_with(cache_store *st, const cache_hash *h) {
     for (int k = 0; k < st->n_tiers; k++)
         if (st->tiers[k].has(st->tiers[k].self, h)) return k;
+    /* on its way down from the GPU pool: worth the wait (a hit, not a recompute) */
+    if (st->spills && spillq_wait_for(st->spills, h)) return tier_with(st, h);
     return -1;
 }
 
@@ -549,6 +584,7 @@ static int attach_partial(cache_store *st, store_seq *q, const int32_t *tokens, 
 
 int store_attach_begin(cache_store *st, store_seq *q, const int32_t *tokens, int n_tokens, int n_max, kv_seq *s) {
     q->t_begin = clock_ms();
+    spill_poll(st);
     st->st.lookups++;
     attach_blocks(st, q, tokens, n_max, s, 1);
     return q->load ? s->n_pos : attach_partial(st, q, tokens, n_tokens, n_max, s);
@@ -567,6 +603,7 @@ int store_attach_end(cache_store *st, store_seq *q, const int32_t *tokens, int n
 
 int store_attach(cache_store *st, store_seq *q, const int32_t *tokens, int n_tokens, int n_max, kv_seq *s) {
     q->t_begin = clock_ms();
+    spill_poll(st);
     st->st.lookups++;
     attach_blocks(st, q, tokens, n_max, s, 0);
     return attach_partial(st, q, tokens, n_tokens, n_max, s);
@@ -609,6 +646,7 @@ static void window_refill(cache_store *st, const cache_hash *h, int b) {
 
 void store_publish(cache_store *st, store_seq *q, const int32_t *tokens, const kv_seq *s) {
     int B = st->kv->block_tokens, end = s->n_pos < q->publish_limit ? s->n_pos : q->publish_limit;
+    spill_poll(st);
     while ((q->n_blocks + 1) * B <= end) {
         int i = q->n_blocks, b = s->blocks[i];
         const int32_t *bt = tokens + (size_t)i * B;
@@ -661,6 +699,7 @@ static void retain_snaps(cache_store *st, const store_seq *q, int end, double tt
 }
 
 void store_finish(cache_store *st, store_seq *q, const int32_t *tokens, const kv_seq *s, int keep) {
+    spill_poll(st);
     if (q->load) { /* dropped while its prefix was read: wait before the blocks go */
         load_join(q->load);
         load_free(q->load);

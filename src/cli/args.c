@@ -78,3 +78,17 @@ void args_usage(const char *cmd, const char *synopsis, const arg_spec *specs, in
         printf("  %-28s %s\n", left, specs[i].help);
     }
 }
+
+int args_cli(const char *cmd, const char *synopsis, const arg_spec *specs, int n_specs, int argc, char **argv,
+             const int *help) {
+    strata_err err = {0};
+    if (args_parse(specs, n_specs, argc, argv, 2, NULL, &err)) {
+        fprintf(stderr, "strata %s: %s\n", cmd, err.msg);
+        return 2;
+    }
+    if (*help) {
+        args_usage(cmd, synopsis, specs, n_specs);
+        return 0;
+    }
+    return -1;
+}

@@ -22,4 +22,15 @@ int args_parse(const arg_spec *specs, int n_specs, int argc, char **argv, int fi
                const char **pos_out, strata_err *err);
 void args_usage(const char *cmd, const char *synopsis, const arg_spec *specs, int n_specs);
 
+/* A subcommand's parse of argv[2..]: a bad flag prints "strata CMD: why"
+ * and returns 2; --help (*help set by a spec) prints the usage and returns
+ * 0; else -1: go on. */
+int args_cli(const char *cmd, const char *synopsis, const arg_spec *specs, int n_specs, int argc, char **argv,
+             const int *help);
+
+/* Spec lines the model commands share. */
+#define ARG_SPEC_MODEL(p) {"--model", "-m", ARG_STR, (p), 0, -1, "GGUF model file (required)"}
+#define ARG_SPEC_THREADS(p) {"--threads", "-t", ARG_INT, (p), 1, 1024, "threads (one per core)"}
+#define ARG_SPEC_HELP(p) {"--help", "-h", ARG_FLAG, (p), 0, -1, "this help"}
+
 #endif

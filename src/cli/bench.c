@@ -164,28 +164,22 @@ static int bench_peak(const bench_opts *o) {
 int cli_bench(int argc, char **argv) {
     bench_opts o = {.n_prompt = 512, .n_gen = 128, .reps = 5};
     const arg_spec specs[] = {
-        {"--model", "-m", ARG_STR, &o.model, 0, -1, "GGUF model file (required)"},
+        ARG_SPEC_MODEL(&o.model),
         {"--n-prompt", "-p", ARG_INT, &o.n_prompt, 0, 1 << 20, "prompt tokens (512)"},
         {"--n-gen", "-n", ARG_INT, &o.n_gen, 0, 1 << 20, "generated tokens (128)"},
         {"--depth", "-d", ARG_INT, &o.depth, 0, 1 << 20, "tokens prefilled untimed before each test (0)"},
-        {"--threads", "-t", ARG_INT, &o.threads, 1, 1024, "threads (one per core)"},
+        ARG_SPEC_THREADS(&o.threads),
         {"--device", NULL, ARG_STR, &o.device, 0, -1, "cpu or cuda (cpu; cuda: llama, qwen2, qwen3)"},
         {"--kv-type", NULL, ARG_STR, &o.kv_type, 0, -1, KVQ_HELP},
         {"--reps", "-r", ARG_INT, &o.reps, 1, 1000, "measured repetitions (5)"},
         {"--json", NULL, ARG_FLAG, &o.json, 0, -1, "print one JSON object"},
         {"--peak", NULL, ARG_FLAG, &o.peak, 0, -1, "the CPU's int8 dot-product peak (no model; -t threads)"},
-        {"--help", "-h", ARG_FLAG, &o.help, 0, -1, "this help"},
+        ARG_SPEC_HELP(&o.help),
     };
     int n_specs = (int)(sizeof specs / sizeof specs[0]);
+    int rc_args = args_cli("bench", "-m MODEL [options]", specs, n_specs, argc, argv, &o.help);
+    if (rc_args >= 0) return rc_args;
     strata_err err = {0};
-    if (args_parse(specs, n_specs, argc, argv, 2, NULL, &err)) {
-        fprintf(stderr, "strata bench: %s\n", err.msg);
-        return 2;
-    }
-    if (o.help) {
-        args_usage("bench", "-m MODEL [options]", specs, n_specs);
-        return 0;
-    }
     if (o.peak) return bench_peak(&o);
     if (!o.model) {
         fprintf(stderr, "strata bench: -m MODEL is required\n");

@@ -132,29 +132,24 @@ static int bm_main(const bm_opts *o, strata_err *err) {
 int cli_bench_mtp(int argc, char **argv) {
     bm_opts o = {.n_gen = 64, .k = 1, .reps = 3};
     const arg_spec specs[] = {
-        {"--model", "-m", ARG_STR, &o.model, 0, -1, "GGUF model file with an MTP block (qwen35; required)"},
+        ARG_SPEC_MODEL(&o.model),
         {"--n-gen", "-n", ARG_INT, &o.n_gen, 1, 1 << 20, "decode steps per run (64)"},
         {"--depth", "-d", ARG_INT, &o.depth, 0, 1 << 20, "tokens prefilled untimed first (0)"},
         {"--draft", "-k", ARG_INT, &o.k, 0, 63, "tokens drafted per step (1; 0: feed only)"},
-        {"--threads", "-t", ARG_INT, &o.threads, 1, 1024, "threads (one per core)"},
+        ARG_SPEC_THREADS(&o.threads),
         {"--reps", "-r", ARG_INT, &o.reps, 1, 1000, "measured runs after one warm-up (3)"},
         {"--json", NULL, ARG_FLAG, &o.json, 0, -1, "print one JSON object"},
-        {"--help", "-h", ARG_FLAG, &o.help, 0, -1, "this help"},
+        ARG_SPEC_HELP(&o.help),
     };
     int n_specs = (int)(sizeof specs / sizeof specs[0]);
-    strata_err err = {0};
-    if (args_parse(specs, n_specs, argc, argv, 2, NULL, &err)) {
-        fprintf(stderr, "strata bench-mtp: %s\n", err.msg);
-        return 2;
-    }
-    if (o.help) {
-        args_usage("bench-mtp", "-m MODEL [options]", specs, n_specs);
-        return 0;
-    }
+    int rc_args = args_cli("bench-mtp", "-m MODEL [options] (a qwen35 file with an MTP block)", specs, n_specs, argc,
+                           argv, &o.help);
+    if (rc_args >= 0) return rc_args;
     if (!o.model) {
         fprintf(stderr, "strata bench-mtp: -m MODEL is required\n");
         return 2;
     }
+    strata_err err = {0};
     if (bm_main(&o, &err)) {
         fprintf(stderr, "strata bench-mtp: %s\n", err.msg);
         return 1;

@@ -129,26 +129,20 @@ static int ppl_main(const ppl_opts *o, strata_err *err) {
 int cli_perplexity(int argc, char **argv) {
     ppl_opts o = {.ctx = 2048, .skip = 64};
     const arg_spec specs[] = {
-        {"--model", "-m", ARG_STR, &o.model, 0, -1, "GGUF model file (required)"},
+        ARG_SPEC_MODEL(&o.model),
         {"--file", "-f", ARG_STR, &o.file, 0, -1, "text to score (required)"},
         {"--ctx", "-c", ARG_INT, &o.ctx, 16, 1 << 20, "tokens per window (2048)"},
         {"--skip", NULL, ARG_INT, &o.skip, 0, 1 << 20, "first positions of each window not scored (64)"},
         {"--windows", NULL, ARG_INT, &o.max_windows, 0, 1 << 20, "at most this many windows (0: all)"},
         {"--kv-type", NULL, ARG_STR, &o.kv_type, 0, -1, KVQ_HELP},
         {"--top1", NULL, ARG_STR, &o.top1, 0, -1, "write each scored position's argmax id (int32) here"},
-        {"--threads", "-t", ARG_INT, &o.threads, 1, 1024, "threads (one per core)"},
-        {"--help", "-h", ARG_FLAG, &o.help, 0, -1, "this help"},
+        ARG_SPEC_THREADS(&o.threads),
+        ARG_SPEC_HELP(&o.help),
     };
     int n_specs = (int)(sizeof specs / sizeof specs[0]);
+    int rc_args = args_cli("perplexity", "-m MODEL -f TEXT [--ctx N] [--kv-type q8_0] [--top1 FILE]", specs, n_specs, argc, argv, &o.help);
+    if (rc_args >= 0) return rc_args;
     strata_err err = {0};
-    if (args_parse(specs, n_specs, argc, argv, 2, NULL, &err)) {
-        fprintf(stderr, "strata perplexity: %s\n", err.msg);
-        return 2;
-    }
-    if (o.help) {
-        args_usage("perplexity", "-m MODEL -f TEXT [--ctx N] [--kv-type q8_0] [--top1 FILE]", specs, n_specs);
-        return 0;
-    }
     if (!o.model || !o.file) {
         fprintf(stderr, "strata perplexity: -m MODEL and -f TEXT are required\n");
         return 2;

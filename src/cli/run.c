@@ -136,7 +136,7 @@ int cli_run(int argc, char **argv) {
     run_opts o = {.n_predict = 256, .temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
                   .repeat_penalty = 1.0f, .seed = 42};
     const arg_spec specs[] = {
-        {"--model", "-m", ARG_STR, &o.model, 0, -1, "GGUF model file (required)"},
+        ARG_SPEC_MODEL(&o.model),
         {"--prompt", "-p", ARG_STR, &o.prompt, 0, -1, "prompt text (required)"},
         {"--n-predict", "-n", ARG_INT, &o.n_predict, 0, 1 << 20, "tokens to generate (256)"},
         {"--temp", NULL, ARG_FLOAT, &o.temp, 0, 100, "temperature, 0 = greedy (0.8)"},
@@ -148,23 +148,17 @@ int cli_run(int argc, char **argv) {
         {"--chat", NULL, ARG_FLAG, &o.chat, 0, -1, "wrap the prompt in the model's chat template"},
         {"--system", NULL, ARG_STR, &o.system, 0, -1, "system message for --chat"},
         {"--chat-template-file", NULL, ARG_STR, &o.template_file, 0, -1, "Jinja chat template for --chat"},
-        {"--threads", "-t", ARG_INT, &o.threads, 1, 1024, "threads (one per core)"},
+        ARG_SPEC_THREADS(&o.threads),
         {"--ctx", "-c", ARG_INT, &o.ctx, 16, 1 << 22, "context tokens (min(train, 4096))"},
         {"--device", NULL, ARG_STR, &o.device, 0, -1, "cpu or cuda (cpu; cuda: llama, qwen2, qwen3)"},
         {"--kv-type", NULL, ARG_STR, &o.kv_type, 0, -1, KVQ_HELP},
         {"--quiet", "-q", ARG_FLAG, &o.quiet, 0, -1, "no speed report"},
-        {"--help", "-h", ARG_FLAG, &o.help, 0, -1, "this help"},
+        ARG_SPEC_HELP(&o.help),
     };
     int n_specs = (int)(sizeof specs / sizeof specs[0]);
+    int rc_args = args_cli("run", "-m MODEL -p TEXT [options]", specs, n_specs, argc, argv, &o.help);
+    if (rc_args >= 0) return rc_args;
     strata_err err = {0};
-    if (args_parse(specs, n_specs, argc, argv, 2, NULL, &err)) {
-        fprintf(stderr, "strata run: %s\n", err.msg);
-        return 2;
-    }
-    if (o.help) {
-        args_usage("run", "-m MODEL -p TEXT [options]", specs, n_specs);
-        return 0;
-    }
     if (!o.model || !o.prompt) {
         fprintf(stderr, "strata run: %s is required\n", !o.model ? "-m MODEL" : "-p TEXT");
         return 2;

@@ -27,13 +27,13 @@ int cli_serve(int argc, char **argv) {
     int help = 0, verbose = 0, max_body_mb = 8, no_spec = 0;
     const char *log_file = NULL, *drafter = "auto";
     const arg_spec specs[] = {
-        {"--model", "-m", ARG_STR, &o.model_path, 0, -1, "GGUF model file (required)"},
+        ARG_SPEC_MODEL(&o.model_path),
         {"--host", NULL, ARG_STR, &o.host, 0, -1, "address to listen on (127.0.0.1)"},
         {"--port", NULL, ARG_INT, &o.port, 0, 65535, "port (8080; 0 = any free port)"},
         {"--parallel", "-np", ARG_INT, &o.parallel, 1, 256, "sequences generated at once (4)"},
         {"--ctx", "-c", ARG_INT, &o.ctx, 64, 1 << 22,
          "context tokens per sequence (the model's training context, capped so the slots' KV fits 4 GiB)"},
-        {"--threads", "-t", ARG_INT, &o.threads, 1, 1024, "threads (one per core)"},
+        ARG_SPEC_THREADS(&o.threads),
         {"--queue", NULL, ARG_INT, &o.queue_max, 0, 1 << 20, "requests waiting for a slot before 503 (64)"},
         {"--queue-timeout", NULL, ARG_INT, &o.queue_timeout, 0, 86400,
          "seconds a request may wait in the queue before 503 (60; 0 = no limit)"},
@@ -103,18 +103,12 @@ int cli_serve(int argc, char **argv) {
         {"--trace", NULL, ARG_STR, &o.trace_path, 0, -1, "append one JSONL line per request to FILE"},
         {"--log-file", NULL, ARG_STR, &log_file, 0, -1, "append log lines to FILE instead of stderr"},
         {"--verbose", "-v", ARG_FLAG, &verbose, 0, -1, "debug log lines too"},
-        {"--help", "-h", ARG_FLAG, &help, 0, -1, "this help"},
+        ARG_SPEC_HELP(&help),
     };
     int n_specs = (int)(sizeof specs / sizeof specs[0]);
+    int rc_args = args_cli("serve", "-m MODEL [options]", specs, n_specs, argc, argv, &help);
+    if (rc_args >= 0) return rc_args;
     strata_err err = {0};
-    if (args_parse(specs, n_specs, argc, argv, 2, NULL, &err)) {
-        fprintf(stderr, "strata serve: %s\n", err.msg);
-        return 2;
-    }
-    if (help) {
-        args_usage("serve", "-m MODEL [options]", specs, n_specs);
-        return 0;
-    }
     if (!o.model_path) {
         fprintf(stderr, "strata serve: -m MODEL is required\n");
         return 2;

@@ -23,6 +23,8 @@ typedef struct dev_tensor {
 
 typedef struct dev_layer {
     dev_tensor attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down;
+    dev_tensor post_attn_norm, post_ffn_norm; /* gemma3: on the attention's and the FFN's output */
+    int swa;                                  /* a sliding-window layer (gemma3) */
     uint16_t *kc, *vc; /* [n_ctx][kv_dim] halves; paged: the layer's rows of the pool's block 0 */
 } dev_layer;
 
@@ -39,6 +41,7 @@ struct fwdc {
     dev_layer *layers;
     size_t weight_bytes;
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp, *logits, *inv_freq, *attn_part;
+    float *inv_freq_swa; /* gemma3's sliding layers rotate with their own base (or NULL: as the others) */
     int32_t *tok, *pos, *rows, *ids;
     int32_t *h_pos, *h_rows; /* host staging */
     void **allocs;           /* every device allocation, for fwdc_free */
@@ -91,46 +94,64 @@ static int upload(fwdc *c, const model_tensor *t, dev_tensor *out, strata_err *e
     return 0;
 }
 
-/* What the GPU path does not run yet, named. */
-static int check_model(const model *m, strata_err *err) {
+/* What the GPU path does not run yet, named. Gemma 3 (sliding windows,
+ * GELU, post norms, the embedding scale) runs on the one-sequence pass
+ * (`run`, `bench`) only: the paged pool (`serve`) has no sliding parts
+ * in device memory yet. (Gemma 3 on the GPU has not run on one yet.) */
+static int check_model(const model *m, int paged, strata_err *err) {
     const model_hparams *hp = &m->hp;
     const char *why = NULL;
-    if (hp->arch != ARCH_LLAMA && hp->arch != ARCH_QWEN2 && hp->arch != ARCH_QWEN3) why = "architecture";
+    int gemma = hp->arch == ARCH_GEMMA3;
+    if (hp->arch != ARCH_LLAMA && hp->arch != ARCH_QWEN2 && hp->arch != ARCH_QWEN3 && !gemma) why = "architecture";
+    else if (gemma && paged) why = "sliding-window layers in the server's GPU pool";
     else if (hp->rope_scale == ROPE_SCALE_YARN) why = "YaRN rope scaling";
-    else if (hp->n_swa || hp->attn_gate || hp->n_rec_layer || hp->ffn_gelu) why = "layer kind";
-    else if (hp->logit_softcap > 0 || hp->embd_scale != 1.0f) why = "output scaling";
+    else if (hp->attn_gate || hp->n_rec_layer || (!gemma && (hp->n_swa || hp->ffn_gelu))) why = "layer kind";
+    else if (hp->logit_softcap > 0 || (!gemma && hp->embd_scale != 1.0f)) why = "output scaling";
     else if (hp->head_dim > 256 || hp->rope_dim > hp->head_dim) why = "head size";
     if (why)
-        return strata_errf(err, STRATA_EUNSUPPORTED, "--device cuda: %s (%s) is not on the GPU path yet (llama, qwen2, qwen3 are)",
+        return strata_errf(err, STRATA_EUNSUPPORTED,
+                           "--device cuda: %s (%s) is not on the GPU path yet (llama, qwen2, qwen3 are; gemma3 with "
+                           "run and bench)",
                            hp->arch_name, why);
     return 0;
 }
 
 static int upload_layer(fwdc *c, const model_layer *L, dev_layer *D, strata_err *err) {
-    const model_tensor *src[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk,
-                                 &L->bv, &L->q_norm, &L->k_norm, &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down};
-    dev_tensor *dst[] = {&D->attn_norm, &D->wq, &D->wk, &D->wv, &D->wo, &D->bq, &D->bk,
-                         &D->bv, &D->q_norm, &D->k_norm, &D->ffn_norm, &D->w_gate, &D->w_up, &D->w_down};
+    const model_tensor *src[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk, &L->bv,
+                                 &L->q_norm, &L->k_norm, &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down,
+                                 &L->post_attn_norm, &L->post_ffn_norm};
+    dev_tensor *dst[] = {&D->attn_norm, &D->wq, &D->wk, &D->wv, &D->wo, &D->bq, &D->bk, &D->bv,
+                         &D->q_norm, &D->k_norm, &D->ffn_norm, &D->w_gate, &D->w_up, &D->w_down,
+                         &D->post_attn_norm, &D->post_ffn_norm};
+    D->swa = L->swa && c->m->hp.n_swa > 0;
     for (size_t i = 0; i < sizeof src / sizeof src[0]; i++)
         if (upload(c, src[i], dst[i], err)) return err->code;
     return 0;
 }
 
+/* A table of half floats to the GPU. */
+static float *upload_floats(fwdc *c, const float *h, int n, strata_err *err) {
+    float *d = dev_alloc(c, (size_t)n * sizeof(float), err);
+    if (d && cuda_upload(d, h, (size_t)n * sizeof(float), err)) return NULL;
+    return d;
+}
+
 /* forward.c's init_rope: the same inverse frequencies (llama3's per-dim
- * divisors included). */
+ * divisors included; gemma3's sliding layers with their own base). */
 static int upload_rope(fwdc *c, strata_err *err) {
     const model_hparams *hp = &c->m->hp;
-    int half = hp->rope_dim / 2;
-    float *inv = xmalloc((size_t)half * sizeof(float));
+    int half = hp->rope_dim / 2, swa = hp->n_swa > 0 && hp->swa_rope;
+    float *inv = xmalloc((size_t)half * sizeof(float)), *inv_swa = xmalloc((size_t)half * sizeof(float));
     const float *ff = c->m->rope_freqs.data;
     for (int i = 0; i < half; i++) {
         double f = pow((double)hp->rope_base, -2.0 * i / hp->rope_dim);
         inv[i] = (float)(ff ? f / ff[i] : f);
+        inv_swa[i] = (float)pow((double)hp->rope_base_swa, -2.0 * i / hp->rope_dim);
     }
-    c->inv_freq = dev_alloc(c, (size_t)half * sizeof(float), err);
-    int rc = c->inv_freq ? cuda_upload(c->inv_freq, inv, (size_t)half * sizeof(float), err) : err->code;
-    free(inv);
-    return rc;
+    c->inv_freq = upload_floats(c, inv, half, err);
+    if (c->inv_freq && swa) c->inv_freq_swa = upload_floats(c, inv_swa, half, err);
+    free(inv), free(inv_swa);
+    return c->inv_freq && (!swa || c->inv_freq_swa) ? 0 : err->code;
 }
 
 /* Paged: the layers' K/V are the pool's; per-call rows and tables. */
@@ -177,11 +198,11 @@ static int alloc_scratch(fwdc *c, strata_err *err) {
     return cuda_matmul_reserve(c->max_batch, (int)(wide > f ? wide : f), err);
 }
 
-int fwdc_check_model(const model *m, strata_err *err) { return check_model(m, err); }
+int fwdc_check_model(const model *m, strata_err *err) { return check_model(m, 1, err); }
 
 static int fwdc_open(fwdc **out, const model *m, kv_pool *kv, int n_ctx, int max_batch, strata_err *err) {
     *out = NULL;
-    int rc = check_model(m, err);
+    int rc = check_model(m, kv != NULL, err);
     if (rc || (rc = cuda_open(err))) return rc;
     if (kv && (kv->dev != cuda_devmem() || kv->type != KVQ_F16))
         return strata_errf(err, STRATA_EINVAL, "--device cuda: the KV pool must be f16 in GPU memory");
@@ -273,6 +294,16 @@ static int mm_into(fwdc *c, const dev_tensor *w, const float *x, int n, float *y
     return 0;
 }
 
+/* c->x += W in for n tokens, through the block's post norm when it has
+ * one (gemma3: the output RMS-normed before the residual add). */
+static int block_out(fwdc *c, const dev_tensor *w, const float *in, int n, const dev_tensor *post, strata_err *err) {
+    if (!post->d) return mm_into(c, w, in, n, c->x, 1, c->tmp, err);
+    if (mm(w, in, n, c->tmp, err)) return err->code;
+    cuda_rmsnorm(c->tmp, c->tmp, post->d, n, w->rows, c->m->hp.rms_eps);
+    cuda_add(c->x, c->tmp, (size_t)n * w->rows);
+    return 0;
+}
+
 static int qkv(fwdc *c, const dev_layer *L, int n, strata_err *err) {
     if (c->fuse && same_kind(&L->wq, &L->wk) && same_kind(&L->wq, &L->wv)) {
         const void *ws[] = {L->wq.d, L->wk.d, L->wv.d};
@@ -310,34 +341,40 @@ static int attention(fwdc *c, const dev_layer *L, int n, int max_end, strata_err
     bias(&L->bv, c->v, n);
     if (L->q_norm.d) cuda_rmsnorm(c->q, c->q, L->q_norm.d, n * hp->n_head, d, hp->rms_eps);
     if (L->k_norm.d) cuda_rmsnorm(c->k, c->k, L->k_norm.d, n * hp->n_head_kv, d, hp->rms_eps);
-    float div = hp->rope_scale == ROPE_SCALE_LINEAR ? hp->rope_factor : 1.0f;
+    /* forward.c's rope_angles: a sliding layer with its own base rotates unscaled */
+    int own = L->swa && c->inv_freq_swa;
+    float div = !own && hp->rope_scale == ROPE_SCALE_LINEAR ? hp->rope_factor : 1.0f;
+    const float *inv = own ? c->inv_freq_swa : c->inv_freq;
     const int64_t *dst = c->kv ? c->dst : NULL; /* paged: each token's row in the pool */
     if (c->fuse) {
         cuda_rope_kv_store_at(c->q, c->k, c->v, L->kc, L->vc, dst, n, hp->n_head, hp->n_head_kv, d, hp->rope_dim,
-                              hp->rope_neox, c->pos, c->inv_freq, div);
+                              hp->rope_neox, c->pos, inv, div);
     } else {
-        cuda_rope(c->q, n, nq, hp->n_head, d, hp->rope_dim, hp->rope_neox, c->pos, c->inv_freq, div);
-        cuda_rope(c->k, n, kvd, hp->n_head_kv, d, hp->rope_dim, hp->rope_neox, c->pos, c->inv_freq, div);
+        cuda_rope(c->q, n, nq, hp->n_head, d, hp->rope_dim, hp->rope_neox, c->pos, inv, div);
+        cuda_rope(c->k, n, kvd, hp->n_head_kv, d, hp->rope_dim, hp->rope_neox, c->pos, inv, div);
         cuda_kv_store_at(L->kc, L->vc, c->k, c->v, dst, c->pos, n, kvd);
     }
     if (c->kv ? attend_runs(c, L, err)
-              : cuda_attention(c->att, c->attn_part, c->q, L->kc, L->vc, c->pos, n, max_end, c->n_ctx, hp->n_head,
-                               hp->n_head_kv, d, hp->attn_scale, err))
+              : cuda_attention_window(c->att, c->attn_part, c->q, L->kc, L->vc, c->pos, n, max_end, c->n_ctx,
+                                      hp->n_head, hp->n_head_kv, d, hp->attn_scale, L->swa ? hp->n_swa : 0, err))
         return err->code;
-    return mm_into(c, &L->wo, c->att, n, c->x, 1, c->tmp, err);
+    return block_out(c, &L->wo, c->att, n, &L->post_attn_norm, err);
 }
 
-/* c->gate = silu(W_gate xn) * (W_up xn), then c->x += W_down c->gate. */
+/* c->gate = silu(W_gate xn) * (W_up xn) (gemma: gelu), then c->x += W_down c->gate. */
 static int ffn(fwdc *c, const dev_layer *L, int n, strata_err *err) {
     const dev_tensor *g = &L->w_gate, *u = &L->w_up;
-    if (c->fuse && same_kind(g, u) && g->rows == u->rows) {
+    if (c->m->hp.ffn_gelu) {
+        if (mm(g, c->xn, n, c->gate, err) || mm(u, c->xn, n, c->up, err)) return err->code;
+        cuda_geglu(c->gate, c->up, (size_t)n * g->rows);
+    } else if (c->fuse && same_kind(g, u) && g->rows == u->rows) {
         if (cuda_matmul_swiglu(g->type, g->row_bytes, g->rows, g->cols, c->xn, n, g->d, u->d, c->gate, err))
             return err->code;
     } else {
         if (mm(g, c->xn, n, c->gate, err) || mm(u, c->xn, n, c->up, err)) return err->code;
         cuda_swiglu(c->gate, c->up, (size_t)n * g->rows);
     }
-    return mm_into(c, &L->w_down, c->gate, n, c->x, 1, c->tmp, err);
+    return block_out(c, &L->w_down, c->gate, n, &L->post_ffn_norm, err);
 }
 
 static int layer(fwdc *c, const dev_layer *L, int n, int max_end, strata_err *err) {
@@ -365,7 +402,7 @@ static int queue_pass(fwdc *c, int n, int max_end, strata_err *err) {
     const model_hparams *hp = &c->m->hp;
     int e = hp->n_embd;
     const dev_tensor *emb = &c->tok_embd;
-    if (cuda_embed(c->x, emb->type, emb->d, emb->row_bytes, e, c->tok, n, 1.0f, err)) return err->code;
+    if (cuda_embed(c->x, emb->type, emb->d, emb->row_bytes, e, c->tok, n, hp->embd_scale, err)) return err->code;
     for (int il = 0; il < hp->n_layer; il++)
         if (layer(c, &c->layers[il], n, max_end, err)) return err->code;
     if (c->n_out == 0) return 0; /* a paged call that wants no logits */
@@ -487,6 +524,6 @@ int fwdc_run_batch(fwdc *c, const fwd_batch *b, float *logits, strata_err *err) 
     if (rc || (rc = fill_tables(c, b, err))) return rc;
     if (cuda_upload(c->tok, b->tokens, (size_t)b->n * sizeof(int32_t), err)) return err->code;
     if ((rc = queue_pass(c, b->n, 0, err))) return rc;
-    if (c->n_out == 0) return cuda_sync(err);
+    if (c->n_out == 0 || !logits) return cuda_sync(err); /* no rows wanted, or the caller wants none back */
     return cuda_download(logits, c->logits, (size_t)c->n_out * c->m->hp.n_vocab * sizeof(float), err);
 }

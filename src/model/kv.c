@@ -61,6 +61,7 @@ static int alloc_mem(kv_pool *p, const kv_pool_opts *o, int n_swa_layer, strata_
         return strata_errf(err, STRATA_ENOMEM, "kv pool: %d blocks (%.1f MiB) in %s memory: %s", o->n_blocks,
                            bytes / 1048576.0, o->dev->name, e.msg);
     p->dev = o->dev;
+    p->read_ev = xcalloc((size_t)o->n_blocks, sizeof *p->read_ev);
     return 0;
 }
 
@@ -110,8 +111,13 @@ int kv_pool_init(kv_pool *p, int n_layer, int kv_dim, int block_tokens, int n_bl
 }
 
 void kv_pool_destroy(kv_pool *p) {
-    if (p->dev) devmem_free(p->dev, p->mem);
-    else free(p->mem);
+    if (p->dev) {
+        for (int b = 0; p->read_ev && b < p->n_blocks; b++) devmem_event_free(p->dev, p->read_ev[b]);
+        free(p->read_ev);
+        devmem_free(p->dev, p->mem);
+    } else {
+        free(p->mem);
+    }
     void *bufs[] = {p->refcount, p->free_list, p->layer_at, p->swa_layer, p->swa_mem, p->swa_slot,
                     p->swa_hold, p->slot_block, p->slot_released, p->slot_free};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
@@ -237,8 +243,32 @@ const void *kv_block_read(const kv_pool *p, int b, void *scratch) {
     return scratch;
 }
 
+int kv_block_read_async(kv_pool *p, int b, void *dst, devmem_event **done, strata_err *err) {
+    *done = NULL;
+    if (!p->dev) {
+        const void *v = kv_block_read(p, b, dst);
+        if (!v) return strata_errf(err, STRATA_EINVAL, "kv pool: block %d has no sliding part to read", b);
+        if (v != dst) memcpy(dst, v, p->block_bytes);
+        return 0;
+    }
+    strata_err e = {0};
+    if (devmem_copy(p->dev, DEVMEM_COMPUTE, dst, dev_block(p, b), p->block_bytes, DEVMEM_D2H, &e))
+        return strata_errf(err, e.code, "%s", e.msg);
+    /* two events: the caller's, and the pool's for the next upload into b */
+    devmem_event *mine = devmem_record(p->dev, DEVMEM_COMPUTE, &e);
+    if (mine && !(*done = devmem_record(p->dev, DEVMEM_COMPUTE, &e))) devmem_event_free(p->dev, mine), mine = NULL;
+    if (!mine) return strata_errf(err, e.code ? e.code : STRATA_EIO, "%s", e.msg);
+    devmem_event_free(p->dev, p->read_ev[b]);
+    p->read_ev[b] = mine;
+    return 0;
+}
+
 int kv_block_write_async(const kv_pool *p, int b, const void *src, strata_err *err) {
-    if (p->dev) return devmem_copy(p->dev, DEVMEM_COPY, dev_block(p, b), src, p->block_bytes, DEVMEM_H2D, err);
+    if (p->dev) {
+        /* after a download that may still read b's old bytes (an eviction's) */
+        int rc = p->read_ev[b] ? devmem_wait(p->dev, DEVMEM_COPY, p->read_ev[b], err) : 0;
+        return rc ? rc : devmem_copy(p->dev, DEVMEM_COPY, dev_block(p, b), src, p->block_bytes, DEVMEM_H2D, err);
+    }
     void *v = kv_block_view(p, b);
     if (v) memcpy(v, src, p->block_bytes);
     else payload_copy(p, b, (uint16_t *)src, 1, 0);

@@ -39,11 +39,15 @@
  * NULL, and payloads move by device copies: kv_block_read downloads after
  * the kernels queued so far (compute stream), kv_block_write uploads on
  * the copy stream (a thread of its own: the store's loader), copy on
- * write copies on the device. No sliding layers there (refused).
- * Why the copy stream needs no event before an upload: blocks are handed
- * out between the scheduler's steps, and each step ends by downloading
- * its logits (the compute stream is idle then), so no kernel still reads
- * a block the pool gives to a load.
+ * write copies on the device, kv_block_read_async queues a download
+ * (the eviction's copy down a tier) without waiting for it. No sliding
+ * layers there (refused).
+ * Why the copy stream needs only the read events before an upload:
+ * blocks are handed out between the scheduler's steps, and each step
+ * ends by downloading its logits (the compute stream is idle then), so no
+ * kernel still reads a block the pool gives to a load; a queued download
+ * of an evicted block may still read it, and the upload waits for that
+ * download's event on the device (read_ev).
  * Does not: hash, index or evict blocks (that is cache/). */
 #ifndef STRATA_KV_H
 #define STRATA_KV_H
@@ -99,6 +103,10 @@ typedef struct kv_pool {
     int n_slot_free;
     long swa_reclaimed;    /* sliding parts taken from unheld blocks */
     const devmem *dev;     /* NULL: mem is host memory; else device memory of dev */
+    /* Device pools: per block, the end of the last download queued from
+     * it (kv_block_read_async), or NULL; an upload into the block waits
+     * for it on the device, not on the host. */
+    devmem_event **read_ev;
 } kv_pool;
 
 /* What a pool holds. swa_layer NULL (or no layer set): no sliding part. */
@@ -181,6 +189,16 @@ void *kv_block_view(const kv_pool *p, int b);
  * downloaded into scratch from a device pool (NULL if the device fails).
  * NULL when b's sliding part is not in memory. */
 const void *kv_block_read(const kv_pool *p, int b, void *scratch);
+/* Queues a download of b's payload into dst (host memory the device
+ * copies to without staging: devmem_host_alloc) on the compute stream,
+ * after the kernels queued so far, and returns at once: *done is an event
+ * that is done when dst holds the bytes (the caller frees it,
+ * devmem_event_free). b may be given out again right away: the kernels
+ * that write into it next run after the copy (the same stream), and an
+ * upload into it (kv_block_write_async, the copy stream) first waits for
+ * the copy on the device. A host pool copies at once (*done NULL; the
+ * sliding part must be in memory). < 0 (err) when the device fails. */
+int kv_block_read_async(kv_pool *p, int b, void *dst, devmem_event **done, strata_err *err);
 /* Writes payload src into b: the global part, and the sliding part when
  * b has a slot. Safe on a thread of its own for a block only its caller's
  * sequence holds. A device pool uploads on the copy stream and waits for

@@ -33,7 +33,9 @@ static void log_request(const api_call *c) {
         log_info("request %s %s status=%d", c->method, c->path, c->status);
         return;
     }
-    int prefilled = st->n_prompt - st->n_cached;
+    /* computed as last seen: a request whose client left mid-prefill stops short of its prompt */
+    int prefilled = st->n_prompt_done > st->n_cached ? st->n_prompt_done - st->n_cached : 0;
+    const char *finish = g->done ? gen_finish_word(g) : "cancelled"; /* the client left before the end */
     double prefill_ms = g->t_first ? g->t_first - g->t_start : 0;
     double end = g->t_done ? g->t_done : clock_ms(); /* a cancelled request stops at its cancel */
     double decode_ms = g->t_first ? end - g->t_first : 0;
@@ -41,7 +43,7 @@ static void log_request(const api_call *c) {
              "prefill_tok_s=%.1f decode_tok_s=%.1f finish=%s%s%s%s",
              c->method, c->path, c->status, st->n_prompt, st->n_cached, st->n_cached - st->n_cached_disk,
              st->n_cached_disk, prefilled, g->n_tokens, per_s(prefilled, prefill_ms),
-             per_s(g->n_tokens > 1 ? g->n_tokens - 1 : 0, decode_ms), gen_finish_word(g),
+             per_s(g->n_tokens > 1 ? g->n_tokens - 1 : 0, decode_ms), finish,
              c->ignored.n ? " ignored=\"" : "", ignored_text(&c->ignored), c->ignored.n ? "\"" : "");
 }
 
@@ -278,6 +280,7 @@ static int start(api_call *c, const http_req *req, int32_t **ids, size_t *n, con
         c->gp.max_tokens = s->o.max_output;
     c->gp.replay = s->replay;
     c->gp.replay_ns = c->replay_ns;
+    c->gp.tool_defs = c->pt.tools;
     c->gp.harmony = !c->raw_text && render_harmony(s->render);
     c->gp.ignored = c->ignored.n ? c->ignored.text : NULL;
     prompt_cache_apply(ci, &c->gp);
@@ -298,6 +301,8 @@ static const struct {
     {"audio", "replies are text only"},
     {"mcp_servers", "MCP servers are called from Anthropic's servers; their tools are not offered to the model"},
     {"container", "code execution containers run on Anthropic's servers"},
+    {"context_management", "context editing runs on Anthropic's servers; the conversation is served as sent"},
+    {"conversation", "conversations are stored on OpenAI's servers; the request's own input is served"},
 };
 
 static int note_unserved(api_call *c, char *why, size_t cap) {

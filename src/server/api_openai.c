@@ -27,6 +27,8 @@
 typedef struct oai_call {
     api_call a; /* first: the lifecycle's part (api_call.h) */
     int chat, include_usage, logprobs;
+    int legacy_functions; /* the request used `functions`: the reply is one `function_call` */
+    json_t *allowed;      /* tool_choice allowed_tools: the callable ones (pt.tools borrows them) */
     long created;
     int n_logprob_done;
     long text_offset; /* completions logprobs: bytes of text so far */
@@ -37,9 +39,20 @@ typedef struct oai_call {
 static const char *normal_role(const char *role) {
     if (!role) return NULL;
     if (strcmp(role, "developer") == 0) return "system";
+    if (strcmp(role, "function") == 0) return "tool"; /* the deprecated function-calling API's result */
     if (!strcmp(role, "system") || !strcmp(role, "user") || !strcmp(role, "assistant") || !strcmp(role, "tool"))
         return role;
     return NULL;
+}
+
+/* The deprecated function-calling API in history: an assistant's
+ * `function_call` is its one tool call, and the `function` message after
+ * it that call's result; the function's name stands in for the call id
+ * that API never had. NULL when m has none. */
+static json_t *legacy_call(const json_t *m) {
+    const json_t *fc = json_object_get(m, "function_call");
+    if (!json_is_object(fc) || json_object_get(m, "tool_calls")) return NULL;
+    return json_pack("[{s:O*,s:s,s:O}]", "id", json_object_get(fc, "name"), "type", "function", "function", fc);
 }
 
 /* OpenAI tool_calls with "arguments" as a JSON string -> arguments as an
@@ -73,7 +86,7 @@ static json_t *normal_tool_calls(const json_t *calls, size_t mi, char *why, size
 static json_t *normal_message(const json_t *m, size_t i, req_ignored *ig, char *why, size_t cap) {
     const char *role = json_is_object(m) ? normal_role(json_string_value(json_object_get(m, "role"))) : NULL;
     if (!role) {
-        snprintf(why, cap, "messages[%zu].role must be one of system, developer, user, assistant, tool", i);
+        snprintf(why, cap, "messages[%zu].role must be one of system, developer, user, assistant, tool, function", i);
         return NULL;
     }
     char where[48];
@@ -82,16 +95,20 @@ static json_t *normal_message(const json_t *m, size_t i, req_ignored *ig, char *
     if (!text) return NULL;
     json_t *out = json_pack("{s:s,s:s}", "role", role, "content", text);
     free(text);
-    const json_t *calls = json_object_get(m, "tool_calls");
+    json_t *legacy = legacy_call(m);
+    const json_t *calls = legacy ? legacy : json_object_get(m, "tool_calls");
     if (calls && !json_is_null(calls) && strcmp(role, "assistant") == 0) {
         json_t *tc = normal_tool_calls(calls, i, why, cap);
         if (!tc) {
+            json_decref(legacy);
             json_decref(out);
             return NULL;
         }
         json_object_set_new(out, "tool_calls", tc);
     }
+    json_decref(legacy);
     const json_t *id = json_object_get(m, "tool_call_id");
+    if (!id && !strcmp(json_string_value(json_object_get(m, "role")), "function")) id = json_object_get(m, "name");
     if (json_is_string(id)) json_object_set(out, "tool_call_id", (json_t *)id);
     /* An earlier turn's reasoning sent back (what this server returned as
      * reasoning_content): the turn's "thinking", which a template that shows
@@ -153,6 +170,14 @@ static int chat_prompt_ids(oai_call *c, int32_t **ids, size_t *n, prompt_cache_i
 static int completion_prompt_ids(oai_call *c, int32_t **ids, size_t *n, char *why, size_t cap) {
     const json_t *p = json_object_get(c->a.req, "prompt");
     const server *s = c->a.srv;
+    const json_t *first = json_array_get(p, 0);
+    if (json_is_string(first) || json_is_array(first)) { /* a batch of prompts: the first is answered */
+        size_t more = json_array_size(p) - 1;
+        if (more && ignored_note(&c->a.ignored, why, cap, "prompt[1..%zu] (a batch of prompts: the first is answered)",
+                                 more))
+            return -1;
+        p = first;
+    }
     if (json_is_string(p)) {
         chat_prompt cp = {0};
         chat_prompt_add(&cp, json_string_value(p), strlen(json_string_value(p)), 0);
@@ -184,10 +209,32 @@ static int completion_prompt_ids(oai_call *c, int32_t **ids, size_t *n, char *wh
 
 /* ---- parameters ------------------------------------------------------------ */
 
-/* tool_choice: "none" | "auto" | "required" | {"type":"function","function":{"name"}}. */
+/* The deprecated `function_call` ("none" | "auto" | {"name"}) as the
+ * tool_choice it became. */
+static json_t *legacy_tool_choice(const json_t *fc) {
+    const char *name = json_string_value(json_object_get(fc, "name"));
+    if (name) return json_pack("{s:s,s:{s:s}}", "type", "function", "function", "name", name);
+    return fc ? json_incref((json_t *)fc) : NULL;
+}
+
+/* tool_choice: "none" | "auto" | "required" | {"type":"function","function":{"name"}}
+ * | {"type":"allowed_tools",...}; the deprecated function_call likewise. */
 static int parse_tool_choice(oai_call *c, const json_t *tools, char *why, size_t cap) {
     const json_t *tc = json_object_get(c->a.req, "tool_choice");
+    if (!tc && c->legacy_functions) {
+        json_object_set_new(c->a.req, "tool_choice", legacy_tool_choice(json_object_get(c->a.req, "function_call")));
+        tc = json_object_get(c->a.req, "tool_choice");
+    }
     const char *word = json_string_value(tc);
+    const char *type = json_string_value(json_object_get(tc, "type"));
+    if (type && !strcmp(type, "allowed_tools")) {
+        if (prompt_allowed_tools(tools, json_object_get(tc, "allowed_tools"), &c->allowed, &c->a.pt.required, why,
+                                 cap))
+            return -1;
+        c->a.pt.shown = tools;
+        c->a.pt.tools = c->allowed;
+        return 0;
+    }
     if (!tc || json_is_null(tc) || (word && !strcmp(word, "auto"))) return 0;
     if (word && !strcmp(word, "none")) {
         c->a.pt.tools = NULL;
@@ -207,7 +254,22 @@ static int parse_tool_choice(oai_call *c, const json_t *tools, char *why, size_t
     return 0;
 }
 
+/* The deprecated `functions` as the tools they became: a request with
+ * no `tools` that declares functions gets its reply in that API's shape
+ * (one `function_call`). */
+static void legacy_functions(oai_call *c) {
+    const json_t *fns = json_object_get(c->a.req, "functions"), *f;
+    if (!json_array_size(fns) || json_array_size(json_object_get(c->a.req, "tools"))) return;
+    json_t *tools = json_array();
+    size_t i;
+    json_array_foreach(fns, i, f) json_array_append_new(tools, json_pack("{s:s,s:O}", "type", "function", "function", f));
+    json_object_set_new(c->a.req, "tools", tools);
+    c->legacy_functions = 1;
+    c->a.gp.one_call = 1;
+}
+
 static int parse_tools(oai_call *c, char *why, size_t cap) {
+    legacy_functions(c);
     const json_t *tools = json_object_get(c->a.req, "tools"), *t;
     if (!tools || json_is_null(tools)) return 0;
     if (!json_is_array(tools)) {
@@ -431,8 +493,21 @@ static json_t *whole_tool_calls(oai_call *c) {
     return arr;
 }
 
+/* The finish reason: the deprecated function-calling API's word for a call. */
+static const char *finish_word(const oai_call *c) {
+    const char *w = gen_finish_word(&c->a.g);
+    return c->legacy_functions && !strcmp(w, "tool_calls") ? "function_call" : w;
+}
+
+/* A legacy request's reply: its one call as `function_call`. */
+static void legacy_reply_call(json_t *msg) {
+    json_t *fn = json_object_get(json_array_get(json_object_get(msg, "tool_calls"), 0), "function");
+    if (fn) json_object_set(msg, "function_call", fn);
+    json_object_del(msg, "tool_calls");
+}
+
 static json_t *whole_choice(oai_call *c, const char *text, size_t len) {
-    json_t *ch = choice(c, gen_finish_word(&c->a.g));
+    json_t *ch = choice(c, finish_word(c));
     if (!c->chat) {
         json_object_set_new(ch, "text", json_text(text, len));
         return ch;
@@ -458,6 +533,7 @@ static json_t *whole_choice(oai_call *c, const char *text, size_t len) {
         json_array_append_new(json_object_get(msg, "tool_calls"),
                               json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", call_id(c, c->a.g.n_calls_done), "type",
                                         "function", "function", "name", open_name, "arguments", open_args));
+    if (c->legacy_functions) legacy_reply_call(msg);
     json_object_set_new(ch, "message", msg);
     return ch;
 }
@@ -504,6 +580,13 @@ static void emit_event(oai_call *c, const tc_event *e) {
         return;
     }
     if (e->kind == TC_EV_CALL_END || !c->chat) return;
+    if (c->legacy_functions) { /* one call, as function_call deltas */
+        if (e->index > 0) return;
+        json_t *fc = e->kind == TC_EV_CALL_BEGIN ? json_pack("{s:o,s:s}", "name", json_text(e->text, e->len), "arguments", "")
+                                                 : json_pack("{s:o}", "arguments", json_text(e->text, e->len));
+        emit_chunk(c, json_pack("{s:o}", "function_call", fc), NULL);
+        return;
+    }
     json_t *call = json_pack("{s:i}", "index", e->index);
     if (e->kind == TC_EV_CALL_BEGIN) {
         json_object_set_new(call, "id", json_string(call_id(c, e->index)));
@@ -516,7 +599,7 @@ static void emit_event(oai_call *c, const tc_event *e) {
 }
 
 static void emit_finish(oai_call *c) {
-    emit_chunk(c, c->chat ? json_object() : json_pack("{s:s}", "content", ""), gen_finish_word(&c->a.g));
+    emit_chunk(c, c->chat ? json_object() : json_pack("{s:s}", "content", ""), finish_word(c));
     if (c->include_usage) {
         json_t *ev = envelope(c, 1);
         json_object_set_new(ev, "usage", usage_json(c));
@@ -569,7 +652,10 @@ void api_openai_fail(http_reply *rep, int code, const char *msg) {
 
 static void whole(api_call *a, const http_req *req, http_reply *rep) { answer_whole((oai_call *)a, req, rep); }
 
-static const api_dialect OPENAI = {.build = build, .fail = api_openai_fail, .produce = stream_produce, .whole = whole};
+static void oai_free(api_call *a) { json_decref(((oai_call *)a)->allowed); }
+
+static const api_dialect OPENAI = {.build = build, .fail = api_openai_fail, .produce = stream_produce, .whole = whole,
+                                   .free = oai_free};
 
 static void handle(server *s, const http_req *req, http_reply *rep, int chat) {
     json_t *body = parse_body_openai(req, rep);

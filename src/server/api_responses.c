@@ -46,6 +46,7 @@ typedef struct resp_call {
     api_call a;       /* first: the lifecycle's part (api_call.h) */
     json_t *items;    /* the whole conversation's input items, earlier turns expanded */
     resp_tools rt;    /* the request's tools, normalised (resp_tools.h) */
+    json_t *allowed;  /* tool_choice allowed_tools: the callable ones (pt.tools borrows them) */
     json_t *output;   /* output items complete so far */
     cache_hash ns;    /* the tenant's store namespace */
     int store;
@@ -61,14 +62,40 @@ typedef struct resp_call {
 
 /* ---- parameters ---------------------------------------------------------------- */
 
+/* tool_choice kinds resp_tools_choice does not take: allowed_tools (the
+ * tools stay listed, calls are held to the allowed ones), and the type
+ * of a hosted tool the request declares (that tool is not offered: the
+ * model chooses, noted).
+ * 1 when tc was one of them (or -1 on error), 0 otherwise. */
+static int other_tool_choice(resp_call *c, const json_t *tc, char *why, size_t cap) {
+    const char *type = json_string_value(json_object_get(tc, "type"));
+    if (!type || !strcmp(type, "function") || !strcmp(type, "custom") || !strcmp(type, "local_shell")) return 0;
+    if (!strcmp(type, "allowed_tools")) {
+        if (prompt_allowed_tools(c->rt.tools, tc, &c->allowed, &c->a.pt.required, why, cap)) return -1;
+        c->a.pt.shown = json_array_size(c->rt.tools) ? c->rt.tools : NULL;
+        c->a.pt.tools = c->allowed;
+        return 1;
+    }
+    size_t i;
+    const json_t *t;
+    int hosted = 0; /* the official API refuses a choice of a hosted tool the request does not declare */
+    json_array_foreach(json_object_get(c->a.req, "tools"), i, t)
+        hosted |= !strcmp(json_string_value(json_object_get(t, "type")) ?: "", type);
+    if (!hosted) return 0; /* resp_tools_choice refuses it */
+    c->a.pt.tools = json_array_size(c->rt.tools) ? c->rt.tools : NULL;
+    return ignored_note(&c->a.ignored, why, cap, "tool_choice type '%s' (a hosted tool, not offered to the "
+                        "model; it chooses among the tools it has)", type) ? -1 : 1;
+}
+
 /* tools (resp_tools.h: function, custom, local_shell) and tool_choice. */
 static int parse_tools(resp_call *c, char *why, size_t cap) {
-    int none;
+    int none = 0, other;
+    const json_t *tc = json_object_get(c->a.req, "tool_choice");
     if (resp_tools_parse(&c->rt, json_object_get(c->a.req, "tools"), &c->a.ignored, why, cap) ||
-        resp_tools_choice(&c->rt, json_object_get(c->a.req, "tool_choice"), &none, &c->a.pt.forced,
-                          &c->a.pt.required, why, cap))
+        (other = other_tool_choice(c, tc, why, cap)) < 0 ||
+        (!other && resp_tools_choice(&c->rt, tc, &none, &c->a.pt.forced, &c->a.pt.required, why, cap)))
         return -1;
-    c->a.pt.tools = json_array_size(c->rt.tools) && !none ? c->rt.tools : NULL;
+    if (!other) c->a.pt.tools = json_array_size(c->rt.tools) && !none ? c->rt.tools : NULL;
     c->a.gp.tools = render_tool_format(c->a.srv->render, &c->a.pt);
     c->a.gp.json_mode |= c->a.gp.tools == TC_GENERIC; /* the generic reply is one JSON object */
     return 0;
@@ -106,6 +133,11 @@ static int parse_options(resp_call *c, char *why, size_t cap) {
         return -1;
     }
     if (parse_tools(c, why, cap) || parse_text_format(c, why, cap)) return -1;
+    const json_t *prompt = json_object_get(c->a.req, "prompt"); /* a template stored on OpenAI's servers */
+    if (prompt && !json_is_null(prompt) &&
+        ignored_note(&c->a.ignored, why, cap, "prompt (a stored prompt template lives on OpenAI's servers; the "
+                     "request's own instructions and input are served)"))
+        return -1;
     return params_sampling(c->a.req, "stop", &c->a.srv->sampling, &c->a.gp, why, cap);
 }
 
@@ -460,6 +492,7 @@ static void free_own(api_call *a) {
     resp_call *c = (resp_call *)a;
     json_decref(c->items);
     resp_tools_free(&c->rt);
+    json_decref(c->allowed);
     json_decref(c->output);
     free(c->call_name);
     free(c->acc);

@@ -26,6 +26,7 @@ int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
     g->replay_ctx = p->replay_ctx;
     g->has_replay_ctx = p->has_replay_ctx;
     g->tools = p->tools;
+    g->tool_defs = p->tool_defs;
     if (p->args_open) { /* the prefix opened the arguments: the scanner's root */
         static const tc_jscan_cb none = {0};
         tc_jscan_reset(&g->args, &none);
@@ -149,24 +150,7 @@ static void remember_put(gen *g, const char *key, size_t len, const int32_t *ids
     if (g->has_replay_ctx) replay_put(g->replay, &g->replay_ctx, key, len, ids, n);
 }
 
-/* A key for the calls with the arguments as a JavaScript client (Claude
- * Code, Codex's TypeScript peers) sends them back: 1.0 comes back as 1.
- * NULL when that spelling is the same. make_key: how the turn is keyed. */
-static char *js_key(const char **names, const char **args, int n, const char *content,
-                    char *(*make_key)(const char *content, const char **names, const char **args, int n)) {
-    char **js = xcalloc((size_t)n, sizeof *js);
-    const char **use = xcalloc((size_t)n, sizeof *use);
-    int changed = 0;
-    for (int i = 0; i < n; i++) {
-        js[i] = replay_js_numbers(args[i]);
-        use[i] = js[i] ? js[i] : args[i];
-        changed |= js[i] != NULL;
-    }
-    char *key = changed ? make_key(content, names, use, n) : NULL;
-    for (int i = 0; i < n; i++) free(js[i]);
-    free(js), free(use);
-    return key;
-}
+typedef char *(*turn_key_fn)(const char *content, const char **names, const char **args, int n);
 
 static char *generic_key(const char *content, const char **names, const char **args, int n) {
     (void)content;
@@ -177,13 +161,51 @@ static char *native_key(const char *content, const char **names, const char **ar
     return replay_native_turn_key(content, names, args, n);
 }
 
-/* Remembers ids under key and, when it differs, under the key of the
- * JavaScript spelling of the arguments. */
-static void remember_call_turn(gen *g, char *key, char *js, const int32_t *ids, size_t n_ids) {
+/* How a client may spell a call's arguments when it sends them back,
+ * besides as generated: as a JavaScript client does (1.0 comes back as
+ * 1), with the schema's defaults filled in (a client that parses inputs
+ * with the tool's schema: Claude Code), or both. */
+enum { RESPELL_JS = 1, RESPELL_DEFAULTS = 2, RESPELL_ALL = 3 };
+
+/* One call's arguments respelled (caller frees), or NULL: no change. */
+static char *respell(const gen *g, const char *name, const char *args, int how) {
+    char *d = how & RESPELL_DEFAULTS ? replay_schema_defaults(g->tool_defs, name, args) : NULL;
+    char *j = how & RESPELL_JS ? replay_js_numbers(d ? d : args) : NULL;
+    if (!j) return d;
+    free(d);
+    return j;
+}
+
+/* The turn's key with every call respelled `how`, or NULL when no call's
+ * spelling changes. */
+static char *respelled_key(const gen *g, const char **names, const char **args, int n, const char *content,
+                           turn_key_fn make_key, int how) {
+    char **sp = xcalloc((size_t)n, sizeof *sp);
+    const char **use = xcalloc((size_t)n, sizeof *use);
+    int changed = 0;
+    for (int i = 0; i < n; i++) {
+        sp[i] = respell(g, names[i], args[i], how);
+        use[i] = sp[i] ? sp[i] : args[i];
+        changed |= sp[i] != NULL;
+    }
+    char *key = changed ? make_key(content, names, use, n) : NULL;
+    for (int i = 0; i < n; i++) free(sp[i]);
+    free(sp), free(use);
+    return key;
+}
+
+/* Remembers a call turn's ids under its key and under the key of each
+ * spelling a client may send it back in. */
+static void remember_call_turn(gen *g, const char **names, const char **args, int n, const char *content,
+                               turn_key_fn make_key, const int32_t *ids, size_t n_ids) {
+    char *key = make_key(content, names, args, n);
     remember_put(g, key, strlen(key), ids, n_ids);
-    if (js) remember_put(g, js, strlen(js), ids, n_ids);
+    for (int how = RESPELL_JS; how <= RESPELL_ALL; how++) {
+        char *v = respelled_key(g, names, args, n, content, make_key, how);
+        if (v && strcmp(v, key)) remember_put(g, v, strlen(v), ids, n_ids);
+        free(v);
+    }
     free(key);
-    free(js);
 }
 
 /* A generic-format tool-call turn comes back re-rendered as compact JSON;
@@ -207,8 +229,7 @@ static void remember_calls(gen *g) {
         ids[n_ids++] = g->tokens[i].id;
     }
     if (g->close_at) ids = append_text_tokens(g, "}]}", ids, &n_ids);
-    remember_call_turn(g, render_generic_calls_text(names, args, n), js_key(names, args, n, "", generic_key), ids,
-                       n_ids);
+    remember_call_turn(g, names, args, n, "", generic_key, ids, n_ids);
     free(ids);
 }
 
@@ -226,8 +247,7 @@ static void remember_native_calls(gen *g) {
     int32_t *ids = xmalloc(n_ids * sizeof(int32_t));
     if (g->n_prefix_tok) memcpy(ids, g->prefix_tok, (size_t)g->n_prefix_tok * sizeof(int32_t));
     for (int i = 0; i < g->n_tokens; i++) ids[g->n_prefix_tok + i] = g->tokens[i].id;
-    remember_call_turn(g, replay_native_turn_key(content, names, args, n), js_key(names, args, n, content, native_key),
-                       ids, n_ids);
+    remember_call_turn(g, names, args, n, content, native_key, ids, n_ids);
     free(ids);
     free(content);
 }
@@ -259,8 +279,7 @@ static void remember_harmony(gen *g) {
     for (int i = 0; i < g->n_tokens; i++) ids[g->n_prefix_tok + i] = g->tokens[i].id;
     memcpy(ids + g->n_prefix_tok + g->n_tokens, end_ids, n_end * sizeof(int32_t));
     free(end_ids);
-    remember_call_turn(g, replay_native_turn_key(content, names, args, n),
-                       n ? js_key(names, args, n, content, native_key) : NULL, ids, n_ids);
+    remember_call_turn(g, names, args, n, content, native_key, ids, n_ids);
     free(ids);
     free(content);
 }

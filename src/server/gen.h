@@ -41,6 +41,7 @@ typedef struct gen_params {
     cache_hash replay_ns; /* in the request's tenant's namespace (server_replay_ns) */
     cache_hash replay_ctx; /* ...narrowed to the conversation it answers (replay_context_ns) */
     int has_replay_ctx;
+    const json_t *tool_defs; /* the request's normalised tools (replay keys), or NULL; borrowed: outlives the gen */
     const int *bounds;    /* message starts in the prompt (sched_job) */
     int n_bounds;
     const cache_mark *marks; /* retention marks (sched_job) */
@@ -74,6 +75,7 @@ typedef struct gen {
     cache_hash replay_ns;
     cache_hash replay_ctx;
     int has_replay_ctx;
+    const json_t *tool_defs; /* borrowed from gen_params */
     char error[512];
     char *content;         /* the reply's text outside calls (replay key: native calls, generic text) */
     size_t content_len;

@@ -116,11 +116,41 @@ char *prompt_content_text(const json_t *content, const char *where, req_ignored 
     return strbuf_take(&out);
 }
 
-int prompt_tool_known(const json_t *tools, const char *name) {
+/* The declared tool named name, or NULL. */
+static const json_t *declared_tool(const json_t *tools, const char *name) {
     size_t i;
     const json_t *t;
     json_array_foreach(tools, i, t)
-        if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")) ?: "", name)) return 1;
+        if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")) ?: "", name)) return t;
+    return NULL;
+}
+
+int prompt_tool_known(const json_t *tools, const char *name) { return declared_tool(tools, name) != NULL; }
+
+int prompt_allowed_tools(const json_t *tools, const json_t *at, json_t **allowed, int *required, char *why,
+                         size_t cap) {
+    const char *mode = json_string_value(json_object_get(at, "mode"));
+    const json_t *list = json_object_get(at, "tools"), *t;
+    *allowed = NULL;
+    if (!mode || (strcmp(mode, "auto") && strcmp(mode, "required")) || !json_is_array(list)) {
+        snprintf(why, cap, "'tool_choice' allowed_tools must have mode auto or required and a 'tools' array");
+        return -1;
+    }
+    json_t *out = json_array();
+    size_t i;
+    json_array_foreach(list, i, t) {
+        const char *name = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+        const json_t *d = declared_tool(tools, name ? name : json_string_value(json_object_get(t, "name")) ?: "");
+        if (!d) {
+            snprintf(why, cap, "'tool_choice' allowed_tools.tools[%zu] must name a function in 'tools'", i);
+            json_decref(out);
+            return -1;
+        }
+        json_array_append(out, (json_t *)d);
+    }
+    if (json_array_size(out)) *allowed = out;
+    else json_decref(out);
+    *required = !strcmp(mode, "required") && *allowed;
     return 0;
 }
 

@@ -73,5 +73,14 @@ int prompt_part_text(const json_t *part, const char *where, size_t i, req_ignore
 
 /* Whether normalised tools (function shape) declare a function name. */
 int prompt_tool_known(const json_t *tools, const char *name);
+/* tool_choice allowed_tools ({"mode": "auto"|"required", "tools": [{"type":
+ * "function", "function": {"name"}} or {"type": "function", "name"}]}: the
+ * Chat Completions and Responses spellings): *allowed gets the declared
+ * tools it names (a new array, NULL when none), *required the mode. The
+ * caller keeps every tool listed in the prompt (so the prefix is the same
+ * whatever is allowed) and lets the model call only *allowed. -1 with why
+ * set when the object is malformed or names an undeclared tool. */
+int prompt_allowed_tools(const json_t *tools, const json_t *at, json_t **allowed, int *required, char *why,
+                         size_t cap);
 
 #endif

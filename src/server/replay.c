@@ -179,7 +179,14 @@ int replay_load(replay_store *r, const char *path, const uint8_t model_fp[32]) {
 }
 /* ---- replay keys and rendering ------------------------------------------------ */
 
+/* Whether s is empty or only whitespace. */
+static int blank(const char *s) {
+    while (*s == ' ' || *s == '\n' || *s == '\t' || *s == '\r') s++;
+    return !*s;
+}
+
 char *replay_native_turn_key(const char *content, const char *const *names, const char *const *args, int n) {
+    if (blank(content)) content = ""; /* a client may drop a whitespace-only text block (Claude Code does) */
     char *calls = render_generic_calls_text(names, args, n);
     size_t a = strlen(content), b = strlen(calls);
     char *key = xmalloc(a + b + 10);
@@ -222,6 +229,36 @@ static int js_numbers(json_t *v) {
 char *replay_js_numbers(const char *args) {
     json_t *a = json_loads(args, JSON_DECODE_ANY, NULL);
     char *out = a && js_numbers(a) ? json_dumps(a, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    json_decref(a);
+    return out;
+}
+
+/* The parameters schema of the tool called name, or NULL. */
+static const json_t *tool_parameters(const json_t *tools, const char *name) {
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tools, i, t) {
+        const json_t *fn = json_object_get(t, "function");
+        const char *n = json_string_value(json_object_get(fn, "name"));
+        if (n && !strcmp(n, name)) return json_object_get(fn, "parameters");
+    }
+    return NULL;
+}
+
+char *replay_schema_defaults(const json_t *tools, const char *name, const char *args) {
+    const json_t *props = json_object_get(tool_parameters(tools, name), "properties");
+    if (!json_object_size(props)) return NULL;
+    json_t *a = json_loads(args, 0, NULL);
+    int changed = 0;
+    const char *k;
+    const json_t *p;
+    if (json_is_object(a)) {
+        json_object_foreach((json_t *)props, k, p) {
+            const json_t *d = json_object_get(p, "default");
+            if (d && !json_object_get(a, k)) json_object_set(a, k, (json_t *)d), changed = 1;
+        }
+    }
+    char *out = changed ? json_dumps(a, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
     json_decref(a);
     return out;
 }

@@ -51,8 +51,19 @@ void replay_context_ns(const cache_hash *ns, const json_t *messages, size_t upto
  * when nothing changes (or args is not JSON); caller frees. */
 char *replay_js_numbers(const char *args);
 
+/* Arguments JSON as a client that parses a call with the tool's schema
+ * sends it back: each top-level property the schema gives a "default"
+ * and the call left out, filled in (Claude Code sends an Edit back with
+ * "replace_all": false added). tools: the request's normalised tools
+ * ({"type":"function","function":{"name","parameters"}}). NULL when
+ * nothing changes (no such tool, no default missing, args not an
+ * object); caller frees. */
+char *replay_schema_defaults(const json_t *tools, const char *name, const char *args);
+
 /* What exact replay remembers a native-format tool-call turn by (its
- * content and its calls, as the client sends them back). Caller frees. */
+ * content and its calls, as the client sends them back; content of only
+ * whitespace counts as none: Claude Code drops such a text block before
+ * a call when it sends the turn back). Caller frees. */
 char *replay_native_turn_key(const char *content, const char *const *names, const char *const *args, int n);
 
 /* render_messages with remembered replies put back as the model's exact

@@ -213,7 +213,7 @@ void sched__spec_rerun(sched *s) {
     if (n == 0) return;
     fwd_batch b = {.n = n, .tokens = s->b_tok, .seqs = s->b_seq, .pos = s->b_pos, .want = s->b_want};
     strata_err err = {0};
-    if (fwd_run(s->e->fwd, &b, NULL, &err) == 0) return;
+    if (engine_run(s->e, &b, NULL, &err) == 0) return; /* the engine's device: a GPU engine has no fwd */
     log_error("scheduler: recomputing verified tokens failed: %s", err.msg);
     for (int k = 0; k < n; k++) { /* emit finishes them, keeping nothing of the step */
         slot *sl = &s->slots[s->b_slot[k]];

@@ -233,3 +233,38 @@ def test_tool_search_loading_deferred_tools_keeps_the_cached_prefix(traced):
     assert min(u["input_tokens"], u["cache_creation_input_tokens"]) >= 0  # read and written never overlap
     forced = messages(traced, {**body, "tool_choice": {"type": "tool", "name": "CronCreate"}})  # loaded: callable
     assert forced.status_code == 200 and forced.json()["content"][-1]["name"] == "CronCreate"
+
+
+FN = {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "string"}}}}
+GN = {"type": "function", "name": "g", "parameters": {"type": "object", "properties": {"b": {"type": "integer"}}}}
+
+
+def test_responses_tool_choice_kinds_are_served(traced):
+    """Responses tool_choice allowed_tools holds calls to the allowed tools
+    with every tool still listed; a hosted tool's type (not offered here)
+    leaves the choice to the model and is named."""
+    url = traced.url + "/v1/responses"
+    base = {"input": "hi", "max_output_tokens": 40, "tools": [FN, GN], "temperature": 1.0}
+    plain = httpx.post(url, json=dict(base, tool_choice="required", seed=0), timeout=60).json()
+    names = set()
+    for seed in range(5):
+        r = httpx.post(url, json=dict(base, seed=seed, tool_choice={
+            "type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "g"}]}), timeout=60)
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["input_tokens"] == plain["usage"]["input_tokens"]
+        names |= {i["name"] for i in r.json()["output"] if i["type"] == "function_call"}
+    assert names == {"g"}, names
+    r = httpx.post(url, json=dict(base, tools=[{"type": "web_search"}, FN], tool_choice={"type": "web_search"}),
+                   timeout=60)
+    assert r.status_code == 200 and "tool_choice type 'web_search'" in r.headers["x-strata-ignored"], r.text
+
+
+def test_completions_prompt_batch_answers_the_first(traced):
+    url = traced.url + "/v1/completions"
+    one = httpx.post(url, json={"prompt": "hello there", "max_tokens": 4, "temperature": 0}, timeout=60)
+    batch = httpx.post(url, json={"prompt": ["hello there", "another"], "max_tokens": 4, "temperature": 0}, timeout=60)
+    assert batch.status_code == 200 and "prompt[1..1]" in batch.headers["x-strata-ignored"], batch.text
+    assert batch.json()["choices"][0]["text"] == one.json()["choices"][0]["text"]
+    single = httpx.post(url, json={"prompt": ["hello there"], "max_tokens": 4, "temperature": 0}, timeout=60)
+    assert single.status_code == 200 and "x-strata-ignored" not in single.headers
+    assert single.json()["choices"][0]["text"] == one.json()["choices"][0]["text"]

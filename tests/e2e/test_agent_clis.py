@@ -69,9 +69,12 @@ PROJECT = {
 # far more often than it follows a request in words (Codex on Gemma 3:
 # about 2 in 3 replies a completed call, against 1 in 8 for "Read
 # notes.txt and tell me the secret word"; Codex fails a turn on a call cut
-# by --max-output-tokens). Claude Code keeps the plain requests: with
-# shown calls a Gemma 3 session once missed the exact replay of its first
-# call (9,991 of 10,188 reused), not reproduced since, open in the notes.
+# by --max-output-tokens). Claude Code keeps the plain requests: shown
+# Claude Code calls, Gemma 3 writes runs of parallel calls cut by the
+# limit. (A Gemma 3 session with shown calls once missed the exact replay
+# of a call: Claude Code sends a call back with its schema's defaults
+# filled in, an Edit with "replace_all": false; the server now remembers
+# that spelling too, test_tools.py.)
 CLAUDE_PROMPTS = ["Use the Read tool to read notes.txt, then tell me the secret word.",
                   "Use the Read tool to read hello.py and tell me what it prints.",
                   "Use the Bash tool to run `ls`.",

@@ -100,6 +100,45 @@ def test_anthropic_tool_use_round_trip(real):
     assert final.content and final.content[0].type == "text"
 
 
+# Claude Code parses each tool_use input with the tool's schema before it
+# sends the call back, and so adds every default the model left out (an
+# Edit comes back with "replace_all": false).
+DEFAULTS_TOOL = {"name": "get_forecast", "description": "Weather forecast", "input_schema": {
+    "type": "object", "properties": {"city": {"type": "string"},
+                                     "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"},
+                                     "days": {"type": "integer", "default": 3},
+                                     "hourly": {"type": "boolean", "default": False}},
+    "required": ["city"], "additionalProperties": False}}
+
+
+def test_call_sent_back_with_schema_defaults_replays_exactly(real):
+    """A call that comes back with the schema's defaults filled in is still
+    the model's own turn: the next request reuses the whole previous prompt
+    and the call's tokens (exact replay), not only the prompt."""
+    import httpx
+    url = real.url + "/v1/messages"
+    msgs = [{"role": "user", "content": "Forecast for Oslo, please."}]
+    body = {"model": "", "max_tokens": 80, "temperature": 1.0, "tools": [DEFAULTS_TOOL], "messages": msgs,
+            "tool_choice": {"type": "tool", "name": "get_forecast"}}
+    defaults = {k: p["default"] for k, p in DEFAULTS_TOOL["input_schema"]["properties"].items() if "default" in p}
+    for seed in range(30):  # a sampled call that leaves a defaulted property out
+        r = httpx.post(url, json=dict(body, seed=seed), timeout=120).json()
+        use = [b for b in r["content"] if b["type"] == "tool_use"]
+        if r["stop_reason"] == "tool_use" and len(use) == 1 and set(defaults) - set(use[0]["input"]):
+            break
+    else:
+        pytest.fail("no seed gave a call without some defaulted property")
+    use = use[0]
+    filled = {**{k: v for k, v in defaults.items() if k not in use["input"]}, **use["input"]}
+    sent = [dict(b, input=filled) if b["type"] == "tool_use" else b for b in r["content"]]
+    msgs += [{"role": "assistant", "content": sent},
+             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use["id"], "content": "rain"}]}]
+    r2 = httpx.post(url, json=dict(body, messages=msgs, max_tokens=1), timeout=120).json()
+    u1, u2 = r["usage"], r2["usage"]
+    prompt1 = u1["input_tokens"] + u1.get("cache_read_input_tokens", 0)
+    assert u2["cache_read_input_tokens"] >= prompt1 + u1["output_tokens"] - 1, (u1, u2)
+
+
 def test_anthropic_streamed_tool_use(real):
     kw = dict(model="", messages=[{"role": "user", "content": "Weather in Rome?"}], tools=[ANT_TOOL], max_tokens=80,
               tool_choice={"type": "tool", "name": "get_weather"}, extra_body={"temperature": 0})
@@ -194,3 +233,59 @@ def test_d_agent_loop_hits_everything_before_the_new_message(tmp_path):
                      {"role": "tool", "tool_call_id": call.id, "content": f'{{"city": "{city}", "sky": "clear"}}'}]
     finally:
         assert s.stop() == 0
+
+
+# --- the deprecated function-calling API (`functions`, `function_call`,
+# role "function"): still accepted by OpenAI's endpoint, so served here,
+# the reply in its own shape.
+
+def test_legacy_function_call_round_trip(real):
+    import httpx
+    url = real.url + "/v1/chat/completions"
+    msgs = [{"role": "user", "content": "What's the weather in Paris?"}]
+    body = {"model": "", "messages": msgs, "functions": [WEATHER["function"], TIME["function"]], "temperature": 0,
+            "max_tokens": 80, "function_call": {"name": "get_weather"}}
+    r = httpx.post(url, json=body, timeout=120).json()
+    ch = r["choices"][0]
+    assert ch["finish_reason"] == "function_call", r
+    fc = ch["message"]["function_call"]
+    assert fc["name"] == "get_weather" and isinstance(json.loads(fc["arguments"]), dict)
+    assert "tool_calls" not in ch["message"]
+    # streamed: the same call as function_call deltas
+    with httpx.stream("POST", url, json=dict(body, stream=True), timeout=120) as s:
+        chunks = [json.loads(l[6:]) for l in s.iter_lines() if l.startswith("data: {")]
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert not any("tool_calls" in d for d in deltas)
+    name = "".join(d["function_call"].get("name", "") for d in deltas if "function_call" in d)
+    args = "".join(d["function_call"].get("arguments", "") for d in deltas if "function_call" in d)
+    assert (name, args) == (fc["name"], fc["arguments"])
+    assert chunks[-1]["choices"][0]["finish_reason"] == "function_call"
+    # the call and its result sent back in that API's shape: served, and the
+    # call is the model's own turn (exact replay through its tokens)
+    msgs += [{"role": "assistant", "content": None, "function_call": fc},
+             {"role": "function", "name": "get_weather", "content": "sunny, 24 C"}]
+    r2 = httpx.post(url, json=dict(body, messages=msgs, max_tokens=1), timeout=120).json()
+    u1, u2 = r["usage"], r2["usage"]
+    assert u2["prompt_tokens_details"]["cached_tokens"] >= u1["prompt_tokens"] + u1["completion_tokens"] - 1, (u1, u2)
+
+
+def test_allowed_tools_constrains_calls_and_keeps_the_prompt(tiny):
+    """tool_choice allowed_tools: every tool stays listed (the prompt is the
+    same whatever is allowed, so its prefix stays cached), and calls are
+    only to the allowed ones."""
+    import httpx
+    url = tiny.url + "/v1/chat/completions"
+    body = {"model": "", "messages": [{"role": "user", "content": "hi"}], "tools": [WEATHER, TIME], "max_tokens": 60,
+            "temperature": 1.0}
+    allowed = {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [
+        {"type": "function", "function": {"name": "get_time"}}]}}
+    plain = httpx.post(url, json=dict(body, tool_choice="required", seed=0), timeout=60).json()
+    names = set()
+    for seed in range(6):
+        r = httpx.post(url, json=dict(body, tool_choice=allowed, seed=seed), timeout=60).json()
+        assert r["usage"]["prompt_tokens"] == plain["usage"]["prompt_tokens"], (r["usage"], plain["usage"])
+        names |= {c["function"]["name"] for c in r["choices"][0]["message"].get("tool_calls") or []}
+    assert names == {"get_time"}, names
+    bad = dict(allowed, allowed_tools={"mode": "required", "tools": [{"type": "function", "function": {"name": "nope"}}]})
+    r = httpx.post(url, json=dict(body, tool_choice=bad), timeout=60)
+    assert r.status_code == 400 and "allowed_tools" in r.text

@@ -96,6 +96,9 @@ void cuda_rope(float *d_x, int n, int row_len, int n_heads, int head_dim, int ro
                const int32_t *d_pos, const float *d_inv_freq, float pos_div);
 /* d_g[i] = silu(d_g[i]) * d_u[i]. */
 void cuda_swiglu(float *d_g, const float *d_u, size_t n);
+/* d_g[i] = gelu(d_g[i]) * d_u[i], GELU in its tanh form (gemma; the CPU's
+ * act_gelu_tanh_mul, backend/act.h, with the same float steps). */
+void cuda_geglu(float *d_g, const float *d_u, size_t n);
 /* d_x[i] += d_y[i]. */
 void cuda_add(float *d_x, const float *d_y, size_t n);
 /* d_x[t * dim + i] += d_b[i] for t < n (a bias on every row). */
@@ -126,6 +129,13 @@ size_t cuda_attention_scratch(int max_tok, int n_head, int head_dim, int max_ctx
 int cuda_attention(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc, const uint16_t *d_vc,
                    const int32_t *d_pos, int n, int max_end, int max_ctx, int n_head, int n_head_kv, int head_dim,
                    float scale, strata_err *err);
+/* The same, on a sliding-window layer (gemma3): token i reads positions
+ * [d_pos[i] + 1 - n_swa, d_pos[i]] only (n_swa 0: all, cuda_attention).
+ * The same tiles and per-row arithmetic: a row's bits still depend only
+ * on its query and key positions. (Not yet run on a GPU.) */
+int cuda_attention_window(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc,
+                          const uint16_t *d_vc, const int32_t *d_pos, int n, int max_end, int max_ctx, int n_head,
+                          int n_head_kv, int head_dim, float scale, int n_swa, strata_err *err);
 /* Paged K/V (a KV pool in device memory, model/kv.h): the same kernels
  * with each token's cache row given, so the same bits as the contiguous
  * caches above. d_kc, d_vc: one layer's K and V rows of block 0 of the

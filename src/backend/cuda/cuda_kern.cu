@@ -459,6 +459,35 @@ __global__ void k_swiglu(float *g, const float *u, size_t n) {
     if (i < n) g[i] = swiglu1(g[i], u[i]);
 }
 
+/* backend/act_impl.h's act__exp_clamped and act__gelu_mul, the same
+ * float steps (gemma's GELU, tanh form, times up). */
+__device__ __forceinline__ float exp_clamped(float x) {
+    const float shift = 12582912.0f; /* 1.5 * 2^23 */
+    x = fminf(fmaxf(x, -87.0f), 88.0f);
+    float t = x * 1.44269504088896341f + shift;
+    float n = t - shift;
+    float r = x - n * 0.693359375f - n * -2.12194440e-4f;
+    float p = 1.98412698e-4f;
+    p = p * r + 1.38888889e-3f;
+    p = p * r + 8.33333333e-3f;
+    p = p * r + 4.16666667e-2f;
+    p = p * r + 1.66666667e-1f;
+    p = p * r + 0.5f;
+    p = p * r * r + r + 1.0f;
+    return __int_as_float(__float_as_int(p) + (__float_as_int(t) - 0x4B400000) * (1 << 23));
+}
+
+__global__ void k_geglu(float *g, const float *u, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = g[i], y = 0.79788456080286535588f * x * (1.0f + 0.044715f * x * x);
+    g[i] = x / (1.0f + exp_clamped(-2.0f * y)) * u[i];
+}
+
+extern "C" void cuda_geglu(float *d_g, const float *d_u, size_t n) {
+    if (n) k_geglu<<<(unsigned)((n + 255) / 256), 256, 0, g_stream>>>(d_g, d_u, n);
+}
+
 __global__ void k_add(float *x, const float *y, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] += y[i];
@@ -579,18 +608,28 @@ __device__ void attn_stage(__half2 *sk, __half2 *sv, const __half *kc, const __h
     }
 }
 
+/* A query at position p reads keys [attn_lo(p), p]: all of them, or the
+ * last n_swa on a sliding-window layer (n_swa > 0). */
+__device__ __forceinline__ int attn_lo(int p, int n_swa) { return n_swa > 0 && p + 1 - n_swa > 0 ? p + 1 - n_swa : 0; }
+
 template <int OUTS>
 __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const float *q, const __half *kc, const __half *vc,
                                                           const kv_ref kr, const int32_t *pos, int n, int qt,
-                                                          int n_head, int n_head_kv, int D, float scale, int seg_cap) {
+                                                          int n_head, int n_head_kv, int D, float scale, int seg_cap,
+                                                          int n_swa) {
     int g = blockIdx.x, i0 = blockIdx.y * qt, s = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     int hpg = n_head / n_head_kv, kvd = n_head_kv * D, k0 = s * CUDA_ATTN_SEG, D2 = D / 2;
     int nq = min(qt, n - i0), rows = nq * hpg;
-    __shared__ int s_end[AT_MAX_ROWS]; /* each token's key end in this segment */
-    if (tid < nq) s_end[tid] = min(k0 + CUDA_ATTN_SEG, pos[i0 + tid] + 1);
+    /* each token's keys in this segment: [s_beg, s_end), none when s_end <= s_beg */
+    __shared__ int s_end[AT_MAX_ROWS], s_beg[AT_MAX_ROWS];
+    if (tid < nq) {
+        s_end[tid] = min(k0 + CUDA_ATTN_SEG, pos[i0 + tid] + 1);
+        s_beg[tid] = max(k0, attn_lo(pos[i0 + tid], n_swa));
+    }
     __syncthreads();
-    int kend = k0;
-    for (int tt = 0; tt < nq; tt++) kend = max(kend, s_end[tt]);
+    int kend = k0, kbeg = k0 + CUDA_ATTN_SEG;
+    for (int tt = 0; tt < nq; tt++)
+        if (s_end[tt] > s_beg[tt]) kend = max(kend, s_end[tt]), kbeg = min(kbeg, s_beg[tt]);
     if (kend <= k0) return; /* the whole block: no token has keys here */
     /* shared memory, sized by the launch (attn_smem): the rows' queries,
      * K and V of the tile, the tile's weights and each row's rescale */
@@ -606,18 +645,19 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const floa
     for (int r = 0; r < AT_RPW; r++) mr[r] = -INFINITY, lr[r] = 0.0f;
 #pragma unroll
     for (int u = 0; u < OUTS; u++) o[u] = 0.0f;
-    for (int t0 = k0; t0 < kend; t0 += AT_KT) {
+    /* tiles at fixed places (k0 + a multiple of AT_KT), from the one holding the first key */
+    for (int t0 = k0 + (kbeg - k0) / AT_KT * AT_KT; t0 < kend; t0 += AT_KT) {
         __syncthreads(); /* the last tile's readers are done (and sq is in) */
         attn_stage(sk, sv, kc, vc, kr, t0, min(AT_KT, kend - t0), kvd, g, D);
         __syncthreads();
         /* scores: each K row once for the warp's rows (each row's dot
          * still runs over head_dim in order) */
         float a[AT_RPW];
-        const __half2 *kr = sk + lane * (D2 + 1);
+        const __half2 *krow = sk + lane * (D2 + 1); /* this lane's key (not kr, the kernel's kv_ref) */
 #pragma unroll
         for (int r = 0; r < AT_RPW; r++) a[r] = 0.0f;
         for (int d2 = 0; d2 < D2; d2++) {
-            float2 kf = __half22float2(kr[d2]);
+            float2 kf = __half22float2(krow[d2]);
 #pragma unroll
             for (int r = 0; r < AT_RPW; r++) {
                 int row = warp + 4 * r;
@@ -630,11 +670,12 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const floa
         for (int r = 0; r < AT_RPW; r++) {
             int row = warp + 4 * r;
             if (row >= rows) break; /* warp-uniform */
-            int nk = min(AT_KT, s_end[row / hpg] - t0);
-            if (nk <= 0) continue; /* this token's keys ended before the tile */
-            float sc = lane < nk ? a[r] * scale : -INFINITY;
+            int nk = min(AT_KT, s_end[row / hpg] - t0), lo = s_beg[row / hpg] - t0; /* its keys: lanes [lo, nk) */
+            if (nk <= 0 || nk <= lo) continue; /* none in this tile: ended before it, or the window starts after it */
+            int in = lane < nk && lane >= lo;
+            float sc = in ? a[r] * scale : -INFINITY;
             float mn = fmaxf(mr[r], warp_max(sc));
-            float e = lane < nk ? expf(sc - mn) : 0.0f, c = expf(mr[r] - mn); /* c = 0 on the first tile */
+            float e = in ? expf(sc - mn) : 0.0f, c = expf(mr[r] - mn); /* c = 0 on the first tile */
             sp[row * AT_KT + lane] = e;
             lr[r] = lr[r] * c + warp_sum(e);
             mr[r] = mn;
@@ -650,6 +691,7 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const floa
             int x = tid + AT_THREADS * u;
             rowu[u] = x / D;
             nku[u] = x < rows * D ? min(AT_KT, s_end[rowu[u] / hpg] - t0) : 0;
+            if (x < rows * D && nku[u] <= s_beg[rowu[u] / hpg] - t0) nku[u] = 0; /* skipped above: no update */
             if (nku[u] > 0) o[u] = o[u] * scorr[rowu[u]];
             kmax = max(kmax, nku[u]);
         }
@@ -676,7 +718,7 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const floa
 #pragma unroll
     for (int r = 0; r < AT_RPW; r++) {
         int row = warp + 4 * r;
-        if (row < rows && lane == 0 && s_end[row / hpg] > k0) {
+        if (row < rows && lane == 0 && s_end[row / hpg] > s_beg[row / hpg]) {
             AT_STATE(row)[0] = mr[r];
             AT_STATE(row)[1] = lr[r];
         }
@@ -685,17 +727,19 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const floa
     for (int u = 0; u < OUTS; u++) {
         int x = tid + AT_THREADS * u;
         if (x >= rows * D) break;
-        if (s_end[x / D / hpg] > k0) AT_STATE(x / D)[2 + x % D] = o[u];
+        if (s_end[x / D / hpg] > s_beg[x / D / hpg]) AT_STATE(x / D)[2 + x % D] = o[u];
     }
 #undef AT_STATE
 }
 
 /* Token i's head h: its segments' states folded in segment order (one
  * segment: o / l, the same bits as no fold). */
-__global__ void k_attn_fold(float *out, const float *part, const int32_t *pos, int n_head, int D, int seg_cap) {
-    int h = blockIdx.x, i = blockIdx.y, ns = (pos[i] + CUDA_ATTN_SEG) / CUDA_ATTN_SEG;
+__global__ void k_attn_fold(float *out, const float *part, const int32_t *pos, int n_head, int D, int seg_cap,
+                            int n_swa) {
+    int h = blockIdx.x, i = blockIdx.y, s0 = attn_lo(pos[i], n_swa) / CUDA_ATTN_SEG;
+    int ns = (pos[i] + CUDA_ATTN_SEG) / CUDA_ATTN_SEG - s0; /* its segments: s0, s0 + 1, ... */
     size_t st = (size_t)D + 2;
-    const float *ps = part + ((size_t)i * n_head + h) * seg_cap * st;
+    const float *ps = part + (((size_t)i * n_head + h) * seg_cap + s0) * st;
     float M = -INFINITY, L = 0.0f;
     for (int s = 0; s < ns; s++) M = fmaxf(M, ps[s * st]);
     for (int s = 0; s < ns; s++) L += ps[s * st + 1] * expf(ps[s * st] - M);
@@ -712,7 +756,7 @@ extern "C" size_t cuda_attention_scratch(int max_tok, int n_head, int head_dim, 
 
 static int attention(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc, const uint16_t *d_vc,
                      const kv_ref &kr, const int32_t *d_pos, int n, int max_end, int max_ctx, int n_head,
-                     int n_head_kv, int head_dim, float scale, strata_err *err) {
+                     int n_head_kv, int head_dim, float scale, int n_swa, strata_err *err) {
     if (head_dim > AT_MAX_DIM || head_dim % 2 || n_head_kv <= 0 || n_head % n_head_kv ||
         n_head / n_head_kv > AT_MAX_GROUP || (n_head / n_head_kv) * head_dim > AT_MAX_OUT * AT_THREADS)
         return strata_errf(err, STRATA_EUNSUPPORTED, "cuda attention: head_dim %d, %d heads over %d KV heads", head_dim,
@@ -727,14 +771,14 @@ static int attention(float *d_out, float *d_scratch, const float *d_q, const uin
     const __half *kh = (const __half *)d_kc, *vh = (const __half *)d_vc;
 #define AT_GO(o)                                                                                                   \
     k_attn_seg<o><<<grid, AT_THREADS, smem, g_stream>>>(d_scratch, d_q, kh, vh, kr, d_pos, n, qt, n_head,     \
-                                                         n_head_kv, head_dim, scale, seg_cap)
+                                                         n_head_kv, head_dim, scale, seg_cap, n_swa)
     if (outs <= 1) AT_GO(1);
     else if (outs <= 2) AT_GO(2);
     else if (outs <= 4) AT_GO(4);
     else if (outs <= 8) AT_GO(8);
     else AT_GO(16);
 #undef AT_GO
-    k_attn_fold<<<dim3(n_head, n), 64, 0, g_stream>>>(d_out, d_scratch, d_pos, n_head, head_dim, seg_cap);
+    k_attn_fold<<<dim3(n_head, n), 64, 0, g_stream>>>(d_out, d_scratch, d_pos, n_head, head_dim, seg_cap, n_swa);
     return 0;
 }
 
@@ -743,7 +787,16 @@ extern "C" int cuda_attention(float *d_out, float *d_scratch, const float *d_q, 
                               int n_head_kv, int head_dim, float scale, strata_err *err) {
     kv_ref contiguous = {NULL, 1, 0};
     return attention(d_out, d_scratch, d_q, d_kc, d_vc, contiguous, d_pos, n, max_end, max_ctx, n_head, n_head_kv,
-                     head_dim, scale, err);
+                     head_dim, scale, 0, err);
+}
+
+extern "C" int cuda_attention_window(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc,
+                                     const uint16_t *d_vc, const int32_t *d_pos, int n, int max_end, int max_ctx,
+                                     int n_head, int n_head_kv, int head_dim, float scale, int n_swa,
+                                     strata_err *err) {
+    kv_ref contiguous = {NULL, 1, 0};
+    return attention(d_out, d_scratch, d_q, d_kc, d_vc, contiguous, d_pos, n, max_end, max_ctx, n_head, n_head_kv,
+                     head_dim, scale, n_swa, err);
 }
 
 extern "C" int cuda_attention_paged(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_k,
@@ -754,7 +807,7 @@ extern "C" int cuda_attention_paged(float *d_out, float *d_scratch, const float 
         return strata_errf(err, STRATA_EINVAL, "cuda attention: a paged call without a block table");
     kv_ref paged = {d_table, block_tokens, block_halves};
     return attention(d_out, d_scratch, d_q, d_k, d_v, paged, d_pos, n, max_end, max_ctx, n_head, n_head_kv, head_dim,
-                     scale, err);
+                     scale, 0, err);
 }
 
 /* ---- argmax ----------------------------------------------------------------------- */

@@ -42,6 +42,7 @@ void cuda_rmsnorm(float *d_out, const float *d_x, const float *d_w, int n_rows, 
 void cuda_rope(float *d_x, int n, int row_len, int n_heads, int head_dim, int rope_dim, int neox,
                const int32_t *d_pos, const float *d_inv_freq, float pos_div) {}
 void cuda_swiglu(float *d_g, const float *d_u, size_t n) {}
+void cuda_geglu(float *d_g, const float *d_u, size_t n) {}
 void cuda_add(float *d_x, const float *d_y, size_t n) {}
 void cuda_add_rows(float *d_x, const float *d_b, int n, int dim) {}
 void cuda_gather(float *d_dst, const float *d_src, const int32_t *d_rows, int n, int dim) {}
@@ -54,6 +55,11 @@ size_t cuda_attention_scratch(int max_tok, int n_head, int head_dim, int max_ctx
 int cuda_attention(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc, const uint16_t *d_vc,
                    const int32_t *d_pos, int n, int max_end, int max_ctx, int n_head, int n_head_kv, int head_dim,
                    float scale, strata_err *err) {
+    return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
+}
+int cuda_attention_window(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc,
+                          const uint16_t *d_vc, const int32_t *d_pos, int n, int max_end, int max_ctx, int n_head,
+                          int n_head_kv, int head_dim, float scale, int n_swa, strata_err *err) {
     return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
 }
 void cuda_argmax(int32_t *d_idx, const float *d_x, int n_rows, int n) {}
