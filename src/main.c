@@ -17,6 +17,7 @@ static void usage(void) {
            "  run     generate text from a prompt (strata run -m MODEL -p TEXT [--chat])\n"
            "  bench   prompt and generation speed (strata bench -m MODEL [-p 512] [-n 128])\n"
            "  bench-kernels  single-thread gemm GFLOP/s (strata bench-kernels [TYPE ROWS K N_TOK...])\n"
+           "  bench-mtp      what qwen35's MTP drafter costs per decode step (strata bench-mtp -m MODEL)\n"
            "  perplexity  score a text (strata perplexity -m MODEL -f TEXT [--kv-type q8_0])\n"
            "  model   inspect a GGUF file (strata model info FILE)\n"
            "  cache   inspect the disk KV cache (strata cache ls|stat|verify|gc|purge --cache-dir DIR)\n\n"
@@ -38,6 +39,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "model") == 0) return cli_model(argc, argv);
     if (strcmp(cmd, "serve") == 0) return cli_serve(argc, argv);
     if (strcmp(cmd, "bench-kernels") == 0) return cli_bench_kernels(argc - 1, argv + 1);
+    if (strcmp(cmd, "bench-mtp") == 0) return cli_bench_mtp(argc, argv);
     if (strcmp(cmd, "cache") == 0) return cli_cache(argc, argv);
     if (strcmp(cmd, "perplexity") == 0) return cli_perplexity(argc, argv);
     fprintf(stderr, "strata: unknown command '%s' (try 'strata --help')\n", cmd);

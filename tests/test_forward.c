@@ -453,15 +453,17 @@ TEST(fwd_qwen35_recurrent_state_rules) {
 }
 
 /* A qwen35 file with an MTP draft block after the trunk (block_count 5,
- * nextn_predict_layers 1): the block is skipped, and the trunk, the same
- * weights as qwen35-f32, gives the same bits. */
-TEST(fwd_qwen35_mtp_block_is_skipped) {
+ * nextn_predict_layers 1): the block is bound for drafting (model/mtp.h)
+ * and not run by the trunk's pass, whose weights are qwen35-f32's: the
+ * same bits. */
+TEST(fwd_qwen35_mtp_block_leaves_the_trunk_alone) {
     static const int one_chunk[] = {4096, 0};
     engine *a = open_engine(test_data("models/qwen35-f32.gguf"), 512, 2);
     engine *b = open_engine(test_data("bad/qwen35-f32-mtp.gguf"), 512, 2);
     if (!a || !b) return;
     CHECK_EQ_INT(b->m->hp.n_layer, 4);
     CHECK_EQ_INT(b->m->hp.n_rec_layer, 2);
+    CHECK(b->m->has_mtp && !a->m->has_mtp);
     int32_t toks[20];
     for (int t = 0; t < 20; t++) toks[t] = (t * 17 + 3) % 400;
     float *x = all_logits(a, toks, 20, one_chunk), *y = all_logits(b, toks, 20, one_chunk);

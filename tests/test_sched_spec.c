@@ -11,6 +11,7 @@
  * sinks, a sliding window of 128 that the prompt passes, MXFP4 experts);
  * and on Gemma 3's sliding window, random weights (window 16) and real
  * ones (opt-in: STRATA_GEMMA3_MODEL). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,14 +68,18 @@ static void generate(sched *s, const int32_t *prompt, int n_prompt, const sample
     sched_get_stats(s, &out->stats);
 }
 
-static sched *open_sched(engine *e, const tokenizer *tok, int spec, int cache, oracle *o) {
+static sched *open_sched_drafter(engine *e, const tokenizer *tok, int spec, int cache, oracle *o, int drafter) {
     sched_opts so = {.n_slots = 2, .ctx_per_slot = 1024, .queue_max = 8, .chunk = 64, .prefix_cache = cache,
                      .default_scope = {SCOPE_FULL, 0}, .snap_budget_bytes = 64 << 20, .snap_every_blocks = 4,
-                     .spec_draft = spec, .draft = o ? oracle_draft : NULL, .draft_ctx = o};
+                     .spec_draft = spec, .draft = o ? oracle_draft : NULL, .draft_ctx = o, .spec_drafter = drafter};
     sched *s = NULL;
     strata_err err = {0};
     if (sched_new(&s, e, tok, &so, &err)) test_fail(__FILE__, __LINE__, "sched_new: %s", err.msg);
     return s;
+}
+
+static sched *open_sched(engine *e, const tokenizer *tok, int spec, int cache, oracle *o) {
+    return open_sched_drafter(e, tok, spec, cache, o, SPEC_DRAFTER_AUTO);
 }
 
 /* The next turn on s, whose cache holds what a speculative request left
@@ -233,4 +238,72 @@ TEST(gemma3_spec_sliding_window_output_is_plain_decoding) {
     sample_params g = greedy(), r = seeded();
     check_model(test_gemma3_model(), MAX_PROMPT, &g, 1, 1);
     check_model(test_gemma3_model(), MAX_PROMPT, &r, 1, 0);
+}
+
+/* Drafts from qwen35's MTP block (model/mtp.h) on the random-weight
+ * fixture with one: the output is plain decoding's, greedy and seeded,
+ * the block alone drafting (--spec-drafter mtp) and behind prompt lookup
+ * (auto). Its drafts are nearly all refused (random weights), so nearly
+ * every drafted step puts the recurrent state back and recomputes. With
+ * the cache, the same job again resumes from the snapshot at the
+ * prompt's end and the block drafts over the positions since the hit;
+ * then the next turn. The block drafts, or this proves nothing. */
+static void check_mtp(const char *fixture, int n_prompt, const sample_params *sp, int ignore_eos, int drafter) {
+    const char *path = test_data(fixture);
+    engine_params ep = {.model_path = path, .n_threads = 2, .n_ctx = 2048, .block_tokens = 16, .max_batch = 64};
+    engine *e = NULL;
+    strata_err err = {0};
+    if (engine_open(&e, &ep, &err)) {
+        test_fail(__FILE__, __LINE__, "engine_open: %s", err.msg);
+        return;
+    }
+    tokenizer *tok = test_load_tokenizer(path);
+    static int32_t prompt[MAX_PROMPT], want[MAX_PROMPT + MAX_OUT];
+    for (int i = 0; i < n_prompt; i++) prompt[i] = 3 + (i * 37 + (i / 8) * 11) % 400;
+    run plain, spec, again;
+    sched *s = open_sched(e, tok, 0, 1, NULL);
+    generate(s, prompt, n_prompt, sp, ignore_eos, &plain);
+    sched_free(s);
+    s = open_sched_drafter(e, tok, 4, 1, NULL, drafter);
+    generate(s, prompt, n_prompt, sp, ignore_eos, &spec);
+    CHECK_EQ_INT(spec.n, plain.n);
+    CHECK(memcmp(spec.toks, plain.toks, (size_t)plain.n * sizeof(int32_t)) == 0);
+    CHECK(spec.finish == plain.finish);
+    CHECK_MSG(spec.stats.spec_mtp_drafted > 0, "the MTP block drafted %ld tokens", spec.stats.spec_mtp_drafted);
+    if (drafter == SPEC_DRAFTER_MTP) CHECK(spec.stats.spec_mtp_drafted == spec.stats.spec_drafted);
+    if (strstr(fixture, "echo")) /* drafts accepted, and refused: every path of verification */
+        CHECK_MSG(spec.stats.spec_mtp_accepted > 0 && spec.stats.spec_mtp_accepted < spec.stats.spec_mtp_drafted,
+                  "echo: %ld of %ld accepted", spec.stats.spec_mtp_accepted, spec.stats.spec_mtp_drafted);
+    printf("    %s (%s, %s): %ld of %ld MTP drafts accepted, %ld lookup drafts; %.1f ms in the block\n", fixture,
+           drafter == SPEC_DRAFTER_MTP ? "mtp" : "auto", sp->temperature > 0 ? "seeded" : "greedy",
+           spec.stats.spec_mtp_accepted, spec.stats.spec_mtp_drafted,
+           spec.stats.spec_drafted - spec.stats.spec_mtp_drafted, spec.stats.spec_mtp_ms);
+    generate(s, prompt, n_prompt, sp, ignore_eos, &again); /* a prefix hit */
+    CHECK(again.stats.cache_hit_tokens > spec.stats.cache_hit_tokens);
+    CHECK_EQ_INT(again.n, plain.n);
+    CHECK(memcmp(again.toks, plain.toks, (size_t)plain.n * sizeof(int32_t)) == 0);
+    CHECK_MSG(again.stats.spec_mtp_drafted > spec.stats.spec_mtp_drafted, "no MTP draft after the hit");
+    memcpy(want, prompt, (size_t)n_prompt * sizeof(int32_t));
+    memcpy(want + n_prompt, plain.toks, (size_t)plain.n * sizeof(int32_t));
+    check_next_turn(e, tok, s, want, n_prompt + plain.n, sp, ignore_eos);
+    sched_free(s);
+    tok_free(tok);
+    engine_close(e);
+}
+
+TEST(spec_mtp_output_is_plain_decoding) {
+    sample_params g = greedy(), r = seeded();
+    check_mtp("bad/qwen35-f32-mtp.gguf", 70, &g, 1, SPEC_DRAFTER_MTP);
+    check_mtp("bad/qwen35-f32-mtp.gguf", 70, &r, 1, SPEC_DRAFTER_MTP);
+    check_mtp("bad/qwen35-f32-mtp.gguf", 70, &g, 1, SPEC_DRAFTER_AUTO);
+}
+
+/* The echoing block (tools/testdata_models.py, _echo) drafts the token
+ * just sampled again: accepted where the output repeats a token, cut
+ * where it stops, so the recurrent state is put back after partly
+ * accepted drafts too, and the block's sequence is cut inside a step. */
+TEST(spec_mtp_echo_accepts_and_rolls_back) {
+    sample_params g = greedy(), r = seeded();
+    check_mtp("bad/qwen35-f32-mtp-echo.gguf", 70, &g, 1, SPEC_DRAFTER_MTP);
+    check_mtp("bad/qwen35-f32-mtp-echo.gguf", 70, &r, 1, SPEC_DRAFTER_MTP);
 }

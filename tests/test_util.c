@@ -223,3 +223,19 @@ void test_schema_sampling(const char *model, const char *schema, int seeds, int 
     json_schema_free(s);
     tok_free(t);
 }
+
+float *test_trunk_hidden(engine *e, const int32_t *toks, int n) {
+    int E = e->m->hp.n_embd;
+    float *h = xmalloc((size_t)n * E * sizeof(float)), *logits = xmalloc((size_t)e->m->hp.n_vocab * sizeof(float));
+    kv_seq s;
+    kv_seq_init(&s);
+    fwd_keep_hidden(e->fwd, 1);
+    strata_err err = {0};
+    if (n > e->max_batch || fwd_prefill(e->fwd, &s, toks, n, logits, &err))
+        test_fail(__FILE__, __LINE__, "trunk pass over %d tokens: %s", n, err.msg);
+    else memcpy(h, fwd_hidden(e->fwd), (size_t)n * E * sizeof(float));
+    fwd_keep_hidden(e->fwd, 0);
+    kv_seq_release(&e->kv, &s);
+    free(logits);
+    return h;
+}

@@ -4,6 +4,7 @@
 
 #include <jansson.h>
 
+#include "model/engine.h"
 #include "text/jsonguard.h"
 #include "text/tokenizer.h"
 
@@ -42,6 +43,11 @@ typedef struct ref_logits {
 } ref_logits;
 /* 0, or -1 when the file is missing or short; free tokens and logits. */
 int test_read_ref_logits(const char *path, ref_logits *r);
+
+/* The trunk's output-normed final hidden states (fwd_keep_hidden, the
+ * MTP block's input) of tokens[0, n) in one pass on a fresh sequence of
+ * e; n <= e->max_batch. Caller frees (n x n_embd floats). */
+float *test_trunk_hidden(engine *e, const int32_t *toks, int n);
 
 /* A schema compiled from JSON text (NULL with why set, also for text that
  * is not JSON). */

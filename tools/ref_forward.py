@@ -10,6 +10,7 @@ differences to Strata are its activation quantization and F16 KV storage.
 Used to check the engine on tiny synthetic models (no llama.cpp needed).
 
     ref_forward.py MODEL.gguf TOKEN [TOKEN ...]   -> prints last-row logits
+    ref_forward.py --mtp MODEL.gguf TOKEN ...      -> the MTP block's last-row logits
 """
 import sys
 
@@ -72,7 +73,10 @@ class RefModel:
             self.t[t.name] = w.reshape(shape)
         a = self.arch
         g = lambda k, d=None: self.meta.get(f"{a}.{k}", d)
-        self.n_layer = g("block_count")
+        # qwen35's MTP blocks (nextn_predict_layers) follow the trunk's in
+        # block_count; forward() runs the trunk, mtp_forward() the first one.
+        self.n_nextn = g("nextn_predict_layers", 0)
+        self.n_layer = g("block_count") - self.n_nextn
         self.n_embd = g("embedding_length")
         self.n_head = g("attention.head_count")
         self.n_head_kv = g("attention.head_count_kv", self.n_head)
@@ -88,7 +92,7 @@ class RefModel:
         # even layers see the last n_swa (128) and rotate as the odd ones do.
         self.n_swa = g("attention.sliding_window", 0) if self.gemma3 or self.gptoss else 0
         period = g("attention.sliding_window_pattern", 2 if self.gptoss else 6)
-        self.swa = [self.n_swa > 0 and i % period < period - 1 for i in range(self.n_layer)]
+        self.swa = [self.n_swa > 0 and i % period < period - 1 for i in range(self.n_layer)] + [False] * self.n_nextn
         self.swa_rope = self.gemma3  # sliding layers have a rope base of their own
         self.base_swa = g("rope.freq_base_swa", 10000.0)
         self.scaling = g("rope.scaling.type", "none")
@@ -114,7 +118,7 @@ class RefModel:
         Interleaved M-RoPE for text: pair i rotates unless its sector
         (i % sum(sections)) is past 3 x its section (then position 0)."""
         interval = g("full_attention_interval", 4)
-        self.recurrent = [(i + 1) % interval != 0 for i in range(self.n_layer)]
+        self.recurrent = [(i + 1) % interval != 0 for i in range(self.n_layer)] + [False] * self.n_nextn
         sec = [int(x) for x in g("rope.dimension_sections")]
         for i in range(self.rope_dim // 2):
             k = i % sum(sec)
@@ -261,11 +265,41 @@ class RefModel:
         out = self.norm(out, T[p + "ssm_norm.weight"]) * (z / (1 + np.exp(-z)))
         return self.mm(out.reshape(t, nv * S), p + "ssm_out.weight")
 
-    def forward(self, tokens):
+    def forward(self, tokens, keep_hidden=False):
+        """Logits of every position; with keep_hidden also the output-normed
+        final hidden states (llama.cpp's h_nextn, the MTP block's input)."""
         T, t = self.t, len(tokens)
         x = T["token_embd.weight"][tokens]
         if self.gemma3:
             x = x * np.sqrt(self.n_embd)
+        for i in range(self.n_layer):
+            x = self.layer(x, i)
+        x = self.norm(x, T["output_norm.weight"])
+        logits = self.mm(x, "output.weight" if "output.weight" in T else "token_embd.weight")
+        return (logits, x) if keep_hidden else logits
+
+    def mtp_forward(self, tokens):
+        """qwen35's MTP block over tokens (llama.cpp's qwen35 graph_mtp):
+        position q takes the embedding of token q and the trunk's hidden
+        state at q - 1 (zeros at 0), each RMS-normed (nextn.enorm,
+        nextn.hnorm), concatenated and projected (nextn.eh_proj), then one
+        full-attention block over the block's positions, then
+        nextn.shared_head_norm (else output_norm) and the output head: the
+        logits of the token after token q + 1. Returns (logits, hidden)."""
+        T, t, il = self.t, len(tokens), self.n_layer
+        p = f"blk.{il}.nextn."
+        _, h = self.forward(tokens, keep_hidden=True)
+        hp = np.concatenate([np.zeros((1, self.n_embd)), h[:-1]])
+        emb = T.get(p + "embed_tokens.weight", T["token_embd.weight"])[tokens]
+        x = np.concatenate([self.norm(emb, T[p + "enorm.weight"]), self.norm(hp, T[p + "hnorm.weight"])], axis=1)
+        x = self.layer(self.mm(x, p + "eh_proj.weight"), il)
+        x = self.norm(x, T.get(p + "shared_head_norm.weight", T["output_norm.weight"]))
+        head = next(n for n in (p + "shared_head_head.weight", "output.weight", "token_embd.weight") if n in T)
+        return self.mm(x, head), x
+
+    def layer(self, x, i):
+        """Block i over all rows of x (positions 0..), its output."""
+        T, t = self.t, x.shape[0]
         pos = np.arange(t)
         hd, nh, nkv = self.head_dim, self.n_head, self.n_head_kv
         mask = np.triu(np.full((t, t), -np.inf), 1)
@@ -275,67 +309,64 @@ class RefModel:
         scale = 1 / np.sqrt(hd)
         if self.gemma3 and self.n_layer == 62:
             scale = 1 / np.sqrt(self.n_embd // nh)
-        for i in range(self.n_layer):
-            p = f"blk.{i}."
-            h = self.norm(x, T[p + "attn_norm.weight"])
-            if self.qwen35 and self.recurrent[i]:
-                x = x + self.deltanet(h, p)
-                x = x + self.ffn(self.norm(x, T[p + "post_attention_norm.weight"]), p)
-                continue
-            q, k, v = (self.mm(h, p + n + ".weight") for n in ("attn_q", "attn_k", "attn_v"))
-            gate = None
-            if self.qwen35:  # per head [q | gate]
-                qg = q.reshape(t, nh, 2, hd)
-                q, gate = qg[:, :, 0, :].reshape(t, nh * hd), qg[:, :, 1, :].reshape(t, nh * hd)
-            for n, m in (("attn_q", "q"), ("attn_k", "k"), ("attn_v", "v")):
-                if p + n + ".bias" in T:
-                    bias = T[p + n + ".bias"]
-                    if m == "q": q = q + bias
-                    elif m == "k": k = k + bias
-                    else: v = v + bias
-            q, k, v = q.reshape(t, nh, hd), k.reshape(t, nkv, hd), v.reshape(t, nkv, hd)
-            if p + "attn_q_norm.weight" in T:
-                q = self.norm(q, T[p + "attn_q_norm.weight"])
-                k = self.norm(k, T[p + "attn_k_norm.weight"])
-            swa_rope = self.swa[i] and self.swa_rope
-            q, k = self.rope(q, pos, swa_rope), self.rope(k, pos, swa_rope)
-            rep = nh // nkv
-            if self.act_round:  # the engine keeps K/V as F16
-                k, v = k.astype(np.float16).astype(np.float64), v.astype(np.float16).astype(np.float64)
-            k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
-            att = np.einsum("qhd,khd->hqk", q, k) * scale + (swa_mask if self.swa[i] else mask)
-            att = self.softmax_sink(att, T.get(p + "attn_sinks.weight"))
-            o = np.einsum("hqk,khd->qhd", att, v).reshape(t, nh * hd)
-            if gate is not None:
-                o = o / (1 + np.exp(-gate))
-            o = self.mm(o, p + "attn_output.weight")
-            if p + "attn_output.bias" in T:
-                o = o + T[p + "attn_output.bias"]
-            if self.qwen35 or self.gptoss:  # post_attention_norm is the feed-forward's input norm
-                x = x + o
-                x = x + self.ffn(self.norm(x, T[p + "post_attention_norm.weight"]), p)
-                continue
-            if p + "post_attention_norm.weight" in T:
-                o = self.norm(o, T[p + "post_attention_norm.weight"])
+        p = f"blk.{i}."
+        h = self.norm(x, T[p + "attn_norm.weight"])
+        if self.qwen35 and self.recurrent[i]:
+            x = x + self.deltanet(h, p)
+            return x + self.ffn(self.norm(x, T[p + "post_attention_norm.weight"]), p)
+        q, k, v = (self.mm(h, p + n + ".weight") for n in ("attn_q", "attn_k", "attn_v"))
+        gate = None
+        if self.qwen35:  # per head [q | gate]
+            qg = q.reshape(t, nh, 2, hd)
+            q, gate = qg[:, :, 0, :].reshape(t, nh * hd), qg[:, :, 1, :].reshape(t, nh * hd)
+        for n, m in (("attn_q", "q"), ("attn_k", "k"), ("attn_v", "v")):
+            if p + n + ".bias" in T:
+                bias = T[p + n + ".bias"]
+                if m == "q": q = q + bias
+                elif m == "k": k = k + bias
+                else: v = v + bias
+        q, k, v = q.reshape(t, nh, hd), k.reshape(t, nkv, hd), v.reshape(t, nkv, hd)
+        if p + "attn_q_norm.weight" in T:
+            q = self.norm(q, T[p + "attn_q_norm.weight"])
+            k = self.norm(k, T[p + "attn_k_norm.weight"])
+        swa_rope = self.swa[i] and self.swa_rope
+        q, k = self.rope(q, pos, swa_rope), self.rope(k, pos, swa_rope)
+        rep = nh // nkv
+        if self.act_round:  # the engine keeps K/V as F16
+            k, v = k.astype(np.float16).astype(np.float64), v.astype(np.float16).astype(np.float64)
+        k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+        att = np.einsum("qhd,khd->hqk", q, k) * scale + (swa_mask if self.swa[i] else mask)
+        att = self.softmax_sink(att, T.get(p + "attn_sinks.weight"))
+        o = np.einsum("hqk,khd->qhd", att, v).reshape(t, nh * hd)
+        if gate is not None:
+            o = o / (1 + np.exp(-gate))
+        o = self.mm(o, p + "attn_output.weight")
+        if p + "attn_output.bias" in T:
+            o = o + T[p + "attn_output.bias"]
+        if self.qwen35 or self.gptoss:  # post_attention_norm is the feed-forward's input norm
             x = x + o
-            h = self.norm(x, T[p + "ffn_norm.weight"])
-            if self.gemma3:  # GELU, tanh form
-                g = h @ T[p + "ffn_gate.weight"].T
-                u = h @ T[p + "ffn_up.weight"].T
-                act = 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3)))
-                f = (act * u) @ T[p + "ffn_down.weight"].T
-            else:
-                f = self.ffn(h, p)
-            if p + "post_ffw_norm.weight" in T:
-                f = self.norm(f, T[p + "post_ffw_norm.weight"])
-            x = x + f
-        x = self.norm(x, T["output_norm.weight"])
-        return self.mm(x, "output.weight" if "output.weight" in T else "token_embd.weight")
-
+            return x + self.ffn(self.norm(x, T[p + "post_attention_norm.weight"]), p)
+        if p + "post_attention_norm.weight" in T:
+            o = self.norm(o, T[p + "post_attention_norm.weight"])
+        x = x + o
+        h = self.norm(x, T[p + "ffn_norm.weight"])
+        if self.gemma3:  # GELU, tanh form
+            g = h @ T[p + "ffn_gate.weight"].T
+            u = h @ T[p + "ffn_up.weight"].T
+            act = 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3)))
+            f = (act * u) @ T[p + "ffn_down.weight"].T
+        else:
+            f = self.ffn(h, p)
+        if p + "post_ffw_norm.weight" in T:
+            f = self.norm(f, T[p + "post_ffw_norm.weight"])
+        return x + f
 
 def main():
-    m = RefModel(sys.argv[1])
-    logits = m.forward([int(a) for a in sys.argv[2:]])
+    mtp = sys.argv[1] == "--mtp"
+    args = sys.argv[2:] if mtp else sys.argv[1:]
+    m = RefModel(args[0])
+    toks = [int(a) for a in args[1:]]
+    logits = m.mtp_forward(toks)[0] if mtp else m.forward(toks)
     sys.stdout.buffer.write(logits[-1].astype(np.float32).tobytes())
 
 

@@ -2,7 +2,7 @@
 """A random-weight qwen35 GGUF shaped like a small real model, for speed
 comparisons (`make model-qwen35-synth`, then bench/bench_vs_llamacpp.py).
 
-    python3 tools/synth_qwen35.py [--out models/qwen35-0.8b-synth-q4_0.gguf]
+    python3 tools/synth_qwen35.py [--out models/qwen35-0.8b-synth-q4_0.gguf] [--mtp]
 
 Shape (Qwen3.5-0.8B's published configuration as we read it): 24 layers,
 every 4th gated full attention (8 heads, 2 KV heads, head dim 256, 64 of
@@ -46,18 +46,21 @@ def vocab():
     return padded_vocab(CFG["n_vocab"], specials_first=False)
 
 
-def tensor_specs():
-    """(name, rows, cols, type, std) in file order; rows 0 = a vector."""
+def tensor_specs(mtp=False):
+    """(name, rows, cols, type, std) in file order; rows 0 = a vector. With
+    mtp, the multi-token-prediction block after the trunk (as real
+    Qwen3.5 GGUFs carry it: a full-attention block, nextn.eh_proj,
+    enorm, hnorm, shared_head_norm)."""
     c = CFG
     e, ff, hd = c["n_embd"], c["n_ff"], c["head_dim"]
     q, kv = c["n_head"] * hd, c["n_head_kv"] * hd
     S, hk, hv = c["d_state"], c["n_k_heads"], c["n_v_heads"]
     conv, vd = 2 * hk * S + hv * S, hv * S
     out = [("token_embd.weight", c["n_vocab"], e, QT.Q4_0, 0.05)]
-    for il in range(c["n_layer"]):
+    for il in range(c["n_layer"] + (1 if mtp else 0)):
         p = f"blk.{il}."
         out.append((p + "attn_norm.weight", 0, e, QT.F32, "norm"))
-        if (il + 1) % c["interval"]:
+        if (il + 1) % c["interval"] and il < c["n_layer"]:
             out += [(p + "attn_qkv.weight", conv, e, QT.Q4_0, e ** -0.5),
                     (p + "attn_gate.weight", vd, e, QT.Q4_0, e ** -0.5),
                     (p + "ssm_conv1d.weight", conv, c["d_conv"], QT.F32, 0.5),
@@ -78,6 +81,11 @@ def tensor_specs():
                 (p + "ffn_gate.weight", ff, e, QT.Q4_0, e ** -0.5),
                 (p + "ffn_up.weight", ff, e, QT.Q4_0, e ** -0.5),
                 (p + "ffn_down.weight", e, ff, QT.Q4_0, 0.5 * ff ** -0.5)]
+    if mtp:
+        p = f"blk.{c['n_layer']}.nextn."
+        out += [(p + "eh_proj.weight", e, 2 * e, QT.Q4_0, (2 * e) ** -0.5),
+                (p + "enorm.weight", 0, e, QT.F32, "norm"), (p + "hnorm.weight", 0, e, QT.F32, "norm"),
+                (p + "shared_head_norm.weight", 0, e, QT.F32, "norm")]
     out.append(("output_norm.weight", 0, e, QT.F32, "norm"))
     return out
 
@@ -117,13 +125,13 @@ def write_common_metadata(w, name, c):
     w.add_layer_norm_rms_eps(c["rms_eps"])
 
 
-def write_metadata(w):
+def write_metadata(w, mtp=False):
     c, a = CFG, "qwen35"
-    write_common_metadata(w, "qwen35-0.8b-synth", c)
+    write_common_metadata(w, "qwen35-0.8b-synth", {**c, "n_layer": c["n_layer"] + (1 if mtp else 0)})
     w.add_rope_dimension_count(c["rope_dim"])
-    tm._write_qwen35_keys(w, dict(arch=a, qwen35=dict(interval=c["interval"], d_conv=c["d_conv"],
-                                                       d_state=c["d_state"], n_k_heads=c["n_k_heads"],
-                                                       n_v_heads=c["n_v_heads"], sections=c["sections"])))
+    tm._write_qwen35_keys(w, dict(arch=a, mtp=mtp, qwen35=dict(interval=c["interval"], d_conv=c["d_conv"],
+                                                                d_state=c["d_state"], n_k_heads=c["n_k_heads"],
+                                                                n_v_heads=c["n_v_heads"], sections=c["sections"])))
     w.add_uint32("general.quantization_version", 2)
     tm._write_tokenizer(w, dict(arch=a), vocab())
 
@@ -161,8 +169,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="models/qwen35-0.8b-synth-q4_0.gguf")
     ap.add_argument("--seed", type=int, default=35)
+    ap.add_argument("--mtp", action="store_true", help="with the MTP block (for strata bench-mtp)")
     args = ap.parse_args()
-    write_synth(args.out, "qwen35", tensor_specs(), write_metadata, args.seed)
+    write_synth(args.out, "qwen35", tensor_specs(args.mtp), lambda w: write_metadata(w, args.mtp), args.seed)
 
 
 if __name__ == "__main__":

@@ -499,12 +499,46 @@ def _model_tensors(spec, hp, n_vocab, rng):
     if spec["output"] is not None:
         ts.append(("output.weight", rng.mat(n_vocab, e, 0.1), "output"))
     if spec.get("mtp"):  # drawn last: the trunk's weights are the plain model's
-        il = spec["n_layer"]
+        il, n_trunk = spec["n_layer"], len(ts)
         ts += _qwen35_layer({**spec, "qwen35": {**spec["qwen35"], "interval": 1}}, hp, rng, il)
         ts.append((f"blk.{il}.nextn.eh_proj.weight", rng.mat(e, 2 * e, (2 * e) ** -0.5), "attn_q"))
         ts.append((f"blk.{il}.nextn.enorm.weight", rng.norm(e), "norm"))
         ts.append((f"blk.{il}.nextn.hnorm.weight", rng.norm(e), "norm"))
+        # real Qwen3.5/3.6 files carry the block's own head norm (mtp.norm);
+        # the head and the embedding are the trunk's
+        ts.append((f"blk.{il}.nextn.shared_head_norm.weight", rng.norm(e), "norm"))
+        if spec["mtp"] == "echo":
+            ts = _echo(ts, n_trunk, e)
     return ts
+
+
+ECHO_QUIET = 0.02  # the echo fixture's trunk layers' output scale (see _echo)
+
+
+def _echo(ts, n_trunk, e):
+    """A trunk whose next token is mostly a function of the current one,
+    and an MTP block that knows the function (mtp: "echo"). The trunk's
+    layers write ECHO_QUIET of their output into the residual stream, so
+    its logits are mostly W_out (output_norm(embed(token))): greedy
+    decoding follows that map, and the context (attention, the recurrent
+    state) turns it elsewhere now and then. The block passes the token's
+    normed embedding through (eh_proj = [I | 0]), its matrices are zero
+    (its residual stream keeps its input), its norms ones, its head norm
+    the trunk's output norm: its logits are the map's. Its drafts are
+    accepted where the trunk follows the map and refused where the context
+    turns it: every path of verification, on a fixture."""
+    out_norm = next(arr for name, arr, _ in ts if name == "output_norm.weight")
+    quiet = ("attn_output.weight", "ssm_out.weight", "ffn_down.weight")
+    res = [(n, a * ECHO_QUIET if n.endswith(quiet) else a, k) for n, a, k in ts[:n_trunk]]
+    for name, arr, kind in ts[n_trunk:]:
+        if name.endswith("eh_proj.weight"):
+            arr = np.concatenate([np.eye(e), np.zeros((e, e))], axis=1)
+        elif name.endswith("shared_head_norm.weight"):
+            arr = out_norm
+        else:
+            arr = np.ones_like(arr) if arr.ndim == 1 else np.zeros_like(arr)
+        res.append((name, arr.astype(np.float32), kind))
+    return res
 
 
 def _tensor_type(spec, kind, name=None):
@@ -884,10 +918,20 @@ def _bad_qwen35(d):
         write_model(os.path.join(d, name), {**base, **change}, seed=5)
         lines.append(f"{name} {code} {field}")
     # Not bad: the fixture plus an MTP block (block_count 5,
-    # nextn_predict_layers 1) that inference must leave alone; same seed,
+    # nextn_predict_layers 1), the draft block of model/mtp.h; same seed,
     # so its trunk is qwen35-f32's exactly (tests/test_forward.c).
-    write_model(os.path.join(d, "qwen35-f32-mtp.gguf"), {**base, "mtp": True}, seed=1000 + MODELS.index(base))
+    mtp = {**base, "mtp": True}
+    write_model(os.path.join(d, "qwen35-f32-mtp.gguf"), mtp, seed=1000 + MODELS.index(base))
     lines.append("qwen35-f32-mtp.gguf OK -")
+    write_model(os.path.join(d, "qwen35-f32-mtp-echo.gguf"), {**mtp, "mtp": "echo"}, seed=1000 + MODELS.index(base))
+    lines.append("qwen35-f32-mtp-echo.gguf OK -")
+    # ... and its MTP block broken: the load fails naming the tensor
+    for name, change, field in [
+            ("qwen35-mtp-missing-eh_proj.gguf", dict(drop_tensor="blk.4.nextn.eh_proj.weight"), "blk.4.nextn.eh_proj.weight"),
+            ("qwen35-mtp-short-hnorm.gguf", dict(short_tensor="blk.4.nextn.hnorm.weight"), "blk.4.nextn.hnorm.weight"),
+            ("qwen35-mtp-short-attn_q.gguf", dict(short_tensor="blk.4.attn_q.weight"), "blk.4.attn_q.weight")]:
+        write_model(os.path.join(d, name), {**mtp, **change}, seed=5)
+        lines.append(f"{name} EFORMAT {field}")
     return lines
 
 

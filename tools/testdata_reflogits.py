@@ -3,7 +3,8 @@
 For each outdir/models/NAME.gguf writes NAME.ref: a float64 numpy forward
 pass (tools/ref_forward.py) over a fixed token sequence. Layout, little-
 endian: u32 n_tokens, u32 n_vocab, i32 tokens[n_tokens],
-f32 logits[n_tokens][n_vocab] (every position). Runs after
+f32 logits[n_tokens][n_vocab] (every position); and the same for the
+MTP block of bad/qwen35-f32-mtp.gguf (qwen35-f32-mtp.mtp.ref). Runs after
 testdata_models (modules run in name order).
 """
 import glob
@@ -55,6 +56,7 @@ def generate(outdir):
     for path in sorted(glob.glob(os.path.join(outdir, "models", "*.gguf"))):
         if not os.path.basename(path).startswith(NO_REFERENCE):
             write_ref(path)
+    mtp_reference(outdir)
 
 
 def write_ref(path):
@@ -67,7 +69,24 @@ def write_ref(path):
     if m.router_gap < min_gap:
         raise SystemExit(f"{path}: a routing decision has a logit gap of {m.router_gap:.6f} "
                          f"(< {min_gap}): pick another router_seed in testdata_models.py")
-    with open(path[:-5] + ".ref", "wb") as f:
+    write_logits(path[:-5] + ".ref", toks, n_vocab, logits)
+
+
+def write_logits(path, toks, n_vocab, logits):
+    with open(path, "wb") as f:
         f.write(struct.pack("<II", len(toks), n_vocab))
         f.write(np.asarray(toks, dtype="<i4").tobytes())
         f.write(logits.astype("<f4").tobytes())
+
+
+def mtp_reference(outdir):
+    """bad/qwen35-f32-mtp.mtp.ref: the MTP block's logits (ref_forward.py,
+    mtp_forward) at every position of the reference tokens, position q from
+    token q and the trunk's hidden state at q - 1; the .ref layout."""
+    path = os.path.join(outdir, "bad", "qwen35-f32-mtp.gguf")
+    if not os.path.exists(path):
+        return
+    m = RefModel(path)
+    n_vocab = m.t["token_embd.weight"].shape[0]
+    toks = reference_tokens(n_vocab)
+    write_logits(path[:-5] + ".mtp.ref", toks, n_vocab, m.mtp_forward(toks)[0].astype(np.float32))

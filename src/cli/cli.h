@@ -14,5 +14,8 @@ int cli_perplexity(int argc, char **argv);
 /* `strata bench-kernels [TYPE [ROWS [K [N_TOK...]]]] [--level L]`:
  * single-thread GFLOP/s of quant_gemm at each kernel level. */
 int cli_bench_kernels(int argc, char **argv);
+/* `strata bench-mtp -m MODEL`: per decode step, the trunk's pass, the
+ * MTP block kept up with it and a k-token draft (model/mtp.h), in ms. */
+int cli_bench_mtp(int argc, char **argv);
 
 #endif

@@ -1,5 +1,6 @@
 /* serve.c - `strata serve`: the HTTP server until SIGINT/SIGTERM. */
 #include <stdio.h>
+#include <string.h>
 
 #include "base/log.h"
 #include "base/stop.h"
@@ -7,6 +8,13 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "server/server.h"
+
+static int parse_drafter(const char *v, int *out) {
+    static const char *names[] = {"auto", "lookup", "mtp"}; /* SPEC_DRAFTER_* order */
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(v, names[i])) return *out = i, 0;
+    return -1;
+}
 
 int cli_serve(int argc, char **argv) {
     server_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 4, .ctx = 0,
@@ -17,7 +25,7 @@ int cli_serve(int argc, char **argv) {
                      .snap_blocks = POLICY_SNAP_EVERY_BLOCKS, .snap_mb = POLICY_SNAP_MB, .ui_records = 256,
                      .spec_draft = SERVER_SPEC_DRAFT, .sampling = SAMPLING_FLAGS_UNSET};
     int help = 0, verbose = 0, max_body_mb = 8, no_spec = 0;
-    const char *log_file = NULL;
+    const char *log_file = NULL, *drafter = "auto";
     const arg_spec specs[] = {
         ARG_SPEC_MODEL(&o.model_path),
         {"--host", NULL, ARG_STR, &o.host, 0, -1, "address to listen on (127.0.0.1)"},
@@ -81,6 +89,9 @@ int cli_serve(int argc, char **argv) {
          "speculative decoding: tokens drafted per step from the sequence's own context, verified in the same "
          "forward pass; the output is the same bytes (8; 0 = off)"},
         {"--no-speculative", NULL, ARG_FLAG, &no_spec, 0, -1, "no speculative decoding (--spec-draft 0)"},
+        {"--spec-drafter", NULL, ARG_STR, &drafter, 0, -1,
+         "auto: prompt lookup, and on a model with an MTP block (qwen35) the block where lookup finds nothing; "
+         "lookup; mtp: the block alone (auto)"},
         {"--temp", NULL, ARG_FLOAT, &o.sampling.temp, 0, 2,
          "temperature for requests that set none (the model file's general.sampling.temp, else 1; 0 = greedy)"},
         {"--top-k", NULL, ARG_INT, &o.sampling.top_k, 0, 1 << 30,
@@ -104,6 +115,10 @@ int cli_serve(int argc, char **argv) {
     }
     o.max_body = (long)max_body_mb << 20;
     if (no_spec) o.spec_draft = 0;
+    if (parse_drafter(drafter, &o.spec_drafter)) {
+        fprintf(stderr, "strata serve: --spec-drafter %s: expected auto, lookup or mtp\n", drafter);
+        return 2;
+    }
     if (verbose) g_log_level = LOG_DEBUG;
     if (log_file && log_to_file(log_file)) {
         fprintf(stderr, "strata serve: --log-file %s: cannot open for appending\n", log_file);

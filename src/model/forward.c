@@ -674,20 +674,39 @@ static void output_logits(fwd_ctx *c, const fwd_batch *b, float *logits) {
         for (size_t i = 0; i < (size_t)n_out * c->m->hp.n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
 }
 
-int fwd_run(fwd_ctx *c, const fwd_batch *b, float *logits, strata_err *err) {
+/* The pass over b; x: its input rows, or NULL for the tokens' embeddings. */
+static int run(fwd_ctx *c, const fwd_batch *b, const float *x, float *logits, strata_err *err) {
     int max_kv, rc = check_batch(c, b, err);
     if (rc) return rc;
     if ((rc = reserve_seqs(c, b, &max_kv, err))) return rc;
     ensure_scratch(c, max_kv);
     if (c->dn) recurrent_prepare(c, b);
     split_runs(c, b);
-    fwd__for_rows(c, b->n, embed_row, (void *)b);
+    if (x) memcpy(c->x, x, (size_t)b->n * c->m->hp.n_embd * sizeof(float));
+    else fwd__for_rows(c, b->n, embed_row, (void *)b);
     fwd__for_rows(c, b->n, rope_table_row, (void *)b);
     for (int il = 0; il < c->m->hp.n_layer; il++) layer_forward(c, b, il);
     if (c->dn) recurrent_commit(b);
+    if (c->hidden) norm_rows(c, c->x, c->hidden, &c->m->output_norm, b->n);
     output_logits(c, b, logits);
     return 0;
 }
+
+int fwd_run(fwd_ctx *c, const fwd_batch *b, float *logits, strata_err *err) { return run(c, b, NULL, logits, err); }
+
+int fwd_run_rows(fwd_ctx *c, const fwd_batch *b, const float *x, float *logits, strata_err *err) {
+    return run(c, b, x, logits, err);
+}
+
+void fwd_keep_hidden(fwd_ctx *c, int on) {
+    if (on && !c->hidden) c->hidden = xaligned((size_t)c->max_batch * c->m->hp.n_embd * sizeof(float));
+    if (!on) {
+        free(c->hidden);
+        c->hidden = NULL;
+    }
+}
+
+const float *fwd_hidden(const fwd_ctx *c) { return c->hidden; }
 
 size_t fwd_state_floats(const model *m) { return dn_state_floats(m); }
 
@@ -787,7 +806,8 @@ fwd_ctx *fwd_new(const model *m, kv_pool *kv, pool *threads, int max_batch) {
 void fwd_free(fwd_ctx *c) {
     if (!c) return;
     float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->gate, c->up, c->tmp,
-                     c->rope_inv_freq, c->rope_inv_swa, c->rope_cos, c->rope_sin, c->attn_ws, c->qg, c->attn_gate};
+                     c->rope_inv_freq, c->rope_inv_swa, c->rope_cos, c->rope_sin, c->attn_ws, c->qg, c->attn_gate,
+                     c->hidden};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     for (int i = 0; i < MM_MAX; i++) free(c->xq[i]);
     free(c->runs);

@@ -36,6 +36,18 @@ void fwd_free(fwd_ctx *c);
  * a position must be at most the sequence's current length (no gaps). */
 int fwd_run(fwd_ctx *c, const fwd_batch *b, float *logits, strata_err *err);
 
+/* The same, with the batch's input rows given (n x n_embd floats) instead
+ * of the tokens' embeddings (the tokens are still checked): the MTP
+ * block's input (model/mtp.h). */
+int fwd_run_rows(fwd_ctx *c, const fwd_batch *b, const float *x, float *logits, strata_err *err);
+
+/* With on, every later fwd_run also keeps each batch row's final hidden
+ * state after the output norm (llama.cpp's h_nextn: what the MTP block
+ * reads); fwd_hidden gives the last run's, n x n_embd floats in batch
+ * order (NULL while off). Costs one RMS norm per row. */
+void fwd_keep_hidden(fwd_ctx *c, int on);
+const float *fwd_hidden(const fwd_ctx *c);
+
 /* Floats of one sequence's recurrent state (kv_seq.rs): every recurrent
  * layer's conv and delta state; 0 for a model without recurrent layers. */
 size_t fwd_state_floats(const model *m);

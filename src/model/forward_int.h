@@ -1,6 +1,7 @@
 /* forward_int.h - the forward context and its helpers, shared by
- * forward.c, the recurrent layer (deltanet.c) and the mixture-of-experts
- * feed-forward (moe.c); not for other modules. */
+ * forward.c, the recurrent layer (deltanet.c), the mixture-of-experts
+ * feed-forward (moe.c) and the MTP drafter (mtp.c, which builds its
+ * block's input rows with the matmul); not for other modules. */
 #ifndef STRATA_FORWARD_INT_H
 #define STRATA_FORWARD_INT_H
 
@@ -50,6 +51,7 @@ struct fwd_ctx {
     uint8_t *rope_off;   /* qwen35: per rotated pair, 1 = M-RoPE section with position 0 */
     dn_ctx *dn;          /* qwen35: the recurrent layers' scratch (deltanet.c) */
     moe_ctx *moe;        /* mixture-of-experts scratch (moe.c); NULL for dense models */
+    float *hidden;       /* fwd_keep_hidden: every batch row's output-normed final state, or NULL */
 };
 
 typedef void (*row_fn)(fwd_ctx *c, void *arg, int t);

@@ -69,6 +69,7 @@ typedef struct model_hparams {
     int n_rec_layer;
     int ssm_d_conv, ssm_d_inner, ssm_d_state, ssm_n_v_heads, ssm_n_k_heads;
     int attn_gate;         /* qwen35: Q rows carry a sigmoid output gate per head */
+    int n_nextn;           /* qwen35: MTP blocks stored after the n_layer trunk blocks */
     int rope_sections[4];  /* qwen35 interleaved M-RoPE sections (text: see forward.c) */
     /* Mixture of experts (n_expert 0: a dense feed-forward): each token's
      * top n_expert_used experts of n_expert, each a SwiGLU of n_ff_exp;
@@ -131,6 +132,20 @@ typedef struct model_layer {
     model_moe moe; /* hp.n_expert > 0: replaces w_gate / w_up / w_down */
 } model_layer;
 
+/* qwen35's multi-token-prediction (MTP, "nextn") block, stored after the
+ * trunk (blk.<n_layer>.*): the token after next from the embedding of
+ * the next token and the trunk's last hidden state (model/mtp.h runs it).
+ * eh_proj [2 n_embd -> n_embd] over [enorm(embed) | hnorm(hidden)], then
+ * one full-attention qwen35 block, then head_norm and head. embd, head
+ * and head_norm are the block's own (nextn.embed_tokens,
+ * nextn.shared_head_head, nextn.shared_head_norm) or else the trunk's,
+ * as llama.cpp falls back. */
+typedef struct model_mtp {
+    model_layer layer; /* attention only: kv_layer 0 of the drafter's own KV */
+    model_tensor eh_proj, enorm, hnorm;
+    model_tensor embd, head_norm, head;
+} model_mtp;
+
 typedef struct model {
     gguf_file *gguf;
     model_hparams hp;
@@ -138,6 +153,8 @@ typedef struct model {
     model_tensor rope_freqs;                    /* llama3 per-dim divisors, optional */
     model_layer *layers;
     int tied_output;
+    int has_mtp; /* qwen35 with nextn_predict_layers > 0: mtp is bound */
+    model_mtp mtp;
 } model;
 
 int model_load(model **out, const char *path, strata_err *err);

@@ -15,9 +15,13 @@
  * ssm.time_step_rank (value heads), ssm.group_count (key heads),
  * rope.dimension_sections (4 ints), full_attention_interval or
  * attention.recurrent_layers (one bool per layer).
- * Does not: run anything (forward.c, deltanet.c) or load the MTP draft
- * layers some files carry after the trunk (nextn_predict_layers: they
- * count in block_count and are skipped). */
+ * Files with nextn_predict_layers > 0 carry multi-token-prediction
+ * blocks after the trunk (counted in block_count): qwen35's first one is
+ * bound into m->mtp (a full-attention block plus blk.N.nextn.eh_proj,
+ * enorm, hnorm and the optional shared_head_norm, shared_head_head,
+ * embed_tokens, as llama.cpp names them); qwen35moe's (experts) and any
+ * further ones are skipped, as llama.cpp's main pass skips them all.
+ * Does not: run anything (forward.c, deltanet.c, mtp.c). */
 #include <stdio.h>
 #include <string.h>
 
@@ -83,6 +87,7 @@ int model__qwen35_hparams(model *m, strata_err *err) {
         return strata_errf(err, STRATA_EUNSUPPORTED, "%s: %d of %d blocks are MTP layers: no trunk to run",
                            m->gguf->path, nextn, hp->n_layer);
     hp->n_layer -= nextn;
+    hp->n_nextn = nextn;
     return read_sections(m, err);
 }
 
@@ -130,9 +135,9 @@ static int bind_l(model *m, int il, model_tensor *t, const char *suffix, int64_t
     return model__bind(m, t, name, cols, rows, 0, err);
 }
 
-static int bind_attention(model *m, int il, strata_err *err) {
+/* Gated attention tensors of block il into L (a trunk layer, or the MTP block's). */
+static int bind_attention(model *m, int il, model_layer *L, strata_err *err) {
     const model_hparams *hp = &m->hp;
-    model_layer *L = &m->layers[il];
     int64_t e = hp->n_embd, q = (int64_t)hp->n_head * hp->head_dim, kv = (int64_t)hp->n_head_kv * hp->head_dim;
     return bind_l(m, il, &L->wq, "attn_q", e, 2 * q, err) || bind_l(m, il, &L->wk, "attn_k", e, kv, err) ||
            bind_l(m, il, &L->wv, "attn_v", e, kv, err) || bind_l(m, il, &L->wo, "attn_output", q, e, err) ||
@@ -172,12 +177,49 @@ static int bind_layer(model *m, int il, strata_err *err) {
                                : bind_l(m, il, &L->w_gate, "ffn_gate", e, f, err) ||
                                      bind_l(m, il, &L->w_up, "ffn_up", e, f, err) ||
                                      bind_l(m, il, &L->w_down, "ffn_down", f, e, err)) ||
-             (L->recurrent ? bind_deltanet(m, il, err) : bind_attention(m, il, err));
+             (L->recurrent ? bind_deltanet(m, il, err) : bind_attention(m, il, L, err));
     return rc ? (err ? err->code : STRATA_EFORMAT) : 0;
+}
+
+/* blk.<il>.nextn.<suffix>.weight: cols x rows (rows 0: an F32 vector). */
+static int bind_nextn(model *m, int il, model_tensor *t, const char *suffix, int64_t cols, int64_t rows,
+                      int optional, strata_err *err) {
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.nextn.%s.weight", il, suffix);
+    return model__bind(m, t, name, cols, rows, optional, err);
+}
+
+/* The MTP block after the trunk (llama.cpp's load_block_mtp): a dense
+ * full-attention block, then the nextn tensors; the head, its norm and
+ * the embedding fall back to the trunk's. Any of them missing or
+ * mis-shaped fails the load, naming the tensor. */
+static int bind_mtp(model *m, strata_err *err) {
+    const model_hparams *hp = &m->hp;
+    int il = hp->n_layer;
+    model_mtp *x = &m->mtp;
+    model_layer *L = &x->layer;
+    int64_t e = hp->n_embd, f = hp->n_ff, V = hp->n_vocab;
+    int rc = bind_l(m, il, &L->attn_norm, "attn_norm", e, 0, err) ||
+             bind_l(m, il, &L->ffn_norm, "post_attention_norm", e, 0, err) ||
+             bind_l(m, il, &L->w_gate, "ffn_gate", e, f, err) || bind_l(m, il, &L->w_up, "ffn_up", e, f, err) ||
+             bind_l(m, il, &L->w_down, "ffn_down", f, e, err) || bind_attention(m, il, L, err) ||
+             bind_nextn(m, il, &x->eh_proj, "eh_proj", 2 * e, e, 0, err) ||
+             bind_nextn(m, il, &x->enorm, "enorm", e, 0, 0, err) || bind_nextn(m, il, &x->hnorm, "hnorm", e, 0, 0, err) ||
+             bind_nextn(m, il, &x->embd, "embed_tokens", e, V, 1, err) ||
+             bind_nextn(m, il, &x->head, "shared_head_head", e, V, 1, err) ||
+             bind_nextn(m, il, &x->head_norm, "shared_head_norm", e, 0, 1, err);
+    if (rc) return err ? err->code : STRATA_EFORMAT;
+    L->kv_layer = 0, L->rec_layer = -1;
+    if (!x->embd.data) x->embd = m->tok_embd;
+    if (!x->head.data) x->head = m->output;
+    if (!x->head_norm.data) x->head_norm = m->output_norm;
+    m->has_mtp = 1;
+    return 0;
 }
 
 int model__qwen35_bind_layers(model *m, strata_err *err) {
     int rc = mark_layers(m, err);
     for (int il = 0; il < m->hp.n_layer && !rc; il++) rc = bind_layer(m, il, err);
+    if (!rc && m->hp.n_nextn > 0 && m->hp.arch == ARCH_QWEN35) rc = bind_mtp(m, err);
     return rc;
 }

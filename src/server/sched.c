@@ -78,9 +78,14 @@ static void record_request(sched *s, const slot *sl, sched_finish f) {
         json_array_append_new(retain, json_pack("{s:i,s:f}", "end", r->marks[i].end, "ttl_s", r->marks[i].ttl_s));
     json_object_set_new(o, "retain", retain);
     model_facts(s, sl, o);
-    if (s->o.spec_draft > 0) /* speculative decoding: tokens drafted and, of them, accepted */
-        json_object_set_new(o, "spec", json_pack("{s:I,s:I}", "drafted", (json_int_t)sl->n_drafted,
-                                                 "accepted", (json_int_t)sl->n_accepted));
+    if (s->o.spec_draft > 0) { /* speculative decoding: tokens drafted and, of them, accepted */
+        json_t *spec = json_pack("{s:I,s:I}", "drafted", (json_int_t)sl->n_drafted, "accepted", (json_int_t)sl->n_accepted);
+        if (s->mtp) { /* of them, the MTP block's */
+            json_object_set_new(spec, "mtp_drafted", json_integer(sl->n_mtp_drafted));
+            json_object_set_new(spec, "mtp_accepted", json_integer(sl->n_mtp_accepted));
+        }
+        json_object_set_new(o, "spec", spec);
+    }
     if (r->held_out) json_object_set_new(o, "held_out", json_string(r->held_out));
     if (r->ignored) json_object_set_new(o, "ignored", json_string(r->ignored)); /* request text: escaped as JSON */
     json_t *miss = json_array();
@@ -109,6 +114,7 @@ static void slot_free(sched *s, slot *sl, sched_finish f, const char *why) {
     sample_free(sl->smp);
     sl->smp = NULL;
     sched__spec_slot_free(sl);
+    sched__mtp_cut(s, sl, 0);
     pthread_mutex_lock(&s->mu);
     sched__finish_locked(sl->req, f, why);
     sched__req_unref_locked(sl->req);
@@ -446,6 +452,7 @@ static void step(sched *s) {
         return;
     }
     note_progress(s, n);
+    sched__mtp_feed(s, n); /* before verification cuts and recomputation overwrites the hidden states */
     map_rows(s, n);
     for (int i = 0; i < s->o.n_slots; i++)
         if (s->slots[i].req && s->slots[i].row0 >= 0) sched__spec_verify(s, &s->slots[i]);
@@ -545,6 +552,7 @@ int sched_new(sched **out, engine *e, const tokenizer *tok, const sched_opts *o,
      * (prefix_attached). A K/V prefix without its state would be wrong;
      * the forward pass refuses it (forward.c, check_recurrent). */
     if (o->prefix_cache) store_setup(s, o);
+    sched__mtp_setup(s);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     s->running = 1;
@@ -571,6 +579,7 @@ void sched_free(sched *s) {
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->wake);
+    sched__mtp_free(s);
     for (int i = 0; i < s->o.n_slots; i++) free(s->slots[i].draft), free(s->slots[i].chosen), free(s->slots[i].rs_save);
     free(s->slots), free(s->b_tok), free(s->b_pos), free(s->b_seq), free(s->b_want), free(s->b_slot);
     free(s->logits);

@@ -61,7 +61,14 @@ typedef struct sched_opts {
      * where they choose. Returns how many of max_draft it wrote. */
     int (*draft)(void *draft_ctx, const int32_t *toks, int n, int max_draft, int32_t *out);
     void *draft_ctx;
+    /* Which drafter a request without a prediction gets (--spec-drafter):
+     * AUTO, prompt lookup and, on a model with an MTP block (qwen35), the
+     * block where lookup finds nothing; LOOKUP only; MTP only (the block,
+     * where the model has one). */
+    int spec_drafter;
 } sched_opts;
+
+enum { SPEC_DRAFTER_AUTO = 0, SPEC_DRAFTER_LOOKUP, SPEC_DRAFTER_MTP };
 
 typedef struct sched_job {
     const int32_t *prompt;
@@ -156,6 +163,8 @@ typedef struct sched_stats {
     long window_reloaded_blocks, window_cut_tokens, window_refilled_blocks; /* sliding-window models */
     long spec_drafted, spec_accepted, spec_steps; /* speculative decoding: tokens drafted, of them
                                                      accepted; steps that verified a draft */
+    long spec_mtp_drafted, spec_mtp_accepted;     /* of them, the MTP block's (model/mtp.h) */
+    double spec_mtp_ms;                           /* time in the block: its K/V kept up, drafts */
     int active, queued, n_slots;
 } sched_stats;
 void sched_get_stats(sched *s, sched_stats *out);

@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 
 #include "cache/store.h"
+#include "model/mtp.h"
 #include "server/sched.h"
 #include "text/callguard.h"
 #include "text/jsonguard.h"
@@ -72,6 +73,9 @@ typedef struct slot {
     int32_t *draft;
     int n_draft;
     int draft_predicted;      /* this step's draft came from the request's prediction */
+    int draft_mtp;            /* ... from the model's MTP block */
+    mtp_seq mtp;              /* the MTP block's side of the sequence (sched_mtp.c) */
+    long n_mtp_drafted, n_mtp_accepted;
     float *rs_save;           /* recurrent models: the state before a drafted step */
     int spec_skip, spec_miss; /* back-off: steps left without drafts; drafts rejected whole in a row */
     int spec_len;             /* most tokens to draft next (grows while drafts are accepted whole) */
@@ -111,6 +115,8 @@ struct sched {
     float *logits;
     int logit_rows;     /* rows of logits: one per slot plus the drafts' */
     int draft_rows;     /* rows the drafts of the step being built may still take */
+    mtp *mtp;           /* the MTP drafter, on models with the block (NULL: none) */
+    mtp_seq **b_mtp;    /* per batch token: its slot's mtp_seq */
 };
 
 /* ---- calls between the two files (the caller holds s->mu) ---- */
@@ -141,6 +147,20 @@ void sched__spec_verify(sched *s, slot *sl);
  * forward pass. Slots it fails for finish with an error. */
 void sched__spec_rerun(sched *s);
 void sched__spec_slot_free(slot *sl);
+
+/* ---- the MTP drafter (sched_mtp.c; scheduler thread) ---- */
+
+/* The drafter, when the model has an MTP block, speculation is on and
+ * the drafter choice allows it; a failure leaves prompt lookup alone. */
+void sched__mtp_setup(sched *s);
+void sched__mtp_free(sched *s);
+/* After the step's forward pass over the n batch tokens: the block's
+ * K/V of every sequence in it kept up with the trunk. */
+void sched__mtp_feed(sched *s, int n);
+/* Up to k drafts for slot sl from the block into sl->draft; how many. */
+int sched__mtp_draft(sched *s, slot *sl, int k);
+/* Slot sl's sequence was cut to n positions (or ended: n = 0). */
+void sched__mtp_cut(sched *s, slot *sl, int n);
 
 /* One row's token for slot sl, to sit at position pos: the guards mask
  * the logits, the sampler draws, and the guards, the penalty window and

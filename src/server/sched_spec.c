@@ -26,7 +26,10 @@
  * bits: prefill in any chunking equals decode). That costs a second
  * forward pass on a partial acceptance, which a run of refusals backs off
  * from like any other model.
- * Does not: choose what to draft (model/draft.c) or sample (sched.c). */
+ * Drafts come from the request's prediction, else from the sequence
+ * itself (draft_own): prompt lookup, and on a model with an MTP block
+ * (qwen35) the block where lookup finds nothing (sched_mtp.c).
+ * Does not: compute drafts (model/draft.c, model/mtp.c) or sample (sched.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +46,12 @@
 #define SPEC_MAX_SKIP 16
 /* Tokens a draft may grow by after one accepted whole. */
 #define SPEC_GROW 2
+/* Most tokens the MTP block drafts a step: each is one pass of the block
+ * and the output head, 28% of a decode step on the 0.8B shape (strata
+ * bench-mtp, bench/README.md), and a single head's guesses chained on its
+ * own state lose accuracy fast; the second still pays at the acceptance
+ * such heads reach, a third hardly. */
+#define SPEC_MTP_MAX 2
 
 int sched__spec_logit_rows(const sched_opts *o) {
     int with = o->n_slots < SPEC_MAX_SLOTS ? o->n_slots : SPEC_MAX_SLOTS;
@@ -89,6 +98,18 @@ static void save_state(slot *sl) {
     memcpy(sl->rs_save, sl->seq.rs, sl->seq.rs_floats * sizeof(float));
 }
 
+/* A draft from the sequence itself: prompt lookup, and the MTP block
+ * where the model has one and lookup found nothing (or alone, with
+ * --spec-drafter mtp). Lookup first: where its suffix occurred before,
+ * the text is copying, and a copy is right for many tokens in a row. */
+static int draft_own(sched *s, slot *sl, int k) {
+    int got = s->mtp && s->o.spec_drafter == SPEC_DRAFTER_MTP ? 0 : draft_lookup(sl->toks, sl->n_toks, k, sl->draft);
+    if (got > 0 || !s->mtp) return got;
+    got = sched__mtp_draft(s, sl, k < SPEC_MTP_MAX ? k : SPEC_MTP_MAX);
+    sl->draft_mtp = got > 0;
+    return got;
+}
+
 int sched__spec_add(sched *s, int si, int *n, int room) {
     slot *sl = &s->slots[si];
     sl->n_draft = 0;
@@ -104,9 +125,8 @@ int sched__spec_add(sched *s, int si, int *n, int room) {
                                                     sl->n_toks - r->n_prompt, k, sl->draft)
                                   : 0;
     sl->draft_predicted = got > 0;
-    k = got ? got
-            : s->o.draft ? s->o.draft(s->o.draft_ctx, sl->toks, sl->n_toks, k, sl->draft)
-                         : draft_lookup(sl->toks, sl->n_toks, k, sl->draft);
+    sl->draft_mtp = 0;
+    k = got ? got : s->o.draft ? s->o.draft(s->o.draft_ctx, sl->toks, sl->n_toks, k, sl->draft) : draft_own(s, sl, k);
     k = trim_draft(s, sl, k);
     if (k <= 0) return 0;
     if (sl->seq.rs && sl->seq.rs_pos != sl->seq.n_pos) return 0; /* not where a state can be kept */
@@ -137,6 +157,12 @@ static void count(sched *s, slot *sl, int accepted) {
     }
     s->stats.spec_drafted += sl->n_draft;
     s->stats.spec_accepted += accepted;
+    if (sl->draft_mtp) {
+        sl->n_mtp_drafted += sl->n_draft;
+        sl->n_mtp_accepted += accepted;
+        s->stats.spec_mtp_drafted += sl->n_draft;
+        s->stats.spec_mtp_accepted += accepted;
+    }
     s->stats.spec_steps++;
     pthread_mutex_unlock(&s->mu);
 }
@@ -158,6 +184,7 @@ void sched__spec_verify(sched *s, slot *sl) {
     count(s, sl, accepted);
     /* K/V is good through the last verified token: the chosen ones but the last */
     int keep = sl->pos0 + (sl->n_chosen > 0 ? sl->n_chosen : 1);
+    sched__mtp_cut(s, sl, keep);
     if (keep >= sl->seq.n_pos) return;
     /* A recurrent state went through every draft: rs_pos is left past
      * n_pos, which marks it for sched__spec_rerun. */
@@ -199,5 +226,7 @@ void sched__spec_slot_free(slot *sl) {
     sl->n_draft = sl->n_chosen = 0;
     sl->spec_skip = sl->spec_miss = sl->spec_len = 0;
     sl->n_drafted = sl->n_accepted = 0;
+    sl->n_mtp_drafted = sl->n_mtp_accepted = 0;
+    sl->draft_mtp = 0;
     sl->fail = NULL;
 }

@@ -114,13 +114,22 @@ static void get_metrics(server *s, const http_req *req, http_reply *rep) {
                      st.cache_evicted_retained);
     if (n < (int)sizeof body)
         n += snprintf(body + n, sizeof body - (size_t)n,
-                      "# HELP strata_spec_drafted_tokens_total Tokens drafted by prompt lookup for speculative decoding.\n"
+                      "# HELP strata_spec_drafted_tokens_total Tokens drafted for speculative decoding (prompt lookup, prediction, MTP).\n"
                       "# TYPE strata_spec_drafted_tokens_total counter\nstrata_spec_drafted_tokens_total %ld\n"
                       "# HELP strata_spec_accepted_tokens_total Of the drafted tokens, those the sampler chose (output).\n"
                       "# TYPE strata_spec_accepted_tokens_total counter\nstrata_spec_accepted_tokens_total %ld\n"
                       "# HELP strata_spec_steps_total Forward passes that verified a draft.\n"
                       "# TYPE strata_spec_steps_total counter\nstrata_spec_steps_total %ld\n",
                       st.spec_drafted, st.spec_accepted, st.spec_steps);
+    if (s->e->m->has_mtp && n < (int)sizeof body) /* qwen35's MTP block (model/mtp.h) */
+        n += snprintf(body + n, sizeof body - (size_t)n,
+                      "# HELP strata_spec_mtp_drafted_tokens_total Of the drafted tokens, those the model's MTP block drafted.\n"
+                      "# TYPE strata_spec_mtp_drafted_tokens_total counter\nstrata_spec_mtp_drafted_tokens_total %ld\n"
+                      "# HELP strata_spec_mtp_accepted_tokens_total Of the MTP block's drafts, those the sampler chose.\n"
+                      "# TYPE strata_spec_mtp_accepted_tokens_total counter\nstrata_spec_mtp_accepted_tokens_total %ld\n"
+                      "# HELP strata_spec_mtp_seconds_total Time in the MTP block: its K/V kept up with every pass, and drafts.\n"
+                      "# TYPE strata_spec_mtp_seconds_total counter\nstrata_spec_mtp_seconds_total %.3f\n",
+                      st.spec_mtp_drafted, st.spec_mtp_accepted, st.spec_mtp_ms / 1000.0);
     if (s->e->m->hp.n_rec_layer > 0 && n < (int)sizeof body)
         n += snprintf(body + n, sizeof body - (size_t)n,
                       "# HELP strata_cache_snapshots Recurrent-state snapshots indexed (memory or disk).\n"
@@ -624,7 +633,7 @@ static int load_model(server *s, strata_err *err) {
                      .chunk = 256, .prefix_cache = !s->o.no_cache, .trace = s->trace, .recent = s->recent,
                      .disk = s->disk, .ram = s->ram,
                      .redis = s->redis, .snap_every_blocks = s->o.snap_blocks,
-                     .snap_budget_bytes = (size_t)s->o.snap_mb << 20, .spec_draft = s->o.spec_draft,
+                     .snap_budget_bytes = (size_t)s->o.snap_mb << 20, .spec_draft = s->o.spec_draft, .spec_drafter = s->o.spec_drafter,
                      .default_scope = {SCOPE_FULL, 0}};
     if (s->o.scope && policy_scope_parse(s->o.scope, &so.default_scope))
         return strata_errf(err, STRATA_EINVAL, "--prefix-cache-scope %s: must be off, full, auto, auto:N (1-16) or a token count",

@@ -56,6 +56,7 @@ typedef struct server_opts {
     int snap_mb;       /* --cache-snapshot-mb: memory for recurrent-state snapshots */
     int ui_records;    /* --ui-records: requests the /ui page and the trace keep in memory (0: none, no page) */
     int spec_draft;    /* --spec-draft: tokens drafted per step by prompt lookup (0 = --no-speculative) */
+    int spec_drafter;  /* --spec-drafter: SPEC_DRAFTER_* (server/sched.h) */
     sampling_flags sampling; /* --temp, --top-k, ...: request defaults over the model file's (sampling.h) */
     long max_body;
 } server_opts;

@@ -4,7 +4,9 @@ Every architecture the project runs (the tiny llama, the tiny qwen35 with
 its recurrent layers, with and without state snapshots, the tiny
 mixture-of-experts qwen3moe and qwen35moe (recurrent too), the tiny
 gpt-oss with its sinks, sliding window and MXFP4 experts, a tiny Gemma 3
-with a window of 16, SmolLM2, Gemma 3 270M with its window of 512) serves the same request with speculation on
+with a window of 16, the tiny qwen35 with an MTP block drafting (random,
+and one that echoes the trunk's map so its drafts are often accepted),
+SmolLM2, Gemma 3 270M with its window of 512) serves the same request with speculation on
 (the default) and off (`"speculative": false`, and a server started with
 `--no-speculative`): the same bytes, the same token count and the same
 logprobs, greedy and seeded sampling (with penalties), whole and streamed
@@ -35,10 +37,15 @@ MODELS = {
     "qwen35moe-tiny": (os.path.join(GEN, "models", "qwen35moe-q4_k_m.gguf"), ()),
     "gpt-oss-tiny": (os.path.join(GEN, "models", "gpt-oss-mxfp4.gguf"), ()),
     "gemma3-tiny": (os.path.join(GEN, "models", "gemma3-q8_0.gguf"), ()),  # a window of 16
+    # qwen35 with an MTP block: lookup, and the block where lookup finds nothing
+    "qwen35-mtp-tiny": (os.path.join(GEN, "bad", "qwen35-f32-mtp.gguf"), ()),
+    # the echoing block (testdata_models.py, _echo) alone: drafts accepted and refused
+    "qwen35-mtp-echo": (os.path.join(GEN, "bad", "qwen35-f32-mtp-echo.gguf"), ("--spec-drafter", "mtp")),
     "smollm2": (REAL_MODEL, ()),
     "gemma3": (GEMMA3, ()),
 }
 REAL = {"smollm2", "gemma3"}
+MTP = {"qwen35-mtp-tiny", "qwen35-mtp-echo"}
 
 FILE = """def area(w, h):
     return w * h
@@ -234,6 +241,14 @@ def test_drafts_were_verified(srv):
     over the module, not per test."""
     drafted, accepted = spec_counts(srv)
     assert 0 < accepted < drafted, (drafted, accepted)
+    m = srv.metrics()
+    if srv.name in MTP:  # the block drafted (and on the echo, drafts were accepted and refused)
+        mtp_drafted, mtp_accepted = m["strata_spec_mtp_drafted_tokens_total"], m["strata_spec_mtp_accepted_tokens_total"]
+        assert mtp_drafted > 0 and m["strata_spec_mtp_seconds_total"] > 0, m
+        if srv.name == "qwen35-mtp-echo":
+            assert 0 < mtp_accepted < mtp_drafted == drafted, m
+    else:
+        assert "strata_spec_mtp_drafted_tokens_total" not in m
 
 
 def test_native_hermes_tool_calls_same_bytes():
@@ -265,3 +280,12 @@ def test_no_speculative_flag():
         assert spec_counts(on)[0] > 0
     finally:
         assert on.stop() == 0 and off.stop() == 0
+
+
+def test_bad_spec_drafter_flag():
+    """--spec-drafter takes auto, lookup or mtp: anything else is refused
+    before the model loads."""
+    import subprocess
+    r = subprocess.run([os.path.join(ROOT, "strata"), "serve", "-m", TINY_MODEL, "--spec-drafter", "medusa"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--spec-drafter medusa: expected auto, lookup or mtp" in r.stderr, r.stderr
