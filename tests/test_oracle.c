@@ -335,7 +335,7 @@ TEST(real_fwd_matches_llama_cpp) {
  * stored. Measured: SmolLM2 max 1.26, rms <= 0.35 with int8 scoring
  * (AVX-512 VNNI), 1.36 / 0.34 at avx2 (float32 scoring; at avx512 the
  * float32 scoring flips two near ties, margin 1.03); Gemma 3 (float32 or
- * AMX scoring) max 1.63, rms <= 0.55. Against the f16 refs q8_0 K/V is
+ * AMX scoring) max 1.65, rms <= 0.55. Against the f16 refs q8_0 K/V is
  * a slightly other model: SmolLM2 max 3.28 with float32 scoring (a top-1
  * flip at margin 1.07), 2.66 with int8 scoring. */
 static const oracle_suite SMOLLM2_Q8 = {"tests/data/oracle/kv-q8_0", 2.0f, 0.40f, 1.0f, 10};
