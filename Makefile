@@ -198,6 +198,10 @@ build/schema-mask: bench/schema_mask.c $(OBJ)
 bench-schema: build/schema-mask model
 	build/schema-mask $(MODEL) 30
 
+# One attention call per kernel at depth, thread CPU time (bench/README.md).
+build/attn-kern: bench/attn_kern.c $(OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
 # What the /ui page's ring of request records costs (bench/README.md): the
 # ring alone, then request rates without it, with it, and with pages polling.
 build/ui-ring: bench/ui_ring.c $(OBJ)

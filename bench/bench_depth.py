@@ -20,7 +20,9 @@ Prints the machine, load average before and after, versions and one table:
 mean ± sd (sample sd over the reps) per engine and their ratio (above 1:
 Strata faster). --json FILE saves every run.
 
-Strata: `strata bench -m M -t T -r 1 -d D -p N -n 0 --json` (or -p 0 -n N).
+Strata: `strata bench -m M -t T -r 1 -d D -p N -n 0 --json` (or -p 0 -n N),
+plus --strata-args (e.g. '--kv-type q8_0', with --llama-args '-fa on -ctk
+q8_0 -ctv q8_0' for the peer).
 llama-bench: `llama-bench -m M -t T -r 1 -d D -p N -n 0 -o json` with its
 defaults otherwise (batch 2048, ubatch 512, F16 KV, flash attention auto,
 repack on). Built by scripts/build-llama-bench.sh (make llama-bench).
@@ -122,7 +124,7 @@ def strata_once(args, t, binary=None, env=None):
     kind, n, d = t
     p, g = test_args(t)
     cmd = [binary or args.strata, "bench", "-m", args.model, "-t", str(args.threads), "-r", "1", "-d", str(d),
-           "-p", p, "-n", g, "--json"]
+           "-p", p, "-n", g, "--json"] + args.strata_args.split()
     out, err = run(cmd, args.timeout, env)
     if err:
         return None, err
@@ -242,6 +244,9 @@ def main():
                          "build/llama-bench-avx2/llama-bench (LLAMA_CPU=avx2 make llama-bench) when it exists")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per process")
     ap.add_argument("--llama-args", default="", help="more llama-bench arguments, e.g. '--repack 0'")
+    ap.add_argument("--strata-args", default="",
+                    help="more `strata bench` arguments (both Strata binaries), e.g. '--kv-type q8_0' "
+                         "(with --llama-args '-fa on -ctk q8_0 -ctv q8_0')")
     ap.add_argument("--skip-strata", action="store_true")
     ap.add_argument("--skip-llamacpp", action="store_true")
     ap.add_argument("--json", metavar="FILE", help="also write every run as JSON")
@@ -295,7 +300,8 @@ def main():
     print(f"threads: {args.threads}, reps: {args.reps} (interleaved), wall {time.time() - t_start:.0f} s")
     print(f"load average (1/5/15 min): before {load_before}, after {load_after}")
     print(f"llama.cpp: {args.llama_bench} ({llama_version(args)}) {args.llama_args}")
-    print(f"strata ISA level: {os.environ.get('STRATA_CPU') or 'highest the CPU has'} (STRATA_CPU)")
+    print(f"strata ISA level: {os.environ.get('STRATA_CPU') or 'highest the CPU has'} (STRATA_CPU)"
+          + (f"; strata args: {args.strata_args}" if args.strata_args else ""))
     if base:
         print(f"strata-base: {args.strata_base} {' '.join(args.base_env)}")
     if args.peak:

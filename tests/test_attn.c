@@ -65,14 +65,14 @@ static attn_kv cache_head(cache *c, int h) {
 
 /* float64 softmax attention of q over keys [first, end) of head h, with
  * the sink logit as one more softmax term without a value (NULL: none). */
-static void ref_attn(const cache *c, int h, const float *q, int first, int end, float scale, const float *sink,
+static void ref_attn(const cache *c, int h, const double *q, int first, int end, double scale, const float *sink,
                      double *out) {
     size_t row = (size_t)c->row_h, head = kvq_halves(c->type, (size_t)h * c->d);
     double *s = xmalloc((size_t)end * sizeof(double)), mx = -1e300, sum = 0;
     for (int j = first; j < end; j++) {
         const uint16_t *k = c->k + (size_t)j * row + head;
         double dot = 0;
-        for (int i = 0; i < c->d; i++) dot += (double)q[i] * kvq_at(c->type, k, i);
+        for (int i = 0; i < c->d; i++) dot += q[i] * kvq_at(c->type, k, i);
         s[j] = dot * scale;
         if (s[j] > mx) mx = s[j];
     }
@@ -97,17 +97,34 @@ static const float SINK_LO = -1.5f, SINK_HI = 12.0f;
 static const float *const SINKS[] = {NULL, &SINK_LO, &SINK_HI};
 #define N_SINKS 3
 
+/* The query as a level scores it, scale applied: q * scale, or where
+ * the level scores q8_0 keys in int8 (attn_qk_int8) that row quantized
+ * as the kernel does (kvq_quant_q8) and read back exactly. */
+static void scored_query(int level, const cache *c, const float *q, float scale, double *qd) {
+    int d = c->d;
+    float *x = xmalloc((size_t)d * 4), sc[512 / KVQ_BLOCK];
+    int8_t q8[512];
+    for (int i = 0; i < d; i++) x[i] = q[i] * scale, qd[i] = x[i];
+    if (attn_qk_int8(level, d, c->type)) {
+        kvq_quant_q8(x, d, q8, sc);
+        for (int i = 0; i < d; i++) qd[i] = (double)q8[i] * sc[i / KVQ_BLOCK];
+    }
+    free(x);
+}
+
 /* One query at head dim d over keys [first, end) of a cache of n
- * positions, at every level, against float64: for each end in depths,
- * without a window and with one starting at window_first(end). */
+ * positions, at every level, against float64 (of the query the level
+ * scores: scored_query): for each end in depths, without a window and
+ * with one starting at window_first(end). Where the query is quantized,
+ * also against float64 of the exact query, within qerr_max. */
 static void check_vs_float64_type(kvq_type type, int d, int n, const int *depths, int n_depths,
                                   int (*window_first)(int end)) {
     cache c;
     cache_new_type(&c, n, 2, d, type);
     float *q = xmalloc((size_t)d * 4), *out = xmalloc((size_t)d * 4);
-    double *ref = xmalloc((size_t)d * 8);
+    double *ref = xmalloc((size_t)d * 8), *qd = xmalloc((size_t)d * 8), *qx = xmalloc((size_t)d * 8);
     float *ws = xaligned(attn_ws_floats(d, 1) * sizeof(float));
-    for (int i = 0; i < d; i++) q[i] = frand();
+    for (int i = 0; i < d; i++) q[i] = frand(), qx[i] = q[i];
     for (int level = 0; level <= attn_level(); level++)
         for (int k = 0; k < n_depths; k++)
             for (int w = 0; w < 2 * N_SINKS; w++) {
@@ -116,13 +133,24 @@ static void check_vs_float64_type(kvq_type type, int d, int n, const int *depths
                 attn_kv kv = cache_head(&c, 1);
                 attn_query aq = {q, out, first, end, sink};
                 attn_run_level(level, &kv, &aq, 1, 0.125f, ws);
-                ref_attn(&c, 1, q, first, end, 0.125f, sink, ref);
+                scored_query(level, &c, q, 0.125f, qd);
+                ref_attn(&c, 1, qd, first, end, 1.0, sink, ref);
                 double err = 0;
                 for (int i = 0; i < d; i++) err = fmax(err, fabs(out[i] - ref[i]));
                 CHECK_MSG(err < 2e-5, "%s %s d=%d keys [%d,%d) sink %g: max error %g", LEVEL[level], kvq_name(type), d,
                           first, end, sink ? *sink : -INFINITY, err);
+                if (!attn_qk_int8(level, d, type)) continue;
+                /* The query's own rounding: at most half a step (1/254 of its
+                 * block's largest value) per dim; with these keys (|k| <= 2)
+                 * and values (|v| <= 1) measured up to 4.1e-3 (d 256, few
+                 * keys); a wrong scale or block would be ~0.1 and more. */
+                ref_attn(&c, 1, qx, first, end, 0.125, sink, ref);
+                err = 0;
+                for (int i = 0; i < d; i++) err = fmax(err, fabs(out[i] - ref[i]));
+                CHECK_MSG(err < 1e-2, "%s %s int8 scores, d=%d keys [%d,%d): max error %g from the exact query",
+                          LEVEL[level], kvq_name(type), d, first, end, err);
             }
-    free(q), free(out), free(ref), free(ws);
+    free(q), free(out), free(ref), free(qd), free(qx), free(ws);
     cache_free(&c);
 }
 

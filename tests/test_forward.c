@@ -552,7 +552,7 @@ TEST(fwd_quant_kv_batch_invariance) {
     for (int k = 0; k < 10; k++) {
         int i = k % 5;
         kvq_type qt = QUANT[k / 5];
-        char numerics[64];
+        char numerics[96], base[96];
         char gg[256];
         snprintf(gg, sizeof gg, "%s%s.gguf", test_data("models/"), models[i]);
         int32_t toks[40];
@@ -560,9 +560,11 @@ TEST(fwd_quant_kv_batch_invariance) {
         check_invariance_kv(gg, toks, 40, 2, 0, qt);
         engine *ef = open_engine(gg, 512, 1), *eq = open_engine_kv(gg, 512, 1, qt);
         if (!ef || !eq) return;
-        snprintf(numerics, sizeof numerics, "%s+kv-%s", attn_numerics(ef->m->hp.head_dim), kvq_name(qt));
+        int hd = ef->m->hp.head_dim;
+        snprintf(numerics, sizeof numerics, "%s+kv-%s%s", attn_numerics(hd, KVQ_F16, base, sizeof base), kvq_name(qt),
+                 attn_qk_int8(attn_level(), hd, qt) ? "+qk-i8" : "");
         CHECK_EQ_INT(eq->kv.block_bytes * 32, ef->kv.block_bytes * QUANT_HALVES[k / 5]);
-        CHECK(strcmp(engine_numerics(ef), attn_numerics(ef->m->hp.head_dim)) == 0 && strcmp(engine_numerics(eq), numerics) == 0);
+        CHECK(strcmp(engine_numerics(ef), base) == 0 && strcmp(engine_numerics(eq), numerics) == 0);
         int V = ef->m->hp.n_vocab;
         float *a = all_logits(ef, toks, 40, one_chunk), *b = all_logits(eq, toks, 40, one_chunk);
         CHECK_MSG(memcmp(a, b, (size_t)40 * V * 4) != 0, "%s: %s K/V gave f16's logits", models[i], kvq_name(qt));

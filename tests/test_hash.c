@@ -9,6 +9,7 @@
 #include "backend/attn.h"
 #include "backend/cuda/cuda.h"
 #include "backend/kvq.h"
+#include "base/cpu.h"
 #include "cache/hash.h"
 #include "test.h"
 
@@ -191,6 +192,33 @@ TEST(hash_blocks_differ_by_attention_numerics) {
     CHECK(memcmp(amxq8, f32q8, 32) != 0);
     CHECK(memcmp(amxq8, amx, 32) != 0);
     CHECK(strcmp(kvq_numerics(KVQ_Q4_0, "cpu+attn-amx", buf, sizeof buf), "cpu+attn-amx+kv-q4_0") == 0);
-    CHECK(strcmp(attn_numerics(256), attn_level() == ATTN_LEVEL_AMX ? "cpu+attn-amx" : "cpu") == 0);
-    CHECK(strcmp(attn_numerics(64), "cpu") == 0); /* below ATTN_AMX_MIN_DIM: the float32 kernels */
+    char id[96];
+    CHECK(strcmp(attn_numerics(256, KVQ_F16, id, sizeof id), attn_level() == ATTN_LEVEL_AMX ? "cpu+attn-amx" : "cpu") ==
+          0);
+    CHECK(strcmp(attn_numerics(64, KVQ_F16, id, sizeof id), "cpu") == 0); /* below ATTN_AMX_MIN_DIM: float32 */
+}
+
+/* q8_0 keys scored in int8 (attn_qk_int8: AVX-512 VNNI) give other bits
+ * than q8_0 keys scored in float32: "+qk-i8" after the KV type, so
+ * neither is served to the other, and f16 / q4_0 keep their ids. */
+TEST(hash_blocks_differ_by_int8_scoring) {
+    uint8_t file_fp[32], f32q8[32], i8q8[32], f16[32];
+    char buf[96], id[96];
+    for (int i = 0; i < 32; i++) file_fp[i] = (uint8_t)(11 * i + 2);
+    cache_numerics_fingerprint(file_fp, "cpu", f16);
+    cache_numerics_fingerprint(file_fp, kvq_numerics(KVQ_Q8_0, "cpu", buf, sizeof buf), f32q8);
+    cache_numerics_fingerprint(file_fp, "cpu+kv-q8_0+qk-i8", i8q8);
+    CHECK(memcmp(i8q8, f32q8, 32) != 0);
+    CHECK(memcmp(i8q8, f16, 32) != 0);
+    int i8 = attn_qk_int8(attn_level(), 64, KVQ_Q8_0);
+    CHECK_EQ_INT(i8, attn_level() >= ATTN_LEVEL_AVX512 && cpu_get()->avx512vnni);
+    CHECK(strcmp(attn_numerics(64, KVQ_Q8_0, id, sizeof id), i8 ? "cpu+kv-q8_0+qk-i8" : "cpu+kv-q8_0") == 0);
+    CHECK(strcmp(attn_numerics(64, KVQ_Q4_0, id, sizeof id), "cpu+kv-q4_0") == 0);
+    CHECK(!attn_qk_int8(ATTN_LEVEL_AVX2, 64, KVQ_Q8_0));
+    CHECK(!attn_qk_int8(attn_level(), 64, KVQ_F16) && !attn_qk_int8(attn_level(), 64, KVQ_Q4_0));
+    /* heads the AMX kernels serve keep them (and their id) */
+    if (attn_level() == ATTN_LEVEL_AMX) {
+        CHECK(!attn_qk_int8(ATTN_LEVEL_AMX, 256, KVQ_Q8_0));
+        CHECK(strcmp(attn_numerics(256, KVQ_Q8_0, id, sizeof id), "cpu+attn-amx+kv-q8_0") == 0);
+    }
 }

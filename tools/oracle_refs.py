@@ -203,14 +203,21 @@ def make_gemma3_refs(args):
         f.write("\n".join(index) + "\n")
 
 
+# --kv-type: llama.cpp's K/V cache types (ggml_type ids); a quantized V
+# needs flash attention, whose CPU path quantizes Q to q8_0 for q8_0 K.
+KV_TYPES = {"f16": 1, "q8_0": 8}
+KV_TYPE = "f16"
+
+
 def load(path, n_ctx, threads):
     try:
         import llama_cpp
     except ImportError:
         sys.exit("llama-cpp-python not installed: pip install llama-cpp-python")
+    kv = {} if KV_TYPE == "f16" else {"type_k": KV_TYPES[KV_TYPE], "type_v": KV_TYPES[KV_TYPE], "flash_attn": True}
     return llama_cpp.Llama(model_path=path, n_ctx=n_ctx, n_threads=threads,
                            n_threads_batch=threads, n_batch=512, n_ubatch=512,
-                           logits_all=True, verbose=False)
+                           logits_all=True, verbose=False, **kv)
 
 
 def tokenizer_of(llm):
@@ -258,6 +265,8 @@ def write_ref(outdir, stem, name, text, ids, logits, rows):
 
 
 def n_rows_for(n_tokens):
+    if KV_TYPE != "f16":  # a second suite: first and last rows (the argmax and top-K stay at every position)
+        return 2
     return 8 if n_tokens >= 400 else 4
 
 
@@ -347,7 +356,12 @@ def main():
                     help="with --tiny: redo only this model (e.g. qwen35-f32), keep the others' refs")
     ap.add_argument("--gemma3", action="store_true",
                     help="--model is Gemma 3 270M: its prompts and row layout (see above)")
+    ap.add_argument("--kv-type", choices=sorted(KV_TYPES), default="f16",
+                    help="llama.cpp's K/V type (q8_0: flash attention on), for the q8_0 K/V suites "
+                         "(tests/data/oracle/kv-q8_0, tests/data/oracle/gemma3/kv-q8_0)")
     args = ap.parse_args()
+    global KV_TYPE
+    KV_TYPE = args.kv_type
     if args.gemma3:
         make_gemma3_refs(args)
     elif args.tiny:

@@ -14,6 +14,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -265,26 +266,49 @@ static int cpu_level(void) {
     return ATTN_LEVEL_SCALAR;
 }
 
-static const attn_ops *ops_for(int level, int d) {
+/* A build with -DATTN_QK_INT8=0 scores q8_0 keys in float32 at every
+ * level, as before int8 scoring (for benchmarks of the two). */
+#ifndef ATTN_QK_INT8
+#define ATTN_QK_INT8 1
+#endif
+
+/* The kernels for heads of d stored as t at a level: the AMX ones first,
+ * then (q8_0 keys, AVX-512 VNNI) the int8 scoring ones, then the float32
+ * ones of the highest level that has d. */
+static const attn_ops *ops_for(int level, int d, kvq_type t) {
     if (level > cpu_level()) level = cpu_level();
     const attn_ops *o = NULL;
     if (level >= ATTN_LEVEL_AMX) o = attn_ops_amx(d);
+    if (!o && ATTN_QK_INT8 && level >= ATTN_LEVEL_AVX512 && t == KVQ_Q8_0 && cpu_get()->avx512vnni)
+        o = attn_ops_vnni_q8(d);
     if (!o && level >= ATTN_LEVEL_AVX512) o = attn_ops_avx512(d);
     if (!o && level >= ATTN_LEVEL_AVX2) o = attn_ops_avx2(d);
     return o ? o : &attn_ops_scalar;
 }
 
-const char *attn_numerics(int head_dim) {
-    return ops_for(cpu_level(), head_dim) == attn_ops_amx(head_dim) ? "cpu+attn-amx" : "cpu";
+int attn_qk_int8(int level, int head_dim, kvq_type t) {
+    return t == KVQ_Q8_0 && ops_for(level, head_dim, t) == attn_ops_vnni_q8(head_dim);
+}
+
+const char *attn_numerics(int head_dim, kvq_type t, char *buf, size_t cap) {
+    const char *base = ops_for(cpu_level(), head_dim, t) == attn_ops_amx(head_dim) ? "cpu+attn-amx" : "cpu";
+    char kv[64];
+    const char *id = kvq_numerics(t, base, kv, sizeof kv);
+    snprintf(buf, cap, "%s%s", id, attn_qk_int8(cpu_level(), head_dim, t) ? "+qk-i8" : "");
+    return buf;
+}
+
+void attn_run_ops(const attn_ops *ops, const attn_kv *kv, const attn_query *qs, int nq, float scale, float *ws) {
+    run_ops(ops, kv, qs, nq, scale, ws);
 }
 
 void attn_run_level(int level, const attn_kv *kv, const attn_query *qs, int nq, float scale, float *ws) {
-    run_ops(ops_for(level, kv->head_dim), kv, qs, nq, scale, ws);
+    run_ops(ops_for(level, kv->head_dim, kv->type), kv, qs, nq, scale, ws);
 }
 
 void attn_run_seg_level(int level, const attn_kv *kv, const attn_query *qs, int nq, float scale, int seg,
                         float *const *states, float *ws) {
-    run_seg_ops(ops_for(level, kv->head_dim), kv, qs, nq, scale, seg, states, ws);
+    run_seg_ops(ops_for(level, kv->head_dim, kv->type), kv, qs, nq, scale, seg, states, ws);
 }
 
 void attn_run_seg(const attn_kv *kv, const attn_query *qs, int nq, float scale, int seg, float *const *states,

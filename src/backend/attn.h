@@ -36,7 +36,9 @@
  * The amx level (Intel AMX-BF16 tiles) multiplies bf16 heads and tails of
  * every operand, near float32 (attn_amx_avx512.c); since its bits change
  * the K/V of later layers, its blocks are filed under their own numerics
- * id (attn_numerics). */
+ * id (attn_numerics). Where the CPU has AVX-512 VNNI, q8_0 keys are
+ * scored in int8 against the query quantized per 32 dims (attn_qk_int8,
+ * attn_avx512.c): another numerics id again. */
 #ifndef STRATA_ATTN_H
 #define STRATA_ATTN_H
 
@@ -97,11 +99,30 @@ enum { ATTN_LEVEL_SCALAR, ATTN_LEVEL_AVX2, ATTN_LEVEL_AVX512, ATTN_LEVEL_AMX };
 void attn_run_level(int level, const attn_kv *kv, const attn_query *qs, int nq, float scale, float *ws);
 /* The level attn_run uses in this process. */
 int attn_level(void);
-/* The numerics id of this process's attention for heads of head_dim,
- * the base of the engine's (kvq_numerics adds the KV type): "cpu" where
+/* The numerics id of this process's attention for heads of head_dim
+ * stored as t, the engine's id (cache_numerics_fingerprint): "cpu" where
  * the float32 kernels run (the id caches were written under before),
- * "cpu+attn-amx" where the AMX ones do. */
-const char *attn_numerics(int head_dim);
+ * "cpu+attn-amx" where the AMX ones do, either with the KV type
+ * (kvq_numerics: "cpu+kv-q8_0"), and "+qk-i8" after it where q8_0 keys
+ * are scored in int8 (attn_qk_int8). Written to buf (cap >= 64). */
+const char *attn_numerics(int head_dim, kvq_type t, char *buf, size_t cap);
+/* Whether level scores keys stored as t in int8 for heads of head_dim:
+ * q8_0 keys of heads up to ATTN_QK_INT8_MAX_DIM where the CPU has AVX-512
+ * VNNI (attn_avx512.c). The query is then quantized per 32 dims
+ * (kvq_quant_q8, from the scaled query alone: batch invariance holds) and
+ * a score is sum over blocks of (int8 dot) x (key scale x query scale):
+ * the query's rounding (about 1/254 of a block's largest value) joins the
+ * keys', as in llama.cpp's CPU flash attention, which quantizes Q to
+ * q8_0 for q8_0 K (ggml-cpu/ops.cpp, q_to_vec_dot). Other bits than the
+ * float32 scoring: their own numerics id. */
+int attn_qk_int8(int level, int head_dim, kvq_type t);
+/* Int8 scoring serves heads up to this size (SmolLM2's, gpt-oss's 64),
+ * where it is checked against llama.cpp's q8_0 K/V rows. Gemma 3's 256-dim
+ * heads failed there: its 1435-token prompt's last row went 1.85 rms from
+ * llama.cpp (float32 scoring of the same q8_0 keys: 0.34; the float32
+ * kernels with the query merely rounded as int8 do: 1.35), so the query's
+ * rounding, not the kernel, is what its q-normed heads do not bear. */
+#define ATTN_QK_INT8_MAX_DIM 64
 
 /* The AMX kernels serve heads from this size: below it, decode (2-3
  * queries per KV head, SmolLM2's 64-dim heads) pays more for the tile
@@ -120,9 +141,11 @@ void attn_run_seg_level(int level, const attn_kv *kv, const attn_query *qs, int 
  *   sum}; p: 64 floats of scratch.
  * tile_step2 (NULL where absent): tile_step for two queries with the same
  *   [lo, hi), bit for bit, sharing the tile's loads; p: 128 floats.
+ * prep_q (NULL where absent): the scaled query (head_dim floats) to the
+ *   kernel's format, in place, once per call (the amx level; the int8
+ *   scoring of q8_0 keys, whose tile_fill also writes its own key layout
+ *   over kt);
  * Kernels with their own formats (the amx level) set instead:
- * prep_q: the scaled query (head_dim floats) to the kernel's format, in
- *   place, once per call;
  * tile_group: tile_step for the n queries that see the tile, each with
  *   its own [lo, hi), each query's instructions the same whatever n and
  *   company (the kernel groups them as it likes); tile_fill then writes
@@ -153,6 +176,12 @@ extern const attn_ops attn_ops_scalar;
 const attn_ops *attn_ops_avx2(int head_dim);
 const attn_ops *attn_ops_avx512(int head_dim);
 const attn_ops *attn_ops_amx(int head_dim);
+/* q8_0 keys scored in int8 (VPDPBUSD), values as the avx512 level; heads
+ * of up to ATTN_QK_INT8_MAX_DIM. */
+const attn_ops *attn_ops_vnni_q8(int head_dim);
+/* attn_run with the given kernels (a benchmark or test comparing kernels
+ * of one level; the CPU must have their instructions). */
+void attn_run_ops(const attn_ops *ops, const attn_kv *kv, const attn_query *qs, int nq, float scale, float *ws);
 /* The avx2 tile fill (data movement only; the avx512 level shares it). */
 void attn_fill_avx2(const attn_kv *kv, int t0, int last, float *kt, float *vt);
 

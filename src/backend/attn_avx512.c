@@ -10,6 +10,7 @@
  * be a multiple of 16 (at most 512); other shapes fall back to avx2. */
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #include "backend/attn.h"
 #include "backend/attn_simd.h"
@@ -55,6 +56,19 @@ static inline __attribute__((always_inline)) float softmax_tile(int d, __m512 s[
     return alpha;
 }
 
+/* Steps 2-4 for one query whose 64 scores are s. */
+static inline __attribute__((always_inline)) void weigh_values(int d, __m512 s[4], const float *vt, int lo, int hi,
+                                                                float *st, float *p) {
+    /* 2., 3. */
+    float alpha = softmax_tile(d, s, lo, hi, st, p);
+    /* 4. weighted values, 128 dims at a time (then 64, 32, 16) */
+    int i = 0;
+    for (; d - i >= 128; i += 128) pv_block(8, st + i, vt + i, d, p, lo, hi, alpha);
+    if (d - i >= 64) pv_block(4, st + i, vt + i, d, p, lo, hi, alpha), i += 64;
+    if (d - i >= 32) pv_block(2, st + i, vt + i, d, p, lo, hi, alpha), i += 32;
+    if (d - i >= 16) pv_block(1, st + i, vt + i, d, p, lo, hi, alpha);
+}
+
 static void step_avx512(int d, const float *q, const float *kt, const float *vt, int lo, int hi, float *st,
                         float *p) {
     /* 1. scores */
@@ -65,14 +79,7 @@ static void step_avx512(int d, const float *q, const float *kt, const float *vt,
         const float *k = kt + (size_t)i * T;
         UNROLL for (int g = 0; g < 4; g++) s[g] = _mm512_fmadd_ps(b, _mm512_loadu_ps(k + 16 * g), s[g]);
     }
-    /* 2., 3. */
-    float alpha = softmax_tile(d, s, lo, hi, st, p);
-    /* 4. weighted values, 128 dims at a time (then 64, 32, 16) */
-    int i = 0;
-    for (; d - i >= 128; i += 128) pv_block(8, st + i, vt + i, d, p, lo, hi, alpha);
-    if (d - i >= 64) pv_block(4, st + i, vt + i, d, p, lo, hi, alpha), i += 64;
-    if (d - i >= 32) pv_block(2, st + i, vt + i, d, p, lo, hi, alpha), i += 32;
-    if (d - i >= 16) pv_block(1, st + i, vt + i, d, p, lo, hi, alpha);
+    weigh_values(d, s, vt, lo, hi, st, p);
 }
 
 /* pv_block for two queries at once: each value load feeds both. */
@@ -101,6 +108,18 @@ static inline __attribute__((always_inline)) void pv_block2(int nb, float *acc0,
     UNROLL for (int u = 0; u < nb; u++) _mm512_storeu_ps(acc0 + 16 * u, a[u]), _mm512_storeu_ps(acc1 + 16 * u, c[u]);
 }
 
+/* weigh_values for two queries with the same [lo, hi) (scores s and r):
+ * each value load feeds both. */
+static inline __attribute__((always_inline)) void weigh_values2(int d, __m512 s[4], __m512 r[4], const float *vt,
+                                                                 int lo, int hi, float *st0, float *st1, float *p) {
+    float alpha0 = softmax_tile(d, s, lo, hi, st0, p), alpha1 = softmax_tile(d, r, lo, hi, st1, p + T);
+    int i = 0;
+    for (; d - i >= 128; i += 128) pv_block2(8, st0 + i, st1 + i, vt + i, d, p, p + T, lo, hi, alpha0, alpha1);
+    if (d - i >= 64) pv_block2(4, st0 + i, st1 + i, vt + i, d, p, p + T, lo, hi, alpha0, alpha1), i += 64;
+    if (d - i >= 32) pv_block2(2, st0 + i, st1 + i, vt + i, d, p, p + T, lo, hi, alpha0, alpha1), i += 32;
+    if (d - i >= 16) pv_block2(1, st0 + i, st1 + i, vt + i, d, p, p + T, lo, hi, alpha0, alpha1);
+}
+
 /* step_avx512 for two queries with the same [lo, hi): every key and value
  * load serves both (a head_dim 256 tile is 128 KiB, past L1), and each
  * query's arithmetic is step_avx512's, op for op. */
@@ -117,16 +136,174 @@ static void step2_avx512(int d, const float *q0, const float *q1, const float *k
             r[g] = _mm512_fmadd_ps(b1, x, r[g]);
         }
     }
-    float alpha0 = softmax_tile(d, s, lo, hi, st0, p), alpha1 = softmax_tile(d, r, lo, hi, st1, p + T);
-    int i = 0;
-    for (; d - i >= 128; i += 128) pv_block2(8, st0 + i, st1 + i, vt + i, d, p, p + T, lo, hi, alpha0, alpha1);
-    if (d - i >= 64) pv_block2(4, st0 + i, st1 + i, vt + i, d, p, p + T, lo, hi, alpha0, alpha1), i += 64;
-    if (d - i >= 32) pv_block2(2, st0 + i, st1 + i, vt + i, d, p, p + T, lo, hi, alpha0, alpha1), i += 32;
-    if (d - i >= 16) pv_block2(1, st0 + i, st1 + i, vt + i, d, p, p + T, lo, hi, alpha0, alpha1);
+    weigh_values2(d, s, r, vt, lo, hi, st0, st1, p);
 }
 
 static const attn_ops ops_avx512 = {attn_fill_avx2, step_avx512, step2_avx512, NULL, NULL, NULL, NULL};
 
 const attn_ops *attn_ops_avx512(int head_dim) {
     return head_dim % 16 == 0 && head_dim <= 512 ? &ops_avx512 : NULL;
+}
+
+/* ---- q8_0 keys scored in int8 (AVX-512 VNNI; attn.h, attn_qk_int8) -----
+ *
+ * Why: at depth with q8_0 K/V, widening each tile's keys to float (the
+ * fill) cost as much as scoring them (perf, SmolLM2 decode at d8192: 30%
+ * fill, 26% steps); VPDPBUSD multiplies 64 byte pairs into 16 int32 sums
+ * in one instruction, and the keys stay int8 in the tile.
+ *
+ * Layouts, written over kt (64 x head_dim floats of room):
+ *   k8: [head_dim / 4][64 keys][4] int8: lane j of row w holds key j's
+ *       dims 4w .. 4w + 3 (8x8 transposes of 4-byte units);
+ *   ks: [head_dim / 32][64] float: key j's scale in block b;
+ *   kb: [head_dim / 32][64] int32: -128 x the sum of key j's int8s in b.
+ * The query (prep_q): kvq_quant_q8 of the scaled query, stored as head_dim
+ * bytes q + 128 (VPDPBUSD's unsigned operand), then the head_dim / 32
+ * float scales. A block's dot kb + sum (q + 128) k = sum q k is exact in
+ * int32 (|.| <= 127 * 127 * 32), whatever order the sums take; the score
+ * is sum over blocks, in order, of float(dot) * (key scale * query
+ * scale), one multiply and one FMA per block. Values are widened to float
+ * (the other levels' floats) and steps 2-4 are step_avx512's. */
+
+#define QK_BLOCKS(d) ((d) / KVQ_BLOCK)
+
+static inline const float *qk_scales(const float *kt, int d) {
+    return kt + (size_t)d * T / 4;
+}
+
+static inline const int32_t *qk_bias(const float *kt, int d) {
+    return (const int32_t *)(qk_scales(kt, d) + (size_t)QK_BLOCKS(d) * T);
+}
+
+/* One 8-key group's block b: keys transposed into k8, their scales, the
+ * bias; the values widened (each row's 32 int8s times its scale). */
+static inline __attribute__((always_inline)) void fill_q8_block(const uint16_t *kr[8], const uint16_t *vr[8], int b,
+                                                                int g, int d, float *kt, float *vt) {
+    uint8_t *k8 = (uint8_t *)kt;
+    float *ks = (float *)qk_scales(kt, d);
+    int32_t *kb = (int32_t *)qk_bias(kt, d);
+    __m256 r[8];
+    UNROLL for (int u = 0; u < 8; u++) {
+        const uint16_t *blk = kr[u] + (size_t)b * KVQ_Q8_0_BLOCK_HALVES;
+        ks[(size_t)b * T + g + u] = _cvtsh_ss(blk[0]);
+        r[u] = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(blk + 1)));
+    }
+    attn_transpose8(r);
+    __m256i sum = _mm256_setzero_si256();
+    UNROLL for (int w = 0; w < 8; w++) {
+        __m256i x = _mm256_castps_si256(r[w]);
+        _mm256_storeu_si256((__m256i *)(k8 + ((size_t)(b * 8 + w) * T + g) * 4), x);
+        sum = _mm256_dpbusd_epi32(sum, _mm256_set1_epi8(1), x);
+    }
+    _mm256_storeu_si256((__m256i *)(kb + (size_t)b * T + g), _mm256_sub_epi32(_mm256_setzero_si256(),
+                                                                                _mm256_slli_epi32(sum, 7)));
+    UNROLL for (int u = 0; u < 8; u++) {
+        const uint16_t *blk = vr[u] + (size_t)b * KVQ_Q8_0_BLOCK_HALVES;
+        const int8_t *q = (const int8_t *)(blk + 1);
+        __m512 sc = _mm512_set1_ps(_cvtsh_ss(blk[0]));
+        float *dst = vt + (size_t)(g + u) * d + b * KVQ_BLOCK;
+        _mm512_storeu_ps(dst, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q))), sc));
+        _mm512_storeu_ps(dst + 16, _mm512_mul_ps(
+                                       _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)))), sc));
+    }
+}
+
+static void fill_vnni_q8(const attn_kv *kv, int t0, int last, float *kt, float *vt) {
+    int d = kv->head_dim;
+    for (int g = 0; g < T; g += 8) {
+        const uint16_t *kr[8], *vr[8];
+        attn_group_rows(kv, t0, g, last, kr, vr);
+        for (int b = 0; b < QK_BLOCKS(d); b++) fill_q8_block(kr, vr, b, g, d, kt, vt);
+    }
+}
+
+/* The scaled query as int8 + 128 and float block scales, in place. */
+static void prep_q_q8(int d, float *q) {
+    int8_t q8[512];
+    float sc[512 / KVQ_BLOCK];
+    kvq_quant_q8(q, d, q8, sc);
+    uint8_t *u = (uint8_t *)q;
+    for (int i = 0; i < d; i++) u[i] = (uint8_t)(q8[i] + 128);
+    memcpy(q + d / 4, sc, (size_t)QK_BLOCKS(d) * sizeof(float));
+}
+
+static inline __m512i qk_bcast4(const float *q, int i) {
+    int32_t x;
+    memcpy(&x, (const uint8_t *)q + i, 4);
+    return _mm512_set1_epi32(x);
+}
+
+/* s[g] += float(dot) * (key scales * query scale): one block's scores. */
+static inline __attribute__((always_inline)) void qk_block_scores(__m512 s[4], const __m512i a[4], const float *ks,
+                                                                   float qscale) {
+    __m512 sq = _mm512_set1_ps(qscale);
+    UNROLL for (int g = 0; g < 4; g++)
+        s[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[g]), _mm512_mul_ps(_mm512_loadu_ps(ks + 16 * g), sq), s[g]);
+}
+
+/* 1. The 64 scores of one query (prep_q_q8's format) in int8. */
+static inline __attribute__((always_inline)) void scores_q8(int d, const float *q, const float *kt, __m512 s[4]) {
+    const uint8_t *k8 = (const uint8_t *)kt;
+    const float *ks = qk_scales(kt, d), *qd = q + d / 4;
+    const int32_t *kb = qk_bias(kt, d);
+    UNROLL for (int g = 0; g < 4; g++) s[g] = _mm512_setzero_ps();
+    for (int b = 0; b < QK_BLOCKS(d); b++) {
+        __m512i a[4], c[4]; /* two chains per 16 keys (integer sums: any order, the same bits) */
+        UNROLL for (int g = 0; g < 4; g++) a[g] = _mm512_loadu_si512(kb + (size_t)b * T + 16 * g), c[g] = _mm512_setzero_si512();
+        UNROLL for (int w = 0; w < 8; w += 2) {
+            const uint8_t *k = k8 + (size_t)(b * 8 + w) * T * 4;
+            __m512i x = qk_bcast4(q, b * KVQ_BLOCK + 4 * w), y = qk_bcast4(q, b * KVQ_BLOCK + 4 * w + 4);
+            UNROLL for (int g = 0; g < 4; g++) {
+                a[g] = _mm512_dpbusd_epi32(a[g], x, _mm512_loadu_si512(k + 64 * g));
+                c[g] = _mm512_dpbusd_epi32(c[g], y, _mm512_loadu_si512(k + T * 4 + 64 * g));
+            }
+        }
+        UNROLL for (int g = 0; g < 4; g++) a[g] = _mm512_add_epi32(a[g], c[g]);
+        qk_block_scores(s, a, ks + (size_t)b * T, qd[b]);
+    }
+}
+
+/* scores_q8 for two queries, each key load feeding both (one chain per
+ * query and 16 keys: the same integer sums, so the same bits). */
+static inline __attribute__((always_inline)) void scores2_q8(int d, const float *q0, const float *q1, const float *kt,
+                                                             __m512 s[4], __m512 r[4]) {
+    const uint8_t *k8 = (const uint8_t *)kt;
+    const float *ks = qk_scales(kt, d);
+    const int32_t *kb = qk_bias(kt, d);
+    UNROLL for (int g = 0; g < 4; g++) s[g] = _mm512_setzero_ps(), r[g] = _mm512_setzero_ps();
+    for (int b = 0; b < QK_BLOCKS(d); b++) {
+        __m512i a[4], c[4];
+        UNROLL for (int g = 0; g < 4; g++) a[g] = c[g] = _mm512_loadu_si512(kb + (size_t)b * T + 16 * g);
+        UNROLL for (int w = 0; w < 8; w++) {
+            const uint8_t *k = k8 + (size_t)(b * 8 + w) * T * 4;
+            __m512i x = qk_bcast4(q0, b * KVQ_BLOCK + 4 * w), y = qk_bcast4(q1, b * KVQ_BLOCK + 4 * w);
+            UNROLL for (int g = 0; g < 4; g++) {
+                __m512i kv = _mm512_loadu_si512(k + 64 * g);
+                a[g] = _mm512_dpbusd_epi32(a[g], x, kv);
+                c[g] = _mm512_dpbusd_epi32(c[g], y, kv);
+            }
+        }
+        qk_block_scores(s, a, ks + (size_t)b * T, (q0 + d / 4)[b]);
+        qk_block_scores(r, c, ks + (size_t)b * T, (q1 + d / 4)[b]);
+    }
+}
+
+static void step_vnni_q8(int d, const float *q, const float *kt, const float *vt, int lo, int hi, float *st,
+                         float *p) {
+    __m512 s[4];
+    scores_q8(d, q, kt, s);
+    weigh_values(d, s, vt, lo, hi, st, p);
+}
+
+static void step2_vnni_q8(int d, const float *q0, const float *q1, const float *kt, const float *vt, int lo, int hi,
+                          float *st0, float *st1, float *p) {
+    __m512 s[4], r[4];
+    scores2_q8(d, q0, q1, kt, s, r);
+    weigh_values2(d, s, r, vt, lo, hi, st0, st1, p);
+}
+
+static const attn_ops ops_vnni_q8 = {fill_vnni_q8, step_vnni_q8, step2_vnni_q8, prep_q_q8, NULL, NULL, NULL};
+
+const attn_ops *attn_ops_vnni_q8(int head_dim) {
+    return head_dim % KVQ_BLOCK == 0 && head_dim <= ATTN_QK_INT8_MAX_DIM ? &ops_vnni_q8 : NULL;
 }

@@ -34,16 +34,26 @@ const char *kvq_numerics(kvq_type t, const char *base, char *buf, size_t cap) {
     return buf;
 }
 
-/* One q8_0 block as ggml quantizes it (d = amax / 127, q = round(x / d)):
- * the scale stored as a half, the quants from the float scale. */
-static void q8_0_block(const float *x, uint16_t *dst) {
+/* 32 values as ggml quantizes them to q8_0 (d = amax / 127, q = round(x
+ * / d), from the float scale); returns d. */
+static float q8_0_quant(const float *x, int8_t *q) {
     float amax = 0;
     for (int i = 0; i < KVQ_Q8_0_BLOCK; i++) amax = fmaxf(amax, fabsf(x[i]));
     float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    int8_t q[KVQ_Q8_0_BLOCK];
     for (int i = 0; i < KVQ_Q8_0_BLOCK; i++) q[i] = (int8_t)roundf(x[i] * id);
-    dst[0] = f32_to_fp16(d);
+    return d;
+}
+
+/* One q8_0 block: the scale stored as a half. */
+static void q8_0_block(const float *x, uint16_t *dst) {
+    int8_t q[KVQ_Q8_0_BLOCK];
+    dst[0] = f32_to_fp16(q8_0_quant(x, q));
     memcpy(dst + 1, q, sizeof q);
+}
+
+void kvq_quant_q8(const float *x, int n, int8_t *q, float *d) {
+    for (int b = 0; b < n / KVQ_Q8_0_BLOCK; b++)
+        d[b] = q8_0_quant(x + (size_t)b * KVQ_Q8_0_BLOCK, q + (size_t)b * KVQ_Q8_0_BLOCK);
 }
 
 /* One q4_0 block as ggml quantizes it: d = (the value of largest

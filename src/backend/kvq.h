@@ -13,7 +13,8 @@
  * from floats then), and read by attention (backend/attn.h) as stored: a
  * q8_0 or q4_0 value widens to float exactly (a small integer times a
  * half is exact in a float), so every level widens a tile to the same
- * floats. A block never straddles two heads: the head size must be a
+ * floats (except q8_0 keys where they are scored in int8, attn_qk_int8:
+ * they stay int8 there, and the query is quantized to meet them). A block never straddles two heads: the head size must be a
  * multiple of 32 (kvq_check). Sizes are counted in halves (uint16_t), the
  * unit of the KV pool's memory: a q8_0 block is 17 halves, a q4_0 one 9.
  * Does not: know about blocks, layers or sequences (model/kv.h). */
@@ -79,5 +80,10 @@ const char *kvq_numerics(kvq_type t, const char *base, char *buf, size_t cap);
 void kvq_write_row(kvq_type t, const float *x, uint16_t *dst, int n);
 /* The n values at src, widened to floats (the values attention reads). */
 void kvq_read_row(kvq_type t, const uint16_t *src, float *x, int n);
+/* n floats (n % 32 == 0) quantized as q8_0 blocks are, but with each
+ * block's scale kept as a float: int8s to q, n / 32 scales to d (a query
+ * scored against q8_0 keys in int8, backend/attn.h). Scalar code, one
+ * rounding order: the same bytes for the same row on every CPU. */
+void kvq_quant_q8(const float *x, int n, int8_t *q, float *d);
 
 #endif

@@ -49,34 +49,45 @@ static int back_to_depth(engine *e, const bench_opts *o, kv_seq *s, const int32_
     return o->depth ? fwd_prefill(e->fwd, s, toks, o->depth, logits, err) : 0;
 }
 
+/* One run's rates: pp and tg tok/s, and tokens per CPU-second of the
+ * process (every thread's time: on a shared machine the wall time
+ * measures the other jobs, the CPU time mostly does not). */
+enum { R_PP, R_TG, R_PP_CPU, R_TG_CPU, R_N };
+
 /* One run on s, which holds the depth's d tokens (prefilled once, untimed,
- * by the caller, and left at the depth again): returns pp and tg tok/s
- * through pp_out / tg_out. toks holds depth + n_prompt + n_gen ids: the
- * depth's, the prompt's, the decode's. */
-static int bench_once(engine *e, const bench_opts *o, kv_seq *s, const int32_t *toks, float *logits,
-                      double *pp_out, double *tg_out, strata_err *err) {
-    double t0 = clock_ms();
+ * by the caller, and left at the depth again): its rates to out[R_N].
+ * toks holds depth + n_prompt + n_gen ids: the depth's, the prompt's, the
+ * decode's. */
+static int bench_once(engine *e, const bench_opts *o, kv_seq *s, const int32_t *toks, float *logits, double *out,
+                      strata_err *err) {
+    double t0 = clock_ms(), c0 = clock_cpu_ms();
     int rc = o->n_prompt ? engine_eval(e, s, toks + o->depth, o->n_prompt, logits, err) : 0;
-    double t1 = clock_ms();
+    double t1 = clock_ms(), c1 = clock_cpu_ms();
     if (!rc) rc = back_to_depth(e, o, s, toks, logits, err); /* tg starts at the depth, as pp did */
-    double t2 = clock_ms();
+    double t2 = clock_ms(), c2 = clock_cpu_ms();
     for (int i = 0; i < o->n_gen && !rc; i++)
         rc = engine_eval(e, s, &toks[o->depth + o->n_prompt + i], 1, logits, err);
-    double t3 = clock_ms();
+    double t3 = clock_ms(), c3 = clock_cpu_ms();
     if (!rc) rc = back_to_depth(e, o, s, toks, logits, err);
-    *pp_out = o->n_prompt ? o->n_prompt * 1e3 / (t1 - t0) : 0;
-    *tg_out = o->n_gen ? o->n_gen * 1e3 / (t3 - t2) : 0;
+    out[R_PP] = o->n_prompt ? o->n_prompt * 1e3 / (t1 - t0) : 0;
+    out[R_TG] = o->n_gen ? o->n_gen * 1e3 / (t3 - t2) : 0;
+    out[R_PP_CPU] = o->n_prompt ? o->n_prompt * 1e3 / (c1 - c0) : 0;
+    out[R_TG_CPU] = o->n_gen ? o->n_gen * 1e3 / (c3 - c2) : 0;
     return rc;
 }
 
-static void report(const bench_opts *o, const engine *e, stat pp, stat tg) {
+/* st[R_N]: the rates' summaries (R_PP_CPU, R_TG_CPU only in the JSON:
+ * tokens per CPU-second, "pp_cpu" / "tg_cpu"). */
+static void report(const bench_opts *o, const engine *e, const stat *st) {
+    stat pp = st[R_PP], tg = st[R_TG];
     if (o->json) {
         printf("{\"model\":\"%s\",\"threads\":%d,\"cpu\":\"%s\",\"device\":\"%s\",\"kv_type\":\"%s\",\"depth\":%d,"
                "\"pp\":{\"n\":%d,\"mean\":%.3f,\"sd\":%.3f},"
-               "\"tg\":{\"n\":%d,\"mean\":%.3f,\"sd\":%.3f},\"reps\":%d}\n",
+               "\"tg\":{\"n\":%d,\"mean\":%.3f,\"sd\":%.3f},"
+               "\"pp_cpu\":{\"mean\":%.3f,\"sd\":%.3f},\"tg_cpu\":{\"mean\":%.3f,\"sd\":%.3f},\"reps\":%d}\n",
                o->model, pool_size(e->threads), cpu_level_name(), engine_device(e), kvq_name(e->kv.type), o->depth,
-               o->n_prompt, pp.mean, pp.sd,
-               o->n_gen, tg.mean, tg.sd, o->reps);
+               o->n_prompt, pp.mean, pp.sd, o->n_gen, tg.mean, tg.sd, st[R_PP_CPU].mean, st[R_PP_CPU].sd,
+               st[R_TG_CPU].mean, st[R_TG_CPU].sd, o->reps);
         return;
     }
     if (e->gpu)
@@ -116,17 +127,22 @@ static int bench_main(const bench_opts *o, strata_err *err) {
         toks[i] = (int32_t)((x >> 8) % (uint32_t)e->m->hp.n_vocab);
     }
     float *logits = xmalloc((size_t)e->m->hp.n_vocab * sizeof(float));
-    double *pp = xcalloc((size_t)o->reps, sizeof(double)), *tg = xcalloc((size_t)o->reps, sizeof(double));
-    double dpp, dtg;
+    double *runs = xcalloc((size_t)(o->reps + 1) * R_N, sizeof(double)), *warm = runs + R_N * o->reps;
+    double *v = xcalloc((size_t)o->reps + 1, sizeof(double));
     kv_seq s;
     kv_seq_init(&s);
     rc = o->depth ? engine_eval(e, &s, toks, o->depth, logits, err) : 0; /* the depth, once */
-    if (!rc) rc = bench_once(e, o, &s, toks, logits, &dpp, &dtg, err); /* warm-up */
-    for (int r = 0; r < o->reps && !rc; r++) rc = bench_once(e, o, &s, toks, logits, &pp[r], &tg[r], err);
+    if (!rc) rc = bench_once(e, o, &s, toks, logits, warm, err);         /* warm-up */
+    for (int r = 0; r < o->reps && !rc; r++) rc = bench_once(e, o, &s, toks, logits, runs + R_N * r, err);
     engine_seq_release(e, &s);
-    if (!rc) report(o, e, summarize(pp, o->reps), summarize(tg, o->reps));
-    free(pp);
-    free(tg);
+    stat st[R_N];
+    for (int k = 0; k < R_N; k++) {
+        for (int r = 0; r < o->reps; r++) v[r] = runs[R_N * r + k];
+        st[k] = summarize(v, o->reps);
+    }
+    if (!rc) report(o, e, st);
+    free(runs);
+    free(v);
     free(logits);
     free(toks);
     engine_close(e);

@@ -115,8 +115,7 @@ int engine_open(engine **out, const engine_params *p, strata_err *err) {
         *out = e;
         return 0;
     }
-    char nb[sizeof e->numerics];
-    snprintf(e->numerics, sizeof e->numerics, "%s", kvq_numerics(p->kv_type, attn_numerics(e->m->hp.head_dim), nb, sizeof nb));
+    attn_numerics(e->m->hp.head_dim, p->kv_type, e->numerics, sizeof e->numerics);
     e->threads = pool_new(p->n_threads);
     e->fwd = fwd_new(e->m, &e->kv, e->threads, e->max_batch);
     *out = e;
