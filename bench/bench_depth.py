@@ -93,16 +93,17 @@ def label(t):
 
 
 TIME = "/usr/bin/time"
-PROC = []  # (wall s, peak RSS KiB) of the last process run, for the caller
+PROC = []  # (wall s, peak RSS KiB, CPU s, major page faults) of the last process run, for the caller
 
 
 def run(cmd, timeout, env=None):
     """(stdout, error or None); env: variables set for this command only.
     The process's wall time and peak resident memory (from /usr/bin/time,
-    when there) go to PROC."""
+    when there), its CPU time (user + system) and major page faults (pages
+    read from disk: a model file that does not stay in the page cache) go to PROC."""
     timed = os.path.exists(TIME)
     if timed:
-        cmd = [TIME, "-f", "BENCH_TIME %e %M"] + cmd
+        cmd = [TIME, "-f", "BENCH_TIME %e %M %U %S %F"] + cmd
     PROC.clear()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
@@ -113,8 +114,8 @@ def run(cmd, timeout, env=None):
         return "", str(e)
     for line in p.stderr.splitlines():
         if line.startswith("BENCH_TIME "):
-            wall, rss = line.split()[1:3]
-            PROC.append((float(wall), int(rss)))
+            wall, rss, user, sys_s, major = line.split()[1:6]
+            PROC.append((float(wall), int(rss), float(user) + float(sys_s), int(major)))
     if p.returncode != 0:
         tail = [ln for ln in (p.stderr or p.stdout).strip().splitlines() if not ln.startswith("BENCH_TIME")][-3:]
         return "", f"exit {p.returncode}: " + " | ".join(tail)
@@ -187,7 +188,7 @@ def proc_cell(ps):
     """Mean wall seconds and the largest peak RSS of a row's processes."""
     if not ps:
         return "-"
-    return f"{statistics.fmean(w for w, _ in ps):.0f} s, {max(r for _, r in ps) / 2**20:.1f} GiB"
+    return f"{statistics.fmean(q[0] for q in ps):.0f} s, {max(q[1] for q in ps) / 2**20:.1f} GiB"
 
 
 def cell(s):
@@ -302,7 +303,8 @@ def main():
                 if fn is None or (name, label(t)) in errors:
                     continue
                 vs, err = fn(args, t)
-                proc = f" (wall {PROC[0][0]:.0f} s, peak RSS {PROC[0][1] / 2**20:.2f} GiB)" if PROC else ""
+                proc = (f" (wall {PROC[0][0]:.0f} s, CPU {PROC[0][2]:.0f} s, peak RSS {PROC[0][1] / 2**20:.2f} GiB,"
+                        f" {PROC[0][3]} major faults)" if PROC else "")
                 got = ", ".join(f"{q} {v:.2f} {'s' if q == 'load' else 'tok/s'}" for q, v in vs.items()) if vs else err
                 print(f"rep {rep + 1} {label(t)} {name}: {got}{proc}", file=sys.stderr, flush=True)
                 for q in parts(t):
