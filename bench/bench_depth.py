@@ -7,7 +7,11 @@
 
 Tests are llama-bench's: ppN@D = N prompt tokens evaluated on top of D
 tokens already in the cache (the D are prefilled untimed), tgN@D = N
-single-token steps after D tokens; tok/s = N / time. `load` is the wall
+single-token steps after D tokens; tok/s = N / time. ppN+tgM@D measures
+both in one process per engine (the table still has the two rows): the D
+tokens are prefilled once (llama-bench keeps the depth's state for its
+second test), which halves the untimed work of big models at depth; the
+rows' wall and peak RSS are then that one process's. `load` is the wall
 time of a process that opens the model and evaluates one token (pp1,
 after each engine's own warm-up): start-up cost, reported in seconds.
 Every process runs under /usr/bin/time: each row also gives the
@@ -60,33 +64,48 @@ def parse_tests(spec):
         if not item:
             continue
         name, _, depth = item.partition("@")
+        pp, plus, tg = name.partition("+")
+        if plus:  # ppN+tgM@D: both in one process, the depth prefilled once
+            if pp[:2] != "pp" or tg[:2] != "tg" or not pp[2:].isdigit() or not tg[2:].isdigit() \
+                    or not (depth or "0").isdigit():
+                sys.exit(f"bad test {item!r}: want ppN+tgM@D")
+            out.append(("pptg", (int(pp[2:]), int(tg[2:])), int(depth or 0)))
+            continue
         kind, n = name[:2], name[2:]
         if name == "load":
             kind, n = "load", "1"
         if kind not in ("pp", "tg", "load") or not n.isdigit() or not (depth or "0").isdigit():
-            sys.exit(f"bad test {item!r}: want ppN@D, tgN@D or load")
+            sys.exit(f"bad test {item!r}: want ppN@D, tgN@D, ppN+tgM@D or load")
         out.append((kind, int(n), int(depth or 0)))
     return out
+
+
+def parts(t):
+    """The tests one process measures: a ppN+tgM@D test is ppN@D and tgM@D."""
+    kind, n, d = t
+    return [("pp", n[0], d), ("tg", n[1], d)] if kind == "pptg" else [t]
 
 
 def label(t):
     kind, n, d = t
     if kind == "load":
         return "load"
-    return f"{kind}{n}" + (f" @ d{d}" if d else "")
+    name = f"pp{n[0]}+tg{n[1]}" if kind == "pptg" else f"{kind}{n}"
+    return name + (f" @ d{d}" if d else "")
 
 
 TIME = "/usr/bin/time"
-PROC = []  # (wall s, peak RSS KiB) of the last process run, for the caller
+PROC = []  # (wall s, peak RSS KiB, CPU s, major page faults) of the last process run, for the caller
 
 
 def run(cmd, timeout, env=None):
     """(stdout, error or None); env: variables set for this command only.
     The process's wall time and peak resident memory (from /usr/bin/time,
-    when there) go to PROC."""
+    when there), its CPU time (user + system) and major page faults (pages
+    read from disk: a model file that does not stay in the page cache) go to PROC."""
     timed = os.path.exists(TIME)
     if timed:
-        cmd = [TIME, "-f", "BENCH_TIME %e %M"] + cmd
+        cmd = [TIME, "-f", "BENCH_TIME %e %M %U %S %F"] + cmd
     PROC.clear()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
@@ -97,8 +116,8 @@ def run(cmd, timeout, env=None):
         return "", str(e)
     for line in p.stderr.splitlines():
         if line.startswith("BENCH_TIME "):
-            wall, rss = line.split()[1:3]
-            PROC.append((float(wall), int(rss)))
+            wall, rss, user, sys_s, major = line.split()[1:6]
+            PROC.append((float(wall), int(rss), float(user) + float(sys_s), int(major)))
     if p.returncode != 0:
         tail = [ln for ln in (p.stderr or p.stdout).strip().splitlines() if not ln.startswith("BENCH_TIME")][-3:]
         return "", f"exit {p.returncode}: " + " | ".join(tail)
@@ -110,14 +129,17 @@ def test_args(t):
     kind, n, _ = t
     if kind == "load":
         return "1", "0"
+    if kind == "pptg":
+        return str(n[0]), str(n[1])
     return str(n if kind == "pp" else 0), str(n if kind == "tg" else 0)
 
 
-def value(kind, speed):
-    """A run's number: tok/s, or for load the process's wall seconds."""
-    if kind == "load":
-        return (PROC[0][0], None) if PROC else (None, "no /usr/bin/time")
-    return speed, None
+def values(speeds):
+    """A run's numbers from [(test, tok/s)]: {label: tok/s, or for load the
+    process's wall seconds}, or (None, error)."""
+    if any(q[0] == "load" for q, _ in speeds) and not PROC:
+        return None, "no /usr/bin/time"
+    return {label(q): PROC[0][0] if q[0] == "load" else v for q, v in speeds}, None
 
 
 def strata_once(args, t, binary=None, env=None):
@@ -131,7 +153,8 @@ def strata_once(args, t, binary=None, env=None):
     for line in reversed(out.strip().splitlines()):
         if line.startswith("{"):
             try:
-                return value(kind, float(json.loads(line)["pp" if kind == "load" else kind]["mean"]))
+                obj = json.loads(line)
+                return values([(q, float(obj["pp" if q[0] == "load" else q[0]]["mean"])) for q in parts(t)])
             except (ValueError, KeyError, TypeError) as e:
                 return None, f"bad JSON: {e}"
     return None, "no JSON line"
@@ -147,9 +170,14 @@ def llama_once(args, t):
         return None, err
     try:
         rows = json.loads(out)
-        return value(kind, float(rows[0]["avg_ts"]))
-    except (ValueError, KeyError, IndexError, TypeError) as e:
-        return None, f"bad JSON: {e}"
+        got = []
+        for q in parts(t):  # its row: the test's (n_prompt, n_gen)
+            want = tuple(int(a) for a in test_args(q))
+            row = next(r for r in rows if (int(r["n_prompt"]), int(r["n_gen"])) == want)
+            got.append((q, float(row["avg_ts"])))
+        return values(got)
+    except (ValueError, KeyError, StopIteration, TypeError) as e:
+        return None, f"bad JSON: {e!r}"
 
 
 def summary(xs):
@@ -162,7 +190,7 @@ def proc_cell(ps):
     """Mean wall seconds and the largest peak RSS of a row's processes."""
     if not ps:
         return "-"
-    return f"{statistics.fmean(w for w, _ in ps):.0f} s, {max(r for _, r in ps) / 2**20:.1f} GiB"
+    return f"{statistics.fmean(q[0] for q in ps):.0f} s, {max(q[1] for q in ps) / 2**20:.1f} GiB"
 
 
 def cell(s):
@@ -231,7 +259,7 @@ def main():
     ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--tests", default=DEFAULT_TESTS, help=f"comma list of ppN@D / tgN@D ({DEFAULT_TESTS})")
+    ap.add_argument("--tests", default=DEFAULT_TESTS, help=f"comma list of ppN@D / tgN@D / ppN+tgM@D / load ({DEFAULT_TESTS})")
     ap.add_argument("--long", action="store_true", help=f"add {LONG_TESTS} (slow on 2 cores)")
     ap.add_argument("--strata", default="./strata")
     ap.add_argument("--strata-base", metavar="BINARY",
@@ -269,8 +297,9 @@ def main():
                        else ("llama.cpp", None))
     peaks = [peak_gops(args)] if args.peak else []
     load_before, t_start = loadavg(), time.time()
-    runs = {(e, label(t)): [] for e, _ in engines for t in tests}
-    procs = {k: [] for k in runs}  # (wall s, peak RSS KiB) per process
+    row_tests = [q for t in tests for q in parts(t)]  # the table's rows
+    runs = {(e, label(q)): [] for e, _ in engines for q in row_tests}
+    procs = {k: [] for k in runs}  # (wall s, peak RSS KiB) per process; a ppN+tgM process counts in both rows
     errors = {}
     for rep in range(args.reps):
         for t in tests:
@@ -278,16 +307,18 @@ def main():
             for name, fn in order:
                 if fn is None or (name, label(t)) in errors:
                     continue
-                v, err = fn(args, t)
-                procs[(name, label(t))] += PROC
-                unit = "s" if t[0] == "load" else "tok/s"
-                proc = f" (wall {PROC[0][0]:.0f} s, peak RSS {PROC[0][1] / 2**20:.2f} GiB)" if PROC else ""
-                print(f"rep {rep + 1} {label(t)} {name}: " + (f"{v:.2f} {unit}" if v is not None else err) + proc,
-                      file=sys.stderr, flush=True)
-                if v is None:
+                vs, err = fn(args, t)
+                proc = (f" (wall {PROC[0][0]:.0f} s, CPU {PROC[0][2]:.0f} s, peak RSS {PROC[0][1] / 2**20:.2f} GiB,"
+                        f" {PROC[0][3]} major faults)" if PROC else "")
+                got = ", ".join(f"{q} {v:.2f} {'s' if q == 'load' else 'tok/s'}" for q, v in vs.items()) if vs else err
+                print(f"rep {rep + 1} {label(t)} {name}: {got}{proc}", file=sys.stderr, flush=True)
+                for q in parts(t):
+                    procs[(name, label(q))] += PROC
+                if vs is None:
                     errors[(name, label(t))] = err
                 else:
-                    runs[(name, label(t))].append(v)
+                    for q, v in vs.items():
+                        runs[(name, q)].append(v)
     load_after = loadavg()
     if args.peak:
         peaks.append(peak_gops(args))
@@ -320,7 +351,7 @@ def main():
             + ("strata wall, peak RSS", "llama.cpp wall, peak RSS")
             + (("strata % of peak", "llama.cpp % of peak") + (("base % of peak",) if base else ()) if args.peak else ())]
     result = []
-    for t in tests:
+    for t in row_tests:
         s, l = summary(runs.get(("strata", label(t)), [])), summary(runs.get(("llama.cpp", label(t)), []))
         b = summary(runs.get(("strata-base", label(t)), []))
         r = f"{s['mean'] / l['mean']:.2f}" if s and l and l["mean"] else "-"
