@@ -301,7 +301,6 @@ static const struct {
     {"audio", "replies are text only"},
     {"mcp_servers", "MCP servers are called from Anthropic's servers; their tools are not offered to the model"},
     {"container", "code execution containers run on Anthropic's servers"},
-    {"context_management", "context editing runs on Anthropic's servers; the conversation is served as sent"},
     {"conversation", "conversations are stored on OpenAI's servers; the request's own input is served"},
 };
 

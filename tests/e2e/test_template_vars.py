@@ -108,16 +108,19 @@ def test_unread_kwargs_and_unserved_fields_are_named(switches, strict):
         "model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}],
         "thinking": {"type": "adaptive"}, "output_config": {"effort": "medium"}}, timeout=60)
     assert r.status_code == 200 and "x-strata-ignored" not in r.headers, r.text
+    # Claude Code sends context_management on every request: served as
+    # sent, not named (under --strict-requests it would refuse them all)
+    r = httpx.post(strict.url + "/v1/messages", json={
+        "model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}],
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}}, timeout=60)
+    assert r.status_code == 200 and "x-strata-ignored" not in r.headers, r.text
     r = httpx.post(strict.url + "/v1/responses", json={"input": "hi", "max_output_tokens": 1, "background": True},
                    timeout=60)
     assert r.status_code == 400 and "background" in r.text, r.text
     # state kept on the providers' servers: served without, and named
     for path, body, field in (
             ("/v1/responses", {"input": "hi", "max_output_tokens": 1, "conversation": "conv_1"}, "conversation"),
-            ("/v1/responses", {"input": "hi", "max_output_tokens": 1, "prompt": {"id": "pmpt_1"}}, "prompt"),
-            ("/v1/messages", {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}],
-                              "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}},
-             "context_management")):
+            ("/v1/responses", {"input": "hi", "max_output_tokens": 1, "prompt": {"id": "pmpt_1"}}, "prompt")):
         r = httpx.post(switches.url + path, json=body, timeout=60)
         assert r.status_code == 200 and r.headers["x-strata-ignored"].startswith(field), (field, r.text)
 
