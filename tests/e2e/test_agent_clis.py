@@ -104,6 +104,15 @@ def models():
     return out
 
 
+def sampling(model):
+    """The sampling a user runs the model with, for the fields neither CLI
+    sends (server flags): Gemma 3's published top_k 64 and top_p 0.95 (its
+    GGUF carries no sampling keys). Without them it samples from the whole
+    distribution at temperature 1, and a first reply of noise text (about
+    1 session in 5) makes every later turn of the conversation copy it."""
+    return ("--top-k", "64", "--top-p", "0.95") if model == GEMMA3_MODEL else ()
+
+
 class Session:
     """One scratch project, home, cache dir and trace; a server over them
     that can be restarted."""
@@ -129,7 +138,7 @@ class Session:
         trace = os.path.join(self.root, f"trace{len(self.traces)}.jsonl")
         self.traces.append(trace)
         self.server = Server(self.model, "--ctx", CTX, "--parallel", "2", "--cache-dir", self.cache,
-                             "--trace", trace, "--max-output-tokens", MAX_OUTPUT)
+                             "--trace", trace, "--max-output-tokens", MAX_OUTPUT, *sampling(self.model))
 
     def restart(self):
         assert self.server.stop() == 0
