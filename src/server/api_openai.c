@@ -640,10 +640,11 @@ static void emit_custom_delta(oai_call *c, const tc_event *e) {
     c->call_args_len += e->len;
     char *in = resp_tools_custom_input(c->call_args, c->call_args_len);
     size_t n = in ? strlen(in) : 0;
-    if (n > c->input_sent)
+    if (n > c->input_sent) {
         emit_chunk(c, json_pack("{s:[{s:i,s:{s:o}}]}", "tool_calls", "index", e->index, "custom", "input",
                                 json_text(in + c->input_sent, n - c->input_sent)), NULL);
-    if (n > c->input_sent) c->input_sent = n;
+        c->input_sent = n;
+    }
     free(in);
 }
 
