@@ -5,7 +5,8 @@ its base URL, a key and the settings that keep it offline
 (tests/e2e/agent_clis.py), in a scratch project of a few files.
 
 Per client and model, a session of `-p` / `exec` runs (each later one
-continuing the conversation, at most MAX_RUNS) until the model has made two
+continuing the conversation, or starting a new one after FRESH_AFTER runs
+with no completed round; at most MAX_RUNS) until the model has made two
 rounds of tool calls that the CLI ran and answered: a 135M model does not
 always call a tool when asked, and neither CLI can force one (tool_choice is
 the client's); a run is stopped once the rounds are in, since a small model
@@ -49,6 +50,11 @@ CTX = "32768"
 MAX_RUNS = 8          # CLI invocations per session at most (a sampled tiny model
                       # sometimes answers 6 runs in a row without a completed tool call)
 WANT_ROUNDS = 2       # tool rounds per session at least
+FRESH_AFTER = 3       # runs of one conversation with no completed round before the
+                      # next run starts a new one: a tiny model copies its own earlier
+                      # replies, so a conversation that began with noise (or with calls
+                      # too long for MAX_OUTPUT) stays so (CI once: 0 rounds in 8 runs
+                      # of one Gemma 3 conversation)
 WARM_REUSE = 0.98  # the share of its prompt the first request after a restart reads back
 # Replies bounded so a session on 2 cores takes minutes, not hours: a model
 # writing noise otherwise runs to the context's end.
@@ -250,6 +256,18 @@ def claude_rounds(events):
     return answered(seq)
 
 
+def claude_replies(events):
+    """What the model said in each assistant message, shortened: for a
+    failure's message."""
+    out = []
+    for e in events:
+        msg = e.get("message")
+        if e.get("type") == "assistant" and isinstance(msg, dict):
+            out += [json.dumps(p.get("input") if p.get("type") == "tool_use" else p.get("text"))[:120]
+                    for p in msg.get("content") or []]
+    return out
+
+
 def check_cli_outcome(ok, what, output):
     """A CLI run either succeeded or failed over a reply cut by the limit."""
     assert ok or any(m in output for m in CUT_BY_LIMIT), f"{what} failed:\n{output[-3000:]}"
@@ -317,28 +335,51 @@ def test_generic_text_reply_replays_exactly(tiny):
     assert cached >= first["prompt_tokens"] + first["completion_tokens"], (first, r2["usage"])
 
 
-def assert_session(s, rounds, runs, client):
+def drive(s, run_one, rounds_now):
+    """Runs the CLI (run_one(i, continue_conversation)) until WANT_ROUNDS
+    tool rounds are complete or MAX_RUNS runs are done. A conversation that
+    has gone FRESH_AFTER runs without a completed round is left and the next
+    run starts a new one. Returns (rounds, runs, starts): starts are the
+    indices in the trace where each conversation's requests begin."""
+    starts, rounds, conv_runs, conv_from = [0], 0, 0, 0
+    for i in range(MAX_RUNS):
+        fresh = conv_runs == FRESH_AFTER and rounds == conv_from
+        if fresh:
+            s.settle()  # the trace complete: the next line is the new conversation's
+            starts.append(len(s.trace()))
+            conv_runs, conv_from = 0, rounds
+        run_one(i, i > 0 and not fresh)
+        conv_runs += 1
+        rounds = rounds_now()
+        if rounds >= WANT_ROUNDS:
+            break
+    return rounds, i + 1, starts
+
+
+def assert_session(s, rounds, runs, starts, client, replies):
     """Every request answered 200, the tool rounds done, one trace line per
-    generation, and each warm request reusing the previous prompt and reply."""
+    generation, and each warm request reusing the previous prompt and reply
+    of its conversation. replies: what the model said, for the message."""
     s.settle()
     statuses = s.statuses()
     assert statuses and all(code == 200 for _, code in statuses), statuses
-    assert rounds >= WANT_ROUNDS, f"{rounds} tool rounds in {runs} runs"
+    assert rounds >= WANT_ROUNDS, f"{rounds} tool rounds in {runs} runs ({len(starts)} conversations): {replies}"
     lines = s.trace()
     assert len(lines) == len(generations(statuses)), (lines, statuses)
-    assert_warm_reuse(lines, client)
+    for a, b in zip(starts, starts[1:] + [len(lines)]):
+        assert_warm_reuse(lines[a:b], f"{client} conversation from request {a}")
 
 
 @pytest.mark.parametrize("session", models(), indirect=True)
 def test_claude_code(clis, session):
     s = session
     events = []
-    for i in range(MAX_RUNS):
-        events += run_claude(s, CLAUDE_PROMPTS[i], i > 0, lambda new: enough(s, claude_rounds(events + new)))
-        rounds = claude_rounds(events)
-        if rounds >= WANT_ROUNDS:
-            break
-    assert_session(s, rounds, i + 1, "claude")
+
+    def run_one(i, cont):
+        events.extend(run_claude(s, CLAUDE_PROMPTS[i], cont, lambda new: enough(s, claude_rounds(events + new))))
+
+    rounds, runs, starts = drive(s, run_one, lambda: claude_rounds(events))
+    assert_session(s, rounds, runs, starts, "claude", claude_replies(events))
 
     # --continue after a restart: the conversation's prefix comes from disk.
     s.restart()
@@ -387,13 +428,14 @@ def codex_rounds(home):
 @pytest.mark.parametrize("session", models(), indirect=True)
 def test_codex(clis, session):
     s = session
-    rounds = 0
-    for i in range(MAX_RUNS):
-        r = A.run_until(A.codex_cmd(CODEX_PROMPTS[i], s.work, resume=i > 0), A.codex_env(s.home, s.server.url),
+    outputs = []
+
+    def run_one(i, cont):
+        r = A.run_until(A.codex_cmd(CODEX_PROMPTS[i], s.work, resume=cont), A.codex_env(s.home, s.server.url),
                         s.work, lambda out: enough(s, codex_rounds(s.home)), timeout=RUN_TIMEOUT)
         ok = r.stopped or (r.returncode == 0 and '"type":"turn.failed"' not in r.stdout)
         check_cli_outcome(ok, f"codex (exit {r.returncode})", r.stdout + r.stderr)
-        rounds = codex_rounds(s.home)
-        if rounds >= WANT_ROUNDS:
-            break
-    assert_session(s, rounds, i + 1, "codex")
+        outputs.append(r.stdout[-400:])
+
+    rounds, runs, starts = drive(s, run_one, lambda: codex_rounds(s.home))
+    assert_session(s, rounds, runs, starts, "codex", outputs)
