@@ -198,11 +198,20 @@ def cell(s):
 
 
 def llama_version(args):
+    """The VERSION file the project's peer build writes beside llama-bench,
+    else what llama-bench says of itself (a build from a source
+    distribution has no git: its build number and commit may be unknown)."""
     vf = os.path.join(os.path.dirname(args.llama_bench), "VERSION")
     try:
         with open(vf) as f:
             return f.readline().strip()
     except OSError:
+        pass
+    try:
+        p = subprocess.run([args.llama_bench, "--version"], capture_output=True, text=True, timeout=30)
+        lines = (p.stdout + p.stderr).strip().splitlines()
+        return lines[0].removeprefix("version: ") if lines else "?"
+    except (OSError, subprocess.SubprocessError):
         return "?"
 
 
