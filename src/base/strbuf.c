@@ -7,10 +7,7 @@
 #include "base/mem.h"
 
 void strbuf_add(strbuf *b, const char *data, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        b->cap = (b->len + n + 1) * 2;
-        b->s = xrealloc(b->s, b->cap);
-    }
+    XGROW(b->s, b->cap, b->len + n + 1, 64);
     if (n) memcpy(b->s + b->len, data, n);
     b->len += n;
     b->s[b->len] = 0;

@@ -219,10 +219,7 @@ typedef struct heap {
 } heap;
 
 static void heap_push(heap *hp, double score, const cache_hash *h) {
-    if (hp->n == hp->cap) {
-        hp->cap = hp->cap ? hp->cap * 2 : 64;
-        hp->a = xrealloc(hp->a, hp->cap * sizeof(hitem));
-    }
+    XGROW(hp->a, hp->cap, hp->n + 1, 64);
     size_t i = hp->n++;
     while (i && hp->a[(i - 1) / 2].score > score) {
         hp->a[i] = hp->a[(i - 1) / 2];

@@ -111,10 +111,7 @@ static long snap_find(const disk_store *d, const cache_hash *key) {
 void disk__snap_note(disk_store *d, const cache_hash *key, const cache_hash *boundary, uint32_t r, uint64_t bytes,
                      double keep_until) {
     if (snap_find(d, key) >= 0) return;
-    if (d->n_snaps == d->cap_snaps) {
-        d->cap_snaps = d->cap_snaps ? d->cap_snaps * 2 : 64;
-        d->snaps = xrealloc(d->snaps, d->cap_snaps * sizeof *d->snaps);
-    }
+    XGROW(d->snaps, d->cap_snaps, d->n_snaps + 1, 64);
     d->snaps[d->n_snaps++] = (dsnap){*key, *boundary, r, bytes, keep_until};
     d->st.bytes += bytes;
     d->st.snap_files++;

@@ -60,10 +60,7 @@ int snap_under(snap_table *t, const cache_hash *boundary, snap_entry **out, int 
 snap_entry *snap_add(snap_table *t, const cache_hash *key, const cache_hash *boundary, int r, int pos) {
     snap_entry *e = snap_find(t, key);
     if (e) return e;
-    if (t->n == t->cap) {
-        t->cap = t->cap ? t->cap * 2 : 16;
-        t->e = xrealloc(t->e, (size_t)t->cap * sizeof *t->e);
-    }
+    XGROW(t->e, t->cap, t->n + 1, 16);
     e = xcalloc(1, sizeof *e);
     e->key = *key;
     e->boundary = *boundary;

@@ -165,10 +165,7 @@ static const cache_hash *chain_prev(const store_seq *q, int i) { return i ? &q->
 static const cache_hash *chain_at(cache_store *st, store_seq *q, const int32_t *tokens, int i) {
     int B = st->kv->block_tokens;
     while (q->n_chain <= i) {
-        if (q->n_chain == q->cap_chain) {
-            q->cap_chain = q->cap_chain ? q->cap_chain * 2 : 64;
-            q->chain = xrealloc(q->chain, (size_t)q->cap_chain * sizeof *q->chain);
-        }
+        XGROW(q->chain, q->cap_chain, q->n_chain + 1, 64);
         cache_hash_block(&q->chain[q->n_chain], chain_prev(q, q->n_chain), tokens + (size_t)q->n_chain * B, B);
         q->n_chain++;
         q->n_hashes++;
@@ -524,10 +521,7 @@ typedef struct pins {
 } pins;
 
 static void pin(kv_pool *kv, pins *p, int b) {
-    if (p->n == p->cap) {
-        p->cap = p->cap ? 2 * p->cap : 16;
-        p->b = xrealloc(p->b, (size_t)p->cap * sizeof(int));
-    }
+    XGROW(p->b, p->cap, p->n + 1, 16);
     kv_block_pin(kv, p->b[p->n++] = b);
 }
 

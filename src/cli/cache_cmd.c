@@ -34,10 +34,7 @@ typedef struct blist {
 
 static void collect(void *ctx, const disk_block_info *b) {
     blist *l = ctx;
-    if (l->n == l->cap) {
-        l->cap = l->cap ? l->cap * 2 : 256;
-        l->b = xrealloc(l->b, l->cap * sizeof *l->b);
-    }
+    XGROW(l->b, l->cap, l->n + 1, 256);
     l->b[l->n++] = *b;
 }
 

@@ -74,7 +74,7 @@ static int read_tokens(const ppl_opts *o, engine *e, int32_t **ids, size_t *n, s
     char *text = NULL;
     size_t len = 0, cap = 0, r;
     do {
-        if (len + 65536 > cap) text = xrealloc(text, cap = (cap + 65536) * 2);
+        XGROW(text, cap, len + 65536, 131072);
         r = fread(text + len, 1, 65536, f);
         len += r;
     } while (r > 0);

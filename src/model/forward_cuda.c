@@ -71,10 +71,7 @@ struct fwdc {
 static void *dev_alloc(fwdc *c, size_t bytes, strata_err *err) {
     void *p = cuda_alloc(bytes, err);
     if (!p) return NULL;
-    if (c->n_allocs == c->cap_allocs) {
-        c->cap_allocs = c->cap_allocs ? 2 * c->cap_allocs : 64;
-        c->allocs = xrealloc(c->allocs, (size_t)c->cap_allocs * sizeof(void *));
-    }
+    XGROW(c->allocs, c->cap_allocs, c->n_allocs + 1, 64);
     c->allocs[c->n_allocs++] = p;
     return p;
 }

@@ -353,11 +353,7 @@ void kv_seq_release(kv_pool *p, kv_seq *s) {
 }
 
 static void table_grow(kv_seq *s, int need) {
-    if (need <= s->n_alloc) return;
-    int cap = s->n_alloc ? s->n_alloc : 8;
-    while (cap < need) cap *= 2;
-    s->blocks = xrealloc(s->blocks, (size_t)cap * sizeof(int));
-    s->n_alloc = cap;
+    XGROW(s->blocks, s->n_alloc, need, 8);
 }
 
 /* The block that positions from s->n_pos on will write into, if shared,

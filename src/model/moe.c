@@ -261,10 +261,7 @@ static int make_items(fwd_ctx *c, moe_job *j, int n_w, int n_expert) {
         per = (per + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
         if (per < 4 * ROW_ALIGN) per = 4 * ROW_ALIGN;
         int chunks = (int)((rows + per - 1) / per), need = n + chunks * n_expert;
-        if (need > x->items_cap) {
-            x->items_cap = need * 2;
-            x->items = xrealloc(x->items, (size_t)x->items_cap * sizeof(moe_item));
-        }
+        XGROW(x->items, x->items_cap, need, 256);
         for (int e = 0; e < n_expert; e++) {
             if (j->first[e + 1] == j->first[e]) continue;
             for (long r0 = 0; r0 < rows; r0 += per)

@@ -106,10 +106,7 @@ void sample_accept(sampler *s, int32_t token) {
         memmove(s->hist, s->hist + s->n_hist - last_n, (size_t)last_n * sizeof *s->hist);
         s->n_hist = (size_t)last_n;
     }
-    if (s->n_hist == s->cap_hist) {
-        s->cap_hist = s->cap_hist ? 2 * s->cap_hist : 64;
-        s->hist = xrealloc(s->hist, s->cap_hist * sizeof *s->hist);
-    }
+    XGROW(s->hist, s->cap_hist, s->n_hist + 1, 64);
     s->hist[s->n_hist++] = token;
 }
 

@@ -150,10 +150,7 @@ static int append_body(const http_server *s, conn_state *st, const char *data, s
         st->too_large = 1;
         return 0;
     }
-    if (st->len + n + 1 > st->cap) {
-        st->cap = (st->len + n + 1) * 2;
-        st->body = xrealloc(st->body, st->cap);
-    }
+    XGROW(st->body, st->cap, st->len + n + 1, 4096);
     memcpy(st->body + st->len, data, n);
     st->len += n;
     st->body[st->len] = 0;

@@ -115,10 +115,7 @@ typedef struct wbuf {
 } wbuf;
 
 static void put(wbuf *b, const void *data, size_t n) {
-    if (b->len + n > b->cap) {
-        b->cap = (b->len + n) * 2;
-        b->p = xrealloc(b->p, b->cap);
-    }
+    XGROW(b->p, b->cap, b->len + n, 256);
     memcpy(b->p + b->len, data, n);
     b->len += n;
 }

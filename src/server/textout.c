@@ -41,10 +41,7 @@ static int find_stop(textout *t, size_t old_len) {
 
 int textout_append(textout *t, const char *piece, size_t n) {
     if (t->stopped) return 1;
-    if (t->len + n + 1 > t->cap) {
-        t->cap = (t->len + n + 1) * 2;
-        t->buf = xrealloc(t->buf, t->cap);
-    }
+    XGROW(t->buf, t->cap, t->len + n + 1, 256);
     size_t old = t->len;
     memcpy(t->buf + t->len, piece, n);
     t->len += n;

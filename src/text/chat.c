@@ -17,10 +17,7 @@ void chat_prompt_add(chat_prompt *p, const char *text, size_t len, int special) 
         last->text[last->len] = 0;
         return;
     }
-    if (p->n == p->cap) {
-        p->cap = p->cap ? p->cap * 2 : 16;
-        p->segs = xrealloc(p->segs, (size_t)p->cap * sizeof(chat_seg));
-    }
+    XGROW(p->segs, p->cap, p->n + 1, 16);
     chat_seg *s = &p->segs[p->n++];
     s->text = xmalloc(len + 1);
     memcpy(s->text, text, len);
@@ -138,10 +135,7 @@ int chat_tokenize_at(const tokenizer *t, const chat_prompt *p, int add_bos, int3
         size_t skip = (len == 1 && add_bos && ns && seg[0] == out[0]) ? 1 : 0; /* template wrote BOS */
         walk_segment(&w, t, &p->segs[i], off, seg, ns, skip, len);
         off += (long)p->segs[i].len;
-        if (len + ns > cap) {
-            cap = (len + ns) * 2;
-            out = xrealloc(out, cap * sizeof(int32_t));
-        }
+        XGROW(out, cap, len + ns, 256);
         memcpy(out + len, seg + skip, (ns - skip) * sizeof(int32_t));
         len += ns - skip;
         free(seg);

@@ -336,7 +336,7 @@ static void vocab_read_texts(json_vocab *v, const tokenizer *t) {
     for (int32_t id = 0; id < v->n_vocab; id++) {
         int len = tok_piece(t, id, 0, NULL, 0);
         if (len < 0 || len > MAX_TOKEN_BYTES) len = 0;
-        while (used + (size_t)len > cap) v->text = xrealloc(v->text, cap *= 2);
+        XGROW(v->text, cap, used + (size_t)len, cap);
         if (len) tok_piece(t, id, 0, (char *)v->text + used, (size_t)len);
         v->off[id] = (uint32_t)used;
         used += (size_t)len;

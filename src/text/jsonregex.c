@@ -65,19 +65,13 @@ static int perr(rparse *r, int code, const char *fmt, ...) {
 }
 
 static int rnode_new(rparse *r, int kind, int a, int b) {
-    if (r->n_node == r->cap_node) {
-        r->cap_node = r->cap_node ? r->cap_node * 2 : 64;
-        r->node = xrealloc(r->node, (size_t)r->cap_node * sizeof *r->node);
-    }
+    XGROW(r->node, r->cap_node, r->n_node + 1, 64);
     r->node[r->n_node] = (rnode){.kind = kind, .a = a, .b = b, .first = r->n_range};
     return r->n_node++;
 }
 
 static void range_add(rparse *r, uint32_t lo, uint32_t hi) {
-    if (r->n_range == r->cap_range) {
-        r->cap_range = r->cap_range ? r->cap_range * 2 : 64;
-        r->range = xrealloc(r->range, (size_t)r->cap_range * sizeof *r->range);
-    }
+    XGROW(r->range, r->cap_range, r->n_range + 1, 64);
     r->range[r->n_range++] = (rrange){lo, hi};
 }
 
@@ -375,10 +369,7 @@ static int nst_new(nfa *a, int kind, int lo, int hi) {
         a->err = 1;
         return 0;
     }
-    if (a->n == a->cap) {
-        a->cap = a->cap ? a->cap * 2 : 256;
-        a->st = xrealloc(a->st, (size_t)a->cap * sizeof *a->st);
-    }
+    XGROW(a->st, a->cap, a->n + 1, 256);
     a->st[a->n] = (nst){.kind = (uint8_t)kind, .lo = (uint8_t)lo, .hi = (uint8_t)hi, .out = -1, .out2 = -1};
     return a->n++;
 }

@@ -79,7 +79,7 @@ static int node_new(cctx *c, int kind) {
     if (s->n_nodes >= JSON_SCHEMA_MAX_NODES)
         return fail(c, "schema too large: more than %d nodes", JSON_SCHEMA_MAX_NODES);
     if (s->n_nodes == c->cap_nodes) {
-        c->cap_nodes = c->cap_nodes ? c->cap_nodes * 2 : 64;
+        c->cap_nodes = mem_grown_cap(c->cap_nodes, s->n_nodes + 1, 64);
         s->node = xrealloc(s->node, (size_t)c->cap_nodes * sizeof *s->node);
         c->enum_vals = xrealloc(c->enum_vals, (size_t)c->cap_nodes * sizeof *c->enum_vals);
     }
@@ -101,10 +101,7 @@ static int trie_new(cctx *c, uint8_t byte) {
     json_schema *s = c->s;
     if (s->n_trie >= JSON_SCHEMA_MAX_TRIE)
         return fail(c, "schema too large: property names and enum values over %d bytes", JSON_SCHEMA_MAX_TRIE);
-    if (s->n_trie == c->cap_trie) {
-        c->cap_trie = c->cap_trie ? c->cap_trie * 2 : 256;
-        s->trie = xrealloc(s->trie, (size_t)c->cap_trie * sizeof *s->trie);
-    }
+    XGROW(s->trie, c->cap_trie, s->n_trie + 1, 256);
     s->trie[s->n_trie] = (js_trie){.child = -1, .next = -1, .term = -1, .byte = byte};
     return s->n_trie++;
 }
@@ -139,7 +136,7 @@ static int trie_add_value(cctx *c, int32_t root, const json_t *v, int term) {
 static int prop_new(cctx *c, const char *name) {
     json_schema *s = c->s;
     if (s->n_prop == c->cap_prop) {
-        c->cap_prop = c->cap_prop ? c->cap_prop * 2 : 64;
+        c->cap_prop = mem_grown_cap(c->cap_prop, s->n_prop + 1, 64);
         s->prop = xrealloc(s->prop, (size_t)c->cap_prop * sizeof *s->prop);
         s->prop_name = xrealloc(s->prop_name, (size_t)c->cap_prop * sizeof *s->prop_name);
     }
@@ -151,7 +148,7 @@ static int prop_new(cctx *c, const char *name) {
 static void disc_add(cctx *c, uint16_t branch, uint16_t prop) {
     json_schema *s = c->s;
     if (s->n_disc == c->cap_disc) {
-        c->cap_disc = c->cap_disc ? c->cap_disc * 2 : 16;
+        c->cap_disc = mem_grown_cap(c->cap_disc, s->n_disc + 1, 16);
         s->disc_branch = xrealloc(s->disc_branch, (size_t)c->cap_disc * sizeof(uint16_t));
         s->disc_prop = xrealloc(s->disc_prop, (size_t)c->cap_disc * sizeof(uint16_t));
     }
@@ -161,20 +158,14 @@ static void disc_add(cctx *c, uint16_t branch, uint16_t prop) {
 
 static int str_new(cctx *c, js_str v) {
     json_schema *s = c->s;
-    if (s->n_str == c->cap_str) {
-        c->cap_str = c->cap_str ? c->cap_str * 2 : 16;
-        s->str = xrealloc(s->str, (size_t)c->cap_str * sizeof *s->str);
-    }
+    XGROW(s->str, c->cap_str, s->n_str + 1, 16);
     s->str[s->n_str] = v;
     return s->n_str++;
 }
 
 static int dfa_add(cctx *c, jre_dfa d) {
     json_schema *s = c->s;
-    if (s->n_dfa == c->cap_dfa) {
-        c->cap_dfa = c->cap_dfa ? c->cap_dfa * 2 : 8;
-        s->dfa = xrealloc(s->dfa, (size_t)c->cap_dfa * sizeof *s->dfa);
-    }
+    XGROW(s->dfa, c->cap_dfa, s->n_dfa + 1, 8);
     s->dfa[s->n_dfa] = d;
     return s->n_dfa++;
 }
@@ -296,7 +287,7 @@ static int compile_ref(cctx *c, const json_t *sch, const char *path) {
     int r = node_new(c, JS_REF);
     if (r < 0) return -1;
     if (c->n_memo == c->cap_memo) {
-        c->cap_memo = c->cap_memo ? c->cap_memo * 2 : 16;
+        c->cap_memo = mem_grown_cap(c->cap_memo, c->n_memo + 1, 16);
         c->memo = xrealloc(c->memo, (size_t)c->cap_memo * sizeof *c->memo);
         c->memo_node = xrealloc(c->memo_node, (size_t)c->cap_memo * sizeof *c->memo_node);
     }

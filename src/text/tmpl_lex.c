@@ -57,7 +57,7 @@ static int lex_fail(lexer *L, size_t off, const char *what)
 static ttok *push(lexer *L, int kind, size_t off, const char *p, size_t len)
 {
     if (L->ntoks == L->cap) {
-        size_t nc = L->cap ? L->cap * 2 : 256;
+        size_t nc = mem_grown_cap(L->cap, L->cap + 1, 256);
         ttok *nt = ta_alloc(L->ar, nc * sizeof *nt);
         if (L->ntoks) memcpy(nt, L->toks, L->ntoks * sizeof *nt);
         L->toks = nt;

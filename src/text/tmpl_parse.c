@@ -119,7 +119,7 @@ typedef struct nvec {
 static void nv_push(parser *P, nvec *a, tnode *x)
 {
     if (a->n == a->cap) {
-        size_t nc = a->cap ? a->cap * 2 : 4;
+        size_t nc = mem_grown_cap(a->cap, a->cap + 1, 4);
         tnode **nv = ta_alloc(P->ar, nc * sizeof *nv);
         if (a->n) memcpy(nv, a->v, a->n * sizeof *nv);
         a->v = nv;

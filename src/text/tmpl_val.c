@@ -128,7 +128,7 @@ tval tv_dict(trender *r, size_t cap)
 void tl_push(trender *r, tlist *l, tval v)
 {
     if (l->n == l->cap) {
-        size_t nc = l->cap ? l->cap * 2 : 8;
+        size_t nc = mem_grown_cap(l->cap, l->cap + 1, 8);
         tval *nv = tr_alloc(r, nc * sizeof *nv);
         if (l->n) memcpy(nv, l->v, l->n * sizeof *nv);
         l->v = nv;
@@ -158,7 +158,7 @@ void td_set(trender *r, tdict *d, tval key, tval val)
         return;
     }
     if (d->n == d->cap) {
-        size_t nc = d->cap ? d->cap * 2 : 8;
+        size_t nc = mem_grown_cap(d->cap, d->cap + 1, 8);
         tval *nk = tr_alloc(r, nc * sizeof *nk), *nv = tr_alloc(r, nc * sizeof *nv);
         if (d->n) {
             memcpy(nk, d->k, d->n * sizeof *nk);
@@ -384,8 +384,7 @@ void tsb_add(trender *r, tsb *b, const char *p, size_t len, int lit)
 {
     if (!len) return;
     if (b->len + len + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap * 2 : 64;
-        while (nc < b->len + len + 1) nc *= 2;
+        size_t nc = mem_grown_cap(b->cap, b->len + len + 1, 64);
         char *np = tr_alloc(r, nc);
         if (b->len) memcpy(np, b->p, b->len);
         b->p = np;
@@ -399,7 +398,7 @@ void tsb_add(trender *r, tsb *b, const char *p, size_t len, int lit)
         return;
     }
     if (b->nruns == b->rcap) {
-        size_t nc = b->rcap ? b->rcap * 2 : 4;
+        size_t nc = mem_grown_cap(b->rcap, b->rcap + 1, 4);
         trun *nr = tr_alloc(r, nc * sizeof *nr);
         if (b->nruns) memcpy(nr, b->runs, b->nruns * sizeof *nr);
         b->runs = nr;

@@ -60,7 +60,7 @@ char *bpe_decode_text(const tokenizer *t, const char *text, size_t len, size_t *
         } else { /* llama.cpp writes the unmappable code point out like this */
             char u[4], hex[16];
             size_t k = utf8_put(u, cp), need = n + 16 + 2 * k + len;
-            if (need > cap) o = xrealloc(o, cap = need * 2);
+            XGROW(o, cap, need, 64);
             n += (size_t)sprintf(o + n, "[UNK_BYTE_0x");
             for (size_t j = 0; j < k; j++) {
                 snprintf(hex, sizeof hex, "%02x", (unsigned char)u[j]);
@@ -71,7 +71,7 @@ char *bpe_decode_text(const tokenizer *t, const char *text, size_t len, size_t *
             n += len;
             o[n++] = ']';
         }
-        if (n + 8 > cap) o = xrealloc(o, cap *= 2);
+        XGROW(o, cap, n + 8, 64);
         i += used;
     }
     *out_len = n;

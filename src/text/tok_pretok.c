@@ -179,10 +179,7 @@ int pretok_new(tok_pretok **out, const char *name, int *ignore_merges, strata_er
 }
 
 static void span_push(uint32_t **v, size_t *n, size_t *cap, size_t off, size_t len) {
-    if (*n + 2 > *cap) {
-        *cap = *cap ? *cap * 2 : 256;
-        *v = xrealloc(*v, *cap * sizeof **v);
-    }
+    XGROW(*v, *cap, *n + 2, 256);
     (*v)[(*n)++] = (uint32_t)off;
     (*v)[(*n)++] = (uint32_t)len;
 }

@@ -233,10 +233,7 @@ typedef struct frag_list {
 } frag_list;
 
 static void frag_push(frag_list *l, size_t off, size_t len, int32_t id) {
-    if (l->n == l->cap) {
-        l->cap = l->cap ? l->cap * 2 : 16;
-        l->v = xrealloc(l->v, l->cap * sizeof *l->v);
-    }
+    XGROW(l->v, l->cap, l->n + 1, 16);
     l->v[l->n++] = (tok_frag){off, len, id};
 }
 

@@ -82,12 +82,7 @@ static int32_t append(tok_strtab *s, const char *p, size_t n) {
         s->off = xrealloc(s->off, (size_t)s->cap * sizeof *s->off);
         s->len = xrealloc(s->len, (size_t)s->cap * sizeof *s->len);
     }
-    if (s->pool_len + n + 1 > s->pool_cap) {
-        size_t cap = s->pool_cap ? s->pool_cap : 4096;
-        while (cap < s->pool_len + n + 1) cap *= 2;
-        s->pool = xrealloc(s->pool, cap);
-        s->pool_cap = cap;
-    }
+    XGROW(s->pool, s->pool_cap, s->pool_len + n + 1, 4096);
     memcpy(s->pool + s->pool_len, p, n);
     s->pool[s->pool_len + n] = '\0';
     s->off[s->n] = (uint32_t)s->pool_len;
@@ -116,10 +111,7 @@ int32_t strtab_intern(tok_strtab *s, const char *p, size_t n, int *added) {
 /* ---- small buffers ---------------------------------------------------------- */
 
 void ids_push(tok_ids *o, int32_t id) {
-    if (o->n == o->cap) {
-        o->cap = o->cap ? o->cap * 2 : 64;
-        o->v = xrealloc(o->v, o->cap * sizeof *o->v);
-    }
+    XGROW(o->v, o->cap, o->n + 1, 64);
     o->v[o->n++] = id;
 }
 
@@ -130,10 +122,7 @@ void scratch_text_reserve(tok_scratch *s, size_t n) {
 }
 
 tok_sym *scratch_syms(tok_scratch *s, size_t n) {
-    if (n > s->cap_syms) {
-        s->cap_syms = n > 64 ? n * 2 : 128;
-        s->syms = xrealloc(s->syms, s->cap_syms * sizeof *s->syms);
-    }
+    XGROW(s->syms, s->cap_syms, n, 128);
     s->n_syms = n;
     return s->syms;
 }
@@ -143,10 +132,7 @@ tok_sym *scratch_syms(tok_scratch *s, size_t n) {
  * finding and removing it (and is what llama.cpp does, so ties resolve
  * the same way). */
 void heap_push(tok_scratch *s, const tok_pair *p, pair_better better) {
-    if (s->n_heap == s->cap_heap) {
-        s->cap_heap = s->cap_heap ? s->cap_heap * 2 : 128;
-        s->heap = xrealloc(s->heap, s->cap_heap * sizeof *s->heap);
-    }
+    XGROW(s->heap, s->cap_heap, s->n_heap + 1, 128);
     size_t i = s->n_heap++;
     while (i > 0) { /* sift up */
         size_t parent = (i - 1) / 2;

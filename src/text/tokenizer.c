@@ -172,10 +172,7 @@ static void build_pieces(tokenizer *t) {
     for (int32_t i = 0; i < t->n_vocab; i++) {
         size_t n;
         char *p = make_piece(t, i, &n);
-        if (used + n > cap) {
-            while (used + n > cap) cap *= 2;
-            t->pieces = xrealloc(t->pieces, cap);
-        }
+        XGROW(t->pieces, cap, used + n, cap);
         if (n) memcpy(t->pieces + used, p, n);
         t->piece_off[i] = (uint32_t)used;
         t->piece_len[i] = (uint32_t)n;

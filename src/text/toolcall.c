@@ -173,10 +173,7 @@ static void ev_push(tc_parser *p, tc_event_kind kind, int index, const char *s, 
         last->len += n;
         return;
     }
-    if (p->n_recs == p->cap_recs) {
-        p->cap_recs = p->cap_recs ? p->cap_recs * 2 : 16;
-        p->recs = xrealloc(p->recs, (size_t)p->cap_recs * sizeof *p->recs);
-    }
+    XGROW(p->recs, p->cap_recs, p->n_recs + 1, 16);
     p->recs[p->n_recs++] = (ev_rec){kind, index, p->evtext.len, n};
     tc_buf_add(&p->evtext, s, n);
 }
@@ -288,7 +285,7 @@ static int args_from_string(tc_parser *p, const char *raw, size_t n) {
 
 static void store_call(tc_parser *p) {
     if (p->n_calls == p->cap_calls) {
-        p->cap_calls = p->cap_calls ? p->cap_calls * 2 : 4;
+        p->cap_calls = mem_grown_cap(p->cap_calls, p->n_calls + 1, 4);
         p->names = xrealloc(p->names, (size_t)p->cap_calls * sizeof *p->names);
         p->argv = xrealloc(p->argv, (size_t)p->cap_calls * sizeof *p->argv);
     }

@@ -16,12 +16,7 @@
 /* ---- growable buffer ---- */
 
 void tc_buf_add(tc_buf *b, const void *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 64;
-        while (cap < b->len + n + 1) cap *= 2;
-        b->p = xrealloc(b->p, cap);
-        b->cap = cap;
-    }
+    XGROW(b->p, b->cap, b->len + n + 1, 64);
     if (n) memcpy(b->p + b->len, s, n);
     b->len += n;
     b->p[b->len] = '\0';
