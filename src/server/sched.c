@@ -410,6 +410,20 @@ static void publish_blocks(sched *s) {
     copy_cache_stats(s);
 }
 
+/* A request whose prompt is shared by later choices (sched_job.
+ * share_prompt) keeps the prompt's partial last block cached in the step
+ * that completes the prompt (its sequence then ends exactly there), so
+ * they attach all of it but the last token. Its own next write into
+ * that block copies it (a published block is frozen). */
+static void share_prompt_tails(sched *s) {
+    if (!s->store) return;
+    for (int i = 0; i < s->o.n_slots; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->req && sl->attached && sl->req->share_prompt && sl->seq.n_pos == sl->req->n_prompt)
+            store_keep_tail(s->store, &sl->q, sl->toks, &sl->seq);
+    }
+}
+
 /* Recurrent models: a sequence whose prefill just reached a position the
  * policy chose keeps its state there (the chunk was cut to end exactly
  * at it, so a position at the very end of the prompt fires too). */
@@ -459,6 +473,7 @@ static void step(sched *s) {
     sched__spec_rerun(s);
     snapshot_states(s);
     publish_blocks(s);
+    share_prompt_tails(s);
     for (int i = 0; i < s->o.n_slots; i++)
         if (s->slots[i].req && s->slots[i].row0 >= 0) emit(s, &s->slots[i]);
 }

@@ -82,6 +82,7 @@ int sched_submit(sched *s, const sched_job *job, sched_req **out, strata_err *er
     r->max_tokens = job->max_tokens;
     r->ignore_eos = job->ignore_eos;
     r->no_spec = job->no_speculative;
+    r->share_prompt = job->share_prompt;
     r->n_logprobs = job->n_logprobs > 20 ? 20 : job->n_logprobs;
     r->json_mode = job->json_mode || job->schema;
     r->schema = json_schema_ref(job->schema);
@@ -99,7 +100,7 @@ int sched_submit(sched *s, const sched_job *job, sched_req **out, strata_err *er
     /* Requests a free slot will take at the next step are not waiting:
      * only those beyond the free slots count against --queue (so that
      * --queue 0 means "no waiting", not "refuse everything"). */
-    if (s->n_queued - (s->o.n_slots - s->stats.active) >= s->o.queue_max) {
+    if (!job->later_choice && s->n_queued - (s->o.n_slots - s->stats.active) >= s->o.queue_max) {
         pthread_mutex_unlock(&s->mu);
         r->refs = 1;
         sched__req_unref_locked(r);
