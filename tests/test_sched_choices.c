@@ -6,7 +6,8 @@
  * whole blocks); under the same seed the later choice's tokens are the
  * first's (a cache hit is exact); and a later choice is queued even when
  * the queue is full (sched_job.later_choice), where any other job is
- * refused. On the tiny llama, blocks of 64 tokens. */
+ * refused. On the tiny llama and qwen35 (a recurrent state, resumed
+ * from a snapshot), blocks of 64 tokens. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,14 +28,14 @@ typedef struct fixture {
     int32_t prompt[N_PROMPT];
 } fixture;
 
-static void open_fixture(fixture *f, int n_slots) {
-    const char *path = test_data("models/llama-q4_1.gguf");
+static void open_fixture(fixture *f, const char *model, int n_slots) {
+    const char *path = test_data(model);
     engine_params ep = {.model_path = path, .n_threads = 2, .n_ctx = 2048, .block_tokens = 64, .max_batch = 64};
     strata_err err = {0};
     if (engine_open(&f->e, &ep, &err)) test_fail(__FILE__, __LINE__, "engine_open: %s", err.msg);
     f->tok = test_load_tokenizer(path);
     sched_opts so = {.n_slots = n_slots, .ctx_per_slot = 1024, .queue_max = 0, .chunk = 64, .prefix_cache = 1,
-                     .default_scope = {SCOPE_FULL, 0}};
+                     .default_scope = {SCOPE_FULL, 0}, .snap_budget_bytes = 64 << 20, .snap_every_blocks = 4};
     if (sched_new(&f->s, f->e, f->tok, &so, &err)) test_fail(__FILE__, __LINE__, "sched_new: %s", err.msg);
     for (int i = 0; i < N_PROMPT; i++) f->prompt[i] = 3 + (i * 53 + (i / 5) * 7) % 400;
 }
@@ -81,9 +82,9 @@ static void take(sched_req *r, int32_t *out, int n) {
 
 /* The prompt tokens a later choice got from the cache, submitted once the
  * first (shared or not) has its prompt in and while it still runs. */
-static int later_cached(int share, int32_t *first, int32_t *later) {
+static int later_cached(const char *model, int share, int32_t *first, int32_t *later) {
     fixture f;
-    open_fixture(&f, 2);
+    open_fixture(&f, model, 2);
     sched_job a = job_of(&f, LONG_RUN), b = job_of(&f, SHORT_RUN);
     a.share_prompt = share;
     b.later_choice = 1;
@@ -107,17 +108,27 @@ static int later_cached(int share, int32_t *first, int32_t *later) {
 
 TEST(sched_later_choice_attaches_the_whole_prompt) {
     int32_t first[SHORT_RUN], later[SHORT_RUN];
-    int shared = later_cached(1, first, later);
+    int shared = later_cached("models/llama-q4_1.gguf", 1, first, later);
     CHECK_EQ_INT(shared, N_PROMPT - 1);
     CHECK(memcmp(first, later, sizeof first) == 0); /* the same seed from the cache: the same tokens */
-    int plain = later_cached(0, first, later);
+    int plain = later_cached("models/llama-q4_1.gguf", 0, first, later);
     CHECK_EQ_INT(plain, 64); /* the whole block only: the tail is cached when the first ends */
+    CHECK(memcmp(first, later, sizeof first) == 0);
+}
+
+/* Recurrent layers resume only where a state snapshot is: the shared
+ * prompt's first choice keeps one at its last position but one. */
+TEST(sched_later_choice_resumes_a_recurrent_state) {
+    int32_t first[SHORT_RUN], later[SHORT_RUN];
+    CHECK_EQ_INT(later_cached("models/qwen35-f32.gguf", 1, first, later), N_PROMPT - 1);
+    CHECK(memcmp(first, later, sizeof first) == 0);
+    CHECK_EQ_INT(later_cached("models/qwen35-f32.gguf", 0, first, later), 0); /* no snapshot before the end */
     CHECK(memcmp(first, later, sizeof first) == 0);
 }
 
 TEST(sched_later_choice_is_queued_beyond_queue_max) {
     fixture f;
-    open_fixture(&f, 1);
+    open_fixture(&f, "models/llama-q4_1.gguf", 1);
     sched_job a = job_of(&f, LONG_RUN), other = job_of(&f, SHORT_RUN), b = job_of(&f, SHORT_RUN);
     b.later_choice = 1;
     sched_req *ra = submit(&f, &a), *rb, *ro;

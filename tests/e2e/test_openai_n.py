@@ -12,16 +12,8 @@ import openai
 import pytest
 
 from conftest import TINY_MODEL, Server
+from test_accept import traced  # noqa: F401 (a fixture: the tiny model, 2 slots, --trace)
 from test_tools import TIME, WEATHER
-
-
-@pytest.fixture(scope="module")
-def traced(tmp_path_factory):
-    trace = str(tmp_path_factory.mktemp("trace") / "trace.jsonl")
-    s = Server(TINY_MODEL, "--parallel", "4", "--ctx", "2048", "--trace", trace)
-    s.trace = trace
-    yield s
-    assert s.stop() == 0
 
 
 @pytest.fixture(scope="module")
