@@ -117,6 +117,40 @@ TEST(sample_is_function_of_seed_and_position) {
     sample_free(other);
 }
 
+/* The choices of one request (OpenAI n > 1) sample under seeds derived
+ * from the request's: the first is the request's own (so choice 0 is the
+ * n = 1 reply), the others are a fixed function of (seed, k), distinct,
+ * and draw apart from each other. */
+TEST(sample_choice_seeds) {
+    enum { N = 1000, K = 128 };
+    static float l[N];
+    random_logits(l, N, 5, 3.0f);
+    uint64_t seeds[K];
+    for (int k = 0; k < K; k++) seeds[k] = sample_choice_seed(0x5eed, k);
+    CHECK(seeds[0] == 0x5eed);
+    CHECK(sample_choice_seed(0, 0) == 0 && sample_choice_seed(~0ULL, 0) == ~0ULL);
+    int distinct = 1;
+    for (int a = 0; a < K; a++)
+        for (int b = a + 1; b < K; b++) distinct &= seeds[a] != seeds[b];
+    CHECK(distinct);
+    for (int k = 1; k < K; k++) CHECK(sample_choice_seed(0x5eed, k) == seeds[k]); /* the same request, the same seeds */
+    CHECK(sample_choice_seed(1, 1) != sample_choice_seed(2, 1));
+    sample_params p = params(1.0f, 0, 1.0f, 0.0f);
+    int32_t first[16];
+    for (int k = 0; k < 4; k++) {
+        p.seed = seeds[k];
+        sampler *s = sample_new(&p);
+        int same = 0;
+        for (int pos = 0; pos < 16; pos++) {
+            int32_t t = sample_next(s, l, N, pos);
+            if (k == 0) first[pos] = t;
+            else same += t == first[pos];
+        }
+        if (k) CHECK_MSG(same < 8, "choice %d drew %d of 16 tokens like choice 0", k, same);
+        sample_free(s);
+    }
+}
+
 TEST(sample_top_k1_is_greedy) {
     enum { N = 5000 };
     static float l[N];

@@ -667,6 +667,10 @@ static void keep_tail(cache_store *st, store_seq *q, const int32_t *tokens, cons
     write_through(st, &h, prev, t, n, s->blocks[bi]);
 }
 
+void store_keep_tail(cache_store *st, store_seq *q, const int32_t *tokens, const kv_seq *s) {
+    if (s->n_pos <= q->publish_limit) keep_tail(st, q, tokens, s);
+}
+
 /* The cached blocks of s that start before position end are kept at
  * least ttl_s from now, in every tier. */
 static void retain(cache_store *st, const kv_seq *s, int end, double ttl_s) {
@@ -700,7 +704,7 @@ void store_finish(cache_store *st, store_seq *q, const int32_t *tokens, const kv
         q->load = NULL;
         q->load_ms = clock_ms() - q->t_begin;
     }
-    if (keep && s->n_pos <= q->publish_limit) keep_tail(st, q, tokens, s);
+    if (keep) store_keep_tail(st, q, tokens, s);
     for (int i = 0; i < q->rq->n_marks; i++) {
         retain(st, s, q->rq->marks[i].end, q->rq->marks[i].ttl_s);
         retain_snaps(st, q, q->rq->marks[i].end, q->rq->marks[i].ttl_s);

@@ -132,6 +132,13 @@ void store_will_publish(const cache_store *st, const store_seq *q, int n_prompt,
  * publish limit not yet published; tokens: the sequence's tokens so far. */
 void store_publish(cache_store *st, store_seq *q, const int32_t *tokens, const kv_seq *s);
 
+/* Keeps s's partial last block as a tail now, while s still runs (within
+ * the request's scope, every full block before it published): another
+ * request with the same tokens attaches all of them (a later choice of an
+ * OpenAI request with n > 1, attaching its prompt). A tail is published,
+ * so s's next write into that block copies it first (kv.h). */
+void store_keep_tail(cache_store *st, store_seq *q, const int32_t *tokens, const kv_seq *s);
+
 /* Ends the walk: a read in flight is waited for and dropped; with
  * keep_tail (its KV is complete) the partial last block stays as a tail
  * if it lies within the scope; the request's retention marks apply.

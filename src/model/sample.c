@@ -71,6 +71,12 @@ static double rng_at(uint64_t seed, uint64_t pos) {
     return rng_uniform(st);
 }
 
+uint64_t sample_choice_seed(uint64_t seed, int k) {
+    if (k == 0) return seed;
+    uint64_t x = seed + (uint64_t)(k - 1) * 0x9e3779b97f4a7c15ULL; /* splitmix64 adds the constant once more */
+    return splitmix64(&x);
+}
+
 /* ---- lifecycle ---- */
 
 sample_params sample_params_default(void) {

@@ -53,6 +53,13 @@ typedef struct sampler sampler;
  * seed 0. Callers overwrite what the request sets. */
 sample_params sample_params_default(void);
 
+/* The seed of sample k of several independent ones from one request (an
+ * OpenAI request's choices, n > 1): seed itself for k = 0 (the first is
+ * the request with n = 1), else splitmix64 of seed + k * 2^64/phi, a
+ * fixed function of (seed, k), so the same request gives the same
+ * choices again. */
+uint64_t sample_choice_seed(uint64_t seed, int k);
+
 sampler *sample_new(const sample_params *p);
 void sample_free(sampler *s); /* NULL is fine */
 

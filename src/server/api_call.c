@@ -14,14 +14,25 @@
 
 api_call *api_call_of(api_stream *st) { return (api_call *)((char *)st - offsetof(api_call, st)); }
 
-const char *api_call_id(api_call *c, int index, const char *prefix) {
-    if (index < 0 || index >= API_MAX_CALLS) {
-        snprintf(c->overflow_id, sizeof c->overflow_id, "%soverflow", prefix);
-        return c->overflow_id;
-    }
-    if (!c->call_ids[index][0]) make_id(c->call_ids[index], sizeof c->call_ids[index], prefix);
-    return c->call_ids[index];
+gen *api_call_gen(api_call *c, int k) { return k > 0 ? &c->more[k - 1].g : &c->g; }
+
+int api_call_tokens(const api_call *c) {
+    int n = c->g.n_tokens;
+    for (int k = 1; c->more && k < c->n_choices; k++) n += c->more[k - 1].g.n_tokens;
+    return n;
 }
+
+const char *api_call_choice_id(api_call *c, int k, int index, const char *prefix) {
+    api_ids *ids = k > 0 ? &c->more[k - 1].ids : &c->ids;
+    if (index < 0 || index >= API_MAX_CALLS) {
+        snprintf(ids->overflow, sizeof ids->overflow, "%soverflow", prefix);
+        return ids->overflow;
+    }
+    if (!ids->call[index][0]) make_id(ids->call[index], sizeof ids->call[index], prefix);
+    return ids->call[index];
+}
+
+const char *api_call_id(api_call *c, int index, const char *prefix) { return api_call_choice_id(c, 0, index, prefix); }
 
 static double per_s(double n, double ms) { return ms > 0 ? n * 1000.0 / ms : 0; }
 
@@ -38,18 +49,25 @@ static void log_request(const api_call *c) {
     const char *finish = g->done ? gen_finish_word(g) : "cancelled"; /* the client left before the end */
     double prefill_ms = g->t_first ? g->t_first - g->t_start : 0;
     double end = g->t_done ? g->t_done : clock_ms(); /* a cancelled request stops at its cancel */
+    for (int k = 1; c->more && k < c->n_choices; k++) /* the last choice to end */
+        end = c->more[k - 1].g.t_done > end ? c->more[k - 1].g.t_done : end;
     double decode_ms = g->t_first ? end - g->t_first : 0;
+    int n = api_call_tokens(c), n_choices = c->more ? c->n_choices : 1; /* every choice's tokens, decoded together */
+    char choices[24] = "";
+    if (n_choices > 1) snprintf(choices, sizeof choices, " choices=%d", n_choices);
     log_info("request %s %s status=%d prompt=%d cached=%d live=%d disk=%d prefilled=%d generated=%d "
-             "prefill_tok_s=%.1f decode_tok_s=%.1f finish=%s%s%s%s",
+             "prefill_tok_s=%.1f decode_tok_s=%.1f finish=%s%s%s%s%s",
              c->method, c->path, c->status, st->n_prompt, st->n_cached, st->n_cached - st->n_cached_disk,
-             st->n_cached_disk, prefilled, g->n_tokens, per_s(prefilled, prefill_ms),
-             per_s(g->n_tokens > 1 ? g->n_tokens - 1 : 0, decode_ms), finish,
-             c->ignored.n ? " ignored=\"" : "", ignored_text(&c->ignored), c->ignored.n ? "\"" : "");
+             st->n_cached_disk, prefilled, n, per_s(prefilled, prefill_ms),
+             per_s(n > n_choices ? n - n_choices : 0, decode_ms), finish, choices, c->ignored.n ? " ignored=\"" : "",
+             ignored_text(&c->ignored), c->ignored.n ? "\"" : "");
 }
 
 static void call_free(api_call *c) {
     log_request(c);
     gen_end(&c->g);
+    for (int k = 1; c->more && k < c->n_choices; k++) gen_end(&c->more[k - 1].g); /* each cancelled, if running */
+    free(c->more);
     free(c->prefix);
     free(c->msg_ends);
     json_decref(c->ui_prompt);
@@ -150,12 +168,13 @@ static void conversation_name(api_call *c, const http_req *req) {
     snprintf(c->conv_from, sizeof c->conv_from, "%s", from);
 }
 
-/* Opens the request's record in the server's ring (the scheduler closes
- * it): who, which conversation, the prompt's facts. */
-static void record_open(api_call *c) {
+/* Opens the record of the request's choice k in the server's ring (the
+ * scheduler closes it; each choice has one, "choice": k when there are
+ * several): who, which conversation, the prompt's facts. Its id, or 0. */
+static long record_open(api_call *c, int k) {
     server *s = c->srv;
     char tenant[16] = "";
-    if (!s->recent) return;
+    if (!s->recent) return 0;
     if (c->gp.tenant) server_tenant_id(s, c->gp.tenant, tenant, sizeof tenant);
     json_t *rec = json_pack("{s:f,s:I,s:s,s:i,s:s,s:i}", "time", clock_wall_s(), "boot", (json_int_t)s->boot_id,
                             "api", c->path, "prompt_tokens", c->n_prompt, "finish", "running", "stream", c->stream);
@@ -163,7 +182,13 @@ static void record_open(api_call *c) {
         json_object_set_new(rec, "conversation",
                             json_pack("{s:o,s:s}", "key", json_text(c->conv, strlen(c->conv)), "from", c->conv_from));
     if (c->ui_prompt) json_object_update(rec, c->ui_prompt);
-    c->gp.recent_id = recent_open(s->recent, tenant[0] ? tenant : NULL, rec);
+    if (c->n_choices > 1) json_object_set_new(rec, "choice", json_integer(k));
+    return recent_open(s->recent, tenant[0] ? tenant : NULL, rec);
+}
+
+/* A record of a choice that never ran: the scheduler closes no record for it. */
+static void record_refused(api_call *c, long id, const strata_err *err) {
+    recent_close(c->srv->recent, id, json_pack("{s:s,s:s}", "finish", "refused", "error", err->msg), NULL);
 }
 
 int api_call_prompt(api_call *c, const json_t *messages, int32_t **ids, size_t *n, prompt_cache_info *ci, char *why,
@@ -215,6 +240,12 @@ json_t *api_call_cache_json(const api_call *c) {
                           st->n_cached - st->n_cached_disk - st->n_cached_redis - st->n_cached_ram, "disk_tokens",
                           st->n_cached_disk, "redis_tokens", st->n_cached_redis, "prefix_end",
                           position_json(c, st->n_cached));
+    if (c->more) { /* n > 1: each choice's prompt tokens from the cache (the later ones reuse the first's prompt) */
+        json_t *per = json_array();
+        for (int k = 0; k < c->n_choices; k++)
+            json_array_append_new(per, json_integer(k ? c->more[k - 1].g.st.n_cached : st->n_cached));
+        json_object_set_new(o, "choice_cached_tokens", per);
+    }
     if (st->n_cached_ram > 0) json_object_set_new(o, "ram_tokens", json_integer(st->n_cached_ram)); /* a GPU's RAM tier */
     if (c->diag.diverged) {
         json_t *fd = position_json(c, c->diag.first_diff);
@@ -267,6 +298,36 @@ static int tool_schema(api_call *c, strata_err *err) {
     return unenforced(c, *s, "tools", why, sizeof why) ? strata_errf(err, STRATA_EINVAL, "%s", why) : 0;
 }
 
+#define PREFILL_POLL_MS 200 /* how often a request waiting for its first choice's prompt checks for its client */
+
+/* n > 1: the choices after the first are submitted once the first has
+ * its prompt in and cached whole (its partial last block too:
+ * sched_job.share_prompt), so each attaches all of the prompt but its
+ * last token instead of prefilling it again (the prompt is prefilled
+ * once; usage counts it once). They belong to an admitted request, so
+ * they queue even beyond --queue (sched_job.later_choice), and run as
+ * slots free: one after another when --parallel is smaller than n.
+ * Choice k samples under sample_choice_seed(seed, k): choice 0 is the
+ * n = 1 reply, and the same request gives the same choices. */
+static int start_more(api_call *c, const http_req *req, const int32_t *ids, int n, strata_err *err) {
+    while (!gen_wait_prefilled(&c->g, PREFILL_POLL_MS))
+        if (http_client_gone(req)) return strata_errf(err, STRATA_EIO, "the client went away");
+    c->more = xcalloc((size_t)c->n_choices - 1, sizeof *c->more);
+    for (int k = 1; k < c->n_choices; k++) {
+        gen_params p = c->gp;
+        p.sampling.seed = sample_choice_seed(c->gp.sampling.seed, k);
+        p.share_prompt = 0;
+        p.later_choice = 1;
+        p.recent_id = record_open(c, k);
+        int rc = gen_start(&c->more[k - 1].g, c->srv->sch, c->srv->tok, ids, n, &p, err);
+        if (rc) {
+            record_refused(c, p.recent_id, err);
+            return rc;
+        }
+    }
+    return 0;
+}
+
 /* Submits the prompt and waits for a slot: 0, or a STRATA_E* in err. */
 static int start(api_call *c, const http_req *req, int32_t **ids, size_t *n, const prompt_cache_info *ci,
                  strata_err *err) {
@@ -284,12 +345,12 @@ static int start(api_call *c, const http_req *req, int32_t **ids, size_t *n, con
     c->gp.harmony = !c->raw_text && render_harmony(s->render);
     c->gp.ignored = c->ignored.n ? c->ignored.text : NULL;
     prompt_cache_apply(ci, &c->gp);
-    record_open(c);
+    c->gp.recent_id = record_open(c, 0);
+    c->gp.share_prompt = c->n_choices > 1;
     int rc = gen_start(&c->g, s->sch, s->tok, *ids, (int)*n, &c->gp, err);
     if (!rc) rc = api_admit(&c->g, req, s->o.queue_timeout, err);
-    if (rc) /* never ran: the scheduler closes no record for it */
-        recent_close(s->recent, c->gp.recent_id, json_pack("{s:s,s:s}", "finish", "refused", "error", err->msg), NULL);
-    return rc;
+    if (rc) record_refused(c, c->gp.recent_id, err);
+    return rc || c->n_choices <= 1 ? rc : start_more(c, req, *ids, (int)*n, err);
 }
 
 /* Top-level fields served without (DESIGN.md, principle 7): noted, and the

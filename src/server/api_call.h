@@ -6,8 +6,8 @@
  * schema. Everything else happens here, in one order, with one cleanup:
  * the tenant and its exact-replay namespace, the forced tool prefix,
  * submission, admission (queue wait, a client that leaves, the queue
- * timeout), the answer whole or streamed, and freeing the call on every
- * path. */
+ * timeout), the later choices of a request with several (OpenAI n > 1),
+ * the answer whole or streamed, and freeing the call on every path. */
 #ifndef STRATA_API_CALL_H
 #define STRATA_API_CALL_H
 
@@ -23,6 +23,19 @@
 #define API_MAX_CALLS 64 /* tool calls per reply */
 
 typedef struct api_call api_call;
+
+/* Tool call ids of one choice, made on first use, per call index. */
+typedef struct api_ids {
+    char call[API_MAX_CALLS][40];
+    char overflow[40]; /* past API_MAX_CALLS */
+} api_ids;
+
+/* A choice after the first (OpenAI n > 1): its own generation, sampled
+ * under its own seed (sample_choice_seed), and its own call ids. */
+typedef struct api_choice {
+    gen g;
+    api_ids ids;
+} api_choice;
 
 typedef struct api_dialect {
     /* Reads c->req into c->gp, c->pt and c->stream and builds the prompt:
@@ -52,8 +65,9 @@ struct api_call {
     int raw_text;     /* the prompt is the client's own text (completions): no template, nor its harmony parse */
     int phase;        /* stream: 0 before the first events */
     char id[64];
-    char call_ids[API_MAX_CALLS][40]; /* per tool call index, made on first use */
-    char overflow_id[40];             /* past API_MAX_CALLS */
+    api_ids ids;                      /* the first choice's tool call ids */
+    int n_choices;                    /* choices asked for (OpenAI n; 0 or 1: one) */
+    api_choice *more;                 /* owned: choices 1..n_choices-1, once started, or NULL */
     char method[8], path[64];         /* for the request's log line */
     cache_diag diag;                  /* the prompt against recent ones (diag.h) */
     int *msg_ends, n_msgs;            /* owned: message ends in the prompt, for diagnostics */
@@ -84,5 +98,11 @@ int api_call_schema(api_call *c, const json_t *schema, const char *field, char *
 api_call *api_call_of(api_stream *st);
 /* The id of tool call `index` ("call_..." / "toolu_..." by prefix). */
 const char *api_call_id(api_call *c, int index, const char *prefix);
+/* The same in choice k (0 .. n_choices-1). */
+const char *api_call_choice_id(api_call *c, int k, int index, const char *prefix);
+/* The generation of choice k: c->g for 0. */
+gen *api_call_gen(api_call *c, int k);
+/* Tokens generated over every choice (usage's completion_tokens). */
+int api_call_tokens(const api_call *c);
 
 #endif

@@ -2,10 +2,12 @@
  *
  * A call is parsed and validated into a prompt (token ids) and generation
  * parameters, submitted to the scheduler, then answered whole or streamed
- * as server-sent events: a role chunk, content deltas, a final chunk with
- * finish_reason, an optional usage chunk, and "data: [DONE]". While a long
- * prompt is prefilled the stream carries ": prefill N/M" comments, which
- * also reveal a client that went away (the write fails, we cancel). */
+ * as server-sent events: per choice a role chunk, content deltas and a
+ * final chunk with finish_reason (n > 1: choice after choice, each chunk
+ * carrying its choice's index), then an optional usage chunk, and
+ * "data: [DONE]". While a long prompt is prefilled the stream carries
+ * ": prefill N/M" comments, which also reveal a client that went away (the
+ * write fails, we cancel). */
 #include "server/api_openai.h"
 
 #include <stddef.h>
@@ -25,19 +27,35 @@
 
 #define POLL_MS 1000 /* stream keep-alive period while nothing is generated */
 
+/* One choice of the reply as it is formatted: its generation (api_call_gen)
+ * and what has gone out of it so far. */
+typedef struct oai_choice {
+    int index;
+    gen *g;
+    int begun;            /* stream: its first chunk went out */
+    char *call_args;      /* streaming a custom tool's call: its arguments so far */
+    size_t call_args_len, input_sent; /* ...and how much of its input went out */
+    int open_custom;      /* the call being streamed is a custom tool's */
+    int n_logprob_done;
+    long text_offset; /* completions logprobs: bytes of text so far */
+} oai_choice;
+
 typedef struct oai_call {
     api_call a; /* first: the lifecycle's part (api_call.h) */
     int chat, include_usage, logprobs;
     int legacy_functions; /* the request used `functions`: the reply is one `function_call` */
     json_t *allowed;      /* tool_choice allowed_tools: the callable ones (pt.tools borrows them) */
     json_t *custom;       /* names of the custom tools (free-text input), as an object's keys */
-    char *call_args;      /* streaming a custom tool's call: its arguments so far */
-    size_t call_args_len, input_sent; /* ...and how much of its input went out */
-    int open_custom;      /* the call being streamed is a custom tool's */
     long created;
-    int n_logprob_done;
-    long text_offset; /* completions logprobs: bytes of text so far */
+    oai_choice *ch;       /* owned: n_choices of them */
+    int cur;              /* stream: the choice being streamed */
 } oai_call;
+
+/* Choice k, its generation looked up (the later ones start after parsing). */
+static oai_choice *choice_at(oai_call *c, int k) {
+    c->ch[k].g = api_call_gen(&c->a, k);
+    return &c->ch[k];
+}
 
 /* ---- prompt building ---------------------------------------------------- */
 
@@ -414,7 +432,9 @@ static int parse_options(oai_call *c, char *why, size_t cap) {
     long n = 1, max_tokens = 0, top_logprobs = 0;
     int r;
     if (param_int(c->a.req, "n", 1, 128, &n, why, cap) < 0) return -1;
-    if (n > 1 && ignored_note(&c->a.ignored, why, cap, "n=%ld (one choice is returned)", n)) return -1;
+    c->a.n_choices = (int)n; /* each its own generation (api_call.c, start_more) */
+    c->ch = xcalloc((size_t)n, sizeof *c->ch);
+    for (int k = 0; k < n; k++) c->ch[k].index = k;
     if ((r = param_int(c->a.req, "max_completion_tokens", 1, 1L << 30, &max_tokens, why, cap)) < 0) return -1;
     if (!r && param_int(c->a.req, "max_tokens", 1, 1L << 30, &max_tokens, why, cap) < 0) return -1;
     c->a.gp.max_tokens = max_tokens > 0 ? (int)max_tokens : 1 << 30;
@@ -435,16 +455,23 @@ static int parse_options(oai_call *c, char *why, size_t cap) {
 
 /* ---- responses ------------------------------------------------------------ */
 
-static json_t *usage_json(const oai_call *c) {
-    int done = c->a.g.n_tokens;
+/* The prompt counted once (the first choice's: the later ones reuse it
+ * from the cache), completion tokens summed over the choices, as the
+ * official API counts them. */
+static json_t *usage_json(oai_call *c) {
+    int done = api_call_tokens(&c->a), drafted = 0, accepted = 0;
     const sched_status *st = &c->a.g.st; /* strata_cache: the per-tier split (an extension) */
     json_t *u = json_pack("{s:i,s:i,s:i,s:{s:i},s:o}", "prompt_tokens", c->a.n_prompt, "completion_tokens", done,
                           "total_tokens", c->a.n_prompt + done, "prompt_tokens_details", "cached_tokens", st->n_cached,
                           "strata_cache", api_call_cache_json(&c->a));
+    for (int k = 0; k < c->a.n_choices; k++) {
+        const sched_status *ks = &api_call_gen(&c->a, k)->st;
+        drafted += ks->pred_drafted, accepted += ks->pred_accepted;
+    }
     if (c->a.gp.n_prediction > 0) /* drafted from the prediction: kept by verification, or refused */
         json_object_set_new(u, "completion_tokens_details",
-                            json_pack("{s:i,s:i}", "accepted_prediction_tokens", st->pred_accepted,
-                                      "rejected_prediction_tokens", st->pred_drafted - st->pred_accepted));
+                            json_pack("{s:i,s:i}", "accepted_prediction_tokens", accepted,
+                                      "rejected_prediction_tokens", drafted - accepted));
     return u;
 }
 
@@ -463,11 +490,11 @@ static json_t *token_json(const server *s, int32_t id, float logprob) {
                      "bytes", bytes);
 }
 
-/* Logprobs of tokens [from, to) in the chat format ("content": [...]). */
-static json_t *logprobs_json(const oai_call *c, int from, int to) {
+/* Logprobs of choice k's tokens [from, to) in the chat format ("content": [...]). */
+static json_t *logprobs_json(const oai_call *c, const oai_choice *k, int from, int to) {
     json_t *arr = json_array();
     for (int i = from; i < to; i++) {
-        const sched_token *t = &c->a.g.tokens[i];
+        const sched_token *t = &k->g->tokens[i];
         json_t *tj = token_json(c->a.srv, t->id, t->logprob), *top = json_array();
         for (int k = 0; k < t->n_top; k++)
             json_array_append_new(top, token_json(c->a.srv, t->top_ids[k], t->top_logprobs[k]));
@@ -479,10 +506,10 @@ static json_t *logprobs_json(const oai_call *c, int from, int to) {
 
 /* The same in the completions format: tokens, token_logprobs,
  * top_logprobs (piece -> logprob) and text_offset (bytes into the text). */
-static json_t *completion_logprobs_json(oai_call *c, int from, int to) {
+static json_t *completion_logprobs_json(const oai_call *c, oai_choice *k, int from, int to) {
     json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
     for (int i = from; i < to; i++) {
-        const sched_token *t = &c->a.g.tokens[i];
+        const sched_token *t = &k->g->tokens[i];
         char piece[256];
         int len = token_piece(c->a.srv, t->id, piece);
         json_array_append_new(toks, json_text(piece, (size_t)len));
@@ -495,21 +522,23 @@ static json_t *completion_logprobs_json(oai_call *c, int from, int to) {
             json_decref(key);
         }
         json_array_append_new(tops, top);
-        json_array_append_new(offs, json_integer(c->text_offset));
-        c->text_offset += len;
+        json_array_append_new(offs, json_integer(k->text_offset));
+        k->text_offset += len;
     }
     return json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops, "text_offset", offs);
 }
 
-static const char *call_id(oai_call *c, int index) { return api_call_id(&c->a, index, "call_"); }
+static const char *call_id(oai_call *c, const oai_choice *k, int index) {
+    return api_call_choice_id(&c->a, k->index, index, "call_");
+}
 
-static json_t *choice(oai_call *c, const char *finish) {
-    json_t *ch = json_pack("{s:i}", "index", 0);
-    int to = c->a.g.n_tokens;
+static json_t *choice(oai_call *c, oai_choice *k, const char *finish) {
+    json_t *ch = json_pack("{s:i}", "index", k->index);
+    int to = k->g->n_tokens;
     json_object_set_new(ch, "logprobs", !c->logprobs ? json_null()
-                                        : c->chat  ? logprobs_json(c, c->n_logprob_done, to)
-                                                   : completion_logprobs_json(c, c->n_logprob_done, to));
-    c->n_logprob_done = to;
+                                        : c->chat  ? logprobs_json(c, k, k->n_logprob_done, to)
+                                                   : completion_logprobs_json(c, k, k->n_logprob_done, to));
+    k->n_logprob_done = to;
     json_object_set_new(ch, "finish_reason", finish ? json_string(finish) : json_null());
     return ch;
 }
@@ -524,28 +553,28 @@ static json_t *envelope(const oai_call *c, int chunk) {
 
 /* One call of a whole reply: a function call, or a custom tool's call
  * with its input. */
-static json_t *call_json(oai_call *c, int i, const char *name, const char *args) {
+static json_t *call_json(oai_call *c, const oai_choice *k, int i, const char *name, const char *args) {
     if (!is_custom(c, name))
-        return json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", call_id(c, i), "type", "function", "function", "name", name,
+        return json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", call_id(c, k, i), "type", "function", "function", "name", name,
                          "arguments", args);
     char *in = resp_tools_custom_input(args, strlen(args));
-    json_t *out = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", call_id(c, i), "type", "custom", "custom", "name", name,
+    json_t *out = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", call_id(c, k, i), "type", "custom", "custom", "name", name,
                             "input", in ? in : "");
     free(in);
     return out;
 }
 
-static json_t *whole_tool_calls(oai_call *c) {
+static json_t *whole_tool_calls(oai_call *c, const oai_choice *k) {
     const char **names, **args;
-    int n = tc_calls(c->a.g.tc, &names, &args);
+    int n = tc_calls(k->g->tc, &names, &args);
     json_t *arr = json_array();
-    for (int i = 0; i < n; i++) json_array_append_new(arr, call_json(c, i, names[i], args[i]));
+    for (int i = 0; i < n; i++) json_array_append_new(arr, call_json(c, k, i, names[i], args[i]));
     return arr;
 }
 
 /* The finish reason: the deprecated function-calling API's word for a call. */
-static const char *finish_word(const oai_call *c) {
-    const char *w = gen_finish_word(&c->a.g);
+static const char *finish_word(const oai_call *c, const oai_choice *k) {
+    const char *w = gen_finish_word(k->g);
     return c->legacy_functions && !strcmp(w, "tool_calls") ? "function_call" : w;
 }
 
@@ -556,60 +585,67 @@ static void legacy_reply_call(json_t *msg) {
     json_object_del(msg, "tool_calls");
 }
 
-static json_t *whole_choice(oai_call *c, const char *text, size_t len) {
-    json_t *ch = choice(c, finish_word(c));
+static json_t *whole_choice(oai_call *c, oai_choice *k, const char *text, size_t len) {
+    const gen *g = k->g;
+    json_t *ch = choice(c, k, finish_word(c, k));
     if (!c->chat) {
         json_object_set_new(ch, "text", json_text(text, len));
         return ch;
     }
     json_t *msg = json_pack("{s:s}", "role", "assistant");
-    if (c->a.g.tool_error) { /* show what the model wrote, and why it was refused */
-        text = c->a.g.text.buf ? c->a.g.text.buf : "";
-        len = c->a.g.text.len;
-        json_object_set_new(msg, "refusal", json_string(c->a.g.error));
+    if (g->tool_error) { /* show what the model wrote, and why it was refused */
+        text = g->text.buf ? g->text.buf : "";
+        len = g->text.len;
+        json_object_set_new(msg, "refusal", json_string(g->error));
     }
     const char *open_name, *open_args; /* a call cut by the token limit is returned as generated */
-    int open = c->a.g.st.finish == FINISH_LENGTH && !c->a.g.tool_error && gen_open_call(&c->a.g, &open_name, &open_args);
-    int calls = (c->a.g.n_calls_done || open) && !c->a.g.tool_error;
-    if (!len && !calls && c->a.g.st.finish == FINISH_LENGTH && c->a.g.tools != TC_NONE) {
-        text = c->a.g.text.buf ? c->a.g.text.buf : ""; /* cut before a call or content began */
-        len = c->a.g.text.len;
+    int open = g->st.finish == FINISH_LENGTH && !g->tool_error && gen_open_call(g, &open_name, &open_args);
+    int calls = (g->n_calls_done || open) && !g->tool_error;
+    if (!len && !calls && g->st.finish == FINISH_LENGTH && g->tools != TC_NONE) {
+        text = g->text.buf ? g->text.buf : ""; /* cut before a call or content began */
+        len = g->text.len;
     }
     json_object_set_new(msg, "content", len || !calls ? json_text(text, len) : json_null());
-    if (c->a.g.reasoning_len) /* harmony's analysis channel, as llama.cpp and vLLM name it */
-        json_object_set_new(msg, "reasoning_content", json_text(c->a.g.reasoning, c->a.g.reasoning_len));
-    if (calls) json_object_set_new(msg, "tool_calls", whole_tool_calls(c));
+    if (g->reasoning_len) /* harmony's analysis channel, as llama.cpp and vLLM name it */
+        json_object_set_new(msg, "reasoning_content", json_text(g->reasoning, g->reasoning_len));
+    if (calls) json_object_set_new(msg, "tool_calls", whole_tool_calls(c, k));
     if (open)
-        json_array_append_new(json_object_get(msg, "tool_calls"),
-                              call_json(c, c->a.g.n_calls_done, open_name, open_args));
+        json_array_append_new(json_object_get(msg, "tool_calls"), call_json(c, k, g->n_calls_done, open_name, open_args));
     if (c->legacy_functions) legacy_reply_call(msg);
     json_object_set_new(ch, "message", msg);
     return ch;
 }
 
+/* Every choice collected in turn (the later ones generate meanwhile);
+ * one that fails fails the reply. */
 static void answer_whole(oai_call *c, const http_req *req, http_reply *rep) {
-    size_t len;
-    char *text = api_collect_text(&c->a.g, req, &len);
-    if (!text) {
-        reply_openai_error(rep, 499, "client_closed", NULL, "client closed the connection");
-        return;
-    }
-    if (c->a.g.st.finish == FINISH_ERROR) {
-        free(text);
-        reply_openai_error(rep, 500, "server_error", NULL, "generation failed: %s", c->a.g.st.error);
-        return;
-    }
     json_t *body = envelope(c, 0);
-    json_array_append_new(json_object_get(body, "choices"), whole_choice(c, text, len));
+    for (int i = 0; i < c->a.n_choices; i++) {
+        oai_choice *k = choice_at(c, i);
+        size_t len;
+        char *text = api_collect_text(k->g, req, &len);
+        if (!text) {
+            json_decref(body);
+            reply_openai_error(rep, 499, "client_closed", NULL, "client closed the connection");
+            return;
+        }
+        if (k->g->st.finish == FINISH_ERROR) {
+            free(text);
+            json_decref(body);
+            reply_openai_error(rep, 500, "server_error", NULL, "generation failed: %s", k->g->st.error);
+            return;
+        }
+        json_array_append_new(json_object_get(body, "choices"), whole_choice(c, k, text, len));
+        free(text);
+    }
     json_object_set_new(body, "usage", usage_json(c));
-    free(text);
     reply_json(rep, 200, body);
 }
 
 /* ---- streamed replies ------------------------------------------------------- */
 
-static void emit_chunk(oai_call *c, json_t *delta, const char *finish) {
-    json_t *ev = envelope(c, 1), *ch = choice(c, finish);
+static void emit_chunk(oai_call *c, oai_choice *k, json_t *delta, const char *finish) {
+    json_t *ev = envelope(c, 1), *ch = choice(c, k, finish);
     json_object_set_new(ch, c->chat ? "delta" : "text",
                         c->chat ? delta : json_incref(json_object_get(delta, "content")));
     if (!c->chat) json_decref(delta);
@@ -626,42 +662,42 @@ static int begins_custom(const oai_call *c, const tc_event *e) {
 /* A custom tool's call streamed: the first delta carries id, type and
  * name, later ones its input as it grows (decoded from the arguments
  * JSON written so far). */
-static void emit_custom_delta(oai_call *c, const tc_event *e) {
+static void emit_custom_delta(oai_call *c, oai_choice *k, const tc_event *e) {
     if (e->kind == TC_EV_CALL_BEGIN) {
-        c->open_custom = 1;
-        c->call_args_len = c->input_sent = 0;
-        emit_chunk(c, json_pack("{s:[{s:i,s:s,s:s,s:{s:o,s:s}}]}", "tool_calls", "index", e->index, "id",
-                                call_id(c, e->index), "type", "custom", "custom", "name", json_text(e->text, e->len),
-                                "input", ""), NULL);
+        k->open_custom = 1;
+        k->call_args_len = k->input_sent = 0;
+        emit_chunk(c, k, json_pack("{s:[{s:i,s:s,s:s,s:{s:o,s:s}}]}", "tool_calls", "index", e->index, "id",
+                                   call_id(c, k, e->index), "type", "custom", "custom", "name",
+                                   json_text(e->text, e->len), "input", ""), NULL);
         return;
     }
-    c->call_args = xrealloc(c->call_args, c->call_args_len + e->len + 1);
-    memcpy(c->call_args + c->call_args_len, e->text, e->len);
-    c->call_args_len += e->len;
-    char *in = resp_tools_custom_input(c->call_args, c->call_args_len);
+    k->call_args = xrealloc(k->call_args, k->call_args_len + e->len + 1);
+    memcpy(k->call_args + k->call_args_len, e->text, e->len);
+    k->call_args_len += e->len;
+    char *in = resp_tools_custom_input(k->call_args, k->call_args_len);
     size_t n = in ? strlen(in) : 0;
-    if (n > c->input_sent) {
-        emit_chunk(c, json_pack("{s:[{s:i,s:{s:o}}]}", "tool_calls", "index", e->index, "custom", "input",
-                                json_text(in + c->input_sent, n - c->input_sent)), NULL);
-        c->input_sent = n;
+    if (n > k->input_sent) {
+        emit_chunk(c, k, json_pack("{s:[{s:i,s:{s:o}}]}", "tool_calls", "index", e->index, "custom", "input",
+                                   json_text(in + k->input_sent, n - k->input_sent)), NULL);
+        k->input_sent = n;
     }
     free(in);
 }
 
 /* One parser event as a chunk: content, or a tool-call delta (the first
  * carries id and name, later ones argument fragments). */
-static void emit_event(oai_call *c, const tc_event *e) {
+static void emit_event(oai_call *c, oai_choice *k, const tc_event *e) {
     if (e->kind == TC_EV_TEXT) {
-        emit_chunk(c, json_pack("{s:o}", "content", json_text(e->text, e->len)), NULL);
+        emit_chunk(c, k, json_pack("{s:o}", "content", json_text(e->text, e->len)), NULL);
         return;
     }
     if (e->kind == TC_EV_REASONING) {
-        if (c->chat) emit_chunk(c, json_pack("{s:o}", "reasoning_content", json_text(e->text, e->len)), NULL);
+        if (c->chat) emit_chunk(c, k, json_pack("{s:o}", "reasoning_content", json_text(e->text, e->len)), NULL);
         return;
     }
-    if (c->chat && (e->kind == TC_EV_CALL_BEGIN ? begins_custom(c, e) : c->open_custom)) {
-        if (e->kind == TC_EV_CALL_END) c->open_custom = 0;
-        else emit_custom_delta(c, e);
+    if (c->chat && (e->kind == TC_EV_CALL_BEGIN ? begins_custom(c, e) : k->open_custom)) {
+        if (e->kind == TC_EV_CALL_END) k->open_custom = 0;
+        else emit_custom_delta(c, k, e);
         return;
     }
     if (e->kind == TC_EV_CALL_END || !c->chat) return;
@@ -669,22 +705,27 @@ static void emit_event(oai_call *c, const tc_event *e) {
         if (e->index > 0) return;
         json_t *fc = e->kind == TC_EV_CALL_BEGIN ? json_pack("{s:o,s:s}", "name", json_text(e->text, e->len), "arguments", "")
                                                  : json_pack("{s:o}", "arguments", json_text(e->text, e->len));
-        emit_chunk(c, json_pack("{s:o}", "function_call", fc), NULL);
+        emit_chunk(c, k, json_pack("{s:o}", "function_call", fc), NULL);
         return;
     }
     json_t *call = json_pack("{s:i}", "index", e->index);
     if (e->kind == TC_EV_CALL_BEGIN) {
-        json_object_set_new(call, "id", json_string(call_id(c, e->index)));
+        json_object_set_new(call, "id", json_string(call_id(c, k, e->index)));
         json_object_set_new(call, "type", json_string("function"));
         json_object_set_new(call, "function", json_pack("{s:o,s:s}", "name", json_text(e->text, e->len), "arguments", ""));
     } else {
         json_object_set_new(call, "function", json_pack("{s:o}", "arguments", json_text(e->text, e->len)));
     }
-    emit_chunk(c, json_pack("{s:[o]}", "tool_calls", call), NULL);
+    emit_chunk(c, k, json_pack("{s:[o]}", "tool_calls", call), NULL);
 }
 
-static void emit_finish(oai_call *c) {
-    emit_chunk(c, c->chat ? json_object() : json_pack("{s:s}", "content", ""), finish_word(c));
+/* Choice k's last chunk: its finish_reason. */
+static void emit_finish(oai_call *c, oai_choice *k) {
+    emit_chunk(c, k, c->chat ? json_object() : json_pack("{s:s}", "content", ""), finish_word(c, k));
+}
+
+/* After the last choice: the usage chunk if asked for, and [DONE]. */
+static void emit_end(oai_call *c) {
     if (c->include_usage) {
         json_t *ev = envelope(c, 1);
         json_object_set_new(ev, "usage", usage_json(c));
@@ -694,23 +735,29 @@ static void emit_finish(oai_call *c) {
     c->a.st.finished = 1;
 }
 
-/* Generates the next stream bytes, waiting up to POLL_MS. */
+/* Generates the next stream bytes, waiting up to POLL_MS: the choices one
+ * after another (the later ones generate meanwhile; their tokens wait in
+ * the scheduler), each from its role chunk to its finish_reason. */
 static void stream_produce(api_stream *st) {
     oai_call *c = (oai_call *)api_call_of(st);
-    if (c->a.phase == 0 && c->chat) {
-        emit_chunk(c, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL);
-        c->a.phase = 1;
-        return;
-    }
+    oai_choice *k = choice_at(c, c->cur);
     c->a.phase = 1;
+    if (!k->begun) {
+        k->begun = 1;
+        if (c->chat) {
+            emit_chunk(c, k, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL);
+            return;
+        }
+    }
     const tc_event *ev;
-    int n = gen_pull(&c->a.g, POLL_MS, &ev);
-    for (int i = 0; i < n; i++) emit_event(c, &ev[i]);
-    if (c->a.g.done) {
-        emit_finish(c);
-    } else if (!n && c->a.g.st.n_prompt_done < c->a.g.st.n_prompt) {
+    int n = gen_pull(k->g, POLL_MS, &ev);
+    for (int i = 0; i < n; i++) emit_event(c, k, &ev[i]);
+    if (k->g->done) {
+        emit_finish(c, k);
+        if (++c->cur == c->a.n_choices) emit_end(c);
+    } else if (!n && k->g->st.n_prompt_done < k->g->st.n_prompt) {
         char line[96];
-        snprintf(line, sizeof line, "prefill %d/%d", c->a.g.st.n_prompt_done, c->a.g.st.n_prompt);
+        snprintf(line, sizeof line, "prefill %d/%d", k->g->st.n_prompt_done, k->g->st.n_prompt);
         sse_comment(&c->a.st.out, line);
     }
 }
@@ -741,7 +788,8 @@ static void oai_free(api_call *a) {
     oai_call *c = (oai_call *)a;
     json_decref(c->allowed);
     json_decref(c->custom);
-    free(c->call_args);
+    for (int k = 0; c->ch && k < c->a.n_choices; k++) free(c->ch[k].call_args);
+    free(c->ch);
 }
 
 static const api_dialect OPENAI = {.build = build, .fail = api_openai_fail, .produce = stream_produce, .whole = whole,

@@ -47,7 +47,8 @@ int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
                      .cache_salt = p->cache_salt, .tenant = p->tenant, .json_mode = p->json_mode, .schema = p->schema,
                      .call_schema = p->call_schema, .call_format = p->tools,
                      .json_prefix = p->prefix, .scope = p->scope, .bounds = p->bounds, .n_bounds = p->n_bounds,
-                     .held_out = p->held_out, .ignored = p->ignored, .recent_id = p->recent_id};
+                     .held_out = p->held_out, .ignored = p->ignored, .recent_id = p->recent_id,
+                     .share_prompt = p->share_prompt, .later_choice = p->later_choice};
     for (int i = 0; i < p->n_marks && i < POLICY_MAX_MARKS; i++) job.marks[job.n_marks++] = p->marks[i];
     int rc = sched_submit(s, &job, &g->req, err);
     if (rc) {
@@ -417,6 +418,12 @@ void gen_cancel(gen *g) {
 }
 
 void gen_wait_attached(gen *g, int timeout_ms) { sched_wait_attached(g->req, timeout_ms, &g->st); }
+
+int gen_wait_prefilled(gen *g, int timeout_ms) {
+    sched_status st;
+    sched_wait(g->req, 0, NULL, 0, timeout_ms, &st); /* takes no token: waits for the first, or the end */
+    return st.n_generated > 0 || st.finish != FINISH_NONE;
+}
 
 void gen_end(gen *g) {
     sched_release(g->req);

@@ -49,6 +49,7 @@ typedef struct gen_params {
     const char *held_out;    /* client text held out of the prompt (sched_job) */
     const char *ignored;     /* what the request asked for and did not get (sched_job) */
     long recent_id;          /* its record in the server's recent ring (sched_job) */
+    int share_prompt, later_choice; /* choices of one request, n > 1 (sched_job) */
 } gen_params;
 
 typedef struct gen {
@@ -104,6 +105,9 @@ const char *gen_finish_word(const gen *g);
 /* Waits up to timeout_ms until the cached prefix is known (g->st.attached:
  * the cache counts in g->st are final). */
 void gen_wait_attached(gen *g, int timeout_ms);
+/* Waits up to timeout_ms until the prompt is in (the first token came, or
+ * the generation ended); 1 when it is. Tokens stay for gen_pull. */
+int gen_wait_prefilled(gen *g, int timeout_ms);
 void gen_cancel(gen *g);
 void gen_end(gen *g);
 

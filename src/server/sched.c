@@ -127,6 +127,15 @@ static void slot_free(sched *s, slot *sl, sched_finish f, const char *why) {
 
 /* ---- the cached prefix ----------------------------------------------------- */
 
+/* Recurrent models: the next prompt position after pos to keep the state
+ * at, the policy's (store_snap_next); for a prompt later choices share
+ * (sched_job.share_prompt) also its last position but one, where they
+ * resume (the last token is computed by each). */
+static int snap_next(sched *s, const slot *sl, int pos) {
+    int n = sl->req->n_prompt, at = store_snap_next(s->store, &sl->q, pos, n);
+    return sl->req->share_prompt && pos < n - 1 && at > n - 1 ? n - 1 : at;
+}
+
 /* Once the prefix is attached: a recurrent model resumes at the longest
  * part of it with a state snapshot (store_snap_restore); then what came
  * from the cache. */
@@ -136,7 +145,7 @@ static void prefix_attached(sched *s, slot *sl, int n_attached) {
     sl->snap_at = -1;
     if (s->store && store_has_snapshots(s->store)) {
         n_attached = store_snap_restore(s->store, &sl->q, sl->toks, &sl->seq);
-        sl->snap_at = store_snap_next(s->store, &sl->q, n_attached, r->n_prompt);
+        sl->snap_at = snap_next(s, sl, n_attached);
     }
     if (s->store) store_will_publish(s->store, &sl->q, r->n_prompt, n_attached, &fresh, &fresh_1h);
     sl->n_fed = n_attached;
@@ -410,6 +419,20 @@ static void publish_blocks(sched *s) {
     copy_cache_stats(s);
 }
 
+/* A request whose prompt is shared by later choices (sched_job.
+ * share_prompt) keeps the prompt's partial last block cached in the step
+ * that completes the prompt (its sequence then ends exactly there), so
+ * they attach all of it but the last token. Its own next write into
+ * that block copies it (a published block is frozen). */
+static void share_prompt_tails(sched *s) {
+    if (!s->store) return;
+    for (int i = 0; i < s->o.n_slots; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->req && sl->attached && sl->req->share_prompt && sl->seq.n_pos == sl->req->n_prompt)
+            store_keep_tail(s->store, &sl->q, sl->toks, &sl->seq);
+    }
+}
+
 /* Recurrent models: a sequence whose prefill just reached a position the
  * policy chose keeps its state there (the chunk was cut to end exactly
  * at it, so a position at the very end of the prompt fires too). */
@@ -419,7 +442,7 @@ static void snapshot_states(sched *s) {
         slot *sl = &s->slots[i];
         if (!sl->req || !sl->attached || sl->snap_at < 0 || sl->seq.rs_pos != sl->snap_at) continue;
         store_snap_save(s->store, &sl->q, sl->toks, &sl->seq);
-        sl->snap_at = store_snap_next(s->store, &sl->q, sl->snap_at, sl->req->n_prompt);
+        sl->snap_at = snap_next(s, sl, sl->snap_at);
     }
 }
 
@@ -459,6 +482,7 @@ static void step(sched *s) {
     sched__spec_rerun(s);
     snapshot_states(s);
     publish_blocks(s);
+    share_prompt_tails(s);
     for (int i = 0; i < s->o.n_slots; i++)
         if (s->slots[i].req && s->slots[i].row0 >= 0) emit(s, &s->slots[i]);
 }

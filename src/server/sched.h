@@ -95,6 +95,13 @@ typedef struct sched_job {
     const char *held_out;   /* a static rule name for the trace (server/normalize.h), or NULL */
     const char *ignored;    /* for the trace: what the request asked for and did not get (copied), or NULL */
     long recent_id;         /* its record in sched_opts.recent, closed when it ends (0: none) */
+    /* Several choices of one request (OpenAI n > 1): the first keeps its
+     * prompt's partial last block cached as soon as the prompt is in
+     * (store_keep_tail), so the later ones, submitted after that, attach
+     * the whole prompt; a later choice belongs to a request already
+     * admitted, so it is queued even beyond queue_max (never EBUSY). */
+    int share_prompt;
+    int later_choice;
 } sched_job;
 
 /* What a consumer sees of its request. */
@@ -127,7 +134,8 @@ int sched_new(sched **out, engine *e, const tokenizer *tok, const sched_opts *o,
 void sched_free(sched *s);
 
 /* Queues a job. STRATA_ERANGE: prompt too long for a slot's context;
- * STRATA_EBUSY: the queue is full. The caller owns one reference. */
+ * STRATA_EBUSY: the queue is full (never for a later_choice). The caller
+ * owns one reference. */
 int sched_submit(sched *s, const sched_job *job, sched_req **out, strata_err *err);
 
 /* Waits up to timeout_ms for tokens past index `from` (or the end), copies

@@ -28,6 +28,8 @@ struct sched_req {
     int ignore_eos;
     int json_mode;
     int no_spec;   /* the request opted out of speculative decoding */
+    int share_prompt; /* sched_job's: keep the prompt's tail cached once it is in */
+    int later_choice; /* sched_job's: its record is closed here if it leaves the queue unrun */
     char *json_prefix;
     char *ignored; /* the trace's "ignored" (server/ignored.h), or NULL */
     json_schema *schema; /* a reference, or NULL */

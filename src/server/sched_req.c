@@ -82,6 +82,8 @@ int sched_submit(sched *s, const sched_job *job, sched_req **out, strata_err *er
     r->max_tokens = job->max_tokens;
     r->ignore_eos = job->ignore_eos;
     r->no_spec = job->no_speculative;
+    r->share_prompt = job->share_prompt;
+    r->later_choice = job->later_choice;
     r->n_logprobs = job->n_logprobs > 20 ? 20 : job->n_logprobs;
     r->json_mode = job->json_mode || job->schema;
     r->schema = json_schema_ref(job->schema);
@@ -99,7 +101,7 @@ int sched_submit(sched *s, const sched_job *job, sched_req **out, strata_err *er
     /* Requests a free slot will take at the next step are not waiting:
      * only those beyond the free slots count against --queue (so that
      * --queue 0 means "no waiting", not "refuse everything"). */
-    if (s->n_queued - (s->o.n_slots - s->stats.active) >= s->o.queue_max) {
+    if (!job->later_choice && s->n_queued - (s->o.n_slots - s->stats.active) >= s->o.queue_max) {
         pthread_mutex_unlock(&s->mu);
         r->refs = 1;
         sched__req_unref_locked(r);
@@ -192,6 +194,11 @@ static int unqueue_locked(sched *s, sched_req *r) {
     r->queued = 0;
     s->n_queued--;
     sched__finish_locked(r, FINISH_CANCELLED, "cancelled while queued");
+    /* A request's own record is closed by its HTTP thread when it never
+     * ran (api_admit); a later choice has no such wait, so it is closed here. */
+    if (r->later_choice)
+        recent_close(s->o.recent, r->recent_id,
+                     json_pack("{s:s,s:s}", "finish", "refused", "error", "cancelled while queued"), NULL);
     sched__req_unref_locked(r); /* the scheduler's reference */
     return 1;
 }
