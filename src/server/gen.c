@@ -62,10 +62,7 @@ int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,
 }
 
 static void keep_token(gen *g, const sched_token *t) {
-    if (g->n_tokens == g->cap_tokens) {
-        g->cap_tokens = g->cap_tokens ? g->cap_tokens * 2 : 64;
-        g->tokens = xrealloc(g->tokens, (size_t)g->cap_tokens * sizeof(sched_token));
-    }
+    XGROW(g->tokens, g->cap_tokens, g->n_tokens + 1, 64);
     g->tokens[g->n_tokens++] = *t;
 }
 

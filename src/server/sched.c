@@ -194,10 +194,7 @@ static int any_runnable(const sched *s) {
 }
 
 static void push_slot_token(slot *sl, int32_t t) {
-    if (sl->n_toks == sl->cap_toks) {
-        sl->cap_toks *= 2;
-        sl->toks = xrealloc(sl->toks, (size_t)sl->cap_toks * sizeof(int32_t));
-    }
+    XGROW(sl->toks, sl->cap_toks, sl->n_toks + 1, 64);
     sl->toks[sl->n_toks++] = t;
 }
 

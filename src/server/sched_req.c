@@ -36,10 +36,7 @@ void sched__finish_locked(sched_req *r, sched_finish f, const char *why) {
 }
 
 void sched__push_token_locked(sched_req *r, const sched_token *t) {
-    if (r->n_out == r->cap_out) {
-        r->cap_out = r->cap_out ? r->cap_out * 2 : 64;
-        r->out = xrealloc(r->out, (size_t)r->cap_out * sizeof(sched_token));
-    }
+    XGROW(r->out, r->cap_out, r->n_out + 1, 64);
     r->out[r->n_out++] = *t;
     pthread_cond_broadcast(&r->changed);
 }

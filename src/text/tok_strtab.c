@@ -116,9 +116,7 @@ void ids_push(tok_ids *o, int32_t id) {
 }
 
 void scratch_text_reserve(tok_scratch *s, size_t n) {
-    if (n <= s->text_cap) return;
-    s->text_cap = n > 256 ? n * 2 : 512;
-    s->text = xrealloc(s->text, s->text_cap);
+    XGROW(s->text, s->text_cap, n, 512);
 }
 
 tok_sym *scratch_syms(tok_scratch *s, size_t n) {
