@@ -85,9 +85,9 @@ typedef struct tmpl_clock {
     size_t len;     /* out: that text's length (a run of its bytes, as written) */
 } tmpl_clock;
 /* tmpl_render with clk (NULL: the system clock, nothing reported). Text
- * strftime_now wrote is data in the spans; only the bytes that reach the
- * output unchanged (concatenated, not passed through a filter) count as
- * its text in clk->off. */
+ * strftime_now wrote is data in the spans; its bytes are followed through
+ * variables and concatenation, while text a filter or method rewrote
+ * (upper, replace...) is new data, not counted in clk->off. */
 int tmpl_render_at(const tmpl *t, const json_t *ctx, tmpl_clock *clk, char **out, size_t *out_len,
                    tmpl_span **spans, size_t *n_spans, strata_err *err);
 
