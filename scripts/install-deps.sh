@@ -14,8 +14,10 @@ PY_TEST_PKGS=(numpy gguf pytest httpx openai anthropic openai-agents:agents json
 # clang (Debian's) builds the libFuzzer targets (make fuzz-targets, tests/fuzz);
 # the shared KV tier's tests start a real Redis and HAProxy on loopback;
 # the /ui page's tests drive a headless Chromium (tests/e2e/test_ui.py,
-# over the DevTools protocol: websockets above, whose sync client is 12+).
-TEST_SYSTEM_PKGS=(clang redis-server haproxy chromium)
+# over the DevTools protocol: websockets above, whose sync client is 12+);
+# faketime's library moves a server's clock past midnight
+# (tests/e2e/test_template_date.py: a conversation keeps its date).
+TEST_SYSTEM_PKGS=(clang redis-server haproxy chromium faketime)
 
 "$(dirname "$0")/apt-install.sh" "${SYSTEM_PKGS[@]}"
 

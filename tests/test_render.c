@@ -445,3 +445,43 @@ TEST(render_folded_system_message_keeps_prefix) {
     render_free(r);
     tok_free(tok);
 }
+
+/* The date a template writes (strftime_now): rendered with the caller's
+ * time, and its end found in the one tokenization. Two days' prompts
+ * differ only inside the date: equal up to near its end, and equal again
+ * from date_end on (the position maps the whole date, not a cut token). */
+TEST(render_date_is_the_callers_and_its_position_is_found) {
+    static const char *const NAMES[] = {"gpt-oss", "llama3.2"};
+    static const char *const DAY10[] = {"Current date: 2026-03-10", "Today Date: 10 Mar 2026"};
+    tokenizer *tok = test_load_tokenizer(test_data("models/llama-q4_1.gguf"));
+    json_t *msgs = json_loads("[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Hi\"}]",
+                              0, NULL);
+    for (size_t k = 0; tok && k < sizeof NAMES / sizeof NAMES[0]; k++) {
+        renderer *r = renderer_for(tok, NAMES[k]);
+        render_tools t10 = {.now = 1773144000LL}, t11 = {.now = 1773144000LL + 86400}; /* 12:00 UTC */
+        render_out o;
+        render_tokens a, b;
+        char why[256];
+        CHECK(r && render_messages(r, msgs, &t10, 1, &o, why, sizeof why) == 0);
+        if (!r) continue;
+        char *text = render_out_text(&o, NULL);
+        CHECK_MSG(strstr(text, DAY10[k]) != NULL, "%s: %s", NAMES[k], text);
+        CHECK(o.clock.used == t10.now && o.clock.off > 0 && o.clock.len >= 10);
+        CHECK(render_tokenize(r, &o, &a, NULL) == 0);
+        render_out_free(&o);
+        CHECK(render_messages(r, msgs, &t11, 1, &o, why, sizeof why) == 0);
+        CHECK(render_tokenize(r, &o, &b, NULL) == 0);
+        render_out_free(&o);
+        size_t same = 0;
+        while (same < a.n && same < b.n && a.ids[same] == b.ids[same]) same++;
+        CHECK_MSG(a.date_end > 0 && same < (size_t)a.date_end && a.date_end - (int)same <= 11, /* no more tokens than the date's bytes */ "%s: differ at %zu, date end %d",
+                  NAMES[k], same, a.date_end);
+        CHECK(a.date_end == b.date_end && a.n == b.n &&
+              !memcmp(a.ids + a.date_end, b.ids + b.date_end, (a.n - (size_t)a.date_end) * sizeof(int32_t)));
+        render_tokens_free(&a), render_tokens_free(&b);
+        free(text);
+        render_free(r);
+    }
+    json_decref(msgs);
+    tok_free(tok);
+}

@@ -361,6 +361,57 @@ TEST(tmpl_raise_and_strftime)
     free(out);
 }
 
+/* 2026-03-10 12:00 UTC: the same day in any time zone from -12 to +11. */
+#define MAR10_NOON 1773144000LL
+
+/* A caller's clock: strftime_now formats it, and the render says where
+ * its text went (kept through a variable and `+`, as gpt-oss and Llama
+ * 3.2 write it), as data. */
+TEST(tmpl_strftime_with_a_given_clock)
+{
+    const char *src = "{{ 'Cutoff\\n' }}{%- set d = strftime_now('%Y-%m-%d') %}"
+                      "{{ 'Current date: ' + d + '\\n' }}{{ m }}";
+    tmpl *t = NULL;
+    CHECK(tmpl_parse(&t, src, strlen(src), NULL) == 0);
+    json_t *ctx = json_pack("{s:s}", "m", "hi");
+    tmpl_clock clk = {.now = MAR10_NOON};
+    char *out = NULL;
+    size_t len = 0, ns = 0;
+    tmpl_span *sp = NULL;
+    CHECK(t && tmpl_render_at(t, ctx, &clk, &out, &len, &sp, &ns, NULL) == 0);
+    if (!out) return;
+    CHECK_STR(out, "Cutoff\nCurrent date: 2026-03-10\nhi");
+    CHECK(clk.used == MAR10_NOON);
+    CHECK_EQ_INT(clk.off, (long)strlen("Cutoff\nCurrent date: "));
+    CHECK_EQ_INT(clk.len, 10);
+    CHECK(spans_ok(sp, ns, len)); /* the date's run merged into the spans: data */
+    for (size_t i = 0; i < ns; i++)
+        if (sp[i].off <= (size_t)clk.off && (size_t)clk.off < sp[i].off + sp[i].len) CHECK(!sp[i].literal);
+    free(out), free(sp);
+    /* Another day, no spans asked for: still reported. */
+    clk = (tmpl_clock){.now = MAR10_NOON + 86400};
+    CHECK(tmpl_render_at(t, ctx, &clk, &out, &len, NULL, NULL, NULL) == 0);
+    CHECK(out && strstr(out, "2026-03-11") == out + clk.off);
+    free(out);
+    tmpl_free(t);
+    /* Text a filter rewrote is new data: the time is reported, no place. */
+    CHECK(tmpl_parse(&t, "{{ strftime_now('%b')|upper }}", 30, NULL) == 0);
+    clk = (tmpl_clock){.now = MAR10_NOON};
+    CHECK(tmpl_render_at(t, ctx, &clk, &out, &len, NULL, NULL, NULL) == 0);
+    CHECK_STR(out ? out : "", "MAR");
+    CHECK(clk.used == MAR10_NOON && clk.off == -1);
+    free(out);
+    tmpl_free(t);
+    /* No strftime_now: nothing to report. */
+    CHECK(tmpl_parse(&t, "{{ m }}", 7, NULL) == 0);
+    clk = (tmpl_clock){.now = MAR10_NOON};
+    CHECK(tmpl_render_at(t, ctx, &clk, &out, &len, NULL, NULL, NULL) == 0);
+    CHECK(clk.used == 0 && clk.off == -1);
+    free(out);
+    tmpl_free(t);
+    json_decref(ctx);
+}
+
 TEST(tmpl_provenance)
 {
     /* '<|im_start|>' + role: literal then data; data stays data through

@@ -183,6 +183,7 @@ static long record_open(api_call *c, int k) {
                             json_pack("{s:o,s:s}", "key", json_text(c->conv, strlen(c->conv)), "from", c->conv_from));
     if (c->ui_prompt) json_object_update(rec, c->ui_prompt);
     if (c->n_choices > 1) json_object_set_new(rec, "choice", json_integer(k));
+    if (c->template_date[0]) json_object_set_new(rec, "template_date", json_string(c->template_date));
     return recent_open(s->recent, tenant[0] ? tenant : NULL, rec);
 }
 
@@ -198,6 +199,7 @@ int api_call_prompt(api_call *c, const json_t *messages, int32_t **ids, size_t *
     server_replay_ns(c->srv, c->gp.tenant, c->gp.cache_salt, &c->replay_ns);
     int rc = prompt_tokens(c->srv, &c->replay_ns, messages, &c->pt, ids, n, ci, why, cap);
     if (rc || !ci) return rc;
+    snprintf(c->template_date, sizeof c->template_date, "%s", ci->template_date);
     replay_context_ns(&c->replay_ns, messages, json_array_size(messages), &c->gp.replay_ctx);
     c->gp.has_replay_ctx = 1;
     diag_observe(c->srv->diag, &c->replay_ns, *ids, (int)*n, &c->diag);
@@ -247,6 +249,8 @@ json_t *api_call_cache_json(const api_call *c) {
         json_object_set_new(o, "choice_cached_tokens", per);
     }
     if (st->n_cached_ram > 0) json_object_set_new(o, "ram_tokens", json_integer(st->n_cached_ram)); /* a GPU's RAM tier */
+    if (c->template_date[0]) /* the conversation kept the date it began with */
+        json_object_set_new(o, "template_date", json_string(c->template_date));
     if (c->diag.diverged) {
         json_t *fd = position_json(c, c->diag.first_diff);
         json_object_set_new(fd, "tokens_lost", json_integer(c->diag.lost));

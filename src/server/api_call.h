@@ -73,6 +73,7 @@ struct api_call {
     int *msg_ends, n_msgs;            /* owned: message ends in the prompt, for diagnostics */
     json_t *ui_prompt;                /* owned: the record's prompt facts for /ui (api_call_record), or NULL */
     char conv[128], conv_from[24];    /* the conversation the request belongs to, and how it was named */
+    char template_date[DATES_TEXT_MAX + 1]; /* the earlier date the prompt was rendered with (prompt.h), or "" */
     int status;                       /* of the reply */
     req_ignored ignored;              /* what was left out of the request (x-strata-ignored) */
     api_stream st;    /* streamed replies */

@@ -88,6 +88,14 @@ void diag_observe(diag_store *d, const cache_hash *ns, const int32_t *ids, int n
     pthread_mutex_unlock(&d->mu);
 }
 
+int diag_shared(diag_store *d, const cache_hash *ns, const int32_t *ids, int n) {
+    int shared;
+    pthread_mutex_lock(&d->mu);
+    most_similar(d, ns, ids, n, &shared);
+    pthread_mutex_unlock(&d->mu);
+    return shared;
+}
+
 void diag_remember_reply(diag_store *d, const char *reply_id, const cache_hash *ns, const int32_t *ids, int n) {
     pthread_mutex_lock(&d->mu);
     recent *r = &d->by_reply[d->next_reply];

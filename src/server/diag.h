@@ -40,6 +40,10 @@ typedef struct cache_diag {
  * remembers it. */
 void diag_observe(diag_store *d, const cache_hash *ns, const int32_t *ids, int n, cache_diag *out);
 
+/* The longest prefix ids (n tokens) shares with a recent prompt of ns,
+ * without remembering it (0: none). */
+int diag_shared(diag_store *d, const cache_hash *ns, const int32_t *ids, int n);
+
 /* Anthropic's cache-diagnosis beta compares a request with the one whose
  * reply had a given id. These remember a request's prompt under its reply
  * id (the last DIAG_RECENT of them) and compare a new prompt with it:

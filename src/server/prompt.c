@@ -9,6 +9,7 @@
 
 #include "base/mem.h"
 #include "base/strbuf.h"
+#include "cache/hash.h"
 
 /* Part types that carry no text a text-only model can read: a short
  * placeholder stands in, so the model knows something was there, and the
@@ -173,18 +174,112 @@ static void find_marks(const json_t *messages, const render_tools *t, const rend
     free(system);
 }
 
+/* One rendering (exact replay: replay_render) and tokenization of the
+ * conversation, strftime_now formatting now (0: the clock). */
+static int render_at(const server *s, const cache_hash *ns, const json_t *messages, const render_tools *t,
+                     long long now, render_out *out, render_tokens *rt, char *why, size_t cap) {
+    render_tools at = t ? *t : (render_tools){0};
+    strata_err err = {0};
+    at.now = now;
+    if (replay_render(s->replay, ns, s->render, messages, &at, 1, out, why, cap)) return -1;
+    if (render_tokenize(s->render, out, rt, &err)) {
+        render_out_free(out);
+        strata_fmt(why, cap, "%s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* How much of ids the cache holds, as far as a request thread can tell
+ * without the scheduler: the prefix shared with a recent prompt of the
+ * namespace (diag.c; memory), or the disk tier's run of whole blocks
+ * (after a restart too). It only picks a rendering; the scheduler's
+ * lookup decides what is reused. */
+static int cached_prefix(const server *s, const cache_hash *ns, const int32_t *ids, int n) {
+    int best = diag_shared(s->diag, ns, ids, n), B = s->e->kv.block_tokens, k = 0;
+    cache_hash h = *ns, next;
+    for (; s->disk && (k + 1) * B <= n; k++, h = next) {
+        cache_hash_block(&next, &h, ids + k * B, B);
+        if (!disk_has(s->disk, &next)) break;
+    }
+    return k * B > best ? k * B : best;
+}
+
+/* The text strftime_now wrote into a rendering (len bytes), malloc'd. */
+static char *date_text(const render_out *o, size_t *len) {
+    char *text = render_out_text(o, NULL);
+    *len = o->clock.len;
+    memmove(text, text + o->clock.off, *len);
+    text[*len] = 0;
+    return text;
+}
+
+/* The index of the first assistant message; -1 when there is none. */
+static int first_reply(const json_t *messages) {
+    size_t i;
+    const json_t *m;
+    json_array_foreach(messages, i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (role && !strcmp(role, "assistant")) return (int)i;
+    }
+    return -1;
+}
+
+/* Whether rendering r, of which got tokens are cached, is the one this
+ * conversation's earlier turn was served from: cached past its date and
+ * through the messages before the first reply (that turn's prompt). Not
+ * merely the template's own text after the date, which every
+ * conversation of that day shares: a new conversation gets today's date. */
+static int served_before(const render_tokens *r, int got, int reply) {
+    return r->date_end >= 0 && got >= r->date_end && (size_t)reply <= r->n_msgs && r->msg_bounds[reply] > 0 &&
+           got >= r->msg_bounds[reply];
+}
+
+/* A template that writes today's date renders a conversation begun on
+ * another day differently from there on. Today's date is remembered;
+ * when a conversation with a reply in it is cached less than through
+ * today's date, the remembered dates are tried, and a rendering its
+ * earlier turn was served from (served_before) and cached further than
+ * today's replaces *rt (its date in ci->template_date): the conversation
+ * keeps the date it began with. */
+static void keep_date(const server *s, const cache_hash *ns, const json_t *messages, const render_tools *t,
+                      const render_out *out, render_tokens *rt, prompt_cache_info *ci) {
+    if (!s->dates || !out->clock.used || rt->date_end < 0) return;
+    size_t len;
+    char *today = date_text(out, &len);
+    dates_note(s->dates, out->clock.used, today, len);
+    int reply = first_reply(messages), best = reply > 0 ? cached_prefix(s, ns, rt->ids, (int)rt->n) : 0;
+    long long times[DATES_KEEP];
+    int n = reply > 0 && best < rt->date_end ? dates_others(s->dates, today, len, times, DATES_KEEP) : 0;
+    free(today);
+    for (int i = 0; i < n; i++) {
+        render_out o;
+        render_tokens r;
+        char why[256];
+        if (render_at(s, ns, messages, t, times[i], &o, &r, why, sizeof why)) continue;
+        int got = cached_prefix(s, ns, r.ids, (int)r.n);
+        if (got > best && served_before(&r, got, reply)) {
+            best = got;
+            render_tokens_free(rt);
+            *rt = r;
+            char *d = date_text(&o, &len);
+            if (ci) snprintf(ci->template_date, sizeof ci->template_date, "%s", d);
+            free(d);
+        } else {
+            render_tokens_free(&r);
+        }
+        render_out_free(&o);
+    }
+}
+
 int prompt_tokens(const server *s, const cache_hash *replay_ns, const json_t *messages, const render_tools *t,
                   int32_t **ids, size_t *n, prompt_cache_info *ci, char *why, size_t cap) {
     render_out out;
     render_tokens rt;
-    strata_err err = {0};
-    if (replay_render(s->replay, replay_ns, s->render, messages, t, 1, &out, why, cap)) return -1;
-    int rc = render_tokenize(s->render, &out, &rt, &err);
+    if (render_at(s, replay_ns, messages, t, 0, &out, &rt, why, cap)) return -1;
+    if (ci) ci->template_date[0] = 0;
+    keep_date(s, replay_ns, messages, t, &out, &rt, ci);
     render_out_free(&out);
-    if (rc) {
-        strata_fmt(why, cap, "%s", err.msg);
-        return -1;
-    }
     if (ci) find_marks(messages, t, &rt, ci);
     if (ci) ci->bounds = rt.bounds, ci->n_bounds = rt.n_bounds, rt.bounds = NULL;
     if (ci) ci->msg_ends = rt.msg_bounds, ci->n_msgs = (int)rt.n_msgs, rt.msg_bounds = NULL;

@@ -45,6 +45,9 @@ typedef struct prompt_cache_info {
     const char *held_out; /* the normalize.h rule that held client text out, or NULL */
     int *msg_ends;        /* malloc'd: where the first k messages end, k = 0..n_msgs (-1 unknown) */
     int n_msgs;
+    /* The date the template wrote when it is not today's: the conversation
+     * was rendered with the day it began (prompt_tokens); "" else. */
+    char template_date[DATES_TEXT_MAX + 1];
 } prompt_cache_info;
 void prompt_cache_info_free(prompt_cache_info *ci);
 /* Points the generation's cache fields at ci (which must outlive gen_start). */
@@ -52,7 +55,11 @@ void prompt_cache_apply(const prompt_cache_info *ci, gen_params *gp);
 
 /* The prompt tokens, with exact replay (replay_render), tokenized once;
  * fills ci (may be NULL): bounds and marks come from that one
- * tokenization. *ids is malloc'd. */
+ * tokenization. *ids is malloc'd. A template that writes today's date
+ * (strftime_now) keeps a conversation's first date: when the cache holds
+ * less of the prompt than through the date, it is rendered again with
+ * each date written lately (server/dates.h) and the rendering cached
+ * furthest past its date wins (ci->template_date). */
 int prompt_tokens(const server *s, const cache_hash *replay_ns, const json_t *messages, const render_tools *t, int32_t **ids,
                   size_t *n, prompt_cache_info *ci, char *why, size_t cap);
 

@@ -517,6 +517,8 @@ static void open_disk(server *s, const uint8_t fp[32]) {
     state_path(s, "responses", path, sizeof path);
     if (resp_store_load(s->responses, path, fp) == 0)
         log_info("responses: %zu stored responses loaded from %s", resp_store_count(s->responses), path);
+    state_path(s, "dates", path, sizeof path); /* saved at each change (dates.c) */
+    s->dates = dates_new(path);
     state_path(s, "recent", path, sizeof path);
     int bad = 0;
     if (s->recent && recent_load(s->recent, path, fp, &bad) == 0)
@@ -628,6 +630,7 @@ static int load_model(server *s, strata_err *err) {
     if (s->o.trace_path && !(s->trace = fopen(s->o.trace_path, "a")))
         return strata_errf(err, STRATA_EIO, "--trace %s: cannot open for appending", s->o.trace_path);
     open_disk(s, fp);
+    if (!s->dates && !s->o.no_cache) s->dates = dates_new(NULL);
     if ((rc = open_redis(s, fp, err)) || (rc = open_ram(s, err))) return rc;
     sched_opts so = {.n_slots = s->o.parallel, .ctx_per_slot = s->o.ctx, .queue_max = s->o.queue_max,
                      .chunk = 256, .prefix_cache = !s->o.no_cache, .trace = s->trace, .recent = s->recent,
@@ -709,6 +712,7 @@ void server_stop(server *s) {
     if (s->trace) fclose(s->trace);
     replay_free(s->replay);
     diag_free(s->diag);
+    dates_free(s->dates);
     recent_free(s->recent);
     resp_store_free(s->responses);
     for (int i = 0; i < s->n_keys; i++) free(s->keys[i]);

@@ -13,6 +13,7 @@
 #include "cache/ram_tier.h"
 #include "cache/redis_tier.h"
 #include "server/http.h"
+#include "server/dates.h"
 #include "server/diag.h"
 #include "server/recent.h"
 #include "server/replay.h"
@@ -69,6 +70,7 @@ typedef struct server {
     sched *sch;
     http_server *http;
     diag_store *diag;     /* recent prompts, for cache diagnostics */
+    date_list *dates;     /* dates the chat template wrote lately (prompt.c keeps a conversation's), or NULL */
     recent_ring *recent;  /* records of the last --ui-records requests (the /ui page), or NULL */
     renderer *render;     /* the chat template or built-in format */
     char model_id[128];   /* reported to clients: the first alias, else the file name */

@@ -157,7 +157,7 @@ char *render_generic_calls_text(const char *const *names, const char *const *arg
 /* The model's own template: text from its literals may hold special
  * tokens, text from the conversation may not. */
 static int render_template(const renderer *r, const json_t *messages, const json_t *extra, int add_gen,
-                           chat_prompt *out, char *why, size_t cap) {
+                           render_out *out, char *why, size_t cap) {
     json_t *ctx = json_pack("{s:O,s:b,s:s,s:s}", "messages", messages, "add_generation_prompt", add_gen,
                             "bos_token", r->bos, "eos_token", r->eos);
     if (extra) json_object_update_missing(ctx, (json_t *)extra); /* never over the four above */
@@ -165,14 +165,14 @@ static int render_template(const renderer *r, const json_t *messages, const json
     size_t len, n_spans;
     tmpl_span *spans;
     strata_err err = {0};
-    int rc = tmpl_render(r->tpl, ctx, &text, &len, &spans, &n_spans, &err);
+    int rc = tmpl_render_at(r->tpl, ctx, &out->clock, &text, &len, &spans, &n_spans, &err);
     json_decref(ctx);
     if (rc) {
         strata_fmt(why, cap, "chat template: %s", err.msg);
         return -1;
     }
     for (size_t i = 0; i < n_spans; i++)
-        chat_prompt_add(out, text + spans[i].off, spans[i].len, spans[i].literal);
+        chat_prompt_add(&out->p, text + spans[i].off, spans[i].len, spans[i].literal);
     free(text);
     free(spans);
     return 0;
@@ -196,10 +196,10 @@ static void render_builtin(const renderer *r, const json_t *messages, int add_ge
     free(cm);
 }
 
-static int render_plain(const renderer *r, const json_t *msgs, const json_t *extra, int add_gen, chat_prompt *out,
+static int render_plain(const renderer *r, const json_t *msgs, const json_t *extra, int add_gen, render_out *out,
                         char *why, size_t cap) {
     if (!r->tpl) {
-        render_builtin(r, msgs, add_gen, out);
+        render_builtin(r, msgs, add_gen, &out->p);
         return 0;
     }
     return render_template(r, msgs, extra, add_gen, out, why, cap);
@@ -301,7 +301,7 @@ static char *probe_render(const renderer *r, const char *conv, long *probe_start
     char why[256], *text = NULL;
     int seg = 0;
     long off = 0;
-    if (msgs && !render_plain(r, msgs, NULL, 0, &o.p, why, sizeof why) &&
+    if (msgs && !render_plain(r, msgs, NULL, 0, &o, why, sizeof why) &&
         !find_content(&o.p, &seg, &off, PROBE, probe_start)) {
         text = render_out_text(&o, NULL);
         *probe_end = off;
@@ -357,7 +357,7 @@ static int probe_native_tools(const renderer *r) {
     char why[256];
     int yes = 0;
     json_t *extra = json_pack("{s:O}", "tools", tools);
-    if (!render_template(r, msgs, extra, 1, &o.p, why, sizeof why)) {
+    if (!render_template(r, msgs, extra, 1, &o, why, sizeof why)) {
         char *text = render_out_text(&o, NULL);
         yes = strstr(text, PROBE "_tool") != NULL;
         free(text);
@@ -383,7 +383,7 @@ static int probe_fold_system(const renderer *r) {
         json_t *msgs = json_loads(CONVS[i], 0, NULL);
         render_out o = {0};
         char why[256];
-        lost = render_plain(r, msgs, NULL, 1, &o.p, why, sizeof why) || !system_text_kept(&o, msgs);
+        lost = render_plain(r, msgs, NULL, 1, &o, why, sizeof why) || !system_text_kept(&o, msgs);
         chat_prompt_free(&o.p);
         json_decref(msgs);
     }
@@ -632,7 +632,7 @@ static int render_folded(const renderer *r, const json_t *msgs, int all, const j
     size_t n = json_array_size(msgs);
     int *owner = xmalloc((n + 1) * sizeof(int));
     json_t *folded = fold_system(msgs, all, owner);
-    int rc = render_plain(r, folded, extra, add_gen, &out->p, why, cap);
+    int rc = render_plain(r, folded, extra, add_gen, out, why, cap);
     if (!rc) set_message_ends(r, out, folded, owner, n, n_in);
     json_decref(folded);
     free(owner);
@@ -648,10 +648,12 @@ static int render_placed(const renderer *r, const json_t *msgs, const json_t *ex
                          size_t n_in, char *why, size_t cap) {
     int fold = has_system(msgs), rc;
     if (fold && r->fold_system) rc = render_folded(r, msgs, 0, extra, add_gen, out, n_in, why, cap);
-    else if (!(rc = render_plain(r, msgs, extra, add_gen, &out->p, why, cap)))
+    else if (!(rc = render_plain(r, msgs, extra, add_gen, out, why, cap)))
         set_message_ends(r, out, msgs, NULL, json_array_size(msgs), n_in);
     if (fold && !rc && !system_text_kept(out, msgs)) {
+        long long now = out->clock.now;
         render_out_free(out);
+        out->clock.now = now;
         rc = render_folded(r, msgs, 1, extra, add_gen, out, n_in, why, cap);
     }
     return rc;
@@ -682,6 +684,7 @@ int render_messages(const renderer *r, const json_t *messages, const render_tool
     if (t && t->vars) json_object_update_missing(extra, (json_t *)t->vars);
     if (!tools) json_object_del(extra, "tools"); /* only the request's own tools, rendered its way */
     memset(out, 0, sizeof *out);
+    out->clock.now = t ? t->now : 0;
     int rc = render_placed(r, msgs, extra, add_gen, out, json_array_size(messages), why, cap);
     json_decref(extra);
     json_decref(msgs);
@@ -694,13 +697,22 @@ void render_out_free(render_out *o) {
     memset(o, 0, sizeof *o);
 }
 
+/* The positions of the message ends and of the date's end, from one
+ * tokenization: the text offsets of both go to chat_tokenize_at at once. */
 int render_tokenize(const renderer *r, const render_out *o, render_tokens *out, strata_err *err) {
     memset(out, 0, sizeof *out);
     out->n_msgs = o->msg_ends ? o->n_msgs : 0;
-    out->msg_bounds = xmalloc((out->n_msgs + 1) * sizeof(int));
-    out->msg_bounds[0] = -1;
+    size_t n_offs = out->n_msgs + 2;
+    long *offs = xmalloc(n_offs * sizeof(long));
+    int *pos = xmalloc(n_offs * sizeof(int));
+    for (size_t k = 0; k <= out->n_msgs; k++) offs[k] = o->msg_ends ? o->msg_ends[k] : -1;
+    offs[n_offs - 1] = o->clock.used && o->clock.off >= 0 ? o->clock.off + (long)o->clock.len : -1;
     int rc = chat_tokenize_at(r->tok, &o->p, tok_add_bos(r->tok), &out->ids, &out->n, &out->bounds, &out->n_bounds,
-                              o->msg_ends, out->msg_bounds, o->msg_ends ? o->n_msgs + 1 : 0, err);
+                              offs, pos, n_offs, err);
+    out->msg_bounds = xmalloc((out->n_msgs + 1) * sizeof(int));
+    memcpy(out->msg_bounds, pos, (out->n_msgs + 1) * sizeof(int));
+    out->date_end = rc ? -1 : pos[n_offs - 1];
+    free(offs), free(pos);
     if (rc) render_tokens_free(out);
     return rc;
 }

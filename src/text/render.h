@@ -33,6 +33,7 @@
 
 #include "base/err.h"
 #include "text/chat.h"
+#include "text/tmpl.h"
 #include "text/tokenizer.h"
 #include "text/toolcall.h"
 
@@ -59,6 +60,9 @@ typedef struct render_tools {
      * object, or NULL. They never replace messages, tools,
      * add_generation_prompt, bos_token or eos_token. */
     const json_t *vars;
+    /* The time strftime_now formats (seconds since the epoch); 0: now.
+     * server/prompt.c renders a conversation with the day it began. */
+    long long now;
 } render_tools;
 
 /* f may be NULL when o->template_src is given. The model's own template
@@ -101,11 +105,14 @@ char *render_generic_calls_text(const char *const *names, const char *const *arg
 
 /* A rendered conversation: its segments, and for k = 0..n_msgs the text
  * offset (bytes into the concatenated segments) where the first k
- * messages end, -1 where it could not be found. */
+ * messages end, -1 where it could not be found; the template's clock
+ * (text/tmpl.h: the time strftime_now formatted, 0 when the template did
+ * not call it, and where its text went, -1 when nowhere). */
 typedef struct render_out {
     chat_prompt p;
     long *msg_ends;
     size_t n_msgs;
+    tmpl_clock clock;
 } render_out;
 void render_out_free(render_out *o);
 /* The concatenated text of o's segments (what /apply-template shows).
@@ -129,6 +136,7 @@ typedef struct render_tokens {
     int n_bounds;
     int *msg_bounds; /* n_msgs + 1 entries */
     size_t n_msgs;
+    int date_end;    /* the position where the text strftime_now wrote ends (-1: none written) */
 } render_tokens;
 int render_tokenize(const renderer *r, const render_out *o, render_tokens *out, strata_err *err);
 void render_tokens_free(render_tokens *t);

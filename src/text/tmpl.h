@@ -74,4 +74,21 @@ typedef struct tmpl_span {
 int tmpl_render(const tmpl *t, const json_t *ctx, char **out, size_t *out_len,
                 tmpl_span **spans, size_t *n_spans, strata_err *err);
 
+/* The clock strftime_now reads, and where its text went. A template that
+ * writes today's date renders a conversation differently tomorrow; a
+ * caller can render it again with the day it began (server/prompt.c), so
+ * its prefix stays the same. */
+typedef struct tmpl_clock {
+    long long now;  /* in: the seconds since the epoch strftime_now formats (local time); 0: the system clock */
+    long long used; /* out: the time it formatted (read once per render); 0: it was not called */
+    long off;       /* out: where the first text it wrote begins in the output; -1: none got there */
+    size_t len;     /* out: that text's length (a run of its bytes, as written) */
+} tmpl_clock;
+/* tmpl_render with clk (NULL: the system clock, nothing reported). Text
+ * strftime_now wrote is data in the spans; its bytes are followed through
+ * variables and concatenation, while text a filter or method rewrote
+ * (upper, replace...) is new data, not counted in clk->off. */
+int tmpl_render_at(const tmpl *t, const json_t *ctx, tmpl_clock *clk, char **out, size_t *out_len,
+                   tmpl_span **spans, size_t *n_spans, strata_err *err);
+
 #endif

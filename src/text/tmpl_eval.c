@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/mem.h"
 #include "text/tmpl_int.h"
@@ -46,6 +47,8 @@ struct trender {
     size_t steps;
     int depth;           /* nested bodies and macro calls */
     int edepth;          /* nested expression evaluation */
+    tmpl_clock *clk;     /* what strftime_now reads; NULL: the system clock */
+    long long now;       /* the time strftime_now formats, once read (0: not yet) */
 };
 
 enum { SIG_NONE, SIG_BREAK, SIG_CONTINUE };
@@ -886,6 +889,24 @@ static void exec_body(trender *r, tframe *f, const tnode *b, int *sig)
 
 /* ---- entry point ---- */
 
+/* The output's spans: strftime_now's runs are data, merged with their
+ * neighbours of the same kind; the first of them is reported in clk. */
+static void finish_spans(trender *r, tmpl_span **spans, size_t *n_spans)
+{
+    tsb *b = &r->root_out;
+    size_t off = 0, n = 0;
+    *spans = xmalloc((b->nruns + 1) * sizeof **spans);
+    for (size_t i = 0; i < b->nruns; i++) {
+        int literal = b->runs[i].lit == TL_LIT;
+        if (b->runs[i].lit == TL_NOW && r->clk && r->clk->off < 0)
+            r->clk->off = (long)off, r->clk->len = b->runs[i].len;
+        if (n && (*spans)[n - 1].literal == literal) (*spans)[n - 1].len += b->runs[i].len;
+        else (*spans)[n++] = (tmpl_span){off, b->runs[i].len, literal};
+        off += b->runs[i].len;
+    }
+    *n_spans = n;
+}
+
 static int finish(trender *r, char **out, size_t *out_len, tmpl_span **spans,
                   size_t *n_spans)
 {
@@ -894,20 +915,31 @@ static int finish(trender *r, char **out, size_t *out_len, tmpl_span **spans,
     if (b->len) memcpy(*out, b->p, b->len);
     (*out)[b->len] = 0;
     *out_len = b->len;
-    if (spans) {
-        *spans = xmalloc((b->nruns + 1) * sizeof **spans);
-        size_t off = 0;
-        for (size_t i = 0; i < b->nruns; i++) {
-            (*spans)[i] = (tmpl_span){off, b->runs[i].len, b->runs[i].lit};
-            off += b->runs[i].len;
-        }
-        *n_spans = b->nruns;
+    if (spans) finish_spans(r, spans, n_spans);
+    else if (r->clk) { /* the spans are wanted for the clock's offset only */
+        tmpl_span *sp;
+        size_t ns;
+        finish_spans(r, &sp, &ns);
+        free(sp);
     }
+    if (r->clk) r->clk->used = r->now;
     return 0;
+}
+
+long long tr_now(trender *r)
+{
+    if (!r->now) r->now = r->clk && r->clk->now ? r->clk->now : (long long)time(NULL);
+    return r->now;
 }
 
 int tmpl_render(const tmpl *t, const json_t *ctx, char **out, size_t *out_len,
                 tmpl_span **spans, size_t *n_spans, strata_err *err)
+{
+    return tmpl_render_at(t, ctx, NULL, out, out_len, spans, n_spans, err);
+}
+
+int tmpl_render_at(const tmpl *t, const json_t *ctx, tmpl_clock *clk, char **out, size_t *out_len,
+                   tmpl_span **spans, size_t *n_spans, strata_err *err)
 {
     *out = NULL;
     *out_len = 0;
@@ -921,6 +953,8 @@ int tmpl_render(const tmpl *t, const json_t *ctx, char **out, size_t *out_len,
     r->ar.limit = TMPL_MAX_MEMORY;
     r->err = err;
     r->out = &r->root_out;
+    r->clk = clk;
+    if (clk) clk->used = 0, clk->off = -1, clk->len = 0;
     int rc = 0;
     if (setjmp(r->jb)) {
         rc = r->code;

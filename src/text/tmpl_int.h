@@ -39,7 +39,12 @@ enum {
     TV_METHOD, /* a bound method: self + method name, e.g. s.startswith */
 };
 
-/* A run of string bytes with one provenance. */
+/* Provenance of string bytes: data from the context, the template's own
+ * literals, or data strftime_now wrote (kept apart from other data so a
+ * render can say where the date went, tmpl_clock). */
+enum { TL_DATA = 0, TL_LIT = 1, TL_NOW = 2 };
+
+/* A run of string bytes with one provenance (TL_*). */
 typedef struct trun {
     size_t len;
     int lit;
@@ -52,7 +57,7 @@ typedef struct tmacro tmacro;
 
 typedef struct tval {
     uint8_t kind;
-    uint8_t lit;      /* TV_STR with nruns == 0: 1 = all bytes literal */
+    uint8_t lit;      /* TV_STR with nruns == 0: the provenance of all bytes (TL_*) */
     uint8_t tuple;    /* TV_LIST: print as (a, b) */
     uint32_t nruns;   /* TV_STR: 0 = uniform provenance, else runs below */
     union {
@@ -101,13 +106,17 @@ typedef struct trender trender;
 void tr_fail(trender *r, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));
 void *tr_alloc(trender *r, size_t n);
+/* The time strftime_now formats: the caller's (tmpl_clock), else the
+ * system clock, read once per render. */
+long long tr_now(trender *r);
 
 tval tv_undef(const char *hint);
 tval tv_none(void);
 tval tv_bool(int b);
 tval tv_int(int64_t i);
 tval tv_float(double f);
-/* String of data (lit=0) or literal (lit=1) bytes; p is borrowed. */
+/* String of data (lit=0), literal (lit=1) or strftime_now (TL_NOW) bytes;
+ * p is borrowed. */
 tval tv_str(const char *p, size_t len, int lit);
 tval tv_cstr(const char *s, int lit);
 tval tv_list(trender *r, size_t cap);

@@ -584,13 +584,13 @@ static tval g_strftime(trender *r, targs *a)
     size_t n = f.u.s.len < sizeof fmt - 1 ? f.u.s.len : sizeof fmt - 1;
     memcpy(fmt, f.u.s.p, n);
     fmt[n] = 0;
-    time_t now = time(NULL);
+    time_t now = (time_t)tr_now(r);
     struct tm tm;
     localtime_r(&now, &tm);
     size_t len = strftime(out, sizeof out, fmt, &tm);
     char *p = tr_alloc(r, len + 1);
     memcpy(p, out, len);
-    return tv_str(p, len, 0);
+    return tv_str(p, len, TL_NOW);
 }
 
 tval tf_call_global(trender *r, int id, targs *a)

@@ -94,7 +94,7 @@ tval tv_float(double f)
 
 tval tv_str(const char *p, size_t len, int lit)
 {
-    tval v = {.kind = TV_STR, .lit = (uint8_t)(lit != 0)};
+    tval v = {.kind = TV_STR, .lit = (uint8_t)(lit == TL_NOW ? TL_NOW : lit != 0)};
     v.u.s.p = p;
     v.u.s.len = len;
     return v;
@@ -455,9 +455,9 @@ tval ts_sub(trender *r, tval s, size_t off, size_t len)
 
 int ts_all_lit(tval s)
 {
-    if (!s.nruns) return s.lit;
+    if (!s.nruns) return s.lit == TL_LIT;
     for (uint32_t i = 0; i < s.nruns; i++)
-        if (!s.u.s.runs[i].lit) return 0;
+        if (s.u.s.runs[i].lit != TL_LIT) return 0;
     return 1;
 }
 

@@ -53,7 +53,7 @@ def free_port():
 
 
 class Server:
-    def __init__(self, model, *extra):
+    def __init__(self, model, *extra, env=None):
         self.tmp_cache = None
         if "--cache-dir" not in extra:  # never touch the user's own cache
             self.tmp_cache = tempfile.mkdtemp(prefix="strata-kv-")
@@ -62,7 +62,8 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(os.path.join(LOGS, f"serve-{self.port}.log"), "w")
         self.proc = subprocess.Popen([STRATA, "serve", "-m", model, "--port", str(self.port), *extra],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+                                     stdout=self.log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **env} if env else None)
         deadline = time.time() + 60
         while time.time() < deadline:
             if self.proc.poll() is not None:
