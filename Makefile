@@ -141,7 +141,7 @@ unit-test: build/strata-tests strata
 # End to end: real servers, official openai/anthropic SDKs (and the replay
 # benchmark's conversation importer and agent-loop bookkeeping, which need no server).
 e2e-test: strata
-	TEST_DATA_DIR=$(abspath tests/data/gen) STRATA_MODEL=$(abspath $(MODEL)) STRATA_GEMMA3_MODEL=$(abspath $(GEMMA3_MODEL)) $(PYTHON) -m pytest -v tests/e2e bench/test_import_chats.py bench/test_agent_loop.py
+	TEST_DATA_DIR=$(abspath tests/data/gen) STRATA_MODEL=$(abspath $(MODEL)) STRATA_GEMMA3_MODEL=$(abspath $(GEMMA3_MODEL)) $(PYTHON) -m pytest -v --durations=15 tests/e2e bench/test_import_chats.py bench/test_agent_loop.py
 
 test: test-deps
 	@$(MAKE) --no-print-directory strata build/strata-tests
