@@ -2,8 +2,8 @@
  * expf at every level the CPU has, over every float SwiGLU's gates
  * normally see and every float around glibc's thresholds, plus a stride
  * through all 2^32 patterns (all of them: `make check-vexp`, about a
- * minute); the SiLU / sigmoid loops against their scalar form; the
- * level's choice. */
+ * minute); the SiLU, sigmoid and clamped SwiGLU loops against their
+ * scalar form; the level's choice. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -61,7 +61,7 @@ TEST(vexp_same_bits_as_libm) {
 
 /* Rows of many lengths (whole vectors and tails), u given or not, in place
  * or not, values across the thresholds: the scalar loop's bits. */
-TEST(vexp_silu_and_sigmoid_give_the_scalar_bits) {
+TEST(vexp_silu_sigmoid_swiglu_oai_give_the_scalar_bits) {
     enum { N = 300 };
     static float g[N], u[N], want[N], got[N];
     for (int i = 0; i < N; i++) g[i] = (float)((i * 7919) % 2001 - 1000) * 0.11f, u[i] = 0.25f + (float)(i % 7) * 0.3f;
@@ -80,10 +80,24 @@ TEST(vexp_silu_and_sigmoid_give_the_scalar_bits) {
             vexp_sigmoid_mul_level(level, got, g, n);
             CHECK_MSG(memcmp(want, got, n * 4) == 0, "sigmoid_mul level %d, row of %zu", level, n);
         }
+    /* gpt-oss's clamped SwiGLU: values across both clamps, NaN g and u */
+    float uc[N];
+    for (int i = 0; i < N; i++) uc[i] = (float)((i * 4241) % 301 - 150) * 0.1f;
+    uc[3] = NAN, uc[9] = -INFINITY, uc[11] = INFINITY, uc[12] = -0.0f;
+    for (int level = QUANT_AVX2; level <= top_level(); level++)
+        for (size_t n = 1; n <= N; n = n * 2 + 1) {
+            vexp_swiglu_oai_level(QUANT_SCALAR, want, g, uc, n, 1.702f, 7.0f);
+            vexp_swiglu_oai_level(level, got, g, uc, n, 1.702f, 7.0f);
+            CHECK_MSG(memcmp(want, got, n * 4) == 0, "swiglu_oai level %d, row of %zu", level, n);
+        }
     /* the scalar loops are the model's expressions */
     for (int i = 0; i < 64; i++) {
         float s = g[i] / (1.0f + expf(-g[i])) * u[i];
         vexp_silu_mul_level(QUANT_SCALAR, got, g + i, u + i, 1);
+        CHECK(memcmp(&s, got, 4) == 0);
+        float x = g[i] < 7.0f ? g[i] : 7.0f, y = uc[i] < -7.0f ? -7.0f : uc[i] > 7.0f ? 7.0f : uc[i];
+        s = x / (1.0f + expf(1.702f * -x)) * (y + 1.0f);
+        vexp_swiglu_oai_level(QUANT_SCALAR, got, g + i, uc + i, 1, 1.702f, 7.0f);
         CHECK(memcmp(&s, got, 4) == 0);
     }
 }

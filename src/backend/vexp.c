@@ -17,6 +17,8 @@ void vexp_sigmoid_mul_avx2(float *o, const float *g, size_t n);
 void vexp_expf_avx512(float *y, const float *x, size_t n);
 void vexp_silu_mul_avx512(float *out, const float *g, const float *u, size_t n);
 void vexp_sigmoid_mul_avx512(float *o, const float *g, size_t n);
+void vexp_swiglu_oai_avx2(float *out, const float *g, const float *u, size_t n, float alpha, float limit);
+void vexp_swiglu_oai_avx512(float *out, const float *g, const float *u, size_t n, float alpha, float limit);
 
 /* 2^(i/32), correctly rounded (glibc's table holds the same doubles, less
  * i << 47 in their bits; test_vexp checks them against exp2l). */
@@ -51,6 +53,13 @@ void vexp__silu_mul_scalar(float *out, const float *g, const float *u, size_t n)
 
 void vexp__sigmoid_mul_scalar(float *o, const float *g, size_t n) {
     for (size_t i = 0; i < n; i++) o[i] *= 1.0f / (1.0f + expf(-g[i]));
+}
+
+void vexp__swiglu_oai_scalar(float *out, const float *g, const float *u, size_t n, float alpha, float limit) {
+    for (size_t i = 0; i < n; i++) {
+        float x = g[i] < limit ? g[i] : limit, y = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+        out[i] = x / (1.0f + expf(alpha * -x)) * (y + 1.0f);
+    }
 }
 
 /* ---- the check against libm and the level ---------------------------- */
@@ -124,6 +133,14 @@ void vexp_sigmoid_mul_level(int level, float *o, const float *g, size_t n) {
     else vexp__sigmoid_mul_scalar(o, g, n);
 }
 
+void vexp_swiglu_oai_level(int level, float *out, const float *g, const float *u, size_t n, float alpha,
+                           float limit) {
+    level = cap(level);
+    if (level >= QUANT_AVX512) vexp_swiglu_oai_avx512(out, g, u, n, alpha, limit);
+    else if (level >= QUANT_AVX2) vexp_swiglu_oai_avx2(out, g, u, n, alpha, limit);
+    else vexp__swiglu_oai_scalar(out, g, u, n, alpha, limit);
+}
+
 void vexp_expf(float *y, const float *x, size_t n) { vexp_expf_level(vexp_level(), y, x, n); }
 
 void vexp_silu_mul(float *out, const float *g, const float *u, size_t n) {
@@ -131,3 +148,7 @@ void vexp_silu_mul(float *out, const float *g, const float *u, size_t n) {
 }
 
 void vexp_sigmoid_mul(float *o, const float *g, size_t n) { vexp_sigmoid_mul_level(vexp_level(), o, g, n); }
+
+void vexp_swiglu_oai(float *out, const float *g, const float *u, size_t n, float alpha, float limit) {
+    vexp_swiglu_oai_level(vexp_level(), out, g, u, n, alpha, limit);
+}

@@ -1,6 +1,7 @@
 /* vexp.h - expf over arrays with exactly the bits of this machine's libm
  * expf, vectorised (AVX2 + FMA: 8 lanes, AVX-512: 16), and the SiLU /
- * sigmoid loops the models run over it (SwiGLU, qwen35's gates).
+ * sigmoid loops the models run over it (SwiGLU, gpt-oss's clamped one,
+ * qwen35's gates).
  *
  * Why not act_expf (act.h): the models that use SwiGLU were built, cached
  * and tested with libm's expf (model/forward.c, `swiglu_row`), and another
@@ -33,6 +34,11 @@ void vexp_expf(float *y, const float *x, size_t n);
 void vexp_silu_mul(float *out, const float *g, const float *u, size_t n);
 /* o[i] *= 1 / (1 + expf(-g[i])): times the sigmoid of a gate. */
 void vexp_sigmoid_mul(float *o, const float *g, size_t n);
+/* gpt-oss's clamped SwiGLU (ggml's swiglu_oai): x = min(g, limit),
+ * y = clamp(u, -limit, limit), out = x / (1 + expf(alpha * -x)) * (y + 1);
+ * the min and clamp as `g < limit ? g : limit` and `u < -limit ? -limit :
+ * u > limit ? limit : u` (a NaN g gives limit, a NaN u stays NaN). */
+void vexp_swiglu_oai(float *out, const float *g, const float *u, size_t n, float alpha, float limit);
 
 /* The level the loops above use: QUANT_SCALAR (libm's expf per element),
  * QUANT_AVX2 or QUANT_AVX512 (backend/quant.h), the highest that the CPU
@@ -44,5 +50,6 @@ int vexp_level(void);
 void vexp_expf_level(int level, float *y, const float *x, size_t n);
 void vexp_silu_mul_level(int level, float *out, const float *g, const float *u, size_t n);
 void vexp_sigmoid_mul_level(int level, float *o, const float *g, size_t n);
+void vexp_swiglu_oai_level(int level, float *out, const float *g, const float *u, size_t n, float alpha, float limit);
 
 #endif

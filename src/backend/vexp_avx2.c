@@ -15,6 +15,8 @@ static inline vx vx_add(vx a, vx b) { return _mm256_add_ps(a, b); }
 static inline vx vx_mul(vx a, vx b) { return _mm256_mul_ps(a, b); }
 static inline vx vx_div(vx a, vx b) { return _mm256_div_ps(a, b); }
 static inline vx vx_set1(float f) { return _mm256_set1_ps(f); }
+static inline vx vx_min(vx a, vx b) { return _mm256_min_ps(a, b); }
+static inline vx vx_max(vx a, vx b) { return _mm256_max_ps(a, b); }
 static inline vx vx_neg(vx a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
 
 /* The table stays in memory, where the gather reads it. */

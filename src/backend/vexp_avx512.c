@@ -16,6 +16,8 @@ static inline vx vx_add(vx a, vx b) { return _mm512_add_ps(a, b); }
 static inline vx vx_mul(vx a, vx b) { return _mm512_mul_ps(a, b); }
 static inline vx vx_div(vx a, vx b) { return _mm512_div_ps(a, b); }
 static inline vx vx_set1(float f) { return _mm512_set1_ps(f); }
+static inline vx vx_min(vx a, vx b) { return _mm512_min_ps(a, b); }
+static inline vx vx_max(vx a, vx b) { return _mm512_max_ps(a, b); }
 static inline vx vx_neg(vx a) {
     return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32(INT32_MIN)));
 }

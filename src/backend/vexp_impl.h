@@ -33,5 +33,6 @@ void vexp__fix(float *e, const float *x, unsigned mask);
 void vexp__expf_scalar(float *y, const float *x, size_t n);
 void vexp__silu_mul_scalar(float *out, const float *g, const float *u, size_t n);
 void vexp__sigmoid_mul_scalar(float *o, const float *g, size_t n);
+void vexp__swiglu_oai_scalar(float *out, const float *g, const float *u, size_t n, float alpha, float limit);
 
 #endif
