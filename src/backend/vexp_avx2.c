@@ -9,15 +9,8 @@
 typedef __m256 vx;
 #define VX_W 8
 
-static inline vx vx_load(const float *p) { return _mm256_loadu_ps(p); }
-static inline void vx_store(float *p, vx v) { _mm256_storeu_ps(p, v); }
-static inline vx vx_add(vx a, vx b) { return _mm256_add_ps(a, b); }
-static inline vx vx_mul(vx a, vx b) { return _mm256_mul_ps(a, b); }
-static inline vx vx_div(vx a, vx b) { return _mm256_div_ps(a, b); }
-static inline vx vx_set1(float f) { return _mm256_set1_ps(f); }
-static inline vx vx_min(vx a, vx b) { return _mm256_min_ps(a, b); }
-static inline vx vx_max(vx a, vx b) { return _mm256_max_ps(a, b); }
-static inline vx vx_neg(vx a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
+#define vx_min _mm256_min_ps
+#define vx_max _mm256_max_ps
 
 /* The table stays in memory, where the gather reads it. */
 typedef struct {
@@ -43,19 +36,14 @@ static inline __m128 exp4(const vx_tab *T, __m128 x) {
     return _mm256_cvtpd_ps(_mm256_mul_pd(p, _mm256_castsi256_pd(s)));
 }
 
-static inline vx vx_exp(const vx_tab *T, vx x) {
+static inline vx vx_exp_main(const vx_tab *T, vx x) {
+    return _mm256_set_m128(exp4(T, _mm256_extractf128_ps(x, 1)), exp4(T, _mm256_castps256_ps128(x)));
+}
+
+static inline unsigned vx_special(vx x) {
     __m256i ax = _mm256_and_si256(_mm256_castps_si256(x), _mm256_set1_epi32(INT32_MAX));
     __m256i sp = _mm256_cmpgt_epi32(ax, _mm256_set1_epi32(VEXP_SPECIAL_ABS - 1));
-    unsigned special = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(sp));
-    vx e = _mm256_set_m128(exp4(T, _mm256_extractf128_ps(x, 1)), exp4(T, _mm256_castps256_ps128(x)));
-    if (__builtin_expect(special != 0, 0)) {
-        float eb[8], xb[8];
-        _mm256_storeu_ps(eb, e);
-        _mm256_storeu_ps(xb, x);
-        vexp__fix(eb, xb, special);
-        e = _mm256_loadu_ps(eb);
-    }
-    return e;
+    return (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(sp));
 }
 
 #define VX_LEVEL avx2

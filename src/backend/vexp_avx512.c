@@ -10,17 +10,8 @@
 typedef __m512 vx;
 #define VX_W 16
 
-static inline vx vx_load(const float *p) { return _mm512_loadu_ps(p); }
-static inline void vx_store(float *p, vx v) { _mm512_storeu_ps(p, v); }
-static inline vx vx_add(vx a, vx b) { return _mm512_add_ps(a, b); }
-static inline vx vx_mul(vx a, vx b) { return _mm512_mul_ps(a, b); }
-static inline vx vx_div(vx a, vx b) { return _mm512_div_ps(a, b); }
-static inline vx vx_set1(float f) { return _mm512_set1_ps(f); }
-static inline vx vx_min(vx a, vx b) { return _mm512_min_ps(a, b); }
-static inline vx vx_max(vx a, vx b) { return _mm512_max_ps(a, b); }
-static inline vx vx_neg(vx a) {
-    return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32(INT32_MIN)));
-}
+#define vx_min _mm512_min_ps
+#define vx_max _mm512_max_ps
 
 /* The table in four registers, entry i less i << 47 in its bits (as
  * glibc keeps it): adding k << 47 then puts k div 32 into the exponent and
@@ -58,19 +49,14 @@ static inline __m256 exp8(const vx_tab *T, __m256 x) {
     return _mm512_cvtpd_ps(_mm512_mul_pd(p, _mm512_castsi512_pd(s)));
 }
 
-static inline vx vx_exp(const vx_tab *T, vx x) {
-    __m512i ax = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MAX));
-    __mmask16 special = _mm512_cmpge_epi32_mask(ax, _mm512_set1_epi32(VEXP_SPECIAL_ABS));
+static inline vx vx_exp_main(const vx_tab *T, vx x) {
     __m256 e0 = exp8(T, _mm512_castps512_ps256(x)), e1 = exp8(T, _mm512_extractf32x8_ps(x, 1));
-    vx e = _mm512_insertf32x8(_mm512_castps256_ps512(e0), e1, 1);
-    if (__builtin_expect(special != 0, 0)) {
-        float eb[16], xb[16];
-        _mm512_storeu_ps(eb, e);
-        _mm512_storeu_ps(xb, x);
-        vexp__fix(eb, xb, special);
-        e = _mm512_loadu_ps(eb);
-    }
-    return e;
+    return _mm512_insertf32x8(_mm512_castps256_ps512(e0), e1, 1);
+}
+
+static inline unsigned vx_special(vx x) {
+    __m512i ax = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MAX));
+    return _mm512_cmpge_epi32_mask(ax, _mm512_set1_epi32(VEXP_SPECIAL_ABS));
 }
 
 #define VX_LEVEL avx512
