@@ -8,7 +8,7 @@
  * (quant_level), and every machine and level computes the same bits (no
  * FMA contraction in ISO C mode). libm's tanhf and expf, called once per
  * element, were a fifth of Gemma 3's prefill. (SwiGLU keeps libm's
- * expf: model/forward.c says why.)
+ * expf's bits, vectorised in vexp.h: model/forward.c says why.)
  * Does not: know about rows, threads or models (model/forward.c). */
 #ifndef STRATA_BACKEND_ACT_H
 #define STRATA_BACKEND_ACT_H

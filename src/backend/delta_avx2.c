@@ -72,6 +72,12 @@ static void rows(const delta_run *R, float *S, int dim, int r0, int r1, float sc
         for (; j + 1 < r1; j += 2) rows_block(R, S, dim, j, 1, t0, t1, scale);
         if (j < r1) rows_block(R, S, dim, j, 0, t0, t1, scale);
     }
+    /* gcc (12) emits no VZEROUPPER here (`step`, not inlined, takes a
+     * __m256), so the caller's SSE code (the base build's loops, libm)
+     * ran with the upper halves dirty: on this Intel Xeon qwen35's
+     * prefill at avx2 spent 56% in conv_run and libm's expf after it
+     * (0.2% at avx512). */
+    _mm256_zeroupper();
 }
 
 delta_fn delta_fn_avx2(int dim) {

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "backend/delta.h"
+#include "backend/vexp.h"
 #include "base/mem.h"
 #include "model/forward_int.h"
 
@@ -160,7 +161,7 @@ static void conv_run(const dn_job *j, int c0, int c1, int t0, int t1) {
             conv_sum(y + ch, x + ch, h, w + ch, (size_t)C, K, c1 - ch);
         }
         if (R) memcpy(hist[0] + c0, x + c0, (size_t)(c1 - c0) * sizeof(float)); /* the oldest out, x in */
-        for (ch = c0; ch < c1; ch++) y[ch] = y[ch] / (1.0f + expf(-y[ch]));
+        vexp_silu_mul(y + c0, y + c0, NULL, (size_t)(c1 - c0)); /* SiLU */
     }
     int n = t1 - t0;
     for (int k = 0; k < R; k++) {
@@ -213,7 +214,7 @@ static void gated_norm(const dn_job *j, int h, int t) {
     float *o = j->d->o + (size_t)t * hp->ssm_d_inner + (size_t)h * S;
     const float *z = j->d->z + (size_t)t * hp->ssm_d_inner + (size_t)h * S;
     fwd__rmsnorm(o, o, j->L->ssm_norm.data, S, hp->rms_eps);
-    for (int i = 0; i < S; i++) o[i] *= z[i] / (1.0f + expf(-z[i]));
+    vexp_silu_mul(o, z, o, (size_t)S); /* o * SiLU(z) */
 }
 
 /* Steps 2-5 for key head g and its value heads (g, g + hk, ...) over

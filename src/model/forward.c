@@ -28,6 +28,7 @@
 
 #include "backend/act.h"
 #include "backend/attn.h"
+#include "backend/vexp.h"
 #include "base/fp16.h"
 #include "base/mem.h"
 #include "model/forward_int.h"
@@ -285,7 +286,7 @@ static void apply_gate_row(fwd_ctx *c, void *arg, int t) {
     size_t nq = (size_t)c->m->hp.n_head * c->m->hp.head_dim;
     float *o = c->att + (size_t)t * nq;
     const float *g = c->attn_gate + (size_t)t * nq;
-    for (size_t i = 0; i < nq; i++) o[i] *= 1.0f / (1.0f + expf(-g[i]));
+    vexp_sigmoid_mul(o, g, nq);
 }
 
 /* Bias, QK-norm and RoPE on token t's Q and K; then K,V go to the cache. */
@@ -466,10 +467,11 @@ static void split_runs(fwd_ctx *c, const fwd_batch *b) {
 static void swiglu_row(fwd_ctx *c, void *arg, int t) {
     int f = c->m->hp.n_ff;
     float *g = c->gate + (size_t)t * f, *u = c->up + (size_t)t * f;
-    /* libm's expf, kept: act_expf moved SmolLM2's oracle RMS on one prompt
-     * from 0.25 to 0.45 (rounding chaos, not error), and these models'
-     * bits stay as every earlier cache and test has them. */
-    for (int i = 0; i < f; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    /* libm's expf's bits, kept (vectorised: backend/vexp.h): act_expf
+     * moved SmolLM2's oracle RMS on one prompt from 0.25 to 0.45 (rounding
+     * chaos, not error), and these models' bits stay as every earlier cache
+     * and test has them. */
+    vexp_silu_mul(g, g, u, (size_t)f);
 }
 
 /* GELU, tanh form (gemma's gelu_pytorch_tanh), backend/act.h. llama.cpp

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/vexp.h"
 #include "base/mem.h"
 #include "model/forward_int.h"
 
@@ -288,19 +289,6 @@ static void run_experts(fwd_ctx *c, const model_experts *const *w, float *const 
     pool_run_any(c->threads, moe_worker, &j);
 }
 
-static float silu_mul(float g, float u) {
-    return g / (1.0f + expf(-g)) * u; /* libm's expf, as forward.c's SwiGLU */
-}
-
-/* gpt-oss's clamped SwiGLU, as ggml's swiglu_oai computes it (alpha
- * 1.702, limit 7, llama.cpp's constants): x = min(g, 7), y = clamp(u, -7,
- * 7), x / (1 + e^(alpha * -x)) * (y + 1). */
-static float swiglu_oai(float g, float u) {
-    const float alpha = 1.702f, limit = 7.0f;
-    float x = g < limit ? g : limit, y = u < -limit ? -limit : u > limit ? limit : u;
-    return x / (1.0f + expf(alpha * -x)) * (y + 1.0f);
-}
-
 /* Slot s: expert biases (when the file has them), then SwiGLU into g. */
 static void swiglu_slot(fwd_ctx *c, void *arg, int s) {
     const model_moe *mo = arg;
@@ -311,10 +299,13 @@ static void swiglu_slot(fwd_ctx *c, void *arg, int s) {
         for (int i = 0; i < f; i++) g[i] += ((const float *)mo->gate_b.data)[(size_t)e * f + i];
     if (mo->up_b.data)
         for (int i = 0; i < f; i++) u[i] += ((const float *)mo->up_b.data)[(size_t)e * f + i];
+    /* gpt-oss's clamped SwiGLU, as ggml's swiglu_oai computes it (alpha
+     * 1.702, limit 7, llama.cpp's constants): x = min(g, 7), y = clamp(u,
+     * -7, 7), x / (1 + e^(alpha * -x)) * (y + 1) */
     if (c->m->hp.expert_act == MOE_ACT_SWIGLU_OAI)
-        for (int i = 0; i < f; i++) g[i] = swiglu_oai(g[i], u[i]);
+        vexp_swiglu_oai(g, g, u, (size_t)f, 1.702f, 7.0f);
     else
-        for (int i = 0; i < f; i++) g[i] = silu_mul(g[i], u[i]);
+        vexp_silu_mul(g, g, u, (size_t)f); /* libm's expf's bits, as forward.c's SwiGLU */
 }
 
 /* Token t: its experts' outputs times their weights, best first, to out
@@ -350,7 +341,7 @@ static void shared_swiglu_row(fwd_ctx *c, void *arg, int t) {
     moe_ctx *x = c->moe;
     size_t f = (size_t)c->m->hp.n_ff_shexp;
     float *g = x->sh_g + t * f, *u = x->sh_u + t * f;
-    for (size_t i = 0; i < f; i++) g[i] = silu_mul(g[i], u[i]);
+    vexp_silu_mul(g, g, u, f);
 }
 
 static void shared_expert(fwd_ctx *c, const model_moe *mo, const float *xn, int n, float *out) {
