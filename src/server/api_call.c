@@ -47,11 +47,13 @@ static void log_request(const api_call *c) {
     /* computed as last seen: a request whose client left mid-prefill stops short of its prompt */
     int prefilled = st->n_prompt_done > st->n_cached ? st->n_prompt_done - st->n_cached : 0;
     const char *finish = g->done ? gen_finish_word(g) : "cancelled"; /* the client left before the end */
-    double prefill_ms = g->t_first ? g->t_first - g->t_start : 0;
-    double end = g->t_done ? g->t_done : clock_ms(); /* a cancelled request stops at its cancel */
+    /* The scheduler's times, not when this thread read the tokens: a
+     * reader that took a whole reply at once would see no decode time. */
+    double first = st->n_generated ? st->t_first_out : 0, end = st->t_last_out;
+    double prefill_ms = first ? first - g->t_start : 0;
     for (int k = 1; c->more && k < c->n_choices; k++) /* the last choice to end */
-        end = c->more[k - 1].g.t_done > end ? c->more[k - 1].g.t_done : end;
-    double decode_ms = g->t_first ? end - g->t_first : 0;
+        end = c->more[k - 1].g.st.t_last_out > end ? c->more[k - 1].g.st.t_last_out : end;
+    double decode_ms = first ? end - first : 0;
     int n = api_call_tokens(c), n_choices = c->more ? c->n_choices : 1; /* every choice's tokens, decoded together */
     char choices[24] = "";
     if (n_choices > 1) snprintf(choices, sizeof choices, " choices=%d", n_choices);

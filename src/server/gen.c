@@ -98,7 +98,6 @@ static int take_tokens(gen *g, int timeout_ms) {
     sched_token toks[64];
     int n = sched_wait(g->req, g->n_seen, toks, g->tc ? 1 : 64, timeout_ms, &g->st);
     g->n_seen += n;
-    if (n > 0 && !g->t_first) g->t_first = clock_ms();
     for (int i = 0; i < n && !g->text.stopped; i++) {
         char piece[256];
         int len = tok_piece(g->tok, toks[i].id, 0, piece, sizeof piece);
@@ -109,9 +108,7 @@ static int take_tokens(gen *g, int timeout_ms) {
             cancel_and_settle(g);
         }
     }
-    int over = g->st.finish != FINISH_NONE || g->stopped_by_string;
-    if (over && !g->t_done) g->t_done = clock_ms();
-    return over;
+    return g->st.finish != FINISH_NONE || g->stopped_by_string;
 }
 
 /* Length of text up to and including the brace that closes the arguments

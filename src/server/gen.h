@@ -89,7 +89,7 @@ typedef struct gen {
     char *open_name;       /* the call begun and not ended (a reply cut by the limit returns it) */
     char *open_args;       /* its argument fragments so far */
     size_t open_args_len;
-    double t_start, t_first, t_done; /* ms (clock_ms): submitted, first token, finished; 0: not yet */
+    double t_start;        /* ms (clock_ms): submitted (the tokens' times: st.t_first_out, t_last_out) */
 } gen;
 
 int gen_start(gen *g, sched *s, const tokenizer *tok, const int32_t *ids, int n,

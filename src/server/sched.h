@@ -115,6 +115,8 @@ typedef struct sched_status {
     int n_cache_new;   /* prompt tokens this request newly writes into the cache */
     int n_cache_new_1h;/* of which under a mark kept an hour or more */
     int n_generated;
+    double t_first_out, t_last_out; /* ms (clock_ms): when the first and the latest token were produced
+                                     * (a reader may take several at once: its own clock says when it read) */
     int pred_drafted, pred_accepted; /* tokens drafted from the request's prediction; of them accepted */
     sched_finish finish;
     char error[256];

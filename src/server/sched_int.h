@@ -44,6 +44,7 @@ struct sched_req {
     /* output, guarded by owner->mu */
     sched_token *out;
     int n_out, cap_out;
+    double t_first_out, t_last_out; /* ms (clock_ms): the first and the latest token produced */
     int n_prompt_done, n_cached, n_cached_disk, n_cached_redis, n_cached_ram;
     int attached, n_cache_new, n_cache_new_1h; /* see sched_status */
     sched_finish finish;

@@ -37,6 +37,8 @@ void sched__finish_locked(sched_req *r, sched_finish f, const char *why) {
 
 void sched__push_token_locked(sched_req *r, const sched_token *t) {
     XGROW(r->out, r->cap_out, r->n_out + 1, 64);
+    r->t_last_out = clock_ms();
+    if (!r->n_out) r->t_first_out = r->t_last_out;
     r->out[r->n_out++] = *t;
     pthread_cond_broadcast(&r->changed);
 }
@@ -138,6 +140,8 @@ static void status_locked(const sched_req *r, sched_status *st) {
     st->n_cache_new = r->n_cache_new;
     st->n_cache_new_1h = r->n_cache_new_1h;
     st->n_generated = r->n_out;
+    st->t_first_out = r->t_first_out;
+    st->t_last_out = r->t_last_out;
     st->pred_drafted = r->pred_drafted;
     st->pred_accepted = r->pred_accepted;
     snprintf(st->error, sizeof st->error, "%s", r->error);

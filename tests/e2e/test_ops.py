@@ -53,3 +53,27 @@ def test_help_shows_placeholders_and_defaults():
     out = subprocess.run([STRATA, "serve", "--help"], capture_output=True, text=True, check=True).stdout
     assert "--model FILE" in out and "--port N" in out and "--cache-dir DIR" in out and "--cors " in out
     assert "(8080" in out and "(64)" in out  # defaults beside the options
+
+
+def test_log_line_decode_speed_is_the_schedulers():
+    """The request line's decode speed comes from when the scheduler made
+    the tokens, as the trace line's does, not from when the HTTP thread read
+    them (a reader that takes a whole reply at once once logged millions of
+    tokens a second)."""
+    import json
+    with tempfile.TemporaryDirectory() as tmp:
+        log, trace = os.path.join(tmp, "strata.log"), os.path.join(tmp, "trace.jsonl")
+        s = Server(TINY_MODEL, "--ctx", "512", "--log-file", log, "--trace", trace)
+        try:
+            for stream in (False, True):
+                r = httpx.post(s.url + "/v1/chat/completions", json={
+                    "messages": [{"role": "user", "content": "hi"}], "max_tokens": 48, "ignore_eos": True,
+                    "stream": stream}, timeout=60)
+                assert r.status_code == 200
+        finally:
+            assert s.stop() == 0
+        logged = [float(m) for m in re.findall(r"decode_tok_s=([\d.]+)", open(log).read())]
+        traced = [json.loads(l)["decode_tok_s"] for l in open(trace) if l.strip()]
+        assert len(logged) == len(traced) == 2, (logged, traced)
+        for a, b in zip(logged, traced):
+            assert b > 0 and 0.8 < a / b < 1.25, (logged, traced)
