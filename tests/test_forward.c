@@ -9,6 +9,7 @@
 #include "backend/attn.h"
 #include "base/mem.h"
 #include "model/engine.h"
+#include "model/mtp.h"
 #include "test.h"
 #include "test_util.h"
 
@@ -534,6 +535,70 @@ TEST(engine_budget_counts_recurrent_state) {
     engine *l = open_engine(test_data("models/llama-f32.gguf"), 512, 1);
     CHECK_EQ_INT((int)engine_seq_state_bytes(l->m), 0); /* no recurrent layers: nothing beside the KV */
     engine_close(l);
+}
+
+/* Under a KV budget, a sequence's MTP drafter (model/mtp.h) costs one
+ * more layer of K/V a token, from the model's shapes, plus its blocks
+ * for the drafts and one more and its hidden rows: with it the context
+ * per sequence is what fits after all that, smaller than without, and
+ * the drafter's pool made for that context is what the budget counted.
+ * Nothing changes without it (mtp_draft 0) or without the block. */
+static engine *open_budget_engine(const char *gguf, int mtp_draft) {
+    strata_err err = {0};
+    engine_params p = {.model_path = test_data(gguf), .n_threads = 1, .block_tokens = 16, .n_seq = 4,
+                       .kv_budget_mb = 1, .mtp_draft = mtp_draft};
+    engine *e = NULL;
+    if (engine_open(&e, &p, &err)) test_fail(__FILE__, __LINE__, "engine_open %s: %s", gguf, err.msg);
+    return e;
+}
+
+TEST(engine_budget_counts_mtp_drafter) {
+    enum { B = 16, N_SEQ = 4, DRAFT = 3 };
+    const char *gguf = "bad/qwen35-f32-mtp.gguf";
+    engine *off = open_budget_engine(gguf, 0), *on = open_budget_engine(gguf, DRAFT);
+    if (!off || !on) return;
+    const model_hparams *hp = &on->m->hp;
+    CHECK(on->m->has_mtp);
+    CHECK(off->mtp_counted.token_bytes == 0 && off->mtp_counted.seq_bytes == 0);
+    /* the expected share from the shapes: f16 K and V rows of one layer */
+    size_t mtp_tok = (size_t)2 * hp->n_head_kv * hp->head_dim * 2;
+    size_t mtp_seq = (size_t)((DRAFT + B - 1) / B + 1) * B * mtp_tok + (size_t)(DRAFT + 2) * hp->n_embd * 4;
+    CHECK_EQ_INT((int)on->mtp_counted.token_bytes, (int)mtp_tok);
+    CHECK_EQ_INT((int)on->mtp_counted.seq_bytes, (int)mtp_seq);
+    size_t state = engine_seq_state_bytes(on->m), bpt = on->kv.block_bytes / B, budget = 1u << 20;
+    size_t fit = (budget - N_SEQ * (state + mtp_seq)) / (N_SEQ * (bpt + mtp_tok)) / B * B;
+    size_t fit_off = (budget - N_SEQ * state) / (N_SEQ * bpt) / B * B;
+    fprintf(stderr, "    MTP %zu B/token + %zu B/seq: %d tokens/seq (without: %d)\n", mtp_tok, mtp_seq,
+            on->ctx_per_seq, off->ctx_per_seq);
+    CHECK(fit < (size_t)hp->n_ctx_train); /* the budget decides */
+    CHECK_EQ_INT(on->ctx_per_seq, (int)fit);
+    CHECK_EQ_INT(off->ctx_per_seq, (int)fit_off);
+    CHECK(on->ctx_per_seq < off->ctx_per_seq);
+    CHECK_EQ_INT(on->kv.block_bytes, off->kv.block_bytes); /* the trunk's pool is the trunk's */
+    /* the drafter the scheduler makes for that context holds what was counted */
+    mtp *d = NULL;
+    strata_err err = {0};
+    CHECK_MSG(mtp_new(&d, on->m, on->threads, N_SEQ, on->ctx_per_seq, DRAFT, on->max_batch, B, KVQ_F16, &err) == 0,
+              "mtp_new: %s", err.msg);
+    if (d) {
+        size_t rows = (size_t)(DRAFT + 2) * hp->n_embd * 4;
+        CHECK(mtp_kv_bytes(d) == N_SEQ * ((size_t)on->ctx_per_seq * mtp_tok + mtp_seq - rows));
+        size_t used = (size_t)on->ctx_per_seq * bpt * N_SEQ + N_SEQ * state + mtp_kv_bytes(d) + N_SEQ * rows;
+        CHECK(used <= budget);
+        CHECK(used + (size_t)B * (bpt + mtp_tok) * N_SEQ > budget); /* one more block each would not fit */
+        mtp_free(d);
+    }
+    engine_close(on);
+    engine_close(off);
+    /* no MTP block: asking for the drafter changes nothing */
+    gguf = "models/qwen35-f32.gguf";
+    engine *plain = open_budget_engine(gguf, 0), *asked = open_budget_engine(gguf, DRAFT);
+    if (plain && asked) {
+        CHECK(asked->mtp_counted.token_bytes == 0 && asked->mtp_counted.seq_bytes == 0);
+        CHECK_EQ_INT(asked->ctx_per_seq, plain->ctx_per_seq);
+    }
+    engine_close(plain);
+    engine_close(asked);
 }
 
 /* ---- K/V stored quantized (--kv-type q8_0, q4_0) ---- */

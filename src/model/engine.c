@@ -12,9 +12,9 @@
 #include "model/forward_cuda.h"
 
 /* The training context, or less (whole blocks) so n_seq sequences of KV
- * (bytes_per_token each token) plus what each costs whatever its length
- * (fixed_bytes: its sliding window, its recurrent state) stay within
- * budget_mb. */
+ * (bytes_per_token each token: the trunk's, the MTP drafter's) plus what
+ * each costs whatever its length (fixed_bytes: its sliding window, its
+ * recurrent state, the drafter's fixed part) stay within budget_mb. */
 static int ctx_within_budget(int train, int n_seq, size_t bytes_per_token, size_t fixed_bytes, int budget_mb, int B) {
     size_t budget = (size_t)(budget_mb > 0 ? budget_mb : 4096) << 20, fixed = fixed_bytes * (size_t)n_seq;
     size_t fit = budget > fixed ? (budget - fixed) / (bytes_per_token * (size_t)n_seq) : 0;
@@ -91,14 +91,17 @@ int engine_open(engine **out, const engine_params *p, strata_err *err) {
     pool_shape(e->m, B, p->kv_type, p->n_seq > 0 ? p->n_seq : 1, e->max_batch, &po, swa);
     /* What the context costs per token: the global layers' K/V, and each
      * sequence's sliding window (the slots) once. */
-    size_t layer_bytes = (size_t)2 * B * kvq_halves(p->kv_type, (size_t)po.kv_dim) * 2, n_swa_layer = 0;
+    size_t layer_bytes = kv_layer_block_bytes(p->kv_type, po.kv_dim, B), n_swa_layer = 0;
     for (int l = 0; po.swa_layer && l < po.n_layer; l++) n_swa_layer += swa[l];
     size_t glob_block = (po.n_layer - n_swa_layer) * layer_bytes, slot_bytes = n_swa_layer * layer_bytes;
     e->n_ctx = p->n_ctx > 0 ? p->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     if (p->n_ctx <= 0 && p->n_seq > 0) {
-        size_t per_seq = slot_bytes * (size_t)po.n_slots / (size_t)(p->n_seq + 1) + engine_seq_state_bytes(e->m);
+        if (p->mtp_draft > 0 && e->m->has_mtp && !gpu) e->mtp_counted = mtp_seq_cost(e->m, p->mtp_draft, B, p->kv_type);
+        size_t per_seq = slot_bytes * (size_t)po.n_slots / (size_t)(p->n_seq + 1) + engine_seq_state_bytes(e->m) +
+                         e->mtp_counted.seq_bytes;
         int want = hp->n_ctx_train > p->min_ctx ? hp->n_ctx_train : p->min_ctx;
-        e->ctx_per_seq = ctx_within_budget(want, p->n_seq, glob_block / B, per_seq, p->kv_budget_mb, B);
+        e->ctx_per_seq = ctx_within_budget(want, p->n_seq, glob_block / B + e->mtp_counted.token_bytes, per_seq,
+                                           p->kv_budget_mb, B);
         e->n_ctx = e->ctx_per_seq * p->n_seq;
     }
     po.n_blocks = (e->n_ctx + B - 1) / B + 1; /* +1: copy-on-write headroom */

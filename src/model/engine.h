@@ -8,6 +8,7 @@
 #include "model/forward.h"
 #include "model/kv.h"
 #include "model/model.h"
+#include "model/mtp.h"
 
 typedef struct engine_params {
     const char *model_path;
@@ -18,9 +19,15 @@ typedef struct engine_params {
     int extra_kv_mb;  /* KV memory beyond n_ctx (kept for cached prefixes) */
     /* With n_seq > 0 and n_ctx <= 0: n_seq sequences of the model's training
      * context each, fewer tokens each if their KV plus their recurrent
-     * state (engine_seq_state_bytes each) would pass kv_budget_mb. */
+     * state (engine_seq_state_bytes each) and MTP drafter (mtp_draft)
+     * would pass kv_budget_mb. */
     int n_seq;
     int kv_budget_mb;
+    /* > 0: the caller runs the MTP drafter (model/mtp.h) with this many
+     * drafts a step on every sequence, so the budget counts its K/V and
+     * rows too (mtp_seq_cost), when the model has the block and the pass
+     * is the CPU's (the only one it runs on); 0: nothing for it. */
+    int mtp_draft;
     int min_ctx; /* ...but at least this many tokens each (past the training context), budget permitting */
     /* "cpu" (NULL too) or "cuda": the llama-family forward pass on the GPU
      * (model/forward_cuda.h). With n_seq <= 0 (`run`, `bench`): one
@@ -40,6 +47,7 @@ typedef struct engine {
     fwd_ctx *fwd;
     int n_ctx, max_batch;
     int ctx_per_seq; /* n_seq > 0: the context each sequence got */
+    mtp_cost mtp_counted; /* what the budget counted for each sequence's MTP drafter (zeros: nothing) */
     struct fwdc *gpu; /* --device cuda: the GPU pass (fwd unused; kv too, unless paged) */
     char numerics[96]; /* engine_numerics */
 } engine;

@@ -65,6 +65,10 @@ static int alloc_mem(kv_pool *p, const kv_pool_opts *o, int n_swa_layer, strata_
     return 0;
 }
 
+size_t kv_layer_block_bytes(kvq_type type, int kv_dim, int block_tokens) {
+    return (size_t)2 * block_tokens * kvq_halves(type, (size_t)kv_dim) * sizeof(uint16_t);
+}
+
 int kv_pool_init_opts(kv_pool *p, const kv_pool_opts *o, strata_err *err) {
     memset(p, 0, sizeof *p);
     if (o->block_tokens <= 0 || o->n_blocks <= 0)
@@ -83,7 +87,7 @@ int kv_pool_init_opts(kv_pool *p, const kv_pool_opts *o, strata_err *err) {
     int head_major = o->type != KVQ_F16; /* kv.h: quantized types keep each head's rows together */
     p->head_stride = head_major ? head_halves : p->row_halves;
     p->head_off = head_major ? o->block_tokens * head_halves : head_halves;
-    size_t per_layer = (size_t)2 * o->block_tokens * p->row_halves * sizeof(uint16_t);
+    size_t per_layer = kv_layer_block_bytes(o->type, o->kv_dim, o->block_tokens);
     int n_swa_layer = init_layers(p, o);
     if (n_swa_layer > 0 && o->n_slots <= 0) {
         kv_pool_destroy(p);

@@ -139,6 +139,9 @@ typedef struct kv_seq {
 int kv_pool_init(kv_pool *p, int n_layer, int kv_dim, int block_tokens, int n_blocks,
                  strata_err *err);
 int kv_pool_init_opts(kv_pool *p, const kv_pool_opts *o, strata_err *err);
+/* Bytes of one layer's K and V in a block of block_tokens positions, rows
+ * of kv_dim values stored as type (a budget's arithmetic, engine.c, mtp.c). */
+size_t kv_layer_block_bytes(kvq_type type, int kv_dim, int block_tokens);
 void kv_pool_destroy(kv_pool *p);
 
 /* K or V rows [B][row_halves] of one layer in one block. A sliding layer's

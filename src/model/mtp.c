@@ -245,6 +245,20 @@ static void make_view(mtp *d, const model *m) {
     d->view.has_mtp = 0;
 }
 
+/* Blocks of the block's K/V one sequence of ctx positions holds: its
+ * context and drafts, and one more (copy-on-write headroom, as the
+ * trunk's pool). */
+static int seq_blocks(int ctx, int max_draft, int B) { return (ctx + max_draft + B - 1) / B + 1; }
+
+static int kv_dim_of(const model_hparams *hp) { return hp->n_head_kv * hp->head_dim; }
+
+mtp_cost mtp_seq_cost(const model *m, int max_draft, int block_tokens, kvq_type kv_type) {
+    size_t block = kv_layer_block_bytes(kv_type, kv_dim_of(&m->hp), block_tokens);
+    size_t rows = (size_t)(max_draft + 2) * (size_t)m->hp.n_embd * sizeof(float); /* mtp_seq: h and rows */
+    return (mtp_cost){.token_bytes = block / (size_t)block_tokens,
+                      .seq_bytes = (size_t)seq_blocks(0, max_draft, block_tokens) * block + rows};
+}
+
 int mtp_new(mtp **out, const model *m, pool *threads, int n_seq, int ctx_per_seq, int max_draft, int max_batch,
             int block_tokens, kvq_type kv_type, strata_err *err) {
     *out = NULL;
@@ -258,8 +272,8 @@ int mtp_new(mtp **out, const model *m, pool *threads, int n_seq, int ctx_per_seq
     d->max_rows = max_draft + 1;
     make_view(d, m);
     const model_hparams *hp = &m->hp;
-    int B = block_tokens, per_seq = (ctx_per_seq + max_draft + B - 1) / B + 1;
-    kv_pool_opts o = {.n_layer = 1, .kv_dim = hp->n_head_kv * hp->head_dim, .block_tokens = B,
+    int B = block_tokens, per_seq = seq_blocks(ctx_per_seq, max_draft, B);
+    kv_pool_opts o = {.n_layer = 1, .kv_dim = kv_dim_of(hp), .block_tokens = B,
                       .n_blocks = n_seq * per_seq, .type = kv_type, .head_dim = hp->head_dim};
     int rc = kv_pool_init_opts(&d->kv, &o, err);
     if (rc) {

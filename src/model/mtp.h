@@ -23,7 +23,9 @@
  * at positions counted from there (RoPE sees only differences). A guess
  * never changes the output: the trunk verifies every drafted token.
  * Memory: one layer of K/V for each sequence's context (qwen35 0.8B:
- * 2 KiB a token in f16, against the trunk's 6 attention layers).
+ * 2 KiB a token in f16, against the trunk's 6 attention layers), which
+ * an engine's KV budget counts when asked to (mtp_seq_cost,
+ * engine_params.mtp_draft).
  * Does not: verify, sample, or choose between drafters (server/sched_spec.c). */
 #ifndef STRATA_MTP_H
 #define STRATA_MTP_H
@@ -56,6 +58,16 @@ typedef struct mtp_seq {
 int mtp_new(mtp **out, const model *m, pool *threads, int n_seq, int ctx_per_seq, int max_draft, int max_batch,
             int block_tokens, kvq_type kv_type, strata_err *err);
 void mtp_free(mtp *d); /* NULL is fine */
+
+/* What the drafter mtp_new would make costs each sequence, for a KV
+ * budget (engine.c): token_bytes for each position of its context (the
+ * block's K/V, one layer), and seq_bytes whatever the context (a multiple
+ * of block_tokens): the blocks for max_draft drafted positions and one
+ * more (mtp_new's pool), and its hidden rows (mtp_seq). */
+typedef struct mtp_cost {
+    size_t token_bytes, seq_bytes;
+} mtp_cost;
+mtp_cost mtp_seq_cost(const model *m, int max_draft, int block_tokens, kvq_type kv_type);
 /* Bytes of the drafter's K/V pool (one layer for every sequence). */
 size_t mtp_kv_bytes(const mtp *d);
 

@@ -602,7 +602,9 @@ static int load_model(server *s, strata_err *err) {
                         .block_tokens = s->o.block_tokens,
                         .n_ctx = s->o.ctx * s->o.parallel, /* --ctx 0: the training context */
                         .n_seq = s->o.parallel, .kv_budget_mb = SERVER_KV_BUDGET_MB, .min_ctx = SERVER_MIN_CTX,
-                        .extra_kv_mb = server_pool_extra_mb(s)};
+                        .extra_kv_mb = server_pool_extra_mb(s),
+                        /* the scheduler's MTP drafter, if the model has the block (sched__mtp_setup) */
+                        .mtp_draft = s->o.spec_drafter == SPEC_DRAFTER_LOOKUP ? 0 : s->o.spec_draft};
     rc = kvq_parse(s->o.kv_type, &ep.kv_type, err);
     if (!rc) rc = engine_open(&s->e, &ep, err);
     if (!rc) rc = tok_load(&s->tok, s->e->m->gguf, err);
@@ -613,14 +615,19 @@ static int load_model(server *s, strata_err *err) {
     if (s->o.ctx <= 0) {
         s->o.ctx = s->e->ctx_per_seq;
         size_t state = engine_seq_state_bytes(s->e->m);
-        char rs[96] = "";
+        const mtp_cost *mc = &s->e->mtp_counted;
+        char rs[96] = "", ms[128] = "";
         if (state) snprintf(rs, sizeof rs, "; recurrent state %.1f MiB per sequence, counted in the budget", state / 1048576.0);
+        if (mc->token_bytes)
+            snprintf(ms, sizeof ms,
+                     "; the MTP drafter's K/V %.1f KiB a token plus %.1f MiB per sequence, counted in the budget",
+                     mc->token_bytes / 1024.0, mc->seq_bytes / 1048576.0);
         int train = s->e->m->hp.n_ctx_train;
-        log_info("context: %d tokens per sequence (the model's training context is %d%s; --ctx to change)%s", s->o.ctx,
-                 train,
+        log_info("context: %d tokens per sequence (the model's training context is %d%s; --ctx to change)%s%s",
+                 s->o.ctx, train,
                  s->o.ctx < train || s->o.ctx < SERVER_MIN_CTX ? ", capped so the slots' KV fits " SERVER_KV_BUDGET_TEXT
                  : s->o.ctx > train ? "; agent prompts need more: past it the model extrapolates and may do worse"
-                                    : "", rs);
+                                    : "", rs, ms);
     }
     char how[512];
     s->sampling = sampling_defaults(s->e->m->gguf, &s->o.sampling, how, sizeof how);

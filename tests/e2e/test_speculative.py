@@ -289,3 +289,24 @@ def test_bad_spec_drafter_flag():
     r = subprocess.run([os.path.join(ROOT, "strata"), "serve", "-m", TINY_MODEL, "--spec-drafter", "medusa"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--spec-drafter medusa: expected auto, lookup or mtp" in r.stderr, r.stderr
+
+
+def test_mtp_drafter_counted_in_kv_budget():
+    """With --ctx left to the model, the KV budget counts the MTP drafter's
+    K/V when the drafter runs (auto, mtp) and the start-up context line says
+    so; with lookup only, or no speculation, nothing of it (src/model/engine.c)."""
+    import re
+    import tempfile
+    mtp_model = MODELS["qwen35-mtp-tiny"][0]
+    share = re.compile(r"; the MTP drafter's K/V ([\d.]+) KiB a token plus ([\d.]+) MiB per sequence, counted in the budget")
+    with tempfile.TemporaryDirectory() as tmp:
+        for flags, counted in ((("--spec-drafter", "auto"), True), (("--spec-drafter", "mtp"), True),
+                               (("--spec-drafter", "lookup"), False), (("--no-speculative",), False)):
+            log = os.path.join(tmp, "-".join(flags) + ".log")
+            s = Server(mtp_model, "--parallel", "2", "--log-file", log, *flags)
+            assert s.stop() == 0
+            line = next(l for l in open(log) if " context: " in l)
+            m = share.search(line)
+            assert bool(m) == counted, (flags, line)
+            if m:
+                assert float(m.group(1)) > 0 and float(m.group(2)) > 0, line
