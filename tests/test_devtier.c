@@ -439,6 +439,7 @@ TEST(devtier_eviction_writes_down_what_the_tier_below_lacks) {
     int32_t a[2 * B], b[2 * B], c[2 * B];
     tokens(a, 2 * B, 100), tokens(b, 2 * B, 300), tokens(c, 2 * B, 500);
     request(&r, a, 2 * B, NULL);
+    store_flush_spills(r.st); /* the published blocks' copies to the tiers were queued */
     /* The disk loses a's blocks (evicted at once: its budget shrank). */
     cache_hash h0, h1;
     cache_hash_block(&h0, &r.rq.root, a, B);
@@ -613,6 +614,7 @@ TEST(devtier_tail_comes_back_from_the_ram_tier_then_is_superseded) {
     cache_hash_block(&tail, &h1, t + 2 * B, 2);
     CHECK(r.t_ram.has(r.ram, &tail));
     request(&r, t, 3 * B, NULL); /* block 2 holds the tail's tokens now */
+    store_flush_spills(r.st);    /* its copy to the tiers was queued: written, the tail goes */
     CHECK(!r.t_ram.has(r.ram, &tail));
     rig_free(&r);
 }
