@@ -514,6 +514,177 @@ TEST(devtier_eviction_copies_down_without_waiting_and_a_lookup_waits_for_them) {
     CHECK_MSG(pending_seen > 0, "copies down still queued after the eviction: %d of 16 seeds", pending_seen);
 }
 
+/* ---- publishing from the GPU pool ------------------------------------------------------- */
+
+/* The published blocks and tail of t[0..n) (n = NB full blocks and a tail
+ * of n - NB*B tokens): their names. */
+static int publish_names(const rig *r, const int32_t *t, int n, cache_hash *h) {
+    const cache_hash *prev = &r->rq.root;
+    int k = 0;
+    for (; k * B < n; k++) {
+        int m = n - k * B < B ? n - k * B : B;
+        cache_hash_block(&h[k], prev, t + (size_t)k * B, m);
+        prev = &h[k];
+    }
+    return k;
+}
+
+/* Tier t holds block h with exactly the payload want (block_bytes). */
+static int tier_holds(const rig *r, const cache_tier *t, const cache_hash *h, const uint8_t *want) {
+    uint8_t *got = malloc(r->p.block_bytes);
+    int32_t tok[B];
+    void *dst[1] = {got};
+    int32_t *tk[1] = {tok};
+    int rc[1] = {-1};
+    int ok = t->read_many(t->self, h, dst, tk, 1, rc) == 1 && rc[0] == 0 && memcmp(got, want, r->p.block_bytes) == 0;
+    free(got);
+    return ok;
+}
+
+/* One request's attach, compute and publish (its tail kept), with the
+ * payloads of its blocks as the synchronous path read them (want[i]:
+ * downloaded and waited for right after the compute), and the sequence
+ * released: its blocks stay in the GPU pool's cache. The device is held
+ * busy from the publish on (fake_dev_hold: the copies stay queued until
+ * the host waits for them); the caller lets it go. Returns the blocks. */
+static int publish_capturing(rig *r, const int32_t *t, int n, uint8_t **want) {
+    kv_seq s;
+    kv_seq_init(&s);
+    store_seq q;
+    store_seq_init(r->st, &q, &r->rq);
+    CHECK_EQ_INT(store_attach(r->st, &q, t, n, n, &s), 0); /* cold */
+    compute(&r->p, &s, t, n);
+    for (int i = 0; i < s.n_blocks; i++) {
+        want[i] = malloc(r->p.block_bytes);
+        CHECK(kv_block_read(&r->p, s.blocks[i], want[i]) == want[i]);
+    }
+    fake_dev_hold(r->fd, 1);
+    store_publish(r->st, &q, t, &s);
+    store_finish(r->st, &q, t, &s, 1);
+    int nb = s.n_blocks;
+    kv_seq_release(&r->p, &s);
+    return nb;
+}
+
+/* Publishing from the GPU pool queues each block's download (a full
+ * block's and the tail's) and returns without waiting, on a busy device;
+ * the pool then gives the blocks to another sequence that writes into
+ * them at once: a kernel on the compute stream (odd seeds) or an upload
+ * from a tier below on the copy stream (even seeds). The copies still
+ * read the published bytes (the stream's order; the upload waits for
+ * their events), and the RAM and disk tiers get exactly the payloads the
+ * synchronous download read; a later request hits all of it from RAM.
+ * Over seeds (the streams run in other orders). */
+TEST(devtier_publish_copies_down_without_waiting_and_a_rewrite_does_not_corrupt_them) {
+    for (unsigned seed = 0; seed < 32; seed++) {
+        rig r;
+        rig_init(&r, 300 + seed, 5, 8, "cuda-2");
+        int32_t t[3 * B + 2], c[5 * B];
+        tokens(t, 3 * B + 2, 100 + (int)seed), tokens(c, 5 * B, 900);
+        uint8_t *want[4];
+        CHECK_EQ_INT(publish_capturing(&r, t, 3 * B + 2, want), 4);
+        store_stats ss;
+        store_get_stats(r.st, &ss);
+        CHECK_EQ_INT(ss.publish_queued, 4); /* 3 blocks and the tail */
+        CHECK_EQ_INT(ss.publish_written, 0);
+        CHECK_EQ_INT(ss.spill_pending, 4);
+        CHECK_EQ_INT(ss.spill_waits, 0); /* the host did not wait */
+        cache_hash h[4];
+        CHECK_EQ_INT(publish_names(&r, t, 3 * B + 2, h), 4);
+        for (int i = 0; i < 4; i++) CHECK(!r.t_ram.has(r.ram, &h[i]) && !disk_has(r.disk, &h[i])); /* not yet */
+        /* The pool (5 blocks) gives t's blocks to x, which writes into them. */
+        kv_seq x;
+        kv_seq_init(&x);
+        if (seed % 2) {
+            compute(&r.p, &x, c, 5 * B);
+        } else {
+            CHECK_EQ_INT(kv_seq_reserve(&r.p, &x, 5 * B, NULL), 0);
+            uint8_t *junk = malloc(r.p.block_bytes);
+            memset(junk, 0xA5, r.p.block_bytes);
+            for (int i = 0; i < 5; i++) CHECK_EQ_INT(kv_block_write_async(&r.p, x.blocks[i], junk, NULL), 0);
+            CHECK_EQ_INT(kv_pool_wait_writes(&r.p, NULL), 0);
+            free(junk);
+        }
+        fake_dev_hold(r.fd, 0);
+        store_flush_spills(r.st);
+        store_get_stats(r.st, &ss);
+        CHECK_EQ_INT(ss.publish_written, 4);
+        CHECK_EQ_INT(ss.spill_pending, 0);
+        CHECK_EQ_INT(ss.spill_errors, 0);
+        CHECK_EQ_INT(ss.spilled_blocks, 0); /* the evicted blocks were on their way to RAM already */
+        disk_flush(r.disk);
+        for (int i = 0; i < 4; i++) {
+            CHECK_MSG(tier_holds(&r, &r.t_ram, &h[i], want[i]), "seed %u: block %d in RAM, as published", seed, i);
+            CHECK_MSG(tier_holds(&r, &r.t_disk, &h[i], want[i]), "seed %u: block %d on disk, as published", seed, i);
+        }
+        kv_seq_release(&r.p, &x);
+        int from[3];
+        CHECK_EQ_INT(request(&r, t, 3 * B + 2, from), 3 * B + 2); /* request() checks the bytes */
+        CHECK_EQ_INT(from[1], 3 * B + 2);
+        for (int i = 0; i < 4; i++) free(want[i]);
+        rig_free(&r);
+    }
+}
+
+/* A block whose publish copy is still queued (a busy device) and that
+ * the GPU pool has given up since (no tier holds it yet) is waited for by
+ * the lookup that needs it: a hit from the RAM tier, the bytes computed,
+ * not a recompute. Over seeds. */
+TEST(devtier_lookup_waits_for_a_queued_publish_copy) {
+    for (unsigned seed = 0; seed < 32; seed++) {
+        rig r;
+        rig_init(&r, 400 + seed, 5, 8, "cuda-2");
+        int32_t t[3 * B + 2];
+        tokens(t, 3 * B + 2, 200 + (int)seed);
+        uint8_t *want[4];
+        CHECK_EQ_INT(publish_capturing(&r, t, 3 * B + 2, want), 4);
+        kv_seq x;
+        kv_seq_init(&x);
+        CHECK_EQ_INT(kv_seq_reserve(&r.p, &x, 5 * B, NULL), 0); /* evicts t's blocks from the GPU pool */
+        kv_seq_release(&r.p, &x);
+        store_stats ss;
+        store_get_stats(r.st, &ss);
+        CHECK_EQ_INT(ss.spill_pending, 4);
+        CHECK_EQ_INT(ss.spill_waits, 0);
+        int from[3];
+        CHECK_MSG(request(&r, t, 3 * B + 2, from) == 3 * B + 2, "seed %u: a hit, not a recompute", seed);
+        CHECK_EQ_INT(from[1], 3 * B + 2); /* request() checks the bytes */
+        store_get_stats(r.st, &ss);
+        CHECK(ss.spill_waits > 0);
+        CHECK_EQ_INT(ss.publish_written, 4);
+        fake_dev_hold(r.fd, 0);
+        for (int i = 0; i < 4; i++) free(want[i]);
+        rig_free(&r);
+    }
+}
+
+/* store_free waits for the queued publish copies and writes them through:
+ * after a restart the disk serves every published block and the tail. */
+TEST(devtier_store_free_drains_queued_publish_copies) {
+    for (unsigned seed = 0; seed < 16; seed++) {
+        rig r;
+        rig_init(&r, 500 + seed, 8, 8, "cuda-2");
+        int32_t t[2 * B + 3];
+        tokens(t, 2 * B + 3, 50 + (int)seed);
+        uint8_t *want[3];
+        CHECK_EQ_INT(publish_capturing(&r, t, 2 * B + 3, want), 3);
+        store_stats ss;
+        store_get_stats(r.st, &ss);
+        CHECK_EQ_INT(ss.spill_pending, 3);
+        rig_stop(&r); /* no flush first; the device still busy */
+        fake_dev_hold(r.fd, 0);
+        rig_store(&r, 4, "cuda-2");
+        cache_hash h[3];
+        publish_names(&r, t, 2 * B + 3, h);
+        for (int i = 0; i < 3; i++) CHECK_MSG(tier_holds(&r, &r.t_disk, &h[i], want[i]), "seed %u: block %d", seed, i);
+        int from[3];
+        CHECK_EQ_INT(request(&r, t, 2 * B + 3, from), 2 * B + 3);
+        CHECK_EQ_INT(from[2], 2 * B + 3);
+        for (int i = 0; i < 3; i++) free(want[i]);
+        rig_free(&r);
+    }
+}
+
 TEST(devtier_ram_eviction_follows_the_policy) {
     rig r;
     rig_init(&r, 7, 16, 3, "cuda-2");
