@@ -685,6 +685,35 @@ TEST(devtier_store_free_drains_queued_publish_copies) {
     }
 }
 
+/* Pinned staging memory refused for a publish copy: that block is
+ * downloaded and waited for instead (after the copies queued before it,
+ * so the tiers get the writes in order), the others are queued; every
+ * block reaches the tiers with the synchronous path's bytes. */
+TEST(devtier_publish_waits_for_the_download_when_pinned_memory_is_refused) {
+    rig r;
+    rig_init(&r, 600, 8, 8, "cuda-2");
+    int32_t t[3 * B + 2];
+    tokens(t, 3 * B + 2, 70);
+    fake_dev_fail_alloc(r.fd, 2, 1); /* the second staging slot */
+    uint8_t *want[4];
+    CHECK_EQ_INT(publish_capturing(&r, t, 3 * B + 2, want), 4);
+    store_stats ss;
+    store_get_stats(r.st, &ss);
+    CHECK_EQ_INT(ss.publish_queued, 3);
+    CHECK_EQ_INT(ss.publish_written, 2); /* the one waited for, and the one queued before it, first */
+    cache_hash h[4];
+    publish_names(&r, t, 3 * B + 2, h);
+    CHECK(tier_holds(&r, &r.t_ram, &h[0], want[0]) && tier_holds(&r, &r.t_ram, &h[1], want[1]));
+    CHECK(!r.t_ram.has(r.ram, &h[2]));
+    fake_dev_hold(r.fd, 0);
+    store_flush_spills(r.st);
+    disk_flush(r.disk);
+    for (int i = 0; i < 4; i++)
+        CHECK(tier_holds(&r, &r.t_ram, &h[i], want[i]) && tier_holds(&r, &r.t_disk, &h[i], want[i]));
+    for (int i = 0; i < 4; i++) free(want[i]);
+    rig_free(&r);
+}
+
 TEST(devtier_ram_eviction_follows_the_policy) {
     rig r;
     rig_init(&r, 7, 16, 3, "cuda-2");

@@ -114,6 +114,17 @@ static void copy_done(void *ctx, int kind, const cache_hash *h, const cache_hash
     if (t->write(t->self, h, prev, tokens, n, kv) == 0) st->st.spilled_blocks++;
 }
 
+/* The same, downloaded and waited for here: the queue refused the copy
+ * (no pinned memory, a device error). What it holds goes first, so the
+ * tiers still get the writes in the order asked (kv_block_read waits for
+ * the compute stream anyway). */
+static void copy_now(cache_store *st, int kind, int b, const cache_hash *h, const cache_hash *prev,
+                     const int32_t *tokens, int n) {
+    if (st->spills) spillq_drain(st->spills, 1);
+    const void *kv = kv_block_read(st->kv, b, st->blk_buf);
+    if (kv) copy_done(st, kind, h, prev, tokens, n, kv); /* else (never while its sequence holds it) no sliding part */
+}
+
 /* A device pool's block or tail about to be evicted (live.h): it moves
  * down to the first tier below (the RAM tier) unless that tier holds it
  * already or will (written through when published, unless evicted since;
@@ -124,9 +135,8 @@ static void spill(void *ctx, int b, const cache_hash *h, const cache_hash *prev,
     cache_store *st = ctx;
     const cache_tier *t = &st->tiers[0];
     if (t->has(t->self, h) || spillq_has(st->spills, h)) return;
-    if (spillq_push(st->spills, COPY_SPILL, b, h, prev, tokens, n, NULL) == 0) return;
-    const void *kv = kv_block_read(st->kv, b, st->blk_buf);
-    if (kv) copy_done(st, COPY_SPILL, h, prev, tokens, n, kv);
+    if (spillq_push(st->spills, COPY_SPILL, b, h, prev, tokens, n, NULL))
+        copy_now(st, COPY_SPILL, b, h, prev, tokens, n);
 }
 
 /* Copies down that have finished are written (the host does not wait). */
@@ -526,6 +536,7 @@ static int window_fetch(cache_store *st, store_seq *q, int b) {
     cache_hash h;
     const int32_t *want;
     int n = live_name(st->live, b, &h, &want);
+    if (n > 0) settle(st, &h);
     for (int k = 0; n > 0 && k < st->n_tiers; k++) {
         const cache_tier *t = &st->tiers[k];
         void *dst = st->blk_buf;
@@ -645,7 +656,11 @@ static void write_through(cache_store *st, const cache_hash *h, const cache_hash
         st->st.publish_queued++;
         return;
     }
-    const void *kv = kv_block_read(st->kv, b, st->blk_buf);
+    if (st->spills) {
+        copy_now(st, COPY_PUBLISH, b, h, prev, t, n);
+        return;
+    }
+    const void *kv = kv_block_read(st->kv, b, st->blk_buf); /* a host pool: in place, or gathered */
     if (kv) write_all(st, h, prev, t, n, kv); /* else (never while its sequence holds it) the sliding part is gone */
 }
 

@@ -170,8 +170,9 @@ typedef struct store_stats {
     long window_reloaded_blocks, window_cut_tokens; /* store_seq's, in total */
     long window_refilled_blocks; /* sliding parts given back by a recomputed block */
     long spilled_blocks; /* a device pool's evicted blocks moved down to the first tier (it lacked them) */
-    long publish_queued; /* a device pool's published blocks and tails whose download was queued */
-    long publish_written; /* of them, written through to the tiers once downloaded */
+    long publish_queued;  /* a device pool's published blocks and tails whose download was queued */
+    long publish_written; /* a device pool's published blocks and tails written through to the tiers once
+                           * downloaded (queued, or waited for when the queue refused: publish_queued less) */
     /* The queue of both (spill.h): */
     long spill_pending;  /* downloads queued and not yet written down (store_flush_spills) */
     long spill_waits;    /* times the host waited for one: a full queue, a lookup that needed it, the end */
