@@ -34,9 +34,11 @@ static uint16_t kv_value(int32_t tok, int pos, int layer, int is_v, int j) {
 }
 
 /* Positions [s->n_pos, n) of s computed on the device: each row goes up by
- * a copy on the compute stream, as a kernel would write it. The rows are
- * staged in rows[] until the compute stream is done with them. */
-static void compute(kv_pool *p, kv_seq *s, const int32_t *toks, int n) {
+ * a copy on the compute stream, as a kernel would write it, and the host
+ * goes on (as after a kernel launch). The rows are staged in the buffer
+ * returned until the compute stream is done with them (the caller frees
+ * it after a sync). */
+static uint16_t *compute_async(kv_pool *p, kv_seq *s, const int32_t *toks, int n) {
     CHECK_EQ_INT(kv_seq_reserve(p, s, n, NULL), 0);
     int m = n - s->n_pos;
     uint16_t *rows = malloc((size_t)(m > 0 ? m : 1) * N_LAYER * 2 * KV_DIM * sizeof(uint16_t));
@@ -48,9 +50,15 @@ static void compute(kv_pool *p, kv_seq *s, const int32_t *toks, int n) {
                 uint16_t *dst = kv_rows(p, s->blocks[i / B], l, v) + (size_t)(i % B) * KV_DIM;
                 CHECK_EQ_INT(devmem_copy(p->dev, DEVMEM_COMPUTE, dst, row, KV_DIM * 2, DEVMEM_H2D, NULL), 0);
             }
+    s->n_pos = n;
+    return rows;
+}
+
+/* The same, waited for. */
+static void compute(kv_pool *p, kv_seq *s, const int32_t *toks, int n) {
+    uint16_t *rows = compute_async(p, s, toks, n);
     CHECK_EQ_INT(devmem_sync(p->dev, DEVMEM_COMPUTE, NULL), 0);
     free(rows);
-    s->n_pos = n;
 }
 
 /* Positions [0, n) of s hold what compute() wrote for toks (read back
@@ -375,6 +383,7 @@ TEST(devtier_hit_in_the_gpu_pool_is_the_bytes_written) {
     CHECK_EQ_INT(request(&r, t, 3 * B + 2, from), 0);        /* cold */
     CHECK_EQ_INT(request(&r, t, 3 * B + 2, from), 3 * B + 2); /* again: every token, tail included */
     CHECK_EQ_INT(from[0], 3 * B + 2);                           /* from the GPU pool */
+    store_flush_spills(r.st); /* the publish copies were queued */
     ram_tier_stats rs;
     ram_tier_get_stats(r.ram, &rs);
     CHECK_EQ_INT(rs.blocks, 4); /* written through: 3 blocks and the tail */
@@ -391,6 +400,7 @@ static void eviction_round_trip(rig *r) {
     int from[3];
     request(r, a, 3 * B, NULL);
     request(r, b, 3 * B, NULL); /* the pool is full: a's blocks leave the GPU */
+    store_flush_spills(r->st);  /* b's publish copies: queued, written through when done */
     store_stats ss;
     store_get_stats(r->st, &ss);
     CHECK(ss.live.evicted_blocks >= 2);
@@ -685,33 +695,59 @@ TEST(devtier_store_free_drains_queued_publish_copies) {
     }
 }
 
-/* Pinned staging memory refused for a publish copy: that block is
- * downloaded and waited for instead (after the copies queued before it,
- * so the tiers get the writes in order), the others are queued; every
- * block reaches the tiers with the synchronous path's bytes. */
-TEST(devtier_publish_waits_for_the_download_when_pinned_memory_is_refused) {
-    rig r;
-    rig_init(&r, 600, 8, 8, "cuda-2");
-    int32_t t[3 * B + 2];
-    tokens(t, 3 * B + 2, 70);
-    fake_dev_fail_alloc(r.fd, 2, 1); /* the second staging slot */
-    uint8_t *want[4];
-    CHECK_EQ_INT(publish_capturing(&r, t, 3 * B + 2, want), 4);
-    store_stats ss;
-    store_get_stats(r.st, &ss);
-    CHECK_EQ_INT(ss.publish_queued, 3);
-    CHECK_EQ_INT(ss.publish_written, 2); /* the one waited for, and the one queued before it, first */
-    cache_hash h[4];
-    publish_names(&r, t, 3 * B + 2, h);
-    CHECK(tier_holds(&r, &r.t_ram, &h[0], want[0]) && tier_holds(&r, &r.t_ram, &h[1], want[1]));
-    CHECK(!r.t_ram.has(r.ram, &h[2]));
-    fake_dev_hold(r.fd, 0);
-    store_flush_spills(r.st);
-    disk_flush(r.disk);
-    for (int i = 0; i < 4; i++)
-        CHECK(tier_holds(&r, &r.t_ram, &h[i], want[i]) && tier_holds(&r, &r.t_disk, &h[i], want[i]));
-    for (int i = 0; i < 4; i++) free(want[i]);
-    rig_free(&r);
+/* A running sequence's tail is kept (its copy queued) and the sequence
+ * goes on writing into the same block at once (kernels queued behind the
+ * copy, not waited for); then the block fills and is published, and the
+ * pinned staging for its copy is refused: that one is downloaded and
+ * waited for, after the tail's (so the tiers get the writes in the order
+ * asked: the tail, then the block that supersedes it and drops it). The
+ * tail's copy holds the bytes the tail had, the block's the whole block. */
+TEST(devtier_tail_copy_survives_the_sequence_going_on_and_a_refused_slot_keeps_the_order) {
+    for (unsigned seed = 0; seed < 16; seed++) {
+        rig r;
+        rig_init(&r, 600 + seed, 8, 8, "cuda-2");
+        int32_t t[3 * B];
+        tokens(t, 3 * B, 70 + (int)seed);
+        kv_seq s;
+        kv_seq_init(&s);
+        store_seq q;
+        store_seq_init(r.st, &q, &r.rq);
+        CHECK_EQ_INT(store_attach(r.st, &q, t, 2 * B + 2, 2 * B + 2, &s), 0);
+        compute(&r.p, &s, t, 2 * B + 2);
+        uint8_t *want_tail = malloc(r.p.block_bytes), *want_block = malloc(r.p.block_bytes);
+        CHECK(kv_block_read(&r.p, s.blocks[2], want_tail) == want_tail);
+        fake_dev_hold(r.fd, 1); /* a busy device */
+        store_publish(r.st, &q, t, &s);
+        store_keep_tail(r.st, &q, t, &s); /* as for an n > 1 prompt */
+        store_stats ss;
+        store_get_stats(r.st, &ss);
+        CHECK_EQ_INT(ss.publish_queued, 3);
+        CHECK_EQ_INT(ss.spill_pending, 3);
+        fake_dev_fail_alloc(r.fd, 1, 1);                    /* the next staging slot */
+        uint16_t *rows = compute_async(&r.p, &s, t, 3 * B); /* into the tail's block, or its copy */
+        store_publish(r.st, &q, t, &s);                     /* block 2: waited for, after the tail */
+        CHECK_EQ_INT(devmem_sync(r.dev, DEVMEM_COMPUTE, NULL), 0);
+        free(rows);
+        CHECK(kv_block_read(&r.p, s.blocks[2], want_block) == want_block);
+        store_get_stats(r.st, &ss);
+        CHECK_EQ_INT(ss.publish_queued, 3);
+        CHECK_EQ_INT(ss.publish_written, 4); /* the three queued first, then block 2 */
+        CHECK_EQ_INT(ss.spill_pending, 0);
+        cache_hash h[3], tail;
+        publish_names(&r, t, 3 * B, h);
+        cache_hash_block(&tail, &h[1], t + 2 * B, 2);
+        CHECK_MSG(!r.t_ram.has(r.ram, &tail), "seed %u: the tail written before the block that supersedes it", seed);
+        CHECK(tier_holds(&r, &r.t_ram, &h[2], want_block));
+        store_finish(r.st, &q, t, &s, 0);
+        kv_seq_release(&r.p, &s);
+        fake_dev_hold(r.fd, 0);
+        disk_flush(r.disk); /* (the disk drops only tails already on disk: this one was still queued) */
+        CHECK(tier_holds(&r, &r.t_disk, &h[2], want_block));
+        if (disk_has(r.disk, &tail)) /* the tail's copy has the tail's bytes, not what followed */
+            CHECK_MSG(tier_holds(&r, &r.t_disk, &tail, want_tail), "seed %u: the tail as kept", seed);
+        free(want_tail), free(want_block);
+        rig_free(&r);
+    }
 }
 
 TEST(devtier_ram_eviction_follows_the_policy) {
