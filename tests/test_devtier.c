@@ -576,6 +576,39 @@ static int publish_capturing(rig *r, const int32_t *t, int n, uint8_t **want) {
     return nb;
 }
 
+/* A rig (seeded, gpu_blocks in its GPU pool, 8 in RAM) that has published
+ * n tokens of its own (from base) with publish_capturing, the device left
+ * busy: every copy queued, none waited for, none in a tier yet. */
+static void rig_published(rig *r, unsigned seed, int gpu_blocks, int32_t *t, int n, int base, uint8_t **want) {
+    rig_init(r, seed, gpu_blocks, 8, "cuda-2");
+    tokens(t, n, base);
+    int nb = (n + B - 1) / B;
+    CHECK_EQ_INT(publish_capturing(r, t, n, want), nb);
+    store_stats ss;
+    store_get_stats(r->st, &ss);
+    CHECK_EQ_INT(ss.publish_queued, nb); /* the full blocks and the tail */
+    CHECK_EQ_INT(ss.publish_written, 0);
+    CHECK_EQ_INT(ss.spill_pending, nb);
+    CHECK_EQ_INT(ss.spill_waits, 0); /* the host did not wait */
+    cache_hash h[8];
+    CHECK_EQ_INT(publish_names(r, t, n, h), nb);
+    for (int i = 0; i < nb; i++) CHECK(!r->t_ram.has(r->ram, &h[i]) && !disk_has(r->disk, &h[i]));
+}
+
+/* A request for t[0..n) attaches all of it from lower tier k (0: RAM,
+ * 1: disk), the bytes computed (request() checks them). */
+static void hit_from_tier(rig *r, const int32_t *t, int n, int k) {
+    int from[3];
+    CHECK_EQ_INT(request(r, t, n, from), n);
+    CHECK_EQ_INT(from[1 + k], n);
+}
+
+/* rig_published's rig and payloads go. */
+static void rig_published_free(rig *r, int n, uint8_t **want) {
+    for (int i = 0; i < (n + B - 1) / B; i++) free(want[i]);
+    rig_free(r);
+}
+
 /* Publishing from the GPU pool queues each block's download (a full
  * block's and the tail's) and returns without waiting, on a busy device;
  * the pool then gives the blocks to another sequence that writes into
@@ -588,20 +621,10 @@ static int publish_capturing(rig *r, const int32_t *t, int n, uint8_t **want) {
 TEST(devtier_publish_copies_down_without_waiting_and_a_rewrite_does_not_corrupt_them) {
     for (unsigned seed = 0; seed < 32; seed++) {
         rig r;
-        rig_init(&r, 300 + seed, 5, 8, "cuda-2");
         int32_t t[3 * B + 2], c[5 * B];
-        tokens(t, 3 * B + 2, 100 + (int)seed), tokens(c, 5 * B, 900);
         uint8_t *want[4];
-        CHECK_EQ_INT(publish_capturing(&r, t, 3 * B + 2, want), 4);
-        store_stats ss;
-        store_get_stats(r.st, &ss);
-        CHECK_EQ_INT(ss.publish_queued, 4); /* 3 blocks and the tail */
-        CHECK_EQ_INT(ss.publish_written, 0);
-        CHECK_EQ_INT(ss.spill_pending, 4);
-        CHECK_EQ_INT(ss.spill_waits, 0); /* the host did not wait */
-        cache_hash h[4];
-        CHECK_EQ_INT(publish_names(&r, t, 3 * B + 2, h), 4);
-        for (int i = 0; i < 4; i++) CHECK(!r.t_ram.has(r.ram, &h[i]) && !disk_has(r.disk, &h[i])); /* not yet */
+        rig_published(&r, 300 + seed, 5, t, 3 * B + 2, 100 + (int)seed, want);
+        tokens(c, 5 * B, 900);
         /* The pool (5 blocks) gives t's blocks to x, which writes into them. */
         kv_seq x;
         kv_seq_init(&x);
@@ -617,22 +640,22 @@ TEST(devtier_publish_copies_down_without_waiting_and_a_rewrite_does_not_corrupt_
         }
         fake_dev_hold(r.fd, 0);
         store_flush_spills(r.st);
+        store_stats ss;
         store_get_stats(r.st, &ss);
         CHECK_EQ_INT(ss.publish_written, 4);
         CHECK_EQ_INT(ss.spill_pending, 0);
         CHECK_EQ_INT(ss.spill_errors, 0);
         CHECK_EQ_INT(ss.spilled_blocks, 0); /* the evicted blocks were on their way to RAM already */
         disk_flush(r.disk);
+        cache_hash h[4];
+        publish_names(&r, t, 3 * B + 2, h);
         for (int i = 0; i < 4; i++) {
             CHECK_MSG(tier_holds(&r, &r.t_ram, &h[i], want[i]), "seed %u: block %d in RAM, as published", seed, i);
             CHECK_MSG(tier_holds(&r, &r.t_disk, &h[i], want[i]), "seed %u: block %d on disk, as published", seed, i);
         }
         kv_seq_release(&r.p, &x);
-        int from[3];
-        CHECK_EQ_INT(request(&r, t, 3 * B + 2, from), 3 * B + 2); /* request() checks the bytes */
-        CHECK_EQ_INT(from[1], 3 * B + 2);
-        for (int i = 0; i < 4; i++) free(want[i]);
-        rig_free(&r);
+        hit_from_tier(&r, t, 3 * B + 2, 0);
+        rig_published_free(&r, 3 * B + 2, want);
     }
 }
 
@@ -643,28 +666,20 @@ TEST(devtier_publish_copies_down_without_waiting_and_a_rewrite_does_not_corrupt_
 TEST(devtier_lookup_waits_for_a_queued_publish_copy) {
     for (unsigned seed = 0; seed < 32; seed++) {
         rig r;
-        rig_init(&r, 400 + seed, 5, 8, "cuda-2");
         int32_t t[3 * B + 2];
-        tokens(t, 3 * B + 2, 200 + (int)seed);
         uint8_t *want[4];
-        CHECK_EQ_INT(publish_capturing(&r, t, 3 * B + 2, want), 4);
+        rig_published(&r, 400 + seed, 5, t, 3 * B + 2, 200 + (int)seed, want);
         kv_seq x;
         kv_seq_init(&x);
         CHECK_EQ_INT(kv_seq_reserve(&r.p, &x, 5 * B, NULL), 0); /* evicts t's blocks from the GPU pool */
         kv_seq_release(&r.p, &x);
+        hit_from_tier(&r, t, 3 * B + 2, 0); /* a hit, not a recompute */
         store_stats ss;
-        store_get_stats(r.st, &ss);
-        CHECK_EQ_INT(ss.spill_pending, 4);
-        CHECK_EQ_INT(ss.spill_waits, 0);
-        int from[3];
-        CHECK_MSG(request(&r, t, 3 * B + 2, from) == 3 * B + 2, "seed %u: a hit, not a recompute", seed);
-        CHECK_EQ_INT(from[1], 3 * B + 2); /* request() checks the bytes */
         store_get_stats(r.st, &ss);
         CHECK(ss.spill_waits > 0);
         CHECK_EQ_INT(ss.publish_written, 4);
         fake_dev_hold(r.fd, 0);
-        for (int i = 0; i < 4; i++) free(want[i]);
-        rig_free(&r);
+        rig_published_free(&r, 3 * B + 2, want);
     }
 }
 
@@ -673,25 +688,17 @@ TEST(devtier_lookup_waits_for_a_queued_publish_copy) {
 TEST(devtier_store_free_drains_queued_publish_copies) {
     for (unsigned seed = 0; seed < 16; seed++) {
         rig r;
-        rig_init(&r, 500 + seed, 8, 8, "cuda-2");
         int32_t t[2 * B + 3];
-        tokens(t, 2 * B + 3, 50 + (int)seed);
         uint8_t *want[3];
-        CHECK_EQ_INT(publish_capturing(&r, t, 2 * B + 3, want), 3);
-        store_stats ss;
-        store_get_stats(r.st, &ss);
-        CHECK_EQ_INT(ss.spill_pending, 3);
+        rig_published(&r, 500 + seed, 8, t, 2 * B + 3, 50 + (int)seed, want);
         rig_stop(&r); /* no flush first; the device still busy */
         fake_dev_hold(r.fd, 0);
         rig_store(&r, 4, "cuda-2");
         cache_hash h[3];
         publish_names(&r, t, 2 * B + 3, h);
         for (int i = 0; i < 3; i++) CHECK_MSG(tier_holds(&r, &r.t_disk, &h[i], want[i]), "seed %u: block %d", seed, i);
-        int from[3];
-        CHECK_EQ_INT(request(&r, t, 2 * B + 3, from), 2 * B + 3);
-        CHECK_EQ_INT(from[2], 2 * B + 3);
-        for (int i = 0; i < 3; i++) free(want[i]);
-        rig_free(&r);
+        hit_from_tier(&r, t, 2 * B + 3, 1);
+        rig_published_free(&r, 2 * B + 3, want);
     }
 }
 
