@@ -652,12 +652,9 @@ int store_attach(cache_store *st, store_seq *q, const int32_t *tokens, int n_tok
 static void write_through(cache_store *st, const cache_hash *h, const cache_hash *prev, const int32_t *t, int n,
                           int b) {
     if (!st->n_tiers) return;
-    if (st->spills && spillq_push(st->spills, COPY_PUBLISH, b, h, prev, t, n, NULL) == 0) {
-        st->st.publish_queued++;
-        return;
-    }
     if (st->spills) {
-        copy_now(st, COPY_PUBLISH, b, h, prev, t, n);
+        if (spillq_push(st->spills, COPY_PUBLISH, b, h, prev, t, n, NULL) == 0) st->st.publish_queued++;
+        else copy_now(st, COPY_PUBLISH, b, h, prev, t, n);
         return;
     }
     const void *kv = kv_block_read(st->kv, b, st->blk_buf); /* a host pool: in place, or gathered */
