@@ -53,6 +53,7 @@ struct fake_dev {
     alloc_rec *allocs;
     int n_allocs, cap_allocs;
     int fail_at[2]; /* per kind (0 device, 1 host): allocations left before one fails; 0 none */
+    int held;       /* fake_dev_hold: queued work runs only when the host waits for it */
     devmem_event *events;
     fake_dev_stats st;
 };
@@ -161,6 +162,7 @@ static int step(fake_dev *f) {
 
 /* The delay: each call lets the device get a little further, or not. */
 static void progress(fake_dev *f) {
+    if (f->held) return;
     for (unsigned k = draw(f, 3); k > 0 && step(f); k--) {}
 }
 
@@ -266,6 +268,12 @@ void fake_dev_free(fake_dev *f) {
 const devmem *fake_dev_mem(fake_dev *f) { return &f->dm; }
 
 void fake_dev_fail_alloc(fake_dev *f, int nth, int host) { f->fail_at[host ? 1 : 0] = nth; }
+
+void fake_dev_hold(fake_dev *f, int on) {
+    pthread_mutex_lock(&f->mu);
+    f->held = on;
+    pthread_mutex_unlock(&f->mu);
+}
 
 void fake_dev_stats_get(fake_dev *f, fake_dev_stats *out) {
     pthread_mutex_lock(&f->mu);

@@ -36,6 +36,12 @@ const devmem *fake_dev_mem(fake_dev *f);
 /* The n-th device (host: host_alloc) allocation from now fails (1: the
  * next one); 0: none. */
 void fake_dev_fail_alloc(fake_dev *f, int nth, int host);
+/* on: a busy device (long kernels ahead of everything queued): nothing
+ * queued runs until the host waits for a stream (devmem_sync), which then
+ * runs both streams in the seeded order until that stream is done; off:
+ * as before. So a test can make sure copies are still queued when the
+ * host goes on. */
+void fake_dev_hold(fake_dev *f, int on);
 void fake_dev_stats_get(fake_dev *f, fake_dev_stats *out);
 /* Ops queued and not run yet, on both streams. */
 int fake_dev_pending(fake_dev *f);

@@ -34,9 +34,11 @@ static uint16_t kv_value(int32_t tok, int pos, int layer, int is_v, int j) {
 }
 
 /* Positions [s->n_pos, n) of s computed on the device: each row goes up by
- * a copy on the compute stream, as a kernel would write it. The rows are
- * staged in rows[] until the compute stream is done with them. */
-static void compute(kv_pool *p, kv_seq *s, const int32_t *toks, int n) {
+ * a copy on the compute stream, as a kernel would write it, and the host
+ * goes on (as after a kernel launch). The rows are staged in the buffer
+ * returned until the compute stream is done with them (the caller frees
+ * it after a sync). */
+static uint16_t *compute_async(kv_pool *p, kv_seq *s, const int32_t *toks, int n) {
     CHECK_EQ_INT(kv_seq_reserve(p, s, n, NULL), 0);
     int m = n - s->n_pos;
     uint16_t *rows = malloc((size_t)(m > 0 ? m : 1) * N_LAYER * 2 * KV_DIM * sizeof(uint16_t));
@@ -48,9 +50,15 @@ static void compute(kv_pool *p, kv_seq *s, const int32_t *toks, int n) {
                 uint16_t *dst = kv_rows(p, s->blocks[i / B], l, v) + (size_t)(i % B) * KV_DIM;
                 CHECK_EQ_INT(devmem_copy(p->dev, DEVMEM_COMPUTE, dst, row, KV_DIM * 2, DEVMEM_H2D, NULL), 0);
             }
+    s->n_pos = n;
+    return rows;
+}
+
+/* The same, waited for. */
+static void compute(kv_pool *p, kv_seq *s, const int32_t *toks, int n) {
+    uint16_t *rows = compute_async(p, s, toks, n);
     CHECK_EQ_INT(devmem_sync(p->dev, DEVMEM_COMPUTE, NULL), 0);
     free(rows);
-    s->n_pos = n;
 }
 
 /* Positions [0, n) of s hold what compute() wrote for toks (read back
@@ -375,6 +383,7 @@ TEST(devtier_hit_in_the_gpu_pool_is_the_bytes_written) {
     CHECK_EQ_INT(request(&r, t, 3 * B + 2, from), 0);        /* cold */
     CHECK_EQ_INT(request(&r, t, 3 * B + 2, from), 3 * B + 2); /* again: every token, tail included */
     CHECK_EQ_INT(from[0], 3 * B + 2);                           /* from the GPU pool */
+    store_flush_spills(r.st); /* the publish copies were queued */
     ram_tier_stats rs;
     ram_tier_get_stats(r.ram, &rs);
     CHECK_EQ_INT(rs.blocks, 4); /* written through: 3 blocks and the tail */
@@ -391,6 +400,7 @@ static void eviction_round_trip(rig *r) {
     int from[3];
     request(r, a, 3 * B, NULL);
     request(r, b, 3 * B, NULL); /* the pool is full: a's blocks leave the GPU */
+    store_flush_spills(r->st);  /* b's publish copies: queued, written through when done */
     store_stats ss;
     store_get_stats(r->st, &ss);
     CHECK(ss.live.evicted_blocks >= 2);
@@ -439,6 +449,7 @@ TEST(devtier_eviction_writes_down_what_the_tier_below_lacks) {
     int32_t a[2 * B], b[2 * B], c[2 * B];
     tokens(a, 2 * B, 100), tokens(b, 2 * B, 300), tokens(c, 2 * B, 500);
     request(&r, a, 2 * B, NULL);
+    store_flush_spills(r.st); /* the published blocks' copies to the tiers were queued */
     /* The disk loses a's blocks (evicted at once: its budget shrank). */
     cache_hash h0, h1;
     cache_hash_block(&h0, &r.rq.root, a, B);
@@ -511,6 +522,239 @@ TEST(devtier_eviction_copies_down_without_waiting_and_a_lookup_waits_for_them) {
         rig_free(&r);
     }
     CHECK_MSG(pending_seen > 0, "copies down still queued after the eviction: %d of 16 seeds", pending_seen);
+}
+
+/* ---- publishing from the GPU pool ------------------------------------------------------- */
+
+/* The published blocks and tail of t[0..n) (n = NB full blocks and a tail
+ * of n - NB*B tokens): their names. */
+static int publish_names(const rig *r, const int32_t *t, int n, cache_hash *h) {
+    const cache_hash *prev = &r->rq.root;
+    int k = 0;
+    for (; k * B < n; k++) {
+        int m = n - k * B < B ? n - k * B : B;
+        cache_hash_block(&h[k], prev, t + (size_t)k * B, m);
+        prev = &h[k];
+    }
+    return k;
+}
+
+/* Tier t holds block h with exactly the payload want (block_bytes). */
+static int tier_holds(const rig *r, const cache_tier *t, const cache_hash *h, const uint8_t *want) {
+    uint8_t *got = malloc(r->p.block_bytes);
+    int32_t tok[B];
+    void *dst[1] = {got};
+    int32_t *tk[1] = {tok};
+    int rc[1] = {-1};
+    int ok = t->read_many(t->self, h, dst, tk, 1, rc) == 1 && rc[0] == 0 && memcmp(got, want, r->p.block_bytes) == 0;
+    free(got);
+    return ok;
+}
+
+/* One request's attach, compute and publish (its tail kept), with the
+ * payloads of its blocks as the synchronous path read them (want[i]:
+ * downloaded and waited for right after the compute), and the sequence
+ * released: its blocks stay in the GPU pool's cache. The device is held
+ * busy from the publish on (fake_dev_hold: the copies stay queued until
+ * the host waits for them); the caller lets it go. Returns the blocks. */
+static int publish_capturing(rig *r, const int32_t *t, int n, uint8_t **want) {
+    kv_seq s;
+    kv_seq_init(&s);
+    store_seq q;
+    store_seq_init(r->st, &q, &r->rq);
+    CHECK_EQ_INT(store_attach(r->st, &q, t, n, n, &s), 0); /* cold */
+    compute(&r->p, &s, t, n);
+    for (int i = 0; i < s.n_blocks; i++) {
+        want[i] = malloc(r->p.block_bytes);
+        CHECK(kv_block_read(&r->p, s.blocks[i], want[i]) == want[i]);
+    }
+    fake_dev_hold(r->fd, 1);
+    store_publish(r->st, &q, t, &s);
+    store_finish(r->st, &q, t, &s, 1);
+    int nb = s.n_blocks;
+    kv_seq_release(&r->p, &s);
+    return nb;
+}
+
+/* A rig (seeded, gpu_blocks in its GPU pool, 8 in RAM) that has published
+ * n tokens of its own (from base) with publish_capturing, the device left
+ * busy: every copy queued, none waited for, none in a tier yet. */
+static void rig_published(rig *r, unsigned seed, int gpu_blocks, int32_t *t, int n, int base, uint8_t **want) {
+    rig_init(r, seed, gpu_blocks, 8, "cuda-2");
+    tokens(t, n, base);
+    int nb = (n + B - 1) / B;
+    CHECK_EQ_INT(publish_capturing(r, t, n, want), nb);
+    store_stats ss;
+    store_get_stats(r->st, &ss);
+    CHECK_EQ_INT(ss.publish_queued, nb); /* the full blocks and the tail */
+    CHECK_EQ_INT(ss.publish_written, 0);
+    CHECK_EQ_INT(ss.spill_pending, nb);
+    CHECK_EQ_INT(ss.spill_waits, 0); /* the host did not wait */
+    cache_hash h[8];
+    CHECK_EQ_INT(publish_names(r, t, n, h), nb);
+    for (int i = 0; i < nb; i++) CHECK(!r->t_ram.has(r->ram, &h[i]) && !disk_has(r->disk, &h[i]));
+}
+
+/* A request for t[0..n) attaches all of it from lower tier k (0: RAM,
+ * 1: disk), the bytes computed (request() checks them). */
+static void hit_from_tier(rig *r, const int32_t *t, int n, int k) {
+    int from[3];
+    CHECK_EQ_INT(request(r, t, n, from), n);
+    CHECK_EQ_INT(from[1 + k], n);
+}
+
+/* rig_published's rig and payloads go. */
+static void rig_published_free(rig *r, int n, uint8_t **want) {
+    for (int i = 0; i < (n + B - 1) / B; i++) free(want[i]);
+    rig_free(r);
+}
+
+/* Publishing from the GPU pool queues each block's download (a full
+ * block's and the tail's) and returns without waiting, on a busy device;
+ * the pool then gives the blocks to another sequence that writes into
+ * them at once: a kernel on the compute stream (odd seeds) or an upload
+ * from a tier below on the copy stream (even seeds). The copies still
+ * read the published bytes (the stream's order; the upload waits for
+ * their events), and the RAM and disk tiers get exactly the payloads the
+ * synchronous download read; a later request hits all of it from RAM.
+ * Over seeds (the streams run in other orders). */
+TEST(devtier_publish_copies_down_without_waiting_and_a_rewrite_does_not_corrupt_them) {
+    for (unsigned seed = 0; seed < 32; seed++) {
+        rig r;
+        int32_t t[3 * B + 2], c[5 * B];
+        uint8_t *want[4];
+        rig_published(&r, 300 + seed, 5, t, 3 * B + 2, 100 + (int)seed, want);
+        tokens(c, 5 * B, 900);
+        /* The pool (5 blocks) gives t's blocks to x, which writes into them. */
+        kv_seq x;
+        kv_seq_init(&x);
+        if (seed % 2) {
+            compute(&r.p, &x, c, 5 * B);
+        } else {
+            CHECK_EQ_INT(kv_seq_reserve(&r.p, &x, 5 * B, NULL), 0);
+            uint8_t *junk = malloc(r.p.block_bytes);
+            memset(junk, 0xA5, r.p.block_bytes);
+            for (int i = 0; i < 5; i++) CHECK_EQ_INT(kv_block_write_async(&r.p, x.blocks[i], junk, NULL), 0);
+            CHECK_EQ_INT(kv_pool_wait_writes(&r.p, NULL), 0);
+            free(junk);
+        }
+        fake_dev_hold(r.fd, 0);
+        store_flush_spills(r.st);
+        store_stats ss;
+        store_get_stats(r.st, &ss);
+        CHECK_EQ_INT(ss.publish_written, 4);
+        CHECK_EQ_INT(ss.spill_pending, 0);
+        CHECK_EQ_INT(ss.spill_errors, 0);
+        CHECK_EQ_INT(ss.spilled_blocks, 0); /* the evicted blocks were on their way to RAM already */
+        disk_flush(r.disk);
+        cache_hash h[4];
+        publish_names(&r, t, 3 * B + 2, h);
+        for (int i = 0; i < 4; i++) {
+            CHECK_MSG(tier_holds(&r, &r.t_ram, &h[i], want[i]), "seed %u: block %d in RAM, as published", seed, i);
+            CHECK_MSG(tier_holds(&r, &r.t_disk, &h[i], want[i]), "seed %u: block %d on disk, as published", seed, i);
+        }
+        kv_seq_release(&r.p, &x);
+        hit_from_tier(&r, t, 3 * B + 2, 0);
+        rig_published_free(&r, 3 * B + 2, want);
+    }
+}
+
+/* A block whose publish copy is still queued (a busy device) and that
+ * the GPU pool has given up since (no tier holds it yet) is waited for by
+ * the lookup that needs it: a hit from the RAM tier, the bytes computed,
+ * not a recompute. Over seeds. */
+TEST(devtier_lookup_waits_for_a_queued_publish_copy) {
+    for (unsigned seed = 0; seed < 32; seed++) {
+        rig r;
+        int32_t t[3 * B + 2];
+        uint8_t *want[4];
+        rig_published(&r, 400 + seed, 5, t, 3 * B + 2, 200 + (int)seed, want);
+        kv_seq x;
+        kv_seq_init(&x);
+        CHECK_EQ_INT(kv_seq_reserve(&r.p, &x, 5 * B, NULL), 0); /* evicts t's blocks from the GPU pool */
+        kv_seq_release(&r.p, &x);
+        hit_from_tier(&r, t, 3 * B + 2, 0); /* a hit, not a recompute */
+        store_stats ss;
+        store_get_stats(r.st, &ss);
+        CHECK(ss.spill_waits > 0);
+        CHECK_EQ_INT(ss.publish_written, 4);
+        fake_dev_hold(r.fd, 0);
+        rig_published_free(&r, 3 * B + 2, want);
+    }
+}
+
+/* store_free waits for the queued publish copies and writes them through:
+ * after a restart the disk serves every published block and the tail. */
+TEST(devtier_store_free_drains_queued_publish_copies) {
+    for (unsigned seed = 0; seed < 16; seed++) {
+        rig r;
+        int32_t t[2 * B + 3];
+        uint8_t *want[3];
+        rig_published(&r, 500 + seed, 8, t, 2 * B + 3, 50 + (int)seed, want);
+        rig_stop(&r); /* no flush first; the device still busy */
+        fake_dev_hold(r.fd, 0);
+        rig_store(&r, 4, "cuda-2");
+        cache_hash h[3];
+        publish_names(&r, t, 2 * B + 3, h);
+        for (int i = 0; i < 3; i++) CHECK_MSG(tier_holds(&r, &r.t_disk, &h[i], want[i]), "seed %u: block %d", seed, i);
+        hit_from_tier(&r, t, 2 * B + 3, 1);
+        rig_published_free(&r, 2 * B + 3, want);
+    }
+}
+
+/* A running sequence's tail is kept (its copy queued) and the sequence
+ * goes on writing into the same block at once (kernels queued behind the
+ * copy, not waited for); then the block fills and is published, and the
+ * pinned staging for its copy is refused: that one is downloaded and
+ * waited for, after the tail's (so the tiers get the writes in the order
+ * asked: the tail, then the block that supersedes it and drops it). The
+ * tail's copy holds the bytes the tail had, the block's the whole block. */
+TEST(devtier_tail_copy_survives_the_sequence_going_on_and_a_refused_slot_keeps_the_order) {
+    for (unsigned seed = 0; seed < 16; seed++) {
+        rig r;
+        rig_init(&r, 600 + seed, 8, 8, "cuda-2");
+        int32_t t[3 * B];
+        tokens(t, 3 * B, 70 + (int)seed);
+        kv_seq s;
+        kv_seq_init(&s);
+        store_seq q;
+        store_seq_init(r.st, &q, &r.rq);
+        CHECK_EQ_INT(store_attach(r.st, &q, t, 2 * B + 2, 2 * B + 2, &s), 0);
+        compute(&r.p, &s, t, 2 * B + 2);
+        uint8_t *want_tail = malloc(r.p.block_bytes), *want_block = malloc(r.p.block_bytes);
+        CHECK(kv_block_read(&r.p, s.blocks[2], want_tail) == want_tail);
+        fake_dev_hold(r.fd, 1); /* a busy device */
+        store_publish(r.st, &q, t, &s);
+        store_keep_tail(r.st, &q, t, &s); /* as for an n > 1 prompt */
+        store_stats ss;
+        store_get_stats(r.st, &ss);
+        CHECK_EQ_INT(ss.publish_queued, 3);
+        CHECK_EQ_INT(ss.spill_pending, 3);
+        fake_dev_fail_alloc(r.fd, 1, 1);                    /* the next staging slot */
+        uint16_t *rows = compute_async(&r.p, &s, t, 3 * B); /* into the tail's block, or its copy */
+        store_publish(r.st, &q, t, &s);                     /* block 2: waited for, after the tail */
+        CHECK_EQ_INT(devmem_sync(r.dev, DEVMEM_COMPUTE, NULL), 0);
+        free(rows);
+        CHECK(kv_block_read(&r.p, s.blocks[2], want_block) == want_block);
+        store_get_stats(r.st, &ss);
+        CHECK_EQ_INT(ss.publish_queued, 3);
+        CHECK_EQ_INT(ss.publish_written, 4); /* the three queued first, then block 2 */
+        CHECK_EQ_INT(ss.spill_pending, 0);
+        cache_hash h[3], tail;
+        publish_names(&r, t, 3 * B, h);
+        cache_hash_block(&tail, &h[1], t + 2 * B, 2);
+        CHECK_MSG(!r.t_ram.has(r.ram, &tail), "seed %u: the tail written before the block that supersedes it", seed);
+        CHECK(tier_holds(&r, &r.t_ram, &h[2], want_block));
+        store_finish(r.st, &q, t, &s, 0);
+        kv_seq_release(&r.p, &s);
+        fake_dev_hold(r.fd, 0);
+        disk_flush(r.disk); /* (the disk drops only tails already on disk: this one was still queued) */
+        CHECK(tier_holds(&r, &r.t_disk, &h[2], want_block));
+        if (disk_has(r.disk, &tail)) /* the tail's copy has the tail's bytes, not what followed */
+            CHECK_MSG(tier_holds(&r, &r.t_disk, &tail, want_tail), "seed %u: the tail as kept", seed);
+        free(want_tail), free(want_block);
+        rig_free(&r);
+    }
 }
 
 TEST(devtier_ram_eviction_follows_the_policy) {
@@ -613,6 +857,7 @@ TEST(devtier_tail_comes_back_from_the_ram_tier_then_is_superseded) {
     cache_hash_block(&tail, &h1, t + 2 * B, 2);
     CHECK(r.t_ram.has(r.ram, &tail));
     request(&r, t, 3 * B, NULL); /* block 2 holds the tail's tokens now */
+    store_flush_spills(r.st);    /* its copy to the tiers was queued: written, the tail goes */
     CHECK(!r.t_ram.has(r.ram, &tail));
     rig_free(&r);
 }

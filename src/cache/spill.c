@@ -1,4 +1,4 @@
-/* spill.c - queued copies down a tier from a device pool (see spill.h).
+/* spill.c - queued copies down the tiers from a device pool (see spill.h).
  * A ring of SPILLQ_SLOTS slots, each a pinned staging buffer of one block
  * payload (allocated on first use), the block's name and tokens, and the
  * event that ends its download. Downloads go on the compute stream, so
@@ -13,6 +13,7 @@
 typedef struct spill_slot {
     void *buf; /* pinned: block_bytes */
     devmem_event *ev;
+    int kind; /* the caller's, for done */
     cache_hash h, prev;
     int32_t *tok;
     int n;
@@ -60,7 +61,7 @@ static int finish_head(spill_queue *q, int wait) {
         d = devmem_sync(q->dev, DEVMEM_COMPUTE, NULL) ? -1 : devmem_done(q->dev, s->ev, NULL);
     }
     if (d == 1) {
-        q->done(q->ctx, &s->h, &s->prev, s->tok, s->n, s->buf);
+        q->done(q->ctx, s->kind, &s->h, &s->prev, s->tok, s->n, s->buf);
         q->st.done++;
     } else {
         q->st.errors++; /* the device failed the copy: the block is not written anywhere */
@@ -76,25 +77,30 @@ void spillq_drain(spill_queue *q, int wait) {
     while (q->count > 0 && finish_head(q, wait) != 0) {}
 }
 
-/* The ring index of h's copy, or -1. */
-static int find(const spill_queue *q, const cache_hash *h) {
-    for (int k = 0; k < q->count; k++) {
-        int i = (q->head + k) % SPILLQ_SLOTS;
-        if (memcmp(q->slots[i].h.b, h->b, sizeof h->b) == 0) return k;
+/* How far from the head the last copy named h (by_prev: filed after h)
+ * is, or -1. */
+static int find(const spill_queue *q, const cache_hash *h, int by_prev) {
+    for (int k = q->count - 1; k >= 0; k--) {
+        const spill_slot *s = &q->slots[(q->head + k) % SPILLQ_SLOTS];
+        if (memcmp((by_prev ? &s->prev : &s->h)->b, h->b, sizeof h->b) == 0) return k;
     }
     return -1;
 }
 
-int spillq_has(const spill_queue *q, const cache_hash *h) { return find(q, h) >= 0; }
+int spillq_has(const spill_queue *q, const cache_hash *h) { return find(q, h, 0) >= 0; }
 
-int spillq_wait_for(spill_queue *q, const cache_hash *h) {
-    int k = find(q, h);
+/* Every copy up to k from the head, waited for and handed to done. */
+static int wait_through(spill_queue *q, int k) {
     for (int j = 0; j <= k; j++) finish_head(q, 1);
     return k >= 0;
 }
 
-int spillq_push(spill_queue *q, int b, const cache_hash *h, const cache_hash *prev, const int32_t *tokens, int n,
-                strata_err *err) {
+int spillq_wait_for(spill_queue *q, const cache_hash *h) { return wait_through(q, find(q, h, 0)); }
+
+int spillq_wait_for_child(spill_queue *q, const cache_hash *prev) { return wait_through(q, find(q, prev, 1)); }
+
+int spillq_push(spill_queue *q, int kind, int b, const cache_hash *h, const cache_hash *prev, const int32_t *tokens,
+                int n, strata_err *err) {
     spillq_drain(q, 0);
     if (q->count == SPILLQ_SLOTS) finish_head(q, 1); /* every slot busy: the oldest first */
     int i = (q->head + q->count) % SPILLQ_SLOTS;
@@ -102,6 +108,7 @@ int spillq_push(spill_queue *q, int b, const cache_hash *h, const cache_hash *pr
     if (!s->buf && !(s->buf = devmem_host_alloc(q->dev, q->kv->block_bytes, err))) return err ? err->code : STRATA_ENOMEM;
     int rc = kv_block_read_async(q->kv, b, s->buf, &s->ev, err);
     if (rc) return rc;
+    s->kind = kind;
     s->h = *h;
     s->prev = *prev;
     s->n = n < q->kv->block_tokens ? n : q->kv->block_tokens;

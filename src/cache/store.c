@@ -86,31 +86,69 @@ static void snap_listed(void *ctx, const cache_hash *key, const cache_hash *boun
     if (left > 0) snap_touch(l->st->snaps, e, left);
 }
 
-/* A spilled block's bytes, downloaded: to the first tier below. */
-static void spill_write(void *ctx, const cache_hash *h, const cache_hash *prev, const int32_t *tokens, int n,
-                        const void *kv) {
+/* What a queued copy down is for (spill.h's kind). */
+enum { COPY_SPILL, COPY_PUBLISH };
+
+/* A copy of a block (or tail) to every lower tier; the tails there that
+ * it holds whole go. */
+static void write_all(cache_store *st, const cache_hash *h, const cache_hash *prev, const int32_t *t, int n,
+                      const void *kv) {
+    for (int k = 0; k < st->n_tiers; k++) {
+        const cache_tier *tr = &st->tiers[k];
+        if (tr->write(tr->self, h, prev, t, n, kv) == 0) tr->drop_superseded(tr->self, prev, t, n);
+    }
+}
+
+/* A block's bytes, downloaded from the device pool: a published block's to
+ * every tier (as write_through would have written them), a spilled one's
+ * to the first tier below. */
+static void copy_done(void *ctx, int kind, const cache_hash *h, const cache_hash *prev, const int32_t *tokens, int n,
+                      const void *kv) {
     cache_store *st = ctx;
+    if (kind == COPY_PUBLISH) {
+        write_all(st, h, prev, tokens, n, kv);
+        st->st.publish_written++;
+        return;
+    }
     const cache_tier *t = &st->tiers[0];
     if (t->write(t->self, h, prev, tokens, n, kv) == 0) st->st.spilled_blocks++;
 }
 
+/* The same, downloaded and waited for here: the queue refused the copy
+ * (no pinned memory, a device error). What it holds goes first, so the
+ * tiers still get the writes in the order asked (kv_block_read waits for
+ * the compute stream anyway). */
+static void copy_now(cache_store *st, int kind, int b, const cache_hash *h, const cache_hash *prev,
+                     const int32_t *tokens, int n) {
+    if (st->spills) spillq_drain(st->spills, 1);
+    const void *kv = kv_block_read(st->kv, b, st->blk_buf);
+    if (kv) copy_done(st, kind, h, prev, tokens, n, kv); /* else (never while its sequence holds it) no sliding part */
+}
+
 /* A device pool's block or tail about to be evicted (live.h): it moves
  * down to the first tier below (the RAM tier) unless that tier holds it
- * already (written through when published, unless evicted since). The
- * download is queued and the pool reuses the block at once (spill.h);
- * only if it cannot be queued does the host wait for it here. */
+ * already or will (written through when published, unless evicted since;
+ * a publish's copy may still be queued). The download is queued and the
+ * pool reuses the block at once (spill.h); only if it cannot be queued
+ * does the host wait for it here. */
 static void spill(void *ctx, int b, const cache_hash *h, const cache_hash *prev, const int32_t *tokens, int n) {
     cache_store *st = ctx;
     const cache_tier *t = &st->tiers[0];
     if (t->has(t->self, h) || spillq_has(st->spills, h)) return;
-    if (spillq_push(st->spills, b, h, prev, tokens, n, NULL) == 0) return;
-    const void *kv = kv_block_read(st->kv, b, st->blk_buf);
-    if (kv) spill_write(st, h, prev, tokens, n, kv);
+    if (spillq_push(st->spills, COPY_SPILL, b, h, prev, tokens, n, NULL))
+        copy_now(st, COPY_SPILL, b, h, prev, tokens, n);
 }
 
 /* Copies down that have finished are written (the host does not wait). */
 static void spill_poll(cache_store *st) {
     if (st->spills) spillq_drain(st->spills, 0);
+}
+
+/* The tiers are about to be asked about h: a queued copy of it is waited
+ * for and written first, so they answer as if it had been written when
+ * it was asked for. */
+static void settle(cache_store *st, const cache_hash *h) {
+    if (st->spills) spillq_wait_for(st->spills, h);
 }
 
 void store_flush_spills(cache_store *st) {
@@ -121,7 +159,7 @@ void store_add_tier(cache_store *st, const cache_tier *t) {
     if (st->n_tiers >= STORE_MAX_TIERS) return;
     st->tiers[st->n_tiers++] = *t;
     if (st->n_tiers == 1 && st->kv->dev) {
-        st->spills = spillq_new(st->kv, spill_write, st);
+        st->spills = spillq_new(st->kv, copy_done, st);
         live_on_spill(st->live, spill, st);
     }
     snap_listing l = {st, st->n_tiers - 1};
@@ -381,10 +419,9 @@ static int load_take(cache_store *st, store_seq *q, kv_seq *s) {
 
 /* The first lower tier holding h, or -1. */
 static int tier_with(cache_store *st, const cache_hash *h) {
+    settle(st, h); /* on its way down from the GPU pool: worth the wait (a hit, not a recompute) */
     for (int k = 0; k < st->n_tiers; k++)
         if (st->tiers[k].has(st->tiers[k].self, h)) return k;
-    /* on its way down from the GPU pool: worth the wait (a hit, not a recompute) */
-    if (st->spills && spillq_wait_for(st->spills, h)) return tier_with(st, h);
     return -1;
 }
 
@@ -414,6 +451,7 @@ static void find_part(cache_store *st, store_seq *q, const int32_t *tokens, int 
     if (st->n_tiers == 0 || off >= n_max) return;
     if (off + B <= n_max && live_find(st->live, chain_at(st, q, tokens, at)) >= 0) return;
     const cache_hash *prev = chain_prev(q, at);
+    if (st->spills) spillq_wait_for_child(st->spills, prev); /* a tail on its way down is a candidate */
     for (int k = 0; k < st->n_tiers; k++) {
         part_match m = {.tier = k};
         m.len = st->tiers[k].best_child(st->tiers[k].self, prev, tokens + off, n_max - off, &m.h, &m.n_tok);
@@ -446,6 +484,7 @@ static store_load *plan_load(cache_store *st, store_seq *q, const int32_t *token
 static void attach_live(cache_store *st, store_seq *q, int b, kv_seq *s) {
     const cache_hash *h = &q->chain[q->n_blocks];
     live_attach(st->live, b, s);
+    settle(st, h); /* a touch before the write would be lost */
     for (int k = 0; k < st->n_tiers; k++) st->tiers[k].touch(st->tiers[k].self, h);
     q->n_blocks++;
 }
@@ -497,6 +536,7 @@ static int window_fetch(cache_store *st, store_seq *q, int b) {
     cache_hash h;
     const int32_t *want;
     int n = live_name(st->live, b, &h, &want);
+    if (n > 0) settle(st, &h);
     for (int k = 0; n > 0 && k < st->n_tiers; k++) {
         const cache_tier *t = &st->tiers[k];
         void *dst = st->blk_buf;
@@ -605,16 +645,20 @@ int store_attach(cache_store *st, store_seq *q, const int32_t *tokens, int n_tok
 
 /* ---- publishing and the end of a request ---------------------------------------------- */
 
-/* A copy of a block (or tail) to every lower tier; the tails there that
- * it holds whole go. */
+/* Block (or tail) b, named h, copied to every lower tier (write_all). A
+ * device pool's download is queued (spill.h) and the tiers get the bytes
+ * when it finishes, in the order asked; the host waits for it here only
+ * if it cannot be queued. A host pool's payload is read in place. */
 static void write_through(cache_store *st, const cache_hash *h, const cache_hash *prev, const int32_t *t, int n,
                           int b) {
-    const void *kv = st->n_tiers ? kv_block_read(st->kv, b, st->blk_buf) : NULL;
-    if (!kv) return; /* no tier, or (never while its sequence holds it) the sliding part is gone */
-    for (int k = 0; k < st->n_tiers; k++) {
-        const cache_tier *tr = &st->tiers[k];
-        if (tr->write(tr->self, h, prev, t, n, kv) == 0) tr->drop_superseded(tr->self, prev, t, n);
+    if (!st->n_tiers) return;
+    if (st->spills) {
+        if (spillq_push(st->spills, COPY_PUBLISH, b, h, prev, t, n, NULL) == 0) st->st.publish_queued++;
+        else copy_now(st, COPY_PUBLISH, b, h, prev, t, n);
+        return;
     }
+    const void *kv = kv_block_read(st->kv, b, st->blk_buf); /* a host pool: in place, or gathered */
+    if (kv) write_all(st, h, prev, t, n, kv); /* else (never while its sequence holds it) the sliding part is gone */
 }
 
 void store_will_publish(const cache_store *st, const store_seq *q, int n_prompt, int n_cached, int *fresh,
@@ -677,6 +721,7 @@ static void retain(cache_store *st, const kv_seq *s, int end, double ttl_s) {
     int B = st->kv->block_tokens;
     for (int i = 0; i < s->n_blocks && i * B < end && i * B < s->n_pos; i++) {
         const cache_hash *h = live_retain(st->live, s->blocks[i], ttl_s);
+        if (h) settle(st, h); /* a mark before the write would be lost */
         for (int k = 0; h && k < st->n_tiers; k++) st->tiers[k].retain(st->tiers[k].self, h, ttl_s);
     }
 }

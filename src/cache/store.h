@@ -170,15 +170,20 @@ typedef struct store_stats {
     long window_reloaded_blocks, window_cut_tokens; /* store_seq's, in total */
     long window_refilled_blocks; /* sliding parts given back by a recomputed block */
     long spilled_blocks; /* a device pool's evicted blocks moved down to the first tier (it lacked them) */
-    long spill_pending;  /* of them, downloads queued and not yet written down (store_flush_spills) */
+    long publish_queued;  /* a device pool's published blocks and tails whose download was queued */
+    long publish_written; /* a device pool's published blocks and tails written through to the tiers once
+                           * downloaded (queued, or waited for when the queue refused: publish_queued less) */
+    /* The queue of both (spill.h): */
+    long spill_pending;  /* downloads queued and not yet written down (store_flush_spills) */
     long spill_waits;    /* times the host waited for one: a full queue, a lookup that needed it, the end */
     long spill_errors;   /* downloads the device failed (the block is lost from the cache, never served) */
     live_stats live;
     snap_stats snap;    /* recurrent-state snapshots */
 } store_stats;
 void store_get_stats(const cache_store *st, store_stats *out);
-/* Waits for every queued copy down a tier (a device pool's evictions,
- * store.c "spill") and writes them down; store_free does it too. */
+/* Waits for every queued copy down the tiers (a device pool's published
+ * and evicted blocks, store.c "write_through", "spill") and writes them
+ * down; store_free does it too. */
 void store_flush_spills(cache_store *st);
 
 #endif

@@ -40,14 +40,15 @@
  * the kernels queued so far (compute stream), kv_block_write uploads on
  * the copy stream (a thread of its own: the store's loader), copy on
  * write copies on the device, kv_block_read_async queues a download
- * (the eviction's copy down a tier) without waiting for it. No sliding
+ * (a published block's copy to the tiers, an evicted one's down a tier)
+ * without waiting for it. No sliding
  * layers there (refused).
  * Why the copy stream needs only the read events before an upload:
  * blocks are handed out between the scheduler's steps, and each step
  * ends by downloading its logits (the compute stream is idle then), so no
  * kernel still reads a block the pool gives to a load; a queued download
- * of an evicted block may still read it, and the upload waits for that
- * download's event on the device (read_ev).
+ * of a published or evicted block may still read it, and the upload
+ * waits for that download's event on the device (read_ev).
  * Does not: hash, index or evict blocks (that is cache/). */
 #ifndef STRATA_KV_H
 #define STRATA_KV_H
