@@ -159,6 +159,15 @@ class Session:
         with open(self.server.log.name) as f:
             return [(m[1], int(m[2])) for m in re.finditer(r"request POST (\S+) status=(\d+)", f.read())]
 
+    def misses(self):
+        """The text around each first difference the server saw (the /ui
+        page's records): what the earlier prompt had there, what this one
+        has. For a failure's message."""
+        import httpx
+        recs = httpx.get(self.server.url + "/ui/state", timeout=10).json().get("requests", [])
+        return [{"id": r.get("id"), "first_difference": r.get("first_difference"), "excerpt": r.get("excerpt")}
+                for r in recs if r.get("excerpt")]
+
     def settle(self):
         """Waits until no request is running (one the test stopped the CLI
         in is cancelled), so the log and the trace are complete."""
@@ -366,8 +375,11 @@ def assert_session(s, rounds, runs, starts, client, replies):
     assert rounds >= WANT_ROUNDS, f"{rounds} tool rounds in {runs} runs ({len(starts)} conversations): {replies}"
     lines = s.trace()
     assert len(lines) == len(generations(statuses)), (lines, statuses)
-    for a, b in zip(starts, starts[1:] + [len(lines)]):
-        assert_warm_reuse(lines[a:b], f"{client} conversation from request {a}")
+    try:
+        for a, b in zip(starts, starts[1:] + [len(lines)]):
+            assert_warm_reuse(lines[a:b], f"{client} conversation from request {a}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}\nwhere prompts left the one before (/ui/state): {s.misses()}") from None
 
 
 @pytest.mark.parametrize("session", models(), indirect=True)
