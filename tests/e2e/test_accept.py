@@ -297,3 +297,28 @@ def test_chat_completions_custom_tool_calls(real):
     assert r2.status_code == 200, r2.text
     u1, u2 = r["usage"], r2.json()["usage"]
     assert u2["prompt_tokens_details"]["cached_tokens"] >= u1["prompt_tokens"] + u1["completion_tokens"] - 1
+
+
+def test_integers_beyond_64_bits_are_read_as_doubles(traced):
+    """JSON numbers have no size limit, and a Python client writes big ints
+    as digits (a tool call's input sent back, a tool result's JSON): the
+    body is served, the big integers read as doubles (as a JavaScript
+    client reads them); digits inside strings are left alone. Integers a
+    field must hold still get its range check."""
+    big = "123456789012345678901234"
+    body = ('{"model": "x", "max_tokens": 2, "tools": [%s], "messages": ['
+            '{"role": "user", "content": "read it %s \\\\"}, '
+            '{"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Read", '
+            '"input": {"path": "a", "limit": %s, "low": -9223372036854775809, "fits": -9223372036854775808}}]}, '
+            '{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}]}'
+            % (json.dumps(READ), big, big))
+    r = httpx.post(traced.url + "/v1/messages", content=body, headers={"content-type": "application/json"}, timeout=60)
+    assert r.status_code == 200, r.text
+    chat = '{"messages": [{"role": "user", "content": "%s"}], "max_tokens": 2, "metadata": {"n": %s}}' % (big, big)
+    r = httpx.post(traced.url + "/v1/chat/completions", content=chat, headers={"content-type": "application/json"},
+                   timeout=60)
+    assert r.status_code == 200, r.text
+    bad = '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": %s}' % big
+    r = httpx.post(traced.url + "/v1/chat/completions", content=bad, headers={"content-type": "application/json"},
+                   timeout=60)
+    assert r.status_code == 400 and "max_tokens" in r.json()["error"]["message"], r.text
