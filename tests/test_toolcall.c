@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "test.h"
+#include "text/jsonload.h"
 #include "text/jsonscan.h"
 #include "text/toolcall.h"
 
@@ -641,4 +642,40 @@ TEST(toolcall_harmony_partial_markers_held) {
     CHECK_EQ_INT(n, 1);
     CHECK(e[0].kind == TC_EV_TEXT && !strcmp(e[0].text, "ok"));
     tc_free(p);
+}
+
+/* JSON allows integers beyond 64 bits and unpaired surrogate escapes, and
+ * the schema guard lets a sampled model write them; jansson refuses both.
+ * The call still parses, its arguments kept as the model wrote them. */
+TEST(toolcall_args_jansson_refuses_still_parse) {
+    parse_all(TC_HERMES, "<tool_call>\n{\"name\": \"read\", \"arguments\": "
+                         "{\"limit\": 123456789012345678901234, \"s\": \"\\ud83d x\"}}\n</tool_call>");
+    CHECK_EQ_INT(R.rc, 0);
+    CHECK_EQ_INT(R.n, 1);
+    expect_call(0, "read", "{\"limit\":123456789012345678901234,\"s\":\"\\ud83d x\"}");
+}
+
+TEST(json_load_lenient_reads_the_nearest_way) {
+    int n = -1;
+    const char *ok = "{\"a\": [1, -9223372036854775808, \"12345678901234567890123\"]}";
+    json_t *v = json_load_lenient(ok, strlen(ok), 0, NULL, &n);
+    CHECK(v && n == 0); /* nothing to change: jansson reads it */
+    json_decref(v);
+    const char *big = "{\"a\": [123456789012345678901234, -9223372036854775809, 0.5e400000], \"b\": \"\\ud800\", "
+                      "\"c\": \"\\udc00\\ud83d\\ude00\\\\ud800\"}";
+    v = json_load_lenient(big, strlen(big), 0, NULL, &n);
+    CHECK_MSG(!v, "an overflowing real stays refused"); /* 0.5e400000: no double holds it */
+    const char *near = "{\"a\": [123456789012345678901234, -9223372036854775809], \"b\": \"\\ud800\", "
+                       "\"c\": \"\\udc00\\ud83d\\ude00\\\\ud800\"}";
+    v = json_load_lenient(near, strlen(near), 0, NULL, &n);
+    CHECK(v != NULL);
+    CHECK_EQ_INT(n, 4); /* two integers, two unpaired surrogates; the pair and the escaped backslash stay */
+    json_t *a = json_object_get(v, "a");
+    CHECK(json_is_real(json_array_get(a, 0)) && json_real_value(json_array_get(a, 0)) == 123456789012345678901234.0);
+    CHECK(json_is_real(json_array_get(a, 1)));
+    CHECK_STR(json_string_value(json_object_get(v, "b")), "\xEF\xBF\xBD");
+    CHECK_STR(json_string_value(json_object_get(v, "c")), "\xEF\xBF\xBD\xF0\x9F\x98\x80\\ud800");
+    json_decref(v);
+    json_error_t je;
+    CHECK(!json_load_lenient("{\"a\": }", 7, 0, &je, &n) && n == 0 && strlen(je.text) > 0);
 }

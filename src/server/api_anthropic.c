@@ -23,6 +23,7 @@
 #include "server/prompt.h"
 #include "server/api_call.h"
 #include "server/api_stream.h"
+#include "text/jsonload.h"
 
 #define POLL_MS 1000
 
@@ -465,7 +466,7 @@ static const char *call_id(ant_call *c, int index) { return api_call_id(&c->a, i
 static void add_cut_call(ant_call *c, json_t *content, int index) {
     const gen *g = &c->a.g;
     char *closed = tc_json_close_partial(g->open_args ? g->open_args : "", g->open_args_len);
-    json_t *input = closed ? json_loads(closed, 0, NULL) : NULL;
+    json_t *input = closed ? json_load_lenient(closed, strlen(closed), 0, NULL, NULL) : NULL;
     free(closed);
     json_array_append_new(content, json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id", call_id(c, index), "name",
                                              g->open_name, "input", json_is_object(input) ? input : json_object()));
@@ -477,7 +478,7 @@ static void add_calls(ant_call *c, json_t *content) {
     const char **names, **args;
     int n = tc_calls(c->a.g.tc, &names, &args);
     for (int i = 0; i < n; i++) {
-        json_t *input = json_loads(args[i], 0, NULL);
+        json_t *input = json_load_lenient(args[i], strlen(args[i]), 0, NULL, NULL);
         json_array_append_new(content, json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id", call_id(c, i), "name",
                                                  names[i], "input", input ? input : json_object()));
     }

@@ -15,6 +15,7 @@
 #include "base/mem.h"
 #include "base/strbuf.h"
 #include "server/server.h"
+#include "text/jsonload.h"
 
 typedef struct entry {
     uint8_t key[32];
@@ -224,7 +225,7 @@ static int js_numbers(json_t *v) {
 }
 
 char *replay_js_numbers(const char *args) {
-    json_t *a = json_loads(args, JSON_DECODE_ANY, NULL);
+    json_t *a = json_load_lenient(args, strlen(args), JSON_DECODE_ANY, NULL, NULL);
     char *out = a && js_numbers(a) ? json_dumps(a, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
     json_decref(a);
     return out;
@@ -245,7 +246,7 @@ static const json_t *tool_parameters(const json_t *tools, const char *name) {
 char *replay_schema_defaults(const json_t *tools, const char *name, const char *args) {
     const json_t *props = json_object_get(tool_parameters(tools, name), "properties");
     if (!json_object_size(props)) return NULL;
-    json_t *a = json_loads(args, 0, NULL);
+    json_t *a = json_load_lenient(args, strlen(args), 0, NULL, NULL);
     int changed = 0;
     const char *k;
     const json_t *p;

@@ -9,6 +9,7 @@
 #include "base/mem.h"
 #include "server/server.h"
 #include "text/jsonscan.h"
+#include "text/jsonload.h"
 
 /* Tools only OpenAI's servers run (prefixes: dated variants follow). */
 static const char *const HOSTED[] = {"web_search", "file_search", "code_interpreter", "computer_use",
@@ -264,10 +265,10 @@ const char *resp_tools_item_prefix(const resp_tools *rt, const char *name) {
 }
 
 char *resp_tools_custom_input(const char *args, size_t len) {
-    json_t *a = json_loadb(args, len, 0, NULL);
+    json_t *a = json_load_lenient(args, len, 0, NULL, NULL);
     if (!a) { /* cut part way: complete what is there */
         char *closed = tc_json_close_partial(args, len);
-        a = closed ? json_loads(closed, 0, NULL) : NULL;
+        a = closed ? json_load_lenient(closed, strlen(closed), 0, NULL, NULL) : NULL;
         free(closed);
     }
     const char *in = json_string_value(json_object_get(a, "input"));
@@ -279,7 +280,7 @@ char *resp_tools_custom_input(const char *args, size_t len) {
 /* local_shell's action as the model wrote it (held to the shape by the
  * schema), so that the item sent back renders the same arguments. */
 static json_t *shell_action(const char *args, size_t len) {
-    json_t *a = json_loadb(args, len, 0, NULL), *act = json_object_get(a, "action");
+    json_t *a = json_load_lenient(args, len, 0, NULL, NULL), *act = json_object_get(a, "action");
     json_t *out = json_is_object(act) ? json_incref(act) : json_pack("{s:s,s:[]}", "type", "exec", "command");
     json_decref(a);
     return out;

@@ -7,9 +7,9 @@
 
 #include "base/log.h"
 #include "base/mem.h"
-#include "base/strbuf.h"
 #include "base/utf8.h"
 #include "server/server.h"
+#include "text/jsonload.h"
 
 /* A body that could not be built (json_pack refuses a string that is not
  * valid UTF-8 and returns NULL) is a server bug: a 500 that says so, and
@@ -65,67 +65,11 @@ static size_t replace_nuls(json_t *j) {
     return n;
 }
 
-/* An integer literal of digits [d, e) (after any '-') that no 64-bit
- * integer holds. */
-static int beyond_int64(const char *d, const char *e, int negative) {
-    while (d < e - 1 && *d == '0') d++;
-    size_t n = (size_t)(e - d);
-    const char *max = negative ? "9223372036854775808" : "9223372036854775807";
-    return n > 19 || (n == 19 && memcmp(d, max, 19) > 0);
-}
-
-/* body with every integer literal beyond 64 bits written as a real
- * ("123...e0"), strings left alone; *n_big: how many. JSON numbers have
- * no size limit and the official APIs take them (a Python client sends
- * big ints as digits); jansson refuses integers beyond 64 bits, so they
- * are read as doubles, as a JavaScript client reads them. */
-static char *widen_big_integers(const char *body, size_t len, size_t *out_len, int *n_big) {
-    strbuf b = {0};
-    size_t i = 0, from = 0;
-    int in_str = 0;
-    *n_big = 0;
-    while (i < len) {
-        char ch = body[i];
-        if (in_str) {
-            i += ch == '\\' ? 2 : 1;
-            in_str = ch != '"';
-            continue;
-        }
-        if (ch == '"') {
-            in_str = 1, i++;
-            continue;
-        }
-        if (ch != '-' && (ch < '0' || ch > '9')) {
-            i++;
-            continue;
-        }
-        size_t digits = i + (ch == '-');
-        i = digits;
-        while (i < len && body[i] >= '0' && body[i] <= '9') i++;
-        size_t end = i;
-        while (i < len && (strchr("0123456789.eE+-", body[i]))) i++; /* the rest of a real */
-        if (i == end && end > digits && beyond_int64(body + digits, body + end, ch == '-')) {
-            strbuf_add(&b, body + from, end - from);
-            strbuf_puts(&b, "e0");
-            from = end;
-            ++*n_big;
-        }
-    }
-    strbuf_add(&b, body + from, len - from);
-    *out_len = b.len;
-    return strbuf_take(&b);
-}
-
 json_t *json_load_request(const char *body, size_t len, json_error_t *je) {
-    json_t *root = json_loadb(body, len, JSON_ALLOW_NUL, je);
-    if (!root && json_error_code(je) == json_error_numeric_overflow) {
-        size_t n_wide;
-        int n_big;
-        char *wide = widen_big_integers(body, len, &n_wide, &n_big);
-        if (n_big && (root = json_loadb(wide, n_wide, JSON_ALLOW_NUL, je)))
-            log_info("request: %d integer(s) beyond 64 bits read as doubles (as a JavaScript client reads them)", n_big);
-        free(wide);
-    }
+    int near;
+    json_t *root = json_load_lenient(body, len, JSON_ALLOW_NUL, je, &near);
+    if (near) log_info("request: %d value(s) JSON allows and jansson refuses read the nearest way "
+                       "(integers beyond 64 bits as doubles, unpaired surrogates as U+FFFD)", near);
     size_t n = root ? replace_nuls(root) : 0;
     if (n) log_info("request: U+0000 in %zu string(s) read as U+FFFD (text is not carried with NUL inside)", n);
     return root;

@@ -32,6 +32,7 @@
 #include "base/mem.h"
 #include "base/utf8.h"
 #include "text/toolcall_int.h"
+#include "text/jsonload.h"
 
 enum mode {
     M_CONTENT, /* text; look for the format's markers (none when plain) */
@@ -257,7 +258,7 @@ static int call_name(tc_parser *p, const char *s, size_t n) {
 /* The complete arguments must be one JSON object (jansson decides). */
 static int args_done(tc_parser *p) {
     json_error_t je;
-    json_t *v = json_loadb(p->args.p ? p->args.p : "", p->args.len, JSON_ALLOW_NUL, &je);
+    json_t *v = json_load_lenient(p->args.p ? p->args.p : "", p->args.len, JSON_ALLOW_NUL, &je, NULL);
     int ok = v && json_is_object(v);
     json_decref(v);
     p->args_state = A_DONE;
