@@ -485,3 +485,17 @@ TEST(render_date_is_the_callers_and_its_position_is_found) {
     json_decref(msgs);
     tok_free(tok);
 }
+
+/* A span of the rendered text, across segment edges, without the rest. */
+TEST(render_out_span_crosses_segments)
+{
+    chat_seg segs[3] = {{.text = "ab", .len = 2}, {.text = "cde", .len = 3}, {.text = "f", .len = 1}};
+    render_out o = {.p = {.segs = segs, .n = 3}};
+    const struct { size_t off, len; const char *want; } cases[] = {
+        {0, 6, "abcdef"}, {1, 3, "bcd"}, {2, 3, "cde"}, {4, 2, "ef"}, {5, 9, "f"}, {7, 2, ""}, {3, 0, ""}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *got = render_out_span(&o, cases[i].off, cases[i].len);
+        CHECK_STR(got, cases[i].want);
+        free(got);
+    }
+}

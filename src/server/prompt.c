@@ -193,12 +193,14 @@ static int render_at(const server *s, const cache_hash *ns, const json_t *messag
 /* How much of ids the cache holds, as far as a request thread can tell
  * without the scheduler: the prefix shared with a recent prompt of the
  * namespace (diag.c; memory), or the disk tier's run of whole blocks
- * (after a restart too). It only picks a rendering; the scheduler's
- * lookup decides what is reused. */
-static int cached_prefix(const server *s, const cache_hash *ns, const int32_t *ids, int n) {
+ * (after a restart too); once past `enough` the disk is not asked
+ * further (every request of a conversation asks whether it is cached
+ * through its date: a few blocks, not its whole prompt). It only picks a
+ * rendering; the scheduler's lookup decides what is reused. */
+static int cached_prefix(const server *s, const cache_hash *ns, const int32_t *ids, int n, int enough) {
     int best = diag_shared(s->diag, ns, ids, n), B = s->e->kv.block_tokens, k = 0;
     cache_hash h = *ns, next;
-    for (; s->disk && (k + 1) * B <= n; k++, h = next) {
+    for (; s->disk && best < enough && k * B < enough && (k + 1) * B <= n; k++, h = next) {
         cache_hash_block(&next, &h, ids + k * B, B);
         if (!disk_has(s->disk, &next)) break;
     }
@@ -207,10 +209,8 @@ static int cached_prefix(const server *s, const cache_hash *ns, const int32_t *i
 
 /* The text strftime_now wrote into a rendering (len bytes), malloc'd. */
 static char *date_text(const render_out *o, size_t *len) {
-    char *text = render_out_text(o, NULL);
-    *len = o->clock.len;
-    memmove(text, text + o->clock.off, *len);
-    text[*len] = 0;
+    char *text = render_out_span(o, (size_t)o->clock.off, o->clock.len);
+    *len = strlen(text);
     return text;
 }
 
@@ -248,7 +248,7 @@ static void keep_date(const server *s, const cache_hash *ns, const json_t *messa
     size_t len;
     char *today = date_text(out, &len);
     dates_note(s->dates, out->clock.used, today, len);
-    int reply = first_reply(messages), best = reply > 0 ? cached_prefix(s, ns, rt->ids, (int)rt->n) : 0;
+    int reply = first_reply(messages), best = reply > 0 ? cached_prefix(s, ns, rt->ids, (int)rt->n, rt->date_end) : 0;
     long long times[DATES_KEEP];
     int n = reply > 0 && best < rt->date_end ? dates_others(s->dates, today, len, times, DATES_KEEP) : 0;
     free(today);
@@ -257,7 +257,7 @@ static void keep_date(const server *s, const cache_hash *ns, const json_t *messa
         render_tokens r;
         char why[256];
         if (render_at(s, ns, messages, t, times[i], &o, &r, why, sizeof why)) continue;
-        int got = cached_prefix(s, ns, r.ids, (int)r.n);
+        int got = cached_prefix(s, ns, r.ids, (int)r.n, (int)r.n);
         if (got > best && served_before(&r, got, reply)) {
             best = got;
             render_tokens_free(rt);

@@ -292,6 +292,22 @@ char *render_out_text(const render_out *o, size_t *len) {
     return text;
 }
 
+char *render_out_span(const render_out *o, size_t off, size_t len) {
+    char *out = xmalloc(len + 1);
+    size_t at = 0, got = 0;
+    for (int i = 0; i < o->p.n && got < len; i++) {
+        const chat_seg *s = &o->p.segs[i];
+        if (off + got < at + s->len) { /* the next byte wanted is in this segment */
+            size_t from = off + got - at, k = s->len - from < len - got ? s->len - from : len - got;
+            memcpy(out + got, s->text + from, k);
+            got += k;
+        }
+        at += s->len;
+    }
+    out[got] = 0;
+    return out;
+}
+
 /* ---- probes ----------------------------------------------------------------------------- */
 
 /* Renders a probe conversation (JSON text) without the open turn; its

@@ -118,6 +118,9 @@ void render_out_free(render_out *o);
 /* The concatenated text of o's segments (what /apply-template shows).
  * malloc'd, NUL-terminated. */
 char *render_out_text(const render_out *o, size_t *len);
+/* Bytes [off, off + len) of that text (fewer past its end), malloc'd and
+ * NUL-terminated, without building the rest. */
+char *render_out_span(const render_out *o, size_t off, size_t len);
 
 /* Renders messages (and t's tools, t may be NULL), with the open
  * assistant turn if add_gen. Returns 0, or -1 with why set (a 400 for a
