@@ -105,7 +105,7 @@ static json_t *normal_tool_calls(const json_t *calls, size_t mi, char *why, size
             json_decref(out);
             return NULL;
         }
-        json_t *parsed = json_is_string(args) ? json_load_lenient(json_string_value(args), json_string_length(args), 0, NULL, NULL) : NULL;
+        json_t *parsed = json_load_lenient_string(args);
         json_t *a = parsed ? parsed : args ? json_incref((json_t *)args) : json_object();
         json_array_append_new(out, json_pack("{s:O*,s:s,s:{s:s,s:o}}", "id", json_object_get(c, "id"),
                                              "type", "function", "function", "name", name, "arguments", a));

@@ -112,7 +112,7 @@ static int add_message(json_t *out, const json_t *item, size_t i, req_ignored *i
  * templates expect (as the Chat Completions dialect does); an unparsable
  * string stays a string. Takes args. */
 static void add_tool_call(json_t *out, const json_t *call_id, const char *name, json_t *args) {
-    json_t *parsed = json_is_string(args) ? json_load_lenient(json_string_value(args), json_string_length(args), 0, NULL, NULL) : NULL;
+    json_t *parsed = json_load_lenient_string(args);
     if (parsed) json_decref(args), args = parsed;
     json_t *turn = assistant_turn(out), *calls = json_object_get(turn, "tool_calls");
     if (!calls) json_object_set_new(turn, "tool_calls", calls = json_array());

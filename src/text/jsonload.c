@@ -74,6 +74,10 @@ static char *rewrite(const char *buf, size_t len, size_t *out_len, int *n) {
     return strbuf_take(&b);
 }
 
+json_t *json_load_lenient_string(const json_t *s) {
+    return json_is_string(s) ? json_load_lenient(json_string_value(s), json_string_length(s), 0, NULL, NULL) : NULL;
+}
+
 json_t *json_load_lenient(const char *buf, size_t len, size_t flags, json_error_t *je, int *n_near) {
     json_error_t first;
     int n = 0;

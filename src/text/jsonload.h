@@ -17,5 +17,8 @@
  * how many values were read so; je (may be NULL) is the first error when
  * nothing could be read. */
 json_t *json_load_lenient(const char *buf, size_t len, size_t flags, json_error_t *je, int *n_near);
+/* The JSON a JSON string value holds (a call's "arguments" as a client
+ * sends them), read as above; NULL when s is no string or holds no JSON. */
+json_t *json_load_lenient_string(const json_t *s);
 
 #endif

@@ -148,7 +148,8 @@ static char *assistant_text(const json_t *m) {
 char *render_generic_calls_text(const char *const *names, const char *const *args, int n) {
     json_t *list = json_array();
     for (int i = 0; i < n; i++) { /* arguments as the client will send them back: parsed, then dumped */
-        json_t *a = json_load_lenient(args[i], strlen(args[i]), 0, NULL, NULL), *sorted = a ? sorted_args(a) : json_string(args[i]);
+        json_t *a = json_load_lenient(args[i], strlen(args[i]), 0, NULL, NULL);
+        json_t *sorted = a ? sorted_args(a) : json_string(args[i]);
         json_decref(a);
         json_array_append_new(list, json_pack("{s:s,s:o}", "name", names[i], "arguments", sorted));
     }
