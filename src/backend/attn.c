@@ -3,8 +3,8 @@
  *
  * The driver is level-independent: it widens each key tile once (tile_fill)
  * and hands it to every query that sees part of it (tile_step, or
- * tile_step2 / tile_step4 for two / four queries with the same key
- * range), in tile order,
+ * tile_step2 / tile_stepn for two / three or four queries with the same
+ * key range), in tile order,
  * restarting each query's state at every segment and folding the segment
  * states in order (fold_into, shared by attn_run and attn_fold). Per query
  * and tile the kernels run a fixed instruction sequence that depends only
@@ -188,14 +188,14 @@ typedef struct {
     int n, lo, hi;
 } pending;
 
-/* The pending queries through the widest steps there are: 4, 2, then 1
- * at a time (a query's bits are the same in each). */
+/* The pending queries through the widest steps there are: 3 or 4, else
+ * 2, then 1 at a time (a query's bits are the same in each). */
 static void flush(const attn_ops *ops, int d, pending *pd, const float *kt, const float *vt, float *p) {
     int i = 0;
-    if (ops->tile_step4 && pd->n == 4) {
-        float *st[4] = {pd->q[0] + d, pd->q[1] + d, pd->q[2] + d, pd->q[3] + d};
-        ops->tile_step4(d, (const float *const *)pd->q, kt, vt, pd->lo, pd->hi, st, p);
-        i = 4;
+    if (ops->tile_stepn && pd->n >= 3) {
+        float *st[4] = {pd->q[0] + d, pd->q[1] + d, pd->q[2] + d, pd->n > 3 ? pd->q[3] + d : NULL};
+        ops->tile_stepn(d, pd->n, (const float *const *)pd->q, kt, vt, pd->lo, pd->hi, st, p);
+        i = pd->n;
     }
     for (; ops->tile_step2 && i + 2 <= pd->n; i += 2)
         ops->tile_step2(d, pd->q[i], pd->q[i + 1], kt, vt, pd->lo, pd->hi, pd->q[i] + d, pd->q[i + 1] + d, p);
@@ -228,7 +228,7 @@ static void run_tiles(const attn_ops *ops, const attn_kv *kv, const attn_query *
             if (pd.n && (lo != pd.lo || hi != pd.hi)) flush(ops, d, &pd, kt, vt, p);
             pd.lo = lo, pd.hi = hi;
             pd.q[pd.n++] = qb + i * qf;
-            if (pd.n == (ops->tile_step4 ? 4 : ops->tile_step2 ? 2 : 1)) flush(ops, d, &pd, kt, vt, p);
+            if (pd.n == (ops->tile_stepn ? 4 : ops->tile_step2 ? 2 : 1)) flush(ops, d, &pd, kt, vt, p);
         }
         flush(ops, d, &pd, kt, vt, p);
     }
