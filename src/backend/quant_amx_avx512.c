@@ -55,6 +55,7 @@ enum {
     AMX_XB = 512,     /* B bytes per block and token tile: 8 rows x 64 */
     AMX_WB = 40,      /* prepared weight bytes per block: 32 quants, d, m */
     AMX_MAX_K = 1 << 20, /* block indexes are int */
+    AMX_WCHUNK = 256 << 10, /* prepared weight bytes of a row chunk (L2) */
 };
 
 /* Block bytes and the offsets of the quants and Q5's fifth bits. */
@@ -106,31 +107,34 @@ INL void amx_tr_store(const uint8_t *const *src, int nt, size_t off, uint8_t *ds
 }
 
 /* Token tile of nt tokens (rows at x[n]) as B operands: xb[b] 8 rows of
- * 64 bytes, xd[b] and xs[b] 16 floats (AMX_XB + 128 bytes per block). */
+ * 64 bytes, then per block its 16 d_x and 16 s_x floats side by side
+ * (AMX_XB + 128 bytes per block; one pointer walks both in amx_lanes). */
 static AMX void amx_prep_x(const uint8_t *const *x, int nt, int64_t nb, uint8_t *dst) {
-    uint8_t *xd = dst + (size_t)nb * AMX_XB, *xs = xd + (size_t)nb * 64;
+    uint8_t *xd = dst + (size_t)nb * AMX_XB, *xs = xd + 64;
     const size_t qs = (size_t)8 * qa8_nbp(nb), so = (size_t)4 * qa8_nbp(nb);
     for (int64_t g0 = 0; g0 < nb; g0 += QA8_GROUP) {
         for (int v = 0; v < 8; v++)
             amx_tr_store(x, nt, qs + (size_t)g0 * QK + 64 * v, dst + 64 * v, AMX_XB, g0, nb);
-        amx_tr_store(x, nt, 4 * (size_t)g0, xd, 64, g0, nb);
-        amx_tr_store(x, nt, so + 4 * (size_t)g0, xs, 64, g0, nb);
+        amx_tr_store(x, nt, 4 * (size_t)g0, xd, 128, g0, nb);
+        amx_tr_store(x, nt, so + 4 * (size_t)g0, xs, 128, g0, nb);
     }
 }
 
 /* One weight row of a 16-row tile: block b's 32 unsigned quants in
  * element order at q + 512 b (the A operand of block b is then 512
- * contiguous bytes), d[b] and m[b] as floats (the values lg_scales gives). */
+ * contiguous bytes), d and m as floats (the values lg_scales gives) at
+ * d[32 b] and m[32 b] (the tile's 16 rows' d, then their m, per block). */
 static AMX void amx_prep_w(qtype t, const uint8_t *w, int64_t nb, uint8_t *q, float *d, float *m) {
     const int by = amx_blk(t);
     const __m128i m4 = _mm_set1_epi8(15);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = w + b * by;
         __m256i u;
-        d[b] = _cvtsh_ss(quant_rd16(p));
+        const float db = _cvtsh_ss(quant_rd16(p));
+        d[2 * AMX_R * b] = db;
         if (t == QT_Q8_0) {
             u = _mm256_xor_si256(_mm256_loadu_si256((const void *)(p + 2)), _mm256_set1_epi8((char)0x80));
-            m[b] = d[b] * -128.0f;
+            m[2 * AMX_R * b] = db * -128.0f;
         } else {
             int qo = t == QT_Q4_0 ? 2 : t == QT_Q4_1 ? 4 : t == QT_Q5_0 ? 6 : 8;
             __m128i v = _mm_loadu_si128((const void *)(p + qo));
@@ -138,8 +142,8 @@ static AMX void amx_prep_w(qtype t, const uint8_t *w, int64_t nb, uint8_t *q, fl
             if (t == QT_Q5_0 || t == QT_Q5_1) /* bit j of qh: 16 in element j */
                 u = _mm256_mask_add_epi8(u, (__mmask32)quant_rd32(p + (t == QT_Q5_0 ? 2 : 4)), u,
                                          _mm256_set1_epi8(16));
-            m[b] = t == QT_Q4_1 || t == QT_Q5_1 ? _cvtsh_ss(quant_rd16(p + 2))
-                 : d[b] * (t == QT_Q4_0 ? -8.0f : -16.0f);
+            m[2 * AMX_R * b] = t == QT_Q4_1 || t == QT_Q5_1 ? _cvtsh_ss(quant_rd16(p + 2))
+                             : db * (t == QT_Q4_0 ? -8.0f : -16.0f);
         }
         _mm256_store_si256((void *)(q + AMX_R * 32 * b), u);
     }
@@ -208,59 +212,98 @@ INL void amx_issue(amx_stream *st, int to) {
     while (st->b < to) amx_batch(st);
 }
 
-/* Block lane p's chains for one row (sums c[b] at c + 256 b, row
- * scales dw, mw) over the token tile's xd, xs: lg_tile's lane p. */
-INL void amx_lane(const int32_t *c, const float *dw, const float *mw, const float *xd, const float *xs,
-                  int64_t nb, int p, __m512 *a, __m512 *am) {
-    __m512 s = _mm512_setzero_ps(), sm = _mm512_setzero_ps();
+enum { AMX_PTS = 16 }; /* points per token tile where amx_tick may issue */
+
+/* Point pt (0 .. AMX_PTS - 1) of the float steps: at most one batch, so a
+ * batch is stored at the next issue, a few lanes later, never right
+ * after its products; all issued by point AMX_PTS - 4. */
+INL void amx_tick(amx_stream *st, int pt) {
+    if (st && st->b < st->nb && st->b < (pt + 1) * st->nb / (AMX_PTS - 3) + 1) amx_batch(st);
+}
+
+enum { AMX_RP = 4 }; /* rows whose chains run side by side (~7 registers each) */
+
+/* Block lane p's chains for AMX_RP rows (sums of row m at c + 16 m + 256 b;
+ * d_w, m_w at w[m + 32 b], w[16 + m + 32 b]) over the token tile's d_x,
+ * s_x (x[32 b], x[16 + 32 b]): lg_tile's lane p, row by row. The rows
+ * share the loads of d_x and s_x and the loop; one row per loop was
+ * ~16 instructions per row and block for 4 vector operations. */
+INL void amx_lanes(const int32_t *c, const float *w, const float *x, int64_t nb, int p, __m512 *a, __m512 *am) {
+    __m512 s[AMX_RP], sm[AMX_RP];
+    UNROLL
+    for (int r = 0; r < AMX_RP; r++) s[r] = _mm512_setzero_ps(), sm[r] = _mm512_setzero_ps();
     for (int64_t b = qa8_lane(p); b < nb; b += QA8_GROUP) {
-        __m512 dd = _mm512_mul_ps(_mm512_set1_ps(dw[b]), _mm512_load_ps(xd + 16 * b));
-        s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)(c + 256 * b))), dd, s);
-        sm = _mm512_fmadd_ps(_mm512_set1_ps(mw[b]), _mm512_load_ps(xs + 16 * b), sm);
+        const __m512 xd = _mm512_load_ps(x + 32 * b), xs = _mm512_load_ps(x + 32 * b + 16);
+        UNROLL
+        for (int r = 0; r < AMX_RP; r++) {
+            __m512 dd = _mm512_mul_ps(_mm512_set1_ps(w[r + 32 * b]), xd);
+            s[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)(c + 16 * r + 256 * b))), dd,
+                                   s[r]);
+            sm[r] = _mm512_fmadd_ps(_mm512_set1_ps(w[16 + r + 32 * b]), xs, sm[r]);
+        }
     }
-    *a = s;
-    *am = sm;
+    UNROLL
+    for (int r = 0; r < AMX_RP; r++) a[r] = s[r], am[r] = sm[r];
 }
 
 /* Lanes p and p + 8 added (lg_hsum's first step), for acc and accm. */
-INL void amx_h(const int32_t *c, const float *dw, const float *mw, const float *xd, const float *xs,
-               int64_t nb, int p, __m512 *h, __m512 *hm) {
-    __m512 a0, m0, a1, m1;
-    amx_lane(c, dw, mw, xd, xs, nb, p, &a0, &m0);
-    amx_lane(c, dw, mw, xd, xs, nb, p + 8, &a1, &m1);
-    *h = _mm512_add_ps(a1, a0);
-    *hm = _mm512_add_ps(m1, m0);
+INL void amx_h(const int32_t *c, const float *w, const float *x, int64_t nb, int p, __m512 *h, __m512 *hm) {
+    __m512 a0[AMX_RP], m0[AMX_RP], a1[AMX_RP], m1[AMX_RP];
+    amx_lanes(c, w, x, nb, p, a0, m0);
+    amx_lanes(c, w, x, nb, p + 8, a1, m1);
+    UNROLL
+    for (int r = 0; r < AMX_RP; r++) h[r] = _mm512_add_ps(a1[r], a0[r]), hm[r] = _mm512_add_ps(m1[r], m0[r]);
 }
 
-/* One row's 16 results: the tree of lg_hsum on acc and on accm, added. */
-INL __m512 amx_row(const int32_t *c, const float *dw, const float *mw, const float *xd, const float *xs,
-                   int64_t nb) {
-    __m512 h[8], hm[8], q[4], qm[4];
+/* q_j = h_{j+4} + h_j of lg_hsum's tree, for acc and accm. */
+INL void amx_q(const int32_t *c, const float *w, const float *x, int64_t nb, int j, __m512 *q, __m512 *qm,
+              amx_stream *st, int pt) {
+    __m512 h0[AMX_RP], hm0[AMX_RP], h4[AMX_RP], hm4[AMX_RP];
+    amx_tick(st, pt);
+    amx_h(c, w, x, nb, j, h0, hm0);
+    amx_h(c, w, x, nb, j + 4, h4, hm4);
     UNROLL
-    for (int i = 0; i < 8; i++) amx_h(c, dw, mw, xd, xs, nb, i, h + i, hm + i);
+    for (int r = 0; r < AMX_RP; r++) q[r] = _mm512_add_ps(h4[r], h0[r]), qm[r] = _mm512_add_ps(hm4[r], hm0[r]);
+}
+
+/* (q_j + q_{j+2}) of the tree, for acc and accm. */
+INL void amx_qq(const int32_t *c, const float *w, const float *x, int64_t nb, int j, __m512 *o, __m512 *om,
+               amx_stream *st, int pt) {
+    __m512 q0[AMX_RP], qm0[AMX_RP], q2[AMX_RP], qm2[AMX_RP];
+    amx_q(c, w, x, nb, j, q0, qm0, st, pt);
+    amx_q(c, w, x, nb, j + 2, q2, qm2, st, pt + 1);
     UNROLL
-    for (int j = 0; j < 4; j++) q[j] = _mm512_add_ps(h[j + 4], h[j]), qm[j] = _mm512_add_ps(hm[j + 4], hm[j]);
-    __m512 r = _mm512_add_ps(_mm512_add_ps(q[0], q[2]), _mm512_add_ps(q[1], q[3]));
-    __m512 rm = _mm512_add_ps(_mm512_add_ps(qm[0], qm[2]), _mm512_add_ps(qm[1], qm[3]));
-    return _mm512_add_ps(r, rm);
+    for (int r = 0; r < AMX_RP; r++) o[r] = _mm512_add_ps(q0[r], q2[r]), om[r] = _mm512_add_ps(qm0[r], qm2[r]);
+}
+
+/* AMX_RP rows' 16 results each: lg_hsum's tree on acc and on accm, added,
+ * evaluated depth first so only ~3 partial sums per chain are live. */
+INL void amx_rows(const int32_t *c, const float *w, const float *x, int64_t nb, __m512 *out, amx_stream *st,
+                  int pt) {
+    __m512 r02[AMX_RP], m02[AMX_RP], r13[AMX_RP], m13[AMX_RP];
+    amx_qq(c, w, x, nb, 0, r02, m02, st, pt);
+    amx_qq(c, w, x, nb, 1, r13, m13, st, pt + 2);
+    UNROLL
+    for (int r = 0; r < AMX_RP; r++)
+        out[r] = _mm512_add_ps(_mm512_add_ps(r02[r], r13[r]), _mm512_add_ps(m02[r], m13[r]));
 }
 
 /* The float steps of 16 rows (the first nr real) over the token tile xt
  * (nt tokens) whose block sums are at c, then a 16 x 16 transpose so each
  * token's results are one store; meanwhile `next`'s tile products are
- * issued, a few blocks per row. */
+ * issued, a few blocks per pair of rows. */
 static AMX void amx_tile(const float *wd, int64_t nb, const uint8_t *xt, const int32_t *c, amx_stream *next,
                          int nr, int nt, float *y, int64_t ldy) {
-    const float *xd = (const float *)(const void *)(xt + (size_t)nb * AMX_XB), *xs = xd + 16 * nb;
-    __m512i res[16];
-    for (int m = 0; m < 16; m++) {
-        if (next) amx_issue(next, (int)((m + 1) * nb / 14 < nb ? (m + 1) * nb / 14 : nb));
-        res[m] = _mm512_castps_si512(amx_row(c + 16 * m, wd + m * nb, wd + (AMX_R + m) * nb, xd, xs, nb));
+    const float *x = (const float *)(const void *)(xt + (size_t)nb * AMX_XB);
+    __m512 res[16];
+    for (int m = 0; m < 16; m += AMX_RP) {
+        amx_rows(c + 16 * m, wd + m, x, nb, res + m, next, m * AMX_PTS / 16);
     }
-    if (next) amx_store(next);
-    amx_tr16(res);
+    if (next) amx_issue(next, (int)nb), amx_store(next);
+    __m512i *ri = (__m512i *)(void *)res;
+    amx_tr16(ri);
     const __mmask16 rows = (__mmask16)((1u << nr) - 1);
-    for (int n = 0; n < nt; n++) _mm512_mask_storeu_ps(y + n * ldy, rows, _mm512_castsi512_ps(res[n]));
+    for (int n = 0; n < nt; n++) _mm512_mask_storeu_ps(y + n * ldy, rows, res[n]);
 }
 
 /* A per-thread work buffer kept across calls (freed when the thread
@@ -295,15 +338,30 @@ static uint8_t *amx_work(size_t n) {
     return b->p;
 }
 
+/* Decodes row tiles [i0, i0 + n) of the call (16 rows from r0 + 16 i each;
+ * rows past r1: the last one again, results dropped) to wb + i * wtb. */
+static AMX void amx_prep_rows(qtype t, const void *w, size_t wrb, int64_t nb, int r0, int r1, int i0, int n,
+                              uint8_t *wb, size_t wtb) {
+    for (int i = 0; i < n; i++) {
+        const int r = r0 + AMX_R * (i0 + i), nr = r1 - r < AMX_R ? r1 - r : AMX_R;
+        uint8_t *wp = wb + (size_t)i * wtb;
+        float *wd = (float *)(void *)(wp + (size_t)AMX_R * 32 * nb);
+        for (int m = 0; m < AMX_R; m++)
+            amx_prep_w(t, (const uint8_t *)w + (size_t)(r + (m < nr ? m : nr - 1)) * wrb, nb, wp + 32 * m,
+                       wd + m, wd + AMX_R + m);
+    }
+}
+
 static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok,
                          float *y, int64_t ldy, int r0, int r1) {
     const int64_t nb = k / QK;
-    const int ntt = (n_tok + AMX_T - 1) / AMX_T;
+    const int ntt = (n_tok + AMX_T - 1) / AMX_T, nrt = (r1 - r0 + AMX_R - 1) / AMX_R;
     const size_t xtb = (size_t)nb * (AMX_XB + 128), wtb = (size_t)AMX_R * nb * AMX_WB;
-    uint8_t *buf = amx_work((size_t)ntt * xtb + wtb + (size_t)nb * 2048);
-    uint8_t *xb = buf, *wp = buf + (size_t)ntt * xtb; /* wp: quants, then d and m of 16 rows */
-    float *wd = (float *)(void *)(wp + (size_t)AMX_R * 32 * nb);
-    int32_t *c[2] = {(int32_t *)(void *)(wp + wtb), (int32_t *)(void *)(wp + wtb) + 256 * nb};
+    int ct = (int)(AMX_WCHUNK / wtb);
+    ct = ct < 1 ? 1 : ct > nrt ? nrt : ct;
+    uint8_t *buf = amx_work((size_t)ntt * xtb + (size_t)ct * wtb + (size_t)nb * 2048);
+    uint8_t *xb = buf, *wb = buf + (size_t)ntt * xtb; /* wb: per row tile quants, then d and m */
+    int32_t *c[2] = {(int32_t *)(void *)(wb + (size_t)ct * wtb), (int32_t *)(void *)(wb + (size_t)ct * wtb) + 256 * nb};
     for (int tt = 0; tt < ntt; tt++) {
         const uint8_t *xr[AMX_T];
         int nt = n_tok - tt * AMX_T < AMX_T ? n_tok - tt * AMX_T : AMX_T;
@@ -311,24 +369,23 @@ static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const vo
         amx_prep_x(xr, nt, nb, xb + (size_t)tt * xtb);
     }
     amx_config();
-    for (int r = r0; r < r1; r += AMX_R) {
-        int nr = r1 - r < AMX_R ? r1 - r : AMX_R;
-        for (int m = 0; m < AMX_R; m++) /* rows past r1: the last one again, results dropped */
-            amx_prep_w(t, (const uint8_t *)w + (size_t)(r + (m < nr ? m : nr - 1)) * wrb, nb, wp + 32 * m,
-                       wd + m * nb, wd + (AMX_R + m) * nb);
-        /* the next 16 rows' GGUF bytes arrive while these run (their
-         * decode waited on memory: 4% of SmolLM2's prefill) */
-        const char *nw = (const char *)w + (size_t)(r + AMX_R) * wrb;
-        for (size_t o = 0; r + AMX_R < r1 && o < (size_t)(r1 - r - AMX_R < AMX_R ? r1 - r - AMX_R : AMX_R) * wrb; o += 64)
-            _mm_prefetch(nw + o, _MM_HINT_T1);
-        amx_stream st = {wp, xb, c[0], 0, (int)nb, 0, 0};
+    for (int i0 = 0; i0 < nrt; i0 += ct) {
+        const int ni = nrt - i0 < ct ? nrt - i0 : ct;
+        amx_prep_rows(t, w, wrb, nb, r0, r1, i0, ni, wb, wtb);
+        amx_stream st = {wb, xb, c[0], 0, (int)nb, 0, 0};
         amx_issue(&st, (int)nb);
         amx_store(&st);
+        int j = 0;
         for (int tt = 0; tt < ntt; tt++) {
-            int nt = n_tok - tt * AMX_T < AMX_T ? n_tok - tt * AMX_T : AMX_T;
-            amx_stream nx = {wp, xb + (size_t)(tt + 1) * xtb, c[(tt + 1) & 1], 0, (int)nb, 0, 0};
-            amx_tile(wd, nb, xb + (size_t)tt * xtb, c[tt & 1], tt + 1 < ntt ? &nx : NULL, nr, nt,
-                     y + (size_t)tt * AMX_T * ldy + r, ldy);
+            const int nt = n_tok - tt * AMX_T < AMX_T ? n_tok - tt * AMX_T : AMX_T;
+            for (int i = 0; i < ni; i++, j++) {
+                const int r = r0 + AMX_R * (i0 + i), nr = r1 - r < AMX_R ? r1 - r : AMX_R;
+                const int in = i + 1 < ni ? i + 1 : 0, tn = i + 1 < ni ? tt : tt + 1;
+                amx_stream nx = {wb + (size_t)in * wtb, xb + (size_t)tn * xtb, c[(j + 1) & 1], 0, (int)nb, 0, 0};
+                const uint8_t *wp = wb + (size_t)i * wtb;
+                amx_tile((const float *)(const void *)(wp + (size_t)AMX_R * 32 * nb), nb, xb + (size_t)tt * xtb,
+                         c[j & 1], tn < ntt ? &nx : NULL, nr, nt, y + (size_t)tt * AMX_T * ldy + r, ldy);
+            }
         }
     }
     _tile_release();
