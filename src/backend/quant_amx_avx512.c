@@ -162,14 +162,10 @@ static AMX void amx_config(void) {
     amx_cfg_load(&c);
 }
 
-/* The tile products of one token tile, issued in batches of up to 4
- * blocks between the float steps of the previous tile (amx_tile), so the
- * tile unit and the vector units work at once. A batch: per block, a
+/* The tile products of one (row tile, token tile) pair: per block, a
  * zeroed result tile (0-3) += 16 prepared rows x the token tile's B
- * operand; its tiles are stored (to c + 256 b) only when the next batch
- * is issued, a row's float steps later: a vector load after a tile store
- * waits until the store has executed, and a store right after its
- * product would wait for the product. */
+ * operand, stored to c + 256 b. Batches of 4 blocks, each stored when
+ * the next is issued (a store right after its product waits for it). */
 typedef struct {
     const uint8_t *w, *xb; /* prepared quants (amx_prep_w), token tile (amx_prep_x) */
     int32_t *c;
@@ -207,18 +203,11 @@ INL void amx_batch(amx_stream *st) {
 }
 #undef AMX_BLOCK
 
-/* Issues batches until `to` blocks are issued. */
-INL void amx_issue(amx_stream *st, int to) {
-    while (st->b < to) amx_batch(st);
-}
-
-enum { AMX_PTS = 16 }; /* points per token tile where amx_tick may issue */
-
-/* Point pt (0 .. AMX_PTS - 1) of the float steps: at most one batch, so a
- * batch is stored at the next issue, a few lanes later, never right
- * after its products; all issued by point AMX_PTS - 4. */
-INL void amx_tick(amx_stream *st, int pt) {
-    if (st && st->b < st->nb && st->b < (pt + 1) * st->nb / (AMX_PTS - 3) + 1) amx_batch(st);
+/* All nb block products of a pair, stored to c. */
+static AMX void amx_products(const uint8_t *w, const uint8_t *xb, int32_t *c, int nb) {
+    amx_stream st = {w, xb, c, 0, nb, 0, 0};
+    while (st.b < nb) amx_batch(&st);
+    amx_store(&st);
 }
 
 enum { AMX_RP = 4 }; /* rows whose chains run side by side (~7 registers each) */
@@ -256,10 +245,8 @@ INL void amx_h(const int32_t *c, const float *w, const float *x, int64_t nb, int
 }
 
 /* q_j = h_{j+4} + h_j of lg_hsum's tree, for acc and accm. */
-INL void amx_q(const int32_t *c, const float *w, const float *x, int64_t nb, int j, __m512 *q, __m512 *qm,
-              amx_stream *st, int pt) {
+INL void amx_q(const int32_t *c, const float *w, const float *x, int64_t nb, int j, __m512 *q, __m512 *qm) {
     __m512 h0[AMX_RP], hm0[AMX_RP], h4[AMX_RP], hm4[AMX_RP];
-    amx_tick(st, pt);
     amx_h(c, w, x, nb, j, h0, hm0);
     amx_h(c, w, x, nb, j + 4, h4, hm4);
     UNROLL
@@ -267,22 +254,20 @@ INL void amx_q(const int32_t *c, const float *w, const float *x, int64_t nb, int
 }
 
 /* (q_j + q_{j+2}) of the tree, for acc and accm. */
-INL void amx_qq(const int32_t *c, const float *w, const float *x, int64_t nb, int j, __m512 *o, __m512 *om,
-               amx_stream *st, int pt) {
+INL void amx_qq(const int32_t *c, const float *w, const float *x, int64_t nb, int j, __m512 *o, __m512 *om) {
     __m512 q0[AMX_RP], qm0[AMX_RP], q2[AMX_RP], qm2[AMX_RP];
-    amx_q(c, w, x, nb, j, q0, qm0, st, pt);
-    amx_q(c, w, x, nb, j + 2, q2, qm2, st, pt + 1);
+    amx_q(c, w, x, nb, j, q0, qm0);
+    amx_q(c, w, x, nb, j + 2, q2, qm2);
     UNROLL
     for (int r = 0; r < AMX_RP; r++) o[r] = _mm512_add_ps(q0[r], q2[r]), om[r] = _mm512_add_ps(qm0[r], qm2[r]);
 }
 
 /* AMX_RP rows' 16 results each: lg_hsum's tree on acc and on accm, added,
  * evaluated depth first so only ~3 partial sums per chain are live. */
-INL void amx_rows(const int32_t *c, const float *w, const float *x, int64_t nb, __m512 *out, amx_stream *st,
-                  int pt) {
+INL void amx_rows(const int32_t *c, const float *w, const float *x, int64_t nb, __m512 *out) {
     __m512 r02[AMX_RP], m02[AMX_RP], r13[AMX_RP], m13[AMX_RP];
-    amx_qq(c, w, x, nb, 0, r02, m02, st, pt);
-    amx_qq(c, w, x, nb, 1, r13, m13, st, pt + 2);
+    amx_qq(c, w, x, nb, 0, r02, m02);
+    amx_qq(c, w, x, nb, 1, r13, m13);
     UNROLL
     for (int r = 0; r < AMX_RP; r++)
         out[r] = _mm512_add_ps(_mm512_add_ps(r02[r], r13[r]), _mm512_add_ps(m02[r], m13[r]));
@@ -290,18 +275,13 @@ INL void amx_rows(const int32_t *c, const float *w, const float *x, int64_t nb, 
 
 /* The float steps of 16 rows (the first nr real) over the token tile xt
  * (nt tokens) whose block sums are at c, then a 16 x 16 transpose so each
- * token's results are one store; meanwhile `next`'s tile products are
- * issued, a few blocks per pair of rows. */
-static AMX void amx_tile(const float *wd, int64_t nb, const uint8_t *xt, const int32_t *c, amx_stream *next,
-                         int nr, int nt, float *y, int64_t ldy) {
+ * token's results are one store. */
+static AMX void amx_tile(const float *wd, int64_t nb, const uint8_t *xt, const int32_t *c, int nr, int nt, float *y,
+                         int64_t ldy) {
     const float *x = (const float *)(const void *)(xt + (size_t)nb * AMX_XB);
     __m512 res[16];
-    for (int m = 0; m < 16; m += AMX_RP) {
-        amx_rows(c + 16 * m, wd + m, x, nb, res + m, next, m * AMX_PTS / 16);
-    }
-    if (next) amx_issue(next, (int)nb), amx_store(next);
-    __m512i *ri = (__m512i *)(void *)res;
-    amx_tr16(ri);
+    for (int m = 0; m < 16; m += AMX_RP) amx_rows(c + 16 * m, wd + m, x, nb, res + m);
+    amx_tr16((__m512i *)(void *)res);
     const __mmask16 rows = (__mmask16)((1u << nr) - 1);
     for (int n = 0; n < nt; n++) _mm512_mask_storeu_ps(y + n * ldy, rows, res[n]);
 }
@@ -359,9 +339,9 @@ static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const vo
     const size_t xtb = (size_t)nb * (AMX_XB + 128), wtb = (size_t)AMX_R * nb * AMX_WB;
     int ct = (int)(AMX_WCHUNK / wtb);
     ct = ct < 1 ? 1 : ct > nrt ? nrt : ct;
-    uint8_t *buf = amx_work((size_t)ntt * xtb + (size_t)ct * wtb + (size_t)nb * 2048);
+    uint8_t *buf = amx_work((size_t)ntt * xtb + (size_t)ct * wtb + (size_t)nb * 1024);
     uint8_t *xb = buf, *wb = buf + (size_t)ntt * xtb; /* wb: per row tile quants, then d and m */
-    int32_t *c[2] = {(int32_t *)(void *)(wb + (size_t)ct * wtb), (int32_t *)(void *)(wb + (size_t)ct * wtb) + 256 * nb};
+    int32_t *c = (int32_t *)(void *)(wb + (size_t)ct * wtb); /* a pair's block sums, 1 KiB per block */
     for (int tt = 0; tt < ntt; tt++) {
         const uint8_t *xr[AMX_T];
         int nt = n_tok - tt * AMX_T < AMX_T ? n_tok - tt * AMX_T : AMX_T;
@@ -372,19 +352,14 @@ static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const vo
     for (int i0 = 0; i0 < nrt; i0 += ct) {
         const int ni = nrt - i0 < ct ? nrt - i0 : ct;
         amx_prep_rows(t, w, wrb, nb, r0, r1, i0, ni, wb, wtb);
-        amx_stream st = {wb, xb, c[0], 0, (int)nb, 0, 0};
-        amx_issue(&st, (int)nb);
-        amx_store(&st);
-        int j = 0;
         for (int tt = 0; tt < ntt; tt++) {
             const int nt = n_tok - tt * AMX_T < AMX_T ? n_tok - tt * AMX_T : AMX_T;
-            for (int i = 0; i < ni; i++, j++) {
+            for (int i = 0; i < ni; i++) {
                 const int r = r0 + AMX_R * (i0 + i), nr = r1 - r < AMX_R ? r1 - r : AMX_R;
-                const int in = i + 1 < ni ? i + 1 : 0, tn = i + 1 < ni ? tt : tt + 1;
-                amx_stream nx = {wb + (size_t)in * wtb, xb + (size_t)tn * xtb, c[(j + 1) & 1], 0, (int)nb, 0, 0};
                 const uint8_t *wp = wb + (size_t)i * wtb;
-                amx_tile((const float *)(const void *)(wp + (size_t)AMX_R * 32 * nb), nb, xb + (size_t)tt * xtb,
-                         c[j & 1], tn < ntt ? &nx : NULL, nr, nt, y + (size_t)tt * AMX_T * ldy + r, ldy);
+                amx_products(wp, xb + (size_t)tt * xtb, c, (int)nb);
+                amx_tile((const float *)(const void *)(wp + (size_t)AMX_R * 32 * nb), nb, xb + (size_t)tt * xtb, c,
+                         nr, nt, y + (size_t)tt * AMX_T * ldy + r, ldy);
             }
         }
     }
