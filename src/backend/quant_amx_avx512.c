@@ -162,19 +162,22 @@ static AMX void amx_config(void) {
     amx_cfg_load(&c);
 }
 
-/* The tile products of one (row tile, token tile) pair: per block, a
+/* The tile products of one phase j (0-3) of a (row tile, token tile)
+ * pair: the blocks 16 G + 4 j + i (i < 4) of every group G, the ones whose
+ * sums lg_hsum's q_j needs (lanes j, j + 4, j + 8, j + 12). Per block a
  * zeroed result tile (0-3) += 16 prepared rows x the token tile's B
- * operand, stored to c + 256 b. Batches of 4 blocks, each stored when
- * the next is issued (a store right after its product waits for it). */
+ * operand, stored to slot 4 G + i of the phase's buffer c (1 KiB each).
+ * One batch per group; a batch is stored when the next is issued, or by
+ * amx_finish (a store right after its product waits for it). */
 typedef struct {
     const uint8_t *w, *xb; /* prepared quants (amx_prep_w), token tile (amx_prep_x) */
     int32_t *c;
-    int b, nb, pb, pn; /* next block; the pending batch: first block, count */
+    int j, g, nb, pg, pn; /* phase, next group; the pending batch: group, count */
 } amx_stream;
 
 /* Stores the pending batch. */
 INL void amx_store(amx_stream *st) {
-    int32_t *c = st->c + 256 * st->pb;
+    int32_t *c = st->c + 1024 * st->pg;
     if (st->pn > 0) _tile_stored(0, c, 64);
     if (st->pn > 1) _tile_stored(1, c + 256, 64);
     if (st->pn > 2) _tile_stored(2, c + 512, 64);
@@ -191,23 +194,26 @@ INL void amx_store(amx_stream *st) {
         _tile_dpbusd(ct, at, xt);                                                                                  \
     } while (0)
 
-/* Stores the pending batch and issues the next one (if blocks remain). */
-INL void amx_batch(amx_stream *st) {
+/* Issues the next group's batch (storing the pending one first) and
+ * returns 1, or 0 when the phase has no blocks left. */
+INL int amx_batch(amx_stream *st) {
+    const int b = 16 * st->g + 4 * st->j, n = st->nb - b < 4 ? st->nb - b : 4;
+    if (n <= 0) return 0;
     amx_store(st);
-    const int b = st->b, n = st->nb - b < 4 ? st->nb - b : 4;
     if (n > 0) AMX_BLOCK(0, 4, 6, 0);
     if (n > 1) AMX_BLOCK(1, 5, 7, 1);
     if (n > 2) AMX_BLOCK(2, 4, 6, 2);
     if (n > 3) AMX_BLOCK(3, 5, 7, 3);
-    st->pb = b, st->pn = n, st->b = b + n;
+    st->pg = st->g++, st->pn = n;
+    return 1;
 }
 #undef AMX_BLOCK
 
-/* All nb block products of a pair, stored to c. */
-static AMX void amx_products(const uint8_t *w, const uint8_t *xb, int32_t *c, int nb) {
-    amx_stream st = {w, xb, c, 0, nb, 0, 0};
-    while (st.b < nb) amx_batch(&st);
-    amx_store(&st);
+/* Issues the rest of the phase and stores it all. */
+static AMX void amx_finish(amx_stream *st) {
+    while (amx_batch(st)) {
+    }
+    amx_store(st);
 }
 
 enum { AMX_RP = 4 }; /* rows whose chains run side by side (~7 registers each) */
@@ -226,8 +232,8 @@ INL void amx_lanes(const int32_t *c, const float *w, const float *x, int64_t nb,
         UNROLL
         for (int r = 0; r < AMX_RP; r++) {
             __m512 dd = _mm512_mul_ps(_mm512_set1_ps(w[r + 32 * b]), xd);
-            s[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)(c + 16 * r + 256 * b))), dd,
-                                   s[r]);
+            const int32_t *cb = c + 256 * (b & 3) + 1024 * (b >> 4) + 16 * r; /* amx_phase's slot of block b */
+            s[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)cb)), dd, s[r]);
             sm[r] = _mm512_fmadd_ps(_mm512_set1_ps(w[16 + r + 32 * b]), xs, sm[r]);
         }
     }
@@ -253,34 +259,30 @@ INL void amx_q(const int32_t *c, const float *w, const float *x, int64_t nb, int
     for (int r = 0; r < AMX_RP; r++) q[r] = _mm512_add_ps(h4[r], h0[r]), qm[r] = _mm512_add_ps(hm4[r], hm0[r]);
 }
 
-/* (q_j + q_{j+2}) of the tree, for acc and accm. */
-INL void amx_qq(const int32_t *c, const float *w, const float *x, int64_t nb, int j, __m512 *o, __m512 *om) {
-    __m512 q0[AMX_RP], qm0[AMX_RP], q2[AMX_RP], qm2[AMX_RP];
-    amx_q(c, w, x, nb, j, q0, qm0);
-    amx_q(c, w, x, nb, j + 2, q2, qm2);
-    UNROLL
-    for (int r = 0; r < AMX_RP; r++) o[r] = _mm512_add_ps(q0[r], q2[r]), om[r] = _mm512_add_ps(qm0[r], qm2[r]);
-}
-
-/* AMX_RP rows' 16 results each: lg_hsum's tree on acc and on accm, added,
- * evaluated depth first so only ~3 partial sums per chain are live. */
-INL void amx_rows(const int32_t *c, const float *w, const float *x, int64_t nb, __m512 *out) {
-    __m512 r02[AMX_RP], m02[AMX_RP], r13[AMX_RP], m13[AMX_RP];
-    amx_qq(c, w, x, nb, 0, r02, m02);
-    amx_qq(c, w, x, nb, 1, r13, m13);
-    UNROLL
-    for (int r = 0; r < AMX_RP; r++)
-        out[r] = _mm512_add_ps(_mm512_add_ps(r02[r], r13[r]), _mm512_add_ps(m02[r], m13[r]));
-}
-
-/* The float steps of 16 rows (the first nr real) over the token tile xt
- * (nt tokens) whose block sums are at c, then a 16 x 16 transpose so each
- * token's results are one store. */
-static AMX void amx_tile(const float *wd, int64_t nb, const uint8_t *xt, const int32_t *c, int nr, int nt, float *y,
-                         int64_t ldy) {
+/* One pair: per phase j, q_j of the 16 rows' trees (amx_q, 4 rows at a
+ * time) from the phase's sums in cb[j & 1], kept in qs; the products of
+ * the phase after (phase j + 1, or phase 0 of the next pair nwp, nxt:
+ * into cb[0], where the next call finds it) are issued around them: its
+ * first batch before, so the tile unit computes it meanwhile, the rest
+ * (and all stores) after (a vector load after a tile store waits for
+ * it). Then the rest of the tree, a 16 x 16 transpose and per token one
+ * store of its 16 results (the first nr real, nt tokens). */
+static AMX void amx_pair(const uint8_t *wp, int64_t nb, const uint8_t *xt, const uint8_t *nwp, const uint8_t *nxt,
+                         int32_t *const *cb, int nr, int nt, float *y, int64_t ldy) {
+    const float *wd = (const float *)(const void *)(wp + (size_t)AMX_R * 32 * nb);
     const float *x = (const float *)(const void *)(xt + (size_t)nb * AMX_XB);
-    __m512 res[16];
-    for (int m = 0; m < 16; m += AMX_RP) amx_rows(c + 16 * m, wd + m, x, nb, res + m);
+    __m512 qs[4][AMX_R], qms[4][AMX_R], res[16];
+    for (int j = 0; j < 4; j++) {
+        amx_stream nx = {j < 3 ? wp : nwp, j < 3 ? xt : nxt, cb[(j + 1) & 1], (j + 1) & 3, 0, (int)nb, 0, 0};
+        const int more = j < 3 || nwp;
+        if (more) amx_batch(&nx);
+        for (int m = 0; m < 16; m += AMX_RP) amx_q(cb[j & 1] + 16 * m, wd + m, x, nb, j, qs[j] + m, qms[j] + m);
+        if (more) amx_finish(&nx);
+    }
+    UNROLL
+    for (int m = 0; m < 16; m++) /* lg_hsum's (q0 + q2) + (q1 + q3), for acc and accm, added */
+        res[m] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(qs[0][m], qs[2][m]), _mm512_add_ps(qs[1][m], qs[3][m])),
+                               _mm512_add_ps(_mm512_add_ps(qms[0][m], qms[2][m]), _mm512_add_ps(qms[1][m], qms[3][m])));
     amx_tr16((__m512i *)(void *)res);
     const __mmask16 rows = (__mmask16)((1u << nr) - 1);
     for (int n = 0; n < nt; n++) _mm512_mask_storeu_ps(y + n * ldy, rows, res[n]);
@@ -339,9 +341,10 @@ static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const vo
     const size_t xtb = (size_t)nb * (AMX_XB + 128), wtb = (size_t)AMX_R * nb * AMX_WB;
     int ct = (int)(AMX_WCHUNK / wtb);
     ct = ct < 1 ? 1 : ct > nrt ? nrt : ct;
-    uint8_t *buf = amx_work((size_t)ntt * xtb + (size_t)ct * wtb + (size_t)nb * 1024);
+    const size_t cpb = (size_t)4096 * ((nb + QA8_GROUP - 1) / QA8_GROUP); /* a phase's sums: 4 KiB per group */
+    uint8_t *buf = amx_work((size_t)ntt * xtb + (size_t)ct * wtb + 2 * cpb);
     uint8_t *xb = buf, *wb = buf + (size_t)ntt * xtb; /* wb: per row tile quants, then d and m */
-    int32_t *c = (int32_t *)(void *)(wb + (size_t)ct * wtb); /* a pair's block sums, 1 KiB per block */
+    int32_t *c[2] = {(int32_t *)(void *)(wb + (size_t)ct * wtb), (int32_t *)(void *)(wb + (size_t)ct * wtb + cpb)};
     for (int tt = 0; tt < ntt; tt++) {
         const uint8_t *xr[AMX_T];
         int nt = n_tok - tt * AMX_T < AMX_T ? n_tok - tt * AMX_T : AMX_T;
@@ -352,14 +355,15 @@ static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const vo
     for (int i0 = 0; i0 < nrt; i0 += ct) {
         const int ni = nrt - i0 < ct ? nrt - i0 : ct;
         amx_prep_rows(t, w, wrb, nb, r0, r1, i0, ni, wb, wtb);
+        amx_stream st = {wb, xb, c[0], 0, 0, (int)nb, 0, 0}; /* phase 0 of the chunk's first pair */
+        amx_finish(&st);
         for (int tt = 0; tt < ntt; tt++) {
             const int nt = n_tok - tt * AMX_T < AMX_T ? n_tok - tt * AMX_T : AMX_T;
             for (int i = 0; i < ni; i++) {
                 const int r = r0 + AMX_R * (i0 + i), nr = r1 - r < AMX_R ? r1 - r : AMX_R;
-                const uint8_t *wp = wb + (size_t)i * wtb;
-                amx_products(wp, xb + (size_t)tt * xtb, c, (int)nb);
-                amx_tile((const float *)(const void *)(wp + (size_t)AMX_R * 32 * nb), nb, xb + (size_t)tt * xtb, c,
-                         nr, nt, y + (size_t)tt * AMX_T * ldy + r, ldy);
+                const int in = i + 1 < ni ? i + 1 : 0, tn = i + 1 < ni ? tt : tt + 1;
+                amx_pair(wb + (size_t)i * wtb, nb, xb + (size_t)tt * xtb, tn < ntt ? wb + (size_t)in * wtb : NULL,
+                         xb + (size_t)tn * xtb, c, nr, nt, y + (size_t)tt * AMX_T * ldy + r, ldy);
             }
         }
     }
