@@ -56,6 +56,7 @@ enum {
     AMX_WB = 40,      /* prepared weight bytes per block: 32 quants, d, m */
     AMX_MAX_K = 1 << 20, /* block indexes are int */
     AMX_WCHUNK = 256 << 10, /* prepared weight bytes of a row chunk (L2) */
+    AMX_WHOLE = 24,         /* up to this many blocks a pair's sums are kept whole (amx_pair_whole) */
 };
 
 /* Block bytes and the offsets of the quants and Q5's fifth bits. */
@@ -172,12 +173,14 @@ static AMX void amx_config(void) {
 typedef struct {
     const uint8_t *w, *xb; /* prepared quants (amx_prep_w), token tile (amx_prep_x) */
     int32_t *c;
-    int j, g, nb, pg, pn; /* phase, next group; the pending batch: group, count */
+    int j, g, nb, gs; /* phase, next group, blocks; slot stride of a group (int32) */
+    int pn;           /* the pending batch's count */
+    int32_t *pc;      /* and its slots */
 } amx_stream;
 
 /* Stores the pending batch. */
 INL void amx_store(amx_stream *st) {
-    int32_t *c = st->c + 1024 * st->pg;
+    int32_t *c = st->pc;
     if (st->pn > 0) _tile_stored(0, c, 64);
     if (st->pn > 1) _tile_stored(1, c + 256, 64);
     if (st->pn > 2) _tile_stored(2, c + 512, 64);
@@ -204,7 +207,7 @@ INL int amx_batch(amx_stream *st) {
     if (n > 1) AMX_BLOCK(1, 5, 7, 1);
     if (n > 2) AMX_BLOCK(2, 4, 6, 2);
     if (n > 3) AMX_BLOCK(3, 5, 7, 3);
-    st->pg = st->g++, st->pn = n;
+    st->pc = st->c + st->gs * st->g++, st->pn = n;
     return 1;
 }
 #undef AMX_BLOCK
@@ -216,6 +219,18 @@ static AMX void amx_finish(amx_stream *st) {
     amx_store(st);
 }
 
+/* All 4 phases of a pair, block b's sums at c + 256 b (the batches flow
+ * from one phase into the next). */
+static AMX void amx_products(const uint8_t *wp, const uint8_t *xt, int32_t *c, int nb) {
+    amx_stream st = {wp, xt, c, 0, 0, nb, 4096, 0, NULL};
+    for (int j = 0; j < 4; j++) {
+        st.c = c + 1024 * j, st.j = j, st.g = 0;
+        while (amx_batch(&st)) {
+        }
+    }
+    amx_store(&st);
+}
+
 enum { AMX_RP = 4 }; /* rows whose chains run side by side (~7 registers each) */
 
 /* Block lane p's chains for AMX_RP rows (sums of row m at c + 16 m + 256 b;
@@ -223,7 +238,8 @@ enum { AMX_RP = 4 }; /* rows whose chains run side by side (~7 registers each) *
  * s_x (x[32 b], x[16 + 32 b]): lg_tile's lane p, row by row. The rows
  * share the loads of d_x and s_x and the loop; one row per loop was
  * ~16 instructions per row and block for 4 vector operations. */
-INL void amx_lanes(const int32_t *c, const float *w, const float *x, int64_t nb, int p, __m512 *a, __m512 *am) {
+INL void amx_lanes(const int32_t *c, int gs, const float *w, const float *x, int64_t nb, int p, __m512 *a,
+                   __m512 *am) {
     __m512 s[AMX_RP], sm[AMX_RP];
     UNROLL
     for (int r = 0; r < AMX_RP; r++) s[r] = _mm512_setzero_ps(), sm[r] = _mm512_setzero_ps();
@@ -232,7 +248,7 @@ INL void amx_lanes(const int32_t *c, const float *w, const float *x, int64_t nb,
         UNROLL
         for (int r = 0; r < AMX_RP; r++) {
             __m512 dd = _mm512_mul_ps(_mm512_set1_ps(w[r + 32 * b]), xd);
-            const int32_t *cb = c + 256 * (b & 3) + 1024 * (b >> 4) + 16 * r; /* amx_phase's slot of block b */
+            const int32_t *cb = c + 256 * (b & 3) + gs * (b >> 4) + 16 * r; /* block b's sums */
             s[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)cb)), dd, s[r]);
             sm[r] = _mm512_fmadd_ps(_mm512_set1_ps(w[16 + r + 32 * b]), xs, sm[r]);
         }
@@ -242,21 +258,62 @@ INL void amx_lanes(const int32_t *c, const float *w, const float *x, int64_t nb,
 }
 
 /* Lanes p and p + 8 added (lg_hsum's first step), for acc and accm. */
-INL void amx_h(const int32_t *c, const float *w, const float *x, int64_t nb, int p, __m512 *h, __m512 *hm) {
+INL void amx_h(const int32_t *c, int gs, const float *w, const float *x, int64_t nb, int p, __m512 *h, __m512 *hm) {
     __m512 a0[AMX_RP], m0[AMX_RP], a1[AMX_RP], m1[AMX_RP];
-    amx_lanes(c, w, x, nb, p, a0, m0);
-    amx_lanes(c, w, x, nb, p + 8, a1, m1);
+    amx_lanes(c, gs, w, x, nb, p, a0, m0);
+    amx_lanes(c, gs, w, x, nb, p + 8, a1, m1);
     UNROLL
     for (int r = 0; r < AMX_RP; r++) h[r] = _mm512_add_ps(a1[r], a0[r]), hm[r] = _mm512_add_ps(m1[r], m0[r]);
 }
 
 /* q_j = h_{j+4} + h_j of lg_hsum's tree, for acc and accm. */
-INL void amx_q(const int32_t *c, const float *w, const float *x, int64_t nb, int j, __m512 *q, __m512 *qm) {
+INL void amx_q(const int32_t *c, int gs, const float *w, const float *x, int64_t nb, int j, __m512 *q, __m512 *qm) {
     __m512 h0[AMX_RP], hm0[AMX_RP], h4[AMX_RP], hm4[AMX_RP];
-    amx_h(c, w, x, nb, j, h0, hm0);
-    amx_h(c, w, x, nb, j + 4, h4, hm4);
+    amx_h(c, gs, w, x, nb, j, h0, hm0);
+    amx_h(c, gs, w, x, nb, j + 4, h4, hm4);
     UNROLL
     for (int r = 0; r < AMX_RP; r++) q[r] = _mm512_add_ps(h4[r], h0[r]), qm[r] = _mm512_add_ps(hm4[r], hm0[r]);
+}
+
+/* (q_j + q_{j+2}) of the tree, for acc and accm (block b's sums at c + 256 b). */
+INL void amx_qq(const int32_t *c, const float *w, const float *x, int64_t nb, int j, __m512 *o, __m512 *om) {
+    __m512 q0[AMX_RP], qm0[AMX_RP], q2[AMX_RP], qm2[AMX_RP];
+    amx_q(c + 1024 * j, 4096, w, x, nb, j, q0, qm0);
+    amx_q(c + 1024 * (j + 2), 4096, w, x, nb, j + 2, q2, qm2);
+    UNROLL
+    for (int r = 0; r < AMX_RP; r++) o[r] = _mm512_add_ps(q0[r], q2[r]), om[r] = _mm512_add_ps(qm0[r], qm2[r]);
+}
+
+/* AMX_RP rows' 16 results each: lg_hsum's tree on acc and on accm, added,
+ * evaluated depth first so only ~3 partial sums per chain are live. */
+INL void amx_rows(const int32_t *c, const float *w, const float *x, int64_t nb, __m512 *out) {
+    __m512 r02[AMX_RP], m02[AMX_RP], r13[AMX_RP], m13[AMX_RP];
+    amx_qq(c, w, x, nb, 0, r02, m02);
+    amx_qq(c, w, x, nb, 1, r13, m13);
+    UNROLL
+    for (int r = 0; r < AMX_RP; r++)
+        out[r] = _mm512_add_ps(_mm512_add_ps(r02[r], r13[r]), _mm512_add_ps(m02[r], m13[r]));
+}
+
+/* The 16 rows' results res (the first nr real) to y, nt tokens: a 16 x 16
+ * transpose, then per token one store of its 16 results. */
+INL void amx_out(__m512 *res, int nr, int nt, float *y, int64_t ldy) {
+    amx_tr16((__m512i *)(void *)res);
+    const __mmask16 rows = (__mmask16)((1u << nr) - 1);
+    for (int n = 0; n < nt; n++) _mm512_mask_storeu_ps(y + n * ldy, rows, res[n]);
+}
+
+/* A pair whose sums fit L1 whole (nb <= AMX_WHOLE): all its products
+ * (phase j's at c + j ps), then the float steps, 4 rows at a time with
+ * the whole tree in registers. */
+static AMX void amx_pair_whole(const uint8_t *wp, int64_t nb, const uint8_t *xt, int32_t *c, int nr, int nt,
+                               float *y, int64_t ldy) {
+    const float *wd = (const float *)(const void *)(wp + (size_t)AMX_R * 32 * nb);
+    const float *x = (const float *)(const void *)(xt + (size_t)nb * AMX_XB);
+    __m512 res[16];
+    amx_products(wp, xt, c, (int)nb);
+    for (int m = 0; m < 16; m += AMX_RP) amx_rows(c + 16 * m, wd + m, x, nb, res + m);
+    amx_out(res, nr, nt, y, ldy);
 }
 
 /* One pair: per phase j, q_j of the 16 rows' trees (amx_q, 4 rows at a
@@ -273,19 +330,17 @@ static AMX void amx_pair(const uint8_t *wp, int64_t nb, const uint8_t *xt, const
     const float *x = (const float *)(const void *)(xt + (size_t)nb * AMX_XB);
     __m512 qs[4][AMX_R], qms[4][AMX_R], res[16];
     for (int j = 0; j < 4; j++) {
-        amx_stream nx = {j < 3 ? wp : nwp, j < 3 ? xt : nxt, cb[(j + 1) & 1], (j + 1) & 3, 0, (int)nb, 0, 0};
+        amx_stream nx = {j < 3 ? wp : nwp, j < 3 ? xt : nxt, cb[(j + 1) & 1], (j + 1) & 3, 0, (int)nb, 1024, 0, NULL};
         const int more = j < 3 || nwp;
         if (more) amx_batch(&nx);
-        for (int m = 0; m < 16; m += AMX_RP) amx_q(cb[j & 1] + 16 * m, wd + m, x, nb, j, qs[j] + m, qms[j] + m);
+        for (int m = 0; m < 16; m += AMX_RP) amx_q(cb[j & 1] + 16 * m, 1024, wd + m, x, nb, j, qs[j] + m, qms[j] + m);
         if (more) amx_finish(&nx);
     }
     UNROLL
     for (int m = 0; m < 16; m++) /* lg_hsum's (q0 + q2) + (q1 + q3), for acc and accm, added */
         res[m] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(qs[0][m], qs[2][m]), _mm512_add_ps(qs[1][m], qs[3][m])),
                                _mm512_add_ps(_mm512_add_ps(qms[0][m], qms[2][m]), _mm512_add_ps(qms[1][m], qms[3][m])));
-    amx_tr16((__m512i *)(void *)res);
-    const __mmask16 rows = (__mmask16)((1u << nr) - 1);
-    for (int n = 0; n < nt; n++) _mm512_mask_storeu_ps(y + n * ldy, rows, res[n]);
+    amx_out(res, nr, nt, y, ldy);
 }
 
 /* A per-thread work buffer kept across calls (freed when the thread
@@ -342,7 +397,7 @@ static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const vo
     int ct = (int)(AMX_WCHUNK / wtb);
     ct = ct < 1 ? 1 : ct > nrt ? nrt : ct;
     const size_t cpb = (size_t)4096 * ((nb + QA8_GROUP - 1) / QA8_GROUP); /* a phase's sums: 4 KiB per group */
-    uint8_t *buf = amx_work((size_t)ntt * xtb + (size_t)ct * wtb + 2 * cpb);
+    uint8_t *buf = amx_work((size_t)ntt * xtb + (size_t)ct * wtb + 4 * cpb);
     uint8_t *xb = buf, *wb = buf + (size_t)ntt * xtb; /* wb: per row tile quants, then d and m */
     int32_t *c[2] = {(int32_t *)(void *)(wb + (size_t)ct * wtb), (int32_t *)(void *)(wb + (size_t)ct * wtb + cpb)};
     for (int tt = 0; tt < ntt; tt++) {
@@ -355,15 +410,19 @@ static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const vo
     for (int i0 = 0; i0 < nrt; i0 += ct) {
         const int ni = nrt - i0 < ct ? nrt - i0 : ct;
         amx_prep_rows(t, w, wrb, nb, r0, r1, i0, ni, wb, wtb);
-        amx_stream st = {wb, xb, c[0], 0, 0, (int)nb, 0, 0}; /* phase 0 of the chunk's first pair */
-        amx_finish(&st);
+        amx_stream st = {wb, xb, c[0], 0, 0, (int)nb, 1024, 0, NULL}; /* phase 0 of the chunk's first pair */
+        if (nb > AMX_WHOLE) amx_finish(&st);
         for (int tt = 0; tt < ntt; tt++) {
             const int nt = n_tok - tt * AMX_T < AMX_T ? n_tok - tt * AMX_T : AMX_T;
             for (int i = 0; i < ni; i++) {
                 const int r = r0 + AMX_R * (i0 + i), nr = r1 - r < AMX_R ? r1 - r : AMX_R;
                 const int in = i + 1 < ni ? i + 1 : 0, tn = i + 1 < ni ? tt : tt + 1;
-                amx_pair(wb + (size_t)i * wtb, nb, xb + (size_t)tt * xtb, tn < ntt ? wb + (size_t)in * wtb : NULL,
-                         xb + (size_t)tn * xtb, c, nr, nt, y + (size_t)tt * AMX_T * ldy + r, ldy);
+                float *yp = y + (size_t)tt * AMX_T * ldy + r;
+                if (nb <= AMX_WHOLE)
+                    amx_pair_whole(wb + (size_t)i * wtb, nb, xb + (size_t)tt * xtb, c[0], nr, nt, yp, ldy);
+                else
+                    amx_pair(wb + (size_t)i * wtb, nb, xb + (size_t)tt * xtb, tn < ntt ? wb + (size_t)in * wtb : NULL,
+                             xb + (size_t)tn * xtb, c, nr, nt, yp, ldy);
             }
         }
     }
