@@ -26,14 +26,26 @@
  *      block 8 rows of 64 bytes (row v: elements 4v..4v+3 of the 16
  *      tokens), plus the 16 tokens' d_x and s_x per block: a 16 x 16 dword
  *      transpose of each activation group's chunk (amx_prep_x);
- *   2. per 16 rows, each row is decoded once to 32 unsigned bytes per
- *      block in element order (Q8_0: w + 128) and its d_w, m_w as floats
- *      (amx_prep_w; m_w is lg_scales': -8d, -16d, -128d or the stored min);
- *   3. per token tile: one TDPBUSD per block into a zeroed result tile
- *      (batches of 4 on tiles 0-3, issued between the previous token
- *      tile's rows and stored one row later, amx_stream), then the float
- *      chains per row, and a 16 x 16 transpose so each token's 16 results
- *      are one contiguous store.
+ *   2. rows in chunks of ~256 KiB prepared (L2): each row decoded once to
+ *      32 unsigned bytes per block in element order (Q8_0: w + 128) and
+ *      its d_w, m_w as floats (amx_prep_w; m_w is lg_scales': -8d, -16d,
+ *      -128d or the stored min);
+ *   3. per chunk, token tiles outer and the chunk's 16-row tiles inner
+ *      (each token's results are then written in runs along its row of
+ *      y, not as a 64-byte strip down 512 rows), per (row tile, token
+ *      tile) pair: one TDPBUSD per block into a zeroed result tile (tiles
+ *      0-3, amx_stream) stored to a small L1 buffer, then the float chains
+ *      of 4 rows at a time (amx_lanes: one loop per block lane for the 4
+ *      rows; lg_hsum's tree depth first), and a 16 x 16 transpose so each
+ *      token's 16 results are one store. Pairs of up to AMX_WHOLE blocks
+ *      do all products, then all float steps (amx_pair_whole); longer
+ *      rows go in 4 phases, the blocks of the tree's q_j each
+ *      (amx_pair), so the sums buffer stays 4 KiB per group.
+ * Why serial: on this CPU a vector load after a tile store waits for it
+ * (and the tile unit's earlier work), so the products and the float steps
+ * do not overlap however they are interleaved; measured, every
+ * interleaving was slower than bursts, and a double buffer of a pair's
+ * sums (2 x nb KiB) left L1, where tile stores cost ~4x.
  * Does not: K-quants, MXFP4 (avx512 kernels), decode. */
 #include <immintrin.h>
 #include <pthread.h>
@@ -317,23 +329,25 @@ static AMX void amx_pair_whole(const uint8_t *wp, int64_t nb, const uint8_t *xt,
 }
 
 /* One pair: per phase j, q_j of the 16 rows' trees (amx_q, 4 rows at a
- * time) from the phase's sums in cb[j & 1], kept in qs; the products of
- * the phase after (phase j + 1, or phase 0 of the next pair nwp, nxt:
- * into cb[0], where the next call finds it) are issued around them: its
- * first batch before, so the tile unit computes it meanwhile, the rest
- * (and all stores) after (a vector load after a tile store waits for
- * it). Then the rest of the tree, a 16 x 16 transpose and per token one
- * store of its 16 results (the first nr real, nt tokens). */
+ * time) from the phase's sums in c, kept in qs; the products of the
+ * phase after (phase j + 1, or phase 0 of the next pair nwp, nxt, which
+ * the next call finds in c) are issued around them, into the same
+ * buffer: its first batch before (its stores come after the float
+ * steps), the rest after. One buffer, not two: +10-20% (two left L1 at
+ * k >= 1536); spreading the batches over the 4-row steps: -5-7% (a
+ * vector load after a tile store waits for it). Then the rest of the
+ * tree, a 16 x 16 transpose and per token one store of its 16 results
+ * (the first nr real, nt tokens). */
 static AMX void amx_pair(const uint8_t *wp, int64_t nb, const uint8_t *xt, const uint8_t *nwp, const uint8_t *nxt,
-                         int32_t *const *cb, int nr, int nt, float *y, int64_t ldy) {
+                         int32_t *c, int nr, int nt, float *y, int64_t ldy) {
     const float *wd = (const float *)(const void *)(wp + (size_t)AMX_R * 32 * nb);
     const float *x = (const float *)(const void *)(xt + (size_t)nb * AMX_XB);
     __m512 qs[4][AMX_R], qms[4][AMX_R], res[16];
     for (int j = 0; j < 4; j++) {
-        amx_stream nx = {j < 3 ? wp : nwp, j < 3 ? xt : nxt, cb[(j + 1) & 1], (j + 1) & 3, 0, (int)nb, 1024, 0, NULL};
+        amx_stream nx = {j < 3 ? wp : nwp, j < 3 ? xt : nxt, c, (j + 1) & 3, 0, (int)nb, 1024, 0, NULL};
         const int more = j < 3 || nwp;
         if (more) amx_batch(&nx);
-        for (int m = 0; m < 16; m += AMX_RP) amx_q(cb[j & 1] + 16 * m, 1024, wd + m, x, nb, j, qs[j] + m, qms[j] + m);
+        for (int m = 0; m < 16; m += AMX_RP) amx_q(c + 16 * m, 1024, wd + m, x, nb, j, qs[j] + m, qms[j] + m);
         if (more) amx_finish(&nx);
     }
     UNROLL
@@ -396,10 +410,11 @@ static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const vo
     const size_t xtb = (size_t)nb * (AMX_XB + 128), wtb = (size_t)AMX_R * nb * AMX_WB;
     int ct = (int)(AMX_WCHUNK / wtb);
     ct = ct < 1 ? 1 : ct > nrt ? nrt : ct;
-    const size_t cpb = (size_t)4096 * ((nb + QA8_GROUP - 1) / QA8_GROUP); /* a phase's sums: 4 KiB per group */
-    uint8_t *buf = amx_work((size_t)ntt * xtb + (size_t)ct * wtb + 4 * cpb);
+    /* a pair's sums (1 KiB per block) or a phase's (4 KiB per group) */
+    const size_t cb = nb <= AMX_WHOLE ? (size_t)1024 * nb : (size_t)4096 * ((nb + QA8_GROUP - 1) / QA8_GROUP);
+    uint8_t *buf = amx_work((size_t)ntt * xtb + (size_t)ct * wtb + cb);
     uint8_t *xb = buf, *wb = buf + (size_t)ntt * xtb; /* wb: per row tile quants, then d and m */
-    int32_t *c[2] = {(int32_t *)(void *)(wb + (size_t)ct * wtb), (int32_t *)(void *)(wb + (size_t)ct * wtb + cpb)};
+    int32_t *c = (int32_t *)(void *)(wb + (size_t)ct * wtb);
     for (int tt = 0; tt < ntt; tt++) {
         const uint8_t *xr[AMX_T];
         int nt = n_tok - tt * AMX_T < AMX_T ? n_tok - tt * AMX_T : AMX_T;
@@ -410,7 +425,7 @@ static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const vo
     for (int i0 = 0; i0 < nrt; i0 += ct) {
         const int ni = nrt - i0 < ct ? nrt - i0 : ct;
         amx_prep_rows(t, w, wrb, nb, r0, r1, i0, ni, wb, wtb);
-        amx_stream st = {wb, xb, c[0], 0, 0, (int)nb, 1024, 0, NULL}; /* phase 0 of the chunk's first pair */
+        amx_stream st = {wb, xb, c, 0, 0, (int)nb, 1024, 0, NULL}; /* phase 0 of the chunk's first pair */
         if (nb > AMX_WHOLE) amx_finish(&st);
         for (int tt = 0; tt < ntt; tt++) {
             const int nt = n_tok - tt * AMX_T < AMX_T ? n_tok - tt * AMX_T : AMX_T;
@@ -419,7 +434,7 @@ static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const vo
                 const int in = i + 1 < ni ? i + 1 : 0, tn = i + 1 < ni ? tt : tt + 1;
                 float *yp = y + (size_t)tt * AMX_T * ldy + r;
                 if (nb <= AMX_WHOLE)
-                    amx_pair_whole(wb + (size_t)i * wtb, nb, xb + (size_t)tt * xtb, c[0], nr, nt, yp, ldy);
+                    amx_pair_whole(wb + (size_t)i * wtb, nb, xb + (size_t)tt * xtb, c, nr, nt, yp, ldy);
                 else
                     amx_pair(wb + (size_t)i * wtb, nb, xb + (size_t)tt * xtb, tn < ntt ? wb + (size_t)in * wtb : NULL,
                              xb + (size_t)tn * xtb, c, nr, nt, yp, ldy);
