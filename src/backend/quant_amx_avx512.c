@@ -269,13 +269,19 @@ INL void amx_lanes(const int32_t *c, int gs, const float *w, const float *x, int
     for (int r = 0; r < AMX_RP; r++) a[r] = s[r], am[r] = sm[r];
 }
 
+/* o = a + b and om = am + bm for AMX_RP rows: one step of lg_hsum's tree
+ * on acc and on accm (operands in lg_hsum's order). */
+INL void amx_add(const __m512 *a, const __m512 *am, const __m512 *b, const __m512 *bm, __m512 *o, __m512 *om) {
+    UNROLL
+    for (int r = 0; r < AMX_RP; r++) o[r] = _mm512_add_ps(a[r], b[r]), om[r] = _mm512_add_ps(am[r], bm[r]);
+}
+
 /* Lanes p and p + 8 added (lg_hsum's first step), for acc and accm. */
 INL void amx_h(const int32_t *c, int gs, const float *w, const float *x, int64_t nb, int p, __m512 *h, __m512 *hm) {
     __m512 a0[AMX_RP], m0[AMX_RP], a1[AMX_RP], m1[AMX_RP];
     amx_lanes(c, gs, w, x, nb, p, a0, m0);
     amx_lanes(c, gs, w, x, nb, p + 8, a1, m1);
-    UNROLL
-    for (int r = 0; r < AMX_RP; r++) h[r] = _mm512_add_ps(a1[r], a0[r]), hm[r] = _mm512_add_ps(m1[r], m0[r]);
+    amx_add(a1, m1, a0, m0, h, hm);
 }
 
 /* q_j = h_{j+4} + h_j of lg_hsum's tree, for acc and accm. */
@@ -283,8 +289,7 @@ INL void amx_q(const int32_t *c, int gs, const float *w, const float *x, int64_t
     __m512 h0[AMX_RP], hm0[AMX_RP], h4[AMX_RP], hm4[AMX_RP];
     amx_h(c, gs, w, x, nb, j, h0, hm0);
     amx_h(c, gs, w, x, nb, j + 4, h4, hm4);
-    UNROLL
-    for (int r = 0; r < AMX_RP; r++) q[r] = _mm512_add_ps(h4[r], h0[r]), qm[r] = _mm512_add_ps(hm4[r], hm0[r]);
+    amx_add(h4, hm4, h0, hm0, q, qm);
 }
 
 /* (q_j + q_{j+2}) of the tree, for acc and accm (block b's sums at c + 256 b). */
@@ -292,8 +297,7 @@ INL void amx_qq(const int32_t *c, const float *w, const float *x, int64_t nb, in
     __m512 q0[AMX_RP], qm0[AMX_RP], q2[AMX_RP], qm2[AMX_RP];
     amx_q(c + 1024 * j, 4096, w, x, nb, j, q0, qm0);
     amx_q(c + 1024 * (j + 2), 4096, w, x, nb, j + 2, q2, qm2);
-    UNROLL
-    for (int r = 0; r < AMX_RP; r++) o[r] = _mm512_add_ps(q0[r], q2[r]), om[r] = _mm512_add_ps(qm0[r], qm2[r]);
+    amx_add(q0, qm0, q2, qm2, o, om);
 }
 
 /* AMX_RP rows' 16 results each: lg_hsum's tree on acc and on accm, added,
