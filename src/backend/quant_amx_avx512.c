@@ -179,8 +179,9 @@ static AMX void amx_config(void) {
  * pair: the blocks 16 G + 4 j + i (i < 4) of every group G, the ones whose
  * sums lg_hsum's q_j needs (lanes j, j + 4, j + 8, j + 12). Per block a
  * zeroed result tile (0-3) += 16 prepared rows x the token tile's B
- * operand, stored to slot 4 G + i of the phase's buffer c (1 KiB each).
- * One batch per group; a batch is stored when the next is issued, or by
+ * operand, its 1 KiB of sums stored to c + gs G + 256 i (gs = 1024: a
+ * phase's own buffer; gs = 4096 and c at 1024 j: a whole pair's, block b
+ * at 256 b). One batch per group; a batch is stored when the next is issued, or by
  * amx_finish (a store right after its product waits for it). */
 typedef struct {
     const uint8_t *w, *xb; /* prepared quants (amx_prep_w), token tile (amx_prep_x) */
@@ -245,8 +246,8 @@ static AMX void amx_products(const uint8_t *wp, const uint8_t *xt, int32_t *c, i
 
 enum { AMX_RP = 4 }; /* rows whose chains run side by side (~7 registers each) */
 
-/* Block lane p's chains for AMX_RP rows (sums of row m at c + 16 m + 256 b;
- * d_w, m_w at w[m + 32 b], w[16 + m + 32 b]) over the token tile's d_x,
+/* Block lane p's chains for AMX_RP rows (sums of row m at c + 16 m +
+ * 256 (b % 4) + gs (b / 16): amx_stream's slots; d_w, m_w at w[m + 32 b], w[16 + m + 32 b]) over the token tile's d_x,
  * s_x (x[32 b], x[16 + 32 b]): lg_tile's lane p, row by row. The rows
  * share the loads of d_x and s_x and the loop; one row per loop was
  * ~16 instructions per row and block for 4 vector operations. */
