@@ -548,7 +548,7 @@ TEST(quant_mxfp4_same_bits_every_level) {
         for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++) check_mxfp4_same_bits(l, ks[j]);
 }
 
-/* The AMX level (legacy formats, 16+ tokens on AMX-INT8 tiles) gives every
+/* The AMX level (legacy formats and K-quants, 16+ tokens on AMX-INT8 tiles) gives every
  * (row, token) pair the bits of decode (n_tok = 1, the avx512 GGUF-row
  * tiles): n_tok 16-50 (token tiles of 16 and their tails), 37 rows split
  * as threads split them (16-row tiles and row tails), k from one block to
@@ -587,6 +587,10 @@ TEST(quant_gemm_amx_same_bits) {
     int level = quant_level() < QUANT_AMX ? quant_level() : QUANT_AMX;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++) check_amx_vs_decode(level, types[i], ks[j]);
+    static const qtype ktypes[] = {QT_Q4_K, QT_Q5_K, QT_Q6_K}; /* quant_amx_kq_avx512.c */
+    static const int64_t kks[] = {256, 768, 2048};
+    for (size_t i = 0; i < sizeof ktypes / sizeof ktypes[0]; i++)
+        for (size_t j = 0; j < sizeof kks / sizeof kks[0]; j++) check_amx_vs_decode(level, ktypes[i], kks[j]);
 }
 
 /* ---- K-quants: the same bits at every level ------------------------------

@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "backend/amx_cfg.h"
+#include "backend/quant_amx.h"
 #include "backend/quant_impl.h"
 #include "base/mem.h"
 
@@ -61,33 +62,6 @@ enum {
 static int amx_blk(qtype t) {
     return t == QT_Q4_0 ? QB_Q4_0 : t == QT_Q4_1 ? QB_Q4_1 : t == QT_Q5_0 ? QB_Q5_0
          : t == QT_Q5_1 ? QB_Q5_1 : QB_Q8_0;
-}
-
-/* In place: out[c] dword r = in[r] dword c. */
-INL void amx_tr16(__m512i *r) {
-    __m512i a[16], b[16];
-    UNROLL
-    for (int i = 0; i < 8; i++) {
-        a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    /* b[4i + j], 128-bit lane L: rows 4i..4i+3 at column 4L + j */
-    UNROLL
-    for (int i = 0; i < 4; i++) {
-        b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
-        b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
-        b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
-        b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
-    }
-    UNROLL
-    for (int j = 0; j < 4; j++) {
-        __m512i c0 = _mm512_shuffle_i32x4(b[j], b[4 + j], 0x44), c1 = _mm512_shuffle_i32x4(b[8 + j], b[12 + j], 0x44);
-        __m512i c2 = _mm512_shuffle_i32x4(b[j], b[4 + j], 0xee), c3 = _mm512_shuffle_i32x4(b[8 + j], b[12 + j], 0xee);
-        r[j] = _mm512_shuffle_i32x4(c0, c1, 0x88);
-        r[4 + j] = _mm512_shuffle_i32x4(c0, c1, 0xdd);
-        r[8 + j] = _mm512_shuffle_i32x4(c2, c3, 0x88);
-        r[12 + j] = _mm512_shuffle_i32x4(c2, c3, 0xdd);
-    }
 }
 
 /* Transposes the 16 rows at src[n] + off (n < nt; zeros past) and stores
@@ -295,6 +269,8 @@ static uint8_t *amx_work(size_t n) {
     return b->p;
 }
 
+uint8_t *quant_amx_work(size_t n) { return amx_work(n); }
+
 static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok,
                          float *y, int64_t ldy, int r0, int r1) {
     const int64_t nb = k / QK;
@@ -355,6 +331,6 @@ quant_gemm_fn quant_amx_kernel(qtype t) {
     case QT_Q5_0: return amx_q5_0;
     case QT_Q5_1: return amx_q5_1;
     case QT_Q8_0: return amx_q8_0;
-    default: return NULL;
+    default: return quant_amx_kq_kernel(t); /* Q4_K, Q5_K, Q6_K, else NULL */
     }
 }

@@ -799,6 +799,22 @@ KQ_KERNEL(kq_q4_k, K4)
 KQ_KERNEL(kq_q5_k, K5)
 KQ_KERNEL(kq_q6_k, K6)
 
+AI void kq_unpack(int ty, const uint8_t *blk, uint8_t *q, int16_t *sc, float *dd) {
+    kq_head h;
+    kq_load_head(ty, blk, &h);
+    UNROLL
+    for (int c = 0; c < 4; c++) _mm512_storeu_si512((void *)(q + 64 * c), kq_decode(ty, blk, c));
+    _mm256_storeu_si256((void *)sc, _mm512_castsi512_si256(h.sc));
+    dd[0] = _mm512_cvtss_f32(h.d);
+    dd[1] = _mm512_cvtss_f32(h.dmin);
+}
+
+void quant_avx512_kq_unpack(qtype t, const uint8_t *blk, uint8_t *q, int16_t *sc, float *dd) {
+    if (t == QT_Q4_K) kq_unpack(K4, blk, q, sc, dd);
+    else if (t == QT_Q5_K) kq_unpack(K5, blk, q, sc, dd);
+    else kq_unpack(K6, blk, q, sc, dd);
+}
+
 /* ---- float formats (F32 activations) ----------------------------------- */
 
 /* 16 weights from element i on (n valid, rest 0). */
