@@ -176,10 +176,12 @@ KINL void ka_tile(qtype t, const uint8_t *wp, const uint8_t *x, size_t xs, int64
     _Alignas(64) float acc[KA_T * 16], accm[KA_T * 16];
     memset(acc, 0, sizeof acc);
     memset(accm, 0, sizeof accm);
-    for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *xq = (const uint8_t *)qak_qs(x, nb);
+    ka_products(xq, xs, wp + KA_B, ns, kb, c);
+    for (int64_t b = 0; b < nb; b++) { /* the next super-block's products run while this one's steps do */
         const uint8_t *p = wp + (size_t)b * KA_SB;
-        ka_products((const uint8_t *)qak_qs(x, nb) + b * QK_K, xs, p + KA_B, ns, kb, c);
-        ka_steps(t, c, p, x, xs, nb, b, acc, accm);
+        if (b + 1 < nb) ka_products(xq + (b + 1) * QK_K, xs, p + KA_SB + KA_B, ns, kb, c + ((b + 1) & 1) * 256 * ns);
+        ka_steps(t, c + (b & 1) * 256 * ns, p, x, xs, nb, b, acc, accm);
     }
     const __mmask16 rows = (__mmask16)((1u << nr) - 1);
     for (int m = 0; m < nt; m++) {
@@ -193,7 +195,7 @@ static KAMX void ka_gemm(qtype t, const void *w, size_t wrb, int64_t k, const vo
                          float *y, int64_t ldy, int r0, int r1) {
     const int64_t nb = k / QK_K;
     const int ns = ka_ns(t);
-    const size_t wb = (size_t)nb * KA_SB, cb = (size_t)ns * 1024, tb = (size_t)KA_T * xrb;
+    const size_t wb = (size_t)nb * KA_SB, cb = (size_t)ns * 2048, tb = (size_t)KA_T * xrb;
     uint8_t *buf = quant_amx_work(wb + cb + tb + 64);
     uint8_t *wp = buf, *tail = buf + wb + cb;
     int32_t *c = (int32_t *)(void *)(buf + wb);
