@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/quant_impl.h"
+
 #define QUANT_AMX_INL \
     static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-int8")))
 
@@ -38,6 +40,17 @@ QUANT_AMX_INL void amx_tr16(__m512i *r) {
         r[12 + j] = _mm512_shuffle_i32x4(c2, c3, 0xdd);
     }
 }
+
+/* A level kernel `name` for weight type ty: `gemm` (the AMX path) from
+ * min_tok tokens on and up to max_k inputs, else the avx512 kernel. */
+#define QUANT_AMX_KERNEL(name, ty, gemm, min_tok, max_k)                                                           \
+    static void name(const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok, float *y,       \
+                     int64_t ldy, int r0, int r1) {                                                                \
+        if (n_tok < (min_tok) || k > (max_k))                                                                      \
+            quant_avx512_kernel(ty)(w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);                                   \
+        else                                                                                                       \
+            gemm(ty, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);                                                   \
+    }
 
 /* A work buffer of at least n bytes, 64-byte aligned, kept per thread
  * across calls (freed when the thread ends); valid until the next call. */

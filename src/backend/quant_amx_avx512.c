@@ -310,14 +310,7 @@ static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const vo
     _tile_release();
 }
 
-#define AMX_KERNEL(name, ty)                                                                                       \
-    static void name(const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok, float *y,       \
-                     int64_t ldy, int r0, int r1) {                                                                \
-        if (n_tok < AMX_MIN_TOK || k > AMX_MAX_K)                                                                  \
-            quant_avx512_kernel(ty)(w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);                                   \
-        else                                                                                                       \
-            amx_gemm(ty, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);                                               \
-    }
+#define AMX_KERNEL(name, ty) QUANT_AMX_KERNEL(name, ty, amx_gemm, AMX_MIN_TOK, AMX_MAX_K)
 AMX_KERNEL(amx_q4_0, QT_Q4_0)
 AMX_KERNEL(amx_q4_1, QT_Q4_1)
 AMX_KERNEL(amx_q5_0, QT_Q5_0)

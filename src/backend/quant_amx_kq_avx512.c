@@ -219,14 +219,7 @@ static KAMX void ka_gemm(qtype t, const void *w, size_t wrb, int64_t k, const vo
     _tile_release();
 }
 
-#define KA_KERNEL(name, ty)                                                                                        \
-    static void name(const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok, float *y,       \
-                     int64_t ldy, int r0, int r1) {                                                                \
-        if (n_tok < KA_MIN_TOK)                                                                                    \
-            quant_avx512_kernel(ty)(w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);                                   \
-        else                                                                                                       \
-            ka_gemm(ty, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);                                                \
-    }
+#define KA_KERNEL(name, ty) QUANT_AMX_KERNEL(name, ty, ka_gemm, KA_MIN_TOK, INT64_MAX)
 KA_KERNEL(ka_q4_k, QT_Q4_K)
 KA_KERNEL(ka_q5_k, QT_Q5_K)
 KA_KERNEL(ka_q6_k, QT_Q6_K)
