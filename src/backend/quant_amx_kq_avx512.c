@@ -60,7 +60,39 @@ enum {
 
 /* Sub-blocks per super-block (one tile product each) and their bytes. */
 static int ka_ns(qtype t) { return t == QT_Q6_K ? 16 : 8; }
+/* A last token tile of fewer tokens runs on the avx512 tiles instead
+ * (they give the same bits): padded to 16 it costs a whole tile product
+ * and 16 tokens' steps. Measured (1 thread, MoE expert shapes, n_tok
+ * 17-31): Q4_K 768 x 2048 gains on AMX from a tail of 3 (n_tok 19: 234
+ * vs 196 G ops/s), Q6_K 2048 x 768 from 5-6 (n_tok 23: 177 vs 159). */
+static int ka_tail_min(qtype t) { return t == QT_Q6_K ? 6 : 3; }
 static int ka_by(qtype t) { return t == QT_Q4_K ? QB_Q4_K : t == QT_Q5_K ? QB_Q5_K : QB_Q6_K; }
+
+/* The 16 rows' scales as vectors over the rows (two 16 x 16 transposes
+ * of the rows' int16 scales quant_avx512_kq_unpack gives): at KA_SC the
+ * int32 scale of each sub-block (Q6_K: group), at KA_MP the int16 pairs
+ * of the min term, (m_s, m_s), or Q6_K's offset, (-32 sc_2i, -32 sc_2i+1). */
+KINL void ka_prep_scales(qtype t, const int16_t (*sc)[16], uint8_t *p) {
+    __m512i v[16], u[16];
+    UNROLL
+    for (int n = 0; n < KA_R; n++) {
+        __m256i s = _mm256_loadu_si256((const void *)sc[n]);
+        v[n] = _mm512_cvtepi16_epi32(s);
+        if (t == QT_Q6_K) {
+            u[n] = _mm512_zextsi256_si512(_mm256_mullo_epi16(s, _mm256_set1_epi16(-32)));
+        } else {
+            __m128i m = _mm256_extracti128_si256(s, 1);
+            u[n] = _mm512_zextsi256_si512(_mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m)));
+        }
+    }
+    amx_tr16(v);
+    amx_tr16(u);
+    UNROLL
+    for (int s = 0; s < 16; s++)
+        if (s < ka_ns(t)) _mm512_store_si512((void *)(p + KA_SC + 64 * s), v[s]);
+    UNROLL
+    for (int i = 0; i < 8; i++) _mm512_store_si512((void *)(p + KA_MP + 64 * i), u[i]);
+}
 
 /* Rows w[0 .. nr) (the last repeated up to 16) prepared, nb super-blocks. */
 static KAMX void ka_prep_w(qtype t, const uint8_t *w, size_t wrb, int nr, int64_t nb, uint8_t *dst) {
@@ -80,15 +112,9 @@ static KAMX void ka_prep_w(qtype t, const uint8_t *w, size_t wrb, int nr, int64_
             UNROLL
             for (int j = 0; j < 16; j++) _mm512_store_si512((void *)(p + KA_B + 64 * (16 * c + j)), r[j]);
         }
-        int32_t *scv = (int32_t *)(void *)(p + KA_SC), *mpv = (int32_t *)(void *)(p + KA_MP);
+        ka_prep_scales(t, sc, p);
         float *dw = (float *)(void *)(p + KA_DW), *dm = (float *)(void *)(p + KA_DM);
         for (int n = 0; n < KA_R; n++) {
-            for (int s = 0; s < ka_ns(t); s++) scv[16 * s + n] = sc[n][s];
-            for (int i = 0; i < 8; i++) {
-                int lo = t == QT_Q6_K ? -32 * sc[n][2 * i] : sc[n][8 + i];
-                int hi = t == QT_Q6_K ? -32 * sc[n][2 * i + 1] : sc[n][8 + i];
-                mpv[16 * i + n] = (int32_t)(((uint32_t)(uint16_t)hi << 16) | (uint16_t)lo);
-            }
             dw[n] = dd[n][0];
             dm[n] = dd[n][1];
         }
@@ -199,7 +225,13 @@ static KAMX void ka_gemm(qtype t, const void *w, size_t wrb, int64_t k, const vo
     uint8_t *buf = quant_amx_work(wb + cb + tb + 64);
     uint8_t *wp = buf, *tail = buf + wb + cb;
     int32_t *c = (int32_t *)(void *)(buf + wb);
-    const int nt_last = n_tok % KA_T;
+    int nt_last = n_tok % KA_T;
+    if (nt_last && nt_last < ka_tail_min(t)) { /* a few tokens: the avx512 tiles (the same bits) */
+        quant_avx512_kernel(t)(w, wrb, k, (const uint8_t *)xq + (size_t)(n_tok - nt_last) * xrb, xrb, nt_last,
+                               y + (n_tok - nt_last) * ldy, ldy, r0, r1);
+        n_tok -= nt_last;
+        nt_last = 0;
+    }
     if (nt_last) { /* the short last token tile, padded with zero rows */
         memset(tail, 0, tb);
         memcpy(tail, (const uint8_t *)xq + (size_t)(n_tok - nt_last) * xrb, (size_t)nt_last * xrb);
