@@ -34,7 +34,7 @@
  *      tile's rows and stored one row later, amx_stream), then the float
  *      chains per row, and a 16 x 16 transpose so each token's 16 results
  *      are one contiguous store.
- * Does not: K-quants, MXFP4 (avx512 kernels), decode. */
+ * Does not: K-quants (quant_amx_kq_avx512.c), MXFP4 (avx512 kernels), decode. */
 #include <immintrin.h>
 #include <pthread.h>
 #include <stdlib.h>

@@ -15,7 +15,8 @@
  * int16 pair sums; Q4_0/Q5_0 fold their offset into a per-block minimum
  * (-8d, -16d) times the activation block sum, as Q4_1/Q5_1 do with m.
  * K-quants: scales applied in integers (VPMADDWD with the scale pattern),
- * one FMA per 256 elements. Does not: threads. */
+ * then every level's float steps on the exact super-block sums (kq_sums):
+ * the same bits as the scalar kernels. Does not: threads. */
 #include <immintrin.h>
 
 #include "backend/quant_tile.h"

@@ -20,7 +20,10 @@
  * m (Q4_0: -8d, Q5_0: -16d, Q8_0: -128d, Q4_1/Q5_1: the stored min) times
  * the activation block sum s, accumulated 16 blocks at a time.
  * K-quants: sub-block scales are applied in integers (VPMADDUBSW then
- * VPDPWSSD), so the float work is one FMA per 256 elements.
+ * VPDPWSSD); a super-block's integer sums are summed exactly, all the
+ * tile's pairs at once, and the float steps are every level's (the same
+ * bits at scalar, avx2, avx512, amx: see "the K-quants' level-independent
+ * float steps" below).
  * Does not: threads; F16/BF16 use plain float FMAs. */
 #include <immintrin.h>
 
