@@ -12,7 +12,8 @@
  * integers
  *     isum = sum_s sc_s dot_s            (Q6_K: sum_g sc_g (dot_g - 32 bsum_g))
  *     im   = sum_s m_s bsum_s            (Q4_K, Q5_K)
- * are exact in int32 whatever the order (|isum| < 2^27), and the float
+ * are exact in int32 whatever the order (|isum| < 2^27, every partial
+ * sum < 2^29: src/backend/README.md), and the float
  * steps are the scalar kernel's, in block order, product and sum
  * rounded apart: acc + (float)isum * (d_w * d_x), accm likewise with
  * dmin, out = acc - accm. The tests memcmp this level against scalar and
@@ -29,11 +30,13 @@
  *
  * Per call (n_tok >= KA_MIN_TOK; fewer tokens take the avx512 kernels),
  * per 16 weight rows: prepare them; per token tile of 16 (a last short
- * one copied into a zero-padded buffer) and super-block: the sub-blocks'
- * tile products (4 result tiles a batch) stored, then per token the
- * integer scaling (VPMULLD by the rows' scales; the min and Q6_K offset
- * terms by VPDPWSSD of the token's block sums against the rows' int16
- * pairs) and the float step. Does not: decode. */
+ * one copied into a zero-padded buffer, or of very few tokens left to
+ * the avx512 tiles) and super-block: the sub-blocks' tile products (4
+ * result tiles a batch) stored, issued before the previous super-block's
+ * vector steps, then per token the integer scaling (VPMULLD by the rows'
+ * scales; the min and Q6_K offset terms by VPDPWSSD of the token's block
+ * sums against the rows' int16 pairs) and the float step. Does not:
+ * decode. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -58,15 +61,16 @@ enum {
     KA_SB = 5760,
 };
 
-/* Sub-blocks per super-block (one tile product each) and their bytes. */
+/* Sub-blocks per super-block (one tile product each); a super-block's GGUF bytes. */
 static int ka_ns(qtype t) { return t == QT_Q6_K ? 16 : 8; }
+static int ka_by(qtype t) { return t == QT_Q4_K ? QB_Q4_K : t == QT_Q5_K ? QB_Q5_K : QB_Q6_K; }
+
 /* A last token tile of fewer tokens runs on the avx512 tiles instead
  * (they give the same bits): padded to 16 it costs a whole tile product
  * and 16 tokens' steps. Measured (1 thread, MoE expert shapes, n_tok
  * 17-31): Q4_K 768 x 2048 gains on AMX from a tail of 3 (n_tok 19: 234
  * vs 196 G ops/s), Q6_K 2048 x 768 from 5-6 (n_tok 23: 177 vs 159). */
 static int ka_tail_min(qtype t) { return t == QT_Q6_K ? 6 : 3; }
-static int ka_by(qtype t) { return t == QT_Q4_K ? QB_Q4_K : t == QT_Q5_K ? QB_Q5_K : QB_Q6_K; }
 
 /* The 16 rows' scales as vectors over the rows (two 16 x 16 transposes
  * of the rows' int16 scales quant_avx512_kq_unpack gives): at KA_SC the
