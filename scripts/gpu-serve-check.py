@@ -183,6 +183,15 @@ def main():
             if metric(args.port, "strata_cache_evicted_blocks_total") - base >= 2 * held:
                 break
         text, _, sc = complete(args.port, PROMPT)
+        if args.device != "cpu":  # the pool's copies down went through the spill queue
+            queued, written = (metric(args.port, f"strata_pool_{m}_total") for m in ("publish_queued", "publish_written"))
+            errors = metric(args.port, "strata_pool_copy_errors_total")
+            good = written > 0 and errors == 0
+            print(f"{'pool copies down':<28} {'ok  ' if good else 'FAIL'} publish queued={queued:.0f} "
+                  f"written={written:.0f} spilled={metric(args.port, 'strata_pool_spilled_blocks_total'):.0f} "
+                  f"waits={metric(args.port, 'strata_pool_copy_waits_total'):.0f} errors={errors:.0f}")
+            nonlocal ok
+            ok = ok and good
         if args.device == "cpu" or args.ram_mb == 0:
             check("evicted: from the disk", text, sc, "disk_tokens")
         else:

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/mem.h"
 #include "server/resp_items.h"
 #include "server/resp_tools.h"
 #include "test.h"
@@ -165,6 +166,51 @@ TEST(resp_tools_call_items) {
     CHECK(json_equal(json_object_get(item, "action"), want));
     json_decref(want), json_decref(item);
     resp_tools_free(&rt);
+}
+
+/* args fed in pieces of `step` bytes: the streamed input, joined. */
+static char *streamed(const char *args, size_t step, int *whole) {
+    resp_input_stream st;
+    resp_input_init(&st);
+    tc_buf out = {0};
+    size_t n = strlen(args);
+    for (size_t len = 0; len < n;) {
+        len = len + step < n ? len + step : n;
+        resp_input_next(&st, args, len, &out);
+    }
+    *whole = st.whole;
+    resp_input_free(&st);
+    char *r = xstrdup(out.p ? out.p : "");
+    tc_buf_free(&out);
+    return r;
+}
+
+/* The input streamed piece by piece (escapes and surrogate pairs cut
+ * anywhere) joins to what the whole arguments parse to; arguments of
+ * another shape take the whole parse and still join to it. */
+TEST(resp_tools_input_streams_as_it_parses) {
+    const struct {
+        const char *args, *want; /* want NULL: as the whole arguments parse */
+        int whole;
+    } cases[] = {
+        {"{\"input\":\"*** Begin Patch\\n+\\u00e9\\\"\\\\ \\uD83D\\uDE00 \\/\\t\\n*** End Patch\"}", NULL, 0},
+        {"{ \"input\" : \"lone \\ud800 and \\udc00 halves\" }", NULL, 0},
+        {"{\"path\":\"a\\\"b\",\"input\":\"after \\\"another\\\" key\",\"n\":[1,{\"input\":\"x\"}]}", NULL, 0},
+        {"{\"input\":5,\"x\":\"y\"}", NULL, 1},
+        {"{\"input\":\"cut in an escape \\u00", "cut in an escape ", 0}, /* the rest waits */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *parsed = resp_tools_custom_input(cases[i].args, strlen(cases[i].args));
+        const char *want = cases[i].want ? cases[i].want : parsed ? parsed : "";
+        for (size_t step = 1; step <= 7; step++) {
+            int whole;
+            char *got = streamed(cases[i].args, step, &whole);
+            CHECK_STR(got, want);
+            CHECK_EQ_INT(whole, cases[i].whole);
+            free(got);
+        }
+        free(parsed);
+    }
 }
 
 /* Sent back, the calls are the functions the model called: the same

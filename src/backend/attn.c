@@ -3,7 +3,8 @@
  *
  * The driver is level-independent: it widens each key tile once (tile_fill)
  * and hands it to every query that sees part of it (tile_step, or
- * tile_step2 for two queries with the same key range), in tile order,
+ * tile_step2 / tile_stepn for two / three or four queries with the same
+ * key range), in tile order,
  * restarting each query's state at every segment and folding the segment
  * states in order (fold_into, shared by attn_run and attn_fold). Per query
  * and tile the kernels run a fixed instruction sequence that depends only
@@ -95,7 +96,7 @@ static void step_scalar(int d, const float *q, const float *kt, const float *vt,
     st[d + 1] = st[d + 1] * alpha + sum;
 }
 
-const attn_ops attn_ops_scalar = {fill_scalar, step_scalar, NULL, NULL, NULL, NULL, NULL};
+const attn_ops attn_ops_scalar = {.tile_fill = fill_scalar, .tile_step = step_scalar};
 
 /* ---- driver ---------------------------------------------------------------- */
 
@@ -181,6 +182,27 @@ static void tile_groups(const attn_ops *ops, int d, const attn_query *qs, int nq
     if (n) ops->tile_group(d, n, g, (int)qf, kt, vt, p);
 }
 
+/* Queries of one tile waiting for company with the same [lo, hi). */
+typedef struct {
+    float *q[4]; /* each query's q; its state follows it */
+    int n, lo, hi;
+} pending;
+
+/* The pending queries through the widest steps there are: 3 or 4, else
+ * 2, then 1 at a time (a query's bits are the same in each). */
+static void flush(const attn_ops *ops, int d, pending *pd, const float *kt, const float *vt, float *p) {
+    int i = 0;
+    if (ops->tile_stepn && pd->n >= 3) {
+        float *st[4] = {pd->q[0] + d, pd->q[1] + d, pd->q[2] + d, pd->n > 3 ? pd->q[3] + d : NULL};
+        ops->tile_stepn(d, pd->n, (const float *const *)pd->q, kt, vt, pd->lo, pd->hi, st, p);
+        i = pd->n;
+    }
+    for (; ops->tile_step2 && i + 2 <= pd->n; i += 2)
+        ops->tile_step2(d, pd->q[i], pd->q[i + 1], kt, vt, pd->lo, pd->hi, pd->q[i] + d, pd->q[i + 1] + d, p);
+    for (; i < pd->n; i++) ops->tile_step(d, pd->q[i], kt, vt, pd->lo, pd->hi, pd->q[i] + d, p);
+    pd->n = 0;
+}
+
 /* Tiles of keys [k0, k1) (k0 on a tile edge) into the segment state of
  * every query that sees part of them; rows are clamped to last. */
 static void run_tiles(const attn_ops *ops, const attn_kv *kv, const attn_query *qs, int nq, float *ws, int k0,
@@ -199,23 +221,16 @@ static void run_tiles(const attn_ops *ops, const attn_kv *kv, const attn_query *
     }
     for (int t0 = k0; t0 < k1; t0 += T) {
         ops->tile_fill(kv, t0, last, kt, vt);
-        int pend = -1, plo = 0, phi = 0; /* a query waiting for a partner with its [lo, hi) */
+        pending pd = {.n = 0};
         for (int i = 0; i < nq; i++) {
             if (qs[i].first >= t0 + T || qs[i].end <= t0) continue;
             int lo = qs[i].first > t0 ? qs[i].first - t0 : 0, hi = qs[i].end - t0 < T ? qs[i].end - t0 : T;
-            float *qi = qb + i * qf;
-            if (!ops->tile_step2) {
-                ops->tile_step(d, qi, kt, vt, lo, hi, qi + d, p);
-            } else if (pend >= 0 && lo == plo && hi == phi) {
-                float *qp = qb + pend * qf;
-                ops->tile_step2(d, qp, qi, kt, vt, lo, hi, qp + d, qi + d, p);
-                pend = -1;
-            } else {
-                if (pend >= 0) ops->tile_step(d, qb + pend * qf, kt, vt, plo, phi, qb + pend * qf + d, p);
-                pend = i, plo = lo, phi = hi;
-            }
+            if (pd.n && (lo != pd.lo || hi != pd.hi)) flush(ops, d, &pd, kt, vt, p);
+            pd.lo = lo, pd.hi = hi;
+            pd.q[pd.n++] = qb + i * qf;
+            if (pd.n == (ops->tile_stepn ? 4 : ops->tile_step2 ? 2 : 1)) flush(ops, d, &pd, kt, vt, p);
         }
-        if (pend >= 0) ops->tile_step(d, qb + pend * qf, kt, vt, plo, phi, qb + pend * qf + d, p);
+        flush(ops, d, &pd, kt, vt, p);
     }
 }
 

@@ -348,7 +348,8 @@ static AMX void amx_calls_end(float *p) {
     if (*(int *)p) _tile_release();
 }
 
-static const attn_ops ops_amx = {fill_amx, NULL, NULL, prep_amx, amx_groups, amx_calls_begin, amx_calls_end};
+static const attn_ops ops_amx = {.tile_fill = fill_amx, .prep_q = prep_amx, .tile_group = amx_groups,
+                                 .group_begin = amx_calls_begin, .group_end = amx_calls_end};
 
 const attn_ops *attn_ops_amx(int head_dim) {
     return head_dim % 32 == 0 && head_dim >= ATTN_AMX_MIN_DIM && head_dim <= 512 ? &ops_amx : NULL;

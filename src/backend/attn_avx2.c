@@ -274,8 +274,8 @@ static void step2_avx2(int d, const float *q0, const float *q1, const float *kt,
 /* Pairs only from head_dim 128: a smaller tile stays in L1, where the
  * pair's split score pass cost more than the loads it saved (head_dim 64:
  * 3.3 -> 3.7 ms per 96 queries at depth 4096; 256: 9.1 -> 6.0). */
-static const attn_ops ops_avx2 = {attn_fill_avx2, step_avx2, NULL, NULL, NULL, NULL, NULL};
-static const attn_ops ops_avx2_pairs = {attn_fill_avx2, step_avx2, step2_avx2, NULL, NULL, NULL, NULL};
+static const attn_ops ops_avx2 = {.tile_fill = attn_fill_avx2, .tile_step = step_avx2};
+static const attn_ops ops_avx2_pairs = {.tile_fill = attn_fill_avx2, .tile_step = step_avx2, .tile_step2 = step2_avx2};
 
 const attn_ops *attn_ops_avx2(int head_dim) {
     if (head_dim % 8 || head_dim > 512) return NULL;

@@ -139,7 +139,75 @@ static void step2_avx512(int d, const float *q0, const float *q1, const float *k
     weigh_values2(d, s, r, vt, lo, hi, st0, st1, p);
 }
 
-static const attn_ops ops_avx512 = {attn_fill_avx2, step_avx512, step2_avx512, NULL, NULL, NULL, NULL};
+/* pv_block for N = 3 or 4 queries (64 dims at most: 4 N accumulators):
+ * each value load feeds all N. */
+static inline __attribute__((always_inline)) void pv_blockn(const int N, int nb, float *const acc[4], const float *vt,
+                                                            int d, const float *p, int lo, int hi,
+                                                            const float alpha[4]) {
+    __m512 a[4][4];
+    UNROLL for (int q = 0; q < N; q++) {
+        UNROLL for (int u = 0; u < nb; u++) a[q][u] = _mm512_loadu_ps(acc[q] + 16 * u);
+        if (alpha[q] != 1.0f) {
+            __m512 al = _mm512_set1_ps(alpha[q]);
+            UNROLL for (int u = 0; u < nb; u++) a[q][u] = _mm512_mul_ps(a[q][u], al);
+        }
+    }
+    for (int j = lo; j < hi; j++) {
+        const float *v = vt + (size_t)j * d;
+        __m512 b[4];
+        UNROLL for (int q = 0; q < N; q++) b[q] = _mm512_set1_ps(p[q * T + j]);
+        UNROLL for (int u = 0; u < nb; u++) {
+            __m512 x = _mm512_loadu_ps(v + 16 * u);
+            UNROLL for (int q = 0; q < N; q++) a[q][u] = _mm512_fmadd_ps(b[q], x, a[q][u]);
+        }
+    }
+    UNROLL for (int q = 0; q < N; q++)
+        UNROLL for (int u = 0; u < nb; u++) _mm512_storeu_ps(acc[q] + 16 * u, a[q][u]);
+}
+
+/* weigh_values for N queries with the same [lo, hi) (scores s[q]): per
+ * query and dim the steps of weigh_values (acc * alpha, then the weighted
+ * values in key order), 64 dims at a time. */
+static inline __attribute__((always_inline)) void weigh_valuesn(const int N, int d, __m512 s[4][4], const float *vt,
+                                                                 int lo, int hi, float *const st[4], float *p) {
+    float alpha[4];
+    UNROLL for (int q = 0; q < N; q++) alpha[q] = softmax_tile(d, s[q], lo, hi, st[q], p + q * T);
+    for (int i = 0; i < d;) {
+        float *acc[4] = {st[0] + i, st[1] + i, st[2] + i, N > 3 ? st[3] + i : NULL};
+        if (d - i >= 64) pv_blockn(N, 4, acc, vt + i, d, p, lo, hi, alpha), i += 64;
+        else if (d - i >= 32) pv_blockn(N, 2, acc, vt + i, d, p, lo, hi, alpha), i += 32;
+        else pv_blockn(N, 1, acc, vt + i, d, p, lo, hi, alpha), i += 16;
+    }
+}
+
+/* step_avx512 for N queries with the same [lo, hi): every key load feeds
+ * N score chains, each query's op for op step_avx512's. */
+static inline __attribute__((always_inline)) void stepn(const int N, int d, const float *const q[4], const float *kt,
+                                                        const float *vt, int lo, int hi, float *const st[4],
+                                                        float *p) {
+    __m512 s[4][4];
+    UNROLL for (int qi = 0; qi < N; qi++)
+        UNROLL for (int g = 0; g < 4; g++) s[qi][g] = _mm512_setzero_ps();
+    for (int i = 0; i < d; i++) {
+        __m512 b[4];
+        UNROLL for (int qi = 0; qi < N; qi++) b[qi] = _mm512_set1_ps(q[qi][i]);
+        const float *k = kt + (size_t)i * T;
+        UNROLL for (int g = 0; g < 4; g++) {
+            __m512 x = _mm512_loadu_ps(k + 16 * g);
+            UNROLL for (int qi = 0; qi < N; qi++) s[qi][g] = _mm512_fmadd_ps(b[qi], x, s[qi][g]);
+        }
+    }
+    weigh_valuesn(N, d, s, vt, lo, hi, st, p);
+}
+
+static void stepn_avx512(int d, int n, const float *const q[4], const float *kt, const float *vt, int lo, int hi,
+                         float *const st[4], float *p) {
+    if (n == 4) stepn(4, d, q, kt, vt, lo, hi, st, p);
+    else stepn(3, d, q, kt, vt, lo, hi, st, p);
+}
+
+static const attn_ops ops_avx512 = {.tile_fill = attn_fill_avx2, .tile_step = step_avx512, .tile_step2 = step2_avx512,
+                                    .tile_stepn = stepn_avx512};
 
 const attn_ops *attn_ops_avx512(int head_dim) {
     return head_dim % 16 == 0 && head_dim <= 512 ? &ops_avx512 : NULL;
@@ -302,7 +370,23 @@ static void step2_vnni_q8(int d, const float *q0, const float *q1, const float *
     weigh_values2(d, s, r, vt, lo, hi, st0, st1, p);
 }
 
-static const attn_ops ops_vnni_q8 = {fill_vnni_q8, step_vnni_q8, step2_vnni_q8, prep_q_q8, NULL, NULL, NULL};
+/* Three or four queries: pairs' scores (the third alone), then
+ * weigh_valuesn. */
+static void stepn_vnni_q8(int d, int n, const float *const q[4], const float *kt, const float *vt, int lo, int hi,
+                          float *const st[4], float *p) {
+    __m512 s[4][4];
+    scores2_q8(d, q[0], q[1], kt, s[0], s[1]);
+    if (n == 4) {
+        scores2_q8(d, q[2], q[3], kt, s[2], s[3]);
+        weigh_valuesn(4, d, s, vt, lo, hi, st, p);
+    } else {
+        scores_q8(d, q[2], kt, s[2]);
+        weigh_valuesn(3, d, s, vt, lo, hi, st, p);
+    }
+}
+
+static const attn_ops ops_vnni_q8 = {.tile_fill = fill_vnni_q8, .tile_step = step_vnni_q8, .tile_step2 = step2_vnni_q8,
+                                     .prep_q = prep_q_q8, .tile_stepn = stepn_vnni_q8};
 
 const attn_ops *attn_ops_vnni_q8(int head_dim) {
     return head_dim % KVQ_BLOCK == 0 && head_dim <= ATTN_QK_INT8_MAX_DIM ? &ops_vnni_q8 : NULL;

@@ -26,14 +26,26 @@
  *      block 8 rows of 64 bytes (row v: elements 4v..4v+3 of the 16
  *      tokens), plus the 16 tokens' d_x and s_x per block: a 16 x 16 dword
  *      transpose of each activation group's chunk (amx_prep_x);
- *   2. per 16 rows, each row is decoded once to 32 unsigned bytes per
- *      block in element order (Q8_0: w + 128) and its d_w, m_w as floats
- *      (amx_prep_w; m_w is lg_scales': -8d, -16d, -128d or the stored min);
- *   3. per token tile: one TDPBUSD per block into a zeroed result tile
- *      (batches of 4 on tiles 0-3, issued between the previous token
- *      tile's rows and stored one row later, amx_stream), then the float
- *      chains per row, and a 16 x 16 transpose so each token's 16 results
- *      are one contiguous store.
+ *   2. rows in chunks of ~256 KiB prepared (L2): each row decoded once to
+ *      32 unsigned bytes per block in element order (Q8_0: w + 128) and
+ *      its d_w, m_w as floats (amx_prep_w; m_w is lg_scales': -8d, -16d,
+ *      -128d or the stored min);
+ *   3. per chunk, token tiles outer and the chunk's 16-row tiles inner
+ *      (each token's results are then written in runs along its row of
+ *      y, not as a 64-byte strip down 512 rows), per (row tile, token
+ *      tile) pair: one TDPBUSD per block into a zeroed result tile (tiles
+ *      0-3, amx_stream) stored to a small L1 buffer, then the float chains
+ *      of 4 rows at a time (amx_lanes: one loop per block lane for the 4
+ *      rows; lg_hsum's tree depth first), and a 16 x 16 transpose so each
+ *      token's 16 results are one store. Pairs of up to AMX_WHOLE blocks
+ *      do all products, then all float steps (amx_pair_whole); longer
+ *      rows go in 4 phases, the blocks of the tree's q_j each
+ *      (amx_pair), so the sums buffer stays 4 KiB per group.
+ * Why serial: on this CPU a vector load after a tile store waits for it
+ * (and the tile unit's earlier work), so the products and the float steps
+ * do not overlap however they are interleaved; measured, every
+ * interleaving was slower than bursts, and a double buffer of a pair's
+ * sums (2 x nb KiB) left L1, where tile stores cost ~4x.
  * Does not: K-quants (quant_amx_kq_avx512.c), MXFP4 (avx512 kernels), decode. */
 #include <immintrin.h>
 #include <pthread.h>
@@ -56,6 +68,8 @@ enum {
     AMX_XB = 512,     /* B bytes per block and token tile: 8 rows x 64 */
     AMX_WB = 40,      /* prepared weight bytes per block: 32 quants, d, m */
     AMX_MAX_K = 1 << 20, /* block indexes are int */
+    AMX_WCHUNK = 256 << 10, /* prepared weight bytes of a row chunk (L2) */
+    AMX_WHOLE = 24,         /* up to this many blocks a pair's sums are kept whole (amx_pair_whole) */
 };
 
 /* Block bytes and the offsets of the quants and Q5's fifth bits. */
@@ -80,31 +94,34 @@ INL void amx_tr_store(const uint8_t *const *src, int nt, size_t off, uint8_t *ds
 }
 
 /* Token tile of nt tokens (rows at x[n]) as B operands: xb[b] 8 rows of
- * 64 bytes, xd[b] and xs[b] 16 floats (AMX_XB + 128 bytes per block). */
+ * 64 bytes, then per block its 16 d_x and 16 s_x floats side by side
+ * (AMX_XB + 128 bytes per block; one pointer walks both in amx_lanes). */
 static AMX void amx_prep_x(const uint8_t *const *x, int nt, int64_t nb, uint8_t *dst) {
-    uint8_t *xd = dst + (size_t)nb * AMX_XB, *xs = xd + (size_t)nb * 64;
+    uint8_t *xd = dst + (size_t)nb * AMX_XB, *xs = xd + 64;
     const size_t qs = (size_t)8 * qa8_nbp(nb), so = (size_t)4 * qa8_nbp(nb);
     for (int64_t g0 = 0; g0 < nb; g0 += QA8_GROUP) {
         for (int v = 0; v < 8; v++)
             amx_tr_store(x, nt, qs + (size_t)g0 * QK + 64 * v, dst + 64 * v, AMX_XB, g0, nb);
-        amx_tr_store(x, nt, 4 * (size_t)g0, xd, 64, g0, nb);
-        amx_tr_store(x, nt, so + 4 * (size_t)g0, xs, 64, g0, nb);
+        amx_tr_store(x, nt, 4 * (size_t)g0, xd, 128, g0, nb);
+        amx_tr_store(x, nt, so + 4 * (size_t)g0, xs, 128, g0, nb);
     }
 }
 
 /* One weight row of a 16-row tile: block b's 32 unsigned quants in
  * element order at q + 512 b (the A operand of block b is then 512
- * contiguous bytes), d[b] and m[b] as floats (the values lg_scales gives). */
+ * contiguous bytes), d and m as floats (the values lg_scales gives) at
+ * d[32 b] and m[32 b] (the tile's 16 rows' d, then their m, per block). */
 static AMX void amx_prep_w(qtype t, const uint8_t *w, int64_t nb, uint8_t *q, float *d, float *m) {
     const int by = amx_blk(t);
     const __m128i m4 = _mm_set1_epi8(15);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = w + b * by;
         __m256i u;
-        d[b] = _cvtsh_ss(quant_rd16(p));
+        const float db = _cvtsh_ss(quant_rd16(p));
+        d[2 * AMX_R * b] = db;
         if (t == QT_Q8_0) {
             u = _mm256_xor_si256(_mm256_loadu_si256((const void *)(p + 2)), _mm256_set1_epi8((char)0x80));
-            m[b] = d[b] * -128.0f;
+            m[2 * AMX_R * b] = db * -128.0f;
         } else {
             int qo = t == QT_Q4_0 ? 2 : t == QT_Q4_1 ? 4 : t == QT_Q5_0 ? 6 : 8;
             __m128i v = _mm_loadu_si128((const void *)(p + qo));
@@ -112,8 +129,8 @@ static AMX void amx_prep_w(qtype t, const uint8_t *w, int64_t nb, uint8_t *q, fl
             if (t == QT_Q5_0 || t == QT_Q5_1) /* bit j of qh: 16 in element j */
                 u = _mm256_mask_add_epi8(u, (__mmask32)quant_rd32(p + (t == QT_Q5_0 ? 2 : 4)), u,
                                          _mm256_set1_epi8(16));
-            m[b] = t == QT_Q4_1 || t == QT_Q5_1 ? _cvtsh_ss(quant_rd16(p + 2))
-                 : d[b] * (t == QT_Q4_0 ? -8.0f : -16.0f);
+            m[2 * AMX_R * b] = t == QT_Q4_1 || t == QT_Q5_1 ? _cvtsh_ss(quant_rd16(p + 2))
+                             : db * (t == QT_Q4_0 ? -8.0f : -16.0f);
         }
         _mm256_store_si256((void *)(q + AMX_R * 32 * b), u);
     }
@@ -132,23 +149,25 @@ static AMX void amx_config(void) {
     amx_cfg_load(&c);
 }
 
-/* The tile products of one token tile, issued in batches of up to 4
- * blocks between the float steps of the previous tile (amx_tile), so the
- * tile unit and the vector units work at once. A batch: per block, a
+/* The tile products of one phase j (0-3) of a (row tile, token tile)
+ * pair: the blocks 16 G + 4 j + i (i < 4) of every group G, the ones whose
+ * sums lg_hsum's q_j needs (lanes j, j + 4, j + 8, j + 12). Per block a
  * zeroed result tile (0-3) += 16 prepared rows x the token tile's B
- * operand; its tiles are stored (to c + 256 b) only when the next batch
- * is issued, a row's float steps later: a vector load after a tile store
- * waits until the store has executed, and a store right after its
- * product would wait for the product. */
+ * operand, its 1 KiB of sums stored to c + gs G + 256 i (gs = 1024: a
+ * phase's own buffer; gs = 4096 and c at 1024 j: a whole pair's, block b
+ * at 256 b). One batch per group; a batch is stored when the next is issued, or by
+ * amx_finish (a store right after its product waits for it). */
 typedef struct {
     const uint8_t *w, *xb; /* prepared quants (amx_prep_w), token tile (amx_prep_x) */
     int32_t *c;
-    int b, nb, pb, pn; /* next block; the pending batch: first block, count */
+    int j, g, nb, gs; /* phase, next group, blocks; slot stride of a group (int32) */
+    int pn;           /* the pending batch's count */
+    int32_t *pc;      /* and its slots */
 } amx_stream;
 
 /* Stores the pending batch. */
 INL void amx_store(amx_stream *st) {
-    int32_t *c = st->c + 256 * st->pb;
+    int32_t *c = st->pc;
     if (st->pn > 0) _tile_stored(0, c, 64);
     if (st->pn > 1) _tile_stored(1, c + 256, 64);
     if (st->pn > 2) _tile_stored(2, c + 512, 64);
@@ -165,76 +184,156 @@ INL void amx_store(amx_stream *st) {
         _tile_dpbusd(ct, at, xt);                                                                                  \
     } while (0)
 
-/* Stores the pending batch and issues the next one (if blocks remain). */
-INL void amx_batch(amx_stream *st) {
+/* Issues the next group's batch (storing the pending one first) and
+ * returns 1, or 0 when the phase has no blocks left. */
+INL int amx_batch(amx_stream *st) {
+    const int b = 16 * st->g + 4 * st->j, n = st->nb - b < 4 ? st->nb - b : 4;
+    if (n <= 0) return 0;
     amx_store(st);
-    const int b = st->b, n = st->nb - b < 4 ? st->nb - b : 4;
     if (n > 0) AMX_BLOCK(0, 4, 6, 0);
     if (n > 1) AMX_BLOCK(1, 5, 7, 1);
     if (n > 2) AMX_BLOCK(2, 4, 6, 2);
     if (n > 3) AMX_BLOCK(3, 5, 7, 3);
-    st->pb = b, st->pn = n, st->b = b + n;
+    st->pc = st->c + st->gs * st->g++, st->pn = n;
+    return 1;
 }
 #undef AMX_BLOCK
 
-/* Issues batches until `to` blocks are issued. */
-INL void amx_issue(amx_stream *st, int to) {
-    while (st->b < to) amx_batch(st);
+/* Issues the rest of the phase and stores it all. */
+static AMX void amx_finish(amx_stream *st) {
+    while (amx_batch(st)) {
+    }
+    amx_store(st);
 }
 
-/* Block lane p's chains for one row (sums c[b] at c + 256 b, row
- * scales dw, mw) over the token tile's xd, xs: lg_tile's lane p. */
-INL void amx_lane(const int32_t *c, const float *dw, const float *mw, const float *xd, const float *xs,
-                  int64_t nb, int p, __m512 *a, __m512 *am) {
-    __m512 s = _mm512_setzero_ps(), sm = _mm512_setzero_ps();
-    for (int64_t b = qa8_lane(p); b < nb; b += QA8_GROUP) {
-        __m512 dd = _mm512_mul_ps(_mm512_set1_ps(dw[b]), _mm512_load_ps(xd + 16 * b));
-        s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)(c + 256 * b))), dd, s);
-        sm = _mm512_fmadd_ps(_mm512_set1_ps(mw[b]), _mm512_load_ps(xs + 16 * b), sm);
+/* All 4 phases of a pair, block b's sums at c + 256 b (the batches flow
+ * from one phase into the next). */
+static AMX void amx_products(const uint8_t *wp, const uint8_t *xt, int32_t *c, int nb) {
+    amx_stream st = {wp, xt, c, 0, 0, nb, 4096, 0, NULL};
+    for (int j = 0; j < 4; j++) {
+        st.c = c + 1024 * j, st.j = j, st.g = 0;
+        while (amx_batch(&st)) {
+        }
     }
-    *a = s;
-    *am = sm;
+    amx_store(&st);
+}
+
+enum { AMX_RP = 4 }; /* rows whose chains run side by side (~7 registers each) */
+
+/* Block lane p's chains for AMX_RP rows (sums of row m at c + 16 m +
+ * 256 (b % 4) + gs (b / 16): amx_stream's slots; d_w, m_w at w[m + 32 b], w[16 + m + 32 b]) over the token tile's d_x,
+ * s_x (x[32 b], x[16 + 32 b]): lg_tile's lane p, row by row. The rows
+ * share the loads of d_x and s_x and the loop; one row per loop was
+ * ~16 instructions per row and block for 4 vector operations. */
+INL void amx_lanes(const int32_t *c, int gs, const float *w, const float *x, int64_t nb, int p, __m512 *a,
+                   __m512 *am) {
+    __m512 s[AMX_RP], sm[AMX_RP];
+    UNROLL
+    for (int r = 0; r < AMX_RP; r++) s[r] = _mm512_setzero_ps(), sm[r] = _mm512_setzero_ps();
+    for (int64_t b = qa8_lane(p); b < nb; b += QA8_GROUP) {
+        const __m512 xd = _mm512_load_ps(x + 32 * b), xs = _mm512_load_ps(x + 32 * b + 16);
+        UNROLL
+        for (int r = 0; r < AMX_RP; r++) {
+            __m512 dd = _mm512_mul_ps(_mm512_set1_ps(w[r + 32 * b]), xd);
+            const int32_t *cb = c + 256 * (b & 3) + gs * (b >> 4) + 16 * r; /* block b's sums */
+            s[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)cb)), dd, s[r]);
+            sm[r] = _mm512_fmadd_ps(_mm512_set1_ps(w[16 + r + 32 * b]), xs, sm[r]);
+        }
+    }
+    UNROLL
+    for (int r = 0; r < AMX_RP; r++) a[r] = s[r], am[r] = sm[r];
+}
+
+/* o = a + b and om = am + bm for AMX_RP rows: one step of lg_hsum's tree
+ * on acc and on accm (operands in lg_hsum's order). */
+INL void amx_add(const __m512 *a, const __m512 *am, const __m512 *b, const __m512 *bm, __m512 *o, __m512 *om) {
+    UNROLL
+    for (int r = 0; r < AMX_RP; r++) o[r] = _mm512_add_ps(a[r], b[r]), om[r] = _mm512_add_ps(am[r], bm[r]);
 }
 
 /* Lanes p and p + 8 added (lg_hsum's first step), for acc and accm. */
-INL void amx_h(const int32_t *c, const float *dw, const float *mw, const float *xd, const float *xs,
-               int64_t nb, int p, __m512 *h, __m512 *hm) {
-    __m512 a0, m0, a1, m1;
-    amx_lane(c, dw, mw, xd, xs, nb, p, &a0, &m0);
-    amx_lane(c, dw, mw, xd, xs, nb, p + 8, &a1, &m1);
-    *h = _mm512_add_ps(a1, a0);
-    *hm = _mm512_add_ps(m1, m0);
+INL void amx_h(const int32_t *c, int gs, const float *w, const float *x, int64_t nb, int p, __m512 *h, __m512 *hm) {
+    __m512 a0[AMX_RP], m0[AMX_RP], a1[AMX_RP], m1[AMX_RP];
+    amx_lanes(c, gs, w, x, nb, p, a0, m0);
+    amx_lanes(c, gs, w, x, nb, p + 8, a1, m1);
+    amx_add(a1, m1, a0, m0, h, hm);
 }
 
-/* One row's 16 results: the tree of lg_hsum on acc and on accm, added. */
-INL __m512 amx_row(const int32_t *c, const float *dw, const float *mw, const float *xd, const float *xs,
-                   int64_t nb) {
-    __m512 h[8], hm[8], q[4], qm[4];
-    UNROLL
-    for (int i = 0; i < 8; i++) amx_h(c, dw, mw, xd, xs, nb, i, h + i, hm + i);
-    UNROLL
-    for (int j = 0; j < 4; j++) q[j] = _mm512_add_ps(h[j + 4], h[j]), qm[j] = _mm512_add_ps(hm[j + 4], hm[j]);
-    __m512 r = _mm512_add_ps(_mm512_add_ps(q[0], q[2]), _mm512_add_ps(q[1], q[3]));
-    __m512 rm = _mm512_add_ps(_mm512_add_ps(qm[0], qm[2]), _mm512_add_ps(qm[1], qm[3]));
-    return _mm512_add_ps(r, rm);
+/* q_j = h_{j+4} + h_j of lg_hsum's tree, for acc and accm. */
+INL void amx_q(const int32_t *c, int gs, const float *w, const float *x, int64_t nb, int j, __m512 *q, __m512 *qm) {
+    __m512 h0[AMX_RP], hm0[AMX_RP], h4[AMX_RP], hm4[AMX_RP];
+    amx_h(c, gs, w, x, nb, j, h0, hm0);
+    amx_h(c, gs, w, x, nb, j + 4, h4, hm4);
+    amx_add(h4, hm4, h0, hm0, q, qm);
 }
 
-/* The float steps of 16 rows (the first nr real) over the token tile xt
- * (nt tokens) whose block sums are at c, then a 16 x 16 transpose so each
- * token's results are one store; meanwhile `next`'s tile products are
- * issued, a few blocks per row. */
-static AMX void amx_tile(const float *wd, int64_t nb, const uint8_t *xt, const int32_t *c, amx_stream *next,
-                         int nr, int nt, float *y, int64_t ldy) {
-    const float *xd = (const float *)(const void *)(xt + (size_t)nb * AMX_XB), *xs = xd + 16 * nb;
-    __m512i res[16];
-    for (int m = 0; m < 16; m++) {
-        if (next) amx_issue(next, (int)((m + 1) * nb / 14 < nb ? (m + 1) * nb / 14 : nb));
-        res[m] = _mm512_castps_si512(amx_row(c + 16 * m, wd + m * nb, wd + (AMX_R + m) * nb, xd, xs, nb));
-    }
-    if (next) amx_store(next);
-    amx_tr16(res);
+/* (q_j + q_{j+2}) of the tree, for acc and accm (block b's sums at c + 256 b). */
+INL void amx_qq(const int32_t *c, const float *w, const float *x, int64_t nb, int j, __m512 *o, __m512 *om) {
+    __m512 q0[AMX_RP], qm0[AMX_RP], q2[AMX_RP], qm2[AMX_RP];
+    amx_q(c + 1024 * j, 4096, w, x, nb, j, q0, qm0);
+    amx_q(c + 1024 * (j + 2), 4096, w, x, nb, j + 2, q2, qm2);
+    amx_add(q0, qm0, q2, qm2, o, om);
+}
+
+/* AMX_RP rows' 16 results each: lg_hsum's tree on acc and on accm, added,
+ * evaluated depth first so only ~3 partial sums per chain are live. */
+INL void amx_rows(const int32_t *c, const float *w, const float *x, int64_t nb, __m512 *out) {
+    __m512 r02[AMX_RP], m02[AMX_RP], r13[AMX_RP], m13[AMX_RP];
+    amx_qq(c, w, x, nb, 0, r02, m02);
+    amx_qq(c, w, x, nb, 1, r13, m13);
+    UNROLL
+    for (int r = 0; r < AMX_RP; r++)
+        out[r] = _mm512_add_ps(_mm512_add_ps(r02[r], r13[r]), _mm512_add_ps(m02[r], m13[r]));
+}
+
+/* The 16 rows' results res (the first nr real) to y, nt tokens: a 16 x 16
+ * transpose, then per token one store of its 16 results. */
+INL void amx_out(__m512 *res, int nr, int nt, float *y, int64_t ldy) {
+    amx_tr16((__m512i *)(void *)res);
     const __mmask16 rows = (__mmask16)((1u << nr) - 1);
-    for (int n = 0; n < nt; n++) _mm512_mask_storeu_ps(y + n * ldy, rows, _mm512_castsi512_ps(res[n]));
+    for (int n = 0; n < nt; n++) _mm512_mask_storeu_ps(y + n * ldy, rows, res[n]);
+}
+
+/* A pair whose sums fit L1 whole (nb <= AMX_WHOLE): all its products
+ * (phase j's at c + j ps), then the float steps, 4 rows at a time with
+ * the whole tree in registers. */
+static AMX void amx_pair_whole(const uint8_t *wp, int64_t nb, const uint8_t *xt, int32_t *c, int nr, int nt,
+                               float *y, int64_t ldy) {
+    const float *wd = (const float *)(const void *)(wp + (size_t)AMX_R * 32 * nb);
+    const float *x = (const float *)(const void *)(xt + (size_t)nb * AMX_XB);
+    __m512 res[16];
+    amx_products(wp, xt, c, (int)nb);
+    for (int m = 0; m < 16; m += AMX_RP) amx_rows(c + 16 * m, wd + m, x, nb, res + m);
+    amx_out(res, nr, nt, y, ldy);
+}
+
+/* One pair: per phase j, q_j of the 16 rows' trees (amx_q, 4 rows at a
+ * time) from the phase's sums in c, kept in qs; the products of the
+ * phase after (phase j + 1, or phase 0 of the next pair nwp, nxt, which
+ * the next call finds in c) are issued around them, into the same
+ * buffer: its first batch before (its stores come after the float
+ * steps), the rest after. One buffer, not two: +10-20% (two left L1 at
+ * k >= 1536); spreading the batches over the 4-row steps: -5-7% (a
+ * vector load after a tile store waits for it). Then the rest of the
+ * tree, a 16 x 16 transpose and per token one store of its 16 results
+ * (the first nr real, nt tokens). */
+static AMX void amx_pair(const uint8_t *wp, int64_t nb, const uint8_t *xt, const uint8_t *nwp, const uint8_t *nxt,
+                         int32_t *c, int nr, int nt, float *y, int64_t ldy) {
+    const float *wd = (const float *)(const void *)(wp + (size_t)AMX_R * 32 * nb);
+    const float *x = (const float *)(const void *)(xt + (size_t)nb * AMX_XB);
+    __m512 qs[4][AMX_R], qms[4][AMX_R], res[16];
+    for (int j = 0; j < 4; j++) {
+        amx_stream nx = {j < 3 ? wp : nwp, j < 3 ? xt : nxt, c, (j + 1) & 3, 0, (int)nb, 1024, 0, NULL};
+        const int more = j < 3 || nwp;
+        if (more) amx_batch(&nx);
+        for (int m = 0; m < 16; m += AMX_RP) amx_q(c + 16 * m, 1024, wd + m, x, nb, j, qs[j] + m, qms[j] + m);
+        if (more) amx_finish(&nx);
+    }
+    UNROLL
+    for (int m = 0; m < 16; m++) /* lg_hsum's (q0 + q2) + (q1 + q3), for acc and accm, added */
+        res[m] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(qs[0][m], qs[2][m]), _mm512_add_ps(qs[1][m], qs[3][m])),
+                               _mm512_add_ps(_mm512_add_ps(qms[0][m], qms[2][m]), _mm512_add_ps(qms[1][m], qms[3][m])));
+    amx_out(res, nr, nt, y, ldy);
 }
 
 /* A per-thread work buffer kept across calls (freed when the thread
@@ -271,15 +370,32 @@ static uint8_t *amx_work(size_t n) {
 
 uint8_t *quant_amx_work(size_t n) { return amx_work(n); }
 
+/* Decodes row tiles [i0, i0 + n) of the call (16 rows from r0 + 16 i each;
+ * rows past r1: the last one again, results dropped) to wb + i * wtb. */
+static AMX void amx_prep_rows(qtype t, const void *w, size_t wrb, int64_t nb, int r0, int r1, int i0, int n,
+                              uint8_t *wb, size_t wtb) {
+    for (int i = 0; i < n; i++) {
+        const int r = r0 + AMX_R * (i0 + i), nr = r1 - r < AMX_R ? r1 - r : AMX_R;
+        uint8_t *wp = wb + (size_t)i * wtb;
+        float *wd = (float *)(void *)(wp + (size_t)AMX_R * 32 * nb);
+        for (int m = 0; m < AMX_R; m++)
+            amx_prep_w(t, (const uint8_t *)w + (size_t)(r + (m < nr ? m : nr - 1)) * wrb, nb, wp + 32 * m,
+                       wd + m, wd + AMX_R + m);
+    }
+}
+
 static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok,
                          float *y, int64_t ldy, int r0, int r1) {
     const int64_t nb = k / QK;
-    const int ntt = (n_tok + AMX_T - 1) / AMX_T;
+    const int ntt = (n_tok + AMX_T - 1) / AMX_T, nrt = (r1 - r0 + AMX_R - 1) / AMX_R;
     const size_t xtb = (size_t)nb * (AMX_XB + 128), wtb = (size_t)AMX_R * nb * AMX_WB;
-    uint8_t *buf = amx_work((size_t)ntt * xtb + wtb + (size_t)nb * 2048);
-    uint8_t *xb = buf, *wp = buf + (size_t)ntt * xtb; /* wp: quants, then d and m of 16 rows */
-    float *wd = (float *)(void *)(wp + (size_t)AMX_R * 32 * nb);
-    int32_t *c[2] = {(int32_t *)(void *)(wp + wtb), (int32_t *)(void *)(wp + wtb) + 256 * nb};
+    int ct = (int)(AMX_WCHUNK / wtb);
+    ct = ct < 1 ? 1 : ct > nrt ? nrt : ct;
+    /* a pair's sums (1 KiB per block) or a phase's (4 KiB per group) */
+    const size_t cb = nb <= AMX_WHOLE ? (size_t)1024 * nb : (size_t)4096 * ((nb + QA8_GROUP - 1) / QA8_GROUP);
+    uint8_t *buf = amx_work((size_t)ntt * xtb + (size_t)ct * wtb + cb);
+    uint8_t *xb = buf, *wb = buf + (size_t)ntt * xtb; /* wb: per row tile quants, then d and m */
+    int32_t *c = (int32_t *)(void *)(wb + (size_t)ct * wtb);
     for (int tt = 0; tt < ntt; tt++) {
         const uint8_t *xr[AMX_T];
         int nt = n_tok - tt * AMX_T < AMX_T ? n_tok - tt * AMX_T : AMX_T;
@@ -287,24 +403,23 @@ static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const vo
         amx_prep_x(xr, nt, nb, xb + (size_t)tt * xtb);
     }
     amx_config();
-    for (int r = r0; r < r1; r += AMX_R) {
-        int nr = r1 - r < AMX_R ? r1 - r : AMX_R;
-        for (int m = 0; m < AMX_R; m++) /* rows past r1: the last one again, results dropped */
-            amx_prep_w(t, (const uint8_t *)w + (size_t)(r + (m < nr ? m : nr - 1)) * wrb, nb, wp + 32 * m,
-                       wd + m * nb, wd + (AMX_R + m) * nb);
-        /* the next 16 rows' GGUF bytes arrive while these run (their
-         * decode waited on memory: 4% of SmolLM2's prefill) */
-        const char *nw = (const char *)w + (size_t)(r + AMX_R) * wrb;
-        for (size_t o = 0; r + AMX_R < r1 && o < (size_t)(r1 - r - AMX_R < AMX_R ? r1 - r - AMX_R : AMX_R) * wrb; o += 64)
-            _mm_prefetch(nw + o, _MM_HINT_T1);
-        amx_stream st = {wp, xb, c[0], 0, (int)nb, 0, 0};
-        amx_issue(&st, (int)nb);
-        amx_store(&st);
+    for (int i0 = 0; i0 < nrt; i0 += ct) {
+        const int ni = nrt - i0 < ct ? nrt - i0 : ct;
+        amx_prep_rows(t, w, wrb, nb, r0, r1, i0, ni, wb, wtb);
+        amx_stream st = {wb, xb, c, 0, 0, (int)nb, 1024, 0, NULL}; /* phase 0 of the chunk's first pair */
+        if (nb > AMX_WHOLE) amx_finish(&st);
         for (int tt = 0; tt < ntt; tt++) {
-            int nt = n_tok - tt * AMX_T < AMX_T ? n_tok - tt * AMX_T : AMX_T;
-            amx_stream nx = {wp, xb + (size_t)(tt + 1) * xtb, c[(tt + 1) & 1], 0, (int)nb, 0, 0};
-            amx_tile(wd, nb, xb + (size_t)tt * xtb, c[tt & 1], tt + 1 < ntt ? &nx : NULL, nr, nt,
-                     y + (size_t)tt * AMX_T * ldy + r, ldy);
+            const int nt = n_tok - tt * AMX_T < AMX_T ? n_tok - tt * AMX_T : AMX_T;
+            for (int i = 0; i < ni; i++) {
+                const int r = r0 + AMX_R * (i0 + i), nr = r1 - r < AMX_R ? r1 - r : AMX_R;
+                const int in = i + 1 < ni ? i + 1 : 0, tn = i + 1 < ni ? tt : tt + 1;
+                float *yp = y + (size_t)tt * AMX_T * ldy + r;
+                if (nb <= AMX_WHOLE)
+                    amx_pair_whole(wb + (size_t)i * wtb, nb, xb + (size_t)tt * xtb, c, nr, nt, yp, ldy);
+                else
+                    amx_pair(wb + (size_t)i * wtb, nb, xb + (size_t)tt * xtb, tn < ntt ? wb + (size_t)in * wtb : NULL,
+                             xb + (size_t)tn * xtb, c, nr, nt, yp, ldy);
+            }
         }
     }
     _tile_release();

@@ -35,7 +35,8 @@ typedef struct oai_choice {
     gen *g;
     int begun;            /* stream: its first chunk went out */
     char *call_args;      /* streaming a custom tool's call: its arguments so far */
-    size_t call_args_len, input_sent; /* ...and how much of its input went out */
+    size_t call_args_len;
+    resp_input_stream input; /* ...and its input streamed */
     int open_custom;      /* the call being streamed is a custom tool's */
     int n_logprob_done;
     long text_offset; /* completions logprobs: bytes of text so far */
@@ -666,7 +667,9 @@ static int begins_custom(const oai_call *c, const tc_event *e) {
 static void emit_custom_delta(oai_call *c, oai_choice *k, const tc_event *e) {
     if (e->kind == TC_EV_CALL_BEGIN) {
         k->open_custom = 1;
-        k->call_args_len = k->input_sent = 0;
+        k->call_args_len = 0;
+        resp_input_free(&k->input);
+        resp_input_init(&k->input);
         emit_chunk(c, k, json_pack("{s:[{s:i,s:s,s:s,s:{s:o,s:s}}]}", "tool_calls", "index", e->index, "id",
                                    call_id(c, k, e->index), "type", "custom", "custom", "name",
                                    json_text(e->text, e->len), "input", ""), NULL);
@@ -675,14 +678,12 @@ static void emit_custom_delta(oai_call *c, oai_choice *k, const tc_event *e) {
     k->call_args = xrealloc(k->call_args, k->call_args_len + e->len + 1);
     memcpy(k->call_args + k->call_args_len, e->text, e->len);
     k->call_args_len += e->len;
-    char *in = resp_tools_custom_input(k->call_args, k->call_args_len);
-    size_t n = in ? strlen(in) : 0;
-    if (n > k->input_sent) {
+    tc_buf fresh = {0};
+    resp_input_next(&k->input, k->call_args, k->call_args_len, &fresh);
+    if (fresh.len)
         emit_chunk(c, k, json_pack("{s:[{s:i,s:{s:o}}]}", "tool_calls", "index", e->index, "custom", "input",
-                                   json_text(in + k->input_sent, n - k->input_sent)), NULL);
-        k->input_sent = n;
-    }
-    free(in);
+                                   json_text(fresh.p, fresh.len)), NULL);
+    tc_buf_free(&fresh);
 }
 
 /* One parser event as a chunk: content, or a tool-call delta (the first
@@ -789,7 +790,10 @@ static void oai_free(api_call *a) {
     oai_call *c = (oai_call *)a;
     json_decref(c->allowed);
     json_decref(c->custom);
-    for (int k = 0; c->ch && k < c->a.n_choices; k++) free(c->ch[k].call_args);
+    for (int k = 0; c->ch && k < c->a.n_choices; k++) {
+        free(c->ch[k].call_args);
+        resp_input_free(&c->ch[k].input);
+    }
     free(c->ch);
 }
 

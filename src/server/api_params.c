@@ -4,6 +4,7 @@
 
 #include "base/utf8.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -61,6 +62,11 @@ int param_int(const json_t *obj, const char *key, long lo, long hi, long *out, c
               size_t why_cap) {
     const json_t *v = json_object_get(obj, key);
     if (!v || json_is_null(v)) return 0;
+    if (json_is_real(v) && isfinite(json_real_value(v)) && json_real_value(v) == floor(json_real_value(v))) {
+        /* an integer beyond 64 bits (text/jsonload reads it as a double) */
+        snprintf(why, why_cap, "'%s' must be between %ld and %ld (got %.17g)", key, lo, hi, json_real_value(v));
+        return -1;
+    }
     if (!json_is_integer(v)) {
         snprintf(why, why_cap, "'%s' must be an integer", key);
         return -1;
@@ -153,7 +159,7 @@ int params_sampling(const json_t *req, const char *stop_key, const sample_params
     if (r) sp->frequency_penalty = (float)d;
     if ((r = param_number(req, "repetition_penalty", 0.01, 10, &d, why, cap)) < 0) return -1;
     if (r) sp->repeat_penalty = (float)d;
-    if ((r = param_int(req, "seed", -(1L << 62), 1L << 62, &l, why, cap)) < 0) return -1;
+    if ((r = param_int(req, "seed", LONG_MIN, LONG_MAX, &l, why, cap)) < 0) return -1; /* any int64 */
     if (r) sp->seed = (uint64_t)l;
     if (parse_logit_bias(req, sp, why, cap)) return -1;
     const json_t *salt = json_object_get(req, "cache_salt");

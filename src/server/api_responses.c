@@ -57,7 +57,7 @@ typedef struct resp_call {
     char *acc;        /* the open item's text or arguments so far */
     size_t acc_len;
     char *call_name;  /* the open call's tool */
-    size_t input_sent; /* custom tool call: bytes of its input streamed */
+    resp_input_stream input; /* custom tool call: its input streamed */
 } resp_call;
 
 /* ---- parameters ---------------------------------------------------------------- */
@@ -330,14 +330,13 @@ static void close_message(resp_call *c) {
 /* A custom call's input so far, decoded from its arguments: what is new
  * since the last delta goes out as one. */
 static void custom_delta(resp_call *c, const char *id) {
-    char *in = resp_tools_custom_input(c->acc ? c->acc : "", c->acc_len);
-    size_t n = in ? strlen(in) : 0;
-    if (n > c->input_sent)
+    tc_buf fresh = {0};
+    resp_input_next(&c->input, c->acc ? c->acc : "", c->acc_len, &fresh);
+    if (fresh.len)
         emit(c, "response.custom_tool_call_input.delta", json_pack("{s:s,s:i,s:o}", "item_id", id, "output_index",
                                                                    c->item_index, "delta",
-                                                                   json_text(in + c->input_sent, n - c->input_sent)));
-    if (n > c->input_sent) c->input_sent = n;
-    free(in);
+                                                                   json_text(fresh.p, fresh.len)));
+    tc_buf_free(&fresh);
 }
 
 /* status: "completed", or "incomplete" for a call cut by max_output_tokens
@@ -411,7 +410,8 @@ static void stream_event(resp_call *c, const tc_event *e) {
         close_item(c, "completed");
         c->call_index = e->index;
         c->call_name = xstrdup(e->text);
-        c->input_sent = 0;
+        resp_input_free(&c->input);
+        resp_input_init(&c->input);
         if (resp_tools_kind(&c->rt, c->call_name) == RESP_TOOL_SHELL) { /* announced when complete */
             c->item = ITEM_CALL, c->item_index = (int)json_array_size(c->output), c->acc_len = 0;
             break;
@@ -496,6 +496,7 @@ static void free_own(api_call *a) {
     json_decref(c->output);
     free(c->call_name);
     free(c->acc);
+    resp_input_free(&c->input);
 }
 
 static const api_dialect RESPONSES = {

@@ -277,6 +277,30 @@ char *resp_tools_custom_input(const char *args, size_t len) {
     return out;
 }
 
+void resp_input_init(resp_input_stream *st) {
+    tc_member_stream_init(&st->ms, "input");
+    st->sent = 0;
+    st->whole = 0;
+}
+
+void resp_input_free(resp_input_stream *st) { tc_member_stream_free(&st->ms); }
+
+void resp_input_next(resp_input_stream *st, const char *args, size_t len, tc_buf *out) {
+    size_t had = out->len;
+    if (!st->whole && tc_member_stream_next(&st->ms, args, len, out) == 0) {
+        st->sent += out->len - had;
+        return;
+    }
+    st->whole = 1;
+    char *in = resp_tools_custom_input(args, len);
+    size_t n = in ? strlen(in) : 0;
+    if (n > st->sent) {
+        tc_buf_add(out, in + st->sent, n - st->sent);
+        st->sent = n;
+    }
+    free(in);
+}
+
 /* local_shell's action as the model wrote it (held to the shape by the
  * schema), so that the item sent back renders the same arguments. */
 static json_t *shell_action(const char *args, size_t len) {

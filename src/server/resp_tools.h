@@ -29,6 +29,7 @@
 #include <stddef.h>
 
 #include "server/ignored.h"
+#include "text/jsonscan.h"
 
 #define RESP_SHELL_NAME "local_shell" /* the function the model calls for local_shell */
 
@@ -62,6 +63,21 @@ json_t *resp_tools_custom_function(const json_t *t, const char *where, char *why
 /* A custom tool's input: the "input" string of its arguments, complete or
  * cut part way (streaming). malloc'd, or NULL while none is written yet. */
 char *resp_tools_custom_input(const char *args, size_t len);
+
+/* A custom call's input streamed: each call of resp_input_next appends
+ * to out the input text that is new in args (all the arguments so far).
+ * The arguments are followed byte by byte (text/jsonscan.h); ones of
+ * another shape than {"input": "..."} are parsed whole each time, as
+ * resp_tools_custom_input does. */
+typedef struct resp_input_stream {
+    tc_member_stream ms;
+    size_t sent; /* input bytes appended so far */
+    int whole;   /* 1: parse the whole arguments each time */
+} resp_input_stream;
+
+void resp_input_init(resp_input_stream *st);
+void resp_input_free(resp_input_stream *st);
+void resp_input_next(resp_input_stream *st, const char *args, size_t len, tc_buf *out);
 
 /* The output item of call `name` with arguments args (complete):
  * function_call, custom_tool_call or local_shell_call. id and call_id are

@@ -404,6 +404,10 @@ static void copy_cache_stats(sched *s) {
     s->stats.window_reloaded_blocks = st.window_reloaded_blocks;
     s->stats.window_cut_tokens = st.window_cut_tokens;
     s->stats.window_refilled_blocks = st.window_refilled_blocks;
+    s->stats.pool_spilled_blocks = st.spilled_blocks;
+    s->stats.pool_publish_queued = st.publish_queued, s->stats.pool_publish_written = st.publish_written;
+    s->stats.pool_spill_pending = st.spill_pending, s->stats.pool_spill_waits = st.spill_waits;
+    s->stats.pool_spill_errors = st.spill_errors;
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -171,6 +171,8 @@ typedef struct sched_stats {
     long snap_stored, snap_restored, snap_evicted, snap_entries; /* recurrent-state snapshots */
     unsigned long long snap_bytes;                               /* their state bytes in memory */
     long window_reloaded_blocks, window_cut_tokens, window_refilled_blocks; /* sliding-window models */
+    long pool_spilled_blocks, pool_publish_queued, pool_publish_written; /* a device pool's copies down */
+    long pool_spill_pending, pool_spill_waits, pool_spill_errors;      /* their queue (cache/spill.h) */
     long spec_drafted, spec_accepted, spec_steps; /* speculative decoding: tokens drafted, of them
                                                      accepted; steps that verified a draft */
     long spec_mtp_drafted, spec_mtp_accepted;     /* of them, the MTP block's (model/mtp.h) */

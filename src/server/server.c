@@ -151,6 +151,22 @@ static void get_metrics(server *s, const http_req *req, http_reply *rep) {
                       "by recomputing them.\n"
                       "# TYPE strata_window_refilled_blocks_total counter\nstrata_window_refilled_blocks_total %ld\n",
                       st.window_reloaded_blocks, st.window_cut_tokens, st.window_refilled_blocks);
+    if (s->e->kv.dev && n < (int)sizeof body) /* a pool in GPU memory: its copies down (cache/spill.h) */
+        n += snprintf(body + n, sizeof body - (size_t)n,
+                      "# HELP strata_pool_spilled_blocks_total Evicted blocks the GPU pool copied down to the first tier.\n"
+                      "# TYPE strata_pool_spilled_blocks_total counter\nstrata_pool_spilled_blocks_total %ld\n"
+                      "# HELP strata_pool_publish_queued_total Published blocks whose copy down was queued.\n"
+                      "# TYPE strata_pool_publish_queued_total counter\nstrata_pool_publish_queued_total %ld\n"
+                      "# HELP strata_pool_publish_written_total Published blocks written to the tiers once copied down.\n"
+                      "# TYPE strata_pool_publish_written_total counter\nstrata_pool_publish_written_total %ld\n"
+                      "# HELP strata_pool_copies_pending Copies down queued and not yet written to the tiers.\n"
+                      "# TYPE strata_pool_copies_pending gauge\nstrata_pool_copies_pending %ld\n"
+                      "# HELP strata_pool_copy_waits_total Times the host waited for a queued copy down.\n"
+                      "# TYPE strata_pool_copy_waits_total counter\nstrata_pool_copy_waits_total %ld\n"
+                      "# HELP strata_pool_copy_errors_total Copies down the device failed (those blocks are dropped).\n"
+                      "# TYPE strata_pool_copy_errors_total counter\nstrata_pool_copy_errors_total %ld\n",
+                      st.pool_spilled_blocks, st.pool_publish_queued, st.pool_publish_written, st.pool_spill_pending,
+                      st.pool_spill_waits, st.pool_spill_errors);
     if (s->disk && n < (int)sizeof body) {
         disk_stats d;
         disk_get_stats(s->disk, &d);

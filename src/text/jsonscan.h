@@ -66,6 +66,27 @@ int tc_jscan_in_string(const tc_jscan *js);
 /* 1 if the key of the value being read at depth is exactly `name`. */
 int tc_jscan_key_is(const tc_jscan *js, int depth, const char *name);
 
+/* Follows the string member `key` of a JSON object's root as the object
+ * streams in, and decodes that string's text as it grows: each byte is
+ * scanned and decoded once. (A custom tool's input, server/resp_tools.c:
+ * parsing the whole arguments again per token was quadratic in the length
+ * of a patch.) */
+typedef struct tc_member_stream {
+    tc_jscan js;
+    const char *key; /* borrowed */
+    size_t body, used, end; /* the string's body starts at body, is decoded up to used, ends at end */
+    int state;
+} tc_member_stream;
+
+void tc_member_stream_init(tc_member_stream *ms, const char *key);
+void tc_member_stream_free(tc_member_stream *ms);
+/* s[0..n) is the whole text so far (the bytes seen before, then new ones).
+ * Appends to out the member's text decoded since the last call: an escape
+ * cut at the end waits for its rest. 0, or -1 (nothing appended) once the
+ * text cannot be followed this way: not JSON, the member not a string or
+ * given twice. The caller then parses the whole text instead. */
+int tc_member_stream_next(tc_member_stream *ms, const char *s, size_t n, tc_buf *out);
+
 /* A JSON text (malloc'd) that completes the first n bytes of an object
  * cut off part way (a tool call's arguments stopped by max_tokens): an
  * open string is closed, a trailing member that cannot stand (a key

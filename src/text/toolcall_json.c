@@ -369,6 +369,51 @@ int tc_json_unescape(const char *s, size_t n, int final, tc_buf *out, size_t *us
     return 0;
 }
 
+/* ---- following one string member ------------------------------------------------ */
+
+enum { MS_SEEK, MS_BODY, MS_ENDED, MS_DONE, MS_LOST };
+
+static int ms_begin(void *ctx, int depth, char first, size_t at) {
+    tc_member_stream *ms = ctx;
+    if (depth != 1 || !tc_jscan_key_is(&ms->js, 1, ms->key)) return 0;
+    if (first != '"' || ms->state != MS_SEEK) ms->state = MS_LOST;
+    else ms->state = MS_BODY, ms->body = ms->used = at + 1;
+    return 0;
+}
+
+static int ms_end(void *ctx, int depth, size_t start, size_t end) {
+    tc_member_stream *ms = ctx;
+    if (depth == 1 && ms->state == MS_BODY && start + 1 == ms->body) ms->state = MS_ENDED, ms->end = end - 1;
+    return 0;
+}
+
+void tc_member_stream_init(tc_member_stream *ms, const char *key) {
+    memset(ms, 0, sizeof *ms);
+    ms->key = key;
+    tc_jscan_cb cb = {.ctx = ms, .begin = ms_begin, .end = ms_end};
+    tc_jscan_reset(&ms->js, &cb);
+}
+
+void tc_member_stream_free(tc_member_stream *ms) { tc_jscan_free(&ms->js); }
+
+int tc_member_stream_next(tc_member_stream *ms, const char *s, size_t n, tc_buf *out) {
+    for (size_t i = ms->js.doc.len; i < n && ms->state != MS_LOST; i++)
+        if (tc_jscan_byte(&ms->js, (unsigned char)s[i]) == TC_JSCAN_ERR) ms->state = MS_LOST;
+    if (ms->state == MS_LOST) return -1;
+    if (ms->state != MS_BODY && ms->state != MS_ENDED) return 0;
+    int final = ms->state == MS_ENDED;
+    size_t to = final ? ms->end : ms->js.doc.len, used, had = out->len;
+    if (tc_json_unescape(ms->js.doc.p + ms->used, to - ms->used, final, out, &used) < 0) {
+        out->len = had; /* what a bad escape left half written */
+        if (out->p) out->p[had] = '\0';
+        ms->state = MS_LOST;
+        return -1;
+    }
+    ms->used += used;
+    if (final) ms->state = MS_DONE;
+    return 0;
+}
+
 /* ---- completing a cut object ------------------------------------------------------ */
 
 /* Where closing is valid: right after a container opened, or after a

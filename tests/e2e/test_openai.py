@@ -51,6 +51,17 @@ def test_seeded_sampling_is_reproducible(tiny):
     assert a.choices[0].message.content == b.choices[0].message.content
 
 
+def test_seed_takes_any_64_bit_integer(tiny):
+    """Every int64 seed is served; one beyond 64 bits is a 400 naming the range."""
+    for seed in (2**63 - 1, -2**63, 2**62 + 1):
+        r = chat(tiny, "pick words", temperature=1.0, seed=seed, max_tokens=4)
+        assert r.choices[0].message.content is not None
+    body = b'{"messages":[{"role":"user","content":"x"}],"seed":18446744073709551616}'
+    r = httpx.post(tiny.url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400
+    assert "'seed' must be between -9223372036854775808 and 9223372036854775807" in r.json()["error"]["message"]
+
+
 def test_stop_string_cuts_output(tiny):
     full = chat(tiny, "count", max_tokens=24).choices[0].message.content
     if len(full) < 6:
