@@ -3,6 +3,7 @@
 
     python3 bench/bench_kernels_peak.py [--strata ./strata] [--base OLD] [--reps 3] [--levels avx512,avx2]
     python3 bench/bench_kernels_peak.py --levels amx --base-level avx512   # AMX vs AVX-512, one binary
+    python3 bench/bench_kernels_peak.py --levels amx,avx512 --base OLD --types q4_k,q6_k   # some types only
 
 For each weight format and shape prefill runs (SmolLM2's Q4_1, Gemma 3's
 Q5_0 / Q8_0 / Q4_K / Q6_K, the qwen35 synthetic's Q4_0, the MoE experts'
@@ -64,6 +65,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--levels", default="avx512,avx2")
     ap.add_argument("--base-level", help="the base is --strata at this level (e.g. avx512 beside amx)")
+    ap.add_argument("--types", help="only these weight types, e.g. q4_k,q6_k")
     args = ap.parse_args()
     pk = peak(args.strata)
     bins = [("base", args.base, None)] if args.base else []
@@ -82,6 +84,8 @@ def main():
     print("|" + "|".join("---" for _ in head) + "|")
     for level in args.levels.split(","):
         for what, ty, rows, k, n in SHAPES:
+            if args.types and ty not in args.types.split(","):
+                continue
             best = {name: 0.0 for name, _, _ in bins}
             for _ in range(args.reps):
                 for name, b, lv in bins:

@@ -8,6 +8,7 @@
 
 #include "backend/attn.h"
 #include "base/mem.h"
+#include "cache/hash.h"
 #include "model/engine.h"
 #include "model/mtp.h"
 #include "test.h"
@@ -601,6 +602,47 @@ TEST(engine_budget_counts_mtp_drafter) {
     engine_close(asked);
 }
 
+/* ---- the numerics id of K-quant models ---- */
+
+/* A model with any Q4_K, Q5_K or Q6_K tensor gets "+kq-int" after its
+ * attention's id (the K-quant kernels' float steps changed, and with them
+ * the K/V its blocks hold), so blocks written by the old kernels are never
+ * served; a model of legacy or float weights keeps its id, "cpu" for heads
+ * the float32 attention kernels serve (SmolLM2's: its caches stay valid).
+ * With STRATA_MODEL (SmolLM2 Q4_1) and STRATA_GEMMA3_MODEL (Gemma 3 270M
+ * Q4_K_M) the real models are checked too. */
+static void check_numerics_id(const char *gg, int kquant) {
+    engine *e = open_engine(gg, 64, 1);
+    if (!e) return;
+    char base[96], want[128];
+    uint8_t file_fp[32] = {1}, fp[32], fp_base[32];
+    attn_numerics(e->m->hp.head_dim, KVQ_F16, base, sizeof base);
+    snprintf(want, sizeof want, "%s%s", base, kquant ? "+kq-int" : "");
+    CHECK_MSG(strcmp(engine_numerics(e), want) == 0, "%s: numerics %s, want %s", gg, engine_numerics(e), want);
+    if (!kquant && e->m->hp.head_dim < ATTN_AMX_MIN_DIM)
+        CHECK_MSG(strcmp(engine_numerics(e), "cpu") == 0, "%s: %s", gg, engine_numerics(e));
+    cache_numerics_fingerprint(file_fp, engine_numerics(e), fp);
+    cache_numerics_fingerprint(file_fp, base, fp_base);
+    CHECK(kquant ? memcmp(fp, fp_base, 32) != 0 : memcmp(fp, fp_base, 32) == 0);
+    engine_close(e);
+}
+
+TEST(fwd_numerics_id_marks_kquant_models) {
+    static const char *kq[] = {"llama-q4_k", "llama-q5_k", "llama-q6_k", "llama-mix-k", "qwen3moe-q4_k_m"};
+    static const char *plain[] = {"llama-q4_1", "qwen2-q5_0", "qwen3-q5_1", "llama-f32", "gemma3-q8_0"};
+    char gg[256];
+    for (size_t i = 0; i < sizeof kq / sizeof kq[0]; i++) {
+        snprintf(gg, sizeof gg, "%s%s.gguf", test_data("models/"), kq[i]);
+        check_numerics_id(gg, 1);
+    }
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
+        snprintf(gg, sizeof gg, "%s%s.gguf", test_data("models/"), plain[i]);
+        check_numerics_id(gg, 0);
+    }
+    if (test_real_model()) check_numerics_id(test_real_model(), 0);
+    if (test_gemma3_model()) check_numerics_id(test_gemma3_model(), 1);
+}
+
 /* ---- K/V stored quantized (--kv-type q8_0, q4_0) ---- */
 
 static const kvq_type QUANT[] = {KVQ_Q8_0, KVQ_Q4_0};
@@ -626,8 +668,10 @@ TEST(fwd_quant_kv_batch_invariance) {
         engine *ef = open_engine(gg, 512, 1), *eq = open_engine_kv(gg, 512, 1, qt);
         if (!ef || !eq) return;
         int hd = ef->m->hp.head_dim;
-        snprintf(numerics, sizeof numerics, "%s+kv-%s%s", attn_numerics(hd, KVQ_F16, base, sizeof base), kvq_name(qt),
-                 attn_qk_int8(attn_level(), hd, qt) ? "+qk-i8" : "");
+        const char *kq = model_has_kquant(ef->m) ? "+kq-int" : "";
+        snprintf(numerics, sizeof numerics, "%s+kv-%s%s%s", attn_numerics(hd, KVQ_F16, base, sizeof base),
+                 kvq_name(qt), attn_qk_int8(attn_level(), hd, qt) ? "+qk-i8" : "", kq);
+        strcat(base, kq);
         CHECK_EQ_INT(eq->kv.block_bytes * 32, ef->kv.block_bytes * QUANT_HALVES[k / 5]);
         CHECK(strcmp(engine_numerics(ef), base) == 0 && strcmp(engine_numerics(eq), numerics) == 0);
         int V = ef->m->hp.n_vocab;

@@ -548,7 +548,7 @@ TEST(quant_mxfp4_same_bits_every_level) {
         for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++) check_mxfp4_same_bits(l, ks[j]);
 }
 
-/* The AMX level (legacy formats, 16+ tokens on AMX-INT8 tiles) gives every
+/* The AMX level (legacy formats and K-quants, 16+ tokens on AMX-INT8 tiles) gives every
  * (row, token) pair the bits of decode (n_tok = 1, the avx512 GGUF-row
  * tiles): n_tok 16-50 (token tiles of 16 and their tails), 37 rows split
  * as threads split them (16-row tiles and row tails), k from one block to
@@ -587,4 +587,76 @@ TEST(quant_gemm_amx_same_bits) {
     int level = quant_level() < QUANT_AMX ? quant_level() : QUANT_AMX;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++) check_amx_vs_decode(level, types[i], ks[j]);
+    static const qtype ktypes[] = {QT_Q4_K, QT_Q5_K, QT_Q6_K}; /* quant_amx_kq_avx512.c */
+    static const int64_t kks[] = {256, 768, 2048};
+    for (size_t i = 0; i < sizeof ktypes / sizeof ktypes[0]; i++)
+        for (size_t j = 0; j < sizeof kks / sizeof kks[0]; j++) check_amx_vs_decode(level, ktypes[i], kks[j]);
+}
+
+/* ---- K-quants: the same bits at every level ------------------------------
+ * Q4_K, Q5_K and Q6_K make each super-block's integer sums exactly and
+ * then fixed float steps in block order (acc + (float)isum * (d_w * d_x),
+ * no FMA; quant_scalar.c, quant_avx512.c), so scalar, avx2, avx512 and
+ * amx give the same bits: memcmp of each level against scalar for n_tok
+ * 1 to 50 (every tile shape, prepared and GGUF-row tiles, amx token tiles
+ * and tails), row splits as threads make them (row tails, 16-row amx
+ * tiles), k of 1 to 8 super-blocks. `extreme`: every quant, scale and min
+ * at its largest magnitude and activations at +-127, the int32 sums'
+ * worst case, also held to the float64 reference (an overflow that every
+ * level shared would pass the memcmp). */
+static void check_kquant_same_bits(int level, qtype wt, int64_t k, int extreme) {
+    enum { ROWS = 37, NT = 50 };
+    static const int splits[][4] = {{0, 37, 37, 37}, {0, 5, 5, 37}, {0, 18, 18, 37}, {0, 32, 32, 37}};
+    const quant_traits *tr = quant_get(wt);
+    uint64_t s = 8086 + wt + (uint64_t)k + (uint64_t)extreme;
+    uint8_t *w = random_weights(wt, ROWS, k, &s);
+    float *x = random_acts(NT, k, &s);
+    size_t xrb, wrb = quant_row_bytes(wt, k);
+    for (size_t b = 0; extreme && b < ROWS * wrb / tr->bytes; b++) {
+        uint8_t *blk = w + b * tr->bytes;
+        if (wt == QT_Q6_K) {
+            memset(blk, 0xff, 192);       /* q = 63 */
+            memset(blk + 192, 0x80, 16);  /* scales -128 */
+        } else {
+            memset(blk + 4, 0xff, tr->bytes - 4); /* scales, mins 63; q = 15 (31) */
+        }
+    }
+    for (int64_t i = 0; extreme && i < NT * k; i++) x[i] = (i / k) % 2 ? -1.0f : 1.0f;
+    uint8_t *xq = convert_acts(wt, x, NT, k, &xrb);
+    float *ys = malloc(sizeof(float) * NT * ROWS), *yl = malloc(sizeof(float) * NT * ROWS);
+    quant_gemm_level(QUANT_SCALAR, wt, w, wrb, k, xq, xrb, NT, ys, ROWS, 0, ROWS);
+    int bad = 0;
+    for (int n = 1; n <= NT; n++)
+        for (size_t sp = 0; sp < sizeof splits / sizeof splits[0]; sp++) {
+            const int *p = splits[sp];
+            if (n % 7 != 1 && n < 16 && sp > 0) continue; /* every n once, splits at a few */
+            memset(yl, 0xff, sizeof(float) * NT * ROWS);
+            quant_gemm_level(level, wt, w, wrb, k, xq, xrb, n, yl, ROWS, p[0], p[1]);
+            quant_gemm_level(level, wt, w, wrb, k, xq, xrb, n, yl, ROWS, p[2], p[3]);
+            if (memcmp(ys, yl, sizeof(float) * (size_t)n * ROWS) != 0 && bad++ < 3)
+                test_fail(__FILE__, __LINE__, "%s level %d k %lld n_tok %d split %d%s: bits differ from scalar",
+                          quant_name(wt), level, (long long)k, n, p[1], extreme ? " (extreme)" : "");
+        }
+    CHECK_EQ_INT(bad, 0);
+    float *wf = malloc(sizeof(float) * (size_t)k);
+    for (int r = 0; extreme && r < 2; r++) {
+        quant_dequant_row(wt, w + r * wrb, wf, k);
+        for (int t = 0; t < 2; t++) {
+            double ref = 0;
+            for (int64_t i = 0; i < k; i++) ref += (double)wf[i] * x[t * k + i];
+            CHECK_MSG(fabs(ys[t * ROWS + r] - ref) <= gemm_tolerance(wt, wf, x + t * k, k),
+                      "%s extreme k %lld: %.9g vs %.9g", quant_name(wt), (long long)k, ys[t * ROWS + r], ref);
+        }
+    }
+    free(w), free(wf), free(x), free(xq), free(ys), free(yl);
+}
+
+TEST(quant_kquant_same_bits_every_level) {
+    static const qtype types[] = {QT_Q4_K, QT_Q5_K, QT_Q6_K};
+    static const int64_t ks[] = {256, 768, 2048};
+    for (int l = QUANT_SCALAR + 1; l <= quant_level(); l++)
+        for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+            for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++) check_kquant_same_bits(l, types[i], ks[j], 0);
+            check_kquant_same_bits(l, types[i], 512, 1);
+        }
 }

@@ -61,9 +61,10 @@ void quant_gemm(qtype wt, const void *w, size_t w_row_bytes, int64_t k,
 
 /* Kernel levels. A process uses one (cpu_get() decides); tests and
  * `strata bench-kernels` call each level directly. QUANT_AMX is avx512
- * with the legacy formats' prefill (16+ tokens) on AMX-INT8 tiles: the
- * same bits as avx512 (quant_amx_avx512.c), only faster; where the CPU
- * has it and STRATA_CPU does not say avx512 or lower. */
+ * with the prefill (16+ tokens) of the legacy formats and the K-quants on
+ * AMX-INT8 tiles: the same bits as avx512 (quant_amx_avx512.c,
+ * quant_amx_kq_avx512.c), only faster; where the CPU has it and
+ * STRATA_CPU does not say avx512 or lower. */
 enum { QUANT_SCALAR = 0, QUANT_AVX2 = 1, QUANT_AVX512 = 2, QUANT_AMX = 3, QUANT_LEVELS = 4 };
 
 /* Highest level this CPU (after STRATA_CPU masking) runs. */

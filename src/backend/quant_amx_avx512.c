@@ -46,13 +46,14 @@
  * do not overlap however they are interleaved; measured, every
  * interleaving was slower than bursts, and a double buffer of a pair's
  * sums (2 x nb KiB) left L1, where tile stores cost ~4x.
- * Does not: K-quants, MXFP4 (avx512 kernels), decode. */
+ * Does not: K-quants (quant_amx_kq_avx512.c), MXFP4 (avx512 kernels), decode. */
 #include <immintrin.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/amx_cfg.h"
+#include "backend/quant_amx.h"
 #include "backend/quant_impl.h"
 #include "base/mem.h"
 
@@ -75,33 +76,6 @@ enum {
 static int amx_blk(qtype t) {
     return t == QT_Q4_0 ? QB_Q4_0 : t == QT_Q4_1 ? QB_Q4_1 : t == QT_Q5_0 ? QB_Q5_0
          : t == QT_Q5_1 ? QB_Q5_1 : QB_Q8_0;
-}
-
-/* In place: out[c] dword r = in[r] dword c. */
-INL void amx_tr16(__m512i *r) {
-    __m512i a[16], b[16];
-    UNROLL
-    for (int i = 0; i < 8; i++) {
-        a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    /* b[4i + j], 128-bit lane L: rows 4i..4i+3 at column 4L + j */
-    UNROLL
-    for (int i = 0; i < 4; i++) {
-        b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
-        b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
-        b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
-        b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
-    }
-    UNROLL
-    for (int j = 0; j < 4; j++) {
-        __m512i c0 = _mm512_shuffle_i32x4(b[j], b[4 + j], 0x44), c1 = _mm512_shuffle_i32x4(b[8 + j], b[12 + j], 0x44);
-        __m512i c2 = _mm512_shuffle_i32x4(b[j], b[4 + j], 0xee), c3 = _mm512_shuffle_i32x4(b[8 + j], b[12 + j], 0xee);
-        r[j] = _mm512_shuffle_i32x4(c0, c1, 0x88);
-        r[4 + j] = _mm512_shuffle_i32x4(c0, c1, 0xdd);
-        r[8 + j] = _mm512_shuffle_i32x4(c2, c3, 0x88);
-        r[12 + j] = _mm512_shuffle_i32x4(c2, c3, 0xdd);
-    }
 }
 
 /* Transposes the 16 rows at src[n] + off (n < nt; zeros past) and stores
@@ -394,6 +368,8 @@ static uint8_t *amx_work(size_t n) {
     return b->p;
 }
 
+uint8_t *quant_amx_work(size_t n) { return amx_work(n); }
+
 /* Decodes row tiles [i0, i0 + n) of the call (16 rows from r0 + 16 i each;
  * rows past r1: the last one again, results dropped) to wb + i * wtb. */
 static AMX void amx_prep_rows(qtype t, const void *w, size_t wrb, int64_t nb, int r0, int r1, int i0, int n,
@@ -449,14 +425,7 @@ static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const vo
     _tile_release();
 }
 
-#define AMX_KERNEL(name, ty)                                                                                       \
-    static void name(const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok, float *y,       \
-                     int64_t ldy, int r0, int r1) {                                                                \
-        if (n_tok < AMX_MIN_TOK || k > AMX_MAX_K)                                                                  \
-            quant_avx512_kernel(ty)(w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);                                   \
-        else                                                                                                       \
-            amx_gemm(ty, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);                                               \
-    }
+#define AMX_KERNEL(name, ty) QUANT_AMX_KERNEL(name, ty, amx_gemm, AMX_MIN_TOK, AMX_MAX_K)
 AMX_KERNEL(amx_q4_0, QT_Q4_0)
 AMX_KERNEL(amx_q4_1, QT_Q4_1)
 AMX_KERNEL(amx_q5_0, QT_Q5_0)
@@ -470,6 +439,6 @@ quant_gemm_fn quant_amx_kernel(qtype t) {
     case QT_Q5_0: return amx_q5_0;
     case QT_Q5_1: return amx_q5_1;
     case QT_Q8_0: return amx_q8_0;
-    default: return NULL;
+    default: return quant_amx_kq_kernel(t); /* Q4_K, Q5_K, Q6_K, else NULL */
     }
 }

@@ -15,7 +15,8 @@
  * int16 pair sums; Q4_0/Q5_0 fold their offset into a per-block minimum
  * (-8d, -16d) times the activation block sum, as Q4_1/Q5_1 do with m.
  * K-quants: scales applied in integers (VPMADDWD with the scale pattern),
- * one FMA per 256 elements. Does not: threads. */
+ * then every level's float steps on the exact super-block sums (kq_sums):
+ * the same bits as the scalar kernels. Does not: threads. */
 #include <immintrin.h>
 
 #include "backend/quant_tile.h"
@@ -493,33 +494,63 @@ AI __m256i kq_pattern(int ty, __m256i sc, int c) {
     return _mm256_set_m128i(lo, lo);
 }
 
+/* The K-quants' float steps are every level's (quant_avx512.c, "the
+ * K-quants' level-independent float steps"): per pair and super-block
+ * the exact integers isum and im, summed from their 8 partial lanes by
+ * one transposed tree for all the tile's n pairs (kq_sums, n = 4 or 8:
+ * lane i is pair i = r * T + t), then acc + (float)isum * (d_w * d_x),
+ * product and sum rounded apart, the same for accm with dmin, and
+ * out = acc - accm. */
+AI __m256i kq_sums(const __m256i *v, const int n) {
+    __m256i s[4], u[2];
+    UNROLL
+    for (int i = 0; i < n / 2; i++) /* 128-bit half h: pair 2i + h's 4 partial sums */
+        s[i] = _mm256_add_epi32(_mm256_permute2x128_si256(v[2 * i], v[2 * i + 1], 0x20),
+                                _mm256_permute2x128_si256(v[2 * i], v[2 * i + 1], 0x31));
+    UNROLL
+    for (int i = 0; i < n / 4; i++) u[i] = _mm256_hadd_epi32(s[2 * i], s[2 * i + 1]);
+    __m256i z = _mm256_hadd_epi32(u[0], n == 8 ? u[1] : u[0]); /* dword 4h + j: pair 2j + h */
+    return _mm256_permutevar8x32_epi32(z, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+AI __m256 kq_fstep(__m256 acc, __m256i isum, __m256 dw, __m256 dx) {
+    return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, dx)));
+}
+
+/* Lane i = r * T + t of a tile's pairs: v[r] (per_row) or v[t]. */
+AI __m256 kq_per_pair(const float *v, int per_row, const int RR, const int T) {
+#define KQ_J(i) ((i) < RR * T ? v[per_row ? (i) / T : (i) % T] : 0.0f)
+    return _mm256_setr_ps(KQ_J(0), KQ_J(1), KQ_J(2), KQ_J(3), KQ_J(4), KQ_J(5), KQ_J(6), KQ_J(7));
+#undef KQ_J
+}
+
 AI void kq_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
                 int64_t k, float *out, const int RR, const int T) {
-    const int64_t nb = k / QK_K;
+    const int64_t nb = k / QK_K, n = RR * T;
     const int by = ty == K4 ? QB_Q4_K : ty == K5 ? QB_Q5_K : QB_Q6_K;
-    __m256 acc[4][8], accm[4][8];
-    UNROLL
-    for (int r = 0; r < RR; r++)
-        UNROLL
-        for (int t = 0; t < T; t++) acc[r][t] = accm[r][t] = _mm256_setzero_ps();
+    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        __m256i sc[4], ia[4][8];
+        __m256i sc[4], ia[8], im[8];
+        float dw[4], dm[4], dx[8];
         UNROLL
-        for (int r = 0; r < RR; r++) sc[r] = kq_scales(ty, w[r] + b * by);
+        for (int r = 0; r < RR; r++) {
+            sc[r] = kq_scales(ty, w[r] + b * by);
+            dw[r] = _cvtsh_ss(quant_rd16(w[r] + b * by + (ty == K6 ? 208 : 0)));
+            dm[r] = ty == K6 ? 0.0f : _cvtsh_ss(quant_rd16(w[r] + b * by + 2));
+        }
         UNROLL
         for (int t = 0; t < T; t++) {
             __m256i bs = _mm256_loadu_si256((const void *)(qak_bsums(x[t], nb) + 16 * b));
+            dx[t] = qak_d(x[t])[b];
             UNROLL
             for (int r = 0; r < RR; r++) {
                 if (ty == K6) { /* the -32 offset: sum_g -32 sc_g bsum_g */
-                    ia[r][t] = _mm256_madd_epi16(bs, _mm256_mullo_epi16(sc[r], _mm256_set1_epi16(-32)));
-                } else { /* mins: sum_g m[g/2] bsum_g, scaled by dmin below */
+                    ia[r * T + t] = _mm256_madd_epi16(bs, _mm256_mullo_epi16(sc[r], _mm256_set1_epi16(-32)));
+                } else { /* mins: sum_g m[g/2] bsum_g */
                     __m128i mn = _mm256_extracti128_si256(sc[r], 1);
                     __m256i mp = _mm256_set_m128i(_mm_unpackhi_epi16(mn, mn), _mm_unpacklo_epi16(mn, mn));
-                    __m256i im = _mm256_madd_epi16(bs, mp);
-                    float dm = _cvtsh_ss(quant_rd16(w[r] + b * by + 2)) * qak_d(x[t])[b];
-                    accm[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(im), _mm256_set1_ps(dm), accm[r][t]);
-                    ia[r][t] = _mm256_setzero_si256();
+                    im[r * T + t] = _mm256_madd_epi16(bs, mp);
+                    ia[r * T + t] = _mm256_setzero_si256();
                 }
             }
         }
@@ -535,22 +566,16 @@ AI void kq_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
                 __m256i xv = _mm256_loadu_si256((const void *)(qak_qs(x[t], nb) + b * QK_K + 32 * c));
                 UNROLL
                 for (int r = 0; r < RR; r++)
-                    ia[r][t] = _mm256_add_epi32(ia[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(wv[r], xv), sp[r]));
+                    ia[r * T + t] = _mm256_add_epi32(ia[r * T + t], _mm256_madd_epi16(_mm256_maddubs_epi16(wv[r], xv), sp[r]));
             }
         }
-        UNROLL
-        for (int t = 0; t < T; t++)
-            UNROLL
-            for (int r = 0; r < RR; r++) {
-                float d = _cvtsh_ss(quant_rd16(w[r] + b * by + (ty == K6 ? 208 : 0)));
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[r][t]),
-                                            _mm256_set1_ps(d * qak_d(x[t])[b]), acc[r][t]);
-            }
+        __m256 dxv = kq_per_pair(dx, 0, RR, T);
+        acc = kq_fstep(acc, kq_sums(ia, n), kq_per_pair(dw, 1, RR, T), dxv);
+        if (ty != K6) accm = kq_fstep(accm, kq_sums(im, n), kq_per_pair(dm, 1, RR, T), dxv);
     }
-    UNROLL
-    for (int r = 0; r < RR; r++)
-        UNROLL
-        for (int t = 0; t < T; t++) out[r * T + t] = hsum8(acc[r][t]) - hsum8(accm[r][t]);
+    float o[8];
+    _mm256_storeu_ps(o, ty == K6 ? acc : _mm256_sub_ps(acc, accm));
+    for (int i = 0; i < n; i++) out[i] = o[i];
 }
 
 /* Tiles: prefill takes 1 row x 8 tokens (the decode of a super-block is

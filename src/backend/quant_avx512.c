@@ -20,7 +20,10 @@
  * m (Q4_0: -8d, Q5_0: -16d, Q8_0: -128d, Q4_1/Q5_1: the stored min) times
  * the activation block sum s, accumulated 16 blocks at a time.
  * K-quants: sub-block scales are applied in integers (VPMADDUBSW then
- * VPDPWSSD), so the float work is one FMA per 256 elements.
+ * VPDPWSSD); a super-block's integer sums are summed exactly, all the
+ * tile's pairs at once, and the float steps are every level's (the same
+ * bits at scalar, avx2, avx512, amx: see "the K-quants' level-independent
+ * float steps" below).
  * Does not: threads; F16/BF16 use plain float FMAs. */
 #include <immintrin.h>
 
@@ -572,54 +575,114 @@ AI __m512i kq_ia0(int ty, __m256i bs, __m256i mp) {
     return _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(bs), _mm512_zextsi256_si512(mp));
 }
 
-/* A pair's float step per super-block: the scaled integer sum, and for
- * Q4_K/Q5_K the minimum term sum_g m_g bsum_g (im) scaled by dmin. */
-AI void kq_fstep(int ty, __m512i ia, __m256i bs, __m256i mp, __m512 d, __m512 dmin, float dx1,
-                 __m512 *acc, __m256 *accm) {
-    __m512 dx = _mm512_set1_ps(dx1);
-    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_mul_ps(d, dx), *acc);
-    if (ty != K6) {
-        __m256i im = _mm256_dpwssd_epi32(_mm256_setzero_si256(), bs, mp);
-        *accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(im), _mm512_castps512_ps256(_mm512_mul_ps(dmin, dx)), *accm);
-    }
+/* ---- the K-quants' level-independent float steps -------------------------
+ * Per (row, token) pair and super-block b the kernels make the exact
+ * integers isum (sum_s sc_s dot_s; Q6_K: sum_g sc_g (dot_g - 32 bsum_g))
+ * and, for Q4_K/Q5_K, im = sum_s m_s bsum_s, as 16 partial sums in the
+ * lanes of a vector; integer sums are exact in any order, so the lanes'
+ * split does not matter. The float steps are then the scalar kernel's
+ * (quant_scalar.c), in block order, product and sum rounded apart:
+ *     acc  = acc  + (float)isum * (d_w * d_x)
+ *     accm = accm + (float)im   * (dmin_w * d_x)       out = acc - accm
+ * so every level (and the amx one) gives the same bits. The pairs of a
+ * tile are summed together by a transposed tree (kq_fold2, kq_tree) into
+ * one vector, lane i holding pair i (= r * T + t), and the float steps
+ * run on the pairs' lanes: one vector each for acc and accm. */
+
+/* Tree stage 1: pairs i (a) and i + 1 (b), 16 partial sums each, to 8
+ * each: lanes 0-7 pair i, 8-15 pair i + 1. */
+AI __m512i kq_fold2(__m512i a, __m512i b) {
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, 0x44), _mm512_shuffle_i32x4(a, b, 0xee));
 }
 
-/* A pair's result: the lanes of acc summed (GCC's reduction order, the
- * bits these kernels always had), minus the minimum terms' sum. */
-AI float kq_finish(int ty, __m512 acc, __m256 accm) {
-    float v = _mm512_reduce_add_ps(acc);
-    if (ty != K6) {
-        __m128 s = _mm_add_ps(_mm256_castps256_ps128(accm), _mm256_extractf128_ps(accm, 1));
-        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        v -= _mm_cvtss_f32(s);
+/* The rest of the tree over the stage-1 vectors s[0 .. (n + 1) / 2) of n
+ * pairs (n = 2, 4, 8 or 16): lane i of the result is pair i's sum. */
+AI __m512i kq_tree(const __m512i *s, const int n) {
+    const __m512i z0 = _mm512_setzero_si512();
+    const int ns = (n + 1) / 2, nu = (n + 3) / 4, nw = (nu + 1) / 2;
+    __m512i u[4], w[2], z;
+    UNROLL
+    for (int i = 0; i < nu; i++) { /* 128-bit lane q: pair 4i + q's 4 partial sums */
+        __m512i a = s[2 * i], b = 2 * i + 1 < ns ? s[2 * i + 1] : z0;
+        u[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, 0x88), _mm512_shuffle_i32x4(a, b, 0xdd));
     }
-    return v;
+    UNROLL
+    for (int i = 0; i < nw; i++) { /* lane q: pairs of u[2i] and u[2i+1], 2 partial sums each, interleaved */
+        __m512i a = u[2 * i], b = 2 * i + 1 < nu ? u[2 * i + 1] : z0;
+        w[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+    }
+    if (nw == 1) /* dword 4q + j: pair 4j + q */
+        z = _mm512_add_epi32(w[0], _mm512_shuffle_epi32(w[0], (_MM_PERM_ENUM)0x4e));
+    else
+        z = _mm512_add_epi32(_mm512_unpacklo_epi64(w[0], w[1]), _mm512_unpackhi_epi64(w[0], w[1]));
+    const __m512i nat = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    return _mm512_permutexvar_epi32(nat, z); /* lane i <- dword qa8_lane(i) */
+}
+
+/* isum of n pairs (ia[i]: pair i's 16 partial sums), lane i pair i. */
+AI __m512i kq_sums(const __m512i *ia, const int n) {
+    if (n == 1) return _mm512_castsi128_si512(_mm_cvtsi32_si128(_mm512_reduce_add_epi32(ia[0])));
+    __m512i s[8];
+    UNROLL
+    for (int i = 0; i < (n + 1) / 2; i++)
+        s[i] = kq_fold2(ia[2 * i], 2 * i + 1 < n ? ia[2 * i + 1] : _mm512_setzero_si512());
+    return kq_tree(s, n);
+}
+
+/* im of n pairs: pair i's 16 bsums bs[i] times its row's min pattern
+ * mp[i], two pairs per VPDPWSSD (the halves are tree stage 1's layout). */
+AI __m512i kq_min_sums(const __m256i *bs, const __m256i *mp, const int n) {
+    __m512i s[8];
+    UNROLL
+    for (int i = 0; i < (n + 1) / 2; i++) {
+        __m256i b1 = 2 * i + 1 < n ? bs[2 * i + 1] : _mm256_setzero_si256();
+        __m256i m1 = 2 * i + 1 < n ? mp[2 * i + 1] : _mm256_setzero_si256();
+        s[i] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_inserti64x4(_mm512_castsi256_si512(bs[2 * i]), b1, 1),
+                                   _mm512_inserti64x4(_mm512_castsi256_si512(mp[2 * i]), m1, 1));
+    }
+    if (n == 1) return _mm512_castsi128_si512(_mm_cvtsi32_si128(_mm512_reduce_add_epi32(s[0])));
+    return kq_tree(s, n);
+}
+
+/* One float step of the pairs' lanes: acc + (float)isum * (dw * dx). */
+AI __m512 kq_fstep(__m512 acc, __m512i isum, __m512 dw, __m512 dx) {
+    return _mm512_add_ps(acc, _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx)));
+}
+
+/* dx of the T tokens of a tile with R rows in pair order (lane r*T + t:
+ * token t's d of super-block b). */
+AI __m512 kq_dx(const uint8_t *const *x, int64_t nb, int64_t b, const int RR, const int T) {
+    __m512 dx = _mm512_setzero_ps();
+    UNROLL
+    for (int t = 0; t < T; t++) {
+        uint32_t m = 0;
+        for (int r = 0; r < RR; r++) m |= 1u << (r * T + t);
+        dx = _mm512_mask_mov_ps(dx, (__mmask16)m, _mm512_set1_ps(qak_d(x[t])[b]));
+    }
+    return dx;
+}
+
+/* The tile's results: lanes 0 .. n-1 of acc - accm (Q6_K: acc). */
+AI void kq_store(int ty, __m512 acc, __m512 accm, float *out, const int n) {
+    _mm512_mask_storeu_ps(out, (__mmask16)((1u << n) - 1), ty == K6 ? acc : _mm512_sub_ps(acc, accm));
 }
 
 AI void kq_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
                 int64_t k, float *out, const int T) {
     const int64_t nb = k / QK_K;
     const int by = ty == K4 ? QB_Q4_K : ty == K5 ? QB_Q5_K : QB_Q6_K;
-    __m512 acc[R][4];
-    __m256 accm[R][4];
-    UNROLL
-    for (int r = 0; r < R; r++)
-        UNROLL
-        for (int t = 0; t < T; t++) {
-            acc[r][t] = _mm512_setzero_ps();
-            accm[r][t] = _mm256_setzero_ps();
-        }
+    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         kq_head h[R];
-        __m512i ia[R][4];
+        __m512i ia[R * 4];
+        __m256i bs[4];
         UNROLL
         for (int r = 0; r < R; r++) kq_load_head(ty, w[r] + b * by, &h[r]);
         UNROLL
         for (int t = 0; t < T; t++) {
-            __m256i bs = _mm256_loadu_si256((const void *)(qak_bsums(x[t], nb) + 16 * b));
+            bs[t] = _mm256_loadu_si256((const void *)(qak_bsums(x[t], nb) + 16 * b));
             UNROLL
-            for (int r = 0; r < R; r++) ia[r][t] = kq_ia0(ty, bs, h[r].mp);
+            for (int r = 0; r < R; r++) ia[r * T + t] = kq_ia0(ty, bs[t], h[r].mp);
         }
         UNROLL
         for (int c = 0; c < 4; c++) {
@@ -634,36 +697,40 @@ AI void kq_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
                 __m512i xv = _mm512_loadu_si512((const void *)(qak_qs(x[t], nb) + b * QK_K + 64 * c));
                 UNROLL
                 for (int r = 0; r < R; r++)
-                    ia[r][t] = _mm512_dpwssd_epi32(ia[r][t], _mm512_maddubs_epi16(wv[r], xv), sp[r]);
+                    ia[r * T + t] = _mm512_dpwssd_epi32(ia[r * T + t], _mm512_maddubs_epi16(wv[r], xv), sp[r]);
             }
         }
+        __m512 dw = _mm512_setzero_ps(), dm = _mm512_setzero_ps(), dx = kq_dx(x, nb, b, R, T);
         UNROLL
-        for (int t = 0; t < T; t++) {
-            __m256i bs = _mm256_loadu_si256((const void *)(qak_bsums(x[t], nb) + 16 * b));
+        for (int r = 0; r < R; r++) {
+            __mmask16 m = (__mmask16)(((1u << T) - 1) << (r * T));
+            dw = _mm512_mask_mov_ps(dw, m, h[r].d);
+            dm = _mm512_mask_mov_ps(dm, m, h[r].dmin);
+        }
+        acc = kq_fstep(acc, kq_sums(ia, R * T), dw, dx);
+        if (ty != K6) {
+            __m256i bsp[R * 4], mpp[R * 4];
             UNROLL
-            for (int r = 0; r < R; r++)
-                kq_fstep(ty, ia[r][t], bs, h[r].mp, h[r].d, h[r].dmin, qak_d(x[t])[b], &acc[r][t], &accm[r][t]);
+            for (int i = 0; i < R * T; i++) bsp[i] = bs[i % T], mpp[i] = h[i / T].mp;
+            accm = kq_fstep(accm, kq_min_sums(bsp, mpp, R * T), dm, dx);
         }
     }
-    UNROLL
-    for (int r = 0; r < R; r++)
-        UNROLL
-        for (int t = 0; t < T; t++) out[r * T + t] = kq_finish(ty, acc[r][t], accm[r][t]);
+    kq_store(ty, acc, accm, out, R * T);
 }
 
 /* ---- prepared K-quant rows ----------------------------------------------
  * The tiles above decode each super-block (nibbles, fifth or high bits,
  * 6-bit scales, their per-lane patterns) once per tile of 4 rows x T <= 4
- * tokens, which with their 16 integer and 16 float accumulators spills
- * and was about half of the K-quant kernels' work (Gemma 3's Q4_K/Q6_K
- * ran at about half the legacy rate; the MoE experts' 1-token tails paid
- * the whole decode per token). From KQ_PREP_MIN tokens on, tile_drive_prep
- * decodes each row once per row chunk into KQ_SB bytes per super-block:
+ * tokens, which was about half of the K-quant kernels' work (Gemma 3's
+ * Q4_K/Q6_K ran at about half the legacy rate; the MoE experts' 1-token
+ * tails paid the whole decode per token). From KQ_PREP_MIN tokens on,
+ * tile_drive_prep decodes each row once per row chunk into KQ_SB bytes
+ * per super-block:
  *   4 chunk vectors as kq_decode gives them, 4 scale patterns as
  *   kq_scale_pattern gives them, then mp (32 bytes), d and dmin (floats);
- * and kq_ptile runs 1 row x {8, 4, 2, 1} tokens over them. A pair's
- * instructions are kq_tile's (kq_ia0, the chunk chain, kq_fstep,
- * kq_finish), so the bits are the same (quant_gemm_prefill_vs_decode). */
+ * and kq_ptile runs 1 row x {8, 4, 2, 1} tokens over them. The integer
+ * sums are exact and the float steps are every level's, so the bits are
+ * the same (quant_gemm_prefill_vs_decode, quant_kquant_same_bits_every_level). */
 enum { KQ_SB = 576 };
 #define KQ_PREP_MIN 8
 
@@ -692,10 +759,7 @@ AI void kq_prep_w(int ty, const uint8_t *w, int64_t k, uint8_t *dst) {
 AI void kq_ptile(int ty, const uint8_t *const *w, const uint8_t *const *x,
                  int64_t k, float *out, const int T) {
     const int64_t nb = k / QK_K;
-    __m512 acc[8];
-    __m256 accm[8];
-    UNROLL
-    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
+    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = w[0] + b * KQ_SB;
         const __m512i *q = (const __m512i *)(const void *)p;
@@ -703,9 +767,13 @@ AI void kq_ptile(int ty, const uint8_t *const *w, const uint8_t *const *x,
         float f[2];
         memcpy(f, p + 544, sizeof f);
         __m512i ia[8];
+        __m256i bs[8], mpp[8];
         UNROLL
-        for (int t = 0; t < T; t++)
-            ia[t] = kq_ia0(ty, _mm256_loadu_si256((const void *)(qak_bsums(x[t], nb) + 16 * b)), mp);
+        for (int t = 0; t < T; t++) {
+            bs[t] = _mm256_loadu_si256((const void *)(qak_bsums(x[t], nb) + 16 * b));
+            mpp[t] = mp;
+            ia[t] = kq_ia0(ty, bs[t], mp);
+        }
         UNROLL
         for (int c = 0; c < 4; c++) {
             __m512i wv = _mm512_load_si512(q + c), sp = _mm512_load_si512(q + 4 + c);
@@ -715,13 +783,11 @@ AI void kq_ptile(int ty, const uint8_t *const *w, const uint8_t *const *x,
                 ia[t] = _mm512_dpwssd_epi32(ia[t], _mm512_maddubs_epi16(wv, xv), sp);
             }
         }
-        UNROLL
-        for (int t = 0; t < T; t++)
-            kq_fstep(ty, ia[t], _mm256_loadu_si256((const void *)(qak_bsums(x[t], nb) + 16 * b)), mp,
-                     _mm512_set1_ps(f[0]), _mm512_set1_ps(f[1]), qak_d(x[t])[b], &acc[t], &accm[t]);
+        __m512 dx = kq_dx(x, nb, b, 1, T);
+        acc = kq_fstep(acc, kq_sums(ia, T), _mm512_set1_ps(f[0]), dx);
+        if (ty != K6) accm = kq_fstep(accm, kq_min_sums(bs, mpp, T), _mm512_set1_ps(f[1]), dx);
     }
-    UNROLL
-    for (int t = 0; t < T; t++) out[t] = kq_finish(ty, acc[t], accm[t]);
+    kq_store(ty, acc, accm, out, T);
 }
 
 /* Tile sets: 4 rows x {4, 2, 1} tokens on GGUF rows below KQ_PREP_MIN
@@ -735,6 +801,22 @@ AI void kq_ptile(int ty, const uint8_t *const *w, const uint8_t *const *x,
 KQ_KERNEL(kq_q4_k, K4)
 KQ_KERNEL(kq_q5_k, K5)
 KQ_KERNEL(kq_q6_k, K6)
+
+AI void kq_unpack(int ty, const uint8_t *blk, uint8_t *q, int16_t *sc, float *dd) {
+    kq_head h;
+    kq_load_head(ty, blk, &h);
+    UNROLL
+    for (int c = 0; c < 4; c++) _mm512_storeu_si512((void *)(q + 64 * c), kq_decode(ty, blk, c));
+    _mm256_storeu_si256((void *)sc, _mm512_castsi512_si256(h.sc));
+    dd[0] = _mm512_cvtss_f32(h.d);
+    dd[1] = _mm512_cvtss_f32(h.dmin);
+}
+
+void quant_avx512_kq_unpack(qtype t, const uint8_t *blk, uint8_t *q, int16_t *sc, float *dd) {
+    if (t == QT_Q4_K) kq_unpack(K4, blk, q, sc, dd);
+    else if (t == QT_Q5_K) kq_unpack(K5, blk, q, sc, dd);
+    else kq_unpack(K6, blk, q, sc, dd);
+}
 
 /* ---- float formats (F32 activations) ----------------------------------- */
 

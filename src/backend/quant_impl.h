@@ -144,6 +144,15 @@ quant_gemm_fn quant_scalar_kernel(qtype t);
 quant_gemm_fn quant_avx2_kernel(qtype t);
 quant_gemm_fn quant_avx512_kernel(qtype t);
 quant_gemm_fn quant_amx_kernel(qtype t);
+/* The amx level's K-quant kernels (quant_amx_kq_avx512.c), NULL for
+ * other types; quant_amx_kernel hands them out. */
+quant_gemm_fn quant_amx_kq_kernel(qtype t);
+/* Super-block blk of a Q4_K, Q5_K or Q6_K row as the avx512 kernels
+ * decode it (quant_avx512.c), for the amx level's weight preparation:
+ * q[256] the unsigned quants in element order, sc[16] the int16 scales
+ * (Q4_K/Q5_K: the 8 sub-blocks' scales, then their 8 mins; Q6_K: the 16
+ * groups' scales), dd[0] d and dd[1] dmin (Q6_K: 0). */
+void quant_avx512_kq_unpack(qtype t, const uint8_t *blk, uint8_t *q, int16_t *sc, float *dd);
 
 /* The kernel quant_gemm would use for t at `level` (with fallback). */
 quant_gemm_fn quant_kernel_at(int level, qtype t);

@@ -79,7 +79,10 @@ static float dot_q8_0(const uint8_t *w, const void *x, int64_t k) {
 }
 
 /* Q4_K and Q5_K: scales apply in integers; only two float terms per
- * super-block (d * sum and dmin * min-sum). */
+ * super-block (d * sum and dmin * min-sum), rounded apart (ISO C: no FMA
+ * contraction). These steps are every level's (quant_avx512.c, "the
+ * K-quants' level-independent float steps"), as are Q6_K's: the SIMD and
+ * AMX kernels make the same exact integers, so they give these bits. */
 static float dot_q45k(const uint8_t *w, const void *x, int64_t k, int five) {
     int64_t nb = k / QK_K;
     const float *xd = qak_d(x);

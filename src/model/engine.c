@@ -119,6 +119,8 @@ int engine_open(engine **out, const engine_params *p, strata_err *err) {
         return 0;
     }
     attn_numerics(e->m->hp.head_dim, p->kv_type, e->numerics, sizeof e->numerics);
+    if (model_has_kquant(e->m)) /* their matmuls' bits changed: older blocks are never served */
+        strncat(e->numerics, "+kq-int", sizeof e->numerics - strlen(e->numerics) - 1);
     e->threads = pool_new(p->n_threads);
     e->fwd = fwd_new(e->m, &e->kv, e->threads, e->max_batch);
     *out = e;

@@ -73,8 +73,9 @@ void engine_seq_release(engine *e, kv_seq *s);
 /* The numerics id of the device the engine computes on: "cpu" or
  * CUDA_NUMERICS, with the KV type when it is not f16 ("cpu+kv-q8_0",
  * kvq_numerics): blocks of another KV type are other bytes, never served.
- * A cache keys its blocks by it
- * (cache_numerics_fingerprint). (The CPU's levels, scalar/avx2/avx512,
+ * A model with K-quant weights adds "+kq-int" (model_has_kquant: their
+ * kernels' float steps changed, and the K/V with them). A cache keys its
+ * blocks by it (cache_numerics_fingerprint). (The CPU's levels, scalar/avx2/avx512,
  * do not all give the same bits, yet share "cpu": the fingerprint
  * existing caches were written under.) */
 const char *engine_numerics(const engine *e);

@@ -302,6 +302,21 @@ void model_free(model *m) {
     free(m);
 }
 
+/* Their CPU kernels make each super-block's integer sum exactly, then
+ * fixed float steps: the same bits at every level (backend/README.md,
+ * "K-quants: one integer per super-block"); before, each level summed 8
+ * or 16 partial lanes in float. The K/V of such a model changed with it,
+ * so its numerics id carries "+kq-int" (engine.c) and blocks cached under
+ * the old id are never served; a model of legacy or float weights keeps
+ * its id, and its caches stay valid. */
+int model_has_kquant(const model *m) {
+    for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
+        uint32_t t = m->gguf->tensors[i].type;
+        if (t == QT_Q4_K || t == QT_Q5_K || t == QT_Q6_K) return 1;
+    }
+    return 0;
+}
+
 size_t model_weight_bytes(const model *m) {
     size_t total = 0;
     for (uint64_t i = 0; i < m->gguf->n_tensors; i++) total += m->gguf->tensors[i].nbytes;

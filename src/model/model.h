@@ -160,6 +160,10 @@ typedef struct model {
 int model_load(model **out, const char *path, strata_err *err);
 void model_free(model *m); /* NULL is fine */
 
+/* Whether any tensor is Q4_K, Q5_K or Q6_K: their CPU kernels' numerics
+ * are in the engine's numerics id ("+kq-int", engine_numerics). */
+int model_has_kquant(const model *m);
+
 /* Number of weight bytes (for info and benchmarks). */
 size_t model_weight_bytes(const model *m);
 
