@@ -26,7 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/act.h"
 #include "backend/attn.h"
 #include "backend/vexp.h"
 #include "base/fp16.h"
@@ -92,12 +91,16 @@ static void mm_worker(void *p, int ith, int nth) {
 /* Rows per chunk: about MM_CHUNKS_PER_THREAD chunks per thread and weight
  * (a parked thread holds up at most its current chunk), at least 64 rows,
  * whole ROW_ALIGN blocks. */
+int fwd__chunk_rows(long rows, int nth) {
+    long per = rows / ((long)MM_CHUNKS_PER_THREAD * nth);
+    per = (per + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
+    return per < 4 * ROW_ALIGN ? 4 * ROW_ALIGN : (int)per;
+}
+
 static void mm_chunks(mm_job *j, int nth) {
     j->first[0] = 0;
     for (int i = 0; i < j->n_w; i++) {
-        long rows = j->w[i]->rows, per = rows / ((long)MM_CHUNKS_PER_THREAD * nth);
-        per = (per + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
-        if (per < 4 * ROW_ALIGN) per = 4 * ROW_ALIGN;
+        long rows = j->w[i]->rows, per = fwd__chunk_rows(rows, nth);
         j->chunk_rows[i] = (int)per;
         j->first[i + 1] = j->first[i] + (int)((rows + per - 1) / per);
     }
@@ -135,27 +138,35 @@ static void ensure_xq(fwd_ctx *c, const model_tensor **w, int n_w, int n) {
     c->xq_cap = need;
 }
 
-/* y_i[t][:] = W_i x[t] for up to MM_MAX weights sharing the input rows x.
- * Activations are converted once per distinct activation format. */
-void fwd__matmul_group(fwd_ctx *c, const float *x, int n, const model_tensor **w, float **y, int n_w) {
-    mm_job j = {.n_w = n_w, .n = n};
+/* The input rows x in the activation format of each of the n_w weights,
+ * converted once per distinct format: xq[i] (rows bytes[i] apart) is
+ * weight i's. The rows live in c->xq until the next conversion. */
+void fwd__quant_inputs(fwd_ctx *c, const float *x, int n, const model_tensor **w, int n_w, const uint8_t **xq,
+                       size_t *bytes) {
     qtype done[MM_MAX];
     int n_done = 0;
     ensure_xq(c, w, n_w, n);
     for (int i = 0; i < n_w; i++) {
         qtype act = quant_get(w[i]->type)->act_type;
-        size_t bytes = quant_act_row_bytes(act, w[i]->cols);
+        bytes[i] = quant_act_row_bytes(act, w[i]->cols);
         int slot = 0;
         while (slot < n_done && done[slot] != act) slot++;
         if (slot == n_done) {
-            act_job a = {x, w[i]->cols, act, c->xq[slot], bytes};
+            act_job a = {x, w[i]->cols, act, c->xq[slot], bytes[i]};
             fwd__for_rows(c, n, act_row, &a);
             done[n_done++] = act;
         }
+        xq[i] = c->xq[slot];
+    }
+}
+
+/* y_i[t][:] = W_i x[t] for up to MM_MAX weights sharing the input rows x. */
+void fwd__matmul_group(fwd_ctx *c, const float *x, int n, const model_tensor **w, float **y, int n_w) {
+    mm_job j = {.n_w = n_w, .n = n};
+    fwd__quant_inputs(c, x, n, w, n_w, j.xq, j.xq_bytes);
+    for (int i = 0; i < n_w; i++) {
         j.w[i] = w[i];
         j.y[i] = y[i];
-        j.xq[i] = c->xq[slot];
-        j.xq_bytes[i] = bytes;
     }
     mm_chunks(&j, pool_size(c->threads));
     pool_run_any(c->threads, mm_worker, &j);
@@ -464,24 +475,6 @@ static void split_runs(fwd_ctx *c, const fwd_batch *b) {
     }
 }
 
-static void swiglu_row(fwd_ctx *c, void *arg, int t) {
-    int f = c->m->hp.n_ff;
-    float *g = c->gate + (size_t)t * f, *u = c->up + (size_t)t * f;
-    /* libm's expf's bits, kept (vectorised: backend/vexp.h): act_expf
-     * moved SmolLM2's oracle RMS on one prompt from 0.25 to 0.45 (rounding
-     * chaos, not error), and these models' bits stay as every earlier cache
-     * and test has them. */
-    vexp_silu_mul(g, g, u, (size_t)f);
-}
-
-/* GELU, tanh form (gemma's gelu_pytorch_tanh), backend/act.h. llama.cpp
- * looks it up in an F16 table instead; the difference is within the
- * oracle tolerance. */
-static void geglu_row(fwd_ctx *c, void *arg, int t) {
-    int f = c->m->hp.n_ff;
-    act_gelu_tanh_mul(c->gate + (size_t)t * f, c->up + (size_t)t * f, (size_t)f);
-}
-
 static void add_rows(float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
@@ -525,11 +518,7 @@ static void layer_forward(fwd_ctx *c, const fwd_batch *b, int il) {
     if (c->moe) {
         moe_ffn(c, L, c->xn, n, c->tmp);
     } else {
-        const model_tensor *gu[2] = {&L->w_gate, &L->w_up};
-        float *gu_out[2] = {c->gate, c->up};
-        fwd__matmul_group(c, c->xn, n, gu, gu_out, 2);
-        fwd__for_rows(c, n, hp->ffn_gelu ? geglu_row : swiglu_row, NULL);
-        fwd__matmul(c, c->gate, n, &L->w_down, c->tmp);
+        fwd__ffn(c, L, c->xn, n, c->tmp);
     }
     if (L->post_ffn_norm.data) norm_rows(c, c->tmp, c->tmp, &L->post_ffn_norm, n);
     add_rows(c->x, c->tmp, (size_t)n * e);
@@ -710,6 +699,8 @@ void fwd_keep_hidden(fwd_ctx *c, int on) {
 
 const float *fwd_hidden(const fwd_ctx *c) { return c->hidden; }
 
+void fwd_use_fusion(fwd_ctx *c, int on) { c->ffn_unfused = !on; }
+
 size_t fwd_state_floats(const model *m) { return dn_state_floats(m); }
 
 int fwd_prefill(fwd_ctx *c, kv_seq *s, const int32_t *tokens, int n, float *logits,
@@ -795,6 +786,9 @@ fwd_ctx *fwd_new(const model *m, kv_pool *kv, pool *threads, int max_batch) {
     }
     c->dn = dn_new(m, max_batch);
     c->moe = moe_new(m, max_batch);
+    c->ffn_up = fwd__ffn_scratch(m, pool_size(threads));
+    const char *fz = getenv("STRATA_CPU_FUSE");
+    c->ffn_unfused = fz && !strcmp(fz, "0");
     int nth = pool_size(threads), hpg = hp->n_head / hp->n_head_kv;
     c->runs = xmalloc(n * sizeof(*c->runs));
     c->attn_ws_n = (attn_ws_floats(hp->head_dim, ATTN_RUN * hpg) + 15) & ~(size_t)15;
@@ -809,7 +803,7 @@ void fwd_free(fwd_ctx *c) {
     if (!c) return;
     float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->gate, c->up, c->tmp,
                      c->rope_inv_freq, c->rope_inv_swa, c->rope_cos, c->rope_sin, c->attn_ws, c->qg, c->attn_gate,
-                     c->hidden};
+                     c->hidden, c->ffn_up};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     for (int i = 0; i < MM_MAX; i++) free(c->xq[i]);
     free(c->runs);

@@ -1,0 +1,127 @@
+/* ffn.c - the dense gated feed-forward of one layer: gate and up matmuls,
+ * the gated activation (SwiGLU: llama family, qwen35; GELU, tanh form:
+ * gemma3), the down matmul. Mixture-of-experts layers are moe.c.
+ *
+ * Fused (the default): a work item is a range of rows of both gate and
+ * up, [r0, r1), for a range of tokens, [t0, t1). One thread computes the
+ * gate rows into c->gate, the up rows into a scratch of its own, then the
+ * activation on that (token, row) rectangle while both are still in its
+ * L2, so neither matrix makes another trip through memory: the separate
+ * pass over all tokens re-read the 8 MiB the matmuls had just written
+ * (Gemma 3 pp512: 10% of the time, waiting on the loads of g). The up
+ * matrix never leaves the scratch.
+ *
+ * The bits are the unfused pass's: quant_gemm gives a (row, token) pair
+ * the same bits whatever rows and tokens share its call (backend/quant.h),
+ * and the activations are element-wise with no dependence on where a
+ * range starts or ends (act.h: runs of 16 and a tail of the same
+ * operations; vexp.h: vectors and a tail on libm's expf, the same bits by
+ * the level check). `fwd_use_fusion(c, 0)` (or STRATA_CPU_FUSE=0) runs the
+ * separate passes; tests/test_forward.c compares the two.
+ * Does not: MoE (moe.c), the CUDA pass (forward_cuda.c). */
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "backend/act.h"
+#include "backend/vexp.h"
+#include "base/mem.h"
+#include "model/forward_int.h"
+
+/* A work item's rectangle: its gate and up outputs (2 x 4 x rows x tokens
+ * bytes, 256 KiB each at most) stay in L2 until the activation has read
+ * them. Fewer tokens a tile mean more weight decoding (each item prepares
+ * its rows again), fewer rows more activation preparing (once per call);
+ * 256 x 128 measured best of {128, 256, 512} x {64, 128, 256} (bench/README.md). */
+#define FFN_ROWS 256
+#define FFN_TOKS 128
+
+static void swiglu(float *g, const float *u, size_t n) {
+    /* libm's expf's bits, kept (vectorised: backend/vexp.h): act_expf
+     * moved SmolLM2's oracle RMS on one prompt from 0.25 to 0.45 (rounding
+     * chaos, not error), and these models' bits stay as every earlier cache
+     * and test has them. */
+    vexp_silu_mul(g, g, u, n);
+}
+
+/* GELU, tanh form (gemma's gelu_pytorch_tanh), backend/act.h. llama.cpp
+ * looks it up in an F16 table instead; the difference is within the
+ * oracle tolerance. */
+static void geglu(float *g, const float *u, size_t n) { act_gelu_tanh_mul(g, u, n); }
+
+typedef void (*ffn_act_fn)(float *g, const float *u, size_t n);
+
+static ffn_act_fn ffn_act(const fwd_ctx *c) { return c->m->hp.ffn_gelu ? geglu : swiglu; }
+
+/* ---- unfused: the separate passes ------------------------------------- */
+
+static void act_row(fwd_ctx *c, void *arg, int t) {
+    size_t f = (size_t)c->m->hp.n_ff;
+    ffn_act(c)(c->gate + t * f, c->up + t * f, f);
+}
+
+static void ffn_unfused(fwd_ctx *c, const model_layer *L, const float *xn, int n) {
+    const model_tensor *gu[2] = {&L->w_gate, &L->w_up};
+    float *gu_out[2] = {c->gate, c->up};
+    fwd__matmul_group(c, xn, n, gu, gu_out, 2);
+    fwd__for_rows(c, n, act_row, NULL);
+}
+
+/* ---- fused: gate, up and the activation per (rows, tokens) item ------- */
+
+typedef struct {
+    fwd_ctx *c;
+    const model_tensor *w[2]; /* gate, up */
+    const uint8_t *xq[2];
+    size_t xq_bytes[2];
+    ffn_act_fn act;
+    int n, rows, toks, row_items, items;
+    atomic_int next;
+} ffn_job;
+
+/* Rows [r0, r1) of w for tokens [t0, t0 + nt) into y (token-major, ldy
+ * apart): the rows' slice of the weights as a matrix of its own. */
+static void ffn_gemm(const ffn_job *j, int i, int r0, int r1, int t0, int nt, float *y, int64_t ldy) {
+    const model_tensor *w = j->w[i];
+    const uint8_t *rows = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
+    quant_gemm(w->type, rows, w->row_bytes, w->cols, j->xq[i] + (size_t)t0 * j->xq_bytes[i], j->xq_bytes[i], nt, y,
+               ldy, 0, r1 - r0);
+}
+
+static void ffn_worker(void *p, int ith, int nth) {
+    ffn_job *j = p;
+    fwd_ctx *c = j->c;
+    size_t f = (size_t)c->m->hp.n_ff;
+    float *up = c->ffn_up + (size_t)ith * FFN_ROWS * FFN_TOKS;
+    for (int it; (it = atomic_fetch_add(&j->next, 1)) < j->items;) {
+        int r0 = it % j->row_items * j->rows, t0 = it / j->row_items * j->toks;
+        int r1 = r0 + j->rows < (int)f ? r0 + j->rows : (int)f, nt = j->n - t0 < j->toks ? j->n - t0 : j->toks;
+        float *g = c->gate + (size_t)t0 * f + r0;
+        ffn_gemm(j, 0, r0, r1, t0, nt, g, (int64_t)f);
+        ffn_gemm(j, 1, r0, r1, t0, nt, up, r1 - r0);
+        for (int t = 0; t < nt; t++) j->act(g + t * f, up + (size_t)t * (r1 - r0), (size_t)(r1 - r0));
+    }
+}
+
+static void ffn_fused(fwd_ctx *c, const model_layer *L, const float *xn, int n) {
+    const model_tensor *gu[2] = {&L->w_gate, &L->w_up};
+    int f = c->m->hp.n_ff, rows = fwd__chunk_rows(f, pool_size(c->threads));
+    ffn_job j = {.c = c, .w = {gu[0], gu[1]}, .act = ffn_act(c), .n = n};
+    fwd__quant_inputs(c, xn, n, gu, 2, j.xq, j.xq_bytes);
+    j.rows = rows < FFN_ROWS ? rows : FFN_ROWS;
+    j.toks = FFN_TOKS;
+    j.row_items = (f + j.rows - 1) / j.rows;
+    j.items = j.row_items * ((n + j.toks - 1) / j.toks);
+    pool_run_any(c->threads, ffn_worker, &j);
+}
+
+/* Per thread: an item's up rows (FFN_ROWS x FFN_TOKS floats). */
+float *fwd__ffn_scratch(const model *m, int n_threads) {
+    if (m->hp.n_expert > 0) return NULL;
+    return xaligned((size_t)n_threads * FFN_ROWS * FFN_TOKS * sizeof(float));
+}
+
+void fwd__ffn(fwd_ctx *c, const model_layer *L, const float *xn, int n, float *out) {
+    if (c->ffn_unfused) ffn_unfused(c, L, xn, n);
+    else ffn_fused(c, L, xn, n);
+    fwd__matmul(c, c->gate, n, &L->w_down, out);
+}
