@@ -27,13 +27,17 @@
 #include "base/mem.h"
 #include "model/forward_int.h"
 
-/* A work item's rectangle: its gate and up outputs (2 x 4 x rows x tokens
- * bytes, 256 KiB each at most) stay in L2 until the activation has read
- * them. Fewer tokens a tile mean more weight decoding (each item prepares
- * its rows again), fewer rows more activation preparing (once per call);
- * 256 x 128 measured best of {128, 256, 512} x {64, 128, 256} (bench/README.md). */
+/* A work item's rectangle: its gate and up outputs (4 x rows x tokens
+ * bytes each, 256 KiB at most) stay in L2 until the activation has read
+ * them. Fewer tokens an item mean more weight decoding (each call
+ * prepares its rows again), fewer rows more activation preparing (each
+ * call prepares its tokens again). pp512 per CPU-second, 1 thread, of
+ * 128x512, 256x128, 256x256, 256x512, 512x256, 512x512 and 1024x512
+ * (rows x tokens): 256 x 128 and 256 x 256 best on both models, within
+ * the noise of each other; 1024 x 512 (the whole batch, today's chunk)
+ * 3-7% below. */
 #define FFN_ROWS 256
-#define FFN_TOKS 128
+#define FFN_TOKS 256
 
 static void swiglu(float *g, const float *u, size_t n) {
     /* libm's expf's bits, kept (vectorised: backend/vexp.h): act_expf
