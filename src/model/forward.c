@@ -188,9 +188,19 @@ void fwd__matmul(fwd_ctx *c, const float *x, int n, const model_tensor *w, float
 typedef float norm_v4 __attribute__((vector_size(16)));
 #define NORM_ROWS 8 /* rows a norm_rows work item takes */
 
+/* out = x * scale * w, 4 lanes at a time (the compiler left the loop
+ * scalar: out may be x); the same two roundings per element. */
 static void rmsnorm_scale(float *out, const float *x, const float *w, int n, float ss, float eps) {
     float scale = 1.0f / sqrtf(ss / (float)n + eps);
-    for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
+    norm_v4 sv = {scale, scale, scale, scale}, xv, wv;
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        memcpy(&xv, x + i, sizeof xv);
+        memcpy(&wv, w + i, sizeof wv);
+        xv = xv * sv * wv;
+        memcpy(out + i, &xv, sizeof xv);
+    }
+    for (; i < n; i++) out[i] = x[i] * scale * w[i];
 }
 
 void fwd__rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
@@ -199,12 +209,34 @@ void fwd__rmsnorm(float *out, const float *x, const float *w, int n, float eps) 
     rmsnorm_scale(out, x, w, n, ss, eps);
 }
 
+/* s + the squares of elements [i, i + 4) of the 4 rows at x (lane j: row
+ * j), added one element after the other: 4 loads and a transpose instead
+ * of 16 single loads. */
+static inline norm_v4 sumsq_step(const float *x, size_t stride, int i, norm_v4 s) {
+    norm_v4 a, b, c, d; /* written out: gcc -O2 kept arrays of them on the stack */
+    memcpy(&a, x + i, sizeof a);
+    memcpy(&b, x + stride + i, sizeof b);
+    memcpy(&c, x + 2 * stride + i, sizeof c);
+    memcpy(&d, x + 3 * stride + i, sizeof d);
+    norm_v4 v0 = {a[0], b[0], c[0], d[0]}, v1 = {a[1], b[1], c[1], d[1]};
+    norm_v4 v2 = {a[2], b[2], c[2], d[2]}, v3 = {a[3], b[3], c[3], d[3]};
+    s += v0 * v0;
+    s += v1 * v1;
+    s += v2 * v2;
+    return s + v3 * v3;
+}
+
 /* Sums of squares of the 4 rows at x (lanes) and, with two, of the 4 at
  * x + 4 stride. */
 static void sumsq_rows(const float *x, size_t stride, int n, int two, norm_v4 *a, norm_v4 *b) {
     const float *y = x + 4 * stride;
     norm_v4 sa = {0}, sb = {0};
-    for (int i = 0; i < n; i++) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        sa = sumsq_step(x, stride, i, sa);
+        if (two) sb = sumsq_step(y, stride, i, sb);
+    }
+    for (; i < n; i++) {
         norm_v4 va = {x[i], x[stride + i], x[2 * stride + i], x[3 * stride + i]};
         sa += va * va;
         if (two) {
