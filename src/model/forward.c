@@ -7,7 +7,8 @@
  *   query heads of a GQA group over all tokens of a run share one read of
  *   each key tile (backend/attn.h) -> output matmul
  *   (-> post norm) -> residual -> norm -> gate/up matmuls -> SwiGLU or
- *   GELU -> down (-> post norm) -> residual.
+ *   GELU -> down (ffn.c, the first three fused per work item; MoE: moe.c)
+ *   (-> post norm) -> residual.
  * Sliding-window layers (gemma3) attend to the last n_swa positions only,
  * and the pool keeps their K/V for a sequence's window only (kv.h): a
  * block's sliding part is read only from the window's first tile on, so
