@@ -38,6 +38,7 @@
  * 3-7% below. */
 #define FFN_ROWS 256
 #define FFN_TOKS 256
+_Static_assert(MM_MAX >= 3, "ffn_fused converts the down projection's input into c->xq[2]");
 
 static void swiglu(float *g, const float *u, size_t n) {
     /* libm's expf's bits, kept (vectorised: backend/vexp.h): act_expf
@@ -70,7 +71,7 @@ static void ffn_unfused(fwd_ctx *c, const model_layer *L, const float *xn, int n
     fwd__for_rows(c, n, act_row, NULL);
 }
 
-/* ---- fused: gate, up and the activation per (rows, tokens) item ------- */
+/* ---- fused: gate, up, the activation and its conversion per item ------ */
 
 typedef struct {
     fwd_ctx *c;
@@ -78,6 +79,9 @@ typedef struct {
     const uint8_t *xq[2];
     size_t xq_bytes[2];
     ffn_act_fn act;
+    qtype down_act;           /* the down projection's activation format */
+    uint8_t *xd;              /* its input rows, xd_bytes apart */
+    size_t xd_bytes;
     int n, rows, toks, row_items, items;
     atomic_int next;
 } ffn_job;
@@ -93,39 +97,60 @@ static void ffn_gemm(const ffn_job *j, int i, int r0, int r1, int t0, int nt, fl
 
 static void ffn_worker(void *p, int ith, int nth) {
     ffn_job *j = p;
-    fwd_ctx *c = j->c;
-    size_t f = (size_t)c->m->hp.n_ff;
-    float *up = c->ffn_up + (size_t)ith * FFN_ROWS * FFN_TOKS;
+    int f = j->c->m->hp.n_ff;
+    float *g = j->c->ffn_scratch + (size_t)ith * 2 * FFN_ROWS * FFN_TOKS, *u = g + FFN_ROWS * FFN_TOKS;
     for (int it; (it = atomic_fetch_add(&j->next, 1)) < j->items;) {
         int r0 = it % j->row_items * j->rows, t0 = it / j->row_items * j->toks;
-        int r1 = r0 + j->rows < (int)f ? r0 + j->rows : (int)f, nt = j->n - t0 < j->toks ? j->n - t0 : j->toks;
-        float *g = c->gate + (size_t)t0 * f + r0;
-        ffn_gemm(j, 0, r0, r1, t0, nt, g, (int64_t)f);
-        ffn_gemm(j, 1, r0, r1, t0, nt, up, r1 - r0);
-        for (int t = 0; t < nt; t++) j->act(g + t * f, up + (size_t)t * (r1 - r0), (size_t)(r1 - r0));
+        int r1 = r0 + j->rows < f ? r0 + j->rows : f, nt = j->n - t0 < j->toks ? j->n - t0 : j->toks, R = r1 - r0;
+        ffn_gemm(j, 0, r0, r1, t0, nt, g, R);
+        ffn_gemm(j, 1, r0, r1, t0, nt, u, R);
+        for (int t = 0; t < nt; t++) {
+            float *gt = g + (size_t)t * R;
+            j->act(gt, u + (size_t)t * R, (size_t)R);
+            quant_act_part(j->down_act, gt, j->xd + (size_t)(t0 + t) * j->xd_bytes, f, r0, r1);
+        }
     }
 }
 
-static void ffn_fused(fwd_ctx *c, const model_layer *L, const float *xn, int n) {
-    const model_tensor *gu[2] = {&L->w_gate, &L->w_up};
-    int f = c->m->hp.n_ff, rows = fwd__chunk_rows(f, pool_size(c->threads));
-    ffn_job j = {.c = c, .w = {gu[0], gu[1]}, .act = ffn_act(c), .n = n};
-    fwd__quant_inputs(c, xn, n, gu, 2, j.xq, j.xq_bytes);
-    j.rows = rows < FFN_ROWS ? rows : FFN_ROWS;
-    j.toks = FFN_TOKS;
+/* Rows an item takes: about fwd__chunk_rows' share, at most FFN_ROWS, a
+ * whole number of the down projection's activation blocks (a part of a
+ * row converts on block edges: quant_act_part). */
+static int ffn_rows(const fwd_ctx *c, qtype down_act) {
+    int rows = fwd__chunk_rows(c->m->hp.n_ff, pool_size(c->threads)), blk = quant_get(down_act)->blck;
+    if (rows > FFN_ROWS) rows = FFN_ROWS;
+    return (rows + blk - 1) / blk * blk;
+}
+
+/* Gate, up, the activation and its conversion to the down projection's
+ * format per item; the down projection reads the converted rows (c->xq's
+ * slot 2: gate and up use at most slots 0 and 1). */
+static void ffn_fused(fwd_ctx *c, const model_layer *L, const float *xn, int n, float *out) {
+    const model_tensor *w[3] = {&L->w_gate, &L->w_up, &L->w_down};
+    int f = c->m->hp.n_ff;
+    ffn_job j = {.c = c, .w = {w[0], w[1]}, .act = ffn_act(c), .n = n, .toks = FFN_TOKS};
+    j.down_act = quant_get(w[2]->type)->act_type;
+    j.xd_bytes = quant_act_row_bytes(j.down_act, f);
+    fwd__reserve_xq(c, w, 3, n); /* first: growing later would free the converted inputs */
+    fwd__quant_inputs(c, xn, n, w, 2, j.xq, j.xq_bytes);
+    j.xd = c->xq[2];
+    j.rows = ffn_rows(c, j.down_act);
     j.row_items = (f + j.rows - 1) / j.rows;
     j.items = j.row_items * ((n + j.toks - 1) / j.toks);
     pool_run_any(c->threads, ffn_worker, &j);
+    fwd__matmul_xq(c, j.xd, j.xd_bytes, n, w[2], out);
 }
 
-/* Per thread: an item's up rows (FFN_ROWS x FFN_TOKS floats). */
+/* Per thread: an item's gate and up rows (FFN_ROWS x FFN_TOKS floats each). */
 float *fwd__ffn_scratch(const model *m, int n_threads) {
     if (m->hp.n_expert > 0) return NULL;
-    return xaligned((size_t)n_threads * FFN_ROWS * FFN_TOKS * sizeof(float));
+    return xaligned((size_t)n_threads * 2 * FFN_ROWS * FFN_TOKS * sizeof(float));
 }
 
 void fwd__ffn(fwd_ctx *c, const model_layer *L, const float *xn, int n, float *out) {
-    if (c->ffn_unfused) ffn_unfused(c, L, xn, n);
-    else ffn_fused(c, L, xn, n);
+    if (!c->ffn_unfused) {
+        ffn_fused(c, L, xn, n, out);
+        return;
+    }
+    ffn_unfused(c, L, xn, n);
     fwd__matmul(c, c->gate, n, &L->w_down, out);
 }

@@ -125,7 +125,7 @@ static void act_row(fwd_ctx *c, void *arg, int t) {
  * later weight of a group (weights of one group may differ in type, hence
  * in activation format and row size) would free the rows an earlier weight's
  * job points at. */
-static void ensure_xq(fwd_ctx *c, const model_tensor **w, int n_w, int n) {
+void fwd__reserve_xq(fwd_ctx *c, const model_tensor **w, int n_w, int n) {
     size_t need = 0;
     for (int i = 0; i < n_w; i++) {
         size_t b = quant_act_bytes_for(w[i]->type, w[i]->cols) * (size_t)n;
@@ -146,7 +146,7 @@ void fwd__quant_inputs(fwd_ctx *c, const float *x, int n, const model_tensor **w
                        size_t *bytes) {
     qtype done[MM_MAX];
     int n_done = 0;
-    ensure_xq(c, w, n_w, n);
+    fwd__reserve_xq(c, w, n_w, n);
     for (int i = 0; i < n_w; i++) {
         qtype act = quant_get(w[i]->type)->act_type;
         bytes[i] = quant_act_row_bytes(act, w[i]->cols);
@@ -169,6 +169,12 @@ void fwd__matmul_group(fwd_ctx *c, const float *x, int n, const model_tensor **w
         j.w[i] = w[i];
         j.y[i] = y[i];
     }
+    mm_chunks(&j, pool_size(c->threads));
+    pool_run_any(c->threads, mm_worker, &j);
+}
+
+void fwd__matmul_xq(fwd_ctx *c, const uint8_t *xq, size_t bytes, int n, const model_tensor *w, float *y) {
+    mm_job j = {.w = {w}, .y = {y}, .xq = {xq}, .xq_bytes = {bytes}, .n_w = 1, .n = n};
     mm_chunks(&j, pool_size(c->threads));
     pool_run_any(c->threads, mm_worker, &j);
 }
@@ -865,7 +871,7 @@ fwd_ctx *fwd_new(const model *m, kv_pool *kv, pool *threads, int max_batch) {
     }
     c->dn = dn_new(m, max_batch);
     c->moe = moe_new(m, max_batch);
-    c->ffn_up = fwd__ffn_scratch(m, pool_size(threads));
+    c->ffn_scratch = fwd__ffn_scratch(m, pool_size(threads));
     const char *fz = getenv("STRATA_CPU_FUSE");
     c->ffn_unfused = fz && !strcmp(fz, "0");
     int nth = pool_size(threads), hpg = hp->n_head / hp->n_head_kv;
@@ -882,7 +888,7 @@ void fwd_free(fwd_ctx *c) {
     if (!c) return;
     float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->gate, c->up, c->tmp,
                      c->rope_inv_freq, c->rope_inv_swa, c->rope_cos, c->rope_sin, c->attn_ws, c->qg, c->attn_gate,
-                     c->hidden, c->ffn_up};
+                     c->hidden, c->ffn_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     for (int i = 0; i < MM_MAX; i++) free(c->xq[i]);
     free(c->runs);
