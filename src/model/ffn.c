@@ -4,19 +4,22 @@
  *
  * Fused (the default): a work item is a range of rows of both gate and
  * up, [r0, r1), for a range of tokens, [t0, t1). One thread computes the
- * gate rows into c->gate, the up rows into a scratch of its own, then the
- * activation on that (token, row) rectangle while both are still in its
- * L2, so neither matrix makes another trip through memory: the separate
- * pass over all tokens re-read the 8 MiB the matmuls had just written
- * (Gemma 3 pp512: 10% of the time, waiting on the loads of g). The up
- * matrix never leaves the scratch.
+ * gate and up rows into a scratch of its own, applies the activation to
+ * that (token, row) rectangle while both are still in its L2, and
+ * converts the result straight into the down projection's activation
+ * rows (quant_act_part: a row's parts on block edges), which the down
+ * matmul reads. Separately, the matmuls wrote 8 MiB (Gemma 3, 512
+ * tokens, each layer) that the activation read back, and the conversion
+ * read its 4 MiB of output back again; now only the converted rows
+ * (about a quarter of those 4 MiB) leave the cache.
  *
  * The bits are the unfused pass's: quant_gemm gives a (row, token) pair
  * the same bits whatever rows and tokens share its call (backend/quant.h),
- * and the activations are element-wise with no dependence on where a
- * range starts or ends (act.h: runs of 16 and a tail of the same
- * operations; vexp.h: vectors and a tail on libm's expf, the same bits by
- * the level check). `fwd_use_fusion(c, 0)` (or STRATA_CPU_FUSE=0) runs the
+ * the activations are element-wise with no dependence on where a range
+ * starts or ends (act.h: runs of 16 and a tail of the same operations;
+ * vexp.h: vectors and a tail on libm's expf, the same bits by the level
+ * check), and a converted block depends on its own values only.
+ * `fwd_use_fusion(c, 0)` (or STRATA_CPU_FUSE=0) runs the
  * separate passes; tests/test_forward.c compares the two.
  * Does not: MoE (moe.c), the CUDA pass (forward_cuda.c). */
 #include <stdatomic.h>
@@ -28,8 +31,7 @@
 #include "model/forward_int.h"
 
 /* A work item's rectangle: its gate and up outputs (4 x rows x tokens
- * bytes each, 256 KiB at most) stay in L2 until the activation has read
- * them. Fewer tokens an item mean more weight decoding (each call
+ * bytes each, 256 KiB at most) stay in L2 until converted. Fewer tokens an item mean more weight decoding (each call
  * prepares its rows again), fewer rows more activation preparing (each
  * call prepares its tokens again). pp512 per CPU-second, 1 thread, of
  * 128x512, 256x128, 256x256, 256x512, 512x256, 512x512 and 1024x512
