@@ -764,3 +764,53 @@ TEST(engine_refuses_q8_0_kv_for_a_head_size_it_cannot_hold) {
     free(img);
     test_tmpdir_free(dir);
 }
+
+/* The fused feed-forward (model/ffn.c: gate, up and the activation per
+ * (rows, tokens) work item) against the separate passes, on a second
+ * engine of the same model: every position's logits, and the final
+ * hidden states of a one-chunk run, bit for bit. n above 128 tokens
+ * splits the batch into several token items, and 1, 2 and 3 threads cut
+ * the rows differently. */
+static void check_fusion(const char *path, const int32_t *toks, int n) {
+    static const int one_chunk[] = {4096, 0}, uneven[] = {1, 7, 3, 13, 2, 130, 0};
+    for (int threads = 1; threads <= 3; threads++) {
+        engine *fe = open_engine(path, 1024, threads), *se = open_engine(path, 1024, threads);
+        if (!fe || !se) return;
+        fwd_use_fusion(se->fwd, 0);
+        fwd_keep_hidden(fe->fwd, 1);
+        fwd_keep_hidden(se->fwd, 1);
+        int V = fe->m->hp.n_vocab, E = fe->m->hp.n_embd;
+        float *a = all_logits(fe, toks, n, one_chunk), *b = all_logits(se, toks, n, one_chunk);
+        check_same(a, b, n, V, "fused vs separate feed-forward, one chunk");
+        CHECK(memcmp(fwd_hidden(fe->fwd), fwd_hidden(se->fwd), (size_t)n * E * sizeof(float)) == 0);
+        free(a), free(b);
+        a = all_logits(fe, toks, n, uneven), b = all_logits(se, toks, n, uneven);
+        check_same(a, b, n, V, "fused vs separate feed-forward, chunks 1,7,3,13,2,130");
+        free(a), free(b);
+        engine_close(fe);
+        engine_close(se);
+    }
+}
+
+TEST(fwd_fused_ffn_matches_separate_passes) {
+    static const char *models[] = {"models/llama-q4_1.gguf", "models/llama-mix-k.gguf",
+                                   "models/qwen2-mix-legacy.gguf", "models/qwen35-f32.gguf",
+                                   "models/gemma3-q8_0.gguf"};
+    int32_t toks[150];
+    for (int t = 0; t < 150; t++) toks[t] = (t * 37 + 11) % 200;
+    for (size_t i = 0; i < sizeof models / sizeof *models; i++) check_fusion(test_data(models[i]), toks, 150);
+}
+
+/* The real models: feed-forwards of several row items (1536 and 2048
+ * rows), SwiGLU (SmolLM2) and GELU (Gemma 3). */
+TEST(real_fwd_fused_ffn_matches_separate_passes) {
+    int32_t toks[300];
+    for (int t = 0; t < 300; t++) toks[t] = (t * 7919 + 17) % 49152;
+    check_fusion(test_real_model(), toks, 300);
+}
+
+TEST(gemma3_fwd_fused_ffn_matches_separate_passes) {
+    int32_t toks[300];
+    for (int t = 0; t < 300; t++) toks[t] = t ? (t * 7919 + 17) % 262144 : 2;
+    check_fusion(test_gemma3_model(), toks, 300);
+}

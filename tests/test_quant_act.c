@@ -63,3 +63,33 @@ TEST(quant_act_special_blocks_same_bytes) {
         free(base), free(lv);
     }
 }
+
+/* quant_act_part: a row written in parts at block edges (model/ffn.c's
+ * work items), last part first and onto garbage, gives quant_act_row's
+ * bytes at every level. Q8_0/Q8_1 at 20 blocks (12 padding blocks the
+ * last part must zero) and 48; Q8_K at 3 and 6 super-blocks; F32. */
+TEST(quant_act_parts_write_the_row) {
+    const qtype acts[] = {QT_Q8_0, QT_Q8_1, QT_Q8_K, QT_F32};
+    const int lens[][2] = {{640, 1536}, {640, 1536}, {768, 1536}, {640, 1536}};
+    for (int a = 0; a < 4; a++)
+        for (int li = 0; li < 2; li++) {
+            int n = lens[a][li], blk = acts[a] == QT_Q8_K ? 256 : 32;
+            size_t bytes = quant_act_row_bytes(acts[a], n);
+            float *x = malloc((size_t)n * sizeof(float));
+            uint8_t *want = malloc(bytes), *got = malloc(bytes);
+            fill(x, n, (uint32_t)(3 * n + a));
+            quant_act_row(acts[a], x, want, n);
+            for (int level = QUANT_SCALAR; level <= quant_level(); level++)
+                for (int part = blk; part <= 4 * blk; part *= 2) {
+                    memset(got, 0xAB, bytes);
+                    for (int i1 = n; i1 > 0;) {
+                        int i0 = (i1 - 1) / part * part; /* the last, maybe short, part first */
+                        quant_act_part_level(level, acts[a], x + i0, got, n, i0, i1);
+                        i1 = i0;
+                    }
+                    CHECK_MSG(memcmp(want, got, bytes) == 0, "act %d, n %d, level %d, parts of %d", (int)acts[a], n,
+                              level, part);
+                }
+            free(x), free(want), free(got);
+        }
+}

@@ -191,6 +191,20 @@ void quant_act_row(qtype act, const float *x, void *dst, int64_t n) {
     quant_act_row_level(quant_level(), act, x, dst, n);
 }
 
+void quant_act_part_avx2(qtype act, const float *x, void *dst, int64_t n, int64_t i0, int64_t i1);
+void quant_act_part_avx512(qtype act, const float *x, void *dst, int64_t n, int64_t i0, int64_t i1);
+
+void quant_act_part_level(int level, qtype act, const float *x, void *dst, int64_t n, int64_t i0, int64_t i1) {
+    if (level > quant_level()) level = quant_level();
+    if (level >= QUANT_AVX512) quant_act_part_avx512(act, x, dst, n, i0, i1);
+    else if (level >= QUANT_AVX2) quant_act_part_avx2(act, x, dst, n, i0, i1);
+    else quant__act_part_with(act, x, dst, n, i0, i1, act_q8_blk_c);
+}
+
+void quant_act_part(qtype act, const float *x, void *dst, int64_t n, int64_t i0, int64_t i1) {
+    quant_act_part_level(quant_level(), act, x, dst, n, i0, i1);
+}
+
 /* ---- kernel dispatch ------------------------------------------------- */
 
 int quant_level(void) {

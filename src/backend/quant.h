@@ -44,6 +44,14 @@ void quant_act_row(qtype act, const float *x, void *dst, int64_t n);
 /* The same at a given kernel level (capped at what the CPU has): every
  * level writes the same bytes (tests compare them). */
 void quant_act_row_level(int level, qtype act, const float *x, void *dst, int64_t n);
+/* Values [i0, i1) of a row of n elements into that row's activation bytes
+ * at dst (the whole row's, as quant_act_row lays them out); x holds those
+ * values only. i0 and i1 on the format's block edges (Q8_0/Q8_1 32, Q8_K
+ * 256; i1 may be n). The parts of a row, in any order, write
+ * quant_act_row's bytes (model/ffn.c converts the feed-forward's output
+ * per work item while it is in cache). */
+void quant_act_part(qtype act, const float *x, void *dst, int64_t n, int64_t i0, int64_t i1);
+void quant_act_part_level(int level, qtype act, const float *x, void *dst, int64_t n, int64_t i0, int64_t i1);
 /* Bytes of one converted activation row of n elements in format act. The
  * activation layouts are Strata's own (not ggml's), so size xq buffers with
  * this, NOT quant_row_bytes: Q8_0/Q8_1 40 B per 32, Q8_K 292 B per 256,

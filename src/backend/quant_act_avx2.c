@@ -7,6 +7,7 @@
 #include "backend/quant_act_impl.h"
 
 void quant_act_row_avx2(qtype act, const float *x, void *dst, int64_t n);
+void quant_act_part_avx2(qtype act, const float *x, void *dst, int64_t n, int64_t i0, int64_t i1);
 
 static inline float act_q8_blk_avx2(const float *x, int8_t *q, int *sum) {
     const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
@@ -46,4 +47,8 @@ static inline float act_q8_blk_avx2(const float *x, int8_t *q, int *sum) {
 void quant_act_row_avx2(qtype act, const float *x, void *dst, int64_t n) {
     if (act == QT_Q8_0 || act == QT_Q8_1) act_q8_with(x, dst, n, act_q8_blk_avx2);
     else quant__act_row(act, x, dst, n);
+}
+
+void quant_act_part_avx2(qtype act, const float *x, void *dst, int64_t n, int64_t i0, int64_t i1) {
+    quant__act_part_with(act, x, dst, n, i0, i1, act_q8_blk_avx2);
 }

@@ -62,34 +62,46 @@ static inline float act_q8_blk_c(const float *x, int8_t *q, int *sum) {
     return d;
 }
 
-/* Q8_0/Q8_1 in the grouped lane layout of quant_impl.h, blocks by blk;
- * the padding blocks of the last group are zero. */
-static inline __attribute__((always_inline)) void act_q8_with(const float *x, void *dst, int64_t n,
-                                                              act_q8_blk_fn blk) {
+/* Blocks [b0, b1) of a Q8_0/Q8_1 row of n values in the grouped lane
+ * layout of quant_impl.h, blocks by blk; x holds those blocks' values
+ * only. The part that ends the row also zeroes the padding blocks of the
+ * last group, so the parts of a row together write every byte of it. */
+static inline __attribute__((always_inline)) void act_q8_part_with(const float *x, void *dst, int64_t n, int64_t b0,
+                                                                   int64_t b1, act_q8_blk_fn blk) {
     int64_t nb = n / QK, nbp = qa8_nbp(nb);
     float *d = dst, *s = d + nbp;
     int8_t *qs = (int8_t *)dst + 8 * nbp;
-    memset(dst, 0, (size_t)nbp * (8 + QK));
-    for (int64_t b = 0; b < nb; b++) {
+    for (int64_t b = b0; b < b1; b++) {
         int8_t q[QK];
         int sum;
         int64_t slot = qa8_slot(b);
-        d[slot] = blk(x + b * QK, q, &sum);
+        d[slot] = blk(x + (b - b0) * QK, q, &sum);
         s[slot] = d[slot] * (float)sum;
         for (int e = 0; e < QK; e += 4) memcpy(qs + qa8_qoff(b, e), q + e, 4);
     }
+    for (int64_t b = b1 == nb ? nb : nbp; b < nbp; b++) {
+        int64_t slot = qa8_slot(b);
+        d[slot] = s[slot] = 0;
+        for (int e = 0; e < QK; e += 4) memset(qs + qa8_qoff(b, e), 0, 4);
+    }
 }
 
-static inline void act_q8(const float *x, void *dst, int64_t n) { act_q8_with(x, dst, n, act_q8_blk_c); }
+/* The whole row; the padding blocks of the last group are zero. */
+static inline __attribute__((always_inline)) void act_q8_with(const float *x, void *dst, int64_t n,
+                                                              act_q8_blk_fn blk) {
+    memset(dst, 0, (size_t)qa8_nbp(n / QK) * (8 + QK));
+    act_q8_part_with(x, dst, n, 0, n / QK, blk);
+}
 
-static inline void act_q8k(const float *x, void *dst, int64_t n) {
+/* Blocks [b0, b1) of a Q8_K row of n values (x: theirs only). */
+static inline void act_q8k_part(const float *x, void *dst, int64_t n, int64_t b0, int64_t b1) {
     int64_t nb = n / QK_K;
     float *d = dst;
     int16_t *bs = (int16_t *)(d + nb);
     int8_t *qs = (int8_t *)dst + 36 * nb;
-    for (int64_t b = 0; b < nb; b++) {
+    for (int64_t b = b0; b < b1; b++) {
         int8_t *q = qs + b * QK_K;
-        d[b] = q8_block(x + b * QK_K, q, QK_K);
+        d[b] = q8_block(x + (b - b0) * QK_K, q, QK_K);
         for (int g = 0; g < 16; g++) {
             int sum = 0;
             for (int j = 0; j < 16; j++) sum += q[16 * g + j];
@@ -98,11 +110,25 @@ static inline void act_q8k(const float *x, void *dst, int64_t n) {
     }
 }
 
+/* Values [i0, i1) of a row of n (x: theirs only) in format act; i0 and
+ * i1 on the format's block edges (quant.h, quant_act_part). blk: the
+ * Q8_0/Q8_1 block the level uses. */
+static inline __attribute__((always_inline)) void quant__act_part_with(qtype act, const float *x, void *dst, int64_t n,
+                                                                       int64_t i0, int64_t i1, act_q8_blk_fn blk) {
+    switch (act) {
+    case QT_Q8_0:
+    case QT_Q8_1: act_q8_part_with(x, dst, n, i0 / QK, i1 / QK, blk); break;
+    case QT_Q8_K: act_q8k_part(x, dst, n, i0 / QK_K, i1 / QK_K); break;
+    case QT_F32: memcpy((float *)dst + i0, x, (size_t)(i1 - i0) * 4); break;
+    default: break;
+    }
+}
+
 static inline void quant__act_row(qtype act, const float *x, void *dst, int64_t n) {
     switch (act) {
     case QT_Q8_0:
-    case QT_Q8_1: act_q8(x, dst, n); break;
-    case QT_Q8_K: act_q8k(x, dst, n); break;
+    case QT_Q8_1: act_q8_with(x, dst, n, act_q8_blk_c); break;
+    case QT_Q8_K: act_q8k_part(x, dst, n, 0, n / QK_K); break;
     case QT_F32: memcpy(dst, x, (size_t)n * 4); break;
     default: break;
     }

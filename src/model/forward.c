@@ -7,7 +7,8 @@
  *   query heads of a GQA group over all tokens of a run share one read of
  *   each key tile (backend/attn.h) -> output matmul
  *   (-> post norm) -> residual -> norm -> gate/up matmuls -> SwiGLU or
- *   GELU -> down (-> post norm) -> residual.
+ *   GELU -> down (ffn.c, the first three fused per work item; MoE: moe.c)
+ *   (-> post norm) -> residual.
  * Sliding-window layers (gemma3) attend to the last n_swa positions only,
  * and the pool keeps their K/V for a sequence's window only (kv.h): a
  * block's sliding part is read only from the window's first tile on, so
@@ -26,7 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/act.h"
 #include "backend/attn.h"
 #include "backend/vexp.h"
 #include "base/fp16.h"
@@ -92,12 +92,16 @@ static void mm_worker(void *p, int ith, int nth) {
 /* Rows per chunk: about MM_CHUNKS_PER_THREAD chunks per thread and weight
  * (a parked thread holds up at most its current chunk), at least 64 rows,
  * whole ROW_ALIGN blocks. */
+int fwd__chunk_rows(long rows, int nth) {
+    long per = rows / ((long)MM_CHUNKS_PER_THREAD * nth);
+    per = (per + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
+    return per < 4 * ROW_ALIGN ? 4 * ROW_ALIGN : (int)per;
+}
+
 static void mm_chunks(mm_job *j, int nth) {
     j->first[0] = 0;
     for (int i = 0; i < j->n_w; i++) {
-        long rows = j->w[i]->rows, per = rows / ((long)MM_CHUNKS_PER_THREAD * nth);
-        per = (per + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
-        if (per < 4 * ROW_ALIGN) per = 4 * ROW_ALIGN;
+        long rows = j->w[i]->rows, per = fwd__chunk_rows(rows, nth);
         j->chunk_rows[i] = (int)per;
         j->first[i + 1] = j->first[i] + (int)((rows + per - 1) / per);
     }
@@ -121,7 +125,7 @@ static void act_row(fwd_ctx *c, void *arg, int t) {
  * later weight of a group (weights of one group may differ in type, hence
  * in activation format and row size) would free the rows an earlier weight's
  * job points at. */
-static void ensure_xq(fwd_ctx *c, const model_tensor **w, int n_w, int n) {
+void fwd__reserve_xq(fwd_ctx *c, const model_tensor **w, int n_w, int n) {
     size_t need = 0;
     for (int i = 0; i < n_w; i++) {
         size_t b = quant_act_bytes_for(w[i]->type, w[i]->cols) * (size_t)n;
@@ -135,28 +139,42 @@ static void ensure_xq(fwd_ctx *c, const model_tensor **w, int n_w, int n) {
     c->xq_cap = need;
 }
 
-/* y_i[t][:] = W_i x[t] for up to MM_MAX weights sharing the input rows x.
- * Activations are converted once per distinct activation format. */
-void fwd__matmul_group(fwd_ctx *c, const float *x, int n, const model_tensor **w, float **y, int n_w) {
-    mm_job j = {.n_w = n_w, .n = n};
+/* The input rows x in the activation format of each of the n_w weights,
+ * converted once per distinct format: xq[i] (rows bytes[i] apart) is
+ * weight i's. The rows live in c->xq until the next conversion. */
+void fwd__quant_inputs(fwd_ctx *c, const float *x, int n, const model_tensor **w, int n_w, const uint8_t **xq,
+                       size_t *bytes) {
     qtype done[MM_MAX];
     int n_done = 0;
-    ensure_xq(c, w, n_w, n);
+    fwd__reserve_xq(c, w, n_w, n);
     for (int i = 0; i < n_w; i++) {
         qtype act = quant_get(w[i]->type)->act_type;
-        size_t bytes = quant_act_row_bytes(act, w[i]->cols);
+        bytes[i] = quant_act_row_bytes(act, w[i]->cols);
         int slot = 0;
         while (slot < n_done && done[slot] != act) slot++;
         if (slot == n_done) {
-            act_job a = {x, w[i]->cols, act, c->xq[slot], bytes};
+            act_job a = {x, w[i]->cols, act, c->xq[slot], bytes[i]};
             fwd__for_rows(c, n, act_row, &a);
             done[n_done++] = act;
         }
+        xq[i] = c->xq[slot];
+    }
+}
+
+/* y_i[t][:] = W_i x[t] for up to MM_MAX weights sharing the input rows x. */
+void fwd__matmul_group(fwd_ctx *c, const float *x, int n, const model_tensor **w, float **y, int n_w) {
+    mm_job j = {.n_w = n_w, .n = n};
+    fwd__quant_inputs(c, x, n, w, n_w, j.xq, j.xq_bytes);
+    for (int i = 0; i < n_w; i++) {
         j.w[i] = w[i];
         j.y[i] = y[i];
-        j.xq[i] = c->xq[slot];
-        j.xq_bytes[i] = bytes;
     }
+    mm_chunks(&j, pool_size(c->threads));
+    pool_run_any(c->threads, mm_worker, &j);
+}
+
+void fwd__matmul_xq(fwd_ctx *c, const uint8_t *xq, size_t bytes, int n, const model_tensor *w, float *y) {
+    mm_job j = {.w = {w}, .y = {y}, .xq = {xq}, .xq_bytes = {bytes}, .n_w = 1, .n = n};
     mm_chunks(&j, pool_size(c->threads));
     pool_run_any(c->threads, mm_worker, &j);
 }
@@ -167,28 +185,106 @@ void fwd__matmul(fwd_ctx *c, const float *x, int n, const model_tensor *w, float
 
 /* ---- elementwise steps ---------------------------------------------------- */
 
+/* RMS norm of rows of n floats: each row's sum of squares is a chain of
+ * adds in element order, fwd__rmsnorm's bits. One row at a time, each
+ * add waited ~4 cycles on the one before: the norms were 5% of Gemma 3's
+ * prefill. rmsnorm_many runs the chains of 4 or 8 rows side by side in
+ * the lanes of 4-float vectors (GNU C vectors: + and * are one IEEE
+ * operation per lane, never contracted under -std=c11), so they overlap;
+ * each lane's sum is still its own row's, in its order. */
+typedef float norm_v4 __attribute__((vector_size(16)));
+#define NORM_ROWS 8 /* rows a norm_rows work item takes */
+
+/* out = x * scale * w, 4 lanes at a time (the compiler left the loop
+ * scalar: out may be x); the same two roundings per element. */
+static void rmsnorm_scale(float *out, const float *x, const float *w, int n, float ss, float eps) {
+    float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    norm_v4 sv = {scale, scale, scale, scale}, xv, wv;
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        memcpy(&xv, x + i, sizeof xv);
+        memcpy(&wv, w + i, sizeof wv);
+        xv = xv * sv * wv;
+        memcpy(out + i, &xv, sizeof xv);
+    }
+    for (; i < n; i++) out[i] = x[i] * scale * w[i];
+}
+
 void fwd__rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
     float ss = 0;
     for (int i = 0; i < n; i++) ss += x[i] * x[i];
-    float scale = 1.0f / sqrtf(ss / (float)n + eps);
-    for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
+    rmsnorm_scale(out, x, w, n, ss, eps);
+}
+
+/* s + the squares of elements [i, i + 4) of the 4 rows at x (lane j: row
+ * j), added one element after the other: 4 loads and a transpose instead
+ * of 16 single loads. */
+static inline norm_v4 sumsq_step(const float *x, size_t stride, int i, norm_v4 s) {
+    norm_v4 a, b, c, d; /* written out: gcc -O2 kept arrays of them on the stack */
+    memcpy(&a, x + i, sizeof a);
+    memcpy(&b, x + stride + i, sizeof b);
+    memcpy(&c, x + 2 * stride + i, sizeof c);
+    memcpy(&d, x + 3 * stride + i, sizeof d);
+    norm_v4 v0 = {a[0], b[0], c[0], d[0]}, v1 = {a[1], b[1], c[1], d[1]};
+    norm_v4 v2 = {a[2], b[2], c[2], d[2]}, v3 = {a[3], b[3], c[3], d[3]};
+    s += v0 * v0;
+    s += v1 * v1;
+    s += v2 * v2;
+    return s + v3 * v3;
+}
+
+/* Sums of squares of the 4 rows at x (lanes) and, with two, of the 4 at
+ * x + 4 stride. */
+static void sumsq_rows(const float *x, size_t stride, int n, int two, norm_v4 *a, norm_v4 *b) {
+    const float *y = x + 4 * stride;
+    norm_v4 sa = {0}, sb = {0};
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        sa = sumsq_step(x, stride, i, sa);
+        if (two) sb = sumsq_step(y, stride, i, sb);
+    }
+    for (; i < n; i++) {
+        norm_v4 va = {x[i], x[stride + i], x[2 * stride + i], x[3 * stride + i]};
+        sa += va * va;
+        if (two) {
+            norm_v4 vb = {y[i], y[stride + i], y[2 * stride + i], y[3 * stride + i]};
+            sb += vb * vb;
+        }
+    }
+    *a = sa, *b = sb;
+}
+
+/* fwd__rmsnorm of `rows` rows stride floats apart (out the same; out may
+ * be x). */
+static void rmsnorm_many(float *out, const float *x, size_t stride, const float *w, int rows, int n, float eps) {
+    int r = 0;
+    for (int k; (k = rows - r >= 8 ? 8 : rows - r >= 4 ? 4 : 0); r += k) {
+        norm_v4 s[2];
+        sumsq_rows(x + r * stride, stride, n, k == 8, &s[0], &s[1]);
+        for (int j = 0; j < k; j++)
+            rmsnorm_scale(out + (r + j) * stride, x + (r + j) * stride, w, n, s[j / 4][j % 4], eps);
+    }
+    for (; r < rows; r++) fwd__rmsnorm(out + r * stride, x + r * stride, w, n, eps);
 }
 
 typedef struct {
     const float *in;
     float *out;
     const float *w;
+    int n;
 } norm_arg;
 
-static void norm_row(fwd_ctx *c, void *arg, int t) {
+/* Rows [NORM_ROWS g, NORM_ROWS (g + 1)) of the batch. */
+static void norm_group(fwd_ctx *c, void *arg, int g) {
     norm_arg *a = arg;
-    int e = c->m->hp.n_embd;
-    fwd__rmsnorm(a->out + (size_t)t * e, a->in + (size_t)t * e, a->w, e, c->m->hp.rms_eps);
+    int e = c->m->hp.n_embd, t0 = g * NORM_ROWS, rows = a->n - t0 < NORM_ROWS ? a->n - t0 : NORM_ROWS;
+    size_t o = (size_t)t0 * e;
+    rmsnorm_many(a->out + o, a->in + o, (size_t)e, a->w, rows, e, c->m->hp.rms_eps);
 }
 
 static void norm_rows(fwd_ctx *c, const float *in, float *out, const model_tensor *w, int n) {
-    norm_arg a = {in, out, w->data};
-    fwd__for_rows(c, n, norm_row, &a);
+    norm_arg a = {in, out, w->data, n};
+    fwd__for_rows(c, (n + NORM_ROWS - 1) / NORM_ROWS, norm_group, &a);
 }
 
 /* YaRN ramp between the corrected dimensions (published YaRN formula). */
@@ -267,7 +363,7 @@ static void add_bias(float *y, const model_tensor *bias, int n) {
 static void head_norms(const fwd_ctx *c, const model_tensor *w, float *x, int n_heads) {
     if (!w->data) return;
     int d = c->m->hp.head_dim;
-    for (int h = 0; h < n_heads; h++) fwd__rmsnorm(x + (size_t)h * d, x + (size_t)h * d, w->data, d, c->m->hp.rms_eps);
+    rmsnorm_many(x, x, (size_t)d, w->data, n_heads, d, c->m->hp.rms_eps);
 }
 
 /* qwen35: Q rows come as [head][q | gate]; q to c->q, gate to c->attn_gate. */
@@ -464,24 +560,6 @@ static void split_runs(fwd_ctx *c, const fwd_batch *b) {
     }
 }
 
-static void swiglu_row(fwd_ctx *c, void *arg, int t) {
-    int f = c->m->hp.n_ff;
-    float *g = c->gate + (size_t)t * f, *u = c->up + (size_t)t * f;
-    /* libm's expf's bits, kept (vectorised: backend/vexp.h): act_expf
-     * moved SmolLM2's oracle RMS on one prompt from 0.25 to 0.45 (rounding
-     * chaos, not error), and these models' bits stay as every earlier cache
-     * and test has them. */
-    vexp_silu_mul(g, g, u, (size_t)f);
-}
-
-/* GELU, tanh form (gemma's gelu_pytorch_tanh), backend/act.h. llama.cpp
- * looks it up in an F16 table instead; the difference is within the
- * oracle tolerance. */
-static void geglu_row(fwd_ctx *c, void *arg, int t) {
-    int f = c->m->hp.n_ff;
-    act_gelu_tanh_mul(c->gate + (size_t)t * f, c->up + (size_t)t * f, (size_t)f);
-}
-
 static void add_rows(float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
@@ -525,11 +603,7 @@ static void layer_forward(fwd_ctx *c, const fwd_batch *b, int il) {
     if (c->moe) {
         moe_ffn(c, L, c->xn, n, c->tmp);
     } else {
-        const model_tensor *gu[2] = {&L->w_gate, &L->w_up};
-        float *gu_out[2] = {c->gate, c->up};
-        fwd__matmul_group(c, c->xn, n, gu, gu_out, 2);
-        fwd__for_rows(c, n, hp->ffn_gelu ? geglu_row : swiglu_row, NULL);
-        fwd__matmul(c, c->gate, n, &L->w_down, c->tmp);
+        fwd__ffn(c, L, c->xn, n, c->tmp);
     }
     if (L->post_ffn_norm.data) norm_rows(c, c->tmp, c->tmp, &L->post_ffn_norm, n);
     add_rows(c->x, c->tmp, (size_t)n * e);
@@ -710,6 +784,8 @@ void fwd_keep_hidden(fwd_ctx *c, int on) {
 
 const float *fwd_hidden(const fwd_ctx *c) { return c->hidden; }
 
+void fwd_use_fusion(fwd_ctx *c, int on) { c->ffn_unfused = !on; }
+
 size_t fwd_state_floats(const model *m) { return dn_state_floats(m); }
 
 int fwd_prefill(fwd_ctx *c, kv_seq *s, const int32_t *tokens, int n, float *logits,
@@ -795,6 +871,9 @@ fwd_ctx *fwd_new(const model *m, kv_pool *kv, pool *threads, int max_batch) {
     }
     c->dn = dn_new(m, max_batch);
     c->moe = moe_new(m, max_batch);
+    c->ffn_scratch = fwd__ffn_scratch(m, pool_size(threads));
+    const char *fz = getenv("STRATA_CPU_FUSE");
+    c->ffn_unfused = fz && !strcmp(fz, "0");
     int nth = pool_size(threads), hpg = hp->n_head / hp->n_head_kv;
     c->runs = xmalloc(n * sizeof(*c->runs));
     c->attn_ws_n = (attn_ws_floats(hp->head_dim, ATTN_RUN * hpg) + 15) & ~(size_t)15;
@@ -809,7 +888,7 @@ void fwd_free(fwd_ctx *c) {
     if (!c) return;
     float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->gate, c->up, c->tmp,
                      c->rope_inv_freq, c->rope_inv_swa, c->rope_cos, c->rope_sin, c->attn_ws, c->qg, c->attn_gate,
-                     c->hidden};
+                     c->hidden, c->ffn_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     for (int i = 0; i < MM_MAX; i++) free(c->xq[i]);
     free(c->runs);

@@ -48,6 +48,11 @@ int fwd_run_rows(fwd_ctx *c, const fwd_batch *b, const float *x, float *logits, 
 void fwd_keep_hidden(fwd_ctx *c, int on);
 const float *fwd_hidden(const fwd_ctx *c);
 
+/* The dense feed-forward's gate/up matmuls and activation fused per
+ * work item (1, the default unless STRATA_CPU_FUSE=0; model/ffn.c) or as
+ * separate passes (0): the same bits. */
+void fwd_use_fusion(fwd_ctx *c, int on);
+
 /* Floats of one sequence's recurrent state (kv_seq.rs): every recurrent
  * layer's conv and delta state; 0 for a model without recurrent layers. */
 size_t fwd_state_floats(const model *m);

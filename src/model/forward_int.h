@@ -58,17 +58,37 @@ struct fwd_ctx {
     dn_ctx *dn;          /* qwen35: the recurrent layers' scratch (deltanet.c) */
     moe_ctx *moe;        /* mixture-of-experts scratch (moe.c); NULL for dense models */
     float *hidden;       /* fwd_keep_hidden: every batch row's output-normed final state, or NULL */
+    float *ffn_scratch;  /* ffn.c: per thread, a work item's gate and up rows (NULL for MoE models) */
+    int ffn_unfused;     /* fwd_use_fusion(c, 0): the feed-forward's separate passes */
 };
 
 typedef void (*row_fn)(fwd_ctx *c, void *arg, int t);
 
 /* fn(c, arg, t) for t in [0, n), spread over the pool when worth it. */
 void fwd__for_rows(fwd_ctx *c, int n, row_fn fn, void *arg);
+/* c->xq's slots (all MM_MAX) grown to hold n rows of any of the n_w
+ * weights' activations; growing frees what they held. */
+void fwd__reserve_xq(fwd_ctx *c, const model_tensor **w, int n_w, int n);
+/* y[t][:] = W xq[t] for n activation rows already in w's format. */
+void fwd__matmul_xq(fwd_ctx *c, const uint8_t *xq, size_t bytes, int n, const model_tensor *w, float *y);
+/* Rows per matmul chunk for a weight of `rows` rows over nth threads. */
+int fwd__chunk_rows(long rows, int nth);
+/* x's n rows in each weight's activation format (once per distinct
+ * format, in c->xq): xq[i] rows bytes[i] apart, for weight i. */
+void fwd__quant_inputs(fwd_ctx *c, const float *x, int n, const model_tensor **w, int n_w, const uint8_t **xq,
+                       size_t *bytes);
 /* y_i[t][:] = W_i x[t] for up to MM_MAX weights sharing the input rows x. */
 void fwd__matmul_group(fwd_ctx *c, const float *x, int n, const model_tensor **w, float **y, int n_w);
 void fwd__matmul(fwd_ctx *c, const float *x, int n, const model_tensor *w, float *y);
 /* out = x / rms(x) * w over n values (out may be x). */
 void fwd__rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+
+/* ffn.c: the dense gated feed-forward of layer L over the n normed rows
+ * xn (n_embd each), its output to out (n x n_embd; not xn); c->gate and
+ * c->up are its scratch (unfused). fwd__ffn_scratch: the per-thread
+ * buffer the fused pass needs (c->ffn_scratch; NULL for a MoE model). */
+float *fwd__ffn_scratch(const model *m, int n_threads);
+void fwd__ffn(fwd_ctx *c, const model_layer *L, const float *xn, int n, float *out);
 
 /* deltanet.c: the gated delta-net layer il over the batch's normed rows
  * c->xn, its output (n x n_embd) to out. Recurrent state lives in the
