@@ -221,6 +221,16 @@ def assert_warm_reuse(lines, what):
                                    f"under the previous prompt+reply {want}; first miss {l.get('first_miss')}")
 
 
+def assert_warm_reuse_shown(s, lines, what):
+    """assert_warm_reuse, a failure showing where the prompts parted (the
+    server's /ui records: what the earlier prompt had there, what this one
+    has)."""
+    try:
+        assert_warm_reuse(lines, what)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\nwhere prompts left the one before (/ui/state): {s.misses()}") from None
+
+
 # --- Claude Code ---
 
 def claude_events(stdout):
@@ -375,11 +385,8 @@ def assert_session(s, rounds, runs, starts, client, replies):
     assert rounds >= WANT_ROUNDS, f"{rounds} tool rounds in {runs} runs ({len(starts)} conversations): {replies}"
     lines = s.trace()
     assert len(lines) == len(generations(statuses)), (lines, statuses)
-    try:
-        for a, b in zip(starts, starts[1:] + [len(lines)]):
-            assert_warm_reuse(lines[a:b], f"{client} conversation from request {a}")
-    except AssertionError as e:
-        raise AssertionError(f"{e}\nwhere prompts left the one before (/ui/state): {s.misses()}") from None
+    for a, b in zip(starts, starts[1:] + [len(lines)]):
+        assert_warm_reuse_shown(s, lines[a:b], f"{client} conversation from request {a}")
 
 
 @pytest.mark.parametrize("session", models(), indirect=True)
@@ -412,7 +419,7 @@ def test_claude_code(clis, session):
     last = [l["prompt_tokens"] for l in s.trace(-2) if l["generated_tokens"] > 0][-1]
     print(f"claude after restart: {cached(first)} of {first['prompt_tokens']} from disk, last prompt before {last}")
     assert cached(first) >= last // 64 * 64 or cached(first) / first["prompt_tokens"] >= WARM_REUSE, (first, last)
-    assert_warm_reuse(s.trace(), "claude after restart")
+    assert_warm_reuse_shown(s, s.trace(), "claude after restart")
 
 
 # --- Codex ---
