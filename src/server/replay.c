@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/fs.h"
+#include "base/log.h"
 #include "base/mem.h"
 #include "base/strbuf.h"
 #include "server/server.h"
@@ -72,8 +73,24 @@ static void key_of(const cache_hash *ns, const char *text, size_t len, uint8_t k
     free(buf);
 }
 
+/* A debug line naming a reply's text by the first bytes of its SHA-256
+ * (the same text, the same tag: a lookup that misses can be matched
+ * against what was remembered) and its start. */
+static void log_text(const char *what, const char *text, size_t len, size_t n_ids) {
+    if (g_log_level > LOG_DEBUG) return;
+    uint8_t d[32];
+    char start[49];
+    size_t k = 0;
+    SHA256((const uint8_t *)text, len, d);
+    for (; k < len && k < sizeof start - 1; k++) start[k] = (unsigned char)text[k] < 32 ? '.' : text[k];
+    start[k] = 0;
+    log_debug("replay: %s: %zu bytes (%zu tokens), text %02x%02x%02x%02x \"%s\"", what, len, n_ids, d[0], d[1], d[2],
+              d[3], start);
+}
+
 void replay_put(replay_store *r, const cache_hash *ns, const char *text, size_t len, const int32_t *ids, size_t n) {
     if (!r || n == 0) return;
+    log_text("remembered", text, len, n);
     uint8_t key[32];
     key_of(ns, text, len, key);
     pthread_mutex_lock(&r->mu);
@@ -371,6 +388,7 @@ static json_t *replace_replayed_turns(replay_store *rs, const cache_hash *ns, co
         int32_t *ids = !key ? NULL
                        : text_only ? replay_get(rs, &ctx, key, strlen(key), &ts->n_ids[ts->n])
                                    : get_in_context(rs, &ctx, ns, key, strlen(key), &ts->n_ids[ts->n]);
+        if (key && !ids) log_text("an assistant turn not remembered", key, strlen(key), 0);
         free(key);
         context_add(&ctx, m);
         if (!ids) {
@@ -519,6 +537,10 @@ static void apply_replay(replay_store *rs, const cache_hash *ns, const json_t *m
         if (g->special || g->ids) continue;
         long k = message_at(o, off);
         g->ids = get_in_context(rs, k >= 0 ? &ctx[k] : NULL, ns, g->text, g->len, &g->n_ids);
+        const char *role = json_string_value(json_object_get(json_array_get(messages, (size_t)k), "role"));
+        /* (the template's role name is the message's text too) */
+        if (!g->ids && role && !strcmp(role, "assistant") && !(g->len == 9 && !memcmp(g->text, role, 9)))
+            log_text("assistant text not remembered", g->text, g->len, 0);
     }
     free(ctx);
 }

@@ -137,6 +137,7 @@ class Session:
             with open(os.path.join(self.work, name), "w") as f:
                 f.write(text)
         self.traces = []
+        self.logs = []
         self.server = None
         self.start()
 
@@ -144,7 +145,8 @@ class Session:
         trace = os.path.join(self.root, f"trace{len(self.traces)}.jsonl")
         self.traces.append(trace)
         self.server = Server(self.model, "--ctx", CTX, "--parallel", "2", "--cache-dir", self.cache,
-                             "--trace", trace, "--max-output-tokens", MAX_OUTPUT, *sampling(self.model))
+                             "--trace", trace, "--max-output-tokens", MAX_OUTPUT, "--verbose", *sampling(self.model))
+        self.logs.append(self.server.log.name)
 
     def restart(self):
         assert self.server.stop() == 0
@@ -167,6 +169,16 @@ class Session:
         recs = httpx.get(self.server.url + "/ui/state", timeout=10).json().get("requests", [])
         return [{"id": r.get("id"), "first_difference": r.get("first_difference"), "excerpt": r.get("excerpt")}
                 for r in recs if r.get("excerpt")]
+
+    def replay_lines(self):
+        """The servers' debug lines about exact replay (replies remembered,
+        assistant turns sent back that were not), in order: a miss inside a
+        reply shows whether the server kept it and under what text."""
+        out = []
+        for name in self.logs:
+            with open(name, errors="replace") as f:
+                out += [l.rstrip() for l in f if "replay: " in l]
+        return out
 
     def settle(self):
         """Waits until no request is running (one the test stopped the CLI
@@ -248,7 +260,9 @@ def assert_warm_reuse_shown(s, lines, what, earlier=()):
     try:
         assert_warm_reuse(lines, what, earlier)
     except AssertionError as e:
-        raise AssertionError(f"{e}\nwhere prompts left the one before (/ui/state): {s.misses()}") from None
+        replay = "\n".join(s.replay_lines()[-40:])
+        raise AssertionError(f"{e}\nwhere prompts left the one before (/ui/state): {s.misses()}\n"
+                             f"exact replay (server logs, last 40 lines):\n{replay}") from None
 
 
 # --- Claude Code ---
