@@ -215,7 +215,8 @@ static void tile_drive(const tile_set *ts, const void *w, size_t wrb, int64_t k,
         }                                                                     \
     }
 
-/* The prepared half of a tile set (AVX-512): `name##_prep`, tiles of 1 row
+/* The prepared half of a tile set (the AVX-512 K-quants; the AVX-512
+ * legacy formats list their 4-row shapes themselves): `name##_prep`, tiles of 1 row
  * x {8, 4, 2, 1} tokens of `ptile(ty, ...)` over rows that `prep_w(ty, w,
  * k, dst)` prepares into `wbytes(k)` bytes, used from `min` tokens on;
  * `xbytes`, `xprep` as in tile_prep. */
