@@ -6,8 +6,7 @@
  * reused for R rows. In prefill (n_tok >= LG_PREP_MIN, KQ_PREP_MIN) the
  * legacy formats and the K-quants decode each weight row once per row
  * chunk instead (tile_prep, quant_tile.h), and tiles of 4 rows x up to 4
- * tokens (legacy) or 1 row x up to 8 tokens (K-quants) read the decoded
- * rows.
+ * tokens read the decoded rows.
  *
  * Batch invariance: every (row, token) pair owns its accumulators and
  * sees the same instruction sequence in every tile shape (block order,
@@ -416,8 +415,9 @@ AI __m512i lg_in_reg(__m512i v) {
  * pairs (whose sums and acc already take 2 registers a pair) run its
  * chain in a second pass over the groups: the same FMAs in the same
  * order per lane, so the same bits. Fewer than 3 pairs split each sum
- * into two chains (exact integers) to hide VPDPBUSD's latency. */
-AI void lg_ptile(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *out,
+ * into two chains (exact integers) to hide VPDPBUSD's latency. The
+ * prepared layout is the same for all five formats: ty is not read. */
+AI void lg_ptile(int ty, const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *out,
                  const int RR, const int T) {
     const int64_t nb = k / QK;
     const int P = RR * T, NS = P <= 2 ? 2 : 1, SEP = P > 8;
@@ -483,14 +483,6 @@ AI void lg_ptile(const uint8_t *const *w, const uint8_t *const *x, int64_t k, fl
     lg_hsum_n(acc, accm, out, P);
 }
 
-/* The prepared tiles read no type (the layout is the same for all five
- * formats), so one set serves them all. */
-#define LG_PT(RR, T)                                                          \
-    static void lg_p_##RR##x##T(const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *o) { \
-        lg_ptile(w, x, k, o, RR, T);                                          \
-    }
-LG_PT(4, 4) LG_PT(4, 3) LG_PT(4, 2) LG_PT(4, 1)
-
 /* Tile sets: 1 row x {8, 4, 2, 1} tokens on GGUF rows below LG_PREP_MIN
  * tokens (decode reads a row once: preparing it only adds stores), else
  * 4 prepared rows x {4, 3, 2, 1} tokens (measured against 1 x 8, 2 x 4,
@@ -498,10 +490,7 @@ LG_PT(4, 4) LG_PT(4, 3) LG_PT(4, 2) LG_PT(4, 1)
  * prefill: tiles of 4 rows"). */
 #define LG_PREP_MIN 8
 #define LG_KERNEL(name, ty)                                                   \
-    static void name##_wp(const uint8_t *w, int64_t k, uint8_t *d) { lg_prep_w(ty, w, k, d); } \
-    static const tile_prep name##_prep = {                                    \
-        LG_PREP_MIN, {{4, 4, lg_p_4x4}, {4, 3, lg_p_4x3}, {4, 2, lg_p_4x2}, {4, 1, lg_p_4x1}}, \
-        lg_wbytes, name##_wp, lg_prep_x_bytes, lg_prep_x};                       \
+    TILE_PREP_4X(name, ty, lg_ptile, lg_prep_w, LG_PREP_MIN, lg_wbytes, lg_prep_x_bytes, lg_prep_x) \
     TILE_WRAP(name, lg_tile, ty)                                              \
     TILE_T(name, 1) TILE_T(name, 2) TILE_T(name, 4) TILE_T(name, 8)           \
     static const tile_set name##_set = {                                      \
@@ -804,8 +793,9 @@ AI void kq_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
  * per super-block:
  *   4 chunk vectors as kq_decode gives them, 4 scale patterns as
  *   kq_scale_pattern gives them, then mp (32 bytes), d and dmin (floats);
- * and kq_ptile runs 1 row x {8, 4, 2, 1} tokens over them. The integer
- * sums are exact and the float steps are every level's, so the bits are
+ * and kq_ptile runs 4 rows x {4, 3, 2, 1} tokens over them (each
+ * activation load feeding 4 rows' VPMADDUBSW, the 16 pairs' float steps
+ * one vector op each). The integer sums are exact and the float steps are every level's, so the bits are
  * the same (quant_gemm_prefill_vs_decode, quant_kquant_same_bits_every_level). */
 enum { KQ_SB = 576 };
 #define KQ_PREP_MIN 8
@@ -832,44 +822,64 @@ AI void kq_prep_w(int ty, const uint8_t *w, int64_t k, uint8_t *dst) {
     }
 }
 
+/* RR prepared rows x T tokens (pair i = r * T + t): per pair the integer
+ * start, chain and float steps of kq_tile, as above. */
 AI void kq_ptile(int ty, const uint8_t *const *w, const uint8_t *const *x,
-                 int64_t k, float *out, const int T) {
-    const int64_t nb = k / QK_K;
+                 int64_t k, float *out, const int RR, const int T) {
+    const int64_t nb = k / QK_K, P = RR * T;
     __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *p = w[0] + b * KQ_SB;
-        const __m512i *q = (const __m512i *)(const void *)p;
-        const __m256i mp = _mm256_load_si256((const __m256i *)(const void *)(p + 512));
-        float f[2];
-        memcpy(f, p + 544, sizeof f);
-        __m512i ia[8];
-        __m256i bs[8], mpp[8];
+        __m256i mp[4], bs[8], bsp[16], mpp[16];
+        __m512 dw = _mm512_setzero_ps(), dm = _mm512_setzero_ps();
+        __m512i ia[16];
         UNROLL
-        for (int t = 0; t < T; t++) {
-            bs[t] = _mm256_loadu_si256((const void *)(qak_bsums(x[t], nb) + 16 * b));
-            mpp[t] = mp;
-            ia[t] = kq_ia0(ty, bs[t], mp);
+        for (int r = 0; r < RR; r++) {
+            const uint8_t *p = w[r] + b * KQ_SB;
+            float f[2];
+            memcpy(f, p + 544, sizeof f);
+            mp[r] = _mm256_load_si256((const __m256i *)(const void *)(p + 512));
+            __mmask16 m = (__mmask16)(((1u << T) - 1) << (r * T));
+            dw = _mm512_mask_mov_ps(dw, m, _mm512_set1_ps(f[0]));
+            dm = _mm512_mask_mov_ps(dm, m, _mm512_set1_ps(f[1]));
+        }
+        UNROLL
+        for (int t = 0; t < T; t++) bs[t] = _mm256_loadu_si256((const void *)(qak_bsums(x[t], nb) + 16 * b));
+        UNROLL
+        for (int i = 0; i < P; i++) {
+            bsp[i] = bs[i % T], mpp[i] = mp[i / T];
+            ia[i] = kq_ia0(ty, bsp[i], mpp[i]);
         }
         UNROLL
         for (int c = 0; c < 4; c++) {
-            __m512i wv = _mm512_load_si512(q + c), sp = _mm512_load_si512(q + 4 + c);
+            __m512i wv[4], sp[4];
+            UNROLL
+            for (int r = 0; r < RR; r++) {
+                const __m512i *q = (const __m512i *)(const void *)(w[r] + b * KQ_SB);
+                wv[r] = _mm512_load_si512(q + c);
+                sp[r] = _mm512_load_si512(q + 4 + c);
+            }
             UNROLL
             for (int t = 0; t < T; t++) {
                 __m512i xv = _mm512_loadu_si512((const void *)(qak_qs(x[t], nb) + b * QK_K + 64 * c));
-                ia[t] = _mm512_dpwssd_epi32(ia[t], _mm512_maddubs_epi16(wv, xv), sp);
+                if (RR > 1) xv = lg_in_reg(xv);
+                UNROLL
+                for (int r = 0; r < RR; r++)
+                    ia[r * T + t] = _mm512_dpwssd_epi32(ia[r * T + t], _mm512_maddubs_epi16(wv[r], xv), sp[r]);
             }
         }
-        __m512 dx = kq_dx(x, nb, b, 1, T);
-        acc = kq_fstep(acc, kq_sums(ia, T), _mm512_set1_ps(f[0]), dx);
-        if (ty != K6) accm = kq_fstep(accm, kq_min_sums(bs, mpp, T), _mm512_set1_ps(f[1]), dx);
+        __m512 dx = kq_dx(x, nb, b, RR, T);
+        acc = kq_fstep(acc, kq_sums(ia, P), dw, dx);
+        if (ty != K6) accm = kq_fstep(accm, kq_min_sums(bsp, mpp, P), dm, dx);
     }
-    kq_store(ty, acc, accm, out, T);
+    kq_store(ty, acc, accm, out, P);
 }
 
 /* Tile sets: 4 rows x {4, 2, 1} tokens on GGUF rows below KQ_PREP_MIN
- * tokens (decode), else 1 row x {8, 4, 2, 1} on prepared rows. */
+ * tokens (decode), else 4 prepared rows x {4, 3, 2, 1} (measured against
+ * 1 x 8 and 2 x 8: backend/README.md, "AVX-512 prefill: tiles of 4
+ * prepared rows"). */
 #define KQ_KERNEL(name, ty)                                                   \
-    TILE_PREP_8421(name, ty, kq_ptile, kq_prep_w, KQ_PREP_MIN, kq_prep_bytes, kq_prep_x_bytes, NULL) \
+    TILE_PREP_4X(name, ty, kq_ptile, kq_prep_w, KQ_PREP_MIN, kq_prep_bytes, kq_prep_x_bytes, NULL) \
     TILE_WRAP(name, kq_tile, ty)                                              \
     TILE_T(name, 1) TILE_T(name, 2) TILE_T(name, 4)                           \
     static const tile_set name##_set = {                                      \
