@@ -857,6 +857,7 @@ AI void kq_ptile(int ty, const uint8_t *const *w, const uint8_t *const *x,
                 const __m512i *q = (const __m512i *)(const void *)(w[r] + b * KQ_SB);
                 wv[r] = _mm512_load_si512(q + c);
                 sp[r] = _mm512_load_si512(q + 4 + c);
+                if (T > 1) wv[r] = lg_in_reg(wv[r]), sp[r] = lg_in_reg(sp[r]);
             }
             UNROLL
             for (int t = 0; t < T; t++) {
