@@ -94,10 +94,13 @@ static void tile_rows(const tile_shape *sh, const void *w, size_t wrb, int wr0, 
             wp[i] = (const uint8_t *)w + (size_t)((r + i < r1 ? r + i : r1 - 1) - wr0) * wrb;
         sh->fn(wp, xp, k, out);
         const int nr = rce - r < R ? rce - r : R;
-        for (int j = 0; j < T; j++) { /* token by token: each token's rows share a cache line of y */
-            float *yt = y + (t0 + j) * ldy + r;
-            for (int i = 0; i < nr; i++) yt[i] = out[i * T + j];
-        }
+        if (R == 1) /* decode's legacy tiles */
+            for (int j = 0; j < T; j++) y[(t0 + j) * ldy + r] = out[j];
+        else
+            for (int j = 0; j < T; j++) { /* token by token: each token's rows share a cache line of y */
+                float *yt = y + (t0 + j) * ldy + r;
+                for (int i = 0; i < nr; i++) yt[i] = out[i * T + j];
+            }
     }
 }
 
