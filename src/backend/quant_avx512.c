@@ -31,6 +31,15 @@
 
 #define R 4 /* weight rows per tile of the K-quant and float kernels */
 
+/* v, loaded into a register once: without this GCC folds a load shared
+ * by several VPDPBUSD (VPMADDUBSW) into each of them as a memory operand,
+ * which undoes a tile's sharing (seen in a 2 x 6 legacy tile: 12
+ * activation loads per chunk instead of 6). */
+AI __m512i zmm_in_reg(__m512i v) {
+    __asm__("" : "+v"(v));
+    return v;
+}
+
 /* ---- legacy 32-element blocks ------------------------------------------- */
 
 /* A group of 16 weight blocks in the activation layout (quant_impl.h):
@@ -397,15 +406,6 @@ AI void lg_hsum_n(const __m512 *acc, const __m512 *accm, float *out, const int n
     for (; i < n; i++) out[i] = lg_hsum(acc[i]) + lg_hsum(accm[i]);
 }
 
-/* v, loaded into a register once: without this GCC folds a load shared
- * by several VPDPBUSD into each of them (a memory operand), which undoes
- * the tile's sharing (seen in the 2 x 6 tile: 12 activation loads per
- * chunk instead of 6). */
-AI __m512i lg_in_reg(__m512i v) {
-    __asm__("" : "+v"(v));
-    return v;
-}
-
 /* RR prepared weight rows x T tokens (x[T + t]: token t's packed short
  * group); pair i = r * T + t. Each weight vector load feeds T VPDPBUSD,
  * each activation load RR. Per pair the integer block sums and float
@@ -446,7 +446,7 @@ AI void lg_ptile(int ty, const uint8_t *const *w, const uint8_t *const *x, int64
                 UNROLL
                 for (int t = 0; t < T; t++) {
                     __m512i xv = _mm512_loadu_si512((const void *)(qa8_qs(x[t], nb) + b0 * QK + 64 * v));
-                    if (RR > 1) xv = lg_in_reg(xv);
+                    if (RR > 1) xv = zmm_in_reg(xv);
                     UNROLL
                     for (int r = 0; r < RR; r++)
                         is[r * T + t][v % NS] = _mm512_dpbusd_epi32(is[r * T + t][v % NS], wv[r], xv);
@@ -486,8 +486,8 @@ AI void lg_ptile(int ty, const uint8_t *const *w, const uint8_t *const *x, int64
 /* Tile sets: 1 row x {8, 4, 2, 1} tokens on GGUF rows below LG_PREP_MIN
  * tokens (decode reads a row once: preparing it only adds stores), else
  * 4 prepared rows x {4, 3, 2, 1} tokens (measured against 1 x 8, 2 x 4,
- * 2 x 6, 4 x 2, 4 x 3 and 8 x 2: backend/README.md, "AVX-512 legacy
- * prefill: tiles of 4 rows"). */
+ * 2 x 6, 4 x 2, 4 x 3 and 8 x 2: backend/README.md, "AVX-512 prefill:
+ * tiles of 4 prepared rows"). */
 #define LG_PREP_MIN 8
 #define LG_KERNEL(name, ty)                                                   \
     TILE_PREP_4X(name, ty, lg_ptile, lg_prep_w, LG_PREP_MIN, lg_wbytes, lg_prep_x_bytes, lg_prep_x) \
@@ -795,8 +795,9 @@ AI void kq_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
  *   kq_scale_pattern gives them, then mp (32 bytes), d and dmin (floats);
  * and kq_ptile runs 4 rows x {4, 3, 2, 1} tokens over them (each
  * activation load feeding 4 rows' VPMADDUBSW, the 16 pairs' float steps
- * one vector op each). The integer sums are exact and the float steps are every level's, so the bits are
- * the same (quant_gemm_prefill_vs_decode, quant_kquant_same_bits_every_level). */
+ * one vector op each). The integer sums are exact and the float steps
+ * are every level's, so the bits are the same
+ * (quant_gemm_prefill_vs_decode, quant_kquant_same_bits_every_level). */
 enum { KQ_SB = 576 };
 #define KQ_PREP_MIN 8
 
@@ -857,12 +858,12 @@ AI void kq_ptile(int ty, const uint8_t *const *w, const uint8_t *const *x,
                 const __m512i *q = (const __m512i *)(const void *)(w[r] + b * KQ_SB);
                 wv[r] = _mm512_load_si512(q + c);
                 sp[r] = _mm512_load_si512(q + 4 + c);
-                if (T > 1) wv[r] = lg_in_reg(wv[r]), sp[r] = lg_in_reg(sp[r]);
+                if (T > 1) wv[r] = zmm_in_reg(wv[r]), sp[r] = zmm_in_reg(sp[r]);
             }
             UNROLL
             for (int t = 0; t < T; t++) {
                 __m512i xv = _mm512_loadu_si512((const void *)(qak_qs(x[t], nb) + b * QK_K + 64 * c));
-                if (RR > 1) xv = lg_in_reg(xv);
+                if (RR > 1) xv = zmm_in_reg(xv);
                 UNROLL
                 for (int r = 0; r < RR; r++)
                     ia[r * T + t] = _mm512_dpwssd_epi32(ia[r * T + t], _mm512_maddubs_epi16(wv[r], xv), sp[r]);
