@@ -827,7 +827,8 @@ AI void kq_prep_w(int ty, const uint8_t *w, int64_t k, uint8_t *dst) {
  * start, chain and float steps of kq_tile, as above. */
 AI void kq_ptile(int ty, const uint8_t *const *w, const uint8_t *const *x,
                  int64_t k, float *out, const int RR, const int T) {
-    const int64_t nb = k / QK_K, P = RR * T;
+    const int64_t nb = k / QK_K;
+    const int P = RR * T;
     __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         __m256i mp[4], bs[8], bsp[16], mpp[16];
