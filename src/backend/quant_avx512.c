@@ -5,7 +5,7 @@
  * per tile and reused for T tokens, activation blocks are loaded once and
  * reused for R rows. In prefill (n_tok >= LG_PREP_MIN, KQ_PREP_MIN) the
  * legacy formats and the K-quants decode each weight row once per row
- * chunk instead (tile_prep, quant_tile.h) and 1-row tiles of up to 8
+ * chunk instead (tile_prep, quant_tile.h), and tiles of 4 rows x up to 4
  * tokens read the decoded rows.
  *
  * Batch invariance: every (row, token) pair owns its accumulators and
@@ -30,6 +30,15 @@
 #include "backend/quant_tile.h"
 
 #define R 4 /* weight rows per tile of the K-quant and float kernels */
+
+/* v, loaded into a register once: without this GCC folds a load shared
+ * by several VPDPBUSD (VPMADDUBSW) into each of them as a memory operand,
+ * which undoes a tile's sharing (seen in a 2 x 6 legacy tile: 12
+ * activation loads per chunk instead of 6). */
+AI __m512i zmm_in_reg(__m512i v) {
+    __asm__("" : "+v"(v));
+    return v;
+}
 
 /* ---- legacy 32-element blocks ------------------------------------------- */
 
@@ -230,7 +239,7 @@ AI __m512i lg_chunk(int ty, const lg_group *g, int v) {
 /* Sum of the 16 lanes in a fixed order: halves, quarters, then
  * (0 + 2) + (1 + 3), as GCC's _mm512_reduce_add_ps does it (the bits
  * these kernels had), written out so they do not depend on the compiler
- * and so lg_hsum8 can do the same adds for 8 tokens at once. */
+ * and so lg_hsum_tree can do the same adds for 8 pairs at once. */
 AI float lg_hsum(__m512 a) {
     __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
     __m256 h = _mm256_add_ps(hi, _mm512_castps512_ps256(a));
@@ -239,32 +248,41 @@ AI float lg_hsum(__m512 a) {
     return _mm_cvtss_f32(q) + _mm_cvtss_f32(_mm_movehdup_ps(q));
 }
 
-/* out[t] = lg_hsum(acc[t]) + lg_hsum(accm[t]) for 8 tokens: each step of
- * lg_hsum on 16 vectors at once (their halves, quarters and pairs
+/* out[i] = lg_hsum(acc[i]) + lg_hsum(accm[i]) for N = 8 or 4 pairs: each
+ * step of lg_hsum on 2N vectors at once (their halves, quarters and pairs
  * gathered into shared registers), so the adds, and the bits, are the
- * same with ~3x fewer instructions. v[i] = acc[i], v[8 + i] = accm[i]. */
-AI void lg_hsum8(const __m512 *acc, const __m512 *accm, float *out) {
-    __m512 c[8], e[4], g[2];
+ * same with ~3x fewer instructions. v[i] = acc[i], v[N + i] = accm[i]. */
+AI void lg_hsum_tree(const __m512 *acc, const __m512 *accm, float *out, const int N) {
+    __m512 c[8], e[4], g[2], r;
     UNROLL
-    for (int i = 0; i < 8; i++) { /* c[i]: 256-bit sums of v[2i], v[2i + 1] */
-        __m512 a = i < 4 ? acc[2 * i] : accm[2 * i - 8], b = i < 4 ? acc[2 * i + 1] : accm[2 * i - 7];
+    for (int i = 0; i < N; i++) { /* c[i]: 256-bit sums of v[2i], v[2i + 1] */
+        __m512 a = 2 * i < N ? acc[2 * i] : accm[2 * i - N], b = 2 * i < N ? acc[2 * i + 1] : accm[2 * i + 1 - N];
         c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)),
                              _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)));
     }
     UNROLL
-    for (int j = 0; j < 4; j++) /* e[j] 128-bit lane l: quarter sums of v[4j + l] */
+    for (int j = 0; j < N / 2; j++) /* e[j] 128-bit lane l: quarter sums of v[4j + l] */
         e[j] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], _MM_SHUFFLE(3, 1, 3, 1)),
                              _mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], _MM_SHUFFLE(2, 0, 2, 0)));
     UNROLL
-    for (int j = 0; j < 2; j++) /* g[j] lane l: pair sums of v[8j + l], v[8j + 4 + l] */
+    for (int j = 0; j < N / 4; j++) /* g[j] lane l: pair sums of v[8j + l], v[8j + 4 + l] */
         g[j] = _mm512_add_ps(_mm512_shuffle_ps(e[2 * j], e[2 * j + 1], _MM_SHUFFLE(1, 0, 1, 0)),
                              _mm512_shuffle_ps(e[2 * j], e[2 * j + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    /* r dword 4l + m: lg_hsum(v[4m + l]) */
-    __m512 r = _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
-    r = _mm512_add_ps(r, _mm512_shuffle_ps(r, r, _MM_SHUFFLE(3, 2, 3, 2))); /* dword 4l: out[l], 4l + 1: out[4 + l] */
-    const __m512i idx = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 13, 9, 5, 1, 12, 8, 4, 0);
-    _mm256_storeu_ps(out, _mm512_castps512_ps256(_mm512_permutexvar_ps(idx, r)));
+    if (N == 8) {
+        /* r dword 4l + m: lg_hsum(v[4m + l]) */
+        r = _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                          _mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
+        r = _mm512_add_ps(r, _mm512_shuffle_ps(r, r, _MM_SHUFFLE(3, 2, 3, 2))); /* dword 4l: out[l], 4l + 1: out[4 + l] */
+        const __m512i idx = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 13, 9, 5, 1, 12, 8, 4, 0);
+        _mm256_storeu_ps(out, _mm512_castps512_ps256(_mm512_permutexvar_ps(idx, r)));
+    } else {
+        /* r dword 4l: lg_hsum(v[l]), 4l + 1: lg_hsum(v[4 + l]) */
+        r = _mm512_add_ps(_mm512_shuffle_ps(g[0], g[0], _MM_SHUFFLE(2, 0, 2, 0)),
+                          _mm512_shuffle_ps(g[0], g[0], _MM_SHUFFLE(3, 1, 3, 1)));
+        r = _mm512_add_ps(r, _mm512_shuffle_ps(r, r, _MM_SHUFFLE(1, 1, 1, 1))); /* dword 4l: out[l] */
+        const __m512i idx = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
+        _mm_storeu_ps(out, _mm512_castps512_ps128(_mm512_permutexvar_ps(idx, r)));
+    }
 }
 
 /* One weight row x T tokens (R = 1: the group decode is the row's cost,
@@ -367,71 +385,118 @@ static void lg_prep_x(const uint8_t *x, int64_t k, uint8_t *dst) {
     o[1] = lg_pack4(c[4], c[5], c[6], c[7]);
 }
 
-/* One prepared weight row x T tokens (x[T + t]: token t's packed short
- * group): per pair the integer block sums and float steps of lg_tile. */
-AI void lg_ptile(int ty, const uint8_t *const *w, const uint8_t *const *x,
-                 int64_t k, float *out, const int T) {
-    const int64_t nb = k / QK;
-    const int NS = T <= 2 ? 2 : 1;
-    const __m512i *q = (const __m512i *)(const void *)w[0];
-    __m512 acc[8], accm[8];
+/* The short group's exact block sums of one (row, token) pair: 2
+ * VPDPBUSD on the packed vectors (q: the row's, xs: the token's), then two
+ * in-lane adds put block j's sum in lane 4j, the other lanes 0. */
+AI __m512i lg_short_sum(const __m512i *q, const __m512i *xs) {
+    __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_load_si512(q), _mm512_load_si512(xs));
+    s = _mm512_dpbusd_epi32(s, _mm512_load_si512(q + 1), _mm512_load_si512(xs + 1));
+    s = _mm512_add_epi32(s, _mm512_shuffle_epi32(s, _MM_PERM_BADC));
+    return _mm512_maskz_add_epi32(0x1111, s, _mm512_shuffle_epi32(s, _MM_PERM_CDAB));
+}
+
+/* out[i] = lg_hsum(acc[i]) + lg_hsum(accm[i]) for n pairs: the tree per
+ * 8, then per 4, the last 1-3 one by one. */
+AI void lg_hsum_n(const __m512 *acc, const __m512 *accm, float *out, const int n) {
+    int i = 0;
     UNROLL
-    for (int t = 0; t < T; t++) acc[t] = accm[t] = _mm512_setzero_ps();
+    for (; i + 8 <= n; i += 8) lg_hsum_tree(acc + i, accm + i, out + i, 8);
+    if (i + 4 <= n) lg_hsum_tree(acc + i, accm + i, out + i, 4), i += 4;
+    UNROLL
+    for (; i < n; i++) out[i] = lg_hsum(acc[i]) + lg_hsum(accm[i]);
+}
+
+/* RR prepared weight rows x T tokens (x[T + t]: token t's packed short
+ * group); pair i = r * T + t. Each weight vector load feeds T VPDPBUSD,
+ * each activation load RR. Per pair the integer block sums and float
+ * steps of lg_tile: acc = fma(cvt(sum), d * dx, acc) per group in
+ * order, accm = fma(m, s, accm) per group in order, out = lg_hsum(acc) +
+ * lg_hsum(accm). accm depends only on m and s, so tiles of more than 8
+ * pairs (whose sums and acc already take 2 registers a pair) run its
+ * chain in a second pass over the groups: the same FMAs in the same
+ * order per lane, so the same bits. Fewer than 3 pairs split each sum
+ * into two chains (exact integers) to hide VPDPBUSD's latency. The
+ * prepared layout is the same for all five formats: ty is not read. */
+AI void lg_ptile(int ty, const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *out,
+                 const int RR, const int T) {
+    const int64_t nb = k / QK;
+    const int P = RR * T, NS = P <= 2 ? 2 : 1, SEP = P > 8;
+    __m512 acc[16], accm[16];
+    UNROLL
+    for (int i = 0; i < P; i++) acc[i] = accm[i] = _mm512_setzero_ps();
+    size_t off = 0; /* of the group in every prepared row */
     for (int64_t b0 = 0; b0 < nb; b0 += QA8_GROUP) {
         const int shrt = nb - b0 <= 4, nv = shrt ? 2 : 8;
-        __m512i is[8][2];
+        __m512i is[16][2];
         if (shrt) {
             UNROLL
-            for (int t = 0; t < T; t++) {
-                const __m512i *xs = (const __m512i *)(const void *)x[T + t];
-                __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_load_si512(q), _mm512_load_si512(xs));
-                s = _mm512_dpbusd_epi32(s, _mm512_load_si512(q + 1), _mm512_load_si512(xs + 1));
-                s = _mm512_add_epi32(s, _mm512_shuffle_epi32(s, _MM_PERM_BADC));
-                is[t][0] = _mm512_maskz_add_epi32(0x1111, s, _mm512_shuffle_epi32(s, _MM_PERM_CDAB));
-            }
+            for (int r = 0; r < RR; r++)
+                UNROLL
+                for (int t = 0; t < T; t++)
+                    is[r * T + t][0] = lg_short_sum((const __m512i *)(const void *)(w[r] + off),
+                                                    (const __m512i *)(const void *)x[T + t]);
         } else {
             UNROLL
-            for (int t = 0; t < T; t++) is[t][0] = is[t][1] = _mm512_setzero_si512();
+            for (int i = 0; i < P; i++) is[i][0] = is[i][1] = _mm512_setzero_si512();
             UNROLL
             for (int v = 0; v < 8; v++) {
-                __m512i wv = _mm512_load_si512(q + v);
+                __m512i wv[4];
+                UNROLL
+                for (int r = 0; r < RR; r++) wv[r] = _mm512_load_si512((const void *)(w[r] + off + 64 * v));
                 UNROLL
                 for (int t = 0; t < T; t++) {
-                    const int8_t *xp = qa8_qs(x[t], nb) + b0 * QK + 64 * v;
-                    is[t][v % NS] = _mm512_dpbusd_epi32(is[t][v % NS], wv, _mm512_loadu_si512((const void *)xp));
+                    __m512i xv = _mm512_loadu_si512((const void *)(qa8_qs(x[t], nb) + b0 * QK + 64 * v));
+                    if (RR > 1) xv = zmm_in_reg(xv);
+                    UNROLL
+                    for (int r = 0; r < RR; r++)
+                        is[r * T + t][v % NS] = _mm512_dpbusd_epi32(is[r * T + t][v % NS], wv[r], xv);
                 }
             }
         }
-        __m512 d = _mm512_load_ps(q + nv), m = _mm512_load_ps(q + nv + 1);
         UNROLL
         for (int t = 0; t < T; t++) {
-            __m512i sum = NS == 2 && !shrt ? _mm512_add_epi32(is[t][0], is[t][1]) : is[t][0];
             __m512 dx = _mm512_loadu_ps(qa8_d(x[t]) + b0), s = _mm512_loadu_ps(qa8_s(x[t], nb) + b0);
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d, dx), acc[t]);
-            accm[t] = _mm512_fmadd_ps(m, s, accm[t]);
+            UNROLL
+            for (int r = 0; r < RR; r++) {
+                const int i = r * T + t;
+                const float *h = (const float *)(const void *)(w[r] + off + 64 * nv);
+                __m512i sum = NS == 2 && !shrt ? _mm512_add_epi32(is[i][0], is[i][1]) : is[i][0];
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(_mm512_load_ps(h), dx), acc[i]);
+                if (!SEP) accm[i] = _mm512_fmadd_ps(_mm512_load_ps(h + 16), s, accm[i]);
+            }
         }
-        q += nv + 2;
+        off += shrt ? LG_SHORT : LG_FULL;
     }
-    if (T == 8) {
-        lg_hsum8(acc, accm, out);
-        return;
+    off = 0;
+    for (int64_t b0 = 0; SEP && b0 < nb; b0 += QA8_GROUP) { /* accm's pass */
+        const int shrt = nb - b0 <= 4, nv = shrt ? 2 : 8;
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            __m512 s = _mm512_loadu_ps(qa8_s(x[t], nb) + b0);
+            UNROLL
+            for (int r = 0; r < RR; r++)
+                accm[r * T + t] = _mm512_fmadd_ps(_mm512_load_ps((const float *)(const void *)(w[r] + off + 64 * nv + 64)),
+                                                  s, accm[r * T + t]);
+        }
+        off += shrt ? LG_SHORT : LG_FULL;
     }
-    UNROLL
-    for (int t = 0; t < T; t++) out[t] = lg_hsum(acc[t]) + lg_hsum(accm[t]);
+    lg_hsum_n(acc, accm, out, P);
 }
 
-/* Tile sets: 1 row x {8, 4, 2, 1} tokens, on GGUF rows below LG_PREP_MIN
+/* Tile sets: 1 row x {8, 4, 2, 1} tokens on GGUF rows below LG_PREP_MIN
  * tokens (decode reads a row once: preparing it only adds stores), else
- * on prepared rows. */
+ * 4 prepared rows x {4, 3, 2, 1} tokens (measured against 1 x 8, 2 x 4,
+ * 2 x 6, 4 x 2, 4 x 3 and 8 x 2: backend/README.md, "AVX-512 prefill:
+ * tiles of 4 prepared rows"). */
 #define LG_PREP_MIN 8
 #define LG_KERNEL(name, ty)                                                   \
-    static size_t name##_wb(int64_t k) { return lg_prep_bytes(k); }           \
-    TILE_PREP_8421(name, ty, lg_ptile, lg_prep_w, LG_PREP_MIN, name##_wb, lg_prep_x_bytes, lg_prep_x) \
+    TILE_PREP_4X(name, ty, lg_ptile, lg_prep_w, LG_PREP_MIN, lg_wbytes, lg_prep_x_bytes, lg_prep_x) \
     TILE_WRAP(name, lg_tile, ty)                                              \
     TILE_T(name, 1) TILE_T(name, 2) TILE_T(name, 4) TILE_T(name, 8)           \
     static const tile_set name##_set = {                                      \
         .s = {{1, 8, name##_8}, {1, 4, name##_4}, {1, 2, name##_2}, {1, 1, name##_1}}, \
         .prep = &name##_prep};
+static size_t lg_wbytes(int64_t k) { return lg_prep_bytes(k); }
 LG_KERNEL(lg_q4_0, L40)
 LG_KERNEL(lg_q4_1, L41)
 LG_KERNEL(lg_q5_0, L50)
@@ -728,9 +793,11 @@ AI void kq_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
  * per super-block:
  *   4 chunk vectors as kq_decode gives them, 4 scale patterns as
  *   kq_scale_pattern gives them, then mp (32 bytes), d and dmin (floats);
- * and kq_ptile runs 1 row x {8, 4, 2, 1} tokens over them. The integer
- * sums are exact and the float steps are every level's, so the bits are
- * the same (quant_gemm_prefill_vs_decode, quant_kquant_same_bits_every_level). */
+ * and kq_ptile runs 4 rows x {4, 3, 2, 1} tokens over them (each
+ * activation load feeding 4 rows' VPMADDUBSW, the 16 pairs' float steps
+ * one vector op each). The integer sums are exact and the float steps
+ * are every level's, so the bits are the same
+ * (quant_gemm_prefill_vs_decode, quant_kquant_same_bits_every_level). */
 enum { KQ_SB = 576 };
 #define KQ_PREP_MIN 8
 
@@ -756,44 +823,66 @@ AI void kq_prep_w(int ty, const uint8_t *w, int64_t k, uint8_t *dst) {
     }
 }
 
+/* RR prepared rows x T tokens (pair i = r * T + t): per pair the integer
+ * start, chain and float steps of kq_tile, as above. */
 AI void kq_ptile(int ty, const uint8_t *const *w, const uint8_t *const *x,
-                 int64_t k, float *out, const int T) {
+                 int64_t k, float *out, const int RR, const int T) {
     const int64_t nb = k / QK_K;
+    const int P = RR * T;
     __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *p = w[0] + b * KQ_SB;
-        const __m512i *q = (const __m512i *)(const void *)p;
-        const __m256i mp = _mm256_load_si256((const __m256i *)(const void *)(p + 512));
-        float f[2];
-        memcpy(f, p + 544, sizeof f);
-        __m512i ia[8];
-        __m256i bs[8], mpp[8];
+        __m256i mp[4], bs[8], bsp[16], mpp[16];
+        __m512 dw = _mm512_setzero_ps(), dm = _mm512_setzero_ps();
+        __m512i ia[16];
         UNROLL
-        for (int t = 0; t < T; t++) {
-            bs[t] = _mm256_loadu_si256((const void *)(qak_bsums(x[t], nb) + 16 * b));
-            mpp[t] = mp;
-            ia[t] = kq_ia0(ty, bs[t], mp);
+        for (int r = 0; r < RR; r++) {
+            const uint8_t *p = w[r] + b * KQ_SB;
+            float f[2];
+            memcpy(f, p + 544, sizeof f);
+            mp[r] = _mm256_load_si256((const __m256i *)(const void *)(p + 512));
+            __mmask16 m = (__mmask16)(((1u << T) - 1) << (r * T));
+            dw = _mm512_mask_mov_ps(dw, m, _mm512_set1_ps(f[0]));
+            dm = _mm512_mask_mov_ps(dm, m, _mm512_set1_ps(f[1]));
+        }
+        UNROLL
+        for (int t = 0; t < T; t++) bs[t] = _mm256_loadu_si256((const void *)(qak_bsums(x[t], nb) + 16 * b));
+        UNROLL
+        for (int i = 0; i < P; i++) {
+            bsp[i] = bs[i % T], mpp[i] = mp[i / T];
+            ia[i] = kq_ia0(ty, bsp[i], mpp[i]);
         }
         UNROLL
         for (int c = 0; c < 4; c++) {
-            __m512i wv = _mm512_load_si512(q + c), sp = _mm512_load_si512(q + 4 + c);
+            __m512i wv[4], sp[4];
+            UNROLL
+            for (int r = 0; r < RR; r++) {
+                const __m512i *q = (const __m512i *)(const void *)(w[r] + b * KQ_SB);
+                wv[r] = _mm512_load_si512(q + c);
+                sp[r] = _mm512_load_si512(q + 4 + c);
+                if (T > 1) wv[r] = zmm_in_reg(wv[r]), sp[r] = zmm_in_reg(sp[r]);
+            }
             UNROLL
             for (int t = 0; t < T; t++) {
                 __m512i xv = _mm512_loadu_si512((const void *)(qak_qs(x[t], nb) + b * QK_K + 64 * c));
-                ia[t] = _mm512_dpwssd_epi32(ia[t], _mm512_maddubs_epi16(wv, xv), sp);
+                if (RR > 1) xv = zmm_in_reg(xv);
+                UNROLL
+                for (int r = 0; r < RR; r++)
+                    ia[r * T + t] = _mm512_dpwssd_epi32(ia[r * T + t], _mm512_maddubs_epi16(wv[r], xv), sp[r]);
             }
         }
-        __m512 dx = kq_dx(x, nb, b, 1, T);
-        acc = kq_fstep(acc, kq_sums(ia, T), _mm512_set1_ps(f[0]), dx);
-        if (ty != K6) accm = kq_fstep(accm, kq_min_sums(bs, mpp, T), _mm512_set1_ps(f[1]), dx);
+        __m512 dx = kq_dx(x, nb, b, RR, T);
+        acc = kq_fstep(acc, kq_sums(ia, P), dw, dx);
+        if (ty != K6) accm = kq_fstep(accm, kq_min_sums(bsp, mpp, P), dm, dx);
     }
-    kq_store(ty, acc, accm, out, T);
+    kq_store(ty, acc, accm, out, P);
 }
 
 /* Tile sets: 4 rows x {4, 2, 1} tokens on GGUF rows below KQ_PREP_MIN
- * tokens (decode), else 1 row x {8, 4, 2, 1} on prepared rows. */
+ * tokens (decode), else 4 prepared rows x {4, 3, 2, 1} (measured against
+ * 1 x 8 and 2 x 8: backend/README.md, "AVX-512 prefill: tiles of 4
+ * prepared rows"). */
 #define KQ_KERNEL(name, ty)                                                   \
-    TILE_PREP_8421(name, ty, kq_ptile, kq_prep_w, KQ_PREP_MIN, kq_prep_bytes, kq_prep_x_bytes, NULL) \
+    TILE_PREP_4X(name, ty, kq_ptile, kq_prep_w, KQ_PREP_MIN, kq_prep_bytes, kq_prep_x_bytes, NULL) \
     TILE_WRAP(name, kq_tile, ty)                                              \
     TILE_T(name, 1) TILE_T(name, 2) TILE_T(name, 4)                           \
     static const tile_set name##_set = {                                      \

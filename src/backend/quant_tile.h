@@ -93,8 +93,14 @@ static void tile_rows(const tile_shape *sh, const void *w, size_t wrb, int wr0, 
         for (int i = 0; i < R; i++)
             wp[i] = (const uint8_t *)w + (size_t)((r + i < r1 ? r + i : r1 - 1) - wr0) * wrb;
         sh->fn(wp, xp, k, out);
-        for (int i = 0; i < R && r + i < rce; i++)
-            for (int j = 0; j < T; j++) y[(t0 + j) * ldy + r + i] = out[i * T + j];
+        const int nr = rce - r < R ? rce - r : R;
+        if (R == 1) /* decode's legacy tiles */
+            for (int j = 0; j < T; j++) y[(t0 + j) * ldy + r] = out[j];
+        else
+            for (int j = 0; j < T; j++) { /* token by token: each token's rows share a cache line of y */
+                float *yt = y + (t0 + j) * ldy + r;
+                for (int i = 0; i < nr; i++) yt[i] = out[i * T + j];
+            }
     }
 }
 
@@ -215,17 +221,20 @@ static void tile_drive(const tile_set *ts, const void *w, size_t wrb, int64_t k,
         }                                                                     \
     }
 
-/* The prepared half of a tile set (AVX-512): `name##_prep`, tiles of 1 row
- * x {8, 4, 2, 1} tokens of `ptile(ty, ...)` over rows that `prep_w(ty, w,
- * k, dst)` prepares into `wbytes(k)` bytes, used from `min` tokens on;
- * `xbytes`, `xprep` as in tile_prep. */
-#define TILE_PREP_8421(name, ty, ptile, prep_w, min, wbytes, xbytes, xprep)   \
+/* The prepared half of a tile set (AVX-512): `name##_prep`, tiles of 4
+ * rows x {4, 3, 2, 1} tokens of `ptile(ty, w, x, k, out, rows, toks)` over
+ * rows that `prep_w(ty, w, k, dst)` prepares into `wbytes(k)` bytes, used
+ * from `min` tokens on; `xbytes`, `xprep` as in tile_prep. */
+#define TILE_PREP_4X(name, ty, ptile, prep_w, min, wbytes, xbytes, xprep)    \
     static void name##_wp(const uint8_t *w, int64_t k, uint8_t *d) { prep_w(ty, w, k, d); } \
-    TILE_WRAP(name##_p, ptile, ty)                                            \
-    TILE_T(name##_p, 1) TILE_T(name##_p, 2) TILE_T(name##_p, 4) TILE_T(name##_p, 8) \
+    TILE_PREP_RT(name, ptile, ty, 4) TILE_PREP_RT(name, ptile, ty, 3)        \
+    TILE_PREP_RT(name, ptile, ty, 2) TILE_PREP_RT(name, ptile, ty, 1)        \
     static const tile_prep name##_prep = {                                    \
-        min, {{1, 8, name##_p_8}, {1, 4, name##_p_4}, {1, 2, name##_p_2}, {1, 1, name##_p_1}}, \
+        min, {{4, 4, name##_p4x4}, {4, 3, name##_p4x3}, {4, 2, name##_p4x2}, {4, 1, name##_p4x1}}, \
         wbytes, name##_wp, xbytes, xprep};
+#define TILE_PREP_RT(name, ptile, ty, T)                                      \
+    static void name##_p4x##T(const uint8_t *const *w, const uint8_t *const *x, \
+                              int64_t k, float *o) { ptile(ty, w, x, k, o, 4, T); }
 
 /* Per-type tile wrappers `prefix_q4_0(w, x, k, o, T)` over a tile function
  * `tile(type, w, x, k, o, T)`, for the five legacy formats. */
