@@ -426,3 +426,43 @@ TEST(attn_quant_kv_fill_is_the_same_at_every_level) {
         cache_free(&c);
     }
 }
+
+/* Levels whose attention gives other bits have other numerics ids
+ * (attn_numerics_level, part of the engine's id): 16 queries at depths up
+ * to 150, for the head sizes of the models served and each KV type. */
+TEST(attn_levels_with_other_bits_have_other_ids) {
+    static const int dims[] = {64, 128, 256};
+    enum { N = 150, NQ = 16 };
+    int differ = 0;
+    for (int ti = 0; ti < 3; ti++)
+        for (int di = 0; di < 3; di++) {
+            kvq_type type = ti == 0 ? KVQ_F16 : QUANT[ti - 1];
+            int d = dims[di];
+            cache c;
+            cache_new_type(&c, N, 1, d, type);
+            attn_kv kv = cache_head(&c, 0);
+            float *q = xmalloc((size_t)NQ * d * 4), *out[ATTN_LEVEL_AMX + 1];
+            float *ws = xaligned(attn_ws_floats(d, NQ) * sizeof(float));
+            for (int i = 0; i < NQ * d; i++) q[i] = frand();
+            for (int l = 0; l <= attn_level(); l++) {
+                attn_query qs[NQ];
+                out[l] = xmalloc((size_t)NQ * d * 4);
+                for (int i = 0; i < NQ; i++) qs[i] = (attn_query){q + i * d, out[l] + i * d, 0, N - NQ + i + 1, NULL};
+                attn_run_level(l, &kv, qs, NQ, 0.125f, ws);
+            }
+            for (int a = 0; a <= attn_level(); a++)
+                for (int b = a + 1; b <= attn_level(); b++) {
+                    if (!memcmp(out[a], out[b], (size_t)NQ * d * 4)) continue;
+                    char ia[96], ib[96];
+                    differ++;
+                    CHECK_MSG(strcmp(attn_numerics_level(a, d, type, ia, sizeof ia),
+                                     attn_numerics_level(b, d, type, ib, sizeof ib)) != 0,
+                              "%s d=%d: levels %s and %s give other bits under one id '%s'", kvq_name(type), d,
+                              LEVEL[a], LEVEL[b], ia);
+                }
+            for (int l = 0; l <= attn_level(); l++) free(out[l]);
+            free(q), free(ws);
+            cache_free(&c);
+        }
+    if (attn_level() > ATTN_LEVEL_SCALAR) CHECK(differ > 0);
+}

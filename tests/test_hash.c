@@ -174,6 +174,13 @@ TEST(hash_blocks_differ_by_kv_type) {
     CHECK(memcmp(b16.b, b8.b, 32) != 0);
 }
 
+/* The id of the float32 attention kernels at this process's level:
+ * "cpu" from AVX-512 up (caches were written under it), the level's own
+ * below (their bits differ). */
+static const char *float_id(void) {
+    return attn_level() >= ATTN_LEVEL_AVX512 ? "cpu" : attn_level() == ATTN_LEVEL_AVX2 ? "cpu+attn-avx2" : "cpu+attn-scalar";
+}
+
 /* The attention level is part of the CPU's numerics (attn_numerics): the
  * AMX kernels give other bits than the float32 ones, so their blocks hash
  * apart from the float32 levels' (which keep "cpu" and the hashes caches
@@ -193,9 +200,9 @@ TEST(hash_blocks_differ_by_attention_numerics) {
     CHECK(memcmp(amxq8, amx, 32) != 0);
     CHECK(strcmp(kvq_numerics(KVQ_Q4_0, "cpu+attn-amx", buf, sizeof buf), "cpu+attn-amx+kv-q4_0") == 0);
     char id[96];
-    CHECK(strcmp(attn_numerics(256, KVQ_F16, id, sizeof id), attn_level() == ATTN_LEVEL_AMX ? "cpu+attn-amx" : "cpu") ==
+    CHECK(strcmp(attn_numerics(256, KVQ_F16, id, sizeof id), attn_level() == ATTN_LEVEL_AMX ? "cpu+attn-amx" : float_id()) ==
           0);
-    CHECK(strcmp(attn_numerics(64, KVQ_F16, id, sizeof id), "cpu") == 0); /* below ATTN_AMX_MIN_DIM: float32 */
+    CHECK(strcmp(attn_numerics(64, KVQ_F16, id, sizeof id), float_id()) == 0); /* below ATTN_AMX_MIN_DIM: float32 */
 }
 
 /* q8_0 keys scored in int8 (attn_qk_int8: AVX-512 VNNI) give other bits
@@ -212,8 +219,9 @@ TEST(hash_blocks_differ_by_int8_scoring) {
     CHECK(memcmp(i8q8, f16, 32) != 0);
     int i8 = attn_qk_int8(attn_level(), 64, KVQ_Q8_0);
     CHECK_EQ_INT(i8, attn_level() >= ATTN_LEVEL_AVX512 && cpu_get()->avx512vnni);
-    CHECK(strcmp(attn_numerics(64, KVQ_Q8_0, id, sizeof id), i8 ? "cpu+kv-q8_0+qk-i8" : "cpu+kv-q8_0") == 0);
-    CHECK(strcmp(attn_numerics(64, KVQ_Q4_0, id, sizeof id), "cpu+kv-q4_0") == 0);
+    CHECK(strcmp(attn_numerics(64, KVQ_Q8_0, id, sizeof id),
+                 i8 ? "cpu+kv-q8_0+qk-i8" : kvq_numerics(KVQ_Q8_0, float_id(), buf, sizeof buf)) == 0);
+    CHECK(strcmp(attn_numerics(64, KVQ_Q4_0, id, sizeof id), kvq_numerics(KVQ_Q4_0, float_id(), buf, sizeof buf)) == 0);
     CHECK(!attn_qk_int8(ATTN_LEVEL_AVX2, 64, KVQ_Q8_0));
     CHECK(!attn_qk_int8(attn_level(), 64, KVQ_F16) && !attn_qk_int8(attn_level(), 64, KVQ_Q4_0));
     /* heads the AMX kernels serve keep them (and their id) */

@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/attn.h"
+#include "backend/quant.h"
 #include "base/mem.h"
 #include "model/engine.h"
 #include "model/mtp.h"
@@ -342,13 +344,22 @@ TEST(real_fwd_matches_llama_cpp) {
  * flip at margin 1.07), 2.66 with int8 scoring. */
 static const oracle_suite SMOLLM2_Q8 = {"tests/data/oracle/kv-q8_0", 2.0f, 0.40f, 1.0f, 10};
 static const oracle_suite GEMMA3_Q8 = {"tests/data/oracle/gemma3/kv-q8_0", GEMMA3_MAX_ABS, GEMMA3_MAX_RMS, 1.0f, 4};
+/* Below AVX-512 the kernels' other float roundings (backend/README.md)
+ * reach q8_0 K/V as other int8 roundings, whole quantization steps, and
+ * Gemma 3's 1435-token prompt ends further from llama.cpp's (one row;
+ * 2026-11-27: max 2.03 / rms 0.96 at scalar, 2.62 / 1.59 at avx2,
+ * against 1.61 / 0.54 at avx512 and 1.64 / 0.57 at amx; f16 K/V 0.28-0.48
+ * rms at every level). The top-1 check is the same; the bounds are ~1.2x
+ * the worst level measured. */
+static const oracle_suite GEMMA3_Q8_BELOW_AVX512 = {"tests/data/oracle/gemma3/kv-q8_0", 3.2f, 1.9f, 1.0f, 4};
 
 TEST(real_fwd_q8_0_kv_matches_llama_cpp) {
     run_suite_kv(&SMOLLM2_Q8, test_real_model(), KVQ_Q8_0);
 }
 
 TEST(gemma3_fwd_q8_0_kv_matches_llama_cpp) {
-    run_suite_kv(&GEMMA3_Q8, test_gemma3_model(), KVQ_Q8_0);
+    int below = attn_level() < ATTN_LEVEL_AVX512 || quant_level() < QUANT_AVX512;
+    run_suite_kv(below ? &GEMMA3_Q8_BELOW_AVX512 : &GEMMA3_Q8, test_gemma3_model(), KVQ_Q8_0);
 }
 
 TEST(gemma3_fwd_matches_llama_cpp) {

@@ -305,12 +305,20 @@ int attn_qk_int8(int level, int head_dim, kvq_type t) {
     return t == KVQ_Q8_0 && ops_for(level, head_dim, t) == attn_ops_vnni_q8(head_dim);
 }
 
-const char *attn_numerics(int head_dim, kvq_type t, char *buf, size_t cap) {
-    const char *base = ops_for(cpu_level(), head_dim, t) == attn_ops_amx(head_dim) ? "cpu+attn-amx" : "cpu";
+const char *attn_numerics_level(int level, int head_dim, kvq_type t, char *buf, size_t cap) {
+    const attn_ops *o = ops_for(level, head_dim, t);
+    const char *base = o == attn_ops_amx(head_dim)   ? "cpu+attn-amx"
+                       : o == attn_ops_avx2(head_dim) ? "cpu+attn-avx2"
+                       : o == &attn_ops_scalar        ? "cpu+attn-scalar"
+                                                      : "cpu";
     char kv[64];
     const char *id = kvq_numerics(t, base, kv, sizeof kv);
-    snprintf(buf, cap, "%s%s", id, attn_qk_int8(cpu_level(), head_dim, t) ? "+qk-i8" : "");
+    snprintf(buf, cap, "%s%s", id, attn_qk_int8(level, head_dim, t) ? "+qk-i8" : "");
     return buf;
+}
+
+const char *attn_numerics(int head_dim, kvq_type t, char *buf, size_t cap) {
+    return attn_numerics_level(cpu_level(), head_dim, t, buf, cap);
 }
 
 void attn_run_ops(const attn_ops *ops, const attn_kv *kv, const attn_query *qs, int nq, float scale, float *ws) {

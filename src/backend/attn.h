@@ -101,11 +101,16 @@ void attn_run_level(int level, const attn_kv *kv, const attn_query *qs, int nq, 
 int attn_level(void);
 /* The numerics id of this process's attention for heads of head_dim
  * stored as t, the engine's id (cache_numerics_fingerprint): "cpu" where
- * the float32 kernels run (the id caches were written under before),
- * "cpu+attn-amx" where the AMX ones do, either with the KV type
- * (kvq_numerics: "cpu+kv-q8_0"), and "+qk-i8" after it where q8_0 keys
- * are scored in int8 (attn_qk_int8). Written to buf (cap >= 64). */
+ * the AVX-512 float32 kernels run (the id caches were written under
+ * before), "cpu+attn-amx" where the AMX ones do, "cpu+attn-avx2" and
+ * "cpu+attn-scalar" where those levels' kernels do (their bits differ:
+ * a replica of another CPU level sharing a tier must not be served
+ * them), each with the KV type (kvq_numerics: "cpu+kv-q8_0"), and
+ * "+qk-i8" after it where q8_0 keys are scored in int8 (attn_qk_int8).
+ * Written to buf (cap >= 64). */
 const char *attn_numerics(int head_dim, kvq_type t, char *buf, size_t cap);
+/* The same for a level (tests compare the levels' ids and bits). */
+const char *attn_numerics_level(int level, int head_dim, kvq_type t, char *buf, size_t cap);
 /* Whether level scores keys stored as t in int8 for heads of head_dim:
  * q8_0 keys of heads up to ATTN_QK_INT8_MAX_DIM where the CPU has AVX-512
  * VNNI (attn_avx512.c). The query is then quantized per 32 dims

@@ -56,6 +56,13 @@ int delta_level(void) {
     return cpu_level();
 }
 
+const char *delta_numerics_level(int level, int dim) {
+    delta_fn f = fn_for(level, dim);
+    return f == delta_fn_avx512(dim) ? "" : f == delta_fn_avx2(dim) ? "+delta-avx2" : "+delta-scalar";
+}
+
+const char *delta_numerics(int dim) { return delta_numerics_level(cpu_level(), dim); }
+
 void delta_rows(const delta_run *r, float *S, int dim, int r0, int r1, float scale) {
     delta_rows_level(cpu_level(), r, S, dim, r0, r1, scale);
 }

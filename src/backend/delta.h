@@ -38,6 +38,11 @@ void delta_rows(const delta_run *r, float *S, int dim, int r0, int r1, float sca
 void delta_rows_level(int level, const delta_run *r, float *S, int dim, int r0, int r1, float scale);
 /* The level delta_rows uses in this process. */
 int delta_level(void);
+/* What the engine's numerics id adds for a delta-net model with states
+ * of dim: "" where the avx512 kernel runs, "+delta-avx2" or
+ * "+delta-scalar" where another does (their bits differ). */
+const char *delta_numerics(int dim);
+const char *delta_numerics_level(int level, int dim); /* the same for a level (tests) */
 /* sum a[i] b[i] in a fixed order, the scalar kernel's: 8 lanes, a tree,
  * then the tail in order (plain C at the base flags; also qwen35's q/k
  * L2 norm, model/deltanet.c). */

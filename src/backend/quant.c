@@ -215,6 +215,13 @@ int quant_level(void) {
     return avx2 ? QUANT_AVX2 : QUANT_SCALAR;
 }
 
+const char *quant_numerics_level(int level) {
+    if (level > quant_level()) level = quant_level();
+    return level >= QUANT_AVX512 ? "" : level == QUANT_AVX2 ? "+mm-avx2" : "+mm-scalar";
+}
+
+const char *quant_numerics(void) { return quant_numerics_level(quant_level()); }
+
 const char *quant_level_name(int level) {
     static const char *names[QUANT_LEVELS] = {"scalar", "avx2", "avx512", "amx"};
     return level >= 0 && level < QUANT_LEVELS ? names[level] : "?";

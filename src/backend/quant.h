@@ -78,6 +78,12 @@ enum { QUANT_SCALAR = 0, QUANT_AVX2 = 1, QUANT_AVX512 = 2, QUANT_AMX = 3, QUANT_
 /* Highest level this CPU (after STRATA_CPU masking) runs. */
 int quant_level(void);
 const char *quant_level_name(int level); /* "scalar", "avx2", "avx512", "amx" */
+/* What the engine's numerics id adds for this process's matmuls: "" at
+ * the avx512 and amx levels (the same bits: the id caches were written
+ * under), "+mm-avx2" or "+mm-scalar" below (the legacy and float kernels'
+ * bits differ between levels, so blocks of one are not another's). */
+const char *quant_numerics(void);
+const char *quant_numerics_level(int level); /* the same for a level (tests) */
 /* quant_gemm forced to one level; level must be <= quant_level(). */
 void quant_gemm_level(int level, qtype wt, const void *w, size_t w_row_bytes,
                       int64_t k, const void *xq, size_t xq_row_bytes,

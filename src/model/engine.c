@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "backend/attn.h"
+#include "backend/delta.h"
+#include "backend/quant.h"
 #include "backend/cuda/cuda.h"
 #include "base/cpu.h"
 #include "base/mem.h"
@@ -121,6 +123,10 @@ int engine_open(engine **out, const engine_params *p, strata_err *err) {
     attn_numerics(e->m->hp.head_dim, p->kv_type, e->numerics, sizeof e->numerics);
     if (model_has_kquant(e->m)) /* their matmuls' bits changed: older blocks are never served */
         strncat(e->numerics, "+kq-int", sizeof e->numerics - strlen(e->numerics) - 1);
+    /* the CPU level's own bits (avx512 and amx add nothing) */
+    strncat(e->numerics, quant_numerics(), sizeof e->numerics - strlen(e->numerics) - 1);
+    if (e->m->hp.ssm_d_state > 0)
+        strncat(e->numerics, delta_numerics(e->m->hp.ssm_d_state), sizeof e->numerics - strlen(e->numerics) - 1);
     e->threads = pool_new(p->n_threads);
     e->fwd = fwd_new(e->m, &e->kv, e->threads, e->max_batch);
     *out = e;

@@ -75,9 +75,12 @@ void engine_seq_release(engine *e, kv_seq *s);
  * kvq_numerics): blocks of another KV type are other bytes, never served.
  * A model with K-quant weights adds "+kq-int" (model_has_kquant: their
  * kernels' float steps changed, and the K/V with them). A cache keys its
- * blocks by it (cache_numerics_fingerprint). (The CPU's levels, scalar/avx2/avx512,
- * do not all give the same bits, yet share "cpu": the fingerprint
- * existing caches were written under.) */
+ * blocks by it (cache_numerics_fingerprint). The CPU's levels do not all
+ * give the same bits, so below AVX-512 the level is named too
+ * ("cpu+attn-avx2+mm-avx2", "+delta-avx2" for a delta-net model;
+ * attn_numerics, quant_numerics, delta_numerics): replicas of other CPUs
+ * sharing a disk or Redis tier never serve each other's blocks. The
+ * avx512 and amx levels keep "cpu", the id caches were written under. */
 const char *engine_numerics(const engine *e);
 /* "cpu (avx512)" or "cuda (NVIDIA H100 ..., sm_90, ...)". */
 const char *engine_device(const engine *e);

@@ -673,6 +673,8 @@ static int load_model(server *s, strata_err *err) {
     if (s->e->kv.dev)
         log_info("device: %s; the live KV pool in its memory (%.1f MiB), not yet verified on a GPU",
                  engine_device(s->e), (double)s->e->kv.glob_bytes * s->e->kv.n_blocks / 1048576.0);
+    else /* replicas share disk and Redis blocks only under the same numerics */
+        log_info("device: %s; numerics id \"%s\"", engine_device(s->e), engine_numerics(s->e));
     if (s->e->kv.swa_layer)
         log_info("sliding window: %d positions; its layers' K/V in %d slots of one block (%.1f MiB), the other "
                  "layers' in every block (%.1f KiB a token)", s->e->kv.n_swa, s->e->kv.n_slots,
