@@ -538,8 +538,8 @@ static void apply_replay(replay_store *rs, const cache_hash *ns, const json_t *m
         long k = message_at(o, off);
         g->ids = get_in_context(rs, k >= 0 ? &ctx[k] : NULL, ns, g->text, g->len, &g->n_ids);
         const char *role = json_string_value(json_object_get(json_array_get(messages, (size_t)k), "role"));
-        /* (the template's role name is the message's text too) */
-        if (!g->ids && role && !strcmp(role, "assistant") && !(g->len == 9 && !memcmp(g->text, role, 9)))
+        /* an assistant message's text, not the role name the template writes from it */
+        if (!g->ids && role && !strcmp(role, "assistant") && !(g->len == strlen(role) && !memcmp(g->text, role, g->len)))
             log_text("assistant text not remembered", g->text, g->len, 0);
     }
     free(ctx);
