@@ -12,6 +12,7 @@
 #include "base/fp16.h"
 #include "base/mem.h"
 #include "test.h"
+#include "test_util.h"
 
 #define BT 16 /* block_tokens of the synthetic cache */
 
@@ -450,16 +451,11 @@ TEST(attn_levels_with_other_bits_have_other_ids) {
                 for (int i = 0; i < NQ; i++) qs[i] = (attn_query){q + i * d, out[l] + i * d, 0, N - NQ + i + 1, NULL};
                 attn_run_level(l, &kv, qs, NQ, 0.125f, ws);
             }
-            for (int a = 0; a <= attn_level(); a++)
-                for (int b = a + 1; b <= attn_level(); b++) {
-                    if (!memcmp(out[a], out[b], (size_t)NQ * d * 4)) continue;
-                    char ia[96], ib[96];
-                    differ++;
-                    CHECK_MSG(strcmp(attn_numerics_level(a, d, type, ia, sizeof ia),
-                                     attn_numerics_level(b, d, type, ib, sizeof ib)) != 0,
-                              "%s d=%d: levels %s and %s give other bits under one id '%s'", kvq_name(type), d,
-                              LEVEL[a], LEVEL[b], ia);
-                }
+            char ids[ATTN_LEVEL_AMX + 1][96], what[32];
+            const char *id[ATTN_LEVEL_AMX + 1];
+            for (int l = 0; l <= attn_level(); l++) id[l] = attn_numerics_level(l, d, type, ids[l], sizeof ids[l]);
+            snprintf(what, sizeof what, "%s d=%d", kvq_name(type), d);
+            differ += test_levels_differ_by_id(what, attn_level() + 1, (void *const *)out, (size_t)NQ * d * 4, id, LEVEL);
             for (int l = 0; l <= attn_level(); l++) free(out[l]);
             free(q), free(ws);
             cache_free(&c);

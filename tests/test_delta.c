@@ -9,6 +9,7 @@
 #include "backend/delta.h"
 #include "base/mem.h"
 #include "test.h"
+#include "test_util.h"
 
 static const char *LEVEL[] = {"scalar", "avx2", "avx512"};
 
@@ -176,28 +177,26 @@ TEST(delta_scalar_equals_token_major_loop) {
 /* Levels whose delta rule gives other bits have other numerics ids
  * (delta_numerics_level, part of a delta-net model's engine id). */
 TEST(delta_levels_with_other_bits_have_other_ids) {
+    const int nl = delta_level() + 1;
     int differ = 0;
     for (size_t di = 0; di < sizeof DIMS / sizeof DIMS[0]; di++) {
         int d = DIMS[di], n = 40;
         fix f;
         fix_new(&f, d, n);
         size_t sb = (size_t)d * d * sizeof(float), ob = (size_t)n * (d + OPAD) * sizeof(float);
-        float *S[3], *o[3];
-        for (int l = 0; l <= delta_level(); l++) {
-            S[l] = xmalloc(sb), o[l] = xcalloc(1, ob);
-            memcpy(S[l], f.S0, sb);
-            delta_run r = run_of(&f, 0, n, o[l]);
-            delta_rows_level(l, &r, S[l], d, 0, d, 1.0f / sqrtf((float)d));
+        void *out[3]; /* per level: the final state, then the outputs */
+        const char *id[3];
+        for (int l = 0; l < nl; l++) {
+            float *S = xcalloc(1, sb + ob);
+            memcpy(S, f.S0, sb);
+            delta_run r = run_of(&f, 0, n, S + (size_t)d * d);
+            delta_rows_level(l, &r, S, d, 0, d, 1.0f / sqrtf((float)d));
+            out[l] = S, id[l] = delta_numerics_level(l, d);
         }
-        for (int a = 0; a <= delta_level(); a++)
-            for (int b = a + 1; b <= delta_level(); b++) {
-                if (!memcmp(o[a], o[b], ob) && !memcmp(S[a], S[b], sb)) continue;
-                differ++;
-                CHECK_MSG(strcmp(delta_numerics_level(a, d), delta_numerics_level(b, d)) != 0,
-                          "d=%d: levels %s and %s give other bits under one id '%s'", d, LEVEL[a], LEVEL[b],
-                          delta_numerics_level(a, d));
-            }
-        for (int l = 0; l <= delta_level(); l++) free(S[l]), free(o[l]);
+        char what[32];
+        snprintf(what, sizeof what, "delta d=%d", d);
+        differ += test_levels_differ_by_id(what, nl, out, sb + ob, id, LEVEL);
+        for (int l = 0; l < nl; l++) free(out[l]);
         fix_free(&f);
     }
     if (delta_level() > 0) CHECK(differ > 0);

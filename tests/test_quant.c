@@ -668,6 +668,9 @@ TEST(quant_kquant_same_bits_every_level) {
 TEST(quant_levels_with_other_bits_have_other_ids) {
     enum { ROWS = 21, NT = 19 };
     static const qtype types[] = {QT_Q4_1, QT_Q8_0, QT_Q5_0, QT_F16};
+    const int n = quant_level() + 1;
+    const char *id[QUANT_LEVELS], *names[QUANT_LEVELS];
+    for (int l = 0; l < n; l++) id[l] = quant_numerics_level(l), names[l] = quant_level_name(l);
     int differ = 0;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         qtype wt = types[i];
@@ -675,17 +678,14 @@ TEST(quant_levels_with_other_bits_have_other_ids) {
         uint64_t s = 77 + wt;
         uint8_t *w = random_weights(wt, ROWS, k, &s);
         float *x = random_acts(NT, k, &s), y[QUANT_LEVELS][NT * ROWS];
+        void *out[QUANT_LEVELS];
         size_t xrb, wrb = quant_row_bytes(wt, k);
         uint8_t *xq = convert_acts(wt, x, NT, k, &xrb);
-        for (int l = 0; l <= quant_level(); l++) quant_gemm_level(l, wt, w, wrb, k, xq, xrb, NT, y[l], ROWS, 0, ROWS);
-        for (int a = 0; a <= quant_level(); a++)
-            for (int b = a + 1; b <= quant_level(); b++) {
-                if (!memcmp(y[a], y[b], sizeof y[a])) continue;
-                differ++;
-                CHECK_MSG(strcmp(quant_numerics_level(a), quant_numerics_level(b)) != 0,
-                          "%s: levels %s and %s give other bits under one id '%s'", quant_name(wt),
-                          quant_level_name(a), quant_level_name(b), quant_numerics_level(a));
-            }
+        for (int l = 0; l < n; l++) {
+            quant_gemm_level(l, wt, w, wrb, k, xq, xrb, NT, y[l], ROWS, 0, ROWS);
+            out[l] = y[l];
+        }
+        differ += test_levels_differ_by_id(quant_name(wt), n, out, sizeof y[0], id, names);
         free(w), free(x), free(xq);
     }
     if (quant_level() > QUANT_SCALAR) CHECK(differ > 0); /* the premise: the levels' bits do differ */

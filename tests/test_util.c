@@ -239,3 +239,16 @@ float *test_trunk_hidden(engine *e, const int32_t *toks, int n) {
     free(logits);
     return h;
 }
+
+int test_levels_differ_by_id(const char *what, int n, void *const *out, size_t bytes, const char *const *id,
+                             const char *const *names) {
+    int differ = 0;
+    for (int a = 0; a < n; a++)
+        for (int b = a + 1; b < n; b++) {
+            if (!memcmp(out[a], out[b], bytes)) continue;
+            differ++;
+            CHECK_MSG(strcmp(id[a], id[b]) != 0, "%s: levels %s and %s give other bits under one id '%s'", what,
+                      names[a], names[b], id[a]);
+        }
+    return differ;
+}

@@ -17,6 +17,14 @@ tokenizer *test_load_tokenizer(const char *path);
  * or NULL if it cannot be read. Caller frees. */
 char *test_read_file(const char *path, size_t *len);
 
+/* Kernel levels 0..n-1 each computed the same thing into out[l] (bytes
+ * long), under numerics ids id[l] (names[l]: the levels' names): every
+ * two levels whose bytes differ must have other ids (a cache keyed by the
+ * id must not serve one level's blocks to the other). Returns how many
+ * pairs differed. what: the case, for the failure message. */
+int test_levels_differ_by_id(const char *what, int n, void *const *out, size_t bytes, const char *const *id,
+                             const char *const *names);
+
 /* A fresh directory under /tmp (static buffer: one at a time), and its
  * removal with everything in it, read-only parts included. */
 char *test_tmpdir_new(void);
