@@ -23,7 +23,11 @@
 #              same bytes (scripts/gpu-serve-check.py)
 #   bench      `strata bench --device cuda` pp512/tg128, then at depth 4096
 #   sanitizer  compute-sanitizer memcheck over the paged pass, the tiers
-#              on the GPU and gemma3 (the code that has never run on one)
+#              on the GPU, gemma3 and qwen35 (the code that has never run on one)
+#   qwen35     the issue's speed anchor: a Qwen3.5-0.8B-shaped random-weight
+#              model (Q4_0, made here: tools/synth_qwen35.py), `strata run`
+#              on both devices (the same text?), `strata bench --device
+#              cuda` pp512/tg128, then at depth 4096
 #   nograph, nofuse, cpu   decode without the graph, separate kernels, the
 #              machine's CPU: for comparison
 #   optional   PREV (another strata binary, benched beside this one),
@@ -50,7 +54,7 @@ TOOLS=${TOOLS:-tools}
 PYTHON=${PYTHON:-python3}
 REPS=${REPS:-10}
 BUDGET_S=${BUDGET_S:-360}
-STEPS=${STEPS:-env data unit model greedy serve bench sanitizer nograph nofuse cpu optional}
+STEPS=${STEPS:-env data unit model greedy serve bench sanitizer qwen35 nograph nofuse cpu optional}
 # what the chosen steps need runs too: the test models, the synthetic model
 case " $STEPS " in *" unit "* | *" sanitizer "*) STEPS="data $STEPS" ;; esac
 case " $STEPS " in *" greedy "* | *" serve "* | *" bench "* | *" nograph "* | *" nofuse "* | *" cpu "* | *" optional "*)
@@ -62,9 +66,10 @@ LOGS=${OUT:-$(mktemp -d)}
 mkdir -p "$LOGS"
 WORK=$(mktemp -d)
 SMOL=$(abs "${KEEP_MODEL:-$WORK/smollm2-135m-synth-q4_1.gguf}")
+Q35=$WORK/qwen35-0.8b-synth-q4_0.gguf
 SUMMARY=$LOGS/summary.txt
 T0=$(date +%s)
-export STRATA TESTS TOOLS PYTHON REPS WORK SMOL LOGS
+export STRATA TESTS TOOLS PYTHON REPS WORK SMOL Q35 LOGS
 exec > >(tee -a "$LOGS/test-gpu.log") 2>&1
 TEE_PID=$!
 : > "$SUMMARY"
@@ -164,12 +169,26 @@ bench_gpu() {
 
 sanitizer() {
     command -v compute-sanitizer > /dev/null || { echo "no compute-sanitizer on this machine"; return 1; }
-    # the code never run on a GPU before: the paged pass, the tiers on cuda_devmem, gemma3's window
+    # the code never run on a GPU before: the paged pass, the tiers on cuda_devmem, gemma3's window, qwen35
     STRATA_TEST_GPU=1 compute-sanitizer --tool memcheck --error-exitcode 3 --target-processes all \
-        "$TESTS" 'gpu_paged_*' 'gpu_tiers_*' 'gpu_gemma3_*' > "$LOGS/sanitizer.log" 2>&1
+        "$TESTS" 'gpu_paged_*' 'gpu_tiers_*' 'gpu_gemma3_*' 'gpu_qwen35_*' > "$LOGS/sanitizer.log" 2>&1
     local rc=$?
     grep -E "^(ok|FAIL|skip) |passed|ERROR SUMMARY|Invalid|out of bounds" "$LOGS/sanitizer.log" | head -40
     return $rc
+}
+
+qwen35_anchor() {
+    [ -s "$Q35" ] || (cd "$TOOLS" && "$PYTHON" synth_qwen35.py --out "$Q35") || { echo "no qwen35 model"; return 1; }
+    local cpu gpu
+    cpu=$("$STRATA" run -m "$Q35" -p "The cache is" -n 16 --temp 0 -q --device cpu 2>&1) || { echo "cpu run failed: $cpu"; return 1; }
+    gpu=$("$STRATA" run -m "$Q35" -p "The cache is" -n 16 --temp 0 -q --device cuda 2>&1) || { echo "gpu run failed: $gpu"; return 1; }
+    printf 'cpu: %q\ngpu: %q\n' "$cpu" "$gpu"
+    if [ "$cpu" = "$gpu" ]; then echo "qwen35 greedy text: same" | tee "$WORK/qwen35.txt"
+    else echo "qwen35 greedy text: DIFFERENT (random weights: near-ties possible; see gpu_qwen35_*)" | tee "$WORK/qwen35.txt"; fi
+    "$STRATA" bench -m "$Q35" --device cuda -p 512 -n 128 -r "$REPS" 2>&1 | tee "$WORK/bench-qwen35.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || return 1
+    "$STRATA" bench -m "$Q35" --device cuda -p 512 -n 128 -d 4096 -r 3 2>&1 | tee -a "$WORK/bench-qwen35.txt"
+    return "${PIPESTATUS[0]}"
 }
 
 bench_nograph() {
@@ -216,7 +235,7 @@ profile() {
     return $rc
 }
 
-export -f env_info test_data unit_tests make_model greedy serve bench_gpu sanitizer bench_nograph bench_nofuse bench_cpu \
+export -f env_info test_data unit_tests make_model greedy serve bench_gpu sanitizer qwen35_anchor bench_nograph bench_nofuse bench_cpu \
     bench_prev qt_sweep profile
 export SERVE_CHECK=${SERVE_CHECK:-} PREV=${PREV:-} GPU_TEST_MODELS=${GPU_TEST_MODELS:-}
 
@@ -231,7 +250,9 @@ sed 's/^/          /' "$WORK/greedy.txt" >> "$SUMMARY" 2>/dev/null
 step serve 150 "serve --device cuda: cold, GPU pool, RAM tier, disk after a restart, the same bytes" serve
 grep -E "^gpu-serve-check:|^(cold|again|evicted|restart)" "$WORK/serve.txt" 2>/dev/null | cut -c1-150 | sed 's/^/          /' >> "$SUMMARY"
 step bench 150 "bench on the GPU: pp512, tg128 ($REPS reps), then at depth 4096 (3 reps)" bench_gpu
-step sanitizer 150 "compute-sanitizer memcheck: the paged pass, the tiers on the GPU, gemma3" sanitizer
+step sanitizer 150 "compute-sanitizer memcheck: the paged pass, the tiers on the GPU, gemma3, qwen35" sanitizer
+step qwen35 150 "the qwen35 0.8B-shaped model: greedy text CPU and GPU, bench pp512/tg128 ($REPS reps), at depth 4096" qwen35_anchor
+sed 's/^/          /' "$WORK/qwen35.txt" >> "$SUMMARY" 2>/dev/null
 step nograph 60 "decode without the graph (STRATA_CUDA_GRAPH=0)" bench_nograph
 step nofuse 60 "separate kernels (STRATA_CUDA_FUSE=0)" bench_nofuse
 step cpu 120 "bench on this machine's CPU, for scale (3 reps)" bench_cpu
@@ -241,7 +262,7 @@ if wanted optional; then
     [ "${PROFILE:-0}" = 1 ] && STEPS="$STEPS ncu" step ncu 150 "kernel times (ncu): pp512 then decode" profile
 fi
 
-for f in bench-gpu bench-nograph bench-nofuse bench-cpu bench-prev; do
+for f in bench-gpu bench-qwen35 bench-nograph bench-nofuse bench-cpu bench-prev; do
     [ -s "$WORK/$f.txt" ] && grep -E "^\| (pp|tg)" "$WORK/$f.txt" | sed "s/^/$f /" >> "$SUMMARY"
 done
 note "test-gpu: $([ $fail -eq 0 ] && echo PASS || echo FAIL) in $(($(date +%s) - T0)) s"
