@@ -139,14 +139,30 @@ make_model() {
     (cd "$TOOLS" && "$PYTHON" synth_smollm2.py --out "$SMOL")
 }
 
+# compare_greedy MODEL N FILE: N tokens of `strata run --temp 0` on both
+# devices; the verdict also to FILE (near-ties of random weights may
+# differ: reported, not failed).
+compare_greedy() {
+    local cpu gpu
+    cpu=$("$STRATA" run -m "$1" -p "The cache is" -n "$2" --temp 0 -q --device cpu 2>&1) || { echo "cpu run failed: $cpu"; return 1; }
+    gpu=$("$STRATA" run -m "$1" -p "The cache is" -n "$2" --temp 0 -q --device cuda 2>&1) || { echo "gpu run failed: $gpu"; return 1; }
+    printf 'cpu: %q\ngpu: %q\n' "$cpu" "$gpu"
+    if [ "$cpu" = "$gpu" ]; then echo "greedy text ($(basename "$1")): same" | tee "$3"
+    else echo "greedy text ($(basename "$1")): DIFFERENT (random weights: near-ties possible; see the unit step's per-model checks)" | tee "$3"; fi
+}
+
+# bench_model MODEL FILE: `strata bench --device cuda` pp512/tg128 (REPS
+# reps), then at depth 4096 (3 reps), printed and to FILE.
+bench_model() {
+    "$STRATA" bench -m "$1" --device cuda -p 512 -n 128 -r "$REPS" 2>&1 | tee "$2"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || return 1
+    "$STRATA" bench -m "$1" --device cuda -p 512 -n 128 -d 4096 -r 3 2>&1 | tee -a "$2"
+    return "${PIPESTATUS[0]}"
+}
+
 greedy() {
     [ -s "$SMOL" ] || { echo "no synthetic model (the model step failed)"; return 1; }
-    local cpu gpu
-    cpu=$("$STRATA" run -m "$SMOL" -p "The cache is" -n 32 --temp 0 -q --device cpu 2>&1) || { echo "cpu run failed: $cpu"; return 1; }
-    gpu=$("$STRATA" run -m "$SMOL" -p "The cache is" -n 32 --temp 0 -q --device cuda 2>&1) || { echo "gpu run failed: $gpu"; return 1; }
-    printf 'cpu: %q\ngpu: %q\n' "$cpu" "$gpu"
-    if [ "$cpu" = "$gpu" ]; then echo "greedy text: same" | tee "$WORK/greedy.txt"
-    else echo "greedy text: DIFFERENT (random weights: near-ties possible; see the unit step's per-model checks)" | tee "$WORK/greedy.txt"; fi
+    compare_greedy "$SMOL" 32 "$WORK/greedy.txt" || return 1
     "$STRATA" run -m "$SMOL" -p "The cache is" -n 32 --temp 0 --device cuda 2>&1 > /dev/null | tail -1
 }
 
@@ -161,10 +177,7 @@ serve() {
 
 bench_gpu() {
     [ -s "$SMOL" ] || { echo "no synthetic model (the model step failed)"; return 1; }
-    "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 128 -r "$REPS" 2>&1 | tee "$WORK/bench-gpu.txt"
-    [ "${PIPESTATUS[0]}" -eq 0 ] || return 1
-    "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 128 -d 4096 -r 3 2>&1 | tee -a "$WORK/bench-gpu.txt"
-    return "${PIPESTATUS[0]}"
+    bench_model "$SMOL" "$WORK/bench-gpu.txt"
 }
 
 sanitizer() {
@@ -179,16 +192,8 @@ sanitizer() {
 
 qwen35_anchor() {
     [ -s "$Q35" ] || (cd "$TOOLS" && "$PYTHON" synth_qwen35.py --out "$Q35") || { echo "no qwen35 model"; return 1; }
-    local cpu gpu
-    cpu=$("$STRATA" run -m "$Q35" -p "The cache is" -n 16 --temp 0 -q --device cpu 2>&1) || { echo "cpu run failed: $cpu"; return 1; }
-    gpu=$("$STRATA" run -m "$Q35" -p "The cache is" -n 16 --temp 0 -q --device cuda 2>&1) || { echo "gpu run failed: $gpu"; return 1; }
-    printf 'cpu: %q\ngpu: %q\n' "$cpu" "$gpu"
-    if [ "$cpu" = "$gpu" ]; then echo "qwen35 greedy text: same" | tee "$WORK/qwen35.txt"
-    else echo "qwen35 greedy text: DIFFERENT (random weights: near-ties possible; see gpu_qwen35_*)" | tee "$WORK/qwen35.txt"; fi
-    "$STRATA" bench -m "$Q35" --device cuda -p 512 -n 128 -r "$REPS" 2>&1 | tee "$WORK/bench-qwen35.txt"
-    [ "${PIPESTATUS[0]}" -eq 0 ] || return 1
-    "$STRATA" bench -m "$Q35" --device cuda -p 512 -n 128 -d 4096 -r 3 2>&1 | tee -a "$WORK/bench-qwen35.txt"
-    return "${PIPESTATUS[0]}"
+    compare_greedy "$Q35" 16 "$WORK/qwen35.txt" || return 1
+    bench_model "$Q35" "$WORK/bench-qwen35.txt"
 }
 
 bench_nograph() {
@@ -235,7 +240,8 @@ profile() {
     return $rc
 }
 
-export -f env_info test_data unit_tests make_model greedy serve bench_gpu sanitizer qwen35_anchor bench_nograph bench_nofuse bench_cpu \
+export -f env_info test_data unit_tests make_model compare_greedy bench_model greedy serve bench_gpu sanitizer qwen35_anchor \
+    bench_nograph bench_nofuse bench_cpu \
     bench_prev qt_sweep profile
 export SERVE_CHECK=${SERVE_CHECK:-} PREV=${PREV:-} GPU_TEST_MODELS=${GPU_TEST_MODELS:-}
 
