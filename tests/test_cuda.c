@@ -724,7 +724,8 @@ static void check_delta_kernels(int S, const int *plan) {
     }
     CHECK_MSG(memcmp(go, ro, (size_t)N * vd * 4) == 0, "S %d: the delta rule's output", S);
     CHECK_MSG(memcmp(gS, S0, nS * 4) == 0, "S %d: the delta state", S);
-    /* the gated norm, on the GPU's output */
+    /* the gated norm, on the GPU's output (both sides) */
+    memcpy(ro, go, (size_t)N * vd * 4);
     if (cuda_delta_gated_norm(dout, dz, dnw, N, HV, S, eps, &err)) test_fail(__FILE__, __LINE__, "%s", err.msg);
     from_dev(go, dout, (size_t)N * vd * 4);
     for (int r = 0; r < N * HV; r++) {
