@@ -807,15 +807,18 @@ static void check_state_rules(fwdc *c, const int32_t *tok, int n, int V) {
  * kernel by kernel), in uneven chunks, and started again at 0 on the
  * same state. Bounds: qwen35-f32 (float weights: no 8-bit activations on
  * either side) GPU vs float64 < 0.01 of the logit range, vs CPU < 0.05,
- * and no row where float64's clear greedy choice is not the GPU's;
- * qwen35-mix (Q4_K / Q6_K / BF16 on the float path, Q8_0 beta, alpha and
- * attn_k on the 8-bit one) < 0.12 both ways, the CPU test's bound for it
- * (the delta net amplifies activation rounding: test_forward.c). */
+ * and no row where float64's clear greedy choice is not the GPU's (the
+ * CPU's own error there: 2e-4); qwen35-mix (Q4_K / Q6_K / BF16 on the
+ * float path, Q8_0 beta, alpha and attn_k on the 8-bit one) vs float64
+ * < 0.12, the CPU test's bound for it (the delta net amplifies activation
+ * rounding: test_forward.c; the CPU's own error is 0.081, 8-bit
+ * activations on every matmul), vs CPU < 0.15 (at most the two errors'
+ * sum; a wrong layer gives errors of order 1). */
 TEST(gpu_qwen35_matches_cpu_and_float64) {
     if (!gpu_up()) return;
     static const int one_chunk[] = {4096, 0}, decode[] = {1, 0}, uneven[] = {1, 7, 3, 13, 2, 0};
     const char *names[] = {"qwen35-f32", "qwen35-mix"};
-    const double tol_ref[] = {0.01, 0.12}, tol_cpu[] = {0.05, 0.12};
+    const double tol_ref[] = {0.01, 0.12}, tol_cpu[] = {0.05, 0.15};
     for (int i = 0; i < 2; i++) {
         ref_logits r;
         if (read_ref(names[i], &r)) {
