@@ -714,10 +714,10 @@ static void check_delta_kernels(int S, const int *plan) {
     }
     printf("     S %d: decay = CPU's on %d of %d, at most %ld ulp apart (logf)\n", S, same, N * HV, worst);
     CHECK_MSG(worst <= 1, "S %d: decay %ld ulps from the CPU's", S, worst);
-    /* the delta rule: delta.c's scalar kernel on the GPU's own gates */
+    /* the delta rule: delta.c's scalar kernel on the GPU's own conv output and gates */
     float *ro = xmalloc((size_t)N * vd * 4);
     for (int h = 0; h < HV; h++) {
-        delta_run r = {.k = x + qk + (h % HK) * S, .q = x + (h % HK) * S, .v = x + 2 * qk + h * S, .beta = gb + h,
+        delta_run r = {.k = gq + qk + (h % HK) * S, .q = gq + (h % HK) * S, .v = gq + 2 * qk + h * S, .beta = gb + h,
                        .decay = gg + h, .o = ro + h * S, .x_stride = (size_t)C, .g_stride = HV,
                        .o_stride = (size_t)vd, .n_tok = N};
         delta_rows_level(0, &r, S0 + (size_t)h * S * S, S, 0, S, scale);
