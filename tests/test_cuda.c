@@ -117,57 +117,46 @@ TEST(cuda_device_check_is_clear) {
     CHECK(e == NULL);
 }
 
-/* Gemma 3 passes the GPU path's model check for `run` and `bench` (the
- * error, without a GPU, is the device's), and `serve --device cuda`
- * refuses it by name: the GPU pool has no sliding-window parts yet. */
-TEST(cuda_gemma3_on_the_gpu_pass_but_not_in_the_gpu_pool) {
+/* Model `name` (architecture arch) passes the GPU path's model check for
+ * `run` and `bench` (the error, without a GPU, is the device's), and
+ * `serve --device cuda` refuses it naming the architecture and why. */
+static void check_pass_not_pool(const char *name, const char *arch, const char *why) {
     strata_err gpu = {0}, err = {0};
     int no_gpu = cuda_open(&gpu);
     engine *e = NULL;
-    engine_params p = {.model_path = model_path("gemma3-q8_0"), .device = "cuda", .n_ctx = 64};
+    engine_params p = {.model_path = model_path(name), .device = "cuda", .n_ctx = 64};
     int rc = engine_open(&e, &p, &err);
     if (no_gpu) {
         CHECK_EQ_INT(rc, no_gpu);
         CHECK_STR(err.msg, gpu.msg);
     } else {
-        CHECK_MSG(rc == 0, "gemma3 on the GPU pass: %s", err.msg);
+        CHECK_MSG(rc == 0, "%s on the GPU pass: %s", name, err.msg);
         engine_close(e);
     }
     e = NULL;
-    engine_params ps = {.model_path = model_path("gemma3-q8_0"), .device = "cuda", .n_seq = 1, .n_ctx = 64};
+    engine_params ps = {.model_path = model_path(name), .device = "cuda", .n_seq = 1, .n_ctx = 64};
     CHECK_EQ_INT(engine_open(&e, &ps, &err), STRATA_EUNSUPPORTED);
-    CHECK_MSG(strstr(err.msg, "gemma3") && strstr(err.msg, "sliding-window layers in the server's GPU pool"),
-              "a clear refusal: %s", err.msg);
+    CHECK_MSG(strstr(err.msg, arch) && strstr(err.msg, why), "a clear refusal: %s", err.msg);
     CHECK(e == NULL);
 }
 
-/* qwen35 passes the GPU path's model check for `run` and `bench` (the
- * error, without a GPU, is the device's), and `serve --device cuda`
- * refuses it by name: the GPU pool keeps no recurrent states yet. */
+/* Gemma 3: the GPU pool has no sliding-window parts yet. */
+TEST(cuda_gemma3_on_the_gpu_pass_but_not_in_the_gpu_pool) {
+    check_pass_not_pool("gemma3-q8_0", "gemma3", "sliding-window layers in the server's GPU pool");
+}
+
+/* qwen35: the GPU pool keeps no recurrent states (nor snapshots) yet. */
 TEST(cuda_qwen35_on_the_gpu_pass_but_not_in_the_gpu_pool) {
-    strata_err gpu = {0}, err = {0};
-    int no_gpu = cuda_open(&gpu);
+    check_pass_not_pool("qwen35-f32", "qwen35",
+                        "recurrent delta-net layers in the server's GPU pool: each sequence's recurrent state and "
+                        "the cache's snapshots of it are not kept in GPU memory yet");
     engine *e = NULL;
-    engine_params p = {.model_path = model_path("qwen35-f32"), .device = "cuda", .n_ctx = 64};
-    int rc = engine_open(&e, &p, &err);
-    if (no_gpu) {
-        CHECK_EQ_INT(rc, no_gpu);
-        CHECK_STR(err.msg, gpu.msg);
-    } else {
-        CHECK_MSG(rc == 0, "qwen35 on the GPU pass: %s", err.msg);
-        engine_close(e);
-    }
-    e = NULL;
-    engine_params ps = {.model_path = model_path("qwen35-f32"), .device = "cuda", .n_seq = 1, .n_ctx = 64};
-    CHECK_EQ_INT(engine_open(&e, &ps, &err), STRATA_EUNSUPPORTED);
-    CHECK_MSG(strstr(err.msg, "qwen35") && strstr(err.msg, "recurrent delta-net layers in the server's GPU pool") &&
-                  strstr(err.msg, "snapshots"),
-              "a clear refusal: %s", err.msg);
-    CHECK(e == NULL);
+    strata_err err = {0};
     /* the mixture-of-experts variant is refused on both passes */
     engine_params pm = {.model_path = model_path("qwen35moe-f32"), .device = "cuda", .n_ctx = 64};
     CHECK_EQ_INT(engine_open(&e, &pm, &err), STRATA_EUNSUPPORTED);
     CHECK_MSG(strstr(err.msg, "qwen35moe (architecture)"), "%s", err.msg);
+    CHECK(e == NULL);
 }
 
 /* ---- kernels ----------------------------------------------------------------- */
