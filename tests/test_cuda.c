@@ -787,14 +787,30 @@ static int paged_run(fwdc *c, const int32_t *tok, kv_seq **seqs, const int32_t *
     return rc;
 }
 
+/* The paged pool's options for m, as engine.c shapes them: a sliding
+ * layer's K/V in slots (gemma3), enough for three sequences and one more. */
+static kv_pool_opts paged_opts(const model *m, uint8_t *swa) {
+    kv_pool_opts po = {.n_layer = m->hp.n_kv_layer, .kv_dim = m->hp.n_head_kv * m->hp.head_dim,
+                       .block_tokens = 16, .n_blocks = 64, .head_dim = m->hp.head_dim, .dev = cuda_devmem()};
+    int any = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        int kl = m->layers[il].kv_layer, sw = m->layers[il].swa && m->hp.n_swa > 0;
+        if (kl >= 0) swa[kl] = (uint8_t)sw, any |= sw;
+    }
+    if (any) po.swa_layer = swa, po.n_swa = m->hp.n_swa, po.n_slots = 4 * kv_swa_slots_per_seq(16, m->hp.n_swa, 512);
+    return po;
+}
+
 /* Two sequences in one paged pool, prefilled together in uneven chunks,
  * then decoded together, and a third forked from the first inside a
  * block (copy on write on the device): every row has the bits of the
- * contiguous one-sequence pass over the same tokens. */
+ * contiguous one-sequence pass over the same tokens.
+ * Gemma 3 (window 16): its sliding layers read their slots through
+ * tables of slots, only their window (cuda_attention_paged's n_swa). */
 TEST(gpu_paged_forward_keeps_the_contiguous_bits) {
     if (!gpu_up()) return;
-    const char *names[] = {"llama-q4_1", "qwen3-q5_1"};
-    for (int i = 0; i < 2; i++) {
+    const char *names[] = {"llama-q4_1", "qwen3-q5_1", "gemma3-q8_0"}; /* gemma3: windows of 16, in slots */
+    for (int i = 0; i < 3; i++) {
         model *m;
         fwdc *ref_c = open_gpu_model(names[i], 512, &m);
         if (!ref_c) continue;
@@ -809,8 +825,9 @@ TEST(gpu_paged_forward_keeps_the_contiguous_bits) {
         float *rc = gpu_logits(ref_c, cc, NC, V, one);
         fwdc_free(ref_c);
         kv_pool kv;
-        kv_pool_opts po = {.n_layer = m->hp.n_kv_layer, .kv_dim = m->hp.n_head_kv * m->hp.head_dim,
-                           .block_tokens = 16, .n_blocks = 64, .head_dim = m->hp.head_dim, .dev = cuda_devmem()};
+        uint8_t swa[256] = {0};
+        kv_pool_opts po = paged_opts(m, swa);
+        CHECK(i < 2 || po.n_slots > 0);
         strata_err err = {0};
         fwdc *c = NULL;
         if (kv_pool_init_opts(&kv, &po, &err) || fwdc_new_paged(&c, m, &kv, 512, 512, &err)) {
