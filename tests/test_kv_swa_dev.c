@@ -131,11 +131,7 @@ static void twin_close(twin *t) {
         CHECK_EQ_INT(t->p[k].n_slot_free, t->p[k].n_slots);
         kv_pool_destroy(&t->p[k]);
     }
-    fake_dev_stats fs;
-    fake_dev_stats_get(t->fd, &fs);
-    CHECK_EQ_INT(fs.dev_allocs + fs.host_allocs + fs.events, 0);
-    CHECK_EQ_INT(fs.misuse, 0);
-    fake_dev_free(t->fd);
+    fake_dev_free_clean(t->fd);
 }
 
 /* A sequence grows past many windows (slots recycled), a fork writes into
@@ -258,11 +254,7 @@ TEST(kv_swa_on_device_slot_given_away_waits_for_its_queued_download) {
         free(pl), free(back);
         kv_seq_release(&p, &x), kv_seq_release(&p, &y);
         kv_pool_destroy(&p);
-        fake_dev_stats fs;
-        fake_dev_stats_get(fd, &fs);
-        CHECK_EQ_INT(fs.dev_allocs + fs.host_allocs + fs.events, 0);
-        CHECK_EQ_INT(fs.misuse, 0);
-        fake_dev_free(fd);
+        fake_dev_free_clean(fd);
     }
     CHECK_MSG(late > 64, "downloads not yet run when their slot was given away: %d of 128", late);
 }

@@ -522,6 +522,8 @@ static int fill_tables(fwdc *c, const fwd_batch *b, strata_err *err) {
     for (int t = 0; t < b->n; t++) {
         int p = b->pos[t], blk = b->seqs[t]->blocks[p / B];
         c->h_pos[t] = p;
+        if (parts > 1 && kv->swa_slot[blk] < 0) /* never after a reserve: a kernel would write outside the slots */
+            return strata_errf(err, STRATA_EINVAL, "cuda: position %d's block %d has no sliding part", p, blk);
         for (int part = 0; part < parts; part++)
             c->h_dst[part][t] = (int64_t)((size_t)part_unit(kv, part, blk) * unit[part] + (size_t)(p % B) * kvd);
         if (b->want ? b->want[t] : t == b->n - 1) c->h_rows[c->n_out++] = t;
