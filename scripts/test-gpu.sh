@@ -233,7 +233,8 @@ profile() {
     return $rc
 }
 
-export -f env_info test_data unit_tests make_model greedy serve_check serve serve_gemma3 bench_gpu sanitizer bench_nograph bench_nofuse bench_cpu \
+export -f env_info test_data unit_tests make_model greedy serve_check serve serve_gemma3 bench_gpu sanitizer bench_nograph \
+    bench_nofuse bench_cpu \
     bench_prev qt_sweep profile
 export SERVE_CHECK=${SERVE_CHECK:-} PREV=${PREV:-} GPU_TEST_MODELS=${GPU_TEST_MODELS:-}
 

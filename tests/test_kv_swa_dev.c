@@ -177,7 +177,8 @@ TEST(kv_swa_on_device_matches_the_host_pool) {
         for (int k = 0; k < 2; k++) {
             kv_seq_truncate(&t.p[k], &t.s[k][0], 12);
             CHECK_EQ_INT(kv_seq_window_missing(&t.p[k], &t.s[k][0]), 1);
-            for (int b = 0; b < 2; b++) CHECK_EQ_INT(kv_block_import_swa(&t.p[k], t.s[k][0].blocks[b], saved[b], NULL), 0);
+            for (int b = 0; b < 2; b++)
+                CHECK_EQ_INT(kv_block_import_swa(&t.p[k], t.s[k][0].blocks[b], saved[b], NULL), 0);
             CHECK_EQ_INT(kv_seq_window_missing(&t.p[k], &t.s[k][0]), -1);
         }
         twin_grow(&t, 0, a, 40);

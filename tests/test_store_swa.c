@@ -300,5 +300,6 @@ TEST(store_swa_on_device_recomputed_window_makes_the_next_hit_whole) {
 }
 
 TEST(store_swa_on_device_restart_loads_globals_and_the_window) {
-    for (unsigned seed = 0; seed < DEV_SEEDS; seed++) check_restart_on(fake_dev_new(80 + seed), fake_dev_new(90 + seed));
+    for (unsigned seed = 0; seed < DEV_SEEDS; seed++)
+        check_restart_on(fake_dev_new(80 + seed), fake_dev_new(90 + seed));
 }

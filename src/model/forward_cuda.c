@@ -209,15 +209,22 @@ static int alloc_scratch(fwdc *c, strata_err *err) {
 
 int fwdc_check_model(const model *m, strata_err *err) { return check_model(m, err); }
 
-/* The pool the paged pass runs on: f16 in GPU memory, and a window at
- * least the model's where it keeps sliding layers' parts (forward.c's
- * check). */
+/* The pool the paged pass runs on: f16 in GPU memory; where it keeps a
+ * layer in slots, the model's layer is a sliding one (its attention never
+ * reads a block without its slot) and the pool's window at least the
+ * model's (forward.c's check). */
 static int check_pool(const model *m, const kv_pool *kv, strata_err *err) {
     if (kv->dev != cuda_devmem() || kv->type != KVQ_F16)
         return strata_errf(err, STRATA_EINVAL, "--device cuda: the KV pool must be f16 in GPU memory");
     if (kv->swa_layer && kv->n_swa < m->hp.n_swa)
         return strata_errf(err, STRATA_EINVAL, "kv pool keeps a window of %d positions, the model's is %d", kv->n_swa,
                            m->hp.n_swa);
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        int kl = m->layers[il].kv_layer;
+        if (kl >= 0 && kv_layer_slides(kv, kl) && !(m->layers[il].swa && m->hp.n_swa > 0))
+            return strata_errf(err, STRATA_EINVAL,
+                               "kv pool keeps layer %d in sliding-window slots; the model's attends to all positions", il);
+    }
     return 0;
 }
 

@@ -289,7 +289,8 @@ const void *kv_block_read(const kv_pool *p, int b, void *scratch) {
 
 int kv_block_read_async(kv_pool *p, int b, void *dst, devmem_event **done, strata_err *err) {
     *done = NULL;
-    if (!kv_block_has_swa(p, b)) return strata_errf(err, STRATA_EINVAL, "kv pool: block %d has no sliding part to read", b);
+    if (!kv_block_has_swa(p, b))
+        return strata_errf(err, STRATA_EINVAL, "kv pool: block %d has no sliding part to read", b);
     if (!p->dev) {
         const void *v = kv_block_read(p, b, dst);
         if (v != dst) memcpy(dst, v, p->block_bytes);
