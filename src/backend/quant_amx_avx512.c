@@ -1,25 +1,18 @@
 /* quant_amx_avx512.c - prefill of the legacy formats (Q4_0, Q4_1, Q5_0,
  * Q5_1, Q8_0) on AMX-INT8 tiles: the gemm level QUANT_AMX (quant.h).
  *
- * Why: the AVX-512 tiles (quant_avx512.c) run at about half the VPDPBUSD
- * peak, and a TDPBUSD does 16 x 16 x 64 multiply-adds in one
+ * Why: a TDPBUSD does 16 x 16 x 64 multiply-adds in one
  * instruction. Here it takes 16 weight rows x 16 tokens over one block
  * (32 elements, K = 32): the exact integer dot product of every (row,
  * token) pair and block, the same integers VPDPBUSD sums in a lane.
  *
- * Same bits as the avx512 level, by construction: per (row, token) pair
- * the float steps are lg_tile's, op for op. There a 32-bit lane p of a
- * group of 16 blocks holds block 16G + qa8_lane(p) and runs
- *     acc_p  = fma(float(isum), d_w * d_x, acc_p)
- *     accm_p = fma(m_w, s_x, accm_p)           (G = 0, 1, ... in order)
- * from 0, then out = lg_hsum(acc) + lg_hsum(accm), lg_hsum being the
- * fixed tree ((a0 + a8) + (a4 + a12)) + ((a2 + a10) + (a6 + a14)) + ...
- * (quant_mx_hsum16). Here the lanes are 16 tokens of one row instead, and
- * each "block lane" p is a register running the same chain; the tree is
- * the same adds between registers. A lane whose block is past the row's
- * end adds fma(0, 0 * 0, acc) there: acc exactly (acc is never -0), so it
- * is skipped here. The tests memcmp this level against avx512 and against
- * decode (quant_gemm_amx_same_bits); nothing in the numerics id changes.
+ * The same bits as the avx512 and scalar levels: per (row, token) pair
+ * the float steps are quant_scalar.c's dot_legacy, block after block,
+ *     acc  = fma(float(isum), d_w * d_x, acc)
+ *     accm = fma(m_w, s_x, accm)
+ * then out = acc + accm; here the 16 lanes of a register are 16 tokens of
+ * one row. The tests memcmp this level against decode and against scalar
+ * (quant_gemm_amx_same_bits, quant_legacy_same_bits_every_level).
  *
  * Per call (n_tok >= AMX_MIN_TOK; fewer tokens take the avx512 kernels):
  *   1. every token tile of 16 is laid out for TDPBUSD's B operand, per
@@ -33,14 +26,11 @@
  *   3. per chunk, token tiles outer and the chunk's 16-row tiles inner
  *      (each token's results are then written in runs along its row of
  *      y, not as a 64-byte strip down 512 rows), per (row tile, token
- *      tile) pair: one TDPBUSD per block into a zeroed result tile (tiles
- *      0-3, amx_stream) stored to a small L1 buffer, then the float chains
- *      of 4 rows at a time (amx_lanes: one loop per block lane for the 4
- *      rows; lg_hsum's tree depth first), and a 16 x 16 transpose so each
- *      token's 16 results are one store. Pairs of up to AMX_WHOLE blocks
- *      do all products, then all float steps (amx_pair_whole); longer
- *      rows go in 4 phases, the blocks of the tree's q_j each
- *      (amx_pair), so the sums buffer stays 4 KiB per group.
+ *      tile) pair and batch of AMX_NB blocks: one TDPBUSD per block into
+ *      a zeroed result tile (tiles 0-3), stored to a 16 KiB L1 buffer
+ *      (amx_products), then the batch's float chains, 8 rows at a time
+ *      (amx_chains); at the end acc + accm and a 16 x 16 transpose so
+ *      each token's 16 results are one store (amx_out).
  * Why serial: on this CPU a vector load after a tile store waits for it
  * (and the tile unit's earlier work), so the products and the float steps
  * do not overlap however they are interleaved; measured, every

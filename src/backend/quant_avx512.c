@@ -1,12 +1,12 @@
 /* quant_avx512.c - AVX-512 (F, BW, VL, VNNI) gemm kernels.
  *
- * Every kernel is a register tile of R weight rows x T tokens (T = 8 for
- * the legacy formats, else 4, then 2, 1): weight blocks are decoded once
- * per tile and reused for T tokens, activation blocks are loaded once and
- * reused for R rows. In prefill (n_tok >= LG_PREP_MIN, KQ_PREP_MIN) the
- * legacy formats and the K-quants decode each weight row once per row
- * chunk instead (tile_prep, quant_tile.h), and tiles of 4 rows x up to 4
- * tokens read the decoded rows.
+ * Every kernel is a register tile of R weight rows x T tokens: weight
+ * blocks are decoded once per tile and reused for T tokens, activation
+ * blocks are loaded once and reused for R rows. In prefill (n_tok >=
+ * LG_PREP_MIN, KQ_PREP_MIN) the K-quants decode each weight row once per
+ * row chunk instead (tile_prep, quant_tile.h), and tiles of 4 rows x up
+ * to 4 tokens read the decoded rows; the legacy formats prepare groups of
+ * 16 rows per call ("legacy formats: one float chain per pair" below).
  *
  * Batch invariance: every (row, token) pair owns its accumulators and
  * sees the same instruction sequence in every tile shape (block order,
@@ -14,11 +14,12 @@
  * rerun the R-row tile with the last row repeated; token tails use the
  * T = 2 and T = 1 tiles, which do per pair exactly what T = 4 does.
  *
- * Legacy formats (Q4_0..Q8_0, blocks of 32): two blocks per zmm. Weights
- * are decoded to unsigned bytes (Q8_0: w + 128), multiplied with the signed
- * activation bytes by VPDPBUSD, and the offset is a per-block "minimum"
- * m (Q4_0: -8d, Q5_0: -16d, Q8_0: -128d, Q4_1/Q5_1: the stored min) times
- * the activation block sum s, accumulated 16 blocks at a time.
+ * Legacy formats (Q4_0..Q8_0, blocks of 32): weights are decoded to
+ * unsigned bytes (Q8_0: w + 128), multiplied with the signed activation
+ * bytes by VPDPBUSD, and the offset is a per-block "minimum" m (Q4_0: -8d,
+ * Q5_0: -16d, Q8_0: -128d, Q4_1/Q5_1: the stored min) times the
+ * activation block sum s; the float steps are quant_scalar.c's, one chain
+ * per (row, token) pair, with 16 weight rows in a vector's lanes.
  * K-quants: sub-block scales are applied in integers (VPMADDUBSW then
  * VPDPWSSD); a super-block's integer sums are summed exactly, all the
  * tile's pairs at once, and the float steps are every level's (the same
@@ -240,9 +241,9 @@ AI __m512i lg_chunk(int ty, const lg_group *g, int v) {
 }
 
 /* Sum of the 16 lanes in a fixed order: halves, quarters, then
- * (0 + 2) + (1 + 3), as GCC's _mm512_reduce_add_ps does it (the bits
- * these kernels had), written out so they do not depend on the compiler
- * and so lg_hsum_tree can do the same adds for 8 pairs at once. */
+ * (0 + 2) + (1 + 3), as GCC's _mm512_reduce_add_ps does it, written out
+ * so it does not depend on the compiler (MXFP4's final sum,
+ * quant_mx_hsum16). */
 AI float lg_hsum(__m512 a) {
     __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
     __m256 h = _mm256_add_ps(hi, _mm512_castps512_ps256(a));
@@ -270,7 +271,7 @@ AI float lg_hsum(__m512 a) {
  * results are not stored. */
 #define LG_PREP_MIN 8
 #define LG_CHUNK (256 << 10) /* prepared bytes per row chunk: it stays in L2 */
-enum { LG_BLK = 8 * 64 + 2 * 64 };
+enum { LG_BLK = 8 * 64 + 2 * 64, LG_MAXG = 64 /* groups per chunk, at most (short rows) */ };
 
 /* The 16 rows' group g (blocks b0 .. b0+n-1) as vectors t[v][i]: row i's
  * chunk v (v < 8), its d (8) and m (9), lanes = blocks (qa8_lane order). */
@@ -453,10 +454,11 @@ AI void lg_gemm_prep(int ty, const void *w, size_t wrb, int64_t k, const void *x
     const size_t gb = (size_t)nb * LG_BLK;
     const int ng = (r1 - r0 + 15) / 16;
     int cg = (int)(LG_CHUNK / gb) & ~1;
-    cg = cg < 2 ? 2 : cg > ng ? ng : cg;
+    cg = cg < 2 ? 2 : cg > LG_MAXG ? LG_MAXG : cg;
+    cg = cg > ng ? ng : cg;
     uint8_t *pw = quant_work((size_t)cg * gb);
-    int grow[LG_CHUNK / (16 * LG_BLK) + 2];
-    __mmask16 gkm[LG_CHUNK / (16 * LG_BLK) + 2];
+    int grow[LG_MAXG];
+    __mmask16 gkm[LG_MAXG];
     for (int g0 = 0; g0 < ng; g0 += cg) {
         const int gn = ng - g0 < cg ? ng - g0 : cg;
         for (int i = 0; i < gn; i++) {

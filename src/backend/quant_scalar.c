@@ -2,9 +2,12 @@
  *
  * One dot product per (row, token) pair, computed by the same function for
  * every pair, so batch invariance holds by construction. Integer parts are
- * exact; float work per block is `acc += (dw * dx) * isum` in block order.
- * These are the slow fallback and the yardstick the SIMD levels are tested
- * against; they make no attempt at speed. Does not: SIMD, threads. */
+ * exact; the float steps per block are each family's, in block order: the
+ * legacy formats' (dot_legacy) and MXFP4's and the K-quants' are every
+ * SIMD level's too (avx2's legacy kernels excepted), the float formats'
+ * their own. These are the slow fallback and the yardstick the SIMD levels
+ * are tested against; they make no attempt at speed. Does not: SIMD,
+ * threads. */
 #include "backend/quant_impl.h"
 
 #include "base/fp16.h"
