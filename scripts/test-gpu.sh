@@ -21,6 +21,9 @@
 #   serve      `strata serve --device cuda`: one request cold, from the GPU
 #              pool, from the RAM tier, from the disk after a restart, the
 #              same bytes (scripts/gpu-serve-check.py)
+#   serve3     the same on the generated gemma3-q8_0 (window 16): its
+#              sliding layers' parts in the GPU pool's slots, a hit's
+#              window brought back from each tier
 #   bench      `strata bench --device cuda` pp512/tg128, then at depth 4096
 #   sanitizer  compute-sanitizer memcheck over the paged pass, the tiers
 #              on the GPU, gemma3 and qwen35 (the code that has never run on one)
@@ -54,9 +57,9 @@ TOOLS=${TOOLS:-tools}
 PYTHON=${PYTHON:-python3}
 REPS=${REPS:-10}
 BUDGET_S=${BUDGET_S:-360}
-STEPS=${STEPS:-env data unit model greedy serve bench sanitizer qwen35 nograph nofuse cpu optional}
+STEPS=${STEPS:-env data unit model greedy serve serve3 bench sanitizer qwen35 nograph nofuse cpu optional}
 # what the chosen steps need runs too: the test models, the synthetic model
-case " $STEPS " in *" unit "* | *" sanitizer "*) STEPS="data $STEPS" ;; esac
+case " $STEPS " in *" unit "* | *" sanitizer "* | *" serve3 "*) STEPS="data $STEPS" ;; esac
 case " $STEPS " in *" greedy "* | *" serve "* | *" bench "* | *" nograph "* | *" nofuse "* | *" cpu "* | *" optional "*)
     STEPS="model $STEPS" ;;
 esac
@@ -166,13 +169,27 @@ greedy() {
     "$STRATA" run -m "$SMOL" -p "The cache is" -n 32 --temp 0 --device cuda 2>&1 > /dev/null | tail -1
 }
 
-serve() {
-    [ -s "$SMOL" ] || { echo "no synthetic model (the model step failed)"; return 1; }
-    PYTHONUNBUFFERED=1 "$PYTHON" "${SERVE_CHECK:-scripts/gpu-serve-check.py}" --strata "$STRATA" --model "$SMOL" \
-        --dir "$WORK/kv" --log "$LOGS/serve-gpu.log" --deadline 130 | tee "$WORK/serve.txt"
+# serve_check MODEL NAME DEADLINE_S [ARGS]: gpu-serve-check.py on MODEL, its lines to $WORK/NAME.txt
+serve_check() {
+    local model=$1 name=$2 deadline=$3
+    shift 3
+    PYTHONUNBUFFERED=1 "$PYTHON" "${SERVE_CHECK:-scripts/gpu-serve-check.py}" --strata "$STRATA" --model "$model" \
+        --dir "$WORK/kv-$name" --log "$LOGS/serve-gpu.log" --deadline "$deadline" "$@" | tee "$WORK/$name.txt"
     local rc=${PIPESTATUS[0]}
     [ $rc -eq 0 ] || tail -30 "$LOGS/serve-gpu.log"
     return $rc
+}
+
+serve() {
+    [ -s "$SMOL" ] || { echo "no synthetic model (the model step failed)"; return 1; }
+    serve_check "$SMOL" serve 130
+}
+
+serve_gemma3() {
+    # 2 s on the CPU (`--device cpu --ram-mb 0`, a dry run: every hit as asked)
+    local m=$TEST_DATA_DIR/models/gemma3-q8_0.gguf
+    [ -s "$m" ] || { echo "no $m (the data step failed)"; return 1; }
+    serve_check "$m" serve3 50 --port 19481
 }
 
 bench_gpu() {
@@ -240,8 +257,8 @@ profile() {
     return $rc
 }
 
-export -f env_info test_data unit_tests make_model compare_greedy bench_model greedy serve bench_gpu sanitizer qwen35_anchor \
-    bench_nograph bench_nofuse bench_cpu \
+export -f env_info test_data unit_tests make_model compare_greedy bench_model greedy serve_check serve serve_gemma3 \
+    bench_gpu sanitizer qwen35_anchor bench_nograph bench_nofuse bench_cpu \
     bench_prev qt_sweep profile
 export SERVE_CHECK=${SERVE_CHECK:-} PREV=${PREV:-} GPU_TEST_MODELS=${GPU_TEST_MODELS:-}
 
@@ -255,6 +272,8 @@ step greedy 90 "greedy text, CPU and GPU, 32 tokens" greedy
 sed 's/^/          /' "$WORK/greedy.txt" >> "$SUMMARY" 2>/dev/null
 step serve 150 "serve --device cuda: cold, GPU pool, RAM tier, disk after a restart, the same bytes" serve
 grep -E "^gpu-serve-check:|^(cold|again|evicted|restart)" "$WORK/serve.txt" 2>/dev/null | cut -c1-150 | sed 's/^/          /' >> "$SUMMARY"
+step serve3 60 "serve --device cuda on gemma3 (sliding windows in the GPU pool): the same four places" serve_gemma3
+grep -E "^gpu-serve-check:|^(cold|again|evicted|restart)" "$WORK/serve3.txt" 2>/dev/null | cut -c1-150 | sed 's/^/          /' >> "$SUMMARY"
 step bench 150 "bench on the GPU: pp512, tg128 ($REPS reps), then at depth 4096 (3 reps)" bench_gpu
 step sanitizer 150 "compute-sanitizer memcheck: the paged pass, the tiers on the GPU, gemma3, qwen35" sanitizer
 step qwen35 150 "the qwen35 0.8B-shaped model: greedy text CPU and GPU, bench pp512/tg128 ($REPS reps), at depth 4096" qwen35_anchor

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/mem.h"
+#include "test.h"
 
 enum { OP_COPY, OP_EVENT, OP_WAIT };
 
@@ -263,6 +264,16 @@ void fake_dev_free(fake_dev *f) {
     free(f->allocs);
     pthread_mutex_destroy(&f->mu);
     free(f);
+}
+
+void fake_dev_free_clean(fake_dev *f) {
+    fake_dev_stats fs;
+    fake_dev_stats_get(f, &fs);
+    CHECK_MSG(fs.dev_allocs + fs.host_allocs == 0, "fake device: %d device and %d host allocations left", fs.dev_allocs,
+              fs.host_allocs);
+    CHECK_MSG(fs.events == 0, "fake device: %d events left", fs.events);
+    CHECK_MSG(fs.misuse == 0, "fake device: %ld copies refused as misuse", fs.misuse);
+    fake_dev_free(f);
 }
 
 const devmem *fake_dev_mem(fake_dev *f) { return &f->dm; }

@@ -32,6 +32,9 @@ typedef struct fake_dev_stats {
 fake_dev *fake_dev_new(unsigned seed);
 /* Frees what is still allocated (a test checks the stats first). */
 void fake_dev_free(fake_dev *f);
+/* Checks (test.h) that nothing is left, no allocation, no event, and no
+ * copy was refused as misuse, then frees f. */
+void fake_dev_free_clean(fake_dev *f);
 const devmem *fake_dev_mem(fake_dev *f);
 /* The n-th device (host: host_alloc) allocation from now fails (1: the
  * next one); 0: none. */

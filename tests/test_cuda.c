@@ -117,42 +117,55 @@ TEST(cuda_device_check_is_clear) {
     CHECK(e == NULL);
 }
 
-/* Model `name` (architecture arch) passes the GPU path's model check for
- * `run` and `bench` (the error, without a GPU, is the device's), and
- * `serve --device cuda` refuses it naming the architecture and why. */
-static void check_pass_not_pool(const char *name, const char *arch, const char *why) {
+/* Gemma 3 passes the GPU path's model check for `run` and `bench` and
+ * for `serve --device cuda` (its sliding layers' parts in the GPU pool's
+ * slots): without a GPU the error is the device's, with one both open. */
+TEST(cuda_gemma3_on_the_gpu_pass_and_in_the_gpu_pool) {
+    strata_err gpu = {0};
+    int no_gpu = cuda_open(&gpu);
+    engine_params one = {.model_path = model_path("gemma3-q8_0"), .device = "cuda", .n_ctx = 64};
+    engine_params pool = {.model_path = model_path("gemma3-q8_0"), .device = "cuda", .n_seq = 2, .n_ctx = 64};
+    const engine_params *ps[] = {&one, &pool};
+    for (int i = 0; i < 2; i++) {
+        engine *e = NULL;
+        strata_err err = {0};
+        int rc = engine_open(&e, ps[i], &err);
+        if (no_gpu) {
+            CHECK_EQ_INT(rc, no_gpu);
+            CHECK_STR(err.msg, gpu.msg);
+            CHECK(e == NULL);
+        } else {
+            CHECK_MSG(rc == 0, "gemma3 on the GPU (%s): %s", i ? "pool" : "one sequence", err.msg);
+            CHECK(i == 0 || (e && e->kv.swa_layer && e->kv.n_slots > 0)); /* the pool has its slots */
+            engine_close(e);
+        }
+    }
+}
+
+/* qwen35 passes the GPU path's model check for `run` and `bench` (the
+ * error, without a GPU, is the device's), and `serve --device cuda`
+ * refuses it by name: the GPU pool keeps no recurrent states (nor their
+ * snapshots) yet. The mixture-of-experts variant is refused on both. */
+TEST(cuda_qwen35_on_the_gpu_pass_but_not_in_the_gpu_pool) {
     strata_err gpu = {0}, err = {0};
     int no_gpu = cuda_open(&gpu);
     engine *e = NULL;
-    engine_params p = {.model_path = model_path(name), .device = "cuda", .n_ctx = 64};
+    engine_params p = {.model_path = model_path("qwen35-f32"), .device = "cuda", .n_ctx = 64};
     int rc = engine_open(&e, &p, &err);
     if (no_gpu) {
         CHECK_EQ_INT(rc, no_gpu);
         CHECK_STR(err.msg, gpu.msg);
     } else {
-        CHECK_MSG(rc == 0, "%s on the GPU pass: %s", name, err.msg);
+        CHECK_MSG(rc == 0, "qwen35 on the GPU pass: %s", err.msg);
         engine_close(e);
     }
     e = NULL;
-    engine_params ps = {.model_path = model_path(name), .device = "cuda", .n_seq = 1, .n_ctx = 64};
+    engine_params ps = {.model_path = model_path("qwen35-f32"), .device = "cuda", .n_seq = 1, .n_ctx = 64};
     CHECK_EQ_INT(engine_open(&e, &ps, &err), STRATA_EUNSUPPORTED);
-    CHECK_MSG(strstr(err.msg, arch) && strstr(err.msg, why), "a clear refusal: %s", err.msg);
+    CHECK_MSG(strstr(err.msg, "qwen35 (recurrent delta-net layers in the server's GPU pool: each sequence's "
+                              "recurrent state and the cache's snapshots of it are not kept in GPU memory yet)"),
+              "a clear refusal: %s", err.msg);
     CHECK(e == NULL);
-}
-
-/* Gemma 3: the GPU pool has no sliding-window parts yet. */
-TEST(cuda_gemma3_on_the_gpu_pass_but_not_in_the_gpu_pool) {
-    check_pass_not_pool("gemma3-q8_0", "gemma3", "sliding-window layers in the server's GPU pool");
-}
-
-/* qwen35: the GPU pool keeps no recurrent states (nor snapshots) yet. */
-TEST(cuda_qwen35_on_the_gpu_pass_but_not_in_the_gpu_pool) {
-    check_pass_not_pool("qwen35-f32", "qwen35",
-                        "recurrent delta-net layers in the server's GPU pool: each sequence's recurrent state and "
-                        "the cache's snapshots of it are not kept in GPU memory yet");
-    engine *e = NULL;
-    strata_err err = {0};
-    /* the mixture-of-experts variant is refused on both passes */
     engine_params pm = {.model_path = model_path("qwen35moe-f32"), .device = "cuda", .n_ctx = 64};
     CHECK_EQ_INT(engine_open(&e, &pm, &err), STRATA_EUNSUPPORTED);
     CHECK_MSG(strstr(err.msg, "qwen35moe (architecture)"), "%s", err.msg);
@@ -1054,14 +1067,30 @@ static int paged_run(fwdc *c, const int32_t *tok, kv_seq **seqs, const int32_t *
     return rc;
 }
 
+/* The paged pool's options for m, as engine.c shapes them: a sliding
+ * layer's K/V in slots (gemma3), enough for three sequences and one more. */
+static kv_pool_opts paged_opts(const model *m, uint8_t *swa) {
+    kv_pool_opts po = {.n_layer = m->hp.n_kv_layer, .kv_dim = m->hp.n_head_kv * m->hp.head_dim,
+                       .block_tokens = 16, .n_blocks = 64, .head_dim = m->hp.head_dim, .dev = cuda_devmem()};
+    int any = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        int kl = m->layers[il].kv_layer, sw = m->layers[il].swa && m->hp.n_swa > 0;
+        if (kl >= 0) swa[kl] = (uint8_t)sw, any |= sw;
+    }
+    if (any) po.swa_layer = swa, po.n_swa = m->hp.n_swa, po.n_slots = 4 * kv_swa_slots_per_seq(16, m->hp.n_swa, 512);
+    return po;
+}
+
 /* Two sequences in one paged pool, prefilled together in uneven chunks,
  * then decoded together, and a third forked from the first inside a
  * block (copy on write on the device): every row has the bits of the
- * contiguous one-sequence pass over the same tokens. */
+ * contiguous one-sequence pass over the same tokens.
+ * Gemma 3 (window 16): its sliding layers read their slots through
+ * tables of slots, only their window (cuda_attention_paged's n_swa). */
 TEST(gpu_paged_forward_keeps_the_contiguous_bits) {
     if (!gpu_up()) return;
-    const char *names[] = {"llama-q4_1", "qwen3-q5_1"};
-    for (int i = 0; i < 2; i++) {
+    const char *names[] = {"llama-q4_1", "qwen3-q5_1", "gemma3-q8_0"}; /* gemma3: windows of 16, in slots */
+    for (int i = 0; i < 3; i++) {
         model *m;
         fwdc *ref_c = open_gpu_model(names[i], 512, &m);
         if (!ref_c) continue;
@@ -1076,8 +1105,9 @@ TEST(gpu_paged_forward_keeps_the_contiguous_bits) {
         float *rc = gpu_logits(ref_c, cc, NC, V, one);
         fwdc_free(ref_c);
         kv_pool kv;
-        kv_pool_opts po = {.n_layer = m->hp.n_kv_layer, .kv_dim = m->hp.n_head_kv * m->hp.head_dim,
-                           .block_tokens = 16, .n_blocks = 64, .head_dim = m->hp.head_dim, .dev = cuda_devmem()};
+        uint8_t swa[256] = {0};
+        kv_pool_opts po = paged_opts(m, swa);
+        CHECK(i < 2 || po.n_slots > 0);
         strata_err err = {0};
         fwdc *c = NULL;
         if (kv_pool_init_opts(&kv, &po, &err) || fwdc_new_paged(&c, m, &kv, 512, 512, &err)) {

@@ -604,15 +604,19 @@ TEST(engine_budget_counts_mtp_drafter) {
     engine_close(asked);
 }
 
-/* ---- the numerics id of K-quant models ---- */
+/* ---- the numerics id of K-quant and legacy-format models ---- */
 
 /* A model with any Q4_K, Q5_K or Q6_K tensor gets "+kq-int" after its
  * attention's id (the K-quant kernels' float steps changed, and with them
- * the K/V its blocks hold), so blocks written by the old kernels are never
- * served; a model of legacy or float weights keeps its id, "cpu" for heads
- * the float32 attention kernels serve (SmolLM2's: its caches stay valid).
- * With STRATA_MODEL (SmolLM2 Q4_1) and STRATA_GEMMA3_MODEL (Gemma 3 270M
- * Q4_K_M) the real models are checked too. */
+ * the K/V its blocks hold), one with any Q4_0..Q8_0 tensor "+lg-chain"
+ * (the legacy kernels' one chain per pair), so blocks written by the old
+ * kernels are never served; a model of float weights keeps its id, "cpu"
+ * for heads the float32 attention kernels serve. The fixtures' types are
+ * listed by hand (from the files), not asked of the model. With
+ * STRATA_MODEL (SmolLM2: Q4_1, Q8_0) and STRATA_GEMMA3_MODEL (Gemma 3 270M
+ * Q4_K_M: Q4_K, Q6_K, Q5_0, Q8_0) the real models are checked too. */
+enum { HAS_KQ = 1, HAS_LG = 2 };
+
 /* What the engine's id adds for the CPU level below avx512: its matmuls'
  * ("+mm-avx2") and, for a delta-net model, its delta rule's. */
 static const char *level_suffix(const engine *e, char *buf, size_t cap) {
@@ -621,37 +625,39 @@ static const char *level_suffix(const engine *e, char *buf, size_t cap) {
     return buf;
 }
 
-static void check_numerics_id(const char *gg, int kquant) {
+static void check_numerics_id(const char *gg, int types) {
     engine *e = open_engine(gg, 64, 1);
     if (!e) return;
     char base[96], want[256], lv[64];
     uint8_t file_fp[32] = {1}, fp[32], fp_base[32];
     attn_numerics(e->m->hp.head_dim, KVQ_F16, base, sizeof base);
-    snprintf(want, sizeof want, "%s%s%s", base, kquant ? "+kq-int" : "", level_suffix(e, lv, sizeof lv));
+    snprintf(want, sizeof want, "%s%s%s%s", base, types & HAS_KQ ? "+kq-int" : "", types & HAS_LG ? "+lg-chain" : "",
+             level_suffix(e, lv, sizeof lv));
     CHECK_MSG(strcmp(engine_numerics(e), want) == 0, "%s: numerics %s, want %s", gg, engine_numerics(e), want);
-    if (!kquant && e->m->hp.head_dim < ATTN_AMX_MIN_DIM && attn_level() >= ATTN_LEVEL_AVX512 &&
+    if (!types && e->m->hp.head_dim < ATTN_AMX_MIN_DIM && attn_level() >= ATTN_LEVEL_AVX512 &&
         quant_level() >= QUANT_AVX512)
         CHECK_MSG(strcmp(engine_numerics(e), "cpu") == 0, "%s: %s", gg, engine_numerics(e));
     cache_numerics_fingerprint(file_fp, engine_numerics(e), fp);
     cache_numerics_fingerprint(file_fp, base, fp_base);
-    CHECK(kquant || *lv ? memcmp(fp, fp_base, 32) != 0 : memcmp(fp, fp_base, 32) == 0);
+    CHECK(types || *lv ? memcmp(fp, fp_base, 32) != 0 : memcmp(fp, fp_base, 32) == 0);
     engine_close(e);
 }
 
-TEST(fwd_numerics_id_marks_kquant_models) {
-    static const char *kq[] = {"llama-q4_k", "llama-q5_k", "llama-q6_k", "llama-mix-k", "qwen3moe-q4_k_m"};
-    static const char *plain[] = {"llama-q4_1", "qwen2-q5_0", "qwen3-q5_1", "llama-f32", "gemma3-q8_0"};
+TEST(fwd_numerics_id_marks_kquant_and_legacy_models) {
+    static const struct {
+        const char *name;
+        int types;
+    } fx[] = {{"llama-q4_k", HAS_KQ},          {"llama-q5_k", HAS_KQ | HAS_LG}, {"llama-q6_k", HAS_KQ},
+              {"llama-mix-k", HAS_KQ | HAS_LG}, {"qwen3moe-q4_k_m", HAS_KQ},   {"llama-q4_1", HAS_LG},
+              {"qwen2-q5_0", HAS_LG},           {"qwen3-q5_1", HAS_LG},        {"llama-f32", 0},
+              {"gemma3-q8_0", HAS_LG}};
     char gg[256];
-    for (size_t i = 0; i < sizeof kq / sizeof kq[0]; i++) {
-        snprintf(gg, sizeof gg, "%s%s.gguf", test_data("models/"), kq[i]);
-        check_numerics_id(gg, 1);
+    for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) {
+        snprintf(gg, sizeof gg, "%s%s.gguf", test_data("models/"), fx[i].name);
+        check_numerics_id(gg, fx[i].types);
     }
-    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
-        snprintf(gg, sizeof gg, "%s%s.gguf", test_data("models/"), plain[i]);
-        check_numerics_id(gg, 0);
-    }
-    if (test_real_model()) check_numerics_id(test_real_model(), 0);
-    if (test_gemma3_model()) check_numerics_id(test_gemma3_model(), 1);
+    if (test_real_model()) check_numerics_id(test_real_model(), HAS_LG);
+    if (test_gemma3_model()) check_numerics_id(test_gemma3_model(), HAS_KQ | HAS_LG);
 }
 
 /* ---- K/V stored quantized (--kv-type q8_0, q4_0) ---- */
@@ -679,11 +685,13 @@ TEST(fwd_quant_kv_batch_invariance) {
         engine *ef = open_engine(gg, 512, 1), *eq = open_engine_kv(gg, 512, 1, qt);
         if (!ef || !eq) return;
         int hd = ef->m->hp.head_dim;
-        const char *kq = model_has_kquant(ef->m) ? "+kq-int" : "";
+        char wt[32]; /* the weights' suffixes (fwd_numerics_id_marks_kquant_and_legacy_models) */
+        snprintf(wt, sizeof wt, "%s%s", model_has_kquant(ef->m) ? "+kq-int" : "",
+                 model_has_legacy(ef->m) ? "+lg-chain" : "");
         level_suffix(ef, lv, sizeof lv);
         snprintf(numerics, sizeof numerics, "%s+kv-%s%s%s%s", attn_numerics(hd, KVQ_F16, base, sizeof base),
-                 kvq_name(qt), attn_qk_int8(attn_level(), hd, qt) ? "+qk-i8" : "", kq, lv);
-        strcat(base, kq);
+                 kvq_name(qt), attn_qk_int8(attn_level(), hd, qt) ? "+qk-i8" : "", wt, lv);
+        strcat(base, wt);
         strcat(base, lv);
         CHECK_EQ_INT(eq->kv.block_bytes * 32, ef->kv.block_bytes * QUANT_HALVES[k / 5]);
         CHECK(strcmp(engine_numerics(ef), base) == 0 && strcmp(engine_numerics(eq), numerics) == 0);

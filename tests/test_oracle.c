@@ -29,14 +29,17 @@
 #include "test_util.h"
 
 #define CHUNK 256
-/* Gemma 3 270M: measured max 1.23-1.54, RMS 0.18-0.74; without the
+/* Gemma 3 270M: measured max 1.23-1.94, RMS 0.18-0.88; without the
  * sliding window 22.8 and 10.2 (tests/data/oracle/gemma3/README.md). One
- * row's RMS is noise of that size: any change in attention rounding moves
- * prompt 06's last row by 0.2-0.7, and against a float64 forward pass the
- * rows that are 0.47-0.74 from llama.cpp are 0.22-0.24 from the truth
- * (llama.cpp: 0.59). */
-#define GEMMA3_MAX_ABS 2.0f
-#define GEMMA3_MAX_RMS 0.8f
+ * row's RMS is noise of that size: any change in rounding (attention,
+ * the matmuls' float steps) moves prompt 06's last row (1435 tokens) by
+ * 0.2-0.9, and against a float64 forward pass (tools/ref_forward.py) the
+ * rows are all about as far from the truth as llama.cpp's (0.59): 0.35
+ * (avx512) and 0.95 (amx) with the legacy kernels' one-chain numerics,
+ * 1.02 and 0.72 before (2026-11-27), when they were 0.88, 0.42, 0.48 and
+ * 0.25 from llama.cpp's. The bounds are ~1.3x the worst measured. */
+#define GEMMA3_MAX_ABS 2.5f
+#define GEMMA3_MAX_RMS 1.2f
 
 /* Where a suite's files are and how close we must be. */
 typedef struct oracle_suite {
@@ -341,25 +344,27 @@ TEST(real_fwd_matches_llama_cpp) {
  * float32 scoring flips two near ties, margin 1.03); Gemma 3 (float32 or
  * AMX scoring) max 1.65, rms <= 0.55. Against the f16 refs q8_0 K/V is
  * a slightly other model: SmolLM2 max 3.28 with float32 scoring (a top-1
- * flip at margin 1.07), 2.66 with int8 scoring. */
-static const oracle_suite SMOLLM2_Q8 = {"tests/data/oracle/kv-q8_0", 2.0f, 0.40f, 1.0f, 10};
-static const oracle_suite GEMMA3_Q8 = {"tests/data/oracle/gemma3/kv-q8_0", GEMMA3_MAX_ABS, GEMMA3_MAX_RMS, 1.0f, 4};
-/* Below AVX-512 the kernels' other float roundings (backend/README.md)
- * reach q8_0 K/V as other int8 roundings, whole quantization steps, and
- * Gemma 3's 1435-token prompt ends further from llama.cpp's (one row;
- * 2026-11-27: max 2.03 / rms 0.96 at scalar, 2.62 / 1.59 at avx2,
- * against 1.61 / 0.54 at avx512 and 1.64 / 0.57 at amx; f16 K/V 0.28-0.48
- * rms at every level). The top-1 check is the same; the bounds are ~1.2x
- * the worst level measured. */
-static const oracle_suite GEMMA3_Q8_BELOW_AVX512 = {"tests/data/oracle/gemma3/kv-q8_0", 3.2f, 1.9f, 1.0f, 4};
+ * flip at margin 1.07), 2.66 with int8 scoring. The position llama.cpp
+ * decides by 1.03 (prompts 03 and 13, position 9: 5646 over 5905; the
+ * float64 reference with f16 K/V: by 1.08) is that near tie: since the
+ * legacy kernels' one-chain numerics (2026-11-27) ours puts 5905 ahead by
+ * 0.16 with int8 scoring too (rms 0.09-0.37, as before), so a position
+ * counts as decided above 1.1 here. */
+static const oracle_suite SMOLLM2_Q8 = {"tests/data/oracle/kv-q8_0", 2.0f, 0.40f, 1.1f, 10};
+/* Gemma 3 with q8_0 K/V: any change of float rounding reaches the K/V as
+ * other int8 roundings, whole quantization steps, so prompt 06's last row
+ * moves further than with f16 (2026-11-27: max 2.03 / rms 0.96 at scalar,
+ * 2.62 / 1.59 at avx2 with the earlier legacy numerics; with the one-chain
+ * ones 2.10 / 1.03 at avx512 and 1.95 / 0.69 at amx). The top-1 check is
+ * the same; the bounds are ~1.2x the worst level measured. */
+static const oracle_suite GEMMA3_Q8 = {"tests/data/oracle/gemma3/kv-q8_0", 3.2f, 1.9f, 1.0f, 4};
 
 TEST(real_fwd_q8_0_kv_matches_llama_cpp) {
     run_suite_kv(&SMOLLM2_Q8, test_real_model(), KVQ_Q8_0);
 }
 
 TEST(gemma3_fwd_q8_0_kv_matches_llama_cpp) {
-    int below = attn_level() < ATTN_LEVEL_AVX512 || quant_level() < QUANT_AVX512;
-    run_suite_kv(below ? &GEMMA3_Q8_BELOW_AVX512 : &GEMMA3_Q8, test_gemma3_model(), KVQ_Q8_0);
+    run_suite_kv(&GEMMA3_Q8, test_gemma3_model(), KVQ_Q8_0);
 }
 
 TEST(gemma3_fwd_matches_llama_cpp) {

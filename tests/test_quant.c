@@ -593,18 +593,22 @@ TEST(quant_gemm_amx_same_bits) {
         for (size_t j = 0; j < sizeof kks / sizeof kks[0]; j++) check_amx_vs_decode(level, ktypes[i], kks[j]);
 }
 
-/* ---- K-quants: the same bits at every level ------------------------------
+/* ---- K-quants and legacy formats: the same bits at every level ----------
  * Q4_K, Q5_K and Q6_K make each super-block's integer sums exactly and
  * then fixed float steps in block order (acc + (float)isum * (d_w * d_x),
  * no FMA; quant_scalar.c, quant_avx512.c), so scalar, avx2, avx512 and
- * amx give the same bits: memcmp of each level against scalar for n_tok
- * 1 to 50 (every tile shape, prepared and GGUF-row tiles, amx token tiles
- * and tails), row splits as threads make them (row tails, 16-row amx
- * tiles), k of 1 to 8 super-blocks. `extreme`: every quant, scale and min
- * at its largest magnitude and activations at +-127, the int32 sums'
- * worst case, also held to the float64 reference (an overflow that every
- * level shared would pass the memcmp). */
-static void check_kquant_same_bits(int level, qtype wt, int64_t k, int extreme) {
+ * amx give the same bits; the legacy formats (Q4_0..Q8_0) run one FMA
+ * chain per (row, token) pair in block order (quant_scalar.c dot_legacy)
+ * at scalar, avx512 and amx (avx2 keeps its own lanes: "+mm-avx2").
+ * memcmp of each level against scalar for n_tok 1 to 50 (every tile
+ * shape, prepared and GGUF-row tiles, amx token tiles and tails), row
+ * splits as threads make them (row tails, 16-row groups and amx tiles),
+ * k of 1 to 8 super-blocks (legacy: 1 block to 4 groups, short and long
+ * last groups). `extreme` (K-quants): every quant, scale and min at its
+ * largest magnitude and activations at +-127, the int32 sums' worst case,
+ * also held to the float64 reference (an overflow that every level
+ * shared would pass the memcmp). */
+static void check_same_bits_as_scalar(int level, qtype wt, int64_t k, int extreme) {
     enum { ROWS = 37, NT = 50 };
     static const int splits[][4] = {{0, 37, 37, 37}, {0, 5, 5, 37}, {0, 18, 18, 37}, {0, 32, 32, 37}};
     const quant_traits *tr = quant_get(wt);
@@ -656,9 +660,36 @@ TEST(quant_kquant_same_bits_every_level) {
     static const int64_t ks[] = {256, 768, 2048};
     for (int l = QUANT_SCALAR + 1; l <= quant_level(); l++)
         for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
-            for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++) check_kquant_same_bits(l, types[i], ks[j], 0);
-            check_kquant_same_bits(l, types[i], 512, 1);
+            for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++) check_same_bits_as_scalar(l, types[i], ks[j], 0);
+            check_same_bits_as_scalar(l, types[i], 512, 1);
         }
+}
+
+TEST(quant_legacy_same_bits_every_level) {
+    static const qtype types[] = {QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q8_0};
+    static const int64_t ks[] = {32, 96, 576, 640, 1056, 2048};
+    for (int l = QUANT_SCALAR + 1; l <= quant_level(); l++)
+        for (size_t i = 0; l != QUANT_AVX2 && i < sizeof types / sizeof types[0]; i++)
+            for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++) check_same_bits_as_scalar(l, types[i], ks[j], 0);
+}
+
+/* Many rows of short k: an avx512 call prepares rows in chunks of at most
+ * LG_MAXG groups of 16 (1,100 rows of k = 64: 69 groups, two chunks). */
+TEST(quant_legacy_many_short_rows_same_bits) {
+    enum { ROWS = 1100, NT = 9 };
+    const int64_t k = 64;
+    uint64_t s = 4242;
+    uint8_t *w = random_weights(QT_Q4_1, ROWS, k, &s);
+    float *x = random_acts(NT, k, &s), *ys = malloc(sizeof(float) * NT * ROWS), *yl = malloc(sizeof(float) * NT * ROWS);
+    size_t xrb, wrb = quant_row_bytes(QT_Q4_1, k);
+    uint8_t *xq = convert_acts(QT_Q4_1, x, NT, k, &xrb);
+    quant_gemm_level(QUANT_SCALAR, QT_Q4_1, w, wrb, k, xq, xrb, NT, ys, ROWS, 0, ROWS);
+    for (int l = QUANT_AVX512; l <= quant_level(); l++) {
+        memset(yl, 0xff, sizeof(float) * NT * ROWS);
+        quant_gemm_level(l, QT_Q4_1, w, wrb, k, xq, xrb, NT, yl, ROWS, 0, ROWS);
+        CHECK_MSG(memcmp(ys, yl, sizeof(float) * NT * ROWS) == 0, "level %d: bits differ from scalar", l);
+    }
+    free(w), free(x), free(xq), free(ys), free(yl);
 }
 
 /* Levels whose matmuls give other bits have other numerics ids

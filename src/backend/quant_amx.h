@@ -1,7 +1,7 @@
 /* quant_amx.h - what the AMX matmul files share: quant_amx_avx512.c (the
  * legacy formats) and quant_amx_kq_avx512.c (the K-quants). The 16 x 16
  * dword transpose, and the per-thread work buffer (defined in
- * quant_amx_avx512.c). Does not: tile configuration (amx_cfg.h). */
+ * quant_amx_avx512.c); quant_avx512.c's legacy kernels use both too. Does not: tile configuration (amx_cfg.h). */
 #ifndef STRATA_QUANT_AMX_H
 #define STRATA_QUANT_AMX_H
 
@@ -14,8 +14,9 @@
 #define QUANT_AMX_INL \
     static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-int8")))
 
-/* In place: out[c] dword r = in[r] dword c. */
-QUANT_AMX_INL void amx_tr16(__m512i *r) {
+/* In place: out[c] dword r = in[r] dword c. Plain AVX-512 (no AMX), so
+ * quant_avx512.c uses it too. */
+static inline __attribute__((always_inline, target("avx512f"))) void quant_tr16(__m512i *r) {
     __m512i a[16], b[16];
     _Pragma("GCC unroll 16")
     for (int i = 0; i < 8; i++) {
@@ -54,6 +55,6 @@ QUANT_AMX_INL void amx_tr16(__m512i *r) {
 
 /* A work buffer of at least n bytes, 64-byte aligned, kept per thread
  * across calls (freed when the thread ends); valid until the next call. */
-uint8_t *quant_amx_work(size_t n);
+uint8_t *quant_work(size_t n);
 
 #endif

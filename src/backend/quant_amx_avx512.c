@@ -1,25 +1,18 @@
 /* quant_amx_avx512.c - prefill of the legacy formats (Q4_0, Q4_1, Q5_0,
  * Q5_1, Q8_0) on AMX-INT8 tiles: the gemm level QUANT_AMX (quant.h).
  *
- * Why: the AVX-512 tiles (quant_avx512.c) run at about half the VPDPBUSD
- * peak, and a TDPBUSD does 16 x 16 x 64 multiply-adds in one
+ * Why: a TDPBUSD does 16 x 16 x 64 multiply-adds in one
  * instruction. Here it takes 16 weight rows x 16 tokens over one block
  * (32 elements, K = 32): the exact integer dot product of every (row,
  * token) pair and block, the same integers VPDPBUSD sums in a lane.
  *
- * Same bits as the avx512 level, by construction: per (row, token) pair
- * the float steps are lg_tile's, op for op. There a 32-bit lane p of a
- * group of 16 blocks holds block 16G + qa8_lane(p) and runs
- *     acc_p  = fma(float(isum), d_w * d_x, acc_p)
- *     accm_p = fma(m_w, s_x, accm_p)           (G = 0, 1, ... in order)
- * from 0, then out = lg_hsum(acc) + lg_hsum(accm), lg_hsum being the
- * fixed tree ((a0 + a8) + (a4 + a12)) + ((a2 + a10) + (a6 + a14)) + ...
- * (quant_mx_hsum16). Here the lanes are 16 tokens of one row instead, and
- * each "block lane" p is a register running the same chain; the tree is
- * the same adds between registers. A lane whose block is past the row's
- * end adds fma(0, 0 * 0, acc) there: acc exactly (acc is never -0), so it
- * is skipped here. The tests memcmp this level against avx512 and against
- * decode (quant_gemm_amx_same_bits); nothing in the numerics id changes.
+ * The same bits as the avx512 and scalar levels: per (row, token) pair
+ * the float steps are quant_scalar.c's dot_legacy, block after block,
+ *     acc  = fma(float(isum), d_w * d_x, acc)
+ *     accm = fma(m_w, s_x, accm)
+ * then out = acc + accm; here the 16 lanes of a register are 16 tokens of
+ * one row. The tests memcmp this level against decode and against scalar
+ * (quant_gemm_amx_same_bits, quant_legacy_same_bits_every_level).
  *
  * Per call (n_tok >= AMX_MIN_TOK; fewer tokens take the avx512 kernels):
  *   1. every token tile of 16 is laid out for TDPBUSD's B operand, per
@@ -33,14 +26,11 @@
  *   3. per chunk, token tiles outer and the chunk's 16-row tiles inner
  *      (each token's results are then written in runs along its row of
  *      y, not as a 64-byte strip down 512 rows), per (row tile, token
- *      tile) pair: one TDPBUSD per block into a zeroed result tile (tiles
- *      0-3, amx_stream) stored to a small L1 buffer, then the float chains
- *      of 4 rows at a time (amx_lanes: one loop per block lane for the 4
- *      rows; lg_hsum's tree depth first), and a 16 x 16 transpose so each
- *      token's 16 results are one store. Pairs of up to AMX_WHOLE blocks
- *      do all products, then all float steps (amx_pair_whole); longer
- *      rows go in 4 phases, the blocks of the tree's q_j each
- *      (amx_pair), so the sums buffer stays 4 KiB per group.
+ *      tile) pair and batch of AMX_NB blocks: one TDPBUSD per block into
+ *      a zeroed result tile (tiles 0-3), stored to a 16 KiB L1 buffer
+ *      (amx_products), then the batch's float chains, 8 rows at a time
+ *      (amx_chains); at the end acc + accm and a 16 x 16 transpose so
+ *      each token's 16 results are one store (amx_out).
  * Why serial: on this CPU a vector load after a tile store waits for it
  * (and the tile unit's earlier work), so the products and the float steps
  * do not overlap however they are interleaved; measured, every
@@ -69,7 +59,6 @@ enum {
     AMX_WB = 40,      /* prepared weight bytes per block: 32 quants, d, m */
     AMX_MAX_K = 1 << 20, /* block indexes are int */
     AMX_WCHUNK = 256 << 10, /* prepared weight bytes of a row chunk (L2) */
-    AMX_WHOLE = 24,         /* up to this many blocks a pair's sums are kept whole (amx_pair_whole) */
 };
 
 /* Block bytes and the offsets of the quants and Q5's fifth bits. */
@@ -87,7 +76,7 @@ INL void amx_tr_store(const uint8_t *const *src, int nt, size_t off, uint8_t *ds
     UNROLL
     for (int n = 0; n < 16; n++)
         r[n] = n < nt ? _mm512_loadu_si512((const void *)(src[n] + off)) : _mm512_setzero_si512();
-    amx_tr16(r);
+    quant_tr16(r);
     UNROLL
     for (int p = 0; p < 16; p++)
         if (g0 + qa8_lane(p) < nb) _mm512_store_si512((void *)(dst + (size_t)(g0 + qa8_lane(p)) * stride), r[p]);
@@ -149,191 +138,90 @@ static AMX void amx_config(void) {
     amx_cfg_load(&c);
 }
 
-/* The tile products of one phase j (0-3) of a (row tile, token tile)
- * pair: the blocks 16 G + 4 j + i (i < 4) of every group G, the ones whose
- * sums lg_hsum's q_j needs (lanes j, j + 4, j + 8, j + 12). Per block a
- * zeroed result tile (0-3) += 16 prepared rows x the token tile's B
- * operand, its 1 KiB of sums stored to c + gs G + 256 i (gs = 1024: a
- * phase's own buffer; gs = 4096 and c at 1024 j: a whole pair's, block b
- * at 256 b). One batch per group; a batch is stored when the next is issued, or by
- * amx_finish (a store right after its product waits for it). */
-typedef struct {
-    const uint8_t *w, *xb; /* prepared quants (amx_prep_w), token tile (amx_prep_x) */
-    int32_t *c;
-    int j, g, nb, gs; /* phase, next group, blocks; slot stride of a group (int32) */
-    int pn;           /* the pending batch's count */
-    int32_t *pc;      /* and its slots */
-} amx_stream;
-
-/* Stores the pending batch. */
-INL void amx_store(amx_stream *st) {
-    int32_t *c = st->pc;
-    if (st->pn > 0) _tile_stored(0, c, 64);
-    if (st->pn > 1) _tile_stored(1, c + 256, 64);
-    if (st->pn > 2) _tile_stored(2, c + 512, 64);
-    if (st->pn > 3) _tile_stored(3, c + 768, 64);
-    st->pn = 0;
-}
+enum { AMX_NB = 16 }; /* blocks per batch: their sums (16 KiB) stay in L1 */
 
 /* Tile numbers are literals (the intrinsics paste them into the asm). */
-#define AMX_BLOCK(ct, at, xt, i)                                                                                   \
+#define AMX_BLOCK(ct, at, xt, b)                                                                                   \
     do {                                                                                                           \
         _tile_zero(ct);                                                                                            \
-        _tile_loadd(at, st->w + AMX_R * 32 * (b + i), 32);                                                         \
-        _tile_loadd(xt, st->xb + (size_t)(b + i) * AMX_XB, 64);                                                    \
+        _tile_loadd(at, wp + AMX_R * 32 * (b), 32);                                                                \
+        _tile_loadd(xt, xp + (size_t)(b) * AMX_XB, 64);                                                            \
         _tile_dpbusd(ct, at, xt);                                                                                  \
     } while (0)
 
-/* Issues the next group's batch (storing the pending one first) and
- * returns 1, or 0 when the phase has no blocks left. */
-INL int amx_batch(amx_stream *st) {
-    const int b = 16 * st->g + 4 * st->j, n = st->nb - b < 4 ? st->nb - b : 4;
-    if (n <= 0) return 0;
-    amx_store(st);
-    if (n > 0) AMX_BLOCK(0, 4, 6, 0);
-    if (n > 1) AMX_BLOCK(1, 5, 7, 1);
-    if (n > 2) AMX_BLOCK(2, 4, 6, 2);
-    if (n > 3) AMX_BLOCK(3, 5, 7, 3);
-    st->pc = st->c + st->gs * st->g++, st->pn = n;
-    return 1;
+/* The exact sums of blocks [b0, b0 + n) of a (row tile, token tile) pair:
+ * block b's 16 rows x 16 tokens at c + 256 (b - b0), row m at + 16 m.
+ * Four products are issued before their stores (a store right after
+ * its product waits for it). */
+static AMX void amx_products(const uint8_t *wp, const uint8_t *xp, int32_t *c, int64_t b0, int n) {
+    for (int i = 0; i < n; i += 4) {
+        const int64_t b = b0 + i;
+        const int k = n - i < 4 ? n - i : 4;
+        AMX_BLOCK(0, 4, 6, b);
+        if (k > 1) AMX_BLOCK(1, 5, 7, b + 1);
+        if (k > 2) AMX_BLOCK(2, 4, 6, b + 2);
+        if (k > 3) AMX_BLOCK(3, 5, 7, b + 3);
+        _tile_stored(0, c + 256 * i, 64);
+        if (k > 1) _tile_stored(1, c + 256 * (i + 1), 64);
+        if (k > 2) _tile_stored(2, c + 256 * (i + 2), 64);
+        if (k > 3) _tile_stored(3, c + 256 * (i + 3), 64);
+    }
 }
 #undef AMX_BLOCK
 
-/* Issues the rest of the phase and stores it all. */
-static AMX void amx_finish(amx_stream *st) {
-    while (amx_batch(st)) {
-    }
-    amx_store(st);
-}
+enum { AMX_RP = 8 }; /* rows whose chains run side by side (acc and accm: 16 registers) */
 
-/* All 4 phases of a pair, block b's sums at c + 256 b (the batches flow
- * from one phase into the next). */
-static AMX void amx_products(const uint8_t *wp, const uint8_t *xt, int32_t *c, int nb) {
-    amx_stream st = {wp, xt, c, 0, 0, nb, 4096, 0, NULL};
-    for (int j = 0; j < 4; j++) {
-        st.c = c + 1024 * j, st.j = j, st.g = 0;
-        while (amx_batch(&st)) {
-        }
-    }
-    amx_store(&st);
-}
-
-enum { AMX_RP = 4 }; /* rows whose chains run side by side (~7 registers each) */
-
-/* Block lane p's chains for AMX_RP rows (sums of row m at c + 16 m +
- * 256 (b % 4) + gs (b / 16): amx_stream's slots; d_w, m_w at w[m + 32 b], w[16 + m + 32 b]) over the token tile's d_x,
- * s_x (x[32 b], x[16 + 32 b]): lg_tile's lane p, row by row. The rows
- * share the loads of d_x and s_x and the loop; one row per loop was
- * ~16 instructions per row and block for 4 vector operations. */
-INL void amx_lanes(const int32_t *c, int gs, const float *w, const float *x, int64_t nb, int p, __m512 *a,
-                   __m512 *am) {
-    __m512 s[AMX_RP], sm[AMX_RP];
+/* The float chains of rows m0 .. m0 + 7 over the batch's blocks [b0, b0 +
+ * n) (sums in c as amx_products left them; d_w, m_w of row m at w[m + 32
+ * b], w[16 + m + 32 b]; the 16 tokens' d_x, s_x at x[32 b], x[16 + 32 b]),
+ * lanes = tokens: quant_scalar.c's dot_legacy, block after block. */
+INL void amx_chains(const int32_t *c, const float *w, const float *x, int64_t b0, int n, int m0, __m512 *acc,
+                    __m512 *accm) {
+    __m512 a[AMX_RP], am[AMX_RP];
     UNROLL
-    for (int r = 0; r < AMX_RP; r++) s[r] = _mm512_setzero_ps(), sm[r] = _mm512_setzero_ps();
-    for (int64_t b = qa8_lane(p); b < nb; b += QA8_GROUP) {
+    for (int r = 0; r < AMX_RP; r++) a[r] = acc[m0 + r], am[r] = accm[m0 + r];
+    for (int i = 0; i < n; i++) {
+        const int64_t b = b0 + i;
         const __m512 xd = _mm512_load_ps(x + 32 * b), xs = _mm512_load_ps(x + 32 * b + 16);
         UNROLL
         for (int r = 0; r < AMX_RP; r++) {
-            __m512 dd = _mm512_mul_ps(_mm512_set1_ps(w[r + 32 * b]), xd);
-            const int32_t *cb = c + 256 * (b & 3) + gs * (b >> 4) + 16 * r; /* block b's sums */
-            s[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)cb)), dd, s[r]);
-            sm[r] = _mm512_fmadd_ps(_mm512_set1_ps(w[16 + r + 32 * b]), xs, sm[r]);
+            __m512 dd = _mm512_mul_ps(_mm512_set1_ps(w[m0 + r + 32 * b]), xd);
+            __m512i s = _mm512_load_si512((const void *)(c + 256 * i + 16 * (m0 + r)));
+            a[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, a[r]);
+            am[r] = _mm512_fmadd_ps(_mm512_set1_ps(w[16 + m0 + r + 32 * b]), xs, am[r]);
         }
     }
     UNROLL
-    for (int r = 0; r < AMX_RP; r++) a[r] = s[r], am[r] = sm[r];
-}
-
-/* o = a + b and om = am + bm for AMX_RP rows: one step of lg_hsum's tree
- * on acc and on accm (operands in lg_hsum's order). */
-INL void amx_add(const __m512 *a, const __m512 *am, const __m512 *b, const __m512 *bm, __m512 *o, __m512 *om) {
-    UNROLL
-    for (int r = 0; r < AMX_RP; r++) o[r] = _mm512_add_ps(a[r], b[r]), om[r] = _mm512_add_ps(am[r], bm[r]);
-}
-
-/* Lanes p and p + 8 added (lg_hsum's first step), for acc and accm. */
-INL void amx_h(const int32_t *c, int gs, const float *w, const float *x, int64_t nb, int p, __m512 *h, __m512 *hm) {
-    __m512 a0[AMX_RP], m0[AMX_RP], a1[AMX_RP], m1[AMX_RP];
-    amx_lanes(c, gs, w, x, nb, p, a0, m0);
-    amx_lanes(c, gs, w, x, nb, p + 8, a1, m1);
-    amx_add(a1, m1, a0, m0, h, hm);
-}
-
-/* q_j = h_{j+4} + h_j of lg_hsum's tree, for acc and accm. */
-INL void amx_q(const int32_t *c, int gs, const float *w, const float *x, int64_t nb, int j, __m512 *q, __m512 *qm) {
-    __m512 h0[AMX_RP], hm0[AMX_RP], h4[AMX_RP], hm4[AMX_RP];
-    amx_h(c, gs, w, x, nb, j, h0, hm0);
-    amx_h(c, gs, w, x, nb, j + 4, h4, hm4);
-    amx_add(h4, hm4, h0, hm0, q, qm);
-}
-
-/* (q_j + q_{j+2}) of the tree, for acc and accm (block b's sums at c + 256 b). */
-INL void amx_qq(const int32_t *c, const float *w, const float *x, int64_t nb, int j, __m512 *o, __m512 *om) {
-    __m512 q0[AMX_RP], qm0[AMX_RP], q2[AMX_RP], qm2[AMX_RP];
-    amx_q(c + 1024 * j, 4096, w, x, nb, j, q0, qm0);
-    amx_q(c + 1024 * (j + 2), 4096, w, x, nb, j + 2, q2, qm2);
-    amx_add(q0, qm0, q2, qm2, o, om);
-}
-
-/* AMX_RP rows' 16 results each: lg_hsum's tree on acc and on accm, added,
- * evaluated depth first so only ~3 partial sums per chain are live. */
-INL void amx_rows(const int32_t *c, const float *w, const float *x, int64_t nb, __m512 *out) {
-    __m512 r02[AMX_RP], m02[AMX_RP], r13[AMX_RP], m13[AMX_RP];
-    amx_qq(c, w, x, nb, 0, r02, m02);
-    amx_qq(c, w, x, nb, 1, r13, m13);
-    UNROLL
-    for (int r = 0; r < AMX_RP; r++)
-        out[r] = _mm512_add_ps(_mm512_add_ps(r02[r], r13[r]), _mm512_add_ps(m02[r], m13[r]));
+    for (int r = 0; r < AMX_RP; r++) acc[m0 + r] = a[r], accm[m0 + r] = am[r];
 }
 
 /* The 16 rows' results res (the first nr real) to y, nt tokens: a 16 x 16
  * transpose, then per token one store of its 16 results. */
 INL void amx_out(__m512 *res, int nr, int nt, float *y, int64_t ldy) {
-    amx_tr16((__m512i *)(void *)res);
+    quant_tr16((__m512i *)(void *)res);
     const __mmask16 rows = (__mmask16)((1u << nr) - 1);
     for (int n = 0; n < nt; n++) _mm512_mask_storeu_ps(y + n * ldy, rows, res[n]);
 }
 
-/* A pair whose sums fit L1 whole (nb <= AMX_WHOLE): all its products
- * (phase j's at c + j ps), then the float steps, 4 rows at a time with
- * the whole tree in registers. */
-static AMX void amx_pair_whole(const uint8_t *wp, int64_t nb, const uint8_t *xt, int32_t *c, int nr, int nt,
-                               float *y, int64_t ldy) {
+/* One (row tile, token tile) pair: per batch of AMX_NB blocks the tile
+ * products, then the float chains of its blocks, 8 rows at a time; then
+ * out = acc + accm, to y. */
+static AMX void amx_pair(const uint8_t *wp, int64_t nb, const uint8_t *xp, int32_t *c, int nr, int nt, float *y,
+                         int64_t ldy) {
     const float *wd = (const float *)(const void *)(wp + (size_t)AMX_R * 32 * nb);
-    const float *x = (const float *)(const void *)(xt + (size_t)nb * AMX_XB);
-    __m512 res[16];
-    amx_products(wp, xt, c, (int)nb);
-    for (int m = 0; m < 16; m += AMX_RP) amx_rows(c + 16 * m, wd + m, x, nb, res + m);
-    amx_out(res, nr, nt, y, ldy);
-}
-
-/* One pair: per phase j, q_j of the 16 rows' trees (amx_q, 4 rows at a
- * time) from the phase's sums in c, kept in qs; the products of the
- * phase after (phase j + 1, or phase 0 of the next pair nwp, nxt, which
- * the next call finds in c) are issued around them, into the same
- * buffer: its first batch before (its stores come after the float
- * steps), the rest after. One buffer, not two: +10-20% (two left L1 at
- * k >= 1536); spreading the batches over the 4-row steps: -5-7% (a
- * vector load after a tile store waits for it). Then the rest of the
- * tree, a 16 x 16 transpose and per token one store of its 16 results
- * (the first nr real, nt tokens). */
-static AMX void amx_pair(const uint8_t *wp, int64_t nb, const uint8_t *xt, const uint8_t *nwp, const uint8_t *nxt,
-                         int32_t *c, int nr, int nt, float *y, int64_t ldy) {
-    const float *wd = (const float *)(const void *)(wp + (size_t)AMX_R * 32 * nb);
-    const float *x = (const float *)(const void *)(xt + (size_t)nb * AMX_XB);
-    __m512 qs[4][AMX_R], qms[4][AMX_R], res[16];
-    for (int j = 0; j < 4; j++) {
-        amx_stream nx = {j < 3 ? wp : nwp, j < 3 ? xt : nxt, c, (j + 1) & 3, 0, (int)nb, 1024, 0, NULL};
-        const int more = j < 3 || nwp;
-        if (more) amx_batch(&nx);
-        for (int m = 0; m < 16; m += AMX_RP) amx_q(c + 16 * m, 1024, wd + m, x, nb, j, qs[j] + m, qms[j] + m);
-        if (more) amx_finish(&nx);
+    const float *x = (const float *)(const void *)(xp + (size_t)nb * AMX_XB);
+    __m512 acc[16], accm[16];
+    UNROLL
+    for (int m = 0; m < 16; m++) acc[m] = accm[m] = _mm512_setzero_ps();
+    for (int64_t b0 = 0; b0 < nb; b0 += AMX_NB) {
+        const int n = nb - b0 < AMX_NB ? (int)(nb - b0) : AMX_NB;
+        amx_products(wp, xp, c, b0, n);
+        amx_chains(c, wd, x, b0, n, 0, acc, accm);
+        amx_chains(c, wd, x, b0, n, AMX_RP, acc, accm);
     }
     UNROLL
-    for (int m = 0; m < 16; m++) /* lg_hsum's (q0 + q2) + (q1 + q3), for acc and accm, added */
-        res[m] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(qs[0][m], qs[2][m]), _mm512_add_ps(qs[1][m], qs[3][m])),
-                               _mm512_add_ps(_mm512_add_ps(qms[0][m], qms[2][m]), _mm512_add_ps(qms[1][m], qms[3][m])));
-    amx_out(res, nr, nt, y, ldy);
+    for (int m = 0; m < 16; m++) acc[m] = _mm512_add_ps(acc[m], accm[m]);
+    amx_out(acc, nr, nt, y, ldy);
 }
 
 /* A per-thread work buffer kept across calls (freed when the thread
@@ -368,7 +256,7 @@ static uint8_t *amx_work(size_t n) {
     return b->p;
 }
 
-uint8_t *quant_amx_work(size_t n) { return amx_work(n); }
+uint8_t *quant_work(size_t n) { return amx_work(n); }
 
 /* Decodes row tiles [i0, i0 + n) of the call (16 rows from r0 + 16 i each;
  * rows past r1: the last one again, results dropped) to wb + i * wtb. */
@@ -391,9 +279,7 @@ static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const vo
     const size_t xtb = (size_t)nb * (AMX_XB + 128), wtb = (size_t)AMX_R * nb * AMX_WB;
     int ct = (int)(AMX_WCHUNK / wtb);
     ct = ct < 1 ? 1 : ct > nrt ? nrt : ct;
-    /* a pair's sums (1 KiB per block) or a phase's (4 KiB per group) */
-    const size_t cb = nb <= AMX_WHOLE ? (size_t)1024 * nb : (size_t)4096 * ((nb + QA8_GROUP - 1) / QA8_GROUP);
-    uint8_t *buf = amx_work((size_t)ntt * xtb + (size_t)ct * wtb + cb);
+    uint8_t *buf = quant_work((size_t)ntt * xtb + (size_t)ct * wtb + (size_t)1024 * AMX_NB);
     uint8_t *xb = buf, *wb = buf + (size_t)ntt * xtb; /* wb: per row tile quants, then d and m */
     int32_t *c = (int32_t *)(void *)(wb + (size_t)ct * wtb);
     for (int tt = 0; tt < ntt; tt++) {
@@ -406,19 +292,12 @@ static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const vo
     for (int i0 = 0; i0 < nrt; i0 += ct) {
         const int ni = nrt - i0 < ct ? nrt - i0 : ct;
         amx_prep_rows(t, w, wrb, nb, r0, r1, i0, ni, wb, wtb);
-        amx_stream st = {wb, xb, c, 0, 0, (int)nb, 1024, 0, NULL}; /* phase 0 of the chunk's first pair */
-        if (nb > AMX_WHOLE) amx_finish(&st);
         for (int tt = 0; tt < ntt; tt++) {
             const int nt = n_tok - tt * AMX_T < AMX_T ? n_tok - tt * AMX_T : AMX_T;
             for (int i = 0; i < ni; i++) {
                 const int r = r0 + AMX_R * (i0 + i), nr = r1 - r < AMX_R ? r1 - r : AMX_R;
-                const int in = i + 1 < ni ? i + 1 : 0, tn = i + 1 < ni ? tt : tt + 1;
-                float *yp = y + (size_t)tt * AMX_T * ldy + r;
-                if (nb <= AMX_WHOLE)
-                    amx_pair_whole(wb + (size_t)i * wtb, nb, xb + (size_t)tt * xtb, c, nr, nt, yp, ldy);
-                else
-                    amx_pair(wb + (size_t)i * wtb, nb, xb + (size_t)tt * xtb, tn < ntt ? wb + (size_t)in * wtb : NULL,
-                             xb + (size_t)tn * xtb, c, nr, nt, yp, ldy);
+                amx_pair(wb + (size_t)i * wtb, nb, xb + (size_t)tt * xtb, c, nr, nt, y + (size_t)tt * AMX_T * ldy + r,
+                         ldy);
             }
         }
     }

@@ -89,8 +89,8 @@ KINL void ka_prep_scales(qtype t, const int16_t (*sc)[16], uint8_t *p) {
             u[n] = _mm512_zextsi256_si512(_mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m)));
         }
     }
-    amx_tr16(v);
-    amx_tr16(u);
+    quant_tr16(v);
+    quant_tr16(u);
     UNROLL
     for (int s = 0; s < 16; s++)
         if (s < ka_ns(t)) _mm512_store_si512((void *)(p + KA_SC + 64 * s), v[s]);
@@ -112,7 +112,7 @@ static KAMX void ka_prep_w(qtype t, const uint8_t *w, size_t wrb, int nr, int64_
             __m512i r[16];
             UNROLL
             for (int n = 0; n < 16; n++) r[n] = _mm512_load_si512((const void *)(q[n] + 64 * c));
-            amx_tr16(r);
+            quant_tr16(r);
             UNROLL
             for (int j = 0; j < 16; j++) _mm512_store_si512((void *)(p + KA_B + 64 * (16 * c + j)), r[j]);
         }
@@ -232,7 +232,7 @@ static KAMX void ka_gemm(qtype t, const void *w, size_t wrb, int64_t k, const vo
     const int64_t nb = k / QK_K;
     const int ns = ka_ns(t);
     const size_t wb = (size_t)nb * KA_SB, cb = (size_t)ns * 2048, tb = (size_t)KA_T * xrb;
-    uint8_t *buf = quant_amx_work(wb + cb + tb + 64);
+    uint8_t *buf = quant_work(wb + cb + tb + 64);
     uint8_t *wp = buf, *tail = buf + wb + cb;
     int32_t *c = (int32_t *)(void *)(buf + wb);
     int nt_last = n_tok % KA_T;

@@ -649,4 +649,5 @@ TILESET_21(fl_bf16, R)
 
 /* ---- dispatch ------------------------------------------------------------ */
 
+TILE_GEMMS_LEGACY
 TILE_KERNELS(quant_avx2_kernel)

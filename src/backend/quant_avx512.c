@@ -1,12 +1,12 @@
 /* quant_avx512.c - AVX-512 (F, BW, VL, VNNI) gemm kernels.
  *
- * Every kernel is a register tile of R weight rows x T tokens (T = 8 for
- * the legacy formats, else 4, then 2, 1): weight blocks are decoded once
- * per tile and reused for T tokens, activation blocks are loaded once and
- * reused for R rows. In prefill (n_tok >= LG_PREP_MIN, KQ_PREP_MIN) the
- * legacy formats and the K-quants decode each weight row once per row
- * chunk instead (tile_prep, quant_tile.h), and tiles of 4 rows x up to 4
- * tokens read the decoded rows.
+ * Every kernel is a register tile of R weight rows x T tokens: weight
+ * blocks are decoded once per tile and reused for T tokens, activation
+ * blocks are loaded once and reused for R rows. In prefill (n_tok >=
+ * LG_PREP_MIN, KQ_PREP_MIN) the K-quants decode each weight row once per
+ * row chunk instead (tile_prep, quant_tile.h), and tiles of 4 rows x up
+ * to 4 tokens read the decoded rows; the legacy formats prepare groups of
+ * 16 rows per call ("legacy formats: one float chain per pair" below).
  *
  * Batch invariance: every (row, token) pair owns its accumulators and
  * sees the same instruction sequence in every tile shape (block order,
@@ -14,11 +14,12 @@
  * rerun the R-row tile with the last row repeated; token tails use the
  * T = 2 and T = 1 tiles, which do per pair exactly what T = 4 does.
  *
- * Legacy formats (Q4_0..Q8_0, blocks of 32): two blocks per zmm. Weights
- * are decoded to unsigned bytes (Q8_0: w + 128), multiplied with the signed
- * activation bytes by VPDPBUSD, and the offset is a per-block "minimum"
- * m (Q4_0: -8d, Q5_0: -16d, Q8_0: -128d, Q4_1/Q5_1: the stored min) times
- * the activation block sum s, accumulated 16 blocks at a time.
+ * Legacy formats (Q4_0..Q8_0, blocks of 32): weights are decoded to
+ * unsigned bytes (Q8_0: w + 128), multiplied with the signed activation
+ * bytes by VPDPBUSD, and the offset is a per-block "minimum" m (Q4_0: -8d,
+ * Q5_0: -16d, Q8_0: -128d, Q4_1/Q5_1: the stored min) times the
+ * activation block sum s; the float steps are quant_scalar.c's, one chain
+ * per (row, token) pair, with 16 weight rows in a vector's lanes.
  * K-quants: sub-block scales are applied in integers (VPMADDUBSW then
  * VPDPWSSD); a super-block's integer sums are summed exactly, all the
  * tile's pairs at once, and the float steps are every level's (the same
@@ -27,6 +28,9 @@
  * Does not: threads; F16/BF16 use plain float FMAs. */
 #include <immintrin.h>
 
+#include <string.h>
+
+#include "backend/quant_amx.h"
 #include "backend/quant_tile.h"
 
 #define R 4 /* weight rows per tile of the K-quant and float kernels */
@@ -237,9 +241,9 @@ AI __m512i lg_chunk(int ty, const lg_group *g, int v) {
 }
 
 /* Sum of the 16 lanes in a fixed order: halves, quarters, then
- * (0 + 2) + (1 + 3), as GCC's _mm512_reduce_add_ps does it (the bits
- * these kernels had), written out so they do not depend on the compiler
- * and so lg_hsum_tree can do the same adds for 8 pairs at once. */
+ * (0 + 2) + (1 + 3), as GCC's _mm512_reduce_add_ps does it, written out
+ * so it does not depend on the compiler (MXFP4's final sum,
+ * quant_mx_hsum16). */
 AI float lg_hsum(__m512 a) {
     __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
     __m256 h = _mm256_add_ps(hi, _mm512_castps512_ps256(a));
@@ -248,260 +252,268 @@ AI float lg_hsum(__m512 a) {
     return _mm_cvtss_f32(q) + _mm_cvtss_f32(_mm_movehdup_ps(q));
 }
 
-/* out[i] = lg_hsum(acc[i]) + lg_hsum(accm[i]) for N = 8 or 4 pairs: each
- * step of lg_hsum on 2N vectors at once (their halves, quarters and pairs
- * gathered into shared registers), so the adds, and the bits, are the
- * same with ~3x fewer instructions. v[i] = acc[i], v[N + i] = accm[i]. */
-AI void lg_hsum_tree(const __m512 *acc, const __m512 *accm, float *out, const int N) {
-    __m512 c[8], e[4], g[2], r;
+/* ---- legacy formats: one float chain per (row, token) pair ------------
+ * The arithmetic is quant_scalar.c's dot_legacy, every level's bits: per
+ * block in order acc = fma(isum, dw * dx, acc), per block in order accm =
+ * fma(m, s, accm), then out = acc + accm. Here a vector's 16 lanes are 16
+ * weight rows, so the float steps are one convert, multiply and FMA per
+ * 16 pairs and block, and no pair needs a horizontal sum.
+ *
+ * Prefill (n_tok >= LG_PREP_MIN): each call prepares its rows in groups
+ * of 16 (lg_prep_group), per block 8 chunk vectors (chunk c, lane r:
+ * elements 4c..4c+3 of row r as unsigned bytes), then the rows' dw, then
+ * their m: LG_BLK bytes. A tile of 2 groups x up to 6 tokens broadcasts
+ * a token's 4 bytes of a chunk to a VPDPBUSD per group (lg_tile).
+ * Decode and short batches read the GGUF rows as the group loads give
+ * them (lanes = blocks), sum each (row, token, block) exactly, then one
+ * 16 x 16 transpose per token turns the sums to lanes = rows before the
+ * same float steps (lg_dec). Rows past r1 repeat the last row; their
+ * results are not stored. */
+#define LG_PREP_MIN 8
+#define LG_CHUNK (256 << 10) /* prepared bytes per row chunk: it stays in L2 */
+enum { LG_BLK = 8 * 64 + 2 * 64, LG_MAXG = 64 /* groups per chunk, at most (short rows) */ };
+
+/* The 16 rows' group g (blocks b0 .. b0+n-1) as vectors t[v][i]: row i's
+ * chunk v (v < 8), its d (8) and m (9), lanes = blocks (qa8_lane order). */
+AI void lg_rows16(int ty, const uint8_t *const *rw, int64_t b0, int n, __m512i t[10][16]) {
     UNROLL
-    for (int i = 0; i < N; i++) { /* c[i]: 256-bit sums of v[2i], v[2i + 1] */
-        __m512 a = 2 * i < N ? acc[2 * i] : accm[2 * i - N], b = 2 * i < N ? acc[2 * i + 1] : accm[2 * i + 1 - N];
-        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)),
-                             _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)));
-    }
-    UNROLL
-    for (int j = 0; j < N / 2; j++) /* e[j] 128-bit lane l: quarter sums of v[4j + l] */
-        e[j] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], _MM_SHUFFLE(3, 1, 3, 1)),
-                             _mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], _MM_SHUFFLE(2, 0, 2, 0)));
-    UNROLL
-    for (int j = 0; j < N / 4; j++) /* g[j] lane l: pair sums of v[8j + l], v[8j + 4 + l] */
-        g[j] = _mm512_add_ps(_mm512_shuffle_ps(e[2 * j], e[2 * j + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm512_shuffle_ps(e[2 * j], e[2 * j + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    if (N == 8) {
-        /* r dword 4l + m: lg_hsum(v[4m + l]) */
-        r = _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                          _mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
-        r = _mm512_add_ps(r, _mm512_shuffle_ps(r, r, _MM_SHUFFLE(3, 2, 3, 2))); /* dword 4l: out[l], 4l + 1: out[4 + l] */
-        const __m512i idx = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 13, 9, 5, 1, 12, 8, 4, 0);
-        _mm256_storeu_ps(out, _mm512_castps512_ps256(_mm512_permutexvar_ps(idx, r)));
-    } else {
-        /* r dword 4l: lg_hsum(v[l]), 4l + 1: lg_hsum(v[4 + l]) */
-        r = _mm512_add_ps(_mm512_shuffle_ps(g[0], g[0], _MM_SHUFFLE(2, 0, 2, 0)),
-                          _mm512_shuffle_ps(g[0], g[0], _MM_SHUFFLE(3, 1, 3, 1)));
-        r = _mm512_add_ps(r, _mm512_shuffle_ps(r, r, _MM_SHUFFLE(1, 1, 1, 1))); /* dword 4l: out[l] */
-        const __m512i idx = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
-        _mm_storeu_ps(out, _mm512_castps512_ps128(_mm512_permutexvar_ps(idx, r)));
+    for (int i = 0; i < 16; i++) {
+        lg_group g;
+        lg_load(ty, rw[i] + b0 * lg_bytes(ty), n, &g);
+        UNROLL
+        for (int v = 0; v < 8; v++) t[v][i] = lg_chunk(ty, &g, v);
+        t[8][i] = _mm512_castps_si512(g.d);
+        t[9][i] = _mm512_castps_si512(g.m);
     }
 }
 
-/* One weight row x T tokens (R = 1: the group decode is the row's cost,
- * shared by T tokens). Per (row, token) pair and group, whatever T: the
- * exact integer block sums in lanes, then acc = fma(cvt(sum), d*dx, acc)
- * and accm = fma(m, s, accm); out = reduce(acc) + reduce(accm). T <= 2 splits the sums
- * into two chains (exact integers, so the bits do not change). */
-AI void lg_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
-                int64_t k, float *out, const int T) {
-    const int64_t nb = k / QK;
-    const int by = lg_bytes(ty), NS = T <= 2 ? 2 : 1;
-    __m512 acc[8], accm[8];
-    UNROLL
-    for (int t = 0; t < T; t++) acc[t] = accm[t] = _mm512_setzero_ps();
+/* The 16 GGUF rows rw[] prepared into nb * LG_BLK bytes at dst. */
+AI void lg_prep_group(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst) {
     for (int64_t b0 = 0; b0 < nb; b0 += QA8_GROUP) {
-        int n = nb - b0 < QA8_GROUP ? (int)(nb - b0) : QA8_GROUP;
-        lg_group g;
-        lg_load(ty, w[0] + b0 * by, n, &g);
-        __m512i is[8][2];
+        const int n = nb - b0 < QA8_GROUP ? (int)(nb - b0) : QA8_GROUP;
+        __m512i t[10][16];
+        lg_rows16(ty, rw, b0, n, t);
+        for (int v = 0; v < 10; v++) {
+            quant_tr16(t[v]); /* t[v][p]: lane i = row i's block b0 + qa8_lane(p) */
+            for (int j = 0; j < n; j++)
+                _mm512_store_si512(dst + (b0 + j) * LG_BLK + 64 * v, t[v][qa8_lane(j)]);
+        }
+    }
+}
+
+/* The 4 activation bytes at p, in every lane. */
+AI __m512i lg_bcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* Stores acc + accm of RV groups x T tokens: group r's 16 rows at
+ * y[t * ldy + row[r]], lanes outside km[r] left alone. */
+AI void lg_store(const __m512 (*acc)[6], const __m512 (*accm)[6], float *y, int64_t ldy, const int *row,
+                 const __mmask16 *km, const int RV, const int T) {
+    UNROLL
+    for (int r = 0; r < RV; r++)
         UNROLL
-        for (int t = 0; t < T; t++) is[t][0] = is[t][1] = _mm512_setzero_si512();
+        for (int t = 0; t < T; t++)
+            _mm512_mask_storeu_ps(y + t * ldy + row[r], km[r], _mm512_add_ps(acc[r][t], accm[r][t]));
+}
+
+/* Prefill tile: RV prepared groups (P[r]) x T tokens (x[t]). Fewer than
+ * 6 pairs split each sum into two chains (exact integers) to hide
+ * VPDPBUSD's latency. */
+AI void lg_tile(const uint8_t *const *P, const uint8_t *const *x, int64_t nb, float *y, int64_t ldy,
+                const int *row, const __mmask16 *km, const int RV, const int T) {
+    const int NS = RV * T < 6 ? 2 : 1;
+    __m512 acc[4][6], accm[4][6];
+    UNROLL
+    for (int r = 0; r < RV; r++)
         UNROLL
-        for (int v = 0; v < 8; v++) {
-            __m512i wv = lg_chunk(ty, &g, v);
+        for (int t = 0; t < T; t++) acc[r][t] = accm[r][t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t xo = qa8_qoff(b, 0), sl = qa8_slot(b);
+        __m512i is[4][6][2];
+        UNROLL
+        for (int r = 0; r < RV; r++)
+            UNROLL
+            for (int t = 0; t < T; t++) is[r][t][0] = is[r][t][1] = _mm512_setzero_si512();
+        UNROLL
+        for (int c = 0; c < 8; c++) {
+            __m512i wv[4];
+            UNROLL
+            for (int r = 0; r < RV; r++) wv[r] = _mm512_load_si512(P[r] + b * LG_BLK + 64 * c);
             UNROLL
             for (int t = 0; t < T; t++) {
-                const int8_t *xp = qa8_qs(x[t], nb) + b0 * QK + 64 * v;
-                is[t][v % NS] = _mm512_dpbusd_epi32(is[t][v % NS], wv, _mm512_loadu_si512((const void *)xp));
+                __m512i xb = lg_bcast4(qa8_qs(x[t], nb) + xo + 64 * c);
+                if (RV > 1) xb = zmm_in_reg(xb);
+                UNROLL
+                for (int r = 0; r < RV; r++) is[r][t][c % NS] = _mm512_dpbusd_epi32(is[r][t][c % NS], wv[r], xb);
             }
         }
         UNROLL
-        for (int t = 0; t < T; t++) {
-            __m512i sum = NS == 2 ? _mm512_add_epi32(is[t][0], is[t][1]) : is[t][0];
-            __m512 dx = _mm512_loadu_ps(qa8_d(x[t]) + b0), s = _mm512_loadu_ps(qa8_s(x[t], nb) + b0);
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(g.d, dx), acc[t]);
-            accm[t] = _mm512_fmadd_ps(g.m, s, accm[t]);
+        for (int r = 0; r < RV; r++) {
+            __m512 d = _mm512_load_ps((const float *)(const void *)(P[r] + b * LG_BLK + 512));
+            UNROLL
+            for (int t = 0; t < T; t++) {
+                __m512i sum = NS == 2 ? _mm512_add_epi32(is[r][t][0], is[r][t][1]) : is[r][t][0];
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d, _mm512_set1_ps(qa8_d(x[t])[sl])),
+                                            acc[r][t]);
+            }
         }
     }
-    UNROLL
-    for (int t = 0; t < T; t++) out[t] = lg_hsum(acc[t]) + lg_hsum(accm[t]);
-}
-
-/* ---- prepared legacy rows ---------------------------------------------
- * In prefill tile_drive_prep (quant_tile.h) decodes each weight row once
- * per row chunk into the layout below, so a tile of T tokens loads the
- * chunk vectors instead of rebuilding them (transposes, nibble and
- * fifth-bit unpacking, 16 scalar inserts per header field):
- *   a group with n > 4 blocks (LG_FULL bytes): the 8 chunk vectors as
- *     lg_chunk gives them, then d, then m (16 floats each);
- *   the last, short group, n <= 4 (LG_SHORT bytes): 2 vectors holding
- *     chunks 0-3 and 4-7 of blocks 0-3, block j in 128-bit lane j (dword
- *     c: chunk c, resp. 4 + c), then d and m.
- * Blocks 0-3 sit in lanes 0, 4, 8, 12 (qa8_lane), so the short group used
- * 4 of 16 lanes in 8 VPDPBUSD; packed, it takes 2, against activations
- * packed the same way per token (lg_prep_x), and two in-lane adds put
- * each block's sum back in lane 4j (the other lanes masked to 0, as the
- * zero weights made them). The sums are exact integers and the float
- * steps are the same, so the bits are those of lg_tile. */
-
-/* Dword 0 of each 128-bit lane of a, b, c, d, packed in that order. */
-AI __m512i lg_pack4(__m512i a, __m512i b, __m512i c, __m512i d) {
-    return _mm512_unpacklo_epi64(_mm512_unpacklo_epi32(a, b), _mm512_unpacklo_epi32(c, d));
-}
-
-AI void lg_prep_w(int ty, const uint8_t *w, int64_t k, uint8_t *dst) {
-    const int64_t nb = k / QK;
-    const int by = lg_bytes(ty);
-    for (int64_t b0 = 0; b0 < nb; b0 += QA8_GROUP) {
-        int n = nb - b0 < QA8_GROUP ? (int)(nb - b0) : QA8_GROUP;
-        lg_group g;
-        __m512i c[8];
-        lg_load(ty, w + b0 * by, n, &g);
+    for (int64_t b = 0; b < nb; b++) { /* the min term's chains */
+        const int64_t sl = qa8_slot(b);
         UNROLL
-        for (int v = 0; v < 8; v++) c[v] = lg_chunk(ty, &g, v);
-        __m512i *q = (__m512i *)(void *)dst;
-        int nv = 8;
-        if (n <= 4) {
-            q[0] = lg_pack4(c[0], c[1], c[2], c[3]);
-            q[1] = lg_pack4(c[4], c[5], c[6], c[7]);
-            nv = 2;
-        } else {
+        for (int r = 0; r < RV; r++) {
+            __m512 m = _mm512_load_ps((const float *)(const void *)(P[r] + b * LG_BLK + 576));
             UNROLL
-            for (int v = 0; v < 8; v++) _mm512_store_si512(q + v, c[v]);
+            for (int t = 0; t < T; t++)
+                accm[r][t] = _mm512_fmadd_ps(m, _mm512_set1_ps(qa8_s(x[t], nb)[sl]), accm[r][t]);
         }
-        _mm512_store_ps(q + nv, g.d);
-        _mm512_store_ps(q + nv + 1, g.m);
-        dst += n <= 4 ? LG_SHORT : LG_FULL;
     }
+    lg_store((const __m512(*)[6])acc, (const __m512(*)[6])accm, y, ldy, row, km, RV, T);
 }
 
-/* A token row's short group packed like the weights' (2 vectors). */
-static size_t lg_prep_x_bytes(int64_t k) { return lg_short(k / QK) ? 128 : 0; }
-static void lg_prep_x(const uint8_t *x, int64_t k, uint8_t *dst) {
-    const int64_t nb = k / QK;
-    const int8_t *qs = qa8_qs(x, nb) + (nb / QA8_GROUP) * QA8_GROUP * QK;
-    __m512i c[8];
-    for (int v = 0; v < 8; v++) c[v] = _mm512_loadu_si512((const void *)(qs + 64 * v));
-    __m512i *o = (__m512i *)(void *)dst;
-    o[0] = lg_pack4(c[0], c[1], c[2], c[3]);
-    o[1] = lg_pack4(c[4], c[5], c[6], c[7]);
-}
-
-/* The short group's exact block sums of one (row, token) pair: 2
- * VPDPBUSD on the packed vectors (q: the row's, xs: the token's), then two
- * in-lane adds put block j's sum in lane 4j, the other lanes 0. */
-AI __m512i lg_short_sum(const __m512i *q, const __m512i *xs) {
-    __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_load_si512(q), _mm512_load_si512(xs));
-    s = _mm512_dpbusd_epi32(s, _mm512_load_si512(q + 1), _mm512_load_si512(xs + 1));
-    s = _mm512_add_epi32(s, _mm512_shuffle_epi32(s, _MM_PERM_BADC));
-    return _mm512_maskz_add_epi32(0x1111, s, _mm512_shuffle_epi32(s, _MM_PERM_CDAB));
-}
-
-/* out[i] = lg_hsum(acc[i]) + lg_hsum(accm[i]) for n pairs: the tree per
- * 8, then per 4, the last 1-3 one by one. */
-AI void lg_hsum_n(const __m512 *acc, const __m512 *accm, float *out, const int n) {
-    int i = 0;
+/* Decode tile: 16 GGUF rows (rw) x T tokens. Per group the exact block
+ * sums of every (row, token) pair, lanes = blocks, go through a 16 x 16
+ * transpose (as do the rows' d and m) so that the float chains run with
+ * lanes = rows, block after block as lg_tile runs them. */
+AI void lg_dec(int ty, const uint8_t *const *rw, const uint8_t *const *x, int64_t nb, float *y, int64_t ldy,
+               int row, __mmask16 km, const int T) {
+    __m512 acc[1][6], accm[1][6];
     UNROLL
-    for (; i + 8 <= n; i += 8) lg_hsum_tree(acc + i, accm + i, out + i, 8);
-    if (i + 4 <= n) lg_hsum_tree(acc + i, accm + i, out + i, 4), i += 4;
-    UNROLL
-    for (; i < n; i++) out[i] = lg_hsum(acc[i]) + lg_hsum(accm[i]);
-}
-
-/* RR prepared weight rows x T tokens (x[T + t]: token t's packed short
- * group); pair i = r * T + t. Each weight vector load feeds T VPDPBUSD,
- * each activation load RR. Per pair the integer block sums and float
- * steps of lg_tile: acc = fma(cvt(sum), d * dx, acc) per group in
- * order, accm = fma(m, s, accm) per group in order, out = lg_hsum(acc) +
- * lg_hsum(accm). accm depends only on m and s, so tiles of more than 8
- * pairs (whose sums and acc already take 2 registers a pair) run its
- * chain in a second pass over the groups: the same FMAs in the same
- * order per lane, so the same bits. Fewer than 3 pairs split each sum
- * into two chains (exact integers) to hide VPDPBUSD's latency. The
- * prepared layout is the same for all five formats: ty is not read. */
-AI void lg_ptile(int ty, const uint8_t *const *w, const uint8_t *const *x, int64_t k, float *out,
-                 const int RR, const int T) {
-    const int64_t nb = k / QK;
-    const int P = RR * T, NS = P <= 2 ? 2 : 1, SEP = P > 8;
-    __m512 acc[16], accm[16];
-    UNROLL
-    for (int i = 0; i < P; i++) acc[i] = accm[i] = _mm512_setzero_ps();
-    size_t off = 0; /* of the group in every prepared row */
+    for (int t = 0; t < T; t++) acc[0][t] = accm[0][t] = _mm512_setzero_ps();
     for (int64_t b0 = 0; b0 < nb; b0 += QA8_GROUP) {
-        const int shrt = nb - b0 <= 4, nv = shrt ? 2 : 8;
-        __m512i is[16][2];
-        if (shrt) {
+        const int n = nb - b0 < QA8_GROUP ? (int)(nb - b0) : QA8_GROUP;
+        __m512i s[6][16], dm[2][16];
+        for (int i = 0; i < 16; i++) {
+            lg_group g;
+            lg_load(ty, rw[i] + b0 * lg_bytes(ty), n, &g);
+            __m512i is[6][2];
             UNROLL
-            for (int r = 0; r < RR; r++)
-                UNROLL
-                for (int t = 0; t < T; t++)
-                    is[r * T + t][0] = lg_short_sum((const __m512i *)(const void *)(w[r] + off),
-                                                    (const __m512i *)(const void *)x[T + t]);
-        } else {
-            UNROLL
-            for (int i = 0; i < P; i++) is[i][0] = is[i][1] = _mm512_setzero_si512();
+            for (int t = 0; t < T; t++) is[t][0] = is[t][1] = _mm512_setzero_si512();
             UNROLL
             for (int v = 0; v < 8; v++) {
-                __m512i wv[4];
-                UNROLL
-                for (int r = 0; r < RR; r++) wv[r] = _mm512_load_si512((const void *)(w[r] + off + 64 * v));
+                __m512i wv = lg_chunk(ty, &g, v);
                 UNROLL
                 for (int t = 0; t < T; t++) {
                     __m512i xv = _mm512_loadu_si512((const void *)(qa8_qs(x[t], nb) + b0 * QK + 64 * v));
-                    if (RR > 1) xv = zmm_in_reg(xv);
-                    UNROLL
-                    for (int r = 0; r < RR; r++)
-                        is[r * T + t][v % NS] = _mm512_dpbusd_epi32(is[r * T + t][v % NS], wv[r], xv);
+                    is[t][v & 1] = _mm512_dpbusd_epi32(is[t][v & 1], wv, xv);
                 }
             }
+            UNROLL
+            for (int t = 0; t < T; t++) s[t][i] = _mm512_add_epi32(is[t][0], is[t][1]);
+            dm[0][i] = _mm512_castps_si512(g.d);
+            dm[1][i] = _mm512_castps_si512(g.m);
         }
         UNROLL
-        for (int t = 0; t < T; t++) {
-            __m512 dx = _mm512_loadu_ps(qa8_d(x[t]) + b0), s = _mm512_loadu_ps(qa8_s(x[t], nb) + b0);
+        for (int t = 0; t < T; t++) quant_tr16(s[t]);
+        quant_tr16(dm[0]);
+        quant_tr16(dm[1]);
+        for (int j = 0; j < n; j++) { /* block b0 + j, in order */
+            const int p = qa8_lane(j);
+            const int64_t sl = b0 + p; /* qa8_slot(b0 + j) */
+            __m512 d = _mm512_castsi512_ps(dm[0][p]), m = _mm512_castsi512_ps(dm[1][p]);
             UNROLL
-            for (int r = 0; r < RR; r++) {
-                const int i = r * T + t;
-                const float *h = (const float *)(const void *)(w[r] + off + 64 * nv);
-                __m512i sum = NS == 2 && !shrt ? _mm512_add_epi32(is[i][0], is[i][1]) : is[i][0];
-                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(_mm512_load_ps(h), dx), acc[i]);
-                if (!SEP) accm[i] = _mm512_fmadd_ps(_mm512_load_ps(h + 16), s, accm[i]);
+            for (int t = 0; t < T; t++) {
+                acc[0][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t][p]), _mm512_mul_ps(d, _mm512_set1_ps(qa8_d(x[t])[sl])),
+                                            acc[0][t]);
+                accm[0][t] = _mm512_fmadd_ps(m, _mm512_set1_ps(qa8_s(x[t], nb)[sl]), accm[0][t]);
             }
         }
-        off += shrt ? LG_SHORT : LG_FULL;
     }
-    off = 0;
-    for (int64_t b0 = 0; SEP && b0 < nb; b0 += QA8_GROUP) { /* accm's pass */
-        const int shrt = nb - b0 <= 4, nv = shrt ? 2 : 8;
-        UNROLL
-        for (int t = 0; t < T; t++) {
-            __m512 s = _mm512_loadu_ps(qa8_s(x[t], nb) + b0);
-            UNROLL
-            for (int r = 0; r < RR; r++)
-                accm[r * T + t] = _mm512_fmadd_ps(_mm512_load_ps((const float *)(const void *)(w[r] + off + 64 * nv + 64)),
-                                                  s, accm[r * T + t]);
-        }
-        off += shrt ? LG_SHORT : LG_FULL;
-    }
-    lg_hsum_n(acc, accm, out, P);
+    lg_store((const __m512(*)[6])acc, (const __m512(*)[6])accm, y, ldy, &row, &km, 1, T);
 }
 
-/* Tile sets: 1 row x {8, 4, 2, 1} tokens on GGUF rows below LG_PREP_MIN
- * tokens (decode reads a row once: preparing it only adds stores), else
- * 4 prepared rows x {4, 3, 2, 1} tokens (measured against 1 x 8, 2 x 4,
- * 2 x 6, 4 x 2, 4 x 3 and 8 x 2: backend/README.md, "AVX-512 prefill:
- * tiles of 4 prepared rows"). */
-#define LG_PREP_MIN 8
-#define LG_KERNEL(name, ty)                                                   \
-    TILE_PREP_4X(name, ty, lg_ptile, lg_prep_w, LG_PREP_MIN, lg_wbytes, lg_prep_x_bytes, lg_prep_x) \
-    TILE_WRAP(name, lg_tile, ty)                                              \
-    TILE_T(name, 1) TILE_T(name, 2) TILE_T(name, 4) TILE_T(name, 8)           \
-    static const tile_set name##_set = {                                      \
-        .s = {{1, 8, name##_8}, {1, 4, name##_4}, {1, 2, name##_2}, {1, 1, name##_1}}, \
-        .prep = &name##_prep};
-static size_t lg_wbytes(int64_t k) { return lg_prep_bytes(k); }
-LG_KERNEL(lg_q4_0, L40)
-LG_KERNEL(lg_q4_1, L41)
-LG_KERNEL(lg_q5_0, L50)
-LG_KERNEL(lg_q5_1, L51)
-LG_KERNEL(lg_q8_0, L80)
+/* Rows r .. r + 15 of [.., r1) (past r1: the last again) and the mask of
+ * those below r1. */
+static __mmask16 lg_rows(const void *w, size_t wrb, int r, int r1, const uint8_t **rw) {
+    for (int i = 0; i < 16; i++) rw[i] = (const uint8_t *)w + (size_t)(r + i < r1 ? r + i : r1 - 1) * wrb;
+    return (__mmask16)(r1 - r >= 16 ? 0xffff : (1u << (r1 - r)) - 1);
+}
+
+#define LG_TILE_AT(RV, T) lg_tile(P, xp, nb, yt, ldy, row, km, RV, T)
+/* One token tile of T over the chunk's ng prepared groups: pairs of
+ * groups, an odd last one alone. */
+#define LG_TOKENS(T)                                                                                                   \
+    static void lg_tokens_##T(const uint8_t *pw, size_t gb, int ng, const uint8_t *const *xp, int64_t nb, float *yt, \
+                              int64_t ldy, const int *grow, const __mmask16 *gkm) {                                  \
+        for (int i = 0; i < ng; i += 2) {                                                                            \
+            const uint8_t *P[2] = {pw + (size_t)i * gb, pw + (size_t)(i + 1) * gb};                                  \
+            const int *row = grow + i;                                                                               \
+            const __mmask16 *km = gkm + i;                                                                           \
+            if (i + 1 < ng) LG_TILE_AT(2, T);                                                                        \
+            else LG_TILE_AT(1, T);                                                                                   \
+        }                                                                                                            \
+    }
+LG_TOKENS(6) LG_TOKENS(3) LG_TOKENS(2) LG_TOKENS(1)
+
+AI void lg_gemm_prep(int ty, const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok,
+                         float *y, int64_t ldy, int r0, int r1) {
+    const int64_t nb = k / QK;
+    const size_t gb = (size_t)nb * LG_BLK;
+    const int ng = (r1 - r0 + 15) / 16;
+    int cg = (int)(LG_CHUNK / gb) & ~1;
+    cg = cg < 2 ? 2 : cg > LG_MAXG ? LG_MAXG : cg;
+    cg = cg > ng ? ng : cg;
+    uint8_t *pw = quant_work((size_t)cg * gb);
+    int grow[LG_MAXG];
+    __mmask16 gkm[LG_MAXG];
+    for (int g0 = 0; g0 < ng; g0 += cg) {
+        const int gn = ng - g0 < cg ? ng - g0 : cg;
+        for (int i = 0; i < gn; i++) {
+            const uint8_t *rw[16];
+            grow[i] = r0 + 16 * (g0 + i);
+            gkm[i] = lg_rows(w, wrb, grow[i], r1, rw);
+            lg_prep_group(ty, rw, nb, pw + (size_t)i * gb);
+        }
+        for (int t0 = 0; t0 < n_tok;) {
+            const int left = n_tok - t0, T = left >= 6 ? 6 : left >= 3 ? 3 : left;
+            const uint8_t *xp[6];
+            for (int t = 0; t < T; t++) xp[t] = (const uint8_t *)xq + (size_t)(t0 + t) * xrb;
+            float *yt = y + (size_t)t0 * ldy;
+            if (T == 6) lg_tokens_6(pw, gb, gn, xp, nb, yt, ldy, grow, gkm);
+            else if (T == 3) lg_tokens_3(pw, gb, gn, xp, nb, yt, ldy, grow, gkm);
+            else if (T == 2) lg_tokens_2(pw, gb, gn, xp, nb, yt, ldy, grow, gkm);
+            else lg_tokens_1(pw, gb, gn, xp, nb, yt, ldy, grow, gkm);
+            t0 += T;
+        }
+    }
+}
+
+AI void lg_gemm_dec(int ty, const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok,
+                        float *y, int64_t ldy, int r0, int r1) {
+    const int64_t nb = k / QK;
+    tile_prefetch(w, r0 * wrb, r0 * wrb + TILE_PF_BYTES);
+    for (int r = r0; r < r1; r += 16) {
+        const uint8_t *rw[16];
+        const __mmask16 km = lg_rows(w, wrb, r, r1, rw);
+        tile_prefetch(w, (size_t)r * wrb + TILE_PF_BYTES, (size_t)(r + 16) * wrb + TILE_PF_BYTES);
+        for (int t0 = 0; t0 < n_tok;) {
+            const int left = n_tok - t0, T = left >= 4 ? 4 : left;
+            const uint8_t *xp[4];
+            for (int t = 0; t < T; t++) xp[t] = (const uint8_t *)xq + (size_t)(t0 + t) * xrb;
+            float *yt = y + (size_t)t0 * ldy;
+            if (T == 4) lg_dec(ty, rw, xp, nb, yt, ldy, r, km, 4);
+            else if (T == 3) lg_dec(ty, rw, xp, nb, yt, ldy, r, km, 3);
+            else if (T == 2) lg_dec(ty, rw, xp, nb, yt, ldy, r, km, 2);
+            else lg_dec(ty, rw, xp, nb, yt, ldy, r, km, 1);
+            t0 += T;
+        }
+    }
+}
+
+#define LG_GEMM(name, ty)                                                                                   \
+    static void gemm_##name(const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok,   \
+                            float *y, int64_t ldy, int r0, int r1) {                                       \
+        if (n_tok >= LG_PREP_MIN) lg_gemm_prep(ty, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);             \
+        else lg_gemm_dec(ty, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);                                   \
+    }
+LG_GEMM(lg_q4_0, L40)
+LG_GEMM(lg_q4_1, L41)
+LG_GEMM(lg_q5_0, L50)
+LG_GEMM(lg_q5_1, L51)
+LG_GEMM(lg_q8_0, L80)
 
 /* ---- MXFP4 (Q8_0 activations) -------------------------------------------
  * The group loads are the legacy ones (LMX: nibbles as Q4_0, d from the

@@ -2,25 +2,21 @@
  *
  * One dot product per (row, token) pair, computed by the same function for
  * every pair, so batch invariance holds by construction. Integer parts are
- * exact; float work per block is `acc += (dw * dx) * isum` in block order.
- * These are the slow fallback and the yardstick the SIMD levels are tested
- * against; they make no attempt at speed. Does not: SIMD, threads. */
+ * exact; the float steps per block are each family's, in block order: the
+ * legacy formats' (dot_legacy) and MXFP4's and the K-quants' are every
+ * SIMD level's too (avx2's legacy kernels excepted), the float formats'
+ * their own. These are the slow fallback and the yardstick the SIMD levels
+ * are tested against; they make no attempt at speed. Does not: SIMD,
+ * threads. */
 #include "backend/quant_impl.h"
 
 #include "base/fp16.h"
 
+#include <math.h>
+
 typedef float (*dot_fn)(const uint8_t *w, const void *x, int64_t k);
 
 static float h2f(const uint8_t *p) { return fp16_to_f32(quant_rd16(p)); }
-
-/* Quant values of one legacy block (Q4_0..Q5_1) with the offset applied
- * for the symmetric formats (has_min == 0). */
-static void legacy_q(const uint8_t *qs, uint32_t qh, int off, int *q) {
-    for (int j = 0; j < 16; j++) {
-        q[j] = ((qs[j] & 15) | (((qh >> j) & 1) << 4)) - off;
-        q[j + 16] = ((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - off;
-    }
-}
 
 /* The 32 activation quants of block b in element order (the row keeps
  * them in the grouped lane layout of quant_impl.h). */
@@ -29,54 +25,68 @@ static void act_block(const void *x, int64_t nb, int64_t b, int8_t *q) {
     for (int e = 0; e < QK; e++) q[e] = qs[qa8_qoff(b, e)];
 }
 
-/* Shared by Q4_0, Q4_1, Q5_0, Q5_1: header layout from has_min/has_qh. */
-static float dot_legacy(const uint8_t *w, const void *x, int64_t k,
-                        int bytes, int has_min, int has_qh) {
+/* The legacy formats (Q4_0..Q8_0), the arithmetic every level keeps (the
+ * same bits at scalar, avx2, avx512 and amx): per block b in order, the
+ * exact integer sum of the weight quants as unsigned bytes u (Q4_0, Q5_0,
+ * Q4_1, Q5_1: q; Q8_0: q + 128) times the activation quants, then
+ *     acc  = fma(isum, dw * dx, acc)
+ *     accm = fma(m, s, accm)
+ * with m the block's minimum (Q4_1, Q5_1: the stored one; Q4_0: -8 dw,
+ * Q5_0: -16 dw, Q8_0: -128 dw) and s = dx * sum(x quants); the result is
+ * acc + accm. One chain per (row, token) pair, block after block: a SIMD
+ * kernel may put rows, tokens or pairs in its lanes, never blocks. */
+typedef struct {
+    int bytes, qs_off, qh_off; /* qh_off 0: no fifth bits */
+    int has_min;               /* Q4_1, Q5_1: a stored minimum */
+    float m_of_d;              /* else m = m_of_d * dw */
+} legacy_fmt;
+
+static const legacy_fmt fmt_q4_0 = {QB_Q4_0, 2, 0, 0, -8.0f};
+static const legacy_fmt fmt_q4_1 = {QB_Q4_1, 4, 0, 1, 0};
+static const legacy_fmt fmt_q5_0 = {QB_Q5_0, 6, 2, 0, -16.0f};
+static const legacy_fmt fmt_q5_1 = {QB_Q5_1, 8, 4, 1, 0};
+static const legacy_fmt fmt_q8_0 = {QB_Q8_0, 2, 0, 0, -128.0f};
+
+/* The 32 unsigned weight quants of one block in element order. */
+static void legacy_u(const legacy_fmt *f, const uint8_t *blk, int *u) {
+    const uint8_t *qs = blk + f->qs_off;
+    if (f->bytes == QB_Q8_0) {
+        for (int j = 0; j < QK; j++) u[j] = (int8_t)qs[j] + 128;
+        return;
+    }
+    uint32_t qh = f->qh_off ? quant_rd32(blk + f->qh_off) : 0;
+    for (int j = 0; j < 16; j++) {
+        u[j] = (qs[j] & 15) | (((qh >> j) & 1) << 4);
+        u[j + 16] = (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+    }
+}
+
+static float dot_legacy(const legacy_fmt *f, const uint8_t *w, const void *x, int64_t k) {
     int64_t nb = k / QK;
     const float *xd = qa8_d(x), *xs = qa8_s(x, nb);
-    int off = has_min ? 0 : (has_qh ? 16 : 8);
     float acc = 0, accm = 0;
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = w + b * bytes, *p = blk + (has_min ? 4 : 2);
-        uint32_t qh = has_qh ? quant_rd32(p) : 0;
-        int q[QK], isum = 0;
+        const uint8_t *blk = w + b * f->bytes;
+        int u[QK], isum = 0;
         int8_t xb[QK];
         act_block(x, nb, b, xb);
-        legacy_q(p + (has_qh ? 4 : 0), qh, off, q);
-        for (int j = 0; j < QK; j++) isum += q[j] * xb[j];
-        acc += (h2f(blk) * xd[qa8_slot(b)]) * (float)isum;
-        if (has_min) accm += h2f(blk + 2) * xs[qa8_slot(b)];
+        legacy_u(f, blk, u);
+        for (int j = 0; j < QK; j++) isum += u[j] * xb[j];
+        acc = fmaf((float)isum, h2f(blk) * xd[qa8_slot(b)], acc);
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = w + b * f->bytes;
+        float m = f->has_min ? h2f(blk + 2) : f->m_of_d * h2f(blk);
+        accm = fmaf(m, xs[qa8_slot(b)], accm);
     }
     return acc + accm;
 }
 
-static float dot_q4_0(const uint8_t *w, const void *x, int64_t k) {
-    return dot_legacy(w, x, k, QB_Q4_0, 0, 0);
-}
-static float dot_q4_1(const uint8_t *w, const void *x, int64_t k) {
-    return dot_legacy(w, x, k, QB_Q4_1, 1, 0);
-}
-static float dot_q5_0(const uint8_t *w, const void *x, int64_t k) {
-    return dot_legacy(w, x, k, QB_Q5_0, 0, 1);
-}
-static float dot_q5_1(const uint8_t *w, const void *x, int64_t k) {
-    return dot_legacy(w, x, k, QB_Q5_1, 1, 1);
-}
-
-static float dot_q8_0(const uint8_t *w, const void *x, int64_t k) {
-    int64_t nb = k / QK;
-    const float *xd = qa8_d(x);
-    float acc = 0;
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = w + b * QB_Q8_0;
-        int isum = 0;
-        int8_t xb[QK];
-        act_block(x, nb, b, xb);
-        for (int j = 0; j < QK; j++) isum += (int8_t)blk[2 + j] * xb[j];
-        acc += (h2f(blk) * xd[qa8_slot(b)]) * (float)isum;
-    }
-    return acc;
-}
+static float dot_q4_0(const uint8_t *w, const void *x, int64_t k) { return dot_legacy(&fmt_q4_0, w, x, k); }
+static float dot_q4_1(const uint8_t *w, const void *x, int64_t k) { return dot_legacy(&fmt_q4_1, w, x, k); }
+static float dot_q5_0(const uint8_t *w, const void *x, int64_t k) { return dot_legacy(&fmt_q5_0, w, x, k); }
+static float dot_q5_1(const uint8_t *w, const void *x, int64_t k) { return dot_legacy(&fmt_q5_1, w, x, k); }
+static float dot_q8_0(const uint8_t *w, const void *x, int64_t k) { return dot_legacy(&fmt_q8_0, w, x, k); }
 
 /* Q4_K and Q5_K: scales apply in integers; only two float terms per
  * super-block (d * sum and dmin * min-sum), rounded apart (ISO C: no FMA

@@ -196,11 +196,17 @@ static void tile_drive(const tile_set *ts, const void *w, size_t wrb, int64_t k,
         tile_drive(&name##_set, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);   \
     }
 
-/* gemm_<name> for every weight type, and the type -> kernel table
- * `fn_name`; both levels name their tiles the same way. */
-#define TILE_KERNELS(fn_name)                                                 \
+/* gemm_<name> of the legacy formats from their tile sets (the avx2
+ * level; avx512 drives its own, quant_avx512.c). */
+#define TILE_GEMMS_LEGACY                                                     \
     TILE_GEMM(lg_q4_0) TILE_GEMM(lg_q4_1) TILE_GEMM(lg_q5_0)                  \
-    TILE_GEMM(lg_q5_1) TILE_GEMM(lg_q8_0) TILE_GEMM(kq_q4_k)                  \
+    TILE_GEMM(lg_q5_1) TILE_GEMM(lg_q8_0)
+
+/* gemm_<name> for the other weight types, and the type -> kernel table
+ * `fn_name` (gemm_lg_* defined before); both levels name their tiles the
+ * same way. */
+#define TILE_KERNELS(fn_name)                                                 \
+    TILE_GEMM(kq_q4_k)                                                        \
     TILE_GEMM(kq_q5_k) TILE_GEMM(kq_q6_k) TILE_GEMM(fl_f32)                   \
     TILE_GEMM(fl_f16) TILE_GEMM(fl_bf16) TILE_GEMM(mx_mxfp4)                  \
     quant_gemm_fn fn_name(qtype t) {                                          \

@@ -123,6 +123,8 @@ int engine_open(engine **out, const engine_params *p, strata_err *err) {
     attn_numerics(e->m->hp.head_dim, p->kv_type, e->numerics, sizeof e->numerics);
     if (model_has_kquant(e->m)) /* their matmuls' bits changed: older blocks are never served */
         strncat(e->numerics, "+kq-int", sizeof e->numerics - strlen(e->numerics) - 1);
+    if (model_has_legacy(e->m)) /* one float chain per pair since 2026-11-27: older blocks are never served */
+        strncat(e->numerics, "+lg-chain", sizeof e->numerics - strlen(e->numerics) - 1);
     /* the CPU level's own bits (avx512 and amx add nothing) */
     strncat(e->numerics, quant_numerics(), sizeof e->numerics - strlen(e->numerics) - 1);
     if (e->m->hp.ssm_d_state > 0)

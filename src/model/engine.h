@@ -74,7 +74,9 @@ void engine_seq_release(engine *e, kv_seq *s);
  * CUDA_NUMERICS, with the KV type when it is not f16 ("cpu+kv-q8_0",
  * kvq_numerics): blocks of another KV type are other bytes, never served.
  * A model with K-quant weights adds "+kq-int" (model_has_kquant: their
- * kernels' float steps changed, and the K/V with them). A cache keys its
+ * kernels' float steps changed, and the K/V with them), one with Q4_0,
+ * Q4_1, Q5_0, Q5_1 or Q8_0 weights "+lg-chain" (model_has_legacy: their
+ * kernels sum a pair's blocks in one chain since). A cache keys its
  * blocks by it (cache_numerics_fingerprint). The CPU's levels do not all
  * give the same bits, so below AVX-512 the level is named too
  * ("cpu+attn-avx2+mm-avx2", "+delta-avx2" for a delta-net model;

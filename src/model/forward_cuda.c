@@ -19,7 +19,12 @@ typedef struct dev_layer {
     dev_tensor attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down;
     dev_tensor post_attn_norm, post_ffn_norm; /* gemma3: on the attention's and the FFN's output */
     int swa;                                  /* a sliding-window layer (gemma3) */
-    uint16_t *kc, *vc; /* [n_ctx][kv_dim] halves; paged: the layer's rows of the pool's block 0 */
+    uint16_t *kc, *vc; /* [n_ctx][kv_dim] halves; paged: the layer's rows of the pool's unit 0 */
+    /* Paged: the pool's part holding the layer (0: the global parts,
+     * blocks; 1: the sliding parts, slots) and the halves from one unit
+     * to the next (model/kv.h, kv_unit_rows). */
+    int part;
+    size_t unit_halves;
 } dev_layer;
 
 /* A paged call's run: batch tokens [t0, t1) of one sequence at
@@ -52,11 +57,14 @@ struct fwdc {
     int fuse;
     /* Paged (fwdc_new_paged): K/V in the device pool kv, many sequences a
      * call (fwdc_run_batch); n_ctx is then the positions one sequence may
-     * reach. Per call: each token's K/V row (dst, halves from the layer's
-     * block 0) and each run's block table, made on the host. */
+     * reach. Per call and per part of the pool (dev_layer.part: a sliding
+     * layer's rows are in its block's slot): each token's K/V row (dst,
+     * halves from the layer's unit 0) and each run's table of units
+     * (blocks, or slots: -1 for a block outside the window, which the
+     * window's attention never reads), made on the host. */
     kv_pool *kv;
-    int64_t *dst, *h_dst;
-    int32_t *tables, *h_tables;
+    int64_t *dst[2], *h_dst[2];
+    int32_t *tables[2], *h_tables[2];
     size_t tables_cap;
     dev_run *runs;
     int n_runs;
@@ -101,17 +109,17 @@ static int delta_shape_ok(const model_hparams *hp) {
 }
 
 /* What the GPU path does not run yet, named. Gemma 3 (sliding windows,
- * GELU, post norms, the embedding scale) and qwen35 (delta-net layers,
- * gated attention, M-RoPE) run on the one-sequence pass (`run`, `bench`)
- * only: the paged pool (`serve`) has no sliding parts in device memory
- * yet, nor recurrent states. (Neither has run on a GPU yet.) */
+ * GELU, post norms, the embedding scale) runs on the one-sequence pass
+ * (`run`, `bench`) and the paged one (`serve`: the pool's sliding parts
+ * in device memory too); qwen35 (delta-net layers, gated attention,
+ * M-RoPE) on the one-sequence pass only: the pool keeps no recurrent
+ * states in device memory yet. (Neither has run on a GPU yet.) */
 static int check_model(const model *m, int paged, strata_err *err) {
     const model_hparams *hp = &m->hp;
     const char *why = NULL;
     int gemma = hp->arch == ARCH_GEMMA3, q35 = hp->arch == ARCH_QWEN35;
     if (hp->arch != ARCH_LLAMA && hp->arch != ARCH_QWEN2 && hp->arch != ARCH_QWEN3 && !gemma && !q35)
         why = "architecture";
-    else if (gemma && paged) why = "sliding-window layers in the server's GPU pool";
     else if (q35 && paged)
         why = "recurrent delta-net layers in the server's GPU pool: each sequence's recurrent state and the "
               "cache's snapshots of it are not kept in GPU memory yet";
@@ -122,8 +130,8 @@ static int check_model(const model *m, int paged, strata_err *err) {
     else if (hp->head_dim > 256 || hp->rope_dim > hp->head_dim) why = "head size";
     if (why)
         return strata_errf(err, STRATA_EUNSUPPORTED,
-                           "--device cuda: %s (%s) is not on the GPU path yet (llama, qwen2, qwen3 are; gemma3 and "
-                           "qwen35 with run and bench)",
+                           "--device cuda: %s (%s) is not on the GPU path yet (llama, qwen2, qwen3 and gemma3 "
+                           "are; qwen35 with run and bench)",
                            hp->arch_name, why);
     return 0;
 }
@@ -167,20 +175,26 @@ static int upload_rope(fwdc *c, strata_err *err) {
     return c->inv_freq && (!swa || c->inv_freq_swa) ? 0 : err->code;
 }
 
-/* Paged: the layers' K/V are the pool's; per-call rows and tables. */
+/* Paged: the layers' K/V are the pool's (a sliding layer's in the
+ * slots); per-call rows and tables, for each part the pool has. */
 static int alloc_paged(fwdc *c, strata_err *err) {
     const model_hparams *hp = &c->m->hp;
     for (int il = 0; il < hp->n_layer; il++) {
         int kl = c->m->layers[il].kv_layer;
-        c->layers[il].kc = kv_rows(c->kv, 0, kl, 0);
-        c->layers[il].vc = kv_rows(c->kv, 0, kl, 1);
+        dev_layer *D = &c->layers[il];
+        D->kc = kv_unit_rows(c->kv, 0, kl, 0);
+        D->vc = kv_unit_rows(c->kv, 0, kl, 1);
+        D->part = kv_layer_slides(c->kv, kl);
+        D->unit_halves = kv_unit_halves(c->kv, kl);
     }
     size_t n = (size_t)c->max_batch;
     c->tables_cap = n * ((size_t)c->n_ctx / c->kv->block_tokens + 1);
-    if (!(c->dst = dev_alloc(c, n * sizeof(int64_t), err))) return err->code;
-    if (!(c->tables = dev_alloc(c, c->tables_cap * sizeof(int32_t), err))) return err->code;
-    c->h_dst = xmalloc(n * sizeof(int64_t));
-    c->h_tables = xmalloc(c->tables_cap * sizeof(int32_t));
+    for (int part = 0; part < (c->kv->swa_layer ? 2 : 1); part++) {
+        if (!(c->dst[part] = dev_alloc(c, n * sizeof(int64_t), err))) return err->code;
+        if (!(c->tables[part] = dev_alloc(c, c->tables_cap * sizeof(int32_t), err))) return err->code;
+        c->h_dst[part] = xmalloc(n * sizeof(int64_t));
+        c->h_tables[part] = xmalloc(c->tables_cap * sizeof(int32_t));
+    }
     c->runs = xmalloc(n * sizeof(dev_run));
     return 0;
 }
@@ -219,12 +233,29 @@ static int alloc_scratch(fwdc *c, strata_err *err) {
 
 int fwdc_check_model(const model *m, strata_err *err) { return check_model(m, 1, err); }
 
+/* The pool the paged pass runs on: f16 in GPU memory; where it keeps a
+ * layer in slots, the model's layer is a sliding one (its attention never
+ * reads a block without its slot) and the pool's window at least the
+ * model's (forward.c's check). */
+static int check_pool(const model *m, const kv_pool *kv, strata_err *err) {
+    if (kv->dev != cuda_devmem() || kv->type != KVQ_F16)
+        return strata_errf(err, STRATA_EINVAL, "--device cuda: the KV pool must be f16 in GPU memory");
+    if (kv->swa_layer && kv->n_swa < m->hp.n_swa)
+        return strata_errf(err, STRATA_EINVAL, "kv pool keeps a window of %d positions, the model's is %d", kv->n_swa,
+                           m->hp.n_swa);
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        int kl = m->layers[il].kv_layer;
+        if (kl >= 0 && kv_layer_slides(kv, kl) && !(m->layers[il].swa && m->hp.n_swa > 0))
+            return strata_errf(err, STRATA_EINVAL,
+                               "kv pool keeps layer %d in sliding-window slots; the model's attends to all positions", il);
+    }
+    return 0;
+}
+
 static int fwdc_open(fwdc **out, const model *m, kv_pool *kv, int n_ctx, int max_batch, strata_err *err) {
     *out = NULL;
     int rc = check_model(m, kv != NULL, err);
-    if (rc || (rc = cuda_open(err))) return rc;
-    if (kv && (kv->dev != cuda_devmem() || kv->type != KVQ_F16))
-        return strata_errf(err, STRATA_EINVAL, "--device cuda: the KV pool must be f16 in GPU memory");
+    if (rc || (rc = cuda_open(err)) || (kv && (rc = check_pool(m, kv, err)))) return rc;
     fwdc *c = xcalloc(1, sizeof *c);
     c->m = m;
     c->kv = kv;
@@ -270,7 +301,8 @@ void fwdc_free(fwdc *c) {
     free(c->layers);
     free(c->h_pos);
     free(c->h_rows);
-    free(c->h_dst), free(c->h_tables), free(c->runs);
+    for (int part = 0; part < 2; part++) free(c->h_dst[part]), free(c->h_tables[part]);
+    free(c->runs);
     free(c);
 }
 
@@ -340,15 +372,17 @@ static int qkv(fwdc *c, const dev_layer *L, int n, strata_err *err) {
     return 0;
 }
 
-/* Paged: attention one run (one sequence) a launch, through its table. */
+/* Paged: attention one run (one sequence) a launch, through its table
+ * of the layer's part; a sliding layer reads its window only. */
 static int attend_runs(fwdc *c, const dev_layer *L, strata_err *err) {
     const model_hparams *hp = &c->m->hp;
-    size_t nq = (size_t)hp->n_head * hp->head_dim, blk = c->kv->glob_bytes / 2;
+    size_t nq = (size_t)hp->n_head * hp->head_dim;
     for (int i = 0; i < c->n_runs; i++) {
         const dev_run *r = &c->runs[i];
         if (cuda_attention_paged(c->att + r->t0 * nq, c->attn_part, c->q + r->t0 * nq, L->kc, L->vc,
-                                 c->tables + r->table, c->kv->block_tokens, blk, c->pos + r->t0, r->t1 - r->t0,
-                                 r->end, c->n_ctx, hp->n_head, hp->n_head_kv, hp->head_dim, hp->attn_scale, err))
+                                 c->tables[L->part] + r->table, c->kv->block_tokens, L->unit_halves, c->pos + r->t0,
+                                 r->t1 - r->t0, r->end, c->n_ctx, hp->n_head, hp->n_head_kv, hp->head_dim,
+                                 hp->attn_scale, L->swa ? hp->n_swa : 0, err))
             return err->code;
     }
     return 0;
@@ -370,7 +404,7 @@ static int attention(fwdc *c, const dev_layer *L, int n, int max_end, strata_err
     int own = L->swa && c->inv_freq_swa;
     float div = !own && hp->rope_scale == ROPE_SCALE_LINEAR ? hp->rope_factor : 1.0f;
     const float *inv = own ? c->inv_freq_swa : c->inv_freq;
-    const int64_t *dst = c->kv ? c->dst : NULL; /* paged: each token's row in the pool */
+    const int64_t *dst = c->kv ? c->dst[L->part] : NULL; /* paged: each token's row in the pool */
     if (c->fuse) {
         cuda_rope_kv_store_at(c->q, c->k, c->v, L->kc, L->vc, dst, n, hp->n_head, hp->n_head_kv, d, hp->rope_dim,
                               hp->rope_neox, c->pos, inv, div);
@@ -533,16 +567,26 @@ static int plan_runs(fwdc *c, const fwd_batch *b, strata_err *err) {
     return 0;
 }
 
-/* Host copies of the call's positions, K/V rows, wanted rows and block
- * tables (taken after every reserve: copy on write may move a block). */
+/* Block b's unit in a part of the pool (model/kv.h): b itself in the
+ * global part, its slot (or -1) in the sliding part. */
+static int part_unit(const kv_pool *kv, int part, int b) { return part ? kv->swa_slot[b] : b; }
+
+/* Host copies of the call's positions, K/V rows, wanted rows and tables
+ * of units, for each part (taken after every reserve: copy on write may
+ * move a block, a reserve may give a block a slot). Every token's block
+ * has its slot: the reserve holds it. */
 static int fill_tables(fwdc *c, const fwd_batch *b, strata_err *err) {
-    int B = c->kv->block_tokens, kvd = c->m->hp.n_head_kv * c->m->hp.head_dim;
-    size_t blk = c->kv->glob_bytes / 2, at = 0;
+    const kv_pool *kv = c->kv;
+    int B = kv->block_tokens, kvd = c->m->hp.n_head_kv * c->m->hp.head_dim, parts = kv->swa_layer ? 2 : 1;
+    size_t unit[2] = {kv->glob_bytes / 2, kv->swa_bytes / 2}, at = 0;
     c->n_out = 0;
     for (int t = 0; t < b->n; t++) {
-        int p = b->pos[t];
+        int p = b->pos[t], blk = b->seqs[t]->blocks[p / B];
         c->h_pos[t] = p;
-        c->h_dst[t] = (int64_t)((size_t)b->seqs[t]->blocks[p / B] * blk + (size_t)(p % B) * kvd);
+        if (parts > 1 && kv->swa_slot[blk] < 0) /* never after a reserve: a kernel would write outside the slots */
+            return strata_errf(err, STRATA_EINVAL, "cuda: position %d's block %d has no sliding part", p, blk);
+        for (int part = 0; part < parts; part++)
+            c->h_dst[part][t] = (int64_t)((size_t)part_unit(kv, part, blk) * unit[part] + (size_t)(p % B) * kvd);
         if (b->want ? b->want[t] : t == b->n - 1) c->h_rows[c->n_out++] = t;
     }
     for (int i = 0; i < c->n_runs; i++) {
@@ -550,15 +594,18 @@ static int fill_tables(fwdc *c, const fwd_batch *b, strata_err *err) {
         int nb = (r->end + B - 1) / B;
         if (at + (size_t)nb > c->tables_cap)
             return strata_errf(err, STRATA_ERANGE, "cuda: block tables of %zu entries past %zu", at + nb, c->tables_cap);
-        memcpy(c->h_tables + at, b->seqs[r->t0]->blocks, (size_t)nb * sizeof(int32_t));
+        for (int part = 0; part < parts; part++)
+            for (int j = 0; j < nb; j++) c->h_tables[part][at + j] = part_unit(kv, part, b->seqs[r->t0]->blocks[j]);
         r->table = (int)at;
         at += (size_t)nb;
     }
     if (cuda_upload(c->pos, c->h_pos, (size_t)b->n * sizeof(int32_t), err) ||
-        cuda_upload(c->dst, c->h_dst, (size_t)b->n * sizeof(int64_t), err) ||
-        cuda_upload(c->tables, c->h_tables, at * sizeof(int32_t), err) ||
         cuda_upload(c->rows, c->h_rows, (size_t)(c->n_out ? c->n_out : 1) * sizeof(int32_t), err))
         return err->code;
+    for (int part = 0; part < parts; part++)
+        if (cuda_upload(c->dst[part], c->h_dst[part], (size_t)b->n * sizeof(int64_t), err) ||
+            cuda_upload(c->tables[part], c->h_tables[part], at * sizeof(int32_t), err))
+            return err->code;
     return 0;
 }
 

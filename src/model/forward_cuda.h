@@ -1,5 +1,5 @@
 /* forward_cuda.h - the llama-family forward pass on a CUDA GPU
- * (llama, qwen2, qwen3): weights uploaded once, one sequence's K/V in GPU
+ * (llama, qwen2, qwen3, gemma3, qwen35): weights uploaded once, one sequence's K/V in GPU
  * memory as half floats, every step a kernel of backend/cuda/cuda.h.
  *
  * One sequence only: a call computes tokens at positions [pos0, pos0 + n)
@@ -16,12 +16,15 @@
  * batch of several sequences as fwd_run does (fwdc_run_batch), each
  * token's K/V stored through its sequence's block table and attention
  * read through it, one launch per sequence's run. No graph there yet.
+ * Gemma 3's sliding layers keep their rows in the pool's slots (model/kv.h):
+ * they go through tables of slots, and their attention reads the window
+ * only (cuda_attention_paged's n_swa).
  * NOT YET RUN ON A GPU (compiled only; src/backend/cuda/README.md).
- * gemma3 and qwen35 run on the one-sequence pass only (the paged pass
- * refuses them, naming why); qwen35's recurrent layers keep their state
- * in GPU memory (deltanet_cuda.c), so for it a call continues where the
- * last one ended or starts again at 0 (going back is refused, as on the
- * CPU). NOT YET RUN ON A GPU either.
+ * qwen35 runs on the one-sequence pass only (the paged pass refuses it,
+ * naming why); its recurrent layers keep their state in GPU memory
+ * (deltanet_cuda.c), so for it a call continues where the last one ended
+ * or starts again at 0 (going back is refused, as on the CPU). NOT YET
+ * RUN ON A GPU either.
  * Does not: the mixture-of-experts models, gpt-oss, YaRN. */
 #ifndef STRATA_FORWARD_CUDA_H
 #define STRATA_FORWARD_CUDA_H

@@ -28,9 +28,8 @@ static int init_layers(kv_pool *p, const kv_pool_opts *o) {
     return n_swa_layer;
 }
 
+/* The slots' bookkeeping (their memory is alloc_mem's). */
 static void init_slots(kv_pool *p, int n_slots) {
-    p->n_slots = n_slots;
-    p->swa_mem = xaligned(p->swa_bytes * (size_t)n_slots);
     p->swa_slot = xmalloc((size_t)p->n_blocks * sizeof(int));
     p->swa_hold = xcalloc((size_t)p->n_blocks, sizeof(int));
     for (int b = 0; b < p->n_blocks; b++) p->swa_slot[b] = -1;
@@ -44,24 +43,33 @@ static void init_slots(kv_pool *p, int n_slots) {
     p->n_slot_free = n_slots;
 }
 
-/* The payload memory: host memory, or the device's (no sliding parts
- * there: their slots would need device copies of their own). */
-static int alloc_mem(kv_pool *p, const kv_pool_opts *o, int n_swa_layer, strata_err *err) {
-    size_t bytes = p->glob_bytes ? p->glob_bytes * (size_t)o->n_blocks : 64;
+/* Device memory for what, or a reason naming it. */
+static void *dev_alloc(const devmem *dev, size_t bytes, const char *what, int n, strata_err *err) {
+    strata_err e = {0};
+    void *d = devmem_alloc(dev, bytes, &e);
+    if (!d)
+        strata_errf(err, STRATA_ENOMEM, "kv pool: %d %s (%.1f MiB) in %s memory: %s", n, what, bytes / 1048576.0,
+                    dev->name, e.msg);
+    return d;
+}
+
+/* The payload memory, global parts and n_slots sliding parts: host
+ * memory, or the device's (then the per-block and per-slot read events
+ * too). */
+static int alloc_mem(kv_pool *p, const kv_pool_opts *o, int n_slots, strata_err *err) {
+    size_t bytes = p->glob_bytes ? p->glob_bytes * (size_t)o->n_blocks : 64, swa = p->swa_bytes * (size_t)n_slots;
+    p->n_slots = n_slots;
     if (!o->dev) {
         p->mem = xaligned(bytes);
+        if (n_slots > 0) p->swa_mem = xaligned(swa);
         return 0;
     }
-    if (n_swa_layer > 0)
-        return strata_errf(err, STRATA_EUNSUPPORTED, "kv pool on %s: sliding-window layers are not supported there",
-                           o->dev->name);
-    strata_err e = {0};
-    p->mem = devmem_alloc(o->dev, bytes, &e);
-    if (!p->mem)
-        return strata_errf(err, STRATA_ENOMEM, "kv pool: %d blocks (%.1f MiB) in %s memory: %s", o->n_blocks,
-                           bytes / 1048576.0, o->dev->name, e.msg);
-    p->dev = o->dev;
+    p->dev = o->dev; /* from here kv_pool_destroy frees on the device */
+    if (!(p->mem = dev_alloc(o->dev, bytes, "blocks", o->n_blocks, err))) return STRATA_ENOMEM;
+    if (n_slots > 0 && !(p->swa_mem = dev_alloc(o->dev, swa, "sliding-window slots", n_slots, err)))
+        return STRATA_ENOMEM;
     p->read_ev = xcalloc((size_t)o->n_blocks, sizeof *p->read_ev);
+    p->slot_ev = xcalloc((size_t)(n_slots > 0 ? n_slots : 1), sizeof *p->slot_ev);
     return 0;
 }
 
@@ -96,7 +104,7 @@ int kv_pool_init_opts(kv_pool *p, const kv_pool_opts *o, strata_err *err) {
     p->block_bytes = (size_t)o->n_layer * per_layer;
     p->glob_bytes = (size_t)(o->n_layer - n_swa_layer) * per_layer;
     p->swa_bytes = (size_t)n_swa_layer * per_layer;
-    int rc = alloc_mem(p, o, n_swa_layer, err);
+    int rc = alloc_mem(p, o, n_swa_layer > 0 ? o->n_slots : 0, err);
     if (rc) {
         kv_pool_destroy(p);
         return rc;
@@ -117,12 +125,15 @@ int kv_pool_init(kv_pool *p, int n_layer, int kv_dim, int block_tokens, int n_bl
 void kv_pool_destroy(kv_pool *p) {
     if (p->dev) {
         for (int b = 0; p->read_ev && b < p->n_blocks; b++) devmem_event_free(p->dev, p->read_ev[b]);
-        free(p->read_ev);
+        for (int i = 0; p->slot_ev && i < p->n_slots; i++) devmem_event_free(p->dev, p->slot_ev[i]);
+        free(p->read_ev), free(p->slot_ev);
         devmem_free(p->dev, p->mem);
+        devmem_free(p->dev, p->swa_mem);
     } else {
         free(p->mem);
+        free(p->swa_mem);
     }
-    void *bufs[] = {p->refcount, p->free_list, p->layer_at, p->swa_layer, p->swa_mem, p->swa_slot,
+    void *bufs[] = {p->refcount, p->free_list, p->layer_at, p->swa_layer, p->swa_slot,
                     p->swa_hold, p->slot_block, p->slot_released, p->slot_free};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     memset(p, 0, sizeof *p);
@@ -219,63 +230,90 @@ void *kv_block_view(const kv_pool *p, int b) {
     return p->swa_layer || p->dev ? NULL : p->mem + (size_t)b * (p->glob_bytes / 2);
 }
 
-/* Block b's payload in a device pool (no sliding parts there: one piece). */
-static uint16_t *dev_block(const kv_pool *p, int b) { return p->mem + (size_t)b * (p->glob_bytes / 2); }
-
-/* Copies between a payload and b's rows: to_pool, the global part always
- * and the sliding part when b has one (swa_only: that part alone). */
-static void payload_copy(const kv_pool *p, int b, uint16_t *payload, int to_pool, int swa_only) {
-    size_t half = (size_t)p->block_tokens * p->row_halves, n = 2 * half * sizeof(uint16_t);
-    for (int l = 0; l < p->n_layer; l++) {
-        int sw = p->swa_layer[l];
+/* Copies between a payload and b's rows (to_pool: into b), the global
+ * part always and the sliding part when b has one (swa_only: that part
+ * alone). One copy per run of adjacent layers of one part: they are
+ * adjacent in the payload and in the part alike (layer_at counts up
+ * within a part), so a pool without sliding layers copies its block in
+ * one piece. A device pool queues the copies on stream. */
+static int payload_copy(const kv_pool *p, int b, uint16_t *payload, int to_pool, int swa_only, int stream,
+                        strata_err *err) {
+    size_t layer = (size_t)2 * p->block_tokens * p->row_halves; /* halves of one layer's K and V */
+    for (int l = 0, e; l < p->n_layer; l = e) {
+        int sw = kv_layer_slides(p, l), rc = 0;
+        for (e = l + 1; e < p->n_layer && kv_layer_slides(p, e) == sw; e++) {}
         if ((sw && p->swa_slot[b] < 0) || (swa_only && !sw)) continue;
-        uint16_t *rows = kv_rows(p, b, l, 0), *pl = payload + (size_t)l * 2 * half;
-        if (to_pool) memcpy(rows, pl, n);
-        else memcpy(pl, rows, n);
+        uint16_t *rows = kv_rows(p, b, l, 0), *pl = payload + (size_t)l * layer;
+        size_t n = (size_t)(e - l) * layer * sizeof(uint16_t);
+        if (!p->dev) memcpy(to_pool ? rows : pl, to_pool ? pl : rows, n);
+        else if (to_pool) rc = devmem_copy(p->dev, stream, rows, pl, n, DEVMEM_H2D, err);
+        else rc = devmem_copy(p->dev, stream, pl, rows, n, DEVMEM_D2H, err);
+        if (rc) return rc;
     }
+    return 0;
+}
+
+/* Device pools: the copy stream's next work (an upload into b: its
+ * global part unless swa_only, its slot) starts after the queued
+ * downloads that still read them (an eviction's, a publish's). */
+static int wait_reads(const kv_pool *p, int b, int swa_only, strata_err *err) {
+    int sl = p->swa_layer ? p->swa_slot[b] : -1, rc = 0;
+    if (!swa_only && p->read_ev[b]) rc = devmem_wait(p->dev, DEVMEM_COPY, p->read_ev[b], err);
+    if (!rc && sl >= 0 && p->slot_ev[sl]) rc = devmem_wait(p->dev, DEVMEM_COPY, p->slot_ev[sl], err);
+    return rc;
+}
+
+/* *at: a new event after the compute stream's work so far (the old one freed). */
+static int mark(const kv_pool *p, devmem_event **at, strata_err *err) {
+    devmem_event *ev = devmem_record(p->dev, DEVMEM_COMPUTE, err);
+    if (!ev) return err && err->code ? err->code : STRATA_EIO;
+    devmem_event_free(p->dev, *at);
+    *at = ev;
+    return 0;
 }
 
 const void *kv_block_read(const kv_pool *p, int b, void *scratch) {
     void *v = kv_block_view(p, b);
     if (v) return v;
-    if (p->dev) /* after the kernels that wrote it */
-        return devmem_copy_sync(p->dev, DEVMEM_COMPUTE, scratch, dev_block(p, b), p->block_bytes, DEVMEM_D2H, NULL)
-                   ? NULL
-                   : scratch;
-    if (p->swa_slot[b] < 0) return NULL;
-    payload_copy(p, b, scratch, 0, 0);
-    return scratch;
+    if (!kv_block_has_swa(p, b)) return NULL;
+    if (!p->dev) {
+        payload_copy(p, b, scratch, 0, 0, 0, NULL);
+        return scratch;
+    }
+    /* after the kernels that wrote it; waited for even when a copy fails
+     * (the queued ones still write into scratch) */
+    int bad = payload_copy(p, b, scratch, 0, 0, DEVMEM_COMPUTE, NULL) != 0;
+    bad |= devmem_sync(p->dev, DEVMEM_COMPUTE, NULL) != 0;
+    return bad ? NULL : scratch;
 }
 
 int kv_block_read_async(kv_pool *p, int b, void *dst, devmem_event **done, strata_err *err) {
     *done = NULL;
+    if (!kv_block_has_swa(p, b))
+        return strata_errf(err, STRATA_EINVAL, "kv pool: block %d has no sliding part to read", b);
     if (!p->dev) {
         const void *v = kv_block_read(p, b, dst);
-        if (!v) return strata_errf(err, STRATA_EINVAL, "kv pool: block %d has no sliding part to read", b);
         if (v != dst) memcpy(dst, v, p->block_bytes);
         return 0;
     }
+    /* the caller's event, and the pool's for the next upload into b and
+     * into its slot */
     strata_err e = {0};
-    if (devmem_copy(p->dev, DEVMEM_COMPUTE, dst, dev_block(p, b), p->block_bytes, DEVMEM_D2H, &e))
-        return strata_errf(err, e.code, "%s", e.msg);
-    /* two events: the caller's, and the pool's for the next upload into b */
-    devmem_event *mine = devmem_record(p->dev, DEVMEM_COMPUTE, &e);
-    if (mine && !(*done = devmem_record(p->dev, DEVMEM_COMPUTE, &e))) devmem_event_free(p->dev, mine), mine = NULL;
-    if (!mine) return strata_errf(err, e.code ? e.code : STRATA_EIO, "%s", e.msg);
-    devmem_event_free(p->dev, p->read_ev[b]);
-    p->read_ev[b] = mine;
+    int sl = p->swa_layer ? p->swa_slot[b] : -1;
+    if (payload_copy(p, b, dst, 0, 0, DEVMEM_COMPUTE, &e) || mark(p, &p->read_ev[b], &e) ||
+        (sl >= 0 && mark(p, &p->slot_ev[sl], &e)) || mark(p, done, &e))
+        return strata_errf(err, e.code ? e.code : STRATA_EIO, "%s", e.msg);
     return 0;
 }
 
 int kv_block_write_async(const kv_pool *p, int b, const void *src, strata_err *err) {
     if (p->dev) {
-        /* after a download that may still read b's old bytes (an eviction's) */
-        int rc = p->read_ev[b] ? devmem_wait(p->dev, DEVMEM_COPY, p->read_ev[b], err) : 0;
-        return rc ? rc : devmem_copy(p->dev, DEVMEM_COPY, dev_block(p, b), src, p->block_bytes, DEVMEM_H2D, err);
+        int rc = wait_reads(p, b, 0, err);
+        return rc ? rc : payload_copy(p, b, (uint16_t *)src, 1, 0, DEVMEM_COPY, err);
     }
     void *v = kv_block_view(p, b);
     if (v) memcpy(v, src, p->block_bytes);
-    else payload_copy(p, b, (uint16_t *)src, 1, 0);
+    else payload_copy(p, b, (uint16_t *)src, 1, 0, 0, NULL);
     return 0;
 }
 
@@ -288,12 +326,24 @@ int kv_block_write(const kv_pool *p, int b, const void *src, strata_err *err) {
     return rc ? rc : kv_pool_wait_writes(p, err);
 }
 
+/* A device pool's import: on the copy stream after the downloads still
+ * reading the slot, then waited for (the caller reuses src at once). A
+ * failed one leaves b without its sliding part (its bytes are unknown),
+ * unless it is held. */
+static int import_on_device(kv_pool *p, int b, const void *src, strata_err *err) {
+    int rc = wait_reads(p, b, 1, err);
+    if (!rc) rc = payload_copy(p, b, (uint16_t *)src, 1, 1, DEVMEM_COPY, err);
+    int rc2 = devmem_sync(p->dev, DEVMEM_COPY, rc ? NULL : err); /* also after a failed copy: src is read */
+    if ((rc || rc2) && p->swa_hold[b] == 0) slot_give_back(p, b);
+    return rc ? rc : rc2;
+}
+
 int kv_block_import_swa(kv_pool *p, int b, const void *src, strata_err *err) {
     if (!p->swa_layer) return 0;
     if (p->swa_slot[b] < 0 && slot_alloc(p, b) < 0)
         return strata_errf(err, STRATA_ERANGE, "kv pool: all %d sliding-window slots in use", p->n_slots);
-    payload_copy(p, b, (uint16_t *)src, 1, 1);
-    return 0;
+    if (p->dev) return import_on_device(p, b, src, err);
+    return payload_copy(p, b, (uint16_t *)src, 1, 1, 0, NULL);
 }
 
 /* ---- blocks ------------------------------------------------------------------- */
@@ -360,6 +410,16 @@ static void table_grow(kv_seq *s, int need) {
     XGROW(s->blocks, s->n_alloc, need, 8);
 }
 
+/* Unit `from` of a part (the global parts, or the slots: bytes each) to
+ * unit `to`: on a device, in stream order with the kernels that wrote
+ * the one and will write the other. */
+static int part_copy(const kv_pool *p, uint16_t *mem, size_t bytes, int to, int from, strata_err *err) {
+    uint16_t *dst = mem + (size_t)to * (bytes / 2), *src = mem + (size_t)from * (bytes / 2);
+    if (p->dev) return devmem_copy(p->dev, DEVMEM_COMPUTE, dst, src, bytes, DEVMEM_D2D, err);
+    memcpy(dst, src, bytes);
+    return 0;
+}
+
 /* The block that positions from s->n_pos on will write into, if shared,
  * is replaced by a private copy (both parts; s holds its window, so the
  * old block's sliding part is in memory). */
@@ -371,19 +431,13 @@ static int unshare_tail(kv_pool *p, kv_seq *s, strata_err *err) {
     if (p->refcount[old] == 1 && !frozen) return 0;
     int nb = block_alloc(p, 1);
     if (nb < 0) return strata_errf(err, STRATA_ERANGE, "kv pool full (%d blocks)", p->n_blocks);
-    uint16_t *dst = p->mem + (size_t)nb * (p->glob_bytes / 2), *src = p->mem + (size_t)old * (p->glob_bytes / 2);
-    if (p->dev) { /* in stream order with the kernels that wrote old and will write nb */
-        int rc = devmem_copy(p->dev, DEVMEM_COMPUTE, dst, src, p->glob_bytes, DEVMEM_D2D, err);
-        if (rc) {
-            block_free(p, nb);
-            return rc;
-        }
-    } else {
-        memcpy(dst, src, p->glob_bytes);
+    int rc = part_copy(p, p->mem, p->glob_bytes, nb, old, err);
+    if (!rc && p->swa_layer) rc = part_copy(p, p->swa_mem, p->swa_bytes, p->swa_slot[nb], p->swa_slot[old], err);
+    if (rc) {
+        block_free(p, nb);
+        return rc;
     }
     if (p->swa_layer) {
-        memcpy(p->swa_mem + (size_t)p->swa_slot[nb] * (p->swa_bytes / 2),
-               p->swa_mem + (size_t)p->swa_slot[old] * (p->swa_bytes / 2), p->swa_bytes);
         kv_block_pin(p, nb); /* the hold moves with the table entry (bi is in s's window) */
         kv_block_unpin(p, old);
     }

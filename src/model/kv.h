@@ -32,23 +32,29 @@
  * refuses (kv_seq_reserve: STRATA_EINVAL). With no sliding layers there
  * are no slots, and a block's payload is its memory (kv_block_view).
  *
- * Device pools (kv_pool_opts.dev, backend/devmem.h): the payload memory
- * `mem` is device memory (a GPU's), in the same layout and block size;
- * ids, refcounts and the free list stay here on the host. kv_rows then
+ * Device pools (kv_pool_opts.dev, backend/devmem.h): the payload memory,
+ * `mem` and the sliding parts' slots `swa_mem`, is device memory (a
+ * GPU's), in the same layout and block size; ids, refcounts, slot
+ * assignments and the free lists stay here on the host. kv_rows then
  * gives device addresses (for the device's kernels only), kv_block_view
- * NULL, and payloads move by device copies: kv_block_read downloads after
- * the kernels queued so far (compute stream), kv_block_write uploads on
- * the copy stream (a thread of its own: the store's loader), copy on
- * write copies on the device, kv_block_read_async queues a download
- * (a published block's copy to the tiers, an evicted one's down a tier)
- * without waiting for it. No sliding
- * layers there (refused).
+ * NULL, and payloads move by device copies, one per run of adjacent
+ * layers of one part (a block without sliding layers: one copy):
+ * kv_block_read downloads after the kernels queued so far (compute
+ * stream), kv_block_write and kv_block_import_swa upload on the copy
+ * stream (the store's loader, a thread of its own; the scheduler's
+ * thread for a window's part), copy on write copies on the device (the
+ * compute stream), kv_block_read_async queues a download (a published
+ * block's copy to the tiers, an evicted one's down a tier) without
+ * waiting for it.
  * Why the copy stream needs only the read events before an upload:
- * blocks are handed out between the scheduler's steps, and each step
- * ends by downloading its logits (the compute stream is idle then), so no
- * kernel still reads a block the pool gives to a load; a queued download
- * of a published or evicted block may still read it, and the upload
- * waits for that download's event on the device (read_ev).
+ * blocks and slots are handed out between the scheduler's steps, and
+ * each step ends by downloading its logits (the compute stream is idle
+ * then), so no kernel still reads a block or slot the pool gives to a
+ * load; a queued download of a published or evicted block may still read
+ * it, and the upload waits for that download's event on the device:
+ * read_ev for the block's global part, slot_ev for the slot (a slot
+ * taken from an unheld block may still be read by that block's
+ * download).
  * Does not: hash, index or evict blocks (that is cache/). */
 #ifndef STRATA_KV_H
 #define STRATA_KV_H
@@ -106,8 +112,9 @@ typedef struct kv_pool {
     const devmem *dev;     /* NULL: mem is host memory; else device memory of dev */
     /* Device pools: per block, the end of the last download queued from
      * it (kv_block_read_async), or NULL; an upload into the block waits
-     * for it on the device, not on the host. */
-    devmem_event **read_ev;
+     * for it on the device, not on the host. slot_ev: the same per slot
+     * (the download read the slot's block's sliding part there). */
+    devmem_event **read_ev, **slot_ev;
 } kv_pool;
 
 /* What a pool holds. swa_layer NULL (or no layer set): no sliding part. */
@@ -145,16 +152,33 @@ int kv_pool_init_opts(kv_pool *p, const kv_pool_opts *o, strata_err *err);
 size_t kv_layer_block_bytes(kvq_type type, int kv_dim, int block_tokens);
 void kv_pool_destroy(kv_pool *p);
 
+/* 1 when layer keeps its rows in the sliding part. */
+static inline int kv_layer_slides(const kv_pool *p, int layer) { return p->swa_layer && p->swa_layer[layer]; }
+
+/* Where a layer's rows live: a unit of its part, a block of the global
+ * part (`mem`) or a slot of the sliding part (`swa_mem`), units
+ * kv_unit_halves apart. A device kernel addresses any block's rows from
+ * unit 0's and a table of units (kv_block_unit), as the paged attention
+ * does. */
+static inline size_t kv_unit_halves(const kv_pool *p, int layer) {
+    return (kv_layer_slides(p, layer) ? p->swa_bytes : p->glob_bytes) / 2;
+}
+static inline uint16_t *kv_unit_rows(const kv_pool *p, int unit, int layer, int is_v) {
+    size_t per_half = (size_t)p->block_tokens * p->row_halves;
+    size_t off = ((size_t)p->layer_at[layer] * 2 + is_v) * per_half;
+    return (kv_layer_slides(p, layer) ? p->swa_mem : p->mem) + (size_t)unit * kv_unit_halves(p, layer) + off;
+}
+/* Block b's unit on layer: b, or on a sliding layer its slot (-1: none). */
+static inline int kv_block_unit(const kv_pool *p, int b, int layer) {
+    return kv_layer_slides(p, layer) ? p->swa_slot[b] : b;
+}
+
 /* K or V rows [B][row_halves] of one layer in one block. A sliding layer's
  * rows exist only while the block has its sliding part. */
 static inline uint16_t *kv_rows(const kv_pool *p, int block, int layer, int is_v) {
-    size_t per_half = (size_t)p->block_tokens * p->row_halves;
-    size_t off = ((size_t)p->layer_at[layer] * 2 + is_v) * per_half;
-    if (p->swa_layer && p->swa_layer[layer]) {
-        assert(p->swa_slot[block] >= 0);
-        return p->swa_mem + (size_t)p->swa_slot[block] * (p->swa_bytes / 2) + off;
-    }
-    return p->mem + (size_t)block * (p->glob_bytes / 2) + off;
+    int u = kv_block_unit(p, block, layer);
+    assert(u >= 0);
+    return kv_unit_rows(p, u, layer, is_v);
 }
 
 /* The row of position 0 of KV head h of one layer in one block; the row
@@ -205,8 +229,9 @@ const void *kv_block_read(const kv_pool *p, int b, void *scratch);
 int kv_block_read_async(kv_pool *p, int b, void *dst, devmem_event **done, strata_err *err);
 /* Writes payload src into b: the global part, and the sliding part when
  * b has a slot. Safe on a thread of its own for a block only its caller's
- * sequence holds. A device pool uploads on the copy stream and waits for
- * it; < 0 (err) when the device fails. */
+ * sequence holds. A device pool uploads on the copy stream (after the
+ * queued downloads of b and of its slot) and waits for it; < 0 (err)
+ * when the device fails. */
 int kv_block_write(const kv_pool *p, int b, const void *src, strata_err *err);
 /* The same, queued: on a device pool src must stay unchanged until
  * kv_pool_wait_writes returns (a host pool copies at once). Several
@@ -214,7 +239,10 @@ int kv_block_write(const kv_pool *p, int b, const void *src, strata_err *err);
 int kv_block_write_async(const kv_pool *p, int b, const void *src, strata_err *err);
 int kv_pool_wait_writes(const kv_pool *p, strata_err *err);
 /* Gives b a sliding part (a slot, unheld) filled from payload src.
- * STRATA_ERANGE when every slot is held. */
+ * STRATA_ERANGE when every slot is held. A device pool uploads on the
+ * copy stream (after a queued download still reading the slot) and waits
+ * for it, so src may be reused at once; < 0 (err) when the device fails
+ * (b then has no sliding part, unless something holds it). */
 int kv_block_import_swa(kv_pool *p, int b, const void *src, strata_err *err);
 
 void kv_seq_init(kv_seq *s);

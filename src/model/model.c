@@ -309,12 +309,22 @@ void model_free(model *m) {
  * so its numerics id carries "+kq-int" (engine.c) and blocks cached under
  * the old id are never served; a model of legacy or float weights keeps
  * its id, and its caches stay valid. */
-int model_has_kquant(const model *m) {
-    for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
-        uint32_t t = m->gguf->tensors[i].type;
-        if (t == QT_Q4_K || t == QT_Q5_K || t == QT_Q6_K) return 1;
-    }
+/* Whether any tensor has one of the n types. */
+static int has_type(const model *m, const uint32_t *types, int n) {
+    for (uint64_t i = 0; i < m->gguf->n_tensors; i++)
+        for (int j = 0; j < n; j++)
+            if (m->gguf->tensors[i].type == types[j]) return 1;
     return 0;
+}
+
+int model_has_kquant(const model *m) {
+    static const uint32_t kq[] = {QT_Q4_K, QT_Q5_K, QT_Q6_K};
+    return has_type(m, kq, 3);
+}
+
+int model_has_legacy(const model *m) {
+    static const uint32_t lg[] = {QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q8_0};
+    return has_type(m, lg, 5);
 }
 
 size_t model_weight_bytes(const model *m) {

@@ -163,6 +163,9 @@ void model_free(model *m); /* NULL is fine */
 /* Whether any tensor is Q4_K, Q5_K or Q6_K: their CPU kernels' numerics
  * are in the engine's numerics id ("+kq-int", engine_numerics). */
 int model_has_kquant(const model *m);
+/* Whether any tensor is Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0: their kernels'
+ * float steps changed too ("+lg-chain", engine_numerics). */
+int model_has_legacy(const model *m);
 
 /* Number of weight bytes (for info and benchmarks). */
 size_t model_weight_bytes(const model *m);

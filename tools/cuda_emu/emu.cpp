@@ -184,7 +184,24 @@ int cuda_download(void *dst, const void *d_src, size_t bytes, strata_err *err) {
     return 0;
 }
 int cuda_sync(strata_err *err) { return not_recording("a sync", err); }
-const devmem *cuda_devmem(void) { return NULL; }
+/* Device memory is host memory: copies happen when queued (every event
+ * is done at once), so the tiers' logic runs in order, never overlapped. */
+static void *dm_alloc(void *self, size_t bytes, strata_err *err) { return calloc(1, bytes ? bytes : 1); }
+static void dm_free(void *self, void *p) { free(p); }
+static int dm_copy(void *self, int stream, void *dst, const void *src, size_t bytes, devmem_dir dir, strata_err *err) {
+    if (not_recording("a copy", err)) return STRATA_EINVAL;
+    memcpy(dst, src, bytes);
+    return 0;
+}
+static devmem_event *dm_record(void *self, int stream, strata_err *err) { return (devmem_event *)malloc(1); }
+static int dm_done(void *self, devmem_event *ev, strata_err *err) { return 1; }
+static int dm_wait(void *self, int stream, devmem_event *ev, strata_err *err) { return 0; }
+static void dm_event_free(void *self, devmem_event *ev) { free(ev); }
+static int dm_sync(void *self, int stream, strata_err *err) { return 0; }
+static const devmem_ops g_dm_ops = {dm_alloc, dm_free, dm_alloc, dm_free, dm_copy,
+                                    dm_record, dm_done, dm_wait, dm_event_free, dm_sync};
+static const devmem g_devmem = {"cuda_emu", &g_dm_ops, NULL};
+const devmem *cuda_devmem(void) { return &g_devmem; }
 int cuda_matmul_reserve(int n, int k, strata_err *err) { return 0; }
 int cuda_graph_begin(strata_err *err) {
     if (g_rec) return strata_errf(err, STRATA_EINVAL, "cuda_emu: a graph inside a graph");

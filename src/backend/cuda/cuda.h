@@ -146,8 +146,13 @@ int cuda_attention_window(float *d_out, float *d_scratch, const float *d_q, cons
  * pool (kv_rows(pool, 0, layer, 0 / 1)); d_dst[i]: halves from there to
  * token i's row (block * block_halves + (pos % B) * kvd, from the host).
  * Attention reads one sequence per call: position p of it is in block
- * d_table[p / block_tokens]. (Not yet run on a GPU: `serve --device
- * cuda`, src/backend/cuda/README.md.) */
+ * d_table[p / block_tokens]. A sliding-window layer (n_swa > 0, as
+ * cuda_attention_window) keeps its rows in the pool's slots: d_kc, d_vc
+ * are then slot 0's rows, block_halves the slots' stride, d_table the
+ * blocks' slots, and an entry before the window of the call's first token
+ * (-1: no slot) is never read: tiles before a row's window are skipped
+ * whole, and every row of the call starts at or after the first's.
+ * (Not yet run on a GPU: `serve --device cuda`, src/backend/cuda/README.md.) */
 void cuda_kv_store_at(uint16_t *d_kc, uint16_t *d_vc, const float *d_k, const float *d_v, const int64_t *d_dst,
                       const int32_t *d_pos, int n, int kvd);
 void cuda_rope_kv_store_at(float *d_q, float *d_k, const float *d_v, uint16_t *d_kc, uint16_t *d_vc,
@@ -155,7 +160,7 @@ void cuda_rope_kv_store_at(float *d_q, float *d_k, const float *d_v, uint16_t *d
                            int neox, const int32_t *d_pos, const float *d_inv_freq, float pos_div);
 int cuda_attention_paged(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc, const uint16_t *d_vc,
                          const int32_t *d_table, int block_tokens, size_t block_halves, const int32_t *d_pos, int n,
-                         int max_end, int max_ctx, int n_head, int n_head_kv, int head_dim, float scale,
+                         int max_end, int max_ctx, int n_head, int n_head_kv, int head_dim, float scale, int n_swa,
                          strata_err *err);
 
 /* ---- qwen35 (cuda_delta.cu; compiled, not yet run on a GPU) ----------------

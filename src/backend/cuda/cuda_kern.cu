@@ -805,12 +805,13 @@ extern "C" int cuda_attention_window(float *d_out, float *d_scratch, const float
 extern "C" int cuda_attention_paged(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_k,
                                     const uint16_t *d_v, const int32_t *d_table, int block_tokens,
                                     size_t block_halves, const int32_t *d_pos, int n, int max_end, int max_ctx,
-                                    int n_head, int n_head_kv, int head_dim, float scale, strata_err *err) {
+                                    int n_head, int n_head_kv, int head_dim, float scale, int n_swa,
+                                    strata_err *err) {
     if (!d_table || block_tokens <= 0)
         return strata_errf(err, STRATA_EINVAL, "cuda attention: a paged call without a block table");
     kv_ref paged = {d_table, block_tokens, block_halves};
     return attention(d_out, d_scratch, d_q, d_k, d_v, paged, d_pos, n, max_end, max_ctx, n_head, n_head_kv, head_dim,
-                     scale, 0, err);
+                     scale, n_swa, err);
 }
 
 /* ---- argmax ----------------------------------------------------------------------- */

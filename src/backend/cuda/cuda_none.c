@@ -70,7 +70,7 @@ void cuda_rope_kv_store_at(float *d_q, float *d_k, const float *d_v, uint16_t *d
                            int neox, const int32_t *d_pos, const float *d_inv_freq, float pos_div) {}
 int cuda_attention_paged(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc, const uint16_t *d_vc,
                          const int32_t *d_table, int block_tokens, size_t block_halves, const int32_t *d_pos, int n,
-                         int max_end, int max_ctx, int n_head, int n_head_kv, int head_dim, float scale,
+                         int max_end, int max_ctx, int n_head, int n_head_kv, int head_dim, float scale, int n_swa,
                          strata_err *err) {
     return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
 }
