@@ -155,7 +155,7 @@ test: test-deps
 # whole-model checks against the CPU backend, then `strata bench --device
 # cuda` on a SmolLM2-shaped synthetic model (scripts/test-gpu.sh).
 # The generated models the GPU tests open (made there when missing).
-GPU_TEST_MODELS = $(shell grep -o '"\(llama\|qwen[0-9]*\|gemma3\)-[a-z0-9_]*"' tests/test_cuda.c | tr -d '"' | sort -u)
+GPU_TEST_MODELS = $(shell grep -o '"\(llama\|qwen[0-9]*\(moe\)\?\|gemma3\)-[a-z0-9_]*"' tests/test_cuda.c | tr -d '"' | sort -u)
 test-gpu:
 	@$(MAKE) --no-print-directory CUDA=1 strata build/strata-tests
 	GPU_TEST_MODELS="$(GPU_TEST_MODELS)" scripts/test-gpu.sh

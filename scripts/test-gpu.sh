@@ -26,7 +26,11 @@
 #              window brought back from each tier
 #   bench      `strata bench --device cuda` pp512/tg128, then at depth 4096
 #   sanitizer  compute-sanitizer memcheck over the paged pass, the tiers
-#              on the GPU and gemma3 (the code that has never run on one)
+#              on the GPU, gemma3 and qwen35 (the code that has never run on one)
+#   qwen35     the issue's speed anchor: a Qwen3.5-0.8B-shaped random-weight
+#              model (Q4_0, made here: tools/synth_qwen35.py), `strata run`
+#              on both devices (the same text?), `strata bench --device
+#              cuda` pp512/tg128, then at depth 4096
 #   nograph, nofuse, cpu   decode without the graph, separate kernels, the
 #              machine's CPU: for comparison
 #   optional   PREV (another strata binary, benched beside this one),
@@ -53,7 +57,7 @@ TOOLS=${TOOLS:-tools}
 PYTHON=${PYTHON:-python3}
 REPS=${REPS:-10}
 BUDGET_S=${BUDGET_S:-360}
-STEPS=${STEPS:-env data unit model greedy serve serve3 bench sanitizer nograph nofuse cpu optional}
+STEPS=${STEPS:-env data unit model greedy serve serve3 bench sanitizer qwen35 nograph nofuse cpu optional}
 # what the chosen steps need runs too: the test models, the synthetic model
 case " $STEPS " in *" unit "* | *" sanitizer "* | *" serve3 "*) STEPS="data $STEPS" ;; esac
 case " $STEPS " in *" greedy "* | *" serve "* | *" bench "* | *" nograph "* | *" nofuse "* | *" cpu "* | *" optional "*)
@@ -65,9 +69,10 @@ LOGS=${OUT:-$(mktemp -d)}
 mkdir -p "$LOGS"
 WORK=$(mktemp -d)
 SMOL=$(abs "${KEEP_MODEL:-$WORK/smollm2-135m-synth-q4_1.gguf}")
+Q35=$WORK/qwen35-0.8b-synth-q4_0.gguf
 SUMMARY=$LOGS/summary.txt
 T0=$(date +%s)
-export STRATA TESTS TOOLS PYTHON REPS WORK SMOL LOGS
+export STRATA TESTS TOOLS PYTHON REPS WORK SMOL Q35 LOGS
 exec > >(tee -a "$LOGS/test-gpu.log") 2>&1
 TEE_PID=$!
 : > "$SUMMARY"
@@ -137,14 +142,30 @@ make_model() {
     (cd "$TOOLS" && "$PYTHON" synth_smollm2.py --out "$SMOL")
 }
 
+# compare_greedy MODEL N FILE: N tokens of `strata run --temp 0` on both
+# devices; the verdict also to FILE (near-ties of random weights may
+# differ: reported, not failed).
+compare_greedy() {
+    local cpu gpu
+    cpu=$("$STRATA" run -m "$1" -p "The cache is" -n "$2" --temp 0 -q --device cpu 2>&1) || { echo "cpu run failed: $cpu"; return 1; }
+    gpu=$("$STRATA" run -m "$1" -p "The cache is" -n "$2" --temp 0 -q --device cuda 2>&1) || { echo "gpu run failed: $gpu"; return 1; }
+    printf 'cpu: %q\ngpu: %q\n' "$cpu" "$gpu"
+    if [ "$cpu" = "$gpu" ]; then echo "greedy text ($(basename "$1")): same" | tee "$3"
+    else echo "greedy text ($(basename "$1")): DIFFERENT (random weights: near-ties possible; see the unit step's per-model checks)" | tee "$3"; fi
+}
+
+# bench_model MODEL FILE: `strata bench --device cuda` pp512/tg128 (REPS
+# reps), then at depth 4096 (3 reps), printed and to FILE.
+bench_model() {
+    "$STRATA" bench -m "$1" --device cuda -p 512 -n 128 -r "$REPS" 2>&1 | tee "$2"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || return 1
+    "$STRATA" bench -m "$1" --device cuda -p 512 -n 128 -d 4096 -r 3 2>&1 | tee -a "$2"
+    return "${PIPESTATUS[0]}"
+}
+
 greedy() {
     [ -s "$SMOL" ] || { echo "no synthetic model (the model step failed)"; return 1; }
-    local cpu gpu
-    cpu=$("$STRATA" run -m "$SMOL" -p "The cache is" -n 32 --temp 0 -q --device cpu 2>&1) || { echo "cpu run failed: $cpu"; return 1; }
-    gpu=$("$STRATA" run -m "$SMOL" -p "The cache is" -n 32 --temp 0 -q --device cuda 2>&1) || { echo "gpu run failed: $gpu"; return 1; }
-    printf 'cpu: %q\ngpu: %q\n' "$cpu" "$gpu"
-    if [ "$cpu" = "$gpu" ]; then echo "greedy text: same" | tee "$WORK/greedy.txt"
-    else echo "greedy text: DIFFERENT (random weights: near-ties possible; see the unit step's per-model checks)" | tee "$WORK/greedy.txt"; fi
+    compare_greedy "$SMOL" 32 "$WORK/greedy.txt" || return 1
     "$STRATA" run -m "$SMOL" -p "The cache is" -n 32 --temp 0 --device cuda 2>&1 > /dev/null | tail -1
 }
 
@@ -173,20 +194,23 @@ serve_gemma3() {
 
 bench_gpu() {
     [ -s "$SMOL" ] || { echo "no synthetic model (the model step failed)"; return 1; }
-    "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 128 -r "$REPS" 2>&1 | tee "$WORK/bench-gpu.txt"
-    [ "${PIPESTATUS[0]}" -eq 0 ] || return 1
-    "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 128 -d 4096 -r 3 2>&1 | tee -a "$WORK/bench-gpu.txt"
-    return "${PIPESTATUS[0]}"
+    bench_model "$SMOL" "$WORK/bench-gpu.txt"
 }
 
 sanitizer() {
     command -v compute-sanitizer > /dev/null || { echo "no compute-sanitizer on this machine"; return 1; }
-    # the code never run on a GPU before: the paged pass, the tiers on cuda_devmem, gemma3's window
+    # the code never run on a GPU before: the paged pass, the tiers on cuda_devmem, gemma3's window, qwen35
     STRATA_TEST_GPU=1 compute-sanitizer --tool memcheck --error-exitcode 3 --target-processes all \
-        "$TESTS" 'gpu_paged_*' 'gpu_tiers_*' 'gpu_gemma3_*' > "$LOGS/sanitizer.log" 2>&1
+        "$TESTS" 'gpu_paged_*' 'gpu_tiers_*' 'gpu_gemma3_*' 'gpu_qwen35_*' > "$LOGS/sanitizer.log" 2>&1
     local rc=$?
     grep -E "^(ok|FAIL|skip) |passed|ERROR SUMMARY|Invalid|out of bounds" "$LOGS/sanitizer.log" | head -40
     return $rc
+}
+
+qwen35_anchor() {
+    [ -s "$Q35" ] || (cd "$TOOLS" && "$PYTHON" synth_qwen35.py --out "$Q35") || { echo "no qwen35 model"; return 1; }
+    compare_greedy "$Q35" 16 "$WORK/qwen35.txt" || return 1
+    bench_model "$Q35" "$WORK/bench-qwen35.txt"
 }
 
 bench_nograph() {
@@ -233,8 +257,8 @@ profile() {
     return $rc
 }
 
-export -f env_info test_data unit_tests make_model greedy serve_check serve serve_gemma3 bench_gpu sanitizer bench_nograph \
-    bench_nofuse bench_cpu \
+export -f env_info test_data unit_tests make_model compare_greedy bench_model greedy serve_check serve serve_gemma3 \
+    bench_gpu sanitizer qwen35_anchor bench_nograph bench_nofuse bench_cpu \
     bench_prev qt_sweep profile
 export SERVE_CHECK=${SERVE_CHECK:-} PREV=${PREV:-} GPU_TEST_MODELS=${GPU_TEST_MODELS:-}
 
@@ -251,7 +275,9 @@ grep -E "^gpu-serve-check:|^(cold|again|evicted|restart)" "$WORK/serve.txt" 2>/d
 step serve3 60 "serve --device cuda on gemma3 (sliding windows in the GPU pool): the same four places" serve_gemma3
 grep -E "^gpu-serve-check:|^(cold|again|evicted|restart)" "$WORK/serve3.txt" 2>/dev/null | cut -c1-150 | sed 's/^/          /' >> "$SUMMARY"
 step bench 150 "bench on the GPU: pp512, tg128 ($REPS reps), then at depth 4096 (3 reps)" bench_gpu
-step sanitizer 150 "compute-sanitizer memcheck: the paged pass, the tiers on the GPU, gemma3" sanitizer
+step sanitizer 150 "compute-sanitizer memcheck: the paged pass, the tiers on the GPU, gemma3, qwen35" sanitizer
+step qwen35 150 "the qwen35 0.8B-shaped model: greedy text CPU and GPU, bench pp512/tg128 ($REPS reps), at depth 4096" qwen35_anchor
+sed 's/^/          /' "$WORK/qwen35.txt" >> "$SUMMARY" 2>/dev/null
 step nograph 60 "decode without the graph (STRATA_CUDA_GRAPH=0)" bench_nograph
 step nofuse 60 "separate kernels (STRATA_CUDA_FUSE=0)" bench_nofuse
 step cpu 120 "bench on this machine's CPU, for scale (3 reps)" bench_cpu
@@ -261,7 +287,7 @@ if wanted optional; then
     [ "${PROFILE:-0}" = 1 ] && STEPS="$STEPS ncu" step ncu 150 "kernel times (ncu): pp512 then decode" profile
 fi
 
-for f in bench-gpu bench-nograph bench-nofuse bench-cpu bench-prev; do
+for f in bench-gpu bench-qwen35 bench-nograph bench-nofuse bench-cpu bench-prev; do
     [ -s "$WORK/$f.txt" ] && grep -E "^\| (pp|tg)" "$WORK/$f.txt" | sed "s/^/$f /" >> "$SUMMARY"
 done
 note "test-gpu: $([ $fail -eq 0 ] && echo PASS || echo FAIL) in $(($(date +%s) - T0)) s"

@@ -14,7 +14,9 @@
 #include <string.h>
 
 #include "backend/cuda/cuda.h"
+#include "backend/delta.h"
 #include "backend/quant_act_impl.h"
+#include "backend/vexp.h"
 #include "base/fp16.h"
 #include "base/mem.h"
 #include "model/engine.h"
@@ -138,6 +140,36 @@ TEST(cuda_gemma3_on_the_gpu_pass_and_in_the_gpu_pool) {
             engine_close(e);
         }
     }
+}
+
+/* qwen35 passes the GPU path's model check for `run` and `bench` (the
+ * error, without a GPU, is the device's), and `serve --device cuda`
+ * refuses it by name: the GPU pool keeps no recurrent states (nor their
+ * snapshots) yet. The mixture-of-experts variant is refused on both. */
+TEST(cuda_qwen35_on_the_gpu_pass_but_not_in_the_gpu_pool) {
+    strata_err gpu = {0}, err = {0};
+    int no_gpu = cuda_open(&gpu);
+    engine *e = NULL;
+    engine_params p = {.model_path = model_path("qwen35-f32"), .device = "cuda", .n_ctx = 64};
+    int rc = engine_open(&e, &p, &err);
+    if (no_gpu) {
+        CHECK_EQ_INT(rc, no_gpu);
+        CHECK_STR(err.msg, gpu.msg);
+    } else {
+        CHECK_MSG(rc == 0, "qwen35 on the GPU pass: %s", err.msg);
+        engine_close(e);
+    }
+    e = NULL;
+    engine_params ps = {.model_path = model_path("qwen35-f32"), .device = "cuda", .n_seq = 1, .n_ctx = 64};
+    CHECK_EQ_INT(engine_open(&e, &ps, &err), STRATA_EUNSUPPORTED);
+    CHECK_MSG(strstr(err.msg, "qwen35 (recurrent delta-net layers in the server's GPU pool: each sequence's "
+                              "recurrent state and the cache's snapshots of it are not kept in GPU memory yet)"),
+              "a clear refusal: %s", err.msg);
+    CHECK(e == NULL);
+    engine_params pm = {.model_path = model_path("qwen35moe-f32"), .device = "cuda", .n_ctx = 64};
+    CHECK_EQ_INT(engine_open(&e, &pm, &err), STRATA_EUNSUPPORTED);
+    CHECK_MSG(strstr(err.msg, "qwen35moe (architecture)"), "%s", err.msg);
+    CHECK(e == NULL);
 }
 
 /* ---- kernels ----------------------------------------------------------------- */
@@ -590,6 +622,254 @@ TEST(gpu_gemma3_matches_cpu_and_float64_past_its_window) {
     }
     free(g), free(cpu), free(r.tokens), free(r.logits);
     if (c) fwdc_free(c), model_free(m);
+}
+
+/* ---- qwen35 (cuda_delta.cu) ---------------------------------------------------- */
+
+/* Units in the last place between two floats of one sign. */
+static long ulps_apart(float a, float b) {
+    int32_t ia, ib;
+    memcpy(&ia, &a, 4), memcpy(&ib, &b, 4);
+    return labs((long)ia - (long)ib);
+}
+
+/* The CPU's delta-net steps 2 and 3 (deltanet.c's conv_run and gates, with
+ * delta_dot, libm's expf and logf) on n tokens of C channels, in place:
+ * qkv (conv input, then output), st ([K - 1][C], oldest first, updated),
+ * beta, g (alpha in, the decay out). */
+static void ref_conv_gates(float *qkv, float *st, const float *w, float *beta, float *g, const float *dt,
+                           const float *a, int n, int C, int K, int S, int hk, int hv, float eps) {
+    for (int ch = 0; ch < C; ch++)
+        for (int t = 0; t < n; t++) {
+            float acc = 0.0f, x = qkv[(size_t)t * C + ch];
+            for (int k = 0; k < K - 1; k++) acc += st[(size_t)k * C + ch] * w[ch * K + k];
+            for (int k = 0; k + 1 < K - 1; k++) st[(size_t)k * C + ch] = st[(size_t)(k + 1) * C + ch];
+            if (K > 1) st[(size_t)(K - 2) * C + ch] = x;
+            qkv[(size_t)t * C + ch] = acc + x * w[ch * K + K - 1];
+        }
+    vexp_silu_mul(qkv, qkv, NULL, (size_t)n * C);
+    for (int t = 0; t < n; t++) {
+        for (int v = 0; v < 2 * hk; v++) {
+            float *x = qkv + (size_t)t * C + (size_t)v * S, scale = 1.0f / sqrtf(delta_dot(x, x, S) + eps);
+            for (int i = 0; i < S; i++) x[i] *= scale;
+        }
+        for (int h = 0; h < hv; h++) {
+            float *b = beta + t * hv + h, *d = g + t * hv + h, sp = *d + dt[h];
+            *b = 1.0f / (1.0f + expf(-*b));
+            *d = expf((sp > 20.0f ? sp : logf(1.0f + expf(sp))) * a[h]);
+        }
+    }
+}
+
+/* The delta-net kernels against the CPU's steps on random inputs (state
+ * size S), the GPU run in the chunks of plan (0-terminated): the conv and
+ * the q/k norms, beta, the delta rule (state and output) and the gated
+ * norm with the CPU reference's bits (the delta rule: backend/delta.c's
+ * scalar kernel, fed the GPU's gates); the decay within an ulp (logf). */
+static void check_delta_kernels(int S, const int *plan) {
+    enum { HK = 2, HV = 4, K = 4, N = 37 };
+    int qk = HK * S, C = 2 * qk + HV * S, vd = HV * S;
+    float eps = 1e-6f, scale = 1.0f / sqrtf((float)S);
+    size_t nS = (size_t)HV * S * S;
+    float *x = rand_vec((size_t)N * C, 11), *w = rand_vec((size_t)C * K, 12), *st = rand_vec((size_t)(K - 1) * C, 13);
+    float *beta = rand_vec(N * HV, 14), *g = rand_vec(N * HV, 15), *dt = rand_vec(HV, 16), *a = rand_vec(HV, 17);
+    float *S0 = rand_vec(nS, 18), *z = rand_vec((size_t)N * vd, 19), *nw = rand_vec(S, 20);
+    for (int h = 0; h < HV; h++) a[h] = -(0.1f + 0.9f * fabsf(a[h])); /* A < 0, as -exp(A_log) */
+    for (int i = 0; i < N * HV; i++) g[i] *= 12.0f;
+    g[1] = 25.0f; /* softplus past 20: x itself */
+    for (size_t i = 0; i < nS; i++) S0[i] *= 0.1f;
+    float *dx = to_dev(x, (size_t)N * C * 4), *dw = to_dev(w, (size_t)C * K * 4), *dst = to_dev(st, (size_t)(K - 1) * C * 4);
+    float *db = to_dev(beta, N * HV * 4), *dg = to_dev(g, N * HV * 4), *ddt = to_dev(dt, HV * 4), *da = to_dev(a, HV * 4);
+    float *dS = to_dev(S0, nS * 4), *dz = to_dev(z, (size_t)N * vd * 4), *dnw = to_dev(nw, S * 4);
+    float *dout = to_dev(NULL, (size_t)N * vd * 4);
+    strata_err err = {0};
+    for (int done = 0, ci = 0; done < N; ci++) {
+        if (!plan[ci]) ci = 0;
+        int k = plan[ci] < N - done ? plan[ci] : N - done;
+        float *q = dx + (size_t)done * C;
+        if (cuda_delta_conv(q, q, dst, dw, k, C, K, &err) ||
+            cuda_delta_gates(q, db + done * HV, dg + done * HV, ddt, da, k, C, S, HK, HV, eps, &err) ||
+            cuda_delta_rule(dout + (size_t)done * vd, dS, q, db + done * HV, dg + done * HV, k, C, S, HK, HV, scale, &err))
+            test_fail(__FILE__, __LINE__, "S %d: %s", S, err.msg);
+        done += k;
+    }
+    float *gq = xmalloc((size_t)N * C * 4), *gst = xmalloc((size_t)(K - 1) * C * 4), *gb = xmalloc(N * HV * 4);
+    float *gg = xmalloc(N * HV * 4), *gS = xmalloc(nS * 4), *go = xmalloc((size_t)N * vd * 4);
+    from_dev(gq, dx, (size_t)N * C * 4), from_dev(gst, dst, (size_t)(K - 1) * C * 4);
+    from_dev(gb, db, N * HV * 4), from_dev(gg, dg, N * HV * 4), from_dev(gS, dS, nS * 4);
+    from_dev(go, dout, (size_t)N * vd * 4);
+    ref_conv_gates(x, st, w, beta, g, dt, a, N, C, K, S, HK, HV, eps);
+    int conv_v = 1, norm_qk = 1;
+    for (int t = 0; t < N; t++) {
+        conv_v &= memcmp(gq + (size_t)t * C + 2 * qk, x + (size_t)t * C + 2 * qk, (size_t)vd * 4) == 0;
+        norm_qk &= memcmp(gq + (size_t)t * C, x + (size_t)t * C, (size_t)2 * qk * 4) == 0;
+    }
+    CHECK_MSG(conv_v, "S %d: the conv (v channels) differs from the CPU's bits", S);
+    CHECK_MSG(norm_qk, "S %d: the conv and L2 norm (q, k channels) differ from the CPU's bits", S);
+    CHECK_MSG(memcmp(gst, st, (size_t)(K - 1) * C * 4) == 0, "S %d: the conv state", S);
+    CHECK_MSG(memcmp(gb, beta, N * HV * 4) == 0, "S %d: beta", S);
+    long worst = 0;
+    int same = 0;
+    for (int i = 0; i < N * HV; i++) {
+        long u = ulps_apart(gg[i], g[i]);
+        worst = u > worst ? u : worst, same += u == 0;
+    }
+    printf("     S %d: decay = CPU's on %d of %d, at most %ld ulp apart (logf)\n", S, same, N * HV, worst);
+    CHECK_MSG(worst <= 1, "S %d: decay %ld ulps from the CPU's", S, worst);
+    /* the delta rule: delta.c's scalar kernel on the GPU's own conv output and gates */
+    float *ro = xmalloc((size_t)N * vd * 4);
+    for (int h = 0; h < HV; h++) {
+        delta_run r = {.k = gq + qk + (h % HK) * S, .q = gq + (h % HK) * S, .v = gq + 2 * qk + h * S, .beta = gb + h,
+                       .decay = gg + h, .o = ro + h * S, .x_stride = (size_t)C, .g_stride = HV,
+                       .o_stride = (size_t)vd, .n_tok = N};
+        delta_rows_level(0, &r, S0 + (size_t)h * S * S, S, 0, S, scale);
+    }
+    CHECK_MSG(memcmp(go, ro, (size_t)N * vd * 4) == 0, "S %d: the delta rule's output", S);
+    CHECK_MSG(memcmp(gS, S0, nS * 4) == 0, "S %d: the delta state", S);
+    /* the gated norm, on the GPU's output (both sides) */
+    memcpy(ro, go, (size_t)N * vd * 4);
+    if (cuda_delta_gated_norm(dout, dz, dnw, N, HV, S, eps, &err)) test_fail(__FILE__, __LINE__, "%s", err.msg);
+    from_dev(go, dout, (size_t)N * vd * 4);
+    for (int r = 0; r < N * HV; r++) {
+        fwd__rmsnorm(ro + (size_t)r * S, ro + (size_t)r * S, nw, S, eps);
+        vexp_silu_mul(ro + (size_t)r * S, z + (size_t)r * S, ro + (size_t)r * S, (size_t)S);
+    }
+    CHECK_MSG(memcmp(go, ro, (size_t)N * vd * 4) == 0, "S %d: the gated norm", S);
+    void *dev[] = {dx, dw, dst, db, dg, ddt, da, dS, dz, dnw, dout};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cuda_free(dev[i]);
+    void *host[] = {x, w, st, beta, g, dt, a, S0, z, nw, gq, gst, gb, gg, gS, go, ro};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
+}
+
+/* qwen35's kernels keep the CPU reference's bits (the decay aside: an
+ * ulp), in one call and in uneven chunks, at state sizes 32 (the test
+ * models') and 128 (the 0.8B's); the attention's output gate (glibc's
+ * expf, its overflow and underflow branches included) and gate split. */
+TEST(gpu_qwen35_kernels_keep_the_cpu_bits) {
+    if (!gpu_up()) return;
+    strata_err err = {0};
+    if (cuda_delta_init(&err)) {
+        test_fail(__FILE__, __LINE__, "%s", err.msg);
+        return;
+    }
+    static const int one[] = {64, 0}, uneven[] = {1, 7, 3, 13, 2, 0};
+    for (int S = 32; S <= 128; S *= 4) {
+        check_delta_kernels(S, one);
+        check_delta_kernels(S, uneven);
+    }
+    /* sigmoid gate: o * 1 / (1 + e^-g) over a sweep, e^-g alone past g < -17 */
+    enum { NG = 4096 + 12 };
+    float *gv = xmalloc(NG * 4), *o = xmalloc(NG * 4), *ref = xmalloc(NG * 4);
+    static const float edge[12] = {88.0f, -88.0f, 88.7228f, -88.7228f, 103.97f, -103.97f, 87.4f, 110.0f, -110.0f,
+                                   0.0f, INFINITY, -INFINITY};
+    for (int i = 0; i < NG; i++) {
+        gv[i] = i < 12 ? edge[i] : -110.0f + 130.0f * (float)(i - 12) / 4096.0f;
+        o[i] = 1.0f + (float)(i % 7) * 0.25f;
+    }
+    memcpy(ref, o, NG * 4);
+    vexp_sigmoid_mul_level(0, ref, gv, NG); /* libm's expf per element */
+    float *dgv = to_dev(gv, NG * 4), *dov = to_dev(o, NG * 4);
+    cuda_sigmoid_mul(dov, dgv, NG);
+    from_dev(o, dov, NG * 4);
+    int diff = 0;
+    for (int i = 0; i < NG; i++) diff += memcmp(o + i, ref + i, 4) != 0;
+    CHECK_MSG(diff == 0, "sigmoid gate: %d of %d differ from libm's expf path", diff, NG);
+    cuda_free(dgv), cuda_free(dov), free(gv), free(o), free(ref);
+    /* gate split: [token][head][q | gate] */
+    enum { T = 3, H = 5, D = 64 };
+    float *qg = rand_vec(T * H * 2 * D, 21), *q = xmalloc(T * H * D * 4), *gt = xmalloc(T * H * D * 4);
+    float *dqg = to_dev(qg, sizeof(float) * T * H * 2 * D), *dq = to_dev(NULL, T * H * D * 4), *dgt = to_dev(NULL, T * H * D * 4);
+    cuda_gate_split(dq, dgt, dqg, T, H, D);
+    from_dev(q, dq, T * H * D * 4), from_dev(gt, dgt, T * H * D * 4);
+    int bad = 0;
+    for (int th = 0; th < T * H; th++)
+        bad += memcmp(q + th * D, qg + th * 2 * D, D * 4) != 0 || memcmp(gt + th * D, qg + th * 2 * D + D, D * 4) != 0;
+    CHECK_EQ_INT(bad, 0);
+    cuda_free(dqg), cuda_free(dq), cuda_free(dgt), free(qg), free(q), free(gt);
+}
+
+/* The recurrent state's rules on the GPU, on c after n tokens: going
+ * back is refused (the state cannot be rewound) and leaves it as it was;
+ * continuing at n works. */
+static void check_state_rules(fwdc *c, const int32_t *tok, int n, int V) {
+    strata_err err = {0};
+    float *row = xmalloc((size_t)V * 4);
+    CHECK_EQ_INT(fwdc_state_end(c), n);
+    CHECK_EQ_INT(fwdc_run(c, tok, 1, n / 2, 0, row, &err), STRATA_EINVAL);
+    CHECK_MSG(strstr(err.msg, "cannot be rewound"), "%s", err.msg);
+    CHECK_EQ_INT(fwdc_state_end(c), n);
+    CHECK_MSG(fwdc_run(c, tok, 1, n, 0, row, &err) == 0, "continuing: %s", err.msg);
+    CHECK_EQ_INT(fwdc_state_end(c), n + 1);
+    free(row);
+}
+
+/* qwen35 on the GPU (delta-net layers, gated attention, M-RoPE) over each
+ * fixture's reference tokens: against the float64 reference and the CPU
+ * backend, and bit for bit against itself token by token (graph, then
+ * kernel by kernel), in uneven chunks, and started again at 0 on the
+ * same state. Bounds: qwen35-f32 (float weights: no 8-bit activations on
+ * either side) GPU vs float64 < 0.01 of the logit range, vs CPU < 0.05,
+ * and no row where float64's clear greedy choice is not the GPU's (the
+ * CPU's own error there: 2e-4); qwen35-mix (Q4_K / Q6_K / BF16 on the
+ * float path, Q8_0 beta, alpha and attn_k on the 8-bit one) vs float64
+ * < 0.12, the CPU test's bound for it (the delta net amplifies activation
+ * rounding: test_forward.c; the CPU's own error is 0.081, 8-bit
+ * activations on every matmul), vs CPU < 0.15 (at most the two errors'
+ * sum; a wrong layer gives errors of order 1). */
+TEST(gpu_qwen35_matches_cpu_and_float64) {
+    if (!gpu_up()) return;
+    static const int one_chunk[] = {4096, 0}, decode[] = {1, 0}, uneven[] = {1, 7, 3, 13, 2, 0};
+    const char *names[] = {"qwen35-f32", "qwen35-mix"};
+    const double tol_ref[] = {0.01, 0.12}, tol_cpu[] = {0.05, 0.15};
+    for (int i = 0; i < 2; i++) {
+        ref_logits r;
+        if (read_ref(names[i], &r)) {
+            test_fail(__FILE__, __LINE__, "%s: no reference logits (make testdata)", names[i]);
+            continue;
+        }
+        model *m;
+        fwdc *c = open_gpu_model(names[i], 4096, &m);
+        if (!c) continue;
+        int n = r.n_tok, V = r.n_vocab, same = 0, same_cpu = 0;
+        float *g = gpu_logits(c, r.tokens, n, V, one_chunk), *cpu = cpu_logits(model_path(names[i]), r.tokens, n, V);
+        double vs_ref = max_rel(g, r.logits, (size_t)n * V), vs_cpu = cpu ? max_rel(g, cpu, (size_t)n * V) : 1;
+        int bad = clear_disagreements(g, r.logits, n, V, &same);
+        if (cpu) clear_disagreements(g, cpu, n, V, &same_cpu);
+        printf("     %-10s %d tokens: GPU vs float64 %.2g, GPU vs CPU %.2g of the logit range; "
+               "greedy = float64's %d/%d, = CPU's %d/%d\n", names[i], n, vs_ref, vs_cpu, same, n, same_cpu, n);
+        CHECK_MSG(vs_ref < tol_ref[i], "%s: GPU vs float64 %.4f", names[i], vs_ref);
+        CHECK_MSG(vs_cpu < tol_cpu[i], "%s: GPU vs CPU %.4f", names[i], vs_cpu);
+        if (i == 0) CHECK_MSG(bad == 0, "%s: %d rows where float64's clear greedy choice is not the GPU's", names[i], bad);
+        /* the same state started again at 0, then every chunking on fresh passes */
+        float *h = gpu_logits(c, r.tokens, n, V, one_chunk);
+        CHECK_MSG(memcmp(h, g, (size_t)n * V * 4) == 0, "%s: started again at 0, other bits", names[i]);
+        free(h);
+        check_state_rules(c, r.tokens, n, V);
+        const int *plans[] = {decode, decode, uneven};
+        for (int k = 0; k < 3; k++) {
+            fwdc_free(c);
+            model_free(m);
+            if (!(c = open_gpu_model(names[i], 4096, &m))) break;
+            fwdc_use_graphs(c, k != 1);
+            h = gpu_logits(c, r.tokens, n, V, plans[k]);
+            CHECK_MSG(memcmp(h, g, (size_t)n * V * 4) == 0, "%s: %s gives other bits than one chunk", names[i],
+                      k == 0 ? "token by token" : k == 1 ? "token by token without the graph" : "uneven chunks");
+            free(h);
+        }
+        free(g), free(cpu), free(r.tokens), free(r.logits);
+        if (c) fwdc_free(c), model_free(m);
+    }
+    /* the GPU's blocks are never the CPU's: its numerics id names its kernels */
+    engine *eg = NULL, *ec = NULL;
+    engine_params pg = {.model_path = model_path("qwen35-f32"), .device = "cuda", .n_ctx = 64};
+    engine_params pc = {.model_path = model_path("qwen35-f32"), .n_threads = 1, .n_ctx = 64};
+    strata_err err = {0};
+    if (engine_open(&eg, &pg, &err) || engine_open(&ec, &pc, &err)) test_fail(__FILE__, __LINE__, "%s", err.msg);
+    else {
+        CHECK_STR(engine_numerics(eg), CUDA_NUMERICS);
+        CHECK(strcmp(engine_numerics(eg), engine_numerics(ec)) != 0);
+    }
+    engine_close(eg), engine_close(ec);
 }
 
 TEST(gpu_forward_batch_invariance) {

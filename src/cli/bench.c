@@ -19,6 +19,7 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "model/engine.h"
+#include "model/forward_cuda.h"
 
 typedef struct bench_opts {
     const char *model, *device, *kv_type;
@@ -40,11 +41,17 @@ static stat summarize(const double *v, int n) {
 
 /* The sequence at the depth again: cut back, and prefilled anew when a
  * long pp let the depth's sliding window go, or moved a recurrent state
- * (qwen35) past the depth, where it cannot be rewound. */
+ * (qwen35) past the depth, where it cannot be rewound (on the GPU too:
+ * from 0 there; a depth of 0 restarts the state by itself). */
 static int back_to_depth(engine *e, const bench_opts *o, kv_seq *s, const int32_t *toks, float *logits,
                          strata_err *err) {
     engine_seq_cut(e, s, o->depth);
-    if (e->gpu || (kv_seq_window_missing(&e->kv, s) < 0 && !(s->rs && s->rs_pos != o->depth))) return 0;
+    if (e->gpu) {
+        if (fwdc_state_end(e->gpu) <= o->depth) return 0; /* no recurrent state, or at the depth */
+        engine_seq_cut(e, s, 0);
+        return o->depth ? engine_eval(e, s, toks, o->depth, logits, err) : 0;
+    }
+    if (kv_seq_window_missing(&e->kv, s) < 0 && !(s->rs && s->rs_pos != o->depth)) return 0;
     kv_seq_release(&e->kv, s);
     return o->depth ? fwd_prefill(e->fwd, s, toks, o->depth, logits, err) : 0;
 }

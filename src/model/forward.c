@@ -656,15 +656,19 @@ static int prev_in_batch(const fwd_batch *b, int t) {
     return -1;
 }
 
+int fwd_state_pos_check(int pos, int state_end, int may_restart, strata_err *err) {
+    if (pos == state_end || (may_restart && pos == 0)) return 0;
+    return strata_errf(err, STRATA_EINVAL,
+                       "position %d: this model's recurrent state covers positions [0, %d) and cannot be "
+                       "rewound or skipped (only continued, or restarted at 0)", pos, state_end);
+}
+
 /* Recurrent layers: a token must continue exactly where its sequence's
  * state ends (position rs_pos), or start the sequence again at 0. The
  * state cannot be rewound to an earlier position (no snapshots yet). */
 static int check_recurrent(const fwd_batch *b, int t, strata_err *err) {
     int u = prev_in_batch(b, t), want = u >= 0 ? b->pos[u] + 1 : b->seqs[t]->rs_pos;
-    if (b->pos[t] == want || (u < 0 && b->pos[t] == 0)) return 0;
-    return strata_errf(err, STRATA_EINVAL,
-                       "position %d: this model's recurrent state covers positions [0, %d) and cannot be "
-                       "rewound or skipped (only continued, or restarted at 0)", b->pos[t], want);
+    return fwd_state_pos_check(b->pos[t], want, u < 0, err);
 }
 
 static int check_batch(fwd_ctx *c, const fwd_batch *b, strata_err *err) {
@@ -816,15 +820,17 @@ int fwd_prefill(fwd_ctx *c, kv_seq *s, const int32_t *tokens, int n, float *logi
  * position, which is 0 for text tokens (no rotation). t, h and w are all
  * the token's position, so the rotation is plain NeoX RoPE except on
  * those pairs. */
-static void init_imrope(fwd_ctx *c) {
-    const model_hparams *hp = &c->m->hp;
+int fwd_rope_pair_still(const model_hparams *hp, int i) {
+    if (hp->arch != ARCH_QWEN35 && hp->arch != ARCH_QWEN35MOE) return 0;
     const int *sec = hp->rope_sections;
-    int half = hp->rope_dim / 2, sum = sec[0] + sec[1] + sec[2] + sec[3];
+    int k = i % (sec[0] + sec[1] + sec[2] + sec[3]);
+    return !(k < 3 * sec[k % 3]);
+}
+
+static void init_imrope(fwd_ctx *c) {
+    int half = c->m->hp.rope_dim / 2;
     c->rope_off = xcalloc((size_t)half, 1);
-    for (int i = 0; i < half; i++) {
-        int k = i % sum, m = k % 3;
-        c->rope_off[i] = !(k < 3 * sec[m]);
-    }
+    for (int i = 0; i < half; i++) c->rope_off[i] = (uint8_t)fwd_rope_pair_still(&c->m->hp, i);
 }
 
 static void init_rope(fwd_ctx *c) {

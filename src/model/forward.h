@@ -57,6 +57,18 @@ void fwd_use_fusion(fwd_ctx *c, int on);
  * layer's conv and delta state; 0 for a model without recurrent layers. */
 size_t fwd_state_floats(const model *m);
 
+/* Recurrent layers (qwen35): 0 when a token at position pos may run on
+ * a state that covers positions [0, state_end): it continues it, or (with
+ * may_restart: its sequence's first token of the call) starts again at
+ * 0; else STRATA_EINVAL saying the state cannot be rewound or skipped.
+ * The CPU pass and the GPU's (forward_cuda.c) ask the same. */
+int fwd_state_pos_check(int pos, int state_end, int may_restart, strata_err *err);
+
+/* 1 when rotated pair i (< rope_dim / 2) is left as it is for text: a
+ * qwen35 M-RoPE section whose position is 0 (forward.c); 0 for other
+ * architectures. */
+int fwd_rope_pair_still(const model_hparams *hp, int i);
+
 /* Convenience: feed n tokens of one sequence in chunks of max_batch,
  * returning the last token's logits (n_vocab floats). */
 int fwd_prefill(fwd_ctx *c, kv_seq *s, const int32_t *tokens, int n, float *logits,

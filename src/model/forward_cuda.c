@@ -13,13 +13,7 @@
 
 #include "backend/cuda/cuda.h"
 #include "base/mem.h"
-
-typedef struct dev_tensor {
-    const void *d; /* NULL: absent */
-    qtype type;
-    int rows, cols;
-    size_t row_bytes;
-} dev_tensor;
+#include "model/forward_cuda_int.h"
 
 typedef struct dev_layer {
     dev_tensor attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down;
@@ -74,6 +68,12 @@ struct fwdc {
     size_t tables_cap;
     dev_run *runs;
     int n_runs;
+    /* qwen35: Q rows with their gates ([n][n_head][q | gate]) and the
+     * gates split off ([n][n_head * head_dim]); the recurrent layers
+     * (deltanet_cuda.c), whose state covers positions [0, rs_end). */
+    float *qg, *agate;
+    dnc *dn;
+    int rs_end;
 };
 
 static void *dev_alloc(fwdc *c, size_t bytes, strata_err *err) {
@@ -83,6 +83,8 @@ static void *dev_alloc(fwdc *c, size_t bytes, strata_err *err) {
     c->allocs[c->n_allocs++] = p;
     return p;
 }
+
+void *fwdc__alloc(fwdc *c, size_t bytes, strata_err *err) { return dev_alloc(c, bytes, err); }
 
 /* The tensor's bytes to the GPU (once; the tied output reuses the
  * embedding's copy). */
@@ -99,22 +101,37 @@ static int upload(fwdc *c, const model_tensor *t, dev_tensor *out, strata_err *e
     return 0;
 }
 
+int fwdc__upload(fwdc *c, const model_tensor *t, dev_tensor *out, strata_err *err) { return upload(c, t, out, err); }
+
+/* qwen35's delta-net shapes the GPU kernels take (cuda.h, "qwen35"). */
+static int delta_shape_ok(const model_hparams *hp) {
+    return hp->ssm_d_state % 8 == 0 && hp->ssm_d_state <= CUDA_DELTA_MAX_DIM && hp->ssm_d_conv <= 16;
+}
+
 /* What the GPU path does not run yet, named. Gemma 3 (sliding windows,
  * GELU, post norms, the embedding scale) runs on the one-sequence pass
  * (`run`, `bench`) and the paged one (`serve`: the pool's sliding parts
- * in device memory too). (Gemma 3 on the GPU has not run on one yet.) */
-static int check_model(const model *m, strata_err *err) {
+ * in device memory too); qwen35 (delta-net layers, gated attention,
+ * M-RoPE) on the one-sequence pass only: the pool keeps no recurrent
+ * states in device memory yet. (Neither has run on a GPU yet.) */
+static int check_model(const model *m, int paged, strata_err *err) {
     const model_hparams *hp = &m->hp;
     const char *why = NULL;
-    int gemma = hp->arch == ARCH_GEMMA3;
-    if (hp->arch != ARCH_LLAMA && hp->arch != ARCH_QWEN2 && hp->arch != ARCH_QWEN3 && !gemma) why = "architecture";
+    int gemma = hp->arch == ARCH_GEMMA3, q35 = hp->arch == ARCH_QWEN35;
+    if (hp->arch != ARCH_LLAMA && hp->arch != ARCH_QWEN2 && hp->arch != ARCH_QWEN3 && !gemma && !q35)
+        why = "architecture";
+    else if (q35 && paged)
+        why = "recurrent delta-net layers in the server's GPU pool: each sequence's recurrent state and the "
+              "cache's snapshots of it are not kept in GPU memory yet";
     else if (hp->rope_scale == ROPE_SCALE_YARN) why = "YaRN rope scaling";
-    else if (hp->attn_gate || hp->n_rec_layer || (!gemma && (hp->n_swa || hp->ffn_gelu))) why = "layer kind";
+    else if ((!q35 && (hp->attn_gate || hp->n_rec_layer)) || (!gemma && (hp->n_swa || hp->ffn_gelu))) why = "layer kind";
+    else if (q35 && !delta_shape_ok(hp)) why = "delta-net state size (a multiple of 8, at most 256)";
     else if (hp->logit_softcap > 0 || (!gemma && hp->embd_scale != 1.0f)) why = "output scaling";
     else if (hp->head_dim > 256 || hp->rope_dim > hp->head_dim) why = "head size";
     if (why)
         return strata_errf(err, STRATA_EUNSUPPORTED,
-                           "--device cuda: %s (%s) is not on the GPU path yet (llama, qwen2, qwen3 and gemma3 are)",
+                           "--device cuda: %s (%s) is not on the GPU path yet (llama, qwen2, qwen3 and gemma3 "
+                           "are; qwen35 with run and bench)",
                            hp->arch_name, why);
     return 0;
 }
@@ -140,7 +157,8 @@ static float *upload_floats(fwdc *c, const float *h, int n, strata_err *err) {
 }
 
 /* forward.c's init_rope: the same inverse frequencies (llama3's per-dim
- * divisors included; gemma3's sliding layers with their own base). */
+ * divisors included; gemma3's sliding layers with their own base); 0 on
+ * qwen35's pairs that stay still (forward.c's rope_off). */
 static int upload_rope(fwdc *c, strata_err *err) {
     const model_hparams *hp = &c->m->hp;
     int half = hp->rope_dim / 2, swa = hp->n_swa > 0 && hp->swa_rope;
@@ -148,7 +166,7 @@ static int upload_rope(fwdc *c, strata_err *err) {
     const float *ff = c->m->rope_freqs.data;
     for (int i = 0; i < half; i++) {
         double f = pow((double)hp->rope_base, -2.0 * i / hp->rope_dim);
-        inv[i] = (float)(ff ? f / ff[i] : f);
+        inv[i] = fwd_rope_pair_still(hp, i) ? 0.0f : (float)(ff ? f / ff[i] : f); /* 0: the kernels skip the pair */
         inv_swa[i] = (float)pow((double)hp->rope_base_swa, -2.0 * i / hp->rope_dim);
     }
     c->inv_freq = upload_floats(c, inv, half, err);
@@ -196,18 +214,24 @@ static int alloc_scratch(fwdc *c, strata_err *err) {
         if (!(*ibufs[i] = dev_alloc(c, n * sizeof(int32_t), err))) return err->code;
     for (int il = 0; il < hp->n_layer && !c->kv; il++) {
         dev_layer *D = &c->layers[il];
+        if (c->m->layers[il].recurrent) continue; /* qwen35's delta-net layers keep no K/V */
         if (!(D->kc = dev_alloc(c, (size_t)c->n_ctx * kvd * 2, err))) return err->code;
         if (!(D->vc = dev_alloc(c, (size_t)c->n_ctx * kvd * 2, err))) return err->code;
     }
     if (c->kv && alloc_paged(c, err)) return err->code;
+    if (hp->attn_gate && (!(c->qg = dev_alloc(c, n * 2 * nq * sizeof(float), err)) ||
+                          !(c->agate = dev_alloc(c, n * nq * sizeof(float), err))))
+        return err->code;
     c->h_pos = xmalloc(n * sizeof(int32_t));
     c->h_rows = xmalloc(n * sizeof(int32_t));
     /* the 8-bit matmuls' activations, for the widest input (the decode
-     * graph cannot grow the buffer) */
-    return cuda_matmul_reserve(c->max_batch, (int)(wide > f ? wide : f), err);
+     * graph cannot grow the buffer): qwen35's out-projection reads ssm_d_inner */
+    size_t k_max = wide > f ? wide : f;
+    if ((size_t)hp->ssm_d_inner > k_max) k_max = (size_t)hp->ssm_d_inner;
+    return cuda_matmul_reserve(c->max_batch, (int)k_max, err);
 }
 
-int fwdc_check_model(const model *m, strata_err *err) { return check_model(m, err); }
+int fwdc_check_model(const model *m, strata_err *err) { return check_model(m, 1, err); }
 
 /* The pool the paged pass runs on: f16 in GPU memory; where it keeps a
  * layer in slots, the model's layer is a sliding one (its attention never
@@ -230,7 +254,7 @@ static int check_pool(const model *m, const kv_pool *kv, strata_err *err) {
 
 static int fwdc_open(fwdc **out, const model *m, kv_pool *kv, int n_ctx, int max_batch, strata_err *err) {
     *out = NULL;
-    int rc = check_model(m, err);
+    int rc = check_model(m, kv != NULL, err);
     if (rc || (rc = cuda_open(err)) || (kv && (rc = check_pool(m, kv, err)))) return rc;
     fwdc *c = xcalloc(1, sizeof *c);
     c->m = m;
@@ -251,6 +275,7 @@ static int fwdc_open(fwdc **out, const model *m, kv_pool *kv, int n_ctx, int max
     for (int il = 0; il < m->hp.n_layer && !rc; il++) rc = upload_layer(c, &m->layers[il], &c->layers[il], err);
     if (!rc) rc = upload_rope(c, err);
     if (!rc) rc = alloc_scratch(c, err);
+    if (!rc && m->hp.n_rec_layer) rc = dnc_new(c, m, max_batch, &c->dn, err);
     if (rc) {
         fwdc_free(c);
         return rc;
@@ -270,6 +295,7 @@ int fwdc_new_paged(fwdc **out, const model *m, kv_pool *kv, int ctx_per_seq, int
 void fwdc_free(fwdc *c) {
     if (!c) return;
     cuda_graph_free(c->step);
+    dnc_free(c->dn);
     for (int i = 0; i < c->n_allocs; i++) cuda_free(c->allocs[i]);
     free(c->allocs);
     free(c->layers);
@@ -281,6 +307,8 @@ void fwdc_free(fwdc *c) {
 }
 
 size_t fwdc_weight_bytes(const fwdc *c) { return c->weight_bytes; }
+
+int fwdc_state_end(const fwdc *c) { return c->dn ? c->rs_end : -1; }
 
 void fwdc_use_graphs(fwdc *c, int on) { c->use_graphs = on; }
 
@@ -302,8 +330,7 @@ static void bias(const dev_tensor *b, float *x, int n) {
     if (b->d) cuda_add_rows(x, b->d, n, b->cols);
 }
 
-/* 1 when a and b can share one launch: the same weight type and row size. */
-static int same_kind(const dev_tensor *a, const dev_tensor *b) {
+int fwdc__same_kind(const dev_tensor *a, const dev_tensor *b) {
     return a->type == b->type && a->row_bytes == b->row_bytes && a->cols == b->cols;
 }
 
@@ -331,14 +358,16 @@ static int block_out(fwdc *c, const dev_tensor *w, const float *in, int n, const
     return 0;
 }
 
+/* Q (qwen35: with its gates, to c->qg), K and V of c->xn. */
 static int qkv(fwdc *c, const dev_layer *L, int n, strata_err *err) {
-    if (c->fuse && same_kind(&L->wq, &L->wk) && same_kind(&L->wq, &L->wv)) {
+    float *q = c->qg ? c->qg : c->q;
+    if (c->fuse && fwdc__same_kind(&L->wq, &L->wk) && fwdc__same_kind(&L->wq, &L->wv)) {
         const void *ws[] = {L->wq.d, L->wk.d, L->wv.d};
         int rows[] = {L->wq.rows, L->wk.rows, L->wv.rows};
-        float *ys[] = {c->q, c->k, c->v};
+        float *ys[] = {q, c->k, c->v};
         return cuda_matmul_multi(L->wq.type, L->wq.row_bytes, L->wq.cols, c->xn, n, 3, ws, rows, ys, 0, err);
     }
-    if (mm(&L->wq, c->xn, n, c->q, err) || mm(&L->wk, c->xn, n, c->k, err) || mm(&L->wv, c->xn, n, c->v, err))
+    if (mm(&L->wq, c->xn, n, q, err) || mm(&L->wk, c->xn, n, c->k, err) || mm(&L->wv, c->xn, n, c->v, err))
         return err->code;
     return 0;
 }
@@ -365,6 +394,7 @@ static int attention(fwdc *c, const dev_layer *L, int n, int max_end, strata_err
     const model_hparams *hp = &c->m->hp;
     int d = hp->head_dim, nq = hp->n_head * d, kvd = hp->n_head_kv * d;
     if (qkv(c, L, n, err)) return err->code;
+    if (c->qg) cuda_gate_split(c->q, c->agate, c->qg, n, hp->n_head, d); /* qwen35 */
     bias(&L->bq, c->q, n);
     bias(&L->bk, c->k, n);
     bias(&L->bv, c->v, n);
@@ -387,6 +417,7 @@ static int attention(fwdc *c, const dev_layer *L, int n, int max_end, strata_err
               : cuda_attention_window(c->att, c->attn_part, c->q, L->kc, L->vc, c->pos, n, max_end, c->n_ctx,
                                       hp->n_head, hp->n_head_kv, d, hp->attn_scale, L->swa ? hp->n_swa : 0, err))
         return err->code;
+    if (c->agate) cuda_sigmoid_mul(c->att, c->agate, (size_t)n * nq); /* qwen35: the output gate */
     return block_out(c, &L->wo, c->att, n, &L->post_attn_norm, err);
 }
 
@@ -396,7 +427,7 @@ static int ffn(fwdc *c, const dev_layer *L, int n, strata_err *err) {
     if (c->m->hp.ffn_gelu) {
         if (mm(g, c->xn, n, c->gate, err) || mm(u, c->xn, n, c->up, err)) return err->code;
         cuda_geglu(c->gate, c->up, (size_t)n * g->rows);
-    } else if (c->fuse && same_kind(g, u) && g->rows == u->rows) {
+    } else if (c->fuse && fwdc__same_kind(g, u) && g->rows == u->rows) {
         if (cuda_matmul_swiglu(g->type, g->row_bytes, g->rows, g->cols, c->xn, n, g->d, u->d, c->gate, err))
             return err->code;
     } else {
@@ -406,11 +437,20 @@ static int ffn(fwdc *c, const dev_layer *L, int n, strata_err *err) {
     return block_out(c, &L->w_down, c->gate, n, &L->post_ffn_norm, err);
 }
 
-static int layer(fwdc *c, const dev_layer *L, int n, int max_end, strata_err *err) {
+/* qwen35's recurrent layer il (deltanet_cuda.c), its out-projection added to c->x. */
+static int recurrent(fwdc *c, const dev_layer *L, int il, int n, strata_err *err) {
+    const float *o;
+    const dev_tensor *w_out;
+    if (dnc_layer(c->dn, il, c->xn, n, &o, &w_out, err)) return err->code;
+    return block_out(c, w_out, o, n, &L->post_attn_norm, err);
+}
+
+static int layer(fwdc *c, int il, int n, int max_end, strata_err *err) {
     const model_hparams *hp = &c->m->hp;
+    const dev_layer *L = &c->layers[il];
     int e = hp->n_embd;
     cuda_rmsnorm(c->xn, c->x, L->attn_norm.d, n, e, hp->rms_eps);
-    if (attention(c, L, n, max_end, err)) return err->code;
+    if (c->m->layers[il].recurrent ? recurrent(c, L, il, n, err) : attention(c, L, n, max_end, err)) return err->code;
     cuda_rmsnorm(c->xn, c->x, L->ffn_norm.d, n, e, hp->rms_eps);
     return ffn(c, L, n, err);
 }
@@ -433,7 +473,7 @@ static int queue_pass(fwdc *c, int n, int max_end, strata_err *err) {
     const dev_tensor *emb = &c->tok_embd;
     if (cuda_embed(c->x, emb->type, emb->d, emb->row_bytes, e, c->tok, n, hp->embd_scale, err)) return err->code;
     for (int il = 0; il < hp->n_layer; il++)
-        if (layer(c, &c->layers[il], n, max_end, err)) return err->code;
+        if (layer(c, il, n, max_end, err)) return err->code;
     if (c->n_out == 0) return 0; /* a paged call that wants no logits */
     cuda_gather(c->tmp, c->x, c->rows, c->n_out, e);
     cuda_rmsnorm(c->xn, c->tmp, c->output_norm.d, c->n_out, e, hp->rms_eps);
@@ -462,8 +502,21 @@ static int run_step(fwdc *c, strata_err *err) {
     return cuda_graph_run(c->step, err);
 }
 
+/* qwen35: the recurrent state continues from pos0 (which must be where it
+ * ends) or starts again at 0 (zeroed here, outside any graph); until the
+ * call has run, it covers nothing. */
+static int recurrent_prepare(fwdc *c, int pos0, strata_err *err) {
+    if (!c->dn) return 0;
+    int rc = fwd_state_pos_check(pos0, c->rs_end, 1, err);
+    if (rc) return rc;
+    if (pos0 == 0) dnc_reset(c->dn);
+    c->rs_end = 0;
+    return 0;
+}
+
 int fwdc_run(fwdc *c, const int32_t *tok, int n, int pos0, int all, float *logits, strata_err *err) {
     int rc = check_run(c, tok, n, pos0, err);
+    if (!rc) rc = recurrent_prepare(c, pos0, err);
     if (rc) return rc;
     for (int i = 0; i < n; i++) c->h_pos[i] = pos0 + i;
     c->n_out = all ? n : 1;
@@ -473,9 +526,10 @@ int fwdc_run(fwdc *c, const int32_t *tok, int n, int pos0, int all, float *logit
         cuda_upload(c->rows, c->h_rows, (size_t)c->n_out * sizeof(int32_t), err))
         return err->code;
     rc = n == 1 && c->use_graphs ? run_step(c, err) : queue_pass(c, n, pos0 + n, err);
-    if (rc) return rc;
-    if (!logits) return cuda_sync(err);
-    return cuda_download(logits, c->logits, (size_t)c->n_out * c->m->hp.n_vocab * sizeof(float), err);
+    if (!rc) rc = logits ? cuda_download(logits, c->logits, (size_t)c->n_out * c->m->hp.n_vocab * sizeof(float), err)
+                         : cuda_sync(err);
+    if (!rc && c->dn) c->rs_end = pos0 + n;
+    return rc;
 }
 
 int fwdc_argmax(fwdc *c, int32_t *ids, strata_err *err) {

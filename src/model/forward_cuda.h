@@ -1,5 +1,5 @@
 /* forward_cuda.h - the llama-family forward pass on a CUDA GPU
- * (llama, qwen2, qwen3, gemma3): weights uploaded once, one sequence's K/V in GPU
+ * (llama, qwen2, qwen3, gemma3, qwen35): weights uploaded once, one sequence's K/V in GPU
  * memory as half floats, every step a kernel of backend/cuda/cuda.h.
  *
  * One sequence only: a call computes tokens at positions [pos0, pos0 + n)
@@ -20,7 +20,12 @@
  * they go through tables of slots, and their attention reads the window
  * only (cuda_attention_paged's n_swa).
  * NOT YET RUN ON A GPU (compiled only; src/backend/cuda/README.md).
- * Does not: qwen35. */
+ * qwen35 runs on the one-sequence pass only (the paged pass refuses it,
+ * naming why); its recurrent layers keep their state in GPU memory
+ * (deltanet_cuda.c), so for it a call continues where the last one ended
+ * or starts again at 0 (going back is refused, as on the CPU). NOT YET
+ * RUN ON A GPU either.
+ * Does not: the mixture-of-experts models, gpt-oss, YaRN. */
 #ifndef STRATA_FORWARD_CUDA_H
 #define STRATA_FORWARD_CUDA_H
 
@@ -49,7 +54,7 @@ int fwdc_new_paged(fwdc **out, const model *m, kv_pool *kv, int ctx_per_seq, int
 int fwdc_run_batch(fwdc *c, const fwd_batch *b, float *logits, strata_err *err);
 
 /* Tokens tok[0, n) at positions [pos0, pos0 + n), n <= max_batch,
- * pos0 + n <= n_ctx. all: logits of every row (n x n_vocab) to logits,
+ * pos0 + n <= n_ctx (qwen35: pos0 0 or fwdc_state_end). all: logits of every row (n x n_vocab) to logits,
  * else of the last row only; logits NULL: none copied back (fwdc_argmax
  * still works on the GPU's copy). */
 int fwdc_run(fwdc *c, const int32_t *tok, int n, int pos0, int all, float *logits, strata_err *err);
@@ -63,6 +68,10 @@ void fwdc_use_graphs(fwdc *c, int on);
  * matmul, gate/up with SwiGLU in one, residual adds in the matmuls, RoPE
  * with the K/V store) or the separate kernels (0): the same bits. */
 void fwdc_use_fusion(fwdc *c, int on);
+/* qwen35: the positions [0, end) the recurrent state covers (0 after a
+ * failed call: only a restart at 0 is taken then); -1 for a model
+ * without recurrent layers, which can go back to any position. */
+int fwdc_state_end(const fwdc *c);
 /* Bytes of weights in GPU memory. */
 size_t fwdc_weight_bytes(const fwdc *c);
 

@@ -33,7 +33,11 @@ extern "C" {
  * are not the CPU's. Bump the number whenever any kernel's result bits
  * change (another summation order, another rounding), so blocks computed
  * by the old kernels are never served to the new ones. cuda-2: 8-bit
- * activations and tensor cores for the legacy quants (cuda_matmul_q8). */
+ * activations and tensor cores for the legacy quants (cuda_matmul_q8).
+ * It names qwen35's kernels too (cuda_delta.cu, added under cuda-2: no
+ * GPU block of a qwen35 model existed before them); their bits are the
+ * same on every GPU, so no per-model or per-level suffix (the CPU's
+ * delta_numerics has one: its kernels differ by level). */
 #define CUDA_NUMERICS "cuda-2"
 
 /* 1 when this binary was built with the CUDA backend. */
@@ -158,6 +162,48 @@ int cuda_attention_paged(float *d_out, float *d_scratch, const float *d_q, const
                          const int32_t *d_table, int block_tokens, size_t block_halves, const int32_t *d_pos, int n,
                          int max_end, int max_ctx, int n_head, int n_head_kv, int head_dim, float scale, int n_swa,
                          strata_err *err);
+
+/* ---- qwen35 (cuda_delta.cu; compiled, not yet run on a GPU) ----------------
+ * The gated delta-net layer of model/deltanet.c and the gated attention's
+ * extras, for one sequence a call. Each kernel does the CPU's float steps
+ * in the CPU's order (backend/delta.c's scalar kernel, libm's expf as
+ * glibc computes it), so with the same inputs it gives the CPU
+ * reference's bits, the decay's logf aside (an ulp at most). States
+ * ([layer] in device memory) carry over between calls: a token's bits
+ * are the same in any chunking. dim: the state size (ssm.state_size),
+ * a multiple of 8 up to CUDA_DELTA_MAX_DIM; d_qkv rows: channels floats,
+ * [q heads | k heads | v heads] (n_k_heads, n_k_heads, n_v_heads of dim). */
+#define CUDA_DELTA_MAX_DIM 256
+/* Copies the table the kernels' expf reads to the device; once per
+ * process (later calls do nothing), before any graph is recorded. */
+int cuda_delta_init(strata_err *err);
+/* bytes of d_p set to 0 (queued on the stream). */
+void cuda_zero(void *d_p, size_t bytes);
+/* The short causal conv over n tokens, then SiLU: per channel,
+ * y = h_0 w_0 + ... + h_(K-2) w_(K-2) + x w_(K-1) with h the channel's
+ * last K - 1 inputs, oldest first (d_state: [K - 1][channels], updated);
+ * d_w: ssm_conv1d, [channels][K]. d_y may be d_x. */
+int cuda_delta_conv(float *d_y, const float *d_x, float *d_state, const float *d_w, int n, int channels, int d_conv,
+                    strata_err *err);
+/* Per token, in place: q and k heads L2-normed (x / sqrt(sum x^2 + eps));
+ * d_beta[t * n_v_heads + h] = sigmoid(beta); d_decay = exp(softplus(alpha
+ * + d_dt[h]) * d_a[h]) (d_decay holds alpha on the way in). */
+int cuda_delta_gates(float *d_qkv, float *d_beta, float *d_decay, const float *d_dt, const float *d_a, int n,
+                     int channels, int dim, int n_k_heads, int n_v_heads, float eps, strata_err *err);
+/* The delta rule per value head h (key head h % n_k_heads) over n tokens
+ * in order, on d_state ([n_v_heads][dim][dim], row j = value dim j):
+ * S *= decay; d = beta (v - S k); S += d k^T; o = (S q) scale, to d_o
+ * ([n][n_v_heads * dim]). */
+int cuda_delta_rule(float *d_o, float *d_state, const float *d_qkv, const float *d_beta, const float *d_decay, int n,
+                    int channels, int dim, int n_k_heads, int n_v_heads, float scale, strata_err *err);
+/* d_o's n x n_v_heads rows of dim: RMS-normed times d_w, then times SiLU(d_z). */
+int cuda_delta_gated_norm(float *d_o, const float *d_z, const float *d_w, int n, int n_v_heads, int dim, float eps,
+                          strata_err *err);
+/* Q rows that carry a gate ([n][n_head][q | gate], head_dim each): the q
+ * parts to d_q, the gates to d_gate ([n][n_head * head_dim] each). */
+void cuda_gate_split(float *d_q, float *d_gate, const float *d_qg, int n, int n_head, int head_dim);
+/* d_o[i] *= 1 / (1 + exp(-d_g[i])) (the attention output's gate). */
+void cuda_sigmoid_mul(float *d_o, const float *d_g, size_t n);
 
 /* The device's memory as backend/devmem.h sees it (after cuda_open; NULL
  * before or without the backend): the kernels' stream is DEVMEM_COMPUTE,

@@ -369,12 +369,15 @@ extern "C" void cuda_rmsnorm(float *d_out, const float *d_x, const float *d_w, i
 }
 
 /* Angles in double, then the CPU's float rotation (forward.c rope_heads):
- * the block's threads rotate n_heads heads of row xr at position pos. */
+ * the block's threads rotate n_heads heads of row xr at position pos. A
+ * pair whose inverse frequency is 0 keeps its values (qwen35's M-RoPE
+ * pairs of the text's zero position: forward.c's rope_off skips them). */
 __device__ __forceinline__ void rope_row(float *xr, int n_heads, int head_dim, int rope_dim, int neox, int pos,
                                          const float *inv_freq, float pos_div) {
     int half = rope_dim / 2;
     for (int idx = threadIdx.x; idx < n_heads * half; idx += blockDim.x) {
         int h = idx / half, i = idx % half;
+        if (inv_freq[i] == 0.0f) continue;
         double theta = (double)pos * inv_freq[i];
         if (pos_div != 1.0f) theta /= pos_div;
         float ct = (float)cos(theta), st = (float)sin(theta);

@@ -74,6 +74,26 @@ int cuda_attention_paged(float *d_out, float *d_scratch, const float *d_q, const
                          strata_err *err) {
     return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
 }
+int cuda_delta_init(strata_err *err) { return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA); }
+void cuda_zero(void *d_p, size_t bytes) {}
+int cuda_delta_conv(float *d_y, const float *d_x, float *d_state, const float *d_w, int n, int channels, int d_conv,
+                    strata_err *err) {
+    return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
+}
+int cuda_delta_gates(float *d_qkv, float *d_beta, float *d_decay, const float *d_dt, const float *d_a, int n,
+                     int channels, int dim, int n_k_heads, int n_v_heads, float eps, strata_err *err) {
+    return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
+}
+int cuda_delta_rule(float *d_o, float *d_state, const float *d_qkv, const float *d_beta, const float *d_decay, int n,
+                    int channels, int dim, int n_k_heads, int n_v_heads, float scale, strata_err *err) {
+    return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
+}
+int cuda_delta_gated_norm(float *d_o, const float *d_z, const float *d_w, int n, int n_v_heads, int dim, float eps,
+                          strata_err *err) {
+    return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
+}
+void cuda_gate_split(float *d_q, float *d_gate, const float *d_qg, int n, int n_head, int head_dim) {}
+void cuda_sigmoid_mul(float *d_o, const float *d_g, size_t n) {}
 const devmem *cuda_devmem(void) { return NULL; }
 int cuda_graph_begin(strata_err *err) { return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA); }
 int cuda_graph_end(cuda_graph **out, strata_err *err) { return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA); }

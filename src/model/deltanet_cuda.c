@@ -1,0 +1,127 @@
+/* deltanet_cuda.c - qwen35's gated delta-net layer on the GPU, for the
+ * one-sequence pass (forward_cuda.c): deltanet.c's steps, each a kernel
+ * of backend/cuda/cuda.h ("qwen35") over the call's n tokens:
+ *   1. in-projections qkv, z, beta, alpha (matmuls of one kind share a launch);
+ *   2. the short causal conv over qkv with its conv state, then SiLU (in place);
+ *   3. q and k heads L2-normed, beta = sigmoid(beta), the decay;
+ *   4. the delta rule per value head with its state;
+ *   5. RMS norm per head times SiLU(z);
+ * the out-projection (6.) is the caller's, into the residual.
+ * The state of every recurrent layer lives in device memory, in the GPU's
+ * own layout (conv [d_conv - 1][conv_dim], oldest row first, then the
+ * delta state [v heads][dim][dim]); the CPU's (kv_seq.rs) is
+ * [conv_dim][d_conv - 1] then the same delta state: the two never meet
+ * (no snapshots on the GPU yet). Zeroed at position 0, carried from call
+ * to call: prefill chunks and decode steps continue the same state, and a
+ * token's bits do not depend on the chunking (the kernels walk tokens in
+ * order). Compiled, not yet run on a GPU.
+ * Does not: several sequences (the paged pass refuses qwen35), snapshots,
+ * the mixture-of-experts variant. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "backend/cuda/cuda.h"
+#include "base/mem.h"
+#include "model/forward_cuda_int.h"
+
+typedef struct dnc_tensors {
+    dev_tensor qkv, gate, conv, dt, a, beta, alpha, norm, out;
+} dnc_tensors;
+
+struct dnc {
+    const model *m;
+    int conv_dim, qk_dim;
+    size_t conv_floats, layer_floats; /* one layer's conv state, and its whole state */
+    float scale;                      /* the delta rule's read-out, 1 / sqrt(dim) as deltanet.c */
+    float *state;                     /* every recurrent layer's, [rec_layer][layer_floats] */
+    float *qkv, *z, *beta, *g, *o;    /* [max_batch][...]: the conv works in place on qkv; g: alpha, then the decay */
+    dnc_tensors *layers;              /* by rec_layer */
+};
+
+static int upload_layer(fwdc *c, const model_layer *L, dnc_tensors *T, strata_err *err) {
+    const model_tensor *src[] = {&L->ssm_qkv, &L->ssm_gate, &L->ssm_conv1d, &L->ssm_dt, &L->ssm_a,
+                                 &L->ssm_beta, &L->ssm_alpha, &L->ssm_norm, &L->ssm_out};
+    dev_tensor *dst[] = {&T->qkv, &T->gate, &T->conv, &T->dt, &T->a, &T->beta, &T->alpha, &T->norm, &T->out};
+    for (size_t i = 0; i < sizeof src / sizeof src[0]; i++)
+        if (fwdc__upload(c, src[i], dst[i], err)) return err->code;
+    return 0;
+}
+
+static int alloc_all(fwdc *c, dnc *d, int max_batch, strata_err *err) {
+    const model_hparams *hp = &d->m->hp;
+    size_t n = (size_t)max_batch, vd = (size_t)hp->ssm_d_inner, hv = (size_t)hp->ssm_n_v_heads;
+    float **bufs[] = {&d->qkv, &d->z, &d->beta, &d->g, &d->o};
+    size_t sizes[] = {(size_t)d->conv_dim, vd, hv, hv, vd};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (!(*bufs[i] = fwdc__alloc(c, n * sizes[i] * sizeof(float), err))) return err->code;
+    size_t state = d->layer_floats * (size_t)hp->n_rec_layer * sizeof(float);
+    if (!(d->state = fwdc__alloc(c, state, err))) return err->code;
+    dnc_reset(d);
+    return 0;
+}
+
+int dnc_new(fwdc *c, const model *m, int max_batch, dnc **out, strata_err *err) {
+    const model_hparams *hp = &m->hp;
+    *out = NULL;
+    int rc = cuda_delta_init(err);
+    if (rc) return rc;
+    dnc *d = xcalloc(1, sizeof *d);
+    d->m = m;
+    d->qk_dim = hp->ssm_n_k_heads * hp->ssm_d_state;
+    d->conv_dim = 2 * d->qk_dim + hp->ssm_d_inner;
+    d->conv_floats = (size_t)d->conv_dim * (hp->ssm_d_conv - 1);
+    d->layer_floats = d->conv_floats + (size_t)hp->ssm_n_v_heads * hp->ssm_d_state * hp->ssm_d_state;
+    d->scale = 1.0f / sqrtf((float)hp->ssm_d_state);
+    d->layers = xcalloc((size_t)hp->n_rec_layer, sizeof(dnc_tensors));
+    for (int il = 0; il < hp->n_layer && !rc; il++)
+        if (m->layers[il].recurrent) rc = upload_layer(c, &m->layers[il], &d->layers[m->layers[il].rec_layer], err);
+    if (!rc) rc = alloc_all(c, d, max_batch, err);
+    if (rc) {
+        dnc_free(d);
+        return rc;
+    }
+    *out = d;
+    return 0;
+}
+
+void dnc_free(dnc *d) {
+    if (!d) return;
+    free(d->layers);
+    free(d);
+}
+
+void dnc_reset(dnc *d) { cuda_zero(d->state, d->layer_floats * (size_t)d->m->hp.n_rec_layer * sizeof(float)); }
+
+/* Step 1: the four in-projections of xn, consecutive ones of one kind
+ * (type and row size) in one launch of up to three (the same bits as
+ * separate ones). */
+static int in_proj(dnc *d, const dnc_tensors *T, const float *xn, int n, strata_err *err) {
+    const dev_tensor *w[4] = {&T->qkv, &T->gate, &T->beta, &T->alpha};
+    float *y[4] = {d->qkv, d->z, d->beta, d->g};
+    for (int i = 0, j; i < 4; i = j) {
+        const void *ws[3];
+        int rows[3];
+        float *ys[3];
+        for (j = i; j < 4 && j - i < 3 && fwdc__same_kind(w[i], w[j]); j++)
+            ws[j - i] = w[j]->d, rows[j - i] = w[j]->rows, ys[j - i] = y[j];
+        if (cuda_matmul_multi(w[i]->type, w[i]->row_bytes, w[i]->cols, xn, n, j - i, ws, rows, ys, 0, err))
+            return err->code;
+    }
+    return 0;
+}
+
+int dnc_layer(dnc *d, int il, const float *d_xn, int n, const float **o, const dev_tensor **w_out, strata_err *err) {
+    const model_hparams *hp = &d->m->hp;
+    int rl = d->m->layers[il].rec_layer, S = hp->ssm_d_state, hk = hp->ssm_n_k_heads, hv = hp->ssm_n_v_heads;
+    const dnc_tensors *T = &d->layers[rl];
+    float *conv_state = d->state + (size_t)rl * d->layer_floats, *delta_state = conv_state + d->conv_floats;
+    if (in_proj(d, T, d_xn, n, err) ||
+        cuda_delta_conv(d->qkv, d->qkv, conv_state, T->conv.d, n, d->conv_dim, hp->ssm_d_conv, err) ||
+        cuda_delta_gates(d->qkv, d->beta, d->g, T->dt.d, T->a.d, n, d->conv_dim, S, hk, hv, hp->rms_eps, err) ||
+        cuda_delta_rule(d->o, delta_state, d->qkv, d->beta, d->g, n, d->conv_dim, S, hk, hv, d->scale, err) ||
+        cuda_delta_gated_norm(d->o, d->z, T->norm.d, n, hv, S, hp->rms_eps, err))
+        return err->code;
+    *o = d->o;
+    *w_out = &T->out;
+    return 0;
+}

@@ -1,0 +1,39 @@
+/* forward_cuda_int.h - what the GPU forward pass (forward_cuda.c) shares
+ * with qwen35's delta-net layer on the GPU (deltanet_cuda.c); not for
+ * other modules. */
+#ifndef STRATA_FORWARD_CUDA_INT_H
+#define STRATA_FORWARD_CUDA_INT_H
+
+#include "model/forward_cuda.h"
+
+/* A weight on the GPU. */
+typedef struct dev_tensor {
+    const void *d; /* NULL: absent */
+    qtype type;
+    int rows, cols;
+    size_t row_bytes;
+} dev_tensor;
+
+/* Device memory freed with c (fwdc_free); NULL and err on failure. */
+void *fwdc__alloc(fwdc *c, size_t bytes, strata_err *err);
+/* The tensor's bytes to the GPU (an absent one stays absent). */
+int fwdc__upload(fwdc *c, const model_tensor *t, dev_tensor *out, strata_err *err);
+/* 1 when a and b can share one matmul launch: the same weight type and row size. */
+int fwdc__same_kind(const dev_tensor *a, const dev_tensor *b);
+
+/* deltanet_cuda.c: qwen35's gated delta-net layers on the GPU, deltanet.c's
+ * steps for the one-sequence pass, the state of every recurrent layer in
+ * device memory. dnc_new uploads the layers' tensors and allocates the
+ * state and scratch for max_batch tokens through c (freed with it). */
+typedef struct dnc dnc;
+int dnc_new(fwdc *c, const model *m, int max_batch, dnc **out, strata_err *err);
+void dnc_free(dnc *d); /* the host side; NULL is fine */
+/* Queues the state's zeroing (a sequence starting at position 0). */
+void dnc_reset(dnc *d);
+/* Recurrent layer il over the n normed rows d_xn, continuing the state:
+ * *o gets the gated norm's output (n x ssm_d_inner, device scratch) and
+ * *w_out the layer's out-projection, which the caller adds to the
+ * residual. */
+int dnc_layer(dnc *d, int il, const float *d_xn, int n, const float **o, const dev_tensor **w_out, strata_err *err);
+
+#endif

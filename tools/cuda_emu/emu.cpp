@@ -1,0 +1,227 @@
+/* emu.cpp - tools/cuda_emu's runtime: launches, fibers, barriers, graphs,
+ * and cuda.h's device and memory calls on host memory.
+ *
+ * A launch runs its grid's blocks one after another; a block's threads
+ * are fibers (ucontext) run in thread order until each waits at a barrier
+ * or ends. A warp barrier releases when its 32 threads wait at it (or
+ * have exited), the block barrier when every thread does; when no fiber
+ * can go on, the launch aborts naming the block (a barrier some threads
+ * never reach: a real GPU hangs or is undefined there). Graph capture
+ * records launches (their arguments by value, as CUDA freezes them) and
+ * replays them; a copy or memset while recording is an error, as there.
+ * cuda_mmq.cu (inline PTX, the tensor cores) is not emulated: mmq_type
+ * says no type is its, so every weight type takes cuda_kern.cu's float
+ * path. Not for the build: tools/cuda_emu/build.sh links it instead of
+ * cuda_rt.cu and cuda_mmq.cu. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <ucontext.h>
+
+#include <vector>
+
+#include "cuda_runtime.h"
+extern "C" {
+#include "backend/cuda/cuda.h"
+}
+#include "backend/cuda/cuda_int.h"
+
+thread_local dim3 threadIdx;
+dim3 blockIdx, blockDim, gridDim;
+cudaStream_t g_stream;
+
+enum { READY, AT_BLOCK, AT_WARP, DONE };
+enum { STACK = 256 * 1024, MAX_THREADS = 1024 };
+
+static ucontext_t g_sched;
+static std::vector<ucontext_t> g_ctx;
+static std::vector<int> g_state;
+static std::vector<char *> g_stacks;
+static int g_cur;
+static float g_xch[MAX_THREADS];
+static std::function<void()> *g_body;
+static char g_dyn_smem[128 * 1024];
+
+void *emu_dyn_smem(void) { return g_dyn_smem; }
+
+static void wait_at(int s) {
+    g_state[g_cur] = s;
+    swapcontext(&g_ctx[g_cur], &g_sched);
+}
+
+void __syncthreads() { wait_at(AT_BLOCK); }
+void __syncwarp() { wait_at(AT_WARP); }
+
+float __shfl_xor_sync(unsigned mask, float v, int lane_xor) {
+    int t = threadIdx.x;
+    g_xch[t] = v;
+    __syncwarp();
+    float r = g_xch[(t & ~31) | ((t & 31) ^ lane_xor)];
+    __syncwarp();
+    return r;
+}
+
+static void fiber(int t) {
+    threadIdx = dim3(t);
+    (*g_body)();
+    g_state[t] = DONE;
+}
+
+/* Warps whose threads all wait at a warp barrier (or have ended) go on. */
+static int release_warps(unsigned n) {
+    int any = 0;
+    for (unsigned w0 = 0; w0 < n; w0 += 32) {
+        unsigned w1 = w0 + 32 < n ? w0 + 32 : n;
+        int waiting = 0, all = 1;
+        for (unsigned t = w0; t < w1; t++) waiting |= g_state[t] == AT_WARP, all &= g_state[t] == AT_WARP || g_state[t] == DONE;
+        if (!waiting || !all) continue;
+        for (unsigned t = w0; t < w1; t++)
+            if (g_state[t] == AT_WARP) g_state[t] = READY;
+        any = 1;
+    }
+    return any;
+}
+
+/* 1 when every thread ended; else the block barrier released, or abort. */
+static int release_block(unsigned n) {
+    int waiting = 0, all = 1, done = 1;
+    for (unsigned t = 0; t < n; t++) {
+        waiting |= g_state[t] == AT_BLOCK;
+        all &= g_state[t] == AT_BLOCK || g_state[t] == DONE;
+        done &= g_state[t] == DONE;
+    }
+    if (done) return 1;
+    if (!waiting || !all) {
+        fprintf(stderr, "cuda_emu: block (%u,%u,%u): threads wait at barriers the others never reach\n", blockIdx.x,
+                blockIdx.y, blockIdx.z);
+        abort();
+    }
+    for (unsigned t = 0; t < n; t++)
+        if (g_state[t] == AT_BLOCK) g_state[t] = READY;
+    return 0;
+}
+
+static void run_block(unsigned n, std::function<void()> &body) {
+    while (g_stacks.size() < n) g_stacks.push_back((char *)malloc(STACK));
+    g_ctx.assign(n, ucontext_t());
+    g_state.assign(n, READY);
+    g_body = &body;
+    for (unsigned t = 0; t < n; t++) {
+        getcontext(&g_ctx[t]);
+        g_ctx[t].uc_stack.ss_sp = g_stacks[t];
+        g_ctx[t].uc_stack.ss_size = STACK;
+        g_ctx[t].uc_link = &g_sched;
+        makecontext(&g_ctx[t], (void (*)())fiber, 1, (int)t);
+    }
+    for (;;) {
+        int ran = 0;
+        for (unsigned t = 0; t < n; t++)
+            if (g_state[t] == READY) {
+                g_cur = (int)t;
+                threadIdx = dim3(t);
+                swapcontext(&g_sched, &g_ctx[t]);
+                ran = 1;
+            }
+        if (ran || release_warps(n)) continue;
+        if (release_block(n)) return;
+    }
+}
+
+static void run_grid(dim3 grid, dim3 block, std::function<void()> body) {
+    if (block.x > MAX_THREADS || block.y != 1 || block.z != 1) {
+        fprintf(stderr, "cuda_emu: a block of %u x %u x %u threads\n", block.x, block.y, block.z);
+        abort();
+    }
+    blockDim = block, gridDim = grid;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                blockIdx = dim3(x, y, z);
+                run_block(block.x, body);
+            }
+}
+
+static std::vector<std::function<void()>> *g_rec; /* non-NULL: recording a graph */
+
+void emu_launch(dim3 grid, dim3 block, size_t smem, std::function<void()> body) {
+    if (smem > sizeof g_dyn_smem) {
+        fprintf(stderr, "cuda_emu: %zu bytes of dynamic shared memory\n", smem);
+        abort();
+    }
+    if (g_rec) g_rec->push_back([=] { run_grid(grid, block, body); });
+    else run_grid(grid, block, body);
+}
+
+void emu_memset(void *p, int v, size_t n) {
+    if (g_rec) {
+        fprintf(stderr, "cuda_emu: a memset while recording a graph\n");
+        abort();
+    }
+    memset(p, v, n);
+}
+
+struct cuda_graph {
+    std::vector<std::function<void()>> ops;
+};
+
+static int not_recording(const char *what, strata_err *err) {
+    return g_rec ? strata_errf(err, STRATA_EINVAL, "cuda_emu: %s while recording a graph", what) : 0;
+}
+
+extern "C" {
+int cuda_built(void) { return 1; }
+int cuda_open(strata_err *err) { return 0; }
+const char *cuda_device_name(void) { return "cuda_emu (the host, emulated)"; }
+void *cuda_alloc(size_t bytes, strata_err *err) { return calloc(1, bytes ? bytes : 1); }
+void cuda_free(void *d_p) { free(d_p); }
+int cuda_upload(void *d_dst, const void *src, size_t bytes, strata_err *err) {
+    if (not_recording("an upload", err)) return STRATA_EINVAL;
+    memcpy(d_dst, src, bytes);
+    return 0;
+}
+int cuda_download(void *dst, const void *d_src, size_t bytes, strata_err *err) {
+    if (not_recording("a download", err)) return STRATA_EINVAL;
+    memcpy(dst, d_src, bytes);
+    return 0;
+}
+int cuda_sync(strata_err *err) { return not_recording("a sync", err); }
+/* Device memory is host memory: copies happen when queued (every event
+ * is done at once), so the tiers' logic runs in order, never overlapped. */
+static void *dm_alloc(void *self, size_t bytes, strata_err *err) { return calloc(1, bytes ? bytes : 1); }
+static void dm_free(void *self, void *p) { free(p); }
+static int dm_copy(void *self, int stream, void *dst, const void *src, size_t bytes, devmem_dir dir, strata_err *err) {
+    if (not_recording("a copy", err)) return STRATA_EINVAL;
+    memcpy(dst, src, bytes);
+    return 0;
+}
+static devmem_event *dm_record(void *self, int stream, strata_err *err) { return (devmem_event *)malloc(1); }
+static int dm_done(void *self, devmem_event *ev, strata_err *err) { return 1; }
+static int dm_wait(void *self, int stream, devmem_event *ev, strata_err *err) { return 0; }
+static void dm_event_free(void *self, devmem_event *ev) { free(ev); }
+static int dm_sync(void *self, int stream, strata_err *err) { return 0; }
+static const devmem_ops g_dm_ops = {dm_alloc, dm_free, dm_alloc, dm_free, dm_copy,
+                                    dm_record, dm_done, dm_wait, dm_event_free, dm_sync};
+static const devmem g_devmem = {"cuda_emu", &g_dm_ops, NULL};
+const devmem *cuda_devmem(void) { return &g_devmem; }
+int cuda_matmul_reserve(int n, int k, strata_err *err) { return 0; }
+int cuda_graph_begin(strata_err *err) {
+    if (g_rec) return strata_errf(err, STRATA_EINVAL, "cuda_emu: a graph inside a graph");
+    g_rec = new std::vector<std::function<void()>>();
+    return 0;
+}
+int cuda_graph_end(cuda_graph **out, strata_err *err) {
+    *out = new cuda_graph{*g_rec};
+    delete g_rec;
+    g_rec = NULL;
+    return 0;
+}
+int cuda_graph_run(cuda_graph *g, strata_err *err) {
+    for (auto &op : g->ops) op();
+    return 0;
+}
+void cuda_graph_free(cuda_graph *g) { delete g; }
+}
+
+int mmq_type(qtype t) { return 0; }
+int mmq_launch(qtype t, mm_job job, strata_err *err) {
+    return strata_errf(err, STRATA_EUNSUPPORTED, "cuda_emu: no 8-bit tensor-core path");
+}

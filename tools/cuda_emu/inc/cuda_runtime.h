@@ -1,0 +1,71 @@
+/* cuda_runtime.h (host emulation) - the parts of CUDA that strata's .cu
+ * files use, for tools/cuda_emu: kernels become host functions, a
+ * launch runs the grid's blocks one after another, a block's threads as
+ * fibers (emu.cpp). Not the real header: convert.py's output includes
+ * it instead (-I tools/cuda_emu/inc). See tools/cuda_emu/README.md. */
+#pragma once
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <algorithm>
+#include <functional>
+
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
+struct float2 {
+    float x, y;
+};
+struct float4 {
+    float x, y, z, w;
+};
+extern thread_local dim3 threadIdx;
+extern dim3 blockIdx, blockDim, gridDim;
+
+typedef int cudaError_t;
+typedef void *cudaStream_t;
+enum { cudaSuccess = 0, cudaMemcpyHostToDevice = 1 };
+static inline const char *cudaGetErrorString(cudaError_t) { return "cuda_emu"; }
+void emu_memset(void *p, int v, size_t n);
+static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) {
+    emu_memset(p, v, n);
+    return cudaSuccess;
+}
+template <class T>
+static inline cudaError_t cudaMemcpyToSymbolAsync(T &sym, const void *src, size_t n, size_t off, int, cudaStream_t) {
+    memcpy((char *)&sym + off, src, n);
+    return cudaSuccess;
+}
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(x)
+#define __shared__ static /* blocks run one at a time: one copy serves each in turn */
+
+/* Barriers and shuffles with CUDA's semantics (emu.cpp): a warp barrier
+ * releases when its 32 threads wait at it (or have exited), the block
+ * barrier when all do; a shuffle is a write, a warp barrier, a read and
+ * another barrier. */
+void __syncthreads();
+void __syncwarp();
+float __shfl_xor_sync(unsigned mask, float v, int lane_xor);
+
+static inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline int __float_as_int(float f) { int u; memcpy(&u, &f, 4); return u; }
+static inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
+static inline long long __double_as_longlong(double d) { long long u; memcpy(&u, &d, 8); return u; }
+static inline double __longlong_as_double(long long u) { double d; memcpy(&d, &u, 8); return d; }
+template <class T>
+static inline T __ldg(const T *p) { return *p; }
+using std::max;
+using std::min;
+
+/* What convert.py turns `k<<<grid, block, smem, stream>>>(args)` into,
+ * and `extern __shared__ T name[]` (one buffer, 128 KiB). */
+void emu_launch(dim3 grid, dim3 block, size_t smem, std::function<void()> body);
+void *emu_dyn_smem(void);
