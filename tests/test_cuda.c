@@ -485,6 +485,16 @@ static int read_ref(const char *name, ref_logits *r) {
     return test_read_ref_logits(p, r);
 }
 
+/* The fixture's float64 reference and its model on the GPU (4096
+ * positions); NULL after a recorded failure. */
+static fwdc *open_ref_case(const char *name, ref_logits *r, model **m) {
+    if (read_ref(name, r)) {
+        test_fail(__FILE__, __LINE__, "%s: no reference logits (make testdata)", name);
+        return NULL;
+    }
+    return open_gpu_model(name, 4096, m);
+}
+
 /* Every position's logits on the GPU, in chunks (0-terminated sizes). */
 static float *gpu_logits(fwdc *c, const int32_t *tok, int n, int V, const int *chunks) {
     float *out = xmalloc((size_t)n * V * 4);
@@ -554,12 +564,8 @@ TEST(gpu_forward_matches_cpu_and_float64) {
     static const int one_chunk[] = {4096, 0};
     for (int i = 0; i < N_MODELS; i++) {
         ref_logits r;
-        if (read_ref(MODELS[i], &r)) {
-            test_fail(__FILE__, __LINE__, "%s: no reference logits (make testdata)", MODELS[i]);
-            continue;
-        }
         model *m;
-        fwdc *c = open_gpu_model(MODELS[i], 4096, &m);
+        fwdc *c = open_ref_case(MODELS[i], &r, &m);
         if (!c) continue;
         int n = r.n_tok, V = r.n_vocab, same = 0;
         float *g = gpu_logits(c, r.tokens, n, V, one_chunk), *cpu = cpu_logits(model_path(MODELS[i]), r.tokens, n, V);
@@ -591,12 +597,8 @@ TEST(gpu_gemma3_matches_cpu_and_float64_past_its_window) {
     if (!gpu_up()) return;
     static const int one_chunk[] = {4096, 0}, decode[] = {1, 0}, uneven[] = {1, 7, 3, 13, 2, 0};
     ref_logits r;
-    if (read_ref("gemma3-q8_0", &r)) {
-        test_fail(__FILE__, __LINE__, "gemma3-q8_0: no reference logits (make testdata)");
-        return;
-    }
     model *m;
-    fwdc *c = open_gpu_model("gemma3-q8_0", 4096, &m);
+    fwdc *c = open_ref_case("gemma3-q8_0", &r, &m);
     if (!c) return;
     CHECK_MSG(m->hp.n_swa > 0 && r.n_tok > m->hp.n_swa, "the fixture's %d tokens pass its window of %d", r.n_tok,
               m->hp.n_swa);
@@ -823,12 +825,8 @@ TEST(gpu_qwen35_matches_cpu_and_float64) {
     const double tol_ref[] = {0.01, 0.12}, tol_cpu[] = {0.05, 0.15};
     for (int i = 0; i < 2; i++) {
         ref_logits r;
-        if (read_ref(names[i], &r)) {
-            test_fail(__FILE__, __LINE__, "%s: no reference logits (make testdata)", names[i]);
-            continue;
-        }
         model *m;
-        fwdc *c = open_gpu_model(names[i], 4096, &m);
+        fwdc *c = open_ref_case(names[i], &r, &m);
         if (!c) continue;
         int n = r.n_tok, V = r.n_vocab, same = 0, same_cpu = 0;
         float *g = gpu_logits(c, r.tokens, n, V, one_chunk), *cpu = cpu_logits(model_path(names[i]), r.tokens, n, V);
