@@ -72,6 +72,12 @@ AI __m256 mx_e8m0(__m256i e) {
     return _mm256_castsi256_ps(_mm256_blendv_epi8(den, nrm, big));
 }
 
+/* Q4_1, Q5_1 store their minimum; the others' is a multiple of d. */
+AI int lg_has_min(int ty) { return ty == L41 || ty == L51; }
+AI __m256 lg_m_of_d(int ty, __m256 d) {
+    return _mm256_mul_ps(d, _mm256_set1_ps(ty == L40 ? -8.0f : ty == L50 ? -16.0f : -128.0f));
+}
+
 AI void lg_load_head(int ty, const uint8_t *g, int h, int n, lg_half *o) {
     const int by = lg_bytes(ty);
     /* Built in registers: 2-byte stores then a 16-byte load would stall on
@@ -97,10 +103,7 @@ AI void lg_load_head(int ty, const uint8_t *g, int h, int n, lg_half *o) {
         return;
     }
     o->d = _mm256_cvtph_ps(dh);
-    if (ty == L41 || ty == L51)
-        o->m = _mm256_cvtph_ps(mh);
-    else
-        o->m = _mm256_mul_ps(o->d, _mm256_set1_ps(ty == L40 ? -8.0f : ty == L50 ? -16.0f : -128.0f));
+    o->m = lg_has_min(ty) ? _mm256_cvtph_ps(mh) : lg_m_of_d(ty, o->d);
 }
 
 AI void lg_load(int ty, const uint8_t *g, int h, int n, lg_half *o) {
@@ -150,8 +153,12 @@ AI __m256i lg_chunk(int ty, const lg_half *g, int v) {
     return c;
 }
 
-/* Exact integer block sums of one half against token row x. Nibble
- * products sum 4 at a time in int16 (4 * 2 * 31 * 127 < 2^15). */
+/* How many chunks of VPMADDUBSW pairs an int16 sum may take: Q4's
+ * u <= 15, 8 * 2 * 15 * 127 < 2^15; Q5's u <= 31, 4 * 2 * 31 * 127. */
+AI int lg_flush(int ty) { return ty == L50 || ty == L51 ? 4 : 8; }
+
+/* Exact integer block sums of one half against token row x (Q8_0: of q,
+ * by the sign trick; nibble formats: of u, lg_flush chunks in int16). */
 AI __m256i lg_dot(int ty, const lg_half *g, const int8_t *xq) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i sum = _mm256_setzero_si256();
@@ -165,10 +172,10 @@ AI __m256i lg_dot(int ty, const lg_half *g, const int8_t *xq) {
         return sum;
     }
     UNROLL
-    for (int v0 = 0; v0 < 8; v0 += 4) {
+    for (int v0 = 0; v0 < 8; v0 += lg_flush(ty)) {
         __m256i p = _mm256_setzero_si256();
         UNROLL
-        for (int v = v0; v < v0 + 4; v++)
+        for (int v = v0; v < v0 + lg_flush(ty); v++)
             p = _mm256_add_epi16(p, _mm256_maddubs_epi16(lg_chunk(ty, g, v),
                                                          _mm256_loadu_si256((const void *)(xq + 64 * v))));
         sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, ones));
@@ -184,9 +191,8 @@ AI __m256i lg_dot(int ty, const lg_half *g, const int8_t *xq) {
  * 8 pairs and block, and no pair needs a horizontal sum.
  *
  * isum is the exact sum of the unsigned weight quants u times the
- * activation quants. Nibble formats sum VPMADDUBSW pairs in int16 (Q4:
- * 8 chunks, 8 * 2 * 15 * 127 < 2^15; Q5: 4 chunks, 4 * 2 * 31 * 127),
- * then VPMADDWD. Q8_0's u = q + 128 would saturate VPMADDUBSW's pairs, so
+ * activation quants. Nibble formats sum VPMADDUBSW pairs in int16
+ * (lg_flush chunks at a time), then VPMADDWD. Q8_0's u = q + 128 would saturate VPMADDUBSW's pairs, so
  * its kernels sum q * x by the sign trick (|q| x sign(x, q), one chunk a
  * VPMADDWD) and add 128 times the activation block's integer sum
  * (lg_xsum): the same integer.
@@ -277,6 +283,15 @@ AI void lg_store(const __m256 (*acc)[4], const __m256 (*accm)[4], float *y, int6
     }
 }
 
+/* v, kept in a register as it is: without this GCC reassociates a tile's
+ * int16 sums (exact, so it may) into a tree over all 8 chunks' products,
+ * which it then spills (seen: 48 VPMADDUBSW results stored and reloaded
+ * per block of a 2 x 3 tile). */
+AI __m256i ymm_in_reg(__m256i v) {
+    __asm__("" : "+x"(v));
+    return v;
+}
+
 /* The 4 activation bytes at p, in every lane. */
 AI __m256i lg_bcast4(const int8_t *p) { return _mm256_set1_epi32((int)quant_rd32((const uint8_t *)p)); }
 
@@ -285,7 +300,6 @@ AI __m256i lg_bcast4(const int8_t *p) { return _mm256_set1_epi32((int)quant_rd32
 AI void lg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, const int32_t *const *xs, int64_t nb,
                 float *y, int64_t ldy, const int *row, const int *nr, const int RV, const int T) {
     const __m256i ones = _mm256_set1_epi16(1);
-    const int flush = ty == L50 || ty == L51 ? 4 : 8; /* chunks summed in int16 */
     __m256 acc[2][4], accm[2][4];
     UNROLL
     for (int r = 0; r < RV; r++)
@@ -314,13 +328,13 @@ AI void lg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, const 
                 UNROLL
                 for (int r = 0; r < RV; r++) {
                     if (ty == L80)
-                        is[r][t] = _mm256_add_epi32(is[r][t], _mm256_madd_epi16(
-                            _mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(xb, wv[r])), ones));
+                        is[r][t] = ymm_in_reg(_mm256_add_epi32(is[r][t], _mm256_madd_epi16(
+                            _mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(xb, wv[r])), ones)));
                     else
-                        p[r][t] = _mm256_add_epi16(p[r][t], _mm256_maddubs_epi16(wv[r], xb));
+                        p[r][t] = ymm_in_reg(_mm256_add_epi16(p[r][t], _mm256_maddubs_epi16(wv[r], xb)));
                 }
             }
-            if (ty != L80 && c % flush == flush - 1)
+            if (ty != L80 && c % lg_flush(ty) == lg_flush(ty) - 1)
                 UNROLL
                 for (int r = 0; r < RV; r++)
                     UNROLL
@@ -375,17 +389,18 @@ AI void lg_dec(int ty, const uint8_t *const *rw, const uint8_t *const *x, int64_
                 for (int t = 0; t < T; t++)
                     s[t][h][i] = _mm256_add_epi32(lg_dot(ty, &g, qa8_qs(x[t], nb) + b0 * QK + 32 * h), x128[t]);
                 dm[0][h][i] = _mm256_castps_si256(g.d);
-                dm[1][h][i] = _mm256_castps_si256(g.m);
+                if (lg_has_min(ty)) dm[1][h][i] = _mm256_castps_si256(g.m);
             }
             UNROLL
             for (int t = 0; t < T; t++) lg_tr8(s[t][h]);
             lg_tr8(dm[0][h]);
-            lg_tr8(dm[1][h]);
+            if (lg_has_min(ty)) lg_tr8(dm[1][h]); /* else m is made from d below: the same bits */
         }
         for (int j = 0; j < n; j++) { /* block b0 + j, in order */
             const int p = qa8_lane(j), h = p / 8, i = p % 8;
             const int64_t sl = b0 + p; /* qa8_slot(b0 + j) */
-            __m256 d = _mm256_castsi256_ps(dm[0][h][i]), m = _mm256_castsi256_ps(dm[1][h][i]);
+            __m256 d = _mm256_castsi256_ps(dm[0][h][i]);
+            __m256 m = lg_has_min(ty) ? _mm256_castsi256_ps(dm[1][h][i]) : lg_m_of_d(ty, d);
             UNROLL
             for (int t = 0; t < T; t++) {
                 acc[0][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t][h][i]),
@@ -420,11 +435,13 @@ AI void lg_tokens(int ty, const uint8_t *pw, size_t gb, int ng, const uint8_t *c
     }
 }
 
-/* The tiles of a type: RV groups x T tokens, then token tails of 2, 1.
- * Nibble formats keep 2 registers per pair (acc, int16 sums; Q5 a third
- * for the int32 sum), Q8_0 2 (acc, int32) and the sign trick's. */
+/* Prefill tiles: 2 groups x 3 tokens (token tails 2, 1): 6 pairs of an
+ * acc and an int16 sum (Q5: and an int32 sum; Q8_0: an int32 sum) in
+ * registers, 2 weight chunks and 1 broadcast per 6 VPMADDUBSW. Measured
+ * (1024 x 640, 512 tokens, G int8 ops/s): Q5_0 2 x 3 194, 2 x 2 173;
+ * Q8_0 2 x 3 123, 2 x 2 116. */
 #define LG_RV 2
-#define LG_T(ty) ((ty) == L50 || (ty) == L51 ? 2 : 3)
+#define LG_T 3
 
 AI void lg_gemm_prep(int ty, const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok,
                      float *y, int64_t ldy, int r0, int r1) {
@@ -447,7 +464,7 @@ AI void lg_gemm_prep(int ty, const void *w, size_t wrb, int64_t k, const void *x
             lg_prep_group(ty, rw, nb, pw + (size_t)i * gb);
         }
         for (int t0 = 0; t0 < n_tok;) {
-            const int left = n_tok - t0, T = left >= LG_T(ty) ? LG_T(ty) : left;
+            const int left = n_tok - t0, T = left >= LG_T ? LG_T : left;
             const uint8_t *xp[4];
             const int32_t *xs[4];
             for (int t = 0; t < T; t++) {
