@@ -208,6 +208,7 @@ AI __m256i lg_dot(int ty, const lg_half *g, const int8_t *xq) {
  * Rows past r1 repeat the last row; their results are not stored. */
 #define LG_PREP_MIN 8
 #define LG_CHUNK (256 << 10) /* prepared bytes per row chunk: it stays in L2 */
+#define LG_G 8 /* rows per group */
 enum { LG_BLK = 8 * 32 + 2 * 32, LG_MAXG = 128 /* groups per chunk, at most (short rows) */ };
 
 /* In place: v[c] dword r = v[r] dword c (attn_simd.h's transpose). */
@@ -260,11 +261,13 @@ AI void lg_prep_group(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst
     }
 }
 
-/* A token row's blocks' integer sums times 128, at their slots (Q8_0). */
-static void lg_prep_xsum(const uint8_t *x, int64_t nb, int32_t *dst) {
+/* What the prefill tiles take per token besides its row: Q8_0's blocks'
+ * integer sums times 128, as int32 at their slots (quant_lg_drive.h). */
+AI size_t lg_x_bytes(int ty, int64_t nb) { return ty == L80 ? (size_t)qa8_nbp(nb) * 4 : 0; }
+AI void lg_x_prep(int ty, const uint8_t *x, int64_t nb, uint8_t *dst) {
     for (int64_t b0 = 0; b0 < nb; b0 += QA8_GROUP)
         for (int h = 0; h < 2; h++)
-            _mm256_storeu_si256((__m256i *)(void *)(dst + b0 + 8 * h), lg_xsum128(qa8_qs(x, nb) + b0 * QK, h));
+            _mm256_storeu_si256((__m256i *)(void *)(dst + 4 * (b0 + 8 * h)), lg_xsum128(qa8_qs(x, nb) + b0 * QK, h));
 }
 
 /* Stores acc + accm of RV groups x T tokens: group r's rows at y[t * ldy
@@ -295,9 +298,9 @@ AI __m256i ymm_in_reg(__m256i v) {
 /* The 4 activation bytes at p, in every lane. */
 AI __m256i lg_bcast4(const int8_t *p) { return _mm256_set1_epi32((int)quant_rd32((const uint8_t *)p)); }
 
-/* Prefill tile: RV prepared groups (P[r]) x T tokens (x[t]; Q8_0: xs[t],
- * their blocks' sums times 128). */
-AI void lg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, const int32_t *const *xs, int64_t nb,
+/* Prefill tile: RV prepared groups (P[r]) x T tokens (x[t]; Q8_0: xa[t],
+ * their blocks' sums times 128, lg_x_prep). */
+AI void lg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, const uint8_t *const *xa, int64_t nb,
                 float *y, int64_t ldy, const int *row, const int *nr, const int RV, const int T) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[2][4], accm[2][4];
@@ -310,7 +313,7 @@ AI void lg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, const 
         __m256i is[2][4], p[2][4];
         UNROLL
         for (int t = 0; t < T; t++) {
-            __m256i i0 = ty == L80 ? _mm256_set1_epi32(xs[t][sl]) : _mm256_setzero_si256();
+            __m256i i0 = ty == L80 ? _mm256_set1_epi32((int)quant_rd32(xa[t] + 4 * sl)) : _mm256_setzero_si256();
             UNROLL
             for (int r = 0; r < RV; r++) is[r][t] = i0, p[r][t] = _mm256_setzero_si256();
         }
@@ -319,7 +322,7 @@ AI void lg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, const 
             __m256i wv[2], aw[2];
             UNROLL
             for (int r = 0; r < RV; r++) {
-                wv[r] = _mm256_load_si256((const __m256i *)(const void *)(P[r] + b * LG_BLK + 32 * c));
+                wv[r] = ymm_in_reg(_mm256_load_si256((const __m256i *)(const void *)(P[r] + b * LG_BLK + 32 * c)));
                 if (ty == L80) aw[r] = _mm256_sign_epi8(wv[r], wv[r]);
             }
             UNROLL
@@ -412,107 +415,30 @@ AI void lg_dec(int ty, const uint8_t *const *rw, const uint8_t *const *x, int64_
     lg_store((const __m256(*)[4])acc, (const __m256(*)[4])accm, y, ldy, &row, &nr, 1, T);
 }
 
-/* Rows r .. r + 7 of [.., r1) (past r1: the last again); returns how many
- * are below r1. */
-static int lg_rows(const void *w, size_t wrb, int r, int r1, const uint8_t **rw) {
-    for (int i = 0; i < 8; i++) rw[i] = (const uint8_t *)w + (size_t)(r + i < r1 ? r + i : r1 - 1) * wrb;
-    return r1 - r >= 8 ? 8 : r1 - r;
-}
-
-/* One token tile of T over a chunk's ng prepared groups: RV groups at a
- * time, a last short run of groups one by one. */
-AI void lg_tokens(int ty, const uint8_t *pw, size_t gb, int ng, const uint8_t *const *xp,
-                  const int32_t *const *xs, int64_t nb, float *yt, int64_t ldy, const int *grow, const int *gnr,
-                  const int RV, const int T) {
-    int i = 0;
-    for (; i + RV <= ng; i += RV) {
-        const uint8_t *P[2] = {pw + (size_t)i * gb, pw + (size_t)(i + 1) * gb};
-        lg_tile(ty, P, xp, xs, nb, yt, ldy, grow + i, gnr + i, RV, T);
-    }
-    for (; i < ng; i++) {
-        const uint8_t *P[1] = {pw + (size_t)i * gb};
-        lg_tile(ty, P, xp, xs, nb, yt, ldy, grow + i, gnr + i, 1, T);
-    }
-}
-
-/* Prefill tiles: 2 groups x 3 tokens (token tails 2, 1): 6 pairs of an
- * acc and an int16 sum (Q5: and an int32 sum; Q8_0: an int32 sum) in
- * registers, 2 weight chunks and 1 broadcast per 6 VPMADDUBSW. Measured
- * (1024 x 640, 512 tokens, G int8 ops/s): Q5_0 2 x 3 194, 2 x 2 173;
- * Q8_0 2 x 3 123, 2 x 2 116. */
-#define LG_RV 2
+/* Prefill tiles: 2 groups x 3 tokens (token tails 2, 1; an odd last
+ * group alone): 6 pairs of an acc and an int16 sum (Q5: and an int32 sum;
+ * Q8_0: an int32 sum) in registers, 2 weight chunks and 1 broadcast per
+ * 6 VPMADDUBSW. Measured (1024 x 640, 512 tokens, G int8 ops/s): Q5_0
+ * 2 x 3 194, 2 x 2 173; Q8_0 2 x 3 123, 2 x 2 116. */
 #define LG_T 3
 
-AI void lg_gemm_prep(int ty, const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok,
-                     float *y, int64_t ldy, int r0, int r1) {
-    const int64_t nb = k / QK, nbp = qa8_nbp(nb);
-    const size_t gb = (size_t)nb * LG_BLK;
-    const int ng = (r1 - r0 + 7) / 8;
-    int cg = (int)(LG_CHUNK / gb) & ~1;
-    cg = cg < 2 ? 2 : cg > LG_MAXG ? LG_MAXG : cg;
-    cg = cg > ng ? ng : cg;
-    uint8_t *pw = quant_work((size_t)cg * gb + (ty == L80 ? (size_t)n_tok * nbp * 4 : 0));
-    int32_t *xsum = (int32_t *)(void *)(pw + (size_t)cg * gb);
-    for (int t = 0; ty == L80 && t < n_tok; t++) lg_prep_xsum((const uint8_t *)xq + (size_t)t * xrb, nb, xsum + t * nbp);
-    int grow[LG_MAXG], gnr[LG_MAXG];
-    for (int g0 = 0; g0 < ng; g0 += cg) {
-        const int gn = ng - g0 < cg ? ng - g0 : cg;
-        for (int i = 0; i < gn; i++) {
-            const uint8_t *rw[8];
-            grow[i] = r0 + 8 * (g0 + i);
-            gnr[i] = lg_rows(w, wrb, grow[i], r1, rw);
-            lg_prep_group(ty, rw, nb, pw + (size_t)i * gb);
-        }
-        for (int t0 = 0; t0 < n_tok;) {
-            const int left = n_tok - t0, T = left >= LG_T ? LG_T : left;
-            const uint8_t *xp[4];
-            const int32_t *xs[4];
-            for (int t = 0; t < T; t++) {
-                xp[t] = (const uint8_t *)xq + (size_t)(t0 + t) * xrb;
-                xs[t] = xsum + (t0 + t) * nbp;
-            }
-            float *yt = y + (size_t)t0 * ldy;
-            if (T == 3) lg_tokens(ty, pw, gb, gn, xp, xs, nb, yt, ldy, grow, gnr, LG_RV, 3);
-            else if (T == 2) lg_tokens(ty, pw, gb, gn, xp, xs, nb, yt, ldy, grow, gnr, LG_RV, 2);
-            else lg_tokens(ty, pw, gb, gn, xp, xs, nb, yt, ldy, grow, gnr, LG_RV, 1);
-            t0 += T;
-        }
+/* One token tile of T over a chunk's ng prepared groups
+ * (quant_lg_drive.h). */
+AI void lg_tokens(int ty, const uint8_t *pw, size_t gb, int ng, const uint8_t *const *xp,
+                  const uint8_t *const *xa, int64_t nb, float *yt, int64_t ldy, const int *grow, const int *gnr,
+                  const int T) {
+    int i = 0;
+    for (; i + 2 <= ng; i += 2) {
+        const uint8_t *P[2] = {pw + (size_t)i * gb, pw + (size_t)(i + 1) * gb};
+        lg_tile(ty, P, xp, xa, nb, yt, ldy, grow + i, gnr + i, 2, T);
+    }
+    if (i < ng) {
+        const uint8_t *P[1] = {pw + (size_t)i * gb};
+        lg_tile(ty, P, xp, xa, nb, yt, ldy, grow + i, gnr + i, 1, T);
     }
 }
 
-AI void lg_gemm_dec(int ty, const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok,
-                    float *y, int64_t ldy, int r0, int r1) {
-    const int64_t nb = k / QK;
-    tile_prefetch(w, r0 * wrb, r0 * wrb + TILE_PF_BYTES);
-    for (int r = r0; r < r1; r += 8) {
-        const uint8_t *rw[8];
-        const int nr = lg_rows(w, wrb, r, r1, rw);
-        tile_prefetch(w, (size_t)r * wrb + TILE_PF_BYTES, (size_t)(r + 8) * wrb + TILE_PF_BYTES);
-        for (int t0 = 0; t0 < n_tok;) {
-            const int left = n_tok - t0, T = left >= 4 ? 4 : left;
-            const uint8_t *xp[4];
-            for (int t = 0; t < T; t++) xp[t] = (const uint8_t *)xq + (size_t)(t0 + t) * xrb;
-            float *yt = y + (size_t)t0 * ldy;
-            if (T == 4) lg_dec(ty, rw, xp, nb, yt, ldy, r, nr, 4);
-            else if (T == 3) lg_dec(ty, rw, xp, nb, yt, ldy, r, nr, 3);
-            else if (T == 2) lg_dec(ty, rw, xp, nb, yt, ldy, r, nr, 2);
-            else lg_dec(ty, rw, xp, nb, yt, ldy, r, nr, 1);
-            t0 += T;
-        }
-    }
-}
-
-#define LG_GEMM(name, ty)                                                                                   \
-    static void gemm_##name(const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok,   \
-                            float *y, int64_t ldy, int r0, int r1) {                                       \
-        if (n_tok >= LG_PREP_MIN) lg_gemm_prep(ty, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);             \
-        else lg_gemm_dec(ty, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);                                   \
-    }
-LG_GEMM(lg_q4_0, L40)
-LG_GEMM(lg_q4_1, L41)
-LG_GEMM(lg_q5_0, L50)
-LG_GEMM(lg_q5_1, L51)
-LG_GEMM(lg_q8_0, L80)
+#include "backend/quant_lg_drive.h"
 
 /* ---- MXFP4 (Q8_0 activations) -------------------------------------------
  * Half groups load as the legacy ones (LMX: nibbles as Q4_0, d from the
