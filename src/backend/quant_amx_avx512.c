@@ -38,13 +38,11 @@
  * sums (2 x nb KiB) left L1, where tile stores cost ~4x.
  * Does not: K-quants (quant_amx_kq_avx512.c), MXFP4 (avx512 kernels), decode. */
 #include <immintrin.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "backend/amx_cfg.h"
 #include "backend/quant_amx.h"
 #include "backend/quant_impl.h"
-#include "base/mem.h"
 
 #define AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-int8")))
 #define INL static inline __attribute__((always_inline)) AMX

@@ -268,7 +268,8 @@ AI float lg_hsum(__m512 a) {
  * them (lanes = blocks), sum each (row, token, block) exactly, then one
  * 16 x 16 transpose per token turns the sums to lanes = rows before the
  * same float steps (lg_dec). Rows past r1 repeat the last row; their
- * results are not stored. */
+ * results are not stored. The drivers are quant_lg_drive.h's (avx2's
+ * too). */
 #define LG_PREP_MIN 8
 #define LG_CHUNK (256 << 10) /* prepared bytes per row chunk: it stays in L2 */
 enum { LG_BLK = 8 * 64 + 2 * 64, LG_MAXG = 64 /* groups per chunk, at most (short rows) */ };
