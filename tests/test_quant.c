@@ -604,8 +604,9 @@ TEST(quant_gemm_amx_same_bits) {
  * shape, prepared and GGUF-row tiles, amx token tiles and tails), row
  * splits as threads make them (row tails, 8- and 16-row groups, amx tiles),
  * k of 1 to 8 super-blocks (legacy: 1 block to 4 groups, short and long
- * last groups). `extreme` (K-quants): every quant, scale and min at its
- * largest magnitude and activations at +-127, the int32 sums' worst case,
+ * last groups). `extreme`: every quant (K-quants: and scale and min) at
+ * its largest magnitude (legacy: u = 15 or 31; Q8_0 q = -128) and
+ * activations at +-127, the int32 (avx2 legacy: int16) sums' worst case,
  * also held to the float64 reference (an overflow that every level
  * shared would pass the memcmp). */
 static void check_same_bits_as_scalar(int level, qtype wt, int64_t k, int extreme) {
@@ -621,6 +622,11 @@ static void check_same_bits_as_scalar(int level, qtype wt, int64_t k, int extrem
         if (wt == QT_Q6_K) {
             memset(blk, 0xff, 192);       /* q = 63 */
             memset(blk + 192, 0x80, 16);  /* scales -128 */
+        } else if (wt == QT_Q8_0) {
+            memset(blk + 2, 0x80, 32);    /* q = -128 */
+        } else if (tr->blck == QK) {      /* fifth bits and nibbles all set: u = 31 (15) */
+            int q0 = wt == QT_Q4_1 || wt == QT_Q5_1 ? 4 : 2;
+            memset(blk + q0, 0xff, tr->bytes - q0);
         } else {
             memset(blk + 4, 0xff, tr->bytes - 4); /* scales, mins 63; q = 15 (31) */
         }
@@ -669,8 +675,10 @@ TEST(quant_legacy_same_bits_every_level) {
     static const qtype types[] = {QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q8_0};
     static const int64_t ks[] = {32, 96, 576, 640, 1056, 2048};
     for (int l = QUANT_SCALAR + 1; l <= quant_level(); l++)
-        for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
             for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++) check_same_bits_as_scalar(l, types[i], ks[j], 0);
+            check_same_bits_as_scalar(l, types[i], 1056, 1);
+        }
 }
 
 /* Many rows of short k: an avx2 or avx512 call prepares rows in chunks of
