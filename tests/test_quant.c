@@ -599,13 +599,14 @@ TEST(quant_gemm_amx_same_bits) {
  * no FMA; quant_scalar.c, quant_avx512.c), so scalar, avx2, avx512 and
  * amx give the same bits; the legacy formats (Q4_0..Q8_0) run one FMA
  * chain per (row, token) pair in block order (quant_scalar.c dot_legacy)
- * at scalar, avx512 and amx (avx2 keeps its own lanes: "+mm-avx2").
+ * at every level too.
  * memcmp of each level against scalar for n_tok 1 to 50 (every tile
  * shape, prepared and GGUF-row tiles, amx token tiles and tails), row
- * splits as threads make them (row tails, 16-row groups and amx tiles),
+ * splits as threads make them (row tails, 8- and 16-row groups, amx tiles),
  * k of 1 to 8 super-blocks (legacy: 1 block to 4 groups, short and long
- * last groups). `extreme` (K-quants): every quant, scale and min at its
- * largest magnitude and activations at +-127, the int32 sums' worst case,
+ * last groups). `extreme`: every quant (K-quants: and scale and min) at
+ * its largest magnitude (legacy: u = 15 or 31; Q8_0 q = -128) and
+ * activations at +-127, the int32 (avx2 legacy: int16) sums' worst case,
  * also held to the float64 reference (an overflow that every level
  * shared would pass the memcmp). */
 static void check_same_bits_as_scalar(int level, qtype wt, int64_t k, int extreme) {
@@ -621,6 +622,11 @@ static void check_same_bits_as_scalar(int level, qtype wt, int64_t k, int extrem
         if (wt == QT_Q6_K) {
             memset(blk, 0xff, 192);       /* q = 63 */
             memset(blk + 192, 0x80, 16);  /* scales -128 */
+        } else if (wt == QT_Q8_0) {
+            memset(blk + 2, 0x80, 32);    /* q = -128 */
+        } else if (tr->blck == QK) {      /* fifth bits and nibbles all set: u = 31 (15) */
+            int q0 = wt == QT_Q4_1 || wt == QT_Q5_1 ? 4 : 2;
+            memset(blk + q0, 0xff, tr->bytes - q0);
         } else {
             memset(blk + 4, 0xff, tr->bytes - 4); /* scales, mins 63; q = 15 (31) */
         }
@@ -669,12 +675,15 @@ TEST(quant_legacy_same_bits_every_level) {
     static const qtype types[] = {QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q8_0};
     static const int64_t ks[] = {32, 96, 576, 640, 1056, 2048};
     for (int l = QUANT_SCALAR + 1; l <= quant_level(); l++)
-        for (size_t i = 0; l != QUANT_AVX2 && i < sizeof types / sizeof types[0]; i++)
+        for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
             for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++) check_same_bits_as_scalar(l, types[i], ks[j], 0);
+            check_same_bits_as_scalar(l, types[i], 1056, 1);
+        }
 }
 
-/* Many rows of short k: an avx512 call prepares rows in chunks of at most
- * LG_MAXG groups of 16 (1,100 rows of k = 64: 69 groups, two chunks). */
+/* Many rows of short k: an avx2 or avx512 call prepares rows in chunks of
+ * at most LG_MAXG groups (1,100 rows of k = 64: avx512 69 groups of 16,
+ * avx2 138 groups of 8, two chunks each). */
 TEST(quant_legacy_many_short_rows_same_bits) {
     enum { ROWS = 1100, NT = 9 };
     const int64_t k = 64;
@@ -684,7 +693,7 @@ TEST(quant_legacy_many_short_rows_same_bits) {
     size_t xrb, wrb = quant_row_bytes(QT_Q4_1, k);
     uint8_t *xq = convert_acts(QT_Q4_1, x, NT, k, &xrb);
     quant_gemm_level(QUANT_SCALAR, QT_Q4_1, w, wrb, k, xq, xrb, NT, ys, ROWS, 0, ROWS);
-    for (int l = QUANT_AVX512; l <= quant_level(); l++) {
+    for (int l = QUANT_AVX2; l <= quant_level(); l++) {
         memset(yl, 0xff, sizeof(float) * NT * ROWS);
         quant_gemm_level(l, QT_Q4_1, w, wrb, k, xq, xrb, NT, yl, ROWS, 0, ROWS);
         CHECK_MSG(memcmp(ys, yl, sizeof(float) * NT * ROWS) == 0, "level %d: bits differ from scalar", l);
@@ -695,7 +704,11 @@ TEST(quant_legacy_many_short_rows_same_bits) {
 /* Levels whose matmuls give other bits have other numerics ids
  * (quant_numerics_level, part of the engine's id): blocks one replica
  * computed at avx2 are never served to one at avx512 over a shared tier,
- * nor the reverse. Checked on the types whose kernels differ by level. */
+ * nor the reverse. Since the legacy formats' one chain per pair (issue
+ * 29) Q4_1, Q8_0 and Q5_0 give every level's bits (and so do the K-quants
+ * and MXFP4): F16 (the float formats, 8 lanes at avx2, 16 at avx512, 8
+ * running sums at scalar) is what still differs, and what keeps the
+ * "+mm-avx2" and "+mm-scalar" ids needed. */
 TEST(quant_levels_with_other_bits_have_other_ids) {
     enum { ROWS = 21, NT = 19 };
     static const qtype types[] = {QT_Q4_1, QT_Q8_0, QT_Q5_0, QT_F16};

@@ -1,7 +1,8 @@
 /* quant_amx.h - what the AMX matmul files share: quant_amx_avx512.c (the
- * legacy formats) and quant_amx_kq_avx512.c (the K-quants). The 16 x 16
- * dword transpose, and the per-thread work buffer (defined in
- * quant_amx_avx512.c); quant_avx512.c's legacy kernels use both too. Does not: tile configuration (amx_cfg.h). */
+ * legacy formats) and quant_amx_kq_avx512.c (the K-quants): the 16 x 16
+ * dword transpose (quant_avx512.c's legacy kernels use it too) and the
+ * AMX level-kernel wrapper. The per-thread work buffer, quant_work, is in
+ * quant_impl.h (quant_work.c). Does not: tile configuration (amx_cfg.h). */
 #ifndef STRATA_QUANT_AMX_H
 #define STRATA_QUANT_AMX_H
 
@@ -52,9 +53,5 @@ static inline __attribute__((always_inline, target("avx512f"))) void quant_tr16(
         else                                                                                                       \
             gemm(ty, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);                                                   \
     }
-
-/* A work buffer of at least n bytes, 64-byte aligned, kept per thread
- * across calls (freed when the thread ends); valid until the next call. */
-uint8_t *quant_work(size_t n);
 
 #endif

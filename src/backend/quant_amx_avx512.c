@@ -38,14 +38,11 @@
  * sums (2 x nb KiB) left L1, where tile stores cost ~4x.
  * Does not: K-quants (quant_amx_kq_avx512.c), MXFP4 (avx512 kernels), decode. */
 #include <immintrin.h>
-#include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "backend/amx_cfg.h"
 #include "backend/quant_amx.h"
 #include "backend/quant_impl.h"
-#include "base/mem.h"
 
 #define AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-int8")))
 #define INL static inline __attribute__((always_inline)) AMX
@@ -223,40 +220,6 @@ static AMX void amx_pair(const uint8_t *wp, int64_t nb, const uint8_t *xp, int32
     for (int m = 0; m < 16; m++) acc[m] = _mm512_add_ps(acc[m], accm[m]);
     amx_out(acc, nr, nt, y, ldy);
 }
-
-/* A per-thread work buffer kept across calls (freed when the thread
- * ends): a fresh ~0.5 MiB malloc per call came from new pages each time
- * (glibc trims the heap top on free), and clearing them was 3% of the
- * kernel's time. */
-typedef struct {
-    uint8_t *p;
-    size_t cap;
-} amx_buf;
-static pthread_key_t amx_buf_key;
-static pthread_once_t amx_buf_once = PTHREAD_ONCE_INIT;
-
-static void amx_buf_free(void *b) {
-    free(((amx_buf *)b)->p);
-    free(b);
-}
-static void amx_buf_init(void) { pthread_key_create(&amx_buf_key, amx_buf_free); }
-
-static uint8_t *amx_work(size_t n) {
-    pthread_once(&amx_buf_once, amx_buf_init);
-    amx_buf *b = pthread_getspecific(amx_buf_key);
-    if (!b) {
-        b = xcalloc(1, sizeof *b);
-        pthread_setspecific(amx_buf_key, b);
-    }
-    if (b->cap < n) {
-        free(b->p);
-        b->p = xaligned(n);
-        b->cap = n;
-    }
-    return b->p;
-}
-
-uint8_t *quant_work(size_t n) { return amx_work(n); }
 
 /* Decodes row tiles [i0, i0 + n) of the call (16 rows from r0 + 16 i each;
  * rows past r1: the last one again, results dropped) to wb + i * wtb. */

@@ -1,24 +1,27 @@
 /* quant_avx2.c - AVX2 + FMA (+F16C) gemm kernels.
  *
- * Same shape as quant_avx512.c: register tiles of R weight rows x T tokens
- * (AVX2 has 16 vector registers: legacy 1 x 4, K-quants 1 x 8 in prefill
- * and 4 x 1 in decode, floats 4 x 2). Batch invariance as there: every
- * (row, token) pair owns its accumulators and sees the same instructions
- * in every tile shape; row tails repeat the last row, token tails use
- * narrower tiles. In prefill (n_tok >= LG_PREP_MIN) the legacy formats
- * decode each weight row once per row chunk (tile_prep, quant_tile.h)
- * instead of once per tile; decode reads the GGUF rows directly.
+ * Legacy formats (Q4_0..Q8_0): one float chain per (row, token) pair with
+ * 8 weight rows in a vector's lanes, quant_scalar.c's arithmetic (the
+ * same bits at every level; "legacy formats: one float chain per pair"
+ * below): rows prepared per call in groups of 8 for prefill, the GGUF
+ * rows with lanes = blocks and an 8 x 8 transpose of the sums for decode.
+ * The other families are register tiles of R weight rows x T tokens
+ * (AVX2 has 16 vector registers: K-quants 1 x 8 in prefill and 4 x 1 in
+ * decode, floats 4 x 2, MXFP4 1 x 4) driven by quant_tile.h. Batch
+ * invariance as in quant_avx512.c: every (row, token) pair owns its
+ * accumulators and sees the same instructions in every tile shape; row
+ * tails repeat the last row, token tails use narrower tiles.
  *
- * Legacy formats: one 32-element block per ymm; VPMADDUBSW (unsigned
- * weight x signed activation) then VPMADDWD into 8 int32 lanes. Q8_0 uses
- * the sign trick (|w| x sign(x, w)) because w + 128 would saturate the
- * int16 pair sums; Q4_0/Q5_0 fold their offset into a per-block minimum
- * (-8d, -16d) times the activation block sum, as Q4_1/Q5_1 do with m.
- * K-quants: scales applied in integers (VPMADDWD with the scale pattern),
- * then every level's float steps on the exact super-block sums (kq_sums):
- * the same bits as the scalar kernels. Does not: threads. */
+ * The half-group loads (lg_load: 8 blocks of a 16-block activation group
+ * in the lanes) serve the legacy decode, the legacy row preparation and
+ * MXFP4. K-quants: scales applied in integers (VPMADDWD with the scale
+ * pattern), then every level's float steps on the exact super-block sums
+ * (kq_sums): the same bits as the scalar kernels. MXFP4 keeps its own
+ * fixed steps (the same bits at every level too). Floats: 8 lanes and
+ * hsum8, this level's own bits ("+mm-avx2"). Does not: threads. */
 #include <immintrin.h>
 
+#include "backend/attn_simd.h"
 #include "backend/quant_tile.h"
 
 #define R 4 /* weight rows per tile of the K-quant and float kernels */
@@ -45,7 +48,7 @@ AI __m256 load_part(const float *p, int n) {
  * 8 chunks as signed bytes (the sign trick keeps VPMADDUBSW unsaturated). */
 typedef struct {
     __m256i q[8], qh; /* qh: Q5_0/Q5_1 fifth bits, one dword per lane */
-    __m256 d, m;      /* scale and minimum (Q4_0: -8d, Q5_0: -16d) */
+    __m256 d, m;      /* scale and minimum (Q4_0: -8d, Q5_0: -16d, Q8_0: -128d) */
 } lg_half;
 
 /* 4x4 dword transpose inside each 128-bit lane (see quant_avx512.c). */
@@ -58,7 +61,7 @@ AI void lg_transpose4(const __m256i *in, __m256i *out) {
     out[3] = _mm256_unpackhi_epi64(t1, t3);
 }
 
-/* Block of lane i of half h, and whether it is one of the n real ones. */
+/* Block of lane i of half h (real when below the group's n). */
 AI int lg_blk(int h, int i) { return qa8_lane(8 * h + i); }
 
 /* 2^(e-128) of the E8M0 byte e in each dword (quant_e8m0_half). */
@@ -67,6 +70,12 @@ AI __m256 mx_e8m0(__m256i e) {
     __m256i den = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
     __m256i nrm = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
     return _mm256_castsi256_ps(_mm256_blendv_epi8(den, nrm, big));
+}
+
+/* Q4_1, Q5_1 store their minimum; the others' is a multiple of d. */
+AI int lg_has_min(int ty) { return ty == L41 || ty == L51; }
+AI __m256 lg_m_of_d(int ty, __m256 d) {
+    return _mm256_mul_ps(d, _mm256_set1_ps(ty == L40 ? -8.0f : ty == L50 ? -16.0f : -128.0f));
 }
 
 AI void lg_load_head(int ty, const uint8_t *g, int h, int n, lg_half *o) {
@@ -94,10 +103,7 @@ AI void lg_load_head(int ty, const uint8_t *g, int h, int n, lg_half *o) {
         return;
     }
     o->d = _mm256_cvtph_ps(dh);
-    if (ty == L41 || ty == L51)
-        o->m = _mm256_cvtph_ps(mh);
-    else
-        o->m = _mm256_mul_ps(o->d, _mm256_set1_ps(ty == L40 ? -8.0f : ty == L50 ? -16.0f : 0.0f));
+    o->m = lg_has_min(ty) ? _mm256_cvtph_ps(mh) : lg_m_of_d(ty, o->d);
 }
 
 AI void lg_load(int ty, const uint8_t *g, int h, int n, lg_half *o) {
@@ -147,8 +153,12 @@ AI __m256i lg_chunk(int ty, const lg_half *g, int v) {
     return c;
 }
 
-/* Exact integer block sums of one half against token row x. Nibble
- * products sum 4 at a time in int16 (4 * 2 * 31 * 127 < 2^15). */
+/* How many chunks of VPMADDUBSW pairs an int16 sum may take: Q4's
+ * u <= 15, 8 * 2 * 15 * 127 < 2^15; Q5's u <= 31, 4 * 2 * 31 * 127. */
+AI int lg_flush(int ty) { return ty == L50 || ty == L51 ? 4 : 8; }
+
+/* Exact integer block sums of one half against token row x (Q8_0: of q,
+ * by the sign trick; nibble formats: of u, lg_flush chunks in int16). */
 AI __m256i lg_dot(int ty, const lg_half *g, const int8_t *xq) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i sum = _mm256_setzero_si256();
@@ -162,10 +172,10 @@ AI __m256i lg_dot(int ty, const lg_half *g, const int8_t *xq) {
         return sum;
     }
     UNROLL
-    for (int v0 = 0; v0 < 8; v0 += 4) {
+    for (int v0 = 0; v0 < 8; v0 += lg_flush(ty)) {
         __m256i p = _mm256_setzero_si256();
         UNROLL
-        for (int v = v0; v < v0 + 4; v++)
+        for (int v = v0; v < v0 + lg_flush(ty); v++)
             p = _mm256_add_epi16(p, _mm256_maddubs_epi16(lg_chunk(ty, g, v),
                                                          _mm256_loadu_si256((const void *)(xq + 64 * v))));
         sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, ones));
@@ -173,225 +183,264 @@ AI __m256i lg_dot(int ty, const lg_half *g, const int8_t *xq) {
     return sum;
 }
 
-/* One GGUF weight row x T tokens (decode: the row is read once, so
- * preparing it would only add stores). Per (row, token) pair and half
- * group, whatever T: acc = fma(cvt(sum), d*dx, acc), then acc = fma(m, s,
- * acc); short groups in two passes of 2 used lanes each. */
-AI void lg_raw_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
-                int64_t k, float *out, const int T) {
-    const int64_t nb = k / QK;
-    const int by = lg_bytes(ty);
-    __m256 acc[4];
+/* ---- legacy formats: one float chain per (row, token) pair ------------
+ * The arithmetic is quant_scalar.c's dot_legacy, every level's bits: per
+ * block in order acc = fma(isum, dw * dx, acc), per block in order accm =
+ * fma(m, s, accm), then out = acc + accm. Here a vector's 8 lanes are 8
+ * weight rows, so the float steps are one convert, multiply and FMA per
+ * 8 pairs and block, and no pair needs a horizontal sum.
+ *
+ * isum is the exact sum of the unsigned weight quants u times the
+ * activation quants. Nibble formats sum VPMADDUBSW pairs in int16
+ * (lg_flush chunks at a time), then VPMADDWD. Q8_0's u = q + 128 would
+ * saturate VPMADDUBSW's pairs, so its kernels sum q * x by the sign trick
+ * (|q| x sign(x, q), one chunk a VPMADDWD) and add 128 times the
+ * activation block's integer sum (lg_xsum128): the same integer.
+ *
+ * Prefill (n_tok >= LG_PREP_MIN): each call prepares its rows in groups
+ * of 8 (lg_prep_group), per block 8 chunk vectors (chunk c, lane r:
+ * elements 4c..4c+3 of row r; u, Q8_0: q), then the rows' dw, then their
+ * m: LG_BLK bytes. A tile of 2 groups x 3 tokens broadcasts a token's 4
+ * bytes of a chunk to a VPMADDUBSW per group (lg_tile). Decode reads the
+ * GGUF rows as the half-group loads give them (lanes = blocks), sums each
+ * (row, token, block) exactly, then an 8 x 8 transpose per token and half
+ * turns the sums to lanes = rows before the same float steps (lg_dec).
+ * Rows past r1 repeat the last row; their results are not stored. The
+ * drivers are quant_lg_drive.h's (avx512's too). */
+#define LG_PREP_MIN 8
+#define LG_CHUNK (256 << 10) /* prepared bytes per row chunk: it stays in L2 */
+#define LG_G 8 /* rows per group */
+enum { LG_BLK = 8 * 32 + 2 * 32, LG_MAXG = 128 /* groups per chunk, at most (short rows) */ };
+
+/* In place: v[c] dword r = v[r] dword c (attn_simd.h's transpose). */
+AI void lg_tr8(__m256i *v) {
+    __m256 f[8];
     UNROLL
-    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    for (int i = 0; i < 8; i++) f[i] = _mm256_castsi256_ps(v[i]);
+    attn_transpose8(f);
+    UNROLL
+    for (int i = 0; i < 8; i++) v[i] = _mm256_castps_si256(f[i]);
+}
+
+/* The integer sums of the activation blocks of half h of the group at qs
+ * (lane i: block qa8_lane(8h + i)), times 128 (Q8_0's offset): 8 chunks
+ * of VPMADDUBSW with ones summed in int16 (8 * 2 * 127 < 2^15). */
+AI __m256i lg_xsum128(const int8_t *qs, int h) {
+    __m256i p = _mm256_setzero_si256();
+    UNROLL
+    for (int v = 0; v < 8; v++)
+        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(_mm256_set1_epi8(1),
+                                                     _mm256_loadu_si256((const void *)(qs + 32 * h + 64 * v))));
+    return _mm256_slli_epi32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)), 7);
+}
+
+/* Whether half h of a group of n blocks holds one (lanes 8h..8h+7 are
+ * blocks qa8_lane(8h + i): half 1 starts at block 2). */
+AI int lg_half_used(int h, int n) { return h == 0 || n > 2; }
+
+/* The 8 GGUF rows rw[] prepared into nb * LG_BLK bytes at dst. */
+AI void lg_prep_group(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst) {
     for (int64_t b0 = 0; b0 < nb; b0 += QA8_GROUP) {
-        int n = nb - b0 < QA8_GROUP ? (int)(nb - b0) : QA8_GROUP;
-        for (int h = 0; h < 2; h++) {
-            lg_half g;
-            lg_load(ty, w[0] + b0 * by, h, n, &g);
-            UNROLL
-            for (int t = 0; t < T; t++) {
-                __m256i sum = lg_dot(ty, &g, qa8_qs(x[t], nb) + b0 * QK + 32 * h);
-                __m256 dx = _mm256_loadu_ps(qa8_d(x[t]) + b0 + 8 * h);
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(g.d, dx), acc[t]);
-                if (ty != L80)
-                    acc[t] = _mm256_fmadd_ps(g.m, _mm256_loadu_ps(qa8_s(x[t], nb) + b0 + 8 * h), acc[t]);
+        const int n = nb - b0 < QA8_GROUP ? (int)(nb - b0) : QA8_GROUP;
+        for (int h = 0; h < 2 && lg_half_used(h, n); h++) {
+            __m256i t[10][8];
+            for (int i = 0; i < 8; i++) {
+                lg_half g;
+                lg_load(ty, rw[i] + b0 * lg_bytes(ty), h, n, &g);
+                UNROLL
+                for (int v = 0; v < 8; v++) t[v][i] = lg_chunk(ty, &g, v);
+                t[8][i] = _mm256_castps_si256(g.d);
+                t[9][i] = _mm256_castps_si256(g.m);
+            }
+            for (int v = 0; v < 10; v++) {
+                lg_tr8(t[v]); /* t[v][i]: lane r = row r's block b0 + qa8_lane(8h + i) */
+                for (int i = 0; i < 8; i++)
+                    if (lg_blk(h, i) < n)
+                        _mm256_store_si256((__m256i *)(void *)(dst + (b0 + lg_blk(h, i)) * LG_BLK + 32 * v), t[v][i]);
             }
         }
     }
-    UNROLL
-    for (int t = 0; t < T; t++) out[t] = hsum8(acc[t]);
 }
 
-
-/* ---- prepared legacy rows ---------------------------------------------
- * tile_drive_prep (quant_tile.h) decodes each weight row once per row
- * chunk into the layout below, so the tiles do no unpacking per token:
- *   a group with n > 4 blocks (LG_FULL bytes): for h = 0, 1: the 8 chunk
- *     vectors of half h as lg_chunk gives them (Q8_0: the signed bytes),
- *     then d, then m (8 floats each);
- *   the last, short group, n <= 4 (LG_SHORT bytes): 4 vectors Wj holding
- *     chunks 2j and 2j + 1 of the blocks 0-3, dwords (per 128-bit half L)
- *     [blk L ch 2j, blk 2+L ch 2j, blk L ch 2j+1, blk 2+L ch 2j+1], then
- *     d and m of half 0, d and m of half 1.
- * Blocks 0-3 sit in lanes 0, 4, 8, 12 of a group (qa8_lane), so a short
- * group used 2 of 8 lanes per half; packed, its integer sums take one
- * pass of 4 vectors instead of 16, against activations packed the same
- * way per token (lg_prep_x). The sums are exact integers and the float
- * steps per half are unchanged, so the bits are those of the unpacked
- * layout. */
-
-/* Pack dword 0 of each 128-bit half of a, b, c, d into one vector. */
-AI __m256i lg_pack4(__m256i a, __m256i b, __m256i c, __m256i d) {
-    return _mm256_unpacklo_epi64(_mm256_unpacklo_epi32(a, b), _mm256_unpacklo_epi32(c, d));
+/* What the prefill tiles take per token besides its row: Q8_0's blocks'
+ * integer sums times 128, as int32 at their slots (quant_lg_drive.h). */
+AI size_t lg_x_bytes(int ty, int64_t nb) { return ty == L80 ? (size_t)qa8_nbp(nb) * 4 : 0; }
+AI void lg_x_prep(int ty, const uint8_t *x, int64_t nb, uint8_t *dst) {
+    for (int64_t b0 = 0; b0 < nb; b0 += QA8_GROUP)
+        for (int h = 0; h < 2; h++)
+            _mm256_storeu_si256((__m256i *)(void *)(dst + 4 * (b0 + 8 * h)), lg_xsum128(qa8_qs(x, nb) + b0 * QK, h));
 }
 
-AI void lg_prep_w(int ty, const uint8_t *w, int64_t k, uint8_t *dst) {
-    const int64_t nb = k / QK;
-    const int by = lg_bytes(ty);
-    for (int64_t b0 = 0; b0 < nb; b0 += QA8_GROUP) {
-        int n = nb - b0 < QA8_GROUP ? (int)(nb - b0) : QA8_GROUP;
-        lg_half g[2];
-        __m256i c[2][8];
-        for (int h = 0; h < 2; h++) {
-            lg_load(ty, w + b0 * by, h, n, &g[h]);
-            for (int v = 0; v < 8; v++) c[h][v] = lg_chunk(ty, &g[h], v);
-        }
-        __m256i *q = (__m256i *)(void *)dst;
-        if (n <= 4) {
-            for (int j = 0; j < 4; j++)
-                _mm256_store_si256(q + j, lg_pack4(c[0][2 * j], c[1][2 * j], c[0][2 * j + 1], c[1][2 * j + 1]));
-            float *f = (float *)(void *)(dst + 128);
-            for (int h = 0; h < 2; h++) {
-                _mm256_store_ps(f + 16 * h, g[h].d);
-                _mm256_store_ps(f + 16 * h + 8, g[h].m);
-            }
-            dst += LG_SHORT;
-            continue;
-        }
-        for (int h = 0; h < 2; h++) {
-            for (int v = 0; v < 8; v++) _mm256_store_si256(q + 10 * h + v, c[h][v]);
-            _mm256_store_ps((float *)(void *)(q + 10 * h + 8), g[h].d);
-            _mm256_store_ps((float *)(void *)(q + 10 * h + 9), g[h].m);
-        }
-        dst += LG_FULL;
-    }
-}
-
-/* A token row's short group packed like the weights' (4 vectors). */
-static size_t lg_prep_x_bytes(int64_t k) { return lg_short(k / QK) ? 128 : 0; }
-static void lg_prep_x(const uint8_t *x, int64_t k, uint8_t *dst) {
-    const int64_t nb = k / QK;
-    const int8_t *qs = qa8_qs(x, nb) + (nb / QA8_GROUP) * QA8_GROUP * QK;
-    for (int j = 0; j < 4; j++) {
-        const int8_t *e = qs + 128 * j, *o = e + 64;
-        _mm256_store_si256((__m256i *)(void *)dst + j,
-                           lg_pack4(_mm256_loadu_si256((const void *)e), _mm256_loadu_si256((const void *)(e + 32)),
-                                    _mm256_loadu_si256((const void *)o), _mm256_loadu_si256((const void *)(o + 32))));
-    }
-}
-
-/* acc = fma(cvt(sum), d*dx, acc), then acc = fma(m, s, acc) (not Q8_0):
- * the float step of one half group, the same in every path. */
-AI __m256 lg_fstep(int ty, __m256i sum, const float *dm, const uint8_t *x, int64_t nb,
-                   int64_t lane0, __m256 acc) {
-    __m256 dx = _mm256_loadu_ps(qa8_d(x) + lane0);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(_mm256_load_ps(dm), dx), acc);
-    if (ty != L80) acc = _mm256_fmadd_ps(_mm256_load_ps(dm + 8), _mm256_loadu_ps(qa8_s(x, nb) + lane0), acc);
-    return acc;
-}
-
-/* One prepared half group (8 chunk vectors at q) x T tokens. Nibble
- * products sum 4 chunks at a time in int16 (4 * 2 * 31 * 127 < 2^15);
- * Q8_0 uses the sign trick (|w| x sign(x, w)), one chunk at a time. */
-AI void lg_half_tile(int ty, const __m256i *q, const uint8_t *const *x, int64_t nb,
-                     int64_t b0, int h, __m256 *acc, const int T) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i sum[4], p[4];
+/* Stores acc + accm of RV groups x T tokens: group r's rows at y[t * ldy
+ * + row[r]], the first nr[r] of them. */
+AI void lg_store(const __m256 (*acc)[4], const __m256 (*accm)[4], float *y, int64_t ldy, const int *row,
+                 const int *nr, const int RV, const int T) {
     UNROLL
-    for (int t = 0; t < T; t++) sum[t] = _mm256_setzero_si256();
-    UNROLL
-    for (int v0 = 0; v0 < 8; v0 += 4) {
-        UNROLL
-        for (int t = 0; t < T; t++) p[t] = _mm256_setzero_si256();
-        UNROLL
-        for (int v = v0; v < v0 + 4; v++) {
-            __m256i wv = _mm256_load_si256(q + v), aw = _mm256_sign_epi8(wv, wv);
-            UNROLL
-            for (int t = 0; t < T; t++) {
-                __m256i xv = _mm256_loadu_si256((const void *)(qa8_qs(x[t], nb) + b0 * QK + 32 * h + 64 * v));
-                if (ty == L80)
-                    sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(
-                        _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wv)), ones));
-                else
-                    p[t] = _mm256_add_epi16(p[t], _mm256_maddubs_epi16(wv, xv));
-            }
-        }
-        if (ty != L80)
-            UNROLL
-            for (int t = 0; t < T; t++) sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(p[t], ones));
-    }
-    UNROLL
-    for (int t = 0; t < T; t++)
-        acc[t] = lg_fstep(ty, sum[t], (const float *)(const void *)(q + 8), x[t], nb, b0 + 8 * h, acc[t]);
-}
-
-/* The prepared short group x T tokens (xs[t]: token t's packed group).
- * After one pass, dword 0 (1) of each 128-bit half holds block L's
- * (2 + L's) sums over the even chunks, dword 2 (3) over the odd ones. */
-AI void lg_short_tile(int ty, const __m256i *q, const uint8_t *const *x,
-                      const uint8_t *const *xs, int64_t nb, int64_t b0, __m256 *acc, const int T) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i s[4];
-    UNROLL
-    for (int t = 0; t < T; t++) s[t] = _mm256_setzero_si256();
-    UNROLL
-    for (int j = 0; j < 4; j++) {
-        __m256i wv = _mm256_load_si256(q + j), aw = _mm256_sign_epi8(wv, wv);
+    for (int r = 0; r < RV; r++) {
+        const __m256i km = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr[r]), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         UNROLL
         for (int t = 0; t < T; t++) {
-            __m256i xv = _mm256_load_si256((const __m256i *)(const void *)xs[t] + j);
-            if (ty == L80)
-                s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wv)), ones));
-            else
-                s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(wv, xv));
+            __m256 v = _mm256_add_ps(acc[r][t], accm[r][t]);
+            if (nr[r] == 8) _mm256_storeu_ps(y + t * ldy + row[r], v);
+            else _mm256_maskstore_ps(y + t * ldy + row[r], km, v);
         }
-    }
-    const float *f = (const float *)(const void *)(q + 4);
-    UNROLL
-    for (int t = 0; t < T; t++) {
-        __m256i u = ty == L80 ? s[t] : _mm256_madd_epi16(s[t], ones);
-        u = _mm256_add_epi32(u, _mm256_shuffle_epi32(u, _MM_SHUFFLE(1, 0, 3, 2)));
-        /* u: blocks L (half 0's lane 4L) and 2 + L (half 1's) in dwords 0, 1 */
-        acc[t] = lg_fstep(ty, u, f, x[t], nb, b0, acc[t]);
-        acc[t] = lg_fstep(ty, _mm256_shuffle_epi32(u, _MM_SHUFFLE(2, 3, 0, 1)), f + 16, x[t], nb, b0 + 8, acc[t]);
     }
 }
 
-/* One prepared weight row x T tokens (x[T + t]: token t's packed short
- * group). Lanes of the sums that hold no block meet d = 0, so they add
- * exact zeros. */
-AI void lg_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
-                int64_t k, float *out, const int T) {
-    const int64_t nb = k / QK;
-    const __m256i *q = (const __m256i *)(const void *)w[0];
-    __m256 acc[4];
+/* v, kept in a register as it is: without this GCC reassociates a tile's
+ * int16 sums (exact, so it may) into a tree over all 8 chunks' products,
+ * which it then spills (seen: 48 VPMADDUBSW results stored and reloaded
+ * per block of a 2 x 3 tile: 130 G int8 ops/s instead of 206), and
+ * reloads a weight chunk for each token. */
+AI __m256i ymm_in_reg(__m256i v) {
+    __asm__("" : "+x"(v));
+    return v;
+}
+
+/* The 4 activation bytes at p, in every lane. */
+AI __m256i lg_bcast4(const int8_t *p) { return _mm256_set1_epi32((int)quant_rd32((const uint8_t *)p)); }
+
+/* Prefill tile: RV prepared groups (P[r]) x T tokens (x[t]; Q8_0: xa[t],
+ * their blocks' sums times 128, lg_x_prep). */
+AI void lg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, const uint8_t *const *xa, int64_t nb,
+                float *y, int64_t ldy, const int *row, const int *nr, const int RV, const int T) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[2][4], accm[2][4];
     UNROLL
-    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    for (int r = 0; r < RV; r++)
+        UNROLL
+        for (int t = 0; t < T; t++) acc[r][t] = accm[r][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t xo = qa8_qoff(b, 0), sl = qa8_slot(b);
+        __m256i is[2][4], p[2][4];
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            __m256i i0 = ty == L80 ? _mm256_set1_epi32((int)quant_rd32(xa[t] + 4 * sl)) : _mm256_setzero_si256();
+            UNROLL
+            for (int r = 0; r < RV; r++) is[r][t] = i0, p[r][t] = _mm256_setzero_si256();
+        }
+        UNROLL
+        for (int c = 0; c < 8; c++) {
+            __m256i wv[2], aw[2];
+            UNROLL
+            for (int r = 0; r < RV; r++) {
+                wv[r] = ymm_in_reg(_mm256_load_si256((const __m256i *)(const void *)(P[r] + b * LG_BLK + 32 * c)));
+                if (ty == L80) aw[r] = _mm256_sign_epi8(wv[r], wv[r]);
+            }
+            UNROLL
+            for (int t = 0; t < T; t++) {
+                __m256i xb = lg_bcast4(qa8_qs(x[t], nb) + xo + 64 * c);
+                UNROLL
+                for (int r = 0; r < RV; r++) {
+                    if (ty == L80)
+                        is[r][t] = ymm_in_reg(_mm256_add_epi32(is[r][t], _mm256_madd_epi16(
+                            _mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(xb, wv[r])), ones)));
+                    else
+                        p[r][t] = ymm_in_reg(_mm256_add_epi16(p[r][t], _mm256_maddubs_epi16(wv[r], xb)));
+                }
+            }
+            if (ty != L80 && c % lg_flush(ty) == lg_flush(ty) - 1)
+                UNROLL
+                for (int r = 0; r < RV; r++)
+                    UNROLL
+                    for (int t = 0; t < T; t++) {
+                        is[r][t] = _mm256_add_epi32(is[r][t], _mm256_madd_epi16(p[r][t], ones));
+                        p[r][t] = _mm256_setzero_si256();
+                    }
+        }
+        UNROLL
+        for (int r = 0; r < RV; r++) {
+            __m256 d = _mm256_load_ps((const float *)(const void *)(P[r] + b * LG_BLK + 256));
+            UNROLL
+            for (int t = 0; t < T; t++)
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r][t]),
+                                            _mm256_mul_ps(d, _mm256_set1_ps(qa8_d(x[t])[sl])), acc[r][t]);
+        }
+    }
+    for (int64_t b = 0; b < nb; b++) { /* the min term's chains */
+        const int64_t sl = qa8_slot(b);
+        UNROLL
+        for (int r = 0; r < RV; r++) {
+            __m256 m = _mm256_load_ps((const float *)(const void *)(P[r] + b * LG_BLK + 288));
+            UNROLL
+            for (int t = 0; t < T; t++)
+                accm[r][t] = _mm256_fmadd_ps(m, _mm256_set1_ps(qa8_s(x[t], nb)[sl]), accm[r][t]);
+        }
+    }
+    lg_store((const __m256(*)[4])acc, (const __m256(*)[4])accm, y, ldy, row, nr, RV, T);
+}
+
+/* Decode tile: 8 GGUF rows (rw) x T tokens. Per half group the exact
+ * block sums of every (row, token) pair, lanes = blocks, go through an
+ * 8 x 8 transpose (as do the rows' d and m) so that the float chains run
+ * with lanes = rows, block after block as lg_tile runs them. */
+AI void lg_dec(int ty, const uint8_t *const *rw, const uint8_t *const *x, int64_t nb, float *y, int64_t ldy,
+               int row, int nr, const int T) {
+    __m256 acc[1][4], accm[1][4];
+    UNROLL
+    for (int t = 0; t < T; t++) acc[0][t] = accm[0][t] = _mm256_setzero_ps();
     for (int64_t b0 = 0; b0 < nb; b0 += QA8_GROUP) {
-        if (nb - b0 <= 4) {
-            lg_short_tile(ty, q, x, x + T, nb, b0, acc, T);
-            break;
+        const int n = nb - b0 < QA8_GROUP ? (int)(nb - b0) : QA8_GROUP;
+        __m256i s[4][2][8], dm[2][2][8];
+        for (int h = 0; h < 2 && lg_half_used(h, n); h++) {
+            __m256i x128[4];
+            UNROLL
+            for (int t = 0; t < T; t++) x128[t] = ty == L80 ? lg_xsum128(qa8_qs(x[t], nb) + b0 * QK, h)
+                                                            : _mm256_setzero_si256();
+            for (int i = 0; i < 8; i++) {
+                lg_half g;
+                lg_load(ty, rw[i] + b0 * lg_bytes(ty), h, n, &g);
+                UNROLL
+                for (int t = 0; t < T; t++)
+                    s[t][h][i] = _mm256_add_epi32(lg_dot(ty, &g, qa8_qs(x[t], nb) + b0 * QK + 32 * h), x128[t]);
+                dm[0][h][i] = _mm256_castps_si256(g.d);
+                if (lg_has_min(ty)) dm[1][h][i] = _mm256_castps_si256(g.m);
+            }
+            UNROLL
+            for (int t = 0; t < T; t++) lg_tr8(s[t][h]);
+            lg_tr8(dm[0][h]);
+            if (lg_has_min(ty)) lg_tr8(dm[1][h]); /* else m is made from d below: the same bits */
         }
-        lg_half_tile(ty, q, x, nb, b0, 0, acc, T);
-        lg_half_tile(ty, q + 10, x, nb, b0, 1, acc, T);
-        q += 20;
+        for (int j = 0; j < n; j++) { /* block b0 + j, in order */
+            const int p = qa8_lane(j), h = p / 8, i = p % 8;
+            const int64_t sl = b0 + p; /* qa8_slot(b0 + j) */
+            __m256 d = _mm256_castsi256_ps(dm[0][h][i]);
+            __m256 m = lg_has_min(ty) ? _mm256_castsi256_ps(dm[1][h][i]) : lg_m_of_d(ty, d);
+            UNROLL
+            for (int t = 0; t < T; t++) {
+                acc[0][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t][h][i]),
+                                            _mm256_mul_ps(d, _mm256_set1_ps(qa8_d(x[t])[sl])), acc[0][t]);
+                accm[0][t] = _mm256_fmadd_ps(m, _mm256_set1_ps(qa8_s(x[t], nb)[sl]), accm[0][t]);
+            }
+        }
     }
-    UNROLL
-    for (int t = 0; t < T; t++) out[t] = hsum8(acc[t]);
+    lg_store((const __m256(*)[4])acc, (const __m256(*)[4])accm, y, ldy, &row, &nr, 1, T);
 }
 
-/* Tile sets: 1 row x {4, 2, 1} tokens, on GGUF rows below LG_PREP_MIN
- * tokens, else on prepared rows. */
-#define LG_PREP_MIN 8
-#define LG_KERNEL(name, ty)                                                   \
-    static size_t name##_wb(int64_t k) { return lg_prep_bytes(k); }           \
-    static void name##_wp(const uint8_t *w, int64_t k, uint8_t *d) { lg_prep_w(ty, w, k, d); } \
-    TILE_WRAP(name, lg_tile, ty)                                              \
-    TILE_T(name, 1) TILE_T(name, 2) TILE_T(name, 4)                           \
-    static const tile_prep name##_prep = {                                    \
-        LG_PREP_MIN, {{1, 4, name##_4}, {1, 2, name##_2}, {1, 1, name##_1}},  \
-        name##_wb, name##_wp, lg_prep_x_bytes, lg_prep_x};                    \
-    TILE_WRAP(name##_raw, lg_raw_tile, ty)                                    \
-    TILE_T(name##_raw, 1) TILE_T(name##_raw, 2) TILE_T(name##_raw, 4)         \
-    static const tile_set name##_set = {                                      \
-        .s = {{1, 4, name##_raw_4}, {1, 2, name##_raw_2}, {1, 1, name##_raw_1}}, \
-        .prep = &name##_prep};
-LG_KERNEL(lg_q4_0, L40)
-LG_KERNEL(lg_q4_1, L41)
-LG_KERNEL(lg_q5_0, L50)
-LG_KERNEL(lg_q5_1, L51)
-LG_KERNEL(lg_q8_0, L80)
+/* Prefill tiles: 2 groups x 3 tokens (token tails 2, 1; an odd last
+ * group alone): 6 pairs of an acc and an int16 sum (Q5: and an int32 sum;
+ * Q8_0: an int32 sum) in registers, 2 weight chunks and 1 broadcast per
+ * 6 VPMADDUBSW. Measured (1024 x 640, 512 tokens, G int8 ops/s): Q5_0
+ * 2 x 3 194, 2 x 2 173; Q8_0 2 x 3 123, 2 x 2 116. */
+#define LG_T 3
+
+/* One token tile of T over a chunk's ng prepared groups
+ * (quant_lg_drive.h). */
+AI void lg_tokens(int ty, const uint8_t *pw, size_t gb, int ng, const uint8_t *const *xp,
+                  const uint8_t *const *xa, int64_t nb, float *yt, int64_t ldy, const int *grow, const int *gnr,
+                  const int T) {
+    int i = 0;
+    for (; i + 2 <= ng; i += 2) {
+        const uint8_t *P[2] = {pw + (size_t)i * gb, pw + (size_t)(i + 1) * gb};
+        lg_tile(ty, P, xp, xa, nb, yt, ldy, grow + i, gnr + i, 2, T);
+    }
+    if (i < ng) {
+        const uint8_t *P[1] = {pw + (size_t)i * gb};
+        lg_tile(ty, P, xp, xa, nb, yt, ldy, grow + i, gnr + i, 1, T);
+    }
+}
+
+#include "backend/quant_lg_drive.h"
 
 /* ---- MXFP4 (Q8_0 activations) -------------------------------------------
  * Half groups load as the legacy ones (LMX: nibbles as Q4_0, d from the
@@ -649,5 +698,4 @@ TILESET_21(fl_bf16, R)
 
 /* ---- dispatch ------------------------------------------------------------ */
 
-TILE_GEMMS_LEGACY
 TILE_KERNELS(quant_avx2_kernel)

@@ -268,7 +268,8 @@ AI float lg_hsum(__m512 a) {
  * them (lanes = blocks), sum each (row, token, block) exactly, then one
  * 16 x 16 transpose per token turns the sums to lanes = rows before the
  * same float steps (lg_dec). Rows past r1 repeat the last row; their
- * results are not stored. */
+ * results are not stored. The drivers are quant_lg_drive.h's (avx2's
+ * too). */
 #define LG_PREP_MIN 8
 #define LG_CHUNK (256 << 10) /* prepared bytes per row chunk: it stays in L2 */
 enum { LG_BLK = 8 * 64 + 2 * 64, LG_MAXG = 64 /* groups per chunk, at most (short rows) */ };
@@ -309,21 +310,23 @@ AI __m512i lg_bcast4(const int8_t *p) {
 }
 
 /* Stores acc + accm of RV groups x T tokens: group r's 16 rows at
- * y[t * ldy + row[r]], lanes outside km[r] left alone. */
+ * y[t * ldy + row[r]], the first nr[r] of them. */
 AI void lg_store(const __m512 (*acc)[6], const __m512 (*accm)[6], float *y, int64_t ldy, const int *row,
-                 const __mmask16 *km, const int RV, const int T) {
+                 const int *nr, const int RV, const int T) {
     UNROLL
-    for (int r = 0; r < RV; r++)
+    for (int r = 0; r < RV; r++) {
+        const __mmask16 km = (__mmask16)(nr[r] >= 16 ? 0xffff : (1u << nr[r]) - 1);
         UNROLL
         for (int t = 0; t < T; t++)
-            _mm512_mask_storeu_ps(y + t * ldy + row[r], km[r], _mm512_add_ps(acc[r][t], accm[r][t]));
+            _mm512_mask_storeu_ps(y + t * ldy + row[r], km, _mm512_add_ps(acc[r][t], accm[r][t]));
+    }
 }
 
 /* Prefill tile: RV prepared groups (P[r]) x T tokens (x[t]). Fewer than
  * 6 pairs split each sum into two chains (exact integers) to hide
  * VPDPBUSD's latency. */
 AI void lg_tile(const uint8_t *const *P, const uint8_t *const *x, int64_t nb, float *y, int64_t ldy,
-                const int *row, const __mmask16 *km, const int RV, const int T) {
+                const int *row, const int *nr, const int RV, const int T) {
     const int NS = RV * T < 6 ? 2 : 1;
     __m512 acc[4][6], accm[4][6];
     UNROLL
@@ -371,7 +374,7 @@ AI void lg_tile(const uint8_t *const *P, const uint8_t *const *x, int64_t nb, fl
                 accm[r][t] = _mm512_fmadd_ps(m, _mm512_set1_ps(qa8_s(x[t], nb)[sl]), accm[r][t]);
         }
     }
-    lg_store((const __m512(*)[6])acc, (const __m512(*)[6])accm, y, ldy, row, km, RV, T);
+    lg_store((const __m512(*)[6])acc, (const __m512(*)[6])accm, y, ldy, row, nr, RV, T);
 }
 
 /* Decode tile: 16 GGUF rows (rw) x T tokens. Per group the exact block
@@ -379,7 +382,7 @@ AI void lg_tile(const uint8_t *const *P, const uint8_t *const *x, int64_t nb, fl
  * transpose (as do the rows' d and m) so that the float chains run with
  * lanes = rows, block after block as lg_tile runs them. */
 AI void lg_dec(int ty, const uint8_t *const *rw, const uint8_t *const *x, int64_t nb, float *y, int64_t ldy,
-               int row, __mmask16 km, const int T) {
+               int row, int nr, const int T) {
     __m512 acc[1][6], accm[1][6];
     UNROLL
     for (int t = 0; t < T; t++) acc[0][t] = accm[0][t] = _mm512_setzero_ps();
@@ -422,98 +425,40 @@ AI void lg_dec(int ty, const uint8_t *const *rw, const uint8_t *const *x, int64_
             }
         }
     }
-    lg_store((const __m512(*)[6])acc, (const __m512(*)[6])accm, y, ldy, &row, &km, 1, T);
+    lg_store((const __m512(*)[6])acc, (const __m512(*)[6])accm, y, ldy, &row, &nr, 1, T);
 }
 
-/* Rows r .. r + 15 of [.., r1) (past r1: the last again) and the mask of
- * those below r1. */
-static __mmask16 lg_rows(const void *w, size_t wrb, int r, int r1, const uint8_t **rw) {
-    for (int i = 0; i < 16; i++) rw[i] = (const uint8_t *)w + (size_t)(r + i < r1 ? r + i : r1 - 1) * wrb;
-    return (__mmask16)(r1 - r >= 16 ? 0xffff : (1u << (r1 - r)) - 1);
-}
-
-#define LG_TILE_AT(RV, T) lg_tile(P, xp, nb, yt, ldy, row, km, RV, T)
+#define LG_TILE_AT(RV, T) lg_tile(P, xp, nb, yt, ldy, row, nr, RV, T)
 /* One token tile of T over the chunk's ng prepared groups: pairs of
  * groups, an odd last one alone. */
 #define LG_TOKENS(T)                                                                                                   \
     static void lg_tokens_##T(const uint8_t *pw, size_t gb, int ng, const uint8_t *const *xp, int64_t nb, float *yt, \
-                              int64_t ldy, const int *grow, const __mmask16 *gkm) {                                  \
+                              int64_t ldy, const int *grow, const int *gnr) {                                        \
         for (int i = 0; i < ng; i += 2) {                                                                            \
             const uint8_t *P[2] = {pw + (size_t)i * gb, pw + (size_t)(i + 1) * gb};                                  \
-            const int *row = grow + i;                                                                               \
-            const __mmask16 *km = gkm + i;                                                                           \
+            const int *row = grow + i, *nr = gnr + i;                                                                \
             if (i + 1 < ng) LG_TILE_AT(2, T);                                                                        \
             else LG_TILE_AT(1, T);                                                                                   \
         }                                                                                                            \
     }
 LG_TOKENS(6) LG_TOKENS(3) LG_TOKENS(2) LG_TOKENS(1)
 
-AI void lg_gemm_prep(int ty, const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok,
-                         float *y, int64_t ldy, int r0, int r1) {
-    const int64_t nb = k / QK;
-    const size_t gb = (size_t)nb * LG_BLK;
-    const int ng = (r1 - r0 + 15) / 16;
-    int cg = (int)(LG_CHUNK / gb) & ~1;
-    cg = cg < 2 ? 2 : cg > LG_MAXG ? LG_MAXG : cg;
-    cg = cg > ng ? ng : cg;
-    uint8_t *pw = quant_work((size_t)cg * gb);
-    int grow[LG_MAXG];
-    __mmask16 gkm[LG_MAXG];
-    for (int g0 = 0; g0 < ng; g0 += cg) {
-        const int gn = ng - g0 < cg ? ng - g0 : cg;
-        for (int i = 0; i < gn; i++) {
-            const uint8_t *rw[16];
-            grow[i] = r0 + 16 * (g0 + i);
-            gkm[i] = lg_rows(w, wrb, grow[i], r1, rw);
-            lg_prep_group(ty, rw, nb, pw + (size_t)i * gb);
-        }
-        for (int t0 = 0; t0 < n_tok;) {
-            const int left = n_tok - t0, T = left >= 6 ? 6 : left >= 3 ? 3 : left;
-            const uint8_t *xp[6];
-            for (int t = 0; t < T; t++) xp[t] = (const uint8_t *)xq + (size_t)(t0 + t) * xrb;
-            float *yt = y + (size_t)t0 * ldy;
-            if (T == 6) lg_tokens_6(pw, gb, gn, xp, nb, yt, ldy, grow, gkm);
-            else if (T == 3) lg_tokens_3(pw, gb, gn, xp, nb, yt, ldy, grow, gkm);
-            else if (T == 2) lg_tokens_2(pw, gb, gn, xp, nb, yt, ldy, grow, gkm);
-            else lg_tokens_1(pw, gb, gn, xp, nb, yt, ldy, grow, gkm);
-            t0 += T;
-        }
-    }
+/* quant_lg_drive.h's hooks: the tiles take nothing per token but its row
+ * (and not the type: the prepared rows are u, whatever the format). */
+#define LG_G 16
+#define LG_T 6
+AI size_t lg_x_bytes(int ty, int64_t nb) { return 0; }
+AI void lg_x_prep(int ty, const uint8_t *x, int64_t nb, uint8_t *dst) {}
+AI void lg_tokens(int ty, const uint8_t *pw, size_t gb, int ng, const uint8_t *const *xp,
+                  const uint8_t *const *xa, int64_t nb, float *yt, int64_t ldy, const int *grow, const int *gnr,
+                  const int T) {
+    if (T == 6) lg_tokens_6(pw, gb, ng, xp, nb, yt, ldy, grow, gnr);
+    else if (T == 3) lg_tokens_3(pw, gb, ng, xp, nb, yt, ldy, grow, gnr);
+    else if (T == 2) lg_tokens_2(pw, gb, ng, xp, nb, yt, ldy, grow, gnr);
+    else lg_tokens_1(pw, gb, ng, xp, nb, yt, ldy, grow, gnr);
 }
 
-AI void lg_gemm_dec(int ty, const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok,
-                        float *y, int64_t ldy, int r0, int r1) {
-    const int64_t nb = k / QK;
-    tile_prefetch(w, r0 * wrb, r0 * wrb + TILE_PF_BYTES);
-    for (int r = r0; r < r1; r += 16) {
-        const uint8_t *rw[16];
-        const __mmask16 km = lg_rows(w, wrb, r, r1, rw);
-        tile_prefetch(w, (size_t)r * wrb + TILE_PF_BYTES, (size_t)(r + 16) * wrb + TILE_PF_BYTES);
-        for (int t0 = 0; t0 < n_tok;) {
-            const int left = n_tok - t0, T = left >= 4 ? 4 : left;
-            const uint8_t *xp[4];
-            for (int t = 0; t < T; t++) xp[t] = (const uint8_t *)xq + (size_t)(t0 + t) * xrb;
-            float *yt = y + (size_t)t0 * ldy;
-            if (T == 4) lg_dec(ty, rw, xp, nb, yt, ldy, r, km, 4);
-            else if (T == 3) lg_dec(ty, rw, xp, nb, yt, ldy, r, km, 3);
-            else if (T == 2) lg_dec(ty, rw, xp, nb, yt, ldy, r, km, 2);
-            else lg_dec(ty, rw, xp, nb, yt, ldy, r, km, 1);
-            t0 += T;
-        }
-    }
-}
-
-#define LG_GEMM(name, ty)                                                                                   \
-    static void gemm_##name(const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok,   \
-                            float *y, int64_t ldy, int r0, int r1) {                                       \
-        if (n_tok >= LG_PREP_MIN) lg_gemm_prep(ty, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);             \
-        else lg_gemm_dec(ty, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);                                   \
-    }
-LG_GEMM(lg_q4_0, L40)
-LG_GEMM(lg_q4_1, L41)
-LG_GEMM(lg_q5_0, L50)
-LG_GEMM(lg_q5_1, L51)
-LG_GEMM(lg_q8_0, L80)
+#include "backend/quant_lg_drive.h"
 
 /* ---- MXFP4 (Q8_0 activations) -------------------------------------------
  * The group loads are the legacy ones (LMX: nibbles as Q4_0, d from the

@@ -154,6 +154,11 @@ quant_gemm_fn quant_amx_kq_kernel(qtype t);
  * groups' scales), dd[0] d and dd[1] dmin (Q6_K: 0). */
 void quant_avx512_kq_unpack(qtype t, const uint8_t *blk, uint8_t *q, int16_t *sc, float *dd);
 
+/* A work buffer of at least n bytes, 64-byte aligned, kept per thread
+ * across calls (freed when the thread ends); valid until the next call
+ * (quant_work.c). */
+uint8_t *quant_work(size_t n);
+
 /* The kernel quant_gemm would use for t at `level` (with fallback). */
 quant_gemm_fn quant_kernel_at(int level, qtype t);
 

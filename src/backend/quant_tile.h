@@ -31,8 +31,7 @@ typedef struct {
     int rows, toks; /* R, T; TILE_ROWS is a multiple of every R */
     tile_fn fn;
 } tile_shape;
-/* Optional per-level preparation (the legacy kernels, the AVX-512
- * K-quants): each weight row of a chunk is decoded once into
+/* Optional per-level preparation (the AVX-512 K-quants): each weight row of a chunk is decoded once into
  * `w_bytes(k)` bytes by `w_prep`, and the tiles `s` read those instead of
  * the GGUF row, so the decode is paid once per row chunk rather than once
  * per token tile. The two tile sets must give every (row, token) pair the
@@ -49,18 +48,6 @@ typedef struct {
     size_t (*x_bytes)(int64_t k);
     void (*x_prep)(const uint8_t *x, int64_t k, uint8_t *dst);
 } tile_prep;
-
-/* Sizes of a legacy-format row prepared by either level's lg_prep_w: a
- * group of 16 blocks takes LG_FULL bytes, a short last group (1-4 blocks,
- * lg_short) LG_SHORT. */
-enum { LG_FULL = 640, LG_SHORT = 256 };
-
-AI int lg_short(int64_t nb) { int n = (int)(nb % QA8_GROUP); return n >= 1 && n <= 4; }
-
-AI size_t lg_prep_bytes(int64_t k) {
-    int64_t nb = k / QK;
-    return (size_t)(nb / QA8_GROUP) * LG_FULL + (nb % QA8_GROUP ? (lg_short(nb) ? LG_SHORT : LG_FULL) : 0);
-}
 
 typedef struct {
     tile_shape s[4]; /* widest first; ends with toks == 1 */
@@ -94,7 +81,7 @@ static void tile_rows(const tile_shape *sh, const void *w, size_t wrb, int wr0, 
             wp[i] = (const uint8_t *)w + (size_t)((r + i < r1 ? r + i : r1 - 1) - wr0) * wrb;
         sh->fn(wp, xp, k, out);
         const int nr = rce - r < R ? rce - r : R;
-        if (R == 1) /* decode's legacy tiles */
+        if (R == 1) /* MXFP4's tiles */
             for (int j = 0; j < T; j++) y[(t0 + j) * ldy + r] = out[j];
         else
             for (int j = 0; j < T; j++) { /* token by token: each token's rows share a cache line of y */
@@ -116,9 +103,10 @@ static const tile_shape *tile_pick(const tile_shape *s, int n_tok, int t0) {
 /* tile_drive for sets with preparation: rows in chunks whose prepared
  * copies fit TILE_PREP_BYTES (at least the widest R rows; a bigger buffer
  * is allocated when even those do not fit). Token rows are prepared once
- * per call, before the chunks (n_tok * x_bytes, 128 bytes a token for the
- * legacy short group): once per row chunk, as before, it was 7% of the
- * Q4_1 1536 x 576 kernel's cycles (perf, 512 tokens). */
+ * per call, before the chunks (n_tok * x_bytes; no set prepares them now:
+ * when the earlier legacy kernels prepared a short group's activations
+ * once per row chunk, that was 7% of the Q4_1 1536 x 576 kernel's cycles,
+ * perf, 512 tokens). */
 static void tile_drive_prep(const tile_set *ts, const void *w, size_t wrb, int64_t k,
                             const void *xq, size_t xrb, int n_tok, float *y,
                             int64_t ldy, int r0, int r1) {
@@ -196,15 +184,9 @@ static void tile_drive(const tile_set *ts, const void *w, size_t wrb, int64_t k,
         tile_drive(&name##_set, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);   \
     }
 
-/* gemm_<name> of the legacy formats from their tile sets (the avx2
- * level; avx512 drives its own, quant_avx512.c). */
-#define TILE_GEMMS_LEGACY                                                     \
-    TILE_GEMM(lg_q4_0) TILE_GEMM(lg_q4_1) TILE_GEMM(lg_q5_0)                  \
-    TILE_GEMM(lg_q5_1) TILE_GEMM(lg_q8_0)
-
-/* gemm_<name> for the other weight types, and the type -> kernel table
- * `fn_name` (gemm_lg_* defined before); both levels name their tiles the
- * same way. */
+/* gemm_<name> for the weight types other than the legacy formats, and
+ * the type -> kernel table `fn_name` (gemm_lg_*: each level's own legacy
+ * driver, defined before); both levels name their tiles the same way. */
 #define TILE_KERNELS(fn_name)                                                 \
     TILE_GEMM(kq_q4_k)                                                        \
     TILE_GEMM(kq_q5_k) TILE_GEMM(kq_q6_k) TILE_GEMM(fl_f32)                   \
@@ -243,7 +225,7 @@ static void tile_drive(const tile_set *ts, const void *w, size_t wrb, int64_t k,
                               int64_t k, float *o) { ptile(ty, w, x, k, o, 4, T); }
 
 /* Per-type tile wrappers `prefix_q4_0(w, x, k, o, T)` over a tile function
- * `tile(type, w, x, k, o, T)`, for the five legacy formats. */
+ * `tile(type, w, x, k, o, T)`, one per type of a family. */
 #define TILE_WRAP(prefix, tile, ty)                                           \
     AI void prefix(const uint8_t *const *w, const uint8_t *const *x,          \
                    int64_t k, float *o, int T) { tile(ty, w, x, k, o, T); }
