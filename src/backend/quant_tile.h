@@ -32,9 +32,9 @@ typedef struct {
     tile_fn fn;
 } tile_shape;
 /* Optional per-level preparation (the AVX-512 K-quants): each weight row
- * of a chunk is decoded once into `w_bytes(k)` bytes by `w_prep`, and the tiles `s` read those instead of
- * the GGUF row, so the decode is paid once per row chunk rather than once
- * per token tile. The two tile sets must give every (row, token) pair the
+ * of a chunk is decoded once into `w_bytes(k)` bytes by `w_prep`, and the
+ * tiles `s` read those instead of the GGUF row, so the decode is paid once
+ * per row chunk rather than once per token tile. The two tile sets must give every (row, token) pair the
  * same bits. When `x_bytes(k)` is not 0, each token row is also prepared
  * by `x_prep` (once per call); a tile of T tokens then gets 2T activation
  * pointers: the T rows, then their prepared copies. Preparation moves
