@@ -681,24 +681,34 @@ TEST(quant_legacy_same_bits_every_level) {
         }
 }
 
-/* Many rows of short k: an avx2 or avx512 call prepares rows in chunks of
- * at most LG_MAXG groups (1,100 rows of k = 64: avx512 69 groups of 16,
- * avx2 138 groups of 8, two chunks each). */
-TEST(quant_legacy_many_short_rows_same_bits) {
-    enum { ROWS = 1100, NT = 9 };
-    const int64_t k = 64;
-    uint64_t s = 4242;
-    uint8_t *w = random_weights(QT_Q4_1, ROWS, k, &s);
-    float *x = random_acts(NT, k, &s), *ys = malloc(sizeof(float) * NT * ROWS), *yl = malloc(sizeof(float) * NT * ROWS);
-    size_t xrb, wrb = quant_row_bytes(QT_Q4_1, k);
-    uint8_t *xq = convert_acts(QT_Q4_1, x, NT, k, &xrb);
-    quant_gemm_level(QUANT_SCALAR, QT_Q4_1, w, wrb, k, xq, xrb, NT, ys, ROWS, 0, ROWS);
+/* Rows enough for several chunks: an avx2 or avx512 prefill call prepares
+ * its rows in chunks of at most LG_MAXG groups and about LG_CHUNK bytes,
+ * the last group of a chunk maybe short: every level's bits against
+ * scalar at n_tok 9. */
+static void check_many_rows(qtype wt, int rows, int64_t k) {
+    enum { NT = 9 };
+    uint64_t s = 4242 + wt;
+    uint8_t *w = random_weights(wt, rows, k, &s);
+    float *x = random_acts(NT, k, &s), *ys = malloc(sizeof(float) * NT * rows), *yl = malloc(sizeof(float) * NT * rows);
+    size_t xrb, wrb = quant_row_bytes(wt, k);
+    uint8_t *xq = convert_acts(wt, x, NT, k, &xrb);
+    quant_gemm_level(QUANT_SCALAR, wt, w, wrb, k, xq, xrb, NT, ys, rows, 0, rows);
     for (int l = QUANT_AVX2; l <= quant_level(); l++) {
-        memset(yl, 0xff, sizeof(float) * NT * ROWS);
-        quant_gemm_level(l, QT_Q4_1, w, wrb, k, xq, xrb, NT, yl, ROWS, 0, ROWS);
-        CHECK_MSG(memcmp(ys, yl, sizeof(float) * NT * ROWS) == 0, "level %d: bits differ from scalar", l);
+        memset(yl, 0xff, sizeof(float) * NT * rows);
+        quant_gemm_level(l, wt, w, wrb, k, xq, xrb, NT, yl, rows, 0, rows);
+        CHECK_MSG(memcmp(ys, yl, sizeof(float) * NT * rows) == 0, "%s level %d: bits differ from scalar",
+                  quant_name(wt), l);
     }
     free(w), free(x), free(xq), free(ys), free(yl);
+}
+
+/* Q4_1, 1,100 rows of k = 64: avx512 69 groups of 16, avx2 138 of 8, two
+ * chunks each (LG_MAXG); the K-quants at avx512, 150 rows of k = 2048:
+ * 10 groups, the last of 6 rows, 4 (Q6_K) or 6 (Q4_K) groups a chunk. */
+TEST(quant_grouped_many_rows_same_bits) {
+    check_many_rows(QT_Q4_1, 1100, 64);
+    check_many_rows(QT_Q4_K, 150, 2048);
+    check_many_rows(QT_Q6_K, 150, 2048);
 }
 
 /* Levels whose matmuls give other bits have other numerics ids

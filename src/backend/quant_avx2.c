@@ -206,7 +206,7 @@ AI __m256i lg_dot(int ty, const lg_half *g, const int8_t *xq) {
  * (row, token, block) exactly, then an 8 x 8 transpose per token and half
  * turns the sums to lanes = rows before the same float steps (lg_dec).
  * Rows past r1 repeat the last row; their results are not stored. The
- * drivers are quant_lg_drive.h's (avx512's too). */
+ * drivers are quant_group_drive.h's (avx512's too). */
 #define LG_PREP_MIN 8
 #define LG_CHUNK (256 << 10) /* prepared bytes per row chunk: it stays in L2 */
 #define LG_G 8 /* rows per group */
@@ -263,9 +263,9 @@ AI void lg_prep_group(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst
 }
 
 /* What the prefill tiles take per token besides its row: Q8_0's blocks'
- * integer sums times 128, as int32 at their slots (quant_lg_drive.h). */
-AI size_t lg_x_bytes(int ty, int64_t nb) { return ty == L80 ? (size_t)qa8_nbp(nb) * 4 : 0; }
-AI void lg_x_prep(int ty, const uint8_t *x, int64_t nb, uint8_t *dst) {
+ * integer sums times 128, as int32 at their slots (quant_group_drive.h). */
+AI size_t group_x_bytes(int ty, int64_t nb) { return ty == L80 ? (size_t)qa8_nbp(nb) * 4 : 0; }
+AI void group_x_prep(int ty, const uint8_t *x, int64_t nb, uint8_t *dst) {
     for (int64_t b0 = 0; b0 < nb; b0 += QA8_GROUP)
         for (int h = 0; h < 2; h++)
             _mm256_storeu_si256((__m256i *)(void *)(dst + 4 * (b0 + 8 * h)), lg_xsum128(qa8_qs(x, nb) + b0 * QK, h));
@@ -301,7 +301,7 @@ AI __m256i ymm_in_reg(__m256i v) {
 AI __m256i lg_bcast4(const int8_t *p) { return _mm256_set1_epi32((int)quant_rd32((const uint8_t *)p)); }
 
 /* Prefill tile: RV prepared groups (P[r]) x T tokens (x[t]; Q8_0: xa[t],
- * their blocks' sums times 128, lg_x_prep). */
+ * their blocks' sums times 128, group_x_prep). */
 AI void lg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, const uint8_t *const *xa, int64_t nb,
                 float *y, int64_t ldy, const int *row, const int *nr, const int RV, const int T) {
     const __m256i ones = _mm256_set1_epi16(1);
@@ -425,10 +425,10 @@ AI void lg_dec(int ty, const uint8_t *const *rw, const uint8_t *const *x, int64_
 #define LG_T 3
 
 /* One token tile of T over a chunk's ng prepared groups
- * (quant_lg_drive.h). */
-AI void lg_tokens(int ty, const uint8_t *pw, size_t gb, int ng, const uint8_t *const *xp,
-                  const uint8_t *const *xa, int64_t nb, float *yt, int64_t ldy, const int *grow, const int *gnr,
-                  const int T) {
+ * (quant_group_drive.h). */
+AI void group_tokens(int ty, const uint8_t *pw, size_t gb, int ng, const uint8_t *const *xp,
+                     const uint8_t *const *xa, int64_t nb, float *yt, int64_t ldy, const int *grow, const int *gnr,
+                     const int T) {
     int i = 0;
     for (; i + 2 <= ng; i += 2) {
         const uint8_t *P[2] = {pw + (size_t)i * gb, pw + (size_t)(i + 1) * gb};
@@ -440,7 +440,11 @@ AI void lg_tokens(int ty, const uint8_t *pw, size_t gb, int ng, const uint8_t *c
     }
 }
 
-#include "backend/quant_lg_drive.h"
+AI int64_t group_qk(int ty) { return QK; }
+AI size_t group_blk_bytes(int ty) { return LG_BLK; }
+AI void group_prep(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst) { lg_prep_group(ty, rw, nb, dst); }
+
+#include "backend/quant_group_drive.h"
 
 /* ---- MXFP4 (Q8_0 activations) -------------------------------------------
  * Half groups load as the legacy ones (LMX: nibbles as Q4_0, d from the
@@ -698,4 +702,5 @@ TILESET_21(fl_bf16, R)
 
 /* ---- dispatch ------------------------------------------------------------ */
 
+TILE_GEMM(kq_q4_k) TILE_GEMM(kq_q5_k) TILE_GEMM(kq_q6_k)
 TILE_KERNELS(quant_avx2_kernel)

@@ -3,10 +3,10 @@
  * Every kernel is a register tile of R weight rows x T tokens: weight
  * blocks are decoded once per tile and reused for T tokens, activation
  * blocks are loaded once and reused for R rows. In prefill (n_tok >=
- * LG_PREP_MIN, KQ_PREP_MIN) the K-quants decode each weight row once per
- * row chunk instead (tile_prep, quant_tile.h), and tiles of 4 rows x up
- * to 4 tokens read the decoded rows; the legacy formats prepare groups of
- * 16 rows per call ("legacy formats: one float chain per pair" below).
+ * LG_PREP_MIN, KG_PREP_MIN) the legacy formats and the K-quants prepare
+ * the call's rows in groups of 16 instead, 16 rows in a vector's lanes
+ * ("legacy formats: one float chain per pair", "K-quants, prefill"
+ * below; the drivers are quant_group_drive.h's).
  *
  * Batch invariance: every (row, token) pair owns its accumulators and
  * sees the same instruction sequence in every tile shape (block order,
@@ -20,9 +20,10 @@
  * Q5_0: -16d, Q8_0: -128d, Q4_1/Q5_1: the stored min) times the
  * activation block sum s; the float steps are quant_scalar.c's, one chain
  * per (row, token) pair, with 16 weight rows in a vector's lanes.
- * K-quants: sub-block scales are applied in integers (VPMADDUBSW then
- * VPDPWSSD); a super-block's integer sums are summed exactly, all the
- * tile's pairs at once, and the float steps are every level's (the same
+ * K-quants: sub-block scales are applied in integers (decode tiles:
+ * VPMADDUBSW then VPDPWSSD, partial sums summed exactly, all the tile's
+ * pairs at once; prefill: VPMULLD on rows in lanes), and the float steps
+ * are every level's (the same
  * bits at scalar, avx2, avx512, amx: see "the K-quants' level-independent
  * float steps" below).
  * Does not: threads; F16/BF16 use plain float FMAs. */
@@ -268,7 +269,7 @@ AI float lg_hsum(__m512 a) {
  * them (lanes = blocks), sum each (row, token, block) exactly, then one
  * 16 x 16 transpose per token turns the sums to lanes = rows before the
  * same float steps (lg_dec). Rows past r1 repeat the last row; their
- * results are not stored. The drivers are quant_lg_drive.h's (avx2's
+ * results are not stored. The drivers are quant_group_drive.h's (avx2's
  * too). */
 #define LG_PREP_MIN 8
 #define LG_CHUNK (256 << 10) /* prepared bytes per row chunk: it stays in L2 */
@@ -428,37 +429,22 @@ AI void lg_dec(int ty, const uint8_t *const *rw, const uint8_t *const *x, int64_
     lg_store((const __m512(*)[6])acc, (const __m512(*)[6])accm, y, ldy, &row, &nr, 1, T);
 }
 
-#define LG_TILE_AT(RV, T) lg_tile(P, xp, nb, yt, ldy, row, nr, RV, T)
-/* One token tile of T over the chunk's ng prepared groups: pairs of
- * groups, an odd last one alone. */
-#define LG_TOKENS(T)                                                                                                   \
-    static void lg_tokens_##T(const uint8_t *pw, size_t gb, int ng, const uint8_t *const *xp, int64_t nb, float *yt, \
-                              int64_t ldy, const int *grow, const int *gnr) {                                        \
+/* fn: one token tile of T over a chunk's ng prepared groups, pairs of
+ * groups (an odd last one alone) through TILE_AT(RV, T). */
+#define GROUP_TOKENS(fn, T, TILE_AT)                                                                                   \
+    static void fn(const uint8_t *pw, size_t gb, int ng, const uint8_t *const *xp, int64_t nb, float *yt,            \
+                   int64_t ldy, const int *grow, const int *gnr) {                                                   \
         for (int i = 0; i < ng; i += 2) {                                                                            \
             const uint8_t *P[2] = {pw + (size_t)i * gb, pw + (size_t)(i + 1) * gb};                                  \
             const int *row = grow + i, *nr = gnr + i;                                                                \
-            if (i + 1 < ng) LG_TILE_AT(2, T);                                                                        \
-            else LG_TILE_AT(1, T);                                                                                   \
+            if (i + 1 < ng) TILE_AT(2, T);                                                                           \
+            else TILE_AT(1, T);                                                                                      \
         }                                                                                                            \
     }
-LG_TOKENS(6) LG_TOKENS(3) LG_TOKENS(2) LG_TOKENS(1)
+#define LG_TILE_AT(RV, T) lg_tile(P, xp, nb, yt, ldy, row, nr, RV, T)
+GROUP_TOKENS(lg_tokens_6, 6, LG_TILE_AT) GROUP_TOKENS(lg_tokens_3, 3, LG_TILE_AT)
+GROUP_TOKENS(lg_tokens_2, 2, LG_TILE_AT) GROUP_TOKENS(lg_tokens_1, 1, LG_TILE_AT)
 
-/* quant_lg_drive.h's hooks: the tiles take nothing per token but its row
- * (and not the type: the prepared rows are u, whatever the format). */
-#define LG_G 16
-#define LG_T 6
-AI size_t lg_x_bytes(int ty, int64_t nb) { return 0; }
-AI void lg_x_prep(int ty, const uint8_t *x, int64_t nb, uint8_t *dst) {}
-AI void lg_tokens(int ty, const uint8_t *pw, size_t gb, int ng, const uint8_t *const *xp,
-                  const uint8_t *const *xa, int64_t nb, float *yt, int64_t ldy, const int *grow, const int *gnr,
-                  const int T) {
-    if (T == 6) lg_tokens_6(pw, gb, ng, xp, nb, yt, ldy, grow, gnr);
-    else if (T == 3) lg_tokens_3(pw, gb, ng, xp, nb, yt, ldy, grow, gnr);
-    else if (T == 2) lg_tokens_2(pw, gb, ng, xp, nb, yt, ldy, grow, gnr);
-    else lg_tokens_1(pw, gb, ng, xp, nb, yt, ldy, grow, gnr);
-}
-
-#include "backend/quant_lg_drive.h"
 
 /* ---- MXFP4 (Q8_0 activations) -------------------------------------------
  * The group loads are the legacy ones (LMX: nibbles as Q4_0, d from the
@@ -740,110 +726,11 @@ AI void kq_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
     kq_store(ty, acc, accm, out, R * T);
 }
 
-/* ---- prepared K-quant rows ----------------------------------------------
- * The tiles above decode each super-block (nibbles, fifth or high bits,
- * 6-bit scales, their per-lane patterns) once per tile of 4 rows x T <= 4
- * tokens, which was about half of the K-quant kernels' work (Gemma 3's
- * Q4_K/Q6_K ran at about half the legacy rate; the MoE experts' 1-token
- * tails paid the whole decode per token). From KQ_PREP_MIN tokens on,
- * tile_drive_prep decodes each row once per row chunk into KQ_SB bytes
- * per super-block:
- *   4 chunk vectors as kq_decode gives them, 4 scale patterns as
- *   kq_scale_pattern gives them, then mp (32 bytes), d and dmin (floats);
- * and kq_ptile runs 4 rows x {4, 3, 2, 1} tokens over them (each
- * activation load feeding 4 rows' VPMADDUBSW, the 16 pairs' float steps
- * one vector op each). The integer sums are exact and the float steps
- * are every level's, so the bits are the same
- * (quant_gemm_prefill_vs_decode, quant_kquant_same_bits_every_level). */
-enum { KQ_SB = 576 };
-#define KQ_PREP_MIN 8
-
-static size_t kq_prep_bytes(int64_t k) { return (size_t)(k / QK_K) * KQ_SB; }
-static size_t kq_prep_x_bytes(int64_t k) { return 0; }
-
-AI void kq_prep_w(int ty, const uint8_t *w, int64_t k, uint8_t *dst) {
-    const int64_t nb = k / QK_K;
-    const int by = ty == K4 ? QB_Q4_K : ty == K5 ? QB_Q5_K : QB_Q6_K;
-    for (int64_t b = 0; b < nb; b++, dst += KQ_SB) {
-        const uint8_t *blk = w + b * by;
-        kq_head h;
-        kq_load_head(ty, blk, &h);
-        __m512i *q = (__m512i *)(void *)dst;
-        UNROLL
-        for (int c = 0; c < 4; c++) {
-            _mm512_store_si512(q + c, kq_decode(ty, blk, c));
-            _mm512_store_si512(q + 4 + c, kq_scale_pattern(ty, h.sc, c));
-        }
-        _mm256_store_si256((__m256i *)(void *)(dst + 512), h.mp);
-        float f[2] = {_mm512_cvtss_f32(h.d), _mm512_cvtss_f32(h.dmin)};
-        memcpy(dst + 544, f, sizeof f);
-    }
-}
-
-/* RR prepared rows x T tokens (pair i = r * T + t): per pair the integer
- * start, chain and float steps of kq_tile, as above. */
-AI void kq_ptile(int ty, const uint8_t *const *w, const uint8_t *const *x,
-                 int64_t k, float *out, const int RR, const int T) {
-    const int64_t nb = k / QK_K;
-    const int P = RR * T;
-    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        __m256i mp[4], bs[8], bsp[16], mpp[16];
-        __m512 dw = _mm512_setzero_ps(), dm = _mm512_setzero_ps();
-        __m512i ia[16];
-        UNROLL
-        for (int r = 0; r < RR; r++) {
-            const uint8_t *p = w[r] + b * KQ_SB;
-            float f[2];
-            memcpy(f, p + 544, sizeof f);
-            mp[r] = _mm256_load_si256((const __m256i *)(const void *)(p + 512));
-            __mmask16 m = (__mmask16)(((1u << T) - 1) << (r * T));
-            dw = _mm512_mask_mov_ps(dw, m, _mm512_set1_ps(f[0]));
-            dm = _mm512_mask_mov_ps(dm, m, _mm512_set1_ps(f[1]));
-        }
-        UNROLL
-        for (int t = 0; t < T; t++) bs[t] = _mm256_loadu_si256((const void *)(qak_bsums(x[t], nb) + 16 * b));
-        UNROLL
-        for (int i = 0; i < P; i++) {
-            bsp[i] = bs[i % T], mpp[i] = mp[i / T];
-            ia[i] = kq_ia0(ty, bsp[i], mpp[i]);
-        }
-        UNROLL
-        for (int c = 0; c < 4; c++) {
-            __m512i wv[4], sp[4];
-            UNROLL
-            for (int r = 0; r < RR; r++) {
-                const __m512i *q = (const __m512i *)(const void *)(w[r] + b * KQ_SB);
-                wv[r] = _mm512_load_si512(q + c);
-                sp[r] = _mm512_load_si512(q + 4 + c);
-                if (T > 1) wv[r] = zmm_in_reg(wv[r]), sp[r] = zmm_in_reg(sp[r]);
-            }
-            UNROLL
-            for (int t = 0; t < T; t++) {
-                __m512i xv = _mm512_loadu_si512((const void *)(qak_qs(x[t], nb) + b * QK_K + 64 * c));
-                if (RR > 1) xv = zmm_in_reg(xv);
-                UNROLL
-                for (int r = 0; r < RR; r++)
-                    ia[r * T + t] = _mm512_dpwssd_epi32(ia[r * T + t], _mm512_maddubs_epi16(wv[r], xv), sp[r]);
-            }
-        }
-        __m512 dx = kq_dx(x, nb, b, RR, T);
-        acc = kq_fstep(acc, kq_sums(ia, P), dw, dx);
-        if (ty != K6) accm = kq_fstep(accm, kq_min_sums(bsp, mpp, P), dm, dx);
-    }
-    kq_store(ty, acc, accm, out, P);
-}
-
-/* Tile sets: 4 rows x {4, 2, 1} tokens on GGUF rows below KQ_PREP_MIN
- * tokens (decode), else 4 prepared rows x {4, 3, 2, 1} (measured against
- * 1 x 8 and 2 x 8: backend/README.md, "AVX-512 prefill: tiles of 4
- * prepared rows"). */
+/* Tile sets: 4 rows x {4, 2, 1} tokens on GGUF rows, below KG_PREP_MIN
+ * tokens (decode; prefill: the groups of 16 rows below). */
 #define KQ_KERNEL(name, ty)                                                   \
-    TILE_PREP_4X(name, ty, kq_ptile, kq_prep_w, KQ_PREP_MIN, kq_prep_bytes, kq_prep_x_bytes, NULL) \
     TILE_WRAP(name, kq_tile, ty)                                              \
-    TILE_T(name, 1) TILE_T(name, 2) TILE_T(name, 4)                           \
-    static const tile_set name##_set = {                                      \
-        .s = {{R, 4, name##_4}, {R, 2, name##_2}, {R, 1, name##_1}}, .prep = &name##_prep};
+    TILESET_421(name, R)
 KQ_KERNEL(kq_q4_k, K4)
 KQ_KERNEL(kq_q5_k, K5)
 KQ_KERNEL(kq_q6_k, K6)
@@ -863,6 +750,203 @@ void quant_avx512_kq_unpack(qtype t, const uint8_t *blk, uint8_t *q, int16_t *sc
     else if (t == QT_Q5_K) kq_unpack(K5, blk, q, sc, dd);
     else kq_unpack(K6, blk, q, sc, dd);
 }
+
+/* ---- K-quants, prefill: 16 rows in the lanes -----------------------------
+ * From KG_PREP_MIN tokens on, a call prepares its rows in groups of 16
+ * (kg_prep_group), as the legacy formats' prefill does, per super-block:
+ *   64 chunk vectors (chunk c, lane r: row r's unsigned quants of
+ *     elements 4c..4c+3),
+ *   kg_nsc(ty) scale vectors (lane r: row r's sc_s; Q6_K: sc_g, int32),
+ *   8 vectors for the bsums' dwords j (bsums 2j, 2j + 1 of the token):
+ *     Q4_K/Q5_K the int16 pair (m_j, m_j), Q6_K (-32 sc_2j, -32 sc_2j+1),
+ *   the rows' d and dmin as floats.
+ * A tile of 2 groups x up to 6 tokens broadcasts a token's 4 activation
+ * bytes of a chunk into a VPDPBUSD per group, summing a sub-block (Q6_K:
+ * a 16-element group) from zero, then adds it times its scale to the
+ * pair's isum (VPMULLD and an add; VPDPWSSD on the sum's int16 value, by
+ * pieces of 16 or 8 elements that fit int16, measured 0-20% slower).
+ * The integers are exact, so they are every level's isum and im (see
+ * "the K-quants' level-independent float steps"), and the float steps
+ * are kq_fstep's: the same bits as the decode tiles (kq_tile) and
+ * scalar. */
+#define KG_PREP_MIN 8
+
+AI int kg_nsc(int ty) { return ty == K6 ? 16 : 8; }
+AI int kg_piece(int ty) { return ty == K6 ? 4 : 8; } /* chunks of one scale */
+/* Prepared bytes per super-block of a group, and where its parts start. */
+AI size_t kg_sb_bytes(int ty) { return (size_t)64 * (64 + kg_nsc(ty) + 8 + 2); }
+AI int kg_sc_at(int ty) { return 64 * 64; }
+AI int kg_bs_at(int ty) { return 64 * (64 + kg_nsc(ty)); }
+AI int kg_d_at(int ty) { return 64 * (64 + kg_nsc(ty) + 8); }
+
+/* The 16 GGUF rows rw[] prepared into nb * kg_sb_bytes(ty) bytes at dst. */
+AI void kg_prep_group(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst) {
+    const int by = ty == K4 ? QB_Q4_K : ty == K5 ? QB_Q5_K : QB_Q6_K;
+    for (int64_t b = 0; b < nb; b++, dst += kg_sb_bytes(ty)) {
+        _Alignas(64) uint8_t q[16][QK_K];
+        _Alignas(64) int16_t sc[16][16];
+        _Alignas(64) float dd[2][16];
+        for (int i = 0; i < 16; i++) {
+            float f[2];
+            kq_unpack(ty, rw[i] + b * by, q[i], sc[i], f);
+            dd[0][i] = f[0], dd[1][i] = f[1];
+        }
+        __m512i t[16];
+        for (int v = 0; v < 4; v++) { /* chunks 16v .. 16v + 15 */
+            for (int i = 0; i < 16; i++) t[i] = _mm512_load_si512(q[i] + 64 * v);
+            quant_tr16(t);
+            for (int p = 0; p < 16; p++) _mm512_store_si512(dst + 64 * (16 * v + p), t[p]);
+        }
+        for (int i = 0; i < 16; i++) t[i] = _mm512_cvtepi16_epi32(_mm256_load_si256((const __m256i *)(const void *)sc[i]));
+        quant_tr16(t); /* t[j], lane r: row r's scale j (Q4_K/Q5_K: 0-7 sc, 8-15 m) */
+        for (int j = 0; j < kg_nsc(ty); j++) _mm512_store_si512(dst + kg_sc_at(ty) + 64 * j, t[j]);
+        const __m512i lo16 = _mm512_set1_epi32(0xffff);
+        for (int j = 0; j < 8; j++) {
+            __m512i a, c;
+            if (ty == K6) {
+                a = _mm512_mullo_epi32(t[2 * j], _mm512_set1_epi32(-32));
+                c = _mm512_mullo_epi32(t[2 * j + 1], _mm512_set1_epi32(-32));
+            } else {
+                a = c = t[8 + j];
+            }
+            _mm512_store_si512(dst + kg_bs_at(ty) + 64 * j,
+                               _mm512_or_si512(_mm512_and_si512(a, lo16), _mm512_slli_epi32(c, 16)));
+        }
+        _mm512_store_ps(dst + kg_d_at(ty), _mm512_load_ps(dd[0]));
+        _mm512_store_ps(dst + kg_d_at(ty) + 64, _mm512_load_ps(dd[1]));
+    }
+}
+
+/* Prefill tile: RV prepared groups (P[r]) x T tokens (x[t]). */
+AI void kg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, int64_t nb, float *y, int64_t ldy,
+                const int *row, const int *nr, const int RV, const int T) {
+    const int PC = kg_piece(ty);
+    __m512 acc[2][6], accm[2][6];
+    UNROLL
+    for (int r = 0; r < RV; r++)
+        UNROLL
+        for (int t = 0; t < T; t++) acc[r][t] = accm[r][t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *pb[2];
+        const int8_t *xq[6];
+        const int16_t *bs[6];
+        UNROLL
+        for (int r = 0; r < RV; r++) pb[r] = P[r] + b * kg_sb_bytes(ty);
+        UNROLL
+        for (int t = 0; t < T; t++) xq[t] = qak_qs(x[t], nb) + b * QK_K, bs[t] = qak_bsums(x[t], nb) + 16 * b;
+        __m512i is[2][6];
+        UNROLL
+        for (int r = 0; r < RV; r++)
+            UNROLL
+            for (int t = 0; t < T; t++) {
+                is[r][t] = _mm512_setzero_si512();
+                if (ty == K6) /* the -32 offset: sum_g -32 sc_g bsum_g */
+                    UNROLL
+                    for (int j = 0; j < 8; j++)
+                        is[r][t] = _mm512_dpwssd_epi32(is[r][t], _mm512_load_si512(pb[r] + kg_bs_at(ty) + 64 * j),
+                                                       lg_bcast4((const int8_t *)(bs[t] + 2 * j)));
+            }
+        for (int p = 0; p < 64 / PC; p++) {
+            __m512i dt[2][6];
+            UNROLL
+            for (int r = 0; r < RV; r++)
+                UNROLL
+                for (int t = 0; t < T; t++) dt[r][t] = _mm512_setzero_si512();
+            UNROLL
+            for (int c = p * PC; c < p * PC + PC; c++) {
+                __m512i wv[2];
+                UNROLL
+                for (int r = 0; r < RV; r++) wv[r] = _mm512_load_si512(pb[r] + 64 * c);
+                UNROLL
+                for (int t = 0; t < T; t++) {
+                    __m512i xb = lg_bcast4(xq[t] + 4 * c);
+                    if (RV > 1) xb = zmm_in_reg(xb);
+                    UNROLL
+                    for (int r = 0; r < RV; r++) dt[r][t] = _mm512_dpbusd_epi32(dt[r][t], wv[r], xb);
+                }
+            }
+            UNROLL
+            for (int r = 0; r < RV; r++) {
+                __m512i sv = _mm512_load_si512(pb[r] + kg_sc_at(ty) + 64 * p);
+                UNROLL
+                for (int t = 0; t < T; t++) is[r][t] = _mm512_add_epi32(is[r][t], _mm512_mullo_epi32(dt[r][t], sv));
+            }
+        }
+        UNROLL
+        for (int r = 0; r < RV; r++) {
+            const __m512 dw = _mm512_load_ps((const float *)(const void *)(pb[r] + kg_d_at(ty)));
+            const __m512 dm = _mm512_load_ps((const float *)(const void *)(pb[r] + kg_d_at(ty) + 64));
+            UNROLL
+            for (int t = 0; t < T; t++) {
+                const __m512 dx = _mm512_set1_ps(qak_d(x[t])[b]);
+                acc[r][t] = kq_fstep(acc[r][t], is[r][t], dw, dx);
+                if (ty == K6) continue;
+                __m512i im = _mm512_setzero_si512();
+                UNROLL
+                for (int j = 0; j < 8; j++)
+                    im = _mm512_dpwssd_epi32(im, _mm512_load_si512(pb[r] + kg_bs_at(ty) + 64 * j),
+                                             lg_bcast4((const int8_t *)(bs[t] + 2 * j)));
+                accm[r][t] = kq_fstep(accm[r][t], im, dm, dx);
+            }
+        }
+    }
+    UNROLL
+    for (int r = 0; r < RV; r++) {
+        const __mmask16 km = (__mmask16)(nr[r] >= 16 ? 0xffff : (1u << nr[r]) - 1);
+        UNROLL
+        for (int t = 0; t < T; t++)
+            _mm512_mask_storeu_ps(y + t * ldy + row[r], km, ty == K6 ? acc[r][t] : _mm512_sub_ps(acc[r][t], accm[r][t]));
+    }
+}
+
+#define KG4_TILE_AT(RV, T) kg_tile(K4, P, xp, nb, yt, ldy, row, nr, RV, T)
+#define KG5_TILE_AT(RV, T) kg_tile(K5, P, xp, nb, yt, ldy, row, nr, RV, T)
+#define KG6_TILE_AT(RV, T) kg_tile(K6, P, xp, nb, yt, ldy, row, nr, RV, T)
+GROUP_TOKENS(kg4_tokens_6, 6, KG4_TILE_AT) GROUP_TOKENS(kg4_tokens_3, 3, KG4_TILE_AT)
+GROUP_TOKENS(kg4_tokens_2, 2, KG4_TILE_AT) GROUP_TOKENS(kg4_tokens_1, 1, KG4_TILE_AT)
+GROUP_TOKENS(kg5_tokens_6, 6, KG5_TILE_AT) GROUP_TOKENS(kg5_tokens_3, 3, KG5_TILE_AT)
+GROUP_TOKENS(kg5_tokens_2, 2, KG5_TILE_AT) GROUP_TOKENS(kg5_tokens_1, 1, KG5_TILE_AT)
+GROUP_TOKENS(kg6_tokens_6, 6, KG6_TILE_AT) GROUP_TOKENS(kg6_tokens_3, 3, KG6_TILE_AT)
+GROUP_TOKENS(kg6_tokens_2, 2, KG6_TILE_AT) GROUP_TOKENS(kg6_tokens_1, 1, KG6_TILE_AT)
+
+/* quant_group_drive.h's hooks. The legacy tiles take nothing per token but
+ * its row (and not the type: the prepared rows are u, whatever the
+ * format); the K-quants' tiles take their type. */
+#define LG_G 16
+#define LG_T 6
+AI int64_t group_qk(int ty) { return ty >= K4 ? QK_K : QK; }
+AI size_t group_blk_bytes(int ty) { return ty >= K4 ? kg_sb_bytes(ty) : LG_BLK; }
+AI size_t group_x_bytes(int ty, int64_t nb) { return 0; }
+AI void group_x_prep(int ty, const uint8_t *x, int64_t nb, uint8_t *dst) {}
+AI void group_prep(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst) {
+    if (ty >= K4) kg_prep_group(ty, rw, nb, dst);
+    else lg_prep_group(ty, rw, nb, dst);
+}
+#define GROUP_T_CASES(pre)                                                                                             \
+    if (T == 6) pre##_6(pw, gb, ng, xp, nb, yt, ldy, grow, gnr);                                                       \
+    else if (T == 3) pre##_3(pw, gb, ng, xp, nb, yt, ldy, grow, gnr);                                                  \
+    else if (T == 2) pre##_2(pw, gb, ng, xp, nb, yt, ldy, grow, gnr);                                                  \
+    else pre##_1(pw, gb, ng, xp, nb, yt, ldy, grow, gnr);
+AI void group_tokens(int ty, const uint8_t *pw, size_t gb, int ng, const uint8_t *const *xp,
+                     const uint8_t *const *xa, int64_t nb, float *yt, int64_t ldy, const int *grow, const int *gnr,
+                     const int T) {
+    if (ty == K4) { GROUP_T_CASES(kg4_tokens) }
+    else if (ty == K5) { GROUP_T_CASES(kg5_tokens) }
+    else if (ty == K6) { GROUP_T_CASES(kg6_tokens) }
+    else { GROUP_T_CASES(lg_tokens) }
+}
+
+#include "backend/quant_group_drive.h"
+
+#define KG_GEMM(name, ty)                                                                                   \
+    static void gemm_##name(const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok,   \
+                            float *y, int64_t ldy, int r0, int r1) {                                       \
+        if (n_tok >= KG_PREP_MIN) group_gemm_prep(ty, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);             \
+        else tile_drive(&name##_set, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);                            \
+    }
+KG_GEMM(kq_q4_k, K4)
+KG_GEMM(kq_q5_k, K5)
+KG_GEMM(kq_q6_k, K6)
 
 /* ---- float formats (F32 activations) ----------------------------------- */
 

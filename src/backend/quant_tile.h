@@ -31,27 +31,8 @@ typedef struct {
     int rows, toks; /* R, T; TILE_ROWS is a multiple of every R */
     tile_fn fn;
 } tile_shape;
-/* Optional per-level preparation (the AVX-512 K-quants): each weight row
- * of a chunk is decoded once into `w_bytes(k)` bytes by `w_prep`, and the
- * tiles `s` read those instead of the GGUF row, so the decode is paid once
- * per row chunk rather than once per token tile. The two tile sets must give every (row, token) pair the
- * same bits. When `x_bytes(k)` is not 0, each token row is also prepared
- * by `x_prep` (once per call); a tile of T tokens then gets 2T activation
- * pointers: the T rows, then their prepared copies. Preparation moves
- * data only, so the tiles' float operations, and the bits, are the same
- * with or without it. */
-typedef struct {
-    int min_tok; /* used when n_tok >= min_tok (decode gains nothing) */
-    tile_shape s[4]; /* the tiles that read prepared rows */
-    size_t (*w_bytes)(int64_t k);
-    void (*w_prep)(const uint8_t *w, int64_t k, uint8_t *dst);
-    size_t (*x_bytes)(int64_t k);
-    void (*x_prep)(const uint8_t *x, int64_t k, uint8_t *dst);
-} tile_prep;
-
 typedef struct {
     tile_shape s[4]; /* widest first; ends with toks == 1 */
-    const tile_prep *prep; /* NULL: tiles always read the GGUF rows */
 } tile_set;
 
 #define TILE_PF_BYTES 4096 /* how far ahead of the tile its weights are prefetched */
@@ -67,9 +48,8 @@ static inline void tile_prefetch(const void *w, size_t from, size_t to) {
 }
 
 /* One token tile [t0, t0 + T) over the rows [rc, rce) of a chunk; the
- * first token tile (pf) also prefetches the rows ahead. Row r's weights
- * are at w + (r - wr0) * wrb (wr0: rc for prepared rows, else 0). */
-static void tile_rows(const tile_shape *sh, const void *w, size_t wrb, int wr0, int64_t k,
+ * first token tile (pf) also prefetches the rows ahead. */
+static void tile_rows(const tile_shape *sh, const void *w, size_t wrb, int64_t k,
                       const uint8_t *const *xp, int t0, float *y, int64_t ldy,
                       int rc, int rce, int r1, int pf) {
     const int R = sh->rows, T = sh->toks;
@@ -78,7 +58,7 @@ static void tile_rows(const tile_shape *sh, const void *w, size_t wrb, int wr0, 
         float out[TILE_MAX_OUT];
         if (pf) tile_prefetch(w, r * wrb + TILE_PF_BYTES, (r + R) * wrb + TILE_PF_BYTES);
         for (int i = 0; i < R; i++)
-            wp[i] = (const uint8_t *)w + (size_t)((r + i < r1 ? r + i : r1 - 1) - wr0) * wrb;
+            wp[i] = (const uint8_t *)w + (size_t)(r + i < r1 ? r + i : r1 - 1) * wrb;
         sh->fn(wp, xp, k, out);
         const int nr = rce - r < R ? rce - r : R;
         if (R == 1) /* MXFP4's tiles */
@@ -91,8 +71,6 @@ static void tile_rows(const tile_shape *sh, const void *w, size_t wrb, int wr0, 
     }
 }
 
-#define TILE_PREP_BYTES 32768 /* prepared rows of a chunk: they stay in L1 */
-
 /* The shape of s (widest first) for the token tile at t0. */
 static const tile_shape *tile_pick(const tile_shape *s, int n_tok, int t0) {
     const tile_shape *sh = s;
@@ -100,55 +78,10 @@ static const tile_shape *tile_pick(const tile_shape *s, int n_tok, int t0) {
     return sh;
 }
 
-/* tile_drive for sets with preparation: rows in chunks whose prepared
- * copies fit TILE_PREP_BYTES (at least the widest R rows; a bigger buffer
- * is allocated when even those do not fit). Token rows are prepared once
- * per call, before the chunks (n_tok * x_bytes; no set prepares them now:
- * when the earlier legacy kernels prepared a short group's activations
- * once per row chunk, that was 7% of the Q4_1 1536 x 576 kernel's cycles,
- * perf, 512 tokens). */
-static void tile_drive_prep(const tile_set *ts, const void *w, size_t wrb, int64_t k,
-                            const void *xq, size_t xrb, int n_tok, float *y,
-                            int64_t ldy, int r0, int r1) {
-    const tile_prep *pp = ts->prep;
-    const size_t pwb = pp->w_bytes(k), pxb = pp->x_bytes(k);
-    const int R = pp->s[0].rows; /* every shape's R divides it */
-    int rows = (int)(TILE_PREP_BYTES / pwb) / R * R;
-    if (rows > TILE_ROWS) rows = TILE_ROWS;
-    if (rows < R) rows = R;
-    _Alignas(64) uint8_t sbuf[TILE_PREP_BYTES], sxbuf[TILE_PREP_BYTES];
-    uint8_t *wbuf = (size_t)rows * pwb <= sizeof sbuf ? sbuf : xaligned((size_t)rows * pwb);
-    uint8_t *xbuf = pxb * (size_t)n_tok <= sizeof sxbuf ? sxbuf : xaligned(pxb * (size_t)n_tok);
-    for (int t = 0; pxb && t < n_tok; t++) pp->x_prep((const uint8_t *)xq + (size_t)t * xrb, k, xbuf + t * pxb);
-    for (int rc = r0; rc < r1; rc += rows) {
-        int rce = rc + rows < r1 ? rc + rows : r1;
-        for (int r = rc; r < rce; r++) {
-            tile_prefetch(w, (size_t)(r + 1) * wrb, (size_t)(r + 2) * wrb);
-            pp->w_prep((const uint8_t *)w + (size_t)r * wrb, k, wbuf + (size_t)(r - rc) * pwb);
-        }
-        for (int t0 = 0; t0 < n_tok;) {
-            const tile_shape *sh = tile_pick(pp->s, n_tok, t0);
-            const uint8_t *xp[2 * TILE_MAX_OUT];
-            for (int j = 0; j < sh->toks; j++) {
-                xp[j] = (const uint8_t *)xq + (size_t)(t0 + j) * xrb;
-                xp[sh->toks + j] = xbuf + (size_t)(t0 + j) * pxb; /* unused when pxb is 0 */
-            }
-            tile_rows(sh, wbuf, pwb, rc, k, xp, t0, y, ldy, rc, rce, r1, 0);
-            t0 += sh->toks;
-        }
-    }
-    if (wbuf != sbuf) free(wbuf);
-    if (xbuf != sxbuf) free(xbuf);
-}
-
 /* Walks [r0, r1) x [0, n_tok) in tiles, rows in chunks of TILE_ROWS. */
 static void tile_drive(const tile_set *ts, const void *w, size_t wrb, int64_t k,
                        const void *xq, size_t xrb, int n_tok, float *y,
                        int64_t ldy, int r0, int r1) {
-    if (ts->prep && n_tok >= ts->prep->min_tok) {
-        tile_drive_prep(ts, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);
-        return;
-    }
     tile_prefetch(w, r0 * wrb, r0 * wrb + TILE_PF_BYTES); /* the rows' head; tile_rows keeps ahead */
     for (int rc = r0; rc < r1; rc += TILE_ROWS) {
         int rce = rc + TILE_ROWS < r1 ? rc + TILE_ROWS : r1;
@@ -157,7 +90,7 @@ static void tile_drive(const tile_set *ts, const void *w, size_t wrb, int64_t k,
             const uint8_t *xp[TILE_MAX_OUT];
             for (int j = 0; j < sh->toks; j++)
                 xp[j] = (const uint8_t *)xq + (size_t)(t0 + j) * xrb;
-            tile_rows(sh, w, wrb, 0, k, xp, t0, y, ldy, rc, rce, r1, t0 == 0);
+            tile_rows(sh, w, wrb, k, xp, t0, y, ldy, rc, rce, r1, t0 == 0);
             t0 += sh->toks;
         }
     }
@@ -188,8 +121,7 @@ static void tile_drive(const tile_set *ts, const void *w, size_t wrb, int64_t k,
  * the type -> kernel table `fn_name` (gemm_lg_*: each level's own legacy
  * driver, defined before); both levels name their tiles the same way. */
 #define TILE_KERNELS(fn_name)                                                 \
-    TILE_GEMM(kq_q4_k)                                                        \
-    TILE_GEMM(kq_q5_k) TILE_GEMM(kq_q6_k) TILE_GEMM(fl_f32)                   \
+    TILE_GEMM(fl_f32)                                                         \
     TILE_GEMM(fl_f16) TILE_GEMM(fl_bf16) TILE_GEMM(mx_mxfp4)                  \
     quant_gemm_fn fn_name(qtype t) {                                          \
         switch (t) {                                                          \
@@ -209,21 +141,6 @@ static void tile_drive(const tile_set *ts, const void *w, size_t wrb, int64_t k,
         }                                                                     \
     }
 
-/* The prepared half of a tile set (AVX-512): `name##_prep`, tiles of 4
- * rows x {4, 3, 2, 1} tokens of `ptile(ty, w, x, k, out, rows, toks)` over
- * rows that `prep_w(ty, w, k, dst)` prepares into `wbytes(k)` bytes, used
- * from `min` tokens on; `xbytes`, `xprep` as in tile_prep. */
-#define TILE_PREP_4X(name, ty, ptile, prep_w, min, wbytes, xbytes, xprep)    \
-    static void name##_wp(const uint8_t *w, int64_t k, uint8_t *d) { prep_w(ty, w, k, d); } \
-    TILE_PREP_RT(name, ptile, ty, 4) TILE_PREP_RT(name, ptile, ty, 3)        \
-    TILE_PREP_RT(name, ptile, ty, 2) TILE_PREP_RT(name, ptile, ty, 1)        \
-    static const tile_prep name##_prep = {                                    \
-        min, {{4, 4, name##_p4x4}, {4, 3, name##_p4x3}, {4, 2, name##_p4x2}, {4, 1, name##_p4x1}}, \
-        wbytes, name##_wp, xbytes, xprep};
-#define TILE_PREP_RT(name, ptile, ty, T)                                      \
-    static void name##_p4x##T(const uint8_t *const *w, const uint8_t *const *x, \
-                              int64_t k, float *o) { ptile(ty, w, x, k, o, 4, T); }
-
 /* Per-type tile wrappers `prefix_q4_0(w, x, k, o, T)` over a tile function
  * `tile(type, w, x, k, o, T)`, one per type of a family. */
 #define TILE_WRAP(prefix, tile, ty)                                           \
@@ -234,7 +151,7 @@ static void tile_drive(const tile_set *ts, const void *w, size_t wrb, int64_t k,
  * shares the legacy loads (blocks of 32, nibbles as Q4_0; the header is
  * one E8M0 byte) but has its own tiles. */
 enum { L40, L41, L50, L51, L80, LMX };
-enum { K4, K5, K6 };
+enum { K4 = 16, K5, K6 }; /* above the legacy tags: drivers tell them apart */
 enum { FF32, FF16, FBF16 };
 
 /* Legacy block sizes and where the quants start. */
