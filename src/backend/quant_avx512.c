@@ -745,44 +745,26 @@ AI void kq_unpack(int ty, const uint8_t *blk, uint8_t *q, int16_t *sc, float *dd
     dd[1] = _mm512_cvtss_f32(h.dmin);
 }
 
-void quant_avx512_kq_unpack(qtype t, const uint8_t *blk, uint8_t *q, int16_t *sc, float *dd) {
-    if (t == QT_Q4_K) kq_unpack(K4, blk, q, sc, dd);
-    else if (t == QT_Q5_K) kq_unpack(K5, blk, q, sc, dd);
-    else kq_unpack(K6, blk, q, sc, dd);
-}
 
 /* ---- K-quants, prefill: 16 rows in the lanes -----------------------------
  * From KG_PREP_MIN tokens on, a call prepares its rows in groups of 16
- * (kg_prep_group), as the legacy formats' prefill does, per super-block:
- *   64 chunk vectors (chunk c, lane r: row r's unsigned quants of
- *     elements 4c..4c+3),
- *   kg_nsc(ty) scale vectors (lane r: row r's sc_s; Q6_K: sc_g, int32),
- *   8 vectors for the bsums' dwords j (bsums 2j, 2j + 1 of the token):
- *     Q4_K/Q5_K the int16 pair (m_j, m_j), Q6_K (-32 sc_2j, -32 sc_2j+1),
- *   the rows' d and dmin as floats.
- * A tile of 2 groups x up to 6 tokens broadcasts a token's 4 activation
- * bytes of a chunk into a VPDPBUSD per group, summing a sub-block (Q6_K:
- * a 16-element group) from zero, then adds it times its scale to the
- * pair's isum (VPMULLD and an add; VPDPWSSD on the sum's int16 value, by
- * pieces of 16 or 8 elements that fit int16, measured 0-20% slower).
- * The integers are exact, so they are every level's isum and im (see
- * "the K-quants' level-independent float steps"), and the float steps
- * are kq_fstep's: the same bits as the decode tiles (kq_tile) and
- * scalar. */
+ * in quant_impl.h's KQ16 layout (quant_avx512_kq_prep16), as the legacy
+ * formats' prefill does. A tile of 2 groups x up to 6 tokens broadcasts
+ * a token's 4 activation bytes of a chunk into a VPDPBUSD per group,
+ * summing a sub-block (Q6_K: a 16-element group) from zero, then adds it
+ * times its scale to the pair's isum (VPMULLD and an add; VPDPWSSD on the
+ * sum's int16 value, by pieces of 16 or 8 elements that fit int16,
+ * measured 0-20% slower). The integers are exact, so they are every
+ * level's isum and im (see "the K-quants' level-independent float
+ * steps"), and the float steps are kq_fstep's: the same bits as the
+ * decode tiles (kq_tile) and scalar. */
 #define KG_PREP_MIN 8
 
-AI int kg_nsc(int ty) { return ty == K6 ? 16 : 8; }
 AI int kg_piece(int ty) { return ty == K6 ? 4 : 8; } /* chunks of one scale */
-/* Prepared bytes per super-block of a group, and where its parts start. */
-AI size_t kg_sb_bytes(int ty) { return (size_t)64 * (64 + kg_nsc(ty) + 8 + 2); }
-AI int kg_sc_at(int ty) { return 64 * 64; }
-AI int kg_bs_at(int ty) { return 64 * (64 + kg_nsc(ty)); }
-AI int kg_d_at(int ty) { return 64 * (64 + kg_nsc(ty) + 8); }
 
-/* The 16 GGUF rows rw[] prepared into nb * kg_sb_bytes(ty) bytes at dst. */
-AI void kg_prep_group(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst) {
+AI void kq16_prep(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst) {
     const int by = ty == K4 ? QB_Q4_K : ty == K5 ? QB_Q5_K : QB_Q6_K;
-    for (int64_t b = 0; b < nb; b++, dst += kg_sb_bytes(ty)) {
+    for (int64_t b = 0; b < nb; b++, dst += KQ16_SB) {
         _Alignas(64) uint8_t q[16][QK_K];
         _Alignas(64) int16_t sc[16][16];
         _Alignas(64) float dd[2][16];
@@ -799,7 +781,7 @@ AI void kg_prep_group(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst
         }
         for (int i = 0; i < 16; i++) t[i] = _mm512_cvtepi16_epi32(_mm256_load_si256((const __m256i *)(const void *)sc[i]));
         quant_tr16(t); /* t[j], lane r: row r's scale j (Q4_K/Q5_K: 0-7 sc, 8-15 m) */
-        for (int j = 0; j < kg_nsc(ty); j++) _mm512_store_si512(dst + kg_sc_at(ty) + 64 * j, t[j]);
+        for (int j = 0; j < (ty == K6 ? 16 : 8); j++) _mm512_store_si512(dst + KQ16_SC + 64 * j, t[j]);
         const __m512i lo16 = _mm512_set1_epi32(0xffff);
         for (int j = 0; j < 8; j++) {
             __m512i a, c;
@@ -809,12 +791,17 @@ AI void kg_prep_group(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst
             } else {
                 a = c = t[8 + j];
             }
-            _mm512_store_si512(dst + kg_bs_at(ty) + 64 * j,
-                               _mm512_or_si512(_mm512_and_si512(a, lo16), _mm512_slli_epi32(c, 16)));
+            _mm512_store_si512(dst + KQ16_MP + 64 * j, _mm512_or_si512(_mm512_and_si512(a, lo16), _mm512_slli_epi32(c, 16)));
         }
-        _mm512_store_ps(dst + kg_d_at(ty), _mm512_load_ps(dd[0]));
-        _mm512_store_ps(dst + kg_d_at(ty) + 64, _mm512_load_ps(dd[1]));
+        _mm512_store_ps(dst + KQ16_DW, _mm512_load_ps(dd[0]));
+        _mm512_store_ps(dst + KQ16_DM, _mm512_load_ps(dd[1]));
     }
+}
+
+void quant_avx512_kq_prep16(qtype t, const uint8_t *const *rows, int64_t nb, uint8_t *dst) {
+    if (t == QT_Q4_K) kq16_prep(K4, rows, nb, dst);
+    else if (t == QT_Q5_K) kq16_prep(K5, rows, nb, dst);
+    else kq16_prep(K6, rows, nb, dst);
 }
 
 /* Prefill tile: RV prepared groups (P[r]) x T tokens (x[t]). */
@@ -831,7 +818,7 @@ AI void kg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, int64_
         const int8_t *xq[6];
         const int16_t *bs[6];
         UNROLL
-        for (int r = 0; r < RV; r++) pb[r] = P[r] + b * kg_sb_bytes(ty);
+        for (int r = 0; r < RV; r++) pb[r] = P[r] + b * KQ16_SB;
         UNROLL
         for (int t = 0; t < T; t++) xq[t] = qak_qs(x[t], nb) + b * QK_K, bs[t] = qak_bsums(x[t], nb) + 16 * b;
         __m512i is[2][6];
@@ -843,7 +830,7 @@ AI void kg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, int64_
                 if (ty == K6) /* the -32 offset: sum_g -32 sc_g bsum_g */
                     UNROLL
                     for (int j = 0; j < 8; j++)
-                        is[r][t] = _mm512_dpwssd_epi32(is[r][t], _mm512_load_si512(pb[r] + kg_bs_at(ty) + 64 * j),
+                        is[r][t] = _mm512_dpwssd_epi32(is[r][t], _mm512_load_si512(pb[r] + KQ16_MP + 64 * j),
                                                        lg_bcast4((const int8_t *)(bs[t] + 2 * j)));
             }
         for (int p = 0; p < 64 / PC; p++) {
@@ -867,15 +854,15 @@ AI void kg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, int64_
             }
             UNROLL
             for (int r = 0; r < RV; r++) {
-                __m512i sv = _mm512_load_si512(pb[r] + kg_sc_at(ty) + 64 * p);
+                __m512i sv = _mm512_load_si512(pb[r] + KQ16_SC + 64 * p);
                 UNROLL
                 for (int t = 0; t < T; t++) is[r][t] = _mm512_add_epi32(is[r][t], _mm512_mullo_epi32(dt[r][t], sv));
             }
         }
         UNROLL
         for (int r = 0; r < RV; r++) {
-            const __m512 dw = _mm512_load_ps((const float *)(const void *)(pb[r] + kg_d_at(ty)));
-            const __m512 dm = _mm512_load_ps((const float *)(const void *)(pb[r] + kg_d_at(ty) + 64));
+            const __m512 dw = _mm512_load_ps((const float *)(const void *)(pb[r] + KQ16_DW));
+            const __m512 dm = _mm512_load_ps((const float *)(const void *)(pb[r] + KQ16_DM));
             UNROLL
             for (int t = 0; t < T; t++) {
                 const __m512 dx = _mm512_set1_ps(qak_d(x[t])[b]);
@@ -884,7 +871,7 @@ AI void kg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, int64_
                 __m512i im = _mm512_setzero_si512();
                 UNROLL
                 for (int j = 0; j < 8; j++)
-                    im = _mm512_dpwssd_epi32(im, _mm512_load_si512(pb[r] + kg_bs_at(ty) + 64 * j),
+                    im = _mm512_dpwssd_epi32(im, _mm512_load_si512(pb[r] + KQ16_MP + 64 * j),
                                              lg_bcast4((const int8_t *)(bs[t] + 2 * j)));
                 accm[r][t] = kq_fstep(accm[r][t], im, dm, dx);
             }
@@ -915,11 +902,11 @@ GROUP_TOKENS(kg6_tokens_2, 2, KG6_TILE_AT) GROUP_TOKENS(kg6_tokens_1, 1, KG6_TIL
 #define LG_G 16
 #define LG_T 6
 AI int64_t group_qk(int ty) { return ty >= K4 ? QK_K : QK; }
-AI size_t group_blk_bytes(int ty) { return ty >= K4 ? kg_sb_bytes(ty) : LG_BLK; }
+AI size_t group_blk_bytes(int ty) { return ty >= K4 ? KQ16_SB : LG_BLK; }
 AI size_t group_x_bytes(int ty, int64_t nb) { return 0; }
 AI void group_x_prep(int ty, const uint8_t *x, int64_t nb, uint8_t *dst) {}
 AI void group_prep(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst) {
-    if (ty >= K4) kg_prep_group(ty, rw, nb, dst);
+    if (ty >= K4) kq16_prep(ty, rw, nb, dst);
     else lg_prep_group(ty, rw, nb, dst);
 }
 #define GROUP_T_CASES(pre)                                                                                             \

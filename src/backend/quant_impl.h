@@ -147,12 +147,18 @@ quant_gemm_fn quant_amx_kernel(qtype t);
 /* The amx level's K-quant kernels (quant_amx_kq_avx512.c), NULL for
  * other types; quant_amx_kernel hands them out. */
 quant_gemm_fn quant_amx_kq_kernel(qtype t);
-/* Super-block blk of a Q4_K, Q5_K or Q6_K row as the avx512 kernels
- * decode it (quant_avx512.c), for the amx level's weight preparation:
- * q[256] the unsigned quants in element order, sc[16] the int16 scales
- * (Q4_K/Q5_K: the 8 sub-blocks' scales, then their 8 mins; Q6_K: the 16
- * groups' scales), dd[0] d and dd[1] dmin (Q6_K: 0). */
-void quant_avx512_kq_unpack(qtype t, const uint8_t *blk, uint8_t *q, int16_t *sc, float *dd);
+/* Sixteen Q4_K, Q5_K or Q6_K rows with the rows in a vector's lanes, per
+ * super-block KQ16_SB bytes: 64 chunk vectors (chunk c, lane r: row r's
+ * unsigned quants of elements 4c..4c+3; also the AMX tiles' B operand
+ * rows), at KQ16_SC one int32 vector per scale (Q4_K/Q5_K: 8 sub-blocks'
+ * sc_s; Q6_K: 16 groups' sc_g), at KQ16_MP 8 vectors of int16 pairs for
+ * the activations' bsums dwords j (Q4_K/Q5_K the min (m_j, m_j); Q6_K the
+ * offset (-32 sc_2j, -32 sc_2j+1)), at KQ16_DW and KQ16_DM the rows' d and
+ * dmin as floats (Q6_K: dmin 0). quant_avx512_kq_prep16 (quant_avx512.c)
+ * writes nb super-blocks of rows[0..16) to dst (64-byte aligned); the
+ * avx512 prefill and the amx level's K-quant kernels read them. */
+enum { KQ16_SC = 4096, KQ16_MP = 5120, KQ16_DW = 5632, KQ16_DM = 5696, KQ16_SB = 5760 };
+void quant_avx512_kq_prep16(qtype t, const uint8_t *const *rows, int64_t nb, uint8_t *dst);
 
 /* A work buffer of at least n bytes, 64-byte aligned, kept per thread
  * across calls (freed when the thread ends); valid until the next call
