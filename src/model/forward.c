@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "backend/attn.h"
+#include "backend/norm.h"
 #include "backend/vexp.h"
 #include "base/fp16.h"
 #include "base/mem.h"
@@ -185,106 +186,37 @@ void fwd__matmul(fwd_ctx *c, const float *x, int n, const model_tensor *w, float
 
 /* ---- elementwise steps ---------------------------------------------------- */
 
-/* RMS norm of rows of n floats: each row's sum of squares is a chain of
- * adds in element order, fwd__rmsnorm's bits. One row at a time, each
- * add waited ~4 cycles on the one before: the norms were 5% of Gemma 3's
- * prefill. rmsnorm_many runs the chains of 4 or 8 rows side by side in
- * the lanes of 4-float vectors (GNU C vectors: + and * are one IEEE
- * operation per lane, never contracted under -std=c11), so they overlap;
- * each lane's sum is still its own row's, in its order. */
-typedef float norm_v4 __attribute__((vector_size(16)));
-#define NORM_ROWS 8 /* rows a norm_rows work item takes */
-
-/* out = x * scale * w, 4 lanes at a time (the compiler left the loop
- * scalar: out may be x); the same two roundings per element. */
-static void rmsnorm_scale(float *out, const float *x, const float *w, int n, float ss, float eps) {
-    float scale = 1.0f / sqrtf(ss / (float)n + eps);
-    norm_v4 sv = {scale, scale, scale, scale}, xv, wv;
-    int i = 0;
-    for (; i + 4 <= n; i += 4) {
-        memcpy(&xv, x + i, sizeof xv);
-        memcpy(&wv, w + i, sizeof wv);
-        xv = xv * sv * wv;
-        memcpy(out + i, &xv, sizeof xv);
-    }
-    for (; i < n; i++) out[i] = x[i] * scale * w[i];
-}
+/* RMS norm: backend/norm.h (several rows' chains side by side, one row
+ * per lane; the bits of one row alone). */
+#define NORM_ROWS 16 /* rows a norm_rows work item takes: one AVX-512 pass */
 
 void fwd__rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
-    float ss = 0;
-    for (int i = 0; i < n; i++) ss += x[i] * x[i];
-    rmsnorm_scale(out, x, w, n, ss, eps);
-}
-
-/* s + the squares of elements [i, i + 4) of the 4 rows at x (lane j: row
- * j), added one element after the other: 4 loads and a transpose instead
- * of 16 single loads. */
-static inline norm_v4 sumsq_step(const float *x, size_t stride, int i, norm_v4 s) {
-    norm_v4 a, b, c, d; /* written out: gcc -O2 kept arrays of them on the stack */
-    memcpy(&a, x + i, sizeof a);
-    memcpy(&b, x + stride + i, sizeof b);
-    memcpy(&c, x + 2 * stride + i, sizeof c);
-    memcpy(&d, x + 3 * stride + i, sizeof d);
-    norm_v4 v0 = {a[0], b[0], c[0], d[0]}, v1 = {a[1], b[1], c[1], d[1]};
-    norm_v4 v2 = {a[2], b[2], c[2], d[2]}, v3 = {a[3], b[3], c[3], d[3]};
-    s += v0 * v0;
-    s += v1 * v1;
-    s += v2 * v2;
-    return s + v3 * v3;
-}
-
-/* Sums of squares of the 4 rows at x (lanes) and, with two, of the 4 at
- * x + 4 stride. */
-static void sumsq_rows(const float *x, size_t stride, int n, int two, norm_v4 *a, norm_v4 *b) {
-    const float *y = x + 4 * stride;
-    norm_v4 sa = {0}, sb = {0};
-    int i = 0;
-    for (; i + 4 <= n; i += 4) {
-        sa = sumsq_step(x, stride, i, sa);
-        if (two) sb = sumsq_step(y, stride, i, sb);
-    }
-    for (; i < n; i++) {
-        norm_v4 va = {x[i], x[stride + i], x[2 * stride + i], x[3 * stride + i]};
-        sa += va * va;
-        if (two) {
-            norm_v4 vb = {y[i], y[stride + i], y[2 * stride + i], y[3 * stride + i]};
-            sb += vb * vb;
-        }
-    }
-    *a = sa, *b = sb;
-}
-
-/* fwd__rmsnorm of `rows` rows stride floats apart (out the same; out may
- * be x). */
-static void rmsnorm_many(float *out, const float *x, size_t stride, const float *w, int rows, int n, float eps) {
-    int r = 0;
-    for (int k; (k = rows - r >= 8 ? 8 : rows - r >= 4 ? 4 : 0); r += k) {
-        norm_v4 s[2];
-        sumsq_rows(x + r * stride, stride, n, k == 8, &s[0], &s[1]);
-        for (int j = 0; j < k; j++)
-            rmsnorm_scale(out + (r + j) * stride, x + (r + j) * stride, w, n, s[j / 4][j % 4], eps);
-    }
-    for (; r < rows; r++) fwd__rmsnorm(out + r * stride, x + r * stride, w, n, eps);
+    norm_rms_rows(out, x, 0, w, 1, n, eps);
 }
 
 typedef struct {
     const float *in;
     float *out;
     const float *w;
-    int n;
+    int rows, len; /* rows of len floats, len apart */
 } norm_arg;
 
 /* Rows [NORM_ROWS g, NORM_ROWS (g + 1)) of the batch. */
 static void norm_group(fwd_ctx *c, void *arg, int g) {
     norm_arg *a = arg;
-    int e = c->m->hp.n_embd, t0 = g * NORM_ROWS, rows = a->n - t0 < NORM_ROWS ? a->n - t0 : NORM_ROWS;
-    size_t o = (size_t)t0 * e;
-    rmsnorm_many(a->out + o, a->in + o, (size_t)e, a->w, rows, e, c->m->hp.rms_eps);
+    int r0 = g * NORM_ROWS, rows = a->rows - r0 < NORM_ROWS ? a->rows - r0 : NORM_ROWS;
+    size_t o = (size_t)r0 * a->len;
+    norm_rms_rows(a->out + o, a->in + o, (size_t)a->len, a->w, rows, a->len, c->m->hp.rms_eps);
 }
 
+static void norm_rows_of(fwd_ctx *c, const float *in, float *out, const model_tensor *w, int rows, int len) {
+    norm_arg a = {in, out, w->data, rows, len};
+    fwd__for_rows(c, (rows + NORM_ROWS - 1) / NORM_ROWS, norm_group, &a);
+}
+
+/* n token rows of n_embd. */
 static void norm_rows(fwd_ctx *c, const float *in, float *out, const model_tensor *w, int n) {
-    norm_arg a = {in, out, w->data, n};
-    fwd__for_rows(c, (n + NORM_ROWS - 1) / NORM_ROWS, norm_group, &a);
+    norm_rows_of(c, in, out, w, n, c->m->hp.n_embd);
 }
 
 /* YaRN ramp between the corrected dimensions (published YaRN formula). */
@@ -360,10 +292,11 @@ static void add_bias(float *y, const model_tensor *bias, int n) {
     for (int i = 0; i < n; i++) y[i] += bv[i];
 }
 
-static void head_norms(const fwd_ctx *c, const model_tensor *w, float *x, int n_heads) {
-    if (!w->data) return;
-    int d = c->m->hp.head_dim;
-    rmsnorm_many(x, x, (size_t)d, w->data, n_heads, d, c->m->hp.rms_eps);
+/* QK-norm of n tokens' heads (qwen3, Gemma 3): every head of every token
+ * one row of head_dim (c->q and c->k hold them contiguously), so a work
+ * item takes NORM_ROWS heads whatever the heads per token. */
+static void head_norms(fwd_ctx *c, const model_tensor *w, float *x, int n_heads, int n) {
+    if (w->data) norm_rows_of(c, x, x, w, n * n_heads, c->m->hp.head_dim);
 }
 
 /* qwen35: Q rows come as [head][q | gate]; q to c->q, gate to c->attn_gate. */
@@ -385,18 +318,24 @@ static void apply_gate_row(fwd_ctx *c, void *arg, int t) {
     vexp_sigmoid_mul(o, g, nq);
 }
 
-/* Bias, QK-norm and RoPE on token t's Q and K; then K,V go to the cache. */
+/* qwen35's gate split and the biases of token t's Q, K and V (before the
+ * QK-norm). */
+static void qkv_bias_row(fwd_ctx *c, void *arg, int t) {
+    layer_arg *a = arg;
+    const model_hparams *hp = &c->m->hp;
+    int nq = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
+    if (hp->attn_gate) split_gate(c, t);
+    add_bias(c->q + (size_t)t * nq, &a->L->bq, nq);
+    add_bias(c->k + (size_t)t * kvd, &a->L->bk, kvd);
+    add_bias(c->v + (size_t)t * kvd, &a->L->bv, kvd);
+}
+
+/* RoPE on token t's Q and K (biased and normed); then K,V go to the cache. */
 static void qkv_finish_row(fwd_ctx *c, void *arg, int t) {
     layer_arg *a = arg;
     const model_hparams *hp = &c->m->hp;
     int nq = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
     float *q = c->q + (size_t)t * nq, *k = c->k + (size_t)t * kvd, *v = c->v + (size_t)t * kvd;
-    if (hp->attn_gate) split_gate(c, t);
-    add_bias(q, &a->L->bq, nq);
-    add_bias(k, &a->L->bk, kvd);
-    add_bias(v, &a->L->bv, kvd);
-    head_norms(c, &a->L->q_norm, q, hp->n_head);
-    head_norms(c, &a->L->k_norm, k, hp->n_head_kv);
     int pos = a->b->pos[t];
     rope_heads(c, q, hp->n_head, t, a->L->swa);
     rope_heads(c, k, hp->n_head_kv, t, a->L->swa);
@@ -578,6 +517,9 @@ static void attention(fwd_ctx *c, const fwd_batch *b, const model_layer *L) {
     const model_tensor *qkv[3] = {&L->wq, &L->wk, &L->wv};
     float *qkv_out[3] = {c->m->hp.attn_gate ? c->qg : c->q, c->k, c->v};
     fwd__matmul_group(c, c->xn, n, qkv, qkv_out, 3);
+    if (c->m->hp.attn_gate || L->bq.data || L->bk.data || L->bv.data) fwd__for_rows(c, n, qkv_bias_row, &a);
+    head_norms(c, &L->q_norm, c->q, c->m->hp.n_head, n);
+    head_norms(c, &L->k_norm, c->k, c->m->hp.n_head_kv, n);
     fwd__for_rows(c, n, qkv_finish_row, &a);
     int segs = attn_segs(c, &a);
     attn_job aj = {c, &a, attn_parts(c, segs), segs, 0};
