@@ -317,6 +317,32 @@ TEST(attn_prefill_equals_decode_segments) {
     }
 }
 
+/* An f16 row (F16C where the CPU has it) holds f32_to_fp16's bytes for
+ * every float: a sweep of all exponents with odd mantissas (ties, the
+ * subnormal and overflow edges), infinities and quiet and signalling NaNs
+ * (F16C would quiet those: their 8 take the scalar path), rows of 1-40
+ * values (the 8-value steps and their tails). */
+TEST(kvq_f16_row_keeps_the_scalar_bytes) {
+    enum { N = 4096 };
+    static float x[N];
+    static uint16_t row[N];
+    for (int i = 0; i < N; i++) {
+        uint32_t bits = (uint32_t)i * 1048573u + (uint32_t)i * (uint32_t)i * 97u;
+        memcpy(&x[i], &bits, 4);
+    }
+    const uint32_t special[] = {0x7f800000u, 0xff800000u, 0x7fc00001u, 0x7f800001u, 0xffa00000u,
+                                0x477ff000u, 0x477fefffu, 0x38800000u, 0x337fffffu, 0x33000001u};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) memcpy(&x[100 + 9 * i], &special[i], 4);
+    int bad = 0;
+    for (int n = 1; n <= 40; n++) {
+        kvq_write_row(KVQ_F16, x, row, n);
+        for (int i = 0; i < n; i++) bad += row[i] != f32_to_fp16(x[i]);
+    }
+    kvq_write_row(KVQ_F16, x, row, N);
+    for (int i = 0; i < N; i++) bad += row[i] != f32_to_fp16(x[i]);
+    CHECK_EQ_INT(bad, 0);
+}
+
 /* ---- q8_0 keys/values ---- */
 
 /* A row written as q8_0 reads back within half a step of its block's
