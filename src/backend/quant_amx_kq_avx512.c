@@ -38,9 +38,8 @@
  * the avx512 tiles) and super-block: the sub-blocks' tile products (4
  * result tiles a batch) stored, issued before the previous super-block's
  * vector steps, then per token the integer scaling (VPMULLD by the rows'
- * scales; the min term by VPDPWSSD of the token's block
- * sums against the rows' int16 pairs) and the float step. Does not:
- * decode. */
+ * scales; the min term by VPDPWSSD of the token's block sums against the
+ * rows' int16 pairs) and the float step. Does not: decode. */
 #include <immintrin.h>
 #include <string.h>
 

@@ -23,9 +23,8 @@
  * K-quants: sub-block scales are applied in integers (decode tiles:
  * VPMADDUBSW then VPDPWSSD, partial sums summed exactly, all the tile's
  * pairs at once; prefill: VPMULLD on rows in lanes), and the float steps
- * are every level's (the same
- * bits at scalar, avx2, avx512, amx: see "the K-quants' level-independent
- * float steps" below).
+ * are every level's (the same bits at scalar, avx2, avx512, amx: see "the
+ * K-quants' level-independent float steps" below).
  * Does not: threads; F16/BF16 use plain float FMAs. */
 #include <immintrin.h>
 
