@@ -301,7 +301,12 @@ AI __m256i ymm_in_reg(__m256i v) {
 AI __m256i lg_bcast4(const int8_t *p) { return _mm256_set1_epi32((int)quant_rd32((const uint8_t *)p)); }
 
 /* Prefill tile: RV prepared groups (P[r]) x T tokens (x[t]; Q8_0: xa[t],
- * their blocks' sums times 128, group_x_prep). */
+ * their blocks' sums times 128, group_x_prep). The driver's tiles are
+ * 2 groups x 3 tokens (token tails 2, 1; an odd last group alone): 6
+ * pairs of an acc and an int16 sum (Q5: and an int32 sum; Q8_0: an int32
+ * sum) in registers, 2 weight chunks and 1 broadcast per 6 VPMADDUBSW.
+ * Measured (1024 x 640, 512 tokens, G int8 ops/s): Q5_0 2 x 3 194, 2 x 2
+ * 173; Q8_0 2 x 3 123, 2 x 2 116. */
 AI void lg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, const uint8_t *const *xa, int64_t nb,
                 float *y, int64_t ldy, const int *row, const int *nr, const int RV, const int T) {
     const __m256i ones = _mm256_set1_epi16(1);
@@ -416,35 +421,6 @@ AI void lg_dec(int ty, const uint8_t *const *rw, const uint8_t *const *x, int64_
     }
     lg_store((const __m256(*)[4])acc, (const __m256(*)[4])accm, y, ldy, &row, &nr, 1, T);
 }
-
-/* Prefill tiles: 2 groups x 3 tokens (token tails 2, 1; an odd last
- * group alone): 6 pairs of an acc and an int16 sum (Q5: and an int32 sum;
- * Q8_0: an int32 sum) in registers, 2 weight chunks and 1 broadcast per
- * 6 VPMADDUBSW. Measured (1024 x 640, 512 tokens, G int8 ops/s): Q5_0
- * 2 x 3 194, 2 x 2 173; Q8_0 2 x 3 123, 2 x 2 116. */
-#define LG_T 3
-
-/* One token tile of T over a chunk's ng prepared groups
- * (quant_group_drive.h). */
-AI void group_tokens(int ty, const uint8_t *pw, size_t gb, int ng, const uint8_t *const *xp,
-                     const uint8_t *const *xa, int64_t nb, float *yt, int64_t ldy, const int *grow, const int *gnr,
-                     const int T) {
-    int i = 0;
-    for (; i + 2 <= ng; i += 2) {
-        const uint8_t *P[2] = {pw + (size_t)i * gb, pw + (size_t)(i + 1) * gb};
-        lg_tile(ty, P, xp, xa, nb, yt, ldy, grow + i, gnr + i, 2, T);
-    }
-    if (i < ng) {
-        const uint8_t *P[1] = {pw + (size_t)i * gb};
-        lg_tile(ty, P, xp, xa, nb, yt, ldy, grow + i, gnr + i, 1, T);
-    }
-}
-
-AI int64_t group_qk(int ty) { return QK; }
-AI size_t group_blk_bytes(int ty) { return LG_BLK; }
-AI void group_prep(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst) { lg_prep_group(ty, rw, nb, dst); }
-
-#include "backend/quant_group_drive.h"
 
 /* ---- MXFP4 (Q8_0 activations) -------------------------------------------
  * Half groups load as the legacy ones (LMX: nibbles as Q4_0, d from the
@@ -631,21 +607,218 @@ AI void kq_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
     for (int i = 0; i < n; i++) out[i] = o[i];
 }
 
-/* Tiles: prefill takes 1 row x 8 tokens (the decode of a super-block is
- * then shared by 8 tokens; more rows would spill the integer sums), token
- * tails 1 x 4 and 2 x 2, decode 4 rows x 1 token (one activation load for
- * 4 rows). Any shape gives a pair the same operations. */
+/* Tiles on GGUF rows, below KG_PREP_MIN tokens (decode; prefill: the
+ * groups of 8 rows below): 1 row x 4 tokens, tails 2 x 2, and 4 rows x 1
+ * token (one activation load for 4 rows). Any shape gives a pair the same
+ * operations. */
 #define KQ_KERNEL(name, ty)                                                   \
-    TILE_T2(name, ty, 1, 8) TILE_T2(name, ty, 1, 4) TILE_T2(name, ty, 2, 2)   \
-    TILE_T2(name, ty, 4, 1)                                                   \
+    TILE_T2(name, ty, 1, 4) TILE_T2(name, ty, 2, 2) TILE_T2(name, ty, 4, 1)   \
     static const tile_set name##_set = {                                      \
-        .s = {{1, 8, name##_1x8}, {1, 4, name##_1x4}, {2, 2, name##_2x2}, {4, 1, name##_4x1}}};
+        .s = {{1, 4, name##_1x4}, {2, 2, name##_2x2}, {4, 1, name##_4x1}}};
 #define TILE_T2(name, ty, RR, T)                                              \
     static void name##_##RR##x##T(const uint8_t *const *w, const uint8_t *const *x, \
                                   int64_t k, float *o) { kq_tile(ty, w, x, k, o, RR, T); }
 KQ_KERNEL(kq_q4_k, K4)
 KQ_KERNEL(kq_q5_k, K5)
 KQ_KERNEL(kq_q6_k, K6)
+
+/* ---- K-quants, prefill: 8 rows in the lanes -------------------------------
+ * From KG_PREP_MIN tokens on, a call prepares its rows in groups of 8
+ * (kq8_prep), as the legacy formats' prefill does, per super-block
+ * KQ8_SB bytes (32-byte aligned: the work buffer is 64-byte aligned and
+ * KQ8_SB a multiple of 32):
+ *   0        64 chunk vectors: chunk c, lane r: row r's unsigned quants
+ *            of elements 4c..4c+3 (quant_impl.h's KQ16 with 8 lanes);
+ *   KQ8_SC   per scale an int16 pair (sc, sc) in lane r (Q4_K/Q5_K: the
+ *            8 sub-blocks' sc_s; Q6_K: the 16 groups' sc_g);
+ *   KQ8_MP   8 vectors of int16 pairs for the activations' bsums dwords j
+ *            (Q4_K/Q5_K: the min (m_j, m_j); Q6_K: the offset (-32 sc_2j,
+ *            -32 sc_2j+1));
+ *   KQ8_DW, KQ8_DM  the rows' d and dmin as floats (Q6_K: dmin 0).
+ * A tile of 2 groups x 3 tokens broadcasts a token's 4 activation bytes of
+ * a chunk into a VPMADDUBSW per group and sums the int16 results over
+ * kg_flush chunks, then one VPMADDWD against the scale pairs turns the
+ * int16 lanes (lo, hi) of row r into sc (lo + hi) in int32, exactly: the
+ * scale comes free with the widening. isum's other part (Q6_K's offset)
+ * and im are 8 VPMADDWD of the rows' pairs against the token's bsums
+ * dwords. Bounds (|x| <= 127 in Q8_K, quant_act_impl.h): a VPMADDUBSW
+ * lane is two products, Q4_K 2 * 15 * 127 = 3,810, Q5_K 2 * 31 * 127 =
+ * 7,874, Q6_K 2 * 63 * 127 = 16,002 (no saturation); kg_flush lanes of a
+ * sum: 8 x 3,810 = 30,480, 4 x 7,874 = 31,496, 2 x 16,002 = 32,004, each
+ * < 32,767 (one more chunk would overflow); a VPMADDWD of a sum with
+ * |sc| <= 128 is < 2 * 128 * 32,767 < 2^23; the offset and min pairs
+ * (|-32 sc| <= 4,096, m <= 63) against |bsum| <= 16 * 127 give < 2^24; the
+ * int32 totals are those of "K-quants: one integer per super-block"
+ * (README), < 2^28. So isum and im are every level's integers and the
+ * float steps are kq_fstep's: the same bits as kq_tile and scalar. */
+#define KG_PREP_MIN 8
+enum { KQ8_SC = 64 * 32, KQ8_MP = KQ8_SC + 16 * 32, KQ8_DW = KQ8_MP + 8 * 32, KQ8_DM = KQ8_DW + 32,
+       KQ8_SB = KQ8_DM + 32 };
+
+AI int kg_flush(int ty) { return ty == K4 ? 8 : ty == K5 ? 4 : 2; } /* chunks an int16 sum takes */
+AI int kg_per_scale(int ty) { return ty == K6 ? 4 : 8; }               /* chunks of one scale */
+
+/* (v, v) as an int16 pair in a dword (v fits int16). */
+AI int32_t kq_pair(int lo, int hi) { return (int32_t)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16); }
+
+/* The 8 GGUF rows rw[] prepared into nb * KQ8_SB bytes at dst. */
+AI void kq8_prep(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst) {
+    const int by = ty == K4 ? QB_Q4_K : ty == K5 ? QB_Q5_K : QB_Q6_K;
+    for (int64_t b = 0; b < nb; b++, dst += KQ8_SB) {
+        _Alignas(32) uint8_t q[8][QK_K];
+        _Alignas(32) int16_t sc[8][16];
+        float dd[2][8];
+        for (int i = 0; i < 8; i++) {
+            const uint8_t *blk = rw[i] + b * by;
+            UNROLL
+            for (int c = 0; c < 8; c++) _mm256_store_si256((__m256i *)(void *)(q[i] + 32 * c), kq_decode(ty, blk, c));
+            _mm256_store_si256((__m256i *)(void *)sc[i], kq_scales(ty, blk));
+            dd[0][i] = _cvtsh_ss(quant_rd16(blk + (ty == K6 ? 208 : 0)));
+            dd[1][i] = ty == K6 ? 0.0f : _cvtsh_ss(quant_rd16(blk + 2));
+        }
+        for (int v = 0; v < 8; v++) { /* chunks 8v .. 8v + 7 */
+            __m256i t[8];
+            UNROLL
+            for (int i = 0; i < 8; i++) t[i] = _mm256_load_si256((const __m256i *)(const void *)(q[i] + 32 * v));
+            lg_tr8(t);
+            UNROLL
+            for (int p = 0; p < 8; p++) _mm256_store_si256((__m256i *)(void *)(dst + 32 * (8 * v + p)), t[p]);
+        }
+        int32_t *sp = (int32_t *)(void *)(dst + KQ8_SC), *mp = (int32_t *)(void *)(dst + KQ8_MP);
+        for (int j = 0; j < (ty == K6 ? 16 : 8); j++)
+            for (int r = 0; r < 8; r++) sp[8 * j + r] = kq_pair(sc[r][j], sc[r][j]);
+        for (int j = 0; j < 8; j++)
+            for (int r = 0; r < 8; r++)
+                mp[8 * j + r] = ty == K6 ? kq_pair(-32 * sc[r][2 * j], -32 * sc[r][2 * j + 1]) : kq_pair(sc[r][8 + j], sc[r][8 + j]);
+        _mm256_store_ps((float *)(void *)(dst + KQ8_DW), _mm256_loadu_ps(dd[0]));
+        _mm256_store_ps((float *)(void *)(dst + KQ8_DM), _mm256_loadu_ps(dd[1]));
+    }
+}
+
+/* sum_j pairs j . (bsums dword j of the token at bs), as int32 per lane. */
+AI __m256i kg_bsum_dot(const uint8_t *pairs, const int16_t *bs) {
+    __m256i s = _mm256_setzero_si256();
+    UNROLL
+    for (int j = 0; j < 8; j++)
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(const void *)(pairs + 32 * j)),
+                                                  lg_bcast4((const int8_t *)(bs + 2 * j))));
+    return s;
+}
+
+/* Prefill tile: RV prepared groups (P[r]) x T tokens (x[t]). Registers
+ * in the chunk loop: 6 int16 sums, 6 int32 sums, 2 weight chunks and a
+ * broadcast (15 of 16 ymm); acc and accm change once per super-block and
+ * may live in memory. */
+AI void kg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, int64_t nb, float *y, int64_t ldy,
+                const int *row, const int *nr, const int RV, const int T) {
+    const int F = kg_flush(ty), CS = kg_per_scale(ty);
+    __m256 acc[2][4], accm[2][4];
+    UNROLL
+    for (int r = 0; r < RV; r++)
+        UNROLL
+        for (int t = 0; t < T; t++) acc[r][t] = accm[r][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *pb[2];
+        const int8_t *xq[3];
+        const int16_t *bs[3];
+        UNROLL
+        for (int r = 0; r < RV; r++) pb[r] = P[r] + b * KQ8_SB;
+        UNROLL
+        for (int t = 0; t < T; t++) xq[t] = qak_qs(x[t], nb) + b * QK_K, bs[t] = qak_bsums(x[t], nb) + 16 * b;
+        __m256i is[2][3];
+        UNROLL
+        for (int r = 0; r < RV; r++)
+            UNROLL
+            for (int t = 0; t < T; t++) /* Q6_K: the -32 offset, sum_g -32 sc_g bsum_g */
+                is[r][t] = ty == K6 ? kg_bsum_dot(pb[r] + KQ8_MP, bs[t]) : _mm256_setzero_si256();
+        for (int f = 0; f < 64 / F; f++) {
+            __m256i p[2][3];
+            UNROLL
+            for (int cc = 0; cc < F; cc++) {
+                const int c = f * F + cc;
+                __m256i wv[2];
+                UNROLL
+                for (int r = 0; r < RV; r++) wv[r] = ymm_in_reg(_mm256_load_si256((const __m256i *)(const void *)(pb[r] + 32 * c)));
+                UNROLL
+                for (int t = 0; t < T; t++) {
+                    __m256i xb = lg_bcast4(xq[t] + 4 * c);
+                    UNROLL
+                    for (int r = 0; r < RV; r++) {
+                        __m256i m = _mm256_maddubs_epi16(wv[r], xb);
+                        p[r][t] = ymm_in_reg(cc == 0 ? m : _mm256_add_epi16(p[r][t], m));
+                    }
+                }
+            }
+            UNROLL
+            for (int r = 0; r < RV; r++) {
+                const __m256i sp = _mm256_load_si256((const __m256i *)(const void *)(pb[r] + KQ8_SC + 32 * (f * F / CS)));
+                UNROLL
+                for (int t = 0; t < T; t++) is[r][t] = _mm256_add_epi32(is[r][t], _mm256_madd_epi16(p[r][t], sp));
+            }
+        }
+        UNROLL
+        for (int r = 0; r < RV; r++) {
+            const __m256 dw = _mm256_load_ps((const float *)(const void *)(pb[r] + KQ8_DW));
+            const __m256 dm = _mm256_load_ps((const float *)(const void *)(pb[r] + KQ8_DM));
+            UNROLL
+            for (int t = 0; t < T; t++) {
+                const __m256 dx = _mm256_set1_ps(qak_d(x[t])[b]);
+                acc[r][t] = kq_fstep(acc[r][t], is[r][t], dw, dx);
+                if (ty != K6) accm[r][t] = kq_fstep(accm[r][t], kg_bsum_dot(pb[r] + KQ8_MP, bs[t]), dm, dx);
+            }
+        }
+    }
+    UNROLL
+    for (int r = 0; r < RV; r++) {
+        const __m256i km = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr[r]), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            __m256 v = ty == K6 ? acc[r][t] : _mm256_sub_ps(acc[r][t], accm[r][t]);
+            if (nr[r] == 8) _mm256_storeu_ps(y + t * ldy + row[r], v);
+            else _mm256_maskstore_ps(y + t * ldy + row[r], km, v);
+        }
+    }
+}
+
+/* quant_group_drive.h's hooks: the legacy formats' and the K-quants'
+ * prefill tiles, both 2 groups x 3 tokens at most. */
+#define LG_T 3
+/* One token tile of T over a chunk's ng prepared groups
+ * (quant_group_drive.h). */
+AI void group_tokens(int ty, const uint8_t *pw, size_t gb, int ng, const uint8_t *const *xp,
+                     const uint8_t *const *xa, int64_t nb, float *yt, int64_t ldy, const int *grow, const int *gnr,
+                     const int T) {
+    int i = 0;
+    for (; i + 2 <= ng; i += 2) {
+        const uint8_t *P[2] = {pw + (size_t)i * gb, pw + (size_t)(i + 1) * gb};
+        if (ty >= K4) kg_tile(ty, P, xp, nb, yt, ldy, grow + i, gnr + i, 2, T);
+        else lg_tile(ty, P, xp, xa, nb, yt, ldy, grow + i, gnr + i, 2, T);
+    }
+    if (i < ng) {
+        const uint8_t *P[1] = {pw + (size_t)i * gb};
+        if (ty >= K4) kg_tile(ty, P, xp, nb, yt, ldy, grow + i, gnr + i, 1, T);
+        else lg_tile(ty, P, xp, xa, nb, yt, ldy, grow + i, gnr + i, 1, T);
+    }
+}
+
+AI int64_t group_qk(int ty) { return ty >= K4 ? QK_K : QK; }
+AI size_t group_blk_bytes(int ty) { return ty >= K4 ? KQ8_SB : LG_BLK; }
+AI void group_prep(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst) {
+    if (ty >= K4) kq8_prep(ty, rw, nb, dst);
+    else lg_prep_group(ty, rw, nb, dst);
+}
+
+#include "backend/quant_group_drive.h"
+
+#define KG_GEMM(name, ty)                                                                                   \
+    static void gemm_##name(const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok,   \
+                            float *y, int64_t ldy, int r0, int r1) {                                       \
+        if (n_tok >= KG_PREP_MIN) group_gemm_prep(ty, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);             \
+        else tile_drive(&name##_set, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);                            \
+    }
+KG_GEMM(kq_q4_k, K4)
+KG_GEMM(kq_q5_k, K5)
+KG_GEMM(kq_q6_k, K6)
 
 /* ---- float formats (F32 activations) ----------------------------------- */
 
@@ -702,5 +875,4 @@ TILESET_21(fl_bf16, R)
 
 /* ---- dispatch ------------------------------------------------------------ */
 
-TILE_GEMM(kq_q4_k) TILE_GEMM(kq_q5_k) TILE_GEMM(kq_q6_k)
 TILE_KERNELS(quant_avx2_kernel)
