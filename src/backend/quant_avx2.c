@@ -658,40 +658,48 @@ enum { KQ8_SC = 64 * 32, KQ8_MP = KQ8_SC + 16 * 32, KQ8_DW = KQ8_MP + 8 * 32, KQ
 AI int kg_flush(int ty) { return ty == K4 ? 8 : ty == K5 ? 4 : 2; } /* chunks an int16 sum takes */
 AI int kg_per_scale(int ty) { return ty == K6 ? 4 : 8; }               /* chunks of one scale */
 
-/* (v, v) as an int16 pair in a dword (v fits int16). */
-AI int32_t kq_pair(int lo, int hi) { return (int32_t)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16); }
+/* Each dword's low int16 v as the pair (v, v). */
+AI __m256i kq_pairs(__m256i v) { return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(v, 16)); }
 
-/* The 8 GGUF rows rw[] prepared into nb * KQ8_SB bytes at dst. */
+/* The 8 GGUF rows rw[] prepared into nb * KQ8_SB bytes at dst: per
+ * super-block each row's 32-element pieces (kq_decode) and its scales
+ * (kq_scales), each through one 8 x 8 dword transpose to lanes = rows. */
 AI void kq8_prep(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst) {
     const int by = ty == K4 ? QB_Q4_K : ty == K5 ? QB_Q5_K : QB_Q6_K;
     for (int64_t b = 0; b < nb; b++, dst += KQ8_SB) {
-        _Alignas(32) uint8_t q[8][QK_K];
-        _Alignas(32) int16_t sc[8][16];
-        float dd[2][8];
-        for (int i = 0; i < 8; i++) {
-            const uint8_t *blk = rw[i] + b * by;
-            UNROLL
-            for (int c = 0; c < 8; c++) _mm256_store_si256((__m256i *)(void *)(q[i] + 32 * c), kq_decode(ty, blk, c));
-            _mm256_store_si256((__m256i *)(void *)sc[i], kq_scales(ty, blk));
-            dd[0][i] = _cvtsh_ss(quant_rd16(blk + (ty == K6 ? 208 : 0)));
-            dd[1][i] = ty == K6 ? 0.0f : _cvtsh_ss(quant_rd16(blk + 2));
-        }
-        for (int v = 0; v < 8; v++) { /* chunks 8v .. 8v + 7 */
+        const uint8_t *blk[8];
+        for (int i = 0; i < 8; i++) blk[i] = rw[i] + b * by;
+        for (int v = 0; v < 8; v++) { /* elements 32v .. 32v + 31: chunks 8v .. 8v + 7 */
             __m256i t[8];
             UNROLL
-            for (int i = 0; i < 8; i++) t[i] = _mm256_load_si256((const __m256i *)(const void *)(q[i] + 32 * v));
+            for (int i = 0; i < 8; i++) t[i] = kq_decode(ty, blk[i], v);
             lg_tr8(t);
             UNROLL
             for (int p = 0; p < 8; p++) _mm256_store_si256((__m256i *)(void *)(dst + 32 * (8 * v + p)), t[p]);
         }
-        int32_t *sp = (int32_t *)(void *)(dst + KQ8_SC), *mp = (int32_t *)(void *)(dst + KQ8_MP);
-        for (int j = 0; j < (ty == K6 ? 16 : 8); j++)
-            for (int r = 0; r < 8; r++) sp[8 * j + r] = kq_pair(sc[r][j], sc[r][j]);
-        for (int j = 0; j < 8; j++)
-            for (int r = 0; r < 8; r++)
-                mp[8 * j + r] = ty == K6 ? kq_pair(-32 * sc[r][2 * j], -32 * sc[r][2 * j + 1]) : kq_pair(sc[r][8 + j], sc[r][8 + j]);
-        _mm256_store_ps((float *)(void *)(dst + KQ8_DW), _mm256_loadu_ps(dd[0]));
-        _mm256_store_ps((float *)(void *)(dst + KQ8_DM), _mm256_loadu_ps(dd[1]));
+        /* s[h][i]: row i's scales 8h .. 8h + 7 as pairs (Q4_K/Q5_K: sc_s, then m_s);
+         * o[i]: Q6_K's offset pairs, row i's dword j (-32 sc_2j, -32 sc_2j+1). */
+        __m256i s[2][8], o[8];
+        __m128i dh = _mm_setzero_si128(), mh = _mm_setzero_si128();
+        UNROLL
+        for (int i = 0; i < 8; i++) {
+            const __m256i sc = kq_scales(ty, blk[i]);
+            s[0][i] = kq_pairs(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(sc)));
+            s[1][i] = kq_pairs(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(sc, 1)));
+            if (ty == K6) o[i] = _mm256_mullo_epi16(sc, _mm256_set1_epi16(-32));
+            dh = _mm_insert_epi16(dh, quant_rd16(blk[i] + (ty == K6 ? 208 : 0)), i);
+            if (ty != K6) mh = _mm_insert_epi16(mh, quant_rd16(blk[i] + 2), i);
+        }
+        lg_tr8(s[0]);
+        lg_tr8(s[1]);
+        if (ty == K6) lg_tr8(o);
+        for (int j = 0; j < 8; j++) {
+            _mm256_store_si256((__m256i *)(void *)(dst + KQ8_SC + 32 * j), s[0][j]);
+            if (ty == K6) _mm256_store_si256((__m256i *)(void *)(dst + KQ8_SC + 32 * (8 + j)), s[1][j]);
+            _mm256_store_si256((__m256i *)(void *)(dst + KQ8_MP + 32 * j), ty == K6 ? o[j] : s[1][j]);
+        }
+        _mm256_store_ps((float *)(void *)(dst + KQ8_DW), _mm256_cvtph_ps(dh));
+        _mm256_store_ps((float *)(void *)(dst + KQ8_DM), _mm256_cvtph_ps(mh)); /* Q6_K: 0 */
     }
 }
 
