@@ -262,10 +262,11 @@ AI void lg_prep_group(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst
     }
 }
 
-/* What the prefill tiles take per token besides its row: Q8_0's blocks'
- * integer sums times 128, as int32 at their slots (quant_group_drive.h). */
-AI size_t group_x_bytes(int ty, int64_t nb) { return ty == L80 ? (size_t)qa8_nbp(nb) * 4 : 0; }
-AI void group_x_prep(int ty, const uint8_t *x, int64_t nb, uint8_t *dst) {
+/* What the legacy prefill tiles take per token besides its row: Q8_0's
+ * blocks' integer sums times 128, as int32 at their slots. */
+AI size_t lg_x_bytes(int ty, int64_t nb) { return ty == L80 ? (size_t)qa8_nbp(nb) * 4 : 0; }
+AI void lg_x_prep(int ty, const uint8_t *x, int64_t nb, uint8_t *dst) {
+    if (ty != L80) return;
     for (int64_t b0 = 0; b0 < nb; b0 += QA8_GROUP)
         for (int h = 0; h < 2; h++)
             _mm256_storeu_si256((__m256i *)(void *)(dst + 4 * (b0 + 8 * h)), lg_xsum128(qa8_qs(x, nb) + b0 * QK, h));
@@ -631,17 +632,19 @@ KQ_KERNEL(kq_q6_k, K6)
  *            of elements 4c..4c+3 (quant_impl.h's KQ16 with 8 lanes);
  *   KQ8_SC   per scale an int16 pair (sc, sc) in lane r (Q4_K/Q5_K: the
  *            8 sub-blocks' sc_s; Q6_K: the 16 groups' sc_g);
- *   KQ8_MP   8 vectors of int16 pairs for the activations' bsums dwords j
- *            (Q4_K/Q5_K: the min (m_j, m_j); Q6_K: the offset (-32 sc_2j,
- *            -32 sc_2j+1));
+ *   KQ8_MP   int16 pairs: Q6_K 8 vectors, the offset (-32 sc_2j, -32
+ *            sc_2j+1) for the activations' bsums dword j (groups 2j,
+ *            2j + 1); Q4_K/Q5_K 4 vectors, the mins (m_2j, m_2j+1) for
+ *            dword j of the token's sub-block sums (kg_x_prep);
  *   KQ8_DW, KQ8_DM  the rows' d and dmin as floats (Q6_K: dmin 0).
  * A tile of 2 groups x 3 tokens broadcasts a token's 4 activation bytes of
  * a chunk into a VPMADDUBSW per group and sums the int16 results over
  * kg_flush chunks, then one VPMADDWD against the scale pairs turns the
  * int16 lanes (lo, hi) of row r into sc (lo + hi) in int32, exactly: the
  * scale comes free with the widening. isum's other part (Q6_K's offset)
- * and im are 8 VPMADDWD of the rows' pairs against the token's bsums
- * dwords. Bounds (|x| <= 127 in Q8_K, quant_act_impl.h): a VPMADDUBSW
+ * is 8 VPMADDWD of the rows' pairs against the token's bsums dwords, im
+ * (Q4_K/Q5_K) 4 against its sub-block sums (made once per call and token:
+ * the bsums of 16 elements summed in pairs, |bsum_s| <= 32 * 127). Bounds (|x| <= 127 in Q8_K, quant_act_impl.h): a VPMADDUBSW
  * lane is two products, Q4_K 2 * 15 * 127 = 3,810, Q5_K 2 * 31 * 127 =
  * 7,874, Q6_K 2 * 63 * 127 = 16,002 (no saturation); kg_flush lanes of a
  * sum: 8 x 3,810 = 30,480, 4 x 7,874 = 31,496, 2 x 16,002 = 32,004, each
@@ -678,7 +681,8 @@ AI void kq8_prep(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst) {
             for (int p = 0; p < 8; p++) _mm256_store_si256((__m256i *)(void *)(dst + 32 * (8 * v + p)), t[p]);
         }
         /* s[h][i]: row i's scales 8h .. 8h + 7 as pairs (Q4_K/Q5_K: sc_s, then m_s);
-         * o[i]: Q6_K's offset pairs, row i's dword j (-32 sc_2j, -32 sc_2j+1). */
+         * o[i] dword j: Q6_K's offset pairs (-32 sc_2j, -32 sc_2j+1); Q4_K/Q5_K
+         * (j >= 4) the mins (m_2j-8, m_2j-7), kq_scales' high half. */
         __m256i s[2][8], o[8];
         __m128i dh = _mm_setzero_si128(), mh = _mm_setzero_si128();
         UNROLL
@@ -686,28 +690,28 @@ AI void kq8_prep(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst) {
             const __m256i sc = kq_scales(ty, blk[i]);
             s[0][i] = kq_pairs(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(sc)));
             s[1][i] = kq_pairs(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(sc, 1)));
-            if (ty == K6) o[i] = _mm256_mullo_epi16(sc, _mm256_set1_epi16(-32));
+            o[i] = ty == K6 ? _mm256_mullo_epi16(sc, _mm256_set1_epi16(-32)) : sc;
             dh = _mm_insert_epi16(dh, quant_rd16(blk[i] + (ty == K6 ? 208 : 0)), i);
             if (ty != K6) mh = _mm_insert_epi16(mh, quant_rd16(blk[i] + 2), i);
         }
         lg_tr8(s[0]);
         lg_tr8(s[1]);
-        if (ty == K6) lg_tr8(o);
+        lg_tr8(o);
         for (int j = 0; j < 8; j++) {
             _mm256_store_si256((__m256i *)(void *)(dst + KQ8_SC + 32 * j), s[0][j]);
             if (ty == K6) _mm256_store_si256((__m256i *)(void *)(dst + KQ8_SC + 32 * (8 + j)), s[1][j]);
-            _mm256_store_si256((__m256i *)(void *)(dst + KQ8_MP + 32 * j), ty == K6 ? o[j] : s[1][j]);
+            if (ty == K6 || j < 4) _mm256_store_si256((__m256i *)(void *)(dst + KQ8_MP + 32 * j), o[ty == K6 ? j : 4 + j]);
         }
         _mm256_store_ps((float *)(void *)(dst + KQ8_DW), _mm256_cvtph_ps(dh));
         _mm256_store_ps((float *)(void *)(dst + KQ8_DM), _mm256_cvtph_ps(mh)); /* Q6_K: 0 */
     }
 }
 
-/* sum_j pairs j . (bsums dword j of the token at bs), as int32 per lane. */
-AI __m256i kg_bsum_dot(const uint8_t *pairs, const int16_t *bs) {
+/* sum_j pairs j . (dword j at bs), j < n, as int32 per lane. */
+AI __m256i kg_bsum_dot(const uint8_t *pairs, const int16_t *bs, const int n) {
     __m256i s = _mm256_setzero_si256();
     UNROLL
-    for (int j = 0; j < 8; j++)
+    for (int j = 0; j < n; j++)
         s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(const void *)(pairs + 32 * j)),
                                                   lg_bcast4((const int8_t *)(bs + 2 * j))));
     return s;
@@ -717,7 +721,16 @@ AI __m256i kg_bsum_dot(const uint8_t *pairs, const int16_t *bs) {
  * in the chunk loop: 6 int16 sums, 6 int32 sums, 2 weight chunks and a
  * broadcast (15 of 16 ymm); acc and accm change once per super-block and
  * may live in memory. */
-AI void kg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, int64_t nb, float *y, int64_t ldy,
+/* Q4_K/Q5_K: the token's 8 sub-block sums per super-block, int16 (what
+ * its prefill tiles take per token besides its row). */
+AI size_t kg_x_bytes(int ty, int64_t nb) { return ty == K6 ? 0 : (size_t)nb * 16; }
+AI void kg_x_prep(int ty, const uint8_t *x, int64_t nb, uint8_t *dst) {
+    const int16_t *bs = qak_bsums(x, nb);
+    int16_t *o = (int16_t *)(void *)dst;
+    for (int64_t i = 0; ty != K6 && i < 8 * nb; i++) o[i] = (int16_t)(bs[2 * i] + bs[2 * i + 1]);
+}
+
+AI void kg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, const uint8_t *const *xa, int64_t nb, float *y, int64_t ldy,
                 const int *row, const int *nr, const int RV, const int T) {
     const int F = kg_flush(ty), CS = kg_per_scale(ty);
     __m256 acc[2][4], accm[2][4];
@@ -738,7 +751,7 @@ AI void kg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, int64_
         for (int r = 0; r < RV; r++)
             UNROLL
             for (int t = 0; t < T; t++) /* Q6_K: the -32 offset, sum_g -32 sc_g bsum_g */
-                is[r][t] = ty == K6 ? kg_bsum_dot(pb[r] + KQ8_MP, bs[t]) : _mm256_setzero_si256();
+                is[r][t] = ty == K6 ? kg_bsum_dot(pb[r] + KQ8_MP, bs[t], 8) : _mm256_setzero_si256();
         for (int f = 0; f < 64 / F; f++) {
             __m256i p[2][3];
             UNROLL
@@ -772,7 +785,7 @@ AI void kg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, int64_
             for (int t = 0; t < T; t++) {
                 const __m256 dx = _mm256_set1_ps(qak_d(x[t])[b]);
                 acc[r][t] = kq_fstep(acc[r][t], is[r][t], dw, dx);
-                if (ty != K6) accm[r][t] = kq_fstep(accm[r][t], kg_bsum_dot(pb[r] + KQ8_MP, bs[t]), dm, dx);
+                if (ty != K6) accm[r][t] = kq_fstep(accm[r][t], kg_bsum_dot(pb[r] + KQ8_MP, (const int16_t *)(const void *)xa[t] + 8 * b, 4), dm, dx);
             }
         }
     }
@@ -799,17 +812,22 @@ AI void group_tokens(int ty, const uint8_t *pw, size_t gb, int ng, const uint8_t
     int i = 0;
     for (; i + 2 <= ng; i += 2) {
         const uint8_t *P[2] = {pw + (size_t)i * gb, pw + (size_t)(i + 1) * gb};
-        if (ty >= K4) kg_tile(ty, P, xp, nb, yt, ldy, grow + i, gnr + i, 2, T);
+        if (ty >= K4) kg_tile(ty, P, xp, xa, nb, yt, ldy, grow + i, gnr + i, 2, T);
         else lg_tile(ty, P, xp, xa, nb, yt, ldy, grow + i, gnr + i, 2, T);
     }
     if (i < ng) {
         const uint8_t *P[1] = {pw + (size_t)i * gb};
-        if (ty >= K4) kg_tile(ty, P, xp, nb, yt, ldy, grow + i, gnr + i, 1, T);
+        if (ty >= K4) kg_tile(ty, P, xp, xa, nb, yt, ldy, grow + i, gnr + i, 1, T);
         else lg_tile(ty, P, xp, xa, nb, yt, ldy, grow + i, gnr + i, 1, T);
     }
 }
 
 AI int64_t group_qk(int ty) { return ty >= K4 ? QK_K : QK; }
+AI size_t group_x_bytes(int ty, int64_t nb) { return ty >= K4 ? kg_x_bytes(ty, nb) : lg_x_bytes(ty, nb); }
+AI void group_x_prep(int ty, const uint8_t *x, int64_t nb, uint8_t *dst) {
+    if (ty >= K4) kg_x_prep(ty, x, nb, dst);
+    else lg_x_prep(ty, x, nb, dst);
+}
 AI size_t group_blk_bytes(int ty) { return ty >= K4 ? KQ8_SB : LG_BLK; }
 AI void group_prep(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst) {
     if (ty >= K4) kq8_prep(ty, rw, nb, dst);
