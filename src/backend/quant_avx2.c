@@ -272,16 +272,17 @@ AI void lg_x_prep(int ty, const uint8_t *x, int64_t nb, uint8_t *dst) {
             _mm256_storeu_si256((__m256i *)(void *)(dst + 4 * (b0 + 8 * h)), lg_xsum128(qa8_qs(x, nb) + b0 * QK, h));
 }
 
-/* Stores acc + accm of RV groups x T tokens: group r's rows at y[t * ldy
- * + row[r]], the first nr[r] of them. */
+/* Stores acc + accm (sub: acc - accm, the K-quants' out) of RV groups x
+ * T tokens: group r's rows at y[t * ldy + row[r]], the first nr[r] of
+ * them. */
 AI void lg_store(const __m256 (*acc)[4], const __m256 (*accm)[4], float *y, int64_t ldy, const int *row,
-                 const int *nr, const int RV, const int T) {
+                 const int *nr, const int RV, const int T, const int sub) {
     UNROLL
     for (int r = 0; r < RV; r++) {
         const __m256i km = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr[r]), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         UNROLL
         for (int t = 0; t < T; t++) {
-            __m256 v = _mm256_add_ps(acc[r][t], accm[r][t]);
+            __m256 v = sub ? _mm256_sub_ps(acc[r][t], accm[r][t]) : _mm256_add_ps(acc[r][t], accm[r][t]);
             if (nr[r] == 8) _mm256_storeu_ps(y + t * ldy + row[r], v);
             else _mm256_maskstore_ps(y + t * ldy + row[r], km, v);
         }
@@ -373,7 +374,7 @@ AI void lg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, const 
                 accm[r][t] = _mm256_fmadd_ps(m, _mm256_set1_ps(qa8_s(x[t], nb)[sl]), accm[r][t]);
         }
     }
-    lg_store((const __m256(*)[4])acc, (const __m256(*)[4])accm, y, ldy, row, nr, RV, T);
+    lg_store((const __m256(*)[4])acc, (const __m256(*)[4])accm, y, ldy, row, nr, RV, T, 0);
 }
 
 /* Decode tile: 8 GGUF rows (rw) x T tokens. Per half group the exact
@@ -420,7 +421,7 @@ AI void lg_dec(int ty, const uint8_t *const *rw, const uint8_t *const *x, int64_
             }
         }
     }
-    lg_store((const __m256(*)[4])acc, (const __m256(*)[4])accm, y, ldy, &row, &nr, 1, T);
+    lg_store((const __m256(*)[4])acc, (const __m256(*)[4])accm, y, ldy, &row, &nr, 1, T, 0);
 }
 
 /* ---- MXFP4 (Q8_0 activations) -------------------------------------------
@@ -789,16 +790,8 @@ AI void kg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, const 
             }
         }
     }
-    UNROLL
-    for (int r = 0; r < RV; r++) {
-        const __m256i km = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr[r]), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        UNROLL
-        for (int t = 0; t < T; t++) {
-            __m256 v = ty == K6 ? acc[r][t] : _mm256_sub_ps(acc[r][t], accm[r][t]);
-            if (nr[r] == 8) _mm256_storeu_ps(y + t * ldy + row[r], v);
-            else _mm256_maskstore_ps(y + t * ldy + row[r], km, v);
-        }
-    }
+    /* Q6_K: accm stays +0 and acc - +0 is acc, bit for bit (-0 too) */
+    lg_store((const __m256(*)[4])acc, (const __m256(*)[4])accm, y, ldy, row, nr, RV, T, 1);
 }
 
 /* quant_group_drive.h's hooks: the legacy formats' and the K-quants'
