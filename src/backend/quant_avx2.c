@@ -5,9 +5,11 @@
  * same bits at every level; "legacy formats: one float chain per pair"
  * below): rows prepared per call in groups of 8 for prefill, the GGUF
  * rows with lanes = blocks and an 8 x 8 transpose of the sums for decode.
- * The other families are register tiles of R weight rows x T tokens
- * (AVX2 has 16 vector registers: K-quants 1 x 8 in prefill and 4 x 1 in
- * decode, floats 4 x 2, MXFP4 1 x 4) driven by quant_tile.h. Batch
+ * K-quant prefill (n_tok >= 8) also puts 8 weight rows in the lanes, rows
+ * prepared per call in groups of 8 ("K-quants, prefill" below). The
+ * other kernels are register tiles of R weight rows x T tokens (AVX2 has
+ * 16 vector registers: K-quant decode 1 x 4, 2 x 2 and 4 x 1, floats
+ * 4 x 2, MXFP4 1 x 4) driven by quant_tile.h. Batch
  * invariance as in quant_avx512.c: every (row, token) pair owns its
  * accumulators and sees the same instructions in every tile shape; row
  * tails repeat the last row, token tails use narrower tiles.
@@ -15,8 +17,9 @@
  * The half-group loads (lg_load: 8 blocks of a 16-block activation group
  * in the lanes) serve the legacy decode, the legacy row preparation and
  * MXFP4. K-quants: scales applied in integers (VPMADDWD with the scale
- * pattern), then every level's float steps on the exact super-block sums
- * (kq_sums): the same bits as the scalar kernels. MXFP4 keeps its own
+ * pattern, or in prefill with the rows' (sc, sc) pairs), then every
+ * level's float steps on the exact super-block sums (decode: kq_sums):
+ * the same bits as the scalar kernels. MXFP4 keeps its own
  * fixed steps (the same bits at every level too). Floats: 8 lanes and
  * hsum8, this level's own bits ("+mm-avx2"). Does not: threads. */
 #include <immintrin.h>
