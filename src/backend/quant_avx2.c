@@ -648,16 +648,19 @@ KQ_KERNEL(kq_q6_k, K6)
  * scale comes free with the widening. isum's other part (Q6_K's offset)
  * is 8 VPMADDWD of the rows' pairs against the token's bsums dwords, im
  * (Q4_K/Q5_K) 4 against its sub-block sums (made once per call and token:
- * the bsums of 16 elements summed in pairs, |bsum_s| <= 32 * 127). Bounds (|x| <= 127 in Q8_K, quant_act_impl.h): a VPMADDUBSW
- * lane is two products, Q4_K 2 * 15 * 127 = 3,810, Q5_K 2 * 31 * 127 =
- * 7,874, Q6_K 2 * 63 * 127 = 16,002 (no saturation); kg_flush lanes of a
- * sum: 8 x 3,810 = 30,480, 4 x 7,874 = 31,496, 2 x 16,002 = 32,004, each
- * < 32,767 (one more chunk would overflow); a VPMADDWD of a sum with
- * |sc| <= 128 is < 2 * 128 * 32,767 < 2^23; the offset and min pairs
- * (|-32 sc| <= 4,096, m <= 63) against |bsum| <= 16 * 127 give < 2^24; the
- * int32 totals are those of "K-quants: one integer per super-block"
- * (README), < 2^28. So isum and im are every level's integers and the
- * float steps are kq_fstep's: the same bits as kq_tile and scalar. */
+ * the bsums of 16 elements summed in pairs).
+ * Bounds (|x| <= 127 in Q8_K, quant_act_impl.h): a VPMADDUBSW lane is two
+ * products, Q4_K 2 * 15 * 127 = 3,810, Q5_K 2 * 31 * 127 = 7,874, Q6_K
+ * 2 * 63 * 127 = 16,002 (no saturation); kg_flush lanes of a sum: 8 x
+ * 3,810 = 30,480, 4 x 7,874 = 31,496, 2 x 16,002 = 32,004, each < 32,767
+ * (one more chunk would overflow); a VPMADDWD of a sum with |sc| <= 128
+ * is < 2 * 128 * 32,767 < 2^23; Q6_K's offset pairs (|-32 sc| <= 4,096)
+ * against |bsum_g| <= 16 * 127 give < 2^24, the min pairs (m <= 63)
+ * against the sub-block sums (|bsum_s| <= 32 * 127 = 4,064: int16)
+ * < 2^19; the int32 totals are those of "K-quants: one integer per
+ * super-block" (README), < 2^28. So isum and im are every level's
+ * integers and the float steps are kq_fstep's: the same bits as kq_tile
+ * and scalar. */
 #define KG_PREP_MIN 8
 enum { KQ8_SC = 64 * 32, KQ8_MP = KQ8_SC + 16 * 32, KQ8_DW = KQ8_MP + 8 * 32, KQ8_DM = KQ8_DW + 32,
        KQ8_SB = KQ8_DM + 32 };
@@ -684,9 +687,10 @@ AI void kq8_prep(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst) {
             UNROLL
             for (int p = 0; p < 8; p++) _mm256_store_si256((__m256i *)(void *)(dst + 32 * (8 * v + p)), t[p]);
         }
-        /* s[h][i]: row i's scales 8h .. 8h + 7 as pairs (Q4_K/Q5_K: sc_s, then m_s);
-         * o[i] dword j: Q6_K's offset pairs (-32 sc_2j, -32 sc_2j+1); Q4_K/Q5_K
-         * (j >= 4) the mins (m_2j-8, m_2j-7), kq_scales' high half. */
+        /* s[h][i]: row i's scales 8h .. 8h + 7 as pairs (Q4_K/Q5_K: s[0], the
+         * sc_s; Q6_K: both, the 16 sc_g); o[i] dword j: Q6_K's offset pairs
+         * (-32 sc_2j, -32 sc_2j+1); Q4_K/Q5_K (j >= 4) the mins (m_2j-8,
+         * m_2j-7), kq_scales' high half. */
         __m256i s[2][8], o[8];
         __m128i dh = _mm_setzero_si128(), mh = _mm_setzero_si128();
         UNROLL
