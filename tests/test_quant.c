@@ -703,11 +703,13 @@ static void check_many_rows(qtype wt, int rows, int64_t k) {
 }
 
 /* Q4_1, 1,100 rows of k = 64: avx512 69 groups of 16, avx2 138 of 8, two
- * chunks each (LG_MAXG); the K-quants at avx512, 150 rows of k = 2048:
- * 10 groups, the last of 6 rows, 4 (Q6_K) or 6 (Q4_K) groups a chunk. */
+ * chunks each (LG_MAXG); the K-quants, 150 rows of k = 2048: at avx512 10
+ * groups of 16, the last of 6 rows, 4 a chunk; at avx2 19 groups of 8, the
+ * last of 6 rows, 10 a chunk (the second chunk's 9: an odd group alone). */
 TEST(quant_grouped_many_rows_same_bits) {
     check_many_rows(QT_Q4_1, 1100, 64);
     check_many_rows(QT_Q4_K, 150, 2048);
+    check_many_rows(QT_Q5_K, 150, 2048);
     check_many_rows(QT_Q6_K, 150, 2048);
 }
 

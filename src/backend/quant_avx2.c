@@ -5,9 +5,11 @@
  * same bits at every level; "legacy formats: one float chain per pair"
  * below): rows prepared per call in groups of 8 for prefill, the GGUF
  * rows with lanes = blocks and an 8 x 8 transpose of the sums for decode.
- * The other families are register tiles of R weight rows x T tokens
- * (AVX2 has 16 vector registers: K-quants 1 x 8 in prefill and 4 x 1 in
- * decode, floats 4 x 2, MXFP4 1 x 4) driven by quant_tile.h. Batch
+ * K-quant prefill (n_tok >= 8) also puts 8 weight rows in the lanes, rows
+ * prepared per call in groups of 8 ("K-quants, prefill" below). The
+ * other kernels are register tiles of R weight rows x T tokens (AVX2 has
+ * 16 vector registers: K-quant decode 1 x 4, 2 x 2 and 4 x 1, floats
+ * 4 x 2, MXFP4 1 x 4) driven by quant_tile.h. Batch
  * invariance as in quant_avx512.c: every (row, token) pair owns its
  * accumulators and sees the same instructions in every tile shape; row
  * tails repeat the last row, token tails use narrower tiles.
@@ -15,8 +17,9 @@
  * The half-group loads (lg_load: 8 blocks of a 16-block activation group
  * in the lanes) serve the legacy decode, the legacy row preparation and
  * MXFP4. K-quants: scales applied in integers (VPMADDWD with the scale
- * pattern), then every level's float steps on the exact super-block sums
- * (kq_sums): the same bits as the scalar kernels. MXFP4 keeps its own
+ * pattern, or in prefill with the rows' (sc, sc) pairs), then every
+ * level's float steps on the exact super-block sums (decode: kq_sums):
+ * the same bits as the scalar kernels. MXFP4 keeps its own
  * fixed steps (the same bits at every level too). Floats: 8 lanes and
  * hsum8, this level's own bits ("+mm-avx2"). Does not: threads. */
 #include <immintrin.h>
@@ -262,25 +265,27 @@ AI void lg_prep_group(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst
     }
 }
 
-/* What the prefill tiles take per token besides its row: Q8_0's blocks'
- * integer sums times 128, as int32 at their slots (quant_group_drive.h). */
-AI size_t group_x_bytes(int ty, int64_t nb) { return ty == L80 ? (size_t)qa8_nbp(nb) * 4 : 0; }
-AI void group_x_prep(int ty, const uint8_t *x, int64_t nb, uint8_t *dst) {
+/* What the legacy prefill tiles take per token besides its row: Q8_0's
+ * blocks' integer sums times 128, as int32 at their slots. */
+AI size_t lg_x_bytes(int ty, int64_t nb) { return ty == L80 ? (size_t)qa8_nbp(nb) * 4 : 0; }
+AI void lg_x_prep(int ty, const uint8_t *x, int64_t nb, uint8_t *dst) {
+    if (ty != L80) return;
     for (int64_t b0 = 0; b0 < nb; b0 += QA8_GROUP)
         for (int h = 0; h < 2; h++)
             _mm256_storeu_si256((__m256i *)(void *)(dst + 4 * (b0 + 8 * h)), lg_xsum128(qa8_qs(x, nb) + b0 * QK, h));
 }
 
-/* Stores acc + accm of RV groups x T tokens: group r's rows at y[t * ldy
- * + row[r]], the first nr[r] of them. */
+/* Stores acc + accm (sub: acc - accm, the K-quants' out) of RV groups x
+ * T tokens: group r's rows at y[t * ldy + row[r]], the first nr[r] of
+ * them. */
 AI void lg_store(const __m256 (*acc)[4], const __m256 (*accm)[4], float *y, int64_t ldy, const int *row,
-                 const int *nr, const int RV, const int T) {
+                 const int *nr, const int RV, const int T, const int sub) {
     UNROLL
     for (int r = 0; r < RV; r++) {
         const __m256i km = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr[r]), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         UNROLL
         for (int t = 0; t < T; t++) {
-            __m256 v = _mm256_add_ps(acc[r][t], accm[r][t]);
+            __m256 v = sub ? _mm256_sub_ps(acc[r][t], accm[r][t]) : _mm256_add_ps(acc[r][t], accm[r][t]);
             if (nr[r] == 8) _mm256_storeu_ps(y + t * ldy + row[r], v);
             else _mm256_maskstore_ps(y + t * ldy + row[r], km, v);
         }
@@ -301,7 +306,12 @@ AI __m256i ymm_in_reg(__m256i v) {
 AI __m256i lg_bcast4(const int8_t *p) { return _mm256_set1_epi32((int)quant_rd32((const uint8_t *)p)); }
 
 /* Prefill tile: RV prepared groups (P[r]) x T tokens (x[t]; Q8_0: xa[t],
- * their blocks' sums times 128, group_x_prep). */
+ * their blocks' sums times 128, group_x_prep). The driver's tiles are
+ * 2 groups x 3 tokens (token tails 2, 1; an odd last group alone): 6
+ * pairs of an acc and an int16 sum (Q5: and an int32 sum; Q8_0: an int32
+ * sum) in registers, 2 weight chunks and 1 broadcast per 6 VPMADDUBSW.
+ * Measured (1024 x 640, 512 tokens, G int8 ops/s): Q5_0 2 x 3 194, 2 x 2
+ * 173; Q8_0 2 x 3 123, 2 x 2 116. */
 AI void lg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, const uint8_t *const *xa, int64_t nb,
                 float *y, int64_t ldy, const int *row, const int *nr, const int RV, const int T) {
     const __m256i ones = _mm256_set1_epi16(1);
@@ -367,7 +377,7 @@ AI void lg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, const 
                 accm[r][t] = _mm256_fmadd_ps(m, _mm256_set1_ps(qa8_s(x[t], nb)[sl]), accm[r][t]);
         }
     }
-    lg_store((const __m256(*)[4])acc, (const __m256(*)[4])accm, y, ldy, row, nr, RV, T);
+    lg_store((const __m256(*)[4])acc, (const __m256(*)[4])accm, y, ldy, row, nr, RV, T, 0);
 }
 
 /* Decode tile: 8 GGUF rows (rw) x T tokens. Per half group the exact
@@ -414,37 +424,8 @@ AI void lg_dec(int ty, const uint8_t *const *rw, const uint8_t *const *x, int64_
             }
         }
     }
-    lg_store((const __m256(*)[4])acc, (const __m256(*)[4])accm, y, ldy, &row, &nr, 1, T);
+    lg_store((const __m256(*)[4])acc, (const __m256(*)[4])accm, y, ldy, &row, &nr, 1, T, 0);
 }
-
-/* Prefill tiles: 2 groups x 3 tokens (token tails 2, 1; an odd last
- * group alone): 6 pairs of an acc and an int16 sum (Q5: and an int32 sum;
- * Q8_0: an int32 sum) in registers, 2 weight chunks and 1 broadcast per
- * 6 VPMADDUBSW. Measured (1024 x 640, 512 tokens, G int8 ops/s): Q5_0
- * 2 x 3 194, 2 x 2 173; Q8_0 2 x 3 123, 2 x 2 116. */
-#define LG_T 3
-
-/* One token tile of T over a chunk's ng prepared groups
- * (quant_group_drive.h). */
-AI void group_tokens(int ty, const uint8_t *pw, size_t gb, int ng, const uint8_t *const *xp,
-                     const uint8_t *const *xa, int64_t nb, float *yt, int64_t ldy, const int *grow, const int *gnr,
-                     const int T) {
-    int i = 0;
-    for (; i + 2 <= ng; i += 2) {
-        const uint8_t *P[2] = {pw + (size_t)i * gb, pw + (size_t)(i + 1) * gb};
-        lg_tile(ty, P, xp, xa, nb, yt, ldy, grow + i, gnr + i, 2, T);
-    }
-    if (i < ng) {
-        const uint8_t *P[1] = {pw + (size_t)i * gb};
-        lg_tile(ty, P, xp, xa, nb, yt, ldy, grow + i, gnr + i, 1, T);
-    }
-}
-
-AI int64_t group_qk(int ty) { return QK; }
-AI size_t group_blk_bytes(int ty) { return LG_BLK; }
-AI void group_prep(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst) { lg_prep_group(ty, rw, nb, dst); }
-
-#include "backend/quant_group_drive.h"
 
 /* ---- MXFP4 (Q8_0 activations) -------------------------------------------
  * Half groups load as the legacy ones (LMX: nibbles as Q4_0, d from the
@@ -631,21 +612,239 @@ AI void kq_tile(int ty, const uint8_t *const *w, const uint8_t *const *x,
     for (int i = 0; i < n; i++) out[i] = o[i];
 }
 
-/* Tiles: prefill takes 1 row x 8 tokens (the decode of a super-block is
- * then shared by 8 tokens; more rows would spill the integer sums), token
- * tails 1 x 4 and 2 x 2, decode 4 rows x 1 token (one activation load for
- * 4 rows). Any shape gives a pair the same operations. */
+/* Tiles on GGUF rows, below KG_PREP_MIN tokens (decode; prefill: the
+ * groups of 8 rows below): 1 row x 4 tokens, tails 2 x 2, and 4 rows x 1
+ * token (one activation load for 4 rows). Any shape gives a pair the same
+ * operations. */
 #define KQ_KERNEL(name, ty)                                                   \
-    TILE_T2(name, ty, 1, 8) TILE_T2(name, ty, 1, 4) TILE_T2(name, ty, 2, 2)   \
-    TILE_T2(name, ty, 4, 1)                                                   \
+    TILE_T2(name, ty, 1, 4) TILE_T2(name, ty, 2, 2) TILE_T2(name, ty, 4, 1)   \
     static const tile_set name##_set = {                                      \
-        .s = {{1, 8, name##_1x8}, {1, 4, name##_1x4}, {2, 2, name##_2x2}, {4, 1, name##_4x1}}};
+        .s = {{1, 4, name##_1x4}, {2, 2, name##_2x2}, {4, 1, name##_4x1}}};
 #define TILE_T2(name, ty, RR, T)                                              \
     static void name##_##RR##x##T(const uint8_t *const *w, const uint8_t *const *x, \
                                   int64_t k, float *o) { kq_tile(ty, w, x, k, o, RR, T); }
 KQ_KERNEL(kq_q4_k, K4)
 KQ_KERNEL(kq_q5_k, K5)
 KQ_KERNEL(kq_q6_k, K6)
+
+/* ---- K-quants, prefill: 8 rows in the lanes -------------------------------
+ * From KG_PREP_MIN tokens on, a call prepares its rows in groups of 8
+ * (kq8_prep), as the legacy formats' prefill does, per super-block
+ * KQ8_SB bytes (32-byte aligned: the work buffer is 64-byte aligned and
+ * KQ8_SB a multiple of 32):
+ *   0        64 chunk vectors: chunk c, lane r: row r's unsigned quants
+ *            of elements 4c..4c+3 (quant_impl.h's KQ16 with 8 lanes);
+ *   KQ8_SC   per scale an int16 pair (sc, sc) in lane r (Q4_K/Q5_K: the
+ *            8 sub-blocks' sc_s; Q6_K: the 16 groups' sc_g);
+ *   KQ8_MP   int16 pairs: Q6_K 8 vectors, the offset (-32 sc_2j, -32
+ *            sc_2j+1) for the activations' bsums dword j (groups 2j,
+ *            2j + 1); Q4_K/Q5_K 4 vectors, the mins (m_2j, m_2j+1) for
+ *            dword j of the token's sub-block sums (kg_x_prep);
+ *   KQ8_DW, KQ8_DM  the rows' d and dmin as floats (Q6_K: dmin 0).
+ * A tile of 2 groups x 3 tokens broadcasts a token's 4 activation bytes of
+ * a chunk into a VPMADDUBSW per group and sums the int16 results over
+ * kg_flush chunks, then one VPMADDWD against the scale pairs turns the
+ * int16 lanes (lo, hi) of row r into sc (lo + hi) in int32, exactly: the
+ * scale comes free with the widening. isum's other part (Q6_K's offset)
+ * is 8 VPMADDWD of the rows' pairs against the token's bsums dwords, im
+ * (Q4_K/Q5_K) 4 against its sub-block sums (made once per call and token:
+ * the bsums of 16 elements summed in pairs).
+ * Bounds (|x| <= 127 in Q8_K, quant_act_impl.h): a VPMADDUBSW lane is two
+ * products, Q4_K 2 * 15 * 127 = 3,810, Q5_K 2 * 31 * 127 = 7,874, Q6_K
+ * 2 * 63 * 127 = 16,002 (no saturation); kg_flush lanes of a sum: 8 x
+ * 3,810 = 30,480, 4 x 7,874 = 31,496, 2 x 16,002 = 32,004, each < 32,767
+ * (one more chunk would overflow); a VPMADDWD of a sum with |sc| <= 128
+ * is < 2 * 128 * 32,767 < 2^23; Q6_K's offset pairs (|-32 sc| <= 4,096)
+ * against |bsum_g| <= 16 * 127 give < 2^24, the min pairs (m <= 63)
+ * against the sub-block sums (|bsum_s| <= 32 * 127 = 4,064: int16)
+ * < 2^19; the int32 totals are those of "K-quants: one integer per
+ * super-block" (README), < 2^28. So isum and im are every level's
+ * integers and the float steps are kq_fstep's: the same bits as kq_tile
+ * and scalar. */
+#define KG_PREP_MIN 8
+enum { KQ8_SC = 64 * 32, KQ8_MP = KQ8_SC + 16 * 32, KQ8_DW = KQ8_MP + 8 * 32, KQ8_DM = KQ8_DW + 32,
+       KQ8_SB = KQ8_DM + 32 };
+
+AI int kg_flush(int ty) { return ty == K4 ? 8 : ty == K5 ? 4 : 2; } /* chunks an int16 sum takes */
+AI int kg_per_scale(int ty) { return ty == K6 ? 4 : 8; }               /* chunks of one scale */
+
+/* Each dword's low int16 v as the pair (v, v). */
+AI __m256i kq_pairs(__m256i v) { return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(v, 16)); }
+
+/* The 8 GGUF rows rw[] prepared into nb * KQ8_SB bytes at dst: per
+ * super-block each row's 32-element pieces (kq_decode) and its scales
+ * (kq_scales), each through one 8 x 8 dword transpose to lanes = rows. */
+AI void kq8_prep(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst) {
+    const int by = ty == K4 ? QB_Q4_K : ty == K5 ? QB_Q5_K : QB_Q6_K;
+    for (int64_t b = 0; b < nb; b++, dst += KQ8_SB) {
+        const uint8_t *blk[8];
+        for (int i = 0; i < 8; i++) blk[i] = rw[i] + b * by;
+        for (int v = 0; v < 8; v++) { /* elements 32v .. 32v + 31: chunks 8v .. 8v + 7 */
+            __m256i t[8];
+            UNROLL
+            for (int i = 0; i < 8; i++) t[i] = kq_decode(ty, blk[i], v);
+            lg_tr8(t);
+            UNROLL
+            for (int p = 0; p < 8; p++) _mm256_store_si256((__m256i *)(void *)(dst + 32 * (8 * v + p)), t[p]);
+        }
+        /* s[h][i]: row i's scales 8h .. 8h + 7 as pairs (Q4_K/Q5_K: s[0], the
+         * sc_s; Q6_K: both, the 16 sc_g); o[i] dword j: Q6_K's offset pairs
+         * (-32 sc_2j, -32 sc_2j+1); Q4_K/Q5_K (j >= 4) the mins (m_2j-8,
+         * m_2j-7), kq_scales' high half. */
+        __m256i s[2][8], o[8];
+        __m128i dh = _mm_setzero_si128(), mh = _mm_setzero_si128();
+        UNROLL
+        for (int i = 0; i < 8; i++) {
+            const __m256i sc = kq_scales(ty, blk[i]);
+            s[0][i] = kq_pairs(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(sc)));
+            s[1][i] = kq_pairs(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(sc, 1)));
+            o[i] = ty == K6 ? _mm256_mullo_epi16(sc, _mm256_set1_epi16(-32)) : sc;
+            dh = _mm_insert_epi16(dh, quant_rd16(blk[i] + (ty == K6 ? 208 : 0)), i);
+            if (ty != K6) mh = _mm_insert_epi16(mh, quant_rd16(blk[i] + 2), i);
+        }
+        lg_tr8(s[0]);
+        lg_tr8(s[1]);
+        lg_tr8(o);
+        for (int j = 0; j < 8; j++) {
+            _mm256_store_si256((__m256i *)(void *)(dst + KQ8_SC + 32 * j), s[0][j]);
+            if (ty == K6) _mm256_store_si256((__m256i *)(void *)(dst + KQ8_SC + 32 * (8 + j)), s[1][j]);
+            if (ty == K6 || j < 4) _mm256_store_si256((__m256i *)(void *)(dst + KQ8_MP + 32 * j), o[ty == K6 ? j : 4 + j]);
+        }
+        _mm256_store_ps((float *)(void *)(dst + KQ8_DW), _mm256_cvtph_ps(dh));
+        _mm256_store_ps((float *)(void *)(dst + KQ8_DM), _mm256_cvtph_ps(mh)); /* Q6_K: 0 */
+    }
+}
+
+/* sum_j pairs j . (dword j at bs), j < n, as int32 per lane. */
+AI __m256i kg_bsum_dot(const uint8_t *pairs, const int16_t *bs, const int n) {
+    __m256i s = _mm256_setzero_si256();
+    UNROLL
+    for (int j = 0; j < n; j++)
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(const void *)(pairs + 32 * j)),
+                                                  lg_bcast4((const int8_t *)(bs + 2 * j))));
+    return s;
+}
+
+/* Prefill tile: RV prepared groups (P[r]) x T tokens (x[t]). Registers
+ * in the chunk loop: 6 int16 sums, 6 int32 sums, 2 weight chunks and a
+ * broadcast (15 of 16 ymm); acc and accm change once per super-block and
+ * may live in memory. */
+/* Q4_K/Q5_K: the token's 8 sub-block sums per super-block, int16 (what
+ * its prefill tiles take per token besides its row). */
+AI size_t kg_x_bytes(int ty, int64_t nb) { return ty == K6 ? 0 : (size_t)nb * 16; }
+AI void kg_x_prep(int ty, const uint8_t *x, int64_t nb, uint8_t *dst) {
+    const int16_t *bs = qak_bsums(x, nb);
+    int16_t *o = (int16_t *)(void *)dst;
+    for (int64_t i = 0; ty != K6 && i < 8 * nb; i++) o[i] = (int16_t)(bs[2 * i] + bs[2 * i + 1]);
+}
+
+AI void kg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, const uint8_t *const *xa, int64_t nb, float *y, int64_t ldy,
+                const int *row, const int *nr, const int RV, const int T) {
+    const int F = kg_flush(ty), CS = kg_per_scale(ty);
+    __m256 acc[2][4], accm[2][4];
+    UNROLL
+    for (int r = 0; r < RV; r++)
+        UNROLL
+        for (int t = 0; t < T; t++) acc[r][t] = accm[r][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *pb[2];
+        const int8_t *xq[3];
+        const int16_t *bs[3];
+        UNROLL
+        for (int r = 0; r < RV; r++) pb[r] = P[r] + b * KQ8_SB;
+        UNROLL
+        for (int t = 0; t < T; t++) xq[t] = qak_qs(x[t], nb) + b * QK_K, bs[t] = qak_bsums(x[t], nb) + 16 * b;
+        __m256i is[2][3];
+        UNROLL
+        for (int r = 0; r < RV; r++)
+            UNROLL
+            for (int t = 0; t < T; t++) /* Q6_K: the -32 offset, sum_g -32 sc_g bsum_g */
+                is[r][t] = ty == K6 ? kg_bsum_dot(pb[r] + KQ8_MP, bs[t], 8) : _mm256_setzero_si256();
+        for (int f = 0; f < 64 / F; f++) {
+            __m256i p[2][3];
+            UNROLL
+            for (int cc = 0; cc < F; cc++) {
+                const int c = f * F + cc;
+                __m256i wv[2];
+                UNROLL
+                for (int r = 0; r < RV; r++) wv[r] = ymm_in_reg(_mm256_load_si256((const __m256i *)(const void *)(pb[r] + 32 * c)));
+                UNROLL
+                for (int t = 0; t < T; t++) {
+                    __m256i xb = lg_bcast4(xq[t] + 4 * c);
+                    UNROLL
+                    for (int r = 0; r < RV; r++) {
+                        __m256i m = _mm256_maddubs_epi16(wv[r], xb);
+                        p[r][t] = ymm_in_reg(cc == 0 ? m : _mm256_add_epi16(p[r][t], m));
+                    }
+                }
+            }
+            UNROLL
+            for (int r = 0; r < RV; r++) {
+                const __m256i sp = _mm256_load_si256((const __m256i *)(const void *)(pb[r] + KQ8_SC + 32 * (f * F / CS)));
+                UNROLL
+                for (int t = 0; t < T; t++) is[r][t] = _mm256_add_epi32(is[r][t], _mm256_madd_epi16(p[r][t], sp));
+            }
+        }
+        UNROLL
+        for (int r = 0; r < RV; r++) {
+            const __m256 dw = _mm256_load_ps((const float *)(const void *)(pb[r] + KQ8_DW));
+            const __m256 dm = _mm256_load_ps((const float *)(const void *)(pb[r] + KQ8_DM));
+            UNROLL
+            for (int t = 0; t < T; t++) {
+                const __m256 dx = _mm256_set1_ps(qak_d(x[t])[b]);
+                acc[r][t] = kq_fstep(acc[r][t], is[r][t], dw, dx);
+                if (ty != K6) accm[r][t] = kq_fstep(accm[r][t], kg_bsum_dot(pb[r] + KQ8_MP, (const int16_t *)(const void *)xa[t] + 8 * b, 4), dm, dx);
+            }
+        }
+    }
+    /* Q6_K: accm stays +0 and acc - +0 is acc, bit for bit (-0 too) */
+    lg_store((const __m256(*)[4])acc, (const __m256(*)[4])accm, y, ldy, row, nr, RV, T, 1);
+}
+
+/* quant_group_drive.h's hooks: the legacy formats' and the K-quants'
+ * prefill tiles, both 2 groups x 3 tokens at most. */
+#define LG_T 3
+/* One token tile of T over a chunk's ng prepared groups
+ * (quant_group_drive.h). */
+AI void group_tokens(int ty, const uint8_t *pw, size_t gb, int ng, const uint8_t *const *xp,
+                     const uint8_t *const *xa, int64_t nb, float *yt, int64_t ldy, const int *grow, const int *gnr,
+                     const int T) {
+    int i = 0;
+    for (; i + 2 <= ng; i += 2) {
+        const uint8_t *P[2] = {pw + (size_t)i * gb, pw + (size_t)(i + 1) * gb};
+        if (ty >= K4) kg_tile(ty, P, xp, xa, nb, yt, ldy, grow + i, gnr + i, 2, T);
+        else lg_tile(ty, P, xp, xa, nb, yt, ldy, grow + i, gnr + i, 2, T);
+    }
+    if (i < ng) {
+        const uint8_t *P[1] = {pw + (size_t)i * gb};
+        if (ty >= K4) kg_tile(ty, P, xp, xa, nb, yt, ldy, grow + i, gnr + i, 1, T);
+        else lg_tile(ty, P, xp, xa, nb, yt, ldy, grow + i, gnr + i, 1, T);
+    }
+}
+
+AI int64_t group_qk(int ty) { return ty >= K4 ? QK_K : QK; }
+AI size_t group_x_bytes(int ty, int64_t nb) { return ty >= K4 ? kg_x_bytes(ty, nb) : lg_x_bytes(ty, nb); }
+AI void group_x_prep(int ty, const uint8_t *x, int64_t nb, uint8_t *dst) {
+    if (ty >= K4) kg_x_prep(ty, x, nb, dst);
+    else lg_x_prep(ty, x, nb, dst);
+}
+AI size_t group_blk_bytes(int ty) { return ty >= K4 ? KQ8_SB : LG_BLK; }
+AI void group_prep(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst) {
+    if (ty >= K4) kq8_prep(ty, rw, nb, dst);
+    else lg_prep_group(ty, rw, nb, dst);
+}
+
+#include "backend/quant_group_drive.h"
+
+#define KG_GEMM(name, ty)                                                                                   \
+    static void gemm_##name(const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok,   \
+                            float *y, int64_t ldy, int r0, int r1) {                                       \
+        if (n_tok >= KG_PREP_MIN) group_gemm_prep(ty, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);             \
+        else tile_drive(&name##_set, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);                            \
+    }
+KG_GEMM(kq_q4_k, K4)
+KG_GEMM(kq_q5_k, K5)
+KG_GEMM(kq_q6_k, K6)
 
 /* ---- float formats (F32 activations) ----------------------------------- */
 
@@ -702,5 +901,4 @@ TILESET_21(fl_bf16, R)
 
 /* ---- dispatch ------------------------------------------------------------ */
 
-TILE_GEMM(kq_q4_k) TILE_GEMM(kq_q5_k) TILE_GEMM(kq_q6_k)
 TILE_KERNELS(quant_avx2_kernel)

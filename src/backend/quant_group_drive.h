@@ -1,7 +1,7 @@
 /* quant_group_drive.h - the gemm drivers of the kernels that put a group
  * of weight rows in a vector's lanes (one float chain per (row, token)
- * pair, backend/README.md): the legacy formats at avx2 and avx512, and at
- * avx512 the K-quants' prefill. Written once over a level's tiles:
+ * pair, backend/README.md): the legacy formats and the K-quants'
+ * prefill, at avx2 and avx512. Written once over a level's tiles:
  * quant_avx2.c and quant_avx512.c include it after their tiles, as
  * vexp_loops.h is included; no include guard: one inclusion per level
  * file. Rows go in groups of LG_G (one vector's lanes); prefill (from
