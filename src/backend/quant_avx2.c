@@ -692,16 +692,18 @@ AI void kq8_prep(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst) {
          * (-32 sc_2j, -32 sc_2j+1); Q4_K/Q5_K (j >= 4) the mins (m_2j-8,
          * m_2j-7), kq_scales' high half. */
         __m256i s[2][8], o[8];
-        __m128i dh = _mm_setzero_si128(), mh = _mm_setzero_si128();
+        uint16_t dv[8], mv[8] = {0}; /* the rows' d and dmin as halves */
         UNROLL
         for (int i = 0; i < 8; i++) {
             const __m256i sc = kq_scales(ty, blk[i]);
             s[0][i] = kq_pairs(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(sc)));
             s[1][i] = kq_pairs(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(sc, 1)));
             o[i] = ty == K6 ? _mm256_mullo_epi16(sc, _mm256_set1_epi16(-32)) : sc;
-            dh = _mm_insert_epi16(dh, quant_rd16(blk[i] + (ty == K6 ? 208 : 0)), i);
-            if (ty != K6) mh = _mm_insert_epi16(mh, quant_rd16(blk[i] + 2), i);
+            dv[i] = quant_rd16(blk[i] + (ty == K6 ? 208 : 0));
+            if (ty != K6) mv[i] = quant_rd16(blk[i] + 2);
         }
+        const __m128i dh = _mm_loadu_si128((const __m128i *)(const void *)dv);
+        const __m128i mh = _mm_loadu_si128((const __m128i *)(const void *)mv);
         lg_tr8(s[0]);
         lg_tr8(s[1]);
         lg_tr8(o);
