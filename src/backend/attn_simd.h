@@ -45,7 +45,8 @@ static inline void attn_group_rows(const attn_kv *kv, int t0, int g, int last, c
 }
 
 #ifdef __AVX512F__
-/* e^x for x <= 0; exact 0 below -87 and for -inf (attn_avx2.c's polynomial). */
+/* e^x for x <= 0; exact 0 below -87 and for -inf (attn_avx2.c's polynomial;
+ * not for x > 0). */
 static inline __m512 attn_exp512(__m512 x) {
     const __m512 lo = _mm512_set1_ps(-87.0f);
     __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
@@ -61,8 +62,13 @@ static inline __m512 attn_exp512(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mul_ps((__mmask16)~under, p, _mm512_castsi512_ps(e));
+    /* p 2^n: n is in [-126, 0] here (x in [-87, 0]), so 2^n is a normal
+     * float and VSCALEFPS rounds the same exact product once, as
+     * p * (the float with exponent n + 127) does: one instruction for
+     * four (convert, add, shift, multiply), the same bits for every x <= 0
+     * and NaN (checked over all 2^31 of them; only x >= 88.4, never an
+     * input, differs). */
+    return _mm512_maskz_scalef_ps((__mmask16)~under, p, n);
 }
 
 /* Lanes 8..15 (AVX-512F only, no DQ needed). */
