@@ -203,6 +203,11 @@ bench-schema: build/schema-mask model
 build/attn-kern: bench/attn_kern.c $(OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+# A hash of an attention level's output bits over many call shapes: diff
+# two builds' outputs to show a kernel change kept the bits (bench/README.md).
+build/attn-bits: bench/attn_bits.c $(OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
 # backend/vexp's expf against libm's for all 2^32 floats, at every vector
 # level the CPU has (test_vexp.c checks a range and a stride of them).
 build/vexp-all: tests/exhaustive/vexp_all.c $(OBJ)
