@@ -3,7 +3,7 @@
  *
  * The driver is level-independent: it widens each key tile once (tile_fill)
  * and hands it to every query that sees part of it (tile_step, or
- * tile_step2 / tile_stepn for two / three or four queries with the same
+ * tile_step2 / tile_stepn for two / three or more queries with the same
  * key range), in tile order,
  * restarting each query's state at every segment and folding the segment
  * states in order (fold_into, shared by attn_run and attn_fold). Per query

@@ -167,7 +167,7 @@ static void step2_avx512(int d, const float *q0, const float *q1, const float *k
     weigh_values2(d, s, r, vt, lo, hi, st0, st1, p);
 }
 
-/* pv_block for N = 3 or 4 queries (64 dims at most: 4 N accumulators):
+/* pv_block for N = 1 to 4 queries (64 dims at most: 4 N accumulators):
  * each value load feeds all N. */
 static inline __attribute__((always_inline)) void pv_blockn(const int N, int nb, float *const acc[4], const float *vt,
                                                             int d, const float *p, int lo, int hi,
