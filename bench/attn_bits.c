@@ -12,16 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "attn_cache.h"
 #include "backend/attn.h"
 #include "base/mem.h"
-
-#define BT 64
-
-static uint32_t rng = 7;
-static float frand(void) {
-    rng = rng * 1664525u + 1013904223u;
-    return (float)((rng >> 8) & 0xffff) / 32768.0f - 1.0f;
-}
 
 static uint64_t hash = 1469598103934665603ull; /* FNV-1a */
 static void mix(const void *p, size_t n) {
@@ -32,34 +25,25 @@ static void mix(const void *p, size_t n) {
 /* One call of n_tok tokens x hpg heads ending at depth (window: keys per
  * query, 0 all), then every 7th query alone; outputs into the hash. */
 static void run(int level, kvq_type t, int d, int depth, int n_tok, int hpg, int window, float qscale) {
-    int n_blocks = (depth + BT - 1) / BT + 1, row = (int)kvq_halves(t, (size_t)d);
-    uint16_t *k = xmalloc((size_t)n_blocks * BT * row * 2), *v = xmalloc((size_t)n_blocks * BT * row * 2);
-    float *x = xmalloc((size_t)d * 4);
-    for (int r = 0; r < n_blocks * BT; r++) {
-        for (int i = 0; i < d; i++) x[i] = frand() * 2;
-        kvq_write_row(t, x, k + (size_t)r * row, d);
-        for (int i = 0; i < d; i++) x[i] = frand();
-        kvq_write_row(t, x, v + (size_t)r * row, d);
-    }
-    const uint16_t **kb = xmalloc((size_t)n_blocks * sizeof(*kb)), **vb = xmalloc((size_t)n_blocks * sizeof(*vb));
-    for (int i = 0; i < n_blocks; i++) kb[i] = k + (size_t)i * BT * row, vb[i] = v + (size_t)i * BT * row;
-    attn_kv kv = {kb, vb, BT, row, d, t};
+    bench_cache c;
+    bench_cache_new(&c, t, d, (depth + BENCH_BT - 1) / BENCH_BT + 1);
     int nq = n_tok * hpg;
     float *q = xmalloc((size_t)nq * d * 4), *out = xmalloc((size_t)nq * d * 4), sink = 0.5f;
-    for (int i = 0; i < nq * d; i++) q[i] = frand() * qscale;
+    for (int i = 0; i < nq * d; i++) q[i] = bench_frand() * qscale;
     attn_query *qs = xmalloc((size_t)nq * sizeof(*qs));
     for (int i = 0; i < nq; i++) {
         int end = depth - n_tok + i / hpg + 1, first = window && end > window ? end - window : 0;
         qs[i] = (attn_query){q + (size_t)i * d, out + (size_t)i * d, first, end, i % 5 == 0 ? &sink : NULL};
     }
     float *ws = xaligned(attn_ws_floats(d, nq) * sizeof(float));
-    attn_run_level(level, &kv, qs, nq, 0.125f, ws);
+    attn_run_level(level, &c.kv, qs, nq, 0.125f, ws);
     mix(out, (size_t)nq * d * 4);
     for (int i = 0; i < nq; i += 7) {
-        attn_run_level(level, &kv, qs + i, 1, 0.125f, ws);
+        attn_run_level(level, &c.kv, qs + i, 1, 0.125f, ws);
         mix(out + (size_t)i * d, (size_t)d * 4);
     }
-    free(k), free(v), free(x), free(kb), free(vb), free(q), free(out), free(qs), free(ws);
+    bench_cache_free(&c);
+    free(q), free(out), free(qs), free(ws);
 }
 
 int main(int argc, char **argv) {
