@@ -58,7 +58,7 @@ QWEN35_SYNTH = $(MODEL_DIR)/qwen35-0.8b-synth-q4_0.gguf
 
 .PHONY: model-gemma3 bench-gemma3 oracle-refs-gemma3 tok-refs-gemma3 model-qwen35-synth bench-qwen35-synth bench-depth-qwen35
 .PHONY: test-gpu gpu-bundle
-.PHONY: check-vexp
+.PHONY: check-vexp check-attn-exp
 .PHONY: all test unit-test e2e-test bench-ui bench-spec bench-spec-peer bench-agent bench-depth llama-bench bench-replay bench-load bench-schema run model deps test-deps testdata clean bench oracle-refs oracle-mtp-refs tok-refs
 
 all: strata
@@ -203,6 +203,11 @@ bench-schema: build/schema-mask model
 build/attn-kern: bench/attn_kern.c $(OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+# A hash of an attention level's output bits over many call shapes: diff
+# two builds' outputs to show a kernel change kept the bits (bench/README.md).
+build/attn-bits: bench/attn_bits.c $(OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
 # backend/vexp's expf against libm's for all 2^32 floats, at every vector
 # level the CPU has (test_vexp.c checks a range and a stride of them).
 build/vexp-all: tests/exhaustive/vexp_all.c $(OBJ)
@@ -210,6 +215,14 @@ build/vexp-all: tests/exhaustive/vexp_all.c $(OBJ)
 
 check-vexp: build/vexp-all
 	build/vexp-all
+
+# attn_exp512's VSCALEFPS against the multiply it replaced, for all 2^31
+# floats x <= 0 and the NaNs (backend/attn_simd.h; AVX-512 CPUs).
+build/attn-exp-all: tests/exhaustive/attn_exp_all.c $(OBJ)
+	$(CC) $(CFLAGS) $(AVX512_FLAGS) -o $@ $^ $(LDLIBS)
+
+check-attn-exp: build/attn-exp-all
+	build/attn-exp-all
 
 # What the /ui page's ring of request records costs (bench/README.md): the
 # ring alone, then request rates without it, with it, and with pages polling.

@@ -11,11 +11,10 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "attn_cache.h"
 #include "backend/attn.h"
 #include "base/cpu.h"
 #include "base/mem.h"
-
-#define BT 64
 
 static double cpu_ms(void) {
     struct timespec t;
@@ -23,29 +22,13 @@ static double cpu_ms(void) {
     return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
-static uint32_t rng = 7;
-static float frand(void) {
-    rng = rng * 1664525u + 1013904223u;
-    return (float)((rng >> 8) & 0xffff) / 32768.0f - 1.0f;
-}
-
 /* Best time of reps calls: n_tok tokens ending at depth, hpg heads each. */
 static double time_call(const attn_ops *ops, kvq_type t, int d, int depth, int n_tok, int hpg, int reps) {
-    int n_blocks = (depth + BT - 1) / BT, row = (int)kvq_halves(t, (size_t)d);
-    uint16_t *k = xmalloc((size_t)n_blocks * BT * row * 2), *v = xmalloc((size_t)n_blocks * BT * row * 2);
-    float *x = xmalloc((size_t)d * 4);
-    for (int r = 0; r < n_blocks * BT; r++) {
-        for (int i = 0; i < d; i++) x[i] = frand() * 2;
-        kvq_write_row(t, x, k + (size_t)r * row, d);
-        for (int i = 0; i < d; i++) x[i] = frand();
-        kvq_write_row(t, x, v + (size_t)r * row, d);
-    }
-    const uint16_t **kb = xmalloc((size_t)n_blocks * sizeof(*kb)), **vb = xmalloc((size_t)n_blocks * sizeof(*vb));
-    for (int i = 0; i < n_blocks; i++) kb[i] = k + (size_t)i * BT * row, vb[i] = v + (size_t)i * BT * row;
-    attn_kv kv = {kb, vb, BT, row, d, t};
+    bench_cache c;
+    bench_cache_new(&c, t, d, (depth + BENCH_BT - 1) / BENCH_BT);
     int nq = n_tok * hpg;
     float *q = xmalloc((size_t)nq * d * 4), *out = xmalloc((size_t)nq * d * 4);
-    for (int i = 0; i < nq * d; i++) q[i] = frand();
+    for (int i = 0; i < nq * d; i++) q[i] = bench_frand();
     attn_query *qs = xmalloc((size_t)nq * sizeof(*qs));
     for (int i = 0; i < nq; i++)
         qs[i] = (attn_query){q + (size_t)i * d, out + (size_t)i * d, 0, depth - n_tok + i / hpg + 1, NULL};
@@ -53,11 +36,12 @@ static double time_call(const attn_ops *ops, kvq_type t, int d, int depth, int n
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         double t0 = cpu_ms();
-        attn_run_ops(ops, &kv, qs, nq, 0.125f, ws);
+        attn_run_ops(ops, &c.kv, qs, nq, 0.125f, ws);
         double dt = cpu_ms() - t0;
         if (dt < best) best = dt;
     }
-    free(k), free(v), free(x), free(kb), free(vb), free(q), free(out), free(qs), free(ws);
+    bench_cache_free(&c);
+    free(q), free(out), free(qs), free(ws);
     return best;
 }
 

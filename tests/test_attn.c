@@ -220,9 +220,10 @@ static void check_paths(int level, int d, int n, int window, int blk) {
 TEST(attn_prefill_equals_decode) {
     for (int level = 0; level <= attn_level(); level++) {
         check_paths(level, 64, 300, 0, 32);  /* depths 1..300: on and off tile edges */
-        check_paths(level, 64, 300, 0, 7);   /* query blocks across tile edges */
+        check_paths(level, 64, 300, 0, 7);   /* query blocks across tile edges; 21 queries: steps of 8, 8, 5 */
+        check_paths(level, 64, 300, 0, 2);   /* 6 queries a call: the avx512 step of 4 + 2 */
         check_paths(level, 64, 300, 100, 32); /* sliding window starting mid-tile */
-        check_paths(level, 256, 140, 50, 13);
+        check_paths(level, 256, 140, 50, 13); /* 39 queries: steps of 8 and 7 */
         check_paths(level, 160, 140, 50, 13); /* AMX: a 32-dim value block after the 64s */
         check_paths(level, 40, 90, 0, 16);   /* head_dim without a SIMD kernel */
     }

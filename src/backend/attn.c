@@ -3,7 +3,7 @@
  *
  * The driver is level-independent: it widens each key tile once (tile_fill)
  * and hands it to every query that sees part of it (tile_step, or
- * tile_step2 / tile_stepn for two / three or four queries with the same
+ * tile_step2 / tile_stepn for two / three or more queries with the same
  * key range), in tile order,
  * restarting each query's state at every segment and folding the segment
  * states in order (fold_into, shared by attn_run and attn_fold). Per query
@@ -37,7 +37,8 @@ static size_t tile_floats(int d) {
     return (size_t)4 * T * d;
 }
 
-/* Kernel scratch: the float levels' weights (2 T floats); the AMX
+/* Kernel scratch: the float levels' weights (T floats a query of a step,
+ * ATTN_STEPN_MAX at most); the AMX
  * level's state (16 floats), score/value tile (16 x 64 floats), weights
  * (2 x 16 x 64 bf16) and packed queries (2 x 16 x head_dim bf16). */
 static size_t scratch_floats(int d) {
@@ -184,16 +185,23 @@ static void tile_groups(const attn_ops *ops, int d, const attn_query *qs, int nq
 
 /* Queries of one tile waiting for company with the same [lo, hi). */
 typedef struct {
-    float *q[4]; /* each query's q; its state follows it */
+    float *q[ATTN_STEPN_MAX]; /* each query's q; its state follows it */
     int n, lo, hi;
 } pending;
 
-/* The pending queries through the widest steps there are: 3 or 4, else
- * 2, then 1 at a time (a query's bits are the same in each). */
+/* The most queries one step takes with these kernels. */
+static int step_width(const attn_ops *ops) {
+    return ops->tile_stepn ? (ops->stepn_max ? ops->stepn_max : 4) : ops->tile_step2 ? 2 : 1;
+}
+
+/* The pending queries through the widest steps there are: 3 to
+ * step_width, else 2, then 1 at a time (a query's bits are the same in
+ * each). */
 static void flush(const attn_ops *ops, int d, pending *pd, const float *kt, const float *vt, float *p) {
     int i = 0;
     if (ops->tile_stepn && pd->n >= 3) {
-        float *st[4] = {pd->q[0] + d, pd->q[1] + d, pd->q[2] + d, pd->n > 3 ? pd->q[3] + d : NULL};
+        float *st[ATTN_STEPN_MAX];
+        for (int k = 0; k < pd->n; k++) st[k] = pd->q[k] + d;
         ops->tile_stepn(d, pd->n, (const float *const *)pd->q, kt, vt, pd->lo, pd->hi, st, p);
         i = pd->n;
     }
@@ -219,6 +227,7 @@ static void run_tiles(const attn_ops *ops, const attn_kv *kv, const attn_query *
         ops->group_end(p);
         return;
     }
+    int width = step_width(ops);
     for (int t0 = k0; t0 < k1; t0 += T) {
         ops->tile_fill(kv, t0, last, kt, vt);
         pending pd = {.n = 0};
@@ -228,7 +237,7 @@ static void run_tiles(const attn_ops *ops, const attn_kv *kv, const attn_query *
             if (pd.n && (lo != pd.lo || hi != pd.hi)) flush(ops, d, &pd, kt, vt, p);
             pd.lo = lo, pd.hi = hi;
             pd.q[pd.n++] = qb + i * qf;
-            if (pd.n == (ops->tile_stepn ? 4 : ops->tile_step2 ? 2 : 1)) flush(ops, d, &pd, kt, vt, p);
+            if (pd.n == width) flush(ops, d, &pd, kt, vt, p);
         }
         flush(ops, d, &pd, kt, vt, p);
     }

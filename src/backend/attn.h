@@ -146,8 +146,9 @@ void attn_run_seg_level(int level, const attn_kv *kv, const attn_query *qs, int 
  *   sum}; p: 64 floats of scratch.
  * tile_step2 (NULL where absent): tile_step for two queries with the same
  *   [lo, hi), bit for bit, sharing the tile's loads; p: 128 floats.
- * tile_stepn (NULL where absent): tile_step for n = 3 or 4 queries with
- *   the same [lo, hi), bit for bit; p: 256 floats.
+ * tile_stepn (NULL where absent): tile_step for n = 3 .. stepn_max
+ *   queries (4 where stepn_max is 0; at most ATTN_STEPN_MAX) with the
+ *   same [lo, hi), bit for bit; p: 64 n floats.
  * prep_q (NULL where absent): the scaled query (head_dim floats) to the
  *   kernel's format, in place, once per call (the amx level; the int8
  *   scoring of q8_0 keys, whose tile_fill also writes its own key layout
@@ -159,6 +160,8 @@ void attn_run_seg_level(int level, const attn_kv *kv, const attn_query *qs, int 
  *   the kernel's layouts over kt and vt (and may use as much again after
  *   vt as a stage); p is then the kernel's scratch (attn.c). The call's
  *   queries lie qstride floats apart. */
+#define ATTN_STEPN_MAX 8 /* the most queries a tile_stepn takes */
+
 typedef struct attn_gq {
     const float *q; /* as prep_q left it */
     float *st;      /* acc[head_dim], max, sum */
@@ -176,8 +179,9 @@ typedef struct attn_ops {
     void (*tile_group)(int d, int n, const attn_gq *qs, int qstride, const float *kt, const float *vt, float *p);
     void (*group_begin)(float *p); /* before a call's first tile_group (with tile_group) */
     void (*group_end)(float *p);   /* after its last */
-    void (*tile_stepn)(int d, int n, const float *const q[4], const float *kt, const float *vt, int lo, int hi,
-                       float *const st[4], float *p);
+    void (*tile_stepn)(int d, int n, const float *const q[ATTN_STEPN_MAX], const float *kt, const float *vt, int lo,
+                       int hi, float *const st[ATTN_STEPN_MAX], float *p);
+    int stepn_max; /* the most queries tile_stepn takes: 4 where 0 */
 } attn_ops;
 
 extern const attn_ops attn_ops_scalar;

@@ -35,32 +35,56 @@ static inline __attribute__((always_inline)) void pv_block(int nb, float *acc, c
     UNROLL for (int u = 0; u < nb; u++) _mm512_storeu_ps(acc + 16 * u, a[u]);
 }
 
-/* Steps 2 and 3 for one query: keys outside [lo, hi) to -inf, the running
- * max, weights p = e^(s - m') with their sum into st; returns alpha. */
-static inline __attribute__((always_inline)) float softmax_tile(int d, __m512 s[4], int lo, int hi, float *st,
-                                                                 float *p) {
-    __m512 ninf = _mm512_set1_ps(-INFINITY);
+/* e^(m - m') for the running max m and the tile's m' >= m: 1 where the
+ * max did not move (expf(0) is 1 exactly, so skipping the call keeps the
+ * bits; -inf - -inf and inf - inf are NaN, not 0, and still call it). */
+static inline float tile_alpha(float m, float mn) {
+    float x = m - mn;
+    return x == 0.0f ? 1.0f : expf(x);
+}
+
+/* Steps 2 and 3 for N queries with the same [lo, hi) (scores s[q]): keys
+ * outside [lo, hi) to -inf, the running max, weights p = e^(s - m') to
+ * p + q T with their sum into st[q]; alpha[q] out. In phases over the
+ * queries (maxima, then weights and sums, then the scalar state), so no
+ * vector value lives across expf (all zmm registers are the caller's to
+ * save) and the queries' reduction trees overlap; each query's operations
+ * are the same as alone. */
+static inline __attribute__((always_inline)) void softmax_tiles(const int N, int d, __m512 (*s)[4], int lo, int hi,
+                                                                 float *const st[], float *p, float alpha[]) {
+    float mn[4], ts[4];
     if (lo > 0 || hi < T) {
+        __m512 ninf = _mm512_set1_ps(-INFINITY);
         uint64_t in = (hi >= 64 ? ~0ull : (1ull << hi) - 1) & ~((1ull << lo) - 1);
-        UNROLL for (int g = 0; g < 4; g++) s[g] = _mm512_mask_blend_ps((__mmask16)(in >> (16 * g)), ninf, s[g]);
+        UNROLL for (int q = 0; q < N; q++)
+            UNROLL for (int g = 0; g < 4; g++) s[q][g] = _mm512_mask_blend_ps((__mmask16)(in >> (16 * g)), ninf, s[q][g]);
     }
-    float m = st[d], tmax = attn_hmax16(_mm512_max_ps(_mm512_max_ps(s[0], s[1]), _mm512_max_ps(s[2], s[3])));
-    float mn = m > tmax ? m : tmax, alpha = expf(m - mn);
-    __m512 vm = _mm512_set1_ps(mn);
-    UNROLL for (int g = 0; g < 4; g++) {
-        s[g] = attn_exp512(_mm512_sub_ps(s[g], vm));
-        _mm512_storeu_ps(p + 16 * g, s[g]);
+    UNROLL for (int q = 0; q < N; q++) {
+        float m = st[q][d], tmax = attn_hmax16(_mm512_max_ps(_mm512_max_ps(s[q][0], s[q][1]),
+                                                             _mm512_max_ps(s[q][2], s[q][3])));
+        mn[q] = m > tmax ? m : tmax;
     }
-    st[d + 1] = st[d + 1] * alpha + attn_hsum16(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])));
-    st[d] = mn;
-    return alpha;
+    UNROLL for (int q = 0; q < N; q++) {
+        __m512 vm = _mm512_set1_ps(mn[q]);
+        UNROLL for (int g = 0; g < 4; g++) {
+            s[q][g] = attn_exp512(_mm512_sub_ps(s[q][g], vm));
+            _mm512_storeu_ps(p + q * T + 16 * g, s[q][g]);
+        }
+        ts[q] = attn_hsum16(_mm512_add_ps(_mm512_add_ps(s[q][0], s[q][1]), _mm512_add_ps(s[q][2], s[q][3])));
+    }
+    UNROLL for (int q = 0; q < N; q++) {
+        alpha[q] = tile_alpha(st[q][d], mn[q]);
+        st[q][d + 1] = st[q][d + 1] * alpha[q] + ts[q];
+        st[q][d] = mn[q];
+    }
 }
 
 /* Steps 2-4 for one query whose 64 scores are s. */
 static inline __attribute__((always_inline)) void weigh_values(int d, __m512 s[4], const float *vt, int lo, int hi,
                                                                 float *st, float *p) {
     /* 2., 3. */
-    float alpha = softmax_tile(d, s, lo, hi, st, p);
+    float alpha;
+    softmax_tiles(1, d, (__m512(*)[4])s, lo, hi, &st, p, &alpha);
     /* 4. weighted values, 128 dims at a time (then 64, 32, 16) */
     int i = 0;
     for (; d - i >= 128; i += 128) pv_block(8, st + i, vt + i, d, p, lo, hi, alpha);
@@ -112,7 +136,11 @@ static inline __attribute__((always_inline)) void pv_block2(int nb, float *acc0,
  * each value load feeds both. */
 static inline __attribute__((always_inline)) void weigh_values2(int d, __m512 s[4], __m512 r[4], const float *vt,
                                                                  int lo, int hi, float *st0, float *st1, float *p) {
-    float alpha0 = softmax_tile(d, s, lo, hi, st0, p), alpha1 = softmax_tile(d, r, lo, hi, st1, p + T);
+    float alpha[2], *const st[2] = {st0, st1};
+    __m512 sr[2][4];
+    UNROLL for (int g = 0; g < 4; g++) sr[0][g] = s[g], sr[1][g] = r[g];
+    softmax_tiles(2, d, sr, lo, hi, st, p, alpha);
+    float alpha0 = alpha[0], alpha1 = alpha[1];
     int i = 0;
     for (; d - i >= 128; i += 128) pv_block2(8, st0 + i, st1 + i, vt + i, d, p, p + T, lo, hi, alpha0, alpha1);
     if (d - i >= 64) pv_block2(4, st0 + i, st1 + i, vt + i, d, p, p + T, lo, hi, alpha0, alpha1), i += 64;
@@ -139,7 +167,7 @@ static void step2_avx512(int d, const float *q0, const float *q1, const float *k
     weigh_values2(d, s, r, vt, lo, hi, st0, st1, p);
 }
 
-/* pv_block for N = 3 or 4 queries (64 dims at most: 4 N accumulators):
+/* pv_block for N = 1 to 4 queries (64 dims at most: 4 N accumulators):
  * each value load feeds all N. */
 static inline __attribute__((always_inline)) void pv_blockn(const int N, int nb, float *const acc[4], const float *vt,
                                                             int d, const float *p, int lo, int hi,
@@ -165,27 +193,31 @@ static inline __attribute__((always_inline)) void pv_blockn(const int N, int nb,
         UNROLL for (int u = 0; u < nb; u++) _mm512_storeu_ps(acc[q] + 16 * u, a[q][u]);
 }
 
-/* weigh_values for N queries with the same [lo, hi) (scores s[q]): per
- * query and dim the steps of weigh_values (acc * alpha, then the weighted
- * values in key order), 64 dims at a time. */
-static inline __attribute__((always_inline)) void weigh_valuesn(const int N, int d, __m512 s[4][4], const float *vt,
-                                                                 int lo, int hi, float *const st[4], float *p) {
-    float alpha[4];
-    UNROLL for (int q = 0; q < N; q++) alpha[q] = softmax_tile(d, s[q], lo, hi, st[q], p + q * T);
+/* Step 4 for N queries with the same [lo, hi): per query and dim the
+ * steps of weigh_values (acc * alpha, then the weighted values in key
+ * order), 64 dims at a time. */
+static inline __attribute__((always_inline)) void pvn(const int N, int d, const float *vt, int lo, int hi,
+                                                      float *const st[4], const float *p, const float alpha[4]) {
     for (int i = 0; i < d;) {
-        float *acc[4] = {st[0] + i, st[1] + i, st[2] + i, N > 3 ? st[3] + i : NULL};
+        float *acc[4] = {st[0] + i, N > 1 ? st[1] + i : NULL, N > 2 ? st[2] + i : NULL, N > 3 ? st[3] + i : NULL};
         if (d - i >= 64) pv_blockn(N, 4, acc, vt + i, d, p, lo, hi, alpha), i += 64;
         else if (d - i >= 32) pv_blockn(N, 2, acc, vt + i, d, p, lo, hi, alpha), i += 32;
         else pv_blockn(N, 1, acc, vt + i, d, p, lo, hi, alpha), i += 16;
     }
 }
 
-/* step_avx512 for N queries with the same [lo, hi): every key load feeds
- * N score chains, each query's op for op step_avx512's. */
-static inline __attribute__((always_inline)) void stepn(const int N, int d, const float *const q[4], const float *kt,
-                                                        const float *vt, int lo, int hi, float *const st[4],
-                                                        float *p) {
-    __m512 s[4][4];
+/* weigh_values for N queries with the same [lo, hi) (scores s[q]). */
+static inline __attribute__((always_inline)) void weigh_valuesn(const int N, int d, __m512 s[4][4], const float *vt,
+                                                                 int lo, int hi, float *const st[4], float *p) {
+    float alpha[4];
+    softmax_tiles(N, d, s, lo, hi, st, p, alpha);
+    pvn(N, d, vt, lo, hi, st, p, alpha);
+}
+
+/* Step 1 for N queries: every key load feeds N score chains, each
+ * query's op for op step_avx512's. */
+static inline __attribute__((always_inline)) void scoresn(const int N, int d, const float *const q[4], const float *kt,
+                                                          __m512 s[4][4]) {
     UNROLL for (int qi = 0; qi < N; qi++)
         UNROLL for (int g = 0; g < 4; g++) s[qi][g] = _mm512_setzero_ps();
     for (int i = 0; i < d; i++) {
@@ -197,17 +229,49 @@ static inline __attribute__((always_inline)) void stepn(const int N, int d, cons
             UNROLL for (int qi = 0; qi < N; qi++) s[qi][g] = _mm512_fmadd_ps(b[qi], x, s[qi][g]);
         }
     }
+}
+
+/* step_avx512 for N queries with the same [lo, hi). */
+static inline __attribute__((always_inline)) void stepn(const int N, int d, const float *const q[4], const float *kt,
+                                                        const float *vt, int lo, int hi, float *const st[4],
+                                                        float *p) {
+    __m512 s[4][4];
+    scoresn(N, d, q, kt, s);
     weigh_valuesn(N, d, s, vt, lo, hi, st, p);
 }
 
-static void stepn_avx512(int d, int n, const float *const q[4], const float *kt, const float *vt, int lo, int hi,
-                         float *const st[4], float *p) {
-    if (n == 4) stepn(4, d, q, kt, vt, lo, hi, st, p);
-    else stepn(3, d, q, kt, vt, lo, hi, st, p);
+/* stepn for 4 + NB queries (NB = 1 .. 4) in two groups, ordered scores A,
+ * weights A, scores B, weights B, values A, values B: each group's
+ * softmax (a latency chain: trees, the exp polynomial) then has
+ * independent FMA work after it for the out-of-order core to overlap
+ * (alone, the values wait on it); each query's operations are the same. */
+static inline __attribute__((always_inline)) void stepn_two(const int NB, int d, const float *const q[8],
+                                                            const float *kt, const float *vt, int lo, int hi,
+                                                            float *const st[8], float *p) {
+    __m512 s[4][4];
+    float alpha[8];
+    scoresn(4, d, q, kt, s);
+    softmax_tiles(4, d, s, lo, hi, st, p, alpha);
+    scoresn(NB, d, q + 4, kt, s);
+    softmax_tiles(NB, d, s, lo, hi, st + 4, p + 4 * T, alpha + 4);
+    pvn(4, d, vt, lo, hi, st, p, alpha);
+    pvn(NB, d, vt, lo, hi, st + 4, p + 4 * T, alpha + 4);
+}
+
+static void stepn_avx512(int d, int n, const float *const q[8], const float *kt, const float *vt, int lo, int hi,
+                         float *const st[8], float *p) {
+    switch (n) {
+    case 8: stepn_two(4, d, q, kt, vt, lo, hi, st, p); break;
+    case 7: stepn_two(3, d, q, kt, vt, lo, hi, st, p); break;
+    case 6: stepn_two(2, d, q, kt, vt, lo, hi, st, p); break;
+    case 5: stepn_two(1, d, q, kt, vt, lo, hi, st, p); break;
+    case 4: stepn(4, d, q, kt, vt, lo, hi, st, p); break;
+    default: stepn(3, d, q, kt, vt, lo, hi, st, p);
+    }
 }
 
 static const attn_ops ops_avx512 = {.tile_fill = attn_fill_avx2, .tile_step = step_avx512, .tile_step2 = step2_avx512,
-                                    .tile_stepn = stepn_avx512};
+                                    .tile_stepn = stepn_avx512, .stepn_max = 8};
 
 const attn_ops *attn_ops_avx512(int head_dim) {
     return head_dim % 16 == 0 && head_dim <= 512 ? &ops_avx512 : NULL;

@@ -45,24 +45,39 @@ static inline void attn_group_rows(const attn_kv *kv, int t0, int g, int last, c
 }
 
 #ifdef __AVX512F__
-/* e^x for x <= 0; exact 0 below -87 and for -inf (attn_avx2.c's polynomial). */
-static inline __m512 attn_exp512(__m512 x) {
+/* attn_exp512 before its last step: e^x = p 2^n with p = e^r, r = x - n
+ * ln 2 (the polynomial of attn_avx2.c's exp256); *under: the lanes below
+ * -87, 0 in the result. */
+static inline __attribute__((always_inline)) __m512 attn_exp512_parts(__m512 x, __m512 *n, __mmask16 *under) {
     const __m512 lo = _mm512_set1_ps(-87.0f);
-    __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    *under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
     x = _mm512_max_ps(x, lo);
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    *n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(*n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(*n, _mm512_set1_ps(-2.12194440e-4f), r);
     __m512 p = _mm512_set1_ps(1.9875691500e-4f);
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mul_ps((__mmask16)~under, p, _mm512_castsi512_ps(e));
+    return _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+}
+
+/* e^x for x <= 0; exact 0 below -87 and for -inf (not for x > 0). p 2^n
+ * by VSCALEFPS: n is in [-126, 0] here (x in [-87, 0]), so 2^n is a
+ * normal float and VSCALEFPS rounds the same exact product once, as
+ * multiplying by the float with exponent n + 127 (the form before it,
+ * and exp256's) does: one instruction for four (convert, add, shift,
+ * multiply), the same bits for every x <= 0 and NaN (`make
+ * check-attn-exp` checks all 2^31 of them; only x >= 88.4, never an
+ * input, differs). */
+static inline __m512 attn_exp512(__m512 x) {
+    __m512 n;
+    __mmask16 under;
+    __m512 p = attn_exp512_parts(x, &n, &under);
+    return _mm512_maskz_scalef_ps((__mmask16)~under, p, n);
 }
 
 /* Lanes 8..15 (AVX-512F only, no DQ needed). */
