@@ -267,9 +267,6 @@ static void rope_table_row(fwd_ctx *c, void *arg, int t) {
     }
 }
 
-/* RoPE on n heads of batch token t (x: head_dim floats apart), with the
- * angles of its layer kind from the batch's table. */
-
 /* One head's pairs (a_i, b_i) rotated: a = x0 cos - x1 sin, b = x0 sin +
  * x1 cos, each product and sum rounded (GNU C vectors: one IEEE
  * operation per lane, never contracted), 4 pairs a step: the scalar
@@ -310,6 +307,8 @@ static void rope_pairs(float *v, const float *ct, const float *st, int half, int
     }
 }
 
+/* RoPE on n heads of batch token t (x: head_dim floats apart), with the
+ * angles of its layer kind from the batch's table. */
 static void rope_heads(const fwd_ctx *c, float *x, int n, int t, int swa) {
     const model_hparams *hp = &c->m->hp;
     int half = hp->rope_dim / 2;
