@@ -35,7 +35,7 @@ static int group_rows(const void *w, size_t wrb, int r, int r1, const uint8_t **
 }
 
 AI void group_gemm_prep(int ty, const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok,
-                     float *y, int64_t ldy, int r0, int r1) {
+                        float *y, int64_t ldy, int r0, int r1) {
     const int64_t nb = k / group_qk(ty);
     const size_t gb = (size_t)nb * group_blk_bytes(ty), xb = group_x_bytes(ty, nb);
     const int ng = (r1 - r0 + LG_G - 1) / LG_G;
@@ -71,7 +71,7 @@ AI void group_gemm_prep(int ty, const void *w, size_t wrb, int64_t k, const void
 }
 
 AI void group_gemm_dec(int ty, const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok,
-                    float *y, int64_t ldy, int r0, int r1) {
+                       float *y, int64_t ldy, int r0, int r1) {
     const int64_t nb = k / QK;
     tile_prefetch(w, r0 * wrb, r0 * wrb + TILE_PF_BYTES);
     for (int r = r0; r < r1; r += LG_G) {
