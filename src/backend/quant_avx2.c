@@ -669,7 +669,9 @@ AI int kg_flush(int ty) { return ty == K4 ? 8 : ty == K5 ? 4 : 2; } /* chunks an
 AI int kg_per_scale(int ty) { return ty == K6 ? 4 : 8; }               /* chunks of one scale */
 
 /* Each dword's low int16 v as the pair (v, v). */
-AI __m256i kq_pairs(__m256i v) { return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(v, 16)); }
+AI __m256i kq_pairs(__m256i v) {
+    return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(v, 16));
+}
 
 /* The 8 GGUF rows rw[] prepared into nb * KQ8_SB bytes at dst: per
  * super-block each row's 32-element pieces (kq_decode) and its scales
@@ -710,7 +712,8 @@ AI void kq8_prep(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst) {
         for (int j = 0; j < 8; j++) {
             _mm256_store_si256((__m256i *)(void *)(dst + KQ8_SC + 32 * j), s[0][j]);
             if (ty == K6) _mm256_store_si256((__m256i *)(void *)(dst + KQ8_SC + 32 * (8 + j)), s[1][j]);
-            if (ty == K6 || j < 4) _mm256_store_si256((__m256i *)(void *)(dst + KQ8_MP + 32 * j), o[ty == K6 ? j : 4 + j]);
+            if (ty == K6 || j < 4)
+                _mm256_store_si256((__m256i *)(void *)(dst + KQ8_MP + 32 * j), o[ty == K6 ? j : 4 + j]);
         }
         _mm256_store_ps((float *)(void *)(dst + KQ8_DW), _mm256_cvtph_ps(dh));
         _mm256_store_ps((float *)(void *)(dst + KQ8_DM), _mm256_cvtph_ps(mh)); /* Q6_K: 0 */
@@ -727,10 +730,6 @@ AI __m256i kg_bsum_dot(const uint8_t *pairs, const int16_t *bs, const int n) {
     return s;
 }
 
-/* Prefill tile: RV prepared groups (P[r]) x T tokens (x[t]). Registers
- * in the chunk loop: 6 int16 sums, 6 int32 sums, 2 weight chunks and a
- * broadcast (15 of 16 ymm); acc and accm change once per super-block and
- * may live in memory. */
 /* Q4_K/Q5_K: the token's 8 sub-block sums per super-block, int16 (what
  * its prefill tiles take per token besides its row). */
 AI size_t kg_x_bytes(int ty, int64_t nb) { return ty == K6 ? 0 : (size_t)nb * 16; }
@@ -740,8 +739,12 @@ AI void kg_x_prep(int ty, const uint8_t *x, int64_t nb, uint8_t *dst) {
     for (int64_t i = 0; ty != K6 && i < 8 * nb; i++) o[i] = (int16_t)(bs[2 * i] + bs[2 * i + 1]);
 }
 
-AI void kg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, const uint8_t *const *xa, int64_t nb, float *y, int64_t ldy,
-                const int *row, const int *nr, const int RV, const int T) {
+/* Prefill tile: RV prepared groups (P[r]) x T tokens (x[t]; xa[t] their
+ * sub-block sums). Registers in the chunk loop: 6 int16 sums, 6 int32
+ * sums, 2 weight chunks and a broadcast (15 of 16 ymm); acc and accm
+ * change once per super-block and may live in memory. */
+AI void kg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, const uint8_t *const *xa, int64_t nb,
+                float *y, int64_t ldy, const int *row, const int *nr, const int RV, const int T) {
     const int F = kg_flush(ty), CS = kg_per_scale(ty);
     __m256 acc[2][4], accm[2][4];
     UNROLL
@@ -769,7 +772,8 @@ AI void kg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, const 
                 const int c = f * F + cc;
                 __m256i wv[2];
                 UNROLL
-                for (int r = 0; r < RV; r++) wv[r] = ymm_in_reg(_mm256_load_si256((const __m256i *)(const void *)(pb[r] + 32 * c)));
+                for (int r = 0; r < RV; r++)
+                    wv[r] = ymm_in_reg(_mm256_load_si256((const __m256i *)(const void *)(pb[r] + 32 * c)));
                 UNROLL
                 for (int t = 0; t < T; t++) {
                     __m256i xb = lg_bcast4(xq[t] + 4 * c);
@@ -782,7 +786,8 @@ AI void kg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, const 
             }
             UNROLL
             for (int r = 0; r < RV; r++) {
-                const __m256i sp = _mm256_load_si256((const __m256i *)(const void *)(pb[r] + KQ8_SC + 32 * (f * F / CS)));
+                const uint8_t *spp = pb[r] + KQ8_SC + 32 * (f * F / CS);
+                const __m256i sp = _mm256_load_si256((const __m256i *)(const void *)spp);
                 UNROLL
                 for (int t = 0; t < T; t++) is[r][t] = _mm256_add_epi32(is[r][t], _mm256_madd_epi16(p[r][t], sp));
             }
@@ -795,7 +800,9 @@ AI void kg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, const 
             for (int t = 0; t < T; t++) {
                 const __m256 dx = _mm256_set1_ps(qak_d(x[t])[b]);
                 acc[r][t] = kq_fstep(acc[r][t], is[r][t], dw, dx);
-                if (ty != K6) accm[r][t] = kq_fstep(accm[r][t], kg_bsum_dot(pb[r] + KQ8_MP, (const int16_t *)(const void *)xa[t] + 8 * b, 4), dm, dx);
+                if (ty == K6) continue;
+                const __m256i im = kg_bsum_dot(pb[r] + KQ8_MP, (const int16_t *)(const void *)xa[t] + 8 * b, 4);
+                accm[r][t] = kq_fstep(accm[r][t], im, dm, dx);
             }
         }
     }
@@ -824,7 +831,6 @@ AI void group_tokens(int ty, const uint8_t *pw, size_t gb, int ng, const uint8_t
     }
 }
 
-AI int64_t group_qk(int ty) { return ty >= K4 ? QK_K : QK; }
 AI size_t group_x_bytes(int ty, int64_t nb) { return ty >= K4 ? kg_x_bytes(ty, nb) : lg_x_bytes(ty, nb); }
 AI void group_x_prep(int ty, const uint8_t *x, int64_t nb, uint8_t *dst) {
     if (ty >= K4) kg_x_prep(ty, x, nb, dst);
@@ -838,15 +844,6 @@ AI void group_prep(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst) {
 
 #include "backend/quant_group_drive.h"
 
-#define KG_GEMM(name, ty)                                                                                   \
-    static void gemm_##name(const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok,   \
-                            float *y, int64_t ldy, int r0, int r1) {                                       \
-        if (n_tok >= KG_PREP_MIN) group_gemm_prep(ty, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);             \
-        else tile_drive(&name##_set, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);                            \
-    }
-KG_GEMM(kq_q4_k, K4)
-KG_GEMM(kq_q5_k, K5)
-KG_GEMM(kq_q6_k, K6)
 
 /* ---- float formats (F32 activations) ----------------------------------- */
 

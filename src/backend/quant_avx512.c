@@ -778,7 +778,8 @@ AI void kq16_prep(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst) {
             quant_tr16(t);
             for (int p = 0; p < 16; p++) _mm512_store_si512(dst + 64 * (16 * v + p), t[p]);
         }
-        for (int i = 0; i < 16; i++) t[i] = _mm512_cvtepi16_epi32(_mm256_load_si256((const __m256i *)(const void *)sc[i]));
+        for (int i = 0; i < 16; i++)
+            t[i] = _mm512_cvtepi16_epi32(_mm256_load_si256((const __m256i *)(const void *)sc[i]));
         quant_tr16(t); /* t[j], lane r: row r's scale j (Q4_K/Q5_K: 0-7 sc, 8-15 m) */
         for (int j = 0; j < (ty == K6 ? 16 : 8); j++) _mm512_store_si512(dst + KQ16_SC + 64 * j, t[j]);
         const __m512i lo16 = _mm512_set1_epi32(0xffff);
@@ -790,7 +791,8 @@ AI void kq16_prep(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst) {
             } else {
                 a = c = t[8 + j];
             }
-            _mm512_store_si512(dst + KQ16_MP + 64 * j, _mm512_or_si512(_mm512_and_si512(a, lo16), _mm512_slli_epi32(c, 16)));
+            const __m512i pair = _mm512_or_si512(_mm512_and_si512(a, lo16), _mm512_slli_epi32(c, 16));
+            _mm512_store_si512(dst + KQ16_MP + 64 * j, pair);
         }
         _mm512_store_ps(dst + KQ16_DW, _mm512_load_ps(dd[0]));
         _mm512_store_ps(dst + KQ16_DM, _mm512_load_ps(dd[1]));
@@ -881,7 +883,8 @@ AI void kg_tile(int ty, const uint8_t *const *P, const uint8_t *const *x, int64_
         const __mmask16 km = (__mmask16)(nr[r] >= 16 ? 0xffff : (1u << nr[r]) - 1);
         UNROLL
         for (int t = 0; t < T; t++)
-            _mm512_mask_storeu_ps(y + t * ldy + row[r], km, ty == K6 ? acc[r][t] : _mm512_sub_ps(acc[r][t], accm[r][t]));
+            _mm512_mask_storeu_ps(y + t * ldy + row[r], km,
+                                  ty == K6 ? acc[r][t] : _mm512_sub_ps(acc[r][t], accm[r][t]));
     }
 }
 
@@ -900,7 +903,6 @@ GROUP_TOKENS(kg6_tokens_2, 2, KG6_TILE_AT) GROUP_TOKENS(kg6_tokens_1, 1, KG6_TIL
  * format); the K-quants' tiles take their type. */
 #define LG_G 16
 #define LG_T 6
-AI int64_t group_qk(int ty) { return ty >= K4 ? QK_K : QK; }
 AI size_t group_blk_bytes(int ty) { return ty >= K4 ? KQ16_SB : LG_BLK; }
 AI size_t group_x_bytes(int ty, int64_t nb) { return 0; }
 AI void group_x_prep(int ty, const uint8_t *x, int64_t nb, uint8_t *dst) {}
@@ -924,15 +926,6 @@ AI void group_tokens(int ty, const uint8_t *pw, size_t gb, int ng, const uint8_t
 
 #include "backend/quant_group_drive.h"
 
-#define KG_GEMM(name, ty)                                                                                   \
-    static void gemm_##name(const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok,   \
-                            float *y, int64_t ldy, int r0, int r1) {                                       \
-        if (n_tok >= KG_PREP_MIN) group_gemm_prep(ty, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);             \
-        else tile_drive(&name##_set, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);                            \
-    }
-KG_GEMM(kq_q4_k, K4)
-KG_GEMM(kq_q5_k, K5)
-KG_GEMM(kq_q6_k, K6)
 
 /* ---- float formats (F32 activations) ----------------------------------- */
 

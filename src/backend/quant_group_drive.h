@@ -12,8 +12,7 @@
  * rows x up to 4 tokens a tile. The including file defines:
  *   LG_G, LG_T (the widest prefill token tile; tails take 3, 2, 1),
  *     LG_CHUNK, LG_MAXG, LG_PREP_MIN;
- *   group_qk(ty), group_blk_bytes(ty): elements per block of type ty, and
- *     prepared bytes per block of a group;
+ *   group_blk_bytes(ty): prepared bytes per block of a group;
  *   group_prep(ty, rw, nb, dst): the LG_G GGUF rows rw[] prepared into
  *     nb * group_blk_bytes(ty) bytes;
  *   group_x_bytes(ty, nb), group_x_prep(ty, x, nb, dst): what the prefill
@@ -23,9 +22,14 @@
  *     token tile of T over a chunk's ng prepared groups (group i at pw +
  *     i * gb, rows from grow[i], the first gnr[i] stored);
  *   lg_dec(ty, rw, xp, nb, yt, ldy, row, nr, T): LG_G GGUF rows x T
- *     (1 to 4) tokens of a legacy format, the first nr rows stored.
+ *     (1 to 4) tokens of a legacy format, the first nr rows stored;
+ *   KG_PREP_MIN and the K-quants' decode tile sets kq_q4_k_set, kq_q5_k_set,
+ *     kq_q6_k_set (quant_tile.h's tile_drive, below KG_PREP_MIN tokens).
  * Rows past r1 repeat the last row; their results are never stored.
  * Does not: arithmetic (the tiles'). */
+
+/* Elements per block: the K-quants' super-blocks, the legacy blocks. */
+AI int64_t group_qk(int ty) { return ty >= K4 ? QK_K : QK; }
 
 /* Rows r .. r + LG_G - 1 of [.., r1) (past r1: the last again); returns
  * how many are below r1. */
@@ -104,3 +108,16 @@ LG_GEMM(lg_q5_0, L50)
 LG_GEMM(lg_q5_1, L51)
 LG_GEMM(lg_q8_0, L80)
 #undef LG_GEMM
+
+/* The K-quants: prepared groups from KG_PREP_MIN tokens on, else the
+ * decode tiles of GGUF rows. */
+#define KG_GEMM(name, ty)                                                                                   \
+    static void gemm_##name(const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok,   \
+                            float *y, int64_t ldy, int r0, int r1) {                                       \
+        if (n_tok >= KG_PREP_MIN) group_gemm_prep(ty, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);          \
+        else tile_drive(&name##_set, w, wrb, k, xq, xrb, n_tok, y, ldy, r0, r1);                            \
+    }
+KG_GEMM(kq_q4_k, K4)
+KG_GEMM(kq_q5_k, K5)
+KG_GEMM(kq_q6_k, K6)
+#undef KG_GEMM

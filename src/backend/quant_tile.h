@@ -14,9 +14,6 @@
 #define STRATA_QUANT_TILE_H
 
 #include "backend/quant_impl.h"
-#include "base/mem.h"
-
-#include <stdlib.h>
 
 #define AI static inline __attribute__((always_inline))
 /* Tile loops must unroll fully so the accumulators live in registers. */
