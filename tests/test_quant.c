@@ -14,6 +14,7 @@
 
 #include "backend/quant_impl.h"
 #include "base/fp16.h"
+#include "base/mem.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -591,6 +592,47 @@ TEST(quant_gemm_amx_same_bits) {
     static const int64_t kks[] = {256, 768, 2048};
     for (size_t i = 0; i < sizeof ktypes / sizeof ktypes[0]; i++)
         for (size_t j = 0; j < sizeof kks / sizeof kks[0]; j++) check_amx_vs_decode(level, ktypes[i], kks[j]);
+}
+
+/* Tiles the caller lays out once (quant_xtiles; the model makes them per
+ * matmul, its row chunks share them) give quant_gemm's bits: whole calls,
+ * tiles made in two shares as two threads make them, and a call over
+ * tokens from 16 on (the FFN's token items) with quant_xtiles_at. Where
+ * the level has no tiles (no AMX) quant_xtiles_bytes is 0 and this checks
+ * that quant_gemm_xt with NULL is quant_gemm. */
+static void check_xtiles(int level, qtype wt, int64_t k, int n) {
+    enum { ROWS = 37 };
+    uint64_t s = 99 + wt + (uint64_t)k + (uint64_t)n;
+    uint8_t *w = random_weights(wt, ROWS, k, &s);
+    float *x = random_acts(n, k, &s), *y = malloc(sizeof(float) * n * ROWS), *y1 = malloc(sizeof(float) * n * ROWS);
+    size_t xrb, wrb = quant_row_bytes(wt, k), tb = quant_xtiles_bytes_level(level, wt, k, n);
+    uint8_t *xq = convert_acts(wt, x, n, k, &xrb), *xt = tb ? xaligned(tb) : NULL;
+    int ntt = (n + QUANT_XTILE - 1) / QUANT_XTILE;
+    if (xt) quant_xtiles(wt, k, xq, xrb, n, ntt / 2, ntt, xt), quant_xtiles(wt, k, xq, xrb, n, 0, ntt / 2, xt);
+    quant_gemm_level(level, wt, w, wrb, k, xq, xrb, n, y1, ROWS, 0, ROWS);
+    memset(y, 0xff, sizeof(float) * n * ROWS);
+    quant_gemm_xt_level(level, wt, w, wrb, k, xq, xrb, xt, n, y, ROWS, 0, 21);
+    quant_gemm_xt_level(level, wt, w, wrb, k, xq, xrb, xt, n, y, ROWS, 21, ROWS);
+    CHECK(memcmp(y, y1, sizeof(float) * n * ROWS) == 0);
+    memset(y, 0xff, sizeof(float) * n * ROWS);
+    quant_gemm_xt_level(level, wt, w, wrb, k, xq + 16 * xrb, xrb, quant_xtiles_at(wt, k, xt, 16), n - 16,
+                        y + 16 * ROWS, ROWS, 0, ROWS);
+    CHECK(memcmp(y + 16 * ROWS, y1 + 16 * ROWS, sizeof(float) * (n - 16) * ROWS) == 0);
+    free(w), free(x), free(xq), free(xt), free(y), free(y1);
+}
+
+TEST(quant_gemm_xtiles_same_bits) {
+    static const qtype types[] = {QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q8_0, QT_Q4_K};
+    static const int ns[] = {17, 48, 50};
+    int level = quant_level() < QUANT_AMX ? quant_level() : QUANT_AMX;
+    CHECK_EQ_INT(quant_xtiles_bytes_level(level, QT_Q4_0, 64, QUANT_XTILE - 1), 0);
+    CHECK_EQ_INT(quant_xtiles_bytes_level(level, QT_Q4_K, 256, 64), 0); /* reads its rows as they are */
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) {
+            int64_t k = quant_get(types[i])->blck == 256 ? 512 : 576;
+            check_xtiles(level, types[i], k, ns[j]);
+        }
+    if (level == QUANT_AMX) CHECK(quant_xtiles_bytes_level(level, QT_Q4_1, 576, 16) > 0);
 }
 
 /* ---- K-quants and legacy formats: the same bits at every level ----------

@@ -250,3 +250,38 @@ void quant_gemm(qtype wt, const void *w, size_t w_row_bytes, int64_t k,
     quant_gemm_level(quant_level(), wt, w, w_row_bytes, k, xq, xq_row_bytes,
                      n_tok, y, ldy, r0, r1);
 }
+
+/* ---- activations laid out once per matmul ---------------------------- */
+
+size_t quant_xtiles_bytes_level(int level, qtype wt, int64_t k, int n_tok) {
+    if (level > quant_level()) level = quant_level();
+    if (level < QUANT_AMX) return 0;
+    return quant_amx_xtile_bytes(wt, k, n_tok) * (size_t)((n_tok + QUANT_XTILE - 1) / QUANT_XTILE);
+}
+
+size_t quant_xtiles_bytes(qtype wt, int64_t k, int n_tok) {
+    return quant_xtiles_bytes_level(quant_level(), wt, k, n_tok);
+}
+
+void quant_xtiles(qtype wt, int64_t k, const void *xq, size_t xq_row_bytes, int n_tok, int i0, int i1, void *xt) {
+    if (quant_xtiles_bytes(wt, k, n_tok)) quant_amx_xtiles(wt, k, xq, xq_row_bytes, n_tok, i0, i1, xt);
+}
+
+const void *quant_xtiles_at(qtype wt, int64_t k, const void *xt, int t0) {
+    if (!xt) return NULL;
+    return (const uint8_t *)xt + (size_t)(t0 / QUANT_XTILE) * quant_amx_xtile_bytes(wt, k, QUANT_XTILE);
+}
+
+void quant_gemm_xt_level(int level, qtype wt, const void *w, size_t w_row_bytes, int64_t k, const void *xq,
+                         size_t xq_row_bytes, const void *xt, int n_tok, float *y, int64_t ldy, int r0, int r1) {
+    if (n_tok <= 0 || r1 <= r0) return;
+    if (xt && quant_xtiles_bytes_level(level, wt, k, n_tok))
+        quant_amx_gemm_xt(wt, w, w_row_bytes, k, xt, n_tok, y, ldy, r0, r1);
+    else
+        quant_gemm_level(level, wt, w, w_row_bytes, k, xq, xq_row_bytes, n_tok, y, ldy, r0, r1);
+}
+
+void quant_gemm_xt(qtype wt, const void *w, size_t w_row_bytes, int64_t k, const void *xq, size_t xq_row_bytes,
+                   const void *xt, int n_tok, float *y, int64_t ldy, int r0, int r1) {
+    quant_gemm_xt_level(quant_level(), wt, w, w_row_bytes, k, xq, xq_row_bytes, xt, n_tok, y, ldy, r0, r1);
+}

@@ -67,6 +67,24 @@ void quant_gemm(qtype wt, const void *w, size_t w_row_bytes, int64_t k,
                 const void *xq, size_t xq_row_bytes, int n_tok,
                 float *y, int64_t ldy, int r0, int r1);
 
+/* Activations laid out once for every call of one matmul. The amx
+ * level's legacy-format prefill reads 16 tokens at a time as tile
+ * operands (a transpose of their rows); a matmul split into row chunks
+ * over threads would redo it in every chunk. quant_xtiles_bytes: the
+ * bytes for n_tok tokens, 0 where weight type wt's kernel reads xq as it
+ * is (other levels and types, fewer than QUANT_XTILE tokens; then pass
+ * xt NULL). quant_xtiles writes tiles [i0, i1) (tokens QUANT_XTILE i0 ..),
+ * so threads may make a share each. quant_gemm_xt is quant_gemm (the
+ * same bits) on them; for tokens from t0 (a multiple of QUANT_XTILE) on,
+ * pass quant_xtiles_at(wt, k, xt, t0) and those tokens' xq rows. xt is
+ * 64-byte aligned (xaligned). */
+#define QUANT_XTILE 16
+size_t quant_xtiles_bytes(qtype wt, int64_t k, int n_tok);
+void quant_xtiles(qtype wt, int64_t k, const void *xq, size_t xq_row_bytes, int n_tok, int i0, int i1, void *xt);
+const void *quant_xtiles_at(qtype wt, int64_t k, const void *xt, int t0);
+void quant_gemm_xt(qtype wt, const void *w, size_t w_row_bytes, int64_t k, const void *xq, size_t xq_row_bytes,
+                   const void *xt, int n_tok, float *y, int64_t ldy, int r0, int r1);
+
 /* Kernel levels. A process uses one (cpu_get() decides); tests and
  * `strata bench-kernels` call each level directly. QUANT_AMX is avx512
  * with the prefill (16+ tokens) of the legacy formats and the K-quants on
@@ -88,5 +106,9 @@ const char *quant_numerics_level(int level); /* the same for a level (tests) */
 void quant_gemm_level(int level, qtype wt, const void *w, size_t w_row_bytes,
                       int64_t k, const void *xq, size_t xq_row_bytes,
                       int n_tok, float *y, int64_t ldy, int r0, int r1);
+/* quant_xtiles_bytes and quant_gemm_xt at one level (tests). */
+size_t quant_xtiles_bytes_level(int level, qtype wt, int64_t k, int n_tok);
+void quant_gemm_xt_level(int level, qtype wt, const void *w, size_t w_row_bytes, int64_t k, const void *xq,
+                         size_t xq_row_bytes, const void *xt, int n_tok, float *y, int64_t ldy, int r0, int r1);
 
 #endif

@@ -235,22 +235,42 @@ static AMX void amx_prep_rows(qtype t, const void *w, size_t wrb, int64_t nb, in
     }
 }
 
-static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok,
-                         float *y, int64_t ldy, int r0, int r1) {
-    const int64_t nb = k / QK;
-    const int ntt = (n_tok + AMX_T - 1) / AMX_T, nrt = (r1 - r0 + AMX_R - 1) / AMX_R;
-    const size_t xtb = (size_t)nb * (AMX_XB + 128), wtb = (size_t)AMX_R * nb * AMX_WB;
-    int ct = (int)(AMX_WCHUNK / wtb);
-    ct = ct < 1 ? 1 : ct > nrt ? nrt : ct;
-    uint8_t *buf = quant_work((size_t)ntt * xtb + (size_t)ct * wtb + (size_t)1024 * AMX_NB);
-    uint8_t *xb = buf, *wb = buf + (size_t)ntt * xtb; /* wb: per row tile quants, then d and m */
-    int32_t *c = (int32_t *)(void *)(wb + (size_t)ct * wtb);
-    for (int tt = 0; tt < ntt; tt++) {
+/* Bytes of one token tile's B operands and scales at nb blocks. */
+static size_t amx_xtile_bytes(int64_t nb) { return (size_t)nb * (AMX_XB + 128); }
+
+/* Token tiles [i0, i1) of n_tok activation rows (xrb apart) to xt (tile
+ * i at xt + i amx_xtile_bytes). */
+static AMX void amx_xtiles(int64_t nb, const void *xq, size_t xrb, int n_tok, int i0, int i1, uint8_t *xt) {
+    const size_t xtb = amx_xtile_bytes(nb);
+    for (int tt = i0; tt < i1; tt++) {
         const uint8_t *xr[AMX_T];
         int nt = n_tok - tt * AMX_T < AMX_T ? n_tok - tt * AMX_T : AMX_T;
         for (int n = 0; n < nt; n++) xr[n] = (const uint8_t *)xq + (size_t)(tt * AMX_T + n) * xrb;
-        amx_prep_x(xr, nt, nb, xb + (size_t)tt * xtb);
+        amx_prep_x(xr, nt, nb, xt + (size_t)tt * xtb);
     }
+}
+
+/* Row tiles a chunk of prepared weights holds (~AMX_WCHUNK bytes), of nrt. */
+static int amx_chunk_tiles(int64_t nb, int nrt) {
+    int ct = (int)(AMX_WCHUNK / ((size_t)AMX_R * nb * AMX_WB));
+    return ct < 1 ? 1 : ct > nrt ? nrt : ct;
+}
+
+/* Bytes of amx_gemm_tiles' work area: a chunk of prepared rows and the
+ * tile sums of a step. */
+static size_t amx_work_bytes(int64_t nb, int r0, int r1) {
+    const int nrt = (r1 - r0 + AMX_R - 1) / AMX_R;
+    return (size_t)amx_chunk_tiles(nb, nrt) * AMX_R * nb * AMX_WB + (size_t)1024 * AMX_NB;
+}
+
+/* Rows [r0, r1) for n_tok tokens whose tiles are laid out at xb; work:
+ * amx_work_bytes. */
+static AMX void amx_gemm_tiles(qtype t, const void *w, size_t wrb, int64_t nb, const uint8_t *xb, int n_tok,
+                               float *y, int64_t ldy, int r0, int r1, uint8_t *work) {
+    const int ntt = (n_tok + AMX_T - 1) / AMX_T, nrt = (r1 - r0 + AMX_R - 1) / AMX_R, ct = amx_chunk_tiles(nb, nrt);
+    const size_t xtb = amx_xtile_bytes(nb), wtb = (size_t)AMX_R * nb * AMX_WB;
+    uint8_t *wb = work; /* per row tile quants, then d and m */
+    int32_t *c = (int32_t *)(void *)(wb + (size_t)ct * wtb);
     amx_config();
     for (int i0 = 0; i0 < nrt; i0 += ct) {
         const int ni = nrt - i0 < ct ? nrt - i0 : ct;
@@ -265,6 +285,38 @@ static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const vo
         }
     }
     _tile_release();
+}
+
+/* The kernel on tiles of its own, made per call (the caller made none). */
+static AMX void amx_gemm(qtype t, const void *w, size_t wrb, int64_t k, const void *xq, size_t xrb, int n_tok,
+                         float *y, int64_t ldy, int r0, int r1) {
+    const int64_t nb = k / QK;
+    const int ntt = (n_tok + AMX_T - 1) / AMX_T;
+    const size_t xtb = (size_t)ntt * amx_xtile_bytes(nb);
+    uint8_t *buf = quant_work(xtb + amx_work_bytes(nb, r0, r1));
+    amx_xtiles(nb, xq, xrb, n_tok, 0, ntt, buf);
+    amx_gemm_tiles(t, w, wrb, nb, buf, n_tok, y, ldy, r0, r1, buf + xtb);
+}
+
+/* ---- tiles made once by the caller (quant.h: quant_xtiles) ---- */
+
+static int amx_serves(qtype t, int64_t k, int n_tok) {
+    return (t == QT_Q4_0 || t == QT_Q4_1 || t == QT_Q5_0 || t == QT_Q5_1 || t == QT_Q8_0) && n_tok >= AMX_MIN_TOK &&
+           k <= AMX_MAX_K;
+}
+
+size_t quant_amx_xtile_bytes(qtype t, int64_t k, int n_tok) {
+    return amx_serves(t, k, n_tok) ? amx_xtile_bytes(k / QK) : 0;
+}
+
+void quant_amx_xtiles(qtype t, int64_t k, const void *xq, size_t xrb, int n_tok, int i0, int i1, void *xt) {
+    if (amx_serves(t, k, n_tok)) amx_xtiles(k / QK, xq, xrb, n_tok, i0, i1, xt);
+}
+
+void quant_amx_gemm_xt(qtype t, const void *w, size_t wrb, int64_t k, const void *xt, int n_tok, float *y,
+                       int64_t ldy, int r0, int r1) {
+    const int64_t nb = k / QK;
+    amx_gemm_tiles(t, w, wrb, nb, xt, n_tok, y, ldy, r0, r1, quant_work(amx_work_bytes(nb, r0, r1)));
 }
 
 #define AMX_KERNEL(name, ty) QUANT_AMX_KERNEL(name, ty, amx_gemm, AMX_MIN_TOK, AMX_MAX_K)

@@ -147,6 +147,14 @@ quant_gemm_fn quant_amx_kernel(qtype t);
 /* The amx level's K-quant kernels (quant_amx_kq_avx512.c), NULL for
  * other types; quant_amx_kernel hands them out. */
 quant_gemm_fn quant_amx_kq_kernel(qtype t);
+/* The amx level's legacy-format kernels on token tiles the caller laid
+ * out (quant.h's quant_xtiles; quant_amx_avx512.c): bytes of one tile of
+ * QUANT_XTILE tokens (0 where that kernel does not take t, k and n_tok),
+ * tiles [i0, i1) of xq's rows, the matmul on them. */
+size_t quant_amx_xtile_bytes(qtype t, int64_t k, int n_tok);
+void quant_amx_xtiles(qtype t, int64_t k, const void *xq, size_t xq_row_bytes, int n_tok, int i0, int i1, void *xt);
+void quant_amx_gemm_xt(qtype t, const void *w, size_t w_row_bytes, int64_t k, const void *xt, int n_tok, float *y,
+                       int64_t ldy, int r0, int r1);
 /* Sixteen Q4_K, Q5_K or Q6_K rows with the rows in a vector's lanes, per
  * super-block KQ16_SB bytes: 64 chunk vectors (chunk c, lane r: row r's
  * unsigned quants of elements 4c..4c+3; also the AMX tiles' B operand

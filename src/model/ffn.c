@@ -41,6 +41,7 @@
 #define FFN_ROWS 256
 #define FFN_TOKS 256
 _Static_assert(MM_MAX >= 3, "ffn_fused converts the down projection's input into c->xq[2]");
+_Static_assert(FFN_TOKS % QUANT_XTILE == 0, "an item's tokens start on a tile of fwd__xtiles");
 
 static void swiglu(float *g, const float *u, size_t n) {
     /* libm's expf's bits, kept (vectorised: backend/vexp.h): act_expf
@@ -78,7 +79,7 @@ static void ffn_unfused(fwd_ctx *c, const model_layer *L, const float *xn, int n
 typedef struct {
     fwd_ctx *c;
     const model_tensor *w[2]; /* gate, up */
-    const uint8_t *xq[2];
+    const uint8_t *xq[2], *xt[2]; /* xt: their tiles (fwd__xtiles) or NULL */
     size_t xq_bytes[2];
     ffn_act_fn act;
     qtype down_act;           /* the down projection's activation format */
@@ -93,8 +94,8 @@ typedef struct {
 static void ffn_gemm(const ffn_job *j, int i, int r0, int r1, int t0, int nt, float *y, int64_t ldy) {
     const model_tensor *w = j->w[i];
     const uint8_t *rows = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
-    quant_gemm(w->type, rows, w->row_bytes, w->cols, j->xq[i] + (size_t)t0 * j->xq_bytes[i], j->xq_bytes[i], nt, y,
-               ldy, 0, r1 - r0);
+    quant_gemm_xt(w->type, rows, w->row_bytes, w->cols, j->xq[i] + (size_t)t0 * j->xq_bytes[i], j->xq_bytes[i],
+                  quant_xtiles_at(w->type, w->cols, j->xt[i], t0), nt, y, ldy, 0, r1 - r0);
 }
 
 static void ffn_worker(void *p, int ith, int nth) {
@@ -133,7 +134,7 @@ static void ffn_fused(fwd_ctx *c, const model_layer *L, const float *xn, int n, 
     j.down_act = quant_get(w[2]->type)->act_type;
     j.xd_bytes = quant_act_row_bytes(j.down_act, f);
     fwd__reserve_xq(c, w, 3, n); /* first: growing later would free the converted inputs */
-    fwd__quant_inputs(c, xn, n, w, 2, j.xq, j.xq_bytes);
+    fwd__quant_inputs(c, xn, n, w, 2, j.xq, j.xq_bytes, j.xt);
     j.xd = c->xq[2];
     j.rows = ffn_rows(c, j.down_act);
     j.row_items = (f + j.rows - 1) / j.rows;

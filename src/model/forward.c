@@ -64,7 +64,7 @@ void fwd__for_rows(fwd_ctx *c, int n, row_fn fn, void *arg) {
 typedef struct {
     const model_tensor *w[MM_MAX];
     float *y[MM_MAX];
-    const uint8_t *xq[MM_MAX];
+    const uint8_t *xq[MM_MAX], *xt[MM_MAX];
     size_t xq_bytes[MM_MAX];
     int n_w, n;
     int chunk_rows[MM_MAX], first[MM_MAX + 1]; /* chunks of weight i: [first[i], first[i + 1]) */
@@ -83,8 +83,8 @@ static void mm_worker(void *p, int ith, int nth) {
         const model_tensor *w = j->w[i];
         int r0 = (ci - j->first[i]) * j->chunk_rows[i], r1 = r0 + j->chunk_rows[i];
         if (r1 > w->rows) r1 = (int)w->rows;
-        quant_gemm(w->type, w->data, w->row_bytes, w->cols, j->xq[i], j->xq_bytes[i], j->n, j->y[i],
-                   w->rows, r0, r1);
+        quant_gemm_xt(w->type, w->data, w->row_bytes, w->cols, j->xq[i], j->xq_bytes[i], j->xt[i], j->n, j->y[i],
+                      w->rows, r0, r1);
     }
 }
 
@@ -140,12 +140,41 @@ void fwd__reserve_xq(fwd_ctx *c, const model_tensor **w, int n_w, int n) {
     c->xq_cap = need;
 }
 
+typedef struct {
+    const model_tensor *w;
+    const uint8_t *xq;
+    size_t bytes;
+    int n;
+    uint8_t *dst;
+} xt_job;
+
+static void xt_tile(fwd_ctx *c, void *arg, int i) {
+    xt_job *a = arg;
+    quant_xtiles(a->w->type, a->w->cols, a->xq, a->bytes, a->n, i, i + 1, a->dst);
+}
+
+const uint8_t *fwd__xtiles(fwd_ctx *c, int slot, const model_tensor *w, const uint8_t *xq, size_t bytes, int n) {
+    size_t need = quant_xtiles_bytes(w->type, w->cols, n);
+    if (!need) return NULL;
+    if (need > c->xt_cap[slot]) {
+        free(c->xt[slot]);
+        c->xt[slot] = xaligned(need);
+        c->xt_cap[slot] = need;
+    }
+    xt_job a = {w, xq, bytes, n, c->xt[slot]};
+    fwd__for_rows(c, (n + QUANT_XTILE - 1) / QUANT_XTILE, xt_tile, &a);
+    return c->xt[slot];
+}
+
 /* The input rows x in the activation format of each of the n_w weights,
  * converted once per distinct format: xq[i] (rows bytes[i] apart) is
- * weight i's. The rows live in c->xq until the next conversion. */
+ * weight i's. The rows live in c->xq until the next conversion; their
+ * tiles (xt) in c->xt, made once per slot: weights sharing a format share
+ * x's columns too, and the tiles depend on nothing else. */
 void fwd__quant_inputs(fwd_ctx *c, const float *x, int n, const model_tensor **w, int n_w, const uint8_t **xq,
-                       size_t *bytes) {
+                       size_t *bytes, const uint8_t **xt) {
     qtype done[MM_MAX];
+    const uint8_t *tiles[MM_MAX] = {0};
     int n_done = 0;
     fwd__reserve_xq(c, w, n_w, n);
     for (int i = 0; i < n_w; i++) {
@@ -159,13 +188,16 @@ void fwd__quant_inputs(fwd_ctx *c, const float *x, int n, const model_tensor **w
             done[n_done++] = act;
         }
         xq[i] = c->xq[slot];
+        if (!xt) continue;
+        if (!tiles[slot]) tiles[slot] = fwd__xtiles(c, slot, w[i], xq[i], bytes[i], n);
+        xt[i] = quant_xtiles_bytes(w[i]->type, w[i]->cols, n) ? tiles[slot] : NULL;
     }
 }
 
 /* y_i[t][:] = W_i x[t] for up to MM_MAX weights sharing the input rows x. */
 void fwd__matmul_group(fwd_ctx *c, const float *x, int n, const model_tensor **w, float **y, int n_w) {
     mm_job j = {.n_w = n_w, .n = n};
-    fwd__quant_inputs(c, x, n, w, n_w, j.xq, j.xq_bytes);
+    fwd__quant_inputs(c, x, n, w, n_w, j.xq, j.xq_bytes, j.xt);
     for (int i = 0; i < n_w; i++) {
         j.w[i] = w[i];
         j.y[i] = y[i];
@@ -175,7 +207,8 @@ void fwd__matmul_group(fwd_ctx *c, const float *x, int n, const model_tensor **w
 }
 
 void fwd__matmul_xq(fwd_ctx *c, const uint8_t *xq, size_t bytes, int n, const model_tensor *w, float *y) {
-    mm_job j = {.w = {w}, .y = {y}, .xq = {xq}, .xq_bytes = {bytes}, .n_w = 1, .n = n};
+    mm_job j = {.w = {w}, .y = {y}, .xq = {xq}, .xq_bytes = {bytes}, .xt = {fwd__xtiles(c, 0, w, xq, bytes, n)},
+                .n_w = 1, .n = n};
     mm_chunks(&j, pool_size(c->threads));
     pool_run_any(c->threads, mm_worker, &j);
 }
@@ -911,7 +944,7 @@ void fwd_free(fwd_ctx *c) {
                      c->rope_inv_freq, c->rope_inv_swa, c->rope_cos, c->rope_sin, c->attn_ws, c->qg, c->attn_gate,
                      c->hidden, c->ffn_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
-    for (int i = 0; i < MM_MAX; i++) free(c->xq[i]);
+    for (int i = 0; i < MM_MAX; i++) free(c->xq[i]), free(c->xt[i]);
     free(c->runs);
     free(c->attn_qs);
     free(c->attn_stp);

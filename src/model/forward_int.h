@@ -33,6 +33,8 @@ struct fwd_ctx {
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp;
     uint8_t *xq[MM_MAX];
     size_t xq_cap;
+    uint8_t *xt[MM_MAX];    /* xq's slots laid out for their kernels (quant_xtiles), or unused */
+    size_t xt_cap[MM_MAX];
     float *rope_inv_freq; /* rope_dim / 2 */
     float *rope_inv_swa;  /* the same for sliding-window layers (their own base) */
     /* The batch's rotation angles, computed once per batch for every
@@ -74,9 +76,14 @@ void fwd__matmul_xq(fwd_ctx *c, const uint8_t *xq, size_t bytes, int n, const mo
 /* Rows per matmul chunk for a weight of `rows` rows over nth threads. */
 int fwd__chunk_rows(long rows, int nth);
 /* x's n rows in each weight's activation format (once per distinct
- * format, in c->xq): xq[i] rows bytes[i] apart, for weight i. */
+ * format, in c->xq): xq[i] rows bytes[i] apart, for weight i; with xt,
+ * xt[i] those rows laid out once for weight i's kernel (fwd__xtiles). */
 void fwd__quant_inputs(fwd_ctx *c, const float *x, int n, const model_tensor **w, int n_w, const uint8_t **xq,
-                       size_t *bytes);
+                       size_t *bytes, const uint8_t **xt);
+/* w's n activation rows xq laid out for its kernel in c->xt[slot] (the
+ * pool makes the tiles), so its row chunks on every thread share them
+ * (backend/quant.h: quant_xtiles); NULL where the kernel reads xq as is. */
+const uint8_t *fwd__xtiles(fwd_ctx *c, int slot, const model_tensor *w, const uint8_t *xq, size_t bytes, int n);
 /* y_i[t][:] = W_i x[t] for up to MM_MAX weights sharing the input rows x. */
 void fwd__matmul_group(fwd_ctx *c, const float *x, int n, const model_tensor **w, float **y, int n_w);
 void fwd__matmul(fwd_ctx *c, const float *x, int n, const model_tensor *w, float *y);
