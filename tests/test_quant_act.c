@@ -3,6 +3,7 @@
  * and 16 lanes. Rows of every activation format and several lengths
  * (Q8_0/Q8_1: 1 to 40 blocks, so groups of 16 with and without padding;
  * Q8_K: 1 to 5 super-blocks), values over a wide range with exact ties. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,15 +41,18 @@ TEST(quant_act_levels_write_the_same_bytes) {
 }
 
 /* Rows with an all-zero block (id = 0), a block of -0 and tiny values,
- * one of huge ones, and exact ties at every level (the AVX-512 Q8_0/Q8_1
- * code is written by hand: quant_act_avx512.c). */
+ * one of huge ones, exact ties, NaNs among values, an infinity, and all
+ * NaN, at every level (the AVX-512 Q8_0/Q8_1 code is written by hand:
+ * quant_act_avx512.c). */
 TEST(quant_act_special_blocks_same_bytes) {
-    enum { N = 160 };
+    enum { N = 224 };
     float x[N];
     for (int i = 0; i < N; i++) {
         int b = i / 32;
         x[i] = b == 0 ? 0.0f : b == 1 ? (i % 2 ? -0.0f : 1e-30f * (float)(i % 7))
-             : b == 2 ? 3e38f * ((i % 5) - 2) / 2.0f : b == 3 ? (float)(i % 9) - 4.0f : -(float)(i % 33) / 8.0f;
+             : b == 2 ? 3e38f * ((i % 5) - 2) / 2.0f : b == 3 ? (float)(i % 9) - 4.0f
+             : b == 4 ? -(float)(i % 33) / 8.0f : b == 5 ? (i % 7 == 0 ? NAN : i == 170 ? -INFINITY : (float)(i % 5))
+             : (i % 2 ? NAN : -NAN);
     }
     const qtype acts[] = {QT_Q8_0, QT_Q8_1};
     for (int a = 0; a < 2; a++) {
