@@ -66,6 +66,21 @@ TEST(quant_act_special_blocks_same_bytes) {
         }
         free(base), free(lv);
     }
+    /* Q8_K (256-value blocks): all zero, the specials above, all NaN, an
+     * infinity among huge values */
+    enum { NK = 1024 };
+    float *xk = malloc(NK * sizeof(float));
+    for (int i = 0; i < NK; i++)
+        xk[i] = i < 256 ? 0.0f : i < 512 ? x[(i - 256) % N] : i < 768 ? NAN : i == 900 ? INFINITY : 1e38f * (i % 3);
+    size_t bytes = quant_act_row_bytes(QT_Q8_K, NK);
+    uint8_t *base = malloc(bytes), *lv = malloc(bytes);
+    quant_act_row_level(QUANT_SCALAR, QT_Q8_K, xk, base, NK);
+    for (int level = QUANT_AVX2; level <= quant_level(); level++) {
+        memset(lv, 0xAB, bytes);
+        quant_act_row_level(level, QT_Q8_K, xk, lv, NK);
+        CHECK_MSG(memcmp(base, lv, bytes) == 0, "Q8_K, level %d", level);
+    }
+    free(xk), free(base), free(lv);
 }
 
 /* quant_act_part: a row written in parts at block edges (model/ffn.c's
