@@ -40,23 +40,31 @@ typedef struct {
     fwd_ctx *c;
     row_fn fn;
     void *arg;
-    int n;
+    int n, per; /* rows, rows a grab */
+    atomic_int next;
 } rows_job;
+
+/* Rows in grabs from a shared counter (pool_run_any): an even split made
+ * the other thread wait whenever a neighbour slowed one core. */
+#define ROWS_GRABS_PER_THREAD 8
 
 static void rows_worker(void *p, int ith, int nth) {
     rows_job *j = p;
-    long lo, hi;
-    pool_range(j->n, ith, nth, &lo, &hi);
-    for (long t = lo; t < hi; t++) j->fn(j->c, j->arg, (int)t);
+    for (int t0; (t0 = atomic_fetch_add(&j->next, j->per)) < j->n;) {
+        int t1 = t0 + j->per < j->n ? t0 + j->per : j->n;
+        for (int t = t0; t < t1; t++) j->fn(j->c, j->arg, t);
+    }
 }
 
 void fwd__for_rows(fwd_ctx *c, int n, row_fn fn, void *arg) {
-    if (n < 2 || pool_size(c->threads) == 1) {
+    int nth = pool_size(c->threads);
+    if (n < 2 || nth == 1) {
         for (int t = 0; t < n; t++) fn(c, arg, t);
         return;
     }
-    rows_job j = {c, fn, arg, n};
-    pool_run(c->threads, rows_worker, &j);
+    int per = n / (ROWS_GRABS_PER_THREAD * nth);
+    rows_job j = {c, fn, arg, n, per < 1 ? 1 : per, 0};
+    pool_run_any(c->threads, rows_worker, &j);
 }
 
 /* ---- matmul ------------------------------------------------------------- */
