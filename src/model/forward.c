@@ -107,22 +107,10 @@ int fwd__chunk_rows(long rows, int nth) {
     return per < 4 * ROW_ALIGN ? 4 * ROW_ALIGN : (int)per;
 }
 
-/* A prefill's matmuls (MM_FINE_TOKENS rows or more) in 4x the chunks:
- * at the end of each matmul one thread waited for the other's last chunk
- * (when a noisy neighbour slowed one core, up to a chunk's time), 7-9% of
- * the CPU time in the pool's waits at 2 threads, 4-5% with 4x (perf,
- * SmolLM2 pp512 at avx2 and amx). Their calls share the activation tiles
- * (fwd__xtiles) and split the rows the kernels prepare, so a chunk costs
- * little more than its rows. Decode and one thread (nothing to even out;
- * each call reads all the activations again) keep MM_CHUNKS_PER_THREAD. */
-#define MM_FINE_TOKENS 64
-#define MM_FINE_CHUNKS 4
-
 static void mm_chunks(mm_job *j, int nth) {
     j->first[0] = 0;
     for (int i = 0; i < j->n_w; i++) {
-        int share = j->n >= MM_FINE_TOKENS && nth > 1 ? MM_FINE_CHUNKS * nth : nth;
-        long rows = j->w[i]->rows, per = fwd__chunk_rows(rows, share);
+        long rows = j->w[i]->rows, per = fwd__chunk_rows(rows, nth);
         j->chunk_rows[i] = (int)per;
         j->first[i + 1] = j->first[i] + (int)((rows + per - 1) / per);
     }
