@@ -22,8 +22,8 @@ void quant_act_part_avx512(qtype act, const float *x, void *dst, int64_t n, int6
 #define INL static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
 
-/* The lanes of one step of act_q8_amax: 2 l - l % h (+ h for the second
- * half of each pair of partial maxima). */
+/* The lanes of one step of act_reduce16: 2 l - l % h (+ h for the second
+ * half of each pair of partial results). */
 #define ACT_IDX(l, h, o) (2 * (l) - (l) % (h) + (o))
 #define ACT_IDX16(h, o)                                                                                            \
     _mm512_set_epi32(ACT_IDX(15, h, o), ACT_IDX(14, h, o), ACT_IDX(13, h, o), ACT_IDX(12, h, o), ACT_IDX(11, h, o), \
@@ -90,10 +90,10 @@ INL void act_tr8x2(__m512i *z) {
  * 32 (j - j0)), in the group's lane layout (quant_impl.h: position p holds
  * block qa8_lane(p)) at d, s (16 floats each) and q (512 bytes); with pad,
  * the blocks from j1 on are the row's padding and get zeros. All 16 blocks
- * side by side: the largest |x| by a transposed reduction (act_reduce16), d and 1 / d as
- * vectors, each block's quants packed to 32 bytes, two 8 x 8 dword
- * transposes into the layout, the sums by VPDPBUSD against ones. The same
- * operations per value as act_q8_blk_c. */
+ * side by side: the largest |x| by a transposed reduction (act_reduce16),
+ * d and 1 / d as vectors, each block's quants packed to 32 bytes, two 8 x
+ * 8 dword transposes into the layout, the sums by VPDPBUSD against ones.
+ * The same operations per value as act_q8_blk_c. */
 INL void act_q8_group(const float *x, float *d, float *s, int8_t *q, int j0, int j1, int pad) {
     __m512i m[16];
     __mmask16 live = 0, store = 0;
