@@ -215,7 +215,9 @@ void fwd__matmul_group(fwd_ctx *c, const float *x, int n, const model_tensor **w
 }
 
 void fwd__matmul_xq(fwd_ctx *c, const uint8_t *xq, size_t bytes, int n, const model_tensor *w, float *y) {
-    mm_job j = {.w = {w}, .y = {y}, .xq = {xq}, .xq_bytes = {bytes}, .xt = {fwd__xtiles(c, 0, w, xq, bytes, n)},
+    int slot = 0; /* the tiles of c->xq[i]'s rows go to c->xt[i] (the FFN's down projection: slot 2) */
+    while (slot < MM_MAX - 1 && c->xq[slot] != xq) slot++;
+    mm_job j = {.w = {w}, .y = {y}, .xq = {xq}, .xq_bytes = {bytes}, .xt = {fwd__xtiles(c, slot, w, xq, bytes, n)},
                 .n_w = 1, .n = n};
     mm_chunks(&j, pool_size(c->threads));
     pool_run_any(c->threads, mm_worker, &j);
