@@ -1,8 +1,9 @@
-/* test_quant_act.c - the activation quantizer (backend/quant_act_impl.h)
- * writes the same bytes at every kernel level: the same C built at 4, 8
- * and 16 lanes. Rows of every activation format and several lengths
- * (Q8_0/Q8_1: 1 to 40 blocks, so groups of 16 with and without padding;
- * Q8_K: 1 to 5 super-blocks), values over a wide range with exact ties. */
+/* test_quant_act.c - the activation quantizer writes the same bytes at
+ * every kernel level: backend/quant_act_impl.h's C built at 4 and 8 lanes
+ * and AVX-512's hand-written code (quant_act_avx512.c). Rows of every
+ * activation format and several lengths (Q8_0/Q8_1: 1 to 40 blocks, so
+ * groups of 16 with and without padding; Q8_K: 1 to 5 super-blocks),
+ * values over a wide range with exact ties. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -42,8 +43,8 @@ TEST(quant_act_levels_write_the_same_bytes) {
 
 /* Rows with an all-zero block (id = 0), a block of -0 and tiny values,
  * one of huge ones, exact ties, NaNs among values, an infinity, and all
- * NaN, at every level (the AVX-512 Q8_0/Q8_1 code is written by hand:
- * quant_act_avx512.c). */
+ * NaN, at every level; the same for Q8_K below (the AVX-512 code is
+ * written by hand: quant_act_avx512.c). */
 TEST(quant_act_special_blocks_same_bytes) {
     enum { N = 224 };
     float x[N];

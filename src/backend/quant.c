@@ -264,7 +264,8 @@ size_t quant_xtiles_bytes(qtype wt, int64_t k, int n_tok) {
 }
 
 void quant_xtiles(qtype wt, int64_t k, const void *xq, size_t xq_row_bytes, int n_tok, int i0, int i1, void *xt) {
-    if (quant_xtiles_bytes(wt, k, n_tok)) quant_amx_xtiles(wt, k, xq, xq_row_bytes, n_tok, i0, i1, xt);
+    /* quant_amx_xtiles checks wt, k and n_tok itself */
+    if (quant_level() >= QUANT_AMX) quant_amx_xtiles(wt, k, xq, xq_row_bytes, n_tok, i0, i1, xt);
 }
 
 const void *quant_xtiles_at(qtype wt, int64_t k, const void *xt, int t0) {

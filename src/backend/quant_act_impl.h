@@ -1,9 +1,11 @@
 /* quant_act_impl.h - activation rows to Q8_0 / Q8_1 / Q8_K, the element
  * code included by quant.c (the base build) and by quant_act_avx2.c /
- * quant_act_avx512.c, so the compiler vectorises the same C at 4, 8 or 16
- * lanes. Every step is exact per element or order-free (the absolute
- * maximum, integer sums), and -std=c11 contracts nothing into FMA, so every
- * level writes the same bytes (test_quant.c compares them). */
+ * quant_act_avx512.c, so the compiler vectorises the same C at 4 and 8
+ * lanes (AVX-512 writes its Q8_0 / Q8_1 / Q8_K by hand and takes only the
+ * row loops and F32 from here). Every step is exact per element or
+ * order-free (the absolute maximum, integer sums), and -std=c11 contracts
+ * nothing into FMA, so every level writes the same bytes (test_quant_act.c
+ * compares them). */
 #ifndef STRATA_BACKEND_QUANT_ACT_IMPL_H
 #define STRATA_BACKEND_QUANT_ACT_IMPL_H
 
