@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include "backend/delta.h"
+#include "backend/simd_tr16.h"
 
 #define NV 8  /* registers per row: dim 128 */
 #define TB 32 /* tokens per block: 32 x (k + q) = 32 KiB of L1 */
@@ -66,7 +67,114 @@ static inline __attribute__((always_inline)) void rows_block(const delta_run *R,
     if (pair) UNROLL for (int i = 0; i < NV; i++) _mm512_storeu_ps(rb + 16 * i, b[i]);
 }
 
+/* ---- 16 rows in the lanes (runs of LANES_MIN_TOK tokens and more) ------- */
+
+/* The same operations, element for element, on 16 rows at once: lane i of
+ * T[c] is column c of row j + i (the rows transposed into T on entry and
+ * back on exit, 8 KiB that stay in L1). A lane's arithmetic is the pair
+ * kernel's for its row, in the same order with the same operands, so its
+ * bits are too (delta_batch_invariance memcmps runs on either side of
+ * LANES_MIN_TOK): dot()'s lane l, (T[l] x[l] + T[64 + l] x[64 + l]) + ...,
+ * is one vector here, and hsum's tree over the lanes is a tree of vector
+ * adds. Why: the pair kernel's token step is a chain through two
+ * horizontal sums (~48 cycles a row-token here); 16 rows side by side
+ * have none, and a token's update, its S q, the next token's decay and
+ * S k share one pass over T. */
+#define RL 16
+#define LANES_MIN_TOK 8 /* fewer tokens (decode): the pair kernel (the two transposes cost more) */
+
+typedef struct {
+    __m512 q, k;
+} dot2;
+
+/* Column group l of one pass (columns l + 16 m): with upd, T = d k + T and
+ * dot()'s lane l of T with q; with next, T *= decay and lane l with kn. */
+static inline __attribute__((always_inline)) dot2 lanes_group(__m512 *T, int l, int upd, int next, __m512 d,
+                                                              const float *k, const float *q, __m512 decay,
+                                                              const float *kn) {
+    __m512 aq[4], ak[4];
+    UNROLL for (int m = 0; m < 4; m++) {
+        int c = 16 * m + l, c2 = c + 64;
+        __m512 x = T[c], y = T[c2];
+        if (upd) {
+            x = _mm512_fmadd_ps(d, _mm512_set1_ps(k[c]), x);
+            y = _mm512_fmadd_ps(d, _mm512_set1_ps(k[c2]), y);
+            aq[m] = _mm512_fmadd_ps(y, _mm512_set1_ps(q[c2]), _mm512_mul_ps(x, _mm512_set1_ps(q[c])));
+        }
+        if (next) {
+            x = _mm512_mul_ps(x, decay);
+            y = _mm512_mul_ps(y, decay);
+            ak[m] = _mm512_fmadd_ps(y, _mm512_set1_ps(kn[c2]), _mm512_mul_ps(x, _mm512_set1_ps(kn[c])));
+        }
+        T[c] = x, T[c2] = y;
+    }
+    dot2 r = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    if (upd) r.q = _mm512_add_ps(_mm512_add_ps(aq[0], aq[1]), _mm512_add_ps(aq[2], aq[3]));
+    if (next) r.k = _mm512_add_ps(_mm512_add_ps(ak[0], ak[1]), _mm512_add_ps(ak[2], ak[3]));
+    return r;
+}
+
+static inline __attribute__((always_inline)) dot2 add2(dot2 a, dot2 b) {
+    return (dot2){_mm512_add_ps(a.q, b.q), _mm512_add_ps(a.k, b.k)};
+}
+
+/* hsum's tree over the groups x_l: h1(l) = x_l + x_{l+8}, h2(l) = h1(l) +
+ * h1(l + 4), h3(l) = h2(l) + h2(l + 2), then h3(0) + h3(1); visited in
+ * that order so few partial sums are live at a time. */
+static inline __attribute__((always_inline)) dot2 lanes_pass(__m512 *T, int upd, int next, __m512 d, const float *k,
+                                                             const float *q, __m512 decay, const float *kn) {
+#define X(l) lanes_group(T, l, upd, next, d, k, q, decay, kn)
+#define H1(l) add2(X(l), X(l + 8))
+    dot2 h2[4];
+    for (int l = 0; l < 4; l++) {
+        dot2 a = H1(l);
+        h2[l] = add2(a, H1(l + 4));
+    }
+#undef H1
+#undef X
+    return add2(add2(h2[0], h2[2]), add2(h2[1], h2[3]));
+}
+
+/* Rows j .. j + nr - 1 (nr <= 16) of S over the run's tokens. */
+static void lanes_block(const delta_run *R, float *S, int j, int nr, float scale) {
+    __m512 T[128];
+    const __mmask16 live = (__mmask16)((1u << nr) - 1);
+    for (int b = 0; b < 8; b++) { /* rows to columns */
+        __m512i r[RL];
+        UNROLL for (int i = 0; i < RL; i++)
+            r[i] = i < nr ? _mm512_loadu_si512(S + (size_t)(j + i) * 128 + 16 * b) : _mm512_setzero_si512();
+        simd_tr16(r);
+        UNROLL for (int c = 0; c < RL; c++) T[16 * b + c] = _mm512_castsi512_ps(r[c]);
+    }
+    const __m512 vs = _mm512_set1_ps(scale), z = _mm512_setzero_ps();
+    /* the first token's decay and S k */
+    __m512 dk = lanes_pass(T, 0, 1, z, NULL, NULL, _mm512_set1_ps(R->decay[0]), R->k).k;
+    for (int t = 0; t < R->n_tok; t++) {
+        const float *k = R->k + t * R->x_stride, *q = R->q + t * R->x_stride;
+        __m512 v = _mm512_maskz_loadu_ps(live, R->v + t * R->x_stride + j);
+        __m512 d = _mm512_mul_ps(_mm512_sub_ps(v, dk), _mm512_set1_ps(R->beta[t * R->g_stride]));
+        dot2 r;
+        if (t + 1 < R->n_tok)
+            r = lanes_pass(T, 1, 1, d, k, q, _mm512_set1_ps(R->decay[(t + 1) * R->g_stride]), k + R->x_stride);
+        else
+            r = lanes_pass(T, 1, 0, d, k, q, z, NULL);
+        _mm512_mask_storeu_ps(R->o + t * R->o_stride + j, live, _mm512_mul_ps(r.q, vs));
+        dk = r.k;
+    }
+    for (int b = 0; b < 8; b++) { /* columns back to rows */
+        __m512i r[RL];
+        UNROLL for (int c = 0; c < RL; c++) r[c] = _mm512_castps_si512(T[16 * b + c]);
+        simd_tr16(r);
+        UNROLL for (int i = 0; i < RL; i++)
+            if (i < nr) _mm512_storeu_si512(S + (size_t)(j + i) * 128 + 16 * b, r[i]);
+    }
+}
+
 static void rows128(const delta_run *R, float *S, int dim, int r0, int r1, float scale) {
+    if (R->n_tok >= LANES_MIN_TOK) {
+        for (int j = r0; j < r1; j += RL) lanes_block(R, S, j, r1 - j < RL ? r1 - j : RL, scale);
+        return;
+    }
     for (int t0 = 0; t0 < R->n_tok; t0 += TB) {
         int t1 = t0 + TB < R->n_tok ? t0 + TB : R->n_tok;
         int j = r0;

@@ -3,7 +3,7 @@
  * the base build. */
 #include <immintrin.h>
 
-#include "backend/quant_amx.h" /* quant_tr16 */
+#include "backend/simd_tr16.h"
 
 #define NORM_L 16
 typedef __m512 norm_vec;
@@ -28,7 +28,7 @@ static void norm_sumsq(const float *const *rx, int n, float *ss) {
             _mm_prefetch((const char *)(rx[j] + i) + 256, _MM_HINT_T0);
             t[j] = _mm512_castps_si512(_mm512_maskz_loadu_ps(km, rx[j] + i));
         }
-        quant_tr16(t);
+        simd_tr16(t);
         for (int j = 0; j < m; j++) {
             __m512 v = _mm512_castsi512_ps(t[j]);
             s = _mm512_add_ps(s, _mm512_mul_ps(v, v));

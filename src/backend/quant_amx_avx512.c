@@ -73,7 +73,7 @@ INL void amx_tr_store(const uint8_t *const *src, int nt, size_t off, uint8_t *ds
     UNROLL
     for (int n = 0; n < 16; n++)
         r[n] = n < nt ? _mm512_loadu_si512((const void *)(src[n] + off)) : _mm512_setzero_si512();
-    quant_tr16(r);
+    simd_tr16(r);
     UNROLL
     for (int p = 0; p < 16; p++)
         if (g0 + qa8_lane(p) < nb) _mm512_store_si512((void *)(dst + (size_t)(g0 + qa8_lane(p)) * stride), r[p]);
@@ -195,7 +195,7 @@ INL void amx_chains(const int32_t *c, const float *w, const float *x, int64_t b0
 /* The 16 rows' results res (the first nr real) to y, nt tokens: a 16 x 16
  * transpose, then per token one store of its 16 results. */
 INL void amx_out(__m512 *res, int nr, int nt, float *y, int64_t ldy) {
-    quant_tr16((__m512i *)(void *)res);
+    simd_tr16((__m512i *)(void *)res);
     const __mmask16 rows = (__mmask16)((1u << nr) - 1);
     for (int n = 0; n < nt; n++) _mm512_mask_storeu_ps(y + n * ldy, rows, res[n]);
 }

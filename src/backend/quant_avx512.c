@@ -30,7 +30,7 @@
 
 #include <string.h>
 
-#include "backend/quant_amx.h"
+#include "backend/simd_tr16.h"
 #include "backend/quant_tile.h"
 
 #define R 4 /* weight rows per tile of the K-quant and float kernels */
@@ -295,7 +295,7 @@ AI void lg_prep_group(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst
         __m512i t[10][16];
         lg_rows16(ty, rw, b0, n, t);
         for (int v = 0; v < 10; v++) {
-            quant_tr16(t[v]); /* t[v][p]: lane i = row i's block b0 + qa8_lane(p) */
+            simd_tr16(t[v]); /* t[v][p]: lane i = row i's block b0 + qa8_lane(p) */
             for (int j = 0; j < n; j++)
                 _mm512_store_si512(dst + (b0 + j) * LG_BLK + 64 * v, t[v][qa8_lane(j)]);
         }
@@ -410,9 +410,9 @@ AI void lg_dec(int ty, const uint8_t *const *rw, const uint8_t *const *x, int64_
             dm[1][i] = _mm512_castps_si512(g.m);
         }
         UNROLL
-        for (int t = 0; t < T; t++) quant_tr16(s[t]);
-        quant_tr16(dm[0]);
-        quant_tr16(dm[1]);
+        for (int t = 0; t < T; t++) simd_tr16(s[t]);
+        simd_tr16(dm[0]);
+        simd_tr16(dm[1]);
         for (int j = 0; j < n; j++) { /* block b0 + j, in order */
             const int p = qa8_lane(j);
             const int64_t sl = b0 + p; /* qa8_slot(b0 + j) */
@@ -775,12 +775,12 @@ AI void kq16_prep(int ty, const uint8_t *const *rw, int64_t nb, uint8_t *dst) {
         __m512i t[16];
         for (int v = 0; v < 4; v++) { /* chunks 16v .. 16v + 15 */
             for (int i = 0; i < 16; i++) t[i] = _mm512_load_si512(q[i] + 64 * v);
-            quant_tr16(t);
+            simd_tr16(t);
             for (int p = 0; p < 16; p++) _mm512_store_si512(dst + 64 * (16 * v + p), t[p]);
         }
         for (int i = 0; i < 16; i++)
             t[i] = _mm512_cvtepi16_epi32(_mm256_load_si256((const __m256i *)(const void *)sc[i]));
-        quant_tr16(t); /* t[j], lane r: row r's scale j (Q4_K/Q5_K: 0-7 sc, 8-15 m) */
+        simd_tr16(t); /* t[j], lane r: row r's scale j (Q4_K/Q5_K: 0-7 sc, 8-15 m) */
         for (int j = 0; j < (ty == K6 ? 16 : 8); j++) _mm512_store_si512(dst + KQ16_SC + 64 * j, t[j]);
         const __m512i lo16 = _mm512_set1_epi32(0xffff);
         for (int j = 0; j < 8; j++) {
