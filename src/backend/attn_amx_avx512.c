@@ -126,7 +126,7 @@ static AMX void fill_f16(const attn_kv *kv, int t0, int last, float *kt, float *
         for (int i = 0; i < d; i += 16) {
             __m256 r[8];
             UNROLL for (int u = 0; u < 8; u++) r[u] = _mm256_loadu_ps((const float *)(kr[u] + i));
-            attn_transpose8(r); /* r[u]: dims i + 2u, i + 2u + 1 of the 8 keys */
+            simd_tr8(r); /* r[u]: dims i + 2u, i + 2u + 1 of the 8 keys */
             UNROLL for (int u = 0; u < 8; u++) {
                 size_t o = ((size_t)(i / 2 + u) * T + g) * 2;
                 store_split(_mm512_cvtph_ps(_mm256_castps_si256(r[u])), kh + o, kl + o);

@@ -36,7 +36,7 @@ static inline __m256 block_scale(const uint16_t *blk) {
 static inline __attribute__((always_inline)) void store_group(__m256 r[8], const __m256 v[8], float *kt, float *vt,
                                                               int d, int g, int i) {
     UNROLL for (int u = 0; u < 8; u++) _mm256_storeu_ps(vt + (size_t)(g + u) * d + i, v[u]);
-    attn_transpose8(r);
+    simd_tr8(r);
     UNROLL for (int u = 0; u < 8; u++) _mm256_storeu_ps(kt + (size_t)(i + u) * T + g, r[u]);
 }
 

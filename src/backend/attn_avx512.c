@@ -320,7 +320,7 @@ static inline __attribute__((always_inline)) void fill_q8_block(const uint16_t *
         ks[(size_t)b * T + g + u] = _cvtsh_ss(blk[0]);
         r[u] = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(blk + 1)));
     }
-    attn_transpose8(r);
+    simd_tr8(r);
     __m256i sum = _mm256_setzero_si256();
     UNROLL for (int w = 0; w < 8; w++) {
         __m256i x = _mm256_castps_si256(r[w]);

@@ -10,7 +10,7 @@
 #include <immintrin.h>
 
 #include "backend/delta.h"
-#include "backend/simd_tr16.h"
+#include "backend/simd_tr.h"
 
 #define NV 8  /* registers per row: dim 128 */
 #define TB 32 /* tokens per block: 32 x (k + q) = 32 KiB of L1 */

@@ -3,7 +3,7 @@
  * base build. */
 #include <immintrin.h>
 
-#include "backend/attn_simd.h" /* attn_transpose8 */
+#include "backend/simd_tr.h"
 
 #define NORM_L 8
 typedef __m256 norm_vec;
@@ -23,7 +23,7 @@ static void norm_sumsq(const float *const *rx, int n, float *ss) {
             _mm_prefetch((const char *)(rx[j] + i) + 256, _MM_HINT_T0);
             t[j] = _mm256_maskload_ps(rx[j] + i, km);
         }
-        attn_transpose8(t);
+        simd_tr8(t);
         for (int j = 0; j < m; j++) s = _mm256_add_ps(s, _mm256_mul_ps(t[j], t[j]));
     }
     _mm256_storeu_ps(ss, s);

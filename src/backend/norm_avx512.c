@@ -3,7 +3,7 @@
  * the base build. */
 #include <immintrin.h>
 
-#include "backend/simd_tr16.h"
+#include "backend/simd_tr.h"
 
 #define NORM_L 16
 typedef __m512 norm_vec;

@@ -24,7 +24,7 @@
  * hsum8, this level's own bits ("+mm-avx2"). Does not: threads. */
 #include <immintrin.h>
 
-#include "backend/attn_simd.h"
+#include "backend/simd_tr.h"
 #include "backend/quant_tile.h"
 
 #define R 4 /* weight rows per tile of the K-quant and float kernels */
@@ -215,12 +215,12 @@ AI __m256i lg_dot(int ty, const lg_half *g, const int8_t *xq) {
 #define LG_G 8 /* rows per group */
 enum { LG_BLK = 8 * 32 + 2 * 32, LG_MAXG = 128 /* groups per chunk, at most (short rows) */ };
 
-/* In place: v[c] dword r = v[r] dword c (attn_simd.h's transpose). */
+/* In place: v[c] dword r = v[r] dword c (simd_tr8). */
 AI void lg_tr8(__m256i *v) {
     __m256 f[8];
     UNROLL
     for (int i = 0; i < 8; i++) f[i] = _mm256_castsi256_ps(v[i]);
-    attn_transpose8(f);
+    simd_tr8(f);
     UNROLL
     for (int i = 0; i < 8; i++) v[i] = _mm256_castps_si256(f[i]);
 }

@@ -30,7 +30,7 @@
 
 #include <string.h>
 
-#include "backend/simd_tr16.h"
+#include "backend/simd_tr.h"
 #include "backend/quant_tile.h"
 
 #define R 4 /* weight rows per tile of the K-quant and float kernels */
