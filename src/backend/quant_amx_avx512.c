@@ -56,6 +56,7 @@ enum {
     AMX_WB = 40,      /* prepared weight bytes per block: 32 quants, d, m */
     AMX_MAX_K = 1 << 20, /* block indexes are int */
     AMX_WCHUNK = 256 << 10, /* prepared weight bytes of a row chunk (L2) */
+    AMX_PF_ROWS = 4,        /* weight rows prefetched ahead while preparing */
 };
 
 /* Block bytes and the offsets of the quants and Q5's fifth bits. */
@@ -95,19 +96,15 @@ static AMX void amx_prep_x(const uint8_t *const *x, int nt, int64_t nb, uint8_t 
 
 /* One weight row of a 16-row tile: block b's 32 unsigned quants in
  * element order at q + 512 b (the A operand of block b is then 512
- * contiguous bytes), d and m as floats (the values lg_scales gives) at
- * d[32 b] and m[32 b] (the tile's 16 rows' d, then their m, per block). */
-static AMX void amx_prep_w(qtype t, const uint8_t *w, int64_t nb, uint8_t *q, float *d, float *m) {
+ * contiguous bytes). The scales are amx_prep_scales'. */
+static AMX void amx_prep_w(qtype t, const uint8_t *w, int64_t nb, uint8_t *q) {
     const int by = amx_blk(t);
     const __m128i m4 = _mm_set1_epi8(15);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = w + b * by;
         __m256i u;
-        const float db = _cvtsh_ss(quant_rd16(p));
-        d[2 * AMX_R * b] = db;
         if (t == QT_Q8_0) {
             u = _mm256_xor_si256(_mm256_loadu_si256((const void *)(p + 2)), _mm256_set1_epi8((char)0x80));
-            m[2 * AMX_R * b] = db * -128.0f;
         } else {
             int qo = t == QT_Q4_0 ? 2 : t == QT_Q4_1 ? 4 : t == QT_Q5_0 ? 6 : 8;
             __m128i v = _mm_loadu_si128((const void *)(p + qo));
@@ -115,10 +112,27 @@ static AMX void amx_prep_w(qtype t, const uint8_t *w, int64_t nb, uint8_t *q, fl
             if (t == QT_Q5_0 || t == QT_Q5_1) /* bit j of qh: 16 in element j */
                 u = _mm256_mask_add_epi8(u, (__mmask32)quant_rd32(p + (t == QT_Q5_0 ? 2 : 4)), u,
                                          _mm256_set1_epi8(16));
-            m[2 * AMX_R * b] = t == QT_Q4_1 || t == QT_Q5_1 ? _cvtsh_ss(quant_rd16(p + 2))
-                             : db * (t == QT_Q4_0 ? -8.0f : -16.0f);
         }
         _mm256_store_si256((void *)(q + AMX_R * 32 * b), u);
+    }
+}
+
+/* The 16 rows' d and m of every block as floats (the values lg_scales
+ * gives: m is the stored min, or -8d, -16d, -128d) at d + 32 b and d + 16
+ * + 32 b: one gather of the 16 rows' first dword per block (d in its low
+ * half, Q4_1 / Q5_1's min in the high one), where a row at a time took
+ * two scalar conversions and stores per block. rows: the 16 rows' byte
+ * offsets from w. */
+static AMX void amx_prep_scales(qtype t, const uint8_t *w, __m512i rows, int64_t nb, float *d) {
+    const int by = amx_blk(t);
+    const int has_min = t == QT_Q4_1 || t == QT_Q5_1;
+    const __m512 mul = _mm512_set1_ps(t == QT_Q4_0 ? -8.0f : t == QT_Q8_0 ? -128.0f : -16.0f);
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i g = _mm512_i32gather_epi32(rows, (const void *)(w + b * by), 1);
+        __m512 db = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+        __m512 mb = has_min ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16))) : _mm512_mul_ps(db, mul);
+        _mm512_store_ps(d + 2 * AMX_R * b, db);
+        _mm512_store_ps(d + 2 * AMX_R * b + AMX_R, mb);
     }
 }
 
@@ -227,11 +241,20 @@ static AMX void amx_prep_rows(qtype t, const void *w, size_t wrb, int64_t nb, in
                               uint8_t *wb, size_t wtb) {
     for (int i = 0; i < n; i++) {
         const int r = r0 + AMX_R * (i0 + i), nr = r1 - r < AMX_R ? r1 - r : AMX_R;
+        const uint8_t *w0 = (const uint8_t *)w + (size_t)r * wrb;
         uint8_t *wp = wb + (size_t)i * wtb;
-        float *wd = (float *)(void *)(wp + (size_t)AMX_R * 32 * nb);
-        for (int m = 0; m < AMX_R; m++)
-            amx_prep_w(t, (const uint8_t *)w + (size_t)(r + (m < nr ? m : nr - 1)) * wrb, nb, wp + 32 * m,
-                       wd + m, wd + AMX_R + m);
+        int32_t off[AMX_R];
+        for (int m = 0; m < AMX_R; m++) {
+            off[m] = (int32_t)((size_t)(m < nr ? m : nr - 1) * wrb);
+            /* The rows come from L3 or memory, each read once per call; a
+             * row of 576 inputs is 6 lines, too short for the hardware
+             * prefetcher to run ahead: fetch the row AMX_PF_ROWS on. */
+            const uint8_t *ahead = w0 + (size_t)(m + AMX_PF_ROWS) * wrb;
+            if (r + m + AMX_PF_ROWS < r1)
+                for (size_t o = 0; o < wrb; o += 64) _mm_prefetch((const char *)ahead + o, _MM_HINT_T0);
+            amx_prep_w(t, w0 + off[m], nb, wp + 32 * m);
+        }
+        amx_prep_scales(t, w0, _mm512_loadu_si512(off), nb, (float *)(void *)(wp + (size_t)AMX_R * 32 * nb));
     }
 }
 
