@@ -20,9 +20,10 @@
  *      tokens), plus the 16 tokens' d_x and s_x per block: a 16 x 16 dword
  *      transpose of each activation group's chunk (amx_prep_x);
  *   2. rows in chunks of ~256 KiB prepared (L2): each row decoded once to
- *      32 unsigned bytes per block in element order (Q8_0: w + 128) and
- *      its d_w, m_w as floats (amx_prep_w; m_w is lg_scales': -8d, -16d,
- *      -128d or the stored min);
+ *      32 unsigned bytes per block in element order (Q8_0: w + 128;
+ *      amx_prep_w, the row AMX_PF_ROWS on prefetched) and a row tile's d_w,
+ *      m_w as floats (amx_prep_scales, a gather per block; m_w is
+ *      lg_scales': -8d, -16d, -128d or the stored min);
  *   3. per chunk, token tiles outer and the chunk's 16-row tiles inner
  *      (each token's results are then written in runs along its row of
  *      y, not as a 64-byte strip down 512 rows), per (row tile, token
