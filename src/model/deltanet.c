@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/conv.h"
 #include "backend/delta.h"
 #include "backend/vexp.h"
 #include "base/mem.h"
@@ -46,7 +47,7 @@ struct dn_ctx {
     float *ring;    /* the conv's last K - 1 inputs, [K - 1][conv_dim] */
 };
 
-#define CONV_KMAX 16 /* model_qwen35.c bounds d_conv */
+#define CONV_KMAX CONV_MAX_K /* model_qwen35.c bounds d_conv */
 
 static size_t layer_state_floats(const model_hparams *hp, size_t *conv_floats) {
     size_t conv_dim = 2 * (size_t)hp->ssm_n_k_heads * hp->ssm_d_state + hp->ssm_d_inner;
@@ -112,23 +113,7 @@ static float *ssm_state(const dn_job *j, int t, int h) {
     return conv_state(j, t) + j->d->conv_floats + (size_t)h * S * S;
 }
 
-#define CONV_CB 16   /* channels per inner loop: a fixed count gcc vectorises */
 #define CONV_AHEAD 4 /* tokens ahead to prefetch a channel range's inputs */
-
-/* y = 0 + h_0 w_0 + ... + h_(K-2) w_(K-2) + x w_(K-1) over n channels,
- * in that order: the conv's sum as it has always been computed, with
- * hist[k] the k-th oldest input (a ring: no state shift per token). */
-static inline void conv_sum(float *restrict y, const float *restrict x, float *const *hist, const float *restrict w,
-                            size_t wstride, int K, int n) {
-    float acc[CONV_CB];
-    for (int l = 0; l < n; l++) acc[l] = 0.0f;
-    for (int k = 0; k < K - 1; k++) {
-        const float *restrict h = hist[k], *restrict wk = w + k * wstride;
-        for (int l = 0; l < n; l++) acc[l] += h[l] * wk[l];
-    }
-    const float *restrict wk = w + (size_t)(K - 1) * wstride;
-    for (int l = 0; l < n; l++) y[l] = acc[l] + x[l] * wk[l];
-}
 
 /* Step 2 for channels [c0, c1) over tokens [t0, t1) of one sequence,
  * token by token in order. The d_conv - 1 inputs before each token come
@@ -141,26 +126,16 @@ static void conv_run(const dn_job *j, int c0, int c1, int t0, int t1) {
     const float *w = j->d->conv_wt + (size_t)j->L->rec_layer * K * C;
     for (int k = 0; k < R; k++)
         for (int ch = c0; ch < c1; ch++) ring[(size_t)k * C + ch] = st[(size_t)ch * R + k];
-    float *hist[CONV_KMAX];
+    const float *hist[CONV_KMAX];
     for (int t = t0; t < t1; t++) {
         int i = t - t0;
-        for (int k = 0; k < R; k++) hist[k] = ring + (size_t)((i + k) % R) * C;
+        for (int k = 0; k < R; k++) hist[k] = ring + (size_t)((i + k) % R) * C + c0;
         const float *x = j->d->qkv + (size_t)t * C;
         float *y = j->d->conv + (size_t)t * C;
         if (t + CONV_AHEAD < t1) /* rows are conv_dim apart: too far for the hardware prefetcher */
             for (int ch = c0; ch < c1; ch += 16) __builtin_prefetch(x + (size_t)CONV_AHEAD * C + ch);
-        int ch = c0;
-        for (; ch + CONV_CB <= c1; ch += CONV_CB) {
-            float *h[CONV_KMAX];
-            for (int k = 0; k < R; k++) h[k] = hist[k] + ch;
-            conv_sum(y + ch, x + ch, h, w + ch, (size_t)C, K, CONV_CB);
-        }
-        if (ch < c1) {
-            float *h[CONV_KMAX];
-            for (int k = 0; k < R; k++) h[k] = hist[k] + ch;
-            conv_sum(y + ch, x + ch, h, w + ch, (size_t)C, K, c1 - ch);
-        }
-        if (R) memcpy(hist[0] + c0, x + c0, (size_t)(c1 - c0) * sizeof(float)); /* the oldest out, x in */
+        conv_sum(y + c0, x + c0, hist, w + c0, (size_t)C, K, (size_t)(c1 - c0));
+        if (R) memcpy(ring + (size_t)(i % R) * C + c0, x + c0, (size_t)(c1 - c0) * sizeof(float)); /* the oldest out, x in */
         vexp_silu_mul(y + c0, y + c0, NULL, (size_t)(c1 - c0)); /* SiLU */
     }
     int n = t1 - t0;
