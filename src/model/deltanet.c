@@ -47,8 +47,6 @@ struct dn_ctx {
     float *ring;    /* the conv's last K - 1 inputs, [K - 1][conv_dim] */
 };
 
-#define CONV_KMAX CONV_MAX_K /* model_qwen35.c bounds d_conv */
-
 static size_t layer_state_floats(const model_hparams *hp, size_t *conv_floats) {
     size_t conv_dim = 2 * (size_t)hp->ssm_n_k_heads * hp->ssm_d_state + hp->ssm_d_inner;
     *conv_floats = conv_dim * (size_t)(hp->ssm_d_conv - 1);
@@ -126,7 +124,7 @@ static void conv_run(const dn_job *j, int c0, int c1, int t0, int t1) {
     const float *w = j->d->conv_wt + (size_t)j->L->rec_layer * K * C;
     for (int k = 0; k < R; k++)
         for (int ch = c0; ch < c1; ch++) ring[(size_t)k * C + ch] = st[(size_t)ch * R + k];
-    const float *hist[CONV_KMAX];
+    const float *hist[CONV_MAX_K]; /* model_qwen35.c bounds d_conv by it */
     for (int t = t0; t < t1; t++) {
         int i = t - t0;
         for (int k = 0; k < R; k++) hist[k] = ring + (size_t)((i + k) % R) * C + c0;

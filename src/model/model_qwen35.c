@@ -25,12 +25,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/conv.h"
 #include "model/model_int.h"
 
 static int check_ssm(const model *m, strata_err *err) {
     const model_hparams *hp = &m->hp;
     /* Bounds far above real models keep every product below in int range. */
-    if (hp->ssm_d_conv < 1 || hp->ssm_d_conv > 16 || hp->ssm_d_state <= 0 || hp->ssm_d_state > 4096 ||
+    if (hp->ssm_d_conv < 1 || hp->ssm_d_conv > CONV_MAX_K || hp->ssm_d_state <= 0 || hp->ssm_d_state > 4096 ||
         hp->ssm_n_v_heads <= 0 || hp->ssm_n_v_heads > 4096 || hp->ssm_n_k_heads <= 0 ||
         hp->ssm_n_v_heads % hp->ssm_n_k_heads ||
         (int64_t)hp->ssm_d_inner != (int64_t)hp->ssm_d_state * hp->ssm_n_v_heads)
