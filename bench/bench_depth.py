@@ -21,8 +21,8 @@ the runs interleave: rep 1 of test 1 on Strata, then on llama-bench, then
 test 2, ...; the next rep starts with llama-bench, so slow drift in the
 machine's load hits both alike. Each process does its own untimed warm-up.
 Prints the machine, load average before and after, versions and one table:
-mean ± sd (sample sd over the reps) per engine and their ratio (above 1:
-Strata faster). --json FILE saves every run.
+mean ± sd (sample sd over the reps; the best rep in brackets) per engine
+and the ratio of the means (above 1: Strata faster). --json FILE saves every run.
 
 Strata: `strata bench -m M -t T -r 1 -d D -p N -n 0 --json` (or -p 0 -n N),
 plus --strata-args (e.g. '--kv-type q8_0', with --llama-args '-fa on -ctk
@@ -193,8 +193,14 @@ def proc_cell(ps):
     return f"{statistics.fmean(q[0] for q in ps):.0f} s, {max(q[1] for q in ps) / 2**20:.1f} GiB"
 
 
-def cell(s):
-    return f"{s['mean']:.2f} ± {s['sd']:.2f}" if s else "-"
+def cell(s, seconds=False):
+    """mean ± sd, and the best rep where there are several (the fastest:
+    the most tok/s, the fewest seconds): on a host shared with other
+    tenants one slow rep moves the mean, the best moves less."""
+    if not s:
+        return "-"
+    best = f" (best {(min if seconds else max)(s['runs']):.2f})" if len(s["runs"]) > 1 else ""
+    return f"{s['mean']:.2f} ± {s['sd']:.2f}{best}"
 
 
 def llama_version(args):
@@ -369,7 +375,8 @@ def main():
         rb = f"{s['mean'] / b['mean']:.2f}" if s and b and b["mean"] else "-"
         pr = [proc_cell(procs.get((e, label(t)), [])) for e in ("strata", "llama.cpp")]
         pk = t[0] == "pp" and args.peak
-        rows.append((label(t), cell(s), cell(l), r) + ((cell(b), rb) if base else ()) + tuple(pr)
+        sec = t[0] == "load"
+        rows.append((label(t), cell(s, sec), cell(l, sec), r) + ((cell(b, sec), rb) if base else ()) + tuple(pr)
                     + ((frac(s) if pk else "-", frac(l) if pk else "-") + ((frac(b) if pk else "-",) if base else ())
                        if args.peak else ()))
         result.append({"test": label(t), "strata": s, "llama.cpp": l, "strata-base": b,
