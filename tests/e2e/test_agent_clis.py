@@ -6,7 +6,7 @@ its base URL, a key and the settings that keep it offline
 
 Per client and model, a session of `-p` / `exec` runs (each later one
 continuing the conversation, or starting a new one after FRESH_AFTER runs
-with no completed round; at most MAX_RUNS) until the model has made two
+in a row with no completed round; at most MAX_RUNS) until the model has made two
 rounds of tool calls that the CLI ran and answered: a 135M model does not
 always call a tool when asked, and neither CLI can force one (tool_choice is
 the client's); a run is stopped once the rounds are in, since a small model
@@ -50,11 +50,13 @@ CTX = "32768"
 MAX_RUNS = 8          # CLI invocations per session at most (a sampled tiny model
                       # sometimes answers 6 runs in a row without a completed tool call)
 WANT_ROUNDS = 2       # tool rounds per session at least
-FRESH_AFTER = 3       # runs of one conversation with no completed round before the
-                      # next run starts a new one: a tiny model copies its own earlier
-                      # replies, so a conversation that began with noise (or with calls
-                      # too long for MAX_OUTPUT) stays so (CI once: 0 rounds in 8 runs
-                      # of one Gemma 3 conversation)
+FRESH_AFTER = 3       # runs in a row of one conversation with no completed round
+                      # before the next run starts a new one: a tiny model copies its
+                      # own earlier replies, so a conversation that began with noise, or
+                      # turned to it after a round (or calls too long for MAX_OUTPUT),
+                      # stays so (CI once: 0 rounds in 8 runs of one Gemma 3
+                      # conversation; a clean clone once: 1 round, then 7 runs of
+                      # '"arguments"')
 WARM_REUSE = 0.98  # the share of its prompt the first request after a restart reads back
 # Replies bounded so a session on 2 cores takes minutes, not hours: a model
 # writing noise otherwise runs to the context's end.
@@ -391,19 +393,21 @@ def test_generic_text_reply_replays_exactly(tiny):
 def drive(s, run_one, rounds_now):
     """Runs the CLI (run_one(i, continue_conversation)) until WANT_ROUNDS
     tool rounds are complete or MAX_RUNS runs are done. A conversation that
-    has gone FRESH_AFTER runs without a completed round is left and the next
-    run starts a new one. Returns (rounds, runs, starts): starts are the
-    indices in the trace where each conversation's requests begin."""
-    starts, rounds, conv_runs, conv_from = [0], 0, 0, 0
+    has gone FRESH_AFTER runs in a row without completing a round (since it
+    began or since its last round) is left and the next run starts a new
+    one. Returns (rounds, runs, starts): starts are the indices in the trace
+    where each conversation's requests begin."""
+    starts, rounds, stale = [0], 0, 0
     for i in range(MAX_RUNS):
-        fresh = conv_runs == FRESH_AFTER and rounds == conv_from
+        fresh = stale == FRESH_AFTER
         if fresh:
             s.settle()  # the trace complete: the next line is the new conversation's
             starts.append(len(s.trace()))
-            conv_runs, conv_from = 0, rounds
+            stale = 0
         run_one(i, i > 0 and not fresh)
-        conv_runs += 1
-        rounds = rounds_now()
+        done = rounds_now()
+        stale = 0 if done > rounds else stale + 1
+        rounds = done
         if rounds >= WANT_ROUNDS:
             break
     return rounds, i + 1, starts
