@@ -129,7 +129,7 @@ static void check_invariance(int level, int d, int n, int chunk, int split) {
 
 /* Values at the edges of float: subnormal, huge, -0 and zero state rows;
  * an infinite, a NaN and a subnormal value; a decay of 1 and a beta of 0.
- * The avx512 kernel runs short calls (decode) one row at a time and long
+ * The avx512 kernel runs short calls (decode) a pair of rows at a time and long
  * ones 16 rows per register: the same operations on the same operands,
  * so even a NaN's payload must match. */
 static void edge_values(fix *f) {

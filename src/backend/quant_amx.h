@@ -1,7 +1,8 @@
 /* quant_amx.h - what the AMX matmul files share: quant_amx_avx512.c (the
  * legacy formats) and quant_amx_kq_avx512.c (the K-quants): the AMX
- * level-kernel wrapper (and simd_tr.h's transpose). The per-thread work buffer, quant_work, is in
- * quant_impl.h (quant_work.c). Does not: tile configuration (amx_cfg.h). */
+ * level-kernel wrapper. The per-thread work buffer, quant_work, is in
+ * quant_impl.h (quant_work.c). Does not: tile configuration (amx_cfg.h),
+ * the register transposes (simd_tr.h). */
 #ifndef STRATA_QUANT_AMX_H
 #define STRATA_QUANT_AMX_H
 
@@ -10,7 +11,6 @@
 #include <stdint.h>
 
 #include "backend/quant_impl.h"
-#include "backend/simd_tr.h"
 
 #define QUANT_AMX_INL \
     static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-int8")))

@@ -44,6 +44,7 @@
 #include "backend/amx_cfg.h"
 #include "backend/quant_amx.h"
 #include "backend/quant_impl.h"
+#include "backend/simd_tr.h"
 
 #define AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-int8")))
 #define INL static inline __attribute__((always_inline)) AMX
