@@ -16,8 +16,10 @@ PY_TEST_PKGS=(numpy gguf pytest httpx openai anthropic openai-agents:agents json
 # the /ui page's tests drive a headless Chromium (tests/e2e/test_ui.py,
 # over the DevTools protocol: websockets above, whose sync client is 12+);
 # faketime's library moves a server's clock past midnight
-# (tests/e2e/test_template_date.py: a conversation keeps its date).
-TEST_SYSTEM_PKGS=(clang redis-server haproxy chromium faketime)
+# (tests/e2e/test_template_date.py: a conversation keeps its date);
+# gdb prints a server's thread stacks when it does not stop on SIGTERM
+# (tests/e2e/conftest.py: a hang in CI shows where it waited).
+TEST_SYSTEM_PKGS=(clang redis-server haproxy chromium faketime gdb)
 
 "$(dirname "$0")/apt-install.sh" "${SYSTEM_PKGS[@]}"
 

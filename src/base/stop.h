@@ -1,18 +1,16 @@
-/* stop.h - the process's stop flag, set by SIGINT/SIGTERM (one of the
- * three globals STYLE.md allows, kept in base/). */
+/* stop.h - how the server waits for SIGINT/SIGTERM. */
 #ifndef STRATA_BASE_STOP_H
 #define STRATA_BASE_STOP_H
 
-#include <signal.h>
-
-/* The signal that asked the process to stop, 0 until then. Written by the
- * signal handler only. */
-extern volatile sig_atomic_t g_stop;
-
-/* SIGINT and SIGTERM set g_stop; SIGPIPE is ignored (a client that goes
- * away is an error on its socket, not the end of the process). */
+/* Call before any thread starts: SIGINT and SIGTERM are blocked in this
+ * thread and so in every thread it starts (they stay pending for
+ * stop_wait, whichever thread the kernel would have picked), and SIGPIPE
+ * is ignored (a client that goes away is an error on its socket, not the
+ * end of the process). */
 void stop_on_signals(void);
-/* Sleeps until a stop signal arrives; returns it. */
+/* Sleeps until SIGINT or SIGTERM arrives; returns it. A second one after
+ * that ends the process at once (the default action): a shutdown that
+ * hangs can still be interrupted. */
 int stop_wait(void);
 
 #endif

@@ -131,7 +131,7 @@ int cli_serve(int argc, char **argv) {
         return 1;
     }
     int sig = stop_wait();
-    log_info("signal %d: shutting down (cancelling running requests)", sig);
+    log_info("signal %d: shutting down (cancelling running requests; a second signal exits at once)", sig);
     server_stop(s);
     log_info("stopped");
     return 0;

@@ -286,6 +286,8 @@ void http_stop(http_server *s) {
      * they end quickly) before the daemon closes every socket. */
     http_quiesce(s);
     for (int i = 0; i < 3000 && atomic_load(&s->in_flight) > 0; i++) usleep(10000);
+    int left = atomic_load(&s->in_flight);
+    if (left > 0) log_warn("http: %d request(s) still unanswered after 30 s; closing their connections", left);
     MHD_stop_daemon(s->daemon);
     http_watch_free(s->watch); /* after the daemon: every connection is closed */
     free(s);

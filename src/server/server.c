@@ -715,13 +715,25 @@ int server_start(server **out, const server_opts *o, strata_err *err) {
     return 0;
 }
 
+/* A shutdown step that took more than a second is named in the log, so a
+ * slow stop shows where its time went. Returns the time now. */
+static double stop_step_done(const char *step, double t0) {
+    double t = clock_ms();
+    if (t - t0 > 1000) log_warn("shutdown: %s took %.1f s", step, (t - t0) / 1000);
+    return t;
+}
+
 void server_stop(server *s) {
     if (!s) return;
     atomic_store(&s->ready, 0);
+    double t = clock_ms();
     http_quiesce(s->http);     /* no new connections */
     if (s->sch) sched_cancel_all(s->sch); /* running requests end as cancelled */
+    t = stop_step_done("cancelling requests", t);
     http_stop(s->http);        /* waits for connection threads, which see the ends */
+    t = stop_step_done("closing connections", t);
     sched_free(s->sch);
+    t = stop_step_done("stopping the scheduler", t);
     if (s->disk) { /* the replay map must match the blocks it points into */
         char path[1200];
         state_path(s, "replay", path, sizeof path);
@@ -731,8 +743,11 @@ void server_stop(server *s) {
         state_path(s, "recent", path, sizeof path); /* the page shows the requests before a restart */
         if (recent_save(s->recent, path, s->model_fp)) log_warn("ui: could not save %s", path);
     }
+    t = stop_step_done("saving the replay map, responses and recent requests", t);
     disk_close(s->disk);       /* drains queued block writes */
+    t = stop_step_done("draining disk writes", t);
     redis_tier_close(s->redis); /* sends what is queued, for 2 s at most */
+    stop_step_done("sending to Redis", t);
     ram_tier_close(s->ram);     /* after the scheduler: its store wrote here */
     if (s->trace) fclose(s->trace);
     replay_free(s->replay);

@@ -5,6 +5,7 @@ official `openai` / `anthropic` SDKs or raw HTTP. Servers are stopped with
 SIGTERM at the end of the session and must exit cleanly.
 """
 import os
+import re
 import shutil
 import signal
 import socket
@@ -76,6 +77,21 @@ class Server:
             time.sleep(0.1)
         raise RuntimeError("strata serve did not become healthy in 60 s")
 
+    def hang_report(self):
+        """Every thread's stack (gdb) and the log's last lines, for a
+        server that does not stop: what CI prints is all there is to go on."""
+        report = ""
+        if shutil.which("gdb"):
+            r = subprocess.run(["gdb", "-p", str(self.proc.pid), "-batch", "-ex", "thread apply all bt"],
+                               capture_output=True, text=True, timeout=60)
+            frames = (re.sub(r"^(#\d+)\s+(?:0x\w+ in )?(\S+) \(.*\) (at|from) ", r"\1 \2 \3 ", l)
+                      for l in r.stdout.splitlines() if l.startswith(("#", "Thread")))
+            report += "thread stacks:\n" + "\n".join(frames)
+        self.log.flush()
+        with open(self.log.name) as f:
+            report += "\nlog tail:\n" + "".join(f.readlines()[-30:])
+        return report
+
     def metrics(self):
         """/metrics as {name: value} (comment lines dropped)."""
         text = httpx.get(self.url + "/metrics", timeout=10).text
@@ -85,6 +101,8 @@ class Server:
         self.proc.send_signal(signal.SIGTERM)
         try:
             rc = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"strata serve did not stop within 30 s of SIGTERM\n{self.hang_report()}") from None
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
