@@ -10,6 +10,13 @@ from four places, and every answer must be the same bytes:
   4. after a restart (GPU pool and RAM tier empty): from the disk tier
      (disk_tokens).
 
+A model with recurrent layers (qwen35: --recurrent) resumes only where a
+snapshot of its state was kept, and a prompt's own end cannot serve that
+prompt again (its last token's logits are needed): so the request is
+TARGET, the prompt with a sentence more, and after the cold answer the
+prompt alone is sent once (not compared), leaving a snapshot at its end
+inside TARGET for steps 2 to 4.
+
 Standard library only (the GPU machine has no network and no pip).
 
     scripts/gpu-serve-check.py --strata ./strata --model M.gguf [--port 19480] [--dir DIR]
@@ -36,6 +43,7 @@ import urllib.request
 # Fillers are sent until the GPU pool (34 blocks) has evicted twice as
 # many blocks as it held: far fewer than the RAM tier's 180 (1.4 MiB a block).
 PROMPT = " ".join(f"step {i}: the cache keeps block {i * 7 % 31} warm." for i in range(30))
+TAIL = " And then the next step comes."
 
 
 def filler(k):
@@ -151,6 +159,7 @@ def main():
     ap.add_argument("--device", default="cuda", help="cpu: a dry run of this script (no RAM tier: step 3 from disk)")
     ap.add_argument("--ram-mb", type=int, default=256)
     ap.add_argument("--deadline", type=float, default=240, help="seconds for the whole check")
+    ap.add_argument("--recurrent", action="store_true", help="the model has recurrent layers (qwen35): see above")
     args = ap.parse_args()
     DEADLINE[0] = time.time() + args.deadline
     # a timeout's SIGTERM still stops the server (finally blocks run)
@@ -170,19 +179,26 @@ def main():
         ok = ok and good and same
         print(f"{name:<28} {'ok  ' if good and same else 'FAIL'} text={text!r:.60} same={same} cache={json.dumps(sc)}")
 
+    target = PROMPT + TAIL if args.recurrent else PROMPT
+
     def first_run():
-        text, _, sc = complete(args.port, PROMPT)
+        text, _, sc = complete(args.port, target)
         check("cold", text, sc, None)
-        text, _, sc = complete(args.port, PROMPT)
+        if args.recurrent:  # a snapshot at PROMPT's end, inside target
+            complete(args.port, PROMPT)
+        text, _, sc = complete(args.port, target)
         check("again: from the GPU pool", text, sc, "live_tokens")
         held = metric(args.port, "strata_cache_blocks")
         base = metric(args.port, "strata_cache_evicted_blocks_total")
-        for k in range(40):  # each twice: a hit, like the prompt's, so the oldest (the prompt) goes first
-            complete(args.port, filler(k))
-            complete(args.port, filler(k))
+        # Each filler as the prompt was (recurrent: and one hit more, as a
+        # block's hits weigh more than its age in cache/policy.h and the
+        # prompt has two), so the oldest, the prompt, goes first.
+        for k in range(40):
+            for text in [filler(k) + TAIL, filler(k)] + [filler(k) + TAIL] * 2 if args.recurrent else [filler(k)] * 2:
+                complete(args.port, text)
             if metric(args.port, "strata_cache_evicted_blocks_total") - base >= 2 * held:
                 break
-        text, _, sc = complete(args.port, PROMPT)
+        text, _, sc = complete(args.port, target)
         if args.device != "cpu":  # the pool's copies down went through the spill queue
             queued, written = (metric(args.port, f"strata_pool_{m}_total") for m in ("publish_queued", "publish_written"))
             errors = metric(args.port, "strata_pool_copy_errors_total")
@@ -198,7 +214,7 @@ def main():
             check("evicted: from the RAM tier", text, sc, "ram_tokens")
 
     def after_restart():
-        text, _, sc = complete(args.port, PROMPT)
+        text, _, sc = complete(args.port, target)
         check("restart: from the disk", text, sc, "disk_tokens")
 
     ok = session(args, log, first_run) and ok

@@ -24,6 +24,9 @@
 #   serve3     the same on the generated gemma3-q8_0 (window 16): its
 #              sliding layers' parts in the GPU pool's slots, a hit's
 #              window brought back from each tier
+#   serve35    the same on the generated qwen35-f32: each sequence's
+#              recurrent state in GPU memory, a hit resumed from a
+#              snapshot (downloaded, kept in memory and on disk, uploaded)
 #   bench      `strata bench --device cuda` pp512/tg128, then at depth 4096
 #   sanitizer  compute-sanitizer memcheck over the paged pass, the tiers
 #              on the GPU, gemma3 and qwen35 (the code that has never run on one)
@@ -57,9 +60,9 @@ TOOLS=${TOOLS:-tools}
 PYTHON=${PYTHON:-python3}
 REPS=${REPS:-10}
 BUDGET_S=${BUDGET_S:-360}
-STEPS=${STEPS:-env data unit model greedy serve serve3 bench sanitizer qwen35 nograph nofuse cpu optional}
+STEPS=${STEPS:-env data unit model greedy serve serve3 serve35 bench sanitizer qwen35 nograph nofuse cpu optional}
 # what the chosen steps need runs too: the test models, the synthetic model
-case " $STEPS " in *" unit "* | *" sanitizer "* | *" serve3 "*) STEPS="data $STEPS" ;; esac
+case " $STEPS " in *" unit "* | *" sanitizer "* | *" serve3 "* | *" serve35 "*) STEPS="data $STEPS" ;; esac
 case " $STEPS " in *" greedy "* | *" serve "* | *" bench "* | *" nograph "* | *" nofuse "* | *" cpu "* | *" optional "*)
     STEPS="model $STEPS" ;;
 esac
@@ -192,6 +195,13 @@ serve_gemma3() {
     serve_check "$m" serve3 50 --port 19481
 }
 
+serve_qwen35() {
+    # 3 s on the CPU (`--device cpu --ram-mb 0 --recurrent`, a dry run)
+    local m=$TEST_DATA_DIR/models/qwen35-f32.gguf
+    [ -s "$m" ] || { echo "no $m (the data step failed)"; return 1; }
+    serve_check "$m" serve35 60 --port 19482 --recurrent
+}
+
 bench_gpu() {
     [ -s "$SMOL" ] || { echo "no synthetic model (the model step failed)"; return 1; }
     bench_model "$SMOL" "$WORK/bench-gpu.txt"
@@ -257,7 +267,7 @@ profile() {
     return $rc
 }
 
-export -f env_info test_data unit_tests make_model compare_greedy bench_model greedy serve_check serve serve_gemma3 \
+export -f env_info test_data unit_tests make_model compare_greedy bench_model greedy serve_check serve serve_gemma3 serve_qwen35 \
     bench_gpu sanitizer qwen35_anchor bench_nograph bench_nofuse bench_cpu \
     bench_prev qt_sweep profile
 export SERVE_CHECK=${SERVE_CHECK:-} PREV=${PREV:-} GPU_TEST_MODELS=${GPU_TEST_MODELS:-}
@@ -274,6 +284,8 @@ step serve 150 "serve --device cuda: cold, GPU pool, RAM tier, disk after a rest
 grep -E "^gpu-serve-check:|^(cold|again|evicted|restart)" "$WORK/serve.txt" 2>/dev/null | cut -c1-150 | sed 's/^/          /' >> "$SUMMARY"
 step serve3 60 "serve --device cuda on gemma3 (sliding windows in the GPU pool): the same four places" serve_gemma3
 grep -E "^gpu-serve-check:|^(cold|again|evicted|restart)" "$WORK/serve3.txt" 2>/dev/null | cut -c1-150 | sed 's/^/          /' >> "$SUMMARY"
+step serve35 70 "serve --device cuda on qwen35 (recurrent states in the GPU pool, snapshots): the same four places" serve_qwen35
+grep -E "^gpu-serve-check:|^(cold|again|evicted|restart)" "$WORK/serve35.txt" 2>/dev/null | cut -c1-150 | sed 's/^/          /' >> "$SUMMARY"
 step bench 150 "bench on the GPU: pp512, tg128 ($REPS reps), then at depth 4096 (3 reps)" bench_gpu
 step sanitizer 150 "compute-sanitizer memcheck: the paged pass, the tiers on the GPU, gemma3, qwen35" sanitizer
 step qwen35 150 "the qwen35 0.8B-shaped model: greedy text CPU and GPU, bench pp512/tg128 ($REPS reps), at depth 4096" qwen35_anchor

@@ -117,14 +117,15 @@ TEST(cuda_device_check_is_clear) {
     CHECK(e == NULL);
 }
 
-/* Gemma 3 passes the GPU path's model check for `run` and `bench` and
- * for `serve --device cuda` (its sliding layers' parts in the GPU pool's
- * slots): without a GPU the error is the device's, with one both open. */
-TEST(cuda_gemma3_on_the_gpu_pass_and_in_the_gpu_pool) {
+/* The generated model name opens on the GPU pass (`run`, `bench`) and
+ * in the server's GPU pool (`serve --device cuda`, two sequences):
+ * without a GPU the error is the device's, with one both open (slots:
+ * the pool keeps sliding-window slots). */
+static void check_opens_on_the_gpu(const char *name, int slots) {
     strata_err gpu = {0};
     int no_gpu = cuda_open(&gpu);
-    engine_params one = {.model_path = model_path("gemma3-q8_0"), .device = "cuda", .n_ctx = 64};
-    engine_params pool = {.model_path = model_path("gemma3-q8_0"), .device = "cuda", .n_seq = 2, .n_ctx = 64};
+    engine_params one = {.model_path = model_path(name), .device = "cuda", .n_ctx = 64};
+    engine_params pool = {.model_path = model_path(name), .device = "cuda", .n_seq = 2, .n_ctx = 64};
     const engine_params *ps[] = {&one, &pool};
     for (int i = 0; i < 2; i++) {
         engine *e = NULL;
@@ -135,37 +136,24 @@ TEST(cuda_gemma3_on_the_gpu_pass_and_in_the_gpu_pool) {
             CHECK_STR(err.msg, gpu.msg);
             CHECK(e == NULL);
         } else {
-            CHECK_MSG(rc == 0, "gemma3 on the GPU (%s): %s", i ? "pool" : "one sequence", err.msg);
-            CHECK(i == 0 || (e && e->kv.swa_layer && e->kv.n_slots > 0)); /* the pool has its slots */
+            CHECK_MSG(rc == 0, "%s on the GPU (%s): %s", name, i ? "pool" : "one sequence", err.msg);
+            CHECK(i == 0 || !slots || (e && e->kv.swa_layer && e->kv.n_slots > 0)); /* the pool has its slots */
             engine_close(e);
         }
     }
 }
 
-/* qwen35 passes the GPU path's model check for `run` and `bench` (the
- * error, without a GPU, is the device's), and `serve --device cuda`
- * refuses it by name: the GPU pool keeps no recurrent states (nor their
- * snapshots) yet. The mixture-of-experts variant is refused on both. */
-TEST(cuda_qwen35_on_the_gpu_pass_but_not_in_the_gpu_pool) {
-    strata_err gpu = {0}, err = {0};
-    int no_gpu = cuda_open(&gpu);
+/* Gemma 3 on the GPU pass and in the GPU pool (its sliding layers' parts
+ * in the pool's slots). */
+TEST(cuda_gemma3_on_the_gpu_pass_and_in_the_gpu_pool) { check_opens_on_the_gpu("gemma3-q8_0", 1); }
+
+/* qwen35 on the GPU pass and in the GPU pool (each sequence's recurrent
+ * state in the pool's device memory); the mixture-of-experts variant is
+ * refused on both, by name. */
+TEST(cuda_qwen35_on_the_gpu_pass_and_in_the_gpu_pool) {
+    check_opens_on_the_gpu("qwen35-f32", 0);
     engine *e = NULL;
-    engine_params p = {.model_path = model_path("qwen35-f32"), .device = "cuda", .n_ctx = 64};
-    int rc = engine_open(&e, &p, &err);
-    if (no_gpu) {
-        CHECK_EQ_INT(rc, no_gpu);
-        CHECK_STR(err.msg, gpu.msg);
-    } else {
-        CHECK_MSG(rc == 0, "qwen35 on the GPU pass: %s", err.msg);
-        engine_close(e);
-    }
-    e = NULL;
-    engine_params ps = {.model_path = model_path("qwen35-f32"), .device = "cuda", .n_seq = 1, .n_ctx = 64};
-    CHECK_EQ_INT(engine_open(&e, &ps, &err), STRATA_EUNSUPPORTED);
-    CHECK_MSG(strstr(err.msg, "qwen35 (recurrent delta-net layers in the server's GPU pool: each sequence's "
-                              "recurrent state and the cache's snapshots of it are not kept in GPU memory yet)"),
-              "a clear refusal: %s", err.msg);
-    CHECK(e == NULL);
+    strata_err err = {0};
     engine_params pm = {.model_path = model_path("qwen35moe-f32"), .device = "cuda", .n_ctx = 64};
     CHECK_EQ_INT(engine_open(&e, &pm, &err), STRATA_EUNSUPPORTED);
     CHECK_MSG(strstr(err.msg, "qwen35moe (architecture)"), "%s", err.msg);
@@ -1151,4 +1139,89 @@ TEST(gpu_paged_forward_keeps_the_contiguous_bits) {
         kv_pool_destroy(&kv);
         model_free(m);
     }
+}
+
+/* qwen35 in the paged pool (serve --device cuda): two sequences prefilled
+ * together in uneven chunks, then decoded together, each on its own
+ * recurrent state in the pool's device memory, have the one-sequence
+ * pass's bits; a fork at a sequence's end takes a copy of its state
+ * (both go on alike); a state read back to the host (a snapshot) and set
+ * on a fresh sequence holding the same blocks continues with the same
+ * bits; going back is refused before anything changes. */
+TEST(gpu_qwen35_paged_keeps_the_one_sequence_bits) {
+    if (!gpu_up()) return;
+    const char *name = "qwen35-f32";
+    model *m;
+    fwdc *ref_c = open_gpu_model(name, 512, &m);
+    if (!ref_c) return;
+    enum { NA = 120, NB = 90, NX = 10 };
+    int V = m->hp.n_vocab;
+    static const int one[] = {512, 0};
+    int32_t a[NA + NX], bt[NB];
+    random_tokens(a, NA + NX, V, 8), random_tokens(bt, NB, V, 9);
+    float *ra = gpu_logits(ref_c, a, NA + NX, V, one), *rb = gpu_logits(ref_c, bt, NB, V, one);
+    fwdc_free(ref_c);
+    kv_pool kv;
+    uint8_t swa[256] = {0};
+    kv_pool_opts po = paged_opts(m, swa);
+    strata_err err = {0};
+    fwdc *c = NULL;
+    if (kv_pool_init_opts(&kv, &po, &err) || fwdc_new_paged(&c, m, &kv, 512, 512, &err)) {
+        test_fail(__FILE__, __LINE__, "%s: %s", name, err.msg);
+        free(ra), free(rb);
+        model_free(m);
+        return;
+    }
+    kv_seq sa, sb, sc, sd;
+    kv_seq_init(&sa), kv_seq_init(&sb), kv_seq_init(&sd);
+    float *out = xmalloc((size_t)512 * V * 4);
+    int32_t tok[512], pos[512];
+    kv_seq *seqs[512];
+    /* A [0,37) + B [0,20), A [37,NA) + B [20,NB-1), then B's last token alone */
+    int plan[3][4] = {{0, 37, 0, 20}, {37, NA, 20, NB - 1}, {NA, NA, NB - 1, NB}};
+    for (int p = 0; p < 3; p++) {
+        int n = 0;
+        for (int t = plan[p][0]; t < plan[p][1]; t++, n++) tok[n] = a[t], pos[n] = t, seqs[n] = &sa;
+        for (int t = plan[p][2]; t < plan[p][3]; t++, n++) tok[n] = bt[t], pos[n] = t, seqs[n] = &sb;
+        if (paged_run(c, tok, seqs, pos, n, out)) break;
+        int na = plan[p][1] - plan[p][0];
+        CHECK_MSG(memcmp(out, ra + (size_t)plan[p][0] * V, (size_t)na * V * 4) == 0, "A, chunk %d", p);
+        CHECK_MSG(memcmp(out + (size_t)na * V, rb + (size_t)plan[p][2] * V, (size_t)(n - na) * V * 4) == 0,
+                  "B, chunk %d", p);
+    }
+    CHECK(sa.rs && sb.rs && sa.rs != sb.rs && sa.rs_pos == NA && sb.rs_pos == NB);
+    /* going back on A: refused, A unchanged */
+    tok[0] = a[NA - 1], pos[0] = NA - 1, seqs[0] = &sa;
+    fwd_batch back = {.n = 1, .tokens = tok, .seqs = seqs, .pos = pos};
+    CHECK_EQ_INT(fwdc_run_batch(c, &back, out, &err), STRATA_EINVAL);
+    CHECK_MSG(strstr(err.msg, "cannot be rewound"), "%s", err.msg);
+    CHECK(sa.n_pos == NA && sa.rs_pos == NA);
+    /* a fork of A at its end, and a snapshot of A set on D over A's blocks */
+    kv_seq_fork(&kv, &sa, NA, &sc);
+    CHECK(sc.rs && sc.rs != sa.rs && sc.rs_pos == NA);
+    float *snap = xmalloc(sa.rs_floats * sizeof(float));
+    CHECK_EQ_INT(kv_seq_state_read(&kv, &sa, snap, &err), 0);
+    kv_seq_fork(&kv, &sa, NA, &sd);
+    kv_state_free(&kv, sd.rs); /* as a resume finds it: K/V cached, the state from a snapshot */
+    sd.rs = NULL, sd.rs_floats = 0, sd.rs_pos = 0;
+    CHECK_EQ_INT(kv_seq_set_state(&kv, &sd, snap, sa.rs_floats, NA, &err), 0);
+    kv_seq *conts[] = {&sa, &sc, &sd};
+    for (int k = 0; k < 3; k++) { /* each continues A's text: the reference's bits */
+        int n = 0;
+        for (int t = NA; t < NA + NX; t++, n++) tok[n] = a[t], pos[n] = t, seqs[n] = conts[k];
+        if (!paged_run(c, tok, seqs, pos, n, out))
+            CHECK_MSG(memcmp(out, ra + (size_t)NA * V, (size_t)NX * V * 4) == 0, "continuation %d (%s)", k,
+                      k == 0 ? "A" : k == 1 ? "the fork" : "the snapshot");
+    }
+    /* a sequence started again at 0 on an old state: zeroed, the cold bits */
+    kv_seq_truncate(&kv, &sb, 0);
+    int n = 0;
+    for (int t = 0; t < NB; t++, n++) tok[n] = bt[t], pos[n] = t, seqs[n] = &sb;
+    if (!paged_run(c, tok, seqs, pos, n, out)) CHECK_MSG(memcmp(out, rb, (size_t)NB * V * 4) == 0, "B again from 0");
+    kv_seq_release(&kv, &sa), kv_seq_release(&kv, &sb), kv_seq_release(&kv, &sc), kv_seq_release(&kv, &sd);
+    CHECK_EQ_INT(kv.n_free, kv.n_blocks);
+    free(snap), free(out), free(ra), free(rb);
+    fwdc_free(c);
+    kv_pool_destroy(&kv);
+    model_free(m);
 }

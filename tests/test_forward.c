@@ -504,7 +504,7 @@ TEST(fwd_qwen35_state_prefill_equals_decode_and_restores) {
     CHECK(fwd_prefill(e->fwd, &fives, a + P, N - P, row, &err) == 0);
     kv_seq_fork(&e->kv, &fives, P, &r); /* KV only: its state covers N */
     CHECK(r.rs == NULL);
-    kv_seq_set_state(&r, steps.rs, nf, P);
+    CHECK(kv_seq_set_state(&e->kv, &r, steps.rs, nf, P, &err) == 0);
     for (int t = P; t < N; t++) {
         CHECK(run_one(e, &r, a[t], t, row, &err) == 0);
         CHECK_MSG(memcmp(row, cold + (size_t)t * V, (size_t)V * 4) == 0, "restored: position %d differs", t);

@@ -12,6 +12,7 @@
 #include "cache/disk.h"
 #include "cache/disk_tier.h"
 #include "cache/store.h"
+#include "fake_dev.h"
 #include "test.h"
 #include "test_util.h"
 
@@ -47,9 +48,11 @@ typedef struct fixture {
     cache_tier t;
 } fixture;
 
-static void fixture_open_budget(fixture *x, const char *dir, size_t snap_budget) {
+/* dev: the pool's memory (NULL: the host's). */
+static void fixture_open_on(fixture *x, const char *dir, size_t snap_budget, const devmem *dev) {
     memset(x, 0, sizeof *x);
-    kv_pool_init(&x->p, 1, 2, B, 32, NULL);
+    kv_pool_opts po = {.n_layer = 1, .kv_dim = 2, .block_tokens = B, .n_blocks = 32, .dev = dev};
+    CHECK(kv_pool_init_opts(&x->p, &po, NULL) == 0);
     store_opts o = {.default_scope = {SCOPE_FULL, 0}, .snap_floats = NF, .snap_budget_bytes = snap_budget};
     memset(o.model_fp, 5, 32);
     x->st = store_new(&x->p, &o);
@@ -63,6 +66,10 @@ static void fixture_open_budget(fixture *x, const char *dir, size_t snap_budget)
     CHECK(disk_open(&x->d, &d, &err) == 0);
     x->t = disk_tier(x->d);
     store_add_tier(x->st, &x->t);
+}
+
+static void fixture_open_budget(fixture *x, const char *dir, size_t snap_budget) {
+    fixture_open_on(x, dir, snap_budget, NULL);
 }
 
 static void fixture_open(fixture *x, const char *dir) { fixture_open_budget(x, dir, 1 << 20); }
@@ -88,7 +95,7 @@ static int run(fixture *x, const int32_t *toks, int n, const int *snap, int n_sn
     store_seq_init(x->st, &q, &x->rq);
     store_attach(x->st, &q, toks, n, n - 1, &s);
     int P = store_snap_restore(x->st, &q, toks, &s);
-    if (resumed && P > 0) memcpy(resumed, s.rs, NF * sizeof(float));
+    if (resumed && P > 0) CHECK(kv_seq_state_read(&x->p, &s, resumed, NULL) == 0);
     float st[NF];
     for (int k = 0; k <= n_snap; k++) {
         int to = k < n_snap ? snap[k] : n;
@@ -96,7 +103,7 @@ static int run(fixture *x, const int32_t *toks, int n, const int *snap, int n_sn
         kv_seq_reserve(&x->p, &s, to, NULL);
         s.n_pos = to;
         state_at(st, to);
-        kv_seq_set_state(&s, st, NF, to);
+        CHECK(kv_seq_set_state(&x->p, &s, st, NF, to, NULL) == 0);
         store_publish(x->st, &q, toks, &s);
         store_snap_save(x->st, &q, toks, &s);
     }
@@ -158,6 +165,30 @@ TEST(snapshot_resumes_at_longest_prefix_with_blocks_and_state) {
     store_get_stats(x.st, &ss);
     CHECK(ss.snap.restored == 2 && ss.snap.bytes == (size_t)ss.snap.entries * NF * sizeof(float));
     fixture_close(&x);
+}
+
+/* A pool in device memory (the fake device: copies run late and out of
+ * order): a snapshot is the state downloaded, a resume uploads it, from
+ * memory and from the disk after a restart, with the bytes saved. */
+TEST(snapshot_of_a_device_pool_goes_down_and_back) {
+    char *dir = test_tmpdir_new();
+    fake_dev *f = fake_dev_new(3);
+    fixture x;
+    fixture_open_on(&x, dir, 1 << 20, fake_dev_mem(f));
+    int32_t a[40];
+    float got[NF], want[NF];
+    run_9_18(&x, a, 7, 3);
+    CHECK_EQ_INT(run(&x, a, 30, NULL, 0, got), 18); /* from memory */
+    state_at(want, 18);
+    CHECK(memcmp(got, want, sizeof got) == 0);
+    fixture_close(&x);
+    fixture_open_on(&x, dir, 1 << 20, fake_dev_mem(f)); /* a restart: from the disk */
+    memset(got, 0, sizeof got);
+    CHECK_EQ_INT(run(&x, a, 30, NULL, 0, got), 18);
+    CHECK(memcmp(got, want, sizeof got) == 0);
+    fixture_close(&x);
+    fake_dev_free_clean(f);
+    test_tmpdir_free(dir);
 }
 
 TEST(snapshot_survives_restart_and_damage_is_quarantined) {

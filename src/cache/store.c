@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/log.h"
 #include "base/mem.h"
 #include "cache/spill.h"
 
@@ -27,7 +28,7 @@ struct cache_store {
     int n_tiers;
     policy_recent *recent; /* prompts of the last requests, for the auto scope */
     snap_table *snaps;     /* recurrent-state snapshots, or NULL (no recurrent layers) */
-    float *snap_buf;       /* one state, read from a lower tier */
+    float *snap_buf;       /* one state: read from a lower tier, or from a device pool */
     void *blk_buf;         /* one block's payload: gathered for a write, read for its sliding part */
     int32_t *blk_tok;      /* its tokens */
     spill_queue *spills;   /* a device pool's evicted blocks on their way down (or NULL) */
@@ -864,11 +865,13 @@ int store_snap_restore(cache_store *st, store_seq *q, const int32_t *tokens, kv_
     const float *data = NULL;
     for (int k = n / B; k >= 0 && P <= 0; k--) P = snap_try_boundary(st, q, tokens, k, n, &data, &tier);
     if (P < 0) P = 0;
-    kv_seq_truncate(st->kv, s, P);
-    if (P > 0) {
-        kv_seq_set_state(s, data, st->o.snap_floats, P);
-        snap_count_restore(st->snaps);
+    strata_err err = {0};
+    if (P > 0 && kv_seq_set_state(st->kv, s, data, st->o.snap_floats, P, &err)) {
+        log_warn("cache: a recurrent-state snapshot at position %d not restored (prefilled again): %s", P, err.msg);
+        P = 0;
     }
+    kv_seq_truncate(st->kv, s, P);
+    if (P > 0) snap_count_restore(st->snaps);
     uncount_cut(st, q, P);
     q->snap_restored = P;
     q->snap_restored_tier = P > 0 ? tier : -1;
@@ -879,16 +882,25 @@ void store_snap_save(cache_store *st, store_seq *q, const int32_t *tokens, const
     int P = s->rs_pos;
     if (!st->snaps || !s->rs || P <= 0 || P > s->n_pos || P > q->publish_limit || s->rs_floats != st->o.snap_floats)
         return;
+    const float *rs = s->rs; /* a device pool's: downloaded to snap_buf first */
+    strata_err err = {0};
+    if (st->kv->dev) {
+        if (kv_seq_state_read(st->kv, s, st->snap_buf, &err)) {
+            log_warn("cache: a recurrent-state snapshot at position %d not kept: %s", P, err.msg);
+            return;
+        }
+        rs = st->snap_buf;
+    }
     cache_hash key, boundary;
     int r;
     snap_name(st, q, tokens, P, &key, &boundary, &r);
     snap_entry *e = snap_add(st->snaps, &key, &boundary, r, P);
-    int in_memory = e->data || snap_set_data(st->snaps, e, s->rs, s->rs_floats) == 0; /* 0: over the whole budget */
+    int in_memory = e->data || snap_set_data(st->snaps, e, rs, s->rs_floats) == 0; /* 0: over the whole budget */
     snap_touch(st->snaps, e, 0);
     for (int k = 0; k < st->n_tiers; k++) { /* never twice: a tier's bit says it holds it */
         const cache_tier *t = &st->tiers[k];
         if (!t->snap_write || (e->tiers & (1u << k))) continue;
-        if (t->snap_write(t->self, &key, &boundary, tokens + (P - r), r, s->rs, s->rs_floats) == 0) e->tiers |= 1u << k;
+        if (t->snap_write(t->self, &key, &boundary, tokens + (P - r), r, rs, s->rs_floats) == 0) e->tiers |= 1u << k;
     }
     if (!in_memory && !e->tiers) {
         snap_drop_data(st->snaps, e); /* held nowhere: not a snapshot */

@@ -1,6 +1,8 @@
 /* deltanet_cuda.c - qwen35's gated delta-net layer on the GPU, for the
- * one-sequence pass (forward_cuda.c): deltanet.c's steps, each a kernel
- * of backend/cuda/cuda.h ("qwen35") over the call's n tokens:
+ * one-sequence pass and the paged one (forward_cuda.c): deltanet.c's
+ * steps, each a kernel of backend/cuda/cuda.h ("qwen35") over the call's
+ * n tokens (the conv and the delta rule one launch per sequence's run,
+ * on its state):
  *   1. in-projections qkv, z, beta, alpha (matmuls of one kind share a launch);
  *   2. the short causal conv over qkv with its conv state, then SiLU (in place);
  *   3. q and k heads L2-normed, beta = sigmoid(beta), the decay;
@@ -8,15 +10,17 @@
  *   5. RMS norm per head times SiLU(z);
  * the out-projection (6.) is the caller's, into the residual.
  * The state of every recurrent layer lives in device memory, in the GPU's
- * own layout (conv [d_conv - 1][conv_dim], oldest row first, then the
- * delta state [v heads][dim][dim]); the CPU's (kv_seq.rs) is
+ * own layout (per layer: conv [d_conv - 1][conv_dim], oldest row first,
+ * then the delta state [v heads][dim][dim]): the one-sequence pass's
+ * here, the paged pass's in each sequence (kv_seq.rs, the pool's device
+ * memory; snapshots of it are downloaded as they are). The CPU's is
  * [conv_dim][d_conv - 1] then the same delta state: the two never meet
- * (no snapshots on the GPU yet). Zeroed at position 0, carried from call
- * to call: prefill chunks and decode steps continue the same state, and a
- * token's bits do not depend on the chunking (the kernels walk tokens in
- * order). Compiled, not yet run on a GPU.
- * Does not: several sequences (the paged pass refuses qwen35), snapshots,
- * the mixture-of-experts variant. */
+ * (a GPU engine's numerics id names other blocks and snapshots). Zeroed
+ * at position 0, carried from call to call: prefill chunks and decode
+ * steps continue the same state, and a token's bits do not depend on the
+ * chunking or the batch (the kernels walk a run's tokens in order).
+ * Compiled, not yet run on a GPU.
+ * Does not: the mixture-of-experts variant. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -47,20 +51,20 @@ static int upload_layer(fwdc *c, const model_layer *L, dnc_tensors *T, strata_er
     return 0;
 }
 
-static int alloc_all(fwdc *c, dnc *d, int max_batch, strata_err *err) {
+static int alloc_all(fwdc *c, dnc *d, int max_batch, int paged, strata_err *err) {
     const model_hparams *hp = &d->m->hp;
     size_t n = (size_t)max_batch, vd = (size_t)hp->ssm_d_inner, hv = (size_t)hp->ssm_n_v_heads;
     float **bufs[] = {&d->qkv, &d->z, &d->beta, &d->g, &d->o};
     size_t sizes[] = {(size_t)d->conv_dim, vd, hv, hv, vd};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (!(*bufs[i] = fwdc__alloc(c, n * sizes[i] * sizeof(float), err))) return err->code;
-    size_t state = d->layer_floats * (size_t)hp->n_rec_layer * sizeof(float);
-    if (!(d->state = fwdc__alloc(c, state, err))) return err->code;
+    if (paged) return 0; /* the states are the pool's sequences' (kv_seq.rs) */
+    if (!(d->state = fwdc__alloc(c, dnc_state_floats(d) * sizeof(float), err))) return err->code;
     dnc_reset(d);
     return 0;
 }
 
-int dnc_new(fwdc *c, const model *m, int max_batch, dnc **out, strata_err *err) {
+int dnc_new(fwdc *c, const model *m, int max_batch, int paged, dnc **out, strata_err *err) {
     const model_hparams *hp = &m->hp;
     *out = NULL;
     int rc = cuda_delta_init(err);
@@ -75,7 +79,7 @@ int dnc_new(fwdc *c, const model *m, int max_batch, dnc **out, strata_err *err) 
     d->layers = xcalloc((size_t)hp->n_rec_layer, sizeof(dnc_tensors));
     for (int il = 0; il < hp->n_layer && !rc; il++)
         if (m->layers[il].recurrent) rc = upload_layer(c, &m->layers[il], &d->layers[m->layers[il].rec_layer], err);
-    if (!rc) rc = alloc_all(c, d, max_batch, err);
+    if (!rc) rc = alloc_all(c, d, max_batch, paged, err);
     if (rc) {
         dnc_free(d);
         return rc;
@@ -90,7 +94,7 @@ void dnc_free(dnc *d) {
     free(d);
 }
 
-void dnc_reset(dnc *d) { cuda_zero(d->state, d->layer_floats * (size_t)d->m->hp.n_rec_layer * sizeof(float)); }
+void dnc_reset(dnc *d) { cuda_zero(d->state, dnc_state_floats(d) * sizeof(float)); }
 
 /* Step 1: the four in-projections of xn, consecutive ones of one kind
  * (type and row size) in one launch of up to three (the same bits as
@@ -110,18 +114,35 @@ static int in_proj(dnc *d, const dnc_tensors *T, const float *xn, int n, strata_
     return 0;
 }
 
-int dnc_layer(dnc *d, int il, const float *d_xn, int n, const float **o, const dev_tensor **w_out, strata_err *err) {
+int dnc_layer(dnc *d, int il, const float *d_xn, int n, const dnc_run *runs, int n_runs, const float **o,
+              const dev_tensor **w_out, strata_err *err) {
     const model_hparams *hp = &d->m->hp;
     int rl = d->m->layers[il].rec_layer, S = hp->ssm_d_state, hk = hp->ssm_n_k_heads, hv = hp->ssm_n_v_heads;
+    size_t C = (size_t)d->conv_dim, vd = (size_t)hp->ssm_d_inner;
     const dnc_tensors *T = &d->layers[rl];
-    float *conv_state = d->state + (size_t)rl * d->layer_floats, *delta_state = conv_state + d->conv_floats;
-    if (in_proj(d, T, d_xn, n, err) ||
-        cuda_delta_conv(d->qkv, d->qkv, conv_state, T->conv.d, n, d->conv_dim, hp->ssm_d_conv, err) ||
-        cuda_delta_gates(d->qkv, d->beta, d->g, T->dt.d, T->a.d, n, d->conv_dim, S, hk, hv, hp->rms_eps, err) ||
-        cuda_delta_rule(d->o, delta_state, d->qkv, d->beta, d->g, n, d->conv_dim, S, hk, hv, d->scale, err) ||
-        cuda_delta_gated_norm(d->o, d->z, T->norm.d, n, hv, S, hp->rms_eps, err))
+    dnc_run one = {0, n, d->state};
+    if (!runs) runs = &one, n_runs = 1;
+    if (in_proj(d, T, d_xn, n, err)) return err->code;
+    for (int i = 0; i < n_runs; i++) { /* the conv carries each sequence's own state */
+        const dnc_run *r = &runs[i];
+        float *conv_state = r->state + (size_t)rl * d->layer_floats, *x = d->qkv + (size_t)r->t0 * C;
+        if (cuda_delta_conv(x, x, conv_state, T->conv.d, r->t1 - r->t0, d->conv_dim, hp->ssm_d_conv, err))
+            return err->code;
+    }
+    if (cuda_delta_gates(d->qkv, d->beta, d->g, T->dt.d, T->a.d, n, d->conv_dim, S, hk, hv, hp->rms_eps, err))
         return err->code;
+    for (int i = 0; i < n_runs; i++) { /* and so does the delta rule */
+        const dnc_run *r = &runs[i];
+        float *delta_state = r->state + (size_t)rl * d->layer_floats + d->conv_floats;
+        size_t t0 = (size_t)r->t0;
+        if (cuda_delta_rule(d->o + t0 * vd, delta_state, d->qkv + t0 * C, d->beta + t0 * hv, d->g + t0 * hv,
+                            r->t1 - r->t0, d->conv_dim, S, hk, hv, d->scale, err))
+            return err->code;
+    }
+    if (cuda_delta_gated_norm(d->o, d->z, T->norm.d, n, hv, S, hp->rms_eps, err)) return err->code;
     *o = d->o;
     *w_out = &T->out;
     return 0;
 }
+
+size_t dnc_state_floats(const dnc *d) { return d->layer_floats * (size_t)d->m->hp.n_rec_layer; }

@@ -70,10 +70,12 @@ struct fwdc {
     int n_runs;
     /* qwen35: Q rows with their gates ([n][n_head][q | gate]) and the
      * gates split off ([n][n_head * head_dim]); the recurrent layers
-     * (deltanet_cuda.c), whose state covers positions [0, rs_end). */
+     * (deltanet_cuda.c), whose one-sequence state covers positions
+     * [0, rs_end); paged, each run's sequence state (kv_seq.rs). */
     float *qg, *agate;
     dnc *dn;
     int rs_end;
+    dnc_run *dn_runs;
 };
 
 static void *dev_alloc(fwdc *c, size_t bytes, strata_err *err) {
@@ -109,20 +111,17 @@ static int delta_shape_ok(const model_hparams *hp) {
 }
 
 /* What the GPU path does not run yet, named. Gemma 3 (sliding windows,
- * GELU, post norms, the embedding scale) runs on the one-sequence pass
- * (`run`, `bench`) and the paged one (`serve`: the pool's sliding parts
- * in device memory too); qwen35 (delta-net layers, gated attention,
- * M-RoPE) on the one-sequence pass only: the pool keeps no recurrent
- * states in device memory yet. (Neither has run on a GPU yet.) */
-static int check_model(const model *m, int paged, strata_err *err) {
+ * GELU, post norms, the embedding scale) and qwen35 (delta-net layers,
+ * gated attention, M-RoPE) run on the one-sequence pass (`run`, `bench`)
+ * and the paged one (`serve`: the pool's sliding parts, and each
+ * sequence's recurrent state, in device memory too). (Neither has run on
+ * a GPU yet.) */
+static int check_model(const model *m, strata_err *err) {
     const model_hparams *hp = &m->hp;
     const char *why = NULL;
     int gemma = hp->arch == ARCH_GEMMA3, q35 = hp->arch == ARCH_QWEN35;
     if (hp->arch != ARCH_LLAMA && hp->arch != ARCH_QWEN2 && hp->arch != ARCH_QWEN3 && !gemma && !q35)
         why = "architecture";
-    else if (q35 && paged)
-        why = "recurrent delta-net layers in the server's GPU pool: each sequence's recurrent state and the "
-              "cache's snapshots of it are not kept in GPU memory yet";
     else if (hp->rope_scale == ROPE_SCALE_YARN) why = "YaRN rope scaling";
     else if ((!q35 && (hp->attn_gate || hp->n_rec_layer)) || (!gemma && (hp->n_swa || hp->ffn_gelu))) why = "layer kind";
     else if (q35 && !delta_shape_ok(hp)) why = "delta-net state size (a multiple of 8, at most 256)";
@@ -130,8 +129,8 @@ static int check_model(const model *m, int paged, strata_err *err) {
     else if (hp->head_dim > 256 || hp->rope_dim > hp->head_dim) why = "head size";
     if (why)
         return strata_errf(err, STRATA_EUNSUPPORTED,
-                           "--device cuda: %s (%s) is not on the GPU path yet (llama, qwen2, qwen3 and gemma3 "
-                           "are; qwen35 with run and bench)",
+                           "--device cuda: %s (%s) is not on the GPU path yet (llama, qwen2, qwen3, gemma3 and "
+                           "qwen35 are)",
                            hp->arch_name, why);
     return 0;
 }
@@ -196,6 +195,7 @@ static int alloc_paged(fwdc *c, strata_err *err) {
         c->h_tables[part] = xmalloc(c->tables_cap * sizeof(int32_t));
     }
     c->runs = xmalloc(n * sizeof(dev_run));
+    c->dn_runs = xmalloc(n * sizeof(dnc_run));
     return 0;
 }
 
@@ -231,7 +231,7 @@ static int alloc_scratch(fwdc *c, strata_err *err) {
     return cuda_matmul_reserve(c->max_batch, (int)k_max, err);
 }
 
-int fwdc_check_model(const model *m, strata_err *err) { return check_model(m, 1, err); }
+int fwdc_check_model(const model *m, strata_err *err) { return check_model(m, err); }
 
 /* The pool the paged pass runs on: f16 in GPU memory; where it keeps a
  * layer in slots, the model's layer is a sliding one (its attention never
@@ -254,7 +254,7 @@ static int check_pool(const model *m, const kv_pool *kv, strata_err *err) {
 
 static int fwdc_open(fwdc **out, const model *m, kv_pool *kv, int n_ctx, int max_batch, strata_err *err) {
     *out = NULL;
-    int rc = check_model(m, kv != NULL, err);
+    int rc = check_model(m, err);
     if (rc || (rc = cuda_open(err)) || (kv && (rc = check_pool(m, kv, err)))) return rc;
     fwdc *c = xcalloc(1, sizeof *c);
     c->m = m;
@@ -275,7 +275,7 @@ static int fwdc_open(fwdc **out, const model *m, kv_pool *kv, int n_ctx, int max
     for (int il = 0; il < m->hp.n_layer && !rc; il++) rc = upload_layer(c, &m->layers[il], &c->layers[il], err);
     if (!rc) rc = upload_rope(c, err);
     if (!rc) rc = alloc_scratch(c, err);
-    if (!rc && m->hp.n_rec_layer) rc = dnc_new(c, m, max_batch, &c->dn, err);
+    if (!rc && m->hp.n_rec_layer) rc = dnc_new(c, m, max_batch, kv != NULL, &c->dn, err);
     if (rc) {
         fwdc_free(c);
         return rc;
@@ -303,6 +303,7 @@ void fwdc_free(fwdc *c) {
     free(c->h_rows);
     for (int part = 0; part < 2; part++) free(c->h_dst[part]), free(c->h_tables[part]);
     free(c->runs);
+    free(c->dn_runs);
     free(c);
 }
 
@@ -441,7 +442,7 @@ static int ffn(fwdc *c, const dev_layer *L, int n, strata_err *err) {
 static int recurrent(fwdc *c, const dev_layer *L, int il, int n, strata_err *err) {
     const float *o;
     const dev_tensor *w_out;
-    if (dnc_layer(c->dn, il, c->xn, n, &o, &w_out, err)) return err->code;
+    if (dnc_layer(c->dn, il, c->xn, n, c->kv ? c->dn_runs : NULL, c->n_runs, &o, &w_out, err)) return err->code;
     return block_out(c, w_out, o, n, &L->post_attn_norm, err);
 }
 
@@ -609,6 +610,55 @@ static int fill_tables(fwdc *c, const fwd_batch *b, strata_err *err) {
     return 0;
 }
 
+/* qwen35: a sequence's first run in the batch continues its state
+ * (position rs_pos) or starts it again at 0, a later run of it goes on
+ * where the one before ended: forward.c's rule, checked before any
+ * sequence changes. */
+static int check_states(const fwdc *c, const fwd_batch *b, strata_err *err) {
+    for (int t = 0; t < b->n && c->dn; t++) {
+        if (t > 0 && b->seqs[t] == b->seqs[t - 1] && b->pos[t] == b->pos[t - 1] + 1) continue; /* inside a run */
+        int u = t - 1;
+        while (u >= 0 && b->seqs[u] != b->seqs[t]) u--;
+        int rc = fwd_state_pos_check(b->pos[t], u >= 0 ? b->pos[u] + 1 : b->seqs[t]->rs_pos, u < 0, err);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* Whether run i is its sequence's first in the call. */
+static int first_run(const fwdc *c, const fwd_batch *b, int i) {
+    for (int j = 0; j < i; j++)
+        if (b->seqs[c->runs[j].t0] == b->seqs[c->runs[i].t0]) return 0;
+    return 1;
+}
+
+/* ... and each run's state ready: made in the pool's device memory on a
+ * sequence's first use, zeroed (queued) where it starts again at 0. */
+static int prepare_states(fwdc *c, const fwd_batch *b, strata_err *err) {
+    size_t need = c->dn ? dnc_state_floats(c->dn) : 0;
+    for (int i = 0; i < c->n_runs && c->dn; i++) {
+        const dev_run *r = &c->runs[i];
+        kv_seq *s = b->seqs[r->t0];
+        int first = first_run(c, b, i);
+        if (first && (!s->rs || s->rs_floats != need)) {
+            kv_state_free(c->kv, s->rs);
+            s->rs_floats = 0, s->rs_pos = 0;
+            if (!(s->rs = kv_state_alloc(c->kv, need, err))) return err->code;
+            s->rs_floats = need;
+            cuda_zero(s->rs, need * sizeof(float));
+        } else if (first && b->pos[r->t0] == 0) {
+            cuda_zero(s->rs, need * sizeof(float));
+        }
+        c->dn_runs[i] = (dnc_run){r->t0, r->t1, s->rs};
+    }
+    return 0;
+}
+
+/* ... and after the call: each state covers its sequence's last position. */
+static void commit_states(fwdc *c, const fwd_batch *b) {
+    for (int i = 0; i < c->n_runs && c->dn; i++) b->seqs[c->runs[i].t0]->rs_pos = c->runs[i].end;
+}
+
 int fwdc_run_batch(fwdc *c, const fwd_batch *b, float *logits, strata_err *err) {
     if (!c->kv) return strata_errf(err, STRATA_EINVAL, "cuda: a batch of sequences needs the paged pass (fwdc_new_paged)");
     for (int t = 0; t < b->n; t++)
@@ -616,10 +666,13 @@ int fwdc_run_batch(fwdc *c, const fwd_batch *b, float *logits, strata_err *err) 
             return strata_errf(err, STRATA_EINVAL, "token id %d out of range (vocab %d)", b->tokens[t], c->m->hp.n_vocab);
     if (b->n <= 0 || b->n > c->max_batch)
         return strata_errf(err, STRATA_EINVAL, "batch of %d tokens (max %d)", b->n, c->max_batch);
-    int rc = plan_runs(c, b, err);
-    if (rc || (rc = fill_tables(c, b, err))) return rc;
+    int rc = check_states(c, b, err);
+    if (rc || (rc = plan_runs(c, b, err)) || (rc = fill_tables(c, b, err)) || (rc = prepare_states(c, b, err)))
+        return rc;
     if (cuda_upload(c->tok, b->tokens, (size_t)b->n * sizeof(int32_t), err)) return err->code;
     if ((rc = queue_pass(c, b->n, 0, err))) return rc;
-    if (c->n_out == 0 || !logits) return cuda_sync(err); /* no rows wanted, or the caller wants none back */
-    return cuda_download(logits, c->logits, (size_t)c->n_out * c->m->hp.n_vocab * sizeof(float), err);
+    if (c->n_out == 0 || !logits) rc = cuda_sync(err); /* no rows wanted, or the caller wants none back */
+    else rc = cuda_download(logits, c->logits, (size_t)c->n_out * c->m->hp.n_vocab * sizeof(float), err);
+    if (!rc) commit_states(c, b);
+    return rc;
 }

@@ -22,18 +22,28 @@ int fwdc__upload(fwdc *c, const model_tensor *t, dev_tensor *out, strata_err *er
 int fwdc__same_kind(const dev_tensor *a, const dev_tensor *b);
 
 /* deltanet_cuda.c: qwen35's gated delta-net layers on the GPU, deltanet.c's
- * steps for the one-sequence pass, the state of every recurrent layer in
- * device memory. dnc_new uploads the layers' tensors and allocates the
- * state and scratch for max_batch tokens through c (freed with it). */
+ * steps. dnc_new uploads the layers' tensors and allocates scratch for
+ * max_batch tokens through c (freed with it), and for the one-sequence
+ * pass (paged 0) the state of every recurrent layer in device memory. */
 typedef struct dnc dnc;
-int dnc_new(fwdc *c, const model *m, int max_batch, dnc **out, strata_err *err);
+int dnc_new(fwdc *c, const model *m, int max_batch, int paged, dnc **out, strata_err *err);
 void dnc_free(dnc *d); /* the host side; NULL is fine */
-/* Queues the state's zeroing (a sequence starting at position 0). */
+/* Queues the one-sequence state's zeroing (starting at position 0). */
 void dnc_reset(dnc *d);
-/* Recurrent layer il over the n normed rows d_xn, continuing the state:
- * *o gets the gated norm's output (n x ssm_d_inner, device scratch) and
- * *w_out the layer's out-projection, which the caller adds to the
- * residual. */
-int dnc_layer(dnc *d, int il, const float *d_xn, int n, const float **o, const dev_tensor **w_out, strata_err *err);
+/* Floats of one sequence's state, every recurrent layer's
+ * ([rec_layer][conv | delta]): fwd_state_floats's count, the GPU's layout. */
+size_t dnc_state_floats(const dnc *d);
+/* Tokens [t0, t1) of the call, one sequence's, and its state. */
+typedef struct dnc_run {
+    int t0, t1;
+    float *state;
+} dnc_run;
+/* Recurrent layer il over the n normed rows d_xn, continuing the states:
+ * the runs' (in order; NULL: one run of all n on the one-sequence
+ * state). *o gets the gated norm's output (n x ssm_d_inner, device
+ * scratch) and *w_out the layer's out-projection, which the caller adds
+ * to the residual. */
+int dnc_layer(dnc *d, int il, const float *d_xn, int n, const dnc_run *runs, int n_runs, const float **o,
+              const dev_tensor **w_out, strata_err *err);
 
 #endif

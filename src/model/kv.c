@@ -402,8 +402,37 @@ void kv_seq_release(kv_pool *p, kv_seq *s) {
     seq_unhold(p, s);
     for (int i = 0; i < s->n_blocks; i++) block_unref(p, s->blocks[i]);
     free(s->blocks);
-    free(s->rs);
+    kv_state_free(p, s->rs);
     kv_seq_init(s);
+}
+
+/* ---- recurrent states (qwen35), where the pool's payload is ---------------- */
+
+float *kv_state_alloc(const kv_pool *p, size_t n, strata_err *err) {
+    if (!p->dev) return xcalloc(n, sizeof(float));
+    return dev_alloc(p->dev, n * sizeof(float), "recurrent states", 1, err);
+}
+
+void kv_state_free(const kv_pool *p, float *rs) {
+    if (p->dev) devmem_free(p->dev, rs);
+    else free(rs);
+}
+
+int kv_state_copy(const kv_pool *p, float *dst, const float *src, size_t n, strata_err *err) {
+    if (!p->dev) {
+        memcpy(dst, src, n * sizeof(float));
+        return 0;
+    }
+    return devmem_copy(p->dev, DEVMEM_COMPUTE, dst, src, n * sizeof(float), DEVMEM_D2D, err);
+}
+
+int kv_seq_state_read(const kv_pool *p, const kv_seq *s, float *host, strata_err *err) {
+    if (!p->dev) {
+        memcpy(host, s->rs, s->rs_floats * sizeof(float));
+        return 0;
+    }
+    int rc = devmem_copy(p->dev, DEVMEM_COMPUTE, host, s->rs, s->rs_floats * sizeof(float), DEVMEM_D2H, err);
+    return rc ? rc : devmem_sync(p->dev, DEVMEM_COMPUTE, err);
 }
 
 static void table_grow(kv_seq *s, int need) {
@@ -500,20 +529,31 @@ void kv_seq_fork(kv_pool *p, const kv_seq *src, int n, kv_seq *dst) {
     }
     dst->n_blocks = nb;
     dst->n_pos = n;
-    if (src->rs && src->rs_pos == n) {
-        dst->rs = xmalloc(src->rs_floats * sizeof(float));
-        memcpy(dst->rs, src->rs, src->rs_floats * sizeof(float));
-        dst->rs_floats = src->rs_floats;
-        dst->rs_pos = n;
+    if (src->rs && src->rs_pos == n) { /* device memory refused: the fork has no state (it restarts at 0) */
+        strata_err err = {0};
+        float *rs = kv_state_alloc(p, src->rs_floats, &err);
+        if (rs && kv_state_copy(p, rs, src->rs, src->rs_floats, &err) == 0) {
+            dst->rs = rs;
+            dst->rs_floats = src->rs_floats;
+            dst->rs_pos = n;
+        } else {
+            kv_state_free(p, rs);
+        }
     }
 }
 
-void kv_seq_set_state(kv_seq *s, const float *state, size_t n, int pos) {
+int kv_seq_set_state(const kv_pool *p, kv_seq *s, const float *state, size_t n, int pos, strata_err *err) {
     if (!s->rs || s->rs_floats != n) {
-        free(s->rs);
-        s->rs = xmalloc(n * sizeof(float));
+        kv_state_free(p, s->rs);
+        s->rs = NULL;
+        s->rs_pos = 0;
+        if (!(s->rs = kv_state_alloc(p, n, err))) return STRATA_ENOMEM;
         s->rs_floats = n;
     }
-    memcpy(s->rs, state, n * sizeof(float));
-    s->rs_pos = pos;
+    int rc = 0;
+    if (!p->dev) memcpy(s->rs, state, n * sizeof(float));
+    else if (!(rc = devmem_copy(p->dev, DEVMEM_COMPUTE, s->rs, state, n * sizeof(float), DEVMEM_H2D, err)))
+        rc = devmem_sync(p->dev, DEVMEM_COMPUTE, err); /* the caller's buffer is read by then */
+    s->rs_pos = rc ? 0 : pos;
+    return rc;
 }

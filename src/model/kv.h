@@ -134,7 +134,8 @@ typedef struct kv_seq {
     int *blocks;
     /* Recurrent layers' state (qwen35): rs_floats floats that summarise
      * positions [0, rs_pos); owned by the sequence, NULL until the
-     * forward pass makes it. Unlike K/V it cannot be cut back to an
+     * forward pass makes it; in the pool's payload memory (kv_state_*:
+     * the GPU's for a pool on the device). Unlike K/V it cannot be cut back to an
      * earlier position: a sequence truncated below rs_pos (other than
      * to 0) can no longer be extended (forward.c refuses). */
     float *rs;
@@ -263,14 +264,26 @@ int kv_seq_reserve_load(kv_pool *p, kv_seq *s, int n_pos_new, int swa_blocks, st
  * reserved ones past n_pos included. */
 void kv_seq_truncate(kv_pool *p, kv_seq *s, int n);
 /* New sequence sharing the first n positions of src (refcounts bumped).
- * A recurrent state is copied when it covers exactly those n positions. */
+ * A recurrent state is copied when it covers exactly those n positions
+ * (none where device memory for it is refused: the fork restarts at 0). */
 void kv_seq_fork(kv_pool *p, const kv_seq *src, int n, kv_seq *dst);
 /* Appends an existing full block (refcount bumped) to an empty-tailed
  * sequence: how a cached prefix is attached. */
 void kv_seq_attach(kv_pool *p, kv_seq *s, int block);
-/* Sets the recurrent state of s to a copy of n floats summarising
- * positions [0, pos) (a snapshot), pos <= s->n_pos. */
-void kv_seq_set_state(kv_seq *s, const float *state, size_t n, int pos);
+/* Sets the recurrent state of s to a copy of n floats in host memory
+ * summarising positions [0, pos) (a snapshot), pos <= s->n_pos; on a
+ * device, uploaded before it returns. Fails (no state left: it restarts
+ * at 0) where device memory is refused. */
+int kv_seq_set_state(const kv_pool *p, kv_seq *s, const float *state, size_t n, int pos, strata_err *err);
+/* A copy of s's state (s->rs_floats floats) in host memory, downloaded
+ * before it returns on a device: what a snapshot keeps. */
+int kv_seq_state_read(const kv_pool *p, const kv_seq *s, float *host, strata_err *err);
+/* Memory for a recurrent state of n floats where p keeps its payload
+ * (device memory, or zeroed host memory), its free, and a copy within
+ * that memory (on a device, queued in order with the kernels). */
+float *kv_state_alloc(const kv_pool *p, size_t n, strata_err *err);
+void kv_state_free(const kv_pool *p, float *rs);
+int kv_state_copy(const kv_pool *p, float *dst, const float *src, size_t n, strata_err *err);
 /* Gives back a block the keeper holds (no sequence references it): it
  * joins the free list. For the keeper, when it stops holding one. */
 void kv_block_give_back(kv_pool *p, int block);

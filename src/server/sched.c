@@ -605,7 +605,10 @@ void sched_free(sched *s) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->wake);
     sched__mtp_free(s);
-    for (int i = 0; i < s->o.n_slots; i++) free(s->slots[i].draft), free(s->slots[i].chosen), free(s->slots[i].rs_save);
+    for (int i = 0; i < s->o.n_slots; i++) {
+        free(s->slots[i].draft), free(s->slots[i].chosen);
+        kv_state_free(&s->e->kv, s->slots[i].rs_save);
+    }
     free(s->slots), free(s->b_tok), free(s->b_pos), free(s->b_seq), free(s->b_want), free(s->b_slot);
     free(s->logits);
     store_free(s->store);

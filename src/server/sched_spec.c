@@ -92,10 +92,11 @@ static int trim_draft(const sched *s, const slot *sl, int k) {
 
 /* Recurrent models: the state before the step, kept in case drafts are
  * refused. */
-static void save_state(slot *sl) {
-    if (!sl->seq.rs) return;
-    if (!sl->rs_save) sl->rs_save = xmalloc(sl->seq.rs_floats * sizeof(float));
-    memcpy(sl->rs_save, sl->seq.rs, sl->seq.rs_floats * sizeof(float));
+static int save_state(sched *s, slot *sl) {
+    if (!sl->seq.rs) return 0;
+    strata_err err = {0};
+    if (!sl->rs_save && !(sl->rs_save = kv_state_alloc(&s->e->kv, sl->seq.rs_floats, &err))) return -1;
+    return kv_state_copy(&s->e->kv, sl->rs_save, sl->seq.rs, sl->seq.rs_floats, &err);
 }
 
 /* A draft from the sequence itself: prompt lookup, and the MTP block
@@ -130,7 +131,7 @@ int sched__spec_add(sched *s, int si, int *n, int room) {
     k = trim_draft(s, sl, k);
     if (k <= 0) return 0;
     if (sl->seq.rs && sl->seq.rs_pos != sl->seq.n_pos) return 0; /* not where a state can be kept */
-    save_state(sl);
+    if (save_state(s, sl)) return 0;                               /* no memory to keep it: no drafts */
     for (int j = 0; j < k; j++) sched__batch_add(s, n, si, sl->draft[j], sl->seq.n_pos + 1 + j, 1);
     sl->n_draft = k;
     s->draft_rows -= k;
@@ -197,7 +198,9 @@ void sched__spec_verify(sched *s, slot *sl) {
 static void queue_rerun(sched *s, int si, int *n) {
     slot *sl = &s->slots[si];
     int p = sl->pos0, end = sl->seq.n_pos;
-    memcpy(sl->seq.rs, sl->rs_save, sl->seq.rs_floats * sizeof(float));
+    strata_err err = {0}; /* a copy queued on the device it was saved on: it fails with that device */
+    if (kv_state_copy(&s->e->kv, sl->seq.rs, sl->rs_save, sl->seq.rs_floats, &err))
+        log_error("scheduler: restoring a recurrent state failed: %s", err.msg);
     sl->seq.rs_pos = p;
     kv_seq_truncate(&s->e->kv, &sl->seq, p);
     for (int pos = p; pos < end; pos++) sched__batch_add(s, n, si, sl->toks[pos], pos, 0);
