@@ -76,6 +76,7 @@ struct fwdc {
     dnc *dn;
     int rs_end;
     dnc_run *dn_runs;
+    mec *me; /* qwen3moe, qwen35moe: the mixture-of-experts layers (moe_cuda.c) */
 };
 
 static void *dev_alloc(fwdc *c, size_t bytes, strata_err *err) {
@@ -110,6 +111,15 @@ static int delta_shape_ok(const model_hparams *hp) {
     return hp->ssm_d_state % 8 == 0 && hp->ssm_d_state <= CUDA_DELTA_MAX_DIM && hp->ssm_d_conv <= 16;
 }
 
+/* Experts with biases (gpt-oss's kind): not on the GPU path. */
+static int has_expert_biases(const model *m) {
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const model_moe *mo = &m->layers[il].moe;
+        if (mo->gate_b.data || mo->up_b.data || mo->down_b.data) return 1;
+    }
+    return 0;
+}
+
 /* What the GPU path does not run yet, named. Gemma 3 (sliding windows,
  * GELU, post norms, the embedding scale) and qwen35 (delta-net layers,
  * gated attention, M-RoPE) run on the one-sequence pass (`run`, `bench`)
@@ -119,9 +129,11 @@ static int delta_shape_ok(const model_hparams *hp) {
 static int check_model(const model *m, strata_err *err) {
     const model_hparams *hp = &m->hp;
     const char *why = NULL;
-    int gemma = hp->arch == ARCH_GEMMA3, q35 = hp->arch == ARCH_QWEN35;
-    if (hp->arch != ARCH_LLAMA && hp->arch != ARCH_QWEN2 && hp->arch != ARCH_QWEN3 && !gemma && !q35)
+    int gemma = hp->arch == ARCH_GEMMA3, q35 = hp->arch == ARCH_QWEN35 || hp->arch == ARCH_QWEN35MOE;
+    int moe = hp->arch == ARCH_QWEN3MOE || hp->arch == ARCH_QWEN35MOE;
+    if (hp->arch != ARCH_LLAMA && hp->arch != ARCH_QWEN2 && hp->arch != ARCH_QWEN3 && !gemma && !q35 && !moe)
         why = "architecture";
+    else if (moe && (hp->expert_act != MOE_ACT_SILU || has_expert_biases(m))) why = "expert kind";
     else if (hp->rope_scale == ROPE_SCALE_YARN) why = "YaRN rope scaling";
     else if ((!q35 && (hp->attn_gate || hp->n_rec_layer)) || (!gemma && (hp->n_swa || hp->ffn_gelu))) why = "layer kind";
     else if (q35 && !delta_shape_ok(hp)) why = "delta-net state size (a multiple of 8, at most 256)";
@@ -129,8 +141,8 @@ static int check_model(const model *m, strata_err *err) {
     else if (hp->head_dim > 256 || hp->rope_dim > hp->head_dim) why = "head size";
     if (why)
         return strata_errf(err, STRATA_EUNSUPPORTED,
-                           "--device cuda: %s (%s) is not on the GPU path yet (llama, qwen2, qwen3, gemma3 and "
-                           "qwen35 are)",
+                           "--device cuda: %s (%s) is not on the GPU path yet (llama, qwen2, qwen3, gemma3, qwen35, "
+                           "qwen3moe and qwen35moe are)",
                            hp->arch_name, why);
     return 0;
 }
@@ -202,7 +214,7 @@ static int alloc_paged(fwdc *c, strata_err *err) {
 static int alloc_scratch(fwdc *c, strata_err *err) {
     const model_hparams *hp = &c->m->hp;
     size_t n = (size_t)c->max_batch, nq = (size_t)hp->n_head * hp->head_dim, kvd = (size_t)hp->n_head_kv * hp->head_dim;
-    size_t e = hp->n_embd, wide = e > nq ? e : nq, f = hp->n_ff;
+    size_t e = hp->n_embd, wide = e > nq ? e : nq, f = hp->n_ff > 0 ? (size_t)hp->n_ff : 1; /* moe: the experts' own */
     float **bufs[] = {&c->x, &c->xn, &c->q, &c->k, &c->v, &c->att, &c->gate, &c->up, &c->tmp, &c->logits};
     size_t sizes[] = {e, wide, nq, kvd, kvd, nq, f, f, wide, (size_t)hp->n_vocab};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
@@ -228,6 +240,8 @@ static int alloc_scratch(fwdc *c, strata_err *err) {
      * graph cannot grow the buffer): qwen35's out-projection reads ssm_d_inner */
     size_t k_max = wide > f ? wide : f;
     if ((size_t)hp->ssm_d_inner > k_max) k_max = (size_t)hp->ssm_d_inner;
+    if ((size_t)hp->n_ff_exp > k_max) k_max = (size_t)hp->n_ff_exp;
+    if ((size_t)hp->n_ff_shexp > k_max) k_max = (size_t)hp->n_ff_shexp;
     return cuda_matmul_reserve(c->max_batch, (int)k_max, err);
 }
 
@@ -276,6 +290,7 @@ static int fwdc_open(fwdc **out, const model *m, kv_pool *kv, int n_ctx, int max
     if (!rc) rc = upload_rope(c, err);
     if (!rc) rc = alloc_scratch(c, err);
     if (!rc && m->hp.n_rec_layer) rc = dnc_new(c, m, max_batch, kv != NULL, &c->dn, err);
+    if (!rc && m->hp.n_expert) rc = mec_new(c, m, max_batch, &c->me, err);
     if (rc) {
         fwdc_free(c);
         return rc;
@@ -296,6 +311,7 @@ void fwdc_free(fwdc *c) {
     if (!c) return;
     cuda_graph_free(c->step);
     dnc_free(c->dn);
+    mec_free(c->me);
     for (int i = 0; i < c->n_allocs; i++) cuda_free(c->allocs[i]);
     free(c->allocs);
     free(c->layers);
@@ -422,8 +438,10 @@ static int attention(fwdc *c, const dev_layer *L, int n, int max_end, strata_err
     return block_out(c, &L->wo, c->att, n, &L->post_attn_norm, err);
 }
 
-/* c->gate = silu(W_gate xn) * (W_up xn) (gemma: gelu), then c->x += W_down c->gate. */
-static int ffn(fwdc *c, const dev_layer *L, int n, strata_err *err) {
+/* c->gate = silu(W_gate xn) * (W_up xn) (gemma: gelu), then c->x += W_down c->gate;
+ * or layer il's mixture of experts added to c->x. */
+static int ffn(fwdc *c, const dev_layer *L, int il, int n, strata_err *err) {
+    if (mec_is_moe(c->me, il)) return mec_layer(c->me, il, c->xn, n, c->x, err);
     const dev_tensor *g = &L->w_gate, *u = &L->w_up;
     if (c->m->hp.ffn_gelu) {
         if (mm(g, c->xn, n, c->gate, err) || mm(u, c->xn, n, c->up, err)) return err->code;
@@ -453,7 +471,7 @@ static int layer(fwdc *c, int il, int n, int max_end, strata_err *err) {
     cuda_rmsnorm(c->xn, c->x, L->attn_norm.d, n, e, hp->rms_eps);
     if (c->m->layers[il].recurrent ? recurrent(c, L, il, n, err) : attention(c, L, n, max_end, err)) return err->code;
     cuda_rmsnorm(c->xn, c->x, L->ffn_norm.d, n, e, hp->rms_eps);
-    return ffn(c, L, n, err);
+    return ffn(c, L, il, n, err);
 }
 
 static int check_run(const fwdc *c, const int32_t *tok, int n, int pos0, strata_err *err) {
@@ -526,7 +544,8 @@ int fwdc_run(fwdc *c, const int32_t *tok, int n, int pos0, int all, float *logit
         cuda_upload(c->pos, c->h_pos, (size_t)n * sizeof(int32_t), err) ||
         cuda_upload(c->rows, c->h_rows, (size_t)c->n_out * sizeof(int32_t), err))
         return err->code;
-    rc = n == 1 && c->use_graphs ? run_step(c, err) : queue_pass(c, n, pos0 + n, err);
+    /* a mixture of experts routes on the host between its kernels: no graph */
+    rc = n == 1 && c->use_graphs && !c->me ? run_step(c, err) : queue_pass(c, n, pos0 + n, err);
     if (!rc) rc = logits ? cuda_download(logits, c->logits, (size_t)c->n_out * c->m->hp.n_vocab * sizeof(float), err)
                          : cuda_sync(err);
     if (!rc && c->dn) c->rs_end = pos0 + n;

@@ -46,4 +46,18 @@ typedef struct dnc_run {
 int dnc_layer(dnc *d, int il, const float *d_xn, int n, const dnc_run *runs, int n_runs, const float **o,
               const dev_tensor **w_out, strata_err *err);
 
+/* moe_cuda.c: the mixture-of-experts feed-forward on the GPU (qwen3moe,
+ * qwen35moe), model/moe.c's steps; mec_new uploads every MoE layer's
+ * router, expert stacks and shared expert, and scratch for max_batch
+ * tokens through c (freed with it). */
+typedef struct mec mec;
+int mec_new(fwdc *c, const model *m, int max_batch, mec **out, strata_err *err);
+void mec_free(mec *x); /* the host side; NULL is fine */
+/* 1 when layer il's feed-forward is a mixture of experts (x may be NULL). */
+int mec_is_moe(const mec *x, int il);
+/* d_x (the residual, n rows) += layer il's mixture of experts over the n
+ * normed rows d_xn. The host waits for the router's logits (it routes,
+ * as the CPU does). */
+int mec_layer(mec *x, int il, const float *d_xn, int n, float *d_x, strata_err *err);
+
 #endif

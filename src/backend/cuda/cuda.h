@@ -109,6 +109,12 @@ void cuda_add(float *d_x, const float *d_y, size_t n);
 void cuda_add_rows(float *d_x, const float *d_b, int n, int dim);
 /* Rows d_src[d_rows[i]] to d_dst[i] (dim floats each). */
 void cuda_gather(float *d_dst, const float *d_src, const int32_t *d_rows, int n, int dim);
+/* Mixture of experts, per token t < n: d_x[t] += sum over j < k, in j
+ * order, of d_w[t k + j] * d_y[d_slot[t k + j]] (its experts' output
+ * rows, best first), + sigmoid(d_sh_s[t]) * d_sh_y[t] when d_sh_y (a
+ * shared expert). Rows of dim floats. */
+void cuda_moe_add(float *d_x, const float *d_y, const int32_t *d_slot, const float *d_w, int n, int k, int dim,
+                  const float *d_sh_y, const float *d_sh_s);
 /* K and V rows of n tokens to half-float caches [pos][kvd] at d_pos. */
 void cuda_kv_store(uint16_t *d_kc, uint16_t *d_vc, const float *d_k, const float *d_v, const int32_t *d_pos,
                    int n, int kvd);

@@ -522,6 +522,29 @@ extern "C" void cuda_gather(float *d_dst, const float *d_src, const int32_t *d_r
     if (n > 0) k_gather<<<n, 128, 0, g_stream>>>(d_dst, d_src, d_rows, dim);
 }
 
+/* Token blockIdx.x's experts' rows times their weights, best first
+ * (model/moe.c's combine_row order), then the shared expert's row times
+ * sigmoid of its gate, added to the residual row. */
+__global__ void k_moe_add(float *x, const float *y, const int32_t *slot, const float *w, int k, int dim,
+                          const float *sh_y, const float *sh_s) {
+    size_t t = blockIdx.x;
+    float s = sh_y ? 1.0f / (1.0f + expf(-sh_s[t])) : 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float o = 0.0f;
+        for (int j = 0; j < k; j++) {
+            float v = y[(size_t)slot[t * k + j] * dim + i] * w[t * k + j];
+            o = j ? o + v : v;
+        }
+        if (sh_y) o = o + sh_y[t * dim + i] * s;
+        x[t * dim + i] += o;
+    }
+}
+
+extern "C" void cuda_moe_add(float *d_x, const float *d_y, const int32_t *d_slot, const float *d_w, int n, int k,
+                             int dim, const float *d_sh_y, const float *d_sh_s) {
+    if (n > 0) k_moe_add<<<n, 128, 0, g_stream>>>(d_x, d_y, d_slot, d_w, k, dim, d_sh_y, d_sh_s);
+}
+
 __global__ void k_kv_store(__half *kc, __half *vc, const float *k, const float *v, const int64_t *dst,
                            const int32_t *pos, int kvd) {
     kv_store_row(kc, vc, k, v, kv_dst_row(dst, pos, blockIdx.x, kvd), (size_t)blockIdx.x * kvd, kvd);

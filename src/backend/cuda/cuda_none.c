@@ -46,6 +46,8 @@ void cuda_geglu(float *d_g, const float *d_u, size_t n) {}
 void cuda_add(float *d_x, const float *d_y, size_t n) {}
 void cuda_add_rows(float *d_x, const float *d_b, int n, int dim) {}
 void cuda_gather(float *d_dst, const float *d_src, const int32_t *d_rows, int n, int dim) {}
+void cuda_moe_add(float *d_x, const float *d_y, const int32_t *d_slot, const float *d_w, int n, int k, int dim,
+                  const float *d_sh_y, const float *d_sh_s) {}
 void cuda_kv_store(uint16_t *d_kc, uint16_t *d_vc, const float *d_k, const float *d_v, const int32_t *d_pos,
                    int n, int kvd) {}
 void cuda_rope_kv_store(float *d_q, float *d_k, const float *d_v, uint16_t *d_kc, uint16_t *d_vc, int n, int n_head,
