@@ -29,7 +29,7 @@
 #              snapshot (downloaded, kept in memory and on disk, uploaded)
 #   bench      `strata bench --device cuda` pp512/tg128, then at depth 4096
 #   sanitizer  compute-sanitizer memcheck over the paged pass, the tiers
-#              on the GPU, gemma3 and qwen35 (the code that has never run on one)
+#              on the GPU, gemma3, qwen35 and MoE (the code that has never run on one)
 #   qwen35     the issue's speed anchor: a Qwen3.5-0.8B-shaped random-weight
 #              model (Q4_0, made here: tools/synth_qwen35.py), `strata run`
 #              on both devices (the same text?), `strata bench --device
@@ -209,9 +209,9 @@ bench_gpu() {
 
 sanitizer() {
     command -v compute-sanitizer > /dev/null || { echo "no compute-sanitizer on this machine"; return 1; }
-    # the code never run on a GPU before: the paged pass, the tiers on cuda_devmem, gemma3's window, qwen35
+    # the code never run on a GPU before: the paged pass, the tiers on cuda_devmem, gemma3's window, qwen35, MoE
     STRATA_TEST_GPU=1 compute-sanitizer --tool memcheck --error-exitcode 3 --target-processes all \
-        "$TESTS" 'gpu_paged_*' 'gpu_tiers_*' 'gpu_gemma3_*' 'gpu_qwen35_*' > "$LOGS/sanitizer.log" 2>&1
+        "$TESTS" 'gpu_paged_*' 'gpu_tiers_*' 'gpu_gemma3_*' 'gpu_qwen35_*' 'gpu_moe_*' > "$LOGS/sanitizer.log" 2>&1
     local rc=$?
     grep -E "^(ok|FAIL|skip) |passed|ERROR SUMMARY|Invalid|out of bounds" "$LOGS/sanitizer.log" | head -40
     return $rc
@@ -287,7 +287,7 @@ grep -E "^gpu-serve-check:|^(cold|again|evicted|restart)" "$WORK/serve3.txt" 2>/
 step serve35 70 "serve --device cuda on qwen35 (recurrent states in the GPU pool, snapshots): the same four places" serve_qwen35
 grep -E "^gpu-serve-check:|^(cold|again|evicted|restart)" "$WORK/serve35.txt" 2>/dev/null | cut -c1-150 | sed 's/^/          /' >> "$SUMMARY"
 step bench 150 "bench on the GPU: pp512, tg128 ($REPS reps), then at depth 4096 (3 reps)" bench_gpu
-step sanitizer 150 "compute-sanitizer memcheck: the paged pass, the tiers on the GPU, gemma3, qwen35" sanitizer
+step sanitizer 150 "compute-sanitizer memcheck: the paged pass, the tiers on the GPU, gemma3, qwen35, MoE" sanitizer
 step qwen35 150 "the qwen35 0.8B-shaped model: greedy text CPU and GPU, bench pp512/tg128 ($REPS reps), at depth 4096" qwen35_anchor
 sed 's/^/          /' "$WORK/qwen35.txt" >> "$SUMMARY" 2>/dev/null
 step nograph 60 "decode without the graph (STRATA_CUDA_GRAPH=0)" bench_nograph
