@@ -121,11 +121,12 @@ static int has_expert_biases(const model *m) {
 }
 
 /* What the GPU path does not run yet, named. Gemma 3 (sliding windows,
- * GELU, post norms, the embedding scale) and qwen35 (delta-net layers,
- * gated attention, M-RoPE) run on the one-sequence pass (`run`, `bench`)
- * and the paged one (`serve`: the pool's sliding parts, and each
- * sequence's recurrent state, in device memory too). (Neither has run on
- * a GPU yet.) */
+ * GELU, post norms, the embedding scale), qwen35 (delta-net layers,
+ * gated attention, M-RoPE) and the mixtures of experts without expert
+ * biases (qwen3moe, qwen35moe: moe_cuda.c) run on the one-sequence pass
+ * (`run`, `bench`) and the paged one (`serve`: the pool's sliding parts,
+ * and each sequence's recurrent state, in device memory too). (None has
+ * run on a GPU yet.) */
 static int check_model(const model *m, strata_err *err) {
     const model_hparams *hp = &m->hp;
     const char *why = NULL;

@@ -545,8 +545,7 @@ void kv_seq_fork(kv_pool *p, const kv_seq *src, int n, kv_seq *dst) {
 int kv_seq_set_state(const kv_pool *p, kv_seq *s, const float *state, size_t n, int pos, strata_err *err) {
     if (!s->rs || s->rs_floats != n) {
         kv_state_free(p, s->rs);
-        s->rs = NULL;
-        s->rs_pos = 0;
+        s->rs_floats = 0, s->rs_pos = 0;
         if (!(s->rs = kv_state_alloc(p, n, err))) return STRATA_ENOMEM;
         s->rs_floats = n;
     }
