@@ -2,8 +2,9 @@
  * and cuda.h's device and memory calls on host memory.
  *
  * A launch runs its grid's blocks one after another; a block's threads
- * are fibers (ucontext) run in thread order until each waits at a barrier
- * or ends. A warp barrier releases when its 32 threads wait at it (or
+ * are fibers run in thread order until each waits at a barrier or ends
+ * (a switch is emu_switch's few instructions: ucontext's swapcontext made
+ * a system call each time, half the emulator's time). A warp barrier releases when its 32 threads wait at it (or
  * have exited), the block barrier when every thread does; when no fiber
  * can go on, the launch aborts naming the block (a barrier some threads
  * never reach: a real GPU hangs or is undefined there). Graph capture
@@ -13,9 +14,9 @@
  * says no type is its, so every weight type takes cuda_kern.cu's float
  * path. Not for the build: tools/cuda_emu/build.sh links it instead of
  * cuda_rt.cu and cuda_mmq.cu. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <ucontext.h>
 
 #include <vector>
 
@@ -32,8 +33,20 @@ cudaStream_t g_stream;
 enum { READY, AT_BLOCK, AT_WARP, DONE };
 enum { STACK = 256 * 1024, MAX_THREADS = 1024 };
 
-static ucontext_t g_sched;
-static std::vector<ucontext_t> g_ctx;
+#if !defined(__x86_64__)
+#error "cuda_emu's fiber switch is x86-64 assembly"
+#endif
+/* Saves the callee-saved registers on the current stack, stores its
+ * pointer in *from, continues on to (the System V ABI: the rest is the
+ * caller's to save; SSE and x87 control words are the same everywhere). */
+extern "C" void emu_switch(void **from, void *to);
+__asm__(".text\n.globl emu_switch\n.type emu_switch,@function\nemu_switch:\n"
+        "pushq %rbp\npushq %rbx\npushq %r12\npushq %r13\npushq %r14\npushq %r15\n"
+        "movq %rsp, (%rdi)\nmovq %rsi, %rsp\n"
+        "popq %r15\npopq %r14\npopq %r13\npopq %r12\npopq %rbx\npopq %rbp\nret\n");
+
+static void *g_sched;              /* the scheduler's stack pointer while a fiber runs */
+static std::vector<void *> g_ctx; /* each fiber's, while it waits */
 static std::vector<int> g_state;
 static std::vector<char *> g_stacks;
 static int g_cur;
@@ -45,7 +58,7 @@ void *emu_dyn_smem(void) { return g_dyn_smem; }
 
 static void wait_at(int s) {
     g_state[g_cur] = s;
-    swapcontext(&g_ctx[g_cur], &g_sched);
+    emu_switch(&g_ctx[g_cur], g_sched);
 }
 
 void __syncthreads() { wait_at(AT_BLOCK); }
@@ -60,10 +73,24 @@ float __shfl_xor_sync(unsigned mask, float v, int lane_xor) {
     return r;
 }
 
-static void fiber(int t) {
-    threadIdx = dim3(t);
+/* A fiber's first frame: runs the kernel body as thread g_cur, then
+ * leaves for good. */
+static void fiber(void) {
+    int t = g_cur;
     (*g_body)();
     g_state[t] = DONE;
+    void *gone;
+    emu_switch(&gone, g_sched);
+}
+
+/* A stack whose first switch enters fiber(): six zero registers, then
+ * fiber's address for emu_switch's ret, at a call's alignment. */
+static void *fiber_stack(char *base) {
+    uintptr_t top = ((uintptr_t)(base + STACK) & ~(uintptr_t)15) - 8; /* rsp at entry: 8 mod 16 */
+    void **sp = (void **)top;
+    *--sp = (void *)fiber;
+    for (int i = 0; i < 6; i++) *--sp = NULL;
+    return sp;
 }
 
 /* Warps whose threads all wait at a warp barrier (or have ended) go on. */
@@ -102,23 +129,17 @@ static int release_block(unsigned n) {
 
 static void run_block(unsigned n, std::function<void()> &body) {
     while (g_stacks.size() < n) g_stacks.push_back((char *)malloc(STACK));
-    g_ctx.assign(n, ucontext_t());
+    g_ctx.resize(n);
     g_state.assign(n, READY);
     g_body = &body;
-    for (unsigned t = 0; t < n; t++) {
-        getcontext(&g_ctx[t]);
-        g_ctx[t].uc_stack.ss_sp = g_stacks[t];
-        g_ctx[t].uc_stack.ss_size = STACK;
-        g_ctx[t].uc_link = &g_sched;
-        makecontext(&g_ctx[t], (void (*)())fiber, 1, (int)t);
-    }
+    for (unsigned t = 0; t < n; t++) g_ctx[t] = fiber_stack(g_stacks[t]);
     for (;;) {
         int ran = 0;
         for (unsigned t = 0; t < n; t++)
             if (g_state[t] == READY) {
                 g_cur = (int)t;
                 threadIdx = dim3(t);
-                swapcontext(&g_sched, &g_ctx[t]);
+                emu_switch(&g_sched, g_ctx[t]);
                 ran = 1;
             }
         if (ran || release_warps(n)) continue;
