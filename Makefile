@@ -57,7 +57,7 @@ GEMMA3_MODEL = $(MODEL_DIR)/gemma-3-270m-q4_k_m.gguf
 QWEN35_SYNTH = $(MODEL_DIR)/qwen35-0.8b-synth-q4_0.gguf
 
 .PHONY: model-gemma3 bench-gemma3 oracle-refs-gemma3 tok-refs-gemma3 model-qwen35-synth bench-qwen35-synth bench-depth-qwen35
-.PHONY: test-gpu gpu-bundle
+.PHONY: test-gpu test-emu gpu-bundle
 .PHONY: check-vexp check-attn-exp
 .PHONY: all test unit-test e2e-test bench-ui bench-spec bench-spec-peer bench-agent bench-depth llama-bench bench-replay bench-load bench-schema run model deps test-deps testdata clean bench oracle-refs oracle-mtp-refs tok-refs
 
@@ -159,6 +159,14 @@ GPU_TEST_MODELS = $(shell grep -o '"\(llama\|qwen[0-9]*\(moe\)\?\|gemma3\)-[a-z0
 test-gpu:
 	@$(MAKE) --no-print-directory CUDA=1 strata build/strata-tests
 	GPU_TEST_MODELS="$(GPU_TEST_MODELS)" scripts/test-gpu.sh
+
+# The GPU tests with the CUDA kernels emulated on the host (no GPU;
+# tools/cuda_emu/README.md): plumbing, indexing and barrier mistakes show
+# here first; nothing that passes is verified until test-gpu has run it.
+# TESTS='gpu_moe_*' runs some (all the cuda_ and gpu_ tests: ~30 min).
+test-emu: strata build/strata-tests testdata
+	tools/cuda_emu/build.sh
+	STRATA_TEST_GPU=1 TEST_DATA_DIR=tests/data/gen build/cuda-emu/strata-tests $${TESTS:-'cuda_*' 'gpu_*'}
 
 # The same check for a bare GPU machine: binaries, libraries, the tools
 # that make the test models there, in one folder and DIR.tar.xz, what a
