@@ -1,8 +1,8 @@
 /* deltanet_cuda.c - qwen35's gated delta-net layer on the GPU, for the
  * one-sequence pass and the paged one (forward_cuda.c): deltanet.c's
  * steps, each a kernel of backend/cuda/cuda.h ("qwen35") over the call's
- * n tokens (the conv and the delta rule one launch per sequence's run,
- * on its state):
+ * n tokens (the paged pass's conv and delta rule over every sequence's
+ * run in one launch, each run on its own state: dnc_set_runs):
  *   1. in-projections qkv, z, beta, alpha (matmuls of one kind share a launch);
  *   2. the short causal conv over qkv with its conv state, then SiLU (in place);
  *   3. q and k heads L2-normed, beta = sigmoid(beta), the decay;
@@ -40,6 +40,8 @@ struct dnc {
     float *state;                     /* every recurrent layer's, [rec_layer][layer_floats] */
     float *qkv, *z, *beta, *g, *o;    /* [max_batch][...]: the conv works in place on qkv; g: alpha, then the decay */
     dnc_tensors *layers;              /* by rec_layer */
+    cuda_delta_run *runs;             /* paged: the call's runs and their states, in device memory */
+    int n_runs;
 };
 
 static int upload_layer(fwdc *c, const model_layer *L, dnc_tensors *T, strata_err *err) {
@@ -58,7 +60,8 @@ static int alloc_all(fwdc *c, dnc *d, int max_batch, int paged, strata_err *err)
     size_t sizes[] = {(size_t)d->conv_dim, vd, hv, hv, vd};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (!(*bufs[i] = fwdc__alloc(c, n * sizes[i] * sizeof(float), err))) return err->code;
-    if (paged) return 0; /* the states are the pool's sequences' (kv_seq.rs) */
+    if (paged) /* the states are the pool's sequences' (kv_seq.rs), a table of them a call */
+        return (d->runs = fwdc__alloc(c, n * sizeof(cuda_delta_run), err)) ? 0 : err->code;
     if (!(d->state = fwdc__alloc(c, dnc_state_floats(d) * sizeof(float), err))) return err->code;
     dnc_reset(d);
     return 0;
@@ -114,32 +117,37 @@ static int in_proj(dnc *d, const dnc_tensors *T, const float *xn, int n, strata_
     return 0;
 }
 
-int dnc_layer(dnc *d, int il, const float *d_xn, int n, const dnc_run *runs, int n_runs, const float **o,
-              const dev_tensor **w_out, strata_err *err) {
+int dnc_set_runs(dnc *d, const cuda_delta_run *runs, int n_runs, strata_err *err) {
+    d->n_runs = n_runs;
+    return cuda_upload(d->runs, runs, (size_t)n_runs * sizeof(cuda_delta_run), err);
+}
+
+/* Steps 2 to 4 with a conv and a delta rule launch for every run (paged:
+ * dnc_set_runs's table), or for the call's one run on the one state. */
+static int conv_and_rule(dnc *d, const dnc_tensors *T, int rl, int n, strata_err *err) {
     const model_hparams *hp = &d->m->hp;
-    int rl = d->m->layers[il].rec_layer, S = hp->ssm_d_state, hk = hp->ssm_n_k_heads, hv = hp->ssm_n_v_heads;
-    size_t C = (size_t)d->conv_dim, vd = (size_t)hp->ssm_d_inner;
-    const dnc_tensors *T = &d->layers[rl];
-    dnc_run one = {0, n, d->state};
-    if (!runs) runs = &one, n_runs = 1;
-    if (in_proj(d, T, d_xn, n, err)) return err->code;
-    for (int i = 0; i < n_runs; i++) { /* the conv carries each sequence's own state */
-        const dnc_run *r = &runs[i];
-        float *conv_state = r->state + (size_t)rl * d->layer_floats, *x = d->qkv + (size_t)r->t0 * C;
-        if (cuda_delta_conv(x, x, conv_state, T->conv.d, r->t1 - r->t0, d->conv_dim, hp->ssm_d_conv, err))
-            return err->code;
-    }
+    int S = hp->ssm_d_state, hk = hp->ssm_n_k_heads, hv = hp->ssm_n_v_heads;
+    size_t conv_off = (size_t)rl * d->layer_floats, delta_off = conv_off + d->conv_floats;
+    if (d->runs ? cuda_delta_conv_runs(d->qkv, d->runs, d->n_runs, conv_off, T->conv.d, d->conv_dim, hp->ssm_d_conv, err)
+                : cuda_delta_conv(d->qkv, d->qkv, d->state + conv_off, T->conv.d, n, d->conv_dim, hp->ssm_d_conv, err))
+        return err->code;
     if (cuda_delta_gates(d->qkv, d->beta, d->g, T->dt.d, T->a.d, n, d->conv_dim, S, hk, hv, hp->rms_eps, err))
         return err->code;
-    for (int i = 0; i < n_runs; i++) { /* and so does the delta rule */
-        const dnc_run *r = &runs[i];
-        float *delta_state = r->state + (size_t)rl * d->layer_floats + d->conv_floats;
-        size_t t0 = (size_t)r->t0;
-        if (cuda_delta_rule(d->o + t0 * vd, delta_state, d->qkv + t0 * C, d->beta + t0 * hv, d->g + t0 * hv,
-                            r->t1 - r->t0, d->conv_dim, S, hk, hv, d->scale, err))
-            return err->code;
-    }
-    if (cuda_delta_gated_norm(d->o, d->z, T->norm.d, n, hv, S, hp->rms_eps, err)) return err->code;
+    if (d->runs ? cuda_delta_rule_runs(d->o, d->runs, d->n_runs, delta_off, d->qkv, d->beta, d->g, d->conv_dim, S, hk,
+                                       hv, d->scale, err)
+                : cuda_delta_rule(d->o, d->state + delta_off, d->qkv, d->beta, d->g, n, d->conv_dim, S, hk, hv,
+                                  d->scale, err))
+        return err->code;
+    return 0;
+}
+
+int dnc_layer(dnc *d, int il, const float *d_xn, int n, const float **o, const dev_tensor **w_out, strata_err *err) {
+    const model_hparams *hp = &d->m->hp;
+    int rl = d->m->layers[il].rec_layer;
+    const dnc_tensors *T = &d->layers[rl];
+    if (in_proj(d, T, d_xn, n, err) || conv_and_rule(d, T, rl, n, err) ||
+        cuda_delta_gated_norm(d->o, d->z, T->norm.d, n, hp->ssm_n_v_heads, hp->ssm_d_state, hp->rms_eps, err))
+        return err->code;
     *o = d->o;
     *w_out = &T->out;
     return 0;

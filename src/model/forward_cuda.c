@@ -75,7 +75,7 @@ struct fwdc {
     float *qg, *agate;
     dnc *dn;
     int rs_end;
-    dnc_run *dn_runs;
+    cuda_delta_run *dn_runs;
     mec *me; /* qwen3moe, qwen35moe: the mixture-of-experts layers (moe_cuda.c) */
 };
 
@@ -208,7 +208,7 @@ static int alloc_paged(fwdc *c, strata_err *err) {
         c->h_tables[part] = xmalloc(c->tables_cap * sizeof(int32_t));
     }
     c->runs = xmalloc(n * sizeof(dev_run));
-    c->dn_runs = xmalloc(n * sizeof(dnc_run));
+    c->dn_runs = xmalloc(n * sizeof(cuda_delta_run));
     return 0;
 }
 
@@ -461,7 +461,7 @@ static int ffn(fwdc *c, const dev_layer *L, int il, int n, strata_err *err) {
 static int recurrent(fwdc *c, const dev_layer *L, int il, int n, strata_err *err) {
     const float *o;
     const dev_tensor *w_out;
-    if (dnc_layer(c->dn, il, c->xn, n, c->kv ? c->dn_runs : NULL, c->n_runs, &o, &w_out, err)) return err->code;
+    if (dnc_layer(c->dn, il, c->xn, n, &o, &w_out, err)) return err->code;
     return block_out(c, w_out, o, n, &L->post_attn_norm, err);
 }
 
@@ -669,9 +669,9 @@ static int prepare_states(fwdc *c, const fwd_batch *b, strata_err *err) {
         } else if (first && b->pos[r->t0] == 0) {
             cuda_zero(s->rs, need * sizeof(float));
         }
-        c->dn_runs[i] = (dnc_run){r->t0, r->t1, s->rs};
+        c->dn_runs[i] = (cuda_delta_run){r->t0, r->t1 - r->t0, s->rs};
     }
-    return 0;
+    return c->dn ? dnc_set_runs(c->dn, c->dn_runs, c->n_runs, err) : 0;
 }
 
 /* ... and after the call: each state covers its sequence's last position. */

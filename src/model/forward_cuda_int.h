@@ -4,6 +4,7 @@
 #ifndef STRATA_FORWARD_CUDA_INT_H
 #define STRATA_FORWARD_CUDA_INT_H
 
+#include "backend/cuda/cuda.h"
 #include "model/forward_cuda.h"
 
 /* A weight on the GPU. */
@@ -33,18 +34,15 @@ void dnc_reset(dnc *d);
 /* Floats of one sequence's state, every recurrent layer's
  * ([rec_layer][conv | delta]): fwd_state_floats's count, the GPU's layout. */
 size_t dnc_state_floats(const dnc *d);
-/* Tokens [t0, t1) of the call, one sequence's, and its state. */
-typedef struct dnc_run {
-    int t0, t1;
-    float *state;
-} dnc_run;
-/* Recurrent layer il over the n normed rows d_xn, continuing the states:
- * the runs' (in order; NULL: one run of all n on the one-sequence
- * state). *o gets the gated norm's output (n x ssm_d_inner, device
- * scratch) and *w_out the layer's out-projection, which the caller adds
- * to the residual. */
-int dnc_layer(dnc *d, int il, const float *d_xn, int n, const dnc_run *runs, int n_runs, const float **o,
-              const dev_tensor **w_out, strata_err *err);
+/* Paged: the call's runs (tokens of one sequence, its state), which the
+ * layers' conv and delta rule take in one launch each; uploaded (at
+ * most max_batch). */
+int dnc_set_runs(dnc *d, const cuda_delta_run *runs, int n_runs, strata_err *err);
+/* Recurrent layer il over the n normed rows d_xn, continuing the states
+ * (paged: dnc_set_runs's; else the one-sequence state). *o gets the
+ * gated norm's output (n x ssm_d_inner, device scratch) and *w_out the
+ * layer's out-projection, which the caller adds to the residual. */
+int dnc_layer(dnc *d, int il, const float *d_xn, int n, const float **o, const dev_tensor **w_out, strata_err *err);
 
 /* moe_cuda.c: the mixture-of-experts feed-forward on the GPU (qwen3moe,
  * qwen35moe), model/moe.c's steps; mec_new uploads every MoE layer's

@@ -202,6 +202,20 @@ int cuda_delta_gates(float *d_qkv, float *d_beta, float *d_decay, const float *d
  * ([n][n_v_heads * dim]). */
 int cuda_delta_rule(float *d_o, float *d_state, const float *d_qkv, const float *d_beta, const float *d_decay, int n,
                     int channels, int dim, int n_k_heads, int n_v_heads, float scale, strata_err *err);
+/* Several sequences a launch (the paged pass): a run is tokens [t0,
+ * t0 + n) of the call, one sequence's, and its state (every recurrent
+ * layer's; a layer's is state_off floats in). The _runs kernels take a
+ * table of n_runs in device memory and give each run the bits of the
+ * one-run call on its tokens and state (grid z is the run). */
+typedef struct cuda_delta_run {
+    int t0, n;
+    float *state;
+} cuda_delta_run;
+int cuda_delta_conv_runs(float *d_qkv, const cuda_delta_run *d_runs, int n_runs, size_t state_off, const float *d_w,
+                         int channels, int d_conv, strata_err *err);
+int cuda_delta_rule_runs(float *d_o, const cuda_delta_run *d_runs, int n_runs, size_t state_off, const float *d_qkv,
+                         const float *d_beta, const float *d_decay, int channels, int dim, int n_k_heads,
+                         int n_v_heads, float scale, strata_err *err);
 /* d_o's n x n_v_heads rows of dim: RMS-normed times d_w, then times SiLU(d_z). */
 int cuda_delta_gated_norm(float *d_o, const float *d_z, const float *d_w, int n, int n_v_heads, int dim, float eps,
                           strata_err *err);

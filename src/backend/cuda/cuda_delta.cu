@@ -104,14 +104,27 @@ extern "C" void cuda_zero(void *d_p, size_t bytes) {
 
 #define DN_KMAX 16 /* model_qwen35.c bounds d_conv */
 
+/* Run blockIdx.z of a run table (runs non-NULL: its tokens and state,
+ * state_off floats in), or the call's one run (n tokens from 0, state). */
+__device__ __forceinline__ int dn_run(const cuda_delta_run *runs, size_t state_off, float **state, int *n) {
+    if (!runs) return 0;
+    cuda_delta_run r = runs[blockIdx.z];
+    *state = r.state + state_off;
+    *n = r.n;
+    return r.t0;
+}
+
 /* A thread per channel over the call's tokens in order: y = 0 + h_0 w_0
  * + ... + h_(K-2) w_(K-2) + x w_(K-1) (h_0 the oldest input; deltanet.c's
  * conv_sum), then SiLU. state: [K - 1][channels], the oldest row first;
  * w: ssm_conv1d as stored, [channels][K]. y may be x: a thread reads
  * its element before writing it. */
-__global__ void k_dn_conv(float *y, const float *x, float *state, const float *w, int n, int C, int K) {
+__global__ void k_dn_conv(float *y, const float *x, float *state, const float *w, int n, int C, int K,
+                          const cuda_delta_run *runs, size_t state_off) {
     int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= C) return;
+    size_t t0 = (size_t)dn_run(runs, state_off, &state, &n);
+    y += t0 * C, x += t0 * C;
     int R = K - 1;
     float h[DN_KMAX], wk[DN_KMAX], wl = w[(size_t)ch * K + R];
 #pragma unroll
@@ -140,7 +153,18 @@ extern "C" int cuda_delta_conv(float *d_y, const float *d_x, float *d_state, con
     if (d_conv < 1 || d_conv > DN_KMAX)
         return strata_errf(err, STRATA_EUNSUPPORTED, "cuda delta net: conv kernel %d (1 to %d)", d_conv, DN_KMAX);
     if (n > 0 && channels > 0)
-        k_dn_conv<<<(channels + 127) / 128, 128, 0, g_stream>>>(d_y, d_x, d_state, d_w, n, channels, d_conv);
+        k_dn_conv<<<(channels + 127) / 128, 128, 0, g_stream>>>(d_y, d_x, d_state, d_w, n, channels, d_conv, NULL,
+                                                                 0);
+    return 0;
+}
+
+extern "C" int cuda_delta_conv_runs(float *d_qkv, const cuda_delta_run *d_runs, int n_runs, size_t state_off,
+                                    const float *d_w, int channels, int d_conv, strata_err *err) {
+    if (d_conv < 1 || d_conv > DN_KMAX)
+        return strata_errf(err, STRATA_EUNSUPPORTED, "cuda delta net: conv kernel %d (1 to %d)", d_conv, DN_KMAX);
+    dim3 grid((channels + 127) / 128, 1, n_runs);
+    if (n_runs > 0 && channels > 0)
+        k_dn_conv<<<grid, 128, 0, g_stream>>>(d_qkv, d_qkv, NULL, d_w, 0, channels, d_conv, d_runs, state_off);
     return 0;
 }
 
@@ -193,9 +217,12 @@ extern "C" int cuda_delta_gates(float *d_qkv, float *d_beta, float *d_decay, con
  * staged in shared memory: one wait per DN_TILE tokens, not per token. */
 template <int E>
 __global__ void __launch_bounds__(128) k_dn_delta(float *o, float *state, const float *qkv, const float *beta,
-                                                  const float *dec, int n, int C, int S, int hk, int hv, float scale) {
+                                                  const float *dec, int n, int C, int S, int hk, int hv, float scale,
+                                                  const cuda_delta_run *runs, size_t state_off) {
     __shared__ float sk[DN_TILE][CUDA_DELTA_MAX_DIM], sq[DN_TILE][CUDA_DELTA_MAX_DIM];
     __shared__ float sv[DN_TILE][DN_ROWS], sb[DN_TILE], sd[DN_TILE];
+    size_t tr = (size_t)dn_run(runs, state_off, &state, &n); /* the run's first token in the call */
+    o += tr * hv * S, qkv += tr * C, beta += tr * hv, dec += tr * hv;
     int h = blockIdx.y, c = threadIdx.x & 7, jr = threadIdx.x >> 3, j = blockIdx.x * DN_ROWS + jr, ne = S / 8;
     int live = j < S, qk = hk * S; /* a row past S (S % 16 == 8) runs along on row 0 and stores nothing */
     float *row = state + ((size_t)h * S + (live ? j : 0)) * S;
@@ -247,22 +274,40 @@ __global__ void __launch_bounds__(128) k_dn_delta(float *o, float *state, const 
     }
 }
 
-extern "C" int cuda_delta_rule(float *d_o, float *d_state, const float *d_qkv, const float *d_beta,
-                               const float *d_decay, int n, int channels, int dim, int n_k_heads, int n_v_heads,
-                               float scale, strata_err *err) {
-    if (check_dim(dim, err)) return err ? err->code : STRATA_EUNSUPPORTED;
-    if (n <= 0) return 0;
-    dim3 grid((dim + DN_ROWS - 1) / DN_ROWS, n_v_heads);
+/* k_dn_delta's launch for the state size: a block per 16 rows of each
+ * value head, of each run (grid z). */
+static int delta_rule_go(float *d_o, float *d_state, const float *d_qkv, const float *d_beta, const float *d_decay,
+                         int n, int channels, int dim, int n_k_heads, int n_v_heads, float scale,
+                         const cuda_delta_run *d_runs, size_t state_off, int n_runs) {
+    dim3 grid((dim + DN_ROWS - 1) / DN_ROWS, n_v_heads, n_runs);
     int e = dim / 8;
 #define DN_GO(E)                                                                                          \
     k_dn_delta<E><<<grid, 128, 0, g_stream>>>(d_o, d_state, d_qkv, d_beta, d_decay, n, channels, dim, n_k_heads, \
-                                              n_v_heads, scale)
+                                              n_v_heads, scale, d_runs, state_off)
     if (e <= 4) DN_GO(4);
     else if (e <= 8) DN_GO(8);
     else if (e <= 16) DN_GO(16);
     else DN_GO(32);
 #undef DN_GO
     return 0;
+}
+
+extern "C" int cuda_delta_rule(float *d_o, float *d_state, const float *d_qkv, const float *d_beta,
+                               const float *d_decay, int n, int channels, int dim, int n_k_heads, int n_v_heads,
+                               float scale, strata_err *err) {
+    if (check_dim(dim, err)) return err ? err->code : STRATA_EUNSUPPORTED;
+    if (n <= 0) return 0;
+    return delta_rule_go(d_o, d_state, d_qkv, d_beta, d_decay, n, channels, dim, n_k_heads, n_v_heads, scale, NULL, 0,
+                         1);
+}
+
+extern "C" int cuda_delta_rule_runs(float *d_o, const cuda_delta_run *d_runs, int n_runs, size_t state_off,
+                                    const float *d_qkv, const float *d_beta, const float *d_decay, int channels,
+                                    int dim, int n_k_heads, int n_v_heads, float scale, strata_err *err) {
+    if (check_dim(dim, err)) return err ? err->code : STRATA_EUNSUPPORTED;
+    if (n_runs <= 0) return 0;
+    return delta_rule_go(d_o, NULL, d_qkv, d_beta, d_decay, 0, channels, dim, n_k_heads, n_v_heads, scale, d_runs,
+                         state_off, n_runs);
 }
 
 /* ---- the gated norm ------------------------------------------------------------------ */
