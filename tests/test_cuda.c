@@ -1107,6 +1107,26 @@ static kv_pool_opts paged_opts(const model *m, uint8_t *swa) {
     return po;
 }
 
+/* m's paged pass (512 positions a sequence, batches of 512) over a new
+ * pool kv shaped by paged_opts; NULL, no pool and a recorded failure
+ * when either step fails. */
+static fwdc *open_paged(model *m, kv_pool *kv, const char *name) {
+    uint8_t swa[256] = {0};
+    kv_pool_opts po = paged_opts(m, swa);
+    strata_err err = {0};
+    fwdc *c = NULL;
+    if (kv_pool_init_opts(kv, &po, &err)) {
+        test_fail(__FILE__, __LINE__, "%s: %s", name, err.msg);
+        return NULL;
+    }
+    if (fwdc_new_paged(&c, m, kv, 512, 512, &err)) {
+        test_fail(__FILE__, __LINE__, "%s: %s", name, err.msg);
+        kv_pool_destroy(kv);
+        return NULL;
+    }
+    return c;
+}
+
 /* Two sequences in one paged pool, prefilled together in uneven chunks,
  * then decoded together, and a third forked from the first inside a
  * block (copy on write on the device): every row has the bits of the
@@ -1132,16 +1152,13 @@ TEST(gpu_paged_forward_keeps_the_contiguous_bits) {
         float *rc = gpu_logits(ref_c, cc, NC, V, one);
         fwdc_free(ref_c);
         kv_pool kv;
-        uint8_t swa[256] = {0};
-        kv_pool_opts po = paged_opts(m, swa);
-        CHECK(i != 2 || po.n_slots > 0);
-        strata_err err = {0};
-        fwdc *c = NULL;
-        if (kv_pool_init_opts(&kv, &po, &err) || fwdc_new_paged(&c, m, &kv, 512, 512, &err)) {
-            test_fail(__FILE__, __LINE__, "%s: %s", names[i], err.msg);
+        fwdc *c = open_paged(m, &kv, names[i]);
+        if (!c) {
+            free(ra), free(rb), free(rc);
             model_free(m);
             continue;
         }
+        CHECK(i != 2 || kv.n_slots > 0);
         kv_seq sa, sb, sc;
         kv_seq_init(&sa), kv_seq_init(&sb);
         float *out = xmalloc((size_t)512 * V * 4);
@@ -1203,12 +1220,9 @@ TEST(gpu_qwen35_paged_keeps_the_one_sequence_bits) {
     float *ra = gpu_logits(ref_c, a, NA + NX, V, one), *rb = gpu_logits(ref_c, bt, NB, V, one);
     fwdc_free(ref_c);
     kv_pool kv;
-    uint8_t swa[256] = {0};
-    kv_pool_opts po = paged_opts(m, swa);
     strata_err err = {0};
-    fwdc *c = NULL;
-    if (kv_pool_init_opts(&kv, &po, &err) || fwdc_new_paged(&c, m, &kv, 512, 512, &err)) {
-        test_fail(__FILE__, __LINE__, "%s: %s", name, err.msg);
+    fwdc *c = open_paged(m, &kv, name);
+    if (!c) {
         free(ra), free(rb);
         model_free(m);
         return;
@@ -1265,4 +1279,69 @@ TEST(gpu_qwen35_paged_keeps_the_one_sequence_bits) {
     fwdc_free(c);
     kv_pool_destroy(&kv);
     model_free(m);
+}
+
+/* Paged decode steps as graphs (forward_cuda.c, paged_graph): two
+ * sequences prefilled together, then decoded together for DS steps, one
+ * token each (the graph for two tokens, recorded on the first step and
+ * replayed), have the one-sequence pass's bits, with graphs and without;
+ * Gemma 3's window in slots and qwen35's states (one launch over both
+ * runs) included. Then a batch where one sequence has two runs (A, B, A
+ * again: no graph, qwen35's runs launched one after the other) keeps
+ * them too. */
+TEST(gpu_paged_decode_graph_keeps_the_bits) {
+    if (!gpu_up()) return;
+    const char *names[] = {"llama-q4_1", "gemma3-q8_0", "qwen35-f32"};
+    for (int i = 0; i < 3; i++) {
+        model *m;
+        fwdc *ref_c = open_gpu_model(names[i], 512, &m);
+        if (!ref_c) continue;
+        enum { PA = 40, PB = 30, DS = 12, NA = PA + DS + 2, NB = PB + DS + 1 };
+        int V = m->hp.n_vocab;
+        static const int one[] = {512, 0};
+        int32_t a[NA], bt[NB];
+        random_tokens(a, NA, V, 21), random_tokens(bt, NB, V, 22);
+        float *ra = gpu_logits(ref_c, a, NA, V, one), *rb = gpu_logits(ref_c, bt, NB, V, one);
+        fwdc_free(ref_c);
+        for (int graphs = 1; graphs >= 0; graphs--) {
+            kv_pool kv;
+            fwdc *c = open_paged(m, &kv, names[i]);
+            if (!c) continue;
+            fwdc_use_graphs(c, graphs);
+            kv_seq sa, sb;
+            kv_seq_init(&sa), kv_seq_init(&sb);
+            float *out = xmalloc((size_t)512 * V * 4);
+            int32_t tok[512], pos[512];
+            kv_seq *seqs[512];
+            int n = 0;
+            for (int t = 0; t < PA; t++, n++) tok[n] = a[t], pos[n] = t, seqs[n] = &sa;
+            for (int t = 0; t < PB; t++, n++) tok[n] = bt[t], pos[n] = t, seqs[n] = &sb;
+            int ok = paged_run(c, tok, seqs, pos, n, out) == 0;
+            for (int st = 0; st < DS && ok; st++) { /* B first: the runs' order is the batch's */
+                tok[0] = bt[PB + st], pos[0] = PB + st, seqs[0] = &sb;
+                tok[1] = a[PA + st], pos[1] = PA + st, seqs[1] = &sa;
+                ok = paged_run(c, tok, seqs, pos, 2, out) == 0;
+                CHECK_MSG(!ok || memcmp(out, rb + (size_t)(PB + st) * V, (size_t)V * 4) == 0, "%s (graphs %d): B, step %d",
+                          names[i], graphs, st);
+                CHECK_MSG(!ok || memcmp(out + V, ra + (size_t)(PA + st) * V, (size_t)V * 4) == 0,
+                          "%s (graphs %d): A, step %d", names[i], graphs, st);
+            }
+            /* A, B, A again: A has two runs in one call */
+            tok[0] = a[PA + DS], pos[0] = PA + DS, seqs[0] = &sa;
+            tok[1] = bt[PB + DS], pos[1] = PB + DS, seqs[1] = &sb;
+            tok[2] = a[PA + DS + 1], pos[2] = PA + DS + 1, seqs[2] = &sa;
+            if (ok && !paged_run(c, tok, seqs, pos, 3, out)) {
+                CHECK_MSG(memcmp(out, ra + (size_t)(PA + DS) * V, (size_t)V * 4) == 0, "%s: A's first run", names[i]);
+                CHECK_MSG(memcmp(out + V, rb + (size_t)(PB + DS) * V, (size_t)V * 4) == 0, "%s: B between", names[i]);
+                CHECK_MSG(memcmp(out + 2 * (size_t)V, ra + (size_t)(PA + DS + 1) * V, (size_t)V * 4) == 0,
+                          "%s: A's second run", names[i]);
+            }
+            kv_seq_release(&kv, &sa), kv_seq_release(&kv, &sb);
+            free(out);
+            fwdc_free(c);
+            kv_pool_destroy(&kv);
+        }
+        free(ra), free(rb);
+        model_free(m);
+    }
 }

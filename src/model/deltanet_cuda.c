@@ -41,7 +41,7 @@ struct dnc {
     float *qkv, *z, *beta, *g, *o;    /* [max_batch][...]: the conv works in place on qkv; g: alpha, then the decay */
     dnc_tensors *layers;              /* by rec_layer */
     cuda_delta_run *runs;             /* paged: the call's runs and their states, in device memory */
-    int n_runs;
+    int n_runs, serial;               /* serial: a sequence has two runs (launched one after the other) */
 };
 
 static int upload_layer(fwdc *c, const model_layer *L, dnc_tensors *T, strata_err *err) {
@@ -119,7 +119,30 @@ static int in_proj(dnc *d, const dnc_tensors *T, const float *xn, int n, strata_
 
 int dnc_set_runs(dnc *d, const cuda_delta_run *runs, int n_runs, strata_err *err) {
     d->n_runs = n_runs;
+    d->serial = 0; /* one launch would run a state's two runs side by side */
+    for (int i = 0; i < n_runs && !d->serial; i++)
+        for (int j = 0; j < i && !d->serial; j++) d->serial = runs[i].state == runs[j].state;
     return cuda_upload(d->runs, runs, (size_t)n_runs * sizeof(cuda_delta_run), err);
+}
+
+/* The conv over the paged call's runs: one launch, or one a run in order. */
+static int conv_runs(dnc *d, const dnc_tensors *T, size_t off, strata_err *err) {
+    int waves = d->serial ? d->n_runs : 1, per = d->serial ? 1 : d->n_runs;
+    for (int i = 0; i < waves; i++)
+        if (cuda_delta_conv_runs(d->qkv, d->runs + i, per, off, T->conv.d, d->conv_dim, d->m->hp.ssm_d_conv, err))
+            return err->code;
+    return 0;
+}
+
+/* The delta rule likewise. */
+static int rule_runs(dnc *d, size_t off, strata_err *err) {
+    const model_hparams *hp = &d->m->hp;
+    int waves = d->serial ? d->n_runs : 1, per = d->serial ? 1 : d->n_runs;
+    for (int i = 0; i < waves; i++)
+        if (cuda_delta_rule_runs(d->o, d->runs + i, per, off, d->qkv, d->beta, d->g, d->conv_dim, hp->ssm_d_state,
+                                 hp->ssm_n_k_heads, hp->ssm_n_v_heads, d->scale, err))
+            return err->code;
+    return 0;
 }
 
 /* Steps 2 to 4 with a conv and a delta rule launch for every run (paged:
@@ -128,13 +151,12 @@ static int conv_and_rule(dnc *d, const dnc_tensors *T, int rl, int n, strata_err
     const model_hparams *hp = &d->m->hp;
     int S = hp->ssm_d_state, hk = hp->ssm_n_k_heads, hv = hp->ssm_n_v_heads;
     size_t conv_off = (size_t)rl * d->layer_floats, delta_off = conv_off + d->conv_floats;
-    if (d->runs ? cuda_delta_conv_runs(d->qkv, d->runs, d->n_runs, conv_off, T->conv.d, d->conv_dim, hp->ssm_d_conv, err)
+    if (d->runs ? conv_runs(d, T, conv_off, err)
                 : cuda_delta_conv(d->qkv, d->qkv, d->state + conv_off, T->conv.d, n, d->conv_dim, hp->ssm_d_conv, err))
         return err->code;
     if (cuda_delta_gates(d->qkv, d->beta, d->g, T->dt.d, T->a.d, n, d->conv_dim, S, hk, hv, hp->rms_eps, err))
         return err->code;
-    if (d->runs ? cuda_delta_rule_runs(d->o, d->runs, d->n_runs, delta_off, d->qkv, d->beta, d->g, d->conv_dim, S, hk,
-                                       hv, d->scale, err)
+    if (d->runs ? rule_runs(d, delta_off, err)
                 : cuda_delta_rule(d->o, d->state + delta_off, d->qkv, d->beta, d->g, n, d->conv_dim, S, hk, hv,
                                   d->scale, err))
         return err->code;

@@ -33,6 +33,8 @@ typedef struct dev_run {
     int t0, t1, table, end;
 } dev_run;
 
+#define PAGED_GRAPHS 65 /* decode steps of up to 64 sequences as graphs */
+
 struct fwdc {
     const model *m;
     int n_ctx, max_batch, n_out;
@@ -77,6 +79,12 @@ struct fwdc {
     int rs_end;
     cuda_delta_run *dn_runs;
     mec *me; /* qwen3moe, qwen35moe: the mixture-of-experts layers (moe_cuda.c) */
+    /* Paged decode steps (a token for each of n sequences, every row
+     * wanted) as graphs, one per n < PAGED_GRAPHS, recorded on first use:
+     * run i's table starts at i * table_stride and attention covers the
+     * whole context, so the arguments never change (paged_graph). */
+    cuda_graph *paged_steps[PAGED_GRAPHS];
+    int table_stride, graph_call;
 };
 
 static void *dev_alloc(fwdc *c, size_t bytes, strata_err *err) {
@@ -200,7 +208,8 @@ static int alloc_paged(fwdc *c, strata_err *err) {
         D->unit_halves = kv_unit_halves(c->kv, kl);
     }
     size_t n = (size_t)c->max_batch;
-    c->tables_cap = n * ((size_t)c->n_ctx / c->kv->block_tokens + 1);
+    c->table_stride = c->n_ctx / c->kv->block_tokens + 1; /* a sequence's blocks at most */
+    c->tables_cap = n * (size_t)c->table_stride;
     for (int part = 0; part < (c->kv->swa_layer ? 2 : 1); part++) {
         if (!(c->dst[part] = dev_alloc(c, n * sizeof(int64_t), err))) return err->code;
         if (!(c->tables[part] = dev_alloc(c, c->tables_cap * sizeof(int32_t), err))) return err->code;
@@ -311,6 +320,7 @@ int fwdc_new_paged(fwdc **out, const model *m, kv_pool *kv, int ctx_per_seq, int
 void fwdc_free(fwdc *c) {
     if (!c) return;
     cuda_graph_free(c->step);
+    for (int i = 0; i < PAGED_GRAPHS; i++) cuda_graph_free(c->paged_steps[i]);
     dnc_free(c->dn);
     mec_free(c->me);
     for (int i = 0; i < c->n_allocs; i++) cuda_free(c->allocs[i]);
@@ -331,9 +341,10 @@ int fwdc_state_end(const fwdc *c) { return c->dn ? c->rs_end : -1; }
 void fwdc_use_graphs(fwdc *c, int on) { c->use_graphs = on; }
 
 void fwdc_use_fusion(fwdc *c, int on) {
-    if (c->fuse != !!on) { /* the recorded step has the other kernels */
+    if (c->fuse != !!on) { /* the recorded steps have the other kernels */
         cuda_graph_free(c->step);
         c->step = NULL;
+        for (int i = 0; i < PAGED_GRAPHS; i++) cuda_graph_free(c->paged_steps[i]), c->paged_steps[i] = NULL;
     }
     c->fuse = !!on;
 }
@@ -399,8 +410,8 @@ static int attend_runs(fwdc *c, const dev_layer *L, strata_err *err) {
         const dev_run *r = &c->runs[i];
         if (cuda_attention_paged(c->att + r->t0 * nq, c->attn_part, c->q + r->t0 * nq, L->kc, L->vc,
                                  c->tables[L->part] + r->table, c->kv->block_tokens, L->unit_halves, c->pos + r->t0,
-                                 r->t1 - r->t0, r->end, c->n_ctx, hp->n_head, hp->n_head_kv, hp->head_dim,
-                                 hp->attn_scale, L->swa ? hp->n_swa : 0, err))
+                                 r->t1 - r->t0, c->graph_call ? c->n_ctx : r->end, c->n_ctx, hp->n_head,
+                                 hp->n_head_kv, hp->head_dim, hp->attn_scale, L->swa ? hp->n_swa : 0, err))
             return err->code;
     }
     return 0;
@@ -500,12 +511,13 @@ static int queue_pass(fwdc *c, int n, int max_end, strata_err *err) {
     return mm(&c->output, c->xn, c->n_out, c->logits, err);
 }
 
-/* A decode step: the graph, recorded on first use (its attention grid
- * covers the whole context, so it fits every position). */
-static int run_step(fwdc *c, strata_err *err) {
-    if (!c->step) {
+/* A decode step of n tokens: the graph in *slot, recorded on first use
+ * (its attention grid covers the whole context, so it fits every
+ * position). */
+static int run_graph(fwdc *c, cuda_graph **slot, int n, strata_err *err) {
+    if (!*slot) {
         if (cuda_graph_begin(err)) return err->code;
-        int rc = queue_pass(c, 1, c->n_ctx, err);
+        int rc = queue_pass(c, n, c->n_ctx, err);
         cuda_graph *g = NULL;
         strata_err end_err = {0};
         int rc2 = cuda_graph_end(&g, &end_err); /* ends the capture even after a failure */
@@ -517,9 +529,9 @@ static int run_step(fwdc *c, strata_err *err) {
             if (err) *err = end_err;
             return rc2;
         }
-        c->step = g;
+        *slot = g;
     }
-    return cuda_graph_run(c->step, err);
+    return cuda_graph_run(*slot, err);
 }
 
 /* qwen35: the recurrent state continues from pos0 (which must be where it
@@ -546,7 +558,7 @@ int fwdc_run(fwdc *c, const int32_t *tok, int n, int pos0, int all, float *logit
         cuda_upload(c->rows, c->h_rows, (size_t)c->n_out * sizeof(int32_t), err))
         return err->code;
     /* a mixture of experts routes on the host between its kernels: no graph */
-    rc = n == 1 && c->use_graphs && !c->me ? run_step(c, err) : queue_pass(c, n, pos0 + n, err);
+    rc = n == 1 && c->use_graphs && !c->me ? run_graph(c, &c->step, 1, err) : queue_pass(c, n, pos0 + n, err);
     if (!rc) rc = logits ? cuda_download(logits, c->logits, (size_t)c->n_out * c->m->hp.n_vocab * sizeof(float), err)
                          : cuda_sync(err);
     if (!rc && c->dn) c->rs_end = pos0 + n;
@@ -613,6 +625,7 @@ static int fill_tables(fwdc *c, const fwd_batch *b, strata_err *err) {
     for (int i = 0; i < c->n_runs; i++) {
         dev_run *r = &c->runs[i];
         int nb = (r->end + B - 1) / B;
+        if (c->graph_call) at = (size_t)i * c->table_stride; /* the graph's fixed places (nb <= the stride) */
         if (at + (size_t)nb > c->tables_cap)
             return strata_errf(err, STRATA_ERANGE, "cuda: block tables of %zu entries past %zu", at + nb, c->tables_cap);
         for (int part = 0; part < parts; part++)
@@ -679,6 +692,19 @@ static void commit_states(fwdc *c, const fwd_batch *b) {
     for (int i = 0; i < c->n_runs && c->dn; i++) b->seqs[c->runs[i].t0]->rs_pos = c->runs[i].end;
 }
 
+/* A decode step a graph can replay: a token for each of n different
+ * sequences (runs of one), every row wanted, no mixture of experts (it
+ * routes on the host between kernels). */
+static int graph_step(const fwdc *c, const fwd_batch *b) {
+    if (!c->use_graphs || c->me || b->n >= PAGED_GRAPHS || c->n_runs != b->n) return 0;
+    for (int t = 0; t < b->n; t++) {
+        if (b->want && !b->want[t]) return 0;
+        for (int u = 0; u < t; u++)
+            if (b->seqs[u] == b->seqs[t]) return 0;
+    }
+    return 1;
+}
+
 int fwdc_run_batch(fwdc *c, const fwd_batch *b, float *logits, strata_err *err) {
     if (!c->kv) return strata_errf(err, STRATA_EINVAL, "cuda: a batch of sequences needs the paged pass (fwdc_new_paged)");
     for (int t = 0; t < b->n; t++)
@@ -687,10 +713,13 @@ int fwdc_run_batch(fwdc *c, const fwd_batch *b, float *logits, strata_err *err) 
     if (b->n <= 0 || b->n > c->max_batch)
         return strata_errf(err, STRATA_EINVAL, "batch of %d tokens (max %d)", b->n, c->max_batch);
     int rc = check_states(c, b, err);
-    if (rc || (rc = plan_runs(c, b, err)) || (rc = fill_tables(c, b, err)) || (rc = prepare_states(c, b, err)))
-        return rc;
+    if (rc || (rc = plan_runs(c, b, err))) return rc;
+    c->graph_call = graph_step(c, b);
+    if ((rc = fill_tables(c, b, err)) || (rc = prepare_states(c, b, err))) return rc;
     if (cuda_upload(c->tok, b->tokens, (size_t)b->n * sizeof(int32_t), err)) return err->code;
-    if ((rc = queue_pass(c, b->n, 0, err))) return rc;
+    rc = c->graph_call ? run_graph(c, &c->paged_steps[b->n], b->n, err) : queue_pass(c, b->n, 0, err);
+    c->graph_call = 0;
+    if (rc) return rc;
     if (c->n_out == 0 || !logits) rc = cuda_sync(err); /* no rows wanted, or the caller wants none back */
     else rc = cuda_download(logits, c->logits, (size_t)c->n_out * c->m->hp.n_vocab * sizeof(float), err);
     if (!rc) commit_states(c, b);

@@ -15,7 +15,8 @@
  * same blocks the cache names and moves between tiers; a call takes a
  * batch of several sequences as fwd_run does (fwdc_run_batch), each
  * token's K/V stored through its sequence's block table and attention
- * read through it, one launch per sequence's run. No graph there yet.
+ * read through it, one launch per sequence's run; a decode step (a token
+ * for each of n sequences) replays a graph recorded for n.
  * Gemma 3's sliding layers keep their rows in the pool's slots (model/kv.h):
  * they go through tables of slots, and their attention reads the window
  * only (cuda_attention_paged's n_swa).
