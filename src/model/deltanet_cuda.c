@@ -20,7 +20,8 @@
  * steps continue the same state, and a token's bits do not depend on the
  * chunking or the batch (the kernels walk a run's tokens in order).
  * Compiled, not yet run on a GPU.
- * Does not: the mixture-of-experts variant. */
+ * Does not: the feed-forward (forward_cuda.c; qwen35moe's experts:
+ * moe_cuda.c). */
 #include <math.h>
 #include <stdlib.h>
 
