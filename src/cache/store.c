@@ -882,19 +882,21 @@ void store_snap_save(cache_store *st, store_seq *q, const int32_t *tokens, const
     int P = s->rs_pos;
     if (!st->snaps || !s->rs || P <= 0 || P > s->n_pos || P > q->publish_limit || s->rs_floats != st->o.snap_floats)
         return;
-    const float *rs = s->rs; /* a device pool's: downloaded to snap_buf first */
-    strata_err err = {0};
-    if (st->kv->dev) {
-        if (kv_seq_state_read(st->kv, s, st->snap_buf, &err)) {
-            log_warn("cache: a recurrent-state snapshot at position %d not kept: %s", P, err.msg);
-            return;
-        }
-        rs = st->snap_buf;
-    }
     cache_hash key, boundary;
     int r;
     snap_name(st, q, tokens, P, &key, &boundary, &r);
     snap_entry *e = snap_add(st->snaps, &key, &boundary, r, P);
+    const float *rs = s->rs;
+    if (st->kv->dev) { /* a device pool's: the memory copy of this name, else downloaded (once) */
+        strata_err err = {0};
+        rs = e->data;
+        if (!rs && kv_seq_state_read(st->kv, s, st->snap_buf, &err) == 0) rs = st->snap_buf;
+        if (!rs) {
+            log_warn("cache: a recurrent-state snapshot at position %d not kept: %s", P, err.msg);
+            if (!e->tiers) snap_drop_data(st->snaps, e); /* held nowhere: not a snapshot */
+            return;
+        }
+    }
     int in_memory = e->data || snap_set_data(st->snaps, e, rs, s->rs_floats) == 0; /* 0: over the whole budget */
     snap_touch(st->snaps, e, 0);
     for (int k = 0; k < st->n_tiers; k++) { /* never twice: a tier's bit says it holds it */

@@ -126,10 +126,18 @@ int dnc_set_runs(dnc *d, const cuda_delta_run *runs, int n_runs, strata_err *err
     return cuda_upload(d->runs, runs, (size_t)n_runs * sizeof(cuda_delta_run), err);
 }
 
-/* The conv over the paged call's runs: one launch, or one a run in order. */
+/* The paged call's runs launch all at once (one wave of n_runs), or
+ * one a launch in order when a state has two (serial). */
+static void waves(const dnc *d, int *n_waves, int *per_wave) {
+    *n_waves = d->serial ? d->n_runs : 1;
+    *per_wave = d->serial ? 1 : d->n_runs;
+}
+
+/* The conv over the paged call's runs. */
 static int conv_runs(dnc *d, const dnc_tensors *T, size_t off, strata_err *err) {
-    int waves = d->serial ? d->n_runs : 1, per = d->serial ? 1 : d->n_runs;
-    for (int i = 0; i < waves; i++)
+    int n_waves, per;
+    waves(d, &n_waves, &per);
+    for (int i = 0; i < n_waves; i++)
         if (cuda_delta_conv_runs(d->qkv, d->runs + i, per, off, T->conv.d, d->conv_dim, d->m->hp.ssm_d_conv, err))
             return err->code;
     return 0;
@@ -138,8 +146,9 @@ static int conv_runs(dnc *d, const dnc_tensors *T, size_t off, strata_err *err) 
 /* The delta rule likewise. */
 static int rule_runs(dnc *d, size_t off, strata_err *err) {
     const model_hparams *hp = &d->m->hp;
-    int waves = d->serial ? d->n_runs : 1, per = d->serial ? 1 : d->n_runs;
-    for (int i = 0; i < waves; i++)
+    int n_waves, per;
+    waves(d, &n_waves, &per);
+    for (int i = 0; i < n_waves; i++)
         if (cuda_delta_rule_runs(d->o, d->runs + i, per, off, d->qkv, d->beta, d->g, d->conv_dim, hp->ssm_d_state,
                                  hp->ssm_n_k_heads, hp->ssm_n_v_heads, d->scale, err))
             return err->code;

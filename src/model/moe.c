@@ -168,19 +168,18 @@ static void route_row(fwd_ctx *c, void *arg, int t) {
 }
 
 /* Slots: the (token, j) pairs grouped by expert, tokens in batch order. */
-static void group_slots(moe_ctx *x, int n, int n_expert) {
-    memset(x->first, 0, (size_t)(n_expert + 1) * sizeof(int));
-    for (int s = 0; s < n * x->k; s++) x->first[x->ids[s] + 1]++;
-    for (int e = 0; e < n_expert; e++) x->first[e + 1] += x->first[e];
-    int *fill = x->fill;
-    memcpy(fill, x->first, (size_t)n_expert * sizeof(int));
-    for (int t = 0; t < n; t++)
-        for (int j = 0; j < x->k; j++) {
-            int e = x->ids[t * x->k + j], s = fill[e]++;
-            x->slot_of[t * x->k + j] = s;
-            x->slot_tok[s] = t;
-            x->slot_exp[s] = e;
-        }
+void moe_group(const int *ids, int n, int k, int n_expert, int *first, int *fill, int *slot_of, int *slot_tok,
+               int *slot_exp) {
+    memset(first, 0, (size_t)(n_expert + 1) * sizeof(int));
+    for (int s = 0; s < n * k; s++) first[ids[s] + 1]++;
+    for (int e = 0; e < n_expert; e++) first[e + 1] += first[e];
+    memcpy(fill, first, (size_t)n_expert * sizeof(int));
+    for (int i = 0; i < n * k; i++) {
+        int e = ids[i], s = fill[e]++;
+        slot_of[i] = s;
+        slot_tok[s] = i / k;
+        if (slot_exp) slot_exp[s] = e;
+    }
 }
 
 typedef struct {
@@ -363,7 +362,7 @@ void moe_ffn(fwd_ctx *c, const model_layer *L, const float *xn, int n, float *ou
     moe_arg a = {L, out};
     fwd__matmul(c, xn, n, &mo->router, x->logits);
     fwd__for_rows(c, n, route_row, &a);
-    group_slots(x, n, hp->n_expert);
+    moe_group(x->ids, n, x->k, hp->n_expert, x->first, x->fill, x->slot_of, x->slot_tok, x->slot_exp);
 
     const model_tensor *gu[2] = {&mo->gate.m, &mo->up.m};
     const model_experts *gus[2] = {&mo->gate, &mo->up};

@@ -18,4 +18,13 @@ model_tensor moe_expert(const model_experts *x, int e);
  * expert_norm and expert_scale (model.h). scratch: n_expert floats. */
 void moe_route(const model_hparams *hp, const float *logits, float *scratch, int *ids, float *w);
 
+/* n tokens' k chosen experts each (ids: [n][k]) as slots grouped by
+ * expert, tokens in batch order within one (the CPU's and the GPU's
+ * grouping): expert e's slots are [first[e], first[e + 1]) (first:
+ * n_expert + 1 ints), slot_of[t k + j] is token t's j-th expert's slot,
+ * slot_tok[s] and slot_exp[s] (NULL: not wanted) slot s's token and
+ * expert. fill: n_expert ints of scratch. */
+void moe_group(const int *ids, int n, int k, int n_expert, int *first, int *fill, int *slot_of, int *slot_tok,
+               int *slot_exp);
+
 #endif

@@ -23,6 +23,8 @@
 #include "model/forward_cuda_int.h"
 #include "model/moe.h"
 
+_Static_assert(sizeof(int) == sizeof(int32_t), "the host's slot tables are uploaded as int32_t");
+
 typedef struct mec_tensors {
     dev_tensor router, router_b, gate, up, down, sh_gate_inp, sh_gate, sh_up, sh_down;
     size_t gate_step, up_step, down_step; /* bytes from one expert's matrix to the next */
@@ -33,8 +35,8 @@ struct mec {
     int k;
     mec_tensors *layers; /* by layer */
     float *logits, *h_logits, *h_p; /* [max_batch][n_expert] on the device, the host's copy; one token's scratch */
-    int32_t *slot_tok, *h_slot_tok; /* [max_batch * k] each slot's token, grouped by expert */
-    int32_t *slot_of, *h_slot_of;   /* [max_batch][k] token t's j-th expert's slot */
+    int32_t *slot_tok, *slot_of;    /* [max_batch * k] each slot's token (grouped by expert), token t's j-th's slot */
+    int *h_slot_tok, *h_slot_of;    /* their host copies (moe_group's) */
     float *w, *h_w;                 /* [max_batch][k] its weight */
     int *h_ids, *first, *fill;      /* chosen experts; each expert's first slot; the grouping's cursor */
     float *xs, *g, *u, *y;          /* the slots' rows: input, gate, up, output */
@@ -78,8 +80,8 @@ static int alloc_all(fwdc *c, mec *x, int max_batch, strata_err *err) {
         return err->code;
     x->h_logits = xmalloc(n * ne * sizeof(float));
     x->h_p = xmalloc(ne * sizeof(float));
-    x->h_slot_tok = xmalloc(slots * sizeof(int32_t));
-    x->h_slot_of = xmalloc(slots * sizeof(int32_t));
+    x->h_slot_tok = xmalloc(slots * sizeof(int));
+    x->h_slot_of = xmalloc(slots * sizeof(int));
     x->h_w = xmalloc(slots * sizeof(float));
     x->h_ids = xmalloc(slots * sizeof(int));
     x->first = xmalloc((ne + 1) * sizeof(int));
@@ -122,14 +124,7 @@ static int route(mec *x, int n, strata_err *err) {
     int ne = hp->n_expert, k = x->k;
     if (cuda_download(x->h_logits, x->logits, (size_t)n * ne * sizeof(float), err)) return err->code;
     for (int t = 0; t < n; t++) moe_route(hp, x->h_logits + (size_t)t * ne, x->h_p, x->h_ids + t * k, x->h_w + t * k);
-    for (int e = 0; e <= ne; e++) x->first[e] = 0;
-    for (int i = 0; i < n * k; i++) x->first[x->h_ids[i] + 1]++;
-    for (int e = 0; e < ne; e++) x->first[e + 1] += x->first[e], x->fill[e] = x->first[e];
-    for (int i = 0; i < n * k; i++) { /* tokens in batch order within each expert */
-        int s = x->fill[x->h_ids[i]]++;
-        x->h_slot_tok[s] = i / k;
-        x->h_slot_of[i] = s;
-    }
+    moe_group(x->h_ids, n, k, ne, x->first, x->fill, x->h_slot_of, x->h_slot_tok, NULL);
     size_t bytes = (size_t)n * k * sizeof(int32_t);
     if (cuda_upload(x->slot_tok, x->h_slot_tok, bytes, err) || cuda_upload(x->slot_of, x->h_slot_of, bytes, err) ||
         cuda_upload(x->w, x->h_w, (size_t)n * k * sizeof(float), err))
