@@ -5,17 +5,19 @@
 # trimmed by scripts/gpu-bundle.sh LLAMA_SRC=...), runs test-gpu.sh
 # (correctness; its bench numbers run beside the build, so they are only a
 # smoke check) meanwhile, then, once the build is done and the CPU is
-# quiet, times both engines on the same SmolLM2-shaped GGUF, interleaved:
-# strata (fused kernels), llama-bench, strata (separate kernels,
-# STRATA_CUDA_FUSE=0), llama-bench, strata (fused) again; depth-4096 rows
-# last. A short table ends the output; full logs go to $OUT (five files:
+# quiet, times both engines on the same GGUFs, interleaved (strata,
+# llama-bench, strata: pp512/tg128; then strata, llama-bench at depth
+# 4096), on the SmolLM2-shaped one, then on the qwen35 0.8B-shaped one
+# (the issue's anchor; pp4096 too). A
+# short table ends the output; full logs go to $OUT (five files:
 # test-gpu.log, test-gpu-logs.tgz, llama-build.log, bench.txt,
 # llama-version.txt).
 #
 #   DIR/peer.sh LLAMA_TARBALL     (in a bundle of scripts/gpu-bundle.sh)
 #
 # Env: OUT (logs; a temp dir), JOBS (build jobs; nproc), REPS (10),
-# BUILD_WAIT (seconds from the start to wait for the build at most; 320).
+# BUILD_WAIT (seconds from the start to wait for the build at most; 300:
+# it built in 214 s alone on the lent H100's 16 cores).
 # Exit status: test-gpu.sh's (0 only when every GPU check passed).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,7 +25,8 @@ tarball=${1:?usage: peer.sh LLAMA_SRC.tar.xz}
 LOGS=${OUT:-$(mktemp -d)}
 JOBS=${JOBS:-$(nproc)}
 REPS=${REPS:-10}
-BUILD_WAIT=${BUILD_WAIT:-320}
+export REPS
+BUILD_WAIT=${BUILD_WAIT:-300}
 export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONPATH="$here/py${PYTHONPATH:+:$PYTHONPATH}"
 STRATA=$here/strata
@@ -46,9 +49,9 @@ bdir=$src/build
 ) > "$LOGS/llama-build.log" 2>&1 &
 build_pid=$!
 
-# 2. Our checks meanwhile (the synthetic model stays for the comparison).
+# 2. Our checks meanwhile (the synthetic models stay for the comparison).
 step "test-gpu.sh (beside the build: its timings are not the comparison)"
-export KEEP_MODEL=$src/smollm2-135m-synth-q4_1.gguf
+export KEEP_MODEL=$src/smollm2-135m-synth-q4_1.gguf KEEP_Q35=$src/qwen35-0.8b-synth-q4_0.gguf
 TG=$src/test-gpu-logs # kept as one .tgz: $OUT brings back few files
 mkdir -p "$TG"
 (cd "$here" && OUT="$TG" STRATA="$STRATA" TESTS="$here/strata-tests" TOOLS="$here/tools" \
@@ -73,33 +76,41 @@ LB=$bdir/bin/llama-bench
 # 3. Interleaved timings, the CPU quiet now.
 B=$LOGS/bench.txt
 : > "$B"
-sb() { # label, env, args...
+M=$SMOL
+sb() { # label, env, args... (on $M)
     local label=$1 envs=$2
     shift 2
-    echo "-- strata $label: $*" >> "$B"
-    env $envs timeout 120 "$STRATA" bench -m "$SMOL" --device cuda "$@" >> "$B" 2>&1
+    echo "-- strata $label $(basename "$M"): $*" >> "$B"
+    env $envs timeout 120 "$STRATA" bench -m "$M" --device cuda "$@" >> "$B" 2>&1
 }
 lb() {
     [ -n "$LB" ] || return 0
-    echo "-- llama-bench: $*" >> "$B"
-    timeout 120 "$LB" -m "$SMOL" -ngl 99 -fa 1 "$@" >> "$B" 2>&1
+    echo "-- llama-bench $(basename "$M"): $*" >> "$B"
+    timeout 120 "$LB" -m "$M" -ngl 99 -fa 1 "$@" >> "$B" 2>&1
 }
-step "interleaved: strata fused, llama-bench, strata separate, llama-bench, strata fused"
-sb fused STRATA_CUDA_FUSE=1 -p 512 -n 128 -r "$REPS"
-lb -p 512 -n 128 -r "$REPS"
-sb separate STRATA_CUDA_FUSE=0 -p 512 -n 128 -r "$REPS"
-lb -p 512 -n 128 -r "$REPS"
-sb fused STRATA_CUDA_FUSE=1 -p 512 -n 128 -r "$REPS"
-step "depth 4096"
-sb fused STRATA_CUDA_FUSE=1 -p 512 -n 128 -d 4096 -r 3
-lb -p 512 -n 128 -d 4096 -r 3
-sb separate STRATA_CUDA_FUSE=0 -p 512 -n 128 -d 4096 -r 3
+# rows MODEL: pp512/tg128 strata, llama-bench, strata; pp4096 (qwen35,
+# the issue's anchor); then depth 4096 strata, llama-bench
+rows() {
+    M=$1
+    step "interleaved on $(basename "$M"): strata, llama-bench, strata; then depth 4096"
+    sb fused "" -p 512 -n 128 -r "$REPS"
+    lb -p 512 -n 128 -r "$REPS"
+    sb fused "" -p 512 -n 128 -r "$REPS"
+    if [ "$M" = "$KEEP_Q35" ]; then
+        sb fused "" -p 4096 -n 0 -r 3
+        lb -p 4096 -n 0 -r 3
+    fi
+    sb fused "" -p 512 -n 128 -d 4096 -r 3
+    lb -p 512 -n 128 -d 4096 -r 3
+}
+rows "$SMOL"
+[ -s "$KEEP_Q35" ] && rows "$KEEP_Q35"
 [ -n "$LB" ] && "$LB" --version > "$LOGS/llama-version.txt" 2>&1
 cat "$B"
 
 step "summary"
 grep -E "^(ok|FAIL) |passed|test-gpu:" "$LOGS/test-gpu.log" | tail -4
-grep -E "^-- |(pp|tg)[0-9]+" "$B" | grep -vE "^\|[- |]+\|$"
+grep -E "^-- |(pp|tg)[0-9]+" "$B" | grep -vE "^\|[- |]+\|$" | cut -c1-150
 head -2 "$LOGS/llama-version.txt" 2>/dev/null
 echo "peer: $(($(date +%s) - t0)) s in all"
 rm -rf "$src"

@@ -37,7 +37,10 @@
 #   nograph, nofuse, cpu   decode without the graph, separate kernels, the
 #              machine's CPU: for comparison
 #   optional   PREV (another strata binary, benched beside this one),
-#              QT_SWEEP=1 (attention tile sizes), PROFILE=1 (ncu)
+#              QT_SWEEP=1 (attention tile sizes), PROFILE=1 (ncu: each
+#              kernel's time in decode, prefill, attention at depth;
+#              PROFILE=quick: decode, and one of qwen35's decode
+#              attention launches at depth in detail)
 #
 #   scripts/test-gpu.sh        (`make test-gpu` builds first; a bundle's run.sh
 #                               sets the paths: scripts/gpu-bundle.sh)
@@ -45,13 +48,14 @@
 # Env: STRATA (./strata), TESTS (build/strata-tests), SERVE_CHECK
 # (scripts/gpu-serve-check.py), TEST_DATA_DIR (tests/data/gen), TOOLS
 # (tools), PYTHON (python3), OUT (where the logs go: a temp dir), REPS (10:
-# bench repetitions), BUDGET_S (360), KEEP_MODEL (make the synthetic
-# model at this path and leave it: gpu-peer.sh times llama.cpp on it),
+# bench repetitions), BUDGET_S (360), KEEP_MODEL, KEEP_Q35 (make the
+# SmolLM2-shaped, the qwen35 synthetic model at this path and leave it:
+# gpu-peer.sh times llama.cpp on them),
 # PREV, QT_SWEEP, PROFILE (above), STEPS (names of the steps to run, e.g.
 # "env unit"; all by default).
 # Files in $OUT (at most 8 come back from the lent machine): summary.txt,
 # test-gpu.log (everything printed), serve-gpu.log (the servers' output),
-# sanitizer.log, ncu.txt (PROFILE=1).
+# sanitizer.log, ncu.txt (PROFILE), ncu-attn.txt (PROFILE=quick).
 # Exit status: 0 only when every step that ran passed.
 set -u
 STRATA=${STRATA:-./strata}
@@ -72,7 +76,7 @@ LOGS=${OUT:-$(mktemp -d)}
 mkdir -p "$LOGS"
 WORK=$(mktemp -d)
 SMOL=$(abs "${KEEP_MODEL:-$WORK/smollm2-135m-synth-q4_1.gguf}")
-Q35=$WORK/qwen35-0.8b-synth-q4_0.gguf
+Q35=$(abs "${KEEP_Q35:-$WORK/qwen35-0.8b-synth-q4_0.gguf}")
 SUMMARY=$LOGS/summary.txt
 T0=$(date +%s)
 export STRATA TESTS TOOLS PYTHON REPS WORK SMOL Q35 LOGS
@@ -209,9 +213,9 @@ bench_gpu() {
 
 sanitizer() {
     command -v compute-sanitizer > /dev/null || { echo "no compute-sanitizer on this machine"; return 1; }
-    # the code never run on a GPU before: the paged pass, the tiers on cuda_devmem, gemma3's window, qwen35, MoE
+    # the code new to the GPU: the paged pass, the tiers on cuda_devmem, gemma3's window, qwen35, MoE, the decode matmul
     STRATA_TEST_GPU=1 compute-sanitizer --tool memcheck --error-exitcode 3 --target-processes all \
-        "$TESTS" 'gpu_paged_*' 'gpu_tiers_*' 'gpu_gemma3_*' 'gpu_qwen35_*' 'gpu_moe_*' > "$LOGS/sanitizer.log" 2>&1
+        "$TESTS" 'gpu_paged_*' 'gpu_tiers_*' 'gpu_gemma3_*' 'gpu_qwen35_*' 'gpu_moe_*' 'gpu_matmul_*' > "$LOGS/sanitizer.log" 2>&1
     local rc=$?
     grep -E "^(ok|FAIL|skip) |passed|ERROR SUMMARY|Invalid|out of bounds" "$LOGS/sanitizer.log" | head -40
     return $rc
@@ -244,9 +248,16 @@ bench_cpu() {
 bench_prev() {
     [ -s "$SMOL" ] && [ -x "$PREV" ] || return 1
     "$PREV" --version 2>&1 | head -1
-    "$PREV" bench -m "$SMOL" --device cuda -p 512 -n 128 -r "$REPS" 2>&1 | tee "$WORK/bench-prev.txt" | tail -3
-    "$PREV" bench -m "$SMOL" --device cuda -p 512 -n 128 -d 4096 -r 3 2>&1 | tee -a "$WORK/bench-prev.txt" | tail -2
-    "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 128 -r "$REPS" 2>&1 | tee -a "$WORK/bench-gpu.txt" | tail -2
+    : > "$WORK/bench-prev.txt"
+    local m
+    for m in "$SMOL" "$Q35"; do # the previous build, then this one again: the same machine, minutes apart
+        [ -s "$m" ] || continue
+        echo "$(basename "$m"): the previous build, then this one"
+        "$PREV" bench -m "$m" --device cuda -p 512 -n 128 -r "$REPS" 2>&1 | tee -a "$WORK/bench-prev.txt" | tail -2
+        "$PREV" bench -m "$m" --device cuda -p 512 -n 128 -d 4096 -r 3 2>&1 | tee -a "$WORK/bench-prev.txt" | tail -2
+        "$STRATA" bench -m "$m" --device cuda -p 512 -n 128 -r "$REPS" 2>&1 | tee -a "$WORK/bench-again.txt" | tail -2
+        "$STRATA" bench -m "$m" --device cuda -p 512 -n 128 -d 4096 -r 3 2>&1 | tee -a "$WORK/bench-again.txt" | tail -2
+    done
 }
 
 qt_sweep() {
@@ -257,17 +268,46 @@ qt_sweep() {
     done
 }
 
+# ncu_run TITLE PASSES FILTER PROGRAM...: the program under ncu (each
+# kernel's own time; FILTER: a kernel-name regex or ""), the table of
+# tools/ncu_table.py to the output and $LOGS/ncu.txt
+ncu_run() {
+    local title=$1 passes=$2 filter=$3
+    shift 3
+    ncu --csv --print-units base --metrics gpu__time_duration.sum ${filter:+-k "regex:$filter"} \
+        --log-file "$WORK/ncu.csv" "$@" > /dev/null 2>&1 || { echo "ncu failed: $title"; return 1; }
+    "$PYTHON" "$TOOLS/ncu_table.py" --passes "$passes" --top 16 --title "$title" "$WORK/ncu.csv" | tee -a "$LOGS/ncu.txt"
+}
+
 profile() {
     command -v ncu > /dev/null || { echo "no ncu"; return 1; }
-    # the warm-up's prefill (~430 launches), then its first decode steps
-    ncu --metrics gpu__time_duration.sum --print-summary per-kernel --launch-count 860 \
-        "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 8 -r 1 > "$LOGS/ncu.txt" 2>&1
-    local rc=$?
-    grep -E "k_[a-z_]+|gpu__time_duration" "$LOGS/ncu.txt" | tail -60
+    : > "$LOGS/ncu.txt"
+    local m rc=0
+    # decode: a 4-token prompt, then 16 steps, each kernel on its own (no graph: ncu times a graph's kernels alike)
+    for m in "$SMOL" "$Q35"; do
+        [ -s "$m" ] || continue
+        STRATA_CUDA_GRAPH=0 ncu_run "decode, 17 passes: $(basename "$m")" 17 "" \
+            "$STRATA" run -m "$m" -p "The cache is" -n 16 --temp 0 -q --device cuda || rc=1
+    done
+    if [ "${PROFILE:-1}" = quick ]; then
+        # one decode attention launch of qwen35 at depth 4096 (past the depth's 48 prefill launches), every section
+        [ -s "$Q35" ] && { ncu --set full -k 'regex:k_attn_seg<8>' --launch-skip 20 --launch-count 1 \
+            "$STRATA" bench -m "$Q35" --device cuda -p 0 -n 16 -d 4096 -r 1 > "$LOGS/ncu-attn.txt" 2>&1 || rc=1; }
+        grep -E "Duration|Registers|Achieved Occupancy|Theoretical Occupancy|Grid Size|Shared Memory Config|Dynamic Shared|Issue Slots Busy|Warp Cycles Per Issued|stall" "$LOGS/ncu-attn.txt" | head -30
+        return $rc
+    fi
+    # prefill: the warm-up's pp512 and one more
+    [ -s "$Q35" ] && { ncu_run "pp512, 2 passes: $(basename "$Q35")" 2 "" "$STRATA" bench -m "$Q35" --device cuda -p 512 -n 0 -r 1 || rc=1; }
+    # attention at depth 4096: the depth's prefill, then the warm-up's and one run's 16 decode steps (graphs)
+    for m in "$SMOL" "$Q35"; do
+        [ -s "$m" ] || continue
+        ncu_run "attention at depth 4096 (the depth's prefill, then 2 x 16 decode steps as graphs): $(basename "$m")" 0 "attn" \
+            "$STRATA" bench -m "$m" --device cuda -p 0 -n 16 -d 4096 -r 1 || rc=1
+    done
     return $rc
 }
 
-export -f env_info test_data unit_tests make_model compare_greedy bench_model greedy serve_check serve serve_gemma3 serve_qwen35 \
+export -f ncu_run env_info test_data unit_tests make_model compare_greedy bench_model greedy serve_check serve serve_gemma3 serve_qwen35 \
     bench_gpu sanitizer qwen35_anchor bench_nograph bench_nofuse bench_cpu \
     bench_prev qt_sweep profile
 export SERVE_CHECK=${SERVE_CHECK:-} PREV=${PREV:-} GPU_TEST_MODELS=${GPU_TEST_MODELS:-}
@@ -294,12 +334,12 @@ step nograph 60 "decode without the graph (STRATA_CUDA_GRAPH=0)" bench_nograph
 step nofuse 60 "separate kernels (STRATA_CUDA_FUSE=0)" bench_nofuse
 step cpu 120 "bench on this machine's CPU, for scale (3 reps)" bench_cpu
 if wanted optional; then
-    [ -n "$PREV" ] && STEPS="$STEPS prev" step prev 150 "the previous build ($PREV), then this one again" bench_prev
+    [ -n "$PREV" ] && STEPS="$STEPS prev" step prev 200 "the previous build ($PREV), then this one again, on both models" bench_prev
     [ "${QT_SWEEP:-0}" = 1 ] && STEPS="$STEPS qt" step qt 150 "attention query tokens a block (STRATA_CUDA_ATTN_QT)" qt_sweep
-    [ "${PROFILE:-0}" = 1 ] && STEPS="$STEPS ncu" step ncu 150 "kernel times (ncu): pp512 then decode" profile
+    [ "${PROFILE:-0}" != 0 ] && STEPS="$STEPS ncu" step ncu 150 "kernel times (ncu): decode, qwen35's pp512, attention at depth" profile
 fi
 
-for f in bench-gpu bench-qwen35 bench-nograph bench-nofuse bench-cpu bench-prev; do
+for f in bench-gpu bench-qwen35 bench-nograph bench-nofuse bench-cpu bench-prev bench-again; do
     [ -s "$WORK/$f.txt" ] && grep -E "^\| (pp|tg)" "$WORK/$f.txt" | sed "s/^/$f /" >> "$SUMMARY"
 done
 note "test-gpu: $([ $fail -eq 0 ] && echo PASS || echo FAIL) in $(($(date +%s) - T0)) s"

@@ -695,8 +695,10 @@ static void ref_conv_gates(float *qkv, float *st, const float *w, float *beta, f
  * size S), the GPU run in the chunks of plan (0-terminated): the conv and
  * the q/k norms, beta, the delta rule (state and output) and the gated
  * norm with the CPU reference's bits (the delta rule: backend/delta.c's
- * scalar kernel, fed the GPU's gates); the decay within an ulp (logf). */
-static void check_delta_kernels(int S, const int *plan) {
+ * scalar kernel, fed the GPU's gates); the decay within an ulp (logf).
+ * The conv in place (token by token), or into another buffer (a thread
+ * per token from 16 tokens a chunk). */
+static void check_delta_kernels(int S, const int *plan, int in_place) {
     enum { HK = 2, HV = 4, K = 4, N = 37 };
     int qk = HK * S, C = 2 * qk + HV * S, vd = HV * S;
     float eps = 1e-6f, scale = 1.0f / sqrtf((float)S);
@@ -711,13 +713,13 @@ static void check_delta_kernels(int S, const int *plan) {
     float *dx = to_dev(x, (size_t)N * C * 4), *dw = to_dev(w, (size_t)C * K * 4), *dst = to_dev(st, (size_t)(K - 1) * C * 4);
     float *db = to_dev(beta, N * HV * 4), *dg = to_dev(g, N * HV * 4), *ddt = to_dev(dt, HV * 4), *da = to_dev(a, HV * 4);
     float *dS = to_dev(S0, nS * 4), *dz = to_dev(z, (size_t)N * vd * 4), *dnw = to_dev(nw, S * 4);
-    float *dout = to_dev(NULL, (size_t)N * vd * 4);
+    float *dout = to_dev(NULL, (size_t)N * vd * 4), *dy = in_place ? dx : to_dev(NULL, (size_t)N * C * 4);
     strata_err err = {0};
     for (int done = 0, ci = 0; done < N; ci++) {
         if (!plan[ci]) ci = 0;
         int k = plan[ci] < N - done ? plan[ci] : N - done;
-        float *q = dx + (size_t)done * C;
-        if (cuda_delta_conv(q, q, dst, dw, k, C, K, &err) ||
+        float *q = dy + (size_t)done * C;
+        if (cuda_delta_conv(q, dx + (size_t)done * C, dst, dw, k, C, K, &err) ||
             cuda_delta_gates(q, db + done * HV, dg + done * HV, ddt, da, k, C, S, HK, HV, eps, &err) ||
             cuda_delta_rule(dout + (size_t)done * vd, dS, q, db + done * HV, dg + done * HV, k, C, S, HK, HV, scale, &err))
             test_fail(__FILE__, __LINE__, "S %d: %s", S, err.msg);
@@ -725,7 +727,7 @@ static void check_delta_kernels(int S, const int *plan) {
     }
     float *gq = xmalloc((size_t)N * C * 4), *gst = xmalloc((size_t)(K - 1) * C * 4), *gb = xmalloc(N * HV * 4);
     float *gg = xmalloc(N * HV * 4), *gS = xmalloc(nS * 4), *go = xmalloc((size_t)N * vd * 4);
-    from_dev(gq, dx, (size_t)N * C * 4), from_dev(gst, dst, (size_t)(K - 1) * C * 4);
+    from_dev(gq, dy, (size_t)N * C * 4), from_dev(gst, dst, (size_t)(K - 1) * C * 4);
     from_dev(gb, db, N * HV * 4), from_dev(gg, dg, N * HV * 4), from_dev(gS, dS, nS * 4);
     from_dev(go, dout, (size_t)N * vd * 4);
     ref_conv_gates(x, st, w, beta, g, dt, a, N, C, K, S, HK, HV, eps);
@@ -767,6 +769,7 @@ static void check_delta_kernels(int S, const int *plan) {
     CHECK_MSG(memcmp(go, ro, (size_t)N * vd * 4) == 0, "S %d: the gated norm", S);
     void *dev[] = {dx, dw, dst, db, dg, ddt, da, dS, dz, dnw, dout};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cuda_free(dev[i]);
+    if (!in_place) cuda_free(dy);
     void *host[] = {x, w, st, beta, g, dt, a, S0, z, nw, gq, gst, gb, gg, gS, go, ro};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
 }
@@ -782,10 +785,12 @@ TEST(gpu_qwen35_kernels_keep_the_cpu_bits) {
         test_fail(__FILE__, __LINE__, "%s", err.msg);
         return;
     }
-    static const int one[] = {64, 0}, uneven[] = {1, 7, 3, 13, 2, 0};
+    static const int one[] = {64, 0}, uneven[] = {1, 7, 3, 13, 2, 0}, long_ones[] = {2, 17, 1, 0};
     for (int S = 32; S <= 128; S *= 4) {
-        check_delta_kernels(S, one);
-        check_delta_kernels(S, uneven);
+        check_delta_kernels(S, one, 1);
+        check_delta_kernels(S, uneven, 0);
+        check_delta_kernels(S, one, 0);       /* 37 tokens: a thread per token */
+        check_delta_kernels(S, long_ones, 0); /* 17 after 2: the first taps from the state */
     }
     /* sigmoid gate: o * 1 / (1 + e^-g) over a sweep, e^-g alone past g < -17 */
     enum { NG = 4096 + 12 };

@@ -4,7 +4,8 @@
  * n tokens (the paged pass's conv and delta rule over every sequence's
  * run in one launch, each run on its own state: dnc_set_runs):
  *   1. in-projections qkv, z, beta, alpha (matmuls of one kind share a launch);
- *   2. the short causal conv over qkv with its conv state, then SiLU (in place);
+ *   2. the short causal conv over qkv with its conv state, then SiLU
+ *      (the projections in qkv_in, the conv's output in qkv);
  *   3. q and k heads L2-normed, beta = sigmoid(beta), the decay;
  *   4. the delta rule per value head with its state;
  *   5. RMS norm per head times SiLU(z);
@@ -39,10 +40,12 @@ struct dnc {
     size_t conv_floats, layer_floats; /* one layer's conv state, and its whole state */
     float scale;                      /* the delta rule's read-out, 1 / sqrt(dim) as deltanet.c */
     float *state;                     /* every recurrent layer's, [rec_layer][layer_floats] */
-    float *qkv, *z, *beta, *g, *o;    /* [max_batch][...]: the conv works in place on qkv; g: alpha, then the decay */
+    float *qkv_in, *qkv, *z, *beta, *g, *o; /* [max_batch][...]: qkv_in the projection, qkv the conv's output;
+                                             * g: alpha, then the decay */
     dnc_tensors *layers;              /* by rec_layer */
     cuda_delta_run *runs;             /* paged: the call's runs and their states, in device memory */
-    int n_runs, serial;               /* serial: a sequence has two runs (launched one after the other) */
+    int n_runs, serial, max_run;      /* serial: a sequence has two runs (launched one after the other);
+                                       * max_run: the most tokens of a run */
 };
 
 static int upload_layer(fwdc *c, const model_layer *L, dnc_tensors *T, strata_err *err) {
@@ -57,8 +60,8 @@ static int upload_layer(fwdc *c, const model_layer *L, dnc_tensors *T, strata_er
 static int alloc_all(fwdc *c, dnc *d, int max_batch, int paged, strata_err *err) {
     const model_hparams *hp = &d->m->hp;
     size_t n = (size_t)max_batch, vd = (size_t)hp->ssm_d_inner, hv = (size_t)hp->ssm_n_v_heads;
-    float **bufs[] = {&d->qkv, &d->z, &d->beta, &d->g, &d->o};
-    size_t sizes[] = {(size_t)d->conv_dim, vd, hv, hv, vd};
+    float **bufs[] = {&d->qkv_in, &d->qkv, &d->z, &d->beta, &d->g, &d->o};
+    size_t sizes[] = {(size_t)d->conv_dim, (size_t)d->conv_dim, vd, hv, hv, vd};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (!(*bufs[i] = fwdc__alloc(c, n * sizes[i] * sizeof(float), err))) return err->code;
     if (paged) /* the states are the pool's sequences' (kv_seq.rs), a table of them a call */
@@ -105,7 +108,7 @@ void dnc_reset(dnc *d) { cuda_zero(d->state, dnc_state_floats(d) * sizeof(float)
  * separate ones). */
 static int in_proj(dnc *d, const dnc_tensors *T, const float *xn, int n, strata_err *err) {
     const dev_tensor *w[4] = {&T->qkv, &T->gate, &T->beta, &T->alpha};
-    float *y[4] = {d->qkv, d->z, d->beta, d->g};
+    float *y[4] = {d->qkv_in, d->z, d->beta, d->g};
     for (int i = 0, j; i < 4; i = j) {
         const void *ws[3];
         int rows[3];
@@ -121,6 +124,8 @@ static int in_proj(dnc *d, const dnc_tensors *T, const float *xn, int n, strata_
 int dnc_set_runs(dnc *d, const cuda_delta_run *runs, int n_runs, strata_err *err) {
     d->n_runs = n_runs;
     d->serial = 0; /* one launch would run a state's two runs side by side */
+    d->max_run = 0;
+    for (int i = 0; i < n_runs; i++) d->max_run = runs[i].n > d->max_run ? runs[i].n : d->max_run;
     for (int i = 0; i < n_runs && !d->serial; i++)
         for (int j = 0; j < i && !d->serial; j++) d->serial = runs[i].state == runs[j].state;
     return cuda_upload(d->runs, runs, (size_t)n_runs * sizeof(cuda_delta_run), err);
@@ -138,7 +143,8 @@ static int conv_runs(dnc *d, const dnc_tensors *T, size_t off, strata_err *err) 
     int n_waves, per;
     waves(d, &n_waves, &per);
     for (int i = 0; i < n_waves; i++)
-        if (cuda_delta_conv_runs(d->qkv, d->runs + i, per, off, T->conv.d, d->conv_dim, d->m->hp.ssm_d_conv, err))
+        if (cuda_delta_conv_runs(d->qkv, d->qkv_in, d->runs + i, per, d->max_run, off, T->conv.d, d->conv_dim,
+                                 d->m->hp.ssm_d_conv, err))
             return err->code;
     return 0;
 }
@@ -162,7 +168,8 @@ static int conv_and_rule(dnc *d, const dnc_tensors *T, int rl, int n, strata_err
     int S = hp->ssm_d_state, hk = hp->ssm_n_k_heads, hv = hp->ssm_n_v_heads;
     size_t conv_off = (size_t)rl * d->layer_floats, delta_off = conv_off + d->conv_floats;
     if (d->runs ? conv_runs(d, T, conv_off, err)
-                : cuda_delta_conv(d->qkv, d->qkv, d->state + conv_off, T->conv.d, n, d->conv_dim, hp->ssm_d_conv, err))
+                : cuda_delta_conv(d->qkv, d->qkv_in, d->state + conv_off, T->conv.d, n, d->conv_dim, hp->ssm_d_conv,
+                                  err))
         return err->code;
     if (cuda_delta_gates(d->qkv, d->beta, d->g, T->dt.d, T->a.d, n, d->conv_dim, S, hk, hv, hp->rms_eps, err))
         return err->code;

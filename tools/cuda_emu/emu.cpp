@@ -190,7 +190,7 @@ static int not_recording(const char *what, strata_err *err) {
 
 extern "C" {
 int cuda_built(void) { return 1; }
-int cuda_open(strata_err *err) { return 0; }
+int cuda_open(strata_err *err) { return attn_raise_smem(err); }
 const char *cuda_device_name(void) { return "cuda_emu (the host, emulated)"; }
 void *cuda_alloc(size_t bytes, strata_err *err) { return calloc(1, bytes ? bytes : 1); }
 void cuda_free(void *d_p) { free(d_p); }

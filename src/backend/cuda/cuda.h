@@ -188,7 +188,8 @@ void cuda_zero(void *d_p, size_t bytes);
 /* The short causal conv over n tokens, then SiLU: per channel,
  * y = h_0 w_0 + ... + h_(K-2) w_(K-2) + x w_(K-1) with h the channel's
  * last K - 1 inputs, oldest first (d_state: [K - 1][channels], updated);
- * d_w: ssm_conv1d, [channels][K]. d_y may be d_x. */
+ * d_w: ssm_conv1d, [channels][K]. d_y may be d_x (then token by token;
+ * otherwise from 16 tokens a thread per token: the same bits). */
 int cuda_delta_conv(float *d_y, const float *d_x, float *d_state, const float *d_w, int n, int channels, int d_conv,
                     strata_err *err);
 /* Per token, in place: q and k heads L2-normed (x / sqrt(sum x^2 + eps));
@@ -211,8 +212,9 @@ typedef struct cuda_delta_run {
     int t0, n;
     float *state;
 } cuda_delta_run;
-int cuda_delta_conv_runs(float *d_qkv, const cuda_delta_run *d_runs, int n_runs, size_t state_off, const float *d_w,
-                         int channels, int d_conv, strata_err *err);
+/* max_n: the most tokens a run has (the conv's grid). */
+int cuda_delta_conv_runs(float *d_y, const float *d_x, const cuda_delta_run *d_runs, int n_runs, int max_n,
+                         size_t state_off, const float *d_w, int channels, int d_conv, strata_err *err);
 int cuda_delta_rule_runs(float *d_o, const cuda_delta_run *d_runs, int n_runs, size_t state_off, const float *d_qkv,
                          const float *d_beta, const float *d_decay, int channels, int dim, int n_k_heads,
                          int n_v_heads, float scale, strata_err *err);

@@ -148,24 +148,79 @@ __global__ void k_dn_conv(float *y, const float *x, float *state, const float *w
         if (k < R) state[(size_t)k * C + ch] = h[k];
 }
 
-extern "C" int cuda_delta_conv(float *d_y, const float *d_x, float *d_state, const float *d_w, int n, int channels,
-                               int d_conv, strata_err *err) {
+/* The same outputs a thread per (token blockIdx.y, channel): the taps
+ * read inputs only (x, or the state for the first K - 1 tokens), never
+ * outputs, so the tokens need not go in order; the same sum in the same
+ * order, so the same bits. y must not be x; the state is left as it was
+ * (k_dn_conv_state moves it on, after every token has read it). */
+__global__ void k_dn_conv_tok(float *y, const float *x, const float *state, const float *w, int n, int C, int K,
+                              const cuda_delta_run *runs, size_t state_off) {
+    int ch = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
+    float *st = (float *)state;
+    size_t t0 = (size_t)dn_run(runs, state_off, &st, &n);
+    if (ch >= C || t >= n) return;
+    y += t0 * C, x += t0 * C;
+    int R = K - 1;
+    float acc = 0.0f;
+    for (int k = 0; k < R; k++) { /* tap k: the input at time t - R + k (the state's row t + k before time 0) */
+        int at = t - R + k;
+        float h = at >= 0 ? x[(size_t)at * C + ch] : st[(size_t)(t + k) * C + ch];
+        acc += h * w[(size_t)ch * K + k];
+    }
+    float xv = x[(size_t)t * C + ch];
+    y[(size_t)t * C + ch] = silu_glibc(acc + xv * w[(size_t)ch * K + R]);
+}
+
+/* The state after n tokens: its rows are the last K - 1 inputs, oldest
+ * first (x's, or the old state's while n < K - 1); a thread a channel. */
+__global__ void k_dn_conv_state(float *state, const float *x, int n, int C, int K, const cuda_delta_run *runs,
+                                size_t state_off) {
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    size_t t0 = (size_t)dn_run(runs, state_off, &state, &n);
+    if (ch >= C || n <= 0) return;
+    x += t0 * C;
+    int R = K - 1;
+    float h[DN_KMAX];
+#pragma unroll
+    for (int k = 0; k < DN_KMAX - 1; k++) { /* all read before any is written: row n + k may be row k' < k */
+        int at = n - R + k;
+        h[k] = k >= R ? 0.0f : at >= 0 ? x[(size_t)at * C + ch] : state[(size_t)(n + k) * C + ch];
+    }
+#pragma unroll
+    for (int k = 0; k < DN_KMAX - 1; k++)
+        if (k < R) state[(size_t)k * C + ch] = h[k];
+}
+
+/* Tokens from which the conv takes a thread per token (two launches);
+ * fewer go through k_dn_conv's one launch, token by token. */
+#define DN_CONV_PARALLEL 16
+
+static int conv_go(float *d_y, const float *d_x, float *d_state, const float *d_w, int n, int channels, int d_conv,
+                   const cuda_delta_run *d_runs, size_t state_off, int n_runs, strata_err *err) {
     if (d_conv < 1 || d_conv > DN_KMAX)
         return strata_errf(err, STRATA_EUNSUPPORTED, "cuda delta net: conv kernel %d (1 to %d)", d_conv, DN_KMAX);
-    if (n > 0 && channels > 0)
-        k_dn_conv<<<(channels + 127) / 128, 128, 0, g_stream>>>(d_y, d_x, d_state, d_w, n, channels, d_conv, NULL,
-                                                                 0);
+    if (n <= 0 || channels <= 0 || n_runs <= 0) return 0;
+    unsigned cb = (unsigned)((channels + 127) / 128);
+    if (n < DN_CONV_PARALLEL || d_y == d_x) {
+        k_dn_conv<<<dim3(cb, 1, n_runs), 128, 0, g_stream>>>(d_y, d_x, d_state, d_w, n, channels, d_conv, d_runs,
+                                                            state_off);
+        return 0;
+    }
+    k_dn_conv_tok<<<dim3(cb, n, n_runs), 128, 0, g_stream>>>(d_y, d_x, d_state, d_w, n, channels, d_conv, d_runs,
+                                                            state_off);
+    k_dn_conv_state<<<dim3(cb, 1, n_runs), 128, 0, g_stream>>>(d_state, d_x, n, channels, d_conv, d_runs, state_off);
     return 0;
 }
 
-extern "C" int cuda_delta_conv_runs(float *d_qkv, const cuda_delta_run *d_runs, int n_runs, size_t state_off,
-                                    const float *d_w, int channels, int d_conv, strata_err *err) {
-    if (d_conv < 1 || d_conv > DN_KMAX)
-        return strata_errf(err, STRATA_EUNSUPPORTED, "cuda delta net: conv kernel %d (1 to %d)", d_conv, DN_KMAX);
-    dim3 grid((channels + 127) / 128, 1, n_runs);
-    if (n_runs > 0 && channels > 0)
-        k_dn_conv<<<grid, 128, 0, g_stream>>>(d_qkv, d_qkv, NULL, d_w, 0, channels, d_conv, d_runs, state_off);
-    return 0;
+extern "C" int cuda_delta_conv(float *d_y, const float *d_x, float *d_state, const float *d_w, int n, int channels,
+                               int d_conv, strata_err *err) {
+    return conv_go(d_y, d_x, d_state, d_w, n, channels, d_conv, NULL, 0, 1, err);
+}
+
+extern "C" int cuda_delta_conv_runs(float *d_y, const float *d_x, const cuda_delta_run *d_runs, int n_runs,
+                                    int max_n, size_t state_off, const float *d_w, int channels, int d_conv,
+                                    strata_err *err) {
+    return conv_go(d_y, d_x, NULL, d_w, max_n, channels, d_conv, d_runs, state_off, n_runs, err);
 }
 
 /* ---- the gates ------------------------------------------------------------------- */

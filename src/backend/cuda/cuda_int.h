@@ -67,5 +67,12 @@ __device__ __forceinline__ float swiglu1(float g, float u) { return g / (1.0f + 
  * the activations' 8-bit pass, then the matmul). */
 int mmq_type(qtype t);
 int mmq_launch(qtype t, mm_job job, strata_err *err);
+/* Lets the decode matmul use up to optin_bytes of shared memory (the
+ * device's opt-in limit a block); cuda_open calls it once. */
+int mmv_raise_smem(int optin_bytes, strata_err *err);
+
+/* cuda_kern.cu: lets the attention kernels use their shared memory (past
+ * the default 48 KiB); cuda_open calls it once. */
+int attn_raise_smem(strata_err *err);
 
 #endif

@@ -614,24 +614,73 @@ static int attn_qt(int n, int n_head_kv, int segs, int hpg, int D) {
     return qt < 1 ? 1 : qt;
 }
 
-/* Bytes of k_attn_seg's shared memory (at most 41 KiB). */
-static size_t attn_smem(int rows, int D) {
+/* The K/V tiles' half2 in shared memory: K rows padded by one half2 (the
+ * lanes' rows fall in different banks), then V rows. */
+static __host__ __device__ int attn_tile_h2(int D) { return AT_KT * (D / 2 + 1) + AT_KT * (D / 2); }
+
+/* Bytes of k_attn_seg's shared memory: the rows' queries, weights and
+ * rescales, and one K/V tile, or two when pipelined (the next one loads
+ * while this one is used). */
+static size_t attn_smem(int rows, int D, int pipelined) {
     return sizeof(float) * ((size_t)rows * D + (size_t)rows * AT_KT + rows) +
-           sizeof(__half2) * ((size_t)AT_KT * (D / 2 + 1) + (size_t)AT_KT * (D / 2));
+           sizeof(__half2) * (pipelined ? 2 : 1) * (size_t)attn_tile_h2(D);
 }
 
-/* Stages the tile's K rows (padded by one half2 so the lanes' rows fall in
- * different banks) and V rows; rows past nk are zero. */
+/* The most any launch asks (rows * D <= AT_MAX_OUT * AT_THREADS, D <= AT_MAX_DIM): 76 KiB. */
+#define AT_SMEM_MAX                                                                                     \
+    (sizeof(float) * (AT_MAX_OUT * AT_THREADS + AT_MAX_ROWS * AT_KT + AT_MAX_ROWS) +                     \
+     sizeof(__half2) * 2 * (AT_KT * (AT_MAX_DIM / 2 + 1) + AT_KT * (AT_MAX_DIM / 2)))
+
+/* A 4-byte copy from global to shared memory that does not wait (sm_80's
+ * cp.async: the next tile's loads overlap this tile's arithmetic);
+ * at_copies_done<N> waits until at most N of this thread's committed
+ * groups are pending. A plain copy where there is no cp.async (the
+ * emulator, the host pass). */
+__device__ __forceinline__ void at_copy4(void *dst, const void *src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
+#else
+    *(uint32_t *)dst = *(const uint32_t *)src;
+#endif
+}
+
+__device__ __forceinline__ void at_commit(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void at_copies_done(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+/* Copies the tile's K rows and V rows into sk and sv, rows past nk
+ * zero; async: only starts them (a group of this thread's copies,
+ * committed: at_copies_done waits). */
 __device__ void attn_stage(__half2 *sk, __half2 *sv, const __half *kc, const __half *vc, const kv_ref &kr, int t0,
-                           int nk, int kvd, int g, int D) {
+                           int nk, int kvd, int g, int D, int async) {
     int D2 = D / 2;
     __half2 zero = __floats2half2_rn(0.0f, 0.0f);
     for (int x = threadIdx.x; x < AT_KT * D2; x += AT_THREADS) {
         int j = x / D2, d2 = x % D2;
-        size_t at = (j < nk ? kv_row_at(kr, t0 + j, kvd) : 0) + (size_t)g * D;
-        sk[j * (D2 + 1) + d2] = j < nk ? ((const __half2 *)(kc + at))[d2] : zero;
-        sv[j * D2 + d2] = j < nk ? ((const __half2 *)(vc + at))[d2] : zero;
+        if (j < nk && async) {
+            size_t at = kv_row_at(kr, t0 + j, kvd) + (size_t)g * D;
+            at_copy4(&sk[j * (D2 + 1) + d2], (const __half2 *)(kc + at) + d2);
+            at_copy4(&sv[j * D2 + d2], (const __half2 *)(vc + at) + d2);
+        } else if (j < nk) {
+            size_t at = kv_row_at(kr, t0 + j, kvd) + (size_t)g * D;
+            sk[j * (D2 + 1) + d2] = ((const __half2 *)(kc + at))[d2];
+            sv[j * D2 + d2] = ((const __half2 *)(vc + at))[d2];
+        } else {
+            sk[j * (D2 + 1) + d2] = zero;
+            sv[j * D2 + d2] = zero;
+        }
     }
+    if (async) at_commit();
 }
 
 /* A query at position p reads keys [attn_lo(p), p]: all of them, or the
@@ -642,7 +691,7 @@ template <int OUTS>
 __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const float *q, const __half *kc, const __half *vc,
                                                           const kv_ref kr, const int32_t *pos, int n, int qt,
                                                           int n_head, int n_head_kv, int D, float scale, int seg_cap,
-                                                          int n_swa) {
+                                                          int n_swa, int pipelined) {
     int g = blockIdx.x, i0 = blockIdx.y * qt, s = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     int hpg = n_head / n_head_kv, kvd = n_head_kv * D, k0 = s * CUDA_ATTN_SEG, D2 = D / 2;
     int nq = min(qt, n - i0), rows = nq * hpg;
@@ -658,10 +707,12 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const floa
         if (s_end[tt] > s_beg[tt]) kend = max(kend, s_end[tt]), kbeg = min(kbeg, s_beg[tt]);
     if (kend <= k0) return; /* the whole block: no token has keys here */
     /* shared memory, sized by the launch (attn_smem): the rows' queries,
-     * K and V of the tile, the tile's weights and each row's rescale */
+     * the tile's weights and each row's rescale, the K/V tile (two:
+     * pipelined, the tile at t0 in tile t0 / AT_KT's parity) */
     extern __shared__ float smem[];
     float *sq = smem, *sp = sq + rows * D, *scorr = sp + rows * AT_KT;
-    __half2 *sk = (__half2 *)(scorr + rows), *sv = sk + AT_KT * (D2 + 1);
+    __half2 *tiles = (__half2 *)(scorr + rows);
+    int tile_h2 = attn_tile_h2(D), ahead = pipelined ? AT_KT : 0;
     for (int x = tid; x < rows * D; x += AT_THREADS) { /* row r = (token r / hpg, head r % hpg): adjacent heads */
         int tt = x / (hpg * D);
         sq[x] = q[((size_t)(i0 + tt) * n_head + (size_t)g * hpg) * D + x % (hpg * D)];
@@ -671,17 +722,30 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const floa
     for (int r = 0; r < AT_RPW; r++) mr[r] = -INFINITY, lr[r] = 0.0f;
 #pragma unroll
     for (int u = 0; u < OUTS; u++) o[u] = 0.0f;
-    /* tiles at fixed places (k0 + a multiple of AT_KT), from the one holding the first key */
-    for (int t0 = k0 + (kbeg - k0) / AT_KT * AT_KT; t0 < kend; t0 += AT_KT) {
+    /* tiles at fixed places (k0 + a multiple of AT_KT), from the one
+     * holding the first key; pipelined, each tile's copies start while
+     * the one before it is in use (the arithmetic, and so the bits, are
+     * the same either way) */
+    int tfirst = k0 + (kbeg - k0) / AT_KT * AT_KT;
+    for (int t0 = tfirst - ahead; t0 < kend; t0 += AT_KT) { /* pipelined, the first pass only starts a copy */
         __syncthreads(); /* the last tile's readers are done (and sq is in) */
-        attn_stage(sk, sv, kc, vc, kr, t0, min(AT_KT, kend - t0), kvd, g, D);
+        int tn = t0 + ahead; /* the tile whose copies start now */
+        if (tn < kend) {
+            __half2 *b = tiles + ((tn / AT_KT) & pipelined) * tile_h2;
+            attn_stage(b, b + AT_KT * (D2 + 1), kc, vc, kr, tn, min(AT_KT, kend - tn), kvd, g, D, pipelined);
+        }
+        if (t0 < tfirst) continue;
+        if (pipelined && tn < kend) at_copies_done<1>(); /* this tile's copies (the next one's may go on) */
+        else if (pipelined) at_copies_done<0>();
         __syncthreads();
+        const __half2 *sk = tiles + ((t0 / AT_KT) & pipelined) * tile_h2, *sv = sk + AT_KT * (D2 + 1);
         /* scores: each K row once for the warp's rows (each row's dot
          * still runs over head_dim in order) */
         float a[AT_RPW];
         const __half2 *krow = sk + lane * (D2 + 1); /* this lane's key (not kr, the kernel's kv_ref) */
 #pragma unroll
         for (int r = 0; r < AT_RPW; r++) a[r] = 0.0f;
+#pragma unroll 4 /* the next pairs' loads in flight: the same sums, in order */
         for (int d2 = 0; d2 < D2; d2++) {
             float2 kf = __half22float2(krow[d2]);
 #pragma unroll
@@ -776,6 +840,23 @@ __global__ void k_attn_fold(float *out, const float *part, const int32_t *pos, i
     }
 }
 
+/* Past 48 KiB a kernel's shared memory must be allowed first (two tiles
+ * of head_dim 256 need 76 KiB): at cuda_open, not inside a graph's capture. */
+static int attn_smem_raised;
+
+int attn_raise_smem(strata_err *err) {
+    decltype(&k_attn_seg<1>) kernels[] = {k_attn_seg<1>, k_attn_seg<2>, k_attn_seg<4>, k_attn_seg<8>, k_attn_seg<16>};
+    cudaError_t e = cudaSuccess;
+    int bytes = (int)AT_SMEM_MAX;
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0] && e == cudaSuccess; i++)
+        e = cudaFuncSetAttribute(kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e != cudaSuccess)
+        return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: allowing attention %d bytes of shared memory: %s", bytes,
+                           cudaGetErrorString(e));
+    attn_smem_raised = 1;
+    return 0;
+}
+
 extern "C" size_t cuda_attention_scratch(int max_tok, int n_head, int head_dim, int max_ctx) {
     return (size_t)max_tok * n_head * attn_segs(max_ctx) * (head_dim + 2);
 }
@@ -793,11 +874,19 @@ static int attention(float *d_out, float *d_scratch, const float *d_q, const uin
     int seg_cap = attn_segs(max_ctx), segs = attn_segs(max_end), hpg = n_head / n_head_kv;
     int qt = attn_qt(n, n_head_kv, segs, hpg, head_dim), outs = (qt * hpg * head_dim + AT_THREADS - 1) / AT_THREADS;
     dim3 grid(n_head_kv, (n + qt - 1) / qt, segs);
-    size_t smem = attn_smem(qt * hpg, head_dim);
+    /* A launch whose queries fit one tile (decode: a block or two an SM,
+     * each waiting on its every load otherwise) pipelines its tiles'
+     * loads; a prefill's many blocks hide the loads by each other, and two
+     * tiles of shared memory would cost it blocks an SM (H100,
+     * 2026-11-27: pipelining every launch made pp512 9-26% slower). */
+    int pipelined = grid.y == 1;
+    if (!attn_smem_raised)
+        return strata_errf(err, STRATA_EINVAL, "cuda attention: the kernels' shared memory limit was not raised (cuda_open)");
+    size_t smem = attn_smem(qt * hpg, head_dim, pipelined);
     const __half *kh = (const __half *)d_kc, *vh = (const __half *)d_vc;
 #define AT_GO(o)                                                                                                   \
     k_attn_seg<o><<<grid, AT_THREADS, smem, g_stream>>>(d_scratch, d_q, kh, vh, kr, d_pos, n, qt, n_head,     \
-                                                         n_head_kv, head_dim, scale, seg_cap, n_swa)
+                                                         n_head_kv, head_dim, scale, seg_cap, n_swa, pipelined)
     if (outs <= 1) AT_GO(1);
     else if (outs <= 2) AT_GO(2);
     else if (outs <= 4) AT_GO(4);

@@ -149,48 +149,88 @@ __global__ void k_q8x(int8_t *xq, float *xd, float *xs, const float *__restrict_
     o[1] = make_uint4(w[4], w[5], w[6], w[7]);
 }
 
+/* Weight block b of a row, all four lane groups (mq_wblock's values). */
+struct mv_wblock {
+    uint32_t lo[4], hi[4];
+    float d, m;
+};
+
+template <int T>
+__device__ __forceinline__ void mv_wload(const uint8_t *row, int b, mv_wblock &w) {
+#pragma unroll
+    for (int t = 0; t < 4; t++) mq_wblock<T>(row, b, t, w.lo[t], w.hi[t], w.d, w.m);
+}
+
 /* Decode (n <= 8 tokens): a warp per row (SwiGLU: row r of gate and of
- * up), lane l takes 32-blocks l, l + 32, ...: it quantizes the tokens'
- * block itself (mq_xblock: no separate pass, no launch), takes the exact
- * integer dot by dp4a and the block's term; then the terms are added in
- * block order, lane 0's then lane 1's ..., by shuffles: the operations
- * of the tensor-core kernel, so the same bits. */
+ * up), lane l takes 32-blocks l, l + 32, ...; per token the block's
+ * threads first quantize x into shared memory (mq_xblock, a thread a
+ * 32-block: once a block, not once a row; the warp's first weight blocks
+ * load meanwhile), then each lane takes the exact integer dot by dp4a and
+ * the block's term, and the terms are added in block order, lane 0's
+ * then lane 1's ..., by shuffles (8 issued before their adds: a chain of
+ * adds, not of shuffles): the operations of the tensor-core kernel, so
+ * the same bits. Shared memory: mmv_smem(k). */
 template <int T>
 __global__ void __launch_bounds__(MM_WARPS * 32) k_mmv(const mm_job job) {
     constexpr int MIN = T == QT_Q4_1 || T == QT_Q5_1;
+    extern __shared__ uint4 mv_x[]; /* block b's int8: words 0-3 at [b], 4-7 at [nb + b]; then d, s */
     int lane = threadIdx.x & 31, gw = blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
     mm_part P;
-    int part = mm_part_of(job, gw, P);
-    if (part < 0) return; /* whole warps leave: the shuffles below stay full */
+    /* a warp past the parts computes nothing but still quantizes and meets the barriers */
+    const int active = mm_part_of(job, gw, P) >= 0;
     const int swiglu = job.mode == MM_SWIGLU, k = job.k, n = job.n, nb = k / 32, nr = swiglu ? 2 : 1;
     const uint8_t *wr[2] = {P.w + (size_t)gw * job.row_bytes, job.p[1].w + (size_t)gw * job.row_bytes};
+    uint4 *xlo = mv_x, *xhi = mv_x + nb;
+    float *xd = (float *)(mv_x + 2 * nb), *xs = xd + nb;
     for (int tok = 0; tok < n; tok++) {
+        mv_wblock w0[2]; /* the first 32 blocks' weights, loading while x is quantized */
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+            if (active && r < nr && lane < nb) mv_wload<T>(wr[r], lane, w0[r]);
+        __syncthreads(); /* the last token's readers are done */
+        for (int xb = threadIdx.x; xb < nb; xb += MM_WARPS * 32) {
+            uint32_t q[8];
+            mq_xblock(job.x + (size_t)tok * k + (size_t)xb * 32, q, xd[xb], xs[xb]);
+            xlo[xb] = make_uint4(q[0], q[1], q[2], q[3]);
+            xhi[xb] = make_uint4(q[4], q[5], q[6], q[7]);
+        }
+        __syncthreads();
+        if (!active) continue;
         float acc[2] = {0.0f, 0.0f};
         for (int b0 = 0; b0 < nb; b0 += 32) {
             int b = b0 + lane, m = min(32, nb - b0);
             float v[2] = {0.0f, 0.0f};
             if (b < nb) {
-                uint32_t xw[8];
-                float dx, sx;
-                mq_xblock(job.x + (size_t)tok * k + (size_t)b * 32, xw, dx, sx);
+                uint4 l = xlo[b], h = xhi[b];
+                uint32_t xw[8] = {l.x, l.y, l.z, l.w, h.x, h.y, h.z, h.w};
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
                     if (r >= nr) break;
+                    mv_wblock w;
+                    if (b0 == 0) w = w0[r];
+                    else mv_wload<T>(wr[r], b, w);
                     int isum = 0;
-                    float dw, mw;
 #pragma unroll
                     for (int t = 0; t < 4; t++) {
-                        uint32_t lo, hi;
-                        mq_wblock<T>(wr[r], b, t, lo, hi, dw, mw);
-                        isum = __dp4a((int)lo, (int)xw[t], isum);
-                        isum = __dp4a((int)hi, (int)xw[4 + t], isum);
+                        isum = __dp4a((int)w.lo[t], (int)xw[t], isum);
+                        isum = __dp4a((int)w.hi[t], (int)xw[4 + t], isum);
                     }
-                    v[r] = mq_term<MIN>(isum, dw, dx, mw, sx);
+                    v[r] = mq_term<MIN>(isum, w.d, xd[b], w.m, xs[b]);
                 }
             }
-            for (int i = 0; i < m; i++) /* block order */
+            /* block order, 8 lanes' terms fetched at a time, then added in turn */
+#pragma unroll 1
+            for (int i0 = 0; i0 < m; i0 += 8)
 #pragma unroll
-                for (int r = 0; r < 2; r++) acc[r] = acc[r] + __shfl_sync(FULL, v[r], i);
+                for (int r = 0; r < 2; r++) {
+                    if (r >= nr) break;
+                    float t[8];
+#pragma unroll
+                    for (int i = 0; i < 8; i++) t[i] = __shfl_sync(FULL, v[r], i0 + i);
+#pragma unroll
+                    for (int i = 0; i < 8; i++)
+                        if (i0 + i < m) acc[r] = acc[r] + t[i];
+                }
         }
         if (lane != 0) continue;
         float *y = P.y + (size_t)tok * P.rows + gw;
@@ -198,6 +238,9 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmv(const mm_job job) {
         else *y = job.mode == MM_ADD ? *y + acc[0] : acc[0];
     }
 }
+
+/* k_mmv's shared memory for rows of k: a 32-block's 32 int8, d and s. */
+static size_t mmv_smem(int k) { return (size_t)(k / 32) * (2 * sizeof(uint4) + 2 * sizeof(float)); }
 
 /* Warp: MR tiles of 16 rows x NT tiles of 8 tokens; the quants of both
  * operands straight from global memory (each k-block's loads are
@@ -345,7 +388,25 @@ static void mmv_go(mm_job job) {
         job.p[i].warps = swiglu ? (i == 0 ? job.p[0].rows : 0) : job.p[i].rows;
         warps += job.p[i].warps;
     }
-    if (warps > 0) k_mmv<T><<<(warps + MM_WARPS - 1) / MM_WARPS, MM_WARPS * 32, 0, g_stream>>>(job);
+    if (warps > 0)
+        k_mmv<T><<<(warps + MM_WARPS - 1) / MM_WARPS, MM_WARPS * 32, mmv_smem(job.k), g_stream>>>(job);
+}
+
+/* k_mmv's shared memory past 48 KiB (k past 39,321): up to what the
+ * device allows a block; cuda_open calls it once. */
+static size_t g_mmv_smem_max = 48 * 1024;
+
+int mmv_raise_smem(int optin_bytes, strata_err *err) {
+    decltype(&k_mmv<QT_Q4_0>) kernels[] = {k_mmv<QT_Q4_0>, k_mmv<QT_Q4_1>, k_mmv<QT_Q5_0>, k_mmv<QT_Q5_1>,
+                                           k_mmv<QT_Q8_0>};
+    cudaError_t e = cudaSuccess;
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0] && e == cudaSuccess; i++)
+        e = cudaFuncSetAttribute(kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
+    if (e != cudaSuccess)
+        return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: allowing the decode matmul %d bytes of shared memory: %s",
+                           optin_bytes, cudaGetErrorString(e));
+    g_mmv_smem_max = (size_t)optin_bytes;
+    return 0;
 }
 
 extern "C" int cuda_matmul_reserve(int n, int k, strata_err *err) {
@@ -355,6 +416,9 @@ extern "C" int cuda_matmul_reserve(int n, int k, strata_err *err) {
 #define MQ_DECODE 8 /* tokens up to which k_mmv runs */
 
 int mmq_launch(qtype t, mm_job job, strata_err *err) {
+    if (job.n <= MQ_DECODE && mmv_smem(job.k) > g_mmv_smem_max)
+        return strata_errf(err, STRATA_EUNSUPPORTED, "cuda matmul: rows of %d past what the decode kernel's shared "
+                           "memory holds (%zu bytes)", job.k, g_mmv_smem_max);
     if (job.n <= MQ_DECODE) {
         switch (t) {
         case QT_Q4_0: mmv_go<QT_Q4_0>(job); break;

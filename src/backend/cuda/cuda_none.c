@@ -90,8 +90,8 @@ int cuda_delta_rule(float *d_o, float *d_state, const float *d_qkv, const float 
                     int channels, int dim, int n_k_heads, int n_v_heads, float scale, strata_err *err) {
     return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
 }
-int cuda_delta_conv_runs(float *d_qkv, const cuda_delta_run *d_runs, int n_runs, size_t state_off, const float *d_w,
-                         int channels, int d_conv, strata_err *err) {
+int cuda_delta_conv_runs(float *d_y, const float *d_x, const cuda_delta_run *d_runs, int n_runs, int max_n,
+                         size_t state_off, const float *d_w, int channels, int d_conv, strata_err *err) {
     return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
 }
 int cuda_delta_rule_runs(float *d_o, const cuda_delta_run *d_runs, int n_runs, size_t state_off, const float *d_qkv,

@@ -58,7 +58,10 @@ static int open_device(strata_err *err) {
         return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: creating a stream: %s", cudaGetErrorString(e));
     snprintf(g_name, sizeof g_name, "%s, sm_%d%d, %d SMs, %.1f GiB", p.name, p.major, p.minor, p.multiProcessorCount,
              p.totalGlobalMem / 1073741824.0);
-    return probe(err);
+    int optin = 0;
+    if ((e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0)) != cudaSuccess)
+        return strata_errf(err, STRATA_EUNSUPPORTED, "cuda device 0: %s", cudaGetErrorString(e));
+    return probe(err) || attn_raise_smem(err) || mmv_raise_smem(optin, err);
 }
 
 extern "C" int cuda_built(void) { return 1; }

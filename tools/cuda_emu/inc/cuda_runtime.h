@@ -28,6 +28,10 @@ typedef int cudaError_t;
 typedef void *cudaStream_t;
 enum { cudaSuccess = 0, cudaMemcpyHostToDevice = 1 };
 static inline const char *cudaGetErrorString(cudaError_t) { return "cuda_emu"; }
+/* the emulator's dynamic shared memory is one 128 KiB buffer: any limit up to it holds */
+enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+template <class F>
+static inline cudaError_t cudaFuncSetAttribute(F, int, int bytes) { return bytes <= 128 * 1024 ? cudaSuccess : 1; }
 void emu_memset(void *p, int v, size_t n);
 static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) {
     emu_memset(p, v, n);
