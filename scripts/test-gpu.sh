@@ -29,7 +29,8 @@
 #              snapshot (downloaded, kept in memory and on disk, uploaded)
 #   bench      `strata bench --device cuda` pp512/tg128, then at depth 4096
 #   sanitizer  compute-sanitizer memcheck over the paged pass, the tiers
-#              on the GPU, gemma3, qwen35 and MoE (the code that has never run on one)
+#              on the GPU, gemma3, qwen35, MoE and the decode matmul (the
+#              code newest to the GPU)
 #   qwen35     the speed anchor: a Qwen3.5-0.8B-shaped random-weight
 #              model (Q4_0, made here: tools/synth_qwen35.py), `strata run`
 #              on both devices (the same text?), `strata bench --device

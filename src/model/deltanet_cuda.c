@@ -19,8 +19,8 @@
  * (a GPU engine's numerics id names other blocks and snapshots). Zeroed
  * at position 0, carried from call to call: prefill chunks and decode
  * steps continue the same state, and a token's bits do not depend on the
- * chunking or the batch (the kernels walk a run's tokens in order).
- * Compiled, not yet run on a GPU.
+ * chunking or the batch (the conv's taps read inputs only; the delta
+ * rule walks a run's tokens in order). Ran on the H100 (2026-11-27).
  * Does not: the feed-forward (forward_cuda.c; qwen35moe's experts:
  * moe_cuda.c). */
 #include <math.h>

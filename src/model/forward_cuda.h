@@ -20,13 +20,13 @@
  * Gemma 3's sliding layers keep their rows in the pool's slots (model/kv.h):
  * they go through tables of slots, and their attention reads the window
  * only (cuda_attention_paged's n_swa).
- * NOT YET RUN ON A GPU (compiled only; src/backend/cuda/README.md).
- * qwen35 runs on the one-sequence pass only (the paged pass refuses it,
- * naming why); its recurrent layers keep their state in GPU memory
- * (deltanet_cuda.c), so for it a call continues where the last one ended
- * or starts again at 0 (going back is refused, as on the CPU). NOT YET
- * RUN ON A GPU either.
- * Does not: the mixture-of-experts models, gpt-oss, YaRN. */
+ * qwen35's recurrent layers keep their state in GPU memory
+ * (deltanet_cuda.c: the one-sequence pass's own, the paged pass's in each
+ * sequence of the pool), so a call continues where the last one ended or
+ * starts again at 0 (going back is refused, as on the CPU). The
+ * mixture-of-experts layers are moe_cuda.c's. All of it ran on the H100
+ * (2026-11-27; src/backend/cuda/README.md, "Status, step 5").
+ * Does not: gpt-oss, YaRN. */
 #ifndef STRATA_FORWARD_CUDA_H
 #define STRATA_FORWARD_CUDA_H
 

@@ -169,7 +169,7 @@ int cuda_attention_paged(float *d_out, float *d_scratch, const float *d_q, const
                          int max_end, int max_ctx, int n_head, int n_head_kv, int head_dim, float scale, int n_swa,
                          strata_err *err);
 
-/* ---- qwen35 (cuda_delta.cu; compiled, not yet run on a GPU) ----------------
+/* ---- qwen35 (cuda_delta.cu) --------------------------------------------------
  * The gated delta-net layer of model/deltanet.c and the gated attention's
  * extras, for one sequence a call. Each kernel does the CPU's float steps
  * in the CPU's order (backend/delta.c's scalar kernel, libm's expf as
