@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # build.sh - strata and strata-tests with the CUDA kernels emulated on the
-# host (tools/cuda_emu/README.md): the .cu files but cuda_rt.cu and
-# cuda_mmq.cu through convert.py, compiled as C++ against inc/, linked
+# host (tools/cuda_emu/README.md): the .cu files but cuda_rt.cu through
+# convert.py (with CUDA_EMU defined: cuda_mmq.cu's tensor-core instruction
+# is emu.cpp's emu_mma_s8), compiled as C++ against inc/, linked
 # with emu.cpp and the CPU objects of the regular build (run `make strata
 # build/strata-tests` first, either CUDA mode). Outputs in build/cuda-emu/.
 #
@@ -16,11 +17,11 @@ mkdir -p "$out"
     { echo "cuda_emu: build strata and build/strata-tests first (make strata build/strata-tests)"; exit 1; }
 CXX=${CXX:-g++}
 # -ffp-contract=off: a * b + c stays two roundings, as nvcc -fmad=false; -mf16c: half conversions in hardware
-flags="-std=c++17 -O2 -ffp-contract=off -mf16c -w -I$here/inc -I$root/src"
+flags="-std=c++17 -O2 -ffp-contract=off -mf16c -w -DCUDA_EMU -I$here/inc -I$root/src"
 objs=()
 for cu in "$root"/src/backend/cuda/*.cu; do
     base=$(basename "$cu" .cu)
-    case $base in cuda_rt | cuda_mmq) continue ;; esac # emu.cpp stands in
+    case $base in cuda_rt) continue ;; esac # emu.cpp stands in
     python3 "$here/convert.py" "$cu" "$out/$base.cpp"
     $CXX $flags -c "$out/$base.cpp" -o "$out/$base.o"
     objs+=("$out/$base.o")

@@ -10,10 +10,10 @@
  * never reach: a real GPU hangs or is undefined there). Graph capture
  * records launches (their arguments by value, as CUDA freezes them) and
  * replays them; a copy or memset while recording is an error, as there.
- * cuda_mmq.cu (inline PTX, the tensor cores) is not emulated: mmq_type
- * says no type is its, so every weight type takes cuda_kern.cu's float
- * path. Not for the build: tools/cuda_emu/build.sh links it instead of
- * cuda_rt.cu and cuda_mmq.cu. */
+ * cuda_mmq.cu's tensor-core instruction is emu_mma_s8 (PTX's fragment
+ * layout, an exchange through memory between two warp barriers), so the
+ * 8-bit path runs as written. Not for the build: tools/cuda_emu/build.sh
+ * links it instead of cuda_rt.cu. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +71,41 @@ float __shfl_xor_sync(unsigned mask, float v, int lane_xor) {
     float r = g_xch[(t & ~31) | ((t & 31) ^ lane_xor)];
     __syncwarp();
     return r;
+}
+
+float __shfl_sync(unsigned mask, float v, int src_lane) {
+    int t = threadIdx.x;
+    g_xch[t] = v;
+    __syncwarp();
+    float r = g_xch[(t & ~31) | (src_lane & 31)];
+    __syncwarp();
+    return r;
+}
+
+/* m16n8k32 s8 (PTX ISA, "Matrix Fragments for mma.m16n8k32"): lane l is
+ * group g = l / 4, thread t = l % 4 of it. A (16 x 32, row-major): a[i]
+ * holds row g + 8 (i % 2), columns 4 t + 16 (i / 2) + 0..3 (byte j is
+ * column + j); B (32 x 8, by column): b0 rows 4 t + 0..3, b1 rows 16 +
+ * 4 t + 0..3, column g; C: c[i] row g + 8 (i / 2), column 2 t + i % 2. */
+static uint32_t g_mma_a[MAX_THREADS][4], g_mma_b[MAX_THREADS][2];
+
+static int8_t mma_byte(uint32_t w, int j) { return (int8_t)(w >> (8 * j)); }
+
+void emu_mma_s8(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    int t = threadIdx.x, w0 = t & ~31, l = t & 31, g = l / 4, tg = l % 4;
+    for (int i = 0; i < 4; i++) g_mma_a[t][i] = a[i];
+    g_mma_b[t][0] = b0, g_mma_b[t][1] = b1;
+    __syncwarp();
+    for (int i = 0; i < 4; i++) {
+        int row = g + 8 * (i / 2), col = 2 * tg + i % 2, sum = 0;
+        for (int k = 0; k < 32; k++) {
+            int al = w0 + (row % 8) * 4 + (k % 16) / 4, ar = row / 8 + 2 * (k / 16);
+            int bl = w0 + col * 4 + (k % 16) / 4, br = k / 16;
+            sum += mma_byte(g_mma_a[al][ar], k % 4) * mma_byte(g_mma_b[bl][br], k % 4);
+        }
+        c[i] = sum;
+    }
+    __syncwarp();
 }
 
 /* A fiber's first frame: runs the kernel body as thread g_cur, then
@@ -190,7 +225,7 @@ static int not_recording(const char *what, strata_err *err) {
 
 extern "C" {
 int cuda_built(void) { return 1; }
-int cuda_open(strata_err *err) { return attn_raise_smem(err); }
+int cuda_open(strata_err *err) { return attn_raise_smem(err) || mmv_raise_smem(128 * 1024, err); }
 const char *cuda_device_name(void) { return "cuda_emu (the host, emulated)"; }
 void *cuda_alloc(size_t bytes, strata_err *err) { return calloc(1, bytes ? bytes : 1); }
 void cuda_free(void *d_p) { free(d_p); }
@@ -223,7 +258,6 @@ static const devmem_ops g_dm_ops = {dm_alloc, dm_free, dm_alloc, dm_free, dm_cop
                                     dm_record, dm_done, dm_wait, dm_event_free, dm_sync};
 static const devmem g_devmem = {"cuda_emu", &g_dm_ops, NULL};
 const devmem *cuda_devmem(void) { return &g_devmem; }
-int cuda_matmul_reserve(int n, int k, strata_err *err) { return 0; }
 int cuda_graph_begin(strata_err *err) {
     if (g_rec) return strata_errf(err, STRATA_EINVAL, "cuda_emu: a graph inside a graph");
     g_rec = new std::vector<std::function<void()>>();
@@ -242,7 +276,12 @@ int cuda_graph_run(cuda_graph *g, strata_err *err) {
 void cuda_graph_free(cuda_graph *g) { delete g; }
 }
 
-int mmq_type(qtype t) { return 0; }
-int mmq_launch(qtype t, mm_job job, strata_err *err) {
-    return strata_errf(err, STRATA_EUNSUPPORTED, "cuda_emu: no 8-bit tensor-core path");
+cudaError_t cudaMalloc(void **p, size_t n) { return (*p = calloc(1, n ? n : 1)) ? cudaSuccess : 2; }
+cudaError_t cudaFree(void *p) {
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus *s) {
+    *s = g_rec ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+    return cudaSuccess;
 }

@@ -91,10 +91,14 @@ __device__ __forceinline__ void mq_wblock(const uint8_t *row, int b, int t, uint
 
 /* c = A (16 x 32 s8, rows g and g + 8 of the lane) x B (32 x 8 s8). */
 __device__ __forceinline__ void mma_s8(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+#if defined(CUDA_EMU) /* tools/cuda_emu: the same product, PTX's fragment layout */
+    emu_mma_s8(c, a, b0, b1);
+#else
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%10,%11,%12,%13};"
                  : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0), "r"(0), "r"(0), "r"(0));
+#endif
 }
 
 /* One block's term of one output (the header's expression). */

@@ -21,11 +21,21 @@ struct float2 {
 struct float4 {
     float x, y, z, w;
 };
+struct uint4 {
+    unsigned x, y, z, w;
+};
+static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 extern thread_local dim3 threadIdx;
 extern dim3 blockIdx, blockDim, gridDim;
 
 typedef int cudaError_t;
 typedef void *cudaStream_t;
+enum cudaStreamCaptureStatus { cudaStreamCaptureStatusNone = 0, cudaStreamCaptureStatusActive = 1 };
+/* device memory is host memory; the stream runs each launch when queued (emu.cpp) */
+cudaError_t cudaMalloc(void **p, size_t n);
+cudaError_t cudaFree(void *p);
+cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus *s);
+static inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return 0; }
 enum { cudaSuccess = 0, cudaMemcpyHostToDevice = 1 };
 static inline const char *cudaGetErrorString(cudaError_t) { return "cuda_emu"; }
 /* the emulator's dynamic shared memory is one 128 KiB buffer: any limit up to it holds */
@@ -57,6 +67,22 @@ static inline cudaError_t cudaMemcpyToSymbolAsync(T &sym, const void *src, size_
 void __syncthreads();
 void __syncwarp();
 float __shfl_xor_sync(unsigned mask, float v, int lane_xor);
+float __shfl_sync(unsigned mask, float v, int src_lane);
+/* mma.sync.m16n8k32.row.col.s32.s8.s8.s32 with a zero accumulator, for the
+ * calling lane's fragments (PTX's layout: emu.cpp), a warp collective */
+void emu_mma_s8(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
+
+/* The SIMD-in-a-word intrinsics: a 4-way dot of signed bytes plus c, and
+ * a per-byte difference modulo 256. */
+static inline int __dp4a(int a, int b, int c) {
+    for (int i = 0; i < 4; i++) c += (int)(int8_t)(a >> (8 * i)) * (int)(int8_t)(b >> (8 * i));
+    return c;
+}
+static inline unsigned __vsub4(unsigned a, unsigned b) {
+    unsigned r = 0;
+    for (int i = 0; i < 4; i++) r |= ((((a >> (8 * i)) & 255u) - ((b >> (8 * i)) & 255u)) & 255u) << (8 * i);
+    return r;
+}
 
 static inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
