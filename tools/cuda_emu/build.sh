@@ -11,7 +11,7 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-out=$root/build/cuda-emu
+out=${EMU_OUT:-$root/build/cuda-emu} # EMU_OUT: another folder (a second build beside one in use)
 mkdir -p "$out"
 [ -f "$root/build/src/main.o" ] && [ -f "$root/build/tests/test_main.o" ] ||
     { echo "cuda_emu: build strata and build/strata-tests first (make strata build/strata-tests)"; exit 1; }

@@ -369,18 +369,21 @@ extern "C" void cuda_rmsnorm(float *d_out, const float *d_x, const float *d_w, i
 }
 
 /* Angles in double, then the CPU's float rotation (forward.c rope_heads):
- * the block's threads rotate n_heads heads of row xr at position pos. A
- * pair whose inverse frequency is 0 keeps its values (qwen35's M-RoPE
- * pairs of the text's zero position: forward.c's rope_off skips them). */
-__device__ __forceinline__ void rope_row(float *xr, int n_heads, int head_dim, int rope_dim, int neox, int pos,
-                                         const float *inv_freq, float pos_div) {
+ * the block's threads rotate the n_q heads of row q and the n_k of row k
+ * (k may be NULL) at position pos. Each frequency's cos and sin are
+ * computed once for all the heads (ROPE_CHUNK at a time, in shared
+ * memory: the same doubles, so the same floats). A pair whose inverse
+ * frequency is 0 keeps its values (qwen35's M-RoPE pairs of the text's
+ * zero position: forward.c's rope_off skips them). */
+#define ROPE_CHUNK 128
+
+__device__ __forceinline__ void rope_heads(float *xr, int n_heads, int head_dim, int rope_dim, int neox, int i0, int m,
+                                           const float2 *cs, const float *inv_freq) {
     int half = rope_dim / 2;
-    for (int idx = threadIdx.x; idx < n_heads * half; idx += blockDim.x) {
-        int h = idx / half, i = idx % half;
+    for (int idx = threadIdx.x; idx < n_heads * m; idx += blockDim.x) {
+        int h = idx / m, i = i0 + idx % m;
         if (inv_freq[i] == 0.0f) continue;
-        double theta = (double)pos * inv_freq[i];
-        if (pos_div != 1.0f) theta /= pos_div;
-        float ct = (float)cos(theta), st = (float)sin(theta);
+        float ct = cs[i - i0].x, st = cs[i - i0].y;
         float *v = xr + (size_t)h * head_dim;
         int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
         float x0 = v[a], x1 = v[b];
@@ -389,9 +392,28 @@ __device__ __forceinline__ void rope_row(float *xr, int n_heads, int head_dim, i
     }
 }
 
+__device__ void rope_rows(float *q, int n_q, float *k, int n_k, int head_dim, int rope_dim, int neox, int pos,
+                          const float *inv_freq, float pos_div) {
+    __shared__ float2 cs[ROPE_CHUNK];
+    for (int i0 = 0; i0 < rope_dim / 2; i0 += ROPE_CHUNK) {
+        int m = min(ROPE_CHUNK, rope_dim / 2 - i0);
+        __syncthreads(); /* the last chunk's readers are done */
+        for (int i = threadIdx.x; i < m; i += blockDim.x) {
+            double theta = (double)pos * inv_freq[i0 + i];
+            if (pos_div != 1.0f) theta /= pos_div;
+            cs[i].x = (float)cos(theta);
+            cs[i].y = (float)sin(theta);
+        }
+        __syncthreads();
+        rope_heads(q, n_q, head_dim, rope_dim, neox, i0, m, cs, inv_freq);
+        if (k) rope_heads(k, n_k, head_dim, rope_dim, neox, i0, m, cs, inv_freq);
+    }
+}
+
 __global__ void k_rope(float *x, int row_len, int n_heads, int head_dim, int rope_dim, int neox, const int32_t *pos,
                        const float *inv_freq, float pos_div) {
-    rope_row(x + (size_t)blockIdx.x * row_len, n_heads, head_dim, rope_dim, neox, pos[blockIdx.x], inv_freq, pos_div);
+    rope_rows(x + (size_t)blockIdx.x * row_len, n_heads, NULL, 0, head_dim, rope_dim, neox, pos[blockIdx.x], inv_freq,
+              pos_div);
 }
 
 extern "C" void cuda_rope(float *d_x, int n, int row_len, int n_heads, int head_dim, int rope_dim, int neox,
@@ -435,8 +457,8 @@ __global__ void k_rope_store(float *q, float *k, const float *v, __half *kc, __h
                              int n_head, int n_head_kv, int head_dim, int rope_dim, int neox, const int32_t *pos,
                              const float *inv_freq, float pos_div) {
     int t = blockIdx.x, p = pos[t], nq = n_head * head_dim, kvd = n_head_kv * head_dim;
-    rope_row(q + (size_t)t * nq, n_head, head_dim, rope_dim, neox, p, inv_freq, pos_div);
-    rope_row(k + (size_t)t * kvd, n_head_kv, head_dim, rope_dim, neox, p, inv_freq, pos_div);
+    rope_rows(q + (size_t)t * nq, n_head, k + (size_t)t * kvd, n_head_kv, head_dim, rope_dim, neox, p, inv_freq,
+              pos_div);
     __syncthreads(); /* the rotated k, written by other threads, is what goes to the cache */
     kv_store_row(kc, vc, k, v, kv_dst_row(dst, pos, t, kvd), (size_t)t * kvd, kvd);
 }

@@ -165,32 +165,84 @@ __device__ __forceinline__ void mv_wload(const uint8_t *row, int b, mv_wblock &w
     for (int t = 0; t < 4; t++) mq_wblock<T>(row, b, t, w.lo[t], w.hi[t], w.d, w.m);
 }
 
+/* One row's output (SwiGLU: its gate and up rows') for token tok, by a
+ * whole warp, x's 8-bit form in shared memory: lane l takes 32-blocks l,
+ * l + 32, ..., the exact integer dot by dp4a and the block's term; the
+ * terms are added in block order, lane 0's then lane 1's ..., by shuffles
+ * (8 issued before their adds: a chain of adds, not of shuffles). w0 (if
+ * have_w0): the row's first 32 blocks of weights, loaded already. */
+template <int T>
+__device__ __forceinline__ void mmv_row(const mm_job &job, const mm_part &P, int gw, int tok, const mv_wblock (&w0)[2],
+                                        int have_w0, const uint4 *xlo, const uint4 *xhi, const float *xd,
+                                        const float *xs) {
+    constexpr int MIN = T == QT_Q4_1 || T == QT_Q5_1;
+    const int lane = threadIdx.x & 31, swiglu = job.mode == MM_SWIGLU, nb = job.k / 32, nr = swiglu ? 2 : 1;
+    const uint8_t *wr[2] = {P.w + (size_t)gw * job.row_bytes, job.p[1].w + (size_t)gw * job.row_bytes};
+    float acc[2] = {0.0f, 0.0f};
+    for (int b0 = 0; b0 < nb; b0 += 32) {
+        int b = b0 + lane, m = min(32, nb - b0);
+        float v[2] = {0.0f, 0.0f};
+        if (b < nb) {
+            uint4 l = xlo[b], h = xhi[b];
+            uint32_t xw[8] = {l.x, l.y, l.z, l.w, h.x, h.y, h.z, h.w};
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                if (r >= nr) break;
+                mv_wblock w;
+                if (b0 == 0 && have_w0) w = w0[r];
+                else mv_wload<T>(wr[r], b, w);
+                int isum = 0;
+#pragma unroll
+                for (int t = 0; t < 4; t++) {
+                    isum = __dp4a((int)w.lo[t], (int)xw[t], isum);
+                    isum = __dp4a((int)w.hi[t], (int)xw[4 + t], isum);
+                }
+                v[r] = mq_term<MIN>(isum, w.d, xd[b], w.m, xs[b]);
+            }
+        }
+#pragma unroll 1
+        for (int i0 = 0; i0 < m; i0 += 8)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                if (r >= nr) break;
+                float t[8];
+#pragma unroll
+                for (int i = 0; i < 8; i++) t[i] = __shfl_sync(FULL, v[r], i0 + i);
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    if (i0 + i < m) acc[r] = acc[r] + t[i];
+            }
+    }
+    if (lane != 0) return;
+    float *y = P.y + (size_t)tok * P.rows + gw;
+    if (swiglu) *y = swiglu1(acc[0], acc[1]);
+    else *y = job.mode == MM_ADD ? *y + acc[0] : acc[0];
+}
+
 /* Decode (n <= 8 tokens): a warp per row (SwiGLU: row r of gate and of
- * up), lane l takes 32-blocks l, l + 32, ...; per token the block's
- * threads first quantize x into shared memory (mq_xblock, a thread a
- * 32-block: once a block, not once a row; the warp's first weight blocks
- * load meanwhile), then each lane takes the exact integer dot by dp4a and
- * the block's term, and the terms are added in block order, lane 0's
- * then lane 1's ..., by shuffles (8 issued before their adds: a chain of
- * adds, not of shuffles): the operations of the tensor-core kernel, so
- * the same bits. Shared memory: mmv_smem(k). */
+ * up), mmv_row's operations: those of the tensor-core kernel, so the same
+ * bits. Per token the block's threads first quantize x into shared
+ * memory (mq_xblock, a thread a 32-block: once a block, not once a row),
+ * the warps' first weight blocks loading meanwhile. A launch of fewer
+ * warps than rows (mmv_go caps the grid at MMV_MAX_BLOCKS: a 248,320-row
+ * logits matmul) has warp w take rows w, w + the launch's warps, ...: x
+ * is quantized once a block for all of them. Shared memory: mmv_smem(k). */
 template <int T>
 __global__ void __launch_bounds__(MM_WARPS * 32) k_mmv(const mm_job job) {
-    constexpr int MIN = T == QT_Q4_1 || T == QT_Q5_1;
     extern __shared__ uint4 mv_x[]; /* block b's int8: words 0-3 at [b], 4-7 at [nb + b]; then d, s */
-    int lane = threadIdx.x & 31, gw = blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
-    mm_part P;
-    /* a warp past the parts computes nothing but still quantizes and meets the barriers */
-    const int active = mm_part_of(job, gw, P) >= 0;
-    const int swiglu = job.mode == MM_SWIGLU, k = job.k, n = job.n, nb = k / 32, nr = swiglu ? 2 : 1;
-    const uint8_t *wr[2] = {P.w + (size_t)gw * job.row_bytes, job.p[1].w + (size_t)gw * job.row_bytes};
+    const int lane = threadIdx.x & 31, w_first = blockIdx.x * MM_WARPS + (threadIdx.x >> 5), nw = gridDim.x * MM_WARPS;
+    const int k = job.k, nb = k / 32, nr = job.mode == MM_SWIGLU ? 2 : 1;
     uint4 *xlo = mv_x, *xhi = mv_x + nb;
     float *xd = (float *)(mv_x + 2 * nb), *xs = xd + nb;
-    for (int tok = 0; tok < n; tok++) {
-        mv_wblock w0[2]; /* the first 32 blocks' weights, loading while x is quantized */
+    for (int tok = 0; tok < job.n; tok++) {
+        /* a warp past the parts computes nothing but still quantizes and meets the barriers */
+        mm_part P;
+        int gw = w_first;
+        const int active = mm_part_of(job, gw, P) >= 0;
+        mv_wblock w0[2];
 #pragma unroll
         for (int r = 0; r < 2; r++)
-            if (active && r < nr && lane < nb) mv_wload<T>(wr[r], lane, w0[r]);
+            if (active && r < nr && lane < nb) mv_wload<T>((r ? job.p[1].w : P.w) + (size_t)gw * job.row_bytes, lane, w0[r]);
         __syncthreads(); /* the last token's readers are done */
         for (int xb = threadIdx.x; xb < nb; xb += MM_WARPS * 32) {
             uint32_t q[8];
@@ -199,49 +251,22 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmv(const mm_job job) {
             xhi[xb] = make_uint4(q[4], q[5], q[6], q[7]);
         }
         __syncthreads();
-        if (!active) continue;
-        float acc[2] = {0.0f, 0.0f};
-        for (int b0 = 0; b0 < nb; b0 += 32) {
-            int b = b0 + lane, m = min(32, nb - b0);
-            float v[2] = {0.0f, 0.0f};
-            if (b < nb) {
-                uint4 l = xlo[b], h = xhi[b];
-                uint32_t xw[8] = {l.x, l.y, l.z, l.w, h.x, h.y, h.z, h.w};
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    if (r >= nr) break;
-                    mv_wblock w;
-                    if (b0 == 0) w = w0[r];
-                    else mv_wload<T>(wr[r], b, w);
-                    int isum = 0;
-#pragma unroll
-                    for (int t = 0; t < 4; t++) {
-                        isum = __dp4a((int)w.lo[t], (int)xw[t], isum);
-                        isum = __dp4a((int)w.hi[t], (int)xw[4 + t], isum);
-                    }
-                    v[r] = mq_term<MIN>(isum, w.d, xd[b], w.m, xs[b]);
-                }
-            }
-            /* block order, 8 lanes' terms fetched at a time, then added in turn */
-#pragma unroll 1
-            for (int i0 = 0; i0 < m; i0 += 8)
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    if (r >= nr) break;
-                    float t[8];
-#pragma unroll
-                    for (int i = 0; i < 8; i++) t[i] = __shfl_sync(FULL, v[r], i0 + i);
-#pragma unroll
-                    for (int i = 0; i < 8; i++)
-                        if (i0 + i < m) acc[r] = acc[r] + t[i];
-                }
+        for (int vw = w_first; active; vw += nw) { /* the warp's rows */
+            gw = vw;
+            if (mm_part_of(job, gw, P) < 0) break;
+            mmv_row<T>(job, P, gw, tok, w0, vw == w_first, xlo, xhi, xd, xs);
         }
-        if (lane != 0) continue;
-        float *y = P.y + (size_t)tok * P.rows + gw;
-        if (swiglu) *y = swiglu1(acc[0], acc[1]);
-        else *y = job.mode == MM_ADD ? *y + acc[0] : acc[0];
     }
 }
+
+/* The most blocks a decode matmul launches: ~8 an SM on an H100 (its
+ * warps then take several rows each). The emulator takes 3, so that its
+ * tests' small matrices go through the rows' loop too. */
+#ifdef CUDA_EMU
+#define MMV_MAX_BLOCKS 3
+#else
+#define MMV_MAX_BLOCKS 1024
+#endif
 
 /* k_mmv's shared memory for rows of k: a 32-block's 32 int8, d and s. */
 static size_t mmv_smem(int k) { return (size_t)(k / 32) * (2 * sizeof(uint4) + 2 * sizeof(float)); }
@@ -392,8 +417,9 @@ static void mmv_go(mm_job job) {
         job.p[i].warps = swiglu ? (i == 0 ? job.p[0].rows : 0) : job.p[i].rows;
         warps += job.p[i].warps;
     }
-    if (warps > 0)
-        k_mmv<T><<<(warps + MM_WARPS - 1) / MM_WARPS, MM_WARPS * 32, mmv_smem(job.k), g_stream>>>(job);
+    int blocks = (warps + MM_WARPS - 1) / MM_WARPS;
+    if (blocks > MMV_MAX_BLOCKS) blocks = MMV_MAX_BLOCKS;
+    if (warps > 0) k_mmv<T><<<blocks, MM_WARPS * 32, mmv_smem(job.k), g_stream>>>(job);
 }
 
 /* k_mmv's shared memory past 48 KiB (k past 39,321): up to what the
