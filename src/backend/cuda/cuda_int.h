@@ -67,9 +67,10 @@ __device__ __forceinline__ float swiglu1(float g, float u) { return g / (1.0f + 
  * the activations' 8-bit pass, then the matmul). */
 int mmq_type(qtype t);
 int mmq_launch(qtype t, mm_job job, strata_err *err);
-/* Lets the decode matmul use up to optin_bytes of shared memory (the
- * device's opt-in limit a block); cuda_open calls it once. */
-int mmv_raise_smem(int optin_bytes, strata_err *err);
+/* The decode matmul's limits, once at cuda_open: up to optin_bytes of
+ * shared memory (the device's opt-in limit a block), at most one wave of
+ * blocks over sms multiprocessors. */
+int mmv_init(int optin_bytes, int sms, strata_err *err);
 
 /* cuda_kern.cu: lets the attention kernels use their shared memory (past
  * the default 48 KiB); cuda_open calls it once. */

@@ -224,7 +224,7 @@ __device__ __forceinline__ void mmv_row(const mm_job &job, const mm_part &P, int
  * bits. Per token the block's threads first quantize x into shared
  * memory (mq_xblock, a thread a 32-block: once a block, not once a row),
  * the warps' first weight blocks loading meanwhile. A launch of fewer
- * warps than rows (mmv_go caps the grid at MMV_MAX_BLOCKS: a 248,320-row
+ * warps than rows (mmv_go caps the grid at g_mmv_blocks: a 248,320-row
  * logits matmul) has warp w take rows w, w + the launch's warps, ...: x
  * is quantized once a block for all of them. Shared memory: mmv_smem(k). */
 template <int T>
@@ -258,15 +258,6 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmv(const mm_job job) {
         }
     }
 }
-
-/* The most blocks a decode matmul launches: ~8 an SM on an H100 (its
- * warps then take several rows each). The emulator takes 3, so that its
- * tests' small matrices go through the rows' loop too. */
-#ifdef CUDA_EMU
-#define MMV_MAX_BLOCKS 3
-#else
-#define MMV_MAX_BLOCKS 1024
-#endif
 
 /* k_mmv's shared memory for rows of k: a 32-block's 32 int8, d and s. */
 static size_t mmv_smem(int k) { return (size_t)(k / 32) * (2 * sizeof(uint4) + 2 * sizeof(float)); }
@@ -409,6 +400,11 @@ static void mmq_go(mm_job job, const int8_t *xq, const float *xd, const float *x
     else k_mmq<T, 4, 1><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, xq, xd, xs);
 }
 
+/* The most blocks a decode matmul launches: as many as the device holds
+ * at once (one wave; its warps then take several rows each), set by
+ * mmv_init. */
+static int g_mmv_blocks = 1024;
+
 /* Decode: a warp a row (SwiGLU: a row of each). */
 template <int T>
 static void mmv_go(mm_job job) {
@@ -418,15 +414,15 @@ static void mmv_go(mm_job job) {
         warps += job.p[i].warps;
     }
     int blocks = (warps + MM_WARPS - 1) / MM_WARPS;
-    if (blocks > MMV_MAX_BLOCKS) blocks = MMV_MAX_BLOCKS;
+    if (blocks > g_mmv_blocks) blocks = g_mmv_blocks;
     if (warps > 0) k_mmv<T><<<blocks, MM_WARPS * 32, mmv_smem(job.k), g_stream>>>(job);
 }
 
 /* k_mmv's shared memory past 48 KiB (k past 39,321): up to what the
- * device allows a block; cuda_open calls it once. */
+ * device allows a block. */
 static size_t g_mmv_smem_max = 48 * 1024;
 
-int mmv_raise_smem(int optin_bytes, strata_err *err) {
+int mmv_init(int optin_bytes, int sms, strata_err *err) {
     decltype(&k_mmv<QT_Q4_0>) kernels[] = {k_mmv<QT_Q4_0>, k_mmv<QT_Q4_1>, k_mmv<QT_Q5_0>, k_mmv<QT_Q5_1>,
                                            k_mmv<QT_Q8_0>};
     cudaError_t e = cudaSuccess;
@@ -436,6 +432,10 @@ int mmv_raise_smem(int optin_bytes, strata_err *err) {
         return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: allowing the decode matmul %d bytes of shared memory: %s",
                            optin_bytes, cudaGetErrorString(e));
     g_mmv_smem_max = (size_t)optin_bytes;
+    int per_sm = 0; /* with a 4096-column row's shared memory (5 KiB): registers bound it */
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_mmv<QT_Q4_0>, MM_WARPS * 32, mmv_smem(4096));
+    if (e != cudaSuccess || per_sm < 1) per_sm = 1;
+    g_mmv_blocks = per_sm * (sms > 0 ? sms : 1);
     return 0;
 }
 

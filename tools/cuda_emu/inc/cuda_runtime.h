@@ -42,6 +42,12 @@ static inline const char *cudaGetErrorString(cudaError_t) { return "cuda_emu"; }
 enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 template <class F>
 static inline cudaError_t cudaFuncSetAttribute(F, int, int bytes) { return bytes <= 128 * 1024 ? cudaSuccess : 1; }
+/* blocks run one at a time here */
+template <class F>
+static inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, F, int, size_t) {
+    *n = 1;
+    return cudaSuccess;
+}
 void emu_memset(void *p, int v, size_t n);
 static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) {
     emu_memset(p, v, n);
