@@ -163,7 +163,8 @@ test-gpu:
 # The GPU tests with the CUDA kernels emulated on the host (no GPU;
 # tools/cuda_emu/README.md): plumbing, indexing and barrier mistakes show
 # here first; nothing that passes is verified until test-gpu has run it.
-# TESTS='gpu_moe_*' runs some (all the cuda_ and gpu_ tests: ~30 min).
+# TESTS='gpu_moe_*' runs some (all the cuda_ and gpu_ tests: ~30 min of CPU
+# before the 8-bit path was emulated; ~1 h since, 2026-11-27, beside other jobs).
 test-emu: strata build/strata-tests testdata
 	tools/cuda_emu/build.sh
 	STRATA_TEST_GPU=1 TEST_DATA_DIR=tests/data/gen build/cuda-emu/strata-tests $${TESTS:-'cuda_*' 'gpu_*'}
