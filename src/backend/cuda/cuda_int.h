@@ -72,8 +72,19 @@ int mmq_launch(qtype t, mm_job job, strata_err *err);
  * blocks over sms multiprocessors. */
 int mmv_init(int optin_bytes, int sms, strata_err *err);
 
-/* cuda_kern.cu: lets the attention kernels use their shared memory (past
- * the default 48 KiB); cuda_open calls it once. */
+/* Lets each of kernels use up to bytes of dynamic shared memory (past the
+ * default 48 KiB a launch must be allowed first; not inside a graph's
+ * capture, so at cuda_open). */
+template <class F, size_t N>
+static cudaError_t allow_smem(F (&kernels)[N], int bytes) {
+    cudaError_t e = cudaSuccess;
+    for (size_t i = 0; i < N && e == cudaSuccess; i++)
+        e = cudaFuncSetAttribute(kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    return e;
+}
+
+/* cuda_kern.cu: lets the attention kernels use their shared memory;
+ * cuda_open calls it once. */
 int attn_raise_smem(strata_err *err);
 
 #endif

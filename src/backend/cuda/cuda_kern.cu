@@ -693,7 +693,7 @@ __device__ void attn_stage(__half2 *sk, __half2 *sv, const __half *kc, const __h
             size_t at = kv_row_at(kr, t0 + j, kvd) + (size_t)g * D;
             at_copy4(&sk[j * (D2 + 1) + d2], (const __half2 *)(kc + at) + d2);
             at_copy4(&sv[j * D2 + d2], (const __half2 *)(vc + at) + d2);
-        } else if (j < nk) {
+        } else if (j < nk) { /* the same copies now (one branch a path keeps k_attn_seg<8> from spilling) */
             size_t at = kv_row_at(kr, t0 + j, kvd) + (size_t)g * D;
             sk[j * (D2 + 1) + d2] = ((const __half2 *)(kc + at))[d2];
             sv[j * D2 + d2] = ((const __half2 *)(vc + at))[d2];
@@ -862,20 +862,14 @@ __global__ void k_attn_fold(float *out, const float *part, const int32_t *pos, i
     }
 }
 
-/* Past 48 KiB a kernel's shared memory must be allowed first (two tiles
- * of head_dim 256 need 76 KiB): at cuda_open, not inside a graph's capture. */
-static int attn_smem_raised;
-
+/* Two tiles of head_dim 256 need 76 KiB of shared memory (allow_smem). */
 int attn_raise_smem(strata_err *err) {
     decltype(&k_attn_seg<1>) kernels[] = {k_attn_seg<1>, k_attn_seg<2>, k_attn_seg<4>, k_attn_seg<8>, k_attn_seg<16>};
-    cudaError_t e = cudaSuccess;
     int bytes = (int)AT_SMEM_MAX;
-    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0] && e == cudaSuccess; i++)
-        e = cudaFuncSetAttribute(kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    cudaError_t e = allow_smem(kernels, bytes);
     if (e != cudaSuccess)
         return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: allowing attention %d bytes of shared memory: %s", bytes,
                            cudaGetErrorString(e));
-    attn_smem_raised = 1;
     return 0;
 }
 
@@ -902,8 +896,6 @@ static int attention(float *d_out, float *d_scratch, const float *d_q, const uin
      * tiles of shared memory would cost it blocks an SM (H100,
      * 2026-11-27: pipelining every launch made pp512 9-26% slower). */
     int pipelined = grid.y == 1;
-    if (!attn_smem_raised)
-        return strata_errf(err, STRATA_EINVAL, "cuda attention: the kernels' shared memory limit was not raised (cuda_open)");
     size_t smem = attn_smem(qt * hpg, head_dim, pipelined);
     const __half *kh = (const __half *)d_kc, *vh = (const __half *)d_vc;
 #define AT_GO(o)                                                                                                   \

@@ -425,9 +425,7 @@ static size_t g_mmv_smem_max = 48 * 1024;
 int mmv_init(int optin_bytes, int sms, strata_err *err) {
     decltype(&k_mmv<QT_Q4_0>) kernels[] = {k_mmv<QT_Q4_0>, k_mmv<QT_Q4_1>, k_mmv<QT_Q5_0>, k_mmv<QT_Q5_1>,
                                            k_mmv<QT_Q8_0>};
-    cudaError_t e = cudaSuccess;
-    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0] && e == cudaSuccess; i++)
-        e = cudaFuncSetAttribute(kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
+    cudaError_t e = allow_smem(kernels, optin_bytes);
     if (e != cudaSuccess)
         return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: allowing the decode matmul %d bytes of shared memory: %s",
                            optin_bytes, cudaGetErrorString(e));
