@@ -408,7 +408,10 @@ static void check_attention(int n, int nh, int nkv, int hd) {
     cuda_kv_store(dkc, dvc, dk, dv, dp, n, kvd);
     attn_chunked(dout, dpart, dq, dkc, dvc, dp, n, nh, nkv, hd, all, 1);
     from_dev(out, dout, (size_t)n * qd * 4);
-    /* float64 reference over the half-rounded K/V */
+    /* float64 reference over the half-rounded q, K and V (the kernel's
+     * inputs to the tensor cores); the kernel's weights are rounded to
+     * half too (relative 2^-11 each, normalized by their own sum): within
+     * 2^-10 of max |v| = 1 */
     double worst = 0, *s = xmalloc((size_t)n * sizeof(double));
     for (int i = 0; i < n; i++)
         for (int h = 0; h < nh; h++) {
@@ -417,7 +420,8 @@ static void check_attention(int n, int nh, int nkv, int hd) {
             for (int p = 0; p <= i; p++) {
                 double a = 0;
                 for (int d = 0; d < hd; d++)
-                    a += (double)q[(size_t)i * qd + h * hd + d] * fp16_to_f32(f32_to_fp16(k[(size_t)p * kvd + g * hd + d]));
+                    a += (double)fp16_to_f32(f32_to_fp16(q[(size_t)i * qd + h * hd + d])) *
+                         fp16_to_f32(f32_to_fp16(k[(size_t)p * kvd + g * hd + d]));
                 s[p] = a * 0.125;
                 if (s[p] > mx) mx = s[p];
             }
@@ -429,7 +433,7 @@ static void check_attention(int n, int nh, int nkv, int hd) {
                 if (e > worst) worst = e;
             }
         }
-    CHECK_MSG(worst < 1e-5, "attention n=%d hd=%d: max error %.3g", n, hd, worst);
+    CHECK_MSG(worst < 1.0 / 1024, "attention n=%d hd=%d: max error %.3g", n, hd, worst);
     printf("     attention %d tokens, %d/%d heads of %d: max error %.2g\n", n, nh, nkv, hd, worst);
     /* decode one by one, uneven chunks, a grid over the whole context: the same bits */
     const int *plans[] = {one, uneven, one, all};
@@ -535,9 +539,9 @@ static int argmax_row(const float *x, int V) {
 }
 
 /* Rows whose top choice in `ref` is clear (a margin over the runner-up of
- * more than 1% of the row's range) and which `x` picks otherwise; *n_same
- * counts the rows where both pick the same, clear or not. */
-static int clear_disagreements(const float *x, const float *ref, int n, int V, int *n_same) {
+ * more than `clear` of the row's range) and which `x` picks otherwise;
+ * *n_same counts the rows where both pick the same, clear or not. */
+static int clear_disagreements(const float *x, const float *ref, int n, int V, float clear, int *n_same) {
     int bad = 0;
     *n_same = 0;
     for (int t = 0; t < n; t++) {
@@ -549,7 +553,12 @@ static int clear_disagreements(const float *x, const float *ref, int n, int V, i
             if (c[i] < lo) lo = c[i];
         }
         *n_same += a == g;
-        if (a != g && c[a] - second > 0.01f * (hi - lo)) bad++;
+        if (a != g && c[a] - second > clear * (hi - lo)) {
+            const float *y = x + (size_t)t * V;
+            printf("     row %d: the reference picks %d by %.4f of its range, this picks %d (%.4f above %d's)\n", t, a,
+                   (c[a] - second) / (hi - lo), g, (y[g] - y[a]) / (hi - lo), a);
+            bad++;
+        }
     }
     return bad;
 }
@@ -565,13 +574,17 @@ TEST(gpu_forward_matches_cpu_and_float64) {
         int n = r.n_tok, V = r.n_vocab, same = 0;
         float *g = gpu_logits(c, r.tokens, n, V, one_chunk), *cpu = cpu_logits(model_path(MODELS[i]), r.tokens, n, V);
         double vs_ref = max_rel(g, r.logits, (size_t)n * V), vs_cpu = cpu ? max_rel(g, cpu, (size_t)n * V) : 1;
-        int same_cpu = 0, bad = clear_disagreements(g, r.logits, n, V, &same);
-        if (cpu) clear_disagreements(g, cpu, n, V, &same_cpu);
+        /* Float activations and F16 K/V: well under the CPU's 8-bit bound
+         * (0.05); the 8-bit path (cuda_matmul_q8) has the CPU's bound, its
+         * logits 0.02-0.03 of the range from float64's (measured), so a
+         * choice is clear to it from a margin of 2% (llama-q4_1's row 13,
+         * 1.2%, flips with attention's half q and weights, cuda-3) */
+        int q8 = cuda_matmul_q8(m->tok_embd.type) || cuda_matmul_q8(m->layers[0].w_gate.type);
+        float clear = q8 ? 0.02f : 0.01f;
+        int same_cpu = 0, bad = clear_disagreements(g, r.logits, n, V, clear, &same);
+        if (cpu) clear_disagreements(g, cpu, n, V, clear, &same_cpu);
         printf("     %-11s %d tokens: GPU vs float64 %.2g, GPU vs CPU %.2g of the logit range; "
                "greedy = float64's %d/%d, = CPU's %d/%d\n", MODELS[i], n, vs_ref, vs_cpu, same, n, same_cpu, n);
-        /* Float activations and F16 K/V: well under the CPU's 8-bit bound
-         * (0.05); the 8-bit path (cuda_matmul_q8) has the CPU's bound. */
-        int q8 = cuda_matmul_q8(m->tok_embd.type) || cuda_matmul_q8(m->layers[0].w_gate.type);
         CHECK_MSG(vs_ref < (q8 ? 0.05 : 0.01), "%s: GPU vs float64 %.4f", MODELS[i], vs_ref);
         CHECK_MSG(vs_cpu < 0.05, "%s: GPU vs CPU %.4f", MODELS[i], vs_cpu);
         CHECK_MSG(bad == 0, "%s: %d rows where float64's clear greedy choice is not the GPU's", MODELS[i], bad);
@@ -596,8 +609,8 @@ static void check_whole_model(const char *name, double tol) {
     float *g = gpu_logits(c, r.tokens, n, V, one_chunk), *cpu = cpu_logits(model_path(name), r.tokens, n, V);
     double vs_ref = max_rel(g, r.logits, (size_t)n * V), vs_cpu = cpu ? max_rel(g, cpu, (size_t)n * V) : 1;
     double cpu_ref = cpu ? max_rel(cpu, r.logits, (size_t)n * V) : 1;
-    int bad = clear_disagreements(g, r.logits, n, V, &same);
-    if (cpu) clear_disagreements(g, cpu, n, V, &same_cpu);
+    int bad = clear_disagreements(g, r.logits, n, V, 0.01f, &same);
+    if (cpu) clear_disagreements(g, cpu, n, V, 0.01f, &same_cpu);
     printf("     %-15s %d tokens: GPU vs float64 %.2g, GPU vs CPU %.2g, CPU vs float64 %.2g of the logit range; "
            "greedy = float64's %d/%d, = CPU's %d/%d\n", name, n, vs_ref, vs_cpu, cpu_ref, same, n, same_cpu, n);
     CHECK_MSG(vs_ref < tol, "%s: GPU vs float64 %.4f", name, vs_ref);
@@ -864,8 +877,8 @@ TEST(gpu_qwen35_matches_cpu_and_float64) {
         int n = r.n_tok, V = r.n_vocab, same = 0, same_cpu = 0;
         float *g = gpu_logits(c, r.tokens, n, V, one_chunk), *cpu = cpu_logits(model_path(names[i]), r.tokens, n, V);
         double vs_ref = max_rel(g, r.logits, (size_t)n * V), vs_cpu = cpu ? max_rel(g, cpu, (size_t)n * V) : 1;
-        int bad = clear_disagreements(g, r.logits, n, V, &same);
-        if (cpu) clear_disagreements(g, cpu, n, V, &same_cpu);
+        int bad = clear_disagreements(g, r.logits, n, V, 0.01f, &same);
+        if (cpu) clear_disagreements(g, cpu, n, V, 0.01f, &same_cpu);
         printf("     %-10s %d tokens: GPU vs float64 %.2g, GPU vs CPU %.2g of the logit range; "
                "greedy = float64's %d/%d, = CPU's %d/%d\n", names[i], n, vs_ref, vs_cpu, same, n, same_cpu, n);
         CHECK_MSG(vs_ref < tol_ref[i], "%s: GPU vs float64 %.4f", names[i], vs_ref);

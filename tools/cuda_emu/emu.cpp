@@ -10,16 +10,18 @@
  * never reach: a real GPU hangs or is undefined there). Graph capture
  * records launches (their arguments by value, as CUDA freezes them) and
  * replays them; a copy or memset while recording is an error, as there.
- * cuda_mmq.cu's tensor-core instruction is emu_mma_s8 (PTX's fragment
- * layout, an exchange through memory between two warp barriers), so the
- * 8-bit path runs as written. Not for the build: tools/cuda_emu/build.sh
+ * The tensor-core instructions are emu_mma_s8 (cuda_mmq.cu) and
+ * emu_mma_f16 (attention): PTX's fragment layouts, an exchange through
+ * memory between two warp barriers, so those kernels run as written. Not for the build: tools/cuda_emu/build.sh
  * links it instead of cuda_rt.cu. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <vector>
 
+#include "cuda_fp16.h"
 #include "cuda_runtime.h"
 extern "C" {
 #include "backend/cuda/cuda.h"
@@ -104,6 +106,37 @@ void emu_mma_s8(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
             sum += mma_byte(g_mma_a[al][ar], k % 4) * mma_byte(g_mma_b[bl][br], k % 4);
         }
         c[i] = sum;
+    }
+    __syncwarp();
+}
+
+/* m16n8k16 half, float sums: a[i] holds row g + 8 (i % 2), columns
+ * 2 t + 8 (i / 2) + 0..1 (the low half first); b0 rows 2 t + 0..1, b1
+ * rows 8 + 2 t + 0..1, column g; C as above. Each output adds its 16
+ * products (exact in float) to c in k order: some fixed order, as the
+ * hardware's is (its bits may differ; the kernels' tests compare the
+ * emulated GPU with itself and with tolerances). */
+static float mma_half(uint32_t w, int j) {
+    __half h;
+    uint16_t u = (uint16_t)(w >> (16 * j));
+    memcpy(&h, &u, 2);
+    return (float)h;
+}
+
+void emu_mma_f16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    int t = threadIdx.x, w0 = t & ~31, l = t & 31, g = l / 4, tg = l % 4;
+    for (int i = 0; i < 4; i++) g_mma_a[t][i] = a[i];
+    g_mma_b[t][0] = b0, g_mma_b[t][1] = b1;
+    __syncwarp();
+    for (int i = 0; i < 4; i++) {
+        int row = g + 8 * (i / 2), col = 2 * tg + i % 2;
+        float acc = c[i];
+        for (int k = 0; k < 16; k++) {
+            int al = w0 + (row % 8) * 4 + (k % 8) / 2, ar = row / 8 + 2 * (k / 8);
+            int bl = w0 + col * 4 + (k % 8) / 2, br = k / 8;
+            acc += mma_half(g_mma_a[al][ar], k % 2) * mma_half(g_mma_b[bl][br], k % 2);
+        }
+        c[i] = acc;
     }
     __syncwarp();
 }

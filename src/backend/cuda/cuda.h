@@ -34,11 +34,13 @@ extern "C" {
  * change (another summation order, another rounding), so blocks computed
  * by the old kernels are never served to the new ones. cuda-2: 8-bit
  * activations and tensor cores for the legacy quants (cuda_matmul_q8).
+ * cuda-3: attention on the tensor cores (q and the softmax weights in
+ * half, cuda_kern.cu).
  * It names qwen35's kernels too (cuda_delta.cu, added under cuda-2: no
  * GPU block of a qwen35 model existed before them); their bits are the
  * same on every GPU, so no per-model or per-level suffix (the CPU's
  * delta_numerics has one: its kernels differ by level). */
-#define CUDA_NUMERICS "cuda-2"
+#define CUDA_NUMERICS "cuda-3"
 
 /* 1 when this binary was built with the CUDA backend. */
 int cuda_built(void);
@@ -133,7 +135,9 @@ void cuda_rope_kv_store(float *d_q, float *d_k, const float *d_v, uint16_t *d_kc
  * same bits. max_end: the largest d_pos + 1 of the call (it sizes the
  * grid; a larger one only adds blocks that leave at once); max_ctx: the
  * positions d_scratch was sized for (cuda_attention_scratch floats).
- * head_dim <= 256 and even, at most 8 query heads per KV head. */
+ * head_dim a multiple of 32 up to 256, at most 16 query heads per KV
+ * head. The products are the tensor cores' (q and the softmax weights
+ * rounded to half, float sums). */
 #define CUDA_ATTN_SEG 256
 size_t cuda_attention_scratch(int max_tok, int n_head, int head_dim, int max_ctx);
 int cuda_attention(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc, const uint16_t *d_vc,

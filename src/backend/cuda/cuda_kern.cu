@@ -585,73 +585,108 @@ extern "C" void cuda_kv_store(uint16_t *d_kc, uint16_t *d_vc, const float *d_k, 
 /* ---- attention ----------------------------------------------------------------- */
 
 /* Keys are cut into segments of CUDA_ATTN_SEG positions at fixed
- * places, and segments into tiles of AT_KT. A block takes (KV head g, a
- * tile of qt query tokens, segment s): its rows are the (token, head)
- * pairs of the tile's tokens and g's query heads, and each K/V tile is
- * staged in shared memory once for all of them (prefill: qt tokens share
- * it; decode: qt = 1). Warp w scores rows w, w + 4, ... against the
- * tile's keys, one key per lane (a sequential dot over head_dim), and
- * keeps each row's running max and sum (warp butterflies); thread x
- * accumulates outputs x, x + 128, ... of the rows over the tile's keys in
- * key order. A row takes the tile's first nk keys, nk from its own
- * token's last position, and skips tiles past it. Each (token, head,
- * segment) writes its online-softmax state (m, l, o[head_dim]);
- * k_attn_fold folds a token's segments in segment order. What a row
- * computes depends only on its query and its key positions, never on qt
- * or its neighbours: prefill, decode and any batch give the same bits. */
+ * places, and segments into tiles of AT_KT. A block takes (KV head g, qt
+ * query tokens, segment s): its rows are the (token, head) pairs of its
+ * tokens and g's query heads (row = token * hpg + head), in m-tiles of
+ * 16 rows, and each K/V tile is staged in shared memory once for all of
+ * them. The products are the tensor cores' (mma.sync m16n8k16: half
+ * inputs, float sums): a warp takes one m-tile's scores against the
+ * tile's 32 keys (q rounded to half, head_dim in steps of 16, in order),
+ * their online softmax in float (a row's max and sum over its quad of
+ * lanes in a fixed order), the weights rounded to half, and their product
+ * with V for its part of the output columns: a block of mt m-tiles gives
+ * each 4 / mt warps, each 1 / (4 / mt) of head_dim (an m-tile's warps
+ * score the same keys alike). A row takes the keys from its first (its
+ * window) to its own position; in a tile without any of them its weights
+ * are zero and its rescale one, so the tile leaves it as it was. Each
+ * (token, head, segment) writes its online-softmax state (m, l,
+ * o[head_dim]); k_attn_fold folds a token's segments in segment order.
+ * What an output computes depends only on its row's query and key
+ * positions, never on qt, the row's place in its m-tile, or which warp
+ * and column part computes it: prefill, decode and any batch give the
+ * same bits (gpu_attention_* compares them with memcmp). */
 #define AT_THREADS 128
-#define AT_KT 32        /* keys per tile: one per lane */
+#define AT_WARPS (AT_THREADS / 32)
+#define AT_KT 32        /* keys per tile */
 #define AT_MAX_DIM 256
-#define AT_MAX_GROUP 8  /* query heads per KV head */
-#define AT_MAX_OUT 16   /* outputs per thread: rows * head_dim <= 16 * 128 */
-#define AT_MAX_ROWS 32  /* (token, head) rows a block: 8 per warp */
-#define AT_RPW (AT_MAX_ROWS / (AT_THREADS / 32))
+#define AT_MAX_GROUP 16 /* query heads per KV head */
+#define AT_MAX_ROWS 64  /* (token, head) rows a block: four m-tiles */
+#define AT_PAD 4        /* half2 past each staged row: a quad's lanes' rows fall in other banks */
+#define AT_SLD 40       /* floats a row of shared scores (16 lanes' float2 stores in other banks) */
 
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL, v, o));
-    return v;
+__device__ __forceinline__ float quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(FULL, v, 1));
+    return fmaxf(v, __shfl_xor_sync(FULL, v, 2));
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
-    return v;
+/* The quad's four values in one order for all four lanes ((a + b) + (c + d)). */
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(FULL, v, 1);
+    return v + __shfl_xor_sync(FULL, v, 2);
+}
+
+/* Two halves as the 32-bit register an mma operand takes (lo in the low bits). */
+__device__ __forceinline__ uint32_t halves_bits(__half lo, __half hi) {
+    return (uint32_t)__half_as_ushort(lo) | (uint32_t)__half_as_ushort(hi) << 16;
+}
+
+__device__ __forceinline__ uint32_t h2_bits(__half2 h) { return halves_bits(h.x, h.y); }
+
+/* c += A (16 x 16 half, rows g and g + 8 of the lane) x B (16 x 8 half),
+ * float sums (PTX's fragment layout for m16n8k16). */
+__device__ __forceinline__ void mma_f16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+#if defined(CUDA_EMU) /* tools/cuda_emu: the same product, PTX's fragment layout */
+    emu_mma_f16(c, a, b0, b1);
+#else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
 }
 
 static int attn_segs(int max_ctx) { return (max_ctx + CUDA_ATTN_SEG - 1) / CUDA_ATTN_SEG; }
 
-/* Query tokens a block: enough blocks for a few waves over the SMs (a
- * launch parameter only: a row's bits do not depend on it), within the
- * row and output limits. */
+/* m-tiles of a block of rows (1, 2 or 4: the warps split evenly). */
+static __host__ __device__ int attn_mtiles(int rows) { return rows <= 16 ? 1 : rows <= 32 ? 2 : 4; }
+
+/* The most rows a block: four m-tiles, two where head_dim > 128 (a warp's
+ * outputs stay within 64 floats a lane). */
+static int attn_max_rows(int D) { return D > 128 ? 32 : AT_MAX_ROWS; }
+
+/* Query tokens a block (a launch parameter only: a row's bits do not
+ * depend on it): the most rows, or 32 or 16 where that leaves fewer than
+ * two blocks an SM. */
 static int attn_qt(int n, int n_head_kv, int segs, int hpg, int D) {
     static int env = -1; /* STRATA_CUDA_ATTN_QT: a fixed qt, to time the choice */
     if (env < 0) {
         const char *e = getenv("STRATA_CUDA_ATTN_QT");
         env = e ? atoi(e) : 0;
     }
-    int qt = env > 0 ? env : n * n_head_kv * segs / (4 * 132), by_rows = AT_MAX_ROWS / hpg, by_out = AT_MAX_OUT * AT_THREADS / (hpg * D);
-    qt = qt < by_rows ? qt : by_rows;
-    qt = qt < by_out ? qt : by_out;
-    return qt < 1 ? 1 : qt;
+    int qt = attn_max_rows(D) / hpg; /* >= 2: hpg <= AT_MAX_GROUP */
+    if (env > 0) return env < qt ? env : qt;
+    for (int rows = 32; rows >= 16; rows /= 2)
+        if ((long)n_head_kv * segs * ((n + qt - 1) / qt) < 2 * 132) qt = rows / hpg > 0 ? rows / hpg : 1;
+    return qt;
 }
 
-/* The K/V tiles' half2 in shared memory: K rows padded by one half2 (the
- * lanes' rows fall in different banks), then V rows. */
-static __host__ __device__ int attn_tile_h2(int D) { return AT_KT * (D / 2 + 1) + AT_KT * (D / 2); }
+/* The K/V tile's half2 in shared memory: K rows, then V rows, each
+ * padded by AT_PAD. */
+static __host__ __device__ int attn_tile_h2(int D) { return 2 * AT_KT * (D / 2 + AT_PAD); }
 
-/* Bytes of k_attn_seg's shared memory: the rows' queries, weights and
- * rescales, and one K/V tile, or two when pipelined (the next one loads
- * while this one is used). */
+/* Bytes of k_attn_seg's shared memory: the m-tiles' queries in half and
+ * their shared scores, and one K/V tile, or two when pipelined (the next
+ * one loads while this one is used). */
 static size_t attn_smem(int rows, int D, int pipelined) {
-    return sizeof(float) * ((size_t)rows * D + (size_t)rows * AT_KT + rows) +
-           sizeof(__half2) * (pipelined ? 2 : 1) * (size_t)attn_tile_h2(D);
+    int mt = attn_mtiles(rows);
+    return sizeof(__half2) * ((size_t)16 * mt * (D / 2 + AT_PAD) + (pipelined ? 2 : 1) * (size_t)attn_tile_h2(D)) +
+           sizeof(float) * 16 * mt * AT_SLD;
 }
 
-/* The most any launch asks (rows * D <= AT_MAX_OUT * AT_THREADS, D <= AT_MAX_DIM): 76 KiB. */
-#define AT_SMEM_MAX                                                                                     \
-    (sizeof(float) * (AT_MAX_OUT * AT_THREADS + AT_MAX_ROWS * AT_KT + AT_MAX_ROWS) +                     \
-     sizeof(__half2) * 2 * (AT_KT * (AT_MAX_DIM / 2 + 1) + AT_KT * (AT_MAX_DIM / 2)))
+/* The most any launch asks (rows * head_dim <= 32 * 256): 87 KiB. */
+#define AT_SMEM_MAX                                                                                            \
+    (sizeof(__half2) * (32 * (AT_MAX_DIM / 2 + AT_PAD) + 2 * 2 * AT_KT * (AT_MAX_DIM / 2 + AT_PAD)) +         \
+     sizeof(float) * 32 * AT_SLD)
 
 /* A 4-byte copy from global to shared memory that does not wait (sm_80's
  * cp.async: the next tile's loads overlap this tile's arithmetic);
@@ -680,26 +715,26 @@ __device__ __forceinline__ void at_copies_done(void) {
 #endif
 }
 
-/* Copies the tile's K rows and V rows into sk and sv, rows past nk
- * zero; async: only starts them (a group of this thread's copies,
- * committed: at_copies_done waits). */
+/* Copies the tile's K rows and V rows into sk and sv (rows of D / 2 +
+ * AT_PAD half2), rows past nk zero; async: only starts them (a group of
+ * this thread's copies, committed: at_copies_done waits). */
 __device__ void attn_stage(__half2 *sk, __half2 *sv, const __half *kc, const __half *vc, const kv_ref &kr, int t0,
                            int nk, int kvd, int g, int D, int async) {
-    int D2 = D / 2;
+    int D2 = D / 2, ld = D2 + AT_PAD;
     __half2 zero = __floats2half2_rn(0.0f, 0.0f);
     for (int x = threadIdx.x; x < AT_KT * D2; x += AT_THREADS) {
         int j = x / D2, d2 = x % D2;
         if (j < nk && async) {
             size_t at = kv_row_at(kr, t0 + j, kvd) + (size_t)g * D;
-            at_copy4(&sk[j * (D2 + 1) + d2], (const __half2 *)(kc + at) + d2);
-            at_copy4(&sv[j * D2 + d2], (const __half2 *)(vc + at) + d2);
-        } else if (j < nk) { /* the same copies now (one branch a path keeps k_attn_seg<8> from spilling) */
+            at_copy4(&sk[j * ld + d2], (const __half2 *)(kc + at) + d2);
+            at_copy4(&sv[j * ld + d2], (const __half2 *)(vc + at) + d2);
+        } else if (j < nk) { /* the same copies now */
             size_t at = kv_row_at(kr, t0 + j, kvd) + (size_t)g * D;
-            sk[j * (D2 + 1) + d2] = ((const __half2 *)(kc + at))[d2];
-            sv[j * D2 + d2] = ((const __half2 *)(vc + at))[d2];
+            sk[j * ld + d2] = ((const __half2 *)(kc + at))[d2];
+            sv[j * ld + d2] = ((const __half2 *)(vc + at))[d2];
         } else {
-            sk[j * (D2 + 1) + d2] = zero;
-            sv[j * D2 + d2] = zero;
+            sk[j * ld + d2] = zero;
+            sv[j * ld + d2] = zero;
         }
     }
     if (async) at_commit();
@@ -709,14 +744,90 @@ __device__ void attn_stage(__half2 *sk, __half2 *sv, const __half *kc, const __h
  * last n_swa on a sliding-window layer (n_swa > 0). */
 __device__ __forceinline__ int attn_lo(int p, int n_swa) { return n_swa > 0 && p + 1 - n_swa > 0 ? p + 1 - n_swa : 0; }
 
-template <int OUTS>
+/* One tile's scores for the warp's m-tile: s[j] holds keys 8 j + 2 t +
+ * 0..1 (t = lane % 4) of rows lane / 4 (s[j][0..1]) and lane / 4 + 8
+ * (s[j][2..3]), sums over head_dim in steps of 16, in order. The m-tile's
+ * `parts` warps share the work: this one computes the groups j of 8 keys
+ * with j % parts == part. */
+__device__ __forceinline__ void attn_scores(float s[4][4], const __half2 *qa, const __half2 *sk, int D2, int ld,
+                                            int parts, int part) {
+    int gq = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
+    const __half2 *qb = qa + 8 * ld;
+#pragma unroll
+    for (int j = 0; j < 4; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+    for (int kk = 0; kk < D2; kk += 8) {
+        uint32_t a[4] = {h2_bits(qa[kk]), h2_bits(qb[kk]), h2_bits(qa[kk + 4]), h2_bits(qb[kk + 4])};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            if (j % parts != part) continue;
+            const __half2 *kb = sk + (8 * j + gq) * ld + kk + tq;
+            mma_f16(s[j], a, h2_bits(kb[0]), h2_bits(kb[4]));
+        }
+    }
+}
+
+/* The m-tile's warps exchange their groups of scores through ss (16 rows
+ * of AT_SLD floats): each then holds all four. Block-wide (a barrier). */
+__device__ __forceinline__ void attn_share_scores(float s[4][4], float *ss, int parts, int part) {
+    int gq = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        if (j % parts == part) {
+            *(float2 *)&ss[gq * AT_SLD + 8 * j + 2 * tq] = make_float2(s[j][0], s[j][1]);
+            *(float2 *)&ss[(gq + 8) * AT_SLD + 8 * j + 2 * tq] = make_float2(s[j][2], s[j][3]);
+        }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        if (j % parts != part) {
+            float2 a = *(const float2 *)&ss[gq * AT_SLD + 8 * j + 2 * tq];
+            float2 b = *(const float2 *)&ss[(gq + 8) * AT_SLD + 8 * j + 2 * tq];
+            s[j][0] = a.x, s[j][1] = a.y, s[j][2] = b.x, s[j][3] = b.y;
+        }
+}
+
+/* One row's online-softmax step over a tile (h: the lane's row lane / 4
+ * + 8 h, its keys [lo, hi) of the tile): the scores scaled and masked
+ * into weights rounded to half (w), the row's max m and sum l carried,
+ * the rescale of its outputs returned (1 without keys here). */
+__device__ __forceinline__ float attn_softmax_row(float s[4][4], float w[4][4], int h, int lo, int hi, float scale,
+                                                  float &m, float &l) {
+    int tq = threadIdx.x & 3, any = hi > lo && hi > 0;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            int key = 8 * j + 2 * tq + e;
+            s[j][2 * h + e] = key >= lo && key < hi ? s[j][2 * h + e] * scale : -INFINITY;
+            mx = fmaxf(mx, s[j][2 * h + e]);
+        }
+    mx = quad_max(mx);
+    float mn = any ? fmaxf(m, mx) : m, c = any ? expf(m - mn) : 1.0f, sum = 0.0f; /* c = 0 on the row's first keys */
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            int key = 8 * j + 2 * tq + e;
+            float p = key >= lo && key < hi ? __half2float(__float2half_rn(expf(s[j][2 * h + e] - mn))) : 0.0f;
+            w[j][2 * h + e] = p;
+            sum += p;
+        }
+    sum = quad_sum(sum);
+    l = l * c + sum;
+    m = mn;
+    return c;
+}
+
+template <int NT>
 __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const float *q, const __half *kc, const __half *vc,
                                                           const kv_ref kr, const int32_t *pos, int n, int qt,
                                                           int n_head, int n_head_kv, int D, float scale, int seg_cap,
                                                           int n_swa, int pipelined) {
     int g = blockIdx.x, i0 = blockIdx.y * qt, s = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    int hpg = n_head / n_head_kv, kvd = n_head_kv * D, k0 = s * CUDA_ATTN_SEG, D2 = D / 2;
-    int nq = min(qt, n - i0), rows = nq * hpg;
+    int hpg = n_head / n_head_kv, kvd = n_head_kv * D, k0 = s * CUDA_ATTN_SEG, D2 = D / 2, ld = D2 + AT_PAD;
+    int nq = min(qt, n - i0), rows = nq * hpg, mt = attn_mtiles(rows);
+    int parts = AT_WARPS / mt, mtile = warp % mt, cpart = warp / mt, nt = D / (8 * parts), gq = lane >> 2, tq = lane & 3;
     /* each token's keys in this segment: [s_beg, s_end), none when s_end <= s_beg */
     __shared__ int s_end[AT_MAX_ROWS], s_beg[AT_MAX_ROWS];
     if (tid < nq) {
@@ -728,22 +839,32 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const floa
     for (int tt = 0; tt < nq; tt++)
         if (s_end[tt] > s_beg[tt]) kend = max(kend, s_end[tt]), kbeg = min(kbeg, s_beg[tt]);
     if (kend <= k0) return; /* the whole block: no token has keys here */
-    /* shared memory, sized by the launch (attn_smem): the rows' queries,
-     * the tile's weights and each row's rescale, the K/V tile (two:
-     * pipelined, the tile at t0 in tile t0 / AT_KT's parity) */
+    /* shared memory, sized by the launch (attn_smem): the m-tiles' shared
+     * scores, their queries in half (rows past the block's zero), the K/V
+     * tile (two: pipelined, the tile at t0 in tile t0 / AT_KT's parity) */
     extern __shared__ float smem[];
-    float *sq = smem, *sp = sq + rows * D, *scorr = sp + rows * AT_KT;
-    __half2 *tiles = (__half2 *)(scorr + rows);
+    float *sscore = smem;
+    __half2 *sq = (__half2 *)(sscore + 16 * mt * AT_SLD), *tiles = sq + 16 * mt * ld;
     int tile_h2 = attn_tile_h2(D), ahead = pipelined ? AT_KT : 0;
-    for (int x = tid; x < rows * D; x += AT_THREADS) { /* row r = (token r / hpg, head r % hpg): adjacent heads */
-        int tt = x / (hpg * D);
-        sq[x] = q[((size_t)(i0 + tt) * n_head + (size_t)g * hpg) * D + x % (hpg * D)];
+    for (int x = tid; x < 16 * mt * D2; x += AT_THREADS) {
+        int r = x / D2, d2 = x % D2;
+        float2 v = make_float2(0.0f, 0.0f);
+        if (r < rows) v = ((const float2 *)(q + ((size_t)(i0 + r / hpg) * n_head + (size_t)g * hpg + r % hpg) * D))[d2];
+        sq[r * ld + d2] = __floats2half2_rn(v.x, v.y);
     }
-    float mr[AT_RPW], lr[AT_RPW], o[OUTS];
+    /* the lane's two rows (lane / 4 and lane / 4 + 8 of its m-tile): their
+     * keys in the segment, max, sum and outputs (o[u]: columns cpart * D /
+     * parts + 8 u + 2 t + 0..1, the rows as the scores) */
+    int lo[2], hi[2];
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[NT][4];
 #pragma unroll
-    for (int r = 0; r < AT_RPW; r++) mr[r] = -INFINITY, lr[r] = 0.0f;
+    for (int h = 0; h < 2; h++) {
+        int r = 16 * mtile + gq + 8 * h;
+        lo[h] = r < rows ? s_beg[r / hpg] : 1;
+        hi[h] = r < rows ? s_end[r / hpg] : 0;
+    }
 #pragma unroll
-    for (int u = 0; u < OUTS; u++) o[u] = 0.0f;
+    for (int u = 0; u < NT; u++) o[u][0] = o[u][1] = o[u][2] = o[u][3] = 0.0f;
     /* tiles at fixed places (k0 + a multiple of AT_KT), from the one
      * holding the first key; pipelined, each tile's copies start while
      * the one before it is in use (the arithmetic, and so the bits, are
@@ -754,94 +875,56 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const floa
         int tn = t0 + ahead; /* the tile whose copies start now */
         if (tn < kend) {
             __half2 *b = tiles + ((tn / AT_KT) & pipelined) * tile_h2;
-            attn_stage(b, b + AT_KT * (D2 + 1), kc, vc, kr, tn, min(AT_KT, kend - tn), kvd, g, D, pipelined);
+            attn_stage(b, b + AT_KT * ld, kc, vc, kr, tn, min(AT_KT, kend - tn), kvd, g, D, pipelined);
         }
         if (t0 < tfirst) continue;
         if (pipelined && tn < kend) at_copies_done<1>(); /* this tile's copies (the next one's may go on) */
         else if (pipelined) at_copies_done<0>();
         __syncthreads();
-        const __half2 *sk = tiles + ((t0 / AT_KT) & pipelined) * tile_h2, *sv = sk + AT_KT * (D2 + 1);
-        /* scores: each K row once for the warp's rows (each row's dot
-         * still runs over head_dim in order) */
-        float a[AT_RPW];
-        const __half2 *krow = sk + lane * (D2 + 1); /* this lane's key (not kr, the kernel's kv_ref) */
+        const __half2 *sk = tiles + ((t0 / AT_KT) & pipelined) * tile_h2, *sv = sk + AT_KT * ld;
+        float sc[4][4], w[4][4];
+        attn_scores(sc, sq + (16 * mtile + gq) * ld + tq, sk, D2, ld, parts, cpart);
+        if (parts > 1) attn_share_scores(sc, sscore + 16 * mtile * AT_SLD, parts, cpart); /* block-uniform */
 #pragma unroll
-        for (int r = 0; r < AT_RPW; r++) a[r] = 0.0f;
-#pragma unroll 4 /* the next pairs' loads in flight: the same sums, in order */
-        for (int d2 = 0; d2 < D2; d2++) {
-            float2 kf = __half22float2(krow[d2]);
+        for (int h = 0; h < 2; h++) {
+            float c = attn_softmax_row(sc, w, h, lo[h] - t0, min(hi[h] - t0, AT_KT), scale, m[h], l[h]);
 #pragma unroll
-            for (int r = 0; r < AT_RPW; r++) {
-                int row = warp + 4 * r;
-                if (row >= rows) break;
-                a[r] = fmaf(sq[row * D + 2 * d2], kf.x, a[r]);
-                a[r] = fmaf(sq[row * D + 2 * d2 + 1], kf.y, a[r]);
-            }
+            for (int u = 0; u < NT; u++) o[u][2 * h] *= c, o[u][2 * h + 1] *= c;
         }
-#pragma unroll
-        for (int r = 0; r < AT_RPW; r++) {
-            int row = warp + 4 * r;
-            if (row >= rows) break; /* warp-uniform */
-            int nk = min(AT_KT, s_end[row / hpg] - t0), lo = s_beg[row / hpg] - t0; /* its keys: lanes [lo, nk) */
-            if (nk <= 0 || nk <= lo) continue; /* none in this tile: ended before it, or the window starts after it */
-            int in = lane < nk && lane >= lo;
-            float sc = in ? a[r] * scale : -INFINITY;
-            float mn = fmaxf(mr[r], warp_max(sc));
-            float e = in ? expf(sc - mn) : 0.0f, c = expf(mr[r] - mn); /* c = 0 on the first tile */
-            sp[row * AT_KT + lane] = e;
-            lr[r] = lr[r] * c + warp_sum(e);
-            mr[r] = mn;
-            if (lane == 0) scorr[row] = c;
-        }
-        __syncthreads();
-        /* outputs: rescaled, then the tile's keys in order (key outer, so
-         * one V element serves all of a thread's outputs of that column) */
+        /* outputs += weights (16 x 32) x V (32 x the part's columns), keys
+         * in two steps of 16 */
         const __half *vh = (const __half *)sv;
-        int nku[OUTS], rowu[OUTS], kmax = 0;
+        int lv = 2 * ld; /* halves a V row */
 #pragma unroll
-        for (int u = 0; u < OUTS; u++) {
-            int x = tid + AT_THREADS * u;
-            rowu[u] = x / D;
-            nku[u] = x < rows * D ? min(AT_KT, s_end[rowu[u] / hpg] - t0) : 0;
-            if (x < rows * D && nku[u] <= s_beg[rowu[u] / hpg] - t0) nku[u] = 0; /* skipped above: no update */
-            if (nku[u] > 0) o[u] = o[u] * scorr[rowu[u]];
-            kmax = max(kmax, nku[u]);
-        }
-        if (AT_THREADS % D == 0) { /* every output of the thread is column tid % D */
-            for (int j = 0; j < kmax; j++) {
-                float v = __half2float(vh[j * D + tid % D]);
+        for (int ks = 0; ks < 2; ks++) {
+            uint32_t a[4] = {h2_bits(__floats2half2_rn(w[2 * ks][0], w[2 * ks][1])),
+                             h2_bits(__floats2half2_rn(w[2 * ks][2], w[2 * ks][3])),
+                             h2_bits(__floats2half2_rn(w[2 * ks + 1][0], w[2 * ks + 1][1])),
+                             h2_bits(__floats2half2_rn(w[2 * ks + 1][2], w[2 * ks + 1][3]))};
+            const __half *v0 = vh + (16 * ks + 2 * tq) * lv + cpart * (D / parts) + gq;
 #pragma unroll
-                for (int u = 0; u < OUTS; u++)
-                    if (j < nku[u]) o[u] = fmaf(sp[rowu[u] * AT_KT + j], v, o[u]);
-            }
-        } else {
-            for (int j = 0; j < kmax; j++) {
-#pragma unroll
-                for (int u = 0; u < OUTS; u++)
-                    if (j < nku[u]) o[u] = fmaf(sp[rowu[u] * AT_KT + j], __half2float(vh[j * D + (tid + AT_THREADS * u) % D]), o[u]);
-            }
+            for (int u = 0; u < NT; u++)
+                if (u < nt)
+                    mma_f16(o[u], a, halves_bits(v0[8 * u], v0[8 * u + lv]),
+                            halves_bits(v0[8 * u + 8 * lv], v0[8 * u + 9 * lv]));
         }
     }
     /* state of (token i, head h, segment s): m, l, o[D]; tokens without
      * keys here write nothing (the fold stops at their last segment) */
     size_t st = (size_t)D + 2;
-#define AT_STATE(row) \
-    (part + (((size_t)(i0 + (row) / hpg) * n_head + (size_t)g * hpg + (row) % hpg) * seg_cap + s) * st)
 #pragma unroll
-    for (int r = 0; r < AT_RPW; r++) {
-        int row = warp + 4 * r;
-        if (row < rows && lane == 0 && s_end[row / hpg] > s_beg[row / hpg]) {
-            AT_STATE(row)[0] = mr[r];
-            AT_STATE(row)[1] = lr[r];
-        }
-    }
+    for (int h = 0; h < 2; h++) {
+        int r = 16 * mtile + gq + 8 * h;
+        if (r >= rows || s_end[r / hpg] <= s_beg[r / hpg]) continue;
+        float *out = part + (((size_t)(i0 + r / hpg) * n_head + (size_t)g * hpg + r % hpg) * seg_cap + s) * st;
+        if (cpart == 0 && tq == 0) out[0] = m[h], out[1] = l[h];
 #pragma unroll
-    for (int u = 0; u < OUTS; u++) {
-        int x = tid + AT_THREADS * u;
-        if (x >= rows * D) break;
-        if (s_end[x / D / hpg] > s_beg[x / D / hpg]) AT_STATE(x / D)[2 + x % D] = o[u];
+        for (int u = 0; u < NT; u++)
+            if (u < nt) {
+                int col = cpart * (D / parts) + 8 * u + 2 * tq;
+                out[2 + col] = o[u][2 * h], out[3 + col] = o[u][2 * h + 1];
+            }
     }
-#undef AT_STATE
 }
 
 /* Token i's head h: its segments' states folded in segment order (one
@@ -862,9 +945,10 @@ __global__ void k_attn_fold(float *out, const float *part, const int32_t *pos, i
     }
 }
 
-/* Two tiles of head_dim 256 need 76 KiB of shared memory (allow_smem). */
+/* Two tiles of head_dim 256 and 32 rows of queries need 82.5 KiB of
+ * shared memory (allow_smem). */
 int attn_raise_smem(strata_err *err) {
-    decltype(&k_attn_seg<1>) kernels[] = {k_attn_seg<1>, k_attn_seg<2>, k_attn_seg<4>, k_attn_seg<8>, k_attn_seg<16>};
+    decltype(&k_attn_seg<2>) kernels[] = {k_attn_seg<2>, k_attn_seg<4>, k_attn_seg<8>, k_attn_seg<16>};
     int bytes = (int)AT_SMEM_MAX;
     cudaError_t e = allow_smem(kernels, bytes);
     if (e != cudaSuccess)
@@ -880,15 +964,18 @@ extern "C" size_t cuda_attention_scratch(int max_tok, int n_head, int head_dim, 
 static int attention(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc, const uint16_t *d_vc,
                      const kv_ref &kr, const int32_t *d_pos, int n, int max_end, int max_ctx, int n_head,
                      int n_head_kv, int head_dim, float scale, int n_swa, strata_err *err) {
-    if (head_dim > AT_MAX_DIM || head_dim % 2 || n_head_kv <= 0 || n_head % n_head_kv ||
-        n_head / n_head_kv > AT_MAX_GROUP || (n_head / n_head_kv) * head_dim > AT_MAX_OUT * AT_THREADS)
-        return strata_errf(err, STRATA_EUNSUPPORTED, "cuda attention: head_dim %d, %d heads over %d KV heads", head_dim,
-                           n_head, n_head_kv);
+    if (head_dim > AT_MAX_DIM || head_dim % 32 || n_head_kv <= 0 || n_head % n_head_kv ||
+        n_head / n_head_kv > AT_MAX_GROUP)
+        return strata_errf(err, STRATA_EUNSUPPORTED,
+                           "cuda attention: head_dim %d, %d heads over %d KV heads (head_dim a multiple of 32 up to "
+                           "%d, at most %d query heads a KV head)",
+                           head_dim, n_head, n_head_kv, AT_MAX_DIM, AT_MAX_GROUP);
     if (max_end > max_ctx)
         return strata_errf(err, STRATA_EINVAL, "cuda attention: keys up to %d past the scratch's %d", max_end, max_ctx);
     if (n <= 0) return 0;
     int seg_cap = attn_segs(max_ctx), segs = attn_segs(max_end), hpg = n_head / n_head_kv;
-    int qt = attn_qt(n, n_head_kv, segs, hpg, head_dim), outs = (qt * hpg * head_dim + AT_THREADS - 1) / AT_THREADS;
+    int qt = attn_qt(n, n_head_kv, segs, hpg, head_dim), rows = (qt < n ? qt : n) * hpg;
+    int nt = head_dim / (8 * (AT_WARPS / attn_mtiles(rows))); /* a full block's; the last's is no more */
     dim3 grid(n_head_kv, (n + qt - 1) / qt, segs);
     /* A launch whose queries fit one tile (decode: a block or two an SM,
      * each waiting on its every load otherwise) pipelines its tiles'
@@ -896,15 +983,14 @@ static int attention(float *d_out, float *d_scratch, const float *d_q, const uin
      * tiles of shared memory would cost it blocks an SM (H100,
      * 2026-11-27: pipelining every launch made pp512 9-26% slower). */
     int pipelined = grid.y == 1;
-    size_t smem = attn_smem(qt * hpg, head_dim, pipelined);
+    size_t smem = attn_smem(rows, head_dim, pipelined);
     const __half *kh = (const __half *)d_kc, *vh = (const __half *)d_vc;
-#define AT_GO(o)                                                                                                   \
-    k_attn_seg<o><<<grid, AT_THREADS, smem, g_stream>>>(d_scratch, d_q, kh, vh, kr, d_pos, n, qt, n_head,     \
+#define AT_GO(t)                                                                                                   \
+    k_attn_seg<t><<<grid, AT_THREADS, smem, g_stream>>>(d_scratch, d_q, kh, vh, kr, d_pos, n, qt, n_head,     \
                                                          n_head_kv, head_dim, scale, seg_cap, n_swa, pipelined)
-    if (outs <= 1) AT_GO(1);
-    else if (outs <= 2) AT_GO(2);
-    else if (outs <= 4) AT_GO(4);
-    else if (outs <= 8) AT_GO(8);
+    if (nt <= 2) AT_GO(2);
+    else if (nt <= 4) AT_GO(4);
+    else if (nt <= 8) AT_GO(8);
     else AT_GO(16);
 #undef AT_GO
     k_attn_fold<<<dim3(n_head, n), 64, 0, g_stream>>>(d_out, d_scratch, d_pos, n_head, head_dim, seg_cap, n_swa);

@@ -18,6 +18,7 @@ struct dim3 {
 struct float2 {
     float x, y;
 };
+static inline float2 make_float2(float x, float y) { return float2{x, y}; }
 struct float4 {
     float x, y, z, w;
 };
@@ -77,6 +78,8 @@ float __shfl_sync(unsigned mask, float v, int src_lane);
 /* mma.sync.m16n8k32.row.col.s32.s8.s8.s32 with a zero accumulator, for the
  * calling lane's fragments (PTX's layout: emu.cpp), a warp collective */
 void emu_mma_s8(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
+/* mma.sync.m16n8k16.row.col.f32.f16.f16.f32, c accumulated in place */
+void emu_mma_f16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
 
 /* The SIMD-in-a-word intrinsics: a 4-way dot of signed bytes plus c, and
  * a per-byte difference modulo 256. */
