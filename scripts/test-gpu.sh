@@ -37,6 +37,8 @@
 #              cuda` pp512/tg128, then at depth 4096
 #   nograph, nofuse, cpu   decode without the graph, separate kernels, the
 #              machine's CPU: for comparison
+#   nostage    tg128 on both models without, then with, the decode
+#              matmul's staged weight loads (STRATA_CUDA_MMV_STAGE)
 #   optional   PREV (another strata binary, benched beside this one),
 #              QT_SWEEP=1 (attention tile sizes), PROFILE=1 (ncu: each
 #              kernel's time in decode, prefill, attention at depth;
@@ -65,10 +67,10 @@ TOOLS=${TOOLS:-tools}
 PYTHON=${PYTHON:-python3}
 REPS=${REPS:-10}
 BUDGET_S=${BUDGET_S:-360}
-STEPS=${STEPS:-env data unit model greedy serve serve3 serve35 bench sanitizer qwen35 nograph nofuse cpu optional}
+STEPS=${STEPS:-env data unit model greedy serve serve3 serve35 bench sanitizer qwen35 nograph nofuse nostage cpu optional}
 # what the chosen steps need runs too: the test models, the synthetic model
 case " $STEPS " in *" unit "* | *" sanitizer "* | *" serve3 "* | *" serve35 "*) STEPS="data $STEPS" ;; esac
-case " $STEPS " in *" greedy "* | *" serve "* | *" bench "* | *" nograph "* | *" nofuse "* | *" cpu "* | *" optional "*)
+case " $STEPS " in *" greedy "* | *" serve "* | *" bench "* | *" nograph "* | *" nofuse "* | *" nostage "* | *" cpu "* | *" optional "*)
     STEPS="model $STEPS" ;;
 esac
 abs() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; } # the tools run from $TOOLS
@@ -240,6 +242,23 @@ bench_nofuse() {
     return "${PIPESTATUS[0]}"
 }
 
+# The decode matmul without and with its staged weight loads, back to
+# back on both models (tg128; STRATA_CUDA_MMV_STAGE=0 turns them off).
+bench_nostage() {
+    local rc=0 m s
+    : > "$WORK/bench-nostage.txt"
+    for m in "$SMOL" "$Q35"; do
+        [ -s "$m" ] || continue
+        for s in 0 1; do
+            echo "STRATA_CUDA_MMV_STAGE=$s $(basename "$m")" | tee -a "$WORK/bench-nostage.txt"
+            STRATA_CUDA_MMV_STAGE=$s "$STRATA" bench -m "$m" --device cuda -p 0 -n 128 -r 5 > "$WORK/nostage.out" 2>&1 ||
+                rc=1
+            grep -E "^\| tg" "$WORK/nostage.out" | tee -a "$WORK/bench-nostage.txt"
+        done
+    done
+    return $rc
+}
+
 bench_cpu() {
     [ -s "$SMOL" ] || return 1
     "$STRATA" bench -m "$SMOL" -p 512 -n 128 -r 3 2>&1 | tee "$WORK/bench-cpu.txt"
@@ -309,7 +328,7 @@ profile() {
 }
 
 export -f ncu_run env_info test_data unit_tests make_model compare_greedy bench_model greedy serve_check serve serve_gemma3 serve_qwen35 \
-    bench_gpu sanitizer qwen35_anchor bench_nograph bench_nofuse bench_cpu \
+    bench_gpu sanitizer qwen35_anchor bench_nograph bench_nofuse bench_nostage bench_cpu \
     bench_prev qt_sweep profile
 export SERVE_CHECK=${SERVE_CHECK:-} PREV=${PREV:-} GPU_TEST_MODELS=${GPU_TEST_MODELS:-}
 
@@ -333,6 +352,8 @@ step qwen35 150 "the qwen35 0.8B-shaped model: greedy text CPU and GPU, bench pp
 sed 's/^/          /' "$WORK/qwen35.txt" >> "$SUMMARY" 2>/dev/null
 step nograph 60 "decode without the graph (STRATA_CUDA_GRAPH=0)" bench_nograph
 step nofuse 60 "separate kernels (STRATA_CUDA_FUSE=0)" bench_nofuse
+step nostage 90 "the decode matmul without, then with, staged weight loads (STRATA_CUDA_MMV_STAGE)" bench_nostage
+sed 's/^/          /' "$WORK/bench-nostage.txt" >> "$SUMMARY" 2>/dev/null
 step cpu 120 "bench on this machine's CPU, for scale (3 reps)" bench_cpu
 if wanted optional; then
     [ -n "$PREV" ] && STEPS="$STEPS prev" step prev 200 "the previous build ($PREV), then this one again, on both models" bench_prev

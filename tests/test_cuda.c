@@ -296,6 +296,41 @@ TEST(gpu_matmul_batch_invariance) {
     }
 }
 
+/* Decode rows that start only 2-byte aligned (an odd number of 18-, 22-
+ * or 34-byte blocks a row: k_mmv's lanes read their blocks themselves
+ * there, not staged through shared memory): w_down's blocks viewed as
+ * rows of 15 blocks. Against the CPU's dequantized dot, and decode (1 and
+ * uneven chunks) against prefill, bit for bit. */
+TEST(gpu_matmul_unaligned_rows) {
+    if (!gpu_up()) return;
+    static const int all[] = {1000, 0}, one[] = {1, 0}, uneven[] = {7, 1, 13, 3, 0};
+    enum { N = 40, NB = 15 };
+    for (int i = 0; i < N_MODELS; i++) {
+        model *m;
+        strata_err err = {0};
+        if (model_load(&m, model_path(MODELS[i]), &err)) {
+            test_fail(__FILE__, __LINE__, "%s", err.msg);
+            continue;
+        }
+        const model_tensor *t = &m->layers[0].w_down;
+        int64_t nb = t->cols / 32;
+        if (cuda_matmul_q8(t->type) && nb >= NB) {
+            model_tensor v = *t;
+            v.cols = 32 * NB, v.row_bytes = t->row_bytes / (size_t)nb * NB, v.rows = t->rows * nb / NB;
+            check_matmul(&v, 1, 31u + i);
+            check_matmul(&v, 3, 37u + i);
+            float *x = rand_vec((size_t)N * v.cols, 41u + i);
+            float *dx = to_dev(x, (size_t)N * v.cols * 4), *dy = to_dev(NULL, (size_t)N * v.rows * 4);
+            float *ref = matmul_chunked(&v, dx, N, all, dy), *y1 = matmul_chunked(&v, dx, N, one, dy);
+            float *y2 = matmul_chunked(&v, dx, N, uneven, dy);
+            CHECK_MSG(memcmp(y1, ref, (size_t)N * v.rows * 4) == 0, "%s: decode changes bits", MODELS[i]);
+            CHECK_MSG(memcmp(y2, ref, (size_t)N * v.rows * 4) == 0, "%s: uneven chunks change bits", MODELS[i]);
+            cuda_free(dx), cuda_free(dy), free(x), free(ref), free(y1), free(y2);
+        }
+        model_free(m);
+    }
+}
+
 TEST(gpu_embed_rows_are_the_cpu_dequant_bits) {
     if (!gpu_up()) return;
     for (int i = 0; i < N_MODELS; i++) {
@@ -989,6 +1024,39 @@ TEST(gpu_greedy_generation_matches_cpu) {
     engine_close(ec), engine_close(eg);
 }
 
+/* The 8-bit decode kernel's RMS norm in the launch (Q/K/V, and gate/up
+ * with SwiGLU) against cuda_rmsnorm and the same launch on its output:
+ * the same bits. */
+static void check_norm_in_launch(const model_layer *L, const float *dx, int n, int k, void *const dw[3],
+                                 const int rows[3], const void *dg, const void *du, int f, uint32_t seed) {
+    strata_err err = {0};
+    float *nw = rand_vec((size_t)k, seed), *dnw = to_dev(nw, (size_t)k * 4), *dxn = to_dev(NULL, (size_t)n * k * 4);
+    cuda_rmsnorm(dxn, dx, dnw, n, k, 1e-5f);
+    float *da[3], *db[3], *a = NULL, *b = NULL;
+    for (int j = 0; j < 3; j++) da[j] = to_dev(NULL, (size_t)n * rows[j] * 4), db[j] = to_dev(NULL, (size_t)n * rows[j] * 4);
+    if (cuda_matmul_multi(L->wq.type, L->wq.row_bytes, k, dxn, n, 3, (const void *const *)dw, rows, da, 0, NULL, 0.0f,
+                          &err) ||
+        cuda_matmul_multi(L->wq.type, L->wq.row_bytes, k, dx, n, 3, (const void *const *)dw, rows, db, 0, dnw, 1e-5f,
+                          &err))
+        test_fail(__FILE__, __LINE__, "%s", err.msg);
+    for (int j = 0; j < 3; j++) {
+        size_t bytes = (size_t)n * rows[j] * 4;
+        a = xrealloc(a, bytes), b = xrealloc(b, bytes);
+        from_dev(a, da[j], bytes), from_dev(b, db[j], bytes);
+        CHECK_MSG(memcmp(a, b, bytes) == 0, "n=%d: part %d with the norm in the launch differs", n, j);
+    }
+    for (int j = 0; j < 3; j++) cuda_free(da[j]), cuda_free(db[j]);
+    float *dsa = to_dev(NULL, (size_t)n * f * 4), *dsb = to_dev(NULL, (size_t)n * f * 4);
+    if (cuda_matmul_swiglu(L->w_gate.type, L->w_gate.row_bytes, f, k, dxn, n, dg, du, dsa, NULL, 0.0f, &err) ||
+        cuda_matmul_swiglu(L->w_gate.type, L->w_gate.row_bytes, f, k, dx, n, dg, du, dsb, dnw, 1e-5f, &err))
+        test_fail(__FILE__, __LINE__, "%s", err.msg);
+    a = xrealloc(a, (size_t)n * f * 4), b = xrealloc(b, (size_t)n * f * 4);
+    from_dev(a, dsa, (size_t)n * f * 4), from_dev(b, dsb, (size_t)n * f * 4);
+    CHECK_MSG(memcmp(a, b, (size_t)n * f * 4) == 0, "n=%d: SwiGLU with the norm in the launch differs", n);
+    cuda_free(dsa), cuda_free(dsb), cuda_free(dnw), cuda_free(dxn);
+    free(nw), free(a), free(b);
+}
+
 /* The fused launches give the separate kernels' bits: Q/K/V of layer 0 in
  * one cuda_matmul_multi against three cuda_matmul; the residual form
  * against cuda_matmul + cuda_add; gate/up with SwiGLU against two
@@ -1030,7 +1098,7 @@ TEST(gpu_fused_matmuls_keep_the_bits) {
                     if (cuda_matmul(w3[j]->type, dw[j], w3[j]->row_bytes, rows[j], k, dx, n, dya[j], &err))
                         test_fail(__FILE__, __LINE__, "%s", err.msg);
                 if (cuda_matmul_multi(L->wq.type, L->wq.row_bytes, k, dx, n, 3, (const void *const *)dw, rows, dyb, 0,
-                                      &err))
+                                      NULL, 0.0f, &err))
                     test_fail(__FILE__, __LINE__, "%s", err.msg);
                 for (int j = 0; j < 3; j++) {
                     from_dev(ya[j], dya[j], (size_t)n * rows[j] * 4), from_dev(yb[j], dyb[j], (size_t)n * rows[j] * 4);
@@ -1041,7 +1109,8 @@ TEST(gpu_fused_matmuls_keep_the_bits) {
             if (cuda_matmul(L->wq.type, dw[0], L->wq.row_bytes, rows[0], k, dx, n, tmp, &err))
                 test_fail(__FILE__, __LINE__, "%s", err.msg);
             cuda_add(dya[0], tmp, (size_t)n * rows[0]);
-            if (cuda_matmul_multi(L->wq.type, L->wq.row_bytes, k, dx, n, 1, (const void *const *)dw, rows, dyb, 1, &err))
+            if (cuda_matmul_multi(L->wq.type, L->wq.row_bytes, k, dx, n, 1, (const void *const *)dw, rows, dyb, 1, NULL,
+                                  0.0f, &err))
                 test_fail(__FILE__, __LINE__, "%s", err.msg);
             from_dev(ya[0], dya[0], (size_t)n * rows[0] * 4), from_dev(yb[0], dyb[0], (size_t)n * rows[0] * 4);
             CHECK_MSG(memcmp(ya[0], yb[0], (size_t)n * rows[0] * 4) == 0, "%s n=%d: fused residual add differs",
@@ -1054,10 +1123,12 @@ TEST(gpu_fused_matmuls_keep_the_bits) {
                 cuda_matmul(u->type, du, u->row_bytes, f, k, dx, n, tmp, &err))
                 test_fail(__FILE__, __LINE__, "%s", err.msg);
             cuda_swiglu(dga, tmp, (size_t)n * f);
-            if (cuda_matmul_swiglu(g->type, g->row_bytes, f, k, dx, n, dg, du, dgb, &err))
+            if (cuda_matmul_swiglu(g->type, g->row_bytes, f, k, dx, n, dg, du, dgb, NULL, 0.0f, &err))
                 test_fail(__FILE__, __LINE__, "%s", err.msg);
             from_dev(sa, dga, (size_t)n * f * 4), from_dev(sb, dgb, (size_t)n * f * 4);
             CHECK_MSG(memcmp(sa, sb, (size_t)n * f * 4) == 0, "%s n=%d: fused SwiGLU differs", MODELS[i], n);
+            if (same && cuda_matmul_norms(L->wq.type, n))
+                check_norm_in_launch(L, dx, n, k, dw, rows, dg, du, f, 40u + ni);
             for (int j = 0; j < 3; j++) cuda_free(dw[j]), cuda_free(dya[j]), cuda_free(dyb[j]), free(ya[j]), free(yb[j]);
             cuda_free(tmp), cuda_free(dx), cuda_free(dg), cuda_free(du), cuda_free(dga), cuda_free(dgb);
             free(x), free(sa), free(sb);

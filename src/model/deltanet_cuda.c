@@ -115,7 +115,7 @@ static int in_proj(dnc *d, const dnc_tensors *T, const float *xn, int n, strata_
         float *ys[3];
         for (j = i; j < 4 && j - i < 3 && fwdc__same_kind(w[i], w[j]); j++)
             ws[j - i] = w[j]->d, rows[j - i] = w[j]->rows, ys[j - i] = y[j];
-        if (cuda_matmul_multi(w[i]->type, w[i]->row_bytes, w[i]->cols, xn, n, j - i, ws, rows, ys, 0, err))
+        if (cuda_matmul_multi(w[i]->type, w[i]->row_bytes, w[i]->cols, xn, n, j - i, ws, rows, ys, 0, NULL, 0.0f, err))
             return err->code;
     }
     return 0;

@@ -54,8 +54,10 @@ struct fwdc {
     cuda_graph *step;
     int use_graphs;
     /* Fused launches (cuda_matmul_multi/_swiglu, cuda_rope_kv_store): 9
-     * kernels a layer instead of 17, the same bits. STRATA_CUDA_FUSE=0 (or
-     * fwdc_use_fusion) runs the separate kernels, for comparison. */
+     * kernels a layer instead of 17, the same bits; 7 where the 8-bit
+     * decode kernel applies the RMS norms itself (cuda_matmul_norms).
+     * STRATA_CUDA_FUSE=0 (or fwdc_use_fusion) runs the separate kernels,
+     * for comparison. */
     int fuse;
     /* Paged (fwdc_new_paged): K/V in the device pool kv, many sequences a
      * call (fwdc_run_batch); n_ctx is then the positions one sequence may
@@ -370,7 +372,7 @@ static int mm_into(fwdc *c, const dev_tensor *w, const float *x, int n, float *y
         const void *ws[] = {w->d};
         int rows[] = {w->rows};
         float *ys[] = {y};
-        return cuda_matmul_multi(w->type, w->row_bytes, w->cols, x, n, 1, ws, rows, ys, 1, err);
+        return cuda_matmul_multi(w->type, w->row_bytes, w->cols, x, n, 1, ws, rows, ys, 1, NULL, 0.0f, err);
     }
     if (mm(w, x, n, add ? tmp : y, err)) return err->code;
     if (add) cuda_add(y, tmp, (size_t)n * w->rows);
@@ -387,14 +389,27 @@ static int block_out(fwdc *c, const dev_tensor *w, const float *in, int n, const
     return 0;
 }
 
-/* Q (qwen35: with its gates, to c->qg), K and V of c->xn. */
+/* Whether Q, K and V are one launch, and whether it applies the
+ * attention norm itself (then c->xn is not written first). */
+static int qkv_fused(const fwdc *c, const dev_layer *L) {
+    return c->fuse && fwdc__same_kind(&L->wq, &L->wk) && fwdc__same_kind(&L->wq, &L->wv);
+}
+
+static int qkv_norms(const fwdc *c, const dev_layer *L, int n) {
+    return qkv_fused(c, L) && cuda_matmul_norms(L->wq.type, n);
+}
+
+/* Q (qwen35: with its gates, to c->qg), K and V of c->xn, or of c->x
+ * normed in the launch (qkv_norms). */
 static int qkv(fwdc *c, const dev_layer *L, int n, strata_err *err) {
     float *q = c->qg ? c->qg : c->q;
-    if (c->fuse && fwdc__same_kind(&L->wq, &L->wk) && fwdc__same_kind(&L->wq, &L->wv)) {
+    if (qkv_fused(c, L)) {
         const void *ws[] = {L->wq.d, L->wk.d, L->wv.d};
         int rows[] = {L->wq.rows, L->wk.rows, L->wv.rows};
         float *ys[] = {q, c->k, c->v};
-        return cuda_matmul_multi(L->wq.type, L->wq.row_bytes, L->wq.cols, c->xn, n, 3, ws, rows, ys, 0, err);
+        int fold = qkv_norms(c, L, n);
+        return cuda_matmul_multi(L->wq.type, L->wq.row_bytes, L->wq.cols, fold ? c->x : c->xn, n, 3, ws, rows, ys, 0,
+                                 fold ? L->attn_norm.d : NULL, c->m->hp.rms_eps, err);
     }
     if (mm(&L->wq, c->xn, n, q, err) || mm(&L->wk, c->xn, n, c->k, err) || mm(&L->wv, c->xn, n, c->v, err))
         return err->code;
@@ -450,16 +465,30 @@ static int attention(fwdc *c, const dev_layer *L, int n, int max_end, strata_err
     return block_out(c, &L->wo, c->att, n, &L->post_attn_norm, err);
 }
 
-/* c->gate = silu(W_gate xn) * (W_up xn) (gemma: gelu), then c->x += W_down c->gate;
- * or layer il's mixture of experts added to c->x. */
+/* Whether gate and up are one SwiGLU launch, and whether it applies
+ * the FFN norm itself (then c->xn is not written first). */
+static int swiglu_fused(const fwdc *c, const dev_layer *L, int il) {
+    const dev_tensor *g = &L->w_gate, *u = &L->w_up;
+    return !mec_is_moe(c->me, il) && !c->m->hp.ffn_gelu && c->fuse && fwdc__same_kind(g, u) && g->rows == u->rows;
+}
+
+static int swiglu_norms(const fwdc *c, const dev_layer *L, int il, int n) {
+    return swiglu_fused(c, L, il) && cuda_matmul_norms(L->w_gate.type, n);
+}
+
+/* c->gate = silu(W_gate xn) * (W_up xn) (gemma: gelu; xn: c->x normed in
+ * the launch where swiglu_norms), then c->x += W_down c->gate; or layer
+ * il's mixture of experts added to c->x. */
 static int ffn(fwdc *c, const dev_layer *L, int il, int n, strata_err *err) {
     if (mec_is_moe(c->me, il)) return mec_layer(c->me, il, c->xn, n, c->x, err);
     const dev_tensor *g = &L->w_gate, *u = &L->w_up;
     if (c->m->hp.ffn_gelu) {
         if (mm(g, c->xn, n, c->gate, err) || mm(u, c->xn, n, c->up, err)) return err->code;
         cuda_geglu(c->gate, c->up, (size_t)n * g->rows);
-    } else if (c->fuse && fwdc__same_kind(g, u) && g->rows == u->rows) {
-        if (cuda_matmul_swiglu(g->type, g->row_bytes, g->rows, g->cols, c->xn, n, g->d, u->d, c->gate, err))
+    } else if (swiglu_fused(c, L, il)) {
+        int fold = swiglu_norms(c, L, il, n);
+        if (cuda_matmul_swiglu(g->type, g->row_bytes, g->rows, g->cols, fold ? c->x : c->xn, n, g->d, u->d, c->gate,
+                               fold ? L->ffn_norm.d : NULL, c->m->hp.rms_eps, err))
             return err->code;
     } else {
         if (mm(g, c->xn, n, c->gate, err) || mm(u, c->xn, n, c->up, err)) return err->code;
@@ -479,10 +508,10 @@ static int recurrent(fwdc *c, const dev_layer *L, int il, int n, strata_err *err
 static int layer(fwdc *c, int il, int n, int max_end, strata_err *err) {
     const model_hparams *hp = &c->m->hp;
     const dev_layer *L = &c->layers[il];
-    int e = hp->n_embd;
-    cuda_rmsnorm(c->xn, c->x, L->attn_norm.d, n, e, hp->rms_eps);
-    if (c->m->layers[il].recurrent ? recurrent(c, L, il, n, err) : attention(c, L, n, max_end, err)) return err->code;
-    cuda_rmsnorm(c->xn, c->x, L->ffn_norm.d, n, e, hp->rms_eps);
+    int e = hp->n_embd, rec = c->m->layers[il].recurrent;
+    if (rec || !qkv_norms(c, L, n)) cuda_rmsnorm(c->xn, c->x, L->attn_norm.d, n, e, hp->rms_eps);
+    if (rec ? recurrent(c, L, il, n, err) : attention(c, L, n, max_end, err)) return err->code;
+    if (!swiglu_norms(c, L, il, n)) cuda_rmsnorm(c->xn, c->x, L->ffn_norm.d, n, e, hp->rms_eps);
     return ffn(c, L, il, n, err);
 }
 
@@ -507,8 +536,16 @@ static int queue_pass(fwdc *c, int n, int max_end, strata_err *err) {
         if (layer(c, il, n, max_end, err)) return err->code;
     if (c->n_out == 0) return 0; /* a paged call that wants no logits */
     cuda_gather(c->tmp, c->x, c->rows, c->n_out, e);
+    const dev_tensor *o = &c->output;
+    if (c->fuse && cuda_matmul_norms(o->type, c->n_out)) { /* the output norm in the logits' launch */
+        const void *ws[] = {o->d};
+        int rows[] = {o->rows};
+        float *ys[] = {c->logits};
+        return cuda_matmul_multi(o->type, o->row_bytes, o->cols, c->tmp, c->n_out, 1, ws, rows, ys, 0,
+                                 c->output_norm.d, hp->rms_eps, err);
+    }
     cuda_rmsnorm(c->xn, c->tmp, c->output_norm.d, c->n_out, e, hp->rms_eps);
-    return mm(&c->output, c->xn, c->n_out, c->logits, err);
+    return mm(o, c->xn, c->n_out, c->logits, err);
 }
 
 /* A decode step of n tokens: the graph in *slot, recorded on first use

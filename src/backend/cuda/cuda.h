@@ -84,11 +84,17 @@ int cuda_matmul(qtype t, const void *d_w, size_t row_bytes, int rows, int k, con
  * type, row_bytes and k over the same d_x (Q, K, V), d_y[i] = W_i x, or
  * d_y[i] += W_i x with add (the residual: cuda_matmul then cuda_add).
  * cuda_matmul_swiglu: d_y = silu(W_gate x) * (W_up x) (cuda_matmul twice,
- * then cuda_swiglu). */
+ * then cuda_swiglu). Both take d_norm_w: NULL, or (only where
+ * cuda_matmul_norms says so) x's rows are RMS normed with these weights
+ * and eps first, cuda_rmsnorm's bits (one kernel less a norm). */
 int cuda_matmul_multi(qtype t, size_t row_bytes, int k, const float *d_x, int n, int np, const void *const d_w[],
-                      const int rows[], float *const d_y[], int add, strata_err *err);
+                      const int rows[], float *const d_y[], int add, const float *d_norm_w, float eps,
+                      strata_err *err);
 int cuda_matmul_swiglu(qtype t, size_t row_bytes, int rows, int k, const float *d_x, int n, const void *d_gate,
-                       const void *d_up, float *d_y, strata_err *err);
+                       const void *d_up, float *d_y, const float *d_norm_w, float eps, strata_err *err);
+/* 1 when those launches of type t over n tokens can apply the RMS norm
+ * (the 8-bit decode kernel: legacy quants, up to 8 tokens). */
+int cuda_matmul_norms(qtype t, int n);
 /* d_x[i * dim ..] = dequantized row d_tok[i] of the embedding (the CPU's
  * quant_dequant_row bits), times scale when scale != 1. */
 int cuda_embed(float *d_x, qtype t, const void *d_emb, size_t row_bytes, int dim, const int32_t *d_tok, int n,

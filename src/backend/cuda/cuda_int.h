@@ -37,11 +37,15 @@ struct mm_part {
     int rows, warps; /* warps: the part's warps (filled in by the launcher) */
 };
 
+/* norm_w (the 8-bit decode kernel only, mmq_norms): x's rows are RMS
+ * normed with these weights and eps first, k_rmsnorm's bits. */
 struct mm_job {
     mm_part p[MM_PARTS];
     int np, mode, k, n;
     size_t row_bytes;
     const float *x;
+    const float *norm_w;
+    float eps;
 };
 
 /* The part of job that warp gw of the launch works on (parts take
@@ -60,6 +64,30 @@ __device__ __forceinline__ int mm_part_of(const mm_job &job, int &gw, mm_part &P
     return part;
 }
 
+/* The RMS norm's scale of row x (dim floats), 1 / sqrt(mean(x^2) + eps),
+ * in one order for any block of 128 or 256 threads: RMS_LANES strided
+ * partial sums (fmaf, in index order), each 32 of them by a butterfly,
+ * then those in order; a block of 128 takes two partial sums a thread.
+ * k_rmsnorm and the decode matmul's fold (k_mmv) share it, so the same
+ * bits. red: RMS_LANES / 32 floats of shared memory; block-wide. */
+#define RMS_LANES 256
+__device__ __forceinline__ float rms_scale(const float *x, int dim, float eps, float *red) {
+#pragma unroll 1
+    for (int vt = threadIdx.x; vt < RMS_LANES; vt += blockDim.x) {
+        float ss = 0.0f;
+#pragma unroll 1
+        for (int i = vt; i < dim; i += RMS_LANES) ss = fmaf(x[i], x[i], ss);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(FULL, ss, o);
+        if ((vt & 31) == 0) red[vt >> 5] = ss;
+    }
+    __syncthreads();
+    float s = 0.0f;
+    for (int i = 0; i < RMS_LANES / 32; i++) s += red[i];
+    __syncthreads(); /* red can be used again */
+    return 1.0f / sqrtf(s / (float)dim + eps);
+}
+
 /* silu(g) * u: k_swiglu's expression, so fused and separate give the same bits. */
 __device__ __forceinline__ float swiglu1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
@@ -67,6 +95,9 @@ __device__ __forceinline__ float swiglu1(float g, float u) { return g / (1.0f + 
  * the activations' 8-bit pass, then the matmul). */
 int mmq_type(qtype t);
 int mmq_launch(qtype t, mm_job job, strata_err *err);
+/* 1 when a launch of type t over n tokens runs the 8-bit decode kernel,
+ * which can apply the job's RMS norm itself (norm_w). */
+int mmq_norms(qtype t, int n);
 /* The decode matmul's limits, once at cuda_open: up to optin_bytes of
  * shared memory (the device's opt-in limit a block), at most one wave of
  * blocks over sms multiprocessors. */

@@ -257,6 +257,9 @@ static int check_shape(qtype t, int k, strata_err *err) {
 static int mm_launch(qtype t, mm_job job, strata_err *err) {
     int rc = check_shape(t, job.k, err);
     if (rc || job.n <= 0) return rc;
+    if (job.norm_w && !mmq_norms(t, job.n))
+        return strata_errf(err, STRATA_EINVAL, "cuda: a %s matmul of %d tokens cannot apply the RMS norm itself",
+                           quant_name(t), job.n);
     if (mmq_type(t)) return mmq_launch(t, job, err);
     /* Decode keeps one row per warp (more warps in flight); from MM_R_MIN
      * tokens a warp takes two rows and loads each x chunk once for both.
@@ -293,21 +296,24 @@ extern "C" int cuda_matmul(qtype t, const void *d_w, size_t row_bytes, int rows,
     return mm_launch(t, job, err);
 }
 
+extern "C" int cuda_matmul_norms(qtype t, int n) { return mmq_norms(t, n); }
+
 extern "C" int cuda_matmul_multi(qtype t, size_t row_bytes, int k, const float *d_x, int n, int np,
                                  const void *const d_w[], const int rows[], float *const d_y[], int add,
-                                 strata_err *err) {
+                                 const float *d_norm_w, float eps, strata_err *err) {
     if (np < 1 || np > MM_PARTS)
         return strata_errf(err, STRATA_EINVAL, "cuda: %d matmuls in one launch (1 to %d)", np, MM_PARTS);
     mm_job job = mm_job_of(add ? MM_ADD : MM_STORE, k, d_x, n, row_bytes);
-    job.np = np;
+    job.np = np, job.norm_w = d_norm_w, job.eps = eps;
     for (int i = 0; i < np; i++) job.p[i] = (mm_part){(const uint8_t *)d_w[i], d_y[i], rows[i], 0};
     return mm_launch(t, job, err);
 }
 
 extern "C" int cuda_matmul_swiglu(qtype t, size_t row_bytes, int rows, int k, const float *d_x, int n,
-                                  const void *d_gate, const void *d_up, float *d_y, strata_err *err) {
+                                  const void *d_gate, const void *d_up, float *d_y, const float *d_norm_w, float eps,
+                                  strata_err *err) {
     mm_job job = mm_job_of(MM_SWIGLU, k, d_x, n, row_bytes);
-    job.np = 2;
+    job.np = 2, job.norm_w = d_norm_w, job.eps = eps;
     job.p[0] = (mm_part){(const uint8_t *)d_gate, d_y, rows, 0};
     job.p[1] = (mm_part){(const uint8_t *)d_up, NULL, rows, 0};
     return mm_launch(t, job, err);
@@ -325,47 +331,18 @@ extern "C" int cuda_embed(float *d_x, qtype t, const void *d_emb, size_t row_byt
     return 0;
 }
 
-/* ---- block reductions in a fixed order -------------------------------------- */
-
-/* Sum over the block (blockDim.x a multiple of 32, at most 1024): a warp
- * butterfly, then the warps' sums added in warp order by every thread.
- * red: 32 floats of shared memory; ends with a barrier so red can be reused. */
-__device__ float block_sum(float v, float *red) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float s = 0.0f;
-    for (int i = 0; i < (int)(blockDim.x >> 5); i++) s += red[i];
-    __syncthreads();
-    return s;
-}
-
-__device__ float block_max(float v, float *red) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL, v, o));
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float s = red[0];
-    for (int i = 1; i < (int)(blockDim.x >> 5); i++) s = fmaxf(s, red[i]);
-    __syncthreads();
-    return s;
-}
-
 /* ---- elementwise ------------------------------------------------------------- */
 
 __global__ void k_rmsnorm(float *out, const float *x, const float *w, int dim, float eps) {
-    __shared__ float red[32];
+    __shared__ float red[RMS_LANES / 32];
     const float *xr = x + (size_t)blockIdx.x * dim;
     float *o = out + (size_t)blockIdx.x * dim;
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
-    float scale = 1.0f / sqrtf(block_sum(ss, red) / (float)dim + eps);
+    float scale = rms_scale(xr, dim, eps, red);
     for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = xr[i] * scale * w[i];
 }
 
 extern "C" void cuda_rmsnorm(float *d_out, const float *d_x, const float *d_w, int n_rows, int dim, float eps) {
-    if (n_rows > 0) k_rmsnorm<<<n_rows, 256, 0, g_stream>>>(d_out, d_x, d_w, dim, eps);
+    if (n_rows > 0) k_rmsnorm<<<n_rows, RMS_LANES, 0, g_stream>>>(d_out, d_x, d_w, dim, eps);
 }
 
 /* Angles in double, then the CPU's float rotation (forward.c rope_heads):

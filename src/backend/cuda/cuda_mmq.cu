@@ -24,26 +24,44 @@
  *   32-block per mma), both operands straight from global memory (a
  *   4-byte word of a block's quants holds two of the A fragment's
  *   k-groups: its low nibbles are elements 0-15, its high ones 16-31);
- * - decode (n <= 8): k_mmv, a warp a row, a lane a block (quantized in
- *   the lane, dp4a), the terms then added in block order by shuffles:
- *   many warps in flight (decode is latency-bound), no separate pass.
+ * - decode (n <= 8): k_mmv, a warp a row, a lane a block (dp4a against
+ *   x quantized once a block in shared memory), the terms then added in
+ *   block order by shuffles: many warps in flight (decode is
+ *   latency-bound), no separate pass. Rows starting 4-byte aligned are
+ *   staged: the warp copies 32 blocks at a time into shared memory with
+ *   coalesced 4-byte loads before each lane reads its block there.
  * Kernel choice, tile and the rows a warp takes only place the work, so
  * a row's bits are the same in any batch, chunk or fused launch
  * (tests/test_cuda.c checks it with memcmp). */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_int.h"
 
 int mmq_type(qtype t) { return t == QT_Q4_0 || t == QT_Q4_1 || t == QT_Q5_0 || t == QT_Q5_1 || t == QT_Q8_0; }
 
-__device__ __forceinline__ uint32_t ld16x2(const uint8_t *p) { /* 2-byte aligned */
-    const unsigned short *h = (const unsigned short *)p;
-    return (uint32_t)__ldg(h) | ((uint32_t)__ldg(h + 1) << 16);
+/* A weight block's loads: from global memory by the read-only path, or
+ * (S = 1) from a warp's staged copy in shared memory (mv_stage). */
+template <int S>
+__device__ __forceinline__ unsigned short ldu16(const uint8_t *p) {
+    return S ? *(const unsigned short *)p : __ldg((const unsigned short *)p);
 }
 
+template <int S>
+__device__ __forceinline__ uint32_t ldu32(const uint8_t *p) { /* 4-byte aligned */
+    return S ? *(const uint32_t *)p : __ldg((const unsigned int *)p);
+}
+
+template <int S = 0>
+__device__ __forceinline__ uint32_t ld16x2(const uint8_t *p) { /* 2-byte aligned */
+    return (uint32_t)ldu16<S>(p) | ((uint32_t)ldu16<S>(p + 2) << 16);
+}
+
+template <int S = 0>
 __device__ __forceinline__ float ldhf(const uint8_t *p) {
-    return __half2float(__ushort_as_half(__ldg((const unsigned short *)p)));
+    return __half2float(__ushort_as_half(ldu16<S>(p)));
 }
 
 /* Bits 0-3 of x to bit 4 of bytes 0-3 (Q5's fifth bits). */
@@ -54,38 +72,38 @@ __device__ __forceinline__ uint32_t hbits(uint32_t x) {
 /* Weight block b of a row, lane group t (0-3): lo = its int8 values
  * 4t..4t+3, hi = 16+4t..16+4t+3 (the mma's k order), d, and m (the min;
  * 0 without one). */
-template <int T>
+template <int T, int S = 0>
 __device__ __forceinline__ void mq_wblock(const uint8_t *row, int b, int t, uint32_t &lo, uint32_t &hi, float &d,
                                           float &m) {
     if (T == QT_Q4_0) {
         const uint8_t *p = row + (size_t)b * 18;
-        uint32_t w = ld16x2(p + 2 + 4 * t);
-        d = ldhf(p), m = 0.0f;
+        uint32_t w = ld16x2<S>(p + 2 + 4 * t);
+        d = ldhf<S>(p), m = 0.0f;
         lo = __vsub4(w & 0x0f0f0f0fu, 0x08080808u);
         hi = __vsub4((w >> 4) & 0x0f0f0f0fu, 0x08080808u);
     } else if (T == QT_Q4_1) {
         const uint8_t *p = row + (size_t)b * 20;
-        uint32_t w = __ldg((const unsigned int *)(p + 4 + 4 * t));
-        d = ldhf(p), m = ldhf(p + 2);
+        uint32_t w = ldu32<S>(p + 4 + 4 * t);
+        d = ldhf<S>(p), m = ldhf<S>(p + 2);
         lo = w & 0x0f0f0f0fu;
         hi = (w >> 4) & 0x0f0f0f0fu;
     } else if (T == QT_Q5_0) {
         const uint8_t *p = row + (size_t)b * 22;
-        uint32_t qh = ld16x2(p + 2), w = ld16x2(p + 6 + 4 * t);
-        d = ldhf(p), m = 0.0f;
+        uint32_t qh = ld16x2<S>(p + 2), w = ld16x2<S>(p + 6 + 4 * t);
+        d = ldhf<S>(p), m = 0.0f;
         lo = __vsub4((w & 0x0f0f0f0fu) | hbits(qh >> (4 * t)), 0x10101010u);
         hi = __vsub4(((w >> 4) & 0x0f0f0f0fu) | hbits(qh >> (16 + 4 * t)), 0x10101010u);
     } else if (T == QT_Q5_1) {
         const uint8_t *p = row + (size_t)b * 24;
-        uint32_t qh = __ldg((const unsigned int *)(p + 4)), w = __ldg((const unsigned int *)(p + 8 + 4 * t));
-        d = ldhf(p), m = ldhf(p + 2);
+        uint32_t qh = ldu32<S>(p + 4), w = ldu32<S>(p + 8 + 4 * t);
+        d = ldhf<S>(p), m = ldhf<S>(p + 2);
         lo = (w & 0x0f0f0f0fu) | hbits(qh >> (4 * t));
         hi = ((w >> 4) & 0x0f0f0f0fu) | hbits(qh >> (16 + 4 * t));
     } else { /* Q8_0 */
         const uint8_t *p = row + (size_t)b * 34;
-        d = ldhf(p), m = 0.0f;
-        lo = ld16x2(p + 2 + 4 * t);
-        hi = ld16x2(p + 18 + 4 * t);
+        d = ldhf<S>(p), m = 0.0f;
+        lo = ld16x2<S>(p + 2 + 4 * t);
+        hi = ld16x2<S>(p + 18 + 4 * t);
     }
 }
 
@@ -114,13 +132,19 @@ __device__ __forceinline__ int mq_round(float v) { return (int)(v + (v >= 0.0f ?
 /* One activation block of 32 floats (16-byte aligned) to its 8-bit form,
  * by one thread: q8_block's operations (the maximum and the integer sum
  * are exact, so any order gives these bits). w: the int8 values, 4 a
- * word; d; s = d * sum(q). */
-__device__ __forceinline__ void mq_xblock(const float *x, uint32_t w[8], float &d, float &s) {
+ * word; d; s = d * sum(q). nw: RMS norm weights (x * scale * nw first,
+ * k_rmsnorm's expression), or NULL. */
+__device__ __forceinline__ void mq_xblock(const float *x, uint32_t w[8], float &d, float &s, const float *nw = NULL,
+                                          float scale = 1.0f) {
     float4 v[8];
     float amax = 0.0f; /* a NaN never wins */
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         v[i] = __ldg((const float4 *)x + i);
+        if (nw) {
+            float4 g = __ldg((const float4 *)nw + i);
+            v[i] = make_float4(v[i].x * scale * g.x, v[i].y * scale * g.y, v[i].z * scale * g.z, v[i].w * scale * g.w);
+        }
         float a = fabsf(v[i].x);
         amax = a > amax ? a : amax;
         a = fabsf(v[i].y), amax = a > amax ? a : amax;
@@ -159,10 +183,55 @@ struct mv_wblock {
     float d, m;
 };
 
-template <int T>
+template <int T, int S = 0>
 __device__ __forceinline__ void mv_wload(const uint8_t *row, int b, mv_wblock &w) {
 #pragma unroll
-    for (int t = 0; t < 4; t++) mq_wblock<T>(row, b, t, w.lo[t], w.hi[t], w.d, w.m);
+    for (int t = 0; t < 4; t++) mq_wblock<T, S>(row, b, t, w.lo[t], w.hi[t], w.d, w.m);
+}
+
+/* A weight block's bytes, and the 4-byte words of a warp's chunk of a
+ * row: 32 blocks (a lane each), a lane's share of them. */
+template <int T>
+__host__ __device__ constexpr int mv_block_bytes() {
+    return T == QT_Q4_0 ? 18 : T == QT_Q4_1 ? 20 : T == QT_Q5_0 ? 22 : T == QT_Q5_1 ? 24 : 34;
+}
+template <int T>
+__host__ __device__ constexpr int mv_chunk_words() { return 8 * mv_block_bytes<T>(); }
+template <int T>
+__host__ __device__ constexpr int mv_lane_words() { return (mv_chunk_words<T>() + 31) / 32; }
+
+/* Staged (S = 1): a warp copies each 32-block chunk of its row(s) into
+ * shared memory with 4-byte loads across its lanes (each request 128
+ * contiguous bytes), then every lane reads its own block there: a lane
+ * reading its 18-34-byte block straight from global memory makes each
+ * request span 18-34 sectors, 9-17 times over. Rows must start 4-byte
+ * aligned (row_bytes % 4 == 0: any row of Q4_1 and Q5_1, an even number
+ * of blocks for the others); the same values either way, so the same
+ * bits. mv_first: a row's first chunk, loaded while x is quantized (its
+ * blocks, or S: the lane's words of it). */
+template <int T, int S>
+struct mv_first {
+    mv_wblock blk[2];
+};
+template <int T>
+struct mv_first<T, 1> {
+    uint32_t w[2][mv_lane_words<T>()];
+};
+
+template <int T>
+__device__ __forceinline__ void mv_words_load(const uint8_t *p, int words, uint32_t (&w)[mv_lane_words<T>()]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < mv_lane_words<T>(); i++)
+        if (lane + 32 * i < words) w[i] = __ldg((const unsigned int *)p + lane + 32 * i);
+}
+
+template <int T>
+__device__ __forceinline__ void mv_words_store(uint32_t *st, int words, const uint32_t (&w)[mv_lane_words<T>()]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < mv_lane_words<T>(); i++)
+        if (lane + 32 * i < words) st[lane + 32 * i] = w[i];
 }
 
 /* One row's output (SwiGLU: its gate and up rows') for token tok, by a
@@ -170,17 +239,33 @@ __device__ __forceinline__ void mv_wload(const uint8_t *row, int b, mv_wblock &w
  * l + 32, ..., the exact integer dot by dp4a and the block's term; the
  * terms are added in block order, lane 0's then lane 1's ..., by shuffles
  * (8 issued before their adds: a chain of adds, not of shuffles). w0 (if
- * have_w0): the row's first 32 blocks of weights, loaded already. */
-template <int T>
-__device__ __forceinline__ void mmv_row(const mm_job &job, const mm_part &P, int gw, int tok, const mv_wblock (&w0)[2],
+ * have_w0): the row's first chunk, loaded already; stage (S): the warp's
+ * 2 mv_chunk_words of shared memory. */
+template <int T, int S>
+__device__ __forceinline__ void mmv_row(const mm_job &job, const mm_part &P, int gw, int tok, const mv_first<T, S> &w0,
                                         int have_w0, const uint4 *xlo, const uint4 *xhi, const float *xd,
-                                        const float *xs) {
-    constexpr int MIN = T == QT_Q4_1 || T == QT_Q5_1;
+                                        const float *xs, uint32_t *stage) {
+    constexpr int MIN = T == QT_Q4_1 || T == QT_Q5_1, BB = mv_block_bytes<T>(), CW = mv_chunk_words<T>();
     const int lane = threadIdx.x & 31, swiglu = job.mode == MM_SWIGLU, nb = job.k / 32, nr = swiglu ? 2 : 1;
     const uint8_t *wr[2] = {P.w + (size_t)gw * job.row_bytes, job.p[1].w + (size_t)gw * job.row_bytes};
     float acc[2] = {0.0f, 0.0f};
     for (int b0 = 0; b0 < nb; b0 += 32) {
         int b = b0 + lane, m = min(32, nb - b0);
+        if constexpr (S) {
+            __syncwarp(); /* the last chunk's readers are done */
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                if (r >= nr) break;
+                if (b0 == 0 && have_w0) {
+                    mv_words_store<T>(stage + r * CW, m * BB / 4, w0.w[r]);
+                } else {
+                    uint32_t w[mv_lane_words<T>()];
+                    mv_words_load<T>(wr[r] + (size_t)b0 * BB, m * BB / 4, w);
+                    mv_words_store<T>(stage + r * CW, m * BB / 4, w);
+                }
+            }
+            __syncwarp();
+        }
         float v[2] = {0.0f, 0.0f};
         if (b < nb) {
             uint4 l = xlo[b], h = xhi[b];
@@ -189,7 +274,8 @@ __device__ __forceinline__ void mmv_row(const mm_job &job, const mm_part &P, int
             for (int r = 0; r < 2; r++) {
                 if (r >= nr) break;
                 mv_wblock w;
-                if (b0 == 0 && have_w0) w = w0[r];
+                if constexpr (S) mv_wload<T, 1>((const uint8_t *)(stage + r * CW), lane, w);
+                else if (b0 == 0 && have_w0) w = w0.blk[r];
                 else mv_wload<T>(wr[r], b, w);
                 int isum = 0;
 #pragma unroll
@@ -222,31 +308,40 @@ __device__ __forceinline__ void mmv_row(const mm_job &job, const mm_part &P, int
 /* Decode (n <= 8 tokens): a warp per row (SwiGLU: row r of gate and of
  * up), mmv_row's operations: those of the tensor-core kernel, so the same
  * bits. Per token the block's threads first quantize x into shared
- * memory (mq_xblock, a thread a 32-block: once a block, not once a row),
- * the warps' first weight blocks loading meanwhile. A launch of fewer
- * warps than rows (mmv_go caps the grid at g_mmv_blocks: a 248,320-row
- * logits matmul) has warp w take rows w, w + the launch's warps, ...: x
- * is quantized once a block for all of them. Shared memory: mmv_smem(k). */
-template <int T>
+ * memory (mq_xblock, a thread a 32-block: once a block, not once a row;
+ * with the job's RMS norm applied first when it has one), the warps'
+ * first weight chunks loading meanwhile. A launch of fewer warps than
+ * rows (mmv_go caps the grid at g_mmv_blocks: a 248,320-row logits
+ * matmul) has warp w take rows w, w + the launch's warps, ...: x is
+ * quantized once a block for all of them. Shared memory: mmv_smem. */
+template <int T, int S>
 __global__ void __launch_bounds__(MM_WARPS * 32) k_mmv(const mm_job job) {
-    extern __shared__ uint4 mv_x[]; /* block b's int8: words 0-3 at [b], 4-7 at [nb + b]; then d, s */
+    extern __shared__ uint4 mv_x[]; /* block b's int8: words 0-3 at [b], 4-7 at [nb + b]; then d, s; then stages */
+    __shared__ float red[RMS_LANES / 32];
     const int lane = threadIdx.x & 31, w_first = blockIdx.x * MM_WARPS + (threadIdx.x >> 5), nw = gridDim.x * MM_WARPS;
     const int k = job.k, nb = k / 32, nr = job.mode == MM_SWIGLU ? 2 : 1;
     uint4 *xlo = mv_x, *xhi = mv_x + nb;
     float *xd = (float *)(mv_x + 2 * nb), *xs = xd + nb;
+    uint32_t *stage = (uint32_t *)(xs + nb) + (threadIdx.x >> 5) * 2 * mv_chunk_words<T>();
     for (int tok = 0; tok < job.n; tok++) {
         /* a warp past the parts computes nothing but still quantizes and meets the barriers */
         mm_part P;
         int gw = w_first;
         const int active = mm_part_of(job, gw, P) >= 0;
-        mv_wblock w0[2];
+        mv_first<T, S> w0;
 #pragma unroll
-        for (int r = 0; r < 2; r++)
-            if (active && r < nr && lane < nb) mv_wload<T>((r ? job.p[1].w : P.w) + (size_t)gw * job.row_bytes, lane, w0[r]);
+        for (int r = 0; r < 2; r++) {
+            if (!active || r >= nr) continue;
+            const uint8_t *row = (r ? job.p[1].w : P.w) + (size_t)gw * job.row_bytes;
+            if constexpr (S) mv_words_load<T>(row, min(32, nb) * mv_block_bytes<T>() / 4, w0.w[r]);
+            else if (lane < nb) mv_wload<T>(row, lane, w0.blk[r]);
+        }
         __syncthreads(); /* the last token's readers are done */
+        float scale = job.norm_w ? rms_scale(job.x + (size_t)tok * k, k, job.eps, red) : 1.0f; /* block-uniform */
         for (int xb = threadIdx.x; xb < nb; xb += MM_WARPS * 32) {
             uint32_t q[8];
-            mq_xblock(job.x + (size_t)tok * k + (size_t)xb * 32, q, xd[xb], xs[xb]);
+            mq_xblock(job.x + (size_t)tok * k + (size_t)xb * 32, q, xd[xb], xs[xb],
+                      job.norm_w ? job.norm_w + (size_t)xb * 32 : NULL, scale);
             xlo[xb] = make_uint4(q[0], q[1], q[2], q[3]);
             xhi[xb] = make_uint4(q[4], q[5], q[6], q[7]);
         }
@@ -254,13 +349,18 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmv(const mm_job job) {
         for (int vw = w_first; active; vw += nw) { /* the warp's rows */
             gw = vw;
             if (mm_part_of(job, gw, P) < 0) break;
-            mmv_row<T>(job, P, gw, tok, w0, vw == w_first, xlo, xhi, xd, xs);
+            mmv_row<T, S>(job, P, gw, tok, w0, vw == w_first, xlo, xhi, xd, xs, stage);
         }
     }
 }
 
-/* k_mmv's shared memory for rows of k: a 32-block's 32 int8, d and s. */
-static size_t mmv_smem(int k) { return (size_t)(k / 32) * (2 * sizeof(uint4) + 2 * sizeof(float)); }
+/* k_mmv's shared memory for rows of k: a 32-block's 32 int8, d and s;
+ * staged, each warp's two chunks. */
+template <int T>
+static size_t mmv_smem(int k, int staged) {
+    return (size_t)(k / 32) * (2 * sizeof(uint4) + 2 * sizeof(float)) +
+           (staged ? (size_t)MM_WARPS * 2 * mv_chunk_words<T>() * sizeof(uint32_t) : 0);
+}
 
 /* Warp: MR tiles of 16 rows x NT tiles of 8 tokens; the quants of both
  * operands straight from global memory (each k-block's loads are
@@ -405,33 +505,49 @@ static void mmq_go(mm_job job, const int8_t *xq, const float *xd, const float *x
  * mmv_init. */
 static int g_mmv_blocks = 1024;
 
+/* k_mmv's shared memory past 48 KiB (k past ~37,000): up to what the
+ * device allows a block. */
+static size_t g_mmv_smem_max = 48 * 1024;
+
+/* Staged weight loads where rows allow them (STRATA_CUDA_MMV_STAGE=0:
+ * never, to time the choice; set by mmv_init). */
+static int g_mmv_stage = 1;
+
 /* Decode: a warp a row (SwiGLU: a row of each). */
 template <int T>
-static void mmv_go(mm_job job) {
-    int swiglu = job.mode == MM_SWIGLU, warps = 0;
+static int mmv_go(mm_job job, strata_err *err) {
+    int swiglu = job.mode == MM_SWIGLU, warps = 0, staged = g_mmv_stage && job.row_bytes % 4 == 0;
+    size_t smem = mmv_smem<T>(job.k, staged);
+    if (smem > g_mmv_smem_max)
+        return strata_errf(err, STRATA_EUNSUPPORTED, "cuda matmul: rows of %d past what the decode kernel's shared "
+                           "memory holds (%zu bytes)", job.k, g_mmv_smem_max);
     for (int i = 0; i < job.np; i++) {
         job.p[i].warps = swiglu ? (i == 0 ? job.p[0].rows : 0) : job.p[i].rows;
         warps += job.p[i].warps;
     }
     int blocks = (warps + MM_WARPS - 1) / MM_WARPS;
     if (blocks > g_mmv_blocks) blocks = g_mmv_blocks;
-    if (warps > 0) k_mmv<T><<<blocks, MM_WARPS * 32, mmv_smem(job.k), g_stream>>>(job);
+    if (warps == 0) return 0;
+    if (staged) k_mmv<T, 1><<<blocks, MM_WARPS * 32, smem, g_stream>>>(job);
+    else k_mmv<T, 0><<<blocks, MM_WARPS * 32, smem, g_stream>>>(job);
+    return 0;
 }
 
-/* k_mmv's shared memory past 48 KiB (k past 39,321): up to what the
- * device allows a block. */
-static size_t g_mmv_smem_max = 48 * 1024;
-
 int mmv_init(int optin_bytes, int sms, strata_err *err) {
-    decltype(&k_mmv<QT_Q4_0>) kernels[] = {k_mmv<QT_Q4_0>, k_mmv<QT_Q4_1>, k_mmv<QT_Q5_0>, k_mmv<QT_Q5_1>,
-                                           k_mmv<QT_Q8_0>};
+    decltype(&k_mmv<QT_Q4_0, 0>) kernels[] = {k_mmv<QT_Q4_0, 0>, k_mmv<QT_Q4_1, 0>, k_mmv<QT_Q5_0, 0>,
+                                              k_mmv<QT_Q5_1, 0>, k_mmv<QT_Q8_0, 0>, k_mmv<QT_Q4_0, 1>,
+                                              k_mmv<QT_Q4_1, 1>, k_mmv<QT_Q5_0, 1>, k_mmv<QT_Q5_1, 1>,
+                                              k_mmv<QT_Q8_0, 1>};
     cudaError_t e = allow_smem(kernels, optin_bytes);
     if (e != cudaSuccess)
         return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: allowing the decode matmul %d bytes of shared memory: %s",
                            optin_bytes, cudaGetErrorString(e));
     g_mmv_smem_max = (size_t)optin_bytes;
-    int per_sm = 0; /* with a 4096-column row's shared memory (5 KiB): registers bound it */
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_mmv<QT_Q4_0>, MM_WARPS * 32, mmv_smem(4096));
+    const char *st = getenv("STRATA_CUDA_MMV_STAGE");
+    g_mmv_stage = !(st && !strcmp(st, "0"));
+    int per_sm = 0; /* with a 4096-column row's shared memory (14 KiB staged): registers bound it */
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_mmv<QT_Q8_0, 1>, MM_WARPS * 32,
+                                                      mmv_smem<QT_Q8_0>(4096, 1));
     if (e != cudaSuccess || per_sm < 1) per_sm = 1;
     g_mmv_blocks = per_sm * (sms > 0 ? sms : 1);
     return 0;
@@ -443,20 +559,18 @@ extern "C" int cuda_matmul_reserve(int n, int k, strata_err *err) {
 
 #define MQ_DECODE 8 /* tokens up to which k_mmv runs */
 
+int mmq_norms(qtype t, int n) { return mmq_type(t) && n <= MQ_DECODE; }
+
 int mmq_launch(qtype t, mm_job job, strata_err *err) {
-    if (job.n <= MQ_DECODE && mmv_smem(job.k) > g_mmv_smem_max)
-        return strata_errf(err, STRATA_EUNSUPPORTED, "cuda matmul: rows of %d past what the decode kernel's shared "
-                           "memory holds (%zu bytes)", job.k, g_mmv_smem_max);
     if (job.n <= MQ_DECODE) {
         switch (t) {
-        case QT_Q4_0: mmv_go<QT_Q4_0>(job); break;
-        case QT_Q4_1: mmv_go<QT_Q4_1>(job); break;
-        case QT_Q5_0: mmv_go<QT_Q5_0>(job); break;
-        case QT_Q5_1: mmv_go<QT_Q5_1>(job); break;
-        case QT_Q8_0: mmv_go<QT_Q8_0>(job); break;
-        default: break;
+        case QT_Q4_0: return mmv_go<QT_Q4_0>(job, err);
+        case QT_Q4_1: return mmv_go<QT_Q4_1>(job, err);
+        case QT_Q5_0: return mmv_go<QT_Q5_0>(job, err);
+        case QT_Q5_1: return mmv_go<QT_Q5_1>(job, err);
+        case QT_Q8_0: return mmv_go<QT_Q8_0>(job, err);
+        default: return 0;
         }
-        return 0;
     }
     size_t nb = (size_t)job.n * (job.k / 32), qbytes = (size_t)job.n * job.k;
     int rc = cuda_matmul_reserve(job.n, job.k, err);

@@ -27,13 +27,15 @@ int cuda_matmul(qtype t, const void *d_w, size_t row_bytes, int rows, int k, con
     return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
 }
 int cuda_matmul_multi(qtype t, size_t row_bytes, int k, const float *d_x, int n, int np, const void *const d_w[],
-                      const int rows[], float *const d_y[], int add, strata_err *err) {
+                      const int rows[], float *const d_y[], int add, const float *d_norm_w, float eps,
+                      strata_err *err) {
     return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
 }
 int cuda_matmul_swiglu(qtype t, size_t row_bytes, int rows, int k, const float *d_x, int n, const void *d_gate,
-                       const void *d_up, float *d_y, strata_err *err) {
+                       const void *d_up, float *d_y, const float *d_norm_w, float eps, strata_err *err) {
     return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
 }
+int cuda_matmul_norms(qtype t, int n) { return 0; }
 int cuda_embed(float *d_x, qtype t, const void *d_emb, size_t row_bytes, int dim, const int32_t *d_tok, int n,
                float scale, strata_err *err) {
     return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
