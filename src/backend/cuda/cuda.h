@@ -35,7 +35,7 @@ extern "C" {
  * by the old kernels are never served to the new ones. cuda-2: 8-bit
  * activations and tensor cores for the legacy quants (cuda_matmul_q8).
  * cuda-3: attention on the tensor cores (q and the softmax weights in
- * half, cuda_kern.cu).
+ * half, cuda_kern.cu), and Q4_K / Q5_K on the 8-bit path.
  * It names qwen35's kernels too (cuda_delta.cu, added under cuda-2: no
  * GPU block of a qwen35 model existed before them); their bits are the
  * same on every GPU, so no per-model or per-level suffix (the CPU's
@@ -64,7 +64,7 @@ int cuda_supports(qtype t);
 /* d_y[t * rows + r] = dot(weight row r, d_x[t * k ..]) for t < n, r < rows.
  * Weights in their GGUF layout, row_bytes apart; k % 32 == 0 (% 256 for
  * the K-quants). Two paths, chosen by the weight type alone:
- * - cuda_matmul_q8(t) (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): x quantized to
+ * - cuda_matmul_q8(t) (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K): x quantized to
  *   8 bits per 32-block as the CPU's Q8_1 (d = amax / 127, round half
  *   away), each block's integer dot exact (tensor cores), the blocks'
  *   terms (float)isum * (dw * dx) [+ mw * sx] added in block order;

@@ -88,6 +88,18 @@ __device__ __forceinline__ float rms_scale(const float *x, int dim, float eps, f
     return 1.0f / sqrtf(s / (float)dim + eps);
 }
 
+/* Q4_K / Q5_K: sub-block j's 6-bit scale and min from the super-block's
+ * scales[12] (backend/quant_impl.h, quant_kscale). */
+__device__ __forceinline__ void kq_scale_min(const uint8_t *s, int j, int &sc, int &m) {
+    if (j < 4) {
+        sc = s[j] & 63;
+        m = s[j + 4] & 63;
+    } else {
+        sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+        m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
 /* silu(g) * u: k_swiglu's expression, so fused and separate give the same bits. */
 __device__ __forceinline__ float swiglu1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 

@@ -69,13 +69,7 @@ __device__ __forceinline__ void dq_q45k(const uint8_t *row, int c, float w[8]) {
     float d = ld_h(b), dmin = ld_h(b + 2);
     const uint8_t *s = b + 4, *qh = b + 16, *qs = b + (FIVE ? 48 : 16);
     int e0 = (c & 31) * 8, j = e0 >> 5, sc, m;
-    if (j < 4) {
-        sc = s[j] & 63;
-        m = s[j + 4] & 63;
-    } else {
-        sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
-        m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
+    kq_scale_min(s, j, sc, m);
     float dl = d * (float)sc, dm = dmin * (float)m;
     const uint8_t *q = qs + 32 * (j >> 1);
 #pragma unroll

@@ -1,5 +1,7 @@
 /* cuda_mmq.cu - the quantized matmul on the tensor cores (Q4_0, Q4_1,
- * Q5_0, Q5_1, Q8_0 weights): activations quantized to 8 bits per block
+ * Q5_0, Q5_1, Q8_0 weights, and the K-quants with 32-element sub-blocks,
+ * Q4_K and Q5_K: a 32-block's d is d * scale, its min -dmin * min, as
+ * the CPU dequantizes them): activations quantized to 8 bits per block
  * of 32, integer products by mma.sync m16n8k32 (s8 x s8 -> s32), one
  * 32-block per mma, so each block's integer dot is exact whatever the
  * order of its products.
@@ -40,7 +42,15 @@
 
 #include "backend/cuda/cuda_int.h"
 
-int mmq_type(qtype t) { return t == QT_Q4_0 || t == QT_Q4_1 || t == QT_Q5_0 || t == QT_Q5_1 || t == QT_Q8_0; }
+int mmq_type(qtype t) {
+    return t == QT_Q4_0 || t == QT_Q4_1 || t == QT_Q5_0 || t == QT_Q5_1 || t == QT_Q8_0 || t == QT_Q4_K || t == QT_Q5_K;
+}
+
+/* Types whose 32-blocks have a min (the term's mw * sx). */
+template <int T>
+__host__ __device__ constexpr int mq_min() {
+    return T == QT_Q4_1 || T == QT_Q5_1 || T == QT_Q4_K || T == QT_Q5_K;
+}
 
 /* A weight block's loads: from global memory by the read-only path, or
  * (S = 1) from a warp's staged copy in shared memory (mv_stage). */
@@ -99,6 +109,19 @@ __device__ __forceinline__ void mq_wblock(const uint8_t *row, int b, int t, uint
         d = ldhf<S>(p), m = ldhf<S>(p + 2);
         lo = (w & 0x0f0f0f0fu) | hbits(qh >> (4 * t));
         hi = ((w >> 4) & 0x0f0f0f0fu) | hbits(qh >> (16 + 4 * t));
+    } else if (T == QT_Q4_K || T == QT_Q5_K) { /* 32-block b: sub-block b % 8 of super-block b / 8 */
+        constexpr int FIVE = T == QT_Q5_K;
+        const uint8_t *p = row + (size_t)(b >> 3) * (FIVE ? 176 : 144);
+        int j = b & 7, sc, mn;
+        kq_scale_min(p + 4, j, sc, mn);
+        d = ldhf<S>(p) * (float)sc, m = -(ldhf<S>(p + 2) * (float)mn); /* dq_q45k's d * sc and dmin * m */
+        const uint8_t *q = p + (FIVE ? 48 : 16) + 32 * (j >> 1); /* sub-blocks 2i and 2i + 1: low, high nibbles */
+        lo = (ldu32<S>(q + 4 * t) >> (4 * (j & 1))) & 0x0f0f0f0fu;
+        hi = (ldu32<S>(q + 16 + 4 * t) >> (4 * (j & 1))) & 0x0f0f0f0fu;
+        if (FIVE) { /* the fifth bit: bit j of qh[element] */
+            lo |= ((ldu32<S>(p + 16 + 4 * t) >> j) & 0x01010101u) << 4;
+            hi |= ((ldu32<S>(p + 32 + 4 * t) >> j) & 0x01010101u) << 4;
+        }
     } else { /* Q8_0 */
         const uint8_t *p = row + (size_t)b * 34;
         d = ldhf<S>(p), m = 0.0f;
@@ -189,11 +212,12 @@ __device__ __forceinline__ void mv_wload(const uint8_t *row, int b, mv_wblock &w
     for (int t = 0; t < 4; t++) mq_wblock<T, S>(row, b, t, w.lo[t], w.hi[t], w.d, w.m);
 }
 
-/* A weight block's bytes, and the 4-byte words of a warp's chunk of a
- * row: 32 blocks (a lane each), a lane's share of them. */
+/* A 32-block's bytes (a K-quant's super-block's eighth), and the 4-byte
+ * words of a warp's chunk of a row: 32 blocks (a lane each; four whole
+ * super-blocks), a lane's share of them. */
 template <int T>
 __host__ __device__ constexpr int mv_block_bytes() {
-    return T == QT_Q4_0 ? 18 : T == QT_Q4_1 ? 20 : T == QT_Q5_0 ? 22 : T == QT_Q5_1 ? 24 : 34;
+    return T == QT_Q4_0 || T == QT_Q4_K ? 18 : T == QT_Q4_1 ? 20 : T == QT_Q5_0 || T == QT_Q5_K ? 22 : T == QT_Q5_1 ? 24 : 34;
 }
 template <int T>
 __host__ __device__ constexpr int mv_chunk_words() { return 8 * mv_block_bytes<T>(); }
@@ -245,7 +269,7 @@ template <int T, int S>
 __device__ __forceinline__ void mmv_row(const mm_job &job, const mm_part &P, int gw, int tok, const mv_first<T, S> &w0,
                                         int have_w0, const uint4 *xlo, const uint4 *xhi, const float *xd,
                                         const float *xs, uint32_t *stage) {
-    constexpr int MIN = T == QT_Q4_1 || T == QT_Q5_1, BB = mv_block_bytes<T>(), CW = mv_chunk_words<T>();
+    constexpr int MIN = mq_min<T>(), BB = mv_block_bytes<T>(), CW = mv_chunk_words<T>();
     const int lane = threadIdx.x & 31, swiglu = job.mode == MM_SWIGLU, nb = job.k / 32, nr = swiglu ? 2 : 1;
     const uint8_t *wr[2] = {P.w + (size_t)gw * job.row_bytes, job.p[1].w + (size_t)gw * job.row_bytes};
     float acc[2] = {0.0f, 0.0f};
@@ -368,7 +392,7 @@ static size_t mmv_smem(int k, int staged) {
 template <int T, int NT, int MR>
 __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job, const int8_t *__restrict__ xq,
                                                        const float *__restrict__ xd, const float *__restrict__ xs) {
-    constexpr int MIN = T == QT_Q4_1 || T == QT_Q5_1;
+    constexpr int MIN = mq_min<T>();
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int gw = blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
     mm_part P;
@@ -534,10 +558,10 @@ static int mmv_go(mm_job job, strata_err *err) {
 }
 
 int mmv_init(int optin_bytes, int sms, strata_err *err) {
-    decltype(&k_mmv<QT_Q4_0, 0>) kernels[] = {k_mmv<QT_Q4_0, 0>, k_mmv<QT_Q4_1, 0>, k_mmv<QT_Q5_0, 0>,
-                                              k_mmv<QT_Q5_1, 0>, k_mmv<QT_Q8_0, 0>, k_mmv<QT_Q4_0, 1>,
-                                              k_mmv<QT_Q4_1, 1>, k_mmv<QT_Q5_0, 1>, k_mmv<QT_Q5_1, 1>,
-                                              k_mmv<QT_Q8_0, 1>};
+    decltype(&k_mmv<QT_Q4_0, 0>) kernels[] = {
+        k_mmv<QT_Q4_0, 0>, k_mmv<QT_Q4_1, 0>, k_mmv<QT_Q5_0, 0>, k_mmv<QT_Q5_1, 0>, k_mmv<QT_Q8_0, 0>,
+        k_mmv<QT_Q4_K, 0>, k_mmv<QT_Q5_K, 0>, k_mmv<QT_Q4_0, 1>, k_mmv<QT_Q4_1, 1>, k_mmv<QT_Q5_0, 1>,
+        k_mmv<QT_Q5_1, 1>, k_mmv<QT_Q8_0, 1>, k_mmv<QT_Q4_K, 1>, k_mmv<QT_Q5_K, 1>};
     cudaError_t e = allow_smem(kernels, optin_bytes);
     if (e != cudaSuccess)
         return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: allowing the decode matmul %d bytes of shared memory: %s",
@@ -569,6 +593,8 @@ int mmq_launch(qtype t, mm_job job, strata_err *err) {
         case QT_Q5_0: return mmv_go<QT_Q5_0>(job, err);
         case QT_Q5_1: return mmv_go<QT_Q5_1>(job, err);
         case QT_Q8_0: return mmv_go<QT_Q8_0>(job, err);
+        case QT_Q4_K: return mmv_go<QT_Q4_K>(job, err);
+        case QT_Q5_K: return mmv_go<QT_Q5_K>(job, err);
         default: return 0;
         }
     }
@@ -584,6 +610,8 @@ int mmq_launch(qtype t, mm_job job, strata_err *err) {
     case QT_Q5_0: mmq_go<QT_Q5_0>(job, xq, xd, xs); break;
     case QT_Q5_1: mmq_go<QT_Q5_1>(job, xq, xd, xs); break;
     case QT_Q8_0: mmq_go<QT_Q8_0>(job, xq, xd, xs); break;
+    case QT_Q4_K: mmq_go<QT_Q4_K>(job, xq, xd, xs); break;
+    case QT_Q5_K: mmq_go<QT_Q5_K>(job, xq, xd, xs); break;
     default: break;
     }
     return 0;
