@@ -38,6 +38,15 @@ static const char *model_path(const char *name) {
 }
 
 /* xorshift floats in [-1, 1) */
+/* A generated test model, or NULL after failing the test with the reason. */
+static model *load_test_model(const char *name) {
+    model *m;
+    strata_err err = {0};
+    if (!model_load(&m, model_path(name), &err)) return m;
+    test_fail(__FILE__, __LINE__, "%s", err.msg);
+    return NULL;
+}
+
 static float frand(uint32_t *s) {
     *s ^= *s << 13, *s ^= *s >> 17, *s ^= *s << 5;
     return (float)((*s >> 8) / 8388608.0 - 1.0);
@@ -238,12 +247,8 @@ static void check_matmul(const model_tensor *t, int n, uint32_t seed) {
 TEST(gpu_matmul_matches_cpu_dequant) {
     if (!gpu_up()) return;
     for (int i = 0; i < N_MODELS; i++) {
-        model *m;
-        strata_err err = {0};
-        if (model_load(&m, model_path(MODELS[i]), &err)) {
-            test_fail(__FILE__, __LINE__, "%s", err.msg);
-            continue;
-        }
+        model *m = load_test_model(MODELS[i]);
+        if (!m) continue;
         check_matmul(&m->layers[0].w_gate, 11, 1u + i);
         check_matmul(&m->layers[0].w_down, 3, 7u + i);
         check_matmul(&m->layers[0].w_down, 70, 5u + i); /* two token tiles of 64, one partial */
@@ -270,28 +275,29 @@ static float *matmul_chunked(const model_tensor *t, float *dx, int n, const int 
     return y;
 }
 
+/* t times N random tokens in each chunk plan (np of them): one chunk's bits. */
+static void check_chunk_plans(const model_tensor *t, int N, const int *const plans[], int np, uint32_t seed,
+                              const char *name) {
+    static const int all[] = {100000, 0};
+    float *x = rand_vec((size_t)N * t->cols, seed);
+    float *dx = to_dev(x, (size_t)N * t->cols * sizeof(float)), *dy = to_dev(NULL, (size_t)N * t->rows * 4);
+    float *ref = matmul_chunked(t, dx, N, all, dy);
+    for (int p = 0; p < np; p++) {
+        float *y = matmul_chunked(t, dx, N, plans[p], dy);
+        CHECK_MSG(memcmp(y, ref, (size_t)N * t->rows * 4) == 0, "%s: chunk plan %d changes bits", name, p);
+        free(y);
+    }
+    cuda_free(dx), cuda_free(dy), free(x), free(ref);
+}
+
 TEST(gpu_matmul_batch_invariance) {
     if (!gpu_up()) return;
-    static const int all[] = {1000, 0}, one[] = {1, 0}, uneven[] = {7, 1, 13, 3, 9, 2, 0}, eights[] = {8, 16, 0};
+    static const int one[] = {1, 0}, uneven[] = {7, 1, 13, 3, 9, 2, 0}, eights[] = {8, 16, 0};
     const int *plans[] = {one, uneven, eights};
-    enum { N = 150 }; /* three tiles of 64 tokens at once */
     for (int i = 0; i < N_MODELS; i++) {
-        model *m;
-        strata_err err = {0};
-        if (model_load(&m, model_path(MODELS[i]), &err)) {
-            test_fail(__FILE__, __LINE__, "%s", err.msg);
-            continue;
-        }
-        const model_tensor *t = &m->layers[0].w_down;
-        float *x = rand_vec((size_t)N * t->cols, 77u + i);
-        float *dx = to_dev(x, (size_t)N * t->cols * sizeof(float)), *dy = to_dev(NULL, (size_t)N * t->rows * 4);
-        float *ref = matmul_chunked(t, dx, N, all, dy);
-        for (int p = 0; p < 3; p++) {
-            float *y = matmul_chunked(t, dx, N, plans[p], dy);
-            CHECK_MSG(memcmp(y, ref, (size_t)N * t->rows * 4) == 0, "%s: chunk plan %d changes bits", MODELS[i], p);
-            free(y);
-        }
-        cuda_free(dx), cuda_free(dy), free(x), free(ref);
+        model *m = load_test_model(MODELS[i]);
+        if (!m) continue;
+        check_chunk_plans(&m->layers[0].w_down, 150, plans, 3, 77u + i, MODELS[i]); /* three tiles of 64 tokens at once */
         model_free(m);
     }
 }
@@ -303,15 +309,12 @@ TEST(gpu_matmul_batch_invariance) {
  * uneven chunks) against prefill, bit for bit. */
 TEST(gpu_matmul_unaligned_rows) {
     if (!gpu_up()) return;
-    static const int all[] = {1000, 0}, one[] = {1, 0}, uneven[] = {7, 1, 13, 3, 0};
-    enum { N = 40, NB = 15 };
+    static const int one[] = {1, 0}, uneven[] = {7, 1, 13, 3, 0};
+    const int *plans[] = {one, uneven};
+    enum { NB = 15 };
     for (int i = 0; i < N_MODELS; i++) {
-        model *m;
-        strata_err err = {0};
-        if (model_load(&m, model_path(MODELS[i]), &err)) {
-            test_fail(__FILE__, __LINE__, "%s", err.msg);
-            continue;
-        }
+        model *m = load_test_model(MODELS[i]);
+        if (!m) continue;
         const model_tensor *t = &m->layers[0].w_down;
         int64_t nb = t->cols / 32;
         if (cuda_matmul_q8(t->type) && quant_get(t->type)->blck == 32 && nb >= NB) { /* K-quant rows: 144 or 176 bytes */
@@ -319,13 +322,7 @@ TEST(gpu_matmul_unaligned_rows) {
             v.cols = 32 * NB, v.row_bytes = t->row_bytes / (size_t)nb * NB, v.rows = t->rows * nb / NB;
             check_matmul(&v, 1, 31u + i);
             check_matmul(&v, 3, 37u + i);
-            float *x = rand_vec((size_t)N * v.cols, 41u + i);
-            float *dx = to_dev(x, (size_t)N * v.cols * 4), *dy = to_dev(NULL, (size_t)N * v.rows * 4);
-            float *ref = matmul_chunked(&v, dx, N, all, dy), *y1 = matmul_chunked(&v, dx, N, one, dy);
-            float *y2 = matmul_chunked(&v, dx, N, uneven, dy);
-            CHECK_MSG(memcmp(y1, ref, (size_t)N * v.rows * 4) == 0, "%s: decode changes bits", MODELS[i]);
-            CHECK_MSG(memcmp(y2, ref, (size_t)N * v.rows * 4) == 0, "%s: uneven chunks change bits", MODELS[i]);
-            cuda_free(dx), cuda_free(dy), free(x), free(ref), free(y1), free(y2);
+            check_chunk_plans(&v, 40, plans, 2, 41u + i, MODELS[i]);
         }
         model_free(m);
     }
@@ -334,12 +331,9 @@ TEST(gpu_matmul_unaligned_rows) {
 TEST(gpu_embed_rows_are_the_cpu_dequant_bits) {
     if (!gpu_up()) return;
     for (int i = 0; i < N_MODELS; i++) {
-        model *m;
+        model *m = load_test_model(MODELS[i]);
+        if (!m) continue;
         strata_err err = {0};
-        if (model_load(&m, model_path(MODELS[i]), &err)) {
-            test_fail(__FILE__, __LINE__, "%s", err.msg);
-            continue;
-        }
         const model_tensor *t = &m->tok_embd;
         int32_t tok[5] = {0, 3, (int32_t)t->rows - 1, 17, 3};
         int dim = (int)t->cols;
@@ -1067,12 +1061,9 @@ TEST(gpu_fused_matmuls_keep_the_bits) {
     if (!gpu_up()) return;
     static const int ns[] = {1, 3, 11, 70};
     for (int i = 0; i < N_MODELS; i++) {
-        model *m;
+        model *m = load_test_model(MODELS[i]);
+        if (!m) continue;
         strata_err err = {0};
-        if (model_load(&m, model_path(MODELS[i]), &err)) {
-            test_fail(__FILE__, __LINE__, "%s", err.msg);
-            continue;
-        }
         const model_layer *L = &m->layers[0];
         const model_tensor *w3[] = {&L->wq, &L->wk, &L->wv}, *g = &L->w_gate, *u = &L->w_up;
         int k = (int)L->wq.cols, f = (int)g->rows, same = L->wq.type == L->wk.type && L->wq.type == L->wv.type;

@@ -84,38 +84,36 @@ float __shfl_sync(unsigned mask, float v, int src_lane) {
     return r;
 }
 
-/* m16n8k32 s8 (PTX ISA, "Matrix Fragments for mma.m16n8k32"): lane l is
- * group g = l / 4, thread t = l % 4 of it. A (16 x 32, row-major): a[i]
- * holds row g + 8 (i % 2), columns 4 t + 16 (i / 2) + 0..3 (byte j is
- * column + j); B (32 x 8, by column): b0 rows 4 t + 0..3, b1 rows 16 +
- * 4 t + 0..3, column g; C: c[i] row g + 8 (i / 2), column 2 t + i % 2. */
+/* The tensor cores' mma.sync for one warp: each lane publishes its
+ * fragments (mma_publish, then a warp barrier), takes its four outputs
+ * from everyone's, and a barrier ends the product. PTX ISA, "Matrix
+ * Fragments for mma.m16n8k32" (s8) and "mma.m16n8k16" (f16): lane l is
+ * group g = l / 4, thread t = l % 4 of it; a register holds E elements (4
+ * int8 or 2 halves, the lowest first), k runs to 8 E. A (16 rows, by
+ * row): a[i] holds row g + 8 (i % 2), columns E t + 4 E (i / 2) + 0..E-1;
+ * B (by column): b0 rows E t + 0..E-1, b1 those + 4 E, column g; C: c[i]
+ * row g + 8 (i / 2), column 2 t + i % 2. */
 static uint32_t g_mma_a[MAX_THREADS][4], g_mma_b[MAX_THREADS][2];
 
-static int8_t mma_byte(uint32_t w, int j) { return (int8_t)(w >> (8 * j)); }
-
-void emu_mma_s8(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    int t = threadIdx.x, w0 = t & ~31, l = t & 31, g = l / 4, tg = l % 4;
+static void mma_publish(const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    int t = threadIdx.x;
     for (int i = 0; i < 4; i++) g_mma_a[t][i] = a[i];
     g_mma_b[t][0] = b0, g_mma_b[t][1] = b1;
     __syncwarp();
-    for (int i = 0; i < 4; i++) {
-        int row = g + 8 * (i / 2), col = 2 * tg + i % 2, sum = 0;
-        for (int k = 0; k < 32; k++) {
-            int al = w0 + (row % 8) * 4 + (k % 16) / 4, ar = row / 8 + 2 * (k / 16);
-            int bl = w0 + col * 4 + (k % 16) / 4, br = k / 16;
-            sum += mma_byte(g_mma_a[al][ar], k % 4) * mma_byte(g_mma_b[bl][br], k % 4);
-        }
-        c[i] = sum;
-    }
-    __syncwarp();
 }
 
-/* m16n8k16 half, float sums: a[i] holds row g + 8 (i % 2), columns
- * 2 t + 8 (i / 2) + 0..1 (the low half first); b0 rows 2 t + 0..1, b1
- * rows 8 + 2 t + 0..1, column g; C as above. Each output adds its 16
- * products (exact in float) to c in k order: some fixed order, as the
- * hardware's is (its bits may differ; the kernels' tests compare the
- * emulated GPU with itself and with tolerances). */
+/* The register holding A's (row, k) and B's (k, col), in the calling lane's warp. */
+template <int E>
+static uint32_t mma_a(int row, int k) {
+    return g_mma_a[(threadIdx.x & ~31) + (row % 8) * 4 + (k % (4 * E)) / E][row / 8 + 2 * (k / (4 * E))];
+}
+template <int E>
+static uint32_t mma_b(int k, int col) {
+    return g_mma_b[(threadIdx.x & ~31) + col * 4 + (k % (4 * E)) / E][k / (4 * E)];
+}
+
+static int8_t mma_byte(uint32_t w, int j) { return (int8_t)(w >> (8 * j)); }
+
 static float mma_half(uint32_t w, int j) {
     __half h;
     uint16_t u = (uint16_t)(w >> (16 * j));
@@ -123,19 +121,29 @@ static float mma_half(uint32_t w, int j) {
     return (float)h;
 }
 
-void emu_mma_f16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    int t = threadIdx.x, w0 = t & ~31, l = t & 31, g = l / 4, tg = l % 4;
-    for (int i = 0; i < 4; i++) g_mma_a[t][i] = a[i];
-    g_mma_b[t][0] = b0, g_mma_b[t][1] = b1;
-    __syncwarp();
+/* m16n8k32, s8 x s8 -> s32, a zero accumulator: exact integer sums. */
+void emu_mma_s8(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    int l = threadIdx.x & 31;
+    mma_publish(a, b0, b1);
     for (int i = 0; i < 4; i++) {
-        int row = g + 8 * (i / 2), col = 2 * tg + i % 2;
+        int row = l / 4 + 8 * (i / 2), col = 2 * (l % 4) + i % 2, sum = 0;
+        for (int k = 0; k < 32; k++) sum += mma_byte(mma_a<4>(row, k), k % 4) * mma_byte(mma_b<4>(k, col), k % 4);
+        c[i] = sum;
+    }
+    __syncwarp();
+}
+
+/* m16n8k16, half x half -> float, c accumulated: each output adds its 16
+ * products (exact in float) to c in k order, some fixed order as the
+ * hardware's is (its bits may differ; the kernels' tests compare the
+ * emulated GPU with itself and with tolerances). */
+void emu_mma_f16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    int l = threadIdx.x & 31;
+    mma_publish(a, b0, b1);
+    for (int i = 0; i < 4; i++) {
+        int row = l / 4 + 8 * (i / 2), col = 2 * (l % 4) + i % 2;
         float acc = c[i];
-        for (int k = 0; k < 16; k++) {
-            int al = w0 + (row % 8) * 4 + (k % 8) / 2, ar = row / 8 + 2 * (k / 8);
-            int bl = w0 + col * 4 + (k % 8) / 2, br = k / 8;
-            acc += mma_half(g_mma_a[al][ar], k % 2) * mma_half(g_mma_b[bl][br], k % 2);
-        }
+        for (int k = 0; k < 16; k++) acc += mma_half(mma_a<2>(row, k), k % 2) * mma_half(mma_b<2>(k, col), k % 2);
         c[i] = acc;
     }
     __syncwarp();
