@@ -264,11 +264,14 @@ __device__ __forceinline__ void mv_words_store(uint32_t *st, int words, const ui
  * terms are added in block order, lane 0's then lane 1's ..., by shuffles
  * (8 issued before their adds: a chain of adds, not of shuffles). w0 (if
  * have_w0): the row's first chunk, loaded already; stage (S): the warp's
- * 2 mv_chunk_words of shared memory. */
+ * 2 mv_chunk_words of shared memory, and once w0 is there, the first
+ * chunk of the warp's next row (next: its rows; NULL: none) loads into
+ * w0 while this row is summed (a warp's rows are otherwise each a wait
+ * on memory: the logits matmul's 248,320 rows are ~120 a warp). */
 template <int T, int S>
-__device__ __forceinline__ void mmv_row(const mm_job &job, const mm_part &P, int gw, int tok, const mv_first<T, S> &w0,
+__device__ __forceinline__ void mmv_row(const mm_job &job, const mm_part &P, int gw, int tok, mv_first<T, S> &w0,
                                         int have_w0, const uint4 *xlo, const uint4 *xhi, const float *xd,
-                                        const float *xs, uint32_t *stage) {
+                                        const float *xs, uint32_t *stage, const uint8_t *const next[2]) {
     constexpr int MIN = mq_min<T>(), BB = mv_block_bytes<T>(), CW = mv_chunk_words<T>();
     const int lane = threadIdx.x & 31, swiglu = job.mode == MM_SWIGLU, nb = job.k / 32, nr = swiglu ? 2 : 1;
     const uint8_t *wr[2] = {P.w + (size_t)gw * job.row_bytes, job.p[1].w + (size_t)gw * job.row_bytes};
@@ -282,6 +285,7 @@ __device__ __forceinline__ void mmv_row(const mm_job &job, const mm_part &P, int
                 if (r >= nr) break;
                 if (b0 == 0 && have_w0) {
                     mv_words_store<T>(stage + r * CW, m * BB / 4, w0.w[r]);
+                    if (next[0]) mv_words_load<T>(next[r], min(32, nb) * BB / 4, w0.w[r]);
                 } else {
                     uint32_t w[mv_lane_words<T>()];
                     mv_words_load<T>(wr[r] + (size_t)b0 * BB, m * BB / 4, w);
@@ -373,7 +377,12 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmv(const mm_job job) {
         for (int vw = w_first; active; vw += nw) { /* the warp's rows */
             gw = vw;
             if (mm_part_of(job, gw, P) < 0) break;
-            mmv_row<T, S>(job, P, gw, tok, w0, vw == w_first, xlo, xhi, xd, xs, stage);
+            const uint8_t *next[2] = {NULL, NULL};
+            mm_part Pn;
+            int ng = vw + nw;
+            if (S && mm_part_of(job, ng, Pn) >= 0)
+                next[0] = Pn.w + (size_t)ng * job.row_bytes, next[1] = job.p[1].w + (size_t)ng * job.row_bytes;
+            mmv_row<T, S>(job, P, gw, tok, w0, S || vw == w_first, xlo, xhi, xd, xs, stage, next);
         }
     }
 }
