@@ -654,7 +654,7 @@ static size_t attn_smem(int rows, int D, int pipelined) {
            sizeof(float) * 16 * mt * AT_SLD;
 }
 
-/* The most any launch asks (rows * head_dim <= 32 * 256): 87 KiB. */
+/* The most any launch asks (rows * head_dim <= 32 * 256): 87.5 KiB. */
 #define AT_SMEM_MAX                                                                                            \
     (sizeof(__half2) * (32 * (AT_MAX_DIM / 2 + AT_PAD) + 2 * 2 * AT_KT * (AT_MAX_DIM / 2 + AT_PAD)) +         \
      sizeof(float) * 32 * AT_SLD)
@@ -916,7 +916,7 @@ __global__ void k_attn_fold(float *out, const float *part, const int32_t *pos, i
     }
 }
 
-/* Two tiles of head_dim 256 and 32 rows of queries need 82.5 KiB of
+/* Two tiles of head_dim 256, 32 rows of queries and their scores need 87.5 KiB of
  * shared memory (allow_smem). */
 int attn_raise_smem(strata_err *err) {
     decltype(&k_attn_seg<2>) kernels[] = {k_attn_seg<2>, k_attn_seg<4>, k_attn_seg<8>, k_attn_seg<16>};
