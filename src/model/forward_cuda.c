@@ -399,17 +399,16 @@ static int qkv_norms(const fwdc *c, const dev_layer *L, int n) {
     return qkv_fused(c, L) && cuda_matmul_norms(L->wq.type, n);
 }
 
-/* Q (qwen35: with its gates, to c->qg), K and V of c->xn, or of c->x
- * normed in the launch (qkv_norms). */
-static int qkv(fwdc *c, const dev_layer *L, int n, strata_err *err) {
+/* Q (qwen35: with its gates, to c->qg), K and V of c->xn, or (nw: the
+ * attention norm's weights, where qkv_norms) of c->x normed in the launch. */
+static int qkv(fwdc *c, const dev_layer *L, int n, const float *nw, strata_err *err) {
     float *q = c->qg ? c->qg : c->q;
     if (qkv_fused(c, L)) {
         const void *ws[] = {L->wq.d, L->wk.d, L->wv.d};
         int rows[] = {L->wq.rows, L->wk.rows, L->wv.rows};
         float *ys[] = {q, c->k, c->v};
-        int fold = qkv_norms(c, L, n);
-        return cuda_matmul_multi(L->wq.type, L->wq.row_bytes, L->wq.cols, fold ? c->x : c->xn, n, 3, ws, rows, ys, 0,
-                                 fold ? L->attn_norm.d : NULL, c->m->hp.rms_eps, err);
+        return cuda_matmul_multi(L->wq.type, L->wq.row_bytes, L->wq.cols, nw ? c->x : c->xn, n, 3, ws, rows, ys, 0, nw,
+                                 c->m->hp.rms_eps, err);
     }
     if (mm(&L->wq, c->xn, n, q, err) || mm(&L->wk, c->xn, n, c->k, err) || mm(&L->wv, c->xn, n, c->v, err))
         return err->code;
@@ -434,10 +433,10 @@ static int attend_runs(fwdc *c, const dev_layer *L, strata_err *err) {
 
 /* max_end: the call's last position + 1 (attention's grid). The
  * attention output projection is added to the residual c->x. */
-static int attention(fwdc *c, const dev_layer *L, int n, int max_end, strata_err *err) {
+static int attention(fwdc *c, const dev_layer *L, int n, int max_end, const float *nw, strata_err *err) {
     const model_hparams *hp = &c->m->hp;
     int d = hp->head_dim, nq = hp->n_head * d, kvd = hp->n_head_kv * d;
-    if (qkv(c, L, n, err)) return err->code;
+    if (qkv(c, L, n, nw, err)) return err->code;
     if (c->qg) cuda_gate_split(c->q, c->agate, c->qg, n, hp->n_head, d); /* qwen35 */
     bias(&L->bq, c->q, n);
     bias(&L->bk, c->k, n);
@@ -476,19 +475,18 @@ static int swiglu_norms(const fwdc *c, const dev_layer *L, int il, int n) {
     return swiglu_fused(c, L, il) && cuda_matmul_norms(L->w_gate.type, n);
 }
 
-/* c->gate = silu(W_gate xn) * (W_up xn) (gemma: gelu; xn: c->x normed in
- * the launch where swiglu_norms), then c->x += W_down c->gate; or layer
- * il's mixture of experts added to c->x. */
-static int ffn(fwdc *c, const dev_layer *L, int il, int n, strata_err *err) {
+/* c->gate = silu(W_gate xn) * (W_up xn) (gemma: gelu; nw: the FFN norm's
+ * weights where swiglu_norms, c->x normed in the launch), then c->x +=
+ * W_down c->gate; or layer il's mixture of experts added to c->x. */
+static int ffn(fwdc *c, const dev_layer *L, int il, int n, const float *nw, strata_err *err) {
     if (mec_is_moe(c->me, il)) return mec_layer(c->me, il, c->xn, n, c->x, err);
     const dev_tensor *g = &L->w_gate, *u = &L->w_up;
     if (c->m->hp.ffn_gelu) {
         if (mm(g, c->xn, n, c->gate, err) || mm(u, c->xn, n, c->up, err)) return err->code;
         cuda_geglu(c->gate, c->up, (size_t)n * g->rows);
     } else if (swiglu_fused(c, L, il)) {
-        int fold = swiglu_norms(c, L, il, n);
-        if (cuda_matmul_swiglu(g->type, g->row_bytes, g->rows, g->cols, fold ? c->x : c->xn, n, g->d, u->d, c->gate,
-                               fold ? L->ffn_norm.d : NULL, c->m->hp.rms_eps, err))
+        if (cuda_matmul_swiglu(g->type, g->row_bytes, g->rows, g->cols, nw ? c->x : c->xn, n, g->d, u->d, c->gate, nw,
+                               c->m->hp.rms_eps, err))
             return err->code;
     } else {
         if (mm(g, c->xn, n, c->gate, err) || mm(u, c->xn, n, c->up, err)) return err->code;
@@ -509,10 +507,13 @@ static int layer(fwdc *c, int il, int n, int max_end, strata_err *err) {
     const model_hparams *hp = &c->m->hp;
     const dev_layer *L = &c->layers[il];
     int e = hp->n_embd, rec = c->m->layers[il].recurrent;
-    if (rec || !qkv_norms(c, L, n)) cuda_rmsnorm(c->xn, c->x, L->attn_norm.d, n, e, hp->rms_eps);
-    if (rec ? recurrent(c, L, il, n, err) : attention(c, L, n, max_end, err)) return err->code;
-    if (!swiglu_norms(c, L, il, n)) cuda_rmsnorm(c->xn, c->x, L->ffn_norm.d, n, e, hp->rms_eps);
-    return ffn(c, L, il, n, err);
+    /* each norm in the one launch that reads it where that launch can, else c->xn first */
+    const float *an = !rec && qkv_norms(c, L, n) ? L->attn_norm.d : NULL;
+    if (!an) cuda_rmsnorm(c->xn, c->x, L->attn_norm.d, n, e, hp->rms_eps);
+    if (rec ? recurrent(c, L, il, n, err) : attention(c, L, n, max_end, an, err)) return err->code;
+    const float *fn = swiglu_norms(c, L, il, n) ? L->ffn_norm.d : NULL;
+    if (!fn) cuda_rmsnorm(c->xn, c->x, L->ffn_norm.d, n, e, hp->rms_eps);
+    return ffn(c, L, il, n, fn, err);
 }
 
 static int check_run(const fwdc *c, const int32_t *tok, int n, int pos0, strata_err *err) {

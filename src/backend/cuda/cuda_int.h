@@ -37,7 +37,7 @@ struct mm_part {
     int rows, warps; /* warps: the part's warps (filled in by the launcher) */
 };
 
-/* norm_w (the 8-bit decode kernel only, mmq_norms): x's rows are RMS
+/* norm_w (the 8-bit decode kernel only, cuda_matmul_norms): x's rows are RMS
  * normed with these weights and eps first, k_rmsnorm's bits. */
 struct mm_job {
     mm_part p[MM_PARTS];
@@ -107,9 +107,6 @@ __device__ __forceinline__ float swiglu1(float g, float u) { return g / (1.0f + 
  * the activations' 8-bit pass, then the matmul). */
 int mmq_type(qtype t);
 int mmq_launch(qtype t, mm_job job, strata_err *err);
-/* 1 when a launch of type t over n tokens runs the 8-bit decode kernel,
- * which can apply the job's RMS norm itself (norm_w). */
-int mmq_norms(qtype t, int n);
 /* The decode matmul's limits, once at cuda_open: up to optin_bytes of
  * shared memory (the device's opt-in limit a block), at most one wave of
  * blocks over sms multiprocessors. */

@@ -251,7 +251,7 @@ static int check_shape(qtype t, int k, strata_err *err) {
 static int mm_launch(qtype t, mm_job job, strata_err *err) {
     int rc = check_shape(t, job.k, err);
     if (rc || job.n <= 0) return rc;
-    if (job.norm_w && !mmq_norms(t, job.n))
+    if (job.norm_w && !cuda_matmul_norms(t, job.n))
         return strata_errf(err, STRATA_EINVAL, "cuda: a %s matmul of %d tokens cannot apply the RMS norm itself",
                            quant_name(t), job.n);
     if (mmq_type(t)) return mmq_launch(t, job, err);
@@ -289,8 +289,6 @@ extern "C" int cuda_matmul(qtype t, const void *d_w, size_t row_bytes, int rows,
     job.p[0] = (mm_part){(const uint8_t *)d_w, d_y, rows, 0};
     return mm_launch(t, job, err);
 }
-
-extern "C" int cuda_matmul_norms(qtype t, int n) { return mmq_norms(t, n); }
 
 extern "C" int cuda_matmul_multi(qtype t, size_t row_bytes, int k, const float *d_x, int n, int np,
                                  const void *const d_w[], const int rows[], float *const d_y[], int add,

@@ -592,7 +592,8 @@ extern "C" int cuda_matmul_reserve(int n, int k, strata_err *err) {
 
 #define MQ_DECODE 8 /* tokens up to which k_mmv runs */
 
-int mmq_norms(qtype t, int n) { return mmq_type(t) && n <= MQ_DECODE; }
+/* The 8-bit decode kernel (k_mmv) applies a job's RMS norm itself. */
+extern "C" int cuda_matmul_norms(qtype t, int n) { return mmq_type(t) && n <= MQ_DECODE; }
 
 int mmq_launch(qtype t, mm_job job, strata_err *err) {
     if (job.n <= MQ_DECODE) {
