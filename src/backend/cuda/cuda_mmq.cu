@@ -571,11 +571,21 @@ int mmv_init(int optin_bytes, int sms, strata_err *err) {
         k_mmv<QT_Q4_0, 0>, k_mmv<QT_Q4_1, 0>, k_mmv<QT_Q5_0, 0>, k_mmv<QT_Q5_1, 0>, k_mmv<QT_Q8_0, 0>,
         k_mmv<QT_Q4_K, 0>, k_mmv<QT_Q5_K, 0>, k_mmv<QT_Q4_0, 1>, k_mmv<QT_Q4_1, 1>, k_mmv<QT_Q5_0, 1>,
         k_mmv<QT_Q5_1, 1>, k_mmv<QT_Q8_0, 1>, k_mmv<QT_Q4_K, 1>, k_mmv<QT_Q5_K, 1>};
-    cudaError_t e = allow_smem(kernels, optin_bytes);
+    /* the opt-in limit holds a block's static shared memory (the norm's
+     * partial sums) and its dynamic alike: the dynamic gets what is left */
+    int dynamic = optin_bytes;
+    cudaError_t e = cudaSuccess;
+    for (size_t i = 0; i < sizeof kernels / sizeof *kernels && e == cudaSuccess; i++) {
+        cudaFuncAttributes a;
+        e = cudaFuncGetAttributes(&a, kernels[i]);
+        if (e == cudaSuccess && optin_bytes - (int)a.sharedSizeBytes < dynamic)
+            dynamic = optin_bytes - (int)a.sharedSizeBytes;
+    }
+    if (e == cudaSuccess) e = allow_smem(kernels, dynamic);
     if (e != cudaSuccess)
         return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: allowing the decode matmul %d bytes of shared memory: %s",
-                           optin_bytes, cudaGetErrorString(e));
-    g_mmv_smem_max = (size_t)optin_bytes;
+                           dynamic, cudaGetErrorString(e));
+    g_mmv_smem_max = (size_t)dynamic;
     const char *st = getenv("STRATA_CUDA_MMV_STAGE");
     g_mmv_stage = !(st && !strcmp(st, "0"));
     int per_sm = 0; /* with a 4096-column row's shared memory (14 KiB staged): registers bound it */

@@ -44,6 +44,16 @@ static inline const char *cudaGetErrorString(cudaError_t) { return "cuda_emu"; }
 enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 template <class F>
 static inline cudaError_t cudaFuncSetAttribute(F, int, int bytes) { return bytes <= 128 * 1024 ? cudaSuccess : 1; }
+/* a kernel's static shared memory is not counted here (the emulator's
+ * __shared__ arrays are plain statics) */
+struct cudaFuncAttributes {
+    size_t sharedSizeBytes;
+};
+template <class F>
+static inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *a, F) {
+    a->sharedSizeBytes = 0;
+    return cudaSuccess;
+}
 /* blocks run one at a time here */
 template <class F>
 static inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, F, int, size_t) {
