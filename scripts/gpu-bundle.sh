@@ -40,7 +40,7 @@ cp strata build/strata-tests scripts/test-gpu.sh "$dir/"
 cp scripts/gpu-peer.sh "$dir/peer.sh"
 cp scripts/gpu-serve-check.py "$dir/tools/" # test-gpu.sh's serve-on-GPU step (SERVE_CHECK)
 [ -n "${PREV_STRATA:-}" ] && cp "$PREV_STRATA" "$dir/strata-prev" # benched beside this build (test-gpu.sh PREV)
-strip --strip-debug "$dir/strata" "$dir/strata-tests" # 15 MB -> 5 MB: the trip has a size limit
+strip --strip-debug "$dir"/strata* # 15 MB -> 5 MB each: the trip has a size limit
 # Shared libraries outside glibc and libgcc (every Linux has those).
 ldd strata build/strata-tests | awk '$3 ~ /^\// {print $3}' | sort -u |
     grep -vE '/(libc|libm|libdl|librt|libpthread|libgcc_s|ld-linux[^/]*)\.so' |

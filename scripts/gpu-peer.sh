@@ -7,15 +7,19 @@
 # smoke check) meanwhile, then, once the build is done and the CPU is
 # quiet, times both engines on the same GGUFs, interleaved (strata,
 # llama-bench, strata: pp512/tg128; then strata, llama-bench at depth
-# 4096), on the SmolLM2-shaped one, then on the qwen35 0.8B-shaped one
+# 4096; the previous build, a bundle's strata-prev, beside each strata
+# row; tg128 without and with the decode matmul's staged loads), on the
+# SmolLM2-shaped one, then on the qwen35 0.8B-shaped one
 # (the issue's anchor; pp4096 too). A
 # short table ends the output; full logs go to $OUT (five files:
 # test-gpu.log, test-gpu-logs.tgz, llama-build.log, bench.txt,
-# llama-version.txt).
+# llama-version.txt; with PROFILE, ncu.txt and ncu-attn.txt too).
 #
-#   DIR/peer.sh LLAMA_TARBALL     (in a bundle of scripts/gpu-bundle.sh)
+#   DIR/peer.sh LLAMA_TARBALL     (in a bundle of scripts/gpu-bundle.sh; "-": no
+#                                  llama.cpp, our rows alone)
 #
 # Env: OUT (logs; a temp dir), JOBS (build jobs; nproc), REPS (10),
+# PROFILE (test-gpu.sh's ncu step, run last: ncu.txt, ncu-attn.txt),
 # BUILD_WAIT (seconds from the start to wait for the build at most; 300:
 # it built in 214 s alone on the lent H100's 16 cores).
 # Exit status: test-gpu.sh's (0 only when every GPU check passed).
@@ -30,15 +34,19 @@ BUILD_WAIT=${BUILD_WAIT:-300}
 export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONPATH="$here/py${PYTHONPATH:+:$PYTHONPATH}"
 STRATA=$here/strata
+PREV=$here/strata-prev
 step() { printf '\n== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
 t0=$(date +%s)
 
 # 1. llama.cpp: configure and build llama-bench only, in the background.
 step "llama.cpp CUDA build, in the background ($JOBS jobs)"
 src=$(mktemp -d)
-tar xJf "$tarball" -C "$src" && llama=$src/llama.cpp
 bdir=$src/build
-(
+build_pid=""
+if [ "$tarball" = - ]; then
+    echo "no llama.cpp (LLAMA_TARBALL -): our rows alone" > "$LOGS/llama-build.log"
+else (
+    tar xJf "$tarball" -C "$src" && llama=$src/llama.cpp &&
     s=$(date +%s)
     cmake -S "$llama" -B "$bdir" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
@@ -47,14 +55,15 @@ bdir=$src/build
         cmake --build "$bdir" --target llama-bench -j"$JOBS"
     echo "build exit $? after $(($(date +%s) - s)) s"
 ) > "$LOGS/llama-build.log" 2>&1 &
-build_pid=$!
+    build_pid=$!
+fi
 
 # 2. Our checks meanwhile (the synthetic models stay for the comparison).
 step "test-gpu.sh (beside the build: its timings are not the comparison)"
 export KEEP_MODEL=$src/smollm2-135m-synth-q4_1.gguf KEEP_Q35=$src/qwen35-0.8b-synth-q4_0.gguf
 TG=$src/test-gpu-logs # kept as one .tgz: $OUT brings back few files
 mkdir -p "$TG"
-(cd "$here" && OUT="$TG" STRATA="$STRATA" TESTS="$here/strata-tests" TOOLS="$here/tools" \
+(cd "$here" && PROFILE=0 OUT="$TG" STRATA="$STRATA" TESTS="$here/strata-tests" TOOLS="$here/tools" \
     TEST_DATA_DIR="$here/data" GPU_TEST_MODELS="$(cat "$here/data/gpu-test-models.txt")" \
     SERVE_CHECK="$here/tools/gpu-serve-check.py" ./test-gpu.sh) > "$LOGS/test-gpu.log" 2>&1
 tg=$?
@@ -83,6 +92,11 @@ sb() { # label, env, args... (on $M)
     echo "-- strata $label $(basename "$M"): $*" >> "$B"
     env $envs timeout 120 "$STRATA" bench -m "$M" --device cuda "$@" >> "$B" 2>&1
 }
+pb() { # the previous build (a bundle's strata-prev, PREV_STRATA), when there is one
+    [ -x "$PREV" ] || return 0
+    echo "-- strata-prev $(basename "$M"): $*" >> "$B"
+    timeout 120 "$PREV" bench -m "$M" --device cuda "$@" >> "$B" 2>&1
+}
 lb() {
     [ -n "$LB" ] || return 0
     echo "-- llama-bench $(basename "$M"): $*" >> "$B"
@@ -94,19 +108,36 @@ rows() {
     M=$1
     step "interleaved on $(basename "$M"): strata, llama-bench, strata; then depth 4096"
     sb fused "" -p 512 -n 128 -r "$REPS"
+    pb -p 512 -n 128 -r "$REPS"
     lb -p 512 -n 128 -r "$REPS"
     sb fused "" -p 512 -n 128 -r "$REPS"
     if [ "$M" = "$KEEP_Q35" ]; then
         sb fused "" -p 4096 -n 0 -r 3
+        pb -p 4096 -n 0 -r 3
         lb -p 4096 -n 0 -r 3
     fi
     sb fused "" -p 512 -n 128 -d 4096 -r 3
+    pb -p 512 -n 128 -d 4096 -r 3
     lb -p 512 -n 128 -d 4096 -r 3
+    # the decode matmul's staged weight loads off, then on (STRATA_CUDA_MMV_STAGE)
+    sb nostage STRATA_CUDA_MMV_STAGE=0 -p 0 -n 128 -r "$REPS"
+    sb staged STRATA_CUDA_MMV_STAGE=1 -p 0 -n 128 -r "$REPS"
 }
 rows "$SMOL"
 [ -s "$KEEP_Q35" ] && rows "$KEEP_Q35"
 [ -n "$LB" ] && "$LB" --version > "$LOGS/llama-version.txt" 2>&1
 cat "$B"
+
+# 4. PROFILE (test-gpu.sh's ncu step), with the CPU quiet: beside the
+# build it ran past its limit (2026-11-27).
+if [ "${PROFILE:-0}" != 0 ]; then
+    step "ncu (PROFILE=$PROFILE)"
+    P=$src/profile
+    (cd "$here" && OUT="$P" STEPS=optional STRATA="$STRATA" TESTS="$here/strata-tests" TOOLS="$here/tools" \
+        TEST_DATA_DIR="$here/data" ./test-gpu.sh) > /dev/null 2>&1
+    cp "$P"/ncu*.txt "$LOGS/" 2>/dev/null
+    grep -E "^(PASS|FAIL|TIMEOUT|SKIP) " "$P/summary.txt"
+fi
 
 step "summary"
 grep -E "^(ok|FAIL) |passed|test-gpu:" "$LOGS/test-gpu.log" | tail -4

@@ -310,9 +310,11 @@ profile() {
             "$STRATA" run -m "$m" -p "The cache is" -n 16 --temp 0 -q --device cuda || rc=1
     done
     if [ "${PROFILE:-1}" = quick ]; then
-        # one decode attention launch of qwen35 at depth 4096 (past the depth's 48 prefill launches), every section
-        [ -s "$Q35" ] && { ncu --set full -k 'regex:k_attn_seg<8>' --launch-skip 20 --launch-count 1 \
+        # one decode attention launch of qwen35 at depth 4096 (its 41st: the depth's prefill runs 18, ncu 2026-11-28), every section
+        [ -s "$Q35" ] && { ncu --set full --kernel-name-base demangled -k 'regex:k_attn_seg<8>' --launch-skip 40 --launch-count 1 \
             "$STRATA" bench -m "$Q35" --device cuda -p 0 -n 16 -d 4096 -r 1 > "$LOGS/ncu-attn.txt" 2>&1 || rc=1; }
+        # a filter that matches nothing is no error to ncu (2026-11-28: the template's name needs the demangled base)
+        grep -q "No kernels were profiled" "$LOGS/ncu-attn.txt" && { echo "ncu: no attention launch matched"; rc=1; }
         grep -E "Duration|Registers|Achieved Occupancy|Theoretical Occupancy|Grid Size|Shared Memory Config|Dynamic Shared|Issue Slots Busy|Warp Cycles Per Issued|stall" "$LOGS/ncu-attn.txt" | head -30
         return $rc
     fi
