@@ -281,7 +281,7 @@ bench_prev() {
 }
 
 qt_sweep() {
-    for qt in 1 2 4 8; do
+    for qt in 0 2 4 8 16 32; do # 0: attn_qt's own choice
         echo "qt=$qt"
         STRATA_CUDA_ATTN_QT=$qt "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 0 -r 3 2>&1 | grep -E "^\| pp"
         STRATA_CUDA_ATTN_QT=$qt "$STRATA" bench -m "$SMOL" --device cuda -p 512 -n 0 -d 4096 -r 2 2>&1 | grep -E "^\| pp"
