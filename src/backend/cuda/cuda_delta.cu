@@ -263,63 +263,87 @@ extern "C" int cuda_delta_gates(float *d_qkv, float *d_beta, float *d_decay, con
 #define DN_ROWS 16 /* state rows a block: 8 threads a row, 128 threads */
 #define DN_TILE 8  /* tokens whose k, q, v, beta and decay a block stages at once */
 
+/* One tile's inputs in shared memory: the tokens' k and q (of key head
+ * h % hk), the block's rows of v, beta and decay. */
+struct dn_tile {
+    float k[DN_TILE][CUDA_DELTA_MAX_DIM], q[DN_TILE][CUDA_DELTA_MAX_DIM];
+    float v[DN_TILE][DN_ROWS], beta[DN_TILE], decay[DN_TILE];
+};
+
+/* Starts the copies of tokens [t0, t0 + nt) into tl (cp.async: they run
+ * while the block works on the tile before) and commits them as this
+ * thread's group; v past the state's last row reads 0. */
+__device__ void dn_stage(dn_tile *tl, const float *kb, const float *qb, const float *vb, const float *beta,
+                         const float *dec, int t0, int nt, int C, int S, int hv, int h, int rows) {
+    for (int x = threadIdx.x; x < nt * S; x += blockDim.x) {
+        int tt = x / S, i = x % S;
+        cp_async4(&tl->k[tt][i], kb + (size_t)(t0 + tt) * C + i);
+        cp_async4(&tl->q[tt][i], qb + (size_t)(t0 + tt) * C + i);
+    }
+    for (int x = threadIdx.x; x < nt * DN_ROWS; x += blockDim.x) {
+        int tt = x / DN_ROWS, jj = x % DN_ROWS;
+        if (jj < rows) cp_async4(&tl->v[tt][jj], vb + (size_t)(t0 + tt) * C + jj);
+        else tl->v[tt][jj] = 0.0f;
+    }
+    if (threadIdx.x < nt) {
+        cp_async4(&tl->beta[threadIdx.x], beta + (size_t)(t0 + threadIdx.x) * hv + h);
+        cp_async4(&tl->decay[threadIdx.x], dec + (size_t)(t0 + threadIdx.x) * hv + h);
+    }
+    cp_async_commit();
+}
+
 /* Value head blockIdx.y, rows [DN_ROWS blockIdx.x, + DN_ROWS) of its
  * state S ([dim][dim], row j = value dim j, as delta.h): thread c of row
  * j's group holds S[j][c + 8 m] (m < dim / 8 <= E) in registers across
  * the call's tokens. Per token, delta.c's row_scalar: S *= decay;
  * d = (v - S k) beta; S += d k; o = (S q) scale, the dots delta_dot's.
- * The tile's k, q (of key head h % hk), its rows' v and the gates are
- * staged in shared memory: one wait per DN_TILE tokens, not per token. */
+ * The tokens' inputs come through shared memory a tile of DN_TILE at a
+ * time, the next tile's copies in flight while this one is used: a
+ * token's step waits on its two sums, not on memory (prefill's tokens
+ * one after another are what the layer's time is). */
 template <int E>
 __global__ void __launch_bounds__(128) k_dn_delta(float *o, float *state, const float *qkv, const float *beta,
                                                   const float *dec, int n, int C, int S, int hk, int hv, float scale,
                                                   const cuda_delta_run *runs, size_t state_off) {
-    __shared__ float sk[DN_TILE][CUDA_DELTA_MAX_DIM], sq[DN_TILE][CUDA_DELTA_MAX_DIM];
-    __shared__ float sv[DN_TILE][DN_ROWS], sb[DN_TILE], sd[DN_TILE];
+    __shared__ dn_tile tiles[2];
     size_t tr = (size_t)dn_run(runs, state_off, &state, &n); /* the run's first token in the call */
     o += tr * hv * S, qkv += tr * C, beta += tr * hv, dec += tr * hv;
     int h = blockIdx.y, c = threadIdx.x & 7, jr = threadIdx.x >> 3, j = blockIdx.x * DN_ROWS + jr, ne = S / 8;
     int live = j < S, qk = hk * S; /* a row past S (S % 16 == 8) runs along on row 0 and stores nothing */
+    int rows = min(DN_ROWS, S - (int)blockIdx.x * DN_ROWS);
     float *row = state + ((size_t)h * S + (live ? j : 0)) * S;
     const float *kb = qkv + qk + (size_t)(h % hk) * S, *qb = qkv + (size_t)(h % hk) * S;
     const float *vb = qkv + 2 * (size_t)qk + (size_t)h * S + (size_t)blockIdx.x * DN_ROWS;
+    if (n > 0) dn_stage(&tiles[0], kb, qb, vb, beta, dec, 0, min(DN_TILE, n), C, S, hv, h, rows);
     float r[E];
 #pragma unroll
     for (int m = 0; m < E; m++) r[m] = m < ne ? row[c + 8 * m] : 0.0f;
-    for (int t0 = 0; t0 < n; t0 += DN_TILE) {
+    for (int t0 = 0, b = 0; t0 < n; t0 += DN_TILE, b ^= 1) {
         int nt = min(DN_TILE, n - t0);
-        __syncthreads(); /* the last tile's readers are done */
-        for (int x = threadIdx.x; x < nt * S; x += blockDim.x) {
-            int tt = x / S, i = x % S;
-            sk[tt][i] = kb[(size_t)(t0 + tt) * C + i];
-            sq[tt][i] = qb[(size_t)(t0 + tt) * C + i];
-        }
-        for (int x = threadIdx.x; x < nt * DN_ROWS; x += blockDim.x) {
-            int tt = x / DN_ROWS, jj = x % DN_ROWS;
-            sv[tt][jj] = blockIdx.x * DN_ROWS + jj < S ? vb[(size_t)(t0 + tt) * C + jj] : 0.0f;
-        }
-        if (threadIdx.x < nt) {
-            sb[threadIdx.x] = beta[(size_t)(t0 + threadIdx.x) * hv + h];
-            sd[threadIdx.x] = dec[(size_t)(t0 + threadIdx.x) * hv + h];
-        }
+        __syncthreads(); /* the tile before is used up: its buffer takes the next one */
+        if (t0 + DN_TILE < n) dn_stage(&tiles[b ^ 1], kb, qb, vb, beta, dec, t0 + DN_TILE, min(DN_TILE, n - t0 - DN_TILE),
+                                       C, S, hv, h, rows);
+        else cp_async_commit(); /* an empty group: the wait below counts the same */
+        cp_async_wait<1>(); /* this tile's copies (the next one's go on) */
         __syncthreads();
+        const dn_tile *tl = &tiles[b];
         for (int tt = 0; tt < nt; tt++) {
-            float decay = sd[tt], a = 0.0f, b = 0.0f;
+            float decay = tl->decay[tt], a = 0.0f, bs = 0.0f;
 #pragma unroll
             for (int m = 0; m < E; m++)
                 if (m < ne) {
                     r[m] = r[m] * decay;
-                    a += r[m] * sk[tt][c + 8 * m];
+                    a += r[m] * tl->k[tt][c + 8 * m];
                 }
-            float d = (sv[tt][jr] - tree8(a)) * sb[tt];
+            float d = (tl->v[tt][jr] - tree8(a)) * tl->beta[tt];
 #pragma unroll
             for (int m = 0; m < E; m++)
                 if (m < ne) {
-                    r[m] += d * sk[tt][c + 8 * m];
-                    b += r[m] * sq[tt][c + 8 * m];
+                    r[m] += d * tl->k[tt][c + 8 * m];
+                    bs += r[m] * tl->q[tt][c + 8 * m];
                 }
-            b = tree8(b);
-            if (live && c == 0) o[(size_t)(t0 + tt) * hv * S + (size_t)h * S + j] = b * scale;
+            bs = tree8(bs);
+            if (live && c == 0) o[(size_t)(t0 + tt) * hv * S + (size_t)h * S + j] = bs * scale;
         }
     }
     if (live) {

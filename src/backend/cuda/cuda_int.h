@@ -123,6 +123,34 @@ static cudaError_t allow_smem(F (&kernels)[N], int bytes) {
     return e;
 }
 
+/* A 4-byte copy from global to shared memory that does not wait (sm_80's
+ * cp.async: the next tile's loads overlap this tile's arithmetic);
+ * cp_async_commit closes this thread's group of them, cp_async_wait<N>
+ * waits until at most N of its committed groups are pending (then a
+ * barrier, for the other threads' copies). A plain copy where there is
+ * no cp.async (the emulator, the host pass). */
+__device__ __forceinline__ void cp_async4(void *dst, const void *src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
+#else
+    *(uint32_t *)dst = *(const uint32_t *)src;
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
 /* cuda_kern.cu: lets the attention kernels use their shared memory;
  * cuda_open calls it once. */
 int attn_raise_smem(strata_err *err);

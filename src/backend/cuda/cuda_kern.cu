@@ -657,36 +657,9 @@ static size_t attn_smem(int rows, int D, int pipelined) {
     (sizeof(__half2) * (32 * (AT_MAX_DIM / 2 + AT_PAD) + 2 * 2 * AT_KT * (AT_MAX_DIM / 2 + AT_PAD)) +         \
      sizeof(float) * 32 * AT_SLD)
 
-/* A 4-byte copy from global to shared memory that does not wait (sm_80's
- * cp.async: the next tile's loads overlap this tile's arithmetic);
- * at_copies_done<N> waits until at most N of this thread's committed
- * groups are pending. A plain copy where there is no cp.async (the
- * emulator, the host pass). */
-__device__ __forceinline__ void at_copy4(void *dst, const void *src) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
-#else
-    *(uint32_t *)dst = *(const uint32_t *)src;
-#endif
-}
-
-__device__ __forceinline__ void at_commit(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-
-template <int N>
-__device__ __forceinline__ void at_copies_done(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-#endif
-}
-
 /* Copies the tile's K rows and V rows into sk and sv (rows of D / 2 +
  * AT_PAD half2), rows past nk zero; async: only starts them (a group of
- * this thread's copies, committed: at_copies_done waits). */
+ * this thread's copies, committed: cp_async_wait waits). */
 __device__ void attn_stage(__half2 *sk, __half2 *sv, const __half *kc, const __half *vc, const kv_ref &kr, int t0,
                            int nk, int kvd, int g, int D, int async) {
     int D2 = D / 2, ld = D2 + AT_PAD;
@@ -695,8 +668,8 @@ __device__ void attn_stage(__half2 *sk, __half2 *sv, const __half *kc, const __h
         int j = x / D2, d2 = x % D2;
         if (j < nk && async) {
             size_t at = kv_row_at(kr, t0 + j, kvd) + (size_t)g * D;
-            at_copy4(&sk[j * ld + d2], (const __half2 *)(kc + at) + d2);
-            at_copy4(&sv[j * ld + d2], (const __half2 *)(vc + at) + d2);
+            cp_async4(&sk[j * ld + d2], (const __half2 *)(kc + at) + d2);
+            cp_async4(&sv[j * ld + d2], (const __half2 *)(vc + at) + d2);
         } else if (j < nk) { /* the same copies now */
             size_t at = kv_row_at(kr, t0 + j, kvd) + (size_t)g * D;
             sk[j * ld + d2] = ((const __half2 *)(kc + at))[d2];
@@ -706,7 +679,7 @@ __device__ void attn_stage(__half2 *sk, __half2 *sv, const __half *kc, const __h
             sv[j * ld + d2] = zero;
         }
     }
-    if (async) at_commit();
+    if (async) cp_async_commit();
 }
 
 /* A query at position p reads keys [attn_lo(p), p]: all of them, or the
@@ -847,8 +820,8 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const floa
             attn_stage(b, b + AT_KT * ld, kc, vc, kr, tn, min(AT_KT, kend - tn), kvd, g, D, pipelined);
         }
         if (t0 < tfirst) continue;
-        if (pipelined && tn < kend) at_copies_done<1>(); /* this tile's copies (the next one's may go on) */
-        else if (pipelined) at_copies_done<0>();
+        if (pipelined && tn < kend) cp_async_wait<1>(); /* this tile's copies (the next one's may go on) */
+        else if (pipelined) cp_async_wait<0>();
         __syncthreads();
         const __half2 *sk = tiles + ((t0 / AT_KT) & pipelined) * tile_h2, *sv = sk + AT_KT * ld;
         float sc[4][4], w[4][4];
