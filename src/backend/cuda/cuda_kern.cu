@@ -869,21 +869,59 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const floa
     }
 }
 
+#define FOLD_THREADS 64
+#define FOLD_CHUNK 256 /* segments whose weights a block holds at once */
+
+/* The largest m of a token's segments: the block's threads each take
+ * every FOLD_THREADS-th, then a tree (a max is the same in any order). */
+__device__ float fold_max(const float *ps, size_t st, int ns) {
+    __shared__ float warp_max[FOLD_THREADS / 32];
+    float m = -INFINITY;
+    for (int s = threadIdx.x; s < ns; s += blockDim.x) m = fmaxf(m, ps[s * st]);
+    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(FULL, m, o));
+    if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
+    __syncthreads();
+    m = warp_max[0];
+    for (int w = 1; w < FOLD_THREADS / 32; w++) m = fmaxf(m, warp_max[w]);
+    return m;
+}
+
 /* Token i's head h: its segments' states folded in segment order (one
- * segment: o / l, the same bits as no fold). */
-__global__ void k_attn_fold(float *out, const float *part, const int32_t *pos, int n_head, int D, int seg_cap,
-                            int n_swa) {
+ * segment: o / l, the same bits as no fold). Each segment's weight
+ * e^(m - M) is computed once, by one thread, into shared memory with its
+ * l, a chunk of segments at a time; every thread then sums l and its
+ * columns of o over them in segment order (the loads of o's rows go out
+ * together: the loop is unrolled, the sums are not reordered). */
+__global__ void __launch_bounds__(FOLD_THREADS) k_attn_fold(float *out, const float *part, const int32_t *pos,
+                                                            int n_head, int D, int seg_cap, int n_swa) {
+    __shared__ float sw[FOLD_CHUNK], sl[FOLD_CHUNK];
     int h = blockIdx.x, i = blockIdx.y, s0 = attn_lo(pos[i], n_swa) / CUDA_ATTN_SEG;
     int ns = (pos[i] + CUDA_ATTN_SEG) / CUDA_ATTN_SEG - s0; /* its segments: s0, s0 + 1, ... */
     size_t st = (size_t)D + 2;
     const float *ps = part + (((size_t)i * n_head + h) * seg_cap + s0) * st;
-    float M = -INFINITY, L = 0.0f;
-    for (int s = 0; s < ns; s++) M = fmaxf(M, ps[s * st]);
-    for (int s = 0; s < ns; s++) L += ps[s * st + 1] * expf(ps[s * st] - M);
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
-        float O = 0.0f;
-        for (int s = 0; s < ns; s++) O += ps[s * st + 2 + d] * expf(ps[s * st] - M);
-        out[((size_t)i * n_head + h) * D + d] = O / L;
+    float M = fold_max(ps, st, ns), L = 0.0f, O[AT_MAX_DIM / FOLD_THREADS] = {0.0f};
+    for (int c0 = 0; c0 < ns; c0 += FOLD_CHUNK) {
+        int m = min(FOLD_CHUNK, ns - c0);
+        const float *pc = ps + c0 * st;
+        __syncthreads(); /* the last chunk's readers are done */
+        for (int s = threadIdx.x; s < m; s += blockDim.x) {
+            sw[s] = expf(pc[s * st] - M);
+            sl[s] = pc[s * st + 1];
+        }
+        __syncthreads();
+        for (int s = 0; s < m; s++) L += sl[s] * sw[s];
+#pragma unroll
+        for (int j = 0; j < AT_MAX_DIM / FOLD_THREADS; j++) {
+            int d = threadIdx.x + j * FOLD_THREADS;
+            if (d >= D) break;
+#pragma unroll 8
+            for (int s = 0; s < m; s++) O[j] += pc[s * st + 2 + d] * sw[s];
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < AT_MAX_DIM / FOLD_THREADS; j++) {
+        int d = threadIdx.x + j * FOLD_THREADS;
+        if (d < D) out[((size_t)i * n_head + h) * D + d] = O[j] / L;
     }
 }
 
@@ -935,7 +973,7 @@ static int attention(float *d_out, float *d_scratch, const float *d_q, const uin
     else if (nt <= 8) AT_GO(8);
     else AT_GO(16);
 #undef AT_GO
-    k_attn_fold<<<dim3(n_head, n), 64, 0, g_stream>>>(d_out, d_scratch, d_pos, n_head, head_dim, seg_cap, n_swa);
+    k_attn_fold<<<dim3(n_head, n), FOLD_THREADS, 0, g_stream>>>(d_out, d_scratch, d_pos, n_head, head_dim, seg_cap, n_swa);
     return 0;
 }
 
