@@ -328,6 +328,32 @@ TEST(gpu_matmul_unaligned_rows) {
     }
 }
 
+/* Prefill's staged chunks (k_mmq_st: 8 blocks a chunk, two stages) over
+ * rows of 3+ chunks, the last partial for the legacy types: w_down's
+ * (or w_gate's) blocks viewed as rows of 26 blocks (24, three
+ * super-blocks, for the K-quants). Against the CPU's dequantized dot, and prefill against
+ * decode and uneven chunks, bit for bit. */
+TEST(gpu_matmul_long_rows) {
+    if (!gpu_up()) return;
+    static const int one[] = {1, 0}, uneven[] = {7, 1, 13, 3, 0};
+    const int *plans[] = {one, uneven};
+    for (int i = 0; i < N_MODELS; i++) {
+        model *m = load_test_model(MODELS[i]);
+        if (!m) continue;
+        const model_tensor *t = &m->layers[0].w_down;
+        if (!cuda_matmul_q8(t->type)) t = &m->layers[0].w_gate; /* a Q4_K_M mix's down is Q6_K */
+        int64_t nb = t->cols / 32, NB = quant_get(t->type)->blck == 32 ? 26 : 24;
+        if (cuda_matmul_q8(t->type) && t->rows * nb >= 8 * NB) {
+            model_tensor v = *t;
+            v.cols = 32 * NB, v.row_bytes = t->row_bytes * (size_t)NB / (size_t)nb, v.rows = t->rows * nb / NB;
+            check_matmul(&v, 11, 43u + i);
+            check_matmul(&v, 70, 47u + i);
+            check_chunk_plans(&v, 40, plans, 2, 53u + i, MODELS[i]);
+        }
+        model_free(m);
+    }
+}
+
 TEST(gpu_embed_rows_are_the_cpu_dequant_bits) {
     if (!gpu_up()) return;
     for (int i = 0; i < N_MODELS; i++) {

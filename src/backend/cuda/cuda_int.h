@@ -107,9 +107,10 @@ __device__ __forceinline__ float swiglu1(float g, float u) { return g / (1.0f + 
  * the activations' 8-bit pass, then the matmul). */
 int mmq_type(qtype t);
 int mmq_launch(qtype t, mm_job job, strata_err *err);
-/* The decode matmul's limits, once at cuda_open: up to optin_bytes of
- * shared memory (the device's opt-in limit a block), at most one wave of
- * blocks over sms multiprocessors. */
+/* The 8-bit matmuls' limits, once at cuda_open: the decode kernel up to
+ * optin_bytes of shared memory (the device's opt-in limit a block), at
+ * most one wave of blocks over sms multiprocessors; the staged prefill
+ * kernel its two stages. */
 int mmv_init(int optin_bytes, int sms, strata_err *err);
 
 /* Lets each of kernels use up to bytes of dynamic shared memory (past the

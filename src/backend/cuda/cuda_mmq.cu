@@ -26,6 +26,8 @@
  *   32-block per mma), both operands straight from global memory (a
  *   4-byte word of a block's quants holds two of the A fragment's
  *   k-groups: its low nibbles are elements 0-15, its high ones 16-31);
+ *   where rows start 4-byte aligned, k_mmq_st does the same from chunks
+ *   of both operands staged in shared memory by a block's warps;
  * - decode (n <= 8): k_mmv, a warp a row, a lane a block (dp4a against
  *   x quantized once a block in shared memory), the terms then added in
  *   block order by shuffles: many warps in flight (decode is
@@ -395,6 +397,62 @@ static size_t mmv_smem(int k, int staged) {
            (staged ? (size_t)MM_WARPS * 2 * mv_chunk_words<T>() * sizeof(uint32_t) : 0);
 }
 
+/* The first of a warp's 16 rows in its tile i of MR (SwiGLU: its 16
+ * rows of gate, then the same of up), and row r's bytes in that tile's
+ * matrix (past the part's rows: row 0, whose sums are dropped). */
+__device__ __forceinline__ int mq_rbase(const mm_job &job, int gw, int i, int MR) {
+    return job.mode == MM_SWIGLU ? gw * 16 : (gw * MR + i) * 16;
+}
+__device__ __forceinline__ const uint8_t *mq_row(const mm_job &job, const mm_part &P, int i, int r) {
+    const uint8_t *w = job.mode == MM_SWIGLU && i == 1 ? job.p[1].w : P.w;
+    return w + (size_t)(r < P.rows ? r : 0) * job.row_bytes;
+}
+
+/* One 32-block's terms added to a warp's sums (MR tiles of 16 rows x NT
+ * tiles of 8 tokens): the fragments of the block's weights (a, d, m of
+ * the lane's rows g and g + 8) and activations (b, d, s of its tokens). */
+template <int MIN, int NT, int MR>
+__device__ __forceinline__ void mq_block_sums(float (&acc)[MR][NT][4], const uint32_t (&a)[MR][4],
+                                              const uint32_t (&bx)[NT][2], const float (&dlo)[MR],
+                                              const float (&dhi)[MR], const float (&mlo)[MR], const float (&mhi)[MR],
+                                              const float (&dx)[NT][2], const float (&sx)[NT][2]) {
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int i = 0; i < MR; i++) {
+            int c[4];
+            mma_s8(c, a[i], bx[j][0], bx[j][1]);
+            acc[i][j][0] = acc[i][j][0] + mq_term<MIN>(c[0], dlo[i], dx[j][0], mlo[i], sx[j][0]);
+            acc[i][j][1] = acc[i][j][1] + mq_term<MIN>(c[1], dlo[i], dx[j][1], mlo[i], sx[j][1]);
+            acc[i][j][2] = acc[i][j][2] + mq_term<MIN>(c[2], dhi[i], dx[j][0], mhi[i], sx[j][0]);
+            acc[i][j][3] = acc[i][j][3] + mq_term<MIN>(c[3], dhi[i], dx[j][1], mhi[i], sx[j][1]);
+        }
+}
+
+/* A warp's sums to their outputs (stored, added, or SwiGLU of gate and up). */
+template <int NT, int MR>
+__device__ __forceinline__ void mq_store(const mm_job &job, const mm_part &P, const float (&acc)[MR][NT][4],
+                                         const int (&rbase)[MR], int t0, int g, int t) {
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            int tok = t0 + j * 8 + 2 * t + (c & 1), r = rbase[0] + g + (c >> 1) * 8;
+            if (tok >= job.n) continue;
+            if (job.mode == MM_SWIGLU) {
+                if (r < P.rows) P.y[(size_t)tok * P.rows + r] = swiglu1(acc[0][j][c], acc[MR - 1][j][c]);
+                continue;
+            }
+#pragma unroll
+            for (int i = 0; i < MR; i++) {
+                int ri = rbase[i] + g + (c >> 1) * 8;
+                if (ri >= P.rows) continue;
+                float *y = P.y + (size_t)tok * P.rows + ri;
+                *y = job.mode == MM_ADD ? *y + acc[i][j][c] : acc[i][j][c];
+            }
+        }
+}
+
 /* Warp: MR tiles of 16 rows x NT tiles of 8 tokens; the quants of both
  * operands straight from global memory (each k-block's loads are
  * independent of the sums, so they are in flight ahead of them). */
@@ -407,16 +465,13 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job, const i
     mm_part P;
     int part = mm_part_of(job, gw, P);
     if (part < 0) return;
-    const int swiglu = job.mode == MM_SWIGLU, k = job.k, n = job.n, nb = k / 32, t0 = blockIdx.y * NT * 8;
+    const int k = job.k, n = job.n, nb = k / 32, t0 = blockIdx.y * NT * 8;
     int rbase[MR];
     const uint8_t *wlo[MR], *whi[MR]; /* rows rbase + g and rbase + g + 8 (clamped to a real row) */
 #pragma unroll
     for (int i = 0; i < MR; i++) {
-        rbase[i] = swiglu ? gw * 16 : (gw * MR + i) * 16;
-        const uint8_t *w = swiglu && i == 1 ? job.p[1].w : P.w;
-        int ra = rbase[i] + g, rb = ra + 8;
-        wlo[i] = w + (size_t)(ra < P.rows ? ra : 0) * job.row_bytes;
-        whi[i] = w + (size_t)(rb < P.rows ? rb : 0) * job.row_bytes;
+        rbase[i] = mq_rbase(job, gw, i, MR);
+        wlo[i] = mq_row(job, P, i, rbase[i] + g), whi[i] = mq_row(job, P, i, rbase[i] + g + 8);
     }
     /* the lane's tokens, clamped to real ones (the others' sums are dropped) */
     const uint32_t *xb[NT];
@@ -459,37 +514,106 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job, const i
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (b0 + u >= nb) break;
-#pragma unroll
-            for (int j = 0; j < NT; j++)
-#pragma unroll
-                for (int i = 0; i < MR; i++) {
-                    int c[4];
-                    mma_s8(c, a[u][i], bx[u][j][0], bx[u][j][1]);
-                    acc[i][j][0] = acc[i][j][0] + mq_term<MIN>(c[0], dlo[u][i], dx[u][j][0], mlo[u][i], sx[u][j][0]);
-                    acc[i][j][1] = acc[i][j][1] + mq_term<MIN>(c[1], dlo[u][i], dx[u][j][1], mlo[u][i], sx[u][j][1]);
-                    acc[i][j][2] = acc[i][j][2] + mq_term<MIN>(c[2], dhi[u][i], dx[u][j][0], mhi[u][i], sx[u][j][0]);
-                    acc[i][j][3] = acc[i][j][3] + mq_term<MIN>(c[3], dhi[u][i], dx[u][j][1], mhi[u][i], sx[u][j][1]);
-                }
+            mq_block_sums<MIN, NT, MR>(acc, a[u], bx[u], dlo[u], dhi[u], mlo[u], mhi[u], dx[u], sx[u]);
         }
     }
+    mq_store<NT, MR>(job, P, acc, rbase, t0, g, t);
+}
+
+/* Prefill staged (k_mmq_st): the block's 4 warps share each chunk of
+ * MQ_KC 32-blocks (a K-quant's super-block) of their 32 tokens'
+ * activations, and each warp its rows' chunk, copied into shared memory
+ * by cp.async while the block sums the chunk before (two stages): every
+ * load of k_mmq went to global memory from each warp alone, a few
+ * k-blocks ahead. The same fragments from there, the same sums in block
+ * order, so the same bits. Rows must start 4-byte aligned. */
+#define MQ_KC 8
+#define MQ_XW (MQ_KC * 8 + 4) /* words a token's chunk: its blocks' int8, padded (other banks for other tokens) */
+
+template <int T>
+__host__ __device__ constexpr int mq_chunk_words() { return MQ_KC * mv_block_bytes<T>() / 4; }
+
+template <int T, int MR>
+struct mq_stage {
+    uint32_t x[32][MQ_XW];
+    float xd[32][MQ_KC], xs[32][MQ_KC];
+    uint32_t w[MM_WARPS][MR * 16][mq_chunk_words<T>()];
+};
+
+/* Starts the copies of chunk b0's activations (all threads) and of the
+ * warp's rows (live warps), as this thread's group. */
+template <int T, int MR>
+__device__ void mq_stage_chunk(mq_stage<T, MR> *st, const mm_job &job, const mm_part &P, int live, const int (&rbase)[MR],
+                               const int8_t *xq, const float *xd, const float *xs, int t0, int b0) {
+    int nb = job.k / 32, nc = min(MQ_KC, nb - b0), lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    for (int x = threadIdx.x; x < 32 * nc * 8; x += blockDim.x) {
+        int tk = x / (nc * 8), o = x % (nc * 8), tok = min(t0 + tk, job.n - 1);
+        cp_async4(&st->x[tk][o], xq + (size_t)tok * job.k + (size_t)b0 * 32 + 4 * o);
+    }
+    for (int x = threadIdx.x; x < 32 * nc; x += blockDim.x) {
+        int tk = x / nc, j = x % nc, tok = min(t0 + tk, job.n - 1);
+        cp_async4(&st->xd[tk][j], xd + (size_t)tok * nb + b0 + j);
+        cp_async4(&st->xs[tk][j], xs + (size_t)tok * nb + b0 + j);
+    }
+    if (live) {
+        int words = nc * mv_block_bytes<T>() / 4; /* whole: b0 and the row's end are 4-byte aligned */
+        for (int x = lane; x < MR * 16 * words; x += 32) {
+            int r = x / words, o = x % words, i = MR > 1 && r >= 16; /* constant indices: registers */
+            const uint8_t *row = mq_row(job, P, i, (i ? rbase[MR - 1] : rbase[0]) + r % 16);
+            cp_async4(&st->w[w][r][o], row + (size_t)b0 * mv_block_bytes<T>() + 4 * o);
+        }
+    }
+    cp_async_commit();
+}
+
+template <int T, int MR>
+__global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_st(const mm_job job, const int8_t *__restrict__ xq,
+                                                          const float *__restrict__ xd, const float *__restrict__ xs) {
+    constexpr int MIN = mq_min<T>(), NT = 4;
+    extern __shared__ uint4 mq_smem[];
+    mq_stage<T, MR> *st = (mq_stage<T, MR> *)mq_smem;
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, w = threadIdx.x >> 5;
+    int gw = blockIdx.x * MM_WARPS + w;
+    mm_part P;
+    int live = mm_part_of(job, gw, P) >= 0; /* a warp past the parts still copies and waits with the block */
+    const int nb = job.k / 32, t0 = blockIdx.y * NT * 8;
+    int rbase[MR];
 #pragma unroll
-    for (int j = 0; j < NT; j++)
+    for (int i = 0; i < MR; i++) rbase[i] = mq_rbase(job, gw, i, MR);
+    float acc[MR][NT][4];
 #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            int tok = t0 + j * 8 + 2 * t + (c & 1), r = rbase[0] + g + (c >> 1) * 8;
-            if (tok >= n) continue;
-            if (swiglu) {
-                if (r < P.rows) P.y[(size_t)tok * P.rows + r] = swiglu1(acc[0][j][c], acc[MR - 1][j][c]);
-                continue;
-            }
+    for (int i = 0; i < MR; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[i][j][c] = 0.0f;
+    mq_stage_chunk<T, MR>(&st[0], job, P, live, rbase, xq, xd, xs, t0, 0);
+    for (int b0 = 0, s = 0; b0 < nb; b0 += MQ_KC, s ^= 1) {
+        __syncthreads(); /* the chunk before is summed: its stage takes the next */
+        if (b0 + MQ_KC < nb) mq_stage_chunk<T, MR>(&st[s ^ 1], job, P, live, rbase, xq, xd, xs, t0, b0 + MQ_KC);
+        else cp_async_commit(); /* an empty group: the wait counts the same */
+        cp_async_wait<1>();
+        __syncthreads();
+        if (!live) continue;
+        const mq_stage<T, MR> *c = &st[s];
+        for (int b = 0; b < min(MQ_KC, nb - b0); b++) {
+            uint32_t a[MR][4], bx[NT][2];
+            float dlo[MR], dhi[MR], mlo[MR], mhi[MR], dx[NT][2], sx[NT][2];
 #pragma unroll
             for (int i = 0; i < MR; i++) {
-                int ri = rbase[i] + g + (c >> 1) * 8;
-                if (ri >= P.rows) continue;
-                float *y = P.y + (size_t)tok * P.rows + ri;
-                *y = job.mode == MM_ADD ? *y + acc[i][j][c] : acc[i][j][c];
+                mq_wblock<T, 1>((const uint8_t *)c->w[w][i * 16 + g], b, t, a[i][0], a[i][2], dlo[i], mlo[i]);
+                mq_wblock<T, 1>((const uint8_t *)c->w[w][i * 16 + g + 8], b, t, a[i][1], a[i][3], dhi[i], mhi[i]);
             }
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                bx[j][0] = c->x[j * 8 + g][b * 8 + t], bx[j][1] = c->x[j * 8 + g][b * 8 + t + 4];
+                dx[j][0] = c->xd[j * 8 + 2 * t][b], dx[j][1] = c->xd[j * 8 + 2 * t + 1][b];
+                sx[j][0] = MIN ? c->xs[j * 8 + 2 * t][b] : 0.0f, sx[j][1] = MIN ? c->xs[j * 8 + 2 * t + 1][b] : 0.0f;
+            }
+            mq_block_sums<MIN, NT, MR>(acc, a, bx, dlo, dhi, mlo, mhi, dx, sx);
         }
+    }
+    if (live) mq_store<NT, MR>(job, P, acc, rbase, t0, g, t);
 }
 
 /* The 8-bit activations' buffer (one per process, like the stream it is
@@ -518,6 +642,10 @@ static int xq_reserve(size_t bytes, strata_err *err) {
     return 0;
 }
 
+/* Whether prefill stages its chunks (k_mmq_st; STRATA_CUDA_MMQ_STAGE=0:
+ * never, to time the choice; set by mmv_init). */
+static int g_mmq_stage = 1;
+
 /* Prefill (n > 8): a warp takes 16 rows (SwiGLU: 16 of gate and the
  * same 16 of up) x 32 tokens, 4 warps a block over the rows. */
 template <int T>
@@ -529,7 +657,10 @@ static void mmq_go(mm_job job, const int8_t *xq, const float *xd, const float *x
     }
     if (warps == 0) return;
     dim3 grid((warps + MM_WARPS - 1) / MM_WARPS, (job.n + 31) / 32);
-    if (swiglu) k_mmq<T, 4, 2><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, xq, xd, xs);
+    if (g_mmq_stage && job.row_bytes % 4 == 0) {
+        if (swiglu) k_mmq_st<T, 2><<<grid, MM_WARPS * 32, 2 * sizeof(mq_stage<T, 2>), g_stream>>>(job, xq, xd, xs);
+        else k_mmq_st<T, 1><<<grid, MM_WARPS * 32, 2 * sizeof(mq_stage<T, 1>), g_stream>>>(job, xq, xd, xs);
+    } else if (swiglu) k_mmq<T, 4, 2><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, xq, xd, xs);
     else k_mmq<T, 4, 1><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, xq, xd, xs);
 }
 
@@ -588,6 +719,16 @@ int mmv_init(int optin_bytes, int sms, strata_err *err) {
     g_mmv_smem_max = (size_t)dynamic;
     const char *st = getenv("STRATA_CUDA_MMV_STAGE");
     g_mmv_stage = !(st && !strcmp(st, "0"));
+    decltype(&k_mmq_st<QT_Q4_0, 1>) prefill[] = {
+        k_mmq_st<QT_Q4_0, 1>, k_mmq_st<QT_Q4_1, 1>, k_mmq_st<QT_Q5_0, 1>, k_mmq_st<QT_Q5_1, 1>, k_mmq_st<QT_Q8_0, 1>,
+        k_mmq_st<QT_Q4_K, 1>, k_mmq_st<QT_Q5_K, 1>, k_mmq_st<QT_Q4_0, 2>, k_mmq_st<QT_Q4_1, 2>, k_mmq_st<QT_Q5_0, 2>,
+        k_mmq_st<QT_Q5_1, 2>, k_mmq_st<QT_Q8_0, 2>, k_mmq_st<QT_Q4_K, 2>, k_mmq_st<QT_Q5_K, 2>};
+    int staged_bytes = (int)(2 * sizeof(mq_stage<QT_Q8_0, 2>)); /* the largest */
+    if ((e = allow_smem(prefill, staged_bytes)) != cudaSuccess)
+        return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: allowing the prefill matmul %d bytes of shared memory: %s",
+                           staged_bytes, cudaGetErrorString(e));
+    const char *pst = getenv("STRATA_CUDA_MMQ_STAGE");
+    g_mmq_stage = !(pst && !strcmp(pst, "0"));
     int per_sm = 0; /* with a 4096-column row's shared memory (14 KiB staged): registers bound it */
     e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_mmv<QT_Q8_0, 1>, MM_WARPS * 32,
                                                       mmv_smem<QT_Q8_0>(4096, 1));
