@@ -8,7 +8,8 @@
 # quiet, times both engines on the same GGUFs, interleaved (strata,
 # llama-bench, strata: pp512/tg128; then strata, llama-bench at depth
 # 4096; the previous build, a bundle's strata-prev, beside each strata
-# row; tg128 without and with the decode matmul's staged loads), on the
+# row; tg128 without and with the decode matmul's staged loads, pp512
+# without prefill's staged chunks), on the
 # SmolLM2-shaped one, then on the qwen35 0.8B-shaped one
 # (the anchor; pp4096 too). A
 # short table ends the output; full logs go to $OUT (five files:
@@ -123,6 +124,8 @@ rows() {
     # the decode matmul's staged weight loads off, then on (STRATA_CUDA_MMV_STAGE)
     sb nostage STRATA_CUDA_MMV_STAGE=0 -p 0 -n 128 -r "$REPS"
     sb staged STRATA_CUDA_MMV_STAGE=1 -p 0 -n 128 -r "$REPS"
+    # prefill's matmul without its staged chunks (STRATA_CUDA_MMQ_STAGE; on: the rows above)
+    sb mmq-unstaged STRATA_CUDA_MMQ_STAGE=0 -p 512 -n 0 -r "$REPS"
 }
 rows "$SMOL"
 [ -s "$KEEP_Q35" ] && rows "$KEEP_Q35"

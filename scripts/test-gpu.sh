@@ -29,8 +29,9 @@
 #              snapshot (downloaded, kept in memory and on disk, uploaded)
 #   bench      `strata bench --device cuda` pp512/tg128, then at depth 4096
 #   sanitizer  compute-sanitizer memcheck over the paged pass, the tiers
-#              on the GPU, gemma3, qwen35, MoE and the decode matmul (the
-#              code newest to the GPU)
+#              on the GPU, gemma3, qwen35, MoE and the matmuls (the code
+#              newest to the GPU); racecheck over the double-buffered
+#              kernels (prefill's matmul, the delta rule, attention)
 #   qwen35     the speed anchor: a Qwen3.5-0.8B-shaped random-weight
 #              model (Q4_0, made here: tools/synth_qwen35.py), `strata run`
 #              on both devices (the same text?), `strata bench --device
@@ -220,7 +221,10 @@ sanitizer() {
     STRATA_TEST_GPU=1 compute-sanitizer --tool memcheck --error-exitcode 3 --target-processes all \
         "$TESTS" 'gpu_paged_*' 'gpu_tiers_*' 'gpu_gemma3_*' 'gpu_qwen35_*' 'gpu_moe_*' 'gpu_matmul_*' > "$LOGS/sanitizer.log" 2>&1
     local rc=$?
-    grep -E "^(ok|FAIL|skip) |passed|ERROR SUMMARY|Invalid|out of bounds" "$LOGS/sanitizer.log" | head -40
+    # shared-memory races in the kernels that fill one buffer while using the other (cp.async, two stages)
+    STRATA_TEST_GPU=1 compute-sanitizer --tool racecheck --error-exitcode 3 \
+        "$TESTS" 'gpu_matmul_long_rows' 'gpu_qwen35_kernels_*' 'gpu_attention_*' >> "$LOGS/sanitizer.log" 2>&1 || rc=$?
+    grep -E "^(ok|FAIL|skip) |passed|ERROR SUMMARY|RACECHECK SUMMARY|Invalid|out of bounds|[Hh]azard" "$LOGS/sanitizer.log" | head -40
     return $rc
 }
 
@@ -349,7 +353,7 @@ grep -E "^gpu-serve-check:|^(cold|again|evicted|restart)" "$WORK/serve3.txt" 2>/
 step serve35 70 "serve --device cuda on qwen35 (recurrent states in the GPU pool, snapshots): the same four places" serve_qwen35
 grep -E "^gpu-serve-check:|^(cold|again|evicted|restart)" "$WORK/serve35.txt" 2>/dev/null | cut -c1-150 | sed 's/^/          /' >> "$SUMMARY"
 step bench 150 "bench on the GPU: pp512, tg128 ($REPS reps), then at depth 4096 (3 reps)" bench_gpu
-step sanitizer 150 "compute-sanitizer memcheck: the paged pass, the tiers on the GPU, gemma3, qwen35, MoE" sanitizer
+step sanitizer 150 "compute-sanitizer memcheck: the paged pass, the tiers on the GPU, gemma3, qwen35, MoE; racecheck: the double-buffered kernels" sanitizer
 step qwen35 150 "the qwen35 0.8B-shaped model: greedy text CPU and GPU, bench pp512/tg128 ($REPS reps), at depth 4096" qwen35_anchor
 sed 's/^/          /' "$WORK/qwen35.txt" >> "$SUMMARY" 2>/dev/null
 step nograph 60 "decode without the graph (STRATA_CUDA_GRAPH=0)" bench_nograph
