@@ -227,17 +227,27 @@ extern "C" int cuda_delta_conv_runs(float *d_y, const float *d_x, const cuda_del
 
 /* Block per token: q and k heads L2-normed (x / sqrt(delta_dot(x, x) +
  * eps), 8 threads a head), then per value head beta = sigmoid(beta) and
- * the decay exp(softplus(alpha + dt) * A) (deltanet.c's gates). */
+ * the decay exp(softplus(alpha + dt) * A) (deltanet.c's gates). A
+ * thread's elements load into registers together before its chain of
+ * squares (decode is one block: a load a link of the chain was ~10 us a
+ * launch on the H200). */
 __global__ void k_dn_gates(float *qkv, float *beta, float *dec, const float *dt, const float *a, int C, int S, int hk,
                            int hv, float eps) {
+    constexpr int EM = CUDA_DELTA_MAX_DIM / 8;
     int t = blockIdx.x, c = threadIdx.x & 7, ne = S / 8;
     float *row = qkv + (size_t)t * C;
     for (int v0 = 0; v0 < 2 * hk; v0 += blockDim.x / 8) { /* vectors: q heads, then k heads */
         int v = v0 + (int)threadIdx.x / 8, live = v < 2 * hk; /* a group past them only joins the shuffles */
-        float *x = row + (size_t)v * S, acc = 0.0f;
-        for (int m = 0; live && m < ne; m++) acc += x[c + 8 * m] * x[c + 8 * m];
+        float *x = row + (size_t)v * S, xv[EM], acc = 0.0f;
+#pragma unroll
+        for (int m = 0; m < EM; m++) xv[m] = live && m < ne ? x[c + 8 * m] : 0.0f;
+#pragma unroll
+        for (int m = 0; m < EM; m++)
+            if (m < ne) acc += xv[m] * xv[m];
         float scale = 1.0f / sqrtf(tree8(acc) + eps); /* a thread rewrites only the elements it read */
-        for (int m = 0; live && m < ne; m++) x[c + 8 * m] *= scale;
+#pragma unroll
+        for (int m = 0; m < EM; m++)
+            if (live && m < ne) x[c + 8 * m] = xv[m] * scale;
     }
     for (int h = threadIdx.x; h < hv; h += blockDim.x) {
         float *bt = beta + (size_t)t * hv + h, *g = dec + (size_t)t * hv + h;
@@ -397,18 +407,27 @@ extern "C" int cuda_delta_rule_runs(float *d_o, const cuda_delta_run *d_runs, in
  * in shared memory; every lane runs the chain (the same value). */
 __global__ void __launch_bounds__(128) k_dn_gated_norm(float *o, const float *z, const float *w, int rows, int S,
                                                        float eps) {
+    constexpr int EL = CUDA_DELTA_MAX_DIM / 32; /* a lane's elements at most */
     __shared__ float sx[4][CUDA_DELTA_MAX_DIM];
     int wi = threadIdx.x >> 5, lane = threadIdx.x & 31, r = blockIdx.x * 4 + wi;
     if (r >= rows) return; /* whole warps */
-    float *x = o + (size_t)r * S, *s = sx[wi];
+    float *x = o + (size_t)r * S, *s = sx[wi], zl[EL], wl[EL];
     const float *zr = z + (size_t)r * S;
-    for (int i = lane; i < S; i += 32) s[i] = x[i];
+#pragma unroll
+    for (int e = 0; e < EL; e++) { /* the lane's loads together (decode: few warps, each waiting otherwise) */
+        int i = lane + 32 * e;
+        if (i < S) s[i] = x[i], zl[e] = zr[i], wl[e] = w[i];
+    }
     __syncwarp();
     float ss = 0.0f;
 #pragma unroll 8
     for (int i = 0; i < S; i++) ss += s[i] * s[i];
     float scale = 1.0f / sqrtf(ss / (float)S + eps);
-    for (int i = lane; i < S; i += 32) x[i] = silu_glibc(zr[i]) * (s[i] * scale * w[i]);
+#pragma unroll
+    for (int e = 0; e < EL; e++) {
+        int i = lane + 32 * e;
+        if (i < S) x[i] = silu_glibc(zl[e]) * (s[i] * scale * wl[e]);
+    }
 }
 
 extern "C" int cuda_delta_gated_norm(float *d_o, const float *d_z, const float *d_w, int n, int n_v_heads, int dim,
