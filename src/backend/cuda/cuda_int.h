@@ -72,10 +72,10 @@ __device__ __forceinline__ int mm_part_of(const mm_job &job, int &gw, mm_part &P
  * bits. red: RMS_LANES / 32 floats of shared memory; block-wide. */
 #define RMS_LANES 256
 __device__ __forceinline__ float rms_scale(const float *x, int dim, float eps, float *red) {
-#pragma unroll 1
+#pragma unroll 2
     for (int vt = threadIdx.x; vt < RMS_LANES; vt += blockDim.x) {
         float ss = 0.0f;
-#pragma unroll 1
+#pragma unroll 4 /* the loads go out together; the fmaf chain stays in index order */
         for (int i = vt; i < dim; i += RMS_LANES) ss = fmaf(x[i], x[i], ss);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(FULL, ss, o);

@@ -330,6 +330,7 @@ __global__ void k_rmsnorm(float *out, const float *x, const float *w, int dim, f
     const float *xr = x + (size_t)blockIdx.x * dim;
     float *o = out + (size_t)blockIdx.x * dim;
     float scale = rms_scale(xr, dim, eps, red);
+#pragma unroll 4
     for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = xr[i] * scale * w[i];
 }
 
