@@ -347,36 +347,52 @@ extern "C" void cuda_rmsnorm(float *d_out, const float *d_x, const float *d_w, i
  * zero position: forward.c's rope_off skips them). */
 #define ROPE_CHUNK 128
 
+#define ROPE_U 4 /* pairs a thread loads before it rotates and stores them */
+
+/* A thread's pairs load together, then rotate and store: each pair is
+ * its own, so the order of loads and stores changes no value. */
 __device__ __forceinline__ void rope_heads(float *xr, int n_heads, int head_dim, int rope_dim, int neox, int i0, int m,
-                                           const float2 *cs, const float *inv_freq) {
+                                           const float2 *cs, const float *fr) {
     int half = rope_dim / 2;
-    for (int idx = threadIdx.x; idx < n_heads * m; idx += blockDim.x) {
-        int h = idx / m, i = i0 + idx % m;
-        if (inv_freq[i] == 0.0f) continue;
-        float ct = cs[i - i0].x, st = cs[i - i0].y;
-        float *v = xr + (size_t)h * head_dim;
-        int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-        float x0 = v[a], x1 = v[b];
-        v[a] = x0 * ct - x1 * st;
-        v[b] = x0 * st + x1 * ct;
+    for (int base = threadIdx.x; base < n_heads * m; base += ROPE_U * blockDim.x) {
+        float x0[ROPE_U], x1[ROPE_U];
+        int at[ROPE_U], i[ROPE_U];
+#pragma unroll
+        for (int u = 0; u < ROPE_U; u++) {
+            int idx = base + u * blockDim.x;
+            i[u] = idx < n_heads * m && fr[idx % m] != 0.0f ? idx % m : -1;
+            if (i[u] < 0) continue;
+            int f = i0 + i[u];
+            at[u] = (idx / m) * head_dim + (neox ? f : 2 * f);
+            x0[u] = xr[at[u]], x1[u] = xr[at[u] + (neox ? half : 1)];
+        }
+#pragma unroll
+        for (int u = 0; u < ROPE_U; u++) {
+            if (i[u] < 0) continue;
+            float ct = cs[i[u]].x, st = cs[i[u]].y;
+            xr[at[u]] = x0[u] * ct - x1[u] * st;
+            xr[at[u] + (neox ? half : 1)] = x0[u] * st + x1[u] * ct;
+        }
     }
 }
 
 __device__ void rope_rows(float *q, int n_q, float *k, int n_k, int head_dim, int rope_dim, int neox, int pos,
                           const float *inv_freq, float pos_div) {
     __shared__ float2 cs[ROPE_CHUNK];
+    __shared__ float fr[ROPE_CHUNK]; /* the chunk's inverse frequencies */
     for (int i0 = 0; i0 < rope_dim / 2; i0 += ROPE_CHUNK) {
         int m = min(ROPE_CHUNK, rope_dim / 2 - i0);
         __syncthreads(); /* the last chunk's readers are done */
         for (int i = threadIdx.x; i < m; i += blockDim.x) {
-            double theta = (double)pos * inv_freq[i0 + i];
+            fr[i] = inv_freq[i0 + i];
+            double theta = (double)pos * fr[i];
             if (pos_div != 1.0f) theta /= pos_div;
             cs[i].x = (float)cos(theta);
             cs[i].y = (float)sin(theta);
         }
         __syncthreads();
-        rope_heads(q, n_q, head_dim, rope_dim, neox, i0, m, cs, inv_freq);
-        if (k) rope_heads(k, n_k, head_dim, rope_dim, neox, i0, m, cs, inv_freq);
+        rope_heads(q, n_q, head_dim, rope_dim, neox, i0, m, cs, fr);
+        if (k) rope_heads(k, n_k, head_dim, rope_dim, neox, i0, m, cs, fr);
     }
 }
 
@@ -416,9 +432,18 @@ __device__ __forceinline__ size_t kv_dst_row(const int64_t *dst, const int32_t *
 /* The block's threads: K and V rows of token src at position dst to the half caches. */
 __device__ __forceinline__ void kv_store_row(__half *kc, __half *vc, const float *k, const float *v, size_t dst,
                                              size_t src, int kvd) {
-    for (int i = threadIdx.x; i < kvd; i += blockDim.x) {
-        kc[dst + i] = __float2half_rn(k[src + i]);
-        vc[dst + i] = __float2half_rn(v[src + i]);
+    for (int base = threadIdx.x; base < kvd; base += ROPE_U * blockDim.x) { /* loads together, then stores */
+        float kk[ROPE_U], vv[ROPE_U];
+#pragma unroll
+        for (int u = 0; u < ROPE_U; u++) {
+            int i = base + u * blockDim.x;
+            if (i < kvd) kk[u] = k[src + i], vv[u] = v[src + i];
+        }
+#pragma unroll
+        for (int u = 0; u < ROPE_U; u++) {
+            int i = base + u * blockDim.x;
+            if (i < kvd) kc[dst + i] = __float2half_rn(kk[u]), vc[dst + i] = __float2half_rn(vv[u]);
+        }
     }
 }
 
