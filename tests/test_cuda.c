@@ -715,7 +715,10 @@ TEST(gpu_gemma3_matches_cpu_and_float64_past_its_window) {
  * float64 reference rounds every matmul input to 8 bits as the engines'
  * 8-bit paths do (tools/ref_forward.py, so that its routing is theirs):
  * the CPU is within 0.0072 of it on qwen3moe-q8_0, the H100 within 4.5e-7
- * (2026-11-27). */
+ * (2026-11-27). Not qwen35moe-q4_k_m: the reference rounds a K-quant's
+ * input per 256 (the CPU's Q8_K), the GPU per 32, and that routes some
+ * near ties to other experts: 0.12 of the range (the CPU 0.036), fused
+ * or not (emulator, 2026-11-28); the fusion test runs it. */
 TEST(gpu_moe_matches_cpu_and_float64) {
     if (!gpu_up()) return;
     const char *names[] = {"qwen3moe-f32", "qwen3moe-q8_0", "qwen35moe-f32"};
@@ -1162,8 +1165,9 @@ TEST(gpu_fused_matmuls_keep_the_bits) {
 TEST(gpu_forward_fusion_keeps_the_bits) {
     if (!gpu_up()) return;
     static const int one_chunk[] = {4096, 0}, decode[] = {1, 0};
-    const char *names[] = {"llama-q4_1", "llama-q4_k", "qwen2-q5_0", "qwen3-q5_1"};
-    for (int i = 0; i < 4; i++) {
+    /* qwen35moe-q4_k_m: its delta-net in-projections take their norm in the launch */
+    const char *names[] = {"llama-q4_1", "llama-q4_k", "qwen2-q5_0", "qwen3-q5_1", "qwen35moe-q4_k_m"};
+    for (int i = 0; i < 5; i++) {
         model *m;
         fwdc *c = open_gpu_model(names[i], 1024, &m);
         if (!c) continue;

@@ -103,10 +103,10 @@ void dnc_free(dnc *d) {
 
 void dnc_reset(dnc *d) { cuda_zero(d->state, dnc_state_floats(d) * sizeof(float)); }
 
-/* Step 1: the four in-projections of xn, consecutive ones of one kind
- * (type and row size) in one launch of up to three (the same bits as
- * separate ones). */
-static int in_proj(dnc *d, const dnc_tensors *T, const float *xn, int n, strata_err *err) {
+/* Step 1: the four in-projections of x (normed, or normed in each
+ * launch with weights nw), consecutive ones of one kind (type and row
+ * size) in one launch of up to three (the same bits as separate ones). */
+static int in_proj(dnc *d, const dnc_tensors *T, const float *x, const float *nw, int n, strata_err *err) {
     const dev_tensor *w[4] = {&T->qkv, &T->gate, &T->beta, &T->alpha};
     float *y[4] = {d->qkv_in, d->z, d->beta, d->g};
     for (int i = 0, j; i < 4; i = j) {
@@ -115,10 +115,17 @@ static int in_proj(dnc *d, const dnc_tensors *T, const float *xn, int n, strata_
         float *ys[3];
         for (j = i; j < 4 && j - i < 3 && fwdc__same_kind(w[i], w[j]); j++)
             ws[j - i] = w[j]->d, rows[j - i] = w[j]->rows, ys[j - i] = y[j];
-        if (cuda_matmul_multi(w[i]->type, w[i]->row_bytes, w[i]->cols, xn, n, j - i, ws, rows, ys, 0, NULL, 0.0f, err))
+        if (cuda_matmul_multi(w[i]->type, w[i]->row_bytes, w[i]->cols, x, n, j - i, ws, rows, ys, 0, nw,
+                              d->m->hp.rms_eps, err))
             return err->code;
     }
     return 0;
+}
+
+int dnc_norms(const dnc *d, int il, int n) {
+    const dnc_tensors *T = &d->layers[d->m->layers[il].rec_layer];
+    return cuda_matmul_norms(T->qkv.type, n) && cuda_matmul_norms(T->gate.type, n) &&
+           cuda_matmul_norms(T->beta.type, n) && cuda_matmul_norms(T->alpha.type, n);
 }
 
 int dnc_set_runs(dnc *d, const cuda_delta_run *runs, int n_runs, strata_err *err) {
@@ -180,11 +187,12 @@ static int conv_and_rule(dnc *d, const dnc_tensors *T, int rl, int n, strata_err
     return 0;
 }
 
-int dnc_layer(dnc *d, int il, const float *d_xn, int n, const float **o, const dev_tensor **w_out, strata_err *err) {
+int dnc_layer(dnc *d, int il, const float *d_in, const float *nw, int n, const float **o, const dev_tensor **w_out,
+              strata_err *err) {
     const model_hparams *hp = &d->m->hp;
     int rl = d->m->layers[il].rec_layer;
     const dnc_tensors *T = &d->layers[rl];
-    if (in_proj(d, T, d_xn, n, err) || conv_and_rule(d, T, rl, n, err) ||
+    if (in_proj(d, T, d_in, nw, n, err) || conv_and_rule(d, T, rl, n, err) ||
         cuda_delta_gated_norm(d->o, d->z, T->norm.d, n, hp->ssm_n_v_heads, hp->ssm_d_state, hp->rms_eps, err))
         return err->code;
     *o = d->o;

@@ -495,11 +495,13 @@ static int ffn(fwdc *c, const dev_layer *L, int il, int n, const float *nw, stra
     return block_out(c, &L->w_down, c->gate, n, &L->post_ffn_norm, err);
 }
 
-/* qwen35's recurrent layer il (deltanet_cuda.c), its out-projection added to c->x. */
-static int recurrent(fwdc *c, const dev_layer *L, int il, int n, strata_err *err) {
+/* qwen35's recurrent layer il (deltanet_cuda.c) over c->xn, or (nw: the
+ * attention norm's weights) c->x normed in its in-projections' launches;
+ * its out-projection added to c->x. */
+static int recurrent(fwdc *c, const dev_layer *L, int il, int n, const float *nw, strata_err *err) {
     const float *o;
     const dev_tensor *w_out;
-    if (dnc_layer(c->dn, il, c->xn, n, &o, &w_out, err)) return err->code;
+    if (dnc_layer(c->dn, il, nw ? c->x : c->xn, nw, n, &o, &w_out, err)) return err->code;
     return block_out(c, w_out, o, n, &L->post_attn_norm, err);
 }
 
@@ -507,10 +509,11 @@ static int layer(fwdc *c, int il, int n, int max_end, strata_err *err) {
     const model_hparams *hp = &c->m->hp;
     const dev_layer *L = &c->layers[il];
     int e = hp->n_embd, rec = c->m->layers[il].recurrent;
-    /* each norm in the one launch that reads it where that launch can, else c->xn first */
-    const float *an = !rec && qkv_norms(c, L, n) ? L->attn_norm.d : NULL;
+    /* each norm in the launches that read it where they can, else c->xn first */
+    int fold = rec ? c->fuse && dnc_norms(c->dn, il, n) : qkv_norms(c, L, n);
+    const float *an = fold ? L->attn_norm.d : NULL;
     if (!an) cuda_rmsnorm(c->xn, c->x, L->attn_norm.d, n, e, hp->rms_eps);
-    if (rec ? recurrent(c, L, il, n, err) : attention(c, L, n, max_end, an, err)) return err->code;
+    if (rec ? recurrent(c, L, il, n, an, err) : attention(c, L, n, max_end, an, err)) return err->code;
     const float *fn = swiglu_norms(c, L, il, n) ? L->ffn_norm.d : NULL;
     if (!fn) cuda_rmsnorm(c->xn, c->x, L->ffn_norm.d, n, e, hp->rms_eps);
     return ffn(c, L, il, n, fn, err);

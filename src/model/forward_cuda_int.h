@@ -38,11 +38,17 @@ size_t dnc_state_floats(const dnc *d);
  * layers' conv and delta rule take in one launch each; uploaded (at
  * most max_batch). */
 int dnc_set_runs(dnc *d, const cuda_delta_run *runs, int n_runs, strata_err *err);
-/* Recurrent layer il over the n normed rows d_xn, continuing the states
- * (paged: dnc_set_runs's; else the one-sequence state). *o gets the
- * gated norm's output (n x ssm_d_inner, device scratch) and *w_out the
- * layer's out-projection, which the caller adds to the residual. */
-int dnc_layer(dnc *d, int il, const float *d_xn, int n, const float **o, const dev_tensor **w_out, strata_err *err);
+/* Whether recurrent layer il's in-projections can each apply the
+ * layer's RMS norm in their launch for n tokens (cuda_matmul_norms). */
+int dnc_norms(const dnc *d, int il, int n);
+/* Recurrent layer il over n rows d_in, normed already (nw NULL) or
+ * normed in the in-projections' launches with weights nw (dnc_norms),
+ * continuing the states (paged: dnc_set_runs's; else the one-sequence
+ * state). *o gets the gated norm's output (n x ssm_d_inner, device
+ * scratch) and *w_out the layer's out-projection, which the caller adds
+ * to the residual. */
+int dnc_layer(dnc *d, int il, const float *d_in, const float *nw, int n, const float **o, const dev_tensor **w_out,
+              strata_err *err);
 
 /* moe_cuda.c: the mixture-of-experts feed-forward on the GPU (qwen3moe,
  * qwen35moe), model/moe.c's steps; mec_new uploads every MoE layer's
