@@ -899,7 +899,8 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const floa
 #define FOLD_CHUNK 256 /* segments whose weights a block holds at once */
 
 /* The largest m of a token's segments: the block's threads each take
- * every FOLD_THREADS-th, then a tree (a max is the same in any order). */
+ * every FOLD_THREADS-th, then a tree (a max is the same in any order; of
+ * +0 and -0 either may come out, and e^(m - M) is the same for both). */
 __device__ float fold_max(const float *ps, size_t st, int ns) {
     __shared__ float warp_max[FOLD_THREADS / 32];
     float m = -INFINITY;

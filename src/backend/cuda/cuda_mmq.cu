@@ -482,13 +482,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job, const i
         xb[j] = (const uint32_t *)(xq + (size_t)min(tb + g, n - 1) * k) + t;
         tk0[j] = min(tb + 2 * t, n - 1) * nb, tk1[j] = min(tb + 2 * t + 1, n - 1) * nb;
     }
-    float acc[MR][NT][4];
-#pragma unroll
-    for (int i = 0; i < MR; i++)
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) acc[i][j][c] = 0.0f;
+    float acc[MR][NT][4] = {};
     /* U k-blocks at a time: all their loads first, then their sums in
      * block order */
     constexpr int U = 2;
@@ -580,13 +574,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_st(const mm_job job, cons
     int rbase[MR];
 #pragma unroll
     for (int i = 0; i < MR; i++) rbase[i] = mq_rbase(job, gw, i, MR);
-    float acc[MR][NT][4];
-#pragma unroll
-    for (int i = 0; i < MR; i++)
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) acc[i][j][c] = 0.0f;
+    float acc[MR][NT][4] = {};
     mq_stage_chunk<T, MR>(&st[0], job, P, live, rbase, xq, xd, xs, t0, 0);
     for (int b0 = 0, s = 0; b0 < nb; b0 += MQ_KC, s ^= 1) {
         __syncthreads(); /* the chunk before is summed: its stage takes the next */
