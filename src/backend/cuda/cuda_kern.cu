@@ -347,18 +347,18 @@ extern "C" void cuda_rmsnorm(float *d_out, const float *d_x, const float *d_w, i
  * zero position: forward.c's rope_off skips them). */
 #define ROPE_CHUNK 128
 
-#define ROPE_U 4 /* pairs a thread loads before it rotates and stores them */
+#define LOAD_U 4 /* elements a thread loads before it uses and stores them (RoPE's pairs, the K/V store's) */
 
 /* A thread's pairs load together, then rotate and store: each pair is
  * its own, so the order of loads and stores changes no value. */
 __device__ __forceinline__ void rope_heads(float *xr, int n_heads, int head_dim, int rope_dim, int neox, int i0, int m,
                                            const float2 *cs, const float *fr) {
     int half = rope_dim / 2;
-    for (int base = threadIdx.x; base < n_heads * m; base += ROPE_U * blockDim.x) {
-        float x0[ROPE_U], x1[ROPE_U];
-        int at[ROPE_U], i[ROPE_U];
+    for (int base = threadIdx.x; base < n_heads * m; base += LOAD_U * blockDim.x) {
+        float x0[LOAD_U], x1[LOAD_U];
+        int at[LOAD_U], i[LOAD_U];
 #pragma unroll
-        for (int u = 0; u < ROPE_U; u++) {
+        for (int u = 0; u < LOAD_U; u++) {
             int idx = base + u * blockDim.x;
             i[u] = idx < n_heads * m && fr[idx % m] != 0.0f ? idx % m : -1;
             if (i[u] < 0) continue;
@@ -367,7 +367,7 @@ __device__ __forceinline__ void rope_heads(float *xr, int n_heads, int head_dim,
             x0[u] = xr[at[u]], x1[u] = xr[at[u] + (neox ? half : 1)];
         }
 #pragma unroll
-        for (int u = 0; u < ROPE_U; u++) {
+        for (int u = 0; u < LOAD_U; u++) {
             if (i[u] < 0) continue;
             float ct = cs[i[u]].x, st = cs[i[u]].y;
             xr[at[u]] = x0[u] * ct - x1[u] * st;
@@ -432,15 +432,15 @@ __device__ __forceinline__ size_t kv_dst_row(const int64_t *dst, const int32_t *
 /* The block's threads: K and V rows of token src at position dst to the half caches. */
 __device__ __forceinline__ void kv_store_row(__half *kc, __half *vc, const float *k, const float *v, size_t dst,
                                              size_t src, int kvd) {
-    for (int base = threadIdx.x; base < kvd; base += ROPE_U * blockDim.x) { /* loads together, then stores */
-        float kk[ROPE_U], vv[ROPE_U];
+    for (int base = threadIdx.x; base < kvd; base += LOAD_U * blockDim.x) { /* loads together, then stores */
+        float kk[LOAD_U], vv[LOAD_U];
 #pragma unroll
-        for (int u = 0; u < ROPE_U; u++) {
+        for (int u = 0; u < LOAD_U; u++) {
             int i = base + u * blockDim.x;
             if (i < kvd) kk[u] = k[src + i], vv[u] = v[src + i];
         }
 #pragma unroll
-        for (int u = 0; u < ROPE_U; u++) {
+        for (int u = 0; u < LOAD_U; u++) {
             int i = base + u * blockDim.x;
             if (i < kvd) kc[dst + i] = __float2half_rn(kk[u]), vc[dst + i] = __float2half_rn(vv[u]);
         }
