@@ -9,7 +9,8 @@
 # llama-bench, strata: pp512/tg128; then strata, llama-bench at depth
 # 4096; the previous build, a bundle's strata-prev, beside each strata
 # row; tg128 without and with the decode matmul's staged loads, pp512
-# without prefill's staged chunks), on the
+# without prefill's staged chunks, depth 4096 with attention's tiles two
+# a block), on the
 # SmolLM2-shaped one, then on the qwen35 0.8B-shaped one
 # (the anchor; pp4096 too). A
 # short table ends the output; full logs go to $OUT (five files:
@@ -126,6 +127,9 @@ rows() {
     sb staged STRATA_CUDA_MMV_STAGE=1 -p 0 -n 128 -r "$REPS"
     # prefill's matmul without its staged chunks (STRATA_CUDA_MMQ_STAGE; on: the rows above)
     sb mmq-unstaged STRATA_CUDA_MMQ_STAGE=0 -p 512 -n 0 -r "$REPS"
+    # attention's K/V tiles two a block (STRATA_CUDA_ATTN_STAGES; by default
+    # decode keeps a segment's 8 in flight, prefill one: the depth rows above)
+    sb attn-2-tiles STRATA_CUDA_ATTN_STAGES=2 -p 512 -n 128 -d 4096 -r 3
 }
 rows "$SMOL"
 [ -s "$KEEP_Q35" ] && rows "$KEEP_Q35"

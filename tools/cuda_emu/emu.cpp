@@ -54,7 +54,7 @@ static std::vector<char *> g_stacks;
 static int g_cur;
 static float g_xch[MAX_THREADS];
 static std::function<void()> *g_body;
-static char g_dyn_smem[128 * 1024];
+alignas(16) static char g_dyn_smem[128 * 1024];
 
 void *emu_dyn_smem(void) { return g_dyn_smem; }
 
@@ -268,7 +268,7 @@ extern "C" {
 int cuda_built(void) { return 1; }
 /* 3 "multiprocessors" of one block each: the decode matmul's warps then
  * take several rows even in the tests' small matrices (its rows' loop runs) */
-int cuda_open(strata_err *err) { return attn_raise_smem(err) || mmv_init(128 * 1024, 3, err); }
+int cuda_open(strata_err *err) { return attn_init(128 * 1024, err) || mmv_init(128 * 1024, 3, err); }
 const char *cuda_device_name(void) { return "cuda_emu (the host, emulated)"; }
 void *cuda_alloc(size_t bytes, strata_err *err) { return calloc(1, bytes ? bytes : 1); }
 void cuda_free(void *d_p) { free(d_p); }

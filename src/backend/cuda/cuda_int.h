@@ -139,6 +139,17 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src) {
 #endif
 }
 
+/* The same for 16 bytes (both addresses 16-byte aligned): a quarter of
+ * the copies a tile of rows takes 4 bytes at a time. */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+#else
+    *(uint4 *)dst = *(const uint4 *)src;
+#endif
+}
+
 __device__ __forceinline__ void cp_async_commit(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.commit_group;\n" ::);
@@ -152,8 +163,24 @@ __device__ __forceinline__ void cp_async_wait(void) {
 #endif
 }
 
-/* cuda_kern.cu: lets the attention kernels use their shared memory;
- * cuda_open calls it once. */
-int attn_raise_smem(strata_err *err);
+/* cp_async_wait<n> for an n known at run time: at most n groups left
+ * pending (past 7, 7: waiting for more than asked is only slower). */
+__device__ __forceinline__ void cp_async_wait_upto(int n) {
+    switch (n) {
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    case 3: cp_async_wait<3>(); break;
+    case 4: cp_async_wait<4>(); break;
+    case 5: cp_async_wait<5>(); break;
+    case 6: cp_async_wait<6>(); break;
+    default: cp_async_wait<7>(); break;
+    }
+}
+
+/* cuda_kern.cu: lets the attention kernels use up to optin_bytes of
+ * shared memory a block (the device's opt-in limit; decode's launches
+ * keep as many K/V tiles in flight as it holds); cuda_open calls it once. */
+int attn_init(int optin_bytes, strata_err *err);
 
 #endif

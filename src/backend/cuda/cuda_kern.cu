@@ -670,42 +670,46 @@ static int attn_qt(int n, int n_head_kv, int segs, int hpg, int D) {
 static __host__ __device__ int attn_tile_h2(int D) { return 2 * AT_KT * (D / 2 + AT_PAD); }
 
 /* Bytes of k_attn_seg's shared memory: the m-tiles' queries in half and
- * their shared scores, and one K/V tile, or two when pipelined (the next
- * one loads while this one is used). */
-static size_t attn_smem(int rows, int D, int pipelined) {
+ * their shared scores, and `stages` K/V tiles (more than one: a ring,
+ * the next stages - 1 tiles loading while this one is used). */
+static size_t attn_smem(int rows, int D, int stages) {
     int mt = attn_mtiles(rows);
-    return sizeof(__half2) * ((size_t)16 * mt * (D / 2 + AT_PAD) + (pipelined ? 2 : 1) * (size_t)attn_tile_h2(D)) +
+    return sizeof(__half2) * ((size_t)16 * mt * (D / 2 + AT_PAD) + (size_t)stages * attn_tile_h2(D)) +
            sizeof(float) * 16 * mt * AT_SLD;
 }
 
-/* The most any launch asks (rows * head_dim <= 32 * 256): 87.5 KiB. */
-#define AT_SMEM_MAX                                                                                            \
-    (sizeof(__half2) * (32 * (AT_MAX_DIM / 2 + AT_PAD) + 2 * 2 * AT_KT * (AT_MAX_DIM / 2 + AT_PAD)) +         \
-     sizeof(float) * 32 * AT_SLD)
+/* The most a launch needs to run at all (rows * head_dim <= 32 * 256,
+ * two tiles): 87.5 KiB; attn_init refuses a device with less. */
+#define AT_SMEM_MIN (attn_smem(32, AT_MAX_DIM, 2))
 
-/* Copies the tile's K rows and V rows into sk and sv (rows of D / 2 +
- * AT_PAD half2), rows past nk zero; async: only starts them (a group of
- * this thread's copies, committed: cp_async_wait waits). */
-__device__ void attn_stage(__half2 *sk, __half2 *sv, const __half *kc, const __half *vc, const kv_ref &kr, int t0,
-                           int nk, int kvd, int g, int D, int async) {
-    int D2 = D / 2, ld = D2 + AT_PAD;
-    __half2 zero = __floats2half2_rn(0.0f, 0.0f);
-    for (int x = threadIdx.x; x < AT_KT * D2; x += AT_THREADS) {
-        int j = x / D2, d2 = x % D2;
-        if (j < nk && async) {
-            size_t at = kv_row_at(kr, t0 + j, kvd) + (size_t)g * D;
-            cp_async4(&sk[j * ld + d2], (const __half2 *)(kc + at) + d2);
-            cp_async4(&sv[j * ld + d2], (const __half2 *)(vc + at) + d2);
-        } else if (j < nk) { /* the same copies now */
-            size_t at = kv_row_at(kr, t0 + j, kvd) + (size_t)g * D;
-            sk[j * ld + d2] = ((const __half2 *)(kc + at))[d2];
-            sv[j * ld + d2] = ((const __half2 *)(vc + at))[d2];
+/* Tiles a segment: a decode launch keeps them all in flight where
+ * shared memory holds them. */
+#define AT_SEG_TILES (CUDA_ATTN_SEG / AT_KT)
+
+/* Dynamic shared memory a k_attn_seg launch may use (attn_init). */
+static size_t g_attn_smem_max;
+
+/* Starts copying the tile's K rows and V rows into sk and sv (rows of
+ * D / 2 + AT_PAD half2), 16 bytes a copy, rows past nk zero: a group of
+ * this thread's copies, committed (cp_async_wait waits; all in flight at
+ * once, however the loop is unrolled). The rows' places in the caches
+ * are rows[0..nk) (halves from the bases: one table lookup a row, done
+ * once a segment). */
+__device__ void attn_stage(__half2 *sk, __half2 *sv, const __half *kc, const __half *vc, const size_t *rows, int nk,
+                           int D) {
+    int C = D / 8, ld = D / 2 + AT_PAD; /* 16-byte chunks a row; a chunk is 4 half2 */
+#pragma unroll 1
+    for (int x = threadIdx.x; x < AT_KT * C; x += AT_THREADS) {
+        int j = x / C, c = x % C;
+        uint4 *dk = (uint4 *)&sk[j * ld + 4 * c], *dv = (uint4 *)&sv[j * ld + 4 * c];
+        if (j < nk) {
+            cp_async16(dk, (const uint4 *)(kc + rows[j]) + c);
+            cp_async16(dv, (const uint4 *)(vc + rows[j]) + c);
         } else {
-            sk[j * ld + d2] = zero;
-            sv[j * ld + d2] = zero;
+            *dk = *dv = make_uint4(0, 0, 0, 0);
         }
     }
-    if (async) cp_async_commit();
+    cp_async_commit();
 }
 
 /* A query at position p reads keys [attn_lo(p), p]: all of them, or the
@@ -788,16 +792,17 @@ __device__ __forceinline__ float attn_softmax_row(float s[4][4], float w[4][4], 
 }
 
 template <int NT>
-__global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const float *q, const __half *kc, const __half *vc,
+__global__ void __launch_bounds__(AT_THREADS, 4) k_attn_seg(float *part, const float *q, const __half *kc, const __half *vc,
                                                           const kv_ref kr, const int32_t *pos, int n, int qt,
                                                           int n_head, int n_head_kv, int D, float scale, int seg_cap,
-                                                          int n_swa, int pipelined) {
+                                                          int n_swa, int stages) {
     int g = blockIdx.x, i0 = blockIdx.y * qt, s = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     int hpg = n_head / n_head_kv, kvd = n_head_kv * D, k0 = s * CUDA_ATTN_SEG, D2 = D / 2, ld = D2 + AT_PAD;
     int nq = min(qt, n - i0), rows = nq * hpg, mt = attn_mtiles(rows);
     int parts = AT_WARPS / mt, mtile = warp % mt, cpart = warp / mt, nt = D / (8 * parts), gq = lane >> 2, tq = lane & 3;
     /* each token's keys in this segment: [s_beg, s_end), none when s_end <= s_beg */
     __shared__ int s_end[AT_MAX_ROWS], s_beg[AT_MAX_ROWS];
+    __shared__ size_t s_row[CUDA_ATTN_SEG]; /* key k0 + j's K and V rows of head g: halves from the bases */
     if (tid < nq) {
         s_end[tid] = min(k0 + CUDA_ATTN_SEG, pos[i0 + tid] + 1);
         s_beg[tid] = max(k0, attn_lo(pos[i0 + tid], n_swa));
@@ -807,13 +812,17 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const floa
     for (int tt = 0; tt < nq; tt++)
         if (s_end[tt] > s_beg[tt]) kend = max(kend, s_end[tt]), kbeg = min(kbeg, s_beg[tt]);
     if (kend <= k0) return; /* the whole block: no token has keys here */
+    /* the keys the tiles load, from the first tile's (kend and kbeg are
+     * the block's, so s_row is read after the loop's first barrier) */
+    int tfirst = k0 + (kbeg - k0) / AT_KT * AT_KT;
+    for (int j = tfirst - k0 + tid; j < kend - k0; j += AT_THREADS) s_row[j] = kv_row_at(kr, k0 + j, kvd) + (size_t)g * D;
     /* shared memory, sized by the launch (attn_smem): the m-tiles' shared
      * scores, their queries in half (rows past the block's zero), the K/V
-     * tile (two: pipelined, the tile at t0 in tile t0 / AT_KT's parity) */
-    extern __shared__ float smem[];
-    float *sscore = smem;
+     * tiles (a ring of `stages` slots: the block's i-th tile in slot i % stages) */
+    extern __shared__ uint4 smem16[]; /* 16-byte aligned: the tiles' copies are */
+    float *sscore = (float *)smem16;
     __half2 *sq = (__half2 *)(sscore + 16 * mt * AT_SLD), *tiles = sq + 16 * mt * ld;
-    int tile_h2 = attn_tile_h2(D), ahead = pipelined ? AT_KT : 0;
+    int tile_h2 = attn_tile_h2(D), ahead = (stages - 1) * AT_KT;
     for (int x = tid; x < 16 * mt * D2; x += AT_THREADS) {
         int r = x / D2, d2 = x % D2;
         float2 v = make_float2(0.0f, 0.0f);
@@ -834,22 +843,24 @@ __global__ void __launch_bounds__(AT_THREADS) k_attn_seg(float *part, const floa
 #pragma unroll
     for (int u = 0; u < NT; u++) o[u][0] = o[u][1] = o[u][2] = o[u][3] = 0.0f;
     /* tiles at fixed places (k0 + a multiple of AT_KT), from the one
-     * holding the first key; pipelined, each tile's copies start while
-     * the one before it is in use (the arithmetic, and so the bits, are
-     * the same either way) */
-    int tfirst = k0 + (kbeg - k0) / AT_KT * AT_KT;
-    for (int t0 = tfirst - ahead; t0 < kend; t0 += AT_KT) { /* pipelined, the first pass only starts a copy */
-        __syncthreads(); /* the last tile's readers are done (and sq is in) */
+     * holding the first key; with a ring of stages, each tile's copies
+     * start stages - 1 tiles before it is used (the arithmetic, and so
+     * the bits, are the same either way) */
+    int fill = 0, use = 0; /* the slots of the tile whose copies start next and of the tile used next */
+    for (int t0 = tfirst - ahead; t0 < kend; t0 += AT_KT) { /* the first stages - 1 passes only start copies */
+        __syncthreads(); /* the last tile's readers are done (and sq and s_row are in) */
         int tn = t0 + ahead; /* the tile whose copies start now */
         if (tn < kend) {
-            __half2 *b = tiles + ((tn / AT_KT) & pipelined) * tile_h2;
-            attn_stage(b, b + AT_KT * ld, kc, vc, kr, tn, min(AT_KT, kend - tn), kvd, g, D, pipelined);
+            __half2 *b = tiles + fill * tile_h2;
+            attn_stage(b, b + AT_KT * ld, kc, vc, s_row + (tn - k0), min(AT_KT, kend - tn), D);
+            fill = fill + 1 < stages ? fill + 1 : 0;
         }
         if (t0 < tfirst) continue;
-        if (pipelined && tn < kend) cp_async_wait<1>(); /* this tile's copies (the next one's may go on) */
-        else if (pipelined) cp_async_wait<0>();
+        /* this tile's copies; the later tiles' (as many as were started) may go on */
+        cp_async_wait_upto(min(stages - 1, (kend - 1 - t0) / AT_KT));
         __syncthreads();
-        const __half2 *sk = tiles + ((t0 / AT_KT) & pipelined) * tile_h2, *sv = sk + AT_KT * ld;
+        const __half2 *sk = tiles + use * tile_h2, *sv = sk + AT_KT * ld;
+        use = use + 1 < stages ? use + 1 : 0;
         float sc[4][4], w[4][4];
         attn_scores(sc, sq + (16 * mtile + gq) * ld + tq, sk, D2, ld, parts, cpart);
         if (parts > 1) attn_share_scores(sc, sscore + 16 * mtile * AT_SLD, parts, cpart); /* block-uniform */
@@ -952,16 +963,48 @@ __global__ void __launch_bounds__(FOLD_THREADS) k_attn_fold(float *out, const fl
     }
 }
 
-/* Two tiles of head_dim 256, 32 rows of queries and their scores need 87.5 KiB of
- * shared memory (allow_smem). */
-int attn_raise_smem(strata_err *err) {
+/* The kernels may use the opt-in limit less their static shared memory
+ * (allow_smem); two tiles of head_dim 256, 32 rows of queries and their
+ * scores (87.5 KiB) must fit. */
+int attn_init(int optin_bytes, strata_err *err) {
     decltype(&k_attn_seg<2>) kernels[] = {k_attn_seg<2>, k_attn_seg<4>, k_attn_seg<8>, k_attn_seg<16>};
-    int bytes = (int)AT_SMEM_MAX;
-    cudaError_t e = allow_smem(kernels, bytes);
+    int bytes = optin_bytes;
+    cudaError_t e = cudaSuccess;
+    for (size_t i = 0; i < sizeof kernels / sizeof *kernels && e == cudaSuccess; i++) {
+        cudaFuncAttributes a;
+        e = cudaFuncGetAttributes(&a, kernels[i]);
+        if (e == cudaSuccess && optin_bytes - (int)a.sharedSizeBytes < bytes) bytes = optin_bytes - (int)a.sharedSizeBytes;
+    }
+    if (e == cudaSuccess && bytes < (int)AT_SMEM_MIN)
+        return strata_errf(err, STRATA_EUNSUPPORTED,
+                           "cuda: attention needs %d bytes of shared memory a block, the device allows %d",
+                           (int)AT_SMEM_MIN, bytes);
+    if (e == cudaSuccess) e = allow_smem(kernels, bytes);
     if (e != cudaSuccess)
         return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: allowing attention %d bytes of shared memory: %s", bytes,
                            cudaGetErrorString(e));
+    g_attn_smem_max = (size_t)bytes;
     return 0;
+}
+
+/* K/V tiles a block keeps in shared memory (a launch parameter only: the
+ * bits do not depend on it). A launch whose queries fit one tile
+ * (decode: a block or two an SM, each waiting on its every load
+ * otherwise) keeps a segment's tiles in flight, as many as shared memory
+ * holds (2 at least: attn_init); a prefill's many blocks hide the loads
+ * by each other, and more tiles would cost it blocks an SM (H100,
+ * 2026-11-27: two tiles on every launch made pp512 9-26% slower): one,
+ * loaded before use. STRATA_CUDA_ATTN_STAGES=n: n for every launch
+ * (where shared memory holds them), to time the choice. */
+static int attn_stages(int one_tile_of_queries, int rows, int D) {
+    static int env = -1;
+    if (env < 0) {
+        const char *e = getenv("STRATA_CUDA_ATTN_STAGES");
+        env = e ? atoi(e) : 0;
+    }
+    int want = env > 0 ? env : one_tile_of_queries ? AT_SEG_TILES : 1, stages = 1;
+    while (stages < want && stages < AT_SEG_TILES && attn_smem(rows, D, stages + 1) <= g_attn_smem_max) stages++;
+    return stages;
 }
 
 extern "C" size_t cuda_attention_scratch(int max_tok, int n_head, int head_dim, int max_ctx) {
@@ -979,22 +1022,19 @@ static int attention(float *d_out, float *d_scratch, const float *d_q, const uin
                            head_dim, n_head, n_head_kv, AT_MAX_DIM, AT_MAX_GROUP);
     if (max_end > max_ctx)
         return strata_errf(err, STRATA_EINVAL, "cuda attention: keys up to %d past the scratch's %d", max_end, max_ctx);
+    if (((uintptr_t)d_kc | (uintptr_t)d_vc) % 16 || kr.blk % 8)
+        return strata_errf(err, STRATA_EINVAL, "cuda attention: K/V rows not 16-byte aligned (the tiles' copies)");
     if (n <= 0) return 0;
     int seg_cap = attn_segs(max_ctx), segs = attn_segs(max_end), hpg = n_head / n_head_kv;
     int qt = attn_qt(n, n_head_kv, segs, hpg, head_dim), rows = (qt < n ? qt : n) * hpg;
     int nt = head_dim / (8 * (AT_WARPS / attn_mtiles(rows))); /* a full block's; the last's is no more */
     dim3 grid(n_head_kv, (n + qt - 1) / qt, segs);
-    /* A launch whose queries fit one tile (decode: a block or two an SM,
-     * each waiting on its every load otherwise) pipelines its tiles'
-     * loads; a prefill's many blocks hide the loads by each other, and two
-     * tiles of shared memory would cost it blocks an SM (H100,
-     * 2026-11-27: pipelining every launch made pp512 9-26% slower). */
-    int pipelined = grid.y == 1;
-    size_t smem = attn_smem(rows, head_dim, pipelined);
+    int stages = attn_stages(grid.y == 1, rows, head_dim);
+    size_t smem = attn_smem(rows, head_dim, stages);
     const __half *kh = (const __half *)d_kc, *vh = (const __half *)d_vc;
 #define AT_GO(t)                                                                                                   \
     k_attn_seg<t><<<grid, AT_THREADS, smem, g_stream>>>(d_scratch, d_q, kh, vh, kr, d_pos, n, qt, n_head,     \
-                                                         n_head_kv, head_dim, scale, seg_cap, n_swa, pipelined)
+                                                         n_head_kv, head_dim, scale, seg_cap, n_swa, stages)
     if (nt <= 2) AT_GO(2);
     else if (nt <= 4) AT_GO(4);
     else if (nt <= 8) AT_GO(8);

@@ -61,7 +61,7 @@ static int open_device(strata_err *err) {
     int optin = 0;
     if ((e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0)) != cudaSuccess)
         return strata_errf(err, STRATA_EUNSUPPORTED, "cuda device 0: %s", cudaGetErrorString(e));
-    return probe(err) || attn_raise_smem(err) || mmv_init(optin, p.multiProcessorCount, err);
+    return probe(err) || attn_init(optin, err) || mmv_init(optin, p.multiProcessorCount, err);
 }
 
 extern "C" int cuda_built(void) { return 1; }

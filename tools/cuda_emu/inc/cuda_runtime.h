@@ -75,7 +75,7 @@ static inline cudaError_t cudaMemcpyToSymbolAsync(T &sym, const void *src, size_
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __shared__ static /* blocks run one at a time: one copy serves each in turn */
 
 /* Barriers and shuffles with CUDA's semantics (emu.cpp): a warp barrier
