@@ -303,9 +303,10 @@ TEST(gpu_matmul_batch_invariance) {
 }
 
 /* Decode rows that start only 2-byte aligned (an odd number of 18-, 22-
- * or 34-byte blocks a row: k_mmv's lanes read their blocks themselves
- * there, not staged through shared memory): w_down's blocks viewed as
- * rows of 15 blocks. Against the CPU's dequantized dot, and decode (1 and
+ * or 34-byte blocks, or of Q6_K's 210-byte super-blocks, a row: k_mmv's
+ * lanes read their blocks themselves there, not staged through shared
+ * memory): w_down's blocks viewed as rows of 15 blocks (Q6_K: 3
+ * super-blocks). Against the CPU's dequantized dot, and decode (1 and
  * uneven chunks) against prefill, bit for bit. */
 TEST(gpu_matmul_unaligned_rows) {
     if (!gpu_up()) return;
@@ -316,10 +317,10 @@ TEST(gpu_matmul_unaligned_rows) {
         model *m = load_test_model(MODELS[i]);
         if (!m) continue;
         const model_tensor *t = &m->layers[0].w_down;
-        int64_t nb = t->cols / 32;
-        if (cuda_matmul_q8(t->type) && quant_get(t->type)->blck == 32 && nb >= NB) { /* K-quant rows: 144 or 176 bytes */
+        int64_t nb = t->cols / 32, vb = t->type == QT_Q6_K ? 24 : NB; /* Q4_K and Q5_K rows: 144 or 176 bytes */
+        if (cuda_matmul_q8(t->type) && (quant_get(t->type)->blck == 32 || t->type == QT_Q6_K) && nb >= vb) {
             model_tensor v = *t;
-            v.cols = 32 * NB, v.row_bytes = t->row_bytes / (size_t)nb * NB, v.rows = t->rows * nb / NB;
+            v.cols = 32 * vb, v.row_bytes = t->row_bytes * (size_t)vb / (size_t)nb, v.rows = t->rows * nb / vb;
             check_matmul(&v, 1, 31u + i);
             check_matmul(&v, 3, 37u + i);
             check_chunk_plans(&v, 40, plans, 2, 41u + i, MODELS[i]);
@@ -341,7 +342,7 @@ TEST(gpu_matmul_long_rows) {
         model *m = load_test_model(MODELS[i]);
         if (!m) continue;
         const model_tensor *t = &m->layers[0].w_down;
-        if (!cuda_matmul_q8(t->type)) t = &m->layers[0].w_gate; /* a Q4_K_M mix's down is Q6_K */
+        if (t->type == QT_Q6_K) t = &m->layers[0].w_gate; /* a Q4_K_M mix's down: 210-byte super-blocks, not staged */
         int64_t nb = t->cols / 32, NB = quant_get(t->type)->blck == 32 ? 26 : 24;
         if (cuda_matmul_q8(t->type) && t->rows * nb >= 8 * NB) {
             model_tensor v = *t;

@@ -35,12 +35,13 @@ extern "C" {
  * by the old kernels are never served to the new ones. cuda-2: 8-bit
  * activations and tensor cores for the legacy quants (cuda_matmul_q8).
  * cuda-3: attention on the tensor cores (q and the softmax weights in
- * half, cuda_kern.cu), and Q4_K / Q5_K on the 8-bit path.
+ * half, cuda_kern.cu), and Q4_K / Q5_K on the 8-bit path. cuda-4: Q6_K
+ * on the 8-bit path (a Q4_K_M file's down, V and output rows).
  * It names qwen35's kernels too (cuda_delta.cu, added under cuda-2: no
  * GPU block of a qwen35 model existed before them); their bits are the
  * same on every GPU, so no per-model or per-level suffix (the CPU's
  * delta_numerics has one: its kernels differ by level). */
-#define CUDA_NUMERICS "cuda-3"
+#define CUDA_NUMERICS "cuda-4"
 
 /* 1 when this binary was built with the CUDA backend. */
 int cuda_built(void);
@@ -64,10 +65,11 @@ int cuda_supports(qtype t);
 /* d_y[t * rows + r] = dot(weight row r, d_x[t * k ..]) for t < n, r < rows.
  * Weights in their GGUF layout, row_bytes apart; k % 32 == 0 (% 256 for
  * the K-quants). Two paths, chosen by the weight type alone:
- * - cuda_matmul_q8(t) (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K): x quantized to
- *   8 bits per 32-block as the CPU's Q8_1 (d = amax / 127, round half
- *   away), each block's integer dot exact (tensor cores), the blocks'
- *   terms (float)isum * (dw * dx) [+ mw * sx] added in block order;
+ * - cuda_matmul_q8(t) (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K): x
+ *   quantized to 8 bits per 32-block as the CPU's Q8_1 (d = amax / 127,
+ *   round half away), each block's integer dot exact (tensor cores; Q6_K:
+ *   its halves' dots times their scales), the blocks' terms (float)isum *
+ *   (dw * dx) [+ mw * sx] added in block order;
  * - the others: float x on dequantized weights; lane l of a warp sums the
  *   8-element chunks l, l + 32, ... in order, then a fixed butterfly adds
  *   the lanes. */

@@ -1,10 +1,11 @@
 /* cuda_mmq.cu - the quantized matmul on the tensor cores (Q4_0, Q4_1,
- * Q5_0, Q5_1, Q8_0 weights, and the K-quants with 32-element sub-blocks,
- * Q4_K and Q5_K: a 32-block's d is d * scale, its min -dmin * min, as
- * the CPU dequantizes them): activations quantized to 8 bits per block
- * of 32, integer products by mma.sync m16n8k32 (s8 x s8 -> s32), one
- * 32-block per mma, so each block's integer dot is exact whatever the
- * order of its products.
+ * Q5_0, Q5_1, Q8_0 weights, and the K-quants: Q4_K and Q5_K, whose
+ * 32-element sub-blocks' d is d * scale and min -dmin * min, as the CPU
+ * dequantizes them, and Q6_K, whose 16-element halves of a 32-block have
+ * scales of their own): activations quantized to 8 bits per block of
+ * 32, integer products by mma.sync m16n8k32 (s8 x s8 -> s32), one
+ * 32-block per mma (Q6_K: one a half, the other half's weights zero), so
+ * each block's integer dot is exact whatever the order of its products.
  *
  * Activations: block b of token t gets d = amax / 127, q = round(x * 127
  * / amax) (half away from zero) and s = d * sum(q): the CPU's Q8_1
@@ -17,7 +18,9 @@
  *     acc = acc + v
  * where isum_b is the exact integer dot of the weight block's integers
  * (the 4/5/8-bit values, offset by -8/-16 for Q4_0/Q5_0) with the
- * activation block's int8. No split over k, no atomics.
+ * activation block's int8; for Q6_K, sc_lo * isum_lo + sc_hi * isum_hi,
+ * the halves' dots times their int8 scales (exact: under 2^25), and dw
+ * the super-block's d. No split over k, no atomics.
  *
  * Two kernels compute exactly that:
  * - prefill (n > 8): k_q8x quantizes x once into a buffer, then k_mmq
@@ -45,7 +48,8 @@
 #include "backend/cuda/cuda_int.h"
 
 int mmq_type(qtype t) {
-    return t == QT_Q4_0 || t == QT_Q4_1 || t == QT_Q5_0 || t == QT_Q5_1 || t == QT_Q8_0 || t == QT_Q4_K || t == QT_Q5_K;
+    return t == QT_Q4_0 || t == QT_Q4_1 || t == QT_Q5_0 || t == QT_Q5_1 || t == QT_Q8_0 || t == QT_Q4_K || t == QT_Q5_K ||
+           t == QT_Q6_K;
 }
 
 /* Types whose 32-blocks have a min (the term's mw * sx). */
@@ -74,6 +78,12 @@ __device__ __forceinline__ uint32_t ld16x2(const uint8_t *p) { /* 2-byte aligned
 template <int S = 0>
 __device__ __forceinline__ float ldhf(const uint8_t *p) {
     return __half2float(__ushort_as_half(ldu16<S>(p)));
+}
+
+/* Types whose 32-blocks' halves have scales of their own (mq_wscales). */
+template <int T>
+__host__ __device__ constexpr int mq_split() {
+    return T == QT_Q6_K;
 }
 
 /* Bits 0-3 of x to bit 4 of bytes 0-3 (Q5's fifth bits). */
@@ -124,12 +134,40 @@ __device__ __forceinline__ void mq_wblock(const uint8_t *row, int b, int t, uint
             lo |= ((ldu32<S>(p + 16 + 4 * t) >> j) & 0x01010101u) << 4;
             hi |= ((ldu32<S>(p + 32 + 4 * t) >> j) & 0x01010101u) << 4;
         }
+    } else if (T == QT_Q6_K) { /* 32-block b: elements 32 (b % 8) ... of super-block b / 8, dq_q6k's layout */
+        const uint8_t *p = row + (size_t)(b >> 3) * 210;
+        int j = b & 7, nib = (j >> 1) & 1, sh = 2 * (2 * nib + (j & 1)); /* low or high nibbles; qh's 2 bits */
+        const uint8_t *ql = p + 64 * (j >> 2) + 32 * (j & 1), *qh = p + 128 + 32 * (j >> 2);
+        uint32_t l0 = ld16x2<S>(ql + 4 * t), l1 = ld16x2<S>(ql + 16 + 4 * t);
+        uint32_t h0 = ld16x2<S>(qh + 4 * t), h1 = ld16x2<S>(qh + 16 + 4 * t);
+        d = ldhf<S>(p + 208), m = 0.0f;
+        lo = __vsub4(((l0 >> (4 * nib)) & 0x0f0f0f0fu) | (((h0 >> sh) & 0x03030303u) << 4), 0x20202020u);
+        hi = __vsub4(((l1 >> (4 * nib)) & 0x0f0f0f0fu) | (((h1 >> sh) & 0x03030303u) << 4), 0x20202020u);
     } else { /* Q8_0 */
         const uint8_t *p = row + (size_t)b * 34;
         d = ldhf<S>(p), m = 0.0f;
         lo = ld16x2<S>(p + 2 + 4 * t);
         hi = ld16x2<S>(p + 18 + 4 * t);
     }
+}
+
+/* A split type's scales of 32-block b's halves (elements 0-15, 16-31):
+ * Q6_K's int8 scales 2 (b % 8) and 2 (b % 8) + 1 of its super-block;
+ * 1 and 1 for the others. */
+template <int T, int S = 0>
+__device__ __forceinline__ void mq_wscales(const uint8_t *row, int b, int &slo, int &shi) {
+    if constexpr (mq_split<T>()) {
+        unsigned short v = ldu16<S>(row + (size_t)(b >> 3) * 210 + 192 + 2 * (b & 7));
+        slo = (int8_t)(v & 0xff), shi = (int8_t)(v >> 8);
+    } else {
+        slo = shi = 1;
+    }
+}
+
+/* A block's integer dot from its halves' (the header's isum_b). */
+template <int T>
+__device__ __forceinline__ int mq_isum(int ilo, int ihi, int slo, int shi) {
+    return mq_split<T>() ? slo * ilo + shi * ihi : ilo + ihi;
 }
 
 /* c = A (16 x 32 s8, rows g and g + 8 of the lane) x B (32 x 8 s8). */
@@ -206,23 +244,34 @@ __global__ void k_q8x(int8_t *xq, float *xd, float *xs, const float *__restrict_
 struct mv_wblock {
     uint32_t lo[4], hi[4];
     float d, m;
+    int slo, shi; /* the halves' scales (mq_wscales) */
 };
 
 template <int T, int S = 0>
 __device__ __forceinline__ void mv_wload(const uint8_t *row, int b, mv_wblock &w) {
 #pragma unroll
     for (int t = 0; t < 4; t++) mq_wblock<T, S>(row, b, t, w.lo[t], w.hi[t], w.d, w.m);
+    mq_wscales<T, S>(row, b, w.slo, w.shi);
 }
 
-/* A 32-block's bytes (a K-quant's super-block's eighth), and the 4-byte
- * words of a warp's chunk of a row: 32 blocks (a lane each; four whole
- * super-blocks), a lane's share of them. */
+/* The bytes of 32 32-blocks (four K-quant super-blocks: Q6_K's 32-block
+ * is 26.25 bytes), and the 4-byte words of a warp's chunk of a row: 32
+ * blocks (a lane each), a lane's share of them. m blocks from a 4-byte
+ * aligned start are m * mv_chunk_bytes / 128 bytes. */
 template <int T>
-__host__ __device__ constexpr int mv_block_bytes() {
-    return T == QT_Q4_0 || T == QT_Q4_K ? 18 : T == QT_Q4_1 ? 20 : T == QT_Q5_0 || T == QT_Q5_K ? 22 : T == QT_Q5_1 ? 24 : 34;
+__host__ __device__ constexpr int mv_chunk_bytes() {
+    return T == QT_Q6_K ? 4 * 210
+                        : 32 * (T == QT_Q4_0 || T == QT_Q4_K ? 18 : T == QT_Q4_1 ? 20 : T == QT_Q5_0 || T == QT_Q5_K ? 22
+                                : T == QT_Q5_1 ? 24 : 34);
 }
 template <int T>
-__host__ __device__ constexpr int mv_chunk_words() { return 8 * mv_block_bytes<T>(); }
+__host__ __device__ constexpr int mv_chunk_words() { return mv_chunk_bytes<T>() / 4; }
+/* The words of blocks [b0, b0 + m) of a 4-byte aligned row (b0 a
+ * multiple of 8: whole super-blocks), and where they start. */
+template <int T>
+__host__ __device__ constexpr int mv_words(int m) { return m * mv_chunk_bytes<T>() / 128; }
+template <int T>
+__host__ __device__ constexpr size_t mv_offset(int b0) { return (size_t)b0 * mv_chunk_bytes<T>() / 32; }
 template <int T>
 __host__ __device__ constexpr int mv_lane_words() { return (mv_chunk_words<T>() + 31) / 32; }
 
@@ -274,7 +323,7 @@ template <int T, int S>
 __device__ __forceinline__ void mmv_row(const mm_job &job, const mm_part &P, int gw, int tok, mv_first<T, S> &w0,
                                         int have_w0, const uint4 *xlo, const uint4 *xhi, const float *xd,
                                         const float *xs, uint32_t *stage, const uint8_t *const next[2]) {
-    constexpr int MIN = mq_min<T>(), BB = mv_block_bytes<T>(), CW = mv_chunk_words<T>();
+    constexpr int MIN = mq_min<T>(), CW = mv_chunk_words<T>();
     const int lane = threadIdx.x & 31, swiglu = job.mode == MM_SWIGLU, nb = job.k / 32, nr = swiglu ? 2 : 1;
     const uint8_t *wr[2] = {P.w + (size_t)gw * job.row_bytes, job.p[1].w + (size_t)gw * job.row_bytes};
     float acc[2] = {0.0f, 0.0f};
@@ -286,12 +335,12 @@ __device__ __forceinline__ void mmv_row(const mm_job &job, const mm_part &P, int
             for (int r = 0; r < 2; r++) {
                 if (r >= nr) break;
                 if (b0 == 0 && have_w0) {
-                    mv_words_store<T>(stage + r * CW, m * BB / 4, w0.w[r]);
-                    if (next[0]) mv_words_load<T>(next[r], min(32, nb) * BB / 4, w0.w[r]);
+                    mv_words_store<T>(stage + r * CW, mv_words<T>(m), w0.w[r]);
+                    if (next[0]) mv_words_load<T>(next[r], mv_words<T>(min(32, nb)), w0.w[r]);
                 } else {
                     uint32_t w[mv_lane_words<T>()];
-                    mv_words_load<T>(wr[r] + (size_t)b0 * BB, m * BB / 4, w);
-                    mv_words_store<T>(stage + r * CW, m * BB / 4, w);
+                    mv_words_load<T>(wr[r] + mv_offset<T>(b0), mv_words<T>(m), w);
+                    mv_words_store<T>(stage + r * CW, mv_words<T>(m), w);
                 }
             }
             __syncwarp();
@@ -307,13 +356,13 @@ __device__ __forceinline__ void mmv_row(const mm_job &job, const mm_part &P, int
                 if constexpr (S) mv_wload<T, 1>((const uint8_t *)(stage + r * CW), lane, w);
                 else if (b0 == 0 && have_w0) w = w0.blk[r];
                 else mv_wload<T>(wr[r], b, w);
-                int isum = 0;
+                int ilo = 0, ihi = 0;
 #pragma unroll
                 for (int t = 0; t < 4; t++) {
-                    isum = __dp4a((int)w.lo[t], (int)xw[t], isum);
-                    isum = __dp4a((int)w.hi[t], (int)xw[4 + t], isum);
+                    ilo = __dp4a((int)w.lo[t], (int)xw[t], ilo);
+                    ihi = __dp4a((int)w.hi[t], (int)xw[4 + t], ihi);
                 }
-                v[r] = mq_term<MIN>(isum, w.d, xd[b], w.m, xs[b]);
+                v[r] = mq_term<MIN>(mq_isum<T>(ilo, ihi, w.slo, w.shi), w.d, xd[b], w.m, xs[b]);
             }
         }
 #pragma unroll 1
@@ -363,7 +412,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmv(const mm_job job) {
         for (int r = 0; r < 2; r++) {
             if (!active || r >= nr) continue;
             const uint8_t *row = (r ? job.p[1].w : P.w) + (size_t)gw * job.row_bytes;
-            if constexpr (S) mv_words_load<T>(row, min(32, nb) * mv_block_bytes<T>() / 4, w0.w[r]);
+            if constexpr (S) mv_words_load<T>(row, mv_words<T>(min(32, nb)), w0.w[r]);
             else if (lane < nb) mv_wload<T>(row, lane, w0.blk[r]);
         }
         __syncthreads(); /* the last token's readers are done */
@@ -408,20 +457,41 @@ __device__ __forceinline__ const uint8_t *mq_row(const mm_job &job, const mm_par
     return w + (size_t)(r < P.rows ? r : 0) * job.row_bytes;
 }
 
+/* The block's integer dots of a fragment (mq_isum's, each output's): one
+ * mma, or for a split type one a half (the other half's weights zero),
+ * the halves' dots times rows g's (sc[0], sc[1]) and g + 8's (sc[2],
+ * sc[3]) scales. */
+template <int T>
+__device__ __forceinline__ void mq_isums(int c[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, const int (&sc)[4]) {
+    if constexpr (mq_split<T>()) {
+        const uint32_t alo[4] = {a[0], a[1], 0u, 0u}, ahi[4] = {0u, 0u, a[2], a[3]};
+        int clo[4], chi[4];
+        mma_s8(clo, alo, b0, b1);
+        mma_s8(chi, ahi, b0, b1);
+#pragma unroll
+        for (int e = 0; e < 4; e++) c[e] = mq_isum<T>(clo[e], chi[e], sc[(e >> 1) * 2], sc[(e >> 1) * 2 + 1]);
+    } else {
+        mma_s8(c, a, b0, b1);
+    }
+}
+
 /* One 32-block's terms added to a warp's sums (MR tiles of 16 rows x NT
- * tiles of 8 tokens): the fragments of the block's weights (a, d, m of
- * the lane's rows g and g + 8) and activations (b, d, s of its tokens). */
-template <int MIN, int NT, int MR>
+ * tiles of 8 tokens): the fragments of the block's weights (a, d, m and
+ * the halves' scales of the lane's rows g and g + 8) and activations (b,
+ * d, s of its tokens). */
+template <int T, int NT, int MR>
 __device__ __forceinline__ void mq_block_sums(float (&acc)[MR][NT][4], const uint32_t (&a)[MR][4],
                                               const uint32_t (&bx)[NT][2], const float (&dlo)[MR],
                                               const float (&dhi)[MR], const float (&mlo)[MR], const float (&mhi)[MR],
-                                              const float (&dx)[NT][2], const float (&sx)[NT][2]) {
+                                              const int (&sc)[MR][4], const float (&dx)[NT][2],
+                                              const float (&sx)[NT][2]) {
+    constexpr int MIN = mq_min<T>();
 #pragma unroll
     for (int j = 0; j < NT; j++)
 #pragma unroll
         for (int i = 0; i < MR; i++) {
             int c[4];
-            mma_s8(c, a[i], bx[j][0], bx[j][1]);
+            mq_isums<T>(c, a[i], bx[j][0], bx[j][1], sc[i]);
             acc[i][j][0] = acc[i][j][0] + mq_term<MIN>(c[0], dlo[i], dx[j][0], mlo[i], sx[j][0]);
             acc[i][j][1] = acc[i][j][1] + mq_term<MIN>(c[1], dlo[i], dx[j][1], mlo[i], sx[j][1]);
             acc[i][j][2] = acc[i][j][2] + mq_term<MIN>(c[2], dhi[i], dx[j][0], mhi[i], sx[j][0]);
@@ -489,6 +559,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job, const i
     for (int b0 = 0; b0 < nb; b0 += U) {
         uint32_t a[U][MR][4], bx[U][NT][2];
         float dlo[U][MR], dhi[U][MR], mlo[U][MR], mhi[U][MR], dx[U][NT][2], sx[U][NT][2];
+        int sc[U][MR][4];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int b = b0 + u;
@@ -497,6 +568,8 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job, const i
             for (int i = 0; i < MR; i++) {
                 mq_wblock<T>(wlo[i], b, t, a[u][i][0], a[u][i][2], dlo[u][i], mlo[u][i]);
                 mq_wblock<T>(whi[i], b, t, a[u][i][1], a[u][i][3], dhi[u][i], mhi[u][i]);
+                mq_wscales<T>(wlo[i], b, sc[u][i][0], sc[u][i][1]);
+                mq_wscales<T>(whi[i], b, sc[u][i][2], sc[u][i][3]);
             }
 #pragma unroll
             for (int j = 0; j < NT; j++) {
@@ -508,7 +581,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job, const i
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (b0 + u >= nb) break;
-            mq_block_sums<MIN, NT, MR>(acc, a[u], bx[u], dlo[u], dhi[u], mlo[u], mhi[u], dx[u], sx[u]);
+            mq_block_sums<T, NT, MR>(acc, a[u], bx[u], dlo[u], dhi[u], mlo[u], mhi[u], sc[u], dx[u], sx[u]);
         }
     }
     mq_store<NT, MR>(job, P, acc, rbase, t0, g, t);
@@ -525,7 +598,12 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job, const i
 #define MQ_XW (MQ_KC * 8 + 4) /* words a token's chunk: its blocks' int8, padded (other banks for other tokens) */
 
 template <int T>
-__host__ __device__ constexpr int mq_chunk_words() { return MQ_KC * mv_block_bytes<T>() / 4; }
+__host__ __device__ constexpr int mq_chunk_words() { return mv_words<T>(MQ_KC); }
+
+/* Types whose rows k_mmq_st can stage: a chunk of MQ_KC blocks is whole
+ * words (not Q6_K's 210-byte super-blocks: k_mmq takes them). */
+template <int T>
+__host__ __device__ constexpr int mq_stageable() { return MQ_KC * mv_chunk_bytes<T>() % 128 == 0; }
 
 template <int T, int MR>
 struct mq_stage {
@@ -550,11 +628,11 @@ __device__ void mq_stage_chunk(mq_stage<T, MR> *st, const mm_job &job, const mm_
         cp_async4(&st->xs[tk][j], xs + (size_t)tok * nb + b0 + j);
     }
     if (live) {
-        int words = nc * mv_block_bytes<T>() / 4; /* whole: b0 and the row's end are 4-byte aligned */
+        int words = mv_words<T>(nc); /* whole: b0 and the row's end are 4-byte aligned */
         for (int x = lane; x < MR * 16 * words; x += 32) {
             int r = x / words, o = x % words, i = MR > 1 && r >= 16; /* constant indices: registers */
             const uint8_t *row = mq_row(job, P, i, (i ? rbase[MR - 1] : rbase[0]) + r % 16);
-            cp_async4(&st->w[w][r][o], row + (size_t)b0 * mv_block_bytes<T>() + 4 * o);
+            cp_async4(&st->w[w][r][o], row + mv_offset<T>(b0) + 4 * o);
         }
     }
     cp_async_commit();
@@ -587,10 +665,13 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_st(const mm_job job, cons
         for (int b = 0; b < min(MQ_KC, nb - b0); b++) {
             uint32_t a[MR][4], bx[NT][2];
             float dlo[MR], dhi[MR], mlo[MR], mhi[MR], dx[NT][2], sx[NT][2];
+            int sc[MR][4];
 #pragma unroll
             for (int i = 0; i < MR; i++) {
                 mq_wblock<T, 1>((const uint8_t *)c->w[w][i * 16 + g], b, t, a[i][0], a[i][2], dlo[i], mlo[i]);
                 mq_wblock<T, 1>((const uint8_t *)c->w[w][i * 16 + g + 8], b, t, a[i][1], a[i][3], dhi[i], mhi[i]);
+                mq_wscales<T, 1>((const uint8_t *)c->w[w][i * 16 + g], b, sc[i][0], sc[i][1]);
+                mq_wscales<T, 1>((const uint8_t *)c->w[w][i * 16 + g + 8], b, sc[i][2], sc[i][3]);
             }
 #pragma unroll
             for (int j = 0; j < NT; j++) {
@@ -598,7 +679,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_st(const mm_job job, cons
                 dx[j][0] = c->xd[j * 8 + 2 * t][b], dx[j][1] = c->xd[j * 8 + 2 * t + 1][b];
                 sx[j][0] = MIN ? c->xs[j * 8 + 2 * t][b] : 0.0f, sx[j][1] = MIN ? c->xs[j * 8 + 2 * t + 1][b] : 0.0f;
             }
-            mq_block_sums<MIN, NT, MR>(acc, a, bx, dlo, dhi, mlo, mhi, dx, sx);
+            mq_block_sums<T, NT, MR>(acc, a, bx, dlo, dhi, mlo, mhi, sc, dx, sx);
         }
     }
     if (live) mq_store<NT, MR>(job, P, acc, rbase, t0, g, t);
@@ -645,10 +726,14 @@ static void mmq_go(mm_job job, const int8_t *xq, const float *xd, const float *x
     }
     if (warps == 0) return;
     dim3 grid((warps + MM_WARPS - 1) / MM_WARPS, (job.n + 31) / 32);
-    if (g_mmq_stage && job.row_bytes % 4 == 0) {
-        if (swiglu) k_mmq_st<T, 2><<<grid, MM_WARPS * 32, 2 * sizeof(mq_stage<T, 2>), g_stream>>>(job, xq, xd, xs);
-        else k_mmq_st<T, 1><<<grid, MM_WARPS * 32, 2 * sizeof(mq_stage<T, 1>), g_stream>>>(job, xq, xd, xs);
-    } else if (swiglu) k_mmq<T, 4, 2><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, xq, xd, xs);
+    if constexpr (mq_stageable<T>()) {
+        if (g_mmq_stage && job.row_bytes % 4 == 0) {
+            if (swiglu) k_mmq_st<T, 2><<<grid, MM_WARPS * 32, 2 * sizeof(mq_stage<T, 2>), g_stream>>>(job, xq, xd, xs);
+            else k_mmq_st<T, 1><<<grid, MM_WARPS * 32, 2 * sizeof(mq_stage<T, 1>), g_stream>>>(job, xq, xd, xs);
+            return;
+        }
+    }
+    if (swiglu) k_mmq<T, 4, 2><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, xq, xd, xs);
     else k_mmq<T, 4, 1><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, xq, xd, xs);
 }
 
@@ -688,8 +773,9 @@ static int mmv_go(mm_job job, strata_err *err) {
 int mmv_init(int optin_bytes, int sms, strata_err *err) {
     decltype(&k_mmv<QT_Q4_0, 0>) kernels[] = {
         k_mmv<QT_Q4_0, 0>, k_mmv<QT_Q4_1, 0>, k_mmv<QT_Q5_0, 0>, k_mmv<QT_Q5_1, 0>, k_mmv<QT_Q8_0, 0>,
-        k_mmv<QT_Q4_K, 0>, k_mmv<QT_Q5_K, 0>, k_mmv<QT_Q4_0, 1>, k_mmv<QT_Q4_1, 1>, k_mmv<QT_Q5_0, 1>,
-        k_mmv<QT_Q5_1, 1>, k_mmv<QT_Q8_0, 1>, k_mmv<QT_Q4_K, 1>, k_mmv<QT_Q5_K, 1>};
+        k_mmv<QT_Q4_K, 0>, k_mmv<QT_Q5_K, 0>, k_mmv<QT_Q6_K, 0>, k_mmv<QT_Q4_0, 1>, k_mmv<QT_Q4_1, 1>,
+        k_mmv<QT_Q5_0, 1>, k_mmv<QT_Q5_1, 1>, k_mmv<QT_Q8_0, 1>, k_mmv<QT_Q4_K, 1>, k_mmv<QT_Q5_K, 1>,
+        k_mmv<QT_Q6_K, 1>};
     /* the opt-in limit holds a block's static shared memory (the norm's
      * partial sums) and its dynamic alike: the dynamic gets what is left */
     int dynamic = optin_bytes;
@@ -744,6 +830,7 @@ int mmq_launch(qtype t, mm_job job, strata_err *err) {
         case QT_Q8_0: return mmv_go<QT_Q8_0>(job, err);
         case QT_Q4_K: return mmv_go<QT_Q4_K>(job, err);
         case QT_Q5_K: return mmv_go<QT_Q5_K>(job, err);
+        case QT_Q6_K: return mmv_go<QT_Q6_K>(job, err);
         default: return 0;
         }
     }
@@ -761,6 +848,7 @@ int mmq_launch(qtype t, mm_job job, strata_err *err) {
     case QT_Q8_0: mmq_go<QT_Q8_0>(job, xq, xd, xs); break;
     case QT_Q4_K: mmq_go<QT_Q4_K>(job, xq, xd, xs); break;
     case QT_Q5_K: mmq_go<QT_Q5_K>(job, xq, xd, xs); break;
+    case QT_Q6_K: mmq_go<QT_Q6_K>(job, xq, xd, xs); break;
     default: break;
     }
     return 0;
