@@ -199,14 +199,15 @@ static double dot_ref_d(const float *w, const double *x, int k, double *mag) {
     return s;
 }
 
-/* x as the 8-bit path sees it: each 32-block quantized as the CPU's Q8_1
- * (q8_block) and scaled back, d * q, in double. */
-static double *q8_view(const float *x, size_t n) {
+/* x as the 8-bit path sees it: each block of blk (32, or a K-quant's
+ * 256 as the CPU's Q8_K) quantized as the CPU does (q8_block) and scaled
+ * back, d * q, in double. */
+static double *q8_view(const float *x, size_t n, int blk) {
     double *v = xmalloc(n * sizeof(double));
-    for (size_t b = 0; b < n; b += 32) {
-        int8_t q[32];
-        float d = q8_block(x + b, q, 32);
-        for (int j = 0; j < 32; j++) v[b + j] = (double)d * q[j];
+    int8_t q[256];
+    for (size_t b = 0; b < n; b += blk) {
+        float d = q8_block(x + b, q, blk);
+        for (int j = 0; j < blk; j++) v[b + j] = (double)d * q[j];
     }
     return v;
 }
@@ -220,7 +221,7 @@ static void check_matmul(const model_tensor *t, int n, uint32_t seed) {
     int k = (int)t->cols, rows = (int)t->rows, q8 = cuda_matmul_q8(t->type);
     float *x = rand_vec((size_t)n * k, seed), *y = xmalloc((size_t)n * rows * sizeof(float));
     float *wrow = xmalloc((size_t)k * sizeof(float));
-    double *xv = q8 ? q8_view(x, (size_t)n * k) : NULL;
+    double *xv = q8 ? q8_view(x, (size_t)n * k, quant_get(t->type)->blck == 256 ? 256 : 32) : NULL;
     void *dw = to_dev(t->data, t->row_bytes * rows);
     float *dx = to_dev(x, (size_t)n * k * sizeof(float)), *dy = to_dev(NULL, (size_t)n * rows * sizeof(float));
     strata_err err = {0};
@@ -710,20 +711,19 @@ TEST(gpu_gemma3_matches_cpu_and_float64_past_its_window) {
 /* Mixture of experts on the GPU (moe_cuda.c: routed on the host as the
  * CPU routes, experts over their slots, the weighted sum, qwen35moe's
  * shared expert and its delta-net layers): qwen3moe in float weights and
- * on the 8-bit path, qwen35moe in float weights, within the CPU's bound
- * (0.05 of the logit range: an expert chosen differently at a near tie
- * would show as a large error, not a small one). For these models the
- * float64 reference rounds every matmul input to 8 bits as the engines'
- * 8-bit paths do (tools/ref_forward.py, so that its routing is theirs):
- * the CPU is within 0.0072 of it on qwen3moe-q8_0, the H100 within 4.5e-7
- * (2026-11-27). Not qwen35moe-q4_k_m: the reference rounds a K-quant's
- * input per 256 (the CPU's Q8_K), the GPU per 32, and that routes some
- * near ties to other experts: 0.12 of the range (the CPU 0.036), fused
- * or not (emulator, 2026-11-28); the fusion test runs it. */
+ * on the 8-bit path, qwen35moe in float weights and in K-quants, within
+ * the CPU's bound (0.05 of the logit range: an expert chosen differently
+ * at a near tie would show as a large error, not a small one). For these
+ * models the float64 reference rounds every matmul input to 8 bits as
+ * the engines' 8-bit paths do (tools/ref_forward.py, so that its routing
+ * is theirs; a K-quant's per 256, as both engines since cuda-4): the CPU
+ * is within 0.0072 of it on qwen3moe-q8_0, the H100 within 4.5e-7
+ * (2026-11-27). qwen35moe-q4_k_m was 0.12 from it while the GPU rounded
+ * K-quant inputs per 32 (some near ties routed elsewhere). */
 TEST(gpu_moe_matches_cpu_and_float64) {
     if (!gpu_up()) return;
-    const char *names[] = {"qwen3moe-f32", "qwen3moe-q8_0", "qwen35moe-f32"};
-    for (int i = 0; i < 3; i++) check_whole_model(names[i], 0.05);
+    const char *names[] = {"qwen3moe-f32", "qwen3moe-q8_0", "qwen35moe-f32", "qwen35moe-q4_k_m"};
+    for (int i = 0; i < 4; i++) check_whole_model(names[i], 0.05);
 }
 
 /* ---- qwen35 (cuda_delta.cu) ---------------------------------------------------- */

@@ -36,7 +36,9 @@ extern "C" {
  * activations and tensor cores for the legacy quants (cuda_matmul_q8).
  * cuda-3: attention on the tensor cores (q and the softmax weights in
  * half, cuda_kern.cu), and Q4_K / Q5_K on the 8-bit path. cuda-4: Q6_K
- * on the 8-bit path (a Q4_K_M file's down, V and output rows).
+ * on the 8-bit path (a Q4_K_M file's down, V and output rows), and the
+ * K-quants' inputs rounded per 256 as the CPU's Q8_K (the same int8 and
+ * d: an MoE model's near ties route as the CPU's do).
  * It names qwen35's kernels too (cuda_delta.cu, added under cuda-2: no
  * GPU block of a qwen35 model existed before them); their bits are the
  * same on every GPU, so no per-model or per-level suffix (the CPU's
@@ -67,8 +69,9 @@ int cuda_supports(qtype t);
  * the K-quants). Two paths, chosen by the weight type alone:
  * - cuda_matmul_q8(t) (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K): x
  *   quantized to 8 bits per 32-block as the CPU's Q8_1 (d = amax / 127,
- *   round half away), each block's integer dot exact (tensor cores; Q6_K:
- *   its halves' dots times their scales), the blocks' terms (float)isum *
+ *   round half away; for the K-quants amax over the block's 256, as the
+ *   CPU's Q8_K), each block's integer dot exact (tensor cores; Q6_K: its
+ *   halves' dots times their scales), the blocks' terms (float)isum *
  *   (dw * dx) [+ mw * sx] added in block order;
  * - the others: float x on dequantized weights; lane l of a warp sums the
  *   8-element chunks l, l + 32, ... in order, then a fixed butterfly adds

@@ -10,7 +10,9 @@
  * Activations: block b of token t gets d = amax / 127, q = round(x * 127
  * / amax) (half away from zero) and s = d * sum(q): the CPU's Q8_1
  * quantization (backend/quant_act_impl.h, q8_block), the same int8
- * values (mq_xblock, one thread per block: max and integer sums are exact).
+ * values (mq_xblock, one thread per block: max and integer sums are
+ * exact). For the K-quants amax is that of the block's super-block of
+ * 256, as the CPU's Q8_K: the same int8 values and d as the CPU's.
  *
  * Numerics of one output (row r, token t), fixed by k alone: for the
  * 32-blocks b = 0, 1, ... in order,
@@ -192,15 +194,15 @@ __device__ __forceinline__ float mq_term(int isum, float dw, float dx, float mw,
 /* Round half away from zero (quant_act_impl.h round_q). */
 __device__ __forceinline__ int mq_round(float v) { return (int)(v + (v >= 0.0f ? 0.5f : -0.5f)); }
 
-/* One activation block of 32 floats (16-byte aligned) to its 8-bit form,
- * by one thread: q8_block's operations (the maximum and the integer sum
- * are exact, so any order gives these bits). w: the int8 values, 4 a
- * word; d; s = d * sum(q). nw: RMS norm weights (x * scale * nw first,
- * k_rmsnorm's expression), or NULL. */
-__device__ __forceinline__ void mq_xblock(const float *x, uint32_t w[8], float &d, float &s, const float *nw = NULL,
-                                          float scale = 1.0f) {
-    float4 v[8];
-    float amax = 0.0f; /* a NaN never wins */
+/* Blocks of 32 sharing an activation scale for weight type T: 1, or 8
+ * for the K-quants (their 256-element super-block: the CPU's Q8_K). */
+__host__ __device__ constexpr int mq_group(int t) { return t == QT_Q4_K || t == QT_Q5_K || t == QT_Q6_K ? 8 : 1; }
+
+/* One activation block of 32 floats (16-byte aligned) into v (nw: RMS
+ * norm weights, x * scale * nw first, k_rmsnorm's expression; or NULL);
+ * returns its largest |x| (a NaN never wins). */
+__device__ __forceinline__ float mq_xload(const float *x, float4 v[8], const float *nw, float scale) {
+    float amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         v[i] = __ldg((const float4 *)x + i);
@@ -214,6 +216,13 @@ __device__ __forceinline__ void mq_xblock(const float *x, uint32_t w[8], float &
         a = fabsf(v[i].z), amax = a > amax ? a : amax;
         a = fabsf(v[i].w), amax = a > amax ? a : amax;
     }
+    return amax;
+}
+
+/* A block of v to 8 bits at the scale of amax, q8_block's operations
+ * (the integer sum is exact, so any order gives these bits). w: the int8
+ * values, 4 a word; d = amax / 127; s = d * sum(q). */
+__device__ __forceinline__ void mq_xquant(const float4 v[8], float amax, uint32_t w[8], float &d, float &s) {
     d = amax / 127.0f;
     float id = amax > 0.0f ? 127.0f / amax : 0.0f;
     int sum = 0;
@@ -226,15 +235,35 @@ __device__ __forceinline__ void mq_xblock(const float *x, uint32_t w[8], float &
     s = d * (float)sum;
 }
 
+/* A lane's activation block of 32 to its 8-bit form, the block's scale
+ * that of its group of G (mq_group): the G consecutive lanes (blocks)
+ * take the largest |x| of them all (a max: the same in any order). Every
+ * lane of the warp calls it (the shuffles are the warp's): a lane past
+ * the real blocks (a whole group) takes the last one, and drops it. */
+template <int G>
+__device__ __forceinline__ void mq_xblock(const float *x, uint32_t w[8], float &d, float &s, const float *nw = NULL,
+                                          float scale = 1.0f) {
+    float4 v[8];
+    float amax = mq_xload(x, v, nw, scale);
+#pragma unroll
+    for (int o = 1; o < G; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, o));
+    mq_xquant(v, amax, w, d, s);
+}
+
 /* The activations' 8-bit form, once per prefill launch (every row tile
- * reads it): a thread per (token, 32-block). xq [n][k] int8, xd and xs
- * [n][k / 32]: d and d * sum(q). x's rows are k apart and k = 32 nb, so
- * block pair = tok * nb + blk starts at 32 pair in x and in xq. */
+ * reads it): a thread per (token, 32-block), G of them a scale
+ * (mq_group; k = 32 nb with nb a multiple of G, so a group is one
+ * token's). xq [n][k] int8, xd and xs [n][k / 32]: d and d * sum(q). x's
+ * rows are k apart, so block pair = tok * nb + blk starts at 32 pair in
+ * x and in xq. */
+template <int G>
 __global__ void k_q8x(int8_t *xq, float *xd, float *xs, const float *__restrict__ x, int pairs) {
-    int pair = blockIdx.x * blockDim.x + threadIdx.x;
-    if (pair >= pairs) return;
+    int pair = blockIdx.x * blockDim.x + threadIdx.x, at = min(pair, pairs - 1); /* all lanes: the group's shuffles */
     uint32_t w[8];
-    mq_xblock(x + (size_t)pair * 32, w, xd[pair], xs[pair]); /* pair = tok * nb + blk: rows are k apart */
+    float d, s;
+    mq_xblock<G>(x + (size_t)at * 32, w, d, s);
+    if (pair >= pairs) return;
+    xd[pair] = d, xs[pair] = s;
     uint4 *o = (uint4 *)(xq + (size_t)pair * 32);
     o[0] = make_uint4(w[0], w[1], w[2], w[3]);
     o[1] = make_uint4(w[4], w[5], w[6], w[7]);
@@ -417,10 +446,14 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmv(const mm_job job) {
         }
         __syncthreads(); /* the last token's readers are done */
         float scale = job.norm_w ? rms_scale(job.x + (size_t)tok * k, k, job.eps, red) : 1.0f; /* block-uniform */
-        for (int xb = threadIdx.x; xb < nb; xb += MM_WARPS * 32) {
+        for (int xb = threadIdx.x; xb - lane < nb; xb += MM_WARPS * 32) { /* whole warps: mq_xblock's shuffles */
             uint32_t q[8];
-            mq_xblock(job.x + (size_t)tok * k + (size_t)xb * 32, q, xd[xb], xs[xb],
-                      job.norm_w ? job.norm_w + (size_t)xb * 32 : NULL, scale);
+            float d, s;
+            int at = min(xb, nb - 1);
+            mq_xblock<mq_group(T)>(job.x + (size_t)tok * k + (size_t)at * 32, q, d, s,
+                                   job.norm_w ? job.norm_w + (size_t)at * 32 : NULL, scale);
+            if (xb >= nb) continue;
+            xd[xb] = d, xs[xb] = s;
             xlo[xb] = make_uint4(q[0], q[1], q[2], q[3]);
             xhi[xb] = make_uint4(q[4], q[5], q[6], q[7]);
         }
@@ -839,7 +872,10 @@ int mmq_launch(qtype t, mm_job job, strata_err *err) {
     if (rc) return rc;
     int8_t *xq = g_xq;
     float *xd = (float *)(g_xq + qbytes), *xs = xd + nb;
-    k_q8x<<<(unsigned)((nb + 127) / 128), 128, 0, g_stream>>>(xq, xd, xs, job.x, (int)nb);
+    if (mq_group(t) == 8)
+        k_q8x<8><<<(unsigned)((nb + 127) / 128), 128, 0, g_stream>>>(xq, xd, xs, job.x, (int)nb);
+    else
+        k_q8x<1><<<(unsigned)((nb + 127) / 128), 128, 0, g_stream>>>(xq, xd, xs, job.x, (int)nb);
     switch (t) {
     case QT_Q4_0: mmq_go<QT_Q4_0>(job, xq, xd, xs); break;
     case QT_Q4_1: mmq_go<QT_Q4_1>(job, xq, xd, xs); break;
