@@ -10,7 +10,7 @@
 # 4096; the previous build, a bundle's strata-prev, beside each strata
 # row; tg128 without and with the decode matmul's staged loads, pp512
 # without prefill's staged chunks, depth 4096 with attention's tiles two
-# a block), on the
+# a block, tg128 with decode's fold a launch of its own), on the
 # SmolLM2-shaped one, then on the qwen35 0.8B-shaped one
 # (the anchor; pp4096 too). A
 # short table ends the output; full logs go to $OUT (five files:
@@ -130,6 +130,8 @@ rows() {
     # attention's K/V tiles two a block (STRATA_CUDA_ATTN_STAGES; by default
     # decode keeps a segment's 8 in flight, prefill one: the depth rows above)
     sb attn-2-tiles STRATA_CUDA_ATTN_STAGES=2 -p 512 -n 128 -d 4096 -r 3
+    # decode's fold as its own launch again (STRATA_CUDA_ATTN_FOLD; by default in the attention launch)
+    sb fold-apart STRATA_CUDA_ATTN_FOLD=0 -p 0 -n 128 -r "$REPS"
 }
 rows "$SMOL"
 [ -s "$KEEP_Q35" ] && rows "$KEEP_Q35"

@@ -495,6 +495,8 @@ static void check_attention(int n, int nh, int nkv, int hd) {
     /* decode one by one, uneven chunks, a grid over the whole context: the same bits */
     const int *plans[] = {one, uneven, one, all};
     for (int pl = 0; pl < 4; pl++) {
+        memset(o2, 0xff, (size_t)n * qd * 4); /* NaN: a row the plan does not write fails */
+        cuda_upload(dout, o2, (size_t)n * qd * 4, NULL);
         attn_chunked(dout, dpart, dq, dkc, dvc, dp, n, nh, nkv, hd, plans[pl], pl < 2);
         from_dev(o2, dout, (size_t)n * qd * 4);
         CHECK_MSG(memcmp(o2, out, (size_t)n * qd * 4) == 0, "attention hd=%d: plan %d changes bits", hd, pl);

@@ -791,11 +791,132 @@ __device__ __forceinline__ float attn_softmax_row(float s[4][4], float w[4][4], 
     return c;
 }
 
+/* ---- the fold: a token's segments' states into its output ------------------------ */
+
+#define FOLD_THREADS 64     /* k_attn_fold's block */
+#define FOLD_CHUNK 256      /* segments whose weights k_attn_fold holds at once */
+#define FOLD_WARP_CHUNK 64  /* ... and a warp of decode's fold in its attention launch */
+#define AT_ARRIVE_MAX 1024  /* KV heads whose decode folds in the attention launch (attn_arrive) */
+
+/* A fold's threads: k_attn_fold's block, or one warp (W: decode's fold
+ * in the attention launch), and their barrier. */
+template <int W>
+__device__ __forceinline__ void fold_sync() {
+    if (W) __syncwarp();
+    else __syncthreads();
+}
+
+/* A state's float: past L1 in decode's fold (other blocks of the launch
+ * wrote it), a plain load in k_attn_fold's (a launch before wrote it). */
+template <int W>
+__device__ __forceinline__ float fold_ld(const float *p) {
+    return W ? __ldcg(p) : *p;
+}
+
+/* The largest m of a token's ns segments (states st floats apart): the
+ * threads each take every N-th, then a tree (a max is the same in any
+ * order; of +0 and -0 either may come out, and e^(m - M) is the same for
+ * both). */
+template <int W>
+__device__ float fold_max(const float *ps, size_t st, int ns) {
+    constexpr int N = W ? 32 : FOLD_THREADS;
+    float m = -INFINITY;
+    for (int s = threadIdx.x % N; s < ns; s += N) m = fmaxf(m, fold_ld<W>(ps + s * st));
+    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(FULL, m, o));
+    if constexpr (W) {
+        return m;
+    } else {
+        __shared__ float warp_max[FOLD_THREADS / 32];
+        if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
+        __syncthreads();
+        m = warp_max[0];
+        for (int w = 1; w < FOLD_THREADS / 32; w++) m = fmaxf(m, warp_max[w]);
+        return m;
+    }
+}
+
+/* Token i's head h: its segments' states folded in segment order into
+ * its output row (one segment: o / l, the same bits as no fold). Each
+ * segment's weight e^(m - M) is computed once, by one thread, into
+ * shared memory (sw, with its l in sl: FC floats each) a chunk of
+ * segments at a time; every thread then sums l and its columns of o over
+ * them in segment order (the loads of o's rows go out together: the loop
+ * is unrolled, the sums are not reordered). The same operations for any
+ * thread count and chunk: k_attn_fold and decode's fold give the same
+ * bits. */
+template <int W, int FC>
+__device__ void fold_token_head(float *out, const float *part, const int32_t *pos, int i, int h, int n_head, int D,
+                                int seg_cap, int n_swa, float *sw, float *sl) {
+    constexpr int N = W ? 32 : FOLD_THREADS, NO = AT_MAX_DIM / N;
+    int t = threadIdx.x % N, s0 = attn_lo(pos[i], n_swa) / CUDA_ATTN_SEG;
+    int ns = (pos[i] + CUDA_ATTN_SEG) / CUDA_ATTN_SEG - s0; /* its segments: s0, s0 + 1, ... */
+    size_t st = (size_t)D + 2;
+    const float *ps = part + (((size_t)i * n_head + h) * seg_cap + s0) * st;
+    float M = fold_max<W>(ps, st, ns), L = 0.0f, O[NO] = {};
+    for (int c0 = 0; c0 < ns; c0 += FC) {
+        int m = min(FC, ns - c0);
+        const float *pc = ps + c0 * st;
+        fold_sync<W>(); /* the last chunk's readers are done */
+        for (int s = t; s < m; s += N) {
+            sw[s] = expf(fold_ld<W>(pc + s * st) - M);
+            sl[s] = fold_ld<W>(pc + s * st + 1);
+        }
+        fold_sync<W>();
+        for (int s = 0; s < m; s++) L += sl[s] * sw[s];
+#pragma unroll
+        for (int j = 0; j < NO; j++) {
+            int d = t + j * N;
+            if (d >= D) break;
+#pragma unroll 8
+            for (int s = 0; s < m; s++) O[j] += fold_ld<W>(pc + s * st + 2 + d) * sw[s];
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NO; j++) {
+        int d = t + j * N;
+        if (d < D) out[((size_t)i * n_head + h) * D + d] = O[j] / L;
+    }
+}
+
+/* A block a (head, token) (prefill's fold, after its attention launch). */
+__global__ void __launch_bounds__(FOLD_THREADS) k_attn_fold(float *out, const float *part, const int32_t *pos,
+                                                            int n_head, int D, int seg_cap, int n_swa) {
+    __shared__ float sw[FOLD_CHUNK], sl[FOLD_CHUNK];
+    fold_token_head<0, FOLD_CHUNK>(out, part, pos, blockIdx.y, blockIdx.x, n_head, D, seg_cap, n_swa, sw, sl);
+}
+
+/* Decode's fold inside its attention launch (one block of queries: the
+ * tokens [0, n)): each block of KV head g counts itself in arrive[g] once
+ * its states are written (a block of a segment without keys too); the
+ * last to arrive folds the rows of g's query heads, a warp a row, into
+ * out, and sets the count back to zero for the next launch. Saves
+ * k_attn_fold's launch, a wait between two kernels in every attention
+ * layer of a decode step. scratch: 2 FOLD_WARP_CHUNK floats a warp of
+ * shared memory the block is done with. Not inlined: the fold's
+ * registers (a lane's 8 columns of head_dim 256, their loads in flight)
+ * stay out of the attention loop's (ptxas spilled there). */
+__device__ __noinline__ void attn_arrive(int *arrive, float *out, const float *part, const int32_t *pos, int n, int g, int hpg,
+                            int n_head, int D, int seg_cap, int n_swa, float *scratch) {
+    __shared__ int s_last;
+    __threadfence(); /* this block's states, before its count */
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(&arrive[g], 1) == (int)gridDim.z - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence(); /* the others' counts, before their states (loaded past L1) */
+    int warp = threadIdx.x >> 5;
+    float *sw = scratch + warp * 2 * FOLD_WARP_CHUNK, *sl = sw + FOLD_WARP_CHUNK;
+    for (int r = warp; r < n * hpg; r += AT_WARPS)
+        fold_token_head<1, FOLD_WARP_CHUNK>(out, part, pos, r / hpg, g * hpg + r % hpg, n_head, D, seg_cap, n_swa,
+                                            sw, sl);
+    if (threadIdx.x == 0) arrive[g] = 0;
+}
+
 template <int NT>
 __global__ void __launch_bounds__(AT_THREADS, 4) k_attn_seg(float *part, const float *q, const __half *kc, const __half *vc,
                                                           const kv_ref kr, const int32_t *pos, int n, int qt,
                                                           int n_head, int n_head_kv, int D, float scale, int seg_cap,
-                                                          int n_swa, int stages) {
+                                                          int n_swa, int stages, int *arrive, float *folded) {
     int g = blockIdx.x, i0 = blockIdx.y * qt, s = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     int hpg = n_head / n_head_kv, kvd = n_head_kv * D, k0 = s * CUDA_ATTN_SEG, D2 = D / 2, ld = D2 + AT_PAD;
     int nq = min(qt, n - i0), rows = nq * hpg, mt = attn_mtiles(rows);
@@ -811,7 +932,11 @@ __global__ void __launch_bounds__(AT_THREADS, 4) k_attn_seg(float *part, const f
     int kend = k0, kbeg = k0 + CUDA_ATTN_SEG;
     for (int tt = 0; tt < nq; tt++)
         if (s_end[tt] > s_beg[tt]) kend = max(kend, s_end[tt]), kbeg = min(kbeg, s_beg[tt]);
-    if (kend <= k0) return; /* the whole block: no token has keys here */
+    extern __shared__ uint4 smem16[]; /* 16-byte aligned: the tiles' copies are */
+    if (kend <= k0) { /* the whole block: no token has keys here */
+        if (arrive) attn_arrive(arrive, folded, part, pos, n, g, hpg, n_head, D, seg_cap, n_swa, (float *)smem16);
+        return;
+    }
     /* the keys the tiles load, from the first tile's (kend and kbeg are
      * the block's, so s_row is read after the loop's first barrier) */
     int tfirst = k0 + (kbeg - k0) / AT_KT * AT_KT;
@@ -819,7 +944,6 @@ __global__ void __launch_bounds__(AT_THREADS, 4) k_attn_seg(float *part, const f
     /* shared memory, sized by the launch (attn_smem): the m-tiles' shared
      * scores, their queries in half (rows past the block's zero), the K/V
      * tiles (a ring of `stages` slots: the block's i-th tile in slot i % stages) */
-    extern __shared__ uint4 smem16[]; /* 16-byte aligned: the tiles' copies are */
     float *sscore = (float *)smem16;
     __half2 *sq = (__half2 *)(sscore + 16 * mt * AT_SLD), *tiles = sq + 16 * mt * ld;
     int tile_h2 = attn_tile_h2(D), ahead = (stages - 1) * AT_KT;
@@ -904,64 +1028,14 @@ __global__ void __launch_bounds__(AT_THREADS, 4) k_attn_seg(float *part, const f
                 out[2 + col] = o[u][2 * h], out[3 + col] = o[u][2 * h + 1];
             }
     }
+    if (arrive) attn_arrive(arrive, folded, part, pos, n, g, hpg, n_head, D, seg_cap, n_swa, sscore);
 }
 
-#define FOLD_THREADS 64
-#define FOLD_CHUNK 256 /* segments whose weights a block holds at once */
-
-/* The largest m of a token's segments: the block's threads each take
- * every FOLD_THREADS-th, then a tree (a max is the same in any order; of
- * +0 and -0 either may come out, and e^(m - M) is the same for both). */
-__device__ float fold_max(const float *ps, size_t st, int ns) {
-    __shared__ float warp_max[FOLD_THREADS / 32];
-    float m = -INFINITY;
-    for (int s = threadIdx.x; s < ns; s += blockDim.x) m = fmaxf(m, ps[s * st]);
-    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(FULL, m, o));
-    if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
-    __syncthreads();
-    m = warp_max[0];
-    for (int w = 1; w < FOLD_THREADS / 32; w++) m = fmaxf(m, warp_max[w]);
-    return m;
-}
-
-/* Token i's head h: its segments' states folded in segment order (one
- * segment: o / l, the same bits as no fold). Each segment's weight
- * e^(m - M) is computed once, by one thread, into shared memory with its
- * l, a chunk of segments at a time; every thread then sums l and its
- * columns of o over them in segment order (the loads of o's rows go out
- * together: the loop is unrolled, the sums are not reordered). */
-__global__ void __launch_bounds__(FOLD_THREADS) k_attn_fold(float *out, const float *part, const int32_t *pos,
-                                                            int n_head, int D, int seg_cap, int n_swa) {
-    __shared__ float sw[FOLD_CHUNK], sl[FOLD_CHUNK];
-    int h = blockIdx.x, i = blockIdx.y, s0 = attn_lo(pos[i], n_swa) / CUDA_ATTN_SEG;
-    int ns = (pos[i] + CUDA_ATTN_SEG) / CUDA_ATTN_SEG - s0; /* its segments: s0, s0 + 1, ... */
-    size_t st = (size_t)D + 2;
-    const float *ps = part + (((size_t)i * n_head + h) * seg_cap + s0) * st;
-    float M = fold_max(ps, st, ns), L = 0.0f, O[AT_MAX_DIM / FOLD_THREADS] = {0.0f};
-    for (int c0 = 0; c0 < ns; c0 += FOLD_CHUNK) {
-        int m = min(FOLD_CHUNK, ns - c0);
-        const float *pc = ps + c0 * st;
-        __syncthreads(); /* the last chunk's readers are done */
-        for (int s = threadIdx.x; s < m; s += blockDim.x) {
-            sw[s] = expf(pc[s * st] - M);
-            sl[s] = pc[s * st + 1];
-        }
-        __syncthreads();
-        for (int s = 0; s < m; s++) L += sl[s] * sw[s];
-#pragma unroll
-        for (int j = 0; j < AT_MAX_DIM / FOLD_THREADS; j++) {
-            int d = threadIdx.x + j * FOLD_THREADS;
-            if (d >= D) break;
-#pragma unroll 8
-            for (int s = 0; s < m; s++) O[j] += pc[s * st + 2 + d] * sw[s];
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < AT_MAX_DIM / FOLD_THREADS; j++) {
-        int d = threadIdx.x + j * FOLD_THREADS;
-        if (d < D) out[((size_t)i * n_head + h) * D + d] = O[j] / L;
-    }
-}
+/* Decode's fold counts (attn_arrive): zero between launches; and whether
+ * decode folds in its attention launch (STRATA_CUDA_ATTN_FOLD=0: never,
+ * to time the choice). Set by attn_init. */
+static int *g_attn_arrive;
+static int g_attn_fold_in = 1;
 
 /* The kernels may use the opt-in limit less their static shared memory
  * (allow_smem); two tiles of head_dim 256, 32 rows of queries and their
@@ -984,6 +1058,11 @@ int attn_init(int optin_bytes, strata_err *err) {
         return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: allowing attention %d bytes of shared memory: %s", bytes,
                            cudaGetErrorString(e));
     g_attn_smem_max = (size_t)bytes;
+    if ((e = cudaMalloc((void **)&g_attn_arrive, AT_ARRIVE_MAX * sizeof(int))) != cudaSuccess ||
+        (e = cudaMemsetAsync(g_attn_arrive, 0, AT_ARRIVE_MAX * sizeof(int), g_stream)) != cudaSuccess)
+        return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: attention's fold counts: %s", cudaGetErrorString(e));
+    const char *f = getenv("STRATA_CUDA_ATTN_FOLD");
+    g_attn_fold_in = !(f && !strcmp(f, "0"));
     return 0;
 }
 
@@ -1031,16 +1110,19 @@ static int attention(float *d_out, float *d_scratch, const float *d_q, const uin
     dim3 grid(n_head_kv, (n + qt - 1) / qt, segs);
     int stages = attn_stages(grid.y == 1, rows, head_dim);
     size_t smem = attn_smem(rows, head_dim, stages);
+    int *arrive = grid.y == 1 && n_head_kv <= AT_ARRIVE_MAX && g_attn_fold_in ? g_attn_arrive : NULL; /* decode */
     const __half *kh = (const __half *)d_kc, *vh = (const __half *)d_vc;
 #define AT_GO(t)                                                                                                   \
     k_attn_seg<t><<<grid, AT_THREADS, smem, g_stream>>>(d_scratch, d_q, kh, vh, kr, d_pos, n, qt, n_head,     \
-                                                         n_head_kv, head_dim, scale, seg_cap, n_swa, stages)
+                                                         n_head_kv, head_dim, scale, seg_cap, n_swa, stages, arrive, d_out)
     if (nt <= 2) AT_GO(2);
     else if (nt <= 4) AT_GO(4);
     else if (nt <= 8) AT_GO(8);
     else AT_GO(16);
 #undef AT_GO
-    k_attn_fold<<<dim3(n_head, n), FOLD_THREADS, 0, g_stream>>>(d_out, d_scratch, d_pos, n_head, head_dim, seg_cap, n_swa);
+    if (!arrive)
+        k_attn_fold<<<dim3(n_head, n), FOLD_THREADS, 0, g_stream>>>(d_out, d_scratch, d_pos, n_head, head_dim, seg_cap,
+                                                                    n_swa);
     return 0;
 }
 

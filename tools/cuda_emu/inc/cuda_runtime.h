@@ -75,6 +75,7 @@ static inline cudaError_t cudaMemcpyToSymbolAsync(T &sym, const void *src, size_
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __shared__ static /* blocks run one at a time: one copy serves each in turn */
 
@@ -112,6 +113,16 @@ static inline long long __double_as_longlong(double d) { long long u; memcpy(&u,
 static inline double __longlong_as_double(long long u) { double d; memcpy(&d, &u, 8); return d; }
 template <class T>
 static inline T __ldg(const T *p) { return *p; }
+template <class T>
+static inline T __ldcg(const T *p) { return *p; }
+/* One block runs at a time, its threads in turn: memory is in order, an
+ * atomic a plain update. */
+static inline void __threadfence() {}
+static inline int atomicAdd(int *p, int v) {
+    int old = *p;
+    *p = old + v;
+    return old;
+}
 using std::max;
 using std::min;
 
