@@ -287,17 +287,17 @@ __device__ void dn_stage(dn_tile *tl, const float *kb, const float *qb, const fl
                          const float *dec, int t0, int nt, int C, int S, int hv, int h, int rows) {
     for (int x = threadIdx.x; x < nt * S; x += blockDim.x) {
         int tt = x / S, i = x % S;
-        cp_async4(&tl->k[tt][i], kb + (size_t)(t0 + tt) * C + i);
-        cp_async4(&tl->q[tt][i], qb + (size_t)(t0 + tt) * C + i);
+        cp_async<4>(&tl->k[tt][i], kb + (size_t)(t0 + tt) * C + i);
+        cp_async<4>(&tl->q[tt][i], qb + (size_t)(t0 + tt) * C + i);
     }
     for (int x = threadIdx.x; x < nt * DN_ROWS; x += blockDim.x) {
         int tt = x / DN_ROWS, jj = x % DN_ROWS;
-        if (jj < rows) cp_async4(&tl->v[tt][jj], vb + (size_t)(t0 + tt) * C + jj);
+        if (jj < rows) cp_async<4>(&tl->v[tt][jj], vb + (size_t)(t0 + tt) * C + jj);
         else tl->v[tt][jj] = 0.0f;
     }
     if (threadIdx.x < nt) {
-        cp_async4(&tl->beta[threadIdx.x], beta + (size_t)(t0 + threadIdx.x) * hv + h);
-        cp_async4(&tl->decay[threadIdx.x], dec + (size_t)(t0 + threadIdx.x) * hv + h);
+        cp_async<4>(&tl->beta[threadIdx.x], beta + (size_t)(t0 + threadIdx.x) * hv + h);
+        cp_async<4>(&tl->decay[threadIdx.x], dec + (size_t)(t0 + threadIdx.x) * hv + h);
     }
     cp_async_commit();
 }

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 extern "C" {
 #include "backend/quant.h"
@@ -124,29 +125,22 @@ static cudaError_t allow_smem(F (&kernels)[N], int bytes) {
     return e;
 }
 
-/* A 4-byte copy from global to shared memory that does not wait (sm_80's
- * cp.async: the next tile's loads overlap this tile's arithmetic);
- * cp_async_commit closes this thread's group of them, cp_async_wait<N>
- * waits until at most N of its committed groups are pending (then a
- * barrier, for the other threads' copies). A plain copy where there is
- * no cp.async (the emulator, the host pass). */
-__device__ __forceinline__ void cp_async4(void *dst, const void *src) {
+/* A copy of B bytes (4, or 16 with both addresses 16-byte aligned: a
+ * quarter of the instructions) from global to shared memory that does
+ * not wait (sm_80's cp.async: the next tile's loads overlap this tile's
+ * arithmetic); cp_async_commit closes this thread's group of them,
+ * cp_async_wait<N> waits until at most N of its committed groups are
+ * pending (then a barrier, for the other threads' copies). A plain copy
+ * where there is no cp.async (the emulator, the host pass). */
+template <int B>
+__device__ __forceinline__ void cp_async(void *dst, const void *src) {
+    static_assert(B == 4 || B == 16, "cp.async copies 4 or 16 bytes here");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
+    if (B == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+    else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
 #else
-    *(uint32_t *)dst = *(const uint32_t *)src;
-#endif
-}
-
-/* The same for 16 bytes (both addresses 16-byte aligned): a quarter of
- * the copies a tile of rows takes 4 bytes at a time. */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
-#else
-    *(uint4 *)dst = *(const uint4 *)src;
+    memcpy(dst, src, B);
 #endif
 }
 

@@ -703,8 +703,8 @@ __device__ void attn_stage(__half2 *sk, __half2 *sv, const __half *kc, const __h
         int j = x / C, c = x % C;
         uint4 *dk = (uint4 *)&sk[j * ld + 4 * c], *dv = (uint4 *)&sv[j * ld + 4 * c];
         if (j < nk) {
-            cp_async16(dk, (const uint4 *)(kc + rows[j]) + c);
-            cp_async16(dv, (const uint4 *)(vc + rows[j]) + c);
+            cp_async<16>(dk, (const uint4 *)(kc + rows[j]) + c);
+            cp_async<16>(dv, (const uint4 *)(vc + rows[j]) + c);
         } else {
             *dk = *dv = make_uint4(0, 0, 0, 0);
         }

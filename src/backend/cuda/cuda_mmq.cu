@@ -653,19 +653,19 @@ __device__ void mq_stage_chunk(mq_stage<T, MR> *st, const mm_job &job, const mm_
     int nb = job.k / 32, nc = min(MQ_KC, nb - b0), lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     for (int x = threadIdx.x; x < 32 * nc * 8; x += blockDim.x) {
         int tk = x / (nc * 8), o = x % (nc * 8), tok = min(t0 + tk, job.n - 1);
-        cp_async4(&st->x[tk][o], xq + (size_t)tok * job.k + (size_t)b0 * 32 + 4 * o);
+        cp_async<4>(&st->x[tk][o], xq + (size_t)tok * job.k + (size_t)b0 * 32 + 4 * o);
     }
     for (int x = threadIdx.x; x < 32 * nc; x += blockDim.x) {
         int tk = x / nc, j = x % nc, tok = min(t0 + tk, job.n - 1);
-        cp_async4(&st->xd[tk][j], xd + (size_t)tok * nb + b0 + j);
-        cp_async4(&st->xs[tk][j], xs + (size_t)tok * nb + b0 + j);
+        cp_async<4>(&st->xd[tk][j], xd + (size_t)tok * nb + b0 + j);
+        cp_async<4>(&st->xs[tk][j], xs + (size_t)tok * nb + b0 + j);
     }
     if (live) {
         int words = mv_words<T>(nc); /* whole: b0 and the row's end are 4-byte aligned */
         for (int x = lane; x < MR * 16 * words; x += 32) {
             int r = x / words, o = x % words, i = MR > 1 && r >= 16; /* constant indices: registers */
             const uint8_t *row = mq_row(job, P, i, (i ? rbase[MR - 1] : rbase[0]) + r % 16);
-            cp_async4(&st->w[w][r][o], row + mv_offset<T>(b0) + 4 * o);
+            cp_async<4>(&st->w[w][r][o], row + mv_offset<T>(b0) + 4 * o);
         }
     }
     cp_async_commit();
