@@ -72,6 +72,11 @@ struct fwdc {
     size_t tables_cap;
     dev_run *runs;
     int n_runs;
+    /* ... and attention's query blocks, all runs' in one launch
+     * (cuda_attention_paged: a block's first token, tokens, table), the
+     * runs' last position + 1, and whether each run is one block */
+    int32_t *qblocks, *h_qblocks;
+    int n_qblocks, qblocks_one_a_run, runs_end;
     /* qwen35: Q rows with their gates ([n][n_head][q | gate]) and the
      * gates split off ([n][n_head * head_dim]); the recurrent layers
      * (deltanet_cuda.c), whose one-sequence state covers positions
@@ -220,6 +225,8 @@ static int alloc_paged(fwdc *c, strata_err *err) {
     }
     c->runs = xmalloc(n * sizeof(dev_run));
     c->dn_runs = xmalloc(n * sizeof(cuda_delta_run));
+    if (!(c->qblocks = dev_alloc(c, 3 * n * sizeof(int32_t), err))) return err->code; /* a token a block at most */
+    c->h_qblocks = xmalloc(3 * n * sizeof(int32_t));
     return 0;
 }
 
@@ -333,6 +340,7 @@ void fwdc_free(fwdc *c) {
     for (int part = 0; part < 2; part++) free(c->h_dst[part]), free(c->h_tables[part]);
     free(c->runs);
     free(c->dn_runs);
+    free(c->h_qblocks);
     free(c);
 }
 
@@ -415,20 +423,15 @@ static int qkv(fwdc *c, const dev_layer *L, int n, const float *nw, strata_err *
     return 0;
 }
 
-/* Paged: attention one run (one sequence) a launch, through its table
- * of the layer's part; a sliding layer reads its window only. */
-static int attend_runs(fwdc *c, const dev_layer *L, strata_err *err) {
+/* Paged: attention of every run (one sequence each) in one launch, each
+ * through its table of the layer's part (fill_tables' query blocks); a
+ * sliding layer reads its window only. */
+static int attend_runs(fwdc *c, const dev_layer *L, int n, strata_err *err) {
     const model_hparams *hp = &c->m->hp;
-    size_t nq = (size_t)hp->n_head * hp->head_dim;
-    for (int i = 0; i < c->n_runs; i++) {
-        const dev_run *r = &c->runs[i];
-        if (cuda_attention_paged(c->att + r->t0 * nq, c->attn_part, c->q + r->t0 * nq, L->kc, L->vc,
-                                 c->tables[L->part] + r->table, c->kv->block_tokens, L->unit_halves, c->pos + r->t0,
-                                 r->t1 - r->t0, c->graph_call ? c->n_ctx : r->end, c->n_ctx, hp->n_head,
-                                 hp->n_head_kv, hp->head_dim, hp->attn_scale, L->swa ? hp->n_swa : 0, err))
-            return err->code;
-    }
-    return 0;
+    return cuda_attention_paged(c->att, c->attn_part, c->q, L->kc, L->vc, c->tables[L->part], c->kv->block_tokens,
+                                L->unit_halves, c->pos, n, c->qblocks, c->h_qblocks, c->n_qblocks,
+                                c->qblocks_one_a_run, c->graph_call ? c->n_ctx : c->runs_end, c->n_ctx, hp->n_head,
+                                hp->n_head_kv, hp->head_dim, hp->attn_scale, L->swa ? hp->n_swa : 0, err);
 }
 
 /* max_end: the call's last position + 1 (attention's grid). The
@@ -456,7 +459,7 @@ static int attention(fwdc *c, const dev_layer *L, int n, int max_end, const floa
         cuda_rope(c->k, n, kvd, hp->n_head_kv, d, hp->rope_dim, hp->rope_neox, c->pos, inv, div);
         cuda_kv_store_at(L->kc, L->vc, c->k, c->v, dst, c->pos, n, kvd);
     }
-    if (c->kv ? attend_runs(c, L, err)
+    if (c->kv ? attend_runs(c, L, n, err)
               : cuda_attention_window(c->att, c->attn_part, c->q, L->kc, L->vc, c->pos, n, max_end, c->n_ctx,
                                       hp->n_head, hp->n_head_kv, d, hp->attn_scale, L->swa ? hp->n_swa : 0, err))
         return err->code;
@@ -645,6 +648,25 @@ static int plan_runs(fwdc *c, const fwd_batch *b, strata_err *err) {
  * global part, its slot (or -1) in the sliding part. */
 static int part_unit(const kv_pool *kv, int part, int b) { return part ? kv->swa_slot[b] : b; }
 
+/* Attention's query blocks: each run cut into blocks of at most
+ * cuda_attention_block_tokens tokens (with its table's place), and the
+ * runs' last position + 1. */
+static void plan_query_blocks(fwdc *c) {
+    const model_hparams *hp = &c->m->hp;
+    int most = cuda_attention_block_tokens(hp->n_head, hp->n_head_kv, hp->head_dim);
+    if (most < 1) most = 1; /* heads the kernels refuse: attention says so */
+    c->n_qblocks = 0, c->qblocks_one_a_run = 1, c->runs_end = 0;
+    for (int i = 0; i < c->n_runs; i++) {
+        const dev_run *r = &c->runs[i];
+        for (int t = r->t0; t < r->t1; t += most) {
+            int32_t *q = c->h_qblocks + 3 * c->n_qblocks++;
+            q[0] = t, q[1] = r->t1 - t < most ? r->t1 - t : most, q[2] = r->table;
+        }
+        c->qblocks_one_a_run &= r->t1 - r->t0 <= most;
+        if (r->end > c->runs_end) c->runs_end = r->end;
+    }
+}
+
 /* Host copies of the call's positions, K/V rows, wanted rows and tables
  * of units, for each part (taken after every reserve: copy on write may
  * move a block, a reserve may give a block a slot). Every token's block
@@ -674,8 +696,10 @@ static int fill_tables(fwdc *c, const fwd_batch *b, strata_err *err) {
         r->table = (int)at;
         at += (size_t)nb;
     }
+    plan_query_blocks(c);
     if (cuda_upload(c->pos, c->h_pos, (size_t)b->n * sizeof(int32_t), err) ||
-        cuda_upload(c->rows, c->h_rows, (size_t)(c->n_out ? c->n_out : 1) * sizeof(int32_t), err))
+        cuda_upload(c->rows, c->h_rows, (size_t)(c->n_out ? c->n_out : 1) * sizeof(int32_t), err) ||
+        cuda_upload(c->qblocks, c->h_qblocks, (size_t)c->n_qblocks * 3 * sizeof(int32_t), err))
         return err->code;
     for (int part = 0; part < parts; part++)
         if (cuda_upload(c->dst[part], c->h_dst[part], (size_t)b->n * sizeof(int64_t), err) ||

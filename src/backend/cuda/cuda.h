@@ -166,13 +166,21 @@ int cuda_attention_window(float *d_out, float *d_scratch, const float *d_q, cons
  * caches above. d_kc, d_vc: one layer's K and V rows of block 0 of the
  * pool (kv_rows(pool, 0, layer, 0 / 1)); d_dst[i]: halves from there to
  * token i's row (block * block_halves + (pos % B) * kvd, from the host).
- * Attention reads one sequence per call: position p of it is in block
- * d_table[p / block_tokens]. A sliding-window layer (n_swa > 0, as
+ * Attention takes a batch of runs (a run: consecutive tokens of one
+ * sequence) in one launch, as query blocks: block i is the call's tokens
+ * [b[0], b[0] + b[1]) of one run (b = 3 i of the list, on the device in
+ * d_blocks and the same on the host in h_blocks, which shapes the launch;
+ * b[1] at most cuda_attention_block_tokens), whose positions p are in
+ * pool blocks d_table[b[2] + p / block_tokens]; one_block_a_run: each run
+ * is one block (decode: its K/V tiles kept in flight, its fold in the
+ * launch). A row's bits are those of its run alone. A sliding-window layer (n_swa > 0, as
  * cuda_attention_window) keeps its rows in the pool's slots: d_kc, d_vc
  * are then slot 0's rows, block_halves the slots' stride, d_table the
  * blocks' slots, and an entry before the window of the call's first token
  * (-1: no slot) is never read: tiles before a row's window are skipped
- * whole, and every row of the call starts at or after the first's.
+ * whole, a tile's keys before the first window's start read its start's
+ * row (weight zero either way), and every row of the call starts at or
+ * after the first's.
  * (Not yet run on a GPU: `serve --device cuda`, src/backend/cuda/README.md.) */
 void cuda_kv_store_at(uint16_t *d_kc, uint16_t *d_vc, const float *d_k, const float *d_v, const int64_t *d_dst,
                       const int32_t *d_pos, int n, int kvd);
@@ -181,8 +189,10 @@ void cuda_rope_kv_store_at(float *d_q, float *d_k, const float *d_v, uint16_t *d
                            int neox, const int32_t *d_pos, const float *d_inv_freq, float pos_div);
 int cuda_attention_paged(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc, const uint16_t *d_vc,
                          const int32_t *d_table, int block_tokens, size_t block_halves, const int32_t *d_pos, int n,
+                         const int32_t *d_blocks, const int32_t *h_blocks, int n_blocks, int one_block_a_run,
                          int max_end, int max_ctx, int n_head, int n_head_kv, int head_dim, float scale, int n_swa,
                          strata_err *err);
+int cuda_attention_block_tokens(int n_head, int n_head_kv, int head_dim);
 
 /* ---- qwen35 (cuda_delta.cu) --------------------------------------------------
  * The gated delta-net layer of model/deltanet.c and the gated attention's

@@ -796,7 +796,7 @@ __device__ __forceinline__ float attn_softmax_row(float s[4][4], float w[4][4], 
 #define FOLD_THREADS 64     /* k_attn_fold's block */
 #define FOLD_CHUNK 256      /* segments whose weights k_attn_fold holds at once */
 #define FOLD_WARP_CHUNK 64  /* ... and a warp of decode's fold in its attention launch */
-#define AT_ARRIVE_MAX 1024  /* KV heads whose decode folds in the attention launch (attn_arrive) */
+#define AT_ARRIVE_MAX 8192  /* (query block, KV head) counters: decode folds in its launch up to this many */
 
 /* A fold's threads: k_attn_fold's block, or one warp (W: decode's fold
  * in the attention launch), and their barrier. */
@@ -885,41 +885,47 @@ __global__ void __launch_bounds__(FOLD_THREADS) k_attn_fold(float *out, const fl
     fold_token_head<0, FOLD_CHUNK>(out, part, pos, blockIdx.y, blockIdx.x, n_head, D, seg_cap, n_swa, sw, sl);
 }
 
-/* Decode's fold inside its attention launch (one block of queries: the
- * tokens [0, n)): each block of KV head g counts itself in arrive[g] once
- * its states are written (a block of a segment without keys too); the
- * last to arrive folds the rows of g's query heads, a warp a row, into
- * out, and sets the count back to zero for the next launch. Saves
+/* Decode's fold inside its attention launch (a block of queries a run:
+ * the tokens [i0, i0 + nq)): each block of KV head g counts itself in
+ * its (query block, g) counter once its states are written (a block of a
+ * segment without keys too); the last to arrive folds the rows of g's
+ * query heads, a warp a row, into out, and sets the count back to zero
+ * for the next launch. Saves
  * k_attn_fold's launch, a wait between two kernels in every attention
  * layer of a decode step. scratch: 2 FOLD_WARP_CHUNK floats a warp of
  * shared memory the block is done with. Not inlined: the fold's
  * registers (a lane's 8 columns of head_dim 256, their loads in flight)
  * stay out of the attention loop's (ptxas spilled there). */
-__device__ __noinline__ void attn_arrive(int *arrive, float *out, const float *part, const int32_t *pos, int n, int g, int hpg,
-                            int n_head, int D, int seg_cap, int n_swa, float *scratch) {
+__device__ __noinline__ void attn_arrive(int *arrive, float *out, const float *part, const int32_t *pos, int i0, int nq,
+                                         int g, int hpg, int n_head, int D, int seg_cap, int n_swa, float *scratch) {
     __shared__ int s_last;
+    int *count = arrive + (size_t)blockIdx.y * gridDim.x + g;
     __threadfence(); /* this block's states, before its count */
     __syncthreads();
-    if (threadIdx.x == 0) s_last = atomicAdd(&arrive[g], 1) == (int)gridDim.z - 1;
+    if (threadIdx.x == 0) s_last = atomicAdd(count, 1) == (int)gridDim.z - 1;
     __syncthreads();
     if (!s_last) return;
     __threadfence(); /* the others' counts, before their states (loaded past L1) */
     int warp = threadIdx.x >> 5;
     float *sw = scratch + warp * 2 * FOLD_WARP_CHUNK, *sl = sw + FOLD_WARP_CHUNK;
-    for (int r = warp; r < n * hpg; r += AT_WARPS)
-        fold_token_head<1, FOLD_WARP_CHUNK>(out, part, pos, r / hpg, g * hpg + r % hpg, n_head, D, seg_cap, n_swa,
-                                            sw, sl);
-    if (threadIdx.x == 0) arrive[g] = 0;
+    for (int r = warp; r < nq * hpg; r += AT_WARPS)
+        fold_token_head<1, FOLD_WARP_CHUNK>(out, part, pos, i0 + r / hpg, g * hpg + r % hpg, n_head, D, seg_cap,
+                                            n_swa, sw, sl);
+    if (threadIdx.x == 0) *count = 0;
 }
 
 template <int NT>
 __global__ void __launch_bounds__(AT_THREADS, 4) k_attn_seg(float *part, const float *q, const __half *kc, const __half *vc,
-                                                          const kv_ref kr, const int32_t *pos, int n, int qt,
+                                                          kv_ref kr, const int32_t *pos, int n, int qt, const int32_t *yb,
                                                           int n_head, int n_head_kv, int D, float scale, int seg_cap,
                                                           int n_swa, int stages, int *arrive, float *folded) {
-    int g = blockIdx.x, i0 = blockIdx.y * qt, s = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int g = blockIdx.x, s = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     int hpg = n_head / n_head_kv, kvd = n_head_kv * D, k0 = s * CUDA_ATTN_SEG, D2 = D / 2, ld = D2 + AT_PAD;
-    int nq = min(qt, n - i0), rows = nq * hpg, mt = attn_mtiles(rows);
+    /* the block's tokens [i0, i0 + nq): one run's, from the list yb (a
+     * batch of sequences: its table's place too), or the call's y-th qt */
+    int i0 = yb ? yb[3 * blockIdx.y] : blockIdx.y * qt, nq = yb ? yb[3 * blockIdx.y + 1] : min(qt, n - i0);
+    if (yb && kr.table) kr.table += yb[3 * blockIdx.y + 2];
+    int rows = nq * hpg, mt = attn_mtiles(rows);
     int parts = AT_WARPS / mt, mtile = warp % mt, cpart = warp / mt, nt = D / (8 * parts), gq = lane >> 2, tq = lane & 3;
     /* each token's keys in this segment: [s_beg, s_end), none when s_end <= s_beg */
     __shared__ int s_end[AT_MAX_ROWS], s_beg[AT_MAX_ROWS];
@@ -934,13 +940,17 @@ __global__ void __launch_bounds__(AT_THREADS, 4) k_attn_seg(float *part, const f
         if (s_end[tt] > s_beg[tt]) kend = max(kend, s_end[tt]), kbeg = min(kbeg, s_beg[tt]);
     extern __shared__ uint4 smem16[]; /* 16-byte aligned: the tiles' copies are */
     if (kend <= k0) { /* the whole block: no token has keys here */
-        if (arrive) attn_arrive(arrive, folded, part, pos, n, g, hpg, n_head, D, seg_cap, n_swa, (float *)smem16);
+        if (arrive) attn_arrive(arrive, folded, part, pos, i0, nq, g, hpg, n_head, D, seg_cap, n_swa, (float *)smem16);
         return;
     }
     /* the keys the tiles load, from the first tile's (kend and kbeg are
-     * the block's, so s_row is read after the loop's first barrier) */
+     * the block's, so s_row is read after the loop's first barrier); a
+     * key of the first tile before kbeg is no row's (its weight is zero)
+     * and may lie in a pool block before a sliding window, with no slot
+     * (blocks of fewer than AT_KT tokens): it reads kbeg's row */
     int tfirst = k0 + (kbeg - k0) / AT_KT * AT_KT;
-    for (int j = tfirst - k0 + tid; j < kend - k0; j += AT_THREADS) s_row[j] = kv_row_at(kr, k0 + j, kvd) + (size_t)g * D;
+    for (int j = tfirst - k0 + tid; j < kend - k0; j += AT_THREADS)
+        s_row[j] = kv_row_at(kr, max(k0 + j, kbeg), kvd) + (size_t)g * D;
     /* shared memory, sized by the launch (attn_smem): the m-tiles' shared
      * scores, their queries in half (rows past the block's zero), the K/V
      * tiles (a ring of `stages` slots: the block's i-th tile in slot i % stages) */
@@ -1028,7 +1038,7 @@ __global__ void __launch_bounds__(AT_THREADS, 4) k_attn_seg(float *part, const f
                 out[2 + col] = o[u][2 * h], out[3 + col] = o[u][2 * h + 1];
             }
     }
-    if (arrive) attn_arrive(arrive, folded, part, pos, n, g, hpg, n_head, D, seg_cap, n_swa, sscore);
+    if (arrive) attn_arrive(arrive, folded, part, pos, i0, nq, g, hpg, n_head, D, seg_cap, n_swa, sscore);
 }
 
 /* Decode's fold counts (attn_arrive): zero between launches; and whether
@@ -1090,9 +1100,18 @@ extern "C" size_t cuda_attention_scratch(int max_tok, int n_head, int head_dim, 
     return (size_t)max_tok * n_head * attn_segs(max_ctx) * (head_dim + 2);
 }
 
+/* The query blocks of a launch: a run's tokens each (yb: a list of n_yb,
+ * none past max_nq tokens; decode: each is its run's only one), or the
+ * call's n tokens, one run, qt a block (yb NULL: decode when one block
+ * holds them all). */
+struct attn_blocks {
+    const int32_t *yb;
+    int n_yb, max_nq, decode;
+};
+
 static int attention(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc, const uint16_t *d_vc,
-                     const kv_ref &kr, const int32_t *d_pos, int n, int max_end, int max_ctx, int n_head,
-                     int n_head_kv, int head_dim, float scale, int n_swa, strata_err *err) {
+                     const kv_ref &kr, const attn_blocks &qb, const int32_t *d_pos, int n, int max_end, int max_ctx,
+                     int n_head, int n_head_kv, int head_dim, float scale, int n_swa, strata_err *err) {
     if (head_dim > AT_MAX_DIM || head_dim % 32 || n_head_kv <= 0 || n_head % n_head_kv ||
         n_head / n_head_kv > AT_MAX_GROUP)
         return strata_errf(err, STRATA_EUNSUPPORTED,
@@ -1105,15 +1124,17 @@ static int attention(float *d_out, float *d_scratch, const float *d_q, const uin
         return strata_errf(err, STRATA_EINVAL, "cuda attention: K/V rows not 16-byte aligned (the tiles' copies)");
     if (n <= 0) return 0;
     int seg_cap = attn_segs(max_ctx), segs = attn_segs(max_end), hpg = n_head / n_head_kv;
-    int qt = attn_qt(n, n_head_kv, segs, hpg, head_dim), rows = (qt < n ? qt : n) * hpg;
+    int qt = qb.yb ? attn_max_rows(head_dim) / hpg : attn_qt(n, n_head_kv, segs, hpg, head_dim);
+    int rows = (qb.yb ? qb.max_nq : qt < n ? qt : n) * hpg;
     int nt = head_dim / (8 * (AT_WARPS / attn_mtiles(rows))); /* a full block's; the last's is no more */
-    dim3 grid(n_head_kv, (n + qt - 1) / qt, segs);
-    int stages = attn_stages(grid.y == 1, rows, head_dim);
+    dim3 grid(n_head_kv, qb.yb ? qb.n_yb : (n + qt - 1) / qt, segs);
+    int decode = qb.yb ? qb.decode : grid.y == 1;
+    int stages = attn_stages(decode, rows, head_dim);
     size_t smem = attn_smem(rows, head_dim, stages);
-    int *arrive = grid.y == 1 && n_head_kv <= AT_ARRIVE_MAX && g_attn_fold_in ? g_attn_arrive : NULL; /* decode */
+    int *arrive = decode && grid.x * grid.y <= AT_ARRIVE_MAX && g_attn_fold_in ? g_attn_arrive : NULL;
     const __half *kh = (const __half *)d_kc, *vh = (const __half *)d_vc;
 #define AT_GO(t)                                                                                                   \
-    k_attn_seg<t><<<grid, AT_THREADS, smem, g_stream>>>(d_scratch, d_q, kh, vh, kr, d_pos, n, qt, n_head,     \
+    k_attn_seg<t><<<grid, AT_THREADS, smem, g_stream>>>(d_scratch, d_q, kh, vh, kr, d_pos, n, qt, qb.yb, n_head,  \
                                                          n_head_kv, head_dim, scale, seg_cap, n_swa, stages, arrive, d_out)
     if (nt <= 2) AT_GO(2);
     else if (nt <= 4) AT_GO(4);
@@ -1130,8 +1151,9 @@ extern "C" int cuda_attention(float *d_out, float *d_scratch, const float *d_q, 
                               const uint16_t *d_vc, const int32_t *d_pos, int n, int max_end, int max_ctx, int n_head,
                               int n_head_kv, int head_dim, float scale, strata_err *err) {
     kv_ref contiguous = {NULL, 1, 0};
-    return attention(d_out, d_scratch, d_q, d_kc, d_vc, contiguous, d_pos, n, max_end, max_ctx, n_head, n_head_kv,
-                     head_dim, scale, 0, err);
+    attn_blocks one_run = {NULL, 0, 0, 0};
+    return attention(d_out, d_scratch, d_q, d_kc, d_vc, contiguous, one_run, d_pos, n, max_end, max_ctx, n_head,
+                     n_head_kv, head_dim, scale, 0, err);
 }
 
 extern "C" int cuda_attention_window(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc,
@@ -1139,20 +1161,37 @@ extern "C" int cuda_attention_window(float *d_out, float *d_scratch, const float
                                      int n_head, int n_head_kv, int head_dim, float scale, int n_swa,
                                      strata_err *err) {
     kv_ref contiguous = {NULL, 1, 0};
-    return attention(d_out, d_scratch, d_q, d_kc, d_vc, contiguous, d_pos, n, max_end, max_ctx, n_head, n_head_kv,
-                     head_dim, scale, n_swa, err);
+    attn_blocks one_run = {NULL, 0, 0, 0};
+    return attention(d_out, d_scratch, d_q, d_kc, d_vc, contiguous, one_run, d_pos, n, max_end, max_ctx, n_head,
+                     n_head_kv, head_dim, scale, n_swa, err);
+}
+
+extern "C" int cuda_attention_block_tokens(int n_head, int n_head_kv, int head_dim) {
+    return n_head_kv > 0 && n_head % n_head_kv == 0 ? attn_max_rows(head_dim) / (n_head / n_head_kv) : 0;
 }
 
 extern "C" int cuda_attention_paged(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_k,
                                     const uint16_t *d_v, const int32_t *d_table, int block_tokens,
-                                    size_t block_halves, const int32_t *d_pos, int n, int max_end, int max_ctx,
-                                    int n_head, int n_head_kv, int head_dim, float scale, int n_swa,
+                                    size_t block_halves, const int32_t *d_pos, int n, const int32_t *d_blocks,
+                                    const int32_t *h_blocks, int n_blocks, int one_block_a_run, int max_end,
+                                    int max_ctx, int n_head, int n_head_kv, int head_dim, float scale, int n_swa,
                                     strata_err *err) {
     if (!d_table || block_tokens <= 0)
         return strata_errf(err, STRATA_EINVAL, "cuda attention: a paged call without a block table");
+    int most = cuda_attention_block_tokens(n_head, n_head_kv, head_dim), max_nq = 0;
+    for (int i = 0; i < n_blocks; i++) {
+        const int32_t *b = h_blocks + 3 * i;
+        if (b[1] <= 0 || b[1] > most || b[0] < 0 || b[0] + b[1] > n || b[2] < 0)
+            return strata_errf(err, STRATA_EINVAL, "cuda attention: query block %d (tokens [%d, %d) of %d, at most %d)",
+                               i, b[0], b[0] + b[1], n, most);
+        if (b[1] > max_nq) max_nq = b[1];
+    }
+    if (n_blocks <= 0 || n_blocks > 65535)
+        return strata_errf(err, STRATA_EINVAL, "cuda attention: %d query blocks", n_blocks);
     kv_ref paged = {d_table, block_tokens, block_halves};
-    return attention(d_out, d_scratch, d_q, d_k, d_v, paged, d_pos, n, max_end, max_ctx, n_head, n_head_kv, head_dim,
-                     scale, n_swa, err);
+    attn_blocks runs = {d_blocks, n_blocks, max_nq, one_block_a_run};
+    return attention(d_out, d_scratch, d_q, d_k, d_v, paged, runs, d_pos, n, max_end, max_ctx, n_head, n_head_kv,
+                     head_dim, scale, n_swa, err);
 }
 
 /* ---- argmax ----------------------------------------------------------------------- */

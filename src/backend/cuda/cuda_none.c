@@ -74,10 +74,12 @@ void cuda_rope_kv_store_at(float *d_q, float *d_k, const float *d_v, uint16_t *d
                            int neox, const int32_t *d_pos, const float *d_inv_freq, float pos_div) {}
 int cuda_attention_paged(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc, const uint16_t *d_vc,
                          const int32_t *d_table, int block_tokens, size_t block_halves, const int32_t *d_pos, int n,
+                         const int32_t *d_blocks, const int32_t *h_blocks, int n_blocks, int one_block_a_run,
                          int max_end, int max_ctx, int n_head, int n_head_kv, int head_dim, float scale, int n_swa,
                          strata_err *err) {
     return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
 }
+int cuda_attention_block_tokens(int n_head, int n_head_kv, int head_dim) { return 0; }
 int cuda_delta_init(strata_err *err) { return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA); }
 void cuda_zero(void *d_p, size_t bytes) {}
 int cuda_delta_conv(float *d_y, const float *d_x, float *d_state, const float *d_w, int n, int channels, int d_conv,
