@@ -444,8 +444,8 @@ static int attention(fwdc *c, const dev_layer *L, int n, int max_end, const floa
     bias(&L->bq, c->q, n);
     bias(&L->bk, c->k, n);
     bias(&L->bv, c->v, n);
-    if (L->q_norm.d) cuda_rmsnorm(c->q, c->q, L->q_norm.d, n * hp->n_head, d, hp->rms_eps);
-    if (L->k_norm.d) cuda_rmsnorm(c->k, c->k, L->k_norm.d, n * hp->n_head_kv, d, hp->rms_eps);
+    if (!c->fuse && L->q_norm.d) cuda_rmsnorm(c->q, c->q, L->q_norm.d, n * hp->n_head, d, hp->rms_eps);
+    if (!c->fuse && L->k_norm.d) cuda_rmsnorm(c->k, c->k, L->k_norm.d, n * hp->n_head_kv, d, hp->rms_eps);
     /* forward.c's rope_angles: a sliding layer with its own base rotates unscaled */
     int own = L->swa && c->inv_freq_swa;
     float div = !own && hp->rope_scale == ROPE_SCALE_LINEAR ? hp->rope_factor : 1.0f;
@@ -453,7 +453,7 @@ static int attention(fwdc *c, const dev_layer *L, int n, int max_end, const floa
     const int64_t *dst = c->kv ? c->dst[L->part] : NULL; /* paged: each token's row in the pool */
     if (c->fuse) {
         cuda_rope_kv_store_at(c->q, c->k, c->v, L->kc, L->vc, dst, n, hp->n_head, hp->n_head_kv, d, hp->rope_dim,
-                              hp->rope_neox, c->pos, inv, div);
+                              hp->rope_neox, c->pos, inv, div, L->q_norm.d, L->k_norm.d, hp->rms_eps); /* the norms too */
     } else {
         cuda_rope(c->q, n, nq, hp->n_head, d, hp->rope_dim, hp->rope_neox, c->pos, inv, div);
         cuda_rope(c->k, n, kvd, hp->n_head_kv, d, hp->rope_dim, hp->rope_neox, c->pos, inv, div);

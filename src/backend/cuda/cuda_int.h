@@ -89,6 +89,22 @@ __device__ __forceinline__ float rms_scale(const float *x, int dim, float eps, f
     return 1.0f / sqrtf(s / (float)dim + eps);
 }
 
+/* rms_scale's value for one warp alone (x: dim floats): the same
+ * partial sums, butterflies and order (lane l takes the RMS_LANES
+ * partial sums 32 w + l), so the same bits. */
+__device__ __forceinline__ float rms_scale_warp(const float *x, int dim, float eps) {
+    int lane = threadIdx.x & 31;
+    float s = 0.0f;
+    for (int w = 0; w < RMS_LANES / 32; w++) {
+        float ss = 0.0f;
+        for (int i = 32 * w + lane; i < dim; i += RMS_LANES) ss = fmaf(x[i], x[i], ss);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(FULL, ss, o);
+        s += ss;
+    }
+    return 1.0f / sqrtf(s / (float)dim + eps);
+}
+
 /* Q4_K / Q5_K: sub-block j's 6-bit scale and min from the super-block's
  * scales[12] (backend/quant_impl.h, quant_kscale). */
 __device__ __forceinline__ void kq_scale_min(const uint8_t *s, int j, int &sc, int &m) {

@@ -447,11 +447,28 @@ __device__ __forceinline__ void kv_store_row(__half *kc, __half *vc, const float
     }
 }
 
-/* cuda_rope on q and on k, then cuda_kv_store, in one launch (a block per token). */
+/* The RMS norm of each of n_heads heads of x (head_dim floats, weights
+ * w) in place, a warp a head: k_rmsnorm's scale (rms_scale_warp) and
+ * expression, so its bits. A lane reads and writes its own elements. */
+__device__ void head_norms(float *x, int n_heads, int head_dim, const float *w, float eps) {
+    int lane = threadIdx.x & 31;
+    for (int h = threadIdx.x >> 5; h < n_heads; h += blockDim.x >> 5) {
+        float *xh = x + (size_t)h * head_dim, scale = rms_scale_warp(xh, head_dim, eps);
+        for (int i = lane; i < head_dim; i += 32) xh[i] = xh[i] * scale * w[i];
+    }
+}
+
+/* cuda_rmsnorm of q's and k's heads (q_norm, k_norm: NULL for none),
+ * cuda_rope on q and on k, then cuda_kv_store, in one launch (a block per
+ * token). */
 __global__ void k_rope_store(float *q, float *k, const float *v, __half *kc, __half *vc, const int64_t *dst,
                              int n_head, int n_head_kv, int head_dim, int rope_dim, int neox, const int32_t *pos,
-                             const float *inv_freq, float pos_div) {
+                             const float *inv_freq, float pos_div, const float *q_norm, const float *k_norm,
+                             float eps) {
     int t = blockIdx.x, p = pos[t], nq = n_head * head_dim, kvd = n_head_kv * head_dim;
+    if (q_norm) head_norms(q + (size_t)t * nq, n_head, head_dim, q_norm, eps);
+    if (k_norm) head_norms(k + (size_t)t * kvd, n_head_kv, head_dim, k_norm, eps);
+    __syncthreads(); /* the normed heads, written by other warps, are what RoPE reads */
     rope_rows(q + (size_t)t * nq, n_head, k + (size_t)t * kvd, n_head_kv, head_dim, rope_dim, neox, p, inv_freq,
               pos_div);
     __syncthreads(); /* the rotated k, written by other threads, is what goes to the cache */
@@ -461,17 +478,18 @@ __global__ void k_rope_store(float *q, float *k, const float *v, __half *kc, __h
 extern "C" void cuda_rope_kv_store_at(float *d_q, float *d_k, const float *d_v, uint16_t *d_kc, uint16_t *d_vc,
                                       const int64_t *d_dst, int n, int n_head, int n_head_kv, int head_dim,
                                       int rope_dim, int neox, const int32_t *d_pos, const float *d_inv_freq,
-                                      float pos_div) {
+                                      float pos_div, const float *d_q_norm, const float *d_k_norm, float eps) {
     if (n > 0)
         k_rope_store<<<n, 128, 0, g_stream>>>(d_q, d_k, d_v, (__half *)d_kc, (__half *)d_vc, d_dst, n_head,
-                                              n_head_kv, head_dim, rope_dim, neox, d_pos, d_inv_freq, pos_div);
+                                              n_head_kv, head_dim, rope_dim, neox, d_pos, d_inv_freq, pos_div,
+                                              d_q_norm, d_k_norm, eps);
 }
 
 extern "C" void cuda_rope_kv_store(float *d_q, float *d_k, const float *d_v, uint16_t *d_kc, uint16_t *d_vc, int n,
                                    int n_head, int n_head_kv, int head_dim, int rope_dim, int neox,
                                    const int32_t *d_pos, const float *d_inv_freq, float pos_div) {
     cuda_rope_kv_store_at(d_q, d_k, d_v, d_kc, d_vc, NULL, n, n_head, n_head_kv, head_dim, rope_dim, neox, d_pos,
-                          d_inv_freq, pos_div);
+                          d_inv_freq, pos_div, NULL, NULL, 0.0f);
 }
 
 __global__ void k_swiglu(float *g, const float *u, size_t n) {

@@ -71,7 +71,8 @@ void cuda_kv_store_at(uint16_t *d_kc, uint16_t *d_vc, const float *d_k, const fl
                       const int32_t *d_pos, int n, int kvd) {}
 void cuda_rope_kv_store_at(float *d_q, float *d_k, const float *d_v, uint16_t *d_kc, uint16_t *d_vc,
                            const int64_t *d_dst, int n, int n_head, int n_head_kv, int head_dim, int rope_dim,
-                           int neox, const int32_t *d_pos, const float *d_inv_freq, float pos_div) {}
+                           int neox, const int32_t *d_pos, const float *d_inv_freq, float pos_div,
+                           const float *d_q_norm, const float *d_k_norm, float eps) {}
 int cuda_attention_paged(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_kc, const uint16_t *d_vc,
                          const int32_t *d_table, int block_tokens, size_t block_halves, const int32_t *d_pos, int n,
                          const int32_t *d_blocks, const int32_t *h_blocks, int n_blocks, int one_block_a_run,
