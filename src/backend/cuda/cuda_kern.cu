@@ -1118,6 +1118,10 @@ extern "C" size_t cuda_attention_scratch(int max_tok, int n_head, int head_dim, 
     return (size_t)max_tok * n_head * attn_segs(max_ctx) * (head_dim + 2);
 }
 
+extern "C" int cuda_attention_block_tokens(int n_head, int n_head_kv, int head_dim) {
+    return n_head_kv > 0 && n_head % n_head_kv == 0 ? attn_max_rows(head_dim) / (n_head / n_head_kv) : 0;
+}
+
 /* The query blocks of a launch: a run's tokens each (yb: a list of n_yb,
  * none past max_nq tokens; decode: each is its run's only one), or the
  * call's n tokens, one run, qt a block (yb NULL: decode when one block
@@ -1142,7 +1146,8 @@ static int attention(float *d_out, float *d_scratch, const float *d_q, const uin
         return strata_errf(err, STRATA_EINVAL, "cuda attention: K/V rows not 16-byte aligned (the tiles' copies)");
     if (n <= 0) return 0;
     int seg_cap = attn_segs(max_ctx), segs = attn_segs(max_end), hpg = n_head / n_head_kv;
-    int qt = qb.yb ? attn_max_rows(head_dim) / hpg : attn_qt(n, n_head_kv, segs, hpg, head_dim);
+    int qt = qb.yb ? cuda_attention_block_tokens(n_head, n_head_kv, head_dim)
+                   : attn_qt(n, n_head_kv, segs, hpg, head_dim);
     int rows = (qb.yb ? qb.max_nq : qt < n ? qt : n) * hpg;
     int nt = head_dim / (8 * (AT_WARPS / attn_mtiles(rows))); /* a full block's; the last's is no more */
     dim3 grid(n_head_kv, qb.yb ? qb.n_yb : (n + qt - 1) / qt, segs);
@@ -1182,10 +1187,6 @@ extern "C" int cuda_attention_window(float *d_out, float *d_scratch, const float
     attn_blocks one_run = {NULL, 0, 0, 0};
     return attention(d_out, d_scratch, d_q, d_kc, d_vc, contiguous, one_run, d_pos, n, max_end, max_ctx, n_head,
                      n_head_kv, head_dim, scale, n_swa, err);
-}
-
-extern "C" int cuda_attention_block_tokens(int n_head, int n_head_kv, int head_dim) {
-    return n_head_kv > 0 && n_head % n_head_kv == 0 ? attn_max_rows(head_dim) / (n_head / n_head_kv) : 0;
 }
 
 extern "C" int cuda_attention_paged(float *d_out, float *d_scratch, const float *d_q, const uint16_t *d_k,
