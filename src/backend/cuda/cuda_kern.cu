@@ -933,10 +933,10 @@ __device__ __noinline__ void attn_arrive(int *arrive, float *out, const float *p
 }
 
 template <int NT>
-__global__ void __launch_bounds__(AT_THREADS, 4) k_attn_seg(float *part, const float *q, const __half *kc, const __half *vc,
-                                                          kv_ref kr, const int32_t *pos, int n, int qt, const int32_t *yb,
-                                                          int n_head, int n_head_kv, int D, float scale, int seg_cap,
-                                                          int n_swa, int stages, int *arrive, float *folded) {
+__global__ void __launch_bounds__(AT_THREADS, 4)
+    k_attn_seg(float *part, const float *q, const __half *kc, const __half *vc, kv_ref kr, const int32_t *pos, int n,
+               int qt, const int32_t *yb, int n_head, int n_head_kv, int D, float scale, int seg_cap, int n_swa,
+               int stages, int *arrive, float *folded) {
     int g = blockIdx.x, s = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     int hpg = n_head / n_head_kv, kvd = n_head_kv * D, k0 = s * CUDA_ATTN_SEG, D2 = D / 2, ld = D2 + AT_PAD;
     /* the block's tokens [i0, i0 + nq): one run's, from the list yb (a
@@ -1075,7 +1075,8 @@ int attn_init(int optin_bytes, strata_err *err) {
     for (size_t i = 0; i < sizeof kernels / sizeof *kernels && e == cudaSuccess; i++) {
         cudaFuncAttributes a;
         e = cudaFuncGetAttributes(&a, kernels[i]);
-        if (e == cudaSuccess && optin_bytes - (int)a.sharedSizeBytes < bytes) bytes = optin_bytes - (int)a.sharedSizeBytes;
+        if (e == cudaSuccess && optin_bytes - (int)a.sharedSizeBytes < bytes)
+            bytes = optin_bytes - (int)a.sharedSizeBytes;
     }
     if (e == cudaSuccess && bytes < (int)AT_SMEM_MIN)
         return strata_errf(err, STRATA_EUNSUPPORTED,
@@ -1158,7 +1159,8 @@ static int attention(float *d_out, float *d_scratch, const float *d_q, const uin
     const __half *kh = (const __half *)d_kc, *vh = (const __half *)d_vc;
 #define AT_GO(t)                                                                                                   \
     k_attn_seg<t><<<grid, AT_THREADS, smem, g_stream>>>(d_scratch, d_q, kh, vh, kr, d_pos, n, qt, qb.yb, n_head,  \
-                                                         n_head_kv, head_dim, scale, seg_cap, n_swa, stages, arrive, d_out)
+                                                         n_head_kv, head_dim, scale, seg_cap, n_swa, stages, arrive, \
+                                                         d_out)
     if (nt <= 2) AT_GO(2);
     else if (nt <= 4) AT_GO(4);
     else if (nt <= 8) AT_GO(8);
