@@ -141,6 +141,22 @@ static cudaError_t allow_smem(F (&kernels)[N], int bytes) {
     return e;
 }
 
+/* allow_smem with what the device's opt-in limit a block (optin_bytes)
+ * leaves past the kernels' largest static shared memory (the limit holds
+ * both): *bytes, the dynamic shared memory a launch of them may ask. */
+template <class F, size_t N>
+static cudaError_t allow_smem_left(F (&kernels)[N], int optin_bytes, int *bytes) {
+    cudaError_t e = cudaSuccess;
+    *bytes = optin_bytes;
+    for (size_t i = 0; i < N && e == cudaSuccess; i++) {
+        cudaFuncAttributes a;
+        e = cudaFuncGetAttributes(&a, kernels[i]);
+        if (e == cudaSuccess && optin_bytes - (int)a.sharedSizeBytes < *bytes)
+            *bytes = optin_bytes - (int)a.sharedSizeBytes;
+    }
+    return e == cudaSuccess ? allow_smem(kernels, *bytes) : e;
+}
+
 /* A copy of B bytes (4, or 16 with both addresses 16-byte aligned: a
  * quarter of the instructions) from global to shared memory that does
  * not wait (sm_80's cp.async: the next tile's loads overlap this tile's

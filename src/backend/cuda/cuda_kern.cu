@@ -1070,19 +1070,12 @@ static int g_attn_fold_in = 1;
  * scores (87.5 KiB) must fit. */
 int attn_init(int optin_bytes, strata_err *err) {
     decltype(&k_attn_seg<2>) kernels[] = {k_attn_seg<2>, k_attn_seg<4>, k_attn_seg<8>, k_attn_seg<16>};
-    int bytes = optin_bytes;
-    cudaError_t e = cudaSuccess;
-    for (size_t i = 0; i < sizeof kernels / sizeof *kernels && e == cudaSuccess; i++) {
-        cudaFuncAttributes a;
-        e = cudaFuncGetAttributes(&a, kernels[i]);
-        if (e == cudaSuccess && optin_bytes - (int)a.sharedSizeBytes < bytes)
-            bytes = optin_bytes - (int)a.sharedSizeBytes;
-    }
+    int bytes = 0;
+    cudaError_t e = allow_smem_left(kernels, optin_bytes, &bytes);
     if (e == cudaSuccess && bytes < (int)AT_SMEM_MIN)
         return strata_errf(err, STRATA_EUNSUPPORTED,
                            "cuda: attention needs %d bytes of shared memory a block, the device allows %d",
                            (int)AT_SMEM_MIN, bytes);
-    if (e == cudaSuccess) e = allow_smem(kernels, bytes);
     if (e != cudaSuccess)
         return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: allowing attention %d bytes of shared memory: %s", bytes,
                            cudaGetErrorString(e));

@@ -809,17 +809,9 @@ int mmv_init(int optin_bytes, int sms, strata_err *err) {
         k_mmv<QT_Q4_K, 0>, k_mmv<QT_Q5_K, 0>, k_mmv<QT_Q6_K, 0>, k_mmv<QT_Q4_0, 1>, k_mmv<QT_Q4_1, 1>,
         k_mmv<QT_Q5_0, 1>, k_mmv<QT_Q5_1, 1>, k_mmv<QT_Q8_0, 1>, k_mmv<QT_Q4_K, 1>, k_mmv<QT_Q5_K, 1>,
         k_mmv<QT_Q6_K, 1>};
-    /* the opt-in limit holds a block's static shared memory (the norm's
-     * partial sums) and its dynamic alike: the dynamic gets what is left */
-    int dynamic = optin_bytes;
-    cudaError_t e = cudaSuccess;
-    for (size_t i = 0; i < sizeof kernels / sizeof *kernels && e == cudaSuccess; i++) {
-        cudaFuncAttributes a;
-        e = cudaFuncGetAttributes(&a, kernels[i]);
-        if (e == cudaSuccess && optin_bytes - (int)a.sharedSizeBytes < dynamic)
-            dynamic = optin_bytes - (int)a.sharedSizeBytes;
-    }
-    if (e == cudaSuccess) e = allow_smem(kernels, dynamic);
+    /* the dynamic gets what the kernels' static memory (the norm's partial sums) leaves */
+    int dynamic = 0;
+    cudaError_t e = allow_smem_left(kernels, optin_bytes, &dynamic);
     if (e != cudaSuccess)
         return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: allowing the decode matmul %d bytes of shared memory: %s",
                            dynamic, cudaGetErrorString(e));
