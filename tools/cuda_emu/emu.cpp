@@ -75,6 +75,34 @@ float __shfl_xor_sync(unsigned mask, float v, int lane_xor) {
     return r;
 }
 
+/* The int and double forms move the bits through the same exchange. */
+template <class T>
+static T shfl_bits(T v, int src_of_lane_xor, int is_xor) {
+    static_assert(sizeof(T) <= sizeof(double), "one slot a thread");
+    static double slot[MAX_THREADS];
+    int t = threadIdx.x, src = is_xor ? (t & 31) ^ src_of_lane_xor : src_of_lane_xor & 31;
+    memcpy(&slot[t], &v, sizeof v);
+    __syncwarp();
+    T r;
+    memcpy(&r, &slot[(t & ~31) | src], sizeof r);
+    __syncwarp();
+    return r;
+}
+int __shfl_xor_sync(unsigned, int v, int lane_xor) { return shfl_bits(v, lane_xor, 1); }
+double __shfl_xor_sync(unsigned, double v, int lane_xor) { return shfl_bits(v, lane_xor, 1); }
+int __shfl_sync(unsigned, int v, int src_lane) { return shfl_bits(v, src_lane, 0); }
+
+unsigned __ballot_sync(unsigned, int pred) {
+    static unsigned bit[MAX_THREADS];
+    int t = threadIdx.x;
+    bit[t] = pred ? 1u << (t & 31) : 0u;
+    __syncwarp();
+    unsigned r = 0;
+    for (int i = 0; i < 32; i++) r |= bit[(t & ~31) | i];
+    __syncwarp();
+    return r;
+}
+
 float __shfl_sync(unsigned mask, float v, int src_lane) {
     int t = threadIdx.x;
     g_xch[t] = v;

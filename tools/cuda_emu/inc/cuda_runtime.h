@@ -87,6 +87,12 @@ void __syncthreads();
 void __syncwarp();
 float __shfl_xor_sync(unsigned mask, float v, int lane_xor);
 float __shfl_sync(unsigned mask, float v, int src_lane);
+int __shfl_xor_sync(unsigned mask, int v, int lane_xor);
+double __shfl_xor_sync(unsigned mask, double v, int lane_xor);
+int __shfl_sync(unsigned mask, int v, int src_lane);
+/* bit i: lane i's pred, a warp collective like the shuffles */
+unsigned __ballot_sync(unsigned mask, int pred);
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
 /* mma.sync.m16n8k32.row.col.s32.s8.s8.s32 with a zero accumulator, for the
  * calling lane's fragments (PTX's layout: emu.cpp), a warp collective */
 void emu_mma_s8(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
