@@ -23,6 +23,7 @@
 #include "model/engine.h"
 #include "model/forward_cuda.h"
 #include "model/forward_int.h"
+#include "model/moe.h"
 #include "test.h"
 #include "test_util.h"
 
@@ -710,9 +711,10 @@ TEST(gpu_gemma3_matches_cpu_and_float64_past_its_window) {
     check_whole_model("gemma3-q8_0", 0.05);
 }
 
-/* Mixture of experts on the GPU (moe_cuda.c: routed on the host as the
+/* Mixture of experts on the GPU (moe_cuda.c: routed on the device as the
  * CPU routes, experts over their slots, the weighted sum, qwen35moe's
- * shared expert and its delta-net layers): qwen3moe in float weights and
+ * shared expert and its delta-net layers; token by token is the decode
+ * graph, all experts of a matmul one launch): qwen3moe in float weights and
  * on the 8-bit path, qwen35moe in float weights and in K-quants, within
  * the CPU's bound (0.05 of the logit range: an expert chosen differently
  * at a near tie would show as a large error, not a small one). For these
@@ -728,14 +730,153 @@ TEST(gpu_moe_matches_cpu_and_float64) {
     for (int i = 0; i < 4; i++) check_whole_model(names[i], 0.05);
 }
 
-/* ---- qwen35 (cuda_delta.cu) ---------------------------------------------------- */
-
 /* Units in the last place between two floats of one sign. */
 static long ulps_apart(float a, float b) {
     int32_t ia, ib;
     memcpy(&ia, &a, 4), memcpy(&ib, &b, 4);
     return labs((long)ia - (long)ib);
 }
+
+/* The device's routing (cuda_moe_route, cuda_moe_group) against the
+ * CPU's moe_route and moe_group on the same logits: the same experts in
+ * the same order (ties, planted in every token, to the lower id), the
+ * same slots and groups, the weights within 2 units in the last place
+ * (the exps in double rounded; the softmax's sum over lanes), for each
+ * gating, with and without renormalisation and scale, up to 1024 experts
+ * and 32 a token, one token to a prefill's worth. */
+static void check_routing(int n, int ne, int k, moe_gating gating, int norm, float scale, uint32_t seed) {
+    model_hparams hp;
+    memset(&hp, 0, sizeof hp);
+    hp.n_expert = ne, hp.n_expert_used = k, hp.expert_gating = gating, hp.expert_norm = norm, hp.expert_scale = scale;
+    cuda_moe_gating g = {ne, k, gating == MOE_GATE_SIGMOID    ? CUDA_GATE_SIGMOID
+                                : gating == MOE_GATE_SOFTMAX ? CUDA_GATE_SOFTMAX
+                                                             : CUDA_GATE_SOFTMAX_WEIGHT,
+                         norm, scale};
+    float *lg = rand_vec((size_t)n * ne, seed), *p = xmalloc((size_t)ne * sizeof(float));
+    for (int t = 0; t < n; t++) { /* a tie: the token's largest logit again, at a higher id */
+        float *row = lg + (size_t)t * ne;
+        int best = 0;
+        for (int i = 1; i < ne; i++) best = row[i] > row[best] ? i : best;
+        row[(best + 1 + t % (ne - 1)) % ne] = row[best] * 3.0f + 1.0f, row[best] = row[best] * 3.0f + 1.0f;
+    }
+    size_t pairs = (size_t)n * k;
+    int ng = cuda_moe_groups(n, k, ne), *ids = xmalloc(pairs * sizeof(int)), *first = xmalloc((ne + 1) * sizeof(int));
+    int *fill = xmalloc(ne * sizeof(int)), *slot_of = xmalloc(pairs * sizeof(int)),
+        *slot_tok = xmalloc(pairs * sizeof(int));
+    float *w = xmalloc(pairs * sizeof(float));
+    for (int t = 0; t < n; t++) moe_route(&hp, lg + (size_t)t * ne, p, ids + (size_t)t * k, w + (size_t)t * k);
+    moe_group(ids, n, k, ne, first, fill, slot_of, slot_tok, NULL);
+    float *d_lg = to_dev(lg, (size_t)n * ne * 4), *d_w = to_dev(NULL, pairs * 4);
+    int32_t *d_ids = to_dev(NULL, pairs * 4), *d_first = to_dev(NULL, (ne + 1) * 4), *d_of = to_dev(NULL, pairs * 4);
+    int32_t *d_tok = to_dev(NULL, pairs * 4), *d_groups = to_dev(NULL, (size_t)ng * CUDA_GROUP_INTS * 4);
+    int32_t *g_ids = xmalloc(pairs * 4), *g_first = xmalloc((ne + 1) * 4), *g_of = xmalloc(pairs * 4);
+    int32_t *g_tok = xmalloc(pairs * 4), *g_groups = xmalloc((size_t)ng * CUDA_GROUP_INTS * 4);
+    float *g_w = xmalloc(pairs * 4);
+    strata_err err = {0};
+    if (cuda_moe_route(d_lg, n, &g, d_ids, d_w, &err) ||
+        cuda_moe_group(d_ids, n, k, ne, d_first, d_of, d_tok, d_groups, &err)) {
+        test_fail(__FILE__, __LINE__, "%d tokens, %d of %d experts: %s", n, k, ne, err.msg);
+    } else {
+        from_dev(g_ids, d_ids, pairs * 4), from_dev(g_w, d_w, pairs * 4), from_dev(g_first, d_first, (ne + 1) * 4);
+        from_dev(g_of, d_of, pairs * 4), from_dev(g_tok, d_tok, pairs * 4);
+        from_dev(g_groups, d_groups, (size_t)ng * CUDA_GROUP_INTS * 4);
+        long worst = 0;
+        for (size_t i = 0; i < pairs; i++) worst = ulps_apart(g_w[i], w[i]) > worst ? ulps_apart(g_w[i], w[i]) : worst;
+        CHECK_MSG(memcmp(g_ids, ids, pairs * 4) == 0, "n %d, %d of %d, gating %d: the experts", n, k, ne, gating);
+        CHECK_MSG(worst <= 2, "n %d, %d of %d, gating %d norm %d: weights %ld ulps from the CPU's", n, k, ne, gating,
+                  norm, worst);
+        CHECK_MSG(memcmp(g_first, first, (ne + 1) * 4) == 0 && memcmp(g_of, slot_of, pairs * 4) == 0 &&
+                      memcmp(g_tok, slot_tok, pairs * 4) == 0,
+                  "n %d, %d of %d: the slots", n, k, ne);
+        int at = 0; /* the groups: the non-empty experts in order, then empty entries */
+        for (int e = 0; e < ne; e++)
+            if (first[e + 1] > first[e]) {
+                const int32_t *G = g_groups + (size_t)at++ * CUDA_GROUP_INTS;
+                CHECK_MSG(G[0] == e && G[1] == first[e] && G[2] == first[e + 1] - first[e], "n %d: group %d", n,
+                          at - 1);
+            }
+        for (; at < ng; at++)
+            CHECK_MSG(g_groups[(size_t)at * CUDA_GROUP_INTS + 2] == 0, "n %d: group %d is empty", n, at);
+    }
+    void *dev[] = {d_lg, d_w, d_ids, d_first, d_of, d_tok, d_groups};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cuda_free(dev[i]);
+    void *host[] = {lg, p, ids, first, fill, slot_of, slot_tok, w, g_ids, g_first, g_of, g_tok, g_groups, g_w};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
+}
+
+TEST(gpu_moe_routing_matches_the_cpu) {
+    if (!gpu_up()) return;
+    check_routing(1, 128, 8, MOE_GATE_SOFTMAX, 1, 0.0f, 1);
+    check_routing(5, 60, 4, MOE_GATE_SOFTMAX, 0, 2.5f, 2);
+    check_routing(70, 128, 8, MOE_GATE_SOFTMAX, 1, 0.0f, 3);
+    check_routing(3, 256, 8, MOE_GATE_SIGMOID, 1, 2.5f, 4);
+    check_routing(9, 32, 4, MOE_GATE_SOFTMAX_WEIGHT, 0, 0.0f, 5);
+    check_routing(2, 1024, 32, MOE_GATE_SOFTMAX, 1, 0.0f, 6);
+    check_routing(33, 8, 1, MOE_GATE_SOFTMAX, 0, 0.0f, 7);
+}
+
+/* cuda_matmul_experts (a decode step's experts, one launch for all its
+ * groups) against cuda_matmul over each expert's slots, bit for bit: a
+ * model's w_gate and w_up viewed as stacks of 4 experts (SwiGLU, against
+ * cuda_matmul_swiglu) and w_down as 4 experts (plain), for every weight
+ * type, 1, 3 and 8 tokens routed by the device. */
+static void check_experts(const model *m, int n, uint32_t seed, const char *name) {
+    enum { NE = 4, K = 2 };
+    const model_tensor *gt = &m->layers[0].w_gate, *ut = &m->layers[0].w_up, *dt = &m->layers[0].w_down;
+    const model_tensor *stacks[2][2] = {{gt, ut}, {dt, NULL}};
+    for (int s = 0; s < 2; s++) {
+        const model_tensor *w = stacks[s][0], *up = stacks[s][1];
+        int rows = (int)w->rows / NE, k = (int)w->cols, slots = n * K;
+        size_t step = (size_t)rows * w->row_bytes, bytes = step * NE, ybytes = (size_t)slots * rows * 4;
+        void *d_w = to_dev(w->data, bytes), *d_up = up ? to_dev(up->data, bytes) : NULL;
+        float *x = rand_vec((size_t)slots * k, seed), *lg = rand_vec((size_t)n * NE, seed + 1);
+        float *d_x = to_dev(x, (size_t)slots * k * 4), *d_lg = to_dev(lg, (size_t)n * NE * 4),
+              *d_rw = to_dev(NULL, slots * 4);
+        float *d_y = to_dev(NULL, ybytes), *d_ref = to_dev(NULL, ybytes);
+        int32_t *d_ids = to_dev(NULL, slots * 4), *d_first = to_dev(NULL, (NE + 1) * 4),
+                *d_of = to_dev(NULL, slots * 4);
+        int32_t *d_tok = to_dev(NULL, slots * 4), *d_groups = to_dev(NULL, (size_t)NE * CUDA_GROUP_INTS * 4);
+        int first[NE + 1], ng = cuda_moe_groups(n, K, NE);
+        float *y = xmalloc(ybytes), *ref = xmalloc(ybytes);
+        cuda_moe_gating g = {NE, K, CUDA_GATE_SOFTMAX, 1, 0.0f};
+        strata_err err = {0};
+        int rc = cuda_moe_route(d_lg, n, &g, d_ids, d_rw, &err) ||
+                 cuda_moe_group(d_ids, n, K, NE, d_first, d_of, d_tok, d_groups, &err) ||
+                 cuda_matmul_experts(w->type, d_w, d_up, step, w->row_bytes, rows, k, d_x, n, d_groups, ng, d_y, &err);
+        if (!rc) from_dev(first, d_first, sizeof first);
+        for (int e = 0; e < NE && !rc; e++) {
+            int m0 = first[e], cnt = first[e + 1] - m0;
+            const uint8_t *we = (const uint8_t *)d_w + e * step, *ue = up ? (const uint8_t *)d_up + e * step : NULL;
+            const float *xe = d_x + (size_t)m0 * k;
+            float *ye = d_ref + (size_t)m0 * rows;
+            if (!cnt) continue;
+            rc = up ? cuda_matmul_swiglu(w->type, w->row_bytes, rows, k, xe, cnt, we, ue, ye, NULL, 0.0f, &err)
+                    : cuda_matmul(w->type, we, w->row_bytes, rows, k, xe, cnt, ye, &err);
+        }
+        if (rc) {
+            test_fail(__FILE__, __LINE__, "%s, %d tokens: %s", name, n, err.msg);
+        } else {
+            from_dev(y, d_y, ybytes), from_dev(ref, d_ref, ybytes);
+            CHECK_MSG(memcmp(y, ref, ybytes) == 0, "%s, %s, %d tokens: grouped != one expert at a time", name,
+                      up ? "SwiGLU" : "plain", n);
+        }
+        void *dev[] = {d_w, d_up, d_x, d_lg, d_rw, d_y, d_ref, d_ids, d_first, d_of, d_tok, d_groups};
+        for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cuda_free(dev[i]);
+        free(x), free(lg), free(y), free(ref);
+    }
+}
+
+TEST(gpu_matmul_experts_keep_the_bits) {
+    if (!gpu_up()) return;
+    for (int i = 0; i < N_MODELS; i++) {
+        model *m = load_test_model(MODELS[i]);
+        if (!m) continue;
+        for (int n = 1; n <= 8; n += n < 3 ? 2 : 5) check_experts(m, n, 90u + (uint32_t)(i * 8 + n), MODELS[i]);
+        model_free(m);
+    }
+}
+
+/* ---- qwen35 (cuda_delta.cu) ---------------------------------------------------- */
 
 /* The CPU's delta-net steps 2 and 3 (deltanet.c's conv_run and gates, with
  * delta_dot, libm's expf and logf) on n tokens of C channels, in place:
@@ -1400,14 +1541,14 @@ TEST(gpu_qwen35_paged_keeps_the_one_sequence_bits) {
  * sequences prefilled together, then decoded together for DS steps, one
  * token each (the graph for two tokens, recorded on the first step and
  * replayed), have the one-sequence pass's bits, with graphs and without;
- * Gemma 3's window in slots and qwen35's states (one launch over both
- * runs) included. Then a batch where one sequence has two runs (A, B, A
+ * Gemma 3's window in slots, qwen35's states (one launch over both
+ * runs) and qwen3moe's experts (routed in the graph) included. Then a batch where one sequence has two runs (A, B, A
  * again: no graph, qwen35's runs launched one after the other) keeps
  * them too. */
 TEST(gpu_paged_decode_graph_keeps_the_bits) {
     if (!gpu_up()) return;
-    const char *names[] = {"llama-q4_1", "gemma3-q8_0", "qwen35-f32"};
-    for (int i = 0; i < 3; i++) {
+    const char *names[] = {"llama-q4_1", "gemma3-q8_0", "qwen35-f32", "qwen3moe-q8_0"};
+    for (int i = 0; i < 4; i++) {
         model *m;
         fwdc *ref_c = open_gpu_model(names[i], 512, &m);
         if (!ref_c) continue;

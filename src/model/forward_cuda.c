@@ -601,8 +601,8 @@ int fwdc_run(fwdc *c, const int32_t *tok, int n, int pos0, int all, float *logit
         cuda_upload(c->pos, c->h_pos, (size_t)n * sizeof(int32_t), err) ||
         cuda_upload(c->rows, c->h_rows, (size_t)c->n_out * sizeof(int32_t), err))
         return err->code;
-    /* a mixture of experts routes on the host between its kernels: no graph */
-    rc = n == 1 && c->use_graphs && !c->me ? run_graph(c, &c->step, 1, err) : queue_pass(c, n, pos0 + n, err);
+    int graph = n == 1 && c->use_graphs && mec_graphs(c->me, 1);
+    rc = graph ? run_graph(c, &c->step, 1, err) : queue_pass(c, n, pos0 + n, err);
     if (!rc) rc = logits ? cuda_download(logits, c->logits, (size_t)c->n_out * c->m->hp.n_vocab * sizeof(float), err)
                          : cuda_sync(err);
     if (!rc && c->dn) c->rs_end = pos0 + n;
@@ -758,10 +758,10 @@ static void commit_states(fwdc *c, const fwd_batch *b) {
 }
 
 /* A decode step a graph can replay: a token for each of n different
- * sequences (runs of one), every row wanted, no mixture of experts (it
- * routes on the host between kernels). */
+ * sequences (runs of one), every row wanted, a mixture of experts' no
+ * wait on the host (mec_graphs). */
 static int graph_step(const fwdc *c, const fwd_batch *b) {
-    if (!c->use_graphs || c->me || b->n >= PAGED_GRAPHS || c->n_runs != b->n) return 0;
+    if (!c->use_graphs || !mec_graphs(c->me, b->n) || b->n >= PAGED_GRAPHS || c->n_runs != b->n) return 0;
     for (int t = 0; t < b->n; t++) {
         if (b->want && !b->want[t]) return 0;
         for (int u = 0; u < t; u++)

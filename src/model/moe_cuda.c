@@ -1,20 +1,25 @@
 /* moe_cuda.c - the mixture-of-experts feed-forward on the GPU (qwen3moe,
  * qwen35moe), model/moe.c's steps for the GPU pass (forward_cuda.c):
- *   router logits (one matmul, + bias) -> copied to the host, which
- *   routes each token as the CPU does (moe_route: gating, top-k,
- *   renormalisation) and groups the batch's (token, k) pairs by expert
- *   into slots, tokens in batch order within an expert -> the slots'
- *   rows gathered -> per active expert a gate and an up matmul over its
- *   slots (its slice of the uploaded stack) -> SwiGLU -> per active
- *   expert a down matmul -> per token the weighted sum of its k rows,
- *   best first, + the shared expert's SwiGLU times sigmoid(gate . x)
- *   (qwen35moe), added to the residual (cuda_moe_add).
+ *   router logits (one matmul, + bias) -> each token routed on the device
+ *   as the CPU routes (cuda_moe_route: gating, top-k, renormalisation)
+ *   and the batch's (token, k) pairs grouped by expert into slots, tokens
+ *   in batch order within an expert (cuda_moe_group) -> the slots' rows
+ *   gathered -> per active expert the gate and up matmuls over its slots
+ *   with SwiGLU (its slice of the uploaded stack) -> per active expert a
+ *   down matmul -> per token the weighted sum of its k rows, best first,
+ *   + the shared expert's SwiGLU times sigmoid(gate . x) (qwen35moe),
+ *   added to the residual (cuda_moe_add).
+ * A decode step (up to CUDA_EXPERT_TOKENS tokens) runs each matmul once
+ * for all its experts (cuda_matmul_experts reads the groups on the
+ * device): nothing waits on the host, so the step is one graph. A
+ * prefill chunk copies the experts' first slots back (one wait a layer)
+ * and launches each active expert's matmuls on the tensor cores.
  * Batch invariance: a slot's row goes through matmuls whose row bits do
- * not depend on the rows beside it (cuda.h), routing is per token and the
- * sum runs in the token's own k order, so the grouping never changes a
- * token's bits. The routing waits for the logits on the host (one copy
- * a layer): no decode graph for these models (forward_cuda.c).
- * Ran on the H100 (2026-11-27: gpu_moe_matches_cpu_and_float64).
+ * not depend on the rows beside it or the launch (cuda.h), routing is
+ * per token and the sum runs in the token's own k order, so the grouping
+ * never changes a token's bits.
+ * Ran on the H100 (2026-11-27: gpu_moe_matches_cpu_and_float64), routed
+ * on the host then; the device's routing has not run on a GPU yet.
  * Does not: gpt-oss (experts with biases, the clamped SwiGLU, MXFP4). */
 #include <stdlib.h>
 
@@ -33,13 +38,15 @@ typedef struct mec_tensors {
 struct mec {
     const model *m;
     int k;
+    cuda_moe_gating gating;
     mec_tensors *layers; /* by layer */
-    float *logits, *h_logits, *h_p; /* [max_batch][n_expert] on the device, the host's copy; one token's scratch */
-    int32_t *slot_tok, *slot_of;    /* [max_batch * k] each slot's token (grouped by expert), token t's j-th's slot */
-    int *h_slot_tok, *h_slot_of;    /* their host copies (moe_group's) */
-    float *w, *h_w;                 /* [max_batch][k] its weight */
-    int *h_ids, *first, *fill;      /* chosen experts; each expert's first slot; the grouping's cursor */
-    float *xs, *g, *u, *y;          /* the slots' rows: input, gate, up, output */
+    float *logits;       /* [max_batch][n_expert] */
+    int32_t *ids;        /* [max_batch * k] token t's j-th expert */
+    int32_t *slot_tok, *slot_of; /* [max_batch * k] each slot's token (grouped by expert), token t's j-th's slot */
+    int32_t *first, *groups;     /* each expert's first slot (n_expert + 1); the groups (cuda_moe_group) */
+    int *h_first;                /* first's host copy (prefill) */
+    float *w;                    /* [max_batch][k] its weight */
+    float *xs, *g, *u, *y;       /* the slots' rows: input, gate, up, output */
     float *sh_g, *sh_u, *sh_y, *sh_s; /* the shared expert's, per token */
 };
 
@@ -71,22 +78,24 @@ static int alloc_all(fwdc *c, mec *x, int max_batch, strata_err *err) {
     const model_hparams *hp = &x->m->hp;
     size_t n = (size_t)max_batch, ne = (size_t)hp->n_expert, slots = n * x->k, E = (size_t)hp->n_embd;
     size_t F = (size_t)hp->n_ff_exp, S = hp->n_ff_shexp > 0 ? (size_t)hp->n_ff_shexp : 0;
-    float **bufs[] = {&x->logits, &x->w, &x->xs, &x->g, &x->u, &x->y, &x->sh_g, &x->sh_u, &x->sh_y, &x->sh_s};
-    size_t sizes[] = {n * ne, slots, slots * E, slots * F, slots * F, slots * E, n * S, n * S, S ? n * E : 0, S ? n : 0};
+    size_t groups = (size_t)cuda_moe_groups(max_batch, x->k, hp->n_expert) * CUDA_GROUP_INTS;
+    void **bufs[] = {(void **)&x->logits, (void **)&x->w, (void **)&x->xs, (void **)&x->g, (void **)&x->u,
+                     (void **)&x->y, (void **)&x->sh_g, (void **)&x->sh_u, (void **)&x->sh_y, (void **)&x->sh_s,
+                     (void **)&x->ids, (void **)&x->slot_tok, (void **)&x->slot_of, (void **)&x->first,
+                     (void **)&x->groups};
+    size_t sizes[] = {n * ne, slots, slots * E, slots * F, slots * F, slots * E, n * S, n * S, S ? n * E : 0, S ? n : 0,
+                      slots, slots, slots, ne + 1, groups}; /* 4-byte elements */
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-        if (sizes[i] && !(*bufs[i] = fwdc__alloc(c, sizes[i] * sizeof(float), err))) return err->code;
-    if (!(x->slot_tok = fwdc__alloc(c, slots * sizeof(int32_t), err)) ||
-        !(x->slot_of = fwdc__alloc(c, slots * sizeof(int32_t), err)))
-        return err->code;
-    x->h_logits = xmalloc(n * ne * sizeof(float));
-    x->h_p = xmalloc(ne * sizeof(float));
-    x->h_slot_tok = xmalloc(slots * sizeof(int));
-    x->h_slot_of = xmalloc(slots * sizeof(int));
-    x->h_w = xmalloc(slots * sizeof(float));
-    x->h_ids = xmalloc(slots * sizeof(int));
-    x->first = xmalloc((ne + 1) * sizeof(int));
-    x->fill = xmalloc(ne * sizeof(int));
+        if (sizes[i] && !(*bufs[i] = fwdc__alloc(c, sizes[i] * 4, err))) return err->code;
+    x->h_first = xmalloc((ne + 1) * sizeof(int));
     return 0;
+}
+
+static cuda_moe_gating gating_of(const model_hparams *hp) {
+    cuda_moe_gating g = {hp->n_expert, hp->n_expert_used, CUDA_GATE_SOFTMAX, hp->expert_norm, hp->expert_scale};
+    if (hp->expert_gating == MOE_GATE_SIGMOID) g.gating = CUDA_GATE_SIGMOID;
+    else if (hp->expert_gating == MOE_GATE_SOFTMAX_WEIGHT) g.gating = CUDA_GATE_SOFTMAX_WEIGHT;
+    return g;
 }
 
 int mec_new(fwdc *c, const model *m, int max_batch, mec **out, strata_err *err) {
@@ -95,6 +104,12 @@ int mec_new(fwdc *c, const model *m, int max_batch, mec **out, strata_err *err) 
     mec *x = xcalloc(1, sizeof *x);
     x->m = m;
     x->k = hp->n_expert_used;
+    x->gating = gating_of(hp);
+    if (hp->n_expert > CUDA_MOE_MAX_EXPERTS || x->k > CUDA_MOE_MAX_USED) {
+        free(x);
+        return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: %d of %d experts a token (the GPU routes up to %d of %d)",
+                           hp->n_expert_used, hp->n_expert, CUDA_MOE_MAX_USED, CUDA_MOE_MAX_EXPERTS);
+    }
     x->layers = xcalloc((size_t)hp->n_layer, sizeof(mec_tensors));
     int rc = 0;
     for (int il = 0; il < hp->n_layer && !rc; il++)
@@ -110,42 +125,79 @@ int mec_new(fwdc *c, const model *m, int max_batch, mec **out, strata_err *err) 
 
 void mec_free(mec *x) {
     if (!x) return;
-    void *p[] = {x->layers, x->h_logits, x->h_p, x->h_slot_tok, x->h_slot_of, x->h_w, x->h_ids, x->first, x->fill};
+    void *p[] = {x->layers, x->h_first};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
     free(x);
 }
 
 int mec_is_moe(const mec *x, int il) { return x && x->layers[il].router.d != NULL; }
 
-/* Each token's experts and weights from the router's logits (the
- * host's), then the slots grouped by expert, uploaded. */
-static int route(mec *x, int n, strata_err *err) {
-    const model_hparams *hp = &x->m->hp;
-    int ne = hp->n_expert, k = x->k;
-    if (cuda_download(x->h_logits, x->logits, (size_t)n * ne * sizeof(float), err)) return err->code;
-    for (int t = 0; t < n; t++) moe_route(hp, x->h_logits + (size_t)t * ne, x->h_p, x->h_ids + t * k, x->h_w + t * k);
-    moe_group(x->h_ids, n, k, ne, x->first, x->fill, x->h_slot_of, x->h_slot_tok, NULL);
-    size_t bytes = (size_t)n * k * sizeof(int32_t);
-    if (cuda_upload(x->slot_tok, x->h_slot_tok, bytes, err) || cuda_upload(x->slot_of, x->h_slot_of, bytes, err) ||
-        cuda_upload(x->w, x->h_w, (size_t)n * k * sizeof(float), err))
-        return err->code;
-    return 0;
-}
-
-/* y's slot rows = W_e in's, for every active expert e (its slice of the stack). */
-static int experts(mec *x, const dev_tensor *w, size_t step, const float *in, size_t in_dim, float *y, size_t y_dim,
-                   strata_err *err) {
-    for (int e = 0; e < x->m->hp.n_expert; e++) {
-        int s0 = x->first[e], m = x->first[e + 1] - s0;
-        if (m && cuda_matmul(w->type, (const uint8_t *)w->d + (size_t)e * step, w->row_bytes, w->rows, w->cols,
-                             in + (size_t)s0 * in_dim, m, y + (size_t)s0 * y_dim, err))
-            return err->code;
-    }
-    return 0;
-}
+int mec_graphs(const mec *x, int n) { return !x || n <= CUDA_EXPERT_TOKENS; }
 
 static int mm(const dev_tensor *w, const float *in, int n, float *y, strata_err *err) {
     return cuda_matmul(w->type, w->d, w->row_bytes, w->rows, w->cols, in, n, y, err);
+}
+
+static const uint8_t *expert(const dev_tensor *w, size_t step, int e) {
+    return (const uint8_t *)w->d + (size_t)e * step;
+}
+
+/* Whether gate and up run as one SwiGLU launch (the same type and shape). */
+static int swiglu_fused(const mec_tensors *T) {
+    return fwdc__same_kind(&T->gate, &T->up) && T->gate.rows == T->up.rows && T->gate_step == T->up_step;
+}
+
+/* A decode step's experts (n <= CUDA_EXPERT_TOKENS): each matmul once
+ * for all groups, read on the device. */
+static int experts_grouped(mec *x, const mec_tensors *T, int n, strata_err *err) {
+    int ng = cuda_moe_groups(n, x->k, x->m->hp.n_expert);
+    const dev_tensor *G = &T->gate, *U = &T->up, *D = &T->down;
+    if (swiglu_fused(T)) {
+        if (cuda_matmul_experts(G->type, G->d, U->d, T->gate_step, G->row_bytes, G->rows, G->cols, x->xs, n,
+                                x->groups, ng, x->g, err))
+            return err->code;
+    } else {
+        if (cuda_matmul_experts(G->type, G->d, NULL, T->gate_step, G->row_bytes, G->rows, G->cols, x->xs, n,
+                                x->groups, ng, x->g, err) ||
+            cuda_matmul_experts(U->type, U->d, NULL, T->up_step, U->row_bytes, U->rows, U->cols, x->xs, n, x->groups,
+                                ng, x->u, err))
+            return err->code;
+        cuda_swiglu(x->g, x->u, (size_t)n * x->k * G->rows);
+    }
+    return cuda_matmul_experts(D->type, D->d, NULL, T->down_step, D->row_bytes, D->rows, D->cols, x->g, n, x->groups,
+                               ng, x->y, err);
+}
+
+/* Expert e's silu(gate) * up over its m slot rows in, into g (u: the up
+ * rows where the two are not one launch). */
+static int expert_gate_up(const mec_tensors *T, int e, const float *in, int m, float *g, float *u, strata_err *err) {
+    const dev_tensor *G = &T->gate, *U = &T->up;
+    const uint8_t *wg = expert(G, T->gate_step, e), *wu = expert(U, T->up_step, e);
+    if (swiglu_fused(T))
+        return cuda_matmul_swiglu(G->type, G->row_bytes, G->rows, G->cols, in, m, wg, wu, g, NULL, 0.0f, err);
+    if (cuda_matmul(G->type, wg, G->row_bytes, G->rows, G->cols, in, m, g, err) ||
+        cuda_matmul(U->type, wu, U->row_bytes, U->rows, U->cols, in, m, u, err))
+        return err->code;
+    cuda_swiglu(g, u, (size_t)m * G->rows);
+    return 0;
+}
+
+/* A prefill chunk's experts: their first slots copied back, then each
+ * active expert's matmuls over its slots. */
+static int experts_each(mec *x, const mec_tensors *T, strata_err *err) {
+    const model_hparams *hp = &x->m->hp;
+    size_t F = (size_t)hp->n_ff_exp, E = (size_t)hp->n_embd;
+    const dev_tensor *D = &T->down;
+    if (cuda_download(x->h_first, x->first, (size_t)(hp->n_expert + 1) * sizeof(int), err)) return err->code;
+    for (int e = 0; e < hp->n_expert; e++) {
+        int s0 = x->h_first[e], m = x->h_first[e + 1] - s0;
+        float *g = x->g + (size_t)s0 * F;
+        if (m && (expert_gate_up(T, e, x->xs + (size_t)s0 * E, m, g, x->u + (size_t)s0 * F, err) ||
+                  cuda_matmul(D->type, expert(D, T->down_step, e), D->row_bytes, D->rows, D->cols, g, m,
+                              x->y + (size_t)s0 * E, err)))
+            return err->code;
+    }
+    return 0;
 }
 
 /* The shared expert's SwiGLU of every row, and its gate's logit. */
@@ -159,19 +211,16 @@ static int shared_expert(mec *x, const mec_tensors *T, const float *d_xn, int n,
 int mec_layer(mec *x, int il, const float *d_xn, int n, float *d_x, strata_err *err) {
     const model_hparams *hp = &x->m->hp;
     const mec_tensors *T = &x->layers[il];
-    size_t E = (size_t)hp->n_embd, F = (size_t)hp->n_ff_exp;
     int slots = n * x->k;
     if (mm(&T->router, d_xn, n, x->logits, err)) return err->code;
     if (T->router_b.d) cuda_add_rows(x->logits, T->router_b.d, n, hp->n_expert);
-    if (route(x, n, err)) return err->code;
-    cuda_gather(x->xs, d_xn, x->slot_tok, slots, (int)E);
-    if (experts(x, &T->gate, T->gate_step, x->xs, E, x->g, F, err) ||
-        experts(x, &T->up, T->up_step, x->xs, E, x->u, F, err))
+    if (cuda_moe_route(x->logits, n, &x->gating, x->ids, x->w, err) ||
+        cuda_moe_group(x->ids, n, x->k, hp->n_expert, x->first, x->slot_of, x->slot_tok, x->groups, err))
         return err->code;
-    cuda_swiglu(x->g, x->u, (size_t)slots * F);
-    if (experts(x, &T->down, T->down_step, x->g, F, x->y, E, err)) return err->code;
+    cuda_gather(x->xs, d_xn, x->slot_tok, slots, hp->n_embd);
+    if (n <= CUDA_EXPERT_TOKENS ? experts_grouped(x, T, n, err) : experts_each(x, T, err)) return err->code;
     int shared = T->sh_up.d != NULL;
     if (shared && shared_expert(x, T, d_xn, n, err)) return err->code;
-    cuda_moe_add(d_x, x->y, x->slot_of, x->w, n, x->k, (int)E, shared ? x->sh_y : NULL, x->sh_s);
+    cuda_moe_add(d_x, x->y, x->slot_of, x->w, n, x->k, hp->n_embd, shared ? x->sh_y : NULL, x->sh_s);
     return 0;
 }

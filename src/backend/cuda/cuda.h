@@ -38,12 +38,15 @@ extern "C" {
  * half, cuda_kern.cu), and Q4_K / Q5_K on the 8-bit path. cuda-4: Q6_K
  * on the 8-bit path (a Q4_K_M file's down, V and output rows), and the
  * K-quants' inputs rounded per 256 as the CPU's Q8_K (the same int8 and
- * d: an MoE model's near ties route as the CPU's do).
+ * d: an MoE model's near ties route as the CPU's do). cuda-5: a mixture
+ * of experts routed on the device (cuda_moe_route: the exps in double
+ * rounded, the softmax's sum over lanes; libm's expf and a sum in index
+ * order on the host before).
  * It names qwen35's kernels too (cuda_delta.cu, added under cuda-2: no
  * GPU block of a qwen35 model existed before them); their bits are the
  * same on every GPU, so no per-model or per-level suffix (the CPU's
  * delta_numerics has one: its kernels differ by level). */
-#define CUDA_NUMERICS "cuda-4"
+#define CUDA_NUMERICS "cuda-5"
 
 /* 1 when this binary was built with the CUDA backend. */
 int cuda_built(void);
@@ -128,6 +131,39 @@ void cuda_gather(float *d_dst, const float *d_src, const int32_t *d_rows, int n,
  * shared expert). Rows of dim floats. */
 void cuda_moe_add(float *d_x, const float *d_y, const int32_t *d_slot, const float *d_w, int n, int k, int dim,
                   const float *d_sh_y, const float *d_sh_s);
+/* A mixture of experts' routing on the device (cuda_moe.cu), so that no
+ * step waits on the host (a decode step stays one graph). cuda_moe_route:
+ * per token t < n, from its n_expert router logits, model/moe.c's
+ * moe_route (gating, the k best with ties to the lower id, the weights'
+ * softmax or renormalisation, scale) -> d_ids[t k + j], d_w[t k + j]; exps
+ * in double rounded to float (libm's expf but in rare cases), the
+ * softmax's double sum over lanes. cuda_moe_group: moe_group's slots (the
+ * pairs grouped by expert, tokens in batch order): d_first[e] (n_expert +
+ * 1 entries), d_slot_of[t k + j], d_slot_tok[slot], and d_groups:
+ * cuda_moe_groups(n, k, n_expert) entries of CUDA_GROUP_INTS ints (expert,
+ * first slot, slots), the non-empty experts in order, then slots 0. */
+enum { CUDA_GATE_SOFTMAX, CUDA_GATE_SIGMOID, CUDA_GATE_SOFTMAX_WEIGHT };
+#define CUDA_MOE_MAX_EXPERTS 1024
+#define CUDA_MOE_MAX_USED 32
+#define CUDA_GROUP_INTS 3
+typedef struct cuda_moe_gating {
+    int n_expert, k, gating, norm; /* norm: the k weights renormalised to sum 1 */
+    float scale;                   /* 0 or 1: none */
+} cuda_moe_gating;
+int cuda_moe_route(const float *d_logits, int n, const cuda_moe_gating *g, int32_t *d_ids, float *d_w,
+                   strata_err *err);
+static inline int cuda_moe_groups(int n, int k, int n_expert) { return n * k < n_expert ? n * k : n_expert; }
+int cuda_moe_group(const int32_t *d_ids, int n, int k, int n_expert, int32_t *d_first, int32_t *d_slot_of,
+                   int32_t *d_slot_tok, int32_t *d_groups, strata_err *err);
+/* The experts' matmuls of a decode step (up to CUDA_EXPERT_TOKENS tokens,
+ * so at most that many slots a group): for each of the n_groups groups of
+ * d_groups, expert e's matrix (d_w + e * step bytes) times d_x's rows of
+ * its slots into d_y's; with d_up (same type, rows and step) SwiGLU of
+ * gate d_w and up d_up, as cuda_matmul_swiglu. cuda_matmul's bits for
+ * each row; no host reads, so a graph may hold it. */
+#define CUDA_EXPERT_TOKENS 8
+int cuda_matmul_experts(qtype t, const void *d_w, const void *d_up, size_t step, size_t row_bytes, int rows, int k,
+                        const float *d_x, int n, const int32_t *d_groups, int n_groups, float *d_y, strata_err *err);
 /* K and V rows of n tokens to half-float caches [pos][kvd] at d_pos. */
 void cuda_kv_store(uint16_t *d_kc, uint16_t *d_vc, const float *d_k, const float *d_v, const int32_t *d_pos,
                    int n, int kvd);

@@ -38,6 +38,12 @@ struct mm_part {
     int rows, warps; /* warps: the part's warps (filled in by the launcher) */
 };
 
+/* A mixture of experts' group: expert e's m slots from slot s0 (rows of
+ * x and y), m = 0 past the step's groups (cuda_moe_group writes them). */
+struct mm_group {
+    int e, s0, m;
+};
+
 /* norm_w (the 8-bit decode kernel only, cuda_matmul_norms): x's rows are RMS
  * normed with these weights and eps first, k_rmsnorm's bits. */
 struct mm_job {
@@ -48,6 +54,30 @@ struct mm_job {
     const float *norm_w;
     float eps;
 };
+
+/* A job's groups (the decode kernels only, cuda_matmul_experts): block z
+ * of the launch takes g[z] (z < n), its parts' weights w_step bytes an
+ * expert further on, x's and y's rows its slots; the job's n is the most
+ * slots a group. A parameter of its own: a larger mm_job made ptxas
+ * spill in k_mmv. g NULL: none. */
+struct mm_groups {
+    const mm_group *g;
+    size_t w_step;
+    int n;
+};
+
+/* The tokens (x and y rows) [t0, t1) and the weights' offset of this
+ * block of job: all of job's, or its group's (0 when the group is empty:
+ * the whole block leaves). G = 0: a kernel built for jobs without groups
+ * (no registers held for them). */
+template <int G>
+__device__ __forceinline__ int mm_rows_of(const mm_job &job, const mm_groups &grp, int &t0, int &t1, size_t &w_off) {
+    t0 = 0, t1 = job.n, w_off = 0;
+    if (!G || !grp.g) return 1;
+    mm_group g = grp.g[blockIdx.z];
+    t0 = g.s0, t1 = g.s0 + g.m, w_off = (size_t)g.e * grp.w_step;
+    return g.m > 0;
+}
 
 /* The part of job that warp gw of the launch works on (parts take
  * consecutive warps), with gw made the warp's index within it; -1 past
@@ -123,7 +153,7 @@ __device__ __forceinline__ float swiglu1(float g, float u) { return g / (1.0f + 
 /* cuda_mmq.cu: 1 when type t's matmuls run there (mmq_launch queues job:
  * the activations' 8-bit pass, then the matmul). */
 int mmq_type(qtype t);
-int mmq_launch(qtype t, mm_job job, strata_err *err);
+int mmq_launch(qtype t, mm_job job, mm_groups grp, strata_err *err);
 /* The 8-bit matmuls' limits, once at cuda_open: the decode kernel up to
  * optin_bytes of shared memory (the device's opt-in limit a block), at
  * most one wave of blocks over sms multiprocessors; the staged prefill

@@ -182,18 +182,23 @@ __device__ __forceinline__ void mm_warp(const uint8_t *const wr[R], int nr, int 
 }
 
 template <int T, int R>
-__global__ void k_matmul(const mm_job job) {
+__global__ void k_matmul(const mm_job job, const mm_groups grp) {
     int gw = blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
     mm_part P;
     int part = mm_part_of(job, gw, P);
     if (part < 0) return; /* whole warps leave: the shuffles below stay full */
-    int t0 = blockIdx.y * MM_T, nt = min(MM_T, job.n - t0);
+    int ta, tb;
+    size_t w_off;
+    if (!mm_rows_of<1>(job, grp, ta, tb, w_off)) return;
+    int t0 = ta + blockIdx.y * MM_T, nt = min(MM_T, tb - t0);
+    if (nt <= 0) return; /* a group of fewer slots than the launch's most */
+    P.w += w_off;
     const uint8_t *wr[R];
     int r0, nr;
     if (job.mode == MM_SWIGLU) { /* R == 2: gate row r0, up row r0 */
         r0 = gw, nr = R;
         wr[0] = P.w + (size_t)r0 * job.row_bytes;
-        wr[R - 1] = job.p[1].w + (size_t)r0 * job.row_bytes;
+        wr[R - 1] = job.p[1].w + w_off + (size_t)r0 * job.row_bytes;
     } else {
         r0 = gw * R, nr = min(R, P.rows - r0);
 #pragma unroll
@@ -248,13 +253,13 @@ static int check_shape(qtype t, int k, strata_err *err) {
 }
 
 /* Queues job (parts, mode, n, k, x set; warps filled in here). */
-static int mm_launch(qtype t, mm_job job, strata_err *err) {
+static int mm_launch(qtype t, mm_job job, strata_err *err, mm_groups grp = mm_groups{NULL, 0, 0}) {
     int rc = check_shape(t, job.k, err);
     if (rc || job.n <= 0) return rc;
     if (job.norm_w && !cuda_matmul_norms(t, job.n))
         return strata_errf(err, STRATA_EINVAL, "cuda: a %s matmul of %d tokens cannot apply the RMS norm itself",
                            quant_name(t), job.n);
-    if (mmq_type(t)) return mmq_launch(t, job, err);
+    if (mmq_type(t)) return mmq_launch(t, job, grp, err);
     /* Decode keeps one row per warp (more warps in flight); from MM_R_MIN
      * tokens a warp takes two rows and loads each x chunk once for both.
      * SwiGLU: always two, row r of gate and of up. */
@@ -264,11 +269,11 @@ static int mm_launch(qtype t, mm_job job, strata_err *err) {
         warps += job.p[i].warps;
     }
     if (warps == 0) return 0;
-    dim3 grid((warps + MM_WARPS - 1) / MM_WARPS, (job.n + MM_T - 1) / MM_T);
+    dim3 grid((warps + MM_WARPS - 1) / MM_WARPS, (job.n + MM_T - 1) / MM_T, grp.g ? grp.n : 1);
 #define LAUNCH(q)                                                                   \
     if (t == q) {                                                                   \
-        if (R == 1) k_matmul<q, 1><<<grid, 32 * MM_WARPS, 0, g_stream>>>(job);      \
-        else k_matmul<q, 2><<<grid, 32 * MM_WARPS, 0, g_stream>>>(job);             \
+        if (R == 1) k_matmul<q, 1><<<grid, 32 * MM_WARPS, 0, g_stream>>>(job, grp);      \
+        else k_matmul<q, 2><<<grid, 32 * MM_WARPS, 0, g_stream>>>(job, grp);             \
     }
     TYPES(LAUNCH)
 #undef LAUNCH
@@ -309,6 +314,19 @@ extern "C" int cuda_matmul_swiglu(qtype t, size_t row_bytes, int rows, int k, co
     job.p[0] = (mm_part){(const uint8_t *)d_gate, d_y, rows, 0};
     job.p[1] = (mm_part){(const uint8_t *)d_up, NULL, rows, 0};
     return mm_launch(t, job, err);
+}
+
+extern "C" int cuda_matmul_experts(qtype t, const void *d_w, const void *d_up, size_t step, size_t row_bytes,
+                                   int rows, int k, const float *d_x, int n, const int32_t *d_groups, int n_groups,
+                                   float *d_y, strata_err *err) {
+    if (n > CUDA_EXPERT_TOKENS)
+        return strata_errf(err, STRATA_EINVAL, "cuda: experts' matmuls over %d tokens (a decode step's: up to %d)", n,
+                           CUDA_EXPERT_TOKENS);
+    mm_job job = mm_job_of(d_up ? MM_SWIGLU : MM_STORE, k, d_x, n, row_bytes);
+    job.np = d_up ? 2 : 1;
+    job.p[0] = (mm_part){(const uint8_t *)d_w, d_y, rows, 0};
+    if (d_up) job.p[1] = (mm_part){(const uint8_t *)d_up, NULL, rows, 0};
+    return n_groups > 0 ? mm_launch(t, job, err, mm_groups{(const mm_group *)d_groups, step, n_groups}) : 0;
 }
 
 extern "C" int cuda_embed(float *d_x, qtype t, const void *d_emb, size_t row_bytes, int dim, const int32_t *d_tok,

@@ -351,10 +351,11 @@ __device__ __forceinline__ void mv_words_store(uint32_t *st, int words, const ui
 template <int T, int S>
 __device__ __forceinline__ void mmv_row(const mm_job &job, const mm_part &P, int gw, int tok, mv_first<T, S> &w0,
                                         int have_w0, const uint4 *xlo, const uint4 *xhi, const float *xd,
-                                        const float *xs, uint32_t *stage, const uint8_t *const next[2]) {
+                                        const float *xs, uint32_t *stage, size_t w_off,
+                                        const uint8_t *const next[2]) {
     constexpr int MIN = mq_min<T>(), CW = mv_chunk_words<T>();
     const int lane = threadIdx.x & 31, swiglu = job.mode == MM_SWIGLU, nb = job.k / 32, nr = swiglu ? 2 : 1;
-    const uint8_t *wr[2] = {P.w + (size_t)gw * job.row_bytes, job.p[1].w + (size_t)gw * job.row_bytes};
+    const uint8_t *wr[2] = {P.w + (size_t)gw * job.row_bytes, job.p[1].w + w_off + (size_t)gw * job.row_bytes};
     float acc[2] = {0.0f, 0.0f};
     for (int b0 = 0; b0 < nb; b0 += 32) {
         int b = b0 + lane, m = min(32, nb - b0);
@@ -422,8 +423,8 @@ __device__ __forceinline__ void mmv_row(const mm_job &job, const mm_part &P, int
  * rows (mmv_go caps the grid at g_mmv_blocks: a 248,320-row logits
  * matmul) has warp w take rows w, w + the launch's warps, ...: x is
  * quantized once a block for all of them. Shared memory: mmv_smem. */
-template <int T, int S>
-__global__ void __launch_bounds__(MM_WARPS * 32) k_mmv(const mm_job job) {
+template <int T, int S, int G>
+__global__ void __launch_bounds__(MM_WARPS * 32) k_mmv(const mm_job job, const mm_groups grp) {
     extern __shared__ uint4 mv_x[]; /* block b's int8: words 0-3 at [b], 4-7 at [nb + b]; then d, s; then stages */
     __shared__ float red[RMS_LANES / 32];
     const int lane = threadIdx.x & 31, w_first = blockIdx.x * MM_WARPS + (threadIdx.x >> 5), nw = gridDim.x * MM_WARPS;
@@ -431,16 +432,20 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmv(const mm_job job) {
     uint4 *xlo = mv_x, *xhi = mv_x + nb;
     float *xd = (float *)(mv_x + 2 * nb), *xs = xd + nb;
     uint32_t *stage = (uint32_t *)(xs + nb) + (threadIdx.x >> 5) * 2 * mv_chunk_words<T>();
-    for (int tok = 0; tok < job.n; tok++) {
+    int t0, t1;
+    size_t w_off;
+    if (!mm_rows_of<G>(job, grp, t0, t1, w_off)) return; /* an empty group: the whole block */
+    for (int tok = t0; tok < t1; tok++) {
         /* a warp past the parts computes nothing but still quantizes and meets the barriers */
         mm_part P;
         int gw = w_first;
         const int active = mm_part_of(job, gw, P) >= 0;
+        P.w += w_off;
         mv_first<T, S> w0;
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             if (!active || r >= nr) continue;
-            const uint8_t *row = (r ? job.p[1].w : P.w) + (size_t)gw * job.row_bytes;
+            const uint8_t *row = (r ? job.p[1].w + w_off : P.w) + (size_t)gw * job.row_bytes;
             if constexpr (S) mv_words_load<T>(row, mv_words<T>(min(32, nb)), w0.w[r]);
             else if (lane < nb) mv_wload<T>(row, lane, w0.blk[r]);
         }
@@ -461,12 +466,13 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmv(const mm_job job) {
         for (int vw = w_first; active; vw += nw) { /* the warp's rows */
             gw = vw;
             if (mm_part_of(job, gw, P) < 0) break;
+            P.w += w_off;
             const uint8_t *next[2] = {NULL, NULL};
             mm_part Pn;
             int ng = vw + nw;
             if (S && mm_part_of(job, ng, Pn) >= 0)
-                next[0] = Pn.w + (size_t)ng * job.row_bytes, next[1] = job.p[1].w + (size_t)ng * job.row_bytes;
-            mmv_row<T, S>(job, P, gw, tok, w0, S || vw == w_first, xlo, xhi, xd, xs, stage, next);
+                next[0] = Pn.w + w_off + (size_t)ng * job.row_bytes, next[1] = job.p[1].w + w_off + (size_t)ng * job.row_bytes;
+            mmv_row<T, S>(job, P, gw, tok, w0, S || vw == w_first, xlo, xhi, xd, xs, stage, w_off, next);
         }
     }
 }
@@ -785,7 +791,7 @@ static int g_mmv_stage = 1;
 
 /* Decode: a warp a row (SwiGLU: a row of each). */
 template <int T>
-static int mmv_go(mm_job job, strata_err *err) {
+static int mmv_go(mm_job job, mm_groups grp, strata_err *err) {
     int swiglu = job.mode == MM_SWIGLU, warps = 0, staged = g_mmv_stage && job.row_bytes % 4 == 0;
     size_t smem = mmv_smem<T>(job.k, staged);
     if (smem > g_mmv_smem_max)
@@ -795,23 +801,38 @@ static int mmv_go(mm_job job, strata_err *err) {
         job.p[i].warps = swiglu ? (i == 0 ? job.p[0].rows : 0) : job.p[i].rows;
         warps += job.p[i].warps;
     }
+    int groups = grp.g ? grp.n : 1, most = g_mmv_blocks / groups > 0 ? g_mmv_blocks / groups : 1;
     int blocks = (warps + MM_WARPS - 1) / MM_WARPS;
-    if (blocks > g_mmv_blocks) blocks = g_mmv_blocks;
+    if (blocks > most) blocks = most;
     if (warps == 0) return 0;
-    if (staged) k_mmv<T, 1><<<blocks, MM_WARPS * 32, smem, g_stream>>>(job);
-    else k_mmv<T, 0><<<blocks, MM_WARPS * 32, smem, g_stream>>>(job);
+    dim3 grid(blocks, 1, groups);
+    if (grp.g && staged) k_mmv<T, 1, 1><<<grid, MM_WARPS * 32, smem, g_stream>>>(job, grp);
+    else if (grp.g) k_mmv<T, 0, 1><<<grid, MM_WARPS * 32, smem, g_stream>>>(job, grp);
+    else if (staged) k_mmv<T, 1, 0><<<grid, MM_WARPS * 32, smem, g_stream>>>(job, grp);
+    else k_mmv<T, 0, 0><<<grid, MM_WARPS * 32, smem, g_stream>>>(job, grp);
     return 0;
 }
 
+/* Lets the decode kernels for jobs with groups (G = 1) or without use
+ * the shared memory their static memory leaves (*bytes, the least). */
+template <int G>
+static cudaError_t mmv_allow(int optin_bytes, int *bytes) {
+    decltype(&k_mmv<QT_Q4_0, 0, G>) kernels[] = {
+        k_mmv<QT_Q4_0, 0, G>, k_mmv<QT_Q4_1, 0, G>, k_mmv<QT_Q5_0, 0, G>, k_mmv<QT_Q5_1, 0, G>,
+        k_mmv<QT_Q8_0, 0, G>, k_mmv<QT_Q4_K, 0, G>, k_mmv<QT_Q5_K, 0, G>, k_mmv<QT_Q6_K, 0, G>,
+        k_mmv<QT_Q4_0, 1, G>, k_mmv<QT_Q4_1, 1, G>, k_mmv<QT_Q5_0, 1, G>, k_mmv<QT_Q5_1, 1, G>,
+        k_mmv<QT_Q8_0, 1, G>, k_mmv<QT_Q4_K, 1, G>, k_mmv<QT_Q5_K, 1, G>, k_mmv<QT_Q6_K, 1, G>};
+    int left = 0;
+    cudaError_t e = allow_smem_left(kernels, optin_bytes, &left);
+    if (left < *bytes) *bytes = left;
+    return e;
+}
+
 int mmv_init(int optin_bytes, int sms, strata_err *err) {
-    decltype(&k_mmv<QT_Q4_0, 0>) kernels[] = {
-        k_mmv<QT_Q4_0, 0>, k_mmv<QT_Q4_1, 0>, k_mmv<QT_Q5_0, 0>, k_mmv<QT_Q5_1, 0>, k_mmv<QT_Q8_0, 0>,
-        k_mmv<QT_Q4_K, 0>, k_mmv<QT_Q5_K, 0>, k_mmv<QT_Q6_K, 0>, k_mmv<QT_Q4_0, 1>, k_mmv<QT_Q4_1, 1>,
-        k_mmv<QT_Q5_0, 1>, k_mmv<QT_Q5_1, 1>, k_mmv<QT_Q8_0, 1>, k_mmv<QT_Q4_K, 1>, k_mmv<QT_Q5_K, 1>,
-        k_mmv<QT_Q6_K, 1>};
     /* the dynamic gets what the kernels' static memory (the norm's partial sums) leaves */
-    int dynamic = 0;
-    cudaError_t e = allow_smem_left(kernels, optin_bytes, &dynamic);
+    int dynamic = optin_bytes;
+    cudaError_t e = mmv_allow<0>(optin_bytes, &dynamic);
+    if (e == cudaSuccess) e = mmv_allow<1>(optin_bytes, &dynamic);
     if (e != cudaSuccess)
         return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: allowing the decode matmul %d bytes of shared memory: %s",
                            dynamic, cudaGetErrorString(e));
@@ -829,7 +850,7 @@ int mmv_init(int optin_bytes, int sms, strata_err *err) {
     const char *pst = getenv("STRATA_CUDA_MMQ_STAGE");
     g_mmq_stage = !(pst && !strcmp(pst, "0"));
     int per_sm = 0; /* with a 4096-column row's shared memory (14 KiB staged): registers bound it */
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_mmv<QT_Q8_0, 1>, MM_WARPS * 32,
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_mmv<QT_Q8_0, 1, 0>, MM_WARPS * 32,
                                                       mmv_smem<QT_Q8_0>(4096, 1));
     if (e != cudaSuccess || per_sm < 1) per_sm = 1;
     g_mmv_blocks = per_sm * (sms > 0 ? sms : 1);
@@ -845,17 +866,19 @@ extern "C" int cuda_matmul_reserve(int n, int k, strata_err *err) {
 /* The 8-bit decode kernel (k_mmv) applies a job's RMS norm itself. */
 extern "C" int cuda_matmul_norms(qtype t, int n) { return mmq_type(t) && n <= MQ_DECODE; }
 
-int mmq_launch(qtype t, mm_job job, strata_err *err) {
+int mmq_launch(qtype t, mm_job job, mm_groups grp, strata_err *err) {
+    if (grp.g && job.n > MQ_DECODE) /* the prefill kernels take no groups */
+        return strata_errf(err, STRATA_EINVAL, "cuda: experts' matmuls over %d tokens", job.n);
     if (job.n <= MQ_DECODE) {
         switch (t) {
-        case QT_Q4_0: return mmv_go<QT_Q4_0>(job, err);
-        case QT_Q4_1: return mmv_go<QT_Q4_1>(job, err);
-        case QT_Q5_0: return mmv_go<QT_Q5_0>(job, err);
-        case QT_Q5_1: return mmv_go<QT_Q5_1>(job, err);
-        case QT_Q8_0: return mmv_go<QT_Q8_0>(job, err);
-        case QT_Q4_K: return mmv_go<QT_Q4_K>(job, err);
-        case QT_Q5_K: return mmv_go<QT_Q5_K>(job, err);
-        case QT_Q6_K: return mmv_go<QT_Q6_K>(job, err);
+        case QT_Q4_0: return mmv_go<QT_Q4_0>(job, grp, err);
+        case QT_Q4_1: return mmv_go<QT_Q4_1>(job, grp, err);
+        case QT_Q5_0: return mmv_go<QT_Q5_0>(job, grp, err);
+        case QT_Q5_1: return mmv_go<QT_Q5_1>(job, grp, err);
+        case QT_Q8_0: return mmv_go<QT_Q8_0>(job, grp, err);
+        case QT_Q4_K: return mmv_go<QT_Q4_K>(job, grp, err);
+        case QT_Q5_K: return mmv_go<QT_Q5_K>(job, grp, err);
+        case QT_Q6_K: return mmv_go<QT_Q6_K>(job, grp, err);
         default: return 0;
         }
     }

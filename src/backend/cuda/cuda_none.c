@@ -50,6 +50,18 @@ void cuda_add_rows(float *d_x, const float *d_b, int n, int dim) {}
 void cuda_gather(float *d_dst, const float *d_src, const int32_t *d_rows, int n, int dim) {}
 void cuda_moe_add(float *d_x, const float *d_y, const int32_t *d_slot, const float *d_w, int n, int k, int dim,
                   const float *d_sh_y, const float *d_sh_s) {}
+int cuda_moe_route(const float *d_logits, int n, const cuda_moe_gating *g, int32_t *d_ids, float *d_w,
+                   strata_err *err) {
+    return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
+}
+int cuda_moe_group(const int32_t *d_ids, int n, int k, int n_expert, int32_t *d_first, int32_t *d_slot_of,
+                   int32_t *d_slot_tok, int32_t *d_groups, strata_err *err) {
+    return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
+}
+int cuda_matmul_experts(qtype t, const void *d_w, const void *d_up, size_t step, size_t row_bytes, int rows, int k,
+                        const float *d_x, int n, const int32_t *d_groups, int n_groups, float *d_y, strata_err *err) {
+    return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
+}
 void cuda_kv_store(uint16_t *d_kc, uint16_t *d_vc, const float *d_k, const float *d_v, const int32_t *d_pos,
                    int n, int kvd) {}
 void cuda_rope_kv_store(float *d_q, float *d_k, const float *d_v, uint16_t *d_kc, uint16_t *d_vc, int n, int n_head,
