@@ -788,13 +788,14 @@ static void check_routing(int n, int ne, int k, moe_gating gating, int norm, flo
         CHECK_MSG(memcmp(g_first, first, (ne + 1) * 4) == 0 && memcmp(g_of, slot_of, pairs * 4) == 0 &&
                       memcmp(g_tok, slot_tok, pairs * 4) == 0,
                   "n %d, %d of %d: the slots", n, k, ne);
-        int at = 0; /* the groups: the non-empty experts in order, then empty entries */
+        int at = 0; /* the groups: each expert's slots in pieces of CUDA_MOE_TILE, in order, then empty entries */
         for (int e = 0; e < ne; e++)
-            if (first[e + 1] > first[e]) {
+            for (int s0 = first[e]; s0 < first[e + 1] && at < ng; s0 += CUDA_MOE_TILE) {
                 const int32_t *G = g_groups + (size_t)at++ * CUDA_GROUP_INTS;
-                CHECK_MSG(G[0] == e && G[1] == first[e] && G[2] == first[e + 1] - first[e], "n %d: group %d", n,
-                          at - 1);
+                int m = first[e + 1] - s0 < CUDA_MOE_TILE ? first[e + 1] - s0 : CUDA_MOE_TILE;
+                CHECK_MSG(G[0] == e && G[1] == s0 && G[2] == m, "n %d: group %d", n, at - 1);
             }
+        CHECK_MSG(first[ne] == n * k, "n %d: %d slots", n, first[ne]);
         for (; at < ng; at++)
             CHECK_MSG(g_groups[(size_t)at * CUDA_GROUP_INTS + 2] == 0, "n %d: group %d is empty", n, at);
     }
@@ -813,13 +814,15 @@ TEST(gpu_moe_routing_matches_the_cpu) {
     check_routing(9, 32, 4, MOE_GATE_SOFTMAX_WEIGHT, 0, 0.0f, 5);
     check_routing(2, 1024, 32, MOE_GATE_SOFTMAX, 1, 0.0f, 6);
     check_routing(33, 8, 1, MOE_GATE_SOFTMAX, 0, 0.0f, 7);
+    check_routing(300, 16, 4, MOE_GATE_SOFTMAX, 1, 0.0f, 8); /* experts of 75 slots: groups of 32, 32 and 11 */
 }
 
-/* cuda_matmul_experts (a decode step's experts, one launch for all its
- * groups) against cuda_matmul over each expert's slots, bit for bit: a
- * model's w_gate and w_up viewed as stacks of 4 experts (SwiGLU, against
+/* cuda_matmul_experts (a step's experts, one launch for all its groups)
+ * against cuda_matmul over each expert's slots, bit for bit: a model's
+ * w_gate and w_up viewed as stacks of 4 experts (SwiGLU, against
  * cuda_matmul_swiglu) and w_down as 4 experts (plain), for every weight
- * type, 1, 3 and 8 tokens routed by the device. */
+ * type, 1, 3 and 8 tokens routed by the device (the decode kernels), 40
+ * and 100 (prefill's: experts of more than 32 slots, in groups). */
 static void check_experts(const model *m, int n, uint32_t seed, const char *name) {
     enum { NE = 4, K = 2 };
     const model_tensor *gt = &m->layers[0].w_gate, *ut = &m->layers[0].w_up, *dt = &m->layers[0].w_down;
@@ -835,14 +838,15 @@ static void check_experts(const model *m, int n, uint32_t seed, const char *name
         float *d_y = to_dev(NULL, ybytes), *d_ref = to_dev(NULL, ybytes);
         int32_t *d_ids = to_dev(NULL, slots * 4), *d_first = to_dev(NULL, (NE + 1) * 4),
                 *d_of = to_dev(NULL, slots * 4);
-        int32_t *d_tok = to_dev(NULL, slots * 4), *d_groups = to_dev(NULL, (size_t)NE * CUDA_GROUP_INTS * 4);
         int first[NE + 1], ng = cuda_moe_groups(n, K, NE);
+        int32_t *d_tok = to_dev(NULL, slots * 4), *d_groups = to_dev(NULL, (size_t)ng * CUDA_GROUP_INTS * 4);
         float *y = xmalloc(ybytes), *ref = xmalloc(ybytes);
         cuda_moe_gating g = {NE, K, CUDA_GATE_SOFTMAX, 1, 0.0f};
         strata_err err = {0};
         int rc = cuda_moe_route(d_lg, n, &g, d_ids, d_rw, &err) ||
                  cuda_moe_group(d_ids, n, K, NE, d_first, d_of, d_tok, d_groups, &err) ||
-                 cuda_matmul_experts(w->type, d_w, d_up, step, w->row_bytes, rows, k, d_x, n, d_groups, ng, d_y, &err);
+                 cuda_matmul_experts(w->type, d_w, d_up, step, w->row_bytes, rows, k, d_x, n, slots, d_groups, ng, d_y,
+                                     &err);
         if (!rc) from_dev(first, d_first, sizeof first);
         for (int e = 0; e < NE && !rc; e++) {
             int m0 = first[e], cnt = first[e + 1] - m0;
@@ -871,7 +875,8 @@ TEST(gpu_matmul_experts_keep_the_bits) {
     for (int i = 0; i < N_MODELS; i++) {
         model *m = load_test_model(MODELS[i]);
         if (!m) continue;
-        for (int n = 1; n <= 8; n += n < 3 ? 2 : 5) check_experts(m, n, 90u + (uint32_t)(i * 8 + n), MODELS[i]);
+        static const int tokens[] = {1, 3, 8, 40, 100};
+        for (int j = 0; j < 5; j++) check_experts(m, tokens[j], 90u + (uint32_t)(i * 8 + j), MODELS[i]);
         model_free(m);
     }
 }

@@ -261,7 +261,8 @@ static int alloc_scratch(fwdc *c, strata_err *err) {
     if ((size_t)hp->ssm_d_inner > k_max) k_max = (size_t)hp->ssm_d_inner;
     if ((size_t)hp->n_ff_exp > k_max) k_max = (size_t)hp->n_ff_exp;
     if ((size_t)hp->n_ff_shexp > k_max) k_max = (size_t)hp->n_ff_shexp;
-    return cuda_matmul_reserve(c->max_batch, (int)k_max, err);
+    int rows = c->max_batch * (hp->n_expert > 0 ? hp->n_expert_used : 1); /* the experts' matmuls: every slot */
+    return cuda_matmul_reserve(rows, (int)k_max, err);
 }
 
 int fwdc_check_model(const model *m, strata_err *err) { return check_model(m, err); }
@@ -601,8 +602,7 @@ int fwdc_run(fwdc *c, const int32_t *tok, int n, int pos0, int all, float *logit
         cuda_upload(c->pos, c->h_pos, (size_t)n * sizeof(int32_t), err) ||
         cuda_upload(c->rows, c->h_rows, (size_t)c->n_out * sizeof(int32_t), err))
         return err->code;
-    int graph = n == 1 && c->use_graphs && mec_graphs(c->me, 1);
-    rc = graph ? run_graph(c, &c->step, 1, err) : queue_pass(c, n, pos0 + n, err);
+    rc = n == 1 && c->use_graphs ? run_graph(c, &c->step, 1, err) : queue_pass(c, n, pos0 + n, err);
     if (!rc) rc = logits ? cuda_download(logits, c->logits, (size_t)c->n_out * c->m->hp.n_vocab * sizeof(float), err)
                          : cuda_sync(err);
     if (!rc && c->dn) c->rs_end = pos0 + n;
@@ -758,10 +758,9 @@ static void commit_states(fwdc *c, const fwd_batch *b) {
 }
 
 /* A decode step a graph can replay: a token for each of n different
- * sequences (runs of one), every row wanted, a mixture of experts' no
- * wait on the host (mec_graphs). */
+ * sequences (runs of one), every row wanted. */
 static int graph_step(const fwdc *c, const fwd_batch *b) {
-    if (!c->use_graphs || !mec_graphs(c->me, b->n) || b->n >= PAGED_GRAPHS || c->n_runs != b->n) return 0;
+    if (!c->use_graphs || b->n >= PAGED_GRAPHS || c->n_runs != b->n) return 0;
     for (int t = 0; t < b->n; t++) {
         if (b->want && !b->want[t]) return 0;
         for (int u = 0; u < t; u++)

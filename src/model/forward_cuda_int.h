@@ -60,10 +60,8 @@ void mec_free(mec *x); /* the host side; NULL is fine */
 /* 1 when layer il's feed-forward is a mixture of experts (x may be NULL). */
 int mec_is_moe(const mec *x, int il);
 /* d_x (the residual, n rows) += layer il's mixture of experts over the n
- * normed rows d_xn, routed on the device. Where mec_graphs(x, n) (x may
- * be NULL: no experts) nothing waits on the host, so a graph may hold
- * it; past that the host waits for the experts' first slots each layer. */
+ * normed rows d_xn, routed on the device: nothing waits on the host, so
+ * a graph may hold it. */
 int mec_layer(mec *x, int il, const float *d_xn, int n, float *d_x, strata_err *err);
-int mec_graphs(const mec *x, int n);
 
 #endif

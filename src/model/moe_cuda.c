@@ -4,16 +4,15 @@
  *   as the CPU routes (cuda_moe_route: gating, top-k, renormalisation)
  *   and the batch's (token, k) pairs grouped by expert into slots, tokens
  *   in batch order within an expert (cuda_moe_group) -> the slots' rows
- *   gathered -> per active expert the gate and up matmuls over its slots
- *   with SwiGLU (its slice of the uploaded stack) -> per active expert a
- *   down matmul -> per token the weighted sum of its k rows, best first,
+ *   gathered -> each group's (an expert's up to 32 slots) gate and up
+ *   matmuls with SwiGLU (its slice of the uploaded stack) -> each
+ *   group's down matmul -> per token the weighted sum of its k rows, best first,
  *   + the shared expert's SwiGLU times sigmoid(gate . x) (qwen35moe),
  *   added to the residual (cuda_moe_add).
- * A decode step (up to CUDA_EXPERT_TOKENS tokens) runs each matmul once
- * for all its experts (cuda_matmul_experts reads the groups on the
- * device): nothing waits on the host, so the step is one graph. A
- * prefill chunk copies the experts' first slots back (one wait a layer)
- * and launches each active expert's matmuls on the tensor cores.
+ * Each matmul is one launch for all of a step's experts (cuda_matmul_
+ * experts reads the groups on the device: 3 launches a layer, or 2 with
+ * SwiGLU fused, where there was one an active expert, up to 3 x 128):
+ * nothing waits on the host, so a decode step is one graph.
  * Batch invariance: a slot's row goes through matmuls whose row bits do
  * not depend on the rows beside it or the launch (cuda.h), routing is
  * per token and the sum runs in the token's own k order, so the grouping
@@ -26,9 +25,6 @@
 #include "backend/cuda/cuda.h"
 #include "base/mem.h"
 #include "model/forward_cuda_int.h"
-#include "model/moe.h"
-
-_Static_assert(sizeof(int) == sizeof(int32_t), "the host's slot tables are uploaded as int32_t");
 
 typedef struct mec_tensors {
     dev_tensor router, router_b, gate, up, down, sh_gate_inp, sh_gate, sh_up, sh_down;
@@ -44,7 +40,6 @@ struct mec {
     int32_t *ids;        /* [max_batch * k] token t's j-th expert */
     int32_t *slot_tok, *slot_of; /* [max_batch * k] each slot's token (grouped by expert), token t's j-th's slot */
     int32_t *first, *groups;     /* each expert's first slot (n_expert + 1); the groups (cuda_moe_group) */
-    int *h_first;                /* first's host copy (prefill) */
     float *w;                    /* [max_batch][k] its weight */
     float *xs, *g, *u, *y;       /* the slots' rows: input, gate, up, output */
     float *sh_g, *sh_u, *sh_y, *sh_s; /* the shared expert's, per token */
@@ -87,7 +82,6 @@ static int alloc_all(fwdc *c, mec *x, int max_batch, strata_err *err) {
                       slots, slots, slots, ne + 1, groups}; /* 4-byte elements */
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (sizes[i] && !(*bufs[i] = fwdc__alloc(c, sizes[i] * 4, err))) return err->code;
-    x->h_first = xmalloc((ne + 1) * sizeof(int));
     return 0;
 }
 
@@ -125,21 +119,14 @@ int mec_new(fwdc *c, const model *m, int max_batch, mec **out, strata_err *err) 
 
 void mec_free(mec *x) {
     if (!x) return;
-    void *p[] = {x->layers, x->h_first};
-    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
+    free(x->layers);
     free(x);
 }
 
 int mec_is_moe(const mec *x, int il) { return x && x->layers[il].router.d != NULL; }
 
-int mec_graphs(const mec *x, int n) { return !x || n <= CUDA_EXPERT_TOKENS; }
-
 static int mm(const dev_tensor *w, const float *in, int n, float *y, strata_err *err) {
     return cuda_matmul(w->type, w->d, w->row_bytes, w->rows, w->cols, in, n, y, err);
-}
-
-static const uint8_t *expert(const dev_tensor *w, size_t step, int e) {
-    return (const uint8_t *)w->d + (size_t)e * step;
 }
 
 /* Whether gate and up run as one SwiGLU launch (the same type and shape). */
@@ -147,57 +134,25 @@ static int swiglu_fused(const mec_tensors *T) {
     return fwdc__same_kind(&T->gate, &T->up) && T->gate.rows == T->up.rows && T->gate_step == T->up_step;
 }
 
-/* A decode step's experts (n <= CUDA_EXPERT_TOKENS): each matmul once
- * for all groups, read on the device. */
-static int experts_grouped(mec *x, const mec_tensors *T, int n, strata_err *err) {
-    int ng = cuda_moe_groups(n, x->k, x->m->hp.n_expert);
+/* The experts' matmuls over every slot, each one launch for all groups
+ * (read on the device). */
+static int experts(mec *x, const mec_tensors *T, int n, strata_err *err) {
+    int slots = n * x->k, ng = cuda_moe_groups(n, x->k, x->m->hp.n_expert);
     const dev_tensor *G = &T->gate, *U = &T->up, *D = &T->down;
     if (swiglu_fused(T)) {
-        if (cuda_matmul_experts(G->type, G->d, U->d, T->gate_step, G->row_bytes, G->rows, G->cols, x->xs, n,
+        if (cuda_matmul_experts(G->type, G->d, U->d, T->gate_step, G->row_bytes, G->rows, G->cols, x->xs, n, slots,
                                 x->groups, ng, x->g, err))
             return err->code;
     } else {
-        if (cuda_matmul_experts(G->type, G->d, NULL, T->gate_step, G->row_bytes, G->rows, G->cols, x->xs, n,
+        if (cuda_matmul_experts(G->type, G->d, NULL, T->gate_step, G->row_bytes, G->rows, G->cols, x->xs, n, slots,
                                 x->groups, ng, x->g, err) ||
-            cuda_matmul_experts(U->type, U->d, NULL, T->up_step, U->row_bytes, U->rows, U->cols, x->xs, n, x->groups,
-                                ng, x->u, err))
+            cuda_matmul_experts(U->type, U->d, NULL, T->up_step, U->row_bytes, U->rows, U->cols, x->xs, n, slots,
+                                x->groups, ng, x->u, err))
             return err->code;
-        cuda_swiglu(x->g, x->u, (size_t)n * x->k * G->rows);
+        cuda_swiglu(x->g, x->u, (size_t)slots * G->rows);
     }
-    return cuda_matmul_experts(D->type, D->d, NULL, T->down_step, D->row_bytes, D->rows, D->cols, x->g, n, x->groups,
-                               ng, x->y, err);
-}
-
-/* Expert e's silu(gate) * up over its m slot rows in, into g (u: the up
- * rows where the two are not one launch). */
-static int expert_gate_up(const mec_tensors *T, int e, const float *in, int m, float *g, float *u, strata_err *err) {
-    const dev_tensor *G = &T->gate, *U = &T->up;
-    const uint8_t *wg = expert(G, T->gate_step, e), *wu = expert(U, T->up_step, e);
-    if (swiglu_fused(T))
-        return cuda_matmul_swiglu(G->type, G->row_bytes, G->rows, G->cols, in, m, wg, wu, g, NULL, 0.0f, err);
-    if (cuda_matmul(G->type, wg, G->row_bytes, G->rows, G->cols, in, m, g, err) ||
-        cuda_matmul(U->type, wu, U->row_bytes, U->rows, U->cols, in, m, u, err))
-        return err->code;
-    cuda_swiglu(g, u, (size_t)m * G->rows);
-    return 0;
-}
-
-/* A prefill chunk's experts: their first slots copied back, then each
- * active expert's matmuls over its slots. */
-static int experts_each(mec *x, const mec_tensors *T, strata_err *err) {
-    const model_hparams *hp = &x->m->hp;
-    size_t F = (size_t)hp->n_ff_exp, E = (size_t)hp->n_embd;
-    const dev_tensor *D = &T->down;
-    if (cuda_download(x->h_first, x->first, (size_t)(hp->n_expert + 1) * sizeof(int), err)) return err->code;
-    for (int e = 0; e < hp->n_expert; e++) {
-        int s0 = x->h_first[e], m = x->h_first[e + 1] - s0;
-        float *g = x->g + (size_t)s0 * F;
-        if (m && (expert_gate_up(T, e, x->xs + (size_t)s0 * E, m, g, x->u + (size_t)s0 * F, err) ||
-                  cuda_matmul(D->type, expert(D, T->down_step, e), D->row_bytes, D->rows, D->cols, g, m,
-                              x->y + (size_t)s0 * E, err)))
-            return err->code;
-    }
-    return 0;
+    return cuda_matmul_experts(D->type, D->d, NULL, T->down_step, D->row_bytes, D->rows, D->cols, x->g, n, slots,
+                               x->groups, ng, x->y, err);
 }
 
 /* The shared expert's SwiGLU of every row, and its gate's logit. */
@@ -218,7 +173,7 @@ int mec_layer(mec *x, int il, const float *d_xn, int n, float *d_x, strata_err *
         cuda_moe_group(x->ids, n, x->k, hp->n_expert, x->first, x->slot_of, x->slot_tok, x->groups, err))
         return err->code;
     cuda_gather(x->xs, d_xn, x->slot_tok, slots, hp->n_embd);
-    if (n <= CUDA_EXPERT_TOKENS ? experts_grouped(x, T, n, err) : experts_each(x, T, err)) return err->code;
+    if (experts(x, T, n, err)) return err->code;
     int shared = T->sh_up.d != NULL;
     if (shared && shared_expert(x, T, d_xn, n, err)) return err->code;
     cuda_moe_add(d_x, x->y, x->slot_of, x->w, n, x->k, hp->n_embd, shared ? x->sh_y : NULL, x->sh_s);

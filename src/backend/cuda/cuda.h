@@ -141,10 +141,12 @@ void cuda_moe_add(float *d_x, const float *d_y, const int32_t *d_slot, const flo
  * pairs grouped by expert, tokens in batch order): d_first[e] (n_expert +
  * 1 entries), d_slot_of[t k + j], d_slot_tok[slot], and d_groups:
  * cuda_moe_groups(n, k, n_expert) entries of CUDA_GROUP_INTS ints (expert,
- * first slot, slots), the non-empty experts in order, then slots 0. */
+ * first slot, slots), each expert's slots in groups of up to
+ * CUDA_MOE_TILE, the experts in order, then entries of 0 slots. */
 enum { CUDA_GATE_SOFTMAX, CUDA_GATE_SIGMOID, CUDA_GATE_SOFTMAX_WEIGHT };
 #define CUDA_MOE_MAX_EXPERTS 1024
 #define CUDA_MOE_MAX_USED 32
+#define CUDA_MOE_TILE 32
 #define CUDA_GROUP_INTS 3
 typedef struct cuda_moe_gating {
     int n_expert, k, gating, norm; /* norm: the k weights renormalised to sum 1 */
@@ -152,18 +154,23 @@ typedef struct cuda_moe_gating {
 } cuda_moe_gating;
 int cuda_moe_route(const float *d_logits, int n, const cuda_moe_gating *g, int32_t *d_ids, float *d_w,
                    strata_err *err);
-static inline int cuda_moe_groups(int n, int k, int n_expert) { return n * k < n_expert ? n * k : n_expert; }
+/* At most one partial group an expert: the non-empty experts (at most
+ * n k, at most n_expert) plus n k / CUDA_MOE_TILE. */
+static inline int cuda_moe_groups(int n, int k, int n_expert) {
+    return (n * k < n_expert ? n * k : n_expert) + n * k / CUDA_MOE_TILE;
+}
 int cuda_moe_group(const int32_t *d_ids, int n, int k, int n_expert, int32_t *d_first, int32_t *d_slot_of,
                    int32_t *d_slot_tok, int32_t *d_groups, strata_err *err);
-/* The experts' matmuls of a decode step (up to CUDA_EXPERT_TOKENS tokens,
- * so at most that many slots a group): for each of the n_groups groups of
- * d_groups, expert e's matrix (d_w + e * step bytes) times d_x's rows of
- * its slots into d_y's; with d_up (same type, rows and step) SwiGLU of
- * gate d_w and up d_up, as cuda_matmul_swiglu. cuda_matmul's bits for
- * each row; no host reads, so a graph may hold it. */
-#define CUDA_EXPERT_TOKENS 8
+/* The experts' matmuls of n tokens' slots rows of d_x, one launch: for
+ * each of the n_groups groups of d_groups (cuda_moe_group's), expert e's
+ * matrix (d_w + e * step bytes) times d_x's rows of its slots into d_y's;
+ * with d_up (same type, rows and step) SwiGLU of gate d_w and up d_up, as
+ * cuda_matmul_swiglu. cuda_matmul's bits for each row (the kernel is
+ * chosen by n, as there); nothing read on the host, so a graph may hold
+ * it. */
 int cuda_matmul_experts(qtype t, const void *d_w, const void *d_up, size_t step, size_t row_bytes, int rows, int k,
-                        const float *d_x, int n, const int32_t *d_groups, int n_groups, float *d_y, strata_err *err);
+                        const float *d_x, int n, int slots, const int32_t *d_groups, int n_groups, float *d_y,
+                        strata_err *err);
 /* K and V rows of n tokens to half-float caches [pos][kvd] at d_pos. */
 void cuda_kv_store(uint16_t *d_kc, uint16_t *d_vc, const float *d_k, const float *d_v, const int32_t *d_pos,
                    int n, int kvd);

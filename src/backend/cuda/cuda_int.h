@@ -38,8 +38,9 @@ struct mm_part {
     int rows, warps; /* warps: the part's warps (filled in by the launcher) */
 };
 
-/* A mixture of experts' group: expert e's m slots from slot s0 (rows of
- * x and y), m = 0 past the step's groups (cuda_moe_group writes them). */
+/* A mixture of experts' group: m (at most CUDA_MOE_TILE) of expert e's
+ * slots from slot s0 (rows of x and y); m = 0 past the step's groups
+ * (cuda_moe_group writes them). */
 struct mm_group {
     int e, s0, m;
 };
@@ -55,28 +56,30 @@ struct mm_job {
     float eps;
 };
 
-/* A job's groups (the decode kernels only, cuda_matmul_experts): block z
- * of the launch takes g[z] (z < n), its parts' weights w_step bytes an
- * expert further on, x's and y's rows its slots; the job's n is the most
- * slots a group. A parameter of its own: a larger mm_job made ptxas
- * spill in k_mmv. g NULL: none. */
+/* A job's groups (cuda_matmul_experts): block z of the launch takes g[z]
+ * (z < n), its parts' weights w_step bytes an expert further on, x's and
+ * y's rows its slots; x has rows rows (every slot). The job's n is the
+ * tokens, which picks the kernel (a group has at most n slots). A
+ * parameter of its own: a larger mm_job made ptxas spill in k_mmv. g
+ * NULL: none. */
 struct mm_groups {
     const mm_group *g;
     size_t w_step;
-    int n;
+    int n, rows;
 };
 
-/* The tokens (x and y rows) [t0, t1) and the weights' offset of this
- * block of job: all of job's, or its group's (0 when the group is empty:
- * the whole block leaves). G = 0: a kernel built for jobs without groups
- * (no registers held for them). */
+/* This block's tokens (x and y rows) [t0, t1), its blockIdx.y-th tile of
+ * `tile` (0: all), and the weights' offset: job's, or those of its group
+ * (blockIdx.z). 0: none (the whole block leaves). G = 0: a kernel built
+ * for jobs without groups (no registers held for them). */
 template <int G>
-__device__ __forceinline__ int mm_rows_of(const mm_job &job, const mm_groups &grp, int &t0, int &t1, size_t &w_off) {
-    t0 = 0, t1 = job.n, w_off = 0;
-    if (!G || !grp.g) return 1;
+__device__ __forceinline__ int mm_rows_of(const mm_job &job, const mm_groups &grp, int tile, int &t0, int &t1,
+                                          size_t &w_off) {
+    t0 = blockIdx.y * tile, t1 = job.n, w_off = 0;
+    if (!G || !grp.g) return t0 < t1;
     mm_group g = grp.g[blockIdx.z];
-    t0 = g.s0, t1 = g.s0 + g.m, w_off = (size_t)g.e * grp.w_step;
-    return g.m > 0;
+    t0 += g.s0, t1 = g.s0 + g.m, w_off = (size_t)g.e * grp.w_step;
+    return t0 < t1;
 }
 
 /* The part of job that warp gw of the launch works on (parts take

@@ -187,11 +187,10 @@ __global__ void k_matmul(const mm_job job, const mm_groups grp) {
     mm_part P;
     int part = mm_part_of(job, gw, P);
     if (part < 0) return; /* whole warps leave: the shuffles below stay full */
-    int ta, tb;
+    int t0, t1;
     size_t w_off;
-    if (!mm_rows_of<1>(job, grp, ta, tb, w_off)) return;
-    int t0 = ta + blockIdx.y * MM_T, nt = min(MM_T, tb - t0);
-    if (nt <= 0) return; /* a group of fewer slots than the launch's most */
+    if (!mm_rows_of<1>(job, grp, MM_T, t0, t1, w_off)) return; /* a group of fewer slots than the launch's most */
+    int nt = min(MM_T, t1 - t0);
     P.w += w_off;
     const uint8_t *wr[R];
     int r0, nr;
@@ -253,7 +252,7 @@ static int check_shape(qtype t, int k, strata_err *err) {
 }
 
 /* Queues job (parts, mode, n, k, x set; warps filled in here). */
-static int mm_launch(qtype t, mm_job job, strata_err *err, mm_groups grp = mm_groups{NULL, 0, 0}) {
+static int mm_launch(qtype t, mm_job job, strata_err *err, mm_groups grp = mm_groups{NULL, 0, 0, 0}) {
     int rc = check_shape(t, job.k, err);
     if (rc || job.n <= 0) return rc;
     if (job.norm_w && !cuda_matmul_norms(t, job.n))
@@ -269,7 +268,8 @@ static int mm_launch(qtype t, mm_job job, strata_err *err, mm_groups grp = mm_gr
         warps += job.p[i].warps;
     }
     if (warps == 0) return 0;
-    dim3 grid((warps + MM_WARPS - 1) / MM_WARPS, (job.n + MM_T - 1) / MM_T, grp.g ? grp.n : 1);
+    int tokens = grp.g && job.n > CUDA_MOE_TILE ? CUDA_MOE_TILE : job.n; /* a group's most */
+    dim3 grid((warps + MM_WARPS - 1) / MM_WARPS, (tokens + MM_T - 1) / MM_T, grp.g ? grp.n : 1);
 #define LAUNCH(q)                                                                   \
     if (t == q) {                                                                   \
         if (R == 1) k_matmul<q, 1><<<grid, 32 * MM_WARPS, 0, g_stream>>>(job, grp);      \
@@ -317,16 +317,13 @@ extern "C" int cuda_matmul_swiglu(qtype t, size_t row_bytes, int rows, int k, co
 }
 
 extern "C" int cuda_matmul_experts(qtype t, const void *d_w, const void *d_up, size_t step, size_t row_bytes,
-                                   int rows, int k, const float *d_x, int n, const int32_t *d_groups, int n_groups,
-                                   float *d_y, strata_err *err) {
-    if (n > CUDA_EXPERT_TOKENS)
-        return strata_errf(err, STRATA_EINVAL, "cuda: experts' matmuls over %d tokens (a decode step's: up to %d)", n,
-                           CUDA_EXPERT_TOKENS);
+                                   int rows, int k, const float *d_x, int n, int slots, const int32_t *d_groups,
+                                   int n_groups, float *d_y, strata_err *err) {
     mm_job job = mm_job_of(d_up ? MM_SWIGLU : MM_STORE, k, d_x, n, row_bytes);
     job.np = d_up ? 2 : 1;
     job.p[0] = (mm_part){(const uint8_t *)d_w, d_y, rows, 0};
     if (d_up) job.p[1] = (mm_part){(const uint8_t *)d_up, NULL, rows, 0};
-    return n_groups > 0 ? mm_launch(t, job, err, mm_groups{(const mm_group *)d_groups, step, n_groups}) : 0;
+    return n_groups > 0 ? mm_launch(t, job, err, mm_groups{(const mm_group *)d_groups, step, n_groups, slots}) : 0;
 }
 
 extern "C" int cuda_embed(float *d_x, qtype t, const void *d_emb, size_t row_bytes, int dim, const int32_t *d_tok,

@@ -434,7 +434,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmv(const mm_job job, const m
     uint32_t *stage = (uint32_t *)(xs + nb) + (threadIdx.x >> 5) * 2 * mv_chunk_words<T>();
     int t0, t1;
     size_t w_off;
-    if (!mm_rows_of<G>(job, grp, t0, t1, w_off)) return; /* an empty group: the whole block */
+    if (!mm_rows_of<G>(job, grp, 0, t0, t1, w_off)) return; /* an empty group: the whole block */
     for (int tok = t0; tok < t1; tok++) {
         /* a warp past the parts computes nothing but still quantizes and meets the barriers */
         mm_part P;
@@ -491,8 +491,8 @@ static size_t mmv_smem(int k, int staged) {
 __device__ __forceinline__ int mq_rbase(const mm_job &job, int gw, int i, int MR) {
     return job.mode == MM_SWIGLU ? gw * 16 : (gw * MR + i) * 16;
 }
-__device__ __forceinline__ const uint8_t *mq_row(const mm_job &job, const mm_part &P, int i, int r) {
-    const uint8_t *w = job.mode == MM_SWIGLU && i == 1 ? job.p[1].w : P.w;
+__device__ __forceinline__ const uint8_t *mq_row(const mm_job &job, const mm_part &P, int i, int r, size_t w_off) {
+    const uint8_t *w = job.mode == MM_SWIGLU && i == 1 ? job.p[1].w + w_off : P.w + w_off;
     return w + (size_t)(r < P.rows ? r : 0) * job.row_bytes;
 }
 
@@ -541,13 +541,13 @@ __device__ __forceinline__ void mq_block_sums(float (&acc)[MR][NT][4], const uin
 /* A warp's sums to their outputs (stored, added, or SwiGLU of gate and up). */
 template <int NT, int MR>
 __device__ __forceinline__ void mq_store(const mm_job &job, const mm_part &P, const float (&acc)[MR][NT][4],
-                                         const int (&rbase)[MR], int t0, int g, int t) {
+                                         const int (&rbase)[MR], int t0, int t1, int g, int t) {
 #pragma unroll
     for (int j = 0; j < NT; j++)
 #pragma unroll
         for (int c = 0; c < 4; c++) {
             int tok = t0 + j * 8 + 2 * t + (c & 1), r = rbase[0] + g + (c >> 1) * 8;
-            if (tok >= job.n) continue;
+            if (tok >= t1) continue;
             if (job.mode == MM_SWIGLU) {
                 if (r < P.rows) P.y[(size_t)tok * P.rows + r] = swiglu1(acc[0][j][c], acc[MR - 1][j][c]);
                 continue;
@@ -565,22 +565,23 @@ __device__ __forceinline__ void mq_store(const mm_job &job, const mm_part &P, co
 /* Warp: MR tiles of 16 rows x NT tiles of 8 tokens; the quants of both
  * operands straight from global memory (each k-block's loads are
  * independent of the sums, so they are in flight ahead of them). */
-template <int T, int NT, int MR>
-__global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job, const int8_t *__restrict__ xq,
+template <int T, int NT, int MR, int G>
+__global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job, const mm_groups grp, const int8_t *__restrict__ xq,
                                                        const float *__restrict__ xd, const float *__restrict__ xs) {
     constexpr int MIN = mq_min<T>();
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int gw = blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
     mm_part P;
-    int part = mm_part_of(job, gw, P);
-    if (part < 0) return;
-    const int k = job.k, n = job.n, nb = k / 32, t0 = blockIdx.y * NT * 8;
+    int part = mm_part_of(job, gw, P), t0, t1;
+    size_t w_off;
+    if (part < 0 || !mm_rows_of<G>(job, grp, NT * 8, t0, t1, w_off)) return;
+    const int k = job.k, nb = k / 32;
     int rbase[MR];
     const uint8_t *wlo[MR], *whi[MR]; /* rows rbase + g and rbase + g + 8 (clamped to a real row) */
 #pragma unroll
     for (int i = 0; i < MR; i++) {
         rbase[i] = mq_rbase(job, gw, i, MR);
-        wlo[i] = mq_row(job, P, i, rbase[i] + g), whi[i] = mq_row(job, P, i, rbase[i] + g + 8);
+        wlo[i] = mq_row(job, P, i, rbase[i] + g, w_off), whi[i] = mq_row(job, P, i, rbase[i] + g + 8, w_off);
     }
     /* the lane's tokens, clamped to real ones (the others' sums are dropped) */
     const uint32_t *xb[NT];
@@ -588,8 +589,8 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job, const i
 #pragma unroll
     for (int j = 0; j < NT; j++) {
         int tb = t0 + j * 8;
-        xb[j] = (const uint32_t *)(xq + (size_t)min(tb + g, n - 1) * k) + t;
-        tk0[j] = min(tb + 2 * t, n - 1) * nb, tk1[j] = min(tb + 2 * t + 1, n - 1) * nb;
+        xb[j] = (const uint32_t *)(xq + (size_t)min(tb + g, t1 - 1) * k) + t;
+        tk0[j] = min(tb + 2 * t, t1 - 1) * nb, tk1[j] = min(tb + 2 * t + 1, t1 - 1) * nb;
     }
     float acc[MR][NT][4] = {};
     /* U k-blocks at a time: all their loads first, then their sums in
@@ -623,7 +624,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job, const i
             mq_block_sums<T, NT, MR>(acc, a[u], bx[u], dlo[u], dhi[u], mlo[u], mhi[u], sc[u], dx[u], sx[u]);
         }
     }
-    mq_store<NT, MR>(job, P, acc, rbase, t0, g, t);
+    mq_store<NT, MR>(job, P, acc, rbase, t0, t1, g, t);
 }
 
 /* Prefill staged (k_mmq_st): the block's 4 warps share each chunk of
@@ -655,14 +656,15 @@ struct mq_stage {
  * warp's rows (live warps), as this thread's group. */
 template <int T, int MR>
 __device__ void mq_stage_chunk(mq_stage<T, MR> *st, const mm_job &job, const mm_part &P, int live, const int (&rbase)[MR],
-                               const int8_t *xq, const float *xd, const float *xs, int t0, int b0) {
+                               const int8_t *xq, const float *xd, const float *xs, int t0, int t1, size_t w_off,
+                               int b0) {
     int nb = job.k / 32, nc = min(MQ_KC, nb - b0), lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     for (int x = threadIdx.x; x < 32 * nc * 8; x += blockDim.x) {
-        int tk = x / (nc * 8), o = x % (nc * 8), tok = min(t0 + tk, job.n - 1);
+        int tk = x / (nc * 8), o = x % (nc * 8), tok = min(t0 + tk, t1 - 1);
         cp_async<4>(&st->x[tk][o], xq + (size_t)tok * job.k + (size_t)b0 * 32 + 4 * o);
     }
     for (int x = threadIdx.x; x < 32 * nc; x += blockDim.x) {
-        int tk = x / nc, j = x % nc, tok = min(t0 + tk, job.n - 1);
+        int tk = x / nc, j = x % nc, tok = min(t0 + tk, t1 - 1);
         cp_async<4>(&st->xd[tk][j], xd + (size_t)tok * nb + b0 + j);
         cp_async<4>(&st->xs[tk][j], xs + (size_t)tok * nb + b0 + j);
     }
@@ -670,32 +672,36 @@ __device__ void mq_stage_chunk(mq_stage<T, MR> *st, const mm_job &job, const mm_
         int words = mv_words<T>(nc); /* whole: b0 and the row's end are 4-byte aligned */
         for (int x = lane; x < MR * 16 * words; x += 32) {
             int r = x / words, o = x % words, i = MR > 1 && r >= 16; /* constant indices: registers */
-            const uint8_t *row = mq_row(job, P, i, (i ? rbase[MR - 1] : rbase[0]) + r % 16);
+            const uint8_t *row = mq_row(job, P, i, (i ? rbase[MR - 1] : rbase[0]) + r % 16, w_off);
             cp_async<4>(&st->w[w][r][o], row + mv_offset<T>(b0) + 4 * o);
         }
     }
     cp_async_commit();
 }
 
-template <int T, int MR>
-__global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_st(const mm_job job, const int8_t *__restrict__ xq,
-                                                          const float *__restrict__ xd, const float *__restrict__ xs) {
+template <int T, int MR, int G>
+__global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_st(const mm_job job, const mm_groups grp,
+                                                          const int8_t *__restrict__ xq, const float *__restrict__ xd,
+                                                          const float *__restrict__ xs) {
     constexpr int MIN = mq_min<T>(), NT = 4;
     extern __shared__ uint4 mq_smem[];
     mq_stage<T, MR> *st = (mq_stage<T, MR> *)mq_smem;
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, w = threadIdx.x >> 5;
     int gw = blockIdx.x * MM_WARPS + w;
     mm_part P;
-    int live = mm_part_of(job, gw, P) >= 0; /* a warp past the parts still copies and waits with the block */
-    const int nb = job.k / 32, t0 = blockIdx.y * NT * 8;
+    int live = mm_part_of(job, gw, P) >= 0, t0, t1; /* a warp past the parts still copies and waits with the block */
+    size_t w_off;
+    if (!mm_rows_of<G>(job, grp, NT * 8, t0, t1, w_off)) return; /* the whole block */
+    const int nb = job.k / 32;
     int rbase[MR];
 #pragma unroll
     for (int i = 0; i < MR; i++) rbase[i] = mq_rbase(job, gw, i, MR);
     float acc[MR][NT][4] = {};
-    mq_stage_chunk<T, MR>(&st[0], job, P, live, rbase, xq, xd, xs, t0, 0);
+    mq_stage_chunk<T, MR>(&st[0], job, P, live, rbase, xq, xd, xs, t0, t1, w_off, 0);
     for (int b0 = 0, s = 0; b0 < nb; b0 += MQ_KC, s ^= 1) {
         __syncthreads(); /* the chunk before is summed: its stage takes the next */
-        if (b0 + MQ_KC < nb) mq_stage_chunk<T, MR>(&st[s ^ 1], job, P, live, rbase, xq, xd, xs, t0, b0 + MQ_KC);
+        if (b0 + MQ_KC < nb)
+            mq_stage_chunk<T, MR>(&st[s ^ 1], job, P, live, rbase, xq, xd, xs, t0, t1, w_off, b0 + MQ_KC);
         else cp_async_commit(); /* an empty group: the wait counts the same */
         cp_async_wait<1>();
         __syncthreads();
@@ -721,7 +727,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_st(const mm_job job, cons
             mq_block_sums<T, NT, MR>(acc, a, bx, dlo, dhi, mlo, mhi, sc, dx, sx);
         }
     }
-    if (live) mq_store<NT, MR>(job, P, acc, rbase, t0, g, t);
+    if (live) mq_store<NT, MR>(job, P, acc, rbase, t0, t1, g, t);
 }
 
 /* The 8-bit activations' buffer (one per process, like the stream it is
@@ -754,26 +760,35 @@ static int xq_reserve(size_t bytes, strata_err *err) {
  * never, to time the choice; set by mmv_init). */
 static int g_mmq_stage = 1;
 
+/* Prefill's kernels for job (G: with groups, grp's). */
+template <int T, int G>
+static void mmq_kernels(dim3 grid, mm_job job, mm_groups grp, const int8_t *xq, const float *xd, const float *xs) {
+    int swiglu = job.mode == MM_SWIGLU;
+    if constexpr (mq_stageable<T>()) {
+        if (g_mmq_stage && job.row_bytes % 4 == 0) {
+            if (swiglu) k_mmq_st<T, 2, G><<<grid, MM_WARPS * 32, 2 * sizeof(mq_stage<T, 2>), g_stream>>>(job, grp, xq, xd, xs);
+            else k_mmq_st<T, 1, G><<<grid, MM_WARPS * 32, 2 * sizeof(mq_stage<T, 1>), g_stream>>>(job, grp, xq, xd, xs);
+            return;
+        }
+    }
+    if (swiglu) k_mmq<T, 4, 2, G><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, grp, xq, xd, xs);
+    else k_mmq<T, 4, 1, G><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, grp, xq, xd, xs);
+}
+
 /* Prefill (n > 8): a warp takes 16 rows (SwiGLU: 16 of gate and the
- * same 16 of up) x 32 tokens, 4 warps a block over the rows. */
+ * same 16 of up) x 32 tokens (a group's up to 32 slots), 4 warps a block
+ * over the rows. */
 template <int T>
-static void mmq_go(mm_job job, const int8_t *xq, const float *xd, const float *xs) {
+static void mmq_go(mm_job job, mm_groups grp, const int8_t *xq, const float *xd, const float *xs) {
     int swiglu = job.mode == MM_SWIGLU, warps = 0;
     for (int i = 0; i < job.np; i++) {
         job.p[i].warps = swiglu ? (i == 0 ? (job.p[0].rows + 15) / 16 : 0) : (job.p[i].rows + 15) / 16;
         warps += job.p[i].warps;
     }
     if (warps == 0) return;
-    dim3 grid((warps + MM_WARPS - 1) / MM_WARPS, (job.n + 31) / 32);
-    if constexpr (mq_stageable<T>()) {
-        if (g_mmq_stage && job.row_bytes % 4 == 0) {
-            if (swiglu) k_mmq_st<T, 2><<<grid, MM_WARPS * 32, 2 * sizeof(mq_stage<T, 2>), g_stream>>>(job, xq, xd, xs);
-            else k_mmq_st<T, 1><<<grid, MM_WARPS * 32, 2 * sizeof(mq_stage<T, 1>), g_stream>>>(job, xq, xd, xs);
-            return;
-        }
-    }
-    if (swiglu) k_mmq<T, 4, 2><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, xq, xd, xs);
-    else k_mmq<T, 4, 1><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, xq, xd, xs);
+    dim3 grid((warps + MM_WARPS - 1) / MM_WARPS, grp.g ? 1 : (job.n + 31) / 32, grp.g ? grp.n : 1);
+    if (grp.g) mmq_kernels<T, 1>(grid, job, grp, xq, xd, xs);
+    else mmq_kernels<T, 0>(grid, job, grp, xq, xd, xs);
 }
 
 /* The most blocks a decode matmul launches: as many as the device holds
@@ -828,6 +843,17 @@ static cudaError_t mmv_allow(int optin_bytes, int *bytes) {
     return e;
 }
 
+/* Lets the staged prefill kernels (with groups or without) use bytes. */
+template <int G>
+static cudaError_t mmq_allow(int bytes) {
+    decltype(&k_mmq_st<QT_Q4_0, 1, G>) kernels[] = {
+        k_mmq_st<QT_Q4_0, 1, G>, k_mmq_st<QT_Q4_1, 1, G>, k_mmq_st<QT_Q5_0, 1, G>, k_mmq_st<QT_Q5_1, 1, G>,
+        k_mmq_st<QT_Q8_0, 1, G>, k_mmq_st<QT_Q4_K, 1, G>, k_mmq_st<QT_Q5_K, 1, G>, k_mmq_st<QT_Q4_0, 2, G>,
+        k_mmq_st<QT_Q4_1, 2, G>, k_mmq_st<QT_Q5_0, 2, G>, k_mmq_st<QT_Q5_1, 2, G>, k_mmq_st<QT_Q8_0, 2, G>,
+        k_mmq_st<QT_Q4_K, 2, G>, k_mmq_st<QT_Q5_K, 2, G>};
+    return allow_smem(kernels, bytes);
+}
+
 int mmv_init(int optin_bytes, int sms, strata_err *err) {
     /* the dynamic gets what the kernels' static memory (the norm's partial sums) leaves */
     int dynamic = optin_bytes;
@@ -839,12 +865,8 @@ int mmv_init(int optin_bytes, int sms, strata_err *err) {
     g_mmv_smem_max = (size_t)dynamic;
     const char *st = getenv("STRATA_CUDA_MMV_STAGE");
     g_mmv_stage = !(st && !strcmp(st, "0"));
-    decltype(&k_mmq_st<QT_Q4_0, 1>) prefill[] = {
-        k_mmq_st<QT_Q4_0, 1>, k_mmq_st<QT_Q4_1, 1>, k_mmq_st<QT_Q5_0, 1>, k_mmq_st<QT_Q5_1, 1>, k_mmq_st<QT_Q8_0, 1>,
-        k_mmq_st<QT_Q4_K, 1>, k_mmq_st<QT_Q5_K, 1>, k_mmq_st<QT_Q4_0, 2>, k_mmq_st<QT_Q4_1, 2>, k_mmq_st<QT_Q5_0, 2>,
-        k_mmq_st<QT_Q5_1, 2>, k_mmq_st<QT_Q8_0, 2>, k_mmq_st<QT_Q4_K, 2>, k_mmq_st<QT_Q5_K, 2>};
     int staged_bytes = (int)(2 * sizeof(mq_stage<QT_Q8_0, 2>)); /* the largest */
-    if ((e = allow_smem(prefill, staged_bytes)) != cudaSuccess)
+    if ((e = mmq_allow<0>(staged_bytes)) != cudaSuccess || (e = mmq_allow<1>(staged_bytes)) != cudaSuccess)
         return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: allowing the prefill matmul %d bytes of shared memory: %s",
                            staged_bytes, cudaGetErrorString(e));
     const char *pst = getenv("STRATA_CUDA_MMQ_STAGE");
@@ -867,8 +889,6 @@ extern "C" int cuda_matmul_reserve(int n, int k, strata_err *err) {
 extern "C" int cuda_matmul_norms(qtype t, int n) { return mmq_type(t) && n <= MQ_DECODE; }
 
 int mmq_launch(qtype t, mm_job job, mm_groups grp, strata_err *err) {
-    if (grp.g && job.n > MQ_DECODE) /* the prefill kernels take no groups */
-        return strata_errf(err, STRATA_EINVAL, "cuda: experts' matmuls over %d tokens", job.n);
     if (job.n <= MQ_DECODE) {
         switch (t) {
         case QT_Q4_0: return mmv_go<QT_Q4_0>(job, grp, err);
@@ -882,8 +902,9 @@ int mmq_launch(qtype t, mm_job job, mm_groups grp, strata_err *err) {
         default: return 0;
         }
     }
-    size_t nb = (size_t)job.n * (job.k / 32), qbytes = (size_t)job.n * job.k;
-    int rc = cuda_matmul_reserve(job.n, job.k, err);
+    int rows = grp.g ? grp.rows : job.n; /* x's: with groups, every slot */
+    size_t nb = (size_t)rows * (job.k / 32), qbytes = (size_t)rows * job.k;
+    int rc = cuda_matmul_reserve(rows, job.k, err);
     if (rc) return rc;
     int8_t *xq = g_xq;
     float *xd = (float *)(g_xq + qbytes), *xs = xd + nb;
@@ -892,14 +913,14 @@ int mmq_launch(qtype t, mm_job job, mm_groups grp, strata_err *err) {
     else
         k_q8x<1><<<(unsigned)((nb + 127) / 128), 128, 0, g_stream>>>(xq, xd, xs, job.x, (int)nb);
     switch (t) {
-    case QT_Q4_0: mmq_go<QT_Q4_0>(job, xq, xd, xs); break;
-    case QT_Q4_1: mmq_go<QT_Q4_1>(job, xq, xd, xs); break;
-    case QT_Q5_0: mmq_go<QT_Q5_0>(job, xq, xd, xs); break;
-    case QT_Q5_1: mmq_go<QT_Q5_1>(job, xq, xd, xs); break;
-    case QT_Q8_0: mmq_go<QT_Q8_0>(job, xq, xd, xs); break;
-    case QT_Q4_K: mmq_go<QT_Q4_K>(job, xq, xd, xs); break;
-    case QT_Q5_K: mmq_go<QT_Q5_K>(job, xq, xd, xs); break;
-    case QT_Q6_K: mmq_go<QT_Q6_K>(job, xq, xd, xs); break;
+    case QT_Q4_0: mmq_go<QT_Q4_0>(job, grp, xq, xd, xs); break;
+    case QT_Q4_1: mmq_go<QT_Q4_1>(job, grp, xq, xd, xs); break;
+    case QT_Q5_0: mmq_go<QT_Q5_0>(job, grp, xq, xd, xs); break;
+    case QT_Q5_1: mmq_go<QT_Q5_1>(job, grp, xq, xd, xs); break;
+    case QT_Q8_0: mmq_go<QT_Q8_0>(job, grp, xq, xd, xs); break;
+    case QT_Q4_K: mmq_go<QT_Q4_K>(job, grp, xq, xd, xs); break;
+    case QT_Q5_K: mmq_go<QT_Q5_K>(job, grp, xq, xd, xs); break;
+    case QT_Q6_K: mmq_go<QT_Q6_K>(job, grp, xq, xd, xs); break;
     default: break;
     }
     return 0;

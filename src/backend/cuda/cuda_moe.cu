@@ -103,12 +103,28 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32) k_moe_route(const float *log
     if (lane < k) ids[(size_t)t * k + lane] = id, w[(size_t)t * k + lane] = wj;
 }
 
+/* An inclusive scan of each thread's v over the block (blockDim.x a
+ * power of two), in s (blockDim.x ints); the block's total in *total. */
+__device__ int block_scan(int v, int *s, int *total) {
+    const int tid = threadIdx.x, nt = blockDim.x;
+    s[tid] = v;
+    __syncthreads();
+    for (int off = 1; off < nt; off <<= 1) {
+        int a = tid >= off ? s[tid - off] : 0;
+        __syncthreads();
+        s[tid] += a;
+        __syncthreads();
+    }
+    int r = s[tid];
+    *total = s[nt - 1];
+    __syncthreads(); /* s is free again */
+    return r;
+}
+
 /* One block of a power of two threads, at least n_expert: thread e counts
- * expert e's pairs, a scan gives its first slot and its group, then a
- * warp an expert places its pairs in token order (a ballot a 32 tokens).
- * Counts below 2^20 (cuda_moe_group checks), groups below 2^11: both in
- * one int of the scan. */
-#define GROUP_SHIFT 20
+ * expert e's pairs, scans give its first slot and its first group (its
+ * slots in groups of CUDA_MOE_TILE), then a warp an expert places its
+ * pairs in token order (a ballot a 32 tokens). */
 __global__ void k_moe_group(const int32_t *ids, int n, int k, int ne, int32_t *first, int32_t *slot_of,
                             int32_t *slot_tok, mm_group *groups, int n_groups) {
     __shared__ int cnt[CUDA_MOE_MAX_EXPERTS], scan[CUDA_MOE_MAX_EXPERTS];
@@ -117,24 +133,14 @@ __global__ void k_moe_group(const int32_t *ids, int n, int k, int ne, int32_t *f
     __syncthreads();
     for (int i = tid; i < n * k; i += nt) atomicAdd(&cnt[ids[i]], 1); /* integers: any order, one sum */
     __syncthreads();
-    const int c = cnt[tid], v = tid < ne ? c + ((c > 0) << GROUP_SHIFT) : 0;
-    scan[tid] = v;
-    __syncthreads();
-    for (int off = 1; off < nt; off <<= 1) {
-        int a = tid >= off ? scan[tid - off] : 0;
-        __syncthreads();
-        scan[tid] += a;
-        __syncthreads();
-    }
-    const int ex = scan[tid] - v, total_groups = scan[nt - 1] >> GROUP_SHIFT;
-    const int f = ex & ((1 << GROUP_SHIFT) - 1);
-    if (tid < ne) {
-        first[tid] = f;
-        if (c) groups[ex >> GROUP_SHIFT] = mm_group{tid, f, c};
-    }
-    if (tid == 0) first[ne] = n * k;
-    for (int g = total_groups + tid; g < n_groups; g += nt) groups[g] = mm_group{0, 0, 0};
-    __syncthreads(); /* everyone has read the scan */
+    const int c = tid < ne ? cnt[tid] : 0, tiles = (c + CUDA_MOE_TILE - 1) / CUDA_MOE_TILE;
+    int slots, all_tiles;
+    const int f = block_scan(c, scan, &slots) - c, g0 = block_scan(tiles, scan, &all_tiles) - tiles;
+    if (tid < ne) first[tid] = f;
+    for (int i = 0; i < tiles; i++)
+        groups[g0 + i] = mm_group{tid, f + i * CUDA_MOE_TILE, min(CUDA_MOE_TILE, c - i * CUDA_MOE_TILE)};
+    if (tid == 0) first[ne] = slots;
+    for (int g = all_tiles + tid; g < n_groups; g += nt) groups[g] = mm_group{0, 0, 0};
     scan[tid] = f;
     __syncthreads();
     for (int e = tid >> 5; e < ne; e += nt / 32) { /* whole warps: the ballot */
@@ -170,7 +176,7 @@ extern "C" int cuda_moe_route(const float *d_logits, int n, const cuda_moe_gatin
 
 extern "C" int cuda_moe_group(const int32_t *d_ids, int n, int k, int n_expert, int32_t *d_first, int32_t *d_slot_of,
                               int32_t *d_slot_tok, int32_t *d_groups, strata_err *err) {
-    if (n_expert < 1 || n_expert > CUDA_MOE_MAX_EXPERTS || (long long)n * k >= (1 << GROUP_SHIFT))
+    if (n_expert < 1 || n_expert > CUDA_MOE_MAX_EXPERTS || (long long)n * k > INT32_MAX / 2)
         return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: grouping %d tokens' %d experts of %d on the device", n, k,
                            n_expert);
     int threads = 32;

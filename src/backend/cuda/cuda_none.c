@@ -59,7 +59,8 @@ int cuda_moe_group(const int32_t *d_ids, int n, int k, int n_expert, int32_t *d_
     return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
 }
 int cuda_matmul_experts(qtype t, const void *d_w, const void *d_up, size_t step, size_t row_bytes, int rows, int k,
-                        const float *d_x, int n, const int32_t *d_groups, int n_groups, float *d_y, strata_err *err) {
+                        const float *d_x, int n, int slots, const int32_t *d_groups, int n_groups, float *d_y,
+                        strata_err *err) {
     return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
 }
 void cuda_kv_store(uint16_t *d_kc, uint16_t *d_vc, const float *d_k, const float *d_v, const int32_t *d_pos,
