@@ -12,7 +12,9 @@
 # without prefill's staged chunks, depth 4096 with attention's tiles two
 # a block, tg128 with decode's fold a launch of its own), on the
 # SmolLM2-shaped one, then on the qwen35 0.8B-shaped one
-# (the issue's anchor; pp4096 too). A
+# (the issue's anchor; pp4096 too), then pp512/tg128 on a
+# Qwen3-30B-A3B-shaped mixture of experts cut to MOE_LAYERS layers
+# (tools/synth_qwen3moe.py, made in the background from the start). A
 # short table ends the output; full logs go to $OUT (five files:
 # test-gpu.log, test-gpu-logs.tgz, llama-build.log, bench.txt,
 # llama-version.txt; with PROFILE, ncu.txt and ncu-attn.txt too).
@@ -24,7 +26,9 @@
 # PROFILE (test-gpu.sh's ncu step, run last: ncu.txt, ncu-attn.txt),
 # BUILD_WAIT (seconds from the start to wait for the build at most; 420:
 # it built in 214-285 s alone on the lent machines' 16 cores, and ended at
-# ~350 s beside test-gpu.sh on an H200, 2026-11-28).
+# ~350 s beside test-gpu.sh on an H200, 2026-11-28), MOE_LAYERS (8; 0:
+# no MoE rows; ~360 MiB a layer), MOE_BY (seconds from the start after
+# which the MoE rows are skipped; 470).
 # Exit status: test-gpu.sh's (0 only when every GPU check passed).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -59,6 +63,14 @@ else (
     echo "build exit $? after $(($(date +%s) - s)) s"
 ) > "$LOGS/llama-build.log" 2>&1 &
     build_pid=$!
+fi
+
+# The MoE model for the last rows, made meanwhile (one Python thread).
+MOE=$src/qwen3moe-30b-a3b-synth-q4_k_m.gguf
+moe_pid=""
+if [ "${MOE_LAYERS:-8}" != 0 ]; then
+    (cd "$here/tools" && python3 synth_qwen3moe.py --out "$MOE" --layers "${MOE_LAYERS:-8}") > "$src/moe-synth.log" 2>&1 &
+    moe_pid=$!
 fi
 
 # 2. Our checks meanwhile (the synthetic models stay for the comparison).
@@ -135,6 +147,21 @@ rows() {
 }
 rows "$SMOL"
 [ -s "$KEEP_Q35" ] && rows "$KEEP_Q35"
+# the mixture of experts (routing on the device, each experts' matmul one launch: step 9)
+if [ -n "$moe_pid" ]; then
+    while kill -0 "$moe_pid" 2>/dev/null && [ $(($(date +%s) - t0)) -lt "${MOE_BY:-470}" ]; do sleep 2; done
+    tail -1 "$src/moe-synth.log" >> "$B"
+    if [ -s "$MOE" ] && ! kill -0 "$moe_pid" 2>/dev/null && [ $(($(date +%s) - t0)) -lt "${MOE_BY:-470}" ]; then
+        M=$MOE
+        step "interleaved on $(basename "$M"): strata, llama-bench, strata"
+        sb fused "" -p 512 -n 128 -r 3
+        lb -p 512 -n 128 -r 3
+        sb fused "" -p 512 -n 128 -r 3
+    else
+        kill "$moe_pid" 2>/dev/null
+        echo "peer: no MoE rows (the model not made by ${MOE_BY:-470} s)" >> "$B"
+    fi
+fi
 [ -n "$LB" ] && "$LB" --version > "$LOGS/llama-version.txt" 2>&1
 cat "$B"
 

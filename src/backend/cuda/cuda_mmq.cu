@@ -565,7 +565,7 @@ __device__ __forceinline__ void mq_store(const mm_job &job, const mm_part &P, co
 /* Warp: MR tiles of 16 rows x NT tiles of 8 tokens; the quants of both
  * operands straight from global memory (each k-block's loads are
  * independent of the sums, so they are in flight ahead of them). */
-template <int T, int NT, int MR, int G>
+template <int T, int NT, int MR>
 __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job, const mm_groups grp, const int8_t *__restrict__ xq,
                                                        const float *__restrict__ xd, const float *__restrict__ xs) {
     constexpr int MIN = mq_min<T>();
@@ -574,7 +574,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job, const m
     mm_part P;
     int part = mm_part_of(job, gw, P), t0, t1;
     size_t w_off;
-    if (part < 0 || !mm_rows_of<G>(job, grp, NT * 8, t0, t1, w_off)) return;
+    if (part < 0 || !mm_rows_of<1>(job, grp, NT * 8, t0, t1, w_off)) return;
     const int k = job.k, nb = k / 32;
     int rbase[MR];
     const uint8_t *wlo[MR], *whi[MR]; /* rows rbase + g and rbase + g + 8 (clamped to a real row) */
@@ -679,7 +679,7 @@ __device__ void mq_stage_chunk(mq_stage<T, MR> *st, const mm_job &job, const mm_
     cp_async_commit();
 }
 
-template <int T, int MR, int G>
+template <int T, int MR>
 __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_st(const mm_job job, const mm_groups grp,
                                                           const int8_t *__restrict__ xq, const float *__restrict__ xd,
                                                           const float *__restrict__ xs) {
@@ -691,7 +691,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmq_st(const mm_job job, cons
     mm_part P;
     int live = mm_part_of(job, gw, P) >= 0, t0, t1; /* a warp past the parts still copies and waits with the block */
     size_t w_off;
-    if (!mm_rows_of<G>(job, grp, NT * 8, t0, t1, w_off)) return; /* the whole block */
+    if (!mm_rows_of<1>(job, grp, NT * 8, t0, t1, w_off)) return; /* the whole block */
     const int nb = job.k / 32;
     int rbase[MR];
 #pragma unroll
@@ -760,21 +760,6 @@ static int xq_reserve(size_t bytes, strata_err *err) {
  * never, to time the choice; set by mmv_init). */
 static int g_mmq_stage = 1;
 
-/* Prefill's kernels for job (G: with groups, grp's). */
-template <int T, int G>
-static void mmq_kernels(dim3 grid, mm_job job, mm_groups grp, const int8_t *xq, const float *xd, const float *xs) {
-    int swiglu = job.mode == MM_SWIGLU;
-    if constexpr (mq_stageable<T>()) {
-        if (g_mmq_stage && job.row_bytes % 4 == 0) {
-            if (swiglu) k_mmq_st<T, 2, G><<<grid, MM_WARPS * 32, 2 * sizeof(mq_stage<T, 2>), g_stream>>>(job, grp, xq, xd, xs);
-            else k_mmq_st<T, 1, G><<<grid, MM_WARPS * 32, 2 * sizeof(mq_stage<T, 1>), g_stream>>>(job, grp, xq, xd, xs);
-            return;
-        }
-    }
-    if (swiglu) k_mmq<T, 4, 2, G><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, grp, xq, xd, xs);
-    else k_mmq<T, 4, 1, G><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, grp, xq, xd, xs);
-}
-
 /* Prefill (n > 8): a warp takes 16 rows (SwiGLU: 16 of gate and the
  * same 16 of up) x 32 tokens (a group's up to 32 slots), 4 warps a block
  * over the rows. */
@@ -787,8 +772,15 @@ static void mmq_go(mm_job job, mm_groups grp, const int8_t *xq, const float *xd,
     }
     if (warps == 0) return;
     dim3 grid((warps + MM_WARPS - 1) / MM_WARPS, grp.g ? 1 : (job.n + 31) / 32, grp.g ? grp.n : 1);
-    if (grp.g) mmq_kernels<T, 1>(grid, job, grp, xq, xd, xs);
-    else mmq_kernels<T, 0>(grid, job, grp, xq, xd, xs);
+    if constexpr (mq_stageable<T>()) {
+        if (g_mmq_stage && job.row_bytes % 4 == 0) {
+            if (swiglu) k_mmq_st<T, 2><<<grid, MM_WARPS * 32, 2 * sizeof(mq_stage<T, 2>), g_stream>>>(job, grp, xq, xd, xs);
+            else k_mmq_st<T, 1><<<grid, MM_WARPS * 32, 2 * sizeof(mq_stage<T, 1>), g_stream>>>(job, grp, xq, xd, xs);
+            return;
+        }
+    }
+    if (swiglu) k_mmq<T, 4, 2><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, grp, xq, xd, xs);
+    else k_mmq<T, 4, 1><<<grid, MM_WARPS * 32, 0, g_stream>>>(job, grp, xq, xd, xs);
 }
 
 /* The most blocks a decode matmul launches: as many as the device holds
@@ -843,17 +835,6 @@ static cudaError_t mmv_allow(int optin_bytes, int *bytes) {
     return e;
 }
 
-/* Lets the staged prefill kernels (with groups or without) use bytes. */
-template <int G>
-static cudaError_t mmq_allow(int bytes) {
-    decltype(&k_mmq_st<QT_Q4_0, 1, G>) kernels[] = {
-        k_mmq_st<QT_Q4_0, 1, G>, k_mmq_st<QT_Q4_1, 1, G>, k_mmq_st<QT_Q5_0, 1, G>, k_mmq_st<QT_Q5_1, 1, G>,
-        k_mmq_st<QT_Q8_0, 1, G>, k_mmq_st<QT_Q4_K, 1, G>, k_mmq_st<QT_Q5_K, 1, G>, k_mmq_st<QT_Q4_0, 2, G>,
-        k_mmq_st<QT_Q4_1, 2, G>, k_mmq_st<QT_Q5_0, 2, G>, k_mmq_st<QT_Q5_1, 2, G>, k_mmq_st<QT_Q8_0, 2, G>,
-        k_mmq_st<QT_Q4_K, 2, G>, k_mmq_st<QT_Q5_K, 2, G>};
-    return allow_smem(kernels, bytes);
-}
-
 int mmv_init(int optin_bytes, int sms, strata_err *err) {
     /* the dynamic gets what the kernels' static memory (the norm's partial sums) leaves */
     int dynamic = optin_bytes;
@@ -866,7 +847,11 @@ int mmv_init(int optin_bytes, int sms, strata_err *err) {
     const char *st = getenv("STRATA_CUDA_MMV_STAGE");
     g_mmv_stage = !(st && !strcmp(st, "0"));
     int staged_bytes = (int)(2 * sizeof(mq_stage<QT_Q8_0, 2>)); /* the largest */
-    if ((e = mmq_allow<0>(staged_bytes)) != cudaSuccess || (e = mmq_allow<1>(staged_bytes)) != cudaSuccess)
+    decltype(&k_mmq_st<QT_Q4_0, 1>) prefill[] = {
+        k_mmq_st<QT_Q4_0, 1>, k_mmq_st<QT_Q4_1, 1>, k_mmq_st<QT_Q5_0, 1>, k_mmq_st<QT_Q5_1, 1>, k_mmq_st<QT_Q8_0, 1>,
+        k_mmq_st<QT_Q4_K, 1>, k_mmq_st<QT_Q5_K, 1>, k_mmq_st<QT_Q4_0, 2>, k_mmq_st<QT_Q4_1, 2>, k_mmq_st<QT_Q5_0, 2>,
+        k_mmq_st<QT_Q5_1, 2>, k_mmq_st<QT_Q8_0, 2>, k_mmq_st<QT_Q4_K, 2>, k_mmq_st<QT_Q5_K, 2>};
+    if ((e = allow_smem(prefill, staged_bytes)) != cudaSuccess)
         return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: allowing the prefill matmul %d bytes of shared memory: %s",
                            staged_bytes, cudaGetErrorString(e));
     const char *pst = getenv("STRATA_CUDA_MMQ_STAGE");

@@ -22,6 +22,7 @@ extern "C" {
 #define ROUTE_WARPS 4
 
 static_assert(sizeof(mm_group) == CUDA_GROUP_INTS * sizeof(int32_t), "groups are uploaded and read as int triples");
+static_assert(CUDA_MOE_MAX_EXPERTS <= 1024, "k_moe_group: a thread an expert, in one block");
 
 /* expf's value, from exp in double (rounding once more changes the last
  * bit only where exp lies within 2^-29 ulp of a float's midpoint). */
@@ -179,7 +180,9 @@ extern "C" int cuda_moe_group(const int32_t *d_ids, int n, int k, int n_expert, 
     if (n_expert < 1 || n_expert > CUDA_MOE_MAX_EXPERTS || (long long)n * k > INT32_MAX / 2)
         return strata_errf(err, STRATA_EUNSUPPORTED, "cuda: grouping %d tokens' %d experts of %d on the device", n, k,
                            n_expert);
-    int threads = 32;
+    /* a thread an expert at least; a prefill's many tokens get every warp
+     * the block can have for placing the pairs (a warp an expert at a time) */
+    int threads = n * k > 64 ? CUDA_MOE_MAX_EXPERTS : 32;
     while (threads < n_expert) threads *= 2;
     if (n > 0)
         k_moe_group<<<1, threads, 0, g_stream>>>(d_ids, n, k, n_expert, d_first, d_slot_of, d_slot_tok,
