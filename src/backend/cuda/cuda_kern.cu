@@ -189,7 +189,7 @@ __global__ void k_matmul(const mm_job job, const mm_groups grp) {
     if (part < 0) return; /* whole warps leave: the shuffles below stay full */
     int t0, t1;
     size_t w_off;
-    if (!mm_rows_of<1>(job, grp, MM_T, t0, t1, w_off)) return; /* a group of fewer slots than the launch's most */
+    if (!mm_rows_of<1>(job, grp, MM_T, t0, t1, w_off)) return; /* a group of fewer slots than the grid's */
     int nt = min(MM_T, t1 - t0);
     P.w += w_off;
     const uint8_t *wr[R];
@@ -272,8 +272,8 @@ static int mm_launch(qtype t, mm_job job, strata_err *err, mm_groups grp = mm_gr
     dim3 grid((warps + MM_WARPS - 1) / MM_WARPS, (tokens + MM_T - 1) / MM_T, grp.g ? grp.n : 1);
 #define LAUNCH(q)                                                                   \
     if (t == q) {                                                                   \
-        if (R == 1) k_matmul<q, 1><<<grid, 32 * MM_WARPS, 0, g_stream>>>(job, grp);      \
-        else k_matmul<q, 2><<<grid, 32 * MM_WARPS, 0, g_stream>>>(job, grp);             \
+        if (R == 1) k_matmul<q, 1><<<grid, 32 * MM_WARPS, 0, g_stream>>>(job, grp); \
+        else k_matmul<q, 2><<<grid, 32 * MM_WARPS, 0, g_stream>>>(job, grp);        \
     }
     TYPES(LAUNCH)
 #undef LAUNCH

@@ -470,8 +470,10 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mmv(const mm_job job, const m
             const uint8_t *next[2] = {NULL, NULL};
             mm_part Pn;
             int ng = vw + nw;
-            if (S && mm_part_of(job, ng, Pn) >= 0)
-                next[0] = Pn.w + w_off + (size_t)ng * job.row_bytes, next[1] = job.p[1].w + w_off + (size_t)ng * job.row_bytes;
+            if (S && mm_part_of(job, ng, Pn) >= 0) {
+                next[0] = Pn.w + w_off + (size_t)ng * job.row_bytes;
+                next[1] = job.p[1].w + w_off + (size_t)ng * job.row_bytes;
+            }
             mmv_row<T, S>(job, P, gw, tok, w0, S || vw == w_first, xlo, xhi, xd, xs, stage, w_off, next);
         }
     }
@@ -566,8 +568,9 @@ __device__ __forceinline__ void mq_store(const mm_job &job, const mm_part &P, co
  * operands straight from global memory (each k-block's loads are
  * independent of the sums, so they are in flight ahead of them). */
 template <int T, int NT, int MR>
-__global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job, const mm_groups grp, const int8_t *__restrict__ xq,
-                                                       const float *__restrict__ xd, const float *__restrict__ xs) {
+__global__ void __launch_bounds__(MM_WARPS * 32) k_mmq(const mm_job job, const mm_groups grp,
+                                                       const int8_t *__restrict__ xq, const float *__restrict__ xd,
+                                                       const float *__restrict__ xs) {
     constexpr int MIN = mq_min<T>();
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int gw = blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
@@ -773,9 +776,10 @@ static void mmq_go(mm_job job, mm_groups grp, const int8_t *xq, const float *xd,
     if (warps == 0) return;
     dim3 grid((warps + MM_WARPS - 1) / MM_WARPS, grp.g ? 1 : (job.n + 31) / 32, grp.g ? grp.n : 1);
     if constexpr (mq_stageable<T>()) {
-        if (g_mmq_stage && job.row_bytes % 4 == 0) {
-            if (swiglu) k_mmq_st<T, 2><<<grid, MM_WARPS * 32, 2 * sizeof(mq_stage<T, 2>), g_stream>>>(job, grp, xq, xd, xs);
-            else k_mmq_st<T, 1><<<grid, MM_WARPS * 32, 2 * sizeof(mq_stage<T, 1>), g_stream>>>(job, grp, xq, xd, xs);
+        if (g_mmq_stage && job.row_bytes % 4 == 0) { /* an expert's rows start aligned too: whole rows */
+            size_t smem = 2 * (swiglu ? sizeof(mq_stage<T, 2>) : sizeof(mq_stage<T, 1>));
+            if (swiglu) k_mmq_st<T, 2><<<grid, MM_WARPS * 32, smem, g_stream>>>(job, grp, xq, xd, xs);
+            else k_mmq_st<T, 1><<<grid, MM_WARPS * 32, smem, g_stream>>>(job, grp, xq, xd, xs);
             return;
         }
     }
