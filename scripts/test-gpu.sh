@@ -27,6 +27,8 @@
 #   serve35    the same on the generated qwen35-f32: each sequence's
 #              recurrent state in GPU memory, a hit resumed from a
 #              snapshot (downloaded, kept in memory and on disk, uploaded)
+#   servemoe   the same on the generated qwen3moe-q8_0: experts routed on
+#              the device, decode steps as graphs (step 9)
 #   bench      `strata bench --device cuda` pp512/tg128, then at depth 4096
 #   sanitizer  compute-sanitizer memcheck over the paged pass, the tiers
 #              on the GPU, gemma3, qwen35, MoE and the matmuls (the code
@@ -68,9 +70,9 @@ TOOLS=${TOOLS:-tools}
 PYTHON=${PYTHON:-python3}
 REPS=${REPS:-10}
 BUDGET_S=${BUDGET_S:-360}
-STEPS=${STEPS:-env data unit model greedy serve serve3 serve35 bench sanitizer qwen35 nograph nofuse nostage cpu optional}
+STEPS=${STEPS:-env data unit model greedy serve serve3 serve35 servemoe bench sanitizer qwen35 nograph nofuse nostage cpu optional}
 # what the chosen steps need runs too: the test models, the synthetic model
-case " $STEPS " in *" unit "* | *" sanitizer "* | *" serve3 "* | *" serve35 "*) STEPS="data $STEPS" ;; esac
+case " $STEPS " in *" unit "* | *" sanitizer "* | *" serve3 "* | *" serve35 "* | *" servemoe "*) STEPS="data $STEPS" ;; esac
 case " $STEPS " in *" greedy "* | *" serve "* | *" bench "* | *" nograph "* | *" nofuse "* | *" nostage "* | *" cpu "* | *" optional "*)
     STEPS="model $STEPS" ;;
 esac
@@ -210,6 +212,13 @@ serve_qwen35() {
     serve_check "$m" serve35 60 --port 19482 --recurrent
 }
 
+serve_moe() {
+    # 2 s on the CPU (`--device cpu --ram-mb 0`, a dry run)
+    local m=$TEST_DATA_DIR/models/qwen3moe-q8_0.gguf
+    [ -s "$m" ] || { echo "no $m (the data step failed)"; return 1; }
+    serve_check "$m" servemoe 50 --port 19483
+}
+
 bench_gpu() {
     [ -s "$SMOL" ] || { echo "no synthetic model (the model step failed)"; return 1; }
     bench_model "$SMOL" "$WORK/bench-gpu.txt"
@@ -333,7 +342,7 @@ profile() {
     return $rc
 }
 
-export -f ncu_run env_info test_data unit_tests make_model compare_greedy bench_model greedy serve_check serve serve_gemma3 serve_qwen35 \
+export -f ncu_run env_info test_data unit_tests make_model compare_greedy bench_model greedy serve_check serve serve_gemma3 serve_qwen35 serve_moe \
     bench_gpu sanitizer qwen35_anchor bench_nograph bench_nofuse bench_nostage bench_cpu \
     bench_prev qt_sweep profile
 export SERVE_CHECK=${SERVE_CHECK:-} PREV=${PREV:-} GPU_TEST_MODELS=${GPU_TEST_MODELS:-}
@@ -352,6 +361,8 @@ step serve3 60 "serve --device cuda on gemma3 (sliding windows in the GPU pool):
 grep -E "^gpu-serve-check:|^(cold|again|evicted|restart)" "$WORK/serve3.txt" 2>/dev/null | cut -c1-150 | sed 's/^/          /' >> "$SUMMARY"
 step serve35 70 "serve --device cuda on qwen35 (recurrent states in the GPU pool, snapshots): the same four places" serve_qwen35
 grep -E "^gpu-serve-check:|^(cold|again|evicted|restart)" "$WORK/serve35.txt" 2>/dev/null | cut -c1-150 | sed 's/^/          /' >> "$SUMMARY"
+step servemoe 60 "serve --device cuda on qwen3moe (experts routed on the device, decode graphs): the same four places" serve_moe
+grep -E "^gpu-serve-check:|^(cold|again|evicted|restart)" "$WORK/servemoe.txt" 2>/dev/null | cut -c1-150 | sed 's/^/          /' >> "$SUMMARY"
 step bench 150 "bench on the GPU: pp512, tg128 ($REPS reps), then at depth 4096 (3 reps)" bench_gpu
 step sanitizer 150 "compute-sanitizer memcheck: the paged pass, the tiers on the GPU, gemma3, qwen35, MoE; racecheck: the double-buffered kernels" sanitizer
 step qwen35 150 "the qwen35 0.8B-shaped model: greedy text CPU and GPU, bench pp512/tg128 ($REPS reps), at depth 4096" qwen35_anchor
