@@ -105,7 +105,7 @@ int mec_new(fwdc *c, const model *m, int max_batch, mec **out, strata_err *err) 
                            hp->n_expert_used, hp->n_expert, CUDA_MOE_MAX_USED, CUDA_MOE_MAX_EXPERTS);
     }
     x->layers = xcalloc((size_t)hp->n_layer, sizeof(mec_tensors));
-    int rc = 0;
+    int rc = cuda_moe_init(err);
     for (int il = 0; il < hp->n_layer && !rc; il++)
         if (m->layers[il].moe.router.data) rc = upload_layer(c, &m->layers[il].moe, &x->layers[il], err);
     if (!rc) rc = alloc_all(c, x, max_batch, err);

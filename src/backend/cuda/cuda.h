@@ -39,9 +39,8 @@ extern "C" {
  * on the 8-bit path (a Q4_K_M file's down, V and output rows), and the
  * K-quants' inputs rounded per 256 as the CPU's Q8_K (the same int8 and
  * d: an MoE model's near ties route as the CPU's do). cuda-5: a mixture
- * of experts routed on the device (cuda_moe_route: the exps in double
- * rounded, the softmax's sum over lanes; libm's expf and a sum in index
- * order on the host before).
+ * of experts routed on the device (cuda_moe_route: the softmax's double
+ * sum over lanes, in index order on the host before).
  * It names qwen35's kernels too (cuda_delta.cu, added under cuda-2: no
  * GPU block of a qwen35 model existed before them); their bits are the
  * same on every GPU, so no per-model or per-level suffix (the CPU's
@@ -135,9 +134,10 @@ void cuda_moe_add(float *d_x, const float *d_y, const int32_t *d_slot, const flo
  * step waits on the host (a decode step stays one graph). cuda_moe_route:
  * per token t < n, from its n_expert router logits, model/moe.c's
  * moe_route (gating, the k best with ties to the lower id, the weights'
- * softmax or renormalisation, scale) -> d_ids[t k + j], d_w[t k + j]; exps
- * in double rounded to float (libm's expf but in rare cases), the
- * softmax's double sum over lanes. cuda_moe_group: moe_group's slots (the
+ * softmax or renormalisation, scale) -> d_ids[t k + j], d_w[t k + j]: its
+ * bits (glibc's expf; the softmax's double sum over lanes, the same sum
+ * unless the exps span more than 2^29); cuda_moe_init first, once.
+ * cuda_moe_group: moe_group's slots (the
  * pairs grouped by expert, tokens in batch order): d_first[e] (n_expert +
  * 1 entries), d_slot_of[t k + j], d_slot_tok[slot], and d_groups:
  * cuda_moe_groups(n, k, n_expert) entries of CUDA_GROUP_INTS ints (expert,
@@ -152,6 +152,7 @@ typedef struct cuda_moe_gating {
     int n_expert, k, gating, norm; /* norm: the k weights renormalised to sum 1 */
     float scale;                   /* 0 or 1: none */
 } cuda_moe_gating;
+int cuda_moe_init(strata_err *err);
 int cuda_moe_route(const float *d_logits, int n, const cuda_moe_gating *g, int32_t *d_ids, float *d_w,
                    strata_err *err);
 /* At most one partial group an expert: the non-empty experts (at most

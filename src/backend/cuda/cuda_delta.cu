@@ -41,7 +41,6 @@
 
 extern "C" {
 #include "backend/cuda/cuda.h"
-#include "backend/vexp_impl.h"
 }
 #include "backend/cuda/cuda_int.h"
 
@@ -52,31 +51,13 @@ __device__ double g_exp2[32]; /* 2^(i/32): vexp__exp2_32, by cuda_delta_init */
 extern "C" int cuda_delta_init(strata_err *err) {
     static int done;
     if (done) return 0;
-    cudaError_t e = cudaMemcpyToSymbolAsync(g_exp2, vexp__exp2_32, sizeof g_exp2, 0, cudaMemcpyHostToDevice, g_stream);
+    cudaError_t e = exp_table_upload(g_exp2);
     if (e != cudaSuccess) return strata_errf(err, STRATA_EIO, "cuda: the exp table: %s", cudaGetErrorString(e));
     done = 1;
     return 0;
 }
 
-/* expf(x) with glibc's bits: k = round(x 32/ln2) by the shift constant,
- * r = x 32/ln2 - k in one FMA, 2^(k/32) from the table entry k mod 32
- * with k div 32 added to its exponent, the cubic in r, one rounding. */
-__device__ __forceinline__ float exp_glibc(float x) {
-    uint32_t ux = __float_as_uint(x), ax = ux & 0x7fffffffu;
-    if (ax >= VEXP_SPECIAL_ABS) { /* glibc's checks; the rest falls through to its main path */
-        if (ux == 0xff800000u) return 0.0f;          /* -inf */
-        if (ax >= 0x7f800000u) return x + x;         /* inf, NaN */
-        if (x > 0x1.62e42ep6f) return INFINITY;      /* overflow */
-        if (x < -0x1.9fe368p6f) return 0.0f;         /* underflow */
-    }
-    double xd = (double)x, z = fma(VEXP_INV_LN2_N, xd, VEXP_SHIFT);
-    uint64_t ki = (uint64_t)__double_as_longlong(z), i = ki & 31;
-    double r = fma(VEXP_INV_LN2_N, xd, -(z - VEXP_SHIFT));
-    uint64_t s = (uint64_t)__double_as_longlong(g_exp2[i]) - (i << 47) + (ki << 47);
-    double p = fma(VEXP_C0, r, VEXP_C1), q = fma(VEXP_C2, r, 1.0);
-    p = fma(p, r * r, q);
-    return (float)(p * __longlong_as_double((long long)s));
-}
+__device__ __forceinline__ float exp_glibc(float x) { return exp_glibc(x, g_exp2); }
 
 /* g / (1 + e^-g): vexp_silu_mul's element (without u). */
 __device__ __forceinline__ float silu_glibc(float g) { return g / (1.0f + exp_glibc(-g)); }

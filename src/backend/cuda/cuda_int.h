@@ -16,6 +16,7 @@
 
 extern "C" {
 #include "backend/quant.h"
+#include "backend/vexp_impl.h"
 #include "base/err.h"
 }
 
@@ -148,6 +149,37 @@ __device__ __forceinline__ void kq_scale_min(const uint8_t *s, int j, int &sc, i
         sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
         m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
     }
+}
+
+/* expf(x) with glibc's bits (the CPU's libm), given its table of 2^(i/32)
+ * in device memory (exp_table_upload: each .cu file that uses it keeps
+ * its own copy, there being no relocatable device code): k = round(x
+ * 32/ln2) by the shift constant, r = x 32/ln2 - k in one FMA, 2^(k/32)
+ * from the table entry k mod 32 with k div 32 added to its exponent, the
+ * cubic in r, one rounding; glibc's branches for |x| >= 88 (-inf, inf
+ * and NaN, overflow past 0x1.62e42ep6, underflow below -0x1.9fe368p6). */
+__device__ __forceinline__ float exp_glibc(float x, const double *exp2_32) {
+    uint32_t ux = __float_as_uint(x), ax = ux & 0x7fffffffu;
+    if (ax >= VEXP_SPECIAL_ABS) { /* glibc's checks; the rest falls through to its main path */
+        if (ux == 0xff800000u) return 0.0f;          /* -inf */
+        if (ax >= 0x7f800000u) return x + x;         /* inf, NaN */
+        if (x > 0x1.62e42ep6f) return INFINITY;      /* overflow */
+        if (x < -0x1.9fe368p6f) return 0.0f;         /* underflow */
+    }
+    double xd = (double)x, z = fma(VEXP_INV_LN2_N, xd, VEXP_SHIFT);
+    uint64_t ki = (uint64_t)__double_as_longlong(z), i = ki & 31;
+    double r = fma(VEXP_INV_LN2_N, xd, -(z - VEXP_SHIFT));
+    uint64_t s = (uint64_t)__double_as_longlong(exp2_32[i]) - (i << 47) + (ki << 47);
+    double p = fma(VEXP_C0, r, VEXP_C1), q = fma(VEXP_C2, r, 1.0);
+    p = fma(p, r * r, q);
+    return (float)(p * __longlong_as_double((long long)s));
+}
+
+/* Fills a .cu file's copy of exp_glibc's table (on the stream). */
+template <class T>
+static cudaError_t exp_table_upload(T &table) {
+    static_assert(sizeof table == sizeof vexp__exp2_32, "the table of 2^(i/32)");
+    return cudaMemcpyToSymbolAsync(table, vexp__exp2_32, sizeof table, 0, cudaMemcpyHostToDevice, g_stream);
 }
 
 /* silu(g) * u: k_swiglu's expression, so fused and separate give the same bits. */

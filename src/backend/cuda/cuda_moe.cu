@@ -7,10 +7,11 @@
  *
  * Numerics: moe_route's steps in its order where the order changes bits
  * (top k with ties to the lower id; the weights' renormalisation summed
- * in j order); the exps are exp in double rounded to float, which is
- * libm's expf to the last bit in all but rare cases, and the softmax's
- * sum (in double, as the CPU's) runs over lanes, not in index order. A
- * token's result depends on its logits alone: batch invariant. */
+ * in j order), glibc's expf (exp_glibc), and the softmax's sum in double
+ * as the CPU's, over lanes rather than in index order: the same double
+ * unless the exps span more than 2^29 (the sum then rounds), so the
+ * CPU's weights for the same logits. A token's result depends on its
+ * logits alone: batch invariant. */
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_int.h"
@@ -24,9 +25,18 @@ extern "C" {
 static_assert(sizeof(mm_group) == CUDA_GROUP_INTS * sizeof(int32_t), "groups are uploaded and read as int triples");
 static_assert(CUDA_MOE_MAX_EXPERTS <= 1024, "k_moe_group: a thread an expert, in one block");
 
-/* expf's value, from exp in double (rounding once more changes the last
- * bit only where exp lies within 2^-29 ulp of a float's midpoint). */
-__device__ __forceinline__ float exp_f(float x) { return (float)exp((double)x); }
+__device__ double g_moe_exp2[32]; /* exp_glibc's table, by cuda_moe_init */
+
+extern "C" int cuda_moe_init(strata_err *err) {
+    static int done;
+    if (done) return 0;
+    cudaError_t e = exp_table_upload(g_moe_exp2);
+    if (e != cudaSuccess) return strata_errf(err, STRATA_EIO, "cuda: the router's exp table: %s", cudaGetErrorString(e));
+    done = 1;
+    return 0;
+}
+
+__device__ __forceinline__ float exp_f(float x) { return exp_glibc(x, g_moe_exp2); }
 
 /* The lane's ne / 32 values (index lane + 32 q), softmaxed across the warp. */
 __device__ __forceinline__ void warp_softmax(float (&v)[32], int ne, int lane) {

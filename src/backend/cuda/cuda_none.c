@@ -50,6 +50,7 @@ void cuda_add_rows(float *d_x, const float *d_b, int n, int dim) {}
 void cuda_gather(float *d_dst, const float *d_src, const int32_t *d_rows, int n, int dim) {}
 void cuda_moe_add(float *d_x, const float *d_y, const int32_t *d_slot, const float *d_w, int n, int k, int dim,
                   const float *d_sh_y, const float *d_sh_s) {}
+int cuda_moe_init(strata_err *err) { return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA); }
 int cuda_moe_route(const float *d_logits, int n, const cuda_moe_gating *g, int32_t *d_ids, float *d_w,
                    strata_err *err) {
     return strata_errf(err, STRATA_EUNSUPPORTED, NO_CUDA);
