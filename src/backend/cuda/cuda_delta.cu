@@ -50,11 +50,7 @@ __device__ double g_exp2[32]; /* 2^(i/32): vexp__exp2_32, by cuda_delta_init */
 
 extern "C" int cuda_delta_init(strata_err *err) {
     static int done;
-    if (done) return 0;
-    cudaError_t e = exp_table_upload(g_exp2);
-    if (e != cudaSuccess) return strata_errf(err, STRATA_EIO, "cuda: the exp table: %s", cudaGetErrorString(e));
-    done = 1;
-    return 0;
+    return exp_table_upload(g_exp2, &done, err);
 }
 
 __device__ __forceinline__ float exp_glibc(float x) { return exp_glibc(x, g_exp2); }

@@ -175,11 +175,16 @@ __device__ __forceinline__ float exp_glibc(float x, const double *exp2_32) {
     return (float)(p * __longlong_as_double((long long)s));
 }
 
-/* Fills a .cu file's copy of exp_glibc's table (on the stream). */
+/* Fills a .cu file's copy of exp_glibc's table (on the stream), once:
+ * *done says it is. */
 template <class T>
-static cudaError_t exp_table_upload(T &table) {
+static int exp_table_upload(T &table, int *done, strata_err *err) {
     static_assert(sizeof table == sizeof vexp__exp2_32, "the table of 2^(i/32)");
-    return cudaMemcpyToSymbolAsync(table, vexp__exp2_32, sizeof table, 0, cudaMemcpyHostToDevice, g_stream);
+    if (*done) return 0;
+    cudaError_t e = cudaMemcpyToSymbolAsync(table, vexp__exp2_32, sizeof table, 0, cudaMemcpyHostToDevice, g_stream);
+    if (e != cudaSuccess) return strata_errf(err, STRATA_EIO, "cuda: the exp table: %s", cudaGetErrorString(e));
+    *done = 1;
+    return 0;
 }
 
 /* silu(g) * u: k_swiglu's expression, so fused and separate give the same bits. */

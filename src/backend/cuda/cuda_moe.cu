@@ -29,11 +29,7 @@ __device__ double g_moe_exp2[32]; /* exp_glibc's table, by cuda_moe_init */
 
 extern "C" int cuda_moe_init(strata_err *err) {
     static int done;
-    if (done) return 0;
-    cudaError_t e = exp_table_upload(g_moe_exp2);
-    if (e != cudaSuccess) return strata_errf(err, STRATA_EIO, "cuda: the router's exp table: %s", cudaGetErrorString(e));
-    done = 1;
-    return 0;
+    return exp_table_upload(g_moe_exp2, &done, err);
 }
 
 __device__ __forceinline__ float exp_f(float x) { return exp_glibc(x, g_moe_exp2); }
