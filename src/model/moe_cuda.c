@@ -39,7 +39,7 @@ struct mec {
     float *logits;       /* [max_batch][n_expert] */
     int32_t *ids;        /* [max_batch * k] token t's j-th expert */
     int32_t *slot_tok, *slot_of; /* [max_batch * k] each slot's token (grouped by expert), token t's j-th's slot */
-    int32_t *first, *groups;     /* each expert's first slot (n_expert + 1); the groups (cuda_moe_group) */
+    int32_t *groups;             /* the groups (cuda_moe_group) */
     float *w;                    /* [max_batch][k] its weight */
     float *xs, *g, *u, *y;       /* the slots' rows: input, gate, up, output */
     float *sh_g, *sh_u, *sh_y, *sh_s; /* the shared expert's, per token */
@@ -76,10 +76,10 @@ static int alloc_all(fwdc *c, mec *x, int max_batch, strata_err *err) {
     size_t groups = (size_t)cuda_moe_groups(max_batch, x->k, hp->n_expert) * CUDA_GROUP_INTS;
     void **bufs[] = {(void **)&x->logits, (void **)&x->w, (void **)&x->xs, (void **)&x->g, (void **)&x->u,
                      (void **)&x->y, (void **)&x->sh_g, (void **)&x->sh_u, (void **)&x->sh_y, (void **)&x->sh_s,
-                     (void **)&x->ids, (void **)&x->slot_tok, (void **)&x->slot_of, (void **)&x->first,
-                     (void **)&x->groups};
-    size_t sizes[] = {n * ne, slots, slots * E, slots * F, slots * F, slots * E, n * S, n * S, S ? n * E : 0, S ? n : 0,
-                      slots, slots, slots, ne + 1, groups}; /* 4-byte elements */
+                     (void **)&x->ids, (void **)&x->slot_tok, (void **)&x->slot_of, (void **)&x->groups};
+    size_t sizes[] = {n * ne, slots, slots * E, slots * F, slots * F, slots * E, n * S, n * S,
+                      S ? n * E : 0, S ? n : 0, slots, slots, slots, groups}; /* 4-byte elements */
+    _Static_assert(sizeof bufs / sizeof bufs[0] == sizeof sizes / sizeof sizes[0], "a size a buffer");
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (sizes[i] && !(*bufs[i] = fwdc__alloc(c, sizes[i] * 4, err))) return err->code;
     return 0;
@@ -170,7 +170,7 @@ int mec_layer(mec *x, int il, const float *d_xn, int n, float *d_x, strata_err *
     if (mm(&T->router, d_xn, n, x->logits, err)) return err->code;
     if (T->router_b.d) cuda_add_rows(x->logits, T->router_b.d, n, hp->n_expert);
     if (cuda_moe_route(x->logits, n, &x->gating, x->ids, x->w, err) ||
-        cuda_moe_group(x->ids, n, x->k, hp->n_expert, x->first, x->slot_of, x->slot_tok, x->groups, err))
+        cuda_moe_group(x->ids, n, x->k, hp->n_expert, NULL, x->slot_of, x->slot_tok, x->groups, err))
         return err->code;
     cuda_gather(x->xs, d_xn, x->slot_tok, slots, hp->n_embd);
     if (experts(x, T, n, err)) return err->code;

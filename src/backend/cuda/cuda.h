@@ -139,7 +139,7 @@ void cuda_moe_add(float *d_x, const float *d_y, const int32_t *d_slot, const flo
  * unless the exps span more than 2^29); cuda_moe_init first, once.
  * cuda_moe_group: moe_group's slots (the
  * pairs grouped by expert, tokens in batch order): d_first[e] (n_expert +
- * 1 entries), d_slot_of[t k + j], d_slot_tok[slot], and d_groups:
+ * 1 entries; NULL: not wanted), d_slot_of[t k + j], d_slot_tok[slot], and d_groups:
  * cuda_moe_groups(n, k, n_expert) entries of CUDA_GROUP_INTS ints (expert,
  * first slot, slots), each expert's slots in groups of up to
  * CUDA_MOE_TILE, the experts in order, then entries of 0 slots. */

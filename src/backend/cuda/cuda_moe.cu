@@ -143,10 +143,10 @@ __global__ void k_moe_group(const int32_t *ids, int n, int k, int ne, int32_t *f
     const int c = tid < ne ? cnt[tid] : 0, tiles = (c + CUDA_MOE_TILE - 1) / CUDA_MOE_TILE;
     int slots, all_tiles;
     const int f = block_scan(c, scan, &slots) - c, g0 = block_scan(tiles, scan, &all_tiles) - tiles;
-    if (tid < ne) first[tid] = f;
+    if (first && tid < ne) first[tid] = f;
     for (int i = 0; i < tiles; i++)
         groups[g0 + i] = mm_group{tid, f + i * CUDA_MOE_TILE, min(CUDA_MOE_TILE, c - i * CUDA_MOE_TILE)};
-    if (tid == 0) first[ne] = slots;
+    if (first && tid == 0) first[ne] = slots;
     for (int g = all_tiles + tid; g < n_groups; g += nt) groups[g] = mm_group{0, 0, 0};
     scan[tid] = f;
     __syncthreads();
